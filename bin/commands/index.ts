@@ -1,0 +1,6 @@
+/** Registry of CLI commands; each lives in its own file. */
+import type { CommandModule } from 'yargs';
+import { doctorCommand } from './doctor.js';
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export const commands: CommandModule<any, any>[] = [doctorCommand];

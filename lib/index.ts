@@ -1,0 +1,2 @@
+/** Public entry of papergym-native. */
+export * from './native.js';

@@ -1,0 +1,127 @@
+// Qwen3 dense decoder (Hugging Face `Qwen3ForCausalLM`) with PEFT-style LoRA adapters.
+// Source of the architecture: transformers models/qwen3/modeling_qwen3.py; facts in
+// shared REFERENCES.md. This header is the contract between model/, lora/, io/, generate/, loss/
+// and the training steps: keep signatures stable, extend rather than change.
+#pragma once
+#include <ATen/ATen.h>
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pg {
+
+/// Parsed config.json (all fields read from the file; head_dim never derived when present).
+struct Qwen3Config {
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 1e6, rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  std::string torch_dtype;  // as written in config.json ("bfloat16", ...), informational
+  std::string json;         // the raw config.json text (returned to JS as `config`)
+};
+
+/// LoRA hyper-parameters with PEFT semantics: scaling = alpha / r (rsLoRA: alpha / sqrt(r)).
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  bool use_rslora = false;
+  std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  uint64_t seed = 0;  // init seed for A (kaiming-uniform a=sqrt(5), i.e. U(+-1/sqrt(in))); B = 0
+  double Scaling() const;
+};
+
+/// One adapter: for each targeted module name (PEFT key stem, e.g.
+/// "model.layers.3.self_attn.q_proj") the pair A [r, in], B [out, r] in float32 on the model device.
+struct LoraAdapter {
+  LoraConfig config;
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> weights;
+};
+
+/// Which adapter a forward uses: the trainable one, none (the frozen base = reference policy /
+/// judge), or a named frozen snapshot.
+struct AdapterSel {
+  enum Kind { Active, None, Snapshot } kind = Active;
+  std::string name;  // for Snapshot
+};
+
+/// Per-layer key/value cache for incremental decoding. k[l], v[l]: [B, n_kv_heads, L_max, head_dim]
+/// preallocated; `len` = filled positions (same for all rows; padding handled by the mask).
+struct KVCache {
+  std::vector<at::Tensor> k, v;
+  int64_t len = 0;
+  int64_t capacity = 0;
+};
+
+class Qwen3Model {
+ public:
+  /// Loads `dir`/config.json + safetensors (model.safetensors or model.safetensors.index.json).
+  /// Throws pg::InputError naming the file / tensor on any problem; pg::ArgError on bad options.
+  static std::shared_ptr<Qwen3Model> Load(const std::string& dir, at::Device device, at::ScalarType dtype);
+
+  const Qwen3Config& config() const { return cfg_; }
+  at::Device device() const { return device_; }
+  at::ScalarType dtype() const { return dtype_; }
+
+  /// Decoder forward. input_ids [B, T] int64; attention_mask [B, P + T] (1 keep, 0 pad) over the
+  /// cached prefix P = cache ? cache->len : 0 plus the new tokens; position_ids [B, T] int64 (when
+  /// undefined: cumsum(mask) - 1 clamped at 0, so right and left padding both work). Appends the
+  /// new K/V to `cache` when given. Returns the final-norm hidden states [B, T, H] in the model
+  /// dtype. Grad flows only into the LoRA A/B of `sel` when grad mode is on.
+  at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                     const std::optional<at::Tensor>& position_ids, const AdapterSel& sel,
+                     KVCache* cache = nullptr);
+  /// lm_head weight [V, H] (the embedding when tied); never requires grad.
+  at::Tensor LmHeadWeight() const;
+  /// hidden [..., H] -> logits [..., V] in float32 (matmul in the model dtype, fp32 accumulate).
+  at::Tensor Logits(const at::Tensor& hidden) const;
+  /// Allocates an empty cache for `batch` rows and up to `capacity` positions.
+  KVCache NewCache(int64_t batch, int64_t capacity) const;
+
+  // ---- LoRA ----
+  /// Creates the trainable adapter (replaces an existing one).
+  void AddLora(const LoraConfig& cfg);
+  bool HasLora() const { return active_.has_value(); }
+  const LoraAdapter& ActiveAdapter() const;
+  /// Trainable tensors in a stable order (sorted module name, A then B); requires_grad = true.
+  std::vector<at::Tensor> LoraParameters() const;
+  std::vector<std::string> LoraParameterNames() const;  // PEFT keys, same order
+  /// Frozen deep copy of the active adapter under `name` (e.g. the stage-start reference policy).
+  void SnapshotAdapter(const std::string& name);
+  void DropSnapshot(const std::string& name);
+  /// Default for AdapterSel::Active forwards: false makes Active behave like None.
+  void SetAdapterEnabled(bool on) { adapter_enabled_ = on; }
+  bool AdapterEnabled() const { return adapter_enabled_; }
+  /// Saves / loads PEFT format (adapter_model.safetensors + adapter_config.json).
+  void SaveAdapter(const std::string& dir, const std::string& base_model_name) const;
+  void LoadAdapter(const std::string& dir);
+
+  /// Serialises every operation on this model (generation, forward, training steps).
+  std::mutex& mutex() { return mu_; }
+  /// Bytes held by base weights + adapters (for V8 external memory accounting).
+  int64_t ParameterBytes() const;
+  /// Frees all tensors; later calls throw InputError("model was disposed").
+  void Dispose();
+  bool disposed() const { return disposed_; }
+
+ private:
+  Qwen3Model() = default;
+  Qwen3Config cfg_;
+  at::Device device_{at::kCPU};
+  at::ScalarType dtype_ = at::kFloat;
+  std::map<std::string, at::Tensor> w_;  // HF names, no grad
+  std::optional<LoraAdapter> active_;
+  std::map<std::string, LoraAdapter> snapshots_;
+  bool adapter_enabled_ = true;
+  bool disposed_ = false;
+  std::mutex mu_;
+  friend class Qwen3Impl;
+};
+
+}  // namespace pg

@@ -1,0 +1,117 @@
+// Runtime surface: libtorch build facts for `doctor`, CUDA device list, memory accounting,
+// intra-op thread count. Exported as `runtimeInfo()`, `cudaMemory(device)`, `cudaResetPeak(device)`,
+// `cudaEmptyCache()`, `setNumThreads(n)`, `manualSeed(seed)`.
+#include <torch/version.h>
+
+#include "napi/util.h"
+
+#ifdef PG_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace pg {
+
+static Napi::Value RuntimeInfo(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    Napi::Env env = info.Env();
+    auto o = Napi::Object::New(env);
+    o.Set("libtorchVersion", TORCH_VERSION);
+    o.Set("libtorchPath", PG_TORCH_ROOT);
+    o.Set("cxx11Abi", Napi::Boolean::New(env, _GLIBCXX_USE_CXX11_ABI != 0));
+#ifdef PG_WITH_CUDA
+    o.Set("cudaBuild", true);
+#else
+    o.Set("cudaBuild", false);
+#endif
+    bool avail = torch::cuda::is_available();
+    o.Set("cudaAvailable", avail);
+    auto devs = Napi::Array::New(env);
+    if (avail) {
+      for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i) {
+        auto d = Napi::Object::New(env);
+        d.Set("index", static_cast<double>(i));
+#ifdef PG_WITH_CUDA
+        const cudaDeviceProp* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(i));
+        d.Set("name", p->name);
+        d.Set("totalMemoryBytes", static_cast<double>(p->totalGlobalMem));
+        d.Set("computeCapability", std::to_string(p->major) + "." + std::to_string(p->minor));
+#endif
+        devs.Set(static_cast<uint32_t>(i), d);
+      }
+    }
+    o.Set("cudaDevices", devs);
+    o.Set("numThreads", static_cast<double>(at::get_num_threads()));
+    o.Set("parallelInfo", at::get_parallel_info());
+    return o;
+  });
+}
+
+static int DeviceIndexArg(const Napi::CallbackInfo& info) {
+  if (info.Length() == 0 || info[0].IsUndefined()) return 0;
+  if (!info[0].IsNumber()) throw ArgError("device index must be a number");
+  int i = info[0].As<Napi::Number>().Int32Value();
+  if (i < 0) throw ArgError("device index must be >= 0");
+  return i;
+}
+
+/// cudaMemory(device = 0) -> {allocatedBytes, reservedBytes, peakAllocatedBytes, peakReservedBytes}
+/// from the CUDA caching allocator; null when CUDA is unavailable.
+static Napi::Value CudaMemory(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    int dev = DeviceIndexArg(info);
+    if (!torch::cuda::is_available()) return info.Env().Null();
+#ifdef PG_WITH_CUDA
+    if (dev >= static_cast<int>(torch::cuda::device_count())) throw ArgError("no CUDA device " + std::to_string(dev));
+    auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(dev));
+    const size_t agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    auto o = Napi::Object::New(info.Env());
+    o.Set("allocatedBytes", static_cast<double>(s.allocated_bytes[agg].current));
+    o.Set("reservedBytes", static_cast<double>(s.reserved_bytes[agg].current));
+    o.Set("peakAllocatedBytes", static_cast<double>(s.allocated_bytes[agg].peak));
+    o.Set("peakReservedBytes", static_cast<double>(s.reserved_bytes[agg].peak));
+    return o;
+#else
+    return info.Env().Null();
+#endif
+  });
+}
+
+static Napi::Value CudaResetPeak(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    int dev = DeviceIndexArg(info);
+#ifdef PG_WITH_CUDA
+    if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(dev));
+#endif
+    return info.Env().Undefined();
+  });
+}
+
+static Napi::Value CudaEmptyCache(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+#ifdef PG_WITH_CUDA
+    if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+    return info.Env().Undefined();
+  });
+}
+
+static Napi::Value SetNumThreads(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    if (info.Length() < 1 || !info[0].IsNumber()) throw ArgError("setNumThreads(n): n must be a positive integer");
+    int n = info[0].As<Napi::Number>().Int32Value();
+    if (n < 1) throw ArgError("setNumThreads(n): n must be a positive integer");
+    at::set_num_threads(n);
+    return info.Env().Undefined();
+  });
+}
+
+void RegisterRuntime(Napi::Env env, Napi::Object exports) {
+  exports.Set("runtimeInfo", Napi::Function::New(env, RuntimeInfo, "runtimeInfo"));
+  exports.Set("cudaMemory", Napi::Function::New(env, CudaMemory, "cudaMemory"));
+  exports.Set("cudaResetPeak", Napi::Function::New(env, CudaResetPeak, "cudaResetPeak"));
+  exports.Set("cudaEmptyCache", Napi::Function::New(env, CudaEmptyCache, "cudaEmptyCache"));
+  exports.Set("setNumThreads", Napi::Function::New(env, SetNumThreads, "setNumThreads"));
+}
+
+}  // namespace pg

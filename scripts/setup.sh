@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Idempotent setup: libtorch provider + Python references (unless LIBTORCH is set), npm packages,
+# TypeScript build, addon build. Safe to re-run; each step skips when already up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '[setup] %s\n' "$*"; }
+
+PY=${PYTHON:-python3}
+if [ -z "${LIBTORCH:-}" ]; then
+  if "$PY" - <<'PYEOF' 2>/dev/null
+import importlib.metadata as m, sys
+want = {}
+for line in open("scripts/requirements.txt"):
+    line = line.split("#")[0].strip()
+    if line:
+        n, v = line.split("==")
+        want[n] = v
+ok = all(m.version(n).split("+")[0] == v for n, v in want.items())
+sys.exit(0 if ok else 1)
+PYEOF
+  then
+    say "python packages already at the pinned versions"
+  else
+    say "pip install -r scripts/requirements.txt (torch 2.11.0 + reference libraries)"
+    "$PY" -m pip install --disable-pip-version-check -q -r scripts/requirements.txt
+  fi
+else
+  say "LIBTORCH=$LIBTORCH: not installing torch (live parity tests need python3 with transformers/peft/trl)"
+fi
+
+# Node's own headers, so native dependencies (better-sqlite3) build offline.
+NODE_PREFIX=$(dirname "$(dirname "$(command -v node)")")
+if [ -z "${npm_config_nodedir:-}" ] && [ -f "$NODE_PREFIX/include/node/node.h" ]; then
+  export npm_config_nodedir="$NODE_PREFIX"
+fi
+
+LOCK_HASH=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ -f node_modules/.pg-lock-hash ] && [ "$(cat node_modules/.pg-lock-hash)" = "$LOCK_HASH" ]; then
+  say "node_modules up to date"
+else
+  say "npm ci"
+  npm ci --no-audit --no-fund
+  echo "$LOCK_HASH" > node_modules/.pg-lock-hash
+fi
+
+say "TypeScript build"
+npx tsc -p tsconfig.json
+chmod +x dist/bin/papergym-native.js
+
+say "addon build (cmake-js; libtorch from $(node scripts/find-libtorch.cjs source))"
+npx cmake-js compile --log-level warn
+node dist/bin/papergym-native.js doctor
+say "done"
