@@ -60,6 +60,8 @@ export interface NativeAddon {
   cudaResetPeak(device?: number): void;
   cudaEmptyCache(): void;
   setNumThreads(n: number): void;
+  /** Seeds libtorch's default CPU/CUDA generators (LoRA dropout); non-negative integer. */
+  manualSeed(seed: number): void;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   [name: string]: any;
 }

@@ -106,12 +106,25 @@ static Napi::Value SetNumThreads(const Napi::CallbackInfo& info) {
   });
 }
 
+/// manualSeed(seed): seeds libtorch's default generators (CPU and CUDA), e.g. LoRA dropout masks.
+/// Training derives one seed per step so a resumed run replays the same masks.
+static Napi::Value ManualSeed(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    if (info.Length() < 1 || !info[0].IsNumber()) throw ArgError("manualSeed(seed): seed must be a non-negative integer");
+    double d = info[0].As<Napi::Number>().DoubleValue();
+    if (!(d >= 0) || d != std::floor(d) || d > 9007199254740991.0) throw ArgError("manualSeed(seed): seed must be a non-negative integer");
+    torch::manual_seed(static_cast<uint64_t>(d));
+    return info.Env().Undefined();
+  });
+}
+
 void RegisterRuntime(Napi::Env env, Napi::Object exports) {
   exports.Set("runtimeInfo", Napi::Function::New(env, RuntimeInfo, "runtimeInfo"));
   exports.Set("cudaMemory", Napi::Function::New(env, CudaMemory, "cudaMemory"));
   exports.Set("cudaResetPeak", Napi::Function::New(env, CudaResetPeak, "cudaResetPeak"));
   exports.Set("cudaEmptyCache", Napi::Function::New(env, CudaEmptyCache, "cudaEmptyCache"));
   exports.Set("setNumThreads", Napi::Function::New(env, SetNumThreads, "setNumThreads"));
+  exports.Set("manualSeed", Napi::Function::New(env, ManualSeed, "manualSeed"));
 }
 
 }  // namespace pg
