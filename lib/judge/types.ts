@@ -1,0 +1,98 @@
+/**
+ * Judge contracts shared by the HTTP and local backends, rewards, eval and the probe.
+ *
+ * A judge decides, for each (question, plan, rubric item), whether the plan satisfies the item
+ * (PaperGym: binary rubric items, DESIGN §6 "the judge decides each rubric item").
+ */
+
+/** One rubric item as the judge sees it (instance item or general item). */
+export interface JudgeItem {
+  /** Stable id, echoed in the verdict. Need not be unique across requests. */
+  id: string;
+  /** The item text the plan is graded against. */
+  text: string;
+}
+
+/** One plan to grade against a list of items. */
+export interface JudgeRequest {
+  /** The research question the plan answers. */
+  question: string;
+  /** The candidate research plan (model output, thinking already removed). */
+  plan: string;
+  /** Items to decide; verdicts come back in the same order. */
+  items: JudgeItem[];
+}
+
+/**
+ * The decision on one item.
+ * - `met`: true / false, or null when no decision could be read (refusal, unparseable output,
+ *   request failure). Rewards count null as not met and report how many there were.
+ * - `prob`: P(yes) when the backend has it (local judge: P(yes)/(P(yes)+P(no)); HTTP per-item
+ *   with logprobs). Units: probability in [0, 1].
+ * - `raw`: the judge's raw text (or an error message for a failed request).
+ * - `refused`: the judge declined to answer (counted, never guessed).
+ * - `error`: true when the request itself failed after retries.
+ */
+export interface Verdict {
+  itemId: string;
+  met: boolean | null;
+  prob?: number;
+  raw?: string;
+  refused?: boolean;
+  error?: boolean;
+}
+
+/** Running counters of a judge (monotone over its lifetime). Token counts are as the server reports them. */
+export interface JudgeStats {
+  /** Requests actually sent (cache misses); for the local judge, prefill rows evaluated. */
+  requests: number;
+  /** Answers served from the cache. */
+  cacheHits: number;
+  promptTokens: number;
+  completionTokens: number;
+  /** Requests that failed after retries (their verdicts are null with `error: true`). */
+  failures: number;
+  /** Verdicts read as refusals. */
+  refusals: number;
+  /** Verdicts whose text could not be read as yes/no (not refusals, not failures). */
+  unparsed: number;
+  /** Verdicts produced (all items of all requests). */
+  verdicts: number;
+}
+
+/** Options per `judge` call. */
+export interface JudgeCallOptions {
+  /** Aborts outstanding requests; the call then rejects with the abort reason. */
+  signal?: AbortSignal;
+}
+
+/**
+ * A rubric judge. `judge(requests)` resolves to one `Verdict[]` per request, each aligned with
+ * that request's `items` (same length, same order). Implementations never reject for a single
+ * failed item (that item gets `met: null, error: true`) unless configured to; they reject on abort.
+ */
+export interface Judge {
+  /** Short description, e.g. `http:per-item:qwen3-8b@http://127.0.0.1:8000/v1` or `local`. */
+  readonly name: string;
+  judge(requests: JudgeRequest[], opts?: JudgeCallOptions): Promise<Verdict[][]>;
+  /** A copy of the counters. */
+  stats(): JudgeStats;
+  /** Releases resources (SQLite cache handle, sockets). Idempotent. */
+  close?(): Promise<void> | void;
+}
+
+/** Fresh zeroed counters. */
+export function emptyStats(): JudgeStats {
+  return { requests: 0, cacheHits: 0, promptTokens: 0, completionTokens: 0, failures: 0, refusals: 0, unparsed: 0, verdicts: 0 };
+}
+
+/** Adds verdict-level counts (refusals, unparsed) of `vs` into `s`. */
+export function countVerdicts(s: JudgeStats, vs: Verdict[]): void {
+  for (const v of vs) {
+    s.verdicts++;
+    if (v.met === null) {
+      if (v.refused) s.refusals++;
+      else if (!v.error) s.unparsed++;
+    }
+  }
+}
