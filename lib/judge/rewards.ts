@@ -1,0 +1,124 @@
+/**
+ * GRPO rewards from rubric verdicts (DESIGN §6, PaperGym): r_spec = fraction of the instance
+ * (question-specific) items met, r_gen = fraction of the general items met,
+ * r = α·r_spec + (1 − α)·r_gen with α = 0.7.
+ *
+ * Null verdicts (refusal, unreadable output, failed request) count as NOT met — a plan is never
+ * credited for what the judge did not affirm — and are reported in `nulls` so a run can watch the
+ * rate. When a plan has no general items, r = r_spec (and r = r_gen when it has no instance
+ * items): the weight of an empty set moves to the other set rather than scoring it 0 or 1.
+ * Both empty: r = 0.
+ */
+import type { Judge, JudgeCallOptions, JudgeItem, Verdict } from './types.js';
+
+/** Reward options. */
+export interface RewardOptions {
+  /** Weight of r_spec in [0, 1]; default 0.7 (paper). */
+  alpha?: number;
+}
+
+/** Reward of one plan with the verdicts it came from. */
+export interface RewardBreakdown {
+  /** α·r_spec + (1−α)·r_gen, in [0, 1]. */
+  r: number;
+  /** Fraction of instance items met (0 when there are none). */
+  rSpec: number;
+  /** Fraction of general items met (0 when there are none). */
+  rGen: number;
+  specMet: number;
+  specTotal: number;
+  genMet: number;
+  genTotal: number;
+  /** Verdicts with met === null (counted as not met). */
+  nulls: number;
+  /** Of those, refusals. */
+  refusals: number;
+  /** Of those, failed requests. */
+  errors: number;
+  /** The verdicts, kept for per-item metrics. */
+  spec: Verdict[];
+  gen: Verdict[];
+}
+
+/** Default α of the paper. */
+export const DEFAULT_ALPHA = 0.7;
+
+function countMet(vs: Verdict[]): number {
+  let k = 0;
+  for (const v of vs) if (v.met === true) k++;
+  return k;
+}
+
+/**
+ * Reward of one plan from its instance verdicts `spec` and general verdicts `gen`.
+ * Throws RangeError for α outside [0, 1].
+ */
+export function computeReward(spec: Verdict[], gen: Verdict[], opts: RewardOptions = {}): RewardBreakdown {
+  const alpha = opts.alpha ?? DEFAULT_ALPHA;
+  if (!(alpha >= 0 && alpha <= 1)) throw new RangeError(`alpha must be in [0, 1], got ${alpha}`);
+  const specMet = countMet(spec);
+  const genMet = countMet(gen);
+  const rSpec = spec.length ? specMet / spec.length : 0;
+  const rGen = gen.length ? genMet / gen.length : 0;
+  let r: number;
+  if (spec.length && gen.length) r = alpha * rSpec + (1 - alpha) * rGen;
+  else if (spec.length) r = rSpec;
+  else if (gen.length) r = rGen;
+  else r = 0;
+  const all = [...spec, ...gen];
+  return {
+    r,
+    rSpec,
+    rGen,
+    specMet,
+    specTotal: spec.length,
+    genMet,
+    genTotal: gen.length,
+    nulls: all.filter((v) => v.met === null).length,
+    refusals: all.filter((v) => v.met === null && v.refused).length,
+    errors: all.filter((v) => v.met === null && v.error).length,
+    spec,
+    gen,
+  };
+}
+
+/** One plan to reward: its question, the plan text, the instance items and the general items. */
+export interface RewardInput {
+  question: string;
+  plan: string;
+  specItems: JudgeItem[];
+  genItems: JudgeItem[];
+}
+
+/**
+ * Judges every plan against its instance + general items in one `judge.judge` call (one request
+ * per plan, items = spec then gen, split back by position) and returns one breakdown per input,
+ * in order. Used by GRPO (G completions per question → G inputs) and by eval.
+ */
+export async function scorePlans(judge: Judge, inputs: RewardInput[], opts: RewardOptions & JudgeCallOptions = {}): Promise<RewardBreakdown[]> {
+  const verdicts = await judge.judge(
+    inputs.map((x) => ({ question: x.question, plan: x.plan, items: [...x.specItems, ...x.genItems] })),
+    { signal: opts.signal },
+  );
+  return inputs.map((x, i) => {
+    const v = verdicts[i];
+    if (!v || v.length !== x.specItems.length + x.genItems.length) throw new Error(`judge ${judge.name} returned ${v?.length} verdicts for ${x.specItems.length + x.genItems.length} items`);
+    return computeReward(v.slice(0, x.specItems.length), v.slice(x.specItems.length), opts);
+  });
+}
+
+/** Batch summary for metrics: means of r, r_spec, r_gen and the null rate over breakdowns. */
+export function summariseRewards(rs: RewardBreakdown[]): { n: number; meanR: number; meanRSpec: number; meanRGen: number; nullRate: number; refusals: number; errors: number } {
+  const n = rs.length;
+  const mean = (f: (b: RewardBreakdown) => number) => (n ? rs.reduce((a, b) => a + f(b), 0) / n : 0);
+  const verdicts = rs.reduce((a, b) => a + b.specTotal + b.genTotal, 0);
+  return {
+    n,
+    meanR: mean((b) => b.r),
+    meanRSpec: mean((b) => b.rSpec),
+    meanRGen: mean((b) => b.rGen),
+    nullRate: verdicts ? rs.reduce((a, b) => a + b.nulls, 0) / verdicts : 0,
+    refusals: rs.reduce((a, b) => a + b.refusals, 0),
+    errors: rs.reduce((a, b) => a + b.errors, 0),
+  };
+}

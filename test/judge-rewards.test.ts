@@ -1,0 +1,65 @@
+import { expect } from 'chai';
+import { computeReward, scorePlans, summariseRewards, DEFAULT_ALPHA } from '../lib/judge/rewards.js';
+import { emptyStats, type Judge, type JudgeRequest, type Verdict } from '../lib/judge/types.js';
+
+const v = (id: string, met: boolean | null, extra: Partial<Verdict> = {}): Verdict => ({ itemId: id, met, ...extra });
+
+describe('judge rewards', () => {
+  it('r = 0.7·r_spec + 0.3·r_gen by default', () => {
+    const spec = [v('a', true), v('b', true), v('c', false), v('d', false)]; // 0.5
+    const gen = [v('g1', true), v('g2', false), v('g3', false), v('g4', false)]; // 0.25
+    const b = computeReward(spec, gen);
+    expect(DEFAULT_ALPHA).to.equal(0.7);
+    expect(b.rSpec).to.equal(0.5);
+    expect(b.rGen).to.equal(0.25);
+    expect(b.r).to.be.closeTo(0.7 * 0.5 + 0.3 * 0.25, 1e-12);
+    expect([b.specMet, b.specTotal, b.genMet, b.genTotal]).to.deep.equal([2, 4, 1, 4]);
+    expect(b.spec).to.equal(spec);
+  });
+  it('alpha extremes and validation', () => {
+    const spec = [v('a', true), v('b', false)];
+    const gen = [v('g', false)];
+    expect(computeReward(spec, gen, { alpha: 1 }).r).to.equal(0.5);
+    expect(computeReward(spec, gen, { alpha: 0 }).r).to.equal(0);
+    expect(() => computeReward(spec, gen, { alpha: 1.5 })).to.throw(RangeError);
+    expect(() => computeReward(spec, gen, { alpha: NaN })).to.throw(RangeError);
+  });
+  it('null verdicts count as not met and are reported', () => {
+    const b = computeReward([v('a', true), v('b', null, { refused: true }), v('c', null, { error: true }), v('d', null)], [v('g', null)]);
+    expect(b.rSpec).to.equal(0.25);
+    expect(b.rGen).to.equal(0);
+    expect(b.nulls).to.equal(4);
+    expect(b.refusals).to.equal(1);
+    expect(b.errors).to.equal(1);
+  });
+  it('an empty set moves its weight to the other set', () => {
+    expect(computeReward([v('a', true), v('b', false)], []).r).to.equal(0.5);
+    expect(computeReward([], [v('g', true)]).r).to.equal(1);
+    expect(computeReward([], []).r).to.equal(0);
+  });
+  it('scorePlans splits spec/general by position, and summarises', async () => {
+    const seen: JudgeRequest[] = [];
+    const judge: Judge = {
+      name: 'fake',
+      stats: emptyStats,
+      async judge(reqs) {
+        seen.push(...reqs);
+        return reqs.map((r) => r.items.map((it) => v(it.id, r.plan.includes(it.text))));
+      },
+    };
+    const spec = [{ id: 'x', text: 'alpha' }, { id: 'y', text: 'beta' }];
+    const gen = [{ id: 'x', text: 'gamma' }];
+    const rs = await scorePlans(judge, [
+      { question: 'q', plan: 'alpha gamma', specItems: spec, genItems: gen },
+      { question: 'q', plan: 'beta', specItems: spec, genItems: gen },
+    ]);
+    expect(seen[0].items.map((i) => i.text)).to.deep.equal(['alpha', 'beta', 'gamma']);
+    expect(rs[0].r).to.be.closeTo(0.7 * 0.5 + 0.3 * 1, 1e-12);
+    expect(rs[1].r).to.be.closeTo(0.7 * 0.5, 1e-12);
+    const s = summariseRewards(rs);
+    expect(s.n).to.equal(2);
+    expect(s.meanRSpec).to.equal(0.5);
+    expect(s.meanRGen).to.equal(0.5);
+    expect(s.nullRate).to.equal(0);
+  });
+});
