@@ -1,0 +1,196 @@
+/**
+ * Tokenizer of a checkpoint directory, on the Hugging Face `tokenizers` package (Rust, via its
+ * Node binding) reading the checkpoint's own `tokenizer.json`.
+ *
+ * Conventions (the same as transformers' fast tokenizers for Qwen3):
+ * - `encode` adds NO special tokens unless asked (`addSpecialTokens: true`); special tokens that
+ *   appear literally in the text (`<|im_start|>`, `<think>`, ...) are still matched as single ids
+ *   (`split_special_tokens: false`), which is how chat-rendered prompts are tokenized.
+ * - `decode` keeps special tokens unless `skipSpecialTokens: true`.
+ * - Stop ids: the union of `generation_config.json` `eos_token_id` (a number or an array),
+ *   `tokenizer_config.json` `eos_token`, and — when the vocabulary is ChatML (it has both
+ *   `<|im_end|>` and `<|endoftext|>`) — those two tokens. For Qwen3 this is [151645, 151643]
+ *   (`<|im_end|>`, `<|endoftext|>`), the order the model card's generation config uses.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Tokenizer as HfTokenizer } from 'tokenizers';
+
+/** One entry of `tokenizer.json`'s `added_tokens`. */
+export interface AddedTokenInfo {
+  id: number;
+  content: string;
+  /** True for control tokens (`<|im_start|>`, `<|endoftext|>`, ...); `<think>` is not special in Qwen3. */
+  special: boolean;
+}
+
+/** Options of {@link Tokenizer.encode}. */
+export interface EncodeOptions {
+  /** Run the tokenizer's post-processor (adds BOS/EOS where the tokenizer defines them). Default false. */
+  addSpecialTokens?: boolean;
+}
+
+/** Options of {@link Tokenizer.decode}. */
+export interface DecodeOptions {
+  /** Drop tokens marked `special` in `added_tokens`. Default false. */
+  skipSpecialTokens?: boolean;
+}
+
+function readJson(path: string): Record<string, unknown> | undefined {
+  if (!existsSync(path)) return undefined;
+  try {
+    return JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
+  } catch (e) {
+    throw new Error(`cannot parse ${path}: ${(e as Error).message}`);
+  }
+}
+
+/** `tokenizer_config.json` writes special tokens either as a string or as `{content: string, ...}`. */
+function tokenString(v: unknown): string | undefined {
+  if (typeof v === 'string') return v;
+  if (v && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string') return (v as { content: string }).content;
+  return undefined;
+}
+
+/**
+ * A checkpoint's tokenizer plus the token facts generation needs (stop ids, pad id, special ids,
+ * chat template source). Construct with {@link Tokenizer.fromDir}.
+ */
+export class Tokenizer {
+  /** Directory it was loaded from (or '' when built from strings). */
+  readonly dir: string;
+  /** Raw `tokenizer_config.json` (empty object when absent). */
+  readonly config: Record<string, unknown>;
+  /** Raw `generation_config.json` (undefined when absent). */
+  readonly generationConfig: Record<string, unknown> | undefined;
+  /** `added_tokens` of tokenizer.json, by id. */
+  readonly addedTokens: ReadonlyMap<number, AddedTokenInfo>;
+  /** Ids of the added tokens marked special (decode with skipSpecialTokens drops them). */
+  readonly specialIds: ReadonlySet<number>;
+  /** Stop ids for generation (see the module docstring); never empty when the tokenizer has an EOS. */
+  readonly stopIds: readonly number[];
+  /** Id of `tokenizer_config.eos_token` (Qwen3 chat: 151645 `<|im_end|>`), or undefined. */
+  readonly eosTokenId: number | undefined;
+  /** Id of `tokenizer_config.pad_token` (Qwen3: 151643 `<|endoftext|>`), else the first stop id, else 0. */
+  readonly padTokenId: number;
+  /** Tokens known to the tokenizer including added ones (Qwen3: 151669; the model's vocab_size 151936 is larger). */
+  readonly vocabSize: number;
+  /** `tokenizer_config.chat_template` when it is a string (named-template lists: the `default` entry). */
+  readonly chatTemplate: string | undefined;
+  private readonly tk: HfTokenizer;
+
+  private constructor(dir: string, tokenizerJson: string, config: Record<string, unknown>, generationConfig?: Record<string, unknown>) {
+    this.dir = dir;
+    this.config = config;
+    this.generationConfig = generationConfig;
+    this.tk = HfTokenizer.fromString(tokenizerJson);
+    const parsed = JSON.parse(tokenizerJson) as { added_tokens?: { id: number; content: string; special?: boolean }[] };
+    const added = new Map<number, AddedTokenInfo>();
+    for (const t of parsed.added_tokens ?? []) added.set(t.id, { id: t.id, content: t.content, special: !!t.special });
+    this.addedTokens = added;
+    this.specialIds = new Set([...added.values()].filter((t) => t.special).map((t) => t.id));
+    this.vocabSize = this.tk.getVocabSize(true);
+
+    const idOf = (v: unknown): number | undefined => {
+      const s = tokenString(v);
+      if (s === undefined) return undefined;
+      const id = this.tk.tokenToId(s);
+      return id === null || id === undefined ? undefined : id;
+    };
+    this.eosTokenId = idOf(config.eos_token);
+    const stops: number[] = [];
+    const push = (id: unknown) => {
+      if (typeof id === 'number' && Number.isInteger(id) && id >= 0 && !stops.includes(id)) stops.push(id);
+    };
+    const g = generationConfig?.eos_token_id;
+    if (Array.isArray(g)) g.forEach(push);
+    else push(g);
+    push(this.eosTokenId);
+    const imEnd = this.tk.tokenToId('<|im_end|>');
+    const eot = this.tk.tokenToId('<|endoftext|>');
+    if (typeof imEnd === 'number' && typeof eot === 'number') {
+      push(imEnd);
+      push(eot);
+    }
+    this.stopIds = stops;
+    this.padTokenId = idOf(config.pad_token) ?? (typeof generationConfig?.pad_token_id === 'number' ? (generationConfig.pad_token_id as number) : undefined) ?? stops[0] ?? 0;
+
+    const ct = config.chat_template;
+    if (typeof ct === 'string') this.chatTemplate = ct;
+    else if (Array.isArray(ct)) {
+      const d = (ct as { name?: string; template?: string }[]).find((e) => e.name === 'default');
+      this.chatTemplate = d?.template;
+    }
+    if (this.chatTemplate === undefined && dir && existsSync(join(dir, 'chat_template.jinja'))) {
+      this.chatTemplate = readFileSync(join(dir, 'chat_template.jinja'), 'utf8');
+    }
+  }
+
+  /**
+   * Loads `dir/tokenizer.json` (required), `dir/tokenizer_config.json` and
+   * `dir/generation_config.json` (optional), and `dir/chat_template.jinja` when the config has no
+   * template. Throws an Error naming the file when tokenizer.json is missing or unparsable.
+   */
+  static fromDir(dir: string): Tokenizer {
+    const tj = join(dir, 'tokenizer.json');
+    if (!existsSync(tj)) throw new Error(`tokenizer.json not found in ${dir}`);
+    const text = readFileSync(tj, 'utf8');
+    try {
+      return new Tokenizer(dir, text, readJson(join(dir, 'tokenizer_config.json')) ?? {}, readJson(join(dir, 'generation_config.json')));
+    } catch (e) {
+      throw new Error(`cannot load tokenizer from ${dir}: ${(e as Error).message}`);
+    }
+  }
+
+  /** Builds a tokenizer from in-memory JSON texts (tests, embedded tokenizers). */
+  static fromStrings(tokenizerJson: string, tokenizerConfig: Record<string, unknown> = {}, generationConfig?: Record<string, unknown>): Tokenizer {
+    return new Tokenizer('', tokenizerJson, tokenizerConfig, generationConfig);
+  }
+
+  /** Token ids of `text` (no special tokens added unless `opts.addSpecialTokens`). */
+  async encode(text: string, opts: EncodeOptions = {}): Promise<number[]> {
+    if (typeof text !== 'string') throw new TypeError('text must be a string');
+    const e = await this.tk.encode(text, null, { addSpecialTokens: opts.addSpecialTokens ?? false });
+    return e.getIds();
+  }
+
+  /** {@link encode} for many texts (parallel in the Rust pool); result[i] belongs to texts[i]. */
+  async encodeBatch(texts: string[], opts: EncodeOptions = {}): Promise<number[][]> {
+    if (!Array.isArray(texts) || texts.some((t) => typeof t !== 'string')) throw new TypeError('texts must be an array of strings');
+    if (!texts.length) return [];
+    const es = await this.tk.encodeBatch(texts, { addSpecialTokens: opts.addSpecialTokens ?? false });
+    return es.map((e) => e.getIds());
+  }
+
+  /** Text of `ids` (byte-level BPE; invalid UTF-8 sequences become U+FFFD, like transformers' errors="replace"). */
+  async decode(ids: ArrayLike<number>, opts: DecodeOptions = {}): Promise<string> {
+    return this.tk.decode(Array.from(ids), opts.skipSpecialTokens ?? false);
+  }
+
+  /** {@link decode} for many sequences. */
+  async decodeBatch(ids: ArrayLike<number>[], opts: DecodeOptions = {}): Promise<string[]> {
+    if (!ids.length) return [];
+    return this.tk.decodeBatch(ids.map((a) => Array.from(a)), opts.skipSpecialTokens ?? false);
+  }
+
+  /** Id of a token string (e.g. '<|im_end|>'), or undefined. */
+  tokenToId(token: string): number | undefined {
+    const id = this.tk.tokenToId(token);
+    return id === null || id === undefined ? undefined : id;
+  }
+
+  /** Token string of an id, or undefined when out of the tokenizer's range. */
+  idToToken(id: number): string | undefined {
+    return this.tk.idToToken(id) ?? undefined;
+  }
+
+  /** Special-token strings by role for the chat template (`bos_token`, `eos_token`, `pad_token`, `unk_token`). */
+  specialTokenStrings(): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const k of ['bos_token', 'eos_token', 'pad_token', 'unk_token']) {
+      const s = tokenString(this.config[k]);
+      if (s !== undefined) out[k] = s;
+    }
+    return out;
+  }
+}
