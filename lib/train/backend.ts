@@ -1,0 +1,76 @@
+/**
+ * The training loop's view of the model: every native call the schedule makes goes through
+ * this interface (implemented over the addon in lib/train/native-backend.ts). Token ids are plain
+ * numbers; logprobs are natural-log probabilities (nats) of each completion token under
+ * softmax(logits / T) over the full vocabulary, T the sampling temperature (DESIGN.md §4–5).
+ */
+export interface Rollout {
+  /** Index of the prompt in the generate() call. */
+  promptIndex: number;
+  /** Completion token ids, stop token included when finishReason is 'stop'. */
+  tokenIds: number[];
+  /** Per completion token, log p(token) under softmax(logits / T), nats. */
+  logprobs: number[];
+  text: string;
+  finishReason: 'stop' | 'length';
+}
+
+/** One sequence of a training batch: prompt ids followed by completion ids. */
+export interface Sequence {
+  promptIds: number[];
+  completionIds: number[];
+}
+
+export interface SamplingOptions {
+  n: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  maxNewTokens: number;
+  seed: number;
+}
+
+export interface GrpoLossOptions {
+  epsLow: number;
+  epsHigh: number;
+  betaKl: number;
+  temperature: number;
+  aggregation: 'grpo' | 'dapo' | 'dr_grpo';
+  /** Normalisers spanning the whole optimizer window (DESIGN.md §5). */
+  totalSequences: number;
+  totalCompletionTokens: number;
+  maxCompletionLength: number;
+}
+
+export interface TrainBackend {
+  /** Chat-rendered prompt (generation prompt appended) as token ids. */
+  promptIds(messages: { role: string; content: string }[]): number[];
+  /** Samples `n` completions per prompt with the active adapter. */
+  generate(prompts: number[][], opts: SamplingOptions): Promise<Rollout[]>;
+  /** Per-token logprobs of each completion at temperature T under `adapter`. */
+  completionLogprobs(seqs: Sequence[], temperature: number, adapter: 'active' | 'none' | string): Promise<number[][]>;
+  /**
+   * OPSD micro-batch: student forward (grad) on student prompt + completion, teacher forward
+   * (no grad; `teacher` adapter) on teacher prompt + the same completion; fused JSD summed over
+   * completion tokens / normalizer; grads accumulate. Returns the micro-batch's share of the loss.
+   */
+  opsdBackward(batch: { student: Sequence; teacher: Sequence }[], opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string }): Promise<{ loss: number }>;
+  /** GRPO micro-batch (fused loss, DESIGN.md §5); grads accumulate. */
+  grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], opts: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
+  /** SFT micro-batch: cross-entropy on completion tokens / normalizer; grads accumulate. */
+  sftBackward(batch: Sequence[], normalizer: number): Promise<{ loss: number }>;
+  /** AdamW step with global grad-norm clipping at lr; returns the pre-clip norm; zeroes grads. */
+  optimizerStep(lr: number, maxGradNorm: number): Promise<{ gradNorm: number }>;
+  /** Drops accumulated grads (a skipped step). */
+  zeroGrad(): void;
+  /** Replaces the optimizer (new stage, new lr) keeping the adapter. */
+  resetOptimizer(): void;
+  snapshotAdapter(name: string): void;
+  /** EMA update of a snapshot toward the active adapter: s ← d·s + (1 − d)·a. */
+  emaUpdate(name: string, decay: number): void;
+  saveState(dir: string): Promise<void>;
+  loadState(dir: string): Promise<void>;
+  /** Seeds dropout RNG for the step. */
+  seedStep(seed: number): void;
+  memory(): Record<string, number>;
+}

@@ -1,0 +1,80 @@
+/**
+ * Step metrics: one JSON object per line in `<run>/metrics.jsonl`, a progress display (a
+ * cli-progress bar with ETA in a TTY; plain lines under CI=true or without a TTY), and the final
+ * summary table.
+ */
+import { appendFileSync, mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import cliProgress from 'cli-progress';
+
+/** One training step's record. Units: seconds, tokens/s, bytes; losses in nats. */
+export interface StepMetrics {
+  stage: string;
+  step: number;
+  globalStep: number;
+  loss: number;
+  lr: number;
+  gradNorm: number;
+  tokensPerSecond: number;
+  completionTokens: number;
+  stepSeconds: number;
+  /** Extra stage-specific fields (jsd, reward mean/std, pass rates, kl, clipFraction, memory…). */
+  [k: string]: unknown;
+}
+
+export class MetricsLog {
+  constructor(readonly path: string) {
+    mkdirSync(dirname(path), { recursive: true });
+  }
+  /** Appends one record (synchronously: a crash never loses a logged step). */
+  write(rec: Record<string, unknown>): void {
+    appendFileSync(this.path, JSON.stringify({ time: new Date().toISOString(), ...rec }) + '\n');
+  }
+}
+
+/** True when a live progress bar should be drawn (TTY and not CI). */
+export function interactive(stream: NodeJS.WriteStream = process.stderr): boolean {
+  return Boolean(stream.isTTY) && !process.env.CI;
+}
+
+/** Progress per stage: a bar with ETA in a TTY, otherwise one plain line per update. */
+export class Progress {
+  private bar: cliProgress.SingleBar | undefined;
+  private started = Date.now();
+  private done = 0;
+  constructor(private readonly stage: string, private readonly total: number, start = 0, private readonly out: NodeJS.WriteStream = process.stderr) {
+    this.done = start;
+    if (interactive(out) && total > 0) {
+      this.bar = new cliProgress.SingleBar({
+        stream: out,
+        format: `${stage.padEnd(5)} [{bar}] {value}/{total} | eta {eta_formatted} | {info}`,
+        hideCursor: true,
+      }, cliProgress.Presets.shades_classic);
+      this.bar.start(total, start, { info: '' });
+    }
+  }
+  /** Marks `step` done with a short info string (e.g. "loss 0.41 reward 0.62"). */
+  update(step: number, info: string): void {
+    const steps = step - this.done;
+    this.done = step;
+    if (this.bar) {
+      this.bar.update(step, { info });
+      return;
+    }
+    const el = (Date.now() - this.started) / 1000;
+    const rate = el / Math.max(1, step);
+    const eta = Math.max(0, (this.total - step) * rate);
+    void steps;
+    this.out.write(`[${this.stage}] step ${step}/${this.total} ${info} | elapsed ${el.toFixed(1)}s eta ${eta.toFixed(1)}s\n`);
+  }
+  stop(): void {
+    this.bar?.stop();
+  }
+}
+
+/** Renders rows as an aligned text table (first row = header). */
+export function table(rows: string[][]): string {
+  const w = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  const line = (r: string[]) => r.map((c, i) => c.padEnd(w[i]!)).join('  ');
+  return [line(rows[0]!), w.map((n) => '-'.repeat(n)).join('  '), ...rows.slice(1).map(line)].join('\n');
+}

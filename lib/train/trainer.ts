@@ -1,0 +1,436 @@
+/**
+ * The two-stage schedule (DESIGN.md §6): stages run in `config.stages` order; each is
+ *  - `sft`:  cross-entropy on the reference answers (the paper's baseline);
+ *  - `opsd`: on-policy self-distillation — the student samples a plan for the question, the
+ *            teacher (same model, question + rubric in its prompt; adapter off = `fixed`, the
+ *            detached current adapter = `current`, or an EMA snapshot) scores the same tokens,
+ *            loss = token-mean generalised JSD (β) over completion tokens;
+ *  - `grpo`: G completions per question, rubric rewards r = α·r_spec + (1 − α)·r_gen, group
+ *            advantages, clipped ratio loss + β_KL·k3 to the reference (stage-start snapshot or
+ *            the base model).
+ * Every `checkpoint.every` steps, at a stage end and on SIGINT the adapter, optimizer, data cursor
+ * and step counters are written atomically; `resume` continues exactly (all randomness is derived
+ * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
+ */
+import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TrainConfig, Stage } from '../config/train.js';
+import type { TrainBackend, Rollout, Sequence } from './backend.js';
+import { writeCheckpoint, type TrainerState } from './checkpoint.js';
+import { MetricsLog, Progress, table } from './metrics.js';
+import { studentMessages, teacherMessages } from './prompts.js';
+
+/** Minimal view of a dataset item the schedule needs (lib/data/schema.ts has the full schema). */
+export interface TrainItem {
+  id: string;
+  question: string;
+  reference_answer: string;
+  rubric: { id: string; text: string; dimension: string }[];
+  split: string;
+}
+
+/** Per-completion reward with its parts (lib/judge/rewards.ts computes them from verdicts). */
+export interface RewardResult {
+  reward: number;
+  rSpec: number;
+  rGen: number;
+  /** Items met per rubric dimension, for pass-rate metrics: dimension → [met, total]. */
+  perDimension?: Record<string, [number, number]>;
+}
+
+/** Scores plans: one result per request, in order. */
+export type RewardFn = (requests: { item: TrainItem; plan: string }[]) => Promise<RewardResult[]>;
+
+export interface TrainerDeps {
+  backend: TrainBackend;
+  items: TrainItem[];
+  reward: RewardFn;
+  /** Group advantages (native, DESIGN.md §5). */
+  advantages: (rewards: number[], groupSize: number, opts: { scale: 'group' | 'batch' | 'none'; dropZeroVariance: boolean }) => { advantages: number[]; keep: boolean[] };
+  /** LR at a step of a stage (schedule with warmup). */
+  lrAt: (base: number, step: number, total: number) => number;
+  runDir: string;
+  log?: (line: string) => void;
+}
+
+export interface TrainSummary {
+  runDir: string;
+  stages: { stage: Stage; steps: number; firstLoss: number; lastLoss: number; lastReward?: number; bestValidation?: number; stoppedEarly: boolean }[];
+  globalStep: number;
+  interrupted: boolean;
+  wallSeconds: number;
+}
+
+/** mulberry32: a small seeded PRNG for the data order (deterministic across resume). */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Seed of (run seed, stage index, step, purpose), a 31-bit integer. */
+export function stepSeed(seed: number, stageIndex: number, step: number, purpose: number): number {
+  let h = 2166136261 >>> 0;
+  for (const v of [seed, stageIndex, step, purpose]) {
+    h = Math.imul(h ^ (v & 0xffff), 16777619) >>> 0;
+    h = Math.imul(h ^ (v >>> 16), 16777619) >>> 0;
+  }
+  return h & 0x7fffffff;
+}
+
+/** Deterministic epoch order of `n` items. */
+export function epochOrder(n: number, seed: number, epoch: number): number[] {
+  const r = prng(stepSeed(seed, 0xdead, epoch, 7));
+  const idx = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1));
+    [idx[i], idx[j]] = [idx[j]!, idx[i]!];
+  }
+  return idx;
+}
+
+/** Takes `k` items from the cursor, crossing epochs; returns items and the advanced cursor. */
+export function takeItems<T>(items: T[], k: number, seed: number, cursor: { epoch: number; position: number }): { batch: T[]; cursor: { epoch: number; position: number } } {
+  if (!items.length) throw new Error('no training items');
+  const out: T[] = [];
+  let { epoch, position } = cursor;
+  let order = epochOrder(items.length, seed, epoch);
+  while (out.length < k) {
+    if (position >= items.length) {
+      epoch += 1;
+      position = 0;
+      order = epochOrder(items.length, seed, epoch);
+    }
+    out.push(items[order[position]!]!);
+    position += 1;
+  }
+  return { batch: out, cursor: { epoch, position } };
+}
+
+function mean(xs: number[]): number {
+  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN;
+}
+function std(xs: number[]): number {
+  if (xs.length < 2) return 0;
+  const m = mean(xs);
+  return Math.sqrt(xs.reduce((a, b) => a + (b - m) ** 2, 0) / (xs.length - 1));
+}
+function chunks<T>(xs: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
+  return out;
+}
+
+/** Checks the run dir is writable before any compute; throws naming it. */
+export function ensureWritableDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+    const probe = join(dir, `.write-probe-${process.pid}`);
+    writeFileSync(probe, '');
+    rmSync(probe);
+  } catch (e) {
+    throw new Error(`output dir ${dir} is not writable: ${(e as Error).message}`);
+  }
+}
+
+const MAX_CONSECUTIVE_NONFINITE = 3;
+
+export class Trainer {
+  private state: TrainerState;
+  private stopRequested = false;
+  private readonly metrics: MetricsLog;
+  private readonly started = Date.now();
+  private readonly summary: TrainSummary['stages'] = [];
+
+  constructor(private readonly cfg: TrainConfig, private readonly deps: TrainerDeps, resumeState?: TrainerState) {
+    this.state = resumeState ?? {
+      version: 1,
+      stageIndex: 0,
+      stageStep: 0,
+      globalStep: 0,
+      cursor: { epoch: 0, position: 0 },
+      validation: [],
+      stageDone: false,
+      seed: cfg.seed,
+      config: cfg,
+      wallSeconds: 0,
+    };
+    this.metrics = new MetricsLog(join(deps.runDir, 'metrics.jsonl'));
+  }
+
+  /** Asks the loop to stop after the step in flight; a checkpoint is written first. */
+  requestStop(): void {
+    this.stopRequested = true;
+  }
+
+  private get trainItems(): TrainItem[] {
+    const t = this.deps.items.filter((i) => i.split === 'train');
+    return t.length ? t : this.deps.items;
+  }
+  private get valItems(): TrainItem[] {
+    return this.deps.items.filter((i) => i.split === 'val').slice(0, this.cfg.validation.maxItems);
+  }
+
+  private log(line: string): void {
+    (this.deps.log ?? ((l: string) => process.stderr.write(l + '\n')))(line);
+  }
+
+  private async checkpoint(): Promise<string> {
+    this.state.wallSeconds += (Date.now() - this.started) / 1000;
+    const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp));
+    this.log(`checkpoint ${dir}`);
+    return dir;
+  }
+
+  /** Runs the remaining stages; resolves with the summary (interrupted = stopped by a signal). */
+  async run(): Promise<TrainSummary> {
+    const { backend } = this.deps;
+    for (; this.state.stageIndex < this.cfg.stages.length; this.state.stageIndex++) {
+      const stage = this.cfg.stages[this.state.stageIndex]!;
+      const total = stage === 'sft' ? this.cfg.sft.steps : stage === 'opsd' ? this.cfg.opsd.steps : this.cfg.grpo.steps;
+      const fresh = this.state.stageStep === 0 && !this.state.stageDone;
+      if (fresh) {
+        backend.resetOptimizer();
+        if (stage === 'grpo' && this.cfg.grpo.reference === 'stage-start') backend.snapshotAdapter('stage-start');
+        if (stage === 'opsd' && this.cfg.opsd.teacher === 'ema') backend.snapshotAdapter('ema-teacher');
+      }
+      const rec = { stage, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false } as TrainSummary['stages'][number];
+      this.summary.push(rec);
+      const progress = new Progress(stage, total, this.state.stageStep);
+      let nonFinite = 0;
+      while (!this.state.stageDone && this.state.stageStep < total) {
+        const t0 = Date.now();
+        const step = this.state.stageStep;
+        backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, step, 1));
+        const lr = this.deps.lrAt(stage === 'sft' ? this.cfg.sft.lr : stage === 'opsd' ? this.cfg.opsd.lr : this.cfg.grpo.lr, step, total);
+        const m = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
+        let gradNorm = NaN;
+        let skipped = false;
+        if (!Number.isFinite(m.loss)) {
+          skipped = true;
+        } else {
+          const r = await backend.optimizerStep(lr, this.cfg.optim.maxGradNorm);
+          gradNorm = r.gradNorm;
+          if (!Number.isFinite(gradNorm)) skipped = true;
+        }
+        if (skipped) {
+          backend.zeroGrad();
+          nonFinite += 1;
+          this.log(`[${stage}] step ${step}: non-finite loss or gradient (loss ${m.loss}, grad norm ${gradNorm}); step skipped`);
+          if (nonFinite >= MAX_CONSECUTIVE_NONFINITE) {
+            await this.checkpoint();
+            throw new Error(`${stage}: ${nonFinite} consecutive non-finite steps; stopped (checkpoint written)`);
+          }
+        } else {
+          nonFinite = 0;
+        }
+        if (stage === 'opsd' && this.cfg.opsd.teacher === 'ema' && !skipped) backend.emaUpdate('ema-teacher', this.cfg.opsd.emaDecay);
+        this.state.stageStep += 1;
+        this.state.globalStep += 1;
+        const secs = (Date.now() - t0) / 1000;
+        const record = {
+          ...m,
+          stage,
+          step: this.state.stageStep,
+          globalStep: this.state.globalStep,
+          lr,
+          gradNorm,
+          skipped,
+          stepSeconds: secs,
+          tokensPerSecond: m.completionTokens / secs,
+          memory: backend.memory(),
+        };
+        this.metrics.write(record);
+        if (Number.isNaN(rec.firstLoss)) rec.firstLoss = m.loss;
+        rec.lastLoss = m.loss;
+        if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
+        rec.steps = this.state.stageStep;
+        progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}`);
+
+        let saved = false;
+        if (this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length) {
+          const score = await this.validate();
+          this.state.validation.push({ step: this.state.stageStep, score });
+          rec.bestValidation = Math.max(rec.bestValidation ?? -Infinity, score);
+          this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
+          const K = this.cfg.opsd.earlyStopPatience;
+          if (stage === 'opsd' && K > 0 && this.fellKTimes(K)) {
+            this.log(`[opsd] validation fell ${K} times in a row; ending OPSD at step ${this.state.stageStep}`);
+            this.state.stageDone = true;
+            rec.stoppedEarly = true;
+          }
+        }
+        if (this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
+          await this.checkpoint();
+          saved = true;
+        }
+        if (this.stopRequested) {
+          if (!saved) await this.checkpoint();
+          progress.stop();
+          return this.finish(true);
+        }
+      }
+      progress.stop();
+      // Stage end: the next stage starts fresh.
+      this.state.stageStep = 0;
+      this.state.stageDone = false;
+      this.state.validation = [];
+      if (this.state.stageIndex === this.cfg.stages.length - 1) break;
+    }
+    this.state.stageIndex = this.cfg.stages.length;
+    await this.checkpoint();
+    await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
+    return this.finish(false);
+  }
+
+  private fellKTimes(K: number): boolean {
+    const v = this.state.validation;
+    if (v.length < K + 1) return false;
+    for (let i = v.length - K; i < v.length; i++) if (!(v[i]!.score < v[i - 1]!.score)) return false;
+    return true;
+  }
+
+  private finish(interrupted: boolean): TrainSummary {
+    const s: TrainSummary = {
+      runDir: this.deps.runDir,
+      stages: this.summary,
+      globalStep: this.state.globalStep,
+      interrupted,
+      wallSeconds: this.state.wallSeconds + (Date.now() - this.started) / 1000,
+    };
+    writeFileSync(join(this.deps.runDir, 'summary.json'), JSON.stringify(s, null, 2));
+    return s;
+  }
+
+  /** Formats the summary as a table (printed at the end of `train`). */
+  static formatSummary(s: TrainSummary): string {
+    const rows = [['stage', 'steps', 'first loss', 'last loss', 'last reward', 'best val', 'early stop']];
+    for (const r of s.stages) {
+      rows.push([r.stage, String(r.steps), r.firstLoss.toFixed(4), r.lastLoss.toFixed(4), r.lastReward?.toFixed(3) ?? '-', r.bestValidation?.toFixed(3) ?? '-', r.stoppedEarly ? 'yes' : 'no']);
+    }
+    return `${table(rows)}\nrun dir: ${s.runDir}  steps: ${s.globalStep}  wall: ${s.wallSeconds.toFixed(1)}s${s.interrupted ? '  (interrupted; resume with --resume ' + s.runDir + ')' : ''}`;
+  }
+
+  private take(k: number): TrainItem[] {
+    const { batch, cursor } = takeItems(this.trainItems, k, this.state.seed, this.state.cursor);
+    this.state.cursor = cursor;
+    return batch;
+  }
+
+  private sampling(n: number, purpose: number) {
+    const s = this.cfg.sampling;
+    return { n, temperature: s.temperature, topP: s.topP, topK: s.topK, maxNewTokens: s.maxNewTokens, seed: stepSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose) };
+  }
+
+  private async sftStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+    const { backend } = this.deps;
+    const items = this.take(this.cfg.sft.batchSize);
+    const seqs: Sequence[] = items.map((it) => {
+      const promptIds = backend.promptIds(studentMessages(it.question));
+      const full = backend.promptIds([...studentMessages(it.question), { role: 'assistant', content: it.reference_answer }]);
+      // The assistant turn renders after the generation prompt; its ids are the suffix.
+      return { promptIds, completionIds: full.slice(promptIds.length) };
+    });
+    const normalizer = seqs.reduce((a, s) => a + s.completionIds.length, 0);
+    let loss = 0;
+    for (const mb of chunks(seqs, this.cfg.sft.microBatch)) loss += (await backend.sftBackward(mb, normalizer)).loss;
+    return { loss, completionTokens: normalizer };
+  }
+
+  private async opsdStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+    const { backend } = this.deps;
+    const c = this.cfg.opsd;
+    const items = this.take(c.batchSize);
+    const studentPrompts = items.map((it) => backend.promptIds(studentMessages(it.question)));
+    const teacherPrompts = items.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric)));
+    const rollouts = await backend.generate(studentPrompts, this.sampling(1, 2));
+    const batch = rollouts.map((r) => ({
+      student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds },
+      teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds },
+    })).filter((b) => b.student.completionIds.length > 0);
+    const normalizer = batch.reduce((a, b) => a + b.student.completionIds.length, 0);
+    const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
+    let loss = 0;
+    if (normalizer > 0) {
+      for (const mb of chunks(batch, c.microBatch)) {
+        loss += (await backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
+      }
+    }
+    return { loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, batch.length), stopRate: mean(rollouts.map((r) => (r.finishReason === 'stop' ? 1 : 0))) };
+  }
+
+  private async grpoStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+    const { backend } = this.deps;
+    const c = this.cfg.grpo;
+    const items = this.take(c.questionsPerStep);
+    const prompts = items.map((it) => backend.promptIds(studentMessages(it.question)));
+    // Sample per question chunk and judge each chunk while the next one samples (async overlap).
+    const promptChunks = chunks(prompts.map((p, i) => ({ p, i })), Math.max(1, Math.floor(c.microBatch / c.groupSize) || 1));
+    const rollouts: Rollout[] = [];
+    const rewardJobs: Promise<RewardResult[]>[] = [];
+    for (let ci = 0; ci < promptChunks.length; ci++) {
+      const ch = promptChunks[ci]!;
+      const rs = await backend.generate(ch.map((x) => x.p), this.sampling(c.groupSize, 3 + ci));
+      // generate returns n completions per prompt contiguously (a group is a block of G).
+      const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]!.i }));
+      rollouts.push(...mapped);
+      rewardJobs.push(this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text }))));
+    }
+    const rewards = (await Promise.all(rewardJobs)).flat();
+    const r = rewards.map((x) => x.reward);
+    const { advantages, keep } = this.deps.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
+    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i]!, i })).filter((x) => keep[x.i] && x.ro.tokenIds.length > 0);
+    const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex]!, completionIds: x.ro.tokenIds }));
+    const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
+    const refLogprobs = seqs.length && c.betaKl > 0 ? await backend.completionLogprobs(seqs, this.cfg.sampling.temperature || 1, refAdapter) : seqs.map((s) => s.completionIds.map(() => 0));
+    const totalTokens = seqs.reduce((a, s) => a + s.completionIds.length, 0);
+    const opts = {
+      epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
+      totalSequences: seqs.length, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
+    };
+    let loss = 0;
+    let kl = 0;
+    let clip = 0;
+    const batch = kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv }));
+    for (const mb of chunks(batch, c.microBatch)) {
+      const out = await backend.grpoBackward(mb, opts);
+      loss += out.loss;
+      kl += out.meanKl * mb.length;
+      clip += out.clipFraction * mb.length;
+    }
+    const dims: Record<string, [number, number]> = {};
+    for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
+      const cur = dims[d] ?? [0, 0];
+      dims[d] = [cur[0] + m, cur[1] + t];
+    }
+    return {
+      loss,
+      completionTokens: totalTokens,
+      rewardMean: mean(r),
+      rewardStd: std(r),
+      rSpecMean: mean(rewards.map((x) => x.rSpec)),
+      rGenMean: mean(rewards.map((x) => x.rGen)),
+      passRate: Object.fromEntries(Object.entries(dims).map(([d, [m, t]]) => [d, t ? m / t : NaN])),
+      kl: batch.length ? kl / batch.length : 0,
+      clipFraction: batch.length ? clip / batch.length : 0,
+      keptSequences: batch.length,
+      completionLength: totalTokens / Math.max(1, batch.length),
+    };
+  }
+
+  /** Validation: one greedy plan per held-out item, scored by the reward function; mean r_spec. */
+  async validate(): Promise<number> {
+    const { backend } = this.deps;
+    const items = this.valItems;
+    const prompts = items.map((it) => backend.promptIds(studentMessages(it.question)));
+    const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
+    const scores = await this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
+    return mean(scores.map((s) => s.rSpec));
+  }
+}
