@@ -1,0 +1,67 @@
+/**
+ * Answer cache of the HTTP judge, keyed by a request hash (sha256 over model, prompt version and
+ * hash, messages and decoding parameters). In memory always; optionally persisted in SQLite
+ * (better-sqlite3) so a resumed run never pays twice for the same judgement (DESIGN §7).
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import Database from 'better-sqlite3';
+
+/** A cached answer: the raw content and the token usage it cost when first asked. */
+export interface CachedAnswer {
+  content: string;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/** sha256 hex of a canonical JSON encoding of `parts` (key order as given by the caller). */
+export function requestHash(parts: unknown): string {
+  return createHash('sha256').update(JSON.stringify(parts)).digest('hex');
+}
+
+/** Two-level cache: a Map in front of an optional SQLite table `judge_cache(key, content, usage, created)`. */
+export class JudgeCache {
+  private mem = new Map<string, CachedAnswer>();
+  private db?: Database.Database;
+  private getStmt?: Database.Statement;
+  private putStmt?: Database.Statement;
+
+  /** `sqlitePath`: file to persist into (created with its directory); omitted ⇒ memory only. */
+  constructor(sqlitePath?: string) {
+    if (sqlitePath) {
+      if (sqlitePath !== ':memory:') mkdirSync(dirname(sqlitePath), { recursive: true });
+      this.db = new Database(sqlitePath);
+      this.db.pragma('journal_mode = WAL');
+      this.db.exec('CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, content TEXT NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER, created TEXT)');
+      this.getStmt = this.db.prepare('SELECT content, prompt_tokens, completion_tokens FROM judge_cache WHERE key = ?');
+      this.putStmt = this.db.prepare('INSERT OR REPLACE INTO judge_cache (key, content, prompt_tokens, completion_tokens, created) VALUES (?, ?, ?, ?, ?)');
+    }
+  }
+
+  get(key: string): CachedAnswer | undefined {
+    const m = this.mem.get(key);
+    if (m) return m;
+    const row = this.getStmt?.get(key) as { content: string; prompt_tokens: number | null; completion_tokens: number | null } | undefined;
+    if (!row) return undefined;
+    const a = { content: row.content, promptTokens: row.prompt_tokens ?? 0, completionTokens: row.completion_tokens ?? 0 };
+    this.mem.set(key, a);
+    return a;
+  }
+
+  set(key: string, a: CachedAnswer): void {
+    this.mem.set(key, a);
+    this.putStmt?.run(key, a.content, a.promptTokens, a.completionTokens, new Date().toISOString());
+  }
+
+  /** Entries in memory (SQLite rows not yet read are not counted). */
+  get size(): number {
+    return this.mem.size;
+  }
+
+  close(): void {
+    this.db?.close();
+    this.db = undefined;
+    this.getStmt = this.putStmt = undefined;
+  }
+}

@@ -1,0 +1,184 @@
+/**
+ * HTTP judge over any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, SGLang, hosted
+ * APIs, or `papergym-native serve`). Issue 6 / DESIGN §6.
+ *
+ * Modes:
+ * - `per-item` (the paper's): one request per plan × item with prompts/judge-per-item.v1.md; the
+ *   answer is one word, read by `parseBinaryVerdict`.
+ * - `per-plan`: one request per plan with all its items (prompts/judge-per-plan.v1.md), JSON
+ *   output (`response_format` json_schema when the server supports it), read by
+ *   `parsePlanVerdicts`. ~10–20× fewer requests; items are no longer judged independently.
+ *
+ * Transport (concurrency, retries with backoff, timeouts, think stripping) is the shared LLM client
+ * (lib/llm/client.ts); this module adds its own bound on in-flight judge requests, de-duplicates
+ * identical in-flight requests, caches answers by request hash (memory + optional SQLite) and
+ * counts requests, cache hits and tokens. A request that still fails yields `met: null,
+ * error: true` for its items (counted in `stats().failures`) unless `failOnError` is set.
+ */
+import pLimit from 'p-limit';
+import { JudgeCache, requestHash, type CachedAnswer } from './cache.js';
+import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
+import { loadPrompt, parsePlanVerdicts, perItemMessage, perPlanMessage, perPlanSchema, verdictFromText, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate } from './verdict.js';
+
+/** Chat message. */
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+/**
+ * The subset of the shared LLM client the judge uses: `chat` resolves to the answer (thinking
+ * stripped or not — the judge strips again) and its usage; it rejects after its own retries.
+ */
+export interface ChatLike {
+  chat(req: { messages: ChatMessage[]; temperature?: number; maxTokens?: number; responseFormat?: unknown; signal?: AbortSignal }): Promise<{
+    content: string;
+    finishReason?: string | null;
+    usage?: { promptTokens?: number; completionTokens?: number; prompt_tokens?: number; completion_tokens?: number } | null;
+  }>;
+}
+
+/** Options of {@link HttpJudge}. */
+export interface HttpJudgeOptions {
+  /** The transport (normally the shared LLM client pointed at the judge endpoint). */
+  client: ChatLike;
+  /** Served model name; part of the cache key and of `name`. */
+  model: string;
+  /** Endpoint, for `name` and the cache key (default ''). */
+  url?: string;
+  mode?: 'per-item' | 'per-plan';
+  /** Max judge requests in flight from this judge (default 16). */
+  concurrency?: number;
+  /** Default 0 (greedy) — judgements should be reproducible. */
+  temperature?: number;
+  /** Max completion tokens; default 16 per-item (one word; raise it for reasoning judges), 64 + 24·items per-plan. */
+  maxTokens?: number;
+  /** Send `response_format: {type: 'json_schema'}` in per-plan mode (default true). */
+  jsonSchema?: boolean;
+  /** SQLite file for the persistent cache; omitted ⇒ in-memory cache only. */
+  cachePath?: string;
+  /** Disable the cache entirely (default false). */
+  noCache?: boolean;
+  /** Reject the whole `judge` call when a request fails after retries (default false: null verdicts). */
+  failOnError?: boolean;
+  /** Prompt templates (default the v1 files). */
+  perItemPrompt?: PromptTemplate;
+  perPlanPrompt?: PromptTemplate;
+  /** Optional system message prepended to every request. */
+  system?: string;
+}
+
+function usageOf(u: Awaited<ReturnType<ChatLike['chat']>>['usage']): { promptTokens: number; completionTokens: number } {
+  return { promptTokens: u?.promptTokens ?? u?.prompt_tokens ?? 0, completionTokens: u?.completionTokens ?? u?.completion_tokens ?? 0 };
+}
+
+/** HTTP rubric judge (see the module docstring). */
+export class HttpJudge implements Judge {
+  readonly name: string;
+  readonly mode: 'per-item' | 'per-plan';
+  private readonly o: HttpJudgeOptions;
+  private readonly limit: ReturnType<typeof pLimit>;
+  private readonly cache?: JudgeCache;
+  private readonly inflight = new Map<string, Promise<CachedAnswer>>();
+  private readonly s: JudgeStats = emptyStats();
+  private readonly itemPrompt: PromptTemplate;
+  private readonly planPrompt: PromptTemplate;
+
+  constructor(opts: HttpJudgeOptions) {
+    this.o = opts;
+    this.mode = opts.mode ?? 'per-item';
+    this.name = `http:${this.mode}:${opts.model}${opts.url ? '@' + opts.url : ''}`;
+    this.limit = pLimit(Math.max(1, opts.concurrency ?? 16));
+    if (!opts.noCache) this.cache = new JudgeCache(opts.cachePath);
+    this.itemPrompt = opts.perItemPrompt ?? loadPrompt(PER_ITEM_PROMPT);
+    this.planPrompt = opts.perPlanPrompt ?? loadPrompt(PER_PLAN_PROMPT);
+  }
+
+  stats(): JudgeStats {
+    return { ...this.s };
+  }
+
+  close(): void {
+    this.cache?.close();
+  }
+
+  /** Sends (or reads from cache) one chat request; rejects only when the transport does. */
+  private ask(messages: ChatMessage[], prompt: PromptTemplate, maxTokens: number, responseFormat: unknown, signal?: AbortSignal): Promise<CachedAnswer> {
+    const temperature = this.o.temperature ?? 0;
+    const key = requestHash({ v: 1, model: this.o.model, url: this.o.url ?? '', prompt: `${prompt.name}#${prompt.hash}`, messages, temperature, maxTokens, rf: responseFormat ?? null });
+    const hit = this.cache?.get(key);
+    if (hit) {
+      this.s.cacheHits++;
+      return Promise.resolve(hit);
+    }
+    const pending = this.inflight.get(key);
+    if (pending) {
+      this.s.cacheHits++;
+      return pending;
+    }
+    const p = this.limit(async () => {
+      signal?.throwIfAborted();
+      this.s.requests++;
+      const res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), signal });
+      const u = usageOf(res.usage);
+      this.s.promptTokens += u.promptTokens;
+      this.s.completionTokens += u.completionTokens;
+      const a: CachedAnswer = { content: res.content ?? '', ...u };
+      this.cache?.set(key, a);
+      return a;
+    }).finally(() => this.inflight.delete(key));
+    this.inflight.set(key, p);
+    return p;
+  }
+
+  private messages(user: string): ChatMessage[] {
+    return this.o.system ? [{ role: 'system', content: this.o.system }, { role: 'user', content: user }] : [{ role: 'user', content: user }];
+  }
+
+  private failed(itemIds: string[], e: unknown, signal?: AbortSignal): Verdict[] {
+    if (signal?.aborted) throw signal.reason ?? e;
+    if (this.o.failOnError) throw e;
+    this.s.failures++;
+    const msg = `error: ${(e as Error)?.message ?? String(e)}`;
+    return itemIds.map((itemId) => ({ itemId, met: null, raw: msg, error: true }));
+  }
+
+  /** Judges every request (see {@link Judge}); verdicts align with each request's items. */
+  async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
+    const { signal } = opts;
+    let out: Verdict[][];
+    if (this.mode === 'per-item') {
+      const maxTokens = this.o.maxTokens ?? 16;
+      out = await Promise.all(
+        requests.map((r) =>
+          Promise.all(
+            r.items.map(async (it) => {
+              try {
+                const a = await this.ask(this.messages(perItemMessage(r.question, r.plan, it, this.itemPrompt)), this.itemPrompt, maxTokens, undefined, signal);
+                return verdictFromText(it.id, a.content);
+              } catch (e) {
+                return this.failed([it.id], e, signal)[0];
+              }
+            }),
+          ),
+        ),
+      );
+    } else {
+      const rf = this.o.jsonSchema === false ? undefined : { type: 'json_schema', json_schema: { name: 'rubric_verdicts', schema: perPlanSchema, strict: true } };
+      out = await Promise.all(
+        requests.map(async (r) => {
+          if (!r.items.length) return [];
+          const maxTokens = this.o.maxTokens ?? 64 + 24 * r.items.length;
+          try {
+            const a = await this.ask(this.messages(perPlanMessage(r.question, r.plan, r.items, this.planPrompt)), this.planPrompt, maxTokens, rf, signal);
+            return parsePlanVerdicts(a.content, r.items);
+          } catch (e) {
+            return this.failed(r.items.map((i) => i.id), e, signal);
+          }
+        }),
+      );
+    }
+    for (const vs of out) countVerdicts(this.s, vs);
+    return out;
+  }
+}
