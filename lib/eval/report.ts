@@ -1,0 +1,215 @@
+/**
+ * Evaluation report: rubric coverage (% of items met) overall and per dimension (method
+ * innovation, experimental design — the paper's two scores), the general items separately, and
+ * the mean reward, each with a seeded percentile bootstrap confidence interval; plus per-item rows
+ * (JSONL). Issue 6 item 3.
+ *
+ * Coverage is the micro average over items (null verdicts count as not met; their number is
+ * reported). The bootstrap resamples *questions* with replacement (all items and samples of a
+ * question move together — items of one plan are not independent), recomputing each statistic
+ * per resample; the interval is the [(1−level)/2, (1+level)/2] percentiles.
+ */
+import { writeFileSync, renameSync } from 'node:fs';
+import type { RubricDimension } from '../data/schema.js';
+
+/** One judged item of one plan. */
+export interface EvalRow {
+  questionId: string;
+  /** Index of the plan among the samples of its question (0 when one plan per question). */
+  sample: number;
+  itemId: string;
+  /** `spec` = instance rubric item, `general` = shared item. */
+  kind: 'spec' | 'general';
+  /** Dimension of a spec item; absent for general items. */
+  dimension?: RubricDimension;
+  origin?: string;
+  rank?: number;
+  met: boolean | null;
+  prob?: number;
+  refused?: boolean;
+  error?: boolean;
+  raw?: string;
+}
+
+/** A proportion (or mean) with its bootstrap interval. Units: fraction in [0, 1]. */
+export interface Stat {
+  mean: number;
+  lo: number;
+  hi: number;
+  /** Items (or plans, for the reward) it averages over. */
+  n: number;
+  /** Items met (absent for the reward). */
+  met?: number;
+  /** Null verdicts among the items (counted as not met). */
+  nulls?: number;
+}
+
+export interface EvalReport {
+  questions: number;
+  plans: number;
+  /** Instance items, both dimensions. */
+  overall: Stat;
+  byDimension: Record<RubricDimension, Stat>;
+  general: Stat;
+  /** Mean reward α·r_spec + (1−α)·r_gen per plan (DESIGN §6). */
+  reward: Stat;
+  alpha: number;
+  bootstrap: { resamples: number; seed: number; level: number };
+}
+
+/** Options of {@link buildReport}. */
+export interface ReportOptions {
+  /** Bootstrap resamples (default 1000). 0 ⇒ lo = hi = mean. */
+  resamples?: number;
+  /** PRNG seed (default 0): same rows + seed ⇒ same intervals. */
+  seed?: number;
+  /** Confidence level (default 0.95). */
+  level?: number;
+  /** α of the reward (default 0.7). */
+  alpha?: number;
+}
+
+/** mulberry32: a small seeded PRNG returning floats in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Linear-interpolated quantile of a sorted array (type 7, as numpy's default). */
+export function quantile(sorted: number[], q: number): number {
+  if (!sorted.length) return NaN;
+  const h = (sorted.length - 1) * q;
+  const lo = Math.floor(h);
+  const hi = Math.ceil(h);
+  return sorted[lo] + (h - lo) * (sorted[hi] - sorted[lo]);
+}
+
+/** Sufficient statistics of one question (cluster): per group, met and total counts; per plan, rewards. */
+interface Cluster {
+  counts: number[]; // [metOverall, nOverall, metInno, nInno, metDesign, nDesign, metGen, nGen, sumReward, nPlans]
+}
+
+const NSTAT = 10;
+
+function clusterOf(rows: EvalRow[], alpha: number): Cluster {
+  const c = new Array<number>(NSTAT).fill(0);
+  const plans = new Map<number, { sm: number; sn: number; gm: number; gn: number }>();
+  for (const r of rows) {
+    const m = r.met === true ? 1 : 0;
+    const p = plans.get(r.sample) ?? { sm: 0, sn: 0, gm: 0, gn: 0 };
+    plans.set(r.sample, p);
+    if (r.kind === 'general') {
+      c[6] += m;
+      c[7]++;
+      p.gm += m;
+      p.gn++;
+      continue;
+    }
+    c[0] += m;
+    c[1]++;
+    p.sm += m;
+    p.sn++;
+    if (r.dimension === 'method_innovation') {
+      c[2] += m;
+      c[3]++;
+    } else if (r.dimension === 'experimental_design') {
+      c[4] += m;
+      c[5]++;
+    }
+  }
+  for (const p of plans.values()) {
+    const rs = p.sn ? p.sm / p.sn : 0;
+    const rg = p.gn ? p.gm / p.gn : 0;
+    c[8] += p.sn && p.gn ? alpha * rs + (1 - alpha) * rg : p.sn ? rs : p.gn ? rg : 0;
+    c[9]++;
+  }
+  return { counts: c };
+}
+
+function ratios(tot: number[]): number[] {
+  return [0, 2, 4, 6, 8].map((i) => (tot[i + 1] ? tot[i] / tot[i + 1] : 0));
+}
+
+/**
+ * Builds the report from per-item rows (any order). Throws RangeError on a bad level.
+ * Rows with the same `questionId` form one bootstrap cluster.
+ */
+export function buildReport(rows: EvalRow[], opts: ReportOptions = {}): EvalReport {
+  const resamples = opts.resamples ?? 1000;
+  const seed = opts.seed ?? 0;
+  const level = opts.level ?? 0.95;
+  const alpha = opts.alpha ?? 0.7;
+  if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
+  const byQ = new Map<string, EvalRow[]>();
+  for (const r of rows) {
+    const l = byQ.get(r.questionId) ?? [];
+    l.push(r);
+    byQ.set(r.questionId, l);
+  }
+  const clusters = [...byQ.values()].map((rs) => clusterOf(rs, alpha));
+  const total = new Array<number>(NSTAT).fill(0);
+  for (const c of clusters) for (let i = 0; i < NSTAT; i++) total[i] += c.counts[i];
+  const point = ratios(total);
+  const samples: number[][] = point.map(() => []);
+  const rnd = mulberry32(seed);
+  const K = clusters.length;
+  for (let b = 0; b < resamples && K > 0; b++) {
+    const t = new Array<number>(NSTAT).fill(0);
+    for (let k = 0; k < K; k++) {
+      const c = clusters[Math.floor(rnd() * K)].counts;
+      for (let i = 0; i < NSTAT; i++) t[i] += c[i];
+    }
+    ratios(t).forEach((v, i) => samples[i].push(v));
+  }
+  const ci = (i: number): [number, number] => {
+    if (!samples[i].length) return [point[i], point[i]];
+    const s = samples[i].sort((a, b) => a - b);
+    return [quantile(s, (1 - level) / 2), quantile(s, (1 + level) / 2)];
+  };
+  const nulls = (pred: (r: EvalRow) => boolean) => rows.filter((r) => pred(r) && r.met === null).length;
+  const stat = (i: number, pred: (r: EvalRow) => boolean): Stat => {
+    const [lo, hi] = ci(i);
+    return { mean: point[i], lo, hi, n: total[2 * i + 1], met: total[2 * i], nulls: nulls(pred) };
+  };
+  const [rlo, rhi] = ci(4);
+  return {
+    questions: K,
+    plans: total[9],
+    overall: stat(0, (r) => r.kind === 'spec'),
+    byDimension: {
+      method_innovation: stat(1, (r) => r.kind === 'spec' && r.dimension === 'method_innovation'),
+      experimental_design: stat(2, (r) => r.kind === 'spec' && r.dimension === 'experimental_design'),
+    },
+    general: stat(3, (r) => r.kind === 'general'),
+    reward: { mean: point[4], lo: rlo, hi: rhi, n: total[9] },
+    alpha,
+    bootstrap: { resamples, seed, level },
+  };
+}
+
+/** Writes rows as JSONL atomically (temp + rename). */
+export function writeRowsJsonl(path: string, rows: EvalRow[]): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, rows.map((r) => JSON.stringify(r)).join('\n') + (rows.length ? '\n' : ''));
+  renameSync(tmp, path);
+}
+
+/** Human-readable summary lines (percentages with the interval). */
+export function formatReport(r: EvalReport): string {
+  const pct = (s: Stat) => `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]` + (s.met !== undefined ? ` (${s.met}/${s.n}${s.nulls ? `, ${s.nulls} null` : ''})` : '');
+  const lvl = `${Math.round(r.bootstrap.level * 100)}% CI, ${r.bootstrap.resamples} resamples`;
+  return [
+    `questions ${r.questions}, plans ${r.plans} (${lvl})`,
+    `rubric coverage        ${pct(r.overall)}`,
+    `  method innovation    ${pct(r.byDimension.method_innovation)}`,
+    `  experimental design  ${pct(r.byDimension.experimental_design)}`,
+    `general items          ${pct(r.general)}`,
+    `reward (alpha ${r.alpha})     ${r.reward.mean.toFixed(3)} [${r.reward.lo.toFixed(3)}, ${r.reward.hi.toFixed(3)}]`,
+  ].join('\n');
+}
