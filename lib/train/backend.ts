@@ -44,7 +44,9 @@ export interface GrpoLossOptions {
 
 export interface TrainBackend {
   /** Chat-rendered prompt (generation prompt appended) as token ids. */
-  promptIds(messages: { role: string; content: string }[]): number[];
+  promptIds(messages: { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<number[]>;
+  /** An assistant answer as completion ids: its tokens followed by the end-of-turn id (SFT targets). */
+  answerIds(text: string): Promise<number[]>;
   /** Samples `n` completions per prompt with the active adapter. */
   generate(prompts: number[][], opts: SamplingOptions): Promise<Rollout[]>;
   /** Per-token logprobs of each completion at temperature T under `adapter`. */

@@ -331,12 +331,10 @@ export class Trainer {
   private async sftStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
     const { backend } = this.deps;
     const items = this.take(this.cfg.sft.batchSize);
-    const seqs: Sequence[] = items.map((it) => {
-      const promptIds = backend.promptIds(studentMessages(it.question));
-      const full = backend.promptIds([...studentMessages(it.question), { role: 'assistant', content: it.reference_answer }]);
-      // The assistant turn renders after the generation prompt; its ids are the suffix.
-      return { promptIds, completionIds: full.slice(promptIds.length) };
-    });
+    const seqs: Sequence[] = await Promise.all(items.map(async (it) => ({
+      promptIds: await backend.promptIds(studentMessages(it.question)),
+      completionIds: await backend.answerIds(it.reference_answer),
+    })));
     const normalizer = seqs.reduce((a, s) => a + s.completionIds.length, 0);
     let loss = 0;
     for (const mb of chunks(seqs, this.cfg.sft.microBatch)) loss += (await backend.sftBackward(mb, normalizer)).loss;
@@ -347,8 +345,8 @@ export class Trainer {
     const { backend } = this.deps;
     const c = this.cfg.opsd;
     const items = this.take(c.batchSize);
-    const studentPrompts = items.map((it) => backend.promptIds(studentMessages(it.question)));
-    const teacherPrompts = items.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric)));
+    const studentPrompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
+    const teacherPrompts = await Promise.all(items.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
     const rollouts = await backend.generate(studentPrompts, this.sampling(1, 2));
     const batch = rollouts.map((r) => ({
       student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds },
@@ -369,7 +367,7 @@ export class Trainer {
     const { backend } = this.deps;
     const c = this.cfg.grpo;
     const items = this.take(c.questionsPerStep);
-    const prompts = items.map((it) => backend.promptIds(studentMessages(it.question)));
+    const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
     // Sample per question chunk and judge each chunk while the next one samples (async overlap).
     const promptChunks = chunks(prompts.map((p, i) => ({ p, i })), Math.max(1, Math.floor(c.microBatch / c.groupSize) || 1));
     const rollouts: Rollout[] = [];
@@ -428,7 +426,7 @@ export class Trainer {
   async validate(): Promise<number> {
     const { backend } = this.deps;
     const items = this.valItems;
-    const prompts = items.map((it) => backend.promptIds(studentMessages(it.question)));
+    const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
     const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
     const scores = await this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
     return mean(scores.map((s) => s.rSpec));
