@@ -1,0 +1,543 @@
+/**
+ * OpenAI-compatible chat client (`POST {base}/v1/chat/completions`) shared by the data pipeline
+ * and the HTTP judge (DESIGN.md §7 "LLM access").
+ *
+ * - bounded concurrency (p-limit; a slot is held per HTTP attempt, not during backoff sleeps)
+ * - retries with exponential backoff + jitter on network errors, timeouts, 408/409/425/429/5xx,
+ *   honouring `retry-after` (seconds or HTTP date, capped by `maxRetryAfterMs`)
+ * - per-attempt timeout (AbortSignal.timeout) combined with the caller's signal
+ * - `<think>…</think>` stripped from the answer (kept in `reasoning`)
+ * - `finish_reason: "length"` rejected as {@link LlmLengthError} (not retried: the same request
+ *   would be cut again; raise `maxTokens` instead)
+ * - `chatJson`: JSON extracted from the answer and validated against a JSON Schema (ajv), one
+ *   repair round-trip with the validation errors, then {@link LlmJsonError}
+ * - API key from `apiKey` or the env (`PAPERGYM_LLM_API_KEY`, then `OPENAI_API_KEY`); it is sent
+ *   only in the Authorization header and is redacted from every error message
+ * - counters: requests, retries, failures, prompt/completion tokens (`stats()`)
+ */
+import pLimit, { type LimitFunction } from 'p-limit';
+import { Ajv, type ValidateFunction } from 'ajv';
+
+/** One chat message. */
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+/** OpenAI `response_format`. */
+export type ResponseFormat =
+  | { type: 'text' }
+  | { type: 'json_object' }
+  | { type: 'json_schema'; json_schema: { name: string; schema: object; strict?: boolean } };
+
+/** A chat request. `maxTokens` maps to `max_tokens`. */
+export interface ChatRequest {
+  messages: ChatMessage[];
+  temperature?: number;
+  maxTokens?: number;
+  topP?: number;
+  seed?: number;
+  stop?: string[];
+  responseFormat?: ResponseFormat | Record<string, unknown>;
+  /** Cancels the call (including retries and backoff sleeps). */
+  signal?: AbortSignal;
+  /** Extra body fields passed through verbatim (e.g. `chat_template_kwargs` for vLLM). */
+  extraBody?: Record<string, unknown>;
+  /** Overrides the client's model for this call. */
+  model?: string;
+}
+
+/** Token usage of one call (summed over the attempt that succeeded). */
+export interface ChatUsage {
+  promptTokens: number;
+  completionTokens: number;
+  totalTokens: number;
+}
+
+/** Result of {@link LlmClient.chat}. */
+export interface ChatResult {
+  /** Answer text with `<think>` blocks removed and trimmed. */
+  content: string;
+  /** Removed reasoning (`<think>` text and/or the server's `reasoning_content`), if any. */
+  reasoning?: string;
+  finishReason: string | null;
+  usage: ChatUsage;
+  /** HTTP attempts this call took (1 = no retry). */
+  attempts: number;
+  model: string;
+}
+
+/** Result of {@link LlmClient.chatJson}. */
+export interface ChatJsonResult<T> extends ChatResult {
+  value: T;
+  /** True when the first answer was invalid and the repair round-trip fixed it. */
+  repaired: boolean;
+}
+
+/** Options of {@link LlmClient}. */
+export interface LlmClientOptions {
+  /** `http://host:port`, `…/v1` or the full `…/v1/chat/completions` URL. */
+  baseUrl: string;
+  model: string;
+  /** Default: env PAPERGYM_LLM_API_KEY, then OPENAI_API_KEY; none → no Authorization header. */
+  apiKey?: string;
+  /** Max HTTP requests in flight (default 8). */
+  concurrency?: number;
+  /** Per-attempt timeout in ms, headers and body (default 120000). */
+  timeoutMs?: number;
+  /** Retries after the first attempt (default 5). */
+  maxRetries?: number;
+  /** First backoff delay in ms (default 500); doubles per retry, with ±25 % jitter. */
+  minBackoffMs?: number;
+  /** Cap of the exponential backoff (default 30000). */
+  maxBackoffMs?: number;
+  /** Cap on an honoured `retry-after` (default 120000). */
+  maxRetryAfterMs?: number;
+  /** Extra headers (never logged). */
+  headers?: Record<string, string>;
+  /** Injected fetch (tests). */
+  fetch?: typeof fetch;
+  /** Observer of retries etc. (messages never contain the key). */
+  onEvent?: (e: LlmEvent) => void;
+}
+
+/** Events reported to `onEvent`. */
+export type LlmEvent =
+  | { type: 'retry'; attempt: number; delayMs: number; reason: string }
+  | { type: 'request'; attempt: number }
+  | { type: 'response'; status: number; ms: number };
+
+/** Counters of one client (cumulative). */
+export interface LlmStats {
+  /** HTTP attempts sent. */
+  requests: number;
+  /** Calls that returned a result. */
+  succeeded: number;
+  /** Calls that finally failed. */
+  failed: number;
+  retries: number;
+  promptTokens: number;
+  completionTokens: number;
+  /** JSON repair round-trips. */
+  repairs: number;
+  /** Count per HTTP status / error kind (`timeout`, `network`). */
+  byStatus: Record<string, number>;
+}
+
+/** Base error of the client. `retryable` tells the retry loop what to do. */
+export class LlmError extends Error {
+  retryable = false;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'LlmError';
+  }
+}
+/** Non-2xx HTTP answer. */
+export class LlmHttpError extends LlmError {
+  constructor(message: string, readonly status: number, readonly body: string, readonly retryAfterMs?: number) {
+    super(message);
+    this.name = 'LlmHttpError';
+    this.retryable = [408, 409, 425, 429].includes(status) || status >= 500;
+  }
+}
+/** An attempt exceeded `timeoutMs`. */
+export class LlmTimeoutError extends LlmError {
+  constructor(message: string) {
+    super(message);
+    this.name = 'LlmTimeoutError';
+    this.retryable = true;
+  }
+}
+/** Connection refused/reset, malformed HTTP body, … */
+export class LlmNetworkError extends LlmError {
+  constructor(message: string, cause?: unknown) {
+    super(message, { cause });
+    this.name = 'LlmNetworkError';
+    this.retryable = true;
+  }
+}
+/** The server stopped because of `max_tokens` (`finish_reason: "length"`); `content` is the partial answer. */
+export class LlmLengthError extends LlmError {
+  constructor(message: string, readonly content: string, readonly usage: ChatUsage) {
+    super(message);
+    this.name = 'LlmLengthError';
+  }
+}
+/** `chatJson`: the answer was not schema-valid JSON even after the repair round-trip. */
+export class LlmJsonError extends LlmError {
+  constructor(message: string, readonly content: string, readonly errors: string[]) {
+    super(message);
+    this.name = 'LlmJsonError';
+  }
+}
+/** The caller's signal aborted the call. */
+export class LlmAbortError extends LlmError {
+  constructor(message = 'LLM call aborted') {
+    super(message);
+    this.name = 'LlmAbortError';
+  }
+}
+
+/**
+ * Remove `<think>…</think>` blocks. An unterminated `<think>` (answer cut off while thinking)
+ * removes everything after it; a lone `</think>` (server dropped the opening tag) removes
+ * everything before it.
+ * @returns `{content, reasoning}`; `reasoning` is '' when nothing was removed
+ */
+export function stripThink(text: string): { content: string; reasoning: string } {
+  const reasoning: string[] = [];
+  let s = text.replace(/<think>([\s\S]*?)<\/think>/g, (_m, r: string) => {
+    reasoning.push(r.trim());
+    return '';
+  });
+  const lone = s.indexOf('</think>');
+  if (lone >= 0) {
+    reasoning.unshift(s.slice(0, lone).trim());
+    s = s.slice(lone + '</think>'.length);
+  }
+  const open = s.indexOf('<think>');
+  if (open >= 0) {
+    reasoning.push(s.slice(open + '<think>'.length).trim());
+    s = s.slice(0, open);
+  }
+  return { content: s.trim(), reasoning: reasoning.filter(Boolean).join('\n\n') };
+}
+
+/**
+ * Extract a JSON value from model text: the whole text, else a ```json fenced block, else the
+ * first balanced `{…}` / `[…]` span (string-aware).
+ * @throws SyntaxError when nothing parses
+ */
+export function extractJson(text: string): unknown {
+  const t = text.trim();
+  try {
+    return JSON.parse(t);
+  } catch {
+    /* fall through */
+  }
+  const fence = /```(?:json)?\s*([\s\S]*?)```/i.exec(t);
+  if (fence) {
+    try {
+      return JSON.parse(fence[1].trim());
+    } catch {
+      /* fall through */
+    }
+  }
+  for (let start = 0; start < t.length; start++) {
+    const c = t[start];
+    if (c !== '{' && c !== '[') continue;
+    const end = balancedEnd(t, start);
+    if (end > start) {
+      try {
+        return JSON.parse(t.slice(start, end + 1));
+      } catch {
+        /* keep scanning */
+      }
+    }
+  }
+  throw new SyntaxError('no JSON value found in the answer');
+}
+
+function balancedEnd(s: string, start: number): number {
+  const stack: string[] = [];
+  let inStr = false;
+  for (let i = start; i < s.length; i++) {
+    const c = s[i];
+    if (inStr) {
+      if (c === '\\') i++;
+      else if (c === '"') inStr = false;
+      continue;
+    }
+    if (c === '"') inStr = true;
+    else if (c === '{' || c === '[') stack.push(c === '{' ? '}' : ']');
+    else if (c === '}' || c === ']') {
+      if (stack.pop() !== c) return -1;
+      if (!stack.length) return i;
+    }
+  }
+  return -1;
+}
+
+/** Parse a `retry-after` header (delta-seconds or HTTP date) into ms; undefined when absent/invalid. */
+export function parseRetryAfter(v: string | null | undefined, now = Date.now()): number | undefined {
+  if (!v) return undefined;
+  const s = v.trim();
+  if (/^\d+(\.\d+)?$/.test(s)) return Math.round(parseFloat(s) * 1000);
+  const d = Date.parse(s);
+  return Number.isNaN(d) ? undefined : Math.max(0, d - now);
+}
+
+/** Normalise a base URL to the chat-completions endpoint. */
+export function chatCompletionsUrl(base: string): string {
+  const b = base.replace(/\/+$/, '');
+  if (/\/chat\/completions$/.test(b)) return b;
+  if (/\/v\d+$/.test(b)) return `${b}/chat/completions`;
+  return `${b}/v1/chat/completions`;
+}
+
+/** API key from the environment: PAPERGYM_LLM_API_KEY, then OPENAI_API_KEY. */
+export function apiKeyFromEnv(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  return env.PAPERGYM_LLM_API_KEY || env.OPENAI_API_KEY || undefined;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(new LlmAbortError());
+    const t = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(new LlmAbortError());
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+const ajv = new Ajv({ allErrors: true, strict: false });
+const validators = new WeakMap<object, ValidateFunction>();
+function validatorFor(schema: object): ValidateFunction {
+  let v = validators.get(schema);
+  if (!v) {
+    v = ajv.compile(schema);
+    validators.set(schema, v);
+  }
+  return v;
+}
+
+/** Options of {@link LlmClient.chatJson}. */
+export interface ChatJsonOptions {
+  /** Repair round-trips after an invalid answer (default 1). */
+  repairs?: number;
+  /**
+   * Send the schema as `response_format: json_schema` (guided decoding on vLLM/SGLang/OpenAI).
+   * Default false: the prompt is expected to describe the format. Ignored when the request has
+   * its own `responseFormat`.
+   */
+  useResponseFormat?: boolean;
+  /** Schema name for `response_format` (default 'answer'). */
+  schemaName?: string;
+}
+
+/**
+ * The OpenAI-compatible client. One instance per endpoint + model; safe for concurrent use.
+ *
+ * ```ts
+ * const llm = new LlmClient({ baseUrl: 'http://127.0.0.1:8000/v1', model: 'Qwen/Qwen3-8B' });
+ * const { content, finishReason, usage } = await llm.chat({ messages, temperature: 0, maxTokens: 512 });
+ * const { value } = await llm.chatJson<{ ok: boolean }>(schema, { messages });
+ * ```
+ */
+export class LlmClient {
+  readonly url: string;
+  readonly model: string;
+  private readonly apiKey?: string;
+  private readonly limit: LimitFunction;
+  private readonly opts: Required<Pick<LlmClientOptions, 'timeoutMs' | 'maxRetries' | 'minBackoffMs' | 'maxBackoffMs' | 'maxRetryAfterMs'>>;
+  private readonly fetchImpl: typeof fetch;
+  private readonly counters: LlmStats = { requests: 0, succeeded: 0, failed: 0, retries: 0, promptTokens: 0, completionTokens: 0, repairs: 0, byStatus: {} };
+
+  constructor(private readonly options: LlmClientOptions) {
+    if (!options.baseUrl) throw new Error('LlmClient: baseUrl is required');
+    if (!options.model) throw new Error('LlmClient: model is required');
+    this.url = chatCompletionsUrl(options.baseUrl);
+    this.model = options.model;
+    this.apiKey = options.apiKey ?? apiKeyFromEnv();
+    this.limit = pLimit(Math.max(1, options.concurrency ?? 8));
+    this.opts = {
+      timeoutMs: options.timeoutMs ?? 120_000,
+      maxRetries: options.maxRetries ?? 5,
+      minBackoffMs: options.minBackoffMs ?? 500,
+      maxBackoffMs: options.maxBackoffMs ?? 30_000,
+      maxRetryAfterMs: options.maxRetryAfterMs ?? 120_000,
+    };
+    this.fetchImpl = options.fetch ?? fetch;
+  }
+
+  /** A copy of the counters. */
+  stats(): LlmStats {
+    return { ...this.counters, byStatus: { ...this.counters.byStatus } };
+  }
+
+  /** Max concurrent HTTP requests (settable). */
+  get concurrency(): number {
+    return this.limit.concurrency;
+  }
+  set concurrency(n: number) {
+    this.limit.concurrency = Math.max(1, n);
+  }
+
+  /** Never expose the key (e.g. when a client is logged with console.log / util.inspect). */
+  toJSON(): object {
+    return { url: this.url, model: this.model, apiKey: this.apiKey ? '***' : undefined };
+  }
+  [Symbol.for('nodejs.util.inspect.custom')](): string {
+    return `LlmClient(${this.url}, ${this.model}${this.apiKey ? ', key: ***' : ''})`;
+  }
+
+  private redact(s: string): string {
+    return this.apiKey ? s.split(this.apiKey).join('***') : s;
+  }
+
+  private bump(key: string): void {
+    this.counters.byStatus[key] = (this.counters.byStatus[key] ?? 0) + 1;
+  }
+
+  /**
+   * One chat completion with retries.
+   * @returns the answer without `<think>` blocks, the finish reason and token usage
+   * @throws LlmLengthError (finish_reason length), LlmHttpError (non-retryable status, or retries
+   *   exhausted), LlmTimeoutError, LlmNetworkError, LlmAbortError (caller's signal)
+   */
+  async chat(req: ChatRequest): Promise<ChatResult> {
+    const body: Record<string, unknown> = {
+      model: req.model ?? this.model,
+      messages: req.messages,
+      ...(req.temperature !== undefined && { temperature: req.temperature }),
+      ...(req.maxTokens !== undefined && { max_tokens: req.maxTokens }),
+      ...(req.topP !== undefined && { top_p: req.topP }),
+      ...(req.seed !== undefined && { seed: req.seed }),
+      ...(req.stop && { stop: req.stop }),
+      ...(req.responseFormat && { response_format: req.responseFormat }),
+      ...req.extraBody,
+      stream: false,
+    };
+    const payload = JSON.stringify(body);
+    let attempt = 0;
+    for (;;) {
+      attempt++;
+      if (req.signal?.aborted) {
+        this.counters.failed++;
+        throw new LlmAbortError();
+      }
+      try {
+        const r = await this.limit(() => this.attempt(payload, attempt, req.signal));
+        this.counters.succeeded++;
+        return { ...r, attempts: attempt, model: String(body.model) };
+      } catch (e) {
+        const err = e instanceof LlmError ? e : new LlmNetworkError(this.redact(String((e as Error)?.message ?? e)), e);
+        if (!err.retryable || attempt > this.opts.maxRetries || req.signal?.aborted) {
+          this.counters.failed++;
+          throw req.signal?.aborted && !(err instanceof LlmLengthError) ? new LlmAbortError() : err;
+        }
+        const backoff = Math.min(this.opts.maxBackoffMs, this.opts.minBackoffMs * 2 ** (attempt - 1));
+        let delay = Math.round(backoff * (0.75 + Math.random() * 0.5));
+        if (err instanceof LlmHttpError && err.retryAfterMs !== undefined) delay = Math.min(this.opts.maxRetryAfterMs, Math.max(err.retryAfterMs, 0));
+        this.counters.retries++;
+        this.options.onEvent?.({ type: 'retry', attempt, delayMs: delay, reason: err.message });
+        await sleep(delay, req.signal);
+      }
+    }
+  }
+
+  private async attempt(payload: string, attempt: number, signal?: AbortSignal): Promise<Omit<ChatResult, 'attempts' | 'model'>> {
+    const timeout = AbortSignal.timeout(this.opts.timeoutMs);
+    const sig = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json', ...this.options.headers };
+    if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
+    this.counters.requests++;
+    this.options.onEvent?.({ type: 'request', attempt });
+    const t0 = Date.now();
+    let status = 0;
+    let text: string;
+    let retryAfter: string | null = null;
+    try {
+      const res = await this.fetchImpl(this.url, { method: 'POST', headers, body: payload, signal: sig });
+      status = res.status;
+      retryAfter = res.headers.get('retry-after');
+      text = await res.text();
+    } catch (e) {
+      if (timeout.aborted && !signal?.aborted) {
+        this.bump('timeout');
+        throw new LlmTimeoutError(`LLM request timed out after ${this.opts.timeoutMs} ms (${this.url})`);
+      }
+      if (signal?.aborted) throw new LlmAbortError();
+      this.bump('network');
+      throw new LlmNetworkError(this.redact(`LLM request failed (${this.url}): ${(e as Error)?.message ?? e}${(e as { cause?: Error })?.cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`), e);
+    }
+    this.bump(String(status));
+    this.options.onEvent?.({ type: 'response', status, ms: Date.now() - t0 });
+    if (status < 200 || status >= 300) {
+      const snippet = this.redact(text.slice(0, 500));
+      throw new LlmHttpError(`LLM HTTP ${status} (${this.url}): ${snippet}`, status, snippet, parseRetryAfter(retryAfter));
+    }
+    let json: {
+      choices?: { message?: { content?: string | null; reasoning_content?: string | null; reasoning?: string | null }; finish_reason?: string | null }[];
+      usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number };
+    };
+    try {
+      json = JSON.parse(text);
+    } catch {
+      this.bump('bad-body');
+      throw new LlmNetworkError(`LLM answer is not JSON (HTTP ${status}): ${this.redact(text.slice(0, 200))}`);
+    }
+    const choice = json.choices?.[0];
+    if (!choice || !choice.message) {
+      this.bump('bad-body');
+      throw new LlmNetworkError(`LLM answer has no choices[0].message: ${this.redact(text.slice(0, 200))}`);
+    }
+    const usage: ChatUsage = {
+      promptTokens: json.usage?.prompt_tokens ?? 0,
+      completionTokens: json.usage?.completion_tokens ?? 0,
+      totalTokens: json.usage?.total_tokens ?? (json.usage?.prompt_tokens ?? 0) + (json.usage?.completion_tokens ?? 0),
+    };
+    this.counters.promptTokens += usage.promptTokens;
+    this.counters.completionTokens += usage.completionTokens;
+    const raw = choice.message.content ?? '';
+    const { content, reasoning } = stripThink(raw);
+    const serverReasoning = choice.message.reasoning_content ?? choice.message.reasoning ?? '';
+    const finishReason = choice.finish_reason ?? null;
+    if (finishReason === 'length') {
+      throw new LlmLengthError(`LLM answer truncated at max_tokens (finish_reason "length", ${usage.completionTokens} completion tokens)`, content, usage);
+    }
+    const allReasoning = [serverReasoning, reasoning].filter(Boolean).join('\n\n');
+    return { content, ...(allReasoning && { reasoning: allReasoning }), finishReason, usage };
+  }
+
+  /**
+   * A chat completion whose answer must be JSON valid against `schema` (JSON Schema, ajv).
+   * On invalid JSON or schema errors, one repair round-trip is made (the invalid answer and the
+   * errors are shown to the model); then {@link LlmJsonError}.
+   * @returns the parsed value plus the chat result of the call that produced it (usage summed)
+   * @throws LlmJsonError, plus everything {@link chat} throws
+   */
+  async chatJson<T = unknown>(schema: object, req: ChatRequest, opts: ChatJsonOptions = {}): Promise<ChatJsonResult<T>> {
+    const validate = validatorFor(schema);
+    const repairs = opts.repairs ?? 1;
+    const request: ChatRequest = { ...req };
+    if (opts.useResponseFormat && !req.responseFormat) {
+      request.responseFormat = { type: 'json_schema', json_schema: { name: opts.schemaName ?? 'answer', schema } };
+    }
+    let messages = [...req.messages];
+    const total: ChatUsage = { promptTokens: 0, completionTokens: 0, totalTokens: 0 };
+    let attempts = 0;
+    for (let round = 0; ; round++) {
+      const r = await this.chat({ ...request, messages });
+      attempts += r.attempts;
+      total.promptTokens += r.usage.promptTokens;
+      total.completionTokens += r.usage.completionTokens;
+      total.totalTokens += r.usage.totalTokens;
+      let errors: string[];
+      try {
+        const value = extractJson(r.content);
+        if (validate(value)) return { ...r, usage: total, attempts, value: value as T, repaired: round > 0 };
+        errors = (validate.errors ?? []).slice(0, 20).map((e) => `${e.instancePath || '/'} ${e.message ?? 'invalid'}`);
+      } catch (e) {
+        errors = [`not valid JSON: ${(e as Error).message}`];
+      }
+      if (round >= repairs) {
+        throw new LlmJsonError(`LLM answer is not valid JSON for the schema after ${round} repair(s): ${errors.join('; ')}`, r.content, errors);
+      }
+      this.counters.repairs++;
+      messages = [
+        ...req.messages,
+        { role: 'assistant', content: r.content.slice(0, 20_000) },
+        {
+          role: 'user',
+          content: `Your previous answer could not be used: ${errors.join('; ')}.\nReply again with only one JSON value that satisfies this JSON Schema, with no other text:\n${JSON.stringify(schema)}`,
+        },
+      ];
+    }
+  }
+}
