@@ -16,6 +16,7 @@
  * error: true` for its items (counted in `stats().failures`) unless `failOnError` is set.
  */
 import pLimit from 'p-limit';
+import { LlmClient } from '../llm/client.js';
 import { JudgeCache, requestHash, type CachedAnswer } from './cache.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { loadPrompt, parsePlanVerdicts, perItemMessage, perPlanMessage, perPlanSchema, verdictFromText, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate } from './verdict.js';
@@ -31,7 +32,7 @@ export interface ChatMessage {
  * stripped or not — the judge strips again) and its usage; it rejects after its own retries.
  */
 export interface ChatLike {
-  chat(req: { messages: ChatMessage[]; temperature?: number; maxTokens?: number; responseFormat?: unknown; signal?: AbortSignal }): Promise<{
+  chat(req: { messages: ChatMessage[]; temperature?: number; maxTokens?: number; responseFormat?: Record<string, unknown>; signal?: AbortSignal; extraBody?: Record<string, unknown> }): Promise<{
     content: string;
     finishReason?: string | null;
     usage?: { promptTokens?: number; completionTokens?: number; prompt_tokens?: number; completion_tokens?: number } | null;
@@ -66,6 +67,8 @@ export interface HttpJudgeOptions {
   perPlanPrompt?: PromptTemplate;
   /** Optional system message prepended to every request. */
   system?: string;
+  /** Extra request body fields (e.g. `{chat_template_kwargs: {enable_thinking: false}}` for vLLM/SGLang/serve). Part of the cache key. */
+  extraBody?: Record<string, unknown>;
 }
 
 function usageOf(u: Awaited<ReturnType<ChatLike['chat']>>['usage']): { promptTokens: number; completionTokens: number } {
@@ -103,9 +106,10 @@ export class HttpJudge implements Judge {
   }
 
   /** Sends (or reads from cache) one chat request; rejects only when the transport does. */
-  private ask(messages: ChatMessage[], prompt: PromptTemplate, maxTokens: number, responseFormat: unknown, signal?: AbortSignal): Promise<CachedAnswer> {
+  private ask(messages: ChatMessage[], prompt: PromptTemplate, maxTokens: number, responseFormat: Record<string, unknown> | undefined, signal?: AbortSignal): Promise<CachedAnswer> {
     const temperature = this.o.temperature ?? 0;
-    const key = requestHash({ v: 1, model: this.o.model, url: this.o.url ?? '', prompt: `${prompt.name}#${prompt.hash}`, messages, temperature, maxTokens, rf: responseFormat ?? null });
+    const extraBody = this.o.extraBody;
+    const key = requestHash({ v: 1, model: this.o.model, url: this.o.url ?? '', prompt: `${prompt.name}#${prompt.hash}`, messages, temperature, maxTokens, rf: responseFormat ?? null, extra: extraBody ?? null });
     const hit = this.cache?.get(key);
     if (hit) {
       this.s.cacheHits++;
@@ -119,7 +123,7 @@ export class HttpJudge implements Judge {
     const p = this.limit(async () => {
       signal?.throwIfAborted();
       this.s.requests++;
-      const res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), signal });
+      const res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), ...(extraBody ? { extraBody } : {}), signal });
       const u = usageOf(res.usage);
       this.s.promptTokens += u.promptTokens;
       this.s.completionTokens += u.completionTokens;
@@ -181,4 +185,36 @@ export class HttpJudge implements Judge {
     for (const vs of out) countVerdicts(this.s, vs);
     return out;
   }
+}
+
+/** Options of {@link createHttpJudge}: the judge's options plus the transport's. */
+export interface CreateHttpJudgeOptions extends Omit<HttpJudgeOptions, 'client' | 'url'> {
+  /** Endpoint: `http://host:port`, `…/v1` or the full `…/chat/completions` URL. */
+  url: string;
+  /** Default: env PAPERGYM_LLM_API_KEY, then OPENAI_API_KEY. */
+  apiKey?: string;
+  /** Per-attempt timeout, ms (default 120000). */
+  timeoutMs?: number;
+  /** Retries after the first attempt (default 5). */
+  maxRetries?: number;
+  /** First backoff, ms (default 500; doubles per retry). */
+  minBackoffMs?: number;
+}
+
+/**
+ * An {@link HttpJudge} over the shared LLM client (lib/llm/client.ts): retries on 5xx / 429 /
+ * timeouts / network errors with exponential backoff honouring `retry-after`, per-attempt timeouts.
+ * The client's HTTP concurrency equals the judge's `concurrency` (default 16).
+ */
+export function createHttpJudge(o: CreateHttpJudgeOptions): HttpJudge {
+  const client = new LlmClient({
+    baseUrl: o.url,
+    model: o.model,
+    apiKey: o.apiKey,
+    concurrency: o.concurrency ?? 16,
+    timeoutMs: o.timeoutMs,
+    maxRetries: o.maxRetries,
+    minBackoffMs: o.minBackoffMs,
+  });
+  return new HttpJudge({ ...o, client });
 }
