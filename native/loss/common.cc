@@ -1,0 +1,93 @@
+#include "loss/common.h"
+
+#include <algorithm>
+
+#include "napi/util.h"
+
+namespace pg {
+namespace loss {
+
+PreparedWeight PrepareWeight(const at::Tensor& weight, const at::Tensor& hidden_like) {
+  PreparedWeight pw;
+  at::Tensor w = weight.detach();
+  if (w.device() != hidden_like.device()) w = w.to(hidden_like.device());
+  if (w.scalar_type() == at::kFloat || w.scalar_type() == at::kDouble) {
+    pw.w = w.scalar_type() == hidden_like.scalar_type() ? w : w.to(hidden_like.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+    pw.out_dtype_mm = false;
+  } else if (w.is_cuda()) {
+    pw.w = w;
+    pw.out_dtype_mm = true;
+  } else {
+    pw.w = w.to(at::kFloat);
+    pw.out_dtype_mm = false;
+  }
+  return pw;
+}
+
+at::Tensor ChunkLogits(const at::Tensor& h, const PreparedWeight& pw) {
+  if (pw.out_dtype_mm) {
+    at::Tensor hc = h.scalar_type() == pw.w.scalar_type() ? h : h.to(pw.w.scalar_type());
+    return at::mm(hc, pw.w.t(), at::kFloat);
+  }
+  at::Tensor hc = h.scalar_type() == pw.w.scalar_type() ? h : h.to(pw.w.scalar_type());
+  return at::mm(hc, pw.w.t());
+}
+
+at::Tensor ChunkGradHidden(const at::Tensor& dlogits, const PreparedWeight& pw, at::ScalarType hidden_dtype) {
+  at::Tensor g;
+  if (pw.out_dtype_mm) {
+    // dlogits is fp32; the product with a bf16 weight in fp32 (weight chunk cast is [V,H] — avoid it:
+    // cast dlogits down would lose precision). mm(dtype) only allows same input dtypes, so cast the
+    // gradient to the weight dtype with fp32 output: the rounding of dlogits to bf16 is the same
+    // precision a bf16 backward through an lm_head has.
+    g = at::mm(dlogits.to(pw.w.scalar_type()), pw.w, at::kFloat);
+  } else {
+    g = at::mm(dlogits.scalar_type() == pw.w.scalar_type() ? dlogits : dlogits.to(pw.w.scalar_type()), pw.w);
+  }
+  return g.scalar_type() == hidden_dtype ? g : g.to(hidden_dtype);
+}
+
+void CheckHiddenWeight(const at::Tensor& hidden, const at::Tensor& weight, const char* what) {
+  if (hidden.dim() != 2) throw ArgError(std::string(what) + ": hidden must be [N, H]");
+  if (weight.dim() != 2) throw ArgError(std::string(what) + ": weight must be [V, H]");
+  if (hidden.size(1) != weight.size(1))
+    throw ArgError(std::string(what) + ": hidden size " + std::to_string(hidden.size(1)) + " != weight size " +
+                   std::to_string(weight.size(1)));
+  if (!at::isFloatingType(hidden.scalar_type()) || !at::isFloatingType(weight.scalar_type()))
+    throw ArgError(std::string(what) + ": hidden and weight must be floating point");
+}
+
+int64_t ResolveChunk(int64_t chunk, int64_t vocab) {
+  if (chunk < 0) throw ArgError("chunkSize must be >= 0 (0 = automatic)");
+  if (chunk > 0) return chunk;
+  // Automatic: about 256 MB of fp32 logits per [C, V] buffer.
+  int64_t c = (int64_t{64} << 20) / std::max<int64_t>(vocab, 1);
+  return std::clamp<int64_t>(c, 16, 4096);
+}
+
+at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens,
+                            double temperature, int64_t chunk) {
+  CheckHiddenWeight(hidden, weight, "selectedLogprobs");
+  if (!(temperature > 0)) throw ArgError("temperature must be > 0");
+  if (tokens.dim() != 1 || tokens.size(0) != hidden.size(0)) throw ArgError("selectedLogprobs: tokens must be [N]");
+  at::NoGradGuard ng;
+  const int64_t N = hidden.size(0), V = weight.size(0);
+  chunk = ResolveChunk(chunk, V);
+  auto pw = PrepareWeight(weight, hidden);
+  at::Tensor tok = tokens.to(hidden.device(), at::kLong);
+  if (N > 0 && (tok.min().item<int64_t>() < 0 || tok.max().item<int64_t>() >= V))
+    throw ArgError("selectedLogprobs: token id out of range [0, V)");
+  auto out_dtype = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor out = at::empty({N}, hidden.options().dtype(out_dtype));
+  for (int64_t s = 0; s < N; s += chunk) {
+    int64_t e = std::min(N, s + chunk);
+    at::Tensor z = ChunkLogits(hidden.slice(0, s, e), pw);
+    if (temperature != 1.0) z.div_(temperature);
+    at::Tensor lse = at::logsumexp(z, -1);
+    out.slice(0, s, e).copy_(z.gather(1, tok.slice(0, s, e).unsqueeze(1)).squeeze(1) - lse);
+  }
+  return out;
+}
+
+}  // namespace loss
+}  // namespace pg

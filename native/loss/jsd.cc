@@ -1,0 +1,164 @@
+#include "loss/jsd.h"
+
+#include <cmath>
+
+#include "loss/common.h"
+#include "napi/util.h"
+
+namespace pg {
+namespace loss {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void JsdChunk(const at::Tensor& ls, const at::Tensor& lt, double beta, at::Tensor* per_token, at::Tensor* dz) {
+  at::Tensor ps = ls.exp(), pt = lt.exp();
+  at::Tensor zero = at::zeros({}, ls.options());
+  if (beta == 0.0) {
+    // KL(T‖S) = Σ T (log T − log S); d/dz_s = S − T.
+    at::Tensor term = at::where(pt > 0, pt * (lt - ls), zero);
+    *per_token = term.sum(-1);
+    if (dz) *dz = ps - pt;
+    return;
+  }
+  if (beta == 1.0) {
+    // KL(S‖T) = Σ S (log S − log T); d/dlog S_j = S_j (log S_j − log T_j) + S_j, through log-softmax:
+    // dz_j = g_j − S_j Σ g = S_j (r_j − Σ_k S_k r_k) with r = log S − log T.
+    at::Tensor r = at::where(ps > 0, ls - lt, zero);
+    at::Tensor kl = (ps * r).sum(-1, true);
+    *per_token = kl.squeeze(-1);
+    if (dz) *dz = ps * (r - kl);
+    return;
+  }
+  // d = log T − log S; a = log M − log S, b = log M − log T (b = a − d).
+  at::Tensor d = lt - ls;
+  at::Tensor both_zero = (ps == 0) & (pt == 0);
+  d = at::where(both_zero, zero, d);  // both −inf: NaN -> 0 (contributes nothing)
+  at::Tensor pos = d > 0;
+  at::Tensor dneg = at::where(pos, zero, d);   // <= 0
+  at::Tensor dpos = at::where(pos, -d, zero);  // <= 0 (= −d where d > 0)
+  at::Tensor a_neg = at::log1p(beta * at::expm1(dneg));          // valid where d <= 0
+  at::Tensor b_pos = at::log1p((1.0 - beta) * at::expm1(dpos));  // valid where d > 0
+  at::Tensor a = at::where(pos, b_pos + d, a_neg);
+  at::Tensor b = at::where(pos, b_pos, a_neg - d);
+  // JSD = −β Σ T·b − (1−β) Σ S·a, entries with zero probability contribute 0.
+  at::Tensor ts = at::where(ps > 0, ps * a, zero);
+  at::Tensor tt = at::where(pt > 0, pt * b, zero);
+  *per_token = -(beta * tt.sum(-1) + (1.0 - beta) * ts.sum(-1));
+  if (dz) {
+    // g_j = ∂JSD/∂log S_j = −(1−β) S_j a_j ; dz = g − S Σ g.
+    at::Tensor g = ts.mul(-(1.0 - beta));
+    *dz = g - ps * g.sum(-1, true);
+  }
+}
+
+namespace {
+
+void CheckJsd(const at::Tensor& sh, const at::Tensor& teacher, bool teacher_is_logits, const at::Tensor& w,
+              const at::Tensor& mask, const JsdOptions& o) {
+  CheckHiddenWeight(sh, w, "jsdLoss");
+  if (teacher_is_logits) {
+    if (teacher.dim() != 2 || teacher.size(0) != sh.size(0) || teacher.size(1) != w.size(0))
+      throw ArgError("jsdLoss: teacherLogits must be [N, V]");
+  } else if (teacher.sizes() != sh.sizes()) {
+    throw ArgError("jsdLoss: teacherHidden must have the shape of studentHidden [N, H]");
+  }
+  if (mask.dim() != 1 || mask.size(0) != sh.size(0)) throw ArgError("jsdLoss: mask must be [N]");
+  if (!(o.beta >= 0.0 && o.beta <= 1.0)) throw ArgError("jsdLoss: beta must be in [0, 1]");
+  if (!(o.temperature > 0.0)) throw ArgError("jsdLoss: temperature must be > 0");
+}
+
+at::ScalarType MathDtype(const at::Tensor& h) { return h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+struct JsdFn : public torch::autograd::Function<JsdFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& sh, const at::Tensor& teacher,
+                            const at::Tensor& w, const at::Tensor& mask, bool teacher_is_logits, double beta,
+                            double temperature, int64_t chunk, double normalizer) {
+    const int64_t N = sh.size(0), V = w.size(0);
+    chunk = ResolveChunk(chunk, V);
+    auto mt = MathDtype(sh);
+    at::Tensor m = mask.to(sh.device(), mt);
+    double norm = normalizer > 0 ? normalizer : std::max(1.0, m.sum().item<double>());
+    auto pw = PrepareWeight(w, sh);
+    const bool need_grad = sh.requires_grad();
+    at::Tensor total = at::zeros({}, sh.options().dtype(mt));
+    at::Tensor grad = need_grad ? at::zeros_like(sh) : at::Tensor();
+    // Only chunks that hold masked-in tokens are computed.
+    at::Tensor any = m.ne(0);
+    for (int64_t s = 0; s < N; s += chunk) {
+      int64_t e = std::min(N, s + chunk);
+      at::Tensor mc = m.slice(0, s, e);
+      if (!any.slice(0, s, e).any().item<bool>()) continue;
+      at::Tensor zs = ChunkLogits(sh.slice(0, s, e), pw);
+      at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), mt) : ChunkLogits(teacher.slice(0, s, e), pw);
+      if (temperature != 1.0) {
+        zs.div_(temperature);
+        zt = zt.div(temperature);
+      }
+      at::Tensor ls = at::log_softmax(zs, -1), lt = at::log_softmax(zt, -1);
+      zs.reset();
+      zt.reset();
+      at::Tensor per, dz;
+      JsdChunk(ls, lt, beta, &per, need_grad ? &dz : nullptr);
+      at::Tensor keep = mc.ne(0);
+      total += at::where(keep, per * mc, at::zeros({}, per.options())).sum();
+      if (need_grad) {
+        dz.mul_((mc / (norm * temperature)).unsqueeze(1));
+        dz.masked_fill_(keep.logical_not().unsqueeze(1), 0);
+        grad.slice(0, s, e).copy_(ChunkGradHidden(dz, pw, sh.scalar_type()));
+      }
+    }
+    if (need_grad) ctx->save_for_backward({grad});
+    return total / norm;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list go) {
+    auto saved = ctx->get_saved_variables();
+    at::Tensor g = saved.empty() ? at::Tensor() : saved[0] * go[0].to(saved[0].scalar_type());
+    return {g, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor JsdFused(const at::Tensor& sh, const at::Tensor& th, const at::Tensor& w, const at::Tensor& mask,
+                    const JsdOptions& o) {
+  CheckJsd(sh, th, false, w, mask, o);
+  return JsdFn::apply(sh, th.detach(), w.detach(), mask, false, o.beta, o.temperature, o.chunk, o.normalizer);
+}
+
+at::Tensor JsdFusedTeacherLogits(const at::Tensor& sh, const at::Tensor& tl, const at::Tensor& w, const at::Tensor& mask,
+                                 const JsdOptions& o) {
+  CheckJsd(sh, tl, true, w, mask, o);
+  return JsdFn::apply(sh, tl.detach(), w.detach(), mask, true, o.beta, o.temperature, o.chunk, o.normalizer);
+}
+
+at::Tensor JsdReference(const at::Tensor& sh, const at::Tensor& th, const at::Tensor& w, const at::Tensor& mask,
+                        const JsdOptions& o) {
+  CheckJsd(sh, th, false, w, mask, o);
+  auto mt = MathDtype(sh);
+  at::Tensor wf = w.detach().to(sh.device(), mt);
+  at::Tensor zs = at::matmul(sh.to(mt), wf.t()) / o.temperature;
+  at::Tensor zt;
+  {
+    at::NoGradGuard ng;
+    zt = at::matmul(th.detach().to(mt), wf.t()) / o.temperature;
+  }
+  at::Tensor ls = at::log_softmax(zs, -1), lt = at::log_softmax(zt, -1);
+  at::Tensor jsd;
+  if (o.beta == 0.0) {
+    jsd = (lt.exp() * (lt - ls)).sum(-1);
+  } else if (o.beta == 1.0) {
+    jsd = (ls.exp() * (ls - lt)).sum(-1);
+  } else {
+    at::Tensor lm = at::logsumexp(at::stack({ls + std::log1p(-o.beta), lt + std::log(o.beta)}), 0);
+    at::Tensor kl_t = (lt.exp() * (lt - lm)).sum(-1);
+    at::Tensor kl_s = (ls.exp() * (ls - lm)).sum(-1);
+    jsd = o.beta * kl_t + (1.0 - o.beta) * kl_s;
+  }
+  at::Tensor m = mask.to(sh.device(), mt);
+  double norm = o.normalizer > 0 ? o.normalizer : std::max(1.0, m.sum().item<double>());
+  return (jsd * m).sum() / norm;
+}
+
+}  // namespace loss
+}  // namespace pg
