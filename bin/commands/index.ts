@@ -4,3 +4,5 @@ import { doctorCommand } from './doctor.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export const commands: CommandModule<any, any>[] = [doctorCommand];
+import { probeJudgeCommand } from './probe-judge.js';
+commands.push(probeJudgeCommand);

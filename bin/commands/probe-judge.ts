@@ -1,0 +1,66 @@
+import { writeFileSync } from 'node:fs';
+import type { CommandModule } from 'yargs';
+import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
+import { addJudgeOptions, httpJudgeFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { ATTACKS, DEFAULT_ATTACKS, formatProbe, runProbe, type Attack } from '../../lib/judge/probe.js';
+import type { Judge } from '../../lib/judge/types.js';
+
+interface ProbeArgs extends JudgeArgs {
+  data: string;
+  model?: string;
+  attacks?: string;
+  limit?: number;
+  general: boolean;
+  generalRubric?: string;
+  out?: string;
+  json: boolean;
+}
+
+/**
+ * `papergym-native probe-judge --data items.jsonl --judge http --judge-url … --judge-model …`
+ * (or `--judge local --model DIR`): judges adversarial plans (restated question, stuffed
+ * keywords, grader instruction, empty plan; optional `echo`) and prints the false-positive rate
+ * per attack (lib/judge/probe.ts). `--out report.json` writes the full report.
+ */
+export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
+  command: 'probe-judge',
+  describe: "Reward-hacking probe: the judge's false-positive rate on adversarial plans, per attack",
+  builder: (y) =>
+    addJudgeOptions(
+      y
+        .option('data', { type: 'string', demandOption: true, describe: 'PaperGym JSONL dataset' })
+        .option('model', { type: 'string', describe: '--judge local: model dir (the base; adapter off)' })
+        .option('attacks', { type: 'string', describe: `comma list of ${ATTACKS.join(', ')} (default ${DEFAULT_ATTACKS.join(',')})` })
+        .option('limit', { type: 'number', describe: 'first N items only' })
+        .option('general', { type: 'boolean', default: false, describe: 'also judge the general rubric items' })
+        .option('general-rubric', { type: 'string', describe: 'general rubric JSON (default data/general-rubric.json)' })
+        .option('out', { type: 'string', describe: 'write the JSON report here' })
+        .option('json', { type: 'boolean', default: false, describe: 'print JSON instead of a table' }),
+    ) as never,
+  handler: async (argv) => {
+    const attacks = (argv.attacks ? argv.attacks.split(',').map((s) => s.trim()) : DEFAULT_ATTACKS) as Attack[];
+    for (const a of attacks) if (!(ATTACKS as readonly string[]).includes(a)) throw new Error(`unknown attack ${a} (choices: ${ATTACKS.join(', ')})`);
+    let data = readDataset(argv.data).items;
+    if (argv.limit !== undefined) data = data.slice(0, argv.limit);
+    if (!data.length) throw new Error(`${argv.data}: no valid items`);
+    const general = argv.general ? loadGeneralRubric(argv.generalRubric).items : undefined;
+    let judge: Judge;
+    let dispose = async () => {};
+    if (argv.judge === 'local') {
+      if (!argv.model) throw new Error('--judge local needs --model DIR');
+      const { openLocalJudge } = await import('../../lib/judge/local.js');
+      const opened = await openLocalJudge(argv.model, { batchSize: argv.judgeBatch });
+      judge = opened.judge;
+      dispose = opened.dispose;
+    } else judge = httpJudgeFromArgs(argv);
+    try {
+      const report = await runProbe(judge, data, { attacks, general });
+      if (argv.out) writeFileSync(argv.out, JSON.stringify({ ...report, stats: judge.stats() }, null, 2) + '\n');
+      process.stdout.write((argv.json ? JSON.stringify(report, null, 2) : formatProbe(report)) + '\n');
+      process.stderr.write(`judge stats: ${JSON.stringify(judge.stats())}\n`);
+    } finally {
+      await judge.close?.();
+      await dispose();
+    }
+  },
+};

