@@ -1,6 +1,7 @@
-// Registration of the model exports (filled in by native/model/).
+// Registration of the model exports: the `Model` class (see model/binding.cc).
 #include "napi/util.h"
 
 namespace pg {
-void RegisterModel(Napi::Env env, Napi::Object exports) {}
+void RegisterModelClass(Napi::Env env, Napi::Object exports);  // model/binding.cc
+void RegisterModel(Napi::Env env, Napi::Object exports) { RegisterModelClass(env, exports); }
 }  // namespace pg

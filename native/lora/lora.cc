@@ -1,0 +1,78 @@
+#include "lora/lora.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "napi/util.h"
+
+namespace pg {
+
+double LoraConfig::Scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r); }
+
+static const char* kTargets[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+bool IsLoraTarget(const std::string& m) {
+  for (const char* t : kTargets)
+    if (m == t) return true;
+  return false;
+}
+
+const char* LoraParent(const std::string& m) {
+  return (m == "gate_proj" || m == "up_proj" || m == "down_proj") ? "mlp" : "self_attn";
+}
+
+std::pair<int64_t, int64_t> LoraModuleDims(const Qwen3Config& c, const std::string& m) {
+  const int64_t H = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  if (m == "q_proj") return {H, q};
+  if (m == "k_proj" || m == "v_proj") return {H, kv};
+  if (m == "o_proj") return {q, H};
+  if (m == "gate_proj" || m == "up_proj") return {H, c.intermediate_size};
+  if (m == "down_proj") return {c.intermediate_size, H};
+  throw ArgError("unknown LoRA target module '" + m + "'");
+}
+
+void ValidateLoraConfig(const LoraConfig& cfg) {
+  if (cfg.r < 1) throw ArgError("lora.r must be a positive integer");
+  if (!(cfg.alpha > 0)) throw ArgError("lora.alpha must be > 0");
+  if (!(cfg.dropout >= 0 && cfg.dropout < 1)) throw ArgError("lora.dropout must be in [0, 1)");
+  if (cfg.target_modules.empty()) throw ArgError("lora.targetModules must not be empty");
+  for (const auto& t : cfg.target_modules)
+    if (!IsLoraTarget(t))
+      throw ArgError("lora.targetModules: unknown module '" + t + "' (allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+}
+
+LoraAdapter MakeLoraAdapter(const Qwen3Config& mc, const LoraConfig& cfg, at::Device device) {
+  ValidateLoraConfig(cfg);
+  LoraAdapter ad;
+  ad.config = cfg;
+  std::map<std::string, std::pair<int64_t, int64_t>> dims;
+  for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
+    for (const auto& t : cfg.target_modules)
+      dims["model.layers." + std::to_string(l) + "." + LoraParent(t) + "." + t] = LoraModuleDims(mc, t);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg.seed);
+  for (const auto& kv : dims) {
+    const int64_t in = kv.second.first, out = kv.second.second;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));  // kaiming_uniform(a=sqrt(5))
+    at::Tensor a = at::empty({cfg.r, in}, at::kFloat);
+    a.uniform_(-bound, bound, gen);
+    at::Tensor b = at::zeros({out, cfg.r}, at::kFloat);
+    a = a.to(device).set_requires_grad(true);
+    b = b.to(device).set_requires_grad(true);
+    ad.weights[kv.first] = {a, b};
+  }
+  return ad;
+}
+
+at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
+                      double scaling, double dropout) {
+  at::Tensor base = at::linear(x, w);
+  if (!a.defined()) return base;
+  at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
+  if (dropout > 0 && at::GradMode::is_enabled()) xf = at::dropout(xf, dropout, /*train=*/true);
+  at::Tensor lora = at::linear(at::linear(xf, a), b) * scaling;
+  if (base.scalar_type() == at::kFloat) return base + lora;
+  return (base.to(at::kFloat) + lora).to(x.scalar_type());
+}
+
+}  // namespace pg

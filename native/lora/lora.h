@@ -1,0 +1,35 @@
+// LoRA linear with PEFT semantics (peft tuners/lora/layer.py; REFERENCES.md "PEFT LoRA").
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "model/qwen3.h"
+
+namespace pg {
+
+/// The seven Qwen3 projections LoRA may target, with their parent ("self_attn" / "mlp").
+bool IsLoraTarget(const std::string& module);
+const char* LoraParent(const std::string& module);
+
+/// y = x W^T + scaling * B(A(dropout(x))).
+/// x [..., in] in the model dtype; W [out, in] (frozen); A [r, in], B [out, r] float32.
+/// Precision choice (same as peft's default `cast_input_dtype`): the LoRA branch runs in float32
+/// (x is cast to float32), the base output is upcast, the sum is formed in float32 and cast back to
+/// x's dtype. Exact against peft in fp32. Dropout (p = `dropout`) only when grad mode is on, and
+/// only on the LoRA branch. Undefined A means "no adapter on this module" (plain linear).
+at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
+                      double scaling, double dropout);
+
+/// Fresh adapter tensors for `cfg` over `model` (A ~ U(+-1/sqrt(in)) from a CPU generator seeded
+/// with cfg.seed, walking modules in sorted-name order; B = 0), float32 on the model device,
+/// requires_grad = true. ArgError on r < 1, alpha <= 0, dropout outside [0, 1) or unknown targets.
+LoraAdapter MakeLoraAdapter(const Qwen3Config& mc, const LoraConfig& cfg, at::Device device);
+
+/// Validates a LoraConfig (ArgError naming the field).
+void ValidateLoraConfig(const LoraConfig& cfg);
+
+/// Input / output feature sizes of a target module for this config.
+std::pair<int64_t, int64_t> LoraModuleDims(const Qwen3Config& mc, const std::string& module);
+
+}  // namespace pg

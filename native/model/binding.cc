@@ -1,0 +1,490 @@
+// JS `Model` class: an ObjectWrap around a shared Qwen3Model. Every method goes through pg::Guard
+// or a pg::Worker; every operation takes the model mutex, so calls on one model are serialised.
+#include "model/binding.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "napi/util.h"
+
+namespace pg {
+
+namespace {
+
+std::mutex g_ctor_mu;
+std::unordered_map<napi_env, Napi::FunctionReference*> g_ctors;
+
+Napi::FunctionReference* Ctor(Napi::Env env) {
+  std::lock_guard<std::mutex> lk(g_ctor_mu);
+  auto it = g_ctors.find(env);
+  return it == g_ctors.end() ? nullptr : it->second;
+}
+
+AdapterSel ParseAdapterSel(const Napi::Object& o, const char* what) {
+  AdapterSel sel;
+  if (!Has(o, "adapter")) return sel;
+  Napi::Value v = o.Get("adapter");
+  if (!v.IsString()) throw ArgError(std::string(what) + ".adapter must be 'active', 'none' or a snapshot name");
+  std::string s = v.As<Napi::String>().Utf8Value();
+  if (s == "active") sel.kind = AdapterSel::Active;
+  else if (s == "none") sel.kind = AdapterSel::None;
+  else {
+    sel.kind = AdapterSel::Snapshot;
+    sel.name = s;
+  }
+  return sel;
+}
+
+/// Reads inputIds (int32/int64 [B,T]) and attentionMask (int/uint8 [B,T]; default all ones).
+std::pair<at::Tensor, at::Tensor> ReadBatch(const Napi::Object& o, const char* what) {
+  at::Tensor ids = GetTensor(o, "inputIds", what);
+  if (ids.dim() != 2 || ids.size(0) < 1 || ids.size(1) < 1) throw ArgError(std::string(what) + ".inputIds must have shape [B, T] with B, T >= 1");
+  if (ids.scalar_type() != at::kInt && ids.scalar_type() != at::kLong) throw ArgError(std::string(what) + ".inputIds.data must be an Int32Array or BigInt64Array");
+  at::Tensor mask;
+  if (Has(o, "attentionMask")) {
+    mask = GetTensor(o, "attentionMask", what);
+    if (mask.sizes() != ids.sizes()) throw ArgError(std::string(what) + ".attentionMask must have the shape of inputIds");
+    if (mask.is_floating_point()) throw ArgError(std::string(what) + ".attentionMask.data must be an Int32Array or Uint8Array");
+  } else {
+    mask = at::ones_like(ids);
+  }
+  return {ids.to(at::kLong), mask.to(at::kLong)};
+}
+
+}  // namespace
+
+class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Model",
+                       {StaticMethod("load", &ModelWrap::Load),
+                        InstanceAccessor("config", &ModelWrap::GetConfig, nullptr),
+                        InstanceAccessor("device", &ModelWrap::GetDevice, nullptr),
+                        InstanceAccessor("dtype", &ModelWrap::GetDtype, nullptr),
+                        InstanceAccessor("disposed", &ModelWrap::GetDisposed, nullptr),
+                        InstanceMethod("forward", &ModelWrap::Forward),
+                        InstanceMethod("addLora", &ModelWrap::AddLora),
+                        InstanceMethod("hasLora", &ModelWrap::HasLora),
+                        InstanceMethod("setAdapterEnabled", &ModelWrap::SetAdapterEnabled),
+                        InstanceMethod("adapterEnabled", &ModelWrap::AdapterEnabled),
+                        InstanceMethod("loraConfig", &ModelWrap::LoraConfigJs),
+                        InstanceMethod("snapshotAdapter", &ModelWrap::SnapshotAdapter),
+                        InstanceMethod("dropSnapshot", &ModelWrap::DropSnapshot),
+                        InstanceMethod("saveAdapter", &ModelWrap::SaveAdapter),
+                        InstanceMethod("loadAdapter", &ModelWrap::LoadAdapter),
+                        InstanceMethod("loraParameterNames", &ModelWrap::LoraParameterNames),
+                        InstanceMethod("loraWeights", &ModelWrap::LoraWeights),
+                        InstanceMethod("setLoraWeights", &ModelWrap::SetLoraWeights),
+                        InstanceMethod("loraGrads", &ModelWrap::LoraGrads),
+                        InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
+                        InstanceMethod("crossEntropyBackward", &ModelWrap::CrossEntropyBackward),
+                        InstanceMethod("parameterBytes", &ModelWrap::ParameterBytes),
+                        InstanceMethod("dispose", &ModelWrap::Dispose)});
+  }
+
+  explicit ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
+    if (info.Length() != 1 || !info[0].IsExternal()) {
+      throw Napi::TypeError::New(info.Env(), "Model cannot be constructed directly; use Model.load(dir, options)");
+    }
+    auto* sp = info[0].As<Napi::External<std::shared_ptr<Qwen3Model>>>().Data();
+    model_ = *sp;
+    accounted_ = model_->ParameterBytes();
+    Napi::MemoryManagement::AdjustExternalMemory(info.Env(), accounted_);
+  }
+
+  ~ModelWrap() override {
+    // Finalizer: release V8's account of the weights; the tensors go with the last shared_ptr.
+    if (accounted_ != 0) {
+      try {
+        Napi::MemoryManagement::AdjustExternalMemory(Env(), -accounted_);
+      } catch (...) {
+      }
+    }
+  }
+
+  std::shared_ptr<Qwen3Model> model() const {
+    if (!model_ || model_->disposed()) throw InputError("model was disposed");
+    return model_;
+  }
+
+ private:
+  std::shared_ptr<Qwen3Model> model_;
+  int64_t accounted_ = 0;
+
+  /// Re-syncs V8's external memory with ParameterBytes (after adapters change).
+  void Reaccount(Napi::Env env) {
+    int64_t now = model_ ? model_->ParameterBytes() : 0;
+    if (now != accounted_) Napi::MemoryManagement::AdjustExternalMemory(env, now - accounted_);
+    accounted_ = now;
+  }
+
+  static Napi::Value Load(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      std::string dir = ArgString(info, 0, "dir");
+      Napi::Object opts = ArgObject(info, 1, "options", true);
+      std::string dev_s = GetString(opts, "device", std::string("cpu"), "options");
+      at::Device dev = ParseDevice(dev_s);
+      at::ScalarType dt = ParseDtype(GetString(opts, "dtype", std::string(dev.is_cuda() ? "bfloat16" : "float32"), "options"));
+      auto holder = std::make_shared<std::shared_ptr<Qwen3Model>>();
+      return Worker::Start(
+          info.Env(), [dir, dev, dt, holder]() { *holder = Qwen3Model::Load(dir, dev, dt); },
+          [holder](Napi::Env env) -> Napi::Value {
+            auto* ctor = Ctor(env);
+            if (!ctor) throw InputError("Model class not registered in this environment");
+            auto ext = Napi::External<std::shared_ptr<Qwen3Model>>::New(env, holder.get());
+            Napi::Object obj = ctor->New({ext});
+            return obj;
+          },
+          false, dev);
+    });
+  }
+
+  Napi::Value GetConfig(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      Napi::Object JSON = info.Env().Global().Get("JSON").As<Napi::Object>();
+      return JSON.Get("parse").As<Napi::Function>().Call(JSON, {Napi::String::New(info.Env(), m->config().json)});
+    });
+  }
+  Napi::Value GetDevice(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return Napi::String::New(info.Env(), model()->device().str()); });
+  }
+  Napi::Value GetDtype(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return Napi::String::New(info.Env(), DtypeName(model()->dtype())); });
+  }
+  Napi::Value GetDisposed(const Napi::CallbackInfo& info) {
+    return Napi::Boolean::New(info.Env(), !model_ || model_->disposed());
+  }
+
+  Napi::Value Forward(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      Napi::Object o = ArgObject(info, 0, "forward(args)");
+      auto [ids, mask] = ReadBatch(o, "args");
+      bool want_logits = true, want_hidden = false;
+      if (Has(o, "outputs")) {
+        want_logits = false;
+        for (const auto& s : GetStringArray(o, "outputs", "args")) {
+          if (s == "logits") want_logits = true;
+          else if (s == "hidden") want_hidden = true;
+          else throw ArgError("args.outputs entries must be 'logits' or 'hidden', got '" + s + "'");
+        }
+      }
+      AdapterSel sel = ParseAdapterSel(o, "args");
+      auto res = std::make_shared<std::pair<at::Tensor, at::Tensor>>();
+      return Worker::Start(
+          info.Env(),
+          [m, ids = ids, mask = mask, sel, want_logits, want_hidden, res]() {
+            std::lock_guard<std::mutex> lk(m->mutex());
+            at::NoGradGuard ng;
+            at::Tensor h = m->Forward(ids, mask, std::nullopt, sel);
+            if (want_logits) res->first = m->Logits(h).to(at::kCPU);
+            if (want_hidden) res->second = h.to(at::kFloat).to(at::kCPU);
+          },
+          [res](Napi::Env env) -> Napi::Value {
+            Napi::Object out = Napi::Object::New(env);
+            if (res->first.defined()) out.Set("logits", TensorToJs(env, res->first));
+            if (res->second.defined()) out.Set("hidden", TensorToJs(env, res->second));
+            return out;
+          },
+          false, m->device());
+    });
+  }
+
+  Napi::Value AddLora(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      Napi::Object o = ArgObject(info, 0, "lora");
+      LoraConfig c;
+      c.r = GetInt(o, "r", std::nullopt, "lora");
+      c.alpha = GetNumber(o, "alpha", std::nullopt, "lora");
+      c.dropout = GetNumber(o, "dropout", 0.0, "lora");
+      c.use_rslora = GetBool(o, "useRslora", false, "lora");
+      if (Has(o, "targetModules")) c.target_modules = GetStringArray(o, "targetModules", "lora");
+      int64_t seed = GetInt(o, "seed", 0, "lora");
+      if (seed < 0) throw ArgError("lora.seed must be a non-negative integer");
+      c.seed = static_cast<uint64_t>(seed);
+      {
+        std::lock_guard<std::mutex> lk(m->mutex());
+        m->AddLora(c);
+      }
+      Reaccount(info.Env());
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value HasLora(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return Napi::Boolean::New(info.Env(), model()->HasLora()); });
+  }
+
+  Napi::Value SetAdapterEnabled(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      if (info.Length() < 1 || !info[0].IsBoolean()) throw ArgError("setAdapterEnabled(enabled): enabled must be a boolean");
+      std::lock_guard<std::mutex> lk(m->mutex());
+      m->SetAdapterEnabled(info[0].As<Napi::Boolean>().Value());
+      return info.Env().Undefined();
+    });
+  }
+  Napi::Value AdapterEnabled(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return Napi::Boolean::New(info.Env(), model()->AdapterEnabled()); });
+  }
+
+  Napi::Value LoraConfigJs(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::lock_guard<std::mutex> lk(m->mutex());
+      if (!m->HasLora()) return info.Env().Null();
+      const LoraConfig& c = m->ActiveAdapter().config;
+      Napi::Env env = info.Env();
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("r", static_cast<double>(c.r));
+      o.Set("alpha", c.alpha);
+      o.Set("dropout", c.dropout);
+      o.Set("useRslora", c.use_rslora);
+      o.Set("scaling", c.Scaling());
+      Napi::Array t = Napi::Array::New(env, c.target_modules.size());
+      for (size_t i = 0; i < c.target_modules.size(); ++i) t.Set(static_cast<uint32_t>(i), c.target_modules[i]);
+      o.Set("targetModules", t);
+      return o;
+    });
+  }
+
+  Napi::Value SnapshotAdapter(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::string name = ArgString(info, 0, "snapshotAdapter(name): name");
+      if (name == "active" || name == "none") throw ArgError("snapshotAdapter(name): 'active' and 'none' are reserved");
+      {
+        std::lock_guard<std::mutex> lk(m->mutex());
+        m->SnapshotAdapter(name);
+      }
+      Reaccount(info.Env());
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value DropSnapshot(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::string name = ArgString(info, 0, "dropSnapshot(name): name");
+      {
+        std::lock_guard<std::mutex> lk(m->mutex());
+        m->DropSnapshot(name);
+      }
+      Reaccount(info.Env());
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value SaveAdapter(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::string dir = ArgString(info, 0, "saveAdapter(dir): dir");
+      Napi::Object o = ArgObject(info, 1, "saveAdapter options", true);
+      std::string base = GetString(o, "baseModelName", std::string(), "options");
+      return Worker::Start(
+          info.Env(),
+          [m, dir, base]() {
+            std::lock_guard<std::mutex> lk(m->mutex());
+            m->SaveAdapter(dir, base);
+          },
+          [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
+    });
+  }
+
+  Napi::Value LoadAdapter(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::string dir = ArgString(info, 0, "loadAdapter(dir): dir");
+      Napi::ObjectReference self = Napi::Persistent(Value());
+      auto selfp = std::make_shared<Napi::ObjectReference>(std::move(self));
+      return Worker::Start(
+          info.Env(),
+          [m, dir]() {
+            std::lock_guard<std::mutex> lk(m->mutex());
+            m->LoadAdapter(dir);
+          },
+          [this, selfp](Napi::Env env) -> Napi::Value {
+            Reaccount(env);
+            selfp->Reset();
+            return env.Undefined();
+          },
+          false, m->device());
+    });
+  }
+
+  Napi::Value LoraParameterNames(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::lock_guard<std::mutex> lk(m->mutex());
+      auto names = m->LoraParameterNames();
+      Napi::Array a = Napi::Array::New(info.Env(), names.size());
+      for (size_t i = 0; i < names.size(); ++i) a.Set(static_cast<uint32_t>(i), names[i]);
+      return a;
+    });
+  }
+
+  Napi::Value TensorRecord(const Napi::CallbackInfo& info, bool grads) {
+    auto m = model();
+    std::lock_guard<std::mutex> lk(m->mutex());
+    auto names = m->LoraParameterNames();
+    auto params = m->LoraParameters();
+    Napi::Object o = Napi::Object::New(info.Env());
+    for (size_t i = 0; i < names.size(); ++i) {
+      at::Tensor t = grads ? params[i].grad() : params[i];
+      if (!t.defined()) t = at::zeros_like(params[i]);
+      o.Set(names[i], TensorToJs(info.Env(), t));
+    }
+    return o;
+  }
+  Napi::Value LoraWeights(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return TensorRecord(info, false); });
+  }
+  Napi::Value LoraGrads(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return TensorRecord(info, true); });
+  }
+
+  Napi::Value SetLoraWeights(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      Napi::Object rec = ArgObject(info, 0, "setLoraWeights(record)");
+      std::lock_guard<std::mutex> lk(m->mutex());
+      auto names = m->LoraParameterNames();
+      auto params = m->LoraParameters();
+      std::map<std::string, size_t> idx;
+      for (size_t i = 0; i < names.size(); ++i) idx[names[i]] = i;
+      std::vector<std::pair<size_t, at::Tensor>> updates;
+      Napi::Array keys = rec.GetPropertyNames();
+      for (uint32_t k = 0; k < keys.Length(); ++k) {
+        std::string key = keys.Get(k).As<Napi::String>().Utf8Value();
+        auto it = idx.find(key);
+        if (it == idx.end()) throw ArgError("setLoraWeights: unknown LoRA parameter '" + key + "'");
+        at::Tensor t = TensorFromJs(rec.Get(key), "record['" + key + "']");
+        if (t.sizes() != params[it->second].sizes()) throw ArgError("setLoraWeights: record['" + key + "'] has the wrong shape");
+        if (!t.is_floating_point()) throw ArgError("setLoraWeights: record['" + key + "'] must be a float tensor");
+        updates.emplace_back(it->second, t);
+      }
+      at::NoGradGuard ng;
+      for (auto& u : updates) params[u.first].copy_(u.second.to(at::kFloat));
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value ZeroGrad(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::lock_guard<std::mutex> lk(m->mutex());
+      if (m->HasLora())
+        for (auto& p : m->LoraParameters()) p.mutable_grad() = at::Tensor();
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value CrossEntropyBackward(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      Napi::Object o = ArgObject(info, 0, "crossEntropyBackward(args)");
+      auto [ids, mask] = ReadBatch(o, "args");
+      at::Tensor labels = GetTensor(o, "labels", "args");
+      if (labels.sizes() != ids.sizes() || labels.is_floating_point()) throw ArgError("args.labels must be an integer tensor shaped like inputIds");
+      labels = labels.to(at::kLong);
+      AdapterSel sel = ParseAdapterSel(o, "args");
+      auto loss = std::make_shared<double>(0);
+      return Worker::Start(
+          info.Env(),
+          [m, ids = ids, mask = mask, labels, sel, loss]() {
+            std::lock_guard<std::mutex> lk(m->mutex());
+            *loss = CrossEntropyStep(*m, ids, mask, labels, sel);
+          },
+          [loss](Napi::Env env) -> Napi::Value {
+            Napi::Object out = Napi::Object::New(env);
+            out.Set("loss", *loss);
+            return out;
+          },
+          /*grad=*/true, m->device());
+    });
+  }
+
+  Napi::Value ParameterBytes(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::lock_guard<std::mutex> lk(m->mutex());
+      return Napi::Number::New(info.Env(), static_cast<double>(m->ParameterBytes()));
+    });
+  }
+
+  /// Frees the weights now (waits for a running operation on this model to finish). Idempotent.
+  Napi::Value Dispose(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      if (model_ && !model_->disposed()) {
+        std::lock_guard<std::mutex> lk(model_->mutex());
+        model_->Dispose();
+      }
+      if (accounted_ != 0) Napi::MemoryManagement::AdjustExternalMemory(info.Env(), -accounted_);
+      accounted_ = 0;
+      return info.Env().Undefined();
+    });
+  }
+
+ public:
+  /// Mean next-token cross-entropy over positions whose shifted label != -100 (transformers'
+  /// causal-LM loss: logits[:, t] predict labels[:, t + 1]); backward accumulates into the LoRA
+  /// grads. Chunked over tokens (1024 at a time): the [chunk, V] fp32 logits are the only vocab-
+  /// sized buffer; dL/dhidden is accumulated and back-propagated through the decoder once.
+  static double CrossEntropyStep(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& labels,
+                                 const AdapterSel& sel) {
+    if (!m.HasLora()) throw InputError("crossEntropyBackward needs a LoRA adapter (call addLora or loadAdapter first)");
+    at::Tensor h = m.Forward(ids, mask, std::nullopt, sel);
+    if (!h.requires_grad()) throw InputError("crossEntropyBackward: the selected adapter has no trainable parameters (adapter disabled or 'none')");
+    const int64_t B = ids.size(0), T = ids.size(1), Hd = h.size(-1);
+    at::Tensor tgt = labels.to(m.device()).narrow(1, 1, T - 1).reshape({-1});
+    at::Tensor hs = h.narrow(1, 0, T - 1).reshape({-1, Hd});
+    at::Tensor sel_idx = tgt.ne(-100).nonzero().squeeze(1);
+    const int64_t n = sel_idx.numel();
+    if (n == 0) throw InputError("crossEntropyBackward: labels hold no position != -100 after the shift");
+    at::Tensor hd = hs.detach().index_select(0, sel_idx).requires_grad_(true);
+    at::Tensor td = tgt.index_select(0, sel_idx);
+    double total = 0;
+    const int64_t chunk = 1024;
+    for (int64_t s = 0; s < n; s += chunk) {
+      int64_t len = std::min(chunk, n - s);
+      at::Tensor lg = m.Logits(hd.narrow(0, s, len));
+      at::Tensor l = at::cross_entropy_loss(lg, td.narrow(0, s, len), {}, at::Reduction::Sum) / static_cast<double>(n);
+      total += l.item<double>();
+      l.backward();
+    }
+    at::Tensor gh = at::zeros_like(hs).index_copy(0, sel_idx, hd.grad().to(hs.scalar_type()));
+    hs.backward(gh);
+    (void)B;
+    return total;
+  }
+};
+
+std::shared_ptr<Qwen3Model> UnwrapModel(const Napi::Value& v, const char* what) {
+  Napi::FunctionReference* ctor = Ctor(v.Env());
+  if (!ctor || !v.IsObject() || !v.As<Napi::Object>().InstanceOf(ctor->Value()))
+    throw ArgError(std::string(what) + " must be a Model (from Model.load)");
+  ModelWrap* w = Napi::ObjectWrap<ModelWrap>::Unwrap(v.As<Napi::Object>());
+  return w->model();
+}
+
+void RegisterModelClass(Napi::Env env, Napi::Object exports) {
+  Napi::Function f = ModelWrap::Define(env);
+  auto* ref = new Napi::FunctionReference(Napi::Persistent(f));
+  {
+    std::lock_guard<std::mutex> lk(g_ctor_mu);
+    g_ctors[env] = ref;
+  }
+  env.AddCleanupHook([env]() {
+    std::lock_guard<std::mutex> lk(g_ctor_mu);
+    auto it = g_ctors.find(env);
+    if (it != g_ctors.end()) {
+      delete it->second;
+      g_ctors.erase(it);
+    }
+  });
+  exports.Set("Model", f);
+}
+
+}  // namespace pg
