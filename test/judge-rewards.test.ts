@@ -63,3 +63,26 @@ describe('judge rewards', () => {
     expect(s.nullRate).to.equal(0);
   });
 });
+
+describe('judge rewards: makeRewardFn (the training loop RewardFn)', () => {
+  it('judges instance + general items, strips thinking, reports per-dimension counts', async () => {
+    const { makeRewardFn } = await import('../lib/judge/rewards.js');
+    const plans: string[] = [];
+    const judge: Judge = {
+      name: 'fake',
+      stats: emptyStats,
+      async judge(reqs) {
+        plans.push(...reqs.map((r) => r.plan));
+        return reqs.map((r) => r.items.map((it) => v(it.id, r.plan.includes(it.text))));
+      },
+    };
+    const fn = makeRewardFn(judge, [{ id: 'G1', text: 'concrete' }]);
+    const item = { id: 'q', question: 'Q', rubric: [{ id: 'a', text: 'ablation', dimension: 'method_innovation' }, { id: 'b', text: 'baseline', dimension: 'experimental_design' }] };
+    const [r] = await fn([{ item, plan: '<think>ablation baseline concrete</think>\nA concrete ablation.' }]);
+    expect(plans[0]).to.equal('A concrete ablation.');
+    expect(r.rSpec).to.equal(0.5);
+    expect(r.rGen).to.equal(1);
+    expect(r.reward).to.be.closeTo(0.7 * 0.5 + 0.3, 1e-12);
+    expect(r.perDimension).to.deep.equal({ method_innovation: [1, 1], experimental_design: [0, 1], general: [1, 1] });
+  });
+});

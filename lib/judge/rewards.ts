@@ -122,3 +122,55 @@ export function summariseRewards(rs: RewardBreakdown[]): { n: number; meanR: num
     errors: rs.reduce((a, b) => a + b.errors, 0),
   };
 }
+
+/** A dataset item as the reward function needs it (structurally a PaperGymItem / TrainItem). */
+export interface RewardItem {
+  id: string;
+  question: string;
+  rubric: { id: string; text: string; dimension: string }[];
+}
+
+/** Result shape of the training loop's RewardFn (lib/train/trainer.ts RewardResult) plus the breakdown. */
+export interface RewardFnResult {
+  reward: number;
+  rSpec: number;
+  rGen: number;
+  /** dimension → [met, total] over the instance items; `general` → [met, total] over general items. */
+  perDimension: Record<string, [number, number]>;
+  breakdown: RewardBreakdown;
+}
+
+/**
+ * The GRPO reward function over a judge: `(requests: {item, plan}[]) → RewardFnResult[]`, in order.
+ * Plans have `<think>…</think>` removed before judging (the judge grades the plan, not the
+ * reasoning). `general` is the shared general rubric (data/general-rubric.json items); α default 0.7.
+ * Judge counters (requests, tokens, nulls) stay available through `judge.stats()`.
+ */
+export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOptions = {}): (requests: { item: RewardItem; plan: string }[], signal?: AbortSignal) => Promise<RewardFnResult[]> {
+  return async (requests, signal) => {
+    const bs = await scorePlans(
+      judge,
+      requests.map(({ item, plan }) => ({ question: item.question, plan: stripReasoning(plan), specItems: item.rubric.map((r) => ({ id: r.id, text: r.text })), genItems: general })),
+      { ...opts, signal },
+    );
+    return bs.map((b, i) => {
+      const perDimension: Record<string, [number, number]> = {};
+      requests[i].item.rubric.forEach((r, k) => {
+        const cur = perDimension[r.dimension] ?? [0, 0];
+        perDimension[r.dimension] = [cur[0] + (b.spec[k].met === true ? 1 : 0), cur[1] + 1];
+      });
+      if (b.genTotal) perDimension.general = [b.genMet, b.genTotal];
+      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, breakdown: b };
+    });
+  };
+}
+
+/** Removes `<think>…</think>` (and an unclosed trailing `<think>…`) from a completion. */
+export function stripReasoning(text: string): string {
+  let t = text.replace(/<think>[\s\S]*?<\/think>/g, '');
+  const close = t.indexOf('</think>');
+  if (close >= 0) t = t.slice(close + '</think>'.length);
+  const open = t.indexOf('<think>');
+  if (open >= 0) t = t.slice(0, open);
+  return t.trim();
+}
