@@ -1,0 +1,132 @@
+import { expect } from 'chai';
+import { ChatServer, applyStop, splitReasoning, type ServeBackend, type ServeGenerateOptions, type ServeMessage } from '../lib/judge/serve.js';
+import { createHttpJudge } from '../lib/judge/http.js';
+import { LlmClient } from '../lib/llm/client.js';
+
+/** Fake backend: echoes the last user message's length; records batch sizes and options. */
+function fakeBackend(delayMs = 30) {
+  const calls: { prompts: ServeMessage[][]; opts: ServeGenerateOptions }[] = [];
+  const backend: ServeBackend = {
+    async generate(prompts, opts) {
+      calls.push({ prompts, opts });
+      await new Promise((r) => setTimeout(r, delayMs));
+      return prompts.map((m) => {
+        const u = m[m.length - 1].content;
+        let text: string;
+        if (u.includes('<item>')) {
+          const plan = /<plan>\n([\s\S]*?)\n<\/plan>/.exec(u)![1];
+          const item = /<item>\n([\s\S]*?)\n<\/item>/.exec(u)![1];
+          text = plan.includes(item) ? 'Yes' : 'No';
+        } else text = opts.enableThinking === false ? `echo: ${u}` : `<think>hmm</think>\n\necho: ${u} STOP more`;
+        return { promptTokens: u.length, completions: Array.from({ length: opts.n }, (_, i) => ({ text: i ? `${text} #${i}` : text, finishReason: 'stop' as const, completionTokens: 3 })) };
+      });
+    },
+  };
+  return { backend, calls };
+}
+
+async function post(url: string, body: unknown): Promise<Response> {
+  return fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+}
+
+describe('serve (OpenAI-compatible server; fake backend)', function () {
+  this.timeout(20000);
+  let srv: ChatServer;
+  let calls: ReturnType<typeof fakeBackend>['calls'];
+  let url: string;
+  beforeEach(async () => {
+    const f = fakeBackend();
+    calls = f.calls;
+    srv = new ChatServer({ backend: f.backend, modelId: 'tiny', batchWindowMs: 10, maxBatch: 8 });
+    url = (await srv.start()).url;
+  });
+  afterEach(() => srv.close());
+
+  it('GET /v1/models lists the served model', async () => {
+    const r = await (await fetch(`${url}/models`)).json();
+    expect(r.object).to.equal('list');
+    expect(r.data[0]).to.include({ id: 'tiny', object: 'model' });
+  });
+
+  it('plain completion: reasoning split, stop strings, usage, n', async () => {
+    const r = await post(url, { model: 'tiny', messages: [{ role: 'user', content: 'hello' }], stop: ['STOP'], n: 2, temperature: 0, max_tokens: 7 });
+    expect(r.status).to.equal(200);
+    const j = await r.json();
+    expect(j.object).to.equal('chat.completion');
+    expect(j.choices).to.have.length(2);
+    expect(j.choices[0].message).to.deep.equal({ role: 'assistant', content: 'echo: hello', reasoning_content: 'hmm' });
+    expect(j.choices[0].finish_reason).to.equal('stop');
+    expect(j.usage).to.deep.equal({ prompt_tokens: 5, completion_tokens: 6, total_tokens: 11 });
+    expect(calls[0].opts).to.include({ n: 2, temperature: 0, maxNewTokens: 7 });
+  });
+
+  it('chat_template_kwargs.enable_thinking reaches the backend', async () => {
+    const j = await (await post(url, { messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], chat_template_kwargs: { enable_thinking: false } })).json();
+    expect(j.choices[0].message.content).to.equal('echo: hi');
+    expect(calls[0].opts.enableThinking).to.equal(false);
+  });
+
+  it('streaming: SSE chunks, role first, content, finish, usage, [DONE]', async () => {
+    const r = await post(url, { messages: [{ role: 'user', content: 'yo' }], stream: true, stream_options: { include_usage: true }, chat_template_kwargs: { enable_thinking: false } });
+    expect(r.headers.get('content-type')).to.match(/text\/event-stream/);
+    const text = await r.text();
+    const events = text.split('\n\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+    expect(events[events.length - 1]).to.equal('[DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
+    expect(chunks[0].choices[0].delta.role).to.equal('assistant');
+    expect(chunks.every((c) => c.object === 'chat.completion.chunk')).to.equal(true);
+    const content = chunks.flatMap((c) => c.choices).map((c: { delta: { content?: string } }) => c.delta.content ?? '').join('');
+    expect(content).to.equal('echo: yo');
+    expect(chunks.flatMap((c) => c.choices).some((c: { finish_reason: string }) => c.finish_reason === 'stop')).to.equal(true);
+    expect(chunks[chunks.length - 1].usage.completion_tokens).to.equal(3);
+  });
+
+  it('concurrent requests with equal parameters are batched; different parameters are not mixed', async () => {
+    const rs = await Promise.all([
+      ...Array.from({ length: 6 }, (_, i) => post(url, { messages: [{ role: 'user', content: `q${i}` }], temperature: 0, enable_thinking: false })),
+      post(url, { messages: [{ role: 'user', content: 'other' }], temperature: 0.5 }),
+    ]);
+    const bodies = await Promise.all(rs.map((r) => r.json()));
+    expect(bodies.slice(0, 6).map((b) => b.choices[0].message.content)).to.deep.equal(Array.from({ length: 6 }, (_, i) => `echo: q${i}`));
+    for (const c of calls) expect(new Set(c.prompts.map(() => c.opts.temperature)).size).to.equal(1);
+    const t0 = calls.filter((c) => c.opts.temperature === 0);
+    expect(t0.reduce((a, c) => a + c.prompts.length, 0)).to.equal(6);
+    expect(t0.length, JSON.stringify(t0.map((c) => c.prompts.length))).to.be.at.most(3);
+    expect(srv.stats().maxBatchSeen).to.be.at.least(2);
+  });
+
+  it('errors: OpenAI error shape, 400/404/405', async () => {
+    const bad = await post(url, { messages: [] });
+    expect(bad.status).to.equal(400);
+    expect((await bad.json()).error.param).to.equal('messages');
+    const wrongModel = await post(url, { model: 'gpt-x', messages: [{ role: 'user', content: 'a' }] });
+    expect(wrongModel.status).to.equal(404);
+    expect((await wrongModel.json()).error.code).to.equal('model_not_found');
+    expect((await post(url, { messages: [{ role: 'user', content: 'a' }], temperature: 9 })).status).to.equal(400);
+    expect((await fetch(`${url}/chat/completions`)).status).to.equal(405);
+    expect((await fetch(`${url}/nope`)).status).to.equal(404);
+    const notJson = await fetch(`${url}/chat/completions`, { method: 'POST', body: '{' });
+    expect(notJson.status).to.equal(400);
+  });
+
+  it('the shared LLM client and the http judge work against it (per-item and per-plan)', async () => {
+    const client = new LlmClient({ baseUrl: url, model: 'tiny', maxRetries: 0 });
+    const r = await client.chat({ messages: [{ role: 'user', content: 'abc' }], temperature: 0 });
+    expect(r.content).to.equal('echo: abc STOP more');
+    const j = createHttpJudge({ url, model: 'tiny', extraBody: { chat_template_kwargs: { enable_thinking: false } } });
+    const items = [{ id: 'a', text: 'ablation' }, { id: 'b', text: 'baseline' }];
+    const v = await j.judge([{ question: 'Q', plan: 'an ablation', items }, { question: 'Q', plan: 'a baseline', items }]);
+    expect(v.map((x) => x.map((y) => y.met))).to.deep.equal([[true, false], [false, true]]);
+    expect(srv.stats().maxBatchSeen).to.be.at.least(2);
+  });
+});
+
+describe('serve helpers', () => {
+  it('splitReasoning and applyStop', () => {
+    expect(splitReasoning('<think>a</think>\n\nb<|im_end|>')).to.deep.equal({ reasoning: 'a', content: 'b' });
+    expect(splitReasoning('plain')).to.deep.equal({ content: 'plain' });
+    expect(splitReasoning('<think>unfinished')).to.deep.equal({ content: '', reasoning: 'unfinished' });
+    expect(applyStop('abcSTOPdefEND', ['END', 'STOP'])).to.deep.equal({ text: 'abc', stopped: true });
+    expect(applyStop('abc', [])).to.deep.equal({ text: 'abc', stopped: false });
+  });
+});
