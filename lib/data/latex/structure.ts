@@ -1,0 +1,161 @@
+/**
+ * Document structure from flattened LaTeX (DESIGN.md §7): title, abstract, the `document`
+ * body, and the sectioning commands (`\part`, `\chapter`, `\section`, `\subsection`,
+ * `\subsubsection`, `\paragraph`, starred or not, optional short titles) with `\appendix`
+ * marking everything after it. A scanner (not a full parse) so it cannot hang on odd input.
+ */
+import { readGroup, readOptional } from './source.js';
+
+/** Sectioning levels, outermost first. */
+export const LEVELS = ['part', 'chapter', 'section', 'subsection', 'subsubsection', 'paragraph', 'subparagraph'] as const;
+export type SectionLevel = (typeof LEVELS)[number];
+
+/** One heading and the raw LaTeX up to the next heading (of any level). */
+export interface RawHeading {
+  level: SectionLevel;
+  title: string;
+  starred: boolean;
+  appendix: boolean;
+  /** Raw LaTeX after the heading, up to the next heading. */
+  latex: string;
+}
+
+/** Top-level structure of a document. */
+export interface RawStructure {
+  title?: string;
+  abstract?: string;
+  /** LaTeX of the body before the first heading (after `\maketitle` etc.). */
+  front: string;
+  headings: RawHeading[];
+}
+
+/** The text between `\begin{document}` and `\end{document}` (the whole text when absent). */
+export function documentBody(text: string): string {
+  const b = /\\begin\s*\{document\}/.exec(text);
+  const start = b ? b.index + b[0].length : 0;
+  const e = /\\end\s*\{document\}/.exec(text.slice(start));
+  return e ? text.slice(start, start + e.index) : text.slice(start);
+}
+
+/** The preamble (before `\begin{document}`). */
+export function preamble(text: string): string {
+  const b = /\\begin\s*\{document\}/.exec(text);
+  return b ? text.slice(0, b.index) : '';
+}
+
+/** First `\title[short]{…}` argument (anywhere), raw LaTeX. */
+export function findTitle(text: string): string | undefined {
+  const re = /\\title(?![a-zA-Z@])\s*/g;
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(text))) {
+    let i = m.index + m[0].length;
+    const opt = readOptional(text, i);
+    if (opt) i = opt[1];
+    while (/\s/.test(text[i] ?? '')) i++;
+    const g = readGroup(text, i);
+    if (g && g[0].trim()) return g[0].trim();
+  }
+  return undefined;
+}
+
+/** `\begin{abstract}…\end{abstract}` (also in the preamble, as some classes want), or `\abstract{…}`. */
+export function findAbstract(text: string): string | undefined {
+  const env = /\\begin\s*\{abstract\}([\s\S]*?)\\end\s*\{abstract\}/.exec(text);
+  if (env) return env[1].trim();
+  const m = /\\abstract\s*(?=\{)/.exec(text);
+  if (m) {
+    const g = readGroup(text, m.index + m[0].length);
+    if (g) return g[0].trim();
+  }
+  return undefined;
+}
+
+const HEADING_RE = /\\(part|chapter|section|subsection|subsubsection|paragraph|subparagraph)(?![a-zA-Z@])(\*?)|\\appendix(?![a-zA-Z@])|\\begin\s*\{appendix\}|\\begin\s*\{abstract\}[\s\S]*?\\end\s*\{abstract\}/g;
+
+/**
+ * Split the flattened document into headings. Headings inside the preamble are ignored; an
+ * abstract environment in the body is cut out of the text (it is reported as `abstract`).
+ */
+export function extractStructure(flat: string): RawStructure {
+  const body = documentBody(flat);
+  const title = findTitle(flat);
+  const abstract = findAbstract(flat);
+  const headings: RawHeading[] = [];
+  let appendix = false;
+  let front = '';
+  let cur: RawHeading | undefined;
+  let pos = 0;
+  const push = (s: string) => {
+    if (cur) cur.latex += s;
+    else front += s;
+  };
+  HEADING_RE.lastIndex = 0;
+  let m: RegExpExecArray | null;
+  while ((m = HEADING_RE.exec(body))) {
+    push(body.slice(pos, m.index));
+    pos = m.index + m[0].length;
+    if (m[0].startsWith('\\begin')) {
+      if (/appendix/.test(m[0])) appendix = true;
+      continue; // abstract env: dropped from the body
+    }
+    if (m[0].startsWith('\\appendix')) {
+      appendix = true;
+      continue;
+    }
+    let i = pos;
+    while (/\s/.test(body[i] ?? '')) i++;
+    const opt = readOptional(body, i);
+    if (opt) {
+      i = opt[1];
+      while (/\s/.test(body[i] ?? '')) i++;
+    }
+    const g = readGroup(body, i);
+    if (!g) continue; // \section used without an argument (e.g. in a macro definition)
+    pos = g[1];
+    HEADING_RE.lastIndex = pos;
+    cur = { level: m[1] as SectionLevel, title: g[0].trim(), starred: m[2] === '*', appendix, latex: '' };
+    headings.push(cur);
+  }
+  push(body.slice(pos));
+  return { title, abstract, front, headings };
+}
+
+/** A section with its subsections merged in: the unit the map step sees. */
+export interface RawSection {
+  level: SectionLevel;
+  title: string;
+  starred: boolean;
+  appendix: boolean;
+  /** Titles of the merged sub-headings. */
+  subheadings: string[];
+  latex: string;
+}
+
+/**
+ * Group headings into top-level sections: the outermost level present among `section` /
+ * `chapter` (or whatever is outermost) and everything below it merged in, sub-headings kept as
+ * marked lines so that the text stays readable.
+ */
+export function topLevelSections(headings: RawHeading[]): RawSection[] {
+  if (!headings.length) return [];
+  const present = new Set(headings.map((h) => h.level));
+  const top = LEVELS.find((l) => l !== 'part' && present.has(l)) ?? 'part';
+  const topIdx = LEVELS.indexOf(top);
+  const out: RawSection[] = [];
+  let cur: RawSection | undefined;
+  for (const h of headings) {
+    const idx = LEVELS.indexOf(h.level);
+    if (idx < topIdx) {
+      // a \part above the top level: its text opens a section of its own
+      cur = { level: h.level, title: h.title, starred: h.starred, appendix: h.appendix, subheadings: [], latex: h.latex };
+      out.push(cur);
+    } else if (idx === topIdx || !cur) {
+      cur = { level: h.level, title: h.title, starred: h.starred, appendix: h.appendix, subheadings: [], latex: h.latex };
+      out.push(cur);
+    } else {
+      cur.subheadings.push(h.title);
+      cur.latex += `\n\n\\paragraph{${h.title}}\n${h.latex}`;
+    }
+  }
+  return out;
+}
