@@ -1,0 +1,97 @@
+/**
+ * Tiny random Qwen3 checkpoints for tests, made by scripts/make_tiny_qwen3.py and cached under
+ * `.cache/tiny-models/<name>[-variant]` in the repository (gitignored). Also runs the Python
+ * reference (scripts/ref_qwen3.py) for parity tests.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { packageRoot } from '../../lib/native.js';
+
+export type TinyName = 'tiny-tied' | 'tiny-untied';
+
+export interface TinyOptions {
+  seed?: number;
+  dtype?: 'float32' | 'bfloat16' | 'float16';
+  shards?: number;
+  keepTiedLmHead?: boolean;
+}
+
+export const python = process.env.PYTHON ?? 'python3';
+
+/** Returns the directory of a cached tiny checkpoint, creating it on first use (~10 s). */
+export function tinyModel(name: TinyName, opts: TinyOptions = {}): string {
+  const seed = opts.seed ?? 0;
+  const dtype = opts.dtype ?? 'float32';
+  const shards = opts.shards ?? 1;
+  const tag = `${name}-s${seed}-${dtype}-x${shards}${opts.keepTiedLmHead ? '-lmhead' : ''}`;
+  const root = join(packageRoot, '.cache', 'tiny-models');
+  const dir = join(root, tag);
+  if (existsSync(join(dir, 'fingerprint.json'))) return dir;
+  mkdirSync(root, { recursive: true });
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  const args = [join(packageRoot, 'scripts', 'make_tiny_qwen3.py'), '--name', name, '--out', tmp, '--seed', String(seed), '--dtype', dtype, '--shards', String(shards)];
+  if (opts.keepTiedLmHead) args.push('--keep-tied-lm-head');
+  execFileSync(python, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  return dir;
+}
+
+/** The fingerprint written by the maker (sum over weights, float64). */
+export function tinyFingerprint(dir: string): number {
+  return (JSON.parse(readFileSync(join(dir, 'fingerprint.json'), 'utf8')) as { embed_abs_sum: number }).embed_abs_sum;
+}
+
+/** Output of one reference forward task. */
+export interface RefForward {
+  shape: number[];
+  loss: number | null;
+  logits: Float32Array;
+  grads: Record<string, { data: Float32Array; shape: number[] }>;
+}
+
+/** Runs scripts/ref_qwen3.py on a job file (see the script's docstring). */
+export function runReference(job: object, workDir: string): void {
+  mkdirSync(workDir, { recursive: true });
+  const jf = join(workDir, `job-${Date.now()}-${Math.random().toString(36).slice(2)}.json`);
+  writeFileSync(jf, JSON.stringify(job));
+  execFileSync(python, [join(packageRoot, 'scripts', 'ref_qwen3.py'), jf], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, OMP_NUM_THREADS: '2' } });
+}
+
+/** Reads PREFIX.json / .logits.bin / .grads.bin written by a forward task. */
+export function readRefForward(prefix: string): RefForward {
+  const meta = JSON.parse(readFileSync(`${prefix}.json`, 'utf8')) as { shape: number[]; loss: number | null; grads: Record<string, { offset: number; shape: number[] }> };
+  const lb = readFileSync(`${prefix}.logits.bin`);
+  const logits = new Float32Array(lb.buffer.slice(lb.byteOffset, lb.byteOffset + lb.byteLength));
+  const grads: RefForward['grads'] = {};
+  if (Object.keys(meta.grads).length) {
+    const gb = readFileSync(`${prefix}.grads.bin`);
+    const all = new Float32Array(gb.buffer.slice(gb.byteOffset, gb.byteOffset + gb.byteLength));
+    for (const [k, v] of Object.entries(meta.grads)) {
+      const n = v.shape.reduce((a, b) => a * b, 1);
+      grads[k] = { data: all.slice(v.offset, v.offset + n), shape: v.shape };
+    }
+  }
+  return { shape: meta.shape, loss: meta.loss, logits, grads };
+}
+
+/** Right-padded batch used by the parity tests: [B=3, T=7], pad id 151643, labels -100 on pads. */
+export function paddedBatch(): { ids: number[][]; mask: number[][]; labels: number[][] } {
+  const rows = [
+    [9707, 11, 1879, 0, 151644, 77091, 198],
+    [151644, 872, 198, 3838, 374],
+    [13, 151669 - 3, 42, 1000],
+  ];
+  const T = Math.max(...rows.map((r) => r.length));
+  const ids = rows.map((r) => [...r, ...Array(T - r.length).fill(151643)]);
+  const mask = rows.map((r) => [...Array(r.length).fill(1), ...Array(T - r.length).fill(0)]);
+  const labels = ids.map((r, i) => r.map((t, j) => (mask[i][j] ? t : -100)));
+  return { ids, mask, labels };
+}
+
+/** Flattens number[][] into a JS tensor. */
+export function int32(rows: number[][]): { data: Int32Array; shape: number[] } {
+  return { data: Int32Array.from(rows.flat()), shape: [rows.length, rows[0].length] };
+}
