@@ -117,5 +117,6 @@ void RegisterRuntime(Napi::Env env, Napi::Object exports);  // napi/runtime.cc: 
 void RegisterModel(Napi::Env env, Napi::Object exports);    // model/: Qwen3 + LoRA + adapters
 void RegisterLoss(Napi::Env env, Napi::Object exports);     // loss/: fused JSD / GRPO, advantages
 void RegisterOptim(Napi::Env env, Napi::Object exports);    // optim/: AdamW, schedules, clipping
+void RegisterGenerate(Napi::Env env, Napi::Object exports); // generate/: batched KV-cache sampling, abort handles
 
 }  // namespace pg

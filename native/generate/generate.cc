@@ -1,0 +1,224 @@
+#include "generate/generate.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "napi/util.h"
+
+#ifdef PG_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace pg {
+
+void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r) {
+  const Qwen3Config& c = m.config();
+  if (r.prompts.empty()) throw ArgError("prompts must be a non-empty array of token-id arrays");
+  if (r.n < 1) throw ArgError("n must be an integer >= 1, got " + std::to_string(r.n));
+  if (r.max_new_tokens < 1) throw ArgError("maxNewTokens must be an integer >= 1, got " + std::to_string(r.max_new_tokens));
+  ValidateSampling(r.sampling, "options");
+  if (!(r.compact_fraction > 0 && r.compact_fraction <= 1)) throw ArgError("compactFraction must be in (0, 1]");
+  const int64_t ctx = c.max_position_embeddings;
+  for (size_t i = 0; i < r.prompts.size(); ++i) {
+    const auto& p = r.prompts[i];
+    const std::string name = "prompts[" + std::to_string(i) + "]";
+    if (p.empty()) throw ArgError(name + " is empty (a prompt needs at least one token)");
+    const int64_t len = static_cast<int64_t>(p.size());
+    if (ctx > 0 && len > ctx)
+      throw ArgError(name + " has " + std::to_string(len) + " tokens, longer than the model context (max_position_embeddings = " + std::to_string(ctx) + ")");
+    if (ctx > 0 && len + r.max_new_tokens > ctx)
+      throw ArgError(name + " has " + std::to_string(len) + " tokens; with maxNewTokens = " + std::to_string(r.max_new_tokens) +
+                     " it needs " + std::to_string(len + r.max_new_tokens) + " positions, more than the model context (" + std::to_string(ctx) + ")");
+    for (size_t j = 0; j < p.size(); ++j)
+      if (p[j] < 0 || p[j] >= c.vocab_size)
+        throw ArgError(name + "[" + std::to_string(j) + "] = " + std::to_string(p[j]) + " is outside [0, vocab_size = " + std::to_string(c.vocab_size) + ")");
+  }
+  for (size_t i = 0; i < r.stop_ids.size(); ++i)
+    if (r.stop_ids[i] < 0 || r.stop_ids[i] >= c.vocab_size)
+      throw ArgError("stopIds[" + std::to_string(i) + "] = " + std::to_string(r.stop_ids[i]) + " is outside [0, vocab_size)");
+  if (r.pad_id < 0 || r.pad_id >= c.vocab_size) throw ArgError("padId is outside [0, vocab_size)");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// Keeps only the batch rows `keep` (ascending) of every cache tensor, in place: the kept rows move
+// to the front and the tensors are narrowed on dim 0 (no new cache allocation; copies only the
+// filled positions).
+void CompactCache(KVCache& cache, const at::Tensor& keep) {
+  const int64_t k = keep.size(0), len = cache.len;
+  auto compact = [&](at::Tensor& t) {
+    at::Tensor rows = t.narrow(2, 0, len).index_select(0, keep);
+    t = t.narrow(0, 0, k);
+    t.narrow(2, 0, len).copy_(rows);
+  };
+  for (auto& t : cache.k) compact(t);
+  for (auto& t : cache.v) compact(t);
+}
+
+// Repeats every row `n` times (row i -> rows i*n .. i*n+n-1) into fresh tensors of the same
+// capacity; copies only the filled positions.
+void ExpandCache(KVCache& cache, int64_t n) {
+  if (n == 1) return;
+  const int64_t len = cache.len;
+  auto expand = [&](at::Tensor& t) {
+    auto sz = t.sizes().vec();
+    sz[0] *= n;
+    at::Tensor out = at::empty(sz, t.options());
+    out.narrow(2, 0, len).copy_(t.narrow(2, 0, len).repeat_interleave(n, 0));
+    t = out;
+  };
+  for (auto& t : cache.k) expand(t);
+  for (auto& t : cache.v) expand(t);
+}
+
+GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
+  ValidateRequest(m, r);
+  at::NoGradGuard ng;
+  auto check_abort = [&] {
+    if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
+  };
+  check_abort();
+  const at::Device dev = m.device();
+  const int64_t P = static_cast<int64_t>(r.prompts.size()), n = r.n, N = P * n;
+  int64_t lmax = 0;
+  GenerateResult res;
+  res.seed = r.seed;
+  for (const auto& p : r.prompts) {
+    lmax = std::max<int64_t>(lmax, static_cast<int64_t>(p.size()));
+    res.prompt_tokens += static_cast<int64_t>(p.size());
+  }
+  const int64_t cap = lmax + r.max_new_tokens;
+
+  // Left-padded prompt batch [P, lmax] and the attention mask over the whole cache [P, cap].
+  auto lopt = at::TensorOptions().dtype(at::kLong);
+  at::Tensor ids = at::full({P, lmax}, r.pad_id, lopt);
+  at::Tensor mask = at::zeros({P, cap}, lopt);
+  std::vector<int64_t> plen(P);
+  {
+    auto ia = ids.accessor<int64_t, 2>();
+    auto ma = mask.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < P; ++i) {
+      const auto& p = r.prompts[i];
+      plen[i] = static_cast<int64_t>(p.size());
+      const int64_t off = lmax - plen[i];
+      for (int64_t j = 0; j < plen[i]; ++j) {
+        ia[i][off + j] = p[j];
+        ma[i][off + j] = 1;
+      }
+    }
+  }
+  at::Tensor pos = (mask.narrow(1, 0, lmax).cumsum(1) - 1).clamp_min(0);
+  ids = ids.to(dev);
+  mask = mask.to(dev);
+  pos = pos.to(dev);
+
+  const auto t0 = Clock::now();
+  KVCache cache = m.NewCache(P, cap);
+  at::Tensor h = m.Forward(ids, mask.narrow(1, 0, lmax), pos, r.adapter, &cache);
+  at::Tensor logits = m.Logits(h.select(1, lmax - 1));  // [P, V] fp32
+  h = at::Tensor();
+  if (n > 1) {
+    ExpandCache(cache, n);
+    mask = mask.repeat_interleave(n, 0);
+    logits = logits.repeat_interleave(n, 0);
+  }
+  std::vector<int64_t> next_pos_host(N);
+  for (int64_t g = 0; g < N; ++g) next_pos_host[g] = plen[g / n];
+  at::Tensor next_pos = at::tensor(next_pos_host, lopt).to(dev);  // [A] position of the next input token
+  (void)logits.select(0, 0).select(0, 0).item<float>();          // sync: honest prefill time
+  const auto t1 = Clock::now();
+  res.prefill_ms = Ms(t0, t1);
+
+  res.completions.resize(N);
+  for (int64_t g = 0; g < N; ++g) {
+    res.completions[g].prompt_index = g / n;
+    res.completions[g].sample_index = g % n;
+    res.completions[g].tokens.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
+    res.completions[g].logprobs.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
+  }
+  std::vector<char> done(N, 0);
+  std::vector<int64_t> active(N);  // global row of each batch row
+  for (int64_t g = 0; g < N; ++g) active[g] = g;
+  auto is_stop = [&](int64_t t) { return std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end(); };
+
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+  auto fopt = at::TensorOptions().dtype(at::kFloat);
+  for (int64_t step = 0; step < r.max_new_tokens; ++step) {
+    check_abort();
+    if (step == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", step);
+    // One uniform per global row per step, drawn whether or not the row is still running: a
+    // row's samples depend only on the seed and its own logits, not on batch composition.
+    at::Tensor u_all = at::rand({N}, gen, fopt);
+    const int64_t A = static_cast<int64_t>(active.size());
+    at::Tensor bidx = at::tensor(active, lopt);
+    at::Tensor u = (A == N ? u_all : u_all.index_select(0, bidx)).to(dev);
+    auto [tok, lp] = SampleTokens(logits, r.sampling, u);
+    at::Tensor tok_h = tok.to(at::kCPU), lp_h = lp.to(at::kCPU);
+    const int64_t* tp = tok_h.data_ptr<int64_t>();
+    const float* lpp = lp_h.data_ptr<float>();
+    int64_t finished_in_batch = 0;
+    for (int64_t b = 0; b < A; ++b) {
+      const int64_t g = active[b];
+      if (done[g]) {
+        ++finished_in_batch;
+        continue;
+      }
+      Completion& c = res.completions[g];
+      c.tokens.push_back(static_cast<int32_t>(tp[b]));
+      c.logprobs.push_back(lpp[b]);
+      ++res.new_tokens;
+      if (is_stop(tp[b])) {
+        c.stopped = true;
+        done[g] = 1;
+        ++finished_in_batch;
+      }
+    }
+    if (step + 1 == r.max_new_tokens || finished_in_batch == A) break;
+    if (finished_in_batch > 0 && finished_in_batch >= std::max<int64_t>(1, static_cast<int64_t>(std::ceil(r.compact_fraction * A)))) {
+      std::vector<int64_t> keep_b, keep_g;
+      for (int64_t b = 0; b < A; ++b)
+        if (!done[active[b]]) {
+          keep_b.push_back(b);
+          keep_g.push_back(active[b]);
+        }
+      at::Tensor keep = at::tensor(keep_b, lopt).to(dev);
+      CompactCache(cache, keep);
+      mask = mask.index_select(0, keep);
+      next_pos = next_pos.index_select(0, keep);
+      tok = tok.index_select(0, keep);
+      active = std::move(keep_g);
+      ++res.compactions;
+    }
+    const int64_t L = cache.len;
+    mask.narrow(1, L, 1).fill_(1);
+    at::Tensor hh = m.Forward(tok.unsqueeze(1), mask.narrow(1, 0, L + 1), next_pos.unsqueeze(1), r.adapter, &cache);
+    next_pos.add_(1);
+    logits = m.Logits(hh.select(1, 0));
+    ++res.steps;
+  }
+  res.decode_ms = Ms(t1, Clock::now());
+  return res;
+}
+
+}  // namespace
+
+GenerateResult Generate(Qwen3Model& m, const GenerateRequest& r) {
+  try {
+    return GenerateImpl(m, r);
+  } catch (...) {
+    // The cache and activations of GenerateImpl are already released here; hand the cached
+    // blocks back so the model stays usable after an out-of-memory.
+#ifdef PG_WITH_CUDA
+    if (m.device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+    throw;
+  }
+}
+
+}  // namespace pg

@@ -1,0 +1,64 @@
+// Batched autoregressive generation with a KV cache over the Qwen3Model contract (model/qwen3.h).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "generate/sampler.h"
+#include "model/qwen3.h"
+
+namespace pg {
+
+/// One generation call. Prompts are token ids (already chat-rendered and tokenized).
+struct GenerateRequest {
+  std::vector<std::vector<int64_t>> prompts;  // P prompts, each non-empty, ids in [0, vocab_size)
+  int64_t n = 1;                              // completions per prompt (prompt prefilled once)
+  int64_t max_new_tokens = 256;               // >= 1
+  SamplingOptions sampling;
+  uint64_t seed = 0;                          // per-call RNG seed (own CPU generator)
+  std::vector<int64_t> stop_ids;              // any of them ends a completion (finish "stop")
+  int64_t pad_id = 0;                         // id written into left padding (masked, never attended)
+  AdapterSel adapter;                         // which adapter the forwards use
+  std::shared_ptr<std::atomic<bool>> abort;   // set from JS: AbortedError before the next step
+  /// Compact finished rows out of the batch once they are at least this fraction of it (0..1].
+  double compact_fraction = 0.125;
+  int64_t simulate_oom_at_step = -1;          // test hook: throw c10::OutOfMemoryError at this decode step
+};
+
+/// One completion (row r = prompt_index * n + sample_index).
+struct Completion {
+  int64_t prompt_index = 0, sample_index = 0;
+  std::vector<int32_t> tokens;   // sampled ids; includes the stop id when finish == stop
+  std::vector<float> logprobs;   // per token: log_softmax(logits / T)[token], full vocabulary
+  bool stopped = false;          // true: "stop" (a stop id was sampled); false: "length"
+};
+
+struct GenerateResult {
+  std::vector<Completion> completions;  // P * n, ordered by (prompt_index, sample_index)
+  uint64_t seed = 0;
+  int64_t prompt_tokens = 0;  // sum of prompt lengths (without padding)
+  int64_t new_tokens = 0;     // sum of completion lengths
+  int64_t steps = 0;          // decode forwards run (after the prefill)
+  int64_t compactions = 0;    // times finished rows were removed from the batch
+  double prefill_ms = 0, decode_ms = 0;
+};
+
+/// Checks the request against the model (ArgError naming the JS option: prompts[i], n,
+/// maxNewTokens, temperature, topK, topP, stopIds[i], padId). Context: every prompt must satisfy
+/// len + maxNewTokens <= max_position_embeddings.
+void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r);
+
+/// Runs the generation on the calling thread. The caller holds m.mutex() and has set grad mode
+/// off and the CUDA device. Steps: left-pad prompts to the longest, prefill once into a KV cache
+/// of P rows, expand the cache rows n times, then decode one token per row per step; rows that
+/// sampled a stop id stop recording and are compacted out of the batch (see compact_fraction).
+/// Throws AbortedError when r.abort is set (checked before the prefill and every decode step);
+/// out-of-memory propagates as c10::OutOfMemoryError after the cache is released (the model stays
+/// usable).
+GenerateResult Generate(Qwen3Model& m, const GenerateRequest& r);
+
+}  // namespace pg

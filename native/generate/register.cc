@@ -1,0 +1,211 @@
+// JS bindings of generate/: generate (Promise, worker thread), createAbortHandle, sampleFromLogits.
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <random>
+
+#include "generate/generate.h"
+#include "generate/sampler.h"
+#include "model/binding.h"
+#include "napi/util.h"
+
+namespace pg {
+namespace {
+
+constexpr napi_type_tag kAbortTag = {0x7067616272743031ULL, 0x61626f7274666c67ULL};
+using Flag = std::shared_ptr<std::atomic<bool>>;
+
+// createAbortHandle() -> {abort(): void, aborted(): boolean}: a flag shared with worker threads.
+Napi::Value CreateAbortHandle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return Guard(env, [&]() -> Napi::Value {
+    Flag flag = std::make_shared<std::atomic<bool>>(false);
+    Napi::Object o = Napi::Object::New(env);
+    o.TypeTag(&kAbortTag);
+    auto* holder = new Flag(flag);
+    napi_status st = napi_wrap(
+        env, o, holder, [](napi_env, void* data, void*) { delete static_cast<Flag*>(data); }, nullptr, nullptr);
+    if (st != napi_ok) {
+      delete holder;
+      throw std::runtime_error("napi_wrap failed");
+    }
+    o.Set("abort", Napi::Function::New(env, [flag](const Napi::CallbackInfo& i) {
+      flag->store(true);
+      return i.Env().Undefined();
+    }, "abort"));
+    o.Set("aborted", Napi::Function::New(env, [flag](const Napi::CallbackInfo& i) {
+      return Napi::Boolean::New(i.Env(), flag->load());
+    }, "aborted"));
+    return o;
+  });
+}
+
+Flag UnwrapAbort(Napi::Env env, const Napi::Value& v, const char* what) {
+  if (!v.IsObject() || !v.As<Napi::Object>().CheckTypeTag(&kAbortTag))
+    throw ArgError(std::string(what) + " must be a handle from createAbortHandle()");
+  void* data = nullptr;
+  if (napi_unwrap(env, v, &data) != napi_ok || !data) throw ArgError(std::string(what) + " is not a valid abort handle");
+  return *static_cast<Flag*>(data);
+}
+
+uint64_t ReadSeed(const Napi::Object& o, const char* what) {
+  if (!Has(o, "seed")) {
+    std::random_device rd;
+    return ((static_cast<uint64_t>(rd()) << 32) ^ rd()) & ((1ULL << 48) - 1);
+  }
+  int64_t s = GetInt(o, "seed", std::nullopt, what);
+  if (s < 0) throw ArgError(std::string(what) + ".seed must be an integer >= 0");
+  return static_cast<uint64_t>(s);
+}
+
+SamplingOptions ReadSampling(const Napi::Object& o, const char* what) {
+  SamplingOptions s;
+  s.temperature = GetNumber(o, "temperature", 1.0, what);
+  s.top_k = GetInt(o, "topK", 0, what);
+  s.top_p = GetNumber(o, "topP", 1.0, what);
+  ValidateSampling(s, what);
+  return s;
+}
+
+std::vector<int64_t> ReadIds(const Napi::Value& v, const std::string& what) {
+  std::vector<int64_t> out;
+  if (v.IsTypedArray()) {
+    auto ta = v.As<Napi::TypedArray>();
+    if (ta.TypedArrayType() == napi_int32_array) {
+      auto a = v.As<Napi::Int32Array>();
+      out.assign(a.Data(), a.Data() + a.ElementLength());
+      return out;
+    }
+    if (ta.TypedArrayType() == napi_uint32_array) {
+      auto a = v.As<Napi::Uint32Array>();
+      out.assign(a.Data(), a.Data() + a.ElementLength());
+      return out;
+    }
+    throw ArgError(what + " must be an array of integers, Int32Array or Uint32Array");
+  }
+  if (!v.IsArray()) throw ArgError(what + " must be an array of token ids");
+  auto a = v.As<Napi::Array>();
+  out.reserve(a.Length());
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    Napi::Value e = a.Get(i);
+    double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : NAN;
+    if (!std::isfinite(d) || d != std::floor(d)) throw ArgError(what + "[" + std::to_string(i) + "] must be an integer token id");
+    out.push_back(static_cast<int64_t>(d));
+  }
+  return out;
+}
+
+AdapterSel ReadAdapter(const Napi::Object& o) {
+  AdapterSel sel;
+  if (!Has(o, "adapter")) return sel;
+  Napi::Value v = o.Get("adapter");
+  if (v.IsString()) {
+    std::string s = v.As<Napi::String>().Utf8Value();
+    if (s == "active") return sel;
+    if (s == "none") {
+      sel.kind = AdapterSel::None;
+      return sel;
+    }
+  } else if (v.IsObject() && Has(v.As<Napi::Object>(), "snapshot")) {
+    sel.kind = AdapterSel::Snapshot;
+    sel.name = GetString(v.As<Napi::Object>(), "snapshot", std::nullopt, "options.adapter");
+    return sel;
+  }
+  throw ArgError("options.adapter must be 'active', 'none' or {snapshot: name}");
+}
+
+// generate(model, options) -> Promise<GenerateResult>; see lib/model/policy.ts for the typed surface.
+Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return Guard(env, [&]() -> Napi::Value {
+    std::shared_ptr<Qwen3Model> model = UnwrapModel(info[0], "model");
+    Napi::Object o = ArgObject(info, 1, "options");
+    auto req = std::make_shared<GenerateRequest>();
+    if (!Has(o, "prompts")) throw ArgError("options.prompts is required (an array of token-id arrays)");
+    Napi::Value pv = o.Get("prompts");
+    if (!pv.IsArray()) throw ArgError("options.prompts must be an array of token-id arrays");
+    auto pa = pv.As<Napi::Array>();
+    for (uint32_t i = 0; i < pa.Length(); ++i) req->prompts.push_back(ReadIds(pa.Get(i), "prompts[" + std::to_string(i) + "]"));
+    req->n = GetInt(o, "n", 1, "options");
+    req->max_new_tokens = GetInt(o, "maxNewTokens", 256, "options");
+    req->sampling = ReadSampling(o, "options");
+    req->seed = ReadSeed(o, "options");
+    if (Has(o, "stopIds")) req->stop_ids = GetIntArray(o, "stopIds", "options");
+    req->pad_id = GetInt(o, "padId", 0, "options");
+    req->adapter = ReadAdapter(o);
+    req->compact_fraction = GetNumber(o, "compactFraction", 0.125, "options");
+    req->simulate_oom_at_step = GetInt(o, "simulateOomAtStep", -1, "options");
+    req->abort = Has(o, "abortHandle") ? UnwrapAbort(env, o.Get("abortHandle"), "options.abortHandle")
+                                        : std::make_shared<std::atomic<bool>>(false);
+    ValidateRequest(*model, *req);  // argument errors reject before any work is queued
+    auto res = std::make_shared<GenerateResult>();
+    auto run = [model, req, res]() {
+      std::lock_guard<std::mutex> lk(model->mutex());
+      if (model->disposed()) throw InputError("model was disposed");
+      *res = Generate(*model, *req);
+    };
+    auto done = [res](Napi::Env e) -> Napi::Value {
+      Napi::Object out = Napi::Object::New(e);
+      Napi::Array comps = Napi::Array::New(e, res->completions.size());
+      for (size_t i = 0; i < res->completions.size(); ++i) {
+        const Completion& c = res->completions[i];
+        Napi::Object co = Napi::Object::New(e);
+        co.Set("promptIndex", Napi::Number::New(e, static_cast<double>(c.prompt_index)));
+        co.Set("sampleIndex", Napi::Number::New(e, static_cast<double>(c.sample_index)));
+        auto ti = Napi::Int32Array::New(e, c.tokens.size());
+        std::copy(c.tokens.begin(), c.tokens.end(), ti.Data());
+        auto lp = Napi::Float32Array::New(e, c.logprobs.size());
+        std::copy(c.logprobs.begin(), c.logprobs.end(), lp.Data());
+        co.Set("tokenIds", ti);
+        co.Set("logprobs", lp);
+        co.Set("finishReason", Napi::String::New(e, c.stopped ? "stop" : "length"));
+        comps.Set(static_cast<uint32_t>(i), co);
+      }
+      out.Set("completions", comps);
+      out.Set("seed", Napi::Number::New(e, static_cast<double>(res->seed)));
+      out.Set("promptTokens", Napi::Number::New(e, static_cast<double>(res->prompt_tokens)));
+      out.Set("newTokens", Napi::Number::New(e, static_cast<double>(res->new_tokens)));
+      out.Set("steps", Napi::Number::New(e, static_cast<double>(res->steps)));
+      out.Set("compactions", Napi::Number::New(e, static_cast<double>(res->compactions)));
+      out.Set("prefillMs", Napi::Number::New(e, res->prefill_ms));
+      out.Set("decodeMs", Napi::Number::New(e, res->decode_ms));
+      return out;
+    };
+    return Worker::Start(env, run, done, /*grad=*/false, model->device());
+  });
+}
+
+// sampleFromLogits(logits {data: Float32Array, shape: [R, V]}, {temperature, topK, topP, seed})
+//   -> {tokenIds: Int32Array [R], logprobs: Float32Array [R], seed}
+// The sampler of generate() on given logits (synchronous, CPU), for tests and tools.
+Napi::Value SampleFromLogitsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return Guard(env, [&]() -> Napi::Value {
+    if (info.Length() < 1) throw ArgError("logits is required (a tensor {data, shape: [R, V]})");
+    at::Tensor logits = TensorFromJs(info[0], "logits");
+    if (logits.dim() != 2 || logits.size(0) < 1 || logits.size(1) < 1) throw ArgError("logits must have shape [R, V] with R, V >= 1");
+    if (!at::isFloatingType(logits.scalar_type())) throw ArgError("logits must be a Float32Array or Float64Array tensor");
+    Napi::Object o = ArgObject(info, 1, "options", /*optional=*/true);
+    SamplingOptions s = ReadSampling(o, "options");
+    uint64_t seed = ReadSeed(o, "options");
+    at::NoGradGuard ng;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    at::Tensor u = at::rand({logits.size(0)}, gen, at::TensorOptions().dtype(at::kFloat));
+    auto [tok, lp] = SampleTokens(logits.to(at::kFloat), s, u);
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("tokenIds", TensorToJs(env, tok).Get("data"));
+    out.Set("logprobs", TensorToJs(env, lp).Get("data"));
+    out.Set("seed", Napi::Number::New(env, static_cast<double>(seed)));
+    return out;
+  });
+}
+
+}  // namespace
+
+void RegisterGenerate(Napi::Env env, Napi::Object exports) {
+  exports.Set("generate", Napi::Function::New(env, GenerateJs, "generate"));
+  exports.Set("createAbortHandle", Napi::Function::New(env, CreateAbortHandle, "createAbortHandle"));
+  exports.Set("sampleFromLogits", Napi::Function::New(env, SampleFromLogitsJs, "sampleFromLogits"));
+}
+
+}  // namespace pg
