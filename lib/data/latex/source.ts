@@ -255,6 +255,7 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn): Fla
   const missing: string[] = [];
   const stack: string[] = [];
 
+  const REFUSED = '\0refused';
   const resolveTarget = (fromDir: string, target: string): string | undefined => {
     const t = target.replace(/^"|"$/g, '');
     const cands = /\.[a-zA-Z]{1,4}$/.test(t) && !/\.tex$/i.test(t) ? [`${t}.tex`, t] : /\.tex$/i.test(t) ? [t] : [`${t}.tex`, t];
@@ -269,7 +270,7 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn): Fla
       }
       if (!within(rootReal, real)) {
         warn(`include ${JSON.stringify(target)} resolves outside the paper root; ignored`);
-        return undefined;
+        return REFUSED;
       }
       try {
         if (!statSync(real).isFile()) continue;
@@ -298,6 +299,7 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn): Fla
       const label = ref.dir ? `${ref.dir}/${ref.file}` : ref.file;
       if (/[\\#]/.test(ref.file)) continue; // macro argument (\newcommand\x[1]{\input{#1}}) or macro path
       const target = resolveTarget(dir, ref.file) ?? (dir !== baseDir ? undefined : resolveTarget(fileDir, ref.file));
+      if (target === REFUSED) continue;
       if (!target) {
         if (!within(rootReal, resolve(dir, ref.file))) warn(`include ${JSON.stringify(label)} points outside the paper root; ignored`);
         else {

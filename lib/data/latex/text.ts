@@ -115,6 +115,9 @@ export function astToText(nodes: Ast.Node[]): string {
               walk(opt.content);
               out.push(': ');
             }
+            // the item body is attached as the last (mark-less) argument
+            const bodyArg = (n.args ?? []).filter((a) => a.openMark === '' && a.content.length).pop();
+            if (bodyArg) walk(bodyArg.content);
             break;
           }
           if (name in SYMBOLS) {
@@ -276,7 +279,11 @@ export function fallbackToText(src: string): string {
   s = s.replace(/\\(cite[a-z]*|citep|citet)\*?\s*(\[[^\]]*\]\s*){0,2}\{[^{}]*\}/g, (m) => (m.startsWith('\\citeauthor') ? 'the authors' : '[citation]'));
   s = s.replace(/\\(ref|eqref|cref|Cref|autoref|pageref)\*?\s*\{[^{}]*\}/g, '[ref]');
   s = s.replace(/\\(label|includegraphics|bibliography|bibliographystyle|vspace|hspace|setlength|setcounter|addtocounter|addcontentsline|color|marginicon|script|usepackage)\*?\s*(\[[^\]]*\])?\s*(\{[^{}]*\}\s*){0,2}/g, ' ');
-  s = s.replace(/\\footnote\s*\{/g, ' (footnote: {');
+  s = s.replace(/\\footnote\s*(?=\{)/g, (m, off: number, all: string) => {
+    const g = readGroup(all, off + m.length);
+    return g ? ' (footnote: ' : m;
+  });
+  s = replaceGroups(s, ' (footnote: ', ')');
   s = s.replace(/\\href\s*\{[^{}]*\}/g, '');
   s = s.replace(/\\url\s*\{([^{}]*)\}/g, '$1');
   s = s.replace(/\\begin\{[^}]*\}(\[[^\]]*\])?|\\end\{[^}]*\}/g, '\n');
@@ -286,6 +293,26 @@ export function fallbackToText(src: string): string {
   // remove braces outside math (keep math as written)
   s = s.replace(/(\$\$[\s\S]*?\$\$|\$[^$]*\$)|[{}]/g, (m, math: string | undefined) => math ?? '');
   return tidy(s);
+}
+
+/** Close footnote parentheses opened by the fallback: `(footnote: {…}` → `(footnote: …)`. */
+function replaceGroups(s: string, marker: string, close: string): string {
+  let out = '';
+  let pos = 0;
+  for (;;) {
+    const i = s.indexOf(marker, pos);
+    if (i < 0) break;
+    const j = i + marker.length;
+    const g = readGroup(s, j);
+    if (!g) {
+      out += s.slice(pos, j);
+      pos = j;
+      continue;
+    }
+    out += s.slice(pos, i) + marker + g[0] + close;
+    pos = g[1];
+  }
+  return out + s.slice(pos);
 }
 
 /**
