@@ -17,7 +17,8 @@
  * for either side is an error at construction. `raw` records P(yes) and the yes+no mass (a small
  * mass means the judge would not have answered yes/no at all).
  */
-import { native, type JsTensor } from '../native.js';
+import type { JsTensor } from '../native.js';
+import { loadModel, type Device, type Dtype, type Qwen3Model } from '../model/qwen3.js';
 import { Tokenizer } from '../model/tokenizer.js';
 import { ChatTemplate } from '../model/chat.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
@@ -31,7 +32,7 @@ export type LastLogitsFn = (inputIds: number[][], signal?: AbortSignal) => Promi
 
 /** The slice of the native `Model` the local judge needs. */
 export interface ForwardModel {
-  forward(args: { inputIds: JsTensor<Int32Array>; attentionMask: JsTensor<Int32Array>; outputs?: string[]; adapter?: string }): Promise<{ logits: JsTensor<Float32Array> }>;
+  forward(args: { inputIds: JsTensor<Int32Array>; attentionMask: JsTensor<Int32Array>; outputs?: ('logits' | 'hidden')[]; adapter?: string }): Promise<{ logits?: JsTensor<Float32Array> }>;
 }
 
 /**
@@ -73,6 +74,7 @@ export function modelLastLogits(model: ForwardModel, opts: { padId: number; adap
       k += take.length;
       const { ids, mask, last } = padRight(take.map((i) => rows[i]), opts.padId);
       const { logits } = await model.forward({ inputIds: ids, attentionMask: mask, outputs: ['logits'], adapter: opts.adapter ?? 'none' });
+      if (!logits) throw new Error('forward returned no logits');
       const [B, Tl, V] = logits.shape;
       if (B !== take.length || Tl !== ids.shape[1]) throw new Error(`forward returned logits of shape [${logits.shape}] for a [${ids.shape}] batch`);
       take.forEach((i, b) => {
@@ -203,26 +205,38 @@ export class LocalJudge implements Judge {
   }
 }
 
-/** The JS `Model` of the addon as the judge loads it. */
-interface NativeModel extends ForwardModel {
-  config: { vocab_size: number };
-  dispose(): void;
+/**
+ * A local judge on an already loaded model (e.g. the policy's own model: the judge then runs the
+ * frozen base through `adapter: 'none'`, no second copy). `tokenizer` must be the model's.
+ */
+export async function localJudgeForModel(
+  model: ForwardModel & { config: Record<string, unknown> },
+  tokenizer: Tokenizer,
+  opts: { batchSize?: number; maxLogitBytes?: number; threshold?: number; template?: ChatTemplate } = {},
+): Promise<LocalJudge> {
+  const vocabSize = Number(model.config.vocab_size);
+  if (!Number.isInteger(vocabSize) || vocabSize <= 0) throw new Error('local judge: model config has no vocab_size');
+  return LocalJudge.create({
+    tokenizer,
+    template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer),
+    batchSize: opts.batchSize,
+    threshold: opts.threshold,
+    lastLogits: modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }),
+  });
 }
 
 /**
  * Loads `dir` (config, weights, tokenizer, chat template) and returns a local judge on it with the
- * adapter off. For a judge sharing the policy's model, build {@link LocalJudge.create} with
- * `modelLastLogits(policyModel, …)` instead (no second copy). `dispose` frees the model.
+ * adapter off. `dispose` frees the model. Rejects when the addon or the checkpoint cannot load.
  */
-export async function openLocalJudge(dir: string, opts: { device?: string; dtype?: string; batchSize?: number; maxLogitBytes?: number } = {}): Promise<{ judge: LocalJudge; model: NativeModel; dispose: () => Promise<void> }> {
+export async function openLocalJudge(dir: string, opts: { device?: Device; dtype?: Dtype; batchSize?: number; maxLogitBytes?: number } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
   const tokenizer = Tokenizer.fromDir(dir);
-  const template = ChatTemplate.fromTokenizer(tokenizer);
-  const model = (await native().Model.load(dir, { ...(opts.device ? { device: opts.device } : {}), ...(opts.dtype ? { dtype: opts.dtype } : {}) })) as NativeModel;
-  const judge = await LocalJudge.create({
-    tokenizer,
-    template,
-    batchSize: opts.batchSize,
-    lastLogits: modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize: model.config.vocab_size, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }),
-  });
-  return { judge, model, dispose: async () => model.dispose() };
+  const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
+  try {
+    const judge = await localJudgeForModel(model, tokenizer, opts);
+    return { judge, model, dispose: async () => model.dispose() };
+  } catch (e) {
+    model.dispose();
+    throw e;
+  }
 }

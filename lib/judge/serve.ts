@@ -51,9 +51,16 @@ export interface ServeCompletion {
 
 /** What the server needs from a model: chat-rendered batched generation. */
 export interface ServeBackend {
-  /** result[p] = the n completions of prompt p, plus its prompt length in tokens. */
-  generate(prompts: ServeMessage[][], opts: ServeGenerateOptions): Promise<{ promptTokens: number; completions: ServeCompletion[] }[]>;
+  /**
+   * result[p] = the n completions of prompt p plus its prompt length in tokens, or `{error}` for a
+   * prompt that cannot run (e.g. longer than the context; the server answers 400 for that request
+   * only). Rejecting fails every request of the batch (500).
+   */
+  generate(prompts: ServeMessage[][], opts: ServeGenerateOptions): Promise<ServeResult[]>;
 }
+
+/** Per-prompt result of {@link ServeBackend.generate}. */
+export type ServeResult = { promptTokens: number; completions: ServeCompletion[] } | { error: string };
 
 /** Options of {@link ChatServer}. */
 export interface ChatServerOptions {
@@ -119,7 +126,7 @@ interface Entry {
   params: Params;
   key: string;
   cancelled: boolean;
-  resolve: (r: { promptTokens: number; completions: ServeCompletion[] }) => void;
+  resolve: (r: ServeResult) => void;
   reject: (e: unknown) => void;
 }
 
@@ -301,12 +308,14 @@ export class ChatServer {
     res.once('close', () => {
       if (!res.writableFinished) entry.cancelled = true;
     });
-    let out: { promptTokens: number; completions: ServeCompletion[] };
+    let result: ServeResult;
     try {
-      out = await entry.promise;
+      result = await entry.promise;
     } finally {
       if (keepalive) clearInterval(keepalive);
     }
+    if ('error' in result) throw new HttpError(400, result.error, 'invalid_request_error', 'messages');
+    const out = result;
     const choices = out.completions.map((c, index) => {
       const cut = applyStop(c.text, stop);
       const { content, reasoning } = splitReasoning(cut.text);
@@ -338,11 +347,11 @@ export class ChatServer {
     );
   }
 
-  private enqueue(messages: ServeMessage[], params: Params): Entry & { promise: Promise<{ promptTokens: number; completions: ServeCompletion[] }> } {
+  private enqueue(messages: ServeMessage[], params: Params): Entry & { promise: Promise<ServeResult> } {
     const key = JSON.stringify([params.n, params.temperature, params.topP, params.topK, params.maxNewTokens, params.seed ?? null, params.enableThinking ?? null]);
     let resolve!: Entry['resolve'];
     let reject!: Entry['reject'];
-    const promise = new Promise<{ promptTokens: number; completions: ServeCompletion[] }>((a, b) => {
+    const promise = new Promise<ServeResult>((a, b) => {
       resolve = a;
       reject = b;
     });
@@ -387,9 +396,12 @@ export class ChatServer {
       this.s.prompts += batch.length;
       this.s.maxBatchSeen = Math.max(this.s.maxBatchSeen, batch.length);
       batch.forEach((e, i) => {
-        this.s.promptTokens += out[i].promptTokens;
-        this.s.completionTokens += out[i].completions.reduce((a, c) => a + c.completionTokens, 0);
-        e.resolve(out[i]);
+        const r = out[i];
+        if (!('error' in r)) {
+          this.s.promptTokens += r.promptTokens;
+          this.s.completionTokens += r.completions.reduce((a, c) => a + c.completionTokens, 0);
+        }
+        e.resolve(r);
       });
       this.o.log?.(`batch of ${batch.length} (n=${p.n}, T=${p.temperature}, max_tokens=${p.maxNewTokens})`);
     } catch (err) {
