@@ -324,7 +324,8 @@ export function defaultResponder(req: FakeRequestInfo): string | object {
       });
       return out;
     }
-    case 'reduce': {
+    case 'reduce':
+    case 'reduce-design': {
       const stage = between(first, 'stage');
       const uniq = [...new Set(between(first, 'statements').split('\n').map((l) => l.replace(/^[-*]\s*/, '').trim()).filter(Boolean))];
       let text = uniq.slice(0, 8).join(' ') || `No ${stage} information was found.`;

@@ -1,0 +1,502 @@
+/**
+ * The data pipeline (DESIGN.md §7; the PaperGym recipe): papers → map (section → four stages)
+ * → reduce (per stage; experimental design without numbers) → question (goals + background)
+ * → reference answer (methods + design) → rubric candidates R_Q (question) and R_A (question +
+ * answer), 10 each over two dimensions → normalised-text dedupe → LLM-judged duplicates →
+ * importance ranking → top 10 → schema-valid items.
+ *
+ * Every LLM call goes through {@link CachedLlm}: keyed by (model, prompt version, input) in the
+ * SQLite state, so a resumed run never repeats a finished call; `force` ignores stored answers
+ * (and replaces them). Every stage output is stored too.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { LlmLengthError, type ChatJsonResult, type ChatRequest, type ChatJsonOptions } from '../llm/client.js';
+import { loadPaper, paperIdFromPath, type Paper, type LoadPaperOptions } from './latex/index.js';
+import { dataPromptSetVersion, loadDataPrompt, renderPrompt, systemMessage, type DataTask } from './prompts.js';
+import { Progress } from './progress.js';
+import { DEFAULT_GENERAL_RUBRIC_SET, RUBRIC_SIZE, validateItem, type PaperGymItem, type RubricDimension, type RubricItem, type RubricOrigin, type Split } from './schema.js';
+import { callKey, type PipelineState } from './state.js';
+
+/** What the pipeline needs from an LLM client (LlmClient satisfies it). */
+export interface JsonLlm {
+  readonly model: string;
+  chatJson<T = unknown>(schema: object, req: ChatRequest, opts?: ChatJsonOptions): Promise<ChatJsonResult<T>>;
+}
+
+/** Counters of a {@link CachedLlm}. */
+export interface CachedLlmStats {
+  calls: number;
+  cached: number;
+  failed: number;
+  lengthRetries: number;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/**
+ * LLM calls with SQLite memoisation. Identical concurrent calls share one request.
+ * Key = sha256(model, prompt version, {messages, temperature, maxTokens}).
+ */
+export class CachedLlm {
+  readonly stats: CachedLlmStats = { calls: 0, cached: 0, failed: 0, lengthRetries: 0, promptTokens: 0, completionTokens: 0 };
+  private readonly inflight = new Map<string, Promise<unknown>>();
+  private readonly refreshed = new Set<string>();
+
+  constructor(
+    readonly llm: JsonLlm,
+    readonly state: PipelineState,
+    readonly opts: { force?: boolean; temperature?: number; maxTokens?: number; signal?: AbortSignal; progress?: Progress; promptsDir?: string; useResponseFormat?: boolean } = {},
+  ) {}
+
+  /** Key a call would have (for tests and reports). */
+  keyOf(task: DataTask, vars: Record<string, string | number>): { key: string; messages: ChatRequest['messages'] } {
+    const p = loadDataPrompt(task, this.opts.promptsDir);
+    const messages: ChatRequest['messages'] = [
+      { role: 'system', content: systemMessage(p) },
+      { role: 'user', content: renderPrompt(p.template, vars) },
+    ];
+    const input = { messages, temperature: this.opts.temperature ?? 0, maxTokens: this.opts.maxTokens ?? 4096 };
+    return { key: callKey(this.llm.model, p.version, input), messages };
+  }
+
+  /**
+   * Run (or recall) one task.
+   * @throws the client's errors (LlmJsonError, LlmHttpError, LlmAbortError, …); a
+   *   finish_reason "length" answer is retried once with twice the token budget
+   */
+  async call<T>(task: DataTask, vars: Record<string, string | number>, schema: object): Promise<T> {
+    const p = loadDataPrompt(task, this.opts.promptsDir);
+    const { key, messages } = this.keyOf(task, vars);
+    if (!this.opts.force || this.refreshed.has(key)) {
+      const hit = this.state.getCall(key);
+      if (hit) {
+        this.stats.cached++;
+        this.opts.progress?.tick(true);
+        return hit.value as T;
+      }
+    }
+    const running = this.inflight.get(key);
+    if (running) return (await running) as T;
+    const work = (async () => {
+      const maxTokens = this.opts.maxTokens ?? 4096;
+      const req: ChatRequest = { messages, temperature: this.opts.temperature ?? 0, maxTokens, signal: this.opts.signal };
+      let r: ChatJsonResult<T>;
+      try {
+        try {
+          r = await this.llm.chatJson<T>(schema, req, { useResponseFormat: this.opts.useResponseFormat, schemaName: task.replace(/-/g, '_') });
+        } catch (e) {
+          if (!(e instanceof LlmLengthError)) throw e;
+          this.stats.lengthRetries++;
+          r = await this.llm.chatJson<T>(schema, { ...req, maxTokens: maxTokens * 2 }, { useResponseFormat: this.opts.useResponseFormat, schemaName: task.replace(/-/g, '_') });
+        }
+      } catch (e) {
+        this.stats.failed++;
+        throw e;
+      }
+      this.state.putCall({ key, model: this.llm.model, prompt: p.version, request: { messages, temperature: req.temperature, maxTokens }, value: r.value, content: r.content, promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens });
+      this.refreshed.add(key);
+      this.stats.calls++;
+      this.stats.promptTokens += r.usage.promptTokens;
+      this.stats.completionTokens += r.usage.completionTokens;
+      this.opts.progress?.tick(false);
+      return r.value;
+    })();
+    this.inflight.set(key, work);
+    try {
+      return (await work) as T;
+    } finally {
+      this.inflight.delete(key);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schemas of the task answers
+
+const strList = { type: 'array', items: { type: 'string' } };
+export const TASK_SCHEMAS = {
+  map: { type: 'object', required: ['goals', 'background', 'methods', 'experimental_design'], properties: { goals: strList, background: strList, methods: strList, experimental_design: strList } },
+  reduce: { type: 'object', required: ['text'], properties: { text: { type: 'string' } } },
+  question: { type: 'object', required: ['question'], properties: { question: { type: 'string', minLength: 20 } } },
+  answer: { type: 'object', required: ['answer'], properties: { answer: { type: 'string', minLength: 20 } } },
+  rubric: {
+    type: 'object',
+    required: ['items'],
+    properties: {
+      items: {
+        type: 'array',
+        minItems: 4,
+        items: { type: 'object', required: ['text', 'dimension'], properties: { text: { type: 'string', minLength: 8 }, dimension: { enum: ['method_innovation', 'experimental_design'] } } },
+      },
+    },
+  },
+  dedupe: { type: 'object', required: ['groups'], properties: { groups: { type: 'array', items: { type: 'array', items: { type: 'string' } } } } },
+  rank: { type: 'object', required: ['ranking'], properties: { ranking: { type: 'array', items: { type: 'string' } } } },
+  leakage: { type: 'object', required: ['inferable'], properties: { inferable: { type: 'boolean' }, reason: { type: 'string' } } },
+} as const;
+
+type MapOut = { goals: string[]; background: string[]; methods: string[]; experimental_design: string[] };
+const STAGES = ['goals', 'background', 'methods', 'experimental_design'] as const;
+type Stage = (typeof STAGES)[number];
+const STAGE_DESCRIPTIONS: Record<Stage, string> = {
+  goals: 'the research goals, questions or hypotheses',
+  background: 'the context, prior work and motivation',
+  methods: 'the approach, models, algorithms and design choices',
+  experimental_design: 'how the approach is tested and evaluated',
+};
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic helpers (exported for tests)
+
+/** Max characters of one map unit; longer sections are split at paragraph boundaries. */
+export const MAX_CHUNK_CHARS = 12_000;
+
+/** Split text into chunks of at most `max` characters at blank lines (hard cut as a last resort). */
+export function chunkText(text: string, max = MAX_CHUNK_CHARS): string[] {
+  if (text.length <= max) return [text];
+  const out: string[] = [];
+  let cur = '';
+  for (const para of text.split(/\n{2,}/)) {
+    const pieces = para.length > max ? para.match(new RegExp(`[\\s\\S]{1,${max}}`, 'g'))! : [para];
+    for (const p of pieces) {
+      if (cur && cur.length + p.length + 2 > max) {
+        out.push(cur);
+        cur = '';
+      }
+      cur = cur ? `${cur}\n\n${p}` : p;
+    }
+  }
+  if (cur) out.push(cur);
+  return out;
+}
+
+/**
+ * Remove concrete numbers (PaperGym: experimental design without numbers): numerals, decimals,
+ * percentages and scientific notation become `N`; numbers that are part of a name (L2, Qwen3,
+ * F1) are kept.
+ */
+export function stripNumbers(text: string): string {
+  return text
+    .replace(/\$[^$]*\d[^$]*\$/g, 'N')
+    .replace(/(?<![\p{L}\d_])[-+−]?\d+(?:[.,]\d+)*(?:\s*(?:×|x)\s*10\^?[-−]?\d+)?(?:\s*(?:%|percent\b))?(?![\p{L}\d])/gu, 'N')
+    .replace(/\bN(?:\s*[-–]\s*N)+\b/g, 'N')
+    .replace(/[ \t]{2,}/g, ' ');
+}
+
+/** Normalised text for exact-duplicate detection of rubric items. */
+export function normaliseRubricText(t: string): string {
+  return t
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N} ]+/gu, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
+}
+
+/** A rubric candidate during merging. */
+export interface RubricCandidate {
+  id: string;
+  text: string;
+  dimension: RubricDimension;
+  origins: Set<'R_Q' | 'R_A'>;
+}
+
+/** Merge R_Q and R_A candidates, removing normalised-text duplicates (origins unite). */
+export function mergeCandidates(rq: { text: string; dimension: RubricDimension }[], ra: { text: string; dimension: RubricDimension }[]): RubricCandidate[] {
+  const byNorm = new Map<string, RubricCandidate>();
+  const out: RubricCandidate[] = [];
+  const add = (c: { text: string; dimension: RubricDimension }, origin: 'R_Q' | 'R_A') => {
+    const text = c.text.replace(/\s+/g, ' ').trim();
+    if (!text) return;
+    const k = normaliseRubricText(text);
+    const hit = byNorm.get(k);
+    if (hit) {
+      hit.origins.add(origin);
+      return;
+    }
+    const cand: RubricCandidate = { id: `c${String(out.length + 1).padStart(2, '0')}`, text, dimension: c.dimension, origins: new Set([origin]) };
+    byNorm.set(k, cand);
+    out.push(cand);
+  };
+  rq.forEach((c) => add(c, 'R_Q'));
+  ra.forEach((c) => add(c, 'R_A'));
+  return out;
+}
+
+/** Apply LLM-judged duplicate groups: union-find over ids; the earliest id represents a group. Unknown ids are ignored. */
+export function applyDuplicateGroups(cands: RubricCandidate[], groups: string[][]): RubricCandidate[] {
+  const idx = new Map(cands.map((c, i) => [c.id, i]));
+  const parent = cands.map((_, i) => i);
+  const find = (i: number): number => (parent[i] === i ? i : (parent[i] = find(parent[i])));
+  for (const g of groups) {
+    const ids = g.map((id) => idx.get(String(id).replace(/^\[|\]$/g, '').trim())).filter((i): i is number => i !== undefined);
+    for (let k = 1; k < ids.length; k++) {
+      const a = find(ids[0]);
+      const b = find(ids[k]);
+      if (a !== b) parent[Math.max(a, b)] = Math.min(a, b);
+    }
+  }
+  const out: RubricCandidate[] = [];
+  const rep = new Map<number, RubricCandidate>();
+  cands.forEach((c, i) => {
+    const r = find(i);
+    const head = rep.get(r);
+    if (head) c.origins.forEach((o) => head.origins.add(o));
+    else {
+      const copy = { ...c, origins: new Set(c.origins) };
+      rep.set(r, copy);
+      out.push(copy);
+    }
+  });
+  return out;
+}
+
+/**
+ * Final rubric: candidates ordered by the LLM ranking (unknown/duplicate ids ignored, unranked
+ * candidates appended in order), top `n` kept, both dimensions guaranteed when possible.
+ * @throws Error when fewer than `n` candidates exist
+ */
+export function selectRubric(cands: RubricCandidate[], ranking: string[], itemId: string, n = RUBRIC_SIZE): RubricItem[] {
+  if (cands.length < n) throw new Error(`only ${cands.length} distinct rubric candidates (need ${n})`);
+  const byId = new Map(cands.map((c) => [c.id, c]));
+  const seen = new Set<string>();
+  const ordered: RubricCandidate[] = [];
+  for (const raw of ranking) {
+    const id = String(raw).replace(/^\[|\]$/g, '').trim();
+    const c = byId.get(id);
+    if (c && !seen.has(id)) {
+      seen.add(id);
+      ordered.push(c);
+    }
+  }
+  for (const c of cands) if (!seen.has(c.id)) ordered.push(c);
+  const top = ordered.slice(0, n);
+  for (const dim of ['method_innovation', 'experimental_design'] as const) {
+    if (!top.some((c) => c.dimension === dim)) {
+      const sub = ordered.slice(n).find((c) => c.dimension === dim);
+      if (sub) top[top.length - 1] = sub;
+    }
+  }
+  return top.map((c, i) => ({
+    id: `${itemId}-r${String(i + 1).padStart(2, '0')}`,
+    text: c.text,
+    dimension: c.dimension,
+    origin: (c.origins.size === 2 ? 'both' : [...c.origins][0]) as RubricOrigin,
+    rank: i + 1,
+  }));
+}
+
+/** Deterministic split of a paper (all items of a paper share it, so nothing leaks across splits). */
+export function assignSplit(paperId: string, fractions: { val: number; test: number } = { val: 0.1, test: 0.1 }, seed = 'papergym'): Split {
+  const h = parseInt(createHash('sha256').update(`${seed}:${paperId}`).digest('hex').slice(0, 8), 16) / 2 ** 32;
+  if (h < fractions.test) return 'test';
+  if (h < fractions.test + fractions.val) return 'val';
+  return 'train';
+}
+
+/** Expand a path into paper sources: an archive or a paper directory, or a directory of them. */
+export function discoverPapers(path: string): string[] {
+  if (!existsSync(path)) throw new Error(`papers path not found: ${path}`);
+  const st = statSync(path);
+  if (st.isFile()) return [path];
+  const entries = readdirSync(path, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name));
+  if (entries.some((e) => e.isFile() && /\.tex$/i.test(e.name))) return [path]; // a paper directory
+  return entries.filter((e) => (e.isFile() && /\.(tar\.gz|tgz|tar|gz)$/i.test(e.name)) || e.isDirectory()).map((e) => join(path, e.name));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pipeline
+
+/** Options of {@link buildDataset}. */
+export interface BuildOptions {
+  /** Paper sources (archives or directories). */
+  papers: string[];
+  llm: JsonLlm;
+  state: PipelineState;
+  force?: boolean;
+  signal?: AbortSignal;
+  /** Papers processed at once (LLM concurrency is the client's). Default 2. */
+  paperConcurrency?: number;
+  splitFractions?: { val: number; test: number };
+  splitSeed?: string;
+  temperature?: number;
+  maxTokens?: number;
+  /** Send schemas as response_format json_schema (guided decoding). */
+  useResponseFormat?: boolean;
+  progress?: Progress;
+  loadOptions?: Omit<LoadPaperOptions, 'id'>;
+  log?: (msg: string) => void;
+  promptsDir?: string;
+  generalRubricSet?: string;
+}
+
+/** Result of {@link buildDataset}. */
+export interface BuildResult {
+  items: PaperGymItem[];
+  failures: { paper: string; error: string }[];
+  stats: CachedLlmStats;
+}
+
+/** Bump when loadPaper's output changes, so cached parses are not reused. */
+export const LOADER_VERSION = 'latex-v1';
+
+/**
+ * {@link loadPaper} with the result stored in the state (stage `paper`, keyed by the archive's
+ * sha256 and the loader version), so a resumed run does not re-parse. Directories are not cached.
+ */
+export async function loadPaperCached(path: string, state: PipelineState, opts?: Omit<LoadPaperOptions, 'id'>, force = false): Promise<Paper> {
+  let key: string | undefined;
+  if (statSync(path).isFile()) {
+    key = `${LOADER_VERSION}:${createHash('sha256').update(readFileSync(path)).digest('hex')}`;
+    const pid = paperIdFromPath(path);
+    const hit = force ? undefined : state.getStage<Paper>(pid, 'paper', key);
+    if (hit) return hit;
+  }
+  const paper = await loadPaper(path, opts);
+  if (key) state.putStage(paper.id, 'paper', key, paper);
+  return paper;
+}
+
+const sha = (x: unknown) => createHash('sha256').update(JSON.stringify(x)).digest('hex').slice(0, 16);
+
+/**
+ * Build one item from a loaded paper (all LLM stages).
+ * @throws on LLM failures, or when the paper yields too few rubric candidates
+ */
+export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineState, opts: { split: Split; promptVersion: string; generalRubricSet?: string }): Promise<PaperGymItem> {
+  const pid = paper.id;
+  // map
+  const units: { title: string; text: string }[] = [];
+  if (paper.abstract.trim()) units.push({ title: 'Abstract', text: paper.abstract });
+  for (const s of paper.sections) {
+    if (s.boilerplate || !s.text.trim()) continue;
+    if (s.level === 'front' && paper.abstract.trim()) continue; // title/author block when an abstract exists
+    const parts = chunkText(s.text);
+    parts.forEach((t, i) => units.push({ title: parts.length > 1 ? `${s.title} (part ${i + 1} of ${parts.length})` : s.title, text: t }));
+  }
+  if (!units.length) throw new Error('no section text found');
+  llm.opts.progress?.add(units.length + 10);
+  const maps = await Promise.all(
+    units.map(async (u, i) => {
+      const out = await llm.call<MapOut>('map', { paper_title: paper.title, section_title: u.title, section: u.text }, TASK_SCHEMAS.map);
+      state.putStage(pid, `map:${String(i).padStart(3, '0')}`, sha(u), out);
+      return out;
+    }),
+  );
+  // reduce
+  const stages = {} as Record<Stage, string>;
+  await Promise.all(
+    STAGES.map(async (st) => {
+      const seen = new Set<string>();
+      const stmts: string[] = [];
+      let size = 0;
+      for (const m of maps)
+        for (const s of m[st] ?? []) {
+          const t = String(s).replace(/\s+/g, ' ').trim();
+          const k = normaliseRubricText(t);
+          if (!t || seen.has(k) || size > 24_000) continue;
+          seen.add(k);
+          stmts.push(`- ${t}`);
+          size += t.length;
+        }
+      let text = '';
+      if (stmts.length) {
+        const task = st === 'experimental_design' ? 'reduce-design' : 'reduce';
+        const r = await llm.call<{ text: string }>(task, { paper_title: paper.title, stage: st, stage_description: STAGE_DESCRIPTIONS[st], statements: stmts.join('\n') }, TASK_SCHEMAS.reduce);
+        text = r.text.trim();
+      } else llm.opts.progress?.tick(true);
+      if (st === 'experimental_design') text = stripNumbers(text);
+      stages[st] = text;
+      state.putStage(pid, `reduce:${st}`, sha(stmts), text);
+    }),
+  );
+  if (!stages.goals && !stages.background) throw new Error('no goals or background found: cannot write a question');
+  if (!stages.methods && !stages.experimental_design) throw new Error('no methods or experimental design found: cannot write a reference answer');
+  // question and answer
+  const { question } = await llm.call<{ question: string }>('question', { paper_title: paper.title, goals: stages.goals || '(none)', background: stages.background || '(none)' }, TASK_SCHEMAS.question);
+  state.putStage(pid, 'question', sha([stages.goals, stages.background]), question);
+  const { answer } = await llm.call<{ answer: string }>('answer', { question, methods: stages.methods || '(none)', experimental_design: stages.experimental_design || '(none)' }, TASK_SCHEMAS.answer);
+  state.putStage(pid, 'answer', sha([question, stages.methods, stages.experimental_design]), answer);
+  // rubric candidates
+  type Cand = { text: string; dimension: RubricDimension };
+  const [rq, ra] = await Promise.all([
+    llm.call<{ items: Cand[] }>('rubric-q', { question, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
+    llm.call<{ items: Cand[] }>('rubric-a', { question, answer, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
+  ]);
+  state.putStage(pid, 'rubric-q', sha(question), rq.items);
+  state.putStage(pid, 'rubric-a', sha([question, answer]), ra.items);
+  const merged = mergeCandidates(rq.items.slice(0, RUBRIC_SIZE), ra.items.slice(0, RUBRIC_SIZE));
+  const list = (cs: RubricCandidate[]) => cs.map((c) => `[${c.id}] ${c.text}`).join('\n');
+  const dd = await llm.call<{ groups: string[][] }>('rubric-dedupe', { candidates: list(merged) }, TASK_SCHEMAS.dedupe);
+  const deduped = applyDuplicateGroups(merged, dd.groups);
+  state.putStage(pid, 'rubric-dedupe', sha(merged.map((c) => c.text)), deduped.map((c) => ({ id: c.id, text: c.text, dimension: c.dimension, origins: [...c.origins] })));
+  const rk = await llm.call<{ ranking: string[] }>('rubric-rank', { question, answer, candidates: list(deduped) }, TASK_SCHEMAS.rank);
+  const itemId = `${pid}-q1`;
+  const rubric = selectRubric(deduped, rk.ranking, itemId);
+  state.putStage(pid, 'rubric', sha(deduped.map((c) => c.id)), rubric);
+  const item: PaperGymItem = {
+    id: itemId,
+    source: { paper_id: pid, title: paper.title, domain: paper.domain, ...(paper.licence && { licence: paper.licence }) },
+    question,
+    reference_answer: answer,
+    rubric,
+    general_rubric_set: opts.generalRubricSet ?? DEFAULT_GENERAL_RUBRIC_SET,
+    split: opts.split,
+    stages,
+    meta: { prompt_version: opts.promptVersion, model: llm.llm.model },
+  };
+  const v = validateItem(item);
+  if (!v.ok) throw new Error(`built item is invalid: ${v.errors.join('; ')}`);
+  state.putStage(pid, 'item', sha(item), item);
+  return item;
+}
+
+/**
+ * Run the pipeline over papers. Failed papers are reported (and recorded in the state) without
+ * stopping the others; an abort (`signal`) stops everything and rejects with the abort error.
+ * @returns items in input order, failures, call counters
+ */
+export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
+  const log = o.log ?? (() => {});
+  const llm = new CachedLlm(o.llm, o.state, { force: o.force, temperature: o.temperature, maxTokens: o.maxTokens, signal: o.signal, progress: o.progress, promptsDir: o.promptsDir, useResponseFormat: o.useResponseFormat });
+  const promptVersion = dataPromptSetVersion(o.promptsDir);
+  const results: (PaperGymItem | undefined)[] = new Array(o.papers.length);
+  const failures: BuildResult['failures'] = [];
+  let next = 0;
+  let done = 0;
+  const worker = async () => {
+    while (next < o.papers.length) {
+      const i = next++;
+      const path = o.papers[i];
+      if (o.signal?.aborted) return;
+      let pid = path;
+      try {
+        const paper = await loadPaperCached(path, o.state, o.loadOptions, o.force);
+        pid = paper.id;
+        for (const w of paper.warnings) log(`${pid}: ${w}`);
+        o.state.setPaperStatus(pid, 'running');
+        results[i] = await buildItem(paper, llm, o.state, { split: assignSplit(pid, o.splitFractions, o.splitSeed), promptVersion, generalRubricSet: o.generalRubricSet });
+        o.state.setPaperStatus(pid, 'done');
+      } catch (e) {
+        if (o.signal?.aborted) throw e;
+        const msg = (e as Error)?.message ?? String(e);
+        failures.push({ paper: pid, error: msg });
+        try {
+          o.state.setPaperStatus(pid, 'failed', msg);
+        } catch {
+          /* state closed */
+        }
+        log(`${pid}: failed: ${msg}`);
+      }
+      done++;
+      o.progress?.status(`${done}/${o.papers.length} papers`);
+    }
+  };
+  const n = Math.max(1, Math.min(o.paperConcurrency ?? 2, o.papers.length));
+  const runs = Array.from({ length: n }, () => worker());
+  const settled = await Promise.allSettled(runs);
+  const rejected = settled.find((s) => s.status === 'rejected') as PromiseRejectedResult | undefined;
+  if (rejected) throw rejected.reason;
+  return { items: results.filter((x): x is PaperGymItem => !!x), failures, stats: llm.stats };
+}
