@@ -6,3 +6,4 @@ import { doctorCommand } from './doctor.js';
 export const commands: CommandModule<any, any>[] = [doctorCommand];
 import { probeJudgeCommand } from './probe-judge.js';
 commands.push(probeJudgeCommand);
+import { buildDataCommand } from './build-data.js'; import { leakageCommand } from './leakage.js'; commands.push(buildDataCommand, leakageCommand);
