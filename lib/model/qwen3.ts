@@ -79,6 +79,7 @@ export interface NativeModel {
   readonly dtype: Dtype;
   readonly disposed: boolean;
   forward(args: ForwardArgs): Promise<ForwardResult>;
+  forwardChunked(args: ForwardArgs & { chunk: number }): Promise<{ logits: JsTensor<Float32Array> }>;
   addLora(opts: LoraOptions): void;
   hasLora(): boolean;
   setAdapterEnabled(on: boolean): void;
@@ -123,6 +124,13 @@ export class Qwen3Model {
   /** Decoder forward over a (right- or left-) padded batch; runs off the JS thread, no grad. */
   forward(args: ForwardArgs): Promise<ForwardResult> {
     return this.raw.forward(args);
+  }
+  /**
+   * Same logits as {@link forward} (`[B, T, V]` float32), computed `chunk` tokens at a time through
+   * a preallocated KV cache (prefill/decode path used by generation). For tests and debugging.
+   */
+  forwardChunked(args: ForwardArgs & { chunk: number }): Promise<{ logits: JsTensor<Float32Array> }> {
+    return this.raw.forwardChunked(args);
   }
   /** Creates (replaces) the trainable adapter; TypeError on bad options. */
   addLora(opts: LoraOptions): void {

@@ -63,6 +63,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceAccessor("dtype", &ModelWrap::GetDtype, nullptr),
                         InstanceAccessor("disposed", &ModelWrap::GetDisposed, nullptr),
                         InstanceMethod("forward", &ModelWrap::Forward),
+                        InstanceMethod("forwardChunked", &ModelWrap::ForwardChunked),
                         InstanceMethod("addLora", &ModelWrap::AddLora),
                         InstanceMethod("hasLora", &ModelWrap::HasLora),
                         InstanceMethod("setAdapterEnabled", &ModelWrap::SetAdapterEnabled),
@@ -185,6 +186,42 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
             Napi::Object out = Napi::Object::New(env);
             if (res->first.defined()) out.Set("logits", TensorToJs(env, res->first));
             if (res->second.defined()) out.Set("hidden", TensorToJs(env, res->second));
+            return out;
+          },
+          false, m->device());
+    });
+  }
+
+  /// forwardChunked({inputIds, attentionMask, chunk, adapter?}) -> {logits}: the same logits as
+  /// forward, computed by feeding `chunk` tokens at a time through a KV cache (prefill + decode
+  /// path, for tests of the cache the generator uses).
+  Napi::Value ForwardChunked(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      Napi::Object o = ArgObject(info, 0, "forwardChunked(args)");
+      auto [ids, mask] = ReadBatch(o, "args");
+      int64_t chunk = GetInt(o, "chunk", 1, "args");
+      if (chunk < 1) throw ArgError("args.chunk must be >= 1");
+      AdapterSel sel = ParseAdapterSel(o, "args");
+      auto res = std::make_shared<at::Tensor>();
+      return Worker::Start(
+          info.Env(),
+          [m, ids = ids, mask = mask, sel, chunk, res]() {
+            std::lock_guard<std::mutex> lk(m->mutex());
+            at::NoGradGuard ng;
+            const int64_t B = ids.size(0), T = ids.size(1);
+            KVCache cache = m->NewCache(B, T);
+            std::vector<at::Tensor> outs;
+            for (int64_t s = 0; s < T; s += chunk) {
+              int64_t len = std::min(chunk, T - s);
+              at::Tensor h = m->Forward(ids.narrow(1, s, len), mask.narrow(1, 0, s + len), std::nullopt, sel, &cache);
+              outs.push_back(m->Logits(h));
+            }
+            *res = at::cat(outs, 1).to(at::kCPU);
+          },
+          [res](Napi::Env env) -> Napi::Value {
+            Napi::Object out = Napi::Object::New(env);
+            out.Set("logits", TensorToJs(env, *res));
             return out;
           },
           false, m->device());

@@ -1,0 +1,220 @@
+/**
+ * Parity with transformers + peft (live: spawns scripts/ref_qwen3.py) on two tiny configs:
+ * tiny-tied (tied lm_head, GQA 2) and tiny-untied (untied, GQA 4, head_dim != hidden/heads).
+ *   - base logits of a right-padded batch, fp32: max |Δ| ≤ 1e-4 at non-pad positions;
+ *   - an adapter saved by peft (random nonzero A and B) loaded by us: logits ≤ 1e-4, CE loss and
+ *     LoRA A/B gradients relative error ≤ 1e-4 (‖g − g_ref‖ / ‖g_ref‖ per tensor);
+ *   - our saved adapter loaded by peft's PeftModel.from_pretrained: logits ≤ 1e-4.
+ * Plus an offline check against the committed golden fixture (test/fixtures/model/).
+ * PG_UPDATE_GOLDEN=1 rewrites the fixture from the live reference.
+ */
+import { expect } from 'chai';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
+import { packageRoot, type JsTensor } from '../lib/native.js';
+import { int32, paddedBatch, readRefForward, runReference, tinyFingerprint, tinyModel, type RefForward, type TinyName } from './helpers/tiny.js';
+
+const TOL = 1e-4;
+const GOLDEN = join(packageRoot, 'test', 'fixtures', 'model', 'golden-logits.json');
+const GOLDEN_VOCAB = [0, 1, 13, 198, 872, 1879, 9707, 77091, 151643, 151644, 151645, 151935];
+
+function maskedMax(ours: Float32Array, ref: Float32Array, shape: number[], mask: number[][]): number {
+  const [B, T, V] = shape;
+  let m = 0;
+  for (let i = 0; i < B; i++)
+    for (let j = 0; j < T; j++) {
+      if (!mask[i][j]) continue;
+      const o = (i * T + j) * V;
+      for (let v = 0; v < V; v++) m = Math.max(m, Math.abs(ours[o + v] - ref[o + v]));
+    }
+  return m;
+}
+
+function relErr(a: Float32Array, b: Float32Array): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < a.length; i++) {
+    num += (a[i] - b[i]) ** 2;
+    den += b[i] ** 2;
+  }
+  return Math.sqrt(num) / Math.max(Math.sqrt(den), 1e-30);
+}
+
+function lcgB(model: Qwen3Model, seed: number): Record<string, JsTensor<Float32Array>> {
+  let s = seed >>> 0;
+  const out: Record<string, JsTensor<Float32Array>> = {};
+  for (const [k, v] of Object.entries(model.loraWeights()))
+    if (k.includes('lora_B'))
+      out[k] = {
+        data: v.data.map(() => {
+          s = (s * 1664525 + 1013904223) >>> 0;
+          return (s / 2 ** 32 - 0.5) * 0.1;
+        }),
+        shape: v.shape,
+      };
+  return out;
+}
+
+interface Case {
+  name: TinyName;
+  peft: { r: number; alpha: number; target_modules: string[]; use_rslora: boolean };
+  ours: { r: number; alpha: number; targetModules?: ('q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj')[]; useRslora: boolean };
+}
+
+const CASES: Case[] = [
+  {
+    name: 'tiny-tied',
+    peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], use_rslora: false },
+    ours: { r: 8, alpha: 16, useRslora: false },
+  },
+  {
+    name: 'tiny-untied',
+    peft: { r: 6, alpha: 12, target_modules: ['k_proj', 'o_proj', 'gate_proj', 'up_proj'], use_rslora: true },
+    ours: { r: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'], useRslora: true },
+  },
+];
+
+const measured: Record<string, number> = {};
+
+for (const c of CASES) {
+  describe(`model parity vs transformers+peft: ${c.name}`, function () {
+    this.timeout(300000);
+    const batch = paddedBatch();
+    const ids = int32(batch.ids);
+    const mask = int32(batch.mask);
+    const labels = int32(batch.labels);
+    let dir: string;
+    let work: string;
+    let base: RefForward;
+    let peftRef: RefForward;
+    let oursRef: RefForward;
+    let oursLogits: Float32Array;
+
+    before(async () => {
+      dir = tinyModel(c.name);
+      work = mkdtempSync(join(tmpdir(), `pg-parity-${c.name}-`));
+      // our adapter first (random nonzero B), so one Python run covers every direction
+      const m = await loadModel(dir);
+      m.addLora({ ...c.ours, seed: 21 });
+      m.setLoraWeights(lcgB(m, 5));
+      await m.saveAdapter(join(work, 'ours'), { baseModelName: dir });
+      oursLogits = (await m.forward({ inputIds: ids, attentionMask: mask })).logits!.data;
+      m.dispose();
+      runReference(
+        {
+          model: dir,
+          inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels },
+          tasks: [
+            { kind: 'make_peft_adapter', out: join(work, 'peft'), seed: 1, b_std: 0.05, ...c.peft },
+            { kind: 'forward', adapter: null, out: join(work, 'base') },
+            { kind: 'forward', adapter: join(work, 'peft'), out: join(work, 'peft-ref'), grads: true },
+            { kind: 'forward', adapter: join(work, 'ours'), out: join(work, 'ours-ref') },
+          ],
+        },
+        work,
+      );
+      base = readRefForward(join(work, 'base'));
+      peftRef = readRefForward(join(work, 'peft-ref'));
+      oursRef = readRefForward(join(work, 'ours-ref'));
+    });
+
+    it('base logits of a right-padded batch match (fp32, max |Δ| ≤ 1e-4)', async () => {
+      const m = await loadModel(dir);
+      const r = await m.forward({ inputIds: ids, attentionMask: mask });
+      expect(r.logits!.shape).to.deep.equal(base.shape);
+      const d = maskedMax(r.logits!.data, base.logits, base.shape, batch.mask);
+      measured[`${c.name} base logits`] = d;
+      expect(d).to.be.at.most(TOL);
+      if (process.env.PG_UPDATE_GOLDEN) writeGolden(c.name, dir, base);
+      m.dispose();
+    });
+
+    it('loads the adapter peft saved: logits, CE loss and LoRA grads match', async () => {
+      const m = await loadModel(dir);
+      await m.loadAdapter(join(work, 'peft'));
+      const r = await m.forward({ inputIds: ids, attentionMask: mask });
+      const d = maskedMax(r.logits!.data, peftRef.logits, peftRef.shape, batch.mask);
+      measured[`${c.name} peft-adapter logits`] = d;
+      expect(d).to.be.at.most(TOL);
+      const { loss } = await m.crossEntropyBackward({ inputIds: ids, attentionMask: mask, labels });
+      expect(Math.abs(loss - peftRef.loss!) / peftRef.loss!).to.be.at.most(TOL);
+      const g = m.loraGrads();
+      const refKeys = Object.keys(peftRef.grads).sort();
+      expect(Object.keys(g).sort()).to.deep.equal(refKeys);
+      let worst = 0;
+      for (const k of refKeys) {
+        expect(g[k].shape, k).to.deep.equal(peftRef.grads[k].shape);
+        const e = relErr(g[k].data, peftRef.grads[k].data);
+        expect(e, k).to.be.at.most(TOL);
+        worst = Math.max(worst, e);
+      }
+      measured[`${c.name} LoRA grad rel err`] = worst;
+      m.dispose();
+    });
+
+    it("peft's PeftModel.from_pretrained loads our saved adapter and reproduces our logits", () => {
+      const d = maskedMax(oursLogits, oursRef.logits, oursRef.shape, batch.mask);
+      measured[`${c.name} our-adapter-in-peft logits`] = d;
+      expect(d).to.be.at.most(TOL);
+      // and the adapter really changes the output
+      expect(maskedMax(oursLogits, base.logits, base.shape, batch.mask)).to.be.above(1e-3);
+    });
+  });
+}
+
+after(() => {
+  if (Object.keys(measured).length) console.log('    measured max errors:', JSON.stringify(measured));
+});
+
+interface Golden {
+  generatedBy: string;
+  models: Record<string, { fingerprint: number; vocab: number[]; positions: [number, number][]; logits: number[][] }>;
+  batch: ReturnType<typeof paddedBatch>;
+}
+
+function writeGolden(name: string, dir: string, ref: RefForward): void {
+  let g: Golden;
+  try {
+    g = JSON.parse(readFileSync(GOLDEN, 'utf8')) as Golden;
+  } catch {
+    g = { generatedBy: 'scripts/ref_qwen3.py (transformers, fp32, eager) via PG_UPDATE_GOLDEN=1 mocha dist/test/model-parity.test.js', models: {}, batch: paddedBatch() };
+  }
+  const b = paddedBatch();
+  const [, T, V] = ref.shape;
+  const positions: [number, number][] = [];
+  const logits: number[][] = [];
+  for (let i = 0; i < b.ids.length; i++)
+    for (let j = 0; j < T; j++)
+      if (b.mask[i][j]) {
+        positions.push([i, j]);
+        logits.push(GOLDEN_VOCAB.map((v) => ref.logits[(i * T + j) * V + v]));
+      }
+  g.models[name] = { fingerprint: tinyFingerprint(dir), vocab: GOLDEN_VOCAB, positions, logits };
+  writeFileSync(GOLDEN, JSON.stringify(g) + '\n');
+}
+
+describe('model parity: committed golden fixture (offline)', function () {
+  this.timeout(300000);
+  it('fixture exists', () => expect(existsSync(GOLDEN), GOLDEN).to.equal(true));
+  const g: Golden = existsSync(GOLDEN) ? (JSON.parse(readFileSync(GOLDEN, 'utf8')) as Golden) : { generatedBy: '', models: {}, batch: paddedBatch() };
+  for (const name of Object.keys(g.models) as TinyName[]) {
+    it(`${name}: logits at fixed positions/vocab ids match the fixture (≤ 1e-4)`, async () => {
+      const fx = g.models[name];
+      const dir = tinyModel(name);
+      expect(Math.abs(tinyFingerprint(dir) - fx.fingerprint) / fx.fingerprint, 'tiny checkpoint differs from the one the fixture was made from').to.be.below(1e-9);
+      const m = await loadModel(dir);
+      const r = await m.forward({ inputIds: int32(g.batch.ids), attentionMask: int32(g.batch.mask) });
+      const [, T, V] = r.logits!.shape;
+      let worst = 0;
+      fx.positions.forEach(([i, j], p) => {
+        fx.vocab.forEach((v, q) => {
+          worst = Math.max(worst, Math.abs(r.logits!.data[(i * T + j) * V + v] - fx.logits[p][q]));
+        });
+      });
+      expect(worst).to.be.at.most(TOL);
+      m.dispose();
+    });
+  }
+});
