@@ -63,6 +63,7 @@ static Napi::Value CudaMemory(const Napi::CallbackInfo& info) {
     if (!torch::cuda::is_available()) return info.Env().Null();
 #ifdef PG_WITH_CUDA
     if (dev >= static_cast<int>(torch::cuda::device_count())) throw ArgError("no CUDA device " + std::to_string(dev));
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);  // the allocator exists only after init
     auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(dev));
     const size_t agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     auto o = Napi::Object::New(info.Env());
@@ -81,7 +82,11 @@ static Napi::Value CudaResetPeak(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&]() -> Napi::Value {
     int dev = DeviceIndexArg(info);
 #ifdef PG_WITH_CUDA
-    if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(dev));
+    if (torch::cuda::is_available()) {
+      if (dev >= static_cast<int>(torch::cuda::device_count())) throw ArgError("no CUDA device " + std::to_string(dev));
+      at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+      c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(dev));
+    }
 #endif
     return info.Env().Undefined();
   });
@@ -90,7 +95,10 @@ static Napi::Value CudaResetPeak(const Napi::CallbackInfo& info) {
 static Napi::Value CudaEmptyCache(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&]() -> Napi::Value {
 #ifdef PG_WITH_CUDA
-    if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+    if (torch::cuda::is_available()) {
+      at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+      c10::cuda::CUDACachingAllocator::emptyCache();
+    }
 #endif
     return info.Env().Undefined();
   });
