@@ -1,0 +1,280 @@
+import { expect } from 'chai';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createHash } from 'node:crypto';
+import { runBuildData } from '../bin/commands/build-data.js';
+import { runLeakage } from '../bin/commands/leakage.js';
+import { applyDuplicateGroups, assignSplit, chunkText, mergeCandidates, selectRubric, stripNumbers } from '../lib/data/pipeline.js';
+import { lexicalOverlap } from '../lib/data/leakage.js';
+import { PipelineState } from '../lib/data/state.js';
+import { readDataset, type PaperGymItem } from '../lib/data/schema.js';
+import { startFakeLlm, type FakeFault, type FakeLlm, type FakeRequestInfo } from './helpers/fake-llm.js';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const PAPERS = join(here, '..', '..', 'test', 'fixtures', 'papers');
+
+describe('data pipeline: deterministic steps', () => {
+  it('strips concrete numbers from the design but keeps names', () => {
+    expect(stripNumbers('We run 3×10^6 iterations, p < 0.05, 87% coverage on Qwen3 with L2 and 1,000 samples in 2015.')).to.equal('We run N iterations, p < N, N coverage on Qwen3 with L2 and N samples in N.');
+    expect(stripNumbers('between $10^{-5}$ and 2–4 Hz')).to.equal('between N and N Hz');
+  });
+  it('chunks long text at paragraph boundaries', () => {
+    const t = Array.from({ length: 10 }, (_, i) => `para ${i} `.repeat(50)).join('\n\n');
+    const c = chunkText(t, 1200);
+    expect(c.length).to.be.greaterThan(3);
+    expect(c.every((x) => x.length <= 1200)).to.equal(true);
+    expect(c.join('\n\n').replace(/\s+/g, ' ')).to.equal(t.replace(/\s+/g, ' '));
+  });
+  it('merges, de-duplicates and ranks rubric candidates', () => {
+    const mk = (p: string, n: number) => Array.from({ length: n }, (_, i) => ({ text: `Does the plan do ${p}${i}?`, dimension: (i % 2 ? 'experimental_design' : 'method_innovation') as 'experimental_design' | 'method_innovation' }));
+    const rq = [...mk('q', 7), { text: 'Does the plan  compare baselines?', dimension: 'experimental_design' as const }];
+    const ra = [...mk('a', 7), { text: 'does the plan compare baselines', dimension: 'experimental_design' as const }];
+    const merged = mergeCandidates(rq, ra);
+    expect(merged.length).to.equal(15);
+    expect([...merged.find((c) => /baselines/.test(c.text))!.origins].sort()).to.deep.equal(['R_A', 'R_Q']);
+    const deduped = applyDuplicateGroups(merged, [['c01', 'c09', 'zz'], ['[c02]', 'c10']]);
+    expect(deduped.length).to.equal(13);
+    expect([...deduped[0].origins].sort()).to.deep.equal(['R_A', 'R_Q']);
+    // ranking with unknown and repeated ids; all experimental_design ranked first
+    const ed = deduped.filter((c) => c.dimension === 'experimental_design').map((c) => c.id);
+    const rubric = selectRubric(deduped, ['nope', ...ed, ed[0]], 'x-q1');
+    expect(rubric.length).to.equal(10);
+    expect(rubric.map((r) => r.rank)).to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    expect(rubric.some((r) => r.dimension === 'method_innovation')).to.equal(true);
+    expect(rubric[0].id).to.equal('x-q1-r01');
+    expect(() => selectRubric(deduped.slice(0, 5), [], 'x')).to.throw(/only 5/);
+  });
+  it('assigns splits deterministically per paper', () => {
+    expect(assignSplit('a')).to.equal(assignSplit('a'));
+    const counts: Record<string, number> = {};
+    for (let i = 0; i < 1000; i++) counts[assignSplit(`p${i}`)] = (counts[assignSplit(`p${i}`)] ?? 0) + 1;
+    expect(counts.train).to.be.within(740, 860);
+    expect(counts.val).to.be.within(60, 140);
+  });
+  it('lexical overlap proxy', () => {
+    expect(lexicalOverlap('How should we compare optimizers on benchmarks?', 'Does the plan compare optimizers on benchmarks?')).to.equal(1);
+    expect(lexicalOverlap('How should we compare optimizers?', 'Does the plan use Bayesian shrinkage?')).to.equal(0);
+  });
+});
+
+/** Deterministic fault plan over the fake server's request keys (first attempts in this plan only, except think). */
+function faultPlan(): (req: FakeRequestInfo) => FakeFault | undefined {
+  const seen = new Map<string, number>();
+  return (req) => {
+  const attempt = (seen.get(req.key) ?? 0) + 1;
+  seen.set(req.key, attempt);
+  const h = parseInt(req.key.slice(0, 8), 16) % 10;
+  if (h === 4) return { kind: 'think' };
+  if (attempt > 1) return undefined;
+  // answer-shape faults only on original requests (not on repair round-trips or length retries),
+  // so every call fails at most once per kind and the client's single repair suffices
+  const original = req.body.messages.length === 2 && req.body.max_tokens === 4096;
+  if (!original && (h === 3 || h === 5 || h === 7)) return undefined;
+  switch (h) {
+    case 0:
+      return { kind: 'status', status: 429, retryAfter: 0.05 };
+    case 1:
+      return { kind: 'status', status: 500 };
+    case 2:
+      return { kind: 'hang' };
+    case 3:
+      return { kind: 'truncate' };
+    case 5:
+      return { kind: 'wrong-schema' };
+    case 6:
+      return { kind: 'reset' };
+    case 7:
+      return { kind: 'length' };
+    default:
+      return undefined;
+  }
+  };
+}
+
+describe('data pipeline: end to end against the fake LLM server', function () {
+  this.timeout(180000);
+  const SECRET = 'sk-papergym-e2e-secret';
+  let work: string;
+  let srv: FakeLlm;
+  let clean: PaperGymItem[];
+  const logs: string[] = [];
+  const args = (name: string, extra: Record<string, unknown> = {}) => ({
+    papers: [PAPERS],
+    out: join(work, `${name}.jsonl`),
+    llm: srv.url,
+    model: 'fake-model',
+    state: join(work, `${name}.sqlite`),
+    timeout: 0.5,
+    retries: 4,
+    concurrency: 4,
+    progress: 'none' as const,
+    ...extra,
+  });
+  const io = (signal?: AbortSignal) => ({ signal, log: (m: string) => logs.push(m) });
+
+  before(async () => {
+    work = mkdtempSync(join(tmpdir(), 'pg-e2e-'));
+    process.env.PAPERGYM_LLM_API_KEY = SECRET;
+    srv = await startFakeLlm({ apiKey: SECRET });
+    const s = await runBuildData(args('clean'), io());
+    expect(s.failures).to.deep.equal([]);
+    clean = readDataset(s.out, { strict: true }).items;
+  });
+  after(async () => {
+    delete process.env.PAPERGYM_LLM_API_KEY;
+    await srv.close();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  it('builds one schema-valid item per paper with every stage stored', () => {
+    expect(clean.map((i) => i.id)).to.deep.equal(['cs-pysr-q1', 'cs-scipy-1.0-q1', 'econ-financial-macro-replication-q1', 'physics-legwork-q1']);
+    for (const it of clean) {
+      expect(it.rubric).to.have.length(10);
+      expect(it.meta!.model).to.equal('fake-model');
+      expect(it.meta!.prompt_version).to.match(/^data-v1#[0-9a-f]{8}$/);
+      expect(it.stages.experimental_design).not.to.match(/\d/);
+      expect(new Set(it.rubric.map((r) => r.origin)).size).to.be.greaterThan(1);
+    }
+    expect(clean.find((i) => i.source.paper_id === 'cs-scipy-1.0')!.source.licence).to.equal('BSD-3-Clause');
+    const st = new PipelineState(join(work, 'clean.sqlite'));
+    try {
+      const stages = Object.keys(st.stages('physics-legwork'));
+      for (const s of ['paper', 'map:000', 'reduce:goals', 'reduce:experimental_design', 'question', 'answer', 'rubric-q', 'rubric-a', 'rubric-dedupe', 'rubric', 'item']) expect(stages).to.include(s);
+      expect(st.paperStatus('physics-legwork')!.status).to.equal('done');
+    } finally {
+      st.close();
+    }
+  });
+
+  it('loses nothing under 429/500/hangs/resets/truncated JSON/think blocks/wrong schema/length', async () => {
+    srv.setFault(faultPlan());
+    const before = srv.log.length;
+    const s = await runBuildData(args('faulty'), io());
+    srv.setFault(undefined);
+    const log = srv.log.slice(before);
+    const kinds = new Set(log.map((e) => e.outcome));
+    for (const k of ['status', 'hang', 'truncate', 'wrong-schema', 'reset', 'length']) expect(kinds, k).to.include(k);
+    expect(log.some((e) => parseInt(e.key.slice(0, 8), 16) % 10 === 4)).to.equal(true);
+    expect(s.failures).to.deep.equal([]);
+    expect(readDataset(s.out, { strict: true }).items).to.deep.equal(clean);
+    expect(logs.join('\n')).not.to.include(SECRET);
+    expect(logs.some((l) => /retry/.test(l))).to.equal(true);
+  });
+
+  it('resumes after an abort without sending any finished request again; --force redoes', async () => {
+    const ac = new AbortController();
+    let ok = 0;
+    srv.setFault((r) => {
+      if (ac.signal.aborted) return { kind: 'hang' };
+      if (++ok > 30) {
+        ac.abort();
+        return { kind: 'hang' };
+      }
+      return undefined;
+    });
+    const start1 = srv.log.length;
+    const err = await runBuildData(args('resume', { concurrency: 1 }), io(ac.signal)).catch((e) => e);
+    expect(err?.name).to.equal('LlmAbortError');
+    srv.setFault(undefined);
+    const run1 = srv.log.slice(start1);
+    const answered = new Set(run1.filter((e) => e.outcome === 'ok').map((e) => e.key));
+    expect(answered.size).to.equal(30);
+
+    const start2 = srv.log.length;
+    const s2 = await runBuildData(args('resume'), io());
+    const run2 = srv.log.slice(start2);
+    expect(run2.length).to.be.greaterThan(0);
+    expect(run2.filter((e) => answered.has(e.key)).map((e) => e.key)).to.deep.equal([]);
+    expect(s2.cached).to.be.greaterThanOrEqual(30);
+    expect(readDataset(s2.out, { strict: true }).items).to.deep.equal(clean);
+
+    const start3 = srv.log.length;
+    const s3 = await runBuildData(args('resume'), io());
+    expect(srv.log.length - start3).to.equal(0);
+    expect(s3.calls).to.equal(0);
+
+    const start4 = srv.log.length;
+    const s4 = await runBuildData(args('resume', { force: true }), io());
+    expect(srv.log.length - start4).to.be.greaterThan(40);
+    expect(readDataset(s4.out, { strict: true }).items).to.deep.equal(clean);
+  });
+
+  it('exports the research-plan-gen format', async () => {
+    const s = await runBuildData(args('clean', { format: 'research-plan-gen', out: join(work, 'rpg.jsonl') }), io());
+    const rows = readFileSync(s.out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(rows).to.have.length(4);
+    expect(Object.keys(rows[0]).sort()).to.deep.equal(['Goal', 'Reference solution', 'Rubric', 'article_id', 'q_id']);
+    expect(rows[0].Rubric).to.have.length(10);
+    expect(rows[0].q_id).to.equal(clean[0].id);
+    expect(rows[0].Rubric[0]).to.equal(clean[0].rubric.find((r) => r.rank === 1)!.text);
+  });
+
+  it('audits leakage with the judge (cached) and the lexical proxy', async () => {
+    const data = join(work, 'clean.jsonl');
+    const start = srv.log.length;
+    const rep = await runLeakage({ data, llm: srv.url, model: 'judge', state: join(work, 'leak.sqlite'), out: join(work, 'leak.json') });
+    expect(srv.log.length - start).to.equal(40);
+    expect(rep.rows).to.have.length(40);
+    expect(rep.judge!.overall.n).to.equal(40);
+    expect(Object.keys(rep.judge!.byDimension).sort()).to.deep.equal(['experimental_design', 'method_innovation']);
+    expect(rep.lexical.overall.n).to.equal(40);
+    const again = await runLeakage({ data, llm: srv.url, model: 'judge', state: join(work, 'leak.sqlite') });
+    expect(srv.log.length - start).to.equal(40);
+    expect(again.judge).to.deep.equal(rep.judge);
+    const lexOnly = await runLeakage({ data });
+    expect(lexOnly.judge).to.equal(undefined);
+  });
+});
+
+describe('data: schema, sample dataset and general rubric', () => {
+  const root = join(here, '..', '..');
+  it('the embedded sample dataset is valid: ≥ 6 items from the four papers, both splits, 10 items over both dimensions', async () => {
+    const { items, problems } = readDataset(join(root, 'data', 'sample', 'papergym-sample.jsonl'), { strict: true });
+    expect(problems).to.deep.equal([]);
+    expect(items.length).to.be.greaterThanOrEqual(6);
+    expect(new Set(items.map((i) => i.source.paper_id))).to.deep.equal(new Set(['cs-pysr', 'cs-scipy-1.0', 'econ-financial-macro-replication', 'physics-legwork']));
+    expect(items.filter((i) => i.split === 'val').length).to.be.greaterThanOrEqual(2);
+    expect(items.filter((i) => i.split === 'train').length).to.be.greaterThan(items.length / 2);
+    for (const it of items) {
+      expect(it.stages.experimental_design).not.to.match(/\d/);
+      expect(new Set(it.rubric.map((r) => r.origin)).size).to.be.greaterThan(1);
+    }
+    const { sampleDatasetPath } = await import('../lib/data/schema.js');
+    expect(readFileSync(sampleDatasetPath(), 'utf8')).to.equal(readFileSync(join(root, 'data', 'sample', 'papergym-sample.jsonl'), 'utf8'));
+  });
+  it('the general rubric has the seven checks', async () => {
+    const { loadGeneralRubric } = await import('../lib/data/schema.js');
+    const g = loadGeneralRubric();
+    expect(g.id).to.equal('goel2025-general-v1');
+    expect(g.items).to.have.length(7);
+  });
+  it('reports bad rows with line numbers, skips them, or throws in strict mode', async () => {
+    const { parseDataset, validateItem, writeDataset, DatasetValidationError } = await import('../lib/data/schema.js');
+    const good = readFileSync(join(root, 'data', 'sample', 'papergym-sample.jsonl'), 'utf8').split('\n')[0];
+    const bad = JSON.parse(good);
+    bad.rubric = bad.rubric.slice(0, 9);
+    const dupRank = JSON.parse(good);
+    dupRank.id = 'x2';
+    dupRank.rubric[1].rank = 1;
+    const text = [good, '', '{not json', JSON.stringify(bad), JSON.stringify(dupRank), good].join('\n');
+    const seen: number[] = [];
+    const r = parseDataset(text, { onProblem: (p) => seen.push(p.line) });
+    expect(r.items).to.have.length(1);
+    expect(seen).to.deep.equal([3, 4, 5, 6]);
+    expect(r.problems[1].errors.join()).to.match(/rubric/);
+    expect(r.problems[3].errors.join()).to.match(/duplicate id/);
+    expect(() => parseDataset(text, { strict: true })).to.throw(DatasetValidationError, /line 3/);
+    expect(validateItem({ ...JSON.parse(good), split: 'dev' }).errors.join()).to.match(/split/);
+    const dir = mkdtempSync(join(tmpdir(), 'pg-schema-'));
+    try {
+      expect(() => writeDataset(join(dir, 'x.jsonl'), [bad])).to.throw(DatasetValidationError);
+      writeFileSync(join(dir, 'y.jsonl'), '');
+      writeDataset(join(dir, 'y.jsonl'), [JSON.parse(good)]);
+      expect(createHash('sha256').update(readFileSync(join(dir, 'y.jsonl'))).digest('hex')).to.equal(createHash('sha256').update(good + '\n').digest('hex'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
