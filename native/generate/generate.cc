@@ -209,14 +209,28 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
 }  // namespace
 
 GenerateResult Generate(Qwen3Model& m, const GenerateRequest& r) {
-  try {
-    return GenerateImpl(m, r);
-  } catch (...) {
-    // The cache and activations of GenerateImpl are already released here; hand the cached
-    // blocks back so the model stays usable after an out-of-memory.
+  // The cache and activations of GenerateImpl are already released when a handler runs; hand the
+  // cached blocks back so the model stays usable after an out-of-memory.
+  auto release = [&] {
 #ifdef PG_WITH_CUDA
     if (m.device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
+  };
+  try {
+    return GenerateImpl(m, r);
+  } catch (const c10::OutOfMemoryError&) {
+    release();
+    throw;
+  } catch (const c10::Error& e) {
+    release();
+    // libtorch's CPU allocator reports a failed host allocation as a plain c10::Error
+    // ("DefaultCPUAllocator: can't allocate memory"): surface it as an out-of-memory too.
+    const std::string msg = e.what_without_backtrace();
+    if (msg.find("can't allocate memory") != std::string::npos || msg.find("not enough memory") != std::string::npos)
+      TORCH_CHECK_WITH(OutOfMemoryError, false, msg.substr(0, msg.find('\n')));
+    throw;
+  } catch (...) {
+    release();
     throw;
   }
 }

@@ -106,12 +106,17 @@ AdapterSel ReadAdapter(const Napi::Object& o) {
       sel.kind = AdapterSel::None;
       return sel;
     }
+    if (!s.empty()) {  // any other name: a snapshot (same convention as Model.forward)
+      sel.kind = AdapterSel::Snapshot;
+      sel.name = s;
+      return sel;
+    }
   } else if (v.IsObject() && Has(v.As<Napi::Object>(), "snapshot")) {
     sel.kind = AdapterSel::Snapshot;
     sel.name = GetString(v.As<Napi::Object>(), "snapshot", std::nullopt, "options.adapter");
     return sel;
   }
-  throw ArgError("options.adapter must be 'active', 'none' or {snapshot: name}");
+  throw ArgError("options.adapter must be 'active', 'none', a snapshot name or {snapshot: name}");
 }
 
 // generate(model, options) -> Promise<GenerateResult>; see lib/model/policy.ts for the typed surface.

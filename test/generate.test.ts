@@ -1,0 +1,295 @@
+/**
+ * Native batched generation: greedy parity with transformers `generate` (committed fixture +
+ * live run of scripts/ref_generate.py), sampling checks, logprob parity with a teacher-forced
+ * forward, n per prompt, stop ids + row compaction, async behaviour (timers, abort, queueing),
+ * bad input and out-of-memory.
+ *
+ * Regenerate the fixtures: python3 scripts/ref_generate.py --model <tiny dir> --job <job> (see
+ * test/fixtures/generate/*.json for the job fields; the tiny dirs come from test/helpers/tiny.ts).
+ */
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { packageRoot } from '../lib/native.js';
+import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
+import { generate, sampleFromLogits, type GenerateResult } from '../lib/model/policy.js';
+import { python, tinyFingerprint, tinyModel } from './helpers/tiny.js';
+
+interface GreedyFixture {
+  model: 'tiny-tied' | 'tiny-untied';
+  fingerprint: number;
+  prompts: number[][];
+  max_new_tokens: number;
+  stop_ids: number[];
+  pad_id: number;
+  completions: number[][];
+}
+
+const FIX = join(packageRoot, 'test', 'fixtures', 'generate');
+const fixture = (name: string): GreedyFixture => JSON.parse(readFileSync(join(FIX, `greedy-${name}.json`), 'utf8'));
+const ids = (c: { tokenIds: Int32Array }) => Array.from(c.tokenIds);
+
+async function rejection(p: Promise<unknown>): Promise<Error & { code?: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as Error & { code?: string };
+  }
+  throw new Error('expected a rejection');
+}
+
+/** log-softmax(row / T)[tok] in float64. */
+function logprobAt(logits: Float32Array, offset: number, V: number, T: number, tok: number): number {
+  let mx = -Infinity;
+  for (let v = 0; v < V; v++) mx = Math.max(mx, logits[offset + v] / T);
+  let s = 0;
+  for (let v = 0; v < V; v++) s += Math.exp(logits[offset + v] / T - mx);
+  return logits[offset + tok] / T - mx - Math.log(s);
+}
+
+describe('generate (native batched KV-cache sampling)', function () {
+  this.timeout(180000);
+  const models: Record<string, Qwen3Model> = {};
+  let tied: Qwen3Model;
+  let base: GreedyFixture;
+  before(async () => {
+    for (const name of ['tiny-tied', 'tiny-untied'] as const) models[name] = await loadModel(tinyModel(name));
+    tied = models['tiny-tied'];
+    base = fixture('tiny-tied');
+  });
+
+  describe('greedy parity with transformers generate', () => {
+    for (const name of ['tiny-tied', 'tiny-untied']) {
+      it(`${name}: left-padded batch, 64 new tokens, identical ids (fixture)`, async () => {
+        const f = fixture(name);
+        expect(tinyFingerprint(tinyModel(f.model)), 'tiny model changed: regenerate the fixture').to.be.closeTo(f.fingerprint, 1e-6 * f.fingerprint);
+        const r = await generate(models[name], { prompts: f.prompts, temperature: 0, maxNewTokens: f.max_new_tokens, stopIds: f.stop_ids, padId: f.pad_id });
+        expect(r.completions.map(ids)).to.deep.equal(f.completions);
+        for (const c of r.completions) expect(c.finishReason).to.equal(f.completions[c.promptIndex].length < f.max_new_tokens ? 'stop' : 'length');
+      });
+    }
+
+    it('tiny-untied: identical ids to scripts/ref_generate.py run live', async function () {
+      const f = fixture('tiny-untied');
+      const dir = mkdtempSync(join(tmpdir(), 'pg-gen-'));
+      const prompts = [f.prompts[1], f.prompts[3], [100, 200, 300, 400, 500]];
+      const job = join(dir, 'job.json');
+      writeFileSync(job, JSON.stringify({ prompts, max_new_tokens: 64, stop_ids: f.stop_ids, pad_id: f.pad_id }));
+      const py = spawnSync(python, [join(packageRoot, 'scripts', 'ref_generate.py'), '--model', tinyModel('tiny-untied'), '--job', job], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' } });
+      if (py.error || (py.status !== 0 && /No module named/.test(py.stderr ?? ''))) {
+        if (process.env.CI) throw new Error(`reference unavailable in CI: ${py.error?.message ?? py.stderr}`);
+        this.skip();
+      }
+      expect(py.status, py.stderr).to.equal(0);
+      const ref = JSON.parse(py.stdout) as { completions: number[][] };
+      const r = await generate(models['tiny-untied'], { prompts, temperature: 0, maxNewTokens: 64, stopIds: f.stop_ids, padId: f.pad_id });
+      expect(r.completions.map(ids)).to.deep.equal(ref.completions);
+    });
+
+    it('top-k = 1 at T = 1 equals greedy; n copies of a greedy prompt are identical', async () => {
+      const prompts = base.prompts.slice(0, 3);
+      const k1 = await generate(tied, { prompts, temperature: 1, topK: 1, maxNewTokens: 24, seed: 5, n: 2 });
+      for (const c of k1.completions) expect(ids(c)).to.deep.equal(base.completions[c.promptIndex].slice(0, 24));
+      expect(k1.completions.map((c) => [c.promptIndex, c.sampleIndex])).to.deep.equal([[0, 0], [0, 1], [1, 0], [1, 1], [2, 0], [2, 1]]);
+    });
+  });
+
+  describe('sampling', () => {
+    it('same seed → same samples; another seed → different samples', async () => {
+      const opts = { prompts: base.prompts.slice(0, 2), temperature: 1.0, topP: 0.95, topK: 50, maxNewTokens: 16, n: 2 };
+      const a = await generate(tied, { ...opts, seed: 123 });
+      const b = await generate(tied, { ...opts, seed: 123 });
+      const c = await generate(tied, { ...opts, seed: 124 });
+      expect(a.seed).to.equal(123);
+      expect(a.completions.map(ids)).to.deep.equal(b.completions.map(ids));
+      expect(a.completions.map(ids)).to.not.deep.equal(c.completions.map(ids));
+      const d = await generate(tied, { ...opts });
+      expect(d.seed).to.be.a('number');
+      const e = await generate(tied, { ...opts, seed: d.seed });
+      expect(e.completions.map(ids)).to.deep.equal(d.completions.map(ids));
+    });
+
+    it('n per prompt (one prefill, expanded cache) equals repeating the prompt', async () => {
+      const p = base.prompts;
+      const opts = { temperature: 1.0, maxNewTokens: 12, seed: 9 };
+      const expanded = await generate(tied, { ...opts, prompts: [p[0], p[2]], n: 3 });
+      const repeated = await generate(tied, { ...opts, prompts: [p[0], p[0], p[0], p[2], p[2], p[2]], n: 1 });
+      expect(expanded.completions.map(ids)).to.deep.equal(repeated.completions.map(ids));
+      expect(expanded.promptTokens).to.equal(p[0].length + p[2].length);
+      // the three samples of one prompt differ
+      expect(new Set(expanded.completions.slice(0, 3).map((c) => ids(c).join(','))).size).to.equal(3);
+    });
+
+    it('stop ids end a row (stop id kept, finish "stop") while the others continue unchanged through compaction', async () => {
+      // stop on the 6th greedy token of prompt 1 (not occurring earlier in any other row's first 40 tokens)
+      const stopTok = base.completions[1][5];
+      const firstIdx = base.completions[1].indexOf(stopTok);
+      for (const [i, c] of base.completions.entries()) if (i !== 1) expect(c.slice(0, 40)).to.not.include(stopTok);
+      const r = await generate(tied, { prompts: base.prompts, temperature: 0, maxNewTokens: 40, stopIds: [stopTok, 151645], compactFraction: 0.01 });
+      expect(r.completions[1].finishReason).to.equal('stop');
+      expect(ids(r.completions[1])).to.deep.equal(base.completions[1].slice(0, firstIdx + 1));
+      expect(r.completions[1].logprobs.length).to.equal(firstIdx + 1);
+      for (const i of [0, 2, 3]) {
+        expect(r.completions[i].finishReason).to.equal('length');
+        expect(ids(r.completions[i])).to.deep.equal(base.completions[i].slice(0, 40));
+      }
+      expect(r.compactions).to.equal(1);
+    });
+
+    it('logprobs equal a teacher-forced forward at the same T (≤ 1e-4), full-vocabulary log-softmax', async () => {
+      const V = Number(tied.config.vocab_size);
+      for (const [T, topK, topP] of [[0.7, 20, 0.9], [1.0, 0, 1.0], [1.3, 0, 0.8]] as const) {
+        const prompts = [base.prompts[1], base.prompts[0]];
+        const r = await generate(tied, { prompts, temperature: T, topK, topP, maxNewTokens: 10, seed: 77, n: 2 });
+        for (const c of r.completions) {
+          const p = prompts[c.promptIndex];
+          const seq = [...p, ...ids(c)];
+          const out = await tied.forward({ inputIds: { data: Int32Array.from(seq), shape: [1, seq.length] } });
+          const logits = out.logits!.data;
+          for (let j = 0; j < c.tokenIds.length; j++) {
+            const ref = logprobAt(logits, (p.length - 1 + j) * V, V, T, c.tokenIds[j]);
+            expect(Math.abs(c.logprobs[j] - ref), `T=${T} row ${c.promptIndex}/${c.sampleIndex} token ${j}`).to.be.lessThan(1e-4);
+          }
+        }
+      }
+    });
+
+    it('tiny-vocab sampler: empirical frequencies at T = 1 match the softmax (chi-square), truncation renormalises', () => {
+      const row = [1.2, -0.3, 0.5, 2.0, -1.5, 0.0];
+      const V = row.length;
+      const R = 30000;
+      const data = new Float32Array(R * V);
+      for (let r = 0; r < R; r++) data.set(row, r * V);
+      const softmax = (xs: number[]) => {
+        const m = Math.max(...xs);
+        const e = xs.map((x) => Math.exp(x - m));
+        const s = e.reduce((a, b) => a + b, 0);
+        return e.map((x) => x / s);
+      };
+      const chi2 = (counts: number[], probs: number[]) => counts.reduce((acc, c, i) => (probs[i] > 0 ? acc + (c - R * probs[i]) ** 2 / (R * probs[i]) : acc), 0);
+      const count = (tok: Int32Array) => {
+        const c = new Array(V).fill(0);
+        for (const t of tok) c[t]++;
+        return c;
+      };
+      // T = 1, no truncation: 5 degrees of freedom; P(chi2 > 25) ≈ 1.4e-4
+      const full = sampleFromLogits({ data, shape: [R, V] }, { temperature: 1, seed: 3 });
+      const p = softmax(row);
+      expect(chi2(count(full.tokenIds), p)).to.be.lessThan(25);
+      for (let r = 0; r < 50; r++) expect(full.logprobs[r]).to.be.closeTo(Math.log(p[full.tokenIds[r]]), 1e-5);
+      // top-k 3 at T = 1: sampled from the renormalised top 3, logprob still the full softmax
+      const k3 = sampleFromLogits({ data, shape: [R, V] }, { temperature: 1, topK: 3, seed: 4 });
+      const top3 = [3, 0, 2];
+      const pk = row.map((x, i) => (top3.includes(i) ? Math.exp(x) : 0));
+      const sk = pk.reduce((a, b) => a + b, 0);
+      const ck = count(k3.tokenIds);
+      expect(ck.filter((_, i) => !top3.includes(i)).every((x) => x === 0)).to.equal(true);
+      expect(chi2(ck, pk.map((x) => x / sk))).to.be.lessThan(20); // 2 dof
+      for (let r = 0; r < 50; r++) expect(k3.logprobs[r]).to.be.closeTo(Math.log(p[k3.tokenIds[r]]), 1e-5);
+      // top-p 0.6: sorted probs ≈ [.50, .22, .11, ...] → keeps the first two (preceding mass .50 < .6, .72 ≥ .6)
+      const pp = sampleFromLogits({ data, shape: [R, V] }, { temperature: 1, topP: 0.6, seed: 5 });
+      const cp = count(pp.tokenIds);
+      expect(cp.filter((_, i) => i !== 3 && i !== 0).every((x) => x === 0)).to.equal(true);
+      const q = [p[0], 0, 0, p[3], 0, 0].map((x) => x / (p[0] + p[3]));
+      expect(chi2(cp, q)).to.be.lessThan(15); // 1 dof
+      // T = 2 changes the distribution to softmax(row / 2)
+      const t2 = sampleFromLogits({ data, shape: [R, V] }, { temperature: 2, seed: 6 });
+      const p2 = softmax(row.map((x) => x / 2));
+      expect(chi2(count(t2.tokenIds), p2)).to.be.lessThan(25);
+      expect(t2.logprobs[0]).to.be.closeTo(Math.log(p2[t2.tokenIds[0]]), 1e-5);
+      // greedy
+      const g = sampleFromLogits({ data: Float32Array.from(row), shape: [1, V] }, { temperature: 0 });
+      expect(g.tokenIds[0]).to.equal(3);
+      // same seed, same draws
+      expect(Array.from(sampleFromLogits({ data, shape: [R, V] }, { temperature: 1, seed: 3 }).tokenIds.slice(0, 100))).to.deep.equal(Array.from(full.tokenIds.slice(0, 100)));
+    });
+  });
+
+  describe('async', () => {
+    it('keeps the event loop free: timers fire during a long generation', async () => {
+      let ticks = 0;
+      const iv = setInterval(() => ticks++, 5);
+      const t0 = performance.now();
+      const r = await generate(tied, { prompts: base.prompts, temperature: 1, maxNewTokens: 48, n: 2, seed: 1 });
+      const ms = performance.now() - t0;
+      clearInterval(iv);
+      expect(r.newTokens).to.equal(8 * 48);
+      expect(ticks).to.be.greaterThan(Math.min(10, ms / 20));
+    });
+
+    it('AbortSignal cancels within one decode step; queued calls abort without running; the model stays usable', async () => {
+      const ac = new AbortController();
+      const t0 = performance.now();
+      const long = generate(tied, { prompts: base.prompts, temperature: 1, maxNewTokens: 5000, seed: 2 }, ac.signal);
+      const queued = generate(tied, { prompts: base.prompts, temperature: 1, maxNewTokens: 5000, seed: 2, signal: ac.signal });
+      setTimeout(() => ac.abort(), 300);
+      const e = await rejection(long);
+      const elapsed = performance.now() - t0;
+      expect(e.name).to.equal('AbortError');
+      expect(e.code).to.equal('ABORT_ERR');
+      expect(elapsed).to.be.lessThan(5000);
+      const q = await rejection(queued);
+      expect(q.name).to.equal('AbortError');
+      // already aborted: rejects at once
+      expect((await rejection(generate(tied, { prompts: [[1, 2]] }, ac.signal))).name).to.equal('AbortError');
+      const ok = await generate(tied, { prompts: [[1, 2, 3]], temperature: 0, maxNewTokens: 4 });
+      expect(ok.completions[0].tokenIds.length).to.equal(4);
+    });
+
+    it('queues concurrent calls on one model (results equal sequential ones, no race)', async () => {
+      const mk = (seed: number) => ({ prompts: base.prompts.slice(0, 2), temperature: 1, maxNewTokens: 8, seed, n: 2 });
+      const seq: GenerateResult[] = [];
+      for (const s of [1, 2, 3]) seq.push(await generate(tied, mk(s)));
+      const par = await Promise.all([generate(tied, mk(1)), tied.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] } }), generate(tied, mk(2)), generate(tied, mk(3))]);
+      const gens = [par[0], par[2], par[3]] as GenerateResult[];
+      expect(gens.map((g) => g.completions.map(ids))).to.deep.equal(seq.map((g) => g.completions.map(ids)));
+    });
+  });
+
+  describe('bad input', () => {
+    const argErr = async (p: () => Promise<unknown>, re: RegExp) => {
+      let e: (Error & { code?: string }) | undefined;
+      try {
+        await p();
+      } catch (x) {
+        e = x as Error & { code?: string };
+      }
+      expect(e, `expected a TypeError matching ${re}`).to.be.instanceOf(TypeError);
+      expect(e!.message).to.match(re);
+      expect(e!.code).to.equal('ERR_PG_ARG');
+    };
+    it('rejects empty prompts, too-long prompts, bad temperature/topP/topK/n/maxNewTokens and out-of-vocab ids with TypeErrors naming the argument', async () => {
+      const ctx = Number(tied.config.max_position_embeddings);
+      await argErr(() => generate(tied, { prompts: [[1, 2], []] }), /prompts\[1\] is empty/);
+      await argErr(() => generate(tied, { prompts: [] }), /prompts must be a non-empty/);
+      await argErr(() => generate(tied, { prompts: [new Array(ctx + 1).fill(5)] }), /prompts\[0\] has \d+ tokens, longer than the model context/);
+      await argErr(() => generate(tied, { prompts: [new Array(ctx - 10).fill(5)], maxNewTokens: 20 }), /prompts\[0\].*maxNewTokens = 20.*context/);
+      await argErr(() => generate(tied, { prompts: [[1]], temperature: -0.5 }), /temperature must be a finite number >= 0/);
+      await argErr(() => generate(tied, { prompts: [[1]], topP: 0 }), /topP must be in \(0, 1\]/);
+      await argErr(() => generate(tied, { prompts: [[1]], topP: 1.5 }), /topP must be in \(0, 1\]/);
+      await argErr(() => generate(tied, { prompts: [[1]], topK: -1 }), /topK/);
+      await argErr(() => generate(tied, { prompts: [[1]], n: 0 }), /n must be an integer >= 1/);
+      await argErr(() => generate(tied, { prompts: [[1]], maxNewTokens: 0 }), /maxNewTokens must be an integer >= 1/);
+      await argErr(() => generate(tied, { prompts: [[1, 10 ** 7]] }), /prompts\[0\]\[1\].*outside \[0, vocab_size/);
+      await argErr(() => generate(tied, { prompts: [[1]], stopIds: [-3] }), /stopIds\[0\]/);
+      await argErr(() => generate({} as never, { prompts: [[1]] }), /model/);
+      expect(() => sampleFromLogits({ data: new Float32Array(6), shape: [2, 3] }, { topP: 2 })).to.throw(TypeError, /topP/);
+    });
+
+    it('out of memory during generation → Error ERR_PG_OOM, cache freed, model still usable', async () => {
+      const e = await rejection(generate(tied, { prompts: base.prompts, temperature: 1, maxNewTokens: 20, simulateOomAtStep: 3 }));
+      expect(e.code).to.equal('ERR_PG_OOM');
+      expect(e).to.not.be.instanceOf(TypeError);
+      const over = readFileSync('/proc/sys/vm/overcommit_memory', 'utf8').trim();
+      if (over !== '1') {
+        // a real allocation failure: expanding the cache to 10^11 rows (~hundreds of TB) after the prefill
+        const big = await rejection(generate(tied, { prompts: [[1, 2, 3]], n: 1e11, maxNewTokens: 4 }));
+        expect(big.code).to.equal('ERR_PG_OOM');
+      }
+      const ok = await generate(tied, { prompts: base.prompts, temperature: 0, maxNewTokens: 8 });
+      expect(ok.completions.map(ids)).to.deep.equal(base.completions.map((c) => c.slice(0, 8)));
+    });
+  });
+});
