@@ -1,0 +1,62 @@
+/** Policy: chat-rendered prompts → native generation → decoded completions. */
+import { expect } from 'chai';
+import { Policy } from '../lib/model/policy.js';
+import { tinyModel } from './helpers/tiny.js';
+
+describe('Policy (model + tokenizer + chat template)', function () {
+  this.timeout(120000);
+  let policy: Policy;
+  before(async () => {
+    policy = await Policy.load(tinyModel('tiny-tied'));
+  });
+  after(() => policy.dispose());
+
+  it('renders string prompts and conversations with the chat template and samples n per prompt', async () => {
+    const r = await policy.generateWithStats(['What is 2+2?', [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }]], { n: 3, temperature: 1, topP: 0.95, maxNewTokens: 6, seed: 11, enableThinking: false });
+    expect(r.promptIds[0]).to.deep.equal([151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271]);
+    expect(r.completions.length).to.equal(6);
+    expect(r.completions.map((c) => c.promptIndex)).to.deep.equal([0, 0, 0, 1, 1, 1]);
+    for (const c of r.completions) {
+      expect(c.tokenIds.length).to.equal(c.logprobs.length);
+      expect(c.tokenIds.length).to.be.within(1, 6);
+      expect(c.text).to.be.a('string');
+      expect(['stop', 'length']).to.include(c.finishReason);
+      for (const lp of c.logprobs) expect(lp).to.be.at.most(0);
+    }
+    const thinking = await policy.encodePrompts(['What is 2+2?']);
+    expect(thinking[0]).to.deep.equal(r.promptIds[0].slice(0, 15));
+    expect((await policy.encodePrompts(['x'], { raw: true }))[0]).to.deep.equal([87]);
+  });
+
+  it('decodes text without the final stop token and reports finish "stop"', async () => {
+    const greedy = await policy.generate(['Hello'], { temperature: 0, maxNewTokens: 5 });
+    const stopTok = greedy[0].tokenIds[2];
+    const k = greedy[0].tokenIds.indexOf(stopTok);
+    const r = await policy.generate(['Hello'], { temperature: 0, maxNewTokens: 5, stopIds: [stopTok] });
+    expect(r[0].finishReason).to.equal('stop');
+    expect(Array.from(r[0].tokenIds)).to.deep.equal(Array.from(greedy[0].tokenIds.slice(0, k + 1)));
+    const body = Array.from(greedy[0].tokenIds.slice(0, k)).filter((t) => t < policy.tokenizer.vocabSize);
+    expect(r[0].text).to.equal(await policy.tokenizer.decode(body));
+  });
+
+  it('rejects empty prompts with a TypeError naming the prompt', async () => {
+    for (const bad of [[''], ['ok', '   '], [[]]] as never[][]) {
+      let e: Error | undefined;
+      try {
+        await policy.generate(bad);
+      } catch (x) {
+        e = x as Error;
+      }
+      expect(e).to.be.instanceOf(TypeError);
+      expect(e!.message).to.match(/prompts\[\d\] is empty/);
+    }
+    let e2: Error | undefined;
+    try {
+      await policy.generate(['hi'], { temperature: -1 });
+    } catch (x) {
+      e2 = x as Error;
+    }
+    expect(e2).to.be.instanceOf(TypeError);
+    expect(e2!.message).to.match(/temperature/);
+  });
+});
