@@ -338,6 +338,9 @@ export interface BuildResult {
   stats: CachedLlmStats;
 }
 
+/** Calls booked per paper before its sections are known (progress/ETA only). */
+export const PAPER_CALL_ESTIMATE = 25;
+
 /** Bump when loadPaper's output changes, so cached parses are not reused. */
 export const LOADER_VERSION = 'latex-v1';
 
@@ -376,7 +379,8 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
     parts.forEach((t, i) => units.push({ title: parts.length > 1 ? `${s.title} (part ${i + 1} of ${parts.length})` : s.title, text: t }));
   }
   if (!units.length) throw new Error('no section text found');
-  llm.opts.progress?.add(units.length + 10);
+  // the run pre-booked PAPER_CALL_ESTIMATE calls for this paper; correct to the real count
+  llm.opts.progress?.add(units.length + 10 - PAPER_CALL_ESTIMATE);
   const maps = await Promise.all(
     units.map(async (u, i) => {
       const out = await llm.call<MapOut>('map', { paper_title: paper.title, section_title: u.title, section: u.text }, TASK_SCHEMAS.map);
@@ -465,6 +469,7 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
   const failures: BuildResult['failures'] = [];
   let next = 0;
   let done = 0;
+  o.progress?.add(PAPER_CALL_ESTIMATE * o.papers.length);
   const worker = async () => {
     while (next < o.papers.length) {
       const i = next++;
@@ -482,6 +487,7 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
         if (o.signal?.aborted) throw e;
         const msg = (e as Error)?.message ?? String(e);
         failures.push({ paper: pid, error: msg });
+        if (!o.state.getStage(pid, 'map:000')) o.progress?.add(-PAPER_CALL_ESTIMATE);
         try {
           o.state.setPaperStatus(pid, 'failed', msg);
         } catch {

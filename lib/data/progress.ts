@@ -78,7 +78,11 @@ export class Progress {
     (this.o.stream ?? process.stderr).write(`${this.o.label}: ${this.done}/${this.total} calls (${this.cached} cached)${this.extra ? `, ${this.extra}` : ''}${eta !== undefined ? `, ETA ${Math.round(eta)}s` : ''}\n`);
   }
 
+  private stopped = false;
+  /** Final line / bar stop (idempotent). */
   stop(): void {
+    if (this.stopped) return;
+    this.stopped = true;
     if (this.bar) this.bar.stop();
     else this.render(true);
   }
