@@ -7,3 +7,4 @@ export const commands: CommandModule<any, any>[] = [doctorCommand];
 import { probeJudgeCommand } from './probe-judge.js';
 commands.push(probeJudgeCommand);
 import { buildDataCommand } from './build-data.js'; import { leakageCommand } from './leakage.js'; commands.push(buildDataCommand, leakageCommand);
+import { generateCommand } from './generate.js'; commands.push(generateCommand);

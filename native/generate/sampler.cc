@@ -1,17 +1,24 @@
 #include "generate/sampler.h"
 
 #include <cmath>
+#include <sstream>
 
 #include "napi/util.h"
 
 namespace pg {
 
+static std::string Num(double d) {
+  std::ostringstream os;
+  os << d;
+  return os.str();
+}
+
 void ValidateSampling(const SamplingOptions& o, const std::string& what) {
   if (!std::isfinite(o.temperature) || o.temperature < 0)
-    throw ArgError(what + ".temperature must be a finite number >= 0 (0 = greedy), got " + std::to_string(o.temperature));
+    throw ArgError(what + ".temperature must be a finite number >= 0 (0 = greedy), got " + Num(o.temperature));
   if (o.top_k < 0) throw ArgError(what + ".topK must be an integer >= 0 (0 = off), got " + std::to_string(o.top_k));
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
-    throw ArgError(what + ".topP must be in (0, 1] (1 = off), got " + std::to_string(o.top_p));
+    throw ArgError(what + ".topP must be in (0, 1] (1 = off), got " + Num(o.top_p));
 }
 
 std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, const SamplingOptions& o,

@@ -1,0 +1,147 @@
+import { createWriteStream, readFileSync } from 'node:fs';
+import type { CommandModule } from 'yargs';
+import type { ChatMessage } from '../../lib/model/chat.js';
+import { Policy, type PolicyPrompt } from '../../lib/model/policy.js';
+import type { Device, Dtype } from '../../lib/model/qwen3.js';
+import { studentMessages } from '../../lib/train/prompts.js';
+
+interface GenerateArgs {
+  model: string;
+  adapter?: string;
+  prompt?: string[];
+  input?: string;
+  out?: string;
+  plain: boolean;
+  system?: string;
+  n: number;
+  temperature: number;
+  topK: number;
+  topP: number;
+  maxNewTokens: number;
+  seed?: number;
+  thinking: boolean;
+  batchSize: number;
+  device: string;
+  dtype?: string;
+  tokens: boolean;
+}
+
+/** One input record: its id (if any), a question/prompt text or messages. */
+interface InputRecord {
+  id?: string;
+  question?: string;
+  prompt: PolicyPrompt;
+}
+
+/**
+ * Reads `--input` JSONL. Each line is an object with one of: `messages` (a chat), `prompt` (a user
+ * message sent as is), `question` / `Goal` (a research question: wrapped in the training student
+ * prompt unless --plain). `id` (or `q_id`) is carried to the output. Blank lines are skipped.
+ */
+function readInput(path: string, plain: boolean): InputRecord[] {
+  const out: InputRecord[] = [];
+  readFileSync(path, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (!line.trim()) return;
+      let o: Record<string, unknown>;
+      try {
+        o = JSON.parse(line) as Record<string, unknown>;
+      } catch (e) {
+        throw new Error(`${path}:${i + 1}: invalid JSON (${(e as Error).message})`);
+      }
+      const id = typeof o.id === 'string' || typeof o.id === 'number' ? String(o.id) : typeof o.q_id === 'string' || typeof o.q_id === 'number' ? String(o.q_id) : undefined;
+      if (Array.isArray(o.messages)) out.push({ id, prompt: o.messages as ChatMessage[] });
+      else if (typeof o.prompt === 'string') out.push({ id, prompt: o.prompt });
+      else {
+        const q = typeof o.question === 'string' ? o.question : typeof o.Goal === 'string' ? o.Goal : undefined;
+        if (q === undefined) throw new Error(`${path}:${i + 1}: expected a "question", "prompt" or "messages" field`);
+        out.push({ id, question: q, prompt: plain ? q : (studentMessages(q) as ChatMessage[]) });
+      }
+    });
+  return out;
+}
+
+/**
+ * `papergym-native generate --model DIR [--adapter DIR] (--prompt TEXT | --input questions.jsonl)
+ * [--out plans.jsonl]`: samples completions with the native batched generator and writes one JSON
+ * line per completion: `{id, prompt_index, sample_index, question?, text, finish_reason,
+ * completion_tokens, seed}` (+ `token_ids`, `logprobs` with --tokens). Output goes to --out or stdout;
+ * progress to stderr.
+ */
+export const generateCommand: CommandModule<object, GenerateArgs> = {
+  command: 'generate',
+  describe: 'Sample completions (research plans) from a Qwen3 checkpoint (+ LoRA adapter) with the native batched generator',
+  builder: (y) =>
+    y
+      .option('model', { type: 'string', demandOption: true, describe: 'Qwen3 checkpoint dir (config.json, safetensors, tokenizer.json)' })
+      .option('adapter', { type: 'string', describe: 'PEFT LoRA adapter dir' })
+      .option('prompt', { type: 'string', array: true, describe: 'prompt text, sent as a user message (repeatable)' })
+      .option('input', { type: 'string', describe: 'JSONL of {question|prompt|messages, id?}; questions get the training student prompt' })
+      .option('out', { type: 'string', describe: 'output JSONL (default stdout)' })
+      .option('plain', { type: 'boolean', default: false, describe: 'send --input questions as bare user messages (no student prompt)' })
+      .option('system', { type: 'string', describe: 'system message for --prompt texts' })
+      .option('n', { type: 'number', default: 1, describe: 'completions per prompt' })
+      .option('temperature', { type: 'number', default: 0.7, describe: '0 = greedy' })
+      .option('top-k', { type: 'number', default: 20, describe: '0 = off' })
+      .option('top-p', { type: 'number', default: 0.8, describe: 'in (0, 1]; 1 = off' })
+      .option('max-new-tokens', { type: 'number', default: 1024 })
+      .option('seed', { type: 'number', describe: 'sampling seed (default random; printed to stderr); batch b uses seed + b' })
+      .option('thinking', { type: 'boolean', default: false, describe: 'Qwen3 enable_thinking' })
+      .option('batch-size', { type: 'number', default: 16, describe: 'prompts per generation call' })
+      .option('device', { type: 'string', default: 'cpu', describe: 'cpu | cuda | cuda:N' })
+      .option('dtype', { type: 'string', describe: 'float32 | bfloat16 | float16 (default: bf16 on CUDA, fp32 on CPU)' })
+      .option('tokens', { type: 'boolean', default: false, describe: 'also write token_ids and logprobs' })
+      .check((a) => {
+        const has = (a.prompt?.length ?? 0) > 0;
+        if (has === !!a.input) throw new Error('give exactly one of --prompt or --input');
+        if (!Number.isInteger(a.batchSize) || a.batchSize < 1) throw new Error('--batch-size must be an integer >= 1');
+        return true;
+      }) as never,
+  handler: async (argv) => {
+    const records: InputRecord[] = argv.input ? readInput(argv.input, argv.plain) : (argv.prompt ?? []).map((p) => ({ prompt: argv.system ? [{ role: 'system', content: argv.system }, { role: 'user', content: p }] : p }));
+    if (!records.length) throw new Error('no prompts to generate for');
+    const seed = argv.seed ?? Math.floor(Math.random() * 2 ** 31);
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
+    const out = argv.out ? createWriteStream(argv.out) : process.stdout;
+    const ac = new AbortController();
+    const onSig = () => ac.abort();
+    process.once('SIGINT', onSig);
+    let newTokens = 0;
+    const t0 = performance.now();
+    try {
+      for (let b = 0; b * argv.batchSize < records.length; b++) {
+        const chunk = records.slice(b * argv.batchSize, (b + 1) * argv.batchSize);
+        const res = await policy.generateWithStats(
+          chunk.map((r) => r.prompt),
+          { n: argv.n, temperature: argv.temperature, topK: argv.topK, topP: argv.topP, maxNewTokens: argv.maxNewTokens, seed: seed + b, enableThinking: argv.thinking, signal: ac.signal },
+        );
+        for (const c of res.completions) {
+          const r = chunk[c.promptIndex];
+          const line: Record<string, unknown> = {
+            id: r.id ?? String(b * argv.batchSize + c.promptIndex),
+            prompt_index: b * argv.batchSize + c.promptIndex,
+            sample_index: c.sampleIndex,
+            ...(r.question !== undefined ? { question: r.question } : {}),
+            text: c.text,
+            finish_reason: c.finishReason,
+            completion_tokens: c.tokenIds.length,
+            seed: seed + b,
+          };
+          if (argv.tokens) {
+            line.token_ids = Array.from(c.tokenIds);
+            line.logprobs = Array.from(c.logprobs);
+          }
+          out.write(JSON.stringify(line) + '\n');
+        }
+        newTokens += res.newTokens;
+        const s = (performance.now() - t0) / 1000;
+        process.stderr.write(`generate: ${Math.min((b + 1) * argv.batchSize, records.length)}/${records.length} prompts, ${newTokens} new tokens, ${(newTokens / s).toFixed(1)} tokens/s (seed ${seed})\n`);
+      }
+    } finally {
+      process.off('SIGINT', onSig);
+      policy.dispose();
+      if (out !== process.stdout) await new Promise<void>((resolve) => (out as ReturnType<typeof createWriteStream>).end(resolve));
+    }
+  },
+};
