@@ -122,6 +122,18 @@ describe('judge http (in-process transport)', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+  it('a length-truncated answer is parsed, not failed', async () => {
+    const client: ChatLike = {
+      async chat() {
+        const e = Object.assign(new Error('truncated'), { name: 'LlmLengthError', content: 'Yes, because the plan clearly', usage: { promptTokens: 7, completionTokens: 16 } });
+        throw e;
+      },
+    };
+    const j = new HttpJudge({ client, model: 'm' });
+    const v = await j.judge([{ question: 'Q', plan: 'p', items: [items[0]] }]);
+    expect(v[0][0].met).to.equal(true);
+    expect(j.stats()).to.include({ truncated: 1, failures: 0, completionTokens: 16 });
+  });
   it('abort rejects the call', async () => {
     const j = new HttpJudge({ client: fakeClient().client, model: 'm', concurrency: 1 });
     const ac = new AbortController();

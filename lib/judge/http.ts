@@ -123,7 +123,17 @@ export class HttpJudge implements Judge {
     const p = this.limit(async () => {
       signal?.throwIfAborted();
       this.s.requests++;
-      const res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), ...(extraBody ? { extraBody } : {}), signal });
+      let res: Awaited<ReturnType<ChatLike['chat']>>;
+      try {
+        res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), ...(extraBody ? { extraBody } : {}), signal });
+      } catch (e) {
+        // A truncated answer (finish_reason "length") is still an answer: "Yes, because …" cut at
+        // max_tokens reads as yes; cut-off JSON or thinking reads as null (unparsed).
+        const le = e as { name?: string; content?: unknown; usage?: Awaited<ReturnType<ChatLike['chat']>>['usage'] };
+        if (le?.name !== 'LlmLengthError' || typeof le.content !== 'string') throw e;
+        this.s.truncated++;
+        res = { content: le.content, finishReason: 'length', usage: le.usage };
+      }
       const u = usageOf(res.usage);
       this.s.promptTokens += u.promptTokens;
       this.s.completionTokens += u.completionTokens;

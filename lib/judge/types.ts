@@ -58,6 +58,8 @@ export interface JudgeStats {
   unparsed: number;
   /** Verdicts produced (all items of all requests). */
   verdicts: number;
+  /** HTTP answers cut at max_tokens (still parsed: a truncated "Yes, because…" counts). */
+  truncated: number;
 }
 
 /** Options per `judge` call. */
@@ -83,7 +85,7 @@ export interface Judge {
 
 /** Fresh zeroed counters. */
 export function emptyStats(): JudgeStats {
-  return { requests: 0, cacheHits: 0, promptTokens: 0, completionTokens: 0, failures: 0, refusals: 0, unparsed: 0, verdicts: 0 };
+  return { requests: 0, cacheHits: 0, promptTokens: 0, completionTokens: 0, failures: 0, refusals: 0, unparsed: 0, verdicts: 0, truncated: 0 };
 }
 
 /** Adds verdict-level counts (refusals, unparsed) of `vs` into `s`. */
