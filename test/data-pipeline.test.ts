@@ -53,6 +53,23 @@ describe('data pipeline: deterministic steps', () => {
     expect(counts.train).to.be.within(740, 860);
     expect(counts.val).to.be.within(60, 140);
   });
+  it('discovers papers and prints plain progress lines with an ETA', async () => {
+    const { discoverPapers } = await import('../lib/data/pipeline.js');
+    const { Progress } = await import('../lib/data/progress.js');
+    expect(discoverPapers(PAPERS).map((p) => p.split('/').pop())).to.deep.equal(['cs-pysr.tar.gz', 'cs-scipy-1.0.tar.gz', 'econ-financial-macro-replication.tar.gz', 'physics-legwork.tar.gz']);
+    const lines: string[] = [];
+    const stream = { isTTY: false, write: (s: string) => lines.push(s) } as unknown as NodeJS.WriteStream;
+    const p = new Progress({ label: 'x', stream, intervalMs: 0 });
+    p.add(4);
+    p.tick(true);
+    await new Promise((r) => setTimeout(r, 5));
+    p.tick();
+    p.status('1/2 papers');
+    p.stop();
+    p.stop();
+    expect(lines.at(-1)).to.match(/^x: 2\/4 calls \(1 cached\), 1\/2 papers, ETA \d+s\n$/);
+    expect(lines.filter((l) => l === lines.at(-1)).length).to.be.lessThanOrEqual(2);
+  });
   it('lexical overlap proxy', () => {
     expect(lexicalOverlap('How should we compare optimizers on benchmarks?', 'Does the plan compare optimizers on benchmarks?')).to.equal(1);
     expect(lexicalOverlap('How should we compare optimizers?', 'Does the plan use Bayesian shrinkage?')).to.equal(0);
@@ -106,7 +123,7 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     llm: srv.url,
     model: 'fake-model',
     state: join(work, `${name}.sqlite`),
-    timeout: 0.5,
+    timeout: 1.5,
     retries: 4,
     concurrency: 4,
     progress: 'none' as const,

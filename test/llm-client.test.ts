@@ -78,7 +78,7 @@ describe('llm client against the fake server', function () {
 
   it('times out a hanging request and retries it', async () => {
     srv = await startFakeLlm({ respond: () => 'late ok', fault: (r) => (r.attempt === 1 ? { kind: 'hang' } : undefined) });
-    const r = await client({ timeoutMs: 300 }).chat({ messages: msgs('h') });
+    const r = await client({ timeoutMs: 1000 }).chat({ messages: msgs('h') });
     expect(r.content).to.equal('late ok');
     srv.setFault(() => ({ kind: 'hang' }));
     const e = await client({ timeoutMs: 200, maxRetries: 1 }).chat({ messages: msgs('h2') }).catch((x) => x);

@@ -8,3 +8,4 @@ import { probeJudgeCommand } from './probe-judge.js';
 commands.push(probeJudgeCommand);
 import { buildDataCommand } from './build-data.js'; import { leakageCommand } from './leakage.js'; commands.push(buildDataCommand, leakageCommand);
 import { generateCommand } from './generate.js'; commands.push(generateCommand);
+import { evalCommand } from './eval.js'; import { serveCommand } from './serve.js'; commands.push(evalCommand, serveCommand);
