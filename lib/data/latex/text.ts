@@ -193,6 +193,8 @@ const PRE_DROP = [
   'bibliography', 'includegraphics', 'color', 'definecolor', 'hypersetup', 'pagenumbering', 'script', 'marginicon', 'vspace', 'hspace', 'thispagestyle', 'pagestyle',
   'restylefloat', 'floatstyle', 'usepackage', 'nocite', 'tcbset', 'newenvironment', 'renewenvironment', 'newtheorem', 'graphicspath', 'setstretch', 'titleformat',
 ];
+const TWO_ARGS = new Set(['newcommand', 'renewcommand', 'providecommand', 'counterwithin', 'counterwithout', 'setlength', 'setcounter', 'addtocounter']);
+const THREE_ARGS = new Set(['definecolor', 'addcontentsline', 'newenvironment', 'renewenvironment']);
 const PRE_CITE: Record<string, string> = { citeauthor: 'the authors', citeyear: '[year]' };
 
 /**
@@ -216,7 +218,7 @@ export function preClean(src: string): string {
       if (src[j] === '[' || src[j] === '{') i = j;
     };
     // optional args, then up to the needed mandatory args
-    const maxGroups = name === 'newcommand' || name === 'renewcommand' || name === 'providecommand' || name === 'counterwithin' || name === 'definecolor' ? (name === 'definecolor' ? 3 : 2) : name === 'addcontentsline' ? 3 : name === 'newenvironment' || name === 'renewenvironment' ? 3 : 1;
+    const maxGroups = TWO_ARGS.has(name) ? 2 : THREE_ARGS.has(name) ? 3 : 1;
     let groups = 0;
     for (;;) {
       skip();
@@ -248,7 +250,10 @@ export function preClean(src: string): string {
     pos = i;
     re.lastIndex = i;
   }
-  return out + src.slice(pos);
+  // option lists of other macros (\tcbox[colback=…], \begin{figure}[h!]) are layout, not text
+  return (out + src.slice(pos)).replace(/(\\([a-zA-Z@]+)\*?|\\begin\{[^}]*\})\[[^\][]{0,600}\]/g, (m, head: string, name?: string) =>
+    name && /^(item|left|right|middle|[bB]igg?[lr]?|sqrt|mathopen|mathclose|\w*cite\w*)$/.test(name) ? m : head,
+  );
 }
 
 /** Parse with @unified-latex and convert (synchronous; may be slow on huge inputs). */
