@@ -8,6 +8,7 @@ import { writeFileSync, renameSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { LlmClient } from '../../lib/llm/client.js';
 import { buildDataset, discoverPapers } from '../../lib/data/pipeline.js';
+import { loadPaper } from '../../lib/data/latex/index.js';
 import { Progress } from '../../lib/data/progress.js';
 import { toResearchPlanGen, validateItem, writeDataset } from '../../lib/data/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
@@ -31,6 +32,7 @@ export interface BuildDataArgs {
   splitSeed?: string;
   responseFormat?: boolean;
   progress?: 'auto' | 'plain' | 'none';
+  dryRun?: boolean;
 }
 
 /** Summary of a build-data run. */
@@ -52,6 +54,7 @@ export interface BuildDataSummary {
  */
 export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal; log?: (m: string) => void } = {}): Promise<BuildDataSummary> {
   const log = io.log ?? ((m: string) => process.stderr.write(`${m}\n`));
+  if (!a.llm || !a.model) throw new Error('build-data needs --llm URL and --model NAME (or --dry-run)');
   const papers = a.papers.flatMap((p) => discoverPapers(p));
   if (!papers.length) throw new Error(`no paper sources found in ${a.papers.join(', ')}`);
   const statePath = a.state ?? `${a.out}.state.sqlite`;
@@ -120,8 +123,8 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
     y
       .option('papers', { type: 'array', string: true, demandOption: true, describe: 'paper sources: .tar.gz/.tar/.gz archives, paper directories, or directories of them' })
       .option('out', { type: 'string', demandOption: true, describe: 'output JSONL' })
-      .option('llm', { type: 'string', demandOption: true, describe: 'OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1); key from PAPERGYM_LLM_API_KEY or OPENAI_API_KEY' })
-      .option('model', { type: 'string', demandOption: true, describe: 'served model name' })
+      .option('llm', { type: 'string', describe: 'OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1); key from PAPERGYM_LLM_API_KEY or OPENAI_API_KEY' })
+      .option('model', { type: 'string', describe: 'served model name (required with --llm)' })
       .option('state', { type: 'string', describe: 'SQLite state file (default <out>.state.sqlite); a rerun resumes from it' })
       .option('force', { type: 'boolean', default: false, describe: 'ignore stored answers and redo every call' })
       .option('format', { choices: ['papergym', 'research-plan-gen'] as const, default: 'papergym' as const, describe: 'output format' })
@@ -135,8 +138,18 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       .option('test-fraction', { type: 'number', default: 0.1 })
       .option('split-seed', { type: 'string', default: 'papergym' })
       .option('response-format', { type: 'boolean', default: false, describe: 'send JSON schemas as response_format (guided decoding on vLLM/SGLang/OpenAI)' })
-      .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const }) as never,
+      .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const })
+      .option('dry-run', { type: 'boolean', default: false, describe: 'only ingest the papers and print what was found (no LLM calls, nothing written)' }) as never,
   handler: async (argv) => {
+    if (argv.dryRun) {
+      for (const path of argv.papers.flatMap((p) => discoverPapers(p))) {
+        const p = await loadPaper(path);
+        process.stdout.write(`${p.id}: "${p.title}" [${p.domain}${p.licence ? `, ${p.licence}` : ''}] main ${p.mainFile}, ${p.files.length} file(s), abstract ${p.abstract.length} chars\n`);
+        for (const s of p.sections) process.stdout.write(`  ${s.appendix ? 'A ' : '  '}${s.level}${s.starred ? '*' : ''} "${s.title}" ${s.text.length} chars${s.boilerplate ? ' (skipped: boilerplate)' : ''}${s.parser === 'fallback' ? ' (fallback converter)' : ''}\n`);
+        for (const w of p.warnings) process.stdout.write(`  warning: ${w}\n`);
+      }
+      return;
+    }
     const ac = new AbortController();
     const onSig = () => {
       process.stderr.write('\nbuild-data: interrupted; finished calls are stored, rerun the same command to resume\n');
