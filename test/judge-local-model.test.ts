@@ -7,7 +7,7 @@
 import { expect } from 'chai';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
-import { LocalJudge, modelLastLogits, yesProbability } from '../lib/judge/local.js';
+import { localJudgeForModel, yesProbability } from '../lib/judge/local.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
 
@@ -38,7 +38,8 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     const bumped: typeof w = {};
     for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) bumped[k] = { data: t.data.map((_, i) => 0.05 * Math.sin(i + 1)), shape: t.shape };
     model.setLoraWeights(bumped);
-    const judge = await LocalJudge.create({ tokenizer: tok, template, batchSize: 8, lastLogits: modelLastLogits(model, { padId: tok.padTokenId, vocabSize: V, adapter: 'none' }) });
+    for (const [scoring, variants] of [['sequence-logprobs', 'all'], ['forward-logits', 'pair']] as const) {
+    const judge = await localJudgeForModel(model, tok, { scoring, variants, batchSize: 8, template });
     const items = [{ id: 'a', text: 'Uses an ablation.' }, { id: 'b', text: 'Compares against three strong baselines on two datasets with error bars.' }];
     const reqs = [
       { question: 'How do we make X faster?', plan: 'We profile and then ablate each component of X.', items },
@@ -64,5 +65,6 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     }
     expect(checked).to.equal(4);
     expect(judge.stats().requests).to.equal(4);
+    }
   });
 });

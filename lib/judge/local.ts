@@ -2,22 +2,33 @@
  * Local judge (DESIGN §8 "a local judge that reads P(yes) from one prefill instead of generating
  * text"): the policy's own base model with its adapter switched off (`adapter: 'none'` — the
  * frozen base, no second copy) decides each (plan, item) from the next-token distribution after
- * the per-item judge prompt.
+ * the per-item judge prompt. No generation.
  *
  * Per (plan, item): the user message of prompts/judge-per-item.v1.md is chat-rendered with the
  * model's template, generation prompt added and thinking disabled (Qwen3: the prompt ends with
- * `<|im_start|>assistant\n<think>\n\n</think>\n\n`), tokenized, and all such prompts are run as
- * right-padded prefill batches; the logits at each row's last non-pad position give
- * p = softmax(logits). P(yes) = Σ p(yes variants) / (Σ p(yes variants) + Σ p(no variants)).
- * `met = P(yes) > threshold` (default 0.5; exactly 0.5 → not met), `prob = P(yes)`.
+ * `<|im_start|>assistant\n<think>\n\n</think>\n\n`) and tokenized. An {@link AnswerScorer} returns
+ * log p(token | prompt) at the next position for the answer tokens; then
+ * P(yes) = Σ p(yes tokens) / (Σ p(yes tokens) + Σ p(no tokens)), `met = P(yes) > threshold`
+ * (default 0.5; exactly 0.5 → not met), `prob = P(yes)`. `raw` records P(yes) and the yes+no mass
+ * (a small mass means the judge would not have answered yes/no at all).
  *
- * Yes/no tokens: the strings `Yes, yes, YES, " Yes", " yes"` and `No, no, NO, " No", " no"` that
- * the tokenizer encodes as ONE token each (Qwen3: all ten are single tokens); probabilities are
- * summed over these casing/space variants. A variant that is not a single token is skipped; none
- * for either side is an error at construction. `raw` records P(yes) and the yes+no mass (a small
- * mass means the judge would not have answered yes/no at all).
+ * Answer tokens (`variants`):
+ * - `'pair'` (default): "Yes" and "No" — the words the prompt asks for, which is how Qwen3 starts
+ *   its answer after the empty think block.
+ * - `'all'`: the strings `Yes, yes, YES, " Yes", " yes"` / `No, no, NO, " No", " no"` that encode
+ *   to ONE token each (Qwen3: all ten), probabilities summed per side over casing/space variants.
+ *
+ * Scorers on the native model (both exact: equal to a teacher-forced forward at the last position):
+ * - {@link sequenceLogprobsScorer} (default for a loaded model): one right-padded row per
+ *   (prompt, answer token) — the prompt with the answer token appended — through the addon's
+ *   `sequenceLogprobs`, which applies the lm_head only at the scored position. Cost: one prefill per
+ *   answer token ('pair': 2), no [T, V] logits.
+ * - {@link scorerFromLastLogits} over {@link modelLastLogits}: one prefill per prompt through
+ *   `model.forward`, which returns logits for EVERY position ([B, T, V] fp32, host memory bounded by
+ *   `maxLogitBytes`); any number of answer tokens for free. Preferable once the addon can return
+ *   last-position logits only.
  */
-import type { JsTensor } from '../native.js';
+import { native, type JsTensor } from '../native.js';
 import { loadModel, type Device, type Dtype, type Qwen3Model } from '../model/qwen3.js';
 import { Tokenizer } from '../model/tokenizer.js';
 import { ChatTemplate } from '../model/chat.js';
@@ -86,6 +97,62 @@ export function modelLastLogits(model: ForwardModel, opts: { padId: number; adap
   };
 }
 
+/**
+ * Scores answer tokens: for each prompt (token ids), the natural-log probabilities
+ * log p(candidate | prompt) at the next position, one per candidate, in `candidates` order.
+ */
+export type AnswerScorer = (prompts: number[][], candidates: number[], signal?: AbortSignal) => Promise<Float64Array[]>;
+
+/** An AnswerScorer from full last-position logits: log-softmax over the whole row (fp64 sums), then the candidates. */
+export function scorerFromLastLogits(fn: LastLogitsFn): AnswerScorer {
+  return async (prompts, candidates, signal) => {
+    const rows = await fn(prompts, signal);
+    return rows.map((l) => {
+      let mx = -Infinity;
+      for (let i = 0; i < l.length; i++) if (l[i] > mx) mx = l[i];
+      let z = 0;
+      for (let i = 0; i < l.length; i++) z += Math.exp(l[i] - mx);
+      const lz = mx + Math.log(z);
+      return Float64Array.from(candidates, (c) => l[c] - lz);
+    });
+  };
+}
+
+/** The addon's `sequenceLogprobs(model, {inputIds, attentionMask, completionMask, temperature, adapter})` → [B, L] logprobs. */
+type SequenceLogprobsFn = (model: unknown, args: { inputIds: JsTensor<Int32Array>; attentionMask: JsTensor<Int32Array>; completionMask: JsTensor<Int32Array>; temperature: number; adapter: string }) => Promise<JsTensor<Float32Array>>;
+
+/**
+ * AnswerScorer over the addon's `sequenceLogprobs`: each (prompt, candidate) becomes one row
+ * `prompt + [candidate]` (right-padded); only the appended position is scored, so the lm_head runs
+ * on one position per row. Rows are grouped so that rows × padded length ≤ `maxTokensPerCall`
+ * (default 16384). `adapter` defaults to 'none' (the frozen base).
+ */
+export function sequenceLogprobsScorer(model: { raw?: unknown }, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: SequenceLogprobsFn } = { padId: 0 }): AnswerScorer {
+  const call: SequenceLogprobsFn = opts.fn ?? ((m, a) => native().sequenceLogprobs(m, a));
+  const target = model.raw ?? model;
+  const budget = opts.maxTokensPerCall ?? 16384;
+  return async (prompts, candidates, signal) => {
+    const rows: { p: number; c: number; ids: number[] }[] = [];
+    prompts.forEach((ids, p) => candidates.forEach((cand, c) => rows.push({ p, c, ids: [...ids, cand] })));
+    rows.sort((a, b) => b.ids.length - a.ids.length);
+    const out = prompts.map(() => new Float64Array(candidates.length));
+    let k = 0;
+    while (k < rows.length) {
+      signal?.throwIfAborted();
+      const T = rows[k].ids.length;
+      const take = rows.slice(k, k + Math.max(1, Math.floor(budget / T)));
+      k += take.length;
+      const { ids, mask, last } = padRight(take.map((r) => r.ids), opts.padId);
+      const cm = new Int32Array(ids.data.length);
+      take.forEach((_, b) => (cm[b * T + last[b]] = 1));
+      const lp = await call(target, { inputIds: ids, attentionMask: mask, completionMask: { data: cm, shape: [take.length, T] }, temperature: 1, adapter: opts.adapter ?? 'none' });
+      if (lp.shape[0] !== take.length || lp.shape[1] !== T) throw new Error(`sequenceLogprobs returned [${lp.shape}] for a [${take.length}, ${T}] batch`);
+      take.forEach((r, b) => (out[r.p][r.c] = lp.data[b * T + last[b]]));
+    }
+    return out;
+  };
+}
+
 /** Default answer-token strings (summed per side). */
 export const YES_STRINGS = ['Yes', 'yes', 'YES', ' Yes', ' yes'];
 export const NO_STRINGS = ['No', 'no', 'NO', ' No', ' no'];
@@ -117,13 +184,31 @@ export function yesProbability(logits: Float32Array, yesIds: number[], noIds: nu
   return { pYes: mass > 0 && Number.isFinite(mass) ? y / mass : 0.5, mass: Number.isFinite(mass) ? mass : 0 };
 }
 
+/**
+ * P(yes) from answer-token logprobs: Σexp(lp yes) / (Σexp(lp yes) + Σexp(lp no)), and the yes+no
+ * mass. Zero mass on both sides gives P(yes) = 0.5, mass 0.
+ */
+export function yesProbabilityFromLogprobs(lpYes: ArrayLike<number>, lpNo: ArrayLike<number>): { pYes: number; mass: number } {
+  let y = 0;
+  let n = 0;
+  for (let i = 0; i < lpYes.length; i++) y += Math.exp(lpYes[i]);
+  for (let i = 0; i < lpNo.length; i++) n += Math.exp(lpNo[i]);
+  const mass = y + n;
+  return { pYes: mass > 0 && Number.isFinite(mass) ? y / mass : 0.5, mass: Number.isFinite(mass) ? mass : 0 };
+}
+
 /** Options of {@link LocalJudge}. */
 export interface LocalJudgeOptions {
   tokenizer: Tokenizer;
   template: ChatTemplate;
-  lastLogits: LastLogitsFn;
-  /** Prompts per `lastLogits` call (default 16; the model function may split further). */
+  /** How answer-token logprobs are computed (see the module docstring). One of scorer / lastLogits is required. */
+  scorer?: AnswerScorer;
+  /** Full last-position logits per prompt (wrapped with {@link scorerFromLastLogits}); used when `scorer` is absent. */
+  lastLogits?: LastLogitsFn;
+  /** Prompts per scorer call (default 16; the scorer may split further). */
   batchSize?: number;
+  /** Answer tokens: 'pair' (Yes/No, default) or 'all' (casing/space variants summed). */
+  variants?: 'pair' | 'all';
   /** met = P(yes) > threshold (default 0.5). */
   threshold?: number;
   prompt?: PromptTemplate;
@@ -148,11 +233,14 @@ export class LocalJudge implements Judge {
 
   /** Resolves the yes/no token ids; throws when either side has no single-token variant. */
   static async create(o: LocalJudgeOptions): Promise<LocalJudge> {
-    const yes = await singleTokenIds(o.tokenizer, o.yesStrings ?? YES_STRINGS);
-    const no = await singleTokenIds(o.tokenizer, o.noStrings ?? NO_STRINGS);
+    const all = o.variants === 'all';
+    const yes = await singleTokenIds(o.tokenizer, o.yesStrings ?? (all ? YES_STRINGS : ['Yes']));
+    const no = await singleTokenIds(o.tokenizer, o.noStrings ?? (all ? NO_STRINGS : ['No']));
     if (!yes.length || !no.length) throw new Error(`local judge: no single-token ${!yes.length ? 'yes' : 'no'} variant in the tokenizer`);
     if (yes.some((y) => no.includes(y))) throw new Error('local judge: yes and no variants share a token id');
-    return new LocalJudge(o, yes, no, o.prompt ?? loadPrompt(PER_ITEM_PROMPT));
+    const scorer = o.scorer ?? (o.lastLogits ? scorerFromLastLogits(o.lastLogits) : undefined);
+    if (!scorer) throw new TypeError('local judge: pass scorer or lastLogits');
+    return new LocalJudge({ ...o, scorer }, yes, no, o.prompt ?? loadPrompt(PER_ITEM_PROMPT));
   }
 
   stats(): JudgeStats {
@@ -188,10 +276,11 @@ export class LocalJudge implements Judge {
     for (let i = 0; i < ids.length; i += bs) {
       opts.signal?.throwIfAborted();
       const chunk = ids.slice(i, i + bs);
-      const logits = await this.o.lastLogits(chunk, opts.signal);
+      const lp = await this.o.scorer!(chunk, [...this.yesIds, ...this.noIds], opts.signal);
       this.s.requests += chunk.length;
       this.s.promptTokens += chunk.reduce((a, c) => a + c.length, 0);
-      logits.forEach((row, j) => (probs[i + j] = yesProbability(row, this.yesIds, this.noIds)));
+      const ny = this.yesIds.length;
+      lp.forEach((row, j) => (probs[i + j] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
     }
     this.s.cacheHits += slots.length - texts.length;
     const thr = this.o.threshold ?? 0.5;
@@ -205,31 +294,41 @@ export class LocalJudge implements Judge {
   }
 }
 
+/** Options of {@link localJudgeForModel} / {@link openLocalJudge}. */
+export interface LocalModelJudgeOptions {
+  /** Prompts per scorer call (default 16). */
+  batchSize?: number;
+  threshold?: number;
+  template?: ChatTemplate;
+  /** 'pair' (default) or 'all' (see the module docstring). */
+  variants?: 'pair' | 'all';
+  /** 'sequence-logprobs' (default: lm_head at the scored position only) or 'forward-logits' (full logits per prompt). */
+  scoring?: 'sequence-logprobs' | 'forward-logits';
+  /** forward-logits: host bytes of logits per forward (default 1 GiB). */
+  maxLogitBytes?: number;
+  /** sequence-logprobs: rows × padded length per native call (default 16384). */
+  maxTokensPerCall?: number;
+}
+
 /**
  * A local judge on an already loaded model (e.g. the policy's own model: the judge then runs the
  * frozen base through `adapter: 'none'`, no second copy). `tokenizer` must be the model's.
  */
-export async function localJudgeForModel(
-  model: ForwardModel & { config: Record<string, unknown> },
-  tokenizer: Tokenizer,
-  opts: { batchSize?: number; maxLogitBytes?: number; threshold?: number; template?: ChatTemplate } = {},
-): Promise<LocalJudge> {
+export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer, opts: LocalModelJudgeOptions = {}): Promise<LocalJudge> {
   const vocabSize = Number(model.config.vocab_size);
   if (!Number.isInteger(vocabSize) || vocabSize <= 0) throw new Error('local judge: model config has no vocab_size');
-  return LocalJudge.create({
-    tokenizer,
-    template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer),
-    batchSize: opts.batchSize,
-    threshold: opts.threshold,
-    lastLogits: modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }),
-  });
+  const scorer =
+    opts.scoring === 'forward-logits'
+      ? scorerFromLastLogits(modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }))
+      : sequenceLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: opts.maxTokensPerCall });
+  return LocalJudge.create({ tokenizer, template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer), batchSize: opts.batchSize, threshold: opts.threshold, variants: opts.variants, scorer, name: `local:${opts.variants ?? 'pair'}` });
 }
 
 /**
  * Loads `dir` (config, weights, tokenizer, chat template) and returns a local judge on it with the
  * adapter off. `dispose` frees the model. Rejects when the addon or the checkpoint cannot load.
  */
-export async function openLocalJudge(dir: string, opts: { device?: Device; dtype?: Dtype; batchSize?: number; maxLogitBytes?: number } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
+export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions & { device?: Device; dtype?: Dtype } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
   const tokenizer = Tokenizer.fromDir(dir);
   const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
   try {

@@ -1,0 +1,113 @@
+import { writeFileSync } from 'node:fs';
+import type { CommandModule } from 'yargs';
+import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
+import { addJudgeOptions, httpJudgeFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { localJudgeForModel } from '../../lib/judge/local.js';
+import type { Judge } from '../../lib/judge/types.js';
+import { Policy } from '../../lib/model/policy.js';
+import type { Device, Dtype } from '../../lib/model/qwen3.js';
+import { policyPlanGenerator } from '../../lib/eval/backends.js';
+import { formatReport, writeRowsJsonl } from '../../lib/eval/report.js';
+import { runEval } from '../../lib/eval/run.js';
+
+interface EvalArgs extends JudgeArgs {
+  model: string;
+  adapter?: string;
+  data: string;
+  out?: string;
+  report?: string;
+  plans?: string;
+  split?: string;
+  limit?: number;
+  samples: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  maxNewTokens: number;
+  thinking: boolean;
+  general: boolean;
+  generalRubric?: string;
+  alpha: number;
+  resamples: number;
+  seed: number;
+  chunk: number;
+  device: string;
+  dtype?: string;
+  keepRaw: boolean;
+}
+
+/**
+ * `papergym-native eval --model DIR [--adapter DIR] --data bench.jsonl --judge local|http …
+ * --out results.jsonl`: generates plans (the training student prompt), judges each against its
+ * instance rubric + the general items, prints rubric coverage overall / method innovation /
+ * experimental design / general and the mean reward with bootstrap CIs; writes per-item rows
+ * (JSONL, --out), the report (JSON, --report) and the plans (JSONL, --plans).
+ * `--judge local` uses the same loaded model with its adapter off (no second copy).
+ */
+export const evalCommand: CommandModule<object, EvalArgs> = {
+  command: 'eval',
+  describe: 'Generate research plans for a benchmark and report rubric coverage (overall, per dimension) with bootstrap CIs',
+  builder: (y) =>
+    addJudgeOptions(
+      y
+        .option('model', { type: 'string', demandOption: true, describe: 'Qwen3 checkpoint dir' })
+        .option('adapter', { type: 'string', describe: 'PEFT LoRA adapter dir (the trained policy)' })
+        .option('data', { type: 'string', demandOption: true, describe: 'PaperGym JSONL benchmark' })
+        .option('out', { type: 'string', describe: 'per-item results JSONL' })
+        .option('report', { type: 'string', describe: 'report JSON' })
+        .option('plans', { type: 'string', describe: 'generated plans JSONL' })
+        .option('split', { type: 'string', describe: 'only items of this split (train|val|test)' })
+        .option('limit', { type: 'number', describe: 'first N items only' })
+        .option('samples', { type: 'number', default: 1, describe: 'plans per question' })
+        .option('temperature', { type: 'number', default: 0.7 })
+        .option('top-p', { type: 'number', default: 0.8 })
+        .option('top-k', { type: 'number', default: 20 })
+        .option('max-new-tokens', { type: 'number', default: 1024 })
+        .option('thinking', { type: 'boolean', default: false, describe: 'let the policy think (Qwen3 enable_thinking); thinking is stripped before judging' })
+        .option('general', { type: 'boolean', default: true, describe: 'also judge the general rubric items (--no-general to skip)' })
+        .option('general-rubric', { type: 'string', describe: 'general rubric JSON (default data/general-rubric.json)' })
+        .option('alpha', { type: 'number', default: 0.7, describe: 'reward weight of the instance items' })
+        .option('resamples', { type: 'number', default: 1000, describe: 'bootstrap resamples' })
+        .option('seed', { type: 'number', default: 0, describe: 'generation and bootstrap seed' })
+        .option('chunk', { type: 'number', default: 8, describe: 'questions per generation call' })
+        .option('device', { type: 'string', default: 'cpu', describe: 'cpu | cuda | cuda:N' })
+        .option('dtype', { type: 'string', describe: 'float32 | bfloat16 | float16 (default: bf16 on CUDA, fp32 on CPU)' })
+        .option('keep-raw', { type: 'boolean', default: false, describe: "keep the judge's raw answers in the rows" }),
+    ) as never,
+  handler: async (argv) => {
+    let items = readDataset(argv.data).items;
+    if (argv.split) items = items.filter((it) => it.split === argv.split);
+    if (argv.limit !== undefined) items = items.slice(0, argv.limit);
+    if (!items.length) throw new Error(`${argv.data}: no items to evaluate`);
+    const general = argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
+    let judge: Judge | undefined;
+    try {
+      judge = argv.judge === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, { batchSize: argv.judgeBatch }) : httpJudgeFromArgs(argv);
+      const t0 = Date.now();
+      const { report, rows, plans } = await runEval({
+        items,
+        general,
+        judge,
+        generator: policyPlanGenerator(policy, { temperature: argv.temperature, topP: argv.topP, topK: argv.topK, maxNewTokens: argv.maxNewTokens, enableThinking: argv.thinking }),
+        samples: argv.samples,
+        chunkSize: argv.chunk,
+        genSeed: argv.seed,
+        seed: argv.seed,
+        resamples: argv.resamples,
+        alpha: argv.alpha,
+        keepRaw: argv.keepRaw,
+        onProgress: (d, n) => process.stderr.write(`eval: ${d}/${n} questions judged\n`),
+      });
+      if (argv.out) writeRowsJsonl(argv.out, rows);
+      if (argv.plans) writeFileSync(argv.plans, plans.map((p) => JSON.stringify(p)).join('\n') + '\n');
+      const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judge.name, judgeStats: judge.stats(), samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
+      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...report, meta }, null, 2) + '\n');
+      process.stdout.write(formatReport(report) + '\n');
+      process.stderr.write(`judge ${judge.name}: ${JSON.stringify(judge.stats())}\n`);
+    } finally {
+      await judge?.close?.();
+      policy.dispose();
+    }
+  },
+};

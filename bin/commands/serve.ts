@@ -1,0 +1,68 @@
+import type { CommandModule } from 'yargs';
+import { basename } from 'node:path';
+import { Policy } from '../../lib/model/policy.js';
+import type { Device, Dtype } from '../../lib/model/qwen3.js';
+import { ChatServer } from '../../lib/judge/serve.js';
+import { policyServeBackend } from '../../lib/eval/backends.js';
+
+interface ServeArgs {
+  model: string;
+  adapter?: string;
+  port: number;
+  host: string;
+  servedModelName?: string;
+  maxBatch: number;
+  batchWindowMs: number;
+  maxTokens: number;
+  thinking?: boolean;
+  device: string;
+  dtype?: string;
+}
+
+/**
+ * `papergym-native serve --model DIR [--adapter DIR] --port N`: an OpenAI-compatible server
+ * (`/v1/chat/completions` plain + streaming, `/v1/models`) on the addon, requests batched into
+ * generation (lib/judge/serve.ts). Serve a frozen base as the judge of another run with
+ * `--judge http --judge-url http://HOST:PORT/v1 --judge-model NAME --judge-no-think`.
+ */
+export const serveCommand: CommandModule<object, ServeArgs> = {
+  command: 'serve',
+  describe: 'OpenAI-compatible chat server (/v1/chat/completions, /v1/models) with batched generation',
+  builder: (y) =>
+    y
+      .option('model', { type: 'string', demandOption: true, describe: 'Qwen3 checkpoint dir' })
+      .option('adapter', { type: 'string', describe: 'PEFT LoRA adapter dir' })
+      .option('port', { type: 'number', default: 8000, describe: '0 = any free port' })
+      .option('host', { type: 'string', default: '127.0.0.1' })
+      .option('served-model-name', { type: 'string', describe: 'model id clients send (default: the model dir name)' })
+      .option('max-batch', { type: 'number', default: 32, describe: 'max prompts per generation' })
+      .option('batch-window-ms', { type: 'number', default: 5, describe: 'wait for more requests before an idle batch' })
+      .option('max-tokens', { type: 'number', default: 1024, describe: 'default max_tokens' })
+      .option('thinking', { type: 'boolean', describe: 'server-wide enable_thinking default (requests may override)' })
+      .option('device', { type: 'string', default: 'cpu', describe: 'cpu | cuda | cuda:N' })
+      .option('dtype', { type: 'string', describe: 'float32 | bfloat16 | float16' }) as never,
+  handler: async (argv) => {
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
+    const modelId = argv.servedModelName ?? basename(argv.model.replace(/\/+$/, ''));
+    const server = new ChatServer({
+      backend: policyServeBackend(policy),
+      modelId,
+      host: argv.host,
+      port: argv.port,
+      maxBatch: argv.maxBatch,
+      batchWindowMs: argv.batchWindowMs,
+      defaultMaxTokens: argv.maxTokens,
+      enableThinking: argv.thinking,
+      log: (l) => process.stderr.write(`serve: ${l}\n`),
+    });
+    const { url } = await server.start();
+    process.stdout.write(`serving ${modelId} at ${url} (POST /chat/completions, GET /models)\n`);
+    await new Promise<void>((resolve) => {
+      const stop = () => resolve();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+    });
+    await server.close();
+    policy.dispose();
+  },
+};

@@ -1,0 +1,88 @@
+/**
+ * The `eval` and `probe-judge` commands end to end on a tiny Qwen3 (addon): local judge (same
+ * model, adapter off) and http judge (a loopback server). Skipped when the addon or python is
+ * unavailable.
+ */
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { packageRoot } from '../lib/native.js';
+import { loadModel } from '../lib/model/qwen3.js';
+import { sampleDatasetPath } from '../lib/data/schema.js';
+import { tinyModel } from './helpers/tiny.js';
+
+const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
+
+function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const p = spawn(process.execPath, [CLI, ...args], { env: process.env });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d) => (stdout += d));
+    p.stderr.on('data', (d) => (stderr += d));
+    p.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+  });
+}
+
+describe('eval / probe-judge CLI on a tiny Qwen3', function () {
+  this.timeout(300000);
+  let dir: string;
+  let tmp: string;
+  before(async function () {
+    try {
+      dir = tinyModel('tiny-tied');
+      (await loadModel(dir)).dispose();
+    } catch (e) {
+      console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
+      this.skip();
+    }
+    tmp = mkdtempSync(join(tmpdir(), 'eval-cli-'));
+  });
+  after(() => tmp && rmSync(tmp, { recursive: true, force: true }));
+
+  it('eval --judge local writes rows, report and plans', async () => {
+    const out = join(tmp, 'rows.jsonl');
+    const report = join(tmp, 'report.json');
+    const plans = join(tmp, 'plans.jsonl');
+    const r = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '2', '--judge', 'local', '--max-new-tokens', '6', '--resamples', '50', '--out', out, '--report', report, '--plans', plans]);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stdout).to.match(/rubric coverage/).and.match(/method innovation/).and.match(/experimental design/);
+    const rows = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const rep = JSON.parse(readFileSync(report, 'utf8'));
+    expect(rep.questions).to.equal(2);
+    expect(rep.meta.judge).to.match(/^local/);
+    expect(rows.filter((x) => x.kind === 'spec')).to.have.length(20);
+    expect(rows.every((x) => typeof x.prob === 'number' && typeof x.met === 'boolean')).to.equal(true);
+    expect(readFileSync(plans, 'utf8').trim().split('\n')).to.have.length(2);
+  });
+
+  it('eval --judge http against a loopback judge; probe-judge --judge local', async () => {
+    const srv = createServer((req, res) => {
+      let d = '';
+      req.on('data', (c) => (d += c));
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: JSON.parse(d).messages[0].content.includes('experiment') ? 'Yes' : 'No' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1 } }));
+      });
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    try {
+      const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}/v1`;
+      const r = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'http', '--judge-url', url, '--judge-model', 'j', '--max-new-tokens', '4', '--resamples', '20', '--no-general']);
+      expect(r.code, r.stderr).to.equal(0);
+      expect(r.stdout).to.match(/questions 1, plans 1/);
+    } finally {
+      srv.closeAllConnections();
+      srv.close();
+    }
+    const p = await run(['probe-judge', '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'local', '--model', dir, '--attacks', 'empty,inject', '--json']);
+    expect(p.code, p.stderr).to.equal(0);
+    const rep = JSON.parse(p.stdout);
+    expect(rep.results.map((x: { attack: string }) => x.attack)).to.deep.equal(['empty', 'inject']);
+    expect(rep.results[0].verdicts).to.equal(10);
+  });
+});
