@@ -223,9 +223,12 @@ export function extractJson(text: string): unknown {
       /* fall through */
     }
   }
-  for (let start = 0; start < t.length; start++) {
+  // bounded: at most 64 candidate starts (pathological answers cannot make this quadratic)
+  let tries = 0;
+  for (let start = 0; start < t.length && tries < 64; start++) {
     const c = t[start];
     if (c !== '{' && c !== '[') continue;
+    tries++;
     const end = balancedEnd(t, start);
     if (end > start) {
       try {

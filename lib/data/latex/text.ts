@@ -292,6 +292,7 @@ export function fallbackToText(src: string): string {
   s = s.replace(/\\href\s*\{[^{}]*\}/g, '');
   s = s.replace(/\\url\s*\{([^{}]*)\}/g, '$1');
   s = s.replace(/\\begin\{[^}]*\}(\[[^\]]*\])?|\\end\{[^}]*\}/g, '\n');
+  s = s.replace(/\\['`^"~=.](?:\{([a-zA-Z])\}|([a-zA-Z]))/g, (_m, a?: string, b?: string) => a ?? b ?? '');
   s = s.replace(/\\([%&$#_{}])/g, '$1').replace(/\\\\(\[[^\]]*\])?/g, '\n').replace(/~/g, ' ').replace(/``|''/g, '"');
   // remaining control words: formatting macros keep their argument's text (braces removed below)
   s = s.replace(/\\[a-zA-Z@]+\*?(\s*\[[^\]]*\])?/g, (m) => (/^\\(ldots|dots)/.test(m) ? '…' : ''));
