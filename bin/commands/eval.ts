@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { addJudgeOptions, httpJudgeFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { addJudgeOptions, httpJudgeFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
 import { localJudgeForModel } from '../../lib/judge/local.js';
 import type { Judge } from '../../lib/judge/types.js';
 import { Policy } from '../../lib/model/policy.js';
@@ -83,7 +83,7 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
     let judge: Judge | undefined;
     try {
-      judge = argv.judge === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, { batchSize: argv.judgeBatch }) : httpJudgeFromArgs(argv);
+      judge = argv.judge === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromArgs(argv)) : httpJudgeFromArgs(argv);
       const t0 = Date.now();
       const { report, rows, plans } = await runEval({
         items,

@@ -1,7 +1,8 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { addJudgeOptions, httpJudgeFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { addJudgeOptions, httpJudgeFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { ATTACKS, DEFAULT_ATTACKS, formatProbe, runProbe, type Attack } from '../../lib/judge/probe.js';
 import type { Judge } from '../../lib/judge/types.js';
 
@@ -14,6 +15,8 @@ interface ProbeArgs extends JudgeArgs {
   generalRubric?: string;
   out?: string;
   json: boolean;
+  device: string;
+  dtype?: string;
 }
 
 /**
@@ -35,7 +38,9 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
         .option('general', { type: 'boolean', default: false, describe: 'also judge the general rubric items' })
         .option('general-rubric', { type: 'string', describe: 'general rubric JSON (default data/general-rubric.json)' })
         .option('out', { type: 'string', describe: 'write the JSON report here' })
-        .option('json', { type: 'boolean', default: false, describe: 'print JSON instead of a table' }),
+        .option('json', { type: 'boolean', default: false, describe: 'print JSON instead of a table' })
+        .option('device', { type: 'string', default: 'cpu', describe: '--judge local: cpu | cuda | cuda:N' })
+        .option('dtype', { type: 'string', describe: '--judge local: float32 | bfloat16 | float16' }),
     ) as never,
   handler: async (argv) => {
     const attacks = (argv.attacks ? argv.attacks.split(',').map((s) => s.trim()) : DEFAULT_ATTACKS) as Attack[];
@@ -49,7 +54,7 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
     if (argv.judge === 'local') {
       if (!argv.model) throw new Error('--judge local needs --model DIR');
       const { openLocalJudge } = await import('../../lib/judge/local.js');
-      const opened = await openLocalJudge(argv.model, { batchSize: argv.judgeBatch });
+      const opened = await openLocalJudge(argv.model, { ...localJudgeOptionsFromArgs(argv), device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
       judge = opened.judge;
       dispose = opened.dispose;
     } else judge = httpJudgeFromArgs(argv);
