@@ -133,6 +133,37 @@ describe('serve helpers', () => {
   });
 });
 
+describe('serve: client disconnects', () => {
+  it('a batch whose clients all disconnected is aborted through the signal', async () => {
+    let aborted = false;
+    const srv = new ChatServer({
+      modelId: 'm',
+      batchWindowMs: 1,
+      backend: {
+        generate: (_ps, o) =>
+          new Promise((_res, rej) => {
+            o.signal!.addEventListener('abort', () => {
+              aborted = true;
+              rej(new Error('aborted'));
+            });
+          }),
+      },
+    });
+    const { url } = await srv.start();
+    try {
+      const ac = new AbortController();
+      const p = fetch(`${url}/chat/completions`, { method: 'POST', body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }] }), signal: ac.signal }).catch(() => 'client-aborted');
+      await new Promise((r) => setTimeout(r, 100));
+      ac.abort();
+      expect(await p).to.equal('client-aborted');
+      for (let i = 0; i < 30 && !aborted; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(aborted).to.equal(true);
+    } finally {
+      await srv.close();
+    }
+  });
+});
+
 describe('serve: policy backend adapter (fake policy)', () => {
   it('over-long prompts get a per-request error; the rest generate, grouped by prompt and sample', async () => {
     const calls: unknown[][] = [];
