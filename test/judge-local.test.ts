@@ -82,6 +82,22 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(seen.every((s) => s.ids.length * s.ids[0].length <= 8)).to.equal(true);
   });
 
+  it('a prompt over the context gets an error verdict; the others are judged', async () => {
+    const yes = (await tok.encode('Yes'))[0];
+    const j = await LocalJudge.create({
+      tokenizer: tok,
+      template,
+      maxContext: 400,
+      scorer: async (ps, cands) => ps.map(() => Float64Array.from(cands, (c) => (c === yes ? Math.log(0.9) : Math.log(0.1)))),
+    });
+    const v = await j.judge([{ question: 'Q', plan: 'short', items: [{ id: 'a', text: 'x' }] }, { question: 'Q', plan: 'long '.repeat(400), items: [{ id: 'a', text: 'x' }] }]);
+    expect(v[0][0]).to.include({ met: true });
+    expect(v[0][0].prob).to.be.closeTo(0.9, 1e-9);
+    expect(v[1][0]).to.include({ met: null, error: true });
+    expect(v[1][0].raw).to.match(/exceeds the context of 400/);
+    expect(j.stats().failures).to.equal(1);
+  });
+
   it('padRight pads with the pad id and marks the last non-pad position', () => {
     const p = padRight([[5, 6, 7], [8]], 0);
     expect([...p.ids.data]).to.deep.equal([5, 6, 7, 8, 0, 0]);

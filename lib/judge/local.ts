@@ -216,6 +216,8 @@ export interface LocalJudgeOptions {
   noStrings?: string[];
   /** Name shown in reports (default 'local'). */
   name?: string;
+  /** Context length in tokens; a judge prompt longer than context − 1 gets `met: null, error: true` instead of failing the batch. */
+  maxContext?: number;
 }
 
 /** Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. */
@@ -271,23 +273,32 @@ export class LocalJudge implements Judge {
       }),
     );
     const ids = await this.o.tokenizer.encodeBatch(texts);
-    const probs: { pYes: number; mass: number }[] = new Array(texts.length);
+    const probs: ({ pYes: number; mass: number } | undefined)[] = new Array(texts.length);
+    const limit = (this.o.maxContext ?? Infinity) - 1;
+    const runnable = ids.map((_, u) => u).filter((u) => ids[u].length <= limit);
     const bs = Math.max(1, this.o.batchSize ?? 16);
-    for (let i = 0; i < ids.length; i += bs) {
+    for (let i = 0; i < runnable.length; i += bs) {
       opts.signal?.throwIfAborted();
-      const chunk = ids.slice(i, i + bs);
+      const us = runnable.slice(i, i + bs);
+      const chunk = us.map((u) => ids[u]);
       const lp = await this.o.scorer!(chunk, [...this.yesIds, ...this.noIds], opts.signal);
       this.s.requests += chunk.length;
       this.s.promptTokens += chunk.reduce((a, c) => a + c.length, 0);
       const ny = this.yesIds.length;
-      lp.forEach((row, j) => (probs[i + j] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
+      lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
     }
+    this.s.failures += ids.length - runnable.length;
     this.s.cacheHits += slots.length - texts.length;
     const thr = this.o.threshold ?? 0.5;
     const out: Verdict[][] = requests.map((r) => new Array(r.items.length));
     for (const { r, k, u } of slots) {
-      const { pYes, mass } = probs[u];
-      out[r][k] = { itemId: requests[r].items[k].id, met: pYes > thr, prob: pYes, raw: `P(yes)=${pYes.toFixed(4)} mass=${mass.toExponential(2)}` };
+      const p = probs[u];
+      const itemId = requests[r].items[k].id;
+      if (!p) {
+        out[r][k] = { itemId, met: null, error: true, raw: `error: judge prompt of ${ids[u].length} tokens exceeds the context of ${this.o.maxContext}` };
+        continue;
+      }
+      out[r][k] = { itemId, met: p.pYes > thr, prob: p.pYes, raw: `P(yes)=${p.pYes.toFixed(4)} mass=${p.mass.toExponential(2)}` };
     }
     for (const vs of out) countVerdicts(this.s, vs);
     return out;
@@ -321,7 +332,17 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
     opts.scoring === 'forward-logits'
       ? scorerFromLastLogits(modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }))
       : sequenceLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: opts.maxTokensPerCall });
-  return LocalJudge.create({ tokenizer, template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer), batchSize: opts.batchSize, threshold: opts.threshold, variants: opts.variants, scorer, name: `local:${opts.variants ?? 'pair'}` });
+  const ctx = Number(model.config.max_position_embeddings);
+  return LocalJudge.create({
+    tokenizer,
+    template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer),
+    batchSize: opts.batchSize,
+    threshold: opts.threshold,
+    variants: opts.variants,
+    scorer,
+    name: `local:${opts.variants ?? 'pair'}`,
+    maxContext: Number.isInteger(ctx) && ctx > 0 ? ctx : undefined,
+  });
 }
 
 /**

@@ -1,0 +1,13 @@
+/**
+ * Rubric judging (issue 6, DESIGN §6/§8): the Judge contract, the HTTP and local backends, verdict
+ * parsing, rewards, the reward-hacking probe and the OpenAI-compatible server.
+ */
+export * from './types.js';
+export { parseBinaryVerdict, parsePlanVerdicts, stripThink, loadPrompt, renderTemplate, perItemMessage, perPlanMessage, perPlanSchema, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate, type BinaryReading } from './verdict.js';
+export { computeReward, scorePlans, summariseRewards, makeRewardFn, stripReasoning, DEFAULT_ALPHA, type RewardBreakdown, type RewardOptions, type RewardInput, type RewardItem, type RewardFnResult } from './rewards.js';
+export { HttpJudge, createHttpJudge, type HttpJudgeOptions, type CreateHttpJudgeOptions, type ChatLike } from './http.js';
+export { JudgeCache, requestHash } from './cache.js';
+export { LocalJudge, localJudgeForModel, openLocalJudge, sequenceLogprobsScorer, scorerFromLastLogits, modelLastLogits, yesProbability, yesProbabilityFromLogprobs, type AnswerScorer, type LastLogitsFn, type LocalJudgeOptions, type LocalModelJudgeOptions } from './local.js';
+export { runProbe, attackPlan, formatProbe, ATTACKS, DEFAULT_ATTACKS, type Attack, type AttackResult, type ProbeReport } from './probe.js';
+export { ChatServer, type ChatServerOptions, type ServeBackend, type ServeResult, type ServeMessage, type ServeGenerateOptions, type ServeCompletion } from './serve.js';
+export { addJudgeOptions, httpJudgeFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from './factory.js';
