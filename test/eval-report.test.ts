@@ -57,6 +57,19 @@ describe('eval report', () => {
     const s = buildReport(same, { resamples: 200 });
     expect(s.overall.lo).to.equal(s.overall.hi);
   });
+  it('coverage by item origin (R_Q / R_A / both)', () => {
+    const rs: EvalRow[] = [
+      { questionId: 'q', sample: 0, itemId: 'a', kind: 'spec', dimension: 'method_innovation', origin: 'R_Q', met: true },
+      { questionId: 'q', sample: 0, itemId: 'b', kind: 'spec', dimension: 'method_innovation', origin: 'R_Q', met: false },
+      { questionId: 'q', sample: 0, itemId: 'c', kind: 'spec', dimension: 'experimental_design', origin: 'R_A', met: true },
+    ];
+    const r = buildReport(rs, { resamples: 10 });
+    expect(r.byOrigin.R_Q).to.include({ mean: 0.5, n: 2, met: 1 });
+    expect(r.byOrigin.R_A).to.include({ mean: 1, n: 1 });
+    expect(r.byOrigin).to.not.have.property('both');
+    expect(formatReport(r)).to.match(/items from R_Q\s+50\.0%/);
+  });
+
   it('several samples per question are one cluster; reward averages plans', () => {
     const r = buildReport([...rowsFor('q', [true], [false], [], 0), ...rowsFor('q', [true], [true], [], 1)], { resamples: 100 });
     expect(r.questions).to.equal(1);

@@ -51,6 +51,8 @@ export interface EvalReport {
   overall: Stat;
   byDimension: Record<RubricDimension, Stat>;
   general: Stat;
+  /** Instance-item coverage by where the item came from (R_Q: question alone, R_A: question + answer, both); origins with no items are absent. */
+  byOrigin: Partial<Record<'R_Q' | 'R_A' | 'both', Stat>>;
   /** Mean reward α·r_spec + (1−α)·r_gen per plan (DESIGN §6). */
   reward: Stat;
   alpha: number;
@@ -92,10 +94,11 @@ export function quantile(sorted: number[], q: number): number {
 
 /** Sufficient statistics of one question (cluster): per group, met and total counts; per plan, rewards. */
 interface Cluster {
-  counts: number[]; // [metOverall, nOverall, metInno, nInno, metDesign, nDesign, metGen, nGen, sumReward, nPlans]
+  counts: number[]; // [metOverall, nOverall, metInno, nInno, metDesign, nDesign, metGen, nGen, sumReward, nPlans, met/n R_Q, met/n R_A, met/n both]
 }
 
-const NSTAT = 10;
+const NSTAT = 16;
+const ORIGINS = ['R_Q', 'R_A', 'both'] as const;
 
 function clusterOf(rows: EvalRow[], alpha: number): Cluster {
   const c = new Array<number>(NSTAT).fill(0);
@@ -115,6 +118,11 @@ function clusterOf(rows: EvalRow[], alpha: number): Cluster {
     c[1]++;
     p.sm += m;
     p.sn++;
+    const oi = ORIGINS.indexOf(r.origin as (typeof ORIGINS)[number]);
+    if (oi >= 0) {
+      c[10 + 2 * oi] += m;
+      c[11 + 2 * oi]++;
+    }
     if (r.dimension === 'method_innovation') {
       c[2] += m;
       c[3]++;
@@ -133,7 +141,7 @@ function clusterOf(rows: EvalRow[], alpha: number): Cluster {
 }
 
 function ratios(tot: number[]): number[] {
-  return [0, 2, 4, 6, 8].map((i) => (tot[i + 1] ? tot[i] / tot[i + 1] : 0));
+  return [0, 2, 4, 6, 8, 10, 12, 14].map((i) => (tot[i + 1] ? tot[i] / tot[i + 1] : 0));
 }
 
 /**
@@ -187,6 +195,7 @@ export function buildReport(rows: EvalRow[], opts: ReportOptions = {}): EvalRepo
       experimental_design: stat(2, (r) => r.kind === 'spec' && r.dimension === 'experimental_design'),
     },
     general: stat(3, (r) => r.kind === 'general'),
+    byOrigin: Object.fromEntries(ORIGINS.map((o, k) => [o, stat(5 + k, (r) => r.kind === 'spec' && r.origin === o)] as const).filter(([, st]) => st.n > 0)),
     reward: { mean: point[4], lo: rlo, hi: rhi, n: total[9] },
     alpha,
     bootstrap: { resamples, seed, level },
@@ -209,6 +218,7 @@ export function formatReport(r: EvalReport): string {
     `rubric coverage        ${pct(r.overall)}`,
     `  method innovation    ${pct(r.byDimension.method_innovation)}`,
     `  experimental design  ${pct(r.byDimension.experimental_design)}`,
+    ...Object.entries(r.byOrigin).map(([o, st]) => `  items from ${o.padEnd(11)}${pct(st!)}`),
     `general items          ${pct(r.general)}`,
     `reward (alpha ${r.alpha})     ${r.reward.mean.toFixed(3)} [${r.reward.lo.toFixed(3)}, ${r.reward.hi.toFixed(3)}]`,
   ].join('\n');
