@@ -8,10 +8,10 @@ JOB = {
   "tasks": [
     {"kind": "make_peft_adapter", "out": DIR, "r": 4, "alpha": 8, "target_modules": [...],
      "use_rslora": false, "seed": 1, "b_std": 0.05},          # peft LoRA with random nonzero A and B, saved
-    {"kind": "forward", "adapter": DIR or null, "out": PREFIX, "grads": true}
+    {"kind": "forward", "adapter": DIR or null, "out": PREFIX, "grads": true, "dtype": "float32"}
   ]
 }
-A forward task loads the base model with transformers (float32, eager attention), wraps it with
+A forward task loads the base model with transformers (dtype, default float32; eager attention), wraps it with
 PeftModel.from_pretrained(adapter) when given, and writes
   PREFIX.logits.bin  float32 little-endian logits [B, T, V]
   PREFIX.json        {"shape": [B, T, V], "loss": CE, "grads": {peft_key: {"offset", "shape"}}}
@@ -33,8 +33,8 @@ def main():
     mask = torch.tensor(inp["attention_mask"], dtype=torch.long)
     labels = torch.tensor(inp["labels"], dtype=torch.long) if inp.get("labels") is not None else None
 
-    def base():
-        return Qwen3ForCausalLM.from_pretrained(job["model"], dtype=torch.float32, attn_implementation="eager").eval()
+    def base(dtype="float32"):
+        return Qwen3ForCausalLM.from_pretrained(job["model"], dtype=getattr(torch, dtype), attn_implementation="eager").eval()
 
     for task in job["tasks"]:
         if task["kind"] == "make_peft_adapter":
@@ -51,7 +51,7 @@ def main():
                         p.copy_(task.get("b_std", 0.05) * torch.randn(p.shape, generator=g))
             pm.save_pretrained(task["out"])
         elif task["kind"] == "forward":
-            model = base()
+            model = base(task.get("dtype", "float32"))
             if task.get("adapter"):
                 from peft import PeftModel
                 model = PeftModel.from_pretrained(model, task["adapter"], is_trainable=True)

@@ -111,6 +111,7 @@ for (const c of CASES) {
             { kind: 'forward', adapter: null, out: join(work, 'base') },
             { kind: 'forward', adapter: join(work, 'peft'), out: join(work, 'peft-ref'), grads: true },
             { kind: 'forward', adapter: join(work, 'ours'), out: join(work, 'ours-ref') },
+            { kind: 'forward', adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
           ],
         },
         work,
@@ -128,6 +129,28 @@ for (const c of CASES) {
       measured[`${c.name} base logits`] = d;
       expect(d).to.be.at.most(TOL);
       if (process.env.PG_UPDATE_GOLDEN) writeGolden(c.name, dir, base);
+      m.dispose();
+    });
+
+    it('bfloat16 logits match transformers in bfloat16 (measured: max |Δ| ≈ 0.08, mean ≈ 0.007; bound 0.2 / 0.02)', async () => {
+      const ref = readRefForward(join(work, 'base-bf16'));
+      const m = await loadModel(dir, { dtype: 'bfloat16' });
+      const r = await m.forward({ inputIds: ids, attentionMask: mask });
+      const d = maskedMax(r.logits!.data, ref.logits, ref.shape, batch.mask);
+      const [B, T, V] = ref.shape;
+      let sum = 0;
+      let n = 0;
+      for (let i = 0; i < B; i++)
+        for (let j = 0; j < T; j++)
+          if (batch.mask[i][j])
+            for (let v = 0; v < V; v++) {
+              sum += Math.abs(r.logits!.data[(i * T + j) * V + v] - ref.logits[(i * T + j) * V + v]);
+              n++;
+            }
+      measured[`${c.name} bf16 logits max`] = d;
+      measured[`${c.name} bf16 logits mean`] = sum / n;
+      expect(d).to.be.at.most(0.2);
+      expect(sum / n).to.be.at.most(0.02);
       m.dispose();
     });
 

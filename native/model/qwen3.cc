@@ -150,11 +150,14 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
     if (cache->k[0].size(0) != B) throw ArgError("KV cache batch size differs from input_ids");
     if (L > cache->capacity) throw ArgError("KV cache capacity " + std::to_string(cache->capacity) + " exceeded (need " + std::to_string(L) + ")");
   }
-  at::Tensor ids = input_ids_in.to(device_, at::kLong);
-  {
-    auto mn = ids.min().item<int64_t>(), mx = ids.max().item<int64_t>();
-    if (mn < 0 || mx >= c.vocab_size) throw ArgError("input_ids hold a token id outside [0, vocab_size)");
+  if (input_ids_in.is_cpu()) {
+    // Checked on host inputs (JS batches) only: an out-of-range id on CUDA would be a device-side
+    // assert; device-resident ids (the generator's own samples) skip the check to avoid a sync.
+    auto mm = at::aminmax(input_ids_in);
+    if (std::get<0>(mm).item<int64_t>() < 0 || std::get<1>(mm).item<int64_t>() >= c.vocab_size)
+      throw ArgError("input_ids hold a token id outside [0, vocab_size)");
   }
+  at::Tensor ids = input_ids_in.to(device_, at::kLong);
   at::Tensor keep = attention_mask_in.to(device_).ne(0);  // [B, L] bool
   at::Tensor pos;
   if (position_ids_in && position_ids_in->defined()) {
