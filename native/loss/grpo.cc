@@ -172,9 +172,14 @@ at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const a
                      const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics) {
   Flat f = Prepare(hidden, weight, tokens, old_logp, ref_logp, advantages, mask, o);
   at::Tensor ref = f.ref.defined() ? f.ref : at::zeros_like(f.old);
-  auto outs = GrpoFn::apply(f.h, weight.detach(), f.tok, f.old, ref, f.adv, f.w, o.eps_low, o.eps_high, o.beta_kl,
-                            o.temperature, o.chunk);
-  FillMetrics(metrics, f, outs[1], o);
+  // Only masked-in positions are projected (same selection and order as sequence logprobs, so the
+  // chunks — and the logprobs — are bit-identical to SelectedLogprobs on the same rows).
+  at::Tensor idx = f.mask.ne(0).nonzero().squeeze(1);
+  auto outs = GrpoFn::apply(f.h.index_select(0, idx), weight.detach(), f.tok.index_select(0, idx), f.old.index_select(0, idx),
+                            ref.index_select(0, idx), f.adv.index_select(0, idx), f.w.index_select(0, idx), o.eps_low,
+                            o.eps_high, o.beta_kl, o.temperature, o.chunk);
+  at::Tensor logp = at::zeros_like(f.old).index_copy(0, idx, outs[1]);
+  FillMetrics(metrics, f, logp, o);
   return outs[0];
 }
 

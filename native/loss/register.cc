@@ -46,6 +46,26 @@ Napi::Value JsdLossJs(const Napi::CallbackInfo& info) {
   return Guard(env, [&]() -> Napi::Value {
     auto o = ArgObject(info, 0, "jsdLoss options");
     const char* W = "jsdLoss";
+    if (Has(o, "studentLogits")) {
+      // Direct logits (tests of the per-chunk math, e.g. with -inf entries a matmul cannot produce).
+      auto sl = GetTensor(o, "studentLogits", W), tl = GetTensor(o, "teacherLogits", W);
+      if (sl.dim() != 2 || tl.sizes() != sl.sizes()) throw ArgError("jsdLoss: studentLogits and teacherLogits must both be [N, V]");
+      if (!at::isFloatingType(sl.scalar_type())) throw ArgError("jsdLoss: logits must be float");
+      double beta = GetNumber(o, "beta", 0.5, W), temp = GetNumber(o, "temperature", 1.0, W);
+      if (!(beta >= 0 && beta <= 1) || !(temp > 0)) throw ArgError("jsdLoss: need 0 <= beta <= 1 and temperature > 0");
+      torch::NoGradGuard ng;
+      auto ls = at::log_softmax(sl / temp, -1), lt = at::log_softmax(tl.to(sl.scalar_type()) / temp, -1);
+      torch::Tensor per, dz;
+      loss::JsdChunk(ls, lt, beta, &per, &dz);
+      double n = std::max<double>(1, sl.size(0));
+      auto out = Napi::Object::New(env);
+      out.Set("loss", Napi::Number::New(env, per.sum().item<double>() / n));
+      out.Set("perToken", TensorToJs(env, per));
+      out.Set("gradStudentLogits", TensorToJs(env, dz / (n * temp)));
+      auto d = Napi::Promise::Deferred::New(env);
+      d.Resolve(out);
+      return d.Promise();
+    }
     auto sh = GetTensor(o, "studentHidden", W);
     bool teacher_logits = Has(o, "teacherLogits");
     auto teacher = teacher_logits ? GetTensor(o, "teacherLogits", W) : GetTensor(o, "teacherHidden", W);

@@ -1,0 +1,52 @@
+/**
+ * Group-relative advantages (DESIGN §5; GRPO — Shao et al. 2024; TRL GRPOTrainer; Dr. GRPO —
+ * Liu et al. 2025, no std scaling). Computed natively in float64 (native/loss/advantages.h).
+ *
+ * Rewards are contiguous groups of `groupSize` completions of one prompt.
+ *   Â = (r − mean_group) / (max(std, stdFloor) + eps)   scale 'group' (std of the group) or
+ *                                                       'batch' (std of all rewards)
+ *   Â = r − mean_group                                  scale 'none'
+ * std is the two-pass unbiased (n − 1) standard deviation, as TRL's `nanstd`. A group whose
+ * rewards are all identical gets Â = 0 exactly (also for non-dyadic values such as 0.35) and
+ * never NaN. With stdFloor = 0 and eps = 1e-4 the formula is TRL's exactly; the default
+ * stdFloor = 1e-3 keeps near-ties (e.g. shaped rewards 1e-4 apart) from becoming ±1 advantages.
+ */
+import { native, type JsTensor } from '../native.js';
+
+export type AdvantageScale = 'group' | 'batch' | 'none';
+
+export interface AdvantageOptions {
+  /** Completions per prompt, G (rewards.length must be a multiple). */
+  groupSize: number;
+  /** Default 'group'. */
+  scale?: AdvantageScale;
+  /** Lower bound of the std in the denominator. Default 1e-3 (0 = TRL). */
+  stdFloor?: number;
+  /** Added to the (floored) std. Default 1e-4 (TRL). */
+  eps?: number;
+  /** Mark zero-variance groups in `keep` (DAPO dynamic sampling). Default false. */
+  dropZeroVariance?: boolean;
+}
+
+export interface AdvantageResult {
+  /** [B] advantages; float32 unless rewards were Float64Array. */
+  advantages: Float32Array | Float64Array;
+  /** [B] 1 = keep, 0 = member of a dropped zero-variance group. */
+  keep: Uint8Array;
+  /** [B / G] unbiased group std (0 for equal groups). */
+  groupStd: Float64Array;
+}
+
+/**
+ * @throws TypeError when rewards.length is not a multiple of groupSize or an option is invalid;
+ *         Error (code ERR_PG_INPUT) on a non-finite reward.
+ */
+export function computeAdvantages(rewards: ArrayLike<number> | Float32Array | Float64Array, opts: AdvantageOptions): AdvantageResult {
+  const data = rewards instanceof Float32Array || rewards instanceof Float64Array ? rewards : Float64Array.from(rewards as ArrayLike<number>);
+  const r = native().computeAdvantages({ rewards: { data, shape: [data.length] } as JsTensor<Float32Array | Float64Array>, ...opts }) as {
+    advantages: JsTensor<Float32Array | Float64Array>;
+    keep: JsTensor<Uint8Array>;
+    groupStd: JsTensor<Float64Array>;
+  };
+  return { advantages: r.advantages.data, keep: r.keep.data, groupStd: r.groupStd.data };
+}

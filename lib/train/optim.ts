@@ -1,0 +1,120 @@
+/**
+ * AdamW over LoRA parameters (or any list of float tensors, for tests), global grad-norm clipping
+ * and learning-rate schedules (native/optim/adamw.h).
+ *
+ * AdamW follows torch.optim.AdamW (decoupled weight decay, default 0; bias-corrected moments):
+ *   p ← p(1 − lr·wd);  m ← lerp(m, g, 1−β1);  v ← β2 v + (1−β2) g²;
+ *   p ← p − lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + eps).
+ * Clipping follows torch.nn.utils.clip_grad_norm_ (total L2 norm of all grads; scale
+ * min(1, max/(total + 1e-6))); the pre-clip norm is returned.
+ * Schedules follow transformers' get_{constant,linear,cosine}_schedule_with_warmup: the k-th
+ * optimizer step (k = 0, 1, …) uses lr·f(k), f(k) = k / max(1, W) for k < W, then 1 (constant),
+ * max(0, (N − k)/max(1, N − W)) (linear), or max(0, ½(1 + cos(π·2c·(k − W)/max(1, N − W)))) with
+ * c = 0.5 (cosine).
+ */
+import { native, type JsTensor } from '../native.js';
+
+export interface Schedule {
+  type?: 'constant' | 'linear' | 'cosine';
+  /** W: warmup steps (default 0). */
+  warmupSteps?: number;
+  /** N: total optimizer steps (required for linear / cosine). */
+  totalSteps?: number;
+  /** Cosine cycles (default 0.5 = one half-cosine to 0). */
+  numCycles?: number;
+}
+
+export interface AdamWOptions {
+  /** Peak learning rate (default 1e-5). */
+  lr?: number;
+  betas?: [number, number];
+  eps?: number;
+  weightDecay?: number;
+  schedule?: Schedule;
+  /** Names of the tensors (tensor-list optimizers; default '0', '1', …). */
+  names?: string[];
+}
+
+export interface StepResult {
+  /** Global L2 norm of the gradients before clipping (NaN/Infinity when non-finite). */
+  gradNorm: number;
+  /** Learning rate used by this step. */
+  lr: number;
+  /** Optimizer steps taken so far. */
+  step: number;
+  /** True when skipNonFinite was set and the norm was not finite (no update made). */
+  skipped: boolean;
+}
+
+/** Serialisable optimizer state: moments as `exp_avg.<name>` / `exp_avg_sq.<name>` + step. */
+export interface OptimizerState {
+  step: number;
+  tensors: Record<string, JsTensor<Float32Array | Float64Array>>;
+}
+
+interface NativeAdamW {
+  step(o?: { maxGradNorm?: number; skipNonFinite?: boolean }): StepResult;
+  zeroGrad(): void;
+  setGrads(g: (JsTensor<Float32Array | Float64Array> | null)[]): void;
+  params(): JsTensor<Float32Array | Float64Array>[];
+  state(): OptimizerState;
+  loadState(s: OptimizerState): void;
+  readonly lr: number;
+  readonly stepCount: number;
+  readonly names: string[];
+}
+
+/**
+ * AdamW over a Model's LoRA parameters (`new AdamW(model, opts)`; grads come from the model's
+ * backward steps; the model's lock is held during step/zeroGrad) or over copies of JS tensors
+ * (`new AdamW([t0, t1], opts)`; set grads with setGrads, read with params()).
+ * @throws TypeError on bad options or arguments.
+ */
+export class AdamW {
+  private readonly n: NativeAdamW;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  constructor(paramsOrModel: JsTensor<Float32Array | Float64Array>[] | any, opts: AdamWOptions = {}) {
+    const Ctor = native().AdamW;
+    // Model wrappers (lib/model/qwen3.ts) expose the native object as `raw`.
+    const target = Array.isArray(paramsOrModel) ? paramsOrModel : (paramsOrModel?.raw ?? paramsOrModel);
+    this.n = new Ctor(target, opts);
+  }
+  /** One update; clips to maxGradNorm first when > 0. Parameters without a gradient are skipped. */
+  step(o: { maxGradNorm?: number; skipNonFinite?: boolean } = {}): StepResult {
+    return this.n.step(o);
+  }
+  /** Drops all gradients. */
+  zeroGrad(): void {
+    this.n.zeroGrad();
+  }
+  /** Sets the gradients (tensor-list optimizers only); null leaves a parameter without a gradient. */
+  setGrads(g: (JsTensor<Float32Array | Float64Array> | null)[]): void {
+    this.n.setGrads(g);
+  }
+  /** Current parameter values (copies). */
+  params(): JsTensor<Float32Array | Float64Array>[] {
+    return this.n.params();
+  }
+  state(): OptimizerState {
+    return this.n.state();
+  }
+  /** @throws Error (ERR_PG_INPUT) when a name or shape does not match. */
+  loadState(s: OptimizerState): void {
+    this.n.loadState(s);
+  }
+  /** Learning rate the next step will use. */
+  get lr(): number {
+    return this.n.lr;
+  }
+  get stepCount(): number {
+    return this.n.stepCount;
+  }
+  get names(): string[] {
+    return this.n.names;
+  }
+}
+
+/** lr·f(step) for a schedule (see the module docstring). */
+export function lrAt(schedule: Schedule & { lr: number }, step: number): number {
+  return native().lrAt(schedule, step);
+}
