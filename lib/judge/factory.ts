@@ -20,7 +20,7 @@ export interface JudgeArgs {
   judgeMaxTokens?: number;
   judgeNoThink: boolean;
   judgeBatch: number;
-  judgeVariants: 'pair' | 'all';
+  judgeVariants?: 'pair' | 'all';
   judgeScoring: 'sequence-logprobs' | 'forward-logits';
 }
 
@@ -38,7 +38,7 @@ export function addJudgeOptions<T>(y: Argv<T>): Argv<T & JudgeArgs> {
     .option('judge-max-tokens', { type: 'number', describe: 'http: max answer tokens (default 16 per-item, 64+24/item per-plan)' })
     .option('judge-no-think', { type: 'boolean', default: false, describe: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)' })
     .option('judge-batch', { type: 'number', default: 16, describe: 'local: prompts per prefill batch' })
-    .option('judge-variants', { choices: ['pair', 'all'] as const, default: 'pair' as const, describe: 'local: answer tokens Yes/No, or all casing/space variants summed' })
+    .option('judge-variants', { choices: ['pair', 'all'] as const, describe: 'local: answer tokens Yes/No, or all casing/space variants summed (default: pair with sequence-logprobs, all with forward-logits)' })
     .option('judge-scoring', { choices: ['sequence-logprobs', 'forward-logits'] as const, default: 'sequence-logprobs' as const, describe: 'local: lm_head at the scored position only, or full forward logits' }) as unknown as Argv<T & JudgeArgs>;
 }
 
@@ -59,6 +59,6 @@ export function httpJudgeFromArgs(a: JudgeArgs): Judge {
 }
 
 /** Local-judge options from parsed CLI options (for localJudgeForModel / openLocalJudge). */
-export function localJudgeOptionsFromArgs(a: JudgeArgs): { batchSize: number; variants: 'pair' | 'all'; scoring: 'sequence-logprobs' | 'forward-logits' } {
+export function localJudgeOptionsFromArgs(a: JudgeArgs): { batchSize: number; variants?: 'pair' | 'all'; scoring: 'sequence-logprobs' | 'forward-logits' } {
   return { batchSize: a.judgeBatch, variants: a.judgeVariants, scoring: a.judgeScoring };
 }

@@ -13,10 +13,11 @@
  * (a small mass means the judge would not have answered yes/no at all).
  *
  * Answer tokens (`variants`):
- * - `'pair'` (default): "Yes" and "No" — the words the prompt asks for, which is how Qwen3 starts
- *   its answer after the empty think block.
+ * - `'pair'`: "Yes" and "No" — the words the prompt asks for, which is how Qwen3 starts its
+ *   answer after the empty think block. Default with the sequence-logprobs scorer.
  * - `'all'`: the strings `Yes, yes, YES, " Yes", " yes"` / `No, no, NO, " No", " no"` that encode
  *   to ONE token each (Qwen3: all ten), probabilities summed per side over casing/space variants.
+ *   Default when full last-position logits are used (then it costs nothing extra).
  *
  * Scorers on the native model (both exact: equal to a teacher-forced forward at the last position):
  * - {@link sequenceLogprobsScorer} (default for a loaded model): one right-padded row per
@@ -207,7 +208,7 @@ export interface LocalJudgeOptions {
   lastLogits?: LastLogitsFn;
   /** Prompts per scorer call (default 16; the scorer may split further). */
   batchSize?: number;
-  /** Answer tokens: 'pair' (Yes/No, default) or 'all' (casing/space variants summed). */
+  /** Answer tokens: 'pair' (Yes/No) or 'all' (casing/space variants summed). Default: 'all' with `lastLogits`, 'pair' with `scorer`. */
   variants?: 'pair' | 'all';
   /** met = P(yes) > threshold (default 0.5). */
   threshold?: number;
@@ -235,7 +236,8 @@ export class LocalJudge implements Judge {
 
   /** Resolves the yes/no token ids; throws when either side has no single-token variant. */
   static async create(o: LocalJudgeOptions): Promise<LocalJudge> {
-    const all = o.variants === 'all';
+    // Default: all variants when full logits are at hand (free), the Yes/No pair otherwise (each answer token costs a row).
+    const all = (o.variants ?? (o.lastLogits && !o.scorer ? 'all' : 'pair')) === 'all';
     const yes = await singleTokenIds(o.tokenizer, o.yesStrings ?? (all ? YES_STRINGS : ['Yes']));
     const no = await singleTokenIds(o.tokenizer, o.noStrings ?? (all ? NO_STRINGS : ['No']));
     if (!yes.length || !no.length) throw new Error(`local judge: no single-token ${!yes.length ? 'yes' : 'no'} variant in the tokenizer`);
@@ -311,7 +313,7 @@ export interface LocalModelJudgeOptions {
   batchSize?: number;
   threshold?: number;
   template?: ChatTemplate;
-  /** 'pair' (default) or 'all' (see the module docstring). */
+  /** 'pair' or 'all' (see the module docstring). Default: 'pair' with sequence-logprobs, 'all' with forward-logits. */
   variants?: 'pair' | 'all';
   /** 'sequence-logprobs' (default: lm_head at the scored position only) or 'forward-logits' (full logits per prompt). */
   scoring?: 'sequence-logprobs' | 'forward-logits';
@@ -333,14 +335,15 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
       ? scorerFromLastLogits(modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }))
       : sequenceLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: opts.maxTokensPerCall });
   const ctx = Number(model.config.max_position_embeddings);
+  const variants = opts.variants ?? (opts.scoring === 'forward-logits' ? 'all' : 'pair');
   return LocalJudge.create({
     tokenizer,
     template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer),
     batchSize: opts.batchSize,
     threshold: opts.threshold,
-    variants: opts.variants,
+    variants,
     scorer,
-    name: `local:${opts.variants ?? 'pair'}`,
+    name: `local:${variants}`,
     maxContext: Number.isInteger(ctx) && ctx > 0 ? ctx : undefined,
   });
 }
