@@ -213,6 +213,12 @@ describe('model: native Qwen3', function () {
     expect(m2.loraConfig()).to.deep.include({ r: 4, alpha: 16, useRslora: true, scaling: 8 });
     const after = await m2.forward({ inputIds: ids, attentionMask: mask });
     expect(maxAbsDiff(after.logits!.data, before.logits!.data)).to.equal(0);
+    // same structure already present: values are copied into the existing tensors (resume path)
+    m2.addLora({ r: 4, alpha: 2, targetModules: ['o_proj', 'v_proj', 'gate_proj'], seed: 1 });
+    await m2.loadAdapter(dir);
+    expect(m2.loraConfig()).to.deep.include({ r: 4, alpha: 16, useRslora: true, scaling: 8 });
+    const again = await m2.forward({ inputIds: ids, attentionMask: mask });
+    expect(maxAbsDiff(again.logits!.data, before.logits!.data)).to.equal(0);
     m2.dispose();
   });
 

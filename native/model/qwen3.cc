@@ -281,7 +281,32 @@ void Qwen3Model::SaveAdapter(const std::string& dir, const std::string& base_mod
 
 void Qwen3Model::LoadAdapter(const std::string& dir) {
   Qwen3Impl::CheckAlive(*this);
-  active_ = LoadPeftAdapter(dir, cfg_, device_);
+  LoraAdapter loaded = LoadPeftAdapter(dir, cfg_, device_);
+  // Same modules and shapes as the current adapter: copy in place, so tensors held elsewhere
+  // (an optimizer's parameter list, its state) stay valid across a resume. Otherwise replace.
+  bool same = active_.has_value() && active_->weights.size() == loaded.weights.size();
+  if (same)
+    for (const auto& kv : loaded.weights) {
+      auto it = active_->weights.find(kv.first);
+      if (it == active_->weights.end() || !it->second.first.sizes().equals(kv.second.first.sizes()) ||
+          !it->second.second.sizes().equals(kv.second.second.sizes())) {
+        same = false;
+        break;
+      }
+    }
+  if (!same) {
+    active_ = std::move(loaded);
+    return;
+  }
+  at::NoGradGuard ng;
+  for (auto& kv : active_->weights) {
+    const auto& src = loaded.weights.at(kv.first);
+    kv.second.first.copy_(src.first);
+    kv.second.second.copy_(src.second);
+  }
+  const uint64_t seed = active_->config.seed;
+  active_->config = loaded.config;
+  active_->config.seed = seed;
 }
 
 int64_t Qwen3Model::ParameterBytes() const {

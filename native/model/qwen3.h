@@ -98,7 +98,9 @@ class Qwen3Model {
   /// Default for AdapterSel::Active forwards: false makes Active behave like None.
   void SetAdapterEnabled(bool on) { adapter_enabled_ = on; }
   bool AdapterEnabled() const { return adapter_enabled_; }
-  /// Saves / loads PEFT format (adapter_model.safetensors + adapter_config.json).
+  /// Saves / loads PEFT format (adapter_model.safetensors + adapter_config.json). LoadAdapter
+  /// copies into the existing LoRA tensors in place when the module set and shapes match (so
+  /// optimizer references stay valid), otherwise replaces the active adapter.
   void SaveAdapter(const std::string& dir, const std::string& base_model_name) const;
   void LoadAdapter(const std::string& dir);
 
