@@ -199,6 +199,23 @@ describe('generate (native batched KV-cache sampling)', function () {
       const p2 = softmax(row.map((x) => x / 2));
       expect(chi2(count(t2.tokenIds), p2)).to.be.lessThan(25);
       expect(t2.logprobs[0]).to.be.closeTo(Math.log(p2[t2.tokenIds[0]]), 1e-5);
+      // top-p alone over a large vocabulary: nucleus inside the top 1024 (fast path) …
+      const VL = 5000;
+      const big = new Float32Array(4000 * VL).fill(-10);
+      for (let r = 0; r < 4000; r++) big.set([5, 4, 3, 2, 1], r * VL);
+      const np = sampleFromLogits({ data: big, shape: [4000, VL] }, { temperature: 1, topP: 0.9, seed: 8 });
+      const e5 = [5, 4, 3].map(Math.exp);
+      const cnp = [0, 0, 0];
+      for (const t of np.tokenIds) {
+        expect(t).to.be.lessThan(3);
+        cnp[t]++;
+      }
+      const chi = cnp.reduce((acc, c, i) => acc + (c - (4000 * e5[i]) / (e5[0] + e5[1] + e5[2])) ** 2 / ((4000 * e5[i]) / (e5[0] + e5[1] + e5[2])), 0);
+      expect(chi).to.be.lessThan(20);
+      // … and wider than 1024 tokens (falls back to a full sort): flat logits, top-p 0.3 keeps 1500 tokens
+      const flat = sampleFromLogits({ data: new Float32Array(200 * VL), shape: [200, VL] }, { temperature: 1, topP: 0.3, seed: 9 });
+      expect(new Set(flat.tokenIds).size).to.be.greaterThan(150);
+      for (const lp of flat.logprobs) expect(lp).to.be.closeTo(-Math.log(VL), 1e-4);
       // greedy
       const g = sampleFromLogits({ data: Float32Array.from(row), shape: [1, V] }, { temperature: 0 });
       expect(g.tokenIds[0]).to.equal(3);

@@ -95,7 +95,7 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
       .check((a) => {
         const has = (a.prompt?.length ?? 0) > 0;
         if (has === !!a.input) throw new Error('give exactly one of --prompt or --input');
-        if (!Number.isInteger(a.batchSize) || a.batchSize < 1) throw new Error('--batch-size must be an integer >= 1');
+        if (!Number.isInteger(a.batchSize) || (a.batchSize as number) < 1) throw new Error('--batch-size must be an integer >= 1');
         return true;
       }) as never,
   handler: async (argv) => {

@@ -38,39 +38,57 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
   }
 
   at::Tensor scaled = o.temperature == 1.0 ? logits : logits / o.temperature;
-  at::Tensor lse = at::logsumexp(scaled, {-1});  // [R]
-
-  at::Tensor cand_vals, cand_idx;  // candidate logits and their vocab ids, [R, K]
+  at::Tensor mx = std::get<0>(scaled.max(-1, /*keepdim=*/true));  // [R, 1]
   const bool use_k = o.top_k > 0 && o.top_k < V;
   const bool use_p = o.top_p < 1.0;
-  if (use_k) {
-    auto tk = at::topk(scaled, o.top_k, -1, /*largest=*/true, /*sorted=*/true);
-    cand_vals = std::get<0>(tk);
-    cand_idx = std::get<1>(tk);
-  } else if (use_p) {
-    auto st = at::sort(scaled, -1, /*descending=*/true);
-    cand_vals = std::get<0>(st);
-    cand_idx = std::get<1>(st);
-  } else {
-    cand_vals = scaled;  // the whole vocabulary in id order: inverse CDF works in any order
-  }
 
-  at::Tensor probs = at::softmax(cand_vals, -1);  // renormalised over the candidates
-  if (use_p) {
-    at::Tensor before = probs.cumsum(-1) - probs;  // mass of the more likely candidates
-    at::Tensor drop = before.ge(o.top_p);
-    drop.select(1, 0).fill_(false);
-    probs = probs.masked_fill(drop, 0.0);
+  // Draws one index per row from the (unnormalised, non-negative) masses w [R, K] with the row's
+  // uniform: the first index whose cumulative mass exceeds u * total, so zero-mass entries are
+  // never chosen. When rounding pushes the target onto the total (probability ~2^-24), the pick
+  // falls back to the heaviest entry.
+  auto draw = [&](const at::Tensor& w) {
+    at::Tensor cdf = w.cumsum(-1);
+    at::Tensor total = cdf.narrow(1, cdf.size(1) - 1, 1);
+    at::Tensor target = uniforms.to(cdf.device(), at::kFloat).unsqueeze(1) * total;
+    at::Tensor pos = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);
+    at::Tensor bad = w.gather(1, pos).le(0);
+    return at::where(bad, w.argmax(-1, /*keepdim=*/true), pos);  // [R, 1]
+  };
+
+  at::Tensor lse, tok;
+  if (!use_k && !use_p) {
+    // Full vocabulary: inverse CDF over exp(scaled - max) in id order (no sort needed).
+    at::Tensor w = (scaled - mx).exp_();
+    tok = draw(w);
+    lse = mx.squeeze(1) + w.sum(-1).log_();
+  } else {
+    lse = mx.squeeze(1) + (scaled - mx).exp_().sum(-1).log_();
+    at::Tensor vals, idx;  // candidates in descending order and their vocab ids, [R, K]
+    if (use_k) {
+      std::tie(vals, idx) = at::topk(scaled, o.top_k, -1, /*largest=*/true, /*sorted=*/true);
+    } else {
+      // top-p alone: the nucleus is usually far smaller than the vocabulary; look at the top 1024
+      // first and sort everything only when some row's nucleus does not fit in them.
+      const int64_t k0 = std::min<int64_t>(V, 1024);
+      std::tie(vals, idx) = at::topk(scaled, k0, -1, true, true);
+      if (k0 < V) {
+        at::Tensor covered = (vals - lse.unsqueeze(1)).exp().sum(-1);  // full-vocabulary mass of the top k0
+        if (covered.lt(o.top_p).any().item<bool>()) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
+      }
+    }
+    // Masses renormalised over the candidates (top-k) or the whole vocabulary (top-p alone: the
+    // candidates hold all of the nucleus).
+    at::Tensor w = (vals - vals.narrow(1, 0, 1)).exp();
+    if (use_p) {
+      at::Tensor norm = use_k ? w.sum(-1, true) : (lse.unsqueeze(1) - vals.narrow(1, 0, 1)).exp();
+      at::Tensor p = w / norm;
+      at::Tensor drop = (p.cumsum(-1) - p).ge(o.top_p);  // preceding mass already >= top_p
+      drop.select(1, 0).fill_(false);
+      w = w.masked_fill(drop, 0.0);
+    }
+    tok = idx.gather(1, draw(w));
   }
-  at::Tensor cdf = probs.cumsum(-1);
-  at::Tensor target = (uniforms.to(cdf.device(), at::kFloat) * cdf.select(1, cdf.size(1) - 1)).unsqueeze(1);
-  // First index whose cumulative mass exceeds the target: zero-mass candidates are never chosen.
-  at::Tensor pos = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true);
-  // Rounding can push the target onto the total mass: clamp to the last candidate with mass.
-  at::Tensor ar = at::arange(cdf.size(1), at::TensorOptions().dtype(at::kLong).device(cdf.device()));
-  at::Tensor last = at::where(probs.gt(0), ar.unsqueeze(0), at::zeros_like(ar).unsqueeze(0)).amax(-1, /*keepdim=*/true);
-  pos = at::minimum(pos, last);
-  at::Tensor tok = cand_idx.defined() ? cand_idx.gather(1, pos).squeeze(1) : pos.squeeze(1);
+  tok = tok.squeeze(1);
   at::Tensor lp = scaled.gather(1, tok.unsqueeze(1)).squeeze(1) - lse;
   return {tok, lp};
 }
