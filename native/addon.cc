@@ -7,6 +7,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   pg::RegisterLoss(env, exports);
   pg::RegisterOptim(env, exports);
   pg::RegisterGenerate(env, exports);
+  pg::RegisterIo(env, exports);
   exports.Set("napiVersion", Napi::Number::New(env, NAPI_VERSION));
   return exports;
 }

@@ -61,16 +61,24 @@ export interface TrainBackend {
   grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], opts: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
   /** SFT micro-batch: cross-entropy on completion tokens / normalizer; grads accumulate. */
   sftBackward(batch: Sequence[], normalizer: number): Promise<{ loss: number }>;
-  /** AdamW step with global grad-norm clipping at lr; returns the pre-clip norm; zeroes grads. */
-  optimizerStep(lr: number, maxGradNorm: number): Promise<{ gradNorm: number }>;
+  /**
+   * AdamW step with global grad-norm clipping; returns the pre-clip norm and the scheduled lr;
+   * skips the update (skipped = true) when the norm is not finite; zeroes grads.
+   */
+  optimizerStep(maxGradNorm: number): Promise<{ gradNorm: number; lr: number; skipped: boolean }>;
   /** Drops accumulated grads (a skipped step). */
   zeroGrad(): void;
-  /** Replaces the optimizer (new stage, new lr) keeping the adapter. */
-  resetOptimizer(): void;
+  /**
+   * A fresh AdamW for a stage (peak lr, schedule over totalSteps) over the current adapter; when
+   * loadState stashed optimizer state (resume), it is restored into the new optimizer.
+   */
+  resetOptimizer(lr: number, totalSteps: number): void;
   snapshotAdapter(name: string): void;
   /** EMA update of a snapshot toward the active adapter: s ← d·s + (1 − d)·a. */
   emaUpdate(name: string, decay: number): void;
+  /** Writes adapter (PEFT), optimizer state and snapshots into `dir`. */
   saveState(dir: string): Promise<void>;
+  /** Restores adapter and snapshots from `dir`; optimizer state is applied at resetOptimizer. */
   loadState(dir: string): Promise<void>;
   /** Seeds dropout RNG for the step. */
   seedStep(seed: number): void;

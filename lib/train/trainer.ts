@@ -47,8 +47,6 @@ export interface TrainerDeps {
   reward: RewardFn;
   /** Group advantages (native, DESIGN.md §5). */
   advantages: (rewards: number[], groupSize: number, opts: { scale: 'group' | 'batch' | 'none'; dropZeroVariance: boolean }) => { advantages: number[]; keep: boolean[] };
-  /** LR at a step of a stage (schedule with warmup). */
-  lrAt: (base: number, step: number, total: number) => number;
   runDir: string;
   log?: (line: string) => void;
 }
@@ -162,6 +160,7 @@ export class Trainer {
       wallSeconds: 0,
     };
     this.metrics = new MetricsLog(join(deps.runDir, 'metrics.jsonl'));
+    this.baseWall = this.state.wallSeconds;
   }
 
   /** Asks the loop to stop after the step in flight; a checkpoint is written first. */
@@ -181,8 +180,14 @@ export class Trainer {
     (this.deps.log ?? ((l: string) => process.stderr.write(l + '\n')))(line);
   }
 
+  /** Wall seconds of the run, across resumes. */
+  private wall(): number {
+    return this.baseWall + (Date.now() - this.started) / 1000;
+  }
+  private readonly baseWall: number = 0;
+
   private async checkpoint(): Promise<string> {
-    this.state.wallSeconds += (Date.now() - this.started) / 1000;
+    this.state.wallSeconds = this.wall();
     const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp));
     this.log(`checkpoint ${dir}`);
     return dir;
@@ -195,8 +200,8 @@ export class Trainer {
       const stage = this.cfg.stages[this.state.stageIndex]!;
       const total = stage === 'sft' ? this.cfg.sft.steps : stage === 'opsd' ? this.cfg.opsd.steps : this.cfg.grpo.steps;
       const fresh = this.state.stageStep === 0 && !this.state.stageDone;
+      backend.resetOptimizer(stage === 'sft' ? this.cfg.sft.lr : stage === 'opsd' ? this.cfg.opsd.lr : this.cfg.grpo.lr, total);
       if (fresh) {
-        backend.resetOptimizer();
         if (stage === 'grpo' && this.cfg.grpo.reference === 'stage-start') backend.snapshotAdapter('stage-start');
         if (stage === 'opsd' && this.cfg.opsd.teacher === 'ema') backend.snapshotAdapter('ema-teacher');
       }
@@ -208,16 +213,17 @@ export class Trainer {
         const t0 = Date.now();
         const step = this.state.stageStep;
         backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, step, 1));
-        const lr = this.deps.lrAt(stage === 'sft' ? this.cfg.sft.lr : stage === 'opsd' ? this.cfg.opsd.lr : this.cfg.grpo.lr, step, total);
+        let lr = NaN;
         const m = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
         let gradNorm = NaN;
         let skipped = false;
         if (!Number.isFinite(m.loss)) {
           skipped = true;
         } else {
-          const r = await backend.optimizerStep(lr, this.cfg.optim.maxGradNorm);
+          const r = await backend.optimizerStep(this.cfg.optim.maxGradNorm);
           gradNorm = r.gradNorm;
-          if (!Number.isFinite(gradNorm)) skipped = true;
+          lr = r.lr;
+          if (r.skipped || !Number.isFinite(gradNorm)) skipped = true;
         }
         if (skipped) {
           backend.zeroGrad();
@@ -302,7 +308,7 @@ export class Trainer {
       stages: this.summary,
       globalStep: this.state.globalStep,
       interrupted,
-      wallSeconds: this.state.wallSeconds + (Date.now() - this.started) / 1000,
+      wallSeconds: this.wall(),
     };
     writeFileSync(join(this.deps.runDir, 'summary.json'), JSON.stringify(s, null, 2));
     return s;

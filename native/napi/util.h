@@ -118,5 +118,6 @@ void RegisterModel(Napi::Env env, Napi::Object exports);    // model/: Qwen3 + L
 void RegisterLoss(Napi::Env env, Napi::Object exports);     // loss/: fused JSD / GRPO, advantages
 void RegisterOptim(Napi::Env env, Napi::Object exports);    // optim/: AdamW, schedules, clipping
 void RegisterGenerate(Napi::Env env, Napi::Object exports); // generate/: batched KV-cache sampling, abort handles
+void RegisterIo(Napi::Env env, Napi::Object exports);       // io/: safetensors read/write for JS (optimizer state)
 
 }  // namespace pg

@@ -1,0 +1,238 @@
+/**
+ * TrainBackend over the addon: Policy (model + tokenizer + chat template), native generation,
+ * fused losses with grads into the LoRA parameters, and AdamW (lib/train/{losses,optim}.ts).
+ * Batches are right-padded with the tokenizer's pad id; completion tokens are masked by position
+ * (prompt length … prompt length + completion length), never by pad id.
+ */
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { native } from '../native.js';
+import type { JsTensor } from '../native.js';
+import { generate, type Policy } from '../model/policy.js';
+import type { TrainConfig } from '../config/train.js';
+import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
+import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
+import { AdamW, type OptimizerState } from './optim.js';
+
+interface Padded {
+  ids: JsTensor<Int32Array>;
+  mask: JsTensor<Int32Array>;
+  /** [B, L] 1 at completion positions. */
+  completion: JsTensor<Float32Array>;
+  L: number;
+}
+
+/** Right-pads prompt+completion rows: ids [B, L] int32, attention mask, completion mask (float32). */
+export function padSequences(seqs: Sequence[], padId: number): Padded {
+  const L = Math.max(1, ...seqs.map((s) => s.promptIds.length + s.completionIds.length));
+  const B = seqs.length;
+  const ids = new Int32Array(B * L).fill(padId);
+  const mask = new Int32Array(B * L);
+  const comp = new Float32Array(B * L);
+  seqs.forEach((s, b) => {
+    const row = [...s.promptIds, ...s.completionIds];
+    for (let t = 0; t < row.length; t++) {
+      ids[b * L + t] = row[t]!;
+      mask[b * L + t] = 1;
+      if (t >= s.promptIds.length) comp[b * L + t] = 1;
+    }
+  });
+  return { ids: { data: ids, shape: [B, L] }, mask: { data: mask, shape: [B, L] }, completion: { data: comp, shape: [B, L] }, L };
+}
+
+/** Places per-completion values at their completion positions of a [B, L] float32 tensor. */
+function alignToRows(seqs: Sequence[], L: number, values: number[][]): JsTensor<Float32Array> {
+  const out = new Float32Array(seqs.length * L);
+  seqs.forEach((s, b) => {
+    const v = values[b]!;
+    for (let j = 0; j < s.completionIds.length; j++) out[b * L + s.promptIds.length + j] = v[j] ?? 0;
+  });
+  return { data: out, shape: [seqs.length, L] };
+}
+
+export class NativeBackend implements TrainBackend {
+  private opt: AdamW | undefined;
+  private readonly snapshots = new Map<string, Record<string, JsTensor<Float32Array>>>();
+  private readonly endOfTurnId: number;
+
+  constructor(readonly policy: Policy, private readonly cfg: TrainConfig) {
+    const tok = policy.tokenizer;
+    this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
+  }
+
+  private get raw(): unknown {
+    return this.policy.model.raw;
+  }
+
+  async promptIds(messages: { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<number[]> {
+    return (await this.policy.encodePrompts([messages], { enableThinking: this.cfg.sampling.enableThinking }))[0]!;
+  }
+
+  async answerIds(text: string): Promise<number[]> {
+    return [...(await this.policy.tokenizer.encode(text)), this.endOfTurnId];
+  }
+
+  async generate(prompts: number[][], o: SamplingOptions): Promise<Rollout[]> {
+    const tok = this.policy.tokenizer;
+    const res = await generate(this.policy.model, {
+      prompts: prompts.map((p) => Int32Array.from(p)),
+      n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
+      stopIds: [...tok.stopIds], padId: tok.padTokenId,
+    });
+    const stops = new Set(tok.stopIds);
+    const bodies = res.completions.map((c) => {
+      const ids = Array.from(c.tokenIds);
+      if (c.finishReason === 'stop' && ids.length && stops.has(ids[ids.length - 1]!)) ids.pop();
+      return ids.filter((t) => t < tok.vocabSize);
+    });
+    const texts = await tok.decodeBatch(bodies);
+    return res.completions.map((c, i) => ({
+      promptIndex: c.promptIndex,
+      tokenIds: Array.from(c.tokenIds),
+      logprobs: Array.from(c.logprobs),
+      text: texts[i]!,
+      finishReason: c.finishReason,
+    }));
+  }
+
+  async completionLogprobs(seqs: Sequence[], temperature: number, adapter: string): Promise<number[][]> {
+    const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
+    const lp = await sequenceLogprobs(this.raw, { inputIds: p.ids, attentionMask: p.mask, completionMask: p.completion, temperature, adapter });
+    return seqs.map((s, b) => Array.from(lp.data.subarray(b * p.L + s.promptIds.length, b * p.L + s.promptIds.length + s.completionIds.length)));
+  }
+
+  async opsdBackward(batch: { student: Sequence; teacher: Sequence }[], o: { beta: number; temperature: number; normalizer: number; teacher: string }): Promise<{ loss: number }> {
+    const pad = this.policy.tokenizer.padTokenId;
+    const s = padSequences(batch.map((b) => b.student), pad);
+    const t = padSequences(batch.map((b) => b.teacher), pad);
+    const r = await opsdBackward(this.raw, {
+      studentIds: s.ids, studentMask: s.mask, teacherIds: t.ids, teacherMask: t.mask,
+      studentStart: { data: Int32Array.from(batch.map((b) => b.student.promptIds.length)), shape: [batch.length] },
+      teacherStart: { data: Int32Array.from(batch.map((b) => b.teacher.promptIds.length)), shape: [batch.length] },
+      completionLength: { data: Int32Array.from(batch.map((b) => b.student.completionIds.length)), shape: [batch.length] },
+      beta: o.beta, temperature: o.temperature, normalizer: o.normalizer, teacher: o.teacher,
+    });
+    return { loss: r.loss };
+  }
+
+  async grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], o: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }> {
+    const seqs = batch.map((b) => b.seq);
+    const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
+    const r = await grpoBackward(this.raw, {
+      inputIds: p.ids, attentionMask: p.mask, completionMask: p.completion,
+      oldLogprobs: alignToRows(seqs, p.L, batch.map((b) => b.oldLogprobs)),
+      refLogprobs: o.betaKl > 0 ? alignToRows(seqs, p.L, batch.map((b) => b.refLogprobs)) : undefined,
+      advantages: { data: Float32Array.from(batch.map((b) => b.advantage)), shape: [batch.length] },
+      epsLow: o.epsLow, epsHigh: o.epsHigh, betaKl: o.betaKl, temperature: o.temperature, aggregation: o.aggregation,
+      numSequences: o.totalSequences, numTokens: o.totalCompletionTokens, maxCompletionLength: o.maxCompletionLength,
+    });
+    return { loss: r.loss, meanKl: r.meanKl, clipFraction: r.clipFraction.region };
+  }
+
+  async sftBackward(batch: Sequence[], normalizer: number): Promise<{ loss: number }> {
+    // crossEntropyBackward averages over this call's label tokens: the trainer sends the whole
+    // window in one call, so that mean is the window mean.
+    const p = padSequences(batch, this.policy.tokenizer.padTokenId);
+    const labels = new Int32Array(p.ids.data.length).fill(-100);
+    batch.forEach((s, b) => {
+      for (let j = 0; j < s.completionIds.length; j++) labels[b * p.L + s.promptIds.length + j] = s.completionIds[j]!;
+    });
+    void normalizer;
+    return this.policy.model.crossEntropyBackward({ inputIds: p.ids, attentionMask: p.mask, labels: { data: labels, shape: p.ids.shape } });
+  }
+
+  resetOptimizer(lr: number, totalSteps: number): void {
+    const o = this.cfg.optim;
+    this.opt = new AdamW(this.policy.model, {
+      lr, betas: o.betas, eps: o.eps, weightDecay: o.weightDecay,
+      schedule: { type: o.schedule, warmupSteps: o.warmupSteps, totalSteps: Math.max(1, totalSteps) },
+    });
+    if (this.pendingOptimizerState) {
+      this.opt.loadState(this.pendingOptimizerState);
+      this.pendingOptimizerState = undefined;
+    }
+  }
+  private pendingOptimizerState: OptimizerState | undefined;
+
+  private optimizer(): AdamW {
+    if (!this.opt) throw new Error('optimizer used before resetOptimizer');
+    return this.opt;
+  }
+
+  async optimizerStep(maxGradNorm: number): Promise<{ gradNorm: number; lr: number; skipped: boolean }> {
+    const r = this.optimizer().step({ maxGradNorm, skipNonFinite: true });
+    this.zeroGrad();
+    return { gradNorm: r.gradNorm, lr: r.lr, skipped: r.skipped };
+  }
+
+  zeroGrad(): void {
+    this.policy.model.zeroGrad();
+  }
+
+  /**
+   * Freezes the current adapter as snapshot `name` (native) and keeps a JS copy of its weights,
+   * so checkpoints can save it and EMA updates can read it.
+   */
+  snapshotAdapter(name: string): void {
+    this.policy.model.snapshotAdapter(name);
+    this.snapshots.set(name, this.policy.model.loraWeights());
+  }
+
+  /** EMA teacher: s ← d·s + (1 − d)·a, then the native snapshot is refreshed from s. */
+  emaUpdate(name: string, decay: number): void {
+    const prev = this.snapshots.get(name);
+    if (!prev) throw new Error(`emaUpdate: no snapshot '${name}'`);
+    const active = this.policy.model.loraWeights();
+    const next: Record<string, JsTensor<Float32Array>> = {};
+    for (const [k, a] of Object.entries(active)) {
+      const s = prev[k]!;
+      const out = new Float32Array(a.data.length);
+      for (let i = 0; i < out.length; i++) out[i] = decay * s.data[i]! + (1 - decay) * a.data[i]!;
+      next[k] = { data: out, shape: a.shape };
+    }
+    this.installSnapshot(name, next, active);
+  }
+
+  /** Makes `weights` the native snapshot `name` (via the active slot, which is restored after). */
+  private installSnapshot(name: string, weights: Record<string, JsTensor<Float32Array>>, active = this.policy.model.loraWeights()): void {
+    const m = this.policy.model;
+    m.setLoraWeights(weights);
+    m.snapshotAdapter(name);
+    m.setLoraWeights(active);
+    this.snapshots.set(name, weights);
+  }
+
+  async saveState(dir: string): Promise<void> {
+    mkdirSync(dir, { recursive: true });
+    await this.policy.model.saveAdapter(dir, { baseModelName: this.cfg.model ?? 'papergym-native/tiny-qwen3' });
+    if (this.opt) {
+      const st = this.opt.state();
+      native().saveSafetensors(join(dir, 'optimizer.safetensors'), st.tensors, { step: String(st.step), format: 'pt' });
+    }
+    for (const [name, w] of this.snapshots) native().saveSafetensors(join(dir, `snapshot-${name}.safetensors`), w, { snapshot: name, format: 'pt' });
+  }
+
+  async loadState(dir: string): Promise<void> {
+    // Load into the existing LoRA tensors (in place) so any optimizer keeps its parameters.
+    const ad = native().loadSafetensors(join(dir, 'adapter_model.safetensors')) as { tensors: Record<string, JsTensor<Float32Array>> };
+    this.policy.model.setLoraWeights(ad.tensors);
+    for (const f of readdirSync(dir)) {
+      const m = /^snapshot-(.+)\.safetensors$/.exec(f);
+      if (m) this.installSnapshot(m[1]!, (native().loadSafetensors(join(dir, f)) as { tensors: Record<string, JsTensor<Float32Array>> }).tensors);
+    }
+    const optPath = join(dir, 'optimizer.safetensors');
+    if (existsSync(optPath)) {
+      const o = native().loadSafetensors(optPath) as { tensors: Record<string, JsTensor<Float32Array>>; metadata: Record<string, string> };
+      this.pendingOptimizerState = { step: Number(o.metadata.step), tensors: o.tensors };
+    }
+  }
+
+  seedStep(seed: number): void {
+    native().manualSeed(seed);
+  }
+
+  memory(): Record<string, number> {
+    const m = native().cudaMemory();
+    return m ? { allocatedBytes: m.allocatedBytes, peakAllocatedBytes: m.peakAllocatedBytes, reservedBytes: m.reservedBytes } : { rssBytes: process.memoryUsage().rss };
+  }
+}
