@@ -43,10 +43,19 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, Ada
 
 double AdamW::ClipGradNorm(double max_norm) {
   at::NoGradGuard ng;
+  // Per-tensor norms in the gradient dtype, promoted to a common dtype (torch.stack promotes), as
+  // clip_grad_norm_: fp32 grads give an fp32 total, fp64 grads an fp64 one.
   std::vector<at::Tensor> norms;
+  at::ScalarType common = at::kFloat;
+  bool first = true;
   for (auto& p : params_)
-    if (p.grad().defined()) norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kFloat).to(at::kCPU));
+    if (p.grad().defined()) {
+      norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kCPU));
+      common = first ? norms.back().scalar_type() : at::promoteTypes(common, norms.back().scalar_type());
+      first = false;
+    }
   if (norms.empty()) return 0.0;
+  for (auto& n : norms) n = n.to(common);
   at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
   double tn = total.item<double>();
   if (max_norm > 0) {
