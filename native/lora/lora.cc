@@ -64,15 +64,19 @@ LoraAdapter MakeLoraAdapter(const Qwen3Config& mc, const LoraConfig& cfg, at::De
   return ad;
 }
 
-at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
-                      double scaling, double dropout) {
-  at::Tensor base = at::linear(x, w);
+at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
+                   double scaling, double dropout) {
   if (!a.defined()) return base;
   at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
   if (dropout > 0 && at::GradMode::is_enabled()) xf = at::dropout(xf, dropout, /*train=*/true);
   at::Tensor lora = at::linear(at::linear(xf, a), b) * scaling;
   if (base.scalar_type() == at::kFloat) return base + lora;
-  return (base.to(at::kFloat) + lora).to(x.scalar_type());
+  return (base.to(at::kFloat) + lora).to(base.scalar_type());
+}
+
+at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
+                      double scaling, double dropout) {
+  return LoraAdd(at::linear(x, w), x, a, b, scaling, dropout);
 }
 
 }  // namespace pg

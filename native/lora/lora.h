@@ -21,6 +21,12 @@ const char* LoraParent(const std::string& module);
 at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
                       double scaling, double dropout);
 
+/// The LoRA half of LoraLinear: returns base + scaling * B(A(dropout(x))) with the same precision
+/// rules (float32 branch, float32 sum, cast back to base's dtype). `base` = x W^T computed by the
+/// caller (e.g. a slice of a fused q/k/v or gate/up matmul).
+at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
+                   double scaling, double dropout);
+
 /// Fresh adapter tensors for `cfg` over `model` (A ~ U(+-1/sqrt(in)) from a CPU generator seeded
 /// with cfg.seed, walking modules in sorted-name order; B = 0), float32 on the model device,
 /// requires_grad = true. ArgError on r < 1, alpha <= 0, dropout outside [0, 1) or unknown targets.

@@ -107,7 +107,40 @@ std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device 
                        ", expected " + shape_str(kv.second) + " from config.json");
   }
   at::NoGradGuard ng;
-  for (const auto& kv : expect) m->w_[kv.first] = ck.Read(kv.first).to(device, dtype).contiguous();
+  auto read = [&](const std::string& n) { return ck.Read(n).to(device, dtype).contiguous(); };
+  for (const auto& kv : expect) {
+    if (kv.first.find(".self_attn.q_proj.") != std::string::npos || kv.first.find(".self_attn.k_proj.") != std::string::npos ||
+        kv.first.find(".self_attn.v_proj.") != std::string::npos || kv.first.find(".mlp.gate_proj.") != std::string::npos ||
+        kv.first.find(".mlp.up_proj.") != std::string::npos)
+      continue;  // fused below
+    m->w_[kv.first] = read(kv.first);
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights lw;
+    // Fused projections: rows [q; k; v] and [gate; up]; the per-module tensors are row views.
+    lw.qkv = at::empty({qd + 2 * kvd, H}, at::TensorOptions().dtype(dtype).device(device));
+    lw.qkv.narrow(0, 0, qd).copy_(read(p + "self_attn.q_proj.weight"));
+    lw.qkv.narrow(0, qd, kvd).copy_(read(p + "self_attn.k_proj.weight"));
+    lw.qkv.narrow(0, qd + kvd, kvd).copy_(read(p + "self_attn.v_proj.weight"));
+    m->w_[p + "self_attn.q_proj.weight"] = lw.qkv.narrow(0, 0, qd);
+    m->w_[p + "self_attn.k_proj.weight"] = lw.qkv.narrow(0, qd, kvd);
+    m->w_[p + "self_attn.v_proj.weight"] = lw.qkv.narrow(0, qd + kvd, kvd);
+    lw.gate_up = at::empty({2 * I, H}, at::TensorOptions().dtype(dtype).device(device));
+    lw.gate_up.narrow(0, 0, I).copy_(read(p + "mlp.gate_proj.weight"));
+    lw.gate_up.narrow(0, I, I).copy_(read(p + "mlp.up_proj.weight"));
+    m->w_[p + "mlp.gate_proj.weight"] = lw.gate_up.narrow(0, 0, I);
+    m->w_[p + "mlp.up_proj.weight"] = lw.gate_up.narrow(0, I, I);
+    lw.in_norm = m->w_.at(p + "input_layernorm.weight");
+    lw.post_norm = m->w_.at(p + "post_attention_layernorm.weight");
+    lw.o = m->w_.at(p + "self_attn.o_proj.weight");
+    lw.q_norm = m->w_.at(p + "self_attn.q_norm.weight");
+    lw.k_norm = m->w_.at(p + "self_attn.k_norm.weight");
+    lw.down = m->w_.at(p + "mlp.down_proj.weight");
+    const char* mods[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    for (int k = 0; k < 7; ++k) lw.stem[k] = p + mods[k];
+    m->layers_.push_back(std::move(lw));
+  }
   return m;
 }
 
@@ -188,24 +221,23 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
   allowed = allowed | allowed.any(-1, /*keepdim=*/true).logical_not();
   const double sm_scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
-  auto lin = [&](const at::Tensor& x, const std::string& prefix, const char* mod) {
-    const std::string name = prefix + mod;
-    const at::Tensor& w = Qwen3Impl::W(*this, name + ".weight");
-    if (ad) {
-      auto it = ad->weights.find(name);
-      if (it != ad->weights.end()) return LoraLinear(x, w, it->second.first, it->second.second, scaling, drop);
-    }
-    return at::linear(x, w);
+  // LoRA delta of module `k` (0..6 = q, k, v, o, gate, up, down) added to its base output.
+  auto lora = [&](const at::Tensor& base, const at::Tensor& x, const LayerWeights& lw, int k) {
+    if (!ad) return base;
+    auto it = ad->weights.find(lw.stem[k]);
+    if (it == ad->weights.end()) return base;
+    return LoraAdd(base, x, it->second.first, it->second.second, scaling, drop);
   };
+  const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
 
   at::Tensor h = at::embedding(Qwen3Impl::W(*this, "model.embed_tokens.weight"), ids);  // [B, T, H]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    at::Tensor x = RmsNorm(h, Qwen3Impl::W(*this, p + "input_layernorm.weight"), c.rms_norm_eps);
-    const std::string ap = p + "self_attn.";
-    at::Tensor q = RmsNorm(lin(x, ap, "q_proj").view({B, T, nh, hd}), Qwen3Impl::W(*this, ap + "q_norm.weight"), c.rms_norm_eps).transpose(1, 2);
-    at::Tensor k = RmsNorm(lin(x, ap, "k_proj").view({B, T, nkv, hd}), Qwen3Impl::W(*this, ap + "k_norm.weight"), c.rms_norm_eps).transpose(1, 2);
-    at::Tensor v = lin(x, ap, "v_proj").view({B, T, nkv, hd}).transpose(1, 2);
+    const LayerWeights& lw = layers_[static_cast<size_t>(l)];
+    at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
+    auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
+    at::Tensor q = RmsNorm(lora(qkv[0], x, lw, 0).reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps).transpose(1, 2);
+    at::Tensor k = RmsNorm(lora(qkv[1], x, lw, 1).reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps).transpose(1, 2);
+    at::Tensor v = lora(qkv[2], x, lw, 2).reshape({B, T, nkv, hd}).transpose(1, 2);
     q = q * cos + RotateHalf(q) * sin;
     k = k * cos + RotateHalf(k) * sin;
     if (cache) {
@@ -219,11 +251,12 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
       v = v.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
     }
     at::Tensor o = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false, sm_scale);
-    o = o.transpose(1, 2).reshape({B, T, nh * hd});
-    h = h + lin(o, ap, "o_proj");
-    x = RmsNorm(h, Qwen3Impl::W(*this, p + "post_attention_layernorm.weight"), c.rms_norm_eps);
-    const std::string mp = p + "mlp.";
-    h = h + lin(at::silu(lin(x, mp, "gate_proj")) * lin(x, mp, "up_proj"), mp, "down_proj");
+    o = o.transpose(1, 2).reshape({B, T, qd});
+    h = h + lora(at::linear(o, lw.o), o, lw, 3);
+    x = RmsNorm(h, lw.post_norm, c.rms_norm_eps);
+    auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);  // one matmul for gate, up
+    at::Tensor act = at::silu(lora(gu[0], x, lw, 4)) * lora(gu[1], x, lw, 5);
+    h = h + lora(at::linear(act, lw.down), act, lw, 6);
   }
   if (cache) cache->len = L;
   return RmsNorm(h, Qwen3Impl::W(*this, "model.norm.weight"), c.rms_norm_eps);
@@ -312,7 +345,7 @@ void Qwen3Model::LoadAdapter(const std::string& dir) {
 int64_t Qwen3Model::ParameterBytes() const {
   if (disposed_) return 0;
   int64_t n = 0;
-  for (const auto& kv : w_) n += static_cast<int64_t>(kv.second.nbytes());
+  for (const auto& kv : w_) n += static_cast<int64_t>(kv.second.nbytes());  // views of fused tensors sum to their size
   auto add = [&](const LoraAdapter& a) {
     for (const auto& kv : a.weights) n += static_cast<int64_t>(kv.second.first.nbytes() + kv.second.second.nbytes());
   };
@@ -323,6 +356,7 @@ int64_t Qwen3Model::ParameterBytes() const {
 
 void Qwen3Model::Dispose() {
   w_.clear();
+  layers_.clear();
   active_.reset();
   snapshots_.clear();
   disposed_ = true;

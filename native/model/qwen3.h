@@ -117,7 +117,15 @@ class Qwen3Model {
   Qwen3Config cfg_;
   at::Device device_{at::kCPU};
   at::ScalarType dtype_ = at::kFloat;
-  std::map<std::string, at::Tensor> w_;  // HF names, no grad
+  std::map<std::string, at::Tensor> w_;  // HF names, no grad (q/k/v and gate/up are row views of the fused tensors below)
+  /// Per-layer weights for the forward: fused [q; k; v] and [gate; up] projections (one matmul
+  /// each; the per-module tensors in w_ are views into them, so no extra memory) and the LoRA
+  /// module stems of the seven projections.
+  struct LayerWeights {
+    at::Tensor in_norm, post_norm, qkv, o, q_norm, k_norm, gate_up, down;
+    std::string stem[7];  // q, k, v, o, gate, up, down: "model.layers.{i}.self_attn.q_proj", ...
+  };
+  std::vector<LayerWeights> layers_;
   std::optional<LoraAdapter> active_;
   std::map<std::string, LoraAdapter> snapshots_;
   bool adapter_enabled_ = true;
