@@ -87,6 +87,11 @@ describe('model: native Qwen3', function () {
     const left = await model.forward({ inputIds: int32([[151643, 151643, ...row]]), attentionMask: int32([[0, 0, 1, 1, 1, 1, 1]]) });
     expect(left.logits!.data.every(Number.isFinite)).to.equal(true);
     expect(maxAbsDiff(left.logits!.data.subarray(2 * V), single.logits!.data)).to.be.below(1e-4);
+    // a row that is padding only (every query row fully masked) stays finite and leaves the other row intact
+    const mixed = await model.forward({ inputIds: int32([row, [0, 0, 0, 0, 0]]), attentionMask: int32([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]]), outputs: ['logits', 'hidden'] });
+    expect(mixed.logits!.data.every(Number.isFinite)).to.equal(true);
+    expect(mixed.hidden!.data.every(Number.isFinite)).to.equal(true);
+    expect(maxAbsDiff(mixed.logits!.data.subarray(0, 5 * V), single.logits!.data)).to.be.below(1e-4);
   });
 
   it('KV cache path (chunked prefill + one-token decode) reproduces the full forward', async () => {
