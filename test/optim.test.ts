@@ -113,4 +113,27 @@ describe('optim: AdamW, clipping, schedules', function () {
     second.params().forEach((p, i) => expect(Array.from(p.data)).to.deep.equal(Array.from(full.opt.params()[i].data)));
     expect(() => second.loadState({ step: 1, tensors: { 'exp_avg.zz': { data: new Float32Array(1), shape: [1] } } })).to.throw(Error, /zz/);
   });
+
+  it('saveState / loadStateFile round-trip through safetensors', async () => {
+    const c = cfgs[1];
+    const mk = () => new AdamW(params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })), { lr: c.lr, schedule: c.schedule, names: ['a.weight', 'b.bias'] });
+    const a = mk();
+    for (const g of grads.slice(0, 2)) {
+      a.setGrads(g.map((x, i) => ({ data: Float32Array.from(x), shape: shapes[i] })));
+      a.step();
+    }
+    const path = join(mkdtempSync(join(tmpdir(), 'pg-opt-')), 'optimizer.safetensors');
+    await a.saveState(path);
+    const b = mk();
+    await b.loadStateFile(path);
+    expect(b.stepCount).to.equal(2);
+    expect(b.state()).to.deep.equal(a.state());
+    let err: unknown;
+    try {
+      await new AdamW([{ data: new Float32Array(2), shape: [2] }]).loadStateFile(path);
+    } catch (e) {
+      err = e;
+    }
+    expect((err as { code?: string }).code).to.equal('ERR_PG_INPUT');
+  });
 });

@@ -59,6 +59,8 @@ interface NativeAdamW {
   params(): JsTensor<Float32Array | Float64Array>[];
   state(): OptimizerState;
   loadState(s: OptimizerState): void;
+  saveState(path: string): Promise<void>;
+  loadStateFile(path: string): Promise<void>;
   readonly lr: number;
   readonly stepCount: number;
   readonly names: string[];
@@ -101,6 +103,18 @@ export class AdamW {
   /** @throws Error (ERR_PG_INPUT) when a name or shape does not match. */
   loadState(s: OptimizerState): void {
     this.n.loadState(s);
+  }
+  /**
+   * Writes the state to a safetensors file (atomic temp + rename): F32 tensors `exp_avg.<name>`,
+   * `exp_avg_sq.<name>`, `__metadata__` {format: 'pt', optimizer: 'adamw', step}. Saved next to
+   * the adapter in checkpoints. Do not step while a save is in flight.
+   */
+  saveState(path: string): Promise<void> {
+    return this.n.saveState(path);
+  }
+  /** Restores a file written by saveState; rejects (ERR_PG_INPUT) on a name/shape mismatch, leaving the state unchanged. */
+  loadStateFile(path: string): Promise<void> {
+    return this.n.loadStateFile(path);
   }
   /** Learning rate the next step will use. */
   get lr(): number {

@@ -10,6 +10,7 @@
 #include "napi/util.h"
 #include "optim/adamw.h"
 #include "optim/model_params.h"
+#include "io/safetensors.h"
 
 namespace pg {
 namespace {
@@ -31,6 +32,7 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
                        {InstanceMethod("step", &AdamWWrap::Step), InstanceMethod("zeroGrad", &AdamWWrap::ZeroGrad),
                         InstanceMethod("setGrads", &AdamWWrap::SetGrads), InstanceMethod("params", &AdamWWrap::Params),
                         InstanceMethod("state", &AdamWWrap::State), InstanceMethod("loadState", &AdamWWrap::LoadState),
+                        InstanceMethod("saveState", &AdamWWrap::SaveState), InstanceMethod("loadStateFile", &AdamWWrap::LoadStateFile),
                         InstanceAccessor("lr", &AdamWWrap::Lr, nullptr), InstanceAccessor("stepCount", &AdamWWrap::StepCount, nullptr),
                         InstanceAccessor("names", &AdamWWrap::Names, nullptr)});
   }
@@ -176,6 +178,64 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
       auto lk = Lock();
       opt_->LoadState(m);
       return info.Env().Undefined();
+    });
+  }
+  // saveState(path) -> Promise<void>: safetensors (atomic temp + rename) with the moments as F32
+  // tensors "exp_avg.<name>" / "exp_avg_sq.<name>" and __metadata__ {format: "pt", optimizer:
+  // "adamw", step: "<n>"}. loadStateFile(path) -> Promise<void> restores it (InputError on any
+  // mismatch; the optimizer is unchanged then).
+  Napi::Value SaveState(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      std::string path = ArgString(info, 0, "saveState(path)");
+      Napi::Reference<Napi::Object>* keep = new Napi::Reference<Napi::Object>(Napi::Persistent(Value()));
+      optim::AdamW* opt = opt_.get();
+      std::mutex* mu = mutex_;
+      return Worker::Start(
+          info.Env(),
+          [opt, mu, path]() {
+            std::unique_lock<std::mutex> lk;
+            if (mu) lk = std::unique_lock<std::mutex>(*mu);
+            auto s = opt->State();
+            std::map<std::string, at::Tensor> ts;
+            for (auto& [k, t] : s)
+              if (k != "step") ts[k] = t.to(at::kFloat);
+            st::Save(path, ts, {{"format", "pt"}, {"optimizer", "adamw"}, {"step", std::to_string(opt->step())}});
+          },
+          [keep](Napi::Env env) -> Napi::Value {
+            delete keep;
+            return env.Undefined();
+          });
+    });
+  }
+  Napi::Value LoadStateFile(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      std::string path = ArgString(info, 0, "loadStateFile(path)");
+      Napi::Reference<Napi::Object>* keep = new Napi::Reference<Napi::Object>(Napi::Persistent(Value()));
+      optim::AdamW* opt = opt_.get();
+      std::mutex* mu = mutex_;
+      return Worker::Start(
+          info.Env(),
+          [opt, mu, path]() {
+            auto f = st::File::Open(path);
+            std::map<std::string, at::Tensor> m;
+            for (auto& [k, e] : f.entries()) m[k] = f.Read(k);
+            auto it = f.metadata().find("step");
+            if (it == f.metadata().end()) throw InputError(path + ": no 'step' in __metadata__ (not an optimizer state file)");
+            int64_t step = 0;
+            try {
+              step = std::stoll(it->second);
+            } catch (...) {
+              throw InputError(path + ": bad 'step' in __metadata__");
+            }
+            m["step"] = at::full({1}, step, at::kLong);
+            std::unique_lock<std::mutex> lk;
+            if (mu) lk = std::unique_lock<std::mutex>(*mu);
+            opt->LoadState(m);
+          },
+          [keep](Napi::Env env) -> Napi::Value {
+            delete keep;
+            return env.Undefined();
+          });
     });
   }
   Napi::Value Lr(const Napi::CallbackInfo& info) {
