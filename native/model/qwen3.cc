@@ -202,11 +202,9 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
   const LoraAdapter* ad = Qwen3Impl::Resolve(*this, sel);
   const double scaling = ad ? ad->config.Scaling() : 0.0;
   const double drop = ad ? ad->config.dropout : 0.0;
-  static const at::Tensor kNone;
 
   // RoPE tables (fp32), cast to the model dtype like transformers' rotary embedding.
   const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, rep = nh / nkv;
-  auto fopt = at::TensorOptions().dtype(at::kFloat).device(device_);
   at::Tensor inv_freq = at::pow(c.rope_theta, at::arange(0, hd, 2, at::TensorOptions().dtype(at::kLong).device(device_)).to(at::kFloat) / static_cast<double>(hd)).reciprocal();
   at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);      // [B, 1, T, hd]
