@@ -39,7 +39,7 @@ export interface RewardResult {
 }
 
 /** Scores plans: one result per request, in order. */
-export type RewardFn = (requests: { item: TrainItem; plan: string }[]) => Promise<RewardResult[]>;
+export type RewardFn = (requests: { item: TrainItem; plan: string; tokenIds?: number[] }[]) => Promise<RewardResult[]>;
 
 export interface TrainerDeps {
   backend: TrainBackend;
@@ -384,7 +384,7 @@ export class Trainer {
       // generate returns n completions per prompt contiguously (a group is a block of G).
       const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]!.i }));
       rollouts.push(...mapped);
-      rewardJobs.push(this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text }))));
+      rewardJobs.push(this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds }))));
     }
     const rewards = (await Promise.all(rewardJobs)).flat();
     const r = rewards.map((x) => x.reward);

@@ -1,0 +1,195 @@
+/**
+ * The `train` command end to end on the embedded tiny model: metrics and checkpoints, exact resume
+ * after a kill, SIGINT checkpoint, bad input caught before compute, non-finite steps, and honest
+ * learning-direction checks (GRPO on a checkable toy reward; OPSD lowering the JSD to its teacher).
+ */
+import { expect } from 'chai';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { native, packageRoot } from '../lib/native.js';
+import { runTraining, ensureDefaultModel } from '../lib/train/run.js';
+import { resolveCheckpoint } from '../lib/train/checkpoint.js';
+import { sampleDatasetPath } from '../lib/data/schema.js';
+import { Policy } from '../lib/model/policy.js';
+import { NativeBackend } from '../lib/train/native-backend.js';
+import { Trainer, type RewardFn } from '../lib/train/trainer.js';
+import { resolveConfig } from '../lib/config/train.js';
+
+const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
+const quiet = () => {};
+/** A small, fast schedule (both stages, checkpoints every step). */
+const SMALL = ['--opsd-steps', '3', '--grpo-steps', '3', '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2',
+  '--max-new-tokens', '6', '--checkpoint-every', '1', '--validate-every', '0', '--seed', '7'];
+
+function run(args: string[], opts: { onLine?: (l: string, p: ChildProcess) => void } = {}): Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string }> {
+  return new Promise((resolveRun) => {
+    const p = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
+    let out = '';
+    const feed = (b: Buffer) => {
+      const s = b.toString();
+      out += s;
+      for (const l of s.split('\n')) if (l) opts.onLine?.(l, p);
+    };
+    p.stdout.on('data', feed);
+    p.stderr.on('data', feed);
+    p.on('close', (code, signal) => resolveRun({ code, signal, out }));
+  });
+}
+
+function adapterOf(dir: string): Record<string, Float32Array> {
+  const r = native().loadSafetensors(join(dir, 'adapter_model.safetensors')) as { tensors: Record<string, { data: Float32Array }> };
+  return Object.fromEntries(Object.entries(r.tensors).map(([k, v]) => [k, v.data]));
+}
+
+function maxAbsDiff(a: Record<string, Float32Array>, b: Record<string, Float32Array>): number {
+  expect(Object.keys(a).sort()).to.deep.equal(Object.keys(b).sort());
+  let m = 0;
+  for (const k of Object.keys(a)) for (let i = 0; i < a[k]!.length; i++) m = Math.max(m, Math.abs(a[k]![i]! - b[k]![i]!));
+  return m;
+}
+
+describe('train (embedded tiny model)', function () {
+  this.timeout(600000);
+  let tmp: string;
+  before(() => {
+    ensureDefaultModel();
+    tmp = mkdtempSync(join(tmpdir(), 'pg-train-'));
+  });
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+
+  let uninterrupted: string;
+  it('runs OPSD then GRPO, writing metrics per step, checkpoints and a PEFT adapter', async () => {
+    uninterrupted = join(tmp, 'full');
+    const r = await run(['train', '--out', uninterrupted, ...SMALL]);
+    expect(r.code, r.out).to.equal(0);
+    const lines = readFileSync(join(uninterrupted, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const steps = lines.filter((l) => typeof l.loss === 'number');
+    expect(steps.map((l) => l.stage)).to.deep.equal(['opsd', 'opsd', 'opsd', 'grpo', 'grpo', 'grpo']);
+    for (const l of steps) {
+      for (const k of ['loss', 'lr', 'gradNorm', 'tokensPerSecond', 'stepSeconds', 'memory']) expect(l, k).to.have.property(k);
+      expect(Number.isFinite(l.loss)).to.equal(true);
+    }
+    const grpo = steps.filter((l) => l.stage === 'grpo');
+    for (const k of ['rewardMean', 'rewardStd', 'kl', 'clipFraction', 'passRate']) expect(grpo[0], k).to.have.property(k);
+    expect(steps.filter((l) => l.stage === 'opsd')[0]).to.have.property('jsd');
+    expect(existsSync(join(uninterrupted, 'final', 'adapter_config.json'))).to.equal(true);
+    const cfg = JSON.parse(readFileSync(join(uninterrupted, 'final', 'adapter_config.json'), 'utf8'));
+    expect(cfg.peft_type).to.equal('LORA');
+    expect(resolveCheckpoint(uninterrupted).state.globalStep).to.equal(6);
+    expect(r.out).to.match(/stage\s+steps/); // the summary table
+  });
+
+  it('resumes exactly after the process is killed mid-run', async () => {
+    const dir = join(tmp, 'killed');
+    const first = await run(['train', '--out', dir, ...SMALL], {
+      onLine: (l, p) => {
+        if (/checkpoints\/step-000004/.test(l)) p.kill('SIGKILL'); // mid-GRPO
+      },
+    });
+    expect(first.signal).to.equal('SIGKILL');
+    const mid = resolveCheckpoint(dir).state.globalStep;
+    expect(mid).to.be.within(4, 5);
+    const second = await run(['train', '--resume', dir]);
+    expect(second.code, second.out).to.equal(0);
+    expect(second.out).to.match(/resuming/);
+    expect(resolveCheckpoint(dir).state.globalStep).to.equal(6);
+    const d = maxAbsDiff(adapterOf(join(dir, 'final')), adapterOf(join(uninterrupted, 'final')));
+    expect(d).to.be.at.most(1e-6);
+  });
+
+  it('SIGINT writes a checkpoint before exiting', async () => {
+    const dir = join(tmp, 'sigint');
+    let sent = false;
+    const noCkpt = SMALL.map((a, i) => (SMALL[i - 1] === '--checkpoint-every' ? '100' : a));
+    const r = await run(['train', '--out', dir, ...noCkpt], {
+      onLine: (l, p) => {
+        if (!sent && /\[opsd\] step 1\//.test(l)) {
+          sent = true;
+          p.kill('SIGINT');
+        }
+      },
+    });
+    expect(r.code, r.out).to.equal(130);
+    expect(r.out).to.match(/SIGINT/);
+    const st = resolveCheckpoint(dir).state;
+    expect(st.globalStep).to.be.at.least(1);
+    expect(r.out).to.match(/resume with --resume/);
+  });
+
+  describe('bad input is caught before any compute', () => {
+    it('reports invalid dataset rows with line numbers and skips them; --strict stops', async () => {
+      const good = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n');
+      const data = join(tmp, 'mixed.jsonl');
+      writeFileSync(data, [good[0], '{"id": "broken"', good[1], JSON.stringify({ ...JSON.parse(good[2]!), rubric: [] }), ...good.slice(3)].join('\n') + '\n');
+      const logs: string[] = [];
+      const s = await runTraining({ flags: { data, out: join(tmp, 'mixed'), stages: ['sft'], sft: { steps: 1, lr: 1e-3, batchSize: 1, microBatch: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } }, log: (l) => logs.push(l), handleSignals: false });
+      expect(s.globalStep).to.equal(1);
+      expect(logs.join('\n')).to.match(/line 2:/).and.to.match(/line 4:/);
+      let err: Error | undefined;
+      try {
+        await runTraining({ flags: { data, strict: true, out: join(tmp, 'strict') }, log: quiet, handleSignals: false });
+      } catch (e) {
+        err = e as Error;
+      }
+      expect(err?.message).to.match(/line 2/);
+    });
+    it('rejects a model dir without weights, a mismatched tokenizer and an unwritable output dir', async () => {
+      const model = ensureDefaultModel();
+      const noWeights = join(tmp, 'no-weights');
+      cpSync(model, noWeights, { recursive: true });
+      rmSync(join(noWeights, 'model.safetensors'));
+      const expectErr = async (flags: object, re: RegExp) => {
+        let err: Error | undefined;
+        try {
+          await runTraining({ flags: flags as never, log: quiet, handleSignals: false });
+        } catch (e) {
+          err = e as Error;
+        }
+        expect(err?.message ?? 'no error').to.match(re);
+      };
+      await expectErr({ model: noWeights, out: join(tmp, 'o1') }, /has no weights/);
+      const badTok = join(tmp, 'bad-tok');
+      cpSync(model, badTok, { recursive: true });
+      const cfg = JSON.parse(readFileSync(join(badTok, 'config.json'), 'utf8'));
+      writeFileSync(join(badTok, 'config.json'), JSON.stringify({ ...cfg, vocab_size: 1000 }));
+      await expectErr({ model: badTok, out: join(tmp, 'o2') }, /does not match the model/);
+      const file = join(tmp, 'a-file');
+      writeFileSync(file, 'x');
+      await expectErr({ out: join(file, 'run') }, /not writable/);
+    });
+  });
+
+  it('skips a non-finite step with a log line and stops with a checkpoint after repeated NaNs', async () => {
+    const policy = await Policy.load(ensureDefaultModel());
+    try {
+      policy.model.addLora({ r: 4, alpha: 8, seed: 1 });
+      const cfg = resolveConfig({ flags: { stages: ['sft'], sft: { steps: 6, lr: 1e-3, batchSize: 1, microBatch: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } } });
+      const inner = new NativeBackend(policy, cfg);
+      let calls = 0;
+      const nanAt = new Set([1, 3, 4, 5]);
+      const backend = Object.create(inner) as NativeBackend;
+      backend.sftBackward = async (b, n) => {
+        const r = await inner.sftBackward(b, n);
+        return nanAt.has(calls++) ? { loss: NaN } : r;
+      };
+      const items = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+      const logs: string[] = [];
+      const runDir = join(tmp, 'nan');
+      const t = new Trainer(cfg, { backend, items, reward: (async () => []) as RewardFn, advantages: () => ({ advantages: [], keep: [] }), runDir, log: (l) => logs.push(l) });
+      let err: Error | undefined;
+      try {
+        await t.run();
+      } catch (e) {
+        err = e as Error;
+      }
+      expect(logs.filter((l) => /non-finite/.test(l)).length).to.equal(4);
+      expect(err?.message).to.match(/3 consecutive non-finite steps/);
+      // Steps 0–4 ran (1, 3, 4 skipped); the third consecutive non-finite step (5) stops the run.
+      expect(resolveCheckpoint(runDir).state.stageStep).to.equal(5);
+    } finally {
+      policy.dispose();
+    }
+  });
+});
