@@ -1,0 +1,172 @@
+/**
+ * GPU suite (npm run test:gpu): the tiny-model parity checks on CUDA. Skips with a printed reason
+ * when CUDA is unavailable (CI has no GPU).
+ *   - fp32 on CUDA vs transformers fp32: logits max |Δ| ≤ 1e-4, LoRA grads relative error ≤ 1e-4;
+ *   - bf16 on CUDA vs transformers fp32 and vs transformers' own bf16 error (measured, printed,
+ *     bounded by 2× transformers' bf16 error + 0.02);
+ *   - greedy generation on CUDA fp32 equals CPU fp32 token for token (padded batch, 64 tokens);
+ *   - fused JSD / GRPO on CUDA equal their unfused paths (fp32, 1e-5) and bf16 stays close.
+ * Measurements go to $PG_GPU_REPORT (JSON) when set.
+ */
+import { expect } from 'chai';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { cudaAvailable, native } from '../../lib/native.js';
+import { loadModel } from '../../lib/model/qwen3.js';
+import { generate } from '../../lib/model/policy.js';
+import { jsdLoss, grpoLoss } from '../../lib/train/losses.js';
+import { int32, paddedBatch, readRefForward, runReference, tinyModel, type TinyName } from '../helpers/tiny.js';
+
+const report: Record<string, number | string> = {};
+
+function maskedStats(ours: Float32Array, ref: Float32Array, shape: number[], mask: number[][]): { max: number; mean: number } {
+  const [B, T, V] = shape as [number, number, number];
+  let m = 0, s = 0, n = 0;
+  for (let i = 0; i < B; i++)
+    for (let j = 0; j < T; j++) {
+      if (!mask[i]![j]) continue;
+      const o = (i * T + j) * V;
+      for (let v = 0; v < V; v++) {
+        const d = Math.abs(ours[o + v]! - ref[o + v]!);
+        m = Math.max(m, d);
+        s += d;
+        n++;
+      }
+    }
+  return { max: m, mean: s / n };
+}
+
+function relErr(a: Float32Array, b: Float32Array): number {
+  let num = 0, den = 0;
+  for (let i = 0; i < a.length; i++) {
+    num += (a[i]! - b[i]!) ** 2;
+    den += b[i]! ** 2;
+  }
+  return Math.sqrt(num) / Math.max(Math.sqrt(den), 1e-30);
+}
+
+function lcg(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    return s / 2 ** 32 - 0.5;
+  };
+}
+
+describe('GPU suite (CUDA)', function () {
+  this.timeout(600000);
+  before(function () {
+    if (!cudaAvailable()) {
+      console.log('  skipping the GPU suite: CUDA is not available to the addon (no GPU, no driver, or a CPU libtorch); see `papergym-native doctor`');
+      this.skip();
+    }
+  });
+  after(() => {
+    if (process.env.PG_GPU_REPORT) writeFileSync(process.env.PG_GPU_REPORT, JSON.stringify({ ...report, device: native().runtimeInfo().cudaDevices[0]?.name ?? '?' }, null, 2));
+    console.log('  measured:', JSON.stringify(report, null, 1));
+  });
+
+  for (const name of ['tiny-tied', 'tiny-untied'] as TinyName[]) {
+    it(`${name}: fp32 logits and LoRA grads match transformers+peft; bf16 within the measured bound`, async () => {
+      const dir = tinyModel(name);
+      const work = mkdtempSync(join(tmpdir(), `pg-gpu-${name}-`));
+      const batch = paddedBatch();
+      runReference({
+        model: dir,
+        inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels },
+        tasks: [
+          { kind: 'make_peft_adapter', out: join(work, 'peft'), seed: 1, b_std: 0.05, r: 4, alpha: 8, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], use_rslora: false },
+          { kind: 'forward', adapter: join(work, 'peft'), out: join(work, 'ref'), grads: true },
+          { kind: 'forward', adapter: null, out: join(work, 'base') },
+          { kind: 'forward', adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
+        ],
+      }, work);
+      const ref = readRefForward(join(work, 'ref'));
+      const base = readRefForward(join(work, 'base'));
+      const tfBf16 = readRefForward(join(work, 'base-bf16'));
+      const ids = int32(batch.ids), mask = int32(batch.mask), labels = int32(batch.labels);
+
+      const m = await loadModel(dir, { device: 'cuda', dtype: 'float32' });
+      await m.loadAdapter(join(work, 'peft'));
+      const out = await m.forward({ inputIds: ids, attentionMask: mask });
+      const d = maskedStats(out.logits!.data, ref.logits, ref.shape, batch.mask);
+      report[`${name} cuda fp32 logits max|Δ|`] = d.max;
+      expect(d.max).to.be.at.most(1e-4);
+      m.zeroGrad();
+      const ce = await m.crossEntropyBackward({ inputIds: ids, attentionMask: mask, labels });
+      expect(Math.abs(ce.loss - (ref.loss ?? NaN))).to.be.at.most(1e-4);
+      const grads = m.loraGrads();
+      let worst = 0;
+      for (const [k, g] of Object.entries(ref.grads)) worst = Math.max(worst, relErr(grads[k]!.data, g.data));
+      report[`${name} cuda fp32 LoRA grad rel err (worst tensor)`] = worst;
+      expect(worst).to.be.at.most(1e-4);
+      m.dispose();
+
+      const mb = await loadModel(dir, { device: 'cuda', dtype: 'bfloat16' });
+      const ob = await mb.forward({ inputIds: ids, attentionMask: mask });
+      const ours = maskedStats(ob.logits!.data, base.logits, base.shape, batch.mask);
+      const theirs = maskedStats(tfBf16.logits, base.logits, base.shape, batch.mask);
+      const vsTf = maskedStats(ob.logits!.data, tfBf16.logits, base.shape, batch.mask);
+      report[`${name} cuda bf16 vs fp32 ref max|Δ|`] = ours.max;
+      report[`${name} cuda bf16 vs fp32 ref mean|Δ|`] = ours.mean;
+      report[`${name} transformers bf16 (cpu) vs fp32 ref max|Δ|`] = theirs.max;
+      report[`${name} cuda bf16 vs transformers bf16 max|Δ|`] = vsTf.max;
+      report[`${name} cuda bf16 vs transformers bf16 mean|Δ|`] = vsTf.mean;
+      expect(ours.max).to.be.at.most(2 * theirs.max + 0.02);
+      mb.dispose();
+    });
+  }
+
+  it('greedy generation on CUDA (fp32) equals CPU token for token', async () => {
+    const dir = tinyModel('tiny-tied');
+    const prompts = [Int32Array.from([151644, 872, 198, 9707, 1879]), Int32Array.from([13, 77091]), Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13])];
+    const opts = { prompts, n: 1, temperature: 0, maxNewTokens: 64, stopIds: [151645, 151643], seed: 0 };
+    const cpu = await loadModel(dir);
+    const gpu = await loadModel(dir, { device: 'cuda', dtype: 'float32' });
+    const a = await generate(cpu, opts);
+    const b = await generate(gpu, opts);
+    expect(b.completions.map((c) => Array.from(c.tokenIds))).to.deep.equal(a.completions.map((c) => Array.from(c.tokenIds)));
+    let lpd = 0;
+    a.completions.forEach((c, i) => c.logprobs.forEach((x, j) => (lpd = Math.max(lpd, Math.abs(x - b.completions[i]!.logprobs[j]!)))));
+    report['greedy cuda vs cpu logprob max|Δ|'] = lpd;
+    cpu.dispose();
+    gpu.dispose();
+  });
+
+  it('fused JSD and GRPO on CUDA equal their unfused paths (fp32) and bf16 stays close', async () => {
+    const r = lcg(3);
+    const N = 96, H = 64, V = 4096;
+    const t = (n: number, s = 1) => ({ data: Float32Array.from({ length: n }, () => r() * s), shape: [] as number[] });
+    const sh = { ...t(N * H, 2), shape: [N, H] }, th = { ...t(N * H, 2), shape: [N, H] }, w = { ...t(V * H, 0.5), shape: [V, H] };
+    const mask = { data: Float32Array.from({ length: N }, (_, i) => (i % 7 === 6 ? 0 : 1)), shape: [N] };
+    const f = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, beta: 0.5, temperature: 1.1, device: 'cuda', chunkSize: 32 });
+    const u = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, beta: 0.5, temperature: 1.1, device: 'cuda', fused: false });
+    report['cuda fused vs unfused JSD |Δloss|'] = Math.abs(f.loss - u.loss);
+    expect(Math.abs(f.loss - u.loss)).to.be.at.most(1e-5);
+    expect(relErr(f.gradStudentHidden!.data as Float32Array, u.gradStudentHidden!.data as Float32Array)).to.be.at.most(1e-5);
+    const bf = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, beta: 0.5, temperature: 1.1, device: 'cuda', dtype: 'bfloat16' });
+    report['cuda bf16 fused JSD rel err vs fp32'] = Math.abs(bf.loss - f.loss) / f.loss;
+
+    const B = 4, T = 24;
+    const hid = { ...t(B * T * H, 2), shape: [B, T, H] };
+    const tokens = { data: Int32Array.from({ length: B * T }, () => Math.floor((r() + 0.5) * V)), shape: [B, T] };
+    const old = { data: Float32Array.from({ length: B * T }, () => -8 + r()), shape: [B, T] };
+    const adv = { data: Float32Array.from([1.2, -0.4, 0.3, -1.1]), shape: [B] };
+    const gm = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < T - (i / T | 0) * 3 ? 1 : 0)), shape: [B, T] };
+    const args = { hidden: hid, weight: w, tokens, oldLogprobs: old, refLogprobs: old, advantages: adv, mask: gm, betaKl: 0.04, epsLow: 0.2, epsHigh: 0.28, aggregation: 'grpo' as const, device: 'cuda' as const };
+    const gf = await grpoLoss({ ...args, chunkSize: 16 });
+    const gu = await grpoLoss({ ...args, fused: false });
+    report['cuda fused vs unfused GRPO |Δloss|'] = Math.abs(gf.loss - gu.loss);
+    expect(Math.abs(gf.loss - gu.loss)).to.be.at.most(1e-5);
+    expect(relErr(gf.gradHidden!.data as Float32Array, gu.gradHidden!.data as Float32Array)).to.be.at.most(1e-5);
+  });
+
+  it('reports CUDA allocator statistics and can reset the peak', () => {
+    const m = native().cudaMemory(0)!;
+    expect(m.reservedBytes).to.be.at.least(m.allocatedBytes);
+    native().cudaResetPeak(0);
+    native().cudaEmptyCache();
+    expect(native().cudaMemory(0)!.peakAllocatedBytes).to.be.at.most(m.peakAllocatedBytes + 1);
+  });
+});
