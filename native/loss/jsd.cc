@@ -1,6 +1,7 @@
 #include "loss/jsd.h"
 
 #include <cmath>
+#include <limits>
 
 #include "loss/common.h"
 #include "napi/util.h"
@@ -11,44 +12,54 @@ namespace loss {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-void JsdChunk(const at::Tensor& ls, const at::Tensor& lt, double beta, at::Tensor* per_token, at::Tensor* dz) {
-  at::Tensor ps = ls.exp(), pt = lt.exp();
-  at::Tensor zero = at::zeros({}, ls.options());
+void JsdChunk(const at::Tensor& ls_in, const at::Tensor& lt_in, double beta, at::Tensor* per_token, at::Tensor* dz) {
+  // Memory-lean: works in place on its inputs (callers pass buffers they no longer need; the
+  // public wrapper below clones) and holds at most three more [C, V] buffers. NaNs can only come
+  // from 0·(±inf) at entries of zero probability, which contribute 0, so they are zeroed; a
+  // genuinely infinite divergence (β ∈ {0, 1} with disjoint supports) stays +inf.
+  const double inf = std::numeric_limits<double>::infinity();
+  at::Tensor ls = ls_in, lt = lt_in;
   if (beta == 0.0) {
     // KL(T‖S) = Σ T (log T − log S); d/dz_s = S − T.
-    at::Tensor term = at::where(pt > 0, pt * (lt - ls), zero);
-    *per_token = term.sum(-1);
-    if (dz) *dz = ps - pt;
+    at::Tensor d = lt - ls;
+    at::Tensor ps = ls.exp_(), pt = lt.exp_();
+    d.mul_(pt).nan_to_num_(0.0, inf, -inf);
+    *per_token = d.sum(-1);
+    if (dz) *dz = ps.sub_(pt);
     return;
   }
   if (beta == 1.0) {
-    // KL(S‖T) = Σ S (log S − log T); d/dlog S_j = S_j (log S_j − log T_j) + S_j, through log-softmax:
-    // dz_j = g_j − S_j Σ g = S_j (r_j − Σ_k S_k r_k) with r = log S − log T.
-    at::Tensor r = at::where(ps > 0, ls - lt, zero);
-    at::Tensor kl = (ps * r).sum(-1, true);
+    // KL(S‖T) = Σ S (log S − log T); dz_j = S_j (r_j − KL), r = log S − log T.
+    at::Tensor term = ls - lt;
+    at::Tensor ps = ls.exp_();
+    term.mul_(ps).nan_to_num_(0.0, inf, -inf);
+    at::Tensor kl = term.sum(-1, true);
     *per_token = kl.squeeze(-1);
-    if (dz) *dz = ps * (r - kl);
+    if (dz) *dz = term.sub_(ps.mul_(kl));
     return;
   }
-  // d = log T − log S; a = log M − log S, b = log M − log T (b = a − d).
+  // d = log T − log S. With A = log1p(β·expm1(min(d, 0))) and B = log1p((1−β)·expm1(min(−d, 0)))
+  // (one of them is 0 for every entry):  log M − log S = A + B + max(d, 0),
+  //                                      log M − log T = A + B − min(d, 0).
+  // Exact at d = 0 (both 0), so student == teacher gives exactly 0.
   at::Tensor d = lt - ls;
-  at::Tensor both_zero = (ps == 0) & (pt == 0);
-  d = at::where(both_zero, zero, d);  // both −inf: NaN -> 0 (contributes nothing)
-  at::Tensor pos = d > 0;
-  at::Tensor dneg = at::where(pos, zero, d);   // <= 0
-  at::Tensor dpos = at::where(pos, -d, zero);  // <= 0 (= −d where d > 0)
-  at::Tensor a_neg = at::log1p(beta * at::expm1(dneg));          // valid where d <= 0
-  at::Tensor b_pos = at::log1p((1.0 - beta) * at::expm1(dpos));  // valid where d > 0
-  at::Tensor a = at::where(pos, b_pos + d, a_neg);
-  at::Tensor b = at::where(pos, b_pos, a_neg - d);
-  // JSD = −β Σ T·b − (1−β) Σ S·a, entries with zero probability contribute 0.
-  at::Tensor ts = at::where(ps > 0, ps * a, zero);
-  at::Tensor tt = at::where(pt > 0, pt * b, zero);
-  *per_token = -(beta * tt.sum(-1) + (1.0 - beta) * ts.sum(-1));
+  d.nan_to_num_(0.0, inf, -inf);  // both −inf: contributes nothing
+  at::Tensor c = d.clamp_max(0).expm1_().mul_(beta).log1p_();
+  at::Tensor t = d.neg().clamp_max_(0).expm1_().mul_(1.0 - beta).log1p_();
+  c.add_(t);
+  at::Tensor ps = ls.exp_(), pt = lt.exp_();
+  // t ← S·(log M − log S); d ← T·(log M − log T)
+  t.copy_(d).clamp_min_(0).add_(c).mul_(ps).nan_to_num_(0.0, inf, -inf);
+  d.clamp_max_(0).neg_().add_(c).mul_(pt).nan_to_num_(0.0, inf, -inf);
+  c.reset();
+  *per_token = -((1.0 - beta) * t.sum(-1) + beta * d.sum(-1));
+  d.reset();
   if (dz) {
-    // g_j = ∂JSD/∂log S_j = −(1−β) S_j a_j ; dz = g − S Σ g.
-    at::Tensor g = ts.mul(-(1.0 - beta));
-    *dz = g - ps * g.sum(-1, true);
+    // JSD = −(1−β) Σ S·a − β Σ T·b (a = log M − log S, b = log M − log T), and
+    // g_j = ∂JSD/∂log S_j = −(1−β)·S_j·a_j; through log-softmax: dz = g − S·Σ g.
+    t.mul_(-(1.0 - beta));
+    at::Tensor sg = t.sum(-1, true);
+    *dz = t.sub_(ps.mul_(sg));
   }
 }
 
@@ -90,12 +101,15 @@ struct JsdFn : public torch::autograd::Function<JsdFn> {
       at::Tensor mc = m.slice(0, s, e);
       if (!any.slice(0, s, e).any().item<bool>()) continue;
       at::Tensor zs = ChunkLogits(sh.slice(0, s, e), pw);
-      at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), mt) : ChunkLogits(teacher.slice(0, s, e), pw);
+      at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), mt).clone() : ChunkLogits(teacher.slice(0, s, e), pw);
       if (temperature != 1.0) {
         zs.div_(temperature);
-        zt = zt.div(temperature);
+        zt.div_(temperature);
       }
-      at::Tensor ls = at::log_softmax(zs, -1), lt = at::log_softmax(zt, -1);
+      // in-place log-softmax (no extra [C, V] buffers)
+      zs.sub_(at::logsumexp(zs, -1, true));
+      zt.sub_(at::logsumexp(zt, -1, true));
+      at::Tensor ls = zs, lt = zt;
       zs.reset();
       zt.reset();
       at::Tensor per, dz;

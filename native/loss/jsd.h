@@ -44,7 +44,7 @@ at::Tensor JsdReference(const at::Tensor& student_hidden, const at::Tensor& teac
                         const at::Tensor& mask, const JsdOptions& o);
 
 /// Per-token JSD and d(JSD)/d(student scaled logits) for one chunk of log-probabilities
-/// (ls, lt: [C, V] log-softmax of logits/τ). Exposed for tests and model steps.
+/// (ls, lt: [C, V] log-softmax of logits/τ; both are overwritten — pass buffers you no longer need).
 void JsdChunk(const at::Tensor& ls, const at::Tensor& lt, double beta, at::Tensor* per_token, at::Tensor* dz_student);
 
 }  // namespace loss

@@ -8,7 +8,7 @@
 //   selectedLogprobs(o)   -> JsTensor [N]
 //   k3(o)                 -> JsTensor (sync)
 //   computeAdvantages(o)  -> {advantages, keep, groupStd} (sync)
-//   _benchLoss(o)         -> {ms[], loss} random inputs generated natively (benchmarks)
+//   _benchLoss(o)         -> {ms[], loss} random inputs generated natively (benchmarks; setupOnly: inputs only)
 #include <chrono>
 #include <memory>
 
@@ -251,6 +251,7 @@ Napi::Value BenchLossJs(const Napi::CallbackInfo& info) {
     int64_t T = GetInt(o, "T", std::nullopt, W), V = GetInt(o, "V", std::nullopt, W), H = GetInt(o, "H", std::nullopt, W);
     int64_t iters = GetInt(o, "iters", 1, W), chunk = GetInt(o, "chunkSize", 0, W);
     bool fused = GetBool(o, "fused", true, W);
+    bool setup_only = GetBool(o, "setupOnly", false, W);
     Place pl = ReadPlace(o, W);
     auto dtype = pl.dtype.value_or(torch::kFloat);
     auto res = std::make_shared<std::pair<std::vector<double>, double>>();
@@ -269,6 +270,10 @@ Napi::Value BenchLossJs(const Napi::CallbackInfo& info) {
             old = torch::full({1, T}, -5.0, torch::TensorOptions().device(pl.device));
             adv = torch::ones({1}, torch::TensorOptions().device(pl.device));
             mask = torch::ones({T}, torch::TensorOptions().device(pl.device));
+          }
+          if (setup_only) {
+            if (pl.device.is_cuda()) torch::cuda::synchronize(pl.device.index());
+            return;
           }
           for (int64_t i = 0; i < iters; ++i) {
             if (pl.device.is_cuda()) torch::cuda::synchronize(pl.device.index());
