@@ -1,5 +1,10 @@
 /** Policy: chat-rendered prompts → native generation → decoded completions. */
 import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { packageRoot } from '../lib/native.js';
 import { Policy } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
 
@@ -58,5 +63,26 @@ describe('Policy (model + tokenizer + chat template)', function () {
     }
     expect(e2).to.be.instanceOf(TypeError);
     expect(e2!.message).to.match(/temperature/);
+  });
+
+  it('CLI: papergym-native generate --input questions.jsonl --out plans.jsonl', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pg-cli-gen-'));
+    const input = join(dir, 'q.jsonl');
+    const out = join(dir, 'plans.jsonl');
+    writeFileSync(input, '{"id":"a","question":"How do we test sparse attention?"}\n{"prompt":"Say hi"}\n');
+    const r = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--input', input, '--out', out, '--n', '2', '--max-new-tokens', '3', '--seed', '5', '--tokens'], { encoding: 'utf8', env: process.env });
+    expect(r.status, r.stderr).to.equal(0);
+    const lines = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(lines.length).to.equal(4);
+    expect(lines.map((l) => [l.id, l.prompt_index, l.sample_index])).to.deep.equal([['a', 0, 0], ['a', 0, 1], ['1', 1, 0], ['1', 1, 1]]);
+    expect(lines[0].question).to.equal('How do we test sparse attention?');
+    for (const l of lines) {
+      expect(l.token_ids.length).to.equal(l.completion_tokens);
+      expect(l.logprobs.length).to.equal(l.completion_tokens);
+      expect(l.seed).to.equal(5);
+    }
+    const bad = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--prompt', 'hi', '--top-p', '0'], { encoding: 'utf8', env: process.env });
+    expect(bad.status).to.not.equal(0);
+    expect(bad.stderr).to.match(/topP must be in \(0, 1\]/);
   });
 });

@@ -18,6 +18,8 @@ void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r) {
   const Qwen3Config& c = m.config();
   if (r.prompts.empty()) throw ArgError("prompts must be a non-empty array of token-id arrays");
   if (r.n < 1) throw ArgError("n must be an integer >= 1, got " + std::to_string(r.n));
+  if (r.n > (int64_t{1} << 40) / static_cast<int64_t>(r.prompts.size()))
+    throw ArgError("n × prompts.length must be at most 2^40 (got n = " + std::to_string(r.n) + ")");
   if (r.max_new_tokens < 1) throw ArgError("maxNewTokens must be an integer >= 1, got " + std::to_string(r.max_new_tokens));
   ValidateSampling(r.sampling, "options");
   if (!(r.compact_fraction > 0 && r.compact_fraction <= 1)) throw ArgError("compactFraction must be in (0, 1]");

@@ -43,16 +43,14 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
   const bool use_p = o.top_p < 1.0;
 
   // Draws one index per row from the (unnormalised, non-negative) masses w [R, K] with the row's
-  // uniform: the first index whose cumulative mass exceeds u * total, so zero-mass entries are
-  // never chosen. When rounding pushes the target onto the total (probability ~2^-24), the pick
-  // falls back to the heaviest entry.
+  // uniform: the first index whose cumulative mass exceeds the target u * total, so zero-mass
+  // entries are never chosen. Every w here has a largest entry of exactly 1 (exp(0)), so
+  // total >= 1, and the target is kept strictly below the total even when u * total rounds up.
   auto draw = [&](const at::Tensor& w) {
     at::Tensor cdf = w.cumsum(-1);
     at::Tensor total = cdf.narrow(1, cdf.size(1) - 1, 1);
-    at::Tensor target = uniforms.to(cdf.device(), at::kFloat).unsqueeze(1) * total;
-    at::Tensor pos = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);
-    at::Tensor bad = w.gather(1, pos).le(0);
-    return at::where(bad, w.argmax(-1, /*keepdim=*/true), pos);  // [R, 1]
+    at::Tensor target = at::minimum(uniforms.to(cdf.device(), at::kFloat).unsqueeze(1) * total, total * (1.0 - 1.0 / 8388608.0));
+    return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);  // [R, 1]
   };
 
   at::Tensor lse, tok;
