@@ -23,7 +23,8 @@ ErrInfo ClassifyCurrentException() {
     return {ErrKind::Oom, "out of memory (host allocation failed)"};
   } catch (const c10::Error& e) {
     std::string m = e.what_without_backtrace();
-    if (m.find("out of memory") != std::string::npos) return {ErrKind::Oom, "out of memory: " + m};
+    if (m.find("out of memory") != std::string::npos || m.find("can't allocate memory") != std::string::npos)
+      return {ErrKind::Oom, "out of memory: " + m};  // CUDA OOM, or a failed host allocation (DefaultCPUAllocator)
     return {ErrKind::Internal, "libtorch: " + m};
   } catch (const Napi::Error& e) {
     return {ErrKind::Internal, e.Message()};
