@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Device-side driver (GPU machine): build from a clean `git archive` of HEAD carried in .device/src.tar
+# (so uncommitted local edits never reach the measurement), then run the given steps.
+# Usage: bash scripts/device/gpu-run.sh STEP... (steps: test, losses, generate, train_step, liger, grpo_step)
+set -o pipefail
+here=$PWD
+rm -rf /tmp/src && mkdir -p /tmp/src && tar -xf .device/src.tar -C /tmp/src && cp -r .device /tmp/src/ && cd /tmp/src || exit 1
+source .device/env/env.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+if ls .device/whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device/whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+t0=$(date +%s)
+npx tsc -p tsconfig.json || exit 1
+CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -E "error|CUDA build|CPU build" | head -20
+echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
+for step in "$@"; do
+  echo "=== $step ($(date +%T))"
+  case $step in
+    test) PG_GPU_REPORT=$OUT/gpu-parity.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests.log | tail -40 ;;
+    losses) timeout 300 node scripts/bench/losses.mjs --device cuda --json $OUT/losses.json 2>&1 | tail -30 ;;
+    generate) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --json $OUT/generate.json 2>&1 | tail -30 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
