@@ -96,6 +96,9 @@ export interface NativeModel {
   zeroGrad(): void;
   crossEntropyBackward(args: CrossEntropyArgs): Promise<{ loss: number }>;
   parameterBytes(): number;
+  setGradientCheckpointing(on: boolean): void;
+  gradientCheckpointing(): boolean;
+  synchronize(): void;
   dispose(): void;
 }
 
@@ -193,6 +196,25 @@ export class Qwen3Model {
   /** Bytes of base weights + adapters + snapshots (also reported to V8 as external memory). */
   parameterBytes(): number {
     return this.raw.parameterBytes();
+  }
+  /**
+   * Activation recomputation per decoder layer for training calls (grad on, trainable adapter):
+   * each layer keeps only its input `[B, T, H]` and is recomputed in backward. Same gradients
+   * (LoRA dropout masks reproduced), less activation memory, one extra layer forward per layer.
+   * TypeError when `on` is not a boolean.
+   */
+  setGradientCheckpointing(on: boolean): void {
+    this.raw.setGradientCheckpointing(on);
+  }
+  gradientCheckpointing(): boolean {
+    return this.raw.gradientCheckpointing();
+  }
+  /**
+   * Blocks until all queued CUDA work on the model's device has finished (no-op on CPU); waits
+   * for a running call on this model first. For timing (benchmarks).
+   */
+  synchronize(): void {
+    this.raw.synchronize();
   }
   /** Frees the weights now (waits for a running call); later calls throw "model was disposed". */
   dispose(): void {

@@ -64,11 +64,18 @@ LoraAdapter MakeLoraAdapter(const Qwen3Config& mc, const LoraConfig& cfg, at::De
   return ad;
 }
 
+namespace {
+thread_local bool t_force_dropout = false;
+}
+
+LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
+LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
+
 at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
                    double scaling, double dropout) {
   if (!a.defined()) return base;
   at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
-  if (dropout > 0 && at::GradMode::is_enabled()) xf = at::dropout(xf, dropout, /*train=*/true);
+  if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xf = at::dropout(xf, dropout, /*train=*/true);
   at::Tensor lora = at::linear(at::linear(xf, a), b) * scaling;
   if (base.scalar_type() == at::kFloat) return base + lora;
   return (base.to(at::kFloat) + lora).to(base.scalar_type());

@@ -27,6 +27,20 @@ at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
                    double scaling, double dropout);
 
+/// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
+/// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must
+/// draw the same dropout masks as the recomputation in backward (same RNG state restored).
+class LoraForceDropoutScope {
+ public:
+  LoraForceDropoutScope();
+  ~LoraForceDropoutScope();
+  LoraForceDropoutScope(const LoraForceDropoutScope&) = delete;
+  LoraForceDropoutScope& operator=(const LoraForceDropoutScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// Fresh adapter tensors for `cfg` over `model` (A ~ U(+-1/sqrt(in)) from a CPU generator seeded
 /// with cfg.seed, walking modules in sorted-name order; B = 0), float32 on the model device,
 /// requires_grad = true. ArgError on r < 1, alpha <= 0, dropout outside [0, 1) or unknown targets.

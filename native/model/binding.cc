@@ -2,6 +2,8 @@
 // or a pg::Worker; every operation takes the model mutex, so calls on one model are serialised.
 #include "model/binding.h"
 
+#include <torch/cuda.h>
+
 #include <mutex>
 #include <unordered_map>
 
@@ -80,6 +82,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
                         InstanceMethod("crossEntropyBackward", &ModelWrap::CrossEntropyBackward),
                         InstanceMethod("parameterBytes", &ModelWrap::ParameterBytes),
+                        InstanceMethod("setGradientCheckpointing", &ModelWrap::SetGradientCheckpointing),
+                        InstanceMethod("gradientCheckpointing", &ModelWrap::GradientCheckpointing),
+                        InstanceMethod("synchronize", &ModelWrap::Synchronize),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
 
@@ -440,6 +445,33 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
             return out;
           },
           /*grad=*/true, m->device());
+    });
+  }
+
+  /// setGradientCheckpointing(on: boolean): activation recomputation per decoder layer for
+  /// training calls (Qwen3Model::SetGradientCheckpointing). TypeError when `on` is not a boolean.
+  Napi::Value SetGradientCheckpointing(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      if (info.Length() < 1 || !info[0].IsBoolean()) throw ArgError("setGradientCheckpointing(on): on must be a boolean");
+      std::lock_guard<std::mutex> lk(m->mutex());
+      m->SetGradientCheckpointing(info[0].As<Napi::Boolean>().Value());
+      return info.Env().Undefined();
+    });
+  }
+  Napi::Value GradientCheckpointing(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return Napi::Boolean::New(info.Env(), model()->GradientCheckpointing()); });
+  }
+
+  /// synchronize(): blocks the JS thread until all queued device work on the model's CUDA
+  /// device has finished (torch::cuda::synchronize); a no-op on CPU. For benchmark timing.
+  /// Waits for a running operation on this model first (takes the model lock).
+  Napi::Value Synchronize(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      std::lock_guard<std::mutex> lk(m->mutex());
+      if (m->device().is_cuda()) torch::cuda::synchronize(m->device().index() < 0 ? 0 : m->device().index());
+      return info.Env().Undefined();
     });
   }
 

@@ -2,6 +2,11 @@
 // models/qwen3/modeling_qwen3.py as summarised in shared REFERENCES.md (own implementation).
 #include "model/qwen3.h"
 
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <array>
 #include <cmath>
 #include <set>
 
@@ -53,7 +58,179 @@ class Qwen3Impl {
     }
     return nullptr;
   }
+
+  /// LoRA (A, B) of the seven projections of layer `l` (q, k, v, o, gate, up, down); undefined
+  /// tensors where the adapter does not target a module (or no adapter).
+  using LayerLora = std::array<std::pair<at::Tensor, at::Tensor>, 7>;
+  static LayerLora LoraOf(const Qwen3Model& m, int64_t l, const LoraAdapter* ad) {
+    LayerLora out;
+    if (!ad) return out;
+    const auto& lw = m.layers_[static_cast<size_t>(l)];
+    for (int k = 0; k < 7; ++k) {
+      auto it = ad->weights.find(lw.stem[k]);
+      if (it != ad->weights.end()) out[static_cast<size_t>(k)] = it->second;
+    }
+    return out;
+  }
+
+  /// One decoder layer: h [B, T, H] -> h' [B, T, H]. cos/sin [B, 1, T, hd] in the model dtype.
+  /// Attention: `causal` = no mask, is_causal SDPA with GQA handled by the kernel (enable_gqa; no
+  /// repeated K/V), valid when there is no cached prefix and every row is right-padded (padded
+  /// queries then attend to earlier pads; their outputs are meaningless either way). Otherwise the
+  /// boolean mask `allowed` [B, 1, T, P + T] with K/V expanded to all query heads (the memory-
+  /// efficient CUDA backend, the one that takes arbitrary masks, does not take GQA).
+  static at::Tensor Layer(const Qwen3Model& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                          const at::Tensor& allowed, bool causal, const LayerLora& lo, double scaling, double drop,
+                          KVCache* cache, int64_t P) {
+    const Qwen3Config& c = m.cfg_;
+    const Qwen3Model::LayerWeights& lw = m.layers_[static_cast<size_t>(l)];
+    const int64_t B = h.size(0), T = h.size(1), L = P + T;
+    const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, rep = nh / nkv;
+    const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
+    const double sm_scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    auto lora = [&](const at::Tensor& base, const at::Tensor& x, int k) {
+      const auto& ab = lo[static_cast<size_t>(k)];
+      if (!ab.first.defined()) return base;
+      return LoraAdd(base, x, ab.first, ab.second, scaling, drop);
+    };
+    at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
+    auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
+    at::Tensor q = RmsNorm(lora(qkv[0], x, 0).reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps).transpose(1, 2);
+    at::Tensor k = RmsNorm(lora(qkv[1], x, 1).reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps).transpose(1, 2);
+    at::Tensor v = lora(qkv[2], x, 2).reshape({B, T, nkv, hd}).transpose(1, 2);
+    q = q * cos + RotateHalf(q) * sin;
+    k = k * cos + RotateHalf(k) * sin;
+    if (cache) {
+      cache->k[static_cast<size_t>(l)].narrow(2, P, T).copy_(k);
+      cache->v[static_cast<size_t>(l)].narrow(2, P, T).copy_(v);
+      k = cache->k[static_cast<size_t>(l)].narrow(2, 0, L);
+      v = cache->v[static_cast<size_t>(l)].narrow(2, 0, L);
+    }
+    at::Tensor o;
+    if (causal) {
+      o = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, sm_scale, /*enable_gqa=*/rep > 1);
+    } else {
+      if (rep > 1) {
+        k = k.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
+        v = v.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
+      }
+      o = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false, sm_scale);
+    }
+    o = o.transpose(1, 2).reshape({B, T, qd});
+    at::Tensor h2 = h + lora(at::linear(o, lw.o), o, 3);
+    x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
+    auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);  // one matmul for gate, up
+    at::Tensor act = at::silu(lora(gu[0], x, 4)) * lora(gu[1], x, 5);
+    return h2 + lora(at::linear(act, lw.down), act, 6);
+  }
 };
+
+namespace {
+
+/// Activation recomputation of one decoder layer (REFERENCES.md "libtorch pitfalls": no
+/// checkpointing in the C++ API, so a custom autograd Function). forward runs the layer under
+/// no-grad and keeps only its input (+ the shared RoPE tables / mask and the LoRA leaves);
+/// backward re-runs the layer with grad from the saved input and back-propagates `grad_out`
+/// through it. With LoRA dropout > 0 the RNG state of the input's device is captured before the
+/// first run and restored around the recomputation, so both draw the same masks.
+/// Arguments after ctx: h, cos, sin, allowed (nullopt on the causal path), model pointer (the
+/// caller keeps the model alive until backward), layer index, bitmask of the projections with
+/// LoRA (bit k = module k), scaling, dropout, causal, and the LoRA tensors of the set bits in
+/// order (A, B per module). backward returns one gradient per argument (undefined for the
+/// non-differentiable ones), as CppNode requires.
+struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& cos,
+                            const at::Tensor& sin, const std::optional<at::Tensor>& allowed, int64_t model_ptr,
+                            int64_t layer, int64_t lora_bits, double scaling, double dropout, bool causal,
+                            at::TensorList lora) {
+    ctx->save_for_backward({h});
+    ctx->saved_data["cos"] = cos;
+    ctx->saved_data["sin"] = sin;
+    ctx->saved_data["allowed"] = allowed ? c10::IValue(*allowed) : c10::IValue();
+    ctx->saved_data["model"] = model_ptr;
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["bits"] = lora_bits;
+    ctx->saved_data["scaling"] = scaling;
+    ctx->saved_data["dropout"] = dropout;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["lora"] = lora.vec();
+    std::optional<LoraForceDropoutScope> force;
+    if (dropout > 0) {
+      at::Generator gen = at::globalContext().defaultGenerator(h.device());
+      std::lock_guard<std::mutex> lk(gen.mutex());
+      ctx->saved_data["rng"] = gen.get_state();
+    }
+    if (dropout > 0) force.emplace();
+    return Run(ctx, h, allowed);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    at::Tensor h = ctx->get_saved_variables()[0];
+    auto lora = ctx->saved_data["lora"].toTensorVector();
+    const double dropout = ctx->saved_data["dropout"].toDouble();
+    const bool need_h = ctx->needs_input_grad(0);
+    at::Tensor cur_rng;
+    at::Generator gen;
+    if (dropout > 0) {
+      gen = at::globalContext().defaultGenerator(h.device());
+      std::lock_guard<std::mutex> lk(gen.mutex());
+      cur_rng = gen.get_state();
+      gen.set_state(ctx->saved_data["rng"].toTensor());
+    }
+    at::Tensor hd = h.detach().requires_grad_(need_h);
+    at::Tensor out;
+    {
+      at::AutoGradMode on(true);
+      std::optional<at::Tensor> allowed;
+      if (!ctx->saved_data["allowed"].isNone()) allowed = ctx->saved_data["allowed"].toTensor();
+      out = Run(ctx, hd, allowed);
+    }
+    if (dropout > 0) {
+      std::lock_guard<std::mutex> lk(gen.mutex());
+      gen.set_state(cur_rng);
+    }
+    torch::autograd::variable_list inputs;
+    if (need_h) inputs.push_back(hd);
+    for (const auto& t : lora) inputs.push_back(t);
+    torch::autograd::variable_list g;
+    if (!inputs.empty())
+      g = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    // One entry per forward argument: h, cos, sin, allowed, model, layer, bits, scaling, dropout,
+    // causal, then each LoRA tensor.
+    torch::autograd::variable_list res(10 + lora.size());
+    size_t gi = 0;
+    if (need_h) res[0] = g[gi++];
+    for (size_t i = 0; i < lora.size(); ++i) res[10 + i] = g[gi++];
+    return res;
+  }
+
+  static at::Tensor Run(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const std::optional<at::Tensor>& allowed) {
+    const auto* m = reinterpret_cast<const Qwen3Model*>(ctx->saved_data["model"].toInt());
+    const int64_t bits = ctx->saved_data["bits"].toInt();
+    auto lora = ctx->saved_data["lora"].toTensorVector();
+    Qwen3Impl::LayerLora lo;
+    size_t j = 0;
+    for (int k = 0; k < 7; ++k)
+      if (bits & (int64_t{1} << k)) {
+        lo[static_cast<size_t>(k)] = {lora[j], lora[j + 1]};
+        j += 2;
+      }
+    return Qwen3Impl::Layer(*m, ctx->saved_data["layer"].toInt(), h, ctx->saved_data["cos"].toTensor(),
+                            ctx->saved_data["sin"].toTensor(), allowed ? *allowed : at::Tensor(),
+                            ctx->saved_data["causal"].toBool(), lo, ctx->saved_data["scaling"].toDouble(),
+                            ctx->saved_data["dropout"].toDouble(), nullptr, 0);
+  }
+};
+
+/// True when the host-resident keep mask [B, L] is right-padded in every row (ones, then zeros).
+bool RightPadded(const at::Tensor& mask_cpu) {
+  if (mask_cpu.size(1) < 2) return true;
+  at::Tensor k = mask_cpu.ne(0);
+  return !(k.narrow(1, 1, k.size(1) - 1) & k.narrow(1, 0, k.size(1) - 1).logical_not()).any().item<bool>();
+}
+
+}  // namespace
 
 std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device device, at::ScalarType dtype) {
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
@@ -204,7 +381,7 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
   const double drop = ad ? ad->config.dropout : 0.0;
 
   // RoPE tables (fp32), cast to the model dtype like transformers' rotary embedding.
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, rep = nh / nkv;
+  const int64_t hd = c.head_dim;
   at::Tensor inv_freq = at::pow(c.rope_theta, at::arange(0, hd, 2, at::TensorOptions().dtype(at::kLong).device(device_)).to(at::kFloat) / static_cast<double>(hd)).reciprocal();
   at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);      // [B, 1, T, hd]
@@ -212,49 +389,38 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
 
   // Attention mask [B, 1, T, L]: key kept and causal (key j <= P + i). Rows with no allowed key
   // (a padded query with only padded keys before it) attend to everything instead, so no NaN
-  // appears; their outputs are meaningless and must be masked by the caller.
-  at::Tensor qi = at::arange(T, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(1) + P;
-  at::Tensor kj = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(0);
-  at::Tensor allowed = keep.unsqueeze(1).unsqueeze(1) & kj.le(qi).unsqueeze(0).unsqueeze(0);
-  allowed = allowed | allowed.any(-1, /*keepdim=*/true).logical_not();
-  const double sm_scale = 1.0 / std::sqrt(static_cast<double>(hd));
-
-  // LoRA delta of module `k` (0..6 = q, k, v, o, gate, up, down) added to its base output.
-  auto lora = [&](const at::Tensor& base, const at::Tensor& x, const LayerWeights& lw, int k) {
-    if (!ad) return base;
-    auto it = ad->weights.find(lw.stem[k]);
-    if (it == ad->weights.end()) return base;
-    return LoraAdd(base, x, it->second.first, it->second.second, scaling, drop);
-  };
-  const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
+  // appears; their outputs are meaningless and must be masked by the caller. Skipped (is_causal
+  // SDPA, no mask, flash-capable) when there is no cached prefix and the host mask is
+  // right-padded: real queries then see exactly the same keys.
+  const bool causal = !cache && attention_mask_in.is_cpu() && RightPadded(attention_mask_in);
+  at::Tensor allowed;
+  if (!causal) {
+    at::Tensor qi = at::arange(T, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(1) + P;
+    at::Tensor kj = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(0);
+    allowed = keep.unsqueeze(1).unsqueeze(1) & kj.le(qi).unsqueeze(0).unsqueeze(0);
+    allowed = allowed | allowed.any(-1, /*keepdim=*/true).logical_not();
+  }
+  const bool recompute = recompute_ && ad && !cache && at::GradMode::is_enabled();
 
   at::Tensor h = at::embedding(Qwen3Impl::W(*this, "model.embed_tokens.weight"), ids);  // [B, T, H]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& lw = layers_[static_cast<size_t>(l)];
-    at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
-    auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
-    at::Tensor q = RmsNorm(lora(qkv[0], x, lw, 0).reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps).transpose(1, 2);
-    at::Tensor k = RmsNorm(lora(qkv[1], x, lw, 1).reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps).transpose(1, 2);
-    at::Tensor v = lora(qkv[2], x, lw, 2).reshape({B, T, nkv, hd}).transpose(1, 2);
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
-    if (cache) {
-      cache->k[l].narrow(2, P, T).copy_(k);
-      cache->v[l].narrow(2, P, T).copy_(v);
-      k = cache->k[l].narrow(2, 0, L);
-      v = cache->v[l].narrow(2, 0, L);
+    Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad);
+    if (recompute) {
+      int64_t bits = 0;
+      std::vector<at::Tensor> flat;
+      for (int k = 0; k < 7; ++k)
+        if (lo[static_cast<size_t>(k)].first.defined()) {
+          bits |= int64_t{1} << k;
+          flat.push_back(lo[static_cast<size_t>(k)].first);
+          flat.push_back(lo[static_cast<size_t>(k)].second);
+        }
+      std::optional<at::Tensor> am;
+      if (!causal) am = allowed;
+      h = RecomputedLayer::apply(h, cos, sin, am, reinterpret_cast<int64_t>(this), l, bits, scaling, drop, causal,
+                                 at::TensorList(flat));
+    } else {
+      h = Qwen3Impl::Layer(*this, l, h, cos, sin, allowed, causal, lo, scaling, drop, cache, P);
     }
-    if (rep > 1) {
-      k = k.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
-      v = v.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
-    }
-    at::Tensor o = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false, sm_scale);
-    o = o.transpose(1, 2).reshape({B, T, qd});
-    h = h + lora(at::linear(o, lw.o), o, lw, 3);
-    x = RmsNorm(h, lw.post_norm, c.rms_norm_eps);
-    auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);  // one matmul for gate, up
-    at::Tensor act = at::silu(lora(gu[0], x, lw, 4)) * lora(gu[1], x, lw, 5);
-    h = h + lora(at::linear(act, lw.down), act, lw, 6);
   }
   if (cache) cache->len = L;
   return RmsNorm(h, Qwen3Impl::W(*this, "model.norm.weight"), c.rms_norm_eps);

@@ -104,6 +104,15 @@ class Qwen3Model {
   void SaveAdapter(const std::string& dir, const std::string& base_model_name) const;
   void LoadAdapter(const std::string& dir);
 
+  /// Activation recomputation per decoder layer (gradient checkpointing). When on, training
+  /// forwards (grad mode on, no KV cache, a trainable adapter selected) run each decoder layer
+  /// under no-grad, keep only the layer input [B, T, H], and recompute the layer with grad during
+  /// backward (LoRA dropout masks reproduced by saving/restoring the RNG state). Gradients equal
+  /// those without recomputation; activation memory drops from O(layers * per-layer activations)
+  /// to O(layers * B*T*H + one layer's activations), at the cost of one extra layer forward.
+  void SetGradientCheckpointing(bool on) { recompute_ = on; }
+  bool GradientCheckpointing() const { return recompute_; }
+
   /// Serialises every operation on this model (generation, forward, training steps).
   std::mutex& mutex() { return mu_; }
   /// Bytes held by base weights + adapters (for V8 external memory accounting).
@@ -130,6 +139,7 @@ class Qwen3Model {
   std::map<std::string, LoraAdapter> snapshots_;
   bool adapter_enabled_ = true;
   bool disposed_ = false;
+  bool recompute_ = false;
   std::mutex mu_;
   friend class Qwen3Impl;
 };
