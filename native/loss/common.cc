@@ -1,6 +1,7 @@
 #include "loss/common.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "napi/util.h"
 
@@ -24,10 +25,26 @@ PreparedWeight PrepareWeight(const at::Tensor& weight, const at::Tensor& hidden_
   return pw;
 }
 
+namespace {
+// at::mm(a, b, out_dtype) (fp32 output from bf16/fp16 inputs) is a CUDA kernel of recent torch;
+// where it is missing, fall back once and for all to a low-precision mm followed by a cast.
+std::atomic<bool> g_no_out_dtype_mm{false};
+at::Tensor MmF32(const at::Tensor& a, const at::Tensor& b) {
+  if (!g_no_out_dtype_mm.load()) {
+    try {
+      return at::mm(a, b, at::kFloat);
+    } catch (const c10::Error&) {
+      g_no_out_dtype_mm.store(true);
+    }
+  }
+  return at::mm(a, b).to(at::kFloat);
+}
+}  // namespace
+
 at::Tensor ChunkLogits(const at::Tensor& h, const PreparedWeight& pw) {
   if (pw.out_dtype_mm) {
     at::Tensor hc = h.scalar_type() == pw.w.scalar_type() ? h : h.to(pw.w.scalar_type());
-    return at::mm(hc, pw.w.t(), at::kFloat);
+    return MmF32(hc, pw.w.t());
   }
   at::Tensor hc = h.scalar_type() == pw.w.scalar_type() ? h : h.to(pw.w.scalar_type());
   return at::mm(hc, pw.w.t());
@@ -36,11 +53,10 @@ at::Tensor ChunkLogits(const at::Tensor& h, const PreparedWeight& pw) {
 at::Tensor ChunkGradHidden(const at::Tensor& dlogits, const PreparedWeight& pw, at::ScalarType hidden_dtype) {
   at::Tensor g;
   if (pw.out_dtype_mm) {
-    // dlogits is fp32; the product with a bf16 weight in fp32 (weight chunk cast is [V,H] — avoid it:
-    // cast dlogits down would lose precision). mm(dtype) only allows same input dtypes, so cast the
-    // gradient to the weight dtype with fp32 output: the rounding of dlogits to bf16 is the same
-    // precision a bf16 backward through an lm_head has.
-    g = at::mm(dlogits.to(pw.w.scalar_type()), pw.w, at::kFloat);
+    // Low-precision weight on CUDA: dlogits is rounded to the weight dtype (the precision a bf16
+    // backward through an lm_head has) and multiplied with fp32 accumulation and output; this
+    // avoids an fp32 copy of the [V, H] weight.
+    g = MmF32(dlogits.to(pw.w.scalar_type()), pw.w);
   } else {
     g = at::mm(dlogits.scalar_type() == pw.w.scalar_type() ? dlogits : dlogits.to(pw.w.scalar_type()), pw.w);
   }
