@@ -118,6 +118,15 @@ describe('losses: fused JSD', () => {
     expect(o.loss).to.equal(0);
   });
 
+  it('bfloat16 hidden states and weight (model dtype) run through the same fp32 math', async () => {
+    const a = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, dtype: 'bfloat16', chunkSize: 8 });
+    const b = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, chunkSize: 8 });
+    expect(Math.abs(a.loss - b.loss) / b.loss).to.be.below(0.05);
+    expect(maxRel(a.gradStudentHidden!.data, b.gradStudentHidden!.data)).to.be.below(0.1);
+    const g = await grpoLoss({ hidden: { data: sh.data, shape: [1, N, H] }, weight: w, tokens: { data: new Int32Array(N).fill(3), shape: [1, N] }, oldLogprobs: { data: new Float32Array(N).fill(-6), shape: [1, N] }, advantages: { data: new Float32Array([1]), shape: [1] }, mask: { data: mask.data, shape: [1, N] }, dtype: 'bfloat16' });
+    expect(Number.isFinite(g.loss)).to.equal(true);
+  });
+
   it('gradient accumulation: 1×16, 4×4, 16×1 micro-batches give the same gradient (rtol 1e-5)', async () => {
     const r4 = rng(4);
     const n = 16, T = 5;
