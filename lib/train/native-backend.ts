@@ -50,14 +50,67 @@ function alignToRows(seqs: Sequence[], L: number, values: number[][]): JsTensor<
   return { data: out, shape: [seqs.length, L] };
 }
 
+/** Phases whose CUDA peak memory {@link NativeBackend.memory} reports (`peak<Phase>Bytes`). */
+export type MemoryPhase = 'rollout' | 'reference' | 'backward' | 'optimizer';
+
+/** Options of {@link NativeBackend} beyond the TrainConfig. */
+export interface NativeBackendOptions {
+  /**
+   * Release the CUDA caching allocator's unused blocks (native().cudaEmptyCache()) when the step
+   * switches between sampling (rollout) and update (reference logprobs, backward, optimizer), so the
+   * KV cache blocks of generation and the activation blocks of training do not both stay reserved.
+   * Default: `cfg.memory.emptyCacheBetweenPhases` when the config carries it, else false. Costs a
+   * device synchronise and later cudaMalloc calls; no effect on CPU.
+   */
+  emptyCacheBetweenPhases?: boolean;
+}
+
 export class NativeBackend implements TrainBackend {
   private opt: AdamW | undefined;
   private readonly snapshots = new Map<string, Record<string, JsTensor<Float32Array>>>();
   private readonly endOfTurnId: number;
+  private readonly emptyCache: boolean;
+  private phase: MemoryPhase | undefined;
+  private processPeak = 0;
+  private readonly phasePeaks = new Map<MemoryPhase, number>();
 
-  constructor(readonly policy: Policy, private readonly cfg: TrainConfig) {
+  constructor(readonly policy: Policy, private readonly cfg: TrainConfig, opts: NativeBackendOptions = {}) {
     const tok = policy.tokenizer;
     this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
+    this.emptyCache = opts.emptyCacheBetweenPhases ?? (cfg as { memory?: { emptyCacheBetweenPhases?: boolean } }).memory?.emptyCacheBetweenPhases ?? false;
+  }
+
+  /** CUDA device index of the policy model, or -1 on CPU. */
+  private get cudaIndex(): number {
+    const d = this.policy.model.device;
+    return d.startsWith('cuda') ? Number(d.split(':')[1] ?? 0) : -1;
+  }
+
+  /**
+   * Marks the start of a phase: folds the allocator peak so far into the process peak and the
+   * previous phase's peak, resets the allocator peak, and (emptyCacheBetweenPhases) releases cached
+   * blocks when switching between rollout and update phases. No-op on CPU.
+   */
+  private enterPhase(p: MemoryPhase): void {
+    const dev = this.cudaIndex;
+    if (dev < 0) return;
+    this.foldPeak();
+    const group = (x: MemoryPhase | undefined) => (x === undefined ? undefined : x === 'rollout' ? 'sample' : 'update');
+    if (this.emptyCache && this.phase !== undefined && group(this.phase) !== group(p)) {
+      this.policy.model.synchronize();
+      native().cudaEmptyCache();
+    }
+    this.phase = p;
+    native().cudaResetPeak(dev);
+  }
+
+  /** Adds the allocator peak since the last reset to the current phase's peak and the process peak. */
+  private foldPeak(): void {
+    const dev = this.cudaIndex;
+    const m = dev >= 0 ? native().cudaMemory(dev) : null;
+    if (!m) return;
+    this.processPeak = Math.max(this.processPeak, m.peakAllocatedBytes);
+    if (this.phase) this.phasePeaks.set(this.phase, Math.max(this.phasePeaks.get(this.phase) ?? 0, m.peakAllocatedBytes));
   }
 
   private get raw(): unknown {
@@ -73,6 +126,7 @@ export class NativeBackend implements TrainBackend {
   }
 
   async generate(prompts: number[][], o: SamplingOptions): Promise<Rollout[]> {
+    this.enterPhase('rollout');
     const tok = this.policy.tokenizer;
     const res = await generate(this.policy.model, {
       prompts: prompts.map((p) => Int32Array.from(p)),
@@ -96,12 +150,14 @@ export class NativeBackend implements TrainBackend {
   }
 
   async completionLogprobs(seqs: Sequence[], temperature: number, adapter: string): Promise<number[][]> {
+    this.enterPhase('reference');
     const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
     const lp = await sequenceLogprobs(this.raw, { inputIds: p.ids, attentionMask: p.mask, completionMask: p.completion, temperature, adapter });
     return seqs.map((s, b) => Array.from(lp.data.subarray(b * p.L + s.promptIds.length, b * p.L + s.promptIds.length + s.completionIds.length)));
   }
 
   async opsdBackward(batch: { student: Sequence; teacher: Sequence }[], o: { beta: number; temperature: number; normalizer: number; teacher: string }): Promise<{ loss: number }> {
+    if (this.phase !== 'backward') this.enterPhase('backward');
     const pad = this.policy.tokenizer.padTokenId;
     const s = padSequences(batch.map((b) => b.student), pad);
     const t = padSequences(batch.map((b) => b.teacher), pad);
@@ -116,6 +172,7 @@ export class NativeBackend implements TrainBackend {
   }
 
   async grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], o: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }> {
+    if (this.phase !== 'backward') this.enterPhase('backward');
     const seqs = batch.map((b) => b.seq);
     const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
     const r = await grpoBackward(this.raw, {
@@ -130,6 +187,7 @@ export class NativeBackend implements TrainBackend {
   }
 
   async sftBackward(batch: Sequence[], normalizer: number): Promise<{ loss: number }> {
+    if (this.phase !== 'backward') this.enterPhase('backward');
     // crossEntropyBackward averages over this call's label tokens: the trainer sends the whole
     // window in one call, so that mean is the window mean.
     const p = padSequences(batch, this.policy.tokenizer.padTokenId);
@@ -160,6 +218,7 @@ export class NativeBackend implements TrainBackend {
   }
 
   async optimizerStep(maxGradNorm: number): Promise<{ gradNorm: number; lr: number; skipped: boolean }> {
+    this.enterPhase('optimizer');
     const r = this.optimizer().step({ maxGradNorm, skipNonFinite: true });
     this.zeroGrad();
     return { gradNorm: r.gradNorm, lr: r.lr, skipped: r.skipped };
@@ -231,8 +290,22 @@ export class NativeBackend implements TrainBackend {
     native().manualSeed(seed);
   }
 
+  /**
+   * Memory counters for the step metrics, bytes. CUDA: current allocated / reserved, the process
+   * peak allocated (`peakAllocatedBytes`, as before), and the peak allocated within each phase since
+   * the previous call (`peakRolloutBytes`, `peakReferenceBytes`, `peakBackwardBytes`,
+   * `peakOptimizerBytes`; absent when the phase did not run). The per-phase peaks restart after each
+   * call (one call per step). CPU: `{rssBytes}`.
+   */
   memory(): Record<string, number> {
-    const m = native().cudaMemory();
-    return m ? { allocatedBytes: m.allocatedBytes, peakAllocatedBytes: m.peakAllocatedBytes, reservedBytes: m.reservedBytes } : { rssBytes: process.memoryUsage().rss };
+    const dev = this.cudaIndex;
+    const m = native().cudaMemory(dev >= 0 ? dev : undefined);
+    if (!m) return { rssBytes: process.memoryUsage().rss };
+    this.foldPeak();
+    const out: Record<string, number> = { allocatedBytes: m.allocatedBytes, peakAllocatedBytes: Math.max(this.processPeak, m.peakAllocatedBytes), reservedBytes: m.reservedBytes };
+    for (const [p, b] of this.phasePeaks) out[`peak${p[0]!.toUpperCase()}${p.slice(1)}Bytes`] = b;
+    this.phasePeaks.clear();
+    if (dev >= 0) native().cudaResetPeak(dev);
+    return out;
   }
 }
