@@ -93,11 +93,19 @@ class Qwen3Impl {
       if (!ab.first.defined()) return base;
       return LoraAdd(base, x, ab.first, ab.second, scaling, drop);
     };
+    // The LoRA branch runs in float32 (LoraAdd); projections sharing an input share one float32
+    // copy of it (q/k/v, gate/up), so autograd saves it once instead of once per module.
+    auto f32 = [&](const at::Tensor& t, int k0, int k1) {
+      bool any = false;
+      for (int k = k0; k <= k1; ++k) any = any || lo[static_cast<size_t>(k)].first.defined();
+      return (any && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
+    };
     at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
     auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
-    at::Tensor q = RmsNorm(lora(qkv[0], x, 0).reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps).transpose(1, 2);
-    at::Tensor k = RmsNorm(lora(qkv[1], x, 1).reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps).transpose(1, 2);
-    at::Tensor v = lora(qkv[2], x, 2).reshape({B, T, nkv, hd}).transpose(1, 2);
+    at::Tensor xl = f32(x, 0, 2);
+    at::Tensor q = RmsNorm(lora(qkv[0], xl, 0).reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps).transpose(1, 2);
+    at::Tensor k = RmsNorm(lora(qkv[1], xl, 1).reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps).transpose(1, 2);
+    at::Tensor v = lora(qkv[2], xl, 2).reshape({B, T, nkv, hd}).transpose(1, 2);
     q = q * cos + RotateHalf(q) * sin;
     k = k * cos + RotateHalf(k) * sin;
     if (cache) {
@@ -120,7 +128,8 @@ class Qwen3Impl {
     at::Tensor h2 = h + lora(at::linear(o, lw.o), o, 3);
     x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
     auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);  // one matmul for gate, up
-    at::Tensor act = at::silu(lora(gu[0], x, 4)) * lora(gu[1], x, 5);
+    xl = f32(x, 4, 5);
+    at::Tensor act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
     return h2 + lora(at::linear(act, lw.down), act, 6);
   }
 };
