@@ -105,3 +105,54 @@ describe('model: activation recomputation (gradient checkpointing)', function ()
     expect(() => (model as unknown as { raw: { setGradientCheckpointing(x: unknown): void } }).raw.setGradientCheckpointing(1)).to.throw(TypeError);
   });
 });
+
+describe('model: LoRA branch precision (setLoraFloat32Branch)', function () {
+  this.timeout(300000);
+  const batch = paddedBatch();
+  const args = () => ({ inputIds: int32(batch.ids), attentionMask: int32(batch.mask), labels: int32(batch.labels) });
+
+  async function run(model: Qwen3Model, fp32: boolean, recompute = false) {
+    model.setLoraFloat32Branch(fp32);
+    model.setGradientCheckpointing(recompute);
+    model.zeroGrad();
+    const { loss } = await model.crossEntropyBackward(args());
+    const g = model.loraGrads();
+    model.setLoraFloat32Branch(true);
+    model.setGradientCheckpointing(false);
+    return { loss, g };
+  }
+
+  it('is a no-op on a float32 model (bit-identical grads)', async () => {
+    const model = await loadModel(tinyModel('tiny-tied'));
+    try {
+      model.addLora({ r: 4, alpha: 8, seed: 3 });
+      model.setLoraWeights(randomB(model, 17));
+      expect(model.loraFloat32Branch()).to.equal(true);
+      const a = await run(model, true);
+      const b = await run(model, false);
+      expect(b.loss).to.equal(a.loss);
+      expect(relDiff(b.g, a.g)).to.equal(0);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  it('bfloat16 model: the model-dtype branch stays close to the float32 branch, and recomputes exactly', async () => {
+    const model = await loadModel(tinyModel('tiny-tied'), { dtype: 'bfloat16' });
+    try {
+      model.addLora({ r: 4, alpha: 8, seed: 3 });
+      model.setLoraWeights(randomB(model, 17));
+      const f = await run(model, true);
+      const h = await run(model, false);
+      const hr = await run(model, false, true);
+      expect(Math.abs(h.loss - f.loss)).to.be.at.most(2e-2 * Math.abs(f.loss));
+      const r = relDiff(h.g, f.g);
+      expect(r).to.be.at.most(0.1);
+      expect(hr.loss).to.equal(h.loss);
+      expect(relDiff(hr.g, h.g)).to.be.at.most(1e-6);
+      expect(() => (model as unknown as { raw: { setLoraFloat32Branch(x: unknown): void } }).raw.setLoraFloat32Branch('no')).to.throw(TypeError);
+    } finally {
+      model.dispose();
+    }
+  });
+});

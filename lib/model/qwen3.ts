@@ -99,6 +99,8 @@ export interface NativeModel {
   setGradientCheckpointing(on: boolean): void;
   gradientCheckpointing(): boolean;
   synchronize(): void;
+  setLoraFloat32Branch(on: boolean): void;
+  loraFloat32Branch(): boolean;
   dispose(): void;
 }
 
@@ -208,6 +210,19 @@ export class Qwen3Model {
   }
   gradientCheckpointing(): boolean {
     return this.raw.gradientCheckpointing();
+  }
+  /**
+   * LoRA branch precision in bfloat16/float16 models. true (default): float32 branch as peft
+   * (x cast to float32, float32 sum). false: the branch runs in the model dtype (A/B cast per
+   * forward, gradients still accumulate into the float32 A/B) — faster (tensor cores) and no
+   * float32 activation copies, like autocast mixed precision. No effect on float32 models.
+   * TypeError when `on` is not a boolean.
+   */
+  setLoraFloat32Branch(on: boolean): void {
+    this.raw.setLoraFloat32Branch(on);
+  }
+  loraFloat32Branch(): boolean {
+    return this.raw.loraFloat32Branch();
   }
   /**
    * Blocks until all queued CUDA work on the model's device has finished (no-op on CPU); waits

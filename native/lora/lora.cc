@@ -72,8 +72,15 @@ LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_forc
 LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
 
 at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
-                   double scaling, double dropout) {
+                   double scaling, double dropout, bool fp32_branch) {
   if (!a.defined()) return base;
+  if (!fp32_branch && x.scalar_type() != at::kFloat) {
+    at::Tensor xd = x;
+    if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xd = at::dropout(xd, dropout, /*train=*/true);
+    const auto dt = x.scalar_type();
+    at::Tensor lora = at::linear(at::linear(xd, a.to(dt)), b.to(dt)) * scaling;
+    return base.scalar_type() == dt ? base + lora : (base.to(at::kFloat) + lora.to(at::kFloat)).to(base.scalar_type());
+  }
   at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
   if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xf = at::dropout(xf, dropout, /*train=*/true);
   at::Tensor lora = at::linear(at::linear(xf, a), b) * scaling;

@@ -24,8 +24,11 @@ at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 /// The LoRA half of LoraLinear: returns base + scaling * B(A(dropout(x))) with the same precision
 /// rules (float32 branch, float32 sum, cast back to base's dtype). `base` = x W^T computed by the
 /// caller (e.g. a slice of a fused q/k/v or gate/up matmul).
+/// `fp32_branch` false (and x not float32): the branch runs in x's dtype instead (A, B cast to it
+/// per call; their grads still accumulate in float32), and the sum is formed in x's dtype — the
+/// mixed-precision (autocast-like) variant: bf16 tensor-core matmuls, no float32 copy of x saved.
 at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
-                   double scaling, double dropout);
+                   double scaling, double dropout, bool fp32_branch = true);
 
 /// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
 /// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must

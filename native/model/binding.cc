@@ -85,6 +85,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("setGradientCheckpointing", &ModelWrap::SetGradientCheckpointing),
                         InstanceMethod("gradientCheckpointing", &ModelWrap::GradientCheckpointing),
                         InstanceMethod("synchronize", &ModelWrap::Synchronize),
+                        InstanceMethod("setLoraFloat32Branch", &ModelWrap::SetLoraFloat32Branch),
+                        InstanceMethod("loraFloat32Branch", &ModelWrap::LoraFloat32Branch),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
 
@@ -461,6 +463,21 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
   Napi::Value GradientCheckpointing(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value { return Napi::Boolean::New(info.Env(), model()->GradientCheckpointing()); });
+  }
+
+  /// setLoraFloat32Branch(on: boolean): LoRA branch precision in bf16/fp16 models
+  /// (Qwen3Model::SetLoraFloat32Branch; default true = float32 as peft). TypeError on a non-boolean.
+  Napi::Value SetLoraFloat32Branch(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      if (info.Length() < 1 || !info[0].IsBoolean()) throw ArgError("setLoraFloat32Branch(on): on must be a boolean");
+      std::lock_guard<std::mutex> lk(m->mutex());
+      m->SetLoraFloat32Branch(info[0].As<Napi::Boolean>().Value());
+      return info.Env().Undefined();
+    });
+  }
+  Napi::Value LoraFloat32Branch(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return Napi::Boolean::New(info.Env(), model()->LoraFloat32Branch()); });
   }
 
   /// synchronize(): blocks the JS thread until all queued device work on the model's CUDA

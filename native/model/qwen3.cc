@@ -91,14 +91,14 @@ class Qwen3Impl {
     auto lora = [&](const at::Tensor& base, const at::Tensor& x, int k) {
       const auto& ab = lo[static_cast<size_t>(k)];
       if (!ab.first.defined()) return base;
-      return LoraAdd(base, x, ab.first, ab.second, scaling, drop);
+      return LoraAdd(base, x, ab.first, ab.second, scaling, drop, m.lora_fp32_);
     };
     // The LoRA branch runs in float32 (LoraAdd); projections sharing an input share one float32
     // copy of it (q/k/v, gate/up), so autograd saves it once instead of once per module.
     auto f32 = [&](const at::Tensor& t, int k0, int k1) {
       bool any = false;
       for (int k = k0; k <= k1; ++k) any = any || lo[static_cast<size_t>(k)].first.defined();
-      return (any && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
+      return (any && m.lora_fp32_ && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
     };
     at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
     auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v

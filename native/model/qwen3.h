@@ -113,6 +113,12 @@ class Qwen3Model {
   void SetGradientCheckpointing(bool on) { recompute_ = on; }
   bool GradientCheckpointing() const { return recompute_; }
 
+  /// Precision of the LoRA branch in bf16/fp16 models: true (default, peft's semantics) = float32
+  /// branch; false = the model dtype (tensor-core matmuls, A/B cast per forward, float32 grads;
+  /// like autocast). No effect on float32 models.
+  void SetLoraFloat32Branch(bool on) { lora_fp32_ = on; }
+  bool LoraFloat32Branch() const { return lora_fp32_; }
+
   /// Serialises every operation on this model (generation, forward, training steps).
   std::mutex& mutex() { return mu_; }
   /// Bytes held by base weights + adapters (for V8 external memory accounting).
@@ -140,6 +146,7 @@ class Qwen3Model {
   bool adapter_enabled_ = true;
   bool disposed_ = false;
   bool recompute_ = false;
+  bool lora_fp32_ = true;
   std::mutex mu_;
   friend class Qwen3Impl;
 };

@@ -26,7 +26,9 @@
  *   --seq T (default 2048)  --batch B (default 4 for ≤ 4B shapes, 2 for 8B)  --layers N (fewer
  *   layers; smoke tests)  --iters K (default 5 CUDA / 1 CPU)  --warmup W (default 2 / 1)
  *   --recompute (also measure ours with activation recomputation and the reference with
- *   gradient checkpointing)  --no-ref  --model DIR (existing checkpoint, single shape)
+ *   gradient checkpointing)  --lora-bf16 (also measure ours with the LoRA branch in the model
+ *   dtype, Model.setLoraFloat32Branch(false); default is peft's float32 branch, as the reference)
+ *   --no-ref  --model DIR (existing checkpoint, single shape)
  *   --json FILE  --timeout S (per child process, default 580)
  * Random checkpoints: scripts/make_random_qwen3.py into .cache/random-models/ (made once).
  */
@@ -75,6 +77,7 @@ async function child(spec) {
   const model = await loadModel(spec.modelDir, { device: spec.device, dtype: spec.dtype });
   model.addLora({ r: 64, alpha: 128, dropout: 0, seed: 0 });
   model.setGradientCheckpointing(spec.recompute);
+  model.setLoraFloat32Branch(!spec.loraModelDtype);
   const opt = new AdamW(model, { lr: 1e-5, weightDecay: 0 });
   const step = async () => {
     const { loss } = await model.crossEntropyBackward({ inputIds, labels: inputIds });
@@ -111,7 +114,7 @@ async function main() {
       child: { type: 'string' }, device: { type: 'string', default: 'cpu' }, shape: { type: 'string', default: 'qwen3-1.7b,qwen3-8b' },
       dtype: { type: 'string' }, seq: { type: 'string', default: '2048' }, batch: { type: 'string' }, layers: { type: 'string' },
       iters: { type: 'string' }, warmup: { type: 'string' }, recompute: { type: 'boolean', default: false },
-      'no-ref': { type: 'boolean', default: false }, model: { type: 'string' }, json: { type: 'string' }, timeout: { type: 'string', default: '580' },
+      'no-ref': { type: 'boolean', default: false }, 'lora-bf16': { type: 'boolean', default: false }, model: { type: 'string' }, json: { type: 'string' }, timeout: { type: 'string', default: '580' },
     },
   });
   if (a.child) return child(JSON.parse(a.child));
@@ -142,25 +145,28 @@ async function main() {
     const N = baseParams(cfg);
     const variants = [false, ...(a.recompute ? [true] : [])];
     for (const recompute of variants) {
-      const label = `${shape}${a.layers ? ` (${cfg.num_hidden_layers} layers)` : ''}${recompute ? ' +recompute' : ''}`;
-      process.stderr.write(`bench: ours ${label}, ${B} x ${T} …\n`);
-      const spec = { modelDir, device: a.device, dtype, idsFile, iters, warmup, recompute };
-      const p = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { encoding: 'utf8', env: process.env, maxBuffer: 16 << 20, timeout: timeoutMs, stdio: ['ignore', 'pipe', 'inherit'] });
-      const ours = p.status === 0 ? lastJson(p.stdout) : { error: p.error ? String(p.error) : `exit ${p.status} ${p.signal ?? ''}` };
+      const base = `${shape}${a.layers ? ` (${cfg.num_hidden_layers} layers)` : ''}${recompute ? ' +recompute' : ''}`;
       let ref = null;
       if (!a['no-ref']) {
-        process.stderr.write(`bench: transformers+peft ${label} …\n`);
+        process.stderr.write(`bench: transformers+peft ${base} …\n`);
         const args = [join(root, 'scripts', 'bench', 'train_step_ref.py'), '--model', modelDir, '--ids', idsFile, '--device', a.device, '--dtype', dtype, '--iters', String(iters), '--warmup', String(warmup), ...(recompute ? ['--grad-ckpt'] : [])];
         const py = spawnSync(python, args, { encoding: 'utf8', maxBuffer: 16 << 20, timeout: timeoutMs, stdio: ['ignore', 'pipe', 'inherit'] });
         ref = py.status === 0 ? lastJson(py.stdout) : { error: py.error ? String(py.error) : `exit ${py.status} ${py.signal ?? ''}` };
       }
-      const mfu = (x) => (x && x.tokens_per_s ? (4 * N * x.tokens_per_s) / PEAK_FLOPS : null);
-      rows.push({
-        shape, label, layers: cfg.num_hidden_layers, batch: B, seq: T, recompute, base_params: N, ours, ref,
-        mfu_ours: mfu(ours), mfu_ref: mfu(ref),
-        speed_ratio: ours?.tokens_per_s && ref?.tokens_per_s ? ours.tokens_per_s / ref.tokens_per_s : null,
-        mem_ratio: ours?.peak_bytes && ref?.peak_bytes ? ours.peak_bytes / ref.peak_bytes : null,
-      });
+      for (const loraModelDtype of [false, ...(a['lora-bf16'] && dtype !== 'float32' ? [true] : [])]) {
+        const label = `${base}${loraModelDtype ? ' +bf16 LoRA branch' : ''}`;
+        process.stderr.write(`bench: ours ${label}, ${B} x ${T} …\n`);
+        const spec = { modelDir, device: a.device, dtype, idsFile, iters, warmup, recompute, loraModelDtype };
+        const p = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { encoding: 'utf8', env: process.env, maxBuffer: 16 << 20, timeout: timeoutMs, stdio: ['ignore', 'pipe', 'inherit'] });
+        const ours = p.status === 0 ? lastJson(p.stdout) : { error: p.error ? String(p.error) : `exit ${p.status} ${p.signal ?? ''}` };
+        const mfu = (x) => (x && x.tokens_per_s ? (4 * N * x.tokens_per_s) / PEAK_FLOPS : null);
+        rows.push({
+          shape, label, layers: cfg.num_hidden_layers, batch: B, seq: T, recompute, lora_branch: loraModelDtype ? dtype : 'float32', base_params: N, ours, ref,
+          mfu_ours: mfu(ours), mfu_ref: mfu(ref),
+          speed_ratio: ours?.tokens_per_s && ref?.tokens_per_s ? ours.tokens_per_s / ref.tokens_per_s : null,
+          mem_ratio: ours?.peak_bytes && ref?.peak_bytes ? ours.peak_bytes / ref.peak_bytes : null,
+        });
+      }
     }
   }
   const f = (x, d = 1) => (x === null || x === undefined || Number.isNaN(x) ? '-' : x.toFixed(d));
