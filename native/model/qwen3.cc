@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "io/peft_adapter.h"
@@ -401,7 +402,9 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
   // appears; their outputs are meaningless and must be masked by the caller. Skipped (is_causal
   // SDPA, no mask, flash-capable) when there is no cached prefix and the host mask is
   // right-padded: real queries then see exactly the same keys.
-  const bool causal = !cache && attention_mask_in.is_cpu() && RightPadded(attention_mask_in);
+  // PAPERGYM_SDPA_MASKED=1 disables this fast path (benchmark A/B of the masked, K/V-expanded path).
+  static const bool force_masked = std::getenv("PAPERGYM_SDPA_MASKED") != nullptr;
+  const bool causal = !force_masked && !cache && attention_mask_in.is_cpu() && RightPadded(attention_mask_in);
   at::Tensor allowed;
   if (!causal) {
     at::Tensor qi = at::arange(T, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(1) + P;

@@ -28,6 +28,7 @@
  *   --recompute (also measure ours with activation recomputation and the reference with
  *   gradient checkpointing)  --lora-bf16 (also measure ours with the LoRA branch in the model
  *   dtype, Model.setLoraFloat32Branch(false); default is peft's float32 branch, as the reference)
+ *   --recompute-only (only the recompute / gradient-checkpointing rows)
  *   --no-ref  --model DIR (existing checkpoint, single shape)
  *   --json FILE  --timeout S (per child process, default 580)
  * Random checkpoints: scripts/make_random_qwen3.py into .cache/random-models/ (made once).
@@ -113,7 +114,7 @@ async function main() {
     options: {
       child: { type: 'string' }, device: { type: 'string', default: 'cpu' }, shape: { type: 'string', default: 'qwen3-1.7b,qwen3-8b' },
       dtype: { type: 'string' }, seq: { type: 'string', default: '2048' }, batch: { type: 'string' }, layers: { type: 'string' },
-      iters: { type: 'string' }, warmup: { type: 'string' }, recompute: { type: 'boolean', default: false },
+      iters: { type: 'string' }, warmup: { type: 'string' }, recompute: { type: 'boolean', default: false }, 'recompute-only': { type: 'boolean', default: false },
       'no-ref': { type: 'boolean', default: false }, 'lora-bf16': { type: 'boolean', default: false }, model: { type: 'string' }, json: { type: 'string' }, timeout: { type: 'string', default: '580' },
     },
   });
@@ -143,7 +144,7 @@ async function main() {
     const idsFile = join(work, `ids-${B}x${T}.json`);
     writeFileSync(idsFile, JSON.stringify(makeIds(B, T, 1)));
     const N = baseParams(cfg);
-    const variants = [false, ...(a.recompute ? [true] : [])];
+    const variants = a['recompute-only'] ? [true] : [false, ...(a.recompute ? [true] : [])];
     for (const recompute of variants) {
       const base = `${shape}${a.layers ? ` (${cfg.num_hidden_layers} layers)` : ''}${recompute ? ' +recompute' : ''}`;
       let ref = null;
