@@ -21,10 +21,10 @@
       "cflags_cc": ["-std=c++17", "-fexceptions", "-frtti", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
       "libraries": ["-L<(torch_lib)", "-Wl,-rpath,<(torch_lib)", "-ltorch", "-ltorch_cpu", "-lc10"],
       "conditions": [
-        ["torch_cuda_lib=='1'", {
+        ["torch_cuda_lib==1", {
           "libraries": ["-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed"]
         }],
-        ["torch_cuda_lib=='1' and torch_cuda_inc!=''", {
+        ["torch_cuda_lib==1 and torch_cuda_inc!=''", {
           "defines": ["PG_WITH_CUDA=1"],
           "include_dirs": ["<(torch_cuda_inc)"]
         }]
