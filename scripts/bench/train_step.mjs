@@ -30,7 +30,7 @@
  *   dtype, Model.setLoraFloat32Branch(false); default is peft's float32 branch, as the reference)
  *   --recompute-only (only the recompute / gradient-checkpointing rows)
  *   --no-ref  --model DIR (existing checkpoint, single shape)
- *   --json FILE  --timeout S (per child process, default 580)
+ *   --json FILE (rewritten after every row)  --timeout S (per child process, default 420)
  * Random checkpoints: scripts/make_random_qwen3.py into .cache/random-models/ (made once).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -115,7 +115,7 @@ async function main() {
       child: { type: 'string' }, device: { type: 'string', default: 'cpu' }, shape: { type: 'string', default: 'qwen3-1.7b,qwen3-8b' },
       dtype: { type: 'string' }, seq: { type: 'string', default: '2048' }, batch: { type: 'string' }, layers: { type: 'string' },
       iters: { type: 'string' }, warmup: { type: 'string' }, recompute: { type: 'boolean', default: false }, 'recompute-only': { type: 'boolean', default: false },
-      'no-ref': { type: 'boolean', default: false }, 'lora-bf16': { type: 'boolean', default: false }, model: { type: 'string' }, json: { type: 'string' }, timeout: { type: 'string', default: '580' },
+      'no-ref': { type: 'boolean', default: false }, 'lora-bf16': { type: 'boolean', default: false }, model: { type: 'string' }, json: { type: 'string' }, timeout: { type: 'string', default: '420' },
     },
   });
   if (a.child) return child(JSON.parse(a.child));
@@ -167,6 +167,10 @@ async function main() {
           speed_ratio: ours?.tokens_per_s && ref?.tokens_per_s ? ours.tokens_per_s / ref.tokens_per_s : null,
           mem_ratio: ours?.peak_bytes && ref?.peak_bytes ? ours.peak_bytes / ref.peak_bytes : null,
         });
+        // Partial results survive a killed device call: the JSON is rewritten after every row.
+        const r = rows[rows.length - 1];
+        process.stderr.write(`bench: ${label}: ours ${r.ours?.tokens_per_s?.toFixed(0) ?? r.ours?.error} tok/s, ${r.ours?.peak_bytes ? (r.ours.peak_bytes / 1e9).toFixed(1) : '-'} GB; ref ${r.ref?.tokens_per_s?.toFixed(0) ?? r.ref?.error ?? '-'} tok/s, ${r.ref?.peak_bytes ? (r.ref.peak_bytes / 1e9).toFixed(1) : '-'} GB\n`);
+        if (a.json) writeFileSync(a.json, JSON.stringify({ config: { ...a, dtype, iters, warmup, peak_flops: PEAK_FLOPS }, partial: true, rows }, null, 2) + '\n');
       }
     }
   }
