@@ -38,6 +38,8 @@ interface TrainArgs {
   'checkpoint-every'?: number;
   'validate-every'?: number;
   'early-stop-patience'?: number;
+  recompute?: boolean;
+  'empty-cache'?: boolean;
 }
 
 /** Maps CLI flags onto the config (only flags that were given). */
@@ -76,6 +78,8 @@ function flagsToConfig(a: TrainArgs): Partial<Record<keyof TrainConfig, unknown>
   if (a.temperature !== undefined) sect('sampling').temperature = a.temperature;
   if (a['checkpoint-every'] !== undefined) sect('checkpoint').every = a['checkpoint-every'];
   if (a['validate-every'] !== undefined) sect('validation').every = a['validate-every'];
+  if (a.recompute !== undefined) sect('memory').recompute = a.recompute;
+  if (a['empty-cache'] !== undefined) sect('memory').emptyCacheBetweenPhases = a['empty-cache'];
   return f as Partial<Record<keyof TrainConfig, unknown>>;
 }
 
@@ -123,7 +127,9 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       .option('max-new-tokens', { type: 'number' })
       .option('temperature', { type: 'number' })
       .option('checkpoint-every', { type: 'number' })
-      .option('validate-every', { type: 'number' }) as never,
+      .option('validate-every', { type: 'number' })
+      .option('recompute', { type: 'boolean', describe: 'recompute each decoder layer in backward (less activation memory)' })
+      .option('empty-cache', { type: 'boolean', describe: 'release cached GPU memory between rollout and update phases' }) as never,
   handler: async (argv) => {
     const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume });
     if (summary.interrupted) process.exitCode = 130;

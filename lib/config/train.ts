@@ -61,6 +61,8 @@ export interface TrainConfig {
   validation: { every: number; maxItems: number };
   checkpoint: { every: number };
   log: { every: number };
+  /** GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the rollout and update phases. */
+  memory: { recompute: boolean; emptyCacheBetweenPhases: boolean };
 }
 
 export const DEFAULTS: TrainConfig = {
@@ -85,6 +87,7 @@ export const DEFAULTS: TrainConfig = {
   validation: { every: 4, maxItems: 2 },
   checkpoint: { every: 4 },
   log: { every: 1 },
+  memory: { recompute: false, emptyCacheBetweenPhases: false },
 };
 
 type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };

@@ -77,7 +77,7 @@ export class NativeBackend implements TrainBackend {
   constructor(readonly policy: Policy, private readonly cfg: TrainConfig, opts: NativeBackendOptions = {}) {
     const tok = policy.tokenizer;
     this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
-    this.emptyCache = opts.emptyCacheBetweenPhases ?? (cfg as { memory?: { emptyCacheBetweenPhases?: boolean } }).memory?.emptyCacheBetweenPhases ?? false;
+    this.emptyCache = opts.emptyCacheBetweenPhases ?? cfg.memory?.emptyCacheBetweenPhases ?? false;
   }
 
   /** CUDA device index of the policy model, or -1 on CPU. */

@@ -111,6 +111,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   const policy = await Policy.load(modelDir, { device: cfg.device as never, dtype: cfg.dtype ?? undefined });
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
+    if (cfg.memory?.recompute) policy.model.setGradientCheckpointing(true);
     const backend = new NativeBackend(policy, resolved);
     if (resume) await backend.loadState(resume.dir);
     let judge: Judge;
