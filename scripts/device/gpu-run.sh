@@ -20,6 +20,11 @@ for step in "$@"; do
     test) PG_GPU_REPORT=$OUT/gpu-parity.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests.log | tail -40 ;;
     losses) timeout 300 node scripts/bench/losses.mjs --device cuda --json $OUT/losses.json 2>&1 | tail -30 ;;
     generate) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --json $OUT/generate.json 2>&1 | tail -30 ;;
+    train17) timeout 330 node scripts/bench/train_step.mjs --device cuda --shape qwen3-1.7b --recompute --lora-bf16 --json $OUT/train_1.7b.json 2>&1 | tail -20 ;;
+    train8) timeout 330 node scripts/bench/train_step.mjs --device cuda --shape qwen3-8b --lora-bf16 --json $OUT/train_8b.json 2>&1 | tail -20 ;;
+    liger) timeout 240 node scripts/bench/losses_vs_liger.mjs --device cuda --json $OUT/losses_vs_liger.json 2>&1 | tail -20 ;;
+    grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
+    nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
     *) echo "unknown step $step" ;;
   esac
 done
