@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
+#include "generate/cuda_graph.h"
 #include "napi/util.h"
 
 #ifdef PG_WITH_CUDA
@@ -79,6 +81,132 @@ void ExpandCache(KVCache& cache, int64_t n) {
   for (auto& t : cache.v) expand(t);
 }
 
+// Smallest power of two >= n (the batch buckets of the graph path: 1, 2, 4, ..., 64, 128, ...).
+int64_t Bucket(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b <<= 1;
+  return b;
+}
+
+// The static path of Generate (see generate.h): prefill into a P-row cache of lmax slots, copy its
+// rows (each repeated n times) into a static cache of Bp >= N rows and lmax + max_new_tokens
+// slots, then decode with Qwen3Model::DecodeStatic on fixed buffers (ids_s, pos_s, slot_s, keep),
+// eagerly or, with `graphs`, from one CUDA graph captured after kWarmup eager steps. Rows that
+// finished stay in the batch (masked and ignored); padded rows N..Bp-1 decode pad_id at their own
+// cache rows and are never read. Per step: one H2D copy of the uniforms, the sampler, one D2H
+// copy of tokens and logprobs (the stop check), one copy into ids_s, one replay.
+GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at::Tensor& ids, const at::Tensor& mask,
+                              const at::Tensor& pos, const std::vector<int64_t>& plen, int64_t lmax, bool graphs,
+                              GenerateResult res) {
+  auto check_abort = [&] {
+    if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
+  };
+  const at::Device dev = m.device();
+  const int64_t P = ids.size(0), n = r.n, N = P * n, cap = lmax + r.max_new_tokens;
+  const bool pad = r.pad_to_bucket < 0 ? graphs : r.pad_to_bucket == 1;
+  const int64_t Bp = pad ? Bucket(N) : N;
+  auto lopt = at::TensorOptions().dtype(at::kLong);
+  auto dopt = lopt.device(dev);
+  auto fopt = at::TensorOptions().dtype(at::kFloat);
+
+  const auto t0 = Clock::now();
+  // Static buffers, allocated once on the current stream; they outlive the graph and the side
+  // stream scope below (declared after them, so destroyed first, after a stream sync).
+  KVCache cache = m.NewCache(Bp, cap);
+  at::Tensor keep = at::zeros({Bp, cap}, at::TensorOptions().dtype(at::kBool).device(dev));
+  at::Tensor ids_s = at::full({Bp, 1}, r.pad_id, dopt);
+  at::Tensor pos_s = at::zeros({Bp}, dopt);
+  at::Tensor slot_s = at::full({1}, lmax, dopt);
+  at::Tensor logits;  // [N, V] float32: next-token logits of the real rows
+  {
+    KVCache pre = m.NewCache(P, lmax);
+    at::Tensor h = m.Forward(ids, mask.narrow(1, 0, lmax), pos, r.adapter, &pre);
+    logits = m.Logits(h.select(1, lmax - 1));  // [P, V]
+    h = at::Tensor();
+    std::vector<int64_t> rows_h(N), next_pos_h(N);
+    for (int64_t g = 0; g < N; ++g) {
+      rows_h[g] = g / n;
+      next_pos_h[g] = plen[g / n];
+    }
+    at::Tensor rows = at::tensor(rows_h, lopt).to(dev);
+    for (size_t l = 0; l < cache.k.size(); ++l) {
+      cache.k[l].narrow(0, 0, N).narrow(2, 0, lmax).copy_(pre.k[l].index_select(0, rows));
+      cache.v[l].narrow(0, 0, N).narrow(2, 0, lmax).copy_(pre.v[l].index_select(0, rows));
+    }
+    keep.narrow(0, 0, N).narrow(1, 0, lmax).copy_(mask.narrow(1, 0, lmax).index_select(0, rows).ne(0));
+    pos_s.narrow(0, 0, N).copy_(at::tensor(next_pos_h, lopt).to(dev));
+    if (n > 1) logits = logits.index_select(0, rows);
+  }
+  (void)logits.select(0, 0).select(0, 0).item<float>();  // sync: honest prefill time
+  const auto t1 = Clock::now();
+  res.prefill_ms = Ms(t0, t1);
+  res.batch_rows = Bp;
+  res.decode_path = graphs ? "cuda-graphs" : "static";
+
+  res.completions.resize(N);
+  for (int64_t g = 0; g < N; ++g) {
+    res.completions[g].prompt_index = g / n;
+    res.completions[g].sample_index = g % n;
+    res.completions[g].tokens.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
+    res.completions[g].logprobs.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
+  }
+  std::vector<char> done(N, 0);
+  int64_t n_done = 0;
+  auto is_stop = [&](int64_t t) { return std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end(); };
+  // The captured step: logits of the current inputs, then advance position and cache slot.
+  auto step_fn = [&]() {
+    at::Tensor lg = m.DecodeStatic(ids_s, pos_s, slot_s, keep, r.adapter, cache);
+    pos_s.add_(1);
+    slot_s.add_(1);
+    return lg;
+  };
+  constexpr int64_t kWarmup = 2;  // eager steps on the side stream before capture (lazy inits)
+  StepGraph graph;                 // one bucket: the batch never shrinks on this path
+  at::Tensor graph_out;
+  SideStreamScope side(graphs ? dev : at::Device(at::kCPU));
+
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+  for (int64_t step = 0; step < r.max_new_tokens; ++step) {
+    check_abort();
+    if (step == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", step);
+    // One uniform per global row per step, as on the dynamic path (same seed -> same samples).
+    at::Tensor u = at::rand({N}, gen, fopt).to(dev);
+    auto [tok, lp] = SampleTokens(logits, r.sampling, u);
+    at::Tensor tok_h = tok.to(at::kCPU), lp_h = lp.to(at::kCPU);
+    const int64_t* tp = tok_h.data_ptr<int64_t>();
+    const float* lpp = lp_h.data_ptr<float>();
+    for (int64_t g = 0; g < N; ++g) {
+      if (done[g]) continue;
+      Completion& c = res.completions[g];
+      c.tokens.push_back(static_cast<int32_t>(tp[g]));
+      c.logprobs.push_back(lpp[g]);
+      ++res.new_tokens;
+      if (is_stop(tp[g])) {
+        c.stopped = true;
+        done[g] = 1;
+        ++n_done;
+      }
+    }
+    if (step + 1 == r.max_new_tokens || n_done == N) break;
+    ids_s.narrow(0, 0, N).copy_(tok.unsqueeze(1));
+    at::Tensor out;
+    if (graphs && res.steps >= kWarmup) {
+      if (!graph.captured()) {
+        graph_out = graph.Capture(step_fn);  // records only; the replay below runs it
+        ++res.graph_captures;
+      }
+      graph.Replay();
+      out = graph_out;
+    } else {
+      out = step_fn();
+    }
+    logits = out.narrow(0, 0, N);
+    ++res.steps;
+  }
+  res.decode_ms = Ms(t1, Clock::now());
+  return res;
+}
+
 GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   ValidateRequest(m, r);
   at::NoGradGuard ng;
@@ -119,6 +247,16 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   ids = ids.to(dev);
   mask = mask.to(dev);
   pos = pos.to(dev);
+
+  // Decode path (GenerateRequest::cuda_graphs / static_cache).
+  static const bool env_no_graphs = [] {
+    const char* e = std::getenv("PAPERGYM_NO_CUDA_GRAPHS");
+    return e != nullptr && *e != '\0' && std::string(e) != "0";
+  }();
+  const bool graphs_ok = r.cuda_graphs && !env_no_graphs && CudaGraphsCompiled() && dev.is_cuda();
+  const bool use_static = r.static_cache < 0 ? graphs_ok : r.static_cache == 1;
+  if (use_static) return GenerateStatic(m, r, ids, mask, pos, plen, lmax, graphs_ok, std::move(res));
+  res.batch_rows = N;
 
   const auto t0 = Clock::now();
   KVCache cache = m.NewCache(P, cap);

@@ -27,6 +27,16 @@ struct GenerateRequest {
   /// Compact finished rows out of the batch once they are at least this fraction of it (0..1].
   double compact_fraction = 0.125;
   int64_t simulate_oom_at_step = -1;          // test hook: throw c10::OutOfMemoryError at this decode step
+  /// Capture the decode step as CUDA graphs (one per batch bucket) when the build has CUDA graphs
+  /// (PG_WITH_CUDA), the model is on CUDA and PAPERGYM_NO_CUDA_GRAPHS is not set; false = never.
+  bool cuda_graphs = true;
+  /// Static-KV-cache decode (Qwen3Model::DecodeStatic): -1 = auto (on exactly when CUDA graphs are
+  /// used), 0 = off (the dynamic path: cache grown by Forward, finished rows compacted), 1 = on
+  /// (with or without graphs; finished rows stay in the batch, masked, and are ignored).
+  int static_cache = -1;
+  /// Static path only: pad the batch to a power-of-two bucket (1, 2, 4, ... rows; padded rows are
+  /// masked and ignored): -1 = auto (on exactly when CUDA graphs are used), 0 = off, 1 = on.
+  int pad_to_bucket = -1;
 };
 
 /// One completion (row r = prompt_index * n + sample_index).
@@ -45,6 +55,11 @@ struct GenerateResult {
   int64_t steps = 0;          // decode forwards run (after the prefill)
   int64_t compactions = 0;    // times finished rows were removed from the batch
   double prefill_ms = 0, decode_ms = 0;
+  /// "dynamic" (Forward with a growing cache), "static" (DecodeStatic, eager) or "cuda-graphs"
+  /// (DecodeStatic replayed from a captured graph).
+  std::string decode_path = "dynamic";
+  int64_t graph_captures = 0;  // CUDA graphs captured by this call
+  int64_t batch_rows = 0;      // decode batch rows (static path: the bucket, padded rows included)
 };
 
 /// Checks the request against the model (ArgError naming the JS option: prompts[i], n,
@@ -56,6 +71,10 @@ void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r);
 /// off and the CUDA device. Steps: left-pad prompts to the longest, prefill once into a KV cache
 /// of P rows, expand the cache rows n times, then decode one token per row per step; rows that
 /// sampled a stop id stop recording and are compacted out of the batch (see compact_fraction).
+/// Static path (static_cache / cuda_graphs): prefill as above, then the rows (padded to a bucket)
+/// decode through Qwen3Model::DecodeStatic over a preallocated cache of lmax + max_new_tokens slots,
+/// on CUDA replaying one captured graph per bucket after two eager warm-up steps; finished rows stay
+/// in the batch (masked). Tokens and logprobs equal the dynamic path's up to float rounding.
 /// Throws AbortedError when r.abort is set (checked before the prefill and every decode step);
 /// out-of-memory propagates as c10::OutOfMemoryError after the cache is released (the model stays
 /// usable).

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <random>
 
+#include "generate/cuda_graph.h"
 #include "generate/generate.h"
 #include "generate/sampler.h"
 #include "model/binding.h"
@@ -140,6 +141,12 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
     req->adapter = ReadAdapter(o);
     req->compact_fraction = GetNumber(o, "compactFraction", 0.125, "options");
     req->simulate_oom_at_step = GetInt(o, "simulateOomAtStep", -1, "options");
+    // Decode path (generate.h): cudaGraphs (default true: used on CUDA builds with a CUDA model),
+    // staticCache (default: on exactly when graphs are used), padToBucket (static path; default:
+    // with graphs).
+    req->cuda_graphs = GetBool(o, "cudaGraphs", true, "options");
+    if (Has(o, "staticCache")) req->static_cache = GetBool(o, "staticCache", std::nullopt, "options") ? 1 : 0;
+    if (Has(o, "padToBucket")) req->pad_to_bucket = GetBool(o, "padToBucket", std::nullopt, "options") ? 1 : 0;
     req->abort = Has(o, "abortHandle") ? UnwrapAbort(env, o.Get("abortHandle"), "options.abortHandle")
                                         : std::make_shared<std::atomic<bool>>(false);
     ValidateRequest(*model, *req);  // argument errors reject before any work is queued
@@ -174,6 +181,9 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
       out.Set("compactions", Napi::Number::New(e, static_cast<double>(res->compactions)));
       out.Set("prefillMs", Napi::Number::New(e, res->prefill_ms));
       out.Set("decodeMs", Napi::Number::New(e, res->decode_ms));
+      out.Set("decodePath", Napi::String::New(e, res->decode_path));
+      out.Set("graphCaptures", Napi::Number::New(e, static_cast<double>(res->graph_captures)));
+      out.Set("batchRows", Napi::Number::New(e, static_cast<double>(res->batch_rows)));
       return out;
     };
     return Worker::Start(env, run, done, /*grad=*/false, model->device());
@@ -211,6 +221,9 @@ void RegisterGenerate(Napi::Env env, Napi::Object exports) {
   exports.Set("generate", Napi::Function::New(env, GenerateJs, "generate"));
   exports.Set("createAbortHandle", Napi::Function::New(env, CreateAbortHandle, "createAbortHandle"));
   exports.Set("sampleFromLogits", Napi::Function::New(env, SampleFromLogitsJs, "sampleFromLogits"));
+  exports.Set("cudaGraphsCompiled", Napi::Function::New(env, [](const Napi::CallbackInfo& i) {
+    return Napi::Boolean::New(i.Env(), CudaGraphsCompiled());
+  }, "cudaGraphsCompiled"));
 }
 
 }  // namespace pg

@@ -538,4 +538,83 @@ void Qwen3Model::Dispose() {
   disposed_ = true;
 }
 
+// ---- Static-shape decode step (CUDA-graph capturable; see qwen3.h) ----
+// The layer math below mirrors Qwen3Impl::Layer for T = 1 (kept separate so the dynamic path is
+// untouched); test/generate-static.test.ts checks both paths give the same tokens and logprobs.
+
+at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot,
+                                    const at::Tensor& keep, const AdapterSel& sel, KVCache& cache) {
+  Qwen3Impl::CheckAlive(*this);
+  const Qwen3Config& c = cfg_;
+  if (ids.dim() != 2 || ids.size(1) != 1 || ids.size(0) < 1 || ids.scalar_type() != at::kLong)
+    throw ArgError("DecodeStatic: ids must be int64 [B, 1]");
+  const int64_t B = ids.size(0), C = cache.capacity;
+  if (cache.k.size() != static_cast<size_t>(c.num_hidden_layers) || cache.v.size() != cache.k.size())
+    throw ArgError("DecodeStatic: KV cache was made for another model");
+  if (cache.k[0].size(0) != B || cache.k[0].size(2) != C) throw ArgError("DecodeStatic: KV cache shape differs from [B, n_kv, capacity, head_dim]");
+  if (pos.dim() != 1 || pos.size(0) != B || pos.scalar_type() != at::kLong) throw ArgError("DecodeStatic: pos must be int64 [B]");
+  if (slot.numel() != 1 || slot.dim() > 1 || slot.scalar_type() != at::kLong) throw ArgError("DecodeStatic: slot must be int64 [1] or []");
+  if (keep.dim() != 2 || keep.size(0) != B || keep.size(1) != C || keep.scalar_type() != at::kBool)
+    throw ArgError("DecodeStatic: keep must be bool [B, capacity]");
+  if (ids.device() != device_ || pos.device() != device_ || slot.device() != device_ || keep.device() != device_)
+    throw ArgError("DecodeStatic: ids, pos, slot and keep must be on the model device");
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, rep = nh / nkv;
+  const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
+  const double eps = c.rms_norm_eps, sm_scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const LoraAdapter* ad = Qwen3Impl::Resolve(*this, sel);
+  const double scaling = ad ? ad->config.Scaling() : 0.0;
+  const double drop = ad ? ad->config.dropout : 0.0;
+
+  at::Tensor slot1 = slot.reshape({1});
+  keep.index_fill_(1, slot1, true);
+  at::Tensor allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis
+
+  // RoPE as in Forward (fp32 tables cast to the model dtype), here [B, 1, 1, hd].
+  at::Tensor inv_freq = at::pow(c.rope_theta, at::arange(0, hd, 2, at::TensorOptions().dtype(at::kLong).device(device_)).to(at::kFloat) / static_cast<double>(hd)).reciprocal();
+  at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, hd/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1).view({B, 1, 1, hd});
+  at::Tensor cos = emb.cos().to(dtype_), sin = emb.sin().to(dtype_);
+
+  at::Tensor h = at::embedding(Qwen3Impl::W(*this, "model.embed_tokens.weight"), ids);  // [B, 1, H]
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& lw = layers_[static_cast<size_t>(l)];
+    const Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad);
+    auto lora = [&](const at::Tensor& base, const at::Tensor& x, int k) {
+      const auto& ab = lo[static_cast<size_t>(k)];
+      if (!ab.first.defined()) return base;
+      return LoraAdd(base, x, ab.first, ab.second, scaling, drop, lora_fp32_);
+    };
+    auto f32 = [&](const at::Tensor& t, int k0, int k1) {
+      bool any = false;
+      for (int k = k0; k <= k1; ++k) any = any || lo[static_cast<size_t>(k)].first.defined();
+      return (any && lora_fp32_ && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
+    };
+    at::Tensor x = RmsNorm(h, lw.in_norm, eps);
+    auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);
+    at::Tensor xl = f32(x, 0, 2);
+    at::Tensor q = RmsNorm(lora(qkv[0], xl, 0).reshape({B, 1, nh, hd}), lw.q_norm, eps).transpose(1, 2);  // [B, nh, 1, hd]
+    at::Tensor k = RmsNorm(lora(qkv[1], xl, 1).reshape({B, 1, nkv, hd}), lw.k_norm, eps).transpose(1, 2);  // [B, nkv, 1, hd]
+    at::Tensor v = lora(qkv[2], xl, 2).reshape({B, 1, nkv, hd}).transpose(1, 2);
+    q = q * cos + RotateHalf(q) * sin;
+    k = k * cos + RotateHalf(k) * sin;
+    at::Tensor& kc = cache.k[static_cast<size_t>(l)];
+    at::Tensor& vc = cache.v[static_cast<size_t>(l)];
+    kc.index_copy_(2, slot1, k.to(kc.scalar_type()));
+    vc.index_copy_(2, slot1, v.to(vc.scalar_type()));
+    // Query head h = j * rep + r uses KV head j (transformers' repeat_kv): view the rep query heads
+    // of KV head j as rep query positions of one head, so K/V are never repeated.
+    at::Tensor qg = q.reshape({B, nkv, rep, hd});
+    at::Tensor o = at::scaled_dot_product_attention(qg, kc, vc, allowed, 0.0, /*is_causal=*/false, sm_scale);  // [B, nkv, rep, hd]
+    o = o.reshape({B, 1, qd});
+    at::Tensor h2 = h + lora(at::linear(o, lw.o), o, 3);
+    x = RmsNorm(h2, lw.post_norm, eps);
+    auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);
+    xl = f32(x, 4, 5);
+    at::Tensor act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
+    h = h2 + lora(at::linear(act, lw.down), act, 6);
+  }
+  h = RmsNorm(h, Qwen3Impl::W(*this, "model.norm.weight"), eps);
+  return Logits(h.select(1, 0));  // [B, V] fp32
+}
+
 }  // namespace pg

@@ -83,6 +83,22 @@ class Qwen3Model {
   at::Tensor Logits(const at::Tensor& hidden) const;
   /// Allocates an empty cache for `batch` rows and up to `capacity` positions.
   KVCache NewCache(int64_t batch, int64_t capacity) const;
+  /// One decode step with static shapes (CUDA-graph capturable: no host syncs, no host-side
+  /// cache length, shapes independent of the step). All tensors on the model device:
+  ///   ids  [B, 1] int64   the new token of each row;
+  ///   pos  [B] int64      its position id (RoPE);
+  ///   slot [1] (or []) int64  the cache index the new K/V go to (same for every row);
+  ///   keep [B, C] bool    which cache slots each row may attend to, C = cache.capacity. Updated
+  ///                       IN PLACE: keep[:, slot] = true before attending (so every row, padded
+  ///                       ones included, has at least one key and no NaN appears);
+  ///   cache               k/v [B, n_kv, C, head_dim] from NewCache(B, C); written at `slot` with
+  ///                       index_copy_; cache.len is neither read nor changed.
+  /// Attends over all C slots with the boolean mask (GQA without repeated K/V: the query heads of
+  /// one KV head become the query-length axis). Same layer math as Forward, so for a row whose
+  /// `keep` equals Forward's attention mask the logits agree to rounding. Does not advance pos or
+  /// slot. Returns logits [B, V] float32. ArgError on shape / dtype / device mismatches.
+  at::Tensor DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep,
+                          const AdapterSel& sel, KVCache& cache);
 
   // ---- LoRA ----
   /// Creates the trainable adapter (replaces an existing one).

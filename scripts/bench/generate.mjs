@@ -13,6 +13,8 @@
  *          --dtype fp32|bf16|fp16  --model DIR (use an existing checkpoint)  --batches 1,8,64
  *          --prompt-len 512  --new-tokens 256  --no-ref (skip transformers)  --threads N (CPU)
  *          --json FILE (write all numbers)  --layers N (random shapes with fewer layers, smoke tests)
+ *          --no-graphs (CUDA: the dynamic decode path instead of the default static-cache CUDA-graph
+ *          decode; the path taken is printed per batch on stderr and stored in --json as decode_path)
  * Random-shape checkpoints are made once by scripts/make_random_qwen3.py under
  * .cache/random-models/ (the tiny one by scripts/make_tiny_qwen3.py under .cache/tiny-models/).
  */
@@ -37,6 +39,7 @@ const { values: a } = parseArgs({
     threads: { type: 'string' },
     json: { type: 'string' },
     layers: { type: 'string' },
+    'no-graphs': { type: 'boolean', default: false },
   },
 });
 const python = process.env.PYTHON ?? 'python3';
@@ -90,15 +93,15 @@ const prompts = Object.fromEntries(batches.map((b) => [String(b), makePrompts(b,
 const model = await loadModel(modelDir, { device: a.device, dtype: dtypeName });
 const ours = [];
 for (const b of batches) {
-  const opts = { prompts: prompts[String(b)], temperature: 1, topK: 0, topP: 1, stopIds: [], seed: 1 };
+  const opts = { prompts: prompts[String(b)], temperature: 1, topK: 0, topP: 1, stopIds: [], seed: 1, cudaGraphs: !a['no-graphs'] };
   await generate(model, { ...opts, maxNewTokens: 4 }); // warm-up at this batch size
   if (cuda) native().cudaResetPeak(Number(a.device.split(':')[1] ?? 0));
   const t0 = performance.now();
   const r = await generate(model, { ...opts, maxNewTokens: newTokens });
   const secs = (performance.now() - t0) / 1000;
   const peak = cuda ? native().cudaMemory(Number(a.device.split(':')[1] ?? 0))?.peakAllocatedBytes ?? null : null;
-  ours.push({ batch: b, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak });
-  process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms)\n`);
+  ours.push({ batch: b, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak, decode_path: r.decodePath ?? 'dynamic', batch_rows: r.batchRows ?? b, ms_per_step: r.steps ? r.decodeMs / r.steps : null });
+  process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, ${r.batchRows ?? b} rows)\n`);
 }
 model.dispose();
 if (cuda) native().cudaEmptyCache();

@@ -1,0 +1,113 @@
+#include "generate/cuda_graph.h"
+
+#include <c10/util/Exception.h>
+
+#ifdef PG_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <map>
+#include <mutex>
+#include <optional>
+#endif
+
+namespace pg {
+
+#ifdef PG_WITH_CUDA
+
+bool CudaGraphsCompiled() { return true; }
+
+namespace {
+// One pool stream per device for the whole process.
+c10::cuda::CUDAStream SideStream(c10::DeviceIndex dev) {
+  static std::mutex mu;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = streams.find(dev);
+  if (it == streams.end()) it = streams.emplace(dev, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, dev)).first;
+  return it->second;
+}
+}  // namespace
+
+struct SideStreamScope::Impl {
+  c10::cuda::CUDAStream side;
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+};
+
+SideStreamScope::SideStreamScope(at::Device device) {
+  if (!device.is_cuda()) return;
+  const c10::DeviceIndex dev = device.has_index() ? device.index() : c10::cuda::current_device();
+  c10::cuda::getCurrentCUDAStream(dev).synchronize();  // prefill results are ready for the side stream
+  impl_.reset(new Impl{SideStream(dev), std::nullopt});
+  impl_->guard.emplace(impl_->side);
+}
+
+SideStreamScope::~SideStreamScope() {
+  if (!impl_) return;
+  try {
+    impl_->side.synchronize();  // nothing pending on tensors the caller frees or reuses next
+  } catch (...) {
+  }
+  impl_->guard.reset();
+}
+
+struct StepGraph::Impl {
+  at::cuda::CUDAGraph graph;
+  at::Tensor out;
+  bool captured = false;
+};
+
+StepGraph::StepGraph() : impl_(new Impl()) {}
+StepGraph::~StepGraph() = default;
+
+at::Tensor StepGraph::Capture(const std::function<at::Tensor()>& fn) {
+  TORCH_CHECK(!impl_->captured, "StepGraph::Capture called twice");
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
+              "CUDA graph capture needs a non-default stream (use SideStreamScope)");
+  impl_->graph.capture_begin(c10::MempoolId_t{0, 0}, cudaStreamCaptureModeThreadLocal);
+  at::Tensor out;
+  try {
+    out = fn();
+  } catch (...) {
+    try {
+      impl_->graph.capture_end();  // leaves capture mode; the graph is discarded
+    } catch (...) {
+    }
+    throw;
+  }
+  impl_->graph.capture_end();  // instantiates the graph
+  impl_->out = out;
+  impl_->captured = true;
+  return out;
+}
+
+void StepGraph::Replay() {
+  TORCH_CHECK(impl_->captured, "StepGraph::Replay before Capture");
+  impl_->graph.replay();
+}
+
+bool StepGraph::captured() const { return impl_->captured; }
+
+#else  // !PG_WITH_CUDA
+
+bool CudaGraphsCompiled() { return false; }
+
+struct SideStreamScope::Impl {};
+SideStreamScope::SideStreamScope(at::Device) {}
+SideStreamScope::~SideStreamScope() = default;
+
+struct StepGraph::Impl {};
+StepGraph::StepGraph() {}
+StepGraph::~StepGraph() = default;
+at::Tensor StepGraph::Capture(const std::function<at::Tensor()>&) {
+  TORCH_CHECK(false, "this build of papergym-native has no CUDA graphs (no PG_WITH_CUDA)");
+}
+void StepGraph::Replay() { TORCH_CHECK(false, "this build of papergym-native has no CUDA graphs (no PG_WITH_CUDA)"); }
+bool StepGraph::captured() const { return false; }
+
+#endif
+
+}  // namespace pg

@@ -1,0 +1,114 @@
+/**
+ * GPU suite: CUDA-graph decode (native/generate: static KV cache, one graph per batch bucket).
+ * Skips with a printed reason without CUDA or when the addon was built without CUDA headers (no
+ * PG_WITH_CUDA, so no graphs). Checks, on the tiny model in fp32 (and bf16 once):
+ *   - greedy, left-padded batch of 3 (bucket 4, one padded row), 64 tokens: graphs == the static
+ *     path without graphs (same kernels and shapes: identical ids and logprobs) == the dynamic path
+ *     (identical ids);
+ *   - n = 3 seeded sampling (full vocabulary and top-p): identical ids with and without graphs;
+ *   - stop ids end rows while the others continue; cudaGraphs: false selects the dynamic path.
+ */
+import { expect } from 'chai';
+import { cudaAvailable, native } from '../../lib/native.js';
+import { loadModel, type Qwen3Model } from '../../lib/model/qwen3.js';
+import { generate, type GenerateOptions, type GenerateResult } from '../../lib/model/policy.js';
+import { tinyModel } from '../helpers/tiny.js';
+
+interface PathOptions {
+  cudaGraphs?: boolean;
+  staticCache?: boolean;
+  padToBucket?: boolean;
+}
+type PathResult = GenerateResult & { decodePath: string; graphCaptures: number; batchRows: number };
+const run = (m: Qwen3Model, o: GenerateOptions & PathOptions) => generate(m, o as GenerateOptions) as Promise<PathResult>;
+const ids = (r: PathResult) => r.completions.map((c) => Array.from(c.tokenIds));
+
+function maxLpDiff(a: PathResult, b: PathResult): number {
+  let d = 0;
+  a.completions.forEach((c, i) => c.logprobs.forEach((x, j) => (d = Math.max(d, Math.abs(x - b.completions[i]!.logprobs[j]!)))));
+  return d;
+}
+
+const prompts = [
+  Int32Array.from([151644, 872, 198, 9707, 1879]),
+  Int32Array.from([13, 77091]),
+  Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13]),
+];
+
+describe('GPU suite: CUDA-graph decode', function () {
+  this.timeout(600000);
+  let gpu: Qwen3Model;
+  before(async function () {
+    if (!cudaAvailable()) {
+      console.log('  skipping CUDA-graph decode: CUDA is not available to the addon (no GPU, no driver, or a CPU libtorch)');
+      this.skip();
+    }
+    const compiled = (native() as unknown as { cudaGraphsCompiled?: () => boolean }).cudaGraphsCompiled?.() ?? false;
+    if (!compiled) {
+      console.log('  skipping CUDA-graph decode: the addon was built without CUDA headers (no PG_WITH_CUDA, no graphs)');
+      this.skip();
+    }
+    gpu = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'float32' });
+  });
+  after(() => gpu?.dispose());
+
+  it('greedy, padded batch (bucket 4), 64 tokens: graphs == static without graphs (exact) == dynamic path (ids)', async () => {
+    const o = { prompts, temperature: 0, maxNewTokens: 64, stopIds: [] as number[], seed: 0 };
+    const g = await run(gpu, o);
+    expect(g.decodePath).to.equal('cuda-graphs');
+    expect(g.graphCaptures).to.equal(1);
+    expect(g.batchRows).to.equal(4);
+    expect(g.steps).to.equal(63);
+    const s = await run(gpu, { ...o, cudaGraphs: false, staticCache: true, padToBucket: true });
+    expect(s.decodePath).to.equal('static');
+    expect(ids(g)).to.deep.equal(ids(s));
+    expect(maxLpDiff(g, s), 'graph vs eager static logprobs').to.be.at.most(1e-6);
+    const d = await run(gpu, { ...o, cudaGraphs: false });
+    expect(d.decodePath).to.equal('dynamic');
+    expect(ids(g)).to.deep.equal(ids(d));
+    expect(maxLpDiff(g, d), 'graph vs dynamic logprobs').to.be.at.most(1e-4);
+    // a second call captures afresh (graphs live for one call) and gives the same result
+    const g2 = await run(gpu, o);
+    expect(ids(g2)).to.deep.equal(ids(g));
+  });
+
+  it('n = 3 seeded sampling (full vocabulary, top-p, top-k): identical ids with and without graphs', async () => {
+    for (const [T, topK, topP] of [[1.0, 0, 1.0], [1.1, 0, 0.95], [0.7, 20, 1.0]] as const) {
+      const o = { prompts, n: 3, temperature: T, topK, topP, maxNewTokens: 64, stopIds: [] as number[], seed: 31337 };
+      const g = await run(gpu, o);
+      expect(g.decodePath).to.equal('cuda-graphs');
+      expect(g.batchRows).to.equal(16); // 9 rows -> bucket 16
+      const s = await run(gpu, { ...o, cudaGraphs: false, staticCache: true, padToBucket: true });
+      expect(ids(g), `T=${T} topK=${topK} topP=${topP}`).to.deep.equal(ids(s));
+      expect(maxLpDiff(g, s)).to.be.at.most(1e-6);
+    }
+  });
+
+  it('stop ids: stopped rows stay masked in the graph batch, the others continue unchanged', async () => {
+    const o = { prompts, temperature: 0, maxNewTokens: 40, stopIds: [] as number[] };
+    const full = await run(gpu, o);
+    const stopTok = full.completions[1]!.tokenIds[5]!;
+    const r = await run(gpu, { ...o, stopIds: [stopTok] });
+    const d = await run(gpu, { ...o, stopIds: [stopTok], cudaGraphs: false });
+    expect(r.completions[1]!.finishReason).to.equal('stop');
+    expect(ids(r)).to.deep.equal(ids(d));
+    expect(r.completions.map((c) => c.finishReason)).to.deep.equal(d.completions.map((c) => c.finishReason));
+  });
+
+  it('bf16: graphs == static without graphs (greedy, n = 2 sampling)', async () => {
+    const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'bfloat16' });
+    try {
+      for (const o of [
+        { prompts, temperature: 0, maxNewTokens: 48, stopIds: [] as number[] },
+        { prompts, n: 2, temperature: 1, topP: 0.9, maxNewTokens: 48, stopIds: [] as number[], seed: 5 },
+      ]) {
+        const g = await run(m, o);
+        expect(g.decodePath).to.equal('cuda-graphs');
+        const s = await run(m, { ...o, cudaGraphs: false, staticCache: true, padToBucket: true });
+        expect(ids(g)).to.deep.equal(ids(s));
+      }
+    } finally {
+      m.dispose();
+    }
+  });
+});
