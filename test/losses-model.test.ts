@@ -10,16 +10,11 @@ import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { grpoBackward, opsdBackward, sequenceLogprobs } from '../lib/train/losses.js';
 import { AdamW } from '../lib/train/optim.js';
 import { tinyModel } from './helpers/tiny.js';
+import { mulberry32 } from '../lib/util/random.js';
 
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const r = mulberry32(seed);
+  return () => r();
 }
 const i32 = (rows: number[][]) => ({ data: Int32Array.from(rows.flat()), shape: [rows.length, rows[0].length] });
 const f32 = (rows: number[][]) => ({ data: Float32Array.from(rows.flat()), shape: [rows.length, rows[0].length] });

@@ -13,19 +13,14 @@ import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { computeAdvantages } from '../lib/train/advantages.js';
 import { grpoLoss, jsdLoss } from '../lib/train/losses.js';
+import { mulberry32 } from '../lib/util/random.js';
 
 const python = process.env.PYTHON ?? 'python3';
 const FIXTURE = join(packageRoot, 'test', 'fixtures', 'losses', 'trl-parity.json');
 
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const r = mulberry32(seed);
+  return () => r();
 }
 const gauss = (r: () => number) => Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
 const mat = (r: () => number, rows: number, cols: number, s = 1, m = 0) => Array.from({ length: rows }, () => Array.from({ length: cols }, () => gauss(r) * s + m));

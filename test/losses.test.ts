@@ -4,16 +4,11 @@
  */
 import { expect } from 'chai';
 import { grpoLoss, jsdLoss, k3, selectedLogprobs, type FloatTensor } from '../lib/train/losses.js';
+import { mulberry32 } from '../lib/util/random.js';
 
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const r = mulberry32(seed);
+  return () => r();
 }
 function randn(r: () => number): number {
   return Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());

@@ -9,18 +9,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { AdamW, lrAt } from '../lib/train/optim.js';
+import { mulberry32 } from '../lib/util/random.js';
 
 const python = process.env.PYTHON ?? 'python3';
 
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296 - 0.5;
-  };
+  const r = mulberry32(seed);
+  return () => r() - 0.5;
 }
 
 describe('optim: AdamW, clipping, schedules', function () {

@@ -11,6 +11,9 @@
  */
 import { writeFileSync, renameSync } from 'node:fs';
 import type { RubricDimension } from '../data/schema.js';
+import { mulberry32 } from '../util/random.js';
+
+export { mulberry32 };
 
 /** One judged item of one plan. */
 export interface EvalRow {
@@ -71,17 +74,6 @@ export interface ReportOptions {
   alpha?: number;
 }
 
-/** mulberry32: a small seeded PRNG returning floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Linear-interpolated quantile of a sorted array (type 7, as numpy's default). */
 export function quantile(sorted: number[], q: number): number {

@@ -19,6 +19,7 @@ import type { TrainBackend, Rollout, Sequence } from './backend.js';
 import { writeCheckpoint, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages, teacherMessages } from './prompts.js';
+import { mulberry32 } from '../util/random.js';
 
 /** Minimal view of a dataset item the schedule needs (lib/data/schema.ts has the full schema). */
 export interface TrainItem {
@@ -59,17 +60,6 @@ export interface TrainSummary {
   wallSeconds: number;
 }
 
-/** mulberry32: a small seeded PRNG for the data order (deterministic across resume). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Seed of (run seed, stage index, step, purpose), a 31-bit integer. */
 export function stepSeed(seed: number, stageIndex: number, step: number, purpose: number): number {
@@ -83,7 +73,7 @@ export function stepSeed(seed: number, stageIndex: number, step: number, purpose
 
 /** Deterministic epoch order of `n` items. */
 export function epochOrder(n: number, seed: number, epoch: number): number[] {
-  const r = prng(stepSeed(seed, 0xdead, epoch, 7));
+  const r = mulberry32(stepSeed(seed, 0xdead, epoch, 7));
   const idx = Array.from({ length: n }, (_, i) => i);
   for (let i = n - 1; i > 0; i--) {
     const j = Math.floor(r() * (i + 1));
