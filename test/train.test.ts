@@ -124,7 +124,7 @@ describe('train (embedded tiny model)', function () {
       const data = join(tmp, 'mixed.jsonl');
       writeFileSync(data, [good[0], '{"id": "broken"', good[1], JSON.stringify({ ...JSON.parse(good[2]!), rubric: [] }), ...good.slice(3)].join('\n') + '\n');
       const logs: string[] = [];
-      const s = await runTraining({ flags: { data, out: join(tmp, 'mixed'), stages: ['sft'], sft: { steps: 1, lr: 1e-3, batchSize: 1, microBatch: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } }, log: (l) => logs.push(l), handleSignals: false });
+      const s = await runTraining({ flags: { data, out: join(tmp, 'mixed'), stages: ['sft'], sft: { steps: 1, lr: 1e-3, batchSize: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } }, log: (l) => logs.push(l), handleSignals: false });
       expect(s.globalStep).to.equal(1);
       expect(logs.join('\n')).to.match(/line 2:/).and.to.match(/line 4:/);
       let err: Error | undefined;
@@ -165,13 +165,13 @@ describe('train (embedded tiny model)', function () {
     const policy = await Policy.load(ensureDefaultModel());
     try {
       policy.model.addLora({ r: 4, alpha: 8, seed: 1 });
-      const cfg = resolveConfig({ flags: { stages: ['sft'], sft: { steps: 6, lr: 1e-3, batchSize: 1, microBatch: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } } });
+      const cfg = resolveConfig({ flags: { stages: ['sft'], sft: { steps: 6, lr: 1e-3, batchSize: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } } });
       const inner = new NativeBackend(policy, cfg);
       let calls = 0;
       const nanAt = new Set([1, 3, 4, 5]);
       const backend = Object.create(inner) as NativeBackend;
-      backend.sftBackward = async (b, n) => {
-        const r = await inner.sftBackward(b, n);
+      backend.sftBackward = async (b) => {
+        const r = await inner.sftBackward(b);
         return nanAt.has(calls++) ? { loss: NaN } : r;
       };
       const items = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l));

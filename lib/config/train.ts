@@ -27,7 +27,8 @@ export interface TrainConfig {
   lora: { r: number; alpha: number; dropout: number; useRslora: boolean; targetModules: string[] };
   sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean };
   optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
-  sft: { steps: number; lr: number; batchSize: number; microBatch: number };
+  /** SFT baseline: cross-entropy on the reference answers; batchSize questions per step (one native call, chunked over tokens). */
+  sft: { steps: number; lr: number; batchSize: number };
   opsd: {
     steps: number;
     lr: number;
@@ -77,7 +78,7 @@ export const DEFAULTS: TrainConfig = {
   lora: { r: 8, alpha: 16, dropout: 0, useRslora: false, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] },
   sampling: { temperature: 1.0, topP: 0.95, topK: 20, maxNewTokens: 24, enableThinking: false },
   optim: { weightDecay: 0, maxGradNorm: 1.0, betas: [0.9, 0.999], eps: 1e-8, schedule: 'constant', warmupSteps: 0 },
-  sft: { steps: 8, lr: 1e-3, batchSize: 2, microBatch: 2 },
+  sft: { steps: 8, lr: 1e-3, batchSize: 2 },
   opsd: { steps: 8, lr: 1e-3, batchSize: 2, microBatch: 2, beta: 0.5, teacher: 'fixed', emaDecay: 0.99, earlyStopPatience: 0 },
   grpo: {
     steps: 6, lr: 1e-3, questionsPerStep: 2, groupSize: 4, microBatch: 4, epsLow: 0.2, epsHigh: 0.28, betaKl: 0.01,
@@ -160,7 +161,7 @@ export function validateConfig(c: TrainConfig): TrainConfig {
   if (!c.stages.length) errs.push('stages must name at least one of sft, opsd, grpo');
   for (const s of c.stages) if (!['sft', 'opsd', 'grpo'].includes(s)) errs.push(`unknown stage '${s}' (sft | opsd | grpo)`);
   for (const [v, n] of [[c.lora.r, 'lora.r'], [c.opsd.batchSize, 'opsd.batchSize'], [c.opsd.microBatch, 'opsd.microBatch'], [c.grpo.groupSize, 'grpo.groupSize'],
-    [c.grpo.questionsPerStep, 'grpo.questionsPerStep'], [c.grpo.microBatch, 'grpo.microBatch'], [c.sft.batchSize, 'sft.batchSize'], [c.sft.microBatch, 'sft.microBatch'],
+    [c.grpo.questionsPerStep, 'grpo.questionsPerStep'], [c.grpo.microBatch, 'grpo.microBatch'], [c.sft.batchSize, 'sft.batchSize'],
     [c.sampling.maxNewTokens, 'sampling.maxNewTokens']] as [number, string][]) { pos(v, n); int(v, n); }
   for (const [v, n] of [[c.opsd.steps, 'opsd.steps'], [c.grpo.steps, 'grpo.steps'], [c.sft.steps, 'sft.steps'], [c.checkpoint.every, 'checkpoint.every'], [c.validation.every, 'validation.every'], [c.seed, 'seed']] as [number, string][]) { nonneg(v, n); int(v, n); }
   for (const [v, n] of [[c.opsd.lr, 'opsd.lr'], [c.grpo.lr, 'grpo.lr'], [c.sft.lr, 'sft.lr'], [c.lora.alpha, 'lora.alpha']] as [number, string][]) pos(v, n);

@@ -59,8 +59,8 @@ export interface TrainBackend {
   opsdBackward(batch: { student: Sequence; teacher: Sequence }[], opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string }): Promise<{ loss: number }>;
   /** GRPO micro-batch (fused loss, DESIGN.md §5); grads accumulate. */
   grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], opts: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
-  /** SFT micro-batch: cross-entropy on completion tokens / normalizer; grads accumulate. */
-  sftBackward(batch: Sequence[], normalizer: number): Promise<{ loss: number }>;
+  /** SFT window: mean next-token cross-entropy over all completion tokens of `batch`; grads accumulate. */
+  sftBackward(batch: Sequence[]): Promise<{ loss: number }>;
   /**
    * AdamW step with global grad-norm clipping; returns the pre-clip norm and the scheduled lr;
    * skips the update (skipped = true) when the norm is not finite; zeroes grads.

@@ -186,16 +186,15 @@ export class NativeBackend implements TrainBackend {
     return { loss: r.loss, meanKl: r.meanKl, clipFraction: r.clipFraction.region };
   }
 
-  async sftBackward(batch: Sequence[], normalizer: number): Promise<{ loss: number }> {
+  async sftBackward(batch: Sequence[]): Promise<{ loss: number }> {
     if (this.phase !== 'backward') this.enterPhase('backward');
-    // crossEntropyBackward averages over this call's label tokens: the trainer sends the whole
-    // window in one call, so that mean is the window mean.
+    // crossEntropyBackward averages over this call's label tokens (labels[t] = the token at t,
+    // predicted from t − 1); the trainer sends the whole window, so this is the window mean.
     const p = padSequences(batch, this.policy.tokenizer.padTokenId);
     const labels = new Int32Array(p.ids.data.length).fill(-100);
     batch.forEach((s, b) => {
       for (let j = 0; j < s.completionIds.length; j++) labels[b * p.L + s.promptIds.length + j] = s.completionIds[j]!;
     });
-    void normalizer;
     return this.policy.model.crossEntropyBackward({ inputIds: p.ids, attentionMask: p.mask, labels: { data: labels, shape: p.ids.shape } });
   }
 

@@ -332,8 +332,9 @@ export class Trainer {
       completionIds: await backend.answerIds(it.reference_answer),
     })));
     const normalizer = seqs.reduce((a, s) => a + s.completionIds.length, 0);
-    let loss = 0;
-    for (const mb of chunks(seqs, this.cfg.sft.microBatch)) loss += (await backend.sftBackward(mb, normalizer)).loss;
+    // One call over the window: the native cross-entropy averages over the tokens it is given,
+    // which is then exactly the window's token mean (the chunking over tokens happens natively).
+    const { loss } = await backend.sftBackward(seqs);
     return { loss, completionTokens: normalizer };
   }
 
