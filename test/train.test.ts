@@ -118,6 +118,18 @@ describe('train (embedded tiny model)', function () {
     expect(r.out).to.match(/resume with --resume/);
   });
 
+  it('runs the ablation orders and teacher variants (grpo,opsd with an EMA teacher; sft; opsd with the current adapter as teacher)', async () => {
+    for (const [stages, teacher] of [['grpo,opsd', 'ema'], ['sft', 'fixed'], ['opsd', 'current']] as const) {
+      const dir = join(tmp, `abl-${stages}-${teacher}`);
+      const r = await run(['train', '--out', dir, '--stages', stages, '--teacher', teacher, '--opsd-steps', '2', '--grpo-steps', '1', '--sft-steps', '2',
+        '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2', '--max-new-tokens', '4', '--checkpoint-every', '1', '--validate-every', '0']);
+      expect(r.code, r.out).to.equal(0);
+      const st = resolveCheckpoint(dir);
+      expect(st.state.stageIndex).to.equal(stages.split(',').length);
+      if (teacher === 'ema') expect(existsSync(join(st.dir, 'snapshot-ema-teacher.safetensors'))).to.equal(true);
+    }
+  });
+
   describe('bad input is caught before any compute', () => {
     it('reports invalid dataset rows with line numbers and skips them; --strict stops', async () => {
       const good = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n');
