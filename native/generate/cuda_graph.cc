@@ -54,42 +54,56 @@ SideStreamScope::~SideStreamScope() {
 }
 
 struct StepGraph::Impl {
-  at::cuda::CUDAGraph graph;
+  at::cuda::CUDAGraph graph;  // its constructor touches the current CUDA stream: made in Capture
   at::Tensor out;
   bool captured = false;
 };
 
-StepGraph::StepGraph() : impl_(new Impl()) {}
+StepGraph::StepGraph() = default;
 StepGraph::~StepGraph() = default;
 
 at::Tensor StepGraph::Capture(const std::function<at::Tensor()>& fn) {
-  TORCH_CHECK(!impl_->captured, "StepGraph::Capture called twice");
+  TORCH_CHECK(!impl_, "StepGraph::Capture called twice");
   const auto stream = c10::cuda::getCurrentCUDAStream();
   TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
               "CUDA graph capture needs a non-default stream (use SideStreamScope)");
-  impl_->graph.capture_begin(c10::MempoolId_t{0, 0}, cudaStreamCaptureModeThreadLocal);
-  at::Tensor out;
-  try {
-    out = fn();
-  } catch (...) {
+  impl_.reset(new Impl());
+  // On failure: end the capture (so the stream leaves capture mode) and deliberately leak the
+  // graph object: the caching allocator may still hold a pool filter that points at it.
+  auto abandon = [this] {
     try {
-      impl_->graph.capture_end();  // leaves capture mode; the graph is discarded
+      impl_->graph.capture_end();
     } catch (...) {
     }
+    (void)impl_.release();
+  };
+  at::Tensor out;
+  try {
+    impl_->graph.capture_begin(c10::MempoolId_t{0, 0}, cudaStreamCaptureModeThreadLocal);
+    out = fn();
+    impl_->graph.capture_end();  // also instantiates the graph
+  } catch (const c10::OutOfMemoryError&) {
+    abandon();
+    throw;
+  } catch (const c10::Error& e) {
+    abandon();
+    TORCH_CHECK(false, "CUDA graph capture of the decode step failed (generate with cudaGraphs: false or set PAPERGYM_NO_CUDA_GRAPHS=1 to decode without graphs): ",
+                e.what_without_backtrace());
+  } catch (...) {
+    abandon();
     throw;
   }
-  impl_->graph.capture_end();  // instantiates the graph
   impl_->out = out;
   impl_->captured = true;
   return out;
 }
 
 void StepGraph::Replay() {
-  TORCH_CHECK(impl_->captured, "StepGraph::Replay before Capture");
+  TORCH_CHECK(impl_ && impl_->captured, "StepGraph::Replay before a successful Capture");
   impl_->graph.replay();
 }
 
-bool StepGraph::captured() const { return impl_->captured; }
+bool StepGraph::captured() const { return impl_ && impl_->captured; }
 
 #else  // !PG_WITH_CUDA
 
@@ -100,7 +114,7 @@ SideStreamScope::SideStreamScope(at::Device) {}
 SideStreamScope::~SideStreamScope() = default;
 
 struct StepGraph::Impl {};
-StepGraph::StepGraph() {}
+StepGraph::StepGraph() = default;
 StepGraph::~StepGraph() = default;
 at::Tensor StepGraph::Capture(const std::function<at::Tensor()>&) {
   TORCH_CHECK(false, "this build of papergym-native has no CUDA graphs (no PG_WITH_CUDA)");
