@@ -296,14 +296,23 @@ export class Policy {
       stopIds: opts.stopIds ?? [...this.tokenizer.stopIds],
       padId: this.tokenizer.padTokenId,
     });
-    const stops = new Set(opts.stopIds ?? this.tokenizer.stopIds);
-    const bodies = res.completions.map((c) => {
+    const texts = await this.completionTexts(res.completions, opts.stopIds);
+    return { ...res, promptIds, completions: res.completions.map((c, i) => ({ ...c, text: texts[i] })) };
+  }
+
+  /**
+   * Decoded text of each completion: the final stop id (when finishReason is 'stop') and ids the
+   * tokenizer has no token for (random models can sample the padded vocabulary rows) are left out;
+   * special tokens inside are kept. `stopIds` defaults to the tokenizer's.
+   */
+  completionTexts(completions: Pick<RawCompletion, 'tokenIds' | 'finishReason'>[], stopIds?: readonly number[]): Promise<string[]> {
+    const stops = new Set(stopIds ?? this.tokenizer.stopIds);
+    const bodies = completions.map((c) => {
       const ids = Array.from(c.tokenIds);
       if (c.finishReason === 'stop' && ids.length && stops.has(ids[ids.length - 1])) ids.pop();
       return ids.filter((t) => t < this.tokenizer.vocabSize);
     });
-    const texts = await this.tokenizer.decodeBatch(bodies);
-    return { ...res, promptIds, completions: res.completions.map((c, i) => ({ ...c, text: texts[i] })) };
+    return this.tokenizer.decodeBatch(bodies);
   }
 
   /** Frees the model's weights (see Qwen3Model.dispose). */

@@ -65,6 +65,11 @@ export interface NativeBackendOptions {
   emptyCacheBetweenPhases?: boolean;
 }
 
+/**
+ * The training backend over one Policy: rollouts through the native generator, fused losses with
+ * grads into the LoRA parameters, AdamW per stage, adapter snapshots (reference policy, EMA
+ * teacher) kept as JS copies so checkpoints can save them, and CUDA peak memory per phase.
+ */
 export class NativeBackend implements TrainBackend {
   private opt: AdamW | undefined;
   private readonly snapshots = new Map<string, Record<string, JsTensor<Float32Array>>>();
@@ -133,13 +138,7 @@ export class NativeBackend implements TrainBackend {
       n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
       stopIds: [...tok.stopIds], padId: tok.padTokenId,
     });
-    const stops = new Set(tok.stopIds);
-    const bodies = res.completions.map((c) => {
-      const ids = Array.from(c.tokenIds);
-      if (c.finishReason === 'stop' && ids.length && stops.has(ids[ids.length - 1]!)) ids.pop();
-      return ids.filter((t) => t < tok.vocabSize);
-    });
-    const texts = await tok.decodeBatch(bodies);
+    const texts = await this.policy.completionTexts(res.completions);
     return res.completions.map((c, i) => ({
       promptIndex: c.promptIndex,
       tokenIds: Array.from(c.tokenIds),
