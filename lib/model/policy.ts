@@ -68,6 +68,12 @@ export interface GenerateOptions extends SamplingOptions {
   compactFraction?: number;
   /** Test hook: throw a (simulated) out-of-memory error at this decode step. */
   simulateOomAtStep?: number;
+  /** CUDA only: decode with one CUDA-graph replay per step (default true on CUDA builds; env PAPERGYM_NO_CUDA_GRAPHS=1 disables). */
+  cudaGraphs?: boolean;
+  /** Decode from a static, full-capacity KV cache (default: on exactly when CUDA graphs are used). */
+  staticCache?: boolean;
+  /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default true. */
+  padToBucket?: boolean;
 }
 
 /** One completion of the low-level {@link generate}. */
@@ -97,6 +103,12 @@ export interface GenerateResult {
   steps: number;
   /** Times finished rows were compacted out of the batch. */
   compactions: number;
+  /** Which decode loop ran: 'dynamic' (growing cache, compaction), 'static' or 'cuda-graphs'. */
+  decodePath?: 'dynamic' | 'static' | 'cuda-graphs';
+  /** CUDA graphs captured by this call. */
+  graphCaptures?: number;
+  /** Rows decoded per step (the bucket size on the static path). */
+  batchRows?: number;
   /** Wall time of the prefill (ms) and of the decode loop (ms). */
   prefillMs: number;
   decodeMs: number;
