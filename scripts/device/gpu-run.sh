@@ -24,6 +24,7 @@ for step in "$@"; do
     train8) timeout 330 node scripts/bench/train_step.mjs --device cuda --shape qwen3-8b --lora-bf16 --json $OUT/train_8b.json 2>&1 | tail -20 ;;
     liger) timeout 240 node scripts/bench/losses_vs_liger.mjs --device cuda --json $OUT/losses_vs_liger.json 2>&1 | tail -20 ;;
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
+    graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
     *) echo "unknown step $step" ;;
   esac
