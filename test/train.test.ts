@@ -97,6 +97,9 @@ describe('train (embedded tiny model)', function () {
     expect(resolveCheckpoint(dir).state.globalStep).to.equal(6);
     const d = maxAbsDiff(adapterOf(join(dir, 'final')), adapterOf(join(uninterrupted, 'final')));
     expect(d).to.be.at.most(1e-6);
+    // The summary keeps the stage finished before the kill.
+    const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8'));
+    expect(summary.stages.map((s: { stage: string; steps: number }) => [s.stage, s.steps])).to.deep.equal([['opsd', 3], ['grpo', 3]]);
   });
 
   it('SIGINT writes a checkpoint before exiting', async () => {

@@ -9,6 +9,7 @@ import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { policyPlanGenerator } from '../../lib/eval/backends.js';
 import { formatReport, writeRowsJsonl } from '../../lib/eval/report.js';
 import { runEval } from '../../lib/eval/run.js';
+import { ensureWritableFile } from '../../lib/util/fs.js';
 
 interface EvalArgs extends JudgeArgs {
   model: string;
@@ -75,6 +76,7 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
         .option('keep-raw', { type: 'boolean', default: false, describe: "keep the judge's raw answers in the rows" }),
     ) as never,
   handler: async (argv) => {
+    for (const [flag, path] of [['--out', argv.out], ['--report', argv.report], ['--plans', argv.plans]] as const) if (path) ensureWritableFile(path, flag);
     let items = readDataset(argv.data).items;
     if (argv.split) items = items.filter((it) => it.split === argv.split);
     if (argv.limit !== undefined) items = items.slice(0, argv.limit);

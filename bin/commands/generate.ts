@@ -4,6 +4,7 @@ import type { ChatMessage } from '../../lib/model/chat.js';
 import { Policy, type PolicyPrompt } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { studentMessages } from '../../lib/train/prompts.js';
+import { ensureWritableFile } from '../../lib/util/fs.js';
 
 interface GenerateArgs {
   model: string;
@@ -99,6 +100,7 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
         return true;
       }) as never,
   handler: async (argv) => {
+    if (argv.out) ensureWritableFile(argv.out, '--out');
     const records: InputRecord[] = argv.input ? readInput(argv.input, argv.plain) : (argv.prompt ?? []).map((p) => ({ prompt: argv.system ? [{ role: 'system', content: argv.system }, { role: 'user', content: p }] : p }));
     if (!records.length) throw new Error('no prompts to generate for');
     const seed = argv.seed ?? Math.floor(Math.random() * 2 ** 31);

@@ -27,8 +27,10 @@ export interface TrainerState {
   seed: number;
   /** The resolved config the run started with (resume checks compatibility). */
   config: unknown;
-  /** Metrics of the last step, for the summary after a resume. */
+  /** Wall seconds of the run so far, across resumes. */
   wallSeconds: number;
+  /** Per-stage summary so far (stages finished before a resume stay in the final table). */
+  summary?: unknown[];
 }
 
 function fsyncDir(dir: string): void {

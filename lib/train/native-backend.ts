@@ -63,6 +63,8 @@ export interface NativeBackendOptions {
    * device synchronise and later cudaMalloc calls; no effect on CPU.
    */
   emptyCacheBetweenPhases?: boolean;
+  /** `base_model_name_or_path` of saved adapters (default: cfg.model). */
+  baseModelName?: string;
 }
 
 /**
@@ -79,8 +81,12 @@ export class NativeBackend implements TrainBackend {
   private processPeak = 0;
   private readonly phasePeaks = new Map<MemoryPhase, number>();
 
+  /** `base_model_name_or_path` written into saved adapters (the checkpoint dir by default). */
+  private readonly baseModelName: string;
+
   constructor(readonly policy: Policy, private readonly cfg: TrainConfig, opts: NativeBackendOptions = {}) {
     const tok = policy.tokenizer;
+    this.baseModelName = opts.baseModelName ?? cfg.model ?? 'papergym-native/tiny-qwen3';
     this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
     this.emptyCache = opts.emptyCacheBetweenPhases ?? cfg.memory?.emptyCacheBetweenPhases ?? false;
   }
@@ -261,7 +267,7 @@ export class NativeBackend implements TrainBackend {
 
   async saveState(dir: string): Promise<void> {
     mkdirSync(dir, { recursive: true });
-    await this.policy.model.saveAdapter(dir, { baseModelName: this.cfg.model ?? 'papergym-native/tiny-qwen3' });
+    await this.policy.model.saveAdapter(dir, { baseModelName: this.baseModelName });
     if (this.opt) {
       const st = this.opt.state();
       native().saveSafetensors(join(dir, 'optimizer.safetensors'), st.tensors, { step: String(st.step), format: 'pt' });

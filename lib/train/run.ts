@@ -7,7 +7,7 @@
 import { existsSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { packageRoot } from '../native.js';
+import { packageRoot, cudaAvailable } from '../native.js';
 import { resolveConfig, type PRESETS, type TrainConfig } from '../config/train.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
@@ -63,6 +63,39 @@ export function checkModelDir(dir: string): void {
   }
 }
 
+/**
+ * Wraps a reward function so judge failures never turn into rewards: when more than half of a
+ * batch's verdicts are errors (endpoint down, timeouts after retries), the step fails with an
+ * Error naming the judge instead of training on zeros. Checkpoints written so far stay valid.
+ */
+export function guardJudgeFailures(reward: RewardFn, judgeName: string): RewardFn {
+  return async (reqs) => {
+    const out = await reward(reqs);
+    let errors = 0;
+    let total = 0;
+    for (const r of out as (typeof out[number] & { breakdown?: { errors: number; specTotal: number; genTotal: number } })[]) {
+      if (!r.breakdown) continue;
+      errors += r.breakdown.errors;
+      total += r.breakdown.specTotal + r.breakdown.genTotal;
+    }
+    if (total > 0 && errors / total > 0.5) {
+      throw new Error(`judge ${judgeName}: ${errors} of ${total} verdicts failed (unreachable, timing out or erroring after retries); stopping instead of training on failed verdicts — fix the judge and --resume`);
+    }
+    return out;
+  };
+}
+
+/** Fails fast when an OpenAI-compatible endpoint does not answer at all (any HTTP status counts as up). */
+export async function checkEndpoint(url: string, timeoutMs = 10000): Promise<void> {
+  const target = url.replace(/\/+$/, '') + '/models';
+  try {
+    await fetch(target, { signal: AbortSignal.timeout(timeoutMs) });
+  } catch (e) {
+    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+    throw new Error(`judge endpoint ${url} is unreachable (${cause?.code ?? cause?.message ?? (e as Error).message}); start it or pass --judge local`);
+  }
+}
+
 export interface RunOptions {
   preset?: keyof typeof PRESETS;
   file?: string;
@@ -94,15 +127,24 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     cfg = resolveConfig({ preset: o.preset, file: o.file, flags: o.flags as never });
   }
 
-  // ---- checks before any compute ----
-  const runDir = resolve(cfg.out ?? join('runs', timestamp()));
-  ensureWritableDir(runDir);
+  // ---- checks before any compute (and before the run dir is created) ----
   const dataPath = cfg.data ?? sampleDatasetPath();
-  const ds = readDataset(dataPath, { strict: cfg.strict, onProblem: (p) => log(`dataset ${dataPath}: line ${p.line}: ${p.errors.join('; ')} (skipped)`) });
+  let ds: ReturnType<typeof readDataset>;
+  try {
+    ds = readDataset(dataPath, { strict: cfg.strict, onProblem: (p) => log(`dataset ${dataPath}: line ${p.line}: ${p.errors.join('; ')} (skipped)`) });
+  } catch (e) {
+    throw new Error(`dataset ${dataPath}: ${(e as Error).message}`);
+  }
   if (!ds.items.length) throw new Error(`dataset ${dataPath}: no valid items`);
+  if (cfg.device.startsWith('cuda') && !cudaAvailable()) throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
   checkModelDir(modelDir);
-  if (cfg.judge.kind === 'http' && (!cfg.judge.url || !cfg.judge.model)) throw new Error('judge http needs judge.url and judge.model');
+  if (cfg.judge.kind === 'http') {
+    if (!cfg.judge.url || !cfg.judge.model) throw new Error('judge http needs judge.url and judge.model');
+    await checkEndpoint(cfg.judge.url);
+  }
+  const runDir = resolve(cfg.out ?? join('runs', timestamp()));
+  ensureWritableDir(runDir);
   const resolved: TrainConfig = { ...cfg, out: runDir };
   if (!resume) writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir }, null, 2));
   log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
@@ -112,7 +154,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
     if (cfg.memory?.recompute) policy.model.setGradientCheckpointing(true);
-    const backend = new NativeBackend(policy, resolved);
+    const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
     let judge: Judge;
     if (cfg.judge.kind === 'http') {
@@ -122,7 +164,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       judge = await localJudgeForModel(policy.model, policy.tokenizer);
     }
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
-    const reward: RewardFn = o.reward ?? (makeRewardFn(judge, general, { alpha: cfg.grpo.alpha }) as unknown as RewardFn);
+    const reward: RewardFn = o.reward ?? guardJudgeFailures(makeRewardFn(judge, general, { alpha: cfg.grpo.alpha }) as unknown as RewardFn, cfg.judge.kind === 'http' ? cfg.judge.url! : 'local judge');
     const trainer = new Trainer(resolved, {
       backend,
       items: ds.items as unknown as TrainItem[],

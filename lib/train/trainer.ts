@@ -54,7 +54,7 @@ export interface TrainerDeps {
 
 export interface TrainSummary {
   runDir: string;
-  stages: { stage: Stage; steps: number; firstLoss: number; lastLoss: number; lastReward?: number; bestValidation?: number; stoppedEarly: boolean }[];
+  stages: { stage: Stage; index: number; steps: number; firstLoss: number; lastLoss: number; lastReward?: number; bestValidation?: number; stoppedEarly: boolean }[];
   globalStep: number;
   interrupted: boolean;
   wallSeconds: number;
@@ -134,7 +134,7 @@ export class Trainer {
   private stopRequested = false;
   private readonly metrics: MetricsLog;
   private readonly started = Date.now();
-  private readonly summary: TrainSummary['stages'] = [];
+  private readonly summary: TrainSummary['stages'];
 
   constructor(private readonly cfg: TrainConfig, private readonly deps: TrainerDeps, resumeState?: TrainerState) {
     this.state = resumeState ?? {
@@ -151,6 +151,8 @@ export class Trainer {
     };
     this.metrics = new MetricsLog(join(deps.runDir, 'metrics.jsonl'));
     this.baseWall = this.state.wallSeconds;
+    // JSON turns NaN into null: restore it.
+    this.summary = (this.state.summary as TrainSummary['stages'] | undefined)?.map((r) => ({ ...r, firstLoss: r.firstLoss ?? NaN, lastLoss: r.lastLoss ?? NaN })) ?? [];
   }
 
   /** Asks the loop to stop after the step in flight; a checkpoint is written first. */
@@ -178,6 +180,7 @@ export class Trainer {
 
   private async checkpoint(): Promise<string> {
     this.state.wallSeconds = this.wall();
+    this.state.summary = this.summary;
     const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp));
     this.log(`checkpoint ${dir}`);
     return dir;
@@ -195,8 +198,11 @@ export class Trainer {
         if (stage === 'grpo' && this.cfg.grpo.reference === 'stage-start') backend.snapshotAdapter('stage-start');
         if (stage === 'opsd' && this.cfg.opsd.teacher === 'ema') backend.snapshotAdapter('ema-teacher');
       }
-      const rec = { stage, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false } as TrainSummary['stages'][number];
-      this.summary.push(rec);
+      let rec = this.summary.find((r) => r.index === this.state.stageIndex);
+      if (!rec) {
+        rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
+        this.summary.push(rec);
+      }
       const progress = new Progress(stage, total, this.state.stageStep);
       let nonFinite = 0;
       while (!this.state.stageDone && this.state.stageStep < total) {

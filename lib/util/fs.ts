@@ -1,0 +1,20 @@
+/** Output-path checks run before any compute, so a bad path fails fast and loses nothing. */
+import { accessSync, constants, mkdirSync, existsSync, statSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+
+/**
+ * Ensures `file` can be written: its directory exists (created if missing) and is writable, and
+ * `file` itself is not a directory. Throws an Error naming the path otherwise (e.g. a parent that
+ * is a regular file).
+ */
+export function ensureWritableFile(file: string, what = 'output file'): void {
+  const p = resolve(file);
+  const dir = dirname(p);
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (e) {
+    throw new Error(`${what} ${file}: directory ${dir} is not writable (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  if (existsSync(p) && statSync(p).isDirectory()) throw new Error(`${what} ${file} is a directory`);
+}
