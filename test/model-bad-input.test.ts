@@ -325,4 +325,30 @@ describe('model: bad input', function () {
       m.dispose();
     }
   });
+  it('a sequence longer than the context and out-of-range labels are TypeErrors naming the problem', async () => {
+    const m = await loadModel(good);
+    try {
+      m.addLora({ r: 2, alpha: 4 });
+      let err: unknown;
+      try {
+        await m.forward({ inputIds: { data: new Int32Array(40961), shape: [1, 40961] } });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).to.be.instanceOf(TypeError);
+      expect((err as Error).message).to.match(/sequence length 40961 exceeds the model's context \(max_position_embeddings 40960\)/);
+      for (const bad of [151941, -7]) {
+        err = undefined;
+        try {
+          await m.crossEntropyBackward({ inputIds: int32([[1, 2, 3]]), labels: int32([[1, bad, 3]]) });
+        } catch (e) {
+          err = e;
+        }
+        expect(err, String(bad)).to.be.instanceOf(TypeError);
+        expect((err as Error).message).to.match(/labels must be -100 \(ignored\) or a token id/);
+      }
+    } finally {
+      m.dispose();
+    }
+  });
 });

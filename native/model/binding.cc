@@ -521,6 +521,11 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   static double CrossEntropyStep(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& labels,
                                  const AdapterSel& sel) {
     if (!m.HasLora()) throw InputError("crossEntropyBackward needs a LoRA adapter (call addLora or loadAdapter first)");
+    {
+      at::Tensor lc = labels.to(at::kLong);
+      if ((lc.ne(-100) & (lc.lt(0) | lc.ge(m.config().vocab_size))).any().item<bool>())
+        throw ArgError("crossEntropyBackward: labels must be -100 (ignored) or a token id in [0, vocab_size)");
+    }
     at::Tensor h = m.Forward(ids, mask, std::nullopt, sel);
     if (!h.requires_grad()) throw InputError("crossEntropyBackward: the selected adapter has no trainable parameters (adapter disabled or 'none')");
     const int64_t B = ids.size(0), T = ids.size(1), Hd = h.size(-1);

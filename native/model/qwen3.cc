@@ -363,6 +363,9 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
   const int64_t P = cache ? cache->len : 0;
   const int64_t L = P + T;
   if (B < 1 || T < 1) throw ArgError("input_ids must be non-empty [B, T]");
+  if (c.max_position_embeddings > 0 && L > c.max_position_embeddings)
+    throw ArgError("sequence length " + std::to_string(L) + " exceeds the model's context (max_position_embeddings " +
+                   std::to_string(c.max_position_embeddings) + ")");
   if (attention_mask_in.dim() != 2 || attention_mask_in.size(0) != B || attention_mask_in.size(1) != L)
     throw ArgError("attention_mask must have shape [B, P + T] = [" + std::to_string(B) + ", " + std::to_string(L) + "]");
   if (cache) {
