@@ -129,6 +129,11 @@ export function ensureWritableDir(dir: string): void {
 
 const MAX_CONSECUTIVE_NONFINITE = 3;
 
+/**
+ * Runs `config.stages` over a TrainBackend (see the module doc). Construct with a resume state
+ * from `resolveCheckpoint` to continue a run; `run()` resolves with the summary or rejects on a
+ * fatal error (repeated non-finite steps, a failing judge) after the last checkpoint.
+ */
 export class Trainer {
   private state: TrainerState;
   private stopRequested = false;
