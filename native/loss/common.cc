@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "loss/row_kernels.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -88,7 +89,9 @@ at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, 
   if (tokens.dim() != 1 || tokens.size(0) != hidden.size(0)) throw ArgError("selectedLogprobs: tokens must be [N]");
   at::NoGradGuard ng;
   const int64_t N = hidden.size(0), V = weight.size(0);
-  chunk = ResolveChunk(chunk, V);
+  // The kernel path uses GrpoFn's chunking and row reduction: identical logprobs for the same rows.
+  const bool kern = hidden.scalar_type() != at::kDouble && RowKernelsEnabled(hidden);
+  chunk = kern ? KernelChunk(chunk, V, kGrpoKernelLogits) : ResolveChunk(chunk, V);
   auto pw = PrepareWeight(weight, hidden);
   at::Tensor tok = tokens.to(hidden.device(), at::kLong);
   if (N > 0 && (tok.min().item<int64_t>() < 0 || tok.max().item<int64_t>() >= V))
@@ -98,6 +101,10 @@ at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, 
   for (int64_t s = 0; s < N; s += chunk) {
     int64_t e = std::min(N, s + chunk);
     at::Tensor z = ChunkLogits(hidden.slice(0, s, e), pw);
+    if (kern) {
+      out.slice(0, s, e).copy_(RowLogprobsCuda(z, temperature, tok.slice(0, s, e).contiguous()));
+      continue;
+    }
     if (temperature != 1.0) z.div_(temperature);
     at::Tensor lse = at::logsumexp(z, -1);
     out.slice(0, s, e).copy_(z.gather(1, tok.slice(0, s, e).unsqueeze(1)).squeeze(1) - lse);

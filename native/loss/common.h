@@ -37,5 +37,9 @@ at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, 
 void CheckHiddenWeight(const at::Tensor& hidden, const at::Tensor& weight, const char* what);
 int64_t ResolveChunk(int64_t chunk, int64_t vocab);
 
+/// Automatic chunk of the GRPO / logprob kernel path: about 32 M float32 logits (128 MiB) per chunk,
+/// the only [C, V] buffer that path holds (row_kernels.h).
+constexpr int64_t kGrpoKernelLogits = int64_t{32} << 20;
+
 }  // namespace loss
 }  // namespace pg

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loss/common.h"
+#include "loss/row_kernels.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -86,12 +87,32 @@ struct GrpoFn : public torch::autograd::Function<GrpoFn> {
                                const at::Tensor& old, const at::Tensor& ref, const at::Tensor& adv, const at::Tensor& w,
                                double eps_low, double eps_high, double beta_kl, double temperature, int64_t chunk) {
     const int64_t N = h.size(0), V = weight.size(0);
-    chunk = ResolveChunk(chunk, V);
     auto mt = MathDtype(h);
+    const bool kern = mt == at::kFloat && RowKernelsEnabled(h);
+    chunk = kern ? KernelChunk(chunk, V, kGrpoKernelLogits) : ResolveChunk(chunk, V);
     auto pw = PrepareWeight(weight, h);
     const bool need_grad = h.requires_grad();
     at::Tensor logp_all = at::empty({N}, h.options().dtype(mt));
     at::Tensor grad = need_grad ? at::zeros_like(h) : at::Tensor();
+    if (kern) {
+      // CUDA float32 logits: logprob, loss and the logits gradient of each row in one kernel launch
+      // per chunk, the gradient written over the chunk's own logits (one [C, V] buffer in all).
+      const at::ScalarType gd = pw.out_dtype_mm ? pw.w.scalar_type() : at::kFloat;
+      at::Tensor row_loss = at::empty({N}, h.options().dtype(at::kFloat));
+      at::Tensor tk = tok.contiguous(), o = old.contiguous(), a = adv.contiguous(), wt = w.contiguous();
+      at::Tensor rf = beta_kl != 0.0 ? ref.contiguous() : at::Tensor();
+      for (int64_t s = 0; s < N; s += chunk) {
+        const int64_t e = std::min(N, s + chunk);
+        at::Tensor z = ChunkLogits(h.slice(0, s, e), pw);
+        GrpoRowsCuda(z, temperature, tk.slice(0, s, e), o.slice(0, s, e), rf.defined() ? rf.slice(0, s, e) : rf,
+                     a.slice(0, s, e), wt.slice(0, s, e), eps_low, eps_high, beta_kl, kKlClamp, need_grad, gd,
+                     logp_all.slice(0, s, e), row_loss.slice(0, s, e));
+        if (need_grad) grad.slice(0, s, e).copy_(ChunkGradHidden(GradRowsView(z, gd), pw, h.scalar_type()));
+      }
+      if (need_grad) ctx->save_for_backward({grad});
+      ctx->mark_non_differentiable({logp_all});
+      return {row_loss.sum(), logp_all};
+    }
     at::Tensor total = at::zeros({}, h.options().dtype(mt));
     at::Tensor zero = at::zeros({}, h.options().dtype(mt));
     for (int64_t s = 0; s < N; s += chunk) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "loss/common.h"
+#include "loss/row_kernels.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -86,8 +87,10 @@ struct JsdFn : public torch::autograd::Function<JsdFn> {
                             const at::Tensor& w, const at::Tensor& mask, bool teacher_is_logits, double beta,
                             double temperature, int64_t chunk, double normalizer) {
     const int64_t N = sh.size(0), V = w.size(0);
-    chunk = ResolveChunk(chunk, V);
     auto mt = MathDtype(sh);
+    // CUDA float32 logits: the whole per-row JSD in one kernel launch per chunk (row_kernels.h).
+    const bool kern = mt == at::kFloat && RowKernelsEnabled(sh);
+    chunk = kern ? KernelChunk(chunk, V, int64_t{64} << 20) : ResolveChunk(chunk, V);
     at::Tensor m = mask.to(sh.device(), mt);
     double norm = normalizer > 0 ? normalizer : std::max(1.0, m.sum().item<double>());
     auto pw = PrepareWeight(w, sh);
@@ -100,6 +103,17 @@ struct JsdFn : public torch::autograd::Function<JsdFn> {
       int64_t e = std::min(N, s + chunk);
       at::Tensor mc = m.slice(0, s, e);
       if (!any.slice(0, s, e).any().item<bool>()) continue;
+      if (kern) {
+        at::Tensor zs = ChunkLogits(sh.slice(0, s, e), pw);
+        at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), at::kFloat).contiguous()
+                                          : ChunkLogits(teacher.slice(0, s, e), pw);
+        const at::ScalarType gd = pw.out_dtype_mm ? pw.w.scalar_type() : at::kFloat;
+        at::Tensor per = JsdRowsCuda(zs, zt, temperature, beta, mc.contiguous(), 1.0 / (norm * temperature), need_grad, gd);
+        total += (per * mc).sum();
+        zt.reset();
+        if (need_grad) grad.slice(0, s, e).copy_(ChunkGradHidden(GradRowsView(zs, gd), pw, sh.scalar_type()));
+        continue;
+      }
       at::Tensor zs = ChunkLogits(sh.slice(0, s, e), pw);
       at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), mt).clone() : ChunkLogits(teacher.slice(0, s, e), pw);
       if (temperature != 1.0) {
