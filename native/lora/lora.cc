@@ -78,14 +78,35 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
     at::Tensor xd = x;
     if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xd = at::dropout(xd, dropout, /*train=*/true);
     const auto dt = x.scalar_type();
-    at::Tensor lora = at::linear(at::linear(xd, a.to(dt)), b.to(dt)) * scaling;
-    return base.scalar_type() == dt ? base + lora : (base.to(at::kFloat) + lora.to(at::kFloat)).to(base.scalar_type());
+    at::Tensor lora = at::linear(at::linear(xd, a.to(dt)), b.to(dt));
+    // base + scaling·lora in one kernel (computed in float32, rounded once to the result dtype).
+    return base.scalar_type() == dt ? at::add(base, lora, scaling) : at::add(base, lora.to(at::kFloat), scaling).to(base.scalar_type());
   }
   at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
   if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xf = at::dropout(xf, dropout, /*train=*/true);
-  at::Tensor lora = at::linear(at::linear(xf, a), b) * scaling;
-  if (base.scalar_type() == at::kFloat) return base + lora;
-  return (base.to(at::kFloat) + lora).to(base.scalar_type());
+  at::Tensor lora = at::linear(at::linear(xf, a), b);
+  // float32 sum (a low-precision base is promoted inside the kernel), cast back to base's dtype.
+  at::Tensor sum = at::add(base, lora, scaling);
+  return base.scalar_type() == at::kFloat ? sum : sum.to(base.scalar_type());
+}
+
+at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
+                        double scaling, bool fp32_branch) {
+  const auto dt = (!fp32_branch && x.scalar_type() != at::kFloat) ? x.scalar_type() : at::kFloat;
+  std::vector<at::Tensor> as;
+  for (const auto& p : ab) as.push_back(p.first);
+  at::Tensor a = at::cat(as, 0);  // [Σr, in]: one matmul for every member's A
+  if (a.scalar_type() != dt) a = a.to(dt);
+  at::Tensor xa = at::matmul(x.scalar_type() == dt ? x : x.to(dt), a.t());  // [..., Σr]
+  std::vector<at::Tensor> ds;
+  int64_t off = 0;
+  for (const auto& p : ab) {
+    const int64_t r = p.first.size(0);
+    ds.push_back(at::matmul(xa.narrow(-1, off, r), (p.second.scalar_type() == dt ? p.second : p.second.to(dt)).t()));
+    off += r;
+  }
+  at::Tensor sum = at::add(base, at::cat(ds, -1), scaling);
+  return sum.scalar_type() == base.scalar_type() ? sum : sum.to(base.scalar_type());
 }
 
 at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,

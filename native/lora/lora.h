@@ -30,6 +30,15 @@ at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
                    double scaling, double dropout, bool fp32_branch = true);
 
+/// LoRA of projections that share their input x and whose base outputs are adjacent slices of one
+/// fused matmul (q/k/v, gate/up): base [..., Σ out_k] = x [W_1; W_2; ...]^T. Returns
+/// base + scaling · cat_k(B_k A_k x) along the last dim — the same value as LoraAdd on each slice
+/// (same precision rules), with one matmul for all the A_k (concatenated, [Σ r_k, in]) and one
+/// elementwise sum. No dropout: peft draws an independent dropout mask per module, so callers use
+/// LoraAdd per module when dropout > 0. Every member must have an adapter (A, B defined).
+at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
+                        double scaling, bool fp32_branch);
+
 /// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
 /// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must
 /// draw the same dropout masks as the recomputation in backward (same RNG state restored).

@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "lora/lora.h"
 #include "model/config.h"
+#include "model/rope.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -22,7 +23,15 @@ namespace pg {
 namespace {
 
 /// RMSNorm (REFERENCES.md): fp32 x * rsqrt(mean(x^2) + eps), cast back to x's dtype, times weight.
+/// On CUDA: ATen's fused rms_norm (one kernel forward, one backward instead of ~8 and ~12; fp32
+/// statistics, the weight product in fp32 and one rounding, so bf16 results can differ from
+/// transformers' two roundings by an ulp). PAPERGYM_UNFUSED_RMSNORM=1 keeps the composite on CUDA.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  static const bool unfused = [] {
+    const char* e = std::getenv("PAPERGYM_UNFUSED_RMSNORM");
+    return e && *e && std::string(e) != "0";
+  }();
+  if (x.is_cuda() && !unfused && w.scalar_type() == x.scalar_type()) return at::rms_norm(x, {x.size(-1)}, w, eps);
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
   return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
@@ -101,14 +110,30 @@ class Qwen3Impl {
       for (int k = k0; k <= k1; ++k) any = any || lo[static_cast<size_t>(k)].first.defined();
       return (any && m.lora_fp32_ && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
     };
+    // Projections sharing an input with an adapter on every member and no dropout: one matmul for
+    // their A's and one sum (LoraAddGroup); else LoRA per module on slices of the fused output.
+    auto grouped = [&](int k0, int k1) {
+      if (drop != 0.0) return false;
+      for (int k = k0; k <= k1; ++k)
+        if (!lo[static_cast<size_t>(k)].first.defined()) return false;
+      return true;
+    };
     at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
-    auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
-    at::Tensor xl = f32(x, 0, 2);
-    at::Tensor q = RmsNorm(lora(qkv[0], xl, 0).reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps).transpose(1, 2);
-    at::Tensor k = RmsNorm(lora(qkv[1], xl, 1).reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps).transpose(1, 2);
-    at::Tensor v = lora(qkv[2], xl, 2).reshape({B, T, nkv, hd}).transpose(1, 2);
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
+    at::Tensor qkv_out = at::linear(x, lw.qkv);  // one matmul for q, k, v
+    std::vector<at::Tensor> qkv;
+    if (grouped(0, 2)) {
+      qkv = LoraAddGroup(qkv_out, x, {lo[0], lo[1], lo[2]}, scaling, m.lora_fp32_).split_with_sizes({qd, kvd, kvd}, -1);
+    } else {
+      qkv = qkv_out.split_with_sizes({qd, kvd, kvd}, -1);
+      at::Tensor xl = f32(x, 0, 2);
+      for (int k = 0; k < 3; ++k) qkv[static_cast<size_t>(k)] = lora(qkv[static_cast<size_t>(k)], xl, k);
+    }
+    at::Tensor q = RmsNorm(qkv[0].reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps);
+    at::Tensor k = RmsNorm(qkv[1].reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps);
+    std::tie(q, k) = RopeQK(q, k, cos.squeeze(1), sin.squeeze(1));  // [B, T, heads, hd]
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    at::Tensor v = qkv[2].reshape({B, T, nkv, hd}).transpose(1, 2);
     if (cache) {
       cache->k[static_cast<size_t>(l)].narrow(2, P, T).copy_(k);
       cache->v[static_cast<size_t>(l)].narrow(2, P, T).copy_(v);
@@ -128,9 +153,17 @@ class Qwen3Impl {
     o = o.transpose(1, 2).reshape({B, T, qd});
     at::Tensor h2 = h + lora(at::linear(o, lw.o), o, 3);
     x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
-    auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);  // one matmul for gate, up
-    xl = f32(x, 4, 5);
-    at::Tensor act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
+    at::Tensor gu_out = at::linear(x, lw.gate_up);  // one matmul for gate, up
+    std::vector<at::Tensor> gu;
+    if (grouped(4, 5)) {
+      gu = LoraAddGroup(gu_out, x, {lo[4], lo[5]}, scaling, m.lora_fp32_).split_with_sizes({I, I}, -1);
+    } else {
+      gu = gu_out.split_with_sizes({I, I}, -1);
+      at::Tensor xl = f32(x, 4, 5);
+      gu[0] = lora(gu[0], xl, 4);
+      gu[1] = lora(gu[1], xl, 5);
+    }
+    at::Tensor act = at::silu(gu[0]) * gu[1];
     return h2 + lora(at::linear(act, lw.down), act, 6);
   }
 };
