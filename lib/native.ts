@@ -37,6 +37,8 @@ export interface RuntimeInfo {
   cxx11Abi: boolean;
   /** Compiled with CUDA headers (CUDA graphs, allocator statistics). */
   cudaBuild: boolean;
+  /** The build holds the own CUDA kernels (fused loss rows; needs a CUDA compiler at build time). */
+  fusedKernels: boolean;
   cudaAvailable: boolean;
   cudaDevices: { index: number; name?: string; totalMemoryBytes?: number; computeCapability?: string }[];
   numThreads: number;
@@ -60,6 +62,10 @@ export interface NativeAddon {
   cudaResetPeak(device?: number): void;
   cudaEmptyCache(): void;
   setNumThreads(n: number): void;
+  /** Starts counting leaf ATen ops (ops that call no other op: on CUDA about one kernel launch each). */
+  opCountStart(): void;
+  /** Stops counting; per-op-name counts and their total since opCountStart. */
+  opCountStop(): { total: number; ops: Record<string, number> };
   /** Seeds libtorch's default CPU/CUDA generators (LoRA dropout); non-negative integer. */
   manualSeed(seed: number): void;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -124,6 +130,7 @@ export interface DoctorReport {
   libtorchPath: string;
   cxx11Abi: boolean;
   cudaBuild: boolean;
+  fusedKernels: boolean;
   cudaAvailable: boolean;
   gpus: { index: number; name: string; totalMemoryGiB: number; computeCapability: string; allocatedBytes?: number; reservedBytes?: number }[];
   numThreads: number;
@@ -142,6 +149,7 @@ export function doctor(): DoctorReport {
     libtorchPath: info.libtorchPath,
     cxx11Abi: info.cxx11Abi,
     cudaBuild: info.cudaBuild,
+    fusedKernels: !!info.fusedKernels,
     cudaAvailable: info.cudaAvailable,
     gpus: info.cudaDevices.map((d) => {
       const m = addon.cudaMemory(d.index);

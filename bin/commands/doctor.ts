@@ -19,6 +19,7 @@ export const doctorCommand: CommandModule<object, { json: boolean }> = {
       ['libtorch', `${r.libtorchVersion} at ${r.libtorchPath}`],
       ['CXX11 ABI', String(r.cxx11Abi)],
       ['CUDA build (graphs, allocator stats)', String(r.cudaBuild)],
+      ['fused CUDA loss kernels', String(r.fusedKernels)],
       ['CUDA available', String(r.cudaAvailable)],
       ['intra-op threads', String(r.numThreads)],
     ];

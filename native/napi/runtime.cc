@@ -1,8 +1,15 @@
 // Runtime surface: libtorch build facts for `doctor`, CUDA device list, memory accounting,
 // intra-op thread count. Exported as `runtimeInfo()`, `cudaMemory(device)`, `cudaResetPeak(device)`,
 // `cudaEmptyCache()`, `setNumThreads(n)`, `manualSeed(seed)`.
+#include <ATen/record_function.h>
 #include <torch/version.h>
 
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cuda/kernels.h"
 #include "napi/util.h"
 
 #ifdef PG_WITH_CUDA
@@ -24,6 +31,7 @@ static Napi::Value RuntimeInfo(const Napi::CallbackInfo& info) {
 #else
     o.Set("cudaBuild", false);
 #endif
+    o.Set("fusedKernels", CudaKernelsCompiled());
     bool avail = torch::cuda::is_available();
     o.Set("cudaAvailable", avail);
     auto devs = Napi::Array::New(env);
@@ -126,7 +134,74 @@ static Napi::Value ManualSeed(const Napi::CallbackInfo& info) {
   });
 }
 
+namespace {
+// Leaf-op counting (opCountStart / opCountStop): a global RecordFunction observer counts the ATen
+// ops that call no other op, except metadata-only ones (views, allocation, dtype queries) — on
+// CUDA roughly one kernel launch each (an approximation: a matmul that calls a helper op counts as
+// that helper). Used by the benchmarks to report launches per step; off (no observer) unless started.
+std::mutex g_ops_mu;
+std::unordered_map<std::string, int64_t> g_ops;
+std::optional<at::CallbackHandle> g_ops_handle;
+thread_local std::vector<char> t_op_stack;  // per open op: 1 when it has called another op
+
+std::unique_ptr<at::ObserverContext> OpStart(const at::RecordFunction&) {
+  if (!t_op_stack.empty()) t_op_stack.back() = 1;
+  t_op_stack.push_back(0);
+  return nullptr;
+}
+void OpEnd(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (t_op_stack.empty()) return;
+  const bool parent = t_op_stack.back() != 0;
+  t_op_stack.pop_back();
+  if (parent) return;
+  static const std::unordered_set<std::string> kMeta = {
+      "aten::as_strided", "aten::as_strided_", "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view",
+      "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::alias", "detach", "aten::detach",
+      "aten::result_type", "aten::t", "aten::transpose", "aten::permute", "aten::narrow", "aten::slice", "aten::select",
+      "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::split", "aten::split_with_sizes", "aten::resize_",
+      "aten::set_", "aten::lift_fresh", "aten::to", "aten::is_nonzero", "aten::item"};
+  if (kMeta.count(fn.name())) return;
+  std::lock_guard<std::mutex> lk(g_ops_mu);
+  ++g_ops[fn.name()];
+}
+}  // namespace
+
+/// opCountStart(): starts (or restarts from zero) counting leaf ATen ops on every thread.
+static Napi::Value OpCountStart(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    std::lock_guard<std::mutex> lk(g_ops_mu);
+    g_ops.clear();
+    if (!g_ops_handle)
+      g_ops_handle = at::addGlobalCallback(at::RecordFunctionCallback(OpStart, OpEnd).scopes({at::RecordScope::FUNCTION}));
+    return info.Env().Undefined();
+  });
+}
+
+/// opCountStop() -> {total, ops: {name: count}}: stops counting and returns the counts.
+static Napi::Value OpCountStop(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    std::lock_guard<std::mutex> lk(g_ops_mu);
+    if (g_ops_handle) {
+      at::removeCallback(*g_ops_handle);
+      g_ops_handle.reset();
+    }
+    auto o = Napi::Object::New(info.Env());
+    auto ops = Napi::Object::New(info.Env());
+    double total = 0;
+    for (const auto& kv : g_ops) {
+      ops.Set(kv.first, static_cast<double>(kv.second));
+      total += static_cast<double>(kv.second);
+    }
+    o.Set("total", total);
+    o.Set("ops", ops);
+    g_ops.clear();
+    return o;
+  });
+}
+
 void RegisterRuntime(Napi::Env env, Napi::Object exports) {
+  exports.Set("opCountStart", Napi::Function::New(env, OpCountStart, "opCountStart"));
+  exports.Set("opCountStop", Napi::Function::New(env, OpCountStop, "opCountStop"));
   exports.Set("runtimeInfo", Napi::Function::New(env, RuntimeInfo, "runtimeInfo"));
   exports.Set("cudaMemory", Napi::Function::New(env, CudaMemory, "cudaMemory"));
   exports.Set("cudaResetPeak", Napi::Function::New(env, CudaResetPeak, "cudaResetPeak"));

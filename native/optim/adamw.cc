@@ -41,27 +41,52 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, Ada
   }
 }
 
+namespace {
+/// Gradients grouped by (device, dtype) for the multi-tensor (_foreach_*) kernels, with the indices
+/// of their parameters: a handful of launches per step instead of several per parameter.
+struct Group {
+  std::vector<size_t> idx;
+  std::vector<at::Tensor> grads;
+};
+std::vector<Group> GroupsWithGrad(const std::vector<at::Tensor>& params) {
+  std::vector<Group> groups;
+  std::vector<std::pair<at::Device, at::ScalarType>> keys;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& g = params[i].grad();
+    if (!g.defined()) continue;
+    auto key = std::make_pair(g.device(), g.scalar_type());
+    size_t k = 0;
+    while (k < keys.size() && keys[k] != key) ++k;
+    if (k == keys.size()) {
+      keys.push_back(key);
+      groups.emplace_back();
+    }
+    groups[k].idx.push_back(i);
+    groups[k].grads.push_back(g);
+  }
+  return groups;
+}
+}  // namespace
+
 double AdamW::ClipGradNorm(double max_norm) {
   at::NoGradGuard ng;
-  // Per-tensor norms in the gradient dtype, promoted to a common dtype (torch.stack promotes), as
-  // clip_grad_norm_: fp32 grads give an fp32 total, fp64 grads an fp64 one.
-  std::vector<at::Tensor> norms;
-  at::ScalarType common = at::kFloat;
-  bool first = true;
-  for (auto& p : params_)
-    if (p.grad().defined()) {
-      norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kCPU));
-      common = first ? norms.back().scalar_type() : at::promoteTypes(common, norms.back().scalar_type());
-      first = false;
-    }
-  if (norms.empty()) return 0.0;
-  for (auto& n : norms) n = n.to(common);
-  at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
+  // As clip_grad_norm_ (foreach): per-tensor norms in the gradient dtype, stacked per device and
+  // promoted to a common dtype (fp32 grads give an fp32 total, fp64 grads an fp64 one), one host
+  // read of the total, then every gradient scaled by min(1, max_norm / (total + 1e-6)).
+  auto groups = GroupsWithGrad(params_);
+  if (groups.empty()) return 0.0;
+  std::vector<at::Tensor> per_group;
+  at::ScalarType common = groups[0].grads[0].scalar_type();
+  for (auto& g : groups) common = at::promoteTypes(common, g.grads[0].scalar_type());
+  for (auto& g : groups) {
+    auto norms = at::_foreach_norm(g.grads, 2);
+    per_group.push_back(at::linalg_vector_norm(at::stack(norms), 2).to(at::kCPU, common));
+  }
+  at::Tensor total = at::linalg_vector_norm(at::stack(per_group), 2);
   double tn = total.item<double>();
   if (max_norm > 0) {
     at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    for (auto& p : params_)
-      if (p.grad().defined()) p.mutable_grad().mul_(coef.to(p.grad().device(), p.grad().scalar_type()));
+    for (auto& g : groups) at::_foreach_mul_(g.grads, coef.to(g.grads[0].device(), g.grads[0].scalar_type()));
   }
   return tn;
 }
@@ -85,15 +110,23 @@ StepResult AdamW::Step(double max_norm, bool skip_non_finite) {
   const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(step_));
   const double step_size = lr / bc1;
   const double bc2_sqrt = std::sqrt(bc2);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor& p = params_[i];
-    at::Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
-    m_[i].lerp_(g, 1.0 - o_.beta1);
-    v_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-    at::Tensor denom = (v_[i].sqrt() / bc2_sqrt).add_(o_.eps);
-    p.addcdiv_(m_[i], denom, -step_size);
+  // torch.optim.AdamW's multi-tensor update (the same elementwise formulas per parameter, each as
+  // one _foreach kernel over all parameters of a device / dtype group).
+  for (auto& g : GroupsWithGrad(params_)) {
+    std::vector<at::Tensor> p, m, v;
+    for (size_t i : g.idx) {
+      p.push_back(params_[i]);
+      m.push_back(m_[i]);
+      v.push_back(v_[i]);
+    }
+    if (o_.weight_decay != 0) at::_foreach_mul_(p, 1.0 - lr * o_.weight_decay);
+    at::_foreach_lerp_(m, g.grads, 1.0 - o_.beta1);
+    at::_foreach_mul_(v, o_.beta2);
+    at::_foreach_addcmul_(v, g.grads, g.grads, 1.0 - o_.beta2);
+    auto denom = at::_foreach_sqrt(v);
+    at::_foreach_div_(denom, bc2_sqrt);
+    at::_foreach_add_(denom, o_.eps);
+    at::_foreach_addcdiv_(p, m, denom, -step_size);
   }
   r.lr = lr;
   r.step = step_;
