@@ -15,6 +15,8 @@
  * Peak memory = the allocator's peak allocated bytes over the timed steps (after warm-up, so it
  * includes weights, LoRA, AdamW state and activations): native().cudaMemory().peakAllocatedBytes
  * on our side, torch.cuda.max_memory_allocated on the reference side. On CPU: the process max RSS.
+ * Ops per step: leaf ATen ops of one extra untimed step (native().opCountStart/Stop; about one
+ * kernel launch each on CUDA, views included).
  * Timing: device synchronised before and after `--iters` steps (bounded; no unbounded loops),
  * after `--warmup` steps.
  *
@@ -29,6 +31,9 @@
  *   gradient checkpointing)  --lora-bf16 (also measure ours with the LoRA branch in the model
  *   dtype, Model.setLoraFloat32Branch(false); default is peft's float32 branch, as the reference)
  *   --recompute-only (only the recompute / gradient-checkpointing rows)
+ *   With --lora-bf16 the reference also runs under torch.autocast(bf16) (train_step_ref.py
+ *   --autocast: how transformers' Trainer / TRL run with bf16=True, LoRA matmuls in bf16), and the
+ *   bf16-branch row is compared with that reference ("ref" column), the float32 rows with plain peft.
  *   --no-ref  --model DIR (existing checkpoint, single shape)
  *   --json FILE (rewritten after every row)  --timeout S (per child process, default 420)
  * Random checkpoints: scripts/make_random_qwen3.py into .cache/random-models/ (made once).
@@ -95,7 +100,15 @@ async function child(spec) {
   model.synchronize();
   const secs = (performance.now() - t0) / 1000 / spec.iters;
   const mem = cuda ? native().cudaMemory(dev) : null;
+  // One more (untimed) step with a leaf-op counter: ATen ops per step, about one kernel launch each
+  // on CUDA — the launch overhead the timed steps pay.
+  native().opCountStart();
+  await step();
+  model.synchronize();
+  const counted = native().opCountStop();
+  const topOps = Object.entries(counted.ops).sort((x, y) => y[1] - x[1]).slice(0, 80);
   const out = {
+    ops_per_step: counted.total, top_ops: Object.fromEntries(topOps),
     seconds_per_step: secs, tokens_per_s: (B * T) / secs, loss: last.loss, grad_norm: last.gradNorm,
     peak_bytes: mem ? mem.peakAllocatedBytes : process.resourceUsage().maxRSS * 1024,
     peak_reserved_bytes: mem ? mem.peakReservedBytes : null, peak_kind: mem ? 'cuda-allocated' : 'max-rss',
@@ -147,14 +160,16 @@ async function main() {
     const variants = a['recompute-only'] ? [true] : [false, ...(a.recompute ? [true] : [])];
     for (const recompute of variants) {
       const base = `${shape}${a.layers ? ` (${cfg.num_hidden_layers} layers)` : ''}${recompute ? ' +recompute' : ''}`;
-      let ref = null;
-      if (!a['no-ref']) {
-        process.stderr.write(`bench: transformers+peft ${base} …\n`);
-        const args = [join(root, 'scripts', 'bench', 'train_step_ref.py'), '--model', modelDir, '--ids', idsFile, '--device', a.device, '--dtype', dtype, '--iters', String(iters), '--warmup', String(warmup), ...(recompute ? ['--grad-ckpt'] : [])];
+      const runRef = (autocast) => {
+        if (a['no-ref']) return null;
+        process.stderr.write(`bench: transformers+peft ${base}${autocast ? ' (autocast bf16)' : ''} …\n`);
+        const args = [join(root, 'scripts', 'bench', 'train_step_ref.py'), '--model', modelDir, '--ids', idsFile, '--device', a.device, '--dtype', dtype, '--iters', String(iters), '--warmup', String(warmup), ...(recompute ? ['--grad-ckpt'] : []), ...(autocast ? ['--autocast'] : [])];
         const py = spawnSync(python, args, { encoding: 'utf8', maxBuffer: 16 << 20, timeout: timeoutMs, stdio: ['ignore', 'pipe', 'inherit'] });
-        ref = py.status === 0 ? lastJson(py.stdout) : { error: py.error ? String(py.error) : `exit ${py.status} ${py.signal ?? ''}` };
-      }
+        return py.status === 0 ? lastJson(py.stdout) : { error: py.error ? String(py.error) : `exit ${py.status} ${py.signal ?? ''}` };
+      };
+      const refPlain = runRef(false);
       for (const loraModelDtype of [false, ...(a['lora-bf16'] && dtype !== 'float32' ? [true] : [])]) {
+        const ref = loraModelDtype ? runRef(true) : refPlain;
         const label = `${base}${loraModelDtype ? ' +bf16 LoRA branch' : ''}`;
         process.stderr.write(`bench: ours ${label}, ${B} x ${T} …\n`);
         const spec = { modelDir, device: a.device, dtype, idsFile, iters, warmup, recompute, loraModelDtype };
@@ -163,6 +178,7 @@ async function main() {
         const mfu = (x) => (x && x.tokens_per_s ? (4 * N * x.tokens_per_s) / PEAK_FLOPS : null);
         rows.push({
           shape, label, layers: cfg.num_hidden_layers, batch: B, seq: T, recompute, lora_branch: loraModelDtype ? dtype : 'float32', base_params: N, ours, ref,
+          ref_kind: loraModelDtype ? 'peft + torch.autocast(bf16)' : 'peft (float32 LoRA branch)',
           mfu_ours: mfu(ours), mfu_ref: mfu(ref),
           speed_ratio: ours?.tokens_per_s && ref?.tokens_per_s ? ours.tokens_per_s / ref.tokens_per_s : null,
           mem_ratio: ours?.peak_bytes && ref?.peak_bytes ? ours.peak_bytes / ref.peak_bytes : null,
@@ -178,10 +194,10 @@ async function main() {
   const gb = (x) => (x ? (x / 1e9).toFixed(1) : '-');
   const pct = (x) => (x === null ? '-' : `${(100 * x).toFixed(1)}%`);
   console.log(`train-step benchmark: LoRA r 64 / alpha 128, all 7 projections, ${dtype} on ${a.device}; CE over all tokens + clip 1.0 + AdamW; ${warmup} warm-up + ${iters} timed steps; MFU at 4·N FLOP/token vs ${PEAK_FLOPS / 1e12} TFLOP/s`);
-  console.log('| shape | B x T | ours tok/s | ref tok/s | speed ours/ref | ours peak GB | ref peak GB | mem ours/ref | MFU ours | MFU ref |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+  console.log('| shape | B x T | ours tok/s | ref tok/s | speed ours/ref | ours peak GB | ref peak GB | mem ours/ref | MFU ours | MFU ref | ours ATen ops/step |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
   for (const r of rows) {
-    console.log(`| ${r.label} | ${r.batch} x ${r.seq} | ${f(r.ours?.tokens_per_s, 0)} | ${f(r.ref?.tokens_per_s, 0)} | ${r.speed_ratio ? f(r.speed_ratio, 2) + 'x' : '-'} | ${gb(r.ours?.peak_bytes)} | ${gb(r.ref?.peak_bytes)} | ${r.mem_ratio ? f(r.mem_ratio, 2) + 'x' : '-'} | ${pct(r.mfu_ours)} | ${pct(r.mfu_ref)} |`);
+    console.log(`| ${r.label} (ref: ${r.ref_kind}) | ${r.batch} x ${r.seq} | ${f(r.ours?.tokens_per_s, 0)} | ${f(r.ref?.tokens_per_s, 0)} | ${r.speed_ratio ? f(r.speed_ratio, 2) + 'x' : '-'} | ${gb(r.ours?.peak_bytes)} | ${gb(r.ref?.peak_bytes)} | ${r.mem_ratio ? f(r.mem_ratio, 2) + 'x' : '-'} | ${pct(r.mfu_ours)} | ${pct(r.mfu_ref)} | ${r.ours?.ops_per_step ?? '-'} |`);
     for (const [side, x] of [['ours', r.ours], ['ref', r.ref]]) if (x?.error) console.log(`  ${side} failed: ${x.error}`);
   }
   if (!cuda) console.log('(CPU: peak = process max RSS; MFU is against the H200 bf16 peak and meaningless here)');

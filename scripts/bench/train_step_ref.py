@@ -5,7 +5,10 @@ backward of the causal-LM cross-entropy over all tokens + clip_grad_norm_(1.0) +
 attention, base weights in --dtype, on the same checkpoint and token ids as ours.
 
 Usage: python3 scripts/bench/train_step_ref.py --model DIR --ids IDS.json --device cuda
-       --dtype bfloat16 [--iters 5] [--warmup 2] [--grad-ckpt] [--threads N]
+       --dtype bfloat16 [--iters 5] [--warmup 2] [--grad-ckpt] [--autocast] [--threads N]
+--autocast: forward under torch.autocast(bfloat16), as transformers' Trainer / TRL run with
+bf16=True: peft's float32 LoRA weights then run their matmuls in bf16 (the counterpart of our
+setLoraFloat32Branch(false)); without it peft's LoRA branch runs in float32.
 IDS.json: [[ids of row 0], ...] ([B, T]); labels = ids (the model shifts them).
 Prints one JSON line: {"seconds_per_step", "tokens_per_s", "loss", "peak_bytes",
 "peak_reserved_bytes", "peak_kind", "transformers", "peft", "torch"}. Peak = max_memory_allocated
@@ -27,6 +30,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--grad-ckpt", action="store_true")
+    ap.add_argument("--autocast", action="store_true")
     ap.add_argument("--threads", type=int)
     a = ap.parse_args()
 
@@ -53,8 +57,12 @@ def main() -> None:
     with open(a.ids) as f:
         ids = torch.tensor(json.load(f), dtype=torch.long, device=dev)
 
+    import contextlib
+    amp = (lambda: torch.autocast(device_type=dev.type, dtype=torch.bfloat16)) if a.autocast else contextlib.nullcontext
+
     def step():
-        out = model(input_ids=ids, labels=ids, use_cache=False)
+        with amp():
+            out = model(input_ids=ids, labels=ids, use_cache=False)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -83,7 +91,8 @@ def main() -> None:
     n_tok = ids.numel()
     print(json.dumps({"seconds_per_step": secs, "tokens_per_s": n_tok / secs, "loss": float(loss.detach()), "peak_bytes": peak,
                       "peak_reserved_bytes": peak_res, "peak_kind": kind, "transformers": transformers.__version__,
-                      "peft": peft.__version__, "torch": torch.__version__, "grad_ckpt": a.grad_ckpt}))
+                      "peft": peft.__version__, "torch": torch.__version__, "grad_ckpt": a.grad_ckpt,
+                      "autocast": a.autocast}))
 
 
 if __name__ == "__main__":

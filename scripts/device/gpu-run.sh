@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device-side driver (GPU machine): build from a clean `git archive` of HEAD carried in .device/src.tar
 # (so uncommitted local edits never reach the measurement), then run the given steps.
-# Usage: bash scripts/device/gpu-run.sh STEP... (steps: test, losses, generate, train_step, liger, grpo_step)
+# Usage: bash scripts/device/gpu-run.sh STEP... (steps: see the case list below)
+# PG_CUDA_ARCHS (e.g. 90) narrows the own kernels' architectures for a faster build.
 set -o pipefail
 here=$PWD
 rm -rf /tmp/src && mkdir -p /tmp/src && tar -xf .device/src.tar -C /tmp/src && cp -r .device /tmp/src/ && cd /tmp/src || exit 1
@@ -12,7 +13,7 @@ if ls .device/whl/*.whl >/dev/null 2>&1; then
 fi
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
-CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -E "error|CUDA build|CPU build" | head -20
+CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -E "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
 echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
 for step in "$@"; do
   echo "=== $step ($(date +%T))"
@@ -23,6 +24,10 @@ for step in "$@"; do
     train17) timeout 330 node scripts/bench/train_step.mjs --device cuda --shape qwen3-1.7b --recompute --lora-bf16 --json $OUT/train_1.7b.json 2>&1 | tail -20 ;;
     train8) timeout 330 node scripts/bench/train_step.mjs --device cuda --shape qwen3-8b --lora-bf16 --json $OUT/train_8b.json 2>&1 | tail -20 ;;
     liger) timeout 240 node scripts/bench/losses_vs_liger.mjs --device cuda --json $OUT/losses_vs_liger.json 2>&1 | tail -20 ;;
+    ligeraten) PAPERGYM_NO_FUSED_KERNELS=1 timeout 120 node scripts/bench/losses_vs_liger.mjs --device cuda --no-liger --json $OUT/losses_aten.json 2>&1 | tail -8 ;;
+    train17fast) timeout 300 node scripts/bench/train_step.mjs --device cuda --shape qwen3-1.7b --lora-bf16 --json $OUT/train_1.7b.json 2>&1 | tail -12 ;;
+    train17rc) timeout 300 node scripts/bench/train_step.mjs --device cuda --shape qwen3-1.7b --recompute-only --lora-bf16 --json $OUT/train_1.7b_rc.json 2>&1 | tail -12 ;;
+    train8rc) timeout 330 node scripts/bench/train_step.mjs --device cuda --shape qwen3-8b --recompute-only --lora-bf16 --json $OUT/train_8b_rc.json 2>&1 | tail -12 ;;
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
