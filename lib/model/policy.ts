@@ -68,12 +68,28 @@ export interface GenerateOptions extends SamplingOptions {
   compactFraction?: number;
   /** Test hook: throw a (simulated) out-of-memory error at this decode step. */
   simulateOomAtStep?: number;
-  /** CUDA only: decode with one CUDA-graph replay per step (default true on CUDA builds; env PAPERGYM_NO_CUDA_GRAPHS=1 disables). */
+  /**
+   * CUDA only: decode with one CUDA-graph replay per step (default true on CUDA builds; env
+   * PAPERGYM_NO_CUDA_GRAPHS=1 disables). The graph holds the whole step: the decode forward of the
+   * last sampled tokens and, for greedy, full-vocabulary and top-k sampling, the sampler too (its
+   * uniforms are drawn up front from the seeded generator, so samples equal the other paths'). With
+   * top-p but no top-k the sampler checks a value on the host, so it runs after each replay instead
+   * (`samplingInStep: false` in the result).
+   */
   cudaGraphs?: boolean;
   /** Decode from a static, full-capacity KV cache (default: on exactly when CUDA graphs are used). */
   staticCache?: boolean;
   /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default true. */
   padToBucket?: boolean;
+  /**
+   * Static path (static cache / CUDA graphs): copy the sampled tokens back to the host and check
+   * the stop ids every `syncEvery` decode steps (integer ≥ 1, default 8) instead of after every
+   * token, so the device runs ahead without a host round trip per token. Results (tokens,
+   * logprobs, finish reasons) do not depend on it; the cost is at most `syncEvery − 1` wasted
+   * decode steps after the last row stopped (counted in `steps`). 1 = check after every token.
+   * The dynamic path always checks after every token.
+   */
+  syncEvery?: number;
 }
 
 /** One completion of the low-level {@link generate}. */
@@ -99,7 +115,7 @@ export interface GenerateResult {
   promptTokens: number;
   /** Sum of completion lengths (tokens). */
   newTokens: number;
-  /** Decode forwards after the prefill. */
+  /** Decode forwards run after the prefill (static path: including up to syncEvery − 1 after the last row stopped). */
   steps: number;
   /** Times finished rows were compacted out of the batch. */
   compactions: number;
@@ -109,6 +125,8 @@ export interface GenerateResult {
   graphCaptures?: number;
   /** Rows decoded per step (the bucket size on the static path). */
   batchRows?: number;
+  /** Static path: the sampler ran inside the decode step (inside the CUDA graph with graphs); false with top-p without top-k, and on the dynamic path. */
+  samplingInStep?: boolean;
   /** Wall time of the prefill (ms) and of the decode loop (ms). */
   prefillMs: number;
   decodeMs: number;

@@ -25,6 +25,7 @@ void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r) {
   if (r.max_new_tokens < 1) throw ArgError("maxNewTokens must be an integer >= 1, got " + std::to_string(r.max_new_tokens));
   ValidateSampling(r.sampling, "options");
   if (!(r.compact_fraction > 0 && r.compact_fraction <= 1)) throw ArgError("compactFraction must be in (0, 1]");
+  if (r.sync_every < 1) throw ArgError("syncEvery must be an integer >= 1, got " + std::to_string(r.sync_every));
   const int64_t ctx = c.max_position_embeddings;
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     const auto& p = r.prompts[i];
@@ -93,8 +94,18 @@ int64_t Bucket(int64_t n) {
 // slots, then decode with Qwen3Model::DecodeStatic on fixed buffers (ids_s, pos_s, slot_s, keep),
 // eagerly or, with `graphs`, from one CUDA graph captured after kWarmup eager steps. Rows that
 // finished stay in the batch (masked and ignored); padded rows N..Bp-1 decode pad_id at their own
-// cache rows and are never read. Per step: one H2D copy of the uniforms, the sampler, one D2H
-// copy of tokens and logprobs (the stop check), one copy into ids_s, one replay.
+// cache rows and are never read or sampled.
+//
+// Token t of every row (t = 0 .. T-1, T = max_new_tokens) is sampled from the logits after t decode
+// forwards with the uniforms u_all[t] (all drawn up front from the seeded CPU generator) by
+// sample_fn, which indexes everything with the device counter step_s: it writes the tokens into
+// ids_s (the next decode input) and row t of tok_hist / lp_hist, then advances step_s. Token 0 is
+// sampled from the prefill logits; every later token by one step_fn = DecodeStatic + advance
+// pos_s / slot_s + (sync-free sampling) sample_fn, which is the function the graph captures. With
+// a sampler that syncs (top-p without top-k) step_fn is the decode alone and sample_fn runs
+// eagerly after it. Per token: one replay (plus the eager sampler when it syncs); per sync_every
+// tokens: two D2H copies of the new history rows (the only host syncs of a sync-free loop) and the
+// stop-id bookkeeping for those tokens in order.
 GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at::Tensor& ids, const at::Tensor& mask,
                               const at::Tensor& pos, const std::vector<int64_t>& plen, int64_t lmax, bool graphs,
                               GenerateResult res) {
@@ -102,7 +113,8 @@ GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at:
     if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
   };
   const at::Device dev = m.device();
-  const int64_t P = ids.size(0), n = r.n, N = P * n, cap = lmax + r.max_new_tokens;
+  const int64_t P = ids.size(0), n = r.n, N = P * n, T = r.max_new_tokens, cap = lmax + T;
+  const int64_t K = r.sync_every;
   const bool pad = r.pad_to_bucket < 0 ? graphs : r.pad_to_bucket == 1;
   const int64_t Bp = pad ? Bucket(N) : N;
   auto lopt = at::TensorOptions().dtype(at::kLong);
@@ -142,66 +154,102 @@ GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at:
   res.prefill_ms = Ms(t0, t1);
   res.batch_rows = Bp;
   res.decode_path = graphs ? "cuda-graphs" : "static";
+  const bool fused = SamplingIsSyncFree(r.sampling, logits.size(1));  // sampler inside step_fn
+  res.sampling_in_step = fused;
+
+  // One uniform per global row per step, as on the dynamic path (same seed -> same samples): row t
+  // of one [T, N] draw is exactly what the t-th draw of N returns (the CPU generator fills a
+  // contiguous tensor element by element in order).
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+  at::Tensor u_all = at::rand({T, N}, gen, fopt).to(dev);
+  at::Tensor tok_hist = at::zeros({T, N}, dopt);            // token t of row g at [t, g]
+  at::Tensor lp_hist = at::zeros({T, N}, fopt.device(dev));  // its logprob
+  at::Tensor step_s = at::zeros({1}, dopt);                  // next token index t (device counter)
 
   res.completions.resize(N);
   for (int64_t g = 0; g < N; ++g) {
     res.completions[g].prompt_index = g / n;
     res.completions[g].sample_index = g % n;
-    res.completions[g].tokens.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
-    res.completions[g].logprobs.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
+    res.completions[g].tokens.reserve(std::min<int64_t>(T, 4096));
+    res.completions[g].logprobs.reserve(std::min<int64_t>(T, 4096));
   }
   std::vector<char> done(N, 0);
   int64_t n_done = 0;
   auto is_stop = [&](int64_t t) { return std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end(); };
-  // The captured step: logits of the current inputs, then advance position and cache slot.
+
+  // Samples token step_s of every real row from `lg` [>= N, V] and records it (device-side only).
+  auto sample_fn = [&](const at::Tensor& lg) {
+    at::Tensor u = u_all.index_select(0, step_s).squeeze(0);  // [N]
+    auto [tok, lp] = SampleTokens(lg.narrow(0, 0, N), r.sampling, u);
+    tok_hist.index_copy_(0, step_s, tok.unsqueeze(0));
+    lp_hist.index_copy_(0, step_s, lp.to(at::kFloat).unsqueeze(0));
+    ids_s.narrow(0, 0, N).copy_(tok.unsqueeze(1));
+    step_s.add_(1);
+  };
+  // The step (captured on the graph path): logits of the current inputs, advance position and
+  // cache slot, and (sync-free sampler) sample the next token from them.
   auto step_fn = [&]() {
     at::Tensor lg = m.DecodeStatic(ids_s, pos_s, slot_s, keep, r.adapter, cache);
     pos_s.add_(1);
     slot_s.add_(1);
+    if (fused) sample_fn(lg);
     return lg;
+  };
+  // Host bookkeeping of tokens [read, produced): in step order, each row up to its stop id.
+  int64_t produced = 0, read = 0;
+  auto drain = [&]() {
+    const int64_t cnt = produced - read;
+    at::Tensor tok_h = tok_hist.narrow(0, read, cnt).to(at::kCPU).contiguous();
+    at::Tensor lp_h = lp_hist.narrow(0, read, cnt).to(at::kCPU).contiguous();
+    const int64_t* tp = tok_h.data_ptr<int64_t>();
+    const float* lpp = lp_h.data_ptr<float>();
+    for (int64_t s = 0; s < cnt && n_done < N; ++s) {
+      for (int64_t g = 0; g < N; ++g) {
+        if (done[g]) continue;
+        const int64_t tk = tp[s * N + g];
+        Completion& c = res.completions[g];
+        c.tokens.push_back(static_cast<int32_t>(tk));
+        c.logprobs.push_back(lpp[s * N + g]);
+        ++res.new_tokens;
+        if (is_stop(tk)) {
+          c.stopped = true;
+          done[g] = 1;
+          ++n_done;
+        }
+      }
+    }
+    read = produced;
   };
   constexpr int64_t kWarmup = 2;  // eager steps on the side stream before capture (lazy inits)
   StepGraph graph;                 // one bucket: the batch never shrinks on this path
   at::Tensor graph_out;
   SideStreamScope side(graphs ? dev : at::Device(at::kCPU));
 
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-  for (int64_t step = 0; step < r.max_new_tokens; ++step) {
+  for (int64_t t = 0; t < T; ++t) {
     check_abort();
-    if (step == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", step);
-    // One uniform per global row per step, as on the dynamic path (same seed -> same samples).
-    at::Tensor u = at::rand({N}, gen, fopt).to(dev);
-    auto [tok, lp] = SampleTokens(logits, r.sampling, u);
-    at::Tensor tok_h = tok.to(at::kCPU), lp_h = lp.to(at::kCPU);
-    const int64_t* tp = tok_h.data_ptr<int64_t>();
-    const float* lpp = lp_h.data_ptr<float>();
-    for (int64_t g = 0; g < N; ++g) {
-      if (done[g]) continue;
-      Completion& c = res.completions[g];
-      c.tokens.push_back(static_cast<int32_t>(tp[g]));
-      c.logprobs.push_back(lpp[g]);
-      ++res.new_tokens;
-      if (is_stop(tp[g])) {
-        c.stopped = true;
-        done[g] = 1;
-        ++n_done;
-      }
-    }
-    if (step + 1 == r.max_new_tokens || n_done == N) break;
-    ids_s.narrow(0, 0, N).copy_(tok.unsqueeze(1));
-    at::Tensor out;
-    if (graphs && res.steps >= kWarmup) {
-      if (!graph.captured()) {
-        graph_out = graph.Capture(step_fn);  // records only; the replay below runs it
-        ++res.graph_captures;
-      }
-      graph.Replay();
-      out = graph_out;
+    if (t == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", t);
+    if (t == 0) {
+      sample_fn(logits);  // from the prefill
     } else {
-      out = step_fn();
+      at::Tensor out;
+      if (graphs && res.steps >= kWarmup) {
+        if (!graph.captured()) {
+          graph_out = graph.Capture(step_fn);  // records only; the replay below runs it
+          ++res.graph_captures;
+        }
+        graph.Replay();
+        out = graph_out;
+      } else {
+        out = step_fn();
+      }
+      if (!fused) sample_fn(out);
+      ++res.steps;
     }
-    logits = out.narrow(0, 0, N);
-    ++res.steps;
+    ++produced;
+    if (produced - read >= K || produced == T) {
+      drain();
+      if (n_done == N) break;
+    }
   }
   res.decode_ms = Ms(t1, Clock::now());
   return res;

@@ -37,6 +37,13 @@ struct GenerateRequest {
   /// Static path only: pad the batch to a power-of-two bucket (1, 2, 4, ... rows; padded rows are
   /// masked and ignored): -1 = auto (on exactly when CUDA graphs are used), 0 = off, 1 = on.
   int pad_to_bucket = -1;
+  /// Static path only: read the sampled tokens back to the host (one D2H copy of the history, the
+  /// only host synchronisation of the loop when sampling is sync-free) every this many decode steps,
+  /// >= 1. The stop-id bookkeeping runs then, for those steps in order, so results do not depend on
+  /// it; the cost is up to sync_every - 1 wasted decode steps after the last row stopped (their
+  /// tokens are discarded). 1 = check after every token (the loop then runs exactly the forwards the
+  /// dynamic path runs). The dynamic path always checks after every token.
+  int64_t sync_every = 8;
 };
 
 /// One completion (row r = prompt_index * n + sample_index).
@@ -60,6 +67,10 @@ struct GenerateResult {
   std::string decode_path = "dynamic";
   int64_t graph_captures = 0;  // CUDA graphs captured by this call
   int64_t batch_rows = 0;      // decode batch rows (static path: the bucket, padded rows included)
+  /// Static path: the sampler ran inside the decode step (so inside the CUDA graph on the graph
+  /// path): true unless the sampling options need a host check (SamplingIsSyncFree: top-p without
+  /// top-k), in which case each step samples eagerly after the step. False on the dynamic path.
+  bool sampling_in_step = false;
 };
 
 /// Checks the request against the model (ArgError naming the JS option: prompts[i], n,
@@ -74,7 +85,19 @@ void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r);
 /// Static path (static_cache / cuda_graphs): prefill as above, then the rows (padded to a bucket)
 /// decode through Qwen3Model::DecodeStatic over a preallocated cache of lmax + max_new_tokens slots,
 /// on CUDA replaying one captured graph per bucket after two eager warm-up steps; finished rows stay
-/// in the batch (masked). Tokens and logprobs equal the dynamic path's up to float rounding.
+/// in the batch (masked) and keep decoding tokens that are ignored. All uniforms are drawn up front
+/// from the seeded CPU generator (the same numbers, in the same order, as one draw of N per step on
+/// the dynamic path) and copied to the device once. One step (the function that is captured) is:
+/// DecodeStatic of the last sampled tokens, advance positions and cache slot, then, when the
+/// sampling is sync-free (SamplingIsSyncFree: greedy, full vocabulary, top-k), SampleTokens on the
+/// new logits with the uniforms of a device step counter, writing the tokens into the decode input
+/// and into device token / logprob histories at that counter (no host values that change between
+/// replays). With top-p without top-k the sampler (which checks a value on the host) runs eagerly
+/// after each step instead. The host reads the histories back every sync_every steps (and at the
+/// end), records the tokens in order up to each row's stop id, and ends the loop once every row
+/// stopped: at most sync_every - 1 extra decode steps. Tokens, logprobs, finish reasons and
+/// new_tokens equal the dynamic path's up to float rounding for every sync_every; steps counts the
+/// decode forwards actually run (with sync_every = 1 the same as the dynamic path's).
 /// Throws AbortedError when r.abort is set (checked before the prefill and every decode step);
 /// out-of-memory propagates as c10::OutOfMemoryError after the cache is released (the model stays
 /// usable).

@@ -13,6 +13,16 @@ static std::string Num(double d) {
   return os.str();
 }
 
+// The one branch of SampleTokens that reads a device value on the host: top-p without an
+// effective top-k over more than 1024 ids checks whether the top 1024 candidates cover every
+// row's nucleus (`.item()`) before deciding to sort the whole vocabulary.
+static bool NeedsNucleusCheck(const SamplingOptions& o, int64_t V) {
+  const bool use_k = o.top_k > 0 && o.top_k < V;
+  return o.temperature != 0.0 && o.top_p < 1.0 && !use_k && V > 1024;
+}
+
+bool SamplingIsSyncFree(const SamplingOptions& o, int64_t vocab_size) { return !NeedsNucleusCheck(o, vocab_size); }
+
 void ValidateSampling(const SamplingOptions& o, const std::string& what) {
   if (!std::isfinite(o.temperature) || o.temperature < 0)
     throw ArgError(what + ".temperature must be a finite number >= 0 (0 = greedy), got " + Num(o.temperature));
@@ -69,7 +79,7 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
       // first and sort everything only when some row's nucleus does not fit in them.
       const int64_t k0 = std::min<int64_t>(V, 1024);
       std::tie(vals, idx) = at::topk(scaled, k0, -1, true, true);
-      if (k0 < V) {
+      if (NeedsNucleusCheck(o, V)) {  // k0 < V here
         at::Tensor covered = (vals - lse.unsqueeze(1)).exp().sum(-1);  // full-vocabulary mass of the top k0
         if (covered.lt(o.top_p).any().item<bool>()) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
       }

@@ -36,7 +36,17 @@ void ValidateSampling(const SamplingOptions& o, const std::string& what);
 /// top-k / top-p truncation: exactly what a teacher-forced forward recomputes with the same T
 /// (the GRPO old-logprob, so rho = 1 at step 0). Greedy (T == 0): argmax of the logits (first
 /// index on ties) and the logprob under T = 1, log_softmax(logits)[token].
+///
+/// Host synchronisation: none (only kernel launches with values fixed by `o` and the shapes, so a
+/// call can be captured in a CUDA graph) except for top-p without an effective top-k (top_k == 0
+/// or top_k >= V) over V > 1024 ids, which reads one bool on the host; see SamplingIsSyncFree.
 std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits, const SamplingOptions& o,
                                                const at::Tensor& uniforms);
+
+/// True when SampleTokens(logits [R, vocab_size], o, u) never synchronises with the host, so the
+/// static decode step can run it inside its CUDA graph: greedy (temperature 0), full-vocabulary
+/// sampling, top-k (with or without top-p). False for top-p without an effective top-k over more
+/// than 1024 ids (the host check whether the top 1024 candidates hold every row's nucleus).
+bool SamplingIsSyncFree(const SamplingOptions& o, int64_t vocab_size);
 
 }  // namespace pg
