@@ -3,7 +3,9 @@
  * the dynamic path (Forward with a growing cache): the static path is what the CUDA-graph decode
  * replays, so here it must give the same tokens (greedy and seeded sampling) and logprobs within
  * 1e-5, for left-padded batches, batches padded to a power-of-two bucket, n > 1, stop ids and a
- * non-zero LoRA adapter. The graph path itself is tested in test/gpu/decode-graphs.test.ts.
+ * non-zero LoRA adapter; and for every syncEvery (the host reads the sampled tokens back every K
+ * steps, sampling inside the step where it is sync-free) the same results as with syncEvery 1.
+ * The graph path itself is tested in test/gpu/decode-graphs.test.ts.
  */
 import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
@@ -13,13 +15,14 @@ import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { generate, type GenerateOptions, type GenerateResult } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
 
-/** Decode-path options of the native generate (not yet in the typed GenerateOptions). */
+/** Decode-path options of the native generate. */
 interface PathOptions {
   cudaGraphs?: boolean;
   staticCache?: boolean;
   padToBucket?: boolean;
+  syncEvery?: number;
 }
-type PathResult = GenerateResult & { decodePath: string; graphCaptures: number; batchRows: number };
+type PathResult = GenerateResult & { decodePath: string; graphCaptures: number; batchRows: number; samplingInStep: boolean };
 
 const run = (m: Qwen3Model, o: GenerateOptions & PathOptions) => generate(m, o as GenerateOptions) as Promise<PathResult>;
 const ids = (c: { tokenIds: Int32Array }) => Array.from(c.tokenIds);
@@ -117,10 +120,90 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     expect(dyn.completions[1]!.finishReason).to.equal('stop');
     expect(st.compactions).to.equal(0);
     expectSame(dyn, st);
-    // every row stopping ends the loop early on both paths
-    const all = await run(m, { prompts: [prompts[1]!], temperature: 0, maxNewTokens: 40, stopIds: [stopTok], staticCache: true, padToBucket: true });
+    // every row stopping ends the loop early on both paths (syncEvery 1: no step after the stop;
+    // the default 8: the loop ends at the next read-back, at most 7 wasted steps)
+    const one = { prompts: [prompts[1]!], temperature: 0, maxNewTokens: 40, stopIds: [stopTok], staticCache: true, padToBucket: true };
+    const all = await run(m, { ...one, syncEvery: 1 });
     expect(all.completions[0]!.finishReason).to.equal('stop');
     expect(all.steps).to.equal(all.completions[0]!.tokenIds.length - 1);
+    const all8 = await run(m, one);
+    expect(ids(all8.completions[0]!)).to.deep.equal(ids(all.completions[0]!));
+    expect(all8.steps).to.equal(Math.min(40, Math.ceil(all.completions[0]!.tokenIds.length / 8) * 8) - 1);
+  });
+
+  it('syncEvery 1, 3, 8 (sampling inside the step, read back every K): identical to syncEvery 1 and to the dynamic path', async () => {
+    // Stop ids chosen from a greedy run so that they fire at different steps in different rows,
+    // one of them at the very first token; maxNewTokens = 21 is a multiple of neither 3 nor 8.
+    const m = models['tiny-tied']!;
+    const T = 21;
+    const greedy = await run(m, { prompts, temperature: 0, maxNewTokens: T, stopIds: [] });
+    const g0 = ids(greedy.completions[0]!), g1 = ids(greedy.completions[1]!), g2 = ids(greedy.completions[2]!);
+    const stopsFor = (first: number[], mid: number[], late: number[]) => [first[0]!, mid[6]!, late[13]!];
+    const cases: { name: string; o: GenerateOptions; exactVsDynamic: boolean; inStep: boolean }[] = [
+      { name: 'greedy, stop ids', o: { prompts, temperature: 0, maxNewTokens: T, stopIds: stopsFor(g0, g1, g2) }, exactVsDynamic: true, inStep: true },
+      { name: 'greedy, no stop ids', o: { prompts, temperature: 0, maxNewTokens: T, stopIds: [] }, exactVsDynamic: true, inStep: true },
+      { name: 'top-k n = 2', o: { prompts, n: 2, temperature: 0.9, topK: 12, maxNewTokens: T, seed: 77, stopIds: [] }, exactVsDynamic: true, inStep: true },
+      { name: 'top-k + top-p n = 2', o: { prompts, n: 2, temperature: 1.1, topK: 30, topP: 0.8, maxNewTokens: T, seed: 78, stopIds: [] }, exactVsDynamic: true, inStep: true },
+      { name: 'full vocabulary n = 2', o: { prompts, n: 2, temperature: 1.0, maxNewTokens: T, seed: 79, stopIds: [] }, exactVsDynamic: false, inStep: true },
+      { name: 'top-p alone (sampler outside the step)', o: { prompts, temperature: 1.0, topP: 0.9, maxNewTokens: T, seed: 80, stopIds: [] }, exactVsDynamic: false, inStep: false },
+    ];
+    // Sampled runs: stop ids taken from their own static run so that they fire in several rows.
+    for (const c of cases) {
+      if (c.o.temperature !== 0) {
+        const free = await run(m, { ...c.o, staticCache: true, padToBucket: true, syncEvery: 1 });
+        const r0 = ids(free.completions[0]!), r1 = ids(free.completions[1]!), r2 = ids(free.completions[free.completions.length - 1]!);
+        c.o = { ...c.o, stopIds: stopsFor(r0, r1, r2) };
+      }
+      const dyn = await run(m, { ...c.o, staticCache: false });
+      const ref = await run(m, { ...c.o, staticCache: true, padToBucket: true, syncEvery: 1 });
+      expect(ref.samplingInStep, c.name).to.equal(c.inStep);
+      if (c.exactVsDynamic) expect(ref.steps, `${c.name}: syncEvery 1 runs the dynamic path's forwards`).to.equal(dyn.steps);
+      const stops = ref.completions.map((x) => x.finishReason);
+      expect(stops.filter((f) => f === 'stop').length, `${c.name}: rows that stop`).to.be.at.least(c.o.stopIds!.length ? 2 : 0);
+      if (c.o.stopIds!.length) expect(ref.completions[0]!.tokenIds.length, `${c.name}: row 0 stops at its first token`).to.equal(1);
+      if (c.exactVsDynamic) expectSame(dyn, ref);
+      else {
+        // Full vocabulary / top-p over ~10^5 near-equal ids: a 1-ulp logit difference between the
+        // static and dynamic attention can move a draw to a neighbouring id (see above), after
+        // which a row diverges (and may hit a stop id on one path only). Up to that point the rows
+        // must agree (same uniforms, same logprobs), and the first token (prefill logits) always.
+        dyn.completions.forEach((a, i) => {
+          const b = ref.completions[i]!;
+          expect(b.tokenIds[0], `${c.name}: first token of row ${i}`).to.equal(a.tokenIds[0]);
+          for (let j = 0; j < Math.min(a.tokenIds.length, b.tokenIds.length) && a.tokenIds[j] === b.tokenIds[j]; j++)
+            expect(Math.abs(a.logprobs[j]! - b.logprobs[j]!)).to.be.at.most(1e-5);
+        });
+      }
+      const longest = Math.max(...ref.completions.map((x) => x.tokenIds.length));
+      for (const K of [1, 3, 8]) {
+        const st = await run(m, { ...c.o, staticCache: true, padToBucket: true, syncEvery: K });
+        expect(st.completions.map(ids), `${c.name} syncEvery ${K}`).to.deep.equal(ref.completions.map(ids));
+        expect(st.completions.map((x) => x.finishReason)).to.deep.equal(stops);
+        expect(st.completions.map((x) => Array.from(x.logprobs))).to.deep.equal(ref.completions.map((x) => Array.from(x.logprobs)));
+        expect(st.newTokens).to.equal(ref.newTokens);
+        expect(st.steps, `${c.name} syncEvery ${K}: forwards`).to.equal(Math.min(T, Math.ceil(longest / K) * K) - 1);
+      }
+    }
+    // every row stopping at its very first token: the loop ends at the first read-back
+    const first = ids(greedy.completions[3]!)[0]!;
+    const oneRow = { prompts: [prompts[3]!], temperature: 0, maxNewTokens: T, stopIds: [first], staticCache: true, padToBucket: true };
+    for (const K of [1, 3, 8, 32]) {
+      const r = await run(m, { ...oneRow, syncEvery: K });
+      expect(ids(r.completions[0]!)).to.deep.equal([first]);
+      expect(r.completions[0]!.finishReason).to.equal('stop');
+      expect(r.newTokens).to.equal(1);
+      expect(r.steps, `syncEvery ${K}`).to.equal(Math.min(T, K) - 1);
+    }
+    // syncEvery is checked like the other options
+    let err: (Error & { code?: string }) | undefined;
+    try {
+      await run(m, { prompts, maxNewTokens: 4, staticCache: true, syncEvery: 0 });
+    } catch (e) {
+      err = e as Error & { code?: string };
+    }
+    expect(err).to.be.instanceOf(TypeError);
+    expect(err?.code).to.equal('ERR_PG_ARG');
+    expect(err?.message).to.match(/syncEvery/);
   });
 
   it('non-zero LoRA adapter (active) and adapter "none": static equals dynamic', async () => {

@@ -6,7 +6,10 @@
  *     path without graphs (same kernels and shapes: identical ids and logprobs) == the dynamic path
  *     (identical ids);
  *   - n = 3 seeded sampling (full vocabulary and top-p): identical ids with and without graphs;
- *   - stop ids end rows while the others continue; cudaGraphs: false selects the dynamic path.
+ *   - stop ids end rows while the others continue; cudaGraphs: false selects the dynamic path;
+ *   - the sampler inside the graph (greedy, full vocabulary, top-k; samplingInStep) with the host
+ *     reading tokens back every syncEvery = 8 steps: identical to the eager static path with
+ *     syncEvery 1 (ids, logprobs, finish reasons), stop ids included; top-p alone samples outside.
  */
 import { expect } from 'chai';
 import { cudaAvailable, native } from '../../lib/native.js';
@@ -18,8 +21,9 @@ interface PathOptions {
   cudaGraphs?: boolean;
   staticCache?: boolean;
   padToBucket?: boolean;
+  syncEvery?: number;
 }
-type PathResult = GenerateResult & { decodePath: string; graphCaptures: number; batchRows: number };
+type PathResult = GenerateResult & { decodePath: string; graphCaptures: number; batchRows: number; samplingInStep: boolean };
 const run = (m: Qwen3Model, o: GenerateOptions & PathOptions) => generate(m, o as GenerateOptions) as Promise<PathResult>;
 const ids = (r: PathResult) => r.completions.map((c) => Array.from(c.tokenIds));
 
@@ -93,6 +97,45 @@ describe('GPU suite: CUDA-graph decode', function () {
     expect(r.completions[1]!.finishReason).to.equal('stop');
     expect(ids(r)).to.deep.equal(ids(d));
     expect(r.completions.map((c) => c.finishReason)).to.deep.equal(d.completions.map((c) => c.finishReason));
+  });
+
+  it('syncEvery 8, sampler inside the graph: graphs == eager static with syncEvery 1 (greedy, seeded sampling, top-k, stop ids)', async () => {
+    const greedy = await run(gpu, { prompts, temperature: 0, maxNewTokens: 37, stopIds: [] as number[] });
+    const gi = ids(greedy);
+    // stop ids firing at the first token of row 0 and later in rows 1 and 2; 37 is not a multiple of 8
+    const stops = [gi[0]![0]!, gi[1]![6]!, gi[2]![20]!];
+    for (const o of [
+      { prompts, temperature: 0, maxNewTokens: 37, stopIds: [] as number[] },
+      { prompts, temperature: 0, maxNewTokens: 37, stopIds: stops },
+      { prompts, n: 3, temperature: 1.0, maxNewTokens: 37, stopIds: [] as number[], seed: 123 },
+      { prompts, n: 3, temperature: 0.8, topK: 20, maxNewTokens: 37, stopIds: [] as number[], seed: 124 },
+      { prompts, n: 3, temperature: 0.8, topK: 20, maxNewTokens: 37, stopIds: stops, seed: 125 },
+      { prompts, n: 2, temperature: 1.0, topK: 40, topP: 0.9, maxNewTokens: 37, stopIds: [] as number[], seed: 126 },
+    ]) {
+      const what = `T=${o.temperature} topK=${'topK' in o ? o.topK : 0} stops=${o.stopIds.length}`;
+      const g = await run(gpu, { ...o, syncEvery: 8 });
+      expect(g.decodePath, what).to.equal('cuda-graphs');
+      expect(g.samplingInStep, what).to.equal(true);
+      expect(g.graphCaptures, what).to.equal(1);
+      const s = await run(gpu, { ...o, cudaGraphs: false, staticCache: true, padToBucket: true, syncEvery: 1 });
+      expect(s.decodePath).to.equal('static');
+      expect(ids(g), what).to.deep.equal(ids(s));
+      expect(g.completions.map((c) => c.finishReason), what).to.deep.equal(s.completions.map((c) => c.finishReason));
+      expect(maxLpDiff(g, s), what).to.be.at.most(1e-6);
+      expect(g.newTokens, what).to.equal(s.newTokens);
+      const longest = Math.max(...g.completions.map((c) => c.tokenIds.length));
+      expect(g.steps, what).to.equal(Math.min(37, Math.ceil(longest / 8) * 8) - 1);
+    }
+    // top-p alone: the sampler stays outside the graph (a host check); results still match
+    const o = { prompts, n: 2, temperature: 1.0, topP: 0.9, maxNewTokens: 37, stopIds: stops, seed: 127 };
+    const g = await run(gpu, { ...o, syncEvery: 8 });
+    expect(g.samplingInStep).to.equal(false);
+    const s = await run(gpu, { ...o, cudaGraphs: false, staticCache: true, padToBucket: true, syncEvery: 1 });
+    expect(ids(g)).to.deep.equal(ids(s));
+    // all rows stopping at the first token: at most 7 wasted steps
+    const one = await run(gpu, { prompts: [prompts[0]!], temperature: 0, maxNewTokens: 37, stopIds: [gi[0]![0]!], syncEvery: 8 });
+    expect(one.completions[0]!.tokenIds.length).to.equal(1);
+    expect(one.steps).to.equal(7);
   });
 
   it('bf16: graphs == static without graphs (greedy, n = 2 sampling)', async () => {
