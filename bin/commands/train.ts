@@ -33,6 +33,7 @@ interface TrainArgs {
   'kl-coef'?: number;
   'lora-r'?: number;
   'lora-alpha'?: number;
+  'lora-fp32-branch'?: boolean;
   'max-new-tokens'?: number;
   temperature?: number;
   'checkpoint-every'?: number;
@@ -74,6 +75,7 @@ function flagsToConfig(a: TrainArgs): Partial<Record<keyof TrainConfig, unknown>
   if (a['kl-coef'] !== undefined) sect('grpo').betaKl = a['kl-coef'];
   if (a['lora-r'] !== undefined) sect('lora').r = a['lora-r'];
   if (a['lora-alpha'] !== undefined) sect('lora').alpha = a['lora-alpha'];
+  if (a['lora-fp32-branch'] !== undefined) sect('lora').float32Branch = a['lora-fp32-branch'];
   if (a['max-new-tokens'] !== undefined) sect('sampling').maxNewTokens = a['max-new-tokens'];
   if (a.temperature !== undefined) sect('sampling').temperature = a.temperature;
   if (a['checkpoint-every'] !== undefined) sect('checkpoint').every = a['checkpoint-every'];
@@ -124,6 +126,7 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       .option('kl-coef', { type: 'number' })
       .option('lora-r', { type: 'number' })
       .option('lora-alpha', { type: 'number' })
+      .option('lora-fp32-branch', { type: 'boolean', describe: 'bf16/fp16 models: LoRA matmuls in float32 as peft without autocast (default: model dtype with float32 master weights, as TRL with bf16=True)' })
       .option('max-new-tokens', { type: 'number' })
       .option('temperature', { type: 'number' })
       .option('checkpoint-every', { type: 'number' })

@@ -24,7 +24,13 @@ export interface TrainConfig {
   stages: Stage[];
   seed: number;
   strict: boolean;
-  lora: { r: number; alpha: number; dropout: number; useRslora: boolean; targetModules: string[] };
+  /**
+   * LoRA (peft semantics). `float32Branch`: with a bf16 / fp16 model, false (default) runs the
+   * LoRA matmuls in the model dtype with float32 master weights, gradients and optimizer state —
+   * what transformers' Trainer / TRL do with bf16=True (torch.autocast); true runs the branch in
+   * float32 as peft without autocast (slower: no tensor cores for its thin matmuls).
+   */
+  lora: { r: number; alpha: number; dropout: number; useRslora: boolean; targetModules: string[]; float32Branch: boolean };
   sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean };
   optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
   /** SFT baseline: cross-entropy on the reference answers; batchSize questions per step (one native call, chunked over tokens). */
@@ -75,7 +81,7 @@ export const DEFAULTS: TrainConfig = {
   stages: ['opsd', 'grpo'],
   seed: 1234,
   strict: false,
-  lora: { r: 8, alpha: 16, dropout: 0, useRslora: false, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] },
+  lora: { r: 8, alpha: 16, dropout: 0, useRslora: false, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], float32Branch: false },
   sampling: { temperature: 1.0, topP: 0.95, topK: 20, maxNewTokens: 24, enableThinking: false },
   optim: { weightDecay: 0, maxGradNorm: 1.0, betas: [0.9, 0.999], eps: 1e-8, schedule: 'constant', warmupSteps: 0 },
   sft: { steps: 8, lr: 1e-3, batchSize: 2 },

@@ -154,6 +154,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
     if (cfg.memory?.recompute) policy.model.setGradientCheckpointing(true);
+    policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
     let judge: Judge;

@@ -37,9 +37,9 @@ at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, 
 void CheckHiddenWeight(const at::Tensor& hidden, const at::Tensor& weight, const char* what);
 int64_t ResolveChunk(int64_t chunk, int64_t vocab);
 
-/// Automatic chunk of the GRPO / logprob kernel path: about 32 M float32 logits (128 MiB) per chunk,
-/// the only [C, V] buffer that path holds (row_kernels.h).
-constexpr int64_t kGrpoKernelLogits = int64_t{32} << 20;
+/// Automatic chunk of the GRPO / logprob kernel path: about 16 M float32 logits (64 MiB; 110 rows
+/// at V = 151,936) per chunk, the only [C, V] buffer that path holds (row_kernels.h).
+constexpr int64_t kGrpoKernelLogits = int64_t{16} << 20;
 
 }  // namespace loss
 }  // namespace pg

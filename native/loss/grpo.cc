@@ -196,10 +196,12 @@ at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const a
   // Only masked-in positions are projected (same selection and order as sequence logprobs, so the
   // chunks — and the logprobs — are bit-identical to SelectedLogprobs on the same rows).
   at::Tensor idx = f.mask.ne(0).nonzero().squeeze(1);
-  auto outs = GrpoFn::apply(f.h.index_select(0, idx), weight.detach(), f.tok.index_select(0, idx), f.old.index_select(0, idx),
-                            ref.index_select(0, idx), f.adv.index_select(0, idx), f.w.index_select(0, idx), o.eps_low,
+  // Every position live (e.g. packed completions): the rows as they are, no [N, H] gathered copy.
+  const bool all = idx.numel() == f.mask.numel();
+  auto sel = [&](const at::Tensor& t) { return all ? t : t.index_select(0, idx); };
+  auto outs = GrpoFn::apply(sel(f.h), weight.detach(), sel(f.tok), sel(f.old), sel(ref), sel(f.adv), sel(f.w), o.eps_low,
                             o.eps_high, o.beta_kl, o.temperature, o.chunk);
-  at::Tensor logp = at::zeros_like(f.old).index_copy(0, idx, outs[1]);
+  at::Tensor logp = all ? outs[1].reshape(f.old.sizes()) : at::zeros_like(f.old).index_copy(0, idx, outs[1]);
   FillMetrics(metrics, f, logp, o);
   return outs[0];
 }

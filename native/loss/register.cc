@@ -263,7 +263,7 @@ Napi::Value BenchLossJs(const Napi::CallbackInfo& info) {
           torch::Tensor w, h, th, tok, old, adv, mask;
           {
             torch::NoGradGuard ng;
-            w = torch::randn({V, H}, opt) * (1.0 / std::sqrt(static_cast<double>(H)));
+            w = torch::randn({V, H}, opt).mul_(1.0 / std::sqrt(static_cast<double>(H)));  // in place: no 2nd [V, H] at setup
             h = torch::randn({T, H}, opt);
             th = torch::randn({T, H}, opt);
             tok = torch::randint(0, V, {1, T}, torch::TensorOptions().device(pl.device).dtype(torch::kLong));
