@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -62,13 +62,17 @@ describe('data pipeline: deterministic steps', () => {
     const p = new Progress({ label: 'x', stream, intervalMs: 0 });
     p.add(4);
     p.tick(true);
+    p.call(true);
     await new Promise((r) => setTimeout(r, 5));
+    p.call();
     p.tick();
-    p.status('1/2 papers');
+    p.status('stage 2');
     p.stop();
     p.stop();
-    expect(lines.at(-1)).to.match(/^x: 2\/4 calls \(1 cached\), 1\/2 papers, ETA \d+s\n$/);
+    expect(lines.at(-1)).to.match(/^x: 2\/4 papers, 2 calls \(1 cached\), stage 2, ETA \d+s\n$/);
     expect(lines.filter((l) => l === lines.at(-1)).length).to.be.lessThanOrEqual(2);
+    expect(() => p.add(-1)).to.throw(RangeError, /add\(n\) must be an integer >= 0/);
+    expect(p.counts()).to.deep.include({ total: 4, done: 2, failed: 0, calls: 2, cachedCalls: 1 });
   });
   it('lexical overlap proxy', () => {
     expect(lexicalOverlap('How should we compare optimizers on benchmarks?', 'Does the plan compare optimizers on benchmarks?')).to.equal(1);
@@ -216,6 +220,41 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     const s4 = await runBuildData(args('resume', { force: true }), io());
     expect(srv.log.length - start4).to.be.greaterThan(40);
     expect(readDataset(s4.out, { strict: true }).items).to.deep.equal(clean);
+  });
+
+  it('progress counts papers known up front, only upward, with failed papers done-with-error', async () => {
+    const { Progress } = await import('../lib/data/progress.js');
+    const { buildDataset } = await import('../lib/data/pipeline.js');
+    const { LlmClient } = await import('../lib/llm/client.js');
+    // three papers: one unreadable archive (fails before any call), one whose LLM calls are
+    // refused (fails after its sections are known), one good
+    const corrupt = join(work, 'corrupt-paper.tar.gz');
+    writeFileSync(corrupt, createHash('sha512').update('not a gzip').digest());
+    const refused = join(work, 'refused-paper');
+    mkdirSync(refused, { recursive: true });
+    writeFileSync(join(refused, 'main.tex'), '\\documentclass{article}\\begin{document}\\section{Intro} REFUSE-ME-5d1 text.\\end{document}\n');
+    srv.setFault((r) => (r.body.messages.some((m) => m.content.includes('REFUSE-ME-5d1')) ? { kind: 'status', status: 400, body: '{"error":{"message":"refused"}}' } : undefined));
+    const lines: string[] = [];
+    const stream = { isTTY: false, write: (s: string) => lines.push(s) } as unknown as NodeJS.WriteStream;
+    const progress = new Progress({ label: 'bd', stream, intervalMs: 0 });
+    const state = new PipelineState(join(work, 'progress.sqlite'));
+    try {
+      const r = await buildDataset({ papers: [corrupt, refused, join(PAPERS, 'physics-legwork.tar.gz')], llm: new LlmClient({ baseUrl: srv.url, model: 'fake-model', maxRetries: 0 }), state, progress, paperConcurrency: 1 });
+      progress.stop();
+      expect(r.items.map((i) => i.id)).to.deep.equal(['physics-legwork-q1']);
+      expect(r.failures.map((f) => f.paper)).to.deep.equal([corrupt, 'refused-paper']);
+    } finally {
+      srv.setFault(undefined);
+      state.close();
+    }
+    const counts = lines.map((l) => /: (\d+)\/(-?\d+) /.exec(l)).filter((m): m is RegExpExecArray => !!m).map((m) => [Number(m[1]), Number(m[2])]);
+    expect(counts.length).to.be.greaterThan(2);
+    for (let k = 1; k < counts.length; k++) {
+      expect(counts[k][1], `total shrank: ${lines[k - 1]} -> ${lines[k]}`).to.be.at.least(counts[k - 1][1]);
+      expect(counts[k][0], `done went back: ${lines[k - 1]} -> ${lines[k]}`).to.be.at.least(counts[k - 1][0]);
+    }
+    expect(counts.every(([d, t]) => t === 3 && d >= 0 && d <= t), lines.join('')).to.equal(true);
+    expect(lines.at(-1)).to.match(/^bd: 3\/3 papers \(2 failed\)/);
   });
 
   it('exports the research-plan-gen format', async () => {

@@ -69,7 +69,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       if (e.type === 'retry') log(`llm: retry ${e.attempt} in ${e.delayMs} ms (${e.reason.slice(0, 160)})`);
     },
   });
-  const progress = new Progress({ label: 'build-data', silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
+  const progress = new Progress({ label: 'build-data', unit: 'papers', silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
   try {
     const r = await buildDataset({
       papers,

@@ -25,6 +25,12 @@ export interface JsonLlm {
   chatJson<T = unknown>(schema: object, req: ChatRequest, opts?: ChatJsonOptions): Promise<ChatJsonResult<T>>;
 }
 
+/** Per-paper call counters ({@link CachedLlm.call}'s `tally`): `live` calls sent, `cached` ones recalled or shared. */
+export interface CallTally {
+  live: number;
+  cached: number;
+}
+
 /** Counters of a {@link CachedLlm}. */
 export interface CachedLlmStats {
   calls: number;
@@ -63,22 +69,28 @@ export class CachedLlm {
 
   /**
    * Run (or recall) one task.
+   * `tally` (optional) counts this call as live or cached, e.g. per paper.
    * @throws the client's errors (LlmJsonError, LlmHttpError, LlmAbortError, …); a
    *   finish_reason "length" answer is retried once with twice the token budget
    */
-  async call<T>(task: DataTask, vars: Record<string, string | number>, schema: object): Promise<T> {
+  async call<T>(task: DataTask, vars: Record<string, string | number>, schema: object, tally?: CallTally): Promise<T> {
     const p = loadDataPrompt(task, this.opts.promptsDir);
     const { key, messages } = this.keyOf(task, vars);
     if (!this.opts.force || this.refreshed.has(key)) {
       const hit = this.state.getCall(key);
       if (hit) {
         this.stats.cached++;
-        this.opts.progress?.tick(true);
+        if (tally) tally.cached++;
+        this.opts.progress?.call(true);
         return hit.value as T;
       }
     }
     const running = this.inflight.get(key);
-    if (running) return (await running) as T;
+    if (running) {
+      if (tally) tally.cached++;
+      return (await running) as T;
+    }
+    if (tally) tally.live++;
     const work = (async () => {
       const maxTokens = this.opts.maxTokens ?? 4096;
       const req: ChatRequest = { messages, temperature: this.opts.temperature ?? 0, maxTokens, signal: this.opts.signal };
@@ -100,7 +112,7 @@ export class CachedLlm {
       this.stats.calls++;
       this.stats.promptTokens += r.usage.promptTokens;
       this.stats.completionTokens += r.usage.completionTokens;
-      this.opts.progress?.tick(false);
+      this.opts.progress?.call(false);
       return r.value;
     })();
     this.inflight.set(key, work);
@@ -324,6 +336,7 @@ export interface BuildOptions {
   maxTokens?: number;
   /** Send schemas as response_format json_schema (guided decoding). */
   useResponseFormat?: boolean;
+  /** Gets `add(papers.length)` once, then tick()/fail() per paper and call() per LLM call. */
   progress?: Progress;
   loadOptions?: Omit<LoadPaperOptions, 'id'>;
   log?: (msg: string) => void;
@@ -337,9 +350,6 @@ export interface BuildResult {
   failures: { paper: string; error: string }[];
   stats: CachedLlmStats;
 }
-
-/** Calls booked per paper before its sections are known (progress/ETA only). */
-export const PAPER_CALL_ESTIMATE = 25;
 
 /** Bump when loadPaper's output changes, so cached parses are not reused. */
 export const LOADER_VERSION = 'latex-v1';
@@ -367,8 +377,9 @@ const sha = (x: unknown) => createHash('sha256').update(JSON.stringify(x)).diges
  * Build one item from a loaded paper (all LLM stages).
  * @throws on LLM failures, or when the paper yields too few rubric candidates
  */
-export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineState, opts: { split: Split; promptVersion: string; generalRubricSet?: string }): Promise<PaperGymItem> {
+export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineState, opts: { split: Split; promptVersion: string; generalRubricSet?: string; tally?: CallTally }): Promise<PaperGymItem> {
   const pid = paper.id;
+  const call = <T>(task: DataTask, vars: Record<string, string | number>, schema: object) => llm.call<T>(task, vars, schema, opts.tally);
   // map
   const units: { title: string; text: string }[] = [];
   if (paper.abstract.trim()) units.push({ title: 'Abstract', text: paper.abstract });
@@ -379,11 +390,9 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
     parts.forEach((t, i) => units.push({ title: parts.length > 1 ? `${s.title} (part ${i + 1} of ${parts.length})` : s.title, text: t }));
   }
   if (!units.length) throw new Error('no section text found');
-  // the run pre-booked PAPER_CALL_ESTIMATE calls for this paper; correct to the real count
-  llm.opts.progress?.add(units.length + 10 - PAPER_CALL_ESTIMATE);
   const maps = await Promise.all(
     units.map(async (u, i) => {
-      const out = await llm.call<MapOut>('map', { paper_title: paper.title, section_title: u.title, section: u.text }, TASK_SCHEMAS.map);
+      const out = await call<MapOut>('map', { paper_title: paper.title, section_title: u.title, section: u.text }, TASK_SCHEMAS.map);
       state.putStage(pid, `map:${String(i).padStart(3, '0')}`, sha(u), out);
       return out;
     }),
@@ -407,9 +416,9 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
       let text = '';
       if (stmts.length) {
         const task = st === 'experimental_design' ? 'reduce-design' : 'reduce';
-        const r = await llm.call<{ text: string }>(task, { paper_title: paper.title, stage: st, stage_description: STAGE_DESCRIPTIONS[st], statements: stmts.join('\n') }, TASK_SCHEMAS.reduce);
+        const r = await call<{ text: string }>(task, { paper_title: paper.title, stage: st, stage_description: STAGE_DESCRIPTIONS[st], statements: stmts.join('\n') }, TASK_SCHEMAS.reduce);
         text = r.text.trim();
-      } else llm.opts.progress?.tick(true);
+      }
       if (st === 'experimental_design') text = stripNumbers(text);
       stages[st] = text;
       state.putStage(pid, `reduce:${st}`, sha(stmts), text);
@@ -418,24 +427,24 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
   if (!stages.goals && !stages.background) throw new Error('no goals or background found: cannot write a question');
   if (!stages.methods && !stages.experimental_design) throw new Error('no methods or experimental design found: cannot write a reference answer');
   // question and answer
-  const { question } = await llm.call<{ question: string }>('question', { paper_title: paper.title, goals: stages.goals || '(none)', background: stages.background || '(none)' }, TASK_SCHEMAS.question);
+  const { question } = await call<{ question: string }>('question', { paper_title: paper.title, goals: stages.goals || '(none)', background: stages.background || '(none)' }, TASK_SCHEMAS.question);
   state.putStage(pid, 'question', sha([stages.goals, stages.background]), question);
-  const { answer } = await llm.call<{ answer: string }>('answer', { question, methods: stages.methods || '(none)', experimental_design: stages.experimental_design || '(none)' }, TASK_SCHEMAS.answer);
+  const { answer } = await call<{ answer: string }>('answer', { question, methods: stages.methods || '(none)', experimental_design: stages.experimental_design || '(none)' }, TASK_SCHEMAS.answer);
   state.putStage(pid, 'answer', sha([question, stages.methods, stages.experimental_design]), answer);
   // rubric candidates
   type Cand = { text: string; dimension: RubricDimension };
   const [rq, ra] = await Promise.all([
-    llm.call<{ items: Cand[] }>('rubric-q', { question, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
-    llm.call<{ items: Cand[] }>('rubric-a', { question, answer, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
+    call<{ items: Cand[] }>('rubric-q', { question, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
+    call<{ items: Cand[] }>('rubric-a', { question, answer, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
   ]);
   state.putStage(pid, 'rubric-q', sha(question), rq.items);
   state.putStage(pid, 'rubric-a', sha([question, answer]), ra.items);
   const merged = mergeCandidates(rq.items.slice(0, RUBRIC_SIZE), ra.items.slice(0, RUBRIC_SIZE));
   const list = (cs: RubricCandidate[]) => cs.map((c) => `[${c.id}] ${c.text}`).join('\n');
-  const dd = await llm.call<{ groups: string[][] }>('rubric-dedupe', { candidates: list(merged) }, TASK_SCHEMAS.dedupe);
+  const dd = await call<{ groups: string[][] }>('rubric-dedupe', { candidates: list(merged) }, TASK_SCHEMAS.dedupe);
   const deduped = applyDuplicateGroups(merged, dd.groups);
   state.putStage(pid, 'rubric-dedupe', sha(merged.map((c) => c.text)), deduped.map((c) => ({ id: c.id, text: c.text, dimension: c.dimension, origins: [...c.origins] })));
-  const rk = await llm.call<{ ranking: string[] }>('rubric-rank', { question, answer, candidates: list(deduped) }, TASK_SCHEMAS.rank);
+  const rk = await call<{ ranking: string[] }>('rubric-rank', { question, answer, candidates: list(deduped) }, TASK_SCHEMAS.rank);
   const itemId = `${pid}-q1`;
   const rubric = selectRubric(deduped, rk.ranking, itemId);
   state.putStage(pid, 'rubric', sha(deduped.map((c) => c.id)), rubric);
@@ -468,35 +477,36 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
   const results: (PaperGymItem | undefined)[] = new Array(o.papers.length);
   const failures: BuildResult['failures'] = [];
   let next = 0;
-  let done = 0;
-  o.progress?.add(PAPER_CALL_ESTIMATE * o.papers.length);
+  // the bar counts papers: all known now, so the total never changes; a failed paper is done
+  // (with an error), LLM calls are a secondary counter
+  o.progress?.add(o.papers.length);
   const worker = async () => {
     while (next < o.papers.length) {
       const i = next++;
       const path = o.papers[i];
       if (o.signal?.aborted) return;
       let pid = path;
+      const tally: CallTally = { live: 0, cached: 0 };
       try {
         const paper = await loadPaperCached(path, o.state, o.loadOptions, o.force);
         pid = paper.id;
         for (const w of paper.warnings) log(`${pid}: ${w}`);
         o.state.setPaperStatus(pid, 'running');
-        results[i] = await buildItem(paper, llm, o.state, { split: assignSplit(pid, o.splitFractions, o.splitSeed), promptVersion, generalRubricSet: o.generalRubricSet });
+        results[i] = await buildItem(paper, llm, o.state, { split: assignSplit(pid, o.splitFractions, o.splitSeed), promptVersion, generalRubricSet: o.generalRubricSet, tally });
         o.state.setPaperStatus(pid, 'done');
+        o.progress?.tick(tally.live === 0);
       } catch (e) {
         if (o.signal?.aborted) throw e;
         const msg = (e as Error)?.message ?? String(e);
         failures.push({ paper: pid, error: msg });
-        if (!o.state.getStage(pid, 'map:000')) o.progress?.add(-PAPER_CALL_ESTIMATE);
         try {
           o.state.setPaperStatus(pid, 'failed', msg);
         } catch {
           /* state closed */
         }
         log(`${pid}: failed: ${msg}`);
+        o.progress?.fail(tally.live === 0);
       }
-      done++;
-      o.progress?.status(`${done}/${o.papers.length} papers`);
     }
   };
   const n = Math.max(1, Math.min(o.paperConcurrency ?? 2, o.papers.length));
