@@ -12,6 +12,8 @@
 //        β = 0: KL(T‖S), dz = (S − T)/τ;  β = 1: KL(S‖T), dz = S_j·(ls_j − lt_j − KL)/τ.
 //   GRPO (native/loss/grpo.h; DAPO Eq. 8 / TRL's clipped surrogate with k3 KL): logp = z_tok/τ − lse,
 //        per-token loss and dloss/dlogp as in GrpoFn, dz_j = dl·(1[j = tok] − p_j)/τ.
+//   CE   (the same kernel, `ce`): per-token loss −logp, dl = −1, i.e. dz_j = w·(p_j − 1[j = tok])/τ
+//        (torch.nn.functional.cross_entropy's gradient).
 // Gradients are written in place over the row's own float32 logits, converted to the output dtype
 // (bf16 / fp16 rows are packed at the start of the row's bytes: row stride 2V elements); every
 // block iteration reads its elements, synchronises, then writes, so a write never lands on an
@@ -188,14 +190,19 @@ __global__ void __launch_bounds__(kThreads) GrpoRowsKernel(float* z, int64_t V, 
                                                            const float* old, const float* ref, const float* adv,
                                                            const float* w, float eps_low, float eps_high, float beta_kl,
                                                            float kl_clamp, int need_grad, float* logp_out,
-                                                           float* row_loss) {
+                                                           float* row_loss, int ce) {
   __shared__ float dl_shared;
   const int64_t r = blockIdx.x;
   float* row = z + r * ld;
   OutT* out = reinterpret_cast<OutT*>(row);
   const float lse = RowLse(row, V, temp);
   const int64_t t = tok[r];
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && ce) {
+    const float logp = Scaled(row[t], temp) - lse, wr = w[r];
+    logp_out[r] = logp;
+    row_loss[r] = wr != 0.f ? -logp * wr : 0.f;
+    dl_shared = wr != 0.f ? -wr / temp : 0.f;
+  } else if (threadIdx.x == 0) {
     const float logp = Scaled(row[t], temp) - lse;
     const float A = adv[r], wr = w[r];
     const float ratio = expf(logp - old[r]);
@@ -281,13 +288,32 @@ const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temper
   const int th = Threads(V);
   switch (out) {
     case OutType::kFloat32:
-      GrpoRowsKernel<float><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss);
+      GrpoRowsKernel<float><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
       break;
     case OutType::kBFloat16:
-      GrpoRowsKernel<__nv_bfloat16><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss);
+      GrpoRowsKernel<__nv_bfloat16><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
       break;
     case OutType::kFloat16:
-      GrpoRowsKernel<__half><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss);
+      GrpoRowsKernel<__half><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
+      break;
+  }
+  return Status();
+}
+
+const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* w,
+                   bool need_grad, OutType out, float* logp, float* row_loss, void* stream) {
+  if (rows == 0) return nullptr;
+  auto s = static_cast<cudaStream_t>(stream);
+  const int th = Threads(V);
+  switch (out) {
+    case OutType::kFloat32:
+      GrpoRowsKernel<float><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
+      break;
+    case OutType::kBFloat16:
+      GrpoRowsKernel<__nv_bfloat16><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
+      break;
+    case OutType::kFloat16:
+      GrpoRowsKernel<__half><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
       break;
   }
   return Status();

@@ -27,6 +27,11 @@ const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temper
                      float eps_high, float beta_kl, float kl_clamp, bool need_grad, OutType out, float* logp,
                      float* row_loss, void* stream);
 
+/// Cross-entropy rows: logp as GrpoRows, row_loss = −logp·w, and with need_grad over z the gradient
+/// w·(softmax_j − 1[j = tok])/τ (torch's cross_entropy gradient, per token weight w).
+const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* w,
+                   bool need_grad, OutType out, float* logp, float* row_loss, void* stream);
+
 /// logp [rows] = z_tok/τ − logsumexp(z/τ) (the same reduction as GrpoRows: identical logprobs).
 const char* RowLogprobs(const float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok,
                         float* logp, void* stream);

@@ -91,6 +91,19 @@ void GrpoRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok
         "grpo rows");
 }
 
+void CeRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& w, bool need_grad,
+                at::ScalarType grad_dtype, const at::Tensor& row_loss) {
+  NeedRows(z, "cross-entropy rows");
+  const int64_t C = z.size(0), V = z.size(1);
+  NeedVec(tok, C, at::kLong, "cross-entropy rows (tokens)");
+  NeedVec(w, C, at::kFloat, "cross-entropy rows (weights)");
+  NeedVec(row_loss, C, at::kFloat, "cross-entropy rows (loss out)");
+  at::Tensor logp = at::empty({C}, z.options());
+  Check(ck::CeRows(z.data_ptr<float>(), C, V, V, static_cast<float>(temperature), tok.data_ptr<int64_t>(), w.data_ptr<float>(),
+                   need_grad, OutOf(grad_dtype), logp.data_ptr<float>(), row_loss.data_ptr<float>(), Stream(z)),
+        "cross-entropy rows");
+}
+
 at::Tensor RowLogprobsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok) {
   NeedRows(z, "row logprobs");
   const int64_t C = z.size(0), V = z.size(1);
@@ -110,6 +123,9 @@ at::Tensor JsdRowsCuda(const at::Tensor&, const at::Tensor&, double, double, con
 void GrpoRowsCuda(const at::Tensor&, double, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                   const at::Tensor&, double, double, double, double, bool, at::ScalarType, const at::Tensor&,
                   const at::Tensor&) {
+  TORCH_CHECK(false, "this build has no fused loss kernels (no CUDA compiler at build time)");
+}
+void CeRowsCuda(const at::Tensor&, double, const at::Tensor&, const at::Tensor&, bool, at::ScalarType, const at::Tensor&) {
   TORCH_CHECK(false, "this build has no fused loss kernels (no CUDA compiler at build time)");
 }
 at::Tensor RowLogprobsCuda(const at::Tensor&, double, const at::Tensor&) {

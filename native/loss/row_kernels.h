@@ -35,6 +35,11 @@ void GrpoRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok
                   double eps_high, double beta_kl, double kl_clamp, bool need_grad, at::ScalarType grad_dtype,
                   const at::Tensor& logp, const at::Tensor& row_loss);
 
+/// Cross-entropy over a chunk: z [C, V] float32 contiguous (overwritten with w·(softmax − onehot)/τ
+/// rows in grad_dtype when need_grad), tok [C] int64, w [C] float32. Writes row_loss [C] = −logp·w.
+void CeRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& w, bool need_grad,
+                at::ScalarType grad_dtype, const at::Tensor& row_loss);
+
 /// logp [C] float32 = z_tok/τ − logsumexp(z/τ) for z [C, V] float32 contiguous on CUDA.
 at::Tensor RowLogprobsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok);
 

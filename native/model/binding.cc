@@ -7,6 +7,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "cuda/kernels.h"
+#include "loss/common.h"
+#include "loss/row_kernels.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -534,8 +537,33 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     at::Tensor sel_idx = tgt.ne(-100).nonzero().squeeze(1);
     const int64_t n = sel_idx.numel();
     if (n == 0) throw InputError("crossEntropyBackward: labels hold no position != -100 after the shift");
-    at::Tensor hd = hs.detach().index_select(0, sel_idx).requires_grad_(true);
     at::Tensor td = tgt.index_select(0, sel_idx);
+    if (CudaKernelsEnabled(hs) && hs.scalar_type() != at::kDouble) {
+      // CUDA: loss and logits gradient of each row in one kernel (loss/row_kernels.h), the
+      // gradient written over the chunk's fp32 logits; one host read of the loss at the end.
+      at::Tensor gh_sel;
+      at::Tensor row_loss;
+      {
+        at::NoGradGuard ng;
+        at::Tensor hd = hs.detach().index_select(0, sel_idx);
+        auto pw = loss::PrepareWeight(m.LmHeadWeight(), hd);
+        const at::ScalarType gd = pw.out_dtype_mm ? pw.w.scalar_type() : at::kFloat;
+        const int64_t chunk = loss::KernelChunk(0, m.config().vocab_size, int64_t{64} << 20);
+        at::Tensor w = at::full({n}, 1.0 / static_cast<double>(n), hd.options().dtype(at::kFloat));
+        row_loss = at::empty({n}, w.options());
+        gh_sel = at::empty({n, Hd}, hs.options());
+        for (int64_t s = 0; s < n; s += chunk) {
+          const int64_t e = std::min(n, s + chunk);
+          at::Tensor z = loss::ChunkLogits(hd.slice(0, s, e), pw);
+          loss::CeRowsCuda(z, 1.0, td.slice(0, s, e), w.slice(0, s, e), true, gd, row_loss.slice(0, s, e));
+          gh_sel.slice(0, s, e).copy_(loss::ChunkGradHidden(loss::GradRowsView(z, gd), pw, hs.scalar_type()));
+        }
+      }
+      const double total = row_loss.sum().item<double>();
+      hs.backward(at::zeros_like(hs).index_copy(0, sel_idx, gh_sel));
+      return total;
+    }
+    at::Tensor hd = hs.detach().index_select(0, sel_idx).requires_grad_(true);
     double total = 0;
     const int64_t chunk = 1024;
     for (int64_t s = 0; s < n; s += chunk) {

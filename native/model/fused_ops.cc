@@ -1,6 +1,8 @@
-#include "model/rope.h"
+#include "model/fused_ops.h"
 
 #include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
 
 #include "cuda/kernels.h"
 
@@ -8,6 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "cuda/rope_kernels.h"
+#include "cuda/swiglu_kernels.h"
 #endif
 
 namespace pg {
@@ -60,6 +63,40 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
     return {dq, dk, at::Tensor(), at::Tensor()};
   }
 };
+
+ck::SwigluType SwigluTypeOf(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ck::SwigluType::kFloat32;
+    case at::kBFloat16: return ck::SwigluType::kBFloat16;
+    case at::kHalf: return ck::SwigluType::kFloat16;
+    default: TORCH_CHECK(false, "SwiGLU kernel: unsupported dtype ", t);
+  }
+}
+
+struct SwigluFn : public torch::autograd::Function<SwigluFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gu_in) {
+    at::Tensor gu = gu_in.contiguous();
+    const int64_t I = gu.size(-1) / 2, rows = gu.numel() / std::max<int64_t>(1, 2 * I);
+    auto out_sizes = gu.sizes().vec();
+    out_sizes.back() = I;
+    at::Tensor act = at::empty(out_sizes, gu.options());
+    const char* err = ck::SwigluForward(gu.data_ptr(), act.data_ptr(), rows, I, SwigluTypeOf(gu.scalar_type()),
+                                        c10::cuda::getCurrentCUDAStream(gu.device().index()).stream());
+    TORCH_CHECK(err == nullptr, "SwiGLU kernel launch failed: ", err ? err : "");
+    ctx->save_for_backward({gu});
+    return act;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    at::Tensor gu = ctx->get_saved_variables()[0];
+    at::Tensor d = g[0].contiguous();
+    const int64_t I = gu.size(-1) / 2, rows = gu.numel() / std::max<int64_t>(1, 2 * I);
+    at::Tensor dgu = at::empty_like(gu);
+    const char* err = ck::SwigluBackward(gu.data_ptr(), d.data_ptr(), dgu.data_ptr(), rows, I, SwigluTypeOf(gu.scalar_type()),
+                                         c10::cuda::getCurrentCUDAStream(gu.device().index()).stream());
+    TORCH_CHECK(err == nullptr, "SwiGLU backward kernel launch failed: ", err ? err : "");
+    return {dgu};
+  }
+};
 #endif
 
 }  // namespace
@@ -76,6 +113,16 @@ std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& 
 #endif
   at::Tensor c = cos.unsqueeze(2), s = sin.unsqueeze(2);  // [B, T, 1, D]
   return {q * c + RotateHalf(q) * s, k * c + RotateHalf(k) * s};
+}
+
+at::Tensor SwiGLU(const at::Tensor& gu) {
+  const int64_t I = gu.size(-1) / 2;
+#ifdef PG_WITH_CUDA_KERNELS
+  if (CudaKernelsEnabled(gu) && gu.size(-1) % 2 == 0 &&
+      (gu.scalar_type() == at::kFloat || gu.scalar_type() == at::kBFloat16 || gu.scalar_type() == at::kHalf))
+    return SwigluFn::apply(gu);
+#endif
+  return at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I);
 }
 
 }  // namespace pg

@@ -15,7 +15,7 @@
 #include "io/safetensors.h"
 #include "lora/lora.h"
 #include "model/config.h"
-#include "model/rope.h"
+#include "model/fused_ops.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -154,16 +154,15 @@ class Qwen3Impl {
     at::Tensor h2 = h + lora(at::linear(o, lw.o), o, 3);
     x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
     at::Tensor gu_out = at::linear(x, lw.gate_up);  // one matmul for gate, up
-    std::vector<at::Tensor> gu;
-    if (grouped(4, 5)) {
-      gu = LoraAddGroup(gu_out, x, {lo[4], lo[5]}, scaling, m.lora_fp32_).split_with_sizes({I, I}, -1);
+    at::Tensor act;
+    if (grouped(4, 5) || (!lo[4].first.defined() && !lo[5].first.defined())) {
+      if (grouped(4, 5)) gu_out = LoraAddGroup(gu_out, x, {lo[4], lo[5]}, scaling, m.lora_fp32_);
+      act = SwiGLU(gu_out);  // [.., 2I] -> [.., I]
     } else {
-      gu = gu_out.split_with_sizes({I, I}, -1);
+      auto gu = gu_out.split_with_sizes({I, I}, -1);
       at::Tensor xl = f32(x, 4, 5);
-      gu[0] = lora(gu[0], xl, 4);
-      gu[1] = lora(gu[1], xl, 5);
+      act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
     }
-    at::Tensor act = at::silu(gu[0]) * gu[1];
     return h2 + lora(at::linear(act, lw.down), act, 6);
   }
 };

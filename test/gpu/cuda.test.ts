@@ -218,6 +218,48 @@ describe('GPU suite (CUDA)', function () {
     }
   });
 
+  it('own kernels on a model (RoPE, cross-entropy rows, bf16 LoRA branch): loss and LoRA grads equal the ATen path', async function () {
+    if (!native().runtimeInfo().fusedKernels) {
+      console.log('  skipping: this build has no fused CUDA kernels (no CUDA compiler at build time)');
+      this.skip();
+    }
+    const batch = paddedBatch();
+    const args = { inputIds: int32(batch.ids), attentionMask: int32(batch.mask), labels: int32(batch.labels) };
+    for (const dtype of ['float32', 'bfloat16'] as const) {
+      for (const fp32Branch of dtype === 'float32' ? [true] : [true, false]) {
+        const run = async (kernels: boolean) => {
+          const prev = process.env.PAPERGYM_NO_FUSED_KERNELS;
+          process.env.PAPERGYM_NO_FUSED_KERNELS = kernels ? '0' : '1';
+          const model = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype });
+          try {
+            model.addLora({ r: 4, alpha: 8, seed: 3 });
+            const w = model.loraWeights();
+            const r = lcg(5);
+            for (const [k, v] of Object.entries(w)) if (k.includes('lora_B')) w[k] = { data: (v.data as Float32Array).map(() => r() * 0.1), shape: v.shape };
+            model.setLoraWeights(w);
+            model.setLoraFloat32Branch(fp32Branch);
+            const { loss } = await model.crossEntropyBackward(args);
+            return { loss, g: model.loraGrads() };
+          } finally {
+            model.dispose();
+            if (prev === undefined) delete process.env.PAPERGYM_NO_FUSED_KERNELS;
+            else process.env.PAPERGYM_NO_FUSED_KERNELS = prev;
+          }
+        };
+        const k = await run(true);
+        const x = await run(false);
+        let worst = 0;
+        for (const name of Object.keys(x.g)) worst = Math.max(worst, relErr(k.g[name]!.data as Float32Array, x.g[name]!.data as Float32Array));
+        const tag = `${dtype}${dtype === 'float32' ? '' : fp32Branch ? ' fp32 LoRA branch' : ' bf16 LoRA branch'}`;
+        report[`kernels vs ATen model CE ${tag} |Δloss|`] = Math.abs(k.loss - x.loss);
+        report[`kernels vs ATen model CE ${tag} worst LoRA grad rel`] = worst;
+        const tol = dtype === 'float32' ? 1e-4 : 5e-2;
+        expect(Math.abs(k.loss - x.loss)).to.be.at.most(tol * Math.max(1, x.loss));
+        expect(worst).to.be.at.most(tol);
+      }
+    }
+  });
+
   it('reports CUDA allocator statistics and can reset the peak', () => {
     const m = native().cudaMemory(0)!;
     expect(m.reservedBytes).to.be.at.least(m.allocatedBytes);
