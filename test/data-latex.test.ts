@@ -278,4 +278,28 @@ describe('data: hostile archives', function () {
     expect(err).to.be.instanceOf(ArchiveError);
     expect(err.code).to.equal('corrupt');
   });
+  it('reports a corrupt archive as corrupt (not as an unsupported source) and names the file', async () => {
+    const good = gzipSync(tarOf([tarEntry('p/main.tex', '0', DOC)]));
+    const random = Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 7919 + 13) % 251));
+    const cases: [string, Buffer][] = [
+      ['truncated.tar.gz', good.subarray(0, good.length - 20)],
+      ['random.tar.gz', random],
+      ['random.tgz', random],
+      ['empty.tar.gz', Buffer.alloc(0)],
+      ['random.gz', random],
+      ['random.tar', random],
+    ];
+    for (const [name, buf] of cases) {
+      const p = write(name, buf);
+      const err = await expectRefused(p, 'corrupt');
+      expect(err.message, name).to.match(/corrupt or unreadable archive/);
+      expect(err.message, name).to.include(p);
+      expect(err.message, name).not.to.match(/unsupported/);
+      const viaLoad = await loadPaper(p, { workDir: join(work, 'wd') }).catch((e) => e);
+      expect(viaLoad.message, name).to.equal(err.message);
+    }
+    // a file that does not claim to be an archive is still "unsupported"
+    const notes = write('notes.txt', random);
+    expect((await expectRefused(notes, 'corrupt')).message).to.match(/unsupported paper source .*notes\.txt/);
+  });
 });

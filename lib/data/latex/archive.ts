@@ -61,7 +61,7 @@ export interface UnpackedSource {
   cleanup(): void;
 }
 
-/** Archive kind by name and magic bytes. */
+/** Archive kind by name and magic bytes ('unknown' when the content matches no kind we read). */
 export function sourceKind(path: string): 'dir' | 'tar.gz' | 'tar' | 'gz' | 'tex' | 'unknown' {
   const st = statSync(path);
   if (st.isDirectory()) return 'dir';
@@ -73,6 +73,19 @@ export function sourceKind(path: string): 'dir' | 'tar.gz' | 'tar' | 'gz' | 'tex
   if (n >= 262 && head.toString('latin1', 257, 262) === 'ustar') return 'tar';
   if (/\.tex$/i.test(path)) return 'tex';
   return 'unknown';
+}
+
+/** The archive kind a file name claims (`.tar.gz`/`.tgz`, `.tar`, `.gz`), or undefined. */
+export function archiveNameKind(path: string): 'tar.gz' | 'tar' | 'gz' | undefined {
+  if (/\.(tar\.gz|tgz)$/i.test(path)) return 'tar.gz';
+  if (/\.tar$/i.test(path)) return 'tar';
+  if (/\.gz$/i.test(path)) return 'gz';
+  return undefined;
+}
+
+/** The error for an archive whose content cannot be read; names the file. */
+export function corruptArchive(path: string, detail: string): ArchiveError {
+  return new ArchiveError(`corrupt or unreadable archive ${path}: ${detail}`, 'corrupt');
 }
 
 /**
@@ -117,9 +130,16 @@ function checkType(e: ReadEntry): 'file' | 'dir' {
 export async function unpackSource(path: string, opts: { workDir?: string; limits?: Partial<ArchiveLimits> } = {}): Promise<UnpackedSource> {
   if (!existsSync(path)) throw new ArchiveError(`paper source not found: ${path}`, 'not-found');
   const limits = { ...DEFAULT_LIMITS, ...opts.limits };
-  const kind = sourceKind(path);
+  let kind = sourceKind(path);
   if (kind === 'dir') return { root: resolve(path), temporary: false, files: [], cleanup: () => {} };
   const size = statSync(path).size;
+  if (kind === 'unknown') {
+    // The name says archive but the bytes are not one we read: corrupt, not "unsupported".
+    const claimed = archiveNameKind(path);
+    if (claimed && size === 0) throw corruptArchive(path, 'the file is empty');
+    if (claimed === 'tar.gz' || claimed === 'gz') throw corruptArchive(path, 'not gzip data (no gzip header)');
+    if (claimed === 'tar') kind = 'tar'; // no ustar magic (e.g. a v7 tar): the tar parser decides
+  }
   if (size > limits.maxArchiveBytes) throw new ArchiveError(`archive ${basename(path)} is ${size} bytes, over the limit of ${limits.maxArchiveBytes}`, 'too-large');
   const base = opts.workDir ?? tmpdir();
   mkdirSync(base, { recursive: true });
@@ -133,7 +153,7 @@ export async function unpackSource(path: string, opts: { workDir?: string; limit
     } else if (kind === 'gz') {
       // A gzipped tar without the .tar.gz name, or a single gzipped TeX file.
       const buf = await gunzipLimited(path, size, limits);
-      if (buf.length >= 262 && buf.toString('latin1', 257, 262) === 'ustar') files = await untar(bufferStream(buf), root, size, limits, false);
+      if (buf.length >= 262 && buf.toString('latin1', 257, 262) === 'ustar') files = await untar(bufferStream(buf), root, size, limits, false, path);
       else {
         const name = basename(path).replace(/\.gz$/i, '') || 'main';
         const out = /\.tex$/i.test(name) ? name : `${name}.tex`;
@@ -141,7 +161,7 @@ export async function unpackSource(path: string, opts: { workDir?: string; limit
         files = [out];
       }
     } else if (kind === 'tar.gz' || kind === 'tar') {
-      files = await untar(createReadStream(path), root, size, limits, kind === 'tar.gz');
+      files = await untar(createReadStream(path), root, size, limits, kind === 'tar.gz', path);
     } else {
       throw new ArchiveError(`unsupported paper source (not a directory, .tar, .tar.gz or .gz): ${path}`, 'corrupt');
     }
@@ -174,7 +194,7 @@ async function gunzipLimited(path: string, compressed: number, limits: ArchiveLi
       chunks.push(c);
     });
     gz.on('end', () => resolveP(Buffer.concat(chunks)));
-    gz.on('error', (e) => fail(new ArchiveError(`corrupt gzip data in ${basename(path)}: ${e.message}`, 'corrupt')));
+    gz.on('error', (e) => fail(corruptArchive(path, `bad gzip data (${e.message})`)));
     src.on('error', fail);
     src.pipe(gz);
   });
@@ -187,7 +207,7 @@ function expansionError(total: number, compressed: number, limits: ArchiveLimits
   return undefined;
 }
 
-async function untar(input: NodeJS.ReadableStream, root: string, compressed: number, limits: ArchiveLimits, gzipped: boolean): Promise<string[]> {
+async function untar(input: NodeJS.ReadableStream, root: string, compressed: number, limits: ArchiveLimits, gzipped: boolean, path: string): Promise<string[]> {
   const files: string[] = [];
   let count = 0;
   let expanded = 0;
@@ -244,9 +264,9 @@ async function untar(input: NodeJS.ReadableStream, root: string, compressed: num
       }
     });
     parser.on('warn', (code: string, message: string) => {
-      if (/TAR_BAD_ARCHIVE|TAR_ENTRY_INVALID|TAR_ABORT/.test(code)) fail(new ArchiveError(`corrupt tar archive: ${message}`, 'corrupt'));
+      if (/TAR_BAD_ARCHIVE|TAR_ENTRY_INVALID|TAR_ABORT/.test(code)) fail(corruptArchive(path, `bad tar data (${message})`));
     });
-    parser.on('error', (e: Error) => fail(e instanceof ArchiveError ? e : new ArchiveError(`corrupt tar archive: ${e.message}`, 'corrupt')));
+    parser.on('error', (e: Error) => fail(e instanceof ArchiveError ? e : corruptArchive(path, `bad tar data (${e.message})`)));
     parser.on('end', () => {
       if (!failed) resolveP(files);
     });
@@ -258,7 +278,7 @@ async function untar(input: NodeJS.ReadableStream, root: string, compressed: num
     };
     const src = gz ?? input;
     if (gz) {
-      gz.on('error', (e) => fail(new ArchiveError(`corrupt gzip data: ${e.message}`, 'corrupt')));
+      gz.on('error', (e) => fail(corruptArchive(path, `bad gzip data (${e.message})`)));
       input.pipe(gz);
     }
     src.on('data', (c: Buffer) => {
