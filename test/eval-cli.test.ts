@@ -60,6 +60,20 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     expect(readFileSync(plans, 'utf8').trim().split('\n')).to.have.length(2);
   });
 
+  it('eval, probe-judge --judge local and serve name a missing model directory (no tokenizer.json message, no stack)', async () => {
+    const missing = join(tmp, 'no-such-model');
+    const runs = [
+      ['eval', '--model', missing, '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'local'],
+      ['probe-judge', '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'local', '--model', missing],
+      ['serve', '--model', missing, '--port', '0'],
+    ];
+    for (const args of runs) {
+      const r = await run(args);
+      expect(r.code, `${args[0]}: ${r.stderr}`).to.equal(1);
+      expect(r.stderr, args[0]).to.equal(`papergym-native: model directory ${missing} does not exist\n`);
+    }
+  });
+
   it('eval --judge http against a loopback judge; probe-judge --judge local', async () => {
     const srv = createServer((req, res) => {
       let d = '';

@@ -1,7 +1,7 @@
 /** Policy: chat-rendered prompts → native generation → decoded completions. */
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
@@ -63,6 +63,45 @@ describe('Policy (model + tokenizer + chat template)', function () {
     }
     expect(e2).to.be.instanceOf(TypeError);
     expect(e2!.message).to.match(/temperature/);
+  });
+
+  it('Policy.load rejects a non-string model dir (and bad options) with our TypeError naming the argument', async () => {
+    const err = (p: Promise<unknown>): Promise<Error & { code?: string }> => p.then(() => new Error('expected a rejection'), (e) => e as Error & { code?: string });
+    const dir = tinyModel('tiny-tied');
+    const cases: [Promise<unknown>, RegExp][] = [
+      [Policy.load(5 as never), /^Policy\.load: dir must be a non-empty string \(the checkpoint directory\), got number 5$/],
+      [Policy.load(undefined as never), /^Policy\.load: dir must be a non-empty string .*got undefined$/],
+      [Policy.load(''), /^Policy\.load: dir must be a non-empty string .*got ""$/],
+      [Policy.load(dir, 'cpu' as never), /^Policy\.load: options must be an object, got "cpu"$/],
+      [Policy.load(dir, { tokenizerDir: 5 as never }), /^Policy\.load: options\.tokenizerDir must be a non-empty string, got number 5$/],
+      [Policy.load(dir, { adapter: {} as never }), /^Policy\.load: options\.adapter must be a non-empty string, got an object$/],
+    ];
+    for (const [p, re] of cases) {
+      const e = await err(p);
+      expect(e).to.be.instanceOf(TypeError);
+      expect(e.code, e.message).to.equal('ERR_PG_ARG');
+      expect(e.message).to.match(re);
+    }
+  });
+
+  it('a missing model directory is reported as such (not as a missing tokenizer.json), by Policy.load and the CLI', async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-nomodel-'));
+    const missing = join(tmp, 'no-such-model');
+    const file = join(tmp, 'a-file');
+    writeFileSync(file, 'x');
+    const e = await Policy.load(missing).then(() => undefined, (x) => x as Error & { code?: string });
+    expect(e?.message).to.equal(`model directory ${missing} does not exist`);
+    expect(e?.code).to.equal('ERR_PG_INPUT');
+    expect((await Policy.load(file).catch((x) => x)).message).to.equal(`model directory ${file} is not a directory`);
+    expect((await Policy.load(tinyModel('tiny-tied'), { adapter: missing }).catch((x) => x)).message).to.equal(`adapter directory ${missing} does not exist`);
+    const cli = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
+    const out = join(tmp, 'plans.jsonl');
+    writeFileSync(out, 'earlier results\n');
+    const r = spawnSync(process.execPath, [cli, 'generate', '--model', missing, '--prompt', 'hi', '--out', out], { encoding: 'utf8', env: process.env });
+    expect(r.status).to.equal(1);
+    expect(r.stderr).to.equal(`papergym-native: model directory ${missing} does not exist\n`);
+    expect(readFileSync(out, 'utf8')).to.equal('earlier results\n');
+    rmSync(tmp, { recursive: true, force: true });
   });
 
   it('CLI: papergym-native generate --input questions.jsonl --out plans.jsonl', () => {

@@ -214,6 +214,27 @@ describe('model: bad input', function () {
     expect((await loadError(d)).message).to.match(/no model\.safetensors or model\.safetensors\.index\.json/);
   });
 
+  it('loadModel: a non-string dir or bad options give our TypeError; a missing dir is named', async () => {
+    const err = (p: Promise<unknown>): Promise<Error & { code?: string }> => p.then(() => new Error('expected a rejection'), (e) => e as Error & { code?: string });
+    const cases: [Promise<unknown>, RegExp][] = [
+      [loadModel(5 as never), /^loadModel: dir must be a non-empty string \(the checkpoint directory\), got number 5$/],
+      [loadModel(''), /^loadModel: dir must be a non-empty string .*got ""$/],
+      [loadModel(good, 'cpu' as never), /^loadModel: options must be an object, got "cpu"$/],
+      [loadModel(good, { device: 5 as never }), /^loadModel: options\.device must be a string, got number 5$/],
+      [loadModel(good, { dtype: null as never }), /^loadModel: options\.dtype must be a string, got null$/],
+    ];
+    for (const [p, re] of cases) {
+      const e = await err(p);
+      expect(e).to.be.instanceOf(TypeError);
+      expect(e.code, e.message).to.equal('ERR_PG_ARG');
+      expect(e.message).to.match(re);
+    }
+    const missing = join(work, 'no-such-model');
+    const e = await loadError(missing);
+    expect(e.message).to.equal(`model directory ${missing} does not exist`);
+    expect(e.code).to.equal('ERR_PG_INPUT');
+  });
+
   it('wrong JS argument types give TypeErrors naming the argument', async () => {
     const Model = native().Model;
     expect(() => Model.load(42)).to.throw(TypeError, /dir must be a string/);

@@ -33,6 +33,8 @@ import { native, type JsTensor } from '../native.js';
 import { loadModel, type Device, type Dtype, type Qwen3Model } from '../model/qwen3.js';
 import { Tokenizer } from '../model/tokenizer.js';
 import { ChatTemplate } from '../model/chat.js';
+import { argError, describeValue } from '../util/args.js';
+import { ensureInputDir } from '../util/fs.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { loadPrompt, perItemMessage, PER_ITEM_PROMPT, type PromptTemplate } from './verdict.js';
 
@@ -353,6 +355,8 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
  * adapter off. `dispose` frees the model. Rejects when the addon or the checkpoint cannot load.
  */
 export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions & { device?: Device; dtype?: Dtype } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
+  if (typeof dir !== 'string' || dir === '') throw argError(`openLocalJudge: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
+  ensureInputDir(dir, 'model directory');
   const tokenizer = Tokenizer.fromDir(dir);
   const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
   try {

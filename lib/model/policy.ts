@@ -35,6 +35,8 @@ import { native } from '../native.js';
 import { ChatTemplate, type ChatMessage } from './chat.js';
 import { loadModel, type AdapterChoice, type Device, type Dtype, type NativeModel, Qwen3Model } from './qwen3.js';
 import { Tokenizer } from './tokenizer.js';
+import { argError, checkOptions, describeValue } from '../util/args.js';
+import { ensureInputDir } from '../util/fs.js';
 
 /** Sampling options shared by {@link generate} and {@link Policy.generate}. */
 export interface SamplingOptions {
@@ -145,11 +147,6 @@ function abortError(): Error {
   return e;
 }
 
-function argError(msg: string): TypeError {
-  const e = new TypeError(msg);
-  (e as TypeError & { code: string }).code = 'ERR_PG_ARG';
-  return e;
-}
 
 const queues = new WeakMap<object, Promise<unknown>>();
 
@@ -263,8 +260,22 @@ export class Policy {
     this.chat = chat ?? (tokenizer.chatTemplate ? ChatTemplate.fromTokenizer(tokenizer) : undefined);
   }
 
-  /** Loads model, tokenizer and chat template from a checkpoint directory (optionally a PEFT adapter). */
+  /**
+   * Loads model, tokenizer and chat template from a checkpoint directory (optionally a PEFT adapter).
+   * Rejects with a TypeError (ERR_PG_ARG) naming the argument when `dir` or an option has the
+   * wrong type, and with `model directory X does not exist` (likewise for `tokenizerDir`,
+   * `adapter`) before anything is loaded.
+   */
   static async load(dir: string, opts: PolicyLoadOptions = {}): Promise<Policy> {
+    if (typeof dir !== 'string' || dir === '') throw argError(`Policy.load: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
+    checkOptions('Policy.load', opts);
+    for (const k of ['tokenizerDir', 'adapter'] as const) {
+      const v = opts[k];
+      if (v !== undefined && (typeof v !== 'string' || v === '')) throw argError(`Policy.load: options.${k} must be a non-empty string, got ${describeValue(v)}`);
+    }
+    ensureInputDir(dir, 'model directory');
+    if (opts.tokenizerDir !== undefined) ensureInputDir(opts.tokenizerDir, 'tokenizer directory');
+    if (opts.adapter !== undefined) ensureInputDir(opts.adapter, 'adapter directory');
     const tokenizer = Tokenizer.fromDir(opts.tokenizerDir ?? dir);
     const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
     if (opts.adapter) await model.loadAdapter(opts.adapter);

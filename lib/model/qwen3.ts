@@ -13,6 +13,8 @@
  * natively (a forward waits for a running generation, etc.).
  */
 import { native, type JsTensor } from '../native.js';
+import { argError, checkOptions, describeValue } from '../util/args.js';
+import { ensureInputDir } from '../util/fs.js';
 
 /** Token ids or masks: `Int32Array` (or `BigInt64Array` / `Uint8Array` for masks) with `shape`. */
 export type IntTensor = JsTensor<Int32Array | BigInt64Array | Uint8Array>;
@@ -239,10 +241,14 @@ export class Qwen3Model {
 
 /**
  * Loads a Qwen3 checkpoint directory (config.json + model.safetensors or a sharded index).
- * dtype defaults to bfloat16 on CUDA and float32 on CPU. Rejects with Error (file/tensor named)
- * or TypeError (bad options).
+ * dtype defaults to bfloat16 on CUDA and float32 on CPU. Rejects with Error (file/tensor named;
+ * `model directory X does not exist` when `dir` is missing) or TypeError (bad dir or options).
  */
 export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Qwen3Model> {
+  if (typeof dir !== 'string' || dir === '') throw argError(`loadModel: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
+  checkOptions('loadModel', opts);
+  for (const k of ['device', 'dtype'] as const) if (opts[k] !== undefined && typeof opts[k] !== 'string') throw argError(`loadModel: options.${k} must be a string, got ${describeValue(opts[k])}`);
+  ensureInputDir(dir, 'model directory');
   const device = opts.device ?? 'cpu';
   const dtype = opts.dtype ?? (device.startsWith('cuda') ? 'bfloat16' : 'float32');
   const raw = (await native().Model.load(dir, { device, dtype })) as NativeModel;

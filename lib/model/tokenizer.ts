@@ -15,6 +15,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from 'tokenizers';
+import { argError, describeValue } from '../util/args.js';
 
 /** One entry of `tokenizer.json`'s `added_tokens`. */
 export interface AddedTokenInfo {
@@ -129,9 +130,11 @@ export class Tokenizer {
   /**
    * Loads `dir/tokenizer.json` (required), `dir/tokenizer_config.json` and
    * `dir/generation_config.json` (optional), and `dir/chat_template.jinja` when the config has no
-   * template. Throws an Error naming the file when tokenizer.json is missing or unparsable.
+   * template. Throws an Error naming the file when tokenizer.json is missing or unparsable, a
+   * TypeError (ERR_PG_ARG) when `dir` is not a non-empty string.
    */
   static fromDir(dir: string): Tokenizer {
+    if (typeof dir !== 'string' || dir === '') throw argError(`Tokenizer.fromDir: dir must be a non-empty string, got ${describeValue(dir)}`);
     const tj = join(dir, 'tokenizer.json');
     if (!existsSync(tj)) throw new Error(`tokenizer.json not found in ${dir}`);
     const text = readFileSync(tj, 'utf8');

@@ -1,4 +1,4 @@
-/** Output-path checks run before any compute, so a bad path fails fast and loses nothing. */
+/** Path checks run before any compute, so a bad path fails fast and loses nothing. */
 import { accessSync, constants, mkdirSync, existsSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 
@@ -17,4 +17,26 @@ export function ensureWritableFile(file: string, what = 'output file'): void {
     throw new Error(`${what} ${file}: directory ${dir} is not writable (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   }
   if (existsSync(p) && statSync(p).isDirectory()) throw new Error(`${what} ${file} is a directory`);
+}
+
+/**
+ * Ensures `dir` is an existing directory (an input: a model checkpoint, an adapter, …). Throws an
+ * Error (code `ERR_PG_INPUT`) naming `what` and the path: `model directory X does not exist`,
+ * `… is not a directory`, or `… cannot be read (EACCES)`.
+ */
+export function ensureInputDir(dir: string, what: string): void {
+  let isDir: boolean;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    throw inputError(code === 'ENOENT' || code === 'ENOTDIR' ? `${what} ${dir} does not exist` : `${what} ${dir} cannot be read (${code ?? (e as Error).message})`);
+  }
+  if (!isDir) throw inputError(`${what} ${dir} is not a directory`);
+}
+
+function inputError(msg: string): Error {
+  const e = new Error(msg);
+  (e as Error & { code: string }).code = 'ERR_PG_INPUT';
+  return e;
 }
