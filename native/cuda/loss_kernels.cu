@@ -24,6 +24,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/convert.cuh"
 #include "cuda/loss_kernels.h"
 
 namespace pg {
@@ -97,15 +98,6 @@ __device__ __forceinline__ float Lse(MaxSum s) { return s.m == -INFINITY ? -INFI
 
 __device__ __forceinline__ float Scaled(float z, float temp) { return temp == 1.f ? z : z / temp; }
 
-template <typename T>
-__device__ __forceinline__ T Out(float v);
-template <>
-__device__ __forceinline__ float Out<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 Out<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half Out<__half>(float v) { return __float2half_rn(v); }
-
 __device__ float RowLse(const float* z, int64_t V, float temp) {
   MaxSum s{-INFINITY, 0.f};
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) Push(s, Scaled(z[j], temp));
@@ -128,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float
       for (int64_t base = 0; base < V; base += blockDim.x) {
         __syncthreads();
         const int64_t j = base + threadIdx.x;
-        if (j < V) out[j] = Out<OutT>(0.f);
+        if (j < V) out[j] = To<OutT>(0.f);
       }
     return;
   }
@@ -181,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float
       g *= scale;
     }
     __syncthreads();
-    if (j < V) out[j] = Out<OutT>(g);
+    if (j < V) out[j] = To<OutT>(g);
   }
 }
 
@@ -234,7 +226,7 @@ __global__ void __launch_bounds__(kThreads) GrpoRowsKernel(float* z, int64_t V, 
       g = -dl * expf(x - lse) + (j == t ? dl : 0.f);
     }
     __syncthreads();
-    if (j < V) out[j] = Out<OutT>(g);
+    if (j < V) out[j] = To<OutT>(g);
   }
 }
 
@@ -250,11 +242,6 @@ int Threads(int64_t V) {
   int t = 32;
   while (t < kThreads && t < V) t <<= 1;
   return t;
-}
-
-const char* Status() {
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
 }
 
 }  // namespace
@@ -276,7 +263,7 @@ const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t
       JsdRowsKernel<__half><<<rows, th, 0, s>>>(zs, zt, V, ld, temperature, beta, mode, row_w, grad_factor, need_grad, row_loss);
       break;
   }
-  return Status();
+  return LaunchStatus();
 }
 
 const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok,
@@ -297,7 +284,7 @@ const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temper
       GrpoRowsKernel<__half><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
       break;
   }
-  return Status();
+  return LaunchStatus();
 }
 
 const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* w,
@@ -316,14 +303,14 @@ const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperat
       GrpoRowsKernel<__half><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
       break;
   }
-  return Status();
+  return LaunchStatus();
 }
 
 const char* RowLogprobs(const float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok,
                         float* logp, void* stream) {
   if (rows == 0) return nullptr;
   RowLogprobsKernel<<<rows, Threads(V), 0, static_cast<cudaStream_t>(stream)>>>(z, V, ld, temperature, tok, logp);
-  return Status();
+  return LaunchStatus();
 }
 
 }  // namespace cuda_kernels

@@ -2,6 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "cuda/convert.cuh"
 #include <stdint.h>
 
 #include "cuda/rope_kernels.h"
@@ -9,23 +11,6 @@
 namespace pg {
 namespace cuda_kernels {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float F(T v);
-template <>
-__device__ __forceinline__ float F<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float F<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float F<__half>(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T To(float v);
-template <>
-__device__ __forceinline__ float To<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 To<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half To<__half>(float v) { return __float2half_rn(v); }
 
 template <typename T>
 __global__ void RopeKernel(const T* __restrict__ q, const T* __restrict__ k, T* __restrict__ qo, T* __restrict__ ko,
@@ -64,8 +49,7 @@ const char* Launch(const void* q, const void* k, void* qo, void* ko, const void*
   RopeKernel<T><<<static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16), threads, 0, st>>>(
       static_cast<const T*>(q), static_cast<const T*>(k), static_cast<T*>(qo), static_cast<T*>(ko), static_cast<const T*>(c),
       static_cast<const T*>(s), BT, nq, nk, D, transpose);
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+  return LaunchStatus();
 }
 
 }  // namespace

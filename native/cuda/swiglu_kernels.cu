@@ -2,6 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "cuda/convert.cuh"
 #include <math.h>
 #include <stdint.h>
 
@@ -10,23 +12,6 @@
 namespace pg {
 namespace cuda_kernels {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float F(T v);
-template <>
-__device__ __forceinline__ float F<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float F<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float F<__half>(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T To(float v);
-template <>
-__device__ __forceinline__ float To<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 To<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half To<__half>(float v) { return __float2half_rn(v); }
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
@@ -57,11 +42,6 @@ unsigned Blocks(int64_t n) {
   return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
 }
 
-const char* Status() {
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
-}
-
 }  // namespace
 
 const char* SwigluForward(const void* gu, void* act, int64_t rows, int64_t I, SwigluType t, void* stream) {
@@ -72,7 +52,7 @@ const char* SwigluForward(const void* gu, void* act, int64_t rows, int64_t I, Sw
     case SwigluType::kBFloat16: Fwd<__nv_bfloat16><<<Blocks(rows * I), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu), static_cast<__nv_bfloat16*>(act), rows, I); break;
     case SwigluType::kFloat16: Fwd<__half><<<Blocks(rows * I), 256, 0, s>>>(static_cast<const __half*>(gu), static_cast<__half*>(act), rows, I); break;
   }
-  return Status();
+  return LaunchStatus();
 }
 
 const char* SwigluBackward(const void* gu, const void* dact, void* dgu, int64_t rows, int64_t I, SwigluType t, void* stream) {
@@ -83,7 +63,7 @@ const char* SwigluBackward(const void* gu, const void* dact, void* dgu, int64_t 
     case SwigluType::kBFloat16: Bwd<__nv_bfloat16><<<Blocks(rows * I), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu), static_cast<const __nv_bfloat16*>(dact), static_cast<__nv_bfloat16*>(dgu), rows, I); break;
     case SwigluType::kFloat16: Bwd<__half><<<Blocks(rows * I), 256, 0, s>>>(static_cast<const __half*>(gu), static_cast<const __half*>(dact), static_cast<__half*>(dgu), rows, I); break;
   }
-  return Status();
+  return LaunchStatus();
 }
 
 }  // namespace cuda_kernels
