@@ -1,6 +1,7 @@
 #include "lora/lora.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 
@@ -112,6 +113,85 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
 at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
                       double scaling, double dropout) {
   return LoraAdd(at::linear(x, w), x, a, b, scaling, dropout);
+}
+
+namespace {
+
+/// Fused base + LoRA linear over projections that share x (see LoraLinearFused in lora.h).
+/// Arguments: x [..., in], W [Σ out, in] (frozen), the members' A [r_k, in] and B [out_k, r_k]
+/// (x's dtype), scaling. Saves x, xa = x·Aᵀ [N, Σ r], W and the A / B; never the LoRA outputs.
+struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            at::TensorList as, at::TensorList bs, double scaling) {
+    const int64_t in = x.size(-1);
+    at::Tensor x2 = x.reshape({-1, in});
+    at::Tensor a = as.size() == 1 ? as[0] : at::cat(as, 0);  // [Σr, in]
+    at::Tensor out = at::mm(x2, w.t());                       // [N, Σout]
+    at::Tensor xa = at::mm(x2, a.t());                        // [N, Σr]
+    int64_t off = 0, roff = 0;
+    for (size_t k = 0; k < bs.size(); ++k) {
+      const int64_t ok = bs[k].size(0), rk = bs[k].size(1);
+      // out_k += scaling · xa_k · B_kᵀ: the matmul accumulates into the base output (beta 1).
+      out.narrow(1, off, ok).addmm_(xa.narrow(1, roff, rk), bs[k].t(), /*beta=*/1, /*alpha=*/scaling);
+      off += ok;
+      roff += rk;
+    }
+    ctx->save_for_backward({x2, xa, w, a});
+    ctx->saved_data["bs"] = bs.vec();
+    ctx->saved_data["scaling"] = scaling;
+    ctx->saved_data["xshape"] = x.sizes().vec();
+    auto oshape = x.sizes().vec();
+    oshape.back() = off;
+    return out.view(oshape);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list go) {
+    auto sv = ctx->get_saved_variables();
+    const at::Tensor &x2 = sv[0], &xa = sv[1], &w = sv[2], &a = sv[3];
+    auto bs = ctx->saved_data["bs"].toTensorVector();
+    const double s = ctx->saved_data["scaling"].toDouble();
+    const size_t K = bs.size();
+    at::Tensor g = go[0].reshape({-1, w.size(0)});
+    // gxa_k = g_k · B_k (unscaled; the scaling goes into the products below)
+    std::vector<at::Tensor> gxa_parts;
+    int64_t off = 0;
+    for (size_t k = 0; k < K; ++k) {
+      gxa_parts.push_back(at::mm(g.narrow(1, off, bs[k].size(0)), bs[k]));
+      off += bs[k].size(0);
+    }
+    at::Tensor gxa = K == 1 ? gxa_parts[0] : at::cat(gxa_parts, 1);  // [N, Σr]
+    torch::autograd::variable_list res(2 + 2 * K + 1);
+    if (ctx->needs_input_grad(0)) {
+      at::Tensor gx = at::mm(g, w);         // base input gradient [N, in]
+      gx.addmm_(gxa, a, 1, s);              // + scaling · gxa · A, accumulated in the matmul
+      res[0] = gx.view(ctx->saved_data["xshape"].toIntVector());
+    }
+    // dA = scaling · gxaᵀ · x;  dB_k = scaling · g_kᵀ · xa_k
+    at::Tensor ga = at::mm(gxa.t(), x2).mul_(s);
+    at::Tensor xa_s = xa * s;
+    int64_t roff = 0;
+    off = 0;
+    for (size_t k = 0; k < K; ++k) {
+      const int64_t ok = bs[k].size(0), rk = bs[k].size(1);
+      res[2 + k] = ga.narrow(0, roff, rk);
+      res[2 + K + k] = at::mm(g.narrow(1, off, ok).t(), xa_s.narrow(1, roff, rk));
+      off += ok;
+      roff += rk;
+    }
+    return res;
+  }
+};
+
+}  // namespace
+
+at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
+                           double scaling) {
+  std::vector<at::Tensor> as, bs;
+  for (const auto& p : ab) {
+    as.push_back(p.first);
+    bs.push_back(p.second);
+  }
+  return LoraLinearFn::apply(x, w.detach(), at::TensorList(as), at::TensorList(bs), scaling);
 }
 
 }  // namespace pg

@@ -39,6 +39,16 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
 at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
                         double scaling, bool fp32_branch);
 
+/// Base projection and LoRA of projections sharing x in one autograd node: for members k with
+/// base rows W_k (stacked in w [Σ out_k, in], frozen) returns x·wᵀ with scaling·(x·A_kᵀ)·B_kᵀ added
+/// into each member's columns by the matmul itself (beta 1), so no LoRA output is materialised or
+/// saved; backward accumulates the LoRA input gradient into the base one the same way. Same value
+/// as at::linear(x, w) + LoraAddGroup in exact arithmetic; one rounding of each sum instead of two.
+/// Requires A, B in x's dtype (the float32 model, or the model-dtype LoRA branch after the per-
+/// forward cast) and no dropout. x [..., in] → [..., Σ out_k].
+at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
+                           double scaling);
+
 /// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
 /// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must
 /// draw the same dropout masks as the recomputation in backward (same RNG state restored).

@@ -118,13 +118,18 @@ class Qwen3Impl {
         if (!lo[static_cast<size_t>(k)].first.defined()) return false;
       return true;
     };
+    // ... and when A / B are in the activations' dtype (float32 models; the model-dtype branch after
+    // the per-forward cast), base + LoRA as one node whose matmuls accumulate the LoRA output into
+    // the base output (LoraLinearFused): no LoRA output tensor, no separate sums.
+    auto fused = [&](int k0, int k1) { return grouped(k0, k1) && lo[static_cast<size_t>(k0)].first.scalar_type() == h.scalar_type(); };
     at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
-    at::Tensor qkv_out = at::linear(x, lw.qkv);  // one matmul for q, k, v
     std::vector<at::Tensor> qkv;
-    if (grouped(0, 2)) {
-      qkv = LoraAddGroup(qkv_out, x, {lo[0], lo[1], lo[2]}, scaling, m.lora_fp32_).split_with_sizes({qd, kvd, kvd}, -1);
+    if (fused(0, 2)) {
+      qkv = LoraLinearFused(x, lw.qkv, {lo[0], lo[1], lo[2]}, scaling).split_with_sizes({qd, kvd, kvd}, -1);
+    } else if (grouped(0, 2)) {
+      qkv = LoraAddGroup(at::linear(x, lw.qkv), x, {lo[0], lo[1], lo[2]}, scaling, m.lora_fp32_).split_with_sizes({qd, kvd, kvd}, -1);
     } else {
-      qkv = qkv_out.split_with_sizes({qd, kvd, kvd}, -1);
+      qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
       at::Tensor xl = f32(x, 0, 2);
       for (int k = 0; k < 3; ++k) qkv[static_cast<size_t>(k)] = lora(qkv[static_cast<size_t>(k)], xl, k);
     }
@@ -151,19 +156,21 @@ class Qwen3Impl {
       o = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false, sm_scale);
     }
     o = o.transpose(1, 2).reshape({B, T, qd});
-    at::Tensor h2 = h + lora(at::linear(o, lw.o), o, 3);
+    at::Tensor h2 = h + (fused(3, 3) ? LoraLinearFused(o, lw.o, {lo[3]}, scaling) : lora(at::linear(o, lw.o), o, 3));
     x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
-    at::Tensor gu_out = at::linear(x, lw.gate_up);  // one matmul for gate, up
     at::Tensor act;
-    if (grouped(4, 5) || (!lo[4].first.defined() && !lo[5].first.defined())) {
+    if (fused(4, 5)) {
+      act = SwiGLU(LoraLinearFused(x, lw.gate_up, {lo[4], lo[5]}, scaling));  // [.., 2I] -> [.., I]
+    } else if (grouped(4, 5) || (!lo[4].first.defined() && !lo[5].first.defined())) {
+      at::Tensor gu_out = at::linear(x, lw.gate_up);  // one matmul for gate, up
       if (grouped(4, 5)) gu_out = LoraAddGroup(gu_out, x, {lo[4], lo[5]}, scaling, m.lora_fp32_);
-      act = SwiGLU(gu_out);  // [.., 2I] -> [.., I]
+      act = SwiGLU(gu_out);
     } else {
-      auto gu = gu_out.split_with_sizes({I, I}, -1);
+      auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);
       at::Tensor xl = f32(x, 4, 5);
       act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
     }
-    return h2 + lora(at::linear(act, lw.down), act, 6);
+    return h2 + (fused(6, 6) ? LoraLinearFused(act, lw.down, {lo[6]}, scaling) : lora(at::linear(act, lw.down), act, 6));
   }
 };
 
