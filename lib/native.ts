@@ -62,6 +62,8 @@ export interface NativeAddon {
   cudaResetPeak(device?: number): void;
   cudaEmptyCache(): void;
   setNumThreads(n: number): void;
+  /** Own CUDA kernels on (true) or off (ATen paths) for later calls; returns the previous value. */
+  setFusedKernels(on: boolean): boolean;
   /** Starts counting leaf ATen ops (ops that call no other op: on CUDA about one kernel launch each). */
   opCountStart(): void;
   /** Stops counting; per-op-name counts and their total since opCountStart. */

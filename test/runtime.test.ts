@@ -1,5 +1,7 @@
 import { expect } from 'chai';
 import { doctor, native, addonCandidates } from '../lib/native.js';
+import { loadModel } from '../lib/model/qwen3.js';
+import { tinyModel } from './helpers/tiny.js';
 
 describe('runtime / doctor', () => {
   it('loads the addon and reports libtorch facts', () => {
@@ -13,5 +15,31 @@ describe('runtime / doctor', () => {
   it('rejects bad arguments with TypeErrors, never crashes', () => {
     expect(() => native().setNumThreads('x' as unknown as number)).to.throw(TypeError, /setNumThreads/);
     expect(() => native().cudaMemory(-1)).to.throw(TypeError, /device index/);
+    expect(() => native().setFusedKernels('yes' as unknown as boolean)).to.throw(TypeError, /setFusedKernels/);
+  });
+  it('setFusedKernels returns the previous switch; doctor says whether the kernels are compiled', () => {
+    const first = native().setFusedKernels(false);
+    expect(first).to.be.a('boolean');
+    expect(native().setFusedKernels(true)).to.equal(false);
+    expect(native().setFusedKernels(first)).to.equal(true);
+    expect(doctor().fusedKernels).to.be.a('boolean');
+  });
+  it('opCountStart/opCountStop count the ATen ops of a forward, and nothing once stopped', async function () {
+    this.timeout(120000);
+    const model = await loadModel(tinyModel('tiny-tied'));
+    try {
+      const ids = { data: Int32Array.from([1, 2, 3, 4]), shape: [1, 4] };
+      native().opCountStart();
+      await model.forward({ inputIds: ids });
+      const c = native().opCountStop();
+      expect(c.total).to.be.greaterThan(20);
+      expect(Object.values(c.ops).reduce((a, b) => a + b, 0)).to.equal(c.total);
+      expect(c.ops['aten::view'] ?? 0).to.equal(0); // metadata ops are not counted
+      await model.forward({ inputIds: ids });
+      native().opCountStart();
+      expect(native().opCountStop().total).to.equal(0);
+    } finally {
+      model.dispose();
+    }
   });
 });

@@ -178,6 +178,7 @@ export function validateConfig(c: TrainConfig): TrainConfig {
   if (c.grpo.groupSize < 2) errs.push('grpo.groupSize must be >= 2 (advantages need a group)');
   if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize must be a multiple of opsd.microBatch');
   if (c.judge.kind === 'http' && (!c.judge.url || !c.judge.model)) errs.push('judge.kind http needs judge.url and judge.model');
+  if (typeof c.lora.float32Branch !== 'boolean') errs.push(`lora.float32Branch must be true or false (got ${JSON.stringify(c.lora.float32Branch)})`);
   if (errs.length) throw new Error(`invalid training config:\n  ${errs.join('\n  ')}`);
   return c;
 }

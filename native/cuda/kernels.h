@@ -9,8 +9,16 @@ namespace pg {
 /// True when this build contains the own CUDA kernels.
 bool CudaKernelsCompiled();
 
-/// True when the own kernels are used for tensors like `t`: compiled in, `t` on CUDA, and
-/// PAPERGYM_NO_FUSED_KERNELS unset or "0" (read on every call, so one process can A/B both paths).
+/// True when the own kernels are used for tensors like `t`: compiled in, `t` on CUDA, the build
+/// holds a kernel image for that GPU (probed once per device; older GPUs use the ATen paths), and
+/// the switch is on. The switch starts from PAPERGYM_NO_FUSED_KERNELS (unset or "0" = on), read
+/// once on first use; SetCudaKernelsEnabled changes it at run time (A/B in one process).
 bool CudaKernelsEnabled(const at::Tensor& t);
+
+/// Turns the own kernels on or off for later calls (JS: native().setFusedKernels(on)).
+void SetCudaKernelsEnabled(bool on);
+
+/// The switch's current value (not whether a device can run the kernels).
+bool CudaKernelsSwitchedOn();
 
 }  // namespace pg

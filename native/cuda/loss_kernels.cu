@@ -38,13 +38,18 @@ struct MaxSum {
 };
 
 __device__ __forceinline__ MaxSum Merge(MaxSum a, MaxSum b) {
+  if (isnan(a.l) || isnan(b.l)) return {a.m, NAN};  // a NaN logit makes the row's lse NaN, as in ATen
   const float m = fmaxf(a.m, b.m);
   if (m == -INFINITY) return {m, 0.f};
   return {m, a.l * expf(a.m - m) + b.l * expf(b.m - m)};
 }
 
 __device__ __forceinline__ void Push(MaxSum& s, float x) {
-  if (!(x > -INFINITY)) return;  // −inf (probability 0) and NaN contribute nothing
+  if (isnan(x)) {
+    s.l = NAN;
+    return;
+  }
+  if (x == -INFINITY) return;  // probability 0 contributes nothing
   if (x > s.m) {
     s.l = s.l * expf(s.m - x) + 1.f;
     s.m = x;
@@ -94,7 +99,10 @@ __device__ float BlockSum(float v) {
   return r;
 }
 
-__device__ __forceinline__ float Lse(MaxSum s) { return s.m == -INFINITY ? -INFINITY : s.m + logf(s.l); }
+__device__ __forceinline__ float Lse(MaxSum s) {
+  if (isnan(s.l)) return NAN;
+  return s.m == -INFINITY ? -INFINITY : s.m + logf(s.l);
+}
 
 __device__ __forceinline__ float Scaled(float z, float temp) { return temp == 1.f ? z : z / temp; }
 
@@ -107,7 +115,7 @@ __device__ float RowLse(const float* z, int64_t V, float temp) {
 // mode: 0 = general β, 1 = β = 0 (KL(T‖S)), 2 = β = 1 (KL(S‖T)).
 template <typename OutT>
 __global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float* zt, int64_t V, int64_t ld, float temp,
-                                                          float beta, int mode, const float* row_w, float gfac,
+                                                          float beta, float om, int mode, const float* row_w, float gfac,
                                                           int need_grad, float* row_loss) {
   const int64_t r = blockIdx.x;
   float* s_row = zs + r * ld;
@@ -130,7 +138,16 @@ __global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float
     Push(st, Scaled(t_row[j], temp));
   }
   const float lse_s = Lse(BlockMerge(ss)), lse_t = Lse(BlockMerge(st));
-  const float om = 1.f - beta;
+  if (isnan(lse_s) || isnan(lse_t)) {  // NaN logits: NaN loss and gradient, as the ATen path
+    if (threadIdx.x == 0) row_loss[r] = NAN;
+    if (need_grad)
+      for (int64_t base = 0; base < V; base += blockDim.x) {
+        __syncthreads();
+        const int64_t j = base + threadIdx.x;
+        if (j < V) out[j] = To<OutT>(NAN);
+      }
+    return;
+  }
   // Pass 2: the row's divergence and Σ g.
   float loss = 0.f, gsum = 0.f;
   for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
@@ -246,21 +263,24 @@ int Threads(int64_t V) {
 
 }  // namespace
 
-const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t ld, float temperature, float beta,
+const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t ld, float temperature, double beta,
                     const float* row_w, float grad_factor, bool need_grad, OutType out, float* row_loss, void* stream) {
   if (rows == 0) return nullptr;
-  const int mode = beta == 0.f ? 1 : (beta == 1.f ? 2 : 0);
+  // The special cases are chosen from the double β (as the ATen path does), and 1 − β is formed in
+  // double: β = 1 − 1e-9 stays the general JSD even though it rounds to 1.0f.
+  const int mode = beta == 0.0 ? 1 : (beta == 1.0 ? 2 : 0);
+  const float b = static_cast<float>(beta), om = static_cast<float>(1.0 - beta);
   auto s = static_cast<cudaStream_t>(stream);
   const int th = Threads(V);
   switch (out) {
     case OutType::kFloat32:
-      JsdRowsKernel<float><<<rows, th, 0, s>>>(zs, zt, V, ld, temperature, beta, mode, row_w, grad_factor, need_grad, row_loss);
+      JsdRowsKernel<float><<<rows, th, 0, s>>>(zs, zt, V, ld, temperature, b, om, mode, row_w, grad_factor, need_grad, row_loss);
       break;
     case OutType::kBFloat16:
-      JsdRowsKernel<__nv_bfloat16><<<rows, th, 0, s>>>(zs, zt, V, ld, temperature, beta, mode, row_w, grad_factor, need_grad, row_loss);
+      JsdRowsKernel<__nv_bfloat16><<<rows, th, 0, s>>>(zs, zt, V, ld, temperature, b, om, mode, row_w, grad_factor, need_grad, row_loss);
       break;
     case OutType::kFloat16:
-      JsdRowsKernel<__half><<<rows, th, 0, s>>>(zs, zt, V, ld, temperature, beta, mode, row_w, grad_factor, need_grad, row_loss);
+      JsdRowsKernel<__half><<<rows, th, 0, s>>>(zs, zt, V, ld, temperature, b, om, mode, row_w, grad_factor, need_grad, row_loss);
       break;
   }
   return LaunchStatus();
@@ -311,6 +331,13 @@ const char* RowLogprobs(const float* z, int64_t rows, int64_t V, int64_t ld, flo
   if (rows == 0) return nullptr;
   RowLogprobsKernel<<<rows, Threads(V), 0, static_cast<cudaStream_t>(stream)>>>(z, V, ld, temperature, tok, logp);
   return LaunchStatus();
+}
+
+bool KernelImageAvailable() {
+  cudaFuncAttributes a;
+  const cudaError_t e = cudaFuncGetAttributes(&a, RowLogprobsKernel);
+  (void)cudaGetLastError();  // clear the sticky-free launch error state of a failed probe
+  return e == cudaSuccess;
 }
 
 }  // namespace cuda_kernels

@@ -151,6 +151,8 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
     auto bs = ctx->saved_data["bs"].toTensorVector();
     const double s = ctx->saved_data["scaling"].toDouble();
     const size_t K = bs.size();
+    torch::autograd::variable_list res(2 + 2 * K + 1);
+    if (!go[0].defined()) return res;  // output unused: no gradient for any input
     at::Tensor g = go[0].reshape({-1, w.size(0)});
     // gxa_k = g_k · B_k (unscaled; the scaling goes into the products below)
     std::vector<at::Tensor> gxa_parts;
@@ -160,21 +162,25 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
       off += bs[k].size(0);
     }
     at::Tensor gxa = K == 1 ? gxa_parts[0] : at::cat(gxa_parts, 1);  // [N, Σr]
-    torch::autograd::variable_list res(2 + 2 * K + 1);
     if (ctx->needs_input_grad(0)) {
       at::Tensor gx = at::mm(g, w);         // base input gradient [N, in]
       gx.addmm_(gxa, a, 1, s);              // + scaling · gxa · A, accumulated in the matmul
       res[0] = gx.view(ctx->saved_data["xshape"].toIntVector());
     }
-    // dA = scaling · gxaᵀ · x;  dB_k = scaling · g_kᵀ · xa_k
-    at::Tensor ga = at::mm(gxa.t(), x2).mul_(s);
-    at::Tensor xa_s = xa * s;
+    // dA = scaling · gxaᵀ · x;  dB_k = scaling · g_kᵀ · xa_k (only for inputs that need them)
+    bool need_a = false, need_b = false;
+    for (size_t k = 0; k < K; ++k) {
+      need_a = need_a || ctx->needs_input_grad(2 + k);
+      need_b = need_b || ctx->needs_input_grad(2 + K + k);
+    }
+    at::Tensor ga = need_a ? at::mm(gxa.t(), x2).mul_(s) : at::Tensor();
+    at::Tensor xa_s = need_b ? xa * s : at::Tensor();
     int64_t roff = 0;
     off = 0;
     for (size_t k = 0; k < K; ++k) {
       const int64_t ok = bs[k].size(0), rk = bs[k].size(1);
-      res[2 + k] = ga.narrow(0, roff, rk);
-      res[2 + K + k] = at::mm(g.narrow(1, off, ok).t(), xa_s.narrow(1, roff, rk));
+      if (need_a && ctx->needs_input_grad(2 + k)) res[2 + k] = ga.narrow(0, roff, rk);
+      if (need_b && ctx->needs_input_grad(2 + K + k)) res[2 + K + k] = at::mm(g.narrow(1, off, ok).t(), xa_s.narrow(1, roff, rk));
       off += ok;
       roff += rk;
     }

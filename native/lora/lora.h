@@ -16,7 +16,7 @@ const char* LoraParent(const std::string& module);
 /// x [..., in] in the model dtype; W [out, in] (frozen); A [r, in], B [out, r] float32.
 /// Precision choice (same as peft's default `cast_input_dtype`): the LoRA branch runs in float32
 /// (x is cast to float32), the base output is upcast, the sum is formed in float32 and cast back to
-/// x's dtype. Exact against peft in fp32. Dropout (p = `dropout`) only when grad mode is on, and
+/// x's dtype. Matches peft in fp32 to rounding (base + scaling·lora is one fused add). Dropout (p = `dropout`) only when grad mode is on, and
 /// only on the LoRA branch. Undefined A means "no adapter on this module" (plain linear).
 at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
                       double scaling, double dropout);

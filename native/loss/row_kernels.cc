@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda/kernels.h"
+#include "napi/util.h"
 
 #ifdef PG_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>
@@ -18,6 +19,7 @@ namespace loss {
 bool RowKernelsEnabled(const at::Tensor& t) { return CudaKernelsEnabled(t); }
 
 int64_t KernelChunk(int64_t chunk, int64_t vocab, int64_t budget) {
+  if (chunk < 0) throw ArgError("chunkSize must be >= 0 (0 = automatic)");
   if (chunk > 0) return chunk;
   return std::clamp<int64_t>(budget / std::max<int64_t>(vocab, 1), 16, 4096);
 }
@@ -64,7 +66,7 @@ at::Tensor JsdRowsCuda(const at::Tensor& zs, const at::Tensor& zt, double temper
   NeedVec(row_w, C, at::kFloat, "jsd rows (weights)");
   at::Tensor loss = at::empty({C}, zs.options());
   Check(ck::JsdRows(zs.data_ptr<float>(), zt.data_ptr<float>(), C, V, V, static_cast<float>(temperature),
-                    static_cast<float>(beta), row_w.data_ptr<float>(), static_cast<float>(grad_factor), need_grad,
+                    beta, row_w.data_ptr<float>(), static_cast<float>(grad_factor), need_grad,
                     OutOf(grad_dtype), loss.data_ptr<float>(), Stream(zs)),
         "jsd rows");
   return loss;

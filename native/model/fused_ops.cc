@@ -106,6 +106,11 @@ std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& 
 #ifdef PG_WITH_CUDA_KERNELS
   if (CudaKernelsEnabled(q) && q.scalar_type() == k.scalar_type() && cos.scalar_type() == q.scalar_type() &&
       sin.scalar_type() == q.scalar_type() && q.dim() == 4 && k.dim() == 4 && q.size(-1) % 2 == 0) {
+    // The kernel indexes cos / sin as [B, T, D] with q's B, T, D (no broadcasting).
+    const std::vector<int64_t> want{q.size(0), q.size(1), q.size(3)};
+    TORCH_CHECK(cos.sizes() == want && sin.sizes() == want && k.size(0) == q.size(0) && k.size(1) == q.size(1) &&
+                    k.size(3) == q.size(3) && cos.device() == q.device() && k.device() == q.device(),
+                "RopeQK: cos / sin must be [B, T, D] and k [B, T, nk, D] with q's B, T, D on q's device");
     at::Tensor c = cos.contiguous(), s = sin.contiguous();
     auto out = RopeFn::apply(q, k, c, s);
     return {out[0], out[1]};

@@ -144,23 +144,29 @@ std::unordered_map<std::string, int64_t> g_ops;
 std::optional<at::CallbackHandle> g_ops_handle;
 thread_local std::vector<char> t_op_stack;  // per open op: 1 when it has called another op
 
-std::unique_ptr<at::ObserverContext> OpStart(const at::RecordFunction&) {
-  if (!t_op_stack.empty()) t_op_stack.back() = 1;
-  t_op_stack.push_back(0);
-  return nullptr;
-}
-void OpEnd(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (t_op_stack.empty()) return;
-  const bool parent = t_op_stack.back() != 0;
-  t_op_stack.pop_back();
-  if (parent) return;
+bool IsMetaOp(const char* name) {
   static const std::unordered_set<std::string> kMeta = {
       "aten::as_strided", "aten::as_strided_", "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view",
       "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::alias", "detach", "aten::detach",
       "aten::result_type", "aten::t", "aten::transpose", "aten::permute", "aten::narrow", "aten::slice", "aten::select",
       "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::split", "aten::split_with_sizes", "aten::resize_",
-      "aten::set_", "aten::lift_fresh", "aten::to", "aten::is_nonzero", "aten::item"};
-  if (kMeta.count(fn.name())) return;
+      "aten::set_", "aten::lift_fresh", "aten::to", "aten::is_nonzero", "aten::item", "aten::resolve_conj",
+      "aten::resolve_neg"};
+  return kMeta.count(name) != 0;
+}
+
+// Stack entry per open op: 0 = leaf so far, 1 = called a counted (non-metadata) op, 2 = metadata.
+std::unique_ptr<at::ObserverContext> OpStart(const at::RecordFunction& fn) {
+  const bool meta = IsMetaOp(fn.name());
+  if (!meta && !t_op_stack.empty() && t_op_stack.back() == 0) t_op_stack.back() = 1;
+  t_op_stack.push_back(meta ? 2 : 0);
+  return nullptr;
+}
+void OpEnd(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (t_op_stack.empty()) return;
+  const char v = t_op_stack.back();
+  t_op_stack.pop_back();
+  if (v != 0) return;
   std::lock_guard<std::mutex> lk(g_ops_mu);
   ++g_ops[fn.name()];
 }
@@ -199,7 +205,20 @@ static Napi::Value OpCountStop(const Napi::CallbackInfo& info) {
   });
 }
 
+/// setFusedKernels(on: boolean): uses the own CUDA kernels (true) or the ATen paths (false) for
+/// later calls; returns the previous value. Starts from PAPERGYM_NO_FUSED_KERNELS. TypeError on a
+/// non-boolean.
+static Napi::Value SetFusedKernels(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    if (info.Length() < 1 || !info[0].IsBoolean()) throw ArgError("setFusedKernels(on): on must be a boolean");
+    const bool prev = CudaKernelsSwitchedOn();
+    SetCudaKernelsEnabled(info[0].As<Napi::Boolean>().Value());
+    return Napi::Boolean::New(info.Env(), prev);
+  });
+}
+
 void RegisterRuntime(Napi::Env env, Napi::Object exports) {
+  exports.Set("setFusedKernels", Napi::Function::New(env, SetFusedKernels, "setFusedKernels"));
   exports.Set("opCountStart", Napi::Function::New(env, OpCountStart, "opCountStart"));
   exports.Set("opCountStop", Napi::Function::New(env, OpCountStop, "opCountStop"));
   exports.Set("runtimeInfo", Napi::Function::New(env, RuntimeInfo, "runtimeInfo"));

@@ -173,13 +173,11 @@ describe('GPU suite (CUDA)', function () {
     const sh = { data: t(N * H, 3), shape: [N, H] }, th = { data: t(N * H, 3), shape: [N, H] }, w = { data: t(V * H, 0.6), shape: [V, H] };
     const mask = { data: Float32Array.from({ length: N }, (_, i) => (i % 5 === 4 ? 0 : i % 3 === 0 ? 0.5 : 1)), shape: [N] };
     const withKernels = async <T>(on: boolean, f: () => Promise<T>): Promise<T> => {
-      const prev = process.env.PAPERGYM_NO_FUSED_KERNELS;
-      process.env.PAPERGYM_NO_FUSED_KERNELS = on ? '0' : '1';
+      const prev = native().setFusedKernels(on);
       try {
         return await f();
       } finally {
-        if (prev === undefined) delete process.env.PAPERGYM_NO_FUSED_KERNELS;
-        else process.env.PAPERGYM_NO_FUSED_KERNELS = prev;
+        native().setFusedKernels(prev);
       }
     };
     for (const dtype of ['float32', 'bfloat16'] as const) {
@@ -228,8 +226,7 @@ describe('GPU suite (CUDA)', function () {
     for (const dtype of ['float32', 'bfloat16'] as const) {
       for (const fp32Branch of dtype === 'float32' ? [true] : [true, false]) {
         const run = async (kernels: boolean) => {
-          const prev = process.env.PAPERGYM_NO_FUSED_KERNELS;
-          process.env.PAPERGYM_NO_FUSED_KERNELS = kernels ? '0' : '1';
+          const prev = native().setFusedKernels(kernels);
           const model = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype });
           try {
             model.addLora({ r: 4, alpha: 8, seed: 3 });
@@ -242,8 +239,7 @@ describe('GPU suite (CUDA)', function () {
             return { loss, g: model.loraGrads() };
           } finally {
             model.dispose();
-            if (prev === undefined) delete process.env.PAPERGYM_NO_FUSED_KERNELS;
-            else process.env.PAPERGYM_NO_FUSED_KERNELS = prev;
+            native().setFusedKernels(prev);
           }
         };
         const k = await run(true);
