@@ -62,6 +62,7 @@ export interface NativeAddon {
   cudaResetPeak(device?: number): void;
   cudaEmptyCache(): void;
   setNumThreads(n: number): void;
+  // prefixLogprobs(model, {prefixIds, suffixIds, suffixLengths, candidates, adapter}) -> [n, K]: see lib/judge/local.ts
   /** Own CUDA kernels on (true) or off (ATen paths) for later calls; returns the previous value. */
   setFusedKernels(on: boolean): boolean;
   /** Starts counting leaf ATen ops (ops that call no other op: on CUDA about one kernel launch each). */

@@ -67,4 +67,43 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     expect(judge.stats().requests).to.equal(4);
     }
   });
+
+  it('prefix sharing (one prefill of question + plan per plan) gives the same P(yes) as separate prefills, with fewer prompt tokens', async () => {
+    const items = [
+      { id: 'a', text: 'Uses an ablation.' },
+      { id: 'b', text: 'Compares against three strong baselines on two datasets with error bars.' },
+      { id: 'c', text: 'States the compute budget.' },
+    ];
+    const reqs = [
+      { question: 'How do we make X faster?', plan: 'We profile and then ablate each component of X, then report wall-clock time.', items },
+      { question: 'Why does Y fail on long inputs?', plan: 'Measure Y on inputs of growing length.', items: items.slice(0, 2) },
+      { question: 'Single item', plan: 'One item only.', items: items.slice(2) },
+    ];
+    const shared = await localJudgeForModel(model, tok, { template });
+    const separate = await localJudgeForModel(model, tok, { template, prefixSharing: false });
+    const a = await shared.judge(reqs);
+    const b = await separate.judge(reqs);
+    for (let r = 0; r < reqs.length; r++)
+      for (let k = 0; k < reqs[r].items.length; k++) {
+        expect(a[r][k].prob!).to.be.closeTo(b[r][k].prob!, 1e-5);
+        expect(a[r][k].met).to.equal(b[r][k].met);
+      }
+    expect(shared.stats().requests).to.equal(separate.stats().requests);
+    expect(shared.stats().promptTokens).to.be.lessThan(separate.stats().promptTokens);
+  });
+
+  it('prefixLogprobs rejects malformed arguments with TypeErrors', async () => {
+    const { native } = await import('../lib/native.js');
+    const t = (data: number[], shape: number[]) => ({ data: Int32Array.from(data), shape });
+    const base = { prefixIds: t([1, 2, 3], [1, 3]), suffixIds: t([4, 5, 6, 0], [2, 2]), suffixLengths: t([2, 1], [2]), candidates: t([7, 8], [2]), adapter: 'none' };
+    await native().prefixLogprobs(model.raw, base);
+    for (const bad of [
+      { suffixLengths: t([3, 1], [2]) },
+      { suffixLengths: t([0, 1], [2]) },
+      { candidates: t([-1], [1]) },
+      { candidates: t([10 ** 8], [1]) },
+      { prefixIds: t([1, 2], [2, 1]) },
+    ])
+      expect(() => native().prefixLogprobs(model.raw, { ...base, ...bad })).to.throw(TypeError, /prefixLogprobs/);
+  });
 });

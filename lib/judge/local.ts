@@ -28,6 +28,12 @@
  *   `model.forward`, which returns logits for EVERY position ([B, T, V] fp32, host memory bounded by
  *   `maxLogitBytes`); any number of answer tokens for free. Preferable once the addon can return
  *   last-position logits only.
+ * - {@link prefixLogprobsScorer} (on by default with sequence-logprobs, `prefixSharing`): the
+ *   rubric items of one plan share the token prefix up to the item (template, question, plan), so
+ *   that prefix is prefilled once into a KV cache, repeated for every item, and only the items'
+ *   suffixes (≈ 10% of each prompt) are run; every answer token is read from the same row (the
+ *   full log-softmax at the last position). Plans with one item, or a shared prefix under
+ *   `minSharedPrefix` tokens, go through the scorer above.
  */
 import { native, type JsTensor } from '../native.js';
 import { loadModel, type Device, type Dtype, type Qwen3Model } from '../model/qwen3.js';
@@ -156,6 +162,62 @@ export function sequenceLogprobsScorer(model: { raw?: unknown }, opts: { padId: 
   };
 }
 
+/**
+ * Scores answer tokens after one shared prefix: for each suffix, log p(candidate | prefix + suffix)
+ * at the next position, one per candidate. The prefix is prefilled once.
+ */
+export type PrefixScorer = (prefix: number[], suffixes: number[][], candidates: number[], signal?: AbortSignal) => Promise<Float64Array[]>;
+
+/** The addon's `prefixLogprobs(model, {prefixIds, suffixIds, suffixLengths, candidates, adapter})` → [n, K] logprobs. */
+type PrefixLogprobsFn = (model: unknown, args: { prefixIds: JsTensor<Int32Array>; suffixIds: JsTensor<Int32Array>; suffixLengths: JsTensor<Int32Array>; candidates: JsTensor<Int32Array>; adapter: string }) => Promise<JsTensor<Float32Array>>;
+
+/**
+ * PrefixScorer over the addon's `prefixLogprobs` (the prefix's KV cache is computed once and
+ * repeated for every suffix row; suffixes right-padded with `padId`). Suffixes are split so that
+ * rows × (prefix + padded suffix) ≤ `maxTokensPerCall` (default 65536), at least one row per call.
+ */
+export function prefixLogprobsScorer(model: { raw?: unknown }, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn } = { padId: 0 }): PrefixScorer {
+  const call: PrefixLogprobsFn = opts.fn ?? ((m, a) => native().prefixLogprobs(m, a));
+  const target = model.raw ?? model;
+  const budget = opts.maxTokensPerCall ?? 65536;
+  return async (prefix, suffixes, candidates, signal) => {
+    const out: Float64Array[] = new Array(suffixes.length);
+    const order = suffixes.map((_, i) => i).sort((a, b) => suffixes[b].length - suffixes[a].length);
+    let k = 0;
+    while (k < order.length) {
+      signal?.throwIfAborted();
+      const S = suffixes[order[k]].length;
+      const take = order.slice(k, k + Math.max(1, Math.floor(budget / (prefix.length + S))));
+      k += take.length;
+      const { ids } = padRight(take.map((i) => suffixes[i]), opts.padId);
+      const lp = await call(target, {
+        prefixIds: { data: Int32Array.from(prefix), shape: [1, prefix.length] },
+        suffixIds: ids,
+        suffixLengths: { data: Int32Array.from(take, (i) => suffixes[i].length), shape: [take.length] },
+        candidates: { data: Int32Array.from(candidates), shape: [candidates.length] },
+        adapter: opts.adapter ?? 'none',
+      });
+      if (lp.shape[0] !== take.length || lp.shape[1] !== candidates.length) throw new Error(`prefixLogprobs returned [${lp.shape}] for ${take.length} rows × ${candidates.length} candidates`);
+      take.forEach((i, b) => (out[i] = Float64Array.from(lp.data.subarray(b * candidates.length, (b + 1) * candidates.length))));
+    }
+    return out;
+  };
+}
+
+/** Length of the longest common prefix of token-id sequences. */
+export function commonPrefixLength(seqs: number[][]): number {
+  if (!seqs.length) return 0;
+  let n = Math.min(...seqs.map((s) => s.length));
+  for (let i = 0; i < n; i++) {
+    const t = seqs[0][i];
+    if (seqs.some((s) => s[i] !== t)) {
+      n = i;
+      break;
+    }
+  }
+  return n;
+}
+
 /** Default answer-token strings (summed per side). */
 export const YES_STRINGS = ['Yes', 'yes', 'YES', ' Yes', ' yes'];
 export const NO_STRINGS = ['No', 'no', 'NO', ' No', ' no'];
@@ -221,6 +283,13 @@ export interface LocalJudgeOptions {
   name?: string;
   /** Context length in tokens; a judge prompt longer than context − 1 gets `met: null, error: true` instead of failing the batch. */
   maxContext?: number;
+  /**
+   * Scores the prompts of one judged plan (its rubric items) after their shared token prefix (the
+   * question and plan) prefilled once. Used for every plan with ≥ 2 distinct prompts whose common
+   * prefix is ≥ `minSharedPrefix` tokens (default 32); other prompts go through `scorer`.
+   */
+  prefixScorer?: PrefixScorer;
+  minSharedPrefix?: number;
 }
 
 /** Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. */
@@ -279,16 +348,42 @@ export class LocalJudge implements Judge {
     const ids = await this.o.tokenizer.encodeBatch(texts);
     const probs: ({ pYes: number; mass: number } | undefined)[] = new Array(texts.length);
     const limit = (this.o.maxContext ?? Infinity) - 1;
-    const runnable = ids.map((_, u) => u).filter((u) => ids[u].length <= limit);
+    let runnable = ids.map((_, u) => u).filter((u) => ids[u].length <= limit);
+    const candidates = [...this.yesIds, ...this.noIds];
+    const ny = this.yesIds.length;
+    if (this.o.prefixScorer) {
+      // One prefill of each plan's shared prefix (question + plan), then its items' suffixes.
+      const byRequest = new Map<number, number[]>();
+      const ok = new Set(runnable);
+      for (const { r, u } of slots) {
+        if (!ok.has(u)) continue;
+        ok.delete(u); // a prompt shared by several requests is scored once, with the first
+        const g = byRequest.get(r) ?? [];
+        g.push(u);
+        byRequest.set(r, g);
+      }
+      const done = new Set<number>();
+      for (const us of byRequest.values()) {
+        if (us.length < 2) continue;
+        const P = commonPrefixLength(us.map((u) => ids[u]));
+        if (P < (this.o.minSharedPrefix ?? 32) || us.some((u) => ids[u].length <= P)) continue;
+        opts.signal?.throwIfAborted();
+        const lp = await this.o.prefixScorer(ids[us[0]].slice(0, P), us.map((u) => ids[u].slice(P)), candidates, opts.signal);
+        this.s.requests += us.length;
+        this.s.promptTokens += P + us.reduce((a, u) => a + ids[u].length - P, 0);
+        lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
+        for (const u of us) done.add(u);
+      }
+      runnable = runnable.filter((u) => !done.has(u));
+    }
     const bs = Math.max(1, this.o.batchSize ?? 16);
     for (let i = 0; i < runnable.length; i += bs) {
       opts.signal?.throwIfAborted();
       const us = runnable.slice(i, i + bs);
       const chunk = us.map((u) => ids[u]);
-      const lp = await this.o.scorer!(chunk, [...this.yesIds, ...this.noIds], opts.signal);
+      const lp = await this.o.scorer!(chunk, candidates, opts.signal);
       this.s.requests += chunk.length;
       this.s.promptTokens += chunk.reduce((a, c) => a + c.length, 0);
-      const ny = this.yesIds.length;
       lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
     }
     this.s.failures += ids.length - runnable.length;
@@ -323,6 +418,12 @@ export interface LocalModelJudgeOptions {
   maxLogitBytes?: number;
   /** sequence-logprobs: rows × padded length per native call (default 16384). */
   maxTokensPerCall?: number;
+  /**
+   * sequence-logprobs: prefill each plan's shared prefix (question + plan) once and score its rubric
+   * items' suffixes on its KV cache (default true; the same values as separate prefills, to
+   * floating-point rounding). false = one full prefill per (plan, item).
+   */
+  prefixSharing?: boolean;
 }
 
 /**
@@ -338,7 +439,9 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
       : sequenceLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: opts.maxTokensPerCall });
   const ctx = Number(model.config.max_position_embeddings);
   const variants = opts.variants ?? (opts.scoring === 'forward-logits' ? 'all' : 'pair');
+  const prefixScorer = opts.scoring !== 'forward-logits' && opts.prefixSharing !== false ? prefixLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none' }) : undefined;
   return LocalJudge.create({
+    prefixScorer,
     tokenizer,
     template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer),
     batchSize: opts.batchSize,

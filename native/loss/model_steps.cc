@@ -10,6 +10,11 @@
 //                        epsLow, epsHigh, betaKl, temperature, aggregation, numSequences, numTokens,
 //                        maxCompletionLength, chunkSize})
 //     -> {loss, meanKl, clipFraction, maskCount, logprobs [B, L]}: fused GRPO, grads accumulate.
+//   prefixLogprobs(model, {prefixIds [1, P], suffixIds [n, S] (right-padded), suffixLengths [n],
+//                          candidates [K], adapter})
+//     -> JsTensor [n, K] float32: log p(candidate | prefix + suffix_i[:len_i]) at each row's last
+//        real position (log-softmax over the full vocabulary). The prefix is prefilled once into a
+//        KV cache that every suffix row then extends — the local judge's shared question + plan.
 // Every step holds model->mutex() on a worker thread with the model's device set.
 #include <memory>
 
@@ -89,6 +94,59 @@ Napi::Value SequenceLogprobsJs(const Napi::CallbackInfo& info) {
           at::Tensor flat = at::zeros({B * (L - 1)}, lp.options()).index_copy(0, idx, lp).reshape({B, L - 1});
           out.narrow(1, 1, L - 1).copy_(flat);
           *res = out.to(at::kCPU);
+        },
+        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, false, model->device());
+  });
+}
+
+Napi::Value PrefixLogprobsJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return Guard(env, [&]() -> Napi::Value {
+    const char* W = "prefixLogprobs";
+    auto model = UnwrapModel(info[0], "prefixLogprobs model");
+    auto o = ArgObject(info, 1, "prefixLogprobs options");
+    at::Tensor pre = Ids2d(o, "prefixIds", W);
+    at::Tensor suf = Ids2d(o, "suffixIds", W);
+    at::Tensor len = GetTensor(o, "suffixLengths", W).to(at::kLong);
+    at::Tensor cand = GetTensor(o, "candidates", W).to(at::kLong);
+    const int64_t P = pre.size(1), n = suf.size(0), S = suf.size(1), K = cand.numel();
+    if (pre.size(0) != 1 || P < 1) throw ArgError("prefixLogprobs.prefixIds must be [1, P] with P >= 1");
+    if (n < 1 || S < 1) throw ArgError("prefixLogprobs.suffixIds must be [n, S] with n, S >= 1");
+    if (len.dim() != 1 || len.size(0) != n) throw ArgError("prefixLogprobs.suffixLengths must be [n]");
+    if (len.min().item<int64_t>() < 1 || len.max().item<int64_t>() > S) throw ArgError("prefixLogprobs.suffixLengths must lie in [1, S]");
+    if (cand.dim() != 1 || K < 1) throw ArgError("prefixLogprobs.candidates must be a non-empty [K] vector");
+    const int64_t V = model->config().vocab_size;
+    if (cand.min().item<int64_t>() < 0 || cand.max().item<int64_t>() >= V) throw ArgError("prefixLogprobs.candidates must be token ids in [0, vocab_size)");
+    AdapterSel sel = ParseAdapter(GetString(o, "adapter", std::string("active"), W));
+    auto res = std::make_shared<at::Tensor>();
+    return Worker::Start(
+        env,
+        [=]() {
+          std::lock_guard<std::mutex> lk(model->mutex());
+          if (model->disposed()) throw InputError("model was disposed");
+          at::NoGradGuard ng;
+          auto dev = model->device();
+          const int64_t cap = P + S;
+          // 1) the shared prefix, once
+          KVCache one = model->NewCache(1, cap);
+          model->Forward(pre.to(dev), at::ones({1, P}, at::TensorOptions().dtype(at::kLong).device(dev)), std::nullopt, sel, &one);
+          // 2) its KV repeated for every suffix row
+          KVCache cache = model->NewCache(n, cap);
+          for (size_t l = 0; l < cache.k.size(); ++l) {
+            cache.k[l].narrow(2, 0, P).copy_(one.k[l].narrow(2, 0, P).expand({n, -1, -1, -1}));
+            cache.v[l].narrow(2, 0, P).copy_(one.v[l].narrow(2, 0, P).expand({n, -1, -1, -1}));
+          }
+          cache.len = P;
+          one = KVCache();
+          // 3) the suffixes, right-padded, attending to the prefix and their own real tokens
+          at::Tensor lens = len.to(dev);
+          at::Tensor mask = at::ones({n, cap}, at::TensorOptions().dtype(at::kLong).device(dev));
+          mask.narrow(1, P, S).copy_(at::arange(S, mask.options()).unsqueeze(0).lt(lens.unsqueeze(1)).to(at::kLong));
+          at::Tensor h = model->Forward(suf.to(dev), mask, std::nullopt, sel, &cache);  // [n, S, H]
+          at::Tensor hs = h.gather(1, (lens - 1).view({n, 1, 1}).expand({n, 1, h.size(2)})).squeeze(1);  // [n, H]
+          // fp32 logits with fp32 accumulation, as sequenceLogprobs computes them
+          at::Tensor lp = at::log_softmax(loss::ChunkLogits(hs, loss::PrepareWeight(model->LmHeadWeight(), hs)), -1);
+          *res = lp.index_select(1, cand.to(dev)).to(at::kCPU, at::kFloat).contiguous();
         },
         [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, false, model->device());
   });
@@ -224,6 +282,7 @@ Napi::Value GrpoBackwardJs(const Napi::CallbackInfo& info) {
 
 void RegisterModelSteps(Napi::Env env, Napi::Object exports) {
   exports.Set("sequenceLogprobs", Napi::Function::New(env, SequenceLogprobsJs, "sequenceLogprobs"));
+  exports.Set("prefixLogprobs", Napi::Function::New(env, PrefixLogprobsJs, "prefixLogprobs"));
   exports.Set("opsdBackward", Napi::Function::New(env, OpsdBackwardJs, "opsdBackward"));
   exports.Set("grpoBackward", Napi::Function::New(env, GrpoBackwardJs, "grpoBackward"));
 }

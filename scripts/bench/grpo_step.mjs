@@ -24,6 +24,8 @@
  * Options: --device  --shape (default qwen3-1.7b)  --layers N  --model DIR  --dtype bf16|fp32
  *          --questions 8 --group 8 --new-tokens 1024 --micro-batch 8 --judge-batch 32
  *          --recompute (activation recomputation in backward)  --empty-cache  --json FILE
+ *          --no-prefix-sharing (local judge: one full prefill per (plan, item) instead of one prefill
+ *          of each plan's shared question + plan)
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -37,7 +39,7 @@ const { values: a } = parseArgs({
   options: {
     device: { type: 'string', default: 'cpu' }, shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, model: { type: 'string' },
     dtype: { type: 'string' }, questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '1024' },
-    'micro-batch': { type: 'string', default: '8' }, 'judge-batch': { type: 'string', default: '32' }, recompute: { type: 'boolean', default: false },
+    'micro-batch': { type: 'string', default: '8' }, 'judge-batch': { type: 'string', default: '32' }, recompute: { type: 'boolean', default: false }, 'no-prefix-sharing': { type: 'boolean', default: false },
     'empty-cache': { type: 'boolean', default: false }, json: { type: 'string' },
   },
 });
@@ -76,7 +78,7 @@ model.setGradientCheckpointing(a.recompute);
 const backend = new NativeBackend(policy, cfg);
 backend.resetOptimizer(cfg.grpo.lr, 100);
 backend.snapshotAdapter('stage-start');
-const judge = await localJudgeForModel(model, policy.tokenizer, { batchSize: Number(a['judge-batch']) });
+const judge = await localJudgeForModel(model, policy.tokenizer, { batchSize: Number(a['judge-batch']), prefixSharing: !a['no-prefix-sharing'] });
 const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
 const reward = makeRewardFn(judge, general, { alpha: cfg.grpo.alpha });
 const items = readDataset(sampleDatasetPath()).items;
