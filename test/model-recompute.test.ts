@@ -7,19 +7,8 @@
 import { expect } from 'chai';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { native, type JsTensor } from '../lib/native.js';
-import { tinyModel, int32, paddedBatch } from './helpers/tiny.js';
+import { tinyModel, int32, paddedBatch, randomLoraB as randomB } from './helpers/tiny.js';
 
-function randomB(model: Qwen3Model, seed: number, std = 0.05): Record<string, JsTensor<Float32Array>> {
-  let s = seed >>> 0;
-  const rnd = () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return s / 2 ** 32 - 0.5;
-  };
-  const out: Record<string, JsTensor<Float32Array>> = {};
-  for (const [k, v] of Object.entries(model.loraWeights()))
-    if (k.includes('lora_B')) out[k] = { data: v.data.map(() => rnd() * 2 * std), shape: v.shape };
-  return out;
-}
 
 /** max |a − b| / max(max |b|, 1e-12) over all tensors of two gradient records. */
 function relDiff(a: Record<string, JsTensor<Float32Array>>, b: Record<string, JsTensor<Float32Array>>): number {

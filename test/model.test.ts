@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { native, type JsTensor } from '../lib/native.js';
-import { tinyModel, int32, paddedBatch } from './helpers/tiny.js';
+import { tinyModel, int32, paddedBatch, randomLoraB as randomB } from './helpers/tiny.js';
 
 function maxAbsDiff(a: Float32Array, b: Float32Array): number {
   expect(a.length).to.equal(b.length);
@@ -30,17 +30,6 @@ function maskedMax(a: JsTensor<Float32Array>, b: JsTensor<Float32Array>, mask: n
   return m;
 }
 
-function randomB(model: Qwen3Model, seed: number, std = 0.05): Record<string, JsTensor<Float32Array>> {
-  let s = seed >>> 0;
-  const rnd = () => {
-    s = (s * 1664525 + 1013904223) >>> 0;
-    return s / 2 ** 32 - 0.5;
-  };
-  const out: Record<string, JsTensor<Float32Array>> = {};
-  for (const [k, v] of Object.entries(model.loraWeights()))
-    if (k.includes('lora_B')) out[k] = { data: v.data.map(() => rnd() * 2 * std), shape: v.shape };
-  return out;
-}
 
 describe('model: native Qwen3', function () {
   this.timeout(300000);

@@ -75,6 +75,19 @@ export function padRight(rows: number[][], padId: number): { ids: JsTensor<Int32
 }
 
 /**
+ * Indices of `lengths` longest first, cut into batches whose size is `rowsFor(longest length in the
+ * batch)` (at least 1): the padding of each batch stays small and a per-call budget holds.
+ */
+export function* longestFirstBatches(lengths: number[], rowsFor: (len: number) => number): Generator<number[]> {
+  const order = lengths.map((_, i) => i).sort((a, b) => lengths[b] - lengths[a]);
+  for (let k = 0; k < order.length; ) {
+    const take = order.slice(k, k + Math.max(1, Math.floor(rowsFor(lengths[order[k]]))));
+    k += take.length;
+    yield take;
+  }
+}
+
+/**
  * LastLogitsFn over a native model's `forward` with `adapter` (default 'none': the frozen base).
  * `forward` returns logits for every position ([B, T, V] fp32 on the CPU side), so rows are grouped
  * so that B·T·V·4 bytes stays under `maxLogitBytes` (default 1 GiB); only the last position of each
@@ -84,14 +97,8 @@ export function modelLastLogits(model: ForwardModel, opts: { padId: number; adap
   const budget = opts.maxLogitBytes ?? 2 ** 30;
   return async (rows, signal) => {
     const out: Float32Array[] = new Array(rows.length);
-    const order = rows.map((_, i) => i).sort((a, b) => rows[b].length - rows[a].length);
-    let k = 0;
-    while (k < order.length) {
+    for (const take of longestFirstBatches(rows.map((r) => r.length), (T) => Math.min(budget / (T * opts.vocabSize * 4), opts.maxBatch ?? 16))) {
       signal?.throwIfAborted();
-      const T = rows[order[k]].length;
-      const fit = Math.max(1, Math.floor(budget / (T * opts.vocabSize * 4)));
-      const take = order.slice(k, k + Math.min(fit, opts.maxBatch ?? 16));
-      k += take.length;
       const { ids, mask, last } = padRight(take.map((i) => rows[i]), opts.padId);
       const { logits } = await model.forward({ inputIds: ids, attentionMask: mask, outputs: ['logits'], adapter: opts.adapter ?? 'none' });
       if (!logits) throw new Error('forward returned no logits');
@@ -143,14 +150,11 @@ export function sequenceLogprobsScorer(model: { raw?: unknown }, opts: { padId: 
   return async (prompts, candidates, signal) => {
     const rows: { p: number; c: number; ids: number[] }[] = [];
     prompts.forEach((ids, p) => candidates.forEach((cand, c) => rows.push({ p, c, ids: [...ids, cand] })));
-    rows.sort((a, b) => b.ids.length - a.ids.length);
     const out = prompts.map(() => new Float64Array(candidates.length));
-    let k = 0;
-    while (k < rows.length) {
+    for (const batch of longestFirstBatches(rows.map((r) => r.ids.length), (T) => budget / T)) {
       signal?.throwIfAborted();
-      const T = rows[k].ids.length;
-      const take = rows.slice(k, k + Math.max(1, Math.floor(budget / T)));
-      k += take.length;
+      const take = batch.map((i) => rows[i]);
+      const T = take[0].ids.length;
       const { ids, mask, last } = padRight(take.map((r) => r.ids), opts.padId);
       const cm = new Int32Array(ids.data.length);
       take.forEach((_, b) => (cm[b * T + last[b]] = 1));
@@ -182,13 +186,8 @@ export function prefixLogprobsScorer(model: { raw?: unknown }, opts: { padId: nu
   const budget = opts.maxTokensPerCall ?? 65536;
   return async (prefix, suffixes, candidates, signal) => {
     const out: Float64Array[] = new Array(suffixes.length);
-    const order = suffixes.map((_, i) => i).sort((a, b) => suffixes[b].length - suffixes[a].length);
-    let k = 0;
-    while (k < order.length) {
+    for (const take of longestFirstBatches(suffixes.map((s) => s.length), (S) => budget / (prefix.length + S))) {
       signal?.throwIfAborted();
-      const S = suffixes[order[k]].length;
-      const take = order.slice(k, k + Math.max(1, Math.floor(budget / (prefix.length + S))));
-      k += take.length;
       const { ids } = padRight(take.map((i) => suffixes[i]), opts.padId);
       const lp = await call(target, {
         prefixIds: { data: Int32Array.from(prefix), shape: [1, prefix.length] },

@@ -60,6 +60,20 @@ at::Tensor ShiftedSelection(const at::Tensor& cmask) {
   return cmask.narrow(1, 1, cmask.size(1) - 1).reshape({-1}).ne(0).nonzero().squeeze(1);
 }
 
+// Runs `run` on a worker thread with the model's device set, holding the model's lock, after
+// checking that the model was not disposed meanwhile (InputError); `grad` as Worker::Start.
+Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<Qwen3Model>& model, std::function<void()> run,
+                           Worker::Done done, bool grad) {
+  return Worker::Start(
+      env,
+      [model, run = std::move(run)]() {
+        std::lock_guard<std::mutex> lk(model->mutex());
+        if (model->disposed()) throw InputError("model was disposed");
+        run();
+      },
+      std::move(done), grad, model->device());
+}
+
 Napi::Value SequenceLogprobsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return Guard(env, [&]() -> Napi::Value {
@@ -75,11 +89,9 @@ Napi::Value SequenceLogprobsJs(const Napi::CallbackInfo& info) {
     AdapterSel sel = ParseAdapter(GetString(o, "adapter", std::string("active"), W));
     int64_t chunk = GetInt(o, "chunkSize", 0, W);
     auto res = std::make_shared<at::Tensor>();
-    return Worker::Start(
-        env,
+    return StartOnModel(
+        env, model,
         [=]() {
-          std::lock_guard<std::mutex> lk(model->mutex());
-          if (model->disposed()) throw InputError("model was disposed");
           at::NoGradGuard ng;
           auto dev = model->device();
           at::Tensor id = ids.to(dev), m = am.to(dev), c = cm.to(dev);
@@ -95,7 +107,7 @@ Napi::Value SequenceLogprobsJs(const Napi::CallbackInfo& info) {
           out.narrow(1, 1, L - 1).copy_(flat);
           *res = out.to(at::kCPU);
         },
-        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, false, model->device());
+        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, false);
   });
 }
 
@@ -119,11 +131,9 @@ Napi::Value PrefixLogprobsJs(const Napi::CallbackInfo& info) {
     if (cand.min().item<int64_t>() < 0 || cand.max().item<int64_t>() >= V) throw ArgError("prefixLogprobs.candidates must be token ids in [0, vocab_size)");
     AdapterSel sel = ParseAdapter(GetString(o, "adapter", std::string("active"), W));
     auto res = std::make_shared<at::Tensor>();
-    return Worker::Start(
-        env,
+    return StartOnModel(
+        env, model,
         [=]() {
-          std::lock_guard<std::mutex> lk(model->mutex());
-          if (model->disposed()) throw InputError("model was disposed");
           at::NoGradGuard ng;
           auto dev = model->device();
           const int64_t cap = P + S;
@@ -148,7 +158,7 @@ Napi::Value PrefixLogprobsJs(const Napi::CallbackInfo& info) {
           at::Tensor lp = at::log_softmax(loss::ChunkLogits(hs, loss::PrepareWeight(model->LmHeadWeight(), hs)), -1);
           *res = lp.index_select(1, cand.to(dev)).to(at::kCPU, at::kFloat).contiguous();
         },
-        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, false, model->device());
+        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, false);
   });
 }
 
@@ -191,11 +201,9 @@ Napi::Value OpsdBackwardJs(const Napi::CallbackInfo& info) {
     at::Tensor si = at::tensor(sidx, at::kLong), ti = at::tensor(tidx, at::kLong);
     auto res = std::make_shared<double>(0);
     const double ntok = static_cast<double>(sidx.size());
-    return Worker::Start(
-        env,
+    return StartOnModel(
+        env, model,
         [=]() {
-          std::lock_guard<std::mutex> lk(model->mutex());
-          if (model->disposed()) throw InputError("model was disposed");
           if (!model->HasLora()) throw InputError("opsdBackward needs a LoRA adapter");
           auto dev = model->device();
           at::Tensor th;
@@ -217,7 +225,7 @@ Napi::Value OpsdBackwardJs(const Napi::CallbackInfo& info) {
           out.Set("tokens", Napi::Number::New(env, ntok));
           return out;
         },
-        true, model->device());
+        true);
   });
 }
 
@@ -248,11 +256,9 @@ Napi::Value GrpoBackwardJs(const Napi::CallbackInfo& info) {
       at::Tensor logp;
     };
     auto res = std::make_shared<R>();
-    return Worker::Start(
-        env,
+    return StartOnModel(
+        env, model,
         [=]() {
-          std::lock_guard<std::mutex> lk(model->mutex());
-          if (model->disposed()) throw InputError("model was disposed");
           if (!model->HasLora()) throw InputError("grpoBackward needs a LoRA adapter");
           auto dev = model->device();
           at::Tensor id = ids.to(dev);
@@ -274,7 +280,7 @@ Napi::Value GrpoBackwardJs(const Napi::CallbackInfo& info) {
           out.Set("logprobs", TensorToJs(env, res->logp));
           return out;
         },
-        true, model->device());
+        true);
   });
 }
 

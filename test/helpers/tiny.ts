@@ -6,7 +6,8 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { packageRoot } from '../../lib/native.js';
+import { packageRoot, type JsTensor } from '../../lib/native.js';
+import type { Qwen3Model } from '../../lib/model/qwen3.js';
 
 export type TinyName = 'tiny-tied' | 'tiny-untied';
 
@@ -94,4 +95,20 @@ export function paddedBatch(): { ids: number[][]; mask: number[][]; labels: numb
 /** Flattens number[][] into a JS tensor. */
 export function int32(rows: number[][]): { data: Int32Array; shape: number[] } {
   return { data: Int32Array.from(rows.flat()), shape: [rows.length, rows[0].length] };
+}
+
+/**
+ * Non-zero LoRA B matrices (uniform in ±std from a seeded LCG) for every B of `model`'s adapter, as
+ * a record for `setLoraWeights`: a fresh adapter has B = 0, which would hide LoRA bugs.
+ */
+export function randomLoraB(model: Qwen3Model, seed: number, std = 0.05): Record<string, JsTensor<Float32Array>> {
+  let s = seed >>> 0;
+  const rnd = () => {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    return s / 2 ** 32 - 0.5;
+  };
+  const out: Record<string, JsTensor<Float32Array>> = {};
+  for (const [k, v] of Object.entries(model.loraWeights()))
+    if (k.includes('lora_B')) out[k] = { data: v.data.map(() => rnd() * 2 * std), shape: v.shape };
+  return out;
 }
