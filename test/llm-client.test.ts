@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { LlmClient, LlmHttpError, LlmJsonError, LlmLengthError, LlmTimeoutError, LlmAbortError, stripThink, extractJson, parseRetryAfter, chatCompletionsUrl } from '../lib/llm/client.js';
+import { LlmClient, LlmHttpError, LlmJsonError, LlmLengthError, LlmTimeoutError, LlmAbortError, splitThink as stripThink, extractJson, parseRetryAfter, chatCompletionsUrl } from '../lib/llm/client.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
 const msgs = (s: string) => [{ role: 'system' as const, content: 'sys' }, { role: 'user' as const, content: s }];

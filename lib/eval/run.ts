@@ -4,7 +4,7 @@
  * rows. Generation and judging overlap: the judge works on chunk k while chunk k+1 samples.
  */
 import type { GeneralRubricItem, PaperGymItem } from '../data/schema.js';
-import { stripReasoning } from '../judge/rewards.js';
+import { stripThink } from '../llm/think.js';
 import type { Judge } from '../judge/types.js';
 import { buildReport, type EvalReport, type EvalRow, type ReportOptions } from './report.js';
 
@@ -56,7 +56,7 @@ export async function runEval(o: EvalOptions): Promise<{ report: EvalReport; row
     if (gen.length !== part.length || gen.some((g) => g.length !== samples)) throw new Error(`generator returned ${gen.map((g) => g.length)} plans for ${part.length} questions × ${samples}`);
     const reqs = part.flatMap((it, i) =>
       gen[i].map((g, s) => {
-        const plan = stripReasoning(g.text);
+        const plan = stripThink(g.text);
         plans.push({ questionId: it.id, sample: s, plan, finishReason: g.finishReason });
         return { question: it.question, plan, items: [...it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general.map((g) => ({ id: g.id, text: g.text }))] };
       }),

@@ -3,8 +3,9 @@
  * parsing, rewards, the reward-hacking probe and the OpenAI-compatible server.
  */
 export * from './types.js';
-export { parseBinaryVerdict, parsePlanVerdicts, stripThink, loadPrompt, renderTemplate, perItemMessage, perPlanMessage, perPlanSchema, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate, type BinaryReading } from './verdict.js';
-export { computeReward, scorePlans, summariseRewards, makeRewardFn, stripReasoning, DEFAULT_ALPHA, type RewardBreakdown, type RewardOptions, type RewardInput, type RewardItem, type RewardFnResult } from './rewards.js';
+export { splitThink, type ThinkSplit } from '../llm/think.js';
+export { parseBinaryVerdict, parsePlanVerdicts, readPlanVerdicts, VERDICT_KEYS, stripThink, loadPrompt, renderTemplate, perItemMessage, perPlanMessage, perPlanSchema, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate, type BinaryReading, type PlanReading } from './verdict.js';
+export { computeReward, scorePlans, summariseRewards, makeRewardFn, DEFAULT_ALPHA, type RewardBreakdown, type RewardOptions, type RewardInput, type RewardItem, type RewardFnResult } from './rewards.js';
 export { HttpJudge, createHttpJudge, type HttpJudgeOptions, type CreateHttpJudgeOptions, type ChatLike } from './http.js';
 export { JudgeCache, requestHash } from './cache.js';
 export { LocalJudge, localJudgeForModel, openLocalJudge, sequenceLogprobsScorer, scorerFromLastLogits, modelLastLogits, yesProbability, yesProbabilityFromLogprobs, type AnswerScorer, type LastLogitsFn, type LocalJudgeOptions, type LocalModelJudgeOptions } from './local.js';

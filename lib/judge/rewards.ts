@@ -10,6 +10,7 @@
  * Both empty: r = 0.
  */
 import type { Judge, JudgeCallOptions, JudgeItem, Verdict } from './types.js';
+import { stripThink } from '../llm/think.js';
 
 /** Reward options. */
 export interface RewardOptions {
@@ -142,7 +143,7 @@ export interface RewardFnResult {
 
 /**
  * The GRPO reward function over a judge: `(requests: {item, plan}[]) → RewardFnResult[]`, in order.
- * Plans have `<think>…</think>` removed before judging (the judge grades the plan, not the
+ * Plans have their thinking removed (lib/llm/think.ts) before judging (the judge grades the plan, not the
  * reasoning). `general` is the shared general rubric (data/general-rubric.json items); α default 0.7.
  * Judge counters (requests, tokens, nulls) stay available through `judge.stats()`.
  */
@@ -150,7 +151,7 @@ export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOpt
   return async (requests, signal) => {
     const bs = await scorePlans(
       judge,
-      requests.map(({ item, plan }) => ({ question: item.question, plan: stripReasoning(plan), specItems: item.rubric.map((r) => ({ id: r.id, text: r.text })), genItems: general })),
+      requests.map(({ item, plan }) => ({ question: item.question, plan: stripThink(plan), specItems: item.rubric.map((r) => ({ id: r.id, text: r.text })), genItems: general })),
       { ...opts, signal },
     );
     return bs.map((b, i) => {
@@ -163,14 +164,4 @@ export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOpt
       return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, breakdown: b };
     });
   };
-}
-
-/** Removes `<think>…</think>` (and an unclosed trailing `<think>…`) from a completion. */
-export function stripReasoning(text: string): string {
-  let t = text.replace(/<think>[\s\S]*?<\/think>/g, '');
-  const close = t.indexOf('</think>');
-  if (close >= 0) t = t.slice(close + '</think>'.length);
-  const open = t.indexOf('<think>');
-  if (open >= 0) t = t.slice(0, open);
-  return t.trim();
 }

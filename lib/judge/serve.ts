@@ -20,6 +20,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
+import { splitThink as splitReasoning } from '../llm/think.js';
 
 /** A chat message as the backend receives it. */
 export interface ServeMessage {
@@ -158,17 +159,8 @@ function messagesOf(v: unknown): ServeMessage[] {
   });
 }
 
-/** Splits generated text into reasoning (before `</think>`) and content; removes stray end tokens. */
-export function splitReasoning(text: string): { content: string; reasoning?: string } {
-  const t = text.replace(/(<\|im_end\|>|<\|endoftext\|>)+\s*$/, '');
-  const close = t.indexOf('</think>');
-  if (close < 0) {
-    const open = t.indexOf('<think>');
-    if (open >= 0) return { content: t.slice(0, open).trim(), reasoning: t.slice(open + 7).trim() };
-    return { content: t.trim() };
-  }
-  return { reasoning: t.slice(0, close).replace(/^\s*<think>/, '').trim(), content: t.slice(close + 8).trim() };
-}
+/** Splits generated text into reasoning and content (the shared think reader, lib/llm/think.ts). */
+export { splitReasoning };
 
 /** Cuts `text` at the first occurrence of any stop string. */
 export function applyStop(text: string, stop: string[]): { text: string; stopped: boolean } {

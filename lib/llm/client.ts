@@ -3,10 +3,18 @@
  * and the HTTP judge (DESIGN.md §7 "LLM access").
  *
  * - bounded concurrency (p-limit; a slot is held per HTTP attempt, not during backoff sleeps)
- * - retries with exponential backoff + jitter on network errors, timeouts, 408/409/425/429/5xx,
- *   honouring `retry-after` (seconds or HTTP date, capped by `maxRetryAfterMs`)
+ * - retries with exponential backoff + jitter only on what can succeed when repeated: connection
+ *   errors, timeouts, HTTP 408/409/429/5xx, honouring `retry-after` (seconds or HTTP date, capped
+ *   by `maxRetryAfterMs`)
+ * - a reply that cannot be read (an HTML page, an empty body, non-JSON, `choices: []`, no message,
+ *   a 200 carrying an `error` object) fails at once with {@link LlmResponseError}, naming the
+ *   endpoint and quoting the first 200 characters of the body
  * - per-attempt timeout (AbortSignal.timeout) combined with the caller's signal
- * - `<think>…</think>` stripped from the answer (kept in `reasoning`)
+ * - `message.content` as a string or an array of parts (OpenAI / Anthropic-style: `text` parts are
+ *   joined; `thinking` / `reasoning` parts go to `reasoning`; a `refusal` is the answer);
+ *   `reasoning_content` / `reasoning` fields go to `reasoning`; `<think>…</think>` in the text is
+ *   moved to `reasoning` by the shared reader (lib/llm/think.ts)
+ * - `logprobs` / `top_logprobs` requested on demand; `choices[0].logprobs.content` returned as is
  * - `finish_reason: "length"` rejected as {@link LlmLengthError} (not retried: the same request
  *   would be cut again; raise `maxTokens` instead)
  * - `chatJson`: JSON extracted from the answer and validated against a JSON Schema (ajv), one
@@ -17,6 +25,9 @@
  */
 import pLimit, { type LimitFunction } from 'p-limit';
 import { Ajv, type ValidateFunction } from 'ajv';
+import { splitThink } from './think.js';
+
+export { splitThink };
 
 /** One chat message. */
 export interface ChatMessage {
@@ -45,6 +56,23 @@ export interface ChatRequest {
   extraBody?: Record<string, unknown>;
   /** Overrides the client's model for this call. */
   model?: string;
+  /** Ask for the sampled tokens' logprobs (`logprobs: true`). */
+  logprobs?: boolean;
+  /** Alternatives per position (`top_logprobs`, 0–20; implies `logprobs`). */
+  topLogprobs?: number;
+}
+
+/** One alternative token at a position (OpenAI chat `logprobs.content[i].top_logprobs[j]`). `logprob`: natural log. */
+export interface TopLogprob {
+  token: string;
+  logprob: number;
+  /** UTF-8 bytes of the token, when the server gives them. */
+  bytes?: number[] | null;
+}
+
+/** One generated token with its logprob and the top alternatives (OpenAI chat `logprobs.content[i]`). */
+export interface TokenLogprob extends TopLogprob {
+  top_logprobs?: TopLogprob[];
 }
 
 /** Token usage of one call (summed over the attempt that succeeded). */
@@ -65,6 +93,8 @@ export interface ChatResult {
   /** HTTP attempts this call took (1 = no retry). */
   attempts: number;
   model: string;
+  /** `choices[0].logprobs.content` when the server returned it (over every generated token, thinking included when the server counts it). */
+  logprobs?: TokenLogprob[];
 }
 
 /** Result of {@link LlmClient.chatJson}. */
@@ -137,7 +167,7 @@ export class LlmHttpError extends LlmError {
   constructor(message: string, readonly status: number, readonly body: string, readonly retryAfterMs?: number) {
     super(message);
     this.name = 'LlmHttpError';
-    this.retryable = [408, 409, 425, 429].includes(status) || status >= 500;
+    this.retryable = [408, 409, 429].includes(status) || status >= 500;
   }
 }
 /** An attempt exceeded `timeoutMs`. */
@@ -154,6 +184,17 @@ export class LlmNetworkError extends LlmError {
     super(message, { cause });
     this.name = 'LlmNetworkError';
     this.retryable = true;
+  }
+}
+/**
+ * A 2xx reply that cannot be used: an HTML page, an empty body, non-JSON, `choices: []`, no
+ * message, or an `error` object. Not retried (the same request gets the same reply); `body` holds
+ * the first 200 characters.
+ */
+export class LlmResponseError extends LlmError {
+  constructor(message: string, readonly status: number, readonly body: string) {
+    super(message);
+    this.name = 'LlmResponseError';
   }
 }
 /** The server stopped because of `max_tokens` (`finish_reason: "length"`); `content` is the partial answer. */
@@ -176,31 +217,6 @@ export class LlmAbortError extends LlmError {
     super(message);
     this.name = 'LlmAbortError';
   }
-}
-
-/**
- * Remove `<think>…</think>` blocks. An unterminated `<think>` (answer cut off while thinking)
- * removes everything after it; a lone `</think>` (server dropped the opening tag) removes
- * everything before it.
- * @returns `{content, reasoning}`; `reasoning` is '' when nothing was removed
- */
-export function stripThink(text: string): { content: string; reasoning: string } {
-  const reasoning: string[] = [];
-  let s = text.replace(/<think>([\s\S]*?)<\/think>/g, (_m, r: string) => {
-    reasoning.push(r.trim());
-    return '';
-  });
-  const lone = s.indexOf('</think>');
-  if (lone >= 0) {
-    reasoning.unshift(s.slice(0, lone).trim());
-    s = s.slice(lone + '</think>'.length);
-  }
-  const open = s.indexOf('<think>');
-  if (open >= 0) {
-    reasoning.push(s.slice(open + '<think>'.length).trim());
-    s = s.slice(0, open);
-  }
-  return { content: s.trim(), reasoning: reasoning.filter(Boolean).join('\n\n') };
 }
 
 /**
@@ -296,6 +312,90 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     };
     signal?.addEventListener('abort', onAbort, { once: true });
   });
+}
+
+/** Text of a content value: a string, or an array of parts (text joined; thinking/reasoning parts separated out). */
+function readContent(c: unknown): { text: string; reasoning: string[] } {
+  const reasoning: string[] = [];
+  if (c === null || c === undefined) return { text: '', reasoning };
+  if (typeof c === 'string') return { text: c, reasoning };
+  if (!Array.isArray(c)) throw new TypeError(`message.content is ${typeof c}, not a string or an array of parts`);
+  let text = '';
+  for (const p of c) {
+    if (typeof p === 'string') {
+      text += p;
+      continue;
+    }
+    if (!p || typeof p !== 'object') continue;
+    const part = p as Record<string, unknown>;
+    const type = String(part.type ?? '');
+    if (/^(?:thinking|reasoning|reasoning_content|redacted_thinking)$/.test(type)) {
+      const inner = part.thinking ?? part.reasoning ?? part.text ?? part.content;
+      const r = typeof inner === 'string' ? inner : readContent(inner ?? null).text;
+      if (r) reasoning.push(r);
+    } else if (type === 'refusal' && typeof part.refusal === 'string') text += part.refusal;
+    else if ((type === 'text' || type === 'output_text' || type === '') && typeof part.text === 'string') text += part.text;
+    else if (type === 'text' && part.text && typeof part.text === 'object' && typeof (part.text as { value?: unknown }).value === 'string') text += (part.text as { value: string }).value;
+  }
+  return { text, reasoning };
+}
+
+/** A parsed chat completion, or the error that says why the body cannot be used. */
+type Completion =
+  | { content: string; reasoning?: string; finishReason: string | null; usage: ChatUsage; logprobs?: TokenLogprob[] }
+  | { error: LlmResponseError };
+
+/**
+ * Reads a 2xx chat-completions body. The content may be a string or an array of parts; thinking
+ * (parts, `reasoning_content`, `reasoning`, `<think>` in the text) goes to `reasoning`.
+ * Errors name the endpoint and quote the first 200 characters of the body.
+ */
+export function readCompletion(text: string, status: number, url: string, redact: (s: string) => string = (s) => s, contentType?: string | null): Completion {
+  const quote = () => JSON.stringify(redact(text.slice(0, 200)));
+  const fail = (why: string) => ({ error: new LlmResponseError(`LLM reply from ${url} (HTTP ${status}) ${why}: ${quote()}`, status, redact(text.slice(0, 200))) });
+  const t = text.trim();
+  if (!t) return fail('has an empty body');
+  if (/^<(?:!doctype|html|head|body|\?xml)/i.test(t) || (/text\/html/i.test(contentType ?? '') && t.startsWith('<'))) return fail('is an HTML page, not a chat completion (is the URL the OpenAI-compatible /v1 endpoint?)');
+  let json: {
+    error?: unknown;
+    choices?: { message?: { content?: unknown; reasoning_content?: unknown; reasoning?: unknown; refusal?: unknown }; finish_reason?: string | null; logprobs?: { content?: TokenLogprob[] | null } | null }[];
+    usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number };
+  };
+  try {
+    json = JSON.parse(t);
+  } catch {
+    return fail('is not JSON');
+  }
+  if (!json || typeof json !== 'object' || Array.isArray(json)) return fail('is not a JSON object');
+  if (json.error !== undefined && json.error !== null) {
+    const e = json.error as { message?: unknown; type?: unknown; code?: unknown };
+    const msg = typeof e === 'string' ? e : typeof e?.message === 'string' ? e.message : JSON.stringify(e);
+    return fail(`carries an error (${redact(msg).slice(0, 200)})`);
+  }
+  if (!Array.isArray(json.choices)) return fail('has no choices array');
+  if (!json.choices.length) return fail('has no choices (choices: [])');
+  const choice = json.choices[0];
+  const msg = choice?.message;
+  if (!msg || typeof msg !== 'object') return fail('has no choices[0].message');
+  let parts: { text: string; reasoning: string[] };
+  try {
+    parts = readContent(msg.content);
+  } catch (e) {
+    return fail(`has an unreadable message.content (${(e as Error).message})`);
+  }
+  if (!parts.text && typeof msg.refusal === 'string') parts.text = msg.refusal;
+  const { content, reasoning: thinkText } = splitThink(parts.text);
+  const fieldReasoning = [msg.reasoning_content, msg.reasoning]
+    .map((r) => (typeof r === 'string' ? r : Array.isArray(r) ? readContent(r).text : ''))
+    .filter((r) => r.trim());
+  const reasoning = [...new Set([...fieldReasoning, ...parts.reasoning, ...(thinkText ? [thinkText] : [])].map((r) => r.trim()))].filter(Boolean).join('\n\n');
+  const usage: ChatUsage = {
+    promptTokens: json.usage?.prompt_tokens ?? 0,
+    completionTokens: json.usage?.completion_tokens ?? 0,
+    totalTokens: json.usage?.total_tokens ?? (json.usage?.prompt_tokens ?? 0) + (json.usage?.completion_tokens ?? 0),
+  };
+  const lp = choice.logprobs?.content;
+  return { content, ...(reasoning && { reasoning }), finishReason: choice.finish_reason ?? null, usage, ...(Array.isArray(lp) && { logprobs: lp }) };
 }
 
 const ajv = new Ajv({ allErrors: true, strict: false });
@@ -403,6 +503,8 @@ export class LlmClient {
       ...(req.seed !== undefined && { seed: req.seed }),
       ...(req.stop && { stop: req.stop }),
       ...(req.responseFormat && { response_format: req.responseFormat }),
+      ...((req.logprobs || req.topLogprobs !== undefined) && { logprobs: true }),
+      ...(req.topLogprobs !== undefined && { top_logprobs: req.topLogprobs }),
       ...req.extraBody,
       stream: false,
     };
@@ -419,7 +521,12 @@ export class LlmClient {
         this.counters.succeeded++;
         return { ...r, attempts: attempt, model: String(body.model) };
       } catch (e) {
-        const err = e instanceof LlmError ? e : new LlmNetworkError(this.redact(String((e as Error)?.message ?? e)), e);
+        // Only the transport's own errors are retried (fetch failures were wrapped in attempt()).
+        if (!(e instanceof LlmError)) {
+          this.counters.failed++;
+          throw e;
+        }
+        const err = e;
         if (!err.retryable || attempt > this.opts.maxRetries || req.signal?.aborted) {
           this.counters.failed++;
           throw req.signal?.aborted && !(err instanceof LlmLengthError) ? new LlmAbortError() : err;
@@ -445,10 +552,12 @@ export class LlmClient {
     let status = 0;
     let text: string;
     let retryAfter: string | null = null;
+    let contentType: string | null = null;
     try {
       const res = await this.fetchImpl(this.url, { method: 'POST', headers, body: payload, signal: sig });
       status = res.status;
       retryAfter = res.headers.get('retry-after');
+      contentType = res.headers.get('content-type');
       text = await res.text();
     } catch (e) {
       if (timeout.aborted && !signal?.aborted) {
@@ -465,37 +574,18 @@ export class LlmClient {
       const snippet = this.redact(text.slice(0, 500));
       throw new LlmHttpError(`LLM HTTP ${status} (${this.url}): ${snippet}`, status, snippet, parseRetryAfter(retryAfter));
     }
-    let json: {
-      choices?: { message?: { content?: string | null; reasoning_content?: string | null; reasoning?: string | null }; finish_reason?: string | null }[];
-      usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number };
-    };
-    try {
-      json = JSON.parse(text);
-    } catch {
+    const r = readCompletion(text, status, this.url, (x) => this.redact(x), contentType);
+    if ('error' in r) {
       this.bump('bad-body');
-      throw new LlmNetworkError(`LLM answer is not JSON (HTTP ${status}): ${this.redact(text.slice(0, 200))}`);
+      throw r.error;
     }
-    const choice = json.choices?.[0];
-    if (!choice || !choice.message) {
-      this.bump('bad-body');
-      throw new LlmNetworkError(`LLM answer has no choices[0].message: ${this.redact(text.slice(0, 200))}`);
-    }
-    const usage: ChatUsage = {
-      promptTokens: json.usage?.prompt_tokens ?? 0,
-      completionTokens: json.usage?.completion_tokens ?? 0,
-      totalTokens: json.usage?.total_tokens ?? (json.usage?.prompt_tokens ?? 0) + (json.usage?.completion_tokens ?? 0),
-    };
+    const usage = r.usage;
     this.counters.promptTokens += usage.promptTokens;
     this.counters.completionTokens += usage.completionTokens;
-    const raw = choice.message.content ?? '';
-    const { content, reasoning } = stripThink(raw);
-    const serverReasoning = choice.message.reasoning_content ?? choice.message.reasoning ?? '';
-    const finishReason = choice.finish_reason ?? null;
-    if (finishReason === 'length') {
-      throw new LlmLengthError(`LLM answer truncated at max_tokens (finish_reason "length", ${usage.completionTokens} completion tokens)`, content, usage);
+    if (r.finishReason === 'length') {
+      throw new LlmLengthError(`LLM answer truncated at max_tokens (finish_reason "length", ${usage.completionTokens} completion tokens)`, r.content, usage);
     }
-    const allReasoning = [serverReasoning, reasoning].filter(Boolean).join('\n\n');
-    return { content, ...(allReasoning && { reasoning: allReasoning }), finishReason, usage };
+    return { content: r.content, ...(r.reasoning && { reasoning: r.reasoning }), finishReason: r.finishReason, usage, ...(r.logprobs && { logprobs: r.logprobs }) };
   }
 
   /**

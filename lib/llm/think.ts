@@ -1,0 +1,73 @@
+/**
+ * The one reader of model thinking in generated text, shared by the LLM client, the judges, the
+ * data pipeline, rewards/eval (plans) and `serve` (issue 12 item 3).
+ *
+ * Reasoning models put their thinking in `<think>…</think>` (Qwen3, DeepSeek-R1, QwQ); some
+ * templates open the block in the prompt so the completion starts inside it and only the closing
+ * tag appears (DeepSeek-R1, Qwen3 thinking templates); an answer cut at `max_tokens` can end inside
+ * an unclosed block. Rules, applied in this order, tag names case-insensitive (`<think>`,
+ * `<THINK>`, `<thinking>`):
+ * 1. every closed `<think>…</think>` block is reasoning;
+ * 2. a closing tag with no opening tag before it: everything before the (last such) closing tag is
+ *    reasoning (the template opened the block);
+ * 3. an opening tag with no closing tag: everything after it is reasoning (cut off while thinking).
+ * What remains, trimmed, is the content. Trailing end-of-turn markers that a raw decode may leave
+ * (`<|im_end|>`, `<|endoftext|>`, `<｜end▁of▁sentence｜>`) are removed first.
+ */
+
+const OPEN = /<think(?:ing)?>/i;
+const CLOSE = /<\/think(?:ing)?>/i;
+const BLOCK = /<think(?:ing)?>([\s\S]*?)<\/think(?:ing)?>/gi;
+const END_MARKERS = /(?:\s*(?:<\|im_end\|>|<\|endoftext\|>|<｜end▁of▁sentence｜>))+\s*$/;
+
+/** Result of {@link splitThink}: `reasoning` is present only when some thinking text was found. */
+export interface ThinkSplit {
+  /** The answer with thinking removed, trimmed. */
+  content: string;
+  /** The thinking text (blocks joined by a blank line), trimmed; absent when there was none. */
+  reasoning?: string;
+}
+
+/** Splits generated text into thinking and answer (see the module docstring for the rules). */
+export function splitThink(text: string): ThinkSplit {
+  const reasoning: string[] = [];
+  let s = (text ?? '').replace(END_MARKERS, '');
+  s = s.replace(BLOCK, (_m, r: string) => {
+    reasoning.push(r.trim());
+    return '';
+  });
+  // Rule 2: a stray closing tag (the last one) — all before it was thinking.
+  let close = -1;
+  for (let m: RegExpExecArray | null, re = new RegExp(CLOSE.source, 'gi'); (m = re.exec(s)); ) close = m.index + m[0].length;
+  if (close >= 0) {
+    const before = s.slice(0, close).replace(new RegExp(CLOSE.source, 'gi'), '').replace(new RegExp(OPEN.source, 'gi'), '');
+    reasoning.unshift(before.trim());
+    s = s.slice(close);
+  }
+  // Rule 3: an unclosed opening tag — all after it is thinking.
+  const open = OPEN.exec(s);
+  if (open) {
+    reasoning.push(s.slice(open.index + open[0].length).trim());
+    s = s.slice(0, open.index);
+  }
+  const r = reasoning.filter(Boolean).join('\n\n');
+  return r ? { content: s.trim(), reasoning: r } : { content: s.trim() };
+}
+
+/** The answer of generated text without its thinking (see {@link splitThink}). */
+export function stripThink(text: string): string {
+  return splitThink(text).content;
+}
+
+/**
+ * Char offset in `text` where the answer starts: after the last closing think tag, or 0 when
+ * there is none. -1 when the text ends inside an unclosed think block (no answer yet). Used to map
+ * token positions to the answer (HTTP judge logprobs).
+ */
+export function answerStart(text: string): number {
+  let start = 0;
+  for (let m: RegExpExecArray | null, re = new RegExp(CLOSE.source, 'gi'); (m = re.exec(text)); ) start = m.index + m[0].length;
+  const open = new RegExp(OPEN.source, 'i').exec(text.slice(start));
+  if (open) return open.index === 0 || text.slice(start, start + open.index).trim() === '' ? -1 : start;
+  return start;
+}
