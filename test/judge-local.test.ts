@@ -98,6 +98,30 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(j.stats().failures).to.equal(1);
   });
 
+  it('stats count only real failures: prompts scored through the shared-prefix path are not failures (issue 12)', async () => {
+    const yes = (await tok.encode('Yes'))[0];
+    const scorer = async (ps: number[][], cands: number[]) => ps.map(() => Float64Array.from(cands, (c) => (c === yes ? Math.log(0.8) : Math.log(0.2))));
+    let prefixCalls = 0;
+    const j = await LocalJudge.create({
+      tokenizer: tok,
+      template,
+      scorer,
+      minSharedPrefix: 8,
+      prefixScorer: async (_prefix, suffixes, cands) => {
+        prefixCalls++;
+        return suffixes.map(() => Float64Array.from(cands, (c) => (c === yes ? Math.log(0.8) : Math.log(0.2))));
+      },
+    });
+    const items = [{ id: 'a', text: 'first item' }, { id: 'b', text: 'second item' }, { id: 'c', text: 'third item' }];
+    const v = await j.judge([{ question: 'Q', plan: 'a plan with several rubric items', items }, { question: 'Q2', plan: 'one item only', items: [items[0]] }]);
+    expect(prefixCalls).to.equal(1);
+    expect(v.flat().every((x) => x.met === true)).to.equal(true);
+    const s = j.stats();
+    expect(s.failures).to.equal(0);
+    expect(s.verdicts).to.equal(4);
+    expect(s.unparsed).to.equal(0);
+  });
+
   it('padRight pads with the pad id and marks the last non-pad position', () => {
     const p = padRight([[5, 6, 7], [8]], 0);
     expect([...p.ids.data]).to.deep.equal([5, 6, 7, 8, 0, 0]);

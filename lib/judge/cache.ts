@@ -13,6 +13,8 @@ export interface CachedAnswer {
   content: string;
   promptTokens: number;
   completionTokens: number;
+  /** P(yes) at the verdict position, when the answer came with logprobs. */
+  prob?: number;
 }
 
 /** sha256 hex of a canonical JSON encoding of `parts` (key order as given by the caller). */
@@ -33,25 +35,29 @@ export class JudgeCache {
       if (sqlitePath !== ':memory:') mkdirSync(dirname(sqlitePath), { recursive: true });
       this.db = new Database(sqlitePath);
       this.db.pragma('journal_mode = WAL');
-      this.db.exec('CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, content TEXT NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER, created TEXT)');
-      this.getStmt = this.db.prepare('SELECT content, prompt_tokens, completion_tokens FROM judge_cache WHERE key = ?');
-      this.putStmt = this.db.prepare('INSERT OR REPLACE INTO judge_cache (key, content, prompt_tokens, completion_tokens, created) VALUES (?, ?, ?, ?, ?)');
+      this.db.exec('CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, content TEXT NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER, created TEXT, prob REAL)');
+      // Caches written before P(yes) was recorded have no prob column.
+      const cols = (this.db.prepare('PRAGMA table_info(judge_cache)').all() as { name: string }[]).map((c) => c.name);
+      if (!cols.includes('prob')) this.db.exec('ALTER TABLE judge_cache ADD COLUMN prob REAL');
+      this.getStmt = this.db.prepare('SELECT content, prompt_tokens, completion_tokens, prob FROM judge_cache WHERE key = ?');
+      this.putStmt = this.db.prepare('INSERT OR REPLACE INTO judge_cache (key, content, prompt_tokens, completion_tokens, created, prob) VALUES (?, ?, ?, ?, ?, ?)');
     }
   }
 
   get(key: string): CachedAnswer | undefined {
     const m = this.mem.get(key);
     if (m) return m;
-    const row = this.getStmt?.get(key) as { content: string; prompt_tokens: number | null; completion_tokens: number | null } | undefined;
+    const row = this.getStmt?.get(key) as { content: string; prompt_tokens: number | null; completion_tokens: number | null; prob: number | null } | undefined;
     if (!row) return undefined;
-    const a = { content: row.content, promptTokens: row.prompt_tokens ?? 0, completionTokens: row.completion_tokens ?? 0 };
+    const a: CachedAnswer = { content: row.content, promptTokens: row.prompt_tokens ?? 0, completionTokens: row.completion_tokens ?? 0 };
+    if (row.prob !== null && row.prob !== undefined) a.prob = row.prob;
     this.mem.set(key, a);
     return a;
   }
 
   set(key: string, a: CachedAnswer): void {
     this.mem.set(key, a);
-    this.putStmt?.run(key, a.content, a.promptTokens, a.completionTokens, new Date().toISOString());
+    this.putStmt?.run(key, a.content, a.promptTokens, a.completionTokens, new Date().toISOString(), a.prob ?? null);
   }
 
   /** Entries in memory (SQLite rows not yet read are not counted). */

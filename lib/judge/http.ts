@@ -12,14 +12,21 @@
  * Transport (concurrency, retries with backoff, timeouts, think stripping) is the shared LLM client
  * (lib/llm/client.ts); this module adds its own bound on in-flight judge requests, de-duplicates
  * identical in-flight requests, caches answers by request hash (memory + optional SQLite) and
- * counts requests, cache hits and tokens. A request that still fails yields `met: null,
+ * counts requests, cache hits and tokens. With `logprobs` (per-item) it records P(yes) at the
+ * verdict position on each verdict (lib/judge/logprobs.ts, the local judge's formula). A request
+ * that still fails yields `met: null,
  * error: true` for its items (counted in `stats().failures`) unless `failOnError` is set.
  */
 import pLimit from 'p-limit';
 import { LlmClient } from '../llm/client.js';
 import { JudgeCache, requestHash, type CachedAnswer } from './cache.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
-import { loadPrompt, parsePlanVerdicts, perItemMessage, perPlanMessage, perPlanSchema, verdictFromText, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate } from './verdict.js';
+import { yesProbabilityFromChatLogprobs } from './logprobs.js';
+import type { TokenLogprob } from '../llm/client.js';
+import { loadPrompt, parseBinaryVerdict, readPlanVerdicts, perItemMessage, perPlanMessage, perPlanSchema, verdictFromText, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate } from './verdict.js';
+
+/** Alternatives per position asked for when P(yes) is wanted (the OpenAI maximum). */
+export const JUDGE_TOP_LOGPROBS = 20;
 
 /** Chat message. */
 export interface ChatMessage {
@@ -32,9 +39,11 @@ export interface ChatMessage {
  * stripped or not — the judge strips again) and its usage; it rejects after its own retries.
  */
 export interface ChatLike {
-  chat(req: { messages: ChatMessage[]; temperature?: number; maxTokens?: number; responseFormat?: Record<string, unknown>; signal?: AbortSignal; extraBody?: Record<string, unknown> }): Promise<{
+  chat(req: { messages: ChatMessage[]; temperature?: number; maxTokens?: number; responseFormat?: Record<string, unknown>; signal?: AbortSignal; extraBody?: Record<string, unknown>; topLogprobs?: number }): Promise<{
     content: string;
     finishReason?: string | null;
+    /** OpenAI chat `choices[0].logprobs.content`, when asked for and returned. */
+    logprobs?: TokenLogprob[];
     usage?: { promptTokens?: number; completionTokens?: number; prompt_tokens?: number; completion_tokens?: number } | null;
   }>;
 }
@@ -69,6 +78,14 @@ export interface HttpJudgeOptions {
   system?: string;
   /** Extra request body fields (e.g. `{chat_template_kwargs: {enable_thinking: false}}` for vLLM/SGLang/serve). Part of the cache key. */
   extraBody?: Record<string, unknown>;
+  /**
+   * Per-item mode: ask for `logprobs` + `top_logprobs: 20` and record P(yes) at the verdict
+   * position on each verdict (`prob`, lib/judge/logprobs.ts). Default false. Servers that do not
+   * return logprobs still give binary verdicts (`prob` absent; `stats().withProb` counts those with it).
+   */
+  logprobs?: boolean;
+  /** Answer tokens for P(yes): 'pair' (Yes/No, default, as the local judge) or 'all' (casing/space variants). */
+  variants?: 'pair' | 'all';
 }
 
 function usageOf(u: Awaited<ReturnType<ChatLike['chat']>>['usage']): { promptTokens: number; completionTokens: number } {
@@ -109,7 +126,8 @@ export class HttpJudge implements Judge {
   private ask(messages: ChatMessage[], prompt: PromptTemplate, maxTokens: number, responseFormat: Record<string, unknown> | undefined, signal?: AbortSignal): Promise<CachedAnswer> {
     const temperature = this.o.temperature ?? 0;
     const extraBody = this.o.extraBody;
-    const key = requestHash({ v: 1, model: this.o.model, url: this.o.url ?? '', prompt: `${prompt.name}#${prompt.hash}`, messages, temperature, maxTokens, rf: responseFormat ?? null, extra: extraBody ?? null });
+    const topLogprobs = this.o.logprobs && this.mode === 'per-item' ? JUDGE_TOP_LOGPROBS : undefined;
+    const key = requestHash({ v: 1, model: this.o.model, url: this.o.url ?? '', prompt: `${prompt.name}#${prompt.hash}`, messages, temperature, maxTokens, rf: responseFormat ?? null, extra: extraBody ?? null, ...(topLogprobs && { lp: topLogprobs, variants: this.o.variants ?? 'pair' }) });
     const hit = this.cache?.get(key);
     if (hit) {
       this.s.cacheHits++;
@@ -125,7 +143,7 @@ export class HttpJudge implements Judge {
       this.s.requests++;
       let res: Awaited<ReturnType<ChatLike['chat']>>;
       try {
-        res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), ...(extraBody ? { extraBody } : {}), signal });
+        res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), ...(extraBody ? { extraBody } : {}), ...(topLogprobs && { topLogprobs }), signal });
       } catch (e) {
         // A truncated answer (finish_reason "length") is still an answer: "Yes, because …" cut at
         // max_tokens reads as yes; cut-off JSON or thinking reads as null (unparsed).
@@ -138,6 +156,10 @@ export class HttpJudge implements Judge {
       this.s.promptTokens += u.promptTokens;
       this.s.completionTokens += u.completionTokens;
       const a: CachedAnswer = { content: res.content ?? '', ...u };
+      if (topLogprobs && res.logprobs) {
+        const p = yesProbabilityFromChatLogprobs(res.logprobs, { variants: this.o.variants, met: parseBinaryVerdict(a.content).met });
+        if (p) a.prob = p.pYes;
+      }
       this.cache?.set(key, a);
       return a;
     }).finally(() => this.inflight.delete(key));
@@ -169,7 +191,9 @@ export class HttpJudge implements Judge {
             r.items.map(async (it) => {
               try {
                 const a = await this.ask(this.messages(perItemMessage(r.question, r.plan, it, this.itemPrompt)), this.itemPrompt, maxTokens, undefined, signal);
-                return verdictFromText(it.id, a.content);
+                const v = verdictFromText(it.id, a.content);
+                if (a.prob !== undefined) v.prob = a.prob;
+                return v;
               } catch (e) {
                 return this.failed([it.id], e, signal)[0];
               }
@@ -185,7 +209,10 @@ export class HttpJudge implements Judge {
           const maxTokens = this.o.maxTokens ?? 64 + 24 * r.items.length;
           try {
             const a = await this.ask(this.messages(perPlanMessage(r.question, r.plan, r.items, this.planPrompt)), this.planPrompt, maxTokens, rf, signal);
-            return parsePlanVerdicts(a.content, r.items);
+            const pr = readPlanVerdicts(a.content, r.items);
+            this.s.unknownIds += pr.unknownIds.length;
+            this.s.duplicateIds += pr.duplicateIds.length;
+            return pr.verdicts;
           } catch (e) {
             return this.failed(r.items.map((i) => i.id), e, signal);
           }

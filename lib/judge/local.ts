@@ -348,6 +348,8 @@ export class LocalJudge implements Judge {
     const probs: ({ pYes: number; mass: number } | undefined)[] = new Array(texts.length);
     const limit = (this.o.maxContext ?? Infinity) - 1;
     let runnable = ids.map((_, u) => u).filter((u) => ids[u].length <= limit);
+    // Real failures only: prompts longer than the context (everything else is scored below).
+    const tooLong = ids.length - runnable.length;
     const candidates = [...this.yesIds, ...this.noIds];
     const ny = this.yesIds.length;
     if (this.o.prefixScorer) {
@@ -385,7 +387,7 @@ export class LocalJudge implements Judge {
       this.s.promptTokens += chunk.reduce((a, c) => a + c.length, 0);
       lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
     }
-    this.s.failures += ids.length - runnable.length;
+    this.s.failures += tooLong;
     this.s.cacheHits += slots.length - texts.length;
     const thr = this.o.threshold ?? 0.5;
     const out: Verdict[][] = requests.map((r) => new Array(r.items.length));

@@ -8,14 +8,20 @@
  * rate. When a plan has no general items, r = r_spec (and r = r_gen when it has no instance
  * items): the weight of an empty set moves to the other set rather than scoring it 0 or 1.
  * Both empty: r = 0.
+ *
+ * Scoring (`score`): 'binary' (default, the paper's) counts an item as 1 when met, else 0;
+ * 'prob' uses the judge's P(yes) of the item (`Verdict.prob`: the local judge, or an HTTP judge
+ * with logprobs), falling back to 1/0 for verdicts that carry no P(yes) (null → 0).
  */
-import type { Judge, JudgeCallOptions, JudgeItem, Verdict } from './types.js';
+import { judgeHealth, type Judge, type JudgeCallOptions, type JudgeHealth, type JudgeItem, type Verdict } from './types.js';
 import { stripThink } from '../llm/think.js';
 
 /** Reward options. */
 export interface RewardOptions {
   /** Weight of r_spec in [0, 1]; default 0.7 (paper). */
   alpha?: number;
+  /** What an item contributes: 'binary' (met → 1, default) or 'prob' (P(yes) when present). */
+  score?: 'binary' | 'prob';
 }
 
 /** Reward of one plan with the verdicts it came from. */
@@ -39,6 +45,8 @@ export interface RewardBreakdown {
   /** The verdicts, kept for per-item metrics. */
   spec: Verdict[];
   gen: Verdict[];
+  /** Judge health of this plan's verdicts. */
+  health: JudgeHealth;
 }
 
 /** Default α of the paper. */
@@ -50,6 +58,12 @@ function countMet(vs: Verdict[]): number {
   return k;
 }
 
+function sumScore(vs: Verdict[], score: 'binary' | 'prob'): number {
+  let k = 0;
+  for (const v of vs) k += score === 'prob' && typeof v.prob === 'number' && Number.isFinite(v.prob) ? v.prob : v.met === true ? 1 : 0;
+  return k;
+}
+
 /**
  * Reward of one plan from its instance verdicts `spec` and general verdicts `gen`.
  * Throws RangeError for α outside [0, 1].
@@ -57,10 +71,12 @@ function countMet(vs: Verdict[]): number {
 export function computeReward(spec: Verdict[], gen: Verdict[], opts: RewardOptions = {}): RewardBreakdown {
   const alpha = opts.alpha ?? DEFAULT_ALPHA;
   if (!(alpha >= 0 && alpha <= 1)) throw new RangeError(`alpha must be in [0, 1], got ${alpha}`);
+  const score = opts.score ?? 'binary';
+  if (score !== 'binary' && score !== 'prob') throw new RangeError(`score must be 'binary' or 'prob', got ${String(score)}`);
   const specMet = countMet(spec);
   const genMet = countMet(gen);
-  const rSpec = spec.length ? specMet / spec.length : 0;
-  const rGen = gen.length ? genMet / gen.length : 0;
+  const rSpec = spec.length ? sumScore(spec, score) / spec.length : 0;
+  const rGen = gen.length ? sumScore(gen, score) / gen.length : 0;
   let r: number;
   if (spec.length && gen.length) r = alpha * rSpec + (1 - alpha) * rGen;
   else if (spec.length) r = rSpec;
@@ -80,6 +96,7 @@ export function computeReward(spec: Verdict[], gen: Verdict[], opts: RewardOptio
     errors: all.filter((v) => v.met === null && v.error).length,
     spec,
     gen,
+    health: judgeHealth(all),
   };
 }
 
@@ -139,6 +156,8 @@ export interface RewardFnResult {
   /** dimension → [met, total] over the instance items; `general` → [met, total] over general items. */
   perDimension: Record<string, [number, number]>;
   breakdown: RewardBreakdown;
+  /** Judge health of this plan's verdicts (the trainer sums it per step). */
+  judge: JudgeHealth;
 }
 
 /**
@@ -161,7 +180,7 @@ export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOpt
         perDimension[r.dimension] = [cur[0] + (b.spec[k].met === true ? 1 : 0), cur[1] + 1];
       });
       if (b.genTotal) perDimension.general = [b.genMet, b.genTotal];
-      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, breakdown: b };
+      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, breakdown: b, judge: b.health };
     });
   };
 }

@@ -60,6 +60,59 @@ export interface JudgeStats {
   verdicts: number;
   /** HTTP answers cut at max_tokens (still parsed: a truncated "Yes, because…" counts). */
   truncated: number;
+  /** Per-plan replies: entries whose id names no item of the request (ignored). */
+  unknownIds: number;
+  /** Per-plan replies: item ids given more than once (the last entry was used). */
+  duplicateIds: number;
+  /** Verdicts that came with P(yes) (`prob`). */
+  withProb: number;
+}
+
+/**
+ * Judge health of a batch of verdicts (per training step, per eval): how many verdicts, how many
+ * null (not met) and why. `nulls = refusals + unparsed + errors`.
+ */
+export interface JudgeHealth {
+  verdicts: number;
+  nulls: number;
+  refusals: number;
+  /** Replies that could not be read as a verdict (parse failures). */
+  unparsed: number;
+  /** Requests that failed after retries. */
+  errors: number;
+  /** Verdicts that carry P(yes). */
+  withProb: number;
+}
+
+/** Health counts of `vs`. */
+export function judgeHealth(vs: Iterable<Verdict>): JudgeHealth {
+  const h: JudgeHealth = { verdicts: 0, nulls: 0, refusals: 0, unparsed: 0, errors: 0, withProb: 0 };
+  for (const v of vs) {
+    h.verdicts++;
+    if (v.prob !== undefined) h.withProb++;
+    if (v.met !== null) continue;
+    h.nulls++;
+    if (v.error) h.errors++;
+    else if (v.refused) h.refusals++;
+    else h.unparsed++;
+  }
+  return h;
+}
+
+/** Sum of health counts. */
+export function addHealth(a: JudgeHealth, b: JudgeHealth): JudgeHealth {
+  return { verdicts: a.verdicts + b.verdicts, nulls: a.nulls + b.nulls, refusals: a.refusals + b.refusals, unparsed: a.unparsed + b.unparsed, errors: a.errors + b.errors, withProb: a.withProb + b.withProb };
+}
+
+/**
+ * The judge is not producing usable verdicts (null rate over the threshold, failed requests).
+ * Training stops cleanly on it (checkpoint + resume command); eval exits non-zero.
+ */
+export class JudgeHealthError extends Error {
+  constructor(message: string, readonly health?: JudgeHealth) {
+    super(message);
+    this.name = 'JudgeHealthError';
+  }
 }
 
 /** Options per `judge` call. */
@@ -85,13 +138,14 @@ export interface Judge {
 
 /** Fresh zeroed counters. */
 export function emptyStats(): JudgeStats {
-  return { requests: 0, cacheHits: 0, promptTokens: 0, completionTokens: 0, failures: 0, refusals: 0, unparsed: 0, verdicts: 0, truncated: 0 };
+  return { requests: 0, cacheHits: 0, promptTokens: 0, completionTokens: 0, failures: 0, refusals: 0, unparsed: 0, verdicts: 0, truncated: 0, unknownIds: 0, duplicateIds: 0, withProb: 0 };
 }
 
 /** Adds verdict-level counts (refusals, unparsed) of `vs` into `s`. */
 export function countVerdicts(s: JudgeStats, vs: Verdict[]): void {
   for (const v of vs) {
     s.verdicts++;
+    if (v.prob !== undefined) s.withProb++;
     if (v.met === null) {
       if (v.refused) s.refusals++;
       else if (!v.error) s.unparsed++;
