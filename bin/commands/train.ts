@@ -1,8 +1,9 @@
 import type { CommandModule } from 'yargs';
 import { PRESETS, type Stage, type TrainConfig } from '../../lib/config/train.js';
 import { runTraining } from '../../lib/train/run.js';
+import { addJudgeOptions, judgeFlagsToConfig, type JudgeArgs } from '../../lib/judge/factory.js';
 
-interface TrainArgs {
+interface TrainArgs extends Partial<JudgeArgs> {
   config?: string;
   preset?: keyof typeof PRESETS;
   stages?: string;
@@ -14,10 +15,6 @@ interface TrainArgs {
   seed?: number;
   resume?: string;
   strict?: boolean;
-  judge?: 'local' | 'http';
-  'judge-url'?: string;
-  'judge-model'?: string;
-  'judge-mode'?: 'per-item' | 'per-plan';
   'sft-steps'?: number;
   'opsd-steps'?: number;
   'grpo-steps'?: number;
@@ -55,10 +52,9 @@ function flagsToConfig(a: TrainArgs): Partial<Record<keyof TrainConfig, unknown>
   if (a.dtype !== undefined) f.dtype = a.dtype;
   if (a.seed !== undefined) f.seed = a.seed;
   if (a.strict !== undefined) f.strict = a.strict;
-  if (a.judge !== undefined) sect('judge').kind = a.judge;
-  if (a['judge-url'] !== undefined) sect('judge').url = a['judge-url'];
-  if (a['judge-model'] !== undefined) sect('judge').model = a['judge-model'];
-  if (a['judge-mode'] !== undefined) sect('judge').mode = a['judge-mode'];
+  // The same judge options as eval (lib/judge/factory.ts), only those given.
+  const judge = judgeFlagsToConfig(a as Record<string, unknown>);
+  if (Object.keys(judge).length) f.judge = judge;
   if (a['sft-steps'] !== undefined) sect('sft').steps = a['sft-steps'];
   if (a['opsd-steps'] !== undefined) sect('opsd').steps = a['opsd-steps'];
   if (a['grpo-steps'] !== undefined) sect('grpo').steps = a['grpo-steps'];
@@ -94,7 +90,7 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
   command: 'train',
   describe: 'Train a LoRA adapter: OPSD then GRPO (defaults < --config < flags; no args = embedded tiny demo)',
   builder: (y) =>
-    y
+    addJudgeOptions(y, { defaults: false })
       .option('config', { type: 'string', describe: 'YAML config file' })
       .option('preset', { choices: Object.keys(PRESETS) as (keyof typeof PRESETS)[], describe: "the paper's settings for a model size" })
       .option('stages', { type: 'string', describe: 'comma list of sft, opsd, grpo (default opsd,grpo)' })
@@ -106,10 +102,6 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       .option('seed', { type: 'number' })
       .option('resume', { type: 'string', describe: 'continue from a checkpoint or run dir' })
       .option('strict', { type: 'boolean', describe: 'stop on the first invalid dataset row' })
-      .option('judge', { choices: ['local', 'http'] as const })
-      .option('judge-url', { type: 'string' })
-      .option('judge-model', { type: 'string' })
-      .option('judge-mode', { choices: ['per-item', 'per-plan'] as const })
       .option('sft-steps', { type: 'number' })
       .option('opsd-steps', { type: 'number' })
       .option('grpo-steps', { type: 'number' })

@@ -7,6 +7,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
+import { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from '../judge/config.js';
 
 export type Stage = 'sft' | 'opsd' | 'grpo';
 export type Aggregation = 'grpo' | 'dapo' | 'dr_grpo';
@@ -64,7 +65,8 @@ export interface TrainConfig {
     /** Reward mix r = α·r_spec + (1 − α)·r_gen. */
     alpha: number;
   };
-  judge: { kind: 'local' | 'http'; url: string | null; model: string | null; mode: 'per-item' | 'per-plan'; concurrency: number };
+  /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/judge/config.ts). */
+  judge: JudgeConfig;
   validation: { every: number; maxItems: number };
   checkpoint: { every: number };
   log: { every: number };
@@ -90,7 +92,7 @@ export const DEFAULTS: TrainConfig = {
     steps: 6, lr: 1e-3, questionsPerStep: 2, groupSize: 4, microBatch: 4, epsLow: 0.2, epsHigh: 0.28, betaKl: 0.01,
     aggregation: 'grpo', scale: 'group', dropZeroVariance: false, reference: 'stage-start', alpha: 0.7,
   },
-  judge: { kind: 'local', url: null, model: null, mode: 'per-item', concurrency: 8 },
+  judge: { ...JUDGE_DEFAULTS, kind: 'local', concurrency: 8 },
   validation: { every: 4, maxItems: 2 },
   checkpoint: { every: 4 },
   log: { every: 1 },
@@ -177,7 +179,7 @@ export function validateConfig(c: TrainConfig): TrainConfig {
   if (!(c.grpo.alpha >= 0 && c.grpo.alpha <= 1)) errs.push(`grpo.alpha must be in [0, 1] (got ${c.grpo.alpha})`);
   if (c.grpo.groupSize < 2) errs.push('grpo.groupSize must be >= 2 (advantages need a group)');
   if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize must be a multiple of opsd.microBatch');
-  if (c.judge.kind === 'http' && (!c.judge.url || !c.judge.model)) errs.push('judge.kind http needs judge.url and judge.model');
+  errs.push(...judgeConfigProblems(c.judge));
   if (typeof c.lora.float32Branch !== 'boolean') errs.push(`lora.float32Branch must be true or false (got ${JSON.stringify(c.lora.float32Branch)})`);
   if (errs.length) throw new Error(`invalid training config:\n  ${errs.join('\n  ')}`);
   return c;

@@ -1,13 +1,39 @@
 /**
- * Building a judge from CLI options (shared by `eval`, `probe-judge` and the training CLI).
- * `--judge http` needs `--judge-url` and `--judge-model`; `--judge local` needs a loaded model
- * (the caller passes it — the frozen base of the policy, adapter off).
+ * One definition of the judge options, shared by `eval`, `train` (CLI flags and the YAML `judge:`
+ * section), `probe-judge` and the library: {@link JudgeConfig}. `--judge http` needs `--judge-url`
+ * and `--judge-model`; `--judge local` needs a loaded model (the caller passes it — the frozen base
+ * of the policy, adapter off). {@link checkJudge} is the start-up check (a real chat request, so a
+ * URL answering 404 fails here, before any compute), {@link assertJudgeHealth} the null-rate stop.
  */
 import type { Argv } from 'yargs';
 import { createHttpJudge } from './http.js';
+import { LlmClient, LlmLengthError } from '../llm/client.js';
 import type { Judge } from './types.js';
+import { JUDGE_DEFAULTS, type JudgeConfig } from './config.js';
 
-/** Judge options as parsed by {@link addJudgeOptions}. */
+export { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from './config.js';
+export { assertJudgeHealth, formatHealth } from './types.js';
+
+/** CLI flag ↔ config key. */
+const FLAGS: { flag: string; key: keyof JudgeConfig; opt: Record<string, unknown> }[] = [
+  { flag: 'judge', key: 'kind', opt: { choices: ['http', 'local'], describe: 'judge backend: an OpenAI-compatible endpoint, or the local model with its adapter off' } },
+  { flag: 'judge-url', key: 'url', opt: { type: 'string', describe: 'judge endpoint (http://host:port/v1)' } },
+  { flag: 'judge-model', key: 'model', opt: { type: 'string', describe: 'served judge model name' } },
+  { flag: 'judge-mode', key: 'mode', opt: { choices: ['per-item', 'per-plan'], describe: 'http: one request per item (yes/no) or per plan (JSON)' } },
+  { flag: 'judge-concurrency', key: 'concurrency', opt: { type: 'number', describe: 'http: requests in flight' } },
+  { flag: 'judge-cache', key: 'cache', opt: { type: 'string', describe: 'http: SQLite file caching judge answers by request hash' } },
+  { flag: 'judge-timeout-ms', key: 'timeoutMs', opt: { type: 'number', describe: 'http: per-attempt timeout' } },
+  { flag: 'judge-max-retries', key: 'maxRetries', opt: { type: 'number', describe: 'http: retries after the first attempt (connection errors, timeouts, 408/409/429/5xx)' } },
+  { flag: 'judge-max-tokens', key: 'maxTokens', opt: { type: 'number', describe: 'http: max answer tokens (default 16 per-item, 64+24/item per-plan)' } },
+  { flag: 'judge-no-think', key: 'noThink', opt: { type: 'boolean', describe: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)' } },
+  { flag: 'judge-batch', key: 'batch', opt: { type: 'number', describe: 'local: prompts per prefill batch' } },
+  { flag: 'judge-variants', key: 'variants', opt: { choices: ['pair', 'all'], describe: 'P(yes) answer tokens Yes/No, or all casing/space variants summed (local default: pair with sequence-logprobs, all with forward-logits; http default pair)' } },
+  { flag: 'judge-scoring', key: 'scoring', opt: { choices: ['sequence-logprobs', 'forward-logits'], describe: 'local: lm_head at the scored position only, or full forward logits' } },
+  { flag: 'judge-score', key: 'score', opt: { choices: ['binary', 'prob'], describe: "reward per item: binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)" } },
+  { flag: 'judge-max-null-rate', key: 'maxNullRate', opt: { type: 'number', describe: 'stop training / fail eval when more than this fraction of verdicts is null (refused, unreadable, failed)' } },
+];
+
+/** Judge options as parsed by {@link addJudgeOptions} (camelCase yargs keys). */
 export interface JudgeArgs {
   judge: 'http' | 'local';
   judgeUrl?: string;
@@ -22,43 +48,95 @@ export interface JudgeArgs {
   judgeBatch: number;
   judgeVariants?: 'pair' | 'all';
   judgeScoring: 'sequence-logprobs' | 'forward-logits';
+  judgeScore: 'binary' | 'prob';
+  judgeMaxNullRate: number;
 }
 
-/** Adds the `--judge*` options to a yargs builder. */
-export function addJudgeOptions<T>(y: Argv<T>): Argv<T & JudgeArgs> {
-  return y
-    .option('judge', { choices: ['http', 'local'] as const, default: 'http' as const, describe: 'judge backend: an OpenAI-compatible endpoint, or the local model with its adapter off' })
-    .option('judge-url', { type: 'string', describe: 'judge endpoint (http://host:port/v1)' })
-    .option('judge-model', { type: 'string', describe: 'served judge model name' })
-    .option('judge-mode', { choices: ['per-item', 'per-plan'] as const, default: 'per-item' as const, describe: 'http: one request per item (yes/no) or per plan (JSON)' })
-    .option('judge-concurrency', { type: 'number', default: 16, describe: 'http: requests in flight' })
-    .option('judge-cache', { type: 'string', describe: 'http: SQLite file caching judge answers by request hash' })
-    .option('judge-timeout-ms', { type: 'number', default: 120000, describe: 'http: per-attempt timeout' })
-    .option('judge-max-retries', { type: 'number', default: 5, describe: 'http: retries after the first attempt' })
-    .option('judge-max-tokens', { type: 'number', describe: 'http: max answer tokens (default 16 per-item, 64+24/item per-plan)' })
-    .option('judge-no-think', { type: 'boolean', default: false, describe: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)' })
-    .option('judge-batch', { type: 'number', default: 16, describe: 'local: prompts per prefill batch' })
-    .option('judge-variants', { choices: ['pair', 'all'] as const, describe: 'local: answer tokens Yes/No, or all casing/space variants summed (default: pair with sequence-logprobs, all with forward-logits)' })
-    .option('judge-scoring', { choices: ['sequence-logprobs', 'forward-logits'] as const, default: 'sequence-logprobs' as const, describe: 'local: lm_head at the scored position only, or full forward logits' }) as unknown as Argv<T & JudgeArgs>;
+const camel = (flag: string) => flag.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
+
+/**
+ * Adds the `--judge*` options to a yargs builder. `defaults`: the values flags take when not given
+ * (eval: {@link JUDGE_DEFAULTS} with kind http); `false` gives no defaults, so that only flags
+ * actually given override a config file (train).
+ */
+export function addJudgeOptions<T>(y: Argv<T>, opts: { defaults?: Partial<JudgeConfig> | false } = {}): Argv<T & JudgeArgs> {
+  const defaults = opts.defaults === false ? undefined : { ...JUDGE_DEFAULTS, kind: 'http' as const, ...opts.defaults };
+  let out = y as unknown as Argv<T>;
+  for (const { flag, key, opt } of FLAGS) {
+    const d = defaults?.[key];
+    out = out.option(flag, { ...opt, ...(d !== undefined && d !== null ? { default: d } : {}) }) as Argv<T>;
+  }
+  return out as unknown as Argv<T & JudgeArgs>;
+}
+
+/** The judge settings given on the command line (only flags that were given), as config keys. */
+export function judgeFlagsToConfig(argv: Record<string, unknown>): Partial<JudgeConfig> {
+  const out: Record<string, unknown> = {};
+  for (const { flag, key } of FLAGS) {
+    const v = argv[camel(flag)] ?? argv[flag];
+    if (v !== undefined) out[key] = v;
+  }
+  return out as Partial<JudgeConfig>;
+}
+
+/** Full judge settings from parsed CLI options over `base` (default {@link JUDGE_DEFAULTS}). */
+export function judgeConfigFromArgs(argv: Partial<JudgeArgs> | Record<string, unknown>, base: JudgeConfig = JUDGE_DEFAULTS): JudgeConfig {
+  return { ...base, ...judgeFlagsToConfig(argv as Record<string, unknown>) };
+}
+
+/** `chat_template_kwargs` body of the no-think switch. */
+function extraBodyOf(c: Pick<JudgeConfig, 'noThink'>): Record<string, unknown> | undefined {
+  return c.noThink ? { chat_template_kwargs: { enable_thinking: false } } : undefined;
+}
+
+/** An HTTP judge from settings; throws when url or model is missing. */
+export function httpJudgeFromConfig(c: JudgeConfig): Judge {
+  if (!c.url || !c.model) throw new Error('--judge http needs --judge-url and --judge-model');
+  return createHttpJudge({
+    url: c.url,
+    model: c.model,
+    mode: c.mode,
+    concurrency: c.concurrency,
+    cachePath: c.cache ?? undefined,
+    timeoutMs: c.timeoutMs,
+    maxRetries: c.maxRetries,
+    maxTokens: c.maxTokens ?? undefined,
+    extraBody: extraBodyOf(c),
+    logprobs: c.score === 'prob',
+    variants: c.variants ?? undefined,
+  });
 }
 
 /** An HTTP judge from parsed options; throws when url or model is missing. */
 export function httpJudgeFromArgs(a: JudgeArgs): Judge {
-  if (!a.judgeUrl || !a.judgeModel) throw new Error('--judge http needs --judge-url and --judge-model');
-  return createHttpJudge({
-    url: a.judgeUrl,
-    model: a.judgeModel,
-    mode: a.judgeMode,
-    concurrency: a.judgeConcurrency,
-    cachePath: a.judgeCache,
-    timeoutMs: a.judgeTimeoutMs,
-    maxRetries: a.judgeMaxRetries,
-    maxTokens: a.judgeMaxTokens,
-    extraBody: a.judgeNoThink ? { chat_template_kwargs: { enable_thinking: false } } : undefined,
-  });
+  return httpJudgeFromConfig(judgeConfigFromArgs(a));
 }
 
-/** Local-judge options from parsed CLI options (for localJudgeForModel / openLocalJudge). */
+/** Local-judge options from settings (for localJudgeForModel / openLocalJudge). */
+export function localJudgeOptionsFromConfig(c: Pick<JudgeConfig, 'batch' | 'variants' | 'scoring'>): { batchSize: number; variants?: 'pair' | 'all'; scoring: 'sequence-logprobs' | 'forward-logits' } {
+  return { batchSize: c.batch, variants: c.variants ?? undefined, scoring: c.scoring };
+}
+
+/** Local-judge options from parsed CLI options. */
 export function localJudgeOptionsFromArgs(a: JudgeArgs): { batchSize: number; variants?: 'pair' | 'all'; scoring: 'sequence-logprobs' | 'forward-logits' } {
-  return { batchSize: a.judgeBatch, variants: a.judgeVariants, scoring: a.judgeScoring };
+  return localJudgeOptionsFromConfig(judgeConfigFromArgs(a));
+}
+
+/**
+ * Start-up check of an HTTP judge: one real chat request ("Reply with the single word Yes.", 8
+ * tokens, one retry) to the configured endpoint and model. Any usable reply passes (a reply cut at
+ * max_tokens too); connection errors, timeouts, any non-2xx status (a wrong path answering 404, a
+ * wrong model name, a missing key) and unreadable bodies fail with an Error naming the endpoint.
+ * A local judge needs no check.
+ */
+export async function checkJudge(c: JudgeConfig, opts: { timeoutMs?: number; fetch?: typeof fetch } = {}): Promise<void> {
+  if (c.kind !== 'http') return;
+  if (!c.url || !c.model) throw new Error('judge http needs judge.url and judge.model (--judge-url, --judge-model)');
+  const client = new LlmClient({ baseUrl: c.url, model: c.model, timeoutMs: opts.timeoutMs ?? Math.min(c.timeoutMs, 60000), maxRetries: 1, minBackoffMs: 200, fetch: opts.fetch });
+  try {
+    await client.chat({ messages: [{ role: 'user', content: 'Reply with the single word Yes.' }], temperature: 0, maxTokens: 8, extraBody: extraBodyOf(c) });
+  } catch (e) {
+    if (e instanceof LlmLengthError) return;
+    throw new Error(`judge ${c.model} at ${c.url} failed the start-up check (${client.url}): ${(e as Error).message}; fix --judge-url / --judge-model or pass --judge local`);
+  }
 }

@@ -152,3 +152,25 @@ export function countVerdicts(s: JudgeStats, vs: Verdict[]): void {
     }
   }
 }
+
+/**
+ * Throws {@link JudgeHealthError} when more than `maxNullRate` of the verdicts in `h` are null
+ * (refused, unreadable, failed requests). `what` names the batch ("GRPO step 3", "eval").
+ */
+export function assertJudgeHealth(h: JudgeHealth, maxNullRate: number, judgeName: string, what: string): void {
+  if (!h.verdicts) return;
+  const rate = h.nulls / h.verdicts;
+  if (rate > maxNullRate) {
+    throw new JudgeHealthError(
+      `judge ${judgeName}: ${what}: ${h.nulls} of ${h.verdicts} verdicts are null (${(100 * rate).toFixed(0)}% > ${(100 * maxNullRate).toFixed(0)}%: ${h.errors} failed requests, ${h.unparsed} unreadable replies, ${h.refusals} refusals)`,
+      h,
+    );
+  }
+}
+
+/** Progress-line text of a judge health record: `null 12% (3 err, 1 unread)`. */
+export function formatHealth(h: JudgeHealth): string {
+  if (!h.verdicts) return '';
+  const parts = [h.errors && `${h.errors} err`, h.unparsed && `${h.unparsed} unread`, h.refusals && `${h.refusals} refused`].filter(Boolean);
+  return `null ${((100 * h.nulls) / h.verdicts).toFixed(0)}%${parts.length ? ` (${parts.join(', ')})` : ''}`;
+}

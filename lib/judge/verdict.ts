@@ -161,7 +161,7 @@ function jsonValueVerdict(v: unknown, depth = 0): boolean | null {
   return null;
 }
 
-/** The verdict of a JSON object: the first verdict key (in {@link VERDICT_KEYS} order) with a readable value. */
+/** The verdict of a JSON object: the first verdict key (in {@link VERDICT_KEYS} order) with a readable value, else that of a wrapped object. */
 function objectVerdict(o: Record<string, unknown>, depth = 0): boolean | null {
   const byKey = new Map<string, unknown>();
   for (const [k, v] of Object.entries(o)) byKey.set(k.toLowerCase().replace(/[\s-]+/g, '_'), v);
@@ -169,6 +169,14 @@ function objectVerdict(o: Record<string, unknown>, depth = 0): boolean | null {
     if (!byKey.has(k)) continue;
     const r = jsonValueVerdict(byKey.get(k), depth);
     if (r !== null) return r;
+  }
+  // One wrapper object ({"evaluation": {"met": false, …}}): its verdict field.
+  if (depth <= 3) {
+    for (const v of Object.values(o)) {
+      if (!v || typeof v !== 'object' || Array.isArray(v)) continue;
+      const r = objectVerdict(v as Record<string, unknown>, depth + 1);
+      if (r !== null) return r;
+    }
   }
   return null;
 }
@@ -268,8 +276,8 @@ function boxedVerdict(body: string): boolean | null {
 /** Prose phrases that state the decision ("the item is not met", "the plan satisfies the item"). */
 function phraseSignals(n: string): boolean[] {
   const out: boolean[] = [];
-  if (/\b(?:is|are) not (?:met|satisfied|fulfilled)\b|\b(?:does not|doesn't|did not|didn't|fails to) (?:meet|satisfy|fulfil|fulfill)\b/.test(n)) out.push(false);
-  if (/\b(?:item|criterion|requirement|rubric)s? (?:is|are) (?:fully )?(?:met|satisfied|fulfilled)\b|\b(?:plan|it) (?:fully )?(?:satisfies|meets|fulfils|fulfills) (?:the|this|all|every)\b/.test(n)) out.push(true);
+  if (/\b(?:is|are) not (?:met|satisfied|fulfilled)\b|\b(?:does not|doesn't|did not|didn't|fails to|never) (?:meets?|satisf(?:y|ies)|fulfils?|fulfills?)\b/.test(n)) out.push(false);
+  if (/\b(?:item|criterion|requirement|rubric)s? (?:is|are) (?:fully )?(?:met|satisfied|fulfilled)\b|\b(?:plan|it) (?:(?:therefore|thus|hence|clearly|fully|indeed|also) )*(?:satisfies|meets|fulfils|fulfills) (?:the|this|all|every)\b/.test(n)) out.push(true);
   return out;
 }
 

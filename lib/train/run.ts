@@ -12,7 +12,7 @@ import { resolveConfig, type PRESETS, type TrainConfig } from '../config/train.j
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
 import { localJudgeForModel } from '../judge/local.js';
-import { createHttpJudge } from '../judge/http.js';
+import { checkJudge, httpJudgeFromConfig, localJudgeOptionsFromConfig, JUDGE_DEFAULTS } from '../judge/factory.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { computeAdvantages } from './advantages.js';
@@ -63,39 +63,6 @@ export function checkModelDir(dir: string): void {
   }
 }
 
-/**
- * Wraps a reward function so judge failures never turn into rewards: when more than half of a
- * batch's verdicts are errors (endpoint down, timeouts after retries), the step fails with an
- * Error naming the judge instead of training on zeros. Checkpoints written so far stay valid.
- */
-export function guardJudgeFailures(reward: RewardFn, judgeName: string): RewardFn {
-  return async (reqs) => {
-    const out = await reward(reqs);
-    let errors = 0;
-    let total = 0;
-    for (const r of out as (typeof out[number] & { breakdown?: { errors: number; specTotal: number; genTotal: number } })[]) {
-      if (!r.breakdown) continue;
-      errors += r.breakdown.errors;
-      total += r.breakdown.specTotal + r.breakdown.genTotal;
-    }
-    if (total > 0 && errors / total > 0.5) {
-      throw new Error(`judge ${judgeName}: ${errors} of ${total} verdicts failed (unreachable, timing out or erroring after retries); stopping instead of training on failed verdicts — fix the judge and --resume`);
-    }
-    return out;
-  };
-}
-
-/** Fails fast when an OpenAI-compatible endpoint does not answer at all (any HTTP status counts as up). */
-export async function checkEndpoint(url: string, timeoutMs = 10000): Promise<void> {
-  const target = url.replace(/\/+$/, '') + '/models';
-  try {
-    await fetch(target, { signal: AbortSignal.timeout(timeoutMs) });
-  } catch (e) {
-    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-    throw new Error(`judge endpoint ${url} is unreachable (${cause?.code ?? cause?.message ?? (e as Error).message}); start it or pass --judge local`);
-  }
-}
-
 export interface RunOptions {
   preset?: keyof typeof PRESETS;
   file?: string;
@@ -121,7 +88,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (o.resume) {
     resume = resolveCheckpoint(o.resume);
     cfg = resume.state.config as TrainConfig;
-    cfg = { ...cfg, out: resume.runDir };
+    cfg = { ...cfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...cfg.judge } };
     log(`resuming ${resume.dir} (stage ${cfg.stages[resume.state.stageIndex] ?? 'done'}, step ${resume.state.stageStep}, global ${resume.state.globalStep})`);
   } else {
     cfg = resolveConfig({ preset: o.preset, file: o.file, flags: o.flags as never });
@@ -139,10 +106,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (cfg.device.startsWith('cuda') && !cudaAvailable()) throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
   checkModelDir(modelDir);
-  if (cfg.judge.kind === 'http') {
-    if (!cfg.judge.url || !cfg.judge.model) throw new Error('judge http needs judge.url and judge.model');
-    await checkEndpoint(cfg.judge.url);
-  }
+  // A real chat request to the judge: an endpoint answering 404 / a wrong model fails here, before any compute.
+  if (cfg.judge.kind === 'http' && !o.reward) await checkJudge(cfg.judge);
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
   ensureWritableDir(runDir);
   const resolved: TrainConfig = { ...cfg, out: runDir };
@@ -157,15 +122,11 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
-    let judge: Judge;
-    if (cfg.judge.kind === 'http') {
-      judge = createHttpJudge({ url: cfg.judge.url!, model: cfg.judge.model!, mode: cfg.judge.mode, concurrency: cfg.judge.concurrency });
-    } else {
-      // The frozen base (adapter off) reads P(yes) at the scored position only.
-      judge = await localJudgeForModel(policy.model, policy.tokenizer);
-    }
+    // The same judge settings as eval (lib/judge/factory.ts); the local judge is the frozen base (adapter off).
+    const judge: Judge = cfg.judge.kind === 'http' ? httpJudgeFromConfig(cfg.judge) : await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromConfig(cfg.judge));
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
-    const reward: RewardFn = o.reward ?? guardJudgeFailures(makeRewardFn(judge, general, { alpha: cfg.grpo.alpha }) as unknown as RewardFn, cfg.judge.kind === 'http' ? cfg.judge.url! : 'local judge');
+    // Judge health per step (metrics.jsonl) and the null-rate stop are in the Trainer (judge.maxNullRate).
+    const reward: RewardFn = o.reward ?? (makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score }) as unknown as RewardFn);
     const trainer = new Trainer(resolved, {
       backend,
       items: ds.items as unknown as TrainItem[],

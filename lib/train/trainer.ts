@@ -20,6 +20,7 @@ import { writeCheckpoint, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages, teacherMessages } from './prompts.js';
 import { mulberry32 } from '../util/random.js';
+import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 
 /** Minimal view of a dataset item the schedule needs (lib/data/schema.ts has the full schema). */
 export interface TrainItem {
@@ -37,6 +38,8 @@ export interface RewardResult {
   rGen: number;
   /** Items met per rubric dimension, for pass-rate metrics: dimension → [met, total]. */
   perDimension?: Record<string, [number, number]>;
+  /** Judge health of this plan's verdicts (lib/judge/rewards.ts); summed per step into metrics.jsonl. */
+  judge?: JudgeHealth;
 }
 
 /** Scores plans: one result per request, in order. */
@@ -130,6 +133,24 @@ export function ensureWritableDir(dir: string): void {
 const MAX_CONSECUTIVE_NONFINITE = 3;
 
 /**
+ * A run that stopped on a failed step (judge unhealthy or failing, a backend error): the state
+ * before that step was checkpointed (when possible) and `resumeCommand` continues the run.
+ */
+export class TrainingStoppedError extends Error {
+  constructor(message: string, readonly checkpoint: string | undefined, readonly resumeCommand: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'TrainingStoppedError';
+  }
+}
+
+/** Sum of the judge health records of `rewards` (undefined when none carries one). */
+export function stepJudgeHealth(rewards: RewardResult[]): JudgeHealth | undefined {
+  let h: JudgeHealth | undefined;
+  for (const r of rewards) if (r.judge) h = h ? addHealth(h, r.judge) : { ...r.judge };
+  return h;
+}
+
+/**
  * Runs `config.stages` over a TrainBackend (see the module doc). Construct with a resume state
  * from `resolveCheckpoint` to continue a run; `run()` resolves with the summary or rejects on a
  * fatal error (repeated non-finite steps, a failing judge) after the last checkpoint.
@@ -215,7 +236,17 @@ export class Trainer {
         const step = this.state.stageStep;
         backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, step, 1));
         let lr = NaN;
-        const m = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
+        const cursorBefore = { ...this.state.cursor };
+        let m: Awaited<ReturnType<Trainer['grpoStep']>>;
+        try {
+          m = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
+        } catch (e) {
+          // Nothing of this step is kept: the checkpoint is the state before it, so --resume redoes it.
+          this.state.cursor = cursorBefore;
+          backend.zeroGrad();
+          progress.stop();
+          throw await this.stopWithCheckpoint(e, `[${stage}] step ${step + 1}`);
+        }
         let gradNorm = NaN;
         let skipped = false;
         if (!Number.isFinite(m.loss)) {
@@ -258,11 +289,18 @@ export class Trainer {
         rec.lastLoss = m.loss;
         if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
         rec.steps = this.state.stageStep;
-        progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}`);
+        const health = m.judge as JudgeHealth | undefined;
+        progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''}`);
 
         let saved = false;
         if (this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length) {
-          const score = await this.validate();
+          let score: number;
+          try {
+            score = await this.validate();
+          } catch (e) {
+            progress.stop();
+            throw await this.stopWithCheckpoint(e, `[${stage}] validation after step ${this.state.stageStep}`);
+          }
           this.state.validation.push({ step: this.state.stageStep, score });
           rec.bestValidation = Math.max(rec.bestValidation ?? -Infinity, score);
           this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
@@ -294,6 +332,35 @@ export class Trainer {
     await this.checkpoint();
     await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
     return this.finish(false);
+  }
+
+  /**
+   * Writes a checkpoint of the current state (if it can) and returns the error that ends the run:
+   * what failed, where the checkpoint is and the resume command.
+   */
+  private async stopWithCheckpoint(e: unknown, where: string): Promise<TrainingStoppedError> {
+    const resumeCommand = `papergym-native train --resume ${this.deps.runDir}`;
+    let dir: string | undefined;
+    let saved: string;
+    try {
+      dir = await this.checkpoint();
+      saved = `checkpoint written: ${dir}`;
+    } catch (ce) {
+      saved = `no checkpoint could be written (${(ce as Error).message}); the last one in ${join(this.deps.runDir, 'checkpoints')} stands`;
+    }
+    const msg = `${where} failed: ${(e as Error)?.message ?? String(e)}
+${saved}
+resume with: ${resumeCommand}`;
+    this.log(msg);
+    this.metrics.write({ stage: this.cfg.stages[this.state.stageIndex], step: this.state.stageStep, globalStep: this.state.globalStep, stopped: (e as Error)?.name ?? 'Error', error: (e as Error)?.message ?? String(e) });
+    return new TrainingStoppedError(msg, dir, resumeCommand, { cause: e });
+  }
+
+  /** Throws JudgeHealthError when the step's null rate passes `judge.maxNullRate`. */
+  private checkJudgeHealth(rewards: RewardResult[], what: string): JudgeHealth | undefined {
+    const h = stepJudgeHealth(rewards);
+    if (h) assertJudgeHealth(h, this.cfg.judge?.maxNullRate ?? 0.5, this.cfg.judge?.kind === 'http' ? `${this.cfg.judge.model}@${this.cfg.judge.url}` : (this.cfg.judge?.kind ?? 'judge'), what);
+    return h;
   }
 
   private fellKTimes(K: number): boolean {
@@ -386,9 +453,12 @@ export class Trainer {
       // generate returns n completions per prompt contiguously (a group is a block of G).
       const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]!.i }));
       rollouts.push(...mapped);
-      rewardJobs.push(this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds }))));
+      const job = this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
+      job.catch(() => undefined); // handled below (Promise.all); a rejection while the next chunk samples is not "unhandled"
+      rewardJobs.push(job);
     }
     const rewards = (await Promise.all(rewardJobs)).flat();
+    const judge = this.checkJudgeHealth(rewards, `GRPO step ${this.state.stageStep + 1}`);
     const r = rewards.map((x) => x.reward);
     const { advantages, keep } = this.deps.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
     const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i]!, i })).filter((x) => keep[x.i] && x.ro.tokenIds.length > 0);
@@ -427,6 +497,7 @@ export class Trainer {
       clipFraction: batch.length ? clip / batch.length : 0,
       keptSequences: batch.length,
       completionLength: totalTokens / Math.max(1, batch.length),
+      ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),
     };
   }
 
@@ -437,6 +508,7 @@ export class Trainer {
     const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
     const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
     const scores = await this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
+    this.checkJudgeHealth(scores, 'validation');
     return mean(scores.map((s) => s.rSpec));
   }
 }

@@ -58,13 +58,19 @@ export type FakeFault =
   /** Answer with schema-invalid JSON. */
   | { kind: 'wrong-schema' }
   /** finish_reason "length" with a partial answer. */
-  | { kind: 'length' };
+  | { kind: 'length' }
+  /** Answer with exactly this body (any status, any content type): HTML pages, empty bodies, `choices: []`, error objects. */
+  | { kind: 'raw'; status?: number; body: string; contentType?: string };
 
 /** Full reply control. */
 export interface FakeReply {
   content: string;
   finishReason?: string;
   reasoningContent?: string;
+  /** The whole `choices[0].message` object as sent (e.g. content as an array of parts); `content` is then only used for usage. */
+  message?: Record<string, unknown>;
+  /** `choices[0].logprobs` as sent (OpenAI format: `{content: [{token, logprob, bytes, top_logprobs}]}`). */
+  logprobs?: unknown;
 }
 
 export type FakeResponder = (req: FakeRequestInfo) => string | object | FakeReply;
@@ -139,7 +145,7 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
     const answer = (): FakeReply => {
       const r = respond(info);
       if (typeof r === 'string') return { content: r };
-      if (r && typeof r === 'object' && 'content' in r && typeof (r as FakeReply).content === 'string') return r as FakeReply;
+      if (r && typeof r === 'object' && 'content' in r && typeof (r as FakeReply).content === 'string' && Object.keys(r).every((k) => ['content', 'finishReason', 'reasoningContent', 'message', 'logprobs'].includes(k))) return r as FakeReply;
       return { content: JSON.stringify(r) };
     };
     const completion = (reply: FakeReply) => ({
@@ -147,7 +153,7 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
       object: 'chat.completion',
       created: 0,
       model: body.model,
-      choices: [{ index: 0, message: { role: 'assistant', content: reply.content, ...(reply.reasoningContent && { reasoning_content: reply.reasoningContent }) }, finish_reason: reply.finishReason ?? 'stop' }],
+      choices: [{ index: 0, message: reply.message ?? { role: 'assistant', content: reply.content, ...(reply.reasoningContent && { reasoning_content: reply.reasoningContent }) }, ...(reply.logprobs !== undefined && { logprobs: reply.logprobs }), finish_reason: reply.finishReason ?? 'stop' }],
       usage: { prompt_tokens: Math.ceil(raw.length / 4), completion_tokens: Math.ceil(reply.content.length / 4), total_tokens: Math.ceil(raw.length / 4) + Math.ceil(reply.content.length / 4) },
     });
     const reply = () => {
@@ -180,6 +186,12 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
         case 'length': {
           const a = answer();
           return send(200, completion({ content: a.content.slice(0, 10), finishReason: 'length' }));
+        }
+        case 'raw': {
+          entry.status = f.status ?? 200;
+          if (res.destroyed) return;
+          res.writeHead(entry.status, { 'content-type': f.contentType ?? 'application/json' });
+          return res.end(f.body);
         }
       }
     };
