@@ -58,6 +58,47 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     expect(rows.filter((x) => x.kind === 'spec')).to.have.length(20);
     expect(rows.every((x) => typeof x.prob === 'number' && typeof x.met === 'boolean')).to.equal(true);
     expect(readFileSync(plans, 'utf8').trim().split('\n')).to.have.length(2);
+    // The local judge gives P(yes): eval reports both the binary and the P(yes) statistics (issue 12 item 6).
+    expect(r.stdout).to.include(`with P(yes) per item (${rows.length} of ${rows.length} verdicts carry it)`);
+    expect(rep.prob.overall.n).to.equal(20);
+    const meanProb = rows.filter((x) => x.kind === 'spec').reduce((a, x) => a + x.prob, 0) / 20;
+    expect(rep.prob.overall.mean).to.be.closeTo(meanProb, 1e-12);
+    expect(r.stderr).to.include(`judge health: ${rows.length} verdicts, null 0%`);
+  });
+
+  it('eval fails before any compute on a judge URL answering 404, and exits non-zero when verdicts are mostly null (issue 12)', async () => {
+    let items = 0;
+    const srv = createServer((req, res) => {
+      let d = '';
+      req.on('data', (c) => (d += c));
+      req.on('end', () => {
+        if (!req.url?.startsWith('/good/v1/chat/completions')) {
+          res.writeHead(404, { 'content-type': 'text/html' });
+          return res.end('<html><body>404 Not Found</body></html>');
+        }
+        const body = JSON.parse(d);
+        const probe = body.messages[0].content.startsWith('Reply with the single word');
+        if (!probe) items++;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: probe ? 'Yes' : 'The plan is interesting and covers many aspects.' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1 } }));
+      });
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    try {
+      const base = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+      const bad = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'http', '--judge-url', `${base}/wrong/v1`, '--judge-model', 'j', '--max-new-tokens', '4', '--no-general']);
+      expect(bad.code).to.not.equal(0);
+      expect(bad.stderr).to.match(/failed the start-up check/).and.match(/HTTP 404/);
+      expect(bad.stdout).to.equal('');
+      const unread = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'http', '--judge-url', `${base}/good/v1`, '--judge-model', 'j', '--max-new-tokens', '4', '--resamples', '10', '--no-general']);
+      expect(items).to.equal(10);
+      expect(unread.code).to.not.equal(0);
+      expect(unread.stdout).to.match(/rubric coverage\s+0\.0%.*\(0\/10, 10 null\)/);
+      expect(unread.stderr).to.match(/10 of 10 verdicts are null/).and.match(/10 unreadable replies/);
+    } finally {
+      srv.closeAllConnections();
+      srv.close();
+    }
   });
 
   it('eval, probe-judge --judge local and serve name a missing model directory (no tokenizer.json message, no stack)', async () => {

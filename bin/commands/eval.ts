@@ -1,9 +1,9 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { addJudgeOptions, httpJudgeFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { addJudgeOptions, assertJudgeHealth, checkJudge, formatHealth, httpJudgeFromConfig, judgeConfigFromArgs, localJudgeOptionsFromConfig, type JudgeArgs } from '../../lib/judge/factory.js';
 import { localJudgeForModel } from '../../lib/judge/local.js';
-import type { Judge } from '../../lib/judge/types.js';
+import { judgeHealth, type Judge, type Verdict } from '../../lib/judge/types.js';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { policyPlanGenerator } from '../../lib/eval/backends.js';
@@ -82,10 +82,13 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     if (argv.limit !== undefined) items = items.slice(0, argv.limit);
     if (!items.length) throw new Error(`${argv.data}: no items to evaluate`);
     const general = argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
+    const jc = judgeConfigFromArgs(argv);
+    // Before any compute: the judge must answer a real chat request (a 404 URL or a wrong model fails here).
+    await checkJudge(jc);
     const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
     let judge: Judge | undefined;
     try {
-      judge = argv.judge === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromArgs(argv)) : httpJudgeFromArgs(argv);
+      judge = jc.kind === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromConfig(jc)) : httpJudgeFromConfig(jc);
       const t0 = Date.now();
       const { report, rows, plans } = await runEval({
         items,
@@ -107,6 +110,10 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
       if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...report, meta }, null, 2) + '\n');
       process.stdout.write(formatReport(report) + '\n');
       process.stderr.write(`judge ${judge.name}: ${JSON.stringify(judge.stats())}\n`);
+      // Mostly-null verdicts are a broken judge, not a coverage of 0%: exit non-zero (outputs above are kept).
+      const health = judgeHealth(rows.map((r) => ({ itemId: r.itemId, met: r.met, refused: r.refused, error: r.error }) as Verdict));
+      process.stderr.write(`judge health: ${health.verdicts} verdicts, ${formatHealth(health) || 'no verdicts'}\n`);
+      assertJudgeHealth(health, jc.maxNullRate, judge.name, 'eval');
     } finally {
       await judge?.close?.();
       policy.dispose();

@@ -58,6 +58,12 @@ export interface EvalReport {
   byOrigin: Partial<Record<'R_Q' | 'R_A' | 'both', Stat>>;
   /** Mean reward α·r_spec + (1−α)·r_gen per plan (DESIGN §6). */
   reward: Stat;
+  /**
+   * The same statistics with each item scored by the judge's P(yes) instead of its binary verdict
+   * (items without P(yes) count 1/0 as above); present when any row carries `prob` (local judge, or
+   * an HTTP judge with `--judge-score prob`). `met` is then the expected number of items met.
+   */
+  prob?: { overall: Stat; byDimension: Record<RubricDimension, Stat>; general: Stat; reward: Stat; rowsWithProb: number };
   alpha: number;
   bootstrap: { resamples: number; seed: number; level: number };
 }
@@ -92,11 +98,16 @@ interface Cluster {
 const NSTAT = 16;
 const ORIGINS = ['R_Q', 'R_A', 'both'] as const;
 
-function clusterOf(rows: EvalRow[], alpha: number): Cluster {
+/** An item's score: 1 when met (binary), or its P(yes) when `prob` and present. */
+function itemScore(r: EvalRow, prob: boolean): number {
+  return prob && typeof r.prob === 'number' && Number.isFinite(r.prob) ? r.prob : r.met === true ? 1 : 0;
+}
+
+function clusterOf(rows: EvalRow[], alpha: number, prob = false): Cluster {
   const c = new Array<number>(NSTAT).fill(0);
   const plans = new Map<number, { sm: number; sn: number; gm: number; gn: number }>();
   for (const r of rows) {
-    const m = r.met === true ? 1 : 0;
+    const m = itemScore(r, prob);
     const p = plans.get(r.sample) ?? { sm: 0, sn: 0, gm: 0, gn: 0 };
     plans.set(r.sample, p);
     if (r.kind === 'general') {
@@ -141,6 +152,14 @@ function ratios(tot: number[]): number[] {
  * Rows with the same `questionId` form one bootstrap cluster.
  */
 export function buildReport(rows: EvalRow[], opts: ReportOptions = {}): EvalReport {
+  const report = buildStats(rows, opts, false);
+  const withProb = rows.filter((r) => typeof r.prob === 'number').length;
+  if (!withProb) return report;
+  const p = buildStats(rows, opts, true);
+  return { ...report, prob: { overall: p.overall, byDimension: p.byDimension, general: p.general, reward: p.reward, rowsWithProb: withProb } };
+}
+
+function buildStats(rows: EvalRow[], opts: ReportOptions, prob: boolean): EvalReport {
   const resamples = opts.resamples ?? 1000;
   const seed = opts.seed ?? 0;
   const level = opts.level ?? 0.95;
@@ -152,7 +171,7 @@ export function buildReport(rows: EvalRow[], opts: ReportOptions = {}): EvalRepo
     l.push(r);
     byQ.set(r.questionId, l);
   }
-  const clusters = [...byQ.values()].map((rs) => clusterOf(rs, alpha));
+  const clusters = [...byQ.values()].map((rs) => clusterOf(rs, alpha, prob));
   const total = new Array<number>(NSTAT).fill(0);
   for (const c of clusters) for (let i = 0; i < NSTAT; i++) total[i] += c.counts[i];
   const point = ratios(total);
@@ -204,6 +223,7 @@ export function writeRowsJsonl(path: string, rows: EvalRow[]): void {
 /** Human-readable summary lines (percentages with the interval). */
 export function formatReport(r: EvalReport): string {
   const pct = (s: Stat) => `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]` + (s.met !== undefined ? ` (${s.met}/${s.n}${s.nulls ? `, ${s.nulls} null` : ''})` : '');
+  const pctP = (s: Stat) => `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]`;
   const lvl = `${Math.round(r.bootstrap.level * 100)}% CI, ${r.bootstrap.resamples} resamples`;
   return [
     `questions ${r.questions}, plans ${r.plans} (${lvl})`,
@@ -213,5 +233,15 @@ export function formatReport(r: EvalReport): string {
     ...Object.entries(r.byOrigin).map(([o, st]) => `  items from ${o.padEnd(11)}${pct(st!)}`),
     `general items          ${pct(r.general)}`,
     `reward (alpha ${r.alpha})     ${r.reward.mean.toFixed(3)} [${r.reward.lo.toFixed(3)}, ${r.reward.hi.toFixed(3)}]`,
+    ...(r.prob
+      ? [
+          `with P(yes) per item (${r.prob.rowsWithProb} of ${r.overall.n + r.general.n} verdicts carry it):`,
+          `  rubric coverage      ${pctP(r.prob.overall)}`,
+          `  method innovation    ${pctP(r.prob.byDimension.method_innovation)}`,
+          `  experimental design  ${pctP(r.prob.byDimension.experimental_design)}`,
+          `  general items        ${pctP(r.prob.general)}`,
+          `  reward               ${r.prob.reward.mean.toFixed(3)} [${r.prob.reward.lo.toFixed(3)}, ${r.prob.reward.hi.toFixed(3)}]`,
+        ]
+      : []),
   ].join('\n');
 }
