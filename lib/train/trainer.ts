@@ -348,10 +348,7 @@ export class Trainer {
     } catch (ce) {
       saved = `no checkpoint could be written (${(ce as Error).message}); the last one in ${join(this.deps.runDir, 'checkpoints')} stands`;
     }
-    const msg = `${where} failed: ${(e as Error)?.message ?? String(e)}
-${saved}
-resume with: ${resumeCommand}`;
-    this.log(msg);
+    const msg = `${where} failed: ${(e as Error)?.message ?? String(e)}\n${saved}\nresume with: ${resumeCommand}`;
     this.metrics.write({ stage: this.cfg.stages[this.state.stageIndex], step: this.state.stageStep, globalStep: this.state.globalStep, stopped: (e as Error)?.name ?? 'Error', error: (e as Error)?.message ?? String(e) });
     return new TrainingStoppedError(msg, dir, resumeCommand, { cause: e });
   }

@@ -1,0 +1,198 @@
+/**
+ * Issue 12 item 7 (train side): a judge that fails is loud, never a silent zero. With a fake
+ * (pure TypeScript) training backend: judge health per step in metrics.jsonl and in the progress
+ * line; a step whose null rate passes `judge.maxNullRate` — or whose reward call throws — ends the
+ * run with a checkpoint of the state before that step and the resume command, and `--resume`
+ * redoes exactly that step. Also: the same judge options for train as for eval (flags and YAML).
+ */
+import { expect } from 'chai';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import yargs from 'yargs';
+import { resolveConfig } from '../lib/config/train.js';
+import { Trainer, TrainingStoppedError, type RewardResult, type TrainItem } from '../lib/train/trainer.js';
+import { resolveCheckpoint } from '../lib/train/checkpoint.js';
+import type { TrainBackend } from '../lib/train/backend.js';
+import { addJudgeOptions, judgeFlagsToConfig, checkJudge, JUDGE_DEFAULTS } from '../lib/judge/factory.js';
+import { judgeHealth, type Verdict } from '../lib/judge/types.js';
+import { startFakeLlm } from './helpers/fake-llm.js';
+
+/** A backend with no model: fixed rollouts, zero losses, finite grad norms; saveState writes a marker. */
+function fakeBackend(): TrainBackend & { saved: string[] } {
+  const saved: string[] = [];
+  return {
+    saved,
+    promptIds: async (m) => [1, 2, m[m.length - 1].content.length % 7],
+    answerIds: async () => [3, 4],
+    generate: async (prompts, o) => prompts.flatMap((_, p) => Array.from({ length: o.n }, (_, k) => ({ promptIndex: p, tokenIds: [5 + k, 6], logprobs: [-1, -1], text: `plan ${p}.${k}`, finishReason: 'stop' as const }))),
+    completionLogprobs: async (seqs) => seqs.map((s) => s.completionIds.map(() => -1)),
+    opsdBackward: async () => ({ loss: 0.5 }),
+    grpoBackward: async () => ({ loss: 0.1, meanKl: 0, clipFraction: 0 }),
+    sftBackward: async () => ({ loss: 1 }),
+    optimizerStep: async () => ({ gradNorm: 1, lr: 1e-3, skipped: false }),
+    zeroGrad: () => {},
+    resetOptimizer: () => {},
+    snapshotAdapter: () => {},
+    emaUpdate: () => {},
+    saveState: async (dir) => {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, 'adapter.txt'), 'x');
+      saved.push(dir);
+    },
+    loadState: async () => {},
+    seedStep: () => {},
+    memory: () => ({}),
+  };
+}
+
+const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({ id: `q${i}`, question: `question ${i}`, reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' }));
+
+/** A reward whose verdicts for step `k` (1-based call count) are null when `bad(k)`. */
+function rewardWith(bad: (call: number) => 'ok' | 'unreadable' | 'throw') {
+  let call = 0;
+  return async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+    call++;
+    const mode = bad(call);
+    if (mode === 'throw') throw new Error('judge request failed: LLM HTTP 404 (http://judge/v1/chat/completions)');
+    return reqs.map((_, i) => {
+      const vs: Verdict[] = [{ itemId: 'r1', met: mode === 'ok' ? i % 2 === 0 : null }, { itemId: 'g1', met: mode === 'ok' ? true : null }];
+      return { reward: mode === 'ok' ? 0.5 : 0, rSpec: 0, rGen: 0, judge: judgeHealth(vs) };
+    });
+  };
+}
+
+describe('train: judge health and clean stops (fake backend)', function () {
+  this.timeout(30000);
+  let tmp: string;
+  before(() => (tmp = mkdtempSync(join(tmpdir(), 'pg-judge-health-'))));
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+  const cfg = (over: Record<string, unknown> = {}) =>
+    resolveConfig({ flags: { stages: ['grpo'], grpo: { steps: 4, questionsPerStep: 2, groupSize: 2, microBatch: 4 } as never, checkpoint: { every: 0 }, validation: { every: 0, maxItems: 0 }, ...over } as never });
+
+  it('writes judge health per step and stops on a null-rate step with a checkpoint of the state before it; --resume redoes that step', async () => {
+    const runDir = join(tmp, 'nulls');
+    const lines: string[] = [];
+    const c = cfg();
+    const t = new Trainer(c, { backend: fakeBackend(), items, reward: rewardWith((k) => (k <= 2 ? 'ok' : 'unreadable')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: (l) => lines.push(l) });
+    let err: unknown;
+    try {
+      await t.run();
+    } catch (e) {
+      err = e;
+    }
+    expect(err).to.be.instanceOf(TrainingStoppedError);
+    const msg = (err as Error).message;
+    expect(msg).to.match(/\[grpo\] step 3 failed: judge .*GRPO step 3: 8 of 8 verdicts are null \(100% > 50%: 0 failed requests, 8 unreadable replies, 0 refusals\)/);
+    expect(msg).to.include(`resume with: papergym-native train --resume ${runDir}`);
+    const metrics = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const steps = metrics.filter((m) => typeof m.loss === 'number');
+    expect(steps).to.have.length(2);
+    expect(steps[0].judge).to.deep.equal({ verdicts: 8, nulls: 0, refusals: 0, unparsed: 0, errors: 0, withProb: 0 });
+    expect(steps[0].judgeNullRate).to.equal(0);
+    expect(metrics[metrics.length - 1]).to.include({ stopped: 'JudgeHealthError', step: 2 });
+    // The checkpoint is the state after step 2: the cursor of step 3 was not consumed.
+    const ck = resolveCheckpoint(runDir);
+    expect(ck.state.stageStep).to.equal(2);
+    expect(ck.state.cursor).to.deep.equal({ epoch: 0, position: 4 }); // 2 steps × 2 questions; step 3's take was rolled back
+    expect((err as TrainingStoppedError).checkpoint).to.equal(ck.dir);
+    // Resume with a healthy judge: steps 3 and 4 run from that state.
+    const t2 = new Trainer(c, { backend: fakeBackend(), items, reward: rewardWith(() => 'ok'), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} }, ck.state);
+    const summary = await t2.run();
+    expect(summary.globalStep).to.equal(4);
+    expect(summary.interrupted).to.equal(false);
+  });
+
+  it('a reward call that throws (judge down) also ends the run cleanly with a checkpoint and the resume command', async () => {
+    const runDir = join(tmp, 'throws');
+    const t = new Trainer(cfg(), { backend: fakeBackend(), items, reward: rewardWith((k) => (k === 1 ? 'ok' : 'throw')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} });
+    let err: Error | undefined;
+    try {
+      await t.run();
+    } catch (e) {
+      err = e as Error;
+    }
+    expect(err?.message).to.match(/\[grpo\] step 2 failed: judge request failed: LLM HTTP 404/).and.match(/checkpoint written: .*checkpoints/).and.match(/resume with: papergym-native train --resume/);
+    expect(resolveCheckpoint(runDir).state.stageStep).to.equal(1);
+  });
+
+  it('the null-rate threshold is configurable (flag / YAML judge.maxNullRate); null rates at or under it train on', async () => {
+    const runDir = join(tmp, 'threshold');
+    // Half of the verdicts null on every step: 50% is not over the default 0.5 …
+    let call = 0;
+    const half = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+      call++;
+      return reqs.map(() => ({ reward: 0, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'a', met: true }, { itemId: 'b', met: null, error: true }]) }));
+    };
+    const ok = await new Trainer(cfg(), { backend: fakeBackend(), items, reward: half, advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+    expect(ok.globalStep).to.equal(4);
+    expect(call).to.equal(4);
+    // … but over 0.4.
+    let err: Error | undefined;
+    try {
+      await new Trainer(cfg({ judge: { maxNullRate: 0.4 } }), { backend: fakeBackend(), items, reward: half, advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir: join(tmp, 'threshold2'), log: () => {} }).run();
+    } catch (e) {
+      err = e as Error;
+    }
+    expect(err?.message).to.match(/4 of 8 verdicts are null \(50% > 40%: 4 failed requests/);
+  });
+});
+
+describe('train: the same judge options as eval', () => {
+  it('flags: --judge-no-think, --judge-score, --judge-max-null-rate … map onto the config judge section (only flags given)', async () => {
+    const argv = await addJudgeOptions(yargs([]), { defaults: false }).parseAsync(['--judge', 'http', '--judge-url', 'http://x/v1', '--judge-model', 'm', '--judge-no-think', '--judge-score', 'prob', '--judge-max-null-rate', '0.3', '--judge-timeout-ms', '5000']);
+    const f = judgeFlagsToConfig(argv as never);
+    expect(f).to.deep.equal({ kind: 'http', url: 'http://x/v1', model: 'm', noThink: true, score: 'prob', maxNullRate: 0.3, timeoutMs: 5000 });
+    const c = resolveConfig({ flags: { judge: f } as never });
+    expect(c.judge).to.include({ kind: 'http', noThink: true, score: 'prob', maxNullRate: 0.3, concurrency: 8, mode: 'per-item' });
+    const none = await addJudgeOptions(yargs([]), { defaults: false }).parseAsync([]);
+    expect(judgeFlagsToConfig(none as never)).to.deep.equal({});
+    const evalDefaults = await addJudgeOptions(yargs([])).parseAsync([]);
+    expect(evalDefaults).to.include({ judge: 'http', judgeNoThink: false, judgeScore: 'binary', judgeMaxNullRate: 0.5, judgeConcurrency: JUDGE_DEFAULTS.concurrency });
+  });
+
+  it('YAML: judge.noThink, judge.score, judge.maxNullRate, judge.timeoutMs are keys; bad values are named', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pg-cfg-judge-'));
+    const file = join(dir, 'c.yaml');
+    writeFileSync(file, 'judge:\n  kind: http\n  url: http://127.0.0.1:8000/v1\n  model: Qwen/Qwen3-8B\n  noThink: true\n  score: prob\n  maxNullRate: 0.2\n  timeoutMs: 30000\n');
+    expect(resolveConfig({ file }).judge).to.include({ noThink: true, score: 'prob', maxNullRate: 0.2, timeoutMs: 30000 });
+    writeFileSync(file, 'judge:\n  maxNullRate: 1.5\n  score: logits\n');
+    expect(() => resolveConfig({ file })).to.throw(/judge\.score must be binary or prob[\s\S]*judge\.maxNullRate must be in \[0, 1\]|judge\.maxNullRate must be in \[0, 1\][\s\S]*judge\.score/);
+    writeFileSync(file, 'judge:\n  no_think: true\n');
+    expect(() => resolveConfig({ file })).to.throw(/unknown key judge\.no_think/);
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('the start-up check sends a real chat request: a URL answering 404 fails, a working judge passes, --judge-no-think is sent', async () => {
+    const srv = await startFakeLlm({ respond: () => 'Yes' });
+    // A web server that answers 404 to everything (a wrong host/port/path given as the judge).
+    const web = createServer((_req, res) => {
+      res.writeHead(404, { 'content-type': 'text/html' });
+      res.end('<html><body><h1>404 Not Found</h1></body></html>');
+    });
+    await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
+    try {
+      let err: Error | undefined;
+      try {
+        await checkJudge({ ...JUDGE_DEFAULTS, kind: 'http', url: `http://127.0.0.1:${(web.address() as AddressInfo).port}/nope/v1`, model: 'm' });
+      } catch (e) {
+        err = e as Error;
+      }
+      expect(err?.message).to.match(/judge m at .*\/nope\/v1 failed the start-up check .*LLM HTTP 404/);
+      await checkJudge({ ...JUDGE_DEFAULTS, kind: 'http', url: srv.url, model: 'm', noThink: true });
+      expect(srv.log[srv.log.length - 1].body).to.deep.include({ chat_template_kwargs: { enable_thinking: false }, max_tokens: 8 });
+      let unreachable: Error | undefined;
+      try {
+        await checkJudge({ ...JUDGE_DEFAULTS, kind: 'http', url: 'http://127.0.0.1:1/v1', model: 'm' }, { timeoutMs: 3000 });
+      } catch (e) {
+        unreachable = e as Error;
+      }
+      expect(unreachable?.message).to.match(/failed the start-up check .*127\.0\.0\.1:1/);
+    } finally {
+      await srv.close();
+      web.close();
+    }
+  });
+});
