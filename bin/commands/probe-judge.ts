@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { addJudgeOptions, httpJudgeFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { addJudgeOptions, checkJudge, httpJudgeFromArgs, judgeConfigFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { ATTACKS, DEFAULT_ATTACKS, formatProbe, runProbe, type Attack } from '../../lib/judge/probe.js';
 import type { Judge } from '../../lib/judge/types.js';
@@ -57,7 +57,10 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
       const opened = await openLocalJudge(argv.model, { ...localJudgeOptionsFromArgs(argv), device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
       judge = opened.judge;
       dispose = opened.dispose;
-    } else judge = httpJudgeFromArgs(argv);
+    } else {
+      await checkJudge(judgeConfigFromArgs(argv));
+      judge = httpJudgeFromArgs(argv);
+    }
     try {
       const report = await runProbe(judge, data, { attacks, general });
       if (argv.out) writeFileSync(argv.out, JSON.stringify({ ...report, stats: judge.stats() }, null, 2) + '\n');
