@@ -19,4 +19,6 @@ export { readDataset, writeDataset, validateItem, loadGeneralRubric, sampleDatas
 export { createHttpJudge } from './judge/http.js';
 export { localJudgeForModel } from './judge/local.js';
 export { computeReward, makeRewardFn } from './judge/rewards.js';
-export type { Judge, Verdict, JudgeRequest } from './judge/types.js';
+export { JudgeHealthError, type Judge, type Verdict, type JudgeRequest, type JudgeHealth } from './judge/types.js';
+export { yesProbabilityFromChatLogprobs } from './judge/logprobs.js';
+export { TrainingStoppedError } from './train/trainer.js';

@@ -95,6 +95,10 @@ describe('judge http: P(yes) from chat logprobs (loopback server)', function () 
     // Still thinking (unclosed) → no answer; JSON true/false → no yes/no token.
     expect(yesProbabilityFromChatLogprobs([t('<think>'), t('Yes')])).to.equal(undefined);
     expect(yesProbabilityFromChatLogprobs([t('{"'), t('met'), t('":'), t(' true'), t('}')])).to.equal(undefined);
+    // No yes/no answer token (a model that would say something else): the first answer token, as the local judge.
+    const r4 = yesProbabilityFromChatLogprobs([t('<think>'), t('x'), t('</think>'), t('\n\n'), t('The', [['The', -0.5], ['Yes', -2], ['No', -3]]), t(' plan')]);
+    expect(r4!.position).to.equal(4);
+    expect(r4!.pYes).to.be.closeTo(Math.exp(-2) / (Math.exp(-2) + Math.exp(-3)), 1e-12);
     // The sampled token outside top_logprobs still counts; no "No" in the list → P(yes) = 1 (a bound).
     const r3 = yesProbabilityFromChatLogprobs([{ token: 'Yes', logprob: -3, bytes: null, top_logprobs: [{ token: 'The', logprob: -0.1 }] }]);
     expect(r3!.pYes).to.equal(1);

@@ -12,8 +12,11 @@
  * Among answer tokens whose text (trimmed, markdown and punctuation removed, any case) is "yes" or
  * "no", the position is the last one that agrees with the verdict read from the text (`met`, so a
  * labelled "Verdict: No" after a "Yes, …" opening reads at "No"), or the first one when no verdict
- * is given. For a one-word reply with thinking off (Qwen3: the prompt ends with the empty think
- * block) that is the first generated token — exactly the position the local judge scores.
+ * is given. With no yes/no answer token at all (a model that would say something else), the first
+ * non-blank answer token is used. For a reply with thinking off (Qwen3: the prompt ends with the
+ * empty think block) that is the first generated token — exactly the position the local judge
+ * scores, so P(yes) from `top_logprobs` there equals the local judge's as long as the yes/no
+ * tokens are among the returned alternatives.
  *
  * Answer tokens (`variants`, as the local judge):
  * - `'pair'`: "Yes" and "No" (the words the prompt asks for; the local judge's default). When the
@@ -57,9 +60,23 @@ export function yesProbabilityFromChatLogprobs(content: TokenLogprob[] | null | 
     const w = word(t.token);
     if (w === 'yes' || w === 'no') cands.push({ i, yes: w === 'yes' });
   });
-  if (!cands.length) return undefined;
-  const pick = typeof opts.met === 'boolean' ? [...cands].reverse().find((c) => c.yes === opts.met) ?? cands[0] : cands[0];
-  const at = content[pick.i];
+  let position: number;
+  if (cands.length) position = (typeof opts.met === 'boolean' ? [...cands].reverse().find((c) => c.yes === opts.met) : undefined)?.i ?? cands[0].i;
+  else {
+    position = content.findIndex((t, i) => offsets[i] >= start && typeof t?.token === 'string' && t.token.trim() !== '');
+    if (position < 0) return undefined;
+  }
+  const r = yesProbabilityAt(content[position], opts.variants);
+  return r && { ...r, position };
+}
+
+/**
+ * P(yes) at one position of OpenAI chat logprobs (the sampled token plus its `top_logprobs`):
+ * Σexp(lp yes tokens) / (Σexp(lp yes) + Σexp(lp no)) over the answer-token strings of `variants`
+ * (see the module docstring), the local judge's formula. Undefined when neither side is listed.
+ */
+export function yesProbabilityAt(at: TokenLogprob, variants: 'pair' | 'all' = 'pair'): { pYes: number; mass: number } | undefined {
+  if (!at || typeof at.token !== 'string') return undefined;
   const entries = [...(Array.isArray(at.top_logprobs) ? at.top_logprobs : [])];
   if (!entries.some((e) => e.token === at.token && e.logprob === at.logprob)) entries.push({ token: at.token, logprob: at.logprob, bytes: at.bytes });
   const seen = new Set<string>();
@@ -70,11 +87,11 @@ export function yesProbabilityFromChatLogprobs(content: TokenLogprob[] | null | 
     return true;
   });
   const space = /^\s/.test(at.token) ? ' ' : '';
-  const yesSet = new Set(opts.variants === 'all' ? YES_STRINGS : [`${space}Yes`]);
-  const noSet = new Set(opts.variants === 'all' ? NO_STRINGS : [`${space}No`]);
+  const yesSet = new Set(variants === 'all' ? YES_STRINGS : [`${space}Yes`]);
+  const noSet = new Set(variants === 'all' ? NO_STRINGS : [`${space}No`]);
   const lpYes = uniq.filter((e) => yesSet.has(e.token)).map((e) => e.logprob);
   const lpNo = uniq.filter((e) => noSet.has(e.token)).map((e) => e.logprob);
   const { pYes, mass } = yesProbabilityFromLogprobs(lpYes, lpNo);
   if (!(mass > 0)) return undefined;
-  return { pYes, mass, position: pick.i };
+  return { pYes, mass };
 }
