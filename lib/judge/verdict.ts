@@ -143,6 +143,8 @@ function leadingVerdict(s: string, strict: boolean): boolean | null {
   const m = /^(does(?:n't| not) (?:meet|satisfy)|not (?:met|satisfied|fulfilled)|un(?:met|satisfied|fulfilled)|yes|no|true|false|met|satisfied|satisfies|meets|fulfilled|pass(?:ed|es)?|fail(?:ed|s)?|correct|incorrect|y|n)(?=$|[\s*_`"'“”‘’.,;:!?)\]}\-–—])/.exec(t);
   if (!m) return null;
   const rest = t.slice(m[0].length);
+  // A quoted key (`"met": …`, e.g. in JSON cut off at max_tokens) is never an answer.
+  if (/^["'“”‘’]\s*:/.test(rest)) return null;
   // Strict: nothing after the phrase but punctuation / markup (a whole value). Loose: the phrase
   // must be followed by punctuation or the end of the line, not by more words ("No tuned baseline…").
   if (strict ? !/^[\s*_`"'“”‘’.,;:!?)\]}\\-]*$/.test(rest) : !/^(?:[*_`"'“”‘’)\]}]*[ \t]*(?:$|\n|[.,;:!?\-–—]))/.test(rest)) return null;
@@ -289,10 +291,22 @@ function phraseSignals(n: string): boolean[] {
  * otherwise null. `depth` bounds recursion through JSON string values (internal).
  */
 export function parseBinaryVerdict(raw: string, depth = 0): BinaryReading {
-  const body = stripThink(typeof raw === 'string' ? raw : '');
+  let body = stripThink(typeof raw === 'string' ? raw : '');
   if (!body) return { met: null, refused: false };
   const j = jsonVerdict(body, depth);
   if (j !== null) return { met: j, refused: false, source: 'json' };
+  // JSON without a readable verdict field: its keys and values are not read by the rules below.
+  const spans = jsonValues(body);
+  if (spans.length) {
+    let rest = '';
+    let at = 0;
+    for (const sp of spans) {
+      rest += body.slice(at, sp.start) + ' ';
+      at = sp.end;
+    }
+    body = (rest + body.slice(at)).trim();
+    if (!body) return { met: null, refused: false };
+  }
   const l = labelVerdict(body);
   if (l !== null) return { met: l, refused: false, source: 'label' };
   const b = boxedVerdict(body);
