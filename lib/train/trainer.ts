@@ -158,6 +158,7 @@ export function stepJudgeHealth(rewards: RewardResult[]): JudgeHealth | undefine
 export class Trainer {
   private state: TrainerState;
   private stopRequested = false;
+  private warnedNoProb = false;
   private readonly metrics: MetricsLog;
   private readonly started = Date.now();
   private readonly summary: TrainSummary['stages'];
@@ -356,6 +357,10 @@ export class Trainer {
   /** Throws JudgeHealthError when the step's null rate passes `judge.maxNullRate`. */
   private checkJudgeHealth(rewards: RewardResult[], what: string): JudgeHealth | undefined {
     const h = stepJudgeHealth(rewards);
+    if (h && this.cfg.judge?.score === 'prob' && h.verdicts > h.withProb && !this.warnedNoProb) {
+      this.warnedNoProb = true;
+      this.log(`judge: --judge-score prob, but ${h.verdicts - h.withProb} of ${h.verdicts} verdicts carry no P(yes) (the endpoint returned no usable logprobs); those items count 1/0 by their verdict`);
+    }
     if (h) assertJudgeHealth(h, this.cfg.judge?.maxNullRate ?? 0.5, this.cfg.judge?.kind === 'http' ? `${this.cfg.judge.model}@${this.cfg.judge.url}` : (this.cfg.judge?.kind ?? 'judge'), what);
     return h;
   }
