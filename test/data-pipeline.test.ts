@@ -10,7 +10,7 @@ import { applyDuplicateGroups, assignSplit, chunkText, mergeCandidates, selectRu
 import { lexicalOverlap } from '../lib/data/leakage.js';
 import { PipelineState } from '../lib/data/state.js';
 import { readDataset, type PaperGymItem } from '../lib/data/schema.js';
-import { startFakeLlm, type FakeFault, type FakeLlm, type FakeRequestInfo } from './helpers/fake-llm.js';
+import { startFakeLlm, defaultResponder, type FakeFault, type FakeLlm, type FakeRequestInfo } from './helpers/fake-llm.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const PAPERS = join(here, '..', '..', 'test', 'fixtures', 'papers');
@@ -182,6 +182,24 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     expect(readDataset(s.out, { strict: true }).items).to.deep.equal(clean);
     expect(logs.join('\n')).not.to.include(SECRET);
     expect(logs.some((l) => /retry/.test(l))).to.equal(true);
+  });
+
+  it('the same items when the server sends content as parts with a thinking part (issue 12)', async () => {
+    srv.setResponder((r) => {
+      const v = defaultResponder(r);
+      const text = typeof v === 'string' ? v : JSON.stringify(v);
+      return { content: text, message: { role: 'assistant', content: [{ type: 'thinking', thinking: [{ type: 'text', text: '{"not": "the answer"}' }] }, { type: 'text', text } ] } };
+    });
+    try {
+      const s = await runBuildData(args('parts'), io());
+      expect(s.failures).to.deep.equal([]);
+      // (Not deep-equal to `clean`: under CPU load the LaTeX parser may time out into its fallback, which changes the text.)
+      const items = readDataset(s.out, { strict: true }).items;
+      expect(items.map((i) => i.id)).to.deep.equal(clean.map((i) => i.id));
+      for (const it of items) expect(it.rubric).to.have.length(10);
+    } finally {
+      srv.setResponder(defaultResponder);
+    }
   });
 
   it('resumes after an abort without sending any finished request again; --force redoes', async () => {
