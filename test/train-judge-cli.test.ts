@@ -89,6 +89,7 @@ describe('train with a failing HTTP judge (embedded tiny model, loopback judge)'
     mode = 'yes';
     const again = await run(['train', '--resume', out]);
     expect(again.code, again.out).to.equal(0);
+    expect(again.out).to.match(/\[grpo\] step 1\/2 loss -?[\d.]+ reward 1\.000 null 0%/); // the null rate in the progress line
     const steps = readFileSync(join(out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => typeof m.loss === 'number');
     expect(steps).to.have.length(2);
     expect(steps[0].judge).to.deep.include({ nulls: 0, errors: 0 });
