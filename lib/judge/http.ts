@@ -7,7 +7,8 @@
  *   answer is one word, read by `parseBinaryVerdict`.
  * - `per-plan`: one request per plan with all its items (prompts/judge-per-plan.v1.md), JSON
  *   output (`response_format` json_schema when the server supports it), read by
- *   `parsePlanVerdicts`. ~10–20× fewer requests; items are no longer judged independently.
+ *   `readPlanVerdicts` (unknown / duplicated ids counted in the stats). ~10–20× fewer requests;
+ *   items are no longer judged independently.
  *
  * Transport (concurrency, retries with backoff, timeouts, think stripping) is the shared LLM client
  * (lib/llm/client.ts); this module adds its own bound on in-flight judge requests, de-duplicates
