@@ -29,6 +29,8 @@ export interface Setting {
   /** List settings: the item type and length. */
   items?: 'string' | 'number';
   length?: number;
+  /** List settings given by repeating the flag (`--prompt a --prompt b`); values are not split at commas. */
+  repeatable?: boolean;
   /** One sentence: what it does, with units. */
   meaning: string;
   /** Where it comes from: paper section, or the TRL / peft / transformers / vLLM equivalent. */
@@ -41,6 +43,7 @@ export interface Setting {
 export function rangeText(s: Setting): string {
   if (s.type === 'boolean') return 'true | false';
   if (s.type === 'enum') return (s.choices ?? []).join(' | ');
+  if (s.type === 'list' && s.repeatable) return `repeatable: ${s.values ?? s.items ?? 'string'}`;
   if (s.type === 'list') return `comma list${s.length ? ` of ${s.length}` : ''} of ${s.choices ? s.choices.join(' | ') : (s.values ?? s.items ?? 'string')}`;
   if (s.type === 'number' || s.type === 'integer') {
     const lo = s.min === undefined ? '(-∞' : `${s.exclusiveMin ? '(' : '['}${s.min}`;
@@ -64,6 +67,7 @@ export function helpText(s: Setting): string {
 
 /** Parses a comma list flag value into strings or numbers. */
 export function parseList(s: Setting, v: unknown): unknown[] {
+  if (s.repeatable) return (Array.isArray(v) ? v : [v]).map(String);
   const parts = Array.isArray(v) ? v.flatMap((x) => String(x).split(',')) : String(v).split(',');
   const out = parts.map((p) => p.trim()).filter(Boolean);
   return s.items === 'number' ? out.map(Number) : out;
@@ -121,6 +125,7 @@ export function yargsOption(s: Setting, withDefault: boolean): Options {
   else if (s.type === 'number' || s.type === 'integer') o.type = 'number';
   else if (s.type === 'enum') o.choices = s.choices as string[];
   else o.type = 'string';
+  if (s.repeatable) o.array = true;
   if (withDefault && s.default !== null && s.default !== undefined) o.default = s.type === 'list' && Array.isArray(s.default) ? s.default.join(',') : s.default;
   return o;
 }

@@ -76,7 +76,7 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
   { key: 'judge.concurrency', flag: 'judge-concurrency', type: 'integer', min: 1, default: 8, meaning: 'http judge: requests in flight', source: 'OpenAI client max concurrency (vLLM benchmark --max-concurrency)' },
   // ---- validation, checkpoints, logging ----
   { key: 'validation.every', flag: 'validate-every', type: 'integer', min: 0, default: 4, meaning: 'Validate every N stage steps (greedy plans on val items, mean r_spec; 0 = never)', source: 'transformers TrainingArguments.eval_steps' },
-  { key: 'validation.maxItems', flag: 'validation-items', type: 'integer', min: 1, default: 2, meaning: 'Validation items used (the first N of split val)', source: 'transformers eval_dataset (subset)' },
+  { key: 'validation.maxItems', flag: 'validation-items', type: 'integer', min: 0, default: 2, meaning: 'Validation items used (the first N of split val; 0 = no validation)', source: 'transformers eval_dataset (subset)' },
   { key: 'checkpoint.every', flag: 'checkpoint-every', type: 'integer', min: 0, default: 4, meaning: 'Checkpoint every N stage steps (also at each stage end and on SIGINT; 0 = only then); report.html is rewritten at each checkpoint', source: 'transformers TrainingArguments.save_steps' },
   { key: 'checkpoint.saveTotalLimit', flag: 'save-total-limit', type: 'integer', min: 1, default: null, meaning: 'Keep only the last N checkpoints (older step-* dirs are deleted after a new one is complete); unset = keep all', source: 'transformers TrainingArguments.save_total_limit' },
   { key: 'log.every', flag: 'log-every', type: 'integer', min: 1, default: 1, meaning: 'Print a progress line every N steps (metrics.jsonl gets every step)', source: 'transformers TrainingArguments.logging_steps' },
@@ -109,7 +109,7 @@ const SAMPLING_OPTIONS: readonly Setting[] = [
 
 export const GENERATE_OPTIONS: readonly Setting[] = [
   ...MODEL_OPTIONS,
-  { key: 'prompt', flag: 'prompt', type: 'list', items: 'string', default: null, values: 'prompt text (repeatable)', meaning: 'Prompt sent as a user message; give this or --input', source: 'vLLM generate prompts' },
+  { key: 'prompt', flag: 'prompt', type: 'list', items: 'string', repeatable: true, default: null, values: 'prompt text (repeatable)', meaning: 'Prompt sent as a user message; give this or --input', source: 'vLLM generate prompts' },
   { key: 'input', flag: 'input', type: 'path', default: null, values: 'JSONL of {question|prompt|messages, id?}', meaning: 'Input file; questions get the training student prompt unless --plain', source: 'vLLM offline batch inference input' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Output JSONL (one line per completion); unset = stdout', source: 'vLLM run_batch -o' },
   { key: 'plain', flag: 'plain', type: 'boolean', default: false, meaning: 'Send --input questions as bare user messages (no student prompt)', source: 'papergym-native (student prompt, lib/train/prompts.ts)' },
@@ -153,7 +153,7 @@ export const SERVE_OPTIONS: readonly Setting[] = [
 
 export const REPORT_OPTIONS: readonly Setting[] = [
   { key: 'out', flag: 'out', type: 'path', default: 'report.html', values: 'a writable .html file', meaning: 'Report file; plots go to <name>-plots/ beside it as SVG and PNG', source: 'TensorBoard / W&B report export' },
-  { key: 'eval', flag: 'eval', type: 'list', items: 'string', default: null, values: '[label=]rows.jsonl (repeatable)', meaning: 'Eval per-item rows (eval --out) to show: coverage with CIs; the first is compared with each other one by a paired bootstrap', source: 'Koehn 2004 (paired bootstrap resampling)' },
+  { key: 'eval', flag: 'eval', type: 'list', items: 'string', repeatable: true, default: null, values: '[label=]rows.jsonl (repeatable)', meaning: 'Eval per-item rows (eval --out) to show: coverage with CIs; the first is compared with each other one by a paired bootstrap', source: 'Koehn 2004 (paired bootstrap resampling)' },
   { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL', meaning: 'Dataset whose rubric texts label the hardest items', source: 'paper: rubric items (DESIGN.md §7)' },
   { key: 'png', flag: 'png', type: 'boolean', default: true, meaning: 'Also write each plot as PNG (--no-png for SVG only)', source: 'matplotlib savefig formats' },
   { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples for eval CIs', source: 'Efron & Tibshirani 1993' },

@@ -10,7 +10,8 @@ import { Resvg } from '@resvg/resvg-js';
 /** One line: points [x, y] and, optionally, a band [x, lo, hi] drawn as a shaded area. */
 export interface LineSeries {
   name: string;
-  points: [number, number][];
+  /** y = null leaves a gap. */
+  points: [number, number | null][];
   band?: [number, number, number][];
   /** Marked points (e.g. the early-stop point), with a label. */
   marks?: { x: number; y: number; label: string }[];
@@ -66,7 +67,7 @@ function lineOption(s: LineChartSpec): Record<string, unknown> {
     const main: Record<string, unknown> = {
       type: 'line',
       name: l.name,
-      data: l.points,
+      data: l.points.map(([x, y]) => [x, y === null ? '-' : y]),
       showSymbol: l.symbols ?? l.points.length <= 1,
       symbolSize: 6,
       lineStyle: { width: 1.8 },

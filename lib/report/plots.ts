@@ -28,11 +28,16 @@ export function pick(row: Record<string, unknown>, path: string): number | undef
   return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
 }
 
-function points(rows: StepRow[], path: string, scale = 1): [number, number][] {
-  const out: [number, number][] = [];
+/** [globalStep, value] of the rows that have the field; a gap (null) where the stage changes, so stages are not joined by a line. */
+function points(rows: StepRow[], path: string, scale = 1): [number, number | null][] {
+  const out: [number, number | null][] = [];
+  let stage: string | undefined;
   for (const r of rows) {
     const v = pick(r, path);
-    if (v !== undefined) out.push([r.globalStep, v * scale]);
+    if (v === undefined) continue;
+    if (stage !== undefined && r.stage !== stage) out.push([r.globalStep - 0.5, null]);
+    stage = r.stage;
+    out.push([r.globalStep, v * scale]);
   }
   return out;
 }
@@ -153,6 +158,6 @@ export function stageLines(runs: RunData[]): VLine[] {
 /** The chart spec of one plot for these runs, or undefined when no run has its fields. */
 export function plotSpec(p: PlotDef, runs: RunData[]): LineChartSpec | undefined {
   const series = p.build(runs);
-  if (!series.some((s) => s.points.length)) return undefined;
+  if (!series.some((s) => s.points.some(([, y]) => y !== null))) return undefined;
   return { title: p.title, xName: 'global step', yName: p.yName, series, vlines: stageLines(runs), logY: p.logY };
 }
