@@ -233,9 +233,11 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     }
     log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
     const reportPath = join(runDir, 'report.html');
-    const report = () => {
+    // Checkpoint-time reports draw SVG only (rasterising every plot takes ~0.3 s each); the report
+    // written when the run ends adds the PNGs.
+    const report = (png = false) => {
       try {
-        writeReport({ runs: [runDir], out: reportPath });
+        writeReport({ runs: [runDir], out: reportPath, png });
       } catch (e) {
         log(`report ${reportPath} not written: ${(e as Error).message}`);
       }
@@ -263,7 +265,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       },
       runDir,
       log,
-      onCheckpoint: report,
+      onCheckpoint: () => report(false),
     }, resume?.state);
 
     let sigints = 0;
@@ -279,7 +281,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (o.handleSignals !== false) process.on('SIGINT', onSigint);
     try {
       const summary = await trainer.run();
-      report();
+      report(true);
       process.stdout.write(Trainer.formatSummary(summary) + '\n');
       return summary;
     } finally {
