@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { addJudgeOptions, httpJudgeFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { httpJudgeFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
 import { localJudgeForModel } from '../../lib/judge/local.js';
 import type { Judge } from '../../lib/judge/types.js';
 import { Policy } from '../../lib/model/policy.js';
@@ -10,7 +10,7 @@ import { policyPlanGenerator } from '../../lib/eval/backends.js';
 import { formatReport, writeRowsJsonl } from '../../lib/eval/report.js';
 import { runEval } from '../../lib/eval/run.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
-import { EVAL_OPTIONS } from '../../lib/config/settings.js';
+import { EVAL_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { resolveDevice } from '../../lib/util/device.js';
 
@@ -52,9 +52,7 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
   command: 'eval',
   describe: 'Generate research plans for a benchmark and report rubric coverage (overall, per dimension) with bootstrap CIs',
   builder: (y) =>
-    addJudgeOptions(
-      addSettings(y, EVAL_OPTIONS, { withDefaults: true }).demandOption(['model', 'data']),
-    ) as never,
+    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption(['model', 'data']) as never,
   handler: async (argv) => {
     for (const [flag, path] of [['--out', argv.out], ['--report', argv.report], ['--plans', argv.plans]] as const) if (path) ensureWritableFile(path, flag);
     let items = readDataset(argv.data).items;

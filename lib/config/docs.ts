@@ -41,13 +41,6 @@ export function renderConfigDocs(): string {
     if (cmd === 'train') continue;
     parts.push(`## ${cmd}`, '', markdownTable(settings, { keyColumn: false }), '');
   }
-  parts.push(
-    '## Not yet in the schema',
-    '',
-    'The `--judge*` options of `eval` (lib/judge/factory.ts) and the options of `build-data`, `leakage` and',
-    '`probe-judge` are still declared in their command files; see their `--help`.',
-    '',
-  );
   return parts.join('\n');
 }
 

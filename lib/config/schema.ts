@@ -60,9 +60,9 @@ export function defaultText(s: Setting): string {
   return String(s.default);
 }
 
-/** `--help` line: meaning, range, default. */
-export function helpText(s: Setting): string {
-  return `${s.meaning}${s.type === 'enum' ? '' : ` [${rangeText(s)}]`} (default: ${defaultText(s)})`;
+/** `--help` line: meaning, range, default (left out when yargs prints its own `[default: …]`). */
+export function helpText(s: Setting, withDefault = true): string {
+  return `${s.meaning}${s.type === 'enum' ? '' : ` [${rangeText(s)}]`}${withDefault ? ` (default: ${defaultText(s)})` : ''}`;
 }
 
 /** Parses a comma list flag value into strings or numbers. */
@@ -119,7 +119,8 @@ export function checkValue(s: Setting, v: unknown): string | undefined {
 
 /** The yargs option of a setting. `withDefault`: let yargs fill the default (commands without layered config). */
 export function yargsOption(s: Setting, withDefault: boolean): Options {
-  const o: Options = { describe: helpText(s) };
+  const yargsShowsDefault = withDefault && s.default !== null && s.default !== undefined;
+  const o: Options = { describe: helpText(s, !yargsShowsDefault) };
   if (s.alias) o.alias = s.alias;
   if (s.type === 'boolean') o.type = 'boolean';
   else if (s.type === 'number' || s.type === 'integer') o.type = 'number';

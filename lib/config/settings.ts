@@ -160,6 +160,74 @@ export const REPORT_OPTIONS: readonly Setting[] = [
   { key: 'title', flag: 'title', type: 'string', default: null, values: 'any text', meaning: 'Report title; unset = the run names', source: 'papergym-native' },
 ];
 
+/**
+ * The `--judge*` options of eval and probe-judge (lib/judge/factory.ts JudgeArgs reads them). A new
+ * judge option is one more entry here.
+ */
+export const JUDGE_OPTIONS: readonly Setting[] = [
+  { key: 'judge', flag: 'judge', type: 'enum', choices: ['http', 'local'], default: 'http', meaning: 'Judge backend: an OpenAI-compatible endpoint, or the local model with its adapter off (P(yes) from one prefill)', source: 'paper: LLM judge decides each rubric item (DESIGN.md §6)' },
+  { key: 'judgeUrl', flag: 'judge-url', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'http: judge endpoint', source: 'OpenAI API base_url' },
+  { key: 'judgeModel', flag: 'judge-model', type: 'string', default: null, values: 'a served model name', meaning: 'http: served judge model name', source: 'OpenAI API model' },
+  { key: 'judgeMode', flag: 'judge-mode', type: 'enum', choices: ['per-item', 'per-plan'], default: 'per-item', meaning: 'http: one yes/no request per rubric item, or one JSON request per plan', source: 'paper: per-item judging (DESIGN.md §6)' },
+  { key: 'judgeConcurrency', flag: 'judge-concurrency', type: 'integer', min: 1, default: 16, meaning: 'http: requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'judgeCache', flag: 'judge-cache', type: 'path', default: null, values: 'a SQLite file', meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache', source: 'papergym-native (lib/judge/cache.ts)' },
+  { key: 'judgeTimeoutMs', flag: 'judge-timeout-ms', type: 'integer', min: 1, default: 120000, meaning: 'http: per-attempt timeout in milliseconds', source: 'OpenAI client timeout' },
+  { key: 'judgeMaxRetries', flag: 'judge-max-retries', type: 'integer', min: 0, default: 5, meaning: 'http: retries after the first attempt (backoff, honouring retry-after)', source: 'OpenAI client max_retries' },
+  { key: 'judgeMaxTokens', flag: 'judge-max-tokens', type: 'integer', min: 1, default: null, meaning: 'http: max answer tokens; unset = 16 per item, 64 + 24 per item per plan', source: 'OpenAI API max_tokens' },
+  { key: 'judgeNoThink', flag: 'judge-no-think', type: 'boolean', default: false, meaning: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)', source: 'vLLM chat_template_kwargs; Qwen3 enable_thinking' },
+  { key: 'judgeBatch', flag: 'judge-batch', type: 'integer', min: 1, default: 16, meaning: 'local: prompts per prefill batch', source: 'vLLM max_num_seqs' },
+  { key: 'judgeVariants', flag: 'judge-variants', type: 'enum', choices: ['pair', 'all'], default: null, meaning: 'local: answer tokens Yes/No only, or every casing/space variant summed; unset = pair with sequence-logprobs, all with forward-logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
+  { key: 'judgeScoring', flag: 'judge-scoring', type: 'enum', choices: ['sequence-logprobs', 'forward-logits'], default: 'sequence-logprobs', meaning: 'local: lm_head at the scored position only, or full forward logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
+];
+
+export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Items whose rubrics the adversarial plans are judged against', source: 'paper: rubric items (DESIGN.md §7)' },
+  { key: 'model', flag: 'model', type: 'path', default: null, values: 'a Qwen3 checkpoint dir', meaning: '--judge local: the judge model (the base; adapter off)', source: 'transformers from_pretrained' },
+  { key: 'attacks', flag: 'attacks', type: 'list', items: 'string', choices: ['restate', 'keywords', 'inject', 'empty', 'echo'], default: ['restate', 'keywords', 'inject', 'empty'], meaning: 'Adversarial plans to judge: restated question, keyword stuffing, grader injection, empty plan, echoed rubric', source: 'reward-hacking probes (DESIGN.md §8)' },
+  { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'First N items only; unset = all', source: 'lm-evaluation-harness --limit' },
+  { key: 'general', flag: 'general', type: 'boolean', default: false, meaning: 'Also judge the general rubric items', source: 'paper: general rubric items (DESIGN.md §6)' },
+  { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (DESIGN.md §6)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the JSON report here', source: 'lm-evaluation-harness --output_path' },
+  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print JSON instead of a table', source: 'papergym-native' },
+  { key: 'device', flag: 'device', type: 'string', default: 'auto', pattern: DEVICE_AUTO, values: 'auto | cpu | cuda | cuda:N', meaning: '--judge local: device; auto = cuda when the addon sees a GPU, else cpu', source: 'transformers device_map' },
+  { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: '--judge local: weight dtype; unset = bfloat16 on CUDA, float32 on CPU', source: 'transformers torch_dtype' },
+];
+
+export const BUILD_DATA_OPTIONS: readonly Setting[] = [
+  { key: 'papers', flag: 'papers', type: 'list', items: 'string', repeatable: true, default: null, values: '.tar.gz/.tar/.gz archives, paper dirs, or dirs of them (required)', meaning: 'Paper LaTeX sources to turn into items', source: 'paper: arXiv LaTeX sources (DESIGN.md §7)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable JSONL file (required)', meaning: 'Output dataset JSONL', source: 'datasets to_json' },
+  { key: 'llm', flag: 'llm', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'OpenAI-compatible base URL; API key from PAPERGYM_LLM_API_KEY or OPENAI_API_KEY', source: 'OpenAI API base_url' },
+  { key: 'model', flag: 'model', type: 'string', default: null, values: 'a served model name (required with --llm)', meaning: 'Served model name', source: 'OpenAI API model' },
+  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'State file; a rerun resumes from it and never pays twice for a call; unset = <out>.state.sqlite', source: 'papergym-native (DESIGN.md §7)' },
+  { key: 'force', flag: 'force', type: 'boolean', default: false, meaning: 'Ignore stored answers and redo every call', source: 'papergym-native' },
+  { key: 'format', flag: 'format', type: 'enum', choices: ['papergym', 'research-plan-gen'], default: 'papergym', meaning: 'Output format', source: 'docs/data.md' },
+  { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max LLM requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'paperConcurrency', flag: 'paper-concurrency', type: 'integer', min: 1, default: 2, meaning: 'Papers processed at once', source: 'papergym-native' },
+  { key: 'timeout', flag: 'timeout', type: 'number', min: 0, exclusiveMin: true, default: 300, meaning: 'Per-request timeout in seconds', source: 'OpenAI client timeout' },
+  { key: 'retries', flag: 'retries', type: 'integer', min: 0, default: 5, meaning: 'Retries per request (backoff, honouring retry-after)', source: 'OpenAI client max_retries' },
+  { key: 'maxTokens', flag: 'max-tokens', type: 'integer', min: 1, default: 4096, meaning: 'Max completion tokens per LLM call', source: 'OpenAI API max_tokens' },
+  { key: 'temperature', flag: 'temperature', type: 'number', min: 0, default: 0, meaning: 'LLM sampling temperature', source: 'OpenAI API temperature' },
+  { key: 'valFraction', flag: 'val-fraction', type: 'number', min: 0, max: 1, default: 0.1, meaning: 'Share of papers assigned to split val', source: 'datasets train_test_split' },
+  { key: 'testFraction', flag: 'test-fraction', type: 'number', min: 0, max: 1, default: 0.1, meaning: 'Share of papers assigned to split test', source: 'datasets train_test_split' },
+  { key: 'splitSeed', flag: 'split-seed', type: 'string', default: 'papergym', values: 'any string', meaning: 'Seed of the per-paper split hash', source: 'datasets train_test_split seed' },
+  { key: 'responseFormat', flag: 'response-format', type: 'boolean', default: false, meaning: 'Send JSON schemas as response_format (guided decoding on vLLM / SGLang / OpenAI)', source: 'OpenAI API response_format json_schema' },
+  { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress display: a bar in a TTY, plain lines, or none', source: 'papergym-native' },
+  { key: 'dryRun', flag: 'dry-run', type: 'boolean', default: false, meaning: 'Only ingest the papers and print what was found (no LLM calls, nothing written)', source: 'papergym-native' },
+];
+
+export const LEAKAGE_OPTIONS: readonly Setting[] = [
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Dataset to audit', source: 'paper: leakage audit (DESIGN.md §7)' },
+  { key: 'llm', flag: 'llm', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'OpenAI-compatible base URL of the judge; unset = the lexical proxy only', source: 'OpenAI API base_url' },
+  { key: 'model', flag: 'model', type: 'string', default: null, values: 'a served model name', meaning: 'Judge model name', source: 'OpenAI API model' },
+  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'Cache of judge calls; unset = <data>.leakage.sqlite', source: 'papergym-native (DESIGN.md §7)' },
+  { key: 'threshold', flag: 'threshold', type: 'number', min: 0, max: 1, default: 0.6, meaning: 'Lexical-overlap threshold of the proxy', source: 'papergym-native (lib/data/leakage.ts)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the full per-item report as JSON', source: 'papergym-native' },
+  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the report as JSON', source: 'papergym-native' },
+  { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max judge requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'timeout', flag: 'timeout', type: 'number', min: 0, exclusiveMin: true, default: 120, meaning: 'Per-request timeout in seconds', source: 'OpenAI client timeout' },
+  { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'Fail on invalid dataset rows instead of skipping them', source: 'papergym-native (docs/data.md)' },
+];
+
 export const DOCTOR_OPTIONS: readonly Setting[] = [
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the environment report as JSON', source: 'vLLM collect_env / torch.utils.collect_env' },
 ];
@@ -168,8 +236,11 @@ export const DOCTOR_OPTIONS: readonly Setting[] = [
 export const COMMAND_SETTINGS: Record<string, readonly Setting[]> = {
   train: [...TRAIN_COMMAND_OPTIONS, ...TRAIN_SETTINGS],
   generate: GENERATE_OPTIONS,
-  eval: EVAL_OPTIONS,
+  eval: [...EVAL_OPTIONS, ...JUDGE_OPTIONS],
   serve: SERVE_OPTIONS,
   report: REPORT_OPTIONS,
+  'build-data': BUILD_DATA_OPTIONS,
+  leakage: LEAKAGE_OPTIONS,
+  'probe-judge': [...PROBE_JUDGE_OPTIONS, ...JUDGE_OPTIONS],
   doctor: DOCTOR_OPTIONS,
 };
