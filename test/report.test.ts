@@ -14,7 +14,7 @@ import { packageRoot } from '../lib/native.js';
 import { ensureDefaultModel } from '../lib/train/run.js';
 import { writeReport } from '../lib/report/html.js';
 import { readRun } from '../lib/report/read.js';
-import { PLOTS } from '../lib/report/plots.js';
+import { PLOTS, plotSpec } from '../lib/report/plots.js';
 import { pairedBootstrap, hardestItems } from '../lib/eval/compare.js';
 import type { EvalRow } from '../lib/eval/report.js';
 import { findChromium } from './helpers/browser.js';
@@ -173,6 +173,26 @@ describe('report', function () {
     expect(readRun(old).steps.map((s) => s.globalStep)).to.deep.equal([1, 2, 3]);
     expect(existsSync(join(tmp, 'bad', 'report-plots', 'loss.svg'))).to.equal(true);
     expect(existsSync(join(tmp, 'bad', 'report-plots', 'loss.png'))).to.equal(false);
+  });
+
+  it('marks the early-stop point on the validation plot and as a line on every plot', () => {
+    const dir = join(tmp, 'early');
+    mkdirSync(dir);
+    const rows = [
+      ...[1, 2, 3, 4].map((s) => ({ stage: 'opsd', step: s, globalStep: s, loss: 1 / s, jsd: 1 / s })),
+      ...[1, 2, 3, 4].map((s) => ({ stage: 'opsd', step: s, globalStep: s, validation: [0.5, 0.6, 0.55, 0.5][s - 1] })),
+      { stage: 'opsd', step: 4, globalStep: 4, event: 'early_stop' },
+      ...[5, 6].map((g) => ({ stage: 'grpo', step: g - 4, globalStep: g, loss: 0.1, rewardMean: 0.5, rewardStd: 0.1 })),
+    ];
+    writeFileSync(join(dir, 'metrics.jsonl'), rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const run = readRun(dir);
+    expect(run.earlyStops).to.deep.equal([{ stage: 'opsd', globalStep: 4 }]);
+    expect(run.stageStarts).to.deep.equal([{ stage: 'opsd', globalStep: 1 }, { stage: 'grpo', globalStep: 5 }]);
+    const spec = plotSpec(PLOTS.find((p) => p.id === 'validation')!, [run])!;
+    expect(spec.series[0]!.marks).to.deep.equal([{ x: 4, y: 0.5, label: 'stop' }]);
+    expect(spec.vlines!.map((v) => v.label)).to.deep.equal(['→ grpo', 'early stop']);
+    const r = writeReport({ runs: [dir], out: join(dir, 'r.html'), png: false });
+    expect(readFileSync(join(r.plotsDir, 'validation.svg'), 'utf8')).to.contain('stop');
   });
 
   it('a train run appends to its live report: report on a dir being written reads what is there', () => {

@@ -172,7 +172,7 @@ export function writeReport(o: ReportOptions): ReportResult {
   const evals = loadEvals(o.evals ?? [], resamples);
   const evalHtml = evals.length ? evalSection(evals, itemTexts(o.data, notes), resamples, relDir, png, writePlot) : '';
 
-  const inProgress = runs.some((r) => r.inProgress && r.steps.length);
+  const inProgress = runs.some((r) => r.inProgress && (r.steps.length > 0 || r.config !== undefined));
   const title = o.title ?? `papergym-native report: ${runs.map((r) => r.label).join(', ') || 'no runs'}`;
   const html = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
