@@ -103,9 +103,9 @@ function lineOption(s: LineChartSpec): Record<string, unknown> {
   return {
     ...base(s.title),
     legend: { top: 28, data: s.series.map((l) => l.name), type: 'plain', textStyle: { fontSize: 11 } },
-    grid: { left: 64, right: 24, top: s.series.length > 3 ? 84 : 64, bottom: 44 },
+    grid: { left: 72, right: 24, top: s.series.length > 3 ? 84 : 60, bottom: 44 },
     xAxis: { type: 'value', name: s.xName, nameLocation: 'middle', nameGap: 26, minInterval: 1, scale: true },
-    yAxis: { type: s.logY ? 'log' : 'value', name: s.yName, nameTextStyle: { align: 'left' }, scale: !s.logY },
+    yAxis: { type: s.logY ? 'log' : 'value', name: s.yName, nameLocation: 'middle', nameGap: 46, nameRotate: 90, scale: !s.logY },
     series,
   };
 }
@@ -118,7 +118,6 @@ function barOption(s: BarChartSpec): Record<string, unknown> {
     data: g.values.map((v) => v.mean),
     itemStyle: { color: PALETTE[gi % PALETTE.length] },
     barMaxWidth: 48,
-    label: { show: true, position: 'insideBottom', fontSize: 10, color: '#fff', formatter: (p: { value: number }) => (Math.abs(p.value) < 1 ? p.value.toFixed(3) : p.value.toFixed(1)) },
   }));
   // Error bars: a custom series drawing each interval at its bar's position (ECharts' documented
   // way to draw error bars: renderItem with api.coord/api.size).
@@ -127,6 +126,8 @@ function barOption(s: BarChartSpec): Record<string, unknown> {
       type: 'custom',
       name: g.name,
       data: g.values.map((v, ci) => [ci, v.lo, v.hi]),
+      // Both ends of the interval count for the y-axis extent.
+      encode: { x: 0, y: [1, 2] },
       z: 10,
       silent: true,
       renderItem: (_params: unknown, api: { value: (i: number) => number; coord: (p: [number, number]) => [number, number]; size: (p: [number, number]) => [number, number]; style: (o: object) => object }) => {
@@ -152,9 +153,9 @@ function barOption(s: BarChartSpec): Record<string, unknown> {
   return {
     ...base(s.title),
     legend: { top: 28, data: s.groups.map((g) => g.name), textStyle: { fontSize: 11 } },
-    grid: { left: 64, right: 24, top: 64, bottom: 44 },
+    grid: { left: 72, right: 24, top: 60, bottom: 44 },
     xAxis: { type: 'category', data: s.categories, axisLabel: { fontSize: 11, interval: 0 } },
-    yAxis: { type: 'value', name: s.yName, min: s.yMin, max: s.yMax },
+    yAxis: { type: 'value', name: s.yName, nameLocation: 'middle', nameGap: 46, nameRotate: 90, min: s.yMin, max: s.yMax },
     series,
   };
 }
