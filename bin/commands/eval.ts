@@ -60,7 +60,9 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     if (argv.limit !== undefined) items = items.slice(0, argv.limit);
     if (!items.length) throw new Error(`${argv.data}: no items to evaluate`);
     const general = argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined });
+    const device = resolveDevice(argv.device);
+    process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}\n`);
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     let judge: Judge | undefined;
     try {
       judge = argv.judge === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromArgs(argv)) : httpJudgeFromArgs(argv);

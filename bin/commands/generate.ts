@@ -90,7 +90,9 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
     const records: InputRecord[] = argv.input ? readInput(argv.input, argv.plain) : (argv.prompt ?? []).map((p) => ({ prompt: argv.system ? [{ role: 'system', content: argv.system }, { role: 'user', content: p }] : p }));
     if (!records.length) throw new Error('no prompts to generate for');
     const seed = argv.seed ?? Math.floor(Math.random() * 2 ** 31);
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined });
+    const device = resolveDevice(argv.device);
+    process.stderr.write(`generate: ${argv.model} on ${device}\n`);
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     const out = argv.out ? createWriteStream(argv.out) : process.stdout;
     const ac = new AbortController();
     const onSig = () => ac.abort();

@@ -34,7 +34,9 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
   builder: (y) =>
     addSettings(y, SERVE_OPTIONS, { withDefaults: true }).demandOption('model') as never,
   handler: async (argv) => {
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined });
+    const device = resolveDevice(argv.device);
+    process.stderr.write(`serve: loading ${argv.model} on ${device}\n`);
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     const modelId = argv.servedModelName ?? basename(argv.model.replace(/\/+$/, ''));
     const server = new ChatServer({
       backend: policyServeBackend(policy),
