@@ -119,6 +119,8 @@ describe('CLI bad input', function () {
     const summary = JSON.parse(readFileSync(join(run, 'summary.json'), 'utf8'));
     expect(summary.globalStep).to.equal(3);
     expect(summary.stages.map((s: { steps: number }) => s.steps)).to.deep.equal([1, 2]);
+    const cfg = JSON.parse(readFileSync(join(run, 'config.json'), 'utf8'));
+    expect([cfg.grpo.steps, cfg.origins['grpo.steps'], cfg.origins['opsd.steps']]).to.deep.equal([2, 'flag', 'flag']);
   });
 
   it('applyResumeFlags: a finished stage keeps its count; the stage in progress cannot go below its done steps', () => {

@@ -39,7 +39,9 @@ export function renderConfigDocs(): string {
   ];
   for (const [cmd, settings] of Object.entries(COMMAND_SETTINGS)) {
     if (cmd === 'train') continue;
-    parts.push(`## ${cmd}`, '', markdownTable(settings, { keyColumn: false }), '');
+    parts.push(`## ${cmd}`, '');
+    if (cmd === 'report') parts.push('`papergym-native report RUN_DIR [RUN_DIR…] [options]`: the run dirs (`train --out`) are overlaid in the order given.', '');
+    parts.push(markdownTable(settings, { keyColumn: false }), '');
   }
   return parts.join('\n');
 }

@@ -157,7 +157,7 @@ export function addSettings<T>(y: Argv<T>, settings: readonly Setting[], opts: {
 
 /** One row per setting for docs/config.md. */
 export function markdownTable(settings: readonly Setting[], opts: { keyColumn: boolean }): string {
-  const cell = (x: string) => x.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+  const cell = (x: string) => x.replace(/\|/g, '\\|').replace(/\n/g, ' ').replace(/</g, '&lt;');
   const head = opts.keyColumn ? '| flag | config key | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- | --- |' : '| flag | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- |';
   const rows = settings.map((s) => {
     const cols = [`\`--${s.flag}\``, ...(opts.keyColumn ? [`\`${s.key}\``] : []), s.type, `\`${defaultText(s)}\``, rangeText(s), s.meaning, s.source];

@@ -109,7 +109,7 @@ const SAMPLING_OPTIONS: readonly Setting[] = [
 
 export const GENERATE_OPTIONS: readonly Setting[] = [
   ...MODEL_OPTIONS,
-  { key: 'prompt', flag: 'prompt', type: 'list', items: 'string', repeatable: true, default: null, values: 'prompt text (repeatable)', meaning: 'Prompt sent as a user message; give this or --input', source: 'vLLM generate prompts' },
+  { key: 'prompt', flag: 'prompt', type: 'list', items: 'string', repeatable: true, default: null, values: 'prompt text', meaning: 'Prompt sent as a user message; give this or --input', source: 'vLLM generate prompts' },
   { key: 'input', flag: 'input', type: 'path', default: null, values: 'JSONL of {question|prompt|messages, id?}', meaning: 'Input file; questions get the training student prompt unless --plain', source: 'vLLM offline batch inference input' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Output JSONL (one line per completion); unset = stdout', source: 'vLLM run_batch -o' },
   { key: 'plain', flag: 'plain', type: 'boolean', default: false, meaning: 'Send --input questions as bare user messages (no student prompt)', source: 'papergym-native (student prompt, lib/train/prompts.ts)' },
@@ -152,8 +152,8 @@ export const SERVE_OPTIONS: readonly Setting[] = [
 ];
 
 export const REPORT_OPTIONS: readonly Setting[] = [
-  { key: 'out', flag: 'out', type: 'path', default: 'report.html', values: 'a writable .html file', meaning: 'Report file; plots go to <name>-plots/ beside it as SVG and PNG', source: 'TensorBoard / W&B report export' },
-  { key: 'eval', flag: 'eval', type: 'list', items: 'string', repeatable: true, default: null, values: '[label=]rows.jsonl (repeatable)', meaning: 'Eval per-item rows (eval --out) to show: coverage with CIs; the first is compared with each other one by a paired bootstrap', source: 'Koehn 2004 (paired bootstrap resampling)' },
+  { key: 'out', flag: 'out', type: 'path', default: 'report.html', values: 'a writable .html file', meaning: 'Report file; plots go to NAME-plots/ beside it (NAME = the file name without .html) as SVG and PNG', source: 'TensorBoard / W&B report export' },
+  { key: 'eval', flag: 'eval', type: 'list', items: 'string', repeatable: true, default: null, values: '[label=]rows.jsonl', meaning: 'Eval per-item rows (eval --out) to show: coverage with CIs; the first is compared with each other one by a paired bootstrap', source: 'Koehn 2004 (paired bootstrap resampling)' },
   { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL', meaning: 'Dataset whose rubric texts label the hardest items', source: 'paper: rubric items (DESIGN.md §7)' },
   { key: 'png', flag: 'png', type: 'boolean', default: true, meaning: 'Also write each plot as PNG (--no-png for SVG only)', source: 'matplotlib savefig formats' },
   { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples for eval CIs', source: 'Efron & Tibshirani 1993' },

@@ -176,6 +176,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   let cfg: TrainConfig;
   let origins: Record<string, Origin> | undefined;
   let resume: ReturnType<typeof resolveCheckpoint> | undefined;
+  let resumeChanged: string[] = [];
   if (o.resume) {
     if (o.preset || o.file) throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
@@ -183,6 +184,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
     resume = { ...resume, state: r.state };
+    resumeChanged = r.changed;
     if (r.changed.length) log(`resume: changed ${r.changed.map((k) => `${k} = ${JSON.stringify(getPath(cfg, k))}`).join(', ')}`);
     log(`resuming ${resume.dir} (stage ${cfg.stages[resume.state.stageIndex] ?? 'done'}, step ${resume.state.stageStep}, global ${resume.state.globalStep})`);
   } else {
@@ -228,6 +230,19 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       // Every resolved value, and where it came from (default, preset, file, flag).
       writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins }, null, 2));
     } else {
+      if (resumeChanged.length) {
+        // The values changed on resume (step counts, device, …) replace the old ones, origin `flag`.
+        const path = join(runDir, 'config.json');
+        let prev: { origins?: Record<string, Origin> } = {};
+        try {
+          prev = JSON.parse(readFileSync(path, 'utf8')) as typeof prev;
+        } catch {
+          /* missing or unreadable: rewrite from the resolved config */
+        }
+        const og = { ...(prev.origins ?? {}) };
+        for (const k of resumeChanged) og[k] = 'flag';
+        writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og }, null, 2));
+      }
       const dropped = truncateMetrics(join(runDir, 'metrics.jsonl'), resume.state.globalStep);
       if (dropped) log(`resume: dropped ${dropped} metrics row(s) written after checkpoint step ${resume.state.globalStep} (they are replayed)`);
     }
