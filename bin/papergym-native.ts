@@ -3,15 +3,19 @@
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { commands } from './commands/index.js';
+import { joinNegativeNumbers, quietOnEpipe } from './cli-util.js';
 
-const cli = yargs(hideBin(process.argv)).scriptName('papergym-native').strict().demandCommand(1).help().recommendCommands();
+// `doctor | head`: a closed pipe ends the process quietly instead of with an EPIPE stack trace.
+quietOnEpipe(process.stdout);
+quietOnEpipe(process.stderr);
+
+const cli = yargs(joinNegativeNumbers(hideBin(process.argv))).scriptName('papergym-native').strict().demandCommand(1).help().recommendCommands().wrap(null);
 for (const c of commands) cli.command(c);
-cli.fail((msg, err, y) => {
-  if (err) {
-    process.stderr.write(`papergym-native: ${err.message}\n`);
-  } else {
-    process.stderr.write(`${y.help()}\n\npapergym-native: ${msg}\n`);
-  }
+cli.fail((msg, err) => {
+  // One line naming the problem; the full help stays one `--help` away.
+  const sub = hideBin(process.argv).find((a) => !a.startsWith('-'));
+  const known = commands.some((c) => c.command === sub);
+  process.stderr.write(`papergym-native: ${err ? err.message : msg}\n${err ? '' : `run 'papergym-native ${known ? `${sub} ` : ''}--help' for the options\n`}`);
   process.exit(1);
 });
 await cli.parseAsync();

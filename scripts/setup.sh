@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent setup: libtorch provider + Python references (unless LIBTORCH is set), npm packages,
-# TypeScript build, addon build. Safe to re-run; each step skips when already up to date.
+# Idempotent setup: libtorch provider + Python references (unless LIBTORCH is set), headless
+# Chromium (as root, via apt), npm packages, TypeScript build, addon build. Safe to re-run; each step skips when already up to date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '[setup] %s\n' "$*"; }
@@ -26,6 +26,20 @@ PYEOF
   fi
 else
   say "LIBTORCH=$LIBTORCH: not installing torch (live parity tests need python3 with transformers/peft/trl)"
+fi
+
+# Headless Chromium for the report's browser test (test/report.test.ts skips without it). Only as
+# root with apt-get, only when no Chromium is on PATH; never fails the setup.
+if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then
+  say "chromium already installed"
+elif [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  say "apt-get install chromium (headless browser for the report test)"
+  if ! { DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 ||
+         { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; }; }; then
+    say "could not install chromium; the report browser test will skip"
+  fi
+else
+  say "no chromium and cannot apt-get it (not root or no apt); the report browser test will skip"
 fi
 
 # Node's own headers, so native dependencies (better-sqlite3) build offline.

@@ -122,6 +122,6 @@ describe('Policy (model + tokenizer + chat template)', function () {
     }
     const bad = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--prompt', 'hi', '--top-p', '0'], { encoding: 'utf8', env: process.env });
     expect(bad.status).to.not.equal(0);
-    expect(bad.stderr).to.match(/topP must be in \(0, 1\]/);
+    expect(bad.stderr).to.match(/topP \(--top-p\) must be in \(0, 1\]/);
   });
 });

@@ -25,7 +25,7 @@ describe('train config', () => {
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, 'grpo:\n  groupsize: 4\n');
     expect(() => resolveConfig({ file })).to.throw(/bad\.yaml.*unknown key grpo\.groupsize/);
-    expect(() => resolveConfig({ flags: { stages: ['opsd', 'ppo' as never] } })).to.throw(/unknown stage 'ppo'/);
+    expect(() => resolveConfig({ flags: { stages: ['opsd', 'ppo' as never] } })).to.throw(/stages \(--stages\): unknown item "ppo"/);
     expect(() => resolveConfig({ flags: { sampling: { topP: 1.5 } as never } })).to.throw(/topP/);
     expect(() => resolveConfig({ flags: { judge: { kind: 'http' } as never } })).to.throw(/judge\.url/);
   });

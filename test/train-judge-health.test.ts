@@ -159,7 +159,7 @@ describe('train: the same judge options as eval', () => {
     writeFileSync(file, 'judge:\n  kind: http\n  url: http://127.0.0.1:8000/v1\n  model: Qwen/Qwen3-8B\n  noThink: true\n  score: prob\n  maxNullRate: 0.2\n  timeoutMs: 30000\n');
     expect(resolveConfig({ file }).judge).to.include({ noThink: true, score: 'prob', maxNullRate: 0.2, timeoutMs: 30000 });
     writeFileSync(file, 'judge:\n  maxNullRate: 1.5\n  score: logits\n');
-    expect(() => resolveConfig({ file })).to.throw(/judge\.score must be binary or prob[\s\S]*judge\.maxNullRate must be in \[0, 1\]|judge\.maxNullRate must be in \[0, 1\][\s\S]*judge\.score/);
+    expect(() => resolveConfig({ file })).to.throw(/judge\.score \(--judge-score\) must be one of binary \| prob[\s\S]*judge\.maxNullRate \(--judge-max-null-rate\) must be in \[0, 1\]/);
     writeFileSync(file, 'judge:\n  no_think: true\n');
     expect(() => resolveConfig({ file })).to.throw(/unknown key judge\.no_think/);
     rmSync(dir, { recursive: true, force: true });

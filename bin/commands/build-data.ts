@@ -6,6 +6,8 @@
  */
 import { writeFileSync, renameSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
+import { BUILD_DATA_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
 import { buildDataset, discoverPapers } from '../../lib/data/pipeline.js';
 import { loadPaper } from '../../lib/data/latex/index.js';
@@ -120,26 +122,7 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
   command: 'build-data',
   describe: 'Turn LaTeX paper sources into PaperGym items (question, reference answer, rubric) with an OpenAI-compatible LLM',
   builder: (y) =>
-    y
-      .option('papers', { type: 'array', string: true, demandOption: true, describe: 'paper sources: .tar.gz/.tar/.gz archives, paper directories, or directories of them' })
-      .option('out', { type: 'string', demandOption: true, describe: 'output JSONL' })
-      .option('llm', { type: 'string', describe: 'OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1); key from PAPERGYM_LLM_API_KEY or OPENAI_API_KEY' })
-      .option('model', { type: 'string', describe: 'served model name (required with --llm)' })
-      .option('state', { type: 'string', describe: 'SQLite state file (default <out>.state.sqlite); a rerun resumes from it' })
-      .option('force', { type: 'boolean', default: false, describe: 'ignore stored answers and redo every call' })
-      .option('format', { choices: ['papergym', 'research-plan-gen'] as const, default: 'papergym' as const, describe: 'output format' })
-      .option('concurrency', { type: 'number', default: 8, describe: 'max LLM requests in flight' })
-      .option('paper-concurrency', { type: 'number', default: 2, describe: 'papers processed at once' })
-      .option('timeout', { type: 'number', default: 300, describe: 'per-request timeout in seconds' })
-      .option('retries', { type: 'number', default: 5, describe: 'retries per request' })
-      .option('max-tokens', { type: 'number', default: 4096 })
-      .option('temperature', { type: 'number', default: 0 })
-      .option('val-fraction', { type: 'number', default: 0.1 })
-      .option('test-fraction', { type: 'number', default: 0.1 })
-      .option('split-seed', { type: 'string', default: 'papergym' })
-      .option('response-format', { type: 'boolean', default: false, describe: 'send JSON schemas as response_format (guided decoding on vLLM/SGLang/OpenAI)' })
-      .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const })
-      .option('dry-run', { type: 'boolean', default: false, describe: 'only ingest the papers and print what was found (no LLM calls, nothing written)' }) as never,
+    addSettings(y, BUILD_DATA_OPTIONS, { withDefaults: true }).demandOption(['papers', 'out']) as never,
   handler: async (argv) => {
     if (argv.dryRun) {
       for (const path of argv.papers.flatMap((p) => discoverPapers(p))) {

@@ -1,11 +1,13 @@
 import type { CommandModule } from 'yargs';
 import { doctor } from '../../lib/native.js';
+import { DOCTOR_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
 
 /** `papergym-native doctor [--json]`: environment report (see lib/native.ts doctor()). */
 export const doctorCommand: CommandModule<object, { json: boolean }> = {
   command: 'doctor',
   describe: 'Report Node, N-API, libtorch, CUDA and GPUs, and which addon binary loads',
-  builder: (y) => y.option('json', { type: 'boolean', default: false, describe: 'print JSON' }) as never,
+  builder: (y) => addSettings(y, DOCTOR_OPTIONS, { withDefaults: true }) as never,
   handler: (argv) => {
     const r = doctor();
     if (argv.json) {

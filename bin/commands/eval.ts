@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { addJudgeOptions, assertJudgeHealth, checkJudge, formatHealth, httpJudgeFromConfig, judgeConfigFromArgs, localJudgeOptionsFromConfig, type JudgeArgs } from '../../lib/judge/factory.js';
+import { assertJudgeHealth, checkJudge, formatHealth, httpJudgeFromConfig, judgeConfigFromArgs, localJudgeOptionsFromConfig, type JudgeArgs } from '../../lib/judge/factory.js';
 import { localJudgeForModel } from '../../lib/judge/local.js';
 import { judgeHealth, type Judge, type Verdict } from '../../lib/judge/types.js';
 import { Policy } from '../../lib/model/policy.js';
@@ -10,6 +10,9 @@ import { policyPlanGenerator } from '../../lib/eval/backends.js';
 import { formatReport, writeRowsJsonl } from '../../lib/eval/report.js';
 import { runEval } from '../../lib/eval/run.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
+import { EVAL_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
+import { resolveDevice } from '../../lib/util/device.js';
 
 interface EvalArgs extends JudgeArgs {
   model: string;
@@ -49,32 +52,7 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
   command: 'eval',
   describe: 'Generate research plans for a benchmark and report rubric coverage (overall, per dimension) with bootstrap CIs',
   builder: (y) =>
-    addJudgeOptions(
-      y
-        .option('model', { type: 'string', demandOption: true, describe: 'Qwen3 checkpoint dir' })
-        .option('adapter', { type: 'string', describe: 'PEFT LoRA adapter dir (the trained policy)' })
-        .option('data', { type: 'string', demandOption: true, describe: 'PaperGym JSONL benchmark' })
-        .option('out', { type: 'string', describe: 'per-item results JSONL' })
-        .option('report', { type: 'string', describe: 'report JSON' })
-        .option('plans', { type: 'string', describe: 'generated plans JSONL' })
-        .option('split', { type: 'string', describe: 'only items of this split (train|val|test)' })
-        .option('limit', { type: 'number', describe: 'first N items only' })
-        .option('samples', { type: 'number', default: 1, describe: 'plans per question' })
-        .option('temperature', { type: 'number', default: 0.7 })
-        .option('top-p', { type: 'number', default: 0.8 })
-        .option('top-k', { type: 'number', default: 20 })
-        .option('max-new-tokens', { type: 'number', default: 1024 })
-        .option('thinking', { type: 'boolean', default: false, describe: 'let the policy think (Qwen3 enable_thinking); thinking is stripped before judging' })
-        .option('general', { type: 'boolean', default: true, describe: 'also judge the general rubric items (--no-general to skip)' })
-        .option('general-rubric', { type: 'string', describe: 'general rubric JSON (default data/general-rubric.json)' })
-        .option('alpha', { type: 'number', default: 0.7, describe: 'reward weight of the instance items' })
-        .option('resamples', { type: 'number', default: 1000, describe: 'bootstrap resamples' })
-        .option('seed', { type: 'number', default: 0, describe: 'generation and bootstrap seed' })
-        .option('chunk', { type: 'number', default: 8, describe: 'questions per generation call' })
-        .option('device', { type: 'string', default: 'cpu', describe: 'cpu | cuda | cuda:N' })
-        .option('dtype', { type: 'string', describe: 'float32 | bfloat16 | float16 (default: bf16 on CUDA, fp32 on CPU)' })
-        .option('keep-raw', { type: 'boolean', default: false, describe: "keep the judge's raw answers in the rows" }),
-    ) as never,
+    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption(['model', 'data']) as never,
   handler: async (argv) => {
     for (const [flag, path] of [['--out', argv.out], ['--report', argv.report], ['--plans', argv.plans]] as const) if (path) ensureWritableFile(path, flag);
     let items = readDataset(argv.data).items;
@@ -85,7 +63,9 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     const jc = judgeConfigFromArgs(argv);
     // Before any compute: the judge must answer a real chat request (a 404 URL or a wrong model fails here).
     await checkJudge(jc);
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
+    const device = resolveDevice(argv.device);
+    process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}\n`);
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     let judge: Judge | undefined;
     try {
       judge = jc.kind === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromConfig(jc)) : httpJudgeFromConfig(jc);

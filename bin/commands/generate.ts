@@ -5,6 +5,9 @@ import { Policy, type PolicyPrompt } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { studentMessages } from '../../lib/train/prompts.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
+import { GENERATE_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
+import { resolveDevice } from '../../lib/util/device.js';
 
 interface GenerateArgs {
   model: string;
@@ -74,27 +77,10 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
   command: 'generate',
   describe: 'Sample completions (research plans) from a Qwen3 checkpoint (+ LoRA adapter) with the native batched generator',
   builder: (y) =>
-    y
-      .option('model', { type: 'string', demandOption: true, describe: 'Qwen3 checkpoint dir (config.json, safetensors, tokenizer.json)' })
-      .option('adapter', { type: 'string', describe: 'PEFT LoRA adapter dir' })
-      .option('prompt', { type: 'string', array: true, describe: 'prompt text, sent as a user message (repeatable)' })
-      .option('input', { type: 'string', describe: 'JSONL of {question|prompt|messages, id?}; questions get the training student prompt' })
-      .option('out', { type: 'string', describe: 'output JSONL (default stdout)' })
-      .option('plain', { type: 'boolean', default: false, describe: 'send --input questions as bare user messages (no student prompt)' })
-      .option('system', { type: 'string', describe: 'system message for --prompt texts' })
-      .option('n', { type: 'number', default: 1, describe: 'completions per prompt' })
-      .option('temperature', { type: 'number', default: 0.7, describe: '0 = greedy' })
-      .option('top-k', { type: 'number', default: 20, describe: '0 = off' })
-      .option('top-p', { type: 'number', default: 0.8, describe: 'in (0, 1]; 1 = off' })
-      .option('max-new-tokens', { type: 'number', default: 1024 })
-      .option('seed', { type: 'number', describe: 'sampling seed (default random; printed to stderr); batch b uses seed + b' })
-      .option('thinking', { type: 'boolean', default: false, describe: 'Qwen3 enable_thinking' })
-      .option('batch-size', { type: 'number', default: 16, describe: 'prompts per generation call' })
-      .option('device', { type: 'string', default: 'cpu', describe: 'cpu | cuda | cuda:N' })
-      .option('dtype', { type: 'string', describe: 'float32 | bfloat16 | float16 (default: bf16 on CUDA, fp32 on CPU)' })
-      .option('tokens', { type: 'boolean', default: false, describe: 'also write token_ids and logprobs' })
+    addSettings(y, GENERATE_OPTIONS, { withDefaults: true })
+      .demandOption('model')
       .check((a) => {
-        const has = (a.prompt?.length ?? 0) > 0;
+        const has = ((a.prompt as string[] | undefined)?.length ?? 0) > 0;
         if (has === !!a.input) throw new Error('give exactly one of --prompt or --input');
         if (!Number.isInteger(a.batchSize) || (a.batchSize as number) < 1) throw new Error('--batch-size must be an integer >= 1');
         return true;
@@ -104,7 +90,9 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
     const records: InputRecord[] = argv.input ? readInput(argv.input, argv.plain) : (argv.prompt ?? []).map((p) => ({ prompt: argv.system ? [{ role: 'system', content: argv.system }, { role: 'user', content: p }] : p }));
     if (!records.length) throw new Error('no prompts to generate for');
     const seed = argv.seed ?? Math.floor(Math.random() * 2 ** 31);
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
+    const device = resolveDevice(argv.device);
+    process.stderr.write(`generate: ${argv.model} on ${device}\n`);
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     const out = argv.out ? createWriteStream(argv.out) : process.stdout;
     const ac = new AbortController();
     const onSig = () => ac.abort();

@@ -8,12 +8,14 @@ import { serveCommand } from './serve.js';
 import { probeJudgeCommand } from './probe-judge.js';
 import { buildDataCommand } from './build-data.js';
 import { leakageCommand } from './leakage.js';
+import { reportCommand } from './report.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export const commands: CommandModule<any, any>[] = [
   trainCommand,
   generateCommand,
   evalCommand,
+  reportCommand,
   serveCommand,
   buildDataCommand,
   leakageCommand,

@@ -5,6 +5,8 @@
  */
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
+import { LEAKAGE_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
 import { auditLeakage, formatLeakage, type LeakageReport } from '../../lib/data/leakage.js';
 import { CachedLlm } from '../../lib/data/pipeline.js';
@@ -48,17 +50,7 @@ export const leakageCommand: CommandModule<object, LeakageArgs> = {
   command: 'leakage',
   describe: 'Leakage audit: share of rubric items inferable from the question alone (judge and lexical proxy)',
   builder: (y) =>
-    y
-      .option('data', { type: 'string', demandOption: true, describe: 'PaperGym JSONL' })
-      .option('llm', { type: 'string', describe: 'OpenAI-compatible base URL of the judge (omit for the lexical proxy only)' })
-      .option('model', { type: 'string', describe: 'judge model name' })
-      .option('state', { type: 'string', describe: 'SQLite cache of judge calls (default <data>.leakage.sqlite)' })
-      .option('threshold', { type: 'number', default: 0.6, describe: 'lexical-overlap threshold of the proxy' })
-      .option('out', { type: 'string', describe: 'write the full report (per item) as JSON' })
-      .option('json', { type: 'boolean', default: false, describe: 'print the report as JSON' })
-      .option('concurrency', { type: 'number', default: 8 })
-      .option('timeout', { type: 'number', default: 120 })
-      .option('strict', { type: 'boolean', default: false, describe: 'fail on invalid dataset rows instead of skipping them' }) as never,
+    addSettings(y, LEAKAGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
     const rep = await runLeakage(argv);
     if (argv.json) process.stdout.write(JSON.stringify(rep, null, 2) + '\n');

@@ -1,7 +1,10 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
+import { JUDGE_OPTIONS, PROBE_JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
+import { resolveDevice } from '../../lib/util/device.js';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { addJudgeOptions, checkJudge, httpJudgeFromArgs, judgeConfigFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { checkJudge, httpJudgeFromArgs, judgeConfigFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { ATTACKS, DEFAULT_ATTACKS, formatProbe, runProbe, type Attack } from '../../lib/judge/probe.js';
 import type { Judge } from '../../lib/judge/types.js';
@@ -29,21 +32,9 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
   command: 'probe-judge',
   describe: "Reward-hacking probe: the judge's false-positive rate on adversarial plans, per attack",
   builder: (y) =>
-    addJudgeOptions(
-      y
-        .option('data', { type: 'string', demandOption: true, describe: 'PaperGym JSONL dataset' })
-        .option('model', { type: 'string', describe: '--judge local: model dir (the base; adapter off)' })
-        .option('attacks', { type: 'string', describe: `comma list of ${ATTACKS.join(', ')} (default ${DEFAULT_ATTACKS.join(',')})` })
-        .option('limit', { type: 'number', describe: 'first N items only' })
-        .option('general', { type: 'boolean', default: false, describe: 'also judge the general rubric items' })
-        .option('general-rubric', { type: 'string', describe: 'general rubric JSON (default data/general-rubric.json)' })
-        .option('out', { type: 'string', describe: 'write the JSON report here' })
-        .option('json', { type: 'boolean', default: false, describe: 'print JSON instead of a table' })
-        .option('device', { type: 'string', default: 'cpu', describe: '--judge local: cpu | cuda | cuda:N' })
-        .option('dtype', { type: 'string', describe: '--judge local: float32 | bfloat16 | float16' }),
-    ) as never,
+    addSettings(addSettings(y, PROBE_JUDGE_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
-    const attacks = (argv.attacks ? argv.attacks.split(',').map((s) => s.trim()) : DEFAULT_ATTACKS) as Attack[];
+    const attacks = (argv.attacks ? String(argv.attacks).split(',').map((s) => s.trim()).filter(Boolean) : DEFAULT_ATTACKS) as Attack[];
     for (const a of attacks) if (!(ATTACKS as readonly string[]).includes(a)) throw new Error(`unknown attack ${a} (choices: ${ATTACKS.join(', ')})`);
     let data = readDataset(argv.data).items;
     if (argv.limit !== undefined) data = data.slice(0, argv.limit);
@@ -54,7 +45,7 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
     if (argv.judge === 'local') {
       if (!argv.model) throw new Error('--judge local needs --model DIR');
       const { openLocalJudge } = await import('../../lib/judge/local.js');
-      const opened = await openLocalJudge(argv.model, { ...localJudgeOptionsFromArgs(argv), device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
+      const opened = await openLocalJudge(argv.model, { ...localJudgeOptionsFromArgs(argv), device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined });
       judge = opened.judge;
       dispose = opened.dispose;
     } else {

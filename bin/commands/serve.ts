@@ -4,6 +4,9 @@ import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { ChatServer } from '../../lib/judge/serve.js';
 import { policyServeBackend } from '../../lib/eval/backends.js';
+import { SERVE_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
+import { resolveDevice } from '../../lib/util/device.js';
 
 interface ServeArgs {
   model: string;
@@ -29,20 +32,11 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
   command: 'serve',
   describe: 'OpenAI-compatible chat server (/v1/chat/completions, /v1/models) with batched generation',
   builder: (y) =>
-    y
-      .option('model', { type: 'string', demandOption: true, describe: 'Qwen3 checkpoint dir' })
-      .option('adapter', { type: 'string', describe: 'PEFT LoRA adapter dir' })
-      .option('port', { type: 'number', default: 8000, describe: '0 = any free port' })
-      .option('host', { type: 'string', default: '127.0.0.1' })
-      .option('served-model-name', { type: 'string', describe: 'model id clients send (default: the model dir name)' })
-      .option('max-batch', { type: 'number', default: 32, describe: 'max prompts per generation' })
-      .option('batch-window-ms', { type: 'number', default: 5, describe: 'wait for more requests before an idle batch' })
-      .option('max-tokens', { type: 'number', default: 1024, describe: 'default max_tokens' })
-      .option('thinking', { type: 'boolean', describe: 'server-wide enable_thinking default (requests may override)' })
-      .option('device', { type: 'string', default: 'cpu', describe: 'cpu | cuda | cuda:N' })
-      .option('dtype', { type: 'string', describe: 'float32 | bfloat16 | float16' }) as never,
+    addSettings(y, SERVE_OPTIONS, { withDefaults: true }).demandOption('model') as never,
   handler: async (argv) => {
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: argv.device as Device, dtype: argv.dtype as Dtype | undefined });
+    const device = resolveDevice(argv.device);
+    process.stderr.write(`serve: loading ${argv.model} on ${device}\n`);
+    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     const modelId = argv.servedModelName ?? basename(argv.model.replace(/\/+$/, ''));
     const server = new ChatServer({
       backend: policyServeBackend(policy),

@@ -1,130 +1,32 @@
 import type { CommandModule } from 'yargs';
-import { PRESETS, type Stage, type TrainConfig } from '../../lib/config/train.js';
+import { type PRESETS, type TrainConfig, type DeepPartial } from '../../lib/config/train.js';
+import { TRAIN_COMMAND_OPTIONS, TRAIN_SETTINGS } from '../../lib/config/settings.js';
+import { addSettings, parseList, setPath } from '../../lib/config/schema.js';
 import { runTraining } from '../../lib/train/run.js';
-import { addJudgeOptions, judgeFlagsToConfig, type JudgeArgs } from '../../lib/judge/factory.js';
 
-interface TrainArgs extends Partial<JudgeArgs> {
-  config?: string;
-  preset?: keyof typeof PRESETS;
-  stages?: string;
-  model?: string;
-  data?: string;
-  out?: string;
-  device?: string;
-  dtype?: 'float32' | 'bfloat16' | 'float16';
-  seed?: number;
-  resume?: string;
-  strict?: boolean;
-  'sft-steps'?: number;
-  'opsd-steps'?: number;
-  'grpo-steps'?: number;
-  'opsd-lr'?: number;
-  'grpo-lr'?: number;
-  'sft-lr'?: number;
-  'group-size'?: number;
-  'questions-per-step'?: number;
-  'opsd-batch-size'?: number;
-  teacher?: 'fixed' | 'current' | 'ema';
-  reference?: 'stage-start' | 'base';
-  aggregation?: 'grpo' | 'dapo' | 'dr_grpo';
-  'kl-coef'?: number;
-  'lora-r'?: number;
-  'lora-alpha'?: number;
-  'lora-fp32-branch'?: boolean;
-  'max-new-tokens'?: number;
-  temperature?: number;
-  'checkpoint-every'?: number;
-  'validate-every'?: number;
-  'early-stop-patience'?: number;
-  recompute?: boolean;
-  'empty-cache'?: boolean;
-}
+type TrainArgs = Record<string, unknown> & { config?: string; preset?: keyof typeof PRESETS; resume?: string };
 
-/** Maps CLI flags onto the config (only flags that were given). */
-function flagsToConfig(a: TrainArgs): Partial<Record<keyof TrainConfig, unknown>> {
-  const f: Record<string, Record<string, unknown> | unknown> = {};
-  const sect = (k: string) => (f[k] ??= {}) as Record<string, unknown>;
-  if (a.stages !== undefined) f.stages = a.stages.split(',').map((s) => s.trim()).filter(Boolean) as Stage[];
-  if (a.model !== undefined) f.model = a.model;
-  if (a.data !== undefined) f.data = a.data;
-  if (a.out !== undefined) f.out = a.out;
-  if (a.device !== undefined) f.device = a.device;
-  if (a.dtype !== undefined) f.dtype = a.dtype;
-  if (a.seed !== undefined) f.seed = a.seed;
-  if (a.strict !== undefined) f.strict = a.strict;
-  // The same judge options as eval (lib/judge/factory.ts), only those given.
-  const judge = judgeFlagsToConfig(a as Record<string, unknown>);
-  if (Object.keys(judge).length) f.judge = judge;
-  if (a['sft-steps'] !== undefined) sect('sft').steps = a['sft-steps'];
-  if (a['opsd-steps'] !== undefined) sect('opsd').steps = a['opsd-steps'];
-  if (a['grpo-steps'] !== undefined) sect('grpo').steps = a['grpo-steps'];
-  if (a['sft-lr'] !== undefined) sect('sft').lr = a['sft-lr'];
-  if (a['opsd-lr'] !== undefined) sect('opsd').lr = a['opsd-lr'];
-  if (a['grpo-lr'] !== undefined) sect('grpo').lr = a['grpo-lr'];
-  if (a['group-size'] !== undefined) sect('grpo').groupSize = a['group-size'];
-  if (a['questions-per-step'] !== undefined) sect('grpo').questionsPerStep = a['questions-per-step'];
-  if (a['opsd-batch-size'] !== undefined) sect('opsd').batchSize = a['opsd-batch-size'];
-  if (a.teacher !== undefined) sect('opsd').teacher = a.teacher;
-  if (a['early-stop-patience'] !== undefined) sect('opsd').earlyStopPatience = a['early-stop-patience'];
-  if (a.reference !== undefined) sect('grpo').reference = a.reference;
-  if (a.aggregation !== undefined) sect('grpo').aggregation = a.aggregation;
-  if (a['kl-coef'] !== undefined) sect('grpo').betaKl = a['kl-coef'];
-  if (a['lora-r'] !== undefined) sect('lora').r = a['lora-r'];
-  if (a['lora-alpha'] !== undefined) sect('lora').alpha = a['lora-alpha'];
-  if (a['lora-fp32-branch'] !== undefined) sect('lora').float32Branch = a['lora-fp32-branch'];
-  if (a['max-new-tokens'] !== undefined) sect('sampling').maxNewTokens = a['max-new-tokens'];
-  if (a.temperature !== undefined) sect('sampling').temperature = a.temperature;
-  if (a['checkpoint-every'] !== undefined) sect('checkpoint').every = a['checkpoint-every'];
-  if (a['validate-every'] !== undefined) sect('validation').every = a['validate-every'];
-  if (a.recompute !== undefined) sect('memory').recompute = a.recompute;
-  if (a['empty-cache'] !== undefined) sect('memory').emptyCacheBetweenPhases = a['empty-cache'];
-  return f as Partial<Record<keyof TrainConfig, unknown>>;
+/** Maps the CLI flags that were given onto a partial config (each flag is one schema entry). */
+export function flagsToConfig(a: Record<string, unknown>): DeepPartial<TrainConfig> {
+  const f: Record<string, unknown> = {};
+  for (const st of TRAIN_SETTINGS) {
+    const v = a[st.flag];
+    if (v === undefined) continue;
+    setPath(f, st.key, st.type === 'list' ? parseList(st, v) : v);
+  }
+  return f as DeepPartial<TrainConfig>;
 }
 
 /**
  * `papergym-native train`: OPSD then GRPO (or any `--stages` order, plus `sft`). With no
  * arguments it trains the embedded default: a tiny random Qwen3 on the embedded sample dataset
- * with the local judge, writing under runs/<timestamp>/.
+ * with the local judge, writing under runs/<timestamp>/. Every flag is a schema entry
+ * (lib/config/settings.ts; docs/config.md).
  */
 export const trainCommand: CommandModule<object, TrainArgs> = {
   command: 'train',
-  describe: 'Train a LoRA adapter: OPSD then GRPO (defaults < --config < flags; no args = embedded tiny demo)',
-  builder: (y) =>
-    addJudgeOptions(y, { defaults: false })
-      .option('config', { type: 'string', describe: 'YAML config file' })
-      .option('preset', { choices: Object.keys(PRESETS) as (keyof typeof PRESETS)[], describe: "the paper's settings for a model size" })
-      .option('stages', { type: 'string', describe: 'comma list of sft, opsd, grpo (default opsd,grpo)' })
-      .option('model', { type: 'string', describe: 'HF Qwen3 checkpoint dir (default: the embedded tiny model)' })
-      .option('data', { type: 'string', describe: 'dataset JSONL (default: the embedded sample dataset)' })
-      .option('out', { type: 'string', describe: 'run dir (default runs/<timestamp>)' })
-      .option('device', { type: 'string', describe: 'cpu | cuda | cuda:N' })
-      .option('dtype', { choices: ['float32', 'bfloat16', 'float16'] as const })
-      .option('seed', { type: 'number' })
-      .option('resume', { type: 'string', describe: 'continue from a checkpoint or run dir' })
-      .option('strict', { type: 'boolean', describe: 'stop on the first invalid dataset row' })
-      .option('sft-steps', { type: 'number' })
-      .option('opsd-steps', { type: 'number' })
-      .option('grpo-steps', { type: 'number' })
-      .option('sft-lr', { type: 'number' })
-      .option('opsd-lr', { type: 'number' })
-      .option('grpo-lr', { type: 'number' })
-      .option('group-size', { type: 'number' })
-      .option('questions-per-step', { type: 'number' })
-      .option('opsd-batch-size', { type: 'number' })
-      .option('teacher', { choices: ['fixed', 'current', 'ema'] as const })
-      .option('early-stop-patience', { type: 'number' })
-      .option('reference', { choices: ['stage-start', 'base'] as const })
-      .option('aggregation', { choices: ['grpo', 'dapo', 'dr_grpo'] as const })
-      .option('kl-coef', { type: 'number' })
-      .option('lora-r', { type: 'number' })
-      .option('lora-alpha', { type: 'number' })
-      .option('lora-fp32-branch', { type: 'boolean', describe: 'bf16/fp16 models: LoRA matmuls in float32 as peft without autocast (default: model dtype with float32 master weights, as TRL with bf16=True)' })
-      .option('max-new-tokens', { type: 'number' })
-      .option('temperature', { type: 'number' })
-      .option('checkpoint-every', { type: 'number' })
-      .option('validate-every', { type: 'number' })
-      .option('recompute', { type: 'boolean', describe: 'recompute each decoder layer in backward (less activation memory)' })
-      .option('empty-cache', { type: 'boolean', describe: 'release cached GPU memory between rollout and update phases' }) as never,
+  describe: 'Train a LoRA adapter: OPSD then GRPO (defaults < --preset < --config < flags; no args = embedded tiny demo)',
+  builder: (y) => addSettings(addSettings(y, TRAIN_COMMAND_OPTIONS, { withDefaults: false }), TRAIN_SETTINGS, { withDefaults: false }) as never,
   handler: async (argv) => {
     const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume });
     if (summary.interrupted) process.exitCode = 130;

@@ -7,7 +7,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from '../judge/config.js';
+import { judgeConfigProblems, type JudgeConfig } from '../judge/config.js';
+import { TRAIN_SETTINGS } from './settings.js';
+import { checkValue, getPath, leafKeys, setPath } from './schema.js';
 
 export type Stage = 'sft' | 'opsd' | 'grpo';
 export type Aggregation = 'grpo' | 'dapo' | 'dr_grpo';
@@ -68,38 +70,23 @@ export interface TrainConfig {
   /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/judge/config.ts). */
   judge: JudgeConfig;
   validation: { every: number; maxItems: number };
-  checkpoint: { every: number };
+  /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
+  checkpoint: { every: number; saveTotalLimit?: number | null };
   log: { every: number };
   /** GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the rollout and update phases. */
   memory: { recompute: boolean; emptyCacheBetweenPhases: boolean };
 }
 
-export const DEFAULTS: TrainConfig = {
-  model: null,
-  data: null,
-  out: null,
-  device: 'cpu',
-  dtype: null,
-  stages: ['opsd', 'grpo'],
-  seed: 1234,
-  strict: false,
-  lora: { r: 8, alpha: 16, dropout: 0, useRslora: false, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], float32Branch: false },
-  sampling: { temperature: 1.0, topP: 0.95, topK: 20, maxNewTokens: 24, enableThinking: false },
-  optim: { weightDecay: 0, maxGradNorm: 1.0, betas: [0.9, 0.999], eps: 1e-8, schedule: 'constant', warmupSteps: 0 },
-  sft: { steps: 8, lr: 1e-3, batchSize: 2 },
-  opsd: { steps: 8, lr: 1e-3, batchSize: 2, microBatch: 2, beta: 0.5, teacher: 'fixed', emaDecay: 0.99, earlyStopPatience: 0 },
-  grpo: {
-    steps: 6, lr: 1e-3, questionsPerStep: 2, groupSize: 4, microBatch: 4, epsLow: 0.2, epsHigh: 0.28, betaKl: 0.01,
-    aggregation: 'grpo', scale: 'group', dropZeroVariance: false, reference: 'stage-start', alpha: 0.7,
-  },
-  judge: { ...JUDGE_DEFAULTS, kind: 'local', concurrency: 8 },
-  validation: { every: 4, maxItems: 2 },
-  checkpoint: { every: 4 },
-  log: { every: 1 },
-  memory: { recompute: false, emptyCacheBetweenPhases: false },
-};
+/** Defaults of every key, built from the settings schema (lib/config/settings.ts). */
+export const DEFAULTS: TrainConfig = buildDefaults();
 
-type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };
+function buildDefaults(): TrainConfig {
+  const o: Record<string, unknown> = {};
+  for (const st of TRAIN_SETTINGS) setPath(o, st.key, Array.isArray(st.default) ? [...st.default] : st.default);
+  return o as unknown as TrainConfig;
+}
+
+export type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };
 
 /** The paper's settings per model size (DESIGN.md §6; OPSD sampling as siyan-zhao/OPSD). */
 export const PRESETS: Record<'qwen3-1.7b' | 'qwen3-4b' | 'qwen3-8b', DeepPartial<TrainConfig>> = {
@@ -160,40 +147,62 @@ function checkKeys(o: Record<string, unknown>, ref: Record<string, unknown>, fil
   }
 }
 
-/** Validates value ranges; throws an Error listing every problem. */
+/**
+ * Validates every key against its schema entry (type, range, choices), then the rules that tie
+ * keys together; throws an Error listing every problem, each naming the key and its flag.
+ */
 export function validateConfig(c: TrainConfig): TrainConfig {
   const errs: string[] = [];
-  const pos = (v: number, n: string) => { if (!(Number.isFinite(v) && v > 0)) errs.push(`${n} must be > 0 (got ${v})`); };
-  const nonneg = (v: number, n: string) => { if (!(Number.isFinite(v) && v >= 0)) errs.push(`${n} must be >= 0 (got ${v})`); };
-  const int = (v: number, n: string) => { if (!Number.isInteger(v)) errs.push(`${n} must be an integer (got ${v})`); };
-  if (!c.stages.length) errs.push('stages must name at least one of sft, opsd, grpo');
-  for (const s of c.stages) if (!['sft', 'opsd', 'grpo'].includes(s)) errs.push(`unknown stage '${s}' (sft | opsd | grpo)`);
-  for (const [v, n] of [[c.lora.r, 'lora.r'], [c.opsd.batchSize, 'opsd.batchSize'], [c.opsd.microBatch, 'opsd.microBatch'], [c.grpo.groupSize, 'grpo.groupSize'],
-    [c.grpo.questionsPerStep, 'grpo.questionsPerStep'], [c.grpo.microBatch, 'grpo.microBatch'], [c.sft.batchSize, 'sft.batchSize'],
-    [c.sampling.maxNewTokens, 'sampling.maxNewTokens']] as [number, string][]) { pos(v, n); int(v, n); }
-  for (const [v, n] of [[c.opsd.steps, 'opsd.steps'], [c.grpo.steps, 'grpo.steps'], [c.sft.steps, 'sft.steps'], [c.checkpoint.every, 'checkpoint.every'], [c.validation.every, 'validation.every'], [c.seed, 'seed']] as [number, string][]) { nonneg(v, n); int(v, n); }
-  for (const [v, n] of [[c.opsd.lr, 'opsd.lr'], [c.grpo.lr, 'grpo.lr'], [c.sft.lr, 'sft.lr'], [c.lora.alpha, 'lora.alpha']] as [number, string][]) pos(v, n);
-  nonneg(c.sampling.temperature, 'sampling.temperature');
-  if (!(c.sampling.topP > 0 && c.sampling.topP <= 1)) errs.push(`sampling.topP must be in (0, 1] (got ${c.sampling.topP})`);
-  if (!(c.opsd.beta >= 0 && c.opsd.beta <= 1)) errs.push(`opsd.beta must be in [0, 1] (got ${c.opsd.beta})`);
-  if (!(c.grpo.alpha >= 0 && c.grpo.alpha <= 1)) errs.push(`grpo.alpha must be in [0, 1] (got ${c.grpo.alpha})`);
-  if (c.grpo.groupSize < 2) errs.push('grpo.groupSize must be >= 2 (advantages need a group)');
-  if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize must be a multiple of opsd.microBatch');
-  errs.push(...judgeConfigProblems(c.judge));
-  if (typeof c.lora.float32Branch !== 'boolean') errs.push(`lora.float32Branch must be true or false (got ${JSON.stringify(c.lora.float32Branch)})`);
+  for (const st of TRAIN_SETTINGS) {
+    const e = checkValue(st, getPath(c, st.key));
+    if (e) errs.push(e);
+  }
+  if (!errs.length) {
+    if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
+    // Rules that tie judge keys together (lib/judge/config.ts; each key's own range is checked above).
+    errs.push(...judgeConfigProblems(c.judge).map((e) => e.replace(/^judge\.kind http/, 'judge.kind http (--judge http)')));
+    const steps = (s: Stage) => (s === 'sft' ? c.sft.steps : s === 'opsd' ? c.opsd.steps : c.grpo.steps);
+    if (c.stages.every((s) => steps(s) === 0)) errs.push(`every stage has 0 steps (${c.stages.map((s) => `${s}.steps`).join(', ')}); nothing to train`);
+    if (new Set(c.stages).size !== c.stages.length) errs.push(`stages (--stages) names a stage twice: ${c.stages.join(',')}`);
+  }
   if (errs.length) throw new Error(`invalid training config:\n  ${errs.join('\n  ')}`);
   return c;
 }
 
-/** defaults < preset < config file < flags, then validated. */
-export function resolveConfig(opts: { preset?: keyof typeof PRESETS; file?: string; flags?: DeepPartial<TrainConfig> }): TrainConfig {
+/** Where a resolved value came from. */
+export type Origin = 'default' | 'preset' | 'file' | 'flag';
+
+/**
+ * defaults < preset < config file < flags, then validated; `origins` maps every config key
+ * (dotted, as in docs/config.md) to the layer its value came from.
+ */
+export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; file?: string; flags?: DeepPartial<TrainConfig> }): { config: TrainConfig; origins: Record<string, Origin> } {
+  const origins: Record<string, Origin> = Object.fromEntries(TRAIN_SETTINGS.map((st) => [st.key, 'default' as Origin]));
+  const mark = (layer: unknown, origin: Origin) => {
+    for (const k of leafKeys(layer)) {
+      // A leaf inside a list-valued key (none today) or the key itself.
+      const key = TRAIN_SETTINGS.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key;
+      if (key && getPath(layer, key) !== undefined) origins[key] = origin;
+    }
+  };
   let c = DEFAULTS;
   if (opts.preset) {
     const p = PRESETS[opts.preset];
     if (!p) throw new Error(`unknown preset '${opts.preset}' (${Object.keys(PRESETS).join(' | ')})`);
     c = mergeConfig(c, p);
+    mark(p, 'preset');
   }
-  if (opts.file) c = mergeConfig(c, readConfigFile(opts.file));
+  if (opts.file) {
+    const f = readConfigFile(opts.file);
+    c = mergeConfig(c, f);
+    mark(f, 'file');
+  }
   c = mergeConfig(c, opts.flags);
-  return validateConfig(c);
+  mark(opts.flags, 'flag');
+  return { config: validateConfig(c), origins };
+}
+
+/** defaults < preset < config file < flags, then validated. */
+export function resolveConfig(opts: { preset?: keyof typeof PRESETS; file?: string; flags?: DeepPartial<TrainConfig> }): TrainConfig {
+  return resolveConfigWithOrigins(opts).config;
 }

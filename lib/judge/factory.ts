@@ -10,28 +10,11 @@ import { createHttpJudge } from './http.js';
 import { LlmClient, LlmLengthError } from '../llm/client.js';
 import type { Judge } from './types.js';
 import { JUDGE_DEFAULTS, type JudgeConfig } from './config.js';
+import { JUDGE_OPTIONS, JUDGE_SETTINGS } from '../config/settings.js';
+import { addSettings } from '../config/schema.js';
 
 export { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from './config.js';
 export { assertJudgeHealth, formatHealth } from './types.js';
-
-/** CLI flag ↔ config key. */
-const FLAGS: { flag: string; key: keyof JudgeConfig; opt: Record<string, unknown> }[] = [
-  { flag: 'judge', key: 'kind', opt: { choices: ['http', 'local'], describe: 'judge backend: an OpenAI-compatible endpoint, or the local model with its adapter off' } },
-  { flag: 'judge-url', key: 'url', opt: { type: 'string', describe: 'judge endpoint (http://host:port/v1)' } },
-  { flag: 'judge-model', key: 'model', opt: { type: 'string', describe: 'served judge model name' } },
-  { flag: 'judge-mode', key: 'mode', opt: { choices: ['per-item', 'per-plan'], describe: 'http: one request per item (yes/no) or per plan (JSON)' } },
-  { flag: 'judge-concurrency', key: 'concurrency', opt: { type: 'number', describe: 'http: requests in flight' } },
-  { flag: 'judge-cache', key: 'cache', opt: { type: 'string', describe: 'http: SQLite file caching judge answers by request hash' } },
-  { flag: 'judge-timeout-ms', key: 'timeoutMs', opt: { type: 'number', describe: 'http: per-attempt timeout' } },
-  { flag: 'judge-max-retries', key: 'maxRetries', opt: { type: 'number', describe: 'http: retries after the first attempt (connection errors, timeouts, 408/409/429/5xx)' } },
-  { flag: 'judge-max-tokens', key: 'maxTokens', opt: { type: 'number', describe: 'http: max answer tokens (default 16 per-item, 64+24/item per-plan)' } },
-  { flag: 'judge-no-think', key: 'noThink', opt: { type: 'boolean', describe: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)' } },
-  { flag: 'judge-batch', key: 'batch', opt: { type: 'number', describe: 'local: prompts per prefill batch' } },
-  { flag: 'judge-variants', key: 'variants', opt: { choices: ['pair', 'all'], describe: 'P(yes) answer tokens Yes/No, or all casing/space variants summed (local default: pair with sequence-logprobs, all with forward-logits; http default pair)' } },
-  { flag: 'judge-scoring', key: 'scoring', opt: { choices: ['sequence-logprobs', 'forward-logits'], describe: 'local: lm_head at the scored position only, or full forward logits' } },
-  { flag: 'judge-score', key: 'score', opt: { choices: ['binary', 'prob'], describe: "reward per item: binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)" } },
-  { flag: 'judge-max-null-rate', key: 'maxNullRate', opt: { type: 'number', describe: 'stop training / fail eval when more than this fraction of verdicts is null (refused, unreadable, failed)' } },
-];
 
 /** Judge options as parsed by {@link addJudgeOptions} (camelCase yargs keys). */
 export interface JudgeArgs {
@@ -55,24 +38,21 @@ export interface JudgeArgs {
 const camel = (flag: string) => flag.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
 
 /**
- * Adds the `--judge*` options to a yargs builder. `defaults`: the values flags take when not given
- * (eval: {@link JUDGE_DEFAULTS} with kind http); `false` gives no defaults, so that only flags
+ * Adds the `--judge*` options (lib/config/settings.ts JUDGE_OPTIONS: the one judge schema) to a
+ * yargs builder. `defaults`: the values flags take when not given (eval: kind http and
+ * {@link JUDGE_DEFAULTS}; an object overrides some); `false` gives no defaults, so that only flags
  * actually given override a config file (train).
  */
 export function addJudgeOptions<T>(y: Argv<T>, opts: { defaults?: Partial<JudgeConfig> | false } = {}): Argv<T & JudgeArgs> {
-  const defaults = opts.defaults === false ? undefined : { ...JUDGE_DEFAULTS, kind: 'http' as const, ...opts.defaults };
-  let out = y as unknown as Argv<T>;
-  for (const { flag, key, opt } of FLAGS) {
-    const d = defaults?.[key];
-    out = out.option(flag, { ...opt, ...(d !== undefined && d !== null ? { default: d } : {}) }) as Argv<T>;
-  }
-  return out as unknown as Argv<T & JudgeArgs>;
+  const over = opts.defaults || {};
+  const settings = JUDGE_SETTINGS.map((j, i) => ({ ...JUDGE_OPTIONS[i]!, ...(j.key in over ? { default: over[j.key as keyof JudgeConfig] } : {}) }));
+  return addSettings(y, settings, { withDefaults: opts.defaults !== false }) as unknown as Argv<T & JudgeArgs>;
 }
 
 /** The judge settings given on the command line (only flags that were given), as config keys. */
 export function judgeFlagsToConfig(argv: Record<string, unknown>): Partial<JudgeConfig> {
   const out: Record<string, unknown> = {};
-  for (const { flag, key } of FLAGS) {
+  for (const { flag, key } of JUDGE_SETTINGS) {
     const v = argv[camel(flag)] ?? argv[flag];
     if (v !== undefined) out[key] = v;
   }

@@ -48,7 +48,7 @@ function fsyncDir(dir: string): void {
  * into the temp dir. Returns the final checkpoint dir. Throws naming the path on I/O errors; the
  * previous checkpoint stays valid.
  */
-export async function writeCheckpoint(runDir: string, state: TrainerState, writeTensors: (dir: string) => Promise<void>): Promise<string> {
+export async function writeCheckpoint(runDir: string, state: TrainerState, writeTensors: (dir: string) => Promise<void>, opts: { saveTotalLimit?: number | null } = {}): Promise<string> {
   const root = join(runDir, 'checkpoints');
   mkdirSync(root, { recursive: true });
   const name = `step-${String(state.globalStep).padStart(6, '0')}`;
@@ -69,7 +69,19 @@ export async function writeCheckpoint(runDir: string, state: TrainerState, write
   writeFileSync(latestTmp, name + '\n');
   renameSync(latestTmp, join(root, 'latest'));
   fsyncDir(root);
+  if (opts.saveTotalLimit) pruneCheckpoints(root, opts.saveTotalLimit, name);
   return final;
+}
+
+/**
+ * Keeps the newest `limit` `step-*` checkpoints under `root` (by step number) and deletes the
+ * others; `keep` (the one `latest` names) is never deleted. As transformers' save_total_limit.
+ */
+export function pruneCheckpoints(root: string, limit: number, keep: string): string[] {
+  const steps = readdirSync(root).filter((n) => /^step-\d+$/.test(n)).sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
+  const old = steps.slice(0, Math.max(0, steps.length - limit)).filter((n) => n !== keep);
+  for (const n of old) rmSync(join(root, n), { recursive: true, force: true });
+  return old;
 }
 
 /**

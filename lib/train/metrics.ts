@@ -3,7 +3,7 @@
  * cli-progress bar with ETA in a TTY; plain lines under CI=true or without a TTY), and the final
  * summary table.
  */
-import { appendFileSync, mkdirSync } from 'node:fs';
+import { appendFileSync, mkdirSync, existsSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
 import { dirname } from 'node:path';
 import cliProgress from 'cli-progress';
 
@@ -32,6 +32,47 @@ export class MetricsLog {
   }
 }
 
+/**
+ * Seconds left in a stage: the rate counts only the steps done by this process (`first` = the
+ * stage step it started at — a resumed run starts mid-stage, and its earlier steps took no time
+ * here). Units: seconds in, seconds out.
+ */
+export function etaSeconds(elapsedSeconds: number, step: number, first: number, total: number): number {
+  const done = step - first;
+  if (done <= 0) return NaN;
+  return Math.max(0, (total - step) * (elapsedSeconds / done));
+}
+
+/**
+ * Drops the rows of `metrics.jsonl` written after the checkpoint a run resumes from (global step
+ * > `globalStep`) and a cut last line, so replayed steps are not logged twice. Rewrites the file
+ * atomically; returns the number of rows dropped.
+ */
+export function truncateMetrics(path: string, globalStep: number): number {
+  if (!existsSync(path)) return 0;
+  const lines = readFileSync(path, 'utf8').split('\n');
+  const keep: string[] = [];
+  let dropped = 0;
+  for (const line of lines) {
+    if (!line.trim()) continue;
+    try {
+      const o = JSON.parse(line) as { globalStep?: unknown };
+      if (typeof o.globalStep === 'number' && o.globalStep > globalStep) {
+        dropped += 1;
+        continue;
+      }
+      keep.push(line);
+    } catch {
+      dropped += 1;
+    }
+  }
+  if (!dropped) return 0;
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, keep.map((l) => l + '\n').join(''));
+  renameSync(tmp, path);
+  return dropped;
+}
+
 /** True when a live progress bar should be drawn (TTY and not CI). */
 export function interactive(stream: NodeJS.WriteStream = process.stderr): boolean {
   return Boolean(stream.isTTY) && !process.env.CI;
@@ -42,8 +83,10 @@ export class Progress {
   private bar: cliProgress.SingleBar | undefined;
   private started = Date.now();
   private done = 0;
+  private first = 0;
   constructor(private readonly stage: string, private readonly total: number, start = 0, private readonly out: NodeJS.WriteStream = process.stderr) {
     this.done = start;
+    this.first = start;
     if (interactive(out) && total > 0) {
       this.bar = new cliProgress.SingleBar({
         stream: out,
@@ -62,10 +105,9 @@ export class Progress {
       return;
     }
     const el = (Date.now() - this.started) / 1000;
-    const rate = el / Math.max(1, step);
-    const eta = Math.max(0, (this.total - step) * rate);
+    const eta = etaSeconds(el, step, this.first, this.total);
     void steps;
-    this.out.write(`[${this.stage}] step ${step}/${this.total} ${info} | elapsed ${el.toFixed(1)}s eta ${eta.toFixed(1)}s\n`);
+    this.out.write(`[${this.stage}] step ${step}/${this.total} ${info} | elapsed ${el.toFixed(1)}s eta ${Number.isFinite(eta) ? `${eta.toFixed(1)}s` : '-'}\n`);
   }
   stop(): void {
     this.bar?.stop();

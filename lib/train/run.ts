@@ -4,11 +4,16 @@
  * writable), build the policy, judge, reward and backend, run the Trainer, handle SIGINT (write a
  * checkpoint, then exit), print the summary table.
  */
-import { existsSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { packageRoot, cudaAvailable } from '../native.js';
-import { resolveConfig, type PRESETS, type TrainConfig } from '../config/train.js';
+import { resolveConfigWithOrigins, validateConfig, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';
+import { TRAIN_SETTINGS } from '../config/settings.js';
+import { leafKeys, getPath, setPath } from '../config/schema.js';
+import { resolveDevice } from '../util/device.js';
+import { writeReport } from '../report/html.js';
+import { truncateMetrics } from './metrics.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
 import { localJudgeForModel } from '../judge/local.js';
@@ -16,7 +21,7 @@ import { checkJudge, httpJudgeFromConfig, localJudgeOptionsFromConfig, JUDGE_DEF
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { computeAdvantages } from './advantages.js';
-import { resolveCheckpoint } from './checkpoint.js';
+import { resolveCheckpoint, type TrainerState } from './checkpoint.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainItem, type TrainSummary, type RewardFn } from './trainer.js';
 
@@ -76,6 +81,58 @@ export interface RunOptions {
   handleSignals?: boolean;
 }
 
+/** Settings a resumed run may change: step counts (to extend a run) and where it runs / is judged. */
+export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every'];
+
+/**
+ * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
+ * New step counts extend the run: the stage in progress (not below the steps it has done), a later
+ * stage, or — for a finished run — the last stage, which is reopened where it ended. Throws an
+ * Error naming the flag for anything else (a finished stage's count, other settings, a finished
+ * run with nothing to extend).
+ */
+export function applyResumeFlags(saved: TrainConfig, state: TrainerState, flags: Partial<TrainConfig> | undefined, runDir: string): { config: TrainConfig; state: TrainerState; changed: string[] } {
+  const flagOf = (k: string) => `--${TRAIN_SETTINGS.find((st) => st.key === k)?.flag ?? k}`;
+  const given = leafKeys(flags ?? {}).map((k) => TRAIN_SETTINGS.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key ?? k);
+  const changed = [...new Set(given)].filter((k) => JSON.stringify(getPath(flags, k)) !== JSON.stringify(getPath(saved, k)));
+  const refused = changed.filter((k) => !RESUMABLE_KEYS.includes(k));
+  if (refused.length) {
+    throw new Error(`--resume ${runDir}: ${refused.map(flagOf).join(', ')} cannot change when resuming (the run continues with its saved settings; only ${RESUMABLE_KEYS.map(flagOf).join(', ')} may change)`);
+  }
+  const config = JSON.parse(JSON.stringify(saved)) as TrainConfig;
+  for (const k of changed) setPath(config as unknown as Record<string, unknown>, k, getPath(flags, k));
+  validateConfig(config);
+  const st: TrainerState = { ...state };
+  const summary = (state.summary ?? []) as { index: number; steps: number; stage: Stage }[];
+  const done = (i: number) => summary.find((r) => r.index === i)?.steps ?? 0;
+  const stepsOf = (c: TrainConfig, s: Stage) => (s === 'sft' ? c.sft.steps : s === 'opsd' ? c.opsd.steps : c.grpo.steps);
+  const finished = state.stageIndex >= config.stages.length;
+  for (const k of changed.filter((x) => x.endsWith('.steps'))) {
+    const stage = k.split('.')[0] as Stage;
+    const i = config.stages.indexOf(stage);
+    if (i < 0) throw new Error(`--resume ${runDir}: ${flagOf(k)}: this run has no ${stage} stage (stages ${config.stages.join(',')})`);
+    const want = stepsOf(config, stage);
+    const last = i === config.stages.length - 1;
+    if (i < Math.min(state.stageIndex, config.stages.length) && !(finished && last)) {
+      throw new Error(`--resume ${runDir}: ${flagOf(k)} ${want}: the ${stage} stage already finished after ${done(i)} steps; its step count cannot change`);
+    }
+    if (i === state.stageIndex && want < state.stageStep) throw new Error(`--resume ${runDir}: ${flagOf(k)} ${want} is below the ${state.stageStep} ${stage} steps already done`);
+    if (finished && last) {
+      if (want <= done(i)) throw new Error(`--resume ${runDir}: ${flagOf(k)} ${want}: the run already finished with ${done(i)} ${stage} steps; pass a larger count to train further`);
+      st.stageIndex = i;
+      st.stageStep = done(i);
+      st.stageDone = false;
+      st.validation = [];
+    }
+  }
+  if (st.stageIndex >= config.stages.length) {
+    const lastStage = config.stages[config.stages.length - 1]!;
+    throw new Error(`--resume ${runDir}: the run already finished (${state.globalStep} steps); to train further pass a larger --${lastStage}-steps than its ${done(config.stages.length - 1)}`);
+  }
+  st.config = config;
+  return { config, state: st, changed };
+}
+
 function timestamp(): string {
   return new Date().toISOString().replace(/[:.]/g, '-').replace('Z', '');
 }
@@ -84,14 +141,23 @@ function timestamp(): string {
 export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
   let cfg: TrainConfig;
+  let origins: Record<string, Origin> | undefined;
   let resume: ReturnType<typeof resolveCheckpoint> | undefined;
+  let resumeChanged: string[] = [];
   if (o.resume) {
+    if (o.preset || o.file) throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
-    cfg = resume.state.config as TrainConfig;
-    cfg = { ...cfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...cfg.judge } };
+    // Judge keys added after the checkpoint was written take their defaults.
+    const savedCfg = resume.state.config as TrainConfig;
+    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge } };
+    const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
+    cfg = r.config;
+    resume = { ...resume, state: r.state };
+    resumeChanged = r.changed;
+    if (r.changed.length) log(`resume: changed ${r.changed.map((k) => `${k} = ${JSON.stringify(getPath(cfg, k))}`).join(', ')}`);
     log(`resuming ${resume.dir} (stage ${cfg.stages[resume.state.stageIndex] ?? 'done'}, step ${resume.state.stageStep}, global ${resume.state.globalStep})`);
   } else {
-    cfg = resolveConfig({ preset: o.preset, file: o.file, flags: o.flags as never });
+    ({ config: cfg, origins } = resolveConfigWithOrigins({ preset: o.preset, file: o.file, flags: o.flags as never }));
   }
 
   // ---- checks before any compute (and before the run dir is created) ----
@@ -104,22 +170,62 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   }
   if (!ds.items.length) throw new Error(`dataset ${dataPath}: no valid items`);
   if (cfg.device.startsWith('cuda') && !cudaAvailable()) throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
+  resolveDevice(cfg.device, 'device (--device)');
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
   checkModelDir(modelDir);
   // A real chat request to the judge: an endpoint answering 404 / a wrong model fails here, before any compute.
   if (cfg.judge.kind === 'http' && !o.reward) await checkJudge(cfg.judge);
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
+  const runDirExisted = existsSync(runDir);
   ensureWritableDir(runDir);
   const resolved: TrainConfig = { ...cfg, out: runDir };
-  if (!resume) writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir }, null, 2));
-  log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
 
   // ---- model, judge, reward ----
-  const policy = await Policy.load(modelDir, { device: cfg.device as never, dtype: cfg.dtype ?? undefined });
+  // A model that fails to load (bad weights, device out of memory) leaves no run dir behind.
+  let policy: Policy;
+  try {
+    policy = await Policy.load(modelDir, { device: cfg.device as never, dtype: cfg.dtype ?? undefined });
+  } catch (e) {
+    if (!runDirExisted) rmSync(runDir, { recursive: true, force: true });
+    throw new Error(`model ${modelDir} on ${cfg.device}: ${(e as Error).message}`);
+  }
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
     if (cfg.memory?.recompute) policy.model.setGradientCheckpointing(true);
     policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
+    if (!resume) {
+      // Every resolved value, and where it came from (default, preset, file, flag).
+      writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins }, null, 2));
+    } else {
+      if (resumeChanged.length) {
+        // The values changed on resume (step counts, device, …) replace the old ones, origin `flag`.
+        const path = join(runDir, 'config.json');
+        let prev: { origins?: Record<string, Origin> } = {};
+        try {
+          prev = JSON.parse(readFileSync(path, 'utf8')) as typeof prev;
+        } catch {
+          /* missing or unreadable: rewrite from the resolved config */
+        }
+        const og = { ...(prev.origins ?? {}) };
+        for (const k of resumeChanged) og[k] = 'flag';
+        writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og }, null, 2));
+      }
+      const dropped = truncateMetrics(join(runDir, 'metrics.jsonl'), resume.state.globalStep);
+      if (dropped) log(`resume: dropped ${dropped} metrics row(s) written after checkpoint step ${resume.state.globalStep} (they are replayed)`);
+    }
+    log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
+    const reportPath = join(runDir, 'report.html');
+    // Checkpoint-time reports draw SVG only (rasterising every plot takes ~0.3 s each); the report
+    // written when the run ends adds the PNGs.
+    const report = (png = false) => {
+      try {
+        writeReport({ runs: [runDir], out: reportPath, png });
+      } catch (e) {
+        log(`report ${reportPath} not written: ${(e as Error).message}`);
+      }
+    };
+    report();
+    log(`report ${reportPath} (rewritten at every checkpoint; open it any time)`);
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
     // The same judge settings as eval (lib/judge/factory.ts); the local judge is the frozen base (adapter off).
@@ -137,6 +243,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       },
       runDir,
       log,
+      onCheckpoint: () => report(false),
     }, resume?.state);
 
     let sigints = 0;
@@ -152,6 +259,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (o.handleSignals !== false) process.on('SIGINT', onSigint);
     try {
       const summary = await trainer.run();
+      report(true);
       process.stdout.write(Trainer.formatSummary(summary) + '\n');
       return summary;
     } finally {

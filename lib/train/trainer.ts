@@ -53,6 +53,8 @@ export interface TrainerDeps {
   advantages: (rewards: number[], groupSize: number, opts: { scale: 'group' | 'batch' | 'none'; dropZeroVariance: boolean }) => { advantages: number[]; keep: boolean[] };
   runDir: string;
   log?: (line: string) => void;
+  /** Called after each checkpoint is complete (train rewrites report.html here); errors are logged, never fatal. */
+  onCheckpoint?: (dir: string) => void | Promise<void>;
 }
 
 export interface TrainSummary {
@@ -182,6 +184,17 @@ export class Trainer {
     this.summary = (this.state.summary as TrainSummary['stages'] | undefined)?.map((r) => ({ ...r, firstLoss: r.firstLoss ?? NaN, lastLoss: r.lastLoss ?? NaN })) ?? [];
   }
 
+  /** Wall seconds per phase of the step in flight (rollout, judge, reference, update, optimizer). */
+  private phases: Record<string, number> = {};
+  private async timed<T>(phase: string, f: () => Promise<T>): Promise<T> {
+    const t0 = performance.now();
+    try {
+      return await f();
+    } finally {
+      this.phases[phase] = (this.phases[phase] ?? 0) + (performance.now() - t0) / 1000;
+    }
+  }
+
   /** Asks the loop to stop after the step in flight; a checkpoint is written first. */
   requestStop(): void {
     this.stopRequested = true;
@@ -208,8 +221,15 @@ export class Trainer {
   private async checkpoint(): Promise<string> {
     this.state.wallSeconds = this.wall();
     this.state.summary = this.summary;
-    const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp));
+    const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp), { saveTotalLimit: this.cfg.checkpoint.saveTotalLimit ?? null });
     this.log(`checkpoint ${dir}`);
+    if (this.deps.onCheckpoint) {
+      try {
+        await this.deps.onCheckpoint(dir);
+      } catch (e) {
+        this.log(`after checkpoint: ${(e as Error).message}`);
+      }
+    }
     return dir;
   }
 
@@ -230,6 +250,7 @@ export class Trainer {
         rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
         this.summary.push(rec);
       }
+      if (total === 0 && fresh) this.log(`[${stage}] 0 steps: stage skipped`);
       const progress = new Progress(stage, total, this.state.stageStep);
       let nonFinite = 0;
       while (!this.state.stageDone && this.state.stageStep < total) {
@@ -237,6 +258,7 @@ export class Trainer {
         const step = this.state.stageStep;
         backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, step, 1));
         let lr = NaN;
+        this.phases = {};
         const cursorBefore = { ...this.state.cursor };
         let m: Awaited<ReturnType<Trainer['grpoStep']>>;
         try {
@@ -253,7 +275,7 @@ export class Trainer {
         if (!Number.isFinite(m.loss)) {
           skipped = true;
         } else {
-          const r = await backend.optimizerStep(this.cfg.optim.maxGradNorm);
+          const r = await this.timed('optimizer', () => backend.optimizerStep(this.cfg.optim.maxGradNorm));
           gradNorm = r.gradNorm;
           lr = r.lr;
           if (r.skipped || !Number.isFinite(gradNorm)) skipped = true;
@@ -283,6 +305,7 @@ export class Trainer {
           skipped,
           stepSeconds: secs,
           tokensPerSecond: m.completionTokens / secs,
+          phaseSeconds: { ...this.phases },
           memory: backend.memory(),
         };
         this.metrics.write(record);
@@ -291,7 +314,7 @@ export class Trainer {
         if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
         rec.steps = this.state.stageStep;
         const health = m.judge as JudgeHealth | undefined;
-        progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''}`);
+        if (this.state.stageStep % Math.max(1, this.cfg.log.every) === 0 || this.state.stageStep === total) progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''}`);
 
         let saved = false;
         if (this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length) {
@@ -310,6 +333,7 @@ export class Trainer {
             this.log(`[opsd] validation fell ${K} times in a row; ending OPSD at step ${this.state.stageStep}`);
             this.state.stageDone = true;
             rec.stoppedEarly = true;
+            this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
           }
         }
         if (this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
@@ -388,7 +412,8 @@ export class Trainer {
   static formatSummary(s: TrainSummary): string {
     const rows = [['stage', 'steps', 'first loss', 'last loss', 'last reward', 'best val', 'early stop']];
     for (const r of s.stages) {
-      rows.push([r.stage, String(r.steps), r.firstLoss.toFixed(4), r.lastLoss.toFixed(4), r.lastReward?.toFixed(3) ?? '-', r.bestValidation?.toFixed(3) ?? '-', r.stoppedEarly ? 'yes' : 'no']);
+      const f = (v: number | undefined, d: number) => (v !== undefined && v !== null && Number.isFinite(v) ? v.toFixed(d) : '-');
+      rows.push([r.stage, String(r.steps), f(r.firstLoss, 4), f(r.lastLoss, 4), f(r.lastReward, 3), f(r.bestValidation, 3), r.stoppedEarly ? 'yes' : r.steps === 0 ? 'skipped (0 steps)' : 'no']);
     }
     return `${table(rows)}\nrun dir: ${s.runDir}  steps: ${s.globalStep}  wall: ${s.wallSeconds.toFixed(1)}s${s.interrupted ? '  (interrupted; resume with --resume ' + s.runDir + ')' : ''}`;
   }
@@ -424,7 +449,7 @@ export class Trainer {
     const items = this.take(c.batchSize);
     const studentPrompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
     const teacherPrompts = await Promise.all(items.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
-    const rollouts = await backend.generate(studentPrompts, this.sampling(1, 2));
+    const rollouts = await this.timed('rollout', () => backend.generate(studentPrompts, this.sampling(1, 2)));
     const batch = rollouts.map((r) => ({
       student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds },
       teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds },
@@ -434,7 +459,7 @@ export class Trainer {
     let loss = 0;
     if (normalizer > 0) {
       for (const mb of chunks(batch, c.microBatch)) {
-        loss += (await backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
+        loss += (await this.timed('update', () => backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher }))).loss;
       }
     }
     return { loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, batch.length), stopRate: mean(rollouts.map((r) => (r.finishReason === 'stop' ? 1 : 0))) };
@@ -451,7 +476,7 @@ export class Trainer {
     const rewardJobs: Promise<RewardResult[]>[] = [];
     for (let ci = 0; ci < promptChunks.length; ci++) {
       const ch = promptChunks[ci]!;
-      const rs = await backend.generate(ch.map((x) => x.p), this.sampling(c.groupSize, 3 + ci));
+      const rs = await this.timed('rollout', () => backend.generate(ch.map((x) => x.p), this.sampling(c.groupSize, 3 + ci)));
       // generate returns n completions per prompt contiguously (a group is a block of G).
       const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]!.i }));
       rollouts.push(...mapped);
@@ -459,14 +484,15 @@ export class Trainer {
       job.catch(() => undefined); // handled below (Promise.all); a rejection while the next chunk samples is not "unhandled"
       rewardJobs.push(job);
     }
-    const rewards = (await Promise.all(rewardJobs)).flat();
+    // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
+    const rewards = (await this.timed('judge', () => Promise.all(rewardJobs))).flat();
     const judge = this.checkJudgeHealth(rewards, `GRPO step ${this.state.stageStep + 1}`);
     const r = rewards.map((x) => x.reward);
     const { advantages, keep } = this.deps.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
     const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i]!, i })).filter((x) => keep[x.i] && x.ro.tokenIds.length > 0);
     const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex]!, completionIds: x.ro.tokenIds }));
     const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
-    const refLogprobs = seqs.length && c.betaKl > 0 ? await backend.completionLogprobs(seqs, this.cfg.sampling.temperature || 1, refAdapter) : seqs.map((s) => s.completionIds.map(() => 0));
+    const refLogprobs = seqs.length && c.betaKl > 0 ? await this.timed('reference', () => backend.completionLogprobs(seqs, this.cfg.sampling.temperature || 1, refAdapter)) : seqs.map((s) => s.completionIds.map(() => 0));
     const totalTokens = seqs.reduce((a, s) => a + s.completionIds.length, 0);
     const opts = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
@@ -477,7 +503,7 @@ export class Trainer {
     let clip = 0;
     const batch = kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv }));
     for (const mb of chunks(batch, c.microBatch)) {
-      const out = await backend.grpoBackward(mb, opts);
+      const out = await this.timed('update', () => backend.grpoBackward(mb, opts));
       loss += out.loss;
       kl += out.meanKl * mb.length;
       clip += out.clipFraction * mb.length;
@@ -499,6 +525,7 @@ export class Trainer {
       clipFraction: batch.length ? clip / batch.length : 0,
       keptSequences: batch.length,
       completionLength: totalTokens / Math.max(1, batch.length),
+      stopRate: mean(rollouts.map((ro) => (ro.finishReason === 'stop' ? 1 : 0))),
       ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),
     };
   }

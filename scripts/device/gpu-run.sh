@@ -32,6 +32,10 @@ for step in "$@"; do
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
+    presetmem17) timeout 420 bash scripts/device/preset-memory.sh qwen3-1.7b $OUT 2>&1 | tail -12 ;;
+    presetmem4) timeout 480 bash scripts/device/preset-memory.sh qwen3-4b $OUT 2>&1 | tail -12 ;;
+    presetmem8) timeout 540 bash scripts/device/preset-memory.sh qwen3-8b $OUT 2>&1 | tail -12 ;;
+    reportgpu) timeout 120 node dist/bin/papergym-native.js report $OUT/preset-qwen3-* --out $OUT/presets-report.html 2>&1 | tail -5 ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -1,0 +1,52 @@
+/** Renders docs/config.md from the settings schema (scripts/gen-config-docs.mjs writes it; a test checks it is current). */
+import { COMMAND_SETTINGS, TRAIN_SETTINGS } from './settings.js';
+import { PRESETS } from './train.js';
+import { markdownTable } from './schema.js';
+
+/** The whole docs/config.md text. */
+export function renderConfigDocs(): string {
+  const parts: string[] = [
+    '# Settings',
+    '',
+    '<!-- Generated from lib/config/settings.ts by `node scripts/gen-config-docs.mjs`; do not edit by hand. -->',
+    '',
+    'Every setting of every command, from one schema (`lib/config/settings.ts`): its flag, type, default,',
+    'range, meaning and source (the paper, or the TRL / peft / transformers / vLLM equivalent). The same',
+    "entries give the defaults, the validation and each command's `--help`.",
+    '',
+    '## train',
+    '',
+    'Values are layered **default < `--preset` < `--config` file < flags**. A config file (YAML or JSON)',
+    'uses the config keys below, nested (`grpo: {lr: 1e-5}`) — unknown keys are an error. A run writes',
+    'every resolved value to `<run>/config.json`, with `origins` saying where each came from',
+    '(`default`, `preset`, `file`, `flag`). With `--resume`, only step counts (to extend a run), the',
+    'device, the judge URL/concurrency and the logging / checkpoint / validation intervals may change.',
+    '',
+    markdownTable(COMMAND_SETTINGS.train!.filter((s) => !TRAIN_SETTINGS.includes(s)), { keyColumn: false }),
+    '',
+    '### Training config keys',
+    '',
+    markdownTable(TRAIN_SETTINGS, { keyColumn: true }),
+    '',
+    '### Presets',
+    '',
+    'Each preset overrides these keys (the rest keep their defaults):',
+    '',
+    '| preset | overrides |',
+    '| --- | --- |',
+    ...Object.entries(PRESETS).map(([name, p]) => `| \`${name}\` | ${flat(p).map(([k, v]) => `\`${k}\`=${JSON.stringify(v)}`).join(', ')} |`),
+    '',
+  ];
+  for (const [cmd, settings] of Object.entries(COMMAND_SETTINGS)) {
+    if (cmd === 'train') continue;
+    parts.push(`## ${cmd}`, '');
+    if (cmd === 'report') parts.push('`papergym-native report RUN_DIR [RUN_DIR…] [options]`: the run dirs (`train --out`) are overlaid in the order given.', '');
+    parts.push(markdownTable(settings, { keyColumn: false }), '');
+  }
+  return parts.join('\n');
+}
+
+function flat(o: unknown, prefix = ''): [string, unknown][] {
+  if (!o || typeof o !== 'object' || Array.isArray(o)) return [[prefix, o]];
+  return Object.entries(o).flatMap(([k, v]) => flat(v, prefix ? `${prefix}.${k}` : k));
+}

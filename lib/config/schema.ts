@@ -1,0 +1,191 @@
+/**
+ * The settings schema: one entry per setting (name, type, default, range, meaning, source) that
+ * drives the defaults, the validation, the CLI flags, every command's `--help` text and the
+ * generated docs/config.md (scripts/gen-config-docs.mjs). Entries live in lib/config/settings.ts.
+ */
+import type { Argv, Options } from 'yargs';
+
+export type SettingType = 'number' | 'integer' | 'boolean' | 'string' | 'path' | 'enum' | 'list';
+
+/** One setting. `default: null` means "unset" (its meaning says what happens then). */
+export interface Setting {
+  /** Dotted key in the resolved config (`grpo.betaKl`) or the camelCase option name of a command. */
+  key: string;
+  /** CLI flag without the leading dashes (`kl-coef`). */
+  flag: string;
+  type: SettingType;
+  default: unknown;
+  /** Allowed values (enum; for lists, the allowed items). */
+  choices?: readonly string[];
+  /** Numeric range: inclusive bounds unless `exclusiveMin` / `exclusiveMax`. */
+  min?: number;
+  max?: number;
+  exclusiveMin?: boolean;
+  exclusiveMax?: boolean;
+  /** Accepted values in words, for strings and paths (`cpu | cuda | cuda:N`, `an existing dir`). */
+  values?: string;
+  /** Regular expression a string must match (checked with `values` as the message). */
+  pattern?: RegExp;
+  /** List settings: the item type and length. */
+  items?: 'string' | 'number';
+  length?: number;
+  /** List settings given by repeating the flag (`--prompt a --prompt b`); values are not split at commas. */
+  repeatable?: boolean;
+  /** One sentence: what it does, with units. */
+  meaning: string;
+  /** Where it comes from: paper section, or the TRL / peft / transformers / vLLM equivalent. */
+  source: string;
+  /** A short flag alias. */
+  alias?: string;
+}
+
+/** The range of a setting in words (docs and --help). */
+export function rangeText(s: Setting): string {
+  if (s.type === 'boolean') return 'true | false';
+  if (s.type === 'enum') return (s.choices ?? []).join(' | ');
+  if (s.type === 'list' && s.repeatable) return `repeatable: ${s.values ?? s.items ?? 'string'}`;
+  if (s.type === 'list') return `comma list${s.length ? ` of ${s.length}` : ''} of ${s.choices ? s.choices.join(' | ') : (s.values ?? s.items ?? 'string')}`;
+  if (s.type === 'number' || s.type === 'integer') {
+    const lo = s.min === undefined ? '(-∞' : `${s.exclusiveMin ? '(' : '['}${s.min}`;
+    const hi = s.max === undefined ? '∞)' : `${s.max}${s.exclusiveMax ? ')' : ']'}`;
+    return `${s.type === 'integer' ? 'integer ' : ''}${lo}, ${hi}`;
+  }
+  return s.values ?? 'any string';
+}
+
+/** The default in words. */
+export function defaultText(s: Setting): string {
+  if (s.default === null || s.default === undefined) return 'unset';
+  if (Array.isArray(s.default)) return s.default.join(',');
+  return String(s.default);
+}
+
+/** `--help` line: meaning, range, default (left out when yargs prints its own `[default: …]`). */
+export function helpText(s: Setting, withDefault = true): string {
+  return `${s.meaning}${s.type === 'enum' ? '' : ` [${rangeText(s)}]`}${withDefault ? ` (default: ${defaultText(s)})` : ''}`;
+}
+
+/** Parses a comma list flag value into strings or numbers. */
+export function parseList(s: Setting, v: unknown): unknown[] {
+  if (s.repeatable) return (Array.isArray(v) ? v : [v]).map(String);
+  const parts = Array.isArray(v) ? v.flatMap((x) => String(x).split(',')) : String(v).split(',');
+  const out = parts.map((p) => p.trim()).filter(Boolean);
+  return s.items === 'number' ? out.map(Number) : out;
+}
+
+/**
+ * Checks one value against its setting; returns the problem in words (naming the key and flag)
+ * or undefined when it is valid.
+ */
+export function checkValue(s: Setting, v: unknown): string | undefined {
+  const name = `${s.key} (--${s.flag})`;
+  const got = (x: unknown) => (typeof x === 'string' ? JSON.stringify(x) : Array.isArray(x) ? JSON.stringify(x) : String(x));
+  if (v === null || v === undefined) return s.default === null ? undefined : `${name} must be set (${rangeText(s)})`;
+  switch (s.type) {
+    case 'boolean':
+      return typeof v === 'boolean' ? undefined : `${name} must be true or false (got ${got(v)})`;
+    case 'number':
+    case 'integer': {
+      if (typeof v !== 'number' || !Number.isFinite(v)) return `${name} must be a number (got ${got(v)})`;
+      if (s.type === 'integer' && !Number.isInteger(v)) return `${name} must be an integer (got ${got(v)})`;
+      const lowOk = s.min === undefined || (s.exclusiveMin ? v > s.min : v >= s.min);
+      const highOk = s.max === undefined || (s.exclusiveMax ? v < s.max : v <= s.max);
+      return lowOk && highOk ? undefined : `${name} must be in ${rangeText(s)} (got ${got(v)})`;
+    }
+    case 'enum':
+      return typeof v === 'string' && s.choices?.includes(v) ? undefined : `${name} must be one of ${rangeText(s)} (got ${got(v)})`;
+    case 'list': {
+      if (!Array.isArray(v)) return `${name} must be a list (got ${got(v)})`;
+      if (s.length !== undefined && v.length !== s.length) return `${name} must have ${s.length} values (got ${v.length})`;
+      if (!v.length) return `${name} must not be empty`;
+      for (const x of v) {
+        if (s.items === 'number' ? typeof x !== 'number' || !Number.isFinite(x) : typeof x !== 'string') return `${name}: bad item ${got(x)} (${rangeText(s)})`;
+        if (s.choices && !s.choices.includes(x as string)) return `${name}: unknown item ${got(x)} (${s.choices.join(' | ')})`;
+      }
+      if (s.items === 'number' && (s.min !== undefined || s.max !== undefined)) {
+        for (const x of v as number[]) {
+          const e = checkValue({ ...s, type: 'number' }, x);
+          if (e) return e;
+        }
+      }
+      return undefined;
+    }
+    default:
+      if (typeof v !== 'string' || (s.type !== 'path' && s.default !== null && !v.length)) return `${name} must be a string (${rangeText(s)}; got ${got(v)})`;
+      if (s.pattern && !s.pattern.test(v)) return `${name} must be ${rangeText(s)} (got ${got(v)})`;
+      return undefined;
+  }
+}
+
+/** The yargs option of a setting. `withDefault`: let yargs fill the default (commands without layered config). */
+export function yargsOption(s: Setting, withDefault: boolean): Options {
+  const yargsShowsDefault = withDefault && s.default !== null && s.default !== undefined;
+  const o: Options = { describe: helpText(s, !yargsShowsDefault) };
+  if (s.alias) o.alias = s.alias;
+  if (s.type === 'boolean') o.type = 'boolean';
+  else if (s.type === 'number' || s.type === 'integer') o.type = 'number';
+  else if (s.type === 'enum') o.choices = s.choices as string[];
+  else o.type = 'string';
+  if (s.repeatable) o.array = true;
+  if (withDefault && s.default !== null && s.default !== undefined) o.default = s.type === 'list' && Array.isArray(s.default) ? s.default.join(',') : s.default;
+  return o;
+}
+
+/** Adds every setting as an option of a yargs command, with a check of each given value against its range. */
+export function addSettings<T>(y: Argv<T>, settings: readonly Setting[], opts: { withDefaults: boolean }): Argv<T> {
+  let out = y;
+  for (const s of settings) out = out.option(s.flag, yargsOption(s, opts.withDefaults)) as Argv<T>;
+  return out.check((argv) => {
+    const errs: string[] = [];
+    for (const s of settings) {
+      const raw = (argv as Record<string, unknown>)[s.flag];
+      if (raw === undefined) continue;
+      const v = s.type === 'list' ? parseList(s, raw) : raw;
+      if (s.type === 'number' || s.type === 'integer') {
+        if (typeof v === 'number' && Number.isNaN(v)) {
+          errs.push(`--${s.flag}: not a number`);
+          continue;
+        }
+      }
+      const e = checkValue(s, v);
+      if (e) errs.push(e);
+    }
+    if (errs.length) throw new Error(errs.join('; '));
+    return true;
+  }) as Argv<T>;
+}
+
+/** One row per setting for docs/config.md. */
+export function markdownTable(settings: readonly Setting[], opts: { keyColumn: boolean }): string {
+  const cell = (x: string) => x.replace(/\|/g, '\\|').replace(/\n/g, ' ').replace(/</g, '&lt;');
+  const head = opts.keyColumn ? '| flag | config key | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- | --- |' : '| flag | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- |';
+  const rows = settings.map((s) => {
+    const cols = [`\`--${s.flag}\``, ...(opts.keyColumn ? [`\`${s.key}\``] : []), s.type, `\`${defaultText(s)}\``, rangeText(s), s.meaning, s.source];
+    return `| ${cols.map(cell).join(' | ')} |`;
+  });
+  return [head, ...rows].join('\n');
+}
+
+/** Sets `value` at a dotted key of a nested object. */
+export function setPath(o: Record<string, unknown>, key: string, value: unknown): void {
+  const parts = key.split('.');
+  let cur = o;
+  for (const p of parts.slice(0, -1)) cur = (cur[p] ??= {}) as Record<string, unknown>;
+  cur[parts[parts.length - 1]!] = value;
+}
+
+/** Value at a dotted key (undefined when absent). */
+export function getPath(o: unknown, key: string): unknown {
+  let cur = o;
+  for (const p of key.split('.')) {
+    if (!cur || typeof cur !== 'object') return undefined;
+    cur = (cur as Record<string, unknown>)[p];
+  }
+  return cur;
+}
+
+/** Dotted keys of the leaves of a nested object (arrays are leaves). */
+export function leafKeys(o: unknown, prefix = ''): string[] {
+  if (!o || typeof o !== 'object' || Array.isArray(o)) return prefix ? [prefix] : [];
+  return Object.entries(o).flatMap(([k, v]) => leafKeys(v, prefix ? `${prefix}.${k}` : k));
+}

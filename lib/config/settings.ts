@@ -1,0 +1,257 @@
+/**
+ * Every setting of every command, one entry each (lib/config/schema.ts says what an entry holds).
+ * `TRAIN_SETTINGS` are the keys of the training config (layered defaults < preset < file < flags;
+ * DEFAULTS in lib/config/train.ts is built from them); the other lists are the options of one
+ * command each. docs/config.md is generated from this file (`node scripts/gen-config-docs.mjs`).
+ */
+import type { Setting } from './schema.js';
+import { JUDGE_DEFAULTS } from '../judge/config.js';
+
+const DEVICE = /^(cpu|cuda(:\d+)?)$/;
+const DEVICE_AUTO = /^(auto|cpu|cuda(:\d+)?)$/;
+const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+
+/**
+ * The judge settings (lib/judge/config.ts JudgeConfig), one entry each, keys relative to `judge.`:
+ * `train` reads them as `judge.*` keys and flags, `eval` and `probe-judge` as `--judge*` flags.
+ * Defaults are JUDGE_DEFAULTS (train: kind local, concurrency 8; eval: kind http).
+ */
+export const JUDGE_SETTINGS: readonly Setting[] = [
+  { key: 'kind', flag: 'judge', type: 'enum', choices: ['local', 'http'], default: JUDGE_DEFAULTS.kind, meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint', source: 'paper: LLM judge decides each rubric item (DESIGN.md §6)' },
+  { key: 'url', flag: 'judge-url', type: 'string', default: JUDGE_DEFAULTS.url, values: 'http(s)://host:port/v1', meaning: 'http: judge endpoint (vLLM, SGLang, papergym-native serve)', source: 'OpenAI API base_url' },
+  { key: 'model', flag: 'judge-model', type: 'string', default: JUDGE_DEFAULTS.model, values: 'a served model name', meaning: 'http: model name the judge endpoint serves', source: 'OpenAI API model' },
+  { key: 'mode', flag: 'judge-mode', type: 'enum', choices: ['per-item', 'per-plan'], default: JUDGE_DEFAULTS.mode, meaning: 'http: one yes/no request per rubric item, or one JSON request per plan', source: 'paper: per-item judging (DESIGN.md §6)' },
+  { key: 'concurrency', flag: 'judge-concurrency', type: 'integer', min: 1, default: JUDGE_DEFAULTS.concurrency, meaning: 'http: requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'cache', flag: 'judge-cache', type: 'path', default: JUDGE_DEFAULTS.cache, values: 'a SQLite file', meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache', source: 'papergym-native (lib/judge/cache.ts)' },
+  { key: 'timeoutMs', flag: 'judge-timeout-ms', type: 'integer', min: 1, default: JUDGE_DEFAULTS.timeoutMs, meaning: 'http: per-attempt timeout in milliseconds', source: 'OpenAI client timeout' },
+  { key: 'maxRetries', flag: 'judge-max-retries', type: 'integer', min: 0, default: JUDGE_DEFAULTS.maxRetries, meaning: 'http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx; backoff honouring retry-after)', source: 'OpenAI client max_retries' },
+  { key: 'maxTokens', flag: 'judge-max-tokens', type: 'integer', min: 1, default: JUDGE_DEFAULTS.maxTokens, meaning: 'http: max answer tokens; unset = 16 per item, 64 + 24 per item per plan', source: 'OpenAI API max_tokens' },
+  { key: 'noThink', flag: 'judge-no-think', type: 'boolean', default: JUDGE_DEFAULTS.noThink, meaning: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)', source: 'vLLM chat_template_kwargs; Qwen3 enable_thinking' },
+  { key: 'batch', flag: 'judge-batch', type: 'integer', min: 1, default: JUDGE_DEFAULTS.batch, meaning: 'local: prompts per prefill batch', source: 'vLLM max_num_seqs' },
+  { key: 'variants', flag: 'judge-variants', type: 'enum', choices: ['pair', 'all'], default: JUDGE_DEFAULTS.variants, meaning: 'P(yes) answer tokens: Yes/No only, or every casing/space variant summed; unset = pair (local with forward-logits: all)', source: 'papergym-native local judge (lib/judge/local.ts)' },
+  { key: 'scoring', flag: 'judge-scoring', type: 'enum', choices: ['sequence-logprobs', 'forward-logits'], default: JUDGE_DEFAULTS.scoring, meaning: 'local: lm_head at the scored position only, or full forward logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
+  { key: 'score', flag: 'judge-score', type: 'enum', choices: ['binary', 'prob'], default: JUDGE_DEFAULTS.score, meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)", source: 'paper: binary rubric verdicts (DESIGN.md §6); OpenAI API logprobs / top_logprobs' },
+  { key: 'maxNullRate', flag: 'judge-max-null-rate', type: 'number', min: 0, max: 1, default: JUDGE_DEFAULTS.maxNullRate, meaning: 'Stop training (with a checkpoint) / fail eval when more than this fraction of a step\'s verdicts is null (refused, unreadable, failed)', source: 'papergym-native (a failing judge is never a silent zero reward)' },
+];
+
+/** Keys of the training config (lib/config/train.ts TrainConfig), in docs order. */
+export const TRAIN_SETTINGS: readonly Setting[] = [
+  // ---- run ----
+  { key: 'model', flag: 'model', type: 'path', default: null, values: 'a Hugging Face Qwen3 checkpoint dir (config.json, safetensors, tokenizer.json)', meaning: 'Base model to train; unset = the embedded tiny random Qwen3 (real tokenizer) that trains in minutes on CPU', source: 'TRL ModelConfig.model_name_or_path; paper: Qwen3-1.7B/4B/8B' },
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym dataset JSONL (docs/data.md)', meaning: 'Training and validation items (split train / val); unset = the embedded hand-made sample dataset', source: 'TRL train_dataset; paper: PaperGym items (DESIGN.md §7)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable dir', meaning: 'Run dir for config.json, metrics.jsonl, checkpoints, final adapter and report.html; unset = runs/<timestamp>', source: 'transformers TrainingArguments.output_dir' },
+  { key: 'device', flag: 'device', type: 'string', default: 'cpu', pattern: DEVICE, values: 'cpu | cuda | cuda:N', meaning: 'Device of the model and the training step (the presets set cuda)', source: 'transformers TrainingArguments (use_cpu / device placement)' },
+  { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: 'Model weight dtype; unset = bfloat16 on CUDA, float32 on CPU (LoRA weights and optimizer state are float32 either way)', source: 'transformers TrainingArguments.bf16 / fp16; ModelConfig.torch_dtype' },
+  { key: 'stages', flag: 'stages', type: 'list', items: 'string', choices: ['sft', 'opsd', 'grpo'], default: ['opsd', 'grpo'], meaning: 'Training stages in order; the paper ablations are one flag away: opsd (OPSD only), grpo (GRPO only), grpo,opsd (reversed), sft (SFT baseline)', source: 'paper: OPSD → GRPO schedule and its ablations (DESIGN.md §6)' },
+  { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 1234, meaning: 'Seed of the data order, sampling, dropout and LoRA init; every random draw derives from (seed, stage, step), so a resumed run replays exactly', source: 'transformers TrainingArguments.seed' },
+  { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'Stop at the first invalid dataset row instead of skipping it with a warning', source: 'papergym-native (dataset validation, docs/data.md)' },
+  // ---- LoRA ----
+  { key: 'lora.r', flag: 'lora-r', type: 'integer', min: 1, default: 8, meaning: 'LoRA rank r (paper presets: 64)', source: 'peft LoraConfig.r; paper (DESIGN.md §6): r = 64' },
+  { key: 'lora.alpha', flag: 'lora-alpha', type: 'number', min: 0, exclusiveMin: true, default: 16, meaning: 'LoRA scaling alpha: the update is (alpha / r)·B·A (paper presets: 128)', source: 'peft LoraConfig.lora_alpha; paper (DESIGN.md §6): alpha = 128' },
+  { key: 'lora.dropout', flag: 'lora-dropout', type: 'number', min: 0, max: 1, exclusiveMax: true, default: 0, meaning: 'Dropout on the LoRA branch input (training only)', source: 'peft LoraConfig.lora_dropout' },
+  { key: 'lora.useRslora', flag: 'lora-rslora', type: 'boolean', default: false, meaning: 'Rank-stabilised scaling alpha / sqrt(r) instead of alpha / r', source: 'peft LoraConfig.use_rslora (Kalajdzievski 2023)' },
+  { key: 'lora.targetModules', flag: 'lora-target-modules', type: 'list', items: 'string', choices: LORA_TARGETS, default: [...LORA_TARGETS], meaning: 'Linear layers that get a LoRA adapter', source: 'peft LoraConfig.target_modules ("all-linear")' },
+  { key: 'lora.float32Branch', flag: 'lora-fp32-branch', type: 'boolean', default: false, meaning: 'With a bf16/fp16 model, run the LoRA matmuls in float32 as peft without autocast; false = model dtype with float32 master weights, as TRL with bf16=True', source: 'transformers Trainer bf16=True (torch.autocast) vs peft without autocast' },
+  // ---- sampling ----
+  { key: 'sampling.temperature', flag: 'temperature', type: 'number', min: 0, default: 1.0, meaning: 'Rollout sampling temperature (0 = greedy); also the temperature of the logprobs in the losses', source: 'TRL GRPOConfig.temperature; vLLM SamplingParams.temperature' },
+  { key: 'sampling.topP', flag: 'top-p', type: 'number', min: 0, exclusiveMin: true, max: 1, default: 0.95, meaning: 'Nucleus sampling: keep the smallest set of tokens with probability mass >= top-p (1 = off)', source: 'TRL GRPOConfig.top_p' },
+  { key: 'sampling.topK', flag: 'top-k', type: 'integer', min: 0, default: 20, meaning: 'Keep the k most likely tokens when sampling (0 = off)', source: 'TRL GRPOConfig.top_k; Qwen3 generation_config' },
+  { key: 'sampling.maxNewTokens', flag: 'max-new-tokens', type: 'integer', min: 1, default: 24, meaning: 'Maximum completion length in tokens (paper presets: 1024)', source: 'TRL GRPOConfig.max_completion_length' },
+  { key: 'sampling.enableThinking', flag: 'thinking', type: 'boolean', default: false, meaning: 'Qwen3 chat template enable_thinking for the policy prompts', source: 'Qwen3 chat template (enable_thinking)' },
+  // ---- optimizer ----
+  { key: 'optim.weightDecay', flag: 'weight-decay', type: 'number', min: 0, default: 0, meaning: 'AdamW decoupled weight decay on the LoRA weights', source: 'transformers TrainingArguments.weight_decay' },
+  { key: 'optim.maxGradNorm', flag: 'max-grad-norm', type: 'number', min: 0, exclusiveMin: true, default: 1.0, meaning: 'Clip the global L2 gradient norm to this value before each step', source: 'transformers TrainingArguments.max_grad_norm' },
+  { key: 'optim.betas', flag: 'adam-betas', type: 'list', items: 'number', length: 2, min: 0, max: 1, exclusiveMax: true, default: [0.9, 0.999], values: 'beta1,beta2', meaning: 'AdamW moment decay rates beta1, beta2', source: 'transformers TrainingArguments.adam_beta1 / adam_beta2' },
+  { key: 'optim.eps', flag: 'adam-eps', type: 'number', min: 0, exclusiveMin: true, default: 1e-8, meaning: 'AdamW epsilon added to the second-moment root', source: 'transformers TrainingArguments.adam_epsilon' },
+  { key: 'optim.schedule', flag: 'lr-schedule', type: 'enum', choices: ['constant', 'linear', 'cosine'], default: 'constant', meaning: 'Learning-rate schedule within each stage (after warmup)', source: 'transformers TrainingArguments.lr_scheduler_type' },
+  { key: 'optim.warmupSteps', flag: 'warmup-steps', type: 'integer', min: 0, default: 0, meaning: 'Linear warmup steps at the start of each stage', source: 'transformers TrainingArguments.warmup_steps' },
+  // ---- SFT baseline ----
+  { key: 'sft.steps', flag: 'sft-steps', type: 'integer', min: 0, default: 8, meaning: 'Optimizer steps of the SFT stage (0 = skip the stage)', source: 'TRL SFTConfig.max_steps; paper: SFT baseline' },
+  { key: 'sft.lr', flag: 'sft-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of the SFT stage', source: 'TRL SFTConfig.learning_rate' },
+  { key: 'sft.batchSize', flag: 'sft-batch-size', type: 'integer', min: 1, default: 2, meaning: 'Reference answers per SFT step (cross-entropy, token mean over the batch)', source: 'TRL SFTConfig.per_device_train_batch_size' },
+  // ---- OPSD ----
+  { key: 'opsd.steps', flag: 'opsd-steps', type: 'integer', min: 0, default: 8, meaning: 'Optimizer steps of the OPSD stage (0 = skip; paper: 200 for 1.7B/4B, 400 for 8B)', source: 'paper: OPSD steps (DESIGN.md §6); TRL GKDConfig.max_steps' },
+  { key: 'opsd.lr', flag: 'opsd-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of OPSD (paper: 5e-6)', source: 'paper (DESIGN.md §6); TRL GKDConfig.learning_rate' },
+  { key: 'opsd.batchSize', flag: 'opsd-batch-size', type: 'integer', min: 1, default: 2, meaning: 'Questions per OPSD step, one student rollout each', source: 'siyan-zhao/OPSD (batch of prompts per step); TRL GKDConfig.per_device_train_batch_size' },
+  { key: 'opsd.microBatch', flag: 'opsd-micro-batch', type: 'integer', min: 1, default: 2, meaning: 'Rollouts per backward pass (gradient accumulation inside a step; does not change the gradient)', source: 'transformers TrainingArguments.gradient_accumulation_steps (inverse)' },
+  { key: 'opsd.beta', flag: 'jsd-beta', type: 'number', min: 0, max: 1, default: 0.5, meaning: 'Generalised JSD interpolation beta: 0 = forward KL(teacher‖student) limit, 1 = reverse KL limit, 0.5 = symmetric JSD', source: 'TRL GKDConfig.beta (Agarwal et al. 2024, generalised JSD)' },
+  { key: 'opsd.teacher', flag: 'teacher', type: 'enum', choices: ['fixed', 'current', 'ema'], default: 'fixed', meaning: 'OPSD teacher weights: the base model (adapter off), the current adapter (detached) or an EMA of it; the teacher prompt adds the rubric', source: 'OPSD (Zhao et al. 2025, self-distillation with privileged context)' },
+  { key: 'opsd.emaDecay', flag: 'ema-decay', type: 'number', min: 0, max: 1, exclusiveMax: true, default: 0.99, meaning: 'EMA decay of the ema teacher per step', source: 'TRL sync_ref_model / ref_model_mixup_alpha (EMA reference)' },
+  { key: 'opsd.earlyStopPatience', flag: 'early-stop-patience', type: 'integer', min: 0, default: 0, meaning: 'End OPSD after the validation score falls this many times in a row (0 = never)', source: 'transformers EarlyStoppingCallback.early_stopping_patience' },
+  // ---- GRPO ----
+  { key: 'grpo.steps', flag: 'grpo-steps', type: 'integer', min: 0, default: 6, meaning: 'Optimizer steps of the GRPO stage (0 = skip; paper: 200 for 1.7B/4B, 100 for 8B)', source: 'paper: GRPO steps (DESIGN.md §6); TRL GRPOConfig.max_steps' },
+  { key: 'grpo.lr', flag: 'grpo-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of GRPO (paper: 1e-5)', source: 'paper (DESIGN.md §6); TRL GRPOConfig.learning_rate' },
+  { key: 'grpo.questionsPerStep', flag: 'questions-per-step', type: 'integer', min: 1, default: 2, meaning: 'Questions per GRPO step (each gets group-size completions)', source: 'TRL GRPOConfig: per_device_train_batch_size / num_generations' },
+  { key: 'grpo.groupSize', flag: 'group-size', type: 'integer', min: 2, default: 4, meaning: 'Completions per question G; advantages are normalised within a group (paper: 8)', source: 'TRL GRPOConfig.num_generations; paper (DESIGN.md §6): G = 8' },
+  { key: 'grpo.microBatch', flag: 'grpo-micro-batch', type: 'integer', min: 1, default: 4, meaning: 'Completions per backward pass; also how many are sampled per generation call (gradient is unchanged)', source: 'transformers TrainingArguments.gradient_accumulation_steps (inverse)' },
+  { key: 'grpo.epsLow', flag: 'eps-low', type: 'number', min: 0, max: 1, default: 0.2, meaning: 'Lower clip range: the ratio is clipped at 1 - eps-low', source: 'TRL GRPOConfig.epsilon (PPO clip)' },
+  { key: 'grpo.epsHigh', flag: 'eps-high', type: 'number', min: 0, default: 0.28, meaning: 'Upper clip range: the ratio is clipped at 1 + eps-high (DAPO clip-higher)', source: 'TRL GRPOConfig.epsilon_high (DAPO, Yu et al. 2025)' },
+  { key: 'grpo.betaKl', flag: 'kl-coef', type: 'number', min: 0, default: 0.01, meaning: 'Weight of the k3 KL penalty to the reference policy (0 = no reference pass)', source: 'TRL GRPOConfig.beta; paper (DESIGN.md §6): 0.01' },
+  { key: 'grpo.aggregation', flag: 'aggregation', type: 'enum', choices: ['grpo', 'dapo', 'dr_grpo'], default: 'grpo', meaning: 'Loss aggregation: mean of per-sequence token means (grpo), token mean over the batch (dapo), or sum / (batch × max length) (dr_grpo)', source: 'TRL GRPOConfig.loss_type' },
+  { key: 'grpo.scale', flag: 'advantage-scale', type: 'enum', choices: ['group', 'batch', 'none'], default: 'group', meaning: 'Divide advantages by the std of the group, of the batch, or not at all (Dr. GRPO)', source: 'TRL GRPOConfig.scale_rewards' },
+  { key: 'grpo.dropZeroVariance', flag: 'drop-zero-variance', type: 'boolean', default: false, meaning: 'Leave groups whose rewards are all equal out of the loss', source: 'DAPO dynamic sampling (Yu et al. 2025)' },
+  { key: 'grpo.reference', flag: 'reference', type: 'enum', choices: ['stage-start', 'base'], default: 'stage-start', meaning: 'KL reference policy: a snapshot of the adapter at the start of GRPO, or the base model (adapter off)', source: 'TRL GRPOTrainer ref_model (peft: adapter disabled)' },
+  { key: 'grpo.alpha', flag: 'reward-alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward mix r = alpha·r_spec + (1 − alpha)·r_gen', source: 'paper: reward mix, alpha = 0.7 (DESIGN.md §6)' },
+  // ---- judge (one list shared with eval / probe-judge: JUDGE_SETTINGS below) ----
+  ...JUDGE_SETTINGS.map((j) => ({ ...j, key: `judge.${j.key}`, ...(j.key === 'kind' ? { default: 'local' } : j.key === 'concurrency' ? { default: 8 } : {}) })),
+  // ---- validation, checkpoints, logging ----
+  { key: 'validation.every', flag: 'validate-every', type: 'integer', min: 0, default: 4, meaning: 'Validate every N stage steps (greedy plans on val items, mean r_spec; 0 = never)', source: 'transformers TrainingArguments.eval_steps' },
+  { key: 'validation.maxItems', flag: 'validation-items', type: 'integer', min: 0, default: 2, meaning: 'Validation items used (the first N of split val; 0 = no validation)', source: 'transformers eval_dataset (subset)' },
+  { key: 'checkpoint.every', flag: 'checkpoint-every', type: 'integer', min: 0, default: 4, meaning: 'Checkpoint every N stage steps (also at each stage end and on SIGINT; 0 = only then); report.html is rewritten at each checkpoint', source: 'transformers TrainingArguments.save_steps' },
+  { key: 'checkpoint.saveTotalLimit', flag: 'save-total-limit', type: 'integer', min: 1, default: null, meaning: 'Keep only the last N checkpoints (older step-* dirs are deleted after a new one is complete); unset = keep all', source: 'transformers TrainingArguments.save_total_limit' },
+  { key: 'log.every', flag: 'log-every', type: 'integer', min: 1, default: 1, meaning: 'Print a progress line every N steps (metrics.jsonl gets every step)', source: 'transformers TrainingArguments.logging_steps' },
+  { key: 'memory.recompute', flag: 'recompute', type: 'boolean', default: false, meaning: 'Recompute each decoder layer in backward (less activation memory, ~30% more compute)', source: 'transformers gradient_checkpointing' },
+  { key: 'memory.emptyCacheBetweenPhases', flag: 'empty-cache', type: 'boolean', default: false, meaning: 'Release cached GPU blocks between the rollout and update phases', source: 'torch.cuda.empty_cache' },
+];
+
+/** `train` options that are not config keys. */
+export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
+  { key: 'config', flag: 'config', type: 'path', default: null, values: 'a YAML or JSON file with config keys (docs/config.md)', meaning: 'Config file, layered over the preset and under the flags', source: 'TRL YAML config (--config)' },
+  { key: 'preset', flag: 'preset', type: 'enum', choices: ['qwen3-1.7b', 'qwen3-4b', 'qwen3-8b'], default: null, meaning: "The paper's settings for a model size (LoRA 64/128, lrs, steps, G = 8, KL 0.01, device cuda)", source: 'paper: training settings (DESIGN.md §6)' },
+  { key: 'resume', flag: 'resume', type: 'path', default: null, values: 'a run dir or a checkpoint dir', meaning: 'Continue a run from its latest checkpoint; only step counts may change (to extend a finished run)', source: 'transformers Trainer.train(resume_from_checkpoint)' },
+];
+
+/** generate / eval / serve: model and device. */
+const MODEL_OPTIONS: readonly Setting[] = [
+  { key: 'model', flag: 'model', type: 'path', default: null, values: 'a Qwen3 checkpoint dir (required)', meaning: 'Base model dir (config.json, safetensors, tokenizer.json)', source: 'transformers from_pretrained; vLLM --model' },
+  { key: 'adapter', flag: 'adapter', type: 'path', default: null, values: 'a PEFT LoRA adapter dir', meaning: 'LoRA adapter to apply (a run\'s final/ or a checkpoint)', source: 'peft PeftModel.from_pretrained; vLLM --lora-modules' },
+  { key: 'device', flag: 'device', type: 'string', default: 'auto', pattern: DEVICE_AUTO, values: 'auto | cpu | cuda | cuda:N', meaning: 'Device; auto = cuda when the addon sees a GPU, else cpu', source: 'transformers device_map / vLLM --device' },
+  { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: 'Weight dtype; unset = bfloat16 on CUDA, float32 on CPU', source: 'transformers torch_dtype; vLLM --dtype' },
+];
+
+const SAMPLING_OPTIONS: readonly Setting[] = [
+  { key: 'temperature', flag: 'temperature', type: 'number', min: 0, default: 0.7, meaning: 'Sampling temperature (0 = greedy)', source: 'vLLM SamplingParams.temperature; Qwen3 non-thinking recommendation 0.7' },
+  { key: 'topP', flag: 'top-p', type: 'number', min: 0, exclusiveMin: true, max: 1, default: 0.8, meaning: 'Nucleus sampling mass (1 = off)', source: 'vLLM SamplingParams.top_p; Qwen3 recommendation 0.8' },
+  { key: 'topK', flag: 'top-k', type: 'integer', min: 0, default: 20, meaning: 'Top-k sampling (0 = off)', source: 'vLLM SamplingParams.top_k; Qwen3 recommendation 20' },
+  { key: 'maxNewTokens', flag: 'max-new-tokens', type: 'integer', min: 1, default: 1024, meaning: 'Maximum new tokens per completion', source: 'transformers generate max_new_tokens; vLLM max_tokens' },
+  { key: 'thinking', flag: 'thinking', type: 'boolean', default: false, meaning: 'Qwen3 enable_thinking (thinking is stripped before judging)', source: 'Qwen3 chat template (enable_thinking)' },
+];
+
+export const GENERATE_OPTIONS: readonly Setting[] = [
+  ...MODEL_OPTIONS,
+  { key: 'prompt', flag: 'prompt', type: 'list', items: 'string', repeatable: true, default: null, values: 'prompt text', meaning: 'Prompt sent as a user message; give this or --input', source: 'vLLM generate prompts' },
+  { key: 'input', flag: 'input', type: 'path', default: null, values: 'JSONL of {question|prompt|messages, id?}', meaning: 'Input file; questions get the training student prompt unless --plain', source: 'vLLM offline batch inference input' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Output JSONL (one line per completion); unset = stdout', source: 'vLLM run_batch -o' },
+  { key: 'plain', flag: 'plain', type: 'boolean', default: false, meaning: 'Send --input questions as bare user messages (no student prompt)', source: 'papergym-native (student prompt, lib/train/prompts.ts)' },
+  { key: 'system', flag: 'system', type: 'string', default: null, values: 'any text', meaning: 'System message for --prompt texts', source: 'OpenAI chat system role' },
+  { key: 'n', flag: 'n', type: 'integer', min: 1, default: 1, meaning: 'Completions per prompt', source: 'vLLM SamplingParams.n' },
+  ...SAMPLING_OPTIONS,
+  { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: null, meaning: 'Sampling seed (batch b uses seed + b); unset = random, printed to stderr', source: 'vLLM SamplingParams.seed' },
+  { key: 'batchSize', flag: 'batch-size', type: 'integer', min: 1, default: 16, meaning: 'Prompts per generation call', source: 'vLLM max_num_seqs' },
+  { key: 'tokens', flag: 'tokens', type: 'boolean', default: false, meaning: 'Also write token_ids and logprobs per completion', source: 'vLLM SamplingParams.logprobs' },
+];
+
+export const EVAL_OPTIONS: readonly Setting[] = [
+  ...MODEL_OPTIONS,
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL benchmark (required)', meaning: 'Benchmark items to evaluate', source: 'paper: evaluation benchmark (rubric coverage)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Per-item results JSONL (input of `report --eval`)', source: 'lm-evaluation-harness --log_samples' },
+  { key: 'report', flag: 'report', type: 'path', default: null, values: 'a writable file', meaning: 'Report JSON (coverage with CIs, judge stats)', source: 'lm-evaluation-harness --output_path' },
+  { key: 'plans', flag: 'plans', type: 'path', default: null, values: 'a writable file', meaning: 'Generated plans JSONL', source: 'lm-evaluation-harness --log_samples' },
+  { key: 'split', flag: 'split', type: 'enum', choices: ['train', 'val', 'test'], default: null, meaning: 'Only items of this split; unset = all', source: 'datasets split' },
+  { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'First N items only; unset = all', source: 'lm-evaluation-harness --limit' },
+  { key: 'samples', flag: 'samples', type: 'integer', min: 1, default: 1, meaning: 'Plans per question', source: 'vLLM SamplingParams.n' },
+  ...SAMPLING_OPTIONS,
+  { key: 'general', flag: 'general', type: 'boolean', default: true, meaning: 'Also judge the general rubric items (--no-general to skip)', source: 'paper: general rubric items (DESIGN.md §6)' },
+  { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (DESIGN.md §6)' },
+  { key: 'alpha', flag: 'alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward weight of the instance items', source: 'paper: reward mix, alpha = 0.7 (DESIGN.md §6)' },
+  { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples for the CIs (0 = no interval)', source: 'Efron & Tibshirani 1993 (percentile bootstrap)' },
+  { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Generation and bootstrap seed', source: 'vLLM SamplingParams.seed' },
+  { key: 'chunk', flag: 'chunk', type: 'integer', min: 1, default: 8, meaning: 'Questions per generation call (judging overlaps the next chunk)', source: 'vLLM max_num_seqs' },
+  { key: 'keepRaw', flag: 'keep-raw', type: 'boolean', default: false, meaning: "Keep the judge's raw answers in the rows", source: 'lm-evaluation-harness --log_samples' },
+];
+
+export const SERVE_OPTIONS: readonly Setting[] = [
+  ...MODEL_OPTIONS,
+  { key: 'port', flag: 'port', type: 'integer', min: 0, max: 65535, default: 8000, meaning: 'TCP port (0 = any free port)', source: 'vLLM serve --port' },
+  { key: 'host', flag: 'host', type: 'string', default: '127.0.0.1', values: 'a host name or address', meaning: 'Address to listen on', source: 'vLLM serve --host' },
+  { key: 'servedModelName', flag: 'served-model-name', type: 'string', default: null, values: 'any name', meaning: 'Model id clients send; unset = the model dir name', source: 'vLLM serve --served-model-name' },
+  { key: 'maxBatch', flag: 'max-batch', type: 'integer', min: 1, default: 32, meaning: 'Max prompts per generation batch', source: 'vLLM --max-num-seqs' },
+  { key: 'batchWindowMs', flag: 'batch-window-ms', type: 'number', min: 0, default: 5, meaning: 'Milliseconds to wait for more requests before an idle batch starts', source: 'Triton dynamic batching max_queue_delay' },
+  { key: 'maxTokens', flag: 'max-tokens', type: 'integer', min: 1, default: 1024, meaning: 'Default max_tokens of a request', source: 'OpenAI API max_tokens' },
+  { key: 'thinking', flag: 'thinking', type: 'boolean', default: null, meaning: 'Server-wide enable_thinking default (requests may override); unset = the chat template default', source: 'vLLM chat_template_kwargs' },
+];
+
+export const REPORT_OPTIONS: readonly Setting[] = [
+  { key: 'out', flag: 'out', type: 'path', default: 'report.html', values: 'a writable .html file', meaning: 'Report file; plots go to NAME-plots/ beside it (NAME = the file name without .html) as SVG and PNG', source: 'TensorBoard / W&B report export' },
+  { key: 'eval', flag: 'eval', type: 'list', items: 'string', repeatable: true, default: null, values: '[label=]rows.jsonl', meaning: 'Eval per-item rows (eval --out) to show: coverage with CIs; the first is compared with each other one by a paired bootstrap', source: 'Koehn 2004 (paired bootstrap resampling)' },
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL', meaning: 'Dataset whose rubric texts label the hardest items', source: 'paper: rubric items (DESIGN.md §7)' },
+  { key: 'png', flag: 'png', type: 'boolean', default: true, meaning: 'Also write each plot as PNG (--no-png for SVG only)', source: 'matplotlib savefig formats' },
+  { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples for eval CIs', source: 'Efron & Tibshirani 1993' },
+  { key: 'title', flag: 'title', type: 'string', default: null, values: 'any text', meaning: 'Report title; unset = the run names', source: 'papergym-native' },
+];
+
+/**
+ * The `--judge*` options of eval and probe-judge (lib/judge/factory.ts JudgeArgs reads them): the
+ * judge settings of {@link JUDGE_SETTINGS} under their camelCase option names, with the http judge
+ * as the default kind. A new judge option is one more entry in JUDGE_SETTINGS.
+ */
+export const JUDGE_OPTIONS: readonly Setting[] = JUDGE_SETTINGS.map((j) => ({
+  ...j,
+  key: j.key === 'kind' ? 'judge' : `judge${j.key[0]!.toUpperCase()}${j.key.slice(1)}`,
+  ...(j.key === 'kind' ? { default: 'http' } : {}),
+}));
+
+export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Items whose rubrics the adversarial plans are judged against', source: 'paper: rubric items (DESIGN.md §7)' },
+  { key: 'model', flag: 'model', type: 'path', default: null, values: 'a Qwen3 checkpoint dir', meaning: '--judge local: the judge model (the base; adapter off)', source: 'transformers from_pretrained' },
+  { key: 'attacks', flag: 'attacks', type: 'list', items: 'string', choices: ['restate', 'keywords', 'inject', 'empty', 'echo'], default: ['restate', 'keywords', 'inject', 'empty'], meaning: 'Adversarial plans to judge: restated question, keyword stuffing, grader injection, empty plan, echoed rubric', source: 'reward-hacking probes (DESIGN.md §8)' },
+  { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'First N items only; unset = all', source: 'lm-evaluation-harness --limit' },
+  { key: 'general', flag: 'general', type: 'boolean', default: false, meaning: 'Also judge the general rubric items', source: 'paper: general rubric items (DESIGN.md §6)' },
+  { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (DESIGN.md §6)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the JSON report here', source: 'lm-evaluation-harness --output_path' },
+  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print JSON instead of a table', source: 'papergym-native' },
+  { key: 'device', flag: 'device', type: 'string', default: 'auto', pattern: DEVICE_AUTO, values: 'auto | cpu | cuda | cuda:N', meaning: '--judge local: device; auto = cuda when the addon sees a GPU, else cpu', source: 'transformers device_map' },
+  { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: '--judge local: weight dtype; unset = bfloat16 on CUDA, float32 on CPU', source: 'transformers torch_dtype' },
+];
+
+export const BUILD_DATA_OPTIONS: readonly Setting[] = [
+  { key: 'papers', flag: 'papers', type: 'list', items: 'string', repeatable: true, default: null, values: '.tar.gz/.tar/.gz archives, paper dirs, or dirs of them (required)', meaning: 'Paper LaTeX sources to turn into items', source: 'paper: arXiv LaTeX sources (DESIGN.md §7)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable JSONL file (required)', meaning: 'Output dataset JSONL', source: 'datasets to_json' },
+  { key: 'llm', flag: 'llm', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'OpenAI-compatible base URL; API key from PAPERGYM_LLM_API_KEY or OPENAI_API_KEY', source: 'OpenAI API base_url' },
+  { key: 'model', flag: 'model', type: 'string', default: null, values: 'a served model name (required with --llm)', meaning: 'Served model name', source: 'OpenAI API model' },
+  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'State file; a rerun resumes from it and never pays twice for a call; unset = <out>.state.sqlite', source: 'papergym-native (DESIGN.md §7)' },
+  { key: 'force', flag: 'force', type: 'boolean', default: false, meaning: 'Ignore stored answers and redo every call', source: 'papergym-native' },
+  { key: 'format', flag: 'format', type: 'enum', choices: ['papergym', 'research-plan-gen'], default: 'papergym', meaning: 'Output format', source: 'docs/data.md' },
+  { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max LLM requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'paperConcurrency', flag: 'paper-concurrency', type: 'integer', min: 1, default: 2, meaning: 'Papers processed at once', source: 'papergym-native' },
+  { key: 'timeout', flag: 'timeout', type: 'number', min: 0, exclusiveMin: true, default: 300, meaning: 'Per-request timeout in seconds', source: 'OpenAI client timeout' },
+  { key: 'retries', flag: 'retries', type: 'integer', min: 0, default: 5, meaning: 'Retries per request (backoff, honouring retry-after)', source: 'OpenAI client max_retries' },
+  { key: 'maxTokens', flag: 'max-tokens', type: 'integer', min: 1, default: 4096, meaning: 'Max completion tokens per LLM call', source: 'OpenAI API max_tokens' },
+  { key: 'temperature', flag: 'temperature', type: 'number', min: 0, default: 0, meaning: 'LLM sampling temperature', source: 'OpenAI API temperature' },
+  { key: 'valFraction', flag: 'val-fraction', type: 'number', min: 0, max: 1, default: 0.1, meaning: 'Share of papers assigned to split val', source: 'datasets train_test_split' },
+  { key: 'testFraction', flag: 'test-fraction', type: 'number', min: 0, max: 1, default: 0.1, meaning: 'Share of papers assigned to split test', source: 'datasets train_test_split' },
+  { key: 'splitSeed', flag: 'split-seed', type: 'string', default: 'papergym', values: 'any string', meaning: 'Seed of the per-paper split hash', source: 'datasets train_test_split seed' },
+  { key: 'responseFormat', flag: 'response-format', type: 'boolean', default: false, meaning: 'Send JSON schemas as response_format (guided decoding on vLLM / SGLang / OpenAI)', source: 'OpenAI API response_format json_schema' },
+  { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress display: a bar in a TTY, plain lines, or none', source: 'papergym-native' },
+  { key: 'dryRun', flag: 'dry-run', type: 'boolean', default: false, meaning: 'Only ingest the papers and print what was found (no LLM calls, nothing written)', source: 'papergym-native' },
+];
+
+export const LEAKAGE_OPTIONS: readonly Setting[] = [
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Dataset to audit', source: 'paper: leakage audit (DESIGN.md §7)' },
+  { key: 'llm', flag: 'llm', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'OpenAI-compatible base URL of the judge; unset = the lexical proxy only', source: 'OpenAI API base_url' },
+  { key: 'model', flag: 'model', type: 'string', default: null, values: 'a served model name', meaning: 'Judge model name', source: 'OpenAI API model' },
+  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'Cache of judge calls; unset = <data>.leakage.sqlite', source: 'papergym-native (DESIGN.md §7)' },
+  { key: 'threshold', flag: 'threshold', type: 'number', min: 0, max: 1, default: 0.6, meaning: 'Lexical-overlap threshold of the proxy', source: 'papergym-native (lib/data/leakage.ts)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the full per-item report as JSON', source: 'papergym-native' },
+  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the report as JSON', source: 'papergym-native' },
+  { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max judge requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'timeout', flag: 'timeout', type: 'number', min: 0, exclusiveMin: true, default: 120, meaning: 'Per-request timeout in seconds', source: 'OpenAI client timeout' },
+  { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'Fail on invalid dataset rows instead of skipping them', source: 'papergym-native (docs/data.md)' },
+];
+
+export const DOCTOR_OPTIONS: readonly Setting[] = [
+  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the environment report as JSON', source: 'vLLM collect_env / torch.utils.collect_env' },
+];
+
+/** Every command's settings, for docs/config.md and the completeness test. */
+export const COMMAND_SETTINGS: Record<string, readonly Setting[]> = {
+  train: [...TRAIN_COMMAND_OPTIONS, ...TRAIN_SETTINGS],
+  generate: GENERATE_OPTIONS,
+  eval: [...EVAL_OPTIONS, ...JUDGE_OPTIONS],
+  serve: SERVE_OPTIONS,
+  report: REPORT_OPTIONS,
+  'build-data': BUILD_DATA_OPTIONS,
+  leakage: LEAKAGE_OPTIONS,
+  'probe-judge': [...PROBE_JUDGE_OPTIONS, ...JUDGE_OPTIONS],
+  doctor: DOCTOR_OPTIONS,
+};
