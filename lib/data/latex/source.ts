@@ -90,6 +90,18 @@ export function declaredInputenc(text: string): string | undefined {
 
 const UTF8 = new TextDecoder('utf-8', { fatal: true });
 
+/** windows-1252 at 0x80–0x9F (WHATWG Encoding index); Node 20's TextDecoder reads these bytes as C1 controls. */
+const CP1252_HIGH = '\u20AC\u0081\u201A\u0192\u201E\u2026\u2020\u2021\u02C6\u2030\u0160\u2039\u0152\u008D\u017D\u008F\u0090\u2018\u2019\u201C\u201D\u2022\u2013\u2014\u02DC\u2122\u0161\u203A\u0153\u009D\u017E\u0178';
+
+/** Decode with a WHATWG label; windows-1252 (also what `latin1` means there) mapped by {@link CP1252_HIGH}. */
+function decodeAs(buf: Uint8Array, label: string): string {
+  const d = new TextDecoder(label);
+  if (d.encoding !== 'windows-1252') return d.decode(buf);
+  return Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength)
+    .toString('latin1')
+    .replace(/[\u0080-\u009F]/g, (c) => CP1252_HIGH[c.charCodeAt(0) - 0x80]);
+}
+
 /**
  * Decode a TeX file's bytes: UTF-8 (a BOM is dropped), UTF-16 with a BOM; invalid UTF-8 → the
  * encoding its own `inputenc` declares, else `fallbackEncoding` (the main file's declaration),
@@ -105,12 +117,12 @@ export function decodeTex(buf: Uint8Array, file: string, warn: Warn = () => {}, 
     try {
       text = UTF8.decode(buf);
     } catch {
-      const asLatin = new TextDecoder('windows-1252').decode(buf);
+      const asLatin = decodeAs(buf, 'windows-1252');
       const own = declaredInputenc(asLatin);
       const declared = own && own !== 'utf8' ? own : fallbackEncoding && fallbackEncoding !== 'utf8' ? fallbackEncoding : undefined;
       const label = declared ? INPUTENC[declared] : undefined;
       if (label) {
-        text = new TextDecoder(label).decode(buf);
+        text = decodeAs(buf, label);
         warn({ code: 'encoding', file, message: `not valid UTF-8; decoded as ${declared} (${own === declared ? 'declared by its inputenc' : "the main file's inputenc"})` });
       } else {
         text = asLatin;
