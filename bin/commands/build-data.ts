@@ -34,8 +34,8 @@ export interface BuildDataArgs {
   responseFormat?: boolean;
   progress?: 'auto' | 'plain' | 'none';
   dryRun?: boolean;
-  /** Plain-progress line interval in ms (tests; default 5000). */
-  progressIntervalMs?: number;
+  /** Seconds between plain progress lines (default 5). */
+  progressInterval?: number;
 }
 
 /** Summary of a build-data run. */
@@ -74,7 +74,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       if (e.type === 'retry') log(`llm: retry ${e.attempt} in ${e.delayMs} ms (${e.reason.slice(0, 160)})`);
     },
   });
-  const progress = new Progress({ label: 'build-data', unit: 'papers', stream: io.stream, intervalMs: a.progressIntervalMs, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
+  const progress = new Progress({ label: 'build-data', unit: 'papers', stream: io.stream, load: () => client.load(), intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
   try {
     const r = await buildDataset({
       papers,
@@ -204,7 +204,8 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       .option('test-fraction', { type: 'number', default: 0.1 })
       .option('split-seed', { type: 'string', default: 'papergym' })
       .option('response-format', { type: 'boolean', default: false, describe: 'send JSON schemas as response_format (guided decoding on vLLM/SGLang/OpenAI)' })
-      .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const })
+      .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const, describe: 'progress on stderr: a bar on a TTY, plain lines without one or under CI=true' })
+      .option('progress-interval', { type: 'number', default: 5, describe: 'seconds between plain progress lines' })
       .option('dry-run', { type: 'boolean', default: false, describe: 'only ingest the papers and print what was found (no LLM calls, nothing written)' }) as never,
   handler: async (argv) => {
     if (argv.dryRun) {

@@ -25,6 +25,8 @@ export interface LeakageArgs {
   timeout?: number;
   strict?: boolean;
   progress?: 'auto' | 'plain' | 'none';
+  /** Seconds between plain progress lines (default 5). */
+  progressInterval?: number;
 }
 
 /** The command's work (tests call it directly). @throws when `--llm` is given without `--model` */
@@ -45,7 +47,7 @@ export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; str
     state = new PipelineState(leakageStatePath(a));
     const client = new LlmClient({ baseUrl: a.llm, model: a.model, concurrency: a.concurrency ?? 8, timeoutMs: (a.timeout ?? 120) * 1000 });
     const total = items.reduce((n, it) => n + it.rubric.length, 0);
-    progress = new Progress({ label: 'leakage', unit: 'rubric items', total, stream: io.stream, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
+    progress = new Progress({ label: 'leakage', unit: 'rubric items', total, stream: io.stream, load: () => client.load(), intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
     llm = new CachedLlm(client, state, { temperature: 0, maxTokens: 512, signal: io.signal, progress });
   }
   try {
@@ -77,7 +79,8 @@ export const leakageCommand: CommandModule<object, LeakageArgs> = {
       .option('concurrency', { type: 'number', default: 8 })
       .option('timeout', { type: 'number', default: 120 })
       .option('strict', { type: 'boolean', default: false, describe: 'fail on invalid dataset rows instead of skipping them' })
-      .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const, describe: 'progress display on stderr (plain lines without a TTY or under CI)' }) as never,
+      .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const, describe: 'progress display on stderr (plain lines without a TTY or under CI)' })
+      .option('progress-interval', { type: 'number', default: 5, describe: 'seconds between plain progress lines' }) as never,
   handler: async (argv) => {
     const rep = await handleInterrupt('leakage', (signal) => runLeakage(argv, { signal }), () => `every finished judge call is saved in ${leakageStatePath(argv)}`);
     if (rep === InterruptedRun) return;

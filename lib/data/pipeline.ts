@@ -106,7 +106,7 @@ export class CachedLlm {
         }
       } catch (e) {
         this.stats.failed++;
-        this.opts.progress?.callEnd({ failed: true });
+        this.opts.progress?.callEnd(this.opts.signal?.aborted ? { aborted: true } : { failed: true });
         throw e;
       }
       this.state.putCall({ key, model: this.llm.model, prompt: p.version, request: { messages, temperature: req.temperature, maxTokens }, value: r.value, content: r.content, promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens });

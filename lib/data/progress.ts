@@ -1,7 +1,7 @@
 /**
  * Progress display for long data runs (`build-data`, `leakage`): units (papers, rubric items)
  * done out of a total known up front, failed units counted as done-with-error, LLM calls (done,
- * cached, in flight), tokens and an ETA.
+ * cached, in flight on the wire, queued for a client slot), tokens and an ETA.
  *
  * - On a TTY: a cli-progress bar, started once the total is known (never `0/0`), redrawn every
  *   second so the elapsed time, ETA and in-flight calls stay current.
@@ -28,6 +28,8 @@ export interface ProgressOptions {
   /** Plain mode: at most one line per event burst and at least one line every this many ms (default 5000; 0 = a line per event, no timer). */
   intervalMs?: number;
   stream?: NodeJS.WriteStream;
+  /** Requests on the wire (`active`) per the LLM client (LlmClient.load); then calls started but not on the wire show as queued. */
+  load?: () => { active: number; queued: number };
 }
 
 /** Snapshot of a {@link Progress}'s counters. */
@@ -43,7 +45,7 @@ export interface ProgressCounts {
   calls: number;
   /** Of `calls`, those answered from the state. */
   cachedCalls: number;
-  /** Live calls started and not yet answered (waiting for a client slot or on the wire). */
+  /** Live calls started and not yet answered (on the wire, waiting for a client slot, or between retries). */
   inFlight: number;
   /** Live calls that failed. */
   failedCalls: number;
@@ -101,7 +103,10 @@ export class Progress {
       this.timer = setInterval(() => this.heartbeat(), period);
       this.timer.unref();
     }
-    if (this.total > 0) this.startBar();
+    if (this.total > 0) {
+      this.startBar();
+      this.render(true);
+    }
   }
 
   private startBar(): void {
@@ -143,11 +148,11 @@ export class Progress {
     this.render();
   }
 
-  /** A live LLM call ended: answered (with its token usage) or failed. */
-  callEnd(r: { promptTokens?: number; completionTokens?: number; failed?: boolean } = {}): void {
+  /** A live LLM call ended: answered (with its token usage), failed, or aborted (neither). */
+  callEnd(r: { promptTokens?: number; completionTokens?: number; failed?: boolean; aborted?: boolean } = {}): void {
     this.inFlight = Math.max(0, this.inFlight - 1);
     if (r.failed) this.failedCalls++;
-    else this.calls++;
+    else if (!r.aborted) this.calls++;
     this.promptTokens += r.promptTokens ?? 0;
     this.completionTokens += r.completionTokens ?? 0;
     this.render();
@@ -198,7 +203,9 @@ export class Progress {
   private info(): string {
     const parts: string[] = [];
     if (this.failed) parts.push(`${this.failed} failed`);
-    parts.push(`calls ${this.calls} done${this.cachedCalls ? ` (${this.cachedCalls} cached)` : ''}, ${this.inFlight} in flight${this.failedCalls ? `, ${this.failedCalls} failed` : ''}`);
+    const active = this.o.load ? Math.min(this.inFlight, this.o.load().active) : this.inFlight;
+    const queued = this.inFlight - active;
+    parts.push(`calls ${this.calls} done${this.cachedCalls ? ` (${this.cachedCalls} cached)` : ''}, ${active} in flight${queued ? `, ${queued} queued` : ''}${this.failedCalls ? `, ${this.failedCalls} failed` : ''}`);
     if (this.promptTokens || this.completionTokens) parts.push(`tokens ${kilo(this.promptTokens)} in / ${kilo(this.completionTokens)} out`);
     if (this.extra) parts.push(this.extra);
     parts.push(`${formatDuration((Date.now() - this.t0) / 1000)} elapsed`);
