@@ -95,6 +95,25 @@ describe('data pipeline: deterministic steps', () => {
     expect(beats.length).to.be.greaterThanOrEqual(2);
     for (const l of beats) expect(l).to.match(/^y: 0\/3 papers \| calls 0 done, 1 in flight \| \d+s elapsed \| ETA \?\n$/);
   });
+  it('TTY bar: not drawn before the total is known, shows calls in flight, tokens and a finite ETA', async () => {
+    const { Progress } = await import('../lib/data/progress.js');
+    const { Writable } = await import('node:stream');
+    let out = '';
+    const stream = Object.assign(new Writable({ write: (c, _e, cb) => ((out += String(c)), cb()) }), { isTTY: true, columns: 200 }) as unknown as NodeJS.WriteStream;
+    const p = new Progress({ label: 'bd', stream });
+    expect(out).to.equal('');
+    p.add(3);
+    p.callStart();
+    p.callStart();
+    await new Promise((r) => setTimeout(r, 50));
+    p.callEnd({ promptTokens: 100, completionTokens: 10 });
+    p.tick();
+    p.stop();
+    const text = out.replace(/\x1b\[[0-9;?]*[A-Za-z]|\x1b[78]/g, '\n');
+    expect(text).to.match(/bd \[[░█]+\] 0\/3 papers \| calls 0 done, 0 in flight \| \d+s elapsed \| ETA \?/);
+    expect(text).to.match(/bd \[[░█]+\] 1\/3 papers \| calls 1 done, 1 in flight \| tokens 100 in \/ 10 out \| \d+s elapsed \| ETA \d+s/);
+    expect(text).not.to.match(/0\/0|NaN|NULL|Inf|ETA NF/);
+  });
   it('lexical overlap proxy', () => {
     expect(lexicalOverlap('How should we compare optimizers on benchmarks?', 'Does the plan compare optimizers on benchmarks?')).to.equal(1);
     expect(lexicalOverlap('How should we compare optimizers?', 'Does the plan use Bayesian shrinkage?')).to.equal(0);
