@@ -822,7 +822,7 @@ const conventional = (r: string) => (/^(main|ms|paper|article|arxiv|manuscript)\
  */
 export function chooseMainFile(root: string, warn: Warn = () => {}): MainChoice | undefined {
   const tex = listTexFiles(root);
-  const roots: { rel: string; cls: string }[] = [];
+  const roots: { rel: string; cls: string; text: string }[] = [];
   const includedNames = new Set<string>();
   const quiet: Warn = () => {};
   for (const rel of tex) {
@@ -830,19 +830,27 @@ export function chooseMainFile(root: string, warn: Warn = () => {}): MainChoice 
     if (raw === undefined) continue;
     const text = scanSource(raw, new VerbatimStore()).text;
     for (const t of includeTargets(text)) includedNames.add(basename(t).replace(/\.tex$/i, ''));
-    if (isRootDocument(text)) roots.push({ rel, cls: documentClass(text) ?? '' });
+    if (isRootDocument(text)) roots.push({ rel, cls: documentClass(text) ?? '', text });
   }
   if (!roots.length) return undefined;
   const flats = new Map<string, FlattenResult>();
   const warnings = new Map<string, PaperWarning[]>();
-  const cands: RootCandidate[] = roots.map(({ rel, cls }) => {
-    const ws: PaperWarning[] = [];
-    const flat = flattenDocument(root, rel, (w) => ws.push(w));
-    flats.set(rel, flat);
-    warnings.set(rel, ws);
-    const hs = headingStats(flat.text);
+  const flatten = (rel: string): FlattenResult => {
+    let flat = flats.get(rel);
+    if (!flat) {
+      const ws: PaperWarning[] = [];
+      flat = flattenDocument(root, rel, (w) => ws.push(w));
+      flats.set(rel, flat);
+      warnings.set(rel, ws);
+    }
+    return flat;
+  };
+  const cands: RootCandidate[] = roots.map(({ rel, cls, text }) => {
+    // presentations, figures and subfiles are classed by their class alone: not resolved unless chosen
+    const byClass = roots.length > 1 && (PRESENTATION.has(cls) || cls === 'standalone' || cls === 'subfiles');
+    const hs = headingStats(byClass ? text : flatten(rel).text);
     const included = roots.length > 1 && includedNames.has(basename(rel, '.tex'));
-    const kind = classify(rel, cls, flat.text, hs, included);
+    const kind = classify(rel, cls, byClass ? text : flatten(rel).text, hs, included);
     return { file: rel, documentClass: cls, kind, sectionChars: hs.reduce((a, h) => a + h.latex.length, 0), headings: hs.length, reason: KIND_TEXT[kind] };
   });
   const order = (a: RootCandidate, b: RootCandidate) => b.sectionChars - a.sectionChars || conventional(b.file) - conventional(a.file) || a.file.localeCompare(b.file);
@@ -858,10 +866,12 @@ export function chooseMainFile(root: string, warn: Warn = () => {}): MainChoice 
     chosen.reason = `no article-like root; used anyway (${KIND_TEXT[chosen.kind].replace(/, never.*$/, '')})`;
     warn({ code: 'no-article-root', file: chosen.file, message: `no article-like root document; using ${chosen.file} (${chosen.documentClass || 'unknown class'}: ${KIND_TEXT[chosen.kind].replace(/, never.*$/, '')})` });
   }
+  flatten(chosen.file);
   for (const w of warnings.get(chosen.file) ?? []) warn(w);
   if (cands.length > 1) warn({ code: 'several-roots', file: chosen.file, message: `several root documents (${cands.map((c) => `${c.file}: ${c.documentClass} ${c.kind}`).join(', ')}); using ${chosen.file}` });
   const sorted = [chosen, ...cands.filter((c) => c !== chosen)];
-  return { main: chosen.file, candidates: sorted, flat: flats.get(chosen.file)! };
+  const flat = flatten(chosen.file);
+  return { main: chosen.file, candidates: sorted, flat };
 }
 
 /** The main file under `root` ({@link chooseMainFile}), or undefined when there is no root document. */
