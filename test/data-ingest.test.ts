@@ -181,6 +181,11 @@ describe('data ingestion: the rows of issue 13', function () {
     expect(p.sections[1].text).to.include('\\input{nothing} 100% literal');
     expect(p.missingIncludes).to.deep.equal([]);
     expect(p.sections.map((s) => s.text).join('\n')).not.to.include('Hidden');
+    // a % inside \url{} / \href{} is part of the URL
+    const u = await load(dir('url', { 'main.tex': '\\documentclass{article}\\begin{document}\\section{Intro}\nSee \\url{https://x.org/a%20b} and \\href{https://x.org/c%41}{here}. % real comment\n\\end{document}' }));
+    expect(titles(u)).to.deep.equal(['Intro']);
+    expect(u.sections[0].text).to.equal('See https://x.org/a%20b and here.');
+    expect(stripComments('\\url{a%b} % c')).to.equal('\\url{a\\%b} ');
     // stripComments keeps verbatim bodies as written
     expect(stripComments('a % c\n\\begin{verbatim}\n50% x\n\\end{verbatim}\n\\verb|%|')).to.equal('a \n\\begin{verbatim}\n50% x\n\\end{verbatim}\n\\verb|%|');
   });

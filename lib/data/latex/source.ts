@@ -398,6 +398,16 @@ export function scanSource(src: string, store: VerbatimStore, warn: Warn = () =>
       i = after;
       continue;
     }
+    if ((w === 'url' || w === 'href') && src[after] === '{') {
+      // URLs are read verbatim by url/hyperref: a % inside is a character, not a comment
+      const close = src.indexOf('}', after);
+      const nl = src.indexOf('\n', after);
+      if (close > 0 && (nl < 0 || close < nl) && !src.slice(after + 1, close).includes('{')) {
+        emit(`\\${w}{${src.slice(after + 1, close).replace(/(?<!\\)%/g, '\\%')}}`);
+        i = close + 1;
+        continue;
+      }
+    }
     const def = DEFINERS[w];
     if (def) {
       const g = /^\s*(\[[^\]\n]*\])?\s*\{([^{}\n]{1,40})\}/.exec(src.slice(after, after + 200));
@@ -868,7 +878,7 @@ export function chooseMainFile(root: string, warn: Warn = () => {}): MainChoice 
   }
   flatten(chosen.file);
   for (const w of warnings.get(chosen.file) ?? []) warn(w);
-  if (cands.length > 1) warn({ code: 'several-roots', file: chosen.file, message: `several root documents (${cands.map((c) => `${c.file}: ${c.documentClass} ${c.kind}`).join(', ')}); using ${chosen.file}` });
+  if (cands.length > 1) warn({ code: 'several-roots', file: chosen.file, message: `several root documents (${cands.map((c) => `${c.file} [${c.documentClass || '?'}, ${c.kind}]`).join(', ')}); using ${chosen.file}` });
   const sorted = [chosen, ...cands.filter((c) => c !== chosen)];
   const flat = flatten(chosen.file);
   return { main: chosen.file, candidates: sorted, flat };

@@ -154,7 +154,7 @@ export function astToText(nodes: Ast.Node[]): string {
             break;
           }
           if (name === 'url') {
-            out.push(printRaw(argText(n)));
+            out.push(printRaw(argText(n)).replace(/\\([%#_&$~])/g, '$1'));
             break;
           }
           if (name === 'caption') {
