@@ -171,6 +171,9 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     retries: 4,
     concurrency: 4,
     progress: 'none' as const,
+    // runs are compared item by item: a section must not go to the fallback converter in one run
+    // and not in another because the machine was busy (the 5 s default is wall-clock)
+    parseTimeout: 600,
     ...extra,
   });
   const io = (signal?: AbortSignal) => ({ signal, log: (m: string) => logs.push(m) });

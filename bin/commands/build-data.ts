@@ -36,6 +36,8 @@ export interface BuildDataArgs {
   dryRun?: boolean;
   /** Seconds between plain progress lines (default 5). */
   progressInterval?: number;
+  /** Per-section LaTeX parse time limit in seconds (default 5; past it the fallback converter is used). */
+  parseTimeout?: number;
 }
 
 /** Summary of a build-data run. */
@@ -90,6 +92,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       useResponseFormat: a.responseFormat,
       progress,
       log,
+      loadOptions: { parseTimeoutMs: (a.parseTimeout ?? 5) * 1000 },
     });
     progress.stop();
     if (!r.items.length) throw new Error(`no items built: 0 ingested, ${r.failures.length} failed: ${r.failures.map((f) => `${f.paper}: ${f.error}`).join('; ')}`);
@@ -206,11 +209,12 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       .option('response-format', { type: 'boolean', default: false, describe: 'send JSON schemas as response_format (guided decoding on vLLM/SGLang/OpenAI)' })
       .option('progress', { choices: ['auto', 'plain', 'none'] as const, default: 'auto' as const, describe: 'progress on stderr: a bar on a TTY, plain lines without one or under CI=true' })
       .option('progress-interval', { type: 'number', default: 5, describe: 'seconds between plain progress lines' })
+      .option('parse-timeout', { type: 'number', default: 5, describe: 'per-section LaTeX parse time limit in seconds (then the fallback converter is used)' })
       .option('dry-run', { type: 'boolean', default: false, describe: 'only ingest the papers and print what was found (no LLM calls, nothing written)' }) as never,
   handler: async (argv) => {
     if (argv.dryRun) {
       const sources = argv.papers.flatMap((p) => discoverPapers(p));
-      const out = await ingestPapers(sources, {}, (o) => process.stdout.write(describeOutcome(o).join('\n') + '\n'));
+      const out = await ingestPapers(sources, { parseTimeoutMs: (argv.parseTimeout ?? 5) * 1000 }, (o) => process.stdout.write(describeOutcome(o).join('\n') + '\n'));
       const ok = out.filter((o) => o.paper).length;
       process.stdout.write(`${ok} ingested, ${out.length - ok} failed\n`);
       if (!ok) throw new Error(`no paper ingested (${out.length} failed)`);

@@ -174,7 +174,8 @@ export function astToText(nodes: Ast.Node[]): string {
     }
   };
   walk(nodes);
-  return tidy(out.join(''));
+  // TeX ligatures split over several string nodes (`` … '', ---) outside math
+  return tidy(out.join('').replace(/(\$\$[\s\S]*?\$\$|\$[^$]*\$)|``|''|---|--/g, (m, math?: string) => math ?? typography(m)));
 }
 
 /** Normalise whitespace: single spaces, at most one blank line. */
