@@ -96,7 +96,7 @@ export function paperIdFromPath(path: string): string {
   return basename(path.replace(/[\\/]+$/, '')).replace(/\.(tar\.gz|tgz|tar|gz|zip)$/i, '');
 }
 
-const DOMAINS: Record<string, string> = { cs: 'computer science', physics: 'physics', 'astro-ph': 'astrophysics', econ: 'economics', math: 'mathematics', stat: 'statistics', 'q-bio': 'quantitative biology', 'q-fin': 'quantitative finance', eess: 'electrical engineering', bio: 'biology' };
+const DOMAINS: Record<string, string> = { cs: 'computer science', physics: 'physics', 'astro-ph': 'astrophysics', astro: 'astrophysics', econ: 'economics', math: 'mathematics', stat: 'statistics', stats: 'statistics', 'q-bio': 'quantitative biology', 'q-fin': 'quantitative finance', eess: 'electrical engineering', bio: 'biology', chem: 'chemistry', ml: 'machine learning', eng: 'engineering' };
 function guessDomain(id: string): string {
   const m = /^([a-z]+(?:-[a-z]{2})?)[-_.]/.exec(id);
   if (m && DOMAINS[m[1]]) return DOMAINS[m[1]];
