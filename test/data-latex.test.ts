@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
-import { ArchiveError, loadPaper, stripComments, stripIffalse, unpackSource, findMainFile, flattenDocument, expandSimpleMacros, latexToTextBatch, fallbackToText, parseToText } from '../lib/data/latex/index.js';
+import { ArchiveError, loadPaper, stripComments, stripIffalse, unpackSource, findMainFile, flattenDocument, expandSimpleMacros, latexToTextBatch, fallbackToText, parseToText, formatWarning } from '../lib/data/latex/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 // dist/test → repo root
@@ -119,7 +119,7 @@ describe('data: includes and structure (synthetic)', function () {
   it('resolves includes relative to the root and refuses escapes', () => {
     const warns: string[] = [];
     expect(findMainFile(dir)).to.equal('main.tex');
-    const f = flattenDocument(dir, 'main.tex', (w) => warns.push(w));
+    const f = flattenDocument(dir, 'main.tex', (w) => warns.push(formatWarning(w)));
     expect(f.text).to.include('Intro uses').and.include('Method text').and.include('Subfile text').and.include('Inner text via subimport').and.include('Primitive input text');
     expect(f.text).not.to.match(/OUTSIDE_SECRET|COMMENTED_INCLUDE|DISABLED_INCLUDE|COMMENT_MARKER/);
     expect(f.missing).to.deep.equal(['missing-file']);
@@ -198,7 +198,8 @@ describe('data: the four fixture papers', function () {
         // \input{figures/...} and tables resolved; missing generated tables tolerated with warnings
         expect(p.files).to.include('econ-financial-macro-replication/src/paper/section_data.tex');
         expect(p.missingIncludes.length).to.be.greaterThan(0);
-        expect(p.warnings.join('\n')).to.match(/not found; skipped/);
+        expect(p.warnings.map(formatWarning).join('\n')).to.match(/not found; skipped/);
+        expect(p.warnings.find((w) => w.code === 'include-missing')).to.include.keys('file', 'line');
         expect(p.sections.find((s) => s.title === 'Appendix')!.appendix).to.equal(true);
       }
       if (id === 'cs-scipy-1.0') {

@@ -5,12 +5,13 @@
  * `--format research-plan-gen` for the public dataset's field names.
  */
 import { writeFileSync, renameSync } from 'node:fs';
+import { basename } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { BUILD_DATA_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
-import { buildDataset, discoverPapers } from '../../lib/data/pipeline.js';
-import { loadPaper } from '../../lib/data/latex/index.js';
+import { buildDataset, discoverPapers, ingestPapers, type IngestOutcome } from '../../lib/data/pipeline.js';
+import { formatWarning } from '../../lib/data/latex/index.js';
 import { Progress } from '../../lib/data/progress.js';
 import { toResearchPlanGen, validateItem, writeDataset } from '../../lib/data/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
@@ -35,11 +36,17 @@ export interface BuildDataArgs {
   responseFormat?: boolean;
   progress?: 'auto' | 'plain' | 'none';
   dryRun?: boolean;
+  /** Seconds between plain progress lines (default 5). */
+  progressInterval?: number;
+  /** Per-section LaTeX parse time limit in seconds (default 5; past it the fallback converter is used). */
+  parseTimeout?: number;
 }
 
 /** Summary of a build-data run. */
 export interface BuildDataSummary {
   items: number;
+  /** Paper ids that became items, in input order. */
+  ingested: string[];
   failures: { paper: string; error: string }[];
   calls: number;
   cached: number;
@@ -54,12 +61,12 @@ export interface BuildDataSummary {
  * The command's work, callable from tests: build, validate, write.
  * @throws on invalid arguments, an unreachable/failed run (all papers failed), or abort
  */
-export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal; log?: (m: string) => void } = {}): Promise<BuildDataSummary> {
+export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal; log?: (m: string) => void; stream?: NodeJS.WriteStream } = {}): Promise<BuildDataSummary> {
   const log = io.log ?? ((m: string) => process.stderr.write(`${m}\n`));
   if (!a.llm || !a.model) throw new Error('build-data needs --llm URL and --model NAME (or --dry-run)');
   const papers = a.papers.flatMap((p) => discoverPapers(p));
   if (!papers.length) throw new Error(`no paper sources found in ${a.papers.join(', ')}`);
-  const statePath = a.state ?? `${a.out}.state.sqlite`;
+  const statePath = buildStatePath(a);
   const state = new PipelineState(statePath);
   const client = new LlmClient({
     baseUrl: a.llm,
@@ -71,7 +78,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       if (e.type === 'retry') log(`llm: retry ${e.attempt} in ${e.delayMs} ms (${e.reason.slice(0, 160)})`);
     },
   });
-  const progress = new Progress({ label: 'build-data', unit: 'papers', silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
+  const progress = new Progress({ label: 'build-data', unit: 'papers', stream: io.stream, load: () => client.load(), intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
   try {
     const r = await buildDataset({
       papers,
@@ -87,9 +94,10 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       useResponseFormat: a.responseFormat,
       progress,
       log,
+      loadOptions: { parseTimeoutMs: (a.parseTimeout ?? 5) * 1000 },
     });
     progress.stop();
-    if (!r.items.length) throw new Error(`no items built; failures: ${r.failures.map((f) => `${f.paper}: ${f.error}`).join('; ')}`);
+    if (!r.items.length) throw new Error(`no items built: 0 ingested, ${r.failures.length} failed: ${r.failures.map((f) => `${f.paper}: ${f.error}`).join('; ')}`);
     if ((a.format ?? 'papergym') === 'research-plan-gen') {
       const rows = r.items.map((it) => {
         const v = validateItem(it);
@@ -103,6 +111,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
     const st = client.stats();
     return {
       items: r.items.length,
+      ingested: r.items.map((it) => it.source.paper_id),
       failures: r.failures,
       calls: r.stats.calls,
       cached: r.stats.cached,
@@ -118,6 +127,66 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
   }
 }
 
+/** The state file of a build-data run. */
+export const buildStatePath = (a: Pick<BuildDataArgs, 'state' | 'out'>) => a.state ?? `${a.out}.state.sqlite`;
+
+/** This process's command line, shell-quoted, for "resume with: …". */
+export function resumeCommand(argv: string[] = process.argv.slice(2)): string {
+  const q = (x: string) => (/^[\w@%+=:,./-]+$/.test(x) ? x : `'${x.replace(/'/g, `'\\''`)}'`);
+  return ['papergym-native', ...argv.map(q)].join(' ');
+}
+
+/** Returned by {@link handleInterrupt} when the run was stopped by Ctrl-C. */
+export const InterruptedRun = Symbol('interrupted');
+
+/**
+ * Run `work` with SIGINT/SIGTERM turned into an abort. On an interrupt the abort error is not an
+ * error: the run's state is already saved (work closes it), a line says where and gives the
+ * command that resumes, and the exit status is 130 (as `train`). A second Ctrl-C exits at once.
+ */
+export async function handleInterrupt<T>(name: string, work: (signal: AbortSignal) => Promise<T>, saved: () => string): Promise<T | typeof InterruptedRun> {
+  const ac = new AbortController();
+  let interrupted = false;
+  const onSig = () => {
+    if (interrupted) {
+      process.stderr.write(`\n${name}: second interrupt; exiting now\n`);
+      process.exit(130);
+    }
+    interrupted = true;
+    process.stderr.write(`\n${name}: interrupted; stopping the calls in flight…\n`);
+    ac.abort();
+  };
+  process.on('SIGINT', onSig);
+  process.on('SIGTERM', onSig);
+  try {
+    return await work(ac.signal);
+  } catch (e) {
+    if (!interrupted) throw e;
+    process.stderr.write(`${name}: ${saved()}\n${name}: resume with: ${resumeCommand()}\n`);
+    process.exitCode = 130;
+    // nothing else to wait for: leave even if an idle socket would keep the loop alive
+    setTimeout(() => process.exit(130), 1000).unref();
+    return InterruptedRun;
+  } finally {
+    process.off('SIGINT', onSig);
+    process.off('SIGTERM', onSig);
+  }
+}
+
+/** Dry-run report of one paper (lines without a trailing newline). */
+export function describeOutcome(o: IngestOutcome): string[] {
+  if (!o.paper) return [`${basename(o.source)}: failed: ${o.error}`];
+  const p = o.paper;
+  const lines = [`${p.id}: ingested: "${p.title}" [${p.domain}${p.licence ? `, ${p.licence}` : ''}] main ${p.mainFile}, ${p.files.length} file(s), abstract ${p.abstract.length} chars, ${p.sections.filter((s) => s.level !== 'front').length} section(s)`];
+  if (p.rootCandidates.length > 1) {
+    lines.push(`  root documents (${p.rootCandidates.length}):`);
+    for (const c of p.rootCandidates) lines.push(`    ${c.file === p.mainFile ? '* ' : '  '}${c.file} [${c.documentClass || '?'}] ${c.kind}, ${c.sectionChars} chars of section text: ${c.reason}`);
+  }
+  for (const s of p.sections) lines.push(`  ${s.appendix ? 'A ' : '  '}${s.level}${s.starred ? '*' : ''} "${s.title}" ${s.text.length} chars${s.boilerplate ? ' (skipped: boilerplate)' : ''}${s.parser === 'fallback' ? ' (fallback converter)' : ''}`);
+  for (const w of p.warnings) lines.push(`  warning: ${formatWarning(w)}`);
+  return lines;
+}
+
 export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
   command: 'build-data',
   describe: 'Turn LaTeX paper sources into PaperGym items (question, reference answer, rubric) with an OpenAI-compatible LLM',
@@ -125,30 +194,20 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
     addSettings(y, BUILD_DATA_OPTIONS, { withDefaults: true }).demandOption(['papers', 'out']) as never,
   handler: async (argv) => {
     if (argv.dryRun) {
-      for (const path of argv.papers.flatMap((p) => discoverPapers(p))) {
-        const p = await loadPaper(path);
-        process.stdout.write(`${p.id}: "${p.title}" [${p.domain}${p.licence ? `, ${p.licence}` : ''}] main ${p.mainFile}, ${p.files.length} file(s), abstract ${p.abstract.length} chars\n`);
-        for (const s of p.sections) process.stdout.write(`  ${s.appendix ? 'A ' : '  '}${s.level}${s.starred ? '*' : ''} "${s.title}" ${s.text.length} chars${s.boilerplate ? ' (skipped: boilerplate)' : ''}${s.parser === 'fallback' ? ' (fallback converter)' : ''}\n`);
-        for (const w of p.warnings) process.stdout.write(`  warning: ${w}\n`);
-      }
+      const sources = argv.papers.flatMap((p) => discoverPapers(p));
+      const out = await ingestPapers(sources, { parseTimeoutMs: (argv.parseTimeout ?? 5) * 1000 }, (o) => process.stdout.write(describeOutcome(o).join('\n') + '\n'));
+      const ok = out.filter((o) => o.paper).length;
+      process.stdout.write(`${ok} ingested, ${out.length - ok} failed\n`);
+      if (!ok) throw new Error(`no paper ingested (${out.length} failed)`);
       return;
     }
-    const ac = new AbortController();
-    const onSig = () => {
-      process.stderr.write('\nbuild-data: interrupted; finished calls are stored, rerun the same command to resume\n');
-      ac.abort();
-    };
-    process.once('SIGINT', onSig);
-    process.once('SIGTERM', onSig);
-    try {
-      const s = await runBuildData(argv, { signal: ac.signal });
-      process.stdout.write(
-        `build-data: ${s.items} item(s) → ${s.out}; ${s.failures.length} failed paper(s); ${s.calls} LLM call(s) made, ${s.cached} from state (${s.state}); tokens ${s.promptTokens} in / ${s.completionTokens} out\n`,
-      );
-      for (const f of s.failures) process.stderr.write(`  failed: ${f.paper}: ${f.error}\n`);
-    } finally {
-      process.off('SIGINT', onSig);
-      process.off('SIGTERM', onSig);
-    }
+    const s = await handleInterrupt('build-data', (signal) => runBuildData(argv, { signal }), () => `every finished LLM call and stage output is saved in ${buildStatePath(argv)}`);
+    if (s === InterruptedRun) return;
+    for (const id of s.ingested) process.stdout.write(`${id}: ingested, item built\n`);
+    for (const f of s.failures) process.stdout.write(`${basename(f.paper)}: failed: ${f.error}\n`);
+    process.stdout.write(
+      `build-data: ${s.items} item(s) → ${s.out}; ${s.calls} LLM call(s) made, ${s.cached} from state (${s.state}); tokens ${s.promptTokens} in / ${s.completionTokens} out\n`,
+    );
+    process.stdout.write(`${s.ingested.length} ingested, ${s.failures.length} failed\n`);
   },
 };

@@ -223,6 +223,8 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
   { key: 'splitSeed', flag: 'split-seed', type: 'string', default: 'papergym', values: 'any string', meaning: 'Seed of the per-paper split hash', source: 'datasets train_test_split seed' },
   { key: 'responseFormat', flag: 'response-format', type: 'boolean', default: false, meaning: 'Send JSON schemas as response_format (guided decoding on vLLM / SGLang / OpenAI)', source: 'OpenAI API response_format json_schema' },
   { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress display: a bar in a TTY, plain lines, or none', source: 'papergym-native' },
+  { key: 'progressInterval', flag: 'progress-interval', type: 'number', min: 0, exclusiveMin: true, default: 5, meaning: 'Seconds between plain progress lines (no TTY, or CI=true)', source: 'tqdm mininterval' },
+  { key: 'parseTimeout', flag: 'parse-timeout', type: 'number', min: 0, exclusiveMin: true, default: 5, meaning: 'Per-section LaTeX parse time limit in seconds (wall clock); past it the fallback converter is used and a parse-fallback warning stored', source: 'papergym-native (lib/data/latex/text.ts)' },
   { key: 'dryRun', flag: 'dry-run', type: 'boolean', default: false, meaning: 'Only ingest the papers and print what was found (no LLM calls, nothing written)', source: 'papergym-native' },
 ];
 
@@ -237,6 +239,8 @@ export const LEAKAGE_OPTIONS: readonly Setting[] = [
   { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max judge requests in flight', source: 'vLLM benchmark --max-concurrency' },
   { key: 'timeout', flag: 'timeout', type: 'number', min: 0, exclusiveMin: true, default: 120, meaning: 'Per-request timeout in seconds', source: 'OpenAI client timeout' },
   { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'Fail on invalid dataset rows instead of skipping them', source: 'papergym-native (docs/data.md)' },
+  { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none', source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS' },
+  { key: 'progressInterval', flag: 'progress-interval', type: 'number', min: 0, exclusiveMin: true, default: 5, meaning: 'Seconds between plain progress lines (no TTY, or CI=true)', source: 'tqdm mininterval' },
 ];
 
 export const DOCTOR_OPTIONS: readonly Setting[] = [

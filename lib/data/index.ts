@@ -3,8 +3,8 @@
  * with SQLite state, and the leakage audit.
  */
 export * from './schema.js';
-export { buildDataset, buildItem, CachedLlm, discoverPapers, loadPaperCached, stripNumbers, assignSplit, type BuildOptions, type BuildResult, type JsonLlm } from './pipeline.js';
-export { PipelineState, callKey } from './state.js';
+export { buildDataset, buildItem, CachedLlm, discoverPapers, ingestPapers, loadPaperCached, type IngestOutcome, stripNumbers, assignSplit, type BuildOptions, type BuildResult, type JsonLlm } from './pipeline.js';
+export { PipelineState, callKey, type PaperWarningRow } from './state.js';
 export { auditLeakage, formatLeakage, lexicalOverlap, type LeakageReport, type LeakageRow } from './leakage.js';
-export { loadPaper, unpackSource, ArchiveError, type Paper, type PaperSection } from './latex/index.js';
-export { Progress } from './progress.js';
+export { loadPaper, unpackSource, chooseMainFile, formatWarning, ArchiveError, type Paper, type PaperSection, type PaperWarning, type RootCandidate } from './latex/index.js';
+export { Progress, type ProgressOptions, type ProgressCounts } from './progress.js';

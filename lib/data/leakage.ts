@@ -79,7 +79,7 @@ function rates(rows: LeakageRow[], leaked: (r: LeakageRow) => boolean | null): R
  * like every pipeline call); judge failures become `inferable: null` and are counted.
  * @param threshold lexical-overlap threshold of the proxy (default 0.6)
  */
-export async function auditLeakage(items: PaperGymItem[], opts: { llm?: CachedLlm; threshold?: number; onRow?: (r: LeakageRow) => void } = {}): Promise<LeakageReport> {
+export async function auditLeakage(items: PaperGymItem[], opts: { llm?: CachedLlm; threshold?: number; onRow?: (r: LeakageRow, fromCache: boolean) => void } = {}): Promise<LeakageReport> {
   const threshold = opts.threshold ?? 0.6;
   let failed = 0;
   const tasks: Promise<LeakageRow>[] = [];
@@ -90,9 +90,10 @@ export async function auditLeakage(items: PaperGymItem[], opts: { llm?: CachedLl
           const overlap = lexicalOverlap(it.question, r.text);
           let inferable: boolean | null = null;
           let reason: string | undefined;
+          const tally = { live: 0, cached: 0 };
           if (opts.llm) {
             try {
-              const v = await opts.llm.call<{ inferable: boolean; reason?: string }>('leakage', { question: it.question, item: r.text }, TASK_SCHEMAS.leakage);
+              const v = await opts.llm.call<{ inferable: boolean; reason?: string }>('leakage', { question: it.question, item: r.text }, TASK_SCHEMAS.leakage, tally);
               inferable = v.inferable;
               reason = v.reason;
             } catch (e) {
@@ -101,7 +102,7 @@ export async function auditLeakage(items: PaperGymItem[], opts: { llm?: CachedLl
             }
           }
           const row: LeakageRow = { itemId: it.id, rubricId: r.id, dimension: r.dimension, origin: r.origin, inferable, ...(reason && { reason }), overlap, lexicalLeak: overlap >= threshold };
-          opts.onRow?.(row);
+          opts.onRow?.(row, tally.live === 0);
           return row;
         })(),
       );

@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { LlmLengthError, type ChatJsonResult, type ChatRequest, type ChatJsonOptions } from '../llm/client.js';
-import { loadPaper, paperIdFromPath, type Paper, type LoadPaperOptions } from './latex/index.js';
+import { formatWarning, loadPaper, paperIdFromPath, sourceKind, type Paper, type LoadPaperOptions } from './latex/index.js';
 import { dataPromptSetVersion, loadDataPrompt, renderPrompt, systemMessage, type DataTask } from './prompts.js';
 import { Progress } from './progress.js';
 import { DEFAULT_GENERAL_RUBRIC_SET, RUBRIC_SIZE, validateItem, type PaperGymItem, type RubricDimension, type RubricItem, type RubricOrigin, type Split } from './schema.js';
@@ -95,6 +95,7 @@ export class CachedLlm {
       const maxTokens = this.opts.maxTokens ?? 4096;
       const req: ChatRequest = { messages, temperature: this.opts.temperature ?? 0, maxTokens, signal: this.opts.signal };
       let r: ChatJsonResult<T>;
+      this.opts.progress?.callStart();
       try {
         try {
           r = await this.llm.chatJson<T>(schema, req, { useResponseFormat: this.opts.useResponseFormat, schemaName: task.replace(/-/g, '_') });
@@ -105,6 +106,7 @@ export class CachedLlm {
         }
       } catch (e) {
         this.stats.failed++;
+        this.opts.progress?.callEnd(this.opts.signal?.aborted ? { aborted: true } : { failed: true });
         throw e;
       }
       this.state.putCall({ key, model: this.llm.model, prompt: p.version, request: { messages, temperature: req.temperature, maxTokens }, value: r.value, content: r.content, promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens });
@@ -112,7 +114,7 @@ export class CachedLlm {
       this.stats.calls++;
       this.stats.promptTokens += r.usage.promptTokens;
       this.stats.completionTokens += r.usage.completionTokens;
-      this.opts.progress?.call(false);
+      this.opts.progress?.callEnd({ promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens });
       return r.value;
     })();
     this.inflight.set(key, work);
@@ -307,14 +309,65 @@ export function assignSplit(paperId: string, fractions: { val: number; test: num
   return 'train';
 }
 
-/** Expand a path into paper sources: an archive or a paper directory, or a directory of them. */
+/** Extensions of paper sources taken from a directory of papers (content decides what they are). */
+const SOURCE_EXT = /\.(tar\.gz|tgz|tar|gz|tex|pdf)$/i;
+
+/**
+ * Expand a path into paper sources: an archive or a paper directory, or a directory of them.
+ * In a directory of papers, a file is a source when its name ends in `.tar.gz`/`.tgz`/`.tar`/
+ * `.gz`/`.pdf`, or when it has no extension (e-prints: `2101.00001`, `hep-th-9901001`) and its
+ * bytes are gzip, tar, TeX or PDF; every subdirectory is a paper. A path that does not exist, or
+ * a directory with no source at all, is returned as itself so that it is reported as a failed
+ * paper (`paper source not found`, `no LaTeX sources found`) instead of stopping the run.
+ */
 export function discoverPapers(path: string): string[] {
-  if (!existsSync(path)) throw new Error(`papers path not found: ${path}`);
+  if (!existsSync(path)) return [path];
   const st = statSync(path);
   if (st.isFile()) return [path];
-  const entries = readdirSync(path, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name));
+  const entries = readdirSync(path, { withFileTypes: true }).filter((e) => !e.name.startsWith('.')).sort((a, b) => a.name.localeCompare(b.name));
   if (entries.some((e) => e.isFile() && /\.tex$/i.test(e.name))) return [path]; // a paper directory
-  return entries.filter((e) => (e.isFile() && /\.(tar\.gz|tgz|tar|gz)$/i.test(e.name)) || e.isDirectory()).map((e) => join(path, e.name));
+  const out: string[] = [];
+  for (const e of entries) {
+    const p = join(path, e.name);
+    if (e.isDirectory()) out.push(p);
+    else if (e.isFile() && SOURCE_EXT.test(e.name)) out.push(p);
+    else if (e.isFile() && /^[^.]+(\.\d+(v\d+)?)?$/.test(e.name)) {
+      let kind: string;
+      try {
+        kind = sourceKind(p);
+      } catch {
+        continue;
+      }
+      if (kind === 'gzip' || kind === 'tar' || kind === 'tex' || kind === 'pdf') out.push(p);
+    }
+  }
+  return out.length ? out : [path];
+}
+
+/** One paper's outcome in a dry run ({@link ingestPapers}). */
+export interface IngestOutcome {
+  source: string;
+  paper?: Paper;
+  error?: string;
+}
+
+/**
+ * Load every source (no LLM), reporting each as ingested or failed; never stops at a bad one.
+ * `onPaper` sees each outcome as it is known (in input order).
+ */
+export async function ingestPapers(sources: string[], opts: Omit<LoadPaperOptions, 'id'> = {}, onPaper?: (o: IngestOutcome) => void): Promise<IngestOutcome[]> {
+  const out: IngestOutcome[] = [];
+  for (const source of sources) {
+    let o: IngestOutcome;
+    try {
+      o = { source, paper: await loadPaper(source, opts) };
+    } catch (e) {
+      o = { source, error: (e as Error)?.message ?? String(e) };
+    }
+    out.push(o);
+    onPaper?.(o);
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,7 +405,7 @@ export interface BuildResult {
 }
 
 /** Bump when loadPaper's output changes, so cached parses are not reused. */
-export const LOADER_VERSION = 'latex-v1';
+export const LOADER_VERSION = 'latex-v2';
 
 /**
  * {@link loadPaper} with the result stored in the state (stage `paper`, keyed by the archive's
@@ -490,7 +543,8 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
       try {
         const paper = await loadPaperCached(path, o.state, o.loadOptions, o.force);
         pid = paper.id;
-        for (const w of paper.warnings) log(`${pid}: ${w}`);
+        o.state.putWarnings(pid, paper.warnings);
+        for (const w of paper.warnings) log(`${pid}: warning: ${formatWarning(w)}`);
         o.state.setPaperStatus(pid, 'running');
         results[i] = await buildItem(paper, llm, o.state, { split: assignSplit(pid, o.splitFractions, o.splitSeed), promptVersion, generalRubricSet: o.generalRubricSet, tally });
         o.state.setPaperStatus(pid, 'done');

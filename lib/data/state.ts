@@ -6,6 +6,8 @@
  *   sha256(model, prompt version, request input) — see {@link callKey}
  * - `stage_outputs`: every stage output per paper (map:i, reduce:goals, question, …, item)
  * - `papers`: per-paper status (`done` | `failed` | `running`) and the last error
+ * - `paper_warnings`: the structured ingestion warnings of each paper's latest load (code, file
+ *   relative to the source root, line, message)
  */
 import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
@@ -26,6 +28,14 @@ export interface StoredCall {
   content: string;
   promptTokens: number;
   completionTokens: number;
+}
+
+/** A stored ingestion warning (see PaperWarning in lib/data/latex). */
+export interface PaperWarningRow {
+  code: string;
+  message: string;
+  file?: string;
+  line?: number;
 }
 
 /** Per-paper status row. */
@@ -58,6 +68,9 @@ export class PipelineState {
         created_at TEXT NOT NULL DEFAULT (datetime('now')), PRIMARY KEY (paper_id, stage));
       CREATE TABLE IF NOT EXISTS papers (
         paper_id TEXT PRIMARY KEY, status TEXT NOT NULL, error TEXT, updated_at TEXT NOT NULL DEFAULT (datetime('now')));
+      CREATE TABLE IF NOT EXISTS paper_warnings (
+        paper_id TEXT NOT NULL, seq INTEGER NOT NULL, code TEXT NOT NULL, file TEXT, line INTEGER, message TEXT NOT NULL,
+        PRIMARY KEY (paper_id, seq));
     `);
   }
 
@@ -100,6 +113,22 @@ export class PipelineState {
   paperStatus(paperId: string): PaperStatus | undefined {
     const r = this.db.prepare('SELECT * FROM papers WHERE paper_id = ?').get(paperId) as Record<string, string> | undefined;
     return r && { paperId, status: r.status as PaperStatus['status'], ...(r.error && { error: r.error }), updatedAt: r.updated_at };
+  }
+
+  /** Replace the stored ingestion warnings of a paper. */
+  putWarnings(paperId: string, warnings: PaperWarningRow[]): void {
+    const del = this.db.prepare('DELETE FROM paper_warnings WHERE paper_id = ?');
+    const ins = this.db.prepare('INSERT INTO paper_warnings (paper_id, seq, code, file, line, message) VALUES (?, ?, ?, ?, ?, ?)');
+    this.db.transaction(() => {
+      del.run(paperId);
+      warnings.forEach((w, k) => ins.run(paperId, k, w.code, w.file ?? null, w.line ?? null, w.message));
+    })();
+  }
+
+  /** The stored ingestion warnings of a paper, in the order they were raised. */
+  warnings(paperId: string): PaperWarningRow[] {
+    const rows = this.db.prepare('SELECT code, file, line, message FROM paper_warnings WHERE paper_id = ? ORDER BY seq').all(paperId) as { code: string; file: string | null; line: number | null; message: string }[];
+    return rows.map((r) => ({ code: r.code, message: r.message, ...(r.file !== null && { file: r.file }), ...(r.line !== null && { line: r.line }) }));
   }
 
   /** Counts for reports. */

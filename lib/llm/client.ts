@@ -463,6 +463,11 @@ export class LlmClient {
     return { ...this.counters, byStatus: { ...this.counters.byStatus } };
   }
 
+  /** HTTP requests on the wire now (`active`, at most `concurrency`) and requests waiting for a slot (`queued`). */
+  load(): { active: number; queued: number } {
+    return { active: this.limit.activeCount, queued: this.limit.pendingCount };
+  }
+
   /** Max concurrent HTTP requests (settable). */
   get concurrency(): number {
     return this.limit.concurrency;

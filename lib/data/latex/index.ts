@@ -5,15 +5,34 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { unpackSource, type ArchiveLimits } from './archive.js';
-import { expandSimpleMacros, findMainFile, flattenDocument } from './source.js';
-import { extractStructure, topLevelSections, type SectionLevel } from './structure.js';
+import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
+import { chooseMainFile, expandMacros, listFiles, type PaperWarning, type RootCandidate } from './source.js';
+import { extractStructure, groupSections, type SectionLevel } from './structure.js';
 import { inlineText, latexToTextBatch } from './text.js';
 
 export * from './archive.js';
-export { stripComments, stripIffalse, findMainFile, flattenDocument, expandSimpleMacros, isRootDocument } from './source.js';
-export { extractStructure, topLevelSections, documentBody } from './structure.js';
-export { latexToText, latexToTextBatch, fallbackToText, parseToText } from './text.js';
+export {
+  stripComments,
+  stripIffalse,
+  findMainFile,
+  chooseMainFile,
+  flattenDocument,
+  expandSimpleMacros,
+  expandMacros,
+  isRootDocument,
+  documentClass,
+  decodeTex,
+  declaredInputenc,
+  scanSource,
+  VerbatimStore,
+  formatWarning,
+  type PaperWarning,
+  type WarningCode,
+  type RootCandidate,
+  type RootKind,
+} from './source.js';
+export { extractStructure, topLevelSections, groupSections, documentBody } from './structure.js';
+export { latexToText, latexToTextBatch, fallbackToText, parseToText, inlineText } from './text.js';
 
 /** One top-level section as plain text. */
 export interface PaperSection {
@@ -42,7 +61,10 @@ export interface Paper {
   files: string[];
   missingIncludes: string[];
   sections: PaperSection[];
-  warnings: string[];
+  /** Structured warnings (code, file relative to the source root, line). */
+  warnings: PaperWarning[];
+  /** Every root document found and why the main file was chosen (chosen first). */
+  rootCandidates: RootCandidate[];
 }
 
 /** Options of {@link loadPaper}. */
@@ -74,7 +96,7 @@ export function paperIdFromPath(path: string): string {
   return basename(path.replace(/[\\/]+$/, '')).replace(/\.(tar\.gz|tgz|tar|gz|zip)$/i, '');
 }
 
-const DOMAINS: Record<string, string> = { cs: 'computer science', physics: 'physics', 'astro-ph': 'astrophysics', econ: 'economics', math: 'mathematics', stat: 'statistics', 'q-bio': 'quantitative biology', 'q-fin': 'quantitative finance', eess: 'electrical engineering', bio: 'biology' };
+const DOMAINS: Record<string, string> = { cs: 'computer science', physics: 'physics', 'astro-ph': 'astrophysics', astro: 'astrophysics', econ: 'economics', math: 'mathematics', stat: 'statistics', stats: 'statistics', 'q-bio': 'quantitative biology', 'q-fin': 'quantitative finance', eess: 'electrical engineering', bio: 'biology', chem: 'chemistry', ml: 'machine learning', eng: 'engineering' };
 function guessDomain(id: string): string {
   const m = /^([a-z]+(?:-[a-z]{2})?)[-_.]/.exec(id);
   if (m && DOMAINS[m[1]]) return DOMAINS[m[1]];
@@ -114,51 +136,64 @@ export function detectLicence(root: string): string | undefined {
 }
 
 /**
- * Load a paper from a directory or archive.
- * @returns title, abstract and top-level sections as plain text, with warnings (missing
- *   includes, refused includes, fallback conversions)
- * @throws ArchiveError (refused/corrupt archive), Error when no main file is found
+ * Load a paper from a directory or archive (see {@link unpackSource} for what is read).
+ * @returns title, abstract and top-level sections as plain text, with structured warnings
+ *   (encodings, missing or refused includes, several roots, fallback conversions)
+ * @throws ArchiveError (refused/corrupt archive, a PDF), Error "no LaTeX sources found" (no .tex
+ *   file) or "no main LaTeX file" (no root document)
  */
 export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Promise<Paper> {
-  const warnings: string[] = [];
-  const warn = (m: string) => warnings.push(m);
+  const warnings: PaperWarning[] = [];
+  const warn = (w: PaperWarning) => warnings.push(w);
   const src = await unpackSource(path, { workDir: opts.workDir, limits: opts.limits });
   try {
     const id = opts.id ?? paperIdFromPath(path);
-    const mainFile = findMainFile(src.root, warn);
-    if (!mainFile) throw new Error(`${path}: no main LaTeX file (none has both \\documentclass and \\begin{document})`);
-    const flat = flattenDocument(src.root, mainFile, warn);
-    const expanded = expandSimpleMacros(flat.text);
+    const choice = chooseMainFile(src.root, warn);
+    if (!choice) {
+      const tex = listFiles(src.root, (n) => /\.tex$/i.test(n), 1);
+      if (!tex.length) {
+        const pdfs = listFiles(src.root, (n) => /\.pdf$/i.test(n), 5);
+        throw new ArchiveError(`${path}: no LaTeX sources found${pdfs.length ? ` (only PDF: ${pdfs.join(', ')})` : ' (no .tex file)'}`, 'no-latex');
+      }
+      throw new Error(`${path}: no main LaTeX file (no .tex file has \\documentclass or \\documentstyle and \\begin{document} outside comments)`);
+    }
+    const mainFile = choice.main;
+    const flat = choice.flat;
+    const store = flat.verbatim;
+    const expanded = expandMacros(flat.text, warn);
     const st = extractStructure(expanded);
-    const raw = topLevelSections(st.headings);
-    const frontText = st.front;
+    const { leading, sections: raw } = groupSections(st.headings);
+    // headings before the first top-level one (a thesis's front-matter \section*s) stay front matter
+    const frontText = st.front + leading.map((h) => `\n\n\\paragraph{${h.title}}\n${h.latex}`).join('');
     const sources = [st.abstract ?? '', frontText, ...raw.map((s) => s.latex)];
-    const conv = await latexToTextBatch(sources, { timeoutMs: opts.parseTimeoutMs, inProcess: opts.inProcess, warn });
+    const conv = await latexToTextBatch(sources, { timeoutMs: opts.parseTimeoutMs, inProcess: opts.inProcess, warn: (m) => warn({ code: 'parse-fallback', message: m }) });
+    const text = (k: number) => store.restore(conv[k].text);
+    const title = (t: string | undefined) => store.restore(inlineText(t));
     const sections: PaperSection[] = [];
     const front = conv[1];
     if (front.text.length > 200) {
-      sections.push({ index: 0, level: 'front', title: 'Front matter', starred: true, appendix: false, subheadings: [], text: front.text, parser: front.parser, boilerplate: false });
+      sections.push({ index: 0, level: 'front', title: 'Front matter', starred: true, appendix: false, subheadings: [], text: text(1), parser: front.parser, boilerplate: false });
     }
     raw.forEach((s, k) => {
       const c = conv[k + 2];
-      const title = inlineText(s.title);
+      const t = title(s.title);
       sections.push({
         index: sections.length,
         level: s.level,
-        title,
+        title: t,
         starred: s.starred,
         appendix: s.appendix,
-        subheadings: s.subheadings.map(inlineText),
-        text: c.text,
+        subheadings: s.subheadings.map(title),
+        text: text(k + 2),
         parser: c.parser,
-        boilerplate: BOILERPLATE.test(title),
+        boilerplate: BOILERPLATE.test(t),
       });
     });
-    const licence = detectLicence(src.root) ?? (existsSync(path) && !src.temporary ? undefined : undefined);
+    const licence = detectLicence(src.root);
     return {
       id,
-      title: inlineText(st.title ?? titlepageTitle(expanded)) || id,
-      abstract: conv[0].text,
+      title: title(st.title ?? titlepageTitle(expanded)) || id,
+      abstract: text(0),
       domain: opts.domain ?? guessDomain(id),
       ...(licence && { licence }),
       mainFile,
@@ -166,6 +201,7 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
       missingIncludes: flat.missing,
       sections,
       warnings,
+      rootCandidates: choice.candidates,
     };
   } finally {
     src.cleanup();

@@ -1,8 +1,20 @@
 /**
- * LaTeX source handling before structure extraction (DESIGN.md §7): comment removal (unescaped
- * `%`, the `comment` environment), `\iffalse … \fi` blocks, main-file detection, include
- * resolution (`\input`, `\include`, `\subfile`, `\import`, `\subimport`) confined to the paper's
- * root, and expansion of simple user macros (`\newcommand`, `\def` without optional arguments).
+ * LaTeX source handling before structure extraction (DESIGN.md §7):
+ *
+ * - reading: bytes → text by content (UTF-8 with or without BOM; UTF-16 with BOM; invalid UTF-8
+ *   → the encoding declared by `inputenc`, else Latin-1/windows-1252, with a warning naming the
+ *   file); `\r\n`, `\n` and lone `\r` all become `\n`;
+ * - one left-to-right scan per file ({@link scanSource}) that removes comments (unescaped `%` to
+ *   the end of the line; `comment` environments) and makes verbatim-like bodies (`verbatim`,
+ *   `Verbatim`, `lstlisting`, `minted`, `filecontents(*)`, environments declared with
+ *   `\lstnewenvironment`/`\DefineVerbatimEnvironment`/`\newminted`, `\verb|…|`, `\lstinline`,
+ *   `\mintinline`) opaque: each becomes a placeholder that no later scan looks into (comments,
+ *   `\begin{document}`, headings, includes, macros) and whose text is put back, `%` and all,
+ *   after conversion to plain text ({@link VerbatimStore});
+ * - `\iffalse … \fi` blocks, root-document detection (`\documentclass` or LaTeX 2.09
+ *   `\documentstyle`, with `\begin{document}`), main-file choice among several roots
+ *   ({@link chooseMainFile}), include resolution confined to the paper's root, and expansion of
+ *   user macros with parameters ({@link expandMacros}).
  */
 import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve, sep } from 'node:path';
@@ -10,31 +22,417 @@ import { basename, dirname, join, relative, resolve, sep } from 'node:path';
 /** Max bytes read from one .tex file (larger files are skipped with a warning). */
 export const MAX_TEX_BYTES = 8 * 2 ** 20;
 
+// ---------------------------------------------------------------------------------------------
+// Warnings
+
+/** Codes of {@link PaperWarning}. */
+export type WarningCode =
+  | 'encoding'
+  | 'binary-file'
+  | 'file-too-large'
+  | 'include-missing'
+  | 'include-outside-root'
+  | 'include-cycle'
+  | 'include-depth'
+  | 'several-roots'
+  | 'no-article-root'
+  | 'verbatim-unclosed'
+  | 'macro-limit'
+  | 'parse-fallback';
+
+/** A structured ingestion warning: what, where (file relative to the paper root, 1-based line). */
+export interface PaperWarning {
+  code: WarningCode;
+  message: string;
+  file?: string;
+  line?: number;
+}
+
+/** Receives warnings while a paper is read. */
+export type Warn = (w: PaperWarning) => void;
+
+/** One line for humans: `file:line: message [code]`. */
+export function formatWarning(w: PaperWarning): string {
+  const where = w.file ? `${w.file}${w.line ? `:${w.line}` : ''}: ` : '';
+  return `${where}${w.message} [${w.code}]`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bytes → text
+
+/** Encodings LaTeX's `inputenc` names, as WHATWG labels Node's TextDecoder reads. */
+const INPUTENC: Record<string, string> = {
+  latin1: 'iso-8859-1', // WHATWG reads it as windows-1252, a superset for printable text
+  latin2: 'iso-8859-2',
+  latin3: 'iso-8859-3',
+  latin4: 'iso-8859-4',
+  latin5: 'iso-8859-9',
+  latin9: 'iso-8859-15',
+  cp1250: 'windows-1250',
+  cp1251: 'windows-1251',
+  cp1252: 'windows-1252',
+  cp1257: 'windows-1257',
+  ansinew: 'windows-1252',
+  applemac: 'macintosh',
+  macce: 'x-mac-cyrillic',
+  koi8r: 'koi8-r',
+  'koi8-r': 'koi8-r',
+  cp866: 'ibm866',
+};
+
+/** The `inputenc` option declared in (Latin-1-read) text, if any: `\usepackage[latin1]{inputenc}`, `\inputencoding{latin9}`. */
+export function declaredInputenc(text: string): string | undefined {
+  const m = /^[^%\n\r]*\\usepackage\s*\[([^\]]*)\]\s*\{inputenc\}/m.exec(text) ?? /^[^%\n\r]*\\inputencoding\s*\{([^}]*)\}/m.exec(text);
+  if (!m) return undefined;
+  const opts = m[1].split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
+  return opts.at(-1);
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/** windows-1252 at 0x80–0x9F (WHATWG Encoding index); Node 20's TextDecoder reads these bytes as C1 controls. */
+const CP1252_HIGH = '\u20AC\u0081\u201A\u0192\u201E\u2026\u2020\u2021\u02C6\u2030\u0160\u2039\u0152\u008D\u017D\u008F\u0090\u2018\u2019\u201C\u201D\u2022\u2013\u2014\u02DC\u2122\u0161\u203A\u0153\u009D\u017E\u0178';
+
+/** Decode with a WHATWG label; windows-1252 (also what `latin1` means there) mapped by {@link CP1252_HIGH}. */
+function decodeAs(buf: Uint8Array, label: string): string {
+  const d = new TextDecoder(label);
+  if (d.encoding !== 'windows-1252') return d.decode(buf);
+  return Buffer.from(buf.buffer, buf.byteOffset, buf.byteLength)
+    .toString('latin1')
+    .replace(/[\u0080-\u009F]/g, (c) => CP1252_HIGH[c.charCodeAt(0) - 0x80]);
+}
+
 /**
- * Remove TeX comments: from each unescaped `%` (preceded by an even number of backslashes) to
- * the end of the line, including the newline when the line held only a comment (as TeX does);
- * `\begin{comment}…\end{comment}` blocks are removed too.
+ * Decode a TeX file's bytes: UTF-8 (a BOM is dropped), UTF-16 with a BOM; invalid UTF-8 → the
+ * encoding its own `inputenc` declares, else `fallbackEncoding` (the main file's declaration),
+ * else Latin-1 (read as windows-1252), with an `encoding` warning naming the file. Line ends
+ * (`\r\n`, lone `\r`) become `\n`.
+ * @param file name used in the warning (relative to the paper root)
  */
-export function stripComments(src: string): string {
-  const out: string[] = [];
-  const lines = src.split(/\r?\n/);
-  for (const line of lines) {
-    let cut = -1;
-    for (let i = 0; i < line.length; i++) {
-      if (line[i] === '%') {
-        let bs = 0;
-        for (let j = i - 1; j >= 0 && line[j] === '\\'; j--) bs++;
-        if (bs % 2 === 0) {
-          cut = i;
-          break;
-        }
+export function decodeTex(buf: Uint8Array, file: string, warn: Warn = () => {}, fallbackEncoding?: string): string {
+  let text: string;
+  if (buf.length >= 2 && ((buf[0] === 0xff && buf[1] === 0xfe) || (buf[0] === 0xfe && buf[1] === 0xff))) {
+    text = new TextDecoder(buf[0] === 0xff ? 'utf-16le' : 'utf-16be').decode(buf);
+  } else {
+    try {
+      text = UTF8.decode(buf);
+    } catch {
+      const asLatin = decodeAs(buf, 'windows-1252');
+      const own = declaredInputenc(asLatin);
+      const declared = own && own !== 'utf8' ? own : fallbackEncoding && fallbackEncoding !== 'utf8' ? fallbackEncoding : undefined;
+      const label = declared ? INPUTENC[declared] : undefined;
+      if (label) {
+        text = decodeAs(buf, label);
+        warn({ code: 'encoding', file, message: `not valid UTF-8; decoded as ${declared} (${own === declared ? 'declared by its inputenc' : "the main file's inputenc"})` });
+      } else {
+        text = asLatin;
+        warn({ code: 'encoding', file, message: `not valid UTF-8; decoded as Latin-1 (windows-1252)${declared ? ` (inputenc ${declared} is not supported)` : ''}` });
       }
     }
-    if (cut < 0) out.push(line);
-    else if (line.slice(0, cut).trim() === '') continue; // whole-line comment: drop the line
-    else out.push(line.slice(0, cut));
   }
-  return out.join('\n').replace(/\\begin\{comment\}[\s\S]*?(\\end\{comment\}|$)/g, '');
+  return text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n');
+}
+
+/** True when a buffer looks binary (NUL bytes, or mostly non-text). */
+export function isBinary(buf: Uint8Array): boolean {
+  if (buf.length >= 2 && ((buf[0] === 0xff && buf[1] === 0xfe) || (buf[0] === 0xfe && buf[1] === 0xff))) return false; // UTF-16 BOM
+  const n = Math.min(buf.length, 8192);
+  let bad = 0;
+  for (let i = 0; i < n; i++) {
+    const b = buf[i];
+    if (b === 0) return true;
+    if (b < 7 || (b > 13 && b < 32 && b !== 27)) bad++;
+  }
+  return n > 0 && bad / n > 0.1;
+}
+
+/** Options of {@link readTextFile}. */
+export interface ReadTextOptions {
+  /** Name for warnings (default the base name). */
+  rel?: string;
+  /** inputenc option of the main file, used for files that declare none. */
+  encoding?: string;
+}
+
+/** Read a TeX file as text (see {@link decodeTex}), or undefined (with a warning) when missing, too large or binary. */
+export function readTextFile(path: string, warn: Warn, opts: ReadTextOptions = {}): string | undefined {
+  let st;
+  try {
+    st = statSync(path);
+  } catch {
+    return undefined;
+  }
+  if (!st.isFile()) return undefined;
+  const file = opts.rel ?? basename(path);
+  if (st.size > MAX_TEX_BYTES) {
+    warn({ code: 'file-too-large', file, message: `skipped: ${st.size} bytes is over the ${MAX_TEX_BYTES} byte limit` });
+    return undefined;
+  }
+  const buf = readFileSync(path);
+  if (isBinary(buf)) {
+    warn({ code: 'binary-file', file, message: 'skipped: binary file' });
+    return undefined;
+  }
+  return decodeTex(buf, file, warn, opts.encoding);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comments and verbatim-like bodies: one scan
+
+/** Environments whose bodies TeX reads verbatim (kept as text, never scanned). */
+export const VERBATIM_ENVS = ['verbatim', 'verbatim*', 'Verbatim', 'Verbatim*', 'BVerbatim', 'LVerbatim', 'SaveVerbatim', 'lstlisting', 'minted', 'filecontents', 'filecontents*', 'spverbatim', 'alltt*'];
+/** Environments whose bodies are dropped (never typeset), never scanned. */
+export const COMMENT_ENVS = ['comment'];
+
+const PH_OPEN = '\uE000';
+const PH_CLOSE = '\uE001';
+const PH_RE = /\uE000(\d+)\uE001/g;
+
+/** A verbatim-like body cut out of the source. */
+export interface VerbatimBody {
+  kind: 'env' | 'inline';
+  /** Environment or command name. */
+  name: string;
+  /** The text TeX would print (options and language arguments removed). */
+  body: string;
+  /** The original source, `\begin` to `\end`. */
+  raw: string;
+}
+
+/**
+ * The verbatim-like bodies of one paper, each standing in the text as a placeholder
+ * (U+E000 index U+E001) that no scan matches and both text converters pass through.
+ */
+export class VerbatimStore {
+  readonly bodies: VerbatimBody[] = [];
+  /** Environments read verbatim (grows with `\lstnewenvironment{x}` etc. as the scan meets them). */
+  readonly verbatimEnvs = new Set(VERBATIM_ENVS);
+  readonly commentEnvs = new Set(COMMENT_ENVS);
+
+  add(b: VerbatimBody): string {
+    this.bodies.push(b);
+    return `${PH_OPEN}${this.bodies.length - 1}${PH_CLOSE}`;
+  }
+
+  /** Placeholders → printed text (environments on lines of their own). */
+  restore(text: string): string {
+    return text.replace(PH_RE, (m, k: string) => {
+      const b = this.bodies[Number(k)];
+      if (!b) return m;
+      return b.kind === 'env' ? `\n${b.body.replace(/^\n+|\n+$/g, '')}\n` : b.body;
+    });
+  }
+
+  /** Placeholders → the original source. */
+  restoreRaw(text: string): string {
+    return text.replace(PH_RE, (m, k: string) => this.bodies[Number(k)]?.raw ?? m);
+  }
+}
+
+/** Result of {@link scanSource}. */
+export interface ScannedSource {
+  /** Comment-free text with verbatim-like bodies as placeholders. */
+  text: string;
+  /** Source line (1-based) where each output line starts. */
+  lineStarts: number[];
+}
+
+/** 1-based source line of offset `pos` of a {@link ScannedSource}'s text. */
+export function sourceLine(s: ScannedSource, pos: number): number {
+  let n = 0;
+  for (let i = s.text.indexOf('\n'); i >= 0 && i < pos; i = s.text.indexOf('\n', i + 1)) n++;
+  return s.lineStarts[Math.min(n, s.lineStarts.length - 1)] ?? 1;
+}
+
+const DEFINERS: Record<string, 'verbatim' | 'comment' | 'minted'> = { lstnewenvironment: 'verbatim', DefineVerbatimEnvironment: 'verbatim', newtcblisting: 'verbatim', newminted: 'minted', excludecomment: 'comment' };
+
+/**
+ * One left-to-right pass over a file's text (line ends already `\n`): comments removed (a line
+ * holding only a comment goes with its line end, as in TeX), `comment` environments removed,
+ * verbatim-like bodies replaced by placeholders in `store`. Escapes (`\%`, `\\`) are honoured;
+ * a `%` inside a verbatim body is text.
+ */
+export function scanSource(src: string, store: VerbatimStore, warn: Warn = () => {}, file?: string): ScannedSource {
+  const parts: string[] = [];
+  let outLen = 0;
+  let curLine = ''; // output text since the last '\n' (to detect whole-line comments)
+  const lineStarts = [1];
+  let line = 1;
+  const emit = (s: string) => {
+    if (!s) return;
+    parts.push(s);
+    const k = s.lastIndexOf('\n');
+    if (k >= 0) curLine = s.slice(k + 1);
+    else curLine += s;
+    outLen += s.length;
+  };
+  const countLines = (a: number, b: number) => {
+    let n = 0;
+    for (let k = src.indexOf('\n', a); k >= 0 && k < b; k = src.indexOf('\n', k + 1)) n++;
+    return n;
+  };
+  const special = /[%\\\n]/g;
+  let i = 0;
+  const n = src.length;
+  while (i < n) {
+    special.lastIndex = i;
+    const m = special.exec(src);
+    if (!m) {
+      emit(src.slice(i));
+      break;
+    }
+    const j = m.index;
+    emit(src.slice(i, j));
+    const c = src[j];
+    if (c === '\n') {
+      emit('\n');
+      line++;
+      lineStarts.push(line);
+      i = j + 1;
+      continue;
+    }
+    if (c === '%') {
+      let e = src.indexOf('\n', j);
+      if (e < 0) e = n;
+      if (curLine.trim() === '' && e < n) {
+        // whole-line comment: drop the line and its line end
+        let k = curLine.length;
+        while (k > 0) {
+          const last = parts.pop()!;
+          if (last.length > k) parts.push(last.slice(0, last.length - k));
+          outLen -= Math.min(k, last.length);
+          k -= Math.min(k, last.length);
+        }
+        curLine = '';
+        i = e + 1;
+        line++;
+        lineStarts[lineStarts.length - 1] = line;
+        continue;
+      }
+      i = e;
+      continue;
+    }
+    // backslash
+    const next = src[j + 1];
+    if (next === undefined) {
+      emit('\\');
+      i = j + 1;
+      continue;
+    }
+    if (!/[a-zA-Z@]/.test(next)) {
+      if (next === '\n') {
+        emit('\\');
+        i = j + 1;
+      } else {
+        emit(src.slice(j, j + 2));
+        i = j + 2;
+      }
+      continue;
+    }
+    const w = /^[a-zA-Z@]+/.exec(src.slice(j + 1, j + 64))![0];
+    const after = j + 1 + w.length;
+    if (w === 'begin') {
+      const em = /^\s*\{([^{}\n]{1,40})\}/.exec(src.slice(after, after + 64));
+      const env = em?.[1].trim();
+      if (env && (store.verbatimEnvs.has(env) || store.commentEnvs.has(env))) {
+        const bodyStart = after + em![0].length;
+        const endTok = `\\end{${env}}`;
+        let end = src.indexOf(endTok, bodyStart);
+        if (end < 0) {
+          warn({ code: 'verbatim-unclosed', file, line, message: `\\begin{${env}} without \\end{${env}}; read to the end of the file` });
+          end = n;
+        }
+        const stop = Math.min(n, end + endTok.length);
+        const raw = src.slice(j, stop);
+        line += countLines(j, stop);
+        if (store.verbatimEnvs.has(env)) {
+          // options and language/file-name arguments on the \begin line: [opts]{lang}
+          let body = src.slice(bodyStart, Math.min(end, n)).replace(/^[ \t]*(\[[^\]\n]*\])?[ \t]*/, '');
+          if (/^(minted|filecontents\*?)$/.test(env)) body = body.replace(/^\{[^}\n]*\}/, '');
+          body = body.replace(/^[ \t]*\n/, '');
+          emit(store.add({ kind: 'env', name: env, body, raw }));
+        }
+        i = stop;
+        continue;
+      }
+      emit(src.slice(j, after));
+      i = after;
+      continue;
+    }
+    if (w === 'verb' || w === 'lstinline' || w === 'mintinline' || w === 'Verb') {
+      let k = after;
+      if (src[k] === '*') k++;
+      if (w !== 'verb') {
+        const o = /^\s*\[[^\]\n]*\]/.exec(src.slice(k, k + 400));
+        if (o) k += o[0].length;
+      }
+      if (w === 'mintinline') {
+        const l = /^\s*\{[^}\n]*\}/.exec(src.slice(k, k + 100));
+        if (l) k += l[0].length;
+      }
+      const d = src[k];
+      let close = -1;
+      if (d && !/[a-zA-Z\s*]/.test(d)) {
+        if (d === '{' && w !== 'verb') {
+          let depth = 0;
+          for (let q = k; q < n && src[q] !== '\n'; q++) {
+            if (src[q] === '{') depth++;
+            else if (src[q] === '}' && --depth === 0) {
+              close = q;
+              break;
+            }
+          }
+        } else {
+          const q = src.indexOf(d, k + 1);
+          const nl = src.indexOf('\n', k + 1);
+          if (q >= 0 && (nl < 0 || q < nl)) close = q;
+        }
+      }
+      if (close >= 0) {
+        const raw = src.slice(j, close + 1);
+        emit(store.add({ kind: 'inline', name: w, body: src.slice(k + 1, close), raw }));
+        i = close + 1;
+        continue;
+      }
+      emit(src.slice(j, after));
+      i = after;
+      continue;
+    }
+    if ((w === 'url' || w === 'href') && src[after] === '{') {
+      // URLs are read verbatim by url/hyperref: a % inside is a character, not a comment
+      const close = src.indexOf('}', after);
+      const nl = src.indexOf('\n', after);
+      if (close > 0 && (nl < 0 || close < nl) && !src.slice(after + 1, close).includes('{')) {
+        emit(`\\${w}{${src.slice(after + 1, close).replace(/(?<!\\)%/g, '\\%')}}`);
+        i = close + 1;
+        continue;
+      }
+    }
+    const def = DEFINERS[w];
+    if (def) {
+      const g = /^\s*(\[[^\]\n]*\])?\s*\{([^{}\n]{1,40})\}/.exec(src.slice(after, after + 200));
+      if (g) {
+        const name = g[2].trim();
+        if (def === 'comment') store.commentEnvs.add(name);
+        else if (def === 'minted') {
+          store.verbatimEnvs.add(g[1] ? g[1].slice(1, -1).trim() : `${name}code`);
+        } else store.verbatimEnvs.add(name);
+      }
+    }
+    emit(src.slice(j, after));
+    i = after;
+  }
+  return { text: parts.join(''), lineStarts };
+}
+
+/**
+ * Remove TeX comments: from each unescaped `%` to the end of the line, including the line end
+ * when the line held only a comment (as TeX does); `comment` environments are removed too.
+ * Verbatim-like bodies are kept as written, `%` and all.
+ */
+export function stripComments(src: string): string {
+  const store = new VerbatimStore();
+  return store.restoreRaw(scanSource(src.replace(/\r\n?/g, '\n'), store).text);
 }
 
 /**
@@ -114,49 +512,31 @@ function skipWs(s: string, i: number): number {
   return i;
 }
 
-/** True when the (comment-stripped) text is a LaTeX root document. */
+// ---------------------------------------------------------------------------------------------
+// Roots
+
+const CLASS_RE = /\\document(class|style)\s*(?:\[[^\]]*\])?\s*\{\s*([^}\s]*)\s*\}/;
+
+/**
+ * True when the (scanned: comment-free, verbatim-opaque) text is a LaTeX root document:
+ * `\documentclass` or LaTeX 2.09's `\documentstyle`, and `\begin{document}`.
+ */
 export function isRootDocument(text: string): boolean {
-  return /\\documentclass\s*(\[[^\]]*\])?\s*\{/.test(text) && /\\begin\s*\{document\}/.test(text);
+  return CLASS_RE.test(text) && /\\begin\s*\{document\}/.test(text);
 }
 
-/** Warnings collected while reading a paper. */
-export type Warn = (msg: string) => void;
-
-/** True when a buffer looks binary (NUL bytes, or mostly non-text). */
-export function isBinary(buf: Buffer): boolean {
-  const n = Math.min(buf.length, 8192);
-  let bad = 0;
-  for (let i = 0; i < n; i++) {
-    const b = buf[i];
-    if (b === 0) return true;
-    if (b < 7 || (b > 13 && b < 32)) bad++;
-  }
-  return n > 0 && bad / n > 0.1;
-}
-
-/** Read a text file, or undefined (with a warning) when missing, too large or binary. */
-export function readTextFile(path: string, warn: Warn): string | undefined {
-  let st;
-  try {
-    st = statSync(path);
-  } catch {
-    return undefined;
-  }
-  if (!st.isFile()) return undefined;
-  if (st.size > MAX_TEX_BYTES) {
-    warn(`skipped ${basename(path)}: ${st.size} bytes is over the ${MAX_TEX_BYTES} byte limit`);
-    return undefined;
-  }
-  const buf = readFileSync(path);
-  if (isBinary(buf)) {
-    warn(`skipped ${basename(path)}: binary file`);
-    return undefined;
-  }
-  return buf.toString('utf8').replace(/^\uFEFF/, '');
+/** The class of a root document (`article`, `beamer`, …), or undefined. */
+export function documentClass(text: string): string | undefined {
+  return CLASS_RE.exec(text)?.[2];
 }
 
 /** All `.tex` files under root (relative paths), at most `limit`, skipping symlinked dirs. */
 export function listTexFiles(root: string, limit = 2000): string[] {
+  return listFiles(root, (name) => /\.tex$/i.test(name), limit);
+}
+
+/** Files under root whose name passes `keep` (relative paths, sorted walk, symlinked dirs skipped). */
+export function listFiles(root: string, keep: (name: string) => boolean, limit = 2000): string[] {
   const out: string[] = [];
   const walk = (dir: string, depth: number) => {
     if (depth > 12 || out.length >= limit) return;
@@ -169,16 +549,19 @@ export function listTexFiles(root: string, limit = 2000): string[] {
     for (const e of entries.sort((a, b) => a.name.localeCompare(b.name))) {
       const p = join(dir, e.name);
       if (e.isDirectory()) walk(p, depth + 1);
-      else if (e.isFile() && /\.tex$/i.test(e.name)) out.push(relative(root, p));
+      else if (e.isFile() && keep(e.name)) out.push(relative(root, p));
     }
   };
   walk(root, 0);
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Includes
+
 const INCLUDE_RE = /\\(input|include|subfile|import|subimport|subinputfrom|inputfrom|includefrom|subincludefrom)(?![a-zA-Z@])\*?/g;
 
-/** Include targets (as written) in comment-stripped text. */
+/** Include targets (as written) in scanned text. */
 export function includeTargets(text: string): string[] {
   const out: string[] = [];
   for (const inc of scanIncludes(text)) out.push(inc.dir ? `${inc.dir}/${inc.file}` : inc.file);
@@ -195,11 +578,11 @@ interface IncludeRef {
 
 function scanIncludes(text: string): IncludeRef[] {
   const refs: IncludeRef[] = [];
-  INCLUDE_RE.lastIndex = 0;
+  const re = new RegExp(INCLUDE_RE.source, 'g');
   let m: RegExpExecArray | null;
-  while ((m = INCLUDE_RE.exec(text))) {
+  while ((m = re.exec(text))) {
     const cmd = m[1];
-    let i = skipWs(text, m.index + m[0].length);
+    const i = skipWs(text, m.index + m[0].length);
     const twoArgs = /import|from/.test(cmd);
     if (twoArgs) {
       const a = readGroup(text, i);
@@ -207,19 +590,19 @@ function scanIncludes(text: string): IncludeRef[] {
       const b = readGroup(text, skipWs(text, a[1]));
       if (!b) continue;
       refs.push({ start: m.index, end: b[1], cmd, dir: a[0].trim(), file: b[0].trim() });
-      INCLUDE_RE.lastIndex = b[1];
+      re.lastIndex = b[1];
       continue;
     }
     const g = readGroup(text, i);
     if (g) {
       refs.push({ start: m.index, end: g[1], cmd, file: g[0].trim() });
-      INCLUDE_RE.lastIndex = g[1];
+      re.lastIndex = g[1];
     } else if (cmd === 'input') {
       // TeX primitive syntax: \input file.tex
-      const t = /^[^\s{}\\%[]+/.exec(text.slice(i));
+      const t = /^[^\s{}\\%[\uE000]+/.exec(text.slice(i, i + 300));
       if (t) {
         refs.push({ start: m.index, end: i + t[0].length, cmd, file: t[0] });
-        INCLUDE_RE.lastIndex = i + t[0].length;
+        re.lastIndex = i + t[0].length;
       }
     }
   }
@@ -232,31 +615,40 @@ function within(root: string, p: string): boolean {
 
 /** Result of {@link flattenDocument}. */
 export interface FlattenResult {
-  /** Comment-free, `\iffalse`-free source with all resolvable includes spliced in. */
+  /** Comment-free, `\iffalse`-free source with all resolvable includes spliced in; verbatim-like bodies are placeholders of `verbatim`. */
   text: string;
   /** Files read (relative to root), main file first. */
   files: string[];
   /** Include targets that were not found (as written). */
   missing: string[];
+  /** The verbatim-like bodies cut out of `text`. */
+  verbatim: VerbatimStore;
 }
+
+const INC_OPEN = '\uE002';
+const INC_CLOSE = '\uE003';
 
 /**
  * Inline every include of `mainFile` recursively. Paths are resolved like TeX does for arXiv
  * sources: relative to the main file's directory (for `\import`/`\subimport`, relative to the
  * given directory / the including file's directory); no extension → `.tex` first. Anything
  * resolving outside `root` (also through symlinks) is refused with a warning; missing files are
- * tolerated with a warning; cycles and depth > 20 stop.
+ * tolerated with a warning (file and line of the include); cycles and depth > 20 stop. Each file
+ * is decoded ({@link decodeTex}; files without an `inputenc` of their own use the main file's),
+ * scanned ({@link scanSource}) and cleared of `\iffalse` blocks before its includes are resolved,
+ * so includes in comments, verbatim bodies or `\iffalse` blocks are never followed.
  */
-export function flattenDocument(root: string, mainFile: string, warn: Warn): FlattenResult {
+export function flattenDocument(root: string, mainFile: string, warn: Warn, store: VerbatimStore = new VerbatimStore()): FlattenResult {
   const rootReal = realpathSync(root);
   const mainAbs = resolve(root, mainFile);
   const baseDir = dirname(mainAbs);
   const files: string[] = [];
   const missing: string[] = [];
   const stack: string[] = [];
+  let encoding: string | undefined;
 
   const REFUSED = '\0refused';
-  const resolveTarget = (fromDir: string, target: string): string | undefined => {
+  const resolveTarget = (fromDir: string, target: string, at: { file: string; line: number }): string | undefined => {
     const t = target.replace(/^"|"$/g, '');
     const cands = /\.[a-zA-Z]{1,4}$/.test(t) && !/\.tex$/i.test(t) ? [`${t}.tex`, t] : /\.tex$/i.test(t) ? [t] : [`${t}.tex`, t];
     for (const c of cands) {
@@ -269,7 +661,7 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn): Fla
         continue;
       }
       if (!within(rootReal, real)) {
-        warn(`include ${JSON.stringify(target)} resolves outside the paper root; ignored`);
+        warn({ code: 'include-outside-root', ...at, message: `include ${JSON.stringify(target)} resolves outside the paper root; ignored` });
         return REFUSED;
       }
       try {
@@ -283,43 +675,52 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn): Fla
   };
 
   const expand = (absReal: string, depth: number, fileDir: string): string => {
-    const raw = readTextFile(absReal, warn);
+    const rel = relative(rootReal, absReal);
+    const raw = readTextFile(absReal, warn, { rel, encoding });
     if (raw === undefined) return '';
-    files.push(relative(rootReal, absReal));
+    if (!files.length) encoding = declaredInputenc(raw);
+    files.push(rel);
     stack.push(absReal);
-    const text = stripIffalse(stripComments(raw));
-    let out = '';
+    const scanned = scanSource(raw, store, warn, rel);
+    const refs = scanIncludes(scanned.text);
+    // includes → markers, then \iffalse blocks removed: only surviving markers are followed
+    let marked = '';
     let pos = 0;
-    for (const ref of scanIncludes(text)) {
-      out += text.slice(pos, ref.start);
+    refs.forEach((ref, k) => {
+      marked += scanned.text.slice(pos, ref.start) + `${INC_OPEN}${k}${INC_CLOSE}`;
       pos = ref.end;
+    });
+    marked += scanned.text.slice(pos);
+    const text = stripIffalse(marked);
+    const out = text.replace(/\uE002(\d+)\uE003/g, (_m, ks: string) => {
+      const ref = refs[Number(ks)];
+      const at = { file: rel, line: sourceLine(scanned, ref.start) };
       let dir = baseDir;
-      if (ref.cmd === 'subimport' || ref.cmd.startsWith('sub')) dir = resolve(fileDir, ref.dir ?? '');
+      if (ref.cmd.startsWith('sub')) dir = resolve(fileDir, ref.dir ?? '');
       else if (ref.dir !== undefined) dir = resolve(baseDir, ref.dir);
       const label = ref.dir ? `${ref.dir}/${ref.file}` : ref.file;
-      if (/[\\#]/.test(ref.file)) continue; // macro argument (\newcommand\x[1]{\input{#1}}) or macro path
-      const target = resolveTarget(dir, ref.file) ?? (dir !== baseDir ? undefined : resolveTarget(fileDir, ref.file));
-      if (target === REFUSED) continue;
+      if (/[\\#]/.test(ref.file)) return ''; // macro argument (\newcommand\x[1]{\input{#1}}) or macro path
+      const target = resolveTarget(dir, ref.file, at) ?? (dir !== baseDir ? undefined : resolveTarget(fileDir, ref.file, at));
+      if (target === REFUSED) return '';
       if (!target) {
-        if (!within(rootReal, resolve(dir, ref.file))) warn(`include ${JSON.stringify(label)} points outside the paper root; ignored`);
+        if (!within(rootReal, resolve(dir, ref.file))) warn({ code: 'include-outside-root', ...at, message: `include ${JSON.stringify(label)} points outside the paper root; ignored` });
         else {
           missing.push(label);
-          warn(`include ${JSON.stringify(label)} not found; skipped`);
+          warn({ code: 'include-missing', ...at, message: `include ${JSON.stringify(label)} not found; skipped` });
         }
-        continue;
+        return '';
       }
       if (stack.includes(target)) {
-        warn(`include cycle at ${JSON.stringify(label)}; skipped`);
-        continue;
+        warn({ code: 'include-cycle', ...at, message: `include cycle at ${JSON.stringify(label)}; skipped` });
+        return '';
       }
       if (depth >= 20) {
-        warn(`include depth limit reached at ${JSON.stringify(label)}; skipped`);
-        continue;
+        warn({ code: 'include-depth', ...at, message: `include depth limit reached at ${JSON.stringify(label)}; skipped` });
+        return '';
       }
       const body = expand(target, depth + 1, dirname(target));
-      out += ref.cmd === 'include' ? `\n${body}\n` : body;
-    }
-    out += text.slice(pos);
+      return ref.cmd === 'include' ? `\n${body}\n` : body;
+    });
     stack.pop();
     return out;
   };
@@ -332,90 +733,286 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn): Fla
   }
   if (!within(rootReal, mainReal)) throw new Error(`main file ${mainFile} lies outside the paper root`);
   const text = expand(mainReal, 0, dirname(mainReal));
-  return { text, files, missing };
+  return { text, files, missing, verbatim: store };
 }
 
-/**
- * Find the main file under `root`: a `.tex` file with `\documentclass` and `\begin{document}`
- * outside comments. Among several: not included by another candidate, then most sectioning
- * commands (a paper beats a cover letter), then a conventional name (main, ms, paper, article,
- * arxiv), then size.
- * @returns relative path, or undefined when there is none
- */
-export function findMainFile(root: string, warn: Warn = () => {}): string | undefined {
-  const tex = listTexFiles(root);
-  const info: { rel: string; text: string; sections: number; size: number }[] = [];
-  const includedNames = new Set<string>();
-  for (const rel of tex) {
-    const raw = readTextFile(join(root, rel), warn);
-    if (raw === undefined) continue;
-    const text = stripComments(raw);
-    for (const t of includeTargets(text)) includedNames.add(basename(t).replace(/\.tex$/i, ''));
-    if (isRootDocument(text)) info.push({ rel, text, sections: (text.match(/\\(section|chapter)\*?\s*[{[]/g) ?? []).length, size: raw.length });
-  }
-  if (!info.length) return undefined;
-  const conventional = (r: string) => (/^(main|ms|paper|article|arxiv|manuscript)\.tex$/i.test(basename(r)) ? 1 : 0);
-  info.sort(
-    (a, b) =>
-      Number(includedNames.has(basename(a.rel, '.tex'))) - Number(includedNames.has(basename(b.rel, '.tex'))) ||
-      b.sections - a.sections ||
-      conventional(b.rel) - conventional(a.rel) ||
-      b.size - a.size ||
-      a.rel.localeCompare(b.rel),
-  );
-  if (info.length > 1) warn(`several root documents (${info.map((i) => i.rel).join(', ')}); using ${info[0].rel}`);
-  return info[0].rel;
+// ---------------------------------------------------------------------------------------------
+// Main file among several roots
+
+/** What a root document is, for the main-file choice. Only `article` documents are papers. */
+export type RootKind = 'article' | 'presentation' | 'standalone' | 'letter' | 'response' | 'title-page' | 'subfile' | 'included';
+
+/** One root document considered by {@link chooseMainFile}. */
+export interface RootCandidate {
+  file: string;
+  documentClass: string;
+  kind: RootKind;
+  /** Characters of LaTeX under headings in the resolved include tree. */
+  sectionChars: number;
+  /** Headings in the resolved include tree. */
+  headings: number;
+  /** Why this candidate was (not) chosen. */
+  reason: string;
 }
+
+/** Result of {@link chooseMainFile}. */
+export interface MainChoice {
+  main: string;
+  candidates: RootCandidate[];
+  /** The flattened main file (reused by the caller). */
+  flat: FlattenResult;
+}
+
+const PRESENTATION = new Set(['beamer', 'powerdot', 'prosper', 'seminar', 'slides', 'tikzposter', 'a0poster', 'sciposter', 'baposter', 'beamerposter']);
+const LETTER = new Set(['letter', 'newlfm', 'scrlttr2', 'lettre', 'dinbrief', 'moderncv', 'res', 'resume']);
+const KIND_TEXT: Record<RootKind, string> = {
+  article: 'article-like',
+  presentation: 'a presentation/poster class, never preferred over an article-like root',
+  standalone: 'a standalone figure, never preferred over an article-like root',
+  letter: 'a letter, never preferred over an article-like root',
+  response: 'a response to reviewers / cover letter, never preferred over an article-like root',
+  'title-page': 'title page only (no sections, little text), never preferred over an article-like root',
+  subfile: 'a subfile of another document, never preferred over an article-like root',
+  included: 'included by another root, never preferred',
+};
+
+const RESPONSE_NAME = /(^|[^a-z])(response|responses|rebuttal|reply|replies|cover[-_ ]?letter|letter|referee|reviewers?)([^a-z]|$)/i;
+const RESPONSE_TEXT = /\b(responses? to (the )?(reviewers?|referees?|editors?|comments)|reply to (the )?(reviewers?|referees?)|dear (editor|reviewers?|referees?|dr\.?|prof)|point[- ]by[- ]point)\b/i;
+
+function classify(file: string, cls: string, flatText: string, headings: { title: string; latex: string }[], included: boolean): RootKind {
+  if (included) return 'included';
+  if (PRESENTATION.has(cls)) return 'presentation';
+  if (cls === 'standalone') return 'standalone';
+  if (cls === 'subfiles') return 'subfile';
+  const body = bodyOf(flatText);
+  if (LETTER.has(cls) || /\\begin\s*\{letter\}|\\opening\s*\{/.test(body)) return 'letter';
+  const head = `${headings.slice(0, 3).map((h) => h.title).join('\n')}\n${body.slice(0, 2500)}`;
+  if (RESPONSE_NAME.test(basename(file, '.tex')) || RESPONSE_TEXT.test(head)) return 'response';
+  if (!headings.length && body.replace(/\\[a-zA-Z@]+\*?|[{}[\]\s]/g, '').length < 1500) return 'title-page';
+  return 'article';
+}
+
+function bodyOf(text: string): string {
+  const b = /\\begin\s*\{document\}/.exec(text);
+  const start = b ? b.index + b[0].length : 0;
+  const e = /\\end\s*\{document\}/.exec(text.slice(start));
+  return e ? text.slice(start, start + e.index) : text.slice(start);
+}
+
+const HEADING_SCAN = /\\(part|chapter|section|subsection|subsubsection)(?![a-zA-Z@])\*?\s*(?:\[[^\]]*\]\s*)?(?=\{)/g;
+
+/** Headings and the LaTeX under them in a body (a light version of structure extraction, for the main-file choice). */
+function headingStats(text: string): { title: string; latex: string }[] {
+  const body = bodyOf(text);
+  const out: { title: string; latex: string; start: number }[] = [];
+  const re = new RegExp(HEADING_SCAN.source, 'g');
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(body))) {
+    const g = readGroup(body, m.index + m[0].length);
+    if (!g) continue;
+    if (out.length) out[out.length - 1].latex = body.slice(out[out.length - 1].start, m.index);
+    out.push({ title: g[0], latex: '', start: g[1] });
+    re.lastIndex = g[1];
+  }
+  if (out.length) out[out.length - 1].latex = body.slice(out[out.length - 1].start);
+  return out;
+}
+
+const conventional = (r: string) => (/^(main|ms|paper|article|arxiv|manuscript)\.tex$/i.test(basename(r)) ? 1 : 0);
+
+/**
+ * Choose the main file under `root` among the root documents (a `.tex` with `\documentclass` or
+ * `\documentstyle` and `\begin{document}`, outside comments and verbatim bodies).
+ * Presentations (`beamer`, posters), `standalone` figures, letters, responses to reviewers /
+ * cover letters, subfiles, title-page-only documents and roots included by another root never
+ * win over an article-like root; among article-like roots the one whose resolved include tree
+ * holds the most section text wins (ties: conventional name, then path). With no article-like
+ * root, the best other root is used with a `no-article-root` warning.
+ * @returns the choice with every candidate and why, or undefined when there is no root
+ */
+export function chooseMainFile(root: string, warn: Warn = () => {}): MainChoice | undefined {
+  const tex = listTexFiles(root);
+  const roots: { rel: string; cls: string; text: string }[] = [];
+  const includedNames = new Set<string>();
+  const quiet: Warn = () => {};
+  for (const rel of tex) {
+    const raw = readTextFile(join(root, rel), quiet, { rel });
+    if (raw === undefined) continue;
+    const text = scanSource(raw, new VerbatimStore()).text;
+    for (const t of includeTargets(text)) includedNames.add(basename(t).replace(/\.tex$/i, ''));
+    if (isRootDocument(text)) roots.push({ rel, cls: documentClass(text) ?? '', text });
+  }
+  if (!roots.length) return undefined;
+  const flats = new Map<string, FlattenResult>();
+  const warnings = new Map<string, PaperWarning[]>();
+  const flatten = (rel: string): FlattenResult => {
+    let flat = flats.get(rel);
+    if (!flat) {
+      const ws: PaperWarning[] = [];
+      flat = flattenDocument(root, rel, (w) => ws.push(w));
+      flats.set(rel, flat);
+      warnings.set(rel, ws);
+    }
+    return flat;
+  };
+  const cands: RootCandidate[] = roots.map(({ rel, cls, text }) => {
+    // presentations, figures and subfiles are classed by their class alone: not resolved unless chosen
+    const byClass = roots.length > 1 && (PRESENTATION.has(cls) || cls === 'standalone' || cls === 'subfiles');
+    const hs = headingStats(byClass ? text : flatten(rel).text);
+    const included = roots.length > 1 && includedNames.has(basename(rel, '.tex'));
+    const kind = classify(rel, cls, byClass ? text : flatten(rel).text, hs, included);
+    return { file: rel, documentClass: cls, kind, sectionChars: hs.reduce((a, h) => a + h.latex.length, 0), headings: hs.length, reason: KIND_TEXT[kind] };
+  });
+  const order = (a: RootCandidate, b: RootCandidate) => b.sectionChars - a.sectionChars || conventional(b.file) - conventional(a.file) || a.file.localeCompare(b.file);
+  const articles = cands.filter((c) => c.kind === 'article').sort(order);
+  let chosen: RootCandidate;
+  if (articles.length) {
+    chosen = articles[0];
+    chosen.reason = articles.length > 1 ? `article-like, most section text (${chosen.sectionChars} chars)` : 'the only article-like root';
+    for (const c of articles.slice(1)) c.reason = `article-like, less section text (${c.sectionChars} chars)`;
+  } else {
+    const rest = [...cands].sort((a, b) => Number(a.kind === 'included') - Number(b.kind === 'included') || order(a, b));
+    chosen = rest[0];
+    chosen.reason = `no article-like root; used anyway (${KIND_TEXT[chosen.kind].replace(/, never.*$/, '')})`;
+    warn({ code: 'no-article-root', file: chosen.file, message: `no article-like root document; using ${chosen.file} (${chosen.documentClass || 'unknown class'}: ${KIND_TEXT[chosen.kind].replace(/, never.*$/, '')})` });
+  }
+  flatten(chosen.file);
+  for (const w of warnings.get(chosen.file) ?? []) warn(w);
+  if (cands.length > 1) warn({ code: 'several-roots', file: chosen.file, message: `several root documents (${cands.map((c) => `${c.file} [${c.documentClass || '?'}, ${c.kind}]`).join(', ')}); using ${chosen.file}` });
+  const sorted = [chosen, ...cands.filter((c) => c !== chosen)];
+  const flat = flatten(chosen.file);
+  return { main: chosen.file, candidates: sorted, flat };
+}
+
+/** The main file under `root` ({@link chooseMainFile}), or undefined when there is no root document. */
+export function findMainFile(root: string, warn: Warn = () => {}): string | undefined {
+  return chooseMainFile(root, warn)?.main;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Macros
 
 /** A user macro definition. */
 interface MacroDef {
   nargs: number;
+  /** Default of the first argument (`\newcommand{\x}[2][default]{…}`): then #1 is optional. */
+  optDefault?: string;
   body: string;
 }
 
-const PROTECTED = new Set(['section', 'subsection', 'subsubsection', 'paragraph', 'chapter', 'part', 'appendix', 'begin', 'end', 'input', 'include', 'item', 'title', 'abstract', 'documentclass', 'iffalse', 'fi', 'else']);
+const PROTECTED = new Set(['section', 'subsection', 'subsubsection', 'paragraph', 'subparagraph', 'chapter', 'part', 'appendix', 'begin', 'end', 'input', 'include', 'item', 'title', 'abstract', 'documentclass', 'document', 'iffalse', 'fi', 'else', 'def', 'newcommand', 'renewcommand', 'providecommand']);
+
+/** Limits of {@link expandMacros}. */
+export interface MacroLimits {
+  /** Expansion rounds (nesting depth of macros in macros; default 10). */
+  maxRounds?: number;
+  /** Max output length; default 4 × input + 1 MB. */
+  maxChars?: number;
+  /** Longest definition body expanded (default 4000 chars; longer ones are only removed). */
+  maxBodyChars?: number;
+}
+
+const DEF_RE = /\\(?:re)?(?:newcommand|providecommand)\*?|\\DeclareRobustCommand\*?|\\[gex]?def(?![a-zA-Z@])|\\(?:re)?newenvironment\*?/g;
 
 /**
- * Collect `\newcommand`/`\renewcommand`/`\providecommand`/`\def` definitions (no optional
- * default argument; `\def` only without parameters) and expand their uses, a bounded number of
- * rounds, so that e.g. `\pysr` becomes `\textsc{PySR}` and `\referee{x}` becomes `{x}`.
- * Definitions are removed from the output.
+ * Expand user macros: `\newcommand`, `\renewcommand`, `\providecommand`, `\DeclareRobustCommand`
+ * (`{\x}` or `\x`, `[n]` parameters, `[default]` for an optional first one) and `\def`/`\gdef`/
+ * `\edef`/`\xdef` with undelimited parameters `#1…#9`. Definitions (also `\newenvironment`, and
+ * `\def`s with delimited parameters, which are not expanded) are removed from the text, so a
+ * heading inside a definition is never a heading; uses are replaced by the body with arguments
+ * substituted (`##` → `#`), repeatedly for nested macros, within `limits` (depth and size; a
+ * `macro-limit` warning when hit, keeping the last text within the limits).
  */
-export function expandSimpleMacros(src: string, maxRounds = 4): string {
+export function expandMacros(src: string, warn: Warn = () => {}, limits: MacroLimits = {}): string {
+  const maxRounds = limits.maxRounds ?? 10;
+  const maxChars = limits.maxChars ?? 4 * src.length + 2 ** 20;
+  const maxBody = limits.maxBodyChars ?? 4000;
   const defs = new Map<string, MacroDef>();
-  const defRe = /\\(?:re)?(?:newcommand|providecommand)\*?\s*(?:\{\s*\\([a-zA-Z@]+)\s*\}|\\([a-zA-Z@]+))\s*(?:\[(\d)\])?\s*(\[)?|\\def\s*\\([a-zA-Z@]+)\s*(?=\{)/g;
   let text = '';
   let pos = 0;
+  const re = new RegExp(DEF_RE.source, 'g');
   let m: RegExpExecArray | null;
-  while ((m = defRe.exec(src))) {
-    const name = m[1] ?? m[2] ?? m[5];
-    const nargs = m[3] ? Number(m[3]) : 0;
-    let i = m.index + m[0].length;
-    if (m[4]) {
-      // optional default argument: skip the definition (not expanded)
-      const opt = readOptional(src, i - 1);
-      if (!opt) continue;
-      i = opt[1];
-      const g = readGroup(src, skipWs(src, i));
-      if (!g) continue;
+  while ((m = re.exec(src))) {
+    const tok = m[0];
+    let i = m.index + tok.length;
+    if (/environment/.test(tok)) {
+      // \newenvironment{name}[n][default]{begin}{end}: removed, not expanded
+      i = skipWs(src, i);
+      const name = readGroup(src, i);
+      if (!name) continue;
+      i = name[1];
+      for (let k = 0; k < 2; k++) {
+        const o = readOptional(src, skipWs(src, i));
+        if (o) i = o[1];
+      }
+      const b = readGroup(src, skipWs(src, i));
+      if (!b) continue;
+      const e = readGroup(src, skipWs(src, b[1]));
+      if (!e) continue;
       text += src.slice(pos, m.index);
-      pos = g[1];
-      defRe.lastIndex = g[1];
+      pos = e[1];
+      re.lastIndex = e[1];
       continue;
     }
-    const g = readGroup(src, skipWs(src, i));
+    i = skipWs(src, i);
+    let name: string | undefined;
+    const braced = /^\{\s*\\([a-zA-Z@]+|.)\s*\}/.exec(src.slice(i, i + 80));
+    const bare = /^\\([a-zA-Z@]+|[^a-zA-Z@\s])/.exec(src.slice(i, i + 80));
+    if (braced && !tok.includes('def')) {
+      name = braced[1];
+      i += braced[0].length;
+    } else if (bare) {
+      name = bare[1];
+      i += bare[0].length;
+    }
+    if (!name) continue;
+    let nargs = 0;
+    let optDefault: string | undefined;
+    let expandable = true;
+    if (tok.includes('def')) {
+      // parameter text up to the body's brace
+      const brace = src.indexOf('{', i);
+      if (brace < 0 || brace - i > 200) continue;
+      const params = src.slice(i, brace).replace(/\s+/g, '');
+      if (params && !/^(#[1-9])+$/.test(params)) expandable = false; // delimited parameters
+      else {
+        nargs = params.length / 2;
+        if (params && params !== Array.from({ length: nargs }, (_, k) => `#${k + 1}`).join('')) expandable = false;
+      }
+      i = brace;
+    } else {
+      const n = readOptional(src, skipWs(src, i));
+      if (n) {
+        nargs = Number(n[0].trim()) || 0;
+        i = n[1];
+        const d = readOptional(src, skipWs(src, i));
+        if (d) {
+          optDefault = d[0];
+          i = d[1];
+        }
+      }
+      i = skipWs(src, i);
+    }
+    const g = readGroup(src, i);
     if (!g) continue;
     text += src.slice(pos, m.index);
     pos = g[1];
-    defRe.lastIndex = g[1];
-    if (!PROTECTED.has(name) && g[0].length < 2000) defs.set(name, { nargs, body: g[0] });
+    re.lastIndex = g[1];
+    if (!expandable || PROTECTED.has(name) || g[0].length > maxBody || !/^[a-zA-Z@]+$/.test(name)) continue;
+    if (/providecommand/.test(tok) && defs.has(name)) continue;
+    defs.set(name, { nargs, optDefault, body: g[0] });
   }
   text += src.slice(pos);
   if (!defs.size) return text;
   const useRe = new RegExp(`\\\\(${[...defs.keys()].map((k) => k.replace(/[@]/g, '\\@')).sort((a, b) => b.length - a.length).join('|')})(?![a-zA-Z@])`, 'g');
-  for (let round = 0; round < maxRounds; round++) {
+  for (let round = 0; ; round++) {
+    if (round >= maxRounds) {
+      warn({ code: 'macro-limit', message: `macro expansion still changing after ${maxRounds} rounds (recursive macro?); stopped there` });
+      return text;
+    }
     let changed = false;
-    let out = '';
+    const out: string[] = [];
+    let outLen = 0;
     let p = 0;
     useRe.lastIndex = 0;
     while ((m = useRe.exec(text))) {
@@ -424,33 +1021,63 @@ export function expandSimpleMacros(src: string, maxRounds = 4): string {
       const args: string[] = [];
       let ok = true;
       for (let a = 0; a < def.nargs; a++) {
-        const j = skipWs(text, i);
-        const g = readGroup(text, j);
-        if (g) {
-          args.push(g[0]);
-          i = g[1];
-        } else if (j < text.length && text[j] !== '}' && text[j] !== '\\') {
-          args.push(text[j]);
-          i = j + 1;
-        } else {
+        if (a === 0 && def.optDefault !== undefined) {
+          const o = readOptional(text, skipSpaces(text, i));
+          if (o) {
+            args.push(o[0]);
+            i = o[1];
+          } else args.push(def.optDefault);
+          continue;
+        }
+        const arg = readArgument(text, i);
+        if (!arg) {
           ok = false;
           break;
         }
+        args.push(arg[0]);
+        i = arg[1];
       }
       if (!ok) continue;
-      let body = def.body.replace(/#(\d)/g, (_s, d: string) => args[Number(d) - 1] ?? '');
-      body = body.replace(/\\xspace(?![a-zA-Z])/g, '');
-      // keep a word boundary after a control word used as text (\pysr is → PySR is)
-      out += text.slice(p, m.index) + body + (def.nargs === 0 && /^[a-zA-Z]/.test(text[i] ?? '') ? ' ' : '');
+      const body = def.body.replace(/##|#([1-9])/g, (s, d?: string) => (d ? args[Number(d) - 1] ?? '' : '#')).replace(/\\xspace(?![a-zA-Z])/g, '');
+      const piece = text.slice(p, m.index) + body + (def.nargs === 0 && /^[a-zA-Z]/.test(text[i] ?? '') ? ' ' : '');
+      out.push(piece);
+      outLen += piece.length;
       if (def.nargs === 0 && text.slice(i, i + 2) === '{}') i += 2;
       p = i;
       useRe.lastIndex = i;
       changed = true;
-      if (out.length > 4 * src.length + 100_000) return text; // runaway expansion: give up
+      if (outLen > maxChars) {
+        warn({ code: 'macro-limit', message: `macro expansion exceeded ${maxChars} characters (runaway macro?); stopped at the previous round` });
+        return text;
+      }
     }
-    out += text.slice(p);
-    text = out;
-    if (!changed) break;
+    if (!changed) return text;
+    out.push(text.slice(p));
+    text = out.join('');
   }
-  return text;
+}
+
+/** @deprecated name kept for callers: {@link expandMacros}. */
+export const expandSimpleMacros = (src: string, warn?: Warn): string => expandMacros(src, warn);
+
+function skipSpaces(s: string, i: number): number {
+  while (i < s.length && (s[i] === ' ' || s[i] === '\t' || (s[i] === '\n' && s[i + 1] !== '\n'))) i++;
+  return i;
+}
+
+/** One undelimited TeX argument at `i`: a `{group}` (braces removed), a control sequence, or one character. */
+function readArgument(s: string, i: number): [string, number] | undefined {
+  const j = skipSpaces(s, i);
+  const c = s[j];
+  if (c === undefined || c === '}' || c === '\n') return undefined;
+  if (c === '{') return readGroup(s, j);
+  if (c === '\\') {
+    const w = /^\\([a-zA-Z@]+|.)/s.exec(s.slice(j, j + 64));
+    return w ? [w[0], j + w[0].length] : undefined;
+  }
+  if (c === PH_OPEN) {
+    const e = s.indexOf(PH_CLOSE, j);
+    if (e > 0) return [s.slice(j, e + 1), e + 1];
+  }
+  return [c, j + 1];
 }

@@ -137,13 +137,25 @@ export interface RawSection {
  * marked lines so that the text stays readable.
  */
 export function topLevelSections(headings: RawHeading[]): RawSection[] {
-  if (!headings.length) return [];
+  return groupSections(headings).sections;
+}
+
+/**
+ * {@link topLevelSections}, plus the headings below the top level that come before the first
+ * top-level heading (a thesis's front-matter `\section*`s before its first `\chapter`): they
+ * belong to the front matter, not to a section.
+ */
+export function groupSections(headings: RawHeading[]): { leading: RawHeading[]; sections: RawSection[] } {
+  if (!headings.length) return { leading: [], sections: [] };
   const present = new Set(headings.map((h) => h.level));
   const top = LEVELS.find((l) => l !== 'part' && present.has(l)) ?? 'part';
   const topIdx = LEVELS.indexOf(top);
+  let first = headings.findIndex((h) => LEVELS.indexOf(h.level) <= topIdx);
+  if (first < 0) first = 0;
+  const leading = headings.slice(0, first);
   const out: RawSection[] = [];
   let cur: RawSection | undefined;
-  for (const h of headings) {
+  for (const h of headings.slice(first)) {
     const idx = LEVELS.indexOf(h.level);
     if (idx < topIdx) {
       // a \part above the top level: its text opens a section of its own
@@ -157,5 +169,5 @@ export function topLevelSections(headings: RawHeading[]): RawSection[] {
       cur.latex += `\n\n\\paragraph{${h.title}}\n${h.latex}`;
     }
   }
-  return out;
+  return { leading, sections: out };
 }

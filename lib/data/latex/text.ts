@@ -48,7 +48,7 @@ export function astToText(nodes: Ast.Node[]): string {
       const n = list[k];
       switch (n.type) {
         case 'string':
-          out.push(n.content === '~' ? ' ' : n.content.replace(/``|''/g, '"'));
+          out.push(n.content === '~' ? ' ' : typography(n.content));
           break;
         case 'whitespace':
           out.push(' ');
@@ -125,7 +125,7 @@ export function astToText(nodes: Ast.Node[]): string {
             break;
           }
           if (ACCENTS.has(name)) {
-            walk(argText(n));
+            out.push(accents(printRaw(n)).replace(/[{}]/g, ''));
             break;
           }
           if (CITE_MACROS.has(name)) {
@@ -154,7 +154,7 @@ export function astToText(nodes: Ast.Node[]): string {
             break;
           }
           if (name === 'url') {
-            out.push(printRaw(argText(n)));
+            out.push(printRaw(argText(n)).replace(/\\([%#_&$~])/g, '$1'));
             break;
           }
           if (name === 'caption') {
@@ -174,7 +174,8 @@ export function astToText(nodes: Ast.Node[]): string {
     }
   };
   walk(nodes);
-  return tidy(out.join(''));
+  // TeX ligatures split over several string nodes (`` … '', ---) outside math
+  return tidy(out.join('').replace(/(\$\$[\s\S]*?\$\$|\$[^$]*\$)|``|''|---|--/g, (m, math?: string) => math ?? typography(m)));
 }
 
 /** Normalise whitespace: single spaces, at most one blank line. */
@@ -265,7 +266,12 @@ export function parseToText(src: string): string {
  * Regex/scanner converter: never hangs (linear passes), used as the fallback.
  */
 export function fallbackToText(src: string): string {
-  let s = preClean(src);
+  // inline and display math kept as written ($…$), out of reach of the passes below
+  const math: string[] = [];
+  let s = preClean(src).replace(/(?<!\\)\$\$[\s\S]*?(?<!\\)\$\$|(?<!\\)\$(?:[^$\\]|\\[\s\S])*?\$|\\\([\s\S]*?\\\)|\\\[[\s\S]*?\\\]/g, (m) => {
+    math.push(m.startsWith('\\(') ? `$${m.slice(2, -2)}$` : m.startsWith('\\[') ? `$$${m.slice(2, -2)}$$` : m);
+    return `\uE004${math.length - 1}\uE005`;
+  });
   // environments dropped entirely
   s = s.replace(/\\begin\{(tabular\*?|tabularx|longtable|tikzpicture|thebibliography|lstlisting|minted|algorithm\*?|titlepage|acknowledge?ments)\}[\s\S]*?\\end\{\1\}/g, ' ');
   // figures/tables: keep captions
@@ -292,13 +298,29 @@ export function fallbackToText(src: string): string {
   s = s.replace(/\\href\s*\{[^{}]*\}/g, '');
   s = s.replace(/\\url\s*\{([^{}]*)\}/g, '$1');
   s = s.replace(/\\begin\{[^}]*\}(\[[^\]]*\])?|\\end\{[^}]*\}/g, '\n');
-  s = s.replace(/\\['`^"~=.](?:\{([a-zA-Z])\}|([a-zA-Z]))/g, (_m, a?: string, b?: string) => a ?? b ?? '');
-  s = s.replace(/\\([%&$#_{}])/g, '$1').replace(/\\\\(\[[^\]]*\])?/g, '\n').replace(/~/g, ' ').replace(/``|''/g, '"');
+  s = accents(s);
+  s = s.replace(/\\([%&$#_{}])/g, '$1').replace(/\\\\(\[[^\]]*\])?/g, '\n').replace(/~/g, ' ');
+  s = typography(s);
   // remaining control words: formatting macros keep their argument's text (braces removed below)
   s = s.replace(/\\[a-zA-Z@]+\*?(\s*\[[^\]]*\])?/g, (m) => (/^\\(ldots|dots)/.test(m) ? '…' : ''));
   // remove braces outside math (keep math as written)
-  s = s.replace(/(\$\$[\s\S]*?\$\$|\$[^$]*\$)|[{}]/g, (m, math: string | undefined) => math ?? '');
-  return tidy(s);
+  s = s.replace(/[{}]/g, '');
+  return tidy(s).replace(/\uE004(\d+)\uE005/g, (m, k: string) => math[Number(k)] ?? m);
+}
+
+const COMBINING: Record<string, string> = { "'": '\u0301', '`': '\u0300', '^': '\u0302', '"': '\u0308', '~': '\u0303', '=': '\u0304', '.': '\u0307', u: '\u0306', v: '\u030C', H: '\u030B', c: '\u0327', k: '\u0328', r: '\u030A', d: '\u0323', b: '\u0331' };
+
+/** TeX accents (`\'e`, `\'{e}`, `\v{c}`, `\'{\i}`) → the accented letter (NFC). */
+export function accents(s: string): string {
+  return s.replace(/\\(['`^"~=.]|[uvHckrdb](?=\s*\{))\s*(?:\{\s*(\\[ij](?![a-zA-Z])|[a-zA-Z])\s*\}|(\\[ij](?![a-zA-Z])|[a-zA-Z]))/g, (_m, acc: string, a?: string, b?: string) => {
+    const letter = (a ?? b ?? '').replace(/^\\i$/, 'i').replace(/^\\j$/, 'j');
+    return (letter + (COMBINING[acc] ?? '')).normalize('NFC');
+  });
+}
+
+/** TeX ligatures of plain text: `---` → —, `--` → –, ``` `` ``` → “, `''` → ”. */
+export function typography(s: string): string {
+  return s.replace(/---/g, '\u2014').replace(/--/g, '\u2013').replace(/``/g, '\u201C').replace(/''/g, '\u201D');
 }
 
 /** Close footnote parentheses opened by the fallback: `(footnote: {…}` → `(footnote: …)`. */
