@@ -41,6 +41,13 @@ interface TrainArgs {
   'early-stop-patience'?: number;
   recompute?: boolean;
   'empty-cache'?: boolean;
+  // memory plan (issue 21)
+  'max-memory'?: number;
+  'memory-plan'?: boolean;
+  'opsd-micro-batch'?: number;
+  'grpo-micro-batch'?: number;
+  'rollout-rows'?: number;
+  'judge-tokens-per-call'?: number;
 }
 
 /** Maps CLI flags onto the config (only flags that were given). */
@@ -82,6 +89,13 @@ function flagsToConfig(a: TrainArgs): Partial<Record<keyof TrainConfig, unknown>
   if (a['validate-every'] !== undefined) sect('validation').every = a['validate-every'];
   if (a.recompute !== undefined) sect('memory').recompute = a.recompute;
   if (a['empty-cache'] !== undefined) sect('memory').emptyCacheBetweenPhases = a['empty-cache'];
+  // memory plan (issue 21): flags given here are kept by the plan
+  if (a['max-memory'] !== undefined) sect('memory').maxMemoryGB = a['max-memory'];
+  if (a['memory-plan'] !== undefined) sect('memory').plan = a['memory-plan'] ? 'auto' : 'off';
+  if (a['opsd-micro-batch'] !== undefined) sect('opsd').microBatch = a['opsd-micro-batch'];
+  if (a['grpo-micro-batch'] !== undefined) sect('grpo').microBatch = a['grpo-micro-batch'];
+  if (a['rollout-rows'] !== undefined) sect('memory').rolloutRows = a['rollout-rows'];
+  if (a['judge-tokens-per-call'] !== undefined) sect('memory').judgeMaxTokensPerCall = a['judge-tokens-per-call'];
   return f as Partial<Record<keyof TrainConfig, unknown>>;
 }
 
@@ -132,7 +146,14 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       .option('checkpoint-every', { type: 'number' })
       .option('validate-every', { type: 'number' })
       .option('recompute', { type: 'boolean', describe: 'recompute each decoder layer in backward (less activation memory)' })
-      .option('empty-cache', { type: 'boolean', describe: 'release cached GPU memory between rollout and update phases' }) as never,
+      .option('empty-cache', { type: 'boolean', describe: 'release cached GPU memory between rollout and update phases' })
+      // memory plan (issue 21; lib/train/memory-plan.ts)
+      .option('max-memory', { type: 'number', describe: 'cap the memory plan at this many GB (1e9 bytes) of GPU memory (shared GPUs, smaller cards)' })
+      .option('memory-plan', { type: 'boolean', describe: 'choose micro-batches, recompute, rollout rows and judge tokens per call from the model shapes and the memory budget (default on CUDA; --no-memory-plan keeps the settings as given)' })
+      .option('opsd-micro-batch', { type: 'number', describe: 'OPSD update micro-batch (sequences per backward; kept by the plan)' })
+      .option('grpo-micro-batch', { type: 'number', describe: 'GRPO update micro-batch (sequences per backward; kept by the plan)' })
+      .option('rollout-rows', { type: 'number', describe: 'rollout rows per decode batch (kept by the plan)' })
+      .option('judge-tokens-per-call', { type: 'number', describe: "local judge: rows × tokens per native call (its prefix KV cache; kept by the plan)" }) as never,
   handler: async (argv) => {
     const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume });
     if (summary.interrupted) process.exitCode = 130;

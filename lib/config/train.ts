@@ -68,8 +68,14 @@ export interface TrainConfig {
   validation: { every: number; maxItems: number };
   checkpoint: { every: number };
   log: { every: number };
-  /** GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the rollout and update phases. */
-  memory: { recompute: boolean; emptyCacheBetweenPhases: boolean };
+  /**
+   * GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the
+   * rollout and update phases; the memory plan (lib/train/memory-plan.ts: `plan` 'auto' = on CUDA or
+   * when `maxMemoryGB` is set, 'off' = settings as given), its cap in GB (1e9 bytes; null = the
+   * device's memory), rollout rows per decode batch and the local judge's tokens per call (0 = chosen
+   * by the plan; without a plan: GRPO micro-batch rows / the judge's default).
+   */
+  memory: { recompute: boolean; emptyCacheBetweenPhases: boolean; plan: 'auto' | 'off'; maxMemoryGB: number | null; rolloutRows: number; judgeMaxTokensPerCall: number };
 }
 
 export const DEFAULTS: TrainConfig = {
@@ -94,7 +100,7 @@ export const DEFAULTS: TrainConfig = {
   validation: { every: 4, maxItems: 2 },
   checkpoint: { every: 4 },
   log: { every: 1 },
-  memory: { recompute: false, emptyCacheBetweenPhases: false },
+  memory: { recompute: false, emptyCacheBetweenPhases: false, plan: 'auto', maxMemoryGB: null, rolloutRows: 0, judgeMaxTokensPerCall: 0 },
 };
 
 type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };
@@ -179,6 +185,11 @@ export function validateConfig(c: TrainConfig): TrainConfig {
   if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize must be a multiple of opsd.microBatch');
   if (c.judge.kind === 'http' && (!c.judge.url || !c.judge.model)) errs.push('judge.kind http needs judge.url and judge.model');
   if (typeof c.lora.float32Branch !== 'boolean') errs.push(`lora.float32Branch must be true or false (got ${JSON.stringify(c.lora.float32Branch)})`);
+  // memory plan (issue 21)
+  const mem = c.memory;
+  if (mem.maxMemoryGB !== null && mem.maxMemoryGB !== undefined && !(Number.isFinite(mem.maxMemoryGB) && mem.maxMemoryGB > 0)) errs.push(`memory.maxMemoryGB must be > 0 GB (got ${mem.maxMemoryGB})`);
+  if (mem.plan !== undefined && mem.plan !== 'auto' && mem.plan !== 'off') errs.push(`memory.plan must be auto or off (got ${JSON.stringify(mem.plan)})`);
+  for (const [v, n] of [[mem.rolloutRows ?? 0, 'memory.rolloutRows'], [mem.judgeMaxTokensPerCall ?? 0, 'memory.judgeMaxTokensPerCall']] as [number, string][]) { nonneg(v, n); int(v, n); }
   if (errs.length) throw new Error(`invalid training config:\n  ${errs.join('\n  ')}`);
   return c;
 }

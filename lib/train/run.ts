@@ -7,8 +7,8 @@
 import { existsSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { packageRoot, cudaAvailable } from '../native.js';
-import { resolveConfig, type PRESETS, type TrainConfig } from '../config/train.js';
+import { packageRoot, cudaAvailable, native } from '../native.js';
+import { resolveConfig, readConfigFile, type PRESETS, type TrainConfig } from '../config/train.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
 import { localJudgeForModel } from '../judge/local.js';
@@ -19,6 +19,8 @@ import { computeAdvantages } from './advantages.js';
 import { resolveCheckpoint } from './checkpoint.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainItem, type TrainSummary, type RewardFn } from './trainer.js';
+import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
+import { studentMessages, teacherMessages } from './prompts.js';
 
 /** The embedded default model: a tiny random Qwen3 (real tokenizer), made once and reused. */
 export function ensureDefaultModel(): string {
@@ -145,7 +147,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   }
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
   ensureWritableDir(runDir);
-  const resolved: TrainConfig = { ...cfg, out: runDir };
+  // A deep copy: the memory plan and out-of-memory recovery adjust its settings in place.
+  const resolved: TrainConfig = structuredClone({ ...cfg, out: runDir });
   if (!resume) writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir }, null, 2));
   log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
 
@@ -153,7 +156,25 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   const policy = await Policy.load(modelDir, { device: cfg.device as never, dtype: cfg.dtype ?? undefined });
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
-    if (cfg.memory?.recompute) policy.model.setGradientCheckpointing(true);
+    // ---- memory plan (issue 21; lib/train/memory-plan.ts), before the first step ----
+    let planned: { inputs: PlanInputs; plan: MemoryPlan } | undefined;
+    if (!resume && resolved.memory) {
+      const promptTokens = { student: 1, teacher: 1 };
+      for (const it of ds.items as unknown as TrainItem[]) {
+        const [sIds, tIds] = await policy.encodePrompts([studentMessages(it.question), teacherMessages(it.question, it.rubric)], { enableThinking: resolved.sampling.enableThinking });
+        promptTokens.student = Math.max(promptTokens.student, sIds!.length);
+        promptTokens.teacher = Math.max(promptTokens.teacher, tIds!.length);
+      }
+      const dev = resolved.device.startsWith('cuda') && cudaAvailable() ? Number(resolved.device.split(':')[1] ?? 0) : -1;
+      const deviceMemoryBytes = dev >= 0 ? native().runtimeInfo().cudaDevices.find((d: { index: number }) => d.index === dev)?.totalMemoryBytes : undefined;
+      const fileDoc = o.file ? (readConfigFile(o.file) as Record<string, unknown>) : undefined;
+      planned = planForRun(resolved, { shape: readModelShape(modelDir), promptTokens, deviceMemoryBytes, pinned: pinnedSettings(o.flags as Record<string, unknown> | undefined, fileDoc) });
+      if (planned) {
+        log(formatPlan(planned.plan));
+        writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, memoryPlan: planned.plan }, null, 2));
+      }
+    }
+    if (resolved.memory?.recompute) policy.model.setGradientCheckpointing(true);
     policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
@@ -162,7 +183,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       judge = createHttpJudge({ url: cfg.judge.url!, model: cfg.judge.model!, mode: cfg.judge.mode, concurrency: cfg.judge.concurrency });
     } else {
       // The frozen base (adapter off) reads P(yes) at the scored position only.
-      judge = await localJudgeForModel(policy.model, policy.tokenizer);
+      judge = await localJudgeForModel(policy.model, policy.tokenizer, { maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
     }
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     const reward: RewardFn = o.reward ?? guardJudgeFailures(makeRewardFn(judge, general, { alpha: cfg.grpo.alpha }) as unknown as RewardFn, cfg.judge.kind === 'http' ? cfg.judge.url! : 'local judge');
@@ -176,6 +197,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       },
       runDir,
       log,
+      memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
     }, resume?.state);
 
     let sigints = 0;
