@@ -4,7 +4,7 @@
  * group size, questions per step and the memory budget (the device's memory, capped by
  * `--max-memory`), it estimates the peak allocated bytes of every phase of a step and chooses
  *   - the update micro-batch of each stage (OPSD, GRPO) and activation recompute,
- *   - the rows per decode batch of the rollouts (KV cache), and
+ *   - the rows per decode batch of the rollouts (KV cache) and per reference-logprob call, and
  *   - the local judge's `maxTokensPerCall` (its repeated prefix KV cache),
  * so that every phase fits under `budget × (1 − margin)`. Settings the user gave (flags, config
  * file) are kept as given; the plan then only reports whether they fit.
@@ -21,7 +21,7 @@
  *    softmax, sort for top-k / top-p).
  *  - judge (local, prefix sharing): R + maxTokensPerCall · (ℓ · 2 · k · b + κ_fwd · F · b), F the
  *    per-token forward width below.
- *  - reference logprobs (no grad, all kept rows in one call): R + κ_fwd · T · F · b,
+ *  - reference logprobs (no grad, in batches of the rollout rows): R + κ_fwd · T · F · b,
  *    F = q + 2k + 3i + 4h (q/k/v, gate, up, SwiGLU output and the residual/norm buffers of one layer).
  *  - update (loss + backward) of a micro-batch of T tokens:
  *      no recompute: R + κ_act · T · ℓ · E · b + head,
@@ -253,7 +253,7 @@ export function estimatePhases(x: PlanInputs, st: PlanSettings): Partial<Record<
     const rows = Math.min(Q * G, Math.max(G, st.rolloutRows - (st.rolloutRows % G)));
     out['rollout-grpo'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows));
     if (x.localJudge !== false) out.judge = R + st.judgeMaxTokensPerCall * (kv + forwardBytesPerToken(s, b));
-    if (x.grpo.betaKl > 0) out.reference = R + Q * G * Ls * forwardBytesPerToken(s, b);
+    if (x.grpo.betaKl > 0) out.reference = R + rows * Ls * forwardBytesPerToken(s, b);
     out['update-grpo'] = R + updateBytes(x, st.grpoMicroBatch, Ls, st.recompute, 'grpo');
   }
   if (x.stages.includes('sft')) out['update-sft'] = R + updateBytes(x, x.sft.batchSize, Ls, st.recompute, 'ce');
@@ -317,7 +317,9 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     rolloutRows = x.rolloutRows;
   } else {
     const maxRows = Math.max(stagesWith('grpo') ? Q * G : 1, stagesWith('opsd') ? x.opsd.batchSize : 1);
-    const fitsRows = (rows: number) => R + bucket(rows) * Ls * kv + bucket(rows) * x.shape.vocabSize * 16 <= limit;
+    // The same rows batch the rollouts (KV cache) and the reference logprobs (no-grad forward).
+    const fitsRows = (rows: number) => R + bucket(rows) * Ls * kv + bucket(rows) * x.shape.vocabSize * 16 <= limit
+      && (!stagesWith('grpo') || x.grpo.betaKl <= 0 || R + rows * Ls * forwardBytesPerToken(x.shape, x.dtypeBytes) <= limit);
     const unit = stagesWith('grpo') ? G : 1;
     rolloutRows = unit;
     for (let r = maxRows; r >= unit; r = Math.floor(r / 2)) {

@@ -411,7 +411,13 @@ export class Trainer {
     const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i]!, i })).filter((x) => keep[x.i] && x.ro.tokenIds.length > 0);
     const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex]!, completionIds: x.ro.tokenIds }));
     const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
-    const refLogprobs = seqs.length && c.betaKl > 0 ? await backend.completionLogprobs(seqs, this.cfg.sampling.temperature || 1, refAdapter) : seqs.map((s) => s.completionIds.map(() => 0));
+    // Reference logprobs in batches of the plan's rollout rows (memory.rolloutRows; 0 = one call).
+    const refLogprobs: number[][] = [];
+    if (seqs.length && c.betaKl > 0) {
+      for (const part of chunks(seqs, this.cfg.memory?.rolloutRows || seqs.length)) refLogprobs.push(...(await backend.completionLogprobs(part, this.cfg.sampling.temperature || 1, refAdapter)));
+    } else {
+      refLogprobs.push(...seqs.map((s) => s.completionIds.map(() => 0)));
+    }
     const totalTokens = seqs.reduce((a, s) => a + s.completionIds.length, 0);
     const opts = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
@@ -472,6 +478,8 @@ export class Trainer {
         const peak = backend.releaseMemory?.() ?? NaN;
         const peakText = Number.isFinite(peak) ? `${(peak / 1e9).toFixed(1)} GB` : 'unknown';
         const was = `micro-batch ${sect.microBatch}, recompute ${this.cfg.memory?.recompute ? 'on' : 'off'}`;
+        // The rollouts keep their batching (and so their random draws) when the update's shrinks.
+        if (this.cfg.memory && !this.cfg.memory.rolloutRows && stage === 'grpo') this.cfg.memory.rolloutRows = sect.microBatch;
         if (sect.microBatch > 1) {
           sect.microBatch = Math.max(1, Math.floor(sect.microBatch / 2));
         } else if (!this.cfg.memory?.recompute && backend.setRecompute) {
