@@ -32,6 +32,15 @@ for step in "$@"; do
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
+    # memory plan (issue 21): `train --preset` at real shapes (random weights), 1 OPSD + 1 GRPO step, capped / uncapped
+    memplan8) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-8b --max-memory 80 --json $OUT/memplan_8b_80.json 2>&1 | tail -8 ;;
+    memplan4) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --max-memory 48 --json $OUT/memplan_4b_48.json 2>&1 | tail -8 ;;
+    memplan17) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --max-memory 48 --json $OUT/memplan_1.7b_48.json 2>&1 | tail -8 ;;
+    memplan17x24) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --max-memory 24 --json $OUT/memplan_1.7b_24.json 2>&1 | tail -8 ;;
+    memplan8u) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-8b --json $OUT/memplan_8b_uncapped.json 2>&1 | tail -8 ;;
+    memplan4u) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --json $OUT/memplan_4b_uncapped.json 2>&1 | tail -8 ;;
+    memplan17u) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --json $OUT/memplan_1.7b_uncapped.json 2>&1 | tail -8 ;;
+    memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     *) echo "unknown step $step" ;;
   esac
 done
