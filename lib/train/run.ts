@@ -159,11 +159,16 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     // ---- memory plan (issue 21; lib/train/memory-plan.ts), before the first step ----
     let planned: { inputs: PlanInputs; plan: MemoryPlan } | undefined;
     if (!resume && resolved.memory) {
+      // The longest student / teacher prompt of the dataset (tokens), encoded in batches.
       const promptTokens = { student: 1, teacher: 1 };
-      for (const it of ds.items as unknown as TrainItem[]) {
-        const [sIds, tIds] = await policy.encodePrompts([studentMessages(it.question), teacherMessages(it.question, it.rubric)], { enableThinking: resolved.sampling.enableThinking });
-        promptTokens.student = Math.max(promptTokens.student, sIds!.length);
-        promptTokens.teacher = Math.max(promptTokens.teacher, tIds!.length);
+      const all = ds.items as unknown as TrainItem[];
+      for (let i = 0; i < all.length; i += 256) {
+        const part = all.slice(i, i + 256);
+        const ids = await policy.encodePrompts(part.flatMap((it) => [studentMessages(it.question), teacherMessages(it.question, it.rubric)]), { enableThinking: resolved.sampling.enableThinking });
+        ids.forEach((p, j) => {
+          if (j % 2 === 0) promptTokens.student = Math.max(promptTokens.student, p.length);
+          else promptTokens.teacher = Math.max(promptTokens.teacher, p.length);
+        });
       }
       const dev = resolved.device.startsWith('cuda') && cudaAvailable() ? Number(resolved.device.split(':')[1] ?? 0) : -1;
       const deviceMemoryBytes = dev >= 0 ? native().runtimeInfo().cudaDevices.find((d: { index: number }) => d.index === dev)?.totalMemoryBytes : undefined;
