@@ -30,7 +30,7 @@
  *    inputs and outputs, q/k before their norms, q/k/v after RoPE, the attention output (flash
  *    SDPA), gate and up, the SwiGLU output), plus h + q + h + i with LoRA dropout (the dropped
  *    copies of the four distinct LoRA inputs); head = the fused loss's fp32 logits chunk(s)
- *    (GRPO: one [C, V] buffer with C·V ≈ 16 M; JSD: two of ≈ 64 M) plus the [T, h] final hidden
+ *    (GRPO: one [C, V] buffer with C·V ≈ 16 M; JSD: two of ≈ 64 M; at most T·V) plus the [T, h] final hidden
  *    states and their fp32 gradient. OPSD adds the teacher's no-grad forward, which runs before the
  *    student's (its transient is below the student's saved activations and is not added).
  *  - optimizer: R (the multi-tensor AdamW works in place).
@@ -41,14 +41,17 @@
  * tokens, longest teacher prompt 525, 1024 new tokens, LoRA r 64 on 7 modules with dropout 0.05,
  * bf16, no recompute): Qwen3-8B GRPO 108.9 GB (micro-batch 8), Qwen3-8B OPSD 64.3 GB (micro-batch
  * 4), Qwen3-1.7B GRPO 40.6 GB (micro-batch 8), GB = 1e9 bytes. With the value below the formula
- * reproduces them within {@link CALIBRATION_TOLERANCE} (test/memory-plan.test.ts checks it).
+ * reproduces them within {@link CALIBRATION_TOLERANCE} (test/memory-plan.test.ts checks it; the
+ * fit gives 108.1, 64.7 and 40.3 GB: −0.7%, +0.6%, −0.7%).
  * κ_act > 1 covers what E does not count: backward's transient gradients of one layer, the
  * dropout masks, allocator rounding. κ_fwd = {@link KAPPA_FWD} is fitted to the one measured
  * no-grad forward (reference logprobs, 64 rows × 1231 tokens at 1.7B shapes: 15.75 GiB,
- * docs/performance.md §3). The recompute formula is checked against the 1.7B train-step bench
- * with recompute (4 × 2048 tokens, 6.9 GB; dropout 0) only loosely (≈ ±20%); the plan prefers
- * smaller micro-batches, which need no extra compute, and turns recompute on only when micro-batch
- * 1 does not fit.
+ * docs/performance.md §3; estimate 15.9 GiB) and gives the measured rollout peak (13.15 GiB,
+ * same run) as 13.2 GiB. Out-of-sample checks against docs/performance.md §1 (LoRA r 64, dropout 0,
+ * cross-entropy, 1.7B, 4 × 2048 tokens): with recompute 6.6 GB estimated vs 6.9 GB measured
+ * (−4%); without recompute 26.9 vs 21.8 GB (+24%: with dropout 0 the fused LoRA path saves less
+ * than E counts, so the estimate errs on the safe side). The plan prefers smaller micro-batches,
+ * which need no extra compute, and turns recompute on only when micro-batch 1 does not fit.
  *
  * Units: bytes everywhere; GB in logs and flags = 1e9 bytes.
  */
@@ -232,7 +235,8 @@ export function updateBytes(x: PlanInputs, rows: number, len: number, recompute:
   const s = x.shape, b = x.dtypeBytes, T = rows * len;
   const perLayer = KAPPA_ACT * T * savedElementsPerToken(s, x.lora.dropout) * b;
   const acts = recompute ? T * s.numLayers * s.hiddenSize * b + perLayer : perLayer * s.numLayers;
-  const chunk = head === 'jsd' ? 2 * JSD_CHUNK_LOGITS * 4 : GRPO_CHUNK_LOGITS * 4;
+  const logits = T * s.vocabSize;
+  const chunk = head === 'jsd' ? 2 * Math.min(JSD_CHUNK_LOGITS, logits) * 4 : Math.min(GRPO_CHUNK_LOGITS, logits) * 4;
   return acts + chunk + T * s.hiddenSize * (b + 4);
 }
 
