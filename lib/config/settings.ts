@@ -102,6 +102,10 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
   { key: 'log.every', flag: 'log-every', type: 'integer', min: 1, default: 1, meaning: 'Print a progress line every N steps (metrics.jsonl gets every step)', source: 'transformers TrainingArguments.logging_steps' },
   { key: 'memory.recompute', flag: 'recompute', type: 'boolean', default: false, meaning: 'Recompute each decoder layer in backward (less activation memory, ~30% more compute)', source: 'transformers gradient_checkpointing' },
   { key: 'memory.emptyCacheBetweenPhases', flag: 'empty-cache', type: 'boolean', default: false, meaning: 'Release cached GPU blocks between the rollout and update phases', source: 'torch.cuda.empty_cache' },
+  { key: 'memory.plan', flag: 'memory-plan', type: 'enum', choices: ['auto', 'off'], default: 'auto', meaning: 'Memory plan before the first step (lib/train/memory-plan.ts): on CUDA, or on any device with --max-memory, choose update micro-batches, recompute, rollout rows and judge tokens per call so every phase fits; off = use the settings as they are', source: 'papergym-native; accelerate find_executable_batch_size' },
+  { key: 'memory.maxMemoryGB', flag: 'max-memory', type: 'number', min: 0, exclusiveMin: true, default: null, meaning: 'Cap of the memory plan in GB (1e9 bytes) of device memory, for shared or smaller GPUs; unset = the device total', source: 'accelerate / transformers max_memory' },
+  { key: 'memory.rolloutRows', flag: 'rollout-rows', type: 'integer', min: 0, default: 0, meaning: 'Rollout rows per decode call (and per reference-logprob call); 0 = all of a step in one call, or the plan\'s choice', source: 'vLLM max_num_seqs' },
+  { key: 'memory.judgeMaxTokensPerCall', flag: 'judge-tokens-per-call', type: 'integer', min: 0, default: 0, meaning: 'Local judge: rows × tokens per native scoring call (its prefix KV cache); 0 = the judge\'s default, or the plan\'s choice', source: 'vLLM max_num_batched_tokens'},
 ];
 
 /** `train` options that are not config keys. */

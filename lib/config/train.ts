@@ -73,8 +73,14 @@ export interface TrainConfig {
   /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
   checkpoint: { every: number; saveTotalLimit?: number | null };
   log: { every: number };
-  /** GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the rollout and update phases. */
-  memory: { recompute: boolean; emptyCacheBetweenPhases: boolean };
+  /**
+   * GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the
+   * rollout and update phases; the memory plan (lib/train/memory-plan.ts: `plan` 'auto' = on CUDA or
+   * when `maxMemoryGB` is set, 'off' = settings as given), its cap in GB (1e9 bytes; null = the
+   * device's memory), rollout rows per decode batch and the local judge's tokens per call (0 = chosen
+   * by the plan; without a plan: GRPO micro-batch rows / the judge's default).
+   */
+  memory: { recompute: boolean; emptyCacheBetweenPhases: boolean; plan: 'auto' | 'off'; maxMemoryGB: number | null; rolloutRows: number; judgeMaxTokensPerCall: number };
 }
 
 /** Defaults of every key, built from the settings schema (lib/config/settings.ts). */

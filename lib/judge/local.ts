@@ -440,7 +440,7 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
       : sequenceLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: opts.maxTokensPerCall });
   const ctx = Number(model.config.max_position_embeddings);
   const variants = opts.variants ?? (opts.scoring === 'forward-logits' ? 'all' : 'pair');
-  const prefixScorer = opts.scoring !== 'forward-logits' && opts.prefixSharing !== false ? prefixLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none' }) : undefined;
+  const prefixScorer = opts.scoring !== 'forward-logits' && opts.prefixSharing !== false ? prefixLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: opts.maxTokensPerCall }) : undefined;
   return LocalJudge.create({
     prefixScorer,
     tokenizer,

@@ -83,4 +83,8 @@ export interface TrainBackend {
   /** Seeds dropout RNG for the step. */
   seedStep(seed: number): void;
   memory(): Record<string, number>;
+  /** After an out-of-memory error: release cached device blocks; returns the peak allocated bytes reached (NaN if unknown). Optional. */
+  releaseMemory?(): number;
+  /** Turns activation recompute (per-layer gradient checkpointing) on or off. Optional. */
+  setRecompute?(on: boolean): void;
 }

@@ -65,6 +65,19 @@ export interface NativeBackendOptions {
   emptyCacheBetweenPhases?: boolean;
   /** `base_model_name_or_path` of saved adapters (default: cfg.model). */
   baseModelName?: string;
+  /**
+   * Test hook (issue 21): an update micro-batch (OPSD / GRPO backward) of more than this many
+   * tokens (rows × padded length) throws the addon's out-of-memory error (code ERR_PG_OOM) instead
+   * of running, as a CUDA OOM inside it would. Default: `$PAPERGYM_SIMULATE_OOM_TOKENS`, else off.
+   * With recompute on the limit doubles (recompute needs less memory), so a run can also be
+   * driven to turn recompute on.
+   */
+  simulateOomAboveTokens?: number;
+}
+
+/** The addon's out-of-memory error (as native/napi/util.cc raises it: code ERR_PG_OOM). */
+function simulatedOom(tokens: number, limit: number): Error {
+  return Object.assign(new Error(`out of memory: simulated (update micro-batch of ${tokens} tokens > PAPERGYM_SIMULATE_OOM_TOKENS ${limit})`), { code: 'ERR_PG_OOM' });
 }
 
 /**
@@ -89,6 +102,37 @@ export class NativeBackend implements TrainBackend {
     this.baseModelName = opts.baseModelName ?? cfg.model ?? 'papergym-native/tiny-qwen3';
     this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
     this.emptyCache = opts.emptyCacheBetweenPhases ?? cfg.memory?.emptyCacheBetweenPhases ?? false;
+    const env = Number(process.env.PAPERGYM_SIMULATE_OOM_TOKENS);
+    this.oomAboveTokens = opts.simulateOomAboveTokens ?? (env > 0 ? env : undefined);
+    this.recompute = cfg.memory?.recompute ?? false;
+  }
+  private readonly oomAboveTokens: number | undefined;
+  private recompute: boolean;
+
+  /** Fault injection (see {@link NativeBackendOptions.simulateOomAboveTokens}). */
+  private checkSimulatedOom(tokens: number): void {
+    if (this.oomAboveTokens === undefined) return;
+    const limit = this.recompute ? 2 * this.oomAboveTokens : this.oomAboveTokens;
+    if (tokens > limit) throw simulatedOom(tokens, limit);
+  }
+
+  /** Activation recompute on / off (the model's per-layer gradient checkpointing). */
+  setRecompute(on: boolean): void {
+    this.policy.model.setGradientCheckpointing(on);
+    this.recompute = on;
+  }
+
+  /**
+   * After an out-of-memory error: waits for the device, releases the caching allocator's unused
+   * blocks and returns the peak allocated bytes of the process so far (NaN on CPU).
+   */
+  releaseMemory(): number {
+    const dev = this.cudaIndex;
+    if (dev < 0) return NaN;
+    this.policy.model.synchronize();
+    native().cudaEmptyCache();
+    const m = native().cudaMemory(dev);
+    return m ? Math.max(this.processPeak, m.peakAllocatedBytes) : NaN;
   }
 
   /** CUDA device index of the policy model, or -1 on CPU. */
@@ -166,6 +210,7 @@ export class NativeBackend implements TrainBackend {
     const pad = this.policy.tokenizer.padTokenId;
     const s = padSequences(batch.map((b) => b.student), pad);
     const t = padSequences(batch.map((b) => b.teacher), pad);
+    this.checkSimulatedOom(batch.length * s.L);
     const r = await opsdBackward(this.raw, {
       studentIds: s.ids, studentMask: s.mask, teacherIds: t.ids, teacherMask: t.mask,
       studentStart: { data: Int32Array.from(batch.map((b) => b.student.promptIds.length)), shape: [batch.length] },
@@ -180,6 +225,7 @@ export class NativeBackend implements TrainBackend {
     if (this.phase !== 'backward') this.enterPhase('backward');
     const seqs = batch.map((b) => b.seq);
     const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
+    this.checkSimulatedOom(batch.length * p.L);
     const r = await grpoBackward(this.raw, {
       inputIds: p.ids, attentionMask: p.mask, completionMask: p.completion,
       oldLogprobs: alignToRows(seqs, p.L, batch.map((b) => b.oldLogprobs)),

@@ -7,8 +7,8 @@
 import { existsSync, readFileSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { packageRoot, cudaAvailable } from '../native.js';
-import { resolveConfigWithOrigins, validateConfig, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';
+import { packageRoot, cudaAvailable, native } from '../native.js';
+import { resolveConfigWithOrigins, validateConfig, readConfigFile, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';
 import { TRAIN_SETTINGS } from '../config/settings.js';
 import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../util/device.js';
@@ -24,6 +24,8 @@ import { computeAdvantages } from './advantages.js';
 import { resolveCheckpoint, type TrainerState } from './checkpoint.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainItem, type TrainSummary, type RewardFn } from './trainer.js';
+import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
+import { studentMessages, teacherMessages } from './prompts.js';
 
 /** The embedded default model: a tiny random Qwen3 (real tokenizer), made once and reused. */
 export function ensureDefaultModel(): string {
@@ -178,7 +180,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
   const runDirExisted = existsSync(runDir);
   ensureWritableDir(runDir);
-  const resolved: TrainConfig = { ...cfg, out: runDir };
+  // A deep copy: the memory plan and out-of-memory recovery adjust its settings in place.
+  const resolved: TrainConfig = structuredClone({ ...cfg, out: runDir });
 
   // ---- model, judge, reward ----
   // A model that fails to load (bad weights, device out of memory) leaves no run dir behind.
@@ -191,11 +194,31 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   }
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
-    if (cfg.memory?.recompute) policy.model.setGradientCheckpointing(true);
+    // ---- memory plan (issue 21; lib/train/memory-plan.ts), before the first step ----
+    let planned: { inputs: PlanInputs; plan: MemoryPlan } | undefined;
+    if (!resume && resolved.memory) {
+      // The longest student / teacher prompt of the dataset (tokens), encoded in batches.
+      const promptTokens = { student: 1, teacher: 1 };
+      const all = ds.items as unknown as TrainItem[];
+      for (let i = 0; i < all.length; i += 256) {
+        const part = all.slice(i, i + 256);
+        const ids = await policy.encodePrompts(part.flatMap((it) => [studentMessages(it.question), teacherMessages(it.question, it.rubric)]), { enableThinking: resolved.sampling.enableThinking });
+        ids.forEach((p, j) => {
+          if (j % 2 === 0) promptTokens.student = Math.max(promptTokens.student, p.length);
+          else promptTokens.teacher = Math.max(promptTokens.teacher, p.length);
+        });
+      }
+      const dev = resolved.device.startsWith('cuda') && cudaAvailable() ? Number(resolved.device.split(':')[1] ?? 0) : -1;
+      const deviceMemoryBytes = dev >= 0 ? native().runtimeInfo().cudaDevices.find((d: { index: number }) => d.index === dev)?.totalMemoryBytes : undefined;
+      const fileDoc = o.file ? (readConfigFile(o.file) as Record<string, unknown>) : undefined;
+      planned = planForRun(resolved, { shape: readModelShape(modelDir), promptTokens, deviceMemoryBytes, pinned: pinnedSettings(o.flags as Record<string, unknown> | undefined, fileDoc) });
+      if (planned) log(formatPlan(planned.plan));
+    }
+    if (resolved.memory?.recompute) policy.model.setGradientCheckpointing(true);
     policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
     if (!resume) {
       // Every resolved value, and where it came from (default, preset, file, flag).
-      writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins }, null, 2));
+      writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins, ...(planned && { memoryPlan: planned.plan }) }, null, 2));
     } else {
       if (resumeChanged.length) {
         // The values changed on resume (step counts, device, …) replace the old ones, origin `flag`.
@@ -229,7 +252,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
     // The same judge settings as eval (lib/judge/factory.ts); the local judge is the frozen base (adapter off).
-    const judge: Judge = cfg.judge.kind === 'http' ? httpJudgeFromConfig(cfg.judge) : await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromConfig(cfg.judge));
+    const judge: Judge = cfg.judge.kind === 'http' ? httpJudgeFromConfig(cfg.judge) : await localJudgeForModel(policy.model, policy.tokenizer, { ...localJudgeOptionsFromConfig(cfg.judge), maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     // Judge health per step (metrics.jsonl) and the null-rate stop are in the Trainer (judge.maxNullRate).
     const reward: RewardFn = o.reward ?? (makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score }) as unknown as RewardFn);
@@ -244,6 +267,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       runDir,
       log,
       onCheckpoint: () => report(false),
+      memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
     }, resume?.state);
 
     let sigints = 0;

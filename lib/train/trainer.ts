@@ -55,6 +55,11 @@ export interface TrainerDeps {
   log?: (line: string) => void;
   /** Called after each checkpoint is complete (train rewrites report.html here); errors are logged, never fatal. */
   onCheckpoint?: (dir: string) => void | Promise<void>;
+  /**
+   * Out-of-memory advice (issue 21): the flags that would fit, for the error when the smallest
+   * setting (micro-batch 1, recompute on) still runs out of memory. Default: none.
+   */
+  memoryAdvice?: () => string;
 }
 
 export interface TrainSummary {
@@ -375,7 +380,10 @@ export class Trainer {
     }
     const msg = `${where} failed: ${(e as Error)?.message ?? String(e)}\n${saved}\nresume with: ${resumeCommand}`;
     this.metrics.write({ stage: this.cfg.stages[this.state.stageIndex], step: this.state.stageStep, globalStep: this.state.globalStep, stopped: (e as Error)?.name ?? 'Error', error: (e as Error)?.message ?? String(e) });
-    return new TrainingStoppedError(msg, dir, resumeCommand, { cause: e });
+    const stopped = new TrainingStoppedError(msg, dir, resumeCommand, { cause: e });
+    // Keep the cause's error code (ERR_PG_OOM, …) for callers that branch on it.
+    const code = (e as { code?: unknown } | undefined)?.code;
+    return typeof code === 'string' ? Object.assign(stopped, { code }) : stopped;
   }
 
   /** Throws JudgeHealthError when the step's null rate passes `judge.maxNullRate`. */
@@ -449,7 +457,13 @@ export class Trainer {
     const items = this.take(c.batchSize);
     const studentPrompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
     const teacherPrompts = await Promise.all(items.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
-    const rollouts = await this.timed('rollout', () => backend.generate(studentPrompts, this.sampling(1, 2)));
+    // Rollout rows per decode batch from the memory plan (memory.rolloutRows; 0 = one call).
+    const rows = this.cfg.memory?.rolloutRows || studentPrompts.length;
+    const rollouts: Rollout[] = [];
+    for (let i = 0; i < studentPrompts.length; i += rows) {
+      const rs = await this.timed('rollout', () => backend.generate(studentPrompts.slice(i, i + rows), this.sampling(1, i === 0 ? 2 : 1000 + i)));
+      rollouts.push(...rs.map((r) => ({ ...r, promptIndex: r.promptIndex + i })));
+    }
     const batch = rollouts.map((r) => ({
       student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds },
       teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds },
@@ -458,9 +472,13 @@ export class Trainer {
     const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
     let loss = 0;
     if (normalizer > 0) {
-      for (const mb of chunks(batch, c.microBatch)) {
-        loss += (await this.timed('update', () => backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher }))).loss;
-      }
+      loss = await this.updateWithOomRecovery('opsd', async (microBatch) => {
+        let l = 0;
+        for (const mb of chunks(batch, microBatch)) {
+          l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
+        }
+        return l;
+      });
     }
     return { loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, batch.length), stopRate: mean(rollouts.map((r) => (r.finishReason === 'stop' ? 1 : 0))) };
   }
@@ -471,7 +489,9 @@ export class Trainer {
     const items = this.take(c.questionsPerStep);
     const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
     // Sample per question chunk and judge each chunk while the next one samples (async overlap).
-    const promptChunks = chunks(prompts.map((p, i) => ({ p, i })), Math.max(1, Math.floor(c.microBatch / c.groupSize) || 1));
+    // Rollout rows per decode batch: memory.rolloutRows (the memory plan) or, when 0, the micro-batch.
+    const rolloutRows = this.cfg.memory?.rolloutRows || c.microBatch;
+    const promptChunks = chunks(prompts.map((p, i) => ({ p, i })), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
     const rollouts: Rollout[] = [];
     const rewardJobs: Promise<RewardResult[]>[] = [];
     for (let ci = 0; ci < promptChunks.length; ci++) {
@@ -492,22 +512,29 @@ export class Trainer {
     const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i]!, i })).filter((x) => keep[x.i] && x.ro.tokenIds.length > 0);
     const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex]!, completionIds: x.ro.tokenIds }));
     const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
-    const refLogprobs = seqs.length && c.betaKl > 0 ? await this.timed('reference', () => backend.completionLogprobs(seqs, this.cfg.sampling.temperature || 1, refAdapter)) : seqs.map((s) => s.completionIds.map(() => 0));
+    // Reference logprobs in batches of the plan's rollout rows (memory.rolloutRows; 0 = one call).
+    const refLogprobs: number[][] = [];
+    if (seqs.length && c.betaKl > 0) {
+      for (const part of chunks(seqs, this.cfg.memory?.rolloutRows || seqs.length)) refLogprobs.push(...(await this.timed('reference', () => backend.completionLogprobs(part, this.cfg.sampling.temperature || 1, refAdapter))));
+    } else {
+      refLogprobs.push(...seqs.map((s) => s.completionIds.map(() => 0)));
+    }
     const totalTokens = seqs.reduce((a, s) => a + s.completionIds.length, 0);
     const opts = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
       totalSequences: seqs.length, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
     };
-    let loss = 0;
-    let kl = 0;
-    let clip = 0;
     const batch = kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv }));
-    for (const mb of chunks(batch, c.microBatch)) {
-      const out = await this.timed('update', () => backend.grpoBackward(mb, opts));
-      loss += out.loss;
-      kl += out.meanKl * mb.length;
-      clip += out.clipFraction * mb.length;
-    }
+    const { loss, kl, clip } = await this.updateWithOomRecovery('grpo', async (microBatch) => {
+      const acc = { loss: 0, kl: 0, clip: 0 };
+      for (const mb of chunks(batch, microBatch)) {
+        const out = await backend.grpoBackward(mb, opts);
+        acc.loss += out.loss;
+        acc.kl += out.meanKl * mb.length;
+        acc.clip += out.clipFraction * mb.length;
+      }
+      return acc;
+    });
     const dims: Record<string, [number, number]> = {};
     for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
       const cur = dims[d] ?? [0, 0];
@@ -528,6 +555,47 @@ export class Trainer {
       stopRate: mean(rollouts.map((ro) => (ro.finishReason === 'stop' ? 1 : 0))),
       ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),
     };
+  }
+
+  /**
+   * The update of a step (issue 21): runs `body(microBatch)` — the loss + backward micro-batch loop
+   * of `stage` — with the dropout generator seeded from (seed, stage, step). When it throws the
+   * addon's out-of-memory error (`code` ERR_PG_OOM, native/napi/util.cc), the gradients accumulated
+   * so far are dropped and the cached blocks released, the micro-batch is halved (at 1: activation
+   * recompute turned on), one line is logged and the update runs again with the same seed, rollouts
+   * and rewards — so the step equals an uninjected one run at the smaller setting, which is kept for
+   * the rest of the run (and saved with the checkpoints' config). At micro-batch 1 with recompute on,
+   * a checkpoint is written and the run stops with an Error giving the peak reached and the flags
+   * that would fit.
+   */
+  private async updateWithOomRecovery<T>(stage: 'opsd' | 'grpo', body: (microBatch: number) => Promise<T>): Promise<T> {
+    const { backend } = this.deps;
+    const sect = stage === 'opsd' ? this.cfg.opsd : this.cfg.grpo;
+    for (;;) {
+      backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, 1));
+      try {
+        return await this.timed('update', () => body(sect.microBatch));
+      } catch (e) {
+        if ((e as { code?: string }).code !== 'ERR_PG_OOM') throw e;
+        backend.zeroGrad();
+        const peak = backend.releaseMemory?.() ?? NaN;
+        const peakText = Number.isFinite(peak) ? `${(peak / 1e9).toFixed(1)} GB` : 'unknown';
+        const was = `micro-batch ${sect.microBatch}, recompute ${this.cfg.memory?.recompute ? 'on' : 'off'}`;
+        // The rollouts keep their batching (and so their random draws) when the update's shrinks.
+        if (this.cfg.memory && !this.cfg.memory.rolloutRows && stage === 'grpo') this.cfg.memory.rolloutRows = sect.microBatch;
+        if (sect.microBatch > 1) {
+          sect.microBatch = Math.max(1, Math.floor(sect.microBatch / 2));
+        } else if (!this.cfg.memory?.recompute && backend.setRecompute) {
+          backend.setRecompute(true);
+          if (this.cfg.memory) this.cfg.memory.recompute = true;
+        } else {
+          // The step loop writes the checkpoint (the state before this step) and the resume command.
+          const advice = this.deps.memoryAdvice?.() ?? '';
+          throw Object.assign(new Error(`[${stage}] step ${this.state.stageStep}: out of memory at the smallest setting (${was}); peak allocated ${peakText}; checkpoint of the state before this step below.${advice ? ` Flags that would fit: ${advice}` : ' Reduce --max-new-tokens, --questions-per-step or --opsd-batch-size.'} (${(e as Error).message})`), { code: 'ERR_PG_OOM' });
+        }
+        this.log(`[${stage}] step ${this.state.stageStep}: out of memory in the update (${was}; peak ${peakText}); retrying the step with micro-batch ${sect.microBatch}, recompute ${this.cfg.memory?.recompute ? 'on' : 'off'} (kept for the rest of the run)`);
+      }
+    }
   }
 
   /** Validation: one greedy plan per held-out item, scored by the reward function; mean r_spec. */

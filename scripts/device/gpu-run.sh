@@ -36,6 +36,15 @@ for step in "$@"; do
     presetmem4) timeout 480 bash scripts/device/preset-memory.sh qwen3-4b $OUT 2>&1 | tail -12 ;;
     presetmem8) timeout 540 bash scripts/device/preset-memory.sh qwen3-8b $OUT 2>&1 | tail -12 ;;
     reportgpu) timeout 120 node dist/bin/papergym-native.js report $OUT/preset-qwen3-* --out $OUT/presets-report.html 2>&1 | tail -5 ;;
+    # memory plan (issue 21): `train --preset` at real shapes (random weights), 1 OPSD + 1 GRPO step, capped / uncapped
+    memplan8) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-8b --max-memory 80 --json $OUT/memplan_8b_80.json 2>&1 | tail -8 ;;
+    memplan4) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --max-memory 48 --json $OUT/memplan_4b_48.json 2>&1 | tail -8 ;;
+    memplan17) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --max-memory 48 --json $OUT/memplan_1.7b_48.json 2>&1 | tail -8 ;;
+    memplan17x24) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --max-memory 24 --json $OUT/memplan_1.7b_24.json 2>&1 | tail -8 ;;
+    memplan8u) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-8b --json $OUT/memplan_8b_uncapped.json 2>&1 | tail -8 ;;
+    memplan4u) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --json $OUT/memplan_4b_uncapped.json 2>&1 | tail -8 ;;
+    memplan17u) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --json $OUT/memplan_1.7b_uncapped.json 2>&1 | tail -8 ;;
+    memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     *) echo "unknown step $step" ;;
   esac
 done
