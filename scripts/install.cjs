@@ -19,8 +19,8 @@ const { pathToFileURL } = require('url');
 const root = join(__dirname, '..');
 const installed = root.split(sep).includes('node_modules');
 
-function pruneBuild() {
-  const build = join(root, 'build');
+/** Removes everything under `build/` except Release/*.node (the PCH, objects, CMake files). */
+function pruneBuild(build = join(root, 'build')) {
   if (!existsSync(build)) return;
   for (const e of readdirSync(build)) if (e !== 'Release') rmSync(join(build, e), { recursive: true, force: true });
   const rel = join(build, 'Release');
@@ -60,7 +60,11 @@ async function main() {
   }
 }
 
-main().then(() => process.exit(0), (e) => {
-  console.warn(`papergym-native: install hook: ${e && e.message}`);
-  process.exit(0);
-});
+module.exports = { pruneBuild };
+
+if (require.main === module) {
+  main().then(() => process.exit(0), (e) => {
+    console.warn(`papergym-native: install hook: ${e && e.message}`);
+    process.exit(0);
+  });
+}

@@ -18,6 +18,7 @@ describe('addon loader: candidate selection', function () {
   let provider: ProviderInfo;
   let binary = '';
   let preload = '';
+  const savedCache = process.env.PAPERGYM_NATIVE_CACHE_DIR;
 
   before(function () {
     const { path } = loadNative();
@@ -32,6 +33,8 @@ describe('addon loader: candidate selection', function () {
     process.env.PAPERGYM_NATIVE_CACHE_DIR = join(tmp, 'cache');
   });
   after(() => {
+    if (savedCache === undefined) delete process.env.PAPERGYM_NATIVE_CACHE_DIR;
+    else process.env.PAPERGYM_NATIVE_CACHE_DIR = savedCache;
     if (tmp) rmSync(tmp, { recursive: true, force: true });
   });
 
@@ -120,9 +123,10 @@ describe('addon loader: candidate selection', function () {
       expect(cuda.status).to.equal('skipped');
       expect(cuda.reason).to.match(/needs libtorch_cuda\.so, which .*cpu-libtorch\/lib lacks/);
       const local = sel.candidates.find((c) => c.source === 'local build')!;
-      // This checkout's binary links libtorch_cuda.so: its test load fails with the loader's message.
+      // The libraries of a CUDA wheel miss their CUDA dependencies here (libtorch_cuda.so, or
+      // libcupti found through the wheel's RUNPATH): the test load fails with dlopen's message.
       expect(local.status).to.equal('skipped');
-      expect(local.reason).to.match(/does not load: .*libtorch_cuda\.so/);
+      expect(local.reason).to.match(/does not load: cannot load .*cpu-libtorch\/lib\/lib\w+\.so: .*cannot open shared object file/);
       expect(sel.chosen).to.equal(undefined);
       const msg = selectionFailure(sel);
       expect(msg).to.match(/no usable addon binary\. Looked for .*torch [\d.]+\+cpu \(cpu, CXX11 ABI \d\) from the LIBTORCH at .*cpu-libtorch/);
@@ -141,5 +145,29 @@ describe('addon loader: candidate selection', function () {
     expect(first.reason).to.match(/no such prebuilt package is published/);
     const c211 = sel.candidates.find((c) => c.name === prebuiltPackageName('2.11', 'cpu'))!;
     expect(c211.reason).to.equal('not installed');
+  });
+});
+
+describe('install hook: source build intermediates', () => {
+  it('pruneBuild keeps build/Release/*.node and removes the precompiled header, objects and CMake files', async () => {
+    const { createRequire } = await import('node:module');
+    const req = createRequire(import.meta.url);
+    const { packageRoot } = await import('../lib/native.js');
+    const { pruneBuild } = req(join(packageRoot, 'scripts', 'install.cjs')) as { pruneBuild(dir: string): void };
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-prune-'));
+    try {
+      const b = join(tmp, 'build');
+      mkdirSync(join(b, 'CMakeFiles', 'papergym_native.dir'), { recursive: true });
+      mkdirSync(join(b, 'Release'), { recursive: true });
+      for (const f of ['CMakeFiles/papergym_native.dir/cmake_pch.hxx.gch', 'CMakeFiles/papergym_native.dir/addon.cc.o', 'build.ninja', 'CMakeCache.txt', 'Release/papergym_native.node', 'Release/papergym_preload.node', 'Release/papergym_native.exp']) {
+        writeFileSync(join(b, f), 'x');
+      }
+      pruneBuild(b);
+      const { readdirSync } = await import('node:fs');
+      expect(readdirSync(b)).to.deep.equal(['Release']);
+      expect(readdirSync(join(b, 'Release')).sort()).to.deep.equal(['papergym_native.node', 'papergym_preload.node']);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });
