@@ -13,8 +13,10 @@ if ls .device/whl/*.whl >/dev/null 2>&1; then
 fi
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
-CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
-echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
+if [ "$*" != prebuild130 ]; then  # prebuild130 alone builds only the prebuilt (scripts/prebuild.sh)
+  CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
+  echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
+fi
 for step in "$@"; do
   echo "=== $step ($(date +%T))"
   case $step in
@@ -32,6 +34,19 @@ for step in "$@"; do
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
+    prebuild130)
+      # Issue 17: the cu130 prebuilt (relocatable: no RUNPATH) packed by scripts/prebuild.sh, installed
+      # into an empty project as a user would (offline: the carried node_modules stand in for the
+      # registry), then the loader's choice from the installed package and the GPU suite against that
+      # binary, with LD_LIBRARY_PATH unset so only the loader's preload finds libtorch.
+      pk=/tmp/pg-packs proj=/tmp/pg-consumer; rm -rf $pk $proj build-prebuild; t1=$(date +%s)
+      CMAKE_BUILD_PARALLEL_LEVEL=16 bash scripts/prebuild.sh cu130 --pack-dir $pk 2>&1 | grep -vE "^\s*$" | tail -14
+      echo "prebuild cu130: $(( $(date +%s) - t1 )) s"; ls -la $pk build-prebuild/cu130/pkg 2>&1 | tee $OUT/prebuild130-sizes.txt
+      mkdir -p $proj && cp -r node_modules $proj/ && (cd $proj && echo '{"name":"consumer","version":"1.0.0","private":true}' > package.json &&
+        t2=$(date +%s) && env -u LD_LIBRARY_PATH npm install --offline --no-audit --no-fund --foreground-scripts $pk/*.tgz 2>&1 | tail -8 && echo "npm install: $(( $(date +%s) - t2 )) s")
+      (cd $proj && env -u LD_LIBRARY_PATH npx papergym-native doctor 2>&1 | tee $OUT/prebuild130-doctor.txt)
+      bin=$proj/node_modules/@papergym-native/linux-x64-torch2.11-cu130/papergym_native.node
+      env -u LD_LIBRARY_PATH PAPERGYM_NATIVE_ADDON=$bin PG_GPU_REPORT=$OUT/gpu-parity-prebuilt.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests-prebuilt.log | tail -40 ;;
     *) echo "unknown step $step" ;;
   esac
 done
