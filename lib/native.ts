@@ -451,7 +451,7 @@ export function selectionFailure(sel: AddonSelection): string {
   const wanted = p
     ? `${sel.platform}, torch ${p.version} (${p.variant}${p.cudaVersion ? `, CUDA ${p.cudaVersion}` : ''}, CXX11 ABI ${p.cxx11Abi}) from the ${p.source} at ${p.root}`
     : `${sel.platform}; no libtorch found: ${sel.providerError}`;
-  const lines = sel.candidates.map((c) => `  - ${c.name}${c.path && c.source !== 'prebuilt' ? ` (${c.path})` : ''}: ${c.reason}`);
+  const lines = sel.candidates.map((c) => `  - ${c.name}${c.path && c.path !== c.name && c.source !== 'prebuilt' ? ` (${c.path})` : ''}: ${c.reason}`);
   return `papergym-native: no usable addon binary. Looked for ${wanted}.\n${lines.join('\n')}\n` +
     (p ? `Install the matching prebuilt (npm install ${prebuiltPackageName(p.torchMinor, p.variant)}, or the -cpu one) or build from source ` +
       `(needs cmake and a C++17 compiler): npm rebuild papergym-native, or npm run build:native in a clone.`

@@ -225,7 +225,7 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
   it('the embedded default trains from the installed package; caches go to the per-user cache dir', function () {
     if (!project) this.skip();
     const out = join(project, 'run');
-    must(run('npx', ['papergym-native', 'train', '--opsd-steps', '1', '--grpo-steps', '1', '--out', out], { cwd: project, env, timeout: 600_000 }), 'train');
+    must(run('npx', ['papergym-native', 'train', '--opsd-steps', '1', '--grpo-steps', '1', '--questions-per-step', '1', '--group-size', '2', '--max-new-tokens', '16', '--out', out], { cwd: project, env, timeout: 600_000 }), 'train');
     expect(existsSync(join(out, 'summary.json'))).to.equal(true);
     const model = join(env.PAPERGYM_NATIVE_CACHE_DIR!, 'models', 'default-tiny-tied-s0');
     for (const f of ['tokenizer.json', 'config.json', 'model.safetensors', 'fingerprint.json']) expect(existsSync(join(model, f)), f).to.equal(true);
@@ -238,5 +238,22 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
     expect(existsSync(stubLog)).to.equal(false);
     const addon = checkForward(must(run('node', ['--input-type=module', '-e', FORWARD_ESM, modelDir], { cwd: dir, env }), 'ESM forward (--ignore-scripts)'));
     expect(addon).to.match(/-cpu\/papergym_native\.node$/);
+  });
+
+  it('falls back to a source build only when no binary matches, with one message, and leaves no build/ behind when it fails', async function () {
+    const dir = join(tmp, 'ignore-scripts');
+    if (!existsSync(dir)) this.skip();
+    rmSync(join(dir, 'node_modules', '@papergym-native'), { recursive: true, force: true });
+    const pkg = join(dir, 'node_modules', 'papergym-native');
+    const r = run('node', [join(pkg, 'scripts', 'install.cjs')], { cwd: pkg, env });
+    expect(r.status).to.equal(0); // a failed source build never fails npm install
+    const out = r.stdout + r.stderr;
+    expect(out.match(/no usable addon binary\. Looked for/g)?.length).to.equal(1);
+    expect(out).to.match(/linux-x64-torch[\d.]+-cpu: not installed/);
+    expect(out).to.match(/building from source \(cmake-js\)/);
+    expect(out).to.match(/the native addon was NOT built/);
+    // The source build was attempted (the cmake stub recorded it) and removed what it left.
+    expect(readFileSync(stubLog, 'utf8')).to.match(/^cmake /m);
+    expect(existsSync(join(pkg, 'build'))).to.equal(false);
   });
 });

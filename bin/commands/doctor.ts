@@ -2,7 +2,7 @@ import type { CommandModule } from 'yargs';
 import { doctor, loadNative, addonSelection, selectAddon, type AddonCandidate } from '../../lib/native.js';
 
 function candidateRows(cands: AddonCandidate[]): string[] {
-  return cands.map((c) => `  ${c.status.padEnd(7)} ${c.name}${c.path && c.source !== 'prebuilt' ? ` (${c.path})` : ''}: ${c.reason}`);
+  return cands.map((c) => `  ${c.status.padEnd(7)} ${c.name}${c.path && c.path !== c.name && c.source !== 'prebuilt' ? ` (${c.path})` : ''}: ${c.reason}`);
 }
 
 /**
