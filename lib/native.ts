@@ -365,8 +365,10 @@ function testLoad(c: AddonCandidate, provider: ProviderInfo | undefined, plan: L
   } catch {
     cacheFile = undefined;
   }
+  // ELECTRON_RUN_AS_NODE: under Electron, process.execPath is Electron; this makes it a plain Node.
   const r = spawnSync(process.execPath, ['-e', CHILD_SRC, JSON.stringify(plan)], {
     encoding: 'utf8', timeout: 180_000, maxBuffer: 16 << 20, stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ELECTRON_RUN_AS_NODE: '1' },
   });
   let verdict: TestVerdict;
   const last = (r.stdout ?? '').trim().split('\n').pop() ?? '';
