@@ -411,9 +411,9 @@ let selection: AddonSelection | undefined;
 let cached: { addon: NativeAddon; path: string } | undefined;
 
 /**
- * Runs the candidate selection (see the module docstring) without loading anything in this
- * process, unless `load` is true. Used by loadNative(), `doctor` and scripts/install.cjs (which
- * builds from source only when no candidate passes).
+ * Runs the candidate selection (see the module docstring): metadata checks and child-process
+ * test loads; nothing is loaded into this process. Used by loadNative(), `doctor` and
+ * scripts/install.cjs (which builds from source only when no candidate passes).
  */
 export function selectAddon(opts: SelectOptions = {}): AddonSelection {
   const stopAtFirst = opts.stopAtFirst ?? true;
