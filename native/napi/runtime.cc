@@ -4,6 +4,8 @@
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
+
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,12 +21,26 @@
 
 namespace pg {
 
+// Root of the libtorch actually loaded (the directory above lib/libtorch_cpu.so): found with dladdr
+// on a libtorch_cpu function, so a prebuilt binary reports the user's torch, not the build machine's.
+static std::string LoadedLibtorchRoot() {
+  Dl_info di{};
+  if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &di) == 0 || !di.dli_fname) return "unknown";
+  std::string p = di.dli_fname;
+  for (int up = 0; up < 2; ++up) {
+    auto slash = p.find_last_of('/');
+    if (slash == std::string::npos) return di.dli_fname;
+    p.resize(slash);
+  }
+  return p;
+}
+
 static Napi::Value RuntimeInfo(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&]() -> Napi::Value {
     Napi::Env env = info.Env();
     auto o = Napi::Object::New(env);
     o.Set("libtorchVersion", TORCH_VERSION);
-    o.Set("libtorchPath", PG_TORCH_ROOT);
+    o.Set("libtorchPath", LoadedLibtorchRoot());
     o.Set("cxx11Abi", Napi::Boolean::New(env, _GLIBCXX_USE_CXX11_ABI != 0));
 #ifdef PG_WITH_CUDA
     o.Set("cudaBuild", true);

@@ -13,8 +13,10 @@ if ls .device/whl/*.whl >/dev/null 2>&1; then
 fi
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
-CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
-echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
+if [ "$*" != prebuild130 ]; then  # prebuild130 alone builds only the prebuilt (scripts/prebuild.sh)
+  CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
+  echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
+fi
 for step in "$@"; do
   echo "=== $step ($(date +%T))"
   case $step in
@@ -45,6 +47,19 @@ for step in "$@"; do
     memplan4u) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --json $OUT/memplan_4b_uncapped.json 2>&1 | tail -8 ;;
     memplan17u) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --json $OUT/memplan_1.7b_uncapped.json 2>&1 | tail -8 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
+    prebuild130)
+      # Issue 17: the cu130 prebuilt (relocatable: no RUNPATH) packed by scripts/prebuild.sh, installed
+      # into an empty project as a user would (offline: the carried node_modules stand in for the
+      # registry), then the loader's choice from the installed package and the GPU suite against that
+      # binary, with LD_LIBRARY_PATH unset so only the loader's preload finds libtorch.
+      pk=/tmp/pg-packs proj=/tmp/pg-consumer; rm -rf $pk $proj build-prebuild; t1=$(date +%s)
+      CMAKE_BUILD_PARALLEL_LEVEL=16 bash scripts/prebuild.sh cu130 --pack-dir $pk 2>&1 | grep -vE "^\s*$" | tail -14
+      echo "prebuild cu130: $(( $(date +%s) - t1 )) s"; ls -la $pk build-prebuild/cu130/pkg 2>&1 | tee $OUT/prebuild130-sizes.txt
+      mkdir -p $proj && cp -r node_modules $proj/ && (cd $proj && echo '{"name":"consumer","version":"1.0.0","private":true}' > package.json &&
+        t2=$(date +%s) && env -u LD_LIBRARY_PATH npm install --offline --no-audit --no-fund --foreground-scripts $pk/*.tgz 2>&1 | tail -8 && echo "npm install: $(( $(date +%s) - t2 )) s")
+      (cd $proj && env -u LD_LIBRARY_PATH npx papergym-native doctor 2>&1 | tee $OUT/prebuild130-doctor.txt)
+      bin=$proj/node_modules/@papergym-native/linux-x64-torch2.11-cu130/papergym_native.node
+      env -u LD_LIBRARY_PATH PAPERGYM_NATIVE_ADDON=$bin PG_GPU_REPORT=$OUT/gpu-parity-prebuilt.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests-prebuilt.log | tail -40 ;;
     *) echo "unknown step $step" ;;
   esac
 done
