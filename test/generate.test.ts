@@ -88,6 +88,32 @@ describe('generate (native batched KV-cache sampling)', function () {
       expect(r.completions.map(ids)).to.deep.equal(ref.completions);
     });
 
+    // The other architectures / config forms (scripts/make_tiny_qwen3.py): every decode path (the
+    // dynamic cache and the static-cache step that CUDA graphs replay) against transformers generate.
+    for (const name of ['tiny-nohd', 'tiny-yarn', 'tiny-qwen25', 'tiny-llama3', 'tiny-llama-bias'] as const) {
+      it(`${name}: identical greedy ids to scripts/ref_generate.py run live (dynamic and static-cache decode)`, async function () {
+        const f = fixture('tiny-untied');
+        const dir = mkdtempSync(join(tmpdir(), 'pg-gen-'));
+        const prompts = [f.prompts[1], f.prompts[3], [100, 200, 300, 400, 500]];
+        const job = join(dir, 'job.json');
+        writeFileSync(job, JSON.stringify({ prompts, max_new_tokens: 32, stop_ids: f.stop_ids, pad_id: f.pad_id }));
+        const py = spawnSync(python, [join(packageRoot, 'scripts', 'ref_generate.py'), '--model', tinyModel(name), '--job', job], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' } });
+        if (py.error || (py.status !== 0 && /No module named/.test(py.stderr ?? ''))) {
+          if (process.env.CI) throw new Error(`reference unavailable in CI: ${py.error?.message ?? py.stderr}`);
+          this.skip();
+        }
+        expect(py.status, py.stderr).to.equal(0);
+        const ref = JSON.parse(py.stdout) as { completions: number[][] };
+        const m = await loadModel(tinyModel(name));
+        for (const staticCache of [false, true]) {
+          const r = await generate(m, { prompts, temperature: 0, maxNewTokens: 32, stopIds: f.stop_ids, padId: f.pad_id, staticCache } as Parameters<typeof generate>[1]);
+          expect((r as unknown as { decodePath: string }).decodePath).to.equal(staticCache ? 'static' : 'dynamic');
+          expect(r.completions.map(ids), `staticCache ${staticCache}`).to.deep.equal(ref.completions);
+        }
+        m.dispose();
+      });
+    }
+
     it('top-k = 1 at T = 1 equals greedy; n copies of a greedy prompt are identical', async () => {
       const prompts = base.prompts.slice(0, 3);
       const k1 = await generate(tied, { prompts, temperature: 1, topK: 1, maxNewTokens: 24, seed: 5, n: 2 });

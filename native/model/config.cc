@@ -217,6 +217,12 @@ Qwen3Config ParseQwen3Config(const std::string& text, const std::string& path) {
     }
   }
   if (!(c.rope_theta > 0)) throw InputError(path + ": rope_theta must be positive");
+  // YaRN extends the context to factor × original_max_position_embeddings (the Qwen3 model cards:
+  // 4 × 32768 = 131072 with max_position_embeddings 40960); the length limit follows it, as vLLM
+  // derives max_model_len from the rope scaling.
+  if (c.rope_type == "yarn")
+    c.max_position_embeddings = std::max(c.max_position_embeddings,
+                                         static_cast<int64_t>(c.rope_factor * static_cast<double>(c.rope_original_max_position_embeddings)));
   return c;
 }
 

@@ -24,6 +24,8 @@ struct Qwen3Config {
   std::string architecture = "Qwen3ForCausalLM";
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  /// The context limit: config.json max_position_embeddings, or with YaRN factor ×
+  /// original_max_position_embeddings when that is larger (what vLLM derives as max_model_len).
   int64_t max_position_embeddings = 0;
   double rope_theta = 1e4, rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
