@@ -4,7 +4,7 @@ the architecture comes from the checkpoint's config.json through AutoModelForCau
 
 Usage: python3 scripts/ref_qwen3.py JOB.json
 JOB = {
-  "model": "<checkpoint dir>",
+  "model": "<checkpoint dir>",      # every task may override it with its own "model"
   "inputs": {"input_ids": [[...]], "attention_mask": [[...]], "labels": [[...]]},   # right-padded batch
   "tasks": [
     {"kind": "make_peft_adapter", "out": DIR, "r": 4, "alpha": 8, "target_modules": [...] or "regex",
@@ -39,10 +39,11 @@ def main():
     mask = torch.tensor(inp["attention_mask"], dtype=torch.long)
     labels = torch.tensor(inp["labels"], dtype=torch.long) if inp.get("labels") is not None else None
 
-    def base(dtype="float32"):
-        return AutoModelForCausalLM.from_pretrained(job["model"], dtype=getattr(torch, dtype), attn_implementation="eager").eval()
+    def base(dtype="float32", model=None):
+        return AutoModelForCausalLM.from_pretrained(model or job["model"], dtype=getattr(torch, dtype), attn_implementation="eager").eval()
 
     for task in job["tasks"]:
+        tm = task.get("model")  # a task may name another checkpoint than the job's
         if task["kind"] == "make_peft_adapter":
             from peft import LoraConfig, get_peft_model
             torch.manual_seed(task.get("seed", 0))
@@ -50,7 +51,7 @@ def main():
             extra.setdefault("lora_dropout", 0.0)
             cfg = LoraConfig(r=task["r"], lora_alpha=task["alpha"], target_modules=task["target_modules"],
                              use_rslora=task.get("use_rslora", False), bias="none", task_type="CAUSAL_LM", **extra)
-            pm = get_peft_model(base(), cfg)
+            pm = get_peft_model(base(model=tm), cfg)
             g = torch.Generator().manual_seed(task.get("seed", 0))
             with torch.no_grad():
                 for n, p in pm.named_parameters():
@@ -58,7 +59,7 @@ def main():
                         p.copy_(task.get("b_std", 0.05) * torch.randn(p.shape, generator=g))
             pm.save_pretrained(task["out"])
         elif task["kind"] == "forward":
-            model = base(task.get("dtype", "float32"))
+            model = base(task.get("dtype", "float32"), tm)
             if task.get("adapter"):
                 from peft import PeftModel
                 model = PeftModel.from_pretrained(model, task["adapter"], is_trainable=True)
@@ -106,7 +107,7 @@ def main():
                 except TypeError:
                     v = repr(v)
                 out[f.name] = v
-            pm = PeftModel.from_pretrained(base(), task["adapter"])
+            pm = PeftModel.from_pretrained(base(model=tm), task["adapter"])
             mods = {}
             for n, m in pm.named_modules():
                 if hasattr(m, "lora_A") and "default" in getattr(m, "r", {}):
