@@ -95,9 +95,46 @@ const label = (c: Case) => `${c.name}${c.opts?.ropeKey === 'rope_scaling' ? ' (r
 
 const measured: Record<string, number> = {};
 
-for (const c of CASES) {
+/**
+ * For every case: our adapter (random nonzero B) saved and its logits, then ONE reference process for
+ * all cases (each task names its checkpoint): a peft adapter made and saved, base / peft / ours
+ * forwards in fp32 and the base in bf16. Run once, by the first case's before hook.
+ */
+let prepared: Promise<string[]> | undefined;
+function prepareAll(): Promise<string[]> {
+  prepared ??= (async () => {
+    const batch = paddedBatch();
+    const root = mkdtempSync(join(tmpdir(), 'pg-parity-'));
+    const works: string[] = [];
+    const tasks: object[] = [];
+    for (const [i, c] of CASES.entries()) {
+      const dir = tinyModel(c.name, c.opts);
+      const work = join(root, `${i}-${c.name}`);
+      works.push(work);
+      const m = await loadModel(dir);
+      m.addLora({ ...c.ours, seed: 21 });
+      m.setLoraWeights(lcgB(m, 5));
+      await m.saveAdapter(join(work, 'ours'), { baseModelName: dir });
+      const logits = (await m.forward({ inputIds: int32(batch.ids), attentionMask: int32(batch.mask) })).logits!.data;
+      writeFileSync(join(work, 'ours.logits.bin'), Buffer.from(logits.buffer, logits.byteOffset, logits.byteLength));
+      m.dispose();
+      tasks.push(
+        { kind: 'make_peft_adapter', model: dir, out: join(work, 'peft'), seed: 1, b_std: 0.05, ...c.peft },
+        { kind: 'forward', model: dir, adapter: null, out: join(work, 'base') },
+        { kind: 'forward', model: dir, adapter: join(work, 'peft'), out: join(work, 'peft-ref'), grads: true },
+        { kind: 'forward', model: dir, adapter: join(work, 'ours'), out: join(work, 'ours-ref') },
+        { kind: 'forward', model: dir, adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
+      );
+    }
+    runReference({ model: tinyModel(CASES[0].name), inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels }, tasks }, root);
+    return works;
+  })();
+  return prepared;
+}
+
+for (const [ci, c] of CASES.entries()) {
   describe(`model parity vs transformers+peft: ${label(c)}`, function () {
-    this.timeout(300000);
+    this.timeout(900000);
     const batch = paddedBatch();
     const ids = int32(batch.ids);
     const mask = int32(batch.mask);
@@ -111,28 +148,9 @@ for (const c of CASES) {
 
     before(async () => {
       dir = tinyModel(c.name, c.opts);
-      work = mkdtempSync(join(tmpdir(), `pg-parity-${c.name}-`));
-      // our adapter first (random nonzero B), so one Python run covers every direction
-      const m = await loadModel(dir);
-      m.addLora({ ...c.ours, seed: 21 });
-      m.setLoraWeights(lcgB(m, 5));
-      await m.saveAdapter(join(work, 'ours'), { baseModelName: dir });
-      oursLogits = (await m.forward({ inputIds: ids, attentionMask: mask })).logits!.data;
-      m.dispose();
-      runReference(
-        {
-          model: dir,
-          inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels },
-          tasks: [
-            { kind: 'make_peft_adapter', out: join(work, 'peft'), seed: 1, b_std: 0.05, ...c.peft },
-            { kind: 'forward', adapter: null, out: join(work, 'base') },
-            { kind: 'forward', adapter: join(work, 'peft'), out: join(work, 'peft-ref'), grads: true },
-            { kind: 'forward', adapter: join(work, 'ours'), out: join(work, 'ours-ref') },
-            { kind: 'forward', adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
-          ],
-        },
-        work,
-      );
+      work = (await prepareAll())[ci];
+      const lb = readFileSync(join(work, 'ours.logits.bin'));
+      oursLogits = new Float32Array(lb.buffer.slice(lb.byteOffset, lb.byteOffset + lb.byteLength));
       base = readRefForward(join(work, 'base'));
       peftRef = readRefForward(join(work, 'peft-ref'));
       oursRef = readRefForward(join(work, 'ours-ref'));
