@@ -6,7 +6,8 @@
  * logits (max |Δ| ≤ 1e-4), the CE loss and every LoRA gradient (relative error ≤ 1e-4), and the set
  * of adapted modules (equal to peft's):
  *   exclude_modules as a list (the issue's row: "layers.0.self_attn.q_proj") and as a regex;
- *   target_modules as a regex string (full match), with layers_to_transform (+ layers_pattern);
+ *   target_modules as a regex string (full match); layers_to_transform (an int or a list) with and
+ *   without layers_pattern (a string, or a list of regexes);
  *   rank_pattern / alpha_pattern (per-module r and alpha, keys matched as peft does), with rsLoRA;
  *   lora_dropout (logits only: peft's eval forward has no dropout).
  * Refusals name the field (modules_to_save, use_dora, bias, lora_bias); a module that the config
@@ -64,6 +65,12 @@ const VARIANTS: Variant[] = [
     model: 'tiny-tied',
     peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'o_proj', 'up_proj'], extra: { layers_to_transform: [1], layers_pattern: 'layers' } },
     modules: () => every(2, ['q_proj', 'o_proj', 'up_proj']).filter((m) => m.startsWith('model.layers.1.')),
+  },
+  {
+    name: 'layers_pattern list whose regex holds a group ["h", "(layers|blocks)"]',
+    model: 'tiny-llama3',
+    peft: { r: 4, alpha: 8, target_modules: ['v_proj', 'down_proj'], extra: { layers_to_transform: [0], layers_pattern: ['h', '(layers|blocks)'] } },
+    modules: () => every(2, ['v_proj', 'down_proj']).filter((m) => m.startsWith('model.layers.0.')),
   },
   {
     name: 'layers_to_transform 0 (an int, no layers_pattern)',

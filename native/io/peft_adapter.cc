@@ -299,7 +299,7 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const Qwen3Config& mc, at::D
       else
         for (const auto& re : lp_res)
           if ((ok = std::regex_search(key, m, re, std::regex_constants::match_continuous))) break;
-      found = ok && layer_idx.count(std::stoll(m[1].str())) > 0;
+      found = ok && layer_idx.count(std::stoll(m[m.size() - 1].str())) > 0;  // idx: the last group (a layers_pattern may hold groups)
     }
     return found;
   };
