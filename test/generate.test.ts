@@ -88,6 +88,40 @@ describe('generate (native batched KV-cache sampling)', function () {
       expect(r.completions.map(ids)).to.deep.equal(ref.completions);
     });
 
+    // The other architectures / config forms (scripts/make_tiny_qwen3.py): every decode path (the
+    // dynamic cache and the static-cache step that CUDA graphs replay) against transformers generate,
+    // one reference process for all of them.
+    describe('other architectures: identical greedy ids to scripts/ref_generate.py run live', () => {
+      const names = ['tiny-nohd', 'tiny-yarn', 'tiny-qwen25', 'tiny-llama3', 'tiny-llama-bias'] as const;
+      const f = fixture('tiny-untied');
+      const prompts = [f.prompts[1], f.prompts[3], [100, 200, 300, 400, 500]];
+      let ref: Record<string, number[][]> | undefined;
+      before(function () {
+        this.timeout(600000);
+        const dir = mkdtempSync(join(tmpdir(), 'pg-gen-'));
+        const job = join(dir, 'job.json');
+        writeFileSync(job, JSON.stringify({ prompts, max_new_tokens: 32, stop_ids: f.stop_ids, pad_id: f.pad_id }));
+        const py = spawnSync(python, [join(packageRoot, 'scripts', 'ref_generate.py'), ...names.flatMap((n) => ['--model', tinyModel(n)]), '--job', job], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' } });
+        if (py.error || (py.status !== 0 && /No module named/.test(py.stderr ?? ''))) {
+          if (process.env.CI) throw new Error(`reference unavailable in CI: ${py.error?.message ?? py.stderr}`);
+          return;
+        }
+        expect(py.status, py.stderr).to.equal(0);
+        ref = (JSON.parse(py.stdout) as { by_model: Record<string, number[][]> }).by_model;
+      });
+      for (const name of names)
+        it(`${name}: dynamic and static-cache decode`, async function () {
+          if (!ref) this.skip();
+          const m = await loadModel(tinyModel(name));
+          for (const staticCache of [false, true]) {
+            const r = await generate(m, { prompts, temperature: 0, maxNewTokens: 32, stopIds: f.stop_ids, padId: f.pad_id, staticCache });
+            expect((r as unknown as { decodePath: string }).decodePath).to.equal(staticCache ? 'static' : 'dynamic');
+            expect(r.completions.map(ids), `staticCache ${staticCache}`).to.deep.equal(ref![tinyModel(name)]);
+          }
+          m.dispose();
+        });
+    });
+
     it('top-k = 1 at T = 1 equals greedy; n copies of a greedy prompt are identical', async () => {
       const prompts = base.prompts.slice(0, 3);
       const k1 = await generate(tied, { prompts, temperature: 1, topK: 1, maxNewTokens: 24, seed: 5, n: 2 });

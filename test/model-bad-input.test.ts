@@ -195,11 +195,48 @@ describe('model: bad input', function () {
   });
 
   it('unsupported architectures', async () => {
-    const d = ckpt('arch', (f) => symlinkSync(st, f), (c) => (c.architectures = ['LlamaForCausalLM']));
+    const d = ckpt('arch', (f) => symlinkSync(st, f), (c) => (c.architectures = ['MistralForCausalLM']));
     const e = await loadError(d);
     expect(e.code).to.equal('ERR_PG_INPUT');
     expect(e.message).to.include(join(d, 'config.json'));
-    expect(e.message).to.match(/unsupported architectures \[LlamaForCausalLM\]/);
+    expect(e.message).to.match(/unsupported architectures \[MistralForCausalLM\] \(this addon runs Qwen3ForCausalLM, Qwen2ForCausalLM and LlamaForCausalLM\)/);
+  });
+
+  it('config.json that disagrees with the weights names the field (and a default that applied)', async () => {
+    // tiny-tied has head_dim 16; without the key Qwen3Config's default 128 applies
+    const d = ckpt('no-head-dim', (f) => symlinkSync(st, f), (c) => delete c.head_dim);
+    const e = await loadError(d);
+    expect(e.message).to.include(join(d, 'config.json'));
+    expect(e.message).to.match(/has shape \[\d+(, 64)?\], expected \[\d+(, 64)?\] from .*config\.json: dim 0 is (num_attention_heads\*head_dim|num_key_value_heads\*head_dim|head_dim) \(.*head_dim = 128 \(absent from config\.json: the Qwen3Config default\)\)/);
+    const d2 = ckpt('wrong-ffn', (f) => symlinkSync(st, f), (c) => (c.intermediate_size = 96));
+    expect((await loadError(d2)).message).to.match(/'model\.layers\.0\.mlp\.down_proj\.weight' has shape \[64, 128\], expected \[64, 96\] from .*config\.json: dim 1 is intermediate_size \(intermediate_size = 96\)/);
+    // the same weights read as another architecture: the switch that makes a tensor unexpected is named
+    const d3 = ckpt('as-qwen2', (f) => symlinkSync(st, f), (c) => (c.architectures = ['Qwen2ForCausalLM']));
+    expect((await loadError(d3)).message).to.match(/unexpected tensor 'model\.layers\.\d\.self_attn\.[qk]_norm\.weight' \(not part of Qwen2ForCausalLM with this config \(Qwen2ForCausalLM has no q\/k norm\)\)/);
+    const d4 = ckpt('bias-on', (f) => symlinkSync(st, f), (c) => (c.attention_bias = true));
+    expect((await loadError(d4)).message).to.match(/missing tensor 'model\.layers\.0\.self_attn\.[kqvo]_proj\.bias'/);
+  });
+
+  it('RoPE types other than default / yarn / llama3, partial rotary and sliding-window layers are refused', async () => {
+    const cases: [(c: Record<string, unknown>) => void, RegExp][] = [
+      [(c) => (c.rope_scaling = { type: 'linear', factor: 2 }), /rope_scaling\.rope_type 'linear' is not supported \(default, yarn and llama3 are\)/],
+      [(c) => (c.rope_parameters = { rope_type: 'dynamic', factor: 2, rope_theta: 1e6 }), /rope_parameters\.rope_type 'dynamic' is not supported/],
+      [(c) => (c.rope_parameters = { rope_type: 'longrope', rope_theta: 1e6 }), /'longrope' is not supported/],
+      [(c) => (c.rope_scaling = { rope_type: 'yarn' }), /rope_scaling\.factor is required for rope_type 'yarn'/],
+      [(c) => (c.rope_parameters = { rope_type: 'default', rope_theta: 1e6, partial_rotary_factor: 0.5 }), /partial_rotary_factor 0\.5 is not supported/],
+      [(c) => ((c.use_sliding_window = true), (c.sliding_window = 4096), (c.max_window_layers = 1), delete c.layer_types), /sliding-window attention is not supported \(use_sliding_window=true with max_window_layers 1 < num_hidden_layers 2\)/],
+      [(c) => (c.layer_types = ['full_attention', 'sliding_attention']), /sliding-window attention is not supported \(layer_types names sliding_attention layers\)/],
+    ];
+    for (const [i, [f, re]] of cases.entries()) {
+      const d = ckpt(`rope-${i}`, (file) => symlinkSync(st, file), f);
+      const e = await loadError(d);
+      expect(e.code).to.equal('ERR_PG_INPUT');
+      expect(e.message).to.include(join(d, 'config.json'));
+      expect(e.message).to.match(re);
+    }
+    // use_sliding_window with every layer below max_window_layers is full attention (loads)
+    const ok = ckpt('sw-off', (file) => symlinkSync(st, file), (c) => ((c.use_sliding_window = true), (c.max_window_layers = 28), delete c.layer_types));
+    (await loadModel(ok)).dispose();
   });
 
   it('missing config.json', async () => {
@@ -323,9 +360,9 @@ describe('model: bad input', function () {
         expect(err, name).to.be.instanceOf(Error);
         expect((err as Error).message, name).to.match(re);
       };
-      await bad('ad-rank', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, r: 8 })), /lora_A\.weight' has shape \[4, 64\], expected \[8, 64\] \(r = 8\)/);
-      await bad('ad-targets', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj'] })), /is not a LoRA weight of a targeted module/);
-      await bad('ad-missing', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj', 'v_proj', 'k_proj'] })), /missing LoRA weights for 'base_model\.model\.model\.layers\.0\.self_attn\.k_proj'/);
+      await bad('ad-rank', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, r: 8 })), /lora_A\.weight' has shape \[4, 64\], expected \[8, 64\] \(r = 8 from .*adapter_config\.json r\)/);
+      await bad('ad-targets', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj'] })), /tensor 'base_model\.model\.model\.layers\.0\.self_attn\.v_proj\.lora_A\.weight' belongs to module 'model\.layers\.0\.self_attn\.v_proj', which .*adapter_config\.json does not target/);
+      await bad('ad-missing', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj', 'v_proj', 'k_proj'] })), /adapter_model\.safetensors: no LoRA weights \(lora_A and lora_B\) for module 'model\.layers\.0\.self_attn\.k_proj', which .*adapter_config\.json targets/);
       await bad('ad-dora', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, use_dora: true })), /DoRA/);
       await bad('ad-type', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, peft_type: 'IA3' })), /peft_type must be "LORA"/);
       await bad('ad-noconfig', (d) => rmSync(join(d, 'adapter_config.json')), /adapter_config\.json: cannot open/);

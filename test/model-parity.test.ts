@@ -1,6 +1,11 @@
 /**
- * Parity with transformers + peft (live: spawns scripts/ref_qwen3.py) on two tiny configs:
- * tiny-tied (tied lm_head, GQA 2) and tiny-untied (untied, GQA 4, head_dim != hidden/heads).
+ * Parity with transformers + peft (live: spawns scripts/ref_qwen3.py) on tiny configs of each
+ * architecture and config form (scripts/make_tiny_qwen3.py): Qwen3 tiny-tied (tied lm_head, GQA 2),
+ * tiny-untied (untied, GQA 4, head_dim != hidden/heads), tiny-nohd (config.json without head_dim /
+ * rope_theta / rms_norm_eps / tie / attention_bias: transformers' Qwen3Config defaults, head_dim 128),
+ * tiny-yarn (YaRN RoPE as transformers 5 rope_parameters and as transformers 4 rope_scaling), Qwen2.5
+ * tiny-qwen25 (q/k/v bias, no q/k norm), Llama-3 tiny-llama3 (llama3 RoPE scaling, tied) and
+ * tiny-llama-bias (attention_bias + mlp_bias):
  *   - base logits of a right-padded batch, fp32: max |Δ| ≤ 1e-4 at non-pad positions;
  *   - an adapter saved by peft (random nonzero A and B) loaded by us: logits ≤ 1e-4, CE loss and
  *     LoRA A/B gradients relative error ≤ 1e-4 (‖g − g_ref‖ / ‖g_ref‖ per tensor);
@@ -9,38 +14,16 @@
  * PG_UPDATE_GOLDEN=1 rewrites the fixture from the live reference.
  */
 import { expect } from 'chai';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { packageRoot, type JsTensor } from '../lib/native.js';
-import { int32, paddedBatch, readRefForward, runReference, tinyFingerprint, tinyModel, type RefForward, type TinyName } from './helpers/tiny.js';
+import { int32, maskedMax, paddedBatch, relErr, readRefForward, runReference, tinyFingerprint, tinyModel, type RefForward, type TinyName, type TinyOptions } from './helpers/tiny.js';
 
 const TOL = 1e-4;
 const GOLDEN = join(packageRoot, 'test', 'fixtures', 'model', 'golden-logits.json');
 const GOLDEN_VOCAB = [0, 1, 13, 198, 872, 1879, 9707, 77091, 151643, 151644, 151645, 151935];
-
-function maskedMax(ours: Float32Array, ref: Float32Array, shape: number[], mask: number[][]): number {
-  const [B, T, V] = shape;
-  let m = 0;
-  for (let i = 0; i < B; i++)
-    for (let j = 0; j < T; j++) {
-      if (!mask[i][j]) continue;
-      const o = (i * T + j) * V;
-      for (let v = 0; v < V; v++) m = Math.max(m, Math.abs(ours[o + v] - ref[o + v]));
-    }
-  return m;
-}
-
-function relErr(a: Float32Array, b: Float32Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i] - b[i]) ** 2;
-    den += b[i] ** 2;
-  }
-  return Math.sqrt(num) / Math.max(Math.sqrt(den), 1e-30);
-}
 
 function lcgB(model: Qwen3Model, seed: number): Record<string, JsTensor<Float32Array>> {
   let s = seed >>> 0;
@@ -59,6 +42,7 @@ function lcgB(model: Qwen3Model, seed: number): Record<string, JsTensor<Float32A
 
 interface Case {
   name: TinyName;
+  opts?: TinyOptions;
   peft: { r: number; alpha: number; target_modules: string[]; use_rslora: boolean };
   ours: { r: number; alpha: number; targetModules?: ('q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj')[]; useRslora: boolean };
 }
@@ -74,13 +58,83 @@ const CASES: Case[] = [
     peft: { r: 6, alpha: 12, target_modules: ['k_proj', 'o_proj', 'gate_proj', 'up_proj'], use_rslora: true },
     ours: { r: 4, alpha: 8, targetModules: ['q_proj', 'v_proj', 'down_proj'], useRslora: true },
   },
+  {
+    name: 'tiny-nohd',
+    peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj'], use_rslora: false },
+    ours: { r: 4, alpha: 16, targetModules: ['k_proj', 'up_proj'], useRslora: false },
+  },
+  {
+    name: 'tiny-yarn',
+    peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], use_rslora: false },
+    ours: { r: 4, alpha: 8, useRslora: false },
+  },
+  {
+    name: 'tiny-yarn',
+    opts: { ropeKey: 'rope_scaling' },
+    peft: { r: 2, alpha: 4, target_modules: ['q_proj', 'k_proj'], use_rslora: false },
+    ours: { r: 2, alpha: 4, targetModules: ['q_proj', 'k_proj'], useRslora: false },
+  },
+  {
+    name: 'tiny-qwen25',
+    peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], use_rslora: false },
+    ours: { r: 8, alpha: 16, useRslora: false },
+  },
+  {
+    name: 'tiny-llama3',
+    peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], use_rslora: true },
+    ours: { r: 4, alpha: 8, useRslora: false },
+  },
+  {
+    name: 'tiny-llama-bias',
+    peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'v_proj', 'o_proj', 'down_proj'], use_rslora: false },
+    ours: { r: 4, alpha: 8, targetModules: ['k_proj', 'o_proj', 'gate_proj'], useRslora: false },
+  },
 ];
+
+const label = (c: Case) => `${c.name}${c.opts?.ropeKey === 'rope_scaling' ? ' (rope_scaling)' : ''}`;
 
 const measured: Record<string, number> = {};
 
-for (const c of CASES) {
-  describe(`model parity vs transformers+peft: ${c.name}`, function () {
-    this.timeout(300000);
+/**
+ * For every case: our adapter (random nonzero B) saved and its logits, then ONE reference process for
+ * all cases (each task names its checkpoint): a peft adapter made and saved, base / peft / ours
+ * forwards in fp32 and the base in bf16. Run once, by the first case's before hook.
+ */
+let prepared: Promise<string[]> | undefined;
+function prepareAll(): Promise<string[]> {
+  prepared ??= (async () => {
+    const batch = paddedBatch();
+    const root = mkdtempSync(join(tmpdir(), 'pg-parity-'));
+    const works: string[] = [];
+    const tasks: object[] = [];
+    for (const [i, c] of CASES.entries()) {
+      const dir = tinyModel(c.name, c.opts);
+      const work = join(root, `${i}-${c.name}`);
+      works.push(work);
+      const m = await loadModel(dir);
+      m.addLora({ ...c.ours, seed: 21 });
+      m.setLoraWeights(lcgB(m, 5));
+      await m.saveAdapter(join(work, 'ours'), { baseModelName: dir });
+      const logits = (await m.forward({ inputIds: int32(batch.ids), attentionMask: int32(batch.mask) })).logits!.data;
+      writeFileSync(join(work, 'ours.logits.bin'), Buffer.from(logits.buffer, logits.byteOffset, logits.byteLength));
+      m.dispose();
+      tasks.push(
+        { kind: 'make_peft_adapter', model: dir, out: join(work, 'peft'), seed: 1, b_std: 0.05, ...c.peft },
+        { kind: 'forward', model: dir, adapter: null, out: join(work, 'base') },
+        { kind: 'forward', model: dir, adapter: join(work, 'peft'), out: join(work, 'peft-ref'), grads: true },
+        { kind: 'forward', model: dir, adapter: join(work, 'ours'), out: join(work, 'ours-ref') },
+        { kind: 'forward', model: dir, adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
+      );
+    }
+    runReference({ model: tinyModel(CASES[0].name), inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels }, tasks }, root);
+    return works;
+  })();
+  return prepared;
+}
+
+for (const [ci, c] of CASES.entries()) {
+  describe(`model parity vs transformers+peft: ${label(c)}`, function () {
+    this.timeout(900000);
     const batch = paddedBatch();
     const ids = int32(batch.ids);
     const mask = int32(batch.mask);
@@ -93,29 +147,10 @@ for (const c of CASES) {
     let oursLogits: Float32Array;
 
     before(async () => {
-      dir = tinyModel(c.name);
-      work = mkdtempSync(join(tmpdir(), `pg-parity-${c.name}-`));
-      // our adapter first (random nonzero B), so one Python run covers every direction
-      const m = await loadModel(dir);
-      m.addLora({ ...c.ours, seed: 21 });
-      m.setLoraWeights(lcgB(m, 5));
-      await m.saveAdapter(join(work, 'ours'), { baseModelName: dir });
-      oursLogits = (await m.forward({ inputIds: ids, attentionMask: mask })).logits!.data;
-      m.dispose();
-      runReference(
-        {
-          model: dir,
-          inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels },
-          tasks: [
-            { kind: 'make_peft_adapter', out: join(work, 'peft'), seed: 1, b_std: 0.05, ...c.peft },
-            { kind: 'forward', adapter: null, out: join(work, 'base') },
-            { kind: 'forward', adapter: join(work, 'peft'), out: join(work, 'peft-ref'), grads: true },
-            { kind: 'forward', adapter: join(work, 'ours'), out: join(work, 'ours-ref') },
-            { kind: 'forward', adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
-          ],
-        },
-        work,
-      );
+      dir = tinyModel(c.name, c.opts);
+      work = (await prepareAll())[ci];
+      const lb = readFileSync(join(work, 'ours.logits.bin'));
+      oursLogits = new Float32Array(lb.buffer.slice(lb.byteOffset, lb.byteOffset + lb.byteLength));
       base = readRefForward(join(work, 'base'));
       peftRef = readRefForward(join(work, 'peft-ref'));
       oursRef = readRefForward(join(work, 'ours-ref'));
@@ -126,9 +161,9 @@ for (const c of CASES) {
       const r = await m.forward({ inputIds: ids, attentionMask: mask });
       expect(r.logits!.shape).to.deep.equal(base.shape);
       const d = maskedMax(r.logits!.data, base.logits, base.shape, batch.mask);
-      measured[`${c.name} base logits`] = d;
+      measured[`${label(c)} base logits`] = d;
       expect(d).to.be.at.most(TOL);
-      if (process.env.PG_UPDATE_GOLDEN) writeGolden(c.name, dir, base);
+      if (process.env.PG_UPDATE_GOLDEN && !c.opts) writeGolden(c.name, dir, base);
       m.dispose();
     });
 
@@ -147,8 +182,8 @@ for (const c of CASES) {
               sum += Math.abs(r.logits!.data[(i * T + j) * V + v] - ref.logits[(i * T + j) * V + v]);
               n++;
             }
-      measured[`${c.name} bf16 logits max`] = d;
-      measured[`${c.name} bf16 logits mean`] = sum / n;
+      measured[`${label(c)} bf16 logits max`] = d;
+      measured[`${label(c)} bf16 logits mean`] = sum / n;
       expect(d).to.be.at.most(0.2);
       expect(sum / n).to.be.at.most(0.02);
       m.dispose();
@@ -159,7 +194,7 @@ for (const c of CASES) {
       await m.loadAdapter(join(work, 'peft'));
       const r = await m.forward({ inputIds: ids, attentionMask: mask });
       const d = maskedMax(r.logits!.data, peftRef.logits, peftRef.shape, batch.mask);
-      measured[`${c.name} peft-adapter logits`] = d;
+      measured[`${label(c)} peft-adapter logits`] = d;
       expect(d).to.be.at.most(TOL);
       const { loss } = await m.crossEntropyBackward({ inputIds: ids, attentionMask: mask, labels });
       expect(Math.abs(loss - peftRef.loss!) / peftRef.loss!).to.be.at.most(TOL);
@@ -173,19 +208,43 @@ for (const c of CASES) {
         expect(e, k).to.be.at.most(TOL);
         worst = Math.max(worst, e);
       }
-      measured[`${c.name} LoRA grad rel err`] = worst;
+      measured[`${label(c)} LoRA grad rel err`] = worst;
       m.dispose();
     });
 
     it("peft's PeftModel.from_pretrained loads our saved adapter and reproduces our logits", () => {
       const d = maskedMax(oursLogits, oursRef.logits, oursRef.shape, batch.mask);
-      measured[`${c.name} our-adapter-in-peft logits`] = d;
+      measured[`${label(c)} our-adapter-in-peft logits`] = d;
       expect(d).to.be.at.most(TOL);
       // and the adapter really changes the output
       expect(maskedMax(oursLogits, base.logits, base.shape, batch.mask)).to.be.above(1e-3);
     });
   });
 }
+
+describe('RoPE scaling is applied (the same weights without it give other logits)', function () {
+  this.timeout(300000);
+  for (const name of ['tiny-yarn', 'tiny-llama3'] as const) {
+    it(`${name}: dropping rope_parameters from config.json changes the logits by > 1e-3`, async () => {
+      const dir = tinyModel(name);
+      const plain = mkdtempSync(join(tmpdir(), `pg-rope-${name}-`));
+      cpSync(dir, plain, { recursive: true });
+      const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+      const theta = (cfg.rope_parameters as { rope_theta: number }).rope_theta;
+      delete cfg.rope_parameters;
+      cfg.rope_theta = theta;
+      writeFileSync(join(plain, 'config.json'), JSON.stringify(cfg));
+      const b = paddedBatch();
+      const a = await loadModel(dir);
+      const p = await loadModel(plain);
+      const la = (await a.forward({ inputIds: int32(b.ids), attentionMask: int32(b.mask) })).logits!;
+      const lp = (await p.forward({ inputIds: int32(b.ids), attentionMask: int32(b.mask) })).logits!;
+      expect(maskedMax(la.data, lp.data, la.shape, b.mask)).to.be.above(1e-3);
+      a.dispose();
+      p.dispose();
+    });
+  }
+});
 
 after(() => {
   if (Object.keys(measured).length) console.log('    measured max errors:', JSON.stringify(measured));

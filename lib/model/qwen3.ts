@@ -1,7 +1,10 @@
 /**
  * Typed wrapper over the native Qwen3 decoder with LoRA adapters (native/model/binding.cc).
  *
- * Architecture: Hugging Face `Qwen3ForCausalLM` (dense), read from the checkpoint's config.json.
+ * Architectures: Hugging Face `Qwen3ForCausalLM` (dense), `Qwen2ForCausalLM` (Qwen2.5) and
+ * `LlamaForCausalLM` (Llama-3.x) in one native decoder with per-architecture switches (q/k norm,
+ * attention / MLP biases, default / YaRN / llama3 RoPE) read from the checkpoint's config.json;
+ * absent fields take the transformers config class defaults (see docs/design.md §3).
  * LoRA follows PEFT: `y = x Wᵀ + s·B(A(dropout(x)))`, `s = alpha/r` (rsLoRA `alpha/√r`), A
  * `[r, in]` ~ U(±1/√in) (kaiming-uniform a=√5), B `[out, r]` = 0, LoRA tensors float32. Adapters
  * save/load in PEFT format (`adapter_model.safetensors` + `adapter_config.json`).
@@ -21,7 +24,7 @@ export type IntTensor = JsTensor<Int32Array | BigInt64Array | Uint8Array>;
 
 export type Device = 'cpu' | 'cuda' | `cuda:${number}`;
 export type Dtype = 'float32' | 'bfloat16' | 'float16';
-/** Seven Qwen3 projections LoRA may target. */
+/** The seven decoder projections LoRA may target (all three architectures). */
 export type LoraTarget = 'q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj';
 export const ALL_LORA_TARGETS: LoraTarget[] = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
 

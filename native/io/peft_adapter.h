@@ -9,19 +9,37 @@
 namespace pg {
 
 /// Writes `ad` to `dir` (created if missing). Both files are written atomically (temp + rename).
-/// adapter_config.json holds peft_type LORA, task_type CAUSAL_LM, base_model_name_or_path, r,
-/// lora_alpha, lora_dropout, target_modules (sorted list), bias "none", use_rslora,
-/// init_lora_weights true, fan_in_fan_out false, use_dora false, modules_to_save null, plus
-/// inference_mode/layers_to_transform/layers_pattern/rank_pattern/alpha_pattern defaults.
-/// Throws InputError naming the path on I/O failure.
+/// adapter_config.json holds what vLLM's PEFTHelper and peft's LoraConfig read: peft_type LORA,
+/// task_type CAUSAL_LM, base_model_name_or_path, r, lora_alpha, lora_dropout, use_rslora, bias
+/// "none", modules_to_save null, use_dora false, and target_modules as a plain list: the sorted
+/// short names when every layer has the same adapted projections, else the sorted full module
+/// names (peft matches those exactly), so the file describes exactly the modules the weights cover.
+/// rank_pattern / alpha_pattern of a loaded adapter are written back unchanged (vLLM applies one
+/// r / alpha to every module and does not read them). Throws InputError naming the path on I/O failure.
 void SavePeftAdapter(const std::string& dir, const LoraAdapter& ad, const std::string& base_model_name);
 
-/// Reads a PEFT LoRA adapter for a model with config `mc` onto `device` (float32,
-/// requires_grad = true). Validates: peft_type LORA; r >= 1; lora_alpha > 0; target_modules (list,
-/// or a single module name) among the seven projections; bias "none"; no DoRA; no
-/// modules_to_save; no rank/alpha patterns; fan_in_fan_out false; every key is a lora_A/lora_B of
-/// a targeted module of an existing layer, A [r, in] and B [out, r]; every targeted module of
-/// every layer (or of `layers_to_transform`) has both. Errors are InputError naming file and key.
+/// Reads a PEFT LoRA adapter for a model with config `mc` onto `device` (float32, requires_grad =
+/// true), selecting modules as peft 0.21 does (tuners_utils.check_target_module_exists) over the
+/// decoder's module names (model.layers.{i}.self_attn.q_proj, ...):
+///   - exclude_modules: a string is a full regex match, a list matches a name exactly or as a
+///     dotted suffix; an excluded module is never adapted;
+///   - target_modules: a string is a full regex match ("all-linear" = the seven projections); a list
+///     matches exactly or as a dotted suffix, and only for suffix matches layers_to_transform (an int
+///     or a list) keeps the layer index read by layers_pattern (a regex or list; default: the first
+///     numbered path segment). layers_to_transform / layers_pattern with a regex target, or
+///     layers_pattern without layers_to_transform, are refused as peft refuses them;
+///   - rank_pattern / alpha_pattern: per module, the first key K (file order) whose
+///     `(.*\.)?(K)` fully matches the module name gives its r / alpha (peft get_pattern_key);
+///     scaling alpha / r, or alpha / sqrt(r) with use_rslora.
+/// Absent fields take peft's LoraConfig defaults (r 8, lora_alpha 8, lora_dropout 0). Python regex
+/// syntax is read by std::regex (ECMAScript; named groups (?P<..>) accepted); an unsupported
+/// construct is an InputError naming the field. Refused, naming the field: bias other than "none",
+/// use_dora, modules_to_save, fan_in_fan_out, lora_bias, target_parameters, layer_replication,
+/// trainable_token_indices, alora_invocation_tokens, use_qalora and the other non-LoRA variants; a
+/// target that selects a module other than the seven projections (embeddings, lm_head, norms); a
+/// config that selects no module. Weights: every key must be a lora_A / lora_B of a selected
+/// module with A [r_m, in], B [out, r_m]; a selected module without both, or weights of a module
+/// the config does not select, is an InputError naming both files and the module.
 LoraAdapter LoadPeftAdapter(const std::string& dir, const Qwen3Config& mc, at::Device device);
 
 }  // namespace pg

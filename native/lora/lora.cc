@@ -47,6 +47,7 @@ LoraAdapter MakeLoraAdapter(const Qwen3Config& mc, const LoraConfig& cfg, at::De
   ValidateLoraConfig(cfg);
   LoraAdapter ad;
   ad.config = cfg;
+  ad.num_layers = mc.num_hidden_layers;
   std::map<std::string, std::pair<int64_t, int64_t>> dims;
   for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
     for (const auto& t : cfg.target_modules)

@@ -9,6 +9,8 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <algorithm>
 #include <set>
 
 #include "io/peft_adapter.h"
@@ -72,16 +74,39 @@ class Qwen3Impl {
   /// LoRA (A, B) of the seven projections of layer `l` (q, k, v, o, gate, up, down); undefined
   /// tensors where the adapter does not target a module (or no adapter).
   using LayerLora = std::array<std::pair<at::Tensor, at::Tensor>, 7>;
-  static LayerLora LoraOf(const Qwen3Model& m, int64_t l, const LoraAdapter* ad) {
+  /// Per-projection LoRA scaling (alpha / r of that module: peft rank_pattern / alpha_pattern).
+  using LayerScale = std::array<double, 7>;
+  static LayerLora LoraOf(const Qwen3Model& m, int64_t l, const LoraAdapter* ad, LayerScale* sc = nullptr) {
     LayerLora out;
+    if (sc) sc->fill(0.0);
     if (!ad) return out;
     const auto& lw = m.layers_[static_cast<size_t>(l)];
     for (int k = 0; k < 7; ++k) {
       auto it = ad->weights.find(lw.stem[k]);
-      if (it != ad->weights.end()) out[static_cast<size_t>(k)] = it->second;
+      if (it != ad->weights.end()) {
+        out[static_cast<size_t>(k)] = it->second;
+        if (sc) (*sc)[static_cast<size_t>(k)] = ad->ScalingOf(lw.stem[k]);
+      }
     }
     return out;
   }
+
+  /// RoPE tables for position ids `pos` [...] (int64): cos, sin [..., head_dim] in the model dtype,
+  /// as transformers' rotary embedding: freqs = pos * inv_freq in float32, emb = cat(freqs, freqs),
+  /// cos / sin times the attention scaling (YaRN; 1 otherwise), then cast.
+  static std::pair<at::Tensor, at::Tensor> RopeTables(const Qwen3Model& m, const at::Tensor& pos) {
+    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * m.rope_inv_freq_;
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    at::Tensor cos = emb.cos(), sin = emb.sin();
+    if (m.rope_scale_ != 1.0) {
+      cos = cos * m.rope_scale_;
+      sin = sin * m.rope_scale_;
+    }
+    return {cos.to(m.dtype_), sin.to(m.dtype_)};
+  }
+
+  /// x + b where the bias is defined (architectures with attention / MLP biases).
+  static at::Tensor AddBias(const at::Tensor& x, const at::Tensor& b) { return b.defined() ? x + b : x; }
 
   /// One decoder layer: h [B, T, H] -> h' [B, T, H]. cos/sin [B, 1, T, hd] in the model dtype.
   /// Attention: `causal` = no mask, is_causal SDPA with GQA handled by the kernel (enable_gqa; no
@@ -90,7 +115,7 @@ class Qwen3Impl {
   /// boolean mask `allowed` [B, 1, T, P + T] with K/V expanded to all query heads (the memory-
   /// efficient CUDA backend, the one that takes arbitrary masks, does not take GQA).
   static at::Tensor Layer(const Qwen3Model& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                          const at::Tensor& allowed, bool causal, const LayerLora& lo, double scaling, double drop,
+                          const at::Tensor& allowed, bool causal, const LayerLora& lo, const LayerScale& sc, double drop,
                           KVCache* cache, int64_t P) {
     const Qwen3Config& c = m.cfg_;
     const Qwen3Model::LayerWeights& lw = m.layers_[static_cast<size_t>(l)];
@@ -101,7 +126,7 @@ class Qwen3Impl {
     auto lora = [&](const at::Tensor& base, const at::Tensor& x, int k) {
       const auto& ab = lo[static_cast<size_t>(k)];
       if (!ab.first.defined()) return base;
-      return LoraAdd(base, x, ab.first, ab.second, scaling, drop, m.lora_fp32_);
+      return LoraAdd(base, x, ab.first, ab.second, sc[static_cast<size_t>(k)], drop, m.lora_fp32_);
     };
     // The LoRA branch runs in float32 (LoraAdd); projections sharing an input share one float32
     // copy of it (q/k/v, gate/up), so autograd saves it once instead of once per module.
@@ -115,7 +140,7 @@ class Qwen3Impl {
     auto grouped = [&](int k0, int k1) {
       if (drop != 0.0) return false;
       for (int k = k0; k <= k1; ++k)
-        if (!lo[static_cast<size_t>(k)].first.defined()) return false;
+        if (!lo[static_cast<size_t>(k)].first.defined() || sc[static_cast<size_t>(k)] != sc[static_cast<size_t>(k0)]) return false;
       return true;
     };
     // ... and when A / B are in the activations' dtype (float32 models; the model-dtype branch after
@@ -125,16 +150,19 @@ class Qwen3Impl {
     at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
     std::vector<at::Tensor> qkv;
     if (fused(0, 2)) {
-      qkv = LoraLinearFused(x, lw.qkv, {lo[0], lo[1], lo[2]}, scaling).split_with_sizes({qd, kvd, kvd}, -1);
+      qkv = AddBias(LoraLinearFused(x, lw.qkv, {lo[0], lo[1], lo[2]}, sc[0]), lw.qkv_b).split_with_sizes({qd, kvd, kvd}, -1);
     } else if (grouped(0, 2)) {
-      qkv = LoraAddGroup(at::linear(x, lw.qkv), x, {lo[0], lo[1], lo[2]}, scaling, m.lora_fp32_).split_with_sizes({qd, kvd, kvd}, -1);
+      qkv = LoraAddGroup(at::linear(x, lw.qkv, lw.qkv_b), x, {lo[0], lo[1], lo[2]}, sc[0], m.lora_fp32_).split_with_sizes({qd, kvd, kvd}, -1);
     } else {
-      qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
+      qkv = at::linear(x, lw.qkv, lw.qkv_b).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
       at::Tensor xl = f32(x, 0, 2);
       for (int k = 0; k < 3; ++k) qkv[static_cast<size_t>(k)] = lora(qkv[static_cast<size_t>(k)], xl, k);
     }
-    at::Tensor q = RmsNorm(qkv[0].reshape({B, T, nh, hd}), lw.q_norm, c.rms_norm_eps);
-    at::Tensor k = RmsNorm(qkv[1].reshape({B, T, nkv, hd}), lw.k_norm, c.rms_norm_eps);
+    at::Tensor q = qkv[0].reshape({B, T, nh, hd}), k = qkv[1].reshape({B, T, nkv, hd});
+    if (c.qk_norm) {  // Qwen3: per-head RMSNorm before RoPE
+      q = RmsNorm(q, lw.q_norm, c.rms_norm_eps);
+      k = RmsNorm(k, lw.k_norm, c.rms_norm_eps);
+    }
     std::tie(q, k) = RopeQK(q, k, cos.squeeze(1), sin.squeeze(1));  // [B, T, heads, hd]
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
@@ -156,21 +184,21 @@ class Qwen3Impl {
       o = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false, sm_scale);
     }
     o = o.transpose(1, 2).reshape({B, T, qd});
-    at::Tensor h2 = h + (fused(3, 3) ? LoraLinearFused(o, lw.o, {lo[3]}, scaling) : lora(at::linear(o, lw.o), o, 3));
+    at::Tensor h2 = h + (fused(3, 3) ? AddBias(LoraLinearFused(o, lw.o, {lo[3]}, sc[3]), lw.o_b) : lora(at::linear(o, lw.o, lw.o_b), o, 3));
     x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
     at::Tensor act;
     if (fused(4, 5)) {
-      act = SwiGLU(LoraLinearFused(x, lw.gate_up, {lo[4], lo[5]}, scaling));  // [.., 2I] -> [.., I]
+      act = SwiGLU(AddBias(LoraLinearFused(x, lw.gate_up, {lo[4], lo[5]}, sc[4]), lw.gate_up_b));  // [.., 2I] -> [.., I]
     } else if (grouped(4, 5) || (!lo[4].first.defined() && !lo[5].first.defined())) {
-      at::Tensor gu_out = at::linear(x, lw.gate_up);  // one matmul for gate, up
-      if (grouped(4, 5)) gu_out = LoraAddGroup(gu_out, x, {lo[4], lo[5]}, scaling, m.lora_fp32_);
+      at::Tensor gu_out = at::linear(x, lw.gate_up, lw.gate_up_b);  // one matmul for gate, up
+      if (grouped(4, 5)) gu_out = LoraAddGroup(gu_out, x, {lo[4], lo[5]}, sc[4], m.lora_fp32_);
       act = SwiGLU(gu_out);
     } else {
-      auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);
+      auto gu = at::linear(x, lw.gate_up, lw.gate_up_b).split_with_sizes({I, I}, -1);
       at::Tensor xl = f32(x, 4, 5);
       act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
     }
-    return h2 + (fused(6, 6) ? LoraLinearFused(act, lw.down, {lo[6]}, scaling) : lora(at::linear(act, lw.down), act, 6));
+    return h2 + (fused(6, 6) ? AddBias(LoraLinearFused(act, lw.down, {lo[6]}, sc[6]), lw.down_b) : lora(at::linear(act, lw.down, lw.down_b), act, 6));
   }
 };
 
@@ -190,7 +218,7 @@ namespace {
 struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& cos,
                             const at::Tensor& sin, const std::optional<at::Tensor>& allowed, int64_t model_ptr,
-                            int64_t layer, int64_t lora_bits, double scaling, double dropout, bool causal,
+                            int64_t layer, int64_t lora_bits, std::vector<double> scaling, double dropout, bool causal,
                             at::TensorList lora) {
     ctx->save_for_backward({h});
     ctx->saved_data["cos"] = cos;
@@ -259,6 +287,9 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     const int64_t bits = ctx->saved_data["bits"].toInt();
     auto lora = ctx->saved_data["lora"].toTensorVector();
     Qwen3Impl::LayerLora lo;
+    Qwen3Impl::LayerScale sc;
+    const auto sv = ctx->saved_data["scaling"].toDoubleVector();
+    for (size_t k = 0; k < 7; ++k) sc[k] = sv[k];
     size_t j = 0;
     for (int k = 0; k < 7; ++k)
       if (bits & (int64_t{1} << k)) {
@@ -267,7 +298,7 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
       }
     return Qwen3Impl::Layer(*m, ctx->saved_data["layer"].toInt(), h, ctx->saved_data["cos"].toTensor(),
                             ctx->saved_data["sin"].toTensor(), allowed ? *allowed : at::Tensor(),
-                            ctx->saved_data["causal"].toBool(), lo, ctx->saved_data["scaling"].toDouble(),
+                            ctx->saved_data["causal"].toBool(), lo, sc,
                             ctx->saved_data["dropout"].toDouble(), nullptr, 0);
   }
 };
@@ -324,6 +355,7 @@ struct CastAllFn : public torch::autograd::Function<CastAllFn> {
 LoraAdapter CastAdapter(const LoraAdapter& ad, at::ScalarType dtype) {
   LoraAdapter out;
   out.config = ad.config;
+  out.scaling = ad.scaling;
   std::vector<at::Tensor> in;
   for (const auto& kv : ad.weights) {
     in.push_back(kv.second.first);
@@ -358,28 +390,59 @@ std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device 
   m->dtype_ = dtype;
   const Qwen3Config& c = m->cfg_;
   const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size, hd = c.head_dim;
-  const int64_t qd = c.num_attention_heads * hd, kvd = c.num_key_value_heads * hd;
-  std::map<std::string, std::vector<int64_t>> expect{{"model.embed_tokens.weight", {V, H}}, {"model.norm.weight", {H}}};
-  if (!c.tie_word_embeddings) expect["lm_head.weight"] = {V, H};
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t qd = nh * hd, kvd = nkv * hd;
+  // Expected tensors with the config.json fields behind each dimension (named when a shape differs).
+  struct Want {
+    std::vector<int64_t> shape;
+    std::vector<std::string> dims;  // per dimension: the field expression, e.g. "num_attention_heads*head_dim"
+  };
+  std::map<std::string, Want> expect{{"model.embed_tokens.weight", {{V, H}, {"vocab_size", "hidden_size"}}},
+                                     {"model.norm.weight", {{H}, {"hidden_size"}}}};
+  if (!c.tie_word_embeddings) expect["lm_head.weight"] = {{V, H}, {"vocab_size", "hidden_size"}};
+  const std::string Q = "num_attention_heads*head_dim", KV = "num_key_value_heads*head_dim";
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    expect[p + "input_layernorm.weight"] = {H};
-    expect[p + "post_attention_layernorm.weight"] = {H};
-    expect[p + "self_attn.q_proj.weight"] = {qd, H};
-    expect[p + "self_attn.k_proj.weight"] = {kvd, H};
-    expect[p + "self_attn.v_proj.weight"] = {kvd, H};
-    expect[p + "self_attn.o_proj.weight"] = {H, qd};
-    expect[p + "self_attn.q_norm.weight"] = {hd};
-    expect[p + "self_attn.k_norm.weight"] = {hd};
-    expect[p + "mlp.gate_proj.weight"] = {I, H};
-    expect[p + "mlp.up_proj.weight"] = {I, H};
-    expect[p + "mlp.down_proj.weight"] = {H, I};
+    expect[p + "input_layernorm.weight"] = {{H}, {"hidden_size"}};
+    expect[p + "post_attention_layernorm.weight"] = {{H}, {"hidden_size"}};
+    expect[p + "self_attn.q_proj.weight"] = {{qd, H}, {Q, "hidden_size"}};
+    expect[p + "self_attn.k_proj.weight"] = {{kvd, H}, {KV, "hidden_size"}};
+    expect[p + "self_attn.v_proj.weight"] = {{kvd, H}, {KV, "hidden_size"}};
+    expect[p + "self_attn.o_proj.weight"] = {{H, qd}, {"hidden_size", Q}};
+    if (c.qk_norm) {
+      expect[p + "self_attn.q_norm.weight"] = {{hd}, {"head_dim"}};
+      expect[p + "self_attn.k_norm.weight"] = {{hd}, {"head_dim"}};
+    }
+    if (c.qkv_bias) {
+      expect[p + "self_attn.q_proj.bias"] = {{qd}, {Q}};
+      expect[p + "self_attn.k_proj.bias"] = {{kvd}, {KV}};
+      expect[p + "self_attn.v_proj.bias"] = {{kvd}, {KV}};
+    }
+    if (c.o_bias) expect[p + "self_attn.o_proj.bias"] = {{H}, {"hidden_size"}};
+    expect[p + "mlp.gate_proj.weight"] = {{I, H}, {"intermediate_size", "hidden_size"}};
+    expect[p + "mlp.up_proj.weight"] = {{I, H}, {"intermediate_size", "hidden_size"}};
+    expect[p + "mlp.down_proj.weight"] = {{H, I}, {"hidden_size", "intermediate_size"}};
+    if (c.mlp_bias) {
+      expect[p + "mlp.gate_proj.bias"] = {{I}, {"intermediate_size"}};
+      expect[p + "mlp.up_proj.bias"] = {{I}, {"intermediate_size"}};
+      expect[p + "mlp.down_proj.bias"] = {{H}, {"hidden_size"}};
+    }
   }
   st::Checkpoint ck = st::Checkpoint::Open(dir);
   auto shape_str = [](const std::vector<int64_t>& s) {
     std::string o = "[";
     for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
     return o + "]";
+  };
+  // Which switch makes a tensor unexpected (a bias / q_norm the config does not enable).
+  auto why_unexpected = [&](const std::string& n) -> std::string {
+    auto ends = [&](const char* suf) { const size_t k = std::strlen(suf); return n.size() >= k && n.compare(n.size() - k, k, suf) == 0; };
+    if (ends("q_norm.weight") || ends("k_norm.weight")) return " (" + c.architecture + " has no q/k norm)";
+    if (n.find(".self_attn.") != std::string::npos && ends(".bias"))
+      return c.architecture == "Qwen2ForCausalLM" ? " (Qwen2ForCausalLM has no o_proj bias)" : " (config.json attention_bias is false)";
+    if (n.find(".mlp.") != std::string::npos && ends(".bias"))
+      return c.architecture == "LlamaForCausalLM" ? " (config.json mlp_bias is false)" : " (" + c.architecture + " has no MLP bias)";
+    return "";
   };
   for (const auto& kv : ck.entries()) {
     const std::string& n = kv.first;
@@ -390,50 +453,100 @@ std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device 
       continue;  // tied: the embedding is used, as in transformers
     }
     if (n.size() >= 19 && n.compare(n.size() - 19, 19, "rotary_emb.inv_freq") == 0) continue;
-    throw InputError(ck.FileOf(n).path() + ": unexpected tensor '" + n + "' (not part of Qwen3ForCausalLM with this config)");
+    throw InputError(ck.FileOf(n).path() + ": unexpected tensor '" + n + "' (not part of " + c.architecture + " with this config" + why_unexpected(n) + ")");
   }
+  auto defaulted = [&](const std::string& field) {
+    return std::find(c.defaulted.begin(), c.defaulted.end(), field) != c.defaulted.end();
+  };
+  auto field_value = [&](const std::string& f) -> int64_t {
+    if (f == "vocab_size") return V;
+    if (f == "hidden_size") return H;
+    if (f == "intermediate_size") return I;
+    if (f == "head_dim") return hd;
+    if (f == "num_attention_heads") return nh;
+    if (f == "num_key_value_heads") return nkv;
+    return -1;
+  };
   for (const auto& kv : expect) {
     auto it = ck.entries().find(kv.first);
-    if (it == ck.entries().end()) throw InputError(ck.source() + ": missing tensor '" + kv.first + "'");
-    if (it->second.shape != kv.second)
+    if (it == ck.entries().end()) throw InputError(ck.source() + ": missing tensor '" + kv.first + "' (" + c.architecture + " with this config.json)");
+    const std::vector<int64_t>& want = kv.second.shape;
+    if (it->second.shape != want) {
+      // Name the config.json fields of the dimensions that differ (and whether they were absent).
+      std::string why;
+      for (size_t d = 0; d < want.size(); ++d) {
+        if (it->second.shape.size() == want.size() && it->second.shape[d] == want[d]) continue;
+        std::string expr = kv.second.dims[d], vals;
+        size_t s0 = 0;
+        while (s0 <= expr.size()) {
+          size_t s1 = expr.find('*', s0);
+          if (s1 == std::string::npos) s1 = expr.size();
+          const std::string f = expr.substr(s0, s1 - s0);
+          vals += (vals.empty() ? "" : ", ") + f + " = " + std::to_string(field_value(f)) +
+                  (defaulted(f) ? " (absent from config.json: the " + c.architecture.substr(0, c.architecture.size() - 11) + "Config default)" : "");
+          s0 = s1 + 1;
+        }
+        why += (why.empty() ? "" : "; ") + std::string("dim ") + std::to_string(d) + " is " + expr + " (" + vals + ")";
+      }
       throw InputError(ck.FileOf(kv.first).path() + ": tensor '" + kv.first + "' has shape " + shape_str(it->second.shape) +
-                       ", expected " + shape_str(kv.second) + " from config.json");
+                       ", expected " + shape_str(want) + " from " + cfg_path + ": " + why);
+    }
   }
   at::NoGradGuard ng;
   auto read = [&](const std::string& n) { return ck.Read(n).to(device, dtype).contiguous(); };
+  auto is_fused = [](const std::string& n) {
+    for (const char* k : {".self_attn.q_proj.", ".self_attn.k_proj.", ".self_attn.v_proj.", ".mlp.gate_proj.", ".mlp.up_proj."})
+      if (n.find(k) != std::string::npos) return true;
+    return false;
+  };
   for (const auto& kv : expect) {
-    if (kv.first.find(".self_attn.q_proj.") != std::string::npos || kv.first.find(".self_attn.k_proj.") != std::string::npos ||
-        kv.first.find(".self_attn.v_proj.") != std::string::npos || kv.first.find(".mlp.gate_proj.") != std::string::npos ||
-        kv.first.find(".mlp.up_proj.") != std::string::npos)
-      continue;  // fused below
+    if (is_fused(kv.first)) continue;  // fused below
     m->w_[kv.first] = read(kv.first);
   }
+  const auto opt = at::TensorOptions().dtype(dtype).device(device);
+  // Rows [a; b; ...] of one fused tensor from per-module tensors `names` (sizes `rows`); the
+  // per-module entries of w_ become views of it.
+  auto fuse = [&](const std::vector<std::string>& names, const std::vector<int64_t>& rows, const std::vector<int64_t>& tail) {
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    std::vector<int64_t> shape{total};
+    shape.insert(shape.end(), tail.begin(), tail.end());
+    at::Tensor f = at::empty(shape, opt);
+    int64_t off = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      f.narrow(0, off, rows[i]).copy_(read(names[i]));
+      m->w_[names[i]] = f.narrow(0, off, rows[i]);
+      off += rows[i];
+    }
+    return f;
+  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights lw;
-    // Fused projections: rows [q; k; v] and [gate; up]; the per-module tensors are row views.
-    lw.qkv = at::empty({qd + 2 * kvd, H}, at::TensorOptions().dtype(dtype).device(device));
-    lw.qkv.narrow(0, 0, qd).copy_(read(p + "self_attn.q_proj.weight"));
-    lw.qkv.narrow(0, qd, kvd).copy_(read(p + "self_attn.k_proj.weight"));
-    lw.qkv.narrow(0, qd + kvd, kvd).copy_(read(p + "self_attn.v_proj.weight"));
-    m->w_[p + "self_attn.q_proj.weight"] = lw.qkv.narrow(0, 0, qd);
-    m->w_[p + "self_attn.k_proj.weight"] = lw.qkv.narrow(0, qd, kvd);
-    m->w_[p + "self_attn.v_proj.weight"] = lw.qkv.narrow(0, qd + kvd, kvd);
-    lw.gate_up = at::empty({2 * I, H}, at::TensorOptions().dtype(dtype).device(device));
-    lw.gate_up.narrow(0, 0, I).copy_(read(p + "mlp.gate_proj.weight"));
-    lw.gate_up.narrow(0, I, I).copy_(read(p + "mlp.up_proj.weight"));
-    m->w_[p + "mlp.gate_proj.weight"] = lw.gate_up.narrow(0, 0, I);
-    m->w_[p + "mlp.up_proj.weight"] = lw.gate_up.narrow(0, I, I);
+    // Fused projections: rows [q; k; v] and [gate; up] (one matmul each); the per-module tensors are row views.
+    lw.qkv = fuse({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}, {qd, kvd, kvd}, {H});
+    lw.gate_up = fuse({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, {H});
+    if (c.qkv_bias) lw.qkv_b = fuse({p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"}, {qd, kvd, kvd}, {});
+    if (c.mlp_bias) {
+      lw.gate_up_b = fuse({p + "mlp.gate_proj.bias", p + "mlp.up_proj.bias"}, {I, I}, {});
+      lw.down_b = m->w_.at(p + "mlp.down_proj.bias");
+    }
+    if (c.o_bias) lw.o_b = m->w_.at(p + "self_attn.o_proj.bias");
     lw.in_norm = m->w_.at(p + "input_layernorm.weight");
     lw.post_norm = m->w_.at(p + "post_attention_layernorm.weight");
     lw.o = m->w_.at(p + "self_attn.o_proj.weight");
-    lw.q_norm = m->w_.at(p + "self_attn.q_norm.weight");
-    lw.k_norm = m->w_.at(p + "self_attn.k_norm.weight");
+    if (c.qk_norm) {
+      lw.q_norm = m->w_.at(p + "self_attn.q_norm.weight");
+      lw.k_norm = m->w_.at(p + "self_attn.k_norm.weight");
+    }
     lw.down = m->w_.at(p + "mlp.down_proj.weight");
     const char* mods[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
     for (int k = 0; k < 7; ++k) lw.stem[k] = p + mods[k];
     m->layers_.push_back(std::move(lw));
   }
+  auto rope = RopeInvFreq(c);
+  m->rope_inv_freq_ = rope.first.to(device);
+  m->rope_scale_ = rope.second;
   return m;
 }
 
@@ -496,7 +609,6 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
     pos = (keep.to(at::kLong).cumsum(-1) - 1).clamp_min(0).narrow(1, P, T);
   }
   const LoraAdapter* ad = Qwen3Impl::Resolve(*this, sel);
-  const double scaling = ad ? ad->config.Scaling() : 0.0;
   const double drop = ad ? ad->config.dropout : 0.0;
   // Low-precision LoRA branch: all A / B cast to the model dtype once for this forward.
   std::optional<LoraAdapter> ad_cast;
@@ -506,12 +618,11 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
     ad = &*ad_cast;
   }
 
-  // RoPE tables (fp32), cast to the model dtype like transformers' rotary embedding.
-  const int64_t hd = c.head_dim;
-  at::Tensor inv_freq = at::pow(c.rope_theta, at::arange(0, hd, 2, at::TensorOptions().dtype(at::kLong).device(device_)).to(at::kFloat) / static_cast<double>(hd)).reciprocal();
-  at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, T, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);      // [B, 1, T, hd]
-  at::Tensor cos = emb.cos().to(dtype_), sin = emb.sin().to(dtype_);
+  // RoPE tables (fp32, YaRN / llama3 frequencies from load), cast to the model dtype like
+  // transformers' rotary embedding: [B, 1, T, hd].
+  auto [cos, sin] = Qwen3Impl::RopeTables(*this, pos);
+  cos = cos.unsqueeze(1);
+  sin = sin.unsqueeze(1);
 
   // Attention mask [B, 1, T, L]: key kept and causal (key j <= P + i). Rows with no allowed key
   // (a padded query with only padded keys before it) attend to everything instead, so no NaN
@@ -532,7 +643,8 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
 
   at::Tensor h = at::embedding(Qwen3Impl::W(*this, "model.embed_tokens.weight"), ids);  // [B, T, H]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad);
+    Qwen3Impl::LayerScale sc;
+    Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad, &sc);
     if (recompute) {
       int64_t bits = 0;
       std::vector<at::Tensor> flat;
@@ -544,10 +656,10 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
         }
       std::optional<at::Tensor> am;
       if (!causal) am = allowed;
-      h = RecomputedLayer::apply(h, cos, sin, am, reinterpret_cast<int64_t>(this), l, bits, scaling, drop, causal,
+      h = RecomputedLayer::apply(h, cos, sin, am, reinterpret_cast<int64_t>(this), l, bits, std::vector<double>(sc.begin(), sc.end()), drop, causal,
                                  at::TensorList(flat));
     } else {
-      h = Qwen3Impl::Layer(*this, l, h, cos, sin, allowed, causal, lo, scaling, drop, cache, P);
+      h = Qwen3Impl::Layer(*this, l, h, cos, sin, allowed, causal, lo, sc, drop, cache, P);
     }
   }
   if (cache) cache->len = L;
@@ -590,6 +702,8 @@ void Qwen3Model::SnapshotAdapter(const std::string& name) {
   if (name.empty()) throw ArgError("snapshot name must be non-empty");
   LoraAdapter s;
   s.config = a.config;
+  s.scaling = a.scaling;
+  s.num_layers = a.num_layers;
   at::NoGradGuard ng;
   for (const auto& kv : a.weights) s.weights[kv.first] = {kv.second.first.detach().clone(), kv.second.second.detach().clone()};
   snapshots_[name] = std::move(s);
@@ -632,6 +746,7 @@ void Qwen3Model::LoadAdapter(const std::string& dir) {
   const uint64_t seed = active_->config.seed;
   active_->config = loaded.config;
   active_->config.seed = seed;
+  active_->scaling = loaded.scaling;
 }
 
 int64_t Qwen3Model::ParameterBytes() const {
@@ -678,7 +793,6 @@ at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos
   const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
   const double eps = c.rms_norm_eps, sm_scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const LoraAdapter* ad = Qwen3Impl::Resolve(*this, sel);
-  const double scaling = ad ? ad->config.Scaling() : 0.0;
   const double drop = ad ? ad->config.dropout : 0.0;
 
   at::Tensor slot1 = slot.reshape({1});
@@ -686,19 +800,19 @@ at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos
   at::Tensor allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis
 
   // RoPE as in Forward (fp32 tables cast to the model dtype), here [B, 1, 1, hd].
-  at::Tensor inv_freq = at::pow(c.rope_theta, at::arange(0, hd, 2, at::TensorOptions().dtype(at::kLong).device(device_)).to(at::kFloat) / static_cast<double>(hd)).reciprocal();
-  at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1).view({B, 1, 1, hd});
-  at::Tensor cos = emb.cos().to(dtype_), sin = emb.sin().to(dtype_);
+  auto [cos, sin] = Qwen3Impl::RopeTables(*this, pos);
+  cos = cos.view({B, 1, 1, hd});
+  sin = sin.view({B, 1, 1, hd});
 
   at::Tensor h = at::embedding(Qwen3Impl::W(*this, "model.embed_tokens.weight"), ids);  // [B, 1, H]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& lw = layers_[static_cast<size_t>(l)];
-    const Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad);
+    Qwen3Impl::LayerScale sc;
+    const Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad, &sc);
     auto lora = [&](const at::Tensor& base, const at::Tensor& x, int k) {
       const auto& ab = lo[static_cast<size_t>(k)];
       if (!ab.first.defined()) return base;
-      return LoraAdd(base, x, ab.first, ab.second, scaling, drop, lora_fp32_);
+      return LoraAdd(base, x, ab.first, ab.second, sc[static_cast<size_t>(k)], drop, lora_fp32_);
     };
     auto f32 = [&](const at::Tensor& t, int k0, int k1) {
       bool any = false;
@@ -706,10 +820,15 @@ at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos
       return (any && lora_fp32_ && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
     };
     at::Tensor x = RmsNorm(h, lw.in_norm, eps);
-    auto qkv = at::linear(x, lw.qkv).split_with_sizes({qd, kvd, kvd}, -1);
+    auto qkv = at::linear(x, lw.qkv, lw.qkv_b).split_with_sizes({qd, kvd, kvd}, -1);
     at::Tensor xl = f32(x, 0, 2);
-    at::Tensor q = RmsNorm(lora(qkv[0], xl, 0).reshape({B, 1, nh, hd}), lw.q_norm, eps).transpose(1, 2);  // [B, nh, 1, hd]
-    at::Tensor k = RmsNorm(lora(qkv[1], xl, 1).reshape({B, 1, nkv, hd}), lw.k_norm, eps).transpose(1, 2);  // [B, nkv, 1, hd]
+    at::Tensor q = lora(qkv[0], xl, 0).reshape({B, 1, nh, hd}), k = lora(qkv[1], xl, 1).reshape({B, 1, nkv, hd});
+    if (c.qk_norm) {  // Qwen3: per-head RMSNorm before RoPE
+      q = RmsNorm(q, lw.q_norm, eps);
+      k = RmsNorm(k, lw.k_norm, eps);
+    }
+    q = q.transpose(1, 2);  // [B, nh, 1, hd]
+    k = k.transpose(1, 2);  // [B, nkv, 1, hd]
     at::Tensor v = lora(qkv[2], xl, 2).reshape({B, 1, nkv, hd}).transpose(1, 2);
     q = q * cos + RotateHalf(q) * sin;
     k = k * cos + RotateHalf(k) * sin;
@@ -722,12 +841,12 @@ at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos
     at::Tensor qg = q.reshape({B, nkv, rep, hd});
     at::Tensor o = at::scaled_dot_product_attention(qg, kc, vc, allowed, 0.0, /*is_causal=*/false, sm_scale);  // [B, nkv, rep, hd]
     o = o.reshape({B, 1, qd});
-    at::Tensor h2 = h + lora(at::linear(o, lw.o), o, 3);
+    at::Tensor h2 = h + lora(at::linear(o, lw.o, lw.o_b), o, 3);
     x = RmsNorm(h2, lw.post_norm, eps);
-    auto gu = at::linear(x, lw.gate_up).split_with_sizes({I, I}, -1);
+    auto gu = at::linear(x, lw.gate_up, lw.gate_up_b).split_with_sizes({I, I}, -1);
     xl = f32(x, 4, 5);
     at::Tensor act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
-    h = h2 + lora(at::linear(act, lw.down), act, 6);
+    h = h2 + lora(at::linear(act, lw.down, lw.down_b), act, 6);
   }
   h = RmsNorm(h, Qwen3Impl::W(*this, "model.norm.weight"), eps);
   return Logits(h.select(1, 0));  // [B, V] fp32

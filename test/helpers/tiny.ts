@@ -1,5 +1,5 @@
 /**
- * Tiny random Qwen3 checkpoints for tests, made by scripts/make_tiny_qwen3.py and cached under
+ * Tiny random checkpoints (Qwen3, Qwen2.5, Llama-3 architectures; see the maker's docstring) for tests, made by scripts/make_tiny_qwen3.py and cached under
  * `.cache/tiny-models/<name>[-variant]` in the repository (gitignored). Also runs the Python
  * reference (scripts/ref_qwen3.py) for parity tests.
  */
@@ -9,13 +9,15 @@ import { join } from 'node:path';
 import { packageRoot, type JsTensor } from '../../lib/native.js';
 import type { Qwen3Model } from '../../lib/model/qwen3.js';
 
-export type TinyName = 'tiny-tied' | 'tiny-untied';
+export type TinyName = 'tiny-tied' | 'tiny-untied' | 'tiny-nohd' | 'tiny-yarn' | 'tiny-qwen25' | 'tiny-llama3' | 'tiny-llama-bias';
 
 export interface TinyOptions {
   seed?: number;
   dtype?: 'float32' | 'bfloat16' | 'float16';
   shards?: number;
   keepTiedLmHead?: boolean;
+  /** How config.json states RoPE scaling (tiny-yarn, tiny-llama3): transformers 5 `rope_parameters` (default) or 4 `rope_scaling`. */
+  ropeKey?: 'rope_parameters' | 'rope_scaling';
 }
 
 export const python = process.env.PYTHON ?? 'python3';
@@ -25,7 +27,8 @@ export function tinyModel(name: TinyName, opts: TinyOptions = {}): string {
   const seed = opts.seed ?? 0;
   const dtype = opts.dtype ?? 'float32';
   const shards = opts.shards ?? 1;
-  const tag = `${name}-s${seed}-${dtype}-x${shards}${opts.keepTiedLmHead ? '-lmhead' : ''}`;
+  const ropeKey = opts.ropeKey ?? 'rope_parameters';
+  const tag = `${name}-s${seed}-${dtype}-x${shards}${opts.keepTiedLmHead ? '-lmhead' : ''}${ropeKey === 'rope_scaling' ? '-ropescaling' : ''}`;
   const root = join(packageRoot, '.cache', 'tiny-models');
   const dir = join(root, tag);
   if (existsSync(join(dir, 'fingerprint.json'))) return dir;
@@ -34,6 +37,7 @@ export function tinyModel(name: TinyName, opts: TinyOptions = {}): string {
   rmSync(tmp, { recursive: true, force: true });
   const args = [join(packageRoot, 'scripts', 'make_tiny_qwen3.py'), '--name', name, '--out', tmp, '--seed', String(seed), '--dtype', dtype, '--shards', String(shards)];
   if (opts.keepTiedLmHead) args.push('--keep-tied-lm-head');
+  if (ropeKey !== 'rope_parameters') args.push('--rope-key', ropeKey);
   execFileSync(python, args, { stdio: ['ignore', 'ignore', 'inherit'] });
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
@@ -90,6 +94,30 @@ export function paddedBatch(): { ids: number[][]; mask: number[][]; labels: numb
   const mask = rows.map((r) => [...Array(r.length).fill(1), ...Array(T - r.length).fill(0)]);
   const labels = ids.map((r, i) => r.map((t, j) => (mask[i][j] ? t : -100)));
   return { ids, mask, labels };
+}
+
+/** max |ours − ref| over the positions of `shape` = [B, T, V] logits where mask[b][t] is 1. */
+export function maskedMax(ours: Float32Array, ref: Float32Array, shape: number[], mask: number[][]): number {
+  const [B, T, V] = shape;
+  let m = 0;
+  for (let i = 0; i < B; i++)
+    for (let j = 0; j < T; j++) {
+      if (!mask[i][j]) continue;
+      const o = (i * T + j) * V;
+      for (let v = 0; v < V; v++) m = Math.max(m, Math.abs(ours[o + v] - ref[o + v]));
+    }
+  return m;
+}
+
+/** Relative error ‖a − b‖ / ‖b‖ (b the reference). */
+export function relErr(a: Float32Array, b: Float32Array): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < a.length; i++) {
+    num += (a[i] - b[i]) ** 2;
+    den += b[i] ** 2;
+  }
+  return Math.sqrt(num) / Math.max(Math.sqrt(den), 1e-30);
 }
 
 /** Flattens number[][] into a JS tensor. */
