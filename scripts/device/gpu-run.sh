@@ -32,6 +32,8 @@ for step in "$@"; do
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
+    serveload) timeout 500 node scripts/bench/serve_load.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --clients 64 --max-batch 64 --min-tokens 64 --max-tokens 256 --prompt-words 200 --json $OUT/serve_load.json 2>&1 | tail -14 ;;
+    gpurows) timeout 300 npx mocha --config .mocharc.gpu.json dist/test/gpu/generate-rows.test.js 2>&1 | tail -20 ;;
     *) echo "unknown step $step" ;;
   esac
 done
