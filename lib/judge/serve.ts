@@ -525,17 +525,21 @@ export class ChatServer {
     if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
     const maxRows = this.maxRows(st);
     if (p.n > maxRows) throw new HttpError(400, `n must be at most ${maxRows} (the server's max batch)`, 'invalid_request_error', 'n');
-    if (this.waitQ.length >= (this.o.maxQueue ?? 256)) {
+    const queueFull = () => {
+      if (this.waitQ.length < (this.o.maxQueue ?? 256)) return;
       this.s.rejected++;
       res.setHeader('retry-after', '1');
       throw new HttpError(429, `server busy: ${this.waitQ.length} requests already waiting (max queue ${this.o.maxQueue ?? 256}); retry later`, 'rate_limit_error', null, 'queue_full');
-    }
+    };
+    queueFull();
     let ids: number[];
     try {
       ids = await st.encode(messages as StepperMessage[], { enableThinking: p.enableThinking, tools: p.tools });
     } catch (e) {
       throw new HttpError(400, `messages cannot be rendered by the chat template: ${(e as Error).message}`, 'invalid_request_error', 'messages');
     }
+    queueFull(); // requests that were encoded meanwhile may have filled it
+    if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
     if (ids.length + p.maxNewTokens > st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`, 'invalid_request_error', 'messages');
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
