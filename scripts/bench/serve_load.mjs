@@ -6,6 +6,12 @@
  *   - "uniform-serve": through serve with one shared setting (temperature 1, no seed), and
  *   - "uniform-batch": as ONE native generate() call (one uniform batch, the rollout path; CUDA
  *     graphs on CUDA), the baseline the issue asks for.
+ * Mixes (--mix): `seeds` (default; the issue's trial): the uniform settings (temperature 1) but
+ * every request with its own seed; `temps`: also its own temperature (0.3-1.3); `full`: also top-k 20 / top-p 0.8-1.0 / min-p 0.05 on about half
+ * of the requests. The uniform scenarios use temperature 1 (`seeds`) or 0.7 (`temps`, `full`), and
+ * for `full` top_p 0.9 on every request (the nucleus needs a
+ * sort of the vocabulary whenever the top 1024 tokens do not hold it — always on a random-weight
+ * model — so the comparison keeps that cost on both sides).
  * Every request uses ignore_eos (stop ids off) with its own max_tokens, so each scenario decodes
  * exactly the same number of tokens. Reports requests/s, completion tokens/s, time to first token
  * (streamed requests: first content chunk) and latency percentiles (p50 / p90 / p99), and the
@@ -43,8 +49,10 @@ const { values: a } = parseArgs({
     json: { type: 'string' },
     layers: { type: 'string' },
     threads: { type: 'string' },
+    mix: { type: 'string', default: 'seeds' },
   },
 });
+if (!['seeds', 'temps', 'full'].includes(a.mix)) throw new Error(`--mix must be seeds|temps|full, got ${a.mix}`);
 const python = process.env.PYTHON ?? 'python3';
 const cuda = a.device.startsWith('cuda');
 const dtypeName = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16: 'bfloat16', fp16: 'float16', float16: 'float16' }[a.dtype ?? (cuda ? 'bf16' : 'fp32')];
@@ -82,6 +90,9 @@ function rng(seed) {
   };
 }
 
+/** The one setting of the uniform scenarios: temperature 1 for `seeds` (the mix's own setting), else 0.7 (a non-1 temperature costs one more pass over the logits, as the mix's do) and, for `full`, top-p 0.9. */
+const uniform = { temperature: a.mix === 'seeds' ? 1 : 0.7, topP: a.mix === 'full' ? 0.9 : 1 };
+
 const WORDS = 'plan baseline ablation dataset metric budget tuning seed variance model training evaluation compare report error figure table method result hypothesis control'.split(' ');
 function makeRequests() {
   const r = rng(7);
@@ -91,9 +102,10 @@ function makeRequests() {
     return {
       content: `Request ${i}: ${text}?`,
       maxTokens: minT + Math.floor(r() * (maxT - minT + 1)),
-      temperature: 0.3 + Math.round(r() * 10) / 10,
-      topP: r() < 0.5 ? 1 : 0.8 + Math.round(r() * 2) / 10,
-      topK: r() < 0.5 ? 0 : 20,
+      temperature: a.mix === 'seeds' ? 1 : 0.3 + Math.round(r() * 10) / 10,
+      topP: a.mix === 'full' && r() < 0.5 ? 0.8 + Math.round(r() * 2) / 10 : 1,
+      topK: a.mix === 'full' && r() < 0.5 ? 20 : 0,
+      minP: a.mix === 'full' && r() < 0.3 ? 0.05 : 0,
       seed: 1000 + i,
       stream: r() < Number(a['stream-fraction']),
     };
@@ -114,7 +126,7 @@ async function one(url, req, mixed) {
     chat_template_kwargs: { enable_thinking: false },
     stream: req.stream,
     ...(req.stream ? { stream_options: { include_usage: true } } : {}),
-    ...(mixed ? { temperature: req.temperature, top_p: req.topP, top_k: req.topK, seed: req.seed } : { temperature: 1 }),
+    ...(mixed ? { temperature: req.temperature, top_p: req.topP, top_k: req.topK, min_p: req.minP, seed: req.seed } : { temperature: uniform.temperature, top_p: uniform.topP }),
   };
   const t0 = performance.now();
   const res = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -186,7 +198,7 @@ await srv.close();
 // The same requests as one uniform batch: one native generate() call (prompts rendered the same way).
 const promptIds = await policy.encodePrompts(reqs.map((r) => [{ role: 'user', content: r.content }]), { enableThinking: false });
 const { generate } = await import(join(root, 'dist', 'lib', 'model', 'policy.js'));
-const base = { prompts: promptIds.map((p) => Int32Array.from(p)), temperature: 1, stopIds: [], seed: 1, padId: policy.tokenizer.padTokenId, promptOptions: reqs.map((r) => ({ maxNewTokens: r.maxTokens })) };
+const base = { prompts: promptIds.map((p) => Int32Array.from(p)), temperature: uniform.temperature, topP: uniform.topP, stopIds: [], seed: 1, padId: policy.tokenizer.padTokenId, promptOptions: reqs.map((r) => ({ maxNewTokens: r.maxTokens })) };
 await generate(policy.model, { ...base, promptOptions: reqs.map(() => ({ maxNewTokens: 4 })) });
 const t0 = performance.now();
 const g = await generate(policy.model, base);
@@ -199,7 +211,7 @@ policy.dispose();
 const ratio = results[0].tokens_per_s / ub.tokens_per_s;
 const ratioServe = results[0].tokens_per_s / results[1].tokens_per_s;
 const rt = native().runtimeInfo();
-const summary = { device: a.device, shape: a.model ? a.model : a.shape, dtype: dtypeName, clients: N, max_batch: maxBatch, tokens: [minT, maxT], threads: rt.numThreads, results, mixed_over_uniform_batch: ratio, mixed_over_uniform_serve: ratioServe };
+const summary = { mix: a.mix, device: a.device, shape: a.model ? a.model : a.shape, dtype: dtypeName, clients: N, max_batch: maxBatch, tokens: [minT, maxT], threads: rt.numThreads, results, mixed_over_uniform_batch: ratio, mixed_over_uniform_serve: ratioServe };
 console.log(`\n| scenario | req/s | tok/s | TTFT p50 ms | latency p50 / p90 / p99 ms | steps |\n|---|---|---|---|---|---|`);
 for (const r of results) console.log(`| ${r.scenario} | ${r.requests_per_s.toFixed(2)} | ${r.tokens_per_s.toFixed(1)} | ${r.ttft_ms_p50?.toFixed(0) ?? '-'} | ${r.latency_ms_p50.toFixed(0)} / ${r.latency_ms_p90?.toFixed(0) ?? '-'} / ${r.latency_ms_p99?.toFixed(0) ?? '-'} | ${r.steps ?? '-'} |`);
 console.log(`\nmixed-serve / uniform-batch throughput: ${ratio.toFixed(3)}; mixed-serve / uniform-serve: ${ratioServe.toFixed(3)}`);
