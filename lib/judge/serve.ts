@@ -682,7 +682,7 @@ export class ChatServer {
         }
         this.s.steps++;
         this.s.maxBatchSeen = Math.max(this.s.maxBatchSeen, step.tokens.length);
-        if (step.tokens.length) this.o.log?.(`step: ${step.tokens.length} rows${step.joined ? `, ${step.joined} joined` : ''}, ${step.waiting} waiting`);
+        if (step.joined) this.o.log?.(`${step.joined} joined: ${step.tokens.length} rows decoding, ${step.waiting} waiting`);
         await this.dispatch(st, step.tokens);
       }
     } finally {
