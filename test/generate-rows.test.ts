@@ -32,8 +32,10 @@ const mixed: Row[] = [
   { temperature: 0.9, topK: 20, topP: 0.9, minP: 0.05, seed: 15, maxNewTokens: 10 },
 ];
 
-async function runEngine(m: Qwen3Model, plan: { at: number; row: EngineRow }[], maxRows = 8): Promise<Map<number, EngineToken[]>> {
-  const e = new DecodeEngine(m, { maxRows, capacity: 128 });
+let shifts = 0;
+async function runEngine(m: Qwen3Model, plan: { at: number; row: EngineRow }[], maxRows = 8, staticDecode?: boolean, capacity = 128): Promise<Map<number, EngineToken[]>> {
+  const e = new DecodeEngine(m, { maxRows, capacity, staticDecode });
+  if (staticDecode) expect(e.decodePath).to.equal('static');
   const out = new Map<number, EngineToken[]>();
   let live = 0;
   try {
@@ -45,6 +47,7 @@ async function runEngine(m: Qwen3Model, plan: { at: number; row: EngineRow }[], 
         }
       if (live === 0 && plan.every((p) => p.at < step)) break;
       const r = await e.step();
+      shifts += r.shifts;
       for (const t of r.tokens) {
         if (!out.has(t.id)) out.set(t.id, []);
         out.get(t.id)!.push(t);
@@ -149,6 +152,36 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
       expect(ids(g.completions[0]!), `row ${i} vs generate`).to.deep.equal(a);
       const lps = alone.get(i + 1)!.map((t) => t.logprob);
       Array.from(g.completions[0]!.logprobs).forEach((x, j) => expect(lps[j]).to.be.closeTo(x, 1e-4));
+    }
+  });
+
+  it('engine: the static-cache decode (the CUDA-graph step, here eager) equals the dynamic decode, rows joining and leaving', async () => {
+    const rows: EngineRow[] = mixed.map((o, i) => ({ id: i + 1, prompt: P()[i]!, temperature: o.temperature, topK: o.topK, topP: o.topP, minP: o.minP, seed: o.seed ?? 0, maxNewTokens: o.maxNewTokens ?? 8, topLogprobs: 2 }));
+    const plan = rows.map((row, i) => ({ at: 2 * i, row }));
+    const dyn = await runEngine(m, plan, 4);
+    const stat = await runEngine(m, plan, 4, true);
+    for (const r of rows) {
+      expect(stat.get(r.id)!.map((t) => t.token), `row ${r.id}`).to.deep.equal(dyn.get(r.id)!.map((t) => t.token));
+      stat.get(r.id)!.forEach((t, j) => expect(t.rawLogprob).to.be.closeTo(dyn.get(r.id)![j]!.rawLogprob, 1e-4));
+    }
+  });
+
+  it('engine: a row that only fits after the live history moves left (KV rebase) decodes as alone; static == dynamic', async () => {
+    const ids = (n: number, o: number) => Array.from({ length: n }, (_, i) => 1000 + 37 * i + o);
+    // C (12-token prompt) pads A (4 tokens) to slot 8; C leaves after 2 tokens; B arrives when
+    // A's history [8, 17) plus B's 12 tokens no longer fit 26 slots unless moved to slot 0.
+    const A: EngineRow = { id: 1, prompt: ids(4, 0), temperature: 1, seed: 1, maxNewTokens: 20 };
+    const B: EngineRow = { id: 2, prompt: ids(8, 5), temperature: 0.8, topK: 30, seed: 2, maxNewTokens: 12 };
+    const C: EngineRow = { id: 3, prompt: ids(12, 9), temperature: 0, maxNewTokens: 2 };
+    const plan = [{ at: 0, row: A }, { at: 0, row: C }, { at: 5, row: B }];
+    for (const staticDecode of [false, true]) {
+      shifts = 0;
+      const got = await runEngine(m, plan, 4, staticDecode, 26);
+      expect(shifts, 'KV rebases').to.be.greaterThan(0);
+      for (const r of [A, B, C]) {
+        const alone = await runEngine(m, [{ at: 0, row: r }], 4, staticDecode, 26);
+        expect(got.get(r.id)!.map((t) => t.token), `row ${r.id} static ${staticDecode}`).to.deep.equal(alone.get(r.id)!.map((t) => t.token));
+      }
     }
   });
 

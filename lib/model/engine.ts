@@ -66,6 +66,8 @@ export interface EngineStep {
   /** Rows of the decode forward (0 when only a prefill ran). */
   batchRows: number;
   shifts: number;
+  /** CUDA graphs captured in this step. */
+  graphCaptures: number;
   prefillMs: number;
   decodeMs: number;
   sampleMs: number;
@@ -82,11 +84,19 @@ export interface DecodeEngineOptions {
   adapter?: AdapterChoice;
   /** Padded prompt tokens prefilled per step at most (at least one row always joins). Default 8192. */
   maxPrefillTokens?: number;
+  /**
+   * CUDA: decode each step from a captured CUDA graph (one per power-of-two bucket of rows, over a
+   * static KV cache; PAPERGYM_NO_CUDA_GRAPHS=1 disables). Default true; ignored on CPU.
+   */
+  cudaGraphs?: boolean;
+  /** Decode with the static-cache step (Qwen3Model::DecodeStatic) even without graphs (default: exactly when graphs are used). */
+  staticDecode?: boolean;
 }
 
 interface NativeEngine {
   maxRows: number;
   capacity: number;
+  decodePath: 'dynamic' | 'static' | 'cuda-graphs';
   add(row: object): void;
   cancel(id: number): void;
   waiting(): number;
@@ -110,6 +120,11 @@ export class DecodeEngine {
 
   get capacity(): number {
     return this.e.capacity;
+  }
+
+  /** 'dynamic' (Forward over the live rows), 'static' (DecodeStatic, eager) or 'cuda-graphs'. */
+  get decodePath(): 'dynamic' | 'static' | 'cuda-graphs' {
+    return this.e.decodePath;
   }
 
   /** Queues a row (joins at the next step with room). TypeError naming the field on bad input. */

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "napi/util.h"
 
@@ -17,7 +18,7 @@ double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::durati
 }  // namespace
 
 DecodeEngine::DecodeEngine(std::shared_ptr<Qwen3Model> model, int64_t max_rows, int64_t capacity, int64_t pad_id,
-                           AdapterSel adapter, int64_t max_prefill_tokens)
+                           AdapterSel adapter, int64_t max_prefill_tokens, bool cuda_graphs, int static_decode)
     : model_(std::move(model)),
       max_rows_(max_rows),
       capacity_(capacity),
@@ -32,6 +33,13 @@ DecodeEngine::DecodeEngine(std::shared_ptr<Qwen3Model> model, int64_t max_rows, 
                    std::to_string(c.max_position_embeddings) + ")");
   if (pad_id_ < 0 || pad_id_ >= c.vocab_size) throw ArgError("padId is outside [0, vocab_size)");
   if (max_prefill_tokens_ < 1) throw ArgError("maxPrefillTokens must be an integer >= 1");
+  static const bool env_no_graphs = [] {
+    const char* e = std::getenv("PAPERGYM_NO_CUDA_GRAPHS");
+    return e != nullptr && *e != '\0' && std::string(e) != "0";
+  }();
+  graphs_ = cuda_graphs && !env_no_graphs && CudaGraphsCompiled() && model_->device().is_cuda();
+  static_ = static_decode < 0 ? graphs_ : static_decode == 1;
+  if (!static_) graphs_ = false;
 }
 
 void DecodeEngine::Validate(const EngineRowSpec& s, const std::string& what) const {
@@ -73,8 +81,12 @@ void DecodeEngine::Release() {
     cancelled_.clear();
   }
   rows_.clear();
+  graph_.clear();
+  graph_out_.clear();
+  eager_runs_.clear();
   cache_ = KVCache();
   mask_ = at::Tensor();
+  ids_buf_ = pos_buf_ = slot_buf_ = at::Tensor();
   L_ = 0;
 }
 
@@ -119,6 +131,9 @@ EngineStepResult DecodeEngine::Step() {
     }
     rows_.clear();
     L_ = 0;
+    graph_.clear();  // a failed capture / replay: recapture from scratch next time
+    graph_out_.clear();
+    eager_runs_.clear();
 #ifdef PG_WITH_CUDA
     if (model_->device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
@@ -157,8 +172,15 @@ EngineStepResult DecodeEngine::StepImpl() {
   if (rows_.empty()) L_ = 0;
   if (cache_.k.empty()) {
     cache_ = model_->NewCache(max_rows_, capacity_);
-    mask_ = at::zeros({max_rows_, capacity_}, lopt.device(dev));
+    mask_ = at::zeros({max_rows_, capacity_}, at::TensorOptions().dtype(at::kBool).device(dev));
+    if (static_) {
+      ids_buf_ = at::full({max_rows_, 1}, pad_id_, lopt.device(dev));
+      pos_buf_ = at::zeros({max_rows_}, lopt.device(dev));
+      slot_buf_ = at::zeros({1}, lopt.device(dev));
+    }
   }
+  // Graph capture and replay need a non-default stream: the whole step runs on the side stream.
+  SideStreamScope side(graphs_ ? dev : at::Device(at::kCPU));
 
   // 2. Admission (FIFO): rows join while the batch has room, the prefill stays within its token
   // budget and the KV slots fit (possibly after moving the live history, see the class doc).
@@ -212,18 +234,55 @@ EngineStepResult DecodeEngine::StepImpl() {
       ids[b] = rows_[b].last;
       pos[b] = rows_[b].next_pos;
     }
-    mask_.narrow(0, 0, A).select(1, L_).fill_(1);
-    KVCache view;
-    view.len = L_;
-    view.capacity = capacity_;
-    for (auto& t : cache_.k) view.k.push_back(t.narrow(0, 0, A));
-    for (auto& t : cache_.v) view.v.push_back(t.narrow(0, 0, A));
-    at::Tensor h = model_->Forward(at::tensor(ids, lopt).view({A, 1}).to(dev), mask_.narrow(0, 0, A).narrow(1, 0, L_ + 1),
-                                   at::tensor(pos, lopt).view({A, 1}).to(dev), adapter_, &view);
-    logits_old = model_->Logits(h.select(1, 0));  // [A, V]
+    if (static_) {
+      // DecodeStatic over a bucket of B >= A rows (rows A..B-1 decode pad_id and are ignored).
+      int64_t B = 1;
+      while (B < A) B <<= 1;
+      B = std::min(B, max_rows_);
+      ids_buf_.narrow(0, 0, A).copy_(at::tensor(ids, lopt).view({A, 1}));
+      if (B > A) ids_buf_.narrow(0, A, B - A).fill_(pad_id_);
+      pos_buf_.narrow(0, 0, A).copy_(at::tensor(pos, lopt));
+      if (B > A) pos_buf_.narrow(0, A, B - A).zero_();
+      slot_buf_.fill_(L_);
+      auto step_fn = [this, B]() {
+        KVCache vb;
+        vb.len = 0;
+        vb.capacity = capacity_;
+        for (auto& t : cache_.k) vb.k.push_back(t.narrow(0, 0, B));
+        for (auto& t : cache_.v) vb.v.push_back(t.narrow(0, 0, B));
+        return model_->DecodeStatic(ids_buf_.narrow(0, 0, B), pos_buf_.narrow(0, 0, B), slot_buf_, mask_.narrow(0, 0, B), adapter_, vb);
+      };
+      at::Tensor out;
+      constexpr int64_t kWarmup = 2;  // eager runs of a bucket before its capture (lazy inits)
+      if (graphs_ && eager_runs_[B] >= kWarmup) {
+        auto& g = graph_[B];
+        if (!g) {
+          g = std::make_unique<StepGraph>();
+          graph_out_[B] = g->Capture(step_fn);
+          ++res.graph_captures;
+        }
+        g->Replay();
+        out = graph_out_[B];
+      } else {
+        out = step_fn();
+        ++eager_runs_[B];
+      }
+      logits_old = out.narrow(0, 0, A);
+      res.batch_rows = B;
+    } else {
+      mask_.narrow(0, 0, A).select(1, L_).fill_(true);
+      KVCache view;
+      view.len = L_;
+      view.capacity = capacity_;
+      for (auto& t : cache_.k) view.k.push_back(t.narrow(0, 0, A));
+      for (auto& t : cache_.v) view.v.push_back(t.narrow(0, 0, A));
+      at::Tensor h = model_->Forward(at::tensor(ids, lopt).view({A, 1}).to(dev), mask_.narrow(0, 0, A).narrow(1, 0, L_ + 1),
+                                     at::tensor(pos, lopt).view({A, 1}).to(dev), adapter_, &view);
+      logits_old = model_->Logits(h.select(1, 0));  // [A, V]
+      res.batch_rows = A;
+    }
     ++L_;
     for (Row& r : rows_) ++r.next_pos;
-    res.batch_rows = A;
   }
   const auto t1 = Clock::now();
 

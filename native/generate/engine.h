@@ -6,11 +6,13 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "generate/cuda_graph.h"
 #include "generate/sampler.h"
 #include "model/qwen3.h"
 
@@ -46,6 +48,7 @@ struct EngineStepResult {
   int64_t prefill_tokens = 0;       // padded prompt tokens of that prefill
   int64_t batch_rows = 0;           // rows of this step's decode forward (0 = none)
   int64_t shifts = 0;               // KV rebases this step (cache content moved)
+  int64_t graph_captures = 0;       // CUDA graphs captured this step (static decode with graphs)
   double prefill_ms = 0, decode_ms = 0, sample_ms = 0;
 };
 
@@ -66,8 +69,13 @@ struct EngineStepResult {
 /// held, grad mode off and the device set.
 class DecodeEngine {
  public:
+  /// static_decode: -1 = auto (on exactly when CUDA graphs are used: CUDA model, graphs compiled,
+  /// PAPERGYM_NO_CUDA_GRAPHS unset, cuda_graphs true), 0 = Forward over the live rows (dynamic),
+  /// 1 = Qwen3Model::DecodeStatic over a power-of-two bucket of rows (eager without graphs; with
+  /// graphs one captured graph per bucket after two eager warm-up steps of that bucket). The
+  /// static decode attends over all `capacity` slots (masked), so its cost follows the capacity.
   DecodeEngine(std::shared_ptr<Qwen3Model> model, int64_t max_rows, int64_t capacity, int64_t pad_id, AdapterSel adapter,
-               int64_t max_prefill_tokens);
+               int64_t max_prefill_tokens, bool cuda_graphs = true, int static_decode = -1);
 
   /// ArgError naming `what` when the spec does not fit the model / engine (empty prompt, ids out
   /// of range, len + max_new_tokens > capacity, bad sampling, duplicate id).
@@ -86,6 +94,8 @@ class DecodeEngine {
   void Release();
 
   int64_t max_rows() const { return max_rows_; }
+  bool graphs() const { return graphs_; }
+  bool static_decode() const { return static_; }
   int64_t capacity() const { return capacity_; }
 
  private:
@@ -112,7 +122,14 @@ class DecodeEngine {
 
   std::vector<Row> rows_;  // live rows, batch order = cache row
   KVCache cache_;          // [max_rows, n_kv, capacity, head_dim] per layer, allocated lazily
-  at::Tensor mask_;        // [max_rows, capacity] int64 on the device
+  at::Tensor mask_;        // [max_rows, capacity] bool on the device (DecodeStatic's keep)
+  // Static decode: input buffers (views of their first B rows feed a bucket of B rows) and one
+  // captured graph per bucket with its output and the number of eager runs of that bucket.
+  bool graphs_ = false, static_ = false;
+  at::Tensor ids_buf_, pos_buf_, slot_buf_;
+  std::map<int64_t, std::unique_ptr<StepGraph>> graph_;
+  std::map<int64_t, at::Tensor> graph_out_;
+  std::map<int64_t, int64_t> eager_runs_;
   int64_t L_ = 0;          // next slot
 };
 

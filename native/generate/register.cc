@@ -264,12 +264,15 @@ Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
     const int64_t ctx = model->config().max_position_embeddings;
     const int64_t max_rows = GetInt(o, "maxRows", 32, "options");
     const int64_t capacity = GetInt(o, "capacity", ctx > 0 ? std::min<int64_t>(ctx, 4096) : 4096, "options");
+    const int static_decode = Has(o, "staticDecode") ? (GetBool(o, "staticDecode", std::nullopt, "options") ? 1 : 0) : -1;
     auto eng = std::make_shared<DecodeEngine>(model, max_rows, capacity, GetInt(o, "padId", 0, "options"), ReadAdapter(o),
-                                              GetInt(o, "maxPrefillTokens", 8192, "options"));
+                                              GetInt(o, "maxPrefillTokens", 8192, "options"), GetBool(o, "cudaGraphs", true, "options"),
+                                              static_decode);
     auto busy = std::make_shared<std::atomic<bool>>(false);
     Napi::Object out = Napi::Object::New(env);
     out.Set("maxRows", Napi::Number::New(env, static_cast<double>(max_rows)));
     out.Set("capacity", Napi::Number::New(env, static_cast<double>(capacity)));
+    out.Set("decodePath", Napi::String::New(env, eng->graphs() ? "cuda-graphs" : eng->static_decode() ? "static" : "dynamic"));
     out.Set("add", Napi::Function::New(env, [eng](const Napi::CallbackInfo& i) -> Napi::Value {
       return Guard(i.Env(), [&]() -> Napi::Value {
         Napi::Object r = ArgObject(i, 0, "row");
@@ -350,6 +353,7 @@ Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
           so.Set("prefillTokens", Napi::Number::New(env2, static_cast<double>(res->prefill_tokens)));
           so.Set("batchRows", Napi::Number::New(env2, static_cast<double>(res->batch_rows)));
           so.Set("shifts", Napi::Number::New(env2, static_cast<double>(res->shifts)));
+          so.Set("graphCaptures", Napi::Number::New(env2, static_cast<double>(res->graph_captures)));
           so.Set("prefillMs", Napi::Number::New(env2, res->prefill_ms));
           so.Set("decodeMs", Napi::Number::New(env2, res->decode_ms));
           so.Set("sampleMs", Napi::Number::New(env2, res->sample_ms));

@@ -5,7 +5,7 @@
  * different temperatures, seeds and max tokens) gives, for every seeded row, the same ids as the
  * row alone; the graph path equals the static path without graphs; and the step-wise decode
  * engine (serve's continuous batching) gives a seeded row the same ids alone and when it joins
- * a running batch.
+ * a running batch, with CUDA graphs (one per bucket) equal to its eager static and dynamic decode.
  */
 import { expect } from 'chai';
 import { cudaAvailable, native } from '../../lib/native.js';
@@ -70,8 +70,10 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
 
   it('engine: a seeded row joining a running batch gives the same ids as alone', async () => {
     const rows: EngineRow[] = mixed.map((o, i) => ({ id: i + 1, prompt: prompts[i]!, temperature: o.temperature, topK: o.topK, topP: o.topP, minP: o.minP, seed: o.seed ?? 0, maxNewTokens: o.maxNewTokens ?? 24 }));
-    const run = async (plan: { at: number; row: EngineRow }[]) => {
-      const e = new DecodeEngine(m, { maxRows: 8, capacity: 128 });
+    const graphs = (native() as unknown as { cudaGraphsCompiled?: () => boolean }).cudaGraphsCompiled?.() ?? false;
+    const run = async (plan: { at: number; row: EngineRow }[], o: { cudaGraphs?: boolean; staticDecode?: boolean } = {}) => {
+      const e = new DecodeEngine(m, { maxRows: 8, capacity: 128, ...o });
+      if (o.cudaGraphs !== false && graphs) expect(e.decodePath).to.equal('cuda-graphs');
       const out = new Map<number, number[]>();
       let live = 0;
       for (let s = 0; s < 200; s++) {
@@ -85,7 +87,15 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
       await e.release();
       return out;
     };
-    const together = await run(rows.map((row, i) => ({ at: i * 3, row })));
+    const plan = rows.map((row, i) => ({ at: i * 3, row }));
+    const together = await run(plan);
     for (const row of rows) expect(together.get(row.id), `row ${row.id}`).to.deep.equal((await run([{ at: 0, row }])).get(row.id));
+    // graphs == the same static step eager == the dynamic (Forward) decode
+    const eager = await run(plan, { cudaGraphs: false, staticDecode: true });
+    const dyn = await run(plan, { cudaGraphs: false, staticDecode: false });
+    for (const row of rows) {
+      expect(together.get(row.id), `row ${row.id} graphs vs eager static`).to.deep.equal(eager.get(row.id));
+      expect(dyn.get(row.id), `row ${row.id} dynamic vs static`).to.deep.equal(eager.get(row.id));
+    }
   });
 });
