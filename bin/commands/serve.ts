@@ -46,7 +46,7 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
       .option('served-model-name', { type: 'string', describe: 'model id clients send (default: the model dir name)' })
       .option('max-batch', { type: 'number', default: 32, describe: 'max rows (completions) decoding together' })
       .option('max-queue', { type: 'number', default: 256, describe: 'max requests waiting for a row; more get 429' })
-      .option('max-model-len', { type: 'number', describe: 'KV slots per row: prompt + max_tokens limit (default min(context, 4096))' })
+      .option('max-model-len', { type: 'number', describe: 'KV slots per row: the prompt + max_tokens limit (default min(context, 4096)); on CUDA each decode step attends over all of them, so a smaller value is faster' })
       .option('batch-window-ms', { type: 'number', default: 5, describe: 'wait for more requests before an idle batch' })
       .option('max-tokens', { type: 'number', default: 1024, describe: 'default max_tokens' })
       .option('thinking', { type: 'boolean', describe: 'server-wide enable_thinking default (requests may override)' })

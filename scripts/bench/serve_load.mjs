@@ -24,6 +24,8 @@
  *          --model DIR  --clients N (concurrent requests, default 64)  --min-tokens 8 --max-tokens 32
  *          --prompt-words 40 (user message length)  --max-batch 64  --stream-fraction 0.5
  *          --json FILE  --layers N (random shapes with fewer layers)  --threads N (CPU)
+ *          --mix seeds|temps|full  --max-model-len 1024 (KV slots per row; the CUDA-graph decode
+ *          attends over all of them, so keep it near the longest prompt + max_tokens)
  * Random-shape checkpoints are made by scripts/make_random_qwen3.py under .cache/random-models/
  * (with the real Qwen3 tokenizer), as scripts/bench/generate.mjs does.
  */
@@ -50,6 +52,7 @@ const { values: a } = parseArgs({
     layers: { type: 'string' },
     threads: { type: 'string' },
     mix: { type: 'string', default: 'seeds' },
+    'max-model-len': { type: 'string', default: '1024' },
   },
 });
 if (!['seeds', 'temps', 'full'].includes(a.mix)) throw new Error(`--mix must be seeds|temps|full, got ${a.mix}`);
@@ -184,7 +187,7 @@ const { native } = await import(join(root, 'dist', 'lib', 'native.js'));
 if (a.threads) native().setNumThreads(Number(a.threads));
 const policy = await Policy.load(modelDir, { device: a.device, dtype: dtypeName });
 const reqs = makeRequests();
-const srv = new ChatServer({ backend: policyServeBackend(policy, { maxRows: maxBatch, capacity: 4096 }), modelId: 'bench', maxBatch, maxQueue: 4 * N });
+const srv = new ChatServer({ backend: policyServeBackend(policy, { maxRows: maxBatch, capacity: Number(a['max-model-len']) }), modelId: 'bench', maxBatch, maxQueue: 4 * N });
 const { url } = await srv.start();
 const stats = () => srv.stats();
 
