@@ -5,6 +5,8 @@
 import type { Policy } from '../model/policy.js';
 import { studentMessages } from '../train/prompts.js';
 import type { ServeBackend, ServeResult } from '../judge/serve.js';
+import { modelStepper, type ServeStepper } from '../judge/serve-engine.js';
+import { Qwen3Model } from '../model/qwen3.js';
 import type { PlanGenerator } from './run.js';
 
 /** Sampling used for eval plans. Defaults: Qwen3's non-thinking recommendation (T 0.7, top-p 0.8, top-k 20), 1024 new tokens, thinking off. */
@@ -32,11 +34,19 @@ export function policyPlanGenerator(policy: Policy, s: PlanSampling = {}): PlanG
 }
 
 /**
- * ServeBackend over a Policy (active adapter). Prompts whose length + max_tokens exceeds the
- * context get a per-request error; the rest run as one batched generation.
+ * ServeBackend over a Policy (active adapter). With a loaded model (a real Policy) `serve` uses its
+ * step-wise side: continuous batching on the native decode engine (lib/judge/serve-engine.ts;
+ * `engine.maxRows` rows, `engine.capacity` KV slots per row). `generate` is the whole-batch side:
+ * prompts whose length + max_tokens exceeds the context get a per-request error; the rest run as
+ * one batched generation.
  */
-export function policyServeBackend(policy: Policy): ServeBackend {
+export function policyServeBackend(policy: Policy, engine: { maxRows?: number; capacity?: number; maxPrefillTokens?: number } = {}): ServeBackend {
+  let stepper: ServeStepper | undefined;
   return {
+    stepper: () => {
+      if (!stepper && policy.model instanceof Qwen3Model) stepper = modelStepper(policy, engine);
+      return stepper;
+    },
     async generate(prompts, opts) {
       const ids = await policy.encodePrompts(prompts, { enableThinking: opts.enableThinking });
       const ctx = policy.contextLength;

@@ -1,31 +1,65 @@
 /**
- * OpenAI-compatible chat server on node:http (issue 6 item 4): `GET /v1/models`,
- * `POST /v1/chat/completions` (plain JSON and `stream: true` server-sent events). Requests are
- * batched into generation: requests that arrive within `batchWindowMs`, or while a generation is
- * running, and that share the sampling parameters (temperature, top_p, top_k, max_tokens, n,
- * seed, thinking switch) go into one backend call of up to `maxBatch` prompts. One generation runs
- * at a time (the model is serialised anyway). Typical use: serve a frozen base as the judge of
- * another run (`--judge http --judge-url http://host:port/v1`).
+ * OpenAI-compatible chat server on node:http (issue 6 item 4, issue 12 item 5, issue 20):
+ * `GET /v1/models`, `POST /v1/chat/completions` (plain JSON and `stream: true` server-sent events).
+ *
+ * Two backends:
+ * - a step-wise model backend ({@link ServeStepper}, lib/judge/serve-engine.ts; what `serve` uses):
+ *   continuous batching. Each choice of each request is one row of the native decode engine with
+ *   its own sampling settings (temperature, top_p, top_k, min_p, seed, max_tokens, stop ids,
+ *   logprobs); a request that arrives while the batch decodes joins at the next step (its prefill
+ *   runs in that step), finished rows leave at once and their KV slots are reused. At most
+ *   `maxBatch` rows decode together; requests beyond that wait in a queue of `maxQueue` requests,
+ *   and one that finds the queue full gets 429 (`code: "queue_full"`, `Retry-After: 1`); 503 while
+ *   shutting down. A client that disconnects cancels its rows (queued or running).
+ *   Tokens are detokenized incrementally (never splitting a UTF-8 character), so stop strings end
+ *   decoding when they appear (the row is cancelled; `completion_tokens` counts the tokens up to and
+ *   including the one that completed the stop string; the text is cut before the stop string) and
+ *   `stream: true` sends each token's text as it is decoded (text that could be the start of a stop
+ *   string or of a `<think>` tag is held back until it is decided).
+ * - a whole-batch backend ({@link ServeBackend}, `generate`): requests within `batchWindowMs` that
+ *   share their sampling parameters go into one call; stop strings are cut post hoc; streaming
+ *   sends the text when the batch finishes (kept for test doubles and other batch engines).
  *
  * Request fields honoured: model (must be the served id, or omitted), messages (string content or
- * text parts), temperature (default 1; 0 = greedy), top_p, top_k (vLLM extension), max_tokens /
- * max_completion_tokens, n, seed, stop (strings; cut post hoc, finish_reason "stop"), stream,
- * stream_options.include_usage, chat_template_kwargs.enable_thinking (vLLM/SGLang style).
- * Ignored: response_format (no constrained decoding), logprobs, tools, penalties.
+ * text parts; roles system / developer / user / assistant (with `tool_calls`) / tool (with
+ * `tool_call_id`), rendered by the chat template), tools (passed to the template), temperature
+ * (default 1; 0 = greedy), top_p, top_k and min_p (vLLM extensions), max_tokens /
+ * max_completion_tokens, n, seed, stop (strings), logprobs + top_logprobs (0-20; model backend),
+ * ignore_eos (vLLM extension; model backend),
+ * stream, stream_options.include_usage, chat_template_kwargs.enable_thinking (vLLM/SGLang style).
+ * Ignored: response_format (no constrained decoding), tool_choice, penalties.
+ *
+ * Logprobs: `choices[].logprobs.content[]` = `{token, logprob, bytes, top_logprobs: [{token,
+ * logprob, bytes}]}` per completion token (the final stop id, e.g. `<|im_end|>`, is not part of the
+ * content and has no entry; it is counted in completion_tokens). The values are the RAW model
+ * distribution, log_softmax(logits) at temperature 1 before top-k / top-p / min-p — vLLM's default
+ * (`--logprobs-mode raw_logprobs`) — so P(yes) read from top_logprobs equals the local judge's
+ * (lib/judge/local.ts, which scores the same log_softmax). `token` is the token's text, or
+ * `bytes:\xNN…` when its bytes are not valid UTF-8 alone; `bytes` its UTF-8 bytes.
+ *
  * Thinking: text before `</think>` is returned as `message.reasoning_content`, the rest as content
- * (as vLLM does with a reasoning parser). Streaming sends the role chunk at once and the content
- * when the batch finishes (the backend returns whole completions), then `data: [DONE]`.
- * Errors use OpenAI's shape `{error: {message, type, param, code}}` with 400 / 404 / 405 / 413 / 500.
+ * (as vLLM does with a reasoning parser); streamed as `delta.reasoning_content` / `delta.content`.
+ * Seeds: a request's choice i samples from its own generator (seed for choice 0, a mix of seed and
+ * i for the others), so a seeded request gives the same completion alone or in any batch.
+ * Errors use OpenAI's shape `{error: {message, type, param, code}}` with 400 / 404 / 405 / 413 /
+ * 429 / 500 / 503.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
 import { splitThink as splitReasoning } from '../llm/think.js';
+import { IncrementalDetokenizer, type ServeStepper, type StepperMessage } from './serve-engine.js';
+import type { EngineToken } from '../model/engine.js';
 
 /** A chat message as the backend receives it. */
 export interface ServeMessage {
-  role: 'system' | 'user' | 'assistant';
+  role: 'system' | 'user' | 'assistant' | 'tool';
   content: string;
+  /** Assistant turns: the tool calls as the client sent them (`[{id, type, function: {name, arguments}}]`). */
+  tool_calls?: unknown[];
+  /** Tool turns: the call they answer. */
+  tool_call_id?: string;
+  name?: string;
 }
 
 /** Sampling options of one backend call (shared by every prompt of the batch). */
@@ -53,6 +87,11 @@ export interface ServeCompletion {
 /** What the server needs from a model: chat-rendered batched generation. */
 export interface ServeBackend {
   /**
+   * Step-wise model backend: when present (and `stepper()` returns one), requests are served by
+   * continuous batching on it instead of `generate` (see the module doc). Created on first use.
+   */
+  stepper?: () => ServeStepper | undefined;
+  /**
    * result[p] = the n completions of prompt p plus its prompt length in tokens, or `{error}` for a
    * prompt that cannot run (e.g. longer than the context; the server answers 400 for that request
    * only). Rejecting fails every request of the batch (500).
@@ -71,8 +110,10 @@ export interface ChatServerOptions {
   host?: string;
   /** 0 = any free port. */
   port?: number;
-  /** Max prompts per backend call (default 32). */
+  /** Max prompts per backend call / rows decoding together on a step-wise backend (default 32; the stepper's maxRows caps it). */
   maxBatch?: number;
+  /** Step-wise backend: requests waiting for a row at most, beyond which requests get 429 (default 256). */
+  maxQueue?: number;
   /** Wait this long for more requests before starting an idle batch (default 5 ms). */
   batchWindowMs?: number;
   /** Default max_tokens (default 1024) and its cap (default 8192). */
@@ -97,6 +138,13 @@ export interface ChatServerStats {
   promptTokens: number;
   completionTokens: number;
   errors: number;
+  /** Step-wise backend: decode steps run, requests refused with 429, requests cancelled by a disconnect. */
+  steps: number;
+  rejected: number;
+  cancelled: number;
+  /** Step-wise backend now: rows decoding or queued in the engine, requests waiting for rows. */
+  liveRows: number;
+  queued: number;
 }
 
 class HttpError extends Error {
@@ -116,6 +164,12 @@ interface Params {
   temperature: number;
   topP: number;
   topK: number;
+  minP: number;
+  /** -1 = no logprobs; else top_logprobs (0..20). */
+  topLogprobs: number;
+  /** vLLM's ignore_eos: the tokenizer's stop ids do not end the completion. */
+  ignoreEos?: boolean;
+  tools?: unknown;
   maxNewTokens: number;
   seed?: number;
   enableThinking?: boolean;
@@ -141,9 +195,10 @@ function messagesOf(v: unknown): ServeMessage[] {
   if (!Array.isArray(v) || !v.length) throw new HttpError(400, 'messages must be a non-empty array', 'invalid_request_error', 'messages');
   return v.map((m, i) => {
     if (!m || typeof m !== 'object') throw new HttpError(400, `messages[${i}] must be an object`, 'invalid_request_error', 'messages');
-    const role = (m as { role?: unknown }).role;
-    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'developer') throw new HttpError(400, `messages[${i}].role must be system, user or assistant`, 'invalid_request_error', 'messages');
-    const c = (m as { content?: unknown }).content;
+    const mm = m as { role?: unknown; content?: unknown; tool_calls?: unknown; tool_call_id?: unknown; name?: unknown };
+    const role = mm.role;
+    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'developer' && role !== 'tool') throw new HttpError(400, `messages[${i}].role must be system, developer, user, assistant or tool`, 'invalid_request_error', 'messages');
+    const c = mm.content;
     let content: string;
     if (typeof c === 'string') content = c;
     else if (Array.isArray(c)) {
@@ -155,7 +210,19 @@ function messagesOf(v: unknown): ServeMessage[] {
         .join('');
     } else if (c === null || c === undefined) content = '';
     else throw new HttpError(400, `messages[${i}].content must be a string or text parts`, 'invalid_request_error', 'messages');
-    return { role: role === 'developer' ? 'system' : role, content };
+    const out: ServeMessage = { role: role === 'developer' ? 'system' : role, content };
+    if (mm.tool_calls !== undefined && mm.tool_calls !== null) {
+      if (role !== 'assistant' || !Array.isArray(mm.tool_calls)) throw new HttpError(400, `messages[${i}].tool_calls must be an array on an assistant message`, 'invalid_request_error', 'messages');
+      // The Qwen3 template reads tool_call.function.{name, arguments} (arguments: a JSON string or an object).
+      mm.tool_calls.forEach((tc, j) => {
+        const f = (tc as { function?: { name?: unknown } } | null)?.function;
+        if (!f || typeof f.name !== 'string') throw new HttpError(400, `messages[${i}].tool_calls[${j}].function.name must be a string`, 'invalid_request_error', 'messages');
+      });
+      out.tool_calls = mm.tool_calls;
+    }
+    if (typeof mm.tool_call_id === 'string') out.tool_call_id = mm.tool_call_id;
+    if (typeof mm.name === 'string') out.name = mm.name;
+    return out;
   });
 }
 
@@ -174,12 +241,76 @@ export function applyStop(text: string, stop: string[]): { text: string; stopped
 }
 
 /** The OpenAI-compatible server (see the module docstring). */
+/** Seed of choice `index` of a request seeded with `seed`: the seed itself for choice 0, else a splitmix64 mix of (seed, index), 48 bits. */
+function rowSeed(seed: number, index: number): number {
+  if (index === 0) return seed;
+  const M = (1n << 64n) - 1n;
+  let z = (BigInt(seed) + BigInt(index) * 0x9e3779b97f4a7c15n) & M;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
+  return Number((z ^ (z >> 31n)) & ((1n << 48n) - 1n));
+}
+
+/** Length of the longest suffix of `text` that is a proper prefix of one of `patterns`. */
+function heldBack(text: string, patterns: string[]): number {
+  let best = 0;
+  for (const p of patterns) {
+    if (!p) continue;
+    for (let k = Math.min(p.length - 1, text.length); k > best; k--)
+      if (text.endsWith(p.slice(0, k))) {
+        best = k;
+        break;
+      }
+  }
+  return best;
+}
+
+interface StepChoice {
+  index: number;
+  rowId: number;
+  detok: IncrementalDetokenizer;
+  /** Decoded text so far (cut at a stop string). */
+  text: string;
+  /** Reasoning / content already streamed. */
+  emR: string;
+  emC: string;
+  /** Tokens generated (the final stop id included). */
+  tokens: number;
+  lp: { token: string; logprob: number; bytes: number[]; top_logprobs: { token: string; logprob: number; bytes: number[] }[] }[];
+  lpSent: number;
+  finish: 'stop' | 'length' | null;
+}
+
+interface StepReq {
+  params: Params;
+  prompt: number[];
+  stream: boolean;
+  write: (choices: unknown[], extra?: Record<string, unknown>) => void;
+  choices: StepChoice[];
+  done: boolean;
+  cancelled?: boolean;
+  resolve: () => void;
+  reject: (e: unknown) => void;
+}
+
+interface RowRef {
+  req: StepReq;
+  choice: StepChoice;
+}
+
 export class ChatServer {
   private server?: Server;
   private queue: Entry[] = [];
   private running = false;
   private timer?: NodeJS.Timeout;
-  private readonly s: ChatServerStats = { requests: 0, batches: 0, prompts: 0, maxBatchSeen: 0, promptTokens: 0, completionTokens: 0, errors: 0 };
+  private st?: ServeStepper | null;
+  private waitQ: StepReq[] = [];
+  private rows = new Map<number, RowRef>();
+  private rowsLive = 0;
+  private nextRowId = 1;
+  private pumping = false;
+  private closing = false;
+  private readonly s: ChatServerStats = { requests: 0, batches: 0, prompts: 0, maxBatchSeen: 0, promptTokens: 0, completionTokens: 0, errors: 0, steps: 0, rejected: 0, cancelled: 0, liveRows: 0, queued: 0 };
   private readonly created = Math.floor(Date.now() / 1000);
   /** `http://host:port/v1` once started. */
   url = '';
@@ -187,7 +318,7 @@ export class ChatServer {
   constructor(private readonly o: ChatServerOptions) {}
 
   stats(): ChatServerStats {
-    return { ...this.s };
+    return { ...this.s, liveRows: this.rowsLive, queued: this.waitQ.length };
   }
 
   /** Starts listening; resolves with the base URL (`http://host:port/v1`) and port. */
@@ -209,8 +340,26 @@ export class ChatServer {
 
   /** Stops accepting, rejects queued requests, closes connections. */
   async close(): Promise<void> {
+    this.closing = true;
     if (this.timer) clearTimeout(this.timer);
     for (const e of this.queue.splice(0)) e.reject(new HttpError(503, 'server shutting down', 'server_error'));
+    const down = new HttpError(503, 'server shutting down', 'server_error');
+    for (const r of this.waitQ.splice(0)) {
+      r.done = true;
+      r.reject(down);
+    }
+    if (this.st) {
+      for (const { req, choice } of this.rows.values()) {
+        this.st.cancel(choice.rowId);
+        if (!req.done) {
+          req.done = true;
+          req.reject(down);
+        }
+      }
+      this.rows.clear();
+      this.rowsLive = 0;
+      await this.st.release();
+    }
     const srv = this.server;
     this.server = undefined;
     if (!srv) return;
@@ -280,13 +429,27 @@ export class ChatServer {
       topP: num(b.top_p, 'top_p', 1, Number.MIN_VALUE, 1),
       topK: num(b.top_k, 'top_k', 0, -1, 1e6, true),
       maxNewTokens: num(b.max_completion_tokens ?? b.max_tokens, 'max_tokens', Math.min(this.o.defaultMaxTokens ?? 1024, cap), 1, cap, true),
-      seed: b.seed === undefined || b.seed === null ? undefined : num(b.seed, 'seed', 0, 0, 2 ** 31 - 1, true),
+      seed: b.seed === undefined || b.seed === null ? undefined : num(b.seed, 'seed', 0, 0, Number.MAX_SAFE_INTEGER, true),
       enableThinking: (et as boolean | undefined) ?? this.o.enableThinking,
       stop,
+      minP: num(b.min_p, 'min_p', 0, 0, 1),
+      topLogprobs: -1,
     };
     if (params.topK < 0) params.topK = 0;
+    if (b.logprobs !== undefined && b.logprobs !== null && typeof b.logprobs !== 'boolean') throw new HttpError(400, 'logprobs must be a boolean', 'invalid_request_error', 'logprobs');
+    const topLogprobs = num(b.top_logprobs, 'top_logprobs', 0, 0, 20, true);
+    if (b.top_logprobs !== undefined && b.top_logprobs !== null && b.logprobs !== true) throw new HttpError(400, 'top_logprobs requires logprobs: true', 'invalid_request_error', 'top_logprobs');
+    if (b.logprobs === true) params.topLogprobs = topLogprobs;
+    if (b.ignore_eos !== undefined && typeof b.ignore_eos !== 'boolean') throw new HttpError(400, 'ignore_eos must be a boolean', 'invalid_request_error', 'ignore_eos');
+    params.ignoreEos = b.ignore_eos === true;
+    if (b.tools !== undefined && b.tools !== null) {
+      if (!Array.isArray(b.tools)) throw new HttpError(400, 'tools must be an array', 'invalid_request_error', 'tools');
+      params.tools = b.tools;
+    }
     const stream = b.stream === true;
     const includeUsage = stream && !!(b.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
+    const stepper = this.stepper();
+    if (stepper) return this.handleStep(stepper, res, messages, params, stream, includeUsage);
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
     let keepalive: NodeJS.Timeout | undefined;
@@ -337,6 +500,264 @@ export class ChatServer {
         usage,
       }),
     );
+  }
+
+  // ---- step-wise backend: continuous batching ----
+
+  private stepper(): ServeStepper | undefined {
+    if (this.st === undefined) this.st = this.o.backend.stepper?.() ?? null;
+    return this.st ?? undefined;
+  }
+
+  private maxRows(st: ServeStepper): number {
+    return Math.max(1, Math.min(this.o.maxBatch ?? 32, st.maxRows));
+  }
+
+  private async handleStep(st: ServeStepper, res: ServerResponse, messages: ServeMessage[], p: Params, stream: boolean, includeUsage: boolean): Promise<void> {
+    if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
+    const maxRows = this.maxRows(st);
+    if (p.n > maxRows) throw new HttpError(400, `n must be at most ${maxRows} (the server's max batch)`, 'invalid_request_error', 'n');
+    const queueFull = () => {
+      if (this.waitQ.length < (this.o.maxQueue ?? 256)) return;
+      this.s.rejected++;
+      res.setHeader('retry-after', '1');
+      throw new HttpError(429, `server busy: ${this.waitQ.length} requests already waiting (max queue ${this.o.maxQueue ?? 256}); retry later`, 'rate_limit_error', null, 'queue_full');
+    };
+    queueFull();
+    let ids: number[];
+    try {
+      ids = await st.encode(messages as StepperMessage[], { enableThinking: p.enableThinking, tools: p.tools });
+    } catch (e) {
+      throw new HttpError(400, `messages cannot be rendered by the chat template: ${(e as Error).message}`, 'invalid_request_error', 'messages');
+    }
+    queueFull(); // requests that were encoded meanwhile may have filled it
+    if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
+    if (ids.length + p.maxNewTokens > st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`, 'invalid_request_error', 'messages');
+    const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
+    const created = Math.floor(Date.now() / 1000);
+    const write = (choices: unknown[], extra: Record<string, unknown> = {}) => {
+      if (!res.writableEnded && !res.destroyed) res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices, ...extra })}\n\n`);
+    };
+    const r: StepReq = {
+      params: p,
+      prompt: ids,
+      stream,
+      write,
+      choices: Array.from({ length: p.n }, (_, index) => ({ index, rowId: this.nextRowId++, detok: new IncrementalDetokenizer(), text: '', emR: '', emC: '', tokens: 0, lp: [], lpSent: 0, finish: null })),
+      done: false,
+      resolve: () => undefined,
+      reject: () => undefined,
+    };
+    const finished = new Promise<void>((a, b) => {
+      r.resolve = a;
+      r.reject = b;
+    });
+    let keepalive: NodeJS.Timeout | undefined;
+    if (stream) {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+      write(r.choices.map((c) => ({ index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null })));
+      keepalive = setInterval(() => res.write(': keep-alive\n\n'), 15_000);
+    }
+    res.once('close', () => {
+      if (!r.done) this.cancelReq(st, r);
+    });
+    this.waitQ.push(r);
+    void this.pump(st);
+    try {
+      await finished;
+    } finally {
+      if (keepalive) clearInterval(keepalive);
+    }
+    if (r.cancelled) return;
+    const withLp = p.topLogprobs >= 0;
+    const completionTokens = r.choices.reduce((a, c) => a + c.tokens, 0);
+    const usage = { prompt_tokens: ids.length, completion_tokens: completionTokens, total_tokens: ids.length + completionTokens };
+    this.s.promptTokens += ids.length;
+    this.s.completionTokens += completionTokens;
+    if (stream) {
+      if (includeUsage) write([], { usage });
+      res.end('data: [DONE]\n\n');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({
+        id,
+        object: 'chat.completion',
+        created,
+        model: this.o.modelId,
+        choices: r.choices.map((c) => {
+          const { content, reasoning } = splitReasoning(c.text);
+          return { index: c.index, message: { role: 'assistant', content, ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) }, logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish };
+        }),
+        usage,
+      }),
+    );
+  }
+
+  /** A client went away: its queued request is dropped, its running rows cancelled. */
+  private cancelReq(st: ServeStepper, r: StepReq): void {
+    r.done = true;
+    r.cancelled = true;
+    this.s.cancelled++;
+    const qi = this.waitQ.indexOf(r);
+    if (qi >= 0) this.waitQ.splice(qi, 1);
+    else
+      for (const c of r.choices)
+        if (this.rows.has(c.rowId)) {
+          st.cancel(c.rowId);
+          this.rows.delete(c.rowId);
+          this.rowsLive--;
+        }
+    r.resolve();
+  }
+
+  /** Adds waiting requests (FIFO) while their rows fit in the batch. */
+  private admit(st: ServeStepper): void {
+    const maxRows = this.maxRows(st);
+    while (this.waitQ.length && this.rowsLive + this.waitQ[0].params.n <= maxRows) {
+      const r = this.waitQ.shift()!;
+      const p = r.params;
+      try {
+        for (const c of r.choices) {
+          st.add({
+            id: c.rowId,
+            prompt: r.prompt,
+            temperature: p.temperature,
+            topK: p.topK,
+            topP: p.topP,
+            minP: p.minP,
+            seed: p.seed === undefined ? undefined : rowSeed(p.seed, c.index),
+            maxNewTokens: p.maxNewTokens,
+            stopIds: p.ignoreEos ? [] : [...st.stopIds],
+            topLogprobs: p.topLogprobs,
+          });
+          this.rows.set(c.rowId, { req: r, choice: c });
+          this.rowsLive++;
+        }
+      } catch (e) {
+        for (const c of r.choices)
+          if (this.rows.delete(c.rowId)) {
+            st.cancel(c.rowId);
+            this.rowsLive--;
+          }
+        r.done = true;
+        r.reject(new HttpError(400, (e as Error).message, 'invalid_request_error'));
+        continue;
+      }
+      this.s.prompts++;
+    }
+  }
+
+  /** The decode loop: runs while rows are live or requests wait. */
+  private async pump(st: ServeStepper): Promise<void> {
+    if (this.pumping) return;
+    this.pumping = true;
+    this.s.batches++;
+    try {
+      for (;;) {
+        this.admit(st);
+        if (this.rowsLive === 0) break;
+        let step;
+        try {
+          step = await st.step();
+        } catch (e) {
+          const err = new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error');
+          for (const { req } of this.rows.values())
+            if (!req.done) {
+              req.done = true;
+              req.reject(err);
+            }
+          this.rows.clear();
+          this.rowsLive = 0;
+          continue;
+        }
+        this.s.steps++;
+        this.s.maxBatchSeen = Math.max(this.s.maxBatchSeen, step.tokens.length);
+        if (step.joined) this.o.log?.(`${step.joined} joined: ${step.tokens.length} rows decoding, ${step.waiting} waiting`);
+        await this.dispatch(st, step.tokens);
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /** Routes one step's tokens to their choices: detokenize, stop strings, stream, finish. */
+  private async dispatch(st: ServeStepper, tokens: EngineToken[]): Promise<void> {
+    const touched: { row: RowRef; t: EngineToken }[] = [];
+    for (const t of tokens) {
+      const row = this.rows.get(t.id);
+      if (!row || row.req.done) continue;
+      const c = row.choice;
+      c.tokens++;
+      const isStopId = t.finish === 'stop';
+      if (!isStopId) {
+        c.detok.push(t.token);
+        if (row.req.params.topLogprobs >= 0) {
+          const ti = st.tokenInfo(t.token);
+          const top: { token: string; logprob: number; bytes: number[] }[] = [];
+          if (t.topIds) t.topIds.forEach((tid, k) => top.push({ ...st.tokenInfo(tid), logprob: t.topLogprobs![k] }));
+          c.lp.push({ token: ti.token, logprob: t.rawLogprob, bytes: ti.bytes, top_logprobs: top });
+        }
+      }
+      touched.push({ row, t });
+    }
+    if (!touched.length) return;
+    const windows = touched.flatMap(({ row }) => row.choice.detok.windows());
+    const texts = await st.decodeBatch(windows);
+    touched.forEach(({ row, t }, k) => {
+      const { req, choice: c } = row;
+      if (req.done) return;
+      const final = t.finish !== null;
+      const before = c.text.length;
+      c.text += c.detok.accept(texts[2 * k], texts[2 * k + 1], final);
+      let finish: 'stop' | 'length' | null = t.finish;
+      const stops = req.params.stop.filter((x) => x);
+      if (stops.length && c.text.length > before) {
+        const maxLen = Math.max(...stops.map((x) => x.length));
+        const from = Math.max(0, before - maxLen + 1);
+        let cut = -1;
+        for (const x of stops) {
+          const i = c.text.indexOf(x, from);
+          if (i >= 0 && (cut < 0 || i < cut)) cut = i;
+        }
+        if (cut >= 0) {
+          c.text = c.text.slice(0, cut);
+          finish = 'stop';
+          if (!final) st.cancel(c.rowId);
+        }
+      }
+      if (finish) {
+        c.finish = finish;
+        this.rows.delete(c.rowId);
+        this.rowsLive--;
+      }
+      if (req.stream) this.emit(req, c);
+      if (req.choices.every((x) => x.finish)) {
+        req.done = true;
+        req.resolve();
+      }
+    });
+  }
+
+  /** Streams what is decided of choice `c`: reasoning / content deltas and new logprob entries. */
+  private emit(req: StepReq, c: StepChoice): void {
+    const hold = c.finish ? 0 : heldBack(c.text, [...req.params.stop, '<think>', '</think>']);
+    const split = splitReasoning(c.text.slice(0, c.text.length - hold));
+    const delta: Record<string, string> = {};
+    const r = split.reasoning ?? '';
+    if (r.length > c.emR.length && r.startsWith(c.emR)) {
+      delta.reasoning_content = r.slice(c.emR.length);
+      c.emR = r;
+    }
+    if (split.content.length > c.emC.length && split.content.startsWith(c.emC)) {
+      delta.content = split.content.slice(c.emC.length);
+      c.emC = split.content;
+    }
+    const lp = req.params.topLogprobs >= 0 && c.lp.length > c.lpSent ? { content: c.lp.slice(c.lpSent) } : null;
+    if (lp) c.lpSent = c.lp.length;
+    if (Object.keys(delta).length || lp) req.write([{ index: c.index, delta, logprobs: lp, finish_reason: null }]);
+    if (c.finish) req.write([{ index: c.index, delta: {}, logprobs: null, finish_reason: c.finish }]);
   }
 
   private enqueue(messages: ServeMessage[], params: Params): Entry & { promise: Promise<ServeResult> } {

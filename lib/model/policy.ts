@@ -48,6 +48,8 @@ export interface SamplingOptions {
   topK?: number;
   /** Nucleus mass in (0, 1]; 1 = off. Default 1. */
   topP?: number;
+  /** Min-p in [0, 1]: keep tokens with p ≥ minP · p_max (after top-k / top-p); 0 = off. Default 0. */
+  minP?: number;
   /** New tokens per completion, ≥ 1; prompt length + maxNewTokens must fit the context. Default 256. */
   maxNewTokens?: number;
   /** Integer seed ≥ 0 (< 2^53). Default: random (returned in the result). */
@@ -66,6 +68,16 @@ export interface GenerateOptions extends SamplingOptions {
   prompts: (ArrayLike<number> | Int32Array)[];
   /** Id written into left padding (masked out). Default 0. */
   padId?: number;
+  /**
+   * Per-prompt settings, one entry per prompt (its n rows share it), each field defaulting to the
+   * call's: rows with different settings decode in ONE batch (one forward per step; the sampler
+   * applies each row's temperature / topK / topP / minP). When any entry has a `seed`, every row
+   * draws from its own generator (sample j of a prompt seeded s: s for j = 0, a mix of (s, j)
+   * otherwise; prompts without a seed: a generator derived from the call's seed), so a seeded
+   * prompt samples the same ids alone as in any batch. Without seeds all rows draw from the
+   * call's generator as before.
+   */
+  promptOptions?: { temperature?: number; topK?: number; topP?: number; minP?: number; seed?: number; maxNewTokens?: number; stopIds?: number[] }[];
   /** Remove finished rows from the batch once they are at least this fraction of it, (0, 1]. Default 0.125. */
   compactFraction?: number;
   /** Test hook: throw a (simulated) out-of-memory error at this decode step. */
@@ -204,7 +216,7 @@ export function generate(model: Qwen3Model | NativeModel, opts: GenerateOptions,
  */
 export function sampleFromLogits(
   logits: { data: Float32Array; shape: [number, number] | number[] },
-  opts: { temperature?: number; topK?: number; topP?: number; seed?: number } = {},
+  opts: { temperature?: number; topK?: number; topP?: number; minP?: number; seed?: number } = {},
 ): { tokenIds: Int32Array; logprobs: Float32Array; seed: number } {
   return native().sampleFromLogits(logits, opts);
 }

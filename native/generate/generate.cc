@@ -34,7 +34,7 @@ void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r) {
     const int64_t len = static_cast<int64_t>(p.size());
     if (ctx > 0 && len > ctx)
       throw ArgError(name + " has " + std::to_string(len) + " tokens, longer than the model context (max_position_embeddings = " + std::to_string(ctx) + ")");
-    if (ctx > 0 && len + r.max_new_tokens > ctx)
+    if (ctx > 0 && r.row_max_new_tokens.empty() && len + r.max_new_tokens > ctx)
       throw ArgError(name + " has " + std::to_string(len) + " tokens; with maxNewTokens = " + std::to_string(r.max_new_tokens) +
                      " it needs " + std::to_string(len + r.max_new_tokens) + " positions, more than the model context (" + std::to_string(ctx) + ")");
     for (size_t j = 0; j < p.size(); ++j)
@@ -45,6 +45,40 @@ void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r) {
     if (r.stop_ids[i] < 0 || r.stop_ids[i] >= c.vocab_size)
       throw ArgError("stopIds[" + std::to_string(i) + "] = " + std::to_string(r.stop_ids[i]) + " is outside [0, vocab_size)");
   if (r.pad_id < 0 || r.pad_id >= c.vocab_size) throw ArgError("padId is outside [0, vocab_size)");
+  const size_t P = r.prompts.size();
+  auto sized = [&](size_t n, const char* what) {
+    if (n != 0 && n != P)
+      throw ArgError(std::string("promptOptions: ") + what + " must be given for every prompt (" + std::to_string(P) + "), got " + std::to_string(n));
+  };
+  sized(r.row_sampling.size(), "sampling");
+  sized(r.row_seeds.size(), "seed");
+  sized(r.row_max_new_tokens.size(), "maxNewTokens");
+  sized(r.row_stop_ids.size(), "stopIds");
+  for (size_t i = 0; i < P; ++i) {
+    const std::string name = "promptOptions[" + std::to_string(i) + "]";
+    if (!r.row_sampling.empty()) ValidateSampling(r.row_sampling[i], name);
+    if (!r.row_seeds.empty() && r.row_seeds[i] < -1) throw ArgError(name + ".seed must be an integer >= 0");
+    if (!r.row_max_new_tokens.empty()) {
+      const int64_t t = r.row_max_new_tokens[i];
+      if (t < 1) throw ArgError(name + ".maxNewTokens must be an integer >= 1, got " + std::to_string(t));
+      const int64_t len = static_cast<int64_t>(r.prompts[i].size());
+      if (ctx > 0 && len + t > ctx)
+        throw ArgError("prompts[" + std::to_string(i) + "] has " + std::to_string(len) + " tokens; with " + name + ".maxNewTokens = " + std::to_string(t) +
+                       " it needs " + std::to_string(len + t) + " positions, more than the model context (" + std::to_string(ctx) + ")");
+    }
+    if (!r.row_stop_ids.empty())
+      for (size_t j = 0; j < r.row_stop_ids[i].size(); ++j)
+        if (r.row_stop_ids[i][j] < 0 || r.row_stop_ids[i][j] >= c.vocab_size)
+          throw ArgError(name + ".stopIds[" + std::to_string(j) + "] is outside [0, vocab_size)");
+  }
+}
+
+uint64_t RowSeed(uint64_t seed, int64_t sample_index) {
+  if (sample_index == 0) return seed;
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(sample_index);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return (z ^ (z >> 31)) & ((1ULL << 63) - 1);
 }
 
 namespace {
@@ -82,6 +116,41 @@ void ExpandCache(KVCache& cache, int64_t n) {
   for (auto& t : cache.v) expand(t);
 }
 
+// Per-row settings of one call (GenerateRequest::row_*), expanded to the N = P * n rows.
+struct RowPlan {
+  std::vector<SamplingOptions> sampling;                 // [N]
+  std::vector<int64_t> max_new;                          // [N]
+  std::vector<const std::vector<int64_t>*> stops;        // [N]
+  std::vector<at::Generator> gens;                       // [N] own generators, or empty (call's)
+  int64_t T = 0;                                         // largest max_new
+  bool Stop(int64_t g, int64_t t) const { return std::find(stops[g]->begin(), stops[g]->end(), t) != stops[g]->end(); }
+};
+
+RowPlan MakePlan(const GenerateRequest& r, int64_t n) {
+  const int64_t P = static_cast<int64_t>(r.prompts.size()), N = P * n;
+  RowPlan p;
+  p.sampling.resize(N);
+  p.max_new.resize(N);
+  p.stops.resize(N);
+  for (int64_t g = 0; g < N; ++g) {
+    const int64_t i = g / n;
+    p.sampling[g] = r.row_sampling.empty() ? r.sampling : r.row_sampling[i];
+    p.max_new[g] = r.row_max_new_tokens.empty() ? r.max_new_tokens : r.row_max_new_tokens[i];
+    p.stops[g] = r.row_stop_ids.empty() ? &r.stop_ids : &r.row_stop_ids[i];
+    p.T = std::max(p.T, p.max_new[g]);
+  }
+  if (!r.row_seeds.empty()) {
+    p.gens.reserve(N);
+    for (int64_t g = 0; g < N; ++g) {
+      const int64_t s = r.row_seeds[g / n];
+      // a prompt without a seed draws from a generator seeded from the call's seed and its row
+      const uint64_t base = s >= 0 ? static_cast<uint64_t>(s) : RowSeed(r.seed ^ 0x5bd1e995ULL, g + 1);
+      p.gens.push_back(at::make_generator<at::CPUGeneratorImpl>(RowSeed(base, g % n)));
+    }
+  }
+  return p;
+}
+
 // Smallest power of two >= n (the batch buckets of the graph path: 1, 2, 4, ..., 64, 128, ...).
 int64_t Bucket(int64_t n) {
   int64_t b = 1;
@@ -108,12 +177,12 @@ int64_t Bucket(int64_t n) {
 // stop-id bookkeeping for those tokens in order.
 GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at::Tensor& ids, const at::Tensor& mask,
                               const at::Tensor& pos, const std::vector<int64_t>& plen, int64_t lmax, bool graphs,
-                              GenerateResult res) {
+                              const RowPlan& plan, GenerateResult res) {
   auto check_abort = [&] {
     if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
   };
   const at::Device dev = m.device();
-  const int64_t P = ids.size(0), n = r.n, N = P * n, T = r.max_new_tokens, cap = lmax + T;
+  const int64_t P = ids.size(0), n = r.n, N = P * n, T = plan.T, cap = lmax + T;
   const int64_t K = r.sync_every;
   const bool pad = r.pad_to_bucket < 0 ? graphs : r.pad_to_bucket == 1;
   const int64_t Bp = pad ? Bucket(N) : N;
@@ -154,14 +223,23 @@ GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at:
   res.prefill_ms = Ms(t0, t1);
   res.batch_rows = Bp;
   res.decode_path = graphs ? "cuda-graphs" : "static";
-  const bool fused = SamplingIsSyncFree(r.sampling, logits.size(1));  // sampler inside step_fn
+  const RowSampling rs = RowSampling::Make(plan.sampling, logits.size(1), dev);
+  const bool fused = RowSamplingIsSyncFree(rs, logits.size(1));  // sampler inside step_fn
   res.sampling_in_step = fused;
 
   // One uniform per global row per step, as on the dynamic path (same seed -> same samples): row t
   // of one [T, N] draw is exactly what the t-th draw of N returns (the CPU generator fills a
-  // contiguous tensor element by element in order).
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-  at::Tensor u_all = at::rand({T, N}, gen, fopt).to(dev);
+  // contiguous tensor element by element in order); with per-row generators column g is row g's
+  // T draws in order.
+  at::Tensor u_all;
+  if (plan.gens.empty()) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
+    u_all = at::rand({T, N}, gen, fopt);
+  } else {
+    u_all = at::empty({T, N}, fopt);
+    for (int64_t g = 0; g < N; ++g) u_all.select(1, g).copy_(at::rand({T}, plan.gens[g], fopt));
+  }
+  u_all = u_all.to(dev);
   at::Tensor tok_hist = at::zeros({T, N}, dopt);            // token t of row g at [t, g]
   at::Tensor lp_hist = at::zeros({T, N}, fopt.device(dev));  // its logprob
   at::Tensor step_s = at::zeros({1}, dopt);                  // next token index t (device counter)
@@ -175,12 +253,11 @@ GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at:
   }
   std::vector<char> done(N, 0);
   int64_t n_done = 0;
-  auto is_stop = [&](int64_t t) { return std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end(); };
 
   // Samples token step_s of every real row from `lg` [>= N, V] and records it (device-side only).
   auto sample_fn = [&](const at::Tensor& lg) {
     at::Tensor u = u_all.index_select(0, step_s).squeeze(0);  // [N]
-    auto [tok, lp] = SampleTokens(lg.narrow(0, 0, N), r.sampling, u);
+    auto [tok, lp] = SampleTokensRows(lg.narrow(0, 0, N), rs, u);
     tok_hist.index_copy_(0, step_s, tok.unsqueeze(0));
     lp_hist.index_copy_(0, step_s, lp.to(at::kFloat).unsqueeze(0));
     ids_s.narrow(0, 0, N).copy_(tok.unsqueeze(1));
@@ -211,8 +288,11 @@ GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at:
         c.tokens.push_back(static_cast<int32_t>(tk));
         c.logprobs.push_back(lpp[s * N + g]);
         ++res.new_tokens;
-        if (is_stop(tk)) {
+        if (plan.Stop(g, tk)) {
           c.stopped = true;
+          done[g] = 1;
+          ++n_done;
+        } else if (static_cast<int64_t>(c.tokens.size()) >= plan.max_new[g]) {
           done[g] = 1;
           ++n_done;
         }
@@ -271,7 +351,8 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
     lmax = std::max<int64_t>(lmax, static_cast<int64_t>(p.size()));
     res.prompt_tokens += static_cast<int64_t>(p.size());
   }
-  const int64_t cap = lmax + r.max_new_tokens;
+  const RowPlan plan = MakePlan(r, n);
+  const int64_t cap = lmax + plan.T;
 
   // Left-padded prompt batch [P, lmax] and the attention mask over the whole cache [P, cap].
   auto lopt = at::TensorOptions().dtype(at::kLong);
@@ -303,7 +384,7 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   }();
   const bool graphs_ok = r.cuda_graphs && !env_no_graphs && CudaGraphsCompiled() && dev.is_cuda();
   const bool use_static = r.static_cache < 0 ? graphs_ok : r.static_cache == 1;
-  if (use_static) return GenerateStatic(m, r, ids, mask, pos, plen, lmax, graphs_ok, std::move(res));
+  if (use_static) return GenerateStatic(m, r, ids, mask, pos, plen, lmax, graphs_ok, plan, std::move(res));
   res.batch_rows = N;
 
   const auto t0 = Clock::now();
@@ -327,26 +408,34 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   for (int64_t g = 0; g < N; ++g) {
     res.completions[g].prompt_index = g / n;
     res.completions[g].sample_index = g % n;
-    res.completions[g].tokens.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
-    res.completions[g].logprobs.reserve(std::min<int64_t>(r.max_new_tokens, 4096));
+    res.completions[g].tokens.reserve(std::min<int64_t>(plan.max_new[g], 4096));
+    res.completions[g].logprobs.reserve(std::min<int64_t>(plan.max_new[g], 4096));
   }
   std::vector<char> done(N, 0);
   std::vector<int64_t> active(N);  // global row of each batch row
   for (int64_t g = 0; g < N; ++g) active[g] = g;
-  auto is_stop = [&](int64_t t) { return std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end(); };
+  RowSampling rs = RowSampling::Make(plan.sampling, logits.size(1), dev);  // of the active rows
 
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
   auto fopt = at::TensorOptions().dtype(at::kFloat);
-  for (int64_t step = 0; step < r.max_new_tokens; ++step) {
+  for (int64_t step = 0; step < plan.T; ++step) {
     check_abort();
     if (step == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", step);
-    // One uniform per global row per step, drawn whether or not the row is still running: a
-    // row's samples depend only on the seed and its own logits, not on batch composition.
-    at::Tensor u_all = at::rand({N}, gen, fopt);
     const int64_t A = static_cast<int64_t>(active.size());
-    at::Tensor bidx = at::tensor(active, lopt);
-    at::Tensor u = (A == N ? u_all : u_all.index_select(0, bidx)).to(dev);
-    auto [tok, lp] = SampleTokens(logits, r.sampling, u);
+    at::Tensor u;
+    if (plan.gens.empty()) {
+      // One uniform per global row per step, drawn whether or not the row is still running: a
+      // row's samples depend only on the seed and its own logits, not on batch composition.
+      at::Tensor u_all = at::rand({N}, gen, fopt);
+      at::Tensor bidx = at::tensor(active, lopt);
+      u = (A == N ? u_all : u_all.index_select(0, bidx)).to(dev);
+    } else {
+      // Per-row generators: one draw per running row per step.
+      u = at::empty({A}, fopt);
+      for (int64_t b = 0; b < A; ++b) u.select(0, b).copy_(at::rand({1}, plan.gens[active[b]], fopt).squeeze(0));
+      u = u.to(dev);
+    }
+    auto [tok, lp] = SampleTokensRows(logits, rs, u);
     at::Tensor tok_h = tok.to(at::kCPU), lp_h = lp.to(at::kCPU);
     const int64_t* tp = tok_h.data_ptr<int64_t>();
     const float* lpp = lp_h.data_ptr<float>();
@@ -361,13 +450,16 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
       c.tokens.push_back(static_cast<int32_t>(tp[b]));
       c.logprobs.push_back(lpp[b]);
       ++res.new_tokens;
-      if (is_stop(tp[b])) {
+      if (plan.Stop(g, tp[b])) {
         c.stopped = true;
+        done[g] = 1;
+        ++finished_in_batch;
+      } else if (static_cast<int64_t>(c.tokens.size()) >= plan.max_new[g]) {
         done[g] = 1;
         ++finished_in_batch;
       }
     }
-    if (step + 1 == r.max_new_tokens || finished_in_batch == A) break;
+    if (step + 1 == plan.T || finished_in_batch == A) break;
     if (finished_in_batch > 0 && finished_in_batch >= std::max<int64_t>(1, static_cast<int64_t>(std::ceil(r.compact_fraction * A)))) {
       std::vector<int64_t> keep_b, keep_g;
       for (int64_t b = 0; b < A; ++b)
@@ -380,6 +472,7 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
       mask = mask.index_select(0, keep);
       next_pos = next_pos.index_select(0, keep);
       tok = tok.index_select(0, keep);
+      rs = rs.Select(keep_b, logits.size(1), dev);
       active = std::move(keep_g);
       ++res.compactions;
     }

@@ -21,6 +21,16 @@ struct GenerateRequest {
   SamplingOptions sampling;
   uint64_t seed = 0;                          // per-call RNG seed (own CPU generator)
   std::vector<int64_t> stop_ids;              // any of them ends a completion (finish "stop")
+  /// Per-prompt settings (each empty or one entry per prompt; the n rows of a prompt share them):
+  /// sampling options, seed (-1 = none), max new tokens, stop ids. Rows with different settings
+  /// decode in one batch (one forward per step; SampleTokensRows). When row_seeds is non-empty
+  /// every row draws its uniforms from its own CPU generator (RowSeed), so a seeded row samples
+  /// the same ids alone as inside any batch; otherwise all rows draw from the call's generator
+  /// (`seed`), one uniform per row per step, as before per-row settings existed.
+  std::vector<SamplingOptions> row_sampling;
+  std::vector<int64_t> row_seeds;
+  std::vector<int64_t> row_max_new_tokens;
+  std::vector<std::vector<int64_t>> row_stop_ids;
   int64_t pad_id = 0;                         // id written into left padding (masked, never attended)
   AdapterSel adapter;                         // which adapter the forwards use
   std::shared_ptr<std::atomic<bool>> abort;   // set from JS: AbortedError before the next step
@@ -72,6 +82,10 @@ struct GenerateResult {
   /// top-k), in which case each step samples eagerly after the step. False on the dynamic path.
   bool sampling_in_step = false;
 };
+
+/// Seed of the generator of sample `sample_index` of a prompt seeded with `seed`: the seed itself
+/// for sample 0, a splitmix64 mix of (seed, sample_index) for the others.
+uint64_t RowSeed(uint64_t seed, int64_t sample_index);
 
 /// Checks the request against the model (ArgError naming the JS option: prompts[i], n,
 /// maxNewTokens, temperature, topK, topP, stopIds[i], padId). Context: every prompt must satisfy

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "generate/cuda_graph.h"
+#include "generate/engine.h"
 #include "generate/generate.h"
 #include "generate/sampler.h"
 #include "model/binding.h"
@@ -64,6 +65,7 @@ SamplingOptions ReadSampling(const Napi::Object& o, const char* what) {
   s.temperature = GetNumber(o, "temperature", 1.0, what);
   s.top_k = GetInt(o, "topK", 0, what);
   s.top_p = GetNumber(o, "topP", 1.0, what);
+  s.min_p = GetNumber(o, "minP", 0.0, what);
   ValidateSampling(s, what);
   return s;
 }
@@ -137,6 +139,39 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
     req->sampling = ReadSampling(o, "options");
     req->seed = ReadSeed(o, "options");
     if (Has(o, "stopIds")) req->stop_ids = GetIntArray(o, "stopIds", "options");
+    // promptOptions: one object per prompt overriding temperature / topK / topP / minP / seed /
+    // maxNewTokens / stopIds for that prompt's rows (generate.h, GenerateRequest::row_*).
+    if (Has(o, "promptOptions")) {
+      Napi::Value pov = o.Get("promptOptions");
+      if (!pov.IsArray()) throw ArgError("options.promptOptions must be an array with one object per prompt");
+      auto po = pov.As<Napi::Array>();
+      if (po.Length() != pa.Length())
+        throw ArgError("options.promptOptions must have one entry per prompt (" + std::to_string(pa.Length()) + "), got " + std::to_string(po.Length()));
+      bool any_seed = false;
+      for (uint32_t i = 0; i < po.Length(); ++i) {
+        const std::string w = "options.promptOptions[" + std::to_string(i) + "]";
+        Napi::Value e = po.Get(i);
+        if (!e.IsObject()) throw ArgError(w + " must be an object");
+        Napi::Object eo = e.As<Napi::Object>();
+        SamplingOptions so;
+        so.temperature = GetNumber(eo, "temperature", req->sampling.temperature, w.c_str());
+        so.top_k = GetInt(eo, "topK", req->sampling.top_k, w.c_str());
+        so.top_p = GetNumber(eo, "topP", req->sampling.top_p, w.c_str());
+        so.min_p = GetNumber(eo, "minP", req->sampling.min_p, w.c_str());
+        ValidateSampling(so, w);
+        req->row_sampling.push_back(so);
+        int64_t sd = -1;
+        if (Has(eo, "seed")) {
+          sd = GetInt(eo, "seed", std::nullopt, w.c_str());
+          if (sd < 0) throw ArgError(w + ".seed must be an integer >= 0");
+          any_seed = true;
+        }
+        req->row_seeds.push_back(sd);
+        req->row_max_new_tokens.push_back(GetInt(eo, "maxNewTokens", GetInt(o, "maxNewTokens", 256, "options"), w.c_str()));
+        req->row_stop_ids.push_back(Has(eo, "stopIds") ? GetIntArray(eo, "stopIds", w.c_str()) : req->stop_ids);
+      }
+      if (!any_seed) req->row_seeds.clear();  // no per-row seed: the call's generator, as without promptOptions
+    }
     req->pad_id = GetInt(o, "padId", 0, "options");
     req->adapter = ReadAdapter(o);
     req->compact_fraction = GetNumber(o, "compactFraction", 0.125, "options");
@@ -218,10 +253,129 @@ Napi::Value SampleFromLogitsJs(const Napi::CallbackInfo& info) {
   });
 }
 
+// createDecodeEngine(model, {maxRows, capacity, padId, adapter, maxPrefillTokens})
+//   -> {add(row), cancel(id), waiting(), step(): Promise<StepResult>, release()}
+// The step-wise continuous-batching engine (generate/engine.h); see lib/model/engine.ts.
+Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return Guard(env, [&]() -> Napi::Value {
+    std::shared_ptr<Qwen3Model> model = UnwrapModel(info[0], "model");
+    Napi::Object o = ArgObject(info, 1, "options");
+    const int64_t ctx = model->config().max_position_embeddings;
+    const int64_t max_rows = GetInt(o, "maxRows", 32, "options");
+    const int64_t capacity = GetInt(o, "capacity", ctx > 0 ? std::min<int64_t>(ctx, 4096) : 4096, "options");
+    const int static_decode = Has(o, "staticDecode") ? (GetBool(o, "staticDecode", std::nullopt, "options") ? 1 : 0) : -1;
+    auto eng = std::make_shared<DecodeEngine>(model, max_rows, capacity, GetInt(o, "padId", 0, "options"), ReadAdapter(o),
+                                              GetInt(o, "maxPrefillTokens", 8192, "options"), GetBool(o, "cudaGraphs", true, "options"),
+                                              static_decode);
+    auto busy = std::make_shared<std::atomic<bool>>(false);
+    Napi::Object out = Napi::Object::New(env);
+    out.Set("maxRows", Napi::Number::New(env, static_cast<double>(max_rows)));
+    out.Set("capacity", Napi::Number::New(env, static_cast<double>(capacity)));
+    out.Set("decodePath", Napi::String::New(env, eng->graphs() ? "cuda-graphs" : eng->static_decode() ? "static" : "dynamic"));
+    out.Set("add", Napi::Function::New(env, [eng](const Napi::CallbackInfo& i) -> Napi::Value {
+      return Guard(i.Env(), [&]() -> Napi::Value {
+        Napi::Object r = ArgObject(i, 0, "row");
+        EngineRowSpec s;
+        s.id = GetInt(r, "id", std::nullopt, "row");
+        if (!Has(r, "prompt")) throw ArgError("row.prompt is required (token ids)");
+        s.prompt = ReadIds(r.Get("prompt"), "row.prompt");
+        s.sampling.temperature = GetNumber(r, "temperature", 1.0, "row");
+        s.sampling.top_k = GetInt(r, "topK", 0, "row");
+        s.sampling.top_p = GetNumber(r, "topP", 1.0, "row");
+        s.sampling.min_p = GetNumber(r, "minP", 0.0, "row");
+        s.seed = ReadSeed(r, "row");
+        s.max_new_tokens = GetInt(r, "maxNewTokens", 256, "row");
+        if (Has(r, "stopIds")) s.stop_ids = GetIntArray(r, "stopIds", "row");
+        s.top_logprobs = GetInt(r, "topLogprobs", -1, "row");
+        eng->Validate(s, "row");
+        eng->Add(std::move(s));
+        return i.Env().Undefined();
+      });
+    }, "add"));
+    out.Set("cancel", Napi::Function::New(env, [eng](const Napi::CallbackInfo& i) -> Napi::Value {
+      return Guard(i.Env(), [&]() -> Napi::Value {
+        if (i.Length() < 1 || !i[0].IsNumber()) throw ArgError("cancel(id): id must be a number");
+        eng->Cancel(static_cast<int64_t>(i[0].As<Napi::Number>().DoubleValue()));
+        return i.Env().Undefined();
+      });
+    }, "cancel"));
+    out.Set("waiting", Napi::Function::New(env, [eng](const Napi::CallbackInfo& i) -> Napi::Value {
+      return Napi::Number::New(i.Env(), static_cast<double>(eng->Waiting()));
+    }, "waiting"));
+    out.Set("release", Napi::Function::New(env, [eng, busy](const Napi::CallbackInfo& i) -> Napi::Value {
+      return Guard(i.Env(), [&]() -> Napi::Value {
+        if (busy->load()) throw InputError("release() while a step is running (await it first)");
+        eng->Release();
+        return i.Env().Undefined();
+      });
+    }, "release"));
+    out.Set("step", Napi::Function::New(env, [eng, busy, model](const Napi::CallbackInfo& i) -> Napi::Value {
+      Napi::Env e = i.Env();
+      return Guard(e, [&]() -> Napi::Value {
+        if (busy->exchange(true)) throw InputError("step() while another step is running (await it first)");
+        auto res = std::make_shared<EngineStepResult>();
+        auto run = [eng, model, res, busy]() {
+          struct Clear {
+            std::shared_ptr<std::atomic<bool>> b;
+            ~Clear() { b->store(false); }
+          } clear{busy};
+          std::lock_guard<std::mutex> lk(model->mutex());
+          if (model->disposed()) throw InputError("model was disposed");
+          *res = eng->Step();
+        };
+        auto done = [res](Napi::Env env2) -> Napi::Value {
+          Napi::Object so = Napi::Object::New(env2);
+          Napi::Array toks = Napi::Array::New(env2, res->tokens.size());
+          for (size_t k = 0; k < res->tokens.size(); ++k) {
+            const EngineToken& t = res->tokens[k];
+            Napi::Object to = Napi::Object::New(env2);
+            to.Set("id", Napi::Number::New(env2, static_cast<double>(t.id)));
+            to.Set("token", Napi::Number::New(env2, static_cast<double>(t.token)));
+            to.Set("logprob", Napi::Number::New(env2, t.logprob));
+            to.Set("finish", t.finish == 0 ? env2.Null() : Napi::String::New(env2, t.finish == 1 ? "stop" : "length"));
+            if (t.prompt_tokens >= 0) to.Set("promptTokens", Napi::Number::New(env2, static_cast<double>(t.prompt_tokens)));
+            to.Set("rawLogprob", Napi::Number::New(env2, t.raw_logprob));
+            if (!t.top_ids.empty()) {
+              auto ti = Napi::Int32Array::New(env2, t.top_ids.size());
+              for (size_t j = 0; j < t.top_ids.size(); ++j) ti[j] = static_cast<int32_t>(t.top_ids[j]);
+              auto tv = Napi::Float32Array::New(env2, t.top_logprobs.size());
+              std::copy(t.top_logprobs.begin(), t.top_logprobs.end(), tv.Data());
+              to.Set("topIds", ti);
+              to.Set("topLogprobs", tv);
+            }
+            toks.Set(static_cast<uint32_t>(k), to);
+          }
+          so.Set("tokens", toks);
+          so.Set("active", Napi::Number::New(env2, static_cast<double>(res->active)));
+          so.Set("waiting", Napi::Number::New(env2, static_cast<double>(res->waiting)));
+          so.Set("joined", Napi::Number::New(env2, static_cast<double>(res->joined)));
+          so.Set("prefillTokens", Napi::Number::New(env2, static_cast<double>(res->prefill_tokens)));
+          so.Set("batchRows", Napi::Number::New(env2, static_cast<double>(res->batch_rows)));
+          so.Set("shifts", Napi::Number::New(env2, static_cast<double>(res->shifts)));
+          so.Set("graphCaptures", Napi::Number::New(env2, static_cast<double>(res->graph_captures)));
+          so.Set("prefillMs", Napi::Number::New(env2, res->prefill_ms));
+          so.Set("decodeMs", Napi::Number::New(env2, res->decode_ms));
+          so.Set("sampleMs", Napi::Number::New(env2, res->sample_ms));
+          return so;
+        };
+        try {
+          return Worker::Start(e, run, done, /*grad=*/false, model->device());
+        } catch (...) {
+          busy->store(false);
+          throw;
+        }
+      });
+    }, "step"));
+    return out;
+  });
+}
+
 }  // namespace
 
 void RegisterGenerate(Napi::Env env, Napi::Object exports) {
   exports.Set("generate", Napi::Function::New(env, GenerateJs, "generate"));
+  exports.Set("createDecodeEngine", Napi::Function::New(env, CreateDecodeEngineJs, "createDecodeEngine"));
   exports.Set("createAbortHandle", Napi::Function::New(env, CreateAbortHandle, "createAbortHandle"));
   exports.Set("sampleFromLogits", Napi::Function::New(env, SampleFromLogitsJs, "sampleFromLogits"));
   exports.Set("cudaGraphsCompiled", Napi::Function::New(env, [](const Napi::CallbackInfo& i) {

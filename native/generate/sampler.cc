@@ -1,5 +1,6 @@
 #include "generate/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -29,6 +30,21 @@ void ValidateSampling(const SamplingOptions& o, const std::string& what) {
   if (o.top_k < 0) throw ArgError(what + ".topK must be an integer >= 0 (0 = off), got " + std::to_string(o.top_k));
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     throw ArgError(what + ".topP must be in (0, 1] (1 = off), got " + Num(o.top_p));
+  if (!(o.min_p >= 0.0 && o.min_p <= 1.0))
+    throw ArgError(what + ".minP must be in [0, 1] (0 = off), got " + Num(o.min_p));
+}
+
+// Draws one index per row from the (unnormalised, non-negative) masses w [R, K] with the row's
+// uniform: the first index whose cumulative mass exceeds the target u * total, so zero-mass
+// entries are never chosen. Every w here has a largest entry of exactly 1 (exp(0)), so
+// total >= 1, and the target is kept strictly below the total even when u * total rounds up.
+// Trailing zero-mass entries do not change the result (the cumulative sums of the leading
+// entries and the total are the same).
+static at::Tensor Draw(const at::Tensor& w, const at::Tensor& uniforms) {
+  at::Tensor cdf = w.cumsum(-1);
+  at::Tensor total = cdf.narrow(1, cdf.size(1) - 1, 1);
+  at::Tensor target = at::minimum(uniforms.to(cdf.device(), at::kFloat).unsqueeze(1) * total, total * (1.0 - 1.0 / 8388608.0));
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);  // [R, 1]
 }
 
 std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, const SamplingOptions& o,
@@ -51,24 +67,18 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
   at::Tensor mx = std::get<0>(scaled.max(-1, /*keepdim=*/true));  // [R, 1]
   const bool use_k = o.top_k > 0 && o.top_k < V;
   const bool use_p = o.top_p < 1.0;
-
-  // Draws one index per row from the (unnormalised, non-negative) masses w [R, K] with the row's
-  // uniform: the first index whose cumulative mass exceeds the target u * total, so zero-mass
-  // entries are never chosen. Every w here has a largest entry of exactly 1 (exp(0)), so
-  // total >= 1, and the target is kept strictly below the total even when u * total rounds up.
-  auto draw = [&](const at::Tensor& w) {
-    at::Tensor cdf = w.cumsum(-1);
-    at::Tensor total = cdf.narrow(1, cdf.size(1) - 1, 1);
-    at::Tensor target = at::minimum(uniforms.to(cdf.device(), at::kFloat).unsqueeze(1) * total, total * (1.0 - 1.0 / 8388608.0));
-    return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);  // [R, 1]
-  };
+  auto draw = [&](const at::Tensor& w) { return Draw(w, uniforms); };
+  const bool use_m = o.min_p > 0.0;
+  // min-p: keep scaled >= max + log(min_p), i.e. p >= min_p * p_max (min_p = 1: the maxima only).
+  const double log_min_p = use_m ? std::log(o.min_p) : 0.0;
 
   at::Tensor lse, tok;
   if (!use_k && !use_p) {
     // Full vocabulary: inverse CDF over exp(scaled - max) in id order (no sort needed).
     at::Tensor w = (scaled - mx).exp_();
-    tok = draw(w);
     lse = mx.squeeze(1) + w.sum(-1).log_();
+    if (use_m) w = w.masked_fill(scaled < mx + log_min_p, 0.0);
+    tok = draw(w);
   } else {
     lse = mx.squeeze(1) + (scaled - mx).exp_().sum(-1).log_();
     at::Tensor vals, idx;  // candidates in descending order and their vocab ids, [R, K]
@@ -94,10 +104,139 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
       drop.select(1, 0).fill_(false);
       w = w.masked_fill(drop, 0.0);
     }
+    if (use_m) {
+      at::Tensor drop = vals < vals.narrow(1, 0, 1) + log_min_p;  // vals[:, 0] is the row max
+      drop.select(1, 0).fill_(false);
+      w = w.masked_fill(drop, 0.0);
+    }
     tok = idx.gather(1, draw(w));
   }
   tok = tok.squeeze(1);
   at::Tensor lp = scaled.gather(1, tok.unsqueeze(1)).squeeze(1) - lse;
+  return {tok, lp};
+}
+
+
+RowSampling RowSampling::Make(const std::vector<SamplingOptions>& rows, int64_t V, at::Device device) {
+  RowSampling rs;
+  rs.rows = rows;
+  const int64_t R = static_cast<int64_t>(rows.size());
+  std::vector<float> t(R), p(R), m(R);
+  std::vector<int64_t> k(R);
+  for (int64_t r = 0; r < R; ++r) {
+    const SamplingOptions& o = rows[r];
+    if (!(o == rows[0])) rs.uniform = false;
+    t[r] = static_cast<float>(o.temperature);
+    p[r] = static_cast<float>(o.top_p);
+    m[r] = static_cast<float>(o.min_p);
+    const bool use_k = o.top_k > 0 && o.top_k < V;
+    k[r] = use_k ? o.top_k : 0;
+    if (o.temperature == 0.0) {
+      rs.any_greedy = true;
+      continue;
+    }
+    if (o.min_p > 0.0) rs.any_min_p = true;
+    if (use_k || o.top_p < 1.0) {
+      rs.any_cand = true;
+      if (use_k) rs.max_k = std::max(rs.max_k, o.top_k);
+      else rs.any_p_only = true;
+    } else {
+      rs.any_full = true;
+    }
+  }
+  auto fopt = at::TensorOptions().dtype(at::kFloat);
+  rs.temperature = at::tensor(t, fopt).to(device);
+  rs.top_p = at::tensor(p, fopt).to(device);
+  rs.min_p = at::tensor(m, fopt).to(device);
+  rs.top_k = at::tensor(k, at::TensorOptions().dtype(at::kLong)).to(device);
+  return rs;
+}
+
+RowSampling RowSampling::Select(const std::vector<int64_t>& idx, int64_t V, at::Device device) const {
+  std::vector<SamplingOptions> sub;
+  sub.reserve(idx.size());
+  for (int64_t i : idx) sub.push_back(rows[static_cast<size_t>(i)]);
+  return Make(sub, V, device);
+}
+
+bool RowSamplingIsSyncFree(const RowSampling& rs, int64_t vocab_size) {
+  for (const auto& o : rs.rows)
+    if (!SamplingIsSyncFree(o, vocab_size)) return false;
+  return true;
+}
+
+std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, const RowSampling& rs, const at::Tensor& uniforms) {
+  if (logits_in.dim() != 2 || logits_in.size(0) < 1 || logits_in.size(1) < 1)
+    throw ArgError("logits must have shape [R, V] with R, V >= 1");
+  if (static_cast<int64_t>(rs.rows.size()) != logits_in.size(0)) throw ArgError("row sampling options must have one entry per logits row");
+  if (rs.uniform) return SampleTokens(logits_in, rs.rows[0], uniforms);
+  if (uniforms.dim() != 1 || uniforms.size(0) != logits_in.size(0)) throw ArgError("uniforms must have shape [R]");
+  at::NoGradGuard ng;
+  at::Tensor logits = logits_in.to(at::kFloat);
+  const int64_t V = logits.size(1);
+  const at::Device dev = logits.device();
+  at::Tensor T = rs.temperature.to(dev);
+  at::Tensor greedy = T.eq(0);                                    // [R]
+  at::Tensor tdiv = at::where(greedy, at::ones_like(T), T).unsqueeze(1);  // [R, 1]
+  // Per row the same operations as SampleTokens: x / T (x / 1 == x), max, exp(x - max), sums.
+  at::Tensor scaled = logits / tdiv;
+  at::Tensor mx = std::get<0>(scaled.max(-1, /*keepdim=*/true));  // [R, 1]
+  at::Tensor e = (scaled - mx).exp_();
+  at::Tensor lse = mx.squeeze(1) + e.sum(-1).log_();             // [R]
+  at::Tensor logmp = rs.any_min_p ? at::where(rs.min_p.to(dev) > 0, rs.min_p.to(dev).log(), at::full_like(T, -INFINITY)).unsqueeze(1) : at::Tensor();
+
+  at::Tensor tok = at::zeros({logits.size(0)}, at::TensorOptions().dtype(at::kLong).device(dev));
+  if (rs.any_full) {
+    at::Tensor w = e;
+    if (rs.any_min_p) w = w.masked_fill(scaled < mx + logmp, 0.0);
+    tok = Draw(w, uniforms).squeeze(1);
+  }
+  if (rs.any_cand) {
+    at::Tensor kk = rs.top_k.to(dev);           // [R] 0 = off
+    at::Tensor use_k = kk.gt(0);
+    at::Tensor use_p = rs.top_p.to(dev).lt(1.0f);
+    at::Tensor cand = use_k | use_p;
+    // Candidates: the largest k among top-k rows; rows with top-p alone need their nucleus, as in
+    // SampleTokens: the top 1024 unless some such row's nucleus is larger (host check), then all.
+    int64_t K = rs.max_k;
+    if (rs.any_p_only) {
+      const int64_t k0 = std::min<int64_t>(V, 1024);
+      K = std::max(K, k0);
+      if (k0 < V) {
+        at::Tensor v0 = std::get<0>(at::topk(scaled, k0, -1, true, true));
+        at::Tensor covered = (v0 - lse.unsqueeze(1)).exp().sum(-1);
+        at::Tensor p_only = use_p & ~use_k & ~greedy;
+        if ((covered.lt(rs.top_p.to(dev)) & p_only).any().item<bool>()) K = V;
+      }
+    }
+    at::Tensor vals, idx;
+    if (K >= V) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
+    else std::tie(vals, idx) = at::topk(scaled, K, -1, /*largest=*/true, /*sorted=*/true);
+    at::Tensor col = at::arange(vals.size(1), at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0);  // [1, K]
+    at::Tensor beyond_k = use_k.unsqueeze(1) & col.ge(kk.unsqueeze(1));  // outside the row's top-k
+    at::Tensor w = (vals - vals.narrow(1, 0, 1)).exp().masked_fill(beyond_k, 0.0);
+    // top-p normaliser: the top-k mass (summed over exactly k entries, as SampleTokens sums its k
+    // candidates: one sum per distinct k) or the full-vocabulary mass for top-p alone.
+    at::Tensor norm = (lse.unsqueeze(1) - vals.narrow(1, 0, 1)).exp();  // [R, 1]
+    std::vector<int64_t> ks;
+    for (const auto& o : rs.rows)
+      if (o.temperature != 0.0 && o.top_k > 0 && o.top_k < V && o.top_p < 1.0 && std::find(ks.begin(), ks.end(), o.top_k) == ks.end()) ks.push_back(o.top_k);
+    for (int64_t k : ks) norm = at::where(kk.eq(k).unsqueeze(1), w.narrow(1, 0, std::min<int64_t>(k, w.size(1))).sum(-1, true), norm);
+    at::Tensor p = w / norm;
+    at::Tensor drop = (p.cumsum(-1) - p).ge(rs.top_p.to(dev).unsqueeze(1)) & use_p.unsqueeze(1);
+    if (rs.any_min_p) drop = drop | (vals < vals.narrow(1, 0, 1) + logmp);
+    drop.select(1, 0).fill_(false);
+    w = w.masked_fill(drop, 0.0);
+    at::Tensor tok_c = idx.gather(1, Draw(w, uniforms)).squeeze(1);
+    tok = at::where(cand, tok_c, tok);
+  }
+  at::Tensor lp = scaled.gather(1, tok.unsqueeze(1)).squeeze(1) - lse;
+  if (rs.any_greedy) {
+    at::Tensor tok_g = logits.argmax(-1);
+    at::Tensor lp_g = logits.gather(1, tok_g.unsqueeze(1)).squeeze(1) - at::logsumexp(logits, {-1});
+    tok = at::where(greedy, tok_g, tok);
+    lp = at::where(greedy, lp_g, lp);
+  }
   return {tok, lp};
 }
 

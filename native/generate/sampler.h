@@ -5,6 +5,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace pg {
 
@@ -16,10 +17,35 @@ struct SamplingOptions {
   int64_t top_k = 0;
   /// Nucleus mass in (0, 1]; 1 = off. Applied after top-k, on the renormalised top-k mass.
   double top_p = 1.0;
+  /// Min-p in [0, 1]; 0 = off. Keeps tokens whose probability under softmax(logits / T) is at
+  /// least min_p times the most likely token's (transformers' MinPLogitsWarper, applied after
+  /// top-k and top-p; the ratio does not depend on the renormalisation).
+  double min_p = 0.0;
+
+  bool operator==(const SamplingOptions& o) const {
+    return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && min_p == o.min_p;
+  }
 };
 
-/// ArgError naming `what`.temperature / .topK / .topP when out of range
-/// (temperature >= 0 and finite, topK >= 0, topP in (0, 1]).
+/// Per-row sampling parameters of one batch of R rows (rows may differ in every field).
+/// Built on the host from R SamplingOptions (RowSampling::Make), then kept on the logits' device:
+/// temperature [R] float32 (0 = greedy), top_k [R] int64 (0 = off), top_p [R] float32,
+/// min_p [R] float32. The host summary (uniform / max_k / needs_*) fixes which kernels run, so a
+/// call launches a fixed sequence for a fixed summary (CUDA-graph capturable when sync-free).
+struct RowSampling {
+  std::vector<SamplingOptions> rows;  // host copy, one per row
+  at::Tensor temperature, top_k, top_p, min_p;
+  bool uniform = true;   // every row has the same options (then SampleTokens(rows[0]) runs)
+  bool any_greedy = false, any_cand = false, any_full = false, any_p_only = false, any_min_p = false;
+  int64_t max_k = 0;     // largest effective top-k among rows that use top-k
+  /// Builds the tensors on `device` for vocabulary size V.
+  static RowSampling Make(const std::vector<SamplingOptions>& rows, int64_t V, at::Device device);
+  /// The rows `idx` (host indices) of this batch, as a new RowSampling.
+  RowSampling Select(const std::vector<int64_t>& idx, int64_t V, at::Device device) const;
+};
+
+/// ArgError naming `what`.temperature / .topK / .topP / .minP when out of range
+/// (temperature >= 0 and finite, topK >= 0, topP in (0, 1], minP in [0, 1]).
 void ValidateSampling(const SamplingOptions& o, const std::string& what);
 
 /// Chooses one token per row.
@@ -42,6 +68,20 @@ void ValidateSampling(const SamplingOptions& o, const std::string& what);
 /// or top_k >= V) over V > 1024 ids, which reads one bool on the host; see SamplingIsSyncFree.
 std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits, const SamplingOptions& o,
                                                const at::Tensor& uniforms);
+
+/// Per-row SampleTokens: row r is sampled exactly as SampleTokens(logits[r:r+1], rs.rows[r],
+/// uniforms[r:r+1]) would (same operations per row; when every row has the same options this IS
+/// that call on the whole batch, bit for bit what a uniform batch gave before per-row options).
+/// Rows that differ share one pass: greedy rows take the argmax, rows with top-k / top-p draw
+/// from the sorted top-K candidates (K = the largest k; top-p-only rows as in SampleTokens),
+/// the rest from the full vocabulary; min-p masks candidates (or the full row) below
+/// min_p * p_max. Returns {tokens [R] int64, logprobs [R] float32} with the logprob defined as
+/// in SampleTokens (under the row's own temperature; greedy rows under T = 1).
+/// Host synchronisation: only when a row uses top-p without an effective top-k over V > 1024.
+std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits, const RowSampling& rs, const at::Tensor& uniforms);
+
+/// SamplingIsSyncFree for every row.
+bool RowSamplingIsSyncFree(const RowSampling& rs, int64_t vocab_size);
 
 /// True when SampleTokens(logits [R, vocab_size], o, u) never synchronises with the host, so the
 /// static decode step can run it inside its CUDA graph: greedy (temperature 0), full-vocabulary

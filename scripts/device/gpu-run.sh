@@ -60,6 +60,8 @@ for step in "$@"; do
       (cd $proj && env -u LD_LIBRARY_PATH npx papergym-native doctor 2>&1 | tee $OUT/prebuild130-doctor.txt)
       bin=$proj/node_modules/@papergym-native/linux-x64-torch2.11-cu130/papergym_native.node
       env -u LD_LIBRARY_PATH PAPERGYM_NATIVE_ADDON=$bin PG_GPU_REPORT=$OUT/gpu-parity-prebuilt.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests-prebuilt.log | tail -40 ;;
+    serveload) timeout 500 node scripts/bench/serve_load.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --clients 64 --max-batch 64 --min-tokens 64 --max-tokens 256 --prompt-words 200 --json $OUT/serve_load.json 2>&1 | tail -14 ;;
+    gpurows) timeout 300 npx mocha --config .mocharc.gpu.json dist/test/gpu/generate-rows.test.js 2>&1 | tail -20 ;;
     *) echo "unknown step $step" ;;
   esac
 done

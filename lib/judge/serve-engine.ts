@@ -1,0 +1,157 @@
+/**
+ * The step-wise side of `serve` (lib/judge/serve.ts) over a real model: a {@link ServeStepper} made
+ * from a Policy's model + tokenizer + chat template and the continuous-batching
+ * {@link DecodeEngine} (lib/model/engine.ts), plus the token facts OpenAI-format logprobs need.
+ *
+ * - Prompts render through the checkpoint's chat template with `tools` passed as a template
+ *   variable (the Qwen3 template renders tool turns and assistant `tool_calls`).
+ * - Token text and bytes for `logprobs.content[]` ({@link TokenTable}): byte-level BPE pieces are
+ *   mapped back to their bytes (the GPT-2 byte↔unicode table the ByteLevel decoder inverts); added
+ *   tokens are their UTF-8 content. `token` is the bytes as UTF-8 when they are valid UTF-8, else
+ *   `bytes:\xNN…` (vLLM's convention for a token that is part of a multi-byte character).
+ * - {@link IncrementalDetokenizer}: text deltas as tokens arrive, never splitting a multi-byte
+ *   character (prefix/read offsets as in vLLM / text-generation-inference): the concatenated deltas
+ *   equal the decode of all ids.
+ */
+import type { Tokenizer } from '../model/tokenizer.js';
+import type { ChatTemplate, ChatMessage } from '../model/chat.js';
+import { DecodeEngine, type EngineRow, type EngineStep } from '../model/engine.js';
+import type { Qwen3Model } from '../model/qwen3.js';
+
+/** A message as serve passes it to the template (tool fields kept as the client sent them). */
+export interface StepperMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool';
+  content: string;
+  tool_calls?: unknown[];
+  tool_call_id?: string;
+  name?: string;
+}
+
+/** What serve's continuous-batching path needs from a model. */
+export interface ServeStepper {
+  /** Rows decoded together at most, and the KV slots per row (prompt + max_tokens must fit). */
+  readonly maxRows: number;
+  readonly capacity: number;
+  /** Ids that end a row (Qwen3: `<|im_end|>`, `<|endoftext|>`); not part of the text. */
+  readonly stopIds: readonly number[];
+  /** Chat-rendered prompt ids. Throws a TypeError for messages the template cannot render. */
+  encode(messages: StepperMessage[], opts: { enableThinking?: boolean; tools?: unknown }): Promise<number[]>;
+  add(row: EngineRow): void;
+  cancel(id: number): void;
+  step(): Promise<EngineStep>;
+  /** Decodes several id sequences (special tokens kept). */
+  decodeBatch(ids: number[][]): Promise<string[]>;
+  /** Text and UTF-8 bytes of one token. */
+  tokenInfo(id: number): { token: string; bytes: number[] };
+  release(): Promise<void>;
+}
+
+/** GPT-2 byte-level table: the printable character each byte is written as, inverted. */
+function byteDecoder(): Map<string, number> {
+  const bs: number[] = [];
+  for (let b = 33; b <= 126; b++) bs.push(b);
+  for (let b = 161; b <= 172; b++) bs.push(b);
+  for (let b = 174; b <= 255; b++) bs.push(b);
+  const cs = [...bs];
+  let n = 0;
+  for (let b = 0; b < 256; b++)
+    if (!bs.includes(b)) {
+      bs.push(b);
+      cs.push(256 + n++);
+    }
+  const m = new Map<string, number>();
+  bs.forEach((b, i) => m.set(String.fromCodePoint(cs[i]), b));
+  return m;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Token text / bytes by id, cached (see the module doc). */
+export class TokenTable {
+  private readonly cache = new Map<number, { token: string; bytes: number[] }>();
+  private readonly dec = byteDecoder();
+
+  constructor(private readonly tok: Tokenizer) {}
+
+  get(id: number): { token: string; bytes: number[] } {
+    let e = this.cache.get(id);
+    if (e) return e;
+    const added = this.tok.addedTokens.get(id);
+    let bytes: number[];
+    if (added) bytes = [...Buffer.from(added.content, 'utf8')];
+    else {
+      const piece = this.tok.idToToken(id) ?? '';
+      const chars = [...piece];
+      bytes = chars.every((c) => this.dec.has(c)) ? chars.map((c) => this.dec.get(c)!) : [...Buffer.from(piece, 'utf8')];
+    }
+    let token: string;
+    try {
+      token = utf8.decode(Uint8Array.from(bytes));
+    } catch {
+      token = 'bytes:' + bytes.map((b) => '\\x' + b.toString(16).padStart(2, '0')).join('');
+    }
+    e = { token, bytes };
+    this.cache.set(id, e);
+    return e;
+  }
+}
+
+/**
+ * Incremental detokenization of one completion. `push(id)` records a token; `pending()` gives
+ * the two windows to decode (batched by the caller); `accept(prefixText, fullText, final)` turns
+ * them into the new text delta: empty while the window ends in an incomplete UTF-8 sequence
+ * (U+FFFD), unless `final`.
+ */
+export class IncrementalDetokenizer {
+  readonly ids: number[] = [];
+  private prefixOffset = 0;
+  private readOffset = 0;
+
+  push(id: number): void {
+    this.ids.push(id);
+  }
+
+  /** [ids of the already-emitted context window, ids of that window plus the new tokens]. */
+  windows(): [number[], number[]] {
+    return [this.ids.slice(this.prefixOffset, this.readOffset), this.ids.slice(this.prefixOffset)];
+  }
+
+  accept(prefixText: string, fullText: string, final: boolean): string {
+    if (fullText.length > prefixText.length && (final || !fullText.endsWith('\uFFFD'))) {
+      const delta = fullText.slice(prefixText.length);
+      this.prefixOffset = this.readOffset;
+      this.readOffset = this.ids.length;
+      return delta;
+    }
+    return '';
+  }
+}
+
+/**
+ * A {@link ServeStepper} over a model, tokenizer and chat template (a Policy's parts).
+ * `maxRows` (default 32), `capacity` (KV slots per row; default min(context, 4096)).
+ */
+export function modelStepper(
+  parts: { model: Qwen3Model; tokenizer: Tokenizer; chat?: ChatTemplate },
+  opts: { maxRows?: number; capacity?: number; maxPrefillTokens?: number } = {},
+): ServeStepper {
+  const { model, tokenizer, chat } = parts;
+  const engine = new DecodeEngine(model, { maxRows: opts.maxRows ?? 32, capacity: opts.capacity, padId: tokenizer.padTokenId, maxPrefillTokens: opts.maxPrefillTokens });
+  const table = new TokenTable(tokenizer);
+  return {
+    maxRows: engine.maxRows,
+    capacity: engine.capacity,
+    stopIds: tokenizer.stopIds,
+    async encode(messages, o) {
+      if (!chat) throw new TypeError('the checkpoint has no chat_template');
+      const text = chat.render(messages as ChatMessage[], { addGenerationPrompt: true, enableThinking: o.enableThinking, extra: o.tools !== undefined ? { tools: o.tools } : undefined });
+      return tokenizer.encode(text, { addSpecialTokens: false });
+    },
+    add: (row) => engine.add(row),
+    cancel: (id) => engine.cancel(id),
+    step: () => engine.step(),
+    decodeBatch: (ids) => tokenizer.decodeBatch(ids.map((a) => a.filter((t) => t < tokenizer.vocabSize))),
+    tokenInfo: (id) => table.get(id),
+    release: () => engine.release(),
+  };
+}
