@@ -1,8 +1,34 @@
 import type { CommandModule } from 'yargs';
 import { PRESETS, type Stage, type TrainConfig } from '../../lib/config/train.js';
 import { runTraining } from '../../lib/train/run.js';
+import { launchWorkers, WORKER_ENV } from '../../lib/train/launch.js';
+import { DEFAULT_DIST_TIMEOUT_MS } from '../../lib/train/dist.js';
 
-interface TrainArgs {
+// ---- data parallelism (lib/train/launch.ts, lib/train/dist.ts): torchrun-style flags ----
+interface DistArgs {
+  'nproc-per-node'?: number;
+  nnodes?: number;
+  'node-rank'?: number;
+  'master-addr'?: string;
+  'master-port'?: number;
+  'dist-timeout'?: number;
+}
+function distOptions<T>(y: import('yargs').Argv<T>): import('yargs').Argv<T> {
+  return y
+    .option('nproc-per-node', { type: 'number', group: 'Data parallel:', describe: 'start N worker processes on this machine (one GPU each on CUDA), splitting the global batch' })
+    .option('nnodes', { type: 'number', default: 1, group: 'Data parallel:', describe: 'machines in the run' })
+    .option('node-rank', { type: 'number', default: 0, group: 'Data parallel:', describe: 'index of this machine (0 hosts the rendezvous)' })
+    .option('master-addr', { type: 'string', default: '127.0.0.1', group: 'Data parallel:', describe: 'address of node 0 (MASTER_ADDR)' })
+    .option('master-port', { type: 'number', default: 29500, group: 'Data parallel:', describe: 'rendezvous TCP port on node 0 (MASTER_PORT)' })
+    .option('dist-timeout', { type: 'number', default: DEFAULT_DIST_TIMEOUT_MS / 1000, group: 'Data parallel:', describe: 'seconds a collective may wait for the other ranks before failing' }) as never;
+}
+/** Launcher (`--nproc-per-node`, not inside a worker): spawns the workers; null otherwise. */
+async function maybeLaunch(a: DistArgs): Promise<number | null> {
+  if (a['nproc-per-node'] === undefined || process.env[WORKER_ENV] === '1') return null;
+  return launchWorkers({ nprocPerNode: a['nproc-per-node'], nnodes: a.nnodes ?? 1, nodeRank: a['node-rank'] ?? 0, masterAddr: a['master-addr'] ?? '127.0.0.1', masterPort: a['master-port'] ?? 29500 });
+}
+
+interface TrainArgs extends DistArgs {
   config?: string;
   preset?: keyof typeof PRESETS;
   stages?: string;
@@ -94,7 +120,7 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
   command: 'train',
   describe: 'Train a LoRA adapter: OPSD then GRPO (defaults < --config < flags; no args = embedded tiny demo)',
   builder: (y) =>
-    y
+    distOptions(y)
       .option('config', { type: 'string', describe: 'YAML config file' })
       .option('preset', { choices: Object.keys(PRESETS) as (keyof typeof PRESETS)[], describe: "the paper's settings for a model size" })
       .option('stages', { type: 'string', describe: 'comma list of sft, opsd, grpo (default opsd,grpo)' })
@@ -134,7 +160,14 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       .option('recompute', { type: 'boolean', describe: 'recompute each decoder layer in backward (less activation memory)' })
       .option('empty-cache', { type: 'boolean', describe: 'release cached GPU memory between rollout and update phases' }) as never,
   handler: async (argv) => {
-    const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume });
+    const launched = await maybeLaunch(argv);
+    if (launched !== null) {
+      process.exitCode = launched;
+      return;
+    }
+    const timeout = argv['dist-timeout'];
+    if (timeout !== undefined && !(timeout > 0)) throw new Error(`--dist-timeout must be > 0 seconds (got ${timeout})`);
+    const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume, dist: { timeoutMs: (timeout ?? DEFAULT_DIST_TIMEOUT_MS / 1000) * 1000 } });
     if (summary.interrupted) process.exitCode = 130;
   },
 };

@@ -19,6 +19,7 @@ import { computeAdvantages } from './advantages.js';
 import { resolveCheckpoint } from './checkpoint.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainItem, type TrainSummary, type RewardFn } from './trainer.js';
+import { initDist, type DistContext } from './dist.js';
 
 /** The embedded default model: a tiny random Qwen3 (real tokenizer), made once and reused. */
 export function ensureDefaultModel(): string {
@@ -107,6 +108,11 @@ export interface RunOptions {
   reward?: RewardFn;
   /** Install a SIGINT handler that checkpoints before exiting (default true). */
   handleSignals?: boolean;
+  /**
+   * Data parallelism (lib/train/dist.ts): with torchrun's environment (WORLD_SIZE > 1) this process
+   * joins the c10d group as RANK; `timeoutMs` bounds every collective (default 10 min).
+   */
+  dist?: { timeoutMs?: number; initTimeoutMs?: number; env?: NodeJS.ProcessEnv };
 }
 
 function timestamp(): string {
@@ -143,10 +149,33 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (!cfg.judge.url || !cfg.judge.model) throw new Error('judge http needs judge.url and judge.model');
     await checkEndpoint(cfg.judge.url);
   }
+  // ---- data parallelism: join the group (port in use, unreachable master, mismatched world
+  // sizes fail here, before any compute); rank 0 names the run dir for every rank ----
+  const joined = await initDist({ device: cfg.device, timeoutMs: o.dist?.timeoutMs, initTimeoutMs: o.dist?.initTimeoutMs, env: o.dist?.env, log });
+  let dist: DistContext = joined.ctx;
+  if (dist.worldSize > 1) {
+    const rankLog = log;
+    const r = dist.rank;
+    if (r !== 0) o = { ...o, log: (l: string) => rankLog(`[rank ${r}] ${l}`) };
+    cfg = { ...cfg, device: joined.device, out: (await dist.allGather(resolve(cfg.out ?? join('runs', timestamp()))))[0]! };
+  }
+  try {
+    return await trainWithGroup(o, cfg, resume, ds, dataPath, modelDir, dist, (d) => (dist = d));
+  } catch (e) {
+    dist.destroy();
+    throw e;
+  }
+}
+
+async function trainWithGroup(
+  o: RunOptions, cfg: TrainConfig, resume: ReturnType<typeof resolveCheckpoint> | undefined, ds: ReturnType<typeof readDataset>,
+  dataPath: string, modelDir: string, dist: DistContext, setDist: (d: DistContext) => void,
+): Promise<TrainSummary> {
+  const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
-  ensureWritableDir(runDir);
+  if (dist.isMain) ensureWritableDir(runDir);
   const resolved: TrainConfig = { ...cfg, out: runDir };
-  if (!resume) writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir }, null, 2));
+  if (!resume && dist.isMain) writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir }, null, 2));
   log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
 
   // ---- model, judge, reward ----
@@ -157,6 +186,12 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
+    if (dist.worldSize > 1) {
+      dist = dist.withModel(policy.model.raw);
+      setDist(dist);
+      // Same starting adapter on every rank (rank 0's), whatever each loaded.
+      await dist.broadcastParameters();
+    }
     let judge: Judge;
     if (cfg.judge.kind === 'http') {
       judge = createHttpJudge({ url: cfg.judge.url!, model: cfg.judge.model!, mode: cfg.judge.mode, concurrency: cfg.judge.concurrency });
@@ -176,6 +211,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       },
       runDir,
       log,
+      dist,
     }, resume?.state);
 
     let sigints = 0;
@@ -191,7 +227,10 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (o.handleSignals !== false) process.on('SIGINT', onSigint);
     try {
       const summary = await trainer.run();
-      process.stdout.write(Trainer.formatSummary(summary) + '\n');
+      // Rank 0 wrote the last checkpoint and the final adapter; everyone leaves together.
+      await dist.barrier();
+      dist.destroy();
+      if (dist.isMain) process.stdout.write(Trainer.formatSummary(summary) + '\n');
       return summary;
     } finally {
       if (o.handleSignals !== false) process.off('SIGINT', onSigint);

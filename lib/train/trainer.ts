@@ -20,6 +20,7 @@ import { writeCheckpoint, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages, teacherMessages } from './prompts.js';
 import { mulberry32 } from '../util/random.js';
+import { DistContext, shard } from './dist.js';
 
 /** Minimal view of a dataset item the schedule needs (lib/data/schema.ts has the full schema). */
 export interface TrainItem {
@@ -50,6 +51,16 @@ export interface TrainerDeps {
   advantages: (rewards: number[], groupSize: number, opts: { scale: 'group' | 'batch' | 'none'; dropZeroVariance: boolean }) => { advantages: number[]; keep: boolean[] };
   runDir: string;
   log?: (line: string) => void;
+  /** Data parallelism (lib/train/dist.ts): this rank's group; absent = one process. */
+  dist?: DistContext;
+}
+
+/** A step's result: global metrics plus this rank's gradient pre-scale for the all-reduce. */
+type StepResult = { loss: number; completionTokens: number; gradScale?: number; [k: string]: unknown };
+
+/** Seed of (run seed, stage, step, purpose, unit): per question / sampling chunk, the same on every rank. */
+export function unitSeed(seed: number, stageIndex: number, step: number, purpose: number, unit: number): number {
+  return unit === 0 ? stepSeed(seed, stageIndex, step, purpose) : stepSeed(stepSeed(seed, stageIndex, step, purpose), unit, 0x5eed, 0);
 }
 
 export interface TrainSummary {
@@ -165,6 +176,11 @@ export class Trainer {
     this.stopRequested = true;
   }
 
+  private get dist(): DistContext {
+    return this.deps.dist ?? (this.singleDist ??= DistContext.single());
+  }
+  private singleDist: DistContext | undefined;
+
   private get trainItems(): TrainItem[] {
     const t = this.deps.items.filter((i) => i.split === 'train');
     return t.length ? t : this.deps.items;
@@ -186,6 +202,8 @@ export class Trainer {
   private async checkpoint(): Promise<string> {
     this.state.wallSeconds = this.wall();
     this.state.summary = this.summary;
+    // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
+    if (!this.dist.isMain) return '';
     const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp));
     this.log(`checkpoint ${dir}`);
     return dir;
@@ -208,19 +226,22 @@ export class Trainer {
         rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
         this.summary.push(rec);
       }
-      const progress = new Progress(stage, total, this.state.stageStep);
+      const progress = this.dist.isMain ? new Progress(stage, total, this.state.stageStep) : { update: () => {}, stop: () => {} };
       let nonFinite = 0;
       while (!this.state.stageDone && this.state.stageStep < total) {
         const t0 = Date.now();
         const step = this.state.stageStep;
-        backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, step, 1));
+        // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
+        backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, step, this.dist.rank === 0 ? 1 : 1 + (this.dist.rank << 8)));
         let lr = NaN;
-        const m = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
+        const m: StepResult = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
         let gradNorm = NaN;
         let skipped = false;
         if (!Number.isFinite(m.loss)) {
           skipped = true;
         } else {
+          // Data parallel: sum the ranks' LoRA grads (each already a share of the global mean).
+          await this.dist.reduceGradients(m.gradScale ?? 1);
           const r = await backend.optimizerStep(this.cfg.optim.maxGradNorm);
           gradNorm = r.gradNorm;
           lr = r.lr;
@@ -241,8 +262,11 @@ export class Trainer {
         this.state.stageStep += 1;
         this.state.globalStep += 1;
         const secs = (Date.now() - t0) / 1000;
+        const { gradScale: _gs, ...mOut } = m;
+        const distStats = this.dist.worldSize > 1 ? { worldSize: this.dist.worldSize, ...this.dist.takeReduceStats(), stepSecondsPerRank: await this.dist.allGather(secs) } : {};
         const record = {
-          ...m,
+          ...mOut,
+          ...distStats,
           stage,
           step: this.state.stageStep,
           globalStep: this.state.globalStep,
@@ -253,7 +277,7 @@ export class Trainer {
           tokensPerSecond: m.completionTokens / secs,
           memory: backend.memory(),
         };
-        this.metrics.write(record);
+        if (this.dist.isMain) this.metrics.write(record);
         if (Number.isNaN(rec.firstLoss)) rec.firstLoss = m.loss;
         rec.lastLoss = m.loss;
         if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
@@ -265,7 +289,7 @@ export class Trainer {
           const score = await this.validate();
           this.state.validation.push({ step: this.state.stageStep, score });
           rec.bestValidation = Math.max(rec.bestValidation ?? -Infinity, score);
-          this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
+          if (this.dist.isMain) this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
           const K = this.cfg.opsd.earlyStopPatience;
           if (stage === 'opsd' && K > 0 && this.fellKTimes(K)) {
             this.log(`[opsd] validation fell ${K} times in a row; ending OPSD at step ${this.state.stageStep}`);
@@ -277,6 +301,8 @@ export class Trainer {
           await this.checkpoint();
           saved = true;
         }
+        // Every rank stops at the same step (a signal may reach the ranks at different times).
+        if (this.dist.worldSize > 1 && (await this.dist.allGather(this.stopRequested)).some(Boolean)) this.stopRequested = true;
         if (this.stopRequested) {
           if (!saved) await this.checkpoint();
           progress.stop();
@@ -292,7 +318,7 @@ export class Trainer {
     }
     this.state.stageIndex = this.cfg.stages.length;
     await this.checkpoint();
-    await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
+    if (this.dist.isMain) await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
     return this.finish(false);
   }
 
@@ -311,7 +337,7 @@ export class Trainer {
       interrupted,
       wallSeconds: this.wall(),
     };
-    writeFileSync(join(this.deps.runDir, 'summary.json'), JSON.stringify(s, null, 2));
+    if (this.dist.isMain) writeFileSync(join(this.deps.runDir, 'summary.json'), JSON.stringify(s, null, 2));
     return s;
   }
 
@@ -330,37 +356,70 @@ export class Trainer {
     return batch;
   }
 
-  private sampling(n: number, purpose: number) {
+  private sampling(n: number, purpose: number, unit = 0) {
     const s = this.cfg.sampling;
-    return { n, temperature: s.temperature, topP: s.topP, topK: s.topK, maxNewTokens: s.maxNewTokens, seed: stepSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose) };
+    return { n, temperature: s.temperature, topP: s.topP, topK: s.topK, maxNewTokens: s.maxNewTokens, seed: unitSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose, unit) };
   }
 
-  private async sftStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+  /** Sum over ranks (identity on one process); a non-finite value on any rank stays non-finite. */
+  private async sumRanks(x: number): Promise<number> {
+    if (this.dist.worldSize === 1) return x;
+    return (await this.dist.allGather(Number.isFinite(x) ? x : null)).reduce<number>((a, v) => a + (v === null ? NaN : v), 0);
+  }
+  /** Every rank's value in rank order (one-element list on one process). */
+  private async gather<T>(x: T): Promise<T[]> {
+    return this.dist.worldSize === 1 ? [x] : this.dist.allGather(x);
+  }
+
+  private async sftStep(): Promise<StepResult> {
     const { backend } = this.deps;
     const items = this.take(this.cfg.sft.batchSize);
-    const seqs: Sequence[] = await Promise.all(items.map(async (it) => ({
+    // This rank's questions; the normaliser (all answer tokens of the global batch) is computed
+    // locally from the same global batch on every rank.
+    const [a, b] = shard(items.length, this.dist.rank, this.dist.worldSize);
+    const answers = await Promise.all(items.map((it) => backend.answerIds(it.reference_answer)));
+    const normalizer = answers.reduce((n, x) => n + x.length, 0);
+    const seqs: Sequence[] = await Promise.all(items.slice(a, b).map(async (it, j) => ({
       promptIds: await backend.promptIds(studentMessages(it.question)),
-      completionIds: await backend.answerIds(it.reference_answer),
+      completionIds: answers[a + j]!,
     })));
-    const normalizer = seqs.reduce((a, s) => a + s.completionIds.length, 0);
-    // One call over the window: the native cross-entropy averages over the tokens it is given,
-    // which is then exactly the window's token mean (the chunking over tokens happens natively).
-    const { loss } = await backend.sftBackward(seqs);
-    return { loss, completionTokens: normalizer };
+    const local = seqs.reduce((n, s) => n + s.completionIds.length, 0);
+    // One call over the rank's window: the native cross-entropy averages over the tokens it is
+    // given; × local / global tokens makes it this rank's share of the global token mean (the
+    // gradient is scaled the same way before the all-reduce).
+    const share = normalizer > 0 ? local / normalizer : 0;
+    const localLoss = seqs.length ? (await backend.sftBackward(seqs)).loss : 0;
+    const loss = this.dist.worldSize === 1 ? localLoss : await this.sumRanks(localLoss * share);
+    return { loss, completionTokens: normalizer, gradScale: share };
   }
 
-  private async opsdStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+  private async opsdStep(): Promise<StepResult> {
     const { backend } = this.deps;
     const c = this.cfg.opsd;
     const items = this.take(c.batchSize);
-    const studentPrompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
-    const teacherPrompts = await Promise.all(items.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
-    const rollouts = await backend.generate(studentPrompts, this.sampling(1, 2));
-    const batch = rollouts.map((r) => ({
-      student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds },
-      teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds },
-    })).filter((b) => b.student.completionIds.length > 0);
-    const normalizer = batch.reduce((a, b) => a + b.student.completionIds.length, 0);
+    // Sampling chunks of microBatch questions, each with its own seed (so a chunk's completions do
+    // not depend on which rank samples it); this rank takes a contiguous share of the chunks.
+    const chunkIdx = chunks(items.map((_, i) => i), Math.max(1, c.microBatch));
+    const [a, b] = shard(chunkIdx.length, this.dist.rank, this.dist.worldSize);
+    const batch: { student: Sequence; teacher: Sequence }[] = [];
+    let stops = 0;
+    let rolloutCount = 0;
+    for (let k = a; k < b; k++) {
+      const its = chunkIdx[k]!.map((i) => items[i]!);
+      const studentPrompts = await Promise.all(its.map((it) => backend.promptIds(studentMessages(it.question))));
+      const teacherPrompts = await Promise.all(its.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
+      const rollouts = await backend.generate(studentPrompts, this.sampling(1, 2, k));
+      for (const r of rollouts) {
+        rolloutCount += 1;
+        if (r.finishReason === 'stop') stops += 1;
+        if (!r.tokenIds.length) continue;
+        batch.push({ student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds }, teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds } });
+      }
+    }
+    const local = { tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount };
+    const all = await this.gather(local);
+    const normalizer = all.reduce((n, x) => n + x.tokens, 0);
+    const sequences = all.reduce((n, x) => n + x.sequences, 0);
     const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
     let loss = 0;
     if (normalizer > 0) {
@@ -368,37 +427,54 @@ export class Trainer {
         loss += (await backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
       }
     }
-    return { loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, batch.length), stopRate: mean(rollouts.map((r) => (r.finishReason === 'stop' ? 1 : 0))) };
+    loss = await this.sumRanks(loss);
+    return {
+      loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, sequences),
+      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, all.reduce((n, x) => n + x.rollouts, 0)),
+    };
   }
 
-  private async grpoStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+  private async grpoStep(): Promise<StepResult> {
     const { backend } = this.deps;
     const c = this.cfg.grpo;
     const items = this.take(c.questionsPerStep);
-    const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
-    // Sample per question chunk and judge each chunk while the next one samples (async overlap).
-    const promptChunks = chunks(prompts.map((p, i) => ({ p, i })), Math.max(1, Math.floor(c.microBatch / c.groupSize) || 1));
+    // Sampling chunks of whole groups (a group never spans ranks), each with its own seed; this
+    // rank samples and judges a contiguous share of the chunks, judging each chunk while the next
+    // one samples (async overlap).
+    const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(c.microBatch / c.groupSize) || 1));
+    const [a, b] = shard(promptChunks.length, this.dist.rank, this.dist.worldSize);
+    const prompts = new Map<number, number[]>();
     const rollouts: Rollout[] = [];
     const rewardJobs: Promise<RewardResult[]>[] = [];
-    for (let ci = 0; ci < promptChunks.length; ci++) {
+    for (let ci = a; ci < b; ci++) {
       const ch = promptChunks[ci]!;
-      const rs = await backend.generate(ch.map((x) => x.p), this.sampling(c.groupSize, 3 + ci));
+      const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
+      ch.forEach((i, j) => prompts.set(i, ps[j]!));
+      const rs = await backend.generate(ps, this.sampling(c.groupSize, 3 + ci));
       // generate returns n completions per prompt contiguously (a group is a block of G).
-      const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]!.i }));
+      const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
       rollouts.push(...mapped);
       rewardJobs.push(this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds }))));
     }
-    const rewards = (await Promise.all(rewardJobs)).flat();
+    const localRewards = (await Promise.all(rewardJobs)).flat();
+    // Global rewards in global rollout order (ranks hold contiguous chunk ranges): advantages and
+    // the loss normalisers span the whole step, as on one process.
+    const all = await this.gather({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length) });
+    const rewards = all.flatMap((x) => x.rewards);
+    const lengths = all.flatMap((x) => x.lengths);
+    const offset = all.slice(0, this.dist.rank).reduce((n, x) => n + x.rewards.length, 0);
     const r = rewards.map((x) => x.reward);
     const { advantages, keep } = this.deps.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
-    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i]!, i })).filter((x) => keep[x.i] && x.ro.tokenIds.length > 0);
-    const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex]!, completionIds: x.ro.tokenIds }));
+    const keptGlobal = lengths.map((len, i) => keep[i] && len > 0);
+    const totalSequences = keptGlobal.filter(Boolean).length;
+    const totalTokens = lengths.reduce((n, len, i) => n + (keptGlobal[i] ? len : 0), 0);
+    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i })).filter((x) => keptGlobal[x.i]);
+    const seqs = kept.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds }));
     const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
     const refLogprobs = seqs.length && c.betaKl > 0 ? await backend.completionLogprobs(seqs, this.cfg.sampling.temperature || 1, refAdapter) : seqs.map((s) => s.completionIds.map(() => 0));
-    const totalTokens = seqs.reduce((a, s) => a + s.completionIds.length, 0);
     const opts = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
-      totalSequences: seqs.length, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
+      totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
     };
     let loss = 0;
     let kl = 0;
@@ -409,6 +485,12 @@ export class Trainer {
       loss += out.loss;
       kl += out.meanKl * mb.length;
       clip += out.clipFraction * mb.length;
+    }
+    if (this.dist.worldSize > 1) {
+      const parts = await this.gather([Number.isFinite(loss) ? loss : null, kl, clip]);
+      loss = parts.reduce<number>((n, p) => n + (p[0] === null ? NaN : p[0]!), 0);
+      kl = parts.reduce((n, p) => n + p[1]!, 0);
+      clip = parts.reduce((n, p) => n + p[2]!, 0);
     }
     const dims: Record<string, [number, number]> = {};
     for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
@@ -423,20 +505,27 @@ export class Trainer {
       rSpecMean: mean(rewards.map((x) => x.rSpec)),
       rGenMean: mean(rewards.map((x) => x.rGen)),
       passRate: Object.fromEntries(Object.entries(dims).map(([d, [m, t]]) => [d, t ? m / t : NaN])),
-      kl: batch.length ? kl / batch.length : 0,
-      clipFraction: batch.length ? clip / batch.length : 0,
-      keptSequences: batch.length,
-      completionLength: totalTokens / Math.max(1, batch.length),
+      kl: totalSequences ? kl / totalSequences : 0,
+      clipFraction: totalSequences ? clip / totalSequences : 0,
+      keptSequences: totalSequences,
+      completionLength: totalTokens / Math.max(1, totalSequences),
     };
   }
 
-  /** Validation: one greedy plan per held-out item, scored by the reward function; mean r_spec. */
+  /** Validation: one greedy plan per held-out item, scored by the reward function; mean r_spec (items split over ranks). */
   async validate(): Promise<number> {
     const { backend } = this.deps;
-    const items = this.valItems;
-    const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
-    const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
-    const scores = await this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
-    return mean(scores.map((s) => s.rSpec));
+    const all = this.valItems;
+    const [a, b] = shard(all.length, this.dist.rank, this.dist.worldSize);
+    const items = all.slice(a, b);
+    let sum = 0;
+    if (items.length) {
+      const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
+      const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
+      const scores = await this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
+      if (this.dist.worldSize === 1) return mean(scores.map((s) => s.rSpec));
+      sum = scores.reduce((n, s) => n + s.rSpec, 0);
+    }
+    return (await this.sumRanks(sum)) / Math.max(1, all.length);
   }
 }

@@ -11,6 +11,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if ls .device/whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device/whl/*.whl && export PYTHONPATH=/tmp/site
 fi
+# Gloo headers for native/dist (the GPU image has no apt access): the lead copies this machine's
+# /usr/include/gloo into .device/gloo-include/gloo before the run (see docs/performance.md).
+[ -f .device/gloo-include/gloo/algorithm.h ] && export GLOO_INCLUDE_DIR=$PWD/.device/gloo-include
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
 CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
@@ -32,6 +35,12 @@ for step in "$@"; do
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
+    # Data parallel (issue 16; 2 GPUs): NCCL collectives test, then the trainer's GRPO step and an
+    # SFT step at 1.7B shapes on 1 vs 2 GPUs with the same global batch (throughput, all-reduce
+    # seconds per step, adapter difference 1 vs 2 GPUs).
+    disttest) npx mocha --config .mocharc.gpu.json dist/test/gpu/dist-nccl.test.js 2>&1 | tee $OUT/gpu-dist-tests.log | tail -30 ;;
+    dpgrpo) timeout 560 node scripts/bench/dp_scaling.mjs --stage grpo --shape qwen3-1.7b --steps 3 --json $OUT/dp_grpo_1.7b.json 2>&1 | tail -25 ;;
+    dpsft) timeout 400 node scripts/bench/dp_scaling.mjs --stage sft --shape qwen3-1.7b --steps 4 --json $OUT/dp_sft_1.7b.json 2>&1 | tail -25 ;;
     *) echo "unknown step $step" ;;
   esac
 done
