@@ -8,7 +8,7 @@
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -197,5 +197,33 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
       const d = maxDiff(adapter(ck(one, s)), adapter(ck(resumed, s)));
       assert.ok(d <= 1e-5, `${s} after a 2 -> 1 process resume differs by ${d}`);
     }
+  });
+
+  it('Ctrl-C (SIGINT to the launcher) stops both workers at the same step and leaves a checkpoint', async () => {
+    const out = join(tmp, 'sigint');
+    const p = spawn(process.execPath, [CLI, 'train', '--config', cfgFile, '--stages', 'sft', '--sft-steps', '200', '--checkpoint-every', '0', '--out', out,
+      '--nproc-per-node', '2', '--master-port', String(await freePort())], { env: { ...process.env, OMP_NUM_THREADS: '1' }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => (err += d));
+    // Interrupt once the first step is in the metrics.
+    await new Promise<void>((res, rej) => {
+      const iv = setInterval(() => {
+        if (existsSync(join(out, 'metrics.jsonl'))) {
+          clearInterval(iv);
+          p.kill('SIGINT');
+          res();
+        }
+      }, 200);
+      p.on('exit', () => {
+        clearInterval(iv);
+        rej(new Error(`train exited before the first step: ${err.slice(-3000)}`));
+      });
+    });
+    const code = await new Promise<number | null>((res) => p.on('exit', (c) => res(c)));
+    assert.equal(code, 130, err.slice(-3000));
+    const latest = readFileSync(join(out, 'checkpoints', 'latest'), 'utf8').trim();
+    const state = JSON.parse(readFileSync(join(out, 'checkpoints', latest, 'trainer_state.json'), 'utf8')) as { stageStep: number };
+    assert.ok(state.stageStep >= 1 && state.stageStep < 200, `stopped at step ${state.stageStep}`);
+    assert.match(err, /SIGINT: forwarding to the workers/);
   });
 });
