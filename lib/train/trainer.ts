@@ -471,7 +471,14 @@ export class Trainer {
     const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i })).filter((x) => keptGlobal[x.i]);
     const seqs = kept.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds }));
     const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
-    const refLogprobs = seqs.length && c.betaKl > 0 ? await backend.completionLogprobs(seqs, this.cfg.sampling.temperature || 1, refAdapter) : seqs.map((s) => s.completionIds.map(() => 0));
+    // Reference logprobs per micro-batch (the backward's batches): bounded memory, and the same
+    // batch composition on one process and on N ranks (no padding-dependent rounding).
+    const refLogprobs: number[][] = [];
+    if (c.betaKl > 0) {
+      for (const part of chunks(seqs, c.microBatch)) refLogprobs.push(...(await backend.completionLogprobs(part, this.cfg.sampling.temperature || 1, refAdapter)));
+    } else {
+      for (const s of seqs) refLogprobs.push(s.completionIds.map(() => 0));
+    }
     const opts = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
       totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
