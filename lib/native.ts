@@ -71,6 +71,9 @@ export interface NativeAddon {
   opCountStop(): { total: number; ops: Record<string, number> };
   /** Seeds libtorch's default CPU/CUDA generators (LoRA dropout); non-negative integer. */
   manualSeed(seed: number): void;
+  /** Process groups in this build (native/dist: Gloo needs the gloo headers at build time, NCCL a CUDA build + nccl.h). */
+  distAvailable(): { gloo: boolean; nccl: boolean };
+  // distInit(opts) -> Promise<ProcessGroup>: see native/dist/register.cc and lib/train/dist.ts
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   [name: string]: any;
 }

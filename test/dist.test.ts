@@ -3,8 +3,8 @@
  * CPU with Gloo: the collectives across 2 real processes, the fault cases (a dead rank, a hung
  * rank, port in use, unreachable master, mismatched world sizes) and the trainer equivalence —
  * a 2-process `train --nproc-per-node 2` gives the same adapters (≤ 1e-5) as 1 process with the
- * same flags for SFT, OPSD and GRPO, and a 2-process run resumed with 1 process continues the
- * same data order.
+ * same flags for SFT, OPSD and GRPO, and a run resumed with the other number of processes
+ * continues the same data order; Ctrl-C and a killed worker through the launcher.
  */
 import { strict as assert } from 'node:assert';
 import { spawn, spawnSync } from 'node:child_process';
@@ -174,7 +174,7 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
   }
   const steps = ['step-000001', 'step-000002', 'step-000003', 'step-000004'];  // sft, sft, opsd, grpo
 
-  it('SFT, OPSD and GRPO adapters of 2 processes match 1 process within 1e-5; resuming with 1 process continues the same data', async () => {
+  it('SFT, OPSD and GRPO adapters of 2 processes match 1 process within 1e-5; resuming with 1 process (and 1 -> 2) continues the same data', async () => {
     const one = join(tmp, 'one');
     const two = join(tmp, 'two');
     train(['--config', cfgFile, '--out', one]);
@@ -214,6 +214,17 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
       const d = maxDiff(adapter(ck(one, s)), adapter(ck(resumed, s)));
       assert.ok(d <= 1e-5, `${s} after a 2 -> 1 process resume differs by ${d}`);
     }
+    // And the reverse: the 1-process run resumed after its first step with 2 processes.
+    const widened = join(tmp, 'widened');
+    cpSync(one, widened, { recursive: true });
+    for (const s of steps.slice(1)) rmSync(ck(widened, s), { recursive: true, force: true });
+    rmSync(join(widened, 'final'), { recursive: true, force: true });
+    writeFileSync(join(widened, 'checkpoints', 'latest'), 'step-000001\n');
+    train(['--resume', widened, '--nproc-per-node', '2', '--master-port', String(await freePort())]);
+    for (const s of steps.slice(1)) {
+      const d = maxDiff(adapter(ck(one, s)), adapter(ck(widened, s)));
+      assert.ok(d <= 1e-5, `${s} after a 1 -> 2 process resume differs by ${d}`);
+    }
   });
 
   it('Ctrl-C (SIGINT to the launcher) stops both workers at the same step and leaves a checkpoint', async () => {
@@ -242,5 +253,32 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
     const state = JSON.parse(readFileSync(join(out, 'checkpoints', latest, 'trainer_state.json'), 'utf8')) as { stageStep: number };
     assert.ok(state.stageStep >= 1 && state.stageStep < 200, `stopped at step ${state.stageStep}`);
     assert.match(err, /SIGINT: forwarding to the workers/);
+  });
+
+  it('a worker killed mid-run makes the other fail naming its rank, and the launcher exit non-zero', async () => {
+    const out = join(tmp, 'kill');
+    const p = spawn(process.execPath, [CLI, 'train', '--config', cfgFile, '--stages', 'sft', '--sft-steps', '200', '--checkpoint-every', '0', '--out', out,
+      '--nproc-per-node', '2', '--master-port', String(await freePort()), '--dist-timeout', '60'], { env: { ...process.env, OMP_NUM_THREADS: '1' }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    p.stderr.on('data', (d) => (err += d));
+    const exited = new Promise<number | null>((res) => p.on('exit', (c) => res(c)));
+    await new Promise<void>((res, rej) => {
+      const iv = setInterval(() => {
+        const pid = /worker rank 1: pid (\d+)/.exec(err)?.[1];
+        if (pid && existsSync(join(out, 'metrics.jsonl'))) {
+          clearInterval(iv);
+          process.kill(Number(pid), 'SIGKILL');
+          res();
+        }
+      }, 200);
+      void exited.then(() => {
+        clearInterval(iv);
+        rej(new Error(`train exited before the first step: ${err.slice(-3000)}`));
+      });
+    });
+    const code = await exited;
+    assert.notEqual(code, 0);
+    assert.match(err, /worker rank 1 \(pid \d+\) was killed by SIGKILL/);
+    assert.match(err, /rank 0: (allReduce|allGatherObject|barrier) \(collective #\d+.*failed: rank 1 is gone/);
   });
 });

@@ -78,6 +78,7 @@ export async function launchWorkers(o: LaunchOptions): Promise<number> {
     };
     // Own process group: a terminal Ctrl-C reaches the launcher only, which forwards it once.
     const proc = spawn(cmd, args, { env, stdio: 'inherit', detached: true });
+    log(`worker rank ${rank}: pid ${proc.pid}`);
     const c = { rank, proc, done: false };
     children.push(c);
     exits.push(new Promise<void>((res) => {

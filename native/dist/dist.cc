@@ -213,6 +213,7 @@ auto Group::Run(const char* op, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const std::exception& e) {
+    failed_ = true;
     std::string cause = e.what();
     auto nl = cause.find("\nException raised from");
     if (nl != std::string::npos) cause = cause.substr(0, nl);
@@ -337,6 +338,17 @@ void Group::Destroy() {
   stop_beat_ = true;
   if (beat_.joinable()) beat_.join();
   std::lock_guard<std::mutex> lk(mu_);
+  // NCCL: release the communicators explicitly (its destructor warns otherwise): shutdown after
+  // clean work, abort after a failed collective (a shutdown could wait on a dead peer).
+  try {
+    if (pg_) {
+      if (failed_)
+        pg_->abort();
+      else
+        pg_->shutdown();
+    }
+  } catch (...) {
+  }
   pg_.reset();
   store_.reset();
 }

@@ -89,6 +89,7 @@ class Group {
   std::mutex mu_;
   int64_t seq_ = 0;
   std::atomic<bool> destroyed_{false};
+  std::atomic<bool> failed_{false};  // a collective failed: Destroy aborts instead of shutting down
   std::atomic<bool> stop_beat_{false};
   std::thread beat_;
 };
