@@ -137,6 +137,8 @@ export interface DoctorReport {
   cxx11Abi: boolean;
   cudaBuild: boolean;
   fusedKernels: boolean;
+  /** Data-parallel process groups in this build (native/dist): Gloo (CPU), NCCL (CUDA). */
+  dist: { gloo: boolean; nccl: boolean };
   cudaAvailable: boolean;
   gpus: { index: number; name: string; totalMemoryGiB: number; computeCapability: string; allocatedBytes?: number; reservedBytes?: number }[];
   numThreads: number;
@@ -156,6 +158,7 @@ export function doctor(): DoctorReport {
     cxx11Abi: info.cxx11Abi,
     cudaBuild: info.cudaBuild,
     fusedKernels: !!info.fusedKernels,
+    dist: typeof addon.distAvailable === 'function' ? addon.distAvailable() : { gloo: false, nccl: false },
     cudaAvailable: info.cudaAvailable,
     gpus: info.cudaDevices.map((d) => {
       const m = addon.cudaMemory(d.index);
