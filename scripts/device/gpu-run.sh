@@ -16,7 +16,7 @@ fi
 [ -f .device/gloo-include/gloo/algorithm.h ] && export GLOO_INCLUDE_DIR=$PWD/.device/gloo-include
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
-CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
+CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler|data parallelism|NCCL process groups|gloo" | head -30
 echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
 for step in "$@"; do
   echo "=== $step ($(date +%T))"
