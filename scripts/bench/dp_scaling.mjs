@@ -9,8 +9,8 @@
  * tolerance is discussed in docs/performance.md).
  *
  * Usage: node scripts/bench/dp_scaling.mjs --stage grpo --shape qwen3-1.7b --steps 3 --json out.json
- *        node scripts/bench/dp_scaling.mjs --device cpu --shape qwen3-0.6b --layers 1 --stage sft --steps 2 --questions 4 --new-tokens 8   # CPU smoke (Gloo)
- * Options: --stage grpo|opsd|sft  --device cuda|cpu  --nproc 2  --shape  --layers N  --steps 3
+ *        node scripts/bench/dp_scaling.mjs --device cpu --model .cache/tiny-models/default-tiny-tied-s0 --stage grpo --steps 2 --questions 2 --group 2 --new-tokens 8 --micro-batch 2 --lora-r 8   # CPU smoke (Gloo)
+ * Options: --stage grpo|opsd|sft  --device cuda|cpu  --nproc 2  --shape  --layers N  --model DIR (instead of a random one)  --steps 3
  *          --questions 8 (GRPO questions / OPSD and SFT batch)  --group 8  --new-tokens 512
  *          --micro-batch 8  --lora-r 64  --recompute  --json FILE
  */
@@ -28,14 +28,15 @@ const { values: a } = parseArgs({
     shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, steps: { type: 'string', default: '3' },
     questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '512' },
     'micro-batch': { type: 'string', default: '8' }, 'lora-r': { type: 'string', default: '64' }, recompute: { type: 'boolean', default: false },
-    json: { type: 'string' },
+    model: { type: 'string' }, json: { type: 'string' },
   },
 });
 const cuda = a.device.startsWith('cuda');
 const dtype = cuda ? 'bfloat16' : 'float32';
 const P = Number(a.nproc);
-const modelDir = join(root, '.cache', 'random-models', `${a.shape}-${dtype}-s0${a.layers ? `-l${a.layers}` : ''}`);
-if (!existsSync(join(modelDir, 'fingerprint.json'))) {
+if (a.model) a.shape = a.model.split('/').filter(Boolean).pop();
+const modelDir = a.model ? resolve(a.model) : join(root, '.cache', 'random-models', `${a.shape}-${dtype}-s0${a.layers ? `-l${a.layers}` : ''}`);
+if (!a.model && !existsSync(join(modelDir, 'fingerprint.json'))) {
   mkdirSync(dirname(modelDir), { recursive: true });
   const tmp = `${modelDir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
