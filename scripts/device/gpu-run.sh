@@ -39,8 +39,8 @@ for step in "$@"; do
     # SFT step at 1.7B shapes on 1 vs 2 GPUs with the same global batch (throughput, all-reduce
     # seconds per step, adapter difference 1 vs 2 GPUs).
     disttest) npx mocha --config .mocharc.gpu.json dist/test/gpu/dist-nccl.test.js 2>&1 | tee $OUT/gpu-dist-tests.log | tail -30 ;;
-    dpgrpo) timeout 560 node scripts/bench/dp_scaling.mjs --stage grpo --shape qwen3-1.7b --steps 3 --json $OUT/dp_grpo_1.7b.json 2>&1 | tail -25 ;;
-    dpsft) timeout 400 node scripts/bench/dp_scaling.mjs --stage sft --shape qwen3-1.7b --steps 4 --json $OUT/dp_sft_1.7b.json 2>&1 | tail -25 ;;
+    dpgrpo) timeout 420 node scripts/bench/dp_scaling.mjs --stage grpo --shape qwen3-1.7b --steps 3 --json $OUT/dp_grpo_1.7b.json 2>&1 | tail -25 ;;
+    dpsft) timeout 240 node scripts/bench/dp_scaling.mjs --stage sft --shape qwen3-1.7b --steps 4 --json $OUT/dp_sft_1.7b.json 2>&1 | tail -25 ;;
     *) echo "unknown step $step" ;;
   esac
 done
