@@ -47,6 +47,18 @@ namespace {
 using namespace std::chrono_literals;
 
 std::string Where(const InitOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
+// The cause without libtorch's C++ backtrace.
+std::string Cause(const std::exception& e) {
+  const auto* ce = dynamic_cast<const c10::Error*>(&e);
+  std::string m = ce ? ce->what_without_backtrace() : e.what();
+  auto nl = m.find("\nException raised from");
+  return nl == std::string::npos ? m : m.substr(0, nl);
+}
+std::string Secs(std::chrono::milliseconds ms) {
+  std::ostringstream os;
+  os << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return os.str();
+}
 
 c10::intrusive_ptr<c10d::Store> Connect(const InitOptions& o, bool server, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions so;
@@ -93,9 +105,9 @@ std::shared_ptr<Group> Group::Init(const InitOptions& o) {
     g->store_ = Connect(o, o.rank == 0, o.init_timeout);
   } catch (const std::exception& e) {
     if (o.rank == 0)
-      throw DistError(me + ": cannot host the rendezvous store on " + Where(o) + " (MASTER_PORT in use or MASTER_ADDR not an address of this machine): " + e.what());
-    throw DistError(me + ": master " + Where(o) + " unreachable within " + std::to_string(o.init_timeout.count() / 1000.0) +
-                    " s (is rank 0 running, MASTER_ADDR/MASTER_PORT right, the port open?): " + e.what());
+      throw DistError(me + ": cannot host the rendezvous store on " + Where(o) + " (MASTER_PORT in use or MASTER_ADDR not an address of this machine): " + Cause(e));
+    throw DistError(me + ": master " + Where(o) + " unreachable within " + Secs(o.init_timeout) +
+                    " (is rank 0 running, MASTER_ADDR/MASTER_PORT right, the port open?): " + Cause(e));
   }
   auto& s = *g->store_;
   // ---- every rank must agree on the world size with rank 0 ----
@@ -118,7 +130,7 @@ std::shared_ptr<Group> Group::Init(const InitOptions& o) {
       if (joined > o.world_size) throw DistError(me + ": more ranks joined than WORLD_SIZE " + ws + " (two ranks with the same RANK, or mismatched world sizes)");
       if (std::chrono::steady_clock::now() > deadline)
         throw DistError(me + ": only " + std::to_string(joined) + " of " + ws + " ranks joined " + Where(o) + " within " +
-                        std::to_string(o.init_timeout.count() / 1000.0) + " s");
+                        Secs(o.init_timeout));
       std::this_thread::sleep_for(20ms);
       joined = ReadCounter(s, "pg/joined");
     }
@@ -126,7 +138,7 @@ std::shared_ptr<Group> Group::Init(const InitOptions& o) {
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(me + ": rendezvous on " + Where(o) + " failed: " + e.what());
+    throw DistError(me + ": rendezvous on " + Where(o) + " failed: " + Cause(e));
   }
   // ---- the process group ----
   try {
@@ -149,7 +161,7 @@ std::shared_ptr<Group> Group::Init(const InitOptions& o) {
 #endif
     }
   } catch (const std::exception& e) {
-    throw DistError(me + ": creating the " + o.backend + " process group failed: " + e.what());
+    throw DistError(me + ": creating the " + o.backend + " process group failed: " + Cause(e));
   }
   // ---- heartbeat (for naming a dead rank after a failed collective) ----
   g->beat_ = std::thread([gp = g.get()]() {
@@ -207,18 +219,15 @@ auto Group::Run(const char* op, F&& f) -> decltype(f()) {
   try {
     seq = store_->add("pg/seq/" + std::to_string(o_.rank), 1);
   } catch (const std::exception& e) {
-    throw DistError("rank " + std::to_string(o_.rank) + ": " + op + ": rank 0 is gone (its store at " + Where(o_) + " is unreachable): " + e.what());
+    throw DistError("rank " + std::to_string(o_.rank) + ": " + op + ": rank 0 is gone (its store at " + Where(o_) + " is unreachable): " + Cause(e));
   }
   seq_ = seq;
   try {
     return f();
   } catch (const std::exception& e) {
     failed_ = true;
-    std::string cause = e.what();
-    auto nl = cause.find("\nException raised from");
-    if (nl != std::string::npos) cause = cause.substr(0, nl);
-    throw DistError("rank " + std::to_string(o_.rank) + ": " + op + " (collective #" + std::to_string(seq) + ", timeout " +
-                    std::to_string(o_.timeout.count() / 1000.0) + " s) failed: " + Diagnose(seq) + ". Cause: " + cause);
+    std::string cause = Cause(e);
+    throw DistError("rank " + std::to_string(o_.rank) + ": " + op + " (collective #" + std::to_string(seq) + ", timeout " + Secs(o_.timeout) + ") failed: " + Diagnose(seq) + ". Cause: " + cause);
   }
 }
 
