@@ -87,6 +87,9 @@ export interface NativeAddon {
   opCountStop(): { total: number; ops: Record<string, number> };
   /** Seeds libtorch's default CPU/CUDA generators (LoRA dropout); non-negative integer. */
   manualSeed(seed: number): void;
+  /** Process groups in this build (native/dist: Gloo needs the gloo headers at build time, NCCL a CUDA build + nccl.h). */
+  distAvailable(): { gloo: boolean; nccl: boolean };
+  // distInit(opts) -> Promise<ProcessGroup>: see native/dist/register.cc and lib/train/dist.ts
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   [name: string]: any;
 }
@@ -518,6 +521,8 @@ export interface DoctorReport {
   cxx11Abi: boolean;
   cudaBuild: boolean;
   fusedKernels: boolean;
+  /** Data-parallel process groups in this build (native/dist): Gloo (CPU), NCCL (CUDA). */
+  dist: { gloo: boolean; nccl: boolean };
   cudaAvailable: boolean;
   gpus: { index: number; name: string; totalMemoryGiB: number; computeCapability: string; allocatedBytes?: number; reservedBytes?: number }[];
   numThreads: number;
@@ -544,6 +549,7 @@ export function doctor(): DoctorReport {
     cxx11Abi: info.cxx11Abi,
     cudaBuild: info.cudaBuild,
     fusedKernels: !!info.fusedKernels,
+    dist: typeof addon.distAvailable === 'function' ? addon.distAvailable() : { gloo: false, nccl: false },
     cudaAvailable: info.cudaAvailable,
     gpus: info.cudaDevices.map((d) => {
       const m = addon.cudaMemory(d.index);

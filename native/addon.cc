@@ -8,6 +8,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   pg::RegisterOptim(env, exports);
   pg::RegisterGenerate(env, exports);
   pg::RegisterIo(env, exports);
+  pg::RegisterDist(env, exports);
   exports.Set("napiVersion", Napi::Number::New(env, NAPI_VERSION));
   return exports;
 }

@@ -61,6 +61,18 @@ say "TypeScript build"
 npx tsc -p tsconfig.json
 chmod +x dist/bin/papergym-native.js
 
+# Data parallelism (native/dist) compiles against libtorch's c10d Gloo, whose headers include the
+# gloo headers the torch wheel does not ship: Debian/Ubuntu libgloo-dev provides them (headers only;
+# libgloo is never linked). Installed when root with apt; otherwise the addon builds without dist.
+if [ -f /usr/include/gloo/algorithm.h ] || [ -n "${GLOO_INCLUDE_DIR:-}" ]; then
+  say "gloo headers present"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "apt-get install libgloo-dev (gloo headers for data-parallel training)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgloo-dev >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgloo-dev >/dev/null; } || say "libgloo-dev not installable: building without data parallelism"
+else
+  say "no gloo headers (install libgloo-dev as root, or set GLOO_INCLUDE_DIR): building without data parallelism"
+fi
+
 say "addon build (cmake-js; libtorch from $(node scripts/find-libtorch.cjs source))"
 npx cmake-js compile --log-level warn
 node dist/bin/papergym-native.js doctor

@@ -40,6 +40,7 @@ export const doctorCommand: CommandModule<object, { json: boolean }> = {
       ['CXX11 ABI', String(r.cxx11Abi)],
       ['CUDA build (graphs, allocator stats)', String(r.cudaBuild)],
       ['fused CUDA loss kernels', String(r.fusedKernels)],
+      ['data parallel (c10d)', `gloo ${r.dist.gloo}, nccl ${r.dist.nccl}`],
       ['CUDA available', String(r.cudaAvailable)],
       ['intra-op threads', String(r.numThreads)],
     ];

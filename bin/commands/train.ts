@@ -3,8 +3,26 @@ import { type PRESETS, type TrainConfig, type DeepPartial } from '../../lib/conf
 import { TRAIN_COMMAND_OPTIONS, TRAIN_SETTINGS } from '../../lib/config/settings.js';
 import { addSettings, parseList, setPath } from '../../lib/config/schema.js';
 import { runTraining } from '../../lib/train/run.js';
+import { launchWorkers, WORKER_ENV } from '../../lib/train/launch.js';
+import { DEFAULT_DIST_TIMEOUT_MS } from '../../lib/train/dist.js';
 
-type TrainArgs = Record<string, unknown> & { config?: string; preset?: keyof typeof PRESETS; resume?: string };
+// ---- data parallelism (lib/train/launch.ts, lib/train/dist.ts): torchrun-style flags, declared
+// with the other command options in TRAIN_COMMAND_OPTIONS (lib/config/settings.ts) ----
+interface DistArgs {
+  'nproc-per-node'?: number;
+  nnodes?: number;
+  'node-rank'?: number;
+  'master-addr'?: string;
+  'master-port'?: number;
+  'dist-timeout'?: number;
+}
+type TrainArgs = Record<string, unknown> & DistArgs & { config?: string; preset?: keyof typeof PRESETS; resume?: string };
+
+/** Launcher (`--nproc-per-node`, not inside a worker): spawns the workers; null otherwise. */
+async function maybeLaunch(a: DistArgs): Promise<number | null> {
+  if (a['nproc-per-node'] === undefined || process.env[WORKER_ENV] === '1') return null;
+  return launchWorkers({ nprocPerNode: a['nproc-per-node'], nnodes: a.nnodes ?? 1, nodeRank: a['node-rank'] ?? 0, masterAddr: a['master-addr'] ?? '127.0.0.1', masterPort: a['master-port'] ?? 29500 });
+}
 
 /** Maps the CLI flags that were given onto a partial config (each flag is one schema entry). */
 export function flagsToConfig(a: Record<string, unknown>): DeepPartial<TrainConfig> {
@@ -28,7 +46,14 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
   describe: 'Train a LoRA adapter: OPSD then GRPO (defaults < --preset < --config < flags; no args = embedded tiny demo)',
   builder: (y) => addSettings(addSettings(y, TRAIN_COMMAND_OPTIONS, { withDefaults: false }), TRAIN_SETTINGS, { withDefaults: false }) as never,
   handler: async (argv) => {
-    const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume });
+    const launched = await maybeLaunch(argv);
+    if (launched !== null) {
+      process.exitCode = launched;
+      return;
+    }
+    const timeout = argv['dist-timeout'];
+    if (timeout !== undefined && !(timeout > 0)) throw new Error(`--dist-timeout must be > 0 seconds (got ${timeout})`);
+    const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume, dist: { timeoutMs: (timeout ?? DEFAULT_DIST_TIMEOUT_MS / 1000) * 1000 } });
     if (summary.interrupted) process.exitCode = 130;
   },
 };

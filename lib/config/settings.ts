@@ -104,7 +104,7 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
   { key: 'memory.emptyCacheBetweenPhases', flag: 'empty-cache', type: 'boolean', default: false, meaning: 'Release cached GPU blocks between the rollout and update phases', source: 'torch.cuda.empty_cache' },
   { key: 'memory.plan', flag: 'memory-plan', type: 'enum', choices: ['auto', 'off'], default: 'auto', meaning: 'Memory plan before the first step (lib/train/memory-plan.ts): on CUDA, or on any device with --max-memory, choose update micro-batches, recompute, rollout rows and judge tokens per call so every phase fits; off = use the settings as they are', source: 'papergym-native; accelerate find_executable_batch_size' },
   { key: 'memory.maxMemoryGB', flag: 'max-memory', type: 'number', min: 0, exclusiveMin: true, default: null, meaning: 'Cap of the memory plan in GB (1e9 bytes) of device memory, for shared or smaller GPUs; unset = the device total', source: 'accelerate / transformers max_memory' },
-  { key: 'memory.rolloutRows', flag: 'rollout-rows', type: 'integer', min: 0, default: 0, meaning: 'Rollout rows per decode call (and per reference-logprob call); 0 = all of a step in one call, or the plan\'s choice', source: 'vLLM max_num_seqs' },
+  { key: 'memory.rolloutRows', flag: 'rollout-rows', type: 'integer', min: 0, default: 0, meaning: 'Rollout rows per sampling chunk (one decode call, one seed; also per reference-logprob call); with --nproc-per-node the chunks are split over the ranks, so 1 and N processes sample the same chunks; 0 = the stage\'s micro-batch, or the plan\'s choice', source: 'vLLM max_num_seqs' },
   { key: 'memory.judgeMaxTokensPerCall', flag: 'judge-tokens-per-call', type: 'integer', min: 0, default: 0, meaning: 'Local judge: rows × tokens per native scoring call (its prefix KV cache); 0 = the judge\'s default, or the plan\'s choice', source: 'vLLM max_num_batched_tokens'},
 ];
 
@@ -113,6 +113,13 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
   { key: 'config', flag: 'config', type: 'path', default: null, values: 'a YAML or JSON file with config keys (docs/config.md)', meaning: 'Config file, layered over the preset and under the flags', source: 'TRL YAML config (--config)' },
   { key: 'preset', flag: 'preset', type: 'enum', choices: ['qwen3-1.7b', 'qwen3-4b', 'qwen3-8b'], default: null, meaning: "The paper's settings for a model size (LoRA 64/128, lrs, steps, G = 8, KL 0.01, device cuda)", source: 'paper: training settings (DESIGN.md §6)' },
   { key: 'resume', flag: 'resume', type: 'path', default: null, values: 'a run dir or a checkpoint dir', meaning: 'Continue a run from its latest checkpoint; only step counts may change (to extend a finished run)', source: 'transformers Trainer.train(resume_from_checkpoint)' },
+  // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.
+  { key: 'nprocPerNode', flag: 'nproc-per-node', type: 'integer', min: 1, default: null, meaning: 'Start this many worker processes on this machine (one GPU each on CUDA; Gloo on CPU), each training a contiguous share of every step\'s global batch; unset = one process', source: 'torchrun --nproc-per-node; DDP' },
+  { key: 'nnodes', flag: 'nnodes', type: 'integer', min: 1, default: 1, meaning: 'Machines in the run (world size = nnodes × nproc-per-node)', source: 'torchrun --nnodes' },
+  { key: 'nodeRank', flag: 'node-rank', type: 'integer', min: 0, default: 0, meaning: 'Index of this machine; node 0 hosts the rendezvous (must be < --nnodes)', source: 'torchrun --node-rank' },
+  { key: 'masterAddr', flag: 'master-addr', type: 'string', default: '127.0.0.1', values: 'a host name or IP address of node 0', meaning: 'Address of node 0 (MASTER_ADDR)', source: 'torchrun --master-addr' },
+  { key: 'masterPort', flag: 'master-port', type: 'integer', min: 1, max: 65535, default: 29500, meaning: 'Rendezvous TCP port on node 0 (MASTER_PORT; checked free before the workers start)', source: 'torchrun --master-port' },
+  { key: 'distTimeout', flag: 'dist-timeout', type: 'number', min: 0, exclusiveMin: true, default: 600, meaning: 'Seconds a collective may wait for the other ranks before failing naming them', source: 'torch.distributed.init_process_group(timeout) (default 10 min)' },
 ];
 
 /** generate / eval / serve: model and device. */

@@ -28,6 +28,7 @@ import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainItem, type TrainSummary, type RewardFn } from './trainer.js';
 import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
 import { studentMessages, teacherMessages } from './prompts.js';
+import { initDist, type DistContext } from './dist.js';
 
 /**
  * The embedded default model: a tiny random Qwen3 (scripts/make_tiny_qwen3.py, seed 0) with the
@@ -98,10 +99,20 @@ export interface RunOptions {
   reward?: RewardFn;
   /** Install a SIGINT handler that checkpoints before exiting (default true). */
   handleSignals?: boolean;
+  /**
+   * Data parallelism (lib/train/dist.ts): with torchrun's environment (WORLD_SIZE > 1) this process
+   * joins the c10d group as RANK; `timeoutMs` bounds every collective (default 10 min).
+   */
+  dist?: { timeoutMs?: number; initTimeoutMs?: number; env?: NodeJS.ProcessEnv };
 }
 
-/** Settings a resumed run may change: step counts (to extend a run) and where it runs / is judged. */
-export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every'];
+/**
+ * Settings a resumed run may change: step counts (to extend a run), where it runs / is judged, and
+ * the update's micro-batches and recompute (the way out of an out-of-memory stop with several
+ * processes; the window normalisers make micro-batching invisible to the gradient, and the
+ * rollout chunking stays as saved in memory.rolloutRows).
+ */
+export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute'];
 
 /**
  * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
@@ -194,9 +205,34 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   checkModelDir(modelDir);
   // A real chat request to the judge: an endpoint answering 404 / a wrong model fails here, before any compute.
   if (cfg.judge.kind === 'http' && !o.reward) await checkJudge(cfg.judge);
+  // ---- data parallelism: join the group (port in use, unreachable master, mismatched world
+  // sizes fail here, before any compute); rank 0 names the run dir for every rank ----
+  const joined = await initDist({ device: cfg.device, timeoutMs: o.dist?.timeoutMs, initTimeoutMs: o.dist?.initTimeoutMs, env: o.dist?.env, log });
+  let dist: DistContext = joined.ctx;
+  if (dist.worldSize > 1) {
+    const rankLog = log;
+    const r = dist.rank;
+    if (r !== 0) o = { ...o, log: (l: string) => rankLog(`[rank ${r}] ${l}`) };
+    cfg = { ...cfg, device: joined.device, out: (await dist.allGather(resolve(cfg.out ?? join('runs', timestamp()))))[0]! };
+  }
+  try {
+    return await trainWithGroup(o, cfg, { resume, resumeChanged, origins }, ds, dataPath, modelDir, dist, (d) => (dist = d));
+  } catch (e) {
+    dist.destroy();
+    throw e;
+  }
+}
+
+async function trainWithGroup(
+  o: RunOptions, cfg: TrainConfig,
+  { resume, resumeChanged, origins }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined },
+  ds: ReturnType<typeof readDataset>, dataPath: string, modelDir: string, dist: DistContext, setDist: (d: DistContext) => void,
+): Promise<TrainSummary> {
+  const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
   const runDirExisted = existsSync(runDir);
-  ensureWritableDir(runDir);
+  // Data parallel: rank 0 owns the run dir (config.json, checkpoints, metrics, report).
+  if (dist.isMain) ensureWritableDir(runDir);
   // A deep copy: the memory plan and out-of-memory recovery adjust its settings in place.
   const resolved: TrainConfig = structuredClone({ ...cfg, out: runDir });
 
@@ -206,7 +242,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   try {
     policy = await Policy.load(modelDir, { device: cfg.device as never, dtype: cfg.dtype ?? undefined });
   } catch (e) {
-    if (!runDirExisted) rmSync(runDir, { recursive: true, force: true });
+    if (!runDirExisted && dist.isMain) rmSync(runDir, { recursive: true, force: true });
     throw new Error(`model ${modelDir} on ${cfg.device}: ${(e as Error).message}`);
   }
   try {
@@ -233,7 +269,9 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     }
     if (resolved.memory?.recompute) policy.model.setGradientCheckpointing(true);
     policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
-    if (!resume) {
+    if (!dist.isMain) {
+      // Data parallel: only rank 0 writes config.json and truncates metrics.jsonl.
+    } else if (!resume) {
       // Every resolved value, and where it came from (default, preset, file, flag).
       writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins, ...(planned && { memoryPlan: planned.plan }) }, null, 2));
     } else {
@@ -264,12 +302,20 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
         log(`report ${reportPath} not written: ${(e as Error).message}`);
       }
     };
-    report();
-    log(`report ${reportPath} (rewritten at every checkpoint; open it any time)`);
+    if (dist.isMain) {
+      report();
+      log(`report ${reportPath} (rewritten at every checkpoint; open it any time)`);
+    }
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
     if (resume) await backend.loadState(resume.dir);
     // The same judge settings as eval (lib/judge/factory.ts); the local judge is the frozen base (adapter off).
     const judge: Judge = cfg.judge.kind === 'http' ? httpJudgeFromConfig(cfg.judge) : await localJudgeForModel(policy.model, policy.tokenizer, { ...localJudgeOptionsFromConfig(cfg.judge), maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
+    if (dist.worldSize > 1) {
+      dist = dist.withModel(policy.model.raw);
+      setDist(dist);
+      // Same starting adapter on every rank (rank 0's), whatever each loaded.
+      await dist.broadcastParameters();
+    }
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     // Judge health per step (metrics.jsonl) and the null-rate stop are in the Trainer (judge.maxNullRate).
     const reward: RewardFn = o.reward ?? (makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score }) as unknown as RewardFn);
@@ -285,6 +331,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       log,
       onCheckpoint: () => report(false),
       memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
+      dist,
     }, resume?.state);
 
     let sigints = 0;
@@ -300,8 +347,13 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (o.handleSignals !== false) process.on('SIGINT', onSigint);
     try {
       const summary = await trainer.run();
-      report(true);
-      process.stdout.write(Trainer.formatSummary(summary) + '\n');
+      // Rank 0 wrote the last checkpoint and the final adapter; everyone leaves together.
+      await dist.barrier();
+      dist.destroy();
+      if (dist.isMain) {
+        report(true);
+        process.stdout.write(Trainer.formatSummary(summary) + '\n');
+      }
       return summary;
     } finally {
       if (o.handleSignals !== false) process.off('SIGINT', onSigint);

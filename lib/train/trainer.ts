@@ -21,6 +21,7 @@ import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages, teacherMessages } from './prompts.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
+import { DistContext, shard } from './dist.js';
 
 /** Minimal view of a dataset item the schedule needs (lib/data/schema.ts has the full schema). */
 export interface TrainItem {
@@ -60,6 +61,16 @@ export interface TrainerDeps {
    * setting (micro-batch 1, recompute on) still runs out of memory. Default: none.
    */
   memoryAdvice?: () => string;
+  /** Data parallelism (lib/train/dist.ts): this rank's group; absent = one process. */
+  dist?: DistContext;
+}
+
+/** A step's result: global metrics plus this rank's gradient pre-scale for the all-reduce. */
+type StepResult = { loss: number; completionTokens: number; gradScale?: number; [k: string]: unknown };
+
+/** Seed of (run seed, stage, step, purpose, unit): per question / sampling chunk, the same on every rank. */
+export function unitSeed(seed: number, stageIndex: number, step: number, purpose: number, unit: number): number {
+  return unit === 0 ? stepSeed(seed, stageIndex, step, purpose) : stepSeed(stepSeed(seed, stageIndex, step, purpose), unit, 0x5eed, 0);
 }
 
 export interface TrainSummary {
@@ -171,7 +182,9 @@ export class Trainer {
   private readonly summary: TrainSummary['stages'];
 
   constructor(private readonly cfg: TrainConfig, private readonly deps: TrainerDeps, resumeState?: TrainerState) {
-    this.state = resumeState ?? {
+    // A resumed state carries the config this trainer runs (its out-of-memory recovery and the
+    // pinned rollout rows then reach the next checkpoints).
+    this.state = resumeState ? { ...resumeState, config: cfg } : {
       version: 1,
       stageIndex: 0,
       stageStep: 0,
@@ -205,6 +218,11 @@ export class Trainer {
     this.stopRequested = true;
   }
 
+  private get dist(): DistContext {
+    return this.deps.dist ?? (this.singleDist ??= DistContext.single());
+  }
+  private singleDist: DistContext | undefined;
+
   private get trainItems(): TrainItem[] {
     const t = this.deps.items.filter((i) => i.split === 'train');
     return t.length ? t : this.deps.items;
@@ -226,6 +244,8 @@ export class Trainer {
   private async checkpoint(): Promise<string> {
     this.state.wallSeconds = this.wall();
     this.state.summary = this.summary;
+    // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
+    if (!this.dist.isMain) return '';
     const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp), { saveTotalLimit: this.cfg.checkpoint.saveTotalLimit ?? null });
     this.log(`checkpoint ${dir}`);
     if (this.deps.onCheckpoint) {
@@ -255,18 +275,21 @@ export class Trainer {
         rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
         this.summary.push(rec);
       }
-      if (total === 0 && fresh) this.log(`[${stage}] 0 steps: stage skipped`);
-      const progress = new Progress(stage, total, this.state.stageStep);
+      if (total === 0 && fresh && this.dist.isMain) this.log(`[${stage}] 0 steps: stage skipped`);
+      const progress = this.dist.isMain ? new Progress(stage, total, this.state.stageStep) : { update: () => {}, stop: () => {} };
       let nonFinite = 0;
       while (!this.state.stageDone && this.state.stageStep < total) {
         const t0 = Date.now();
         const step = this.state.stageStep;
-        backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, step, 1));
+        // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
+        backend.seedStep(this.dropoutSeed());
         let lr = NaN;
         this.phases = {};
         const cursorBefore = { ...this.state.cursor };
-        let m: Awaited<ReturnType<Trainer['grpoStep']>>;
+        let m: StepResult;
         try {
+          // Data parallel: a step's rank-local phases end in allRanks(), so a failure on one rank
+          // (judge, OOM, a backend error) makes every rank throw here at the same step.
           m = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
         } catch (e) {
           // Nothing of this step is kept: the checkpoint is the state before it, so --resume redoes it.
@@ -280,6 +303,8 @@ export class Trainer {
         if (!Number.isFinite(m.loss)) {
           skipped = true;
         } else {
+          // Data parallel: sum the ranks' LoRA grads (each already a share of the global mean).
+          if (this.dist.worldSize > 1) await this.timed('allreduce', () => this.dist.reduceGradients(m.gradScale ?? 1));
           const r = await this.timed('optimizer', () => backend.optimizerStep(this.cfg.optim.maxGradNorm));
           gradNorm = r.gradNorm;
           lr = r.lr;
@@ -300,8 +325,11 @@ export class Trainer {
         this.state.stageStep += 1;
         this.state.globalStep += 1;
         const secs = (Date.now() - t0) / 1000;
+        const { gradScale: _gs, ...mOut } = m;
+        const distStats = this.dist.worldSize > 1 ? { worldSize: this.dist.worldSize, ...this.dist.takeReduceStats(), stepSecondsPerRank: await this.dist.allGather(secs) } : {};
         const record = {
-          ...m,
+          ...mOut,
+          ...distStats,
           stage,
           step: this.state.stageStep,
           globalStep: this.state.globalStep,
@@ -313,7 +341,7 @@ export class Trainer {
           phaseSeconds: { ...this.phases },
           memory: backend.memory(),
         };
-        this.metrics.write(record);
+        if (this.dist.isMain) this.metrics.write(record);
         if (Number.isNaN(rec.firstLoss)) rec.firstLoss = m.loss;
         rec.lastLoss = m.loss;
         if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
@@ -332,19 +360,21 @@ export class Trainer {
           }
           this.state.validation.push({ step: this.state.stageStep, score });
           rec.bestValidation = Math.max(rec.bestValidation ?? -Infinity, score);
-          this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
+          if (this.dist.isMain) this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
           const K = this.cfg.opsd.earlyStopPatience;
           if (stage === 'opsd' && K > 0 && this.fellKTimes(K)) {
             this.log(`[opsd] validation fell ${K} times in a row; ending OPSD at step ${this.state.stageStep}`);
             this.state.stageDone = true;
             rec.stoppedEarly = true;
-            this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
+            if (this.dist.isMain) this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
           }
         }
         if (this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
           await this.checkpoint();
           saved = true;
         }
+        // Every rank stops at the same step (a signal may reach the ranks at different times).
+        if (this.dist.worldSize > 1 && (await this.dist.allGather(this.stopRequested)).some(Boolean)) this.stopRequested = true;
         if (this.stopRequested) {
           if (!saved) await this.checkpoint();
           progress.stop();
@@ -360,7 +390,7 @@ export class Trainer {
     }
     this.state.stageIndex = this.cfg.stages.length;
     await this.checkpoint();
-    await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
+    if (this.dist.isMain) await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
     return this.finish(false);
   }
 
@@ -373,13 +403,14 @@ export class Trainer {
     let dir: string | undefined;
     let saved: string;
     try {
-      dir = await this.checkpoint();
-      saved = `checkpoint written: ${dir}`;
+      // Data parallel: every rank stops here at the same step (allRanks); rank 0 writes the checkpoint.
+      dir = (await this.checkpoint()) || undefined;
+      saved = dir ? `checkpoint written: ${dir}` : `rank ${this.dist.rank}: rank 0 writes the checkpoint`;
     } catch (ce) {
       saved = `no checkpoint could be written (${(ce as Error).message}); the last one in ${join(this.deps.runDir, 'checkpoints')} stands`;
     }
     const msg = `${where} failed: ${(e as Error)?.message ?? String(e)}\n${saved}\nresume with: ${resumeCommand}`;
-    this.metrics.write({ stage: this.cfg.stages[this.state.stageIndex], step: this.state.stageStep, globalStep: this.state.globalStep, stopped: (e as Error)?.name ?? 'Error', error: (e as Error)?.message ?? String(e) });
+    if (this.dist.isMain) this.metrics.write({ stage: this.cfg.stages[this.state.stageIndex], step: this.state.stageStep, globalStep: this.state.globalStep, stopped: (e as Error)?.name ?? 'Error', error: (e as Error)?.message ?? String(e) });
     const stopped = new TrainingStoppedError(msg, dir, resumeCommand, { cause: e });
     // Keep the cause's error code (ERR_PG_OOM, …) for callers that branch on it.
     const code = (e as { code?: unknown } | undefined)?.code;
@@ -412,7 +443,7 @@ export class Trainer {
       interrupted,
       wallSeconds: this.wall(),
     };
-    writeFileSync(join(this.deps.runDir, 'summary.json'), JSON.stringify(s, null, 2));
+    if (this.dist.isMain) writeFileSync(join(this.deps.runDir, 'summary.json'), JSON.stringify(s, null, 2));
     return s;
   }
 
@@ -432,100 +463,157 @@ export class Trainer {
     return batch;
   }
 
-  private sampling(n: number, purpose: number) {
+  private sampling(n: number, purpose: number, unit = 0) {
     const s = this.cfg.sampling;
-    return { n, temperature: s.temperature, topP: s.topP, topK: s.topK, maxNewTokens: s.maxNewTokens, seed: stepSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose) };
+    return { n, temperature: s.temperature, topP: s.topP, topK: s.topK, maxNewTokens: s.maxNewTokens, seed: unitSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose, unit) };
   }
 
-  private async sftStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+  /** Sum over ranks (identity on one process); a non-finite value on any rank stays non-finite. */
+  private async sumRanks(x: number): Promise<number> {
+    if (this.dist.worldSize === 1) return x;
+    return (await this.dist.allGather(Number.isFinite(x) ? x : null)).reduce<number>((a, v) => a + (v === null ? NaN : v), 0);
+  }
+  /** Every rank's value in rank order (one-element list on one process). */
+  private async gather<T>(x: T): Promise<T[]> {
+    return this.dist.worldSize === 1 ? [x] : this.dist.allGather(x);
+  }
+
+  private async sftStep(): Promise<StepResult> {
     const { backend } = this.deps;
     const items = this.take(this.cfg.sft.batchSize);
-    const seqs: Sequence[] = await Promise.all(items.map(async (it) => ({
+    // This rank's questions; the normaliser (all answer tokens of the global batch) is computed
+    // locally from the same global batch on every rank.
+    const [a, b] = shard(items.length, this.dist.rank, this.dist.worldSize);
+    const answers = await Promise.all(items.map((it) => backend.answerIds(it.reference_answer)));
+    const normalizer = answers.reduce((n, x) => n + x.length, 0);
+    const seqs: Sequence[] = await Promise.all(items.slice(a, b).map(async (it, j) => ({
       promptIds: await backend.promptIds(studentMessages(it.question)),
-      completionIds: await backend.answerIds(it.reference_answer),
+      completionIds: answers[a + j]!,
     })));
-    const normalizer = seqs.reduce((a, s) => a + s.completionIds.length, 0);
-    // One call over the window: the native cross-entropy averages over the tokens it is given,
-    // which is then exactly the window's token mean (the chunking over tokens happens natively).
-    const { loss } = await backend.sftBackward(seqs);
-    return { loss, completionTokens: normalizer };
+    const local = seqs.reduce((n, s) => n + s.completionIds.length, 0);
+    // One call over the rank's window: the native cross-entropy averages over the tokens it is
+    // given; × local / global tokens makes it this rank's share of the global token mean (the
+    // gradient is scaled the same way before the all-reduce).
+    const share = normalizer > 0 ? local / normalizer : 0;
+    const localLoss = await this.allRanks('SFT update', async () => (seqs.length ? (await this.timed('update', () => backend.sftBackward(seqs))).loss : 0));
+    const loss = this.dist.worldSize === 1 ? localLoss : await this.sumRanks(localLoss * share);
+    return { loss, completionTokens: normalizer, gradScale: share };
   }
 
-  private async opsdStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+  private async opsdStep(): Promise<StepResult> {
     const { backend } = this.deps;
     const c = this.cfg.opsd;
     const items = this.take(c.batchSize);
-    const studentPrompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
-    const teacherPrompts = await Promise.all(items.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
-    // Rollout rows per decode batch from the memory plan (memory.rolloutRows; 0 = one call).
-    const rows = this.cfg.memory?.rolloutRows || studentPrompts.length;
-    const rollouts: Rollout[] = [];
-    for (let i = 0; i < studentPrompts.length; i += rows) {
-      const rs = await this.timed('rollout', () => backend.generate(studentPrompts.slice(i, i + rows), this.sampling(1, i === 0 ? 2 : 1000 + i)));
-      rollouts.push(...rs.map((r) => ({ ...r, promptIndex: r.promptIndex + i })));
-    }
-    const batch = rollouts.map((r) => ({
-      student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds },
-      teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds },
-    })).filter((b) => b.student.completionIds.length > 0);
-    const normalizer = batch.reduce((a, b) => a + b.student.completionIds.length, 0);
+    // Sampling chunks of rollout-rows questions (memory.rolloutRows from the memory plan; 0 = the
+    // micro-batch), each with its own seed, so a chunk's completions do not depend on which rank
+    // samples it: the chunk size comes from the config, never from the rank count. This rank
+    // takes a contiguous share of the chunks.
+    const rows = Math.max(1, this.cfg.memory?.rolloutRows || c.microBatch);
+    const chunkIdx = chunks(items.map((_, i) => i), rows);
+    const [a, b] = shard(chunkIdx.length, this.dist.rank, this.dist.worldSize);
+    const batch: { student: Sequence; teacher: Sequence }[] = [];
+    let stops = 0;
+    let rolloutCount = 0;
+    await this.allRanks('OPSD rollouts', async () => {
+      for (let k = a; k < b; k++) {
+        const its = chunkIdx[k]!.map((i) => items[i]!);
+        const studentPrompts = await Promise.all(its.map((it) => backend.promptIds(studentMessages(it.question))));
+        const teacherPrompts = await Promise.all(its.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
+        const rollouts = await this.timed('rollout', () => backend.generate(studentPrompts, this.sampling(1, 2, k)));
+        for (const r of rollouts) {
+          rolloutCount += 1;
+          if (r.finishReason === 'stop') stops += 1;
+          if (!r.tokenIds.length) continue;
+          batch.push({ student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds }, teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds } });
+        }
+      }
+    });
+    const local = { tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount };
+    const all = await this.gather(local);
+    const normalizer = all.reduce((n, x) => n + x.tokens, 0);
+    const sequences = all.reduce((n, x) => n + x.sequences, 0);
     const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
     let loss = 0;
     if (normalizer > 0) {
-      loss = await this.updateWithOomRecovery('opsd', async (microBatch) => {
+      loss = await this.allRanks('OPSD update', () => this.updateWithOomRecovery('opsd', async (microBatch) => {
         let l = 0;
         for (const mb of chunks(batch, microBatch)) {
           l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
         }
         return l;
-      });
+      }));
     }
-    return { loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, batch.length), stopRate: mean(rollouts.map((r) => (r.finishReason === 'stop' ? 1 : 0))) };
+    loss = await this.sumRanks(loss);
+    return {
+      loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, sequences),
+      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, all.reduce((n, x) => n + x.rollouts, 0)),
+    };
   }
 
-  private async grpoStep(): Promise<{ loss: number; completionTokens: number; [k: string]: unknown }> {
+  private async grpoStep(): Promise<StepResult> {
     const { backend } = this.deps;
     const c = this.cfg.grpo;
     const items = this.take(c.questionsPerStep);
-    const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
-    // Sample per question chunk and judge each chunk while the next one samples (async overlap).
-    // Rollout rows per decode batch: memory.rolloutRows (the memory plan) or, when 0, the micro-batch.
+    // Sampling chunks of whole groups (a group never spans ranks), each with its own seed; rows
+    // per chunk from the config (memory.rolloutRows, the memory plan's; 0 = the micro-batch), never
+    // from the rank count, so 1 and N processes sample the same chunks. This rank samples and
+    // judges a contiguous share of the chunks, judging each chunk while the next one samples
+    // (async overlap).
     const rolloutRows = this.cfg.memory?.rolloutRows || c.microBatch;
-    const promptChunks = chunks(prompts.map((p, i) => ({ p, i })), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
+    const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
+    const [a, b] = shard(promptChunks.length, this.dist.rank, this.dist.worldSize);
+    const prompts = new Map<number, number[]>();
     const rollouts: Rollout[] = [];
     const rewardJobs: Promise<RewardResult[]>[] = [];
-    for (let ci = 0; ci < promptChunks.length; ci++) {
-      const ch = promptChunks[ci]!;
-      const rs = await this.timed('rollout', () => backend.generate(ch.map((x) => x.p), this.sampling(c.groupSize, 3 + ci)));
-      // generate returns n completions per prompt contiguously (a group is a block of G).
-      const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]!.i }));
-      rollouts.push(...mapped);
-      const job = this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
-      job.catch(() => undefined); // handled below (Promise.all); a rejection while the next chunk samples is not "unhandled"
-      rewardJobs.push(job);
-    }
-    // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
-    const rewards = (await this.timed('judge', () => Promise.all(rewardJobs))).flat();
+    // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
+    const localRewards = await this.allRanks('GRPO rollouts and rewards', async () => {
+      for (let ci = a; ci < b; ci++) {
+        const ch = promptChunks[ci]!;
+        const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
+        ch.forEach((i, j) => prompts.set(i, ps[j]!));
+        const rs = await this.timed('rollout', () => backend.generate(ps, this.sampling(c.groupSize, 3 + ci)));
+        // generate returns n completions per prompt contiguously (a group is a block of G).
+        const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
+        rollouts.push(...mapped);
+        const job = this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
+        job.catch(() => undefined); // handled below (Promise.all); a rejection while the next chunk samples is not "unhandled"
+        rewardJobs.push(job);
+      }
+      // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
+      return (await this.timed('judge', () => Promise.all(rewardJobs))).flat();
+    });
+    // Global rewards in global rollout order (ranks hold contiguous chunk ranges): advantages,
+    // the loss normalisers and the judge health span the whole step, as on one process.
+    const all = await this.gather({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length), stops: rollouts.filter((ro) => ro.finishReason === 'stop').length });
+    const rewards = all.flatMap((x) => x.rewards);
+    const lengths = all.flatMap((x) => x.lengths);
+    const offset = all.slice(0, this.dist.rank).reduce((n, x) => n + x.rewards.length, 0);
+    // Same gathered data on every rank → the same decision: a null-rate stop ends all ranks together.
     const judge = this.checkJudgeHealth(rewards, `GRPO step ${this.state.stageStep + 1}`);
     const r = rewards.map((x) => x.reward);
     const { advantages, keep } = this.deps.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
-    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i]!, i })).filter((x) => keep[x.i] && x.ro.tokenIds.length > 0);
-    const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex]!, completionIds: x.ro.tokenIds }));
+    const keptGlobal = lengths.map((len, i) => keep[i] && len > 0);
+    const totalSequences = keptGlobal.filter(Boolean).length;
+    const totalTokens = lengths.reduce((n, len, i) => n + (keptGlobal[i] ? len : 0), 0);
+    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i })).filter((x) => keptGlobal[x.i]);
+    const seqs = kept.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds }));
     const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
-    // Reference logprobs in batches of the plan's rollout rows (memory.rolloutRows; 0 = one call).
+    // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
+    // bounded memory, and a batch size from the config on one process and on N ranks.
     const refLogprobs: number[][] = [];
-    if (seqs.length && c.betaKl > 0) {
-      for (const part of chunks(seqs, this.cfg.memory?.rolloutRows || seqs.length)) refLogprobs.push(...(await this.timed('reference', () => backend.completionLogprobs(part, this.cfg.sampling.temperature || 1, refAdapter))));
-    } else {
-      refLogprobs.push(...seqs.map((s) => s.completionIds.map(() => 0)));
-    }
-    const totalTokens = seqs.reduce((a, s) => a + s.completionIds.length, 0);
+    await this.allRanks('GRPO reference logprobs', async () => {
+      if (seqs.length && c.betaKl > 0) {
+        for (const part of chunks(seqs, Math.max(1, this.cfg.memory?.rolloutRows || c.microBatch))) refLogprobs.push(...(await this.timed('reference', () => backend.completionLogprobs(part, this.cfg.sampling.temperature || 1, refAdapter))));
+      } else {
+        for (const s of seqs) refLogprobs.push(s.completionIds.map(() => 0));
+      }
+    });
     const opts = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
-      totalSequences: seqs.length, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
+      totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
     };
     const batch = kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv }));
-    const { loss, kl, clip } = await this.updateWithOomRecovery('grpo', async (microBatch) => {
+    let { loss, kl, clip } = await this.allRanks('GRPO update', () => this.updateWithOomRecovery('grpo', async (microBatch) => {
       const acc = { loss: 0, kl: 0, clip: 0 };
       for (const mb of chunks(batch, microBatch)) {
         const out = await backend.grpoBackward(mb, opts);
@@ -534,7 +622,13 @@ export class Trainer {
         acc.clip += out.clipFraction * mb.length;
       }
       return acc;
-    });
+    }));
+    if (this.dist.worldSize > 1) {
+      const parts = await this.gather([Number.isFinite(loss) ? loss : null, kl, clip]);
+      loss = parts.reduce<number>((n, p) => n + (p[0] === null ? NaN : p[0]!), 0);
+      kl = parts.reduce((n, p) => n + p[1]!, 0);
+      clip = parts.reduce((n, p) => n + p[2]!, 0);
+    }
     const dims: Record<string, [number, number]> = {};
     for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
       const cur = dims[d] ?? [0, 0];
@@ -548,18 +642,51 @@ export class Trainer {
       rSpecMean: mean(rewards.map((x) => x.rSpec)),
       rGenMean: mean(rewards.map((x) => x.rGen)),
       passRate: Object.fromEntries(Object.entries(dims).map(([d, [m, t]]) => [d, t ? m / t : NaN])),
-      kl: batch.length ? kl / batch.length : 0,
-      clipFraction: batch.length ? clip / batch.length : 0,
-      keptSequences: batch.length,
-      completionLength: totalTokens / Math.max(1, batch.length),
-      stopRate: mean(rollouts.map((ro) => (ro.finishReason === 'stop' ? 1 : 0))),
+      kl: totalSequences ? kl / totalSequences : 0,
+      clipFraction: totalSequences ? clip / totalSequences : 0,
+      keptSequences: totalSequences,
+      completionLength: totalTokens / Math.max(1, totalSequences),
+      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, lengths.length),
       ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),
     };
   }
 
   /**
+   * Data parallel: runs this rank's part of a step phase, then every rank learns whether any rank
+   * failed (one all-gather of a flag), so all ranks throw at the same point instead of one rank
+   * stopping while the others wait in the next collective until the timeout. On the failing rank
+   * the original error is rethrown (its `code`, e.g. ERR_PG_OOM, kept); the others throw an error
+   * naming the rank and keeping its code. One process: just `f()`.
+   */
+  private async allRanks<T>(what: string, f: () => Promise<T>): Promise<T> {
+    if (this.dist.worldSize === 1) return f();
+    let value: T | undefined;
+    let err: unknown;
+    let failed = false;
+    try {
+      value = await f();
+    } catch (e) {
+      failed = true;
+      err = e;
+    }
+    const failures = await this.dist.allGather(failed ? { message: (err as Error)?.message ?? String(err), code: (err as { code?: unknown })?.code ?? null } : null);
+    if (failed) throw err;
+    const i = failures.findIndex((x) => x !== null);
+    if (i >= 0) {
+      const f0 = failures[i]!;
+      throw Object.assign(new Error(`${what} failed on rank ${i}: ${f0.message}`), typeof f0.code === 'string' ? { code: f0.code } : {});
+    }
+    return value as T;
+  }
+
+  /** Dropout seed of the step in flight: (seed, stage, step, rank); rank 0 keeps the one-process stream. */
+  private dropoutSeed(): number {
+    return stepSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, this.dist.rank === 0 ? 1 : 1 + (this.dist.rank << 8));
+  }
+
+  /**
    * The update of a step (issue 21): runs `body(microBatch)` — the loss + backward micro-batch loop
-   * of `stage` — with the dropout generator seeded from (seed, stage, step). When it throws the
+   * of `stage` — with the dropout generator seeded from (seed, stage, step, rank). When it throws the
    * addon's out-of-memory error (`code` ERR_PG_OOM, native/napi/util.cc), the gradients accumulated
    * so far are dropped and the cached blocks released, the micro-batch is halved (at 1: activation
    * recompute turned on), one line is logged and the update runs again with the same seed, rollouts
@@ -567,12 +694,18 @@ export class Trainer {
    * the rest of the run (and saved with the checkpoints' config). At micro-batch 1 with recompute on,
    * a checkpoint is written and the run stops with an Error giving the peak reached and the flags
    * that would fit.
+   *
+   * Data parallel (worldSize > 1): no silent shrink. An OOM is per rank, and a micro-batch (or
+   * recompute) change on one rank only would have to be agreed by all ranks to keep their updates
+   * (and the rollout chunking pinned below) identical. So the error is rethrown: allRanks() makes
+   * every rank stop at this step, rank 0 writes the checkpoint of the state before it, and the
+   * message says to resume with a smaller --grpo-micro-batch / --opsd-micro-batch (or --recompute).
    */
   private async updateWithOomRecovery<T>(stage: 'opsd' | 'grpo', body: (microBatch: number) => Promise<T>): Promise<T> {
     const { backend } = this.deps;
     const sect = stage === 'opsd' ? this.cfg.opsd : this.cfg.grpo;
     for (;;) {
-      backend.seedStep(stepSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, 1));
+      backend.seedStep(this.dropoutSeed());
       try {
         return await this.timed('update', () => body(sect.microBatch));
       } catch (e) {
@@ -581,8 +714,13 @@ export class Trainer {
         const peak = backend.releaseMemory?.() ?? NaN;
         const peakText = Number.isFinite(peak) ? `${(peak / 1e9).toFixed(1)} GB` : 'unknown';
         const was = `micro-batch ${sect.microBatch}, recompute ${this.cfg.memory?.recompute ? 'on' : 'off'}`;
-        // The rollouts keep their batching (and so their random draws) when the update's shrinks.
-        if (this.cfg.memory && !this.cfg.memory.rolloutRows && stage === 'grpo') this.cfg.memory.rolloutRows = sect.microBatch;
+        // The rollouts keep their chunking (and so their random draws) when the update's shrinks
+        // (now, or on a resume with a smaller micro-batch after a data-parallel stop): rollout rows
+        // 0 means "the micro-batch", so pin it at the micro-batch they were sampled with.
+        if (this.cfg.memory && !this.cfg.memory.rolloutRows) this.cfg.memory.rolloutRows = sect.microBatch;
+        if (this.dist.worldSize > 1) {
+          throw Object.assign(new Error(`[${stage}] step ${this.state.stageStep}: out of memory in the update on rank ${this.dist.rank} (${was}; peak ${peakText}); with ${this.dist.worldSize} processes the micro-batch is not shrunk on one rank alone: resume with a smaller --${stage}-micro-batch (or --recompute) (${(e as Error).message})`), { code: 'ERR_PG_OOM' });
+        }
         if (sect.microBatch > 1) {
           sect.microBatch = Math.max(1, Math.floor(sect.microBatch / 2));
         } else if (!this.cfg.memory?.recompute && backend.setRecompute) {
@@ -598,14 +736,25 @@ export class Trainer {
     }
   }
 
-  /** Validation: one greedy plan per held-out item, scored by the reward function; mean r_spec. */
+  /** Validation: one greedy plan per held-out item, scored by the reward function; mean r_spec (items split over ranks). */
   async validate(): Promise<number> {
     const { backend } = this.deps;
-    const items = this.valItems;
-    const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
-    const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
-    const scores = await this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
-    this.checkJudgeHealth(scores, 'validation');
-    return mean(scores.map((s) => s.rSpec));
+    const all = this.valItems;
+    const [a, b] = shard(all.length, this.dist.rank, this.dist.worldSize);
+    const items = all.slice(a, b);
+    const scores = await this.allRanks('validation', async () => {
+      if (!items.length) return [] as RewardResult[];
+      const prompts = await Promise.all(items.map((it) => backend.promptIds(studentMessages(it.question))));
+      const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
+      return this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
+    });
+    if (this.dist.worldSize === 1) {
+      this.checkJudgeHealth(scores, 'validation');
+      return mean(scores.map((s) => s.rSpec));
+    }
+    // Judge health over all ranks' verdicts (the same decision on every rank).
+    const global = (await this.gather(scores)).flat();
+    this.checkJudgeHealth(global, 'validation');
+    return global.reduce((n, s) => n + s.rSpec, 0) / Math.max(1, all.length);
   }
 }

@@ -119,5 +119,6 @@ void RegisterLoss(Napi::Env env, Napi::Object exports);     // loss/: fused JSD 
 void RegisterOptim(Napi::Env env, Napi::Object exports);    // optim/: AdamW, schedules, clipping
 void RegisterGenerate(Napi::Env env, Napi::Object exports); // generate/: batched KV-cache sampling, abort handles
 void RegisterIo(Napi::Env env, Napi::Object exports);       // io/: safetensors read/write for JS (optimizer state)
+void RegisterDist(Napi::Env env, Napi::Object exports);     // dist/: c10d process groups (Gloo / NCCL) for data parallelism
 
 }  // namespace pg

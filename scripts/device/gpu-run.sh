@@ -11,10 +11,13 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if ls .device/whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device/whl/*.whl && export PYTHONPATH=/tmp/site
 fi
+# Gloo headers for native/dist (the GPU image has no apt access): the lead copies this machine's
+# /usr/include/gloo into .device/gloo-include/gloo before the run (see docs/performance.md).
+[ -f .device/gloo-include/gloo/algorithm.h ] && export GLOO_INCLUDE_DIR=$PWD/.device/gloo-include
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
 if [ "$*" != prebuild130 ]; then  # prebuild130 alone builds only the prebuilt (scripts/prebuild.sh)
-  CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler" | head -30
+  CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler|data parallelism|NCCL process groups|gloo" | head -30
   echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
 fi
 for step in "$@"; do
@@ -62,6 +65,12 @@ for step in "$@"; do
       env -u LD_LIBRARY_PATH PAPERGYM_NATIVE_ADDON=$bin PG_GPU_REPORT=$OUT/gpu-parity-prebuilt.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests-prebuilt.log | tail -40 ;;
     serveload) timeout 500 node scripts/bench/serve_load.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --clients 64 --max-batch 64 --min-tokens 64 --max-tokens 256 --prompt-words 200 --json $OUT/serve_load.json 2>&1 | tail -14 ;;
     gpurows) timeout 300 npx mocha --config .mocharc.gpu.json dist/test/gpu/generate-rows.test.js 2>&1 | tail -20 ;;
+    # Data parallel (issue 16; 2 GPUs): NCCL collectives test, then the trainer's GRPO step and an
+    # SFT step at 1.7B shapes on 1 vs 2 GPUs with the same global batch (throughput, all-reduce
+    # seconds per step, adapter difference 1 vs 2 GPUs).
+    disttest) npx mocha --config .mocharc.gpu.json dist/test/gpu/dist-nccl.test.js 2>&1 | tee $OUT/gpu-dist-tests.log | tail -30 ;;
+    dpgrpo) timeout 420 node scripts/bench/dp_scaling.mjs --stage grpo --shape qwen3-1.7b --steps 3 --json $OUT/dp_grpo_1.7b.json 2>&1 | tail -25 ;;
+    dpsft) timeout 240 node scripts/bench/dp_scaling.mjs --stage sft --shape qwen3-1.7b --steps 4 --json $OUT/dp_sft_1.7b.json 2>&1 | tail -25 ;;
     *) echo "unknown step $step" ;;
   esac
 done
