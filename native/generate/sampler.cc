@@ -44,7 +44,20 @@ static at::Tensor Draw(const at::Tensor& w, const at::Tensor& uniforms) {
   at::Tensor cdf = w.cumsum(-1);
   at::Tensor total = cdf.narrow(1, cdf.size(1) - 1, 1);
   at::Tensor target = at::minimum(uniforms.to(cdf.device(), at::kFloat).unsqueeze(1) * total, total * (1.0 - 1.0 / 8388608.0));
-  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(cdf.size(1) - 1);  // [R, 1]
+  // The number of cumulative masses <= target is the first index whose cumulative mass exceeds it
+  // (searchsorted with right = true on the non-decreasing cdf), as one plain comparison and sum on
+  // every backend.
+  return cdf.le(target).sum(-1, /*keepdim=*/true).clamp_max(cdf.size(1) - 1);  // [R, 1] int64
+}
+
+// The K largest entries of every row of x [R, V] in descending order and their ids. at::topk's
+// `sorted` flag is not relied on for the order (the inverse CDF of Draw depends on it and the
+// candidate columns of SampleTokensRows are masked by position): the K values are sorted again,
+// stably, which is a no-op where topk already returned them in order.
+static std::pair<at::Tensor, at::Tensor> TopKSorted(const at::Tensor& x, int64_t k) {
+  auto [vals, idx] = at::topk(x, k, -1, /*largest=*/true, /*sorted=*/true);
+  auto [svals, perm] = vals.sort(/*stable=*/true, -1, /*descending=*/true);
+  return {svals, idx.gather(1, perm)};
 }
 
 std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, const SamplingOptions& o,
@@ -83,12 +96,12 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
     lse = mx.squeeze(1) + (scaled - mx).exp_().sum(-1).log_();
     at::Tensor vals, idx;  // candidates in descending order and their vocab ids, [R, K]
     if (use_k) {
-      std::tie(vals, idx) = at::topk(scaled, o.top_k, -1, /*largest=*/true, /*sorted=*/true);
+      std::tie(vals, idx) = TopKSorted(scaled, o.top_k);
     } else {
       // top-p alone: the nucleus is usually far smaller than the vocabulary; look at the top 1024
       // first and sort everything only when some row's nucleus does not fit in them.
       const int64_t k0 = std::min<int64_t>(V, 1024);
-      std::tie(vals, idx) = at::topk(scaled, k0, -1, true, true);
+      std::tie(vals, idx) = TopKSorted(scaled, k0);
       if (NeedsNucleusCheck(o, V)) {  // k0 < V here
         at::Tensor covered = (vals - lse.unsqueeze(1)).exp().sum(-1);  // full-vocabulary mass of the top k0
         if (covered.lt(o.top_p).any().item<bool>()) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
@@ -203,7 +216,7 @@ std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, 
       const int64_t k0 = std::min<int64_t>(V, 1024);
       K = std::max(K, k0);
       if (k0 < V) {
-        at::Tensor v0 = std::get<0>(at::topk(scaled, k0, -1, true, true));
+        at::Tensor v0 = TopKSorted(scaled, k0).first;
         at::Tensor covered = (v0 - lse.unsqueeze(1)).exp().sum(-1);
         at::Tensor p_only = use_p & ~use_k & ~greedy;
         if ((covered.lt(rs.top_p.to(dev)) & p_only).any().item<bool>()) K = V;
@@ -211,7 +224,7 @@ std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, 
     }
     at::Tensor vals, idx;
     if (K >= V) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
-    else std::tie(vals, idx) = at::topk(scaled, K, -1, /*largest=*/true, /*sorted=*/true);
+    else std::tie(vals, idx) = TopKSorted(scaled, K);
     at::Tensor col = at::arange(vals.size(1), at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0);  // [1, K]
     at::Tensor beyond_k = use_k.unsqueeze(1) & col.ge(kk.unsqueeze(1));  // outside the row's top-k
     at::Tensor w = (vals - vals.narrow(1, 0, 1)).exp().masked_fill(beyond_k, 0.0);
