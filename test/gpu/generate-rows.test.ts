@@ -18,6 +18,9 @@
  * them, recomputed in float64 from this model's fp32 logits of the common prefix (a greedy row:
  * the two logits within 1e-4). A divergence with the uniform farther than that from a boundary is a
  * sampler or model bug and fails. Nothing after d is compared (the inputs differ from there on).
+ * Independently of the batch, every id of every seeded row (alone and in the batch) must be the
+ * sampler's draw from the model's own fp32 logits of its prefix with the row's uniform, up to the
+ * same tie tolerance (drawsMatchLogits): this checks the CUDA sampler itself.
  */
 import { expect } from 'chai';
 import { cudaAvailable, native } from '../../lib/native.js';
@@ -58,6 +61,55 @@ function uniforms(seed: number, t: number): number[] {
 
 type Sampling = { temperature?: number; topK?: number; topP?: number; minP?: number; seed?: number };
 
+/** The sampler's distribution (native/generate/sampler.cc) of one row's logits L [V] in float64:
+ * ids in draw order (id order for full-vocabulary rows, descending for top-k / top-p), their
+ * unnormalised masses after top-k / top-p / min-p, and the total. */
+function drawOrder(L: Float32Array, o: Sampling): { order: number[]; w: number[]; total: number } {
+  const V = L.length, T = o.temperature ?? 1;
+  const s = Array.from(L, (v) => v / T);
+  let mx = -Infinity;
+  for (const v of s) mx = Math.max(mx, v);
+  const useK = (o.topK ?? 0) > 0 && o.topK! < V, useP = (o.topP ?? 1) < 1;
+  let order: number[] = Array.from(s.keys());
+  if (useK || useP) order.sort((i, j) => s[j]! - s[i]!);
+  if (useK) order = order.slice(0, o.topK!);
+  let w = order.map((i) => Math.exp(s[i]! - mx));
+  if (useP) {
+    const norm = useK ? w.reduce((p, q) => p + q, 0) : s.reduce((p, v) => p + Math.exp(v - mx), 0);
+    let before = 0;
+    w = w.map((v, j) => { const keep = j === 0 || before < o.topP!; before += v / norm; return keep ? v : 0; });
+  }
+  if ((o.minP ?? 0) > 0) w = w.map((v) => (v >= o.minP! ? v : 0));  // mass relative to the max (= 1)
+  return { order, w, total: w.reduce((p, q) => p + q, 0) };
+}
+
+/**
+ * Asserts that every id of a seeded sampled row is the sampler's draw from this model's fp32
+ * logits of its own prefix (one teacher-forced forward) with the row's uniform, up to rounding
+ * ties (|u − boundary| <= TIE_TOL). This checks the CUDA sampler against a float64 recomputation,
+ * independent of batch composition. Returns the smallest margin of a correct draw (for the log).
+ */
+async function drawsMatchLogits(model: Qwen3Model, prompt: number[], o: Sampling, ids: number[], what: string): Promise<number> {
+  if ((o.temperature ?? 1) === 0 || ids.length === 0) return Infinity;
+  const seq = [...prompt, ...ids];
+  const f = await model.forward({ inputIds: { data: Int32Array.from(seq), shape: [1, seq.length] } });
+  const V = f.logits!.shape[2]!;
+  const us = uniforms(o.seed!, ids.length);
+  let least = Infinity;
+  for (let t = 0; t < ids.length; t++) {
+    const { order, w, total } = drawOrder(f.logits!.data.subarray((prompt.length + t - 1) * V, (prompt.length + t) * V), o);
+    const j = order.indexOf(ids[t]!);
+    expect(j >= 0 && w[j]! > 0, `${what}: id ${ids[t]} at ${t} is outside the row's candidates`).to.equal(true);
+    let lo = 0;
+    for (let i = 0; i < j; i++) lo += w[i]!;
+    const a = lo / total, b = (lo + w[j]!) / total, u = us[t]!;
+    const off = u < a ? a - u : u >= b ? u - b : 0;
+    expect(off, `${what}: id ${ids[t]} at ${t} has the interval [${a.toFixed(6)}, ${b.toFixed(6)}) but the uniform is ${u.toFixed(6)}`).to.be.at.most(TIE_TOL);
+    if (off === 0) least = Math.min(least, u - a, b - u);
+  }
+  return least;
+}
+
 /**
  * Asserts that `a` and `b` (one row's ids from two runs) are equal up to their first difference and
  * that this difference is a rounding tie (module doc). Returns the position of the difference
@@ -80,22 +132,7 @@ async function sameUpToTie(model: Qwen3Model, prompt: number[], o: Sampling, a: 
     expect(gap, `${what}: greedy rows differ at ${d} with a logit gap over 1e-4`).to.be.at.most(1e-4);
     return { d, margin: gap };
   }
-  // The sampler's distribution (native/generate/sampler.cc) in float64, in its draw order.
-  const s = Array.from(L, (v) => v / T);
-  let mx = -Infinity;
-  for (const v of s) mx = Math.max(mx, v);
-  const useK = (o.topK ?? 0) > 0 && o.topK! < V, useP = (o.topP ?? 1) < 1;
-  let order: number[] = Array.from(s.keys());
-  if (useK || useP) order.sort((i, j) => s[j]! - s[i]!);
-  if (useK) order = order.slice(0, o.topK!);
-  let w = order.map((i) => Math.exp(s[i]! - mx));
-  if (useP) {
-    const norm = useK ? w.reduce((p, q) => p + q, 0) : s.reduce((p, v) => p + Math.exp(v - mx), 0);
-    let before = 0;
-    w = w.map((v, j) => { const keep = j === 0 || before < o.topP!; before += v / norm; return keep ? v : 0; });
-  }
-  if ((o.minP ?? 0) > 0) w = w.map((v) => (v >= o.minP! ? v : 0));  // mass relative to the max (= 1)
-  const total = w.reduce((p, q) => p + q, 0);
+  const { order, w, total } = drawOrder(L, o);
   const ix = order.indexOf(x), iy = order.indexOf(y);
   expect(ix >= 0 && iy >= 0 && w[ix]! > 0 && w[iy]! > 0, `${what}: at ${d} an id outside the row's candidates (${x}, ${y})`).to.equal(true);
   const lo = Math.min(ix, iy), hi = Math.max(ix, iy);
@@ -138,6 +175,8 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
       expect(all.decodePath).to.equal(p.name);
       for (let i = 0; i < mixed.length; i++) {
         const alone = await generate(m, { prompts: [prompts[i]!], promptOptions: [mixed[i]!], maxNewTokens: 24, ...p.o } as GenerateOptions);
+        await drawsMatchLogits(m, prompts[i]!, mixed[i]!, ids(all)[i]!, `row ${i} in the batch`);
+        await drawsMatchLogits(m, prompts[i]!, mixed[i]!, ids(alone)[0]!, `row ${i} alone`);
         await sameUpToTie(m, prompts[i]!, mixed[i]!, ids(alone)[0]!, ids(all)[i]!, `row ${i}`);
       }
       if (p.name === 'cuda-graphs') {
@@ -167,6 +206,7 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
     };
     const plan = rows.map((row, i) => ({ at: i * 3, row }));
     const together = await run(plan);
+    for (const [i, row] of rows.entries()) await drawsMatchLogits(m, Array.from(row.prompt), { ...mixed[i]!, seed: row.seed }, together.get(row.id)!, `engine row ${row.id} in the running batch`);
     for (const [i, row] of rows.entries()) await sameUpToTie(m, Array.from(row.prompt), { ...mixed[i]!, seed: row.seed }, together.get(row.id)!, (await run([{ at: 0, row }])).get(row.id)!, `row ${row.id}`);
     // graphs == the same static step eager == the dynamic (Forward) decode
     const eager = await run(plan, { cudaGraphs: false, staticDecode: true });
