@@ -100,7 +100,7 @@ describe('data pipeline: deterministic steps', () => {
     const { Writable } = await import('node:stream');
     let out = '';
     const stream = Object.assign(new Writable({ write: (c, _e, cb) => ((out += String(c)), cb()) }), { isTTY: true, columns: 200 }) as unknown as NodeJS.WriteStream;
-    const p = new Progress({ label: 'bd', stream });
+    const p = new Progress({ label: 'bd', stream, plain: false });
     expect(out).to.equal('');
     p.add(3);
     p.callStart();
