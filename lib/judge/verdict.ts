@@ -32,6 +32,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../native.js';
 import type { JudgeItem, Verdict } from './types.js';
 import { stripThink } from '../llm/think.js';
+import { balancedEnd } from '../llm/client.js';
 
 /** A loaded prompt template: `name` (file stem incl. version, e.g. `judge-per-item.v1`), body, hash. */
 export interface PromptTemplate {
@@ -200,26 +201,6 @@ export function jsonValues(s: string): { value: unknown; start: number; end: num
     }
   }
   return out;
-}
-
-function balancedEnd(s: string, start: number): number {
-  const stack: string[] = [];
-  let inStr = false;
-  for (let i = start; i < s.length; i++) {
-    const c = s[i];
-    if (inStr) {
-      if (c === '\\') i++;
-      else if (c === '"') inStr = false;
-      continue;
-    }
-    if (c === '"') inStr = true;
-    else if (c === '{' || c === '[') stack.push(c === '{' ? '}' : ']');
-    else if (c === '}' || c === ']') {
-      if (stack.pop() !== c) return -1;
-      if (!stack.length) return i;
-    }
-  }
-  return -1;
 }
 
 /** Result of reading one binary answer. */

@@ -257,7 +257,11 @@ export function extractJson(text: string): unknown {
   throw new SyntaxError('no JSON value found in the answer');
 }
 
-function balancedEnd(s: string, start: number): number {
+/**
+ * Index of the bracket closing the JSON object or array that opens at `start` (strings and escapes
+ * skipped), or -1 when it never closes or brackets are mismatched.
+ */
+export function balancedEnd(s: string, start: number): number {
   const stack: string[] = [];
   let inStr = false;
   for (let i = start; i < s.length; i++) {
