@@ -37,10 +37,6 @@ for step in "$@"; do
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
-    presetmem17) timeout 420 bash scripts/device/preset-memory.sh qwen3-1.7b $OUT 2>&1 | tail -12 ;;
-    presetmem4) timeout 480 bash scripts/device/preset-memory.sh qwen3-4b $OUT 2>&1 | tail -12 ;;
-    presetmem8) timeout 540 bash scripts/device/preset-memory.sh qwen3-8b $OUT 2>&1 | tail -12 ;;
-    reportgpu) timeout 120 node dist/bin/papergym-native.js report $OUT/preset-qwen3-* --out $OUT/presets-report.html 2>&1 | tail -5 ;;
     # memory plan (issue 21): `train --preset` at real shapes (random weights), 1 OPSD + 1 GRPO step, capped / uncapped
     memplan8) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-8b --max-memory 80 --json $OUT/memplan_8b_80.json 2>&1 | tail -8 ;;
     memplan4) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --max-memory 48 --json $OUT/memplan_4b_48.json 2>&1 | tail -8 ;;
