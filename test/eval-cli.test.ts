@@ -111,7 +111,9 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     for (const args of runs) {
       const r = await run(args);
       expect(r.code, `${args[0]}: ${r.stderr}`).to.equal(1);
-      expect(r.stderr, args[0]).to.equal(`papergym-native: model directory ${missing} does not exist\n`);
+      // The command's one-line "loading MODEL on DEVICE" notice may come first; the error is the last line, with no stack.
+      expect(r.stderr.split('\n').filter(Boolean).at(-1), args[0]).to.equal(`papergym-native: model directory ${missing} does not exist`);
+      expect(r.stderr, args[0]).not.to.match(/\n\s+at |tokenizer\.json/);
     }
   });
 
