@@ -25,7 +25,7 @@ Configs (vocab 151936 = the real tokenizer's embedding size, for every architect
 
 Usage: python3 scripts/make_tiny_qwen3.py --name tiny-tied --out DIR [--seed 0] [--dtype float32]
        [--shards N] [--keep-tied-lm-head] [--tokenizer-dir DIR] [--yes-no-readout]
---yes-no-readout (untied checkpoints only): a judge-like readout for P(yes) tests (issue 12 item 6).
+--yes-no-readout (untied checkpoints only): a judge-like readout for P(yes) tests.
   After the Qwen3 non-thinking generation prompt (`...</think>\n\n`, last token "\n\n") the model
   puts the yes/no answer tokens far above every other token, with a prompt-dependent balance, and
   after a yes/no token it puts <|im_end|>. Three hidden dimensions carry it (k_yes, k_no, k_end =

@@ -2,7 +2,7 @@
  * Evaluation report: rubric coverage (% of items met) overall and per dimension (method
  * innovation, experimental design — the paper's two scores), the general items separately, and
  * the mean reward, each with a seeded percentile bootstrap confidence interval; plus per-item rows
- * (JSONL). Issue 6 item 3.
+ * (JSONL).
  *
  * Coverage is the micro average over items (null verdicts count as not met; their number is
  * reported). The bootstrap resamples *questions* with replacement (all items and samples of a

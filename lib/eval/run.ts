@@ -1,5 +1,5 @@
 /**
- * The eval loop (issue 6 item 3): generate plans for every benchmark question, judge each plan
+ * The eval loop: generate plans for every benchmark question, judge each plan
  * against its instance rubric + the general items, and build the coverage report with per-item
  * rows. Generation and judging overlap: the judge works on chunk k while chunk k+1 samples.
  */

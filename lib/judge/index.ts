@@ -1,5 +1,5 @@
 /**
- * Rubric judging (issue 6, DESIGN §6/§8): the Judge contract, the HTTP and local backends, verdict
+ * Rubric judging (DESIGN §6/§8): the Judge contract, the HTTP and local backends, verdict
  * parsing, rewards, the reward-hacking probe and the OpenAI-compatible server.
  */
 export * from './types.js';

@@ -1,5 +1,5 @@
 /**
- * P(yes) of an HTTP judge reply from OpenAI-format chat logprobs (issue 12 item 6): the same
+ * P(yes) of an HTTP judge reply from OpenAI-format chat logprobs: the same
  * quantity the local judge reads from one prefill (lib/judge/local.ts),
  * P(yes) = Σ p(yes tokens) / (Σ p(yes tokens) + Σ p(no tokens)), computed at the verdict position
  * from that position's `top_logprobs`.

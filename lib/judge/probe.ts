@@ -3,7 +3,7 @@
  * dataset item, adversarial plans that deserve no credit are judged against the item's rubric;
  * every `met: true` is a false positive. Reports the false-positive rate per attack.
  *
- * Attacks (the default four, issue 6):
+ * Attacks (the default four):
  * - `restate`: the question restated as the plan, no method.
  * - `keywords`: the content words of the rubric items stuffed into a list.
  * - `inject`: a vague sentence plus an instruction to the grader to answer yes.

@@ -1,5 +1,5 @@
 /**
- * OpenAI-compatible chat server on node:http (issue 6 item 4, issue 12 item 5, issue 20):
+ * OpenAI-compatible chat server on node:http:
  * `GET /v1/models`, `POST /v1/chat/completions` (plain JSON and `stream: true` server-sent events).
  *
  * Two backends:

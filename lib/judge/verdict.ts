@@ -1,6 +1,6 @@
 /**
- * Judge prompts (versioned files under `prompts/`) and the one verdict grammar of the judges
- * (issue 6, issue 12 item 1). A verdict is read, never guessed.
+ * Judge prompts (versioned files under `prompts/`) and the one verdict grammar of the judges.
+ * A verdict is read, never guessed.
  *
  * Grammar of one binary (per-item) reply, in this order; the first rule that yields a reading wins:
  *  0. Thinking is never read: `<think>…</think>` (lib/llm/think.ts) is removed here, and the LLM

@@ -1,6 +1,6 @@
 /**
  * The one reader of model thinking in generated text, shared by the LLM client, the judges, the
- * data pipeline, rewards/eval (plans) and `serve` (issue 12 item 3).
+ * data pipeline, rewards/eval (plans) and `serve`.
  *
  * Reasoning models put their thinking in `<think>…</think>` (Qwen3, DeepSeek-R1, QwQ); some
  * templates open the block in the prompt so the completion starts inside it and only the closing

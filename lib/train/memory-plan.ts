@@ -1,5 +1,5 @@
 /**
- * GPU memory plan of a training run, made before the first step (issue 21): from the model shapes
+ * GPU memory plan of a training run, made before the first step: from the model shapes
  * (config.json), dtype, LoRA rank and targets, sequence lengths (longest prompt + max new tokens),
  * group size, questions per step and the memory budget (the device's memory, capped by
  * `--max-memory`), it estimates the peak allocated bytes of every phase of a step and chooses
@@ -35,7 +35,7 @@
  *    student's (its transient is below the student's saved activations and is not added).
  *  - optimizer: R (the multi-tensor AdamW works in place).
  *
- * ## Calibration (source: measured peaks on one H200, issue 21 and docs/performance.md)
+ * ## Calibration (source: measured peaks on one H200, docs/performance.md)
  * κ_act = {@link KAPPA_ACT} is fitted to the three measured training steps of the `train` command
  * (`--preset`, random weights with the real shapes, embedded dataset: longest student prompt 207
  * tokens, longest teacher prompt 525, 1024 new tokens, LoRA r 64 on 7 modules with dropout 0.05,

@@ -66,7 +66,7 @@ export interface NativeBackendOptions {
   /** `base_model_name_or_path` of saved adapters (default: cfg.model). */
   baseModelName?: string;
   /**
-   * Test hook (issue 21): an update micro-batch (OPSD / GRPO backward) of more than this many
+   * Test hook: an update micro-batch (OPSD / GRPO backward) of more than this many
    * tokens (rows × padded length) throws the addon's out-of-memory error (code ERR_PG_OOM) instead
    * of running, as a CUDA OOM inside it would. Default: `$PAPERGYM_SIMULATE_OOM_TOKENS`, else off.
    * With recompute on the limit doubles (recompute needs less memory), so a run can also be

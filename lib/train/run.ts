@@ -247,7 +247,7 @@ async function trainWithGroup(
   }
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
-    // ---- memory plan (issue 21; lib/train/memory-plan.ts), before the first step ----
+    // ---- memory plan (lib/train/memory-plan.ts), before the first step ----
     let planned: { inputs: PlanInputs; plan: MemoryPlan } | undefined;
     if (!resume && resolved.memory) {
       // The longest student / teacher prompt of the dataset (tokens), encoded in batches.

@@ -57,7 +57,7 @@ export interface TrainerDeps {
   /** Called after each checkpoint is complete (train rewrites report.html here); errors are logged, never fatal. */
   onCheckpoint?: (dir: string) => void | Promise<void>;
   /**
-   * Out-of-memory advice (issue 21): the flags that would fit, for the error when the smallest
+   * Out-of-memory advice: the flags that would fit, for the error when the smallest
    * setting (micro-batch 1, recompute on) still runs out of memory. Default: none.
    */
   memoryAdvice?: () => string;
@@ -685,7 +685,7 @@ export class Trainer {
   }
 
   /**
-   * The update of a step (issue 21): runs `body(microBatch)` — the loss + backward micro-batch loop
+   * The update of a step: runs `body(microBatch)` — the loss + backward micro-batch loop
    * of `stage` — with the dropout generator seeded from (seed, stage, step, rank). When it throws the
    * addon's out-of-memory error (`code` ERR_PG_OOM, native/napi/util.cc), the gradients accumulated
    * so far are dropped and the cached blocks released, the micro-batch is halved (at 1: activation

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Data-parallel scaling of the trainer (issue 16 item 6): the same `train` run (same flags, same
+ * Data-parallel scaling of the trainer: the same `train` run (same flags, same
  * global batch) on 1 process and with `--nproc-per-node P` (one GPU each, NCCL), on a random-weight
  * Qwen3 of --shape; reads each run's metrics.jsonl (rank 0's, aggregated over ranks).
  * Reports per run: median step seconds (first step dropped: warm-up), completion tokens/s, the

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Ingestion speed over the real-paper corpus (issue 13 item 11): every paper of
+ * Ingestion speed over the real-paper corpus: every paper of
  * `../shared/papers/corpus/` (beside the repository root; or `--corpus DIR`, or
  * PAPERGYM_CORPUS_DIR) is loaded with `loadPaper` — unpack, main-file choice, includes, macros,
  * structure, LaTeX → text in the worker with its time limit — one at a time, `--iters` times

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * The memory plan against the device (issue 21): runs the `train` command as a user would —
+ * The memory plan against the device: runs the `train` command as a user would —
  * `train --preset qwen3-X --model <random weights, real shapes> --device cuda --opsd-steps 1
  * --grpo-steps 1 [--max-memory GB]` on the embedded dataset — and reports, per step, the measured
  * peak allocated bytes of each phase (metrics.jsonl: peakRolloutBytes, peakReferenceBytes,

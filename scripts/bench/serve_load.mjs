@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Load benchmark of `serve` (issue 20 item 3): N concurrent clients send chat completions with
+ * Load benchmark of `serve`: N concurrent clients send chat completions with
  * mixed sampling settings and lengths to a ChatServer on loopback (the same server `serve` runs:
  * continuous batching on the native decode engine), and the same requests are run again
  *   - "uniform-serve": through serve with one shared setting (temperature 1, no seed), and

@@ -37,7 +37,7 @@ for step in "$@"; do
     grpo) timeout 240 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -20 ;;
     graphs) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-ref --json $OUT/generate_graphs.json 2>&1 | tail -8 ;;
     nographs) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --no-graphs --no-ref --json $OUT/generate_nographs.json 2>&1 | tail -12 ;;
-    # memory plan (issue 21): `train --preset` at real shapes (random weights), 1 OPSD + 1 GRPO step, capped / uncapped
+    # memory plan: `train --preset` at real shapes (random weights), 1 OPSD + 1 GRPO step, capped / uncapped
     memplan8) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-8b --max-memory 80 --json $OUT/memplan_8b_80.json 2>&1 | tail -8 ;;
     memplan4) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --max-memory 48 --json $OUT/memplan_4b_48.json 2>&1 | tail -8 ;;
     memplan17) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --max-memory 48 --json $OUT/memplan_1.7b_48.json 2>&1 | tail -8 ;;
@@ -47,7 +47,7 @@ for step in "$@"; do
     memplan17u) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --json $OUT/memplan_1.7b_uncapped.json 2>&1 | tail -8 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
-      # Issue 17: the cu130 prebuilt (relocatable: no RUNPATH) packed by scripts/prebuild.sh, installed
+      # The cu130 prebuilt (relocatable: no RUNPATH) packed by scripts/prebuild.sh, installed
       # into an empty project as a user would (offline: the carried node_modules stand in for the
       # registry), then the loader's choice from the installed package and the GPU suite against that
       # binary, with LD_LIBRARY_PATH unset so only the loader's preload finds libtorch.
@@ -61,7 +61,7 @@ for step in "$@"; do
       env -u LD_LIBRARY_PATH PAPERGYM_NATIVE_ADDON=$bin PG_GPU_REPORT=$OUT/gpu-parity-prebuilt.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests-prebuilt.log | tail -40 ;;
     serveload) timeout 500 node scripts/bench/serve_load.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --clients 64 --max-batch 64 --min-tokens 64 --max-tokens 256 --prompt-words 200 --json $OUT/serve_load.json 2>&1 | tail -14 ;;
     gpurows) timeout 300 npx mocha --no-config --timeout 600000 dist/test/gpu/generate-rows.test.js 2>&1 | tail -20 ;;
-    # Data parallel (issue 16; 2 GPUs): NCCL collectives test, then the trainer's GRPO step and an
+    # Data parallel (2 GPUs): NCCL collectives test, then the trainer's GRPO step and an
     # SFT step at 1.7B shapes on 1 vs 2 GPUs with the same global batch (throughput, all-reduce
     # seconds per step, adapter difference 1 vs 2 GPUs).
     disttest) npx mocha --no-config --timeout 600000 dist/test/gpu/dist-nccl.test.js 2>&1 | tee $OUT/gpu-dist-tests.log | tail -30 ;;
