@@ -33,10 +33,10 @@ async function freePort(): Promise<number> {
 interface WorkerOut { ok: boolean; error?: string; phase?: string; [k: string]: unknown }
 
 /** Runs the worker script as the given ranks (each with its own env overrides); returns their JSON lines. */
-async function runRanks(mode: string, ranks: { rank: number; world: number; port: number; env?: Record<string, string> }[]): Promise<WorkerOut[]> {
+async function runRanks(mode: string, ranks: { rank: number; world: number; port: number; env?: Record<string, string> }[], script = WORKER, args: string[] = []): Promise<WorkerOut[]> {
   return Promise.all(ranks.map((r) => new Promise<WorkerOut>((res) => {
     const env = { ...process.env, RANK: String(r.rank), WORLD_SIZE: String(r.world), LOCAL_RANK: String(r.rank), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(r.port), OMP_NUM_THREADS: '1', ...r.env };
-    const p = spawn(process.execPath, [WORKER, mode], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(process.execPath, [script, mode, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let so = '';
     let se = '';
     p.stdout.on('data', (d) => (so += d));
@@ -286,18 +286,7 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
   async function trainRanks(mode: string, out: string): Promise<WorkerOut[]> {
     const port = await freePort();
     const script = join(packageRoot, 'dist', 'test', 'helpers', 'dist-train-worker.js');
-    return Promise.all([0, 1].map((rank) => new Promise<WorkerOut>((res) => {
-      const env = { ...process.env, RANK: String(rank), WORLD_SIZE: '2', LOCAL_RANK: String(rank), LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), OMP_NUM_THREADS: '1' };
-      const p = spawn(process.execPath, [script, mode, out], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-      let so = '';
-      let se = '';
-      p.stdout.on('data', (d) => (so += d));
-      p.stderr.on('data', (d) => (se += d));
-      p.on('exit', (code) => {
-        const line = so.trim().split('\n').filter(Boolean).pop();
-        res(line ? (JSON.parse(line) as WorkerOut) : { ok: false, error: `rank ${rank} exited with ${code} and no output: ${se.slice(-2000)}` });
-      });
-    })));
+    return runRanks(mode, [0, 1].map((rank) => ({ rank, world: 2, port, env: { LOCAL_WORLD_SIZE: '2' } })), script, [out]);
   }
 
   it('a judge that fails on one rank stops both ranks at that step (no hang), rank 0 writing the checkpoint before it', async () => {
