@@ -14,6 +14,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
+import { drawOrder, type Sampling } from './helpers/sampling.js';
 import { generate, sampleFromLogits, type GenerateOptions, type GenerateResult } from '../lib/model/policy.js';
 import { DecodeEngine, type EngineRow, type EngineToken } from '../lib/model/engine.js';
 import { tinyModel } from './helpers/tiny.js';
@@ -137,6 +138,47 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
     const lse = Math.log(row.reduce((a, x) => a + Math.exp(x), 0));
     expect(r.logprobs[0]).to.be.closeTo(row[r.tokenIds[0]!]! - lse, 1e-5);
     expect(() => sampleFromLogits({ data, shape: [400, V] }, { minP: 1.5 })).to.throw(TypeError, /minP/);
+  });
+
+  it('sampler: a setting per row draws every row from its own distribution with its uniform (float64 reference)', () => {
+    // Per-row sampler on given logits: each id must be the inverse-CDF draw of that row's setting
+    // (greedy, full, top-k, top-k + top-p, top-p alone over more than 1024 ids, min-p) at the
+    // returned uniform, recomputed in float64; a draw more than 1e-4 from its interval fails.
+    const V = 3000, R = 40;
+    const settings: Sampling[] = [
+      { temperature: 0 }, { temperature: 1 }, { temperature: 0.7, topK: 5 }, { temperature: 1.2, topK: 40, topP: 0.8 },
+      { temperature: 1, topP: 0.9 }, { temperature: 1, minP: 0.1 }, { temperature: 1.3, topK: 2000 }, { temperature: 0.6, topK: 50, minP: 0.05 },
+    ];
+    const rows = Array.from({ length: R }, (_, r) => settings[r % settings.length]!);
+    let st = 99;
+    const rand = () => ((st = (Math.imul(st, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+    const data = Float32Array.from({ length: R * V }, () => 1.5 * Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand()));
+    for (const seed of [1, 2]) {
+      const r = sampleFromLogits({ data, shape: [R, V] }, { rows, seed });
+      for (let i = 0; i < R; i++) {
+        const L = data.subarray(i * V, (i + 1) * V), o = rows[i]!, id = r.tokenIds[i]!;
+        if (o.temperature === 0) {
+          expect(L[id]).to.equal(Math.max(...L));
+          continue;
+        }
+        const { order, w, total } = drawOrder(L, o);
+        const j = order.indexOf(id);
+        expect(j >= 0 && w[j]! > 0, `row ${i} ${JSON.stringify(o)}: id ${id} outside the candidates`).to.equal(true);
+        let lo = 0;
+        for (let k = 0; k < j; k++) lo += w[k]!;
+        const u = r.uniforms[i]!, a = lo / total, b = (lo + w[j]!) / total;
+        expect(Math.max(a - u, u - b, 0), `row ${i} ${JSON.stringify(o)}: u ${u} vs [${a}, ${b})`).to.be.at.most(1e-4);
+        // the logprob is under the row's full tempered distribution
+        const T = o.temperature ?? 1;
+        let mx = -Infinity;
+        for (const v of L) mx = Math.max(mx, v / T);
+        let z = 0;
+        for (const v of L) z += Math.exp(v / T - mx);
+        expect(r.logprobs[i]).to.be.closeTo(L[id]! / T - mx - Math.log(z), 1e-4);
+      }
+    }
+    expect(() => sampleFromLogits({ data, shape: [R, V] }, { rows: rows.slice(1) })).to.throw(TypeError, /one entry per logits row/);
+    expect(() => sampleFromLogits({ data, shape: [R, V] }, { rows: rows.map((o, i) => (i === 3 ? { topP: 2 } : o)) })).to.throw(TypeError, /rows\[3\]\.topP/);
   });
 
   it('engine: a seeded row gives the same ids alone, joining a running batch, and as generate() with that seed', async () => {

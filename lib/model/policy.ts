@@ -209,15 +209,30 @@ export function generate(model: Qwen3Model | NativeModel, opts: GenerateOptions,
   });
 }
 
+/** Sampling settings of one logits row for {@link sampleFromLogits}'s `rows`. */
+export interface RowSamplingOptions {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+}
+
 /**
  * The sampler of {@link generate} applied to given logits `[R, V]` (float32, row-major):
- * one token per row. Synchronous, CPU. For tests and tools.
- * Returns token ids `[R]` and their logprobs under log_softmax(logits / T) (full row).
+ * one token per row. Synchronous. For tests and tools.
+ *
+ * R uniforms are drawn from one CPU generator seeded with `seed` (returned as `uniforms`, so a
+ * caller can recompute each draw), then every row is sampled with the one setting of `opts`, or,
+ * with `rows` (R entries), each with its own setting (the per-row sampler of a mixed batch).
+ * `device` ('cpu' default, 'cuda', 'cuda:i') is where the sampler runs (the logits are copied there).
+ * Returns token ids `[R]`, their logprobs under log_softmax(logits / T) (full row; greedy rows
+ * under T = 1) and the uniforms `[R]`. Errors: TypeError (code ERR_PG_ARG) for a bad shape,
+ * option or device.
  */
 export function sampleFromLogits(
   logits: { data: Float32Array; shape: [number, number] | number[] },
-  opts: { temperature?: number; topK?: number; topP?: number; minP?: number; seed?: number } = {},
-): { tokenIds: Int32Array; logprobs: Float32Array; seed: number } {
+  opts: RowSamplingOptions & { seed?: number; rows?: RowSamplingOptions[]; device?: string } = {},
+): { tokenIds: Int32Array; logprobs: Float32Array; uniforms: Float32Array; seed: number } {
   return native().sampleFromLogits(logits, opts);
 }
 

@@ -228,9 +228,12 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
   });
 }
 
-// sampleFromLogits(logits {data: Float32Array, shape: [R, V]}, {temperature, topK, topP, seed})
-//   -> {tokenIds: Int32Array [R], logprobs: Float32Array [R], seed}
-// The sampler of generate() on given logits (synchronous, CPU), for tests and tools.
+// sampleFromLogits(logits {data: Float32Array, shape: [R, V]}, {temperature, topK, topP, minP, seed,
+//                   rows?: [{temperature, topK, topP, minP}] (R entries), device?: 'cpu' | 'cuda[:i]'})
+//   -> {tokenIds: Int32Array [R], logprobs: Float32Array [R], uniforms: Float32Array [R], seed}
+// The sampler of generate() on given logits, for tests and tools: R uniforms from one CPU
+// generator seeded with `seed`, then SampleTokens (one setting) or, with `rows`, SampleTokensRows
+// (a setting per row), on `device` (default cpu; the logits are copied there).
 Napi::Value SampleFromLogitsJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return Guard(env, [&]() -> Napi::Value {
@@ -241,13 +244,32 @@ Napi::Value SampleFromLogitsJs(const Napi::CallbackInfo& info) {
     Napi::Object o = ArgObject(info, 1, "options", /*optional=*/true);
     SamplingOptions s = ReadSampling(o, "options");
     uint64_t seed = ReadSeed(o, "options");
+    const at::Device dev = ParseDevice(GetString(o, "device", std::string("cpu"), "options"));
+    const int64_t R = logits.size(0);
+    std::vector<SamplingOptions> rows;
+    if (Has(o, "rows")) {
+      Napi::Value rv = o.Get("rows");
+      if (!rv.IsArray()) throw ArgError("options.rows must be an array of sampling options (one per logits row)");
+      Napi::Array ra = rv.As<Napi::Array>();
+      if (static_cast<int64_t>(ra.Length()) != R)
+        throw ArgError("options.rows must have one entry per logits row (" + std::to_string(R) + "), got " + std::to_string(ra.Length()));
+      for (uint32_t i = 0; i < ra.Length(); ++i) {
+        Napi::Value e = ra.Get(i);
+        if (!e.IsObject()) throw ArgError("options.rows[" + std::to_string(i) + "] must be an object");
+        rows.push_back(ReadSampling(e.As<Napi::Object>(), ("options.rows[" + std::to_string(i) + "]").c_str()));
+      }
+    }
     at::NoGradGuard ng;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    at::Tensor u = at::rand({logits.size(0)}, gen, at::TensorOptions().dtype(at::kFloat));
-    auto [tok, lp] = SampleTokens(logits.to(at::kFloat), s, u);
+    at::Tensor u = at::rand({R}, gen, at::TensorOptions().dtype(at::kFloat));
+    at::Tensor lg = logits.to(at::kFloat).to(dev);
+    at::Tensor tok, lp;
+    if (rows.empty()) std::tie(tok, lp) = SampleTokens(lg, s, u.to(dev));
+    else std::tie(tok, lp) = SampleTokensRows(lg, RowSampling::Make(rows, lg.size(1), dev), u.to(dev));
     Napi::Object out = Napi::Object::New(env);
-    out.Set("tokenIds", TensorToJs(env, tok).Get("data"));
-    out.Set("logprobs", TensorToJs(env, lp).Get("data"));
+    out.Set("tokenIds", TensorToJs(env, tok.cpu()).Get("data"));
+    out.Set("logprobs", TensorToJs(env, lp.cpu()).Get("data"));
+    out.Set("uniforms", TensorToJs(env, u).Get("data"));
     out.Set("seed", Napi::Number::New(env, static_cast<double>(seed)));
     return out;
   });

@@ -209,22 +209,20 @@ std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, 
     at::Tensor use_k = kk.gt(0);
     at::Tensor use_p = rs.top_p.to(dev).lt(1.0f);
     at::Tensor cand = use_k | use_p;
-    // Candidates: the largest k among top-k rows; rows with top-p alone need their nucleus, as in
-    // SampleTokens: the top 1024 unless some such row's nucleus is larger (host check), then all.
-    int64_t K = rs.max_k;
-    if (rs.any_p_only) {
-      const int64_t k0 = std::min<int64_t>(V, 1024);
-      K = std::max(K, k0);
-      if (k0 < V) {
-        at::Tensor v0 = TopKSorted(scaled, k0).first;
-        at::Tensor covered = (v0 - lse.unsqueeze(1)).exp().sum(-1);
+    // Candidates: the top K = max(largest k, 1024 if some row uses top-p alone) in descending
+    // order; when a top-p-only row's nucleus is not inside them (host check, as SampleTokens
+    // does), the whole vocabulary sorted. Trailing candidates of zero mass do not change a draw.
+    const int64_t K = rs.any_p_only ? std::max<int64_t>(rs.max_k, std::min<int64_t>(V, 1024)) : rs.max_k;
+    at::Tensor vals, idx;
+    if (K < V) {
+      std::tie(vals, idx) = TopKSorted(scaled, K);
+      if (rs.any_p_only) {
+        at::Tensor covered = (vals - lse.unsqueeze(1)).exp().sum(-1);  // full-vocabulary mass of the top K
         at::Tensor p_only = use_p & ~use_k & ~greedy;
-        if ((covered.lt(rs.top_p.to(dev)) & p_only).any().item<bool>()) K = V;
+        if ((covered.lt(rs.top_p.to(dev)) & p_only).any().item<bool>()) vals = idx = at::Tensor();
       }
     }
-    at::Tensor vals, idx;
-    if (K >= V) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
-    else std::tie(vals, idx) = TopKSorted(scaled, K);
+    if (!vals.defined()) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
     at::Tensor col = at::arange(vals.size(1), at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0);  // [1, K]
     at::Tensor beyond_k = use_k.unsqueeze(1) & col.ge(kk.unsqueeze(1));  // outside the row's top-k
     at::Tensor w = (vals - vals.narrow(1, 0, 1)).exp().masked_fill(beyond_k, 0.0);
