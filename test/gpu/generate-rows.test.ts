@@ -52,6 +52,7 @@ const mixed: Row[] = [
   { temperature: 1, minP: 0.1, seed: 14, maxNewTokens: 16 },
 ];
 const ids = (r: GenerateResult) => r.completions.map((c) => Array.from(c.tokenIds));
+const lps = (r: GenerateResult) => r.completions.map((c) => Array.from(c.logprobs));
 
 /** Largest |u − cumulative mass| accepted as a rounding tie (probability units, see the module doc). */
 const TIE_TOL = 2e-4;
@@ -102,7 +103,7 @@ function uniforms(seed: number, t: number): number[] {
  * ties (|u − boundary| <= TIE_TOL). This checks the CUDA sampler against a float64 recomputation,
  * independent of batch composition. Returns the smallest margin of a correct draw (for the log).
  */
-async function drawsMatchLogits(model: Qwen3Model, prompt: number[], o: Sampling, ids: number[], what: string): Promise<number> {
+async function drawsMatchLogits(model: Qwen3Model, prompt: number[], o: Sampling, ids: number[], what: string, logprobs?: ArrayLike<number>): Promise<number> {
   if ((o.temperature ?? 1) === 0 || ids.length === 0) return Infinity;
   const seq = [...prompt, ...ids];
   const f = await model.forward({ inputIds: { data: Int32Array.from(seq), shape: [1, seq.length] } });
@@ -111,6 +112,17 @@ async function drawsMatchLogits(model: Qwen3Model, prompt: number[], o: Sampling
   let least = Infinity;
   for (let t = 0; t < ids.length; t++) {
     const L = f.logits!.data.subarray((prompt.length + t - 1) * V, (prompt.length + t) * V);
+    if (logprobs) {
+      // The run's logprob of its id (log_softmax(logits / T), from the logits it sampled from) must
+      // be this forward's: otherwise the row was sampled from other logits (a model or row-order
+      // fault, not the sampler's).
+      const T = o.temperature || 1;
+      let mx = -Infinity, z = 0;
+      for (const v of L) mx = Math.max(mx, v / T);
+      for (const v of L) z += Math.exp(v / T - mx);
+      const ref = L[ids[t]!]! / T - mx - Math.log(z);
+      expect(Math.abs(logprobs[t]! - ref), `${what}: at ${t} the run's logprob of id ${ids[t]} is ${logprobs[t]} but this prefix's logits give ${ref.toFixed(6)}: it was sampled from other logits`).to.be.at.most(1e-3);
+    }
     const { order, w, total } = drawOrder(L, o);
     const j = order.indexOf(ids[t]!);
     let a = 0, b = 0;
@@ -237,8 +249,8 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
       expect(all.decodePath).to.equal(p.name);
       for (let i = 0; i < mixed.length; i++) {
         const alone = await generate(m, { prompts: [prompts[i]!], promptOptions: [mixed[i]!], maxNewTokens: 24, ...p.o } as GenerateOptions);
-        await drawsMatchLogits(m, prompts[i]!, mixed[i]!, ids(all)[i]!, `row ${i} in the batch`);
-        await drawsMatchLogits(m, prompts[i]!, mixed[i]!, ids(alone)[0]!, `row ${i} alone`);
+        await drawsMatchLogits(m, prompts[i]!, mixed[i]!, ids(all)[i]!, `row ${i} in the batch`, lps(all)[i]);
+        await drawsMatchLogits(m, prompts[i]!, mixed[i]!, ids(alone)[0]!, `row ${i} alone`, lps(alone)[0]);
         await sameUpToTie(m, prompts[i]!, mixed[i]!, ids(alone)[0]!, ids(all)[i]!, `row ${i}`);
       }
       if (p.name === 'cuda-graphs') {
@@ -250,16 +262,19 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
   it('engine: a seeded row joining a running batch gives the same ids as alone', async () => {
     const rows: EngineRow[] = mixed.map((o, i) => ({ id: i + 1, prompt: prompts[i]!, temperature: o.temperature, topK: o.topK, topP: o.topP, minP: o.minP, seed: o.seed ?? 0, maxNewTokens: o.maxNewTokens ?? 24 }));
     const graphs = (native() as unknown as { cudaGraphsCompiled?: () => boolean }).cudaGraphsCompiled?.() ?? false;
+    let lastLps = new Map<number, number[]>();  // the logprobs of the last run's tokens
     const run = async (plan: { at: number; row: EngineRow }[], o: { cudaGraphs?: boolean; staticDecode?: boolean } = {}) => {
       const e = new DecodeEngine(m, { maxRows: 8, capacity: 128, ...o });
       if (o.cudaGraphs !== false && graphs) expect(e.decodePath).to.equal('cuda-graphs');
       const out = new Map<number, number[]>();
+      lastLps = new Map<number, number[]>();
       let live = 0;
       for (let s = 0; s < 200; s++) {
         for (const p of plan) if (p.at === s) (e.add(p.row), live++);
         if (live === 0 && plan.every((p) => p.at < s)) break;
         for (const t of (await e.step()).tokens) {
           out.set(t.id, [...(out.get(t.id) ?? []), t.token]);
+          lastLps.set(t.id, [...(lastLps.get(t.id) ?? []), t.logprob]);
           if (t.finish) live--;
         }
       }
@@ -268,7 +283,8 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
     };
     const plan = rows.map((row, i) => ({ at: i * 3, row }));
     const together = await run(plan);
-    for (const [i, row] of rows.entries()) await drawsMatchLogits(m, Array.from(row.prompt), { ...mixed[i]!, seed: row.seed }, together.get(row.id)!, `engine row ${row.id} in the running batch`);
+    const togetherLps = lastLps;
+    for (const [i, row] of rows.entries()) await drawsMatchLogits(m, Array.from(row.prompt), { ...mixed[i]!, seed: row.seed }, together.get(row.id)!, `engine row ${row.id} in the running batch`, togetherLps.get(row.id));
     for (const [i, row] of rows.entries()) await sameUpToTie(m, Array.from(row.prompt), { ...mixed[i]!, seed: row.seed }, together.get(row.id)!, (await run([{ at: 0, row }])).get(row.id)!, `row ${row.id}`);
     // graphs == the same static step eager == the dynamic (Forward) decode
     const eager = await run(plan, { cudaGraphs: false, staticDecode: true });
