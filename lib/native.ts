@@ -77,6 +77,9 @@ export interface NativeAddon {
   cudaMemory(device?: number): CudaMemoryStats | null;
   cudaResetPeak(device?: number): void;
   cudaEmptyCache(): void;
+  /** Caps what the caching allocator of `device` (default 0) may hold at `bytes` (allocated +
+   * cached; past it the allocator frees its cache, then raises out-of-memory). No-op without CUDA. */
+  cudaSetMemoryLimit(bytes: number, device?: number): void;
   setNumThreads(n: number): void;
   // prefixLogprobs(model, {prefixIds, suffixIds, suffixLengths, candidates, adapter}) -> [n, K]: see lib/judge/local.ts
   /** Own CUDA kernels on (true) or off (ATen paths) for later calls; returns the previous value. */

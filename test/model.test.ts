@@ -241,5 +241,7 @@ describe('model: native Qwen3', function () {
     else expect(mem).to.have.keys('allocatedBytes', 'reservedBytes', 'peakAllocatedBytes', 'peakReservedBytes');
     a.cudaResetPeak();
     a.cudaEmptyCache();
+    expect(() => a.cudaSetMemoryLimit(0)).to.throw(TypeError, /bytes must be a positive number/);
+    if (!a.runtimeInfo().cudaAvailable) a.cudaSetMemoryLimit(1e9);  // no-op without CUDA
   });
 });

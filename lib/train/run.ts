@@ -266,6 +266,14 @@ async function trainWithGroup(
       const fileDoc = o.file ? (readConfigFile(o.file) as Record<string, unknown>) : undefined;
       planned = planForRun(resolved, { shape: readModelShape(modelDir), promptTokens, deviceMemoryBytes, pinned: pinnedSettings(o.flags as Record<string, unknown> | undefined, fileDoc) });
       if (planned) log(formatPlan(planned.plan));
+      const capGB = resolved.memory?.maxMemoryGB;
+      if (dev >= 0 && capGB && deviceMemoryBytes && capGB * 1e9 < deviceMemoryBytes) {
+        // The cap binds the allocator too (allocated + cached), so a run capped at 80 GB on a
+        // larger card behaves as on an 80 GB card: past the cap it frees its cache, then a step
+        // that still does not fit takes the out-of-memory recovery.
+        native().cudaSetMemoryLimit(capGB * 1e9, dev);
+        log(`CUDA allocator of device ${dev} capped at ${capGB} GB (--max-memory)`);
+      }
     }
     if (resolved.memory?.recompute) policy.model.setGradientCheckpointing(true);
     policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);

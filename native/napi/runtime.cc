@@ -17,6 +17,7 @@
 #ifdef PG_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 namespace pg {
@@ -71,10 +72,10 @@ static Napi::Value RuntimeInfo(const Napi::CallbackInfo& info) {
   });
 }
 
-static int DeviceIndexArg(const Napi::CallbackInfo& info) {
-  if (info.Length() == 0 || info[0].IsUndefined()) return 0;
-  if (!info[0].IsNumber()) throw ArgError("device index must be a number");
-  int i = info[0].As<Napi::Number>().Int32Value();
+static int DeviceIndexArg(const Napi::CallbackInfo& info, size_t at = 0) {
+  if (info.Length() <= at || info[at].IsUndefined()) return 0;
+  if (!info[at].IsNumber()) throw ArgError("device index must be a number");
+  int i = info[at].As<Napi::Number>().Int32Value();
   if (i < 0) throw ArgError("device index must be >= 0");
   return i;
 }
@@ -123,6 +124,37 @@ static Napi::Value CudaEmptyCache(const Napi::CallbackInfo& info) {
       at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
       c10::cuda::CUDACachingAllocator::emptyCache();
     }
+#endif
+    return info.Env().Undefined();
+  });
+}
+
+// cudaSetMemoryLimit(bytes, device = 0): caps what the caching allocator of `device` may hold
+// (allocated + cached) at `bytes` (c10 CUDACachingAllocator::setMemoryFraction(bytes / total)).
+// Past the cap the allocator frees its cached blocks and retries, then raises out-of-memory
+// (ERR_PG_OOM), as on a device of that size. bytes >= the device's memory lifts the cap. No-op
+// without CUDA. Errors: TypeError for a non-positive or non-number `bytes`, a missing device.
+static Napi::Value CudaSetMemoryLimit(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    if (info.Length() < 1 || !info[0].IsNumber() || !(info[0].As<Napi::Number>().DoubleValue() > 0))
+      throw ArgError("cudaSetMemoryLimit(bytes, device): bytes must be a positive number");
+    const double bytes = info[0].As<Napi::Number>().DoubleValue();
+    int dev = DeviceIndexArg(info, 1);
+#ifdef PG_WITH_CUDA
+    if (torch::cuda::is_available()) {
+      if (dev >= static_cast<int>(torch::cuda::device_count())) throw ArgError("no CUDA device " + std::to_string(dev));
+      at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+      size_t free_b = 0, total_b = 0;
+      {
+        c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(dev));
+        C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      }
+      const double fraction = std::min(1.0, bytes / static_cast<double>(total_b));
+      c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(dev));
+    }
+#else
+    (void)bytes;
+    (void)dev;
 #endif
     return info.Env().Undefined();
   });
@@ -241,6 +273,7 @@ void RegisterRuntime(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaMemory", Napi::Function::New(env, CudaMemory, "cudaMemory"));
   exports.Set("cudaResetPeak", Napi::Function::New(env, CudaResetPeak, "cudaResetPeak"));
   exports.Set("cudaEmptyCache", Napi::Function::New(env, CudaEmptyCache, "cudaEmptyCache"));
+  exports.Set("cudaSetMemoryLimit", Napi::Function::New(env, CudaSetMemoryLimit, "cudaSetMemoryLimit"));
   exports.Set("setNumThreads", Napi::Function::New(env, SetNumThreads, "setNumThreads"));
   exports.Set("manualSeed", Napi::Function::New(env, ManualSeed, "manualSeed"));
 }

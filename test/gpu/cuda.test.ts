@@ -263,4 +263,28 @@ describe('GPU suite (CUDA)', function () {
     native().cudaEmptyCache();
     expect(native().cudaMemory(0)!.peakAllocatedBytes).to.be.at.most(m.peakAllocatedBytes + 1);
   });
+
+  it('a memory limit (--max-memory) binds the allocator: past it an allocation is out-of-memory, lifting it lets the same call run', async () => {
+    const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda' });
+    try {
+      const ids = { data: new Int32Array(8 * 64).fill(13), shape: [8, 64] };  // logits alone: 8·64·151936·4 B = 311 MB
+      native().cudaEmptyCache();
+      const base = native().cudaMemory(0)!.allocatedBytes;
+      native().cudaSetMemoryLimit(base + 64e6, 0);
+      let err: (Error & { code?: string }) | undefined;
+      try {
+        await m.forward({ inputIds: ids });
+      } catch (e) {
+        err = e as Error & { code?: string };
+      }
+      expect(err?.code, `expected out-of-memory under a cap of ${((base + 64e6) / 1e9).toFixed(3)} GB, got ${err?.message}`).to.equal('ERR_PG_OOM');
+      native().cudaSetMemoryLimit(1e15, 0);  // beyond the device: no cap
+      const f = await m.forward({ inputIds: ids });
+      expect(f.logits!.shape).to.deep.equal([8, 64, 151936]);
+      expect(() => native().cudaSetMemoryLimit(-1, 0)).to.throw(TypeError, /positive/);
+    } finally {
+      native().cudaSetMemoryLimit(1e15, 0);
+      m.dispose();
+    }
+  });
 });
