@@ -90,6 +90,8 @@ try {
   if (!a['no-js']) {
     // The previous implementation (lib/train/native-backend.ts before the state stayed native).
     let prev = model.loraWeights();
+    const counted = Object.values(prev).reduce((n, t) => n + t.data.length, 0);
+    if (counted !== loraElems) throw new Error(`LoRA element count from the config (${loraElems}) differs from the adapter's (${counted})`);
     result.js_ema_ms = await timeIt(() => {
       const active = model.loraWeights();
       const next = {};
