@@ -143,10 +143,10 @@ describe('CLI bad input', function () {
     expect(readFileSync(p, 'utf8').trim().split('\n').map((l) => JSON.parse(l).globalStep)).to.deep.equal([1, 2]);
   });
 
-  it('--save-total-limit keeps the newest N checkpoints, never the one latest names', () => {
+  it('--save-total-limit keeps the newest N checkpoints, never the one latest names', async () => {
     const root = join(tmp, 'ckpts');
     for (const s of [2, 4, 6, 10]) mkdirSync(join(root, `step-${String(s).padStart(6, '0')}`), { recursive: true });
-    expect(pruneCheckpoints(root, 2, 'step-000010')).to.deep.equal(['step-000002', 'step-000004']);
+    expect(await pruneCheckpoints(root, 2, 'step-000010')).to.deep.equal(['step-000002', 'step-000004']);
     expect(readdirSync(root).sort()).to.deep.equal(['step-000006', 'step-000010']);
   });
 

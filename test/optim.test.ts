@@ -7,7 +7,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { packageRoot } from '../lib/native.js';
+import { native, packageRoot } from '../lib/native.js';
 import { AdamW, lrAt } from '../lib/train/optim.js';
 import { mulberry32 } from '../lib/util/random.js';
 
@@ -88,25 +88,53 @@ describe('optim: AdamW, clipping, schedules', function () {
     expect(inf.stepCount).to.equal(0);
   });
 
-  it('state() / loadState() round-trip continues bit-identically', () => {
+  it('saveState / loadStateFile mid-run continues bit-identically', async () => {
     const c = cfgs[2];
     const full = runNative(c, 'f32');
-    // run 3 steps, export, import into a fresh optimizer over the params at that point, finish
+    // run 3 steps, save, load into a fresh optimizer over the params at that point, finish
     const first = new AdamW(params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })), { lr: c.lr, betas: c.betas as [number, number], eps: c.eps, weightDecay: c.weightDecay, schedule: c.schedule });
     for (const g of grads.slice(0, 3)) {
       first.setGrads(g.map((x, i) => ({ data: Float32Array.from(x), shape: shapes[i] })));
       first.step({ maxGradNorm: c.maxGradNorm });
     }
-    const st = first.state();
+    const dir = mkdtempSync(join(tmpdir(), 'pg-opt-'));
+    await first.saveState(join(dir, 'mid.safetensors'));
     const second = new AdamW(first.params() as { data: Float32Array; shape: number[] }[], { lr: c.lr, betas: c.betas as [number, number], eps: c.eps, weightDecay: c.weightDecay, schedule: c.schedule });
-    second.loadState(st);
+    await second.loadStateFile(join(dir, 'mid.safetensors'));
     expect(second.stepCount).to.equal(3);
     for (const g of grads.slice(3)) {
       second.setGrads(g.map((x, i) => ({ data: Float32Array.from(x), shape: shapes[i] })));
       second.step({ maxGradNorm: c.maxGradNorm });
     }
     second.params().forEach((p, i) => expect(Array.from(p.data)).to.deep.equal(Array.from(full.opt.params()[i].data)));
-    expect(() => second.loadState({ step: 1, tensors: { 'exp_avg.zz': { data: new Float32Array(1), shape: [1] } } })).to.throw(Error, /zz/);
+    // A state whose tensor names do not match: rejected naming the file and the tensor, state unchanged.
+    native().saveSafetensors(join(dir, 'zz.safetensors'), { 'exp_avg.zz': { data: new Float32Array(1), shape: [1] } }, { step: '1' });
+    let err: Error | undefined;
+    try {
+      await second.loadStateFile(join(dir, 'zz.safetensors'));
+    } catch (e) {
+      err = e as Error;
+    }
+    expect(err?.message).to.match(/zz\.safetensors.*zz/);
+    expect((err as { code?: string }).code).to.equal('ERR_PG_INPUT');
+    expect(second.stepCount).to.equal(6);
+  });
+
+  it('loadStateFile reads the optimizer.safetensors of checkpoints written by the previous version (moments exported to JS, metadata {step, format})', async () => {
+    const c = cfgs[1];
+    const mk = () => new AdamW(params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })), { lr: c.lr, schedule: c.schedule, names: ['a.weight', 'b.bias'] });
+    const a = mk();
+    for (const g of grads.slice(0, 3)) {
+      a.setGrads(g.map((x, i) => ({ data: Float32Array.from(x), shape: shapes[i] })));
+      a.step();
+    }
+    // Exactly what lib/train/native-backend.ts wrote before the state stayed native.
+    const st = a.state();
+    const path = join(mkdtempSync(join(tmpdir(), 'pg-opt-')), 'optimizer.safetensors');
+    native().saveSafetensors(path, st.tensors, { step: String(st.step), format: 'pt' });
+    const b = mk();
+    await b.loadStateFile(path);
+    expect(b.state()).to.deep.equal(st);
   });
 
   it('saveState / loadStateFile round-trip through safetensors', async () => {

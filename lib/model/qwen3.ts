@@ -92,6 +92,12 @@ export interface NativeModel {
   loraConfig(): (Required<Omit<LoraOptions, 'seed'>> & { scaling: number }) | null;
   snapshotAdapter(name: string): void;
   dropSnapshot(name: string): void;
+  /** EMA of snapshot `name` toward the active adapter, in place on the device: s ← d·s + (1 − d)·a (native/lora/snapshots.h). */
+  emaUpdate(name: string, decay: number): void;
+  /** Writes snapshot `name` as safetensors (PEFT keys, F32) on a worker thread. */
+  saveSnapshot(name: string, path: string): Promise<void>;
+  /** Reads a file written by saveSnapshot into snapshot `name` (shapes of the active adapter) on a worker thread. */
+  loadSnapshot(name: string, path: string): Promise<void>;
   saveAdapter(dir: string, opts?: { baseModelName?: string }): Promise<void>;
   loadAdapter(dir: string): Promise<void>;
   loraParameterNames(): string[];

@@ -4,9 +4,12 @@
  * (`optimizer.safetensors`) and `trainer_state.json` (stage, steps, data cursor, seeds, config).
  * Written atomically: everything goes to a temp dir beside it, which is renamed into place, then
  * `checkpoints/latest` (a one-line file naming the dir) is replaced by rename. A crash at any
- * moment leaves either the previous or the new checkpoint complete, never a half one.
+ * moment leaves either the previous or the new checkpoint complete, never a half one. The tensor
+ * files are written by the addon on worker threads and the small files here through fs/promises,
+ * so a checkpoint in flight never blocks the event loop (HTTP judging, timers).
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync, readdirSync, openSync, fsyncSync, closeSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 
 /** Everything besides tensors needed to continue a run exactly. */
@@ -33,54 +36,56 @@ export interface TrainerState {
   summary?: unknown[];
 }
 
-function fsyncDir(dir: string): void {
+/** fsync of a file or directory (directories cannot be fsynced on every platform: ignored there). */
+async function fsyncPath(path: string, isDir: boolean): Promise<void> {
+  let fh;
   try {
-    const fd = openSync(dir, 'r');
-    fsyncSync(fd);
-    closeSync(fd);
-  } catch {
-    /* directories cannot be fsynced on every platform */
+    fh = await open(path, 'r');
+    await fh.sync();
+  } catch (e) {
+    if (!isDir) throw e;
+  } finally {
+    await fh?.close();
   }
 }
 
 /**
  * Writes a checkpoint atomically. `writeTensors(tmpDir)` saves the adapter and optimizer state
  * into the temp dir. Returns the final checkpoint dir. Throws naming the path on I/O errors; the
- * previous checkpoint stays valid.
+ * previous checkpoint stays valid. Every file operation here is asynchronous.
  */
 export async function writeCheckpoint(runDir: string, state: TrainerState, writeTensors: (dir: string) => Promise<void>, opts: { saveTotalLimit?: number | null } = {}): Promise<string> {
   const root = join(runDir, 'checkpoints');
-  mkdirSync(root, { recursive: true });
+  await mkdir(root, { recursive: true });
   const name = `step-${String(state.globalStep).padStart(6, '0')}`;
   const final = join(root, name);
   const tmp = join(root, `.tmp-${name}-${process.pid}`);
-  rmSync(tmp, { recursive: true, force: true });
-  mkdirSync(tmp, { recursive: true });
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp, { recursive: true });
   await writeTensors(tmp);
   const statePath = join(tmp, 'trainer_state.json');
-  writeFileSync(statePath, JSON.stringify(state, null, 2));
-  const fd = openSync(statePath, 'r');
-  fsyncSync(fd);
-  closeSync(fd);
-  fsyncDir(tmp);
-  rmSync(final, { recursive: true, force: true });
-  renameSync(tmp, final);
+  await writeFile(statePath, JSON.stringify(state, null, 2));
+  await fsyncPath(statePath, false);
+  await fsyncPath(tmp, true);
+  await rm(final, { recursive: true, force: true });
+  await rename(tmp, final);
   const latestTmp = join(root, `.latest-${process.pid}`);
-  writeFileSync(latestTmp, name + '\n');
-  renameSync(latestTmp, join(root, 'latest'));
-  fsyncDir(root);
-  if (opts.saveTotalLimit) pruneCheckpoints(root, opts.saveTotalLimit, name);
+  await writeFile(latestTmp, name + '\n');
+  await rename(latestTmp, join(root, 'latest'));
+  await fsyncPath(root, true);
+  if (opts.saveTotalLimit) await pruneCheckpoints(root, opts.saveTotalLimit, name);
   return final;
 }
 
 /**
  * Keeps the newest `limit` `step-*` checkpoints under `root` (by step number) and deletes the
  * others; `keep` (the one `latest` names) is never deleted. As transformers' save_total_limit.
+ * Resolves with the deleted names.
  */
-export function pruneCheckpoints(root: string, limit: number, keep: string): string[] {
-  const steps = readdirSync(root).filter((n) => /^step-\d+$/.test(n)).sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
+export async function pruneCheckpoints(root: string, limit: number, keep: string): Promise<string[]> {
+  const steps = (await readdir(root)).filter((n) => /^step-\d+$/.test(n)).sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
   const old = steps.slice(0, Math.max(0, steps.length - limit)).filter((n) => n !== keep);
-  for (const n of old) rmSync(join(root, n), { recursive: true, force: true });
+  for (const n of old) await rm(join(root, n), { recursive: true, force: true });
   return old;
 }
 

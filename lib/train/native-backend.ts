@@ -4,7 +4,7 @@
  * Batches are right-padded with the tokenizer's pad id; completion tokens are masked by position
  * (prompt length … prompt length + completion length), never by pad id.
  */
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { access, mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
 import type { JsTensor } from '../native.js';
@@ -12,7 +12,7 @@ import { generate, type Policy } from '../model/policy.js';
 import type { TrainConfig } from '../config/train.js';
 import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
-import { AdamW, type OptimizerState } from './optim.js';
+import { AdamW } from './optim.js';
 
 interface Padded {
   ids: JsTensor<Int32Array>;
@@ -83,11 +83,13 @@ function simulatedOom(tokens: number, limit: number): Error {
 /**
  * The training backend over one Policy: rollouts through the native generator, fused losses with
  * grads into the LoRA parameters, AdamW per stage, adapter snapshots (reference policy, EMA
- * teacher) kept as JS copies so checkpoints can save them, and CUDA peak memory per phase.
+ * teacher) and CUDA peak memory per phase. Snapshots, their EMA update and the optimizer state stay
+ * in the addon: checkpoints write and read them natively on worker threads, never through JS copies.
  */
 export class NativeBackend implements TrainBackend {
   private opt: AdamW | undefined;
-  private readonly snapshots = new Map<string, Record<string, JsTensor<Float32Array>>>();
+  /** Names of the snapshots this backend made (saved with each checkpoint). */
+  private readonly snapshots = new Set<string>();
   private readonly endOfTurnId: number;
   private readonly emptyCache: boolean;
   private phase: MemoryPhase | undefined;
@@ -255,21 +257,34 @@ export class NativeBackend implements TrainBackend {
       lr, betas: o.betas, eps: o.eps, weightDecay: o.weightDecay,
       schedule: { type: o.schedule, warmupSteps: o.warmupSteps, totalSteps: Math.max(1, totalSteps) },
     });
-    if (this.pendingOptimizerState) {
-      this.opt.loadState(this.pendingOptimizerState);
-      this.pendingOptimizerState = undefined;
+    this.optimizerRestore = undefined;
+    if (this.pendingOptimizerFile) {
+      // Read natively on a worker thread now; the next step or save waits for it.
+      const restore = this.opt.loadStateFile(this.pendingOptimizerFile);
+      restore.catch(() => {}); // awaited (and rethrown) by optimizerStep / saveState
+      this.optimizerRestore = restore;
+      this.pendingOptimizerFile = undefined;
     }
   }
-  private pendingOptimizerState: OptimizerState | undefined;
+  /** optimizer.safetensors of the checkpoint being resumed, until the next resetOptimizer. */
+  private pendingOptimizerFile: string | undefined;
+  /** The restore of that file into the current optimizer, while it may still be in flight. */
+  private optimizerRestore: Promise<void> | undefined;
 
-  private optimizer(): AdamW {
+  private async optimizer(): Promise<AdamW> {
     if (!this.opt) throw new Error('optimizer used before resetOptimizer');
+    if (this.optimizerRestore) {
+      const r = this.optimizerRestore;
+      this.optimizerRestore = undefined;
+      await r;
+    }
     return this.opt;
   }
 
   async optimizerStep(maxGradNorm: number): Promise<{ gradNorm: number; lr: number; skipped: boolean }> {
+    const opt = await this.optimizer();
     this.enterPhase('optimizer');
-    const r = this.optimizer().step({ maxGradNorm, skipNonFinite: true });
+    const r = opt.step({ maxGradNorm, skipNonFinite: true });
     this.zeroGrad();
     return { gradNorm: r.gradNorm, lr: r.lr, skipped: r.skipped };
   }
@@ -278,62 +293,51 @@ export class NativeBackend implements TrainBackend {
     this.policy.model.zeroGrad();
   }
 
-  /**
-   * Freezes the current adapter as snapshot `name` (native) and keeps a JS copy of its weights,
-   * so checkpoints can save it and EMA updates can read it.
-   */
+  /** Freezes the current adapter as snapshot `name` (a native copy on the model's device). */
   snapshotAdapter(name: string): void {
     this.policy.model.snapshotAdapter(name);
-    this.snapshots.set(name, this.policy.model.loraWeights());
+    this.snapshots.add(name);
   }
 
-  /** EMA teacher: s ← d·s + (1 − d)·a, then the native snapshot is refreshed from s. */
+  /**
+   * EMA teacher: s ← d·s + (1 − d)·a over every LoRA tensor, in place in the addon on the model's
+   * device (lora/snapshots.h: float64 arithmetic, one rounding to float32 — bit for bit the formula
+   * on JS numbers stored into a Float32Array). No tensor leaves native memory.
+   */
   emaUpdate(name: string, decay: number): void {
-    const prev = this.snapshots.get(name);
-    if (!prev) throw new Error(`emaUpdate: no snapshot '${name}'`);
-    const active = this.policy.model.loraWeights();
-    const next: Record<string, JsTensor<Float32Array>> = {};
-    for (const [k, a] of Object.entries(active)) {
-      const s = prev[k]!;
-      const out = new Float32Array(a.data.length);
-      for (let i = 0; i < out.length; i++) out[i] = decay * s.data[i]! + (1 - decay) * a.data[i]!;
-      next[k] = { data: out, shape: a.shape };
-    }
-    this.installSnapshot(name, next, active);
+    if (!this.snapshots.has(name)) throw new Error(`emaUpdate: no snapshot '${name}'`);
+    this.policy.model.raw.emaUpdate(name, decay);
   }
 
-  /** Makes `weights` the native snapshot `name` (via the active slot, which is restored after). */
-  private installSnapshot(name: string, weights: Record<string, JsTensor<Float32Array>>, active = this.policy.model.loraWeights()): void {
-    const m = this.policy.model;
-    m.setLoraWeights(weights);
-    m.snapshotAdapter(name);
-    m.setLoraWeights(active);
-    this.snapshots.set(name, weights);
-  }
-
+  /**
+   * Writes the adapter (PEFT: adapter_model.safetensors + adapter_config.json), the optimizer state
+   * (optimizer.safetensors) and each snapshot (snapshot-<name>.safetensors) into `dir`. Every file
+   * is written by the addon on a worker thread (atomic temp + rename each); the JS thread only
+   * queues them, so the event loop (HTTP judging, timers) keeps running.
+   */
   async saveState(dir: string): Promise<void> {
-    mkdirSync(dir, { recursive: true });
+    await mkdir(dir, { recursive: true });
     await this.policy.model.saveAdapter(dir, { baseModelName: this.baseModelName });
-    if (this.opt) {
-      const st = this.opt.state();
-      native().saveSafetensors(join(dir, 'optimizer.safetensors'), st.tensors, { step: String(st.step), format: 'pt' });
-    }
-    for (const [name, w] of this.snapshots) native().saveSafetensors(join(dir, `snapshot-${name}.safetensors`), w, { snapshot: name, format: 'pt' });
+    if (this.opt) await (await this.optimizer()).saveState(join(dir, 'optimizer.safetensors'));
+    for (const name of this.snapshots) await this.policy.model.raw.saveSnapshot(name, join(dir, `snapshot-${name}.safetensors`));
   }
 
+  /**
+   * Restores the adapter (in place, so the LoRA tensors keep their identity) and the snapshots from
+   * `dir`, natively on worker threads; the optimizer state is read into the next optimizer made by
+   * resetOptimizer. Reads checkpoints written by earlier versions (same files). Rejects naming the
+   * file and tensor when the checkpoint does not fit the model's adapter.
+   */
   async loadState(dir: string): Promise<void> {
-    // Load into the existing LoRA tensors (in place) so any optimizer keeps its parameters.
-    const ad = native().loadSafetensors(join(dir, 'adapter_model.safetensors')) as { tensors: Record<string, JsTensor<Float32Array>> };
-    this.policy.model.setLoraWeights(ad.tensors);
-    for (const f of readdirSync(dir)) {
+    await this.policy.model.loadAdapter(dir);
+    for (const f of (await readdir(dir)).sort()) {
       const m = /^snapshot-(.+)\.safetensors$/.exec(f);
-      if (m) this.installSnapshot(m[1]!, (native().loadSafetensors(join(dir, f)) as { tensors: Record<string, JsTensor<Float32Array>> }).tensors);
+      if (!m) continue;
+      await this.policy.model.raw.loadSnapshot(m[1]!, join(dir, f));
+      this.snapshots.add(m[1]!);
     }
     const optPath = join(dir, 'optimizer.safetensors');
-    if (existsSync(optPath)) {
-      const o = native().loadSafetensors(optPath) as { tensors: Record<string, JsTensor<Float32Array>>; metadata: Record<string, string> };
-      this.pendingOptimizerState = { step: Number(o.metadata.step), tensors: o.tensors };
-    }
+    this.pendingOptimizerFile = await access(optPath).then(() => optPath, () => undefined);
   }
 
   seedStep(seed: number): void {

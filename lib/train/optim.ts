@@ -46,7 +46,11 @@ export interface StepResult {
   skipped: boolean;
 }
 
-/** Serialisable optimizer state: moments as `exp_avg.<name>` / `exp_avg_sq.<name>` + step. */
+/**
+ * A copy of the optimizer state for inspection: moments as `exp_avg.<name>` / `exp_avg_sq.<name>`
+ * + step. The state is saved and restored only through {@link AdamW.saveState} /
+ * {@link AdamW.loadStateFile} (native, off the JS thread).
+ */
 export interface OptimizerState {
   step: number;
   tensors: Record<string, JsTensor<Float32Array | Float64Array>>;
@@ -58,7 +62,6 @@ interface NativeAdamW {
   setGrads(g: (JsTensor<Float32Array | Float64Array> | null)[]): void;
   params(): JsTensor<Float32Array | Float64Array>[];
   state(): OptimizerState;
-  loadState(s: OptimizerState): void;
   saveState(path: string): Promise<void>;
   loadStateFile(path: string): Promise<void>;
   readonly lr: number;
@@ -97,22 +100,25 @@ export class AdamW {
   params(): JsTensor<Float32Array | Float64Array>[] {
     return this.n.params();
   }
+  /** A copy of the moments and step count (inspection and tests; checkpoints use saveState). */
   state(): OptimizerState {
     return this.n.state();
   }
-  /** @throws Error (ERR_PG_INPUT) when a name or shape does not match. */
-  loadState(s: OptimizerState): void {
-    this.n.loadState(s);
-  }
   /**
-   * Writes the state to a safetensors file (atomic temp + rename): F32 tensors `exp_avg.<name>`,
-   * `exp_avg_sq.<name>`, `__metadata__` {format: 'pt', optimizer: 'adamw', step}. Saved next to
-   * the adapter in checkpoints. Do not step while a save is in flight.
+   * Writes the state to a safetensors file (atomic temp + rename) on a worker thread: F32 tensors
+   * `exp_avg.<name>`, `exp_avg_sq.<name>`, `__metadata__` {format: 'pt', optimizer: 'adamw',
+   * step}. Bit-exact for float32 parameters (LoRA); float64 moments are rounded to F32. Saved next
+   * to the adapter in checkpoints (`optimizer.safetensors`). A model optimizer holds the model lock
+   * while it copies the moments.
    */
   saveState(path: string): Promise<void> {
     return this.n.saveState(path);
   }
-  /** Restores a file written by saveState; rejects (ERR_PG_INPUT) on a name/shape mismatch, leaving the state unchanged. */
+  /**
+   * Restores a file written by saveState (also the `optimizer.safetensors` of checkpoints written by
+   * earlier versions: same tensors, `__metadata__` {format, step}); rejects (ERR_PG_INPUT, naming
+   * the file and the tensor) on a name/shape mismatch, leaving the state unchanged.
+   */
   loadStateFile(path: string): Promise<void> {
     return this.n.loadStateFile(path);
   }

@@ -10,6 +10,7 @@
 #include "cuda/kernels.h"
 #include "loss/common.h"
 #include "loss/row_kernels.h"
+#include "napi/adapter_state.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -76,6 +77,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("loraConfig", &ModelWrap::LoraConfigJs),
                         InstanceMethod("snapshotAdapter", &ModelWrap::SnapshotAdapter),
                         InstanceMethod("dropSnapshot", &ModelWrap::DropSnapshot),
+                        InstanceMethod("emaUpdate", &ModelWrap::EmaUpdate),
+                        InstanceMethod("saveSnapshot", &ModelWrap::SaveSnapshot),
+                        InstanceMethod("loadSnapshot", &ModelWrap::LoadSnapshot),
                         InstanceMethod("saveAdapter", &ModelWrap::SaveAdapter),
                         InstanceMethod("loadAdapter", &ModelWrap::LoadAdapter),
                         InstanceMethod("loraParameterNames", &ModelWrap::LoraParameterNames),
@@ -321,6 +325,23 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       }
       Reaccount(info.Env());
       return info.Env().Undefined();
+    });
+  }
+
+  // Snapshot state that stays native (implementations in napi/adapter_state.cc).
+  Napi::Value EmaUpdate(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return ModelEmaUpdate(info, model()); });
+  }
+  Napi::Value SaveSnapshot(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return ModelSaveSnapshot(info, model()); });
+  }
+  Napi::Value LoadSnapshot(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto selfp = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
+      return ModelLoadSnapshot(info, model(), [this, selfp](Napi::Env env) {
+        Reaccount(env);
+        selfp->Reset();
+      });
     });
   }
 

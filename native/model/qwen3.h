@@ -145,6 +145,14 @@ class Qwen3Model {
   /// Frozen deep copy of the active adapter under `name` (e.g. the stage-start reference policy).
   void SnapshotAdapter(const std::string& name);
   void DropSnapshot(const std::string& name);
+  /// Snapshot `name`, or nullptr: for in-place native updates (EMA) and checkpoint I/O
+  /// (lora/snapshots.h, napi/adapter_state.cc).
+  LoraAdapter* FindSnapshot(const std::string& name) {
+    auto it = snapshots_.find(name);
+    return it == snapshots_.end() ? nullptr : &it->second;
+  }
+  /// Installs `s` as snapshot `name` (replacing one of that name); the tensors must not require grad.
+  void SetSnapshot(const std::string& name, LoraAdapter s) { snapshots_[name] = std::move(s); }
   /// Default for AdapterSel::Active forwards: false makes Active behave like None.
   void SetAdapterEnabled(bool on) { adapter_enabled_ = on; }
   bool AdapterEnabled() const { return adapter_enabled_; }

@@ -18,20 +18,9 @@
 #include <string>
 #include <vector>
 
-namespace pg {
+#include "core/errors.h"
 
-/// A wrong JS argument (type, range, shape): surfaces as a JS TypeError (code ERR_PG_ARG).
-struct ArgError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-/// Bad input data (a corrupt file, a mismatched tensor): a JS Error (code ERR_PG_INPUT).
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-/// Cancelled by an AbortSignal: a JS Error named AbortError (code ABORT_ERR).
-struct AbortedError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace pg {
 
 /// Error category carried from a worker thread to the JS thread.
 enum class ErrKind { Arg, Input, Oom, Abort, Internal };

@@ -2,7 +2,9 @@
 //   new AdamW(params: JsTensor[] | Model, {lr, betas, eps, weightDecay, schedule, names?})
 //     .step({maxGradNorm?, skipNonFinite?}) -> {gradNorm, lr, step, skipped}
 //     .zeroGrad(); .setGrads(JsTensor[]) (tensor-list optimizers); .params() -> JsTensor[]
-//     .state() -> {step, tensors: {name: JsTensor}}; .loadState(state); .lr; .stepCount; .names
+//     .state() -> {step, tensors: {name: JsTensor}} (copies, for inspection); .lr; .stepCount; .names
+//     .saveState(path) / .loadStateFile(path) -> Promise<void>: the one persistent form of the
+//     state (a safetensors file, written and read on a worker thread; see SaveState below)
 //   lrAt({type, lr, warmupSteps, totalSteps, numCycles}, step) -> number
 //   clipGradNorm is part of step (maxGradNorm); the pre-clip norm is returned.
 #include <memory>
@@ -31,7 +33,7 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
     return DefineClass(env, "AdamW",
                        {InstanceMethod("step", &AdamWWrap::Step), InstanceMethod("zeroGrad", &AdamWWrap::ZeroGrad),
                         InstanceMethod("setGrads", &AdamWWrap::SetGrads), InstanceMethod("params", &AdamWWrap::Params),
-                        InstanceMethod("state", &AdamWWrap::State), InstanceMethod("loadState", &AdamWWrap::LoadState),
+                        InstanceMethod("state", &AdamWWrap::State),
                         InstanceMethod("saveState", &AdamWWrap::SaveState), InstanceMethod("loadStateFile", &AdamWWrap::LoadStateFile),
                         InstanceAccessor("lr", &AdamWWrap::Lr, nullptr), InstanceAccessor("stepCount", &AdamWWrap::StepCount, nullptr),
                         InstanceAccessor("names", &AdamWWrap::Names, nullptr)});
@@ -162,32 +164,18 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
       return out;
     });
   }
-  Napi::Value LoadState(const Napi::CallbackInfo& info) {
-    return Guard(info.Env(), [&]() -> Napi::Value {
-      auto o = ArgObject(info, 0, "optimizer state");
-      int64_t step = GetInt(o, "step", std::nullopt, "optimizer state");
-      if (!o.Get("tensors").IsObject()) throw ArgError("optimizer state.tensors must be an object");
-      auto ts = o.Get("tensors").As<Napi::Object>();
-      std::map<std::string, at::Tensor> m;
-      auto keys = ts.GetPropertyNames();
-      for (uint32_t i = 0; i < keys.Length(); ++i) {
-        std::string k = keys.Get(i).As<Napi::String>().Utf8Value();
-        m[k] = TensorFromJs(ts.Get(k), "optimizer state.tensors." + k);
-      }
-      m["step"] = at::full({1}, step, at::kLong);
-      auto lk = Lock();
-      opt_->LoadState(m);
-      return info.Env().Undefined();
-    });
-  }
   // saveState(path) -> Promise<void>: safetensors (atomic temp + rename) with the moments as F32
   // tensors "exp_avg.<name>" / "exp_avg_sq.<name>" and __metadata__ {format: "pt", optimizer:
-  // "adamw", step: "<n>"}. loadStateFile(path) -> Promise<void> restores it (InputError on any
-  // mismatch; the optimizer is unchanged then).
+  // "adamw", step: "<n>"}; bit-exact for float32 parameters (LoRA), float64 moments are rounded to
+  // F32. loadStateFile(path) -> Promise<void> restores it, and also the files earlier versions
+  // wrote from JS (same tensors, __metadata__ {format, step}); InputError naming the file on any
+  // mismatch, the optimizer unchanged then.
   Napi::Value SaveState(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       std::string path = ArgString(info, 0, "saveState(path)");
-      Napi::Reference<Napi::Object>* keep = new Napi::Reference<Napi::Object>(Napi::Persistent(Value()));
+      // Keeps this object (and opt_) alive until the worker is done; released with the worker on
+      // success and on error alike.
+      auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
       optim::AdamW* opt = opt_.get();
       std::mutex* mu = mutex_;
       return Worker::Start(
@@ -202,7 +190,7 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
             st::Save(path, ts, {{"format", "pt"}, {"optimizer", "adamw"}, {"step", std::to_string(opt->step())}});
           },
           [keep](Napi::Env env) -> Napi::Value {
-            delete keep;
+            keep->Reset();
             return env.Undefined();
           });
     });
@@ -210,7 +198,9 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
   Napi::Value LoadStateFile(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       std::string path = ArgString(info, 0, "loadStateFile(path)");
-      Napi::Reference<Napi::Object>* keep = new Napi::Reference<Napi::Object>(Napi::Persistent(Value()));
+      // Keeps this object (and opt_) alive until the worker is done; released with the worker on
+      // success and on error alike.
+      auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
       optim::AdamW* opt = opt_.get();
       std::mutex* mu = mutex_;
       return Worker::Start(
@@ -230,10 +220,14 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
             m["step"] = at::full({1}, step, at::kLong);
             std::unique_lock<std::mutex> lk;
             if (mu) lk = std::unique_lock<std::mutex>(*mu);
-            opt->LoadState(m);
+            try {
+              opt->LoadState(m);
+            } catch (const InputError& e) {
+              throw InputError(path + ": " + e.what());
+            }
           },
           [keep](Napi::Env env) -> Napi::Value {
-            delete keep;
+            keep->Reset();
             return env.Undefined();
           });
     });

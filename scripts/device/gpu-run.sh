@@ -28,6 +28,7 @@ for step in "$@"; do
     generate) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --json $OUT/generate.json 2>&1 | tail -30 ;;
     train17) timeout 330 node scripts/bench/train_step.mjs --device cuda --shape qwen3-1.7b --recompute --lora-bf16 --json $OUT/train_1.7b.json 2>&1 | tail -20 ;;
     gen) timeout 160 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64 --json $OUT/generate.json 2>&1 | tail -12 ;;
+    ema8) timeout 400 node scripts/bench/ema.mjs --device cuda --shape qwen3-8b --dtype bf16 --r 64 --json $OUT/ema_8b.json 2>&1 | tail -20 ;;
     train8) timeout 380 node scripts/bench/train_step.mjs --device cuda --shape qwen3-8b --lora-bf16 --json $OUT/train_8b.json 2>&1 | tail -20 ;;
     liger) timeout 240 node scripts/bench/losses_vs_liger.mjs --device cuda --json $OUT/losses_vs_liger.json 2>&1 | tail -20 ;;
     ligeraten) PAPERGYM_NO_FUSED_KERNELS=1 timeout 120 node scripts/bench/losses_vs_liger.mjs --device cuda --no-liger --json $OUT/losses_aten.json 2>&1 | tail -8 ;;

@@ -1,0 +1,88 @@
+#include "lora/snapshots.h"
+
+#include <set>
+#include <sstream>
+
+#include "core/errors.h"
+#include "io/safetensors.h"
+
+namespace pg {
+namespace lora {
+
+namespace {
+
+std::string ShapeStr(at::IntArrayRef s) {
+  std::ostringstream o;
+  o << '[';
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+/// s ← round_f32(fl64(fl64(d·s) + fl64(w·a))), w = 1 − d: separate kernels, so no fused
+/// multiply-add merges a product into the sum.
+void Blend(const at::Tensor& s, const at::Tensor& a, double d, double w) {
+  at::Tensor t = s.to(at::kDouble, /*non_blocking=*/false, /*copy=*/true).mul_(d);
+  t.add_(a.detach().to(s.device(), at::kDouble, /*non_blocking=*/false, /*copy=*/true).mul_(w));
+  s.copy_(t);
+}
+
+}  // namespace
+
+std::string ParameterKey(const std::string& stem, bool b) {
+  return "base_model.model." + stem + (b ? ".lora_B.weight" : ".lora_A.weight");
+}
+
+void EmaUpdate(ModuleWeights& snapshot, const ModuleWeights& active, double decay) {
+  if (!(decay >= 0 && decay <= 1)) throw ArgError("EMA decay must be in [0, 1], got " + std::to_string(decay));
+  if (snapshot.size() != active.size()) throw InputError("EMA update: the snapshot has " + std::to_string(snapshot.size()) + " LoRA modules, the active adapter " + std::to_string(active.size()));
+  for (const auto& [stem, s] : snapshot) {
+    auto it = active.find(stem);
+    if (it == active.end()) throw InputError("EMA update: the active adapter has no module '" + stem + "'");
+    if (!s.first.sizes().equals(it->second.first.sizes()) || !s.second.sizes().equals(it->second.second.sizes()))
+      throw InputError("EMA update: module '" + stem + "' has A " + ShapeStr(s.first.sizes()) + ", B " + ShapeStr(s.second.sizes()) +
+                       " in the snapshot but A " + ShapeStr(it->second.first.sizes()) + ", B " + ShapeStr(it->second.second.sizes()) + " in the active adapter");
+  }
+  at::NoGradGuard ng;
+  const double w = 1.0 - decay;
+  for (auto& [stem, s] : snapshot) {
+    const auto& a = active.at(stem);
+    Blend(s.first, a.first, decay, w);
+    Blend(s.second, a.second, decay, w);
+  }
+}
+
+void SaveWeights(const std::string& path, const ModuleWeights& w, const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, at::Tensor> ts;
+  for (const auto& [stem, ab] : w) {
+    ts[ParameterKey(stem, false)] = ab.first.detach().to(at::kFloat);
+    ts[ParameterKey(stem, true)] = ab.second.detach().to(at::kFloat);
+  }
+  st::Save(path, ts, metadata);
+}
+
+ModuleWeights ReadWeightsLike(const std::string& path, const ModuleWeights& like) {
+  auto f = st::File::Open(path);
+  std::set<std::string> expected;
+  ModuleWeights out;
+  for (const auto& [stem, ab] : like) {
+    at::Tensor got[2];
+    for (int b = 0; b < 2; ++b) {
+      const std::string key = ParameterKey(stem, b == 1);
+      expected.insert(key);
+      if (!f.Has(key)) throw InputError(path + ": no tensor '" + key + "' (the adapter has this module)");
+      const at::Tensor& want = b ? ab.second : ab.first;
+      const auto& e = f.entries().at(key);
+      if (!at::IntArrayRef(e.shape).equals(want.sizes()))
+        throw InputError(path + ": tensor '" + key + "' has shape " + ShapeStr(e.shape) + ", the adapter's is " + ShapeStr(want.sizes()));
+      got[b] = f.Read(key).to(at::kFloat);
+    }
+    out[stem] = {got[0], got[1]};
+  }
+  for (const auto& [key, e] : f.entries())
+    if (!expected.count(key)) throw InputError(path + ": tensor '" + key + "' is not a LoRA parameter of the adapter");
+  return out;
+}
+
+}  // namespace lora
+}  // namespace pg

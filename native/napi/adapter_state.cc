@@ -1,0 +1,101 @@
+// Model.emaUpdate / saveSnapshot / loadSnapshot (see napi/adapter_state.h): argument checks here,
+// the math and the file format in lora/snapshots.{h,cc}. Every call runs under the model lock;
+// the file calls run on a worker thread (the JS thread only queues them).
+#include "napi/adapter_state.h"
+
+#include <cmath>
+#include <mutex>
+
+#include "lora/snapshots.h"
+#include "napi/util.h"
+
+namespace pg {
+
+namespace {
+
+std::string SnapshotName(const Napi::CallbackInfo& info, const char* what) {
+  std::string name = ArgString(info, 0, what);
+  if (name.empty()) throw ArgError(std::string(what) + " must be a non-empty string");
+  if (name == "active" || name == "none") throw ArgError(std::string(what) + ": 'active' and 'none' are reserved");
+  return name;
+}
+
+void CheckUsable(Qwen3Model& m) {
+  if (m.disposed()) throw InputError("model was disposed");
+  if (!m.HasLora()) throw InputError("the model has no LoRA adapter (addLora / loadAdapter first)");
+}
+
+LoraAdapter& Snapshot(Qwen3Model& m, const std::string& name) {
+  LoraAdapter* s = m.FindSnapshot(name);
+  if (!s) throw ArgError("no adapter snapshot named '" + name + "'");
+  return *s;
+}
+
+}  // namespace
+
+Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m) {
+  std::string name = SnapshotName(info, "emaUpdate(name, decay): name");
+  if (info.Length() < 2 || !info[1].IsNumber()) throw ArgError("emaUpdate(name, decay): decay must be a number in [0, 1]");
+  const double decay = info[1].As<Napi::Number>().DoubleValue();
+  if (!(decay >= 0 && decay <= 1)) throw ArgError("emaUpdate(name, decay): decay must be in [0, 1], got " + std::to_string(decay));
+  std::lock_guard<std::mutex> lk(m->mutex());
+  CheckUsable(*m);
+  LoraAdapter& s = Snapshot(*m, name);
+  lora::EmaUpdate(s.weights, m->ActiveAdapter().weights, decay);
+  return info.Env().Undefined();
+}
+
+Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m) {
+  std::string name = SnapshotName(info, "saveSnapshot(name, path): name");
+  if (info.Length() < 2 || !info[1].IsString()) throw ArgError("saveSnapshot(name, path): path must be a string");
+  std::string path = info[1].As<Napi::String>().Utf8Value();
+  return Worker::Start(
+      info.Env(),
+      [m, name, path]() {
+        std::lock_guard<std::mutex> lk(m->mutex());
+        CheckUsable(*m);
+        // Same file as earlier versions wrote from JS (Model.loraWeights() keys, F32), so their
+        // checkpoints load.
+        lora::SaveWeights(path, Snapshot(*m, name).weights, {{"format", "pt"}, {"snapshot", name}});
+      },
+      nullptr, false, m->device());
+}
+
+Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m,
+                              std::function<void(Napi::Env)> after) {
+  std::string name = SnapshotName(info, "loadSnapshot(name, path): name");
+  if (info.Length() < 2 || !info[1].IsString()) throw ArgError("loadSnapshot(name, path): path must be a string");
+  std::string path = info[1].As<Napi::String>().Utf8Value();
+  return Worker::Start(
+      info.Env(),
+      [m, name, path]() {
+        lora::ModuleWeights like;
+        {
+          std::lock_guard<std::mutex> lk(m->mutex());
+          CheckUsable(*m);
+          like = m->ActiveAdapter().weights;  // shallow: names and shapes only
+        }
+        lora::ModuleWeights w = lora::ReadWeightsLike(path, like);  // file read outside the lock
+        std::lock_guard<std::mutex> lk(m->mutex());
+        CheckUsable(*m);
+        const LoraAdapter& a = m->ActiveAdapter();
+        LoraAdapter s;
+        s.config = a.config;
+        s.scaling = a.scaling;
+        s.num_layers = a.num_layers;
+        for (auto& [stem, ab] : w) {
+          auto it = a.weights.find(stem);
+          if (it == a.weights.end() || !it->second.first.sizes().equals(ab.first.sizes()) || !it->second.second.sizes().equals(ab.second.sizes()))
+            throw InputError(path + ": the adapter changed while the snapshot was read (module '" + stem + "')");
+          s.weights[stem] = {ab.first.to(m->device()), ab.second.to(m->device())};
+        }
+        m->SetSnapshot(name, std::move(s));
+      },
+      [after](Napi::Env env) -> Napi::Value {
+        if (after) after(env);
+        return env.Undefined();
+      },
+      false, m->device());
+}
+
+}  // namespace pg
