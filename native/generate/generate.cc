@@ -195,6 +195,8 @@ at::Tensor DrawUniforms(const GenerateRequest& r, const RowPlan& plan, int64_t N
 // to the host, and what happens to rows that finished.
 class DecodePath {
  public:
+  DecodePath(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan)
+      : m_(m), r_(r), pb_(pb), plan_(plan), N_(pb.ids.size(0) * r.n) {}
   virtual ~DecodePath() = default;
   // Prefill of all rows; returns the next-token logits of the N rows [N, V] (the caller syncs on
   // them for an honest prefill time).
@@ -210,6 +212,15 @@ class DecodePath {
   virtual int64_t Row(int64_t col) const = 0;
   // After the host recorded the tokens read so far; `done` [N] marks finished rows.
   virtual void Retire(const std::vector<char>& done) { (void)done; }
+
+ protected:
+  Qwen3Model& m_;
+  const GenerateRequest& r_;
+  const PromptBatch& pb_;
+  const RowPlan& plan_;
+  const int64_t N_;   // rows: prompts * n
+  at::Tensor logits_;  // next-token logits of the batch [rows, V] float32
+  RowSampling rs_;     // sampling settings of the batch rows
 };
 
 // The dynamic path: Forward of one token per row over a cache grown by one slot per step, the
@@ -217,8 +228,7 @@ class DecodePath {
 // are at least compact_fraction of it.
 class DynamicPath final : public DecodePath {
  public:
-  DynamicPath(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan)
-      : m_(m), r_(r), pb_(pb), plan_(plan), N_(pb.ids.size(0) * r.n) {}
+  using DecodePath::DecodePath;
 
   at::Tensor Prefill() override {
     const int64_t P = pb_.ids.size(0), n = r_.n;
@@ -289,15 +299,9 @@ class DynamicPath final : public DecodePath {
   int64_t compactions() const { return compactions_; }
 
  private:
-  Qwen3Model& m_;
-  const GenerateRequest& r_;
-  const PromptBatch& pb_;
-  const RowPlan& plan_;
-  const int64_t N_;
   KVCache cache_;
-  at::Tensor mask_, next_pos_, logits_, u_, tok_, lp_;
+  at::Tensor mask_, next_pos_, u_, tok_, lp_;
   std::vector<int64_t> active_;  // global row of each batch row
-  RowSampling rs_;
   int64_t compactions_ = 0;
 };
 
@@ -320,7 +324,7 @@ class DynamicPath final : public DecodePath {
 class StaticPath final : public DecodePath {
  public:
   StaticPath(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan, bool graphs)
-      : m_(m), r_(r), pb_(pb), plan_(plan), graphs_(graphs), N_(pb.ids.size(0) * r.n) {}
+      : DecodePath(m, r, pb, plan), graphs_(graphs) {}
 
   at::Tensor Prefill() override {
     const at::Device dev = m_.device();
@@ -416,17 +420,11 @@ class StaticPath final : public DecodePath {
     return lg;
   }
 
-  Qwen3Model& m_;
-  const GenerateRequest& r_;
-  const PromptBatch& pb_;
-  const RowPlan& plan_;
   const bool graphs_;
-  const int64_t N_;
   int64_t Bp_ = 0, steps_ = 0, captures_ = 0;
   bool fused_ = false;
-  RowSampling rs_;
   KVCache cache_;
-  at::Tensor keep_, ids_s_, pos_s_, slot_s_, logits_, u_, tok_hist_, lp_hist_, step_s_;
+  at::Tensor keep_, ids_s_, pos_s_, slot_s_, u_, tok_hist_, lp_hist_, step_s_;
   StepGraph graph_;  // one bucket: the batch never shrinks on this path
   at::Tensor graph_out_;
   std::unique_ptr<SideStreamScope> side_;  // last: destroyed first (waits for the side stream)
