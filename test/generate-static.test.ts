@@ -1,5 +1,5 @@
 /**
- * Static-KV-cache decode (Qwen3Model::DecodeStatic, native/generate GenerateStatic) on CPU against
+ * Static-KV-cache decode (Qwen3Model::DecodeStatic, StaticPath in native/generate/generate.cc) on CPU against
  * the dynamic path (Forward with a growing cache): the static path is what the CUDA-graph decode
  * replays, so here it must give the same tokens (greedy and seeded sampling) and logprobs within
  * 1e-5, for left-padded batches, batches padded to a power-of-two bucket, n > 1, stop ids and a

@@ -158,224 +158,363 @@ int64_t Bucket(int64_t n) {
   return b;
 }
 
-// The static path of Generate (see generate.h): prefill into a P-row cache of lmax slots, copy its
-// rows (each repeated n times) into a static cache of Bp >= N rows and lmax + max_new_tokens
-// slots, then decode with Qwen3Model::DecodeStatic on fixed buffers (ids_s, pos_s, slot_s, keep),
-// eagerly or, with `graphs`, from one CUDA graph captured after kWarmup eager steps. Rows that
-// finished stay in the batch (masked and ignored); padded rows N..Bp-1 decode pad_id at their own
-// cache rows and are never read or sampled.
-//
-// Token t of every row (t = 0 .. T-1, T = max_new_tokens) is sampled from the logits after t decode
-// forwards with the uniforms u_all[t] (all drawn up front from the seeded CPU generator) by
-// sample_fn, which indexes everything with the device counter step_s: it writes the tokens into
-// ids_s (the next decode input) and row t of tok_hist / lp_hist, then advances step_s. Token 0 is
-// sampled from the prefill logits; every later token by one step_fn = DecodeStatic + advance
-// pos_s / slot_s + (sync-free sampling) sample_fn, which is the function the graph captures. With
-// a sampler that syncs (top-p without top-k) step_fn is the decode alone and sample_fn runs
-// eagerly after it. Per token: one replay (plus the eager sampler when it syncs); per sync_every
-// tokens: two D2H copies of the new history rows (the only host syncs of a sync-free loop) and the
-// stop-id bookkeeping for those tokens in order.
-GenerateResult GenerateStatic(Qwen3Model& m, const GenerateRequest& r, const at::Tensor& ids, const at::Tensor& mask,
-                              const at::Tensor& pos, const std::vector<int64_t>& plen, int64_t lmax, bool graphs,
-                              const RowPlan& plan, GenerateResult res) {
-  auto check_abort = [&] {
-    if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
-  };
-  const at::Device dev = m.device();
-  const int64_t P = ids.size(0), n = r.n, N = P * n, T = plan.T, cap = lmax + T;
-  const int64_t K = r.sync_every;
-  const bool pad = r.pad_to_bucket < 0 ? graphs : r.pad_to_bucket == 1;
-  const int64_t Bp = pad ? Bucket(N) : N;
-  auto lopt = at::TensorOptions().dtype(at::kLong);
-  auto dopt = lopt.device(dev);
+// The left-padded prompt batch of one call, on the model device: ids [P, lmax], the attention
+// mask over the whole cache [P, lmax + T] (int64; prompt slots 1, the rest 0), position ids
+// [P, lmax] and the prompt lengths.
+struct PromptBatch {
+  at::Tensor ids, mask, pos;
+  std::vector<int64_t> plen;
+  int64_t lmax = 0;
+};
+
+// The prefill of both decode paths: one Forward of the left-padded prompts into `cache` (P rows);
+// returns the next-token logits [P, V] float32.
+at::Tensor PrefillPrompts(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, KVCache& cache) {
+  at::Tensor h = m.Forward(pb.ids, pb.mask.narrow(1, 0, pb.lmax), pb.pos, r.adapter, &cache);
+  return m.Logits(h.select(1, pb.lmax - 1));
+}
+
+// The uniforms of the whole call, [T, N] float32 on the host: one per global row per step, drawn
+// whether or not the row is still running, so a row's samples depend only on the seed and its own
+// logits, not on batch composition. From the call's generator, row t is exactly what the t-th draw
+// of N would return (the CPU generator fills a contiguous tensor element by element in order); with
+// per-row generators column g is row g's T draws in order.
+at::Tensor DrawUniforms(const GenerateRequest& r, const RowPlan& plan, int64_t N) {
   auto fopt = at::TensorOptions().dtype(at::kFloat);
-
-  const auto t0 = Clock::now();
-  // Static buffers, allocated once on the current stream; they outlive the graph and the side
-  // stream scope below (declared after them, so destroyed first, after a stream sync).
-  KVCache cache = m.NewCache(Bp, cap);
-  at::Tensor keep = at::zeros({Bp, cap}, at::TensorOptions().dtype(at::kBool).device(dev));
-  at::Tensor ids_s = at::full({Bp, 1}, r.pad_id, dopt);
-  at::Tensor pos_s = at::zeros({Bp}, dopt);
-  at::Tensor slot_s = at::full({1}, lmax, dopt);
-  at::Tensor logits;  // [N, V] float32: next-token logits of the real rows
-  {
-    KVCache pre = m.NewCache(P, lmax);
-    at::Tensor h = m.Forward(ids, mask.narrow(1, 0, lmax), pos, r.adapter, &pre);
-    logits = m.Logits(h.select(1, lmax - 1));  // [P, V]
-    h = at::Tensor();
-    std::vector<int64_t> rows_h(N), next_pos_h(N);
-    for (int64_t g = 0; g < N; ++g) {
-      rows_h[g] = g / n;
-      next_pos_h[g] = plen[g / n];
-    }
-    at::Tensor rows = at::tensor(rows_h, lopt).to(dev);
-    for (size_t l = 0; l < cache.k.size(); ++l) {
-      cache.k[l].narrow(0, 0, N).narrow(2, 0, lmax).copy_(pre.k[l].index_select(0, rows));
-      cache.v[l].narrow(0, 0, N).narrow(2, 0, lmax).copy_(pre.v[l].index_select(0, rows));
-    }
-    keep.narrow(0, 0, N).narrow(1, 0, lmax).copy_(mask.narrow(1, 0, lmax).index_select(0, rows).ne(0));
-    pos_s.narrow(0, 0, N).copy_(at::tensor(next_pos_h, lopt).to(dev));
-    if (n > 1) logits = logits.index_select(0, rows);
-  }
-  (void)logits.select(0, 0).select(0, 0).item<float>();  // sync: honest prefill time
-  const auto t1 = Clock::now();
-  res.prefill_ms = Ms(t0, t1);
-  res.batch_rows = Bp;
-  res.decode_path = graphs ? "cuda-graphs" : "static";
-  const RowSampling rs = RowSampling::Make(plan.sampling, logits.size(1), dev);
-  const bool fused = RowSamplingIsSyncFree(rs, logits.size(1));  // sampler inside step_fn
-  res.sampling_in_step = fused;
-
-  // One uniform per global row per step, as on the dynamic path (same seed -> same samples): row t
-  // of one [T, N] draw is exactly what the t-th draw of N returns (the CPU generator fills a
-  // contiguous tensor element by element in order); with per-row generators column g is row g's
-  // T draws in order.
-  at::Tensor u_all;
   if (plan.gens.empty()) {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-    u_all = at::rand({T, N}, gen, fopt);
-  } else {
-    u_all = at::empty({T, N}, fopt);
-    for (int64_t g = 0; g < N; ++g) u_all.select(1, g).copy_(at::rand({T}, plan.gens[g], fopt));
+    return at::rand({plan.T, N}, gen, fopt);
   }
-  u_all = u_all.to(dev);
-  at::Tensor tok_hist = at::zeros({T, N}, dopt);            // token t of row g at [t, g]
-  at::Tensor lp_hist = at::zeros({T, N}, fopt.device(dev));  // its logprob
-  at::Tensor step_s = at::zeros({1}, dopt);                  // next token index t (device counter)
+  at::Tensor u = at::empty({plan.T, N}, fopt);
+  for (int64_t g = 0; g < N; ++g) u.select(1, g).copy_(at::rand({plan.T}, plan.gens[g], fopt));
+  return u;
+}
 
-  res.completions.resize(N);
-  for (int64_t g = 0; g < N; ++g) {
-    res.completions[g].prompt_index = g / n;
-    res.completions[g].sample_index = g % n;
-    res.completions[g].tokens.reserve(std::min<int64_t>(T, 4096));
-    res.completions[g].logprobs.reserve(std::min<int64_t>(T, 4096));
+// What differs between the two decode paths, behind the one loop of DecodeLoop: how the prefill
+// lands in the decode cache, how token t is produced on the device, how sampled tokens come back
+// to the host, and what happens to rows that finished.
+class DecodePath {
+ public:
+  DecodePath(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan)
+      : m_(m), r_(r), pb_(pb), plan_(plan), N_(pb.ids.size(0) * r.n) {}
+  virtual ~DecodePath() = default;
+  // Prefill of all rows; returns the next-token logits of the N rows [N, V] (the caller syncs on
+  // them for an honest prefill time).
+  virtual at::Tensor Prefill() = 0;
+  // Set-up after the prefill: the uniforms u [T, N] (host) and the result fields of the path.
+  virtual void Start(const at::Tensor& u, GenerateResult& res) = 0;
+  // Samples token t of every row in the batch on the device: t = 0 from the prefill logits, t > 0
+  // after one decode forward of token t - 1 (a step). No host sync on the static path.
+  virtual void Produce(int64_t t) = 0;
+  // Host copies of tokens [from, from + cnt): ids [cnt, cols] int64 and logprobs [cnt, cols]
+  // float32; column j belongs to global row Row(j).
+  virtual std::pair<at::Tensor, at::Tensor> Read(int64_t from, int64_t cnt) = 0;
+  virtual int64_t Row(int64_t col) const = 0;
+  // After the host recorded the tokens read so far; `done` [N] marks finished rows.
+  virtual void Retire(const std::vector<char>& done) { (void)done; }
+
+ protected:
+  Qwen3Model& m_;
+  const GenerateRequest& r_;
+  const PromptBatch& pb_;
+  const RowPlan& plan_;
+  const int64_t N_;   // rows: prompts * n
+  at::Tensor logits_;  // next-token logits of the batch [rows, V] float32
+  RowSampling rs_;     // sampling settings of the batch rows
+};
+
+// The dynamic path: Forward of one token per row over a cache grown by one slot per step, the
+// sampled tokens read back after every step, finished rows compacted out of the batch once they
+// are at least compact_fraction of it.
+class DynamicPath final : public DecodePath {
+ public:
+  using DecodePath::DecodePath;
+
+  at::Tensor Prefill() override {
+    const int64_t P = pb_.ids.size(0), n = r_.n;
+    auto lopt = at::TensorOptions().dtype(at::kLong);
+    cache_ = m_.NewCache(P, pb_.lmax + plan_.T);
+    logits_ = PrefillPrompts(m_, r_, pb_, cache_);  // [P, V] fp32
+    mask_ = pb_.mask;
+    if (n > 1) {
+      ExpandCache(cache_, n);
+      mask_ = mask_.repeat_interleave(n, 0);
+      logits_ = logits_.repeat_interleave(n, 0);
+    }
+    std::vector<int64_t> next_pos_host(N_);
+    for (int64_t g = 0; g < N_; ++g) next_pos_host[g] = pb_.plen[g / n];
+    next_pos_ = at::tensor(next_pos_host, lopt).to(m_.device());  // [A] position of the next input token
+    return logits_;
   }
-  std::vector<char> done(N, 0);
-  int64_t n_done = 0;
 
+  void Start(const at::Tensor& u, GenerateResult& res) override {
+    u_ = u;
+    active_.resize(N_);
+    for (int64_t g = 0; g < N_; ++g) active_[g] = g;
+    rs_ = RowSampling::Make(plan_.sampling, logits_.size(1), m_.device());  // of the active rows
+    res.batch_rows = N_;
+  }
+
+  void Produce(int64_t t) override {
+    if (t > 0) {
+      const int64_t L = cache_.len;
+      mask_.narrow(1, L, 1).fill_(1);
+      at::Tensor hh = m_.Forward(tok_.unsqueeze(1), mask_.narrow(1, 0, L + 1), next_pos_.unsqueeze(1), r_.adapter, &cache_);
+      next_pos_.add_(1);
+      logits_ = m_.Logits(hh.select(1, 0));
+    }
+    const int64_t A = static_cast<int64_t>(active_.size());
+    at::Tensor u = u_.select(0, t);
+    if (A != N_) u = u.index_select(0, at::tensor(active_, at::TensorOptions().dtype(at::kLong)));
+    std::tie(tok_, lp_) = SampleTokensRows(logits_, rs_, u.to(m_.device()));
+  }
+
+  std::pair<at::Tensor, at::Tensor> Read(int64_t /*from*/, int64_t cnt) override {
+    TORCH_CHECK(cnt == 1, "internal: the dynamic decode path reads every token");
+    return {tok_.to(at::kCPU).view({1, -1}).contiguous(), lp_.to(at::kFloat).to(at::kCPU).view({1, -1}).contiguous()};
+  }
+  int64_t Row(int64_t col) const override { return active_[col]; }
+
+  void Retire(const std::vector<char>& done) override {
+    const int64_t A = static_cast<int64_t>(active_.size());
+    int64_t finished = 0;
+    for (int64_t b = 0; b < A; ++b) finished += done[active_[b]] ? 1 : 0;
+    if (finished == 0 || finished < std::max<int64_t>(1, static_cast<int64_t>(std::ceil(r_.compact_fraction * A)))) return;
+    std::vector<int64_t> keep_b, keep_g;
+    for (int64_t b = 0; b < A; ++b)
+      if (!done[active_[b]]) {
+        keep_b.push_back(b);
+        keep_g.push_back(active_[b]);
+      }
+    const at::Device dev = m_.device();
+    at::Tensor keep = at::tensor(keep_b, at::TensorOptions().dtype(at::kLong)).to(dev);
+    CompactCache(cache_, keep);
+    mask_ = mask_.index_select(0, keep);
+    next_pos_ = next_pos_.index_select(0, keep);
+    tok_ = tok_.index_select(0, keep);
+    rs_ = rs_.Select(keep_b, logits_.size(1), dev);
+    active_ = std::move(keep_g);
+    ++compactions_;
+  }
+  int64_t compactions() const { return compactions_; }
+
+ private:
+  KVCache cache_;
+  at::Tensor mask_, next_pos_, u_, tok_, lp_;
+  std::vector<int64_t> active_;  // global row of each batch row
+  int64_t compactions_ = 0;
+};
+
+// The static path (see generate.h): prefill into a P-row cache of lmax slots, copy its rows (each
+// repeated n times) into a static cache of Bp >= N rows and lmax + max_new_tokens slots, then
+// decode with Qwen3Model::DecodeStatic on fixed buffers (ids_s, pos_s, slot_s, keep), eagerly or,
+// with `graphs`, from one CUDA graph captured after kWarmup eager steps. Rows that finished stay in
+// the batch (masked and ignored); padded rows N..Bp-1 decode pad_id at their own cache rows and
+// are never read or sampled.
+//
+// Token t of every row is sampled from the logits after t decode forwards with the uniforms u[t]
+// (on the device) by sample_fn, which indexes everything with the device counter step_s: it writes
+// the tokens into ids_s (the next decode input) and row t of tok_hist / lp_hist, then advances
+// step_s. Token 0 is sampled from the prefill logits; every later token by one step_fn =
+// DecodeStatic + advance pos_s / slot_s + (sync-free sampling) sample_fn, which is the function the
+// graph captures. With a sampler that syncs (top-p without top-k) step_fn is the decode alone and
+// sample_fn runs eagerly after it. Per token: one replay (plus the eager sampler when it syncs);
+// per sync_every tokens: two D2H copies of the new history rows (the only host syncs of a
+// sync-free loop).
+class StaticPath final : public DecodePath {
+ public:
+  StaticPath(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan, bool graphs)
+      : DecodePath(m, r, pb, plan), graphs_(graphs) {}
+
+  at::Tensor Prefill() override {
+    const at::Device dev = m_.device();
+    const int64_t P = pb_.ids.size(0), n = r_.n, lmax = pb_.lmax, cap = lmax + plan_.T;
+    const bool pad = r_.pad_to_bucket < 0 ? graphs_ : r_.pad_to_bucket == 1;
+    Bp_ = pad ? Bucket(N_) : N_;
+    auto lopt = at::TensorOptions().dtype(at::kLong);
+    auto dopt = lopt.device(dev);
+    // Static buffers, allocated once on the current stream; they outlive the graph and the side
+    // stream scope (members declared after them, so destroyed first, after a stream sync).
+    cache_ = m_.NewCache(Bp_, cap);
+    keep_ = at::zeros({Bp_, cap}, at::TensorOptions().dtype(at::kBool).device(dev));
+    ids_s_ = at::full({Bp_, 1}, r_.pad_id, dopt);
+    pos_s_ = at::zeros({Bp_}, dopt);
+    slot_s_ = at::full({1}, lmax, dopt);
+    KVCache pre = m_.NewCache(P, lmax);
+    logits_ = PrefillPrompts(m_, r_, pb_, pre);  // [P, V]
+    std::vector<int64_t> rows_h(N_), next_pos_h(N_);
+    for (int64_t g = 0; g < N_; ++g) {
+      rows_h[g] = g / n;
+      next_pos_h[g] = pb_.plen[g / n];
+    }
+    at::Tensor rows = at::tensor(rows_h, lopt).to(dev);
+    for (size_t l = 0; l < cache_.k.size(); ++l) {
+      cache_.k[l].narrow(0, 0, N_).narrow(2, 0, lmax).copy_(pre.k[l].index_select(0, rows));
+      cache_.v[l].narrow(0, 0, N_).narrow(2, 0, lmax).copy_(pre.v[l].index_select(0, rows));
+    }
+    keep_.narrow(0, 0, N_).narrow(1, 0, lmax).copy_(pb_.mask.narrow(1, 0, lmax).index_select(0, rows).ne(0));
+    pos_s_.narrow(0, 0, N_).copy_(at::tensor(next_pos_h, lopt).to(dev));
+    if (n > 1) logits_ = logits_.index_select(0, rows);
+    return logits_;  // [N, V] float32: next-token logits of the real rows
+  }
+
+  void Start(const at::Tensor& u, GenerateResult& res) override {
+    const at::Device dev = m_.device();
+    const int64_t T = plan_.T;
+    res.batch_rows = Bp_;
+    res.decode_path = graphs_ ? "cuda-graphs" : "static";
+    rs_ = RowSampling::Make(plan_.sampling, logits_.size(1), dev);
+    fused_ = RowSamplingIsSyncFree(rs_, logits_.size(1));  // sampler inside step_fn
+    res.sampling_in_step = fused_;
+    u_ = u.to(dev);
+    tok_hist_ = at::zeros({T, N_}, at::TensorOptions().dtype(at::kLong).device(dev));   // token t of row g at [t, g]
+    lp_hist_ = at::zeros({T, N_}, at::TensorOptions().dtype(at::kFloat).device(dev));  // its logprob
+    step_s_ = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(dev));        // next token index t
+    side_ = std::make_unique<SideStreamScope>(graphs_ ? dev : at::Device(at::kCPU));
+  }
+
+  void Produce(int64_t t) override {
+    constexpr int64_t kWarmup = 2;  // eager steps on the side stream before capture (lazy inits)
+    if (t == 0) {
+      SampleFn(logits_);  // from the prefill
+      return;
+    }
+    at::Tensor out;
+    if (graphs_ && steps_ >= kWarmup) {
+      if (!graph_.captured()) {
+        graph_out_ = graph_.Capture([this] { return StepFn(); });  // records only; the replay below runs it
+        ++captures_;
+      }
+      graph_.Replay();
+      out = graph_out_;
+    } else {
+      out = StepFn();
+    }
+    if (!fused_) SampleFn(out);
+    ++steps_;
+  }
+
+  std::pair<at::Tensor, at::Tensor> Read(int64_t from, int64_t cnt) override {
+    return {tok_hist_.narrow(0, from, cnt).to(at::kCPU).contiguous(), lp_hist_.narrow(0, from, cnt).to(at::kCPU).contiguous()};
+  }
+  int64_t Row(int64_t col) const override { return col; }
+  int64_t captures() const { return captures_; }
+
+ private:
   // Samples token step_s of every real row from `lg` [>= N, V] and records it (device-side only).
-  auto sample_fn = [&](const at::Tensor& lg) {
-    at::Tensor u = u_all.index_select(0, step_s).squeeze(0);  // [N]
-    auto [tok, lp] = SampleTokensRows(lg.narrow(0, 0, N), rs, u);
-    tok_hist.index_copy_(0, step_s, tok.unsqueeze(0));
-    lp_hist.index_copy_(0, step_s, lp.to(at::kFloat).unsqueeze(0));
-    ids_s.narrow(0, 0, N).copy_(tok.unsqueeze(1));
-    step_s.add_(1);
-  };
+  void SampleFn(const at::Tensor& lg) {
+    at::Tensor u = u_.index_select(0, step_s_).squeeze(0);  // [N]
+    auto [tok, lp] = SampleTokensRows(lg.narrow(0, 0, N_), rs_, u);
+    tok_hist_.index_copy_(0, step_s_, tok.unsqueeze(0));
+    lp_hist_.index_copy_(0, step_s_, lp.to(at::kFloat).unsqueeze(0));
+    ids_s_.narrow(0, 0, N_).copy_(tok.unsqueeze(1));
+    step_s_.add_(1);
+  }
   // The step (captured on the graph path): logits of the current inputs, advance position and
   // cache slot, and (sync-free sampler) sample the next token from them.
-  auto step_fn = [&]() {
-    at::Tensor lg = m.DecodeStatic(ids_s, pos_s, slot_s, keep, r.adapter, cache);
-    pos_s.add_(1);
-    slot_s.add_(1);
-    if (fused) sample_fn(lg);
+  at::Tensor StepFn() {
+    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_);
+    pos_s_.add_(1);
+    slot_s_.add_(1);
+    if (fused_) SampleFn(lg);
     return lg;
-  };
-  // Host bookkeeping of tokens [read, produced): in step order, each row up to its stop id.
-  int64_t produced = 0, read = 0;
-  auto drain = [&]() {
+  }
+
+  const bool graphs_;
+  int64_t Bp_ = 0, steps_ = 0, captures_ = 0;
+  bool fused_ = false;
+  KVCache cache_;
+  at::Tensor keep_, ids_s_, pos_s_, slot_s_, u_, tok_hist_, lp_hist_, step_s_;
+  StepGraph graph_;  // one bucket: the batch never shrinks on this path
+  at::Tensor graph_out_;
+  std::unique_ptr<SideStreamScope> side_;  // last: destroyed first (waits for the side stream)
+};
+
+// The one decode loop of both paths: token t = 0 .. T-1 of every row produced by `path`, the
+// host reading the tokens back every `sync_every` tokens (and at the end) and recording them in
+// step order, each row up to its stop id or its max_new_tokens; ends once every row finished.
+// Abort and the out-of-memory test hook are checked before every token.
+void DecodeLoop(const GenerateRequest& r, const RowPlan& plan, DecodePath& path, int64_t sync_every, GenerateResult& res) {
+  const int64_t N = static_cast<int64_t>(plan.max_new.size()), T = plan.T;
+  res.completions.resize(N);
+  for (int64_t g = 0; g < N; ++g) {
+    res.completions[g].prompt_index = g / r.n;
+    res.completions[g].sample_index = g % r.n;
+    res.completions[g].tokens.reserve(std::min<int64_t>(plan.max_new[g], 4096));
+    res.completions[g].logprobs.reserve(std::min<int64_t>(plan.max_new[g], 4096));
+  }
+  std::vector<char> done(N, 0);
+  int64_t n_done = 0, produced = 0, read = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
+    if (t == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", t);
+    path.Produce(t);
+    if (t > 0) ++res.steps;
+    ++produced;
+    if (produced - read < sync_every && produced < T) continue;
     const int64_t cnt = produced - read;
-    at::Tensor tok_h = tok_hist.narrow(0, read, cnt).to(at::kCPU).contiguous();
-    at::Tensor lp_h = lp_hist.narrow(0, read, cnt).to(at::kCPU).contiguous();
+    auto [tok_h, lp_h] = path.Read(read, cnt);
+    const int64_t cols = tok_h.size(1);
     const int64_t* tp = tok_h.data_ptr<int64_t>();
     const float* lpp = lp_h.data_ptr<float>();
-    for (int64_t s = 0; s < cnt && n_done < N; ++s) {
-      for (int64_t g = 0; g < N; ++g) {
+    for (int64_t s = 0; s < cnt && n_done < N; ++s)
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t g = path.Row(j);
         if (done[g]) continue;
-        const int64_t tk = tp[s * N + g];
+        const int64_t tk = tp[s * cols + j];
         Completion& c = res.completions[g];
         c.tokens.push_back(static_cast<int32_t>(tk));
-        c.logprobs.push_back(lpp[s * N + g]);
+        c.logprobs.push_back(lpp[s * cols + j]);
         ++res.new_tokens;
-        if (plan.Stop(g, tk)) {
-          c.stopped = true;
-          done[g] = 1;
-          ++n_done;
-        } else if (static_cast<int64_t>(c.tokens.size()) >= plan.max_new[g]) {
+        if (plan.Stop(g, tk)) c.stopped = true;
+        if (c.stopped || static_cast<int64_t>(c.tokens.size()) >= plan.max_new[g]) {
           done[g] = 1;
           ++n_done;
         }
       }
-    }
     read = produced;
-  };
-  constexpr int64_t kWarmup = 2;  // eager steps on the side stream before capture (lazy inits)
-  StepGraph graph;                 // one bucket: the batch never shrinks on this path
-  at::Tensor graph_out;
-  SideStreamScope side(graphs ? dev : at::Device(at::kCPU));
-
-  for (int64_t t = 0; t < T; ++t) {
-    check_abort();
-    if (t == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", t);
-    if (t == 0) {
-      sample_fn(logits);  // from the prefill
-    } else {
-      at::Tensor out;
-      if (graphs && res.steps >= kWarmup) {
-        if (!graph.captured()) {
-          graph_out = graph.Capture(step_fn);  // records only; the replay below runs it
-          ++res.graph_captures;
-        }
-        graph.Replay();
-        out = graph_out;
-      } else {
-        out = step_fn();
-      }
-      if (!fused) sample_fn(out);
-      ++res.steps;
-    }
-    ++produced;
-    if (produced - read >= K || produced == T) {
-      drain();
-      if (n_done == N) break;
-    }
+    if (n_done == N || produced == T) break;
+    path.Retire(done);
   }
-  res.decode_ms = Ms(t1, Clock::now());
-  return res;
 }
 
 GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   ValidateRequest(m, r);
   at::NoGradGuard ng;
-  auto check_abort = [&] {
-    if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
-  };
-  check_abort();
+  if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
   const at::Device dev = m.device();
   const int64_t P = static_cast<int64_t>(r.prompts.size()), n = r.n, N = P * n;
-  int64_t lmax = 0;
   GenerateResult res;
   res.seed = r.seed;
+  PromptBatch pb;
   for (const auto& p : r.prompts) {
-    lmax = std::max<int64_t>(lmax, static_cast<int64_t>(p.size()));
+    pb.lmax = std::max<int64_t>(pb.lmax, static_cast<int64_t>(p.size()));
     res.prompt_tokens += static_cast<int64_t>(p.size());
   }
   const RowPlan plan = MakePlan(r, n);
-  const int64_t cap = lmax + plan.T;
+  const int64_t lmax = pb.lmax, cap = lmax + plan.T;
 
   // Left-padded prompt batch [P, lmax] and the attention mask over the whole cache [P, cap].
   auto lopt = at::TensorOptions().dtype(at::kLong);
   at::Tensor ids = at::full({P, lmax}, r.pad_id, lopt);
   at::Tensor mask = at::zeros({P, cap}, lopt);
-  std::vector<int64_t> plen(P);
+  pb.plen.resize(P);
   {
     auto ia = ids.accessor<int64_t, 2>();
     auto ma = mask.accessor<int64_t, 2>();
     for (int64_t i = 0; i < P; ++i) {
       const auto& p = r.prompts[i];
-      plen[i] = static_cast<int64_t>(p.size());
-      const int64_t off = lmax - plen[i];
-      for (int64_t j = 0; j < plen[i]; ++j) {
+      pb.plen[i] = static_cast<int64_t>(p.size());
+      const int64_t off = lmax - pb.plen[i];
+      for (int64_t j = 0; j < pb.plen[i]; ++j) {
         ia[i][off + j] = p[j];
         ma[i][off + j] = 1;
       }
     }
   }
-  at::Tensor pos = (mask.narrow(1, 0, lmax).cumsum(1) - 1).clamp_min(0);
-  ids = ids.to(dev);
-  mask = mask.to(dev);
-  pos = pos.to(dev);
+  pb.pos = (mask.narrow(1, 0, lmax).cumsum(1) - 1).clamp_min(0).to(dev);
+  pb.ids = ids.to(dev);
+  pb.mask = mask.to(dev);
 
   // Decode path (GenerateRequest::cuda_graphs / static_cache).
   static const bool env_no_graphs = [] {
@@ -384,106 +523,22 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   }();
   const bool graphs_ok = r.cuda_graphs && !env_no_graphs && CudaGraphsCompiled() && dev.is_cuda();
   const bool use_static = r.static_cache < 0 ? graphs_ok : r.static_cache == 1;
-  if (use_static) return GenerateStatic(m, r, ids, mask, pos, plen, lmax, graphs_ok, plan, std::move(res));
-  res.batch_rows = N;
+  std::unique_ptr<DecodePath> path;
+  if (use_static) path = std::make_unique<StaticPath>(m, r, pb, plan, graphs_ok);
+  else path = std::make_unique<DynamicPath>(m, r, pb, plan);
 
   const auto t0 = Clock::now();
-  KVCache cache = m.NewCache(P, cap);
-  at::Tensor h = m.Forward(ids, mask.narrow(1, 0, lmax), pos, r.adapter, &cache);
-  at::Tensor logits = m.Logits(h.select(1, lmax - 1));  // [P, V] fp32
-  h = at::Tensor();
-  if (n > 1) {
-    ExpandCache(cache, n);
-    mask = mask.repeat_interleave(n, 0);
-    logits = logits.repeat_interleave(n, 0);
-  }
-  std::vector<int64_t> next_pos_host(N);
-  for (int64_t g = 0; g < N; ++g) next_pos_host[g] = plen[g / n];
-  at::Tensor next_pos = at::tensor(next_pos_host, lopt).to(dev);  // [A] position of the next input token
-  (void)logits.select(0, 0).select(0, 0).item<float>();          // sync: honest prefill time
+  at::Tensor logits = path->Prefill();
+  (void)logits.select(0, 0).select(0, 0).item<float>();  // sync: honest prefill time
   const auto t1 = Clock::now();
   res.prefill_ms = Ms(t0, t1);
-
-  res.completions.resize(N);
-  for (int64_t g = 0; g < N; ++g) {
-    res.completions[g].prompt_index = g / n;
-    res.completions[g].sample_index = g % n;
-    res.completions[g].tokens.reserve(std::min<int64_t>(plan.max_new[g], 4096));
-    res.completions[g].logprobs.reserve(std::min<int64_t>(plan.max_new[g], 4096));
-  }
-  std::vector<char> done(N, 0);
-  std::vector<int64_t> active(N);  // global row of each batch row
-  for (int64_t g = 0; g < N; ++g) active[g] = g;
-  RowSampling rs = RowSampling::Make(plan.sampling, logits.size(1), dev);  // of the active rows
-
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(r.seed);
-  auto fopt = at::TensorOptions().dtype(at::kFloat);
-  for (int64_t step = 0; step < plan.T; ++step) {
-    check_abort();
-    if (step == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", step);
-    const int64_t A = static_cast<int64_t>(active.size());
-    at::Tensor u;
-    if (plan.gens.empty()) {
-      // One uniform per global row per step, drawn whether or not the row is still running: a
-      // row's samples depend only on the seed and its own logits, not on batch composition.
-      at::Tensor u_all = at::rand({N}, gen, fopt);
-      at::Tensor bidx = at::tensor(active, lopt);
-      u = (A == N ? u_all : u_all.index_select(0, bidx)).to(dev);
-    } else {
-      // Per-row generators: one draw per running row per step.
-      u = at::empty({A}, fopt);
-      for (int64_t b = 0; b < A; ++b) u.select(0, b).copy_(at::rand({1}, plan.gens[active[b]], fopt).squeeze(0));
-      u = u.to(dev);
-    }
-    auto [tok, lp] = SampleTokensRows(logits, rs, u);
-    at::Tensor tok_h = tok.to(at::kCPU), lp_h = lp.to(at::kCPU);
-    const int64_t* tp = tok_h.data_ptr<int64_t>();
-    const float* lpp = lp_h.data_ptr<float>();
-    int64_t finished_in_batch = 0;
-    for (int64_t b = 0; b < A; ++b) {
-      const int64_t g = active[b];
-      if (done[g]) {
-        ++finished_in_batch;
-        continue;
-      }
-      Completion& c = res.completions[g];
-      c.tokens.push_back(static_cast<int32_t>(tp[b]));
-      c.logprobs.push_back(lpp[b]);
-      ++res.new_tokens;
-      if (plan.Stop(g, tp[b])) {
-        c.stopped = true;
-        done[g] = 1;
-        ++finished_in_batch;
-      } else if (static_cast<int64_t>(c.tokens.size()) >= plan.max_new[g]) {
-        done[g] = 1;
-        ++finished_in_batch;
-      }
-    }
-    if (step + 1 == plan.T || finished_in_batch == A) break;
-    if (finished_in_batch > 0 && finished_in_batch >= std::max<int64_t>(1, static_cast<int64_t>(std::ceil(r.compact_fraction * A)))) {
-      std::vector<int64_t> keep_b, keep_g;
-      for (int64_t b = 0; b < A; ++b)
-        if (!done[active[b]]) {
-          keep_b.push_back(b);
-          keep_g.push_back(active[b]);
-        }
-      at::Tensor keep = at::tensor(keep_b, lopt).to(dev);
-      CompactCache(cache, keep);
-      mask = mask.index_select(0, keep);
-      next_pos = next_pos.index_select(0, keep);
-      tok = tok.index_select(0, keep);
-      rs = rs.Select(keep_b, logits.size(1), dev);
-      active = std::move(keep_g);
-      ++res.compactions;
-    }
-    const int64_t L = cache.len;
-    mask.narrow(1, L, 1).fill_(1);
-    at::Tensor hh = m.Forward(tok.unsqueeze(1), mask.narrow(1, 0, L + 1), next_pos.unsqueeze(1), r.adapter, &cache);
-    next_pos.add_(1);
-    logits = m.Logits(hh.select(1, 0));
-    ++res.steps;
-  }
+  logits = at::Tensor();
+  path->Start(DrawUniforms(r, plan, N), res);
+  // The static path reads the tokens back every sync_every steps; the dynamic one after each.
+  DecodeLoop(r, plan, *path, use_static ? r.sync_every : 1, res);
   res.decode_ms = Ms(t1, Clock::now());
+  if (use_static) res.graph_captures = static_cast<StaticPath&>(*path).captures();
+  else res.compactions = static_cast<DynamicPath&>(*path).compactions();
   return res;
 }
 

@@ -39,12 +39,6 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
 }
 
-/// rotate_half for split-halves RoPE: cat(-x2, x1) over the last dim.
-at::Tensor RotateHalf(const at::Tensor& x) {
-  const int64_t h = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
-}
-
 }  // namespace
 
 /// Private helpers with access to Qwen3Model internals.
@@ -108,19 +102,83 @@ class Qwen3Impl {
   /// x + b where the bias is defined (architectures with attention / MLP biases).
   static at::Tensor AddBias(const at::Tensor& x, const at::Tensor& b) { return b.defined() ? x + b : x; }
 
-  /// One decoder layer: h [B, T, H] -> h' [B, T, H]. cos/sin [B, 1, T, hd] in the model dtype.
-  /// Attention: `causal` = no mask, is_causal SDPA with GQA handled by the kernel (enable_gqa; no
-  /// repeated K/V), valid when there is no cached prefix and every row is right-padded (padded
-  /// queries then attend to earlier pads; their outputs are meaningless either way). Otherwise the
-  /// boolean mask `allowed` [B, 1, T, P + T] with K/V expanded to all query heads (the memory-
-  /// efficient CUDA backend, the one that takes arbitrary masks, does not take GQA).
+  /// The seam between the one decoder layer and the three ways it runs (training / scoring
+  /// forward, the dynamic decode over a growing cache, the static-shape CUDA-graph decode): where
+  /// the layer's new keys / values go and which keys its queries attend to. Everything else in the
+  /// layer (norms, projections, LoRA, RoPE, MLP, residuals, the casts between them) is the same
+  /// code on every path, so bf16 results round at the same points.
+  struct KvAttention {
+    enum Kind {
+      /// No cache, every row right-padded: is_causal SDPA with GQA handled by the kernel
+      /// (enable_gqa; no repeated K/V). Padded queries then attend to earlier pads; their outputs
+      /// are meaningless either way.
+      Causal,
+      /// Boolean mask `allowed` [B, 1, T, P + T] (key kept and causal). With `cache`: the new K/V
+      /// are written at positions [P, P + T) and the queries attend to the P + T filled ones
+      /// (Forward: prefill and the dynamic decode).
+      Masked,
+      /// Static decode (T = 1, `cache` required): the new K/V are written at cache index `slot`
+      /// [1] of every row and the query attends to all C slots under `allowed` [B, 1, 1, C]
+      /// (DecodeStatic; no host value that changes between steps, so CUDA-graph capturable).
+      Slot,
+    };
+    Kind kind = Causal;
+    at::Tensor allowed;
+    KVCache* cache = nullptr;
+    int64_t P = 0;
+    at::Tensor slot;
+  };
+
+  /// Attention of layer `l` through the seam: q [B, nh, T, hd], k / v [B, nkv, T, hd] after RoPE
+  /// -> o [B, T, nh * hd]. Writes k / v into the cache first (Masked with a cache, Slot).
+  /// One query per row (T = 1, every decode step): the rep query heads of KV head j (query head
+  /// h = j * rep + r uses KV head j, transformers' repeat_kv) become rep query positions of one
+  /// head, so K/V are never repeated and the mask [B, 1, 1, L] broadcasts. T > 1 with a mask:
+  /// K/V expanded to all query heads (the memory-efficient CUDA backend, the one that takes
+  /// arbitrary masks, does not take GQA).
+  static at::Tensor Attend(const KvAttention& a, int64_t l, const at::Tensor& q, at::Tensor k, at::Tensor v, double sm_scale) {
+    const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), nkv = k.size(1), rep = nh / nkv;
+    if (a.kind == KvAttention::Causal)
+      return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, sm_scale, /*enable_gqa=*/rep > 1)
+          .transpose(1, 2)
+          .reshape({B, T, nh * hd});
+    if (a.cache) {
+      at::Tensor& kc = a.cache->k[static_cast<size_t>(l)];
+      at::Tensor& vc = a.cache->v[static_cast<size_t>(l)];
+      if (a.kind == KvAttention::Slot) {
+        kc.index_copy_(2, a.slot, k.to(kc.scalar_type()));
+        vc.index_copy_(2, a.slot, v.to(vc.scalar_type()));
+        k = kc;
+        v = vc;
+      } else {
+        kc.narrow(2, a.P, T).copy_(k);
+        vc.narrow(2, a.P, T).copy_(v);
+        k = kc.narrow(2, 0, a.P + T);
+        v = vc.narrow(2, 0, a.P + T);
+      }
+    }
+    if (T == 1)
+      return at::scaled_dot_product_attention(q.reshape({B, nkv, rep, hd}), k, v, a.allowed, 0.0, /*is_causal=*/false, sm_scale)
+          .reshape({B, 1, nh * hd});
+    const int64_t L = k.size(2);
+    if (rep > 1) {
+      k = k.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
+      v = v.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
+    }
+    return at::scaled_dot_product_attention(q, k, v, a.allowed, 0.0, /*is_causal=*/false, sm_scale)
+        .transpose(1, 2)
+        .reshape({B, T, nh * hd});
+  }
+
+  /// One decoder layer: h [B, T, H] -> h' [B, T, H]; cos / sin [B, T, hd] in the model dtype; the
+  /// attention (and the KV cache write) through the seam `att`. The only copy of the layer math:
+  /// Forward, activation recomputation and DecodeStatic all run it.
   static at::Tensor Layer(const Qwen3Model& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                          const at::Tensor& allowed, bool causal, const LayerLora& lo, const LayerScale& sc, double drop,
-                          KVCache* cache, int64_t P) {
+                          const LayerLora& lo, const LayerScale& sc, double drop, const KvAttention& att) {
     const Qwen3Config& c = m.cfg_;
     const Qwen3Model::LayerWeights& lw = m.layers_[static_cast<size_t>(l)];
-    const int64_t B = h.size(0), T = h.size(1), L = P + T;
-    const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, rep = nh / nkv;
+    const int64_t B = h.size(0), T = h.size(1);
+    const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
     const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
     const double sm_scale = 1.0 / std::sqrt(static_cast<double>(hd));
     auto lora = [&](const at::Tensor& base, const at::Tensor& x, int k) {
@@ -163,27 +221,9 @@ class Qwen3Impl {
       q = RmsNorm(q, lw.q_norm, c.rms_norm_eps);
       k = RmsNorm(k, lw.k_norm, c.rms_norm_eps);
     }
-    std::tie(q, k) = RopeQK(q, k, cos.squeeze(1), sin.squeeze(1));  // [B, T, heads, hd]
-    q = q.transpose(1, 2);
-    k = k.transpose(1, 2);
+    std::tie(q, k) = RopeQK(q, k, cos, sin);  // [B, T, heads, hd]
     at::Tensor v = qkv[2].reshape({B, T, nkv, hd}).transpose(1, 2);
-    if (cache) {
-      cache->k[static_cast<size_t>(l)].narrow(2, P, T).copy_(k);
-      cache->v[static_cast<size_t>(l)].narrow(2, P, T).copy_(v);
-      k = cache->k[static_cast<size_t>(l)].narrow(2, 0, L);
-      v = cache->v[static_cast<size_t>(l)].narrow(2, 0, L);
-    }
-    at::Tensor o;
-    if (causal) {
-      o = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, sm_scale, /*enable_gqa=*/rep > 1);
-    } else {
-      if (rep > 1) {
-        k = k.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
-        v = v.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
-      }
-      o = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, /*is_causal=*/false, sm_scale);
-    }
-    o = o.transpose(1, 2).reshape({B, T, qd});
+    at::Tensor o = Attend(att, l, q.transpose(1, 2), k.transpose(1, 2), v, sm_scale);  // [B, T, qd]
     at::Tensor h2 = h + (fused(3, 3) ? AddBias(LoraLinearFused(o, lw.o, {lo[3]}, sc[3]), lw.o_b) : lora(at::linear(o, lw.o, lw.o_b), o, 3));
     x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
     at::Tensor act;
@@ -200,6 +240,15 @@ class Qwen3Impl {
     }
     return h2 + (fused(6, 6) ? AddBias(LoraLinearFused(act, lw.down, {lo[6]}, sc[6]), lw.down_b) : lora(at::linear(act, lw.down, lw.down_b), act, 6));
   }
+
+  /// The decoder shared by Forward and DecodeStatic: ids [B, T] int64 and position ids [B, T]
+  /// int64 on the model device -> final-norm hidden states [B, T, H] in the model dtype. Resolves
+  /// the adapter (cast once to the model dtype for the low-precision LoRA branch), builds the RoPE
+  /// tables, then runs the embedding, every Layer through the seam `att` (recomputed in backward
+  /// when gradient checkpointing applies: grad mode on, a trainable adapter, no cache) and the
+  /// final RMSNorm.
+  static at::Tensor Decoder(const Qwen3Model& m, const at::Tensor& ids, const at::Tensor& pos, const AdapterSel& sel,
+                            const KvAttention& att);
 };
 
 namespace {
@@ -296,10 +345,11 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
         lo[static_cast<size_t>(k)] = {lora[j], lora[j + 1]};
         j += 2;
       }
+    Qwen3Impl::KvAttention att;
+    att.kind = ctx->saved_data["causal"].toBool() ? Qwen3Impl::KvAttention::Causal : Qwen3Impl::KvAttention::Masked;
+    if (allowed) att.allowed = *allowed;
     return Qwen3Impl::Layer(*m, ctx->saved_data["layer"].toInt(), h, ctx->saved_data["cos"].toTensor(),
-                            ctx->saved_data["sin"].toTensor(), allowed ? *allowed : at::Tensor(),
-                            ctx->saved_data["causal"].toBool(), lo, sc,
-                            ctx->saved_data["dropout"].toDouble(), nullptr, 0);
+                            ctx->saved_data["sin"].toTensor(), lo, sc, ctx->saved_data["dropout"].toDouble(), att);
   }
 };
 
@@ -608,22 +658,6 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
   } else {
     pos = (keep.to(at::kLong).cumsum(-1) - 1).clamp_min(0).narrow(1, P, T);
   }
-  const LoraAdapter* ad = Qwen3Impl::Resolve(*this, sel);
-  const double drop = ad ? ad->config.dropout : 0.0;
-  // Low-precision LoRA branch: all A / B cast to the model dtype once for this forward.
-  std::optional<LoraAdapter> ad_cast;
-  if (ad && !lora_fp32_ && dtype_ != at::kFloat && !ad->weights.empty() &&
-      ad->weights.begin()->second.first.scalar_type() != dtype_) {
-    ad_cast = CastAdapter(*ad, dtype_);
-    ad = &*ad_cast;
-  }
-
-  // RoPE tables (fp32, YaRN / llama3 frequencies from load), cast to the model dtype like
-  // transformers' rotary embedding: [B, 1, T, hd].
-  auto [cos, sin] = Qwen3Impl::RopeTables(*this, pos);
-  cos = cos.unsqueeze(1);
-  sin = sin.unsqueeze(1);
-
   // Attention mask [B, 1, T, L]: key kept and causal (key j <= P + i). Rows with no allowed key
   // (a padded query with only padded keys before it) attend to everything instead, so no NaN
   // appears; their outputs are meaningless and must be masked by the caller. Skipped (is_causal
@@ -631,20 +665,43 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
   // right-padded: real queries then see exactly the same keys.
   // PAPERGYM_SDPA_MASKED=1 disables this fast path (benchmark A/B of the masked, K/V-expanded path).
   static const bool force_masked = std::getenv("PAPERGYM_SDPA_MASKED") != nullptr;
+  Qwen3Impl::KvAttention att;
   const bool causal = !force_masked && !cache && attention_mask_in.is_cpu() && RightPadded(attention_mask_in);
-  at::Tensor allowed;
   if (!causal) {
     at::Tensor qi = at::arange(T, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(1) + P;
     at::Tensor kj = at::arange(L, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(0);
-    allowed = keep.unsqueeze(1).unsqueeze(1) & kj.le(qi).unsqueeze(0).unsqueeze(0);
-    allowed = allowed | allowed.any(-1, /*keepdim=*/true).logical_not();
+    at::Tensor allowed = keep.unsqueeze(1).unsqueeze(1) & kj.le(qi).unsqueeze(0).unsqueeze(0);
+    att.kind = Qwen3Impl::KvAttention::Masked;
+    att.allowed = allowed | allowed.any(-1, /*keepdim=*/true).logical_not();
+    att.cache = cache;
+    att.P = P;
   }
-  const bool recompute = recompute_ && ad && !cache && at::GradMode::is_enabled();
+  at::Tensor out = Qwen3Impl::Decoder(*this, ids, pos, sel, att);
+  if (cache) cache->len = L;
+  return out;
+}
 
-  at::Tensor h = at::embedding(Qwen3Impl::W(*this, "model.embed_tokens.weight"), ids);  // [B, T, H]
+at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const at::Tensor& pos, const AdapterSel& sel,
+                              const KvAttention& att) {
+  const Qwen3Config& c = m.cfg_;
+  const LoraAdapter* ad = Resolve(m, sel);
+  const double drop = ad ? ad->config.dropout : 0.0;
+  // Low-precision LoRA branch: all A / B cast to the model dtype once for this forward.
+  std::optional<LoraAdapter> ad_cast;
+  if (ad && !m.lora_fp32_ && m.dtype_ != at::kFloat && !ad->weights.empty() &&
+      ad->weights.begin()->second.first.scalar_type() != m.dtype_) {
+    ad_cast = CastAdapter(*ad, m.dtype_);
+    ad = &*ad_cast;
+  }
+  // RoPE tables (fp32, YaRN / llama3 frequencies from load), cast to the model dtype like
+  // transformers' rotary embedding: [B, T, hd].
+  auto [cos, sin] = RopeTables(m, pos);
+  const bool recompute = m.recompute_ && ad && !att.cache && at::GradMode::is_enabled();
+
+  at::Tensor h = at::embedding(W(m, "model.embed_tokens.weight"), ids);  // [B, T, H]
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    Qwen3Impl::LayerScale sc;
-    Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad, &sc);
+    LayerScale sc;
+    LayerLora lo = LoraOf(m, l, ad, &sc);
     if (recompute) {
       int64_t bits = 0;
       std::vector<at::Tensor> flat;
@@ -655,15 +712,14 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
           flat.push_back(lo[static_cast<size_t>(k)].second);
         }
       std::optional<at::Tensor> am;
-      if (!causal) am = allowed;
-      h = RecomputedLayer::apply(h, cos, sin, am, reinterpret_cast<int64_t>(this), l, bits, std::vector<double>(sc.begin(), sc.end()), drop, causal,
-                                 at::TensorList(flat));
+      if (att.kind == KvAttention::Masked) am = att.allowed;
+      h = RecomputedLayer::apply(h, cos, sin, am, reinterpret_cast<int64_t>(&m), l, bits, std::vector<double>(sc.begin(), sc.end()), drop,
+                                 att.kind == KvAttention::Causal, at::TensorList(flat));
     } else {
-      h = Qwen3Impl::Layer(*this, l, h, cos, sin, allowed, causal, lo, sc, drop, cache, P);
+      h = Layer(m, l, h, cos, sin, lo, sc, drop, att);
     }
   }
-  if (cache) cache->len = L;
-  return RmsNorm(h, Qwen3Impl::W(*this, "model.norm.weight"), c.rms_norm_eps);
+  return RmsNorm(h, W(m, "model.norm.weight"), c.rms_norm_eps);
 }
 
 // ---- LoRA management ----
@@ -770,8 +826,9 @@ void Qwen3Model::Dispose() {
 }
 
 // ---- Static-shape decode step (CUDA-graph capturable; see qwen3.h) ----
-// The layer math below mirrors Qwen3Impl::Layer for T = 1 (kept separate so the dynamic path is
-// untouched); test/generate-static.test.ts checks both paths give the same tokens and logprobs.
+// The same decoder as Forward (Qwen3Impl::Decoder / Layer); only the seam differs: K/V written at
+// `slot`, the query attends to all C slots under `keep`. test/generate-static.test.ts checks both
+// paths give the same tokens and logprobs.
 
 at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot,
                                     const at::Tensor& keep, const AdapterSel& sel, KVCache& cache) {
@@ -789,66 +846,13 @@ at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos
     throw ArgError("DecodeStatic: keep must be bool [B, capacity]");
   if (ids.device() != device_ || pos.device() != device_ || slot.device() != device_ || keep.device() != device_)
     throw ArgError("DecodeStatic: ids, pos, slot and keep must be on the model device");
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, rep = nh / nkv;
-  const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
-  const double eps = c.rms_norm_eps, sm_scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const LoraAdapter* ad = Qwen3Impl::Resolve(*this, sel);
-  const double drop = ad ? ad->config.dropout : 0.0;
-
-  at::Tensor slot1 = slot.reshape({1});
-  keep.index_fill_(1, slot1, true);
-  at::Tensor allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis
-
-  // RoPE as in Forward (fp32 tables cast to the model dtype), here [B, 1, 1, hd].
-  auto [cos, sin] = Qwen3Impl::RopeTables(*this, pos);
-  cos = cos.view({B, 1, 1, hd});
-  sin = sin.view({B, 1, 1, hd});
-
-  at::Tensor h = at::embedding(Qwen3Impl::W(*this, "model.embed_tokens.weight"), ids);  // [B, 1, H]
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& lw = layers_[static_cast<size_t>(l)];
-    Qwen3Impl::LayerScale sc;
-    const Qwen3Impl::LayerLora lo = Qwen3Impl::LoraOf(*this, l, ad, &sc);
-    auto lora = [&](const at::Tensor& base, const at::Tensor& x, int k) {
-      const auto& ab = lo[static_cast<size_t>(k)];
-      if (!ab.first.defined()) return base;
-      return LoraAdd(base, x, ab.first, ab.second, sc[static_cast<size_t>(k)], drop, lora_fp32_);
-    };
-    auto f32 = [&](const at::Tensor& t, int k0, int k1) {
-      bool any = false;
-      for (int k = k0; k <= k1; ++k) any = any || lo[static_cast<size_t>(k)].first.defined();
-      return (any && lora_fp32_ && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
-    };
-    at::Tensor x = RmsNorm(h, lw.in_norm, eps);
-    auto qkv = at::linear(x, lw.qkv, lw.qkv_b).split_with_sizes({qd, kvd, kvd}, -1);
-    at::Tensor xl = f32(x, 0, 2);
-    at::Tensor q = lora(qkv[0], xl, 0).reshape({B, 1, nh, hd}), k = lora(qkv[1], xl, 1).reshape({B, 1, nkv, hd});
-    if (c.qk_norm) {  // Qwen3: per-head RMSNorm before RoPE
-      q = RmsNorm(q, lw.q_norm, eps);
-      k = RmsNorm(k, lw.k_norm, eps);
-    }
-    q = q.transpose(1, 2);  // [B, nh, 1, hd]
-    k = k.transpose(1, 2);  // [B, nkv, 1, hd]
-    at::Tensor v = lora(qkv[2], xl, 2).reshape({B, 1, nkv, hd}).transpose(1, 2);
-    q = q * cos + RotateHalf(q) * sin;
-    k = k * cos + RotateHalf(k) * sin;
-    at::Tensor& kc = cache.k[static_cast<size_t>(l)];
-    at::Tensor& vc = cache.v[static_cast<size_t>(l)];
-    kc.index_copy_(2, slot1, k.to(kc.scalar_type()));
-    vc.index_copy_(2, slot1, v.to(vc.scalar_type()));
-    // Query head h = j * rep + r uses KV head j (transformers' repeat_kv): view the rep query heads
-    // of KV head j as rep query positions of one head, so K/V are never repeated.
-    at::Tensor qg = q.reshape({B, nkv, rep, hd});
-    at::Tensor o = at::scaled_dot_product_attention(qg, kc, vc, allowed, 0.0, /*is_causal=*/false, sm_scale);  // [B, nkv, rep, hd]
-    o = o.reshape({B, 1, qd});
-    at::Tensor h2 = h + lora(at::linear(o, lw.o, lw.o_b), o, 3);
-    x = RmsNorm(h2, lw.post_norm, eps);
-    auto gu = at::linear(x, lw.gate_up, lw.gate_up_b).split_with_sizes({I, I}, -1);
-    xl = f32(x, 4, 5);
-    at::Tensor act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
-    h = h2 + lora(at::linear(act, lw.down, lw.down_b), act, 6);
-  }
-  h = RmsNorm(h, Qwen3Impl::W(*this, "model.norm.weight"), eps);
+  Qwen3Impl::KvAttention att;
+  att.kind = Qwen3Impl::KvAttention::Slot;
+  att.slot = slot.reshape({1});
+  keep.index_fill_(1, att.slot, true);
+  att.allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis
+  att.cache = &cache;
+  at::Tensor h = Qwen3Impl::Decoder(*this, ids, pos.view({B, 1}), sel, att);  // [B, 1, H]
   return Logits(h.select(1, 0));  // [B, V] fp32
 }
 

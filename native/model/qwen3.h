@@ -128,8 +128,10 @@ class Qwen3Model {
   ///   cache               k/v [B, n_kv, C, head_dim] from NewCache(B, C); written at `slot` with
   ///                       index_copy_; cache.len is neither read nor changed.
   /// Attends over all C slots with the boolean mask (GQA without repeated K/V: the query heads of
-  /// one KV head become the query-length axis). Same layer math as Forward, so for a row whose
-  /// `keep` equals Forward's attention mask the logits agree to rounding. Does not advance pos or
+  /// one KV head become the query-length axis, as Forward does for one-token steps). The same
+  /// decoder as Forward (one layer implementation; only where K/V are written and which keys are
+  /// attended differ), so for a row whose `keep` equals Forward's attention mask the logits agree
+  /// to rounding, with bf16 rounded at the same points. Does not advance pos or
   /// slot. Returns logits [B, V] float32. ArgError on shape / dtype / device mismatches.
   at::Tensor DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep,
                           const AdapterSel& sel, KVCache& cache);
