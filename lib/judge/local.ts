@@ -35,8 +35,11 @@
  *   full log-softmax at the last position). Plans with one item, or a shared prefix under
  *   `minSharedPrefix` tokens, go through the scorer above.
  */
-import { native, type JsTensor } from '../native.js';
-import { loadModel, type Device, type Dtype, type Qwen3Model } from '../model/qwen3.js';
+import { native } from '../native.js';
+import type { JsTensor, PrefixLogprobsArgs, SequenceLogprobsArgs } from '../addon.js';
+import { disposedError } from '../errors.js';
+import '../util/dispose.js';
+import { loadModel, Qwen3Model, type Device, type Dtype } from '../model/qwen3.js';
 import { Tokenizer } from '../model/tokenizer.js';
 import { ChatTemplate } from '../model/chat.js';
 import { argError, describeValue } from '../util/args.js';
@@ -135,7 +138,14 @@ export function scorerFromLastLogits(fn: LastLogitsFn): AnswerScorer {
 }
 
 /** The addon's `sequenceLogprobs(model, {inputIds, attentionMask, completionMask, temperature, adapter})` → [B, L] logprobs. */
-type SequenceLogprobsFn = (model: unknown, args: { inputIds: JsTensor<Int32Array>; attentionMask: JsTensor<Int32Array>; completionMask: JsTensor<Int32Array>; temperature: number; adapter: string }) => Promise<JsTensor<Float32Array>>;
+type SequenceLogprobsFn<M> = (model: M, args: SequenceLogprobsArgs) => Promise<JsTensor<Float32Array>>;
+
+/** `m` as a live model of the addon: a TypeError (ERR_PG_ARG) for anything else, `ERR_PG_DISPOSED` after dispose. */
+function liveModel(m: unknown, what: string): Qwen3Model {
+  if (!(m instanceof Qwen3Model)) throw argError(`${what}: model must be a Model from loadModel`);
+  if (m.disposed) throw disposedError('model');
+  return m;
+}
 
 /**
  * AnswerScorer over the addon's `sequenceLogprobs`: each (prompt, candidate) becomes one row
@@ -143,9 +153,9 @@ type SequenceLogprobsFn = (model: unknown, args: { inputIds: JsTensor<Int32Array
  * on one position per row. Rows are grouped so that rows × padded length ≤ `maxTokensPerCall`
  * (default 16384). `adapter` defaults to 'none' (the frozen base).
  */
-export function sequenceLogprobsScorer(model: { raw?: unknown }, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: SequenceLogprobsFn } = { padId: 0 }): AnswerScorer {
-  const call: SequenceLogprobsFn = opts.fn ?? ((m, a) => native().sequenceLogprobs(m, a));
-  const target = model.raw ?? model;
+export function sequenceLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: SequenceLogprobsFn<M> } = { padId: 0 }): AnswerScorer {
+  const call: SequenceLogprobsFn<M> = opts.fn ?? ((m, a) => native().sequenceLogprobs(liveModel(m, 'sequenceLogprobsScorer'), a));
+  const target = model;
   const budget = opts.maxTokensPerCall ?? 16384;
   return async (prompts, candidates, signal) => {
     const rows: { p: number; c: number; ids: number[] }[] = [];
@@ -173,16 +183,16 @@ export function sequenceLogprobsScorer(model: { raw?: unknown }, opts: { padId: 
 export type PrefixScorer = (prefix: number[], suffixes: number[][], candidates: number[], signal?: AbortSignal) => Promise<Float64Array[]>;
 
 /** The addon's `prefixLogprobs(model, {prefixIds, suffixIds, suffixLengths, candidates, adapter})` → [n, K] logprobs. */
-type PrefixLogprobsFn = (model: unknown, args: { prefixIds: JsTensor<Int32Array>; suffixIds: JsTensor<Int32Array>; suffixLengths: JsTensor<Int32Array>; candidates: JsTensor<Int32Array>; adapter: string }) => Promise<JsTensor<Float32Array>>;
+type PrefixLogprobsFn<M> = (model: M, args: PrefixLogprobsArgs) => Promise<JsTensor<Float32Array>>;
 
 /**
  * PrefixScorer over the addon's `prefixLogprobs` (the prefix's KV cache is computed once and
  * repeated for every suffix row; suffixes right-padded with `padId`). Suffixes are split so that
  * rows × (prefix + padded suffix) ≤ `maxTokensPerCall` (default 65536), at least one row per call.
  */
-export function prefixLogprobsScorer(model: { raw?: unknown }, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn } = { padId: 0 }): PrefixScorer {
-  const call: PrefixLogprobsFn = opts.fn ?? ((m, a) => native().prefixLogprobs(m, a));
-  const target = model.raw ?? model;
+export function prefixLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn<M> } = { padId: 0 }): PrefixScorer {
+  const call: PrefixLogprobsFn<M> = opts.fn ?? ((m, a) => native().prefixLogprobs(liveModel(m, 'prefixLogprobsScorer'), a));
+  const target = model;
   const budget = opts.maxTokensPerCall ?? 65536;
   return async (prefix, suffixes, candidates, signal) => {
     const out: Float64Array[] = new Array(suffixes.length);

@@ -169,7 +169,7 @@ export class NativeBackend implements TrainBackend {
   }
 
   private get raw(): unknown {
-    return this.policy.model.raw;
+    return this.policy.model;
   }
 
   async promptIds(messages: { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<number[]> {

@@ -19,7 +19,7 @@ async function main(): Promise<void> {
   try {
     pg = (await native().distInit({
       rank, worldSize: world, masterAddr: process.env.MASTER_ADDR, masterPort: Number(process.env.MASTER_PORT),
-      backend: process.env.TEST_BACKEND ?? 'gloo', device: process.env.TEST_DEVICE ?? 'cpu', timeoutMs, initTimeoutMs: Number(process.env.TEST_INIT_TIMEOUT_MS ?? 20000),
+      backend: process.env.TEST_BACKEND === 'nccl' ? 'nccl' : 'gloo', device: process.env.TEST_DEVICE ?? 'cpu', timeoutMs, initTimeoutMs: Number(process.env.TEST_INIT_TIMEOUT_MS ?? 20000),
     })) as NativeProcessGroup;
   } catch (e) {
     out({ ok: false, phase: 'init', error: (e as Error).message });
