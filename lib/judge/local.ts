@@ -299,10 +299,16 @@ export interface LocalJudgeOptions {
    */
   prefixScorer?: PrefixScorer;
   minSharedPrefix?: number;
+  /** Disposed by `close()`: a model the judge owns (openLocalJudge's). */
+  owned?: { dispose(): void };
 }
 
-/** Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. */
-export class LocalJudge implements Judge {
+/**
+ * Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. Disposable:
+ * `close()` (or `using`) ends it, and disposes `options.owned` (the judge's own model from
+ * {@link openLocalJudge}); later `judge` calls reject with `ERR_PG_DISPOSED`.
+ */
+export class LocalJudge implements Judge, Disposable {
   readonly name: string;
   private readonly s: JudgeStats = emptyStats();
   private constructor(
@@ -331,6 +337,20 @@ export class LocalJudge implements Judge {
     return { ...this.s };
   }
 
+  private closed = false;
+
+  /** Ends the judge (and disposes `options.owned`). Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.o.owned?.dispose();
+  }
+
+  /** {@link close}, for `using`. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
   /** Token ids of the judge prompt for one (question, plan, item): chat-rendered, generation prompt, no thinking. */
   async promptIds(question: string, plan: string, itemText: string): Promise<number[]> {
     const text = this.o.template.render([{ role: 'user', content: perItemMessage(question, plan, { id: '', text: itemText }, this.prompt) }], { addGenerationPrompt: true, enableThinking: false });
@@ -339,6 +359,7 @@ export class LocalJudge implements Judge {
 
   /** Judges every (request, item) with batched prefills; identical prompts are evaluated once. */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
+    if (this.closed) throw disposedError(`judge ${this.name}`);
     const texts: string[] = [];
     const slots: { r: number; k: number; u: number }[] = [];
     const uniq = new Map<string, number>();
@@ -435,6 +456,8 @@ export interface LocalModelJudgeOptions {
    * floating-point rounding). false = one full prefill per (plan, item).
    */
   prefixSharing?: boolean;
+  /** `close()` also disposes the model (openLocalJudge: the judge's own copy). Default false: the model is the caller's (e.g. the policy's). */
+  ownModel?: boolean;
 }
 
 /**
@@ -461,12 +484,14 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
     scorer,
     name: `local:${variants}`,
     maxContext: Number.isInteger(ctx) && ctx > 0 ? ctx : undefined,
+    owned: opts.ownModel ? model : undefined,
   });
 }
 
 /**
  * Loads `dir` (config, weights, tokenizer, chat template) and returns a local judge on it with the
- * adapter off. `dispose` frees the model. Rejects when the addon or the checkpoint cannot load.
+ * adapter off. The judge owns the model: `judge.close()` (or `dispose`, or `using`) frees it.
+ * Rejects when the addon or the checkpoint cannot load.
  */
 export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions & { device?: Device; dtype?: Dtype } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
   if (typeof dir !== 'string' || dir === '') throw argError(`openLocalJudge: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
@@ -474,8 +499,8 @@ export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions &
   const tokenizer = Tokenizer.fromDir(dir);
   const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
   try {
-    const judge = await localJudgeForModel(model, tokenizer, opts);
-    return { judge, model, dispose: async () => model.dispose() };
+    const judge = await localJudgeForModel(model, tokenizer, { ...opts, ownModel: true });
+    return { judge, model, dispose: async () => judge.close() };
   } catch (e) {
     model.dispose();
     throw e;
