@@ -46,6 +46,8 @@ export type IntTensor = JsTensor<Int32Array | BigInt64Array | Uint8Array>;
 export type MaskTensor = JsTensor<Float32Array | Float64Array | Int32Array | Uint8Array>;
 /** Any tensor the addon reads. */
 export type AnyTensor = JsTensor<TensorData>;
+/** Any tensor the addon returns (int64 comes back as Int32Array). */
+export type OutputTensor = JsTensor<Float32Array | Float64Array | Int32Array | Uint8Array>;
 
 // ---------------------------------------------------------------------------------------------
 // Runtime (native/napi/runtime.cc)
@@ -457,7 +459,11 @@ export interface GrpoBackwardArgs extends GrpoOptions {
 }
 
 /** Arguments of the benchmark driver `_benchLoss` (random inputs created on the device). */
-export interface BenchLossArgs extends Placement {
+export interface BenchLossArgs {
+  /** 'cpu' | 'cuda' | 'cuda:N' (parsed natively). */
+  device?: string;
+  /** Cast of hidden states and weight: 'float32' | 'bfloat16' | 'float16' (parsed natively). Default float32. */
+  dtype?: string;
   kind: 'jsd' | 'grpo';
   T: number;
   V: number;
@@ -589,22 +595,39 @@ export interface GenerateArgs extends SamplingParams {
   padId?: number;
   /**
    * Per-prompt settings, one entry per prompt (its n rows share it), each field defaulting to the
-   * call's: rows with different settings decode in ONE batch. When any entry has a `seed`, every
-   * row draws from its own generator (sample j of a prompt seeded s: s for j = 0, a mix of (s, j)
-   * otherwise), so a seeded prompt samples the same ids alone as in any batch.
+   * call's: rows with different settings decode in ONE batch (one forward per step; the sampler
+   * applies each row's temperature / topK / topP / minP). When any entry has a `seed`, every row
+   * draws from its own generator (sample j of a prompt seeded s: s for j = 0, a mix of (s, j)
+   * otherwise; prompts without a seed: a generator derived from the call's seed), so a seeded
+   * prompt samples the same ids alone as in any batch. Without seeds all rows draw from the
+   * call's generator.
    */
   promptOptions?: (SamplerOptions & { seed?: number; maxNewTokens?: number; stopIds?: number[] })[];
   /** Remove finished rows from the batch once they are at least this fraction of it, (0, 1]. Default 0.125. */
   compactFraction?: number;
   /** Test hook: throw a (simulated) out-of-memory error at this decode step. */
   simulateOomAtStep?: number;
-  /** CUDA only: one CUDA-graph replay per decode step (default true on CUDA builds; env PAPERGYM_NO_CUDA_GRAPHS=1 disables). */
+  /**
+   * CUDA only: decode with one CUDA-graph replay per step (default true on CUDA builds; env
+   * PAPERGYM_NO_CUDA_GRAPHS=1 disables). The graph holds the whole step: the decode forward of the
+   * last sampled tokens and, for greedy, full-vocabulary and top-k sampling, the sampler too (its
+   * uniforms are drawn up front from the seeded generator, so samples equal the other paths'). With
+   * top-p but no top-k the sampler checks a value on the host, so it runs after each replay instead
+   * (`samplingInStep: false` in the result).
+   */
   cudaGraphs?: boolean;
-  /** Decode from a static, full-capacity KV cache (default: exactly when CUDA graphs are used). */
+  /** Decode from a static, full-capacity KV cache (default: on exactly when CUDA graphs are used). */
   staticCache?: boolean;
   /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default true. */
   padToBucket?: boolean;
-  /** Static path: check the stop ids every `syncEvery` decode steps (integer ≥ 1, default 8). */
+  /**
+   * Static path (static cache / CUDA graphs): copy the sampled tokens back to the host and check
+   * the stop ids every `syncEvery` decode steps (integer ≥ 1, default 8) instead of after every
+   * token, so the device runs ahead without a host round trip per token. Results (tokens,
+   * logprobs, finish reasons) do not depend on it; the cost is at most `syncEvery − 1` wasted
+   * decode steps after the last row stopped (counted in `steps`). 1 = check after every token.
+   * The dynamic path always checks after every token.
+   */
   syncEvery?: number;
   /** Cancels before the next decode step (rejects with `ABORT_ERR`). */
   abortHandle?: AbortHandle;
@@ -778,10 +801,12 @@ export interface AddonProcessGroup {
   readonly rank: number;
   readonly worldSize: number;
   readonly backend: 'gloo' | 'nccl';
-  allReduce(tensors: AnyTensor[], opts?: ReduceOptions): Promise<AnyTensor[]>;
+  /** Reduced copies of `tensors`, each in its input dtype (int64 as Int32Array). */
+  allReduce(tensors: AnyTensor[], opts?: ReduceOptions): Promise<OutputTensor[]>;
   /** In place on the LoRA gradients (a missing grad counts as zeros), each multiplied by `preScale` first. */
   allReduceGrads(model: AddonModel, opts?: ReduceOptions & { preScale?: number }): Promise<{ buckets: number; tensors: number; bytes: number }>;
-  broadcast(tensors: AnyTensor[], opts?: { root?: number }): Promise<AnyTensor[]>;
+  /** `root`'s values of `tensors` (same shapes on every rank). */
+  broadcast(tensors: AnyTensor[], opts?: { root?: number }): Promise<OutputTensor[]>;
   /** LoRA weights from `root` into every rank's model, in place. */
   broadcastParams(model: AddonModel, opts?: { root?: number }): Promise<void>;
   /** Every rank's string, in rank order. */
@@ -872,7 +897,7 @@ export interface Addon {
   /** Writes a safetensors file atomically; metadata values must be strings. */
   saveSafetensors(path: string, tensors: Record<string, AnyTensor>, metadata?: Record<string, string>): void;
   /** Reads every tensor of a safetensors file and its `__metadata__`. */
-  loadSafetensors(path: string): { tensors: Record<string, AnyTensor>; metadata: Record<string, string> };
+  loadSafetensors(path: string): { tensors: Record<string, OutputTensor>; metadata: Record<string, string> };
 
   // process groups (native/dist/register.cc)
   ProcessGroup: AddonProcessGroupClass;

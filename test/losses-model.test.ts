@@ -200,6 +200,6 @@ describe('losses on a tiny Qwen3 (model-integrated steps)', function () {
       err2 = e;
     }
     expect(err2).to.be.instanceOf(Error);
-    expect(() => sequenceLogprobs({}, { inputIds: i32(b.ids), attentionMask: f32(b.attn) })).to.throw(TypeError, /Model/);
+    expect(() => sequenceLogprobs({} as never, { inputIds: i32(b.ids), attentionMask: f32(b.attn) })).to.throw(TypeError, /Model/);
   });
 });

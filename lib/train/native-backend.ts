@@ -168,7 +168,7 @@ export class NativeBackend implements TrainBackend {
     if (this.phase) this.phasePeaks.set(this.phase, Math.max(this.phasePeaks.get(this.phase) ?? 0, m.peakAllocatedBytes));
   }
 
-  private get raw(): unknown {
+  private get raw(): Policy['model'] {
     return this.policy.model;
   }
 
