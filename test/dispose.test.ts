@@ -5,6 +5,7 @@
  * The model parts run on a tiny random Qwen3 (skipped when the addon or python is unavailable).
  */
 import { expect } from 'chai';
+import { createRequire } from 'node:module';
 import { ErrorCode, isPapergymError, argError, abortError, disposedError, inputError, oomError } from '../lib/errors.js';
 import { native } from '../lib/native.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
@@ -69,9 +70,13 @@ describe('errors: codes and isPapergymError', () => {
     expect(e).to.be.instanceOf(TypeError);
   });
 
-  it('the package entry exports the codes and the guard', () => {
+  it('the package entries (ESM and CommonJS) export the codes and the guard', async () => {
     expect(entry.ErrorCode).to.equal(ErrorCode);
     expect(entry.isPapergymError).to.equal(isPapergymError);
+    const cjs = createRequire(import.meta.url)('../lib/cjs/index.cjs') as { load(): Promise<typeof entry> };
+    const api = await cjs.load();
+    expect(api.ErrorCode).to.equal(ErrorCode);
+    expect(api.isPapergymError).to.equal(isPapergymError);
   });
 
   it('Symbol.dispose / Symbol.asyncDispose are Node\'s (Symbol.for("nodejs.…"))', () => {
