@@ -5,6 +5,8 @@
  * driver. Concern-specific names are also importable from their modules under dist/lib/.
  */
 export * from './native.js';
+export { ErrorCode, isPapergymError, type PapergymError, type PapergymErrorCode } from './errors.js';
+export type * from './addon.js';
 export { loadModel, Qwen3Model, ALL_LORA_TARGETS, type LoadOptions, type LoraOptions, type ForwardArgs, type ForwardResult, type Device, type Dtype } from './model/qwen3.js';
 export { Tokenizer } from './model/tokenizer.js';
 export { ChatTemplate, encodeChat } from './model/chat.js';

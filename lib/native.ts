@@ -20,6 +20,10 @@
  * The first that passes is loaded in this process. Verdicts are cached in the per-user cache dir,
  * keyed by the binary, the provider's libraries, Node's ABI and the NVIDIA driver version.
  * When none passes, one Error says what was looked for and why each candidate was refused.
+ *
+ * The loaded binary is returned as the {@link Addon} declared in lib/addon.ts (its one typed
+ * surface; test/addon-surface.test.ts holds the binary to it), with `Symbol.dispose` added to the
+ * `Model` and `ProcessGroup` classes (see {@link adaptAddon}).
  */
 import { createRequire } from 'node:module';
 import { spawnSync } from 'node:child_process';
@@ -28,6 +32,9 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { userCacheDir, writeFileAtomic } from './util/cache.js';
+import './util/dispose.js';
+import type { Addon, AddonModel, RuntimeInfo } from './addon.js';
+export type { Addon, AddonModel, JsTensor, RuntimeInfo, CudaMemoryStats } from './addon.js';
 const require = createRequire(import.meta.url);
 
 /** Root of the installed package (the directory holding package.json). */
@@ -39,63 +46,6 @@ export const packageRoot: string = (() => {
   }
   return resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 })();
-
-/** A dense tensor crossing the JS/native boundary: row-major `data` with `shape`. */
-export interface JsTensor<T extends ArrayBufferView = Float32Array> {
-  data: T;
-  shape: number[];
-}
-
-/** Facts of the loaded libtorch build (see `doctor`). */
-export interface RuntimeInfo {
-  libtorchVersion: string;
-  libtorchPath: string;
-  cxx11Abi: boolean;
-  /** Compiled with CUDA headers (CUDA graphs, allocator statistics). */
-  cudaBuild: boolean;
-  /** The build holds the own CUDA kernels (fused loss rows; needs a CUDA compiler at build time). */
-  fusedKernels: boolean;
-  cudaAvailable: boolean;
-  cudaDevices: { index: number; name?: string; totalMemoryBytes?: number; computeCapability?: string }[];
-  numThreads: number;
-  parallelInfo: string;
-}
-
-/** CUDA caching-allocator statistics, bytes. */
-export interface CudaMemoryStats {
-  allocatedBytes: number;
-  reservedBytes: number;
-  peakAllocatedBytes: number;
-  peakReservedBytes: number;
-}
-
-/** Raw addon exports. Concern-specific typed wrappers live beside their TS modules. */
-export interface NativeAddon {
-  napiVersion: number;
-  runtimeInfo(): RuntimeInfo;
-  /** Allocator statistics of CUDA device `device` (default 0); null without CUDA. */
-  cudaMemory(device?: number): CudaMemoryStats | null;
-  cudaResetPeak(device?: number): void;
-  cudaEmptyCache(): void;
-  /** Caps what the caching allocator of `device` (default 0) may hold at `bytes` (allocated +
-   * cached; past it the allocator frees its cache, then raises out-of-memory). No-op without CUDA. */
-  cudaSetMemoryLimit(bytes: number, device?: number): void;
-  setNumThreads(n: number): void;
-  // prefixLogprobs(model, {prefixIds, suffixIds, suffixLengths, candidates, adapter}) -> [n, K]: see lib/judge/local.ts
-  /** Own CUDA kernels on (true) or off (ATen paths) for later calls; returns the previous value. */
-  setFusedKernels(on: boolean): boolean;
-  /** Starts counting leaf ATen ops (ops that call no other op: on CUDA about one kernel launch each). */
-  opCountStart(): void;
-  /** Stops counting; per-op-name counts and their total since opCountStart. */
-  opCountStop(): { total: number; ops: Record<string, number> };
-  /** Seeds libtorch's default CPU/CUDA generators (LoRA dropout); non-negative integer. */
-  manualSeed(seed: number): void;
-  /** Process groups in this build (native/dist: Gloo needs the gloo headers at build time, NCCL a CUDA build + nccl.h). */
-  distAvailable(): { gloo: boolean; nccl: boolean };
-  // distInit(opts) -> Promise<ProcessGroup>: see native/dist/register.cc and lib/train/dist.ts
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  [name: string]: any;
-}
 
 /** The libtorch the addon runs on (scripts/find-libtorch.cjs). */
 export interface ProviderInfo {
@@ -413,8 +363,21 @@ function judgeInfo(c: AddonCandidate, provider: ProviderInfo | undefined, info: 
   return { ok: true, info, reason: `test load passed (${what})` };
 }
 
+/**
+ * What the loader adds to the binary's classes on load (once per process):
+ * `Model.prototype[Symbol.dispose]` = `dispose()` and `ProcessGroup.prototype[Symbol.dispose]` =
+ * `destroy()`, so `using model = await loadModel(dir)` frees the weights at the end of the block.
+ */
+function adaptAddon(addon: Addon): Addon {
+  const model: Partial<Disposable> & { dispose(): void } = addon.Model.prototype;
+  if (!model[Symbol.dispose]) Object.defineProperty(model, Symbol.dispose, { value(this: AddonModel) { this.dispose(); }, writable: true, configurable: true });
+  const group: Partial<Disposable> & { destroy(): void } = addon.ProcessGroup.prototype;
+  if (!group[Symbol.dispose]) Object.defineProperty(group, Symbol.dispose, { value(this: { destroy(): void }) { this.destroy(); }, writable: true, configurable: true });
+  return addon;
+}
+
 let selection: AddonSelection | undefined;
-let cached: { addon: NativeAddon; path: string } | undefined;
+let cached: { addon: Addon; path: string } | undefined;
 
 /**
  * Runs the candidate selection (see the module docstring): metadata checks and child-process
@@ -480,7 +443,7 @@ export function addonCandidates(): string[] {
  * Loads the addon once (see the module docstring). Throws one Error saying what was looked for
  * and why each candidate was refused when none loads.
  */
-export function loadNative(): { addon: NativeAddon; path: string } {
+export function loadNative(): { addon: Addon; path: string } {
   if (cached) return cached;
   const sel = selectAddon();
   selection = sel;
@@ -489,7 +452,7 @@ export function loadNative(): { addon: NativeAddon; path: string } {
   const plan = planFor(c, sel.provider);
   try {
     if (plan.preload && plan.libs.length) (require(plan.preload) as { preload(l: string[]): void }).preload(plan.libs);
-    cached = { addon: require(plan.addon) as NativeAddon, path: plan.addon };
+    cached = { addon: adaptAddon(require(plan.addon) as Addon), path: plan.addon };
   } catch (e) {
     c.status = 'skipped';
     c.reason = `failed to load in this process: ${(e as Error).message.split('\n')[0]}`;
@@ -500,7 +463,7 @@ export function loadNative(): { addon: NativeAddon; path: string } {
 }
 
 /** The loaded addon (throws like loadNative). */
-export function native(): NativeAddon {
+export function native(): Addon {
   return loadNative().addon;
 }
 
@@ -552,7 +515,7 @@ export function doctor(): DoctorReport {
     cxx11Abi: info.cxx11Abi,
     cudaBuild: info.cudaBuild,
     fusedKernels: !!info.fusedKernels,
-    dist: typeof addon.distAvailable === 'function' ? addon.distAvailable() : { gloo: false, nccl: false },
+    dist: addon.distAvailable(),
     cudaAvailable: info.cudaAvailable,
     gpus: info.cudaDevices.map((d) => {
       const m = addon.cudaMemory(d.index);

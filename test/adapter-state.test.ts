@@ -94,10 +94,10 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
     for (const [i, decay] of [0.99, 0.9, 0.5, 0.37, 0.999, 1, 0].entries()) {
       const a = knownValues(base, 11 + 2 * i + (i % 2));
       m.setLoraWeights(a);
-      m.raw.emaUpdate('ema', decay);
+      m.emaUpdate('ema', decay);
       s = jsEma(s, a, decay);
       const path = join(tmp, `ema-${i}.safetensors`);
-      await m.raw.saveSnapshot('ema', path);
+      await m.saveSnapshot('ema', path);
       expect(firstBitDiff(readSnapshotFile(path), s), `decay ${decay}`).to.equal(null);
       expect(firstBitDiff(m.loraWeights(), a)).to.equal(null);
     }
@@ -106,27 +106,27 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
 
   it('rejects a bad name, decay or file with errors naming them', async () => {
     const m = policy.model;
-    expect(() => m.raw.emaUpdate('nope', 0.9)).to.throw(TypeError, /no adapter snapshot named 'nope'/);
+    expect(() => m.emaUpdate('nope', 0.9)).to.throw(TypeError, /no adapter snapshot named 'nope'/);
     m.snapshotAdapter('e');
-    expect(() => m.raw.emaUpdate('e', 1.5)).to.throw(TypeError, /decay must be in \[0, 1\]/);
-    expect(() => m.raw.emaUpdate('e', NaN)).to.throw(TypeError, /decay/);
-    expect(() => m.raw.emaUpdate('active', 0.5)).to.throw(TypeError, /reserved/);
-    expect((await rejection(m.raw.saveSnapshot('nope', join(tmp, 'x.safetensors')))).message).to.match(/no adapter snapshot named 'nope'/);
+    expect(() => m.emaUpdate('e', 1.5)).to.throw(TypeError, /decay must be in \[0, 1\]/);
+    expect(() => m.emaUpdate('e', NaN)).to.throw(TypeError, /decay/);
+    expect(() => m.emaUpdate('active', 0.5)).to.throw(TypeError, /reserved/);
+    expect((await rejection(m.saveSnapshot('nope', join(tmp, 'x.safetensors')))).message).to.match(/no adapter snapshot named 'nope'/);
     // A file whose tensors do not fit the adapter: named file and tensor, nothing installed.
     const w = m.loraWeights();
     const [k0] = Object.keys(w);
     const bad = join(tmp, 'bad.safetensors');
     native().saveSafetensors(bad, { ...w, [k0!]: { data: new Float32Array(3), shape: [3] } });
-    let e = await rejection(m.raw.loadSnapshot('b', bad));
+    let e = await rejection(m.loadSnapshot('b', bad));
     expect(e.code).to.equal('ERR_PG_INPUT');
     expect(e.message).to.include('bad.safetensors').and.include(k0!);
     const missing = { ...w };
     delete missing[k0!];
     native().saveSafetensors(bad, missing);
-    e = await rejection(m.raw.loadSnapshot('b', bad));
+    e = await rejection(m.loadSnapshot('b', bad));
     expect(e.message).to.include(`no tensor '${k0}'`);
     native().saveSafetensors(bad, { ...w, extra: { data: new Float32Array(1), shape: [1] } });
-    e = await rejection(m.raw.loadSnapshot('b', bad));
+    e = await rejection(m.loadSnapshot('b', bad));
     expect(e.message).to.include("'extra'");
     expect((await rejection(m.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] }, adapter: 'b' }))).message).to.match(/no adapter snapshot named 'b'/);
     m.dropSnapshot('e');
@@ -137,11 +137,11 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
     m.setLoraWeights(knownValues(m.loraWeights(), 5));
     m.snapshotAdapter('ref');
     const p1 = join(tmp, 'ref.safetensors');
-    await m.raw.saveSnapshot('ref', p1);
+    await m.saveSnapshot('ref', p1);
     m.setLoraWeights(knownValues(m.loraWeights(), 7)); // active differs from the snapshot now
-    await m.raw.loadSnapshot('copy', p1);
+    await m.loadSnapshot('copy', p1);
     const p2 = join(tmp, 'copy.safetensors');
-    await m.raw.saveSnapshot('copy', p2);
+    await m.saveSnapshot('copy', p2);
     expect(firstBitDiff(readSnapshotFile(p2), readSnapshotFile(p1))).to.equal(null);
     // The snapshot is what forwards select by name.
     const ids = { data: Int32Array.from([9, 8, 7, 6, 5]), shape: [1, 5] };
@@ -152,9 +152,9 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
     const old = m.loraWeights();
     const p3 = join(tmp, 'snapshot-old.safetensors');
     native().saveSafetensors(p3, old, { snapshot: 'old', format: 'pt' });
-    await m.raw.loadSnapshot('old', p3);
+    await m.loadSnapshot('old', p3);
     const p4 = join(tmp, 'old-again.safetensors');
-    await m.raw.saveSnapshot('old', p4);
+    await m.saveSnapshot('old', p4);
     expect(firstBitDiff(readSnapshotFile(p4), old)).to.equal(null);
     for (const n of ['ref', 'copy', 'old']) m.dropSnapshot(n);
   });
@@ -242,7 +242,7 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
       backend.resetOptimizer(1e-3, 10);
       backend.snapshotAdapter('ema-teacher');
       const snapFile = join(tmp, 'busy-in.safetensors');
-      await m.raw.saveSnapshot('ema-teacher', snapFile);
+      await m.saveSnapshot('ema-teacher', snapFile);
       const ac = new AbortController();
       // A generation that only ends when aborted: it holds the model lock on its worker thread.
       const gen = generate(m, { prompts: [Int32Array.from([1, 2, 3])], maxNewTokens: 30000, temperature: 1, seed: 1, stopIds: [] }, ac.signal).catch((e: Error) => e);
@@ -253,8 +253,8 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
       const state = { version: 1, stageIndex: 0, stageStep: 0, globalStep: 1, cursor: { epoch: 0, position: 0 }, validation: [], stageDone: false, seed: 0, config: {}, wallSeconds: 0 } satisfies TrainerState;
       const all = Promise.all([
         track('checkpoint', writeCheckpoint(run, state, (d) => backend.saveState(d))),
-        track('saveSnapshot', m.raw.saveSnapshot('ema-teacher', join(tmp, 'busy-snap.safetensors'))),
-        track('loadSnapshot', m.raw.loadSnapshot('busy-copy', snapFile)),
+        track('saveSnapshot', m.saveSnapshot('ema-teacher', join(tmp, 'busy-snap.safetensors'))),
+        track('loadSnapshot', m.loadSnapshot('busy-copy', snapFile)),
         track('saveAdapter', m.saveAdapter(join(tmp, 'busy-adapter'))),
       ]);
       let ticks = 0;

@@ -96,7 +96,7 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     const { native } = await import('../lib/native.js');
     const t = (data: number[], shape: number[]) => ({ data: Int32Array.from(data), shape });
     const base = { prefixIds: t([1, 2, 3], [1, 3]), suffixIds: t([4, 5, 6, 0], [2, 2]), suffixLengths: t([2, 1], [2]), candidates: t([7, 8], [2]), adapter: 'none' };
-    await native().prefixLogprobs(model.raw, base);
+    await native().prefixLogprobs(model, base);
     for (const bad of [
       { suffixLengths: t([3, 1], [2]) },
       { suffixLengths: t([0, 1], [2]) },
@@ -104,6 +104,6 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
       { candidates: t([10 ** 8], [1]) },
       { prefixIds: t([1, 2], [2, 1]) },
     ])
-      expect(() => native().prefixLogprobs(model.raw, { ...base, ...bad })).to.throw(TypeError, /prefixLogprobs/);
+      expect(() => native().prefixLogprobs(model, { ...base, ...bad })).to.throw(TypeError, /prefixLogprobs/);
   });
 });

@@ -273,7 +273,8 @@ describe('model: bad input', function () {
   });
 
   it('wrong JS argument types give TypeErrors naming the argument', async () => {
-    const Model = native().Model;
+    // Calls with the wrong JS types, as untyped JavaScript would make them.
+    const Model = native().Model as unknown as { load(...a: unknown[]): unknown; new (...a: unknown[]): unknown };
     expect(() => Model.load(42)).to.throw(TypeError, /dir must be a string/);
     expect(() => Model.load(good, { device: 5 })).to.throw(TypeError, /options\.device must be a string/);
     expect(() => Model.load(good, { device: 'tpu' })).to.throw(TypeError, /device must be 'cpu', 'cuda' or 'cuda:N'/);
@@ -282,20 +283,20 @@ describe('model: bad input', function () {
     expect(() => new Model()).to.throw(TypeError, /Model\.load/);
     const m = await loadModel(good);
     try {
-      const raw = m.raw as unknown as Record<string, (...a: unknown[]) => unknown>;
-      expect(() => raw.forward.call(m.raw, { inputIds: [1, 2, 3] })).to.throw(TypeError, /args\.inputIds\.data must be a TypedArray/);
-      expect(() => raw.forward.call(m.raw, { inputIds: 7 })).to.throw(TypeError, /args\.inputIds must be a tensor object/);
-      expect(() => raw.forward.call(m.raw, { inputIds: { data: new Float32Array(2), shape: [1, 2] } })).to.throw(TypeError, /args\.inputIds\.data must be an Int32Array/);
-      expect(() => raw.forward.call(m.raw, { inputIds: int32([[1, 2]]), attentionMask: int32([[1]]) })).to.throw(TypeError, /attentionMask must have the shape of inputIds/);
-      expect(() => raw.forward.call(m.raw, { inputIds: int32([[1, 2]]), outputs: ['probs'] })).to.throw(TypeError, /outputs entries must be 'logits' or 'hidden'/);
-      expect(() => raw.forward.call(m.raw)).to.throw(TypeError, /forward\(args\) is required/);
-      expect(() => raw.addLora.call(m.raw, { r: 'x', alpha: 2 })).to.throw(TypeError, /lora\.r must be an integer/);
-      expect(() => raw.addLora.call(m.raw, { r: 0, alpha: 2 })).to.throw(TypeError, /lora\.r must be a positive integer/);
-      expect(() => raw.addLora.call(m.raw, { r: 2, alpha: 2, targetModules: ['lm_head'] })).to.throw(TypeError, /unknown module 'lm_head'/);
-      expect(() => raw.addLora.call(m.raw, { r: 2, alpha: 2, dropout: 1.5 })).to.throw(TypeError, /lora\.dropout/);
-      expect(() => raw.setAdapterEnabled.call(m.raw, 'yes')).to.throw(TypeError, /enabled must be a boolean/);
-      expect(() => raw.snapshotAdapter.call(m.raw, 3)).to.throw(TypeError, /name must be a string/);
-      expect(() => raw.saveAdapter.call(m.raw, null)).to.throw(TypeError, /dir must be a string/);
+      const raw = m as unknown as Record<string, (...a: unknown[]) => unknown>;
+      expect(() => raw.forward.call(m, { inputIds: [1, 2, 3] })).to.throw(TypeError, /args\.inputIds\.data must be a TypedArray/);
+      expect(() => raw.forward.call(m, { inputIds: 7 })).to.throw(TypeError, /args\.inputIds must be a tensor object/);
+      expect(() => raw.forward.call(m, { inputIds: { data: new Float32Array(2), shape: [1, 2] } })).to.throw(TypeError, /args\.inputIds\.data must be an Int32Array/);
+      expect(() => raw.forward.call(m, { inputIds: int32([[1, 2]]), attentionMask: int32([[1]]) })).to.throw(TypeError, /attentionMask must have the shape of inputIds/);
+      expect(() => raw.forward.call(m, { inputIds: int32([[1, 2]]), outputs: ['probs'] })).to.throw(TypeError, /outputs entries must be 'logits' or 'hidden'/);
+      expect(() => raw.forward.call(m)).to.throw(TypeError, /forward\(args\) is required/);
+      expect(() => raw.addLora.call(m, { r: 'x', alpha: 2 })).to.throw(TypeError, /lora\.r must be an integer/);
+      expect(() => raw.addLora.call(m, { r: 0, alpha: 2 })).to.throw(TypeError, /lora\.r must be a positive integer/);
+      expect(() => raw.addLora.call(m, { r: 2, alpha: 2, targetModules: ['lm_head'] })).to.throw(TypeError, /unknown module 'lm_head'/);
+      expect(() => raw.addLora.call(m, { r: 2, alpha: 2, dropout: 1.5 })).to.throw(TypeError, /lora\.dropout/);
+      expect(() => raw.setAdapterEnabled.call(m, 'yes')).to.throw(TypeError, /enabled must be a boolean/);
+      expect(() => raw.snapshotAdapter.call(m, 3)).to.throw(TypeError, /name must be a string/);
+      expect(() => raw.saveAdapter.call(m, null)).to.throw(TypeError, /dir must be a string/);
       let err: unknown;
       try {
         await m.forward({ inputIds: int32([[151936]]) });
@@ -309,7 +310,7 @@ describe('model: bad input', function () {
       expect(() => m.setLoraWeights({ nope: { data: new Float32Array(1), shape: [1] } })).to.throw(TypeError, /unknown LoRA parameter 'nope'/);
       const k = m.loraParameterNames()[0];
       expect(() => m.setLoraWeights({ [k]: { data: new Float32Array(1), shape: [1] } })).to.throw(TypeError, /wrong shape/);
-      expect(() => native().Model.prototype.forward.call({}, {})).to.throw();
+      expect(() => native().Model.prototype.forward.call({} as never, {} as never)).to.throw();
     } finally {
       m.dispose();
     }

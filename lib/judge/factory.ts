@@ -6,9 +6,8 @@
  * URL answering 404 fails here, before any compute), {@link assertJudgeHealth} the null-rate stop.
  */
 import type { Argv } from 'yargs';
-import { createHttpJudge } from './http.js';
+import { createHttpJudge, type HttpJudge } from './http.js';
 import { LlmClient, LlmLengthError } from '../llm/client.js';
-import type { Judge } from './types.js';
 import { JUDGE_DEFAULTS, type JudgeConfig } from './config.js';
 import { JUDGE_OPTIONS, JUDGE_SETTINGS } from '../config/settings.js';
 import { addSettings } from '../config/schema.js';
@@ -69,8 +68,8 @@ function extraBodyOf(c: Pick<JudgeConfig, 'noThink'>): Record<string, unknown> |
   return c.noThink ? { chat_template_kwargs: { enable_thinking: false } } : undefined;
 }
 
-/** An HTTP judge from settings; throws when url or model is missing. */
-export function httpJudgeFromConfig(c: JudgeConfig): Judge {
+/** An HTTP judge from settings (disposable: close it, or `using`); throws when url or model is missing. */
+export function httpJudgeFromConfig(c: JudgeConfig): HttpJudge {
   if (!c.url || !c.model) throw new Error('--judge http needs --judge-url and --judge-model');
   return createHttpJudge({
     url: c.url,
@@ -88,7 +87,7 @@ export function httpJudgeFromConfig(c: JudgeConfig): Judge {
 }
 
 /** An HTTP judge from parsed options; throws when url or model is missing. */
-export function httpJudgeFromArgs(a: JudgeArgs): Judge {
+export function httpJudgeFromArgs(a: JudgeArgs): HttpJudge {
   return httpJudgeFromConfig(judgeConfigFromArgs(a));
 }
 

@@ -19,6 +19,8 @@
  * error: true` for its items (counted in `stats().failures`) unless `failOnError` is set.
  */
 import pLimit from 'p-limit';
+import { disposedError } from '../errors.js';
+import '../util/dispose.js';
 import { LlmClient } from '../llm/client.js';
 import { JudgeCache, requestHash, type CachedAnswer } from './cache.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
@@ -93,8 +95,8 @@ function usageOf(u: Awaited<ReturnType<ChatLike['chat']>>['usage']): { promptTok
   return { promptTokens: u?.promptTokens ?? u?.prompt_tokens ?? 0, completionTokens: u?.completionTokens ?? u?.completion_tokens ?? 0 };
 }
 
-/** HTTP rubric judge (see the module docstring). */
-export class HttpJudge implements Judge {
+/** HTTP rubric judge (see the module docstring). Disposable: `using judge = createHttpJudge(…)` closes it at the end of the block. */
+export class HttpJudge implements Judge, Disposable {
   readonly name: string;
   readonly mode: 'per-item' | 'per-plan';
   private readonly o: HttpJudgeOptions;
@@ -119,8 +121,18 @@ export class HttpJudge implements Judge {
     return { ...this.s };
   }
 
+  private closed = false;
+
+  /** Closes the SQLite cache; later `judge` calls reject with `ERR_PG_DISPOSED`. Idempotent. */
   close(): void {
+    if (this.closed) return;
+    this.closed = true;
     this.cache?.close();
+  }
+
+  /** {@link close}, for `using`. */
+  [Symbol.dispose](): void {
+    this.close();
   }
 
   /** Sends (or reads from cache) one chat request; rejects only when the transport does. */
@@ -182,6 +194,7 @@ export class HttpJudge implements Judge {
 
   /** Judges every request (see {@link Judge}); verdicts align with each request's items. */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
+    if (this.closed) throw disposedError(`judge ${this.name}`);
     const { signal } = opts;
     let out: Verdict[][];
     if (this.mode === 'per-item') {

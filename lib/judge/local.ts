@@ -35,8 +35,11 @@
  *   full log-softmax at the last position). Plans with one item, or a shared prefix under
  *   `minSharedPrefix` tokens, go through the scorer above.
  */
-import { native, type JsTensor } from '../native.js';
-import { loadModel, type Device, type Dtype, type Qwen3Model } from '../model/qwen3.js';
+import { native } from '../native.js';
+import type { JsTensor, PrefixLogprobsArgs, SequenceLogprobsArgs } from '../addon.js';
+import { disposedError } from '../errors.js';
+import '../util/dispose.js';
+import { loadModel, Qwen3Model, type Device, type Dtype } from '../model/qwen3.js';
 import { Tokenizer } from '../model/tokenizer.js';
 import { ChatTemplate } from '../model/chat.js';
 import { argError, describeValue } from '../util/args.js';
@@ -135,7 +138,14 @@ export function scorerFromLastLogits(fn: LastLogitsFn): AnswerScorer {
 }
 
 /** The addon's `sequenceLogprobs(model, {inputIds, attentionMask, completionMask, temperature, adapter})` → [B, L] logprobs. */
-type SequenceLogprobsFn = (model: unknown, args: { inputIds: JsTensor<Int32Array>; attentionMask: JsTensor<Int32Array>; completionMask: JsTensor<Int32Array>; temperature: number; adapter: string }) => Promise<JsTensor<Float32Array>>;
+type SequenceLogprobsFn<M> = (model: M, args: SequenceLogprobsArgs) => Promise<JsTensor<Float32Array>>;
+
+/** `m` as a live model of the addon: a TypeError (ERR_PG_ARG) for anything else, `ERR_PG_DISPOSED` after dispose. */
+function liveModel(m: unknown, what: string): Qwen3Model {
+  if (!(m instanceof Qwen3Model)) throw argError(`${what}: model must be a Model from loadModel`);
+  if (m.disposed) throw disposedError('model');
+  return m;
+}
 
 /**
  * AnswerScorer over the addon's `sequenceLogprobs`: each (prompt, candidate) becomes one row
@@ -143,9 +153,9 @@ type SequenceLogprobsFn = (model: unknown, args: { inputIds: JsTensor<Int32Array
  * on one position per row. Rows are grouped so that rows × padded length ≤ `maxTokensPerCall`
  * (default 16384). `adapter` defaults to 'none' (the frozen base).
  */
-export function sequenceLogprobsScorer(model: { raw?: unknown }, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: SequenceLogprobsFn } = { padId: 0 }): AnswerScorer {
-  const call: SequenceLogprobsFn = opts.fn ?? ((m, a) => native().sequenceLogprobs(m, a));
-  const target = model.raw ?? model;
+export function sequenceLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: SequenceLogprobsFn<M> } = { padId: 0 }): AnswerScorer {
+  const call: SequenceLogprobsFn<M> = opts.fn ?? ((m, a) => native().sequenceLogprobs(liveModel(m, 'sequenceLogprobsScorer'), a));
+  const target = model;
   const budget = opts.maxTokensPerCall ?? 16384;
   return async (prompts, candidates, signal) => {
     const rows: { p: number; c: number; ids: number[] }[] = [];
@@ -173,16 +183,16 @@ export function sequenceLogprobsScorer(model: { raw?: unknown }, opts: { padId: 
 export type PrefixScorer = (prefix: number[], suffixes: number[][], candidates: number[], signal?: AbortSignal) => Promise<Float64Array[]>;
 
 /** The addon's `prefixLogprobs(model, {prefixIds, suffixIds, suffixLengths, candidates, adapter})` → [n, K] logprobs. */
-type PrefixLogprobsFn = (model: unknown, args: { prefixIds: JsTensor<Int32Array>; suffixIds: JsTensor<Int32Array>; suffixLengths: JsTensor<Int32Array>; candidates: JsTensor<Int32Array>; adapter: string }) => Promise<JsTensor<Float32Array>>;
+type PrefixLogprobsFn<M> = (model: M, args: PrefixLogprobsArgs) => Promise<JsTensor<Float32Array>>;
 
 /**
  * PrefixScorer over the addon's `prefixLogprobs` (the prefix's KV cache is computed once and
  * repeated for every suffix row; suffixes right-padded with `padId`). Suffixes are split so that
  * rows × (prefix + padded suffix) ≤ `maxTokensPerCall` (default 65536), at least one row per call.
  */
-export function prefixLogprobsScorer(model: { raw?: unknown }, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn } = { padId: 0 }): PrefixScorer {
-  const call: PrefixLogprobsFn = opts.fn ?? ((m, a) => native().prefixLogprobs(m, a));
-  const target = model.raw ?? model;
+export function prefixLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn<M> } = { padId: 0 }): PrefixScorer {
+  const call: PrefixLogprobsFn<M> = opts.fn ?? ((m, a) => native().prefixLogprobs(liveModel(m, 'prefixLogprobsScorer'), a));
+  const target = model;
   const budget = opts.maxTokensPerCall ?? 65536;
   return async (prefix, suffixes, candidates, signal) => {
     const out: Float64Array[] = new Array(suffixes.length);
@@ -289,10 +299,16 @@ export interface LocalJudgeOptions {
    */
   prefixScorer?: PrefixScorer;
   minSharedPrefix?: number;
+  /** Disposed by `close()`: a model the judge owns (openLocalJudge's). */
+  owned?: { dispose(): void };
 }
 
-/** Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. */
-export class LocalJudge implements Judge {
+/**
+ * Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. Disposable:
+ * `close()` (or `using`) ends it, and disposes `options.owned` (the judge's own model from
+ * {@link openLocalJudge}); later `judge` calls reject with `ERR_PG_DISPOSED`.
+ */
+export class LocalJudge implements Judge, Disposable {
   readonly name: string;
   private readonly s: JudgeStats = emptyStats();
   private constructor(
@@ -321,6 +337,20 @@ export class LocalJudge implements Judge {
     return { ...this.s };
   }
 
+  private closed = false;
+
+  /** Ends the judge (and disposes `options.owned`). Idempotent. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.o.owned?.dispose();
+  }
+
+  /** {@link close}, for `using`. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
   /** Token ids of the judge prompt for one (question, plan, item): chat-rendered, generation prompt, no thinking. */
   async promptIds(question: string, plan: string, itemText: string): Promise<number[]> {
     const text = this.o.template.render([{ role: 'user', content: perItemMessage(question, plan, { id: '', text: itemText }, this.prompt) }], { addGenerationPrompt: true, enableThinking: false });
@@ -329,6 +359,7 @@ export class LocalJudge implements Judge {
 
   /** Judges every (request, item) with batched prefills; identical prompts are evaluated once. */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
+    if (this.closed) throw disposedError(`judge ${this.name}`);
     const texts: string[] = [];
     const slots: { r: number; k: number; u: number }[] = [];
     const uniq = new Map<string, number>();
@@ -425,6 +456,8 @@ export interface LocalModelJudgeOptions {
    * floating-point rounding). false = one full prefill per (plan, item).
    */
   prefixSharing?: boolean;
+  /** `close()` also disposes the model (openLocalJudge: the judge's own copy). Default false: the model is the caller's (e.g. the policy's). */
+  ownModel?: boolean;
 }
 
 /**
@@ -451,12 +484,14 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
     scorer,
     name: `local:${variants}`,
     maxContext: Number.isInteger(ctx) && ctx > 0 ? ctx : undefined,
+    owned: opts.ownModel ? model : undefined,
   });
 }
 
 /**
  * Loads `dir` (config, weights, tokenizer, chat template) and returns a local judge on it with the
- * adapter off. `dispose` frees the model. Rejects when the addon or the checkpoint cannot load.
+ * adapter off. The judge owns the model: `judge.close()` (or `dispose`, or `using`) frees it.
+ * Rejects when the addon or the checkpoint cannot load.
  */
 export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions & { device?: Device; dtype?: Dtype } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
   if (typeof dir !== 'string' || dir === '') throw argError(`openLocalJudge: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
@@ -464,8 +499,8 @@ export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions &
   const tokenizer = Tokenizer.fromDir(dir);
   const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
   try {
-    const judge = await localJudgeForModel(model, tokenizer, opts);
-    return { judge, model, dispose: async () => model.dispose() };
+    const judge = await localJudgeForModel(model, tokenizer, { ...opts, ownModel: true });
+    return { judge, model, dispose: async () => judge.close() };
   } catch (e) {
     model.dispose();
     throw e;

@@ -17,101 +17,25 @@
  * field; a failed step (e.g. out of memory) rejects and drops every row (the engine stays usable).
  */
 import { native } from '../native.js';
-import type { AdapterChoice, NativeModel } from './qwen3.js';
-import { Qwen3Model } from './qwen3.js';
+import type { AddonDecodeEngine, DecodeEngineOptions, EngineRow as NativeEngineRow, EngineStep } from '../addon.js';
+import { disposedError } from '../errors.js';
+import '../util/dispose.js';
+import type { Qwen3Model } from './qwen3.js';
 
-/** One row to decode. */
-export interface EngineRow {
-  /** Caller's id (an integer), unique among live rows. */
-  id: number;
-  /** Prompt token ids (non-empty). */
-  prompt: ArrayLike<number> | Int32Array;
-  temperature?: number;
-  topK?: number;
-  topP?: number;
-  minP?: number;
-  /** Integer ≥ 0; default random. */
-  seed?: number;
-  maxNewTokens?: number;
-  stopIds?: number[];
-  /** −1 (default) = no raw logprobs; 0..20 alternatives. */
-  topLogprobs?: number;
-}
+export type { DecodeEngineOptions, EngineStep, EngineToken } from '../addon.js';
 
-/** One token of one row. */
-export interface EngineToken {
-  id: number;
-  token: number;
-  /** log_softmax(logits / T)[token] (greedy: T = 1), as generate() reports. */
-  logprob: number;
-  /** log_softmax(logits)[token] (rows with topLogprobs ≥ 0). */
-  rawLogprob: number;
-  /** Most likely ids under log_softmax(logits), descending, and their raw logprobs (topLogprobs > 0). */
-  topIds?: Int32Array;
-  topLogprobs?: Float32Array;
-  /** null while running; 'stop' = a stop id was sampled (it is this token), 'length' = maxNewTokens. */
-  finish: 'stop' | 'length' | null;
-  /** Prompt length, on the row's first token. */
-  promptTokens?: number;
-}
-
-/** Result of one {@link DecodeEngine.step}. */
-export interface EngineStep {
-  tokens: EngineToken[];
-  /** Live rows after the step, rows still queued, rows that joined (prefilled) in this step. */
-  active: number;
-  waiting: number;
-  joined: number;
-  prefillTokens: number;
-  /** Rows of the decode forward (0 when only a prefill ran). */
-  batchRows: number;
-  shifts: number;
-  /** CUDA graphs captured in this step. */
-  graphCaptures: number;
-  prefillMs: number;
-  decodeMs: number;
-  sampleMs: number;
-}
-
-/** Options of {@link DecodeEngine}. */
-export interface DecodeEngineOptions {
-  /** Rows decoded together at most (default 32). */
-  maxRows?: number;
-  /** KV slots per row: prompt + maxNewTokens of every row must fit (default min(context, 4096)). */
-  capacity?: number;
-  /** Id of left padding in the joint prefill (masked). Default 0. */
-  padId?: number;
-  adapter?: AdapterChoice;
-  /** Padded prompt tokens prefilled per step at most (at least one row always joins). Default 8192. */
-  maxPrefillTokens?: number;
-  /**
-   * CUDA: decode each step from a captured CUDA graph (one per power-of-two bucket of rows, over a
-   * static KV cache; PAPERGYM_NO_CUDA_GRAPHS=1 disables). Default true; ignored on CPU.
-   */
-  cudaGraphs?: boolean;
-  /** Decode with the static-cache step (Qwen3Model::DecodeStatic) even without graphs (default: exactly when graphs are used). */
-  staticDecode?: boolean;
-}
-
-interface NativeEngine {
-  maxRows: number;
-  capacity: number;
-  decodePath: 'dynamic' | 'static' | 'cuda-graphs';
-  add(row: object): void;
-  cancel(id: number): void;
-  waiting(): number;
-  step(): Promise<EngineStep>;
-  release(): void;
-}
+/** One row to decode (the native row; `prompt` any array of token ids). */
+export type EngineRow = Omit<NativeEngineRow, 'prompt'> & { prompt: ArrayLike<number> | Int32Array };
 
 /** The continuous-batching engine over one model (see the module doc). */
-export class DecodeEngine {
-  private readonly e: NativeEngine;
+export class DecodeEngine implements AsyncDisposable {
+  private readonly e: AddonDecodeEngine;
   private running?: Promise<EngineStep>;
 
-  constructor(model: Qwen3Model | NativeModel, opts: DecodeEngineOptions = {}) {
-    const raw = model instanceof Qwen3Model ? model.raw : model;
-    this.e = native().createDecodeEngine(raw, opts) as NativeEngine;
+  /** Throws `ERR_PG_DISPOSED` on a disposed model, a TypeError naming the option on bad options. */
+  constructor(model: Qwen3Model, opts: DecodeEngineOptions = {}) {
+    if (model.disposed) throw disposedError('model');
+    this.e = native().createDecodeEngine(model, opts);
   }
 
   get maxRows(): number {
@@ -129,7 +53,7 @@ export class DecodeEngine {
 
   /** Queues a row (joins at the next step with room). TypeError naming the field on bad input. */
   add(row: EngineRow): void {
-    const prompt = row.prompt instanceof Int32Array ? row.prompt : Int32Array.from(row.prompt as ArrayLike<number>);
+    const prompt = row.prompt instanceof Int32Array ? row.prompt : Int32Array.from(row.prompt);
     this.e.add({ ...row, prompt });
   }
 
@@ -159,5 +83,10 @@ export class DecodeEngine {
   async release(): Promise<void> {
     while (this.running) await this.running.catch(() => undefined);
     this.e.release();
+  }
+
+  /** {@link release}, for `await using`. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
   }
 }

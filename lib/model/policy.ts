@@ -28,137 +28,37 @@
  * Errors: TypeError (code `ERR_PG_ARG`) naming the option for bad arguments (empty prompt, prompt
  * longer than the context, temperature < 0, topP outside (0, 1], topK < 0, n < 1,
  * maxNewTokens < 1, token ids outside the vocabulary); Error code `ERR_PG_OOM` when the device runs
- * out of memory (the KV cache is freed and the model stays usable); Error `ERR_PG_INPUT` when the
- * model was disposed.
+ * out of memory (the KV cache is freed and the model stays usable); Error code `ERR_PG_DISPOSED`
+ * when the model (or the Policy) was disposed. Codes: lib/errors.ts.
  */
 import { native } from '../native.js';
+import type { Device, Dtype, GenerateArgs, GenerateResult, RawCompletion, SampledTokens, SampleFromLogitsOptions, SamplerOptions, SamplingParams } from '../addon.js';
+import { abortError, disposedError } from '../errors.js';
+import '../util/dispose.js';
 import { ChatTemplate, type ChatMessage } from './chat.js';
-import { loadModel, type AdapterChoice, type Device, type Dtype, type NativeModel, Qwen3Model } from './qwen3.js';
+import { loadModel, type Qwen3Model } from './qwen3.js';
 import { Tokenizer } from './tokenizer.js';
 import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
 
-/** Sampling options shared by {@link generate} and {@link Policy.generate}. */
-export interface SamplingOptions {
-  /** Completions per prompt, ≥ 1 (the prompt is prefilled once and its KV cache rows copied). Default 1. */
-  n?: number;
-  /** Temperature ≥ 0; 0 = greedy. Default 1. */
-  temperature?: number;
-  /** Keep the k most likely tokens; 0 = off. Default 0. */
-  topK?: number;
-  /** Nucleus mass in (0, 1]; 1 = off. Default 1. */
-  topP?: number;
-  /** Min-p in [0, 1]: keep tokens with p ≥ minP · p_max (after top-k / top-p); 0 = off. Default 0. */
-  minP?: number;
-  /** New tokens per completion, ≥ 1; prompt length + maxNewTokens must fit the context. Default 256. */
-  maxNewTokens?: number;
-  /** Integer seed ≥ 0 (< 2^53). Default: random (returned in the result). */
-  seed?: number;
-  /** Any of these ends a completion. Policy default: the tokenizer's stop ids (Qwen3: 151645, 151643). */
-  stopIds?: number[];
-  /** Cancels before the next decode step. */
+/** Sampling options shared by {@link generate} and {@link Policy.generate} (see {@link SamplingParams}). */
+export interface SamplingOptions extends SamplingParams {
+  /** Cancels before the next decode step (rejects with `ABORT_ERR`). */
   signal?: AbortSignal;
-  /** Adapter used by every forward: 'active' (default), 'none' (frozen base), or a snapshot name. */
-  adapter?: AdapterChoice;
 }
 
-/** Options of the low-level {@link generate}. */
-export interface GenerateOptions extends SamplingOptions {
-  /** Prompts as token ids (no padding), each non-empty. They are left-padded natively. */
+/**
+ * Options of the low-level {@link generate}: the native {@link GenerateArgs} (prompts as token ids
+ * without padding, left-padded natively; per-prompt settings; decode path switches) with an
+ * AbortSignal instead of a native abort handle. Policy default stop ids: the tokenizer's (Qwen3:
+ * 151645, 151643).
+ */
+export interface GenerateOptions extends Omit<GenerateArgs, 'prompts' | 'abortHandle'>, SamplingOptions {
+  /** Prompts as token ids (no padding), each non-empty. */
   prompts: (ArrayLike<number> | Int32Array)[];
-  /** Id written into left padding (masked out). Default 0. */
-  padId?: number;
-  /**
-   * Per-prompt settings, one entry per prompt (its n rows share it), each field defaulting to the
-   * call's: rows with different settings decode in ONE batch (one forward per step; the sampler
-   * applies each row's temperature / topK / topP / minP). When any entry has a `seed`, every row
-   * draws from its own generator (sample j of a prompt seeded s: s for j = 0, a mix of (s, j)
-   * otherwise; prompts without a seed: a generator derived from the call's seed), so a seeded
-   * prompt samples the same ids alone as in any batch. Without seeds all rows draw from the
-   * call's generator as before.
-   */
-  promptOptions?: { temperature?: number; topK?: number; topP?: number; minP?: number; seed?: number; maxNewTokens?: number; stopIds?: number[] }[];
-  /** Remove finished rows from the batch once they are at least this fraction of it, (0, 1]. Default 0.125. */
-  compactFraction?: number;
-  /** Test hook: throw a (simulated) out-of-memory error at this decode step. */
-  simulateOomAtStep?: number;
-  /**
-   * CUDA only: decode with one CUDA-graph replay per step (default true on CUDA builds; env
-   * PAPERGYM_NO_CUDA_GRAPHS=1 disables). The graph holds the whole step: the decode forward of the
-   * last sampled tokens and, for greedy, full-vocabulary and top-k sampling, the sampler too (its
-   * uniforms are drawn up front from the seeded generator, so samples equal the other paths'). With
-   * top-p but no top-k the sampler checks a value on the host, so it runs after each replay instead
-   * (`samplingInStep: false` in the result).
-   */
-  cudaGraphs?: boolean;
-  /** Decode from a static, full-capacity KV cache (default: on exactly when CUDA graphs are used). */
-  staticCache?: boolean;
-  /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default true. */
-  padToBucket?: boolean;
-  /**
-   * Static path (static cache / CUDA graphs): copy the sampled tokens back to the host and check
-   * the stop ids every `syncEvery` decode steps (integer ≥ 1, default 8) instead of after every
-   * token, so the device runs ahead without a host round trip per token. Results (tokens,
-   * logprobs, finish reasons) do not depend on it; the cost is at most `syncEvery − 1` wasted
-   * decode steps after the last row stopped (counted in `steps`). 1 = check after every token.
-   * The dynamic path always checks after every token.
-   */
-  syncEvery?: number;
 }
 
-/** One completion of the low-level {@link generate}. */
-export interface RawCompletion {
-  /** Index into `prompts`. */
-  promptIndex: number;
-  /** 0 … n−1 within the prompt's group. Completions are ordered by (promptIndex, sampleIndex). */
-  sampleIndex: number;
-  /** Sampled ids; ends with the stop id when finishReason is 'stop'. */
-  tokenIds: Int32Array;
-  /** Natural-log probability of each sampled id under softmax(logits / T), full vocabulary (see module doc). */
-  logprobs: Float32Array;
-  finishReason: 'stop' | 'length';
-}
-
-/** Result of the low-level {@link generate}. */
-export interface GenerateResult {
-  /** prompts.length × n completions, ordered by (promptIndex, sampleIndex): groups are contiguous. */
-  completions: RawCompletion[];
-  /** The seed used (given or drawn). */
-  seed: number;
-  /** Sum of prompt lengths (tokens, without padding). */
-  promptTokens: number;
-  /** Sum of completion lengths (tokens). */
-  newTokens: number;
-  /** Decode forwards run after the prefill (static path: including up to syncEvery − 1 after the last row stopped). */
-  steps: number;
-  /** Times finished rows were compacted out of the batch. */
-  compactions: number;
-  /** Which decode loop ran: 'dynamic' (growing cache, compaction), 'static' or 'cuda-graphs'. */
-  decodePath?: 'dynamic' | 'static' | 'cuda-graphs';
-  /** CUDA graphs captured by this call. */
-  graphCaptures?: number;
-  /** Rows decoded per step (the bucket size on the static path). */
-  batchRows?: number;
-  /** Static path: the sampler ran inside the decode step (inside the CUDA graph with graphs); false with top-p without top-k, and on the dynamic path. */
-  samplingInStep?: boolean;
-  /** Wall time of the prefill (ms) and of the decode loop (ms). */
-  prefillMs: number;
-  decodeMs: number;
-}
-
-/** A native abort flag (see native/generate/register.cc). */
-interface AbortHandle {
-  abort(): void;
-  aborted(): boolean;
-}
-
-function abortError(): Error {
-  const e = new Error('generation aborted');
-  e.name = 'AbortError';
-  (e as Error & { code: string }).code = 'ABORT_ERR';
-  return e;
-}
-
+export type { GenerateResult, RawCompletion, SamplingParams } from '../addon.js';
 
 const queues = new WeakMap<object, Promise<unknown>>();
 
@@ -176,45 +76,33 @@ function enqueue<T>(key: object, fn: () => Promise<T>): Promise<T> {
   return run;
 }
 
-function rawOf(model: Qwen3Model | NativeModel): NativeModel {
-  return model instanceof Qwen3Model ? model.raw : model;
-}
-
 /**
  * Batched generation on the native model (KV cache, left padding, one prefill per prompt).
  * Resolves with `prompts.length × n` completions; see the module doc for what tokenIds / logprobs
  * hold and for the errors. Runs on a worker thread; calls on one model are queued in order.
  *
- * @param model  a loaded {@link Qwen3Model} (or its `raw` native object)
+ * @param model  a loaded {@link Qwen3Model}
  * @param opts   prompts (token ids) and sampling options
  * @param signal optional AbortSignal (also accepted as `opts.signal`)
  */
-export function generate(model: Qwen3Model | NativeModel, opts: GenerateOptions, signal?: AbortSignal): Promise<GenerateResult> {
-  const raw = rawOf(model);
+export function generate(model: Qwen3Model, opts: GenerateOptions, signal?: AbortSignal): Promise<GenerateResult> {
   const sig = signal ?? opts.signal;
-  if (sig?.aborted) return Promise.reject(abortError());
+  if (sig?.aborted) return Promise.reject(abortError('generation aborted'));
   const addon = native();
   const { signal: _s, ...rest } = opts;
-  return enqueue(raw, async () => {
-    if (sig?.aborted) throw abortError();
-    const handle = addon.createAbortHandle() as AbortHandle;
+  return enqueue(model, async () => {
+    if (sig?.aborted) throw abortError('generation aborted');
+    if (model.disposed) throw disposedError('model');
+    const handle = addon.createAbortHandle();
     const onAbort = () => handle.abort();
     sig?.addEventListener('abort', onAbort, { once: true });
     try {
       const prompts = rest.prompts?.map((p) => (p instanceof Int32Array ? p : Array.from(p)));
-      return (await addon.generate(raw, { ...rest, prompts, abortHandle: handle })) as GenerateResult;
+      return await addon.generate(model, { ...rest, prompts, abortHandle: handle });
     } finally {
       sig?.removeEventListener('abort', onAbort);
     }
   });
-}
-
-/** Sampling settings of one logits row for {@link sampleFromLogits}'s `rows`. */
-export interface RowSamplingOptions {
-  temperature?: number;
-  topK?: number;
-  topP?: number;
-  minP?: number;
 }
 
 /**
@@ -229,10 +117,7 @@ export interface RowSamplingOptions {
  * under T = 1) and the uniforms `[R]`. Errors: TypeError (code ERR_PG_ARG) for a bad shape,
  * option or device.
  */
-export function sampleFromLogits(
-  logits: { data: Float32Array; shape: [number, number] | number[] },
-  opts: RowSamplingOptions & { seed?: number; rows?: RowSamplingOptions[]; device?: string } = {},
-): { tokenIds: Int32Array; logprobs: Float32Array; uniforms: Float32Array; seed: number } {
+export function sampleFromLogits(logits: { data: Float32Array; shape: [number, number] | number[] }, opts: SampleFromLogitsOptions = {}): SampledTokens {
   return native().sampleFromLogits(logits, opts);
 }
 
@@ -273,9 +158,11 @@ export interface PolicyLoadOptions {
 }
 
 /**
- * Model + tokenizer + chat template: text in, completions (ids, logprobs, text) out.
+ * Model + tokenizer + chat template: text in, completions (ids, logprobs, text) out. Disposable:
+ * `using policy = await Policy.load(dir)` frees the model's weights at the end of the block; any
+ * later call throws `ERR_PG_DISPOSED`.
  */
-export class Policy {
+export class Policy implements Disposable {
   /** Chat template of the tokenizer, or undefined when the checkpoint has none (then only `raw` prompts work). */
   readonly chat: ChatTemplate | undefined;
 
@@ -320,6 +207,7 @@ export class Policy {
    * `prompts[i]` when a prompt is empty or malformed.
    */
   async encodePrompts(prompts: PolicyPrompt[], opts: Pick<PolicyGenerateOptions, 'enableThinking' | 'raw' | 'system'> = {}): Promise<number[][]> {
+    this.assertLive();
     if (!Array.isArray(prompts) || prompts.length === 0) throw argError('prompts must be a non-empty array of strings or message arrays');
     const texts = prompts.map((p, i) => {
       if (typeof p === 'string') {
@@ -383,8 +271,22 @@ export class Policy {
     return this.tokenizer.decodeBatch(bodies);
   }
 
-  /** Frees the model's weights (see Qwen3Model.dispose). */
+  /** True once {@link dispose} ran (or the model was disposed directly). */
+  get disposed(): boolean {
+    return this.model.disposed;
+  }
+
+  /** Frees the model's weights (waits for a running call); later calls throw `ERR_PG_DISPOSED`. Idempotent. */
   dispose(): void {
     this.model.dispose();
+  }
+
+  /** {@link dispose}, for `using`. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  private assertLive(): void {
+    if (this.model.disposed) throw disposedError('policy');
   }
 }

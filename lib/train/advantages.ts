@@ -11,22 +11,12 @@
  * never NaN. With stdFloor = 0 and eps = 1e-4 the formula is TRL's exactly; the default
  * stdFloor = 1e-3 keeps near-ties (e.g. shaped rewards 1e-4 apart) from becoming ±1 advantages.
  */
-import { native, type JsTensor } from '../native.js';
+import { native } from '../native.js';
+import type { AdvantageOptions } from '../addon.js';
 
-export type AdvantageScale = 'group' | 'batch' | 'none';
-
-export interface AdvantageOptions {
-  /** Completions per prompt, G (rewards.length must be a multiple). */
-  groupSize: number;
-  /** Default 'group'. */
-  scale?: AdvantageScale;
-  /** Lower bound of the std in the denominator. Default 1e-3 (0 = TRL). */
-  stdFloor?: number;
-  /** Added to the (floored) std. Default 1e-4 (TRL). */
-  eps?: number;
-  /** Mark zero-variance groups in `keep` (DAPO dynamic sampling). Default false. */
-  dropZeroVariance?: boolean;
-}
+export type { AdvantageOptions } from '../addon.js';
+/** 'group' (std of the group), 'batch' (std of all rewards) or 'none' (no scaling). */
+export type AdvantageScale = NonNullable<AdvantageOptions['scale']>;
 
 export interface AdvantageResult {
   /** [B] advantages; float32 unless rewards were Float64Array. */
@@ -43,10 +33,6 @@ export interface AdvantageResult {
  */
 export function computeAdvantages(rewards: ArrayLike<number> | Float32Array | Float64Array, opts: AdvantageOptions): AdvantageResult {
   const data = rewards instanceof Float32Array || rewards instanceof Float64Array ? rewards : Float64Array.from(rewards as ArrayLike<number>);
-  const r = native().computeAdvantages({ rewards: { data, shape: [data.length] } as JsTensor<Float32Array | Float64Array>, ...opts }) as {
-    advantages: JsTensor<Float32Array | Float64Array>;
-    keep: JsTensor<Uint8Array>;
-    groupStd: JsTensor<Float64Array>;
-  };
+  const r = native().computeAdvantages({ rewards: { data, shape: [data.length] }, ...opts });
   return { advantages: r.advantages.data, keep: r.keep.data, groupStd: r.groupStd.data };
 }

@@ -16,20 +16,10 @@
  * all-reduces them (SUM, in buckets) after the backward and before clipping / AdamW.
  */
 import { native } from '../native.js';
+import type { AddonModel, AddonProcessGroup } from '../addon.js';
 
-/** The process-group view of the raw addon (native/dist/register.cc). */
-export interface NativeProcessGroup {
-  readonly rank: number;
-  readonly worldSize: number;
-  readonly backend: 'gloo' | 'nccl';
-  allReduce(tensors: { data: Float32Array | Float64Array | Int32Array; shape: number[] }[], opts?: { op?: 'sum' | 'max' | 'min'; scale?: number; bucketBytes?: number }): Promise<{ data: Float32Array; shape: number[] }[]>;
-  allReduceGrads(model: unknown, opts?: { op?: 'sum' | 'max' | 'min'; scale?: number; preScale?: number; bucketBytes?: number }): Promise<{ buckets: number; tensors: number; bytes: number }>;
-  broadcast(tensors: { data: Float32Array; shape: number[] }[], opts?: { root?: number }): Promise<{ data: Float32Array; shape: number[] }[]>;
-  broadcastParams(model: unknown, opts?: { root?: number }): Promise<void>;
-  allGatherObject(payload: string): Promise<string[]>;
-  barrier(): Promise<void>;
-  destroy(): void;
-}
+/** A process group of the addon (native/dist/register.cc; declared in lib/addon.ts). */
+export type NativeProcessGroup = AddonProcessGroup;
 
 /** The torchrun environment of one worker. */
 export interface DistEnv {
@@ -91,7 +81,7 @@ export class DistContext {
     readonly worldSize: number,
     readonly localRank: number,
     private readonly group: NativeProcessGroup | null,
-    private readonly model: unknown = null,
+    private readonly model: AddonModel | null = null,
   ) {}
 
   /** A single-process context (no collectives). */
@@ -107,7 +97,7 @@ export class DistContext {
   }
 
   /** Binds the model whose LoRA gradients {@link reduceGradients} all-reduces. */
-  withModel(model: unknown): DistContext {
+  withModel(model: AddonModel): DistContext {
     return new DistContext(this.rank, this.worldSize, this.localRank, this.group, model);
   }
 
@@ -174,7 +164,7 @@ export interface InitDistOptions {
 export async function initDist(o: InitDistOptions): Promise<{ ctx: DistContext; device: string }> {
   const env = readDistEnv(o.env ?? process.env);
   if (!env || env.worldSize === 1) return { ctx: DistContext.single(), device: o.device };
-  const avail = native().distAvailable() as { gloo: boolean; nccl: boolean };
+  const avail = native().distAvailable();
   const cuda = o.device.startsWith('cuda');
   if (!avail.gloo) throw new Error(`rank ${env.rank}: WORLD_SIZE=${env.worldSize} but this addon was built without distributed support (gloo headers missing at build time: install libgloo-dev — scripts/setup.sh does as root — and rebuild)`);
   if (cuda && !avail.nccl) throw new Error(`rank ${env.rank}: device ${o.device} needs the NCCL process group, not in this build (a CUDA build with nccl.h from the nvidia-nccl wheel)`);
@@ -185,6 +175,6 @@ export async function initDist(o: InitDistOptions): Promise<{ ctx: DistContext; 
   const pg = (await native().distInit({
     rank: env.rank, worldSize: env.worldSize, masterAddr: env.masterAddr, masterPort: env.masterPort,
     backend: cuda ? 'nccl' : 'gloo', device, timeoutMs, initTimeoutMs: o.initTimeoutMs ?? Math.min(timeoutMs, 60_000),
-  })) as NativeProcessGroup;
+  }));
   return { ctx: new DistContext(env.rank, env.worldSize, env.localRank, pg), device };
 }

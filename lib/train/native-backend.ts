@@ -170,8 +170,8 @@ export class NativeBackend implements TrainBackend {
     if (this.phase) this.phasePeaks.set(this.phase, Math.max(this.phasePeaks.get(this.phase) ?? 0, m.peakAllocatedBytes));
   }
 
-  private get raw(): unknown {
-    return this.policy.model.raw;
+  private get raw(): Policy['model'] {
+    return this.policy.model;
   }
 
   async promptIds(messages: { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<number[]> {
@@ -306,7 +306,7 @@ export class NativeBackend implements TrainBackend {
    */
   emaUpdate(name: string, decay: number): void {
     if (!this.snapshots.has(name)) throw new Error(`emaUpdate: no snapshot '${name}'`);
-    this.policy.model.raw.emaUpdate(name, decay);
+    this.policy.model.emaUpdate(name, decay);
   }
 
   /**
@@ -319,7 +319,7 @@ export class NativeBackend implements TrainBackend {
     await mkdir(dir, { recursive: true });
     await this.policy.model.saveAdapter(dir, { baseModelName: this.baseModelName });
     if (this.opt) await (await this.optimizer()).saveState(join(dir, 'optimizer.safetensors'));
-    for (const name of this.snapshots) await this.policy.model.raw.saveSnapshot(name, join(dir, `snapshot-${name}.safetensors`));
+    for (const name of this.snapshots) await this.policy.model.saveSnapshot(name, join(dir, `snapshot-${name}.safetensors`));
   }
 
   /**
@@ -333,7 +333,7 @@ export class NativeBackend implements TrainBackend {
     for (const f of (await readdir(dir)).sort()) {
       const m = /^snapshot-(.+)\.safetensors$/.exec(f);
       if (!m) continue;
-      await this.policy.model.raw.loadSnapshot(m[1]!, join(dir, f));
+      await this.policy.model.loadSnapshot(m[1]!, join(dir, f));
       this.snapshots.add(m[1]!);
     }
     const optPath = join(dir, 'optimizer.safetensors');

@@ -13,6 +13,7 @@
  * c = 0.5 (cosine).
  */
 import { native, type JsTensor } from '../native.js';
+import type { AddonAdamW, AddonModel } from '../addon.js';
 
 export interface Schedule {
   type?: 'constant' | 'linear' | 'cosine';
@@ -56,18 +57,6 @@ export interface OptimizerState {
   tensors: Record<string, JsTensor<Float32Array | Float64Array>>;
 }
 
-interface NativeAdamW {
-  step(o?: { maxGradNorm?: number; skipNonFinite?: boolean }): StepResult;
-  zeroGrad(): void;
-  setGrads(g: (JsTensor<Float32Array | Float64Array> | null)[]): void;
-  params(): JsTensor<Float32Array | Float64Array>[];
-  state(): OptimizerState;
-  saveState(path: string): Promise<void>;
-  loadStateFile(path: string): Promise<void>;
-  readonly lr: number;
-  readonly stepCount: number;
-  readonly names: string[];
-}
 
 /**
  * AdamW over a Model's LoRA parameters (`new AdamW(model, opts)`; grads come from the model's
@@ -76,13 +65,9 @@ interface NativeAdamW {
  * @throws TypeError on bad options or arguments.
  */
 export class AdamW {
-  private readonly n: NativeAdamW;
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  constructor(paramsOrModel: JsTensor<Float32Array | Float64Array>[] | any, opts: AdamWOptions = {}) {
-    const Ctor = native().AdamW;
-    // Model wrappers (lib/model/qwen3.ts) expose the native object as `raw`.
-    const target = Array.isArray(paramsOrModel) ? paramsOrModel : (paramsOrModel?.raw ?? paramsOrModel);
-    this.n = new Ctor(target, opts);
+  private readonly n: AddonAdamW;
+  constructor(paramsOrModel: JsTensor<Float32Array | Float64Array>[] | AddonModel, opts: AdamWOptions = {}) {
+    this.n = new (native().AdamW)(paramsOrModel, opts);
   }
   /** One update; clips to maxGradNorm first when > 0. Parameters without a gradient are skipped. */
   step(o: { maxGradNorm?: number; skipNonFinite?: boolean } = {}): StepResult {

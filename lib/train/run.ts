@@ -319,7 +319,7 @@ async function trainWithGroup(
     // The same judge settings as eval (lib/judge/factory.ts); the local judge is the frozen base (adapter off).
     const judge: Judge = cfg.judge.kind === 'http' ? httpJudgeFromConfig(cfg.judge) : await localJudgeForModel(policy.model, policy.tokenizer, { ...localJudgeOptionsFromConfig(cfg.judge), maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
     if (dist.worldSize > 1) {
-      dist = dist.withModel(policy.model.raw);
+      dist = dist.withModel(policy.model);
       setDist(dist);
       // Same starting adapter on every rank (rank 0's), whatever each loaded.
       await dist.broadcastParameters();

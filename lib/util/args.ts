@@ -1,11 +1,7 @@
-/** Argument checks shared by the public JS API: our own TypeError (code `ERR_PG_ARG`) naming the argument. */
+/** Argument checks shared by the public JS API: our own TypeError (code `ERR_PG_ARG`, lib/errors.ts) naming the argument. */
+import { argError } from '../errors.js';
 
-/** A TypeError with code `ERR_PG_ARG`. */
-export function argError(msg: string): TypeError {
-  const e = new TypeError(msg);
-  (e as TypeError & { code: string }).code = 'ERR_PG_ARG';
-  return e;
-}
+export { argError };
 
 /** Short description of a value for error messages: `number 5`, `"cpu"`, `null`, `an object`. */
 export function describeValue(v: unknown): string {

@@ -1,6 +1,7 @@
 /** Path checks run before any compute, so a bad path fails fast and loses nothing. */
 import { accessSync, constants, mkdirSync, existsSync, statSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
+import { inputError } from '../errors.js';
 
 /**
  * Ensures `file` can be written: its directory exists (created if missing) and is writable, and
@@ -35,8 +36,3 @@ export function ensureInputDir(dir: string, what: string): void {
   if (!isDir) throw inputError(`${what} ${dir} is not a directory`);
 }
 
-function inputError(msg: string): Error {
-  const e = new Error(msg);
-  (e as Error & { code: string }).code = 'ERR_PG_INPUT';
-  return e;
-}

@@ -44,12 +44,12 @@ describe('GPU: native adapter state (EMA, snapshot files) on CUDA', function () 
       for (const [i, d] of [0.99, 0.9, 0.37].entries()) {
         const a = randomRec(s, 10 + i);
         m.setLoraWeights(a);
-        m.raw.emaUpdate('ema', d);
+        m.emaUpdate('ema', d);
         s = Object.fromEntries(Object.entries(a).map(([k, t]) => [k, { data: Float32Array.from(t.data, (x, j) => d * s[k]!.data[j]! + (1 - d) * x), shape: t.shape }]));
-        await m.raw.saveSnapshot('ema', join(tmp, `ema-${i}.safetensors`));
+        await m.saveSnapshot('ema', join(tmp, `ema-${i}.safetensors`));
         expect(sameBits((native().loadSafetensors(join(tmp, `ema-${i}.safetensors`)) as { tensors: Rec }).tensors, s), `decay ${d}`).to.equal(true);
       }
-      await m.raw.loadSnapshot('copy', join(tmp, 'ema-2.safetensors'));
+      await m.loadSnapshot('copy', join(tmp, 'ema-2.safetensors'));
       const ids = { data: Int32Array.from([5, 6, 7, 8]), shape: [1, 4] };
       const x = await m.forward({ inputIds: ids, adapter: 'ema' });
       const y = await m.forward({ inputIds: ids, adapter: 'copy' });

@@ -19,8 +19,8 @@ async function main(): Promise<void> {
   try {
     pg = (await native().distInit({
       rank, worldSize: world, masterAddr: process.env.MASTER_ADDR, masterPort: Number(process.env.MASTER_PORT),
-      backend: process.env.TEST_BACKEND ?? 'gloo', device: process.env.TEST_DEVICE ?? 'cpu', timeoutMs, initTimeoutMs: Number(process.env.TEST_INIT_TIMEOUT_MS ?? 20000),
-    })) as NativeProcessGroup;
+      backend: process.env.TEST_BACKEND === 'nccl' ? 'nccl' : 'gloo', device: process.env.TEST_DEVICE ?? 'cpu', timeoutMs, initTimeoutMs: Number(process.env.TEST_INIT_TIMEOUT_MS ?? 20000),
+    }));
   } catch (e) {
     out({ ok: false, phase: 'init', error: (e as Error).message });
     return;
@@ -50,7 +50,7 @@ async function main(): Promise<void> {
       const t = { data: new Float32Array(n).fill(rank + 1), shape: [n] };
       await pg.allReduce([t]);
       const times: number[] = [];
-      let r: { data: Float32Array }[] = [];
+      let r: { data: ArrayLike<number> }[] = [];
       for (let i = 0; i < 3; i++) {
         const t0 = performance.now();
         r = await pg.allReduce([t], { bucketBytes: 25 << 20 });
