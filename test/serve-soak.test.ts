@@ -10,8 +10,8 @@
 import { expect } from 'chai';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { ChatServer } from '../lib/judge/serve.js';
-import { policyServeBackend } from '../lib/eval/backends.js';
+import { ChatServer } from '../lib/serve/server.js';
+import { policyServeBackend } from '../lib/serve/policy.js';
 import { Policy } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
 

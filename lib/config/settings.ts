@@ -143,7 +143,7 @@ export const GENERATE_OPTIONS: readonly Setting[] = [
   { key: 'prompt', flag: 'prompt', type: 'list', items: 'string', repeatable: true, default: null, values: 'prompt text', meaning: 'Prompt sent as a user message; give this or --input', source: 'vLLM generate prompts' },
   { key: 'input', flag: 'input', type: 'path', default: null, values: 'JSONL of {question|prompt|messages, id?}', meaning: 'Input file; questions get the training student prompt unless --plain', source: 'vLLM offline batch inference input' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Output JSONL (one line per completion); unset = stdout', source: 'vLLM run_batch -o' },
-  { key: 'plain', flag: 'plain', type: 'boolean', default: false, meaning: 'Send --input questions as bare user messages (no student prompt)', source: 'papergym-native (student prompt, lib/train/prompts.ts)' },
+  { key: 'plain', flag: 'plain', type: 'boolean', default: false, meaning: 'Send --input questions as bare user messages (no student prompt)', source: 'papergym-native (student prompt, lib/task/prompts.ts)' },
   { key: 'system', flag: 'system', type: 'string', default: null, values: 'any text', meaning: 'System message for --prompt texts', source: 'OpenAI chat system role' },
   { key: 'n', flag: 'n', type: 'integer', min: 1, default: 1, meaning: 'Completions per prompt', source: 'vLLM SamplingParams.n' },
   ...SAMPLING_OPTIONS,

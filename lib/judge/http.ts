@@ -24,16 +24,12 @@ import { JudgeCache, requestHash, type CachedAnswer } from './cache.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { yesProbabilityFromChatLogprobs } from './logprobs.js';
 import type { TokenLogprob } from '../llm/client.js';
+import type { ChatMessage } from '../llm/messages.js';
+export type { ChatMessage };
 import { loadPrompt, parseBinaryVerdict, readPlanVerdicts, perItemMessage, perPlanMessage, perPlanSchema, verdictFromText, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate } from './verdict.js';
 
 /** Alternatives per position asked for when P(yes) is wanted (the OpenAI maximum). */
 export const JUDGE_TOP_LOGPROBS = 20;
-
-/** Chat message. */
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-}
 
 /**
  * The subset of the shared LLM client the judge uses: `chat` resolves to the answer (thinking

@@ -26,14 +26,10 @@
 import pLimit, { type LimitFunction } from 'p-limit';
 import { Ajv, type ValidateFunction } from 'ajv';
 import { splitThink } from './think.js';
+import type { ChatMessage } from './messages.js';
+export type { ChatMessage };
 
 export { splitThink };
-
-/** One chat message. */
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-}
 
 /** OpenAI `response_format`. */
 export type ResponseFormat =

@@ -4,6 +4,8 @@
  * numbers; logprobs are natural-log probabilities (nats) of each completion token under
  * softmax(logits / T) over the full vocabulary, T the sampling temperature (DESIGN.md §4–5).
  */
+import type { ChatMessage } from '../llm/messages.js';
+
 export interface Rollout {
   /** Index of the prompt in the generate() call. */
   promptIndex: number;
@@ -44,7 +46,7 @@ export interface GrpoLossOptions {
 
 export interface TrainBackend {
   /** Chat-rendered prompt (generation prompt appended) as token ids. */
-  promptIds(messages: { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<number[]>;
+  promptIds(messages: ChatMessage[]): Promise<number[]>;
   /** An assistant answer as completion ids: its tokens followed by the end-of-turn id (SFT targets). */
   answerIds(text: string): Promise<number[]>;
   /** Samples `n` completions per prompt with the active adapter. */
