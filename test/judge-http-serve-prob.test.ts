@@ -1,5 +1,5 @@
 /**
- * Issue 12 item 6, done-criterion: the HTTP judge's P(yes) read from OpenAI chat logprobs
+ * The HTTP judge's P(yes) read from OpenAI chat logprobs
  * (lib/judge/http.ts with `score: 'prob'`, lib/judge/logprobs.ts) against our own `serve`
  * (lib/serve/server.ts on the policy backend, real HTTP on loopback) equals the local judge's P(yes)
  * (lib/judge/local.ts, one prefill of the same model) within 1e-4 on CPU, for the same model and the
@@ -44,7 +44,7 @@ const ITEMS: JudgeItem[] = [
 ];
 const GENERAL: JudgeItem[] = [{ id: 'g-metric', text: 'States the metric used to compare methods.' }];
 
-describe('judge http P(yes) through our own serve equals the local judge (issue 12 item 6)', function () {
+describe('judge http P(yes) through our own serve equals the local judge', function () {
   this.timeout(180000);
   let policy: Policy;
   let srv: ChatServer;

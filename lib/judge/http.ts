@@ -1,6 +1,6 @@
 /**
  * HTTP judge over any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, SGLang, hosted
- * APIs, or `papergym-native serve`); DESIGN §6.
+ * APIs, or `papergym-native serve`); docs/design.md §6.
  *
  * Modes:
  * - `per-item` (the paper's): one request per plan × item with prompts/judge-per-item.v1.md; the

@@ -1,5 +1,5 @@
 /**
- * Rubric judging (DESIGN §6/§8): the Judge contract, the HTTP and local backends, verdict
+ * Rubric judging (docs/design.md §6/§8): the Judge contract, the HTTP and local backends, verdict
  * parsing, rewards and the reward-hacking probe. The OpenAI-compatible server is lib/serve/.
  */
 export * from './types.js';

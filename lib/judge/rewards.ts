@@ -1,5 +1,5 @@
 /**
- * GRPO rewards from rubric verdicts (DESIGN §6, PaperGym): r_spec = fraction of the instance
+ * GRPO rewards from rubric verdicts (docs/design.md §6, PaperGym): r_spec = fraction of the instance
  * (question-specific) items met, r_gen = fraction of the general items met,
  * r = α·r_spec + (1 − α)·r_gen with α = 0.7.
  *

@@ -1,6 +1,6 @@
 /**
  * OpenAI-compatible chat client (`POST {base}/v1/chat/completions`) shared by the data pipeline
- * and the HTTP judge (DESIGN.md §7 "LLM access").
+ * and the HTTP judge (docs/design.md §7 "LLM access").
  *
  * - bounded concurrency (p-limit; a slot is held per HTTP attempt, not during backoff sleeps)
  * - retries with exponential backoff + jitter only on what can succeed when repeated: connection

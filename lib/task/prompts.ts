@@ -1,5 +1,5 @@
 /**
- * Prompts of the task (PaperGym, DESIGN.md §6), the same everywhere a plan is written: the student
+ * Prompts of the task (PaperGym, docs/design.md §6), the same everywhere a plan is written: the student
  * prompt (the question only) is used by every training stage, validation, eval and
  * `generate --input` questions; the OPSD teacher sees the question plus the instance rubric items
  * (privileged context). The data pipeline's own LLM prompts are lib/data/prompts.ts.

@@ -41,7 +41,7 @@ export interface RewardRequest<I extends GradedItem = TaskItem> {
 }
 
 /**
- * The reward of one plan (PaperGym, DESIGN §6): r = α·r_spec + (1 − α)·r_gen, with r_spec / r_gen
+ * The reward of one plan (PaperGym, docs/design.md §6): r = α·r_spec + (1 − α)·r_gen, with r_spec / r_gen
  * the fraction of instance / general rubric items met (lib/judge/rewards.ts computes it from
  * verdicts). All in [0, 1].
  */

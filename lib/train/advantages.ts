@@ -1,5 +1,5 @@
 /**
- * Group-relative advantages (DESIGN §5; GRPO — Shao et al. 2024; TRL GRPOTrainer; Dr. GRPO —
+ * Group-relative advantages (docs/design.md §5; GRPO — Shao et al. 2024; TRL GRPOTrainer; Dr. GRPO —
  * Liu et al. 2025, no std scaling). Computed natively in float64 (native/loss/advantages.h).
  *
  * Rewards are contiguous groups of `groupSize` completions of one prompt.

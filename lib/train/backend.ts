@@ -2,7 +2,7 @@
  * The training loop's view of the model: every native call the schedule makes goes through
  * this interface (implemented over the addon in lib/train/native-backend.ts). Token ids are plain
  * numbers; logprobs are natural-log probabilities (nats) of each completion token under
- * softmax(logits / T) over the full vocabulary, T the sampling temperature (DESIGN.md §4–5).
+ * softmax(logits / T) over the full vocabulary, T the sampling temperature (docs/design.md §4–5).
  */
 import type { ChatMessage } from '../llm/messages.js';
 
@@ -38,7 +38,7 @@ export interface GrpoLossOptions {
   betaKl: number;
   temperature: number;
   aggregation: 'grpo' | 'dapo' | 'dr_grpo';
-  /** Normalisers spanning the whole optimizer window (DESIGN.md §5). */
+  /** Normalisers spanning the whole optimizer window (docs/design.md §5). */
   totalSequences: number;
   totalCompletionTokens: number;
   maxCompletionLength: number;
@@ -59,7 +59,7 @@ export interface TrainBackend {
    * completion tokens / normalizer; grads accumulate. Returns the micro-batch's share of the loss.
    */
   opsdBackward(batch: { student: Sequence; teacher: Sequence }[], opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string }): Promise<{ loss: number }>;
-  /** GRPO micro-batch (fused loss, DESIGN.md §5); grads accumulate. */
+  /** GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. */
   grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], opts: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
   /** SFT window: mean next-token cross-entropy over all completion tokens of `batch`; grads accumulate. */
   sftBackward(batch: Sequence[]): Promise<{ loss: number }>;

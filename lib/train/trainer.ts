@@ -1,5 +1,5 @@
 /**
- * The two-stage schedule (DESIGN.md §6): stages run in `config.stages` order, each a module behind
+ * The two-stage schedule (docs/design.md §6): stages run in `config.stages` order, each a module behind
  * one interface (lib/train/stages/: `sft` cross-entropy on the reference answers, `opsd` on-policy
  * self-distillation, `grpo` rubric-reward GRPO). This file holds what they share: the step loop,
  * optimizer step and non-finite skip, metrics, validation, out-of-memory recovery, data-parallel
@@ -30,7 +30,7 @@ export interface TrainerDeps {
   backend: TrainBackend;
   items: TaskItem[];
   reward: RewardFn;
-  /** Group advantages (native, DESIGN.md §5; lib/train/advantages.ts groupAdvantages). */
+  /** Group advantages (native, docs/design.md §5; lib/train/advantages.ts groupAdvantages). */
   advantages: AdvantageFn;
   runDir: string;
   log?: (line: string) => void;

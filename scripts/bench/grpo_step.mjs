@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * One full GRPO step, wall time and peak memory by phase (issue #8 item 5d): Q questions × G
+ * One full GRPO step, wall time and peak memory by phase: Q questions × G
  * completions × N new tokens (default 8 × 8 × 1024) on a random-weight Qwen3 checkpoint, the
  * local judge (the same model with the adapter off, P(yes) from one prefill per rubric item),
  * through the production pieces: lib/train/native-backend.ts (generate, completionLogprobs,

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
- * Benchmark of the fused chunked losses against their unfused references (DESIGN §5, issue #4
- * item 9): peak memory and time of forward + backward (dHidden) for JSD and GRPO.
+ * Benchmark of the fused chunked losses against their unfused references (docs/design.md §5):
+ * peak memory and time of forward + backward (dHidden) for JSD and GRPO.
  *
  *   node scripts/bench/losses.mjs                       # CPU defaults: T 256,1024  V 151936  H 256  fp32
  *   node scripts/bench/losses.mjs --device cuda         # CUDA defaults: T 1024,4096,8192  V 151936  H 2048  bf16

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Fused JSD and GRPO: ours vs Liger-Kernel (issue #8 item 5c), in one device call.
+ * Fused JSD and GRPO: ours vs Liger-Kernel, in one device call.
  *
  * Ours: the native fused chunked losses behind lib/train/losses.ts jsdLoss / grpoLoss (the
  * addon's `_benchLoss`, which draws the inputs on the device so no host transfer is timed):
@@ -18,7 +18,7 @@
  *        node scripts/bench/losses_vs_liger.mjs --device cpu --T 256 --V 4096 --H 64   # smoke
  * Options: --T 8192 --V 151936 --H 2048 --dtype bf16|fp32 (default bf16 on CUDA) --kinds jsd,grpo
  *          --iters 5 --chunk 0 (auto) --no-liger --timeout S (per child, default 300)
- * Goal (issue): our memory ≤ Liger's, our time ≤ 1.2 × Liger's.
+ * Goal: our memory ≤ Liger's, our time ≤ 1.2 × Liger's.
  */
 import { benchArgs, deviceOf, dtypeOf, fmt, fmtRatio, gib, lib, median, ratio, peakBytes, resetPeak, run, runChild, runPython, writeJson } from './harness.mjs';
 

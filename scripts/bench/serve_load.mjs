@@ -5,8 +5,8 @@
  * continuous batching on the native decode engine), and the same requests are run again
  *   - "uniform-serve": through serve with one shared setting (temperature 1, no seed), and
  *   - "uniform-batch": as ONE native generate() call (one uniform batch, the rollout path; CUDA
- *     graphs on CUDA), the baseline the issue asks for.
- * Mixes (--mix): `seeds` (default; the issue's trial): the uniform settings (temperature 1) but
+ *     graphs on CUDA), the baseline.
+ * Mixes (--mix): `seeds` (default): the uniform settings (temperature 1) but
  * every request with its own seed; `temps`: also its own temperature (0.3-1.3); `full`: also top-k 20 / top-p 0.8-1.0 / min-p 0.05 on about half
  * of the requests. The uniform scenarios use temperature 1 (`seeds`) or 0.7 (`temps`, `full`), and
  * for `full` top_p 0.9 on every request (the nucleus needs a
@@ -15,7 +15,7 @@
  * Every request uses ignore_eos (stop ids off) with its own max_tokens, so each scenario decodes
  * exactly the same number of tokens. Reports requests/s, completion tokens/s, time to first token
  * (streamed requests: first content chunk) and latency percentiles (p50 / p90 / p99), and the
- * ratio mixed / uniform-batch throughput (the issue's goal: >= 0.85 on the H200).
+ * ratio mixed / uniform-batch throughput (goal: >= 0.85 on the H200).
  *
  * Usage (after `npm run build:ts` and the native build):
  *   node scripts/bench/serve_load.mjs                                     # CPU, tiny model, 64 clients

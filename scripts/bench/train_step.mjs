@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * LoRA train-step benchmark (issue #8 item 5a): one optimizer step = forward + backward of a
+ * LoRA train-step benchmark: one optimizer step = forward + backward of a
  * next-token cross-entropy over every token + grad-norm clip (1.0) + AdamW, LoRA r 64 / alpha 128
  * on all seven projections, random-weight Qwen3 shapes. Ours (native: Model.crossEntropyBackward,
  * chunked over tokens so no [T, V] logits for all tokens at once, + AdamW) against transformers +
@@ -10,7 +10,7 @@
  *
  * MFU = 4·N·(tokens/s) / peak, N = base parameters (embedding counted once when tied, lm_head
  * when untied; LoRA excluded), peak = 805 TFLOP/s (bf16 8192³ matmul measured on the H200,
- * shared REFERENCES.md). 4·N (not 6·N): the frozen base needs forward (2N) and the input
+ * docs/references.md "The H200 machine"). 4·N (not 6·N): the frozen base needs forward (2N) and the input
  * gradient (2N) but no weight gradient.
  * Peak memory = the allocator's peak allocated bytes over the timed steps (after warm-up, so it
  * includes weights, LoRA, AdamW state and activations): native().cudaMemory().peakAllocatedBytes

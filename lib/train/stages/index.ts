@@ -1,4 +1,4 @@
-/** The training stages by name (DESIGN.md §6), each behind {@link TrainingStage}. */
+/** The training stages by name (docs/design.md §6), each behind {@link TrainingStage}. */
 import type { Stage } from '../../config/train.js';
 import type { TrainingStage } from './stage.js';
 import { sftStage } from './sft.js';

@@ -1,5 +1,5 @@
 /**
- * The one interface every training stage implements (SFT, OPSD, GRPO; DESIGN.md §6), and the view
+ * The one interface every training stage implements (SFT, OPSD, GRPO; docs/design.md §6), and the view
  * of the running Trainer a stage step works through. The Trainer (lib/train/trainer.ts) owns what
  * every stage shares — the step loop, optimizer step, non-finite skip, checkpoints, resume, metrics,
  * validation, out-of-memory recovery, data-parallel agreement and judge health; a stage says what
