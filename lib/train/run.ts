@@ -26,6 +26,7 @@ import { groupAdvantages } from './advantages.js';
 import { resolveCheckpoint, type TrainerState } from './checkpoint.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
+import { STAGES } from './stages/index.js';
 import type { RewardFn } from '../task/types.js';
 import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
 import { studentMessages, teacherMessages } from '../task/prompts.js';
@@ -131,7 +132,7 @@ export function applyResumeFlags(saved: TrainConfig, state: TrainerState, flags:
   const st: TrainerState = { ...state };
   const summary = (state.summary ?? []) as { index: number; steps: number; stage: Stage }[];
   const done = (i: number) => summary.find((r) => r.index === i)?.steps ?? 0;
-  const stepsOf = (c: TrainConfig, s: Stage) => (s === 'sft' ? c.sft.steps : s === 'opsd' ? c.opsd.steps : c.grpo.steps);
+  const stepsOf = (c: TrainConfig, s: Stage) => STAGES[s].steps(c);
   const finished = state.stageIndex >= config.stages.length;
   for (const k of changed.filter((x) => x.endsWith('.steps'))) {
     const stage = k.split('.')[0] as Stage;
