@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { parseBinaryVerdict, parsePlanVerdicts, perItemMessage, perPlanMessage, renderTemplate, stripThink, loadPrompt, PER_ITEM_PROMPT } from '../lib/judge/verdict.js';
+import { parseBinaryVerdict, parsePlanVerdicts, perItemMessage, perPlanMessage, renderTemplate, loadPrompt, PER_ITEM_PROMPT } from '../lib/judge/verdict.js';
+import { stripThink } from '../lib/llm/think.js';
 
 describe('judge verdict parsing', () => {
   const table: [string, boolean | null, boolean?][] = [

@@ -3,8 +3,8 @@
  * parsing, rewards and the reward-hacking probe. The OpenAI-compatible server is lib/serve/.
  */
 export * from './types.js';
-export { splitThink, type ThinkSplit } from '../llm/think.js';
-export { parseBinaryVerdict, parsePlanVerdicts, readPlanVerdicts, VERDICT_KEYS, stripThink, loadPrompt, renderTemplate, perItemMessage, perPlanMessage, perPlanSchema, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate, type BinaryReading, type PlanReading } from './verdict.js';
+export { splitThink, stripThink, type ThinkSplit } from '../llm/think.js';
+export { parseBinaryVerdict, parsePlanVerdicts, readPlanVerdicts, VERDICT_KEYS, loadPrompt, renderTemplate, perItemMessage, perPlanMessage, perPlanSchema, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate, type BinaryReading, type PlanReading } from './verdict.js';
 export { computeReward, scorePlans, summariseRewards, makeRewardFn, DEFAULT_ALPHA, type RewardBreakdown, type RewardOptions, type RewardInput } from './rewards.js';
 export { HttpJudge, createHttpJudge, JUDGE_TOP_LOGPROBS, type HttpJudgeOptions, type CreateHttpJudgeOptions, type ChatLike } from './http.js';
 export { JudgeCache, requestHash } from './cache.js';

@@ -29,7 +29,6 @@ import { splitThink } from './think.js';
 import type { ChatMessage } from './messages.js';
 export type { ChatMessage };
 
-export { splitThink };
 
 /** OpenAI `response_format`. */
 export type ResponseFormat =
