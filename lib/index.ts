@@ -16,6 +16,8 @@ export { computeAdvantages, type AdvantageOptions, type AdvantageResult } from '
 export { AdamW, lrAt, type AdamWOptions, type OptimizerState } from './train/optim.js';
 export { completionMask, QWEN3_STOP_IDS } from './train/masks.js';
 export { runTraining, type RunOptions } from './train/run.js';
+export { studentMessages, teacherMessages, type TaskItem, type TaskRubricItem, type RewardFn, type RewardRequest, type RewardResult } from './task/index.js';
+export type { ChatMessage, ChatRole } from './llm/messages.js';
 export { resolveConfig, PRESETS, DEFAULTS, type TrainConfig, type Stage } from './config/train.js';
 export { readDataset, writeDataset, validateItem, loadGeneralRubric, sampleDatasetPath, type PaperGymItem, type RubricItem } from './data/schema.js';
 export { createHttpJudge } from './judge/http.js';

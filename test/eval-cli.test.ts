@@ -58,7 +58,7 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     expect(rows.filter((x) => x.kind === 'spec')).to.have.length(20);
     expect(rows.every((x) => typeof x.prob === 'number' && typeof x.met === 'boolean')).to.equal(true);
     expect(readFileSync(plans, 'utf8').trim().split('\n')).to.have.length(2);
-    // The local judge gives P(yes): eval reports both the binary and the P(yes) statistics (issue 12 item 6).
+    // The local judge gives P(yes): eval reports both the binary and the P(yes) statistics.
     expect(r.stdout).to.include(`with P(yes) per item (${rows.length} of ${rows.length} verdicts carry it)`);
     expect(rep.prob.overall.n).to.equal(20);
     const meanProb = rows.filter((x) => x.kind === 'spec').reduce((a, x) => a + x.prob, 0) / 20;
@@ -66,7 +66,7 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     expect(r.stderr).to.include(`judge health: ${rows.length} verdicts, null 0%`);
   });
 
-  it('eval fails before any compute on a judge URL answering 404, and exits non-zero when verdicts are mostly null (issue 12)', async () => {
+  it('eval fails before any compute on a judge URL answering 404, and exits non-zero when verdicts are mostly null', async () => {
     let items = 0;
     const srv = createServer((req, res) => {
       let d = '';

@@ -1,5 +1,5 @@
 /**
- * Per-row sampling settings in one batch (issue 20 item 1) and the step-wise decode engine
+ * Per-row sampling settings in one batch (each row samples with its own settings and seed) and the step-wise decode engine
  * (continuous batching) on a tiny Qwen3, CPU:
  * - generate() with promptOptions: rows with different temperature / top-k / top-p / min-p /
  *   seed / max tokens share one batch; a seeded row gives the same ids alone as inside the mixed

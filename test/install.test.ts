@@ -1,5 +1,5 @@
 /**
- * Install without a compiler, as a user would (issue 17): `scripts/prebuild.sh cpu --pack-dir`
+ * Install without a compiler, as a user would: `scripts/prebuild.sh cpu --pack-dir`
  * packs the main package and the cpu prebuilt package (relinking the objects of this checkout's
  * ./build without its RUNPATH, so CI does not compile twice); both tarballs are installed into an
  * empty project whose PATH holds node, npm, python3 and a shell, plus stubs named cmake, g++, gcc,

@@ -1,5 +1,5 @@
 /**
- * Issue 12 item 6: the HTTP judge's P(yes) from OpenAI-format chat logprobs
+ * The HTTP judge's P(yes) from OpenAI-format chat logprobs
  * (`choices[0].logprobs.content[i] = {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}`),
  * computed at the verdict position exactly as the local judge computes it from logits
  * (lib/judge/local.ts yesProbability), recorded on the verdict, cached, and used by the reward

@@ -1,7 +1,7 @@
 /**
- * Issue 12 item 6, done-criterion: the HTTP judge's P(yes) read from OpenAI chat logprobs
+ * The HTTP judge's P(yes) read from OpenAI chat logprobs
  * (lib/judge/http.ts with `score: 'prob'`, lib/judge/logprobs.ts) against our own `serve`
- * (lib/judge/serve.ts on the policy backend, real HTTP on loopback) equals the local judge's P(yes)
+ * (lib/serve/server.ts on the policy backend, real HTTP on loopback) equals the local judge's P(yes)
  * (lib/judge/local.ts, one prefill of the same model) within 1e-4 on CPU, for the same model and the
  * same judge prompt, 'pair' and 'all' answer tokens.
  *
@@ -17,9 +17,9 @@
  * <|im_end|>. A random tiny Qwen3 would not put "Yes"/"No" in the top 20 at all.
  */
 import { expect } from 'chai';
-import { ChatServer, type ServeBackend } from '../lib/judge/serve.js';
-import type { ServeStepper } from '../lib/judge/serve-engine.js';
-import { policyServeBackend } from '../lib/eval/backends.js';
+import { ChatServer, type ServeBackend } from '../lib/serve/server.js';
+import type { ServeStepper } from '../lib/serve/stepper.js';
+import { policyServeBackend } from '../lib/serve/policy.js';
 import { Policy } from '../lib/model/policy.js';
 import { httpJudgeFromConfig, JUDGE_DEFAULTS } from '../lib/judge/factory.js';
 import { localJudgeForModel, type LocalJudge } from '../lib/judge/local.js';
@@ -44,7 +44,7 @@ const ITEMS: JudgeItem[] = [
 ];
 const GENERAL: JudgeItem[] = [{ id: 'g-metric', text: 'States the metric used to compare methods.' }];
 
-describe('judge http P(yes) through our own serve equals the local judge (issue 12 item 6)', function () {
+describe('judge http P(yes) through our own serve equals the local judge', function () {
   this.timeout(180000);
   let policy: Policy;
   let srv: ChatServer;

@@ -98,7 +98,7 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(j.stats().failures).to.equal(1);
   });
 
-  it('stats count only real failures: prompts scored through the shared-prefix path are not failures (issue 12)', async () => {
+  it('stats count only real failures: prompts scored through the shared-prefix path are not failures', async () => {
     const yes = (await tok.encode('Yes'))[0];
     const scorer = async (ps: number[][], cands: number[]) => ps.map(() => Float64Array.from(cands, (c) => (c === yes ? Math.log(0.8) : Math.log(0.2))));
     let prefixCalls = 0;

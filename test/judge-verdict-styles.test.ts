@@ -1,10 +1,10 @@
 /**
- * Issue 12 items 1–2: judge replies in the styles real judge models produce (Qwen3 thinking on and
+ * Judge replies in the styles real judge models produce (Qwen3 thinking on and
  * off, DeepSeek-R1, JSON-mode chat models, Llama-3, Mistral, long prose judges), each with its
  * expected verdict, run end to end: createHttpJudge → the shared LLM client → a loopback
  * OpenAI-compatible HTTP server started here, which sends each reply as the chat completion
  * (string content, content parts, reasoning_content / reasoning fields, refusal field,
- * finish_reason length). Every row of the issue's table is included (marked "issue").
+ * finish_reason length). The hard cases (key names, labels against a leading yes/no, boxes, thinking parts) are marked "hard case".
  */
 import { expect } from 'chai';
 import { createHttpJudge } from '../lib/judge/http.js';
@@ -25,15 +25,15 @@ const LONG_YES =
   'The plan therefore satisfies the rubric item.';
 
 const rows: Row[] = [
-  // --- the issue's table ---
-  { style: 'issue: JSON key name', reply: '{"met": false}', met: false },
-  { style: 'issue: JSON with reason', reply: '{"satisfied": false, "reason": "no equal budget"}', met: false },
-  { style: 'issue: leading "No" determiner, labelled Yes', reply: 'No tuned baseline is named in the first sentence, but the plan then compares against Adam under the same tuning budget.\nFinal answer: Yes', met: true },
-  { style: 'issue: leading Yes, labelled No', reply: 'Yes, the plan mentions Adam, but it never gives the baseline the same tuning budget.\nVerdict: No', met: false },
-  { style: 'issue: boxed', reply: '\\boxed{Yes}', met: true },
-  { style: 'issue: question then boxed', reply: 'The plan gives Adam the same budget? It does not.\n\n\\boxed{No}', met: false },
+  // --- the hard cases: key names, labels against leading words, boxes, thinking parts ---
+  { style: 'hard case: JSON key name', reply: '{"met": false}', met: false },
+  { style: 'hard case: JSON with reason', reply: '{"satisfied": false, "reason": "no equal budget"}', met: false },
+  { style: 'hard case: leading "No" determiner, labelled Yes', reply: 'No tuned baseline is named in the first sentence, but the plan then compares against Adam under the same tuning budget.\nFinal answer: Yes', met: true },
+  { style: 'hard case: leading Yes, labelled No', reply: 'Yes, the plan mentions Adam, but it never gives the baseline the same tuning budget.\nVerdict: No', met: false },
+  { style: 'hard case: boxed', reply: '\\boxed{Yes}', met: true },
+  { style: 'hard case: question then boxed', reply: 'The plan gives Adam the same budget? It does not.\n\n\\boxed{No}', met: false },
   {
-    style: 'issue: content parts with a thinking part',
+    style: 'hard case: content parts with a thinking part',
     reply: { content: 'Yes', message: { role: 'assistant', content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'The plan matches.' }] }, { type: 'text', text: 'Yes' }] } },
     met: true,
   },
@@ -125,9 +125,9 @@ describe('judge verdict styles end to end (createHttpJudge → loopback OpenAI-c
   });
   after(() => srv.close());
 
-  it(`has at least 60 replies, every issue row included`, () => {
+  it(`has at least 60 replies, every hard case included`, () => {
     expect(rows.length).to.be.at.least(60);
-    expect(rows.filter((r) => r.style.startsWith('issue:')).length).to.equal(7);
+    expect(rows.filter((r) => r.style.startsWith('hard case:')).length).to.equal(7);
   });
 
   it('every reply gives its expected verdict (one request per reply, no retries)', async () => {

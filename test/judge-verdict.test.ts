@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { parseBinaryVerdict, parsePlanVerdicts, perItemMessage, perPlanMessage, renderTemplate, stripThink, loadPrompt, PER_ITEM_PROMPT } from '../lib/judge/verdict.js';
+import { parseBinaryVerdict, parsePlanVerdicts, perItemMessage, perPlanMessage, renderTemplate, loadPrompt, PER_ITEM_PROMPT } from '../lib/judge/verdict.js';
+import { stripThink } from '../lib/llm/think.js';
 
 describe('judge verdict parsing', () => {
   const table: [string, boolean | null, boolean?][] = [
@@ -40,7 +41,7 @@ describe('judge verdict parsing', () => {
     ["I'm sorry, but I can't help with that.", null, true],
     ['I cannot evaluate this plan.', null, true],
     ['As an AI, I am unable to determine this.', null, true],
-    // issue 12: key names are never answers; labels and boxes beat a leading word; conflicts are null
+    // Key names are never answers; labels and boxes beat a leading word; conflicts are null
     ['{"met": false}', false],
     ['{"met": null}', null],
     ['{"met": tr', null],

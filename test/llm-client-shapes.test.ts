@@ -1,5 +1,5 @@
 /**
- * Issue 12 item 4: reply and error shapes that real OpenAI-compatible servers send, over a
+ * Reply and error shapes that real OpenAI-compatible servers send, over a
  * loopback HTTP server: content as a string or an array of parts, thinking in parts /
  * `reasoning_content` / `reasoning` / `<think>`, logprobs passthrough; what is retried (connection
  * errors, timeouts, 408/409/429/5xx) and what fails once with the endpoint and the first 200

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { LlmClient, LlmHttpError, LlmJsonError, LlmLengthError, LlmTimeoutError, LlmAbortError, splitThink as stripThink, extractJson, parseRetryAfter, chatCompletionsUrl } from '../lib/llm/client.js';
+import { LlmClient, LlmHttpError, LlmJsonError, LlmLengthError, LlmTimeoutError, LlmAbortError, extractJson, parseRetryAfter, chatCompletionsUrl } from '../lib/llm/client.js';
+import { splitThink as stripThink } from '../lib/llm/think.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
 const msgs = (s: string) => [{ role: 'system' as const, content: 'sys' }, { role: 'user' as const, content: s }];

@@ -1,6 +1,6 @@
 /**
  * Fused vs unfused (values and grads, fp32 ≤ 1e-5), finite-difference gradient checks (float64),
- * the named numerical properties of issue #4 (item 8) and gradient accumulation over micro-batches.
+ * named numerical properties (JSD ≥ 0 and 0 for equal distributions, β limits, finite with −inf logits, k3 ≥ 0) and gradient accumulation over micro-batches.
  */
 import { expect } from 'chai';
 import { grpoLoss, jsdLoss, k3, selectedLogprobs, type FloatTensor } from '../lib/train/losses.js';

@@ -1,5 +1,5 @@
 /**
- * The memory plan (lib/train/memory-plan.ts, issue 21), pure arithmetic on CPU: it reproduces the
+ * The memory plan (lib/train/memory-plan.ts), pure arithmetic on CPU: it reproduces the
  * measured H200 peaks of the `train` command within the stated tolerance, its estimates grow with
  * every size knob and shrink with recompute, the plan it makes respects the budget (and the
  * --max-memory cap) and keeps the settings the user gave.
@@ -85,7 +85,7 @@ describe('memory plan', () => {
         prev = p;
       }
     }
-    // The issue's goals: 8B within 80 GB, 4B and 1.7B within 48 GB (as planned).
+    // Goals: 8B within 80 GB, 4B and 1.7B within 48 GB (as planned).
     expect(planMemory(presetInputs('qwen3-8b', 80)).fits).to.equal(true);
     expect(planMemory(presetInputs('qwen3-4b', 48)).fits).to.equal(true);
     expect(planMemory(presetInputs('qwen3-1.7b', 48)).fits).to.equal(true);

@@ -5,7 +5,7 @@
  * made and saved (random nonzero A and B); we load it and compare, on a right-padded batch in fp32,
  * logits (max |Δ| ≤ 1e-4), the CE loss and every LoRA gradient (relative error ≤ 1e-4), and the set
  * of adapted modules (equal to peft's):
- *   exclude_modules as a list (the issue's row: "layers.0.self_attn.q_proj") and as a regex;
+ *   exclude_modules as a list ("layers.0.self_attn.q_proj") and as a regex;
  *   target_modules as a regex string (full match); layers_to_transform (an int or a list) with and
  *   without layers_pattern (a string, or a list of regexes);
  *   rank_pattern / alpha_pattern (per-module r and alpha, keys matched as peft does), with rsLoRA;

@@ -1,5 +1,5 @@
 /**
- * `papergym-native serve` as a process (issue 12 item 7): started through a wrapper process (as
+ * `papergym-native serve` as a process: started through a wrapper process (as
  * `npx` starts it), the server exits and frees its port when the wrapper is killed with SIGKILL
  * (it cannot forward a signal then); it also answers a chat completion with logprobs while up.
  */

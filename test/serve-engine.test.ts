@@ -6,8 +6,8 @@
  * and client disconnects cancelling their rows.
  */
 import { expect } from 'chai';
-import { ChatServer } from '../lib/judge/serve.js';
-import { policyServeBackend } from '../lib/eval/backends.js';
+import { ChatServer } from '../lib/serve/server.js';
+import { policyServeBackend } from '../lib/serve/policy.js';
 import { Policy } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
 

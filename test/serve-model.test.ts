@@ -4,8 +4,8 @@
  * Skipped when the addon or python (tiny-model maker) is unavailable.
  */
 import { expect } from 'chai';
-import { ChatServer } from '../lib/judge/serve.js';
-import { policyServeBackend } from '../lib/eval/backends.js';
+import { ChatServer } from '../lib/serve/server.js';
+import { policyServeBackend } from '../lib/serve/policy.js';
 import { createHttpJudge } from '../lib/judge/http.js';
 import { LlmClient } from '../lib/llm/client.js';
 import { Policy } from '../lib/model/policy.js';

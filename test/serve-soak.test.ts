@@ -1,5 +1,5 @@
 /**
- * Soak test of `serve` on loopback (issue 20 item 4), bounded in count (96 + 96 requests, 24 at
+ * Soak test of `serve` on loopback, bounded in count (96 + 96 requests, 24 at
  * a time) and time: mixed plain and streaming requests with mixed settings and seeds, malformed
  * bodies (not JSON, wrong types, unknown model, bad roles) and clients that disconnect
  * mid-stream. Every well-formed request that stays connected gets a complete 200 answer, every
@@ -10,8 +10,8 @@
 import { expect } from 'chai';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { ChatServer } from '../lib/judge/serve.js';
-import { policyServeBackend } from '../lib/eval/backends.js';
+import { ChatServer } from '../lib/serve/server.js';
+import { policyServeBackend } from '../lib/serve/policy.js';
 import { Policy } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
 

@@ -1,13 +1,15 @@
 import { expect } from 'chai';
-import { ChatServer, applyStop, splitReasoning, type ServeBackend, type ServeGenerateOptions, type ServeMessage } from '../lib/judge/serve.js';
+import { ChatServer, applyStop, type ServeBackend, type ServeGenerateOptions } from '../lib/serve/server.js';
+import { splitThink } from '../lib/llm/think.js';
+import type { ChatMessage } from '../lib/llm/messages.js';
 import { createHttpJudge } from '../lib/judge/http.js';
 import { LlmClient } from '../lib/llm/client.js';
-import { policyServeBackend } from '../lib/eval/backends.js';
+import { policyServeBackend } from '../lib/serve/policy.js';
 import type { Policy } from '../lib/model/policy.js';
 
 /** Fake backend: echoes the last user message's length; records batch sizes and options. */
 function fakeBackend(delayMs = 30) {
-  const calls: { prompts: ServeMessage[][]; opts: ServeGenerateOptions }[] = [];
+  const calls: { prompts: ChatMessage[][]; opts: ServeGenerateOptions }[] = [];
   const backend: ServeBackend = {
     async generate(prompts, opts) {
       calls.push({ prompts, opts });
@@ -124,10 +126,10 @@ describe('serve (OpenAI-compatible server; fake backend)', function () {
 });
 
 describe('serve helpers', () => {
-  it('splitReasoning and applyStop', () => {
-    expect(splitReasoning('<think>a</think>\n\nb<|im_end|>')).to.deep.equal({ reasoning: 'a', content: 'b' });
-    expect(splitReasoning('plain')).to.deep.equal({ content: 'plain' });
-    expect(splitReasoning('<think>unfinished')).to.deep.equal({ content: '', reasoning: 'unfinished' });
+  it('splitThink and applyStop', () => {
+    expect(splitThink('<think>a</think>\n\nb<|im_end|>')).to.deep.equal({ reasoning: 'a', content: 'b' });
+    expect(splitThink('plain')).to.deep.equal({ content: 'plain' });
+    expect(splitThink('<think>unfinished')).to.deep.equal({ content: '', reasoning: 'unfinished' });
     expect(applyStop('abcSTOPdefEND', ['END', 'STOP'])).to.deep.equal({ text: 'abc', stopped: true });
     expect(applyStop('abc', [])).to.deep.equal({ text: 'abc', stopped: false });
   });
@@ -169,10 +171,10 @@ describe('serve: policy backend adapter (fake policy)', () => {
     const calls: unknown[][] = [];
     const fake = {
       contextLength: 10,
-      async encodePrompts(ps: ServeMessage[][]) {
+      async encodePrompts(ps: ChatMessage[][]) {
         return ps.map((p) => Array.from({ length: p[0].content.length }, () => 1));
       },
-      async generateWithStats(ps: ServeMessage[][], o: { n: number }) {
+      async generateWithStats(ps: ChatMessage[][], o: { n: number }) {
         calls.push(ps);
         return {
           promptIds: ps.map((p) => Array.from({ length: p[0].content.length }, () => 1)),
@@ -183,7 +185,7 @@ describe('serve: policy backend adapter (fake policy)', () => {
     const b = policyServeBackend(fake);
     const out = await b.generate([[{ role: 'user', content: 'abc' }], [{ role: 'user', content: 'way too long' }], [{ role: 'user', content: 'de' }]], { n: 2, temperature: 0, topP: 1, topK: 0, maxNewTokens: 5, seed: 1 });
     expect(calls).to.have.length(1);
-    expect((calls[0] as ServeMessage[][]).map((p) => p[0].content)).to.deep.equal(['abc', 'de']);
+    expect((calls[0] as ChatMessage[][]).map((p) => p[0].content)).to.deep.equal(['abc', 'de']);
     expect(out[0]).to.deep.equal({ promptTokens: 3, completions: [{ text: 'abc-0', finishReason: 'length', completionTokens: 2 }, { text: 'abc-1', finishReason: 'length', completionTokens: 2 }] });
     expect((out[1] as { error: string }).error).to.match(/exceeds the context of 10/);
     expect((out[2] as { completions: { text: string }[] }).completions.map((c) => c.text)).to.deep.equal(['de-0', 'de-1']);

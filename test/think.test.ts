@@ -1,9 +1,6 @@
-/** Issue 12 item 3: the one reader of thinking (lib/llm/think.ts), used by the client, judges, rewards/eval, data pipeline and serve. */
+/** The one reader of thinking (lib/llm/think.ts), used by the client, judges, rewards/eval, data pipeline and serve. */
 import { expect } from 'chai';
 import { splitThink, stripThink, answerStart } from '../lib/llm/think.js';
-import { splitReasoning } from '../lib/judge/serve.js';
-import { stripThink as verdictStripThink } from '../lib/judge/verdict.js';
-import { splitThink as clientSplitThink } from '../lib/llm/client.js';
 
 describe('think reader (one for client, judges, rewards, data pipeline and serve)', () => {
   const table: [string, string, string | undefined][] = [
@@ -27,10 +24,6 @@ describe('think reader (one for client, judges, rewards, data pipeline and serve
       expect(r.content).to.equal(content);
       expect(r.reasoning).to.equal(reasoning);
       expect(stripThink(text)).to.equal(content);
-      // The same function everywhere.
-      expect(verdictStripThink(text)).to.equal(content);
-      expect(clientSplitThink(text)).to.deep.equal(r);
-      expect(splitReasoning(text)).to.deep.equal(r);
     });
   }
   it('answerStart: after the last closing tag; -1 inside an unclosed block', () => {

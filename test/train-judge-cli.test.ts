@@ -1,5 +1,5 @@
 /**
- * Issue 12 item 7, as a new user meets it: `train` with an HTTP judge on the embedded tiny model.
+ * A failing judge as a new user meets it: `train` with an HTTP judge on the embedded tiny model.
  * A judge URL answering 404 fails the start-up check (exit 1, a message, no stack trace); a judge
  * whose replies cannot be read stops GRPO at its first step with a checkpoint and the resume
  * command (exit non-zero, not "reward 0.000" and exit 0); once the judge answers, `--resume`

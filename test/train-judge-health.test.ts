@@ -1,5 +1,5 @@
 /**
- * Issue 12 item 7 (train side): a judge that fails is loud, never a silent zero. With a fake
+ * Train side of judge health: a judge that fails is loud, never a silent zero. With a fake
  * (pure TypeScript) training backend: judge health per step in metrics.jsonl and in the progress
  * line; a step whose null rate passes `judge.maxNullRate` — or whose reward call throws — ends the
  * run with a checkpoint of the state before that step and the resume command, and `--resume`

@@ -14,7 +14,7 @@ import { Policy } from '../lib/model/policy.js';
 import { NativeBackend } from '../lib/train/native-backend.js';
 import { resolveConfig } from '../lib/config/train.js';
 import { sampleDatasetPath } from '../lib/data/schema.js';
-import { studentMessages, teacherMessages } from '../lib/train/prompts.js';
+import { studentMessages, teacherMessages } from '../lib/task/prompts.js';
 import type { RewardFn } from '../lib/train/trainer.js';
 
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;

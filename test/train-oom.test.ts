@@ -1,5 +1,5 @@
 /**
- * Out-of-memory recovery of the update (issue 21), on CPU with the fault-injection hook
+ * Out-of-memory recovery of the update, on CPU with the fault-injection hook
  * (PAPERGYM_SIMULATE_OOM_TOKENS: an update micro-batch above that many tokens throws the addon's
  * ERR_PG_OOM error). The run halves the micro-batch (then turns recompute on), retries the step
  * with the same seed and rollouts, logs one line per reduction and keeps the smaller setting: its

@@ -1,6 +1,6 @@
 /**
  * `papergym-native build-data --papers DIR_OR_ARCHIVES... --out dataset.jsonl --llm URL --model NAME`
- * (DESIGN.md §7): papers → PaperGym items through an OpenAI-compatible endpoint, with SQLite
+ * (docs/design.md §7): papers → PaperGym items through an OpenAI-compatible endpoint, with SQLite
  * state for resume (`--state`, default `<out>.state.sqlite`), `--force` to redo, and
  * `--format research-plan-gen` for the public dataset's field names.
  */

@@ -3,7 +3,7 @@ import type { CommandModule } from 'yargs';
 import type { ChatMessage } from '../../lib/model/chat.js';
 import { Policy, type PolicyPrompt } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
-import { studentMessages } from '../../lib/train/prompts.js';
+import { studentMessages } from '../../lib/task/prompts.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { GENERATE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';

@@ -1,5 +1,5 @@
 /**
- * `papergym-native leakage --data dataset.jsonl [--llm URL --model NAME]` (DESIGN.md §7/§8):
+ * `papergym-native leakage --data dataset.jsonl [--llm URL --model NAME]` (docs/design.md §7/§8):
  * per rubric item, whether a judge can infer it from the question alone; rates overall, per
  * dimension and per origin; plus the LLM-free lexical-overlap proxy (always computed).
  */

@@ -2,8 +2,8 @@ import type { CommandModule } from 'yargs';
 import { basename } from 'node:path';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
-import { ChatServer } from '../../lib/judge/serve.js';
-import { policyServeBackend } from '../../lib/eval/backends.js';
+import { ChatServer } from '../../lib/serve/server.js';
+import { policyServeBackend } from '../../lib/serve/policy.js';
 import { SERVE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { resolveDevice } from '../../lib/util/device.js';
@@ -27,7 +27,7 @@ interface ServeArgs {
 /**
  * `papergym-native serve --model DIR [--adapter DIR] --port N`: an OpenAI-compatible server
  * (`/v1/chat/completions` plain + streaming with logprobs, stop strings and tool turns,
- * `/v1/models`) on the addon with continuous batching (lib/judge/serve.ts): up to `--max-batch`
+ * `/v1/models`) on the addon with continuous batching (lib/serve/server.ts): up to `--max-batch`
  * rows decode together, each request with its own sampling settings; up to `--max-queue` requests
  * wait (then 429). Serve a frozen base as the judge of another run with
  * `--judge http --judge-url http://HOST:PORT/v1 --judge-model NAME --judge-no-think`.

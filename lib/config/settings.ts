@@ -17,10 +17,10 @@ const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_p
  * Defaults are JUDGE_DEFAULTS (train: kind local, concurrency 8; eval: kind http).
  */
 export const JUDGE_SETTINGS: readonly Setting[] = [
-  { key: 'kind', flag: 'judge', type: 'enum', choices: ['local', 'http'], default: JUDGE_DEFAULTS.kind, meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint', source: 'paper: LLM judge decides each rubric item (DESIGN.md §6)' },
+  { key: 'kind', flag: 'judge', type: 'enum', choices: ['local', 'http'], default: JUDGE_DEFAULTS.kind, meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint', source: 'paper: LLM judge decides each rubric item (docs/design.md §6)' },
   { key: 'url', flag: 'judge-url', type: 'string', default: JUDGE_DEFAULTS.url, values: 'http(s)://host:port/v1', meaning: 'http: judge endpoint (vLLM, SGLang, papergym-native serve)', source: 'OpenAI API base_url' },
   { key: 'model', flag: 'judge-model', type: 'string', default: JUDGE_DEFAULTS.model, values: 'a served model name', meaning: 'http: model name the judge endpoint serves', source: 'OpenAI API model' },
-  { key: 'mode', flag: 'judge-mode', type: 'enum', choices: ['per-item', 'per-plan'], default: JUDGE_DEFAULTS.mode, meaning: 'http: one yes/no request per rubric item, or one JSON request per plan', source: 'paper: per-item judging (DESIGN.md §6)' },
+  { key: 'mode', flag: 'judge-mode', type: 'enum', choices: ['per-item', 'per-plan'], default: JUDGE_DEFAULTS.mode, meaning: 'http: one yes/no request per rubric item, or one JSON request per plan', source: 'paper: per-item judging (docs/design.md §6)' },
   { key: 'concurrency', flag: 'judge-concurrency', type: 'integer', min: 1, default: JUDGE_DEFAULTS.concurrency, meaning: 'http: requests in flight', source: 'vLLM benchmark --max-concurrency' },
   { key: 'cache', flag: 'judge-cache', type: 'path', default: JUDGE_DEFAULTS.cache, values: 'a SQLite file', meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache', source: 'papergym-native (lib/judge/cache.ts)' },
   { key: 'timeoutMs', flag: 'judge-timeout-ms', type: 'integer', min: 1, default: JUDGE_DEFAULTS.timeoutMs, meaning: 'http: per-attempt timeout in milliseconds', source: 'OpenAI client timeout' },
@@ -30,7 +30,7 @@ export const JUDGE_SETTINGS: readonly Setting[] = [
   { key: 'batch', flag: 'judge-batch', type: 'integer', min: 1, default: JUDGE_DEFAULTS.batch, meaning: 'local: prompts per prefill batch', source: 'vLLM max_num_seqs' },
   { key: 'variants', flag: 'judge-variants', type: 'enum', choices: ['pair', 'all'], default: JUDGE_DEFAULTS.variants, meaning: 'P(yes) answer tokens: Yes/No only, or every casing/space variant summed; unset = pair (local with forward-logits: all)', source: 'papergym-native local judge (lib/judge/local.ts)' },
   { key: 'scoring', flag: 'judge-scoring', type: 'enum', choices: ['sequence-logprobs', 'forward-logits'], default: JUDGE_DEFAULTS.scoring, meaning: 'local: lm_head at the scored position only, or full forward logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
-  { key: 'score', flag: 'judge-score', type: 'enum', choices: ['binary', 'prob'], default: JUDGE_DEFAULTS.score, meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)", source: 'paper: binary rubric verdicts (DESIGN.md §6); OpenAI API logprobs / top_logprobs' },
+  { key: 'score', flag: 'judge-score', type: 'enum', choices: ['binary', 'prob'], default: JUDGE_DEFAULTS.score, meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)", source: 'paper: binary rubric verdicts (docs/design.md §6); OpenAI API logprobs / top_logprobs' },
   { key: 'maxNullRate', flag: 'judge-max-null-rate', type: 'number', min: 0, max: 1, default: JUDGE_DEFAULTS.maxNullRate, meaning: 'Stop training (with a checkpoint) / fail eval when more than this fraction of a step\'s verdicts is null (refused, unreadable, failed)', source: 'papergym-native (a failing judge is never a silent zero reward)' },
 ];
 
@@ -38,16 +38,16 @@ export const JUDGE_SETTINGS: readonly Setting[] = [
 export const TRAIN_SETTINGS: readonly Setting[] = [
   // ---- run ----
   { key: 'model', flag: 'model', type: 'path', default: null, values: 'a Hugging Face Qwen3 checkpoint dir (config.json, safetensors, tokenizer.json)', meaning: 'Base model to train; unset = the embedded tiny random Qwen3 (real tokenizer) that trains in minutes on CPU', source: 'TRL ModelConfig.model_name_or_path; paper: Qwen3-1.7B/4B/8B' },
-  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym dataset JSONL (docs/data.md)', meaning: 'Training and validation items (split train / val); unset = the embedded hand-made sample dataset', source: 'TRL train_dataset; paper: PaperGym items (DESIGN.md §7)' },
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym dataset JSONL (docs/data.md)', meaning: 'Training and validation items (split train / val); unset = the embedded hand-made sample dataset', source: 'TRL train_dataset; paper: PaperGym items (docs/design.md §7)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable dir', meaning: 'Run dir for config.json, metrics.jsonl, checkpoints, final adapter and report.html; unset = runs/<timestamp>', source: 'transformers TrainingArguments.output_dir' },
   { key: 'device', flag: 'device', type: 'string', default: 'cpu', pattern: DEVICE, values: 'cpu | cuda | cuda:N', meaning: 'Device of the model and the training step (the presets set cuda)', source: 'transformers TrainingArguments (use_cpu / device placement)' },
   { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: 'Model weight dtype; unset = bfloat16 on CUDA, float32 on CPU (LoRA weights and optimizer state are float32 either way)', source: 'transformers TrainingArguments.bf16 / fp16; ModelConfig.torch_dtype' },
-  { key: 'stages', flag: 'stages', type: 'list', items: 'string', choices: ['sft', 'opsd', 'grpo'], default: ['opsd', 'grpo'], meaning: 'Training stages in order; the paper ablations are one flag away: opsd (OPSD only), grpo (GRPO only), grpo,opsd (reversed), sft (SFT baseline)', source: 'paper: OPSD → GRPO schedule and its ablations (DESIGN.md §6)' },
+  { key: 'stages', flag: 'stages', type: 'list', items: 'string', choices: ['sft', 'opsd', 'grpo'], default: ['opsd', 'grpo'], meaning: 'Training stages in order; the paper ablations are one flag away: opsd (OPSD only), grpo (GRPO only), grpo,opsd (reversed), sft (SFT baseline)', source: 'paper: OPSD → GRPO schedule and its ablations (docs/design.md §6)' },
   { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 1234, meaning: 'Seed of the data order, sampling, dropout and LoRA init; every random draw derives from (seed, stage, step), so a resumed run replays exactly', source: 'transformers TrainingArguments.seed' },
   { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'Stop at the first invalid dataset row instead of skipping it with a warning', source: 'papergym-native (dataset validation, docs/data.md)' },
   // ---- LoRA ----
-  { key: 'lora.r', flag: 'lora-r', type: 'integer', min: 1, default: 8, meaning: 'LoRA rank r (paper presets: 64)', source: 'peft LoraConfig.r; paper (DESIGN.md §6): r = 64' },
-  { key: 'lora.alpha', flag: 'lora-alpha', type: 'number', min: 0, exclusiveMin: true, default: 16, meaning: 'LoRA scaling alpha: the update is (alpha / r)·B·A (paper presets: 128)', source: 'peft LoraConfig.lora_alpha; paper (DESIGN.md §6): alpha = 128' },
+  { key: 'lora.r', flag: 'lora-r', type: 'integer', min: 1, default: 8, meaning: 'LoRA rank r (paper presets: 64)', source: 'peft LoraConfig.r; paper (docs/design.md §6): r = 64' },
+  { key: 'lora.alpha', flag: 'lora-alpha', type: 'number', min: 0, exclusiveMin: true, default: 16, meaning: 'LoRA scaling alpha: the update is (alpha / r)·B·A (paper presets: 128)', source: 'peft LoraConfig.lora_alpha; paper (docs/design.md §6): alpha = 128' },
   { key: 'lora.dropout', flag: 'lora-dropout', type: 'number', min: 0, max: 1, exclusiveMax: true, default: 0, meaning: 'Dropout on the LoRA branch input (training only)', source: 'peft LoraConfig.lora_dropout' },
   { key: 'lora.useRslora', flag: 'lora-rslora', type: 'boolean', default: false, meaning: 'Rank-stabilised scaling alpha / sqrt(r) instead of alpha / r', source: 'peft LoraConfig.use_rslora (Kalajdzievski 2023)' },
   { key: 'lora.targetModules', flag: 'lora-target-modules', type: 'list', items: 'string', choices: LORA_TARGETS, default: [...LORA_TARGETS], meaning: 'Linear layers that get a LoRA adapter', source: 'peft LoraConfig.target_modules ("all-linear")' },
@@ -70,8 +70,8 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
   { key: 'sft.lr', flag: 'sft-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of the SFT stage', source: 'TRL SFTConfig.learning_rate' },
   { key: 'sft.batchSize', flag: 'sft-batch-size', type: 'integer', min: 1, default: 2, meaning: 'Reference answers per SFT step (cross-entropy, token mean over the batch)', source: 'TRL SFTConfig.per_device_train_batch_size' },
   // ---- OPSD ----
-  { key: 'opsd.steps', flag: 'opsd-steps', type: 'integer', min: 0, default: 8, meaning: 'Optimizer steps of the OPSD stage (0 = skip; paper: 200 for 1.7B/4B, 400 for 8B)', source: 'paper: OPSD steps (DESIGN.md §6); TRL GKDConfig.max_steps' },
-  { key: 'opsd.lr', flag: 'opsd-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of OPSD (paper: 5e-6)', source: 'paper (DESIGN.md §6); TRL GKDConfig.learning_rate' },
+  { key: 'opsd.steps', flag: 'opsd-steps', type: 'integer', min: 0, default: 8, meaning: 'Optimizer steps of the OPSD stage (0 = skip; paper: 200 for 1.7B/4B, 400 for 8B)', source: 'paper: OPSD steps (docs/design.md §6); TRL GKDConfig.max_steps' },
+  { key: 'opsd.lr', flag: 'opsd-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of OPSD (paper: 5e-6)', source: 'paper (docs/design.md §6); TRL GKDConfig.learning_rate' },
   { key: 'opsd.batchSize', flag: 'opsd-batch-size', type: 'integer', min: 1, default: 2, meaning: 'Questions per OPSD step, one student rollout each', source: 'siyan-zhao/OPSD (batch of prompts per step); TRL GKDConfig.per_device_train_batch_size' },
   { key: 'opsd.microBatch', flag: 'opsd-micro-batch', type: 'integer', min: 1, default: 2, meaning: 'Rollouts per backward pass (gradient accumulation inside a step; does not change the gradient)', source: 'transformers TrainingArguments.gradient_accumulation_steps (inverse)' },
   { key: 'opsd.beta', flag: 'jsd-beta', type: 'number', min: 0, max: 1, default: 0.5, meaning: 'Generalised JSD interpolation beta: 0 = forward KL(teacher‖student) limit, 1 = reverse KL limit, 0.5 = symmetric JSD', source: 'TRL GKDConfig.beta (Agarwal et al. 2024, generalised JSD)' },
@@ -79,19 +79,19 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
   { key: 'opsd.emaDecay', flag: 'ema-decay', type: 'number', min: 0, max: 1, exclusiveMax: true, default: 0.99, meaning: 'EMA decay of the ema teacher per step', source: 'TRL sync_ref_model / ref_model_mixup_alpha (EMA reference)' },
   { key: 'opsd.earlyStopPatience', flag: 'early-stop-patience', type: 'integer', min: 0, default: 0, meaning: 'End OPSD after the validation score falls this many times in a row (0 = never)', source: 'transformers EarlyStoppingCallback.early_stopping_patience' },
   // ---- GRPO ----
-  { key: 'grpo.steps', flag: 'grpo-steps', type: 'integer', min: 0, default: 6, meaning: 'Optimizer steps of the GRPO stage (0 = skip; paper: 200 for 1.7B/4B, 100 for 8B)', source: 'paper: GRPO steps (DESIGN.md §6); TRL GRPOConfig.max_steps' },
-  { key: 'grpo.lr', flag: 'grpo-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of GRPO (paper: 1e-5)', source: 'paper (DESIGN.md §6); TRL GRPOConfig.learning_rate' },
+  { key: 'grpo.steps', flag: 'grpo-steps', type: 'integer', min: 0, default: 6, meaning: 'Optimizer steps of the GRPO stage (0 = skip; paper: 200 for 1.7B/4B, 100 for 8B)', source: 'paper: GRPO steps (docs/design.md §6); TRL GRPOConfig.max_steps' },
+  { key: 'grpo.lr', flag: 'grpo-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Peak learning rate of GRPO (paper: 1e-5)', source: 'paper (docs/design.md §6); TRL GRPOConfig.learning_rate' },
   { key: 'grpo.questionsPerStep', flag: 'questions-per-step', type: 'integer', min: 1, default: 2, meaning: 'Questions per GRPO step (each gets group-size completions)', source: 'TRL GRPOConfig: per_device_train_batch_size / num_generations' },
-  { key: 'grpo.groupSize', flag: 'group-size', type: 'integer', min: 2, default: 4, meaning: 'Completions per question G; advantages are normalised within a group (paper: 8)', source: 'TRL GRPOConfig.num_generations; paper (DESIGN.md §6): G = 8' },
+  { key: 'grpo.groupSize', flag: 'group-size', type: 'integer', min: 2, default: 4, meaning: 'Completions per question G; advantages are normalised within a group (paper: 8)', source: 'TRL GRPOConfig.num_generations; paper (docs/design.md §6): G = 8' },
   { key: 'grpo.microBatch', flag: 'grpo-micro-batch', type: 'integer', min: 1, default: 4, meaning: 'Completions per backward pass; also how many are sampled per generation call (gradient is unchanged)', source: 'transformers TrainingArguments.gradient_accumulation_steps (inverse)' },
   { key: 'grpo.epsLow', flag: 'eps-low', type: 'number', min: 0, max: 1, default: 0.2, meaning: 'Lower clip range: the ratio is clipped at 1 - eps-low', source: 'TRL GRPOConfig.epsilon (PPO clip)' },
   { key: 'grpo.epsHigh', flag: 'eps-high', type: 'number', min: 0, default: 0.28, meaning: 'Upper clip range: the ratio is clipped at 1 + eps-high (DAPO clip-higher)', source: 'TRL GRPOConfig.epsilon_high (DAPO, Yu et al. 2025)' },
-  { key: 'grpo.betaKl', flag: 'kl-coef', type: 'number', min: 0, default: 0.01, meaning: 'Weight of the k3 KL penalty to the reference policy (0 = no reference pass)', source: 'TRL GRPOConfig.beta; paper (DESIGN.md §6): 0.01' },
+  { key: 'grpo.betaKl', flag: 'kl-coef', type: 'number', min: 0, default: 0.01, meaning: 'Weight of the k3 KL penalty to the reference policy (0 = no reference pass)', source: 'TRL GRPOConfig.beta; paper (docs/design.md §6): 0.01' },
   { key: 'grpo.aggregation', flag: 'aggregation', type: 'enum', choices: ['grpo', 'dapo', 'dr_grpo'], default: 'grpo', meaning: 'Loss aggregation: mean of per-sequence token means (grpo), token mean over the batch (dapo), or sum / (batch × max length) (dr_grpo)', source: 'TRL GRPOConfig.loss_type' },
   { key: 'grpo.scale', flag: 'advantage-scale', type: 'enum', choices: ['group', 'batch', 'none'], default: 'group', meaning: 'Divide advantages by the std of the group, of the batch, or not at all (Dr. GRPO)', source: 'TRL GRPOConfig.scale_rewards' },
   { key: 'grpo.dropZeroVariance', flag: 'drop-zero-variance', type: 'boolean', default: false, meaning: 'Leave groups whose rewards are all equal out of the loss', source: 'DAPO dynamic sampling (Yu et al. 2025)' },
   { key: 'grpo.reference', flag: 'reference', type: 'enum', choices: ['stage-start', 'base'], default: 'stage-start', meaning: 'KL reference policy: a snapshot of the adapter at the start of GRPO, or the base model (adapter off)', source: 'TRL GRPOTrainer ref_model (peft: adapter disabled)' },
-  { key: 'grpo.alpha', flag: 'reward-alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward mix r = alpha·r_spec + (1 − alpha)·r_gen', source: 'paper: reward mix, alpha = 0.7 (DESIGN.md §6)' },
+  { key: 'grpo.alpha', flag: 'reward-alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward mix r = alpha·r_spec + (1 − alpha)·r_gen', source: 'paper: reward mix, alpha = 0.7 (docs/design.md §6)' },
   // ---- judge (one list shared with eval / probe-judge: JUDGE_SETTINGS below) ----
   ...JUDGE_SETTINGS.map((j) => ({ ...j, key: `judge.${j.key}`, ...(j.key === 'kind' ? { default: 'local' } : j.key === 'concurrency' ? { default: 8 } : {}) })),
   // ---- validation, checkpoints, logging ----
@@ -111,7 +111,7 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
 /** `train` options that are not config keys. */
 export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
   { key: 'config', flag: 'config', type: 'path', default: null, values: 'a YAML or JSON file with config keys (docs/config.md)', meaning: 'Config file, layered over the preset and under the flags', source: 'TRL YAML config (--config)' },
-  { key: 'preset', flag: 'preset', type: 'enum', choices: ['qwen3-1.7b', 'qwen3-4b', 'qwen3-8b'], default: null, meaning: "The paper's settings for a model size (LoRA 64/128, lrs, steps, G = 8, KL 0.01, device cuda)", source: 'paper: training settings (DESIGN.md §6)' },
+  { key: 'preset', flag: 'preset', type: 'enum', choices: ['qwen3-1.7b', 'qwen3-4b', 'qwen3-8b'], default: null, meaning: "The paper's settings for a model size (LoRA 64/128, lrs, steps, G = 8, KL 0.01, device cuda)", source: 'paper: training settings (docs/design.md §6)' },
   { key: 'resume', flag: 'resume', type: 'path', default: null, values: 'a run dir or a checkpoint dir', meaning: 'Continue a run from its latest checkpoint; only step counts may change (to extend a finished run)', source: 'transformers Trainer.train(resume_from_checkpoint)' },
   // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.
   { key: 'nprocPerNode', flag: 'nproc-per-node', type: 'integer', min: 1, default: null, meaning: 'Start this many worker processes on this machine (one GPU each on CUDA; Gloo on CPU), each training a contiguous share of every step\'s global batch; unset = one process', source: 'torchrun --nproc-per-node; DDP' },
@@ -143,7 +143,7 @@ export const GENERATE_OPTIONS: readonly Setting[] = [
   { key: 'prompt', flag: 'prompt', type: 'list', items: 'string', repeatable: true, default: null, values: 'prompt text', meaning: 'Prompt sent as a user message; give this or --input', source: 'vLLM generate prompts' },
   { key: 'input', flag: 'input', type: 'path', default: null, values: 'JSONL of {question|prompt|messages, id?}', meaning: 'Input file; questions get the training student prompt unless --plain', source: 'vLLM offline batch inference input' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Output JSONL (one line per completion); unset = stdout', source: 'vLLM run_batch -o' },
-  { key: 'plain', flag: 'plain', type: 'boolean', default: false, meaning: 'Send --input questions as bare user messages (no student prompt)', source: 'papergym-native (student prompt, lib/train/prompts.ts)' },
+  { key: 'plain', flag: 'plain', type: 'boolean', default: false, meaning: 'Send --input questions as bare user messages (no student prompt)', source: 'papergym-native (student prompt, lib/task/prompts.ts)' },
   { key: 'system', flag: 'system', type: 'string', default: null, values: 'any text', meaning: 'System message for --prompt texts', source: 'OpenAI chat system role' },
   { key: 'n', flag: 'n', type: 'integer', min: 1, default: 1, meaning: 'Completions per prompt', source: 'vLLM SamplingParams.n' },
   ...SAMPLING_OPTIONS,
@@ -162,9 +162,9 @@ export const EVAL_OPTIONS: readonly Setting[] = [
   { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'First N items only; unset = all', source: 'lm-evaluation-harness --limit' },
   { key: 'samples', flag: 'samples', type: 'integer', min: 1, default: 1, meaning: 'Plans per question', source: 'vLLM SamplingParams.n' },
   ...SAMPLING_OPTIONS,
-  { key: 'general', flag: 'general', type: 'boolean', default: true, meaning: 'Also judge the general rubric items (--no-general to skip)', source: 'paper: general rubric items (DESIGN.md §6)' },
-  { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (DESIGN.md §6)' },
-  { key: 'alpha', flag: 'alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward weight of the instance items', source: 'paper: reward mix, alpha = 0.7 (DESIGN.md §6)' },
+  { key: 'general', flag: 'general', type: 'boolean', default: true, meaning: 'Also judge the general rubric items (--no-general to skip)', source: 'paper: general rubric items (docs/design.md §6)' },
+  { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (docs/design.md §6)' },
+  { key: 'alpha', flag: 'alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward weight of the instance items', source: 'paper: reward mix, alpha = 0.7 (docs/design.md §6)' },
   { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples for the CIs (0 = no interval)', source: 'Efron & Tibshirani 1993 (percentile bootstrap)' },
   { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Generation and bootstrap seed', source: 'vLLM SamplingParams.seed' },
   { key: 'chunk', flag: 'chunk', type: 'integer', min: 1, default: 8, meaning: 'Questions per generation call (judging overlaps the next chunk)', source: 'vLLM max_num_seqs' },
@@ -187,7 +187,7 @@ export const SERVE_OPTIONS: readonly Setting[] = [
 export const REPORT_OPTIONS: readonly Setting[] = [
   { key: 'out', flag: 'out', type: 'path', default: 'report.html', values: 'a writable .html file', meaning: 'Report file; plots go to NAME-plots/ beside it (NAME = the file name without .html) as SVG and PNG', source: 'TensorBoard / W&B report export' },
   { key: 'eval', flag: 'eval', type: 'list', items: 'string', repeatable: true, default: null, values: '[label=]rows.jsonl', meaning: 'Eval per-item rows (eval --out) to show: coverage with CIs; the first is compared with each other one by a paired bootstrap', source: 'Koehn 2004 (paired bootstrap resampling)' },
-  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL', meaning: 'Dataset whose rubric texts label the hardest items', source: 'paper: rubric items (DESIGN.md §7)' },
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL', meaning: 'Dataset whose rubric texts label the hardest items', source: 'paper: rubric items (docs/design.md §7)' },
   { key: 'png', flag: 'png', type: 'boolean', default: true, meaning: 'Also write each plot as PNG (--no-png for SVG only)', source: 'matplotlib savefig formats' },
   { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples for eval CIs', source: 'Efron & Tibshirani 1993' },
   { key: 'title', flag: 'title', type: 'string', default: null, values: 'any text', meaning: 'Report title; unset = the run names', source: 'papergym-native' },
@@ -205,12 +205,12 @@ export const JUDGE_OPTIONS: readonly Setting[] = JUDGE_SETTINGS.map((j) => ({
 }));
 
 export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
-  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Items whose rubrics the adversarial plans are judged against', source: 'paper: rubric items (DESIGN.md §7)' },
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Items whose rubrics the adversarial plans are judged against', source: 'paper: rubric items (docs/design.md §7)' },
   { key: 'model', flag: 'model', type: 'path', default: null, values: 'a Qwen3 checkpoint dir', meaning: '--judge local: the judge model (the base; adapter off)', source: 'transformers from_pretrained' },
-  { key: 'attacks', flag: 'attacks', type: 'list', items: 'string', choices: ['restate', 'keywords', 'inject', 'empty', 'echo'], default: ['restate', 'keywords', 'inject', 'empty'], meaning: 'Adversarial plans to judge: restated question, keyword stuffing, grader injection, empty plan, echoed rubric', source: 'reward-hacking probes (DESIGN.md §8)' },
+  { key: 'attacks', flag: 'attacks', type: 'list', items: 'string', choices: ['restate', 'keywords', 'inject', 'empty', 'echo'], default: ['restate', 'keywords', 'inject', 'empty'], meaning: 'Adversarial plans to judge: restated question, keyword stuffing, grader injection, empty plan, echoed rubric', source: 'reward-hacking probes (docs/design.md §8)' },
   { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'First N items only; unset = all', source: 'lm-evaluation-harness --limit' },
-  { key: 'general', flag: 'general', type: 'boolean', default: false, meaning: 'Also judge the general rubric items', source: 'paper: general rubric items (DESIGN.md §6)' },
-  { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (DESIGN.md §6)' },
+  { key: 'general', flag: 'general', type: 'boolean', default: false, meaning: 'Also judge the general rubric items', source: 'paper: general rubric items (docs/design.md §6)' },
+  { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (docs/design.md §6)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the JSON report here', source: 'lm-evaluation-harness --output_path' },
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print JSON instead of a table', source: 'papergym-native' },
   { key: 'device', flag: 'device', type: 'string', default: 'auto', pattern: DEVICE_AUTO, values: 'auto | cpu | cuda | cuda:N', meaning: '--judge local: device; auto = cuda when the addon sees a GPU, else cpu', source: 'transformers device_map' },
@@ -218,11 +218,11 @@ export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
 ];
 
 export const BUILD_DATA_OPTIONS: readonly Setting[] = [
-  { key: 'papers', flag: 'papers', type: 'list', items: 'string', repeatable: true, default: null, values: '.tar.gz/.tar/.gz archives, paper dirs, or dirs of them (required)', meaning: 'Paper LaTeX sources to turn into items', source: 'paper: arXiv LaTeX sources (DESIGN.md §7)' },
+  { key: 'papers', flag: 'papers', type: 'list', items: 'string', repeatable: true, default: null, values: '.tar.gz/.tar/.gz archives, paper dirs, or dirs of them (required)', meaning: 'Paper LaTeX sources to turn into items', source: 'paper: arXiv LaTeX sources (docs/design.md §7)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable JSONL file (required)', meaning: 'Output dataset JSONL', source: 'datasets to_json' },
   { key: 'llm', flag: 'llm', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'OpenAI-compatible base URL; API key from PAPERGYM_LLM_API_KEY or OPENAI_API_KEY', source: 'OpenAI API base_url' },
   { key: 'model', flag: 'model', type: 'string', default: null, values: 'a served model name (required with --llm)', meaning: 'Served model name', source: 'OpenAI API model' },
-  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'State file; a rerun resumes from it and never pays twice for a call; unset = <out>.state.sqlite', source: 'papergym-native (DESIGN.md §7)' },
+  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'State file; a rerun resumes from it and never pays twice for a call; unset = <out>.state.sqlite', source: 'papergym-native (docs/design.md §7)' },
   { key: 'force', flag: 'force', type: 'boolean', default: false, meaning: 'Ignore stored answers and redo every call', source: 'papergym-native' },
   { key: 'format', flag: 'format', type: 'enum', choices: ['papergym', 'research-plan-gen'], default: 'papergym', meaning: 'Output format', source: 'docs/data.md' },
   { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max LLM requests in flight', source: 'vLLM benchmark --max-concurrency' },
@@ -242,10 +242,10 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
 ];
 
 export const LEAKAGE_OPTIONS: readonly Setting[] = [
-  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Dataset to audit', source: 'paper: leakage audit (DESIGN.md §7)' },
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Dataset to audit', source: 'paper: leakage audit (docs/design.md §7)' },
   { key: 'llm', flag: 'llm', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'OpenAI-compatible base URL of the judge; unset = the lexical proxy only', source: 'OpenAI API base_url' },
   { key: 'model', flag: 'model', type: 'string', default: null, values: 'a served model name', meaning: 'Judge model name', source: 'OpenAI API model' },
-  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'Cache of judge calls; unset = <data>.leakage.sqlite', source: 'papergym-native (DESIGN.md §7)' },
+  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'Cache of judge calls; unset = <data>.leakage.sqlite', source: 'papergym-native (docs/design.md §7)' },
   { key: 'threshold', flag: 'threshold', type: 'number', min: 0, max: 1, default: 0.6, meaning: 'Lexical-overlap threshold of the proxy', source: 'papergym-native (lib/data/leakage.ts)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the full per-item report as JSON', source: 'papergym-native' },
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the report as JSON', source: 'papergym-native' },

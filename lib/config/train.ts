@@ -1,6 +1,6 @@
 /**
  * Training configuration, merged as defaults < preset < config
- * file (YAML) < CLI flags. Presets carry the paper's settings (DESIGN.md §6: LoRA r 64 / alpha 128; OPSD
+ * file (YAML) < CLI flags. Presets carry the paper's settings (docs/design.md §6: LoRA r 64 / alpha 128; OPSD
  * lr 5e-6, 200 steps for 1.7B/4B and 400 for 8B; GRPO lr 1e-5, 200 steps for 1.7B/4B and 100 for
  * 8B, G = 8, KL 0.01). The embedded default (no model given) is a tiny random Qwen3 that trains in
  * minutes on 2 CPU cores.
@@ -44,7 +44,7 @@ export interface TrainConfig {
     /** Questions per optimizer step (one student rollout each). */
     batchSize: number;
     microBatch: number;
-    /** Generalised JSD β (DESIGN §5). */
+    /** Generalised JSD β (docs/design.md §5). */
     beta: number;
     teacher: 'fixed' | 'current' | 'ema';
     emaDecay: number;
@@ -94,7 +94,7 @@ function buildDefaults(): TrainConfig {
 
 export type DeepPartial<T> = { [K in keyof T]?: T[K] extends object ? (T[K] extends unknown[] ? T[K] : DeepPartial<T[K]>) : T[K] };
 
-/** The paper's settings per model size (DESIGN.md §6; OPSD sampling as siyan-zhao/OPSD). */
+/** The paper's settings per model size (docs/design.md §6; OPSD sampling as siyan-zhao/OPSD). */
 export const PRESETS: Record<'qwen3-1.7b' | 'qwen3-4b' | 'qwen3-8b', DeepPartial<TrainConfig>> = {
   'qwen3-1.7b': paperPreset(200, 200),
   'qwen3-4b': paperPreset(200, 200),

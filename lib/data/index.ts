@@ -1,5 +1,5 @@
 /**
- * The data layer (DESIGN.md §7): item schema and dataset IO, LaTeX ingestion, the LLM pipeline
+ * The data layer (docs/design.md §7): item schema and dataset IO, LaTeX ingestion, the LLM pipeline
  * with SQLite state, and the leakage audit.
  */
 export * from './schema.js';

@@ -1,5 +1,5 @@
 /**
- * Leakage audit (DESIGN.md §7, §8): leakage = the share of rubric items that a judge says can
+ * Leakage audit (docs/design.md §7, §8): leakage = the share of rubric items that a judge says can
  * be inferred from the question alone. Reported overall, per dimension and per origin, next to
  * an LLM-free lexical-overlap proxy (share of an item's content words found in the question).
  */

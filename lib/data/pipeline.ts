@@ -1,5 +1,5 @@
 /**
- * The data pipeline (DESIGN.md §7; the PaperGym recipe): papers → map (section → four stages)
+ * The data pipeline (docs/design.md §7; the PaperGym recipe): papers → map (section → four stages)
  * → reduce (per stage; experimental design without numbers) → question (goals + background)
  * → reference answer (methods + design) → rubric candidates R_Q (question) and R_A (question +
  * answer), 10 each over two dimensions → normalised-text dedupe → LLM-judged duplicates →

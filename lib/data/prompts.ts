@@ -1,5 +1,5 @@
 /**
- * Versioned prompt files of the data pipeline (`prompts/data-*.vN.md`, DESIGN.md §7). The file
+ * Versioned prompt files of the data pipeline (`prompts/data-*.vN.md`, docs/design.md §7). The file
  * name carries the version; the leading HTML comment is documentation and is not sent. Every
  * cache key and every item's `meta.prompt_version` includes the name and a hash of the text, so
  * an edited prompt never reuses stale answers.

@@ -1,5 +1,5 @@
 /**
- * PaperGym item schema (DESIGN.md §7; the PaperGym recipe: question from goals + background,
+ * PaperGym item schema (docs/design.md §7; the PaperGym recipe: question from goals + background,
  * reference answer from methods + experimental design, 10 specific rubric items over two
  * dimensions, plus a shared set of general rubric items).
  *

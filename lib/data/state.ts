@@ -1,5 +1,5 @@
 /**
- * SQLite state of the data pipeline (better-sqlite3; DESIGN.md §7: "every call and stage output
+ * SQLite state of the data pipeline (better-sqlite3; docs/design.md §7: "every call and stage output
  * is stored so a run resumes and never pays twice for the same request").
  *
  * - `llm_calls`: every successful LLM request/response, keyed by

@@ -56,7 +56,7 @@ export interface EvalReport {
   general: Stat;
   /** Instance-item coverage by where the item came from (R_Q: question alone, R_A: question + answer, both); origins with no items are absent. */
   byOrigin: Partial<Record<'R_Q' | 'R_A' | 'both', Stat>>;
-  /** Mean reward α·r_spec + (1−α)·r_gen per plan (DESIGN §6). */
+  /** Mean reward α·r_spec + (1−α)·r_gen per plan (docs/design.md §6). */
   reward: Stat;
   /**
    * The same statistics with each item scored by the judge's P(yes) instead of its binary verdict

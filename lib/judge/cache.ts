@@ -1,7 +1,7 @@
 /**
  * Answer cache of the HTTP judge, keyed by a request hash (sha256 over model, prompt version and
  * hash, messages and decoding parameters). In memory always; optionally persisted in SQLite
- * (better-sqlite3) so a resumed run never pays twice for the same judgement (DESIGN §7).
+ * (better-sqlite3) so a resumed run never pays twice for the same judgement (docs/design.md §7).
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';

@@ -1,6 +1,6 @@
 /**
  * HTTP judge over any OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, SGLang, hosted
- * APIs, or `papergym-native serve`); DESIGN §6.
+ * APIs, or `papergym-native serve`); docs/design.md §6.
  *
  * Modes:
  * - `per-item` (the paper's): one request per plan × item with prompts/judge-per-item.v1.md; the
@@ -26,16 +26,12 @@ import { JudgeCache, requestHash, type CachedAnswer } from './cache.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { yesProbabilityFromChatLogprobs } from './logprobs.js';
 import type { TokenLogprob } from '../llm/client.js';
+import type { ChatMessage } from '../llm/messages.js';
+export type { ChatMessage };
 import { loadPrompt, parseBinaryVerdict, readPlanVerdicts, perItemMessage, perPlanMessage, perPlanSchema, verdictFromText, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate } from './verdict.js';
 
 /** Alternatives per position asked for when P(yes) is wanted (the OpenAI maximum). */
 export const JUDGE_TOP_LOGPROBS = 20;
-
-/** Chat message. */
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-}
 
 /**
  * The subset of the shared LLM client the judge uses: `chat` resolves to the answer (thinking

@@ -1,16 +1,15 @@
 /**
- * Rubric judging (DESIGN §6/§8): the Judge contract, the HTTP and local backends, verdict
- * parsing, rewards, the reward-hacking probe and the OpenAI-compatible server.
+ * Rubric judging (docs/design.md §6/§8): the Judge contract, the HTTP and local backends, verdict
+ * parsing, rewards and the reward-hacking probe. The OpenAI-compatible server is lib/serve/.
  */
 export * from './types.js';
-export { splitThink, type ThinkSplit } from '../llm/think.js';
-export { parseBinaryVerdict, parsePlanVerdicts, readPlanVerdicts, VERDICT_KEYS, stripThink, loadPrompt, renderTemplate, perItemMessage, perPlanMessage, perPlanSchema, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate, type BinaryReading, type PlanReading } from './verdict.js';
-export { computeReward, scorePlans, summariseRewards, makeRewardFn, DEFAULT_ALPHA, type RewardBreakdown, type RewardOptions, type RewardInput, type RewardItem, type RewardFnResult } from './rewards.js';
+export { splitThink, stripThink, type ThinkSplit } from '../llm/think.js';
+export { parseBinaryVerdict, parsePlanVerdicts, readPlanVerdicts, VERDICT_KEYS, loadPrompt, renderTemplate, perItemMessage, perPlanMessage, perPlanSchema, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate, type BinaryReading, type PlanReading } from './verdict.js';
+export { computeReward, scorePlans, summariseRewards, makeRewardFn, DEFAULT_ALPHA, type RewardBreakdown, type RewardOptions, type RewardInput } from './rewards.js';
 export { HttpJudge, createHttpJudge, JUDGE_TOP_LOGPROBS, type HttpJudgeOptions, type CreateHttpJudgeOptions, type ChatLike } from './http.js';
 export { JudgeCache, requestHash } from './cache.js';
 export { LocalJudge, localJudgeForModel, openLocalJudge, sequenceLogprobsScorer, scorerFromLastLogits, modelLastLogits, yesProbability, yesProbabilityFromLogprobs, type AnswerScorer, type LastLogitsFn, type LocalJudgeOptions, type LocalModelJudgeOptions } from './local.js';
 export { runProbe, attackPlan, formatProbe, ATTACKS, DEFAULT_ATTACKS, type Attack, type AttackResult, type ProbeReport } from './probe.js';
-export { ChatServer, type ChatServerOptions, type ServeBackend, type ServeResult, type ServeMessage, type ServeGenerateOptions, type ServeCompletion } from './serve.js';
 export { addJudgeOptions, httpJudgeFromArgs, httpJudgeFromConfig, localJudgeOptionsFromArgs, localJudgeOptionsFromConfig, judgeConfigFromArgs, judgeFlagsToConfig, checkJudge, type JudgeArgs } from './factory.js';
 export { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from './config.js';
 export { yesProbabilityFromChatLogprobs, yesProbabilityAt, type ChatYesProbability } from './logprobs.js';

@@ -1,5 +1,5 @@
 /**
- * Local judge (DESIGN §8 "a local judge that reads P(yes) from one prefill instead of generating
+ * Local judge (docs/design.md §8 "a local judge that reads P(yes) from one prefill instead of generating
  * text"): the policy's own base model with its adapter switched off (`adapter: 'none'` — the
  * frozen base, no second copy) decides each (plan, item) from the next-token distribution after
  * the per-item judge prompt. No generation.

@@ -1,5 +1,5 @@
 /**
- * Reward-hacking probe (DESIGN §8; the paper names the weakness and never measures it): for each
+ * Reward-hacking probe (docs/design.md §8; the paper names the weakness and never measures it): for each
  * dataset item, adversarial plans that deserve no credit are judged against the item's rubric;
  * every `met: true` is a false positive. Reports the false-positive rate per attack.
  *

@@ -1,5 +1,5 @@
 /**
- * GRPO rewards from rubric verdicts (DESIGN §6, PaperGym): r_spec = fraction of the instance
+ * GRPO rewards from rubric verdicts (docs/design.md §6, PaperGym): r_spec = fraction of the instance
  * (question-specific) items met, r_gen = fraction of the general items met,
  * r = α·r_spec + (1 − α)·r_gen with α = 0.7.
  *
@@ -15,6 +15,7 @@
  */
 import { judgeHealth, type Judge, type JudgeCallOptions, type JudgeHealth, type JudgeItem, type Verdict } from './types.js';
 import { stripThink } from '../llm/think.js';
+import type { GradedItem, RewardFn } from '../task/types.js';
 
 /** Reward options. */
 export interface RewardOptions {
@@ -141,32 +142,14 @@ export function summariseRewards(rs: RewardBreakdown[]): { n: number; meanR: num
   };
 }
 
-/** A dataset item as the reward function needs it (structurally a PaperGymItem / TrainItem). */
-export interface RewardItem {
-  id: string;
-  question: string;
-  rubric: { id: string; text: string; dimension: string }[];
-}
-
-/** Result shape of the training loop's RewardFn (lib/train/trainer.ts RewardResult) plus the breakdown. */
-export interface RewardFnResult {
-  reward: number;
-  rSpec: number;
-  rGen: number;
-  /** dimension → [met, total] over the instance items; `general` → [met, total] over general items. */
-  perDimension: Record<string, [number, number]>;
-  breakdown: RewardBreakdown;
-  /** Judge health of this plan's verdicts (the trainer sums it per step). */
-  judge: JudgeHealth;
-}
-
 /**
- * The GRPO reward function over a judge: `(requests: {item, plan}[]) → RewardFnResult[]`, in order.
+ * The GRPO reward function over a judge (the task's {@link RewardFn}, lib/task/types.ts):
+ * `(requests: {item, plan}[]) → RewardResult[]`, in order, each with `perDimension` and `judge` set.
  * Plans have their thinking removed (lib/llm/think.ts) before judging (the judge grades the plan, not the
  * reasoning). `general` is the shared general rubric (data/general-rubric.json items); α default 0.7.
  * Judge counters (requests, tokens, nulls) stay available through `judge.stats()`.
  */
-export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOptions = {}): (requests: { item: RewardItem; plan: string }[], signal?: AbortSignal) => Promise<RewardFnResult[]> {
+export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOptions = {}): RewardFn<GradedItem> {
   return async (requests, signal) => {
     const bs = await scorePlans(
       judge,
@@ -180,7 +163,7 @@ export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOpt
         perDimension[r.dimension] = [cur[0] + (b.spec[k].met === true ? 1 : 0), cur[1] + 1];
       });
       if (b.genTotal) perDimension.general = [b.genMet, b.genTotal];
-      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, breakdown: b, judge: b.health };
+      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, judge: b.health };
     });
   };
 }

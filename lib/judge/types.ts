@@ -2,7 +2,7 @@
  * Judge contracts shared by the HTTP and local backends, rewards, eval and the probe.
  *
  * A judge decides, for each (question, plan, rubric item), whether the plan satisfies the item
- * (PaperGym: binary rubric items, DESIGN §6 "the judge decides each rubric item").
+ * (PaperGym: binary rubric items, docs/design.md §6 "the judge decides each rubric item").
  */
 
 /** One rubric item as the judge sees it (instance item or general item). */

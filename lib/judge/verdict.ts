@@ -102,11 +102,9 @@ export const perPlanSchema = {
   additionalProperties: false,
 } as const;
 
-
 // ---------------------------------------------------------------------------------------------
 // The verdict grammar (see the module docstring for the order).
 
-export { stripThink };
 
 const REFUSAL = [
   /\bI\s*(?:can(?:'|’)?t|cannot|can not|won(?:'|’)?t|am unable to|'m unable to|’m unable to|am not able to|'m not able to)\s+(?:help|assist|comply|answer|provide|evaluate|grade|do that|fulfil|fulfill|determine|make)/i,

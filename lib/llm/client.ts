@@ -1,6 +1,6 @@
 /**
  * OpenAI-compatible chat client (`POST {base}/v1/chat/completions`) shared by the data pipeline
- * and the HTTP judge (DESIGN.md §7 "LLM access").
+ * and the HTTP judge (docs/design.md §7 "LLM access").
  *
  * - bounded concurrency (p-limit; a slot is held per HTTP attempt, not during backoff sleeps)
  * - retries with exponential backoff + jitter only on what can succeed when repeated: connection
@@ -26,14 +26,9 @@
 import pLimit, { type LimitFunction } from 'p-limit';
 import { Ajv, type ValidateFunction } from 'ajv';
 import { splitThink } from './think.js';
+import type { ChatMessage } from './messages.js';
+export type { ChatMessage };
 
-export { splitThink };
-
-/** One chat message. */
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-}
 
 /** OpenAI `response_format`. */
 export type ResponseFormat =

@@ -15,6 +15,12 @@
  * (`<|im_end|>`, `<|endoftext|>`, `<｜end▁of▁sentence｜>`) are removed first.
  */
 
+/**
+ * The canonical tags (Qwen3, DeepSeek-R1): a text stream holds back any suffix that may be the
+ * start of one of them until it is decided (`serve`'s streaming).
+ */
+export const THINK_TAGS = ['<think>', '</think>'] as const;
+
 const OPEN = /<think(?:ing)?>/i;
 const CLOSE = /<\/think(?:ing)?>/i;
 const BLOCK = /<think(?:ing)?>([\s\S]*?)<\/think(?:ing)?>/gi;

@@ -13,13 +13,8 @@
  */
 import { Template } from '@huggingface/jinja';
 import type { Tokenizer } from './tokenizer.js';
-
-/** One chat message. `reasoning_content` is optional (Qwen3 template: the `<think>` part). */
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool';
-  content: string;
-  reasoning_content?: string;
-}
+import type { ChatMessage } from '../llm/messages.js';
+export type { ChatMessage };
 
 /** Options of {@link ChatTemplate.render}. */
 export interface ChatRenderOptions {

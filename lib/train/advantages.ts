@@ -1,5 +1,5 @@
 /**
- * Group-relative advantages (DESIGN §5; GRPO — Shao et al. 2024; TRL GRPOTrainer; Dr. GRPO —
+ * Group-relative advantages (docs/design.md §5; GRPO — Shao et al. 2024; TRL GRPOTrainer; Dr. GRPO —
  * Liu et al. 2025, no std scaling). Computed natively in float64 (native/loss/advantages.h).
  *
  * Rewards are contiguous groups of `groupSize` completions of one prompt.
@@ -36,3 +36,16 @@ export function computeAdvantages(rewards: ArrayLike<number> | Float32Array | Fl
   const r = native().computeAdvantages({ rewards: { data, shape: [data.length] }, ...opts });
   return { advantages: r.advantages.data, keep: r.keep.data, groupStd: r.groupStd.data };
 }
+
+/**
+ * The advantage contract of the training loop (the GRPO stage, lib/train/stages/grpo.ts): rewards
+ * of contiguous groups of `groupSize` completions in, one advantage and one keep flag per
+ * completion out (keep false = member of a dropped zero-variance group).
+ */
+export type AdvantageFn = (rewards: number[], groupSize: number, opts: { scale: AdvantageScale; dropZeroVariance: boolean }) => { advantages: number[]; keep: boolean[] };
+
+/** {@link computeAdvantages} (native, float64) as the training loop's {@link AdvantageFn}. */
+export const groupAdvantages: AdvantageFn = (rewards, groupSize, opts) => {
+  const a = computeAdvantages(rewards, { groupSize, scale: opts.scale, dropZeroVariance: opts.dropZeroVariance });
+  return { advantages: Array.from(a.advantages), keep: Array.from(a.keep, (k) => k === 1) };
+};

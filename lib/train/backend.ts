@@ -2,8 +2,10 @@
  * The training loop's view of the model: every native call the schedule makes goes through
  * this interface (implemented over the addon in lib/train/native-backend.ts). Token ids are plain
  * numbers; logprobs are natural-log probabilities (nats) of each completion token under
- * softmax(logits / T) over the full vocabulary, T the sampling temperature (DESIGN.md §4–5).
+ * softmax(logits / T) over the full vocabulary, T the sampling temperature (docs/design.md §4–5).
  */
+import type { ChatMessage } from '../llm/messages.js';
+
 export interface Rollout {
   /** Index of the prompt in the generate() call. */
   promptIndex: number;
@@ -36,7 +38,7 @@ export interface GrpoLossOptions {
   betaKl: number;
   temperature: number;
   aggregation: 'grpo' | 'dapo' | 'dr_grpo';
-  /** Normalisers spanning the whole optimizer window (DESIGN.md §5). */
+  /** Normalisers spanning the whole optimizer window (docs/design.md §5). */
   totalSequences: number;
   totalCompletionTokens: number;
   maxCompletionLength: number;
@@ -44,7 +46,7 @@ export interface GrpoLossOptions {
 
 export interface TrainBackend {
   /** Chat-rendered prompt (generation prompt appended) as token ids. */
-  promptIds(messages: { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<number[]>;
+  promptIds(messages: ChatMessage[]): Promise<number[]>;
   /** An assistant answer as completion ids: its tokens followed by the end-of-turn id (SFT targets). */
   answerIds(text: string): Promise<number[]>;
   /** Samples `n` completions per prompt with the active adapter. */
@@ -57,7 +59,7 @@ export interface TrainBackend {
    * completion tokens / normalizer; grads accumulate. Returns the micro-batch's share of the loss.
    */
   opsdBackward(batch: { student: Sequence; teacher: Sequence }[], opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string }): Promise<{ loss: number }>;
-  /** GRPO micro-batch (fused loss, DESIGN.md §5); grads accumulate. */
+  /** GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. */
   grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], opts: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
   /** SFT window: mean next-token cross-entropy over all completion tokens of `batch`; grads accumulate. */
   sftBackward(batch: Sequence[]): Promise<{ loss: number }>;

@@ -1,5 +1,5 @@
 /**
- * Fused, chunked training losses over the lm_head (DESIGN §5), as standalone functions on JS
+ * Fused, chunked training losses over the lm_head (docs/design.md §5), as standalone functions on JS
  * tensors (tests, benchmarks) and as model-integrated steps (see {@link sequenceLogprobs},
  * {@link opsdBackward}, {@link grpoBackward}). All math is fp32 (fp64 when the inputs are
  * Float64Array) from fp32-accumulated logits = hidden @ weightᵀ, chunked over tokens: the
@@ -28,7 +28,7 @@ export function jsdLoss(args: JsdArgs): Promise<JsdResult> {
   return native().jsdLoss(args);
 }
 
-/** Clipped-surrogate GRPO/DAPO/Dr.GRPO loss with k3 KL (DESIGN §5; TRL GRPOTrainer._compute_loss). */
+/** Clipped-surrogate GRPO/DAPO/Dr.GRPO loss with k3 KL (docs/design.md §5; TRL GRPOTrainer._compute_loss). */
 export function grpoLoss(args: GrpoArgs): Promise<GrpoResult> {
   return native().grpoLoss(args);
 }

@@ -1,5 +1,5 @@
 /**
- * Completion masks (DESIGN §4–5). A completion is valid up to and including the first stop token
+ * Completion masks (docs/design.md §4–5). A completion is valid up to and including the first stop token
  * (Qwen3: 151645 `<|im_end|>`, 151643 `<|endoftext|>`) and never past its generated length.
  * Padding is masked by position (t ≥ length), never by comparing with a pad id: Qwen3 pads with
  * 151643, which is also a stop id, so "token != pad" would both keep padding after other stops

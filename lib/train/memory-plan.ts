@@ -92,7 +92,7 @@ export function readModelShape(dir: string): ModelShape {
   };
 }
 
-/** Qwen3 shapes (shared REFERENCES.md), for tests and `--max-memory` suggestions. */
+/** Qwen3 shapes (docs/references.md "Qwen3 architecture"), for tests and `--max-memory` suggestions. */
 export const QWEN3_SHAPES: Record<'qwen3-0.6b' | 'qwen3-1.7b' | 'qwen3-4b' | 'qwen3-8b', ModelShape> = {
   'qwen3-0.6b': { hiddenSize: 1024, intermediateSize: 3072, numLayers: 28, numHeads: 16, numKvHeads: 8, headDim: 128, vocabSize: 151936, tiedEmbeddings: true },
   'qwen3-1.7b': { hiddenSize: 2048, intermediateSize: 6144, numLayers: 28, numHeads: 16, numKvHeads: 8, headDim: 128, vocabSize: 151936, tiedEmbeddings: true },

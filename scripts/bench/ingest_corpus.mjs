@@ -12,16 +12,12 @@
  * Needs the TypeScript build (dist/). Run it on an otherwise idle machine: the numbers are wall
  * seconds (the parse runs in one worker thread, so 2 cores are enough).
  */
-import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, resolve } from 'node:path';
+import { benchArgs, median, root, writeJson } from './harness.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const root = resolve(here, '..', '..');
-const args = Object.fromEntries(
-  process.argv.slice(2).flatMap((a, i, all) => (a.startsWith('--') ? [[a.slice(2), all[i + 1] && !all[i + 1].startsWith('--') ? all[i + 1] : 'true']] : [])),
-);
+const args = benchArgs({ corpus: { type: 'string' }, iters: { type: 'string' } });
 const corpus = resolve(args.corpus ?? process.env.PAPERGYM_CORPUS_DIR ?? join(root, '..', 'shared', 'papers', 'corpus'));
 const iters = Math.max(1, Number(args.iters ?? 1));
 if (!existsSync(corpus)) {
@@ -39,11 +35,6 @@ const expectedPath = join(corpus, 'EXPECTED.jsonl');
 const files = existsSync(expectedPath)
   ? readFileSync(expectedPath, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l).file)
   : readdirSync(corpus).filter((f) => /\.(tar\.gz|tgz|tar|gz)$/.test(f)).sort();
-
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 
 console.log(`ingest_corpus: ${files.length} papers from ${corpus}, ${iters} iteration(s) each, ${cpus().length} CPU(s), node ${process.version}`);
 const rows = [];
@@ -65,4 +56,4 @@ for (const f of files) {
 const secs = rows.map((r) => r.seconds);
 const worst = rows.reduce((a, r) => (r.seconds > a.seconds ? r : a), rows[0]);
 console.log(`seconds per paper: median ${median(secs).toFixed(2)}, worst ${worst.seconds.toFixed(2)} (${worst.paper}), total ${secs.reduce((a, b) => a + b, 0).toFixed(1)}`);
-if (args.json) writeFileSync(args.json, JSON.stringify({ corpus, iters, cpus: cpus().length, node: process.version, rows, median: median(secs), worst: worst.seconds }, null, 2) + '\n');
+writeJson(args.json, { corpus, iters, cpus: cpus().length, node: process.version, rows, median: median(secs), worst: worst.seconds });

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Liger-Kernel side of scripts/bench/losses_vs_liger.mjs (issue #8 item 5c): fused linear JSD
+"""Liger-Kernel side of scripts/bench/losses_vs_liger.mjs: fused linear JSD
 (LigerFusedLinearJSDLoss, weight_hard_loss 0, weight_soft_loss 1, beta 0.5, T 1) and fused linear
 GRPO (LigerFusedLinearGRPOLoss, beta 0.04, eps 0.2/0.2, loss_type dapo, one sequence of T tokens,
 old = ref logprobs = -5, advantage 1) over a frozen lm_head weight [V, H]: time of forward +

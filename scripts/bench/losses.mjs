@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
- * Benchmark of the fused chunked losses against their unfused references (DESIGN §5, issue #4
- * item 9): peak memory and time of forward + backward (dHidden) for JSD and GRPO.
+ * Benchmark of the fused chunked losses against their unfused references (docs/design.md §5):
+ * peak memory and time of forward + backward (dHidden) for JSD and GRPO.
  *
  *   node scripts/bench/losses.mjs                       # CPU defaults: T 256,1024  V 151936  H 256  fp32
  *   node scripts/bench/losses.mjs --device cuda         # CUDA defaults: T 1024,4096,8192  V 151936  H 2048  bf16
@@ -14,65 +14,31 @@
  * max RSS on CPU. Time is the median over `iters` runs after one warm-up run.
  * Needs the TypeScript build (dist/) and the addon (PAPERGYM_NATIVE_ADDON or build/Release).
  */
-import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const here = dirname(fileURLToPath(import.meta.url));
-const root = join(here, '..', '..');
-
-function parseArgs(argv) {
-  const o = {};
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith('--')) continue;
-    const k = a.slice(2);
-    const v = argv[i + 1] && !argv[i + 1].startsWith('--') ? argv[++i] : 'true';
-    o[k] = v;
-  }
-  return o;
-}
+import { benchArgs, deviceOf, dtypeOf, lib, median, peakBytes, resetPeak, run, runChild, writeJson } from './harness.mjs';
 
 async function child(spec) {
-  const { native } = await import(join(root, 'dist', 'lib', 'native.js'));
+  const { native } = await lib('native.js');
+  const { benchLoss } = await lib('bench.js');
   const addon = native();
-  const dev = spec.device.startsWith('cuda') ? Number(spec.device.split(':')[1] ?? 0) : -1;
-  if (dev >= 0) {
-    addon.cudaEmptyCache();
-    addon.cudaResetPeak(dev);
-  }
-  const args = { kind: spec.kind, T: spec.T, V: spec.V, H: spec.H, device: spec.device, dtype: spec.dtype, fused: spec.fused, chunkSize: spec.chunk, iters: spec.iters + 1, setupOnly: spec.setupOnly };
-  const r = await addon._benchLoss(args);
-  let peak;
-  if (dev >= 0) {
-    const m = addon.cudaMemory(dev);
-    peak = m ? m.peakAllocatedBytes : NaN;
-  } else {
-    peak = process.resourceUsage().maxRSS * 1024;
-  }
-  const ms = r.ms.slice(1).sort((a, b) => a - b);
-  process.stdout.write(JSON.stringify({ peak, ms: ms.length ? ms[Math.floor(ms.length / 2)] : NaN, loss: r.loss }));
+  resetPeak(addon, spec.device, { emptyCache: true });
+  const r = await benchLoss({ kind: spec.kind, T: spec.T, V: spec.V, H: spec.H, device: spec.device, dtype: spec.dtype, fused: spec.fused, chunkSize: spec.chunk, iters: spec.iters + 1, setupOnly: spec.setupOnly });
+  process.stdout.write(JSON.stringify({ peak: peakBytes(addon, spec.device), ms: median(r.ms.slice(1)), loss: r.loss }));
 }
 
-function measure(spec) {
-  const p = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { encoding: 'utf8', env: process.env, maxBuffer: 1 << 20 });
-  if (p.status !== 0) return { error: (p.stderr || '').split('\n').filter(Boolean).slice(-1)[0] ?? `exit ${p.status}` };
-  return JSON.parse(p.stdout);
-}
+const measure = (spec) => runChild(import.meta.url, spec);
 
 const fmtB = (b) => (Number.isFinite(b) ? `${(b / 2 ** 30).toFixed(2)} GiB` : 'n/a');
 const fmtMs = (m) => (Number.isFinite(m) ? `${m.toFixed(1)} ms` : 'n/a');
 
 async function main() {
-  const a = parseArgs(process.argv.slice(2));
+  const a = benchArgs({ T: { type: 'string' }, V: { type: 'string' }, H: { type: 'string' }, iters: { type: 'string' }, chunk: { type: 'string' }, kinds: { type: 'string' } });
   if (a.child) return child(JSON.parse(a.child));
-  const device = a.device ?? 'cpu';
-  const cuda = device.startsWith('cuda');
+  const device = a.device;
+  const { cuda } = deviceOf(device);
   const Ts = (a.T ?? (cuda ? '1024,4096,8192' : '256,1024')).split(',').map(Number);
   const V = Number(a.V ?? 151936);
   const H = Number(a.H ?? (cuda ? 2048 : 256));
-  const dtype = a.dtype ?? (cuda ? 'bfloat16' : 'float32');
+  const dtype = dtypeOf(a.dtype, cuda);
   const iters = Number(a.iters ?? (cuda ? 5 : 2));
   const chunk = Number(a.chunk ?? 0);
   const kinds = (a.kinds ?? 'jsd,grpo').split(',');
@@ -98,10 +64,7 @@ async function main() {
       );
     }
   }
-  if (a.json) writeFileSync(a.json, JSON.stringify({ device, V, H, dtype, chunk, iters, rows }, null, 2));
+  writeJson(a.json, { device, V, H, dtype, chunk, iters, rows });
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+run(main);

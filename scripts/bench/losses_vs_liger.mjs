@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Fused JSD and GRPO: ours vs Liger-Kernel (issue #8 item 5c), in one device call.
+ * Fused JSD and GRPO: ours vs Liger-Kernel, in one device call.
  *
  * Ours: the native fused chunked losses behind lib/train/losses.ts jsdLoss / grpoLoss (the
  * addon's `_benchLoss`, which draws the inputs on the device so no host transfer is timed):
@@ -18,57 +18,35 @@
  *        node scripts/bench/losses_vs_liger.mjs --device cpu --T 256 --V 4096 --H 64   # smoke
  * Options: --T 8192 --V 151936 --H 2048 --dtype bf16|fp32 (default bf16 on CUDA) --kinds jsd,grpo
  *          --iters 5 --chunk 0 (auto) --no-liger --timeout S (per child, default 300)
- * Goal (issue): our memory ≤ Liger's, our time ≤ 1.2 × Liger's.
+ * Goal: our memory ≤ Liger's, our time ≤ 1.2 × Liger's.
  */
-import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
-
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const python = process.env.PYTHON ?? 'python3';
+import { benchArgs, deviceOf, dtypeOf, fmt, fmtRatio, gib, lib, median, ratio, peakBytes, resetPeak, run, runChild, runPython, writeJson } from './harness.mjs';
 
 async function child(spec) {
-  const { native } = await import(join(root, 'dist', 'lib', 'native.js'));
+  const { native } = await lib('native.js');
+  const { benchLoss } = await lib('bench.js');
   const addon = native();
-  const dev = spec.device.startsWith('cuda') ? Number(spec.device.split(':')[1] ?? 0) : -1;
-  if (dev >= 0) {
-    addon.cudaEmptyCache();
-    addon.cudaResetPeak(dev);
-  }
-  const r = await addon._benchLoss({ kind: spec.kind, T: spec.T, V: spec.V, H: spec.H, device: spec.device, dtype: spec.dtype, fused: true, chunkSize: spec.chunk, iters: spec.iters + 1, setupOnly: spec.setupOnly });
-  const m = dev >= 0 ? addon.cudaMemory(dev) : null;
-  const ms = r.ms.slice(1).sort((x, y) => x - y);
-  process.stdout.write(JSON.stringify({ peak: m ? m.peakAllocatedBytes : process.resourceUsage().maxRSS * 1024, ms: ms.length ? ms[Math.floor(ms.length / 2)] : null, loss: r.loss }) + '\n');
-}
-
-function lastJson(s) {
-  const l = (s ?? '').trim().split('\n').filter((x) => x.startsWith('{'));
-  return l.length ? JSON.parse(l[l.length - 1]) : null;
+  resetPeak(addon, spec.device, { emptyCache: true });
+  const r = await benchLoss({ kind: spec.kind, T: spec.T, V: spec.V, H: spec.H, device: spec.device, dtype: spec.dtype, fused: true, chunkSize: spec.chunk, iters: spec.iters + 1, setupOnly: spec.setupOnly });
+  const ms = median(r.ms.slice(1));
+  process.stdout.write(JSON.stringify({ peak: peakBytes(addon, spec.device), ms: Number.isNaN(ms) ? null : ms, loss: r.loss }) + '\n');
 }
 
 async function main() {
-  const { values: a } = parseArgs({
-    options: {
-      child: { type: 'string' }, device: { type: 'string', default: 'cuda' }, T: { type: 'string', default: '8192' }, V: { type: 'string', default: '151936' },
-      H: { type: 'string', default: '2048' }, dtype: { type: 'string' }, kinds: { type: 'string', default: 'jsd,grpo' }, iters: { type: 'string', default: '5' },
-      chunk: { type: 'string', default: '0' }, 'no-liger': { type: 'boolean', default: false }, json: { type: 'string' }, timeout: { type: 'string', default: '300' },
-    },
-  });
+  const a = benchArgs({
+    T: { type: 'string', default: '8192' }, V: { type: 'string', default: '151936' }, H: { type: 'string', default: '2048' },
+    kinds: { type: 'string', default: 'jsd,grpo' }, iters: { type: 'string', default: '5' }, chunk: { type: 'string', default: '0' },
+    'no-liger': { type: 'boolean', default: false }, timeout: { type: 'string', default: '300' },
+  }, { device: 'cuda' });
   if (a.child) return child(JSON.parse(a.child));
-  const cuda = a.device.startsWith('cuda');
-  const dtype = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16: 'bfloat16' }[a.dtype ?? (cuda ? 'bf16' : 'fp32')];
+  const { cuda } = deviceOf(a.device);
+  const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
   const T = Number(a.T), V = Number(a.V), H = Number(a.H), iters = Number(a.iters), chunk = Number(a.chunk);
   const timeout = Number(a.timeout) * 1000;
   const esize = dtype === 'float32' ? 4 : 2;
   // _benchLoss inputs: w [V,H], h [T,H], teacher h [T,H] in dtype; tokens int64 [T]; old, mask fp32 [T]; adv [1].
   const inputBytes = (V * H + 2 * T * H) * esize + T * 8 + 2 * T * 4 + 4;
-  const measure = (spec) => {
-    const p = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { encoding: 'utf8', env: process.env, timeout, maxBuffer: 1 << 20, stdio: ['ignore', 'pipe', 'pipe'] });
-    if (p.status !== 0) return { error: (p.stderr || String(p.error ?? '')).split('\n').filter(Boolean).slice(-1)[0] ?? `exit ${p.status}` };
-    return lastJson(p.stdout);
-  };
+  const measure = (spec) => runChild(import.meta.url, spec, { timeoutMs: timeout });
   const ours = [];
   for (const kind of a.kinds.split(',')) {
     const base = { kind, T, V, H, device: a.device, dtype, chunk, iters };
@@ -80,12 +58,10 @@ async function main() {
   let liger = null;
   if (!a['no-liger']) {
     process.stderr.write('bench: Liger-Kernel …\n');
-    const py = spawnSync(python, [join(root, 'scripts', 'bench', 'liger.py'), '--T', a.T, '--V', a.V, '--H', a.H, '--dtype', dtype, '--device', a.device, '--kinds', a.kinds, '--iters', a.iters], { encoding: 'utf8', timeout: timeout * 2, maxBuffer: 4 << 20, stdio: ['ignore', 'pipe', 'inherit'] });
-    liger = py.status === 0 ? lastJson(py.stdout) : { liger: null, error: `liger.py exit ${py.status} ${py.error ?? ''}`, rows: [] };
-    if (!liger) liger = { liger: null, error: 'liger.py printed no JSON', rows: [] };
+    liger = runPython('liger.py', ['--T', a.T, '--V', a.V, '--H', a.H, '--dtype', dtype, '--device', a.device, '--kinds', a.kinds, '--iters', a.iters], { timeoutMs: timeout * 2 });
+    liger = { liger: null, rows: [], ...liger };
   }
-  const gib = (b) => (b === null || b === undefined ? '-' : (b / 2 ** 30).toFixed(2));
-  const f = (x, d = 1) => (x === null || x === undefined ? '-' : x.toFixed(d));
+  const f = fmt;
   console.log(`fused losses vs Liger-Kernel: T ${T}, V ${V}, H ${H}, ${dtype} on ${a.device}; fwd+bwd (grad of hidden only), median of ${iters}; memory = peak allocated over the inputs`);
   if (liger?.error) console.log(`LIGER NOT MEASURED: ${liger.error}`);
   else if (liger) console.log(`liger-kernel ${liger.liger}, torch ${liger.torch}`);
@@ -94,17 +70,14 @@ async function main() {
   const rows = [];
   for (const o of ours) {
     const l = liger?.rows?.find((r) => r.kind === o.kind) ?? null;
-    const row = { ...o, liger: l, time_ratio: l?.ms && o.ms ? o.ms / l.ms : null, mem_ratio: l?.extra_peak_bytes && o.extra_peak_bytes ? o.extra_peak_bytes / l.extra_peak_bytes : null };
+    const row = { ...o, liger: l, time_ratio: ratio(o.ms, l?.ms), mem_ratio: ratio(o.extra_peak_bytes, l?.extra_peak_bytes) };
     rows.push(row);
-    console.log(`| ${o.kind} | ${f(o.ms)} | ${f(l?.ms)} | ${row.time_ratio ? f(row.time_ratio, 2) + 'x' : '-'} | ${gib(o.extra_peak_bytes)} | ${gib(l?.extra_peak_bytes)} | ${row.mem_ratio ? f(row.mem_ratio, 2) + 'x' : '-'} | ${f(o.loss, 4)} | ${f(l?.loss, 4)} |`);
+    console.log(`| ${o.kind} | ${f(o.ms)} | ${f(l?.ms)} | ${fmtRatio(row.time_ratio)} | ${gib(o.extra_peak_bytes)} | ${gib(l?.extra_peak_bytes)} | ${fmtRatio(row.mem_ratio)} | ${f(o.loss, 4)} | ${f(l?.loss, 4)} |`);
     if (o.error) console.log(`  ours ${o.kind} failed: ${o.error}`);
     if (l?.error) console.log(`  Liger ${o.kind} failed: ${l.error}`);
   }
   if (!cuda) console.log('(CPU: memory = process max RSS, not comparable with the CUDA definition)');
-  if (a.json) writeFileSync(a.json, JSON.stringify({ config: { T, V, H, dtype, device: a.device, iters, chunk, inputBytes }, ours: rows, liger }, null, 2) + '\n');
+  writeJson(a.json, { config: { T, V, H, dtype, device: a.device, iters, chunk, inputBytes }, ours: rows, liger });
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+run(main);

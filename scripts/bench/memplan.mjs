@@ -14,24 +14,19 @@
  * Options: --shape  --max-memory GB  --device (cuda)  --opsd-steps 1  --grpo-steps 1  --out DIR  --json FILE
  *          --extra="<more train flags>" (with =: the value starts with a dash)
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { randomModel } from './checkpoints.mjs';
+import { benchArgs, deviceOf, dtypeOf, root, writeJson } from './harness.mjs';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const python = process.env.PYTHON ?? 'python3';
-const { values: a } = parseArgs({
-  options: {
-    shape: { type: 'string', default: 'qwen3-1.7b' }, 'max-memory': { type: 'string' }, device: { type: 'string', default: 'cuda' },
-    'opsd-steps': { type: 'string', default: '1' }, 'grpo-steps': { type: 'string', default: '1' }, out: { type: 'string' }, json: { type: 'string' },
-    extra: { type: 'string', default: '' }, layers: { type: 'string' },
-  },
-});
-const cuda = a.device.startsWith('cuda');
-const dtype = cuda ? 'bfloat16' : 'float32';
+const a = benchArgs({
+  shape: { type: 'string', default: 'qwen3-1.7b' }, 'max-memory': { type: 'string' },
+  'opsd-steps': { type: 'string', default: '1' }, 'grpo-steps': { type: 'string', default: '1' }, out: { type: 'string' },
+  extra: { type: 'string', default: '' }, layers: { type: 'string' },
+}, { device: 'cuda' });
+const { cuda } = deviceOf(a.device);
+const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
 const modelDir = randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
 const preset = a.shape.replace(/^qwen3-0\.6b$/, 'qwen3-1.7b');
 const out = resolve(a.out ?? join(root, '.cache', 'memplan-runs', `${a.shape}-${a['max-memory'] ?? 'uncapped'}-${process.pid}`));
@@ -66,5 +61,5 @@ for (const s of steps) {
   const mb = s.stage === 'opsd' ? plan?.opsdMicroBatch : plan?.grpoMicroBatch;
   console.log(`| ${a.shape} | ${a['max-memory'] ?? '-'} | ${s.stage} | ${mb ?? '-'} | ${plan?.recompute ? 'on' : 'off'} | ${s.peakGB.rollout ?? '-'} | ${s.peakGB.reference ?? '-'} | ${s.peakGB.backward ?? '-'} | ${s.stepSeconds?.toFixed(1)} | ${gb(plan?.phases?.[`update-${s.stage}`]) ?? '-'} |`);
 }
-if (a.json) writeFileSync(a.json, JSON.stringify(result, null, 2));
+writeJson(a.json, result);
 process.exitCode = r.status ?? 1;

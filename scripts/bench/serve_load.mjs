@@ -5,8 +5,8 @@
  * continuous batching on the native decode engine), and the same requests are run again
  *   - "uniform-serve": through serve with one shared setting (temperature 1, no seed), and
  *   - "uniform-batch": as ONE native generate() call (one uniform batch, the rollout path; CUDA
- *     graphs on CUDA), the baseline the issue asks for.
- * Mixes (--mix): `seeds` (default; the issue's trial): the uniform settings (temperature 1) but
+ *     graphs on CUDA), the baseline.
+ * Mixes (--mix): `seeds` (default): the uniform settings (temperature 1) but
  * every request with its own seed; `temps`: also its own temperature (0.3-1.3); `full`: also top-k 20 / top-p 0.8-1.0 / min-p 0.05 on about half
  * of the requests. The uniform scenarios use temperature 1 (`seeds`) or 0.7 (`temps`, `full`), and
  * for `full` top_p 0.9 on every request (the nucleus needs a
@@ -15,7 +15,7 @@
  * Every request uses ignore_eos (stop ids off) with its own max_tokens, so each scenario decodes
  * exactly the same number of tokens. Reports requests/s, completion tokens/s, time to first token
  * (streamed requests: first content chunk) and latency percentiles (p50 / p90 / p99), and the
- * ratio mixed / uniform-batch throughput (the issue's goal: >= 0.85 on the H200).
+ * ratio mixed / uniform-batch throughput (goal: >= 0.85 on the H200).
  *
  * Usage (after `npm run build:ts` and the native build):
  *   node scripts/bench/serve_load.mjs                                     # CPU, tiny model, 64 clients
@@ -29,19 +29,12 @@
  * Random-shape checkpoints are made by scripts/make_random_qwen3.py under .cache/random-models/
  * (with the real Qwen3 tokenizer), as scripts/bench/generate.mjs does.
  */
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { resolve } from 'node:path';
 import { randomModel, tinyModel } from './checkpoints.mjs';
+import { benchArgs, deviceOf, dtypeOf, lib, printTable, writeJson } from './harness.mjs';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const { values: a } = parseArgs({
-  options: {
-    device: { type: 'string', default: 'cpu' },
+const a = benchArgs({
     shape: { type: 'string', default: 'tiny' },
-    dtype: { type: 'string' },
     model: { type: 'string' },
     clients: { type: 'string', default: '64' },
     'min-tokens': { type: 'string', default: '8' },
@@ -49,18 +42,14 @@ const { values: a } = parseArgs({
     'prompt-words': { type: 'string', default: '40' },
     'max-batch': { type: 'string', default: '64' },
     'stream-fraction': { type: 'string', default: '0.5' },
-    json: { type: 'string' },
     layers: { type: 'string' },
     threads: { type: 'string' },
     mix: { type: 'string', default: 'seeds' },
     'max-model-len': { type: 'string', default: '1024' },
-  },
 });
 if (!['seeds', 'temps', 'full'].includes(a.mix)) throw new Error(`--mix must be seeds|temps|full, got ${a.mix}`);
-const python = process.env.PYTHON ?? 'python3';
-const cuda = a.device.startsWith('cuda');
-const dtypeName = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16: 'bfloat16', fp16: 'float16', float16: 'float16' }[a.dtype ?? (cuda ? 'bf16' : 'fp32')];
-if (!dtypeName) throw new Error(`--dtype must be fp32|bf16|fp16, got ${a.dtype}`);
+const { cuda } = deviceOf(a.device);
+const dtypeName = dtypeOf(a.dtype, cuda);
 const N = Number(a.clients);
 const minT = Number(a['min-tokens']);
 const maxT = Number(a['max-tokens']);
@@ -170,10 +159,9 @@ async function scenario(name, url, reqs, mixed, stats) {
 }
 
 const modelDir = ensureModel();
-const { Policy } = await import(join(root, 'dist', 'lib', 'model', 'policy.js'));
-const { ChatServer } = await import(join(root, 'dist', 'lib', 'judge', 'serve.js'));
-const { policyServeBackend } = await import(join(root, 'dist', 'lib', 'eval', 'backends.js'));
-const { native } = await import(join(root, 'dist', 'lib', 'native.js'));
+const { Policy, generate } = await lib('model/policy.js');
+const { ChatServer, policyServeBackend } = await lib('serve/index.js');
+const { native } = await lib('native.js');
 if (a.threads) native().setNumThreads(Number(a.threads));
 const policy = await Policy.load(modelDir, { device: a.device, dtype: dtypeName });
 const reqs = makeRequests();
@@ -192,7 +180,6 @@ await srv.close();
 
 // The same requests as one uniform batch: one native generate() call (prompts rendered the same way).
 const promptIds = await policy.encodePrompts(reqs.map((r) => [{ role: 'user', content: r.content }]), { enableThinking: false });
-const { generate } = await import(join(root, 'dist', 'lib', 'model', 'policy.js'));
 const base = { prompts: promptIds.map((p) => Int32Array.from(p)), temperature: uniform.temperature, topP: uniform.topP, stopIds: [], seed: 1, padId: policy.tokenizer.padTokenId, promptOptions: reqs.map((r) => ({ maxNewTokens: r.maxTokens })) };
 await generate(policy.model, { ...base, promptOptions: reqs.map(() => ({ maxNewTokens: 4 })) });
 const t0 = performance.now();
@@ -207,7 +194,8 @@ const ratio = results[0].tokens_per_s / ub.tokens_per_s;
 const ratioServe = results[0].tokens_per_s / results[1].tokens_per_s;
 const rt = native().runtimeInfo();
 const summary = { mix: a.mix, device: a.device, shape: a.model ? a.model : a.shape, dtype: dtypeName, clients: N, max_batch: maxBatch, tokens: [minT, maxT], threads: rt.numThreads, results, mixed_over_uniform_batch: ratio, mixed_over_uniform_serve: ratioServe };
-console.log(`\n| scenario | req/s | tok/s | TTFT p50 ms | latency p50 / p90 / p99 ms | steps |\n|---|---|---|---|---|---|`);
-for (const r of results) console.log(`| ${r.scenario} | ${r.requests_per_s.toFixed(2)} | ${r.tokens_per_s.toFixed(1)} | ${r.ttft_ms_p50?.toFixed(0) ?? '-'} | ${r.latency_ms_p50.toFixed(0)} / ${r.latency_ms_p90?.toFixed(0) ?? '-'} / ${r.latency_ms_p99?.toFixed(0) ?? '-'} | ${r.steps ?? '-'} |`);
+console.log('');
+printTable(['scenario', 'req/s', 'tok/s', 'TTFT p50 ms', 'latency p50 / p90 / p99 ms', 'steps'],
+  results.map((r) => [r.scenario, r.requests_per_s.toFixed(2), r.tokens_per_s.toFixed(1), r.ttft_ms_p50?.toFixed(0) ?? '-', `${r.latency_ms_p50.toFixed(0)} / ${r.latency_ms_p90?.toFixed(0) ?? '-'} / ${r.latency_ms_p99?.toFixed(0) ?? '-'}`, r.steps ?? '-']));
 console.log(`\nmixed-serve / uniform-batch throughput: ${ratio.toFixed(3)}; mixed-serve / uniform-serve: ${ratioServe.toFixed(3)}`);
-if (a.json) writeFileSync(a.json, JSON.stringify(summary, null, 2));
+writeJson(a.json, summary);

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * LoRA train-step benchmark (issue #8 item 5a): one optimizer step = forward + backward of a
+ * LoRA train-step benchmark: one optimizer step = forward + backward of a
  * next-token cross-entropy over every token + grad-norm clip (1.0) + AdamW, LoRA r 64 / alpha 128
  * on all seven projections, random-weight Qwen3 shapes. Ours (native: Model.crossEntropyBackward,
  * chunked over tokens so no [T, V] logits for all tokens at once, + AdamW) against transformers +
@@ -10,7 +10,7 @@
  *
  * MFU = 4·N·(tokens/s) / peak, N = base parameters (embedding counted once when tied, lm_head
  * when untied; LoRA excluded), peak = 805 TFLOP/s (bf16 8192³ matmul measured on the H200,
- * shared REFERENCES.md). 4·N (not 6·N): the frozen base needs forward (2N) and the input
+ * docs/references.md "The H200 machine"). 4·N (not 6·N): the frozen base needs forward (2N) and the input
  * gradient (2N) but no weight gradient.
  * Peak memory = the allocator's peak allocated bytes over the timed steps (after warm-up, so it
  * includes weights, LoRA, AdamW state and activations): native().cudaMemory().peakAllocatedBytes
@@ -38,31 +38,13 @@
  *   --json FILE (rewritten after every row)  --timeout S (per child process, default 420)
  * Random checkpoints: scripts/make_random_qwen3.py into .cache/random-models/ (made once).
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { join, resolve } from 'node:path';
+import { randomModel } from './checkpoints.mjs';
+import { benchArgs, deviceOf, dtypeOf, fmt, fmtRatio, gb, lib, printTable, ratio, run, runChild, runPython, tokenIds, writeJson } from './harness.mjs';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const PEAK_FLOPS = 805e12;
-const python = process.env.PYTHON ?? 'python3';
-
-/** Deterministic ids in [1000, 100000): [B][T], the same for both sides. */
-function makeIds(B, T, seed) {
-  const out = [];
-  let x = 12345 + seed * 7919;
-  for (let i = 0; i < B; i++) {
-    const r = [];
-    for (let j = 0; j < T; j++) {
-      x = (x * 1103515245 + 12345) % 2147483648;
-      r.push(1000 + (x % 99000));
-    }
-    out.push(r);
-  }
-  return out;
-}
 
 /** Base parameter count N from config.json (tied embedding counted once). */
 export function baseParams(c) {
@@ -72,14 +54,13 @@ export function baseParams(c) {
 }
 
 async function child(spec) {
-  const { loadModel } = await import(join(root, 'dist', 'lib', 'model', 'qwen3.js'));
-  const { AdamW } = await import(join(root, 'dist', 'lib', 'train', 'optim.js'));
-  const { native } = await import(join(root, 'dist', 'lib', 'native.js'));
+  const { loadModel } = await lib('model/qwen3.js');
+  const { AdamW } = await lib('train/optim.js');
+  const { native } = await lib('native.js');
   const ids2d = JSON.parse(readFileSync(spec.idsFile, 'utf8'));
   const B = ids2d.length, T = ids2d[0].length;
   const inputIds = { data: Int32Array.from(ids2d.flat()), shape: [B, T] };
-  const cuda = spec.device.startsWith('cuda');
-  const dev = cuda ? Number(spec.device.split(':')[1] ?? 0) : -1;
+  const { cuda, index: dev } = deviceOf(spec.device);
   const model = await loadModel(spec.modelDir, { device: spec.device, dtype: spec.dtype });
   model.addLora({ r: 64, alpha: 128, dropout: 0, seed: 0 });
   model.setGradientCheckpointing(spec.recompute);
@@ -117,24 +98,15 @@ async function child(spec) {
   process.stdout.write(JSON.stringify(out) + '\n');
 }
 
-function lastJson(stdout) {
-  const lines = (stdout ?? '').trim().split('\n').filter((l) => l.startsWith('{'));
-  return lines.length ? JSON.parse(lines[lines.length - 1]) : null;
-}
-
 async function main() {
-  const { values: a } = parseArgs({
-    options: {
-      child: { type: 'string' }, device: { type: 'string', default: 'cpu' }, shape: { type: 'string', default: 'qwen3-1.7b,qwen3-8b' },
-      dtype: { type: 'string' }, seq: { type: 'string', default: '2048' }, batch: { type: 'string' }, layers: { type: 'string' },
-      iters: { type: 'string' }, warmup: { type: 'string' }, recompute: { type: 'boolean', default: false }, 'recompute-only': { type: 'boolean', default: false },
-      'no-ref': { type: 'boolean', default: false }, 'lora-bf16': { type: 'boolean', default: false }, model: { type: 'string' }, json: { type: 'string' }, timeout: { type: 'string', default: '420' },
-    },
+  const a = benchArgs({
+    shape: { type: 'string', default: 'qwen3-1.7b,qwen3-8b' }, seq: { type: 'string', default: '2048' }, batch: { type: 'string' }, layers: { type: 'string' },
+    iters: { type: 'string' }, warmup: { type: 'string' }, recompute: { type: 'boolean', default: false }, 'recompute-only': { type: 'boolean', default: false },
+    'no-ref': { type: 'boolean', default: false }, 'lora-bf16': { type: 'boolean', default: false }, model: { type: 'string' }, timeout: { type: 'string', default: '420' },
   });
   if (a.child) return child(JSON.parse(a.child));
-  const cuda = a.device.startsWith('cuda');
-  const dtype = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16: 'bfloat16' }[a.dtype ?? (cuda ? 'bf16' : 'fp32')];
-  if (!dtype) throw new Error(`--dtype must be bf16|fp32, got ${a.dtype}`);
+  const { cuda } = deviceOf(a.device);
+  const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
   const iters = Number(a.iters ?? (cuda ? 5 : 1));
   const warmup = Number(a.warmup ?? (cuda ? 2 : 1));
   const timeoutMs = Number(a.timeout) * 1000;
@@ -142,20 +114,12 @@ async function main() {
   const work = mkdtempSync(join(tmpdir(), 'pg-train-bench-'));
   const rows = [];
   for (const shape of shapes) {
-    let modelDir = a.model ? resolve(a.model) : join(root, '.cache', 'random-models', `${shape}-${dtype}-s0${a.layers ? `-l${a.layers}` : ''}`);
-    if (!a.model && !existsSync(join(modelDir, 'fingerprint.json'))) {
-      mkdirSync(dirname(modelDir), { recursive: true });
-      const tmp = `${modelDir}.tmp-${process.pid}`;
-      rmSync(tmp, { recursive: true, force: true });
-      process.stderr.write(`bench: making ${modelDir} …\n`);
-      execFileSync(python, [join(root, 'scripts', 'make_random_qwen3.py'), '--shape', shape, '--out', tmp, '--dtype', dtype, '--seed', '0', '--device', cuda ? 'cuda' : 'cpu', ...(a.layers ? ['--layers', a.layers] : [])], { stdio: ['ignore', 'ignore', 'inherit'] });
-      renameSync(tmp, modelDir);
-    }
+    const modelDir = a.model ? resolve(a.model) : randomModel({ shape, dtype, layers: a.layers, cuda });
     const cfg = JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8'));
     const B = Number(a.batch ?? (cfg.hidden_size >= 4096 ? 2 : 4));
     const T = Number(a.seq);
     const idsFile = join(work, `ids-${B}x${T}.json`);
-    writeFileSync(idsFile, JSON.stringify(makeIds(B, T, 1)));
+    writeFileSync(idsFile, JSON.stringify(tokenIds(B, T, 1)));
     const N = baseParams(cfg);
     const variants = a['recompute-only'] ? [true] : [false, ...(a.recompute ? [true] : [])];
     for (const recompute of variants) {
@@ -163,9 +127,8 @@ async function main() {
       const runRef = (autocast) => {
         if (a['no-ref']) return null;
         process.stderr.write(`bench: transformers+peft ${base}${autocast ? ' (autocast bf16)' : ''} …\n`);
-        const args = [join(root, 'scripts', 'bench', 'train_step_ref.py'), '--model', modelDir, '--ids', idsFile, '--device', a.device, '--dtype', dtype, '--iters', String(iters), '--warmup', String(warmup), ...(recompute ? ['--grad-ckpt'] : []), ...(autocast ? ['--autocast'] : [])];
-        const py = spawnSync(python, args, { encoding: 'utf8', maxBuffer: 16 << 20, timeout: timeoutMs, stdio: ['ignore', 'pipe', 'inherit'] });
-        return py.status === 0 ? lastJson(py.stdout) : { error: py.error ? String(py.error) : `exit ${py.status} ${py.signal ?? ''}` };
+        const args = ['--model', modelDir, '--ids', idsFile, '--device', a.device, '--dtype', dtype, '--iters', String(iters), '--warmup', String(warmup), ...(recompute ? ['--grad-ckpt'] : []), ...(autocast ? ['--autocast'] : [])];
+        return runPython('train_step_ref.py', args, { timeoutMs });
       };
       const refPlain = runRef(false);
       for (const loraModelDtype of [false, ...(a['lora-bf16'] && dtype !== 'float32' ? [true] : [])]) {
@@ -173,38 +136,30 @@ async function main() {
         const label = `${base}${loraModelDtype ? ' +bf16 LoRA branch' : ''}`;
         process.stderr.write(`bench: ours ${label}, ${B} x ${T} …\n`);
         const spec = { modelDir, device: a.device, dtype, idsFile, iters, warmup, recompute, loraModelDtype };
-        const p = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--child', JSON.stringify(spec)], { encoding: 'utf8', env: process.env, maxBuffer: 16 << 20, timeout: timeoutMs, stdio: ['ignore', 'pipe', 'inherit'] });
-        const ours = p.status === 0 ? lastJson(p.stdout) : { error: p.error ? String(p.error) : `exit ${p.status} ${p.signal ?? ''}` };
+        const ours = runChild(import.meta.url, spec, { timeoutMs, inheritStderr: true });
         const mfu = (x) => (x && x.tokens_per_s ? (4 * N * x.tokens_per_s) / PEAK_FLOPS : null);
         rows.push({
           shape, label, layers: cfg.num_hidden_layers, batch: B, seq: T, recompute, lora_branch: loraModelDtype ? dtype : 'float32', base_params: N, ours, ref,
           ref_kind: loraModelDtype ? 'peft + torch.autocast(bf16)' : 'peft (float32 LoRA branch)',
           mfu_ours: mfu(ours), mfu_ref: mfu(ref),
-          speed_ratio: ours?.tokens_per_s && ref?.tokens_per_s ? ours.tokens_per_s / ref.tokens_per_s : null,
-          mem_ratio: ours?.peak_bytes && ref?.peak_bytes ? ours.peak_bytes / ref.peak_bytes : null,
+          speed_ratio: ratio(ours?.tokens_per_s, ref?.tokens_per_s),
+          mem_ratio: ratio(ours?.peak_bytes, ref?.peak_bytes),
         });
         // Partial results survive a killed device call: the JSON is rewritten after every row.
         const r = rows[rows.length - 1];
         process.stderr.write(`bench: ${label}: ours ${r.ours?.tokens_per_s?.toFixed(0) ?? r.ours?.error} tok/s, ${r.ours?.peak_bytes ? (r.ours.peak_bytes / 1e9).toFixed(1) : '-'} GB; ref ${r.ref?.tokens_per_s?.toFixed(0) ?? r.ref?.error ?? '-'} tok/s, ${r.ref?.peak_bytes ? (r.ref.peak_bytes / 1e9).toFixed(1) : '-'} GB\n`);
-        if (a.json) writeFileSync(a.json, JSON.stringify({ config: { ...a, dtype, iters, warmup, peak_flops: PEAK_FLOPS }, partial: true, rows }, null, 2) + '\n');
+        writeJson(a.json, { config: { ...a, dtype, iters, warmup, peak_flops: PEAK_FLOPS }, partial: true, rows });
       }
     }
   }
-  const f = (x, d = 1) => (x === null || x === undefined || Number.isNaN(x) ? '-' : x.toFixed(d));
-  const gb = (x) => (x ? (x / 1e9).toFixed(1) : '-');
+  const f = fmt;
   const pct = (x) => (x === null ? '-' : `${(100 * x).toFixed(1)}%`);
   console.log(`train-step benchmark: LoRA r 64 / alpha 128, all 7 projections, ${dtype} on ${a.device}; CE over all tokens + clip 1.0 + AdamW; ${warmup} warm-up + ${iters} timed steps; MFU at 4·N FLOP/token vs ${PEAK_FLOPS / 1e12} TFLOP/s`);
-  console.log('| shape | B x T | ours tok/s | ref tok/s | speed ours/ref | ours peak GB | ref peak GB | mem ours/ref | MFU ours | MFU ref | ours ATen ops/step |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
-  for (const r of rows) {
-    console.log(`| ${r.label} (ref: ${r.ref_kind}) | ${r.batch} x ${r.seq} | ${f(r.ours?.tokens_per_s, 0)} | ${f(r.ref?.tokens_per_s, 0)} | ${r.speed_ratio ? f(r.speed_ratio, 2) + 'x' : '-'} | ${gb(r.ours?.peak_bytes)} | ${gb(r.ref?.peak_bytes)} | ${r.mem_ratio ? f(r.mem_ratio, 2) + 'x' : '-'} | ${pct(r.mfu_ours)} | ${pct(r.mfu_ref)} | ${r.ours?.ops_per_step ?? '-'} |`);
-    for (const [side, x] of [['ours', r.ours], ['ref', r.ref]]) if (x?.error) console.log(`  ${side} failed: ${x.error}`);
-  }
+  printTable(['shape', 'B x T', 'ours tok/s', 'ref tok/s', 'speed ours/ref', 'ours peak GB', 'ref peak GB', 'mem ours/ref', 'MFU ours', 'MFU ref', 'ours ATen ops/step'],
+    rows.map((r) => [`${r.label} (ref: ${r.ref_kind})`, `${r.batch} x ${r.seq}`, f(r.ours?.tokens_per_s, 0), f(r.ref?.tokens_per_s, 0), fmtRatio(r.speed_ratio), gb(r.ours?.peak_bytes || null), gb(r.ref?.peak_bytes || null), fmtRatio(r.mem_ratio), pct(r.mfu_ours), pct(r.mfu_ref), r.ours?.ops_per_step ?? '-']));
+  for (const r of rows) for (const [side, x] of [['ours', r.ours], ['ref', r.ref]]) if (x?.error) console.log(`  ${r.label}: ${side} failed: ${x.error}`);
   if (!cuda) console.log('(CPU: peak = process max RSS; MFU is against the H200 bf16 peak and meaningless here)');
-  if (a.json) writeFileSync(a.json, JSON.stringify({ config: { ...a, dtype, iters, warmup, peak_flops: PEAK_FLOPS }, rows }, null, 2) + '\n');
+  writeJson(a.json, { config: { ...a, dtype, iters, warmup, peak_flops: PEAK_FLOPS }, rows });
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+run(main);

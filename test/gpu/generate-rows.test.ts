@@ -1,5 +1,5 @@
 /**
- * GPU suite: per-row sampling settings in one batch (issue 20 item 1) on CUDA. Skips with a
+ * GPU suite: per-row sampling settings in one batch (each row its own settings and seed) on CUDA. Skips with a
  * printed reason without CUDA. On the tiny model (fp32), for the dynamic path, the static-cache
  * path and (CUDA builds) the CUDA-graph path: a mixed batch (greedy, top-k, top-p, min-p,
  * different temperatures, seeds and max tokens) gives, for every seeded row, the same ids as the

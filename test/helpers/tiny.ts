@@ -1,51 +1,16 @@
 /**
- * Tiny random checkpoints (Qwen3, Qwen2.5, Llama-3 architectures; see the maker's docstring) for tests, made by scripts/make_tiny_qwen3.py and cached under
- * `.cache/tiny-models/<name>[-variant]` in the repository (gitignored). Also runs the Python
- * reference (scripts/ref_qwen3.py) for parity tests.
+ * Tiny random checkpoints for tests (the one maker, lib/util/checkpoints.ts: Qwen3, Qwen2.5,
+ * Llama-3 architectures of scripts/make_tiny_qwen3.py, cached under `.cache/tiny-models/` in the
+ * repository, gitignored), plus the Python reference (scripts/ref_qwen3.py) for parity tests.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot, type JsTensor } from '../../lib/native.js';
 import type { Qwen3Model } from '../../lib/model/qwen3.js';
+import { python } from '../../lib/util/checkpoints.js';
 
-export type TinyName = 'tiny-tied' | 'tiny-untied' | 'tiny-nohd' | 'tiny-yarn' | 'tiny-qwen25' | 'tiny-llama3' | 'tiny-llama-bias';
-
-export interface TinyOptions {
-  seed?: number;
-  dtype?: 'float32' | 'bfloat16' | 'float16';
-  shards?: number;
-  keepTiedLmHead?: boolean;
-  /** How config.json states RoPE scaling (tiny-yarn, tiny-llama3): transformers 5 `rope_parameters` (default) or 4 `rope_scaling`. */
-  ropeKey?: 'rope_parameters' | 'rope_scaling';
-  /** Untied names only: the maker's `--yes-no-readout` (yes/no answer tokens on top after the non-thinking generation prompt, then <|im_end|>). */
-  yesNoReadout?: boolean;
-}
-
-export const python = process.env.PYTHON ?? 'python3';
-
-/** Returns the directory of a cached tiny checkpoint, creating it on first use (~10 s). */
-export function tinyModel(name: TinyName, opts: TinyOptions = {}): string {
-  const seed = opts.seed ?? 0;
-  const dtype = opts.dtype ?? 'float32';
-  const shards = opts.shards ?? 1;
-  const ropeKey = opts.ropeKey ?? 'rope_parameters';
-  const tag = `${name}-s${seed}-${dtype}-x${shards}${opts.keepTiedLmHead ? '-lmhead' : ''}${ropeKey === 'rope_scaling' ? '-ropescaling' : ''}${opts.yesNoReadout ? '-yesno' : ''}`;
-  const root = join(packageRoot, '.cache', 'tiny-models');
-  const dir = join(root, tag);
-  if (existsSync(join(dir, 'fingerprint.json'))) return dir;
-  mkdirSync(root, { recursive: true });
-  const tmp = `${dir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
-  const args = [join(packageRoot, 'scripts', 'make_tiny_qwen3.py'), '--name', name, '--out', tmp, '--seed', String(seed), '--dtype', dtype, '--shards', String(shards)];
-  if (opts.keepTiedLmHead) args.push('--keep-tied-lm-head');
-  if (ropeKey !== 'rope_parameters') args.push('--rope-key', ropeKey);
-  if (opts.yesNoReadout) args.push('--yes-no-readout');
-  execFileSync(python, args, { stdio: ['ignore', 'ignore', 'inherit'] });
-  rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir);
-  return dir;
-}
+export { tinyModel, python, type TinyName, type TinyOptions } from '../../lib/util/checkpoints.js';
 
 /** The fingerprint written by the maker (sum over weights, float64). */
 export function tinyFingerprint(dir: string): number {

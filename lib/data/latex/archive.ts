@@ -1,5 +1,5 @@
 /**
- * Safe unpacking of arXiv-style paper sources (DESIGN.md §7: "archive members with `..` or
+ * Safe unpacking of arXiv-style paper sources (docs/design.md §7: "archive members with `..` or
  * absolute paths refused"). What a source is comes from its bytes, not its name: a directory is
  * used in place; gzip data is decompressed and then read as a tar archive when it is one, else as
  * a single TeX file (arXiv ships single-file papers gzipped, and download tools often name those

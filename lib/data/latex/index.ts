@@ -1,5 +1,5 @@
 /**
- * Paper ingestion (DESIGN.md §7, first half): a paper source (directory or arXiv-style archive)
+ * Paper ingestion (docs/design.md §7, first half): a paper source (directory or arXiv-style archive)
  * → main file → includes resolved → comments / `\iffalse` removed → simple macros expanded →
  * title, abstract and sections as plain text.
  */

@@ -1,5 +1,5 @@
 /**
- * LaTeX source handling before structure extraction (DESIGN.md §7):
+ * LaTeX source handling before structure extraction (docs/design.md §7):
  *
  * - reading: bytes → text by content (UTF-8 with or without BOM; UTF-16 with BOM; invalid UTF-8
  *   → the encoding declared by `inputenc`, else Latin-1/windows-1252, with a warning naming the

@@ -1,5 +1,5 @@
 /**
- * Document structure from flattened LaTeX (DESIGN.md §7): title, abstract, the `document`
+ * Document structure from flattened LaTeX (docs/design.md §7): title, abstract, the `document`
  * body, and the sectioning commands (`\part`, `\chapter`, `\section`, `\subsection`,
  * `\subsubsection`, `\paragraph`, starred or not, optional short titles) with `\appendix`
  * marking everything after it. A scanner (not a full parse) so it cannot hang on odd input.

@@ -1,5 +1,5 @@
 /**
- * LaTeX → readable plain text for the LLM stages (DESIGN.md §7). Two converters:
+ * LaTeX → readable plain text for the LLM stages (docs/design.md §7). Two converters:
  *
  * - {@link astToText}: @unified-latex parse + a walk that keeps prose, inline math as `$…$`,
  *   display math raw, list items, figure/table captions, footnotes in parentheses; drops

@@ -1,11 +1,10 @@
 /**
- * Prompts of the training stages (PaperGym, DESIGN.md §6): the student sees the question only;
- * the OPSD teacher sees the question plus the instance rubric items (privileged context).
+ * Prompts of the task (PaperGym, docs/design.md §6), the same everywhere a plan is written: the student
+ * prompt (the question only) is used by every training stage, validation, eval and
+ * `generate --input` questions; the OPSD teacher sees the question plus the instance rubric items
+ * (privileged context). The data pipeline's own LLM prompts are lib/data/prompts.ts.
  */
-export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-}
+import type { ChatMessage } from '../llm/messages.js';
 
 /** Instruction wrapped around a research question for the policy (student and GRPO). */
 export function studentMessages(question: string): ChatMessage[] {

@@ -1,5 +1,5 @@
 /**
- * The step-wise side of `serve` (lib/judge/serve.ts) over a real model: a {@link ServeStepper} made
+ * The step-wise side of `serve` (lib/serve/server.ts) over a real model: a {@link ServeStepper} made
  * from a Policy's model + tokenizer + chat template and the continuous-batching
  * {@link DecodeEngine} (lib/model/engine.ts), plus the token facts OpenAI-format logprobs need.
  *
@@ -14,18 +14,11 @@
  *   equal the decode of all ids.
  */
 import type { Tokenizer } from '../model/tokenizer.js';
-import type { ChatTemplate, ChatMessage } from '../model/chat.js';
+import type { ChatTemplate } from '../model/chat.js';
+import type { ChatMessage } from '../llm/messages.js';
 import { DecodeEngine, type EngineRow, type EngineStep } from '../model/engine.js';
 import type { Qwen3Model } from '../model/qwen3.js';
 
-/** A message as serve passes it to the template (tool fields kept as the client sent them). */
-export interface StepperMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool';
-  content: string;
-  tool_calls?: unknown[];
-  tool_call_id?: string;
-  name?: string;
-}
 
 /** What serve's continuous-batching path needs from a model. */
 export interface ServeStepper {
@@ -35,7 +28,7 @@ export interface ServeStepper {
   /** Ids that end a row (Qwen3: `<|im_end|>`, `<|endoftext|>`); not part of the text. */
   readonly stopIds: readonly number[];
   /** Chat-rendered prompt ids. Throws a TypeError for messages the template cannot render. */
-  encode(messages: StepperMessage[], opts: { enableThinking?: boolean; tools?: unknown }): Promise<number[]>;
+  encode(messages: ChatMessage[], opts: { enableThinking?: boolean; tools?: unknown }): Promise<number[]>;
   add(row: EngineRow): void;
   cancel(id: number): void;
   step(): Promise<EngineStep>;
@@ -144,7 +137,7 @@ export function modelStepper(
     stopIds: tokenizer.stopIds,
     async encode(messages, o) {
       if (!chat) throw new TypeError('the checkpoint has no chat_template');
-      const text = chat.render(messages as ChatMessage[], { addGenerationPrompt: true, enableThinking: o.enableThinking, extra: o.tools !== undefined ? { tools: o.tools } : undefined });
+      const text = chat.render(messages, { addGenerationPrompt: true, enableThinking: o.enableThinking, extra: o.tools !== undefined ? { tools: o.tools } : undefined });
       return tokenizer.encode(text, { addSpecialTokens: false });
     },
     add: (row) => engine.add(row),

@@ -3,7 +3,7 @@
  * `GET /v1/models`, `POST /v1/chat/completions` (plain JSON and `stream: true` server-sent events).
  *
  * Two backends:
- * - a step-wise model backend ({@link ServeStepper}, lib/judge/serve-engine.ts; what `serve` uses):
+ * - a step-wise model backend ({@link ServeStepper}, lib/serve/stepper.ts; what `serve` uses):
  *   continuous batching. Each choice of each request is one row of the native decode engine with
  *   its own sampling settings (temperature, top_p, top_k, min_p, seed, max_tokens, stop ids,
  *   logprobs); a request that arrives while the batch decodes joins at the next step (its prefill
@@ -47,20 +47,11 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { splitThink as splitReasoning } from '../llm/think.js';
-import { IncrementalDetokenizer, type ServeStepper, type StepperMessage } from './serve-engine.js';
+import { splitThink, THINK_TAGS } from '../llm/think.js';
+import type { ChatMessage } from '../llm/messages.js';
+import { IncrementalDetokenizer, type ServeStepper } from './stepper.js';
 import type { EngineToken } from '../model/engine.js';
 
-/** A chat message as the backend receives it. */
-export interface ServeMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool';
-  content: string;
-  /** Assistant turns: the tool calls as the client sent them (`[{id, type, function: {name, arguments}}]`). */
-  tool_calls?: unknown[];
-  /** Tool turns: the call they answer. */
-  tool_call_id?: string;
-  name?: string;
-}
 
 /** Sampling options of one backend call (shared by every prompt of the batch). */
 export interface ServeGenerateOptions {
@@ -96,7 +87,7 @@ export interface ServeBackend {
    * prompt that cannot run (e.g. longer than the context; the server answers 400 for that request
    * only). Rejecting fails every request of the batch (500).
    */
-  generate(prompts: ServeMessage[][], opts: ServeGenerateOptions): Promise<ServeResult[]>;
+  generate(prompts: ChatMessage[][], opts: ServeGenerateOptions): Promise<ServeResult[]>;
 }
 
 /** Per-prompt result of {@link ServeBackend.generate}. */
@@ -177,7 +168,7 @@ interface Params {
 }
 
 interface Entry {
-  messages: ServeMessage[];
+  messages: ChatMessage[];
   params: Params;
   key: string;
   cancelled: boolean;
@@ -191,7 +182,7 @@ function num(v: unknown, name: string, def: number, lo: number, hi: number, int 
   return v;
 }
 
-function messagesOf(v: unknown): ServeMessage[] {
+function messagesOf(v: unknown): ChatMessage[] {
   if (!Array.isArray(v) || !v.length) throw new HttpError(400, 'messages must be a non-empty array', 'invalid_request_error', 'messages');
   return v.map((m, i) => {
     if (!m || typeof m !== 'object') throw new HttpError(400, `messages[${i}] must be an object`, 'invalid_request_error', 'messages');
@@ -210,7 +201,7 @@ function messagesOf(v: unknown): ServeMessage[] {
         .join('');
     } else if (c === null || c === undefined) content = '';
     else throw new HttpError(400, `messages[${i}].content must be a string or text parts`, 'invalid_request_error', 'messages');
-    const out: ServeMessage = { role: role === 'developer' ? 'system' : role, content };
+    const out: ChatMessage = { role: role === 'developer' ? 'system' : role, content };
     if (mm.tool_calls !== undefined && mm.tool_calls !== null) {
       if (role !== 'assistant' || !Array.isArray(mm.tool_calls)) throw new HttpError(400, `messages[${i}].tool_calls must be an array on an assistant message`, 'invalid_request_error', 'messages');
       // The Qwen3 template reads tool_call.function.{name, arguments} (arguments: a JSON string or an object).
@@ -225,9 +216,6 @@ function messagesOf(v: unknown): ServeMessage[] {
     return out;
   });
 }
-
-/** Splits generated text into reasoning and content (the shared think reader, lib/llm/think.ts). */
-export { splitReasoning };
 
 /** Cuts `text` at the first occurrence of any stop string. */
 export function applyStop(text: string, stop: string[]): { text: string; stopped: boolean } {
@@ -473,7 +461,7 @@ export class ChatServer {
     const out = result;
     const choices = out.completions.map((c, index) => {
       const cut = applyStop(c.text, stop);
-      const { content, reasoning } = splitReasoning(cut.text);
+      const { content, reasoning } = splitThink(cut.text);
       return { index, content, reasoning, finish_reason: cut.stopped ? 'stop' : c.finishReason, tokens: c.completionTokens };
     });
     const completionTokens = choices.reduce((a, c) => a + c.tokens, 0);
@@ -513,7 +501,7 @@ export class ChatServer {
     return Math.max(1, Math.min(this.o.maxBatch ?? 32, st.maxRows));
   }
 
-  private async handleStep(st: ServeStepper, res: ServerResponse, messages: ServeMessage[], p: Params, stream: boolean, includeUsage: boolean): Promise<void> {
+  private async handleStep(st: ServeStepper, res: ServerResponse, messages: ChatMessage[], p: Params, stream: boolean, includeUsage: boolean): Promise<void> {
     if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
     const maxRows = this.maxRows(st);
     if (p.n > maxRows) throw new HttpError(400, `n must be at most ${maxRows} (the server's max batch)`, 'invalid_request_error', 'n');
@@ -526,7 +514,7 @@ export class ChatServer {
     queueFull();
     let ids: number[];
     try {
-      ids = await st.encode(messages as StepperMessage[], { enableThinking: p.enableThinking, tools: p.tools });
+      ids = await st.encode(messages, { enableThinking: p.enableThinking, tools: p.tools });
     } catch (e) {
       throw new HttpError(400, `messages cannot be rendered by the chat template: ${(e as Error).message}`, 'invalid_request_error', 'messages');
     }
@@ -587,7 +575,7 @@ export class ChatServer {
         created,
         model: this.o.modelId,
         choices: r.choices.map((c) => {
-          const { content, reasoning } = splitReasoning(c.text);
+          const { content, reasoning } = splitThink(c.text);
           return { index: c.index, message: { role: 'assistant', content, ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) }, logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish };
         }),
         usage,
@@ -742,8 +730,8 @@ export class ChatServer {
 
   /** Streams what is decided of choice `c`: reasoning / content deltas and new logprob entries. */
   private emit(req: StepReq, c: StepChoice): void {
-    const hold = c.finish ? 0 : heldBack(c.text, [...req.params.stop, '<think>', '</think>']);
-    const split = splitReasoning(c.text.slice(0, c.text.length - hold));
+    const hold = c.finish ? 0 : heldBack(c.text, [...req.params.stop, ...THINK_TAGS]);
+    const split = splitThink(c.text.slice(0, c.text.length - hold));
     const delta: Record<string, string> = {};
     const r = split.reasoning ?? '';
     if (r.length > c.emR.length && r.startsWith(c.emR)) {
@@ -760,7 +748,7 @@ export class ChatServer {
     if (c.finish) req.write([{ index: c.index, delta: {}, logprobs: null, finish_reason: c.finish }]);
   }
 
-  private enqueue(messages: ServeMessage[], params: Params): Entry & { promise: Promise<ServeResult> } {
+  private enqueue(messages: ChatMessage[], params: Params): Entry & { promise: Promise<ServeResult> } {
     const key = JSON.stringify([params.n, params.temperature, params.topP, params.topK, params.maxNewTokens, params.seed ?? null, params.enableThinking ?? null]);
     let resolve!: Entry['resolve'];
     let reject!: Entry['reject'];

@@ -1,0 +1,119 @@
+/**
+ * GRPO: G completions per question, rubric rewards r = α·r_spec + (1 − α)·r_gen (the task's
+ * RewardFn), group advantages (lib/train/advantages.ts), clipped ratio loss + β_KL·k3 to the
+ * reference (the stage-start snapshot or the base model; native/loss/grpo.*).
+ */
+import type { Rollout } from '../backend.js';
+import { shard } from '../dist.js';
+import { studentMessages } from '../../task/prompts.js';
+import type { RewardResult } from '../../task/types.js';
+import { chunks, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+
+export const grpoStage: TrainingStage = {
+  name: 'grpo',
+  steps: (cfg) => cfg.grpo.steps,
+  lr: (cfg) => cfg.grpo.lr,
+  begin(ctx) {
+    if (ctx.cfg.grpo.reference === 'stage-start') ctx.backend.snapshotAdapter('stage-start');
+  },
+  async step(ctx: StageContext): Promise<StepResult> {
+    const { backend } = ctx;
+    const c = ctx.cfg.grpo;
+    const items = ctx.take(c.questionsPerStep);
+    // Sampling chunks of whole groups (a group never spans ranks), each with its own seed; rows
+    // per chunk from the config (memory.rolloutRows, the memory plan's; 0 = the micro-batch), never
+    // from the rank count, so 1 and N processes sample the same chunks. This rank samples and
+    // judges a contiguous share of the chunks, judging each chunk while the next one samples
+    // (async overlap).
+    const rolloutRows = ctx.cfg.memory?.rolloutRows || c.microBatch;
+    const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
+    const [a, b] = shard(promptChunks.length, ctx.dist.rank, ctx.dist.worldSize);
+    const prompts = new Map<number, number[]>();
+    const rollouts: Rollout[] = [];
+    const rewardJobs: Promise<RewardResult[]>[] = [];
+    // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
+    const localRewards = await ctx.allRanks('GRPO rollouts and rewards', async () => {
+      for (let ci = a; ci < b; ci++) {
+        const ch = promptChunks[ci]!;
+        const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
+        ch.forEach((i, j) => prompts.set(i, ps[j]!));
+        const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci)));
+        // generate returns n completions per prompt contiguously (a group is a block of G).
+        const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
+        rollouts.push(...mapped);
+        const job = ctx.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
+        job.catch(() => undefined); // handled below (Promise.all); a rejection while the next chunk samples is not "unhandled"
+        rewardJobs.push(job);
+      }
+      // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
+      return (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
+    });
+    // Global rewards in global rollout order (ranks hold contiguous chunk ranges): advantages,
+    // the loss normalisers and the judge health span the whole step, as on one process.
+    const all = await ctx.gather({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length), stops: rollouts.filter((ro) => ro.finishReason === 'stop').length });
+    const rewards = all.flatMap((x) => x.rewards);
+    const lengths = all.flatMap((x) => x.lengths);
+    const offset = all.slice(0, ctx.dist.rank).reduce((n, x) => n + x.rewards.length, 0);
+    // Same gathered data on every rank → the same decision: a null-rate stop ends all ranks together.
+    const judge = ctx.checkJudgeHealth(rewards, `GRPO step ${ctx.stageStep + 1}`);
+    const r = rewards.map((x) => x.reward);
+    const { advantages, keep } = ctx.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
+    const keptGlobal = lengths.map((len, i) => keep[i] && len > 0);
+    const totalSequences = keptGlobal.filter(Boolean).length;
+    const totalTokens = lengths.reduce((n, len, i) => n + (keptGlobal[i] ? len : 0), 0);
+    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i })).filter((x) => keptGlobal[x.i]);
+    const seqs = kept.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds }));
+    const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
+    // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
+    // bounded memory, and a batch size from the config on one process and on N ranks.
+    const refLogprobs: number[][] = [];
+    await ctx.allRanks('GRPO reference logprobs', async () => {
+      if (seqs.length && c.betaKl > 0) {
+        for (const part of chunks(seqs, Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch))) refLogprobs.push(...(await ctx.timed('reference', () => backend.completionLogprobs(part, ctx.cfg.sampling.temperature || 1, refAdapter))));
+      } else {
+        for (const s of seqs) refLogprobs.push(s.completionIds.map(() => 0));
+      }
+    });
+    const opts = {
+      epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: ctx.cfg.sampling.temperature || 1, aggregation: c.aggregation,
+      totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: ctx.cfg.sampling.maxNewTokens,
+    };
+    const batch = kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv }));
+    let { loss, kl, clip } = await ctx.allRanks('GRPO update', () => ctx.updateWithOomRecovery('grpo', async (microBatch) => {
+      const acc = { loss: 0, kl: 0, clip: 0 };
+      for (const mb of chunks(batch, microBatch)) {
+        const out = await backend.grpoBackward(mb, opts);
+        acc.loss += out.loss;
+        acc.kl += out.meanKl * mb.length;
+        acc.clip += out.clipFraction * mb.length;
+      }
+      return acc;
+    }));
+    if (ctx.dist.worldSize > 1) {
+      const parts = await ctx.gather([Number.isFinite(loss) ? loss : null, kl, clip]);
+      loss = parts.reduce<number>((n, p) => n + (p[0] === null ? NaN : p[0]!), 0);
+      kl = parts.reduce((n, p) => n + p[1]!, 0);
+      clip = parts.reduce((n, p) => n + p[2]!, 0);
+    }
+    const dims: Record<string, [number, number]> = {};
+    for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
+      const cur = dims[d] ?? [0, 0];
+      dims[d] = [cur[0] + m, cur[1] + t];
+    }
+    return {
+      loss,
+      completionTokens: totalTokens,
+      rewardMean: mean(r),
+      rewardStd: std(r),
+      rSpecMean: mean(rewards.map((x) => x.rSpec)),
+      rGenMean: mean(rewards.map((x) => x.rGen)),
+      passRate: Object.fromEntries(Object.entries(dims).map(([d, [m, t]]) => [d, t ? m / t : NaN])),
+      kl: totalSequences ? kl / totalSequences : 0,
+      clipFraction: totalSequences ? clip / totalSequences : 0,
+      keptSequences: totalSequences,
+      completionLength: totalTokens / Math.max(1, totalSequences),
+      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, lengths.length),
+      ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),
+    };
+  },
+};

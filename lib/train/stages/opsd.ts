@@ -1,0 +1,72 @@
+/**
+ * OPSD, on-policy self-distillation: the student samples a plan for the question, the teacher
+ * (same model; question + instance rubric in its prompt; adapter off = `fixed`, the detached
+ * current adapter = `current`, or an EMA snapshot = `ema`) scores the same tokens; loss =
+ * token-mean generalised JSD (β) over completion tokens (native/loss/jsd.*).
+ */
+import type { Sequence } from '../backend.js';
+import { shard } from '../dist.js';
+import { studentMessages, teacherMessages } from '../../task/prompts.js';
+import { chunks, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+
+export const opsdStage: TrainingStage = {
+  name: 'opsd',
+  steps: (cfg) => cfg.opsd.steps,
+  lr: (cfg) => cfg.opsd.lr,
+  earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,
+  begin(ctx) {
+    if (ctx.cfg.opsd.teacher === 'ema') ctx.backend.snapshotAdapter('ema-teacher');
+  },
+  afterStep(ctx, skipped) {
+    if (ctx.cfg.opsd.teacher === 'ema' && !skipped) ctx.backend.emaUpdate('ema-teacher', ctx.cfg.opsd.emaDecay);
+  },
+  async step(ctx: StageContext): Promise<StepResult> {
+    const { backend } = ctx;
+    const c = ctx.cfg.opsd;
+    const items = ctx.take(c.batchSize);
+    // Sampling chunks of rollout-rows questions (memory.rolloutRows from the memory plan; 0 = the
+    // micro-batch), each with its own seed, so a chunk's completions do not depend on which rank
+    // samples it: the chunk size comes from the config, never from the rank count. This rank
+    // takes a contiguous share of the chunks.
+    const rows = Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch);
+    const chunkIdx = chunks(items.map((_, i) => i), rows);
+    const [a, b] = shard(chunkIdx.length, ctx.dist.rank, ctx.dist.worldSize);
+    const batch: { student: Sequence; teacher: Sequence }[] = [];
+    let stops = 0;
+    let rolloutCount = 0;
+    await ctx.allRanks('OPSD rollouts', async () => {
+      for (let k = a; k < b; k++) {
+        const its = chunkIdx[k]!.map((i) => items[i]!);
+        const studentPrompts = await Promise.all(its.map((it) => backend.promptIds(studentMessages(it.question))));
+        const teacherPrompts = await Promise.all(its.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
+        const rollouts = await ctx.timed('rollout', () => backend.generate(studentPrompts, ctx.sampling(1, 2, k)));
+        for (const r of rollouts) {
+          rolloutCount += 1;
+          if (r.finishReason === 'stop') stops += 1;
+          if (!r.tokenIds.length) continue;
+          batch.push({ student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds }, teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds } });
+        }
+      }
+    });
+    const local = { tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount };
+    const all = await ctx.gather(local);
+    const normalizer = all.reduce((n, x) => n + x.tokens, 0);
+    const sequences = all.reduce((n, x) => n + x.sequences, 0);
+    const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
+    let loss = 0;
+    if (normalizer > 0) {
+      loss = await ctx.allRanks('OPSD update', () => ctx.updateWithOomRecovery('opsd', async (microBatch) => {
+        let l = 0;
+        for (const mb of chunks(batch, microBatch)) {
+          l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
+        }
+        return l;
+      }));
+    }
+    loss = await ctx.sumRanks(loss);
+    return {
+      loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, sequences),
+      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, all.reduce((n, x) => n + x.rollouts, 0)),
+    };
+  },
+};

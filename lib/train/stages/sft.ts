@@ -1,0 +1,35 @@
+/**
+ * SFT (the paper's baseline): next-token cross-entropy of the reference answers after the student
+ * prompt, one token mean over the whole global batch (the normaliser spans every rank's answers).
+ */
+import type { Sequence } from '../backend.js';
+import { shard } from '../dist.js';
+import { studentMessages } from '../../task/prompts.js';
+import type { StageContext, StepResult, TrainingStage } from './stage.js';
+
+export const sftStage: TrainingStage = {
+  name: 'sft',
+  steps: (cfg) => cfg.sft.steps,
+  lr: (cfg) => cfg.sft.lr,
+  async step(ctx: StageContext): Promise<StepResult> {
+    const { backend } = ctx;
+    const items = ctx.take(ctx.cfg.sft.batchSize);
+    // This rank's questions; the normaliser (all answer tokens of the global batch) is computed
+    // locally from the same global batch on every rank.
+    const [a, b] = shard(items.length, ctx.dist.rank, ctx.dist.worldSize);
+    const answers = await Promise.all(items.map((it) => backend.answerIds(it.reference_answer)));
+    const normalizer = answers.reduce((n, x) => n + x.length, 0);
+    const seqs: Sequence[] = await Promise.all(items.slice(a, b).map(async (it, j) => ({
+      promptIds: await backend.promptIds(studentMessages(it.question)),
+      completionIds: answers[a + j]!,
+    })));
+    const local = seqs.reduce((n, s) => n + s.completionIds.length, 0);
+    // One call over the rank's window: the native cross-entropy averages over the tokens it is
+    // given; × local / global tokens makes it this rank's share of the global token mean (the
+    // gradient is scaled the same way before the all-reduce).
+    const share = normalizer > 0 ? local / normalizer : 0;
+    const localLoss = await ctx.allRanks('SFT update', async () => (seqs.length ? (await ctx.timed('update', () => backend.sftBackward(seqs))).loss : 0));
+    const loss = ctx.dist.worldSize === 1 ? localLoss : await ctx.sumRanks(localLoss * share);
+    return { loss, completionTokens: normalizer, gradScale: share };
+  },
+};

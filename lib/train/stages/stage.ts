@@ -1,0 +1,79 @@
+/**
+ * The one interface every training stage implements (SFT, OPSD, GRPO; docs/design.md §6), and the view
+ * of the running Trainer a stage step works through. The Trainer (lib/train/trainer.ts) owns what
+ * every stage shares — the step loop, optimizer step, non-finite skip, checkpoints, resume, metrics,
+ * validation, out-of-memory recovery, data-parallel agreement and judge health; a stage says what
+ * one step computes and what it needs at its start and after each update.
+ */
+import type { Stage, TrainConfig } from '../../config/train.js';
+import type { JudgeHealth } from '../../judge/types.js';
+import type { RewardFn, RewardResult, TaskItem } from '../../task/types.js';
+import type { AdvantageFn } from '../advantages.js';
+import type { SamplingOptions, TrainBackend } from '../backend.js';
+import type { DistContext } from '../dist.js';
+
+/**
+ * A step's result: `loss` (global over ranks; NaN = the step is skipped), `completionTokens`
+ * (global), this rank's gradient pre-scale for the all-reduce (`gradScale`, default 1) and any
+ * stage metrics (written to metrics.jsonl as they are; `rewardMean` and `judge` are also shown on
+ * the progress line).
+ */
+export type StepResult = { loss: number; completionTokens: number; gradScale?: number; [k: string]: unknown };
+
+/** What a stage step may use of the running Trainer (one per run; state is the trainer's). */
+export interface StageContext {
+  readonly cfg: TrainConfig;
+  readonly backend: TrainBackend;
+  readonly dist: DistContext;
+  readonly reward: RewardFn;
+  readonly advantages: AdvantageFn;
+  /** Step of the stage in flight, 0-based. */
+  readonly stageStep: number;
+  /** The next `k` training items from the data cursor (crossing epochs; the cursor advances). */
+  take(k: number): TaskItem[];
+  /** Sampling options of the step in flight with the seed of (run seed, stage, step, purpose, unit). */
+  sampling(n: number, purpose: number, unit?: number): SamplingOptions;
+  /** Runs `f`, adding its wall seconds to `phase` of the step's phaseSeconds metric. */
+  timed<T>(phase: string, f: () => Promise<T>): Promise<T>;
+  /** Runs this rank's part of a phase; every rank throws together when any rank failed. */
+  allRanks<T>(what: string, f: () => Promise<T>): Promise<T>;
+  /** Every rank's value in rank order (one-element list on one process). */
+  gather<T>(x: T): Promise<T[]>;
+  /** Sum over ranks; a non-finite value on any rank stays non-finite. */
+  sumRanks(x: number): Promise<number>;
+  /** The update (loss + backward micro-batch loop) with out-of-memory recovery (halve the micro-batch, then recompute). */
+  updateWithOomRecovery<T>(stage: 'opsd' | 'grpo', body: (microBatch: number) => Promise<T>): Promise<T>;
+  /** Judge health of `rewards`; throws JudgeHealthError past `judge.maxNullRate`. */
+  checkJudgeHealth(rewards: RewardResult[], what: string): JudgeHealth | undefined;
+}
+
+/** One training stage. */
+export interface TrainingStage {
+  readonly name: Stage;
+  /** Steps of the stage (its config section's `steps`). */
+  steps(cfg: TrainConfig): number;
+  /** Peak learning rate of the stage's fresh AdamW. */
+  lr(cfg: TrainConfig): number;
+  /** Validation patience: the stage ends after validation fell this many times in a row (0 = never). */
+  earlyStopPatience?(cfg: TrainConfig): number;
+  /** At the stage's first step (not on a resume inside it), after the optimizer is reset. */
+  begin?(ctx: StageContext): void;
+  /** One step: rollouts / rewards as the stage needs, the update's gradients accumulated. */
+  step(ctx: StageContext): Promise<StepResult>;
+  /** After the optimizer step; `skipped` when the update was not applied (non-finite loss or gradient). */
+  afterStep?(ctx: StageContext, skipped: boolean): void;
+}
+
+export function mean(xs: number[]): number {
+  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN;
+}
+export function std(xs: number[]): number {
+  if (xs.length < 2) return 0;
+  const m = mean(xs);
+  return Math.sqrt(xs.reduce((a, b) => a + (b - m) ** 2, 0) / (xs.length - 1));
+}
+export function chunks<T>(xs: T[], size: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
+  return out;
+}
