@@ -14,6 +14,7 @@ import type { ChatMessage } from '../llm/messages.js';
 import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
 import { AdamW } from './optim.js';
+import { oomError } from '../errors.js';
 
 interface Padded {
   ids: JsTensor<Int32Array>;
@@ -78,7 +79,7 @@ export interface NativeBackendOptions {
 
 /** The addon's out-of-memory error (as native/napi/util.cc raises it: code ERR_PG_OOM). */
 function simulatedOom(tokens: number, limit: number): Error {
-  return Object.assign(new Error(`out of memory: simulated (update micro-batch of ${tokens} tokens > PAPERGYM_SIMULATE_OOM_TOKENS ${limit})`), { code: 'ERR_PG_OOM' });
+  return oomError(`out of memory: simulated (update micro-batch of ${tokens} tokens > PAPERGYM_SIMULATE_OOM_TOKENS ${limit})`);
 }
 
 /**

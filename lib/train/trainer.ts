@@ -22,6 +22,7 @@ import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { DistContext, shard } from './dist.js';
+import { ErrorCode, isPapergymError, oomError } from '../errors.js';
 
 /** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
 export type { TaskItem as TrainItem, RewardFn, RewardResult } from '../task/types.js';
@@ -519,7 +520,7 @@ export class Trainer {
       try {
         return await this.timed('update', () => body(sect.microBatch));
       } catch (e) {
-        if ((e as { code?: string }).code !== 'ERR_PG_OOM') throw e;
+        if (!isPapergymError(e, ErrorCode.OOM)) throw e;
         backend.zeroGrad();
         const peak = backend.releaseMemory?.() ?? NaN;
         const peakText = Number.isFinite(peak) ? `${(peak / 1e9).toFixed(1)} GB` : 'unknown';
@@ -529,7 +530,7 @@ export class Trainer {
         // 0 means "the micro-batch", so pin it at the micro-batch they were sampled with.
         if (this.cfg.memory && !this.cfg.memory.rolloutRows) this.cfg.memory.rolloutRows = sect.microBatch;
         if (this.dist.worldSize > 1) {
-          throw Object.assign(new Error(`[${stage}] step ${this.state.stageStep}: out of memory in the update on rank ${this.dist.rank} (${was}; peak ${peakText}); with ${this.dist.worldSize} processes the micro-batch is not shrunk on one rank alone: resume with a smaller --${stage}-micro-batch (or --recompute) (${(e as Error).message})`), { code: 'ERR_PG_OOM' });
+          throw oomError(`[${stage}] step ${this.state.stageStep}: out of memory in the update on rank ${this.dist.rank} (${was}; peak ${peakText}); with ${this.dist.worldSize} processes the micro-batch is not shrunk on one rank alone: resume with a smaller --${stage}-micro-batch (or --recompute) (${(e as Error).message})`);
         }
         if (sect.microBatch > 1) {
           sect.microBatch = Math.max(1, Math.floor(sect.microBatch / 2));
@@ -539,7 +540,7 @@ export class Trainer {
         } else {
           // The step loop writes the checkpoint (the state before this step) and the resume command.
           const advice = this.deps.memoryAdvice?.() ?? '';
-          throw Object.assign(new Error(`[${stage}] step ${this.state.stageStep}: out of memory at the smallest setting (${was}); peak allocated ${peakText}; checkpoint of the state before this step below.${advice ? ` Flags that would fit: ${advice}` : ' Reduce --max-new-tokens, --questions-per-step or --opsd-batch-size.'} (${(e as Error).message})`), { code: 'ERR_PG_OOM' });
+          throw oomError(`[${stage}] step ${this.state.stageStep}: out of memory at the smallest setting (${was}); peak allocated ${peakText}; checkpoint of the state before this step below.${advice ? ` Flags that would fit: ${advice}` : ' Reduce --max-new-tokens, --questions-per-step or --opsd-batch-size.'} (${(e as Error).message})`);
         }
         this.log(`[${stage}] step ${this.state.stageStep}: out of memory in the update (${was}; peak ${peakText}); retrying the step with micro-batch ${sect.microBatch}, recompute ${this.cfg.memory?.recompute ? 'on' : 'off'} (kept for the rest of the run)`);
       }
