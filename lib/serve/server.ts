@@ -50,7 +50,7 @@ import { randomUUID } from 'node:crypto';
 import { splitThink, THINK_TAGS } from '../llm/think.js';
 import type { ChatMessage } from '../llm/messages.js';
 import { IncrementalDetokenizer, type ServeStepper } from './stepper.js';
-import type { EngineToken } from '../model/engine.js';
+import type { EngineStep, EngineToken } from '../model/engine.js';
 
 
 /** Sampling options of one backend call (shared by every prompt of the batch). */
@@ -600,9 +600,10 @@ export class ChatServer {
     r.resolve();
   }
 
-  /** Adds waiting requests (FIFO) while their rows fit in the batch. */
-  private admit(st: ServeStepper): void {
+  /** Adds waiting requests (FIFO) while their rows fit in the batch; returns how many were added. */
+  private admit(st: ServeStepper): number {
     const maxRows = this.maxRows(st);
+    let added = 0;
     while (this.waitQ.length && this.rowsLive + this.waitQ[0].params.n <= maxRows) {
       const r = this.waitQ.shift()!;
       const p = r.params;
@@ -634,22 +635,36 @@ export class ChatServer {
         continue;
       }
       this.s.prompts++;
+      added++;
     }
+    return added;
   }
 
-  /** The decode loop: runs while rows are live or requests wait. */
+  /**
+   * The decode loop: runs while rows are live or requests wait. Pipelined: as soon as a step's
+   * tokens are back, the next step starts on the engine (worker thread / GPU) while this step's
+   * tokens are routed on the event loop (detokenized, checked for stop strings, streamed), so the
+   * device does not wait for the event loop. A row a stop string or a disconnect ends while the
+   * next step runs is cancelled on the engine at the step after; the one token it still gets is
+   * dropped (its row is gone from `rows`).
+   */
   private async pump(st: ServeStepper): Promise<void> {
     if (this.pumping) return;
     this.pumping = true;
     this.s.batches++;
+    let next: Promise<EngineStep> | undefined;
     try {
       for (;;) {
-        this.admit(st);
-        if (this.rowsLive === 0) break;
-        let step;
+        if (!next) {
+          this.admit(st);
+          if (this.rowsLive === 0) break;
+          next = st.step();
+        }
+        let step: EngineStep;
         try {
-          step = await st.step();
+          step = await next;
         } catch (e) {
+          next = undefined;
           const err = new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error');
           for (const { req } of this.rows.values())
             if (!req.done) {
@@ -660,9 +675,12 @@ export class ChatServer {
           this.rowsLive = 0;
           continue;
         }
+        next = undefined;
         this.s.steps++;
         this.s.maxBatchSeen = Math.max(this.s.maxBatchSeen, step.tokens.length);
         if (step.joined) this.o.log?.(`${step.joined} joined: ${step.tokens.length} rows decoding, ${step.waiting} waiting`);
+        const added = this.admit(st);
+        if (added > 0 || step.tokens.some((t) => t.finish === null && this.rows.has(t.id))) next = st.step();
         await this.dispatch(st, step.tokens);
       }
     } finally {
