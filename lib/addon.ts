@@ -523,7 +523,7 @@ export interface AdamWStepResult {
   skipped: boolean;
 }
 
-/** Serialisable optimizer state: moments as `exp_avg.<name>` / `exp_avg_sq.<name>` + step. */
+/** A copy of the optimizer state (inspection; saved and restored as a file by saveState / loadStateFile): moments as `exp_avg.<name>` / `exp_avg_sq.<name>` + step. */
 export interface OptimizerState {
   step: number;
   tensors: Record<string, FloatTensor>;

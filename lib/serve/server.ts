@@ -440,13 +440,8 @@ export class ChatServer {
     if (stepper) return this.handleStep(stepper, res, messages, params, stream, includeUsage);
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
-    let keepalive: NodeJS.Timeout | undefined;
-    if (stream) {
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-      const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) => res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices, ...extra })}\n\n`);
-      chunk(Array.from({ length: params.n }, (_, index) => ({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null })));
-      keepalive = setInterval(() => res.write(': keep-alive\n\n'), 15_000);
-    }
+    const chunk = this.chunkWriter(res, id, created);
+    const keepalive = stream ? this.openStream(res, chunk, params.n) : undefined;
     const entry = this.enqueue(messages, params);
     res.once('close', () => {
       if (!res.writableFinished) entry.cancelled = true;
@@ -467,7 +462,6 @@ export class ChatServer {
     const completionTokens = choices.reduce((a, c) => a + c.tokens, 0);
     const usage = { prompt_tokens: out.promptTokens, completion_tokens: completionTokens, total_tokens: out.promptTokens + completionTokens };
     if (stream) {
-      const chunk = (cs: unknown[], extra: Record<string, unknown> = {}) => res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices: cs, ...extra })}\n\n`);
       for (const c of choices) {
         if (c.reasoning) chunk([{ index: c.index, delta: { reasoning_content: c.reasoning }, logprobs: null, finish_reason: null }]);
         if (c.content) chunk([{ index: c.index, delta: { content: c.content }, logprobs: null, finish_reason: null }]);
@@ -477,17 +471,7 @@ export class ChatServer {
       res.end('data: [DONE]\n\n');
       return;
     }
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(
-      JSON.stringify({
-        id,
-        object: 'chat.completion',
-        created,
-        model: this.o.modelId,
-        choices: choices.map((c) => ({ index: c.index, message: { role: 'assistant', content: c.content, ...(c.reasoning !== undefined ? { reasoning_content: c.reasoning } : {}) }, logprobs: null, finish_reason: c.finish_reason })),
-        usage,
-      }),
-    );
+    this.sendCompletion(res, id, created, choices.map((c) => ({ ...c, logprobs: null })), usage);
   }
 
   // ---- step-wise backend: continuous batching ----
@@ -523,9 +507,7 @@ export class ChatServer {
     if (ids.length + p.maxNewTokens > st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`, 'invalid_request_error', 'messages');
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
-    const write = (choices: unknown[], extra: Record<string, unknown> = {}) => {
-      if (!res.writableEnded && !res.destroyed) res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices, ...extra })}\n\n`);
-    };
+    const write = this.chunkWriter(res, id, created);
     const r: StepReq = {
       params: p,
       prompt: ids,
@@ -540,12 +522,7 @@ export class ChatServer {
       r.resolve = a;
       r.reject = b;
     });
-    let keepalive: NodeJS.Timeout | undefined;
-    if (stream) {
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
-      write(r.choices.map((c) => ({ index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null })));
-      keepalive = setInterval(() => res.write(': keep-alive\n\n'), 15_000);
-    }
+    const keepalive = stream ? this.openStream(res, write, p.n) : undefined;
     res.once('close', () => {
       if (!r.done) this.cancelReq(st, r);
     });
@@ -567,6 +544,31 @@ export class ChatServer {
       res.end('data: [DONE]\n\n');
       return;
     }
+    this.sendCompletion(res, id, created, r.choices.map((c) => ({ index: c.index, ...splitThink(c.text), logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish })), usage);
+  }
+
+  /** Writes one `data:` event of a streamed completion (OpenAI `chat.completion.chunk`), unless the client is gone. */
+  private chunkWriter(res: ServerResponse, id: string, created: number): (choices: unknown[], extra?: Record<string, unknown>) => void {
+    return (choices, extra = {}) => {
+      if (!res.writableEnded && !res.destroyed) res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices, ...extra })}\n\n`);
+    };
+  }
+
+  /** Starts an event stream: the SSE head, the role chunk of each of the n choices, and a keep-alive comment every 15 s (the caller clears the timer). */
+  private openStream(res: ServerResponse, chunk: (choices: unknown[]) => void, n: number): NodeJS.Timeout {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
+    chunk(Array.from({ length: n }, (_, index) => ({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null })));
+    return setInterval(() => res.write(': keep-alive\n\n'), 15_000);
+  }
+
+  /** The non-streamed reply: one OpenAI `chat.completion` body (reasoning as `reasoning_content` when the text has a think block). */
+  private sendCompletion(
+    res: ServerResponse,
+    id: string,
+    created: number,
+    choices: { index: number; content: string; reasoning?: string; logprobs: unknown; finish_reason: string | null }[],
+    usage: Record<string, number>,
+  ): void {
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(
       JSON.stringify({
@@ -574,10 +576,7 @@ export class ChatServer {
         object: 'chat.completion',
         created,
         model: this.o.modelId,
-        choices: r.choices.map((c) => {
-          const { content, reasoning } = splitThink(c.text);
-          return { index: c.index, message: { role: 'assistant', content, ...(reasoning !== undefined ? { reasoning_content: reasoning } : {}) }, logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish };
-        }),
+        choices: choices.map((c) => ({ index: c.index, message: { role: 'assistant', content: c.content, ...(c.reasoning !== undefined ? { reasoning_content: c.reasoning } : {}) }, logprobs: c.logprobs, finish_reason: c.finish_reason })),
         usage,
       }),
     );

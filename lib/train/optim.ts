@@ -13,49 +13,16 @@
  * c = 0.5 (cosine).
  */
 import { native, type JsTensor } from '../native.js';
-import type { AddonAdamW, AddonModel } from '../addon.js';
+import type { AddonAdamW, AddonModel, AdamWOptions, AdamWStepResult as StepResult, OptimizerState, Schedule } from '../addon.js';
 
-export interface Schedule {
-  type?: 'constant' | 'linear' | 'cosine';
-  /** W: warmup steps (default 0). */
-  warmupSteps?: number;
-  /** N: total optimizer steps (required for linear / cosine). */
-  totalSteps?: number;
-  /** Cosine cycles (default 0.5 = one half-cosine to 0). */
-  numCycles?: number;
-}
-
-export interface AdamWOptions {
-  /** Peak learning rate (default 1e-5). */
-  lr?: number;
-  betas?: [number, number];
-  eps?: number;
-  weightDecay?: number;
-  schedule?: Schedule;
-  /** Names of the tensors (tensor-list optimizers; default '0', '1', …). */
-  names?: string[];
-}
-
-export interface StepResult {
-  /** Global L2 norm of the gradients before clipping (NaN/Infinity when non-finite). */
-  gradNorm: number;
-  /** Learning rate used by this step. */
-  lr: number;
-  /** Optimizer steps taken so far. */
-  step: number;
-  /** True when skipNonFinite was set and the norm was not finite (no update made). */
-  skipped: boolean;
-}
+export type { Schedule, AdamWOptions, AdamWStepResult as StepResult } from '../addon.js';
 
 /**
  * A copy of the optimizer state for inspection: moments as `exp_avg.<name>` / `exp_avg_sq.<name>`
  * + step. The state is saved and restored only through {@link AdamW.saveState} /
  * {@link AdamW.loadStateFile} (native, off the JS thread).
  */
-export interface OptimizerState {
-  step: number;
-  tensors: Record<string, JsTensor<Float32Array | Float64Array>>;
-}
+export type { OptimizerState } from '../addon.js';
 
 
 /**
