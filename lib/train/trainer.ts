@@ -99,6 +99,15 @@ export function takeItems<T>(items: T[], k: number, seed: number, cursor: { epoc
   return { batch: out, cursor: { epoch, position } };
 }
 
+/** The progress line's phase times, longest first: "rollout 15.2s judge 11.2s update 10.7s …". */
+export function formatPhases(phases: Record<string, number>): string {
+  return Object.entries(phases)
+    .filter(([, v]) => v >= 0.05)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => `${k} ${v.toFixed(1)}s`)
+    .join(' ');
+}
+
 /** Checks the run dir is writable before any compute; throws naming it. */
 export function ensureWritableDir(dir: string): void {
   try {
@@ -321,7 +330,9 @@ export class Trainer {
           skipped,
           stepSeconds: secs,
           tokensPerSecond: m.completionTokens / secs,
-          phaseSeconds: { ...this.phases },
+          // Wall seconds per phase; `host`: the rest of the step (prompt building, bookkeeping, the
+          // metrics of this line), so the phases add up to stepSeconds.
+          phaseSeconds: { ...this.phases, host: Math.max(0, secs - Object.values(this.phases).reduce((a, b) => a + b, 0)) },
           memory: backend.memory(),
         };
         if (this.dist.isMain) this.metrics.write(record);
@@ -330,7 +341,7 @@ export class Trainer {
         if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
         rec.steps = this.state.stageStep;
         const health = m.judge as JudgeHealth | undefined;
-        if (this.state.stageStep % Math.max(1, this.cfg.log.every) === 0 || this.state.stageStep === total) progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''}`);
+        if (this.state.stageStep % Math.max(1, this.cfg.log.every) === 0 || this.state.stageStep === total) progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(record.phaseSeconds)}`);
 
         let saved = false;
         if (this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length) {
