@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "core/errors.h"
 #include "loss/common.h"
 #include "loss/row_kernels.h"
-#include "napi/util.h"
 
 namespace pg {
 namespace loss {

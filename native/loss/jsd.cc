@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
+#include "core/errors.h"
 #include "loss/common.h"
 #include "loss/row_kernels.h"
-#include "napi/util.h"
 
 namespace pg {
 namespace loss {

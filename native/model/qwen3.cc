@@ -13,12 +13,12 @@
 #include <algorithm>
 #include <set>
 
+#include "core/errors.h"
 #include "io/peft_adapter.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
 #include "model/config.h"
 #include "model/fused_ops.h"
-#include "napi/util.h"
 
 namespace pg {
 
@@ -51,7 +51,7 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 class Qwen3Impl {
  public:
   static void CheckAlive(const Qwen3Model& m) {
-    if (m.disposed_) throw InputError("model was disposed");
+    if (m.disposed_) throw DisposedError("model was disposed");
   }
   static const at::Tensor& W(const Qwen3Model& m, const std::string& name) {
     auto it = m.w_.find(name);
@@ -670,7 +670,7 @@ at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor&
 
 void Qwen3Model::AddLora(const LoraConfig& cfg) {
   Qwen3Impl::CheckAlive(*this);
-  active_ = MakeLoraAdapter(cfg_, cfg, device_);
+  active_ = MakeLoraAdapter(LoraDims(cfg_), cfg, device_);
 }
 
 const LoraAdapter& Qwen3Model::ActiveAdapter() const {
@@ -720,7 +720,7 @@ void Qwen3Model::SaveAdapter(const std::string& dir, const std::string& base_mod
 
 void Qwen3Model::LoadAdapter(const std::string& dir) {
   Qwen3Impl::CheckAlive(*this);
-  LoraAdapter loaded = LoadPeftAdapter(dir, cfg_, device_);
+  LoraAdapter loaded = LoadPeftAdapter(dir, LoraDims(cfg_), device_);
   // Same modules and shapes as the current adapter: copy in place, so tensors held elsewhere
   // (an optimizer's parameter list, its state) stay valid across a resume. Otherwise replace.
   bool same = active_.has_value() && active_->weights.size() == loaded.weights.size();
