@@ -1,5 +1,7 @@
 #include "loss/grpo.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <algorithm>
 
 #include "core/errors.h"

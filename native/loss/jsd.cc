@@ -1,5 +1,7 @@
 #include "loss/jsd.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <cmath>
 #include <limits>
 
