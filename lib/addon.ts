@@ -5,10 +5,10 @@
  * loaded binary and that the binary exports nothing undeclared.
  *
  * Where each part is registered (C++): runtime functions native/napi/runtime.cc; `Model`
- * native/model/binding.cc; losses and advantages native/loss/register.cc, the model-integrated
- * steps native/loss/model_steps.cc; `AdamW` and `lrAt` native/optim/register.cc; generation and
- * the decode engine native/generate/register.cc; safetensors native/io/register.cc; process groups
- * native/dist/register.cc; `napiVersion` native/addon.cc.
+ * native/napi/model.cc; losses and advantages native/napi/loss.cc, the model-integrated
+ * steps native/napi/model_steps.cc; `AdamW` and `lrAt` native/napi/optim.cc; generation and
+ * the decode engine native/napi/generate.cc; safetensors native/napi/io.cc; process groups
+ * native/napi/dist.cc; `napiVersion` native/napi/addon.cc.
  *
  * Tensors cross the boundary as {@link JsTensor} `{data, shape}` (row-major, `data.length` =
  * product of `shape`). The addon reads Float32Array, Float64Array, Int32Array, BigInt64Array and
@@ -78,7 +78,7 @@ export interface CudaMemoryStats {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Model (native/model/binding.cc)
+// Model (native/napi/model.cc)
 // ---------------------------------------------------------------------------------------------
 
 /** 'cpu', 'cuda' (= cuda:0) or 'cuda:N'. */
@@ -246,7 +246,7 @@ export interface AddonModelClass {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Losses and advantages (native/loss/register.cc, native/loss/model_steps.cc)
+// Losses and advantages (native/napi/loss.cc, native/napi/model_steps.cc)
 // ---------------------------------------------------------------------------------------------
 
 /** Where a standalone loss runs; `dtype` casts hidden states and weight (e.g. 'bfloat16' on CUDA). */
@@ -482,7 +482,7 @@ export interface BenchLossArgs {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Optimizer (native/optim/register.cc)
+// Optimizer (native/napi/optim.cc)
 // ---------------------------------------------------------------------------------------------
 
 /** Learning-rate schedule (transformers' get_{constant,linear,cosine}_schedule_with_warmup). */
@@ -557,7 +557,7 @@ export interface AddonAdamWClass {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Generation (native/generate/register.cc)
+// Generation (native/napi/generate.cc)
 // ---------------------------------------------------------------------------------------------
 
 /** Per-row sampling settings: temperature, top-k, top-p, min-p. */
@@ -780,7 +780,7 @@ export interface AddonDecodeEngine {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Process groups (native/dist/register.cc)
+// Process groups (native/napi/dist.cc)
 // ---------------------------------------------------------------------------------------------
 
 /** Options of `distInit`. */
@@ -868,10 +868,10 @@ export interface Addon {
   /** Stops counting; per-op-name counts and their total since opCountStart. */
   opCountStop(): { total: number; ops: Record<string, number> };
 
-  // model (native/model/binding.cc)
+  // model (native/napi/model.cc)
   Model: AddonModelClass;
 
-  // losses (native/loss/register.cc)
+  // losses (native/napi/loss.cc)
   /** Generalised JSD (GKD, Agarwal et al. 2024, Eq. 1; TRL generalized_jsd_loss), fused and chunked over the lm_head. */
   jsdLoss(args: JsdArgs): Promise<JsdResult>;
   /** Clipped-surrogate GRPO/DAPO/Dr.GRPO loss with k3 KL (TRL GRPOTrainer._compute_loss). */
@@ -885,7 +885,7 @@ export interface Addon {
   /** Benchmark driver: per-iteration ms of one loss forward + backward on random device inputs. */
   _benchLoss(args: BenchLossArgs): Promise<{ ms: number[]; loss: number }>;
 
-  // model-integrated steps (native/loss/model_steps.cc)
+  // model-integrated steps (native/napi/model_steps.cc)
   /** [B, L] float32: logp of inputIds[b, t] given the prefix at softmax(logits / T); 0 at t = 0 and outside completionMask. No grad. */
   sequenceLogprobs(model: AddonModel, args: SequenceLogprobsArgs): Promise<JsTensor<Float32Array>>;
   /** [n, K] float32: log p(candidate | prefix + suffix_i) at each suffix's last real position; the prefix is prefilled once. */
@@ -895,12 +895,12 @@ export interface Addon {
   /** GRPO micro-batch over the model: fused loss, grads accumulate into the LoRA parameters; logprobs [B, L]. */
   grpoBackward(model: AddonModel, args: GrpoBackwardArgs): Promise<GrpoResult>;
 
-  // optimizer (native/optim/register.cc)
+  // optimizer (native/napi/optim.cc)
   AdamW: AddonAdamWClass;
   /** lr · f(step) of a schedule; step a non-negative integer. */
   lrAt(schedule: Schedule & { lr: number }, step: number): number;
 
-  // generation (native/generate/register.cc)
+  // generation (native/napi/generate.cc)
   /** Batched sampling with a KV cache (left padding, one prefill per prompt); see lib/model/policy.ts. */
   generate(model: AddonModel, args: GenerateArgs): Promise<GenerateResult>;
   /** The step-wise continuous-batching engine over `model`. */
@@ -911,13 +911,13 @@ export interface Addon {
   /** The binary holds CUDA-graph decode (a CUDA build). */
   cudaGraphsCompiled(): boolean;
 
-  // safetensors (native/io/register.cc)
+  // safetensors (native/napi/io.cc)
   /** Writes a safetensors file atomically; metadata values must be strings. */
   saveSafetensors(path: string, tensors: Record<string, AnyTensor>, metadata?: Record<string, string>): void;
   /** Reads every tensor of a safetensors file and its `__metadata__`. */
   loadSafetensors(path: string): { tensors: Record<string, OutputTensor>; metadata: Record<string, string> };
 
-  // process groups (native/dist/register.cc)
+  // process groups (native/napi/dist.cc)
   ProcessGroup: AddonProcessGroupClass;
   /** Process groups in this build: Gloo needs the gloo headers at build time, NCCL a CUDA build + nccl.h. */
   distAvailable(): { gloo: boolean; nccl: boolean };

@@ -31,7 +31,7 @@ export interface BenchLossOptions {
 
 /**
  * Times the native fused loss (forward + backward of the hidden states) on inputs drawn on the
- * device, so no host transfer is timed (native/loss/register.cc `_benchLoss`). Resolves with the
+ * device, so no host transfer is timed (native/napi/loss.cc `_benchLoss`). Resolves with the
  * wall milliseconds of each run (device synchronised around each) and the last loss.
  * @throws TypeError (code ERR_PG_ARG) on a bad option.
  */

@@ -1,7 +1,7 @@
-// Precompiled header: the libtorch and node-addon-api headers every TU uses. Deliberately not
+// Precompiled header: the libtorch headers every TU uses (the compute core includes no N-API header;
+// only native/napi/ includes <napi.h>). Deliberately not
 // <torch/torch.h> (nn/optim/data add minutes of compile time on small machines and are unused).
 #pragma once
-#include <napi.h>
 #include <ATen/ATen.h>
 #include <torch/types.h>
 #include <torch/cuda.h>

@@ -3,7 +3,7 @@
  * completion each) with their own sampling settings join a running batch at the next step and
  * leave as soon as they finish or are cancelled; every step decodes one token for every live row
  * in ONE forward (plus one prefill forward for the rows that join). `serve` drives it
- * (lib/judge/serve.ts); it is the dynamic decode path of {@link generate} (same model forward,
+ * (lib/serve/server.ts); it is the dynamic decode path of {@link generate} (same model forward,
  * same sampler {@link sampleFromLogits}) run one step at a time.
  *
  * Per row: temperature (0 = greedy), topK, topP, minP, seed (the row's own CPU generator, so a

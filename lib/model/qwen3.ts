@@ -1,5 +1,5 @@
 /**
- * Loading the native Qwen3 decoder with LoRA adapters (native/model/binding.cc). The model object
+ * Loading the native Qwen3 decoder with LoRA adapters (native/napi/model.cc). The model object
  * is the addon's own `Model` ({@link AddonModel}, declared with its methods in lib/addon.ts); this
  * module adds argument checks and defaults to loading.
  *

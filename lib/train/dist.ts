@@ -18,7 +18,7 @@
 import { native } from '../native.js';
 import type { AddonModel, AddonProcessGroup } from '../addon.js';
 
-/** A process group of the addon (native/dist/register.cc; declared in lib/addon.ts). */
+/** A process group of the addon (native/napi/dist.cc; declared in lib/addon.ts). */
 export type NativeProcessGroup = AddonProcessGroup;
 
 /** The torchrun environment of one worker. */

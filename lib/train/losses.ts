@@ -43,7 +43,7 @@ export function k3(logprobs: FloatTensor, refLogprobs: FloatTensor): FloatTensor
   return native().k3({ logprobs, refLogprobs });
 }
 
-// ---- model-integrated steps (native/loss/model_steps.cc) ----
+// ---- model-integrated steps (native/napi/model_steps.cc) ----
 
 /**
  * Per-token logprobs [B, L] of input_ids[:, t] given the prefix (position t predicted from t−1),

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "napi/util.h"
+#include "core/errors.h"
 
 #ifdef PG_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

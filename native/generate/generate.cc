@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/errors.h"
 #include "generate/cuda_graph.h"
-#include "napi/util.h"
 
 #ifdef PG_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "napi/util.h"
+#include "core/errors.h"
 
 namespace pg {
 

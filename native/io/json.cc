@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "napi/util.h"
+#include "core/errors.h"
 
 namespace pg {
 namespace json {

@@ -9,10 +9,10 @@
 #include <regex>
 #include <set>
 
+#include "core/errors.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
-#include "napi/util.h"
 
 namespace pg {
 
@@ -125,9 +125,9 @@ bool FullMatch(const std::regex& re, const std::string& s) { return std::regex_m
 
 /// Module names of the decoder (what torch's named_modules() lists for the transformers model,
 /// the keys peft matches target_modules / exclude_modules / patterns against).
-std::vector<std::string> ModuleNames(const Qwen3Config& mc) {
+std::vector<std::string> ModuleNames(const LoraModelDims& mc) {
   std::vector<std::string> out{"model", "model.embed_tokens", "model.layers"};
-  for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < mc.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     out.push_back(p);
     out.push_back(p + ".self_attn");
@@ -152,7 +152,7 @@ bool EndsWithDot(const std::string& key, const std::string& name) {
 
 }  // namespace
 
-LoraAdapter LoadPeftAdapter(const std::string& dir, const Qwen3Config& mc, at::Device device) {
+LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device) {
   const std::string cpath = dir + "/adapter_config.json";
   const std::string wpath = dir + "/adapter_model.safetensors";
   json::Value root = json::Parse(st::ReadTextFile(cpath), cpath);
@@ -342,7 +342,7 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const Qwen3Config& mc, at::D
   for (const auto& kv : alpha_p) alpha_re.push_back(PyRegex("(.*\\.)?(" + kv.first + ")", cpath + ": alpha_pattern"));
   std::map<std::string, int64_t> r_of;
   LoraAdapter ad;
-  ad.num_layers = mc.num_hidden_layers;
+  ad.num_layers = mc.num_layers;
   for (const auto& kv : want) {
     int64_t r = cfg.r;
     double alpha = cfg.alpha;

@@ -1,10 +1,12 @@
-// PEFT-format LoRA adapters (DESIGN.md §3; REFERENCES.md "PEFT LoRA"): a directory with
+// PEFT-format LoRA adapters (docs/design.md §3; docs/references.md "PEFT LoRA"): a directory with
 // adapter_model.safetensors (keys base_model.model.model.layers.{i}.{self_attn|mlp}.{mod}.lora_{A,B}.weight,
 // A [r, in], B [out, r], float32, __metadata__ {"format": "pt"}) and adapter_config.json.
 #pragma once
 #include <string>
 
-#include "model/qwen3.h"
+#include <ATen/ATen.h>
+
+#include "lora/lora.h"
 
 namespace pg {
 
@@ -18,7 +20,7 @@ namespace pg {
 /// r / alpha to every module and does not read them). Throws InputError naming the path on I/O failure.
 void SavePeftAdapter(const std::string& dir, const LoraAdapter& ad, const std::string& base_model_name);
 
-/// Reads a PEFT LoRA adapter for a model with config `mc` onto `device` (float32, requires_grad =
+/// Reads a PEFT LoRA adapter for a model of dimensions `mc` (model/config.h LoraDims) onto `device` (float32, requires_grad =
 /// true), selecting modules as peft 0.21 does (tuners_utils.check_target_module_exists) over the
 /// decoder's module names (model.layers.{i}.self_attn.q_proj, ...):
 ///   - exclude_modules: a string is a full regex match, a list matches a name exactly or as a
@@ -40,6 +42,6 @@ void SavePeftAdapter(const std::string& dir, const LoraAdapter& ad, const std::s
 /// config that selects no module. Weights: every key must be a lora_A / lora_B of a selected
 /// module with A [r_m, in], B [out, r_m]; a selected module without both, or weights of a module
 /// the config does not select, is an InputError naming both files and the module.
-LoraAdapter LoadPeftAdapter(const std::string& dir, const Qwen3Config& mc, at::Device device);
+LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device);
 
 }  // namespace pg

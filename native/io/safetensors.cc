@@ -12,8 +12,9 @@
 #include <random>
 #include <sstream>
 
+#include "core/dtype.h"
+#include "core/errors.h"
 #include "io/json.h"
-#include "napi/util.h"
 
 namespace pg {
 namespace st {

@@ -1,5 +1,5 @@
-// safetensors reader/writer (format: huggingface/safetensors README; facts in shared
-// REFERENCES.md). Layout: u64 little-endian header length N, N bytes of JSON
+// safetensors reader/writer (format: huggingface/safetensors README; facts in
+// docs/references.md). Layout: u64 little-endian header length N, N bytes of JSON
 // {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {str: str}}, then the data
 // buffer; offsets are relative to byte 8 + N. Every check failure throws pg::InputError naming the
 // file and, where there is one, the tensor. Tensors are read with plain file reads into freshly

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "napi/util.h"
+#include "core/errors.h"
 
 namespace pg {
 
@@ -23,8 +23,8 @@ const char* LoraParent(const std::string& m) {
   return (m == "gate_proj" || m == "up_proj" || m == "down_proj") ? "mlp" : "self_attn";
 }
 
-std::pair<int64_t, int64_t> LoraModuleDims(const Qwen3Config& c, const std::string& m) {
-  const int64_t H = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+std::pair<int64_t, int64_t> LoraModuleDims(const LoraModelDims& c, const std::string& m) {
+  const int64_t H = c.hidden_size, q = c.q_size, kv = c.kv_size;
   if (m == "q_proj") return {H, q};
   if (m == "k_proj" || m == "v_proj") return {H, kv};
   if (m == "o_proj") return {q, H};
@@ -43,13 +43,13 @@ void ValidateLoraConfig(const LoraConfig& cfg) {
       throw ArgError("lora.targetModules: unknown module '" + t + "' (allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
 }
 
-LoraAdapter MakeLoraAdapter(const Qwen3Config& mc, const LoraConfig& cfg, at::Device device) {
+LoraAdapter MakeLoraAdapter(const LoraModelDims& mc, const LoraConfig& cfg, at::Device device) {
   ValidateLoraConfig(cfg);
   LoraAdapter ad;
   ad.config = cfg;
-  ad.num_layers = mc.num_hidden_layers;
+  ad.num_layers = mc.num_layers;
   std::map<std::string, std::pair<int64_t, int64_t>> dims;
-  for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
+  for (int64_t l = 0; l < mc.num_layers; ++l)
     for (const auto& t : cfg.target_modules)
       dims["model.layers." + std::to_string(l) + "." + LoraParent(t) + "." + t] = LoraModuleDims(mc, t);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg.seed);

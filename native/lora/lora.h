@@ -1,12 +1,65 @@
-// LoRA linear with PEFT semantics (peft tuners/lora/layer.py; REFERENCES.md "PEFT LoRA").
+// LoRA linear with PEFT semantics (peft tuners/lora/layer.py; docs/references.md "PEFT LoRA").
 #pragma once
 #include <ATen/ATen.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
-
-#include "model/qwen3.h"
+#include <utility>
+#include <vector>
 
 namespace pg {
+
+/// LoRA hyper-parameters with PEFT semantics: scaling = alpha / r (rsLoRA: alpha / sqrt(r)).
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  bool use_rslora = false;
+  std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  uint64_t seed = 0;  // init seed for A (kaiming-uniform a=sqrt(5), i.e. U(+-1/sqrt(in))); B = 0
+  /// As read from a loaded adapter_config.json (peft regex keys -> per-module r / alpha, in file
+  /// order); written back unchanged on save. Empty for adapters made by AddLora.
+  std::vector<std::pair<std::string, int64_t>> rank_pattern;
+  std::vector<std::pair<std::string, double>> alpha_pattern;
+  double Scaling() const;
+};
+
+/// One adapter: for each targeted module name (PEFT key stem, e.g.
+/// "model.layers.3.self_attn.q_proj") the pair A [r, in], B [out, r] in float32 on the model device.
+struct LoraAdapter {
+  LoraConfig config;
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> weights;
+  /// Per-module scaling where it differs from config.Scaling() (peft rank_pattern / alpha_pattern:
+  /// alpha_m / r_m, or alpha_m / sqrt(r_m) with rsLoRA), keyed like `weights`.
+  std::map<std::string, double> scaling;
+  int64_t num_layers = 0;  // decoder layers of the model it was made for (saving: uniform targets)
+  double ScalingOf(const std::string& module) const {
+    auto it = scaling.find(module);
+    return it == scaling.end() ? config.Scaling() : it->second;
+  }
+};
+
+/// Which adapter a forward uses: the trainable one, none (the frozen base = reference policy /
+/// judge), or a named frozen snapshot.
+struct AdapterSel {
+  enum Kind { Active, None, Snapshot } kind = Active;
+  std::string name;  // for Snapshot
+};
+
+/// What LoRA needs to know of the decoder it adapts (model/config.h LoraDims fills it from the
+/// model config): the in / out features of the seven projections, the layer count, and whether the
+/// attention has per-head q/k norms (part of the module names peft matches target_modules against).
+struct LoraModelDims {
+  std::string architecture;  // e.g. "Qwen3ForCausalLM", named in messages
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t q_size = 0;   // num_attention_heads * head_dim
+  int64_t kv_size = 0;  // num_key_value_heads * head_dim
+  int64_t intermediate_size = 0;
+  bool qk_norm = false;
+};
+
 
 /// The seven Qwen3 projections LoRA may target, with their parent ("self_attn" / "mlp").
 bool IsLoraTarget(const std::string& module);
@@ -66,12 +119,12 @@ class LoraForceDropoutScope {
 /// Fresh adapter tensors for `cfg` over `model` (A ~ U(+-1/sqrt(in)) from a CPU generator seeded
 /// with cfg.seed, walking modules in sorted-name order; B = 0), float32 on the model device,
 /// requires_grad = true. ArgError on r < 1, alpha <= 0, dropout outside [0, 1) or unknown targets.
-LoraAdapter MakeLoraAdapter(const Qwen3Config& mc, const LoraConfig& cfg, at::Device device);
+LoraAdapter MakeLoraAdapter(const LoraModelDims& mc, const LoraConfig& cfg, at::Device device);
 
 /// Validates a LoraConfig (ArgError naming the field).
 void ValidateLoraConfig(const LoraConfig& cfg);
 
 /// Input / output feature sizes of a target module for this config.
-std::pair<int64_t, int64_t> LoraModuleDims(const Qwen3Config& mc, const std::string& module);
+std::pair<int64_t, int64_t> LoraModuleDims(const LoraModelDims& mc, const std::string& module);
 
 }  // namespace pg

@@ -1,5 +1,5 @@
-// Adapter snapshots as tensors on the model's device: the EMA teacher update and the snapshot's
-// safetensors file. No JS copies: the binding (napi/adapter_state.cc) calls these on the model's
+// Adapter snapshots as tensors on the model's device: the EMA teacher update (the snapshot's
+// safetensors file: io/adapter_weights.h). No JS copies: the binding (napi/adapter_state.cc) calls these on the model's
 // own tensors under the model lock.
 #pragma once
 #include <ATen/ATen.h>
@@ -28,16 +28,6 @@ std::string ParameterKey(const std::string& stem, bool b);
 /// identical to it bit for bit. Runs on the tensors' device (float64 temporaries one module at a
 /// time); no host copies.
 void EmaUpdate(ModuleWeights& snapshot, const ModuleWeights& active, double decay);
-
-/// Writes `w` to `path` as safetensors (F32, keys ParameterKey, `__metadata__` = metadata),
-/// atomically (temp file + rename). Tensors may live on any device. InputError naming the path on
-/// I/O errors.
-void SaveWeights(const std::string& path, const ModuleWeights& w, const std::map<std::string, std::string>& metadata);
-
-/// Reads a file written by SaveWeights (or any safetensors file with the same keys) into CPU
-/// float32 tensors with the modules and shapes of `like`. InputError naming the file and the key
-/// when a key is missing, unexpected, or of another shape. F32 files load bit for bit.
-ModuleWeights ReadWeightsLike(const std::string& path, const ModuleWeights& like);
 
 }  // namespace lora
 }  // namespace pg

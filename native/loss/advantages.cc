@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "napi/util.h"
+#include "core/errors.h"
 
 namespace pg {
 namespace loss {

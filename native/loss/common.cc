@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/errors.h"
 #include "loss/row_kernels.h"
-#include "napi/util.h"
 
 namespace pg {
 namespace loss {

@@ -1,10 +1,12 @@
 #include "loss/grpo.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <algorithm>
 
+#include "core/errors.h"
 #include "loss/common.h"
 #include "loss/row_kernels.h"
-#include "napi/util.h"
 
 namespace pg {
 namespace loss {

@@ -1,4 +1,4 @@
-// GRPO policy loss (Shao et al. 2024; DAPO, Yu et al. 2025; Dr. GRPO, Liu et al. 2025; DESIGN §5),
+// GRPO policy loss (Shao et al. 2024; DAPO, Yu et al. 2025; Dr. GRPO, Liu et al. 2025; docs/design.md §5),
 // fused with the lm_head projection and chunked over tokens.
 //
 // Per completion token (logp = log softmax(logits / T)[token], T = the sampling temperature):

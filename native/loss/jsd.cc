@@ -1,11 +1,13 @@
 #include "loss/jsd.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <cmath>
 #include <limits>
 
+#include "core/errors.h"
 #include "loss/common.h"
 #include "loss/row_kernels.h"
-#include "napi/util.h"
 
 namespace pg {
 namespace loss {

@@ -1,4 +1,4 @@
-// Generalised Jensen–Shannon divergence (GKD, Agarwal et al. 2024, Eq. 1; DESIGN §5) between a
+// Generalised Jensen–Shannon divergence (GKD, Agarwal et al. 2024, Eq. 1; docs/design.md §5) between a
 // student and a teacher next-token distribution, fused with the lm_head projection and chunked over
 // tokens so that [N, V] logits never exist for all tokens at once.
 //

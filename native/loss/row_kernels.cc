@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include "core/errors.h"
 #include "cuda/kernels.h"
-#include "napi/util.h"
 
 #ifdef PG_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>

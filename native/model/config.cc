@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/errors.h"
 #include "io/json.h"
-#include "napi/util.h"
 
 namespace pg {
 
@@ -263,6 +263,18 @@ std::pair<at::Tensor, double> RopeInvFreq(const Qwen3Config& c) {
     return {at::where(medium, smoothed, il), 1.0};
   }
   return {inv, 1.0};
+}
+
+LoraModelDims LoraDims(const Qwen3Config& c) {
+  LoraModelDims d;
+  d.architecture = c.architecture;
+  d.num_layers = c.num_hidden_layers;
+  d.hidden_size = c.hidden_size;
+  d.q_size = c.num_attention_heads * c.head_dim;
+  d.kv_size = c.num_key_value_heads * c.head_dim;
+  d.intermediate_size = c.intermediate_size;
+  d.qk_norm = c.qk_norm;
+  return d;
 }
 
 }  // namespace pg

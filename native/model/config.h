@@ -2,12 +2,48 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "model/qwen3.h"
+#include "lora/lora.h"
 
 namespace pg {
+
+/// Parsed config.json of one of the decoder architectures this addon runs, each field defaulted as
+/// the matching transformers config class does when the key is absent (Qwen3Config, Qwen2Config,
+/// LlamaConfig; see model/config.h). The architectures differ only by the switches below: one
+/// decoder implementation reads them (model/qwen3.cc), not one copy per architecture.
+struct Qwen3Config {
+  /// "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM" (from `architectures`).
+  std::string architecture = "Qwen3ForCausalLM";
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  /// The context limit: config.json max_position_embeddings, or with YaRN factor ×
+  /// original_max_position_embeddings when that is larger (what vLLM derives as max_model_len).
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 1e4, rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  // ---- per-architecture switches ----
+  bool qk_norm = true;    // per-head RMSNorm of q and k before RoPE (Qwen3 only)
+  bool qkv_bias = false;  // bias on q/k/v_proj (Qwen2 always; Qwen3/Llama: attention_bias)
+  bool o_bias = false;    // bias on o_proj (Qwen3/Llama: attention_bias; Qwen2 never)
+  bool mlp_bias = false;  // bias on gate/up/down_proj (Llama: mlp_bias)
+  // ---- RoPE (transformers modeling_rope_utils.py) ----
+  std::string rope_type = "default";  // "default", "yarn" or "llama3"
+  double rope_factor = 1.0;           // yarn / llama3 `factor`
+  int64_t rope_original_max_position_embeddings = 0;
+  double yarn_attention_factor = 1.0;  // resolved (given, or from factor / mscale / mscale_all_dim)
+  double yarn_beta_fast = 32, yarn_beta_slow = 1;
+  bool yarn_truncate = true;
+  double llama3_low_freq_factor = 1, llama3_high_freq_factor = 4;
+  std::string torch_dtype;  // `dtype` (or legacy `torch_dtype`) as written in config.json, informational
+  /// Fields absent from config.json that took the architecture's transformers default (named in
+  /// shape-mismatch errors).
+  std::vector<std::string> defaulted;
+  std::string json;         // the raw config.json text (returned to JS as `config`)
+};
 /// Parses `text` (the contents of `path`, used in messages) into a Qwen3Config.
 /// `architectures` must contain Qwen3ForCausalLM, Qwen2ForCausalLM or LlamaForCausalLM (InputError
 /// naming the file and the architectures found otherwise). Every absent field takes the default of
@@ -31,4 +67,7 @@ Qwen3Config ParseQwen3Config(const std::string& text, const std::string& path);
 /// factor 0.1·ln(factor) + 1 unless given; Peng et al. 2023, "YaRN", Eq. 19-22) and llama3
 /// (_compute_llama3_parameters: low / high frequency wavelength bands and smooth interpolation).
 std::pair<at::Tensor, double> RopeInvFreq(const Qwen3Config& c);
+
+/// The decoder dimensions LoRA and the PEFT loader need (lora/lora.h LoraModelDims) for this config.
+LoraModelDims LoraDims(const Qwen3Config& c);
 }  // namespace pg

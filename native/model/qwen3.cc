@@ -1,5 +1,5 @@
 // Qwen3 decoder: checkpoint loading and the forward pass. Architecture per transformers
-// models/qwen3/modeling_qwen3.py as summarised in shared REFERENCES.md (own implementation).
+// models/qwen3/modeling_qwen3.py as summarised in docs/references.md (own implementation).
 #include "model/qwen3.h"
 
 #include <ATen/Context.h>
@@ -13,18 +13,18 @@
 #include <algorithm>
 #include <set>
 
+#include "core/errors.h"
 #include "io/peft_adapter.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
 #include "model/config.h"
 #include "model/fused_ops.h"
-#include "napi/util.h"
 
 namespace pg {
 
 namespace {
 
-/// RMSNorm (REFERENCES.md): fp32 x * rsqrt(mean(x^2) + eps), cast back to x's dtype, times weight.
+/// RMSNorm (docs/references.md): fp32 x * rsqrt(mean(x^2) + eps), cast back to x's dtype, times weight.
 /// On CUDA: ATen's fused rms_norm (one kernel forward, one backward instead of ~8 and ~12; fp32
 /// statistics, the weight product in fp32 and one rounding, so bf16 results can differ from
 /// transformers' two roundings by an ulp). PAPERGYM_UNFUSED_RMSNORM=1 keeps the composite on CUDA.
@@ -45,7 +45,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
 class Qwen3Impl {
  public:
   static void CheckAlive(const Qwen3Model& m) {
-    if (m.disposed_) throw InputError("model was disposed");
+    if (m.disposed_) throw DisposedError("model was disposed");
   }
   static const at::Tensor& W(const Qwen3Model& m, const std::string& name) {
     auto it = m.w_.find(name);
@@ -253,7 +253,7 @@ class Qwen3Impl {
 
 namespace {
 
-/// Activation recomputation of one decoder layer (REFERENCES.md "libtorch pitfalls": no
+/// Activation recomputation of one decoder layer (docs/references.md "libtorch pitfalls": no
 /// checkpointing in the C++ API, so a custom autograd Function). forward runs the layer under
 /// no-grad and keeps only its input (+ the shared RoPE tables / mask and the LoRA leaves);
 /// backward re-runs the layer with grad from the saved input and back-propagates `grad_out`
@@ -726,7 +726,7 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
 
 void Qwen3Model::AddLora(const LoraConfig& cfg) {
   Qwen3Impl::CheckAlive(*this);
-  active_ = MakeLoraAdapter(cfg_, cfg, device_);
+  active_ = MakeLoraAdapter(LoraDims(cfg_), cfg, device_);
 }
 
 const LoraAdapter& Qwen3Model::ActiveAdapter() const {
@@ -776,7 +776,7 @@ void Qwen3Model::SaveAdapter(const std::string& dir, const std::string& base_mod
 
 void Qwen3Model::LoadAdapter(const std::string& dir) {
   Qwen3Impl::CheckAlive(*this);
-  LoraAdapter loaded = LoadPeftAdapter(dir, cfg_, device_);
+  LoraAdapter loaded = LoadPeftAdapter(dir, LoraDims(cfg_), device_);
   // Same modules and shapes as the current adapter: copy in place, so tensors held elsewhere
   // (an optimizer's parameter list, its state) stay valid across a resume. Otherwise replace.
   bool same = active_.has_value() && active_->weights.size() == loaded.weights.size();

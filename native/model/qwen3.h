@@ -1,7 +1,8 @@
 // Qwen3 dense decoder (Hugging Face `Qwen3ForCausalLM`) with PEFT-style LoRA adapters.
 // Source of the architecture: transformers models/qwen3/modeling_qwen3.py; facts in
-// shared REFERENCES.md. This header is the contract between model/, lora/, io/, generate/, loss/
-// and the training steps: keep signatures stable, extend rather than change.
+// docs/references.md. This header is the contract between model/ and its users (generate/,
+// steps/, the bindings in napi/): keep signatures stable, extend rather than change. The config
+// type lives in model/config.h, the LoRA types in lora/lora.h.
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/types.h>
@@ -13,77 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "lora/lora.h"
+#include "model/config.h"
+
 namespace pg {
-
-/// Parsed config.json of one of the decoder architectures this addon runs, each field defaulted as
-/// the matching transformers config class does when the key is absent (Qwen3Config, Qwen2Config,
-/// LlamaConfig; see model/config.h). The architectures differ only by the switches below: one
-/// decoder implementation reads them (model/qwen3.cc), not one copy per architecture.
-struct Qwen3Config {
-  /// "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM" (from `architectures`).
-  std::string architecture = "Qwen3ForCausalLM";
-  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
-  int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
-  /// The context limit: config.json max_position_embeddings, or with YaRN factor ×
-  /// original_max_position_embeddings when that is larger (what vLLM derives as max_model_len).
-  int64_t max_position_embeddings = 0;
-  double rope_theta = 1e4, rms_norm_eps = 1e-6;
-  bool tie_word_embeddings = false;
-  // ---- per-architecture switches ----
-  bool qk_norm = true;    // per-head RMSNorm of q and k before RoPE (Qwen3 only)
-  bool qkv_bias = false;  // bias on q/k/v_proj (Qwen2 always; Qwen3/Llama: attention_bias)
-  bool o_bias = false;    // bias on o_proj (Qwen3/Llama: attention_bias; Qwen2 never)
-  bool mlp_bias = false;  // bias on gate/up/down_proj (Llama: mlp_bias)
-  // ---- RoPE (transformers modeling_rope_utils.py) ----
-  std::string rope_type = "default";  // "default", "yarn" or "llama3"
-  double rope_factor = 1.0;           // yarn / llama3 `factor`
-  int64_t rope_original_max_position_embeddings = 0;
-  double yarn_attention_factor = 1.0;  // resolved (given, or from factor / mscale / mscale_all_dim)
-  double yarn_beta_fast = 32, yarn_beta_slow = 1;
-  bool yarn_truncate = true;
-  double llama3_low_freq_factor = 1, llama3_high_freq_factor = 4;
-  std::string torch_dtype;  // `dtype` (or legacy `torch_dtype`) as written in config.json, informational
-  /// Fields absent from config.json that took the architecture's transformers default (named in
-  /// shape-mismatch errors).
-  std::vector<std::string> defaulted;
-  std::string json;         // the raw config.json text (returned to JS as `config`)
-};
-/// LoRA hyper-parameters with PEFT semantics: scaling = alpha / r (rsLoRA: alpha / sqrt(r)).
-struct LoraConfig {
-  int64_t r = 8;
-  double alpha = 16;
-  double dropout = 0.0;
-  bool use_rslora = false;
-  std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  uint64_t seed = 0;  // init seed for A (kaiming-uniform a=sqrt(5), i.e. U(+-1/sqrt(in))); B = 0
-  /// As read from a loaded adapter_config.json (peft regex keys -> per-module r / alpha, in file
-  /// order); written back unchanged on save. Empty for adapters made by AddLora.
-  std::vector<std::pair<std::string, int64_t>> rank_pattern;
-  std::vector<std::pair<std::string, double>> alpha_pattern;
-  double Scaling() const;
-};
-
-/// One adapter: for each targeted module name (PEFT key stem, e.g.
-/// "model.layers.3.self_attn.q_proj") the pair A [r, in], B [out, r] in float32 on the model device.
-struct LoraAdapter {
-  LoraConfig config;
-  std::map<std::string, std::pair<at::Tensor, at::Tensor>> weights;
-  /// Per-module scaling where it differs from config.Scaling() (peft rank_pattern / alpha_pattern:
-  /// alpha_m / r_m, or alpha_m / sqrt(r_m) with rsLoRA), keyed like `weights`.
-  std::map<std::string, double> scaling;
-  int64_t num_layers = 0;  // decoder layers of the model it was made for (saving: uniform targets)
-  double ScalingOf(const std::string& module) const {
-    auto it = scaling.find(module);
-    return it == scaling.end() ? config.Scaling() : it->second;
-  }
-};
-
-/// Which adapter a forward uses: the trainable one, none (the frozen base = reference policy /
-/// judge), or a named frozen snapshot.
-struct AdapterSel {
-  enum Kind { Active, None, Snapshot } kind = Active;
-  std::string name;  // for Snapshot
-};
 
 /// Per-layer key/value cache for incremental decoding. k[l], v[l]: [B, n_kv_heads, L_max, head_dim]
 /// preallocated; `len` = filled positions (same for all rows; padding handled by the mask).
@@ -183,7 +117,7 @@ class Qwen3Model {
   std::mutex& mutex() { return mu_; }
   /// Bytes held by base weights + adapters (for V8 external memory accounting).
   int64_t ParameterBytes() const;
-  /// Frees all tensors; later calls throw InputError("model was disposed").
+  /// Frees all tensors; later calls throw DisposedError("model was disposed").
   void Dispose();
   bool disposed() const { return disposed_; }
 

@@ -1,12 +1,13 @@
 // Model.emaUpdate / saveSnapshot / loadSnapshot (see napi/adapter_state.h): argument checks here,
-// the math and the file format in lora/snapshots.{h,cc}. Every call runs under the model lock;
+// the math in lora/snapshots.{h,cc}, the file format in io/adapter_weights.{h,cc}. Every call runs under the model lock;
 // the file calls run on a worker thread (the JS thread only queues them).
 #include "napi/adapter_state.h"
 
 #include <cmath>
-#include <mutex>
 
+#include "io/adapter_weights.h"
 #include "lora/snapshots.h"
+#include "napi/model.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -20,8 +21,8 @@ std::string SnapshotName(const Napi::CallbackInfo& info, const char* what) {
   return name;
 }
 
+// Under ModelLock (which rejects a disposed model): the model must have an adapter.
 void CheckUsable(Qwen3Model& m) {
-  if (m.disposed()) throw InputError("model was disposed");
   if (!m.HasLora()) throw InputError("the model has no LoRA adapter (addLora / loadAdapter first)");
 }
 
@@ -38,7 +39,7 @@ Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr
   if (info.Length() < 2 || !info[1].IsNumber()) throw ArgError("emaUpdate(name, decay): decay must be a number in [0, 1]");
   const double decay = info[1].As<Napi::Number>().DoubleValue();
   if (!(decay >= 0 && decay <= 1)) throw ArgError("emaUpdate(name, decay): decay must be in [0, 1], got " + std::to_string(decay));
-  std::lock_guard<std::mutex> lk(m->mutex());
+  ModelLock lk(*m);
   CheckUsable(*m);
   LoraAdapter& s = Snapshot(*m, name);
   lora::EmaUpdate(s.weights, m->ActiveAdapter().weights, decay);
@@ -49,16 +50,15 @@ Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_
   std::string name = SnapshotName(info, "saveSnapshot(name, path): name");
   if (info.Length() < 2 || !info[1].IsString()) throw ArgError("saveSnapshot(name, path): path must be a string");
   std::string path = info[1].As<Napi::String>().Utf8Value();
-  return Worker::Start(
-      info.Env(),
+  return StartOnModel(
+      info.Env(), m,
       [m, name, path]() {
-        std::lock_guard<std::mutex> lk(m->mutex());
         CheckUsable(*m);
         // Same file as earlier versions wrote from JS (Model.loraWeights() keys, F32), so their
         // checkpoints load.
-        lora::SaveWeights(path, Snapshot(*m, name).weights, {{"format", "pt"}, {"snapshot", name}});
+        io::SaveWeights(path, Snapshot(*m, name).weights, {{"format", "pt"}, {"snapshot", name}});
       },
-      nullptr, false, m->device());
+      nullptr);
 }
 
 Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m,
@@ -71,12 +71,12 @@ Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_
       [m, name, path]() {
         lora::ModuleWeights like;
         {
-          std::lock_guard<std::mutex> lk(m->mutex());
+          ModelLock lk(*m);
           CheckUsable(*m);
           like = m->ActiveAdapter().weights;  // shallow: names and shapes only
         }
-        lora::ModuleWeights w = lora::ReadWeightsLike(path, like);  // file read outside the lock
-        std::lock_guard<std::mutex> lk(m->mutex());
+        lora::ModuleWeights w = io::ReadWeightsLike(path, like);  // file read outside the lock
+        ModelLock lk(*m);
         CheckUsable(*m);
         const LoraAdapter& a = m->ActiveAdapter();
         LoraAdapter s;

@@ -15,6 +15,8 @@ ErrInfo ClassifyCurrentException() {
     return {ErrKind::Arg, e.what()};
   } catch (const InputError& e) {
     return {ErrKind::Input, e.what()};
+  } catch (const DisposedError& e) {
+    return {ErrKind::Disposed, e.what()};
   } catch (const AbortedError& e) {
     return {ErrKind::Abort, e.what()};
   } catch (const c10::OutOfMemoryError& e) {
@@ -41,6 +43,7 @@ Napi::Error MakeJsError(Napi::Env env, const ErrInfo& e) {
   switch (e.kind) {
     case ErrKind::Arg: code = "ERR_PG_ARG"; break;
     case ErrKind::Input: code = "ERR_PG_INPUT"; break;
+    case ErrKind::Disposed: code = "ERR_PG_DISPOSED"; break;
     case ErrKind::Oom: code = "ERR_PG_OOM"; break;
     case ErrKind::Abort: code = "ABORT_ERR"; break;
     default: break;
@@ -253,27 +256,6 @@ torch::Device ParseDevice(const std::string& s) {
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(idx));
   }
   throw ArgError("device must be 'cpu', 'cuda' or 'cuda:N', got '" + s + "'");
-}
-
-torch::ScalarType ParseDtype(const std::string& s) {
-  if (s == "float32" || s == "fp32") return torch::kFloat32;
-  if (s == "bfloat16" || s == "bf16") return torch::kBFloat16;
-  if (s == "float16" || s == "fp16") return torch::kFloat16;
-  throw ArgError("dtype must be 'float32', 'bfloat16' or 'float16', got '" + s + "'");
-}
-
-std::string DtypeName(torch::ScalarType t) {
-  switch (t) {
-    case torch::kFloat32: return "float32";
-    case torch::kBFloat16: return "bfloat16";
-    case torch::kFloat16: return "float16";
-    case torch::kFloat64: return "float64";
-    case torch::kInt32: return "int32";
-    case torch::kInt64: return "int64";
-    case torch::kBool: return "bool";
-    case torch::kUInt8: return "uint8";
-    default: return c10::toString(t);
-  }
 }
 
 Worker::Worker(Napi::Env env, Run run, Done done, bool grad, std::optional<torch::Device> device)

@@ -18,12 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/errors.h"
 
 namespace pg {
 
 /// Error category carried from a worker thread to the JS thread.
-enum class ErrKind { Arg, Input, Oom, Abort, Internal };
+enum class ErrKind { Arg, Input, Disposed, Oom, Abort, Internal };
 struct ErrInfo {
   ErrKind kind;
   std::string message;
@@ -31,7 +32,8 @@ struct ErrInfo {
 /// Classifies the in-flight exception (call inside a catch block).
 ErrInfo ClassifyCurrentException();
 /// Builds the JS error object for an ErrInfo (TypeError for Arg, AbortError name for Abort,
-/// `code` property: ERR_PG_ARG | ERR_PG_INPUT | ERR_PG_OOM | ABORT_ERR | ERR_PG_INTERNAL).
+/// `code` property: ERR_PG_ARG | ERR_PG_INPUT | ERR_PG_DISPOSED | ERR_PG_OOM | ABORT_ERR |
+/// ERR_PG_INTERNAL; the same strings as lib/errors.ts).
 Napi::Error MakeJsError(Napi::Env env, const ErrInfo& e);
 
 /// Runs f() and converts any C++ exception to a thrown JS exception.
@@ -70,9 +72,6 @@ Napi::Object TensorToJs(Napi::Env env, const torch::Tensor& t);
 
 /// Parses "cpu" | "cuda" | "cuda:N"; ArgError on anything else, InputError if CUDA is unavailable.
 torch::Device ParseDevice(const std::string& s);
-/// Parses "float32"|"fp32"|"bfloat16"|"bf16"|"float16"|"fp16".
-torch::ScalarType ParseDtype(const std::string& s);
-std::string DtypeName(torch::ScalarType t);
 
 /// A promise-returning worker. `run` executes on a libuv pool thread with grad mode and the CUDA
 /// device set for that thread (both are thread-local in libtorch); `done` converts the result on
@@ -100,14 +99,5 @@ class Worker : public Napi::AsyncWorker {
   std::optional<torch::Device> device_;
   std::optional<ErrInfo> err_;
 };
-
-/// Module registration hooks, one per concern (see native/addon.cc).
-void RegisterRuntime(Napi::Env env, Napi::Object exports);  // napi/runtime.cc: info, memory, threads
-void RegisterModel(Napi::Env env, Napi::Object exports);    // model/: Qwen3 + LoRA + adapters
-void RegisterLoss(Napi::Env env, Napi::Object exports);     // loss/: fused JSD / GRPO, advantages
-void RegisterOptim(Napi::Env env, Napi::Object exports);    // optim/: AdamW, schedules, clipping
-void RegisterGenerate(Napi::Env env, Napi::Object exports); // generate/: batched KV-cache sampling, abort handles
-void RegisterIo(Napi::Env env, Napi::Object exports);       // io/: safetensors read/write for JS (optimizer state)
-void RegisterDist(Napi::Env env, Napi::Object exports);     // dist/: c10d process groups (Gloo / NCCL) for data parallelism
 
 }  // namespace pg

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "napi/util.h"
+#include "core/errors.h"
 
 namespace pg {
 namespace optim {

@@ -6,7 +6,7 @@ old = ref logprobs = -5, advantage 1) over a frozen lm_head weight [V, H]: time 
 backward (grad of the student / policy hidden states only, weights frozen, as on our side) and
 peak memory over the inputs.
 
-Inputs are generated like ours (native/loss/register.cc _benchLoss): weight randn/sqrt(H),
+Inputs are generated like ours (native/napi/loss.cc _benchLoss): weight randn/sqrt(H),
 hidden states randn, in --dtype, on --device. Time: CUDA events per iteration, median of --iters
 after --warmup (Liger compiles its chunk function with torch.compile on the first call: warm-up
 excludes that). Peak: max_memory_allocated minus the bytes allocated after creating the inputs

@@ -1,6 +1,5 @@
-// Registration of the loss exports: standalone fused/unfused losses over JS tensors (tests,
-// benchmarks), advantages, logprob helpers; the model-integrated steps register from
-// model_steps.cc (RegisterModelSteps).
+// Bindings of the loss exports: standalone fused/unfused losses over JS tensors (tests,
+// benchmarks), advantages, logprob helpers; the model-integrated steps are in napi/model_steps.cc.
 //
 // Exports (all return Promises; arguments are checked on the JS thread and raise TypeError):
 //   jsdLoss(o)            -> {loss, gradStudentHidden?}
@@ -16,10 +15,10 @@
 #include "loss/common.h"
 #include "loss/grpo.h"
 #include "loss/jsd.h"
+#include "napi/loss.h"
 #include "napi/util.h"
 
 namespace pg {
-void RegisterModelSteps(Napi::Env env, Napi::Object exports);  // loss/model_steps.cc
 
 namespace {
 
@@ -106,6 +105,22 @@ Napi::Value JsdLossJs(const Napi::CallbackInfo& info) {
   });
 }
 
+}  // namespace
+
+Napi::Object GrpoMetricsToJs(Napi::Env env, const loss::GrpoMetrics& m) {
+  auto out = Napi::Object::New(env);
+  out.Set("meanKl", Napi::Number::New(env, m.MeanKl()));
+  auto cf = Napi::Object::New(env);
+  double n = m.mask_count > 0 ? m.mask_count : 1;
+  cf.Set("low", Napi::Number::New(env, m.clip_low_sum / n));
+  cf.Set("high", Napi::Number::New(env, m.clip_high_sum / n));
+  cf.Set("region", Napi::Number::New(env, m.clip_region_sum / n));
+  out.Set("clipFraction", cf);
+  out.Set("maskCount", Napi::Number::New(env, m.mask_count));
+  if (m.logp.defined()) out.Set("logprobs", TensorToJs(env, m.logp));
+  return out;
+}
+
 loss::GrpoOptions ReadGrpoOptions(const Napi::Object& o, const char* W) {
   loss::GrpoOptions g;
   double eps = GetNumber(o, "epsilon", 0.2, W);
@@ -123,23 +138,6 @@ loss::GrpoOptions ReadGrpoOptions(const Napi::Object& o, const char* W) {
   return g;
 }
 
-}  // namespace
-
-Napi::Object GrpoMetricsToJs(Napi::Env env, const loss::GrpoMetrics& m) {
-  auto out = Napi::Object::New(env);
-  out.Set("meanKl", Napi::Number::New(env, m.MeanKl()));
-  auto cf = Napi::Object::New(env);
-  double n = m.mask_count > 0 ? m.mask_count : 1;
-  cf.Set("low", Napi::Number::New(env, m.clip_low_sum / n));
-  cf.Set("high", Napi::Number::New(env, m.clip_high_sum / n));
-  cf.Set("region", Napi::Number::New(env, m.clip_region_sum / n));
-  out.Set("clipFraction", cf);
-  out.Set("maskCount", Napi::Number::New(env, m.mask_count));
-  if (m.logp.defined()) out.Set("logprobs", TensorToJs(env, m.logp));
-  return out;
-}
-
-loss::GrpoOptions ReadGrpoOptionsPublic(const Napi::Object& o, const char* W) { return ReadGrpoOptions(o, W); }
 
 namespace {
 
@@ -320,6 +318,5 @@ void RegisterLoss(Napi::Env env, Napi::Object exports) {
   exports.Set("k3", Napi::Function::New(env, K3Js, "k3"));
   exports.Set("computeAdvantages", Napi::Function::New(env, ComputeAdvantagesJs, "computeAdvantages"));
   exports.Set("_benchLoss", Napi::Function::New(env, BenchLossJs, "_benchLoss"));
-  RegisterModelSteps(env, exports);
 }
 }  // namespace pg

@@ -1,4 +1,4 @@
-// Registration of the dist exports (data-parallel process groups over libtorch c10d, dist.h):
+// Bindings of the dist exports (data-parallel process groups over libtorch c10d, dist.h):
 //   distAvailable() -> {gloo: boolean, nccl: boolean}
 //   distInit({rank, worldSize, masterAddr, masterPort, backend: 'gloo'|'nccl', device?: 'cpu'|'cuda:N',
 //             timeoutMs?, initTimeoutMs?}) -> Promise<ProcessGroup>
@@ -13,8 +13,8 @@
 // Every collective runs on a libuv pool thread; failures reject with the rank, the operation and
 // the peers that did not arrive (dist.h).
 #include "dist/dist.h"
+#include "napi/model.h"
 #include "napi/util.h"
-#include "optim/model_params.h"
 
 namespace pg {
 namespace {
@@ -65,7 +65,7 @@ class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
   std::shared_ptr<dist::Group> group_;
 
   std::shared_ptr<dist::Group> G() {
-    if (!group_ || group_->destroyed()) throw InputError("ProcessGroup: used after destroy()");
+    if (!group_ || group_->destroyed()) throw DisposedError("ProcessGroup: used after destroy()");
     return group_;
   }
   std::optional<torch::Device> Dev() {
@@ -97,13 +97,13 @@ class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto g = G();
       if (info.Length() < 1) throw ArgError("allReduceGrads: first argument must be a Model");
-      auto mp = std::make_shared<optim::ModelParamSet>(optim::ModelParams(info[0], "allReduceGrads model"));
+      auto mp = std::make_shared<ModelParamSet>(ModelParams(info[0], "allReduceGrads model"));
       auto ra = ReadReduce(info, 1, "allReduceGrads options");
       auto res = std::make_shared<std::array<double, 3>>();
       return Worker::Start(
           info.Env(),
           [g, mp, ra, res]() {
-            std::lock_guard<std::mutex> lk(*mp->mutex);
+            ModelLock lk(*mp->model);
             std::vector<at::Tensor> grads;
             double bytes = 0;
             for (auto& p : mp->params) {
@@ -152,14 +152,14 @@ class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto g = G();
       if (info.Length() < 1) throw ArgError("broadcastParams: first argument must be a Model");
-      auto mp = std::make_shared<optim::ModelParamSet>(optim::ModelParams(info[0], "broadcastParams model"));
+      auto mp = std::make_shared<ModelParamSet>(ModelParams(info[0], "broadcastParams model"));
       auto o = ArgObject(info, 1, "broadcastParams options", true);
       int root = static_cast<int>(GetInt(o, "root", 0, "broadcastParams options"));
       if (root < 0 || root >= g->world_size()) throw ArgError("broadcastParams options.root must be a rank in [0, worldSize)");
       return Worker::Start(
           info.Env(),
           [g, mp, root]() {
-            std::lock_guard<std::mutex> lk(*mp->mutex);
+            ModelLock lk(*mp->model);
             torch::NoGradGuard ng;
             std::vector<at::Tensor> ps;
             for (auto& p : mp->params) ps.push_back(p.detach());

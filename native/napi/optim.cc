@@ -8,11 +8,12 @@
 //   lrAt({type, lr, warmupSteps, totalSteps, numCycles}, step) -> number
 //   clipGradNorm is part of step (maxGradNorm); the pre-clip norm is returned.
 #include <memory>
+#include <optional>
 
+#include "io/safetensors.h"
+#include "napi/model.h"
 #include "napi/util.h"
 #include "optim/adamw.h"
-#include "optim/model_params.h"
-#include "io/safetensors.h"
 
 namespace pg {
 namespace {
@@ -77,11 +78,10 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
         }
         owns_ = true;
       } else {
-        auto mp = optim::ModelParams(info[0], "AdamW model");
+        auto mp = ModelParams(info[0], "AdamW model");
         params = std::move(mp.params);
         names = std::move(mp.names);
-        model_ = std::move(mp.holder);
-        mutex_ = mp.mutex;
+        model_ = std::move(mp.model);
       }
       opt_ = std::make_unique<optim::AdamW>(std::move(params), std::move(names), ao);
       return env.Undefined();
@@ -91,10 +91,15 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
  private:
   std::unique_ptr<optim::AdamW> opt_;
   bool owns_ = false;
-  std::shared_ptr<void> model_;
-  std::mutex* mutex_ = nullptr;
+  std::shared_ptr<Qwen3Model> model_;  // set for an optimizer over a Model's LoRA parameters
 
-  std::unique_lock<std::mutex> Lock() { return mutex_ ? std::unique_lock<std::mutex>(*mutex_) : std::unique_lock<std::mutex>(); }
+  /// The model's lock (ModelLock) for an optimizer over a Model; nothing for one over JS tensors.
+  static std::optional<ModelLock> Lock(const std::shared_ptr<Qwen3Model>& m) {
+    std::optional<ModelLock> lk;
+    if (m) lk.emplace(*m);
+    return lk;
+  }
+  std::optional<ModelLock> Lock() { return Lock(model_); }
 
   Napi::Value Step(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
@@ -177,12 +182,11 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
       // success and on error alike.
       auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
       optim::AdamW* opt = opt_.get();
-      std::mutex* mu = mutex_;
+      std::shared_ptr<Qwen3Model> model = model_;
       return Worker::Start(
           info.Env(),
-          [opt, mu, path]() {
-            std::unique_lock<std::mutex> lk;
-            if (mu) lk = std::unique_lock<std::mutex>(*mu);
+          [opt, model, path]() {
+            auto lk = Lock(model);
             auto s = opt->State();
             std::map<std::string, at::Tensor> ts;
             for (auto& [k, t] : s)
@@ -202,10 +206,10 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
       // success and on error alike.
       auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
       optim::AdamW* opt = opt_.get();
-      std::mutex* mu = mutex_;
+      std::shared_ptr<Qwen3Model> model = model_;
       return Worker::Start(
           info.Env(),
-          [opt, mu, path]() {
+          [opt, model, path]() {
             auto f = st::File::Open(path);
             std::map<std::string, at::Tensor> m;
             for (auto& [k, e] : f.entries()) m[k] = f.Read(k);
@@ -218,8 +222,7 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
               throw InputError(path + ": bad 'step' in __metadata__");
             }
             m["step"] = at::full({1}, step, at::kLong);
-            std::unique_lock<std::mutex> lk;
-            if (mu) lk = std::unique_lock<std::mutex>(*mu);
+            auto lk = Lock(model);
             try {
               opt->LoadState(m);
             } catch (const InputError& e) {

@@ -1,17 +1,18 @@
 // JS `Model` class: an ObjectWrap around a shared Qwen3Model. Every method goes through pg::Guard
-// or a pg::Worker; every operation takes the model mutex, so calls on one model are serialised.
-#include "model/binding.h"
+// or a pg::Worker; every operation holds the model's lock (ModelLock, StartOnModel in
+// napi/model.h), so calls on one model are serialised.
+#include "napi/model.h"
 
 #include <torch/cuda.h>
 
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
-#include "cuda/kernels.h"
-#include "loss/common.h"
-#include "loss/row_kernels.h"
 #include "napi/adapter_state.h"
+#include "napi/args.h"
 #include "napi/util.h"
+#include "steps/steps.h"
 
 namespace pg {
 
@@ -24,37 +25,6 @@ Napi::FunctionReference* Ctor(Napi::Env env) {
   std::lock_guard<std::mutex> lk(g_ctor_mu);
   auto it = g_ctors.find(env);
   return it == g_ctors.end() ? nullptr : it->second;
-}
-
-AdapterSel ParseAdapterSel(const Napi::Object& o, const char* what) {
-  AdapterSel sel;
-  if (!Has(o, "adapter")) return sel;
-  Napi::Value v = o.Get("adapter");
-  if (!v.IsString()) throw ArgError(std::string(what) + ".adapter must be 'active', 'none' or a snapshot name");
-  std::string s = v.As<Napi::String>().Utf8Value();
-  if (s == "active") sel.kind = AdapterSel::Active;
-  else if (s == "none") sel.kind = AdapterSel::None;
-  else {
-    sel.kind = AdapterSel::Snapshot;
-    sel.name = s;
-  }
-  return sel;
-}
-
-/// Reads inputIds (int32/int64 [B,T]) and attentionMask (int/uint8 [B,T]; default all ones).
-std::pair<at::Tensor, at::Tensor> ReadBatch(const Napi::Object& o, const char* what) {
-  at::Tensor ids = GetTensor(o, "inputIds", what);
-  if (ids.dim() != 2 || ids.size(0) < 1 || ids.size(1) < 1) throw ArgError(std::string(what) + ".inputIds must have shape [B, T] with B, T >= 1");
-  if (ids.scalar_type() != at::kInt && ids.scalar_type() != at::kLong) throw ArgError(std::string(what) + ".inputIds.data must be an Int32Array or BigInt64Array");
-  at::Tensor mask;
-  if (Has(o, "attentionMask")) {
-    mask = GetTensor(o, "attentionMask", what);
-    if (mask.sizes() != ids.sizes()) throw ArgError(std::string(what) + ".attentionMask must have the shape of inputIds");
-    if (mask.is_floating_point()) throw ArgError(std::string(what) + ".attentionMask.data must be an Int32Array or Uint8Array");
-  } else {
-    mask = at::ones_like(ids);
-  }
-  return {ids.to(at::kLong), mask.to(at::kLong)};
 }
 
 }  // namespace
@@ -118,7 +88,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
 
   std::shared_ptr<Qwen3Model> model() const {
-    if (!model_ || model_->disposed()) throw InputError("model was disposed");
+    if (!model_ || model_->disposed()) throw DisposedError("model was disposed");
     return model_;
   }
 
@@ -175,7 +145,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       Napi::Object o = ArgObject(info, 0, "forward(args)");
-      auto [ids, mask] = ReadBatch(o, "args");
+      at::Tensor ids = ReadIds(o, "inputIds", "args");
+      at::Tensor mask = ReadMask(o, "attentionMask", ids, "inputIds", "args", /*optional=*/true);
       bool want_logits = true, want_hidden = false;
       if (Has(o, "outputs")) {
         want_logits = false;
@@ -185,12 +156,11 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
           else throw ArgError("args.outputs entries must be 'logits' or 'hidden', got '" + s + "'");
         }
       }
-      AdapterSel sel = ParseAdapterSel(o, "args");
+      AdapterSel sel = ReadAdapter(o, "adapter", "args");
       auto res = std::make_shared<std::pair<at::Tensor, at::Tensor>>();
-      return Worker::Start(
-          info.Env(),
-          [m, ids = ids, mask = mask, sel, want_logits, want_hidden, res]() {
-            std::lock_guard<std::mutex> lk(m->mutex());
+      return StartOnModel(
+          info.Env(), m,
+          [m, ids, mask, sel, want_logits, want_hidden, res]() {
             at::NoGradGuard ng;
             at::Tensor h = m->Forward(ids, mask, std::nullopt, sel);
             if (want_logits) res->first = m->Logits(h).to(at::kCPU);
@@ -201,8 +171,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
             if (res->first.defined()) out.Set("logits", TensorToJs(env, res->first));
             if (res->second.defined()) out.Set("hidden", TensorToJs(env, res->second));
             return out;
-          },
-          false, m->device());
+          });
     });
   }
 
@@ -213,15 +182,15 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       Napi::Object o = ArgObject(info, 0, "forwardChunked(args)");
-      auto [ids, mask] = ReadBatch(o, "args");
+      at::Tensor ids = ReadIds(o, "inputIds", "args");
+      at::Tensor mask = ReadMask(o, "attentionMask", ids, "inputIds", "args", /*optional=*/true);
       int64_t chunk = GetInt(o, "chunk", 1, "args");
       if (chunk < 1) throw ArgError("args.chunk must be >= 1");
-      AdapterSel sel = ParseAdapterSel(o, "args");
+      AdapterSel sel = ReadAdapter(o, "adapter", "args");
       auto res = std::make_shared<at::Tensor>();
-      return Worker::Start(
-          info.Env(),
-          [m, ids = ids, mask = mask, sel, chunk, res]() {
-            std::lock_guard<std::mutex> lk(m->mutex());
+      return StartOnModel(
+          info.Env(), m,
+          [m, ids, mask, sel, chunk, res]() {
             at::NoGradGuard ng;
             const int64_t B = ids.size(0), T = ids.size(1);
             KVCache cache = m->NewCache(B, T);
@@ -237,8 +206,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
             Napi::Object out = Napi::Object::New(env);
             out.Set("logits", TensorToJs(env, *res));
             return out;
-          },
-          false, m->device());
+          });
     });
   }
 
@@ -256,7 +224,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       if (seed < 0) throw ArgError("lora.seed must be a non-negative integer");
       c.seed = static_cast<uint64_t>(seed);
       {
-        std::lock_guard<std::mutex> lk(m->mutex());
+        ModelLock lk(*m);
         m->AddLora(c);
       }
       Reaccount(info.Env());
@@ -272,7 +240,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       if (info.Length() < 1 || !info[0].IsBoolean()) throw ArgError("setAdapterEnabled(enabled): enabled must be a boolean");
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       m->SetAdapterEnabled(info[0].As<Napi::Boolean>().Value());
       return info.Env().Undefined();
     });
@@ -284,7 +252,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value LoraConfigJs(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       if (!m->HasLora()) return info.Env().Null();
       const LoraConfig& c = m->ActiveAdapter().config;
       Napi::Env env = info.Env();
@@ -307,7 +275,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       std::string name = ArgString(info, 0, "snapshotAdapter(name): name");
       if (name == "active" || name == "none") throw ArgError("snapshotAdapter(name): 'active' and 'none' are reserved");
       {
-        std::lock_guard<std::mutex> lk(m->mutex());
+        ModelLock lk(*m);
         m->SnapshotAdapter(name);
       }
       Reaccount(info.Env());
@@ -320,7 +288,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       auto m = model();
       std::string name = ArgString(info, 0, "dropSnapshot(name): name");
       {
-        std::lock_guard<std::mutex> lk(m->mutex());
+        ModelLock lk(*m);
         m->DropSnapshot(name);
       }
       Reaccount(info.Env());
@@ -351,12 +319,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       std::string dir = ArgString(info, 0, "saveAdapter(dir): dir");
       Napi::Object o = ArgObject(info, 1, "saveAdapter options", true);
       std::string base = GetString(o, "baseModelName", std::string(), "options");
-      return Worker::Start(
-          info.Env(),
-          [m, dir, base]() {
-            std::lock_guard<std::mutex> lk(m->mutex());
-            m->SaveAdapter(dir, base);
-          },
+      return StartOnModel(
+          info.Env(), m, [m, dir, base]() { m->SaveAdapter(dir, base); },
           [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
     });
   }
@@ -367,25 +331,20 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       std::string dir = ArgString(info, 0, "loadAdapter(dir): dir");
       Napi::ObjectReference self = Napi::Persistent(Value());
       auto selfp = std::make_shared<Napi::ObjectReference>(std::move(self));
-      return Worker::Start(
-          info.Env(),
-          [m, dir]() {
-            std::lock_guard<std::mutex> lk(m->mutex());
-            m->LoadAdapter(dir);
-          },
+      return StartOnModel(
+          info.Env(), m, [m, dir]() { m->LoadAdapter(dir); },
           [this, selfp](Napi::Env env) -> Napi::Value {
             Reaccount(env);
             selfp->Reset();
             return env.Undefined();
-          },
-          false, m->device());
+          });
     });
   }
 
   Napi::Value LoraParameterNames(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       auto names = m->LoraParameterNames();
       Napi::Array a = Napi::Array::New(info.Env(), names.size());
       for (size_t i = 0; i < names.size(); ++i) a.Set(static_cast<uint32_t>(i), names[i]);
@@ -395,7 +354,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
   Napi::Value TensorRecord(const Napi::CallbackInfo& info, bool grads) {
     auto m = model();
-    std::lock_guard<std::mutex> lk(m->mutex());
+    ModelLock lk(*m);
     auto names = m->LoraParameterNames();
     auto params = m->LoraParameters();
     Napi::Object o = Napi::Object::New(info.Env());
@@ -417,7 +376,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       Napi::Object rec = ArgObject(info, 0, "setLoraWeights(record)");
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       auto names = m->LoraParameterNames();
       auto params = m->LoraParameters();
       std::map<std::string, size_t> idx;
@@ -442,7 +401,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value ZeroGrad(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       if (m->HasLora())
         for (auto& p : m->LoraParameters()) p.mutable_grad() = at::Tensor();
       return info.Env().Undefined();
@@ -453,24 +412,21 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       Napi::Object o = ArgObject(info, 0, "crossEntropyBackward(args)");
-      auto [ids, mask] = ReadBatch(o, "args");
+      at::Tensor ids = ReadIds(o, "inputIds", "args");
+      at::Tensor mask = ReadMask(o, "attentionMask", ids, "inputIds", "args", /*optional=*/true);
       at::Tensor labels = GetTensor(o, "labels", "args");
       if (labels.sizes() != ids.sizes() || labels.is_floating_point()) throw ArgError("args.labels must be an integer tensor shaped like inputIds");
       labels = labels.to(at::kLong);
-      AdapterSel sel = ParseAdapterSel(o, "args");
+      AdapterSel sel = ReadAdapter(o, "adapter", "args");
       auto loss = std::make_shared<double>(0);
-      return Worker::Start(
-          info.Env(),
-          [m, ids = ids, mask = mask, labels, sel, loss]() {
-            std::lock_guard<std::mutex> lk(m->mutex());
-            *loss = CrossEntropyStep(*m, ids, mask, labels, sel);
-          },
+      return StartOnModel(
+          info.Env(), m, [m, ids, mask, labels, sel, loss]() { *loss = steps::SftBackward(*m, ids, mask, labels, sel); },
           [loss](Napi::Env env) -> Napi::Value {
             Napi::Object out = Napi::Object::New(env);
             out.Set("loss", *loss);
             return out;
           },
-          /*grad=*/true, m->device());
+          /*grad=*/true);
     });
   }
 
@@ -480,7 +436,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       if (info.Length() < 1 || !info[0].IsBoolean()) throw ArgError("setGradientCheckpointing(on): on must be a boolean");
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       m->SetGradientCheckpointing(info[0].As<Napi::Boolean>().Value());
       return info.Env().Undefined();
     });
@@ -495,7 +451,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       if (info.Length() < 1 || !info[0].IsBoolean()) throw ArgError("setLoraFloat32Branch(on): on must be a boolean");
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       m->SetLoraFloat32Branch(info[0].As<Napi::Boolean>().Value());
       return info.Env().Undefined();
     });
@@ -510,7 +466,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Synchronize(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       if (m->device().is_cuda()) torch::cuda::synchronize(m->device().index() < 0 ? 0 : m->device().index());
       return info.Env().Undefined();
     });
@@ -519,7 +475,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value ParameterBytes(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
-      std::lock_guard<std::mutex> lk(m->mutex());
+      ModelLock lk(*m);
       return Napi::Number::New(info.Env(), static_cast<double>(m->ParameterBytes()));
     });
   }
@@ -528,76 +484,13 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       if (model_ && !model_->disposed()) {
-        std::lock_guard<std::mutex> lk(model_->mutex());
+        std::lock_guard<std::mutex> lk(model_->mutex());  // not ModelLock: disposing twice is a no-op
         model_->Dispose();
       }
       if (accounted_ != 0) Napi::MemoryManagement::AdjustExternalMemory(info.Env(), -accounted_);
       accounted_ = 0;
       return info.Env().Undefined();
     });
-  }
-
- public:
-  /// Mean next-token cross-entropy over positions whose shifted label != -100 (transformers'
-  /// causal-LM loss: logits[:, t] predict labels[:, t + 1]); backward accumulates into the LoRA
-  /// grads. Chunked over tokens (1024 at a time): the [chunk, V] fp32 logits are the only vocab-
-  /// sized buffer; dL/dhidden is accumulated and back-propagated through the decoder once.
-  static double CrossEntropyStep(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& labels,
-                                 const AdapterSel& sel) {
-    if (!m.HasLora()) throw InputError("crossEntropyBackward needs a LoRA adapter (call addLora or loadAdapter first)");
-    {
-      at::Tensor lc = labels.to(at::kLong);
-      if ((lc.ne(-100) & (lc.lt(0) | lc.ge(m.config().vocab_size))).any().item<bool>())
-        throw ArgError("crossEntropyBackward: labels must be -100 (ignored) or a token id in [0, vocab_size)");
-    }
-    at::Tensor h = m.Forward(ids, mask, std::nullopt, sel);
-    if (!h.requires_grad()) throw InputError("crossEntropyBackward: the selected adapter has no trainable parameters (adapter disabled or 'none')");
-    const int64_t B = ids.size(0), T = ids.size(1), Hd = h.size(-1);
-    at::Tensor tgt = labels.to(m.device()).narrow(1, 1, T - 1).reshape({-1});
-    at::Tensor hs = h.narrow(1, 0, T - 1).reshape({-1, Hd});
-    at::Tensor sel_idx = tgt.ne(-100).nonzero().squeeze(1);
-    const int64_t n = sel_idx.numel();
-    if (n == 0) throw InputError("crossEntropyBackward: labels hold no position != -100 after the shift");
-    at::Tensor td = tgt.index_select(0, sel_idx);
-    if (CudaKernelsEnabled(hs) && hs.scalar_type() != at::kDouble) {
-      // CUDA: loss and logits gradient of each row in one kernel (loss/row_kernels.h), the
-      // gradient written over the chunk's fp32 logits; one host read of the loss at the end.
-      at::Tensor gh_sel;
-      at::Tensor row_loss;
-      {
-        at::NoGradGuard ng;
-        at::Tensor hd = hs.detach().index_select(0, sel_idx);
-        auto pw = loss::PrepareWeight(m.LmHeadWeight(), hd);
-        const at::ScalarType gd = pw.out_dtype_mm ? pw.w.scalar_type() : at::kFloat;
-        const int64_t chunk = loss::KernelChunk(0, m.config().vocab_size, int64_t{64} << 20);
-        at::Tensor w = at::full({n}, 1.0 / static_cast<double>(n), hd.options().dtype(at::kFloat));
-        row_loss = at::empty({n}, w.options());
-        gh_sel = at::empty({n, Hd}, hs.options());
-        for (int64_t s = 0; s < n; s += chunk) {
-          const int64_t e = std::min(n, s + chunk);
-          at::Tensor z = loss::ChunkLogits(hd.slice(0, s, e), pw);
-          loss::CeRowsCuda(z, 1.0, td.slice(0, s, e), w.slice(0, s, e), true, gd, row_loss.slice(0, s, e));
-          gh_sel.slice(0, s, e).copy_(loss::ChunkGradHidden(loss::GradRowsView(z, gd), pw, hs.scalar_type()));
-        }
-      }
-      const double total = row_loss.sum().item<double>();
-      hs.backward(at::zeros_like(hs).index_copy(0, sel_idx, gh_sel));
-      return total;
-    }
-    at::Tensor hd = hs.detach().index_select(0, sel_idx).requires_grad_(true);
-    double total = 0;
-    const int64_t chunk = 1024;
-    for (int64_t s = 0; s < n; s += chunk) {
-      int64_t len = std::min(chunk, n - s);
-      at::Tensor lg = m.Logits(hd.narrow(0, s, len));
-      at::Tensor l = at::cross_entropy_loss(lg, td.narrow(0, s, len), {}, at::Reduction::Sum) / static_cast<double>(n);
-      total += l.item<double>();
-      l.backward();
-    }
-    at::Tensor gh = at::zeros_like(hs).index_copy(0, sel_idx, hd.grad().to(hs.scalar_type()));
-    hs.backward(gh);
-    (void)B;
-    return total;
   }
 };
 
@@ -609,7 +502,33 @@ std::shared_ptr<Qwen3Model> UnwrapModel(const Napi::Value& v, const char* what) 
   return w->model();
 }
 
-void RegisterModelClass(Napi::Env env, Napi::Object exports) {
+ModelLock::ModelLock(Qwen3Model& m) : lk_(m.mutex()) {
+  if (m.disposed()) throw DisposedError("model was disposed");
+}
+
+Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<Qwen3Model>& model, std::function<void()> run,
+                           Worker::Done done, bool grad) {
+  return Worker::Start(
+      env,
+      [model, run = std::move(run)]() {
+        ModelLock lk(*model);
+        run();
+      },
+      std::move(done), grad, model->device());
+}
+
+ModelParamSet ModelParams(const Napi::Value& v, const char* what) {
+  auto m = UnwrapModel(v, what);
+  ModelLock lk(*m);
+  if (!m->HasLora()) throw InputError(std::string(what) + ": the model has no LoRA adapter (addLora / loadAdapter first)");
+  ModelParamSet s;
+  s.params = m->LoraParameters();
+  s.names = m->LoraParameterNames();
+  s.model = m;
+  return s;
+}
+
+void RegisterModel(Napi::Env env, Napi::Object exports) {
   Napi::Function f = ModelWrap::Define(env);
   auto* ref = new Napi::FunctionReference(Napi::Persistent(f));
   {

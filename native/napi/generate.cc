@@ -2,13 +2,13 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <random>
 
 #include "generate/cuda_graph.h"
 #include "generate/engine.h"
 #include "generate/generate.h"
 #include "generate/sampler.h"
-#include "model/binding.h"
+#include "napi/args.h"
+#include "napi/model.h"
 #include "napi/util.h"
 
 namespace pg {
@@ -50,78 +50,6 @@ Flag UnwrapAbort(Napi::Env env, const Napi::Value& v, const char* what) {
   return *static_cast<Flag*>(data);
 }
 
-uint64_t ReadSeed(const Napi::Object& o, const char* what) {
-  if (!Has(o, "seed")) {
-    std::random_device rd;
-    return ((static_cast<uint64_t>(rd()) << 32) ^ rd()) & ((1ULL << 48) - 1);
-  }
-  int64_t s = GetInt(o, "seed", std::nullopt, what);
-  if (s < 0) throw ArgError(std::string(what) + ".seed must be an integer >= 0");
-  return static_cast<uint64_t>(s);
-}
-
-SamplingOptions ReadSampling(const Napi::Object& o, const char* what) {
-  SamplingOptions s;
-  s.temperature = GetNumber(o, "temperature", 1.0, what);
-  s.top_k = GetInt(o, "topK", 0, what);
-  s.top_p = GetNumber(o, "topP", 1.0, what);
-  s.min_p = GetNumber(o, "minP", 0.0, what);
-  ValidateSampling(s, what);
-  return s;
-}
-
-std::vector<int64_t> ReadIds(const Napi::Value& v, const std::string& what) {
-  std::vector<int64_t> out;
-  if (v.IsTypedArray()) {
-    auto ta = v.As<Napi::TypedArray>();
-    if (ta.TypedArrayType() == napi_int32_array) {
-      auto a = v.As<Napi::Int32Array>();
-      out.assign(a.Data(), a.Data() + a.ElementLength());
-      return out;
-    }
-    if (ta.TypedArrayType() == napi_uint32_array) {
-      auto a = v.As<Napi::Uint32Array>();
-      out.assign(a.Data(), a.Data() + a.ElementLength());
-      return out;
-    }
-    throw ArgError(what + " must be an array of integers, Int32Array or Uint32Array");
-  }
-  if (!v.IsArray()) throw ArgError(what + " must be an array of token ids");
-  auto a = v.As<Napi::Array>();
-  out.reserve(a.Length());
-  for (uint32_t i = 0; i < a.Length(); ++i) {
-    Napi::Value e = a.Get(i);
-    double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : NAN;
-    if (!std::isfinite(d) || d != std::floor(d)) throw ArgError(what + "[" + std::to_string(i) + "] must be an integer token id");
-    out.push_back(static_cast<int64_t>(d));
-  }
-  return out;
-}
-
-AdapterSel ReadAdapter(const Napi::Object& o) {
-  AdapterSel sel;
-  if (!Has(o, "adapter")) return sel;
-  Napi::Value v = o.Get("adapter");
-  if (v.IsString()) {
-    std::string s = v.As<Napi::String>().Utf8Value();
-    if (s == "active") return sel;
-    if (s == "none") {
-      sel.kind = AdapterSel::None;
-      return sel;
-    }
-    if (!s.empty()) {  // any other name: a snapshot (same convention as Model.forward)
-      sel.kind = AdapterSel::Snapshot;
-      sel.name = s;
-      return sel;
-    }
-  } else if (v.IsObject() && Has(v.As<Napi::Object>(), "snapshot")) {
-    sel.kind = AdapterSel::Snapshot;
-    sel.name = GetString(v.As<Napi::Object>(), "snapshot", std::nullopt, "options.adapter");
-    return sel;
-  }
-  throw ArgError("options.adapter must be 'active', 'none', a snapshot name or {snapshot: name}");
-}
-
 // generate(model, options) -> Promise<GenerateResult>; see lib/model/policy.ts for the typed surface.
 Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -133,7 +61,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
     Napi::Value pv = o.Get("prompts");
     if (!pv.IsArray()) throw ArgError("options.prompts must be an array of token-id arrays");
     auto pa = pv.As<Napi::Array>();
-    for (uint32_t i = 0; i < pa.Length(); ++i) req->prompts.push_back(ReadIds(pa.Get(i), "prompts[" + std::to_string(i) + "]"));
+    for (uint32_t i = 0; i < pa.Length(); ++i) req->prompts.push_back(ReadTokenList(pa.Get(i), "prompts[" + std::to_string(i) + "]"));
     req->n = GetInt(o, "n", 1, "options");
     req->max_new_tokens = GetInt(o, "maxNewTokens", 256, "options");
     req->sampling = ReadSampling(o, "options");
@@ -153,13 +81,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
         Napi::Value e = po.Get(i);
         if (!e.IsObject()) throw ArgError(w + " must be an object");
         Napi::Object eo = e.As<Napi::Object>();
-        SamplingOptions so;
-        so.temperature = GetNumber(eo, "temperature", req->sampling.temperature, w.c_str());
-        so.top_k = GetInt(eo, "topK", req->sampling.top_k, w.c_str());
-        so.top_p = GetNumber(eo, "topP", req->sampling.top_p, w.c_str());
-        so.min_p = GetNumber(eo, "minP", req->sampling.min_p, w.c_str());
-        ValidateSampling(so, w);
-        req->row_sampling.push_back(so);
+        req->row_sampling.push_back(ReadSampling(eo, w, req->sampling));
         int64_t sd = -1;
         if (Has(eo, "seed")) {
           sd = GetInt(eo, "seed", std::nullopt, w.c_str());
@@ -173,7 +95,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
       if (!any_seed) req->row_seeds.clear();  // no per-row seed: the call's generator, as without promptOptions
     }
     req->pad_id = GetInt(o, "padId", 0, "options");
-    req->adapter = ReadAdapter(o);
+    req->adapter = ReadAdapter(o, "adapter", "options");
     req->compact_fraction = GetNumber(o, "compactFraction", 0.125, "options");
     req->simulate_oom_at_step = GetInt(o, "simulateOomAtStep", -1, "options");
     // Decode path (generate.h): cudaGraphs (default true: used on CUDA builds with a CUDA model),
@@ -188,11 +110,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
                                         : std::make_shared<std::atomic<bool>>(false);
     ValidateRequest(*model, *req);  // argument errors reject before any work is queued
     auto res = std::make_shared<GenerateResult>();
-    auto run = [model, req, res]() {
-      std::lock_guard<std::mutex> lk(model->mutex());
-      if (model->disposed()) throw InputError("model was disposed");
-      *res = Generate(*model, *req);
-    };
+    auto run = [model, req, res]() { *res = Generate(*model, *req); };
     auto done = [res](Napi::Env e) -> Napi::Value {
       Napi::Object out = Napi::Object::New(e);
       Napi::Array comps = Napi::Array::New(e, res->completions.size());
@@ -224,7 +142,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
       out.Set("samplingInStep", Napi::Boolean::New(e, res->sampling_in_step));
       return out;
     };
-    return Worker::Start(env, run, done, /*grad=*/false, model->device());
+    return StartOnModel(env, model, run, done);
   });
 }
 
@@ -287,7 +205,7 @@ Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
     const int64_t max_rows = GetInt(o, "maxRows", 32, "options");
     const int64_t capacity = GetInt(o, "capacity", ctx > 0 ? std::min<int64_t>(ctx, 4096) : 4096, "options");
     const int static_decode = Has(o, "staticDecode") ? (GetBool(o, "staticDecode", std::nullopt, "options") ? 1 : 0) : -1;
-    auto eng = std::make_shared<DecodeEngine>(model, max_rows, capacity, GetInt(o, "padId", 0, "options"), ReadAdapter(o),
+    auto eng = std::make_shared<DecodeEngine>(model, max_rows, capacity, GetInt(o, "padId", 0, "options"), ReadAdapter(o, "adapter", "options"),
                                               GetInt(o, "maxPrefillTokens", 8192, "options"), GetBool(o, "cudaGraphs", true, "options"),
                                               static_decode);
     auto busy = std::make_shared<std::atomic<bool>>(false);
@@ -301,11 +219,8 @@ Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
         EngineRowSpec s;
         s.id = GetInt(r, "id", std::nullopt, "row");
         if (!Has(r, "prompt")) throw ArgError("row.prompt is required (token ids)");
-        s.prompt = ReadIds(r.Get("prompt"), "row.prompt");
-        s.sampling.temperature = GetNumber(r, "temperature", 1.0, "row");
-        s.sampling.top_k = GetInt(r, "topK", 0, "row");
-        s.sampling.top_p = GetNumber(r, "topP", 1.0, "row");
-        s.sampling.min_p = GetNumber(r, "minP", 0.0, "row");
+        s.prompt = ReadTokenList(r.Get("prompt"), "row.prompt");
+        s.sampling = ReadSampling(r, "row");
         s.seed = ReadSeed(r, "row");
         s.max_new_tokens = GetInt(r, "maxNewTokens", 256, "row");
         if (Has(r, "stopIds")) s.stop_ids = GetIntArray(r, "stopIds", "row");
@@ -341,9 +256,8 @@ Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
           struct Clear {
             std::shared_ptr<std::atomic<bool>> b;
             ~Clear() { b->store(false); }
-          } clear{busy};
-          std::lock_guard<std::mutex> lk(model->mutex());
-          if (model->disposed()) throw InputError("model was disposed");
+          } clear{busy};  // cleared however the step ends, a disposed model included
+          ModelLock lk(*model);
           *res = eng->Step();
         };
         auto done = [res](Napi::Env env2) -> Napi::Value {
