@@ -62,6 +62,7 @@ for step in "$@"; do
       env -u LD_LIBRARY_PATH PAPERGYM_NATIVE_ADDON=$bin PG_GPU_REPORT=$OUT/gpu-parity-prebuilt.json npx mocha --config .mocharc.gpu.json 2>&1 | tee $OUT/gpu-tests-prebuilt.log | tail -40 ;;
     serveload) timeout 500 node scripts/bench/serve_load.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --clients 64 --max-batch 64 --min-tokens 64 --max-tokens 256 --prompt-words 200 --json $OUT/serve_load.json 2>&1 | tail -14 ;;
     serveloadfull) timeout 300 node scripts/bench/serve_load.mjs --mix full --device cuda --shape qwen3-1.7b --dtype bf16 --clients 64 --max-batch 64 --min-tokens 64 --max-tokens 256 --prompt-words 200 --json $OUT/serve_load_full.json 2>&1 | tail -8 ;;
+    decodevsfwd) timeout 200 node scripts/device/decode_vs_forward.mjs 2>&1 | tee $OUT/decode_vs_forward.txt ;;
     gpurows) timeout 300 npx mocha --no-config --timeout 600000 dist/test/gpu/generate-rows.test.js 2>&1 | tee $OUT/gpurows.log | tail -20 ;;
     # Data parallel (2 GPUs): NCCL collectives test, then the trainer's GRPO step and an
     # SFT step at 1.7B shapes on 1 vs 2 GPUs with the same global batch (throughput, all-reduce
