@@ -13,7 +13,7 @@ const prompts = [[151644, 872, 198, 9707, 1879], [13, 77091], [151644, 872, 198,
 const mixed = [{ temperature: 1, seed: 11, maxNewTokens: 20 }, { temperature: 0.7, topK: 5, seed: 12, maxNewTokens: 32 }, { temperature: 0 }, { temperature: 1.2, topK: 40, topP: 0.8, seed: 13 }, { temperature: 1, minP: 0.1, seed: 14, maxNewTokens: 16 }];
 function lpOf(L, T, x) { const t = T || 1; let mx = -Infinity, z = 0; for (const v of L) mx = Math.max(mx, v / t); for (const v of L) z += Math.exp(v / t - mx); return L[x] / t - mx - Math.log(z); }
 async function fwd(m, seq) { const f = await m.forward({ inputIds: { data: Int32Array.from(seq), shape: [1, seq.length] } }); return { d: f.logits.data, V: f.logits.shape[2] }; }
-for (const [name, o] of [['dynamic', { cudaGraphs: false }], ['static', { cudaGraphs: false, staticCache: true }], ['static-alone', { cudaGraphs: false, staticCache: true, alone: true }]]) {
+for (const [name, o] of [['dynamic', { cudaGraphs: false }], ['static', { cudaGraphs: false, staticCache: true }], ['cuda-graphs', { cudaGraphs: true }], ['static-alone', { cudaGraphs: false, staticCache: true, alone: true }]]) {
   const { alone, ...go } = o;
   for (let i = 0; i < 5; i++) {
     const r = alone ? await generate(g, { prompts: [prompts[i]], promptOptions: [mixed[i]], maxNewTokens: 24, ...go }) : await generate(g, { prompts, promptOptions: mixed, maxNewTokens: 24, ...go });
