@@ -496,11 +496,24 @@ export class ChatServer {
       throw new HttpError(429, `server busy: ${this.waitQ.length} requests already waiting (max queue ${this.o.maxQueue ?? 256}); retry later`, 'rate_limit_error', null, 'queue_full');
     };
     queueFull();
+    // A client that goes away while its prompt is encoded must not get rows on the engine: the
+    // 'close' listener below is only registered after encode, and 'close' does not fire twice.
+    let gone = false;
+    const onGone = () => {
+      if (!res.writableFinished) gone = true;
+    };
+    res.once('close', onGone);
     let ids: number[];
     try {
       ids = await st.encode(messages, { enableThinking: p.enableThinking, tools: p.tools });
     } catch (e) {
       throw new HttpError(400, `messages cannot be rendered by the chat template: ${(e as Error).message}`, 'invalid_request_error', 'messages');
+    } finally {
+      res.off('close', onGone);
+    }
+    if (gone || res.destroyed) {
+      this.s.cancelled++;
+      return;
     }
     queueFull(); // requests that were encoded meanwhile may have filled it
     if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
@@ -527,7 +540,7 @@ export class ChatServer {
       if (!r.done) this.cancelReq(st, r);
     });
     this.waitQ.push(r);
-    void this.pump(st);
+    this.pump(st).catch((e: Error) => this.o.log?.(`decode loop: ${e.message}`));
     try {
       await finished;
     } finally {
@@ -664,14 +677,7 @@ export class ChatServer {
           step = await next;
         } catch (e) {
           next = undefined;
-          const err = new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error');
-          for (const { req } of this.rows.values())
-            if (!req.done) {
-              req.done = true;
-              req.reject(err);
-            }
-          this.rows.clear();
-          this.rowsLive = 0;
+          this.failRows(st, new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error'));
           continue;
         }
         next = undefined;
@@ -680,11 +686,35 @@ export class ChatServer {
         if (step.joined) this.o.log?.(`${step.joined} joined: ${step.tokens.length} rows decoding, ${step.waiting} waiting`);
         const added = this.admit(st);
         if (added > 0 || step.tokens.some((t) => t.finish === null && this.rows.has(t.id))) next = st.step();
-        await this.dispatch(st, step.tokens);
+        try {
+          await this.dispatch(st, step.tokens);
+        } catch (e) {
+          // Routing failed (detokenizer, token table): the rows' text is no longer known to be
+          // complete, so their requests fail; the step in flight (if any) returns tokens for
+          // cancelled rows, which are dropped.
+          this.failRows(st, new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error'));
+        }
       }
     } finally {
       this.pumping = false;
     }
+  }
+
+  /** Fails every request with live rows with `err` and cancels their rows on the engine (so none keeps decoding for nobody). */
+  private failRows(st: ServeStepper, err: HttpError): void {
+    for (const { req, choice } of this.rows.values()) {
+      try {
+        st.cancel(choice.rowId);
+      } catch {
+        // the engine already dropped the row
+      }
+      if (!req.done) {
+        req.done = true;
+        req.reject(err);
+      }
+    }
+    this.rows.clear();
+    this.rowsLive = 0;
   }
 
   /** Routes one step's tokens to their choices: detokenize, stop strings, stream, finish. */
