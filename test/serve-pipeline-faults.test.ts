@@ -22,6 +22,10 @@ class ScriptedStepper implements ServeStepper {
   encodeGate?: Promise<void>;
   failDecodeOnce = false;
   failStepOnce = false;
+  /** Step number (1-based) that rejects; with slowDecodeMs, it rejects while the previous step's tokens are still being routed. */
+  failStepAt = 0;
+  slowDecodeMs = 0;
+  steps = 0;
   async encode(): Promise<number[]> {
     if (this.encodeGate) await this.encodeGate;
     return [1, 2, 3];
@@ -35,6 +39,8 @@ class ScriptedStepper implements ServeStepper {
     this.rows.delete(id);
   }
   async step(): Promise<EngineStep> {
+    this.steps++;
+    if (this.steps === this.failStepAt) throw new Error('simulated engine failure in the pipelined step');
     await new Promise((r) => setImmediate(r));
     if (this.failStepOnce) {
       this.failStepOnce = false;
@@ -54,6 +60,7 @@ class ScriptedStepper implements ServeStepper {
       this.failDecodeOnce = false;
       throw new Error('simulated detokenizer failure');
     }
+    if (this.slowDecodeMs) await new Promise((r) => setTimeout(r, this.slowDecodeMs));
     return ids.map((a) => String.fromCharCode(...a.filter((t) => t >= 32)));
   }
   tokenInfo(id: number): { token: string; bytes: number[] } {
@@ -129,6 +136,29 @@ describe('serve: the pipelined decode loop under faults (scripted stepper)', fun
       await new Promise((r) => setTimeout(r, 50));
       expect(unhandled).to.deep.equal([]);
       expect(srv.stats().liveRows).to.equal(0);
+      const j = (await (await post(url)).json()) as { choices: { message: { content: string } }[] };
+      expect(j.choices[0]!.message.content).to.equal('abcdef');
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      await srv.close();
+    }
+  });
+
+  it('an engine step that fails while the previous step is routed (the pipelined step) is no unhandled rejection; the request gets its error', async () => {
+    const st = new ScriptedStepper();
+    st.failStepAt = 3;
+    st.slowDecodeMs = 30;
+    const { srv, url } = await start(st);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown) => unhandled.push(e);
+    // Mocha's own listener would fail the run; ours records it (both see the event).
+    process.prependListener('unhandledRejection', onUnhandled);
+    try {
+      const text = await (await post(url, body({ stream: true }))).text();
+      expect(text).to.include('simulated engine failure in the pipelined step');
+      await new Promise((r) => setTimeout(r, 50));
+      expect(unhandled.map(String)).to.deep.equal([]);
+      st.slowDecodeMs = 0;
       const j = (await (await post(url)).json()) as { choices: { message: { content: string } }[] };
       expect(j.choices[0]!.message.content).to.equal('abcdef');
     } finally {

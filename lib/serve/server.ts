@@ -665,12 +665,20 @@ export class ChatServer {
     this.pumping = true;
     this.s.batches++;
     let next: Promise<EngineStep> | undefined;
+    // The pipelined step may reject while the previous step's tokens are routed (no await on it
+    // yet): mark it handled now so Node does not raise an unhandled rejection (which ends the
+    // process); `await next` below still receives the error.
+    const launch = (): Promise<EngineStep> => {
+      const p = st.step();
+      p.catch(() => undefined);
+      return p;
+    };
     try {
       for (;;) {
         if (!next) {
           this.admit(st);
           if (this.rowsLive === 0) break;
-          next = st.step();
+          next = launch();
         }
         let step: EngineStep;
         try {
@@ -685,7 +693,7 @@ export class ChatServer {
         this.s.maxBatchSeen = Math.max(this.s.maxBatchSeen, step.tokens.length);
         if (step.joined) this.o.log?.(`${step.joined} joined: ${step.tokens.length} rows decoding, ${step.waiting} waiting`);
         const added = this.admit(st);
-        if (added > 0 || step.tokens.some((t) => t.finish === null && this.rows.has(t.id))) next = st.step();
+        if (added > 0 || step.tokens.some((t) => t.finish === null && this.rows.has(t.id))) next = launch();
         try {
           await this.dispatch(st, step.tokens);
         } catch (e) {
