@@ -14,7 +14,7 @@ import type { EngineRow, EngineStep } from '../lib/model/engine.js';
 /** Each row emits tokens 'a', 'b', 'c', … (ids 97, 98, …) until maxNewTokens; ids are their char codes. */
 class ScriptedStepper implements ServeStepper {
   readonly maxRows = 8;
-  readonly capacity = 4096;
+  capacity = 4096;
   readonly stopIds = [0];
   rows = new Map<number, { n: number; max: number }>();
   added: number[] = [];
@@ -86,6 +86,25 @@ describe('serve: the pipelined decode loop under faults (scripted stepper)', fun
       const j = (await (await post(url)).json()) as { choices: { message: { content: string }; finish_reason: string }[] };
       expect(j.choices[0]!.message.content).to.equal('abcdef');
       expect(j.choices[0]!.finish_reason).to.equal('length');
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it('without max_tokens a request gets the context left after its prompt (vLLM), not a 400 naming a max_tokens it never sent', async () => {
+    const st = new ScriptedStepper();
+    st.capacity = 9; // prompt of 3 tokens: 6 left, under the default max_tokens (1024)
+    const { srv, url } = await start(st);
+    try {
+      const r = await post(url, JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] }));
+      expect(r.status).to.equal(200);
+      const j = (await r.json()) as { choices: { message: { content: string }; finish_reason: string }[] };
+      expect(j.choices[0]!.message.content).to.equal('abcdef');
+      expect(j.choices[0]!.finish_reason).to.equal('length');
+      // An explicit max_tokens that does not fit is still the client's error.
+      const e = await post(url, body({ max_tokens: 7 }));
+      expect(e.status).to.equal(400);
+      expect(((await e.json()) as { error: { message: string } }).error.message).to.include('max_tokens 7');
     } finally {
       await srv.close();
     }

@@ -162,6 +162,8 @@ interface Params {
   ignoreEos?: boolean;
   tools?: unknown;
   maxNewTokens: number;
+  /** The request set max_tokens / max_completion_tokens (else maxNewTokens is the server default, cut to the context left after the prompt). */
+  maxTokensGiven?: boolean;
   seed?: number;
   enableThinking?: boolean;
   stop: string[];
@@ -417,6 +419,7 @@ export class ChatServer {
       topP: num(b.top_p, 'top_p', 1, Number.MIN_VALUE, 1),
       topK: num(b.top_k, 'top_k', 0, -1, 1e6, true),
       maxNewTokens: num(b.max_completion_tokens ?? b.max_tokens, 'max_tokens', Math.min(this.o.defaultMaxTokens ?? 1024, cap), 1, cap, true),
+      maxTokensGiven: (b.max_completion_tokens ?? b.max_tokens) !== undefined && (b.max_completion_tokens ?? b.max_tokens) !== null,
       seed: b.seed === undefined || b.seed === null ? undefined : num(b.seed, 'seed', 0, 0, Number.MAX_SAFE_INTEGER, true),
       enableThinking: (et as boolean | undefined) ?? this.o.enableThinking,
       stop,
@@ -517,6 +520,9 @@ export class ChatServer {
     }
     queueFull(); // requests that were encoded meanwhile may have filled it
     if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
+    // No max_tokens in the request: the server default, cut to what the context leaves after the
+    // prompt (vLLM: max_model_len − prompt length), instead of a 400 about a max_tokens the client never sent.
+    if (!p.maxTokensGiven && ids.length < st.capacity) p.maxNewTokens = Math.min(p.maxNewTokens, st.capacity - ids.length);
     if (ids.length + p.maxNewTokens > st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`, 'invalid_request_error', 'messages');
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
