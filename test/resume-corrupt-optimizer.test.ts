@@ -70,11 +70,16 @@ describe('resume with a corrupt optimizer.safetensors', function () {
     it(`${label}: loadState rejects with ERR_PG_INPUT naming the file, before loading anything`, async () => {
       const good = readFileSync(join(ckpt, 'optimizer.safetensors'));
       const d = copyWithOptimizer(label.replace(/\W+/g, '-'), make(good));
+      // The live adapter differs from the checkpoint's, so a load that started would show.
+      const w = policy.model.loraWeights();
+      const key = Object.keys(w)[0]!;
+      policy.model.setLoraWeights({ [key]: { data: new Float32Array(w[key]!.data.length).fill(0.25), shape: w[key]!.shape } });
       const b = new NativeBackend(policy, cfg);
       const err = await b.loadState(d).then(() => null, (e: Error & { code?: string }) => e);
       expect(err, 'loadState must reject').to.be.instanceOf(Error);
       expect(err!.code).to.equal('ERR_PG_INPUT');
       expect(err!.message).to.include(join(d, 'optimizer.safetensors'));
+      expect(Array.from(policy.model.loraWeights()[key]!.data).every((x) => x === 0.25), 'adapter loaded before the check').to.equal(true);
     });
   }
 
