@@ -162,6 +162,8 @@ interface Params {
   ignoreEos?: boolean;
   tools?: unknown;
   maxNewTokens: number;
+  /** The request set max_tokens / max_completion_tokens (else maxNewTokens is the server default, cut to the context left after the prompt). */
+  maxTokensGiven?: boolean;
   seed?: number;
   enableThinking?: boolean;
   stop: string[];
@@ -417,6 +419,7 @@ export class ChatServer {
       topP: num(b.top_p, 'top_p', 1, Number.MIN_VALUE, 1),
       topK: num(b.top_k, 'top_k', 0, -1, 1e6, true),
       maxNewTokens: num(b.max_completion_tokens ?? b.max_tokens, 'max_tokens', Math.min(this.o.defaultMaxTokens ?? 1024, cap), 1, cap, true),
+      maxTokensGiven: (b.max_completion_tokens ?? b.max_tokens) !== undefined && (b.max_completion_tokens ?? b.max_tokens) !== null,
       seed: b.seed === undefined || b.seed === null ? undefined : num(b.seed, 'seed', 0, 0, Number.MAX_SAFE_INTEGER, true),
       enableThinking: (et as boolean | undefined) ?? this.o.enableThinking,
       stop,
@@ -496,14 +499,30 @@ export class ChatServer {
       throw new HttpError(429, `server busy: ${this.waitQ.length} requests already waiting (max queue ${this.o.maxQueue ?? 256}); retry later`, 'rate_limit_error', null, 'queue_full');
     };
     queueFull();
+    // A client that goes away while its prompt is encoded must not get rows on the engine: the
+    // 'close' listener below is only registered after encode, and 'close' does not fire twice.
+    let gone = false;
+    const onGone = () => {
+      if (!res.writableFinished) gone = true;
+    };
+    res.once('close', onGone);
     let ids: number[];
     try {
       ids = await st.encode(messages, { enableThinking: p.enableThinking, tools: p.tools });
     } catch (e) {
       throw new HttpError(400, `messages cannot be rendered by the chat template: ${(e as Error).message}`, 'invalid_request_error', 'messages');
+    } finally {
+      res.off('close', onGone);
+    }
+    if (gone || res.destroyed) {
+      this.s.cancelled++;
+      return;
     }
     queueFull(); // requests that were encoded meanwhile may have filled it
     if (this.closing) throw new HttpError(503, 'server shutting down', 'server_error');
+    // No max_tokens in the request: the server default, cut to what the context leaves after the
+    // prompt (vLLM: max_model_len − prompt length), instead of a 400 about a max_tokens the client never sent.
+    if (!p.maxTokensGiven && ids.length < st.capacity) p.maxNewTokens = Math.min(p.maxNewTokens, st.capacity - ids.length);
     if (ids.length + p.maxNewTokens > st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`, 'invalid_request_error', 'messages');
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
@@ -527,7 +546,7 @@ export class ChatServer {
       if (!r.done) this.cancelReq(st, r);
     });
     this.waitQ.push(r);
-    void this.pump(st);
+    this.pump(st).catch((e: Error) => this.o.log?.(`decode loop: ${e.message}`));
     try {
       await finished;
     } finally {
@@ -652,26 +671,27 @@ export class ChatServer {
     this.pumping = true;
     this.s.batches++;
     let next: Promise<EngineStep> | undefined;
+    // The pipelined step may reject while the previous step's tokens are routed (no await on it
+    // yet): mark it handled now so Node does not raise an unhandled rejection (which ends the
+    // process); `await next` below still receives the error.
+    const launch = (): Promise<EngineStep> => {
+      const p = st.step();
+      p.catch(() => undefined);
+      return p;
+    };
     try {
       for (;;) {
         if (!next) {
           this.admit(st);
           if (this.rowsLive === 0) break;
-          next = st.step();
+          next = launch();
         }
         let step: EngineStep;
         try {
           step = await next;
         } catch (e) {
           next = undefined;
-          const err = new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error');
-          for (const { req } of this.rows.values())
-            if (!req.done) {
-              req.done = true;
-              req.reject(err);
-            }
-          this.rows.clear();
-          this.rowsLive = 0;
+          this.failRows(st, new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error'));
           continue;
         }
         next = undefined;
@@ -679,12 +699,36 @@ export class ChatServer {
         this.s.maxBatchSeen = Math.max(this.s.maxBatchSeen, step.tokens.length);
         if (step.joined) this.o.log?.(`${step.joined} joined: ${step.tokens.length} rows decoding, ${step.waiting} waiting`);
         const added = this.admit(st);
-        if (added > 0 || step.tokens.some((t) => t.finish === null && this.rows.has(t.id))) next = st.step();
-        await this.dispatch(st, step.tokens);
+        if (added > 0 || step.tokens.some((t) => t.finish === null && this.rows.has(t.id))) next = launch();
+        try {
+          await this.dispatch(st, step.tokens);
+        } catch (e) {
+          // Routing failed (detokenizer, token table): the rows' text is no longer known to be
+          // complete, so their requests fail; the step in flight (if any) returns tokens for
+          // cancelled rows, which are dropped.
+          this.failRows(st, new HttpError(500, `generation failed: ${(e as Error).message}`, 'server_error'));
+        }
       }
     } finally {
       this.pumping = false;
     }
+  }
+
+  /** Fails every request with live rows with `err` and cancels their rows on the engine (so none keeps decoding for nobody). */
+  private failRows(st: ServeStepper, err: HttpError): void {
+    for (const { req, choice } of this.rows.values()) {
+      try {
+        st.cancel(choice.rowId);
+      } catch {
+        // the engine already dropped the row
+      }
+      if (!req.done) {
+        req.done = true;
+        req.reject(err);
+      }
+    }
+    this.rows.clear();
+    this.rowsLive = 0;
   }
 
   /** Routes one step's tokens to their choices: detokenize, stop strings, stream, finish. */

@@ -8,9 +8,10 @@
  * files are written by the addon on worker threads and the small files here through fs/promises,
  * so a checkpoint in flight never blocks the event loop (HTTP judging, timers).
  */
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, readdirSync } from 'node:fs';
 import { mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { inputError } from '../errors.js';
 
 /** Everything besides tensors needed to continue a run exactly. */
 export interface TrainerState {
@@ -116,4 +117,57 @@ export function resolveCheckpoint(dir: string): { dir: string; runDir: string; s
   if (state.version !== 1) throw new Error(`--resume ${dir}: unsupported trainer_state version ${String(state.version)}`);
   const runDir = resolve(d, '..', '..');
   return { dir: d, runDir, state };
+}
+
+/** Bytes per element of the safetensors dtypes (the format's spec, huggingface/safetensors README). */
+const DTYPE_BYTES: Record<string, number> = { F64: 8, I64: 8, U64: 8, F32: 4, I32: 4, U32: 4, F16: 2, BF16: 2, I16: 2, U16: 2, I8: 1, U8: 1, BOOL: 1, F8_E4M3: 1, F8_E5M2: 1 };
+
+/**
+ * Checks that `path` is a complete optimizer state file as `AdamW.saveState` writes it, reading
+ * only its header: an 8-byte little-endian header length N, N bytes of JSON header, then the data
+ * buffer (safetensors format); every tensor's `data_offsets` lie inside the data buffer and span
+ * `product(shape) × dtype bytes`, and `__metadata__.step` is present. Used at resume, before any
+ * step runs, so a truncated or corrupt file is reported up front instead of after a step's
+ * rollouts and judging. Throws an `ERR_PG_INPUT` Error naming the file.
+ */
+export function checkOptimizerFile(path: string): void {
+  const bad = (why: string) => inputError(`${path}: ${why} (corrupt optimizer state; delete it to restart the optimizer from zero, or resume from an earlier checkpoint)`);
+  let fd: number;
+  try {
+    fd = openSync(path, 'r');
+  } catch (e) {
+    throw bad(`cannot open (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  try {
+    const size = fstatSync(fd).size;
+    const head = Buffer.alloc(8);
+    if (size < 8 || readSync(fd, head, 0, 8, 0) !== 8) throw bad(`${size} bytes, shorter than the 8-byte safetensors header length`);
+    const n = head.readBigUInt64LE(0);
+    if (n > BigInt(size - 8)) throw bad(`safetensors header length ${n} exceeds the file size ${size} (truncated or corrupt file)`);
+    const hb = Buffer.alloc(Number(n));
+    if (readSync(fd, hb, 0, hb.length, 8) !== hb.length) throw bad('short read of the header');
+    let header: Record<string, { dtype?: unknown; shape?: unknown; data_offsets?: unknown }>;
+    try {
+      header = JSON.parse(hb.toString('utf8')) as typeof header;
+    } catch (e) {
+      throw bad(`header is not JSON (${(e as Error).message})`);
+    }
+    if (!header || typeof header !== 'object' || Array.isArray(header)) throw bad('header is not a JSON object');
+    const dataBytes = size - 8 - hb.length;
+    for (const [name, t] of Object.entries(header)) {
+      if (name === '__metadata__') continue;
+      const per = DTYPE_BYTES[String(t?.dtype)];
+      const off = t?.data_offsets;
+      const shape = t?.shape;
+      if (!per || !Array.isArray(off) || off.length !== 2 || !Array.isArray(shape)) throw bad(`tensor '${name}': malformed header entry`);
+      const [b, e] = off as number[];
+      const want = (shape as number[]).reduce((a, x) => a * x, 1) * per;
+      if (!Number.isInteger(b) || !Number.isInteger(e) || b < 0 || e < b || e > dataBytes) throw bad(`tensor '${name}': data_offsets [${String(b)}, ${String(e)}) out of range (data buffer is ${dataBytes} bytes; truncated file?)`);
+      if (e - b !== want) throw bad(`tensor '${name}': data_offsets span ${e - b} bytes, shape and dtype need ${want}`);
+    }
+    const meta = header.__metadata__ as Record<string, unknown> | undefined;
+    if (!meta || typeof meta !== 'object' || meta.step === undefined) throw bad(`no 'step' in __metadata__ (not an optimizer state file)`);
+  } finally {
+    closeSync(fd);
+  }
 }

@@ -14,6 +14,7 @@ import type { ChatMessage } from '../llm/messages.js';
 import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
 import { AdamW } from './optim.js';
+import { checkOptimizerFile } from './checkpoint.js';
 import { oomError } from '../errors.js';
 
 interface Padded {
@@ -275,11 +276,9 @@ export class NativeBackend implements TrainBackend {
 
   private async optimizer(): Promise<AdamW> {
     if (!this.opt) throw new Error('optimizer used before resetOptimizer');
-    if (this.optimizerRestore) {
-      const r = this.optimizerRestore;
-      this.optimizerRestore = undefined;
-      await r;
-    }
+    // A failed restore stays failed: a later saveState must not write this fresh optimizer (step 0,
+    // zero moments) over the resumed run's state as if it were that state.
+    if (this.optimizerRestore) await this.optimizerRestore;
     return this.opt;
   }
 
@@ -331,6 +330,12 @@ export class NativeBackend implements TrainBackend {
    * file and tensor when the checkpoint does not fit the model's adapter.
    */
   async loadState(dir: string): Promise<void> {
+    // The optimizer file is checked first (header and sizes), before anything is loaded or any
+    // step's rollouts and judging run: a truncated or corrupt file fails the resume naming it,
+    // instead of failing the first optimizer step after that step's work.
+    const optPath = join(dir, 'optimizer.safetensors');
+    const hasOpt = await access(optPath).then(() => true, () => false);
+    if (hasOpt) checkOptimizerFile(optPath);
     await this.policy.model.loadAdapter(dir);
     for (const f of (await readdir(dir)).sort()) {
       const m = /^snapshot-(.+)\.safetensors$/.exec(f);
@@ -338,8 +343,7 @@ export class NativeBackend implements TrainBackend {
       await this.policy.model.loadSnapshot(m[1]!, join(dir, f));
       this.snapshots.add(m[1]!);
     }
-    const optPath = join(dir, 'optimizer.safetensors');
-    this.pendingOptimizerFile = await access(optPath).then(() => optPath, () => undefined);
+    this.pendingOptimizerFile = hasOpt ? optPath : undefined;
   }
 
   seedStep(seed: number): void {
