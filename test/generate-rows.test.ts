@@ -257,6 +257,29 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
     }
   });
 
+  it('engine: row ids are unique among queued and live rows; cancel then add of the same id queues the new row; a finished id is free again', async () => {
+    const e = new DecodeEngine(m, { maxRows: 2, capacity: 64 });
+    try {
+      e.add({ id: 1, prompt: P()[0]!, temperature: 0, maxNewTokens: 2 });
+      expect(() => e.add({ id: 1, prompt: P()[1]!, temperature: 0, maxNewTokens: 2 })).to.throw(TypeError, /row\.id 1 is already queued or decoding/);
+      e.cancel(1); // queued: dropped now, so the id is free for a new row before the next step
+      e.add({ id: 1, prompt: P()[1]!, temperature: 0, maxNewTokens: 2 });
+      let s = await e.step();
+      expect(s.tokens.map((t) => [t.id, t.promptTokens])).to.deep.equal([[1, P()[1]!.length]]);
+      expect(() => e.add({ id: 1, prompt: P()[0]!, temperature: 0, maxNewTokens: 2 })).to.throw(TypeError, /already queued or decoding/); // live
+      s = await e.step();
+      expect(s.tokens[0]!.finish).to.equal('length');
+      e.cancel(1); // finished: a no-op, and the id is free again
+      e.add({ id: 1, prompt: P()[0]!, temperature: 0, maxNewTokens: 1 });
+      s = await e.step();
+      expect(s.tokens.map((t) => [t.id, t.promptTokens, t.finish])).to.deep.equal([[1, P()[0]!.length, 'length']]);
+      e.cancel(42); // unknown: a no-op
+      expect((await e.step()).tokens).to.deep.equal([]);
+    } finally {
+      await e.release();
+    }
+  });
+
   it('engine: raw top logprobs = log_softmax of the forward logits (before temperature / top-k)', async () => {
     const p = P()[1]!;
     const e = new DecodeEngine(m, { maxRows: 4, capacity: 64 });

@@ -51,13 +51,15 @@ export class DecodeEngine implements AsyncDisposable {
     return this.e.decodePath;
   }
 
-  /** Queues a row (joins at the next step with room). TypeError naming the field on bad input. */
+  /** Queues a row (joins at the next step with room). TypeError naming the field on bad input, or
+   * when a queued or live row has the same id (an id is free again once its row finished or was cancelled). */
   add(row: EngineRow): void {
     const prompt = row.prompt instanceof Int32Array ? row.prompt : Int32Array.from(row.prompt);
     this.e.add({ ...row, prompt });
   }
 
-  /** Cancels a queued or live row: it produces no further token. */
+  /** Cancels a row: a queued row is dropped at once (its id is free for a new row), a live row
+   * produces no further token and leaves at the next step. No-op for unknown or finished ids. */
   cancel(id: number): void {
     this.e.cancel(id);
   }

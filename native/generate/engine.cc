@@ -61,12 +61,17 @@ void DecodeEngine::Validate(const EngineRowSpec& s, const std::string& what) con
 
 void DecodeEngine::Add(EngineRowSpec s) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (ids_.count(s.id)) throw ArgError("row.id " + std::to_string(s.id) + " is already queued or decoding (ids must be unique among live rows)");
+  ids_.insert(s.id);
   pending_.push_back(std::move(s));
 }
 
 void DecodeEngine::Cancel(int64_t id) {
   std::lock_guard<std::mutex> lk(mu_);
-  cancelled_.push_back(id);
+  if (!ids_.erase(id)) return;  // unknown, finished or already cancelled: nothing to do
+  const auto q = std::find_if(pending_.begin(), pending_.end(), [&](const EngineRowSpec& r) { return r.id == id; });
+  if (q != pending_.end()) pending_.erase(q);  // queued: gone now
+  else cancelled_.push_back(id);              // live: leaves at the start of the next step
 }
 
 int64_t DecodeEngine::Waiting() {
@@ -79,6 +84,7 @@ void DecodeEngine::Release() {
     std::lock_guard<std::mutex> lk(mu_);
     pending_.clear();
     cancelled_.clear();
+    ids_.clear();
   }
   rows_.clear();
   graph_.clear();
@@ -128,6 +134,7 @@ EngineStepResult DecodeEngine::Step() {
       std::lock_guard<std::mutex> lk(mu_);
       pending_.clear();
       cancelled_.clear();
+      ids_.clear();
     }
     rows_.clear();
     L_ = 0;
@@ -148,15 +155,11 @@ EngineStepResult DecodeEngine::StepImpl() {
   const int64_t V = model_->config().vocab_size;
   auto lopt = at::TensorOptions().dtype(at::kLong);
 
-  // 1. Cancellations: queued rows are dropped, live rows leave now.
+  // 1. Cancellations of live rows (Cancel drops queued rows itself): they leave now.
   std::vector<int64_t> canc;
   {
     std::lock_guard<std::mutex> lk(mu_);
     canc.swap(cancelled_);
-    if (!canc.empty())
-      pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                    [&](const EngineRowSpec& s) { return std::find(canc.begin(), canc.end(), s.id) != canc.end(); }),
-                     pending_.end());
   }
   auto remove_row = [&](int64_t b) {
     const int64_t last = static_cast<int64_t>(rows_.size()) - 1;
@@ -392,8 +395,14 @@ EngineStepResult DecodeEngine::StepImpl() {
     else if (r.generated >= r.spec.max_new_tokens) et.finish = 2;
     r.done = et.finish != 0;
   }
-  for (int64_t b = R - 1; b >= 0; --b)
-    if (rows_[b].done) remove_row(b);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (int64_t b = R - 1; b >= 0; --b)
+      if (rows_[b].done) {
+        ids_.erase(rows_[b].spec.id);  // its id may be used again
+        remove_row(b);
+      }
+  }
   if (rows_.empty()) L_ = 0;
   res.active = static_cast<int64_t>(rows_.size());
   res.decode_ms = Ms(t0, t1);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "generate/cuda_graph.h"
@@ -80,10 +81,11 @@ class DecodeEngine {
   /// ArgError naming `what` when the spec does not fit the model / engine (empty prompt, ids out
   /// of range, len + max_new_tokens > capacity, bad sampling, duplicate id).
   void Validate(const EngineRowSpec& s, const std::string& what) const;
-  /// Queues a validated row; it joins at the next Step that has room.
+  /// Queues a validated row; it joins at the next Step that has room. ArgError when a queued or
+  /// live row has the same id (an id is free again once its row finished or was cancelled).
   void Add(EngineRowSpec s);
-  /// Cancels a row (queued or live); it leaves at the next Step without producing a token. No-op
-  /// for unknown ids.
+  /// Cancels a row: a queued row is dropped at once (so `Cancel(id); Add(id)` queues the new row),
+  /// a live row leaves at the next Step without producing a token. No-op for unknown or finished ids.
   void Cancel(int64_t id);
   /// Rows queued and not yet admitted.
   int64_t Waiting();
@@ -116,9 +118,10 @@ class DecodeEngine {
   const int64_t max_rows_, capacity_, pad_id_, max_prefill_tokens_;
   AdapterSel adapter_;
 
-  std::mutex mu_;  // guards pending_ / cancelled_
+  std::mutex mu_;  // guards pending_ / cancelled_ / ids_
   std::vector<EngineRowSpec> pending_;
-  std::vector<int64_t> cancelled_;
+  std::vector<int64_t> cancelled_;  // live rows to drop at the next step
+  std::unordered_set<int64_t> ids_;  // ids of queued and live rows (unique)
 
   std::vector<Row> rows_;  // live rows, batch order = cache row
   KVCache cache_;          // [max_rows, n_kv, capacity, head_dim] per layer, allocated lazily
