@@ -180,7 +180,7 @@ export const SERVE_OPTIONS: readonly Setting[] = [
   { key: 'maxQueue', flag: 'max-queue', type: 'integer', min: 0, default: 256, meaning: 'Max requests waiting for a row; more get HTTP 429 (code queue_full, Retry-After)', source: 'vLLM --max-num-seqs with a bounded waiting queue; llama.cpp server --parallel' },
   { key: 'maxModelLen', flag: 'max-model-len', type: 'integer', min: 1, default: null, meaning: 'KV slots per row: the prompt + max_tokens limit; unset = min(context, 4096). On CUDA each decode step attends over all of them, so a smaller value is faster', source: 'vLLM --max-model-len' },
   { key: 'batchWindowMs', flag: 'batch-window-ms', type: 'number', min: 0, default: 5, meaning: 'Milliseconds to wait for more requests before an idle batch starts', source: 'Triton dynamic batching max_queue_delay' },
-  { key: 'maxTokens', flag: 'max-tokens', type: 'integer', min: 1, default: 1024, meaning: 'Default max_tokens of a request', source: 'OpenAI API max_tokens' },
+  { key: 'maxTokens', flag: 'max-tokens', type: 'integer', min: 1, default: 1024, meaning: 'Default max_tokens of a request that sets none; cut to the context left after the prompt (the model backend), as vLLM does', source: 'OpenAI API max_tokens' },
   { key: 'thinking', flag: 'thinking', type: 'boolean', default: null, meaning: 'Server-wide enable_thinking default (requests may override); unset = the chat template default', source: 'vLLM chat_template_kwargs' },
 ];
 
