@@ -1,7 +1,6 @@
 #include "io/adapter_weights.h"
 
 #include <set>
-#include <sstream>
 
 #include "core/errors.h"
 #include "io/safetensors.h"
@@ -10,18 +9,6 @@ namespace pg {
 namespace io {
 
 using lora::ParameterKey;
-
-namespace {
-
-std::string ShapeStr(at::IntArrayRef s) {
-  std::ostringstream o;
-  o << '[';
-  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << ']';
-  return o.str();
-}
-
-}  // namespace
 
 void SaveWeights(const std::string& path, const ModuleWeights& w, const std::map<std::string, std::string>& metadata) {
   std::map<std::string, at::Tensor> ts;
@@ -45,7 +32,7 @@ ModuleWeights ReadWeightsLike(const std::string& path, const ModuleWeights& like
       const at::Tensor& want = b ? ab.second : ab.first;
       const auto& e = f.entries().at(key);
       if (!at::IntArrayRef(e.shape).equals(want.sizes()))
-        throw InputError(path + ": tensor '" + key + "' has shape " + ShapeStr(e.shape) + ", the adapter's is " + ShapeStr(want.sizes()));
+        throw InputError(path + ": tensor '" + key + "' has shape " + c10::str(at::IntArrayRef(e.shape)) + ", the adapter's is " + c10::str(want.sizes()));
       got[b] = f.Read(key).to(at::kFloat);
     }
     out[stem] = {got[0], got[1]};

@@ -1,6 +1,5 @@
 #include "lora/snapshots.h"
 
-#include <sstream>
 
 #include "core/errors.h"
 
@@ -8,14 +7,6 @@ namespace pg {
 namespace lora {
 
 namespace {
-
-std::string ShapeStr(at::IntArrayRef s) {
-  std::ostringstream o;
-  o << '[';
-  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << ']';
-  return o.str();
-}
 
 /// s ← round_f32(fl64(fl64(d·s) + fl64(w·a))), w = 1 − d: separate kernels, so no fused
 /// multiply-add merges a product into the sum.
@@ -38,8 +29,8 @@ void EmaUpdate(ModuleWeights& snapshot, const ModuleWeights& active, double deca
     auto it = active.find(stem);
     if (it == active.end()) throw InputError("EMA update: the active adapter has no module '" + stem + "'");
     if (!s.first.sizes().equals(it->second.first.sizes()) || !s.second.sizes().equals(it->second.second.sizes()))
-      throw InputError("EMA update: module '" + stem + "' has A " + ShapeStr(s.first.sizes()) + ", B " + ShapeStr(s.second.sizes()) +
-                       " in the snapshot but A " + ShapeStr(it->second.first.sizes()) + ", B " + ShapeStr(it->second.second.sizes()) + " in the active adapter");
+      throw InputError("EMA update: module '" + stem + "' has A " + c10::str(s.first.sizes()) + ", B " + c10::str(s.second.sizes()) +
+                       " in the snapshot but A " + c10::str(it->second.first.sizes()) + ", B " + c10::str(it->second.second.sizes()) + " in the active adapter");
   }
   at::NoGradGuard ng;
   const double w = 1.0 - decay;
