@@ -4,11 +4,10 @@
  * new step counts, metrics after a resume, unknown flags, a closed stdout pipe.
  */
 import { expect } from 'chai';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, statSync, writeFileSync, mkdirSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { packageRoot } from '../lib/native.js';
 import { ensureDefaultModel, applyResumeFlags } from '../lib/train/run.js';
 import { joinNegativeNumbers } from '../bin/cli-util.js';
 import { etaSeconds, truncateMetrics } from '../lib/train/metrics.js';
@@ -16,19 +15,9 @@ import { Trainer } from '../lib/train/trainer.js';
 import { resolveConfig } from '../lib/config/train.js';
 import { pruneCheckpoints, type TrainerState } from '../lib/train/checkpoint.js';
 import { resolveDevice } from '../lib/util/device.js';
+import { CLI, cli } from './helpers/run.js';
 
-const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
 
-function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((res) => {
-    const p = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    p.stderr.on('data', (b: Buffer) => (err += b.toString()));
-    p.on('close', (code) => res({ code, out, err }));
-  });
-}
 
 const SMALL = ['--max-new-tokens', '4', '--opsd-batch-size', '1', '--opsd-micro-batch', '1', '--questions-per-step', '1', '--group-size', '2', '--grpo-micro-batch', '2', '--validate-every', '0', '--seed', '5'];
 

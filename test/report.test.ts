@@ -5,7 +5,6 @@
  * bootstrap; run dirs that are missing, empty, cut mid-write or from an older version.
  */
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,19 +17,9 @@ import { PLOTS, plotSpec } from '../lib/report/plots.js';
 import { pairedBootstrap, hardestItems } from '../lib/eval/compare.js';
 import type { EvalRow } from '../lib/eval/report.js';
 import { findChromium } from './helpers/browser.js';
+import { cli } from './helpers/run.js';
 
-const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
 
-function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
-  return new Promise((res) => {
-    const p = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (b: Buffer) => (out += b.toString()));
-    p.stderr.on('data', (b: Buffer) => (err += b.toString()));
-    p.on('close', (code) => res({ code, out, err }));
-  });
-}
 
 /** Eval rows of `questions` questions × 4 spec items (2 per dimension) + 2 general items; `p(q, i)` = met. */
 function evalRows(questions: number, met: (q: number, item: number) => boolean | null): EvalRow[] {

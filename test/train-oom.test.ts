@@ -13,23 +13,13 @@ import { expect } from 'chai';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { native } from '../lib/native.js';
 import { runTraining, ensureDefaultModel } from '../lib/train/run.js';
 import { resolveCheckpoint } from '../lib/train/checkpoint.js';
 import { Policy } from '../lib/model/policy.js';
 import { NativeBackend } from '../lib/train/native-backend.js';
 import { resolveConfig, type TrainConfig } from '../lib/config/train.js';
+import { adapterOf, adapterMaxAbsDiff as maxAbsDiff } from './helpers/run.js';
 
-function adapterOf(dir: string): Record<string, Float32Array> {
-  const r = native().loadSafetensors(join(dir, 'adapter_model.safetensors')) as { tensors: Record<string, { data: Float32Array }> };
-  return Object.fromEntries(Object.entries(r.tensors).map(([k, v]) => [k, v.data]));
-}
-function maxAbsDiff(a: Record<string, Float32Array>, b: Record<string, Float32Array>): number {
-  expect(Object.keys(a).sort()).to.deep.equal(Object.keys(b).sort());
-  let m = 0;
-  for (const k of Object.keys(a)) for (let i = 0; i < a[k]!.length; i++) m = Math.max(m, Math.abs(a[k]![i]! - b[k]![i]!));
-  return m;
-}
 function maxAbs(a: Record<string, Float32Array>): number {
   let m = 0;
   for (const v of Object.values(a)) for (const x of v) m = Math.max(m, Math.abs(x));

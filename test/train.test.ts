@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { native, packageRoot } from '../lib/native.js';
+import { packageRoot } from '../lib/native.js';
 import { runTraining, ensureDefaultModel } from '../lib/train/run.js';
 import { resolveCheckpoint } from '../lib/train/checkpoint.js';
 import { sampleDatasetPath } from '../lib/data/schema.js';
@@ -16,8 +16,8 @@ import { Policy } from '../lib/model/policy.js';
 import { NativeBackend } from '../lib/train/native-backend.js';
 import { Trainer, type RewardFn } from '../lib/train/trainer.js';
 import { resolveConfig } from '../lib/config/train.js';
+import { CLI, adapterOf, adapterMaxAbsDiff as maxAbsDiff } from './helpers/run.js';
 
-const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
 const quiet = () => {};
 /** A small, fast schedule (both stages, checkpoints every step). */
 const SMALL = ['--opsd-steps', '3', '--grpo-steps', '3', '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2',
@@ -38,17 +38,7 @@ function run(args: string[], opts: { onLine?: (l: string, p: ChildProcess) => vo
   });
 }
 
-function adapterOf(dir: string): Record<string, Float32Array> {
-  const r = native().loadSafetensors(join(dir, 'adapter_model.safetensors')) as { tensors: Record<string, { data: Float32Array }> };
-  return Object.fromEntries(Object.entries(r.tensors).map(([k, v]) => [k, v.data]));
-}
 
-function maxAbsDiff(a: Record<string, Float32Array>, b: Record<string, Float32Array>): number {
-  expect(Object.keys(a).sort()).to.deep.equal(Object.keys(b).sort());
-  let m = 0;
-  for (const k of Object.keys(a)) for (let i = 0; i < a[k]!.length; i++) m = Math.max(m, Math.abs(a[k]![i]! - b[k]![i]!));
-  return m;
-}
 
 describe('train (embedded tiny model)', function () {
   this.timeout(600000);

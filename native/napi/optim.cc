@@ -169,6 +169,15 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
       return out;
     });
   }
+  // Runs `run` on a worker thread (resolving with undefined) while this JS object, and with it
+  // opt_, is kept alive; the reference is released when the worker ends, on success and on error.
+  Napi::Value StartKeepingThis(Napi::Env env, std::function<void()> run) {
+    auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
+    return Worker::Start(env, std::move(run), [keep](Napi::Env e) -> Napi::Value {
+      keep->Reset();
+      return e.Undefined();
+    });
+  }
   // saveState(path) -> Promise<void>: safetensors (atomic temp + rename) with the moments as F32
   // tensors "exp_avg.<name>" / "exp_avg_sq.<name>" and __metadata__ {format: "pt", optimizer:
   // "adamw", step: "<n>"}; bit-exact for float32 parameters (LoRA), float64 moments are rounded to
@@ -178,61 +187,43 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
   Napi::Value SaveState(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       std::string path = ArgString(info, 0, "saveState(path)");
-      // Keeps this object (and opt_) alive until the worker is done; released with the worker on
-      // success and on error alike.
-      auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
       optim::AdamW* opt = opt_.get();
       std::shared_ptr<Qwen3Model> model = model_;
-      return Worker::Start(
-          info.Env(),
-          [opt, model, path]() {
-            auto lk = Lock(model);
-            auto s = opt->State();
-            std::map<std::string, at::Tensor> ts;
-            for (auto& [k, t] : s)
-              if (k != "step") ts[k] = t.to(at::kFloat);
-            st::Save(path, ts, {{"format", "pt"}, {"optimizer", "adamw"}, {"step", std::to_string(opt->step())}});
-          },
-          [keep](Napi::Env env) -> Napi::Value {
-            keep->Reset();
-            return env.Undefined();
-          });
+      return StartKeepingThis(info.Env(), [opt, model, path]() {
+        auto lk = Lock(model);
+        auto s = opt->State();
+        std::map<std::string, at::Tensor> ts;
+        for (auto& [k, t] : s)
+          if (k != "step") ts[k] = t.to(at::kFloat);
+        st::Save(path, ts, {{"format", "pt"}, {"optimizer", "adamw"}, {"step", std::to_string(opt->step())}});
+      });
     });
   }
   Napi::Value LoadStateFile(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       std::string path = ArgString(info, 0, "loadStateFile(path)");
-      // Keeps this object (and opt_) alive until the worker is done; released with the worker on
-      // success and on error alike.
-      auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
       optim::AdamW* opt = opt_.get();
       std::shared_ptr<Qwen3Model> model = model_;
-      return Worker::Start(
-          info.Env(),
-          [opt, model, path]() {
-            auto f = st::File::Open(path);
-            std::map<std::string, at::Tensor> m;
-            for (auto& [k, e] : f.entries()) m[k] = f.Read(k);
-            auto it = f.metadata().find("step");
-            if (it == f.metadata().end()) throw InputError(path + ": no 'step' in __metadata__ (not an optimizer state file)");
-            int64_t step = 0;
-            try {
-              step = std::stoll(it->second);
-            } catch (...) {
-              throw InputError(path + ": bad 'step' in __metadata__");
-            }
-            m["step"] = at::full({1}, step, at::kLong);
-            auto lk = Lock(model);
-            try {
-              opt->LoadState(m);
-            } catch (const InputError& e) {
-              throw InputError(path + ": " + e.what());
-            }
-          },
-          [keep](Napi::Env env) -> Napi::Value {
-            keep->Reset();
-            return env.Undefined();
-          });
+      return StartKeepingThis(info.Env(), [opt, model, path]() {
+        auto f = st::File::Open(path);
+        std::map<std::string, at::Tensor> m;
+        for (auto& [k, e] : f.entries()) m[k] = f.Read(k);
+        auto it = f.metadata().find("step");
+        if (it == f.metadata().end()) throw InputError(path + ": no 'step' in __metadata__ (not an optimizer state file)");
+        int64_t step = 0;
+        try {
+          step = std::stoll(it->second);
+        } catch (...) {
+          throw InputError(path + ": bad 'step' in __metadata__");
+        }
+        m["step"] = at::full({1}, step, at::kLong);
+        auto lk = Lock(model);
+        try {
+          opt->LoadState(m);
+        } catch (const InputError& e) {
+          throw InputError(path + ": " + e.what());
+        }
+      });
     });
   }
   Napi::Value Lr(const Napi::CallbackInfo& info) {

@@ -1,0 +1,36 @@
+/**
+ * Shared test helpers: run the CLI as a child process, and read / compare saved adapters.
+ */
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { native, packageRoot } from '../../lib/native.js';
+
+/** The built CLI entry (dist/bin/papergym-native.js). */
+export const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
+
+/** Runs `papergym-native ARGS` in the package root with CI=true; resolves with the exit code and the collected stdout / stderr. */
+export function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((res) => {
+    const p = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (b: Buffer) => (out += b.toString()));
+    p.stderr.on('data', (b: Buffer) => (err += b.toString()));
+    p.on('close', (code) => res({ code, out, err }));
+  });
+}
+
+/** The tensors of `dir/adapter_model.safetensors` (PEFT keys → float32 data). */
+export function adapterOf(dir: string): Record<string, Float32Array> {
+  const r = native().loadSafetensors(join(dir, 'adapter_model.safetensors')) as { tensors: Record<string, { data: Float32Array }> };
+  return Object.fromEntries(Object.entries(r.tensors).map(([k, v]) => [k, v.data]));
+}
+
+/** Largest |a − b| over two adapters with the same keys (asserts the keys match). */
+export function adapterMaxAbsDiff(a: Record<string, Float32Array>, b: Record<string, Float32Array>): number {
+  expect(Object.keys(a).sort()).to.deep.equal(Object.keys(b).sort());
+  let m = 0;
+  for (const k of Object.keys(a)) for (let i = 0; i < a[k]!.length; i++) m = Math.max(m, Math.abs(a[k]![i]! - b[k]![i]!));
+  return m;
+}
