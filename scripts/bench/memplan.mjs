@@ -45,7 +45,7 @@ const metrics = existsSync(join(out, 'metrics.jsonl')) ? readFileSync(join(out, 
 const config = existsSync(join(out, 'config.json')) ? JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')) : {};
 const plan = config.memoryPlan ?? null;
 const steps = metrics.map((m) => ({
-  stage: m.stage, step: m.step, stepSeconds: m.stepSeconds,
+  stage: m.stage, step: m.step, stepSeconds: m.stepSeconds, completionTokens: m.completionTokens, phaseSeconds: m.phaseSeconds,
   peakGB: { rollout: gb(m.memory?.peakRolloutBytes), reference: gb(m.memory?.peakReferenceBytes), backward: gb(m.memory?.peakBackwardBytes), optimizer: gb(m.memory?.peakOptimizerBytes), process: gb(m.memory?.peakAllocatedBytes) },
   reservedGB: gb(m.memory?.reservedBytes),
 }));
@@ -61,5 +61,6 @@ for (const s of steps) {
   const mb = s.stage === 'opsd' ? plan?.opsdMicroBatch : plan?.grpoMicroBatch;
   console.log(`| ${a.shape} | ${a['max-memory'] ?? '-'} | ${s.stage} | ${mb ?? '-'} | ${plan?.recompute ? 'on' : 'off'} | ${s.peakGB.rollout ?? '-'} | ${s.peakGB.reference ?? '-'} | ${s.peakGB.backward ?? '-'} | ${s.stepSeconds?.toFixed(1)} | ${gb(plan?.phases?.[`update-${s.stage}`]) ?? '-'} |`);
 }
+for (const s of steps) console.log(`${s.stage} step ${s.step}: ${s.stepSeconds?.toFixed(2)} s, ${s.completionTokens} completion tokens; phases ${JSON.stringify(Object.fromEntries(Object.entries(s.phaseSeconds ?? {}).map(([k, v]) => [k, +v.toFixed(2)])))}`);
 writeJson(a.json, result);
 process.exitCode = r.status ?? 1;

@@ -46,6 +46,10 @@ for step in "$@"; do
     memplan8u) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-8b --json $OUT/memplan_8b_uncapped.json 2>&1 | tail -8 ;;
     memplan4u) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --json $OUT/memplan_4b_uncapped.json 2>&1 | tail -8 ;;
     memplan17u) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --json $OUT/memplan_1.7b_uncapped.json 2>&1 | tail -8 ;;
+    # the trainer itself at 1.7B shapes, 3 OPSD + 3 GRPO steps, phase seconds per step (issue 15)
+    trainphases) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --json $OUT/train_phases_1.7b.json 2>&1 | tail -12 ;;
+    gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
+    gen256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --no-ref --json $OUT/generate_256.json 2>&1 | tail -12 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
       # The cu130 prebuilt (relocatable: no RUNPATH) packed by scripts/prebuild.sh, installed
