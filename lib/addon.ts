@@ -623,6 +623,13 @@ export interface GenerateArgs extends SamplingParams {
   cudaGraphs?: boolean;
   /** Decode from a static, full-capacity KV cache (default: on exactly when CUDA graphs are used). */
   staticCache?: boolean;
+  /**
+   * Static path on CUDA: each row's decode attention reads only its filled KV slots (a split-K
+   * "flash decoding" kernel, `decodeAttention: 'live-kv'` in the result), so a step's cost follows
+   * the rows' lengths, not the cache capacity; finished rows stop reading KV. Default true; false =
+   * the masked attention over every slot (env PAPERGYM_LIVE_KV=0 turns the kernel off everywhere).
+   */
+  liveKv?: boolean;
   /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default true. */
   padToBucket?: boolean;
   /**
@@ -667,6 +674,8 @@ export interface GenerateResult {
   compactions: number;
   /** Which decode loop ran: 'dynamic' (growing cache, compaction), 'static' or 'cuda-graphs'. */
   decodePath?: 'dynamic' | 'static' | 'cuda-graphs';
+  /** Decode attention: 'live-kv' (static path on CUDA: each row reads only its filled KV slots, a split-K kernel) or 'masked'. */
+  decodeAttention?: 'live-kv' | 'masked';
   /** CUDA graphs captured by this call. */
   graphCaptures?: number;
   /** Rows decoded per step (the bucket size on the static path). */

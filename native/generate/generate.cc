@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "core/errors.h"
 #include "generate/cuda_graph.h"
+#include "model/fused_ops.h"
 
 #ifdef PG_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -354,6 +356,11 @@ class StaticPath final : public DecodePath {
     }
     keep_.narrow(0, 0, N_).narrow(1, 0, lmax).copy_(pb_.mask.narrow(1, 0, lmax).index_select(0, rows).ne(0));
     pos_s_.narrow(0, 0, N_).copy_(at::tensor(next_pos_h, lopt).to(dev));
+    // Each row's kept slots are [lmax - prompt length, slot] (left-padded prompt, then the decoded
+    // tokens; padded rows from lmax): the live-KV attention reads only those.
+    std::vector<int32_t> start_h(Bp_, static_cast<int32_t>(lmax));
+    for (int64_t g = 0; g < N_; ++g) start_h[g] = static_cast<int32_t>(lmax - pb_.plen[g / n]);
+    live_start_ = at::tensor(start_h, at::TensorOptions().dtype(at::kInt)).to(dev);
     if (n > 1) logits_ = logits_.index_select(0, rows);
     return logits_;  // [N, V] float32: next-token logits of the real rows
   }
@@ -363,6 +370,9 @@ class StaticPath final : public DecodePath {
     const int64_t T = plan_.T;
     res.batch_rows = Bp_;
     res.decode_path = graphs_ ? "cuda-graphs" : "static";
+    const Qwen3Config& c = m_.config();
+    if (!r_.live_kv) live_start_ = at::Tensor();
+    else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim)) res.decode_attention = "live-kv";
     rs_ = RowSampling::Make(plan_.sampling, logits_.size(1), dev);
     fused_ = RowSamplingIsSyncFree(rs_, logits_.size(1));  // sampler inside step_fn
     res.sampling_in_step = fused_;
@@ -400,6 +410,20 @@ class StaticPath final : public DecodePath {
   int64_t Row(int64_t col) const override { return col; }
   int64_t captures() const { return captures_; }
 
+  // Rows that finished stay in the batch (the graph's shapes are fixed) but stop reading KV: their
+  // live range becomes empty (start past every slot), so the live-KV attention skips them.
+  void Retire(const std::vector<char>& done) override {
+    std::vector<int64_t> newly;
+    retired_.resize(N_, 0);
+    for (int64_t g = 0; g < N_; ++g)
+      if (done[g] && !retired_[g]) {
+        retired_[g] = 1;
+        newly.push_back(g);
+      }
+    if (!newly.empty() && live_start_.defined())
+      live_start_.index_fill_(0, at::tensor(newly, at::TensorOptions().dtype(at::kLong)).to(live_start_.device()), std::numeric_limits<int32_t>::max());
+  }
+
  private:
   // Samples token step_s of every real row from `lg` [>= N, V] and records it (device-side only).
   void SampleFn(const at::Tensor& lg) {
@@ -413,7 +437,7 @@ class StaticPath final : public DecodePath {
   // The step (captured on the graph path): logits of the current inputs, advance position and
   // cache slot, and (sync-free sampler) sample the next token from them.
   at::Tensor StepFn() {
-    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_);
+    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_, live_start_);
     pos_s_.add_(1);
     slot_s_.add_(1);
     if (fused_) SampleFn(lg);
@@ -423,8 +447,9 @@ class StaticPath final : public DecodePath {
   const bool graphs_;
   int64_t Bp_ = 0, steps_ = 0, captures_ = 0;
   bool fused_ = false;
+  std::vector<char> retired_;  // [N] rows whose live range was emptied
   KVCache cache_;
-  at::Tensor keep_, ids_s_, pos_s_, slot_s_, u_, tok_hist_, lp_hist_, step_s_;
+  at::Tensor keep_, ids_s_, pos_s_, slot_s_, live_start_, u_, tok_hist_, lp_hist_, step_s_;
   StepGraph graph_;  // one bucket: the batch never shrinks on this path
   at::Tensor graph_out_;
   std::unique_ptr<SideStreamScope> side_;  // last: destroyed first (waits for the side stream)

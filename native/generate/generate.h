@@ -47,6 +47,10 @@ struct GenerateRequest {
   /// Static path only: pad the batch to a power-of-two bucket (1, 2, 4, ... rows; padded rows are
   /// masked and ignored): -1 = auto (on exactly when CUDA graphs are used), 0 = off, 1 = on.
   int pad_to_bucket = -1;
+  /// Static path only: attend over each row's filled slots with the live-KV kernel where it
+  /// applies (CUDA, own kernels; Qwen3Model::DecodeStatic live_start); false = the masked
+  /// attention over every slot (A/B and the reference).
+  bool live_kv = true;
   /// Static path only: read the sampled tokens back to the host (one D2H copy of the history, the
   /// only host synchronisation of the loop when sampling is sync-free) every this many decode steps,
   /// >= 1. The stop-id bookkeeping runs then, for those steps in order, so results do not depend on
@@ -75,6 +79,10 @@ struct GenerateResult {
   /// "dynamic" (Forward with a growing cache), "static" (DecodeStatic, eager) or "cuda-graphs"
   /// (DecodeStatic replayed from a captured graph).
   std::string decode_path = "dynamic";
+  /// Decode attention: "live-kv" (static path with the live-KV kernel: each row reads only its
+  /// filled slots; LiveKvDecodeAttention) or "masked" (all filled slots of the dynamic cache, or
+  /// every slot of the static one under a mask).
+  std::string decode_attention = "masked";
   int64_t graph_captures = 0;  // CUDA graphs captured by this call
   int64_t batch_rows = 0;      // decode batch rows (static path: the bucket, padded rows included)
   /// Static path: the sampler ran inside the decode step (so inside the CUDA graph on the graph

@@ -9,9 +9,13 @@
 #ifdef PG_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>
 
+#include "cuda/decode_attention_kernels.h"
 #include "cuda/rope_kernels.h"
 #include "cuda/swiglu_kernels.h"
 #endif
+
+#include <cstdlib>
+#include <cstring>
 
 namespace pg {
 
@@ -128,6 +132,52 @@ at::Tensor SwiGLU(const at::Tensor& gu) {
     return SwigluFn::apply(gu);
 #endif
   return at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I);
+}
+
+bool LiveKvAttentionSwitchedOn() {
+  static const bool on = [] {
+    const char* e = std::getenv("PAPERGYM_LIVE_KV");
+    return !(e && *e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+
+bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nkv, int64_t D) {
+#ifdef PG_WITH_CUDA_KERNELS
+  const auto dt = like.scalar_type();
+  return LiveKvAttentionSwitchedOn() && CudaKernelsEnabled(like) && nkv >= 1 && nh % nkv == 0 &&
+         ck::DecodeAttentionSupported(nh / nkv, D) && (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf);
+#else
+  (void)like, (void)nh, (void)nkv, (void)D;
+  return false;
+#endif
+}
+
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start,
+                                 const at::Tensor& slot, double scale) {
+#ifdef PG_WITH_CUDA_KERNELS
+  if (q.dim() != 3 || k.dim() != 4 || v.sizes() != k.sizes()) return at::Tensor();
+  const int64_t B = q.size(0), nh = q.size(1), D = q.size(2), nkv = k.size(1), C = k.size(2);
+  if (k.size(0) != B || k.size(3) != D || !LiveKvDecodeAttentionApplies(q, nh, nkv, D)) return at::Tensor();
+  if (k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type() || !k.is_contiguous() || !v.is_contiguous()) return at::Tensor();
+  const ck::DecodeAttnType t = q.scalar_type() == at::kFloat      ? ck::DecodeAttnType::kFloat32
+                               : q.scalar_type() == at::kBFloat16 ? ck::DecodeAttnType::kBFloat16
+                                                                  : ck::DecodeAttnType::kFloat16;
+  TORCH_CHECK(start.scalar_type() == at::kInt && start.dim() == 1 && start.size(0) == B && start.device() == q.device() &&
+                  slot.scalar_type() == at::kLong && slot.numel() == 1 && slot.device() == q.device(),
+              "LiveKvDecodeAttention: start must be int32 [B] and slot int64 [1] on q's device");
+  at::Tensor qc = q.contiguous(), sc = start.contiguous(), sl = slot.contiguous();
+  at::Tensor o = at::empty_like(qc);
+  at::Tensor work = at::empty({ck::DecodeAttentionWorkFloats(B, nh, C, D)}, q.options().dtype(at::kFloat));
+  const char* err = ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(),
+                                        o.data_ptr(), work.data_ptr<float>(), B, nkv, nh / nkv, C, D, scale, t,
+                                        c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "decode attention kernel launch failed: ", err ? err : "");
+  return o;
+#else
+  (void)q, (void)k, (void)v, (void)start, (void)slot, (void)scale;
+  return at::Tensor();
+#endif
 }
 
 }  // namespace pg

@@ -24,4 +24,22 @@ std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& 
 /// backward, float32 math rounded once (ATen rounds silu(gate) before the product).
 at::Tensor SwiGLU(const at::Tensor& gu);
 
+/// Decode attention (one query per row) over each row's live KV only — split-K flash decoding,
+/// cuda/decode_attention_kernels.h:
+///   o[b, h] = softmax_{s in [start[b], slot]}(scale · q[b, h] · k[b, h / rep, s]) · v[b, h / rep, s].
+/// q [B, nh, D], k / v the static cache [B, nkv, C, D] (same dtype, contiguous), start int32 [B]
+/// and slot int64 [1] on q's device (read there: CUDA-graph capturable) → o [B, nh, D] in q's
+/// dtype. Returns an undefined tensor when the kernel does not apply (CPU, not compiled in, the own
+/// kernels switched off, PAPERGYM_LIVE_KV=0, an unsupported dtype or head shape); the caller then
+/// runs the masked SDPA over all slots, which the GPU tests compare this with.
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start,
+                                 const at::Tensor& slot, double scale);
+
+/// Whether LiveKvDecodeAttention runs for a model whose activations are like `like` (dtype,
+/// device) with nh query heads, nkv KV heads and head_dim D.
+bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nkv, int64_t D);
+
+/// PAPERGYM_LIVE_KV (unset or not "0" = on), read once: the switch of LiveKvDecodeAttention.
+bool LiveKvAttentionSwitchedOn();
+
 }  // namespace pg

@@ -120,6 +120,8 @@ class Qwen3Impl {
       /// Static decode (T = 1, `cache` required): the new K/V are written at cache index `slot`
       /// [1] of every row and the query attends to all C slots under `allowed` [B, 1, 1, C]
       /// (DecodeStatic; no host value that changes between steps, so CUDA-graph capturable).
+      /// With `live_start` (int32 [B]): the live-KV kernel attends to slots [live_start[b], slot]
+      /// only (LiveKvDecodeAttention) where it applies; the masked attention otherwise.
       Slot,
     };
     Kind kind = Causal;
@@ -127,6 +129,7 @@ class Qwen3Impl {
     KVCache* cache = nullptr;
     int64_t P = 0;
     at::Tensor slot;
+    at::Tensor live_start;
   };
 
   /// Attention of layer `l` through the seam: q [B, nh, T, hd], k / v [B, nkv, T, hd] after RoPE
@@ -148,6 +151,10 @@ class Qwen3Impl {
       if (a.kind == KvAttention::Slot) {
         kc.index_copy_(2, a.slot, k.to(kc.scalar_type()));
         vc.index_copy_(2, a.slot, v.to(vc.scalar_type()));
+        if (a.live_start.defined() && T == 1) {
+          at::Tensor o = LiveKvDecodeAttention(q.reshape({B, nh, hd}).to(kc.scalar_type()), kc, vc, a.live_start, a.slot, sm_scale);
+          if (o.defined()) return o.to(q.scalar_type()).reshape({B, 1, nh * hd});
+        }
         k = kc;
         v = vc;
       } else {
@@ -831,7 +838,7 @@ void Qwen3Model::Dispose() {
 // paths give the same tokens and logprobs.
 
 at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot,
-                                    const at::Tensor& keep, const AdapterSel& sel, KVCache& cache) {
+                                    const at::Tensor& keep, const AdapterSel& sel, KVCache& cache, const at::Tensor& live_start) {
   Qwen3Impl::CheckAlive(*this);
   const Qwen3Config& c = cfg_;
   if (ids.dim() != 2 || ids.size(1) != 1 || ids.size(0) < 1 || ids.scalar_type() != at::kLong)
@@ -846,8 +853,11 @@ at::Tensor Qwen3Model::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos
     throw ArgError("DecodeStatic: keep must be bool [B, capacity]");
   if (ids.device() != device_ || pos.device() != device_ || slot.device() != device_ || keep.device() != device_)
     throw ArgError("DecodeStatic: ids, pos, slot and keep must be on the model device");
+  if (live_start.defined() && (live_start.dim() != 1 || live_start.size(0) != B || live_start.scalar_type() != at::kInt || live_start.device() != device_))
+    throw ArgError("DecodeStatic: live_start must be int32 [B] on the model device");
   Qwen3Impl::KvAttention att;
   att.kind = Qwen3Impl::KvAttention::Slot;
+  att.live_start = live_start;
   att.slot = slot.reshape({1});
   keep.index_fill_(1, att.slot, true);
   att.allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis

@@ -67,8 +67,15 @@ class Qwen3Model {
   /// attended differ), so for a row whose `keep` equals Forward's attention mask the logits agree
   /// to rounding, with bf16 rounded at the same points. Does not advance pos or
   /// slot. Returns logits [B, V] float32. ArgError on shape / dtype / device mismatches.
+  ///   live_start [B] int32 (optional): when every row's kept slots are exactly [live_start[b],
+  ///                       slot] (a left-padded prompt, then the decoded tokens), the attention
+  ///                       reads only those slots with the live-KV kernel (LiveKvDecodeAttention:
+  ///                       CUDA, own kernels compiled in) instead of masking all C — the cost then
+  ///                       follows the live length, not the capacity. The masked path elsewhere.
+  ///                       A row with live_start > slot (finished; its output is ignored) reads
+  ///                       no KV on the kernel path.
   at::Tensor DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep,
-                          const AdapterSel& sel, KVCache& cache);
+                          const AdapterSel& sel, KVCache& cache, const at::Tensor& live_start = at::Tensor());
 
   // ---- LoRA ----
   /// Creates the trainable adapter (replaces an existing one).

@@ -104,6 +104,8 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
     req->cuda_graphs = GetBool(o, "cudaGraphs", true, "options");
     if (Has(o, "staticCache")) req->static_cache = GetBool(o, "staticCache", std::nullopt, "options") ? 1 : 0;
     if (Has(o, "padToBucket")) req->pad_to_bucket = GetBool(o, "padToBucket", std::nullopt, "options") ? 1 : 0;
+    // liveKv (static path, CUDA): attend over each row's filled slots only (default true).
+    req->live_kv = GetBool(o, "liveKv", true, "options");
     // syncEvery (static path): read the sampled tokens back every this many steps (default 8).
     req->sync_every = GetInt(o, "syncEvery", 8, "options");
     req->abort = Has(o, "abortHandle") ? UnwrapAbort(env, o.Get("abortHandle"), "options.abortHandle")
@@ -137,6 +139,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
       out.Set("prefillMs", Napi::Number::New(e, res->prefill_ms));
       out.Set("decodeMs", Napi::Number::New(e, res->decode_ms));
       out.Set("decodePath", Napi::String::New(e, res->decode_path));
+      out.Set("decodeAttention", Napi::String::New(e, res->decode_attention));
       out.Set("graphCaptures", Napi::Number::New(e, static_cast<double>(res->graph_captures)));
       out.Set("batchRows", Napi::Number::New(e, static_cast<double>(res->batch_rows)));
       out.Set("samplingInStep", Napi::Boolean::New(e, res->sampling_in_step));

@@ -12,6 +12,9 @@
  * Options: --device cpu|cuda[:N]  --shape tiny|qwen3-0.6b|qwen3-1.7b|qwen3-4b|qwen3-8b
  *          --dtype fp32|bf16|fp16  --model DIR (use an existing checkpoint)  --batches 1,8,64
  *          --prompt-len 512  --new-tokens 256  --no-ref (skip transformers)  --threads N (CPU)
+ *          --attention live-kv,masked (decode attention A/B in one process; default live-kv)
+ *          --lora R (decode through a rank-R adapter on all projections, as the trainer's rollouts)
+ *          --top-k K (default 0: full-vocabulary sampling)
  *          --json FILE (write all numbers)  --layers N (random shapes with fewer layers, smoke tests)
  *          --no-graphs (CUDA: the dynamic decode path instead of the default static-cache CUDA-graph
  *          decode; the path taken is printed per batch on stderr and stored in --json as decode_path)
@@ -34,6 +37,11 @@ const a = benchArgs({
   threads: { type: 'string' },
   layers: { type: 'string' },
   'no-graphs': { type: 'boolean', default: false },
+  // A/B of the decode attention in one process: live-KV kernel (default) and/or the masked one.
+  attention: { type: 'string', default: 'live-kv' },
+  // rollouts as the trainer runs them: a LoRA adapter of this rank on all projections (0 = none)
+  lora: { type: 'string', default: '0' },
+  'top-k': { type: 'string', default: '0' },
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtypeName = dtypeOf(a.dtype, cuda);
@@ -57,17 +65,20 @@ const info = native().runtimeInfo();
 const prompts = Object.fromEntries(batches.map((b) => [String(b), tokenIds(b, promptLen, b)]));
 
 const model = await loadModel(modelDir, { device: a.device, dtype: dtypeName });
+const loraRank = Number(a.lora);
+if (loraRank > 0) model.addLora({ r: loraRank, alpha: 2 * loraRank, dropout: 0, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 0 });
 const ours = [];
-for (const b of batches) {
-  const opts = { prompts: prompts[String(b)], temperature: 1, topK: 0, topP: 1, stopIds: [], seed: 1, cudaGraphs: !a['no-graphs'] };
+const runs = batches.flatMap((b) => a.attention.split(',').map((att) => [b, att]));
+for (const [b, att] of runs) {
+  const opts = { prompts: prompts[String(b)], temperature: 1, topK: Number(a['top-k']), topP: 1, stopIds: [], seed: 1, cudaGraphs: !a['no-graphs'], liveKv: att !== 'masked', ...(loraRank > 0 ? { adapter: 'active' } : {}) };
   await generate(model, { ...opts, maxNewTokens: 4 }); // warm-up at this batch size
   if (cuda) native().cudaResetPeak(devIdx);
   const t0 = performance.now();
   const r = await generate(model, { ...opts, maxNewTokens: newTokens });
   const secs = (performance.now() - t0) / 1000;
   const peak = cuda ? native().cudaMemory(devIdx)?.peakAllocatedBytes ?? null : null;
-  ours.push({ batch: b, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak, decode_path: r.decodePath ?? 'dynamic', batch_rows: r.batchRows ?? b, ms_per_step: r.steps ? r.decodeMs / r.steps : null });
-  process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, ${r.batchRows ?? b} rows)\n`);
+  ours.push({ batch: b, attention: r.decodeAttention ?? 'masked', lora: loraRank, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak, decode_path: r.decodePath ?? 'dynamic', batch_rows: r.batchRows ?? b, ms_per_step: r.steps ? r.decodeMs / r.steps : null });
+  process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank}` : ''})\n`);
 }
 model.dispose();
 if (cuda) native().cudaEmptyCache();
@@ -89,9 +100,9 @@ if (!a['no-ref']) {
 
 const head = `generate benchmark: ${a.shape === 'tiny' && !a.model ? 'tiny-tied' : a.model ?? a.shape} (${dtypeName}) on ${a.device}${cuda ? ` (${info.cudaDevices?.[0]?.name ?? 'GPU'})` : ` (${info.numThreads} threads)`}, prompt ${promptLen}, ${newTokens} new tokens, T=1`;
 console.log(head);
-console.log(['batch', 'ours tok/s', 'ours decode tok/s', 'ours prefill ms', 'ours peak GiB', 'transformers tok/s', 'hf peak GiB', 'ratio'].join(' | '));
+console.log(['batch', 'attention', 'ours tok/s', 'ours decode tok/s', 'ours prefill ms', 'ours peak GiB', 'transformers tok/s', 'hf peak GiB', 'ratio'].join(' | '));
 for (const o of ours) {
   const h = ref?.results.find((r) => r.batch === o.batch);
-  console.log([o.batch, fmt(o.tokens_per_s), fmt(o.decode_tokens_per_s), fmt(o.prefill_ms, 0), gib(o.peak_bytes || null, 1), fmt(h?.tokens_per_s), gib(h?.peak_bytes || null, 1), fmtRatio(ratio(o.tokens_per_s, h?.tokens_per_s))].join(' | '));
+  console.log([o.batch, o.attention, fmt(o.tokens_per_s), fmt(o.decode_tokens_per_s), fmt(o.prefill_ms, 0), gib(o.peak_bytes || null, 1), fmt(h?.tokens_per_s), gib(h?.peak_bytes || null, 1), fmtRatio(ratio(o.tokens_per_s, h?.tokens_per_s))].join(' | '));
 }
 writeJson(a.json, { config: { ...a, modelDir, dtype: dtypeName }, libtorch: info.libtorchVersion, ours, transformers: ref });

@@ -50,6 +50,12 @@ for step in "$@"; do
     trainphases) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --json $OUT/train_phases_1.7b.json 2>&1 | tail -12 ;;
     gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
     gen256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --no-ref --json $OUT/generate_256.json 2>&1 | tail -12 ;;
+    # decode attention A/B (live-KV kernel vs masked over every slot) as the trainer's rollouts run:
+    # LoRA r 64 on all projections, top-k 20; batch 1 / 64 / 256 × 256 / 1024 new tokens
+    genab1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --attention live-kv,masked --lora 64 --top-k 20 --no-ref --json $OUT/generate_ab_1024.json 2>&1 | tail -8 ;;
+    genab256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 256 --attention live-kv,masked --lora 64 --top-k 20 --no-ref --json $OUT/generate_ab_256.json 2>&1 | tail -8 ;;
+    gennolora) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --top-k 20 --no-ref --json $OUT/generate_nolora_1024.json 2>&1 | tail -3 ;;
+    decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
       # The cu130 prebuilt (relocatable: no RUNPATH) packed by scripts/prebuild.sh, installed

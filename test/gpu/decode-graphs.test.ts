@@ -9,7 +9,10 @@
  *   - stop ids end rows while the others continue; cudaGraphs: false selects the dynamic path;
  *   - the sampler inside the graph (greedy, full vocabulary, top-k; samplingInStep) with the host
  *     reading tokens back every syncEvery = 8 steps: identical to the eager static path with
- *     syncEvery 1 (ids, logprobs, finish reasons), stop ids included; top-p alone samples outside.
+ *     syncEvery 1 (ids, logprobs, finish reasons), stop ids included; top-p alone samples outside;
+ *   - the live-KV decode attention (each row reads only its filled slots; liveKv, the default)
+ *     equals the masked attention over every slot (liveKv: false) — left-padded rows, n > 1, stop
+ *     ids (finished rows stop reading KV), more than one 128-key split, GQA ratios 2 and 4.
  */
 import { expect } from 'chai';
 import { cudaAvailable, native } from '../../lib/native.js';
@@ -19,11 +22,12 @@ import { tinyModel } from '../helpers/tiny.js';
 
 interface PathOptions {
   cudaGraphs?: boolean;
+  liveKv?: boolean;
   staticCache?: boolean;
   padToBucket?: boolean;
   syncEvery?: number;
 }
-type PathResult = GenerateResult & { decodePath: string; graphCaptures: number; batchRows: number; samplingInStep: boolean };
+type PathResult = GenerateResult & { decodePath: string; decodeAttention: string; graphCaptures: number; batchRows: number; samplingInStep: boolean };
 const run = (m: Qwen3Model, o: GenerateOptions & PathOptions) => generate(m, o as GenerateOptions) as Promise<PathResult>;
 const ids = (r: PathResult) => r.completions.map((c) => Array.from(c.tokenIds));
 
@@ -136,6 +140,55 @@ describe('GPU suite: CUDA-graph decode', function () {
     const one = await run(gpu, { prompts: [prompts[0]!], temperature: 0, maxNewTokens: 37, stopIds: [gi[0]![0]!], syncEvery: 8 });
     expect(one.completions[0]!.tokenIds.length).to.equal(1);
     expect(one.steps).to.equal(7);
+  });
+
+  it('live-KV attention == masked attention over every slot (fp32; GQA 2 and 4; padding, n > 1, stops, > 1 split)', async () => {
+    const untied = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'float32' });
+    try {
+      for (const [name, m] of [['tiny-tied', gpu], ['tiny-untied', untied]] as const) {
+        const greedy = await run(m, { prompts, temperature: 0, maxNewTokens: 200, stopIds: [] as number[], liveKv: false });
+        const gi = ids(greedy);
+        const stops = [gi[1]![6]!, gi[2]![150]!];
+        for (const o of [
+          { prompts, temperature: 0, maxNewTokens: 200, stopIds: [] as number[] },
+          { prompts, n: 3, temperature: 1.0, topK: 20, maxNewTokens: 200, stopIds: stops, seed: 7 },
+        ]) {
+          const what = `${name} n=${'n' in o ? o.n : 1} stops=${o.stopIds.length}`;
+          for (const path of [{}, { cudaGraphs: false, staticCache: true, padToBucket: true }]) {
+            const live = await run(m, { ...o, ...path });
+            const masked = await run(m, { ...o, ...path, liveKv: false });
+            expect(live.decodeAttention, what).to.equal('live-kv');
+            expect(masked.decodeAttention, what).to.equal('masked');
+            expect(ids(live), what).to.deep.equal(ids(masked));
+            expect(live.completions.map((c) => c.finishReason), what).to.deep.equal(masked.completions.map((c) => c.finishReason));
+            expect(maxLpDiff(live, masked), what).to.be.at.most(2e-5);
+          }
+        }
+      }
+    } finally {
+      untied.dispose();
+    }
+  });
+
+  it('live-KV attention in bf16: logprobs within bf16 rounding of the masked attention', async () => {
+    const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'bfloat16' });
+    try {
+      const o = { prompts, n: 2, temperature: 1, topK: 20, maxNewTokens: 160, stopIds: [] as number[], seed: 9 };
+      const live = await run(m, o);
+      const masked = await run(m, { ...o, liveKv: false });
+      expect(live.decodeAttention).to.equal('live-kv');
+      // Same draws (uniforms) from logits that differ by bf16 rounding: compare the rows up to
+      // their first differing id, where the logprobs of the same tokens must agree closely.
+      let compared = 0;
+      live.completions.forEach((c, i) => {
+        const other = masked.completions[i]!;
+        for (let t = 0; t < c.tokenIds.length && c.tokenIds[t] === other.tokenIds[t]; t++, compared++)
+          expect(Math.abs(c.logprobs[t]! - other.logprobs[t]!), `row ${i} token ${t}`).to.be.at.most(0.05);
+      });
+      expect(compared).to.be.greaterThan(100);
+    } finally {
+      m.dispose();
+    }
   });
 
   it('bf16: graphs == static without graphs (greedy, n = 2 sampling)', async () => {
