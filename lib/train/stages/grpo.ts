@@ -7,7 +7,7 @@ import type { Rollout } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages } from '../../task/prompts.js';
 import type { RewardResult } from '../../task/types.js';
-import { chunks, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 export const grpoStage: TrainingStage = {
   name: 'grpo',
@@ -66,10 +66,15 @@ export const grpoStage: TrainingStage = {
     const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
     // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
     // bounded memory, and a batch size from the config on one process and on N ranks.
+    // Longest first (longestFirst): each batch pads to lengths close to its own rows'.
     const refLogprobs: number[][] = [];
     await ctx.allRanks('GRPO reference logprobs', async () => {
       if (seqs.length && c.betaKl > 0) {
-        for (const part of chunks(seqs, Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch))) refLogprobs.push(...(await ctx.timed('reference', () => backend.completionLogprobs(part, ctx.cfg.sampling.temperature || 1, refAdapter))));
+        const order = longestFirst(seqs.map((_, j) => j), (j) => seqs[j]!.promptIds.length + seqs[j]!.completionIds.length);
+        for (const part of chunks(order, Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch))) {
+          const lps = await ctx.timed('reference', () => backend.completionLogprobs(part.map((j) => seqs[j]!), ctx.cfg.sampling.temperature || 1, refAdapter));
+          part.forEach((j, k) => (refLogprobs[j] = lps[k]!));
+        }
       } else {
         for (const s of seqs) refLogprobs.push(s.completionIds.map(() => 0));
       }
@@ -78,7 +83,8 @@ export const grpoStage: TrainingStage = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: ctx.cfg.sampling.temperature || 1, aggregation: c.aggregation,
       totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: ctx.cfg.sampling.maxNewTokens,
     };
-    const batch = kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv }));
+    // Length-bucketed micro-batches: longest first, so each micro-batch pads to about its own rows' length.
+    const batch = longestFirst(kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv })), (x) => x.seq.promptIds.length + x.seq.completionIds.length);
     let { loss, kl, clip } = await ctx.allRanks('GRPO update', () => ctx.updateWithOomRecovery('grpo', async (microBatch) => {
       const acc = { loss: 0, kl: 0, clip: 0 };
       for (const mb of chunks(batch, microBatch)) {

@@ -7,7 +7,7 @@
 import type { Sequence } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages, teacherMessages } from '../../task/prompts.js';
-import { chunks, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+import { chunks, longestFirst, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 export const opsdStage: TrainingStage = {
   name: 'opsd',
@@ -57,7 +57,8 @@ export const opsdStage: TrainingStage = {
     if (normalizer > 0) {
       loss = await ctx.allRanks('OPSD update', () => ctx.updateWithOomRecovery('opsd', async (microBatch) => {
         let l = 0;
-        for (const mb of chunks(batch, microBatch)) {
+        // Length-bucketed micro-batches: longest first, so each pads to about its own rows' length.
+        for (const mb of chunks(longestFirst(batch, (x) => Math.max(x.student.promptIds.length, x.teacher.promptIds.length) + x.student.completionIds.length), microBatch)) {
           l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
         }
         return l;

@@ -77,3 +77,14 @@ export function chunks<T>(xs: T[], size: number): T[][] {
   for (let i = 0; i < xs.length; i += size) out.push(xs.slice(i, i + size));
   return out;
 }
+
+/**
+ * `xs` reordered longest first by `len` (stable: equal lengths keep their order). Micro-batches cut
+ * from it hold sequences of similar length, so the right padding each micro-batch is computed on
+ * (rows × its longest row) stays small — length-bucketed micro-batches; and the first micro-batch
+ * is the largest, so an out-of-memory shows at the first one. The losses are sums over sequences
+ * with step-global normalisers (native/loss/*), so the order of micro-batches changes no loss term.
+ */
+export function longestFirst<T>(xs: T[], len: (x: T) => number): T[] {
+  return xs.map((x, i) => ({ x, i, n: len(x) })).sort((a, b) => b.n - a.n || a.i - b.i).map((e) => e.x);
+}
