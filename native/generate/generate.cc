@@ -10,6 +10,7 @@
 
 #include "core/errors.h"
 #include "generate/cuda_graph.h"
+#include "lora/lora.h"
 #include "model/fused_ops.h"
 
 #ifdef PG_WITH_CUDA
@@ -506,6 +507,7 @@ void DecodeLoop(const GenerateRequest& r, const RowPlan& plan, DecodePath& path,
 GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   ValidateRequest(m, r);
   at::NoGradGuard ng;
+  LoraInferenceCacheScope lora_cache;  // the adapter is fixed for the call: grouped LoRA from cached A / B
   if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
   const at::Device dev = m.device();
   const int64_t P = static_cast<int64_t>(r.prompts.size()), n = r.n, N = P * n;

@@ -3,7 +3,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <vector>
 
 #include "core/errors.h"
 
@@ -68,10 +71,81 @@ LoraAdapter MakeLoraAdapter(const LoraModelDims& mc, const LoraConfig& cfg, at::
 
 namespace {
 thread_local bool t_force_dropout = false;
+thread_local bool t_inference_cache = false;
+
+// The grad-free group cache (LoraInferenceCacheScope): per group of members, the concatenated A
+// and the block-diagonal B in the branch dtype. An entry holds its source tensors, so their
+// storage (and TensorImpl addresses) cannot be reused while it is cached; it is valid while every
+// source has the version it was built from. Entries whose sources nobody else holds any more, or
+// whose versions moved, are dropped on the next insert.
+struct GroupCacheEntry {
+  std::vector<at::Tensor> src;  // A_0..A_{n-1}, B_0..B_{n-1}
+  std::vector<int64_t> versions;
+  at::ScalarType dt;
+  at::Tensor a_cat, b_bd;
+};
+std::mutex g_group_cache_mu;
+std::vector<GroupCacheEntry> g_group_cache;
+
+bool Matches(const GroupCacheEntry& e, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, at::ScalarType dt) {
+  const size_t n = ab.size();
+  if (e.dt != dt || e.src.size() != 2 * n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!e.src[i].is_same(ab[i].first) || !e.src[n + i].is_same(ab[i].second)) return false;
+    if (e.versions[i] != ab[i].first._version() || e.versions[n + i] != ab[i].second._version()) return false;
+  }
+  return true;
 }
+
+bool Stale(const GroupCacheEntry& e) {
+  for (size_t i = 0; i < e.src.size(); ++i)
+    if (e.src[i].use_count() <= 1 || e.versions[i] != e.src[i]._version()) return true;
+  return false;
+}
+
+const GroupCacheEntry& CachedGroup(at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, at::ScalarType dt) {
+  std::lock_guard<std::mutex> lock(g_group_cache_mu);
+  for (const auto& e : g_group_cache)
+    if (Matches(e, ab, dt)) return e;
+  g_group_cache.erase(std::remove_if(g_group_cache.begin(), g_group_cache.end(), Stale), g_group_cache.end());
+  if (g_group_cache.size() >= 4096) g_group_cache.clear();
+  GroupCacheEntry e;
+  e.dt = dt;
+  std::vector<at::Tensor> as;
+  int64_t sum_r = 0, sum_out = 0;
+  for (const auto& p : ab) {
+    as.push_back(p.first.detach());
+    sum_r += p.first.size(0);
+    sum_out += p.second.size(0);
+  }
+  for (const auto& p : ab) e.src.push_back(p.first);
+  for (const auto& p : ab) e.src.push_back(p.second);
+  for (const auto& t : e.src) e.versions.push_back(t._version());
+  e.a_cat = at::cat(as, 0).to(dt);
+  e.b_bd = at::zeros({sum_out, sum_r}, ab[0].second.options().dtype(dt).requires_grad(false));
+  int64_t ro = 0, co = 0;
+  for (const auto& p : ab) {
+    const int64_t out = p.second.size(0), r = p.second.size(1);
+    e.b_bd.narrow(0, ro, out).narrow(1, co, r).copy_(p.second.detach());
+    ro += out;
+    co += r;
+  }
+  g_group_cache.push_back(std::move(e));
+  return g_group_cache.back();
+}
+}  // namespace
 
 LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
 LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
+
+LoraInferenceCacheScope::LoraInferenceCacheScope() : prev_(t_inference_cache) { t_inference_cache = true; }
+LoraInferenceCacheScope::~LoraInferenceCacheScope() {
+  t_inference_cache = prev_;
+  if (!prev_) {  // the outermost scope ends: hold no device memory between calls
+    std::lock_guard<std::mutex> lock(g_group_cache_mu);
+    g_group_cache.clear();
+  }
+}
 
 at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
                    double scaling, double dropout, bool fp32_branch) {
@@ -95,6 +169,22 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
 at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
                         double scaling, bool fp32_branch) {
   const auto dt = (!fp32_branch && x.scalar_type() != at::kFloat) ? x.scalar_type() : at::kFloat;
+  // Decode-sized inputs only (rows of x ≤ 512): for a prefill the block-diagonal GEMM's extra
+  // zero blocks would cost more than the launches it saves.
+  if (t_inference_cache && !at::GradMode::is_enabled() && ab.size() > 1 && x.numel() / std::max<int64_t>(1, x.size(-1)) <= 512) {
+    at::Tensor a_cat, b_bd;
+    {
+      const GroupCacheEntry& e = CachedGroup(ab, dt);
+      a_cat = e.a_cat;  // own references: the entry may be dropped by a later insert
+      b_bd = e.b_bd;
+    }
+    const int64_t in = x.size(-1), out = base.size(-1);
+    at::Tensor x2 = (x.scalar_type() == dt ? x : x.to(dt)).reshape({-1, in});
+    at::Tensor xa = at::mm(x2, a_cat.t());                                                              // [N, Σr]
+    at::Tensor sum = at::addmm(base.reshape({-1, out}).to(dt), xa, b_bd.t(), /*beta=*/1, /*alpha=*/scaling);  // [N, Σout]
+    sum = sum.view(base.sizes());
+    return sum.scalar_type() == base.scalar_type() ? sum : sum.to(base.scalar_type());
+  }
   std::vector<at::Tensor> as;
   for (const auto& p : ab) as.push_back(p.first);
   at::Tensor a = at::cat(as, 0);  // [Σr, in]: one matmul for every member's A

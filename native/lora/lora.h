@@ -102,6 +102,28 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
 at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
                            double scaling);
 
+/// While alive on this thread (a generate call: the adapter does not change during it), a
+/// grad-free LoraAddGroup runs from a cache of the members' concatenated A ([Σ r_k, in]) and
+/// block-diagonal B ([Σ out_k, Σ r_k], B_k at rows of member k and columns of its r_k), keyed by
+/// the A / B tensors and their version counters (an in-place update or a new tensor misses):
+/// xa = x·Aᵀ, then base + scaling·xa·B_bdᵀ in one addmm — 5 kernels per group instead of 9, which
+/// matters in the decode step (one token per row: the LoRA branch is launch-bound). The zero
+/// blocks add exact zeros, so only the GEMM's summation order differs from the per-member path
+/// (float32 rounding). Only for decode-sized inputs (≤ 512 rows); not used with grad on, or
+/// outside the scope (the serve engine's graphs outlive an adapter update, so they read the
+/// weights themselves). The outermost scope's end empties the cache (no device memory is held
+/// between calls).
+class LoraInferenceCacheScope {
+ public:
+  LoraInferenceCacheScope();
+  ~LoraInferenceCacheScope();
+  LoraInferenceCacheScope(const LoraInferenceCacheScope&) = delete;
+  LoraInferenceCacheScope& operator=(const LoraInferenceCacheScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
 /// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must
 /// draw the same dropout masks as the recomputation in backward (same RNG state restored).
