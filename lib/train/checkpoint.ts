@@ -54,8 +54,12 @@ async function fsyncPath(path: string, isDir: boolean): Promise<void> {
  * Writes a checkpoint atomically. `writeTensors(tmpDir)` saves the adapter and optimizer state
  * into the temp dir. Returns the final checkpoint dir. Throws naming the path on I/O errors; the
  * previous checkpoint stays valid. Every file operation here is asynchronous.
+ * `opts.beforeCommit` runs once everything is in the temp dir and synced, just before the rename
+ * that makes the checkpoint the one `--resume` finds (the trainer appends the step's metrics line
+ * there, so a crash never leaves a committed checkpoint without its step's line); when it throws,
+ * nothing is committed and the error propagates.
  */
-export async function writeCheckpoint(runDir: string, state: TrainerState, writeTensors: (dir: string) => Promise<void>, opts: { saveTotalLimit?: number | null } = {}): Promise<string> {
+export async function writeCheckpoint(runDir: string, state: TrainerState, writeTensors: (dir: string) => Promise<void>, opts: { saveTotalLimit?: number | null; beforeCommit?: () => void | Promise<void> } = {}): Promise<string> {
   const root = join(runDir, 'checkpoints');
   await mkdir(root, { recursive: true });
   const name = `step-${String(state.globalStep).padStart(6, '0')}`;
@@ -68,6 +72,7 @@ export async function writeCheckpoint(runDir: string, state: TrainerState, write
   await writeFile(statePath, JSON.stringify(state, null, 2));
   await fsyncPath(statePath, false);
   await fsyncPath(tmp, true);
+  await opts.beforeCommit?.();
   await rm(final, { recursive: true, force: true });
   await rename(tmp, final);
   const latestTmp = join(root, `.latest-${process.pid}`);

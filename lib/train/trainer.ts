@@ -7,6 +7,10 @@
  * Every `checkpoint.every` steps, at a stage end and on SIGINT the adapter, optimizer, data cursor
  * and step counters are written atomically; `resume` continues exactly (all randomness is derived
  * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
+ * Every step appends one line to metrics.jsonl with `phaseSeconds` (lib/train/stages/stage.ts
+ * StepPhase): the stage's phases, the optimizer, the checkpoint written after the step and `host`,
+ * adding up to `stepSeconds`. A step's lines are appended once its checkpoint (if any) is written
+ * and synced but before it is committed, so a committed checkpoint always has its step's line.
  */
 import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -17,7 +21,7 @@ import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
 import type { AdvantageFn } from './advantages.js';
-import { STAGES, type StageContext, type StepResult } from './stages/index.js';
+import { STAGES, type StageContext, type StepPhase, type StepResult } from './stages/index.js';
 import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
@@ -99,13 +103,35 @@ export function takeItems<T>(items: T[], k: number, seed: number, cursor: { epoc
   return { batch: out, cursor: { epoch, position } };
 }
 
-/** The progress line's phase times, longest first: "rollout 15.2s judge 11.2s update 10.7s …". */
+/**
+ * The progress line's phase times, every phase of the line in its order (zeros included, so
+ * successive lines align): "rollout 15.2s judge 11.2s reference 1.5s update 10.7s optimizer 0.1s
+ * checkpoint 0.0s host 0.3s". Seconds in, text out.
+ */
 export function formatPhases(phases: Record<string, number>): string {
   return Object.entries(phases)
-    .filter(([, v]) => v >= 0.05)
-    .sort((a, b) => b[1] - a[1])
     .map(([k, v]) => `${k} ${v.toFixed(1)}s`)
     .join(' ');
+}
+
+/**
+ * The phaseSeconds keys of a step line of `stage`, in order: the stage's own phases, `allreduce`
+ * with more than one process, then `optimizer`, `checkpoint`, `host` (lib/train/stages/stage.ts StepPhase).
+ */
+export function stepPhases(stage: { phases: readonly StepPhase[] }, worldSize = 1): StepPhase[] {
+  return [...stage.phases, ...(worldSize > 1 ? (['allreduce'] as const) : []), 'optimizer', 'checkpoint', 'host'];
+}
+
+/** A finished step's metrics lines and progress line, held until its checkpoint (if any) is timed. */
+interface PendingStep {
+  /** The step line; `phaseSeconds.checkpoint`, `stepSeconds` and `tokensPerSecond` are completed at the flush. */
+  record: Record<string, unknown> & { phaseSeconds: Record<string, number>; stepSeconds: number; completionTokens: number; tokensPerSecond: number };
+  /** Lines of the same step written after it (validation, early stop). */
+  extra: Record<string, unknown>[];
+  /** Shows the progress line (given the completed phases). */
+  show: (phases: Record<string, number>) => void;
+  /** After the flush (the run's last step: the stage's progress display is stopped). */
+  after?: () => void;
 }
 
 /** Checks the run dir is writable before any compute; throws naming it. */
@@ -196,15 +222,39 @@ export class Trainer {
     this.summary = (this.state.summary as TrainSummary['stages'] | undefined)?.map((r) => ({ ...r, firstLoss: r.firstLoss ?? NaN, lastLoss: r.lastLoss ?? NaN })) ?? [];
   }
 
-  /** Wall seconds per phase of the step in flight (rollout, judge, reference, update, optimizer). */
+  /** Wall seconds per phase of the step in flight: every key of stepPhases() of its stage, from 0. */
   private phases: Record<string, number> = {};
-  private async timed<T>(phase: string, f: () => Promise<T>): Promise<T> {
+  private async timed<T>(phase: StepPhase, f: () => Promise<T>): Promise<T> {
+    if (!(phase in this.phases) || phase === 'checkpoint' || phase === 'host') {
+      throw new Error(`phase '${phase}' is not a timed phase of the ${this.cfg.stages[this.state.stageIndex]} step (it times: ${Object.keys(this.phases).filter((k) => k !== 'checkpoint' && k !== 'host').join(', ')}); add it to the stage's phases`);
+    }
     const t0 = performance.now();
     try {
       return await f();
     } finally {
-      this.phases[phase] = (this.phases[phase] ?? 0) + (performance.now() - t0) / 1000;
+      this.phases[phase] = this.phases[phase]! + (performance.now() - t0) / 1000;
     }
+  }
+
+  /** The last step's lines until they are written (flushStep). */
+  private pending: PendingStep | undefined;
+
+  /**
+   * Writes the pending step's lines (rank 0) and shows its progress line, with `checkpointSeconds`
+   * (the checkpoint written after the step) added to its checkpoint phase and its stepSeconds.
+   * No-op when nothing is pending.
+   */
+  private flushStep(checkpointSeconds = 0): void {
+    const p = this.pending;
+    if (!p) return;
+    this.pending = undefined;
+    const r = p.record;
+    r.phaseSeconds.checkpoint = (r.phaseSeconds.checkpoint ?? 0) + checkpointSeconds;
+    r.stepSeconds += checkpointSeconds;
+    r.tokensPerSecond = r.completionTokens / r.stepSeconds;
+    if (this.dist.isMain) for (const line of [r, ...p.extra]) this.metrics.write(line);
+    p.show(r.phaseSeconds);
+    p.after?.();
   }
 
   /** Asks the loop to stop after the step in flight; a checkpoint is written first. */
@@ -235,12 +285,24 @@ export class Trainer {
   }
   private readonly baseWall: number = 0;
 
+  /**
+   * Writes a checkpoint of the current state. A pending step's lines are written with this
+   * checkpoint's seconds (up to its commit) just before the commit, or — when the checkpoint
+   * fails — before the error propagates.
+   */
   private async checkpoint(): Promise<string> {
-    this.state.wallSeconds = this.wall();
-    this.state.summary = this.summary;
-    // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
-    if (!this.dist.isMain) return '';
-    const dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp), { saveTotalLimit: this.cfg.checkpoint.saveTotalLimit ?? null });
+    const t0 = performance.now();
+    const flush = () => this.flushStep((performance.now() - t0) / 1000);
+    let dir: string;
+    try {
+      this.state.wallSeconds = this.wall();
+      this.state.summary = this.summary;
+      // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
+      if (!this.dist.isMain) return '';
+      dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp), { saveTotalLimit: this.cfg.checkpoint.saveTotalLimit ?? null, beforeCommit: flush });
+    } finally {
+      flush();
+    }
     this.log(`checkpoint ${dir}`);
     if (this.deps.onCheckpoint) {
       try {
@@ -271,12 +333,14 @@ export class Trainer {
       const progress = this.dist.isMain ? new Progress(stage, total, this.state.stageStep) : { update: () => {}, stop: () => {} };
       let nonFinite = 0;
       while (!this.state.stageDone && this.state.stageStep < total) {
-        const t0 = Date.now();
+        // Step seconds from here to the end of the optimizer step, plus the checkpoint after it
+        // (flushStep); validation is not in them (its line carries its own seconds).
+        const t0 = performance.now();
         const step = this.state.stageStep;
         // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
         backend.seedStep(this.dropoutSeed());
         let lr = NaN;
-        this.phases = {};
+        this.phases = Object.fromEntries(stepPhases(impl, this.dist.worldSize).map((k) => [k, 0]));
         const cursorBefore = { ...this.state.cursor };
         let m: StepResult;
         try {
@@ -302,68 +366,83 @@ export class Trainer {
           lr = r.lr;
           if (r.skipped || !Number.isFinite(gradNorm)) skipped = true;
         }
+        let fatal = false;
         if (skipped) {
           backend.zeroGrad();
           nonFinite += 1;
           this.log(`[${stage}] step ${step}: non-finite loss or gradient (loss ${m.loss}, grad norm ${gradNorm}); step skipped`);
-          if (nonFinite >= MAX_CONSECUTIVE_NONFINITE) {
-            await this.checkpoint();
-            throw new Error(`${stage}: ${nonFinite} consecutive non-finite steps; stopped (checkpoint written)`);
-          }
+          fatal = nonFinite >= MAX_CONSECUTIVE_NONFINITE;
         } else {
           nonFinite = 0;
         }
-        impl.afterStep?.(this.ctx, skipped);
-        this.state.stageStep += 1;
-        this.state.globalStep += 1;
-        const secs = (Date.now() - t0) / 1000;
+        const secs = (performance.now() - t0) / 1000;
         const { gradScale: _gs, ...mOut } = m;
         const distStats = this.dist.worldSize > 1 ? { worldSize: this.dist.worldSize, ...this.dist.takeReduceStats(), stepSecondsPerRank: await this.dist.allGather(secs) } : {};
+        const phaseSeconds = { ...this.phases };
+        // `host`: the rest of the step (prompt building, advantages, bookkeeping), so the phases add up to stepSeconds.
+        phaseSeconds.host = Math.max(0, secs - Object.values(phaseSeconds).reduce((a, b) => a + b, 0));
         const record = {
           ...mOut,
           ...distStats,
           stage,
-          step: this.state.stageStep,
-          globalStep: this.state.globalStep,
+          step: step + 1,
+          globalStep: this.state.globalStep + 1,
           lr,
           gradNorm,
           skipped,
+          // Wall seconds of the step including the checkpoint written after it (added at the flush).
           stepSeconds: secs,
           tokensPerSecond: m.completionTokens / secs,
-          // Wall seconds per phase; `host`: the rest of the step (prompt building, bookkeeping, the
-          // metrics of this line), so the phases add up to stepSeconds.
-          phaseSeconds: { ...this.phases, host: Math.max(0, secs - Object.values(this.phases).reduce((a, b) => a + b, 0)) },
+          phaseSeconds,
           memory: backend.memory(),
         };
-        if (this.dist.isMain) this.metrics.write(record);
+        const health = m.judge as JudgeHealth | undefined;
+        const show = (phases: Record<string, number>) => {
+          if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === total || fatal) progress.update(step + 1, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}`);
+        };
+        this.pending = { record, extra: [], show };
+        if (fatal) {
+          // The checkpoint is the state before this step (its cursor consumed), as before; the
+          // step's line is written with it.
+          await this.checkpoint();
+          progress.stop();
+          throw new Error(`${stage}: ${nonFinite} consecutive non-finite steps; stopped (checkpoint written)`);
+        }
+        impl.afterStep?.(this.ctx, skipped);
+        this.state.stageStep += 1;
+        this.state.globalStep += 1;
         if (Number.isNaN(rec.firstLoss)) rec.firstLoss = m.loss;
         rec.lastLoss = m.loss;
         if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
         rec.steps = this.state.stageStep;
-        const health = m.judge as JudgeHealth | undefined;
-        if (this.state.stageStep % Math.max(1, this.cfg.log.every) === 0 || this.state.stageStep === total) progress.update(this.state.stageStep, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(record.phaseSeconds)}`);
 
         let saved = false;
         if (this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length) {
           let score: number;
+          const tv = performance.now();
           try {
             score = await this.validate();
           } catch (e) {
+            // The checkpoint of stopWithCheckpoint writes this step's line (and progress line) first.
+            const stopped = await this.stopWithCheckpoint(e, `[${stage}] validation after step ${this.state.stageStep}`);
             progress.stop();
-            throw await this.stopWithCheckpoint(e, `[${stage}] validation after step ${this.state.stageStep}`);
+            throw stopped;
           }
           this.state.validation.push({ step: this.state.stageStep, score });
           rec.bestValidation = Math.max(rec.bestValidation ?? -Infinity, score);
-          if (this.dist.isMain) this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score });
+          this.pending.extra.push({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score, validationSeconds: (performance.now() - tv) / 1000 });
           const K = impl.earlyStopPatience?.(this.cfg) ?? 0;
           if (K > 0 && this.fellKTimes(K)) {
             this.log(`[${stage}] validation fell ${K} times in a row; ending ${stage.toUpperCase()} at step ${this.state.stageStep}`);
             this.state.stageDone = true;
             rec.stoppedEarly = true;
-            if (this.dist.isMain) this.metrics.write({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
+            this.pending.extra.push({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
           }
         }
-        if (this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
+        // The run's last step: its checkpoint is the final one written after the stage loop (one
+        // checkpoint of this step, not two), and the step's lines wait for it.
+        const runEnds = (this.state.stageDone || this.state.stageStep >= total) && this.state.stageIndex === this.cfg.stages.length - 1;
+        if (!runEnds && this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
           await this.checkpoint();
           saved = true;
         }
@@ -374,8 +453,11 @@ export class Trainer {
           progress.stop();
           return this.finish(true);
         }
+        if (runEnds && this.pending) this.pending.after = () => progress.stop();
+        else this.flushStep();
       }
-      progress.stop();
+      // The run's last step is still pending: its progress display stops after the final checkpoint.
+      if (!this.pending) progress.stop();
       // Stage end: the next stage starts fresh.
       this.state.stageStep = 0;
       this.state.stageDone = false;

@@ -11,6 +11,7 @@ import { chunks, longestFirst, mean, std, type StageContext, type StepResult, ty
 
 export const grpoStage: TrainingStage = {
   name: 'grpo',
+  phases: ['rollout', 'judge', 'reference', 'update'],
   steps: (cfg) => cfg.grpo.steps,
   lr: (cfg) => cfg.grpo.lr,
   begin(ctx) {

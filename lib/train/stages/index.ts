@@ -6,4 +6,4 @@ import { opsdStage } from './opsd.js';
 import { grpoStage } from './grpo.js';
 
 export const STAGES: Readonly<Record<Stage, TrainingStage>> = { sft: sftStage, opsd: opsdStage, grpo: grpoStage };
-export type { TrainingStage, StageContext, StepResult } from './stage.js';
+export type { TrainingStage, StageContext, StepResult, StepPhase } from './stage.js';

@@ -11,6 +11,7 @@ import { chunks, longestFirst, type StageContext, type StepResult, type Training
 
 export const opsdStage: TrainingStage = {
   name: 'opsd',
+  phases: ['rollout', 'update'],
   steps: (cfg) => cfg.opsd.steps,
   lr: (cfg) => cfg.opsd.lr,
   earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,

@@ -9,6 +9,7 @@ import type { StageContext, StepResult, TrainingStage } from './stage.js';
 
 export const sftStage: TrainingStage = {
   name: 'sft',
+  phases: ['update'],
   steps: (cfg) => cfg.sft.steps,
   lr: (cfg) => cfg.sft.lr,
   async step(ctx: StageContext): Promise<StepResult> {

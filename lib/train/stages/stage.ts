@@ -20,6 +20,21 @@ import type { DistContext } from '../dist.js';
  */
 export type StepResult = { loss: number; completionTokens: number; gradScale?: number; [k: string]: unknown };
 
+/**
+ * The phases of a training step, each a key of `phaseSeconds` in every metrics.jsonl step line
+ * (wall seconds; docs/performance.md "Phases of a step"):
+ * - `rollout`: sampling the completions (backend.generate);
+ * - `judge`: waiting for the rewards after the last rollout chunk (judging that overlapped sampling is not counted);
+ * - `reference`: the reference policy's completion logprobs (GRPO KL term);
+ * - `update`: the loss forward + backward micro-batch loop (incl. out-of-memory retries; OPSD's teacher pass is in it);
+ * - `allreduce`: summing the ranks' LoRA gradients (data parallel only);
+ * - `optimizer`: gradient clip + AdamW;
+ * - `checkpoint`: writing the checkpoint that follows the step (0 when none does);
+ * - `host`: the rest of the step (prompt building, advantages, bookkeeping).
+ * A stage declares the ones its step times ({@link TrainingStage.phases}); the trainer adds the others.
+ */
+export type StepPhase = 'rollout' | 'judge' | 'reference' | 'update' | 'allreduce' | 'optimizer' | 'checkpoint' | 'host';
+
 /** What a stage step may use of the running Trainer (one per run; state is the trainer's). */
 export interface StageContext {
   readonly cfg: TrainConfig;
@@ -33,8 +48,11 @@ export interface StageContext {
   take(k: number): TaskItem[];
   /** Sampling options of the step in flight with the seed of (run seed, stage, step, purpose, unit). */
   sampling(n: number, purpose: number, unit?: number): SamplingOptions;
-  /** Runs `f`, adding its wall seconds to `phase` of the step's phaseSeconds metric. */
-  timed<T>(phase: string, f: () => Promise<T>): Promise<T>;
+  /**
+   * Runs `f`, adding its wall seconds to `phase` of the step's phaseSeconds metric.
+   * @throws Error when `phase` is not one of the stage's declared {@link TrainingStage.phases}.
+   */
+  timed<T>(phase: StepPhase, f: () => Promise<T>): Promise<T>;
   /** Runs this rank's part of a phase; every rank throws together when any rank failed. */
   allRanks<T>(what: string, f: () => Promise<T>): Promise<T>;
   /** Every rank's value in rank order (one-element list on one process). */
@@ -50,6 +68,12 @@ export interface StageContext {
 /** One training stage. */
 export interface TrainingStage {
   readonly name: Stage;
+  /**
+   * The phases its step times through `ctx.timed` (GRPO: rollout, judge, reference, update; OPSD:
+   * rollout, update; SFT: update). Every step line of the stage carries these, then `allreduce`
+   * (data parallel), `optimizer`, `checkpoint` and `host`, in that order, 0 when a phase did not run.
+   */
+  readonly phases: readonly StepPhase[];
   /** Steps of the stage (its config section's `steps`). */
   steps(cfg: TrainConfig): number;
   /** Peak learning rate of the stage's fresh AdamW. */
