@@ -6,7 +6,7 @@
  * redoes exactly that step. Also: the same judge options for train as for eval (flags and YAML).
  */
 import { expect } from 'chai';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -15,38 +15,10 @@ import yargs from 'yargs';
 import { resolveConfig } from '../lib/config/train.js';
 import { Trainer, TrainingStoppedError, type RewardResult, type TrainItem } from '../lib/train/trainer.js';
 import { resolveCheckpoint } from '../lib/train/checkpoint.js';
-import type { TrainBackend } from '../lib/train/backend.js';
 import { addJudgeOptions, judgeFlagsToConfig, checkJudge, JUDGE_DEFAULTS } from '../lib/judge/factory.js';
 import { judgeHealth, type Verdict } from '../lib/judge/types.js';
 import { startFakeLlm } from './helpers/fake-llm.js';
-
-/** A backend with no model: fixed rollouts, zero losses, finite grad norms; saveState writes a marker. */
-function fakeBackend(): TrainBackend & { saved: string[] } {
-  const saved: string[] = [];
-  return {
-    saved,
-    promptIds: async (m) => [1, 2, m[m.length - 1].content.length % 7],
-    answerIds: async () => [3, 4],
-    generate: async (prompts, o) => prompts.flatMap((_, p) => Array.from({ length: o.n }, (_, k) => ({ promptIndex: p, tokenIds: [5 + k, 6], logprobs: [-1, -1], text: `plan ${p}.${k}`, finishReason: 'stop' as const }))),
-    completionLogprobs: async (seqs) => seqs.map((s) => s.completionIds.map(() => -1)),
-    opsdBackward: async () => ({ loss: 0.5 }),
-    grpoBackward: async () => ({ loss: 0.1, meanKl: 0, clipFraction: 0 }),
-    sftBackward: async () => ({ loss: 1 }),
-    optimizerStep: async () => ({ gradNorm: 1, lr: 1e-3, skipped: false }),
-    zeroGrad: () => {},
-    resetOptimizer: () => {},
-    snapshotAdapter: () => {},
-    emaUpdate: () => {},
-    saveState: async (dir) => {
-      mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, 'adapter.txt'), 'x');
-      saved.push(dir);
-    },
-    loadState: async () => {},
-    seedStep: () => {},
-    memory: () => ({}),
-  };
-}
+import { fakeBackend } from './helpers/fake-backend.js';
 
 const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({ id: `q${i}`, question: `question ${i}`, reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' }));
 
