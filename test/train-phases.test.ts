@@ -1,0 +1,183 @@
+/**
+ * Phase seconds of a training step (lib/train/stages/stage.ts StepPhase): every metrics.jsonl step
+ * line carries every phase of its stage (0 when it did not run) plus the checkpoint written after
+ * the step and `host`, adding up to `stepSeconds`; the progress line shows the same phases. The
+ * `train` command on the embedded tiny model, then the Trainer over a model-free backend for the
+ * paths a real run rarely takes (a failed checkpoint, the non-finite stop) and writeCheckpoint's
+ * commit hook (a step's line lands before its checkpoint is committed).
+ */
+import { expect } from 'chai';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ensureDefaultModel } from '../lib/train/run.js';
+import { resolveCheckpoint, writeCheckpoint, type TrainerState } from '../lib/train/checkpoint.js';
+import { resolveConfig } from '../lib/config/train.js';
+import { Trainer, formatPhases, stepPhases, type TrainItem } from '../lib/train/trainer.js';
+import { STAGES } from '../lib/train/stages/index.js';
+import { cli } from './helpers/run.js';
+import { fakeBackend } from './helpers/fake-backend.js';
+
+const GRPO_PHASES = ['rollout', 'judge', 'reference', 'update', 'optimizer', 'checkpoint', 'host'];
+const OPSD_PHASES = ['rollout', 'update', 'optimizer', 'checkpoint', 'host'];
+const SFT_PHASES = ['update', 'optimizer', 'checkpoint', 'host'];
+
+type Line = Record<string, unknown> & { phaseSeconds?: Record<string, number>; stepSeconds?: number; globalStep: number; stage: string };
+const readLines = (run: string): Line[] => readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Line);
+const sum = (o: Record<string, number>) => Object.values(o).reduce((a, b) => a + b, 0);
+
+/** Every step line: the stage's phase keys in order, each a finite number ≥ 0, adding up to stepSeconds. */
+function checkStepLine(l: Line, keys: string[]): void {
+  const where = `${l.stage} step line ${l.globalStep}`;
+  expect(Object.keys(l.phaseSeconds ?? {}), where).to.deep.equal(keys);
+  for (const [k, v] of Object.entries(l.phaseSeconds!)) expect(Number.isFinite(v) && v >= 0, `${where}: ${k} = ${v}`).to.equal(true);
+  expect(Math.abs(sum(l.phaseSeconds!) - l.stepSeconds!), `${where}: phases add up to stepSeconds`).to.be.below(1e-9);
+  expect((l.completionTokens as number) / l.stepSeconds!, `${where}: tokensPerSecond over stepSeconds`).to.be.closeTo(l.tokensPerSecond as number, 1e-6 * (l.tokensPerSecond as number));
+}
+
+describe('train: phase seconds in every step line and the progress line', function () {
+  this.timeout(300000);
+  let tmp: string;
+  before(() => {
+    ensureDefaultModel();
+    tmp = mkdtempSync(join(tmpdir(), 'pg-phases-'));
+  });
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+
+  it('train (tiny model): every phase key on every step line, checkpoint > 0 exactly on the steps that checkpointed, phases add up to stepSeconds', async () => {
+    const out = join(tmp, 'run');
+    // Checkpoints after OPSD step 2 (global 2), GRPO step 2 (global 5) and the final one after the
+    // last step (global 6); validation after step 3 of each stage (global 3 and 6).
+    const r = await cli(['train', '--out', out, '--opsd-steps', '3', '--grpo-steps', '3', '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2',
+      '--max-new-tokens', '6', '--checkpoint-every', '2', '--validate-every', '3', '--seed', '7']);
+    const log = r.out + r.err;
+    expect(r.code, log).to.equal(0);
+    const lines = readLines(out);
+    const steps = lines.filter((l) => typeof l.loss === 'number');
+    // One line per step and one per validation, nothing else: the checkpoint adds no line.
+    expect(steps.map((l) => `${l.stage}:${l.globalStep}`)).to.deep.equal(['opsd:1', 'opsd:2', 'opsd:3', 'grpo:4', 'grpo:5', 'grpo:6']);
+    const val = lines.filter((l) => 'validation' in l);
+    expect(val.map((l) => l.globalStep)).to.deep.equal([3, 6]);
+    expect(lines).to.have.length(steps.length + val.length);
+    for (const v of val) expect(v.validationSeconds as number).to.be.greaterThan(0);
+    // A step's validation line follows its step line.
+    expect(lines.map((l) => ('validation' in l ? `v${l.globalStep}` : `s${l.globalStep}`))).to.deep.equal(['s1', 's2', 's3', 'v3', 's4', 's5', 's6', 'v6']);
+    for (const l of steps) checkStepLine(l, l.stage === 'grpo' ? GRPO_PHASES : OPSD_PHASES);
+    // The checkpoints the run wrote (its log names each), and the steps whose line has checkpoint > 0.
+    const written = [...log.matchAll(/checkpoint \S*step-(\d+)/g)].map((m) => Number(m[1]));
+    expect(written).to.deep.equal([2, 5, 6]);
+    expect(steps.filter((l) => l.phaseSeconds!.checkpoint! > 0).map((l) => l.globalStep)).to.deep.equal(written);
+    expect(resolveCheckpoint(out).state.globalStep).to.equal(6);
+    // The timed phases ran: rollout and update on every step, judge and reference on GRPO steps.
+    for (const l of steps) for (const k of l.stage === 'grpo' ? ['rollout', 'judge', 'reference', 'update', 'optimizer'] : ['rollout', 'update', 'optimizer']) expect(l.phaseSeconds![k], `${l.stage} ${l.globalStep} ${k}`).to.be.greaterThan(0);
+    // The progress line shows every phase of the line, in its order.
+    expect(log).to.match(/\[opsd\] step 1\/3 loss \S+ rollout \d+\.\ds update \d+\.\ds optimizer \d+\.\ds checkpoint \d+\.\ds host \d+\.\ds \|/);
+    expect(log).to.match(/\[grpo\] step 3\/3 loss \S+ reward \S+ .*rollout \d+\.\ds judge \d+\.\ds reference \d+\.\ds update \d+\.\ds optimizer \d+\.\ds checkpoint \d+\.\ds host \d+\.\ds \|/);
+  });
+
+  describe('model-free backend', () => {
+    const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({ id: `q${i}`, question: `question ${i}`, reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' }));
+    const reward = async (reqs: unknown[]) => reqs.map(() => ({ reward: 0.5, rSpec: 0.5, rGen: 0.5 }));
+    const advantages = (r: number[]) => ({ advantages: r.map(() => 0), keep: r.map(() => true) });
+    const sftCfg = (steps: number, every: number) => resolveConfig({ flags: { stages: ['sft'], sft: { steps, batchSize: 2 } as never, checkpoint: { every }, validation: { every: 0, maxItems: 0 } } as never });
+    const slowSave = () => new Promise<void>((r) => setTimeout(r, 5));
+
+    it('the stages declare the phases they time; formatPhases shows every phase in order, zeros included', () => {
+      expect(stepPhases(STAGES.grpo)).to.deep.equal(GRPO_PHASES);
+      expect(stepPhases(STAGES.opsd)).to.deep.equal(OPSD_PHASES);
+      expect(stepPhases(STAGES.sft)).to.deep.equal(SFT_PHASES);
+      expect(stepPhases(STAGES.grpo, 2)).to.deep.equal(['rollout', 'judge', 'reference', 'update', 'allreduce', 'optimizer', 'checkpoint', 'host']);
+      expect(formatPhases({ rollout: 15.23, judge: 0, update: 10.7, checkpoint: 0.04, host: 0.3 })).to.equal('rollout 15.2s judge 0.0s update 10.7s checkpoint 0.0s host 0.3s');
+    });
+
+    it("each checkpoint's step line is in metrics.jsonl before the checkpoint completes (the report hook sees it)", async () => {
+      const runDir = join(tmp, 'hook');
+      const seen: { dir: string; last: Line }[] = [];
+      await new Trainer(sftCfg(4, 2), {
+        backend: fakeBackend({ onSave: slowSave }), items, reward, advantages, runDir, log: () => {},
+        onCheckpoint: (dir) => void seen.push({ dir, last: readLines(runDir).at(-1)! }),
+      }).run();
+      // Checkpoints after steps 2 and 4 (the last one is the final checkpoint).
+      expect(seen.map((s) => [s.dir.slice(-11), s.last.globalStep])).to.deep.equal([['step-000002', 2], ['step-000004', 4]]);
+      for (const s of seen) expect(s.last.phaseSeconds!.checkpoint).to.be.greaterThan(0);
+      const steps = readLines(runDir);
+      for (const l of steps) checkStepLine(l, SFT_PHASES);
+      expect(steps.map((l) => l.phaseSeconds!.checkpoint! > 0)).to.deep.equal([false, true, false, true]);
+    });
+
+    it('a checkpoint that fails still writes its step line, with the seconds it took', async () => {
+      const runDir = join(tmp, 'failing');
+      let err: unknown;
+      try {
+        await new Trainer(sftCfg(4, 2), {
+          backend: fakeBackend({ onSave: async (call) => { await slowSave(); if (call === 2) throw new Error('disk full'); } }), items, reward, advantages, runDir, log: () => {},
+        }).run();
+      } catch (e) {
+        err = e;
+      }
+      expect((err as Error)?.message).to.equal('disk full');
+      const steps = readLines(runDir);
+      expect(steps.map((l) => l.globalStep)).to.deep.equal([1, 2, 3, 4]);
+      for (const l of steps) checkStepLine(l, SFT_PHASES);
+      expect(steps[3]!.phaseSeconds!.checkpoint).to.be.greaterThan(0);
+      expect(resolveCheckpoint(runDir).state.globalStep).to.equal(2);
+    });
+
+    it("a checkpoint whose step line cannot be written is not committed (no committed checkpoint lacks its step's line)", async () => {
+      const runDir = join(tmp, 'unwritable-metrics');
+      let err: unknown;
+      try {
+        await new Trainer(sftCfg(4, 2), {
+          backend: fakeBackend({
+            onSave: (call) => {
+              // The final checkpoint (after step 4): metrics.jsonl turns into a directory.
+              if (call !== 2) return;
+              rmSync(join(runDir, 'metrics.jsonl'));
+              mkdirSync(join(runDir, 'metrics.jsonl'));
+            },
+          }), items, reward, advantages, runDir, log: () => {},
+        }).run();
+      } catch (e) {
+        err = e;
+      }
+      expect((err as Error)?.message).to.contain('metrics.jsonl');
+      expect(resolveCheckpoint(runDir).state.globalStep).to.equal(2);
+      expect(existsSync(join(runDir, 'checkpoints', 'step-000004'))).to.equal(false);
+    });
+
+    it('the non-finite stop writes the line of the step that stopped it, with its checkpoint', async () => {
+      const runDir = join(tmp, 'nan');
+      let err: unknown;
+      try {
+        await new Trainer(sftCfg(6, 0), { backend: fakeBackend({ sftLoss: NaN, onSave: slowSave }), items, reward, advantages, runDir, log: () => {} }).run();
+      } catch (e) {
+        err = e;
+      }
+      expect((err as Error)?.message).to.match(/3 consecutive non-finite steps/);
+      const steps = readLines(runDir);
+      expect(steps.map((l) => [l.globalStep, l.skipped])).to.deep.equal([[1, true], [2, true], [3, true]]);
+      for (const l of steps) checkStepLine(l, SFT_PHASES);
+      expect(steps.map((l) => l.phaseSeconds!.checkpoint! > 0)).to.deep.equal([false, false, true]);
+    });
+
+    it('writeCheckpoint runs beforeCommit with the checkpoint complete but not yet in place; when it throws nothing is committed', async () => {
+      const run = mkdtempSync(join(tmp, 'commit-'));
+      const state = (step: number): TrainerState => ({ version: 1, stageIndex: 0, stageStep: step, globalStep: step, cursor: { epoch: 0, position: 0 }, validation: [], stageDone: false, seed: 1, config: {}, wallSeconds: 0 });
+      const root = join(run, 'checkpoints');
+      let atHook: string[] = [];
+      await writeCheckpoint(run, state(1), async () => {}, { beforeCommit: () => void (atHook = readdirSync(root)) });
+      expect(atHook.filter((n) => n.startsWith('.tmp-step-000001'))).to.have.length(1);
+      expect(atHook).to.not.include('step-000001');
+      expect(resolveCheckpoint(run).state.globalStep).to.equal(1);
+      let threw = false;
+      try {
+        await writeCheckpoint(run, state(2), async () => {}, { beforeCommit: () => { throw new Error('metrics.jsonl: disk full'); } });
+      } catch {
+        threw = true;
+      }
+      expect(threw).to.equal(true);
+      expect(existsSync(join(root, 'step-000002'))).to.equal(false);
+      expect(resolveCheckpoint(run).state.globalStep).to.equal(1);
+    });
+  });
+});
