@@ -7,14 +7,18 @@
  * grpoBackward, optimizerStep), lib/judge/local.ts localJudgeForModel + lib/judge/rewards.ts
  * makeRewardFn, lib/train/advantages.ts, questions from data/sample/papergym-sample.jsonl.
  *
- * Phases (sequential here, each ended by a device synchronise; the trainer overlaps judging with
- * sampling, so its step can be shorter than the sum):
+ * Phases — the names and JSON keys (`phaseSeconds`, `stepSeconds`, `completionTokens`) of the
+ * trainer's metrics.jsonl step lines (lib/train/stages/stage.ts StepPhase), so the two compare
+ * line by line (`--compare RUN_DIR`, or scripts/bench/compare_phases.mjs). Sequential here, each
+ * ended by a device synchronise; the trainer overlaps judging with sampling, so its judge phase is
+ * only the wait after the last rollout chunk:
  *   rollout    Q×G completions (temperature 1.1, top-p 0.95, top-k 20, no early stop forced:
  *              random weights rarely sample a stop id, so rows run ~N tokens)
  *   judge      every (completion, rubric item) pair: instance items + general items
  *   reference  logprobs of the completions under the stage-start snapshot (KL reference)
- *   backward   GRPO loss + backward in micro-batches of --micro-batch sequences
+ *   update     GRPO loss forward + backward in micro-batches of --micro-batch sequences
  *   optimizer  clip 1.0 + AdamW
+ *   host       the rest of the step (prompt building, advantages, batch assembly)
  * Peak memory per phase: the allocator's peak allocated bytes within the phase (reset at its
  * start) on CUDA; process RSS on CPU. `--empty-cache` releases cached blocks between phases
  * (native().cudaEmptyCache()) and reports reserved bytes too.
@@ -26,17 +30,19 @@
  *          --recompute (activation recomputation in backward)  --empty-cache  --json FILE
  *          --no-prefix-sharing (local judge: one full prefill per (plan, item) instead of one prefill
  *          of each plan's shared question + plan)
+ *          --compare RUN_DIR (print this step next to the median GRPO step of a `train` run dir)
  */
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomModel } from './checkpoints.mjs';
 import { benchArgs, deviceOf, dtypeOf, gib, lib, printTable, writeJson } from './harness.mjs';
+import { GRPO_PHASES, comparePhases, printComparison, readRunConfig, readStepLines } from './compare_phases.mjs';
 
 const a = benchArgs({
   shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, model: { type: 'string' },
   questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '1024' },
   'micro-batch': { type: 'string', default: '8' }, 'judge-batch': { type: 'string', default: '32' }, recompute: { type: 'boolean', default: false }, 'no-prefix-sharing': { type: 'boolean', default: false },
-  'empty-cache': { type: 'boolean', default: false },
+  'empty-cache': { type: 'boolean', default: false }, compare: { type: 'string' },
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
@@ -98,20 +104,31 @@ const totalTokens = seqs.reduce((s, x) => s + x.completionIds.length, 0);
 const opts = { epsLow: cfg.grpo.epsLow, epsHigh: cfg.grpo.epsHigh, betaKl: cfg.grpo.betaKl, temperature: cfg.sampling.temperature, aggregation: cfg.grpo.aggregation, totalSequences: seqs.length, totalCompletionTokens: totalTokens, maxCompletionLength: N };
 const batch = kept.map((x, j) => ({ seq: seqs[j], oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j], advantage: x.adv }));
 let loss = 0;
-await phase('backward', async () => {
+await phase('update', async () => {
   for (let i = 0; i < batch.length; i += MB) loss += (await backend.grpoBackward(batch.slice(i, i + MB), opts)).loss;
 });
 const opt = await phase('optimizer', () => backend.optimizerStep(cfg.optim.maxGradNorm));
 const total = (performance.now() - tStep) / 1000;
 const judgeStats = judge.stats();
+// The trainer's phaseSeconds: every phase, `host` the rest of the step, adding up to stepSeconds.
+const phaseSeconds = Object.fromEntries(GRPO_PHASES.map((p) => [p, phases.find((x) => x.phase === p)?.seconds ?? 0]));
+phaseSeconds.host = Math.max(0, total - phases.reduce((s, p) => s + p.seconds, 0));
 
 console.log(`GRPO step: ${a.model ?? a.shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${Q} questions × ${G} completions × ≤ ${N} new tokens (${newTokens} sampled); local judge (${judgeStats.requests} prompts, ${judgeStats.promptTokens} prompt tokens); micro-batch ${MB}${a.recompute ? ', recompute' : ''}${a['empty-cache'] ? ', empty-cache between phases' : ''}`);
-const sum = phases.reduce((s, p) => s + p.seconds, 0);
 printTable(['phase', 'seconds', 'share', 'peak allocated GiB', 'peak reserved GiB'], [
-  ...phases.map((p) => [p.phase, p.seconds.toFixed(2), `${((100 * p.seconds) / sum).toFixed(1)}%`, gib(p.peak_allocated_bytes ?? p.rss_bytes), gib(p.peak_reserved_bytes)]),
-  ['total (incl. host work)', total.toFixed(2), '', '', ''],
+  ...phases.map((p) => [p.phase, p.seconds.toFixed(2), `${((100 * p.seconds) / total).toFixed(1)}%`, gib(p.peak_allocated_bytes ?? p.rss_bytes), gib(p.peak_reserved_bytes)]),
+  ['host', phaseSeconds.host.toFixed(2), `${((100 * phaseSeconds.host) / total).toFixed(1)}%`, '', ''],
+  ['step', total.toFixed(2), '', '', ''],
 ]);
 if (!cuda) console.log('(CPU: the peak column is the process RSS at the end of each phase)');
 console.log(`rollout ${(newTokens / phases[0].seconds).toFixed(0)} new tokens/s; loss ${loss.toFixed(4)}; grad norm ${opt.gradNorm.toExponential(3)}; mean reward ${(rewards.reduce((s, r) => s + r.reward, 0) / rewards.length).toFixed(3)}`);
-writeJson(a.json, { config: { ...a, dtype, modelDir }, new_tokens: newTokens, completion_tokens: totalTokens, judge: judgeStats, loss, grad_norm: opt.gradNorm, total_seconds: total, phases });
+const result = {
+  config: { ...a, dtype, modelDir }, new_tokens: newTokens, completionTokens: totalTokens, judge: judgeStats, loss, gradNorm: opt.gradNorm,
+  stepSeconds: total, tokensPerSecond: totalTokens / total, phaseSeconds, phases,
+};
+writeJson(a.json, result);
+if (a.compare) {
+  console.log(`\nthis step next to the GRPO steps of ${a.compare}:`);
+  printComparison(comparePhases(result, readStepLines(a.compare, 'grpo'), readRunConfig(a.compare)));
+}
 model.dispose();

@@ -48,6 +48,10 @@ for step in "$@"; do
     memplan17u) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --json $OUT/memplan_1.7b_uncapped.json 2>&1 | tail -8 ;;
     # the trainer itself at 1.7B shapes, 3 OPSD + 3 GRPO steps, phase seconds per step (issue 15)
     trainphases) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --json $OUT/train_phases_1.7b.json 2>&1 | tail -12 ;;
+    # the trainer's GRPO step next to grpo_step.mjs phase by phase, same shapes (8 × 8 × 1024, micro-batch 8): 3 GRPO steps of train, then the comparison table
+    phasecompare) timeout 200 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -14
+      timeout 330 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-phasecompare --json $OUT/train_grpo_1.7b.json 2>&1 | tail -5
+      node scripts/bench/compare_phases.mjs --bench $OUT/grpo_step.json --run /tmp/pg-phasecompare --json $OUT/phase_compare.json ;;
     gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
     gen256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --no-ref --json $OUT/generate_256.json 2>&1 | tail -12 ;;
     # decode attention A/B (live-KV kernel vs masked over every slot) as the trainer's rollouts run:
