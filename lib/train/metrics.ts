@@ -15,9 +15,16 @@ export interface StepMetrics {
   loss: number;
   lr: number;
   gradNorm: number;
+  /** completionTokens / stepSeconds. */
   tokensPerSecond: number;
   completionTokens: number;
+  /** Wall seconds of the step, the checkpoint written after it included (validation not). */
   stepSeconds: number;
+  /**
+   * Wall seconds per phase (lib/train/stages/stage.ts StepPhase): every phase of the stage, 0 when
+   * it did not run, then optimizer, checkpoint, host; they add up to stepSeconds.
+   */
+  phaseSeconds: Record<string, number>;
   /** Extra stage-specific fields (jsd, reward mean/std, pass rates, kl, clipFraction, memory…). */
   [k: string]: unknown;
 }
