@@ -184,6 +184,19 @@ describe('report', function () {
     expect(readFileSync(join(r.plotsDir, 'validation.svg'), 'utf8')).to.contain('stop');
   });
 
+  it("a stopped run's last line (stopped, error) is a note, not a row replacing its last step", () => {
+    const dir = join(tmp, 'stopped');
+    mkdirSync(dir);
+    const rows = [
+      ...[1, 2].map((s) => ({ stage: 'grpo', step: s, globalStep: s, loss: 0.1 * s, phaseSeconds: { rollout: 1, host: 0.1 } })),
+      { stage: 'grpo', step: 2, globalStep: 2, stopped: 'JudgeHealthError', error: 'judge x: GRPO step 3: 8 of 8 verdicts are null' },
+    ];
+    writeFileSync(join(dir, 'metrics.jsonl'), rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const run = readRun(dir);
+    expect(run.steps.map((r) => r.loss)).to.deep.equal([0.1, 0.2]);
+    expect(run.notes).to.include('stopped after global step 2: judge x: GRPO step 3: 8 of 8 verdicts are null');
+  });
+
   it('a train run appends to its live report: report on a dir being written reads what is there', () => {
     appendFileSync(join(runB, 'metrics.jsonl'), '{"stage":"grpo","step":4,"glo');
     const run = readRun(runB);

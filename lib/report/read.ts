@@ -117,6 +117,11 @@ export function readRun(dir: string, label?: string): RunData {
       firstBad ||= i + 1;
       return;
     }
+    // The line a stopped run appends (stage, the last finished step, `stopped`, `error`): a note, not a step row (it would replace that step's row).
+    if (typeof o.stopped === 'string') {
+      run.notes.push(`stopped after global step ${gs}: ${typeof o.error === 'string' ? o.error.split('\n')[0] : o.stopped}`);
+      return;
+    }
     if (o.event === 'early_stop') {
       run.earlyStops.push({ stage, globalStep: gs });
       return;
