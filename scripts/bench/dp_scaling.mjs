@@ -3,7 +3,7 @@
  * Data-parallel scaling of the trainer: the same `train` run (same flags, same
  * global batch) on 1 process and with `--nproc-per-node P` (one GPU each, NCCL), on a random-weight
  * Qwen3 of --shape; reads each run's metrics.jsonl (rank 0's, aggregated over ranks).
- * Reports per run: median step seconds (first step dropped: warm-up), completion tokens/s, the
+ * Reports per run: median step seconds without the checkpoint (first step dropped: warm-up), completion tokens/s, the
  * gradient all-reduce seconds per step (P > 1), and the speed-up, scaling efficiency
  * (speed-up / P) and the max |Δ| between the two final adapters (bf16 runs: not bit-equal; the
  * tolerance is discussed in docs/performance.md).
@@ -59,10 +59,12 @@ function run(name, extra) {
   const recs = readFileSync(join(out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => typeof m.stepSeconds === 'number');
   const timed = recs.length > 1 ? recs.slice(1) : recs;
   const med = median;
+  // The step without the checkpoint after it (the final one, rank 0 only; stepSeconds includes it).
+  const compute = (m) => m.stepSeconds - (m.phaseSeconds?.checkpoint ?? 0);
   return {
     name, processes: extra.length ? P : 1, wallSeconds: (Date.now() - t0) / 1000, steps: recs.length,
-    stepSeconds: med(timed.map((m) => m.stepSeconds)), completionTokens: med(timed.map((m) => m.completionTokens)),
-    tokensPerSecond: med(timed.map((m) => m.completionTokens / m.stepSeconds)),
+    stepSeconds: med(timed.map(compute)), completionTokens: med(timed.map((m) => m.completionTokens)),
+    tokensPerSecond: med(timed.map((m) => m.completionTokens / compute(m))),
     allReduceSeconds: med(timed.map((m) => m.allReduceSeconds ?? 0)), allReduceBytes: timed[0]?.allReduceBytes ?? 0,
     stepSecondsPerRank: timed.map((m) => m.stepSecondsPerRank ?? [m.stepSeconds]), out,
   };
