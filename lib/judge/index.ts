@@ -8,7 +8,7 @@ export { parseBinaryVerdict, parsePlanVerdicts, readPlanVerdicts, VERDICT_KEYS, 
 export { computeReward, scorePlans, summariseRewards, makeRewardFn, DEFAULT_ALPHA, type RewardBreakdown, type RewardOptions, type RewardInput } from './rewards.js';
 export { HttpJudge, createHttpJudge, JUDGE_TOP_LOGPROBS, type HttpJudgeOptions, type CreateHttpJudgeOptions, type ChatLike } from './http.js';
 export { JudgeCache, requestHash } from './cache.js';
-export { LocalJudge, localJudgeForModel, openLocalJudge, sequenceLogprobsScorer, scorerFromLastLogits, modelLastLogits, yesProbability, yesProbabilityFromLogprobs, type AnswerScorer, type LastLogitsFn, type LocalJudgeOptions, type LocalModelJudgeOptions } from './local.js';
+export { LocalJudge, localJudgeForModel, openLocalJudge, sequenceLogprobsScorer, scorerFromLastLogits, modelLastLogits, yesProbability, yesProbabilityFromLogprobs, type AnswerScorer, type LastLogitsFn, type LocalJudgeOptions, type LocalJudgeTimings, type LocalModelJudgeOptions } from './local.js';
 export { runProbe, attackPlan, formatProbe, ATTACKS, DEFAULT_ATTACKS, type Attack, type AttackResult, type ProbeReport } from './probe.js';
 export { addJudgeOptions, httpJudgeFromArgs, httpJudgeFromConfig, localJudgeOptionsFromArgs, localJudgeOptionsFromConfig, judgeConfigFromArgs, judgeFlagsToConfig, checkJudge, type JudgeArgs } from './factory.js';
 export { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from './config.js';

@@ -304,6 +304,26 @@ export interface LocalJudgeOptions {
 }
 
 /**
+ * Cumulative host wall seconds of {@link LocalJudge.judge} by part, over all calls since the judge
+ * was created (performance.now() differences; `score` includes the scorers' device work, which on
+ * CUDA ends with the device-to-host copy of each call's logprobs).
+ */
+export interface LocalJudgeTimings {
+  /** judge() calls. */
+  calls: number;
+  /** Chat-template rendering of the judge prompts (@huggingface/jinja) and deduplication. */
+  render: number;
+  /** Tokenizing the rendered prompts (the `tokenizers` Rust pool). */
+  tokenize: number;
+  /** Grouping prompts by plan and finding each group's shared token prefix. */
+  group: number;
+  /** Inside the scorers (prefix scorer and per-prompt scorer): array building plus the native calls. */
+  score: number;
+  /** P(yes) from the logprobs and the verdict objects. */
+  map: number;
+}
+
+/**
  * Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. Disposable:
  * `close()` (or `using`) ends it, and disposes `options.owned` (the judge's own model from
  * {@link openLocalJudge}); later `judge` calls reject with `ERR_PG_DISPOSED`.
@@ -311,6 +331,7 @@ export interface LocalJudgeOptions {
 export class LocalJudge implements Judge, Disposable {
   readonly name: string;
   private readonly s: JudgeStats = emptyStats();
+  private readonly t: LocalJudgeTimings = { calls: 0, render: 0, tokenize: 0, group: 0, score: 0, map: 0 };
   private constructor(
     private readonly o: LocalJudgeOptions,
     readonly yesIds: number[],
@@ -337,6 +358,11 @@ export class LocalJudge implements Judge, Disposable {
     return { ...this.s };
   }
 
+  /** Host seconds by part of every {@link judge} call so far (see {@link LocalJudgeTimings}). */
+  timings(): LocalJudgeTimings {
+    return { ...this.t };
+  }
+
   private closed = false;
 
   /** Ends the judge (and disposes `options.owned`). Idempotent. */
@@ -360,6 +386,14 @@ export class LocalJudge implements Judge, Disposable {
   /** Judges every (request, item) with batched prefills; identical prompts are evaluated once. */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
     if (this.closed) throw disposedError(`judge ${this.name}`);
+    const tm = this.t;
+    tm.calls++;
+    let t0 = performance.now();
+    const lap = (k: 'render' | 'tokenize' | 'group' | 'score' | 'map') => {
+      const now = performance.now();
+      tm[k] += (now - t0) / 1000;
+      t0 = now;
+    };
     const texts: string[] = [];
     const slots: { r: number; k: number; u: number }[] = [];
     const uniq = new Map<string, number>();
@@ -375,7 +409,9 @@ export class LocalJudge implements Judge, Disposable {
         slots.push({ r, k, u });
       }),
     );
+    lap('render');
     const ids = await this.o.tokenizer.encodeBatch(texts);
+    lap('tokenize');
     const probs: ({ pYes: number; mass: number } | undefined)[] = new Array(texts.length);
     const limit = (this.o.maxContext ?? Infinity) - 1;
     let runnable = ids.map((_, u) => u).filter((u) => ids[u].length <= limit);
@@ -400,23 +436,32 @@ export class LocalJudge implements Judge, Disposable {
         const P = commonPrefixLength(us.map((u) => ids[u]));
         if (P < (this.o.minSharedPrefix ?? 32) || us.some((u) => ids[u].length <= P)) continue;
         opts.signal?.throwIfAborted();
-        const lp = await this.o.prefixScorer(ids[us[0]].slice(0, P), us.map((u) => ids[u].slice(P)), candidates, opts.signal);
+        const prefix = ids[us[0]].slice(0, P);
+        const suffixes = us.map((u) => ids[u].slice(P));
+        lap('group');
+        const lp = await this.o.prefixScorer(prefix, suffixes, candidates, opts.signal);
+        lap('score');
         this.s.requests += us.length;
         this.s.promptTokens += P + us.reduce((a, u) => a + ids[u].length - P, 0);
         lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
         for (const u of us) done.add(u);
+        lap('map');
       }
       runnable = runnable.filter((u) => !done.has(u));
     }
+    lap('group');
     const bs = Math.max(1, this.o.batchSize ?? 16);
     for (let i = 0; i < runnable.length; i += bs) {
       opts.signal?.throwIfAborted();
       const us = runnable.slice(i, i + bs);
       const chunk = us.map((u) => ids[u]);
+      lap('group');
       const lp = await this.o.scorer!(chunk, candidates, opts.signal);
+      lap('score');
       this.s.requests += chunk.length;
       this.s.promptTokens += chunk.reduce((a, c) => a + c.length, 0);
       lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
+      lap('map');
     }
     this.s.failures += tooLong;
     this.s.cacheHits += slots.length - texts.length;
@@ -432,6 +477,7 @@ export class LocalJudge implements Judge, Disposable {
       out[r][k] = { itemId, met: p.pYes > thr, prob: p.pYes, raw: `P(yes)=${p.pYes.toFixed(4)} mass=${p.mass.toExponential(2)}` };
     }
     for (const vs of out) countVerdicts(this.s, vs);
+    lap('map');
     return out;
   }
 }
