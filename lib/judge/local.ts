@@ -227,6 +227,9 @@ export function commonPrefixLength(seqs: number[][]): number {
   return n;
 }
 
+/** Stands in for the rubric item when a plan's prompt is rendered once to find its head (private-use code points). */
+const ITEM_MARKER = '\uE000papergym-rubric-item\uE001';
+
 /** Default answer-token strings (summed per side). */
 export const YES_STRINGS = ['Yes', 'yes', 'YES', ' Yes', ' yes'];
 export const NO_STRINGS = ['No', 'no', 'NO', ' No', ' no'];
@@ -299,6 +302,12 @@ export interface LocalJudgeOptions {
    */
   prefixScorer?: PrefixScorer;
   minSharedPrefix?: number;
+  /**
+   * Tokenize each plan's prompt head (template, question, plan) once and only the item-specific
+   * tail per rubric item, where {@link Tokenizer.concatSafe} proves the ids equal tokenizing the
+   * whole prompt (default true; false = every prompt tokenized whole). Same ids either way.
+   */
+  tokenSplit?: boolean;
   /** Disposed by `close()`: a model the judge owns (openLocalJudge's). */
   owned?: { dispose(): void };
 }
@@ -321,6 +330,9 @@ export interface LocalJudgeTimings {
   score: number;
   /** P(yes) from the logprobs and the verdict objects. */
   map: number;
+  /** Distinct prompts tokenized as plan head + item tail (token split), and tokenized whole. */
+  promptsSplit: number;
+  promptsWhole: number;
 }
 
 /**
@@ -331,7 +343,7 @@ export interface LocalJudgeTimings {
 export class LocalJudge implements Judge, Disposable {
   readonly name: string;
   private readonly s: JudgeStats = emptyStats();
-  private readonly t: LocalJudgeTimings = { calls: 0, render: 0, tokenize: 0, group: 0, score: 0, map: 0 };
+  private readonly t: LocalJudgeTimings = { calls: 0, render: 0, tokenize: 0, group: 0, score: 0, map: 0, promptsSplit: 0, promptsWhole: 0 };
   private constructor(
     private readonly o: LocalJudgeOptions,
     readonly yesIds: number[],
@@ -383,6 +395,79 @@ export class LocalJudge implements Judge, Disposable {
     return this.o.tokenizer.encode(text);
   }
 
+  /**
+   * Token ids of every (request, item) judge prompt, `[request][item]`, through the same path as
+   * {@link judge} (with the token split when it applies); each equals {@link promptIds} of that
+   * (question, plan, item).
+   */
+  async promptIdsFor(requests: JudgeRequest[]): Promise<number[][][]> {
+    const { slots, ids } = await this.encodePrompts(requests, () => {});
+    const out: number[][][] = requests.map((r) => new Array(r.items.length));
+    for (const { r, k, u } of slots) out[r][k] = ids[u];
+    return out;
+  }
+
+  /**
+   * Renders every (request, item) prompt (identical texts once: `slots[i].u` indexes `texts` and
+   * `ids`) and tokenizes them in one batch. Token split (`tokenSplit`, default on): the part of a
+   * plan's prompts before its rubric item — template head, question, plan, up to the last line end
+   * before the item, found by rendering the plan once with a marker in place of the item — is
+   * tokenized once per plan, and only the rest of each prompt (item, instructions, generation
+   * prompt) per item; a prompt is split only when its rendered text starts with that head and
+   * {@link Tokenizer.concatSafe} holds for the two parts (then the ids equal tokenizing the whole
+   * text), else it is tokenized whole. Identical heads and tails are tokenized once.
+   */
+  private async encodePrompts(requests: JudgeRequest[], lap: (k: 'render' | 'tokenize') => void): Promise<{ texts: string[]; slots: { r: number; k: number; u: number }[]; ids: number[][] }> {
+    const tok = this.o.tokenizer;
+    const split = this.o.tokenSplit !== false && tok.lineSplit === true;
+    const texts: string[] = [];
+    const slots: { r: number; k: number; u: number }[] = [];
+    const uniq = new Map<string, number>();
+    // Per unique text: [head index, tail index] into `parts`, or the text's own index there (whole).
+    const plan: (number | [number, number])[] = [];
+    const parts: string[] = [];
+    const partIndex = new Map<string, number>();
+    const part = (x: string) => {
+      let i = partIndex.get(x);
+      if (i === undefined) {
+        i = parts.length;
+        partIndex.set(x, i);
+        parts.push(x);
+      }
+      return i;
+    };
+    const render = (req: JudgeRequest, text: string) => this.o.template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, { id: '', text }, this.prompt) }], { addGenerationPrompt: true, enableThinking: false });
+    requests.forEach((req, r) => {
+      let head: string | undefined;
+      if (split && req.items.length > 1) {
+        const marked = render(req, ITEM_MARKER);
+        const at = marked.indexOf(ITEM_MARKER);
+        const nl = at > 0 ? marked.lastIndexOf('\n', at - 1) : -1;
+        if (nl >= 0) head = marked.slice(0, nl + 1);
+      }
+      req.items.forEach((it, k) => {
+        const t = render(req, it.text);
+        let u = uniq.get(t);
+        if (u === undefined) {
+          u = texts.length;
+          uniq.set(t, u);
+          texts.push(t);
+          const tail = head !== undefined && t.startsWith(head) ? t.slice(head.length) : undefined;
+          plan.push(tail !== undefined && tok.concatSafe(head!, tail) ? [part(head!), part(tail)] : part(t));
+        }
+        slots.push({ r, k, u });
+      });
+    });
+    lap('render');
+    const partIds = await tok.encodeBatch(parts);
+    const ids = plan.map((p) => (typeof p === 'number' ? partIds[p] : partIds[p[0]].concat(partIds[p[1]])));
+    lap('tokenize');
+    const nSplit = plan.filter((p) => typeof p !== 'number').length;
+    this.t.promptsSplit += nSplit;
+    this.t.promptsWhole += plan.length - nSplit;
+    return { texts, slots, ids };
+  }
+
   /** Judges every (request, item) with batched prefills; identical prompts are evaluated once. */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
     if (this.closed) throw disposedError(`judge ${this.name}`);
@@ -394,24 +479,7 @@ export class LocalJudge implements Judge, Disposable {
       tm[k] += (now - t0) / 1000;
       t0 = now;
     };
-    const texts: string[] = [];
-    const slots: { r: number; k: number; u: number }[] = [];
-    const uniq = new Map<string, number>();
-    requests.forEach((req, r) =>
-      req.items.forEach((it, k) => {
-        const t = this.o.template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, it, this.prompt) }], { addGenerationPrompt: true, enableThinking: false });
-        let u = uniq.get(t);
-        if (u === undefined) {
-          u = texts.length;
-          uniq.set(t, u);
-          texts.push(t);
-        }
-        slots.push({ r, k, u });
-      }),
-    );
-    lap('render');
-    const ids = await this.o.tokenizer.encodeBatch(texts);
-    lap('tokenize');
+    const { texts, slots, ids } = await this.encodePrompts(requests, lap);
     const probs: ({ pYes: number; mass: number } | undefined)[] = new Array(texts.length);
     const limit = (this.o.maxContext ?? Infinity) - 1;
     let runnable = ids.map((_, u) => u).filter((u) => ids[u].length <= limit);
@@ -502,6 +570,8 @@ export interface LocalModelJudgeOptions {
    * floating-point rounding). false = one full prefill per (plan, item).
    */
   prefixSharing?: boolean;
+  /** Tokenize each plan's prompt head once and only the item tails per item where that gives the same ids (default true; see LocalJudgeOptions.tokenSplit). */
+  tokenSplit?: boolean;
   /** `close()` also disposes the model (openLocalJudge: the judge's own copy). Default false: the model is the caller's (e.g. the policy's). */
   ownModel?: boolean;
 }
@@ -526,6 +596,7 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
     template: opts.template ?? ChatTemplate.fromTokenizer(tokenizer),
     batchSize: opts.batchSize,
     threshold: opts.threshold,
+    tokenSplit: opts.tokenSplit,
     variants,
     scorer,
     name: `local:${variants}`,

@@ -38,6 +38,39 @@ export interface DecodeOptions {
   skipSpecialTokens?: boolean;
 }
 
+/**
+ * Pre-tokenizer split patterns whose pre-tokens never reach across a line end followed by a
+ * letter, number, punctuation mark or symbol (see {@link Tokenizer.concatSafe}): Qwen2/Qwen2.5/Qwen3
+ * (digits one by one) and Llama 3 (up to three digits).
+ */
+const LINE_LOCAL_PATTERNS = new Set([
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+]);
+
+/** The first character of a text after which {@link Tokenizer.concatSafe} may split: a letter, number, punctuation mark or symbol. */
+const SAFE_START = /^[\p{L}\p{N}\p{P}\p{S}]/u;
+
+/**
+ * Whether `tokenizer.json` (parsed) is a pipeline for which encode(a + b) = encode(a) ++ encode(b)
+ * whenever `a` ends with '\n' and `b` starts with a letter, number, punctuation mark or symbol.
+ * Requires, each checked here: no truncation or padding; normalizer absent or NFC; pre-tokenizer
+ * = Split(one of {@link LINE_LOCAL_PATTERNS}, Isolated, not inverted) then ByteLevel without
+ * its own regex and without a prefix space; a BPE model without dropout; no added token that
+ * contains a line break or strips / matches whole words around itself.
+ */
+function lineSplitPipeline(t: Record<string, any>): boolean {
+  if (t.truncation || t.padding) return false;
+  if (t.normalizer && t.normalizer.type !== 'NFC') return false;
+  const pt = t.pre_tokenizer;
+  if (!pt || pt.type !== 'Sequence' || !Array.isArray(pt.pretokenizers) || pt.pretokenizers.length !== 2) return false;
+  const [sp, bl] = pt.pretokenizers;
+  if (sp?.type !== 'Split' || sp.behavior !== 'Isolated' || sp.invert || !LINE_LOCAL_PATTERNS.has(sp.pattern?.Regex)) return false;
+  if (bl?.type !== 'ByteLevel' || bl.use_regex || bl.add_prefix_space) return false;
+  if (t.model?.type !== 'BPE' || (t.model.dropout ?? 0) !== 0) return false;
+  return (t.added_tokens ?? []).every((a: Record<string, unknown>) => typeof a.content === 'string' && !/[\r\n]/.test(a.content) && !a.lstrip && !a.rstrip && !a.single_word);
+}
+
 function readJson(path: string): Record<string, unknown> | undefined {
   if (!existsSync(path)) return undefined;
   try {
@@ -79,6 +112,11 @@ export class Tokenizer {
   readonly vocabSize: number;
   /** `tokenizer_config.chat_template` when it is a string (named-template lists: the `default` entry). */
   readonly chatTemplate: string | undefined;
+  /**
+   * True when this tokenizer's pipeline lets {@link concatSafe} split texts at a line end (Qwen2,
+   * Qwen2.5, Qwen3, Llama 3 `tokenizer.json`s; see {@link concatSafe}).
+   */
+  readonly lineSplit: boolean;
   private readonly tk: HfTokenizer;
 
   private constructor(dir: string, tokenizerJson: string, config: Record<string, unknown>, generationConfig?: Record<string, unknown>) {
@@ -87,6 +125,7 @@ export class Tokenizer {
     this.generationConfig = generationConfig;
     this.tk = HfTokenizer.fromString(tokenizerJson);
     const parsed = JSON.parse(tokenizerJson) as { added_tokens?: { id: number; content: string; special?: boolean }[] };
+    this.lineSplit = lineSplitPipeline(parsed as Record<string, any>);
     const added = new Map<number, AddedTokenInfo>();
     for (const t of parsed.added_tokens ?? []) added.set(t.id, { id: t.id, content: t.content, special: !!t.special });
     this.addedTokens = added;
@@ -164,6 +203,31 @@ export class Tokenizer {
     if (!texts.length) return [];
     const es = await this.tk.encodeBatch(texts, { addSpecialTokens: opts.addSpecialTokens ?? false });
     return es.map((e) => e.getIds());
+  }
+
+  /**
+   * True when `encode(a + b)` is exactly `encode(a)` followed by `encode(b)` (no special tokens
+   * added), so a shared head `a` can be tokenized once for many tails: the tokenizer's pipeline
+   * qualifies ({@link lineSplit}), `a` ends with '\n' and `b` starts with a letter, number,
+   * punctuation mark or symbol (Unicode L, N, P, S). False is not a claim that they differ.
+   *
+   * Why, stage by stage (tokenizers' encode: added tokens, normalizer, pre-tokenizer, BPE):
+   * - added tokens are matched on the whole text first; none contains a line break, so none can
+   *   start in `a` and end in `b`, and none strips or checks the characters around it;
+   * - NFC: '\n' is a starter that composes with nothing, so nothing in `b` composes or reorders
+   *   across it: NFC(a + b) = NFC(a) + NFC(b);
+   * - the split pattern: its matches start where the previous one ended and look at most one
+   *   character ahead (`\s+(?!\S)`); a match holding the final '\n' of `a` is one of
+   *   ` ?[^\s\p{L}\p{N}]+[\r\n]*` or `\s*[\r\n]+` (the alternatives before them cannot match '\n', and
+   *   at a run of whitespace ending in '\n' the second succeeds before `\s+(?!\S)` and `\s+` are
+   *   tried), and both stop at the first character of `b`, which is neither whitespace nor a line
+   *   break — exactly where they stop at the end of `a` alone; every earlier match ends inside `a`
+   *   and peeks only inside `a`. So the pre-tokens of `a + b` are those of `a`, then those of `b`;
+   * - byte-level mapping and BPE work within one pre-token.
+   * test/judge-token-split.test.ts checks the equality on the real Qwen3 and Llama 3 tokenizers.
+   */
+  concatSafe(a: string, b: string): boolean {
+    return this.lineSplit && a.endsWith('\n') && SAFE_START.test(b);
   }
 
   /** Text of `ids` (byte-level BPE; invalid UTF-8 sequences become U+FFFD, like transformers' errors="replace"). */
