@@ -34,6 +34,12 @@
  *   suffixes (≈ 10% of each prompt) are run; every answer token is read from the same row (the
  *   full log-softmax at the last position). Plans with one item, or a shared prefix under
  *   `minSharedPrefix` tokens, go through the scorer above.
+ *
+ * Host work per call: every (plan, item) prompt is rendered with the chat template (identical
+ * texts judged once); with `tokenSplit` (default) each plan's prompt head — everything up to the
+ * line end before the item — is tokenized once and only the item tails per item, where
+ * Tokenizer.concatSafe proves that equals tokenizing the whole prompt (else the prompt is
+ * tokenized whole). Seconds by part: {@link LocalJudge.timings}; scripts/bench/judge_host.mjs.
  */
 import { native } from '../native.js';
 import type { JsTensor, PrefixLogprobsArgs, SequenceLogprobsArgs } from '../addon.js';
@@ -440,10 +446,15 @@ export class LocalJudge implements Judge, Disposable {
     requests.forEach((req, r) => {
       let head: string | undefined;
       if (split && req.items.length > 1) {
-        const marked = render(req, ITEM_MARKER);
-        const at = marked.indexOf(ITEM_MARKER);
-        const nl = at > 0 ? marked.lastIndexOf('\n', at - 1) : -1;
-        if (nl >= 0) head = marked.slice(0, nl + 1);
+        let marked: string | undefined;
+        try {
+          marked = render(req, ITEM_MARKER);
+        } catch {
+          marked = undefined; // only a split point is lost: every prompt below is rendered with its own item
+        }
+        const at = marked?.indexOf(ITEM_MARKER) ?? -1;
+        const nl = at > 0 ? marked!.lastIndexOf('\n', at - 1) : -1;
+        if (nl >= 0) head = marked!.slice(0, nl + 1);
       }
       req.items.forEach((it, k) => {
         const t = render(req, it.text);
