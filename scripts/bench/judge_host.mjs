@@ -120,7 +120,7 @@ const promptTokens = (b1.s.promptTokens - b0.s.promptTokens) / repeat;
 const nItems = requests.reduce((s, r) => s + r.item.rubric.length + general.length, 0);
 const split = (b1.t.promptsSplit - b0.t.promptsSplit) / repeat, whole = (b1.t.promptsWhole - b0.t.promptsWhole) / repeat;
 
-console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens after prefix sharing); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}; mean of ${repeat} calls`);
+console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}; mean of ${repeat} calls`);
 printTable(['part', 'seconds per judge call', 'share'], [
   ...Object.entries(parts).map(([k, v]) => [k, v.toFixed(3), `${((100 * v) / wall).toFixed(1)}%`]),
   ['total (reward call)', wall.toFixed(3), '100%'],
