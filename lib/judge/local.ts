@@ -463,7 +463,8 @@ export class LocalJudge implements Judge, Disposable {
           u = texts.length;
           uniq.set(t, u);
           texts.push(t);
-          const tail = head !== undefined && t.startsWith(head) ? t.slice(head.length) : undefined;
+          // (slice + === compares flat strings with memcmp; startsWith goes character by character)
+          const tail = head !== undefined && t.length > head.length && t.slice(0, head.length) === head ? t.slice(head.length) : undefined;
           plan.push(tail !== undefined && tok.concatSafe(head!, tail) ? [part(head!), part(tail)] : part(t));
         }
         slots.push({ r, k, u });
