@@ -336,7 +336,7 @@ export interface LocalJudgeTimings {
   score: number;
   /** P(yes) from the logprobs and the verdict objects. */
   map: number;
-  /** Distinct prompts tokenized as plan head + item tail (token split), and tokenized whole. */
+  /** Distinct prompts tokenized as plan head + item tail (token split), and tokenized whole (judge and promptIdsFor). */
   promptsSplit: number;
   promptsWhole: number;
 }
