@@ -1,12 +1,14 @@
 /**
- * The local judge's token split (lib/judge/local.ts `tokenSplit`, lib/model/tokenizer.ts
- * `concatSafe`): each plan's prompt head (template, question, plan) is tokenized once and only the
- * item-specific tail per rubric item. Checked on the real tokenizers (Qwen3, Llama 3.1), real judge
+ * The local judge's host shortcuts (lib/judge/local.ts): `tokenSplit` (lib/model/tokenizer.ts
+ * `concatSafe`) — each plan's prompt head (template, question, plan) is tokenized once and only the
+ * item-specific tail per rubric item — and `renderOnce` (lib/model/chat.ts `userContentVerbatim`) —
+ * each plan's prompt rendered once with a marker, the items substituted. Checked on the real tokenizers (Qwen3, Llama 3.1), real judge
  * prompts (prompts/judge-per-item.v1.md, the embedded dataset's questions and rubric items, the
  * general rubric) and plans / items with odd text:
  * - wherever concatSafe holds, encode(head + tail) is exactly encode(head) ++ encode(tail); where it
  *   does not (a tail starting with a space or a line break), the two can differ — the fallback is needed;
- * - the judge's prompt ids with the split equal tokenizing each whole prompt;
+ * - the judge's prompt texts and ids with the shortcuts equal rendering and tokenizing each whole
+ *   prompt (plans quoting the marker, the special tokens or `{{item}}` included);
  * - the verdicts (P(yes), met) are identical with and without the split, through deterministic
  *   scorers of the ids and, when the addon is available, the tiny Qwen3 with prefix sharing.
  */
@@ -64,7 +66,7 @@ function hashLogprob(ids: number[], cand: number): number {
   return -0.05 - (h % 1000) / 250;
 }
 
-describe('judge token split (head once per plan, item tails per item)', function () {
+describe('judge host shortcuts (render once, token split)', function () {
   this.timeout(120000);
   let qwen: Tokenizer;
   let llama: Tokenizer;
@@ -107,12 +109,9 @@ describe('judge token split (head once per plan, item tails per item)', function
     it(`${which}: encode(head + tail) = encode(head) ++ encode(tail) wherever concatSafe holds (real prompt parts and odd texts)`, async () => {
       const tok = which === 'qwen3' ? qwen : llama;
       // Heads: the real prompt heads of every request (rendered up to the line end before the item), plus odd ones.
-      const j = await LocalJudge.create({ tokenizer: qwen, template, scorer: async () => [] });
       const heads = new Set<string>(['<item>\n', 'x  \n', 'end.\n\n', '\t\n', 'é\n', '```\n', '</think>\n', '<|im_start|>user\n', '  \n', '\r\n', '中文\n', "it\n", '<item>', 'word', 'x ', 'end.', '\n\n ']);
       const tails = new Set<string>([...ODD_ITEMS, '\n</item>\n', 'Does', '1.5 more', '中文', '```python\nx = 1\n```', "'ll be fine", '$x^2$', '—dash', 'x\n', '  \nIndented after a blank line.', ' \t\n', '\r\nCRLF first.']);
       for (const req of requests) {
-        const ids = await j.promptIdsFor([req]);
-        expect(ids[0].length).to.equal(req.items.length);
         const rendered = req.items.map((it) => template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, it) }], { addGenerationPrompt: true, enableThinking: false }));
         const marked = template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, { id: '', text: '\uE000' }) }], { addGenerationPrompt: true, enableThinking: false });
         const head = marked.slice(0, marked.lastIndexOf('\n', marked.indexOf('\uE000') - 1) + 1);
@@ -140,31 +139,40 @@ describe('judge token split (head once per plan, item tails per item)', function
     });
   }
 
-  it('the judge\'s prompt ids with the split equal tokenizing each whole prompt; heads are shared, odd items fall back', async () => {
-    const split = await LocalJudge.create({ tokenizer: qwen, template, scorer: async () => [] });
-    const whole = await LocalJudge.create({ tokenizer: qwen, template, scorer: async () => [], tokenSplit: false });
-    const a = await split.promptIdsFor(requests);
-    const b = await whole.promptIdsFor(requests);
+  it('the judge\'s prompt texts and ids (render once, token split) equal rendering and tokenizing each whole prompt; odd items and plans fall back', async () => {
+    const make = (tokenSplit: boolean, renderOnce: boolean) => LocalJudge.create({ tokenizer: qwen, template, scorer: async () => [], tokenSplit, renderOnce });
+    const judges = [await make(true, true), await make(false, true), await make(true, false), await make(false, false)];
+    const got = await Promise.all(judges.map((j) => j.promptsFor(requests)));
     let n = 0;
     for (let r = 0; r < requests.length; r++)
       for (let k = 0; k < requests[r].items.length; k++) {
-        const ref = await split.promptIds(requests[r].question, requests[r].plan, requests[r].items[k].text);
-        expect(a[r][k], `request ${r} item ${k}`).to.deep.equal(ref);
-        expect(b[r][k]).to.deep.equal(ref);
+        const { question, plan, items } = requests[r];
+        const text = template.render([{ role: 'user', content: perItemMessage(question, plan, items[k]) }], { addGenerationPrompt: true, enableThinking: false });
+        const ids = await qwen.encode(text);
+        for (const g of got) {
+          expect(g[r][k].text, `request ${r} item ${k}`).to.equal(text);
+          expect(g[r][k].ids, `request ${r} item ${k}`).to.deep.equal(ids);
+        }
         n++;
       }
     expect(n).to.equal(requests.reduce((s, q) => s + q.items.length, 0));
-    const ts = split.timings();
+    const ts = judges[0].timings();
     expect(ts.promptsSplit).to.be.greaterThan(ts.promptsWhole);
     expect(ts.promptsWhole).to.be.greaterThan(0); // items starting with whitespace / a combining mark
-    expect(whole.timings().promptsSplit).to.equal(0);
+    expect(judges[1].timings().promptsSplit).to.equal(0);
   });
 
-  it('verdicts are identical with and without the split (deterministic scorers of the ids, prefix sharing on and off)', async () => {
+  it('render once applies to the Qwen3 template only (a template that is not known to write the user message verbatim renders every prompt)', () => {
+    expect(template.userContentVerbatim).to.equal(true);
+    expect(ChatTemplate.fromTokenizer(llama).userContentVerbatim).to.equal(false);
+    expect(new ChatTemplate(`${qwen.chatTemplate!} `).userContentVerbatim).to.equal(false);
+  });
+
+  it('verdicts are identical with and without the shortcuts (deterministic scorers of the ids, prefix sharing on and off)', async () => {
     const scorer: AnswerScorer = async (prompts, cands) => prompts.map((p) => Float64Array.from(cands, (c) => hashLogprob(p, c)));
     const prefixScorer: PrefixScorer = async (prefix, suffixes, cands) => suffixes.map((s) => Float64Array.from(cands, (c) => hashLogprob([...prefix, ...s], c)));
     for (const sharing of [true, false]) {
-      const make = (tokenSplit: boolean) => LocalJudge.create({ tokenizer: qwen, template, scorer, prefixScorer: sharing ? prefixScorer : undefined, tokenSplit });
+      const make = (on: boolean) => LocalJudge.create({ tokenizer: qwen, template, scorer, prefixScorer: sharing ? prefixScorer : undefined, tokenSplit: on, renderOnce: on });
       const on = await make(true);
       const off = await make(false);
       const va = await on.judge(requests);
@@ -190,10 +198,10 @@ describe('judge token split (head once per plan, item tails per item)', function
     });
     after(() => model?.dispose());
 
-    it('P(yes) and verdicts with prefix sharing are bit-identical with and without the split', async () => {
+    it('P(yes) and verdicts with prefix sharing are bit-identical with and without the shortcuts', async () => {
       const reqs = requests.slice(0, 2).map((r) => ({ ...r, plan: r.plan.slice(0, 600) })).concat(requests.slice(4, 6));
       const on = await localJudgeForModel(model!, tok, { template });
-      const off = await localJudgeForModel(model!, tok, { template, tokenSplit: false });
+      const off = await localJudgeForModel(model!, tok, { template, tokenSplit: false, renderOnce: false });
       const va = await on.judge(reqs);
       const vb = await off.judge(reqs);
       expect(va).to.deep.equal(vb);

@@ -314,6 +314,13 @@ export interface LocalJudgeOptions {
    * whole prompt (default true; false = every prompt tokenized whole). Same ids either way.
    */
   tokenSplit?: boolean;
+  /**
+   * Render each plan's prompt once (with a marker in place of the item) and substitute the items,
+   * when the chat template is one known to write a lone user message verbatim
+   * ({@link ChatTemplate.userContentVerbatim}): the same texts as rendering every prompt (default
+   * true; false = render every (plan, item) prompt).
+   */
+  renderOnce?: boolean;
   /** Disposed by `close()`: a model the judge owns (openLocalJudge's). */
   owned?: { dispose(): void };
 }
@@ -336,7 +343,7 @@ export interface LocalJudgeTimings {
   score: number;
   /** P(yes) from the logprobs and the verdict objects. */
   map: number;
-  /** Distinct prompts tokenized as plan head + item tail (token split), and tokenized whole (judge and promptIdsFor). */
+  /** Distinct prompts tokenized as plan head + item tail (token split), and tokenized whole (judge and promptsFor). */
   promptsSplit: number;
   promptsWhole: number;
 }
@@ -402,20 +409,23 @@ export class LocalJudge implements Judge, Disposable {
   }
 
   /**
-   * Token ids of every (request, item) judge prompt, `[request][item]`, through the same path as
-   * {@link judge} (with the token split when it applies); each equals {@link promptIds} of that
-   * (question, plan, item).
+   * Text and token ids of every (request, item) judge prompt, `[request][item]`, through the same
+   * path as {@link judge} (render once + substitute, token split, when they apply); each equals the
+   * chat-rendered prompt and {@link promptIds} of that (question, plan, item).
    */
-  async promptIdsFor(requests: JudgeRequest[]): Promise<number[][][]> {
-    const { slots, ids } = await this.encodePrompts(requests, () => {});
-    const out: number[][][] = requests.map((r) => new Array(r.items.length));
-    for (const { r, k, u } of slots) out[r][k] = ids[u];
+  async promptsFor(requests: JudgeRequest[]): Promise<{ text: string; ids: number[] }[][]> {
+    const { texts, slots, ids } = await this.encodePrompts(requests, () => {});
+    const out: { text: string; ids: number[] }[][] = requests.map((r) => new Array(r.items.length));
+    for (const { r, k, u } of slots) out[r][k] = { text: texts[u], ids: ids[u] };
     return out;
   }
 
   /**
    * Renders every (request, item) prompt (identical texts once: `slots[i].u` indexes `texts` and
-   * `ids`) and tokenizes them in one batch. Token split (`tokenSplit`, default on): the part of a
+   * `ids`) and tokenizes them in one batch. Render once (`renderOnce`, default on): when the chat
+   * template writes a lone user message verbatim, each plan's prompt is rendered once with a marker
+   * in place of the item and the items are substituted (skipped for a plan whose marked prompt
+   * holds the marker more than once, e.g. a plan quoting it). Token split (`tokenSplit`, default on): the part of a
    * plan's prompts before its rubric item — template head, question, plan, up to the last line end
    * before the item, found by rendering the plan once with a marker in place of the item — is
    * tokenized once per plan, and only the rest of each prompt (item, instructions, generation
@@ -443,9 +453,15 @@ export class LocalJudge implements Judge, Disposable {
       return i;
     };
     const render = (req: JudgeRequest, text: string) => this.o.template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, { id: '', text }, this.prompt) }], { addGenerationPrompt: true, enableThinking: false });
+    // Substitution instead of one render per item: exact when the chat template writes a lone user
+    // message verbatim (ChatTemplate.userContentVerbatim) and the marker occurs once in the marked
+    // prompt (renderTemplate substitutes {{item}} in one pass, so the user message is then
+    // fixed text + item + fixed text).
+    const substitute = this.o.renderOnce !== false && this.o.template.userContentVerbatim === true;
     requests.forEach((req, r) => {
       let head: string | undefined;
-      if (split && req.items.length > 1) {
+      let around: [string, string] | undefined;
+      if ((split || substitute) && req.items.length > 1) {
         let marked: string | undefined;
         try {
           marked = render(req, ITEM_MARKER);
@@ -454,10 +470,11 @@ export class LocalJudge implements Judge, Disposable {
         }
         const at = marked?.indexOf(ITEM_MARKER) ?? -1;
         const nl = at > 0 ? marked!.lastIndexOf('\n', at - 1) : -1;
-        if (nl >= 0) head = marked!.slice(0, nl + 1);
+        if (split && nl >= 0) head = marked!.slice(0, nl + 1);
+        if (substitute && at >= 0 && marked!.lastIndexOf(ITEM_MARKER) === at) around = [marked!.slice(0, at), marked!.slice(at + ITEM_MARKER.length)];
       }
       req.items.forEach((it, k) => {
-        const t = render(req, it.text);
+        const t = around ? around[0] + it.text + around[1] : render(req, it.text);
         let u = uniq.get(t);
         if (u === undefined) {
           u = texts.length;
@@ -584,6 +601,8 @@ export interface LocalModelJudgeOptions {
   prefixSharing?: boolean;
   /** Tokenize each plan's prompt head once and only the item tails per item where that gives the same ids (default true; see LocalJudgeOptions.tokenSplit). */
   tokenSplit?: boolean;
+  /** Render each plan's prompt once and substitute the items where the chat template allows it exactly (default true; see LocalJudgeOptions.renderOnce). */
+  renderOnce?: boolean;
   /** `close()` also disposes the model (openLocalJudge: the judge's own copy). Default false: the model is the caller's (e.g. the policy's). */
   ownModel?: boolean;
 }
@@ -609,6 +628,7 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
     batchSize: opts.batchSize,
     threshold: opts.threshold,
     tokenSplit: opts.tokenSplit,
+    renderOnce: opts.renderOnce,
     variants,
     scorer,
     name: `local:${variants}`,

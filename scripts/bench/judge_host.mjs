@@ -23,7 +23,8 @@
  *        node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --json out.json
  * Options: --device  --shape tiny|qwen3-0.6b|qwen3-1.7b|… (default tiny on CPU, qwen3-1.7b on CUDA)
  *          --layers N  --model DIR  --dtype  --plans 64  --questions 8  --plan-tokens 1024
- *          --repeat 3  --max-tokens-per-call 65536  --no-prefix-sharing  --no-token-split
+ *          --repeat 3  --max-tokens-per-call 65536  --no-prefix-sharing  --no-token-split  --no-render-once
+ *          (the last two: the judge's host shortcuts off, i.e. the path before them)
  *          --json FILE
  */
 import { readFileSync, readdirSync } from 'node:fs';
@@ -35,7 +36,7 @@ const a = benchArgs({
   shape: { type: 'string' }, layers: { type: 'string' }, model: { type: 'string' },
   plans: { type: 'string', default: '64' }, questions: { type: 'string', default: '8' }, 'plan-tokens': { type: 'string', default: '1024' },
   repeat: { type: 'string', default: '3' }, 'max-tokens-per-call': { type: 'string' },
-  'no-prefix-sharing': { type: 'boolean', default: false }, 'no-token-split': { type: 'boolean', default: false },
+  'no-prefix-sharing': { type: 'boolean', default: false }, 'no-token-split': { type: 'boolean', default: false }, 'no-render-once': { type: 'boolean', default: false },
 });
 const { cuda } = deviceOf(a.device);
 const shape = a.shape ?? (cuda ? 'qwen3-1.7b' : 'tiny');
@@ -75,6 +76,7 @@ const judge = await LocalJudge.create({
   scorer: sequenceLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall, fn: timed((m, x) => native().sequenceLogprobs(m, x)) }),
   prefixScorer: a['no-prefix-sharing'] ? undefined : prefixLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall, fn: timed((m, x) => native().prefixLogprobs(m, x)) }),
   tokenSplit: !a['no-token-split'],
+  renderOnce: !a['no-render-once'],
   maxContext: Number(model.config.max_position_embeddings),
   name: 'local:pair',
 });
@@ -120,7 +122,7 @@ const promptTokens = (b1.s.promptTokens - b0.s.promptTokens) / repeat;
 const nItems = requests.reduce((s, r) => s + r.item.rubric.length + general.length, 0);
 const split = (b1.t.promptsSplit - b0.t.promptsSplit) / repeat, whole = (b1.t.promptsWhole - b0.t.promptsWhole) / repeat;
 
-console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}; mean of ${repeat} calls`);
+console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}, render once ${a['no-render-once'] ? 'off' : 'on'}; mean of ${repeat} calls`);
 printTable(['part', 'seconds per judge call', 'share'], [
   ...Object.entries(parts).map(([k, v]) => [k, v.toFixed(3), `${((100 * v) / wall).toFixed(1)}%`]),
   ['total (reward call)', wall.toFixed(3), '100%'],

@@ -52,9 +52,9 @@ for step in "$@"; do
     phasecompare) timeout 200 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -14
       timeout 330 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-phasecompare --json $OUT/train_grpo_1.7b.json 2>&1 | tail -5
       node scripts/bench/compare_phases.mjs --bench $OUT/grpo_step.json --run /tmp/pg-phasecompare --json $OUT/phase_compare.json ;;
-    # the local judge of one GRPO step (64 plans × ~1024 tokens × 17 rubric items) by part: host (render, tokenize, …) vs native; with and without the token split
+    # the local judge of one GRPO step (64 plans × ~1024 tokens × 17 rubric items) by part: host (render, tokenize, …) vs native; with and without the host shortcuts (render once, token split)
     judgehost) timeout 240 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --json $OUT/judge_host.json 2>&1 | tail -14
-      timeout 240 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --no-token-split --repeat 2 --json $OUT/judge_host_nosplit.json 2>&1 | tail -14 ;;
+      timeout 240 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --no-token-split --no-render-once --repeat 2 --json $OUT/judge_host_before.json 2>&1 | tail -14 ;;
     gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
     gen256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --no-ref --json $OUT/generate_256.json 2>&1 | tail -12 ;;
     # decode attention A/B (live-KV kernel vs masked over every slot) as the trainer's rollouts run:
