@@ -16,7 +16,8 @@
  * the judge's own host timings (LocalJudge.timings(): render, tokenize, group, score, map), the
  * native calls inside `score` (the addon's prefixLogprobs / sequenceLogprobs, timed around each
  * call; on CUDA they return host tensors, so device work is included) and the rest of the reward
- * call (strip thinking, rewards). On CPU the default model is the tests' tiny Qwen3 (2 layers,
+ * call (strip thinking, rewards). Then one plan's native work alone: the judge's prefixLogprobs
+ * call for that plan, the same prefix with one suffix, and a plain prefill of the prefix. On CPU the default model is the tests' tiny Qwen3 (2 layers,
  * hidden 64, the real Qwen3 tokenizer) so that the native part is small and the host part shows.
  *
  * Usage: node scripts/bench/judge_host.mjs                                   # CPU, tiny model
@@ -30,7 +31,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomModel, tinyModel } from './checkpoints.mjs';
-import { benchArgs, deviceOf, dtypeOf, lib, printTable, root, writeJson } from './harness.mjs';
+import { benchArgs, deviceOf, dtypeOf, lib, median, printTable, root, writeJson } from './harness.mjs';
 
 const a = benchArgs({
   shape: { type: 'string' }, layers: { type: 'string' }, model: { type: 'string' },
@@ -48,7 +49,7 @@ const { native } = await lib('native.js');
 const { loadModel } = await lib('model/qwen3.js');
 const { Tokenizer } = await lib('model/tokenizer.js');
 const { ChatTemplate } = await lib('model/chat.js');
-const { LocalJudge, prefixLogprobsScorer, sequenceLogprobsScorer } = await lib('judge/local.js');
+const { LocalJudge, commonPrefixLength, prefixLogprobsScorer, sequenceLogprobsScorer } = await lib('judge/local.js');
 const { makeRewardFn } = await lib('judge/rewards.js');
 const { readDataset, sampleDatasetPath, loadGeneralRubric } = await lib('data/schema.js');
 
@@ -129,5 +130,41 @@ printTable(['part', 'seconds per judge call', 'share'], [
   ['host (total − native)', (wall - nativeS).toFixed(3), `${((100 * (wall - nativeS)) / wall).toFixed(1)}%`],
 ]);
 console.log(`mean reward ${(rewards.reduce((s, r) => s + r.reward, 0) / rewards.length).toFixed(4)}`);
-writeJson(a.json, { config: { ...a, shape, dtype, modelDir }, plans: nPlans, pairs: nItems, prompts, prompt_tokens: promptTokens, prompts_split: split, prompts_whole: whole, repeat, walls, seconds: { ...parts, total: wall, host: wall - nativeS }, mean_reward: rewards.reduce((s, r) => s + r.reward, 0) / rewards.length });
+
+// One plan's native work alone (median of 5): the judge's call (shared prefix + every item suffix),
+// the same prefix with one suffix, and a plain prefill of the prefix (sequenceLogprobs, 1 row).
+const { stripThink } = await lib('llm/think.js');
+const req0 = { question: requests[0].item.question, plan: stripThink(requests[0].plan), items: [...requests[0].item.rubric.map((r) => ({ id: r.id, text: r.text })), ...general] };
+const ids0 = (await judge.promptsFor([req0]))[0].map((x) => x.ids);
+const P = commonPrefixLength(ids0);
+const prefix = Int32Array.from(ids0[0].slice(0, P));
+const cand = { data: Int32Array.from([...judge.yesIds, ...judge.noIds]), shape: [judge.yesIds.length + judge.noIds.length] };
+const prefixCall = (sufs) => {
+  const S = Math.max(...sufs.map((x) => x.length));
+  const data = new Int32Array(sufs.length * S).fill(padId);
+  sufs.forEach((x, i) => data.set(x, i * S));
+  return () => native().prefixLogprobs(model, { prefixIds: { data: prefix, shape: [1, P] }, suffixIds: { data, shape: [sufs.length, S] }, suffixLengths: { data: Int32Array.from(sufs, (x) => x.length), shape: [sufs.length] }, candidates: cand, adapter: 'none' });
+};
+const sufs = ids0.map((x) => x.slice(P));
+const cm = new Int32Array(P);
+cm[P - 1] = 1;
+const detail = {
+  [`prefixLogprobs: prefix ${P} + ${sufs.length} suffixes (≤ ${Math.max(...sufs.map((x) => x.length))} tokens)`]: prefixCall(sufs),
+  [`prefixLogprobs: prefix ${P} + 1 suffix`]: prefixCall(sufs.slice(0, 1)),
+  [`sequenceLogprobs: one row of ${P} tokens (plain prefill)`]: () => native().sequenceLogprobs(model, { inputIds: { data: prefix, shape: [1, P] }, attentionMask: { data: new Int32Array(P).fill(1), shape: [1, P] }, completionMask: { data: cm, shape: [1, P] }, temperature: 1, adapter: 'none' }),
+};
+const detailRows = [];
+for (const [name, f] of Object.entries(detail)) {
+  await f();
+  const ts = [];
+  for (let k = 0; k < 5; k++) {
+    const t = performance.now();
+    await f();
+    ts.push(performance.now() - t);
+  }
+  detailRows.push({ call: name, ms: median(ts) });
+}
+console.log('\none plan\'s native work alone (median of 5):');
+printTable(['native call', 'ms'], detailRows.map((r) => [r.call, r.ms.toFixed(1)]));
+writeJson(a.json, { config: { ...a, shape, dtype, modelDir }, plans: nPlans, pairs: nItems, prompts, prompt_tokens: promptTokens, prompts_split: split, prompts_whole: whole, repeat, walls, seconds: { ...parts, total: wall, host: wall - nativeS }, mean_reward: rewards.reduce((s, r) => s + r.reward, 0) / rewards.length, native_detail: detailRows });
 model.dispose();
