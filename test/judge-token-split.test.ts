@@ -13,6 +13,7 @@
  *   scorers of the ids and, when the addon is available, the tiny Qwen3 with prefix sharing.
  */
 import { expect } from 'chai';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { qwen3TokenizerDir, Tokenizer } from '../lib/model/tokenizer.js';
@@ -85,10 +86,9 @@ describe('judge host shortcuts (render once, token split)', function () {
     ];
   });
 
-  it('both real tokenizers qualify; a tokenizer.json outside the analysed pipeline does not', async () => {
+  it('both real tokenizers qualify; a tokenizer.json outside the analysed pipeline does not', () => {
     expect(qwen.lineSplit).to.equal(true);
     expect(llama.lineSplit).to.equal(true);
-    const { readFileSync } = await import('node:fs');
     const tj = JSON.parse(readFileSync(join(qwen3TokenizerDir(), 'tokenizer.json'), 'utf8'));
     const variant = (f: (t: any) => void) => {
       const t = structuredClone(tj);
