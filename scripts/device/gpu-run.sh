@@ -55,6 +55,8 @@ for step in "$@"; do
     # the local judge of one GRPO step (64 plans × ~1024 tokens × 17 rubric items) by part: host (render, tokenize, …) vs native; with and without the host shortcuts (render once, token split)
     judgehost) timeout 240 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --json $OUT/judge_host.json 2>&1 | tail -14
       timeout 240 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --no-token-split --no-render-once --repeat 2 --json $OUT/judge_host_before.json 2>&1 | tail -14 ;;
+    judgehost1) timeout 120 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 1 --json $OUT/judge_host.json 2>&1 | tail -14
+      timeout 100 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --no-token-split --no-render-once --repeat 1 --json $OUT/judge_host_before.json 2>&1 | tail -6 ;;
     gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
     gen256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --no-ref --json $OUT/generate_256.json 2>&1 | tail -12 ;;
     # decode attention A/B (live-KV kernel vs masked over every slot) as the trainer's rollouts run:
