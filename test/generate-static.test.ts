@@ -265,24 +265,6 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
         expect(worst(r, await forced(r, 0.9)), JSON.stringify(path)).to.be.below(0.06);
         first.push(r);
       }
-      // The A products split over K (the CUDA decode's batched GEMM; forced here on CPU in slices
-      // of 16): the same logprobs to float32 summation order.
-      process.env.PAPERGYM_LORA_SPLITK = 'force';
-      try {
-        for (const [i, path] of [{ staticCache: false }, { staticCache: true, padToBucket: true }].entries()) {
-          const r = await run(m, { ...o, ...path });
-          expect(worst(r, await forced(r, 0.9)), `split-K ${JSON.stringify(path)}`).to.be.below(0.06);
-          // against the single-GEMM run of the same path, up to the first id where the two part
-          let d = 0;
-          r.completions.forEach((c, b) => {
-            const other = first[i]!.completions[b]!;
-            for (let t = 0; t < c.tokenIds.length && c.tokenIds[t] === other.tokenIds[t]; t++) d = Math.max(d, Math.abs(c.logprobs[t]! - other.logprobs[t]!));
-          });
-          expect(d, `split-K vs single GEMM ${JSON.stringify(path)}`).to.be.below(0.06);
-        }
-      } finally {
-        delete process.env.PAPERGYM_LORA_SPLITK;
-      }
       setB(1); // new B values between calls: the next call must not reuse the previous call's cache
       for (const path of [{ staticCache: false }, { staticCache: true, padToBucket: true }]) {
         const r = await run(m, { ...o, ...path });

@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <mutex>
 #include <vector>
 
@@ -135,32 +133,6 @@ const GroupCacheEntry& CachedGroup(at::ArrayRef<std::pair<at::Tensor, at::Tensor
   g_group_cache.push_back(std::move(e));
   return g_group_cache.back();
 }
-// Decode-sized LoRA inputs inside the inference scope: rows of x ≤ 512, grad off.
-bool DecodeSized(const at::Tensor& x) {
-  return t_inference_cache && !at::GradMode::is_enabled() && x.dim() >= 1 && x.numel() / std::max<int64_t>(1, x.size(-1)) <= 512;
-}
-
-// xa = x·aᵀ for decode-sized x [..., K] and a [r, K] → [..., r]. On CUDA with K ≥ 512 the K axis is
-// cut into s slices of 256 (or the largest divisor of K below) run as one batched GEMM and summed:
-// a single GEMM has an [M, r] output of a few tiles and walks all of K on a few SMs (the LoRA A
-// product of a decode step: M = rows, r = 8..256, K = hidden or intermediate size), the batched
-// one spreads K over s× the blocks. Same sum, another float32 summation order.
-// PAPERGYM_LORA_SPLITK=0 keeps the single GEMM (A/B); =force splits on CPU too, into slices of 16
-// (tests on tiny models; read at each call, which happens once per captured graph).
-at::Tensor SkinnyXa(const at::Tensor& x, const at::Tensor& a) {
-  const char* e = std::getenv("PAPERGYM_LORA_SPLITK");
-  const std::string mode = e ? e : "";
-  const int64_t K = x.size(-1), r = a.size(0);
-  int64_t s = K / (mode == "force" ? 16 : 256);  // force: slices of 16, so tiny test models split too
-  while (s > 1 && K % s != 0) --s;
-  if (mode == "0" || (!x.is_cuda() && mode != "force") || s < 2) return at::matmul(x, a.t());
-  const int64_t M = x.numel() / K, Ks = K / s;
-  at::Tensor xb = x.reshape({M, s, Ks}).transpose(0, 1);     // [s, M, Ks]
-  at::Tensor ab = a.contiguous().view({r, s, Ks}).permute({1, 2, 0});  // [s, Ks, r]
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = r;
-  return at::bmm(xb, ab).sum(0).view(out_sizes);
-}
 }  // namespace
 
 LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
@@ -182,13 +154,13 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
     at::Tensor xd = x;
     if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xd = at::dropout(xd, dropout, /*train=*/true);
     const auto dt = x.scalar_type();
-    at::Tensor lora = DecodeSized(xd) ? at::linear(SkinnyXa(xd, a.to(dt)), b.to(dt)) : at::linear(at::linear(xd, a.to(dt)), b.to(dt));
+    at::Tensor lora = at::linear(at::linear(xd, a.to(dt)), b.to(dt));
     // base + scaling·lora in one kernel (computed in float32, rounded once to the result dtype).
     return base.scalar_type() == dt ? at::add(base, lora, scaling) : at::add(base, lora.to(at::kFloat), scaling).to(base.scalar_type());
   }
   at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
   if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xf = at::dropout(xf, dropout, /*train=*/true);
-  at::Tensor lora = DecodeSized(xf) ? at::linear(SkinnyXa(xf, a), b) : at::linear(at::linear(xf, a), b);
+  at::Tensor lora = at::linear(at::linear(xf, a), b);
   // float32 sum (a low-precision base is promoted inside the kernel), cast back to base's dtype.
   at::Tensor sum = at::add(base, lora, scaling);
   return base.scalar_type() == at::kFloat ? sum : sum.to(base.scalar_type());
@@ -199,7 +171,7 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
   const auto dt = (!fp32_branch && x.scalar_type() != at::kFloat) ? x.scalar_type() : at::kFloat;
   // Decode-sized inputs only (rows of x ≤ 512): for a prefill the block-diagonal GEMM's extra
   // zero blocks would cost more than the launches it saves.
-  if (ab.size() > 1 && DecodeSized(x)) {
+  if (t_inference_cache && !at::GradMode::is_enabled() && ab.size() > 1 && x.numel() / std::max<int64_t>(1, x.size(-1)) <= 512) {
     at::Tensor a_cat, b_bd;
     {
       const GroupCacheEntry& e = CachedGroup(ab, dt);
@@ -208,7 +180,7 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
     }
     const int64_t in = x.size(-1), out = base.size(-1);
     at::Tensor x2 = (x.scalar_type() == dt ? x : x.to(dt)).reshape({-1, in});
-    at::Tensor xa = SkinnyXa(x2, a_cat);                                                                // [N, Σr]
+    at::Tensor xa = at::mm(x2, a_cat.t());                                                              // [N, Σr]
     at::Tensor sum = at::addmm(base.reshape({-1, out}).to(dt), xa, b_bd.t(), /*beta=*/1, /*alpha=*/scaling);  // [N, Σout]
     sum = sum.view(base.sizes());
     return sum.scalar_type() == base.scalar_type() ? sum : sum.to(base.scalar_type());

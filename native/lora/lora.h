@@ -109,10 +109,7 @@ at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRe
 /// xa = x·Aᵀ, then base + scaling·xa·B_bdᵀ in one addmm — 5 kernels per group instead of 9, which
 /// matters in the decode step (one token per row: the LoRA branch is launch-bound). The zero
 /// blocks add exact zeros, so only the GEMM's summation order differs from the per-member path
-/// (float32 rounding). In the same scope, every decode-sized x·Aᵀ on CUDA (grouped or single
-/// module) runs split over K as one batched GEMM (a [rows, r] output walks a K of 2048–12288 on a
-/// few SMs otherwise; PAPERGYM_LORA_SPLITK=0 turns this off).
-/// Only for decode-sized inputs (≤ 512 rows); not used with grad on, or
+/// (float32 rounding). Only for decode-sized inputs (≤ 512 rows); not used with grad on, or
 /// outside the scope (the serve engine's graphs outlive an adapter update, so they read the
 /// weights themselves). The outermost scope's end empties the cache (no device memory is held
 /// between calls).

@@ -64,9 +64,6 @@ for step in "$@"; do
     genab1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --attention live-kv,masked --lora 64 --top-k 20 --no-ref --json $OUT/generate_ab_1024.json 2>&1 | tail -8 ;;
     genab256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 256 --attention live-kv,masked --lora 64 --top-k 20 --no-ref --json $OUT/generate_ab_256.json 2>&1 | tail -8 ;;
     gennolora) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --top-k 20 --no-ref --json $OUT/generate_nolora_1024.json 2>&1 | tail -3 ;;
-    # LoRA decode A/B: the A products split over K (default) vs one GEMM (PAPERGYM_LORA_SPLITK=0), batch 64 × 1024, r 64
-    genlorak) for sk in 1 0; do PAPERGYM_LORA_SPLITK=$sk timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --lora 64 --top-k 20 --no-ref --json $OUT/generate_lora_splitk$sk.json 2>&1 | tail -1 | sed "s/^/splitk=$sk: /"; done ;;
-    trainphases12) timeout 300 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 2 --grpo-steps 2 --json $OUT/train_phases_1.7b.json 2>&1 | tail -5 ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
