@@ -193,6 +193,35 @@ describe('GPU suite: CUDA-graph decode', function () {
     }
   });
 
+  it('LoRA (bf16, float32 branch) in the graph decode, grouped from the per-call cache: the teacher-forced logprobs', async () => {
+    const m = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'bfloat16' });
+    try {
+      m.addLora({ r: 8, alpha: 16, seed: 5 });
+      const w = m.loraWeights();
+      for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length) * 0.1;
+      m.setLoraWeights(w);
+      const o = { prompts, n: 2, temperature: 0.9, topK: 20, maxNewTokens: 40, stopIds: [] as number[], seed: 4 };
+      const r = await run(m, o);
+      expect(r.decodePath).to.equal('cuda-graphs');
+      const rows = r.completions.map((c) => [...Array.from(prompts[c.promptIndex]!), ...Array.from(c.tokenIds)]);
+      const L = Math.max(...rows.map((x) => x.length));
+      const ids = new Int32Array(rows.length * L), mask = new Int32Array(rows.length * L), comp = new Int32Array(rows.length * L);
+      rows.forEach((x, b) => {
+        ids.set(x, b * L);
+        mask.fill(1, b * L, b * L + x.length);
+        comp.fill(1, b * L + prompts[r.completions[b]!.promptIndex]!.length, b * L + x.length);
+      });
+      const f = await native().sequenceLogprobs(m, { inputIds: { data: ids, shape: [rows.length, L] }, attentionMask: { data: mask, shape: [rows.length, L] }, completionMask: { data: comp, shape: [rows.length, L] }, temperature: 0.9 });
+      let worst = 0;
+      r.completions.forEach((c, b) => c.logprobs.forEach((x, t) => (worst = Math.max(worst, Math.abs(x - f.data[b * L + prompts[c.promptIndex]!.length + t]!)))));
+      // bf16 on the tiny random model: decode and forward round differently (0.062 measured on the
+      // H200 with the live-KV attention; a wrong block-diagonal B gives > 1 on CPU).
+      expect(worst).to.be.below(0.15);
+    } finally {
+      m.dispose();
+    }
+  });
+
   it('bf16: graphs == static without graphs (greedy, n = 2 sampling)', async () => {
     const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'bfloat16' });
     try {

@@ -284,10 +284,14 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
     }
   });
 
+  // The sampler checks run with the masked decode attention (liveKv: false): LOGIT_TOL is the
+  // forward's rounding of that attention. The live-KV kernel (the default) rounds bf16 at other
+  // points — a sampled id's logprob 0.021 off the forward's at worst on this model on the H200 —
+  // and is compared with the masked attention in decode-graphs.test.ts (exact in fp32).
   const paths: { name: string; o: Record<string, unknown> }[] = [
     { name: 'dynamic', o: { cudaGraphs: false } },
-    { name: 'static', o: { cudaGraphs: false, staticCache: true } },
-    { name: 'cuda-graphs', o: { cudaGraphs: true } },
+    { name: 'static', o: { cudaGraphs: false, staticCache: true, liveKv: false } },
+    { name: 'cuda-graphs', o: { cudaGraphs: true, liveKv: false } },
   ];
   for (const p of paths)
     it(`${p.name}: seeded rows give the same ids alone as inside the mixed batch`, async function () {
@@ -305,7 +309,7 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
         await sameUpToTie(m, prompts[i]!, mixed[i]!, ids(alone)[0]!, ids(all)[i]!, `row ${i}`);
       }
       if (p.name === 'cuda-graphs') {
-        const eager = await generate(m, { prompts, promptOptions: mixed, maxNewTokens: 24, cudaGraphs: false, staticCache: true, padToBucket: true } as GenerateOptions);
+        const eager = await generate(m, { prompts, promptOptions: mixed, maxNewTokens: 24, cudaGraphs: false, staticCache: true, padToBucket: true, liveKv: false } as GenerateOptions);
         expect(ids(all)).to.deep.equal(ids(eager));
       }
     });
