@@ -10,10 +10,11 @@
 import { expect } from 'chai';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { native, packageRoot } from '../lib/native.js';
+import { packageRoot } from '../lib/native.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { generate, type GenerateOptions, type GenerateResult } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
+import { teacherForcedLogprobs } from './helpers/sampling.js';
 
 /** Decode-path options of the native generate. */
 interface PathOptions {
@@ -242,18 +243,7 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
         m.setLoraWeights(w);
       };
       // Teacher-forced logprobs (sequenceLogprobs: no generate call, so no cache) of each completion.
-      const forced = async (r: PathResult, T: number) => {
-        const rows = r.completions.map((c) => [...prompts[c.promptIndex]!, ...Array.from(c.tokenIds)]);
-        const L = Math.max(...rows.map((x) => x.length));
-        const ids = new Int32Array(rows.length * L), mask = new Int32Array(rows.length * L), comp = new Int32Array(rows.length * L);
-        rows.forEach((x, b) => {
-          ids.set(x, b * L);
-          mask.fill(1, b * L, b * L + x.length);
-          comp.fill(1, b * L + prompts[r.completions[b]!.promptIndex]!.length, b * L + x.length);
-        });
-        const out = await native().sequenceLogprobs(m, { inputIds: { data: ids, shape: [rows.length, L] }, attentionMask: { data: mask, shape: [rows.length, L] }, completionMask: { data: comp, shape: [rows.length, L] }, temperature: T });
-        return r.completions.map((c, b) => Array.from(out.data.subarray(b * L + prompts[c.promptIndex]!.length, b * L + rows[b]!.length)));
-      };
+      const forced = (r: PathResult, T: number) => teacherForcedLogprobs(m, prompts, r.completions, T);
       const worst = (r: PathResult, f: number[][]) => Math.max(...r.completions.flatMap((c, b) => Array.from(c.logprobs).map((x, t) => Math.abs(x - f[b]![t]!))));
       const o = { prompts, temperature: 0.9, maxNewTokens: 24, seed: 4, stopIds: [] as number[] };
       setB(0);
