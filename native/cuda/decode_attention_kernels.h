@@ -20,8 +20,9 @@ enum class DecodeAttnType { kFloat32, kBFloat16, kFloat16 };
 ///          launch is CUDA-graph capturable)
 ///   o      [B, nkv · rep, D]  output, dtype `type`
 ///   work   float32 device scratch of WorkFloats(B, nkv · rep, C, D) elements
-/// slot < C. A row with start[b] > slot (a finished row) attends to nothing: its output is 0. Scores and the softmax in float32 (base-2 exponentials),
-/// the output rounded once. Supported: D <= 256, rep in {1, 2, 4, 8} (Supported()).
+/// slot < C. A row with start[b] > slot (a finished row) attends to nothing: its output is 0.
+/// Scores and the softmax in float32 (base-2 exponentials), the output rounded once. Supported:
+/// D <= 256, rep in {1, 2, 4, 8} (DecodeAttentionSupported).
 /// Returns nullptr or the CUDA error string of the launch.
 const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o,
                             float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale,

@@ -103,10 +103,12 @@ bool Stale(const GroupCacheEntry& e) {
   return false;
 }
 
-const GroupCacheEntry& CachedGroup(at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, at::ScalarType dt) {
+// (concatenated A, block-diagonal B) of the group, from the cache or built into it. Returned by
+// value under the lock: another thread's insert may move the entries once the lock is released.
+std::pair<at::Tensor, at::Tensor> CachedGroup(at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, at::ScalarType dt) {
   std::lock_guard<std::mutex> lock(g_group_cache_mu);
   for (const auto& e : g_group_cache)
-    if (Matches(e, ab, dt)) return e;
+    if (Matches(e, ab, dt)) return {e.a_cat, e.b_bd};
   g_group_cache.erase(std::remove_if(g_group_cache.begin(), g_group_cache.end(), Stale), g_group_cache.end());
   if (g_group_cache.size() >= 4096) g_group_cache.clear();
   GroupCacheEntry e;
@@ -131,7 +133,7 @@ const GroupCacheEntry& CachedGroup(at::ArrayRef<std::pair<at::Tensor, at::Tensor
     co += r;
   }
   g_group_cache.push_back(std::move(e));
-  return g_group_cache.back();
+  return {g_group_cache.back().a_cat, g_group_cache.back().b_bd};
 }
 }  // namespace
 
@@ -172,12 +174,7 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
   // Decode-sized inputs only (rows of x ≤ 512): for a prefill the block-diagonal GEMM's extra
   // zero blocks would cost more than the launches it saves.
   if (t_inference_cache && !at::GradMode::is_enabled() && ab.size() > 1 && x.numel() / std::max<int64_t>(1, x.size(-1)) <= 512) {
-    at::Tensor a_cat, b_bd;
-    {
-      const GroupCacheEntry& e = CachedGroup(ab, dt);
-      a_cat = e.a_cat;  // own references: the entry may be dropped by a later insert
-      b_bd = e.b_bd;
-    }
+    auto [a_cat, b_bd] = CachedGroup(ab, dt);
     const int64_t in = x.size(-1), out = base.size(-1);
     at::Tensor x2 = (x.scalar_type() == dt ? x : x.to(dt)).reshape({-1, in});
     at::Tensor xa = at::mm(x2, a_cat.t());                                                              // [N, Σr]
