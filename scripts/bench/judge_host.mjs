@@ -25,6 +25,7 @@
  * Options: --device  --shape tiny|qwen3-0.6b|qwen3-1.7b|… (default tiny on CPU, qwen3-1.7b on CUDA)
  *          --layers N  --model DIR  --dtype  --plans 64  --questions 8  --plan-tokens 1024
  *          --repeat 3  --max-tokens-per-call 65536  --no-prefix-sharing  --no-token-split  --no-render-once
+ *          --random-plans (plans decoded from uniformly random ids, as random-weight rollouts are)
  *          (the last two: the judge's host shortcuts off, i.e. the path before them)
  *          --json FILE
  */
@@ -36,7 +37,7 @@ import { benchArgs, deviceOf, dtypeOf, lib, median, printTable, root, writeJson 
 const a = benchArgs({
   shape: { type: 'string' }, layers: { type: 'string' }, model: { type: 'string' },
   plans: { type: 'string', default: '64' }, questions: { type: 'string', default: '8' }, 'plan-tokens': { type: 'string', default: '1024' },
-  repeat: { type: 'string', default: '3' }, 'max-tokens-per-call': { type: 'string' },
+  repeat: { type: 'string', default: '3' }, 'random-plans': { type: 'boolean', default: false }, 'max-tokens-per-call': { type: 'string' },
   'no-prefix-sharing': { type: 'boolean', default: false }, 'no-token-split': { type: 'boolean', default: false }, 'no-render-once': { type: 'boolean', default: false },
 });
 const { cuda } = deviceOf(a.device);
@@ -89,9 +90,14 @@ const docs = readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).so
 const corpus = [readFileSync(join(root, 'README.md'), 'utf8'), ...docs, ...items.map((it) => it.reference_answer)].join('\n\n');
 const corpusIds = await tokenizer.encode(corpus);
 const stride = Math.max(1, Math.floor((corpusIds.length - planTokens) / nPlans));
+// --random-plans: plans decoded from uniformly random ids, as a random-weight checkpoint samples
+// them in the trainer's GRPO step (to compare the judge's cost on such plans with real text).
+let seed = 12345;
+const rnd = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
 const plans = await Promise.all(
   Array.from({ length: nPlans }, async (_, i) => {
-    const body = await tokenizer.decode(corpusIds.slice(i * stride, i * stride + planTokens));
+    const ids = a['random-plans'] ? Array.from({ length: planTokens }, () => Math.floor(rnd() * 151643)) : corpusIds.slice(i * stride, i * stride + planTokens);
+    const body = await tokenizer.decode(ids);
     return `<think>\nPlan ${i}: draft the design, then check it against the question.\n</think>\n\n${body}`;
   }),
 );
