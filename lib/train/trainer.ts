@@ -4,7 +4,7 @@
  * self-distillation, `grpo` rubric-reward GRPO). This file holds what they share: the step loop,
  * optimizer step and non-finite skip, metrics, validation, out-of-memory recovery, data-parallel
  * agreement, judge health and checkpoints.
- * Every `checkpoint.every` steps, at a stage end and on SIGINT the adapter, optimizer, data cursor
+ * Every `checkpoint.every` steps, at the end of the run and on SIGINT the adapter, optimizer, data cursor
  * and step counters are written atomically; `resume` continues exactly (all randomness is derived
  * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
  * Every step appends one line to metrics.jsonl with `phaseSeconds` (lib/train/stages/stage.ts
