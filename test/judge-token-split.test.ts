@@ -20,7 +20,7 @@ import { qwen3TokenizerDir, Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
 import { LocalJudge, localJudgeForModel, type AnswerScorer, type PrefixScorer } from '../lib/judge/local.js';
 import type { JudgeRequest } from '../lib/judge/types.js';
-import { perItemMessage } from '../lib/judge/verdict.js';
+import { loadPrompt, perItemMessage, PER_ITEM_PROMPT } from '../lib/judge/verdict.js';
 import { loadGeneralRubric, readDataset, sampleDatasetPath } from '../lib/data/schema.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
@@ -160,6 +160,23 @@ describe('judge host shortcuts (render once, token split)', function () {
     expect(ts.promptsSplit).to.be.greaterThan(ts.promptsWhole);
     expect(ts.promptsWhole).to.be.greaterThan(0); // items starting with whitespace / a combining mark
     expect(judges[1].timings().promptsSplit).to.equal(0);
+  });
+
+  it('a plan or question quoting the marker, with a prompt that has no {{item}}, renders per item (the marker there is not the item\'s)', async () => {
+    const prompt = { ...loadPrompt(PER_ITEM_PROMPT), template: 'Question: {{question}}\nPlan:\n{{plan}}\nAnswer Yes or No.' };
+    const marker = '\uE000papergym-rubric-item\uE001';
+    const reqs: JudgeRequest[] = [
+      { question: 'q', plan: `Step 1.\n${marker}\nStep 2.`, items: [{ id: 'a', text: 'First item.' }, { id: 'b', text: 'Second item.' }] },
+      { question: `Why ${marker}?`, plan: 'A plan.', items: [{ id: 'a', text: 'First item.' }, { id: 'b', text: 'Second item.' }] },
+    ];
+    const j = await LocalJudge.create({ tokenizer: qwen, template, scorer: async () => [], prompt });
+    const got = await j.promptsFor(reqs);
+    for (let r = 0; r < reqs.length; r++)
+      for (let k = 0; k < reqs[r].items.length; k++) {
+        const text = template.render([{ role: 'user', content: perItemMessage(reqs[r].question, reqs[r].plan, reqs[r].items[k], prompt) }], { addGenerationPrompt: true, enableThinking: false });
+        expect(got[r][k].text, `request ${r} item ${k}`).to.equal(text);
+        expect(got[r][k].ids, `request ${r} item ${k}`).to.deep.equal(await qwen.encode(text));
+      }
   });
 
   it('render once applies to the Qwen3 template only (a template that is not known to write the user message verbatim renders every prompt)', () => {

@@ -428,7 +428,7 @@ export class LocalJudge implements Judge, Disposable {
    * `ids`) and tokenizes them in one batch. Render once (`renderOnce`, default on): when the chat
    * template writes a lone user message verbatim, each plan's prompt is rendered once with a marker
    * in place of the item and the items are substituted (skipped for a plan whose marked prompt
-   * holds the marker more than once, e.g. a plan quoting it). Token split (`tokenSplit`, default on): the part of a
+   * holds the marker more than once, or whose question or plan quotes it). Token split (`tokenSplit`, default on): the part of a
    * plan's prompts before its rubric item — template head, question, plan, up to the last line end
    * before the item, found by rendering the plan once with a marker in place of the item — is
    * tokenized once per plan, and only the rest of each prompt (item, instructions, generation
@@ -474,7 +474,9 @@ export class LocalJudge implements Judge, Disposable {
         const at = marked?.indexOf(ITEM_MARKER) ?? -1;
         const nl = at > 0 ? marked!.lastIndexOf('\n', at - 1) : -1;
         if (split && nl >= 0) head = marked!.slice(0, nl + 1);
-        if (substitute && at >= 0 && marked!.lastIndexOf(ITEM_MARKER) === at) around = [marked!.slice(0, at), marked!.slice(at + ITEM_MARKER.length)];
+        // The one marker must be the item's: a question or plan quoting it, under a prompt without {{item}}, would otherwise be replaced.
+        const quoted = req.question.includes(ITEM_MARKER) || req.plan.includes(ITEM_MARKER);
+        if (substitute && !quoted && at >= 0 && marked!.lastIndexOf(ITEM_MARKER) === at) around = [marked!.slice(0, at), marked!.slice(at + ITEM_MARKER.length)];
       }
       req.items.forEach((it, k) => {
         const t = around ? around[0] + it.text + around[1] : render(req, it.text);
