@@ -112,6 +112,35 @@ describe('CLI bad input', function () {
     expect([cfg.grpo.steps, cfg.origins['grpo.steps'], cfg.origins['opsd.steps']]).to.deep.equal([2, 'flag', 'flag']);
   });
 
+  it('train --out into a dir that already holds a run (finished, or killed before its first checkpoint) is refused before any compute; nothing there changes', async () => {
+    const run = join(tmp, 'taken');
+    const a = await cli(['train', '--out', run, '--opsd-steps', '1', '--grpo-steps', '1', ...SMALL]);
+    expect(a.code, a.err).to.equal(0);
+    const before = readFileSync(join(run, 'metrics.jsonl'), 'utf8');
+    const cfgBefore = readFileSync(join(run, 'config.json'), 'utf8');
+    const again = await cli(['train', '--out', run, '--opsd-steps', '1', '--grpo-steps', '0', ...SMALL]);
+    expect(again.code).to.equal(1);
+    expect(again.err).to.contain(`--out ${run} already holds a run`).and.to.contain(`--resume ${run}`);
+    expect(again.err).to.not.match(/\n\s+at /);
+    expect(readFileSync(join(run, 'metrics.jsonl'), 'utf8')).to.equal(before);
+    expect(readFileSync(join(run, 'config.json'), 'utf8')).to.equal(cfgBefore);
+    expect(readdirSync(join(run, 'checkpoints')).sort()).to.deep.equal(['latest', 'step-000002']);
+    // Killed before its first checkpoint (--checkpoint-every 0): step lines, no checkpoint; --resume cannot continue it either.
+    const killed = join(tmp, 'killed-early');
+    mkdirSync(killed);
+    const line = JSON.stringify({ stage: 'opsd', step: 1, globalStep: 1, loss: 0.5 }) + '\n';
+    writeFileSync(join(killed, 'metrics.jsonl'), line);
+    const fresh = await cli(['train', '--out', killed, '--opsd-steps', '1', '--grpo-steps', '0', ...SMALL]);
+    expect(fresh.code).to.equal(1);
+    expect(fresh.err).to.contain(`--out ${killed} already holds a run`);
+    expect(readFileSync(join(killed, 'metrics.jsonl'), 'utf8')).to.equal(line);
+    // An existing empty dir is fine.
+    const empty = join(tmp, 'empty-out');
+    mkdirSync(empty);
+    const ok = await cli(['train', '--out', empty, '--opsd-steps', '1', '--grpo-steps', '0', ...SMALL]);
+    expect(ok.code, ok.err).to.equal(0);
+  });
+
   it('applyResumeFlags: a finished stage keeps its count; the stage in progress cannot go below its done steps', () => {
     const cfg = resolveConfig({ flags: { opsd: { steps: 4 } as never, grpo: { steps: 4 } as never } });
     const state = (stageIndex: number, stageStep: number): TrainerState => ({ version: 1, stageIndex, stageStep, globalStep: 6, cursor: { epoch: 0, position: 0 }, validation: [], stageDone: false, seed: 1, config: cfg, wallSeconds: 0, summary: [{ stage: 'opsd', index: 0, steps: 4 }, { stage: 'grpo', index: 1, steps: 2 }] });

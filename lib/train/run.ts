@@ -200,6 +200,13 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   resolveDevice(cfg.device, 'device (--device)');
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
   checkModelDir(modelDir);
+  if (!resume && cfg.out) {
+    // A new run never writes into another run's dir: its metrics would be appended to the old
+    // rows, its checkpoints mixed with the old ones and `latest` moved.
+    const out = resolve(cfg.out);
+    const held = ['metrics.jsonl', 'checkpoints'].filter((f) => existsSync(join(out, f)));
+    if (held.length) throw new Error(`--out ${out} already holds a run (${held.join(', ')}): continue it with papergym-native train --resume ${out}, or pass a new --out`);
+  }
   // A real chat request to the judge: an endpoint answering 404 / a wrong model fails here, before any compute.
   if (cfg.judge.kind === 'http' && !o.reward) await checkJudge(cfg.judge);
   // ---- data parallelism: join the group (port in use, unreachable master, mismatched world
