@@ -630,7 +630,7 @@ export interface GenerateArgs extends SamplingParams {
    * the masked attention over every slot (env PAPERGYM_LIVE_KV=0 turns the kernel off everywhere).
    */
   liveKv?: boolean;
-  /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default true. */
+  /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default: on exactly when CUDA graphs are used (one captured graph per bucket); off on the static path without graphs (CPU). */
   padToBucket?: boolean;
   /**
    * Static path (static cache / CUDA graphs): copy the sampled tokens back to the host and check
