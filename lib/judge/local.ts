@@ -51,7 +51,7 @@ import '../util/dispose.js';
 import { loadModel, Qwen3Model, type Device, type Dtype } from '../model/qwen3.js';
 import { Tokenizer } from '../model/tokenizer.js';
 import { ChatTemplate } from '../model/chat.js';
-import { argError, describeValue } from '../util/args.js';
+import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
 import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { loadPrompt, perItemMessage, PER_ITEM_PROMPT, type PromptTemplate } from './verdict.js';
@@ -352,6 +352,25 @@ export interface LocalJudgeTimings {
 }
 
 /**
+ * Checks the plain-value options of {@link LocalJudge.create}, {@link localJudgeForModel} and
+ * {@link openLocalJudge} (those present; undefined = the default).
+ * @throws TypeError (ERR_PG_ARG) `<fn>: options.<key> must be …, got …`
+ */
+function checkJudgeOptions(fn: string, opts: unknown): void {
+  checkOptions(fn, opts);
+  const o = (opts ?? {}) as Record<string, unknown>;
+  const has = (k: string) => o[k] !== undefined;
+  const bad = (k: string, want: string) => argError(`${fn}: options.${k} must be ${want}, got ${describeValue(o[k])}`);
+  const int = (k: string, min: number) => Number.isInteger(o[k]) && (o[k] as number) >= min;
+  for (const k of ['tokenSplit', 'renderOnce', 'prefixSharing', 'ownModel']) if (has(k) && typeof o[k] !== 'boolean') throw bad(k, 'a boolean');
+  for (const k of ['batchSize', 'maxTokensPerCall', 'maxLogitBytes']) if (has(k) && !int(k, 1)) throw bad(k, 'an integer >= 1');
+  if (has('minSharedPrefix') && !int('minSharedPrefix', 0)) throw bad('minSharedPrefix', 'an integer >= 0');
+  if (has('threshold') && !(typeof o.threshold === 'number' && o.threshold >= 0 && o.threshold <= 1)) throw bad('threshold', 'a number in [0, 1]');
+  if (has('variants') && o.variants !== 'pair' && o.variants !== 'all') throw bad('variants', "'pair' or 'all'");
+  if (has('scoring') && o.scoring !== 'sequence-logprobs' && o.scoring !== 'forward-logits') throw bad('scoring', "'sequence-logprobs' or 'forward-logits'");
+}
+
+/**
  * Local P(yes) judge (see the module docstring). Create with {@link LocalJudge.create}. Disposable:
  * `close()` (or `using`) ends it, and disposes `options.owned` (the judge's own model from
  * {@link openLocalJudge}); later `judge` calls reject with `ERR_PG_DISPOSED`.
@@ -369,8 +388,9 @@ export class LocalJudge implements Judge, Disposable {
     this.name = o.name ?? 'local';
   }
 
-  /** Resolves the yes/no token ids; throws when either side has no single-token variant. */
+  /** Resolves the yes/no token ids; throws when either side has no single-token variant, a TypeError (ERR_PG_ARG) naming a bad option. */
   static async create(o: LocalJudgeOptions): Promise<LocalJudge> {
+    checkJudgeOptions('LocalJudge.create', o);
     // Default: all variants when full logits are at hand (free), the Yes/No pair otherwise (each answer token costs a row).
     const all = (o.variants ?? (o.lastLogits && !o.scorer ? 'all' : 'pair')) === 'all';
     const yes = await singleTokenIds(o.tokenizer, o.yesStrings ?? (all ? YES_STRINGS : ['Yes']));
@@ -617,6 +637,7 @@ export interface LocalModelJudgeOptions {
  * frozen base through `adapter: 'none'`, no second copy). `tokenizer` must be the model's.
  */
 export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer, opts: LocalModelJudgeOptions = {}): Promise<LocalJudge> {
+  checkJudgeOptions('localJudgeForModel', opts);
   const vocabSize = Number(model.config.vocab_size);
   if (!Number.isInteger(vocabSize) || vocabSize <= 0) throw new Error('local judge: model config has no vocab_size');
   const scorer =
@@ -649,6 +670,7 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
  */
 export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions & { device?: Device; dtype?: Dtype } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
   if (typeof dir !== 'string' || dir === '') throw argError(`openLocalJudge: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
+  checkJudgeOptions('openLocalJudge', opts);
   ensureInputDir(dir, 'model directory');
   const tokenizer = Tokenizer.fromDir(dir);
   const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
