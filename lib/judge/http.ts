@@ -23,7 +23,7 @@ import { disposedError } from '../errors.js';
 import '../util/dispose.js';
 import { LlmClient } from '../llm/client.js';
 import { JudgeCache, requestHash, type CachedAnswer } from './cache.js';
-import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
+import { checkJudgeRequests, countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { yesProbabilityFromChatLogprobs } from './logprobs.js';
 import type { TokenLogprob } from '../llm/client.js';
 import type { ChatMessage } from '../llm/messages.js';
@@ -191,6 +191,7 @@ export class HttpJudge implements Judge, Disposable {
   /** Judges every request (see {@link Judge}); verdicts align with each request's items. */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
     if (this.closed) throw disposedError(`judge ${this.name}`);
+    checkJudgeRequests(`judge ${this.name}`, requests);
     const { signal } = opts;
     let out: Verdict[][];
     if (this.mode === 'per-item') {

@@ -53,7 +53,7 @@ import { Tokenizer } from '../model/tokenizer.js';
 import { ChatTemplate } from '../model/chat.js';
 import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
-import { countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
+import { checkJudgeRequests, countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { loadPrompt, perItemMessage, PER_ITEM_PROMPT, type PromptTemplate } from './verdict.js';
 
 /**
@@ -525,6 +525,7 @@ export class LocalJudge implements Judge, Disposable {
   /** Judges every (request, item) with batched prefills; identical prompts are evaluated once. */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
     if (this.closed) throw disposedError(`judge ${this.name}`);
+    checkJudgeRequests(`judge ${this.name}`, requests);
     const tm = this.t;
     tm.calls++;
     let t0 = performance.now();

@@ -4,6 +4,7 @@
  * A judge decides, for each (question, plan, rubric item), whether the plan satisfies the item
  * (PaperGym: binary rubric items, docs/design.md §6 "the judge decides each rubric item").
  */
+import { argError, describeValue } from '../util/args.js';
 
 /** One rubric item as the judge sees it (instance item or general item). */
 export interface JudgeItem {
@@ -21,6 +22,26 @@ export interface JudgeRequest {
   plan: string;
   /** Items to decide; verdicts come back in the same order. */
   items: JudgeItem[];
+}
+
+/**
+ * Checks `requests` of a judge call: an array of {question: string, plan: string, items: {id:
+ * string, text: string}[]}.
+ * @throws TypeError (ERR_PG_ARG) `<fn>: requests[i].<field> must be …, got …`
+ */
+export function checkJudgeRequests(fn: string, requests: unknown): void {
+  if (!Array.isArray(requests)) throw argError(`${fn}: requests must be an array of {question, plan, items}, got ${describeValue(requests)}`);
+  requests.forEach((r: unknown, i) => {
+    const w = `${fn}: requests[${i}]`;
+    if (!r || typeof r !== 'object' || Array.isArray(r)) throw argError(`${w} must be an object {question, plan, items}, got ${describeValue(r)}`);
+    const o = r as Record<string, unknown>;
+    for (const k of ['question', 'plan']) if (typeof o[k] !== 'string') throw argError(`${w}.${k} must be a string, got ${describeValue(o[k])}`);
+    if (!Array.isArray(o.items)) throw argError(`${w}.items must be an array of {id, text}, got ${describeValue(o.items)}`);
+    o.items.forEach((it: unknown, k) => {
+      if (!it || typeof it !== 'object') throw argError(`${w}.items[${k}] must be an object {id, text}, got ${describeValue(it)}`);
+      for (const f of ['id', 'text']) if (typeof (it as Record<string, unknown>)[f] !== 'string') throw argError(`${w}.items[${k}].${f} must be a string, got ${describeValue((it as Record<string, unknown>)[f])}`);
+    });
+  });
 }
 
 /**
