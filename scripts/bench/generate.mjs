@@ -46,6 +46,9 @@ const a = benchArgs({
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtypeName = dtypeOf(a.dtype, cuda);
 const batches = a.batches.split(',').map(Number);
+const attentions = a.attention.split(',');
+for (const att of attentions) if (att !== 'live-kv' && att !== 'masked') throw new Error(`--attention must be live-kv, masked or both (comma-separated), got ${att}`);
+for (const f of ['lora', 'top-k']) if (!(Number.isInteger(Number(a[f])) && Number(a[f]) >= 0)) throw new Error(`--${f} must be an integer >= 0, got ${a[f]}`);
 const promptLen = Number(a['prompt-len']);
 const newTokens = Number(a['new-tokens']);
 
@@ -68,7 +71,7 @@ const model = await loadModel(modelDir, { device: a.device, dtype: dtypeName });
 const loraRank = Number(a.lora);
 if (loraRank > 0) model.addLora({ r: loraRank, alpha: 2 * loraRank, dropout: 0, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 0 });
 const ours = [];
-const runs = batches.flatMap((b) => a.attention.split(',').map((att) => [b, att]));
+const runs = batches.flatMap((b) => attentions.map((att) => [b, att]));
 for (const [b, att] of runs) {
   const opts = { prompts: prompts[String(b)], temperature: 1, topK: Number(a['top-k']), topP: 1, stopIds: [], seed: 1, cudaGraphs: !a['no-graphs'], liveKv: att !== 'masked', ...(loraRank > 0 ? { adapter: 'active' } : {}) };
   await generate(model, { ...opts, maxNewTokens: 4 }); // warm-up at this batch size
