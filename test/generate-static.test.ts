@@ -266,6 +266,40 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     }
   });
 
+  it('bf16 LoRA branch: the per-call cast of the adapter gives exactly the per-forward cast\'s results, before and after an update', async () => {
+    const m = await loadModel(tinyModel('tiny-untied'), { dtype: 'bfloat16' });
+    try {
+      m.setLoraFloat32Branch(false);
+      m.addLora({ r: 4, alpha: 8, seed: 6 });
+      const setB = (salt: number) => {
+        const w = m.loraWeights();
+        for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.cos(i * 0.29 + k.length + salt) * 0.1;
+        m.setLoraWeights(w);
+      };
+      const o = { prompts, temperature: 0.9, maxNewTokens: 24, seed: 8, stopIds: [] as number[] };
+      const both = async (path: Record<string, unknown>) => {
+        const cached = await run(m, { ...o, ...path });
+        process.env.PAPERGYM_LORA_CACHE = '0'; // the per-forward cast (and per-member LoRA groups)
+        try {
+          return { cached, plain: await run(m, { ...o, ...path }) };
+        } finally {
+          delete process.env.PAPERGYM_LORA_CACHE;
+        }
+      };
+      for (const salt of [0, 1]) {
+        setB(salt);
+        for (const path of [{ staticCache: false }, { staticCache: true, padToBucket: true }]) {
+          const { cached, plain } = await both(path);
+          const what = `update ${salt} ${JSON.stringify(path)}`;
+          expect(cached.completions.map(ids), what).to.deep.equal(plain.completions.map(ids));
+          expect(cached.completions.map((c) => Array.from(c.logprobs)), what).to.deep.equal(plain.completions.map((c) => Array.from(c.logprobs)));
+        }
+      }
+    } finally {
+      m.dispose();
+    }
+  });
+
   it('static path: simulated out of memory → ERR_PG_OOM, abort → AbortError; the model stays usable', async () => {
     const m = models['tiny-tied']!;
     const o = { prompts, temperature: 0, maxNewTokens: 20, stopIds: [] as number[], staticCache: true, padToBucket: true };

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <vector>
 
@@ -135,7 +137,47 @@ std::pair<at::Tensor, at::Tensor> CachedGroup(at::ArrayRef<std::pair<at::Tensor,
   g_group_cache.push_back(std::move(e));
   return {g_group_cache.back().a_cat, g_group_cache.back().b_bd};
 }
+// The per-call cast cache of whole adapters (CachedAdapterCast), under the same lock.
+struct CastCacheEntry {
+  const LoraAdapter* ad;
+  at::ScalarType dt;
+  std::vector<at::Tensor> src;  // every A, B in map order (held: addresses stay unique)
+  std::vector<int64_t> versions;
+  std::shared_ptr<const LoraAdapter> cast;
+};
+std::vector<CastCacheEntry> g_cast_cache;
+
+bool CacheSwitchOn() {
+  const char* e = std::getenv("PAPERGYM_LORA_CACHE");
+  return !(e && *e && std::string(e) == "0");
+}
 }  // namespace
+
+bool LoraInferenceCacheActive() { return t_inference_cache && !at::GradMode::is_enabled() && CacheSwitchOn(); }
+
+std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype,
+                                                     const std::function<LoraAdapter()>& cast) {
+  std::vector<at::Tensor> src;
+  for (const auto& kv : ad.weights) {
+    src.push_back(kv.second.first);
+    src.push_back(kv.second.second);
+  }
+  std::lock_guard<std::mutex> lock(g_group_cache_mu);
+  for (const auto& e : g_cast_cache) {
+    if (e.ad != &ad || e.dt != dtype || e.src.size() != src.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < src.size() && same; ++i) same = e.src[i].is_same(src[i]) && e.versions[i] == src[i]._version();
+    if (same) return e.cast;
+  }
+  CastCacheEntry e;
+  e.ad = &ad;
+  e.dt = dtype;
+  e.src = std::move(src);
+  for (const auto& t : e.src) e.versions.push_back(t._version());
+  e.cast = std::make_shared<const LoraAdapter>(cast());
+  g_cast_cache.push_back(e);
+  return e.cast;
+}
 
 LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
 LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
@@ -146,6 +188,7 @@ LoraInferenceCacheScope::~LoraInferenceCacheScope() {
   if (!prev_) {  // the outermost scope ends: hold no device memory between calls
     std::lock_guard<std::mutex> lock(g_group_cache_mu);
     g_group_cache.clear();
+    g_cast_cache.clear();
   }
 }
 
@@ -173,7 +216,7 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
   const auto dt = (!fp32_branch && x.scalar_type() != at::kFloat) ? x.scalar_type() : at::kFloat;
   // Decode-sized inputs only (rows of x ≤ 512): for a prefill the block-diagonal GEMM's extra
   // zero blocks would cost more than the launches it saves.
-  if (t_inference_cache && !at::GradMode::is_enabled() && ab.size() > 1 && x.numel() / std::max<int64_t>(1, x.size(-1)) <= 512) {
+  if (LoraInferenceCacheActive() && ab.size() > 1 && x.numel() / std::max<int64_t>(1, x.size(-1)) <= 512) {
     auto [a_cat, b_bd] = CachedGroup(ab, dt);
     const int64_t in = x.size(-1), out = base.size(-1);
     at::Tensor x2 = (x.scalar_type() == dt ? x : x.to(dt)).reshape({-1, in});

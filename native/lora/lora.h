@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,7 +114,8 @@ at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRe
 /// (float32 rounding). Only for decode-sized inputs (≤ 512 rows); not used with grad on, or
 /// outside the scope (the serve engine's graphs outlive an adapter update, so they read the
 /// weights themselves). The outermost scope's end empties the cache (no device memory is held
-/// between calls).
+/// between calls). The same scope serves the low-precision branch's whole-adapter cast
+/// (CachedAdapterCast). PAPERGYM_LORA_CACHE=0 turns both caches off (A/B).
 class LoraInferenceCacheScope {
  public:
   LoraInferenceCacheScope();
@@ -123,6 +126,20 @@ class LoraInferenceCacheScope {
  private:
   bool prev_;
 };
+
+/// True while a LoraInferenceCacheScope is alive on this thread, grad mode is off and
+/// PAPERGYM_LORA_CACHE is not "0" (read at each call: an in-process A/B switch for tests and
+/// benchmarks).
+bool LoraInferenceCacheActive();
+
+/// Inside an active LoraInferenceCacheScope: `ad` with every A / B cast to `dtype`, made by `cast`
+/// once per call and adapter state (keyed by the adapter's address, dtype, and every A / B tensor
+/// and its version counter) instead of once per forward — the low-precision LoRA branch of a
+/// decode step otherwise recasts the whole adapter every step (≈ 280 MB of float32 read at
+/// Qwen3-1.7B, r 64), inside its CUDA graph too. The same cast, so the same values. The entry
+/// lives until the outermost scope ends (a captured graph reads its tensors until then).
+std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype,
+                                                     const std::function<LoraAdapter()>& cast);
 
 /// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
 /// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must

@@ -694,11 +694,19 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
   const LoraAdapter* ad = Resolve(m, sel);
   const double drop = ad ? ad->config.dropout : 0.0;
   // Low-precision LoRA branch: all A / B cast to the model dtype once for this forward.
+  // In generate (LoraInferenceCacheActive) the cast is made once per call, not once per step.
   std::optional<LoraAdapter> ad_cast;
+  std::shared_ptr<const LoraAdapter> ad_cached;
   if (ad && !m.lora_fp32_ && m.dtype_ != at::kFloat && !ad->weights.empty() &&
       ad->weights.begin()->second.first.scalar_type() != m.dtype_) {
-    ad_cast = CastAdapter(*ad, m.dtype_);
-    ad = &*ad_cast;
+    if (LoraInferenceCacheActive()) {
+      const LoraAdapter& src = *ad;
+      ad_cached = CachedAdapterCast(src, m.dtype_, [&] { return CastAdapter(src, m.dtype_); });
+      ad = ad_cached.get();
+    } else {
+      ad_cast = CastAdapter(*ad, m.dtype_);
+      ad = &*ad_cast;
+    }
   }
   // RoPE tables (fp32, YaRN / llama3 frequencies from load), cast to the model dtype like
   // transformers' rotary embedding: [B, T, hd].
