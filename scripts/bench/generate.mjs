@@ -14,6 +14,7 @@
  *          --prompt-len 512  --new-tokens 256  --no-ref (skip transformers)  --threads N (CPU)
  *          --attention live-kv,masked (decode attention A/B in one process; default live-kv)
  *          --lora R (decode through a rank-R adapter on all projections, as the trainer's rollouts)
+ *          --lora-bf16 (that adapter's branch in the model dtype: the trainer's default)
  *          --top-k K (default 0: full-vocabulary sampling)
  *          --json FILE (write all numbers)  --layers N (random shapes with fewer layers, smoke tests)
  *          --no-graphs (CUDA: the dynamic decode path instead of the default static-cache CUDA-graph
@@ -41,6 +42,8 @@ const a = benchArgs({
   attention: { type: 'string', default: 'live-kv' },
   // rollouts as the trainer runs them: a LoRA adapter of this rank on all projections (0 = none)
   lora: { type: 'string', default: '0' },
+  // the LoRA branch in the model dtype, as the trainer runs it (lora.float32Branch false)
+  'lora-bf16': { type: 'boolean', default: false },
   'top-k': { type: 'string', default: '0' },
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
@@ -70,6 +73,7 @@ const prompts = Object.fromEntries(batches.map((b) => [String(b), tokenIds(b, pr
 const model = await loadModel(modelDir, { device: a.device, dtype: dtypeName });
 const loraRank = Number(a.lora);
 if (loraRank > 0) model.addLora({ r: loraRank, alpha: 2 * loraRank, dropout: 0, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 0 });
+if (a['lora-bf16']) model.setLoraFloat32Branch(false);
 const ours = [];
 const runs = batches.flatMap((b) => attentions.map((att) => [b, att]));
 for (const [b, att] of runs) {

@@ -64,6 +64,8 @@ for step in "$@"; do
     genab1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --attention live-kv,masked --lora 64 --top-k 20 --no-ref --json $OUT/generate_ab_1024.json 2>&1 | tail -8 ;;
     genab256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 256 --attention live-kv,masked --lora 64 --top-k 20 --no-ref --json $OUT/generate_ab_256.json 2>&1 | tail -8 ;;
     gennolora) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --top-k 20 --no-ref --json $OUT/generate_nolora_1024.json 2>&1 | tail -3 ;;
+    # the trainer's bf16 LoRA branch: adapter cast once per call (default) vs per step (PAPERGYM_LORA_CACHE=0)
+    genlorabf16) for c in 1 0; do PAPERGYM_LORA_CACHE=$c timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --no-ref --json $OUT/generate_lorabf16_cache$c.json 2>&1 | tail -1 | sed "s/^/cache=$c: /"; done ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
