@@ -19,6 +19,7 @@ import { NativeBackend } from '../lib/train/native-backend.js';
 import { resolveConfig } from '../lib/config/train.js';
 import type { Sequence } from '../lib/train/backend.js';
 import { mulberry32 } from '../lib/util/random.js';
+import { rejection } from './helpers/run.js';
 
 type Rec = Record<string, JsTensor<Float32Array>>;
 
@@ -60,15 +61,6 @@ function firstBitDiff(a: Rec, b: Rec): string | null {
     for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return `${k}[${i}]: ${a[k]!.data[i]} vs ${b[k]!.data[i]}`;
   }
   return null;
-}
-
-async function rejection(p: Promise<unknown>): Promise<Error & { code?: string }> {
-  try {
-    await p;
-  } catch (e) {
-    return e as Error & { code?: string };
-  }
-  throw new Error('expected a rejection');
 }
 
 describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', function () {

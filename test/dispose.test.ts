@@ -16,6 +16,7 @@ import { localJudgeForModel, openLocalJudge, sequenceLogprobsScorer } from '../l
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import * as entry from '../lib/index.js';
 import { int32, tinyModel } from './helpers/tiny.js';
+import { orSkip } from './helpers/run.js';
 
 /** The error `f` throws or rejects with (fails the test when it does neither). */
 async function caught(f: () => unknown): Promise<unknown> {
@@ -89,13 +90,11 @@ describe('dispose: models, policies, judges, decode engine', function () {
   this.timeout(240000);
   let dir: string;
   before(async function () {
-    try {
-      dir = tinyModel('tiny-tied');
-      (await loadModel(dir)).dispose();
-    } catch (e) {
-      console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
-      this.skip();
-    }
+    dir = await orSkip(this, async () => {
+      const d = tinyModel('tiny-tied');
+      (await loadModel(d)).dispose();
+      return d;
+    });
   });
 
   it('`using` frees a model at the end of the block; every later call throws ERR_PG_DISPOSED', async () => {

@@ -14,6 +14,7 @@ import { packageRoot } from '../lib/native.js';
 import { loadModel } from '../lib/model/qwen3.js';
 import { sampleDatasetPath } from '../lib/data/schema.js';
 import { tinyModel } from './helpers/tiny.js';
+import { orSkip } from './helpers/run.js';
 
 const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
 
@@ -33,13 +34,11 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
   let dir: string;
   let tmp: string;
   before(async function () {
-    try {
-      dir = tinyModel('tiny-tied');
-      (await loadModel(dir)).dispose();
-    } catch (e) {
-      console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
-      this.skip();
-    }
+    dir = await orSkip(this, async () => {
+      const d = tinyModel('tiny-tied');
+      (await loadModel(d)).dispose();
+      return d;
+    });
     tmp = mkdtempSync(join(tmpdir(), 'eval-cli-'));
   });
   after(() => tmp && rmSync(tmp, { recursive: true, force: true }));

@@ -16,6 +16,7 @@ import { packageRoot } from '../lib/native.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { generate, sampleFromLogits, type GenerateResult } from '../lib/model/policy.js';
 import { python, tinyFingerprint, tinyModel } from './helpers/tiny.js';
+import { rejection } from './helpers/run.js';
 
 interface GreedyFixture {
   model: 'tiny-tied' | 'tiny-untied';
@@ -30,15 +31,6 @@ interface GreedyFixture {
 const FIX = join(packageRoot, 'test', 'fixtures', 'generate');
 const fixture = (name: string): GreedyFixture => JSON.parse(readFileSync(join(FIX, `greedy-${name}.json`), 'utf8'));
 const ids = (c: { tokenIds: Int32Array }) => Array.from(c.tokenIds);
-
-async function rejection(p: Promise<unknown>): Promise<Error & { code?: string }> {
-  try {
-    await p;
-  } catch (e) {
-    return e as Error & { code?: string };
-  }
-  throw new Error('expected a rejection');
-}
 
 /** log-softmax(row / T)[tok] in float64. */
 function logprobAt(logits: Float32Array, offset: number, V: number, T: number, tok: number): number {

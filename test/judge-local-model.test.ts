@@ -10,6 +10,7 @@ import { ChatTemplate } from '../lib/model/chat.js';
 import { localJudgeForModel, yesProbability } from '../lib/judge/local.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
+import { orSkip } from './helpers/run.js';
 
 describe('judge local on a tiny Qwen3 (addon)', function () {
   this.timeout(240000);
@@ -18,13 +19,10 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
   let template: ChatTemplate;
   let dir: string;
   before(async function () {
-    try {
+    await orSkip(this, async () => {
       dir = tinyModel('tiny-tied');
       model = await loadModel(dir);
-    } catch (e) {
-      console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
-      this.skip();
-    }
+    });
     tok = Tokenizer.fromDir(dir);
     template = ChatTemplate.fromTokenizer(tok);
   });

@@ -24,6 +24,7 @@ import { loadPrompt, perItemMessage, PER_ITEM_PROMPT } from '../lib/judge/verdic
 import { loadGeneralRubric, readDataset, sampleDatasetPath } from '../lib/data/schema.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
+import { orSkip } from './helpers/run.js';
 
 const LLAMA3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-llama3_1', 'models');
 
@@ -204,14 +205,11 @@ describe('judge host shortcuts (render once, token split)', function () {
     let model: Qwen3Model | undefined;
     let tok: Tokenizer;
     before(async function () {
-      try {
+      await orSkip(this, async () => {
         const dir = tinyModel('tiny-tied');
         model = await loadModel(dir);
         tok = Tokenizer.fromDir(dir);
-      } catch (e) {
-        console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
-        this.skip();
-      }
+      });
     });
     after(() => model?.dispose());
 

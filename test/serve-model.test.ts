@@ -10,6 +10,7 @@ import { createHttpJudge } from '../lib/judge/http.js';
 import { LlmClient } from '../lib/llm/client.js';
 import { Policy } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
+import { orSkip } from './helpers/run.js';
 
 describe('serve on a tiny Qwen3 (addon, loopback)', function () {
   this.timeout(240000);
@@ -17,12 +18,7 @@ describe('serve on a tiny Qwen3 (addon, loopback)', function () {
   let srv: ChatServer;
   let url: string;
   before(async function () {
-    try {
-      policy = await Policy.load(tinyModel('tiny-tied'));
-    } catch (e) {
-      console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
-      this.skip();
-    }
+    policy = await orSkip(this, () => Policy.load(tinyModel('tiny-tied')));
     srv = new ChatServer({ backend: policyServeBackend(policy), modelId: 'tiny', batchWindowMs: 20, maxBatch: 16 });
     url = (await srv.start()).url;
   });

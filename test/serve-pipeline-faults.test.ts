@@ -11,6 +11,15 @@ import { ChatServer } from '../lib/serve/server.js';
 import type { ServeStepper } from '../lib/serve/stepper.js';
 import type { EngineRow, EngineStep } from '../lib/model/engine.js';
 
+/** Records unhandled rejections until `stop()` (prepended: mocha's own listener, which would fail
+ * the run, sees them too). */
+function recordUnhandled(): { unhandled: unknown[]; stop: () => void } {
+  const unhandled: unknown[] = [];
+  const on = (e: unknown) => unhandled.push(e);
+  process.prependListener('unhandledRejection', on);
+  return { unhandled, stop: () => process.off('unhandledRejection', on) };
+}
+
 /** Each row emits tokens 'a', 'b', 'c', … (ids 97, 98, …) until maxNewTokens; ids are their char codes. */
 class ScriptedStepper implements ServeStepper {
   readonly maxRows = 8;
@@ -140,9 +149,7 @@ describe('serve: the pipelined decode loop under faults (scripted stepper)', fun
   it('a detokenizer failure answers the requests in flight with an error and the next request is served', async () => {
     const st = new ScriptedStepper();
     const { srv, url } = await start(st);
-    const unhandled: unknown[] = [];
-    const onUnhandled = (e: unknown) => unhandled.push(e);
-    process.on('unhandledRejection', onUnhandled);
+    const { unhandled, stop } = recordUnhandled();
     try {
       st.failDecodeOnce = true;
       const a = await post(url);
@@ -158,7 +165,7 @@ describe('serve: the pipelined decode loop under faults (scripted stepper)', fun
       const j = (await (await post(url)).json()) as { choices: { message: { content: string } }[] };
       expect(j.choices[0]!.message.content).to.equal('abcdef');
     } finally {
-      process.off('unhandledRejection', onUnhandled);
+      stop();
       await srv.close();
     }
   });
@@ -168,10 +175,7 @@ describe('serve: the pipelined decode loop under faults (scripted stepper)', fun
     st.failStepAt = 3;
     st.slowDecodeMs = 30;
     const { srv, url } = await start(st);
-    const unhandled: unknown[] = [];
-    const onUnhandled = (e: unknown) => unhandled.push(e);
-    // Mocha's own listener would fail the run; ours records it (both see the event).
-    process.prependListener('unhandledRejection', onUnhandled);
+    const { unhandled, stop } = recordUnhandled();
     try {
       const text = await (await post(url, body({ stream: true }))).text();
       expect(text).to.include('simulated engine failure in the pipelined step');
@@ -181,7 +185,7 @@ describe('serve: the pipelined decode loop under faults (scripted stepper)', fun
       const j = (await (await post(url)).json()) as { choices: { message: { content: string } }[] };
       expect(j.choices[0]!.message.content).to.equal('abcdef');
     } finally {
-      process.off('unhandledRejection', onUnhandled);
+      stop();
       await srv.close();
     }
   });

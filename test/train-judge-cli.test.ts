@@ -16,6 +16,7 @@ import { packageRoot } from '../lib/native.js';
 import { ensureDefaultModel } from '../lib/train/run.js';
 import { resolveCheckpoint } from '../lib/train/checkpoint.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
+import { orSkip } from './helpers/run.js';
 
 const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
 const SMALL = ['--stages', 'grpo', '--grpo-steps', '2', '--questions-per-step', '1', '--group-size', '2', '--max-new-tokens', '6', '--checkpoint-every', '1', '--validate-every', '0', '--seed', '3'];
@@ -36,12 +37,7 @@ describe('train with a failing HTTP judge (embedded tiny model, loopback judge)'
   let judge: FakeLlm;
   let mode: 'unreadable' | 'yes' = 'unreadable';
   before(async function () {
-    try {
-      ensureDefaultModel();
-    } catch (e) {
-      console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
-      this.skip();
-    }
+    await orSkip(this, () => ensureDefaultModel());
     tmp = mkdtempSync(join(tmpdir(), 'pg-train-judge-'));
     judge = await startFakeLlm({
       respond: (r) => {

@@ -134,6 +134,9 @@ at::Tensor SwiGLU(const at::Tensor& gu) {
   return at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I);
 }
 
+#ifdef PG_WITH_CUDA_KERNELS
+namespace {
+/// PAPERGYM_LIVE_KV (unset or not "0" = on), read once: the switch of LiveKvDecodeAttention.
 bool LiveKvAttentionSwitchedOn() {
   static const bool on = [] {
     const char* e = std::getenv("PAPERGYM_LIVE_KV");
@@ -141,6 +144,8 @@ bool LiveKvAttentionSwitchedOn() {
   }();
   return on;
 }
+}  // namespace
+#endif
 
 bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nkv, int64_t D) {
 #ifdef PG_WITH_CUDA_KERNELS

@@ -39,7 +39,5 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
 /// device) with nh query heads, nkv KV heads and head_dim D.
 bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nkv, int64_t D);
 
-/// PAPERGYM_LIVE_KV (unset or not "0" = on), read once: the switch of LiveKvDecodeAttention.
-bool LiveKvAttentionSwitchedOn();
 
 }  // namespace pg

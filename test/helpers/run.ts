@@ -34,3 +34,24 @@ export function adapterMaxAbsDiff(a: Record<string, Float32Array>, b: Record<str
   for (const k of Object.keys(a)) for (let i = 0; i < a[k]!.length; i++) m = Math.max(m, Math.abs(a[k]![i]! - b[k]![i]!));
   return m;
 }
+
+/** Runs a suite's set-up `f` (loading the tiny model, …); when it throws (no addon, no libtorch,
+ * no model) prints why and skips the suite — `ctx` is mocha's `this` in `before`. */
+export async function orSkip<T>(ctx: Mocha.Context, f: () => T | Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } catch (e) {
+    console.log(`      (skipped: ${(e as Error).message.split('\n')[0]})`);
+    return ctx.skip();
+  }
+}
+
+/** The error `p` rejects with; throws when it resolves. */
+export async function rejection(p: Promise<unknown>): Promise<Error & { code?: string }> {
+  try {
+    await p;
+  } catch (e) {
+    return e as Error & { code?: string };
+  }
+  throw new Error('expected a rejection');
+}
