@@ -630,6 +630,18 @@ export interface GenerateArgs extends SamplingParams {
    * the masked attention over every slot (env PAPERGYM_LIVE_KV=0 turns the kernel off everywhere).
    */
   liveKv?: boolean;
+  /**
+   * Sample from the adapter merged into the base weights: W' = W + scaling·B·A per targeted
+   * projection, summed in float32 and rounded once to the model dtype (PEFT `merge_and_unload`;
+   * the merged weights that TRL's GRPO serves from vLLM), made once per call and freed when it
+   * ends, so the decode step runs no LoRA branch (Qwen3-1.7B shapes, r 64, bf16, batch 64 on an
+   * H200: docs/performance.md §4). Holds one extra copy of the targeted weights during the call
+   * (≈ 2.8 GB at 1.7B, 14 GB at 8B in bf16). The logprobs are those of the merged weights: in bf16
+   * they differ from the teacher-forced forward with the LoRA branch by the rounding of W', so
+   * sampled ids can differ from `mergeAdapter: false`. Default false; no effect without an adapter
+   * (`adapterMerged` in the result says whether it applied).
+   */
+  mergeAdapter?: boolean;
   /** Static path: pad the batch up to a power-of-two bucket (padded rows masked). Default: on exactly when CUDA graphs are used (one captured graph per bucket); off on the static path without graphs (CPU). */
   padToBucket?: boolean;
   /**
@@ -676,6 +688,8 @@ export interface GenerateResult {
   decodePath?: 'dynamic' | 'static' | 'cuda-graphs';
   /** Decode attention: 'live-kv' (static path on CUDA: each row reads only its filled KV slots, a split-K kernel) or 'masked'. */
   decodeAttention?: 'live-kv' | 'masked';
+  /** The forwards ran from the merged weights (`mergeAdapter` with an adapter selected). */
+  adapterMerged?: boolean;
   /** CUDA graphs captured by this call. */
   graphCaptures?: number;
   /** Rows decoded per step (the bucket size on the static path). */

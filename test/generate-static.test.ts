@@ -300,6 +300,82 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     }
   });
 
+  it('mergeAdapter: sampling from W + scaling·B·A gives the LoRA branch\'s ids and logprobs (float32), for all and for some targets, and sees an adapter update', async () => {
+    const m = await loadModel(tinyModel('tiny-untied'));
+    try {
+      const setB = (salt: number) => {
+        const w = m.loraWeights();
+        for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.41 + k.length + salt) * 0.15;
+        m.setLoraWeights(w);
+      };
+      // All seven projections (fused q/k/v and gate/up fully merged), and a subset whose merged rows
+      // sit at offsets inside the fused matrices (v within q/k/v, up within gate/up).
+      for (const targetModules of [undefined, ['v_proj', 'o_proj', 'up_proj'] as const]) {
+        m.addLora({ r: 4, alpha: 8, seed: 11, ...(targetModules && { targetModules: [...targetModules] }) });
+        for (const salt of [0, 1]) {
+          setB(salt); // salt 1: an update between calls must reach the next call's merged weights
+          for (const path of [{ staticCache: false }, { staticCache: true, padToBucket: true }]) {
+            // Seeded with top-k 20: over the tiny random model's near-flat 151k-id distribution the
+            // full-vocabulary inverse CDF flips on float32 rounding of the logits.
+            for (const sampling of [{ temperature: 0 }, { temperature: 0.9, topK: 20, seed: 21 }]) {
+              const o = { prompts, maxNewTokens: 24, stopIds: [] as number[], ...sampling, ...path };
+              const what = `targets ${targetModules ?? 'all'}, update ${salt}, ${JSON.stringify(path)}, ${JSON.stringify(sampling)}`;
+              const branch = await run(m, o);
+              const merged = (await run(m, { ...o, mergeAdapter: true })) as PathResult & { adapterMerged: boolean };
+              expect(merged.adapterMerged, what).to.equal(true);
+              expect((branch as PathResult & { adapterMerged: boolean }).adapterMerged, what).to.equal(false);
+              try {
+                expectSame(branch, merged, 2e-5);
+              } catch (e) {
+                throw new Error(`${what}: ${(e as Error).message}`);
+              }
+              // The adapter matters here: without it the ids differ (a merge that dropped the adapter fails).
+              const base = await run(m, { ...o, adapter: 'none' });
+              expect(JSON.stringify(base.completions.map(ids)), what).to.not.equal(JSON.stringify(branch.completions.map(ids)));
+            }
+          }
+        }
+      }
+      // No adapter selected: nothing to merge, the base model's results.
+      const o = { prompts, maxNewTokens: 12, temperature: 0, stopIds: [] as number[], adapter: 'none' };
+      const none = (await run(m, { ...o, mergeAdapter: true })) as PathResult & { adapterMerged: boolean };
+      expect(none.adapterMerged).to.equal(false);
+      expectSame(await run(m, o), none, 0);
+      let err: (Error & { code?: string }) | undefined;
+      try {
+        await run(m, { ...o, mergeAdapter: 'yes' } as unknown as typeof o);
+      } catch (e) {
+        err = e as Error & { code?: string };
+      }
+      expect(err?.code).to.equal('ERR_PG_ARG');
+      expect(err?.message).to.match(/mergeAdapter/);
+    } finally {
+      m.dispose();
+    }
+  });
+
+  it('mergeAdapter in bf16: the logprobs stay within bf16 rounding of the teacher-forced forward with the LoRA branch', async () => {
+    const m = await loadModel(tinyModel('tiny-untied'), { dtype: 'bfloat16' });
+    try {
+      m.setLoraFloat32Branch(false);
+      m.addLora({ r: 4, alpha: 8, seed: 6 });
+      const w = m.loraWeights();
+      for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.cos(i * 0.29 + k.length) * 0.1;
+      m.setLoraWeights(w);
+      const o = { prompts, temperature: 0.9, maxNewTokens: 24, seed: 8, stopIds: [] as number[], staticCache: true, padToBucket: true };
+      const merged = await run(m, { ...o, mergeAdapter: true });
+      const f = await teacherForcedLogprobs(m, prompts, merged.completions, 0.9);
+      const worst = Math.max(...merged.completions.flatMap((c, b) => Array.from(c.logprobs).map((x, t) => Math.abs(x - f[b]![t]!))));
+      const fb = await teacherForcedLogprobs(m, prompts, merged.completions, 0.9);
+      expect(fb).to.deep.equal(f);
+      // The merged weights round W + scaling·B·A once to bf16; the branch keeps W and the LoRA
+      // output apart (measured 0.03 here; the unmerged decode's own gap is 0.028).
+      expect(worst).to.be.below(0.1);
+    } finally {
+      m.dispose();
+    }
+  });
+
   it('static path: simulated out of memory → ERR_PG_OOM, abort → AbortError; the model stays usable', async () => {
     const m = models['tiny-tied']!;
     const o = { prompts, temperature: 0, maxNewTokens: 20, stopIds: [] as number[], staticCache: true, padToBucket: true };

@@ -7,7 +7,7 @@
 import { expect } from 'chai';
 import {
   planMemory, estimatePhases, planForRun, pinnedSettings, flagsThatFit, readModelShape, residentBytes, updateBytes,
-  QWEN3_SHAPES, CALIBRATION_TOLERANCE, type PlanInputs, type PlanSettings,
+  mergedWeightBytes, QWEN3_SHAPES, CALIBRATION_TOLERANCE, type PlanInputs, type PlanSettings,
 } from '../lib/train/memory-plan.js';
 import { resolveConfig } from '../lib/config/train.js';
 import { ensureDefaultModel } from '../lib/train/run.js';
@@ -111,6 +111,35 @@ describe('memory plan', () => {
     expect(planMemory({ ...presetInputs('qwen3-4b', 24), maxNewTokens: n, recompute: true, opsd: { batchSize: Number(/--opsd-batch-size (\d+)/.exec(flags)![1]), microBatch: 1, teacher: 'fixed' }, grpo: { ...presetInputs('qwen3-4b').grpo, microBatch: 1, questionsPerStep: Number(/--questions-per-step (\d+)/.exec(flags)![1]) } }).fits).to.equal(true);
   });
 
+  it('merged-adapter rollouts: the copy counts in the rollout phases; auto merges when it fits beside the chosen rollout rows, else keeps the LoRA branch and says so', () => {
+    const s = QWEN3_SHAPES['qwen3-1.7b'];
+    // 28 layers × (q/k/v 2048·4096 + o 2048·2048 + gate/up 2·2048·6144 + down 6144·2048) bf16, plus the fp32 gate/up while merging.
+    const all = 28 * 2 * (2048 * 4096 + 2048 * 2048 + 2 * 2048 * 6144 + 6144 * 2048) + 4 * 2 * 2048 * 6144;
+    expect(mergedWeightBytes(s, ALL7, 2)).to.equal(all);
+    expect(mergedWeightBytes(s, ['v_proj'], 2)).to.equal(28 * 2 * 2048 * 4096 + 4 * 2048 * 4096); // the whole fused q/k/v is copied
+    expect(mergedWeightBytes(s, [], 2)).to.equal(0);
+    const x = presetInputs('qwen3-1.7b', 141);
+    const plain = estimatePhases(x, AS_MEASURED), merged = estimatePhases(x, { ...AS_MEASURED, mergeAdapter: true });
+    for (const ph of ['rollout-grpo', 'rollout-opsd'] as const) expect(merged[ph]! - plain[ph]!, ph).to.equal(all);
+    for (const ph of ['update-grpo', 'update-opsd', 'judge', 'reference', 'optimizer'] as const) expect(merged[ph], ph).to.equal(plain[ph]);
+    expect(planMemory({ ...x, mergeAdapter: 'auto' }).mergeAdapter).to.equal(true);
+    expect(planMemory(x).mergeAdapter).to.equal(false);
+    expect(planMemory({ ...x, mergeAdapter: true }).mergeAdapter).to.equal(true);
+    // Over budgets from 4 to 40 GB: whenever auto merges, the rollouts with the copy fit; some
+    // budget fits the rows but not the copy, and that plan keeps the branch with a note.
+    let refused = 0;
+    for (let gbs = 4; gbs <= 40; gbs += 0.25) {
+      const p = planMemory({ ...presetInputs('qwen3-1.7b', gbs), mergeAdapter: 'auto' });
+      const rollout = Math.max(p.phases['rollout-grpo']!, p.phases['rollout-opsd']!);
+      if (p.mergeAdapter) expect(rollout, `${gbs} GB`).to.be.at.most(p.limitBytes);
+      else if (planMemory(presetInputs('qwen3-1.7b', gbs)).phases['rollout-grpo']! <= p.limitBytes) {
+        refused++;
+        expect(p.notes.join('; ')).to.match(/merged weights \(2\.9 GB\) do not fit beside \d+ rollout rows/);
+      }
+    }
+    expect(refused).to.be.above(0);
+  });
+
   it('planForRun: off on CPU without a cap, on with --max-memory; applies the plan to the config; pinned from flags / file only', () => {
     const shape = readModelShape(ensureDefaultModel());
     expect(shape.hiddenSize).to.be.above(0);
@@ -125,6 +154,15 @@ describe('memory plan', () => {
     const gpu = resolveConfig({ preset: 'qwen3-8b' });
     const g = planForRun(gpu, { shape: QWEN3_SHAPES['qwen3-8b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 80e9, pinned: {} })!;
     expect(g.plan.budgetBytes).to.equal(80e9);
+    // sampling.mergeAdapter 'auto' is decided by the CUDA plan; on CPU and when given it stays.
+    expect(gpu.sampling.mergeAdapter).to.equal(g.plan.mergeAdapter ? 'on' : 'off');
+    expect(cpu.sampling.mergeAdapter).to.equal('auto');
+    const off = resolveConfig({ preset: 'qwen3-1.7b', flags: { sampling: { mergeAdapter: 'off' } } as never });
+    expect(planForRun(off, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!.plan.mergeAdapter).to.equal(false);
+    expect(off.sampling.mergeAdapter).to.equal('off');
+    const big = resolveConfig({ preset: 'qwen3-1.7b' });
+    expect(planForRun(big, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!.plan.mergeAdapter).to.equal(true);
+    expect(big.sampling.mergeAdapter).to.equal('on');
     expect(planForRun(resolveConfig({ preset: 'qwen3-8b', flags: { memory: { plan: 'off' } } as never }), { shape, promptTokens: { student: 1, teacher: 1 }, deviceMemoryBytes: 80e9, pinned: {} })).to.equal(undefined);
     expect(pinnedSettings({ grpo: { microBatch: 2 } }, { memory: { recompute: true } })).to.deep.equal({ opsdMicroBatch: false, grpoMicroBatch: true, recompute: true, rolloutRows: false, judgeMaxTokensPerCall: false });
     expect(() => resolveConfig({ flags: { memory: { maxMemoryGB: -1 } } as never })).to.throw(/memory\.maxMemoryGB \(--max-memory\) must be in \(0, ∞\)/);

@@ -43,7 +43,7 @@ describe('train: learning direction', function () {
     await runTraining({
       flags: {
         stages: ['grpo'], out: join(tmp, 'grpo'), seed: 11,
-        sampling: { temperature: 0.05, topK: 0, topP: 1, maxNewTokens: 3, enableThinking: false },
+        sampling: { temperature: 0.05, topK: 0, topP: 1, maxNewTokens: 3, enableThinking: false, mergeAdapter: 'auto' as const },
         grpo: { ...resolveConfig({}).grpo, steps: 10, lr: 5e-4, questionsPerStep: 2, groupSize: 8, microBatch: 16, betaKl: 0 },
         validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 },
       },
@@ -59,7 +59,7 @@ describe('train: learning direction', function () {
     const items = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((i) => i.split === 'train').slice(0, 2);
     const flags = {
       stages: ['opsd'] as ['opsd'], out: join(tmp, 'opsd'), seed: 5,
-      sampling: { temperature: 1, topK: 0, topP: 1, maxNewTokens: 8, enableThinking: false },
+      sampling: { temperature: 1, topK: 0, topP: 1, maxNewTokens: 8, enableThinking: false, mergeAdapter: 'auto' as const },
       opsd: { ...resolveConfig({}).opsd, steps: 12, lr: 3e-3, batchSize: 2, microBatch: 2 },
       validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 },
     };

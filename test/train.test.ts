@@ -12,7 +12,7 @@ import { packageRoot } from '../lib/native.js';
 import { runTraining, ensureDefaultModel } from '../lib/train/run.js';
 import { resolveCheckpoint } from '../lib/train/checkpoint.js';
 import { sampleDatasetPath } from '../lib/data/schema.js';
-import { Policy } from '../lib/model/policy.js';
+import { Policy, generate } from '../lib/model/policy.js';
 import { NativeBackend } from '../lib/train/native-backend.js';
 import { Trainer, type RewardFn } from '../lib/train/trainer.js';
 import { resolveConfig } from '../lib/config/train.js';
@@ -164,6 +164,30 @@ describe('train (embedded tiny model)', function () {
       writeFileSync(file, 'x');
       await expectErr({ out: join(file, 'run') }, /not writable/);
     });
+  });
+
+  it('sampling.mergeAdapter: on = the rollouts sample from the merged adapter, off = the LoRA branch; auto is off on CPU', async () => {
+    const policy = await Policy.load(ensureDefaultModel());
+    try {
+      policy.model.addLora({ r: 4, alpha: 8, seed: 2 });
+      const w = policy.model.loraWeights();
+      for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.3 + k.length) * 0.2;
+      policy.model.setLoraWeights(w);
+      const prompt = await policy.encodePrompts(['Design an experiment on rubric judges.'], { enableThinking: false });
+      const o = { n: 3, temperature: 1, topK: 20, topP: 1, maxNewTokens: 10, seed: 5 };
+      const tok = policy.tokenizer;
+      for (const [setting, merged] of [['on', true], ['off', false], ['auto', false]] as const) {
+        const backend = new NativeBackend(policy, resolveConfig({ flags: { sampling: { mergeAdapter: setting } } as never }));
+        expect(backend.mergeAdapter, setting).to.equal(merged);
+        const ro = await backend.generate(prompt, o);
+        const direct = await generate(policy.model, { prompts: prompt, ...o, stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: merged });
+        expect(direct.adapterMerged, setting).to.equal(merged);
+        expect(ro.map((r) => r.tokenIds), setting).to.deep.equal(direct.completions.map((c) => Array.from(c.tokenIds)));
+        expect(ro.map((r) => r.logprobs), setting).to.deep.equal(direct.completions.map((c) => Array.from(c.logprobs)));
+      }
+    } finally {
+      policy.dispose();
+    }
   });
 
   it('skips a non-finite step with a log line and stops with a checkpoint after repeated NaNs', async () => {

@@ -34,7 +34,11 @@ export interface TrainConfig {
    * float32 as peft without autocast (slower: no tensor cores for its thin matmuls).
    */
   lora: { r: number; alpha: number; dropout: number; useRslora: boolean; targetModules: string[]; float32Branch: boolean };
-  sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean };
+  /**
+   * `mergeAdapter`: the rollouts sample from the adapter merged into the base weights (generate's
+   * `mergeAdapter`); 'auto' = on for CUDA when the memory plan fits the copy (lib/train/memory-plan.ts).
+   */
+  sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean; mergeAdapter: 'auto' | 'on' | 'off' };
   optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
   /** SFT baseline: cross-entropy on the reference answers; batchSize questions per step (one native call, chunked over tokens). */
   sft: { steps: number; lr: number; batchSize: number };

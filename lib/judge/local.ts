@@ -349,6 +349,9 @@ export interface LocalJudgeTimings {
   /** Distinct prompts tokenized as plan head + item tail (token split), and tokenized whole (judge and promptsFor). */
   promptsSplit: number;
   promptsWhole: number;
+  /** Prompts scored through the prefix scorer (their plan's shared head computed once), and by the per-prompt scorer. */
+  promptsPrefixShared: number;
+  promptsPerPrompt: number;
 }
 
 /**
@@ -378,7 +381,7 @@ function checkJudgeOptions(fn: string, opts: unknown): void {
 export class LocalJudge implements Judge, Disposable {
   readonly name: string;
   private readonly s: JudgeStats = emptyStats();
-  private readonly t: LocalJudgeTimings = { calls: 0, render: 0, tokenize: 0, group: 0, score: 0, map: 0, promptsSplit: 0, promptsWhole: 0 };
+  private readonly t: LocalJudgeTimings = { calls: 0, render: 0, tokenize: 0, group: 0, score: 0, map: 0, promptsSplit: 0, promptsWhole: 0, promptsPrefixShared: 0, promptsPerPrompt: 0 };
   private constructor(
     private readonly o: LocalJudgeOptions,
     readonly yesIds: number[],
@@ -565,6 +568,7 @@ export class LocalJudge implements Judge, Disposable {
         const lp = await this.o.prefixScorer(prefix, suffixes, candidates, opts.signal);
         lap('score');
         this.s.requests += us.length;
+        this.t.promptsPrefixShared += us.length;
         this.s.promptTokens += P + us.reduce((a, u) => a + ids[u].length - P, 0);
         lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
         for (const u of us) done.add(u);
@@ -582,6 +586,7 @@ export class LocalJudge implements Judge, Disposable {
       const lp = await this.o.scorer!(chunk, candidates, opts.signal);
       lap('score');
       this.s.requests += chunk.length;
+      this.t.promptsPerPrompt += chunk.length;
       this.s.promptTokens += chunk.reduce((a, c) => a + c.length, 0);
       lp.forEach((row, j) => (probs[us[j]] = yesProbabilityFromLogprobs(row.subarray(0, ny), row.subarray(ny))));
       lap('map');

@@ -16,9 +16,12 @@
  *    4·P per adapter snapshot (GRPO's stage-start reference, an EMA teacher) and b·P for the
  *    per-forward cast of A/B to the model dtype.
  *  - resident R = W + LoRA state (above).
- *  - rollout: R + KV + sampler, KV = rows_bucket · (P_max + N) · ℓ · 2 · k · b (static cache, rows
- *    padded to the power-of-two bucket, full capacity), sampler = rows · V · 4 · 4 (fp32 logits,
- *    softmax, sort for top-k / top-p).
+ *  - rollout: R + KV + sampler (+ M), KV = rows_bucket · (P_max + N) · ℓ · 2 · k · b (static cache,
+ *    rows padded to the power-of-two bucket, full capacity), sampler = rows · V · 4 · 4 (fp32 logits,
+ *    softmax, sort for top-k / top-p); M = the merged weights when the rollouts sample from the
+ *    adapter merged in (generate's mergeAdapter): b · ℓ · the fused matrices with a target (q/k/v
+ *    h·(q + 2k), o q·h, gate/up 2·h·i, down i·h) plus one float32 copy of the largest of them
+ *    while merging.
  *  - judge (local, prefix sharing): R + maxTokensPerCall · (ℓ · 2 · k · b + κ_fwd · F · b), F the
  *    per-token forward width below.
  *  - reference logprobs (no grad, in batches of the rollout rows): R + κ_fwd · T · F · b,
@@ -137,6 +140,12 @@ export interface PlanInputs {
   judgeMaxTokensPerCall?: number;
   /** The judge runs on the policy model (local judge). Default true. */
   localJudge?: boolean;
+  /**
+   * The rollouts sample from the adapter merged into the weights (adds M to the rollout phases):
+   * true / false as given, 'auto' = on when the rollouts with the chosen rows fit with the copy.
+   * Default false.
+   */
+  mergeAdapter?: boolean | 'auto';
 }
 
 /** The settings a plan chooses. */
@@ -147,6 +156,8 @@ export interface PlanSettings {
   /** Rollout rows per decode batch (GRPO: a multiple of the group size). */
   rolloutRows: number;
   judgeMaxTokensPerCall: number;
+  /** The rollouts sample from the merged adapter (PlanInputs.mergeAdapter resolved). */
+  mergeAdapter?: boolean;
 }
 
 export type PlanPhase = 'rollout-opsd' | 'rollout-grpo' | 'judge' | 'reference' | 'update-opsd' | 'update-grpo' | 'update-sft' | 'optimizer';
@@ -205,6 +216,20 @@ export function savedElementsPerToken(s: ModelShape, dropout: number): number {
   return 4 * h + 4 * q + 3 * k + 3 * i + (dropout > 0 ? 2 * h + q + i : 0);
 }
 
+/**
+ * Bytes of the merged weights a rollout holds with mergeAdapter (M in the module doc): the fused
+ * matrices with a target in the model dtype (native/model/qwen3.cc MergedLayers copies a fused
+ * q/k/v or gate/up matrix whole when any member is targeted) plus the float32 copy of the largest
+ * one while it is merged.
+ */
+export function mergedWeightBytes(s: ModelShape, targets: string[], dtypeBytes: number): number {
+  const { h, q, k, i } = widths(s);
+  const groups: [string[], number][] = [[['q_proj', 'k_proj', 'v_proj'], h * (q + 2 * k)], [['o_proj'], q * h], [['gate_proj', 'up_proj'], 2 * h * i], [['down_proj'], i * h]];
+  const hit = groups.filter(([g]) => g.some((t) => targets.includes(t))).map(([, n]) => n);
+  if (!hit.length) return 0;
+  return s.numLayers * dtypeBytes * hit.reduce((a, n) => a + n, 0) + 4 * Math.max(...hit);
+}
+
 /** KV cache bytes per token (all layers, K and V). */
 export function kvBytesPerToken(s: ModelShape, dtypeBytes: number): number {
   return s.numLayers * 2 * s.numKvHeads * s.headDim * dtypeBytes;
@@ -247,15 +272,16 @@ export function estimatePhases(x: PlanInputs, st: PlanSettings): Partial<Record<
   const sampler = (rows: number) => rows * s.vocabSize * 4 * 4;
   const out: Partial<Record<PlanPhase, number>> = {};
   const Ls = x.promptTokens.student + N, Lt = x.promptTokens.teacher + N;
+  const merged = st.mergeAdapter ? mergedWeightBytes(s, x.lora.targetModules, b) : 0;
   if (x.stages.includes('opsd')) {
     const rows = Math.min(st.rolloutRows, x.opsd.batchSize);
-    out['rollout-opsd'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows));
+    out['rollout-opsd'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows)) + merged;
     out['update-opsd'] = R + updateBytes(x, st.opsdMicroBatch, Ls, st.recompute, 'jsd') + st.opsdMicroBatch * N * s.hiddenSize * b;
   }
   if (x.stages.includes('grpo')) {
     const G = x.grpo.groupSize, Q = x.grpo.questionsPerStep;
     const rows = Math.min(Q * G, Math.max(G, st.rolloutRows - (st.rolloutRows % G)));
-    out['rollout-grpo'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows));
+    out['rollout-grpo'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows)) + merged;
     if (x.localJudge !== false) out.judge = R + st.judgeMaxTokensPerCall * (kv + forwardBytesPerToken(s, b));
     if (x.grpo.betaKl > 0) out.reference = R + rows * Ls * forwardBytesPerToken(s, b);
     out['update-grpo'] = R + updateBytes(x, st.grpoMicroBatch, Ls, st.recompute, 'grpo');
@@ -334,6 +360,13 @@ export function planMemory(x: PlanInputs): MemoryPlan {
       }
     }
   }
+  // Merged-adapter rollouts: as given, or ('auto') when the rollouts with these rows fit with the copy.
+  let mergeAdapter = x.mergeAdapter === true;
+  if (x.mergeAdapter === 'auto') {
+    const M = mergedWeightBytes(x.shape, x.lora.targetModules, x.dtypeBytes);
+    mergeAdapter = R + bucket(rolloutRows) * Ls * kv + bucket(rolloutRows) * x.shape.vocabSize * 16 + M <= limit;
+    if (!mergeAdapter) notes.push(`rollouts sample with the LoRA branch: the merged weights (${gb(M)} GB) do not fit beside ${rolloutRows} rollout rows`);
+  }
   let judge: number;
   if (pin.judgeMaxTokensPerCall && x.judgeMaxTokensPerCall) {
     judge = x.judgeMaxTokensPerCall;
@@ -346,7 +379,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
       }
     }
   }
-  const settings: PlanSettings = { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, judgeMaxTokensPerCall: judge };
+  const settings: PlanSettings = { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, judgeMaxTokensPerCall: judge, mergeAdapter };
   const phases = estimatePhases(x, settings);
   const peak = Math.max(...Object.values(phases).map((v) => v ?? 0));
   const over = Object.entries(phases).filter(([, v]) => (v ?? 0) > limit).map(([k, v]) => `${k} ${gb(v!)} GB`);
@@ -362,7 +395,7 @@ export function gb(bytes: number): string {
 /** One-paragraph description of a plan for the run log. */
 export function formatPlan(p: MemoryPlan): string {
   const ph = Object.entries(p.phases).map(([k, v]) => `${k} ${gb(v!)}`).join(', ');
-  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); OPSD micro-batch ${p.opsdMicroBatch}, GRPO micro-batch ${p.grpoMicroBatch}, recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
+  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); OPSD micro-batch ${p.opsdMicroBatch}, GRPO micro-batch ${p.grpoMicroBatch}, recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
 }
 
 /**
@@ -389,7 +422,7 @@ export interface PlannableConfig {
   dtype: 'float32' | 'bfloat16' | 'float16' | null;
   stages: ('sft' | 'opsd' | 'grpo')[];
   lora: { r: number; targetModules: string[]; dropout: number };
-  sampling: { maxNewTokens: number };
+  sampling: { maxNewTokens: number; mergeAdapter?: 'auto' | 'on' | 'off' };
   sft: { batchSize: number };
   opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
   grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
@@ -441,6 +474,7 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
     rolloutRows: m.rolloutRows ?? 0,
     judgeMaxTokensPerCall: m.judgeMaxTokensPerCall ?? 0,
     localJudge: cfg.judge.kind === 'local',
+    mergeAdapter: cfg.sampling.mergeAdapter === 'on' ? true : cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
   };
   const plan = planMemory(inputs);
   cfg.opsd.microBatch = plan.opsdMicroBatch;
@@ -448,5 +482,6 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
   m.recompute = plan.recompute;
   m.rolloutRows = plan.rolloutRows;
   m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;
+  if (cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda')) cfg.sampling.mergeAdapter = plan.mergeAdapter ? 'on' : 'off';
   return { inputs, plan };
 }

@@ -121,6 +121,15 @@ export class NativeBackend implements TrainBackend {
     if (tokens > limit) throw simulatedOom(tokens, limit);
   }
 
+  /**
+   * The rollouts sample from the adapter merged into the weights (`sampling.mergeAdapter`: 'on',
+   * or 'auto' on CUDA — the memory plan turns 'auto' into 'on' / 'off' before the run starts).
+   */
+  get mergeAdapter(): boolean {
+    const m = this.cfg.sampling.mergeAdapter;
+    return m === 'on' || (m === 'auto' && this.cudaIndex >= 0);
+  }
+
   /** Activation recompute on / off (the model's per-layer gradient checkpointing). */
   setRecompute(on: boolean): void {
     this.policy.model.setGradientCheckpointing(on);
@@ -191,7 +200,7 @@ export class NativeBackend implements TrainBackend {
     const res = await generate(this.policy.model, {
       prompts: prompts.map((p) => Int32Array.from(p)),
       n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
-      stopIds: [...tok.stopIds], padId: tok.padTokenId,
+      stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: this.mergeAdapter,
     });
     const texts = await this.policy.completionTexts(res.completions);
     return res.completions.map((c, i) => ({

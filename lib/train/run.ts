@@ -18,7 +18,7 @@ import { makeCheckpointOnce } from '../util/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
-import { localJudgeForModel } from '../judge/local.js';
+import { localJudgeForModel, type LocalJudge } from '../judge/local.js';
 import { checkJudge, httpJudgeFromConfig, localJudgeOptionsFromConfig, JUDGE_DEFAULTS } from '../judge/factory.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
@@ -356,6 +356,7 @@ async function trainWithGroup(
     if (o.handleSignals !== false) process.on('SIGINT', onSigint);
     try {
       const summary = await trainer.run();
+      log(judgeTotals(judge));
       // Rank 0 wrote the last checkpoint and the final adapter; everyone leaves together.
       await dist.barrier();
       dist.destroy();
@@ -370,4 +371,17 @@ async function trainWithGroup(
   } finally {
     policy.dispose();
   }
+}
+
+/**
+ * One log line of the judge's totals over the run: prompts and prompt tokens, and for the local
+ * judge the host seconds by part, the seconds inside its scorers (native scoring) and how many
+ * prompts shared their plan's prefix (LocalJudge.timings()).
+ */
+export function judgeTotals(judge: Judge): string {
+  const s = judge.stats();
+  const t = (judge as Partial<Pick<LocalJudge, 'timings'>>).timings?.();
+  const base = `judge totals: ${s.requests} prompts scored, ${s.promptTokens} prompt tokens, ${s.cacheHits} cache hits, ${s.failures} failures`;
+  if (!t) return base;
+  return `${base}; ${t.calls} calls; seconds: scoring ${t.score.toFixed(2)}, render ${t.render.toFixed(2)}, tokenize ${t.tokenize.toFixed(2)}, group ${t.group.toFixed(2)}, map ${t.map.toFixed(2)}; prompts with a shared plan prefix ${t.promptsPrefixShared}, scored one by one ${t.promptsPerPrompt}`;
 }

@@ -508,11 +508,20 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   ValidateRequest(m, r);
   at::NoGradGuard ng;
   LoraInferenceCacheScope lora_cache;  // the adapter is fixed for the call: grouped LoRA from cached A / B
+  LoraMergeScope lora_merge(r.merge_adapter);  // or merged into the weights once for the call
   if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
   const at::Device dev = m.device();
   const int64_t P = static_cast<int64_t>(r.prompts.size()), n = r.n, N = P * n;
   GenerateResult res;
   res.seed = r.seed;
+  res.adapter_merged = r.merge_adapter && [&] {
+    switch (r.adapter.kind) {
+      case AdapterSel::Active: return m.HasLora() && m.AdapterEnabled() && !m.ActiveAdapter().weights.empty();
+      case AdapterSel::Snapshot: return m.FindSnapshot(r.adapter.name) != nullptr;
+      case AdapterSel::None: return false;
+    }
+    return false;
+  }();
   PromptBatch pb;
   for (const auto& p : r.prompts) {
     pb.lmax = std::max<int64_t>(pb.lmax, static_cast<int64_t>(p.size()));

@@ -51,6 +51,10 @@ struct GenerateRequest {
   /// applies (CUDA, own kernels; Qwen3Model::DecodeStatic live_start); false = the masked
   /// attention over every slot (A/B and the reference).
   bool live_kv = true;
+  /// Run the call from the adapter merged into the base weights (LoraMergeScope: no LoRA branch
+  /// in the forwards; one copy of the targeted weights held during the call). False = the LoRA
+  /// branch as in training (ids then match the teacher-forced forward's rounding).
+  bool merge_adapter = false;
   /// Static path only: read the sampled tokens back to the host (one D2H copy of the history, the
   /// only host synchronisation of the loop when sampling is sync-free) every this many decode steps,
   /// >= 1. The stop-id bookkeeping runs then, for those steps in order, so results do not depend on
@@ -83,6 +87,8 @@ struct GenerateResult {
   /// filled slots; LiveKvDecodeAttention) or "masked" (all filled slots of the dynamic cache, or
   /// every slot of the static one under a mask).
   std::string decode_attention = "masked";
+  /// The forwards ran from the merged weights (merge_adapter and an adapter was selected).
+  bool adapter_merged = false;
   int64_t graph_captures = 0;  // CUDA graphs captured by this call
   int64_t batch_rows = 0;      // decode batch rows (static path: the bucket, padded rows included)
   /// Static path: the sampler ran inside the decode step (so inside the CUDA graph on the graph

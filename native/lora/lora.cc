@@ -74,6 +74,7 @@ LoraAdapter MakeLoraAdapter(const LoraModelDims& mc, const LoraConfig& cfg, at::
 namespace {
 thread_local bool t_force_dropout = false;
 thread_local bool t_inference_cache = false;
+thread_local bool t_merge = false;
 
 // The grad-free group cache (LoraInferenceCacheScope): per group of members, the concatenated A
 // and the block-diagonal B in the branch dtype. An entry holds its source tensors, so their
@@ -137,15 +138,17 @@ std::pair<at::Tensor, at::Tensor> CachedGroup(at::ArrayRef<std::pair<at::Tensor,
   g_group_cache.push_back(std::move(e));
   return {g_group_cache.back().a_cat, g_group_cache.back().b_bd};
 }
-// The per-call cast cache of whole adapters (CachedAdapterCast), under the same lock.
-struct CastCacheEntry {
+// The per-call cache of values derived from whole adapters (CachedAdapterDerived: the cast,
+// merged weights), under the same lock.
+struct DerivedCacheEntry {
   const LoraAdapter* ad;
-  at::ScalarType dt;
+  const void* owner;
+  int64_t tag;
   std::vector<at::Tensor> src;  // every A, B in map order (held: addresses stay unique)
   std::vector<int64_t> versions;
-  std::shared_ptr<const LoraAdapter> cast;
+  std::shared_ptr<const void> value;
 };
-std::vector<CastCacheEntry> g_cast_cache;
+std::vector<DerivedCacheEntry> g_derived_cache;
 
 bool CacheSwitchOn() {
   const char* e = std::getenv("PAPERGYM_LORA_CACHE");
@@ -155,29 +158,41 @@ bool CacheSwitchOn() {
 
 bool LoraInferenceCacheActive() { return t_inference_cache && !at::GradMode::is_enabled() && CacheSwitchOn(); }
 
-std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype,
-                                                     const std::function<LoraAdapter()>& cast) {
+std::shared_ptr<const void> CachedAdapterDerived(const LoraAdapter& ad, const void* owner, int64_t tag,
+                                                 const std::function<std::shared_ptr<const void>()>& make) {
   std::vector<at::Tensor> src;
   for (const auto& kv : ad.weights) {
     src.push_back(kv.second.first);
     src.push_back(kv.second.second);
   }
   std::lock_guard<std::mutex> lock(g_group_cache_mu);
-  for (const auto& e : g_cast_cache) {
-    if (e.ad != &ad || e.dt != dtype || e.src.size() != src.size()) continue;
+  for (const auto& e : g_derived_cache) {
+    if (e.ad != &ad || e.owner != owner || e.tag != tag || e.src.size() != src.size()) continue;
     bool same = true;
     for (size_t i = 0; i < src.size() && same; ++i) same = e.src[i].is_same(src[i]) && e.versions[i] == src[i]._version();
-    if (same) return e.cast;
+    if (same) return e.value;
   }
-  CastCacheEntry e;
+  DerivedCacheEntry e;
   e.ad = &ad;
-  e.dt = dtype;
+  e.owner = owner;
+  e.tag = tag;
   e.src = std::move(src);
   for (const auto& t : e.src) e.versions.push_back(t._version());
-  e.cast = std::make_shared<const LoraAdapter>(cast());
-  g_cast_cache.push_back(e);
-  return e.cast;
+  e.value = make();
+  g_derived_cache.push_back(e);
+  return e.value;
 }
+
+std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype,
+                                                     const std::function<LoraAdapter()>& cast) {
+  return std::static_pointer_cast<const LoraAdapter>(CachedAdapterDerived(
+      ad, nullptr, static_cast<int64_t>(dtype), [&] { return std::static_pointer_cast<const void>(std::make_shared<const LoraAdapter>(cast())); }));
+}
+
+LoraMergeScope::LoraMergeScope(bool on) : prev_(t_merge) { t_merge = on; }
+LoraMergeScope::~LoraMergeScope() { t_merge = prev_; }
+
+bool LoraMergeActive() { return t_merge && t_inference_cache && !at::GradMode::is_enabled(); }
 
 LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
 LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
@@ -188,7 +203,7 @@ LoraInferenceCacheScope::~LoraInferenceCacheScope() {
   if (!prev_) {  // the outermost scope ends: hold no device memory between calls
     std::lock_guard<std::mutex> lock(g_group_cache_mu);
     g_group_cache.clear();
-    g_cast_cache.clear();
+    g_derived_cache.clear();
   }
 }
 

@@ -141,6 +141,36 @@ bool LoraInferenceCacheActive();
 std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype,
                                                      const std::function<LoraAdapter()>& cast);
 
+/// The cache behind CachedAdapterCast, for any value derived from an adapter (its cast, a model's
+/// merged weights): made by `make` once per call and adapter state, keyed by (`owner`, `tag`, the
+/// adapter's address, every A / B tensor and its version counter). Same lifetime as
+/// CachedAdapterCast's entries. Call only while a LoraInferenceCacheScope is alive with grad off.
+std::shared_ptr<const void> CachedAdapterDerived(const LoraAdapter& ad, const void* owner, int64_t tag,
+                                                 const std::function<std::shared_ptr<const void>()>& make);
+
+/// While alive on this thread with `on` (a generate call with `mergeAdapter`), forwards inside a
+/// LoraInferenceCacheScope with grad off run from the adapter merged into the base weights,
+/// W' = W + scaling · B·A formed in float32 and rounded once to the model dtype (PEFT's
+/// merge_and_unload; the weights vLLM serves in TRL's GRPO), made once per call and adapter state
+/// (CachedAdapterDerived) and freed when the call ends: no LoRA branch in the decode step (at
+/// Qwen3-1.7B, r 64, batch 64 on an H200 the branch is ~25% of the bf16 step). One copy of the
+/// targeted weights is held during the call. Outputs differ from the unmerged forward by the
+/// rounding of W' (model dtype), so sampled ids may differ in bf16.
+class LoraMergeScope {
+ public:
+  explicit LoraMergeScope(bool on);
+  ~LoraMergeScope();
+  LoraMergeScope(const LoraMergeScope&) = delete;
+  LoraMergeScope& operator=(const LoraMergeScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
+/// True while a LoraMergeScope(true) and a LoraInferenceCacheScope are alive on this thread and
+/// grad mode is off (independent of PAPERGYM_LORA_CACHE).
+bool LoraMergeActive();
+
 /// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
 /// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must
 /// draw the same dropout masks as the recomputation in backward (same RNG state restored).

@@ -24,6 +24,9 @@ namespace pg {
 
 namespace {
 
+/// CachedAdapterDerived tag of a model's merged layer weights (owner: the model).
+constexpr int64_t kMergedWeightsTag = -1;
+
 /// RMSNorm (docs/references.md): fp32 x * rsqrt(mean(x^2) + eps), cast back to x's dtype, times weight.
 /// On CUDA: ATen's fused rms_norm (one kernel forward, one backward instead of ~8 and ~12; fp32
 /// statistics, the weight product in fp32 and one rounding, so bf16 results can differ from
@@ -178,12 +181,14 @@ class Qwen3Impl {
   }
 
   /// One decoder layer: h [B, T, H] -> h' [B, T, H]; cos / sin [B, T, hd] in the model dtype; the
-  /// attention (and the KV cache write) through the seam `att`. The only copy of the layer math:
+  /// attention (and the KV cache write) through the seam `att`; `merged`: the layer's weights with
+  /// the adapter merged in (MergedLayers; then `lo` is empty) instead of the model's. The only copy of the layer math:
   /// Forward, activation recomputation and DecodeStatic all run it.
   static at::Tensor Layer(const Qwen3Model& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                          const LayerLora& lo, const LayerScale& sc, double drop, const KvAttention& att) {
+                          const LayerLora& lo, const LayerScale& sc, double drop, const KvAttention& att,
+                          const Qwen3Model::LayerWeights* merged = nullptr) {
     const Qwen3Config& c = m.cfg_;
-    const Qwen3Model::LayerWeights& lw = m.layers_[static_cast<size_t>(l)];
+    const Qwen3Model::LayerWeights& lw = merged ? *merged : m.layers_[static_cast<size_t>(l)];
     const int64_t B = h.size(0), T = h.size(1);
     const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
     const int64_t qd = nh * hd, kvd = nkv * hd, I = c.intermediate_size;
@@ -246,6 +251,42 @@ class Qwen3Impl {
       act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
     }
     return h2 + (fused(6, 6) ? AddBias(LoraLinearFused(act, lw.down, {lo[6]}, sc[6]), lw.down_b) : lora(at::linear(act, lw.down, lw.down_b), act, 6));
+  }
+
+  /// Every layer's weights with adapter `ad` merged in (LoraMergeScope; PEFT merge_and_unload):
+  /// for each targeted projection k, its rows of the fused matrix (q/k/v, gate/up) or its matrix
+  /// become W_k + scaling_k · B_k·A_k, summed in float32 and rounded once to the model dtype;
+  /// untargeted matrices, norms and biases are the model's tensors (not copied).
+  static std::vector<Qwen3Model::LayerWeights> MergedLayers(const Qwen3Model& m, const LoraAdapter& ad) {
+    const Qwen3Config& c = m.cfg_;
+    const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim, I = c.intermediate_size;
+    std::vector<Qwen3Model::LayerWeights> out;
+    out.reserve(m.layers_.size());
+    for (size_t l = 0; l < m.layers_.size(); ++l) {
+      Qwen3Model::LayerWeights lw = m.layers_[l];
+      // (matrix, first module, row offsets of its members)
+      auto merge = [&](at::Tensor& w, int k0, std::initializer_list<int64_t> offs) {
+        at::Tensor wf;
+        int k = k0;
+        for (int64_t off : offs) {
+          auto it = ad.weights.find(lw.stem[k]);
+          if (it != ad.weights.end()) {
+            if (!wf.defined()) wf = w.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+            const at::Tensor& a = it->second.first;
+            const at::Tensor& b = it->second.second;
+            wf.narrow(0, off, b.size(0)).addmm_(b.detach().to(at::kFloat), a.detach().to(at::kFloat), 1.0, ad.ScalingOf(lw.stem[k]));
+          }
+          ++k;
+        }
+        if (wf.defined()) w = wf.to(w.scalar_type());
+      };
+      merge(lw.qkv, 0, {0, qd, qd + kvd});
+      merge(lw.o, 3, {0});
+      merge(lw.gate_up, 4, {0, I});
+      merge(lw.down, 6, {0});
+      out.push_back(std::move(lw));
+    }
+    return out;
   }
 
   /// The decoder shared by Forward and DecodeStatic: ids [B, T] int64 and position ids [B, T]
@@ -697,6 +738,14 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
   // In generate (LoraInferenceCacheActive) the cast is made once per call, not once per step.
   std::optional<LoraAdapter> ad_cast;
   std::shared_ptr<const LoraAdapter> ad_cached;
+  // generate with mergeAdapter: the adapter merged into the weights once per call, no LoRA branch.
+  std::shared_ptr<const std::vector<Qwen3Model::LayerWeights>> merged;
+  if (ad && !ad->weights.empty() && LoraMergeActive()) {
+    const LoraAdapter& src = *ad;
+    merged = std::static_pointer_cast<const std::vector<Qwen3Model::LayerWeights>>(CachedAdapterDerived(
+        src, &m, kMergedWeightsTag, [&] { return std::static_pointer_cast<const void>(std::make_shared<const std::vector<Qwen3Model::LayerWeights>>(MergedLayers(m, src))); }));
+    ad = nullptr;
+  }
   if (ad && !m.lora_fp32_ && m.dtype_ != at::kFloat && !ad->weights.empty() &&
       ad->weights.begin()->second.first.scalar_type() != m.dtype_) {
     if (LoraInferenceCacheActive()) {
@@ -731,7 +780,7 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
       h = RecomputedLayer::apply(h, cos, sin, am, reinterpret_cast<int64_t>(&m), l, bits, std::vector<double>(sc.begin(), sc.end()), drop,
                                  att.kind == KvAttention::Causal, at::TensorList(flat));
     } else {
-      h = Layer(m, l, h, cos, sin, lo, sc, drop, att);
+      h = Layer(m, l, h, cos, sin, lo, sc, drop, att, merged ? &(*merged)[static_cast<size_t>(l)] : nullptr);
     }
   }
   return RmsNorm(h, W(m, "model.norm.weight"), c.rms_norm_eps);

@@ -106,6 +106,8 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
     if (Has(o, "padToBucket")) req->pad_to_bucket = GetBool(o, "padToBucket", std::nullopt, "options") ? 1 : 0;
     // liveKv (static path, CUDA): attend over each row's filled slots only (default true).
     req->live_kv = GetBool(o, "liveKv", true, "options");
+    // mergeAdapter: sample from the adapter merged into the weights (default false).
+    req->merge_adapter = GetBool(o, "mergeAdapter", false, "options");
     // syncEvery (static path): read the sampled tokens back every this many steps (default 8).
     req->sync_every = GetInt(o, "syncEvery", 8, "options");
     req->abort = Has(o, "abortHandle") ? UnwrapAbort(env, o.Get("abortHandle"), "options.abortHandle")
@@ -140,6 +142,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
       out.Set("decodeMs", Napi::Number::New(e, res->decode_ms));
       out.Set("decodePath", Napi::String::New(e, res->decode_path));
       out.Set("decodeAttention", Napi::String::New(e, res->decode_attention));
+      out.Set("adapterMerged", Napi::Boolean::New(e, res->adapter_merged));
       out.Set("graphCaptures", Napi::Number::New(e, static_cast<double>(res->graph_captures)));
       out.Set("batchRows", Napi::Number::New(e, static_cast<double>(res->batch_rows)));
       out.Set("samplingInStep", Napi::Boolean::New(e, res->sampling_in_step));

@@ -15,6 +15,9 @@
  *          --attention live-kv,masked (decode attention A/B in one process; default live-kv)
  *          --lora R (decode through a rank-R adapter on all projections, as the trainer's rollouts)
  *          --lora-bf16 (that adapter's branch in the model dtype: the trainer's default)
+ *          --adapter-mode branch,merged (with --lora: the LoRA branch in every step and/or the adapter
+ *          merged into the weights once per call — generate's mergeAdapter, the trainer's
+ *          sampling.mergeAdapter; A/B in one process; default branch)
  *          --top-k K (default 0: full-vocabulary sampling)
  *          --json FILE (write all numbers)  --layers N (random shapes with fewer layers, smoke tests)
  *          --no-graphs (CUDA: the dynamic decode path instead of the default static-cache CUDA-graph
@@ -45,12 +48,15 @@ const a = benchArgs({
   // the LoRA branch in the model dtype, as the trainer runs it (lora.float32Branch false)
   'lora-bf16': { type: 'boolean', default: false },
   'top-k': { type: 'string', default: '0' },
+  'adapter-mode': { type: 'string', default: 'branch' },
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtypeName = dtypeOf(a.dtype, cuda);
 const batches = a.batches.split(',').map(Number);
 const attentions = a.attention.split(',');
 for (const att of attentions) if (att !== 'live-kv' && att !== 'masked') throw new Error(`--attention must be live-kv, masked or both (comma-separated), got ${att}`);
+const modes = a['adapter-mode'].split(',');
+for (const m of modes) if (m !== 'branch' && m !== 'merged') throw new Error(`--adapter-mode must be branch, merged or both (comma-separated), got ${m}`);
 for (const f of ['lora', 'top-k']) if (!(Number.isInteger(Number(a[f])) && Number(a[f]) >= 0)) throw new Error(`--${f} must be an integer >= 0, got ${a[f]}`);
 const promptLen = Number(a['prompt-len']);
 const newTokens = Number(a['new-tokens']);
@@ -75,17 +81,18 @@ const loraRank = Number(a.lora);
 if (loraRank > 0) model.addLora({ r: loraRank, alpha: 2 * loraRank, dropout: 0, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 0 });
 if (a['lora-bf16']) model.setLoraFloat32Branch(false);
 const ours = [];
-const runs = batches.flatMap((b) => attentions.map((att) => [b, att]));
-for (const [b, att] of runs) {
-  const opts = { prompts: prompts[String(b)], temperature: 1, topK: Number(a['top-k']), topP: 1, stopIds: [], seed: 1, cudaGraphs: !a['no-graphs'], liveKv: att !== 'masked', ...(loraRank > 0 ? { adapter: 'active' } : {}) };
+const runs = batches.flatMap((b) => attentions.flatMap((att) => (loraRank > 0 ? modes : ['branch']).map((mode) => [b, att, mode])));
+for (const [b, att, mode] of runs) {
+  const opts = { prompts: prompts[String(b)], temperature: 1, topK: Number(a['top-k']), topP: 1, stopIds: [], seed: 1, cudaGraphs: !a['no-graphs'], liveKv: att !== 'masked', mergeAdapter: mode === 'merged', ...(loraRank > 0 ? { adapter: 'active' } : {}) };
   await generate(model, { ...opts, maxNewTokens: 4 }); // warm-up at this batch size
   if (cuda) native().cudaResetPeak(devIdx);
   const t0 = performance.now();
   const r = await generate(model, { ...opts, maxNewTokens: newTokens });
   const secs = (performance.now() - t0) / 1000;
   const peak = cuda ? native().cudaMemory(devIdx)?.peakAllocatedBytes ?? null : null;
-  ours.push({ batch: b, attention: r.decodeAttention ?? 'masked', lora: loraRank, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak, decode_path: r.decodePath ?? 'dynamic', batch_rows: r.batchRows ?? b, ms_per_step: r.steps ? r.decodeMs / r.steps : null });
-  process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank}` : ''})\n`);
+  const adapter = loraRank ? (r.adapterMerged ? 'merged' : 'branch') : '-';
+  ours.push({ batch: b, attention: r.decodeAttention ?? 'masked', lora: loraRank, adapter, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak, decode_path: r.decodePath ?? 'dynamic', batch_rows: r.batchRows ?? b, ms_per_step: r.steps ? r.decodeMs / r.steps : null });
+  process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank} ${adapter}` : ''})\n`);
 }
 model.dispose();
 if (cuda) native().cudaEmptyCache();
@@ -107,9 +114,9 @@ if (!a['no-ref']) {
 
 const head = `generate benchmark: ${a.shape === 'tiny' && !a.model ? 'tiny-tied' : a.model ?? a.shape} (${dtypeName}) on ${a.device}${cuda ? ` (${info.cudaDevices?.[0]?.name ?? 'GPU'})` : ` (${info.numThreads} threads)`}, prompt ${promptLen}, ${newTokens} new tokens, T=1`;
 console.log(head);
-console.log(['batch', 'attention', 'ours tok/s', 'ours decode tok/s', 'ours prefill ms', 'ours peak GiB', 'transformers tok/s', 'hf peak GiB', 'ratio'].join(' | '));
+console.log(['batch', 'attention', 'adapter', 'ours tok/s', 'ours decode tok/s', 'ours prefill ms', 'ours peak GiB', 'transformers tok/s', 'hf peak GiB', 'ratio'].join(' | '));
 for (const o of ours) {
   const h = ref?.results.find((r) => r.batch === o.batch);
-  console.log([o.batch, o.attention, fmt(o.tokens_per_s), fmt(o.decode_tokens_per_s), fmt(o.prefill_ms, 0), gib(o.peak_bytes || null, 1), fmt(h?.tokens_per_s), gib(h?.peak_bytes || null, 1), fmtRatio(ratio(o.tokens_per_s, h?.tokens_per_s))].join(' | '));
+  console.log([o.batch, o.attention, o.adapter, fmt(o.tokens_per_s), fmt(o.decode_tokens_per_s), fmt(o.prefill_ms, 0), gib(o.peak_bytes || null, 1), fmt(h?.tokens_per_s), gib(h?.peak_bytes || null, 1), fmtRatio(ratio(o.tokens_per_s, h?.tokens_per_s))].join(' | '));
 }
 writeJson(a.json, { config: { ...a, modelDir, dtype: dtypeName }, libtorch: info.libtorchVersion, ours, transformers: ref });

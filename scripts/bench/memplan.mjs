@@ -39,7 +39,7 @@ const t0 = Date.now();
 const r = spawnSync(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'], encoding: 'utf8', env: { ...process.env, CI: 'true' } });
 const wall = (Date.now() - t0) / 1000;
 const log = r.stderr ?? '';
-process.stderr.write(log.split('\n').filter((l) => /memory plan|out of memory|error|Error|checkpoint/.test(l)).join('\n') + '\n');
+process.stderr.write(log.split('\n').filter((l) => /memory plan|out of memory|error|Error|checkpoint|judge totals/.test(l)).join('\n') + '\n');
 const gb = (b) => (typeof b === 'number' ? +(b / 1e9).toFixed(2) : null);
 const metrics = existsSync(join(out, 'metrics.jsonl')) ? readFileSync(join(out, 'metrics.jsonl'), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => typeof l.loss === 'number') : [];
 const config = existsSync(join(out, 'config.json')) ? JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')) : {};

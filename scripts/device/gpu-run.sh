@@ -47,7 +47,9 @@ for step in "$@"; do
     memplan4u) timeout 500 node scripts/bench/memplan.mjs --shape qwen3-4b --json $OUT/memplan_4b_uncapped.json 2>&1 | tail -8 ;;
     memplan17u) timeout 400 node scripts/bench/memplan.mjs --shape qwen3-1.7b --json $OUT/memplan_1.7b_uncapped.json 2>&1 | tail -8 ;;
     # the trainer itself at 1.7B shapes, 3 OPSD + 3 GRPO steps, phase seconds per step (issue 15)
-    trainphases) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --json $OUT/train_phases_1.7b.json 2>&1 | tail -12 ;;
+    trainphases) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --json $OUT/train_phases_1.7b.json 2>&1 | tee $OUT/train_phases.log | grep -E "judge totals|memory plan|step [0-9]" ;;
+    # the same run with the rollouts sampling through the LoRA branch (sampling.mergeAdapter off): the A/B of the merged adapter
+    trainphasesoff) timeout 560 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --extra="--merge-adapter off" --json $OUT/train_phases_1.7b_branch.json 2>&1 | tee $OUT/train_phases_branch.log | grep -E "judge totals|memory plan|step [0-9]" ;;
     # the trainer's GRPO step next to grpo_step.mjs phase by phase, same shapes (8 × 8 × 1024, micro-batch 8): 3 GRPO steps of train, then the comparison table
     phasecompare) timeout 200 node scripts/bench/grpo_step.mjs --device cuda --shape qwen3-1.7b --json $OUT/grpo_step.json 2>&1 | tail -14
       timeout 330 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-phasecompare --json $OUT/train_grpo_1.7b.json 2>&1 | tail -5
@@ -66,6 +68,8 @@ for step in "$@"; do
     gennolora) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --top-k 20 --no-ref --json $OUT/generate_nolora_1024.json 2>&1 | tail -3 ;;
     # the trainer's bf16 LoRA branch: adapter cast once per call (default) vs per step (PAPERGYM_LORA_CACHE=0)
     genlorabf16) for c in 1 0; do PAPERGYM_LORA_CACHE=$c timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --no-ref --json $OUT/generate_lorabf16_cache$c.json 2>&1 | tail -1 | sed "s/^/cache=$c: /"; done ;;
+    # rollouts through the LoRA branch vs the adapter merged into the weights (the trainer's sampling.mergeAdapter), bf16 branch, r 64, top-k 20: OPSD's 32 and GRPO's 64 rows, and 256
+    genmerge) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode branch,merged --no-ref --json $OUT/generate_merge_1024.json 2>&1 | tail -7 ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
