@@ -26,6 +26,8 @@
  *          --layers N  --model DIR  --dtype  --plans 64  --questions 8  --plan-tokens 1024
  *          --repeat 3  --max-tokens-per-call 65536  --no-prefix-sharing  --no-token-split  --no-render-once
  *          --random-plans (plans decoded from uniformly random ids, as random-weight rollouts are)
+ *          --fresh-plans (new plans for the warm-up and for every measured call, as each trainer step
+ *          judges new completions; default: the warm-up's plans again)
  *          (the last two: the judge's host shortcuts off, i.e. the path before them)
  *          --json FILE
  */
@@ -37,7 +39,7 @@ import { benchArgs, deviceOf, dtypeOf, lib, median, printTable, root, writeJson 
 const a = benchArgs({
   shape: { type: 'string' }, layers: { type: 'string' }, model: { type: 'string' },
   plans: { type: 'string', default: '64' }, questions: { type: 'string', default: '8' }, 'plan-tokens': { type: 'string', default: '1024' },
-  repeat: { type: 'string', default: '3' }, 'random-plans': { type: 'boolean', default: false }, 'max-tokens-per-call': { type: 'string' },
+  repeat: { type: 'string', default: '3' }, 'random-plans': { type: 'boolean', default: false }, 'fresh-plans': { type: 'boolean', default: false }, 'max-tokens-per-call': { type: 'string' },
   'no-prefix-sharing': { type: 'boolean', default: false }, 'no-token-split': { type: 'boolean', default: false }, 'no-render-once': { type: 'boolean', default: false },
 });
 const { cuda } = deviceOf(a.device);
@@ -94,15 +96,19 @@ const stride = Math.max(1, Math.floor((corpusIds.length - planTokens) / nPlans))
 // them in the trainer's GRPO step (to compare the judge's cost on such plans with real text).
 let seed = 12345;
 const rnd = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
-const plans = await Promise.all(
+const perQ = Math.ceil(nPlans / nQ);
+// Set k of plans (--fresh-plans: a new set per call, the corpus windows shifted by 37·k tokens and
+// 5·k tokens shorter, so that lengths and content differ from every earlier call).
+const planSet = async (k) => Promise.all(
   Array.from({ length: nPlans }, async (_, i) => {
-    const ids = a['random-plans'] ? Array.from({ length: planTokens }, () => Math.floor(rnd() * 151643)) : corpusIds.slice(i * stride, i * stride + planTokens);
+    const n = planTokens - 5 * k;
+    const ids = a['random-plans'] ? Array.from({ length: n }, () => Math.floor(rnd() * 151643)) : corpusIds.slice(i * stride + 37 * k, i * stride + 37 * k + n);
     const body = await tokenizer.decode(ids);
     return `<think>\nPlan ${i}: draft the design, then check it against the question.\n</think>\n\n${body}`;
   }),
-);
-const perQ = Math.ceil(nPlans / nQ);
-const requests = plans.map((plan, i) => ({ item: items[Math.floor(i / perQ) % items.length], plan }));
+).then((plans) => plans.map((plan, i) => ({ item: items[Math.floor(i / perQ) % items.length], plan })));
+const requestSets = a['fresh-plans'] ? await Promise.all(Array.from({ length: repeat + 1 }, (_, k) => planSet(k))) : [await planSet(0)];
+const requests = requestSets[0];
 const reward = makeRewardFn(judge, general, { alpha: 0.7 });
 
 const before = () => ({ t: judge.timings(), n: { ...nativeTime }, s: judge.stats() });
@@ -113,7 +119,7 @@ const walls = [];
 let rewards;
 for (let k = 0; k < repeat; k++) {
   const t = performance.now();
-  rewards = await reward(requests);
+  rewards = await reward(requestSets[a['fresh-plans'] ? k + 1 : 0]);
   walls.push((performance.now() - t) / 1000);
   process.stderr.write(`bench: judge call ${k + 1}/${repeat} ${walls[k].toFixed(2)} s\n`);
 }
@@ -129,7 +135,7 @@ const promptTokens = (b1.s.promptTokens - b0.s.promptTokens) / repeat;
 const nItems = requests.reduce((s, r) => s + r.item.rubric.length + general.length, 0);
 const split = (b1.t.promptsSplit - b0.t.promptsSplit) / repeat, whole = (b1.t.promptsWhole - b0.t.promptsWhole) / repeat;
 
-console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}, render once ${a['no-render-once'] ? 'off' : 'on'}; mean of ${repeat} calls`);
+console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}, render once ${a['no-render-once'] ? 'off' : 'on'}${a['fresh-plans'] ? ', new plans every call' : ''}; mean of ${repeat} calls`);
 printTable(['part', 'seconds per judge call', 'share'], [
   ...Object.entries(parts).map(([k, v]) => [k, v.toFixed(3), `${((100 * v) / wall).toFixed(1)}%`]),
   ['total (reward call)', wall.toFixed(3), '100%'],

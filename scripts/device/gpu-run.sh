@@ -59,6 +59,9 @@ for step in "$@"; do
       timeout 240 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --no-token-split --no-render-once --repeat 2 --json $OUT/judge_host_before.json 2>&1 | tail -14 ;;
     judgehost1) timeout 120 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 1 --json $OUT/judge_host.json 2>&1 | tail -14
       timeout 100 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --no-token-split --no-render-once --repeat 1 --json $OUT/judge_host_before.json 2>&1 | tail -6 ;;
+    # the judge bench on new plans every call (as each trainer step) vs the warm-up's plans again: is the trainer's 1.6× judge phase the shapes' first use?
+    judgefresh) timeout 150 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 2 --fresh-plans --json $OUT/judge_fresh.json 2>&1 | grep -E "local judge|total \\(reward|native \\|"
+      timeout 150 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 2 --json $OUT/judge_same.json 2>&1 | grep -E "local judge|total \\(reward|native \\|" ;;
     gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
     gen256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --no-ref --json $OUT/generate_256.json 2>&1 | tail -12 ;;
     # decode attention A/B (live-KV kernel vs masked over every slot) as the trainer's rollouts run:

@@ -215,6 +215,36 @@ describe('GPU suite: CUDA-graph decode', function () {
     }
   });
 
+  it('mergeAdapter in the graph decode: float32 ids and logprobs of the LoRA branch; bf16 within rounding of the teacher-forced forward', async () => {
+    for (const dtype of ['float32', 'bfloat16'] as const) {
+      const m = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype });
+      try {
+        m.setLoraFloat32Branch(false); // the trainer's branch precision
+        m.addLora({ r: 8, alpha: 16, seed: 5 });
+        const w = m.loraWeights();
+        for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length) * 0.1;
+        m.setLoraWeights(w);
+        const o = { prompts, n: 2, temperature: 0.9, topK: 20, maxNewTokens: 40, stopIds: [] as number[], seed: 4 };
+        const merged = (await run(m, { ...o, mergeAdapter: true })) as PathResult & { adapterMerged: boolean };
+        expect(merged.decodePath, dtype).to.equal('cuda-graphs');
+        expect(merged.adapterMerged, dtype).to.equal(true);
+        if (dtype === 'float32') {
+          const branch = await run(m, o);
+          expect(ids(merged)).to.deep.equal(ids(branch));
+          expect(maxLpDiff(merged, branch)).to.be.at.most(1e-4);
+        } else {
+          const f = await teacherForcedLogprobs(m, prompts, merged.completions, 0.9);
+          let worst = 0;
+          merged.completions.forEach((c, b) => c.logprobs.forEach((x, t) => (worst = Math.max(worst, Math.abs(x - f[b]![t]!)))));
+          console.log(`      bf16 merged decode vs teacher-forced LoRA-branch forward: max |Δ logprob| ${worst.toFixed(4)}`);
+          expect(worst).to.be.below(0.15);
+        }
+      } finally {
+        m.dispose();
+      }
+    }
+  });
+
   it('bf16: graphs == static without graphs (greedy, n = 2 sampling)', async () => {
     const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'bfloat16' });
     try {
