@@ -29,11 +29,25 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
                           const AdapterSel& sel) {
   at::NoGradGuard ng;
   auto dev = m.device();
-  const int64_t P = pre.size(1), n = suf.size(0), S = suf.size(1);
+  const int64_t P0 = pre.size(1), n = suf.size(0), S0 = suf.size(1);
+  // Bucketed shapes (steps.h): the prefix left-padded to a multiple of 64 (masked slots, never
+  // attended; positions from the mask count real tokens only), the suffixes right-padded to a
+  // multiple of 16 (beyond every row's length, so never attended or read).
+  // Not beyond the model's context (the forward checks the padded length): unpadded there.
+  int64_t P = (P0 + 63) / 64 * 64, S = (S0 + 15) / 16 * 16;
+  const int64_t ctx = m.config().max_position_embeddings;
+  if (ctx > 0 && P + S > ctx) P = P0, S = S0;
+  const int64_t pad = P - P0;
   const int64_t cap = P + S;
+  auto lopt = at::TensorOptions().dtype(at::kLong);
+  at::Tensor pre_ids = at::zeros({1, P}, lopt), pre_keep = at::zeros({1, P}, lopt);
+  pre_ids.narrow(1, pad, P0).copy_(pre);
+  pre_keep.narrow(1, pad, P0).fill_(1);
+  at::Tensor suf_ids = at::zeros({n, S}, lopt);
+  suf_ids.narrow(1, 0, S0).copy_(suf);
   // 1) the shared prefix, once
   KVCache one = m.NewCache(1, cap);
-  m.Forward(pre.to(dev), at::ones({1, P}, at::TensorOptions().dtype(at::kLong).device(dev)), std::nullopt, sel, &one);
+  m.Forward(pre_ids, pre_keep, std::nullopt, sel, &one);
   // 2) its KV repeated for every suffix row
   KVCache cache = m.NewCache(n, cap);
   for (size_t l = 0; l < cache.k.size(); ++l) {
@@ -45,8 +59,9 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
   // 3) the suffixes, right-padded, attending to the prefix and their own real tokens
   at::Tensor lens = len.to(dev);
   at::Tensor mask = at::ones({n, cap}, at::TensorOptions().dtype(at::kLong).device(dev));
+  mask.narrow(1, 0, pad).zero_();
   mask.narrow(1, P, S).copy_(at::arange(S, mask.options()).unsqueeze(0).lt(lens.unsqueeze(1)).to(at::kLong));
-  at::Tensor h = m.Forward(suf.to(dev), mask, std::nullopt, sel, &cache);                                // [n, S, H]
+  at::Tensor h = m.Forward(suf_ids.to(dev), mask, std::nullopt, sel, &cache);                            // [n, S, H]
   at::Tensor hs = h.gather(1, (lens - 1).view({n, 1, 1}).expand({n, 1, h.size(2)})).squeeze(1);  // [n, H]
   // fp32 logits with fp32 accumulation, as SequenceLogprobs computes them
   at::Tensor lp = at::log_softmax(loss::ChunkLogits(hs, loss::PrepareWeight(m.LmHeadWeight(), hs)), -1);

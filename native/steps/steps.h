@@ -28,6 +28,12 @@ at::Tensor SequenceLogprobs(Qwen3Model& m, const at::Tensor& ids, const at::Tens
 /// values every suffix row then extends (the shared question + plan of a rubric).
 /// prefix [1, P] int64 (P >= 1); suffix [n, S] int64, right-padded; suffix_lengths [n] int64 in
 /// [1, S]; candidates [K] int64 token ids. No grad. Returns [n, K] float32 on the CPU.
+/// Shapes are bucketed (P padded on the left to a multiple of 64, masked; S on the right to a
+/// multiple of 16): every plan of a GRPO step has its own P, and on an H200 at 1.7B shapes a
+/// forward of shapes not seen before cost ≈ 29 ms more per plan (judge_host.mjs --fresh-plans:
+/// 6.87 s per 64-plan reward call against 4.90 s on repeated shapes). Masked keys take no part in
+/// the softmax, and the positions count real tokens only, so results are those of the unpadded
+/// call up to the kernels' summation order.
 at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& prefix, const at::Tensor& suffix, const at::Tensor& suffix_lengths,
                           const at::Tensor& candidates, const AdapterSel& sel);
 
