@@ -36,6 +36,13 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
       expect(e!.code).to.equal('ERR_PG_ARG');
       expect(e!.message).to.match(re);
     }
+    // Missing options or required parts: ERR_PG_ARG naming them, not a raw TypeError from inside.
+    for (const [o, re] of [[undefined, /options must be an object .* got undefined/], [null, /options must be an object/], [{ template, scorer }, /options\.tokenizer is required, got undefined/], [{ tokenizer: tok, scorer }, /options\.template is required/]] as [unknown, RegExp][]) {
+      const e = await LocalJudge.create(o as never).then(() => undefined, (x: Error & { code?: string }) => x);
+      expect(e, String(o)).to.be.instanceOf(TypeError);
+      expect(e!.code).to.equal('ERR_PG_ARG');
+      expect(e!.message).to.match(/^LocalJudge\.create: /).and.to.match(re);
+    }
     const fakeModel = { config: { vocab_size: 10, max_position_embeddings: 64 } } as never;
     for (const [o, re] of [...bad.filter(([x]) => !('minSharedPrefix' in x)), [{ scoring: 'bogus' }, /scoring must be 'sequence-logprobs' or 'forward-logits', got "bogus"/], [{ maxTokensPerCall: 0 }, /maxTokensPerCall must be an integer >= 1/], [{ prefixSharing: 'no' }, /prefixSharing must be a boolean/], [{ maxLogitBytes: -1 }, /maxLogitBytes must be an integer >= 1/]] as [Record<string, unknown>, RegExp][]) {
       const e = await localJudgeForModel(fakeModel, tok, o as never).then(() => undefined, (x: Error & { code?: string }) => x);

@@ -393,6 +393,8 @@ export class LocalJudge implements Judge, Disposable {
 
   /** Resolves the yes/no token ids; throws when either side has no single-token variant, a TypeError (ERR_PG_ARG) naming a bad option. */
   static async create(o: LocalJudgeOptions): Promise<LocalJudge> {
+    if (o === null || typeof o !== 'object') throw argError(`LocalJudge.create: options must be an object with tokenizer, template and scorer (or lastLogits), got ${describeValue(o)}`);
+    for (const k of ['tokenizer', 'template'] as const) if (!o[k] || typeof o[k] !== 'object') throw argError(`LocalJudge.create: options.${k} is required, got ${describeValue(o[k])}`);
     checkJudgeOptions('LocalJudge.create', o);
     // Default: all variants when full logits are at hand (free), the Yes/No pair otherwise (each answer token costs a row).
     const all = (o.variants ?? (o.lastLogits && !o.scorer ? 'all' : 'pair')) === 'all';
