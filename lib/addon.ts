@@ -655,6 +655,16 @@ export interface GenerateArgs extends SamplingParams {
   syncEvery?: number;
   /** Cancels before the next decode step (rejects with `ABORT_ERR`). */
   abortHandle?: AbortHandle;
+  /**
+   * Called on the JS thread with a prompt's group (its n completions, final) as soon as the host
+   * sees the last of its rows finish — at the read-back every `syncEvery` tokens on the static
+   * path, after every token on the dynamic one — while the other rows still decode: a GRPO trainer
+   * judges the group then (the judge hidden behind sampling). At most once per prompt; a group that
+   * finishes at the last read-back may be reported after the call resolved or not at all (the
+   * result always has every completion), so callers key by `promptIndex`. An error thrown by the
+   * callback rejects the call once it finished (lib/model/policy.ts `generate`).
+   */
+  onGroupDone?: (group: { promptIndex: number; completions: RawCompletion[] }) => void;
 }
 
 /** One completion of `generate`. */

@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
-import { generate, type GenerateOptions, type GenerateResult } from '../lib/model/policy.js';
+import { generate, type GenerateOptions, type GenerateResult, type RawCompletion } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
 import { teacherForcedLogprobs } from './helpers/sampling.js';
 
@@ -374,6 +374,46 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     } finally {
       m.dispose();
     }
+  });
+
+  it('onGroupDone: a group that finished early is handed over (final completions, once) while the others decode, on both paths; a throwing callback rejects the call afterwards', async () => {
+    const m = models['tiny-tied']!;
+    const ps = [[1, 2, 3], [4, 5], [6, 7, 8, 9]];
+    const greedy = await run(m, { prompts: ps, n: 2, temperature: 0, maxNewTokens: 40, stopIds: [] });
+    const stopIds = [greedy.completions[2]!.tokenIds[5]!]; // prompt 1's rows (identical, greedy) stop at their 6th token
+    expect(greedy.completions.filter((c, i) => i !== 2 && i !== 3).every((c) => !Array.from(c.tokenIds.slice(0, 200)).includes(stopIds[0]!)), 'the stop id ends only prompt 1 early').to.equal(true);
+    for (const path of [{ staticCache: false }, { staticCache: true, padToBucket: true, syncEvery: 4 }]) {
+      const seen: { promptIndex: number; completions: RawCompletion[]; beforeResolve: boolean }[] = [];
+      let resolved = false;
+      const r = await run(m, { prompts: ps, n: 2, temperature: 0, maxNewTokens: 200, stopIds, ...path, onGroupDone: (g) => seen.push({ ...g, beforeResolve: !resolved }) });
+      resolved = true;
+      await new Promise((res) => setTimeout(res, 20)); // late deliveries of groups that ended at the last read-back
+      const what = JSON.stringify(path);
+      const early = seen.find((g) => g.promptIndex === 1);
+      expect(early, what).to.not.equal(undefined);
+      expect(early!.beforeResolve, what).to.equal(true);
+      expect(early!.completions.map((c) => [c.promptIndex, c.sampleIndex, c.finishReason, Array.from(c.tokenIds), Array.from(c.logprobs)]), what)
+        .to.deep.equal(r.completions.slice(2, 4).map((c) => [c.promptIndex, c.sampleIndex, c.finishReason, Array.from(c.tokenIds), Array.from(c.logprobs)]));
+      expect(early!.completions.map((c) => c.tokenIds.length), what).to.deep.equal([6, 6]);
+      expect(new Set(seen.map((g) => g.promptIndex)).size, `${what}: each prompt at most once`).to.equal(seen.length);
+      expect(r.completions.map((c) => c.tokenIds.length), what).to.deep.equal([200, 200, 6, 6, 200, 200]);
+    }
+    let err: Error | undefined;
+    try {
+      await run(m, { prompts: ps, n: 2, temperature: 0, maxNewTokens: 60, stopIds, onGroupDone: () => { throw new Error('callback failed'); } });
+    } catch (e) {
+      err = e as Error;
+    }
+    expect(err?.message).to.equal('callback failed');
+    let bad: (Error & { code?: string }) | undefined;
+    try {
+      await run(m, { prompts: ps, maxNewTokens: 4, onGroupDone: 'x' as never });
+    } catch (e) {
+      bad = e as Error & { code?: string };
+    }
+    expect(bad?.code).to.equal('ERR_PG_ARG');
+    expect(bad?.message).to.match(/onGroupDone must be a function/);
+    expect((await run(m, { prompts: ps, temperature: 0, maxNewTokens: 4 })).completions).to.have.length(3); // still usable
   });
 
   it('static path: simulated out of memory → ERR_PG_OOM, abort → AbortError; the model stays usable', async () => {

@@ -77,6 +77,46 @@ describe('train: judge health and clean stops (fake backend)', function () {
     expect(summary.interrupted).to.equal(false);
   });
 
+  it('HTTP judge: a group is judged as soon as its completions finished, while the others still sample; same rewards as judging after the rollout', async () => {
+    // Fake rollouts: 4 questions in one chunk; groups 0 and 2 finish early (onGroup before generate
+    // resolves), 1 and 3 only with the result. Events are recorded in order, not timed.
+    const run = async (kind: 'http' | 'local') => {
+      const events: string[] = [];
+      const base = fakeBackend();
+      const backend = {
+        ...base,
+        generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
+          const all = await base.generate(prompts, o);
+          for (const p of [0, 2]) onGroup?.(p, all.filter((r) => r.promptIndex === p));
+          await new Promise((r) => setTimeout(r, 20));
+          events.push('rollout done');
+          return all;
+        },
+      };
+      let call = 0;
+      const reward = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+        events.push(`judge ${reqs.map((r) => r.plan).join(',')}`);
+        call++;
+        return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+      };
+      const runDir = join(tmp, `per-group-${kind}`);
+      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 8 }, judge: { ...cfg().judge, kind, ...(kind === 'http' && { url: 'http://127.0.0.1:9/v1', model: 'm' }) } });
+      let rewards: number[] = [];
+      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map((x) => x - 1), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+      return { events, calls: call, rewards };
+    };
+    const http = await run('http');
+    expect(http.events.slice(0, 3)).to.deep.equal(['judge plan 0.0,plan 0.1', 'judge plan 2.0,plan 2.1', 'rollout done']);
+    expect(http.events.slice(3).sort()).to.deep.equal(['judge plan 1.0,plan 1.1', 'judge plan 3.0,plan 3.1']);
+    const local = await run('local');
+    expect(local.events).to.deep.equal(['rollout done', 'judge plan 0.0,plan 0.1,plan 1.0,plan 1.1,plan 2.0,plan 2.1,plan 3.0,plan 3.1']);
+    // The same rewards in the same (rollout) order either way, as the advantages receive them.
+    expect(http.rewards).to.have.length(8);
+    expect(http.rewards).to.deep.equal(local.rewards);
+    expect(http.calls).to.equal(4);
+    expect(local.calls).to.equal(1);
+  });
+
   it('a reward call that throws (judge down) also ends the run cleanly with a checkpoint and the resume command', async () => {
     const runDir = join(tmp, 'throws');
     const t = new Trainer(cfg(), { backend: fakeBackend(), items, reward: rewardWith((k) => (k === 1 ? 'ok' : 'throw')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} });

@@ -89,16 +89,28 @@ export function generate(model: Qwen3Model, opts: GenerateOptions, signal?: Abor
   const sig = signal ?? opts.signal;
   if (sig?.aborted) return Promise.reject(abortError('generation aborted'));
   const addon = native();
-  const { signal: _s, ...rest } = opts;
+  const { signal: _s, onGroupDone, ...rest } = opts;
+  if (onGroupDone !== undefined && typeof onGroupDone !== 'function') return Promise.reject(argError(`generate: options.onGroupDone must be a function, got ${describeValue(onGroupDone)}`));
   return enqueue(model, async () => {
     if (sig?.aborted) throw abortError('generation aborted');
     if (model.disposed) throw disposedError('model');
     const handle = addon.createAbortHandle();
     const onAbort = () => handle.abort();
     sig?.addEventListener('abort', onAbort, { once: true });
+    // The callback's first error rejects the call once it finished (the native side cannot throw into JS mid-call).
+    let callbackError: unknown;
+    const onGroup = onGroupDone && ((g: Parameters<NonNullable<GenerateArgs['onGroupDone']>>[0]) => {
+      try {
+        onGroupDone(g);
+      } catch (e) {
+        callbackError ??= e;
+      }
+    });
     try {
       const prompts = rest.prompts?.map((p) => (p instanceof Int32Array ? p : Array.from(p)));
-      return await addon.generate(model, { ...rest, prompts, abortHandle: handle });
+      const res = await addon.generate(model, { ...rest, prompts, abortHandle: handle, ...(onGroup && { onGroupDone: onGroup }) });
+      if (callbackError !== undefined) throw callbackError;
+      return res;
     } finally {
       sig?.removeEventListener('abort', onAbort);
     }

@@ -49,8 +49,13 @@ export interface TrainBackend {
   promptIds(messages: ChatMessage[]): Promise<number[]>;
   /** An assistant answer as completion ids: its tokens followed by the end-of-turn id (SFT targets). */
   answerIds(text: string): Promise<number[]>;
-  /** Samples `n` completions per prompt with the active adapter. */
-  generate(prompts: number[][], opts: SamplingOptions): Promise<Rollout[]>;
+  /**
+   * Samples `n` completions per prompt with the active adapter. `onGroup` (optional; a backend may
+   * never call it): a prompt's n rollouts (final, the same as in the result) as soon as they all
+   * finished while other rows still sample, at most once per prompt; groups it does not report
+   * come only with the result.
+   */
+  generate(prompts: number[][], opts: SamplingOptions, onGroup?: (promptIndex: number, group: Rollout[]) => void): Promise<Rollout[]>;
   /** Per-token logprobs of each completion at temperature T under `adapter`. */
   completionLogprobs(seqs: Sequence[], temperature: number, adapter: 'active' | 'none' | string): Promise<number[][]>;
   /**

@@ -8,7 +8,7 @@ import { access, mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
 import type { JsTensor } from '../native.js';
-import { generate, type Policy } from '../model/policy.js';
+import { generate, type Policy, type RawCompletion } from '../model/policy.js';
 import type { TrainConfig } from '../config/train.js';
 import type { ChatMessage } from '../llm/messages.js';
 import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
@@ -194,22 +194,24 @@ export class NativeBackend implements TrainBackend {
     return [...(await this.policy.tokenizer.encode(text)), this.endOfTurnId];
   }
 
-  async generate(prompts: number[][], o: SamplingOptions): Promise<Rollout[]> {
+  async generate(prompts: number[][], o: SamplingOptions, onGroup?: (promptIndex: number, group: Rollout[]) => void): Promise<Rollout[]> {
     this.enterPhase('rollout');
     const tok = this.policy.tokenizer;
+    const toRollouts = async (cs: RawCompletion[]): Promise<Rollout[]> => {
+      const texts = await this.policy.completionTexts(cs);
+      return cs.map((c, i) => ({ promptIndex: c.promptIndex, tokenIds: Array.from(c.tokenIds), logprobs: Array.from(c.logprobs), text: texts[i]!, finishReason: c.finishReason }));
+    };
+    // Finished groups reach onGroup while the other rows decode (native onGroupDone); the
+    // decoding of their texts runs on the JS thread meanwhile. Errors surface with the call.
+    const early: Promise<void>[] = [];
     const res = await generate(this.policy.model, {
       prompts: prompts.map((p) => Int32Array.from(p)),
       n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
       stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: this.mergeAdapter,
+      ...(onGroup && { onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) => void early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs))) }),
     });
-    const texts = await this.policy.completionTexts(res.completions);
-    return res.completions.map((c, i) => ({
-      promptIndex: c.promptIndex,
-      tokenIds: Array.from(c.tokenIds),
-      logprobs: Array.from(c.logprobs),
-      text: texts[i]!,
-      finishReason: c.finishReason,
-    }));
+    await Promise.all(early);
+    return toRollouts(res.completions);
   }
 
   async completionLogprobs(seqs: Sequence[], temperature: number, adapter: string): Promise<number[][]> {

@@ -471,6 +471,9 @@ void DecodeLoop(const GenerateRequest& r, const RowPlan& plan, DecodePath& path,
   }
   std::vector<char> done(N, 0);
   int64_t n_done = 0, produced = 0, read = 0;
+  // Rows left per prompt (its group of n), for on_group_done.
+  std::vector<int64_t> group_left(static_cast<size_t>(N / std::max<int64_t>(1, r.n)), r.n);
+  std::vector<int64_t> finished_groups;
   for (int64_t t = 0; t < T; ++t) {
     if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
     if (t == r.simulate_oom_at_step) TORCH_CHECK_WITH(OutOfMemoryError, false, "simulated out of memory at decode step ", t);
@@ -496,8 +499,13 @@ void DecodeLoop(const GenerateRequest& r, const RowPlan& plan, DecodePath& path,
         if (c.stopped || static_cast<int64_t>(c.tokens.size()) >= plan.max_new[g]) {
           done[g] = 1;
           ++n_done;
+          if (r.on_group_done && --group_left[static_cast<size_t>(g / r.n)] == 0) finished_groups.push_back(g / r.n);
         }
       }
+    // Groups whose last row finished in this read-back: handed over while the others decode.
+    for (int64_t p : finished_groups)
+      r.on_group_done(p, std::vector<Completion>(res.completions.begin() + p * r.n, res.completions.begin() + (p + 1) * r.n));
+    finished_groups.clear();
     read = produced;
     if (n_done == N || produced == T) break;
     path.Retire(done);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "model/qwen3.h"
 
 namespace pg {
+
+struct Completion;
 
 /// One generation call. Prompts are token ids (already chat-rendered and tokenized).
 struct GenerateRequest {
@@ -62,6 +65,11 @@ struct GenerateRequest {
   /// tokens are discarded). 1 = check after every token (the loop then runs exactly the forwards the
   /// dynamic path runs). The dynamic path always checks after every token.
   int64_t sync_every = 8;
+  /// Called on the decode thread, at the host read-back (every sync_every tokens) where the last
+  /// of a prompt's n rows finished, with that prompt's index and its n completions (final: the
+  /// rows are done). Once per prompt at most; prompts that finish at the last read-back may be
+  /// reported or not (the result has every completion). Must not throw. Empty = none.
+  std::function<void(int64_t, const std::vector<Completion>&)> on_group_done;
 };
 
 /// One completion (row r = prompt_index * n + sample_index).

@@ -50,6 +50,53 @@ Flag UnwrapAbort(Napi::Env env, const Napi::Value& v, const char* what) {
   return *static_cast<Flag*>(data);
 }
 
+// One completion as JS: {promptIndex, sampleIndex, tokenIds: Int32Array, logprobs: Float32Array, finishReason}.
+Napi::Object CompletionToJs(Napi::Env e, const Completion& c) {
+  Napi::Object co = Napi::Object::New(e);
+  co.Set("promptIndex", Napi::Number::New(e, static_cast<double>(c.prompt_index)));
+  co.Set("sampleIndex", Napi::Number::New(e, static_cast<double>(c.sample_index)));
+  auto ti = Napi::Int32Array::New(e, c.tokens.size());
+  std::copy(c.tokens.begin(), c.tokens.end(), ti.Data());
+  auto lp = Napi::Float32Array::New(e, c.logprobs.size());
+  std::copy(c.logprobs.begin(), c.logprobs.end(), lp.Data());
+  co.Set("tokenIds", ti);
+  co.Set("logprobs", lp);
+  co.Set("finishReason", Napi::String::New(e, c.stopped ? "stop" : "length"));
+  return co;
+}
+
+// options.onGroupDone: the decode thread hands each finished group to the JS thread through a
+// thread-safe function ({promptIndex, completions}); released with the request. A throwing
+// callback is ignored here (lib/model/policy.ts generate reports it when the call settles).
+void SetOnGroupDone(Napi::Env env, const Napi::Value& f, GenerateRequest& req) {
+  if (!f.IsFunction()) throw ArgError("options.onGroupDone must be a function");
+  using Group = std::pair<int64_t, std::vector<Completion>>;
+  auto tsfn = std::shared_ptr<Napi::ThreadSafeFunction>(
+      new Napi::ThreadSafeFunction(Napi::ThreadSafeFunction::New(env, f.As<Napi::Function>(), "papergym generate onGroupDone", 0, 1)),
+      [](Napi::ThreadSafeFunction* t) {
+        t->Release();
+        delete t;
+      });
+  req.on_group_done = [tsfn](int64_t p, const std::vector<Completion>& group) {
+    auto* data = new Group(p, group);
+    napi_status st = tsfn->NonBlockingCall(data, [](Napi::Env e, Napi::Function cb, Group* d) {
+      std::unique_ptr<Group> own(d);
+      if (e == nullptr || cb == nullptr) return;  // the environment is going away
+      try {
+        Napi::Object g = Napi::Object::New(e);
+        g.Set("promptIndex", Napi::Number::New(e, static_cast<double>(d->first)));
+        Napi::Array comps = Napi::Array::New(e, d->second.size());
+        for (size_t i = 0; i < d->second.size(); ++i) comps.Set(static_cast<uint32_t>(i), CompletionToJs(e, d->second[i]));
+        g.Set("completions", comps);
+        cb.Call({g});
+      } catch (const Napi::Error&) {
+        // swallowed: the JS wrapper catches its callback's errors itself
+      }
+    });
+    if (st != napi_ok) delete data;
+  };
+}
+
 // generate(model, options) -> Promise<GenerateResult>; see lib/model/policy.ts for the typed surface.
 Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -113,25 +160,13 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
     req->abort = Has(o, "abortHandle") ? UnwrapAbort(env, o.Get("abortHandle"), "options.abortHandle")
                                         : std::make_shared<std::atomic<bool>>(false);
     ValidateRequest(*model, *req);  // argument errors reject before any work is queued
+    if (Has(o, "onGroupDone") && !o.Get("onGroupDone").IsUndefined()) SetOnGroupDone(env, o.Get("onGroupDone"), *req);
     auto res = std::make_shared<GenerateResult>();
     auto run = [model, req, res]() { *res = Generate(*model, *req); };
     auto done = [res](Napi::Env e) -> Napi::Value {
       Napi::Object out = Napi::Object::New(e);
       Napi::Array comps = Napi::Array::New(e, res->completions.size());
-      for (size_t i = 0; i < res->completions.size(); ++i) {
-        const Completion& c = res->completions[i];
-        Napi::Object co = Napi::Object::New(e);
-        co.Set("promptIndex", Napi::Number::New(e, static_cast<double>(c.prompt_index)));
-        co.Set("sampleIndex", Napi::Number::New(e, static_cast<double>(c.sample_index)));
-        auto ti = Napi::Int32Array::New(e, c.tokens.size());
-        std::copy(c.tokens.begin(), c.tokens.end(), ti.Data());
-        auto lp = Napi::Float32Array::New(e, c.logprobs.size());
-        std::copy(c.logprobs.begin(), c.logprobs.end(), lp.Data());
-        co.Set("tokenIds", ti);
-        co.Set("logprobs", lp);
-        co.Set("finishReason", Napi::String::New(e, c.stopped ? "stop" : "length"));
-        comps.Set(static_cast<uint32_t>(i), co);
-      }
+      for (size_t i = 0; i < res->completions.size(); ++i) comps.Set(static_cast<uint32_t>(i), CompletionToJs(e, res->completions[i]));
       out.Set("completions", comps);
       out.Set("seed", Napi::Number::New(e, static_cast<double>(res->seed)));
       out.Set("promptTokens", Napi::Number::New(e, static_cast<double>(res->prompt_tokens)));

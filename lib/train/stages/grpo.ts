@@ -27,6 +27,11 @@ export const grpoStage: TrainingStage = {
     // judges a contiguous share of the chunks, judging each chunk while the next one samples
     // (async overlap).
     const rolloutRows = ctx.cfg.memory?.rolloutRows || c.microBatch;
+    // With an HTTP judge each group is judged as soon as its G completions finished, while the
+    // other rows still decode (the backend's onGroup): the requests overlap sampling. Not with the
+    // local judge: its forwards need the model the decode holds, so they would only wait (and hold
+    // worker threads while waiting).
+    const perGroup = ctx.cfg.judge?.kind === 'http';
     const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
     const [a, b] = shard(promptChunks.length, ctx.dist.rank, ctx.dist.worldSize);
     const prompts = new Map<number, number[]>();
@@ -38,13 +43,26 @@ export const grpoStage: TrainingStage = {
         const ch = promptChunks[ci]!;
         const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
         ch.forEach((i, j) => prompts.set(i, ps[j]!));
-        const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci)));
+        const judge = (group: Rollout[]) => {
+          const job = ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
+          job.catch(() => undefined); // handled below (Promise.all); a rejection while sampling goes on is not "unhandled"
+          return job;
+        };
+        // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
+        const early = new Map<number, Promise<RewardResult[]>>();
+        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (early.has(p) || early.set(p, judge(group.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }))))) : undefined;
+        const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
         // generate returns n completions per prompt contiguously (a group is a block of G).
         const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
         rollouts.push(...mapped);
-        const job = ctx.reward(mapped.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
-        job.catch(() => undefined); // handled below (Promise.all); a rejection while the next chunk samples is not "unhandled"
-        rewardJobs.push(job);
+        if (perGroup) {
+          const jobs = ch.map((_, p) => early.get(p) ?? judge(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)));
+          const job = Promise.all(jobs).then((x) => x.flat());
+          job.catch(() => undefined);
+          rewardJobs.push(job);
+        } else {
+          rewardJobs.push(judge(mapped));
+        }
       }
       // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
       return (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
