@@ -1,0 +1,105 @@
+#!/usr/bin/env node
+/**
+ * The HTTP judge behind sampling: how much of a GRPO step's judging is still visible after the
+ * rollout when each group is judged as soon as its completions finished (generate's
+ * `onGroupDone`, what lib/train/stages/grpo.ts does with `--judge http`), against judging every
+ * group after the rollout. One process, the same rollouts (seeded) and judge for both sides.
+ *
+ * Rollouts: Q questions of the embedded dataset × G completions through `generate`, each question
+ * with its own `maxNewTokens` spread evenly over [--min-tokens, --max-tokens] (standing in for a
+ * real policy's unequal completion lengths; random weights never stop on their own). Judge: the
+ * project's HttpJudge (per-item, real HTTP through the LLM client, concurrency --concurrency)
+ * against a loopback OpenAI-compatible server that answers "Yes" after --latency-ms, through
+ * makeRewardFn (instance + general rubric items), its cache off.
+ * Reports: rollout seconds, the judge's standalone time (all groups after the rollout), and the
+ * time still visible after the rollout resolved with per-group judging; their ratio is the issue's
+ * "visible share of the judge's standalone time".
+ *
+ * Usage: node scripts/bench/judge_overlap.mjs                       # CPU, the embedded tiny model
+ *        node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024
+ * Options: --model DIR | --shape qwen3-1.7b|… (random weights, real shapes)  --questions 8  --group 8
+ *          --min-tokens 32  --max-tokens 256
+ *          --latency-ms 40  --concurrency 64  --json FILE
+ */
+import { createServer } from 'node:http';
+import { resolve } from 'node:path';
+import { randomModel } from './checkpoints.mjs';
+import { benchArgs, deviceOf, dtypeOf, lib, printTable, writeJson } from './harness.mjs';
+
+const a = benchArgs({
+  model: { type: 'string' }, shape: { type: 'string' }, questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' },
+  'min-tokens': { type: 'string', default: '32' }, 'max-tokens': { type: 'string', default: '256' },
+  'latency-ms': { type: 'string', default: '40' }, concurrency: { type: 'string', default: '64' },
+});
+const Q = Number(a.questions), G = Number(a.group), lo = Number(a['min-tokens']), hi = Number(a['max-tokens']), latency = Number(a['latency-ms']);
+for (const [k, v] of [['questions', Q], ['group', G], ['min-tokens', lo], ['max-tokens', hi], ['concurrency', Number(a.concurrency)]]) if (!(Number.isInteger(v) && v >= 1)) throw new Error(`--${k} must be an integer >= 1, got ${a[k]}`);
+if (!(latency >= 0) || hi < lo) throw new Error('--latency-ms must be >= 0 and --max-tokens >= --min-tokens');
+
+const { Policy, generate } = await lib('model/policy.js');
+const { ensureDefaultModel } = await lib('train/run.js');
+const { createHttpJudge } = await lib('judge/http.js');
+const { makeRewardFn } = await lib('judge/rewards.js');
+const { readDataset, sampleDatasetPath, loadGeneralRubric } = await lib('data/schema.js');
+const { studentMessages } = await lib('task/prompts.js');
+
+// The loopback judge endpoint: "Yes" after the latency (OpenAI chat-completions reply shape).
+const server = createServer((req, res) => {
+  req.resume();
+  req.on('end', () => setTimeout(() => {
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ id: 'x', object: 'chat.completion', model: 'judge', choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'Yes' } }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
+  }, latency));
+});
+await new Promise((r) => server.listen(0, '127.0.0.1', r));
+const url = `http://127.0.0.1:${server.address().port}/v1`;
+
+const { cuda } = deviceOf(a.device);
+const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
+const modelDir = a.model ? resolve(a.model) : a.shape ? randomModel({ shape: a.shape, dtype, cuda }) : ensureDefaultModel();
+const policy = await Policy.load(modelDir, { device: a.device, ...(a.shape || a.model ? { dtype } : {}) });
+const items = readDataset(sampleDatasetPath()).items.slice(0, Q);
+if (items.length < Q) throw new Error(`--questions ${Q}: the embedded dataset has ${items.length}`);
+const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
+const prompts = await policy.encodePrompts(items.map((it) => studentMessages(it.question)), { enableThinking: false });
+const maxNew = items.map((_, i) => Math.round(lo + ((hi - lo) * i) / Math.max(1, Q - 1)));
+const tok = policy.tokenizer;
+const sampling = { prompts, n: G, temperature: 1, topK: 20, seed: 5, stopIds: [], padId: tok.padTokenId, promptOptions: maxNew.map((m) => ({ maxNewTokens: m })), maxNewTokens: hi };
+const rewardFn = () => makeRewardFn(createHttpJudge({ url, model: 'judge', concurrency: Number(a.concurrency), noCache: true }), general, { alpha: 0.7 });
+const requestsOf = async (cs) => {
+  const texts = await policy.completionTexts(cs);
+  return cs.map((c, i) => ({ item: items[c.promptIndex], plan: texts[i] }));
+};
+
+await generate(policy.model, { ...sampling, maxNewTokens: 4, promptOptions: undefined }); // warm-up
+// After: every group judged once the rollout resolved (the path without onGroupDone).
+let reward = rewardFn();
+let t0 = performance.now();
+const r1 = await generate(policy.model, sampling);
+let t1 = performance.now();
+const after = await reward(await requestsOf(r1.completions));
+const t2 = performance.now();
+const rolloutAfter = (t1 - t0) / 1000, standalone = (t2 - t1) / 1000;
+// Per group: each group's requests sent when onGroupDone hands it over.
+reward = rewardFn();
+const jobs = new Map();
+t0 = performance.now();
+const r2 = await generate(policy.model, { ...sampling, onGroupDone: (g) => jobs.set(g.promptIndex, requestsOf(g.completions).then(reward)) });
+t1 = performance.now();
+const early = jobs.size;
+for (let p = 0; p < Q; p++) if (!jobs.has(p)) jobs.set(p, requestsOf(r2.completions.slice(p * G, (p + 1) * G)).then(reward));
+const perGroup = (await Promise.all([...Array(Q).keys()].map((p) => jobs.get(p)))).flat();
+const t3 = performance.now();
+const rolloutStreamed = (t1 - t0) / 1000, visible = (t3 - t1) / 1000;
+server.close();
+policy.dispose();
+const same = JSON.stringify(after.map((x) => x.reward)) === JSON.stringify(perGroup.map((x) => x.reward));
+
+console.log(`judge behind sampling: ${Q} questions × ${G} completions, maxNewTokens ${lo}…${hi} per question, HTTP judge (loopback, ${latency} ms per request, concurrency ${a.concurrency}, ${after.length} plans × ${items[0].rubric.length + general.length} items); ${a.shape ?? a.model ?? 'tiny model'} on ${a.device}; ${early} of ${Q} groups handed over before the rollout resolved; rewards identical: ${same}`);
+printTable(['', 'seconds'], [
+  ['rollout (judging after)', rolloutAfter.toFixed(3)],
+  ['rollout (judging per group)', rolloutStreamed.toFixed(3)],
+  ['judge after the rollout (standalone)', standalone.toFixed(3)],
+  ['judge still visible with per-group judging', visible.toFixed(3)],
+  ['visible share of standalone', `${((100 * visible) / standalone).toFixed(1)}%`],
+]);
+writeJson(a.json, { config: a, maxNewTokens: maxNew, rolloutAfter, rolloutStreamed, standalone, visible, visibleShare: visible / standalone, earlyGroups: early, rewardsIdentical: same });
