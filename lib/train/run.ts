@@ -174,9 +174,10 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (o.resume) {
     if (o.preset || o.file) throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
-    // Judge keys added after the checkpoint was written take their defaults.
+    // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
+    // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so.
     const savedCfg = resume.state.config as TrainConfig;
-    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge } };
+    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge }, sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' } };
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
     resume = { ...resume, state: r.state };
