@@ -375,9 +375,10 @@ async function trainWithGroup(
 }
 
 /**
- * One log line of the judge's totals over the run: prompts and prompt tokens, and for the local
- * judge the host seconds by part, the seconds inside its scorers (native scoring) and how many
- * prompts shared their plan's prefix (LocalJudge.timings()).
+ * One log line of the judge's totals over this process's part of the run (a resumed run counts
+ * from the resume): prompts and prompt tokens, and for the local judge the host seconds by part,
+ * the seconds inside its scorers (native scoring) and how many prompts shared their plan's prefix
+ * (LocalJudge.timings()).
  */
 export function judgeTotals(judge: Judge): string {
   const s = judge.stats();
