@@ -107,9 +107,11 @@ export interface RunOptions {
  * Settings a resumed run may change: step counts (to extend a run), where it runs / is judged, and
  * the update's micro-batches and recompute (the way out of an out-of-memory stop with several
  * processes; the window normalisers make micro-batching invisible to the gradient, and the
- * rollout chunking stays as saved in memory.rolloutRows).
+ * rollout chunking stays as saved in memory.rolloutRows), and whether rollouts sample from the
+ * merged adapter (its copy of the weights is the rollouts' way out; the same policy, sampled
+ * without the LoRA branch — in bf16 the rollouts differ by the rounding of the merged weights).
  */
-export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute'];
+export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter'];
 
 /**
  * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
