@@ -99,8 +99,10 @@ describe('CLI bad input', function () {
     expect(other.err).to.match(/--kl-coef cannot change when resuming/);
     // Simulate a crash after a replayed row was logged: a row past the last checkpoint.
     writeFileSync(join(run, 'metrics.jsonl'), readFileSync(join(run, 'metrics.jsonl'), 'utf8') + JSON.stringify({ stage: 'grpo', step: 2, globalStep: 3, loss: 9 }) + '\n');
-    const ext = await cli(['train', '--resume', run, '--grpo-steps', '2']);
+    // --merge-adapter may change (a memory setting, as --recompute): the saved run sampled with the LoRA branch (auto on CPU).
+    const ext = await cli(['train', '--resume', run, '--grpo-steps', '2', '--merge-adapter', 'on']);
     expect(ext.code, ext.err).to.equal(0);
+    expect(ext.err).to.match(/resume: changed .*sampling\.mergeAdapter = "on"/);
     expect(ext.err).to.match(/dropped 1 metrics row/);
     const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((o) => 'loss' in o);
     expect(rows.map((o) => o.globalStep)).to.deep.equal([1, 2, 3]);
@@ -110,6 +112,7 @@ describe('CLI bad input', function () {
     expect(summary.stages.map((s: { steps: number }) => s.steps)).to.deep.equal([1, 2]);
     const cfg = JSON.parse(readFileSync(join(run, 'config.json'), 'utf8'));
     expect([cfg.grpo.steps, cfg.origins['grpo.steps'], cfg.origins['opsd.steps']]).to.deep.equal([2, 'flag', 'flag']);
+    expect([cfg.sampling.mergeAdapter, cfg.origins['sampling.mergeAdapter']]).to.deep.equal(['on', 'flag']);
   });
 
   it('train --out into a dir that already holds a run (finished, or killed before its first checkpoint) is refused before any compute; nothing there changes', async () => {

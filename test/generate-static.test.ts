@@ -8,9 +8,10 @@
  * The graph path itself is tested in test/gpu/decode-graphs.test.ts.
  */
 import { expect } from 'chai';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { packageRoot } from '../lib/native.js';
+import { native, packageRoot } from '../lib/native.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { generate, type GenerateOptions, type GenerateResult, type RawCompletion } from '../lib/model/policy.js';
 import { tinyModel } from './helpers/tiny.js';
@@ -351,6 +352,63 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
       expect(err?.message).to.match(/mergeAdapter/);
     } finally {
       m.dispose();
+    }
+  });
+
+  it('mergeAdapter with a loaded PEFT adapter of per-module r and alpha (rank_pattern, alpha_pattern, use_rslora): the LoRA branch\'s ids and logprobs (float32), also from a snapshot', async () => {
+    // A PEFT directory as peft writes it for such a config: the patterns in adapter_config.json,
+    // A [r_m, in] / B [out, r_m] per module in adapter_model.safetensors. Each module's merge must use
+    // its own scaling alpha_m / sqrt(r_m), not the config's alpha / sqrt(r).
+    const dir = mkdtempSync(join(tmpdir(), 'pg-merge-patterns-'));
+    const m = await loadModel(tinyModel('tiny-untied'));
+    try {
+      m.addLora({ r: 4, alpha: 8, seed: 5 });
+      const w = m.loraWeights();
+      for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length) * 0.2;
+      m.setLoraWeights(w);
+      await m.saveAdapter(dir);
+      const file = join(dir, 'adapter_model.safetensors');
+      const { tensors } = native().loadSafetensors(file) as { tensors: Record<string, { data: Float32Array; shape: number[] }> };
+      const rankOf = (k: string) => (/q_proj/.test(k) ? 2 : /layers\.0\.mlp\.(gate|up)_proj/.test(k) ? 3 : 4);
+      const out: Record<string, { data: Float32Array; shape: number[] }> = {};
+      for (const [k, t] of Object.entries(tensors)) {
+        const r = rankOf(k);
+        if (k.includes('lora_A')) out[k] = { data: t.data.slice(0, r * t.shape[1]!), shape: [r, t.shape[1]!] };
+        else out[k] = { data: Float32Array.from({ length: t.shape[0]! * r }, (_, i) => t.data[Math.floor(i / r) * t.shape[1]! + (i % r)]!), shape: [t.shape[0]!, r] };
+      }
+      native().saveSafetensors(file, out, { format: 'pt' });
+      const cfgPath = join(dir, 'adapter_config.json');
+      const cfg = JSON.parse(readFileSync(cfgPath, 'utf8'));
+      const patterned = { ...cfg, use_rslora: true, rank_pattern: { q_proj: 2, 'model\\.layers\\.0\\.mlp\\.(gate|up)_proj': 3 }, alpha_pattern: { v_proj: 3, 'layers\\.\\d\\.self_attn\\.o_proj': 20 } };
+      writeFileSync(cfgPath, JSON.stringify(patterned));
+      await m.loadAdapter(dir);
+      m.snapshotAdapter('patterned');
+      for (const adapter of [undefined, 'patterned']) {
+        for (const path of [{ staticCache: false }, { staticCache: true, padToBucket: true }]) {
+          for (const sampling of [{ temperature: 0 }, { temperature: 0.9, topK: 20, seed: 21 }]) {
+            const o = { prompts, maxNewTokens: 16, stopIds: [] as number[], ...sampling, ...path, ...(adapter && { adapter }) };
+            const what = `adapter ${adapter ?? 'active'}, ${JSON.stringify(path)}, ${JSON.stringify(sampling)}`;
+            const branch = await run(m, o);
+            const merged = (await run(m, { ...o, mergeAdapter: true })) as PathResult & { adapterMerged: boolean };
+            expect(merged.adapterMerged, what).to.equal(true);
+            try {
+              expectSame(branch, merged, 2e-5);
+            } catch (e) {
+              throw new Error(`${what}: ${(e as Error).message}`);
+            }
+          }
+        }
+      }
+      // The patterns matter here: the same weights under the config's one scaling give other ids.
+      writeFileSync(cfgPath, JSON.stringify({ ...patterned, alpha_pattern: {} }));
+      await m.loadAdapter(dir);
+      const o = { prompts, maxNewTokens: 16, stopIds: [] as number[], temperature: 0 };
+      const uniform = await run(m, { ...o, mergeAdapter: true });
+      const withPatterns = await run(m, { ...o, adapter: 'patterned' });
+      expect(JSON.stringify(uniform.completions.map(ids))).to.not.equal(JSON.stringify(withPatterns.completions.map(ids)));
+    } finally {
+      m.dispose();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -5,9 +5,12 @@
  * Skipped when the addon or python (tiny-model maker) is unavailable.
  */
 import { expect } from 'chai';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
-import { localJudgeForModel, yesProbability } from '../lib/judge/local.js';
+import { localJudgeForModel, prefixLogprobsScorer, sequenceLogprobsScorer, yesProbability } from '../lib/judge/local.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
 import { orSkip } from './helpers/run.js';
@@ -88,6 +91,39 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
       }
     expect(shared.stats().requests).to.equal(separate.stats().requests);
     expect(shared.stats().promptTokens).to.be.lessThan(separate.stats().promptTokens);
+  });
+
+  it('prefixLogprobs near the context limit: bucketed (prefix to 64·k, suffixes to 16·k) and unpadded where the buckets pass the context, both equal the per-prompt scorer within 1e-5', async () => {
+    // The same checkpoint with a 100-token context: prefix + padded suffix buckets of up to 64 + 32
+    // fit; longer ones (65 → 128, or 36 + 33 → 64 + 48) fall back to the unpadded shapes.
+    const small = mkdtempSync(join(tmpdir(), 'pg-ctx100-'));
+    cpSync(dir, small, { recursive: true });
+    const cfg = JSON.parse(readFileSync(join(small, 'config.json'), 'utf8'));
+    writeFileSync(join(small, 'config.json'), JSON.stringify({ ...cfg, max_position_embeddings: 100 }));
+    const m = await loadModel(small);
+    try {
+      const shared = prefixLogprobsScorer(m, { padId: tok.padTokenId, adapter: 'none' });
+      const whole = sequenceLogprobsScorer(m, { padId: tok.padTokenId, adapter: 'none' });
+      const candidates = [9454, 2753, 0];
+      const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
+      const cases: [number, number[]][] = [
+        [1, [1]], [63, [15]], [64, [16]], [64, [17]], [65, [16]], [32, [33, 1, 16, 32]], [36, [33]], [36, [63]], [40, Array.from({ length: 20 }, (_, i) => 1 + (i % 17))],
+        [98, [1]], [1, [98]], [82, [17]],
+      ];
+      for (const [P, lens] of cases) {
+        const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+        const a = await shared(prefix, suffixes, candidates);
+        const b = await whole(suffixes.map((s) => [...prefix, ...s]), candidates);
+        a.forEach((row, i) => row.forEach((x, k) => expect(x, `prefix ${P}, suffix lengths ${lens}: row ${i} candidate ${k}`).to.be.closeTo(b[i]![k]!, 1e-5)));
+      }
+      // One past the context (99 + 1 + the scored position): the model's clear error, not a crash.
+      let err: Error | undefined;
+      await shared(ids(99, 1), [ids(2, 2)], candidates).catch((e: Error) => (err = e));
+      expect(err?.message).to.match(/exceeds the model's context \(max_position_embeddings 100\)/);
+    } finally {
+      m.dispose();
+      rmSync(small, { recursive: true, force: true });
+    }
   });
 
   it('prefixLogprobs rejects malformed arguments with TypeErrors', async () => {

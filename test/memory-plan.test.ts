@@ -138,6 +138,15 @@ describe('memory plan', () => {
       }
     }
     expect(refused).to.be.above(0);
+    // Out-of-memory advice with --merge-adapter on: give up the merged copy before cutting the run
+    // (8B on 32 GB: the run fits with the LoRA branch at 1024 tokens; with the copy nothing fit).
+    const on = { ...presetInputs('qwen3-8b', 32), mergeAdapter: true };
+    expect(planMemory(on).fits).to.equal(false);
+    const advice = flagsThatFit(on);
+    expect(advice).to.include('--merge-adapter off').and.to.include('--max-new-tokens 1024').and.to.include('--questions-per-step 8');
+    expect(planMemory({ ...on, mergeAdapter: false, recompute: true, opsd: { ...on.opsd, microBatch: 1 }, grpo: { ...on.grpo, microBatch: 1 } }).fits).to.equal(true);
+    // Where the copy fits, the advice keeps it.
+    expect(flagsThatFit({ ...presetInputs('qwen3-1.7b', 141), mergeAdapter: true })).to.not.include('--merge-adapter');
   });
 
   it('planForRun: off on CPU without a cap, on with --max-memory; applies the plan to the config; pinned from flags / file only', () => {

@@ -5,7 +5,7 @@
  */
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
@@ -90,6 +90,24 @@ describe('train (embedded tiny model)', function () {
     // The summary keeps the stage finished before the kill.
     const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8'));
     expect(summary.stages.map((s: { stage: string; steps: number }) => [s.stage, s.steps])).to.deep.equal([['opsd', 3], ['grpo', 3]]);
+  });
+
+  it('resumes a checkpoint written before sampling.mergeAdapter existed (the LoRA branch, as it ran)', async () => {
+    // The saved config of an older run has no sampling.mergeAdapter: resuming must not fail the
+    // config check ("must be set"), and the run continues with the LoRA branch ('off').
+    const dir = join(tmp, 'pre-merge');
+    cpSync(uninterrupted, dir, { recursive: true });
+    for (const ck of readdirSync(join(dir, 'checkpoints')).filter((d) => d.startsWith('step-'))) {
+      const f = join(dir, 'checkpoints', ck, 'trainer_state.json');
+      const st = JSON.parse(readFileSync(f, 'utf8'));
+      delete st.config.sampling.mergeAdapter;
+      writeFileSync(f, JSON.stringify(st));
+    }
+    const logs: string[] = [];
+    await runTraining({ resume: dir, flags: { grpo: { steps: 4 } } as never, log: (l) => logs.push(l), handleSignals: false });
+    expect(resolveCheckpoint(dir).state.globalStep).to.equal(7);
+    expect((resolveCheckpoint(dir).state.config as { sampling: { mergeAdapter?: string } }).sampling.mergeAdapter).to.equal('off');
+    expect(logs.join('\n')).to.match(/judge totals: /);
   });
 
   it('SIGINT writes a checkpoint before exiting', async () => {

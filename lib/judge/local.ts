@@ -197,7 +197,9 @@ type PrefixLogprobsFn<M> = (model: M, args: PrefixLogprobsArgs) => Promise<JsTen
 /**
  * PrefixScorer over the addon's `prefixLogprobs` (the prefix's KV cache is computed once and
  * repeated for every suffix row; suffixes right-padded with `padId`). Suffixes are split so that
- * rows × (prefix + padded suffix) ≤ `maxTokensPerCall` (default 65536), at least one row per call.
+ * rows × (prefix + padded suffix) ≤ `maxTokensPerCall` (default 65536), at least one row per call,
+ * with both lengths as `prefixLogprobs` buckets them (the prefix to a multiple of 64, the suffixes
+ * to a multiple of 16; native/steps/steps.h): its KV cache holds that many tokens per row.
  */
 export function prefixLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn<M> } = { padId: 0 }): PrefixScorer {
   const call: PrefixLogprobsFn<M> = opts.fn ?? ((m, a) => native().prefixLogprobs(liveModel(m, 'prefixLogprobsScorer'), a));
@@ -205,7 +207,8 @@ export function prefixLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: nu
   const budget = opts.maxTokensPerCall ?? 65536;
   return async (prefix, suffixes, candidates, signal) => {
     const out: Float64Array[] = new Array(suffixes.length);
-    for (const take of longestFirstBatches(suffixes.map((s) => s.length), (S) => budget / (prefix.length + S))) {
+    const bucketed = (S: number) => Math.ceil(prefix.length / 64) * 64 + Math.ceil(S / 16) * 16;
+    for (const take of longestFirstBatches(suffixes.map((s) => s.length), (S) => budget / bucketed(S))) {
       signal?.throwIfAborted();
       const { ids } = padRight(take.map((i) => suffixes[i]), opts.padId);
       const lp = await call(target, {

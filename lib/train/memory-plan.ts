@@ -401,13 +401,16 @@ export function formatPlan(p: MemoryPlan): string {
 /**
  * Flags that would make the step fit in `budgetBytes` (for the error when micro-batch 1 with
  * recompute still runs out of memory): halves max new tokens, then questions per step / the OPSD
- * batch, until the plan fits; '' when nothing found.
+ * batch, until the plan fits; '' when nothing found. A merged adapter given as on
+ * (`--merge-adapter on`) is given up (`--merge-adapter off`) before any of those cuts: the LoRA
+ * branch samples the same policy, the cuts change the run.
  */
 export function flagsThatFit(x: PlanInputs): string {
   let y: PlanInputs = { ...x, recompute: true, opsd: { ...x.opsd, microBatch: 1 }, grpo: { ...x.grpo, microBatch: 1 }, pinned: {} };
   for (let i = 0; i < 12; i++) {
-    if (planMemory(y).fits) {
-      return [`--max-new-tokens ${y.maxNewTokens}`, `--recompute`, `--grpo-micro-batch 1`, `--opsd-micro-batch 1`, `--questions-per-step ${y.grpo.questionsPerStep}`, `--opsd-batch-size ${y.opsd.batchSize}`].join(' ');
+    for (const merge of x.mergeAdapter === true ? [true, false] : [x.mergeAdapter]) {
+      if (!planMemory({ ...y, mergeAdapter: merge }).fits) continue;
+      return [`--max-new-tokens ${y.maxNewTokens}`, `--recompute`, `--grpo-micro-batch 1`, `--opsd-micro-batch 1`, `--questions-per-step ${y.grpo.questionsPerStep}`, `--opsd-batch-size ${y.opsd.batchSize}`, ...(merge !== x.mergeAdapter ? ['--merge-adapter off'] : [])].join(' ');
     }
     if (y.maxNewTokens > 64) y = { ...y, maxNewTokens: Math.floor(y.maxNewTokens / 2) };
     else if (y.grpo.questionsPerStep > 1 || y.opsd.batchSize > 1) y = { ...y, grpo: { ...y.grpo, questionsPerStep: Math.max(1, Math.floor(y.grpo.questionsPerStep / 2)) }, opsd: { ...y.opsd, batchSize: Math.max(1, Math.floor(y.opsd.batchSize / 2)) } };

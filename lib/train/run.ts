@@ -107,9 +107,11 @@ export interface RunOptions {
  * Settings a resumed run may change: step counts (to extend a run), where it runs / is judged, and
  * the update's micro-batches and recompute (the way out of an out-of-memory stop with several
  * processes; the window normalisers make micro-batching invisible to the gradient, and the
- * rollout chunking stays as saved in memory.rolloutRows).
+ * rollout chunking stays as saved in memory.rolloutRows), and whether rollouts sample from the
+ * merged adapter (its copy of the weights is the rollouts' way out; the same policy, sampled
+ * without the LoRA branch — in bf16 the rollouts differ by the rounding of the merged weights).
  */
-export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute'];
+export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter'];
 
 /**
  * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
@@ -174,9 +176,10 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (o.resume) {
     if (o.preset || o.file) throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
-    // Judge keys added after the checkpoint was written take their defaults.
+    // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
+    // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so.
     const savedCfg = resume.state.config as TrainConfig;
-    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge } };
+    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge }, sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' } };
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
     resume = { ...resume, state: r.state };
@@ -374,9 +377,10 @@ async function trainWithGroup(
 }
 
 /**
- * One log line of the judge's totals over the run: prompts and prompt tokens, and for the local
- * judge the host seconds by part, the seconds inside its scorers (native scoring) and how many
- * prompts shared their plan's prefix (LocalJudge.timings()).
+ * One log line of the judge's totals over this process's part of the run (a resumed run counts
+ * from the resume): prompts and prompt tokens, and for the local judge the host seconds by part,
+ * the seconds inside its scorers (native scoring) and how many prompts shared their plan's prefix
+ * (LocalJudge.timings()).
  */
 export function judgeTotals(judge: Judge): string {
   const s = judge.stats();

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
-#include <mutex>
 #include <vector>
 
 #include "core/errors.h"
@@ -87,8 +86,11 @@ struct GroupCacheEntry {
   at::ScalarType dt;
   at::Tensor a_cat, b_bd;
 };
-std::mutex g_group_cache_mu;
-std::vector<GroupCacheEntry> g_group_cache;
+// Per thread: a call's CUDA graphs read the cached tensors without holding them, so they must live
+// until that call's outermost scope ends, and another thread's concurrent generate (another model)
+// must neither clear them at its end nor drop them as stale (its cached storage would return to the
+// allocator and be reused under the graph's replay). Each generate runs on one worker thread.
+thread_local std::vector<GroupCacheEntry> g_group_cache;
 
 bool Matches(const GroupCacheEntry& e, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, at::ScalarType dt) {
   const size_t n = ab.size();
@@ -106,10 +108,8 @@ bool Stale(const GroupCacheEntry& e) {
   return false;
 }
 
-// (concatenated A, block-diagonal B) of the group, from the cache or built into it. Returned by
-// value under the lock: another thread's insert may move the entries once the lock is released.
+// (concatenated A, block-diagonal B) of the group, from this thread's cache or built into it.
 std::pair<at::Tensor, at::Tensor> CachedGroup(at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, at::ScalarType dt) {
-  std::lock_guard<std::mutex> lock(g_group_cache_mu);
   for (const auto& e : g_group_cache)
     if (Matches(e, ab, dt)) return {e.a_cat, e.b_bd};
   g_group_cache.erase(std::remove_if(g_group_cache.begin(), g_group_cache.end(), Stale), g_group_cache.end());
@@ -139,7 +139,7 @@ std::pair<at::Tensor, at::Tensor> CachedGroup(at::ArrayRef<std::pair<at::Tensor,
   return {g_group_cache.back().a_cat, g_group_cache.back().b_bd};
 }
 // The per-call cache of values derived from whole adapters (CachedAdapterDerived: the cast,
-// merged weights), under the same lock.
+// merged weights), per thread as the group cache.
 struct DerivedCacheEntry {
   const LoraAdapter* ad;
   const void* owner;
@@ -148,7 +148,7 @@ struct DerivedCacheEntry {
   std::vector<int64_t> versions;
   std::shared_ptr<const void> value;
 };
-std::vector<DerivedCacheEntry> g_derived_cache;
+thread_local std::vector<DerivedCacheEntry> g_derived_cache;
 
 bool CacheSwitchOn() {
   const char* e = std::getenv("PAPERGYM_LORA_CACHE");
@@ -165,7 +165,6 @@ std::shared_ptr<const void> CachedAdapterDerived(const LoraAdapter& ad, const vo
     src.push_back(kv.second.first);
     src.push_back(kv.second.second);
   }
-  std::lock_guard<std::mutex> lock(g_group_cache_mu);
   for (const auto& e : g_derived_cache) {
     if (e.ad != &ad || e.owner != owner || e.tag != tag || e.src.size() != src.size()) continue;
     bool same = true;
@@ -200,8 +199,7 @@ LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
 LoraInferenceCacheScope::LoraInferenceCacheScope() : prev_(t_inference_cache) { t_inference_cache = true; }
 LoraInferenceCacheScope::~LoraInferenceCacheScope() {
   t_inference_cache = prev_;
-  if (!prev_) {  // the outermost scope ends: hold no device memory between calls
-    std::lock_guard<std::mutex> lock(g_group_cache_mu);
+  if (!prev_) {  // this thread's outermost scope ends: hold no device memory between calls
     g_group_cache.clear();
     g_derived_cache.clear();
   }

@@ -113,8 +113,10 @@ at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRe
 /// blocks add exact zeros, so only the GEMM's summation order differs from the per-member path
 /// (float32 rounding). Only for decode-sized inputs (≤ 512 rows); not used with grad on, or
 /// outside the scope (the serve engine's graphs outlive an adapter update, so they read the
-/// weights themselves). The outermost scope's end empties the cache (no device memory is held
-/// between calls). The same scope serves the low-precision branch's whole-adapter cast
+/// weights themselves). The caches are per thread (a generate call runs on one worker thread;
+/// its CUDA graphs read the cached tensors without holding them), and the thread's outermost
+/// scope's end empties them (no device memory is held between calls; a concurrent call on
+/// another model keeps its own). The same scope serves the low-precision branch's whole-adapter cast
 /// (CachedAdapterCast). PAPERGYM_LORA_CACHE=0 turns both caches off (A/B).
 class LoraInferenceCacheScope {
  public:

@@ -245,6 +245,44 @@ describe('GPU suite: CUDA-graph decode', function () {
     }
   });
 
+  it('two models generating at once: one call ending does not free the cached adapter tensors (merged weights, grouped A / B) that the other call\'s graph replays', async () => {
+    // The LoRA caches of a generate call live until its own end: a concurrent call on another model
+    // (another worker thread) that ends first must not clear them, or the long call's graph reads
+    // freed blocks that the short calls' next allocations (their own merged weights) reuse.
+    const load = async (salt: number) => {
+      const m = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'float32' });
+      m.addLora({ r: 8, alpha: 16, seed: 5 + salt });
+      const w = m.loraWeights();
+      for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length + salt) * 0.1;
+      m.setLoraWeights(w);
+      return m;
+    };
+    const long = await load(0), short = await load(1);
+    try {
+      for (const mergeAdapter of [true, false]) {
+        const lo = { prompts, temperature: 0, maxNewTokens: 1500, stopIds: [] as number[], mergeAdapter };
+        const so = { prompts: prompts.slice(0, 2), temperature: 0, maxNewTokens: 3, stopIds: [] as number[], mergeAdapter };
+        const refLong = await run(long, lo), refShort = await run(short, so);
+        expect(refLong.decodePath).to.equal('cuda-graphs');
+        let done = false, overlapped = 0;
+        const pending = run(long, lo).finally(() => (done = true));
+        while (!done) {
+          const r = await run(short, so);
+          expect(ids(r), `mergeAdapter ${mergeAdapter}: short call ${overlapped}`).to.deep.equal(ids(refShort));
+          if (!done) overlapped++;
+        }
+        const got = await pending;
+        console.log(`      mergeAdapter ${mergeAdapter}: ${overlapped} short calls ended during the long one`);
+        expect(overlapped, 'the calls overlapped').to.be.greaterThan(0);
+        expect(ids(got), `mergeAdapter ${mergeAdapter}`).to.deep.equal(ids(refLong));
+        expect(maxLpDiff(got, refLong), `mergeAdapter ${mergeAdapter}`).to.be.at.most(1e-5);
+      }
+    } finally {
+      long.dispose();
+      short.dispose();
+    }
+  });
+
   it('bf16: graphs == static without graphs (greedy, n = 2 sampling)', async () => {
     const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'bfloat16' });
     try {
