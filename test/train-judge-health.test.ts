@@ -90,6 +90,8 @@ describe('train: judge health and clean stops (fake backend)', function () {
           for (const p of [0, 2]) onGroup?.(p, all.filter((r) => r.promptIndex === p));
           await new Promise((r) => setTimeout(r, 20));
           events.push('rollout done');
+          // A report after the call returned (a group that ended at the last read-back) must not be judged twice.
+          setTimeout(() => onGroup?.(1, all.filter((r) => r.promptIndex === 1)), 0);
           return all;
         },
       };
@@ -103,6 +105,7 @@ describe('train: judge health and clean stops (fake backend)', function () {
       const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 8 }, judge: { ...cfg().judge, kind, ...(kind === 'http' && { url: 'http://127.0.0.1:9/v1', model: 'm' }) } });
       let rewards: number[] = [];
       await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map((x) => x - 1), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+      await new Promise((r) => setTimeout(r, 10));
       return { events, calls: call, rewards };
     };
     const http = await run('http');
@@ -113,7 +116,7 @@ describe('train: judge health and clean stops (fake backend)', function () {
     // The same rewards in the same (rollout) order either way, as the advantages receive them.
     expect(http.rewards).to.have.length(8);
     expect(http.rewards).to.deep.equal(local.rewards);
-    expect(http.calls).to.equal(4);
+    expect(http.calls, 'each group judged once').to.equal(4);
     expect(local.calls).to.equal(1);
   });
 

@@ -52,8 +52,8 @@ export interface TrainBackend {
   /**
    * Samples `n` completions per prompt with the active adapter. `onGroup` (optional; a backend may
    * never call it): a prompt's n rollouts (final, the same as in the result) as soon as they all
-   * finished while other rows still sample, at most once per prompt; groups it does not report
-   * come only with the result.
+   * finished while other rows still sample, at most once per prompt, never after the returned
+   * promise settled; groups it does not report come only with the result.
    */
   generate(prompts: number[][], opts: SamplingOptions, onGroup?: (promptIndex: number, group: Rollout[]) => void): Promise<Rollout[]>;
   /** Per-token logprobs of each completion at temperature T under `adapter`. */

@@ -203,13 +203,17 @@ export class NativeBackend implements TrainBackend {
     };
     // Finished groups reach onGroup while the other rows decode (native onGroupDone); the
     // decoding of their texts runs on the JS thread meanwhile. Errors surface with the call.
+    // A group the native side reports after the call resolved (it finished at the last read-back)
+    // is not passed on: it comes with the result, and onGroup is never called after it.
     const early: Promise<void>[] = [];
+    let resolved = false;
     const res = await generate(this.policy.model, {
       prompts: prompts.map((p) => Int32Array.from(p)),
       n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
       stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: this.mergeAdapter,
-      ...(onGroup && { onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) => void early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs))) }),
+      ...(onGroup && { onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) => void (resolved || early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs)))) }),
     });
+    resolved = true;
     await Promise.all(early);
     return toRollouts(res.completions);
   }

@@ -50,8 +50,10 @@ export const grpoStage: TrainingStage = {
         };
         // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
         const early = new Map<number, Promise<RewardResult[]>>();
-        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (early.has(p) || early.set(p, judge(group.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }))))) : undefined;
+        let sampled = false; // a report after generate returned is ignored: that group is judged from the result
+        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || early.set(p, judge(group.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }))))) : undefined;
         const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
+        sampled = true;
         // generate returns n completions per prompt contiguously (a group is a block of G).
         const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
         rollouts.push(...mapped);
