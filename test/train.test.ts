@@ -184,7 +184,7 @@ describe('train (embedded tiny model)', function () {
     });
   });
 
-  it('sampling.mergeAdapter: on = the rollouts sample from the merged adapter, off = the LoRA branch; auto is off on CPU', async () => {
+  it('sampling.mergeAdapter: on = the rollouts sample from the merged adapter, off = the LoRA branch; auto is off on CPU; out of memory with the copy falls back to the branch', async () => {
     const policy = await Policy.load(ensureDefaultModel());
     try {
       policy.model.addLora({ r: 4, alpha: 8, seed: 2 });
@@ -203,6 +203,24 @@ describe('train (embedded tiny model)', function () {
         expect(ro.map((r) => r.tokenIds), setting).to.deep.equal(direct.completions.map((c) => Array.from(c.tokenIds)));
         expect(ro.map((r) => r.logprobs), setting).to.deep.equal(direct.completions.map((c) => Array.from(c.logprobs)));
       }
+      // Out of memory with the merged copy: the same call through the LoRA branch, and the branch
+      // (sampling.mergeAdapter off, carried by the config into checkpoints) for the rest of the run.
+      const cfg = resolveConfig({ flags: { sampling: { mergeAdapter: 'on' } } as never });
+      const lines: string[] = [];
+      const backend = new NativeBackend(policy, cfg, { simulateMergedRolloutOom: true, log: (l) => lines.push(l) });
+      const ro = await backend.generate(prompt, o);
+      const branch = await generate(policy.model, { prompts: prompt, ...o, stopIds: [...tok.stopIds], padId: tok.padTokenId });
+      expect(ro.map((r) => r.tokenIds)).to.deep.equal(branch.completions.map((c) => Array.from(c.tokenIds)));
+      expect(ro.map((r) => r.logprobs)).to.deep.equal(branch.completions.map((c) => Array.from(c.logprobs)));
+      expect(lines).to.have.length(1);
+      expect(lines[0]).to.match(/^rollout: out of memory with the merged adapter \(.*simulated out of memory.*\); sampling through the LoRA branch from now on \(sampling\.mergeAdapter off\)$/);
+      expect(cfg.sampling.mergeAdapter).to.equal('off');
+      expect(backend.mergeAdapter).to.equal(false);
+      await backend.generate(prompt, o);
+      expect(lines, 'no second fallback: the branch does not hit the merged-copy hook').to.have.length(1);
+      // Without the merged adapter an out-of-memory is not retried here (the trainer's own handling).
+      const off = new NativeBackend(policy, resolveConfig({ flags: { sampling: { mergeAdapter: 'off' } } as never }), { simulateMergedRolloutOom: true });
+      expect((await off.generate(prompt, o)).length).to.equal(3);
     } finally {
       policy.dispose();
     }

@@ -15,7 +15,7 @@ import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions 
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
 import { AdamW } from './optim.js';
 import { checkOptimizerFile } from './checkpoint.js';
-import { oomError } from '../errors.js';
+import { ErrorCode, isPapergymError, oomError } from '../errors.js';
 
 interface Padded {
   ids: JsTensor<Int32Array>;
@@ -76,6 +76,13 @@ export interface NativeBackendOptions {
    * driven to turn recompute on.
    */
   simulateOomAboveTokens?: number;
+  /**
+   * Test hook: rollouts sampled from the merged adapter fail as out of memory (ERR_PG_OOM) at
+   * their first decode step, as a merged copy that does not fit would.
+   */
+  simulateMergedRolloutOom?: boolean;
+  /** Log lines of the backend's own recoveries (the merged adapter given up after an out-of-memory). */
+  log?: (line: string) => void;
 }
 
 /** The addon's out-of-memory error (as native/napi/util.cc raises it: code ERR_PG_OOM). */
@@ -102,7 +109,7 @@ export class NativeBackend implements TrainBackend {
   /** `base_model_name_or_path` written into saved adapters (the checkpoint dir by default). */
   private readonly baseModelName: string;
 
-  constructor(readonly policy: Policy, private readonly cfg: TrainConfig, opts: NativeBackendOptions = {}) {
+  constructor(readonly policy: Policy, private readonly cfg: TrainConfig, private readonly opts: NativeBackendOptions = {}) {
     const tok = policy.tokenizer;
     this.baseModelName = opts.baseModelName ?? cfg.model ?? 'papergym-native/tiny-qwen3';
     this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
@@ -207,12 +214,26 @@ export class NativeBackend implements TrainBackend {
     // is not passed on: it comes with the result, and onGroup is never called after it.
     const early: Promise<void>[] = [];
     let resolved = false;
-    const res = await generate(this.policy.model, {
+    const sample = (merge: boolean) => generate(this.policy.model, {
       prompts: prompts.map((p) => Int32Array.from(p)),
       n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
-      stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: this.mergeAdapter,
+      stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: merge,
+      ...(merge && this.opts.simulateMergedRolloutOom && { simulateOomAtStep: 0 }),
       ...(onGroup && { onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) => void (resolved || early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs)))) }),
     });
+    const merge = this.mergeAdapter;
+    let res;
+    try {
+      res = await sample(merge);
+    } catch (e) {
+      // Out of memory with the merged copy (the plan was off, or its estimate short): the same
+      // rollouts through the LoRA branch, and the branch for the rest of the run (the config, so
+      // checkpoints carry it). Not when a group was already handed on: it came from this attempt.
+      if (!merge || early.length || !isPapergymError(e, ErrorCode.OOM)) throw e;
+      this.cfg.sampling.mergeAdapter = 'off';
+      this.opts.log?.(`rollout: out of memory with the merged adapter (${(e as Error).message}); sampling through the LoRA branch from now on (sampling.mergeAdapter off)`);
+      res = await sample(false);
+    }
     resolved = true;
     await Promise.all(early);
     return toRollouts(res.completions);

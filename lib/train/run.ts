@@ -321,7 +321,7 @@ async function trainWithGroup(
       report();
       log(`report ${reportPath} (rewritten at every checkpoint; open it any time)`);
     }
-    const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir });
+    const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
     if (resume) await backend.loadState(resume.dir);
     // The same judge settings as eval (lib/judge/factory.ts); the local judge is the frozen base (adapter off).
     const judge: Judge = cfg.judge.kind === 'http' ? httpJudgeFromConfig(cfg.judge) : await localJudgeForModel(policy.model, policy.tokenizer, { ...localJudgeOptionsFromConfig(cfg.judge), maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
