@@ -212,14 +212,16 @@ export class NativeBackend implements TrainBackend {
     // decoding of their texts runs on the JS thread meanwhile. Errors surface with the call.
     // A group the native side reports after the call resolved (it finished at the last read-back)
     // is not passed on: it comes with the result, and onGroup is never called after it.
+    // Reports of a failed attempt that arrive during its retry are dropped too (attempt number).
     const early: Promise<void>[] = [];
     let resolved = false;
-    const sample = (merge: boolean) => generate(this.policy.model, {
+    let attempt = 0;
+    const sample = (merge: boolean, mine = ++attempt) => generate(this.policy.model, {
       prompts: prompts.map((p) => Int32Array.from(p)),
       n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
       stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: merge,
       ...(merge && this.opts.simulateMergedRolloutOom && { simulateOomAtStep: 0 }),
-      ...(onGroup && { onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) => void (resolved || early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs)))) }),
+      ...(onGroup && { onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) => void (resolved || mine !== attempt || early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs)))) }),
     });
     const merge = this.mergeAdapter;
     let res;
