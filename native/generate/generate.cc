@@ -522,14 +522,7 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
   const int64_t P = static_cast<int64_t>(r.prompts.size()), n = r.n, N = P * n;
   GenerateResult res;
   res.seed = r.seed;
-  res.adapter_merged = r.merge_adapter && [&] {
-    switch (r.adapter.kind) {
-      case AdapterSel::Active: return m.HasLora() && m.AdapterEnabled() && !m.ActiveAdapter().weights.empty();
-      case AdapterSel::Snapshot: return m.FindSnapshot(r.adapter.name) != nullptr;
-      case AdapterSel::None: return false;
-    }
-    return false;
-  }();
+  res.adapter_merged = r.merge_adapter && m.SelectsAdapter(r.adapter);
   PromptBatch pb;
   for (const auto& p : r.prompts) {
     pb.lmax = std::max<int64_t>(pb.lmax, static_cast<int64_t>(p.size()));

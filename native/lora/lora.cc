@@ -78,8 +78,8 @@ thread_local bool t_merge = false;
 // The grad-free group cache (LoraInferenceCacheScope): per group of members, the concatenated A
 // and the block-diagonal B in the branch dtype. An entry holds its source tensors, so their
 // storage (and TensorImpl addresses) cannot be reused while it is cached; it is valid while every
-// source has the version it was built from. Entries whose sources nobody else holds any more, or
-// whose versions moved, are dropped on the next insert.
+// source has the version it was built from (an entry that no longer matches stays unused until
+// the call's end empties the cache).
 struct GroupCacheEntry {
   std::vector<at::Tensor> src;  // A_0..A_{n-1}, B_0..B_{n-1}
   std::vector<int64_t> versions;
@@ -102,18 +102,10 @@ bool Matches(const GroupCacheEntry& e, at::ArrayRef<std::pair<at::Tensor, at::Te
   return true;
 }
 
-bool Stale(const GroupCacheEntry& e) {
-  for (size_t i = 0; i < e.src.size(); ++i)
-    if (e.src[i].use_count() <= 1 || e.versions[i] != e.src[i]._version()) return true;
-  return false;
-}
-
 // (concatenated A, block-diagonal B) of the group, from this thread's cache or built into it.
 std::pair<at::Tensor, at::Tensor> CachedGroup(at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, at::ScalarType dt) {
   for (const auto& e : g_group_cache)
     if (Matches(e, ab, dt)) return {e.a_cat, e.b_bd};
-  g_group_cache.erase(std::remove_if(g_group_cache.begin(), g_group_cache.end(), Stale), g_group_cache.end());
-  if (g_group_cache.size() >= 4096) g_group_cache.clear();
   GroupCacheEntry e;
   e.dt = dt;
   std::vector<at::Tensor> as;

@@ -39,5 +39,4 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
 /// device) with nh query heads, nkv KV heads and head_dim D.
 bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nkv, int64_t D);
 
-
 }  // namespace pg

@@ -788,6 +788,11 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
 
 // ---- LoRA management ----
 
+bool Qwen3Model::SelectsAdapter(const AdapterSel& sel) const {
+  const LoraAdapter* a = Qwen3Impl::Resolve(*this, sel);
+  return a && !a->weights.empty();
+}
+
 void Qwen3Model::AddLora(const LoraConfig& cfg) {
   Qwen3Impl::CheckAlive(*this);
   active_ = MakeLoraAdapter(LoraDims(cfg_), cfg, device_);

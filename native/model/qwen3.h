@@ -81,6 +81,9 @@ class Qwen3Model {
   /// Creates the trainable adapter (replaces an existing one).
   void AddLora(const LoraConfig& cfg);
   bool HasLora() const { return active_.has_value(); }
+  /// Whether forwards with `sel` run an adapter with weights (the active one while enabled, or the
+  /// snapshot; ArgError for a snapshot name that does not exist, as the forwards raise).
+  bool SelectsAdapter(const AdapterSel& sel) const;
   const LoraAdapter& ActiveAdapter() const;
   /// Trainable tensors in a stable order (sorted module name, A then B); requires_grad = true.
   std::vector<at::Tensor> LoraParameters() const;

@@ -43,28 +43,23 @@ export const grpoStage: TrainingStage = {
         const ch = promptChunks[ci]!;
         const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
         ch.forEach((i, j) => prompts.set(i, ps[j]!));
-        const judge = (group: Rollout[]) => {
-          const job = ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
-          job.catch(() => undefined); // handled below (Promise.all); a rejection while sampling goes on is not "unhandled"
-          return job;
-        };
+        // Rollouts of this chunk with global prompt indices.
+        const global = (rs: Rollout[]) => rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
+        // A reward job; a rejection while sampling goes on is handled below (Promise.all), not "unhandled".
+        const handled = <T>(job: Promise<T>) => (job.catch(() => undefined), job);
+        const judge = (group: Rollout[]) => handled(ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds }))));
         // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
         const early = new Map<number, Promise<RewardResult[]>>();
         let sampled = false; // a report after generate returned is ignored: that group is judged from the result
-        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || early.set(p, judge(group.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }))))) : undefined;
+        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || early.set(p, judge(global(group)))) : undefined;
         const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
         sampled = true;
         // generate returns n completions per prompt contiguously (a group is a block of G).
-        const mapped = rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
+        const mapped = global(rs);
         rollouts.push(...mapped);
-        if (perGroup) {
-          const jobs = ch.map((_, p) => early.get(p) ?? judge(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)));
-          const job = Promise.all(jobs).then((x) => x.flat());
-          job.catch(() => undefined);
-          rewardJobs.push(job);
-        } else {
-          rewardJobs.push(judge(mapped));
-        }
+        rewardJobs.push(perGroup
+          ? handled(Promise.all(ch.map((_, p) => early.get(p) ?? judge(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)))).then((x) => x.flat()))
+          : judge(mapped));
       }
       // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
       return (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
