@@ -8,8 +8,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <c10/cuda/CUDAException.h>
+
 #include <map>
-#include <mutex>
 #include <optional>
 #endif
 
@@ -20,13 +21,22 @@ namespace pg {
 bool CudaGraphsCompiled() { return true; }
 
 namespace {
-// One pool stream per device for the whole process.
+// One stream per (thread, device), made on the thread's first call and kept for the process (so the
+// caching allocator's per-stream blocks are reused from call to call). Per thread, not per process:
+// a graph capture records whatever any thread launches on the capturing stream, so two calls
+// generating at once on one stream (two models, two worker threads) captured each other's kernels
+// (the GPU suite's two-model test: index_copy_ out of bounds on replay). Created with
+// cudaStreamCreateWithFlags rather than taken from ATen's round-robin pool, whose 32 streams
+// would be shared again past 32 threads.
 c10::cuda::CUDAStream SideStream(c10::DeviceIndex dev) {
-  static std::mutex mu;
-  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
-  std::lock_guard<std::mutex> lk(mu);
+  thread_local std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
   auto it = streams.find(dev);
-  if (it == streams.end()) it = streams.emplace(dev, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, dev)).first;
+  if (it == streams.end()) {
+    c10::cuda::CUDAGuard g(dev);
+    cudaStream_t raw = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
+    it = streams.emplace(dev, c10::cuda::getStreamFromExternal(raw, dev)).first;
+  }
   return it->second;
 }
 }  // namespace

@@ -11,9 +11,11 @@ namespace pg {
 /// True when this build can capture CUDA graphs (compiled with PG_WITH_CUDA, i.e. CUDA headers).
 bool CudaGraphsCompiled();
 
-/// RAII: on a CUDA device, waits for the work queued on the current stream, then makes one fixed
-/// non-default stream of `device` (the same stream on every call, so the caching allocator's
-/// per-stream blocks are reused) current on this thread; on destruction waits for that stream
+/// RAII: on a CUDA device, waits for the work queued on the current stream, then makes this
+/// thread's fixed non-default stream of `device` (the same stream on every call from the thread,
+/// so the caching allocator's per-stream blocks are reused; another thread's calls, e.g. a second
+/// model generating at once, never share it, so one call's graph capture cannot record the
+/// other's kernels) current on this thread; on destruction waits for that stream
 /// and restores the previous current stream. A no-op for non-CUDA devices and non-CUDA builds.
 /// Graph capture (StepGraph::Capture) must run inside one (capture needs a non-default stream).
 class SideStreamScope {

@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "cuda/decode_attention_kernels.h"
+#include "cuda/norm_kernels.h"
 #include "cuda/rope_kernels.h"
 #include "cuda/swiglu_kernels.h"
 #endif
@@ -182,6 +183,90 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
 #else
   (void)q, (void)k, (void)v, (void)start, (void)slot, (void)scale;
   return at::Tensor();
+#endif
+}
+
+bool InferenceFusionsApply(const at::Tensor& like) {
+#ifdef PG_WITH_CUDA_KERNELS
+  static const bool on = [] {
+    const char* e = std::getenv("PAPERGYM_FUSED_NORM_ROPE");
+    return !(e && *e && std::strcmp(e, "0") == 0);
+  }();
+  const auto dt = like.scalar_type();
+  return on && CudaKernelsEnabled(like) && (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf);
+#else
+  (void)like;
+  return false;
+#endif
+}
+
+#ifdef PG_WITH_CUDA_KERNELS
+namespace {
+ck::NormType NormTypeOf(at::ScalarType t) {
+  return t == at::kFloat ? ck::NormType::kFloat32 : t == at::kBFloat16 ? ck::NormType::kBFloat16 : ck::NormType::kFloat16;
+}
+}  // namespace
+#endif
+
+std::pair<at::Tensor, at::Tensor> AddRmsNormFused(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps) {
+#ifdef PG_WITH_CUDA_KERNELS
+  if (!InferenceFusionsApply(h) || h.dim() < 1 || d.sizes() != h.sizes() || d.scalar_type() != h.scalar_type() ||
+      w.scalar_type() != h.scalar_type() || w.dim() != 1 || w.size(0) != h.size(-1) || d.device() != h.device() ||
+      w.device() != h.device())
+    return {};
+  at::Tensor hc = h.contiguous(), dc = d.contiguous(), wc = w.contiguous();
+  at::Tensor s = at::empty_like(hc), y = at::empty_like(hc);
+  const int64_t H = h.size(-1), rows = H == 0 ? 0 : h.numel() / H;
+  const char* err = ck::AddRmsNorm(hc.data_ptr(), dc.data_ptr(), wc.data_ptr(), s.data_ptr(), y.data_ptr(), rows, H,
+                                   static_cast<float>(eps), NormTypeOf(h.scalar_type()),
+                                   c10::cuda::getCurrentCUDAStream(h.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "residual add + RMSNorm kernel launch failed: ", err ? err : "");
+  return {s, y};
+#else
+  (void)h, (void)d, (void)w, (void)eps;
+  return {};
+#endif
+}
+
+QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const at::Tensor& k_w, const at::Tensor& cos,
+                            const at::Tensor& sin, double eps, int64_t nq, int64_t nk, int64_t D, const at::Tensor& kc,
+                            const at::Tensor& vc, const at::Tensor& slot) {
+#ifdef PG_WITH_CUDA_KERNELS
+  const auto dt = qkv.scalar_type();
+  if (!InferenceFusionsApply(qkv) || qkv.dim() != 3 || qkv.size(2) != (nq + 2 * nk) * D || D % 2 != 0 ||
+      D > ck::kQkNormRopeMaxHeadDim || q_w.defined() != k_w.defined())
+    return {};
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  const std::vector<int64_t> cs_shape{B, T, D};
+  if (cos.sizes() != cs_shape || sin.sizes() != cs_shape || cos.scalar_type() != dt || sin.scalar_type() != dt) return {};
+  if (q_w.defined() && (q_w.scalar_type() != dt || k_w.scalar_type() != dt || q_w.numel() != D || k_w.numel() != D)) return {};
+  const bool to_cache = kc.defined();
+  if (to_cache) {
+    if (T != 1 || !vc.defined() || kc.dim() != 4 || kc.size(0) != B || kc.size(1) != nk || kc.size(3) != D ||
+        vc.sizes() != kc.sizes() || kc.scalar_type() != dt || vc.scalar_type() != dt || !kc.is_contiguous() ||
+        !vc.is_contiguous() || !slot.defined() || slot.scalar_type() != at::kLong || slot.numel() != 1 ||
+        slot.device() != qkv.device() || kc.device() != qkv.device())
+      return {};
+  }
+  at::Tensor x = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
+  at::Tensor qw = q_w.defined() ? q_w.contiguous() : at::Tensor(), kw = k_w.defined() ? k_w.contiguous() : at::Tensor();
+  QkvPrepared out;
+  out.q = at::empty({B, T, nq, D}, qkv.options());
+  if (!to_cache) {
+    out.k = at::empty({B, T, nk, D}, qkv.options());
+    out.v = at::empty({B, T, nk, D}, qkv.options());
+  }
+  at::Tensor sl = to_cache ? slot.contiguous() : at::Tensor();
+  const char* err = ck::QkNormRope(x.data_ptr(), qw.defined() ? qw.data_ptr() : nullptr, kw.defined() ? kw.data_ptr() : nullptr,
+                                   c.data_ptr(), s.data_ptr(), out.q.data_ptr(), to_cache ? kc.data_ptr() : out.k.data_ptr(),
+                                   to_cache ? vc.data_ptr() : out.v.data_ptr(), to_cache ? sl.data_ptr<int64_t>() : nullptr,
+                                   B * T, nq, nk, D, to_cache ? kc.size(2) : 0, static_cast<float>(eps), NormTypeOf(dt),
+                                   c10::cuda::getCurrentCUDAStream(qkv.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "q / k norm + RoPE kernel launch failed: ", err ? err : "");
+  return out;
+#else
+  (void)qkv, (void)q_w, (void)k_w, (void)cos, (void)sin, (void)eps, (void)nq, (void)nk, (void)D, (void)kc, (void)vc, (void)slot;
+  return {};
 #endif
 }
 

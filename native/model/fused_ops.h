@@ -39,4 +39,33 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
 /// device) with nh query heads, nkv KV heads and head_dim D.
 bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nkv, int64_t D);
 
+// Inference-only fusions of the decoder layer's small ops (cuda/norm_kernels.h; no autograd):
+// the caller (the model's forward loop) uses them only outside autograd and outside activation
+// recomputation, so training and its recomputed forward keep the ATen ops. They cut the decode
+// step's launches per layer from about 16 to 9 (the step is launch-bound: docs/performance.md §4).
+
+/// Whether the inference fusions run for activations like `like`: the own kernels are enabled
+/// for it (cuda/kernels.h), its dtype is float32 / bfloat16 / float16, and PAPERGYM_FUSED_NORM_ROPE
+/// (read once; unset or not "0" = on) is on.
+bool InferenceFusionsApply(const at::Tensor& like);
+
+/// Residual add + RMSNorm in one kernel: h, d [..., H] (same dtype and shape), w [H] → (s, y) with
+/// s = h + d and y = RMSNorm(s)·w (rms over H in float32, eps; rounding as ATen's add then its
+/// fused rms_norm). Both undefined when the kernel does not apply (InferenceFusionsApply off,
+/// mismatched dtypes / shapes); the caller then runs the ATen ops.
+std::pair<at::Tensor, at::Tensor> AddRmsNormFused(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps);
+
+/// q / k / v of one attention layer from the fused projection output in one kernel: qkv
+/// [B, T, (nq + 2·nk)·D] → q [B, T, nq, D] after the optional per-head RMSNorm (q_w / k_w [D];
+/// undefined = none) and RoPE (cos / sin [B, T, D]), and k [B, T, nk, D] likewise, v [B, T, nk, D]
+/// unchanged. With `kc` / `vc` (the layer's caches [B, nk, C, D], T = 1, `slot` int64 [1] on the
+/// device): k and v are written at cache index slot of each row instead and come back undefined
+/// (the decode step's index_copy_). Returns an undefined q when the kernel does not apply.
+struct QkvPrepared {
+  at::Tensor q, k, v;
+};
+QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const at::Tensor& k_w, const at::Tensor& cos,
+                            const at::Tensor& sin, double eps, int64_t nq, int64_t nk, int64_t D, const at::Tensor& kc,
+                            const at::Tensor& vc, const at::Tensor& slot);
+
 }  // namespace pg

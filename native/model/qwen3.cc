@@ -142,8 +142,11 @@ class Qwen3Impl {
   /// head, so K/V are never repeated and the mask [B, 1, 1, L] broadcasts. T > 1 with a mask:
   /// K/V expanded to all query heads (the memory-efficient CUDA backend, the one that takes
   /// arbitrary masks, does not take GQA).
+  /// k / v undefined (Slot only): the fused kernel already wrote them at the slot (QkNormRopeFused).
   static at::Tensor Attend(const KvAttention& a, int64_t l, const at::Tensor& q, at::Tensor k, at::Tensor v, double sm_scale) {
-    const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), nkv = k.size(1), rep = nh / nkv;
+    TORCH_CHECK(k.defined() || (a.kind == KvAttention::Slot && a.cache), "Attend: k / v may be left out only for the slot decode");
+    const int64_t nkv = k.defined() ? k.size(1) : a.cache->k[static_cast<size_t>(l)].size(1);
+    const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), rep = nh / nkv;
     if (a.kind == KvAttention::Causal)
       return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, sm_scale, /*enable_gqa=*/rep > 1)
           .transpose(1, 2)
@@ -152,8 +155,10 @@ class Qwen3Impl {
       at::Tensor& kc = a.cache->k[static_cast<size_t>(l)];
       at::Tensor& vc = a.cache->v[static_cast<size_t>(l)];
       if (a.kind == KvAttention::Slot) {
-        kc.index_copy_(2, a.slot, k.to(kc.scalar_type()));
-        vc.index_copy_(2, a.slot, v.to(vc.scalar_type()));
+        if (k.defined()) {
+          kc.index_copy_(2, a.slot, k.to(kc.scalar_type()));
+          vc.index_copy_(2, a.slot, v.to(vc.scalar_type()));
+        }
         if (a.live_start.defined() && T == 1) {
           at::Tensor o = LiveKvDecodeAttention(q.reshape({B, nh, hd}).to(kc.scalar_type()), kc, vc, a.live_start, a.slot, sm_scale);
           if (o.defined()) return o.to(q.scalar_type()).reshape({B, 1, nh * hd});
@@ -180,13 +185,32 @@ class Qwen3Impl {
         .reshape({B, T, nh * hd});
   }
 
+  /// The residual stream h + d (d undefined: h) and its RMSNorm with w: (h + d, RMSNorm(h + d)·w).
+  /// `fuse`: one kernel for both where it applies (AddRmsNormFused; inference only), else ATen's
+  /// add and RmsNorm.
+  static std::pair<at::Tensor, at::Tensor> AddNorm(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps,
+                                                   bool fuse) {
+    if (!d.defined()) return {h, RmsNorm(h, w, eps)};
+    if (fuse) {
+      auto f = AddRmsNormFused(h, d, w, eps);
+      if (f.first.defined()) return f;
+    }
+    at::Tensor s = h + d;
+    return {s, RmsNorm(s, w, eps)};
+  }
+
   /// One decoder layer: h [B, T, H] -> h' [B, T, H]; cos / sin [B, T, hd] in the model dtype; the
   /// attention (and the KV cache write) through the seam `att`; `merged`: the layer's weights with
   /// the adapter merged in (MergedLayers; then `lo` is empty) instead of the model's. The only copy of the layer math:
   /// Forward, activation recomputation and DecodeStatic all run it.
+  /// `pending` (inference only, never under autograd or recomputation): the fused kernels
+  /// (fused_ops.h: AddRmsNormFused, QkNormRopeFused) where they apply, and the residual stream
+  /// passed on unsummed — the input stream is h + *pending, and on return *pending holds the MLP
+  /// output and h' is the stream before it, so the next layer's (or the final) RMSNorm adds it in
+  /// the same kernel. Null: ATen ops only and h' summed (training, recomputation).
   static at::Tensor Layer(const Qwen3Model& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
                           const LayerLora& lo, const LayerScale& sc, double drop, const KvAttention& att,
-                          const Qwen3Model::LayerWeights* merged = nullptr) {
+                          const Qwen3Model::LayerWeights* merged = nullptr, at::Tensor* pending = nullptr) {
     const Qwen3Config& c = m.cfg_;
     const Qwen3Model::LayerWeights& lw = merged ? *merged : m.layers_[static_cast<size_t>(l)];
     const int64_t B = h.size(0), T = h.size(1);
@@ -217,27 +241,49 @@ class Qwen3Impl {
     // the per-forward cast), base + LoRA as one node whose matmuls accumulate the LoRA output into
     // the base output (LoraLinearFused): no LoRA output tensor, no separate sums.
     auto fused = [&](int k0, int k1) { return grouped(k0, k1) && lo[static_cast<size_t>(k0)].first.scalar_type() == h.scalar_type(); };
-    at::Tensor x = RmsNorm(h, lw.in_norm, c.rms_norm_eps);
+    const bool infer = pending != nullptr;
+    at::Tensor hs, x;  // the residual stream h (+ *pending) and its RMSNorm
+    std::tie(hs, x) = AddNorm(h, infer ? *pending : at::Tensor(), lw.in_norm, c.rms_norm_eps, infer);
+    at::Tensor qkv_out;  // [B, T, qd + 2 kvd] where the q / k / v projections come out as one tensor
     std::vector<at::Tensor> qkv;
     if (fused(0, 2)) {
-      qkv = AddBias(LoraLinearFused(x, lw.qkv, {lo[0], lo[1], lo[2]}, sc[0]), lw.qkv_b).split_with_sizes({qd, kvd, kvd}, -1);
+      qkv_out = AddBias(LoraLinearFused(x, lw.qkv, {lo[0], lo[1], lo[2]}, sc[0]), lw.qkv_b);
     } else if (grouped(0, 2)) {
-      qkv = LoraAddGroup(at::linear(x, lw.qkv, lw.qkv_b), x, {lo[0], lo[1], lo[2]}, sc[0], m.lora_fp32_).split_with_sizes({qd, kvd, kvd}, -1);
+      qkv_out = LoraAddGroup(at::linear(x, lw.qkv, lw.qkv_b), x, {lo[0], lo[1], lo[2]}, sc[0], m.lora_fp32_);
     } else {
-      qkv = at::linear(x, lw.qkv, lw.qkv_b).split_with_sizes({qd, kvd, kvd}, -1);  // one matmul for q, k, v
-      at::Tensor xl = f32(x, 0, 2);
-      for (int k = 0; k < 3; ++k) qkv[static_cast<size_t>(k)] = lora(qkv[static_cast<size_t>(k)], xl, k);
+      qkv_out = at::linear(x, lw.qkv, lw.qkv_b);  // one matmul for q, k, v
+      if (lo[0].first.defined() || lo[1].first.defined() || lo[2].first.defined()) {
+        qkv = qkv_out.split_with_sizes({qd, kvd, kvd}, -1);
+        qkv_out = at::Tensor();
+        at::Tensor xl = f32(x, 0, 2);
+        for (int k = 0; k < 3; ++k) qkv[static_cast<size_t>(k)] = lora(qkv[static_cast<size_t>(k)], xl, k);
+      }
     }
-    at::Tensor q = qkv[0].reshape({B, T, nh, hd}), k = qkv[1].reshape({B, T, nkv, hd});
-    if (c.qk_norm) {  // Qwen3: per-head RMSNorm before RoPE
-      q = RmsNorm(q, lw.q_norm, c.rms_norm_eps);
-      k = RmsNorm(k, lw.k_norm, c.rms_norm_eps);
+    at::Tensor q, k, v;  // q [B, T, nh, hd], k [B, T, nkv, hd] after norm and RoPE; v [B, nkv, T, hd]
+    if (infer && qkv_out.defined()) {  // one kernel for q / k norm, RoPE and (decode step) the cache write
+      const bool to_cache = att.kind == KvAttention::Slot && att.cache && T == 1;
+      QkvPrepared p = QkNormRopeFused(qkv_out, c.qk_norm ? lw.q_norm : at::Tensor(), c.qk_norm ? lw.k_norm : at::Tensor(), cos, sin,
+                                      c.rms_norm_eps, nh, nkv, hd, to_cache ? att.cache->k[static_cast<size_t>(l)] : at::Tensor(),
+                                      to_cache ? att.cache->v[static_cast<size_t>(l)] : at::Tensor(), att.slot);
+      q = p.q;
+      k = p.k;
+      if (p.v.defined()) v = p.v.transpose(1, 2);
     }
-    std::tie(q, k) = RopeQK(q, k, cos, sin);  // [B, T, heads, hd]
-    at::Tensor v = qkv[2].reshape({B, T, nkv, hd}).transpose(1, 2);
-    at::Tensor o = Attend(att, l, q.transpose(1, 2), k.transpose(1, 2), v, sm_scale);  // [B, T, qd]
-    at::Tensor h2 = h + (fused(3, 3) ? AddBias(LoraLinearFused(o, lw.o, {lo[3]}, sc[3]), lw.o_b) : lora(at::linear(o, lw.o, lw.o_b), o, 3));
-    x = RmsNorm(h2, lw.post_norm, c.rms_norm_eps);
+    if (!q.defined()) {
+      if (qkv.empty()) qkv = qkv_out.split_with_sizes({qd, kvd, kvd}, -1);
+      q = qkv[0].reshape({B, T, nh, hd});
+      k = qkv[1].reshape({B, T, nkv, hd});
+      if (c.qk_norm) {  // Qwen3: per-head RMSNorm before RoPE
+        q = RmsNorm(q, lw.q_norm, c.rms_norm_eps);
+        k = RmsNorm(k, lw.k_norm, c.rms_norm_eps);
+      }
+      std::tie(q, k) = RopeQK(q, k, cos, sin);  // [B, T, heads, hd]
+      v = qkv[2].reshape({B, T, nkv, hd}).transpose(1, 2);
+    }
+    at::Tensor o = Attend(att, l, q.transpose(1, 2), k.defined() ? k.transpose(1, 2) : k, v, sm_scale);  // [B, T, qd]
+    at::Tensor o_out = fused(3, 3) ? AddBias(LoraLinearFused(o, lw.o, {lo[3]}, sc[3]), lw.o_b) : lora(at::linear(o, lw.o, lw.o_b), o, 3);
+    at::Tensor h2;
+    std::tie(h2, x) = AddNorm(hs, o_out, lw.post_norm, c.rms_norm_eps, infer);
     at::Tensor act;
     if (fused(4, 5)) {
       act = SwiGLU(AddBias(LoraLinearFused(x, lw.gate_up, {lo[4], lo[5]}, sc[4]), lw.gate_up_b));  // [.., 2I] -> [.., I]
@@ -250,7 +296,12 @@ class Qwen3Impl {
       at::Tensor xl = f32(x, 4, 5);
       act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
     }
-    return h2 + (fused(6, 6) ? AddBias(LoraLinearFused(act, lw.down, {lo[6]}, sc[6]), lw.down_b) : lora(at::linear(act, lw.down, lw.down_b), act, 6));
+    at::Tensor down = fused(6, 6) ? AddBias(LoraLinearFused(act, lw.down, {lo[6]}, sc[6]), lw.down_b) : lora(at::linear(act, lw.down, lw.down_b), act, 6);
+    if (infer) {
+      *pending = down;
+      return h2;
+    }
+    return h2 + down;
   }
 
   /// Every layer's weights with adapter `ad` merged in (LoraMergeScope; PEFT merge_and_unload):
@@ -763,6 +814,9 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
   const bool recompute = m.recompute_ && ad && !att.cache && at::GradMode::is_enabled();
 
   at::Tensor h = at::embedding(W(m, "model.embed_tokens.weight"), ids);  // [B, T, H]
+  // Inference (no autograd, no recomputation): the fused kernels, the residual passed on unsummed.
+  const bool infer = !recompute && !at::GradMode::is_enabled() && InferenceFusionsApply(h);
+  at::Tensor pending;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     LayerScale sc;
     LayerLora lo = LoraOf(m, l, ad, &sc);
@@ -780,10 +834,10 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
       h = RecomputedLayer::apply(h, cos, sin, am, reinterpret_cast<int64_t>(&m), l, bits, std::vector<double>(sc.begin(), sc.end()), drop,
                                  att.kind == KvAttention::Causal, at::TensorList(flat));
     } else {
-      h = Layer(m, l, h, cos, sin, lo, sc, drop, att, merged ? &(*merged)[static_cast<size_t>(l)] : nullptr);
+      h = Layer(m, l, h, cos, sin, lo, sc, drop, att, merged ? &(*merged)[static_cast<size_t>(l)] : nullptr, infer ? &pending : nullptr);
     }
   }
-  return RmsNorm(h, W(m, "model.norm.weight"), c.rms_norm_eps);
+  return AddNorm(h, pending, W(m, "model.norm.weight"), c.rms_norm_eps, infer).second;
 }
 
 // ---- LoRA management ----

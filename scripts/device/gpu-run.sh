@@ -75,6 +75,8 @@ for step in "$@"; do
     genlorabf16) for c in 1 0; do PAPERGYM_LORA_CACHE=$c timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --no-ref --json $OUT/generate_lorabf16_cache$c.json 2>&1 | tail -1 | sed "s/^/cache=$c: /"; done ;;
     # rollouts through the LoRA branch vs the adapter merged into the weights (the trainer's sampling.mergeAdapter), bf16 branch, r 64, top-k 20: OPSD's 32 and GRPO's 64 rows, and 256
     genmerge) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode branch,merged --no-ref --json $OUT/generate_merge_1024.json 2>&1 | tail -7 ;;
+    # the inference fusions (residual add + RMSNorm, q/k norm + RoPE + KV write) off / on, merged-adapter rollouts as the trainer runs them: batch 1 / 32 / 64 / 256 × 1024 new tokens
+    genfuse) for f in 0 1; do PAPERGYM_FUSED_NORM_ROPE=$f timeout 280 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_fuse$f.json 2>&1 | tail -6 | sed "s/^/fused=$f: /"; done ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)

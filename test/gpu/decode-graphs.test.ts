@@ -12,7 +12,9 @@
  *     syncEvery 1 (ids, logprobs, finish reasons), stop ids included; top-p alone samples outside;
  *   - the live-KV decode attention (each row reads only its filled slots; liveKv, the default)
  *     equals the masked attention over every slot (liveKv: false) — left-padded rows, n > 1, stop
- *     ids (finished rows stop reading KV), more than one 128-key split, GQA ratios 2 and 4.
+ *     ids (finished rows stop reading KV), more than one 128-key split, GQA ratios 2 and 4;
+ *   - the inference fusions (fused_ops.h: residual add + RMSNorm, q/k norm + RoPE + KV write)
+ *     equal the ATen ops on every decode path and in the teacher-forced forward.
  */
 import { expect } from 'chai';
 import { cudaAvailable, native } from '../../lib/native.js';
@@ -241,6 +243,54 @@ describe('GPU suite: CUDA-graph decode', function () {
         }
       } finally {
         m.dispose();
+      }
+    }
+  });
+
+  it('inference fusions (residual add + RMSNorm; q/k norm + RoPE + KV-cache write) == the ATen ops: float32 ids and logprobs on every decode path and the teacher-forced forward, bf16 within rounding; Qwen3 and Qwen2.5 (no q/k norm, biases)', async function () {
+    if (!native().runtimeInfo().fusedKernels) {
+      console.log('  skipping: this build has no fused CUDA kernels (no CUDA compiler at build time)');
+      this.skip();
+    }
+    const withKernels = async <T>(on: boolean, f: () => Promise<T>): Promise<T> => {
+      const prev = native().setFusedKernels(on);
+      try {
+        return await f();
+      } finally {
+        native().setFusedKernels(prev);
+      }
+    };
+    for (const name of ['tiny-untied', 'tiny-qwen25'] as const) {
+      for (const dtype of ['float32', 'bfloat16'] as const) {
+        const m = await loadModel(tinyModel(name), { device: 'cuda', dtype });
+        try {
+          const o = { prompts, n: 2, temperature: 0.9, topK: 20, maxNewTokens: 48, stopIds: [] as number[], seed: 3 };
+          for (const path of [{}, { cudaGraphs: false, staticCache: true, padToBucket: true }, { cudaGraphs: false }] as PathOptions[]) {
+            const tag = `${name} ${dtype} ${JSON.stringify(path)}`;
+            const k = await withKernels(true, () => run(m, { ...o, ...path }));
+            const x = await withKernels(false, () => run(m, { ...o, ...path }));
+            if (dtype === 'float32') {
+              expect(ids(k), tag).to.deep.equal(ids(x));
+              expect(maxLpDiff(k, x), tag).to.be.at.most(1e-4);
+            } else {
+              // Same draws from logits that differ by bf16 rounding: compare up to each row's first differing id.
+              let compared = 0;
+              k.completions.forEach((c, i) => {
+                const other = x.completions[i]!;
+                for (let t = 0; t < c.tokenIds.length && c.tokenIds[t] === other.tokenIds[t]; t++, compared++)
+                  expect(Math.abs(c.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i} token ${t}`).to.be.at.most(0.05);
+              });
+              expect(compared, tag).to.be.greaterThan(2 * k.completions.length);
+            }
+            const fk = await withKernels(true, () => teacherForcedLogprobs(m, prompts, k.completions, 0.9));
+            const fx = await withKernels(false, () => teacherForcedLogprobs(m, prompts, k.completions, 0.9));
+            let worst = 0;
+            fk.forEach((row, b) => row.forEach((v, t) => (worst = Math.max(worst, Math.abs(v - fx[b]![t]!)))));
+            expect(worst, `${tag} teacher-forced`).to.be.at.most(dtype === 'float32' ? 1e-4 : 0.1);
+          }
+        } finally {
+          m.dispose();
+        }
       }
     }
   });
