@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { packageRoot } from '../lib/native.js';
+import { native, packageRoot } from '../lib/native.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { generate, sampleFromLogits, type GenerateResult } from '../lib/model/policy.js';
 import { python, tinyFingerprint, tinyModel } from './helpers/tiny.js';
@@ -288,6 +288,35 @@ describe('generate (native batched KV-cache sampling)', function () {
       const par = await Promise.all([generate(tied, mk(1)), tied.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] } }), generate(tied, mk(2)), generate(tied, mk(3))]);
       const gens = [par[0], par[2], par[3]] as GenerateResult[];
       expect(gens.map((g) => g.completions.map(ids))).to.deep.equal(seq.map((g) => g.completions.map(ids)));
+    });
+
+    it('read-only inference calls share the model: prefixLogprobs and sequenceLogprobs resolve while a long generate decodes (the local judge beside the rollout), with the results of calls made alone; training waits for the generate', async () => {
+      const long = { prompts: base.prompts.slice(0, 2), temperature: 0, maxNewTokens: 1200, stopIds: [] as number[] };
+      const prefixArgs = {
+        prefixIds: { data: Int32Array.from([151644, 872, 198, 9707]), shape: [1, 4] },
+        suffixIds: { data: Int32Array.from([13, 77091, 40, 1079, 0, 0]), shape: [2, 3] },
+        suffixLengths: { data: Int32Array.from([3, 1]), shape: [2] },
+        candidates: { data: Int32Array.from([9454, 2753]), shape: [2] },
+        adapter: 'none' as const,
+      };
+      const seqArgs = { inputIds: { data: Int32Array.from([151644, 872, 198, 9707, 1879]), shape: [1, 5] }, attentionMask: { data: Int32Array.from([1, 1, 1, 1, 1]), shape: [1, 5] } };
+      const n = native();
+      const alonePrefix = Array.from((await n.prefixLogprobs(tied, prefixArgs)).data as Float32Array);
+      const aloneSeq = Array.from((await n.sequenceLogprobs(tied, seqArgs)).data as Float32Array);
+      const aloneGen = await generate(tied, long);
+      let generating = true;
+      const running = generate(tied, long).finally(() => (generating = false));
+      await new Promise((r) => setTimeout(r, 30)); // the generate holds the model on its worker thread
+      expect(generating, 'the generate is still decoding').to.equal(true);
+      const during = await Promise.all([n.prefixLogprobs(tied, prefixArgs), n.sequenceLogprobs(tied, seqArgs)]);
+      expect(generating, 'prefixLogprobs and sequenceLogprobs resolved while the generate decoded').to.equal(true);
+      // An exclusive call (a forward with autograd state is exclusive too; here the plain forward) waits for the generate.
+      const fwd = tied.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] } }).then(() => generating);
+      const gen = await running;
+      expect(await fwd, 'the exclusive forward ran after the generate').to.equal(false);
+      expect(Array.from(during[0].data as Float32Array)).to.deep.equal(alonePrefix);
+      expect(Array.from(during[1].data as Float32Array)).to.deep.equal(aloneSeq);
+      expect(gen.completions.map(ids)).to.deep.equal(aloneGen.completions.map(ids));
     });
   });
 

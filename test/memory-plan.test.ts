@@ -6,7 +6,7 @@
  */
 import { expect } from 'chai';
 import {
-  planMemory, estimatePhases, planForRun, pinnedSettings, flagsThatFit, readModelShape, residentBytes, updateBytes,
+  planMemory, estimatePhases, planForRun, pinnedSettings, flagsThatFit, readModelShape, residentBytes, updateBytes, formatPlan,
   mergedWeightBytes, QWEN3_SHAPES, CALIBRATION_TOLERANCE, type PlanInputs, type PlanSettings,
 } from '../lib/train/memory-plan.js';
 import { resolveConfig } from '../lib/config/train.js';
@@ -147,6 +147,40 @@ describe('memory plan', () => {
     expect(planMemory({ ...on, mergeAdapter: false, recompute: true, opsd: { ...on.opsd, microBatch: 1 }, grpo: { ...on.grpo, microBatch: 1 } }).fits).to.equal(true);
     // Where the copy fits, the advice keeps it.
     expect(flagsThatFit({ ...presetInputs('qwen3-1.7b', 141), mergeAdapter: true })).to.not.include('--merge-adapter');
+  });
+
+  it('judge beside the rollout (grpo.judgeOverlap): the GRPO rollout phase holds the judge\'s working memory too; auto overlaps only when both fit (a note otherwise); planForRun resolves auto on CUDA', () => {
+    const x = presetInputs('qwen3-1.7b', 141);
+    const apart = estimatePhases(x, AS_MEASURED), beside = estimatePhases(x, { ...AS_MEASURED, judgeOverlap: true });
+    expect(beside['rollout-grpo']! - apart['rollout-grpo']!).to.equal(apart.judge! - residentBytes(x));
+    for (const ph of ['rollout-opsd', 'update-grpo', 'update-opsd', 'judge', 'reference', 'optimizer'] as const) expect(beside[ph], ph).to.equal(apart[ph]);
+    expect(planMemory({ ...x, judgeOverlap: 'auto' }).judgeOverlap).to.equal(true);
+    expect(planMemory(x).judgeOverlap).to.equal(false);
+    expect(planMemory({ ...x, localJudge: false, judgeOverlap: 'auto' }).judgeOverlap).to.equal(undefined);
+    // Over budgets from 4 to 40 GB: whenever auto overlaps, the rollout with the judge fits; some
+    // budget fits each alone but not both, and that plan judges after the rollout with a note.
+    let refused = 0;
+    for (let gbs = 4; gbs <= 40; gbs += 0.25) {
+      const p = planMemory({ ...presetInputs('qwen3-1.7b', gbs), judgeOverlap: 'auto' });
+      if (p.judgeOverlap) expect(p.phases['rollout-grpo']!, `${gbs} GB`).to.be.at.most(p.limitBytes);
+      else if (p.fits) {
+        refused++;
+        expect(p.notes.join('; ')).to.match(/the local judge scores after the rollout: its [\d.]+ GB do not fit beside the rollout/);
+      }
+    }
+    expect(refused).to.be.above(0);
+    const gpu = resolveConfig({ preset: 'qwen3-1.7b' });
+    expect(gpu.grpo.judgeOverlap).to.equal('auto');
+    const g = planForRun(gpu, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!;
+    expect(g.plan.judgeOverlap).to.equal(true);
+    expect(gpu.grpo.judgeOverlap).to.equal('on');
+    expect(formatPlan(g.plan)).to.include('(beside the rollout)');
+    const http = resolveConfig({ preset: 'qwen3-1.7b', flags: { judge: { kind: 'http', url: 'http://127.0.0.1:9/v1', model: 'm' } } as never });
+    planForRun(http, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} });
+    expect(http.grpo.judgeOverlap, 'no local judge: nothing to decide').to.equal('auto');
+    const capped = resolveConfig({ preset: 'qwen3-1.7b', flags: { device: 'cpu', memory: { maxMemoryGB: 48 } } as never });
+    planForRun(capped, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, pinned: {} });
+    expect(capped.grpo.judgeOverlap, 'CPU: no overlap to decide').to.equal('auto');
   });
 
   it('planForRun: off on CPU without a cap, on with --max-memory; applies the plan to the config; pinned from flags / file only', () => {

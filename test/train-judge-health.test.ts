@@ -17,6 +17,7 @@ import { Trainer, TrainingStoppedError, type RewardResult, type TrainItem } from
 import { resolveCheckpoint } from '../lib/train/checkpoint.js';
 import { addJudgeOptions, judgeFlagsToConfig, checkJudge, JUDGE_DEFAULTS } from '../lib/judge/factory.js';
 import { judgeHealth, type Verdict } from '../lib/judge/types.js';
+import { oomError } from '../lib/errors.js';
 import { startFakeLlm } from './helpers/fake-llm.js';
 import { fakeBackend } from './helpers/fake-backend.js';
 
@@ -80,7 +81,7 @@ describe('train: judge health and clean stops (fake backend)', function () {
   it('HTTP judge: a group is judged as soon as its completions finished, while the others still sample; same rewards as judging after the rollout', async () => {
     // Fake rollouts: 4 questions in one chunk; groups 0 and 2 finish early (onGroup before generate
     // resolves), 1 and 3 only with the result. Events are recorded in order, not timed.
-    const run = async (kind: 'http' | 'local') => {
+    const run = async (kind: 'http' | 'local', judgeOverlap: 'auto' | 'on' | 'off' = 'auto', oomEarly = false) => {
       const events: string[] = [];
       const base = fakeBackend();
       const backend = {
@@ -97,16 +98,22 @@ describe('train: judge health and clean stops (fake backend)', function () {
       };
       let call = 0;
       const reward = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+        // oomEarly: a local judge scoring beside the decode runs out of memory.
+        if (oomEarly && !events.includes('rollout done')) {
+          events.push(`judge oom ${reqs.map((r) => r.plan).join(',')}`);
+          throw oomError('CUDA out of memory (test)');
+        }
         events.push(`judge ${reqs.map((r) => r.plan).join(',')}`);
         call++;
         return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
       };
-      const runDir = join(tmp, `per-group-${kind}`);
-      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 8 }, judge: { ...cfg().judge, kind, ...(kind === 'http' && { url: 'http://127.0.0.1:9/v1', model: 'm' }) } });
+      const runDir = join(tmp, `per-group-${kind}-${judgeOverlap}-${oomEarly}`);
+      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 8, judgeOverlap }, judge: { ...cfg().judge, kind, ...(kind === 'http' && { url: 'http://127.0.0.1:9/v1', model: 'm' }) } });
       let rewards: number[] = [];
-      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map((x) => x - 1), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+      const logs: string[] = [];
+      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map((x) => x - 1), keep: r.map(() => true) }), runDir, log: (l) => logs.push(l) }).run();
       await new Promise((r) => setTimeout(r, 10));
-      return { events, calls: call, rewards };
+      return { events, calls: call, rewards, logs, overlapAfter: c.grpo.judgeOverlap };
     };
     const http = await run('http');
     expect(http.events.slice(0, 3)).to.deep.equal(['judge plan 0.0,plan 0.1', 'judge plan 2.0,plan 2.1', 'rollout done']);
@@ -118,6 +125,17 @@ describe('train: judge health and clean stops (fake backend)', function () {
     expect(http.rewards).to.deep.equal(local.rewards);
     expect(http.calls, 'each group judged once').to.equal(4);
     expect(local.calls).to.equal(1);
+    // The local judge with grpo.judgeOverlap on (the memory plan's choice on CUDA) judges per group as the HTTP judge does.
+    const overlap = await run('local', 'on');
+    expect(overlap.events).to.deep.equal(http.events);
+    expect(overlap.rewards).to.deep.equal(local.rewards);
+    // Out of memory beside the decode: those groups are judged again after the rollout, the overlap is off from then on, same rewards.
+    const oom = await run('local', 'on', true);
+    expect(oom.events.slice(0, 3)).to.deep.equal(['judge oom plan 0.0,plan 0.1', 'judge oom plan 2.0,plan 2.1', 'rollout done']);
+    expect(oom.events.slice(3).sort()).to.deep.equal(['judge plan 0.0,plan 0.1', 'judge plan 1.0,plan 1.1', 'judge plan 2.0,plan 2.1', 'judge plan 3.0,plan 3.1']);
+    expect(oom.rewards).to.deep.equal(local.rewards);
+    expect(oom.overlapAfter).to.equal('off');
+    expect(oom.logs.filter((l) => /judging after the rollout from now on \(grpo.judgeOverlap off\)/.test(l))).to.have.length(1);
   });
 
   it('a reward call that throws (judge down) also ends the run cleanly with a checkpoint and the resume command', async () => {

@@ -68,6 +68,12 @@ export interface TrainConfig {
     scale: 'group' | 'batch' | 'none';
     dropZeroVariance: boolean;
     reference: 'stage-start' | 'base';
+    /**
+     * Local judge: each group scored as soon as it finished, beside the decode of the others (the
+     * model's read-only inference calls share it); 'auto' = on for CUDA when the memory plan fits
+     * the judge beside the rollout (lib/train/memory-plan.ts), off without a plan.
+     */
+    judgeOverlap: 'auto' | 'on' | 'off';
     /** Reward mix r = α·r_spec + (1 − α)·r_gen. */
     alpha: number;
   };

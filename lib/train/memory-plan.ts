@@ -23,7 +23,8 @@
  *    h·(q + 2k), o q·h, gate/up 2·h·i, down i·h) plus one float32 copy of the largest of them
  *    while merging.
  *  - judge (local, prefix sharing): R + maxTokensPerCall · (ℓ · 2 · k · b + κ_fwd · F · b), F the
- *    per-token forward width below.
+ *    per-token forward width below. With the judge overlapping the rollout (grpo.judgeOverlap),
+ *    the GRPO rollout phase holds both: rollout + the judge's part above R.
  *  - reference logprobs (no grad, in batches of the rollout rows): R + κ_fwd · T · F · b,
  *    F = q + 2k + 3i + 4h (q/k/v, gate, up, SwiGLU output and the residual/norm buffers of one layer).
  *  - update (loss + backward) of a micro-batch of T tokens:
@@ -146,6 +147,11 @@ export interface PlanInputs {
    * Default false.
    */
   mergeAdapter?: boolean | 'auto';
+  /**
+   * The local judge scores groups while the rollout still decodes (adds the judge's working memory
+   * to the GRPO rollout phase): true / false as given, 'auto' = on when both fit at once. Default false.
+   */
+  judgeOverlap?: boolean | 'auto';
 }
 
 /** The settings a plan chooses. */
@@ -158,6 +164,8 @@ export interface PlanSettings {
   judgeMaxTokensPerCall: number;
   /** The rollouts sample from the merged adapter (PlanInputs.mergeAdapter resolved). */
   mergeAdapter?: boolean;
+  /** The local judge overlaps the GRPO rollout (PlanInputs.judgeOverlap resolved). */
+  judgeOverlap?: boolean;
 }
 
 export type PlanPhase = 'rollout-opsd' | 'rollout-grpo' | 'judge' | 'reference' | 'update-opsd' | 'update-grpo' | 'update-sft' | 'optimizer';
@@ -282,7 +290,11 @@ export function estimatePhases(x: PlanInputs, st: PlanSettings): Partial<Record<
     const G = x.grpo.groupSize, Q = x.grpo.questionsPerStep;
     const rows = Math.min(Q * G, Math.max(G, st.rolloutRows - (st.rolloutRows % G)));
     out['rollout-grpo'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows)) + merged;
-    if (x.localJudge !== false) out.judge = R + st.judgeMaxTokensPerCall * (kv + forwardBytesPerToken(s, b));
+    if (x.localJudge !== false) {
+      const judgeWork = st.judgeMaxTokensPerCall * (kv + forwardBytesPerToken(s, b));
+      out.judge = R + judgeWork;
+      if (st.judgeOverlap) out['rollout-grpo'] += judgeWork;
+    }
     if (x.grpo.betaKl > 0) out.reference = R + rows * Ls * forwardBytesPerToken(s, b);
     out['update-grpo'] = R + updateBytes(x, st.grpoMicroBatch, Ls, st.recompute, 'grpo');
   }
@@ -380,6 +392,15 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     }
   }
   const settings: PlanSettings = { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, judgeMaxTokensPerCall: judge, mergeAdapter };
+  // The local judge beside the GRPO rollout: as given, or ('auto') when both fit at once.
+  if (x.localJudge !== false && stagesWith('grpo')) {
+    settings.judgeOverlap = x.judgeOverlap === true;
+    if (x.judgeOverlap === 'auto') {
+      const both = estimatePhases(x, { ...settings, judgeOverlap: true })['rollout-grpo'] ?? 0;
+      settings.judgeOverlap = both <= limit;
+      if (!settings.judgeOverlap) notes.push(`the local judge scores after the rollout: its ${gb(both - (estimatePhases(x, settings)['rollout-grpo'] ?? 0))} GB do not fit beside the rollout`);
+    }
+  }
   const phases = estimatePhases(x, settings);
   const peak = Math.max(...Object.values(phases).map((v) => v ?? 0));
   const over = Object.entries(phases).filter(([, v]) => (v ?? 0) > limit).map(([k, v]) => `${k} ${gb(v!)} GB`);
@@ -395,7 +416,7 @@ export function gb(bytes: number): string {
 /** One-paragraph description of a plan for the run log. */
 export function formatPlan(p: MemoryPlan): string {
   const ph = Object.entries(p.phases).map(([k, v]) => `${k} ${gb(v!)}`).join(', ');
-  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); OPSD micro-batch ${p.opsdMicroBatch}, GRPO micro-batch ${p.grpoMicroBatch}, recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
+  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); OPSD micro-batch ${p.opsdMicroBatch}, GRPO micro-batch ${p.grpoMicroBatch}, recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
 }
 
 /**
@@ -428,7 +449,7 @@ export interface PlannableConfig {
   sampling: { maxNewTokens: number; mergeAdapter?: 'auto' | 'on' | 'off' };
   sft: { batchSize: number };
   opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
-  grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
+  grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base'; judgeOverlap?: 'auto' | 'on' | 'off' };
   judge: { kind: 'local' | 'http' };
   memory: { recompute: boolean; plan?: 'auto' | 'off'; maxMemoryGB?: number | null; rolloutRows?: number; judgeMaxTokensPerCall?: number };
 }
@@ -478,6 +499,7 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
     judgeMaxTokensPerCall: m.judgeMaxTokensPerCall ?? 0,
     localJudge: cfg.judge.kind === 'local',
     mergeAdapter: cfg.sampling.mergeAdapter === 'on' ? true : cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
+    judgeOverlap: cfg.grpo.judgeOverlap === 'on' ? true : cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
   };
   const plan = planMemory(inputs);
   cfg.opsd.microBatch = plan.opsdMicroBatch;
@@ -486,5 +508,6 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
   m.rolloutRows = plan.rolloutRows;
   m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;
   if (cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda')) cfg.sampling.mergeAdapter = plan.mergeAdapter ? 'on' : 'off';
+  if (cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined) cfg.grpo.judgeOverlap = plan.judgeOverlap ? 'on' : 'off';
   return { inputs, plan };
 }

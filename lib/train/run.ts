@@ -111,7 +111,7 @@ export interface RunOptions {
  * merged adapter (its copy of the weights is the rollouts' way out; the same policy, sampled
  * without the LoRA branch — in bf16 the rollouts differ by the rounding of the merged weights).
  */
-export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter'];
+export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter', 'grpo.judgeOverlap'];
 
 /**
  * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
@@ -177,9 +177,10 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (o.preset || o.file) throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
     // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
-    // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so.
+    // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so; one
+    // from before grpo.judgeOverlap judged after the rollout: 'off' too.
     const savedCfg = resume.state.config as TrainConfig;
-    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge }, sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' } };
+    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge }, sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' }, grpo: { ...savedCfg.grpo, judgeOverlap: savedCfg.grpo.judgeOverlap ?? 'off' } };
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
     resume = { ...resume, state: r.state };

@@ -198,6 +198,7 @@ export class Trainer {
       sumRanks: (x) => t.sumRanks(x),
       updateWithOomRecovery: (stage, body) => t.updateWithOomRecovery(stage, body),
       checkJudgeHealth: (rewards, what) => t.checkJudgeHealth(rewards, what),
+      log: (line) => t.log(line),
     };
   })();
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -123,8 +124,12 @@ class Qwen3Model {
   void SetLoraFloat32Branch(bool on) { lora_fp32_ = on; }
   bool LoraFloat32Branch() const { return lora_fp32_; }
 
-  /// Serialises every operation on this model (generation, forward, training steps).
-  std::mutex& mutex() { return mu_; }
+  /// The model's lock. Held exclusively by every operation that may change the model or that
+  /// records autograd state (training steps, adapter and weight changes, dispose, the step-wise
+  /// engine); held shared by the read-only inference calls (generate, sequenceLogprobs,
+  /// prefixLogprobs: no grad, weights and adapters only read, their caches per thread), so a judge
+  /// can score on one worker thread while another decodes (each on its own CUDA stream).
+  std::shared_mutex& mutex() { return mu_; }
   /// Bytes held by base weights + adapters (for V8 external memory accounting).
   int64_t ParameterBytes() const;
   /// Frees all tensors; later calls throw DisposedError("model was disposed").
@@ -158,7 +163,7 @@ class Qwen3Model {
   bool disposed_ = false;
   bool recompute_ = false;
   bool lora_fp32_ = true;
-  std::mutex mu_;
+  std::shared_mutex mu_;
   friend class Qwen3Impl;
 };
 

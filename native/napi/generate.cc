@@ -183,7 +183,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
       out.Set("samplingInStep", Napi::Boolean::New(e, res->sampling_in_step));
       return out;
     };
-    return StartOnModel(env, model, run, done);
+    return StartOnModel(env, model, run, done, /*grad=*/false, ModelAccess::kShared);  // read-only inference
   });
 }
 

@@ -484,7 +484,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Dispose(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       if (model_ && !model_->disposed()) {
-        std::lock_guard<std::mutex> lk(model_->mutex());  // not ModelLock: disposing twice is a no-op
+        std::unique_lock<std::shared_mutex> lk(model_->mutex());  // not ModelLock: disposing twice is a no-op
         model_->Dispose();
       }
       if (accounted_ != 0) Napi::MemoryManagement::AdjustExternalMemory(info.Env(), -accounted_);
@@ -502,16 +502,20 @@ std::shared_ptr<Qwen3Model> UnwrapModel(const Napi::Value& v, const char* what) 
   return w->model();
 }
 
-ModelLock::ModelLock(Qwen3Model& m) : lk_(m.mutex()) {
+ModelLock::ModelLock(Qwen3Model& m, ModelAccess access) {
+  if (access == ModelAccess::kShared)
+    shared_ = std::shared_lock<std::shared_mutex>(m.mutex());
+  else
+    excl_ = std::unique_lock<std::shared_mutex>(m.mutex());
   if (m.disposed()) throw DisposedError("model was disposed");
 }
 
 Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<Qwen3Model>& model, std::function<void()> run,
-                           Worker::Done done, bool grad) {
+                           Worker::Done done, bool grad, ModelAccess access) {
   return Worker::Start(
       env,
-      [model, run = std::move(run)]() {
-        ModelLock lk(*model);
+      [model, run = std::move(run), access]() {
+        ModelLock lk(*model, access);
         run();
       },
       std::move(done), grad, model->device());

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -19,22 +20,28 @@ namespace pg {
 /// DisposedError ("model was disposed") if it was disposed.
 std::shared_ptr<Qwen3Model> UnwrapModel(const Napi::Value& v, const char* what);
 
-/// Holds a model's lock (every operation on one model is serialised by it) for its scope, and
-/// throws DisposedError("model was disposed") when the model was disposed before the lock was
-/// taken. The one way a binding runs work on a model: directly on the JS thread for quick calls,
-/// or through StartOnModel for work on a worker thread.
+/// How an operation holds the model's lock (Qwen3Model::mutex): exclusive (the default: it may
+/// change the model or runs with autograd) or shared (read-only inference: generate,
+/// sequenceLogprobs, prefixLogprobs, which then run concurrently with each other).
+enum class ModelAccess { kExclusive, kShared };
+
+/// Holds a model's lock for its scope, and throws DisposedError("model was disposed") when the
+/// model was disposed before the lock was taken. The one way a binding runs work on a model:
+/// directly on the JS thread for quick calls, or through StartOnModel for work on a worker thread.
 class ModelLock {
  public:
-  explicit ModelLock(Qwen3Model& m);
+  explicit ModelLock(Qwen3Model& m, ModelAccess access = ModelAccess::kExclusive);
 
  private:
-  std::unique_lock<std::mutex> lk_;
+  std::unique_lock<std::shared_mutex> excl_;
+  std::shared_lock<std::shared_mutex> shared_;
 };
 
 /// Runs `run` on a libuv worker thread (pg::Worker) with the model's device set and grad mode
-/// `grad`, under ModelLock; `done` converts the result on the JS thread. Returns the promise.
+/// `grad`, under ModelLock with `access`; `done` converts the result on the JS thread. Returns the
+/// promise.
 Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<Qwen3Model>& model, std::function<void()> run,
-                           Worker::Done done, bool grad = false);
+                           Worker::Done done, bool grad = false, ModelAccess access = ModelAccess::kExclusive);
 
 /// The LoRA parameters of a JS Model (for the optimizer and data-parallel collectives): the
 /// tensors and PEFT names in LoraParameters order, and the model that owns them (lock it with

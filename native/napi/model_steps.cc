@@ -48,7 +48,7 @@ Napi::Value SequenceLogprobsJs(const Napi::CallbackInfo& info) {
     auto res = std::make_shared<at::Tensor>();
     return StartOnModel(
         env, model, [=]() { *res = steps::SequenceLogprobs(*model, ids, am, cm, temp, sel, chunk); },
-        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); });
+        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, /*grad=*/false, ModelAccess::kShared);
   });
 }
 
@@ -73,7 +73,7 @@ Napi::Value PrefixLogprobsJs(const Napi::CallbackInfo& info) {
     auto res = std::make_shared<at::Tensor>();
     return StartOnModel(
         env, model, [=]() { *res = steps::PrefixLogprobs(*model, pre, suf, len, cand, sel); },
-        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); });
+        [res](Napi::Env env) -> Napi::Value { return TensorToJs(env, *res); }, /*grad=*/false, ModelAccess::kShared);
   });
 }
 

@@ -5,6 +5,7 @@
  */
 import type { Rollout } from '../backend.js';
 import { shard } from '../dist.js';
+import { ErrorCode, isPapergymError } from '../../errors.js';
 import { studentMessages } from '../../task/prompts.js';
 import type { RewardResult } from '../../task/types.js';
 import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
@@ -27,11 +28,11 @@ export const grpoStage: TrainingStage = {
     // judges a contiguous share of the chunks, judging each chunk while the next one samples
     // (async overlap).
     const rolloutRows = ctx.cfg.memory?.rolloutRows || c.microBatch;
-    // With an HTTP judge each group is judged as soon as its G completions finished, while the
-    // other rows still decode (the backend's onGroup): the requests overlap sampling. Not with the
-    // local judge: its forwards need the model the decode holds, so they would only wait (and hold
-    // worker threads while waiting).
-    const perGroup = ctx.cfg.judge?.kind === 'http';
+    // Each group is judged as soon as its G completions finished, while the other rows still
+    // decode (the backend's onGroup): with an HTTP judge always (requests in flight beside the
+    // decode), with the local judge when grpo.judgeOverlap is on (its scoring calls share the model
+    // with the decode, on their own worker thread and CUDA stream; the memory plan counts both).
+    const perGroup = ctx.cfg.judge?.kind === 'http' || ctx.cfg.grpo.judgeOverlap === 'on';
     const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
     const [a, b] = shard(promptChunks.length, ctx.dist.rank, ctx.dist.worldSize);
     const prompts = new Map<number, number[]>();
@@ -49,16 +50,27 @@ export const grpoStage: TrainingStage = {
         const handled = <T>(job: Promise<T>) => (job.catch(() => undefined), job);
         const judge = (group: Rollout[]) => handled(ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds }))));
         // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
-        const early = new Map<number, Promise<RewardResult[]>>();
+        // A local judge that runs out of memory beside the decode (the plan's estimate short) scores
+        // that group again after the rollout, and judges after the rollout from then on
+        // (grpo.judgeOverlap off, carried by the checkpoints' config).
+        const localOverlap = ctx.cfg.judge?.kind !== 'http';
+        const early = new Map<number, Promise<RewardResult[] | null>>();
+        const earlyJob = (group: Rollout[]) => handled(judge(global(group)).catch((e: unknown) => {
+          if (!localOverlap || !isPapergymError(e, ErrorCode.OOM)) throw e;
+          if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
+          ctx.cfg.grpo.judgeOverlap = 'off';
+          return null;
+        }));
         let sampled = false; // a report after generate returned is ignored: that group is judged from the result
-        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || early.set(p, judge(global(group)))) : undefined;
+        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || early.set(p, earlyJob(group))) : undefined;
         const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
         sampled = true;
         // generate returns n completions per prompt contiguously (a group is a block of G).
         const mapped = global(rs);
         rollouts.push(...mapped);
+        const afterRollout = (p: number) => judge(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize));
         rewardJobs.push(perGroup
-          ? handled(Promise.all(ch.map((_, p) => early.get(p) ?? judge(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)))).then((x) => x.flat()))
+          ? handled(Promise.all(ch.map(async (_, p) => (await early.get(p)) ?? (await afterRollout(p)))).then((x) => x.flat()))
           : judge(mapped));
       }
       // Judge time not hidden behind sampling: the wait after the last chunk was sampled.

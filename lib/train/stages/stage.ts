@@ -63,6 +63,8 @@ export interface StageContext {
   updateWithOomRecovery<T>(stage: 'opsd' | 'grpo', body: (microBatch: number) => Promise<T>): Promise<T>;
   /** Judge health of `rewards`; throws JudgeHealthError past `judge.maxNullRate`. */
   checkJudgeHealth(rewards: RewardResult[], what: string): JudgeHealth | undefined;
+  /** A line of the run log (optional: absent in stage tests). */
+  log?(line: string): void;
 }
 
 /** One training stage. */
