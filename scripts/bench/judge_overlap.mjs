@@ -1,23 +1,27 @@
 #!/usr/bin/env node
 /**
- * The HTTP judge behind sampling: how much of a GRPO step's judging is still visible after the
+ * The judge behind sampling: how much of a GRPO step's judging is still visible after the
  * rollout when each group is judged as soon as its completions finished (generate's
- * `onGroupDone`, what lib/train/stages/grpo.ts does with `--judge http`), against judging every
- * group after the rollout. One process, the same rollouts (seeded) and judge for both sides.
+ * `onGroupDone`, what lib/train/stages/grpo.ts does with `--judge http`, and with the local judge
+ * when grpo.judgeOverlap is on), against judging every group after the rollout. One process, the
+ * same rollouts (seeded) and judge for both sides.
  *
  * Rollouts: Q questions of the embedded dataset × G completions through `generate`, each question
  * with its own `maxNewTokens` spread evenly over [--min-tokens, --max-tokens] (standing in for a
  * real policy's unequal completion lengths; random weights never stop on their own). Judge: the
  * project's HttpJudge (per-item, real HTTP through the LLM client, concurrency --concurrency)
  * against a loopback OpenAI-compatible server that answers "Yes" after --latency-ms, through
- * makeRewardFn (instance + general rubric items), its cache off.
+ * makeRewardFn (instance + general rubric items), its cache off. With --judge local: the trainer's
+ * local judge on the policy model itself (localJudgeForModel: base model, adapter off, P(yes) by
+ * prefix-shared scoring), whose calls run beside the decode on their own worker thread and CUDA
+ * stream (the model's read-only calls share its lock).
  * Reports: rollout seconds, the judge's standalone time (all groups after the rollout), and the
  * time still visible after the rollout resolved with per-group judging; their ratio is the issue's
  * "visible share of the judge's standalone time".
  *
  * Usage: node scripts/bench/judge_overlap.mjs                       # CPU, the embedded tiny model
  *        node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024
- * Options: --model DIR | --shape qwen3-1.7b|… (random weights, real shapes)  --questions 8  --group 8
+ * Options: --model DIR | --shape qwen3-1.7b|… (random weights, real shapes)  --questions 8  --group 8  --judge http|local
  *          --min-tokens 32  --max-tokens 256
  *          --latency-ms 40  --concurrency 64  --json FILE
  */
@@ -29,8 +33,9 @@ import { benchArgs, deviceOf, dtypeOf, lib, printTable, writeJson } from './harn
 const a = benchArgs({
   model: { type: 'string' }, shape: { type: 'string' }, questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' },
   'min-tokens': { type: 'string', default: '32' }, 'max-tokens': { type: 'string', default: '256' },
-  'latency-ms': { type: 'string', default: '40' }, concurrency: { type: 'string', default: '64' },
+  'latency-ms': { type: 'string', default: '40' }, concurrency: { type: 'string', default: '64' }, judge: { type: 'string', default: 'http' },
 });
+if (a.judge !== 'http' && a.judge !== 'local') throw new Error(`--judge must be http or local, got ${a.judge}`);
 const Q = Number(a.questions), G = Number(a.group), lo = Number(a['min-tokens']), hi = Number(a['max-tokens']), latency = Number(a['latency-ms']);
 for (const [k, v] of [['questions', Q], ['group', G], ['min-tokens', lo], ['max-tokens', hi], ['concurrency', Number(a.concurrency)]]) if (!(Number.isInteger(v) && v >= 1)) throw new Error(`--${k} must be an integer >= 1, got ${a[k]}`);
 if (!(latency >= 0) || hi < lo) throw new Error('--latency-ms must be >= 0 and --max-tokens >= --min-tokens');
@@ -38,6 +43,7 @@ if (!(latency >= 0) || hi < lo) throw new Error('--latency-ms must be >= 0 and -
 const { Policy, generate } = await lib('model/policy.js');
 const { ensureDefaultModel } = await lib('train/run.js');
 const { createHttpJudge } = await lib('judge/http.js');
+const { localJudgeForModel } = await lib('judge/local.js');
 const { makeRewardFn } = await lib('judge/rewards.js');
 const { readDataset, sampleDatasetPath, loadGeneralRubric } = await lib('data/schema.js');
 const { studentMessages } = await lib('task/prompts.js');
@@ -64,21 +70,28 @@ const prompts = await policy.encodePrompts(items.map((it) => studentMessages(it.
 const maxNew = items.map((_, i) => Math.round(lo + ((hi - lo) * i) / Math.max(1, Q - 1)));
 const tok = policy.tokenizer;
 const sampling = { prompts, n: G, temperature: 1, topK: 20, seed: 5, stopIds: [], padId: tok.padTokenId, promptOptions: maxNew.map((m) => ({ maxNewTokens: m })), maxNewTokens: hi };
-const rewardFn = () => makeRewardFn(createHttpJudge({ url, model: 'judge', concurrency: Number(a.concurrency), noCache: true }), general, { alpha: 0.7 });
+const local = a.judge === 'local' ? await localJudgeForModel(policy.model, tok) : undefined;
+const rewardFn = () => makeRewardFn(local ?? createHttpJudge({ url, model: 'judge', concurrency: Number(a.concurrency), noCache: true }), general, { alpha: 0.7 });
 const requestsOf = async (cs) => {
   const texts = await policy.completionTexts(cs);
   return cs.map((c, i) => ({ item: items[c.promptIndex], plan: texts[i] }));
 };
 
-await generate(policy.model, { ...sampling, maxNewTokens: 4, promptOptions: undefined }); // warm-up
-// After: every group judged once the rollout resolved (the path without onGroupDone).
-let reward = rewardFn();
-let t0 = performance.now();
-const r1 = await generate(policy.model, sampling);
-let t1 = performance.now();
-const after = await reward(await requestsOf(r1.completions));
-const t2 = performance.now();
-const rolloutAfter = (t1 - t0) / 1000, standalone = (t2 - t1) / 1000;
+const warm = await generate(policy.model, { ...sampling, maxNewTokens: 4, promptOptions: undefined }); // warm-up
+if (local) await rewardFn()(await requestsOf(warm.completions)); // the local judge's first shapes
+// After: every group judged once the rollout resolved (the path without onGroupDone). With the
+// local judge this runs twice and the second is measured (the first meets the plans' shapes first).
+let reward, t0, t1, r1, after, rolloutAfter, standalone;
+for (let pass = 0; pass < (local ? 2 : 1); pass++) {
+  reward = rewardFn();
+  t0 = performance.now();
+  r1 = await generate(policy.model, sampling);
+  t1 = performance.now();
+  after = await reward(await requestsOf(r1.completions));
+  const t2 = performance.now();
+  rolloutAfter = (t1 - t0) / 1000;
+  standalone = (t2 - t1) / 1000;
+}
 // Per group: each group's requests sent when onGroupDone hands it over.
 reward = rewardFn();
 const jobs = new Map();
@@ -94,7 +107,7 @@ server.close();
 policy.dispose();
 const same = JSON.stringify(after.map((x) => x.reward)) === JSON.stringify(perGroup.map((x) => x.reward));
 
-console.log(`judge behind sampling: ${Q} questions × ${G} completions, maxNewTokens ${lo}…${hi} per question, HTTP judge (loopback, ${latency} ms per request, concurrency ${a.concurrency}, ${after.length} plans × ${items[0].rubric.length + general.length} items); ${a.shape ?? a.model ?? 'tiny model'} on ${a.device}; ${early} of ${Q} groups handed over before the rollout resolved; rewards identical: ${same}`);
+console.log(`judge behind sampling: ${Q} questions × ${G} completions, maxNewTokens ${lo}…${hi} per question, ${local ? 'local judge (the policy model, adapter off)' : `HTTP judge (loopback, ${latency} ms per request, concurrency ${a.concurrency})`}, ${after.length} plans × ${items[0].rubric.length + general.length} items; ${a.shape ?? a.model ?? 'tiny model'} on ${a.device}; ${early} of ${Q} groups handed over before the rollout resolved; rewards identical: ${same}`);
 printTable(['', 'seconds'], [
   ['rollout (judging after)', rolloutAfter.toFixed(3)],
   ['rollout (judging per group)', rolloutStreamed.toFixed(3)],

@@ -64,6 +64,8 @@ for step in "$@"; do
       timeout 150 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 2 --json $OUT/judge_same.json 2>&1 | grep -E "local judge|total \\(reward|native \\|" ;;
     # the HTTP judge behind sampling (per-group judging via onGroupDone vs after the rollout), 1.7B shapes, group lengths 256…1024
     judgeoverlap) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --latency-ms 100 --json $OUT/judge_overlap.json 2>&1 | tail -8 ;;
+    # the local judge beside the decode (grpo.judgeOverlap on): same rollouts, the trainer's local judge on the policy model
+    judgeoverlaplocal) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --json $OUT/judge_overlap_local.json 2>&1 | tail -8 ;;
     gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
     gen256) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --no-ref --json $OUT/generate_256.json 2>&1 | tail -12 ;;
     # decode attention A/B (live-KV kernel vs masked over every slot) as the trainer's rollouts run:
