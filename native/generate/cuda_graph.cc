@@ -28,14 +28,16 @@ namespace {
 // (the GPU suite's two-model test: index_copy_ out of bounds on replay). Created with
 // cudaStreamCreateWithFlags rather than taken from ATen's round-robin pool, whose 32 streams
 // would be shared again past 32 threads.
-c10::cuda::CUDAStream SideStream(c10::DeviceIndex dev) {
-  thread_local std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
-  auto it = streams.find(dev);
+c10::cuda::CUDAStream SideStream(c10::DeviceIndex dev, bool high_priority) {
+  thread_local std::map<std::pair<c10::DeviceIndex, bool>, c10::cuda::CUDAStream> streams;
+  auto it = streams.find({dev, high_priority});
   if (it == streams.end()) {
     c10::cuda::CUDAGuard g(dev);
+    int least = 0, greatest = 0;
+    C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaStream_t raw = nullptr;
-    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
-    it = streams.emplace(dev, c10::cuda::getStreamFromExternal(raw, dev)).first;
+    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&raw, cudaStreamNonBlocking, high_priority ? greatest : least));
+    it = streams.emplace(std::make_pair(dev, high_priority), c10::cuda::getStreamFromExternal(raw, dev)).first;
   }
   return it->second;
 }
@@ -46,11 +48,11 @@ struct SideStreamScope::Impl {
   std::optional<c10::cuda::CUDAStreamGuard> guard;
 };
 
-SideStreamScope::SideStreamScope(at::Device device) {
+SideStreamScope::SideStreamScope(at::Device device, bool high_priority) {
   if (!device.is_cuda()) return;
   const c10::DeviceIndex dev = device.has_index() ? device.index() : c10::cuda::current_device();
   c10::cuda::getCurrentCUDAStream(dev).synchronize();  // prefill results are ready for the side stream
-  impl_.reset(new Impl{SideStream(dev), std::nullopt});
+  impl_.reset(new Impl{SideStream(dev, high_priority), std::nullopt});
   impl_->guard.emplace(impl_->side);
 }
 
@@ -120,7 +122,7 @@ bool StepGraph::captured() const { return impl_ && impl_->captured; }
 bool CudaGraphsCompiled() { return false; }
 
 struct SideStreamScope::Impl {};
-SideStreamScope::SideStreamScope(at::Device) {}
+SideStreamScope::SideStreamScope(at::Device, bool) {}
 SideStreamScope::~SideStreamScope() = default;
 
 struct StepGraph::Impl {};

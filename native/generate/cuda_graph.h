@@ -18,9 +18,11 @@ bool CudaGraphsCompiled();
 /// other's kernels) current on this thread; on destruction waits for that stream
 /// and restores the previous current stream. A no-op for non-CUDA devices and non-CUDA builds.
 /// Graph capture (StepGraph::Capture) must run inside one (capture needs a non-default stream).
+/// `high_priority`: the thread's high-priority stream of the device instead (the scoring calls
+/// beside a decode: their kernels are dispatched ahead of the decode's when both wait).
 class SideStreamScope {
  public:
-  explicit SideStreamScope(at::Device device);
+  explicit SideStreamScope(at::Device device, bool high_priority = false);
   ~SideStreamScope();
   SideStreamScope(const SideStreamScope&) = delete;
   SideStreamScope& operator=(const SideStreamScope&) = delete;

@@ -1,15 +1,40 @@
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "generate/cuda_graph.h"
 #include "loss/common.h"
 #include "steps/steps.h"
 
 namespace pg {
 namespace steps {
 
+namespace {
+/// The stream of a scoring call (SequenceLogprobs, PrefixLogprobs) on CUDA. These calls may run
+/// while a generate decodes on the same model (the local judge beside the rollout: the model's
+/// read-only calls share its lock), so they run on their thread's own non-blocking stream, by
+/// default a high-priority one (their kernels dispatched ahead of the decode's when both wait).
+/// PAPERGYM_SCORING_STREAM (read once): "high" (default), "side" (normal priority) or "default"
+/// (the thread's current stream, the legacy default).
+std::unique_ptr<SideStreamScope> ScoringStream(const at::Device& dev) {
+  static const int mode = [] {
+    const char* e = std::getenv("PAPERGYM_SCORING_STREAM");
+    if (e && std::strcmp(e, "default") == 0) return 0;
+    if (e && std::strcmp(e, "side") == 0) return 1;
+    return 2;
+  }();
+  if (!dev.is_cuda() || mode == 0) return nullptr;
+  return std::make_unique<SideStreamScope>(dev, /*high_priority=*/mode == 2);
+}
+}  // namespace
+
 at::Tensor SequenceLogprobs(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, double temp,
                             const AdapterSel& sel, int64_t chunk) {
   at::NoGradGuard ng;
   auto dev = m.device();
+  auto stream = ScoringStream(dev);
   at::Tensor id = ids.to(dev), mk = am.to(dev), c = cm.to(dev);
   const int64_t B = id.size(0), L = id.size(1);
   at::Tensor h = m.Forward(id, mk, std::nullopt, sel);
@@ -29,6 +54,7 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
                           const AdapterSel& sel) {
   at::NoGradGuard ng;
   auto dev = m.device();
+  auto stream = ScoringStream(dev);
   const int64_t P0 = pre.size(1), n = suf.size(0), S0 = suf.size(1);
   // Bucketed shapes (steps.h): the prefix left-padded to a multiple of 64 (masked slots, never
   // attended; positions from the mask count real tokens only), the suffixes right-padded to a
