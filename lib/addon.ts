@@ -19,8 +19,11 @@
  * Errors (see lib/errors.ts): a bad argument throws (or rejects with) a TypeError with code
  * `ERR_PG_ARG` naming it, before any work is queued; bad data `ERR_PG_INPUT`; out of memory
  * `ERR_PG_OOM`; cancellation `ABORT_ERR`; a disposed model `ERR_PG_DISPOSED`. Promise-returning
- * calls run on a libuv worker thread, so the event loop stays free; calls on one model are
- * serialised by the model's lock.
+ * calls run on a libuv worker thread, so the event loop stays free; calls on one model hold the
+ * model's lock: exclusively (training steps, adapter and weight changes, forward, dispose), or
+ * shared for the read-only inference calls `generate`, `sequenceLogprobs` and `prefixLogprobs`,
+ * which therefore run concurrently with each other (e.g. a judge scoring while a rollout decodes;
+ * on CUDA each on its own thread's stream).
  */
 
 // ---------------------------------------------------------------------------------------------

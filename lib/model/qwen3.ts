@@ -15,7 +15,9 @@
  * `ERR_PG_ARG`) naming the argument; bad files (corrupt safetensors, missing/extra tensors, shape
  * mismatches, unknown dtypes, unsupported architectures) an `Error` (code `ERR_PG_INPUT`) naming
  * file and tensor; any call after `dispose()` an `Error` with code `ERR_PG_DISPOSED`. Calls on one
- * model are serialised natively (a forward waits for a running generation, etc.). A model is
+ * model are serialised natively (a forward waits for a running generation, etc.), except the
+ * read-only inference calls (generate, sequenceLogprobs, prefixLogprobs), which run concurrently
+ * with each other (lib/addon.ts). A model is
  * disposable: `using model = await loadModel(dir)` frees the weights at the end of the block.
  */
 import { native } from '../native.js';
