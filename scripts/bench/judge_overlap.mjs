@@ -92,11 +92,22 @@ for (let pass = 0; pass < (local ? 2 : 1); pass++) {
   rolloutAfter = (t1 - t0) / 1000;
   standalone = (t2 - t1) / 1000;
 }
-// Per group: each group's requests sent when onGroupDone hands it over.
+// Per group: each group's requests sent when onGroupDone hands it over. Recorded beside it: each
+// early group's handover and judging seconds (from the rollout's start), and the JS thread's
+// event-loop utilisation while the rollout ran (near 1: the judge's host side is bound by it).
 reward = rewardFn();
 const jobs = new Map();
+const groupTimes = [];
 t0 = performance.now();
-const r2 = await generate(policy.model, { ...sampling, onGroupDone: (g) => jobs.set(g.promptIndex, requestsOf(g.completions).then(reward)) });
+const elu0 = performance.eventLoopUtilization();
+const r2 = await generate(policy.model, {
+  ...sampling,
+  onGroupDone: (g) => {
+    const at = (performance.now() - t0) / 1000;
+    jobs.set(g.promptIndex, requestsOf(g.completions).then(reward).then((x) => (groupTimes.push({ group: g.promptIndex, handedOver: at, judged: (performance.now() - t0) / 1000 }), x)));
+  },
+});
+const elu = performance.eventLoopUtilization(elu0).utilization;
 t1 = performance.now();
 const early = jobs.size;
 for (let p = 0; p < Q; p++) if (!jobs.has(p)) jobs.set(p, requestsOf(r2.completions.slice(p * G, (p + 1) * G)).then(reward));
@@ -114,5 +125,8 @@ printTable(['', 'seconds'], [
   ['judge after the rollout (standalone)', standalone.toFixed(3)],
   ['judge still visible with per-group judging', visible.toFixed(3)],
   ['visible share of standalone', `${((100 * visible) / standalone).toFixed(1)}%`],
+  ['event-loop utilisation during the per-group rollout', elu.toFixed(2)],
 ]);
-writeJson(a.json, { config: a, maxNewTokens: maxNew, rolloutAfter, rolloutStreamed, standalone, visible, visibleShare: visible / standalone, earlyGroups: early, rewardsIdentical: same });
+groupTimes.sort((x, y) => x.group - y.group);
+console.log(`early groups (seconds from the rollout's start; standalone judging ${(standalone / Q).toFixed(2)} s per group): ${groupTimes.map((g) => `${g.group}: ${g.handedOver.toFixed(2)} → ${g.judged.toFixed(2)}`).join(', ')}`);
+writeJson(a.json, { config: a, maxNewTokens: maxNew, rolloutAfter, rolloutStreamed, standalone, visible, visibleShare: visible / standalone, earlyGroups: early, rewardsIdentical: same, eventLoopUtilization: elu, groupTimes });

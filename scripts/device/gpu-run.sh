@@ -65,9 +65,9 @@ for step in "$@"; do
     # the HTTP judge behind sampling (per-group judging via onGroupDone vs after the rollout), 1.7B shapes, group lengths 256…1024
     judgeoverlap) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --latency-ms 100 --json $OUT/judge_overlap.json 2>&1 | tail -8 ;;
     # the local judge beside the decode (grpo.judgeOverlap on): same rollouts, the trainer's local judge on the policy model
-    judgeoverlaplocal) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --json $OUT/judge_overlap_local.json 2>&1 | tail -8 ;;
+    judgeoverlaplocal) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --json $OUT/judge_overlap_local.json 2>&1 | tail -10 ;;
     # the local judge beside the decode with 16 libuv threads instead of 4 (generate holds one for the whole rollout; scoring calls and the tokenizer share the rest)
-    judgepool) UV_THREADPOOL_SIZE=16 timeout 200 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --json $OUT/judge_overlap_local_pool16.json 2>&1 | tail -6 ;;
+    judgepool) UV_THREADPOOL_SIZE=16 timeout 200 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --json $OUT/judge_overlap_local_pool16.json 2>&1 | tail -9 ;;
     # the same with the scoring calls on the legacy default stream / a normal-priority side stream / a high-priority one (the default)
     judgestreams) for s in default side high; do PAPERGYM_SCORING_STREAM=$s timeout 200 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --json $OUT/judge_overlap_local_$s.json 2>&1 | tail -6 | sed "s/^/$s: /"; done ;;
     gen1024) timeout 400 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64,256 --new-tokens 1024 --no-ref --json $OUT/generate_1024.json 2>&1 | tail -12 ;;
