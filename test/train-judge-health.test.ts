@@ -138,6 +138,55 @@ describe('train: judge health and clean stops (fake backend)', function () {
     expect(oom.logs.filter((l) => /judging after the rollout from now on \(grpo.judgeOverlap off\)/.test(l))).to.have.length(1);
   });
 
+  it('local judge with several rollout chunks: off never scores beside a decode (not even the previous chunk\'s groups); after an out of memory beside the decode no later scoring runs beside one either', async () => {
+    // 4 questions, groups of 2, 2 rollout rows: 4 chunks of one group. Each generate and each
+    // reward call takes a few event-loop turns; overlaps are recorded, not timed.
+    const run = async (judgeOverlap: 'on' | 'off', oomFirst: boolean) => {
+      const events: string[] = [];
+      let decoding = 0, judging = 0, oomed = false;
+      const base = fakeBackend();
+      const backend = {
+        ...base,
+        generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
+          if (judging) events.push('decode beside judge');
+          decoding++;
+          const all = await base.generate(prompts, o);
+          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          await new Promise((r) => setTimeout(r, 15));
+          decoding--;
+          events.push('rollout');
+          return all;
+        },
+      };
+      const reward = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+        if (decoding) events.push(oomed ? 'judge beside decode after oom' : 'judge beside decode');
+        judging++;
+        try {
+          await new Promise((r) => setTimeout(r, 10));
+          if (oomFirst && !oomed && decoding) {
+            oomed = true;
+            throw oomError('CUDA out of memory (test)');
+          }
+          return reqs.map(() => ({ reward: 1, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+        } finally {
+          judging--;
+        }
+      };
+      const runDir = join(tmp, `chunks-local-${judgeOverlap}-${oomFirst}`);
+      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 2, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
+      await new Trainer(c, { backend, items, reward, advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+      return events;
+    };
+    const off = await run('off', false);
+    expect(off.filter((e) => e === 'rollout')).to.have.length(4);
+    expect(off.filter((e) => e !== 'rollout'), 'grpo.judgeOverlap off: no judge call beside a decode').to.deep.equal([]);
+    const on = await run('on', false);
+    expect(on, 'on: the judge scores beside the decode').to.include('judge beside decode');
+    const oom = await run('on', true);
+    expect(oom.filter((e) => e === 'rollout')).to.have.length(4);
+    expect(oom.filter((e) => e === 'judge beside decode after oom' || e === 'decode beside judge'), 'after the out of memory: judged after the rollouts only').to.deep.equal([]);
+  });
+
   it('a reward call that throws (judge down) also ends the run cleanly with a checkpoint and the resume command', async () => {
     const runDir = join(tmp, 'throws');
     const t = new Trainer(cfg(), { backend: fakeBackend(), items, reward: rewardWith((k) => (k === 1 ? 'ok' : 'throw')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} });

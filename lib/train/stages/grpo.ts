@@ -26,13 +26,15 @@ export const grpoStage: TrainingStage = {
     // per chunk from the config (memory.rolloutRows, the memory plan's; 0 = the micro-batch), never
     // from the rank count, so 1 and N processes sample the same chunks. This rank samples and
     // judges a contiguous share of the chunks, judging each chunk while the next one samples
-    // (async overlap).
+    // (async overlap) where the judge may run beside a decode (below).
     const rolloutRows = ctx.cfg.memory?.rolloutRows || c.microBatch;
     // Each group is judged as soon as its G completions finished, while the other rows still
     // decode (the backend's onGroup): with an HTTP judge always (requests in flight beside the
     // decode), with the local judge when grpo.judgeOverlap is on (its scoring calls share the model
     // with the decode, on their own worker thread and CUDA stream; the memory plan counts both).
-    const perGroup = ctx.cfg.judge?.kind === 'http' || ctx.cfg.grpo.judgeOverlap === 'on';
+    // Read per chunk and per group: an out of memory beside the decode turns it off mid-step.
+    const localJudge = ctx.cfg.judge?.kind !== 'http';
+    const judgeBesideDecode = () => !localJudge || ctx.cfg.grpo.judgeOverlap === 'on';
     const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
     const [a, b] = shard(promptChunks.length, ctx.dist.rank, ctx.dist.worldSize);
     const prompts = new Map<number, number[]>();
@@ -42,6 +44,11 @@ export const grpoStage: TrainingStage = {
     const localRewards = await ctx.allRanks('GRPO rollouts and rewards', async () => {
       for (let ci = a; ci < b; ci++) {
         const ch = promptChunks[ci]!;
+        // The local judge without the overlap never scores beside a decode, the previous chunks'
+        // groups included (its scoring calls share the model with the decode, and the memory plan
+        // counts no judge in the rollout phase): their judging ends before this chunk samples.
+        if (!judgeBesideDecode() && rewardJobs.length) await ctx.timed('judge', () => Promise.all(rewardJobs));
+        const perGroup = judgeBesideDecode();
         const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
         ch.forEach((i, j) => prompts.set(i, ps[j]!));
         // Rollouts of this chunk with global prompt indices.
@@ -53,16 +60,15 @@ export const grpoStage: TrainingStage = {
         // A local judge that runs out of memory beside the decode (the plan's estimate short) scores
         // that group again after the rollout, and judges after the rollout from then on
         // (grpo.judgeOverlap off, carried by the checkpoints' config).
-        const localOverlap = ctx.cfg.judge?.kind !== 'http';
         const early = new Map<number, Promise<RewardResult[] | null>>();
         const earlyJob = (group: Rollout[]) => handled(judge(global(group)).catch((e: unknown) => {
-          if (!localOverlap || !isPapergymError(e, ErrorCode.OOM)) throw e;
+          if (!localJudge || !isPapergymError(e, ErrorCode.OOM)) throw e;
           if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
           ctx.cfg.grpo.judgeOverlap = 'off';
           return null;
         }));
         let sampled = false; // a report after generate returned is ignored: that group is judged from the result
-        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || early.set(p, earlyJob(group))) : undefined;
+        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || !judgeBesideDecode() || early.set(p, earlyJob(group))) : undefined;
         const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
         sampled = true;
         // generate returns n completions per prompt contiguously (a group is a block of G).
