@@ -20,7 +20,9 @@
  * `ERR_PG_ARG` naming it, before any work is queued; bad data `ERR_PG_INPUT`; out of memory
  * `ERR_PG_OOM`; cancellation `ABORT_ERR`; a disposed model `ERR_PG_DISPOSED`. Promise-returning
  * calls run on a libuv worker thread, so the event loop stays free; calls on one model are
- * serialised by the model's lock.
+ * serialised by the model's lock, except the read-only inference calls (generate,
+ * sequenceLogprobs, prefixLogprobs), which hold it shared and run beside each other; a call that
+ * changes the model (training steps, adapter changes, dispose) waits for them.
  */
 
 // ---------------------------------------------------------------------------------------------
