@@ -40,6 +40,11 @@ export const grpoStage: TrainingStage = {
     const prompts = new Map<number, number[]>();
     const rollouts: Rollout[] = [];
     const rewardJobs: Promise<RewardResult[]>[] = [];
+    // The chunk's generate while it runs (a re-judge after an out of memory waits for it to end).
+    let decoding: Promise<unknown> | undefined;
+    const decodeEnded = async () => {
+      while (decoding) await decoding.catch(() => undefined);
+    };
     // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
     const localRewards = await ctx.allRanks('GRPO rollouts and rewards', async () => {
       for (let ci = a; ci < b; ci++) {
@@ -55,29 +60,40 @@ export const grpoStage: TrainingStage = {
         const global = (rs: Rollout[]) => rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
         // A reward job; a rejection while sampling goes on is handled below (Promise.all), not "unhandled".
         const handled = <T>(job: Promise<T>) => (job.catch(() => undefined), job);
-        const judge = (group: Rollout[]) => handled(ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds }))));
+        const judge = (group: Rollout[]) => ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
+        // A local judge started while the overlap is on may run beside a decode (this chunk's, or the
+        // next chunk's for the groups judged after this rollout). Out of memory there (the plan's
+        // estimate short): the group is judged again once no decode runs, and after the rollouts
+        // from then on (grpo.judgeOverlap off, carried by the checkpoints' config).
+        const judgeJob = (group: Rollout[]) => {
+          const beside = localJudge && judgeBesideDecode();
+          return handled(judge(group).catch(async (e: unknown) => {
+            if (!beside || !isPapergymError(e, ErrorCode.OOM)) throw e;
+            if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
+            ctx.cfg.grpo.judgeOverlap = 'off';
+            await decodeEnded();
+            return judge(group);
+          }));
+        };
         // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
-        // A local judge that runs out of memory beside the decode (the plan's estimate short) scores
-        // that group again after the rollout, and judges after the rollout from then on
-        // (grpo.judgeOverlap off, carried by the checkpoints' config).
-        const early = new Map<number, Promise<RewardResult[] | null>>();
-        const earlyJob = (group: Rollout[]) => handled(judge(global(group)).catch((e: unknown) => {
-          if (!localJudge || !isPapergymError(e, ErrorCode.OOM)) throw e;
-          if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
-          ctx.cfg.grpo.judgeOverlap = 'off';
-          return null;
-        }));
+        const early = new Map<number, Promise<RewardResult[]>>();
         let sampled = false; // a report after generate returned is ignored: that group is judged from the result
-        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || !judgeBesideDecode() || early.set(p, earlyJob(group))) : undefined;
-        const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
+        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || !judgeBesideDecode() || early.set(p, judgeJob(global(group)))) : undefined;
+        const gen = ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
+        decoding = gen;
+        let rs: Rollout[];
+        try {
+          rs = await gen;
+        } finally {
+          decoding = undefined;
+        }
         sampled = true;
         // generate returns n completions per prompt contiguously (a group is a block of G).
         const mapped = global(rs);
         rollouts.push(...mapped);
-        const afterRollout = (p: number) => judge(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize));
         rewardJobs.push(perGroup
-          ? handled(Promise.all(ch.map(async (_, p) => (await early.get(p)) ?? (await afterRollout(p)))).then((x) => x.flat()))
-          : judge(mapped));
+          ? handled(Promise.all(ch.map((_, p) => early.get(p) ?? judgeJob(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)))).then((x) => x.flat()))
+          : judgeJob(mapped));
       }
       // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
       return (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
