@@ -230,6 +230,52 @@ describe('train: judge health and clean stops (fake backend)', function () {
     expect(on.logs.filter((l) => /judging after the rollout from now on \(grpo.judgeOverlap off\)/.test(l))).to.have.length(1);
   });
 
+  it('local judge, overlap on: the DECODE running out of memory while the judge scores beside it samples the chunk again with the overlap off; same rewards as off; a decode out of memory without the judge beside it still fails the step', async () => {
+    // A generate that ends while a judge call is in flight runs out of memory (the judge's memory beside the decode).
+    const run = async (judgeOverlap: 'on' | 'off', oomAlways = false) => {
+      let judging = 0, generates = 0;
+      const base = fakeBackend();
+      const backend = {
+        ...base,
+        generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
+          generates++;
+          const all = await base.generate(prompts, o);
+          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          await new Promise((r) => setTimeout(r, 15));
+          if (judging || oomAlways) throw oomError('CUDA out of memory (test decode)');
+          return all;
+        },
+      };
+      const reward = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+        judging++;
+        await new Promise((r) => setTimeout(r, 30));
+        judging--;
+        return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+      };
+      const runDir = join(tmp, `decode-oom-${judgeOverlap}-${oomAlways}`);
+      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 4, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
+      let rewards: number[] = [];
+      const logs: string[] = [];
+      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: (l) => logs.push(l) }).run();
+      return { rewards, logs, generates, overlapAfter: c.grpo.judgeOverlap };
+    };
+    const off = await run('off');
+    expect(off.generates).to.equal(2);
+    const on = await run('on');
+    expect(on.rewards).to.deep.equal(off.rewards);
+    expect(on.generates, 'the first chunk sampled again').to.equal(3);
+    expect(on.overlapAfter).to.equal('off');
+    expect(on.logs.filter((l) => /rollout: out of memory with the judge beside the decode .*grpo.judgeOverlap off/.test(l))).to.have.length(1);
+    let err: Error | undefined;
+    try {
+      await run('on', true);
+    } catch (e) {
+      err = e as Error;
+    }
+    expect(err, 'out of memory again without the judge beside: the step fails').to.be.instanceOf(TrainingStoppedError);
+    expect(err!.message).to.include('CUDA out of memory (test decode)');
+  });
+
   it('a reward call that throws (judge down) also ends the run cleanly with a checkpoint and the resume command', async () => {
     const runDir = join(tmp, 'throws');
     const t = new Trainer(cfg(), { backend: fakeBackend(), items, reward: rewardWith((k) => (k === 1 ? 'ok' : 'throw')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} });

@@ -42,6 +42,7 @@ export const grpoStage: TrainingStage = {
     const rewardJobs: Promise<RewardResult[]>[] = [];
     // The chunk's generate while it runs (a re-judge after an out of memory waits for it to end).
     let decoding: Promise<unknown> | undefined;
+    let judgeCalls = 0; // judge calls in flight (judgeJob)
     const decodeEnded = async () => {
       while (decoding) await decoding.catch(() => undefined);
     };
@@ -67,7 +68,8 @@ export const grpoStage: TrainingStage = {
         // from then on (grpo.judgeOverlap off, carried by the checkpoints' config).
         const judgeJob = (group: Rollout[]) => {
           const beside = localJudge && judgeBesideDecode();
-          return handled(judge(group).catch(async (e: unknown) => {
+          judgeCalls++;
+          return handled(judge(group).finally(() => judgeCalls--).catch(async (e: unknown) => {
             if (!beside || !isPapergymError(e, ErrorCode.OOM)) throw e;
             if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
             ctx.cfg.grpo.judgeOverlap = 'off';
@@ -79,11 +81,22 @@ export const grpoStage: TrainingStage = {
         const early = new Map<number, Promise<RewardResult[]>>();
         let sampled = false; // a report after generate returned is ignored: that group is judged from the result
         const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || !judgeBesideDecode() || early.set(p, judgeJob(global(group)))) : undefined;
-        const gen = ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
-        decoding = gen;
+        const sample = (og?: typeof onGroup) => (decoding = ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), og)));
         let rs: Rollout[];
         try {
-          rs = await gen;
+          rs = await sample(onGroup);
+        } catch (e) {
+          // The decode out of memory while the local judge scored beside it: the overlap turns off,
+          // the judge calls in flight end, and the chunk is sampled again (same seed: the same
+          // rollouts), its groups judged after the rollout; the early jobs' rewards are dropped.
+          decoding = undefined;
+          if (!(localJudge && perGroup && judgeCalls > 0 && isPapergymError(e, ErrorCode.OOM))) throw e;
+          ctx.log?.(`rollout: out of memory with the judge beside the decode (${(e as Error).message}); sampling this chunk again and judging after the rollout from now on (grpo.judgeOverlap off)`);
+          ctx.cfg.grpo.judgeOverlap = 'off';
+          sampled = true;
+          await Promise.allSettled([...early.values(), ...rewardJobs]);
+          early.clear();
+          rs = await sample(undefined);
         } finally {
           decoding = undefined;
         }
