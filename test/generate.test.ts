@@ -318,6 +318,38 @@ describe('generate (native batched KV-cache sampling)', function () {
       expect(Array.from(during[1].data as Float32Array)).to.deep.equal(aloneSeq);
       expect(gen.completions.map(ids)).to.deep.equal(aloneGen.completions.map(ids));
     });
+
+    it('shared lock: more scoring calls than libuv threads beside a generate, a training step queued among them, then dispose — every call settles with its sequential result or ERR_PG_DISPOSED, nothing crashes', async () => {
+      const m = await loadModel(tinyModel('tiny-tied'));
+      m.addLora({ r: 2, alpha: 4, seed: 1 });
+      const n = native();
+      const L = 6;
+      const seqArgs = (i: number) => ({ inputIds: { data: Int32Array.from([151644, 872, 198, 9707 + i, 1879, 13]), shape: [1, L] }, attentionMask: { data: Int32Array.from(Array(L).fill(1)), shape: [1, L] }, adapter: (i % 2 ? 'none' : 'active') as 'none' | 'active' });
+      const ceArgs = { inputIds: { data: Int32Array.from([151644, 872, 198, 9707, 1879, 13]), shape: [1, L] }, labels: { data: Int32Array.from([151644, 872, 198, 9707, 1879, 13]), shape: [1, L] } };
+      const alone: number[][] = [];
+      for (let i = 0; i < 12; i++) alone.push(Array.from((await n.sequenceLogprobs(m, seqArgs(i))).data as Float32Array));
+      const aloneLoss = (await m.crossEntropyBackward(ceArgs)).loss;
+      m.zeroGrad();
+      const running = generate(m, { prompts: base.prompts.slice(0, 2), temperature: 0, maxNewTokens: 400, stopIds: [] });
+      await new Promise((r) => setTimeout(r, 20));
+      const scoring = Array.from({ length: 12 }, (_, i) => n.sequenceLogprobs(m, seqArgs(i)));
+      const ce = m.crossEntropyBackward(ceArgs);
+      const later = Array.from({ length: 4 }, (_, i) => n.sequenceLogprobs(m, seqArgs(i)));
+      expect((await ce).loss, 'the exclusive training call between the scoring calls: its sequential loss').to.equal(aloneLoss);
+      const out = await Promise.all([...scoring, ...later]);
+      out.forEach((o, i) => expect(Array.from(o.data as Float32Array), `call ${i}`).to.deep.equal(alone[i % 12]));
+      // Dispose while a generate and scoring calls are in flight: dispose waits for the running calls;
+      // each call resolves (it ran first) or rejects with ERR_PG_DISPOSED.
+      const gen2 = generate(m, { prompts: base.prompts.slice(0, 2), temperature: 0, maxNewTokens: 400, stopIds: [] });
+      await new Promise((r) => setTimeout(r, 20));
+      const inflight = [gen2, ...Array.from({ length: 10 }, (_, i) => n.sequenceLogprobs(m, seqArgs(i))), generate(m, { prompts: [[1, 2, 3]], maxNewTokens: 4 })];
+      m.dispose();
+      const settled = await Promise.allSettled(inflight);
+      for (const s of settled) if (s.status === 'rejected') expect((s.reason as { code?: string }).code, String(s.reason)).to.equal('ERR_PG_DISPOSED');
+      expect(settled[settled.length - 1]!.status, 'a generate queued behind the disposed one').to.equal('rejected');
+      expect(m.disposed).to.equal(true);
+      expect((await rejection((async () => n.sequenceLogprobs(m, seqArgs(0)))())).code).to.equal('ERR_PG_DISPOSED');
+    });
   });
 
   describe('bad input', () => {

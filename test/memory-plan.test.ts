@@ -183,6 +183,36 @@ describe('memory plan', () => {
     expect(capped.grpo.judgeOverlap, 'CPU: no overlap to decide').to.equal('auto');
   });
 
+  it('--judge-overlap on: the judge\'s maxTokensPerCall is chosen to fit beside the GRPO rollout (pinned kept); the out-of-memory advice gives the overlap up before cutting the run', () => {
+    // 1.7B on 16 GB: alone the judge takes 32768 tokens per call, beside the 32-row rollout only 16384 fit.
+    const x = presetInputs('qwen3-1.7b', 16);
+    const apart = planMemory(x), on = planMemory({ ...x, judgeOverlap: true });
+    expect(apart.judgeMaxTokensPerCall).to.equal(32768);
+    expect(on.judgeOverlap).to.equal(true);
+    expect(on.judgeMaxTokensPerCall).to.equal(16384);
+    expect(on.phases['rollout-grpo']!).to.be.at.most(on.limitBytes);
+    expect(on.fits).to.equal(true);
+    expect(on.notes.join('; ')).to.include('judge maxTokensPerCall 32768 -> 16384 to fit beside the rollout (grpo.judgeOverlap on)');
+    // Over budgets from 4 to 40 GB: an overlap-on plan that fits holds the rollout and the judge at once.
+    for (let gbs = 4; gbs <= 40; gbs += 0.25) {
+      const p = planMemory({ ...presetInputs('qwen3-1.7b', gbs), judgeOverlap: true });
+      if (p.fits) expect(p.phases['rollout-grpo']!, `${gbs} GB`).to.be.at.most(p.limitBytes);
+      expect(p.judgeMaxTokensPerCall, `${gbs} GB`).to.be.at.most(planMemory(presetInputs('qwen3-1.7b', gbs)).judgeMaxTokensPerCall);
+    }
+    // A pinned maxTokensPerCall is kept (then the plan says what does not fit).
+    const pinned = planMemory({ ...x, judgeOverlap: true, judgeMaxTokensPerCall: 32768, pinned: { judgeMaxTokensPerCall: true } });
+    expect(pinned.judgeMaxTokensPerCall).to.equal(32768);
+    expect(pinned.fits).to.equal(false);
+    expect(pinned.notes.join('; ')).to.match(/does not fit .*rollout-grpo/);
+    // 7.25 GB: even 2048 judge tokens do not fit beside the rollout; judged after it, the run fits as configured.
+    const tight = { ...presetInputs('qwen3-1.7b', 7.25), judgeOverlap: true };
+    expect(planMemory(tight).fits).to.equal(false);
+    expect(planMemory({ ...tight, judgeOverlap: false }).fits).to.equal(true);
+    const advice = flagsThatFit(tight);
+    expect(advice).to.include('--judge-overlap off').and.to.include('--max-new-tokens 1024').and.to.include('--questions-per-step 8');
+    expect(flagsThatFit({ ...presetInputs('qwen3-1.7b', 141), judgeOverlap: true })).to.not.include('--judge-overlap');
+  });
+
   it('planForRun: off on CPU without a cap, on with --max-memory; applies the plan to the config; pinned from flags / file only', () => {
     const shape = readModelShape(ensureDefaultModel());
     expect(shape.hiddenSize).to.be.above(0);

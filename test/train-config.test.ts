@@ -29,6 +29,21 @@ describe('train config', () => {
     expect(() => resolveConfig({ flags: { sampling: { topP: 1.5 } as never } })).to.throw(/topP/);
     expect(() => resolveConfig({ flags: { judge: { kind: 'http' } as never } })).to.throw(/judge\.url/);
   });
+  it('returns a config of its own: changing one (the memory plan, out-of-memory recovery, the judge-overlap fallback do) leaves the defaults, presets and later configs alone', () => {
+    const fresh = JSON.stringify(resolveConfig({ preset: 'qwen3-1.7b' }));
+    const plain = JSON.stringify(resolveConfig({}));
+    for (const c of [resolveConfig({}), resolveConfig({ preset: 'qwen3-1.7b' }), resolveConfig({ flags: { seed: 3 } })]) {
+      c.memory.rolloutRows = 64;
+      c.grpo.judgeOverlap = 'off';
+      c.grpo.microBatch = 1;
+      c.stages.push('sft');
+      c.lora.targetModules.pop();
+    }
+    expect(JSON.stringify(resolveConfig({ preset: 'qwen3-1.7b' }))).to.equal(fresh);
+    expect(JSON.stringify(resolveConfig({}))).to.equal(plain);
+    expect(DEFAULTS.memory.rolloutRows).to.equal(0);
+    expect(DEFAULTS.grpo.judgeOverlap).to.equal('auto');
+  });
   it('accepts the ablation orders', () => {
     for (const s of [['opsd'], ['grpo'], ['grpo', 'opsd'], ['sft'], ['opsd', 'grpo']]) {
       expect(resolveConfig({ flags: { stages: s as never } }).stages).to.deep.equal(s);

@@ -138,6 +138,144 @@ describe('train: judge health and clean stops (fake backend)', function () {
     expect(oom.logs.filter((l) => /judging after the rollout from now on \(grpo.judgeOverlap off\)/.test(l))).to.have.length(1);
   });
 
+  it('local judge with several rollout chunks: off never scores beside a decode (not even the previous chunk\'s groups); after an out of memory beside the decode no later scoring runs beside one either', async () => {
+    // 4 questions, groups of 2, 2 rollout rows: 4 chunks of one group. Each generate and each
+    // reward call takes a few event-loop turns; overlaps are recorded, not timed.
+    const run = async (judgeOverlap: 'on' | 'off', oomFirst: boolean) => {
+      const events: string[] = [];
+      let decoding = 0, judging = 0, oomed = false;
+      const base = fakeBackend();
+      const backend = {
+        ...base,
+        generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
+          if (judging) events.push('decode beside judge');
+          decoding++;
+          const all = await base.generate(prompts, o);
+          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          await new Promise((r) => setTimeout(r, 15));
+          decoding--;
+          events.push('rollout');
+          return all;
+        },
+      };
+      const reward = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+        if (decoding) events.push(oomed ? 'judge beside decode after oom' : 'judge beside decode');
+        judging++;
+        try {
+          await new Promise((r) => setTimeout(r, 10));
+          if (oomFirst && !oomed && decoding) {
+            oomed = true;
+            throw oomError('CUDA out of memory (test)');
+          }
+          return reqs.map(() => ({ reward: 1, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+        } finally {
+          judging--;
+        }
+      };
+      const runDir = join(tmp, `chunks-local-${judgeOverlap}-${oomFirst}`);
+      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 2, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
+      await new Trainer(c, { backend, items, reward, advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+      return events;
+    };
+    const off = await run('off', false);
+    expect(off.filter((e) => e === 'rollout')).to.have.length(4);
+    expect(off.filter((e) => e !== 'rollout'), 'grpo.judgeOverlap off: no judge call beside a decode').to.deep.equal([]);
+    const on = await run('on', false);
+    expect(on, 'on: the judge scores beside the decode').to.include('judge beside decode');
+    const oom = await run('on', true);
+    expect(oom.filter((e) => e === 'rollout')).to.have.length(4);
+    expect(oom.filter((e) => e === 'judge beside decode after oom' || e === 'decode beside judge'), 'after the out of memory: judged after the rollouts only').to.deep.equal([]);
+  });
+
+  it('local judge, overlap on, two chunks: a judge call that runs out of memory beside the NEXT chunk\'s decode (an early group, or a group judged after its rollout) is judged again once no decode runs; same rewards as off', async () => {
+    // 4 questions, groups of 2, 4 rollout rows: 2 chunks of 2 groups; each generate reports group 0
+    // early, group 1 only with its result. A reward call that saw a decode at any time runs out of memory.
+    const run = async (judgeOverlap: 'on' | 'off') => {
+      let decoding = 0, decodes = 0, besideOk = 0;
+      const base = fakeBackend();
+      const backend = {
+        ...base,
+        generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
+          decoding++;
+          decodes++;
+          const all = await base.generate(prompts, o);
+          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          await new Promise((r) => setTimeout(r, 25));
+          decoding--;
+          return all;
+        },
+      };
+      const reward = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+        const seen = decodes;
+        let beside = decoding > 0;
+        await new Promise((r) => setTimeout(r, 30));
+        beside ||= decoding > 0 || decodes !== seen;
+        if (beside && judgeOverlap === 'on') throw oomError('CUDA out of memory (test)');
+        if (beside) besideOk++;
+        return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+      };
+      const runDir = join(tmp, `chunks2-local-${judgeOverlap}`);
+      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 4, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
+      let rewards: number[] = [];
+      const logs: string[] = [];
+      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: (l) => logs.push(l) }).run();
+      return { rewards, logs, besideOk, overlapAfter: c.grpo.judgeOverlap };
+    };
+    const off = await run('off');
+    expect(off.besideOk, 'off: no judge call beside a decode').to.equal(0);
+    expect(off.rewards).to.have.length(8);
+    const on = await run('on');
+    expect(on.rewards).to.deep.equal(off.rewards);
+    expect(on.overlapAfter).to.equal('off');
+    expect(on.logs.filter((l) => /judging after the rollout from now on \(grpo.judgeOverlap off\)/.test(l))).to.have.length(1);
+  });
+
+  it('local judge, overlap on: the DECODE running out of memory while the judge scores beside it samples the chunk again with the overlap off; same rewards as off; a decode out of memory without the judge beside it still fails the step', async () => {
+    // A generate that ends while a judge call is in flight runs out of memory (the judge's memory beside the decode).
+    const run = async (judgeOverlap: 'on' | 'off', oomAlways = false) => {
+      let judging = 0, generates = 0;
+      const base = fakeBackend();
+      const backend = {
+        ...base,
+        generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
+          generates++;
+          const all = await base.generate(prompts, o);
+          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          await new Promise((r) => setTimeout(r, 15));
+          if (judging || oomAlways) throw oomError('CUDA out of memory (test decode)');
+          return all;
+        },
+      };
+      const reward = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
+        judging++;
+        await new Promise((r) => setTimeout(r, 30));
+        judging--;
+        return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+      };
+      const runDir = join(tmp, `decode-oom-${judgeOverlap}-${oomAlways}`);
+      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 4, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
+      let rewards: number[] = [];
+      const logs: string[] = [];
+      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: (l) => logs.push(l) }).run();
+      return { rewards, logs, generates, overlapAfter: c.grpo.judgeOverlap };
+    };
+    const off = await run('off');
+    expect(off.generates).to.equal(2);
+    const on = await run('on');
+    expect(on.rewards).to.deep.equal(off.rewards);
+    expect(on.generates, 'the first chunk sampled again').to.equal(3);
+    expect(on.overlapAfter).to.equal('off');
+    expect(on.logs.filter((l) => /rollout: out of memory with the judge beside the decode .*grpo.judgeOverlap off/.test(l))).to.have.length(1);
+    let err: Error | undefined;
+    try {
+      await run('on', true);
+    } catch (e) {
+      err = e as Error;
+    }
+    expect(err, 'out of memory again without the judge beside: the step fails').to.be.instanceOf(TrainingStoppedError);
+    expect(err!.message).to.include('CUDA out of memory (test decode)');
+  });
+
   it('a reward call that throws (judge down) also ends the run cleanly with a checkpoint and the resume command', async () => {
     const runDir = join(tmp, 'throws');
     const t = new Trainer(cfg(), { backend: fakeBackend(), items, reward: rewardWith((k) => (k === 1 ? 'ok' : 'throw')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} });

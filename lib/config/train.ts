@@ -215,7 +215,10 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
   }
   c = mergeConfig(c, opts.flags);
   mark(opts.flags, 'flag');
-  return { config: validateConfig(c), origins };
+  // A copy of its own: mergeConfig shares the sections (and lists) a layer left alone with the
+  // defaults / preset, and the memory plan, out-of-memory recovery and the judge-overlap fallback
+  // change the config in place — the next run of this process would inherit their choices.
+  return { config: validateConfig(structuredClone(c)), origins };
 }
 
 /** defaults < preset < config file < flags, then validated. */

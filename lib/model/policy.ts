@@ -21,8 +21,9 @@
  * does not depend on which other rows are still running).
  *
  * Execution: the native call runs on a libuv worker thread (the event loop stays free: HTTP
- * judging proceeds while the model samples); it holds the model's mutex, and calls on one model
- * are also queued here so worker threads do not pile up. An `AbortSignal` stops the generation
+ * judging proceeds while the model samples); it holds the model's lock shared (the scoring calls
+ * sequenceLogprobs / prefixLogprobs run beside it; training and adapter changes wait for it), and
+ * generate calls on one model are also queued here so worker threads do not pile up. An `AbortSignal` stops the generation
  * before its next decode step (rejects with an Error named `AbortError`, code `ABORT_ERR`).
  *
  * Errors: TypeError (code `ERR_PG_ARG`) naming the option for bad arguments (empty prompt, prompt

@@ -320,7 +320,8 @@ const JUDGE_TOKENS_MIN = 2048;
  * the configured one) whose update fits without recompute; if micro-batch 1 does not fit, recompute
  * on and again the largest micro-batch; the most rollout rows (halving from all rows of a step, in
  * whole groups) whose KV cache fits; the judge's maxTokensPerCall (halving from 65536, at least
- * 2048). Pinned settings are kept. Pure: no device access.
+ * 2048; with grpo.judgeOverlap on, also fitting beside the GRPO rollout). Pinned settings are kept.
+ * Pure: no device access.
  */
 export function planMemory(x: PlanInputs): MemoryPlan {
   const margin = x.margin ?? DEFAULT_MARGIN;
@@ -379,16 +380,27 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     mergeAdapter = R + bucket(rolloutRows) * Ls * kv + bucket(rolloutRows) * x.shape.vocabSize * 16 + M <= limit;
     if (!mergeAdapter) notes.push(`rollouts sample with the LoRA branch: the merged weights (${gb(M)} GB) do not fit beside ${rolloutRows} rollout rows`);
   }
+  // With the overlap on (grpo.judgeOverlap on) the judge's calls must also fit beside the GRPO
+  // rollout, so its maxTokensPerCall is chosen for both ('auto' decides below, with the standalone choice).
+  const overlapOn = x.judgeOverlap === true && x.localJudge !== false && stagesWith('grpo');
+  const besideRollout = (t: number) =>
+    (estimatePhases(x, { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, judgeMaxTokensPerCall: t, mergeAdapter, judgeOverlap: true })['rollout-grpo'] ?? 0) <= limit;
   let judge: number;
   if (pin.judgeMaxTokensPerCall && x.judgeMaxTokensPerCall) {
     judge = x.judgeMaxTokensPerCall;
   } else {
     judge = JUDGE_TOKENS_MIN;
+    let alone = JUDGE_TOKENS_MIN;
     for (let t = JUDGE_TOKENS_MAX; t >= JUDGE_TOKENS_MIN; t /= 2) {
       if (R + t * (kv + forwardBytesPerToken(x.shape, x.dtypeBytes)) <= limit) {
-        judge = t;
+        alone = t;
         break;
       }
+    }
+    judge = alone;
+    if (overlapOn) {
+      for (let t = alone; t >= JUDGE_TOKENS_MIN && !besideRollout(t); t /= 2) judge = Math.max(JUDGE_TOKENS_MIN, t / 2);
+      if (judge < alone) notes.push(`judge maxTokensPerCall ${alone} -> ${judge} to fit beside the rollout (grpo.judgeOverlap on)`);
     }
   }
   const settings: PlanSettings = { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, judgeMaxTokensPerCall: judge, mergeAdapter };
@@ -424,14 +436,17 @@ export function formatPlan(p: MemoryPlan): string {
  * recompute still runs out of memory): halves max new tokens, then questions per step / the OPSD
  * batch, until the plan fits; '' when nothing found. A merged adapter given as on
  * (`--merge-adapter on`) is given up (`--merge-adapter off`) before any of those cuts: the LoRA
- * branch samples the same policy, the cuts change the run.
+ * branch samples the same policy, the cuts change the run. Likewise the local judge beside the
+ * rollout (`--judge-overlap on` → `--judge-overlap off`): the same rewards, judged after the rollout.
  */
 export function flagsThatFit(x: PlanInputs): string {
   let y: PlanInputs = { ...x, recompute: true, opsd: { ...x.opsd, microBatch: 1 }, grpo: { ...x.grpo, microBatch: 1 }, pinned: {} };
   for (let i = 0; i < 12; i++) {
     for (const merge of x.mergeAdapter === true ? [true, false] : [x.mergeAdapter]) {
-      if (!planMemory({ ...y, mergeAdapter: merge }).fits) continue;
-      return [`--max-new-tokens ${y.maxNewTokens}`, `--recompute`, `--grpo-micro-batch 1`, `--opsd-micro-batch 1`, `--questions-per-step ${y.grpo.questionsPerStep}`, `--opsd-batch-size ${y.opsd.batchSize}`, ...(merge !== x.mergeAdapter ? ['--merge-adapter off'] : [])].join(' ');
+      for (const overlap of x.judgeOverlap === true ? [true, false] : [x.judgeOverlap]) {
+        if (!planMemory({ ...y, mergeAdapter: merge, judgeOverlap: overlap }).fits) continue;
+        return [`--max-new-tokens ${y.maxNewTokens}`, `--recompute`, `--grpo-micro-batch 1`, `--opsd-micro-batch 1`, `--questions-per-step ${y.grpo.questionsPerStep}`, `--opsd-batch-size ${y.opsd.batchSize}`, ...(merge !== x.mergeAdapter ? ['--merge-adapter off'] : []), ...(overlap !== x.judgeOverlap ? ['--judge-overlap off'] : [])].join(' ');
+      }
     }
     if (y.maxNewTokens > 64) y = { ...y, maxNewTokens: Math.floor(y.maxNewTokens / 2) };
     else if (y.grpo.questionsPerStep > 1 || y.opsd.batchSize > 1) y = { ...y, grpo: { ...y.grpo, questionsPerStep: Math.max(1, Math.floor(y.grpo.questionsPerStep / 2)) }, opsd: { ...y.opsd, batchSize: Math.max(1, Math.floor(y.opsd.batchSize / 2)) } };

@@ -109,7 +109,9 @@ export interface RunOptions {
  * processes; the window normalisers make micro-batching invisible to the gradient, and the
  * rollout chunking stays as saved in memory.rolloutRows), and whether rollouts sample from the
  * merged adapter (its copy of the weights is the rollouts' way out; the same policy, sampled
- * without the LoRA branch — in bf16 the rollouts differ by the rounding of the merged weights).
+ * without the LoRA branch — in bf16 the rollouts differ by the rounding of the merged weights),
+ * and whether the local judge scores beside the rollout (grpo.judgeOverlap: the same rewards; off is
+ * the way out of an out of memory beside the decode; 'auto' on resume, where no memory plan runs, is off).
  */
 export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter', 'grpo.judgeOverlap'];
 

@@ -26,52 +26,87 @@ export const grpoStage: TrainingStage = {
     // per chunk from the config (memory.rolloutRows, the memory plan's; 0 = the micro-batch), never
     // from the rank count, so 1 and N processes sample the same chunks. This rank samples and
     // judges a contiguous share of the chunks, judging each chunk while the next one samples
-    // (async overlap).
+    // (async overlap) where the judge may run beside a decode (below).
     const rolloutRows = ctx.cfg.memory?.rolloutRows || c.microBatch;
     // Each group is judged as soon as its G completions finished, while the other rows still
     // decode (the backend's onGroup): with an HTTP judge always (requests in flight beside the
     // decode), with the local judge when grpo.judgeOverlap is on (its scoring calls share the model
     // with the decode, on their own worker thread and CUDA stream; the memory plan counts both).
-    const perGroup = ctx.cfg.judge?.kind === 'http' || ctx.cfg.grpo.judgeOverlap === 'on';
+    // Read per chunk and per group: an out of memory beside the decode turns it off mid-step.
+    const localJudge = ctx.cfg.judge?.kind !== 'http';
+    const judgeBesideDecode = () => !localJudge || ctx.cfg.grpo.judgeOverlap === 'on';
     const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
     const [a, b] = shard(promptChunks.length, ctx.dist.rank, ctx.dist.worldSize);
     const prompts = new Map<number, number[]>();
     const rollouts: Rollout[] = [];
     const rewardJobs: Promise<RewardResult[]>[] = [];
+    // The chunk's generate while it runs (a re-judge after an out of memory waits for it to end).
+    let decoding: Promise<unknown> | undefined;
+    let judgeCalls = 0; // judge calls in flight (judgeJob)
+    const decodeEnded = async () => {
+      while (decoding) await decoding.catch(() => undefined);
+    };
     // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
     const localRewards = await ctx.allRanks('GRPO rollouts and rewards', async () => {
       for (let ci = a; ci < b; ci++) {
         const ch = promptChunks[ci]!;
+        // The local judge without the overlap never scores beside a decode, the previous chunks'
+        // groups included (its scoring calls share the model with the decode, and the memory plan
+        // counts no judge in the rollout phase): their judging ends before this chunk samples.
+        if (!judgeBesideDecode() && rewardJobs.length) await ctx.timed('judge', () => Promise.all(rewardJobs));
+        const perGroup = judgeBesideDecode();
         const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
         ch.forEach((i, j) => prompts.set(i, ps[j]!));
         // Rollouts of this chunk with global prompt indices.
         const global = (rs: Rollout[]) => rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
         // A reward job; a rejection while sampling goes on is handled below (Promise.all), not "unhandled".
         const handled = <T>(job: Promise<T>) => (job.catch(() => undefined), job);
-        const judge = (group: Rollout[]) => handled(ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds }))));
+        const judge = (group: Rollout[]) => ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
+        // A local judge started while the overlap is on may run beside a decode (this chunk's, or the
+        // next chunk's for the groups judged after this rollout). Out of memory there (the plan's
+        // estimate short): the group is judged again once no decode runs, and after the rollouts
+        // from then on (grpo.judgeOverlap off, carried by the checkpoints' config).
+        const judgeJob = (group: Rollout[]) => {
+          const beside = localJudge && judgeBesideDecode();
+          judgeCalls++;
+          return handled(judge(group).finally(() => judgeCalls--).catch(async (e: unknown) => {
+            if (!beside || !isPapergymError(e, ErrorCode.OOM)) throw e;
+            if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
+            ctx.cfg.grpo.judgeOverlap = 'off';
+            await decodeEnded();
+            return judge(group);
+          }));
+        };
         // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
-        // A local judge that runs out of memory beside the decode (the plan's estimate short) scores
-        // that group again after the rollout, and judges after the rollout from then on
-        // (grpo.judgeOverlap off, carried by the checkpoints' config).
-        const localOverlap = ctx.cfg.judge?.kind !== 'http';
-        const early = new Map<number, Promise<RewardResult[] | null>>();
-        const earlyJob = (group: Rollout[]) => handled(judge(global(group)).catch((e: unknown) => {
-          if (!localOverlap || !isPapergymError(e, ErrorCode.OOM)) throw e;
-          if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
-          ctx.cfg.grpo.judgeOverlap = 'off';
-          return null;
-        }));
+        const early = new Map<number, Promise<RewardResult[]>>();
         let sampled = false; // a report after generate returned is ignored: that group is judged from the result
-        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || early.set(p, earlyJob(group))) : undefined;
-        const rs = await ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), onGroup));
+        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || !judgeBesideDecode() || early.set(p, judgeJob(global(group)))) : undefined;
+        const sample = (og?: typeof onGroup) => (decoding = ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), og)));
+        let rs: Rollout[];
+        try {
+          rs = await sample(onGroup);
+        } catch (e) {
+          // The decode out of memory while the local judge scored beside it: the overlap turns off,
+          // the judge calls in flight end, and the chunk is sampled again (same seed: the same
+          // rollouts), its groups judged after the rollout; the early jobs' rewards are dropped.
+          decoding = undefined;
+          if (!(localJudge && perGroup && judgeCalls > 0 && isPapergymError(e, ErrorCode.OOM))) throw e;
+          ctx.log?.(`rollout: out of memory with the judge beside the decode (${(e as Error).message}); sampling this chunk again and judging after the rollout from now on (grpo.judgeOverlap off)`);
+          ctx.cfg.grpo.judgeOverlap = 'off';
+          sampled = true;
+          await Promise.allSettled([...early.values(), ...rewardJobs]);
+          early.clear();
+          rs = await sample(undefined);
+        } finally {
+          decoding = undefined;
+        }
         sampled = true;
         // generate returns n completions per prompt contiguously (a group is a block of G).
         const mapped = global(rs);
         rollouts.push(...mapped);
-        const afterRollout = (p: number) => judge(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize));
         rewardJobs.push(perGroup
-          ? handled(Promise.all(ch.map(async (_, p) => (await early.get(p)) ?? (await afterRollout(p)))).then((x) => x.flat()))
-          : judge(mapped));
+          ? handled(Promise.all(ch.map((_, p) => early.get(p) ?? judgeJob(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)))).then((x) => x.flat()))
+          : judgeJob(mapped));
       }
       // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
       return (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
