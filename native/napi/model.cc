@@ -1,6 +1,7 @@
 // JS `Model` class: an ObjectWrap around a shared Qwen3Model. Every method goes through pg::Guard
 // or a pg::Worker; every operation holds the model's lock (ModelLock, StartOnModel in
-// napi/model.h), so calls on one model are serialised.
+// napi/model.h): exclusively, so calls on one model are serialised, except the read-only
+// inference calls (generate, sequenceLogprobs, prefixLogprobs), which hold it shared.
 #include "napi/model.h"
 
 #include <torch/cuda.h>
