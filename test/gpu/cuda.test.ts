@@ -17,6 +17,7 @@ import { loadModel } from '../../lib/model/qwen3.js';
 import { generate } from '../../lib/model/policy.js';
 import { jsdLoss, grpoLoss, selectedLogprobs } from '../../lib/train/losses.js';
 import { int32, paddedBatch, readRefForward, runReference, tinyModel, type TinyName } from '../helpers/tiny.js';
+import { withFusedKernels } from '../helpers/run.js';
 
 const report: Record<string, number | string> = {};
 
@@ -172,46 +173,38 @@ describe('GPU suite (CUDA)', function () {
     const t = (n: number, s = 1) => Float32Array.from({ length: n }, () => r() * s);
     const sh = { data: t(N * H, 3), shape: [N, H] }, th = { data: t(N * H, 3), shape: [N, H] }, w = { data: t(V * H, 0.6), shape: [V, H] };
     const mask = { data: Float32Array.from({ length: N }, (_, i) => (i % 5 === 4 ? 0 : i % 3 === 0 ? 0.5 : 1)), shape: [N] };
-    const withKernels = async <T>(on: boolean, f: () => Promise<T>): Promise<T> => {
-      const prev = native().setFusedKernels(on);
-      try {
-        return await f();
-      } finally {
-        native().setFusedKernels(prev);
-      }
-    };
     for (const dtype of ['float32', 'bfloat16'] as const) {
       const tol = dtype === 'float32' ? 2e-5 : 1e-2;
       for (const beta of [0, 0.5, 1]) {
         const a = { studentHidden: sh, teacherHidden: th, weight: w, mask, beta, temperature: 0.9, device: 'cuda' as const, dtype, chunkSize: 16 };
-        const k = await withKernels(true, () => jsdLoss(a));
-        const x = await withKernels(false, () => jsdLoss(a));
+        const k = await withFusedKernels(true, () => jsdLoss(a));
+        const x = await withFusedKernels(false, () => jsdLoss(a));
         report[`kernel vs ATen JSD ${dtype} β=${beta} |Δloss|`] = Math.abs(k.loss - x.loss);
         report[`kernel vs ATen JSD ${dtype} β=${beta} grad rel`] = relErr(k.gradStudentHidden!.data as Float32Array, x.gradStudentHidden!.data as Float32Array);
         expect(Math.abs(k.loss - x.loss)).to.be.at.most(tol * Math.max(1, Math.abs(x.loss)));
         expect(relErr(k.gradStudentHidden!.data as Float32Array, x.gradStudentHidden!.data as Float32Array)).to.be.at.most(tol);
       }
-      const same = await withKernels(true, () => jsdLoss({ studentHidden: sh, teacherHidden: sh, weight: w, mask, beta: 0.5, device: 'cuda', dtype }));
+      const same = await withFusedKernels(true, () => jsdLoss({ studentHidden: sh, teacherHidden: sh, weight: w, mask, beta: 0.5, device: 'cuda', dtype }));
       expect(same.loss).to.equal(0);
       const B = 5, T = 14;
       const hid = { data: t(B * T * H, 3), shape: [B, T, H] };
       const tokens = { data: Int32Array.from({ length: B * T }, () => Math.floor((r() + 0.5) * V)), shape: [B, T] };
       const gm = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < T - (i / T | 0) * 2 ? 1 : 0)), shape: [B, T] };
       const base = { hidden: hid, weight: w, tokens, mask: gm, device: 'cuda' as const, dtype, temperature: 1.2 };
-      const lp = await withKernels(false, () => selectedLogprobs({ hidden: { data: hid.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] }, device: 'cuda', dtype, temperature: 1.2 }));
+      const lp = await withFusedKernels(false, () => selectedLogprobs({ hidden: { data: hid.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] }, device: 'cuda', dtype, temperature: 1.2 }));
       // old logprobs around the current ones: ratios on both sides of the clip range.
       const old = { data: Float32Array.from(lp.data as Float32Array, (x, i) => x + [0.5, -0.5, 0.1, 0][i % 4]!), shape: [B, T] };
       const ref = { data: Float32Array.from(lp.data as Float32Array, (x, i) => x + (i % 2 ? 30 : -0.3)), shape: [B, T] }; // some beyond the k3 clamp
       for (const betaKl of [0, 0.04]) {
         const args = { ...base, oldLogprobs: old, refLogprobs: ref, advantages: { data: Float32Array.from([1.2, -0.4, 0.3, -1.1, 0.7]), shape: [B] }, betaKl, epsLow: 0.2, epsHigh: 0.28, aggregation: 'dapo' as const, chunkSize: 16 };
-        const k = await withKernels(true, () => grpoLoss(args));
-        const x = await withKernels(false, () => grpoLoss(args));
+        const k = await withFusedKernels(true, () => grpoLoss(args));
+        const x = await withFusedKernels(false, () => grpoLoss(args));
         report[`kernel vs ATen GRPO ${dtype} βKL=${betaKl} |Δloss|`] = Math.abs(k.loss - x.loss);
         expect(Math.abs(k.loss - x.loss)).to.be.at.most(tol * Math.max(1, Math.abs(x.loss)));
         expect(relErr(k.gradHidden!.data as Float32Array, x.gradHidden!.data as Float32Array)).to.be.at.most(tol);
         expect(k.clipFraction.region).to.be.closeTo(x.clipFraction.region, 1e-6);
       }
-      const lk = await withKernels(true, () => selectedLogprobs({ hidden: { data: hid.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] }, device: 'cuda', dtype, temperature: 1.2 }));
+      const lk = await withFusedKernels(true, () => selectedLogprobs({ hidden: { data: hid.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] }, device: 'cuda', dtype, temperature: 1.2 }));
       expect(relErr(lk.data as Float32Array, lp.data as Float32Array)).to.be.at.most(1e-5);
     }
   });

@@ -22,6 +22,7 @@ import { loadModel, type Qwen3Model } from '../../lib/model/qwen3.js';
 import { generate, type GenerateOptions, type GenerateResult } from '../../lib/model/policy.js';
 import { tinyModel } from '../helpers/tiny.js';
 import { teacherForcedLogprobs } from '../helpers/sampling.js';
+import { withFusedKernels } from '../helpers/run.js';
 
 interface PathOptions {
   cudaGraphs?: boolean;
@@ -252,14 +253,6 @@ describe('GPU suite: CUDA-graph decode', function () {
       console.log('  skipping: this build has no fused CUDA kernels (no CUDA compiler at build time)');
       this.skip();
     }
-    const withKernels = async <T>(on: boolean, f: () => Promise<T>): Promise<T> => {
-      const prev = native().setFusedKernels(on);
-      try {
-        return await f();
-      } finally {
-        native().setFusedKernels(prev);
-      }
-    };
     for (const name of ['tiny-untied', 'tiny-qwen25'] as const) {
       for (const dtype of ['float32', 'bfloat16'] as const) {
         const m = await loadModel(tinyModel(name), { device: 'cuda', dtype });
@@ -267,8 +260,8 @@ describe('GPU suite: CUDA-graph decode', function () {
           const o = { prompts, n: 2, temperature: 0.9, topK: 20, maxNewTokens: 48, stopIds: [] as number[], seed: 3 };
           for (const path of [{}, { cudaGraphs: false, staticCache: true, padToBucket: true }, { cudaGraphs: false }] as PathOptions[]) {
             const tag = `${name} ${dtype} ${JSON.stringify(path)}`;
-            const k = await withKernels(true, () => run(m, { ...o, ...path }));
-            const x = await withKernels(false, () => run(m, { ...o, ...path }));
+            const k = await withFusedKernels(true, () => run(m, { ...o, ...path }));
+            const x = await withFusedKernels(false, () => run(m, { ...o, ...path }));
             if (dtype === 'float32') {
               expect(ids(k), tag).to.deep.equal(ids(x));
               expect(maxLpDiff(k, x), tag).to.be.at.most(1e-4);
@@ -282,8 +275,8 @@ describe('GPU suite: CUDA-graph decode', function () {
               });
               expect(compared, tag).to.be.greaterThan(2 * k.completions.length);
             }
-            const fk = await withKernels(true, () => teacherForcedLogprobs(m, prompts, k.completions, 0.9));
-            const fx = await withKernels(false, () => teacherForcedLogprobs(m, prompts, k.completions, 0.9));
+            const fk = await withFusedKernels(true, () => teacherForcedLogprobs(m, prompts, k.completions, 0.9));
+            const fx = await withFusedKernels(false, () => teacherForcedLogprobs(m, prompts, k.completions, 0.9));
             let worst = 0;
             fk.forEach((row, b) => row.forEach((v, t) => (worst = Math.max(worst, Math.abs(v - fx[b]![t]!)))));
             expect(worst, `${tag} teacher-forced`).to.be.at.most(dtype === 'float32' ? 1e-4 : 0.1);

@@ -55,3 +55,13 @@ export async function rejection(p: Promise<unknown>): Promise<Error & { code?: s
   }
   throw new Error('expected a rejection');
 }
+
+/** Runs `f` with the addon's own CUDA kernels switched on or off (setFusedKernels), restoring the previous switch after. */
+export async function withFusedKernels<T>(on: boolean, f: () => Promise<T>): Promise<T> {
+  const prev = native().setFusedKernels(on);
+  try {
+    return await f();
+  } finally {
+    native().setFusedKernels(prev);
+  }
+}
