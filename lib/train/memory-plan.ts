@@ -383,8 +383,10 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   // With the overlap on (grpo.judgeOverlap on) the judge's calls must also fit beside the GRPO
   // rollout, so its maxTokensPerCall is chosen for both ('auto' decides below, with the standalone choice).
   const overlapOn = x.judgeOverlap === true && x.localJudge !== false && stagesWith('grpo');
-  const besideRollout = (t: number) =>
-    (estimatePhases(x, { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, judgeMaxTokensPerCall: t, mergeAdapter, judgeOverlap: true })['rollout-grpo'] ?? 0) <= limit;
+  // The settings chosen so far; the judge's call size is chosen next.
+  const chosen = { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, mergeAdapter };
+  const rolloutGrpo = (t: number, judgeOverlap: boolean) => estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })['rollout-grpo'] ?? 0;
+  const besideRollout = (t: number) => rolloutGrpo(t, true) <= limit;
   let judge: number;
   if (pin.judgeMaxTokensPerCall && x.judgeMaxTokensPerCall) {
     judge = x.judgeMaxTokensPerCall;
@@ -403,14 +405,14 @@ export function planMemory(x: PlanInputs): MemoryPlan {
       if (judge < alone) notes.push(`judge maxTokensPerCall ${alone} -> ${judge} to fit beside the rollout (grpo.judgeOverlap on)`);
     }
   }
-  const settings: PlanSettings = { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, judgeMaxTokensPerCall: judge, mergeAdapter };
+  const settings: PlanSettings = { ...chosen, judgeMaxTokensPerCall: judge };
   // The local judge beside the GRPO rollout: as given, or ('auto') when both fit at once.
   if (x.localJudge !== false && stagesWith('grpo')) {
     settings.judgeOverlap = x.judgeOverlap === true;
     if (x.judgeOverlap === 'auto') {
-      const both = estimatePhases(x, { ...settings, judgeOverlap: true })['rollout-grpo'] ?? 0;
+      const both = rolloutGrpo(judge, true);
       settings.judgeOverlap = both <= limit;
-      if (!settings.judgeOverlap) notes.push(`the local judge scores after the rollout: its ${gb(both - (estimatePhases(x, settings)['rollout-grpo'] ?? 0))} GB do not fit beside the rollout`);
+      if (!settings.judgeOverlap) notes.push(`the local judge scores after the rollout: its ${gb(both - rolloutGrpo(judge, false))} GB do not fit beside the rollout`);
     }
   }
   const phases = estimatePhases(x, settings);
