@@ -116,13 +116,20 @@ describe('serve soak: mixed traffic, malformed bodies and disconnects (tiny Qwen
     expect(s.errors).to.equal(0);
     gc();
     const m1 = process.memoryUsage();
+    // A second round of the same load: a leak grows RSS after both rounds (by twice as much after
+    // the second), arena noise rarely lifts both.
+    await load(2000, 96);
+    gc();
+    const m2 = process.memoryUsage();
     const mib = (x: number) => `${x >= 0 ? '+' : ''}${(x / 2 ** 20).toFixed(1)} MiB`;
-    console.log(`      soak: ${results.length} requests, ${s.steps} steps, max batch ${s.maxBatchSeen}; after the load: JS heap ${mib(m1.heapUsed - m0.heapUsed)}, rss ${mib(m1.rss - m0.rss)}`);
+    console.log(`      soak: ${results.length} requests, ${s.steps} steps, max batch ${s.maxBatchSeen}; after the load: JS heap ${mib(m1.heapUsed - m0.heapUsed)}, rss ${mib(m1.rss - m0.rss)}; after a second round: rss ${mib(m2.rss - m0.rss)}`);
     // JS objects of finished requests are all released; native memory (KV cache, tensors) is
     // reused, but glibc keeps freed pages in per-thread arenas (libuv workers run the steps), so
-    // RSS moves by ~±100 MiB between identical rounds without growing: a looser bound, after a
-    // warm-up round of the same size that brings the arenas to their level.
+    // RSS moves by ~±100 MiB between identical rounds without growing (fresh clones measured
+    // -98 … +150 MiB after one round; the same spread before and after a native change, plateauing
+    // over six rounds): a looser bound, after a warm-up round of the same size that brings the
+    // arenas to their level, on the smaller growth of two measured rounds.
     expect((m1.heapUsed - m0.heapUsed) / 2 ** 20).to.be.below(8);
-    expect((m1.rss - m0.rss) / 2 ** 20).to.be.below(128);
+    expect(Math.min(m1.rss, m2.rss) - m0.rss, 'rss growth (MiB·2^20) after the smaller of two rounds').to.be.below(128 * 2 ** 20);
   });
 });
