@@ -73,6 +73,15 @@ export interface RuntimeInfo {
 }
 
 /** CUDA caching-allocator statistics of one device, bytes. */
+/** A kernel profile (`native().profileStop()`), times in microseconds. */
+export interface ProfileResult {
+  kernels: { name: string; count: number; totalUs: number; meanUs: number; maxUs: number }[];
+  gpuUs: number;
+  gpuBusyUs: number;
+  gpuSpanUs: number;
+  events: number;
+}
+
 export interface CudaMemoryStats {
   allocatedBytes: number;
   reservedBytes: number;
@@ -903,6 +912,14 @@ export interface Addon {
   opCountStart(): void;
   /** Stops counting; per-op-name counts and their total since opCountStart. */
   opCountStop(): { total: number; ops: Record<string, number> };
+  /** Starts recording GPU activity (CUDA kernels, copies, sets; graph replays included) of every
+   * thread through libtorch's Kineto profiler (torch.profiler's engine). Throws when one already
+   * runs or this libtorch has no Kineto. */
+  profileStart(): void;
+  /** Stops the profile: GPU activities grouped by name, the `top` (default 40) with the most total
+   * time first, times in µs; `gpuBusyUs` is the union of their intervals, `gpuSpanUs` first start
+   * to last end. Writes a Chrome trace to `tracePath` when given. */
+  profileStop(opts?: { tracePath?: string; top?: number }): ProfileResult;
 
   // model (native/napi/model.cc)
   Model: AddonModelClass;

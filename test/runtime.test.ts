@@ -42,4 +42,27 @@ describe('runtime / doctor', () => {
       model.dispose();
     }
   });
+  it('profileStart/profileStop: one profile at a time, argument errors, and on CPU no GPU activity', async function () {
+    this.timeout(120000);
+    const model = await loadModel(tinyModel('tiny-tied'));
+    try {
+      native().profileStart();
+      try {
+        expect(() => native().profileStart()).to.throw(/already running/);
+        expect(() => native().profileStop({ top: 0 })).to.throw(/opts\.top must be a number >= 1/);
+        expect(() => native().profileStop({ tracePath: 3 as unknown as string })).to.throw(/tracePath must be a string/);
+        await model.forward({ inputIds: { data: Int32Array.from([1, 2, 3, 4]), shape: [1, 4] } });
+      } finally {
+        const r = native().profileStop({ top: 3 });
+        // A CPU model launches no GPU work: the profile's GPU side is empty (the GPU suite's
+        // decode-graphs test checks the kernels of a CUDA decode).
+        expect(r.events).to.equal(0);
+        expect(r.kernels).to.deep.equal([]);
+        expect(r.gpuBusyUs).to.equal(0);
+      }
+      expect(() => native().profileStop()).to.throw(/no profile is running/);
+    } finally {
+      model.dispose();
+    }
+  });
 });

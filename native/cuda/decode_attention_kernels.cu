@@ -3,10 +3,11 @@
 // Pass 1 (grid: splits × nkv × B, 4 warps): CTA (split, j, b) reads keys [max(start, split·kChunk),
 // min(slot + 1, (split + 1)·kChunk)) of KV head j of row b — nothing before start[b] or after
 // slot, so the cost follows the live length, not the capacity — for all rep query heads of j at
-// once (each K/V row is read once per KV head). A warp takes every 4th key: the D elements of a
-// row are spread over the 32 lanes (E = ceil(D / 32) each), the dot product is a shuffle reduction,
-// and each warp keeps an online softmax (running max m, denominator l, weighted V sum) per query
-// head. The 4 warps are merged in shared memory into one partial (m, l, acc[D]) per (row, head,
+// once (each K/V row is read once per KV head). The warps take the keys U at a time, round robin
+// (U consecutive keys per warp and iteration, all U rows loaded before the first is used): the D
+// elements of a row are spread over the 32 lanes (E = ceil(D / 32) each, one vector load), the
+// dot products are shuffle reductions, and each warp keeps an online softmax (running max m,
+// denominator l, weighted V sum) per query head, updated once per U keys. The 4 warps are merged in shared memory into one partial (m, l, acc[D]) per (row, head,
 // split). Pass 2 (grid: B · nh): merges the splits, o = acc / l, rounded once to the output dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,6 +15,8 @@
 #include <stdint.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/convert.cuh"
 #include "cuda/decode_attention_kernels.h"
@@ -27,7 +30,41 @@ constexpr int64_t kChunk = 128;  // keys per split
 
 int64_t Splits(int64_t C) { return (C + kChunk - 1) / kChunk; }
 
-template <typename T, int E, int R>
+// Loads the E elements of lane `lane` of one D-element row (elements lane·E … lane·E + E - 1) as
+// floats: one vector load when the row is whole (D == 32·E; rows start 2·D-byte aligned, so the
+// lane's E elements are E·sizeof(T)-byte aligned), element by element (zeros past D) otherwise.
+template <typename T, int E>
+__device__ __forceinline__ void LoadLane(const T* __restrict__ row, int lane, int64_t D, float (&out)[E]) {
+  constexpr int kBytes = E * static_cast<int>(sizeof(T));
+  if (D == 32 * E) {
+    alignas(16) T tmp[E];
+    const T* p = row + lane * E;
+    if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+      for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<uint4*>(tmp)[i] = reinterpret_cast<const uint4*>(p)[i];
+    } else if constexpr (kBytes == 8) {
+      *reinterpret_cast<uint2*>(tmp) = *reinterpret_cast<const uint2*>(p);
+    } else if constexpr (kBytes == 4) {
+      *reinterpret_cast<uint32_t*>(tmp) = *reinterpret_cast<const uint32_t*>(p);
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) tmp[e] = p[e];
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = F(tmp[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int64_t d = lane * E + e;
+      out[e] = d < D ? F(row[d]) : 0.f;
+    }
+  }
+}
+
+// U = keys a warp takes per iteration: their K and V rows are loaded before any is used (U times
+// the bytes in flight of one key at a time), their U·R dot products reduced side by side, and the
+// online softmax updated once per iteration.
+template <typename T, int E, int R, int U>
 __global__ void __launch_bounds__(kWarps * 32) PartialKernel(const T* __restrict__ q, const T* __restrict__ k,
                                                              const T* __restrict__ v, const int32_t* __restrict__ start,
                                                              const int64_t* __restrict__ slot, float* __restrict__ part_acc,
@@ -44,37 +81,65 @@ __global__ void __launch_bounds__(kWarps * 32) PartialKernel(const T* __restrict
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.f;
+    LoadLane<T, E>(q + (b * nh + j * R + r) * D, lane, D, qr[r]);
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      const int64_t d = lane * E + e;
-      qr[r][e] = d < D ? F(q[(b * nh + j * R + r) * D + d]) * scale_log2 : 0.f;
+      qr[r][e] *= scale_log2;
       acc[r][e] = 0.f;
     }
   }
   const T* kb = k + (b * nkv + j) * C * D;
   const T* vb = v + (b * nkv + j) * C * D;
-  for (int64_t s = lo + warp; s < hi; s += kWarps) {
-    float kk[E], vv[E];
+  for (int64_t s0 = lo + warp * U; s0 < hi; s0 += kWarps * U) {
+    float kk[U][E], vv[U][E];
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const int64_t d = lane * E + e;
-      kk[e] = d < D ? F(kb[s * D + d]) : 0.f;
-      vv[e] = d < D ? F(vb[s * D + d]) : 0.f;
+    for (int u = 0; u < U; ++u) {
+      if (s0 + u < hi) {
+        LoadLane<T, E>(kb + (s0 + u) * D, lane, D, kk[u]);
+        LoadLane<T, E>(vb + (s0 + u) * D, lane, D, vv[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) kk[u][e] = vv[u][e] = 0.f;
+      }
     }
+    float dot[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float t = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) t += qr[r][e] * kk[u][e];
+        dot[u][r] = t;
+      }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) dot[u][r] += __shfl_xor_sync(0xffffffffu, dot[u][r], off);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      float dot = 0.f;
+      float mx = m[r];
 #pragma unroll
-      for (int e = 0; e < E; ++e) dot += qr[r][e] * kk[e];
+      for (int u = 0; u < U; ++u)
+        if (s0 + u < hi) mx = fmaxf(mx, dot[u][r]);
+      const float corr = exp2f(m[r] - mx);  // 0 while m is -inf
+      float p[U], ps = 0.f;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-      const float mn = fmaxf(m[r], dot);
-      const float corr = exp2f(m[r] - mn);  // 0 while m is -inf
-      const float p = exp2f(dot - mn);
-      l[r] = l[r] * corr + p;
+      for (int u = 0; u < U; ++u) {
+        p[u] = s0 + u < hi ? exp2f(dot[u][r] - mx) : 0.f;
+        ps += p[u];
+      }
+      l[r] = l[r] * corr + ps;
 #pragma unroll
-      for (int e = 0; e < E; ++e) acc[r][e] = acc[r][e] * corr + p * vv[e];
-      m[r] = mn;
+      for (int e = 0; e < E; ++e) {
+        float a = acc[r][e] * corr;
+#pragma unroll
+        for (int u = 0; u < U; ++u) a += p[u] * vv[u][e];
+        acc[r][e] = a;
+      }
+      m[r] = mx;
     }
   }
 
@@ -133,6 +198,17 @@ __global__ void CombineKernel(const float* __restrict__ part_acc, const float* _
   }
 }
 
+// Keys per warp per iteration: 4 where the registers allow (q, acc and the U rows of K and V are
+// E·R + E·R + 2·U·E floats per lane); PAPERGYM_DECODE_ATTN_KEYS=1 takes one key at a time (the
+// kernel before the loads were batched, kept for an A/B).
+int KeysPerWarp() {
+  static const int keys = [] {
+    const char* e = std::getenv("PAPERGYM_DECODE_ATTN_KEYS");
+    return e && std::string(e) == "1" ? 1 : 4;
+  }();
+  return keys;
+}
+
 template <typename T, int E, int R>
 const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work,
                      int64_t B, int64_t nkv, int64_t C, int64_t D, double scale, cudaStream_t st) {
@@ -140,9 +216,14 @@ const char* LaunchER(const void* q, const void* k, const void* v, const int32_t*
   float* part_acc = work;
   float* part_ml = work + B * nh * splits * D;
   const float scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
-  PartialKernel<T, E, R><<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B)), kWarps * 32, 0, st>>>(
-      static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot, part_acc, part_ml, nkv, C, D, splits,
-      scale_log2);
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
+  constexpr int kU = E * R <= 16 ? 4 : E * R <= 32 ? 2 : 1;
+  if (kU > 1 && KeysPerWarp() > 1)
+    PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start,
+                                                             slot, part_acc, part_ml, nkv, C, D, splits, scale_log2);
+  else
+    PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start,
+                                                            slot, part_acc, part_ml, nkv, C, D, splits, scale_log2);
   if (const char* err = LaunchStatus()) return err;
   const int threads = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
   CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, 0, st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);

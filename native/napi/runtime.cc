@@ -1,8 +1,13 @@
 // Runtime surface: libtorch build facts for `doctor`, CUDA device list, memory accounting,
 // intra-op thread count. Exported as `runtimeInfo()`, `cudaMemory(device)`, `cudaResetPeak(device)`,
-// `cudaEmptyCache()`, `setNumThreads(n)`, `manualSeed(seed)`.
+// `cudaEmptyCache()`, `setNumThreads(n)`, `manualSeed(seed)`; leaf-op counts and the Kineto
+// kernel profile for the benchmarks (`opCountStart/Stop`, `profileStart/Stop`).
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/version.h>
+
+#include <algorithm>
+#include <map>
 
 #include <dlfcn.h>
 
@@ -253,6 +258,118 @@ static Napi::Value OpCountStop(const Napi::CallbackInfo& info) {
   });
 }
 
+namespace {
+// Kernel profiling (profileStart / profileStop) over libtorch's Kineto profiler (the engine of
+// torch.profiler): CUPTI records every kernel, memcpy and memset on every device and thread —
+// kernels replayed from CUDA graphs included — between the two calls.
+std::mutex g_prof_mu;
+bool g_prof_on = false;
+}  // namespace
+
+/// profileStart(): starts recording GPU activity (CUDA kernels, copies, sets) of every thread.
+/// Error when a profile is already running, or libtorch's own error when its profiler cannot
+/// start (a libtorch without Kineto, CUPTI missing).
+static Napi::Value ProfileStart(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    std::lock_guard<std::mutex> lk(g_prof_mu);
+    if (g_prof_on) throw ArgError("profileStart(): a profile is already running (call profileStop() first)");
+    using torch::profiler::impl::ActivityType;
+    using torch::profiler::impl::ProfilerConfig;
+    using torch::profiler::impl::ProfilerState;
+    const ProfilerConfig cfg(ProfilerState::KINETO);
+    const std::set<ActivityType> acts = {ActivityType::CPU, ActivityType::CUDA};
+    torch::autograd::profiler::prepareProfiler(cfg, acts);
+    torch::autograd::profiler::enableProfiler(cfg, acts);
+    g_prof_on = true;
+    return info.Env().Undefined();
+  });
+}
+
+/// profileStop(opts?: {tracePath?: string, top?: number}) -> {kernels: [{name, count, totalUs,
+/// meanUs, maxUs}] (by total time, descending, the `top` (default 40) largest), gpuUs (summed
+/// durations of all GPU activities, µs), gpuBusyUs (their union: time some activity ran, µs),
+/// gpuSpanUs (first start to last end, µs), events (GPU activities recorded)}. Writes the Chrome
+/// trace (chrome://tracing, Perfetto) to tracePath when given. ArgError when no profile runs.
+static Napi::Value ProfileStop(const Napi::CallbackInfo& info) {
+  return Guard(info.Env(), [&]() -> Napi::Value {
+    std::string trace;
+    int64_t top = 40;
+    if (info.Length() >= 1 && !info[0].IsUndefined()) {
+      if (!info[0].IsObject()) throw ArgError("profileStop(opts): opts must be an object");
+      auto o = info[0].As<Napi::Object>();
+      if (o.Has("tracePath") && !o.Get("tracePath").IsUndefined()) {
+        if (!o.Get("tracePath").IsString()) throw ArgError("profileStop(opts): opts.tracePath must be a string");
+        trace = o.Get("tracePath").As<Napi::String>().Utf8Value();
+      }
+      if (o.Has("top") && !o.Get("top").IsUndefined()) {
+        if (!o.Get("top").IsNumber() || o.Get("top").As<Napi::Number>().DoubleValue() < 1)
+          throw ArgError("profileStop(opts): opts.top must be a number >= 1");
+        top = o.Get("top").As<Napi::Number>().Int64Value();
+      }
+    }
+    std::unique_ptr<torch::autograd::profiler::ProfilerResult> res;
+    {
+      std::lock_guard<std::mutex> lk(g_prof_mu);
+      if (!g_prof_on) throw ArgError("profileStop(): no profile is running (call profileStart() first)");
+      g_prof_on = false;
+      res = torch::autograd::profiler::disableProfiler();
+    }
+    struct Agg { int64_t count = 0; uint64_t total = 0, max = 0; };
+    std::map<std::string, Agg> by_name;
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    uint64_t sum = 0;
+    for (const auto& e : res->events()) {
+      if (e.deviceType() != c10::DeviceType::CUDA) continue;
+      const uint64_t d = e.durationNs();
+      auto& a = by_name[e.name()];
+      ++a.count;
+      a.total += d;
+      a.max = std::max(a.max, d);
+      sum += d;
+      spans.emplace_back(e.startNs(), e.startNs() + d);
+    }
+    std::sort(spans.begin(), spans.end());
+    uint64_t busy = 0, cur_lo = 0, cur_hi = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (i == 0 || spans[i].first > cur_hi) {
+        busy += cur_hi - cur_lo;
+        cur_lo = spans[i].first;
+        cur_hi = spans[i].second;
+      } else {
+        cur_hi = std::max(cur_hi, spans[i].second);
+      }
+    }
+    busy += cur_hi - cur_lo;
+    uint64_t span = 0;
+    if (!spans.empty()) {
+      uint64_t end = 0;
+      for (const auto& s : spans) end = std::max(end, s.second);
+      span = end - spans.front().first;
+    }
+    if (!trace.empty()) res->save(trace);
+    std::vector<std::pair<std::string, Agg>> rows(by_name.begin(), by_name.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.total > y.second.total; });
+    auto env = info.Env();
+    auto out = Napi::Object::New(env);
+    auto ks = Napi::Array::New(env);
+    for (size_t i = 0; i < rows.size() && static_cast<int64_t>(i) < top; ++i) {
+      auto k = Napi::Object::New(env);
+      k.Set("name", rows[i].first);
+      k.Set("count", static_cast<double>(rows[i].second.count));
+      k.Set("totalUs", rows[i].second.total / 1e3);
+      k.Set("meanUs", rows[i].second.total / 1e3 / static_cast<double>(rows[i].second.count));
+      k.Set("maxUs", rows[i].second.max / 1e3);
+      ks.Set(static_cast<uint32_t>(i), k);
+    }
+    out.Set("kernels", ks);
+    out.Set("gpuUs", sum / 1e3);
+    out.Set("gpuBusyUs", busy / 1e3);
+    out.Set("gpuSpanUs", span / 1e3);
+    out.Set("events", static_cast<double>(spans.size()));
+    return out;
+  });
+}
+
 /// setFusedKernels(on: boolean): uses the own CUDA kernels (true) or the ATen paths (false) for
 /// later calls; returns the previous value. Starts from PAPERGYM_NO_FUSED_KERNELS. TypeError on a
 /// non-boolean.
@@ -269,6 +386,8 @@ void RegisterRuntime(Napi::Env env, Napi::Object exports) {
   exports.Set("setFusedKernels", Napi::Function::New(env, SetFusedKernels, "setFusedKernels"));
   exports.Set("opCountStart", Napi::Function::New(env, OpCountStart, "opCountStart"));
   exports.Set("opCountStop", Napi::Function::New(env, OpCountStop, "opCountStop"));
+  exports.Set("profileStart", Napi::Function::New(env, ProfileStart, "profileStart"));
+  exports.Set("profileStop", Napi::Function::New(env, ProfileStop, "profileStop"));
   exports.Set("runtimeInfo", Napi::Function::New(env, RuntimeInfo, "runtimeInfo"));
   exports.Set("cudaMemory", Napi::Function::New(env, CudaMemory, "cudaMemory"));
   exports.Set("cudaResetPeak", Napi::Function::New(env, CudaResetPeak, "cudaResetPeak"));

@@ -22,6 +22,10 @@
  *          --json FILE (write all numbers)  --layers N (random shapes with fewer layers, smoke tests)
  *          --no-graphs (CUDA: the dynamic decode path instead of the default static-cache CUDA-graph
  *          decode; the path taken is printed per batch on stderr and stored in --json as decode_path)
+ *          --profile (CUDA: after each timed call, the same call again under the Kineto kernel profiler,
+ *          native().profileStart/Stop: GPU µs per decode step by kernel and by kind — GEMM, decode
+ *          attention, norms, sampler, other — against the step's wall time; in --json as profile)
+ *          --profile-trace DIR (with --profile: also a Chrome trace per batch, DIR/trace_bB.json)
  * Random-shape checkpoints are made once by scripts/make_random_qwen3.py under
  * .cache/random-models/ (the tiny one by scripts/make_tiny_qwen3.py under .cache/tiny-models/).
  */
@@ -49,6 +53,8 @@ const a = benchArgs({
   'lora-bf16': { type: 'boolean', default: false },
   'top-k': { type: 'string', default: '0' },
   'adapter-mode': { type: 'string', default: 'branch' },
+  profile: { type: 'boolean', default: false },
+  'profile-trace': { type: 'string' },
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtypeName = dtypeOf(a.dtype, cuda);
@@ -80,6 +86,37 @@ const model = await loadModel(modelDir, { device: a.device, dtype: dtypeName });
 const loraRank = Number(a.lora);
 if (loraRank > 0) model.addLora({ r: loraRank, alpha: 2 * loraRank, dropout: 0, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 0 });
 if (a['lora-bf16']) model.setLoraFloat32Branch(false);
+// The kind of a GPU activity, from its kernel name (cuBLAS / CUTLASS GEMMs, the own kernels of
+// native/cuda/, ATen's sampler kernels); the rest is "other".
+function kernelKind(name) {
+  if (/gemm|gemv|xmma|cutlass|nvjet|splitKreduce|cublas/i.test(name)) return 'gemm';
+  if (/PartialKernel|CombineKernel|flash|attention/i.test(name)) return 'attention';
+  if (/RmsNorm|rms_norm|QkNormRope|Rope|SwiGlu|swiglu/i.test(name)) return 'norm/rope/swiglu';
+  if (/topk|sort|Sort|radix|gatherTopK|cumsum|scan|Scan|softmax|Softmax|multinomial|argmax|reduce_kernel|Reduce/i.test(name)) return 'sampler/reductions';
+  if (/Memcpy|Memset/i.test(name)) return 'copies';
+  return 'other';
+}
+
+// The same generate call once more under the kernel profiler: GPU µs per decode step by kernel
+// and by kind, against the call's wall ms per step (the difference is time the GPU idled).
+async function profileCall(b, opts) {
+  native().profileStart();
+  const t0 = performance.now();
+  const r = await generate(model, opts);
+  const wallMs = performance.now() - t0;
+  const tracePath = a['profile-trace'] ? join(resolve(a['profile-trace']), `trace_b${b}.json`) : undefined;
+  const p = native().profileStop({ top: 400, ...(tracePath ? { tracePath } : {}) });
+  const steps = r.steps || 1;
+  const kinds = {};
+  for (const k of p.kernels) kinds[kernelKind(k.name)] = (kinds[kernelKind(k.name)] ?? 0) + k.totalUs / steps;
+  const top = p.kernels.slice(0, 12).map((k) => ({ name: k.name.slice(0, 90), us_per_step: k.totalUs / steps, calls_per_step: k.count / steps, mean_us: k.meanUs }));
+  const out = { steps, wall_ms_per_step: wallMs / steps, decode_ms_per_step: r.decodeMs / steps, gpu_busy_us_per_step: p.gpuBusyUs / steps, gpu_us_per_step: p.gpuUs / steps, kinds_us_per_step: kinds, top, events: p.events, trace: tracePath ?? null };
+  process.stderr.write(`profile batch ${b}: ${out.decode_ms_per_step.toFixed(2)} ms/step decode wall, GPU busy ${(out.gpu_busy_us_per_step / 1000).toFixed(2)} ms/step; ` +
+    Object.entries(kinds).sort((x, y) => y[1] - x[1]).map(([k, v]) => `${k} ${v.toFixed(0)} µs`).join(', ') + '\n');
+  for (const k of top.slice(0, 8)) process.stderr.write(`  ${k.us_per_step.toFixed(1).padStart(8)} µs/step  ${k.calls_per_step.toFixed(1).padStart(6)} calls  ${k.name}\n`);
+  return out;
+}
+
 const ours = [];
 const runs = batches.flatMap((b) => attentions.flatMap((att) => (loraRank > 0 ? modes : ['branch']).map((mode) => [b, att, mode])));
 for (const [b, att, mode] of runs) {
@@ -92,6 +129,7 @@ for (const [b, att, mode] of runs) {
   const peak = cuda ? native().cudaMemory(devIdx)?.peakAllocatedBytes ?? null : null;
   const adapter = loraRank ? (r.adapterMerged ? 'merged' : 'branch') : '-';
   ours.push({ batch: b, attention: r.decodeAttention ?? 'masked', lora: loraRank, adapter, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak, decode_path: r.decodePath ?? 'dynamic', batch_rows: r.batchRows ?? b, ms_per_step: r.steps ? r.decodeMs / r.steps : null });
+  if (a.profile && cuda) ours.at(-1).profile = await profileCall(b, { ...opts, maxNewTokens: newTokens });
   process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank} ${adapter}` : ''})\n`);
 }
 model.dispose();

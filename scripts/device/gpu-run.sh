@@ -83,6 +83,20 @@ for step in "$@"; do
     genmerge) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode branch,merged --no-ref --json $OUT/generate_merge_1024.json 2>&1 | tail -7 ;;
     # the inference fusions (residual add + RMSNorm, q/k norm + RoPE + KV write) off / on, merged-adapter rollouts as the trainer runs them: batch 1 / 32 / 64 / 256 × 1024 new tokens
     genfuse) for f in 0 1; do PAPERGYM_FUSED_NORM_ROPE=$f timeout 280 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_fuse$f.json 2>&1 | tail -6 | sed "s/^/fused=$f: /"; done ;;
+    # CUPTI (the kernel profiler's source) works on this machine: torch.profiler over one matmul
+    cupti) python3 -c "
+import torch
+from torch.profiler import profile, ProfilerActivity
+x = torch.randn(1024, 1024, device='cuda')
+with profile(activities=[ProfilerActivity.CUDA]) as p:
+    (x @ x).sum().item()
+print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA))" 2>&1 | tail -2 ;;
+    # the decode step by kernel (Kineto profile of the same call after each timed one): merged adapter r 64, bf16, top-k 20, 512 × 1024
+    genprof) timeout 300 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --profile --json $OUT/generate_prof.json 2>&1 | grep -vE "^bench:" | tail -60 ;;
+    # the same kernels without graphs (each op launched): what the graph replay saves, and the kernels if CUPTI misses graph replays
+    genprofeager) timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 64 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --no-graphs --profile --json $OUT/generate_prof_eager.json 2>&1 | grep -vE "^bench:" | tail -14 ;;
+    # A/B of the decode attention's key batching: one key per warp and iteration (the kernel before) against the default 4
+    genkeys) for k in 1 4; do PAPERGYM_DECODE_ATTN_KEYS=$k timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_keys$k.json 2>&1 | tail -4 | sed "s/^/keys=$k: /"; done ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)

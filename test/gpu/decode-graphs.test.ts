@@ -18,6 +18,7 @@
  */
 import { expect } from 'chai';
 import { cudaAvailable, native } from '../../lib/native.js';
+import type { ProfileResult } from '../../lib/addon.js';
 import { loadModel, type Qwen3Model } from '../../lib/model/qwen3.js';
 import { generate, type GenerateOptions, type GenerateResult } from '../../lib/model/policy.js';
 import { tinyModel } from '../helpers/tiny.js';
@@ -146,10 +147,13 @@ describe('GPU suite: CUDA-graph decode', function () {
     expect(one.steps).to.equal(7);
   });
 
-  it('live-KV attention == masked attention over every slot (fp32; GQA 2 and 4; padding, n > 1, stops, > 1 split)', async () => {
+  it('live-KV attention == masked attention over every slot (fp32; GQA 2 and 4; head_dim 16, 32, 128; padding, n > 1, stops, > 1 split)', async () => {
+    // head_dim 128 (tiny-nohd) is the real models' layout: each lane's 4 elements of a K/V row in
+    // one vector load; 32 (tiny-untied) one element per lane; 16 (tiny-tied) the element-wise path.
     const untied = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'float32' });
+    const nohd = await loadModel(tinyModel('tiny-nohd'), { device: 'cuda', dtype: 'float32' });
     try {
-      for (const [name, m] of [['tiny-tied', gpu], ['tiny-untied', untied]] as const) {
+      for (const [name, m] of [['tiny-tied', gpu], ['tiny-untied', untied], ['tiny-nohd', nohd]] as const) {
         const greedy = await run(m, { prompts, temperature: 0, maxNewTokens: 200, stopIds: [] as number[], liveKv: false });
         const gi = ids(greedy);
         const stops = [gi[1]![6]!, gi[2]![150]!];
@@ -171,11 +175,13 @@ describe('GPU suite: CUDA-graph decode', function () {
       }
     } finally {
       untied.dispose();
+      nohd.dispose();
     }
   });
 
-  it('live-KV attention in bf16: logprobs within bf16 rounding of the masked attention', async () => {
-    const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'bfloat16' });
+  for (const tiny of ['tiny-tied', 'tiny-nohd'] as const)
+  it(`live-KV attention in bf16 (${tiny}): logprobs within bf16 rounding of the masked attention`, async () => {
+    const m = await loadModel(tinyModel(tiny), { device: 'cuda', dtype: 'bfloat16' });
     try {
       const o = { prompts, n: 2, temperature: 1, topK: 20, maxNewTokens: 160, stopIds: [] as number[], seed: 9 };
       const live = await run(m, o);
@@ -246,6 +252,31 @@ describe('GPU suite: CUDA-graph decode', function () {
         m.dispose();
       }
     }
+  });
+
+  it('profileStart/profileStop record the kernels replayed from the decode graphs', async function () {
+    if (!native().runtimeInfo().fusedKernels) {
+      console.log('  skipping: this build has no own CUDA kernels to look for (no CUDA compiler at build time)');
+      this.skip();
+    }
+    const o = { prompts, temperature: 0, maxNewTokens: 40, stopIds: [] as number[] };
+    await run(gpu, o); // graphs captured before the profile: the profile sees replays only
+    native().profileStart();
+    let r: PathResult;
+    let p: ProfileResult;
+    try {
+      r = await run(gpu, o);
+    } finally {
+      p = native().profileStop({ top: 1000 });
+    }
+    expect(r.decodePath).to.equal('cuda-graphs');
+    expect(r.decodeAttention).to.equal('live-kv');
+    expect(p.events, 'GPU activities recorded (CUPTI)').to.be.greaterThan(0);
+    // One split-K attention pass per layer and decode step (2 layers), all from graph replays.
+    const partial = p.kernels.filter((k) => k.name.includes('PartialKernel')).reduce((n, k) => n + k.count, 0);
+    expect(partial).to.be.at.least(2 * (r.steps - 1));
+    expect(p.gpuBusyUs).to.be.greaterThan(0).and.at.most(p.gpuSpanUs + 1e-6);
+    expect(p.gpuUs).to.be.at.least(p.gpuBusyUs - 1e-6);
   });
 
   it('inference fusions (residual add + RMSNorm; q/k norm + RoPE + KV-cache write) == the ATen ops: float32 ids and logprobs on every decode path and the teacher-forced forward, bf16 within rounding; Qwen3 and Qwen2.5 (no q/k norm, biases)', async function () {
