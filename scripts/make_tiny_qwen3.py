@@ -22,6 +22,9 @@ Configs (vocab 151936 = the real tokenizer's embedding size, for every architect
   tiny-llama3  LlamaForCausalLM (Llama-3.2 style): no q/k norm, tied, GQA 2, rope_theta 500000, llama3 RoPE
                scaling (factor 8, low 1, high 4, original_max_position_embeddings 64)
   tiny-llama-bias  LlamaForCausalLM with attention_bias and mlp_bias true, untied, default RoPE
+  tiny-wide    Qwen3, tied, hidden 256 (a multiple of 32 vectors of 16 bytes, so the inference kernels'
+               vector paths run: residual add + RMSNorm one 16-byte vector per thread), 2 layers,
+               4 heads / 2 kv heads, head_dim 64, ffn 512
 
 Usage: python3 scripts/make_tiny_qwen3.py --name tiny-tied --out DIR [--seed 0] [--dtype float32]
        [--shards N] [--keep-tied-lm-head] [--tokenizer-dir DIR] [--yes-no-readout]
@@ -70,6 +73,8 @@ CONFIGS = {
     "tiny-llama-bias": dict(arch="llama", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False,
                             attention_bias=True, mlp_bias=True),
+    "tiny-wide": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=64, tie_word_embeddings=True),
 }
 
 

@@ -90,6 +90,45 @@ describe('train: phase seconds in every step line and the progress line', functi
       expect(formatPhases({ rollout: 15.23, judge: 0, update: 10.7, checkpoint: 0.04, host: 0.3 })).to.equal('rollout 15.2s judge 0.0s update 10.7s checkpoint 0.0s host 0.3s');
     });
 
+    it('--profile-step N: the phases of step N of the stage profiled, one file per step, kernels merged per phase', async () => {
+      const runDir = join(tmp, 'profile');
+      const cfg = sftCfg(3, 0);
+      cfg.log.profileStep = 2;
+      let starts = 0;
+      let running = false;
+      const backend = {
+        ...fakeBackend(),
+        profileStart: () => {
+          expect(running, 'one profile at a time').to.equal(false);
+          running = true;
+          starts += 1;
+        },
+        profileStop: () => {
+          running = false;
+          return {
+            kernels: [
+              { name: 'nvjet_sm90_tst_128x64_TNT', count: 2, totalUs: 100, meanUs: 50, maxUs: 60 },
+              { name: 'void pg::cuda_kernels::AddRmsNormVecKernel<__nv_bfloat16>', count: 1, totalUs: 50, meanUs: 50, maxUs: 50 },
+            ],
+            gpuUs: 150, gpuBusyUs: 120, gpuSpanUs: 200, events: 3,
+          };
+        },
+      };
+      const logged: string[] = [];
+      await new Trainer(cfg, { backend, items, reward, advantages, runDir, log: (l) => void logged.push(l) }).run();
+      expect(starts, 'the update and optimizer phases of step 2 only').to.equal(2);
+      expect(readdirSync(join(runDir, 'profile'))).to.deep.equal(['sft-step2.json']);
+      const p = JSON.parse(readFileSync(join(runDir, 'profile', 'sft-step2.json'), 'utf8')) as { stage: string; step: number; phases: Record<string, { wallSeconds: number; gpuBusySeconds: number; gpuSecondsByKind: Record<string, number>; kernels: { name: string; count: number; totalUs: number }[] }> };
+      expect([p.stage, p.step]).to.deep.equal(['sft', 2]);
+      expect(Object.keys(p.phases)).to.deep.equal(['update', 'optimizer']);
+      const step2 = readLines(runDir).find((l) => l.globalStep === 2)!;
+      expect(p.phases.update!.wallSeconds).to.equal(step2.phaseSeconds!.update);
+      expect(p.phases.update!.gpuBusySeconds).to.be.closeTo(120e-6, 1e-12);
+      expect(p.phases.update!.gpuSecondsByKind).to.deep.equal({ gemm: 100e-6, 'norm/rope/swiglu': 50e-6 });
+      expect(p.phases.update!.kernels.map((k) => [k.count, k.totalUs])).to.deep.equal([[2, 100], [1, 50]]);
+      expect(logged.some((l) => /\[sft\] kernel profile of step 2: update \d+\.\d+ s, GPU busy 0\.00 s \(gemm 0\.00, norm\/rope\/swiglu 0\.00\)/.test(l)), logged.join('\n')).to.equal(true);
+    });
+
     it("each checkpoint's step line is in metrics.jsonl before the checkpoint completes (the report hook sees it)", async () => {
       const runDir = join(tmp, 'hook');
       const seen: { dir: string; last: Line }[] = [];

@@ -82,7 +82,8 @@ export interface TrainConfig {
   validation: { every: number; maxItems: number };
   /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
   checkpoint: { every: number; saveTotalLimit?: number | null };
-  log: { every: number };
+  /** `profileStep`: the 1-based step of each stage whose phases are kernel-profiled (0 = none). */
+  log: { every: number; profileStep: number };
   /**
    * GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the
    * rollout and update phases; the memory plan (lib/train/memory-plan.ts: `plan` 'auto' = on CUDA or

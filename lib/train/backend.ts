@@ -5,6 +5,7 @@
  * softmax(logits / T) over the full vocabulary, T the sampling temperature (docs/design.md §4–5).
  */
 import type { ChatMessage } from '../llm/messages.js';
+import type { ProfileResult } from '../addon.js';
 
 export interface Rollout {
   /** Index of the prompt in the generate() call. */
@@ -94,4 +95,8 @@ export interface TrainBackend {
   releaseMemory?(): number;
   /** Turns activation recompute (per-layer gradient checkpointing) on or off. Optional. */
   setRecompute?(on: boolean): void;
+  /** Starts a kernel profile of the device work until profileStop (the trainer's --profile-step). Optional. */
+  profileStart?(): void;
+  /** Stops it: GPU µs by kernel (ProfileResult). Optional, with profileStart. */
+  profileStop?(): ProfileResult;
 }

@@ -8,6 +8,7 @@ import { access, mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
 import type { JsTensor } from '../native.js';
+import type { ProfileResult } from '../addon.js';
 import { generate, type Policy, type RawCompletion } from '../model/policy.js';
 import type { TrainConfig } from '../config/train.js';
 import type { ChatMessage } from '../llm/messages.js';
@@ -141,6 +142,14 @@ export class NativeBackend implements TrainBackend {
   setRecompute(on: boolean): void {
     this.policy.model.setGradientCheckpointing(on);
     this.recompute = on;
+  }
+
+  profileStart(): void {
+    native().profileStart();
+  }
+
+  profileStop(): ProfileResult {
+    return native().profileStop({ top: 100000 });
   }
 
   /**

@@ -27,6 +27,8 @@ import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { DistContext, shard } from './dist.js';
 import { ErrorCode, isPapergymError, oomError } from '../errors.js';
+import type { ProfileResult } from '../addon.js';
+import { kernelKind } from '../util/kernels.js';
 
 /** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
 export type { TaskItem as TrainItem, RewardFn, RewardResult } from '../task/types.js';
@@ -225,16 +227,62 @@ export class Trainer {
 
   /** Wall seconds per phase of the step in flight: every key of stepPhases() of its stage, from 0. */
   private phases: Record<string, number> = {};
+  /** The step in flight's kernel profiles per phase when it is the --profile-step, else undefined. */
+  private stepProfiles: Record<string, ProfileResult[]> | undefined;
+  /** A phase's profile is running (a phase inside or beside it counts in it). */
+  private profiling = false;
   private async timed<T>(phase: StepPhase, f: () => Promise<T>): Promise<T> {
     if (!(phase in this.phases) || phase === 'checkpoint' || phase === 'host') {
       throw new Error(`phase '${phase}' is not a timed phase of the ${this.cfg.stages[this.state.stageIndex]} step (it times: ${Object.keys(this.phases).filter((k) => k !== 'checkpoint' && k !== 'host').join(', ')}); add it to the stage's phases`);
+    }
+    const { backend } = this.deps;
+    const profile = this.stepProfiles !== undefined && !this.profiling && backend.profileStart !== undefined && backend.profileStop !== undefined;
+    if (profile) {
+      backend.profileStart!();
+      this.profiling = true;
     }
     const t0 = performance.now();
     try {
       return await f();
     } finally {
       this.phases[phase] = this.phases[phase]! + (performance.now() - t0) / 1000;
+      if (profile) {
+        this.profiling = false;
+        (this.stepProfiles![phase] ??= []).push(backend.profileStop!());
+      }
     }
+  }
+
+  /**
+   * Writes the profiled step's phases to <run>/profile/<stage>-step<N>[-rankR].json: per phase its
+   * wall seconds, GPU busy seconds (the union of the kernels' intervals), GPU seconds by kind and
+   * the kernels by total time; and prints one line per phase. Returns the file.
+   */
+  private writeStepProfile(stage: string, step: number, phaseSeconds: Record<string, number>): string {
+    const phases: Record<string, unknown> = {};
+    const lines: string[] = [];
+    for (const [phase, runs] of Object.entries(this.stepProfiles ?? {})) {
+      const byName = new Map<string, { count: number; totalUs: number }>();
+      for (const r of runs) for (const k of r.kernels) {
+        const e = byName.get(k.name) ?? { count: 0, totalUs: 0 };
+        e.count += k.count;
+        e.totalUs += k.totalUs;
+        byName.set(k.name, e);
+      }
+      const kernels = [...byName.entries()].map(([name, v]) => ({ name, ...v })).sort((a, b) => b.totalUs - a.totalUs);
+      const busy = runs.reduce((n, r) => n + r.gpuBusyUs, 0) / 1e6;
+      const kinds: Record<string, number> = {};
+      for (const k of kernels) kinds[kernelKind(k.name)] = (kinds[kernelKind(k.name)] ?? 0) + k.totalUs / 1e6;
+      phases[phase] = { wallSeconds: phaseSeconds[phase] ?? null, gpuBusySeconds: busy, gpuSecondsByKind: kinds, kernels: kernels.slice(0, 60) };
+      const top = Object.entries(kinds).sort((a, b) => b[1] - a[1]).slice(0, 4).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ');
+      lines.push(`${phase} ${(phaseSeconds[phase] ?? 0).toFixed(2)} s, GPU busy ${busy.toFixed(2)} s (${top})`);
+    }
+    const dir = join(this.deps.runDir, 'profile');
+    mkdirSync(dir, { recursive: true });
+    const file = join(dir, `${stage}-step${step}${this.dist.worldSize > 1 ? `-rank${this.dist.rank}` : ''}.json`);
+    writeFileSync(file, JSON.stringify({ stage, step, rank: this.dist.rank, phases }, null, 1));
+    this.log(`[${stage}] kernel profile of step ${step}: ${lines.join('; ')} → ${file}`);
+    return file;
   }
 
   /** The last step's lines until they are written (flushStep). */
@@ -342,6 +390,7 @@ export class Trainer {
         backend.seedStep(this.dropoutSeed());
         let lr = NaN;
         this.phases = Object.fromEntries(stepPhases(impl, this.dist.worldSize).map((k) => [k, 0]));
+        this.stepProfiles = this.cfg.log.profileStep === step + 1 ? {} : undefined;
         const cursorBefore = { ...this.state.cursor };
         let m: StepResult;
         try {
@@ -397,6 +446,10 @@ export class Trainer {
           phaseSeconds,
           memory: backend.memory(),
         };
+        if (this.stepProfiles) {
+          this.writeStepProfile(stage, step + 1, phaseSeconds);
+          this.stepProfiles = undefined;
+        }
         const health = m.judge as JudgeHealth | undefined;
         const show = (phases: Record<string, number>) => {
           if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === total || fatal) progress.update(step + 1, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}`);

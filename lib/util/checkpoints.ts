@@ -37,7 +37,7 @@ export function makeCheckpointOnce(dir: string, script: string, args: string[], 
 }
 
 /** Architectures and config forms of scripts/make_tiny_qwen3.py. */
-export type TinyName = 'tiny-tied' | 'tiny-untied' | 'tiny-nohd' | 'tiny-yarn' | 'tiny-qwen25' | 'tiny-llama3' | 'tiny-llama-bias';
+export type TinyName = 'tiny-tied' | 'tiny-untied' | 'tiny-nohd' | 'tiny-yarn' | 'tiny-qwen25' | 'tiny-llama3' | 'tiny-llama-bias' | 'tiny-wide';
 
 /** Options of {@link tinyModel} (each maps to a maker flag). */
 export interface TinyOptions {

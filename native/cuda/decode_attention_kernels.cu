@@ -1,14 +1,16 @@
 // Split-K decode attention over the live KV (declarations and formula: decode_attention_kernels.h).
 //
-// Pass 1 (grid: splits × nkv × B, 4 warps): CTA (split, j, b) reads keys [max(start, split·kChunk),
-// min(slot + 1, (split + 1)·kChunk)) of KV head j of row b — nothing before start[b] or after
-// slot, so the cost follows the live length, not the capacity — for all rep query heads of j at
-// once (each K/V row is read once per KV head). The warps take the keys U at a time, round robin
-// (U consecutive keys per warp and iteration, all U rows loaded before the first is used): the D
-// elements of a row are spread over the 32 lanes (E = ceil(D / 32) each, one vector load), the
-// dot products are shuffle reductions, and each warp keeps an online softmax (running max m,
-// denominator l, weighted V sum) per query head, updated once per U keys. The 4 warps are merged in shared memory into one partial (m, l, acc[D]) per (row, head,
-// split). Pass 2 (grid: B · nh): merges the splits, o = acc / l, rounded once to the output dtype.
+// Pass 1 (grid: splits × nkv × B, 4 warps): CTA (split, j, b) reads keys
+// [max(start, split·chunk), min(slot + 1, (split + 1)·chunk)) of KV head j of row b (chunk: 32,
+// 64 or 128 keys by batch size, see Chunk) — nothing before start[b] or after slot, so the cost
+// follows the live length, not the capacity — for all rep query heads of j at once (each K/V row
+// is read once per KV head). The warps take the keys U at a time, round robin (U consecutive keys
+// per warp and iteration, all U rows loaded before the first is used): the D elements of a row
+// are spread over the 32 lanes (E = ceil(D / 32) each, one vector load), the dot products are
+// shuffle reductions, and each warp keeps an online softmax (running max m, denominator l,
+// weighted V sum) per query head, updated once per U keys. The 4 warps are merged in shared
+// memory into one partial (m, l, acc[D]) per (row, head, split). Pass 2 (grid: B · nh): merges
+// the splits, o = Σ_s 2^(m_s − M) · acc_s / L, rounded once to the output dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,9 +28,27 @@ namespace cuda_kernels {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int64_t kChunk = 128;  // keys per split
 
-int64_t Splits(int64_t C) { return (C + kChunk - 1) / kChunk; }
+// Keys per split: 128 when the batch alone gives the GPU enough CTAs (B · nh >= 512, e.g. 32 rows
+// of 16 query heads), else 64 (B · nh >= 128) or 32, so a small batch still spreads its keys over
+// the SMs (batch 1 at 128 keys per split: ~80 CTAs, each latency-bound over 8 iterations). Wider
+// when the capacity would need more than 4096 splits (the combine keeps one weight per split in
+// shared memory). PAPERGYM_DECODE_ATTN_CHUNK=32|64|128|256 fixes it (an A/B).
+int64_t Chunk(int64_t B, int64_t nh, int64_t C) {
+  static const int64_t forced = [] {
+    const char* e = std::getenv("PAPERGYM_DECODE_ATTN_CHUNK");
+    const int64_t v = e ? std::atoll(e) : 0;
+    return v == 32 || v == 64 || v == 128 || v == 256 ? v : 0;
+  }();
+  int64_t chunk = forced ? forced : B * nh >= 512 ? 128 : B * nh >= 128 ? 64 : 32;
+  while ((C + chunk - 1) / chunk > 4096) chunk *= 2;
+  return chunk;
+}
+
+int64_t Splits(int64_t B, int64_t nh, int64_t C) {
+  const int64_t chunk = Chunk(B, nh, C);
+  return (C + chunk - 1) / chunk;
+}
 
 // Loads the E elements of lane `lane` of one D-element row (elements lane·E … lane·E + E - 1) as
 // floats: one vector load when the row is whole (D == 32·E; rows start 2·D-byte aligned, so the
@@ -69,12 +89,12 @@ __global__ void __launch_bounds__(kWarps * 32) PartialKernel(const T* __restrict
                                                              const T* __restrict__ v, const int32_t* __restrict__ start,
                                                              const int64_t* __restrict__ slot, float* __restrict__ part_acc,
                                                              float* __restrict__ part_ml, int64_t nkv, int64_t C, int64_t D,
-                                                             int64_t splits, float scale_log2) {
+                                                             int64_t splits, int64_t chunk, float scale_log2) {
   const int64_t split = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t nh = nkv * R;
-  const int64_t lo = max(static_cast<int64_t>(start[b]), split * kChunk);
-  const int64_t hi = min(slot[0] + 1, (split + 1) * kChunk);
+  const int64_t lo = max(static_cast<int64_t>(start[b]), split * chunk);
+  const int64_t hi = min(slot[0] + 1, (split + 1) * chunk);
 
   float qr[R][E], acc[R][E], m[R], l[R];
 #pragma unroll
@@ -180,21 +200,44 @@ __global__ void __launch_bounds__(kWarps * 32) PartialKernel(const T* __restrict
   }
 }
 
+// One CTA per (row, head): the splits' maxima and denominators are read once into shared memory,
+// turned into one weight per split, w_s = 2^(m_s - M) / L (0 for an empty split), and every output
+// element is Σ_s w_s · acc_s — independent loads, no dependent chain per split.
 template <typename T>
 __global__ void CombineKernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml, T* __restrict__ o,
                               int64_t splits, int64_t D) {
+  extern __shared__ float wsplit[];  // [splits]
+  __shared__ float ML[2];
   const int64_t bh = blockIdx.x;
   const float* ml = part_ml + bh * splits * 2;
-  float M = -INFINITY;
-  for (int64_t s = 0; s < splits; ++s) M = fmaxf(M, ml[s * 2]);
-  float L = 0.f;
-  for (int64_t s = 0; s < splits; ++s)
-    if (ml[s * 2] != -INFINITY) L += ml[s * 2 + 1] * exp2f(ml[s * 2] - M);
+  for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) wsplit[s] = ml[s * 2];
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float M = -INFINITY;
+    for (int64_t s = threadIdx.x; s < splits; s += 32) M = fmaxf(M, wsplit[s]);
+    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    float L = 0.f;
+    for (int64_t s = threadIdx.x; s < splits; s += 32)
+      if (wsplit[s] != -INFINITY) L += ml[s * 2 + 1] * exp2f(wsplit[s] - M);
+    for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    if (threadIdx.x == 0) {
+      ML[0] = M;
+      ML[1] = L;
+    }
+  }
+  __syncthreads();
+  const float M = ML[0], L = ML[1];
+  for (int64_t s = threadIdx.x; s < splits; s += blockDim.x) {
+    const float m = wsplit[s];
+    wsplit[s] = m != -INFINITY && L > 0.f ? exp2f(m - M) / L : 0.f;
+  }
+  __syncthreads();
+  const float* acc = part_acc + bh * splits * D;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float A = 0.f;
-    for (int64_t s = 0; s < splits; ++s)
-      if (ml[s * 2] != -INFINITY) A += part_acc[(bh * splits + s) * D + d] * exp2f(ml[s * 2] - M);
-    o[bh * D + d] = To<T>(L > 0.f ? A / L : 0.f);
+#pragma unroll 4
+    for (int64_t s = 0; s < splits; ++s) A += acc[s * D + d] * wsplit[s];
+    o[bh * D + d] = To<T>(A);
   }
 }
 
@@ -212,7 +255,7 @@ int KeysPerWarp() {
 template <typename T, int E, int R>
 const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work,
                      int64_t B, int64_t nkv, int64_t C, int64_t D, double scale, cudaStream_t st) {
-  const int64_t splits = Splits(C), nh = nkv * R;
+  const int64_t nh = nkv * R, chunk = Chunk(B, nh, C), splits = (C + chunk - 1) / chunk;
   float* part_acc = work;
   float* part_ml = work + B * nh * splits * D;
   const float scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
@@ -220,13 +263,13 @@ const char* LaunchER(const void* q, const void* k, const void* v, const int32_t*
   constexpr int kU = E * R <= 16 ? 4 : E * R <= 32 ? 2 : 1;
   if (kU > 1 && KeysPerWarp() > 1)
     PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start,
-                                                             slot, part_acc, part_ml, nkv, C, D, splits, scale_log2);
+                                                             slot, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
   else
     PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start,
-                                                            slot, part_acc, part_ml, nkv, C, D, splits, scale_log2);
+                                                            slot, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
   if (const char* err = LaunchStatus()) return err;
   const int threads = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
-  CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, 0, st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);
+  CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, splits * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);
   return LaunchStatus();
 }
 
@@ -256,7 +299,7 @@ const char* LaunchT(const void* q, const void* k, const void* v, const int32_t* 
 
 bool DecodeAttentionSupported(int64_t rep, int64_t D) { return D >= 1 && D <= 256 && (rep == 1 || rep == 2 || rep == 4 || rep == 8); }
 
-int64_t DecodeAttentionWorkFloats(int64_t B, int64_t nh, int64_t C, int64_t D) { return B * nh * Splits(C) * (D + 2); }
+int64_t DecodeAttentionWorkFloats(int64_t B, int64_t nh, int64_t C, int64_t D) { return B * nh * Splits(B, nh, C) * (D + 2); }
 
 const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o,
                             float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale,

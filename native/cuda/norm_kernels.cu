@@ -47,6 +47,42 @@ __global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ 
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = To<T>(F(w[i]) * (rstd * F(sr[i])));  // own writes: no sync needed
 }
 
+// The same, one 16-byte vector of h, d and w per thread (blockDim = H / kVec16<T>, a multiple of
+// 32): every load issued before the reduction, s kept in registers for the output (no re-read).
+// Same per-element operations as AddRmsNormKernel; only the order of the sum of squares differs.
+template <typename T>
+__global__ void AddRmsNormVecKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s,
+                                    T* __restrict__ y, int64_t H, float eps) {
+  constexpr int V = kVec16<T>;
+  __shared__ float part[32];
+  const int64_t off = blockIdx.x * H + threadIdx.x * V;
+  float hv[V], dv[V], wv[V], sv[V];
+  Load16(h + off, hv);
+  Load16(d + off, dv);
+  Load16(w + threadIdx.x * V, wv);
+  float ss = 0.f;
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    sv[e] = F(To<T>(hv[e] + dv[e]));  // the residual stream, rounded to T as stored
+    ss += sv[e] * sv[e];
+  }
+  Store16(s + off, sv);
+  ss = WarpSum(ss);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (lane == 0) part[warp] = ss;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < nwarps ? part[lane] : 0.f;
+    t = WarpSum(t);
+    if (lane == 0) part[0] = t;
+  }
+  __syncthreads();
+  const float rstd = rsqrtf(part[0] / static_cast<float>(H) + eps);
+#pragma unroll
+  for (int e = 0; e < V; ++e) sv[e] = wv[e] * (rstd * sv[e]);
+  Store16(y + off, sv);
+}
+
 constexpr int kMaxPairs = static_cast<int>(kQkNormRopeMaxHeadDim / 64);  // pairs per lane: D / 2 / 32
 
 template <typename T>
@@ -118,6 +154,11 @@ template <typename T>
 const char* LaunchAddRmsNorm(const void* h, const void* d, const void* w, void* s, void* y, int64_t rows, int64_t H, float eps,
                              cudaStream_t st) {
   if (rows == 0 || H == 0) return nullptr;
+  if (rows <= 0x7fffffffLL && H % (32 * kVec16<T>) == 0 && H / kVec16<T> <= 1024 && Aligned16({h, d, w, s, y})) {
+    AddRmsNormVecKernel<T><<<static_cast<unsigned>(rows), static_cast<unsigned>(H / kVec16<T>), 0, st>>>(
+        static_cast<const T*>(h), static_cast<const T*>(d), static_cast<const T*>(w), static_cast<T*>(s), static_cast<T*>(y), H, eps);
+    return LaunchStatus();
+  }
   int threads = 32;
   while (threads < 1024 && threads * 8 < H) threads *= 2;  // about 8 elements per thread
   AddRmsNormKernel<T><<<static_cast<unsigned>(rows), threads, 0, st>>>(static_cast<const T*>(h), static_cast<const T*>(d),

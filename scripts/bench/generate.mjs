@@ -23,8 +23,8 @@
  *          --no-graphs (CUDA: the dynamic decode path instead of the default static-cache CUDA-graph
  *          decode; the path taken is printed per batch on stderr and stored in --json as decode_path)
  *          --profile (CUDA: after each timed call, the same call again under the Kineto kernel profiler,
- *          native().profileStart/Stop: GPU µs per decode step by kernel and by kind — GEMM, decode
- *          attention, norms, sampler, other — against the step's wall time; in --json as profile)
+ *          native().profileStart/Stop: GPU µs per decode step by kernel and by kind (lib/util/kernels.ts)
+ *          against the step's wall time; in --json as profile)
  *          --profile-trace DIR (with --profile: also a Chrome trace per batch, DIR/trace_bB.json)
  * Random-shape checkpoints are made once by scripts/make_random_qwen3.py under
  * .cache/random-models/ (the tiny one by scripts/make_tiny_qwen3.py under .cache/tiny-models/).
@@ -77,6 +77,7 @@ const modelDir = ensureModel();
 const { loadModel } = await lib('model/qwen3.js');
 const { generate } = await lib('model/policy.js');
 const { native } = await lib('native.js');
+const { kernelKind } = await lib('util/kernels.js');
 if (a.threads) native().setNumThreads(Number(a.threads));
 const info = native().runtimeInfo();
 // Deterministic prompts, the same for both sides.
@@ -86,17 +87,6 @@ const model = await loadModel(modelDir, { device: a.device, dtype: dtypeName });
 const loraRank = Number(a.lora);
 if (loraRank > 0) model.addLora({ r: loraRank, alpha: 2 * loraRank, dropout: 0, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 0 });
 if (a['lora-bf16']) model.setLoraFloat32Branch(false);
-// The kind of a GPU activity, from its kernel name (cuBLAS / CUTLASS GEMMs, the own kernels of
-// native/cuda/, ATen's sampler kernels); the rest is "other".
-function kernelKind(name) {
-  if (/gemm|gemv|xmma|cutlass|nvjet|splitKreduce|cublas/i.test(name)) return 'gemm';
-  if (/PartialKernel|CombineKernel|flash|attention/i.test(name)) return 'attention';
-  if (/RmsNorm|rms_norm|QkNormRope|Rope|SwiGlu|swiglu/i.test(name)) return 'norm/rope/swiglu';
-  if (/topk|sort|Sort|radix|gatherTopK|cumsum|scan|Scan|softmax|Softmax|multinomial|argmax|reduce_kernel|Reduce/i.test(name)) return 'sampler/reductions';
-  if (/Memcpy|Memset/i.test(name)) return 'copies';
-  return 'other';
-}
-
 // The same generate call once more under the kernel profiler: GPU µs per decode step by kernel
 // and by kind, against the call's wall ms per step (the difference is time the GPU idled).
 async function profileCall(b, opts) {

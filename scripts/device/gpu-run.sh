@@ -97,6 +97,11 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     genprofeager) timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --new-tokens 64 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --no-graphs --profile --json $OUT/generate_prof_eager.json 2>&1 | grep -vE "^bench:" | tail -14 ;;
     # A/B of the decode attention's key batching: one key per warp and iteration (the kernel before) against the default 4
     genkeys) for k in 1 4; do PAPERGYM_DECODE_ATTN_KEYS=$k timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_keys$k.json 2>&1 | tail -4 | sed "s/^/keys=$k: /"; done ;;
+    # A/B of the decode attention's keys per split (the default picks 32 / 64 / 128 by batch size)
+    genchunk) for c in 32 64 128; do PAPERGYM_DECODE_ATTN_CHUNK=$c timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,8,32 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_chunk$c.json 2>&1 | tail -3 | sed "s/^/chunk=$c: /"; done ;;
+    # trainphases with the kernel profile of step 3 of each stage (--profile-step 3): steps 1-2 unprofiled, step 3 by kernel
+    trainprof) timeout 330 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-trainprof --extra="--profile-step 3" --json $OUT/train_phases_prof.json 2>&1 | tee $OUT/train_prof.log | grep -E "kernel profile|step [0-9]|memory plan" | cut -c1-600
+      mkdir -p $OUT/profile && cp /tmp/pg-trainprof/profile/*.json $OUT/profile/ 2>/dev/null; ls $OUT/profile ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)

@@ -279,12 +279,13 @@ describe('GPU suite: CUDA-graph decode', function () {
     expect(p.gpuUs).to.be.at.least(p.gpuBusyUs - 1e-6);
   });
 
-  it('inference fusions (residual add + RMSNorm; q/k norm + RoPE + KV-cache write) == the ATen ops: float32 ids and logprobs on every decode path and the teacher-forced forward, bf16 within rounding; Qwen3 and Qwen2.5 (no q/k norm, biases)', async function () {
+  it('inference fusions (residual add + RMSNorm; q/k norm + RoPE + KV-cache write) == the ATen ops: float32 ids and logprobs on every decode path and the teacher-forced forward, bf16 within rounding; Qwen3 (hidden 64 and 256) and Qwen2.5 (no q/k norm, biases)', async function () {
     if (!native().runtimeInfo().fusedKernels) {
       console.log('  skipping: this build has no fused CUDA kernels (no CUDA compiler at build time)');
       this.skip();
     }
-    for (const name of ['tiny-untied', 'tiny-qwen25'] as const) {
+    // tiny-wide (hidden 256): the vector path of the residual add + RMSNorm; the others (hidden 64) the element-wise one.
+    for (const name of ['tiny-untied', 'tiny-qwen25', 'tiny-wide'] as const) {
       for (const dtype of ['float32', 'bfloat16'] as const) {
         const m = await loadModel(tinyModel(name), { device: 'cuda', dtype });
         try {
