@@ -1,8 +1,8 @@
 // Split-K decode attention over the live KV (declarations and formula: decode_attention_kernels.h).
 //
 // Pass 1 (grid: splits × nkv × B, 4 warps): CTA (split, j, b) reads keys
-// [max(start, split·chunk), min(slot + 1, (split + 1)·chunk)) of KV head j of row b (chunk: 32,
-// 64 or 128 keys by batch size, see Chunk) — nothing before start[b] or after slot, so the cost
+// [max(start, split·chunk), min(slot + 1, (split + 1)·chunk)) of KV head j of row b (chunk: 128
+// keys, see Chunk) — nothing before start[b] or after slot, so the cost
 // follows the live length, not the capacity — for all rep query heads of j at once (each K/V row
 // is read once per KV head). The warps take the keys U at a time, round robin (U consecutive keys
 // per warp and iteration, all U rows loaded before the first is used): the D elements of a row
@@ -29,18 +29,19 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// Keys per split: 128 when the batch alone gives the GPU enough CTAs (B · nh >= 512, e.g. 32 rows
-// of 16 query heads), else 64 (B · nh >= 128) or 32, so a small batch still spreads its keys over
-// the SMs (batch 1 at 128 keys per split: ~80 CTAs, each latency-bound over 8 iterations). Wider
-// when the capacity would need more than 4096 splits (the combine keeps one weight per split in
-// shared memory). PAPERGYM_DECODE_ATTN_CHUNK=32|64|128|256 fixes it (an A/B).
+// Keys per split: 128 (measured on the H200 at 1.7B shapes, batch 1 / 8 / 32 × 1024 new tokens:
+// 32 keys per split was 3–16% slower, 64 within 1% at batch 1–8 and 5% slower at 32 — more splits
+// cost more in the combine than they gain in parallelism). Wider when the capacity would need more
+// than 4096 splits (the combine keeps one weight per split in shared memory).
+// PAPERGYM_DECODE_ATTN_CHUNK=32|64|128|256 fixes it (an A/B).
 int64_t Chunk(int64_t B, int64_t nh, int64_t C) {
+  (void)B, (void)nh;
   static const int64_t forced = [] {
     const char* e = std::getenv("PAPERGYM_DECODE_ATTN_CHUNK");
     const int64_t v = e ? std::atoll(e) : 0;
     return v == 32 || v == 64 || v == 128 || v == 256 ? v : 0;
   }();
-  int64_t chunk = forced ? forced : B * nh >= 512 ? 128 : B * nh >= 128 ? 64 : 32;
+  int64_t chunk = forced ? forced : 128;
   while ((C + chunk - 1) / chunk > 4096) chunk *= 2;
   return chunk;
 }

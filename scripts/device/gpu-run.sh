@@ -102,6 +102,9 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # trainphases with the kernel profile of step 3 of each stage (--profile-step 3): steps 1-2 unprofiled, step 3 by kernel
     trainprof) timeout 330 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-trainprof --extra="--profile-step 3" --json $OUT/train_phases_prof.json 2>&1 | tee $OUT/train_prof.log | grep -E "kernel profile|step [0-9]|memory plan" | cut -c1-600
       mkdir -p $OUT/profile && cp /tmp/pg-trainprof/profile/*.json $OUT/profile/ 2>/dev/null; ls $OUT/profile ;;
+    genchunk2) for c in 128 256; do PAPERGYM_DECODE_ATTN_CHUNK=$c timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_chunk$c.json 2>&1 | tail -3 | sed "s/^/chunk=$c: /"; done ;;
+    # the OPSD step with larger micro-batches (the preset's 4 against 8 and 16): 3 OPSD steps each
+    opsdmb) for mb in 8 16; do timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 0 --extra="--opsd-micro-batch $mb" --json $OUT/train_opsd_mb$mb.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-400 | sed "s/^/mb=$mb: /"; done ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
