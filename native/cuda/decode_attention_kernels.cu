@@ -1,8 +1,8 @@
 // Split-K decode attention over the live KV (declarations and formula: decode_attention_kernels.h).
 //
 // Pass 1 (grid: splits × nkv × B, 4 warps): CTA (split, j, b) reads keys
-// [max(start, split·chunk), min(slot + 1, (split + 1)·chunk)) of KV head j of row b (chunk: 128
-// keys, see Chunk) — nothing before start[b] or after slot, so the cost
+// [max(start, split·chunk), min(slot + 1, (split + 1)·chunk)) of KV head j of row b (chunk: 128 or
+// 256 keys, see Chunk) — nothing before start[b] or after slot, so the cost
 // follows the live length, not the capacity — for all rep query heads of j at once (each K/V row
 // is read once per KV head). The warps take the keys U at a time, round robin (U consecutive keys
 // per warp and iteration, all U rows loaded before the first is used): the D elements of a row
@@ -29,19 +29,19 @@ namespace {
 
 constexpr int kWarps = 4;
 
-// Keys per split: 128 (measured on the H200 at 1.7B shapes, batch 1 / 8 / 32 × 1024 new tokens:
-// 32 keys per split was 3–16% slower, 64 within 1% at batch 1–8 and 5% slower at 32 — more splits
-// cost more in the combine than they gain in parallelism). Wider when the capacity would need more
-// than 4096 splits (the combine keeps one weight per split in shared memory).
-// PAPERGYM_DECODE_ATTN_CHUNK=32|64|128|256 fixes it (an A/B).
+// Keys per split, by the query rows the batch gives (B · nh): 256 from 1024 rows on (64 rows of
+// 16 query heads), else 128. Measured on the H200 at 1.7B shapes, 1024 new tokens, tokens/s: at
+// batch 1 / 8 / 32, 32 keys per split was 3–16% slower than 128 and 64 no faster (more splits cost
+// more in the combine than they gain in parallelism); 256 against 128 was −1% at batch 32, +2% at
+// 64 and +4.6% at 256. Wider when the capacity would need more than 4096 splits (the combine keeps
+// one weight per split in shared memory). PAPERGYM_DECODE_ATTN_CHUNK=32|64|128|256 fixes it (A/B).
 int64_t Chunk(int64_t B, int64_t nh, int64_t C) {
-  (void)B, (void)nh;
   static const int64_t forced = [] {
     const char* e = std::getenv("PAPERGYM_DECODE_ATTN_CHUNK");
     const int64_t v = e ? std::atoll(e) : 0;
     return v == 32 || v == 64 || v == 128 || v == 256 ? v : 0;
   }();
-  int64_t chunk = forced ? forced : 128;
+  int64_t chunk = forced ? forced : B * nh >= 1024 ? 256 : 128;
   while ((C + chunk - 1) / chunk > 4096) chunk *= 2;
   return chunk;
 }

@@ -5,6 +5,13 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "cuda/kernels.h"
+
+#ifdef PG_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>
+
+#include "cuda/sampler_kernels.h"
+#endif
 
 namespace pg {
 
@@ -60,6 +67,35 @@ static std::pair<at::Tensor, at::Tensor> TopKSorted(const at::Tensor& x, int64_t
   return {svals, idx.gather(1, perm)};
 }
 
+// The top-k candidates of logits / T in descending order with their ids, and the full-vocabulary
+// log-sum-exp of logits / T, from the fused kernel (cuda/sampler_kernels.h: one pass over each row,
+// no [R, V] float32 copy, no sort) where it applies: CUDA logits, the own kernels on, k <= 64.
+// Returns {} otherwise (SampleTokens then takes at::topk, a stable sort and logsumexp).
+struct TopKLse {
+  at::Tensor vals, idx, lse;
+};
+static TopKLse FusedTopK(const at::Tensor& logits, double temperature, int64_t k) {
+#ifdef PG_WITH_CUDA_KERNELS
+  namespace ck = cuda_kernels;
+  const auto dt = logits.scalar_type();
+  if (!CudaKernelsEnabled(logits) || k < 1 || k > ck::kFusedTopKMax || k > logits.size(1) || temperature <= 0.0 ||
+      (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf))
+    return {};
+  at::Tensor x = logits.contiguous();
+  const int64_t R = x.size(0), V = x.size(1);
+  auto fo = x.options().dtype(at::kFloat);
+  TopKLse out{at::empty({R, k}, fo), at::empty({R, k}, x.options().dtype(at::kLong)), at::empty({R}, fo)};
+  const ck::TopKInType t = dt == at::kFloat ? ck::TopKInType::kFloat32 : dt == at::kBFloat16 ? ck::TopKInType::kBFloat16 : ck::TopKInType::kFloat16;
+  const char* err = ck::FusedTopKLse(x.data_ptr(), static_cast<float>(temperature), out.vals.data_ptr<float>(), out.idx.data_ptr<int64_t>(),
+                                     out.lse.data_ptr<float>(), R, V, k, t, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "fused top-k kernel launch failed: ", err ? err : "");
+  return out;
+#else
+  (void)logits, (void)temperature, (void)k;
+  return {};
+#endif
+}
+
 std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, const SamplingOptions& o,
                                                const at::Tensor& uniforms) {
   if (logits_in.dim() != 2 || logits_in.size(0) < 1 || logits_in.size(1) < 1)
@@ -67,34 +103,44 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
   if (uniforms.dim() != 1 || uniforms.size(0) != logits_in.size(0))
     throw ArgError("uniforms must have shape [R]");
   at::NoGradGuard ng;
-  at::Tensor logits = logits_in.to(at::kFloat);
-  const int64_t V = logits.size(1);
+  const int64_t V = logits_in.size(1);
 
   if (o.temperature == 0.0) {
+    at::Tensor logits = logits_in.to(at::kFloat);
     at::Tensor tok = logits.argmax(-1);
     at::Tensor lp = logits.gather(1, tok.unsqueeze(1)).squeeze(1) - at::logsumexp(logits, {-1});
     return {tok, lp};
   }
 
-  at::Tensor scaled = o.temperature == 1.0 ? logits : logits / o.temperature;
-  at::Tensor mx = std::get<0>(scaled.max(-1, /*keepdim=*/true));  // [R, 1]
   const bool use_k = o.top_k > 0 && o.top_k < V;
   const bool use_p = o.top_p < 1.0;
-  auto draw = [&](const at::Tensor& w) { return Draw(w, uniforms); };
   const bool use_m = o.min_p > 0.0;
+  auto draw = [&](const at::Tensor& w) { return Draw(w, uniforms); };
   // min-p: keep scaled >= max + log(min_p), i.e. p >= min_p * p_max (min_p = 1: the maxima only).
   const double log_min_p = use_m ? std::log(o.min_p) : 0.0;
+  // Top-k candidates and the log-sum-exp in one pass where the fused kernel applies (the same
+  // candidates, so the same draws; the log-sum-exp summed in another order); else ATen below.
+  TopKLse fused = use_k ? FusedTopK(logits_in, o.temperature, o.top_k) : TopKLse{};
+  at::Tensor scaled, mx;
+  if (!fused.vals.defined()) {
+    at::Tensor logits = logits_in.to(at::kFloat);
+    scaled = o.temperature == 1.0 ? logits : logits / o.temperature;
+    mx = std::get<0>(scaled.max(-1, /*keepdim=*/true));  // [R, 1]
+  }
 
-  at::Tensor lse, tok;
   if (!use_k && !use_p) {
     // Full vocabulary: inverse CDF over exp(scaled - max) in id order (no sort needed).
     at::Tensor w = (scaled - mx).exp_();
-    lse = mx.squeeze(1) + w.sum(-1).log_();
+    at::Tensor lse = mx.squeeze(1) + w.sum(-1).log_();
     if (use_m) w = w.masked_fill(scaled < mx + log_min_p, 0.0);
-    tok = draw(w);
+    at::Tensor tok = draw(w).squeeze(1);
+    return {tok, scaled.gather(1, tok.unsqueeze(1)).squeeze(1) - lse};
+  }
+  at::Tensor vals, idx, lse;  // candidates in descending order, their vocab ids [R, K]; log-sum-exp [R]
+  if (fused.vals.defined()) {
+    vals = fused.vals, idx = fused.idx, lse = fused.lse;
   } else {
     lse = mx.squeeze(1) + (scaled - mx).exp_().sum(-1).log_();
-    at::Tensor vals, idx;  // candidates in descending order and their vocab ids, [R, K]
     if (use_k) {
       std::tie(vals, idx) = TopKSorted(scaled, o.top_k);
     } else {
@@ -107,26 +153,25 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
         if (covered.lt(o.top_p).any().item<bool>()) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
       }
     }
-    // Masses renormalised over the candidates (top-k) or the whole vocabulary (top-p alone: the
-    // candidates hold all of the nucleus).
-    at::Tensor w = (vals - vals.narrow(1, 0, 1)).exp();
-    if (use_p) {
-      at::Tensor norm = use_k ? w.sum(-1, true) : (lse.unsqueeze(1) - vals.narrow(1, 0, 1)).exp();
-      at::Tensor p = w / norm;
-      at::Tensor drop = (p.cumsum(-1) - p).ge(o.top_p);  // preceding mass already >= top_p
-      drop.select(1, 0).fill_(false);
-      w = w.masked_fill(drop, 0.0);
-    }
-    if (use_m) {
-      at::Tensor drop = vals < vals.narrow(1, 0, 1) + log_min_p;  // vals[:, 0] is the row max
-      drop.select(1, 0).fill_(false);
-      w = w.masked_fill(drop, 0.0);
-    }
-    tok = idx.gather(1, draw(w));
   }
-  tok = tok.squeeze(1);
-  at::Tensor lp = scaled.gather(1, tok.unsqueeze(1)).squeeze(1) - lse;
-  return {tok, lp};
+  // Masses renormalised over the candidates (top-k) or the whole vocabulary (top-p alone: the
+  // candidates hold all of the nucleus).
+  at::Tensor w = (vals - vals.narrow(1, 0, 1)).exp();
+  if (use_p) {
+    at::Tensor norm = use_k ? w.sum(-1, true) : (lse.unsqueeze(1) - vals.narrow(1, 0, 1)).exp();
+    at::Tensor p = w / norm;
+    at::Tensor drop = (p.cumsum(-1) - p).ge(o.top_p);  // preceding mass already >= top_p
+    drop.select(1, 0).fill_(false);
+    w = w.masked_fill(drop, 0.0);
+  }
+  if (use_m) {
+    at::Tensor drop = vals < vals.narrow(1, 0, 1) + log_min_p;  // vals[:, 0] is the row max
+    drop.select(1, 0).fill_(false);
+    w = w.masked_fill(drop, 0.0);
+  }
+  at::Tensor pos = draw(w);  // [R, 1] position among the candidates
+  // The chosen candidate's scaled logit is vals at its position (vals = scaled at idx).
+  return {idx.gather(1, pos).squeeze(1), vals.gather(1, pos).squeeze(1) - lse};
 }
 
 

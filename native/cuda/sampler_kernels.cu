@@ -1,0 +1,192 @@
+// Fused top-k + log-sum-exp over the vocabulary (declarations and contract: sampler_kernels.h).
+//
+// One CTA (16 warps) per row. Phase 1: warp w scans its contiguous slice of the row, lanes on
+// consecutive ids; every lane keeps an online (max, Σ exp) of the scaled logits, and the warp keeps
+// its k best (value, id) pairs in shared memory with the current worst of them in registers. A
+// lane whose value beats that worst is inserted warp-synchronously (ballot, then one candidate at
+// a time: overwrite the worst slot, find the new worst with a warp reduction); after the first
+// few hundred ids a candidate is rare (about k·ln(n/k) insertions for values in random order).
+// Phase 2: the warps' (max, Σ exp) merge into the row's log-sum-exp, and warp 0 takes the k best
+// of the 16·k kept pairs, best first, by the order (value descending, id ascending).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <cmath>
+
+#include "cuda/convert.cuh"
+#include "cuda/sampler_kernels.h"
+
+namespace pg {
+namespace cuda_kernels {
+namespace {
+
+constexpr int kWarps = 16;
+constexpr int kK = static_cast<int>(kFusedTopKMax);
+constexpr int kNoId = 0x7fffffff;
+
+// (a, ia) ranks before (b, ib): larger value, then smaller id.
+__device__ __forceinline__ bool Before(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict__ logits, float temperature, float* __restrict__ vals,
+                                                             int64_t* __restrict__ ids, float* __restrict__ lse, int64_t V, int k) {
+  __shared__ float bv[kWarps][kK];
+  __shared__ int bi[kWarps][kK];
+  __shared__ float wm[kWarps], ws[kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const T* row = logits + static_cast<int64_t>(blockIdx.x) * V;
+  for (int j = lane; j < k; j += 32) {
+    bv[warp][j] = -INFINITY;
+    bi[warp][j] = kNoId;
+  }
+  __syncwarp();
+  // The worst kept pair and its slot (every slot starts as (-inf, kNoId): any id ranks before it).
+  float worst = -INFINITY;
+  int worst_id = kNoId, worst_slot = 0;
+  float m = -INFINITY, s = 0.f;  // this lane's online max and Σ exp(x - m)
+  const int64_t per = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
+  const int64_t lo = warp * per, hi = min(V, lo + per);
+  for (int64_t base = lo; base < hi; base += 32) {
+    const int64_t i = base + lane;
+    float x = -INFINITY;
+    if (i < hi) {
+      x = F(row[i]);
+      if (temperature != 1.f) x = __fdiv_rn(x, temperature);
+      if (x != x) x = -INFINITY;  // NaN: never selected, and -inf in the sum below (the row's lse stays finite)
+      if (x > m) {
+        s = s * expf(m - x) + 1.f;  // m = -inf: expf(-inf) = 0
+        m = x;
+      } else if (x != -INFINITY) {
+        s += expf(x - m);
+      }
+    }
+    const int id = static_cast<int>(i);
+    unsigned want = __ballot_sync(0xffffffffu, i < hi && Before(x, id, worst, worst_id));
+    while (want) {
+      const int src = __ffs(want) - 1;
+      want &= want - 1;
+      const float cx = __shfl_sync(0xffffffffu, x, src);
+      const int cid = __shfl_sync(0xffffffffu, id, src);
+      if (!Before(cx, cid, worst, worst_id)) continue;  // the worst rose since the ballot
+      if (lane == 0) {
+        bv[warp][worst_slot] = cx;
+        bi[warp][worst_slot] = cid;
+      }
+      __syncwarp();
+      // New worst: the pair that ranks last among the k kept.
+      float wv = INFINITY;
+      int wi = -1, ws_slot = 0;
+      for (int j = lane; j < k; j += 32) {
+        const float v = bv[warp][j];
+        const int vi = bi[warp][j];
+        if (wi < 0 || Before(wv, wi, v, vi)) {
+          wv = v;
+          wi = vi;
+          ws_slot = j;
+        }
+      }
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, wv, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, wi, off);
+        const int os = __shfl_xor_sync(0xffffffffu, ws_slot, off);
+        if (oi >= 0 && (wi < 0 || Before(wv, wi, ov, oi))) {
+          wv = ov;
+          wi = oi;
+          ws_slot = os;
+        }
+      }
+      worst = wv;
+      worst_id = wi;
+      worst_slot = ws_slot;
+      __syncwarp();
+    }
+  }
+  // Row log-sum-exp: lanes, then warps.
+  for (int off = 16; off > 0; off >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, off);
+    const float os = __shfl_xor_sync(0xffffffffu, s, off);
+    const float nm = fmaxf(m, om);
+    s = (nm == -INFINITY) ? 0.f : s * expf(m - nm) + os * expf(om - nm);
+    m = nm;
+  }
+  if (lane == 0) {
+    wm[warp] = m;
+    ws[warp] = s;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  {
+    float M = lane < kWarps ? wm[lane] : -INFINITY, S = lane < kWarps ? ws[lane] : 0.f;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float om = __shfl_xor_sync(0xffffffffu, M, off);
+      const float os = __shfl_xor_sync(0xffffffffu, S, off);
+      const float nm = fmaxf(M, om);
+      S = (nm == -INFINITY) ? 0.f : S * expf(M - nm) + os * expf(om - nm);
+      M = nm;
+    }
+    if (lane == 0) lse[blockIdx.x] = M + logf(S);
+  }
+  // The k best of the kWarps · k kept pairs, best first; a taken pair is marked with id -1.
+  float* cv = &bv[0][0];
+  int* ci = &bi[0][0];
+  const int n = kWarps * kK;
+  for (int j = 0; j < k; ++j) {
+    float best = -INFINITY;
+    int best_id = -1, best_at = -1;
+    for (int c = lane; c < n; c += 32) {
+      if ((c % kK) >= k || ci[c] < 0) continue;
+      if (best_at < 0 || Before(cv[c], ci[c], best, best_id)) {
+        best = cv[c];
+        best_id = ci[c];
+        best_at = c;
+      }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_id, off);
+      const int oa = __shfl_xor_sync(0xffffffffu, best_at, off);
+      if (oa >= 0 && (best_at < 0 || Before(ov, oi, best, best_id))) {
+        best = ov;
+        best_id = oi;
+        best_at = oa;
+      }
+    }
+    if (lane == 0) {
+      const int64_t o = static_cast<int64_t>(blockIdx.x) * k + j;
+      vals[o] = best;
+      // A row with fewer than k non-NaN logits keeps unfilled slots (kNoId): clamp into the vocabulary.
+      ids[o] = best_id < 0 || best_id >= V ? V - 1 : best_id;
+      if (best_at >= 0) ci[best_at] = -1;
+    }
+    __syncwarp();
+  }
+}
+
+}  // namespace
+
+const char* FusedTopKLse(const void* logits, float temperature, float* vals, int64_t* ids, float* lse, int64_t R, int64_t V,
+                         int64_t k, TopKInType type, void* stream) {
+  if (R == 0) return nullptr;
+  if (k < 1 || k > kFusedTopKMax || k > V) return "fused top-k: k must be in [1, min(V, 64)]";
+  if (V >= kNoId || R > 0x7fffffffLL) return "fused top-k: too many rows or ids";
+  auto st = static_cast<cudaStream_t>(stream);
+  const unsigned grid = static_cast<unsigned>(R);
+  const int kk = static_cast<int>(k);
+  switch (type) {
+    case TopKInType::kFloat32:
+      TopKLseKernel<float><<<grid, kWarps * 32, 0, st>>>(static_cast<const float*>(logits), temperature, vals, ids, lse, V, kk);
+      break;
+    case TopKInType::kBFloat16:
+      TopKLseKernel<__nv_bfloat16><<<grid, kWarps * 32, 0, st>>>(static_cast<const __nv_bfloat16*>(logits), temperature, vals, ids, lse, V, kk);
+      break;
+    case TopKInType::kFloat16:
+      TopKLseKernel<__half><<<grid, kWarps * 32, 0, st>>>(static_cast<const __half*>(logits), temperature, vals, ids, lse, V, kk);
+      break;
+  }
+  return LaunchStatus();
+}
+
+}  // namespace cuda_kernels
+}  // namespace pg
