@@ -24,6 +24,7 @@ import { generate, type GenerateOptions, type GenerateResult } from '../../lib/m
 import { tinyModel } from '../helpers/tiny.js';
 import { teacherForcedLogprobs } from '../helpers/sampling.js';
 import { withFusedKernels } from '../helpers/run.js';
+import { prefixLogprobsScorer, sequenceLogprobsScorer } from '../../lib/judge/local.js';
 
 interface PathOptions {
   cudaGraphs?: boolean;
@@ -292,6 +293,31 @@ describe('GPU suite: CUDA-graph decode', function () {
             }
           }
         }
+      } finally {
+        if (m !== gpu) m.dispose();
+      }
+    }
+  });
+
+  it('prefixLogprobs on CUDA (shared-prefix attention: the prefix KV read in place by every suffix) == the per-prompt scorer: fp32 within 1e-5, bf16 within its rounding; GQA 2 and 4', async () => {
+    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
+    const candidates = [9454, 2753, 0];
+    for (const [name, dtype, tol] of [['tiny-tied', 'float32', 1e-5], ['tiny-untied', 'float32', 1e-5], ['tiny-tied', 'bfloat16', 0.15]] as const) {
+      let worst = 0;
+      const m = name === 'tiny-tied' && dtype === 'float32' ? gpu : await loadModel(tinyModel(name), { device: 'cuda', dtype });
+      try {
+        const shared = prefixLogprobsScorer(m, { padId: 151643, adapter: 'none' });
+        const whole = sequenceLogprobsScorer(m, { padId: 151643, adapter: 'none' });
+        for (const [P, lens] of [[1, [1]], [63, [15, 3]], [64, [16]], [65, [17, 1, 40]], [300, Array.from({ length: 17 }, (_, i) => 8 + i)]] as [number, number[]][]) {
+          const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+          const a = await shared(prefix, suffixes, candidates);
+          const b = await whole(suffixes.map((s) => [...prefix, ...s]), candidates);
+          a.forEach((row, i) => row.forEach((x, k) => {
+            worst = Math.max(worst, Math.abs(x - b[i]![k]!));
+            expect(Math.abs(x - b[i]![k]!), `${name} ${dtype} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k}`).to.be.at.most(tol);
+          }));
+        }
+        console.log(`      ${name} ${dtype}: prefixLogprobs vs per-prompt scorer, max |Δ logprob| ${worst.toExponential(2)}`);
       } finally {
         if (m !== gpu) m.dispose();
       }
