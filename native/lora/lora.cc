@@ -186,6 +186,7 @@ LoraMergeScope::~LoraMergeScope() { t_merge = prev_; }
 bool LoraMergeActive() { return t_merge && t_inference_cache && !at::GradMode::is_enabled(); }
 
 LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
+bool LoraDropoutActive() { return at::GradMode::is_enabled() || t_force_dropout; }
 LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
 
 LoraInferenceCacheScope::LoraInferenceCacheScope() : prev_(t_inference_cache) { t_inference_cache = true; }
@@ -202,14 +203,14 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
   if (!a.defined()) return base;
   if (!fp32_branch && x.scalar_type() != at::kFloat) {
     at::Tensor xd = x;
-    if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xd = at::dropout(xd, dropout, /*train=*/true);
+    if (dropout > 0 && LoraDropoutActive()) xd = at::dropout(xd, dropout, /*train=*/true);
     const auto dt = x.scalar_type();
     at::Tensor lora = at::linear(at::linear(xd, a.to(dt)), b.to(dt));
     // base + scaling·lora in one kernel (computed in float32, rounded once to the result dtype).
     return base.scalar_type() == dt ? at::add(base, lora, scaling) : at::add(base, lora.to(at::kFloat), scaling).to(base.scalar_type());
   }
   at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
-  if (dropout > 0 && (at::GradMode::is_enabled() || t_force_dropout)) xf = at::dropout(xf, dropout, /*train=*/true);
+  if (dropout > 0 && LoraDropoutActive()) xf = at::dropout(xf, dropout, /*train=*/true);
   at::Tensor lora = at::linear(at::linear(xf, a), b);
   // float32 sum (a low-precision base is promoted inside the kernel), cast back to base's dtype.
   at::Tensor sum = at::add(base, lora, scaling);

@@ -187,6 +187,11 @@ class LoraForceDropoutScope {
   bool prev_;
 };
 
+/// Whether LoraAdd applies a configured dropout now: grad mode on, or a LoraForceDropoutScope alive
+/// on this thread. Forward passes without it (scoring, sampling, the reference policy) run the
+/// adapter as with dropout 0, so they may take the grouped / fused LoRA paths.
+bool LoraDropoutActive();
+
 /// Fresh adapter tensors for `cfg` over `model` (A ~ U(+-1/sqrt(in)) from a CPU generator seeded
 /// with cfg.seed, walking modules in sorted-name order; B = 0), float32 on the model device,
 /// requires_grad = true. ArgError on r < 1, alpha <= 0, dropout outside [0, 1) or unknown targets.

@@ -863,7 +863,10 @@ at::Tensor Qwen3Impl::Decoder(const Qwen3Model& m, const at::Tensor& ids, const 
                               const KvAttention& att) {
   const Qwen3Config& c = m.cfg_;
   const LoraAdapter* ad = Resolve(m, sel);
-  const double drop = ad ? ad->config.dropout : 0.0;
+  // The adapter's dropout where LoraAdd would apply it (grad mode, recomputation); 0 in scoring
+  // and sampling forwards, which then take the grouped / fused LoRA paths (they need dropout 0)
+  // and with them the fused q/k norm + RoPE kernel — the same values: LoraAdd skips the dropout there.
+  const double drop = ad && LoraDropoutActive() ? ad->config.dropout : 0.0;
   // Low-precision LoRA branch: all A / B cast to the model dtype once for this forward.
   // In generate (LoraInferenceCacheActive) the cast is made once per call, not once per step.
   std::optional<LoraAdapter> ad_cast;
