@@ -105,6 +105,9 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     genchunk2) for c in 128 256; do PAPERGYM_DECODE_ATTN_CHUNK=$c timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64,256 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_chunk$c.json 2>&1 | tail -3 | sed "s/^/chunk=$c: /"; done ;;
     # the OPSD step with larger micro-batches (the preset's 4 against 8 and 16): 3 OPSD steps each
     opsdmb) for mb in 8 16; do timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 0 --extra="--opsd-micro-batch $mb" --json $OUT/train_opsd_mb$mb.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-400 | sed "s/^/mb=$mb: /"; done ;;
+    # the trainer at the session's final commit: 4 OPSD + 4 GRPO steps, step 4 of each kernel-profiled (steps 2-3 clean)
+    trainfinal) timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 4 --grpo-steps 4 --out /tmp/pg-trainfinal --extra="--profile-step 4" --json $OUT/train_final.json 2>&1 | tee $OUT/train_final.log | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-500
+      cp /tmp/pg-trainfinal/profile/*.json $OUT/ 2>/dev/null ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)
