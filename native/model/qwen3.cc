@@ -126,12 +126,6 @@ class Qwen3Impl {
       /// With `live_start` (int32 [B]): the live-KV kernel attends to slots [live_start[b], slot]
       /// only (LiveKvDecodeAttention) where it applies; the masked attention otherwise.
       Slot,
-      /// Every row continues one shared prefix (`prefix`: a one-row cache of P positions, slots
-      /// kept where `prefix_keep` [P] bool): the queries attend to the prefix's K/V as they are
-      /// — never repeated per row or per query head — and to their own row's keys under `allowed`
-      /// [B, 1, T, T] (key kept and causal); the two softmaxes merged by their log-sum-exps
-      /// (SharedPrefixAttention). The new K/V are not stored (Forward with a shared prefix).
-      SharedPrefix,
     };
     Kind kind = Causal;
     at::Tensor allowed;
@@ -139,50 +133,7 @@ class Qwen3Impl {
     int64_t P = 0;
     at::Tensor slot;
     at::Tensor live_start;
-    const KVCache* prefix = nullptr;
-    at::Tensor prefix_keep;
   };
-
-  /// Attention of T queries per row over a shared prefix and the row's own keys, in float32:
-  ///   o = (e^{lse_p} o_p + e^{lse_s} o_s) / (e^{lse_p} + e^{lse_s})
-  /// where o_p, lse_p are the softmax-weighted values and log-sum-exp of the scores over the
-  /// prefix keys, and o_s, lse_s the same over the row's keys (the two-level softmax of
-  /// "cascade" / shared-prefix attention, e.g. FlashInfer's; exact, not an approximation).
-  /// q [B, nh, T, hd]; k / v [B, nkv, T, hd]; prefix k / v [1, nkv, P, hd]; the query heads of
-  /// one KV head are grouped (GQA), so no K/V is repeated. Scores of masked keys are -inf; a query
-  /// with no key on one side takes nothing from it. Returns o [B, T, nh * hd] in q's dtype.
-  static at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, double sm_scale) {
-    const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), nkv = k.size(1), rep = nh / nkv;
-    const int64_t P = a.prefix->len;
-    const auto f32 = at::kFloat;
-    // One softmax side: scores [.., N, K] (masked ones -inf) -> (Σ softmax · V [.., N, hd], lse [.., N, 1]);
-    // a row with every key masked gives (0, -inf).
-    auto side = [](const at::Tensor& scores, const at::Tensor& values) {
-      at::Tensor lse = at::logsumexp(scores, -1, /*keepdim=*/true);
-      at::Tensor none = at::isinf(lse) & lse.lt(0);
-      at::Tensor p = at::exp(scores - at::where(none, at::zeros_like(lse), lse));  // rows of none: exp(-inf) = 0
-      return std::make_pair(at::matmul(p, values), lse);
-    };
-    // Prefix side: the queries of KV head j from every row and head of its group as one batch entry.
-    at::Tensor qg = q.reshape({B, nkv, rep, T, hd}).permute({1, 0, 2, 3, 4}).reshape({nkv, B * rep * T, hd}).to(f32);
-    at::Tensor kp = a.prefix->k[static_cast<size_t>(l)].narrow(2, 0, P).select(0, 0).to(f32);  // [nkv, P, hd]
-    at::Tensor vp = a.prefix->v[static_cast<size_t>(l)].narrow(2, 0, P).select(0, 0).to(f32);
-    at::Tensor bias = at::zeros({1, 1, P}, qg.options()).masked_fill(a.prefix_keep.logical_not().view({1, 1, P}), -INFINITY);
-    auto [op, lp] = side(at::baddbmm(bias, qg, kp.transpose(1, 2), 1.0, sm_scale), vp);  // [nkv, B·rep·T, hd], [.., 1]
-    op = op.view({nkv, B, rep * T, hd}).permute({1, 0, 2, 3});  // [B, nkv, rep·T, hd]
-    lp = lp.view({nkv, B, rep * T, 1}).permute({1, 0, 2, 3});
-    // Own side: [B, nkv, rep·T, T] scores of each row's queries against its own keys.
-    at::Tensor qs = q.reshape({B, nkv, rep * T, hd}).to(f32);
-    at::Tensor ss = at::matmul(qs, k.to(f32).transpose(2, 3)).mul_(sm_scale);
-    ss = ss.view({B, nkv, rep, T, T}).masked_fill(a.allowed.logical_not().unsqueeze(2), -INFINITY).view({B, nkv, rep * T, T});
-    auto [os, ls] = side(ss, v.to(f32));
-    at::Tensor m = at::maximum(lp, ls);
-    m = at::where(at::isinf(m) & m.lt(0), at::zeros_like(m), m);
-    at::Tensor wp = at::exp(lp - m), ws = at::exp(ls - m);
-    at::Tensor o = (op * wp + os * ws) / (wp + ws).clamp_min(1e-30);  // [B, nkv, rep·T, hd]
-    return o.reshape({B, nh, T, hd}).transpose(1, 2).reshape({B, T, nh * hd}).to(q.scalar_type());
-  }
 
   /// Attention of layer `l` through the seam: q [B, nh, T, hd], k / v [B, nkv, T, hd] after RoPE
   /// -> o [B, T, nh * hd]. Writes k / v into the cache first (Masked with a cache, Slot).
@@ -196,7 +147,6 @@ class Qwen3Impl {
     TORCH_CHECK(k.defined() || (a.kind == KvAttention::Slot && a.cache), "Attend: k / v may be left out only for the slot decode");
     const int64_t nkv = k.defined() ? k.size(1) : a.cache->k[static_cast<size_t>(l)].size(1);
     const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), rep = nh / nkv;
-    if (a.kind == KvAttention::SharedPrefix) return SharedPrefixAttention(a, l, q, k, v, sm_scale);
     if (a.kind == KvAttention::Causal)
       return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, sm_scale, /*enable_gqa=*/rep > 1)
           .transpose(1, 2)
@@ -769,35 +719,6 @@ KVCache Qwen3Model::NewCache(int64_t batch, int64_t capacity) const {
     kc.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, opt));
   }
   return kc;
-}
-
-at::Tensor Qwen3Model::ForwardSharedPrefix(const at::Tensor& input_ids_in, const at::Tensor& keep_in, const KVCache& prefix,
-                                           const at::Tensor& prefix_keep_in, const AdapterSel& sel) const {
-  Qwen3Impl::CheckAlive(*this);
-  const Qwen3Config& c = cfg_;
-  if (input_ids_in.dim() != 2 || input_ids_in.size(0) < 1 || input_ids_in.size(1) < 1) throw ArgError("input_ids must be non-empty [B, T]");
-  const int64_t B = input_ids_in.size(0), T = input_ids_in.size(1), P = prefix.len;
-  if (keep_in.sizes() != input_ids_in.sizes()) throw ArgError("the suffix mask must have the shape of input_ids [B, T]");
-  if (prefix.k.size() != static_cast<size_t>(c.num_hidden_layers) || P < 1 || prefix.k[0].size(0) != 1)
-    throw ArgError("the shared prefix must be a one-row KV cache of this model holding at least one position");
-  if (prefix_keep_in.dim() != 2 || prefix_keep_in.size(0) != 1 || prefix_keep_in.size(1) != P)
-    throw ArgError("the prefix mask must have shape [1, P] = [1, " + std::to_string(P) + "]");
-  if (c.max_position_embeddings > 0 && P + T > c.max_position_embeddings)
-    throw ArgError("sequence length " + std::to_string(P + T) + " exceeds the model's context (max_position_embeddings " +
-                   std::to_string(c.max_position_embeddings) + ")");
-  at::Tensor ids = input_ids_in.to(device_, at::kLong);
-  at::Tensor keep = keep_in.to(device_).ne(0);                               // [B, T]
-  at::Tensor pkeep = prefix_keep_in.to(device_).ne(0).reshape({P});           // [P]
-  // Positions continue the prefix's real tokens (its padded slots take none).
-  at::Tensor pos = (pkeep.to(at::kLong).sum() + keep.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
-  at::Tensor qi = at::arange(T, at::TensorOptions().dtype(at::kLong).device(device_));
-  Qwen3Impl::KvAttention att;
-  att.kind = Qwen3Impl::KvAttention::SharedPrefix;
-  att.allowed = keep.unsqueeze(1).unsqueeze(1) & qi.unsqueeze(0).le(qi.unsqueeze(1)).unsqueeze(0).unsqueeze(0);  // [B, 1, T, T]
-  att.prefix = &prefix;
-  att.prefix_keep = pkeep;
-  att.P = P;
-  return Qwen3Impl::Decoder(*this, ids, pos, sel, att);
 }
 
 at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor& attention_mask_in,

@@ -46,17 +46,6 @@ class Qwen3Model {
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                      const std::optional<at::Tensor>& position_ids, const AdapterSel& sel,
                      KVCache* cache = nullptr);
-  /// Decoder forward of B rows that all continue one shared prefix, without copying it per row:
-  /// input_ids [B, T] int64; keep [B, T] (1 keep, 0 pad: the row's real tokens, right-padded);
-  /// `prefix` a one-row cache (NewCache(1, ..)) filled by Forward with P = prefix.len positions;
-  /// prefix_keep [1, P] its attention mask (left padding 0). Row b's token i sits at position
-  /// (real prefix tokens) + i and attends to the prefix's kept slots and its own kept tokens up
-  /// to i — what Forward gives for that row with the prefix's K/V copied into a B-row cache, as one
-  /// softmax split in two and merged by log-sum-exp (KvAttention::SharedPrefix). Inference only
-  /// (call under no-grad); the new K/V are not stored. Returns the final-norm hidden states
-  /// [B, T, H] in the model dtype. ArgError on shape mismatches or a prefix of another shape.
-  at::Tensor ForwardSharedPrefix(const at::Tensor& input_ids, const at::Tensor& keep, const KVCache& prefix,
-                                 const at::Tensor& prefix_keep, const AdapterSel& sel) const;
   /// lm_head weight [V, H] (the embedding when tied); never requires grad.
   at::Tensor LmHeadWeight() const;
   /// hidden [..., H] -> logits [..., V] in float32 (matmul in the model dtype, fp32 accumulate).

@@ -64,6 +64,7 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
   const int64_t ctx = m.config().max_position_embeddings;
   if (ctx > 0 && P + S > ctx) P = P0, S = S0;
   const int64_t pad = P - P0;
+  const int64_t cap = P + S;
   auto lopt = at::TensorOptions().dtype(at::kLong);
   at::Tensor pre_ids = at::zeros({1, P}, lopt), pre_keep = at::zeros({1, P}, lopt);
   pre_ids.narrow(1, pad, P0).copy_(pre);
@@ -71,13 +72,22 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
   at::Tensor suf_ids = at::zeros({n, S}, lopt);
   suf_ids.narrow(1, 0, S0).copy_(suf);
   // 1) the shared prefix, once
-  KVCache one = m.NewCache(1, P);
+  KVCache one = m.NewCache(1, cap);
   m.Forward(pre_ids, pre_keep, std::nullopt, sel, &one);
-  // 2) the suffixes, right-padded, attending to the one prefix (never copied per row) and to
-  // their own real tokens (Qwen3Model::ForwardSharedPrefix)
+  // 2) its KV repeated for every suffix row
+  KVCache cache = m.NewCache(n, cap);
+  for (size_t l = 0; l < cache.k.size(); ++l) {
+    cache.k[l].narrow(2, 0, P).copy_(one.k[l].narrow(2, 0, P).expand({n, -1, -1, -1}));
+    cache.v[l].narrow(2, 0, P).copy_(one.v[l].narrow(2, 0, P).expand({n, -1, -1, -1}));
+  }
+  cache.len = P;
+  one = KVCache();
+  // 3) the suffixes, right-padded, attending to the prefix and their own real tokens
   at::Tensor lens = len.to(dev);
-  at::Tensor suf_keep = at::arange(S, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0).lt(lens.unsqueeze(1)).to(at::kLong);
-  at::Tensor h = m.ForwardSharedPrefix(suf_ids.to(dev), suf_keep, one, pre_keep, sel);  // [n, S, H]
+  at::Tensor mask = at::ones({n, cap}, at::TensorOptions().dtype(at::kLong).device(dev));
+  mask.narrow(1, 0, pad).zero_();
+  mask.narrow(1, P, S).copy_(at::arange(S, mask.options()).unsqueeze(0).lt(lens.unsqueeze(1)).to(at::kLong));
+  at::Tensor h = m.Forward(suf_ids.to(dev), mask, std::nullopt, sel, &cache);                            // [n, S, H]
   at::Tensor hs = h.gather(1, (lens - 1).view({n, 1, 1}).expand({n, 1, h.size(2)})).squeeze(1);  // [n, H]
   // fp32 logits with fp32 accumulation, as SequenceLogprobs computes them
   at::Tensor lp = at::log_softmax(loss::ChunkLogits(hs, loss::PrepareWeight(m.LmHeadWeight(), hs)), -1);
