@@ -108,6 +108,8 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # the trainer at the session's final commit: 4 OPSD + 4 GRPO steps, step 4 of each kernel-profiled (steps 2-3 clean)
     trainfinal) timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 4 --grpo-steps 4 --out /tmp/pg-trainfinal --extra="--profile-step 4" --json $OUT/train_final.json 2>&1 | tee $OUT/train_final.log | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-500
       cp /tmp/pg-trainfinal/profile/*.json $OUT/ 2>/dev/null ;;
+    # the sampler / fusion / judge tests of the decode suite only (a short verification run)
+    decodefix) npx mocha --config .mocharc.gpu.json --grep "fused top-k|live-KV attention in bf16|inference fusions|prefixLogprobs on CUDA" 2>&1 | tee $OUT/gpu-decodefix.log | grep -vE "^\s*$" | tail -30 ;;
     decodetest) npx mocha --no-config --timeout 600000 dist/test/gpu/decode-graphs.test.js 2>&1 | tee $OUT/gpu-decode-tests.log | tail -30 ;;
     memplan) for s in 1.7b:48 4b:48 8b:80; do timeout 560 node scripts/bench/memplan.mjs --shape qwen3-${s%%:*} --max-memory ${s##*:} --json $OUT/memplan_${s%%:*}_${s##*:}.json 2>&1 | tail -6; done ;;
     prebuild130)

@@ -255,11 +255,15 @@ describe('GPU suite: CUDA-graph decode', function () {
     }
   });
 
-  it('fused top-k sampler (one pass: candidates + log-sum-exp) == at::topk + sort + logsumexp: fp32 ids identical, logprobs within 1e-5; bf16 up to ties', async function () {
+  it('fused top-k sampler (one pass: candidates + log-sum-exp) == at::topk + sort + logsumexp: fp32 ids identical, logprobs within 1e-4; bf16 up to ties', async function () {
     if (!native().runtimeInfo().fusedKernels) {
       console.log('  skipping: this build has no fused CUDA kernels (no CUDA compiler at build time)');
       this.skip();
     }
+    // The kernel runs from 256 rows by default (sampler.cc FusedTopKMinRows); here from 1.
+    const minRows = process.env.PAPERGYM_FUSED_TOPK_MIN_ROWS;
+    process.env.PAPERGYM_FUSED_TOPK_MIN_ROWS = '1';
+    try {
     const cases = [
       { topK: 1, temperature: 1.0 },
       { topK: 20, temperature: 1.1 },
@@ -279,16 +283,17 @@ describe('GPU suite: CUDA-graph decode', function () {
             const x = await withFusedKernels(false, () => run(m, o));
             if (dtype === 'float32') {
               expect(ids(k), tag).to.deep.equal(ids(x));
-              expect(maxLpDiff(k, x), tag).to.be.at.most(1e-5);
+              expect(maxLpDiff(k, x), tag).to.be.at.most(1e-4); // the log-sum-exp summed in another order
             } else {
               // bf16 logits tie often: tied candidates are ordered by id here and as at::topk returns
-              // them there, so a draw may land on the other of two tied ids — with the same logprob.
+              // them there, so a draw may land on the other of two tied ids — with the same logprob
+              // (up to the log-sum-exp's summation order: 4.6e-5 measured over 151,936 ids).
               k.completions.forEach((row, i) => {
                 const other = x.completions[i]!;
                 let t = 0;
                 for (; t < row.tokenIds.length && row.tokenIds[t] === other.tokenIds[t]; t++)
-                  expect(Math.abs(row.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i} token ${t}`).to.be.at.most(1e-5);
-                if (t < row.tokenIds.length) expect(Math.abs(row.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i}: first differing id is a tie`).to.be.at.most(1e-5);
+                  expect(Math.abs(row.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i} token ${t}`).to.be.at.most(2e-4);
+                if (t < row.tokenIds.length) expect(Math.abs(row.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i}: first differing id is a tie`).to.be.at.most(2e-4);
               });
             }
           }
@@ -296,6 +301,10 @@ describe('GPU suite: CUDA-graph decode', function () {
       } finally {
         if (m !== gpu) m.dispose();
       }
+    }
+    } finally {
+      if (minRows === undefined) delete process.env.PAPERGYM_FUSED_TOPK_MIN_ROWS;
+      else process.env.PAPERGYM_FUSED_TOPK_MIN_ROWS = minRows;
     }
   });
 
