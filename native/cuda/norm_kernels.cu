@@ -17,6 +17,22 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
+// The sum of every thread's v over the block (blockDim ≤ 1024), returned to every thread; `part`
+// is __shared__ float[32] scratch.
+__device__ __forceinline__ float BlockSum(float v, float* part) {
+  v = WarpSum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < nwarps ? part[lane] : 0.f;
+    t = WarpSum(t);
+    if (lane == 0) part[0] = t;
+  }
+  __syncthreads();
+  return part[0];
+}
+
 template <typename T>
 __global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s,
                                  T* __restrict__ y, int64_t H, float eps) {
@@ -33,17 +49,7 @@ __global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ 
     const float f = F(v);
     ss += f * f;
   }
-  ss = WarpSum(ss);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (warp == 0) {
-    float t = lane < nwarps ? part[lane] : 0.f;
-    t = WarpSum(t);
-    if (lane == 0) part[0] = t;
-  }
-  __syncthreads();
-  const float rstd = rsqrtf(part[0] / static_cast<float>(H) + eps);
+  const float rstd = rsqrtf(BlockSum(ss, part) / static_cast<float>(H) + eps);
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = To<T>(F(w[i]) * (rstd * F(sr[i])));  // own writes: no sync needed
 }
 
@@ -67,17 +73,7 @@ __global__ void AddRmsNormVecKernel(const T* __restrict__ h, const T* __restrict
     ss += sv[e] * sv[e];
   }
   Store16(s + off, sv);
-  ss = WarpSum(ss);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  if (lane == 0) part[warp] = ss;
-  __syncthreads();
-  if (warp == 0) {
-    float t = lane < nwarps ? part[lane] : 0.f;
-    t = WarpSum(t);
-    if (lane == 0) part[0] = t;
-  }
-  __syncthreads();
-  const float rstd = rsqrtf(part[0] / static_cast<float>(H) + eps);
+  const float rstd = rsqrtf(BlockSum(ss, part) / static_cast<float>(H) + eps);
 #pragma unroll
   for (int e = 0; e < V; ++e) sv[e] = wv[e] * (rstd * sv[e]);
   Store16(y + off, sv);

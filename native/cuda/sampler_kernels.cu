@@ -29,6 +29,30 @@ constexpr int kNoId = 0x7fffffff;
 // (a, ia) ranks before (b, ib): larger value, then smaller id.
 __device__ __forceinline__ bool Before(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
+// A (value, id) pair and where it is kept (`at` < 0: none).
+struct Pick {
+  float v;
+  int id, at;
+};
+
+// Whether `cand` replaces `cur` when looking for the pair that ranks first (kLast false) or last.
+template <bool kLast>
+__device__ __forceinline__ bool Prefer(const Pick& cand, const Pick& cur) {
+  if (cand.at < 0) return false;
+  if (cur.at < 0) return true;
+  return kLast ? Before(cur.v, cur.id, cand.v, cand.id) : Before(cand.v, cand.id, cur.v, cur.id);
+}
+
+// The lanes' picks reduced over the warp: every lane gets the first (or last) ranked one.
+template <bool kLast>
+__device__ __forceinline__ Pick WarpPick(Pick p) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const Pick o{__shfl_xor_sync(0xffffffffu, p.v, off), __shfl_xor_sync(0xffffffffu, p.id, off), __shfl_xor_sync(0xffffffffu, p.at, off)};
+    if (Prefer<kLast>(o, p)) p = o;
+  }
+  return p;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict__ logits, float temperature, float* __restrict__ vals,
                                                              int64_t* __restrict__ ids, float* __restrict__ lse, int64_t V, int k) {
@@ -76,30 +100,15 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
       }
       __syncwarp();
       // New worst: the pair that ranks last among the k kept.
-      float wv = INFINITY;
-      int wi = -1, ws_slot = 0;
+      Pick w{INFINITY, -1, -1};
       for (int j = lane; j < k; j += 32) {
-        const float v = bv[warp][j];
-        const int vi = bi[warp][j];
-        if (wi < 0 || Before(wv, wi, v, vi)) {
-          wv = v;
-          wi = vi;
-          ws_slot = j;
-        }
+        const Pick c{bv[warp][j], bi[warp][j], j};
+        if (Prefer<true>(c, w)) w = c;
       }
-      for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, wv, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, wi, off);
-        const int os = __shfl_xor_sync(0xffffffffu, ws_slot, off);
-        if (oi >= 0 && (wi < 0 || Before(wv, wi, ov, oi))) {
-          wv = ov;
-          wi = oi;
-          ws_slot = os;
-        }
-      }
-      worst = wv;
-      worst_id = wi;
-      worst_slot = ws_slot;
+      w = WarpPick<true>(w);
+      worst = w.v;
+      worst_id = w.id;
+      worst_slot = w.at;
       __syncwarp();
     }
   }
@@ -133,32 +142,19 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
   int* ci = &bi[0][0];
   const int n = kWarps * kK;
   for (int j = 0; j < k; ++j) {
-    float best = -INFINITY;
-    int best_id = -1, best_at = -1;
+    Pick best{-INFINITY, -1, -1};
     for (int c = lane; c < n; c += 32) {
       if ((c % kK) >= k || ci[c] < 0) continue;
-      if (best_at < 0 || Before(cv[c], ci[c], best, best_id)) {
-        best = cv[c];
-        best_id = ci[c];
-        best_at = c;
-      }
+      const Pick cand{cv[c], ci[c], c};
+      if (Prefer<false>(cand, best)) best = cand;
     }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_id, off);
-      const int oa = __shfl_xor_sync(0xffffffffu, best_at, off);
-      if (oa >= 0 && (best_at < 0 || Before(ov, oi, best, best_id))) {
-        best = ov;
-        best_id = oi;
-        best_at = oa;
-      }
-    }
+    best = WarpPick<false>(best);
     if (lane == 0) {
       const int64_t o = static_cast<int64_t>(blockIdx.x) * k + j;
-      vals[o] = best;
+      vals[o] = best.v;
       // A row with fewer than k non-NaN logits keeps unfilled slots (kNoId): clamp into the vocabulary.
-      ids[o] = best_id < 0 || best_id >= V ? V - 1 : best_id;
-      if (best_at >= 0) ci[best_at] = -1;
+      ids[o] = best.id < 0 || best.id >= V ? V - 1 : best.id;
+      if (best.at >= 0) ci[best.at] = -1;
     }
     __syncwarp();
   }
