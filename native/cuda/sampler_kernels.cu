@@ -29,6 +29,17 @@ constexpr int kNoId = 0x7fffffff;
 // (a, ia) ranks before (b, ib): larger value, then smaller id.
 __device__ __forceinline__ bool Before(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
+// Merges the lanes' online (max m, Σ exp(x − m)) pairs: every lane gets the warp's.
+__device__ __forceinline__ void WarpMergeLse(float& m, float& s) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, off);
+    const float os = __shfl_xor_sync(0xffffffffu, s, off);
+    const float nm = fmaxf(m, om);
+    s = (nm == -INFINITY) ? 0.f : s * expf(m - nm) + os * expf(om - nm);
+    m = nm;
+  }
+}
+
 // A (value, id) pair and where it is kept (`at` < 0: none).
 struct Pick {
   float v;
@@ -113,13 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
     }
   }
   // Row log-sum-exp: lanes, then warps.
-  for (int off = 16; off > 0; off >>= 1) {
-    const float om = __shfl_xor_sync(0xffffffffu, m, off);
-    const float os = __shfl_xor_sync(0xffffffffu, s, off);
-    const float nm = fmaxf(m, om);
-    s = (nm == -INFINITY) ? 0.f : s * expf(m - nm) + os * expf(om - nm);
-    m = nm;
-  }
+  WarpMergeLse(m, s);
   if (lane == 0) {
     wm[warp] = m;
     ws[warp] = s;
@@ -128,13 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
   if (warp != 0) return;
   {
     float M = lane < kWarps ? wm[lane] : -INFINITY, S = lane < kWarps ? ws[lane] : 0.f;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float om = __shfl_xor_sync(0xffffffffu, M, off);
-      const float os = __shfl_xor_sync(0xffffffffu, S, off);
-      const float nm = fmaxf(M, om);
-      S = (nm == -INFINITY) ? 0.f : S * expf(M - nm) + os * expf(om - nm);
-      M = nm;
-    }
+    WarpMergeLse(M, S);
     if (lane == 0) lse[blockIdx.x] = M + logf(S);
   }
   // The k best of the kWarps · k kept pairs, best first; a taken pair is marked with id -1.
