@@ -94,6 +94,7 @@ describe('train: phase seconds in every step line and the progress line', functi
       const runDir = join(tmp, 'profile');
       const cfg = sftCfg(3, 0);
       cfg.log.profileStep = 2;
+      cfg.device = 'cuda'; // profiles are taken on CUDA runs only (the fake backend runs anywhere)
       let starts = 0;
       let running = false;
       const backend = {
@@ -127,6 +128,17 @@ describe('train: phase seconds in every step line and the progress line', functi
       expect(p.phases.update!.gpuSecondsByKind).to.deep.equal({ gemm: 100e-6, 'norm/rope/swiglu': 50e-6 });
       expect(p.phases.update!.kernels.map((k) => [k.count, k.totalUs])).to.deep.equal([[2, 100], [1, 50]]);
       expect(logged.some((l) => /\[sft\] kernel profile of step 2: update \d+\.\d+ s, GPU busy 0\.00 s \(gemm 0\.00, norm\/rope\/swiglu 0\.00\)/.test(l)), logged.join('\n')).to.equal(true);
+
+      // On the CPU: no profile, one line saying why, no profile/ directory.
+      const cpuDir = join(tmp, 'profile-cpu');
+      const cpuCfg = sftCfg(2, 0);
+      cpuCfg.log.profileStep = 1;
+      const said: string[] = [];
+      starts = 0;
+      await new Trainer(cpuCfg, { backend, items, reward, advantages, runDir: cpuDir, log: (l) => void said.push(l) }).run();
+      expect(starts).to.equal(0);
+      expect(existsSync(join(cpuDir, 'profile'))).to.equal(false);
+      expect(said.filter((l) => /--profile-step 1: no kernel profile — it records GPU kernels and this run is on cpu/.test(l))).to.have.length(1);
     });
 
     it("each checkpoint's step line is in metrics.jsonl before the checkpoint completes (the report hook sees it)", async () => {

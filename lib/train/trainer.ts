@@ -254,6 +254,21 @@ export class Trainer {
   }
 
   /**
+   * Whether --profile-step can profile this run: a backend with a profiler and a CUDA device (the
+   * profile records GPU kernels; on the CPU there are none). Says once why not.
+   */
+  private profilable(stage: string): boolean {
+    const { backend } = this.deps;
+    if (backend.profileStart && backend.profileStop && this.cfg.device.startsWith('cuda')) return true;
+    if (!this.profileSkipSaid) {
+      this.profileSkipSaid = true;
+      this.log(`[${stage}] --profile-step ${this.cfg.log.profileStep}: no kernel profile — ${this.cfg.device.startsWith('cuda') ? 'this backend has no profiler' : `it records GPU kernels and this run is on ${this.cfg.device}`}`);
+    }
+    return false;
+  }
+  private profileSkipSaid = false;
+
+  /**
    * Writes the profiled step's phases to <run>/profile/<stage>-step<N>[-rankR].json: per phase its
    * wall seconds, GPU busy seconds (the union of the kernels' intervals), GPU seconds by kind and
    * the kernels by total time; and prints one line per phase. Returns the file.
@@ -390,7 +405,7 @@ export class Trainer {
         backend.seedStep(this.dropoutSeed());
         let lr = NaN;
         this.phases = Object.fromEntries(stepPhases(impl, this.dist.worldSize).map((k) => [k, 0]));
-        this.stepProfiles = this.cfg.log.profileStep === step + 1 ? {} : undefined;
+        this.stepProfiles = this.cfg.log.profileStep === step + 1 && this.profilable(stage) ? {} : undefined;
         const cursorBefore = { ...this.state.cursor };
         let m: StepResult;
         try {
