@@ -72,7 +72,6 @@ export interface RuntimeInfo {
   parallelInfo: string;
 }
 
-/** CUDA caching-allocator statistics of one device, bytes. */
 /** A kernel profile (`native().profileStop()`), times in microseconds. */
 export interface ProfileResult {
   kernels: { name: string; count: number; totalUs: number; meanUs: number; maxUs: number }[];
@@ -82,6 +81,7 @@ export interface ProfileResult {
   events: number;
 }
 
+/** CUDA caching-allocator statistics of one device, bytes. */
 export interface CudaMemoryStats {
   allocatedBytes: number;
   reservedBytes: number;

@@ -49,7 +49,8 @@ describe('runtime / doctor', () => {
       native().profileStart();
       try {
         expect(() => native().profileStart()).to.throw(/already running/);
-        expect(() => native().profileStop({ top: 0 })).to.throw(/opts\.top must be a number >= 1/);
+        for (const top of [0, NaN, Infinity, 2.5, '3' as unknown as number])
+          expect(() => native().profileStop({ top }), String(top)).to.throw(/opts\.top must be an integer >= 1/);
         expect(() => native().profileStop({ tracePath: 3 as unknown as string })).to.throw(/tracePath must be a string/);
         await model.forward({ inputIds: { data: Int32Array.from([1, 2, 3, 4]), shape: [1, 4] } });
       } finally {

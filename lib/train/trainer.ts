@@ -236,10 +236,17 @@ export class Trainer {
       throw new Error(`phase '${phase}' is not a timed phase of the ${this.cfg.stages[this.state.stageIndex]} step (it times: ${Object.keys(this.phases).filter((k) => k !== 'checkpoint' && k !== 'host').join(', ')}); add it to the stage's phases`);
     }
     const { backend } = this.deps;
-    const profile = this.stepProfiles !== undefined && !this.profiling && backend.profileStart !== undefined && backend.profileStop !== undefined;
+    let profile = this.stepProfiles !== undefined && !this.profiling && backend.profileStart !== undefined && backend.profileStop !== undefined;
     if (profile) {
-      backend.profileStart!();
-      this.profiling = true;
+      // A profiler that cannot start (no CUPTI, one already running) costs the profile, never the step.
+      try {
+        backend.profileStart!();
+        this.profiling = true;
+      } catch (e) {
+        profile = false;
+        this.stepProfiles = undefined;
+        this.log(`[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profiler did not start (${(e as Error).message}); no profile for this step`);
+      }
     }
     const t0 = performance.now();
     try {
@@ -248,7 +255,14 @@ export class Trainer {
       this.phases[phase] = this.phases[phase]! + (performance.now() - t0) / 1000;
       if (profile) {
         this.profiling = false;
-        (this.stepProfiles![phase] ??= []).push(backend.profileStop!());
+        try {
+          const r = backend.profileStop!();
+          if (this.stepProfiles) (this.stepProfiles[phase] ??= []).push(r);
+        } catch (e) {
+          // Never in place of the phase's own error (an out-of-memory the update recovers from).
+          this.stepProfiles = undefined;
+          this.log(`[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profile of ${phase} failed (${(e as Error).message}); no profile for this step`);
+        }
       }
     }
   }

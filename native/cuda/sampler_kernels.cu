@@ -65,11 +65,12 @@ __device__ __forceinline__ Pick WarpPick(Pick p) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict__ logits, float temperature, float* __restrict__ vals,
+__global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict__ logits, float inv_temperature, float* __restrict__ vals,
                                                              int64_t* __restrict__ ids, float* __restrict__ lse, int64_t V, int k) {
   __shared__ float bv[kWarps][kK];
   __shared__ int bi[kWarps][kK];
   __shared__ float wm[kWarps], ws[kWarps];
+  __shared__ int wnan[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* row = logits + static_cast<int64_t>(blockIdx.x) * V;
   for (int j = lane; j < k; j += 32) {
@@ -81,15 +82,19 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
   float worst = -INFINITY;
   int worst_id = kNoId, worst_slot = 0;
   float m = -INFINITY, s = 0.f;  // this lane's online max and Σ exp(x - m)
+  bool nan = false;              // a NaN logit: the row's log-sum-exp is NaN (as ATen's)
   const int64_t per = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
   const int64_t lo = warp * per, hi = min(V, lo + per);
   for (int64_t base = lo; base < hi; base += 32) {
     const int64_t i = base + lane;
     float x = -INFINITY;
     if (i < hi) {
-      x = F(row[i]);
-      if (temperature != 1.f) x = __fdiv_rn(x, temperature);
-      if (x != x) x = -INFINITY;  // NaN: never selected, and -inf in the sum below (the row's lse stays finite)
+      // x · (1/T) rounded as ATen's CUDA division by a host scalar computes it (a * reciprocal(b)).
+      x = F(row[i]) * inv_temperature;
+      if (x != x) {  // NaN: never selected (ranked as -inf); the lse is NaN below
+        nan = true;
+        x = -INFINITY;
+      }
       if (x > m) {
         s = s * expf(m - x) + 1.f;  // m = -inf: expf(-inf) = 0
         m = x;
@@ -125,16 +130,19 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
   }
   // Row log-sum-exp: lanes, then warps.
   WarpMergeLse(m, s);
+  nan = __any_sync(0xffffffffu, nan);
   if (lane == 0) {
     wm[warp] = m;
     ws[warp] = s;
+    wnan[warp] = nan;
   }
   __syncthreads();
   if (warp != 0) return;
   {
     float M = lane < kWarps ? wm[lane] : -INFINITY, S = lane < kWarps ? ws[lane] : 0.f;
     WarpMergeLse(M, S);
-    if (lane == 0) lse[blockIdx.x] = M + logf(S);
+    const bool any_nan = __any_sync(0xffffffffu, lane < kWarps && wnan[lane]);
+    if (lane == 0) lse[blockIdx.x] = any_nan ? NAN : M + logf(S);
   }
   // The k best of the kWarps · k kept pairs, best first; a taken pair is marked with id -1.
   float* cv = &bv[0][0];
@@ -161,7 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
 
 }  // namespace
 
-const char* FusedTopKLse(const void* logits, float temperature, float* vals, int64_t* ids, float* lse, int64_t R, int64_t V,
+const char* FusedTopKLse(const void* logits, float inv_temperature, float* vals, int64_t* ids, float* lse, int64_t R, int64_t V,
                          int64_t k, TopKInType type, void* stream) {
   if (R == 0) return nullptr;
   if (k < 1 || k > kFusedTopKMax || k > V) return "fused top-k: k must be in [1, min(V, 64)]";
@@ -171,13 +179,13 @@ const char* FusedTopKLse(const void* logits, float temperature, float* vals, int
   const int kk = static_cast<int>(k);
   switch (type) {
     case TopKInType::kFloat32:
-      TopKLseKernel<float><<<grid, kWarps * 32, 0, st>>>(static_cast<const float*>(logits), temperature, vals, ids, lse, V, kk);
+      TopKLseKernel<float><<<grid, kWarps * 32, 0, st>>>(static_cast<const float*>(logits), inv_temperature, vals, ids, lse, V, kk);
       break;
     case TopKInType::kBFloat16:
-      TopKLseKernel<__nv_bfloat16><<<grid, kWarps * 32, 0, st>>>(static_cast<const __nv_bfloat16*>(logits), temperature, vals, ids, lse, V, kk);
+      TopKLseKernel<__nv_bfloat16><<<grid, kWarps * 32, 0, st>>>(static_cast<const __nv_bfloat16*>(logits), inv_temperature, vals, ids, lse, V, kk);
       break;
     case TopKInType::kFloat16:
-      TopKLseKernel<__half><<<grid, kWarps * 32, 0, st>>>(static_cast<const __half*>(logits), temperature, vals, ids, lse, V, kk);
+      TopKLseKernel<__half><<<grid, kWarps * 32, 0, st>>>(static_cast<const __half*>(logits), inv_temperature, vals, ids, lse, V, kk);
       break;
   }
   return LaunchStatus();

@@ -96,7 +96,9 @@ static TopKLse FusedTopK(const at::Tensor& logits, double temperature, int64_t k
   auto fo = x.options().dtype(at::kFloat);
   TopKLse out{at::empty({R, k}, fo), at::empty({R, k}, x.options().dtype(at::kLong)), at::empty({R}, fo)};
   const ck::TopKInType t = dt == at::kFloat ? ck::TopKInType::kFloat32 : dt == at::kBFloat16 ? ck::TopKInType::kBFloat16 : ck::TopKInType::kFloat16;
-  const char* err = ck::FusedTopKLse(x.data_ptr(), static_cast<float>(temperature), out.vals.data_ptr<float>(), out.idx.data_ptr<int64_t>(),
+  // 1 / T as ATen's CUDA division by a host scalar forms it (float32 reciprocal of float32 T).
+  const float inv_t = 1.0f / static_cast<float>(temperature);
+  const char* err = ck::FusedTopKLse(x.data_ptr(), inv_t, out.vals.data_ptr<float>(), out.idx.data_ptr<int64_t>(),
                                      out.lse.data_ptr<float>(), R, V, k, t, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
   TORCH_CHECK(err == nullptr, "fused top-k kernel launch failed: ", err ? err : "");
   return out;

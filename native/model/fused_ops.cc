@@ -173,6 +173,12 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
                   slot.scalar_type() == at::kLong && slot.numel() == 1 && slot.device() == q.device(),
               "LiveKvDecodeAttention: start must be int32 [B] and slot int64 [1] on q's device");
   at::Tensor qc = q.contiguous(), sc = start.contiguous(), sl = slot.contiguous();
+  // The kernel loads each lane's slice of a K/V/q row as one vector: rows must start 16-byte
+  // aligned (fresh caches and contiguous q always do; a view at an odd offset takes the masked path).
+  auto aligned = [](const at::Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && (t.size(-1) * static_cast<int64_t>(t.element_size())) % 16 == 0;
+  };
+  if (!aligned(qc) || !aligned(k) || !aligned(v)) return at::Tensor();
   at::Tensor o = at::empty_like(qc);
   at::Tensor work = at::empty({ck::DecodeAttentionWorkFloats(B, nh, C, D)}, q.options().dtype(at::kFloat));
   const char* err = ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(),

@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <dlfcn.h>
@@ -277,7 +278,9 @@ static Napi::Value ProfileStart(const Napi::CallbackInfo& info) {
     using torch::profiler::impl::ProfilerConfig;
     using torch::profiler::impl::ProfilerState;
     const ProfilerConfig cfg(ProfilerState::KINETO);
-    const std::set<ActivityType> acts = {ActivityType::CPU, ActivityType::CUDA};
+    // GPU activity only where a GPU is (Kineto reports a CUDA error on machines without one).
+    std::set<ActivityType> acts = {ActivityType::CPU};
+    if (at::hasCUDA()) acts.insert(ActivityType::CUDA);
     torch::autograd::profiler::prepareProfiler(cfg, acts);
     torch::autograd::profiler::enableProfiler(cfg, acts);
     g_prof_on = true;
@@ -302,9 +305,9 @@ static Napi::Value ProfileStop(const Napi::CallbackInfo& info) {
         trace = o.Get("tracePath").As<Napi::String>().Utf8Value();
       }
       if (o.Has("top") && !o.Get("top").IsUndefined()) {
-        if (!o.Get("top").IsNumber() || o.Get("top").As<Napi::Number>().DoubleValue() < 1)
-          throw ArgError("profileStop(opts): opts.top must be a number >= 1");
-        top = o.Get("top").As<Napi::Number>().Int64Value();
+        const double t = o.Get("top").IsNumber() ? o.Get("top").As<Napi::Number>().DoubleValue() : 0.0;
+        if (!std::isfinite(t) || t < 1 || t != std::floor(t)) throw ArgError("profileStop(opts): opts.top must be an integer >= 1");
+        top = static_cast<int64_t>(std::min(t, 1e12));
       }
     }
     std::unique_ptr<torch::autograd::profiler::ProfilerResult> res;
