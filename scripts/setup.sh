@@ -42,6 +42,20 @@ else
   say "no chromium and cannot apt-get it (not root or no apt); the report browser test will skip"
 fi
 
+# Data parallelism (native/dist) compiles against libtorch's c10d Gloo, whose headers include the
+# gloo headers the torch wheel does not ship: Debian/Ubuntu libgloo-dev provides them (headers only;
+# libgloo is never linked). Installed when root with apt; otherwise the addon builds without dist.
+# Before npm ci: its install hook (scripts/install.cjs) builds the addon, and CMake looks for the
+# headers when it configures.
+if [ -f /usr/include/gloo/algorithm.h ] || [ -n "${GLOO_INCLUDE_DIR:-}" ]; then
+  say "gloo headers present"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "apt-get install libgloo-dev (gloo headers for data-parallel training)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgloo-dev >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgloo-dev >/dev/null; } || say "libgloo-dev not installable: building without data parallelism"
+else
+  say "no gloo headers (install libgloo-dev as root, or set GLOO_INCLUDE_DIR): building without data parallelism"
+fi
+
 # Node's own headers, so native dependencies (better-sqlite3) build offline.
 NODE_PREFIX=$(dirname "$(dirname "$(command -v node)")")
 if [ -z "${npm_config_nodedir:-}" ] && [ -f "$NODE_PREFIX/include/node/node.h" ]; then
@@ -61,16 +75,12 @@ say "TypeScript build"
 npx tsc -p tsconfig.json
 chmod +x dist/bin/papergym-native.js
 
-# Data parallelism (native/dist) compiles against libtorch's c10d Gloo, whose headers include the
-# gloo headers the torch wheel does not ship: Debian/Ubuntu libgloo-dev provides them (headers only;
-# libgloo is never linked). Installed when root with apt; otherwise the addon builds without dist.
-if [ -f /usr/include/gloo/algorithm.h ] || [ -n "${GLOO_INCLUDE_DIR:-}" ]; then
-  say "gloo headers present"
-elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  say "apt-get install libgloo-dev (gloo headers for data-parallel training)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgloo-dev >/dev/null || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libgloo-dev >/dev/null; } || say "libgloo-dev not installable: building without data parallelism"
-else
-  say "no gloo headers (install libgloo-dev as root, or set GLOO_INCLUDE_DIR): building without data parallelism"
+# A build configured before the gloo headers were there (an earlier run without them) keeps
+# "not found" in its CMake cache until it is configured again.
+if { [ -f /usr/include/gloo/algorithm.h ] || [ -n "${GLOO_INCLUDE_DIR:-}" ]; } && [ -f build/CMakeCache.txt ] &&
+   grep -q '^PG_GLOO_INCLUDE:PATH=.*NOTFOUND' build/CMakeCache.txt; then
+  say "gloo headers found since the last configure: configuring the addon again"
+  npx cmake-js configure --log-level warn
 fi
 
 say "addon build (cmake-js; libtorch from $(node scripts/find-libtorch.cjs source))"

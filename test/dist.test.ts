@@ -156,7 +156,7 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
       'validation: {every: 0, maxItems: 0}', 'checkpoint: {every: 1}', '',
     ].join('\n'));
   });
-  after(() => rmSync(tmp, { recursive: true, force: true }));
+  after(() => tmp && rmSync(tmp, { recursive: true, force: true }));
 
   function train(args: string[], env: Record<string, string> = {}): void {
     const r = spawnSync(process.execPath, [CLI, 'train', ...args], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1', ...env }, timeout: 300000 });
