@@ -914,11 +914,15 @@ export interface Addon {
   opCountStop(): { total: number; ops: Record<string, number> };
   /** Starts recording GPU activity (CUDA kernels, copies, sets; graph replays included) of every
    * thread through libtorch's Kineto profiler (torch.profiler's engine). Throws when one already
-   * runs or this libtorch has no Kineto. */
+   * runs or this libtorch has no Kineto. A profile still running when the process ends is stopped
+   * at its 'exit' event (libtorch would crash at exit otherwise). */
   profileStart(): void;
   /** Stops the profile: GPU activities grouped by name, the `top` (default 40) with the most total
    * time first, times in µs; `gpuBusyUs` is the union of their intervals, `gpuSpanUs` first start
-   * to last end. Writes a Chrome trace to `tracePath` when given. */
+   * to last end. Writes a Chrome trace to `tracePath` when given.
+   * @throws TypeError (ERR_PG_ARG; the profile keeps running) when none runs, `top` is not an
+   *   integer ≥ 1, or `tracePath` is empty, a directory, or in a directory that does not exist or
+   *   is not writable; Error (ERR_PG_INPUT, the profile stopped) when the trace could not be written. */
   profileStop(opts?: { tracePath?: string; top?: number }): ProfileResult;
 
   // model (native/napi/model.cc)

@@ -11,6 +11,8 @@
 #include <map>
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <unordered_map>
@@ -265,6 +267,52 @@ namespace {
 // kernels replayed from CUDA graphs included — between the two calls.
 std::mutex g_prof_mu;
 bool g_prof_on = false;
+
+// A profile still running when the process exits: libtorch's exit-time teardown found the
+// profiler on and crashed the process (SIGSEGV in ~ProfilerStateBase). Turned off before that,
+// on the thread that runs JS, while its thread-locals still exist: at the process's 'exit' event
+// (a normal end, process.exit(), an uncaught error) and in the environment's cleanup hook (a
+// worker's end). Not from atexit: exit() destroys the thread-locals the profiler state lives in
+// before it runs atexit handlers. Idempotent.
+void StopProfileAtExit() {
+  std::lock_guard<std::mutex> lk(g_prof_mu);
+  if (!g_prof_on) return;
+  g_prof_on = false;
+  try {
+    torch::autograd::profiler::disableProfiler();
+  } catch (...) {
+  }
+}
+
+// Registers StopProfileAtExit on this environment's process 'exit' event, once per environment.
+void OnProcessExit(Napi::Env env) {
+  static std::mutex mu;
+  static std::set<napi_env> done;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!done.insert(static_cast<napi_env>(env)).second) return;
+  }
+  Napi::Object process = env.Global().Get("process").As<Napi::Object>();
+  Napi::Function once = process.Get("once").As<Napi::Function>();
+  once.Call(process, {Napi::String::New(env, "exit"), Napi::Function::New(env, [](const Napi::CallbackInfo&) { StopProfileAtExit(); })});
+  env.AddCleanupHook([env] {
+    std::lock_guard<std::mutex> lk(mu);
+    done.erase(static_cast<napi_env>(env));
+  });
+}
+
+// Why `path` cannot take the trace (empty when it can): its directory must exist and be writable,
+// and the path must not be a directory.
+std::string TracePathProblem(const std::string& path) {
+  if (path.empty()) return "is empty";
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "is a directory";
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return "is in a directory that does not exist (" + dir + ")";
+  if (access(dir.c_str(), W_OK | X_OK) != 0) return "is in a directory that is not writable (" + dir + ")";
+  return "";
+}
 }  // namespace
 
 /// profileStart(): starts recording GPU activity (CUDA kernels, copies, sets) of every thread.
@@ -284,6 +332,7 @@ static Napi::Value ProfileStart(const Napi::CallbackInfo& info) {
     torch::autograd::profiler::prepareProfiler(cfg, acts);
     torch::autograd::profiler::enableProfiler(cfg, acts);
     g_prof_on = true;
+    OnProcessExit(info.Env());
     return info.Env().Undefined();
   });
 }
@@ -292,7 +341,10 @@ static Napi::Value ProfileStart(const Napi::CallbackInfo& info) {
 /// meanUs, maxUs}] (by total time, descending, the `top` (default 40) largest), gpuUs (summed
 /// durations of all GPU activities, µs), gpuBusyUs (their union: time some activity ran, µs),
 /// gpuSpanUs (first start to last end, µs), events (GPU activities recorded)}. Writes the Chrome
-/// trace (chrome://tracing, Perfetto) to tracePath when given. ArgError when no profile runs.
+/// trace (chrome://tracing, Perfetto) to tracePath when given. ArgError (the profile keeps running)
+/// when no profile runs, or on a bad opts.top / opts.tracePath (not a non-empty string, a directory,
+/// or in a directory that does not exist or is not writable); InputError naming the path when the
+/// trace could not be written after all (the profile has stopped then).
 static Napi::Value ProfileStop(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&]() -> Napi::Value {
     std::string trace;
@@ -303,6 +355,8 @@ static Napi::Value ProfileStop(const Napi::CallbackInfo& info) {
       if (o.Has("tracePath") && !o.Get("tracePath").IsUndefined()) {
         if (!o.Get("tracePath").IsString()) throw ArgError("profileStop(opts): opts.tracePath must be a string");
         trace = o.Get("tracePath").As<Napi::String>().Utf8Value();
+        const std::string why = TracePathProblem(trace);
+        if (!why.empty()) throw ArgError("profileStop(opts): opts.tracePath '" + trace + "' " + why);
       }
       if (o.Has("top") && !o.Get("top").IsUndefined()) {
         const double t = o.Get("top").IsNumber() ? o.Get("top").As<Napi::Number>().DoubleValue() : 0.0;
@@ -349,7 +403,15 @@ static Napi::Value ProfileStop(const Napi::CallbackInfo& info) {
       for (const auto& s : spans) end = std::max(end, s.second);
       span = end - spans.front().first;
     }
-    if (!trace.empty()) res->save(trace);
+    if (!trace.empty()) {
+      // Kineto reports a failed write on stderr only: check that the file is there.
+      res->save(trace);
+      struct stat st {};
+      if (stat(trace.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        std::remove((trace + ".tmp").c_str());  // Kineto writes <path>.tmp, then renames it
+        throw InputError("profileStop(opts): the trace could not be written to '" + trace + "' (the profile has stopped)");
+      }
+    }
     std::vector<std::pair<std::string, Agg>> rows(by_name.begin(), by_name.end());
     std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.total > y.second.total; });
     auto env = info.Env();
@@ -386,6 +448,7 @@ static Napi::Value SetFusedKernels(const Napi::CallbackInfo& info) {
 }
 
 void RegisterRuntime(Napi::Env env, Napi::Object exports) {
+  env.AddCleanupHook([] { StopProfileAtExit(); });
   exports.Set("setFusedKernels", Napi::Function::New(env, SetFusedKernels, "setFusedKernels"));
   exports.Set("opCountStart", Napi::Function::New(env, OpCountStart, "opCountStart"));
   exports.Set("opCountStop", Napi::Function::New(env, OpCountStop, "opCountStop"));
