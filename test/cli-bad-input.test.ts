@@ -38,6 +38,14 @@ describe('CLI bad input', function () {
       expect(r.err).to.not.contain('Unknown arguments');
       expect(existsSync(out)).to.equal(false);
     }
+    // An empty value is not 0 (yargs' number type read it as 0): "not a number", naming the flag.
+    for (const args of [['--profile-step', ''], ['--profile-step='], ['--opsd-steps', '', '--grpo-steps', '0'], ['--grpo-lr']]) {
+      const out = join(tmp, 'run-empty');
+      const r = await cli(['train', '--out', out, ...args]);
+      expect(r.code, args.join(' ')).to.equal(1);
+      expect(r.err, args.join(' ')).to.match(new RegExp(`${args[0]!.replace(/=$/, '')}: not a number`));
+      expect(existsSync(out)).to.equal(false);
+    }
     expect(joinNegativeNumbers(['train', '--grpo-lr', '-1e-5', '--temperature', '-.5', '--seed', '3', '-x'])).to.deep.equal(['train', '--grpo-lr=-1e-5', '--temperature=-.5', '--seed', '3', '-x']);
   });
 
@@ -100,9 +108,11 @@ describe('CLI bad input', function () {
     // Simulate a crash after a replayed row was logged: a row past the last checkpoint.
     writeFileSync(join(run, 'metrics.jsonl'), readFileSync(join(run, 'metrics.jsonl'), 'utf8') + JSON.stringify({ stage: 'grpo', step: 2, globalStep: 3, loss: 9 }) + '\n');
     // --merge-adapter may change (a memory setting, as --recompute): the saved run sampled with the LoRA branch (auto on CPU).
-    const ext = await cli(['train', '--resume', run, '--grpo-steps', '2', '--merge-adapter', 'on']);
+    // --profile-step may change too (diagnostics, as --log-every).
+    const ext = await cli(['train', '--resume', run, '--grpo-steps', '2', '--merge-adapter', 'on', '--profile-step', '2']);
     expect(ext.code, ext.err).to.equal(0);
     expect(ext.err).to.match(/resume: changed .*sampling\.mergeAdapter = "on"/);
+    expect(ext.err).to.match(/resume: changed .*log\.profileStep = 2/);
     expect(ext.err).to.match(/dropped 1 metrics row/);
     const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((o) => 'loss' in o);
     expect(rows.map((o) => o.globalStep)).to.deep.equal([1, 2, 3]);

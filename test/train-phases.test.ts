@@ -139,6 +139,16 @@ describe('train: phase seconds in every step line and the progress line', functi
       expect(starts).to.equal(0);
       expect(existsSync(join(cpuDir, 'profile'))).to.equal(false);
       expect(said.filter((l) => /--profile-step 1: no kernel profile — it records GPU kernels and this run is on cpu/.test(l))).to.have.length(1);
+
+      // A step beyond the stage's steps: one line saying so, nothing profiled.
+      const farCfg = sftCfg(2, 0);
+      farCfg.log.profileStep = 5;
+      farCfg.device = 'cuda';
+      const far: string[] = [];
+      starts = 0;
+      await new Trainer(farCfg, { backend, items, reward, advantages, runDir: join(tmp, 'profile-far'), log: (l) => void far.push(l) }).run();
+      expect(starts).to.equal(0);
+      expect(far.filter((l) => /\[sft\] --profile-step 5: beyond this stage's 2 steps, nothing profiled in it/.test(l))).to.have.length(1);
     });
 
     it("each checkpoint's step line is in metrics.jsonl before the checkpoint completes (the report hook sees it)", async () => {

@@ -123,7 +123,9 @@ export function yargsOption(s: Setting, withDefault: boolean): Options {
   const o: Options = { describe: helpText(s, !yargsShowsDefault) };
   if (s.alias) o.alias = s.alias;
   if (s.type === 'boolean') o.type = 'boolean';
-  else if (s.type === 'number' || s.type === 'integer') o.type = 'number';
+  // Numbers parsed here, not by yargs' type 'number', which reads an empty value (`--x ''`, `--x=`)
+  // as 0; empty, a bare flag and anything Number() rejects become NaN ("not a number" below).
+  else if (s.type === 'number' || s.type === 'integer') o.coerce = (x: unknown) => (typeof x === 'number' ? x : typeof x === 'string' && x.trim() !== '' ? Number(x) : NaN);
   else if (s.type === 'enum') o.choices = s.choices as string[];
   else o.type = 'string';
   if (s.repeatable) o.array = true;

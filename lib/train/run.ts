@@ -113,7 +113,7 @@ export interface RunOptions {
  * and whether the local judge scores beside the rollout (grpo.judgeOverlap: the same rewards; off is
  * the way out of an out of memory beside the decode; 'auto' on resume, where no memory plan runs, is off).
  */
-export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter', 'grpo.judgeOverlap'];
+export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter', 'grpo.judgeOverlap', 'log.profileStep'];
 
 /**
  * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.

@@ -408,6 +408,8 @@ export class Trainer {
         this.summary.push(rec);
       }
       if (total === 0 && fresh && this.dist.isMain) this.log(`[${stage}] 0 steps: stage skipped`);
+      const ps = this.cfg.log.profileStep ?? 0;
+      if (ps > total && total > 0 && this.state.stageStep < total && this.dist.isMain) this.log(`[${stage}] --profile-step ${ps}: beyond this stage's ${total} steps, nothing profiled in it`);
       const progress = this.dist.isMain ? new Progress(stage, total, this.state.stageStep) : { update: () => {}, stop: () => {} };
       let nonFinite = 0;
       while (!this.state.stageDone && this.state.stageStep < total) {
