@@ -33,7 +33,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { randomModel, tinyModel } from './checkpoints.mjs';
-import { benchArgs, deviceOf, dtypeOf, fmt, fmtRatio, gib, lib, ratio, runPython, tokenIds, writeJson } from './harness.mjs';
+import { benchArgs, deviceOf, intFlag, usageError, dtypeOf, fmt, fmtRatio, gib, lib, ratio, runPython, tokenIds, writeJson } from './harness.mjs';
 
 const a = benchArgs({
   shape: { type: 'string', default: 'tiny' },
@@ -58,14 +58,18 @@ const a = benchArgs({
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtypeName = dtypeOf(a.dtype, cuda);
-const batches = a.batches.split(',').map(Number);
+const batches = a.batches.split(',').map((b) => intFlag({ batches: b }, 'batches'));
 const attentions = a.attention.split(',');
-for (const att of attentions) if (att !== 'live-kv' && att !== 'masked') throw new Error(`--attention must be live-kv, masked or both (comma-separated), got ${att}`);
+for (const att of attentions) if (att !== 'live-kv' && att !== 'masked') usageError(`--attention must be live-kv, masked or both (comma-separated), got ${att}`);
 const modes = a['adapter-mode'].split(',');
-for (const m of modes) if (m !== 'branch' && m !== 'merged') throw new Error(`--adapter-mode must be branch, merged or both (comma-separated), got ${m}`);
-for (const f of ['lora', 'top-k']) if (!(Number.isInteger(Number(a[f])) && Number(a[f]) >= 0)) throw new Error(`--${f} must be an integer >= 0, got ${a[f]}`);
-const promptLen = Number(a['prompt-len']);
-const newTokens = Number(a['new-tokens']);
+for (const m of modes) if (m !== 'branch' && m !== 'merged') usageError(`--adapter-mode must be branch, merged or both (comma-separated), got ${m}`);
+for (const f of ['lora', 'top-k']) intFlag(a, f, 0);
+const promptLen = intFlag(a, 'prompt-len');
+const newTokens = intFlag(a, 'new-tokens');
+intFlag(a, 'threads');
+intFlag(a, 'layers');
+if (a.profile && !cuda) console.error(`--profile: no kernel profile on ${a.device} (it records GPU kernels); timing only`);
+if (a['profile-trace'] && !a.profile) usageError('--profile-trace needs --profile');
 
 function ensureModel() {
   if (a.model) return resolve(a.model);

@@ -11,7 +11,7 @@
  * RSS on CPU (not comparable with each other).
  */
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -23,14 +23,45 @@ export const python = process.env.PYTHON ?? 'python3';
 
 /**
  * Parses process.argv with node:util parseArgs: `options` (the benchmark's own) plus the common
- * `--device` (default `device`), `--dtype`, `--json FILE` and `--child SPEC` (internal: the
- * measured child process). Returns the values object.
+ * `--device` (default `device`), `--dtype`, `--json FILE`, `--child SPEC` (internal: the measured
+ * child process) and `--help` (prints the script's header comment, its usage, and exits 0).
+ * Returns the values object. An unknown or malformed option: one line naming it and a pointer to
+ * --help on stderr, exit 2.
  */
 export function benchArgs(options, { device = 'cpu' } = {}) {
-  const { values } = parseArgs({
-    options: { device: { type: 'string', default: device }, dtype: { type: 'string' }, json: { type: 'string' }, child: { type: 'string' }, ...options },
-  });
+  const script = process.argv[1] ?? 'this benchmark';
+  let values;
+  try {
+    ({ values } = parseArgs({
+      options: { device: { type: 'string', default: device }, dtype: { type: 'string' }, json: { type: 'string' }, child: { type: 'string' }, help: { type: 'boolean', default: false }, ...options },
+    }));
+  } catch (e) {
+    usageError(e.message.split('\n')[0]);
+  }
+  if (values.help) {
+    const head = /\/\*\*([\s\S]*?)\*\//.exec(readFileSync(script, 'utf8'));
+    process.stdout.write(`${head ? head[1].split('\n').map((l) => l.replace(/^\s*\* ?/, '')).join('\n').trim() : `node ${script}`}\n`);
+    process.exit(0);
+  }
   return values;
+}
+
+/** A wrong flag: `message` and a pointer to --help on stderr, exit 2. */
+export function usageError(message) {
+  process.stderr.write(`${message}\nUsage: node ${process.argv[1] ?? 'this benchmark'} --help\n`);
+  process.exit(2);
+}
+
+/**
+ * The integer value of string flag `--name` (`values[name]`), `min` or more; `fallback` when the
+ * flag is absent. A usage error naming the flag otherwise ('abc', '', 1.5, below `min`).
+ */
+export function intFlag(values, name, min = 1, fallback = undefined) {
+  const raw = values[name];
+  if (raw === undefined) return fallback;
+  const v = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
+  if (!Number.isInteger(v) || v < min) usageError(`--${name} must be an integer >= ${min}, got '${raw}'`);
+  return v;
 }
 
 /** `cpu` / `cuda` / `cuda:N` → { cuda, index } (index -1 on CPU). */
