@@ -292,9 +292,12 @@ void OnProcessExit(Napi::Env env) {
     std::lock_guard<std::mutex> lk(mu);
     if (!done.insert(static_cast<napi_env>(env)).second) return;
   }
-  Napi::Object process = env.Global().Get("process").As<Napi::Object>();
-  Napi::Function once = process.Get("once").As<Napi::Function>();
-  once.Call(process, {Napi::String::New(env, "exit"), Napi::Function::New(env, [](const Napi::CallbackInfo&) { StopProfileAtExit(); })});
+  try {  // a replaced `process` costs only the exit-time stop (the cleanup hook still runs), never profileStart
+    Napi::Object process = env.Global().Get("process").As<Napi::Object>();
+    Napi::Function once = process.Get("once").As<Napi::Function>();
+    once.Call(process, {Napi::String::New(env, "exit"), Napi::Function::New(env, [](const Napi::CallbackInfo&) { StopProfileAtExit(); })});
+  } catch (const Napi::Error&) {
+  }
   env.AddCleanupHook([env] {
     std::lock_guard<std::mutex> lk(mu);
     done.erase(static_cast<napi_env>(env));
