@@ -46,6 +46,8 @@ describe('CLI bad input', function () {
       expect(r.err, args.join(' ')).to.match(new RegExp(`${args[0]!.replace(/=$/, '')}: not a number`));
       expect(existsSync(out)).to.equal(false);
     }
+    const twice = await cli(['train', '--out', join(tmp, 'run-twice'), '--profile-step', '2', '--profile-step', '3']);
+    expect([twice.code, twice.err.trim().split('\n').at(-1)]).to.deep.equal([1, 'papergym-native: --profile-step: given more than once (2, 3)']);
     expect(joinNegativeNumbers(['train', '--grpo-lr', '-1e-5', '--temperature', '-.5', '--seed', '3', '-x'])).to.deep.equal(['train', '--grpo-lr=-1e-5', '--temperature=-.5', '--seed', '3', '-x']);
   });
 

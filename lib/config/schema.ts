@@ -125,7 +125,7 @@ export function yargsOption(s: Setting, withDefault: boolean): Options {
   if (s.type === 'boolean') o.type = 'boolean';
   // Numbers parsed here, not by yargs' type 'number', which reads an empty value (`--x ''`, `--x=`)
   // as 0; empty, a bare flag and anything Number() rejects become NaN ("not a number" below).
-  else if (s.type === 'number' || s.type === 'integer') o.coerce = (x: unknown) => (typeof x === 'number' ? x : typeof x === 'string' && x.trim() !== '' ? Number(x) : NaN);
+  else if (s.type === 'number' || s.type === 'integer') o.coerce = (x: unknown) => (Array.isArray(x) || typeof x === 'number' ? x : typeof x === 'string' && x.trim() !== '' ? Number(x) : NaN);
   else if (s.type === 'enum') o.choices = s.choices as string[];
   else o.type = 'string';
   if (s.repeatable) o.array = true;
@@ -142,6 +142,10 @@ export function addSettings<T>(y: Argv<T>, settings: readonly Setting[], opts: {
     for (const s of settings) {
       const raw = (argv as Record<string, unknown>)[s.flag];
       if (raw === undefined) continue;
+      if (Array.isArray(raw) && !s.repeatable) {
+        errs.push(`--${s.flag}: given more than once (${raw.map((x) => JSON.stringify(x)).join(', ')})`);
+        continue;
+      }
       const v = s.type === 'list' ? parseList(s, raw) : raw;
       if (s.type === 'number' || s.type === 'integer') {
         if (typeof v === 'number' && Number.isNaN(v)) {
