@@ -38,6 +38,22 @@ describe('serve: continuous batching on a tiny Qwen3 (logprobs, stop strings, st
   const body = (content: string, extra: Json = {}) => ({ model: 'tiny', messages: [{ role: 'user', content }], temperature: 0, max_tokens: 10, chat_template_kwargs: { enable_thinking: false }, ...extra });
   const post = (b: Json, u = url, signal?: AbortSignal) => fetch(`${u}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b), signal });
 
+  it('a prompt longer than the context: without max_tokens the 400 is about the prompt (it named a max_tokens the client never sent)', async () => {
+    const small = new ChatServer({ backend: policyServeBackend(policy, { maxRows: 2, capacity: 32 }), modelId: 'tiny' });
+    const u = (await small.start()).url;
+    try {
+      const long = 'word '.repeat(60);
+      const { max_tokens: _, ...noMax } = body(long);
+      const a = await post(noMax, u);
+      expect(a.status).to.equal(400);
+      expect((await a.json()).error.message).to.match(/^prompt of \d+ tokens leaves no room in the context of 32 tokens$/);
+      const b = await post(body(long), u);
+      expect((await b.json()).error.message).to.match(/^prompt of \d+ tokens \+ max_tokens 10 exceeds the context of 32$/);
+    } finally {
+      await small.close();
+    }
+  });
+
   it('logprobs + top_logprobs: OpenAI format, raw model logprobs, bytes spell the text; streaming gives the same', async () => {
     const r = await post(body('Is the plan good?', { logprobs: true, top_logprobs: 5 }));
     expect(r.status).to.equal(200);

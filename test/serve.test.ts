@@ -111,6 +111,21 @@ describe('serve (OpenAI-compatible server; fake backend)', function () {
     expect((await fetch(`${url}/nope`)).status).to.equal(404);
     const notJson = await fetch(`${url}/chat/completions`, { method: 'POST', body: '{' });
     expect(notJson.status).to.equal(400);
+    // Wrong types are 400s naming the field, not a silently different request.
+    const m = [{ role: 'user', content: 'a' }];
+    for (const [extra, param, re] of [
+      [{ stream: 'true' }, 'stream', /stream must be a boolean/],
+      [{ stream_options: { include_usage: true } }, 'stream_options', /only allowed with stream: true/],
+      [{ top_p: 0 }, 'top_p', /top_p must be a number in \(0, 1\]/],
+    ] as const) {
+      const r = await post(url, { messages: m, ...extra });
+      const e = (await r.json()).error;
+      expect([r.status, e.param], JSON.stringify(extra)).to.deep.equal([400, param]);
+      expect(e.message).to.match(re);
+    }
+    const root = await fetch(`${url.replace(/\/v1$/, '')}/`);
+    expect(root.status).to.equal(404);
+    expect((await root.json()).error.message).to.match(/no route GET \/ \(this server serves POST \/v1\/chat\/completions/);
   });
 
   it('the shared LLM client and the http judge work against it (per-item and per-plan)', async () => {

@@ -180,7 +180,9 @@ interface Entry {
 
 function num(v: unknown, name: string, def: number, lo: number, hi: number, int = false): number {
   if (v === undefined || v === null) return def;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi || (int && !Number.isInteger(v))) throw new HttpError(400, `${name} must be ${int ? 'an integer' : 'a number'} in [${lo}, ${hi}]`, 'invalid_request_error', name);
+  // lo = Number.MIN_VALUE stands for "above 0": the range reads (0, hi].
+  const range = lo === Number.MIN_VALUE ? `(0, ${hi}]` : `[${lo}, ${hi}]`;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi || (int && !Number.isInteger(v))) throw new HttpError(400, `${name} must be ${int ? 'an integer' : 'a number'} in ${range}`, 'invalid_request_error', name);
   return v;
 }
 
@@ -400,7 +402,7 @@ export class ChatServer {
       res.end('{"status":"ok"}');
       return;
     }
-    if (path !== '/v1/chat/completions' && path !== '/chat/completions') throw new HttpError(404, `no route ${req.method} ${path}`, 'invalid_request_error', null, 'not_found');
+    if (path !== '/v1/chat/completions' && path !== '/chat/completions') throw new HttpError(404, `no route ${req.method} ${path || '/'} (this server serves POST /v1/chat/completions and GET /v1/models)`, 'invalid_request_error', null, 'not_found');
     if (req.method !== 'POST') throw new HttpError(405, 'use POST');
     this.s.requests++;
     const b = (await this.body(req)) as Record<string, unknown>;
@@ -437,6 +439,8 @@ export class ChatServer {
       if (!Array.isArray(b.tools)) throw new HttpError(400, 'tools must be an array', 'invalid_request_error', 'tools');
       params.tools = b.tools;
     }
+    if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean') throw new HttpError(400, 'stream must be a boolean', 'invalid_request_error', 'stream');
+    if (b.stream_options !== undefined && b.stream_options !== null && b.stream !== true) throw new HttpError(400, 'stream_options is only allowed with stream: true', 'invalid_request_error', 'stream_options');
     const stream = b.stream === true;
     const includeUsage = stream && !!(b.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
     const stepper = this.stepper();
@@ -523,6 +527,7 @@ export class ChatServer {
     // No max_tokens in the request: the server default, cut to what the context leaves after the
     // prompt (vLLM: max_model_len − prompt length), instead of a 400 about a max_tokens the client never sent.
     if (!p.maxTokensGiven && ids.length < st.capacity) p.maxNewTokens = Math.min(p.maxNewTokens, st.capacity - ids.length);
+    if (!p.maxTokensGiven && ids.length >= st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens leaves no room in the context of ${st.capacity} tokens`, 'invalid_request_error', 'messages');
     if (ids.length + p.maxNewTokens > st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`, 'invalid_request_error', 'messages');
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
