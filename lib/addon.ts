@@ -674,7 +674,8 @@ export interface GenerateArgs extends SamplingParams {
    * judges the group then (the judge hidden behind sampling). At most once per prompt; a group that
    * finishes at the last read-back may be reported after the call resolved or not at all (the
    * result always has every completion), so callers key by `promptIndex`. An error thrown by the
-   * callback rejects the call once it finished (lib/model/policy.ts `generate`).
+   * callback is dropped here (the decode goes on); `generate` of lib/model/policy.ts wraps the
+   * callback and rejects the call with that error once it finished.
    */
   onGroupDone?: (group: { promptIndex: number; completions: RawCompletion[] }) => void;
 }

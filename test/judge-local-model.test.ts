@@ -137,7 +137,11 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
       { candidates: t([-1], [1]) },
       { candidates: t([10 ** 8], [1]) },
       { prefixIds: t([1, 2], [2, 1]) },
+      { suffixLengths: { data: Float32Array.from([1.5, 1]), shape: [2] } }, // was truncated to 1
+      { candidates: { data: Float32Array.from([7, 8]), shape: [2] } },
     ])
-      expect(() => native().prefixLogprobs(model, { ...base, ...bad })).to.throw(TypeError, /prefixLogprobs/);
+      expect(() => native().prefixLogprobs(model, { ...base, ...bad } as never)).to.throw(TypeError, /prefixLogprobs/);
+    const ModelClass = native().Model as unknown as new () => unknown;
+    expect(() => new ModelClass()).to.throw(TypeError, /cannot be constructed directly/).with.property('code', 'ERR_PG_ARG');
   });
 });

@@ -70,7 +70,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
   explicit ModelWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ModelWrap>(info) {
     if (info.Length() != 1 || !info[0].IsExternal()) {
-      throw Napi::TypeError::New(info.Env(), "Model cannot be constructed directly; use Model.load(dir, options)");
+      throw MakeJsError(info.Env(), {ErrKind::Arg, "Model cannot be constructed directly; use Model.load(dir, options)"});
     }
     auto* sp = info[0].As<Napi::External<std::shared_ptr<Qwen3Model>>>().Data();
     model_ = *sp;

@@ -60,8 +60,13 @@ Napi::Value PrefixLogprobsJs(const Napi::CallbackInfo& info) {
     auto o = ArgObject(info, 1, "prefixLogprobs options");
     at::Tensor pre = ReadIds(o, "prefixIds", W);
     at::Tensor suf = ReadIds(o, "suffixIds", W);
-    at::Tensor len = GetTensor(o, "suffixLengths", W).to(at::kLong);
-    at::Tensor cand = GetTensor(o, "candidates", W).to(at::kLong);
+    // Lengths and token ids are integers: a float tensor is refused, not truncated.
+    at::Tensor len = GetTensor(o, "suffixLengths", W);
+    at::Tensor cand = GetTensor(o, "candidates", W);
+    if (at::isFloatingType(len.scalar_type())) throw ArgError("prefixLogprobs.suffixLengths must be an integer tensor (Int32Array / BigInt64Array)");
+    if (at::isFloatingType(cand.scalar_type())) throw ArgError("prefixLogprobs.candidates must be an integer tensor (Int32Array / BigInt64Array)");
+    len = len.to(at::kLong);
+    cand = cand.to(at::kLong);
     const int64_t n = suf.size(0), S = suf.size(1), K = cand.numel();
     if (pre.size(0) != 1) throw ArgError("prefixLogprobs.prefixIds must be [1, P] with P >= 1");
     if (len.dim() != 1 || len.size(0) != n) throw ArgError("prefixLogprobs.suffixLengths must be [n]");
