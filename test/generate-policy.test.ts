@@ -109,7 +109,8 @@ describe('Policy (model + tokenizer + chat template)', function () {
     const dir = mkdtempSync(join(tmpdir(), 'pg-cli-gen-'));
     const input = join(dir, 'q.jsonl');
     const out = join(dir, 'plans.jsonl');
-    writeFileSync(input, '{"id":"a","question":"How do we test sparse attention?"}\n{"prompt":"Say hi"}\n');
+    // A UTF-8 byte order mark at the start is not part of the first row.
+    writeFileSync(input, '\uFEFF{"id":"a","question":"How do we test sparse attention?"}\n{"prompt":"Say hi"}\n');
     const r = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--input', input, '--out', out, '--n', '2', '--max-new-tokens', '3', '--seed', '5', '--tokens'], { encoding: 'utf8', env: process.env });
     expect(r.status, r.stderr).to.equal(0);
     const lines = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
@@ -121,6 +122,11 @@ describe('Policy (model + tokenizer + chat template)', function () {
       expect(l.logprobs.length).to.equal(l.completion_tokens);
       expect(l.seed).to.equal(5);
     }
+    // An empty question is refused naming the file and line, as an empty --prompt is.
+    writeFileSync(input, '{"question":"ok"}\n{"question":"  "}\n');
+    const empty = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--input', input, '--out', out], { encoding: 'utf8', env: process.env });
+    expect(empty.status).to.equal(1);
+    expect(empty.stderr.trim().split('\n').at(-1)).to.equal(`papergym-native: ${input}:2: "question" is empty`);
     const bad = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--prompt', 'hi', '--top-p', '0'], { encoding: 'utf8', env: process.env });
     expect(bad.status).to.not.equal(0);
     expect(bad.stderr).to.match(/topP \(--top-p\) must be in \(0, 1\]/);

@@ -45,6 +45,7 @@ interface InputRecord {
 function readInput(path: string, plain: boolean): InputRecord[] {
   const out: InputRecord[] = [];
   readFileSync(path, 'utf8')
+    .replace(/^\uFEFF/, '') // a UTF-8 byte order mark (files saved by some Windows editors)
     .split('\n')
     .forEach((line, i) => {
       if (!line.trim()) return;
@@ -55,11 +56,15 @@ function readInput(path: string, plain: boolean): InputRecord[] {
         throw new Error(`${path}:${i + 1}: invalid JSON (${(e as Error).message})`);
       }
       const id = typeof o.id === 'string' || typeof o.id === 'number' ? String(o.id) : typeof o.q_id === 'string' || typeof o.q_id === 'number' ? String(o.q_id) : undefined;
+      const empty = (field: string) => new Error(`${path}:${i + 1}: "${field}" is empty`);
       if (Array.isArray(o.messages)) out.push({ id, prompt: o.messages as ChatMessage[] });
-      else if (typeof o.prompt === 'string') out.push({ id, prompt: o.prompt });
-      else {
+      else if (typeof o.prompt === 'string') {
+        if (!o.prompt.trim()) throw empty('prompt');
+        out.push({ id, prompt: o.prompt });
+      } else {
         const q = typeof o.question === 'string' ? o.question : typeof o.Goal === 'string' ? o.Goal : undefined;
         if (q === undefined) throw new Error(`${path}:${i + 1}: expected a "question", "prompt" or "messages" field`);
+        if (!q.trim()) throw empty(typeof o.question === 'string' ? 'question' : 'Goal');
         out.push({ id, question: q, prompt: plain ? q : (studentMessages(q) as ChatMessage[]) });
       }
     });
