@@ -6,7 +6,7 @@
  */
 import { expect } from 'chai';
 import {
-  planMemory, estimatePhases, planForRun, pinnedSettings, flagsThatFit, readModelShape, residentBytes, updateBytes, formatPlan,
+  planMemory, estimatePhases, planForRun, pinnedSettings, flagsThatFit, readModelShape, residentBytes, updateBytes, formatPlan, gb,
   mergedWeightBytes, QWEN3_SHAPES, CALIBRATION_TOLERANCE, type PlanInputs, type PlanSettings,
 } from '../lib/train/memory-plan.js';
 import { resolveConfig } from '../lib/config/train.js';
@@ -102,7 +102,8 @@ describe('memory plan', () => {
     expect(p.grpoMicroBatch).to.equal(8);
     expect(p.recompute).to.equal(false);
     expect(p.fits).to.equal(false);
-    expect(p.notes.join(' ')).to.match(/does not fit in 43\.2 GB.*update-grpo/);
+    expect(p.notes.join(' ')).to.match(/does not fit in 43\.2 GB.*update-grpo.* — the run starts anyway: an out of memory halves the micro-batch/);
+    expect([gb(43.2e9), gb(0), gb(1e6), gb(4.5e7)]).to.deep.equal(['43.2', '0.0', '0.0010', '0.045']);
     const tiny = planMemory(presetInputs('qwen3-8b', 20));
     expect(tiny.fits).to.equal(false);
     const flags = flagsThatFit(presetInputs('qwen3-4b', 24));

@@ -418,13 +418,14 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   const phases = estimatePhases(x, settings);
   const peak = Math.max(...Object.values(phases).map((v) => v ?? 0));
   const over = Object.entries(phases).filter(([, v]) => (v ?? 0) > limit).map(([k, v]) => `${k} ${gb(v!)} GB`);
-  if (over.length) notes.push(`does not fit in ${gb(limit)} GB (budget ${gb(x.budgetBytes)} GB − ${Math.round(margin * 100)}% margin): ${over.join(', ')}`);
+  if (over.length) notes.push(`does not fit in ${gb(limit)} GB (budget ${gb(x.budgetBytes)} GB − ${Math.round(margin * 100)}% margin): ${over.join(', ')} — the run starts anyway: an out of memory halves the micro-batch, and one that still fails names the settings that fit`);
   return { ...settings, budgetBytes: x.budgetBytes, limitBytes: limit, residentBytes: R, phases, peakBytes: peak, fits: over.length === 0, notes };
 }
 
-/** Bytes → GB (1e9) with one decimal. */
+/** Bytes → GB (1e9) with one decimal; two significant digits below 0.1 GB (a budget of 0.001 GB read "0.0"). */
 export function gb(bytes: number): string {
-  return (bytes / 1e9).toFixed(1);
+  const v = bytes / 1e9;
+  return v >= 0.05 || v === 0 ? v.toFixed(1) : v.toPrecision(2);
 }
 
 /** One-paragraph description of a plan for the run log. */
