@@ -150,7 +150,7 @@ export const GENERATE_OPTIONS: readonly Setting[] = [
   { key: 'system', flag: 'system', type: 'string', default: null, values: 'any text', meaning: 'System message for --prompt texts', source: 'OpenAI chat system role' },
   { key: 'n', flag: 'n', type: 'integer', min: 1, default: 1, meaning: 'Completions per prompt', source: 'vLLM SamplingParams.n' },
   ...SAMPLING_OPTIONS,
-  { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: null, meaning: 'Sampling seed (batch b uses seed + b); unset = random, printed to stderr', source: 'vLLM SamplingParams.seed' },
+  { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: null, meaning: 'Sampling seed (batch b uses seed + b; one random stream per batch, so the same inputs, --n and --batch-size give the same completions and another batch composition samples others — serve seeds each request on its own); unset = random, printed to stderr', source: 'vLLM SamplingParams.seed' },
   { key: 'batchSize', flag: 'batch-size', type: 'integer', min: 1, default: 16, meaning: 'Prompts per generation call', source: 'vLLM max_num_seqs' },
   { key: 'tokens', flag: 'tokens', type: 'boolean', default: false, meaning: 'Also write token_ids and logprobs per completion', source: 'vLLM SamplingParams.logprobs' },
 ];
