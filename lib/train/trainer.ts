@@ -28,7 +28,7 @@ import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '..
 import { DistContext, shard } from './dist.js';
 import { ErrorCode, isPapergymError, oomError } from '../errors.js';
 import type { ProfileResult } from '../addon.js';
-import { kernelKind } from '../util/kernels.js';
+import { kernelUsByKind } from '../util/kernels.js';
 
 /** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
 export type { TaskItem as TrainItem, RewardFn, RewardResult } from '../task/types.js';
@@ -300,8 +300,7 @@ export class Trainer {
       }
       const kernels = [...byName.entries()].map(([name, v]) => ({ name, ...v })).sort((a, b) => b.totalUs - a.totalUs);
       const busy = runs.reduce((n, r) => n + r.gpuBusyUs, 0) / 1e6;
-      const kinds: Record<string, number> = {};
-      for (const k of kernels) kinds[kernelKind(k.name)] = (kinds[kernelKind(k.name)] ?? 0) + k.totalUs / 1e6;
+      const kinds = Object.fromEntries(Object.entries(kernelUsByKind(kernels)).map(([k, us]) => [k, us / 1e6]));
       phases[phase] = { wallSeconds: phaseSeconds[phase] ?? null, gpuBusySeconds: busy, gpuSecondsByKind: kinds, kernels: kernels.slice(0, 60) };
       const top = Object.entries(kinds).sort((a, b) => b[1] - a[1]).slice(0, 4).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ');
       lines.push(`${phase} ${(phaseSeconds[phase] ?? 0).toFixed(2)} s, GPU busy ${busy.toFixed(2)} s (${top})`);

@@ -15,3 +15,16 @@ export function kernelKind(name: string): string {
   if (/multi_tensor_apply|foreach|Adam/i.test(name)) return 'optimizer';
   return 'other';
 }
+
+/**
+ * Total GPU µs per kind ({@link kernelKind}) of profiled kernels (`ProfileResult.kernels`:
+ * name and totalUs in µs, summed over their calls).
+ */
+export function kernelUsByKind(kernels: readonly { name: string; totalUs: number }[]): Record<string, number> {
+  const kinds: Record<string, number> = {};
+  for (const k of kernels) {
+    const kind = kernelKind(k.name);
+    kinds[kind] = (kinds[kind] ?? 0) + k.totalUs;
+  }
+  return kinds;
+}

@@ -22,6 +22,7 @@
 
 #include "cuda/convert.cuh"
 #include "cuda/decode_attention_kernels.h"
+#include "cuda/reduce.cuh"
 
 namespace pg {
 namespace cuda_kernels {
@@ -216,11 +217,11 @@ __global__ void CombineKernel(const float* __restrict__ part_acc, const float* _
   if (threadIdx.x < 32) {
     float M = -INFINITY;
     for (int64_t s = threadIdx.x; s < splits; s += 32) M = fmaxf(M, wsplit[s]);
-    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    M = WarpMax(M);
     float L = 0.f;
     for (int64_t s = threadIdx.x; s < splits; s += 32)
       if (wsplit[s] != -INFINITY) L += ml[s * 2 + 1] * exp2f(wsplit[s] - M);
-    for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+    L = WarpSum(L);
     if (threadIdx.x == 0) {
       ML[0] = M;
       ML[1] = L;

@@ -7,36 +7,15 @@
 
 #include "cuda/convert.cuh"
 #include "cuda/norm_kernels.h"
+#include "cuda/reduce.cuh"
 
 namespace pg {
 namespace cuda_kernels {
 namespace {
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The sum of every thread's v over the block (blockDim ≤ 1024), returned to every thread; `part`
-// is __shared__ float[32] scratch.
-__device__ __forceinline__ float BlockSum(float v, float* part) {
-  v = WarpSum(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float t = lane < nwarps ? part[lane] : 0.f;
-    t = WarpSum(t);
-    if (lane == 0) part[0] = t;
-  }
-  __syncthreads();
-  return part[0];
-}
-
 template <typename T>
 __global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s,
                                  T* __restrict__ y, int64_t H, float eps) {
-  __shared__ float part[32];
   const int64_t row = blockIdx.x;
   const T* hr = h + row * H;
   const T* dr = d + row * H;
@@ -49,7 +28,7 @@ __global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ 
     const float f = F(v);
     ss += f * f;
   }
-  const float rstd = rsqrtf(BlockSum(ss, part) / static_cast<float>(H) + eps);
+  const float rstd = rsqrtf(BlockSum(ss) / static_cast<float>(H) + eps);
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = To<T>(F(w[i]) * (rstd * F(sr[i])));  // own writes: no sync needed
 }
 
@@ -60,7 +39,6 @@ template <typename T>
 __global__ void AddRmsNormVecKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s,
                                     T* __restrict__ y, int64_t H, float eps) {
   constexpr int V = kVec16<T>;
-  __shared__ float part[32];
   const int64_t off = blockIdx.x * H + threadIdx.x * V;
   float hv[V], dv[V], wv[V], sv[V];
   Load16(h + off, hv);
@@ -73,7 +51,7 @@ __global__ void AddRmsNormVecKernel(const T* __restrict__ h, const T* __restrict
     ss += sv[e] * sv[e];
   }
   Store16(s + off, sv);
-  const float rstd = rsqrtf(BlockSum(ss, part) / static_cast<float>(H) + eps);
+  const float rstd = rsqrtf(BlockSum(ss) / static_cast<float>(H) + eps);
 #pragma unroll
   for (int e = 0; e < V; ++e) sv[e] = wv[e] * (rstd * sv[e]);
   Store16(y + off, sv);

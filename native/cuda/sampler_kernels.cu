@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "cuda/convert.cuh"
+#include "cuda/reduce.cuh"
 #include "cuda/sampler_kernels.h"
 
 namespace pg {
@@ -28,17 +29,6 @@ constexpr int kNoId = 0x7fffffff;
 
 // (a, ia) ranks before (b, ib): larger value, then smaller id.
 __device__ __forceinline__ bool Before(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
-
-// Merges the lanes' online (max m, Σ exp(x − m)) pairs: every lane gets the warp's.
-__device__ __forceinline__ void WarpMergeLse(float& m, float& s) {
-  for (int off = 16; off > 0; off >>= 1) {
-    const float om = __shfl_xor_sync(0xffffffffu, m, off);
-    const float os = __shfl_xor_sync(0xffffffffu, s, off);
-    const float nm = fmaxf(m, om);
-    s = (nm == -INFINITY) ? 0.f : s * expf(m - nm) + os * expf(om - nm);
-    m = nm;
-  }
-}
 
 // A (value, id) pair and where it is kept (`at` < 0: none).
 struct Pick {
@@ -70,7 +60,6 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
   __shared__ float bv[kWarps][kK];
   __shared__ int bi[kWarps][kK];
   __shared__ float wm[kWarps], ws[kWarps];
-  __shared__ int wnan[kWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const T* row = logits + static_cast<int64_t>(blockIdx.x) * V;
   for (int j = lane; j < k; j += 32) {
@@ -81,8 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
   // The worst kept pair and its slot (every slot starts as (-inf, kNoId): any id ranks before it).
   float worst = -INFINITY;
   int worst_id = kNoId, worst_slot = 0;
-  float m = -INFINITY, s = 0.f;  // this lane's online max and Σ exp(x - m)
-  bool nan = false;              // a NaN logit: the row's log-sum-exp is NaN (as ATen's)
+  MaxSum acc{-INFINITY, 0.f};  // this lane's online log-sum-exp (a NaN logit makes it NaN, as ATen's)
   const int64_t per = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
   const int64_t lo = warp * per, hi = min(V, lo + per);
   for (int64_t base = lo; base < hi; base += 32) {
@@ -91,16 +79,8 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
     if (i < hi) {
       // x · (1/T) rounded as ATen's CUDA division by a host scalar computes it (a * reciprocal(b)).
       x = F(row[i]) * inv_temperature;
-      if (x != x) {  // NaN: never selected (ranked as -inf); the lse is NaN below
-        nan = true;
-        x = -INFINITY;
-      }
-      if (x > m) {
-        s = s * expf(m - x) + 1.f;  // m = -inf: expf(-inf) = 0
-        m = x;
-      } else if (x != -INFINITY) {
-        s += expf(x - m);
-      }
+      Push(acc, x);
+      if (x != x) x = -INFINITY;  // NaN: never selected (ranked as -inf)
     }
     const int id = static_cast<int>(i);
     unsigned want = __ballot_sync(0xffffffffu, i < hi && Before(x, id, worst, worst_id));
@@ -129,20 +109,16 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
     }
   }
   // Row log-sum-exp: lanes, then warps.
-  WarpMergeLse(m, s);
-  nan = __any_sync(0xffffffffu, nan);
+  acc = WarpMerge(acc);
   if (lane == 0) {
-    wm[warp] = m;
-    ws[warp] = s;
-    wnan[warp] = nan;
+    wm[warp] = acc.m;
+    ws[warp] = acc.l;
   }
   __syncthreads();
   if (warp != 0) return;
   {
-    float M = lane < kWarps ? wm[lane] : -INFINITY, S = lane < kWarps ? ws[lane] : 0.f;
-    WarpMergeLse(M, S);
-    const bool any_nan = __any_sync(0xffffffffu, lane < kWarps && wnan[lane]);
-    if (lane == 0) lse[blockIdx.x] = any_nan ? NAN : M + logf(S);
+    const MaxSum row_acc = WarpMerge(lane < kWarps ? MaxSum{wm[lane], ws[lane]} : MaxSum{-INFINITY, 0.f});
+    if (lane == 0) lse[blockIdx.x] = Lse(row_acc);
   }
   // The k best of the kWarps · k kept pairs, best first; a taken pair is marked with id -1.
   float* cv = &bv[0][0];

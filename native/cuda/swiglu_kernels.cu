@@ -15,13 +15,22 @@ namespace {
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
+// act = silu(g)·u, and its gradients dg = d·u·s·(1 + g·(1 − s)), du = d·silu(g) with s = σ(g)
+// (swiglu_kernels.h); one definition for the element and the vector kernels.
+__device__ __forceinline__ float SwigluValue(float g, float u) { return g * Sigmoid(g) * u; }
+__device__ __forceinline__ void SwigluGrads(float g, float u, float d, float& dg, float& du) {
+  const float s = Sigmoid(g);
+  dg = d * u * s * (1.f + g * (1.f - s));
+  du = d * g * s;
+}
+
 template <typename T>
 __global__ void Fwd(const T* __restrict__ gu, T* __restrict__ act, int64_t rows, int64_t I) {
   const int64_t n = rows * I;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / I, c = i % I;
     const float g = F(gu[r * 2 * I + c]), u = F(gu[r * 2 * I + I + c]);
-    act[i] = To<T>(g * Sigmoid(g) * u);
+    act[i] = To<T>(SwigluValue(g, u));
   }
 }
 
@@ -31,9 +40,10 @@ __global__ void Bwd(const T* __restrict__ gu, const T* __restrict__ dact, T* __r
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / I, c = i % I;
     const float g = F(gu[r * 2 * I + c]), u = F(gu[r * 2 * I + I + c]), d = F(dact[i]);
-    const float s = Sigmoid(g);
-    dgu[r * 2 * I + c] = To<T>(d * u * s * (1.f + g * (1.f - s)));
-    dgu[r * 2 * I + I + c] = To<T>(d * g * s);
+    float dg, du;
+    SwigluGrads(g, u, d, dg, du);
+    dgu[r * 2 * I + c] = To<T>(dg);
+    dgu[r * 2 * I + I + c] = To<T>(du);
   }
 }
 
@@ -54,7 +64,7 @@ __global__ void FwdVec(const T* __restrict__ gu, T* __restrict__ act, int64_t ro
     Load16(gu + r * 2 * I + c, g);
     Load16(gu + r * 2 * I + I + c, u);
 #pragma unroll
-    for (int e = 0; e < V; ++e) a[e] = g[e] * Sigmoid(g[e]) * u[e];
+    for (int e = 0; e < V; ++e) a[e] = SwigluValue(g[e], u[e]);
     Store16(act + r * I + c, a);
   }
 }
@@ -70,11 +80,7 @@ __global__ void BwdVec(const T* __restrict__ gu, const T* __restrict__ dact, T* 
     Load16(gu + r * 2 * I + I + c, u);
     Load16(dact + r * I + c, d);
 #pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const float s = Sigmoid(g[e]);
-      dg[e] = d[e] * u[e] * s * (1.f + g[e] * (1.f - s));
-      du[e] = d[e] * g[e] * s;
-    }
+    for (int e = 0; e < V; ++e) SwigluGrads(g[e], u[e], d[e], dg[e], du[e]);
     Store16(dgu + r * 2 * I + c, dg);
     Store16(dgu + r * 2 * I + I + c, du);
   }
@@ -95,7 +101,6 @@ void LaunchBwd(const void* gu, const void* dact, void* dgu, int64_t rows, int64_
   else
     Bwd<T><<<Blocks(rows * I), 256, 0, s>>>(static_cast<const T*>(gu), static_cast<const T*>(dact), static_cast<T*>(dgu), rows, I);
 }
-
 
 }  // namespace
 

@@ -186,8 +186,8 @@ LoraMergeScope::~LoraMergeScope() { t_merge = prev_; }
 bool LoraMergeActive() { return t_merge && t_inference_cache && !at::GradMode::is_enabled(); }
 
 LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
-bool LoraDropoutActive() { return at::GradMode::is_enabled() || t_force_dropout; }
 LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
+bool LoraDropoutActive() { return at::GradMode::is_enabled() || t_force_dropout; }
 
 LoraInferenceCacheScope::LoraInferenceCacheScope() : prev_(t_inference_cache) { t_inference_cache = true; }
 LoraInferenceCacheScope::~LoraInferenceCacheScope() {

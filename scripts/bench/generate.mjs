@@ -29,7 +29,7 @@
  * Random-shape checkpoints are made once by scripts/make_random_qwen3.py under
  * .cache/random-models/ (the tiny one by scripts/make_tiny_qwen3.py under .cache/tiny-models/).
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { randomModel, tinyModel } from './checkpoints.mjs';
@@ -81,7 +81,7 @@ const modelDir = ensureModel();
 const { loadModel } = await lib('model/qwen3.js');
 const { generate } = await lib('model/policy.js');
 const { native } = await lib('native.js');
-const { kernelKind } = await lib('util/kernels.js');
+const { kernelUsByKind } = await lib('util/kernels.js');
 if (a.threads) native().setNumThreads(Number(a.threads));
 const info = native().runtimeInfo();
 // Deterministic prompts, the same for both sides.
@@ -98,11 +98,11 @@ async function profileCall(b, opts) {
   const t0 = performance.now();
   const r = await generate(model, opts);
   const wallMs = performance.now() - t0;
+  if (a['profile-trace']) mkdirSync(resolve(a['profile-trace']), { recursive: true });
   const tracePath = a['profile-trace'] ? join(resolve(a['profile-trace']), `trace_b${b}.json`) : undefined;
   const p = native().profileStop({ top: 400, ...(tracePath ? { tracePath } : {}) });
   const steps = r.steps || 1;
-  const kinds = {};
-  for (const k of p.kernels) kinds[kernelKind(k.name)] = (kinds[kernelKind(k.name)] ?? 0) + k.totalUs / steps;
+  const kinds = Object.fromEntries(Object.entries(kernelUsByKind(p.kernels)).map(([k, us]) => [k, us / steps]));
   const top = p.kernels.slice(0, 12).map((k) => ({ name: k.name.slice(0, 90), us_per_step: k.totalUs / steps, calls_per_step: k.count / steps, mean_us: k.meanUs }));
   const out = { steps, wall_ms_per_step: wallMs / steps, decode_ms_per_step: r.decodeMs / steps, gpu_busy_us_per_step: p.gpuBusyUs / steps, gpu_us_per_step: p.gpuUs / steps, kinds_us_per_step: kinds, top, events: p.events, trace: tracePath ?? null };
   process.stderr.write(`profile batch ${b}: ${out.decode_ms_per_step.toFixed(2)} ms/step decode wall, GPU busy ${(out.gpu_busy_us_per_step / 1000).toFixed(2)} ms/step; ` +
