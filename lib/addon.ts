@@ -74,10 +74,16 @@ export interface RuntimeInfo {
 
 /** A kernel profile (`native().profileStop()`), times in microseconds. */
 export interface ProfileResult {
+  /** GPU activities grouped by name (kernels, copies, sets), most total time first, at most `top`:
+   * calls, and their total / mean / longest duration in µs. */
   kernels: { name: string; count: number; totalUs: number; meanUs: number; maxUs: number }[];
+  /** Sum of every recorded activity's duration, µs (overlapping activities count twice). */
   gpuUs: number;
+  /** Union of the activities' intervals: time some GPU work ran, µs (≤ gpuSpanUs). */
   gpuBusyUs: number;
+  /** First activity's start to the last one's end, µs. */
   gpuSpanUs: number;
+  /** GPU activities recorded (0 on a machine without a GPU). */
   events: number;
 }
 
