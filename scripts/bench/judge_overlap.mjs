@@ -24,6 +24,11 @@
  * Options: --model DIR | --shape qwen3-1.7b|… (random weights, real shapes)  --questions 8  --group 8  --judge http|local
  *          --min-tokens 32  --max-tokens 256
  *          --latency-ms 40  --concurrency 64  --json FILE
+ *          --profile (CUDA: after the timed passes, each side once more under the kernel profiler,
+ *          native().profileStart/Stop: GPU busy µs (union of the kernels' intervals) and kernel µs
+ *          (their sum) of the rollout alone, the judge alone and the per-group pass — how much of
+ *          the rollout's wall time the GPU idles, and how much judge work ran concurrently with the
+ *          decode's kernels rather than after them; in --json as profile)
  */
 import { createServer } from 'node:http';
 import { resolve } from 'node:path';
@@ -34,6 +39,7 @@ const a = benchArgs({
   model: { type: 'string' }, shape: { type: 'string' }, questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' },
   'min-tokens': { type: 'string', default: '32' }, 'max-tokens': { type: 'string', default: '256' },
   'latency-ms': { type: 'string', default: '40' }, concurrency: { type: 'string', default: '64' }, judge: { type: 'string', default: 'http' },
+  profile: { type: 'boolean', default: false },
 });
 if (a.judge !== 'http' && a.judge !== 'local') throw new Error(`--judge must be http or local, got ${a.judge}`);
 const Q = Number(a.questions), G = Number(a.group), lo = Number(a['min-tokens']), hi = Number(a['max-tokens']), latency = Number(a['latency-ms']);
@@ -47,6 +53,7 @@ const { localJudgeForModel } = await lib('judge/local.js');
 const { makeRewardFn } = await lib('judge/rewards.js');
 const { readDataset, sampleDatasetPath, loadGeneralRubric } = await lib('data/schema.js');
 const { studentMessages } = await lib('task/prompts.js');
+const { native } = await lib('native.js');
 
 // The loopback judge endpoint: "Yes" after the latency (OpenAI chat-completions reply shape).
 const server = createServer((req, res) => {
@@ -114,6 +121,51 @@ for (let p = 0; p < Q; p++) if (!jobs.has(p)) jobs.set(p, requestsOf(r2.completi
 const perGroup = (await Promise.all([...Array(Q).keys()].map((p) => jobs.get(p)))).flat();
 const t3 = performance.now();
 const rolloutStreamed = (t1 - t0) / 1000, visible = (t3 - t1) / 1000;
+
+// --profile: each side once more under the kernel profiler (after the timed passes, so their
+// times carry no profiler overhead). busy = union of the GPU activities' intervals, kernels = the
+// sum of their durations (more than busy where they overlapped), both ms; wall ms of the same call.
+async function profiled(f) {
+  native().profileStart();
+  const s = performance.now();
+  const out = await f();
+  const wallMs = performance.now() - s;
+  const p = native().profileStop({ top: 1 });
+  return { out, wallMs, busyMs: p.gpuBusyUs / 1000, kernelMs: p.gpuUs / 1000, spanMs: p.gpuSpanUs / 1000 };
+}
+let profile;
+if (a.profile && cuda) {
+  const ro = await profiled(() => generate(policy.model, sampling));
+  const reqs = await requestsOf(ro.out.completions);
+  const rewardAlone = rewardFn();
+  const ju = await profiled(() => rewardAlone(reqs));
+  const rewardPer = rewardFn();
+  const pg = await profiled(async () => {
+    const js = new Map();
+    const r = await generate(policy.model, { ...sampling, onGroupDone: (g) => js.set(g.promptIndex, requestsOf(g.completions).then(rewardPer)) });
+    for (let p = 0; p < Q; p++) if (!js.has(p)) js.set(p, requestsOf(r.completions.slice(p * G, (p + 1) * G)).then(rewardPer));
+    return Promise.all([...js.values()]);
+  });
+  const strip = ({ out, ...rest }) => rest;
+  profile = {
+    rollout: strip(ro), judge: strip(ju), perGroup: strip(pg),
+    // GPU idle inside the rollout alone: what a judge could fill without sharing an SM.
+    rolloutIdleMs: ro.wallMs - ro.busyMs,
+    // Busy time the per-group pass saved against running the two one after the other (their
+    // kernels ran at the same time), and the kernel time it added (kernels slowed by sharing).
+    concurrentMs: ro.busyMs + ju.busyMs - pg.busyMs,
+    kernelSlowdownMs: pg.kernelMs - ro.kernelMs - ju.kernelMs,
+  };
+  const f = (x) => (x / 1000).toFixed(3);
+  printTable(['profiled pass', 'wall s', 'GPU busy s', 'kernel s (sum)'], [
+    ['rollout alone', f(ro.wallMs), f(ro.busyMs), f(ro.kernelMs)],
+    ['judge alone', f(ju.wallMs), f(ju.busyMs), f(ju.kernelMs)],
+    ['rollout + per-group judge', f(pg.wallMs), f(pg.busyMs), f(pg.kernelMs)],
+  ]);
+  console.log(`profile: the GPU idles ${f(profile.rolloutIdleMs)} s of the rollout alone; the per-group pass ran ${f(profile.concurrentMs)} s of busy time concurrently (rollout + judge busy minus its own) and its kernels took ${f(profile.kernelSlowdownMs)} s longer in sum`);
+} else if (a.profile) {
+  console.error(`--profile: no kernel profile on ${a.device} (it records GPU kernels)`);
+}
 server.close();
 policy.dispose();
 const same = JSON.stringify(after.map((x) => x.reward)) === JSON.stringify(perGroup.map((x) => x.reward));
@@ -129,4 +181,4 @@ printTable(['', 'seconds'], [
 ]);
 groupTimes.sort((x, y) => x.group - y.group);
 console.log(`early groups (seconds from the rollout's start; standalone judging ${(standalone / Q).toFixed(2)} s per group): ${groupTimes.map((g) => `${g.group}: ${g.handedOver.toFixed(2)} → ${g.judged.toFixed(2)}`).join(', ')}`);
-writeJson(a.json, { config: a, maxNewTokens: maxNew, rolloutAfter, rolloutStreamed, standalone, visible, visibleShare: visible / standalone, earlyGroups: early, rewardsIdentical: same, eventLoopUtilization: elu, groupTimes });
+writeJson(a.json, { config: a, maxNewTokens: maxNew, rolloutAfter, rolloutStreamed, standalone, visible, visibleShare: visible / standalone, earlyGroups: early, rewardsIdentical: same, eventLoopUtilization: elu, groupTimes, profile });

@@ -2,7 +2,8 @@
 # Device-side driver (GPU machine): build from a clean `git archive` of HEAD carried in .device/src.tar
 # (so uncommitted local edits never reach the measurement), then run the given steps.
 # Usage: bash scripts/device/gpu-run.sh STEP... (steps: see the case list below)
-# PG_CUDA_ARCHS (e.g. 90) narrows the own kernels' architectures for a faster build.
+# PG_CUDA_ARCHS (e.g. 90) narrows the own kernels' architectures for a faster build; PG_REUSE_BIN=DIR
+# takes the addon from DIR (an earlier call's `savebin` output, same native sources) instead of building.
 set -o pipefail
 here=$PWD
 rm -rf /tmp/src && mkdir -p /tmp/src && tar -xf .device/src.tar -C /tmp/src && cp -r .device /tmp/src/ && cd /tmp/src || exit 1
@@ -16,7 +17,12 @@ fi
 [ -f .device/gloo-include/gloo/algorithm.h ] && export GLOO_INCLUDE_DIR=$PWD/.device/gloo-include
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
-if [ "$*" != prebuild130 ]; then  # prebuild130 alone builds only the prebuilt (scripts/prebuild.sh)
+if [ -n "${PG_REUSE_BIN:-}" ]; then
+  # The addon built by an earlier call of this session from the same native sources (its `savebin`
+  # step's files, carried back in PG_REUSE_BIN): no compile, minutes of device time saved.
+  mkdir -p build/Release && cp "$PG_REUSE_BIN"/*.node build/Release/ || exit 1
+  echo "build: reused $(ls "$PG_REUSE_BIN"/*.node | xargs -n1 basename | tr '\n' ' ')"; node dist/bin/papergym-native.js doctor
+elif [ "$*" != prebuild130 ]; then  # prebuild130 alone builds only the prebuilt (scripts/prebuild.sh)
   CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler|data parallelism|NCCL process groups|gloo" | head -30
   echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
 fi
@@ -135,6 +141,12 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     disttest) npx mocha --no-config --timeout 600000 dist/test/gpu/dist-nccl.test.js 2>&1 | tee $OUT/gpu-dist-tests.log | tail -30 ;;
     dpgrpo) timeout 420 node scripts/bench/dp_scaling.mjs --stage grpo --shape qwen3-1.7b --steps 3 --json $OUT/dp_grpo_1.7b.json 2>&1 | tail -25 ;;
     dpsft) timeout 240 node scripts/bench/dp_scaling.mjs --stage sft --shape qwen3-1.7b --steps 4 --json $OUT/dp_sft_1.7b.json 2>&1 | tail -25 ;;
+    # the built addon into $OUT, for PG_REUSE_BIN in a later call whose native sources are unchanged
+    savebin) cp build/Release/*.node $OUT/ && ls -la $OUT/*.node ;;
+    # the local judge beside the decode, with each side once more under the kernel profiler (GPU busy / idle)
+    judgeoverlapprof) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --profile --json $OUT/judge_overlap_local_prof.json 2>&1 | tail -16 ;;
+    # the trainer's OPSD / GRPO steps with the caching allocator's expandable segments (A/B against trainfinal)
+    trainexpand) PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 4 --grpo-steps 3 --out /tmp/pg-trainexpand --json $OUT/train_expand.json 2>&1 | tee $OUT/train_expand.log | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-500 ;;
     *) echo "unknown step $step" ;;
   esac
 done
