@@ -91,6 +91,11 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
       }
     expect(shared.stats().requests).to.equal(separate.stats().requests);
     expect(shared.stats().promptTokens).to.be.lessThan(separate.stats().promptTokens);
+    // Several plans' prefixLogprobs calls at once (the model's read-only calls share its lock):
+    // the same P(yes) as one plan at a time.
+    const concurrent = await localJudgeForModel(model, tok, { template, planConcurrency: 3 });
+    const c = await concurrent.judge(reqs);
+    for (let r = 0; r < reqs.length; r++) for (let k = 0; k < reqs[r].items.length; k++) expect(c[r][k].prob!).to.be.closeTo(a[r][k].prob!, 1e-6);
   });
 
   it('prefixLogprobs near the context limit: bucketed (prefix to 64·k, suffixes to 16·k) and unpadded where the buckets pass the context, both equal the per-prompt scorer within 1e-5', async () => {

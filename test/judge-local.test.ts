@@ -211,6 +211,52 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(s.unparsed).to.equal(0);
   });
 
+  it('planConcurrency: plans\' prefix scoring overlaps (at most that many calls at once), with the verdicts of one plan at a time; a failing plan rejects only after every call settled', async () => {
+    const yes = (await tok.encode('Yes'))[0];
+    // A scorer whose P(yes) depends on the prefix and suffix ids (so a mix-up between plans shows)
+    // and that resolves after a delay depending on the plan, so calls finish out of order.
+    const make = (failOn?: number) => {
+      const rec = { inFlight: 0, maxInFlight: 0, calls: 0, settled: 0 };
+      const prefixScorer = async (prefix: number[], suffixes: number[][], cands: number[]) => {
+        const call = ++rec.calls;
+        rec.inFlight++;
+        rec.maxInFlight = Math.max(rec.maxInFlight, rec.inFlight);
+        const key = prefix.reduce((a, b) => (a * 31 + b) % 9973, 7);
+        await new Promise((r) => setTimeout(r, 5 + (key % 4) * 10));
+        rec.inFlight--;
+        rec.settled++;
+        if (call === failOn) throw new Error(`scoring failed on call ${failOn}`);
+        return suffixes.map((sx) => {
+          const p = 0.05 + 0.9 * (((key + sx.reduce((a, b) => a + b, 0)) % 97) / 97);
+          return Float64Array.from(cands, (c) => (c === yes ? Math.log(p) : Math.log(1 - p)));
+        });
+      };
+      return { rec, prefixScorer };
+    };
+    const items = [{ id: 'a', text: 'first item' }, { id: 'b', text: 'second item' }, { id: 'c', text: 'third item' }];
+    const requests = Array.from({ length: 7 }, (_, i) => ({ question: `Question ${i}`, plan: `plan number ${i} ${'with words '.repeat(i)}`, items }));
+    const judgeWith = async (planConcurrency: number, failOn?: number) => {
+      const { rec, prefixScorer } = make(failOn);
+      const j = await LocalJudge.create({ tokenizer: tok, template, scorer: async (ps, cands) => ps.map(() => Float64Array.from(cands, () => Math.log(0.5))), minSharedPrefix: 8, prefixScorer, planConcurrency });
+      return { rec, run: () => j.judge(requests) };
+    };
+    const one = await judgeWith(1);
+    const v1 = await one.run();
+    expect(one.rec.maxInFlight).to.equal(1);
+    const three = await judgeWith(3);
+    const v3 = await three.run();
+    expect(three.rec.calls).to.equal(7);
+    expect(three.rec.maxInFlight).to.equal(3);
+    expect(v3).to.deep.equal(v1);
+    expect(new Set(v1.flat().map((x) => x.prob)).size, 'distinct P(yes) per (plan, item): a mix-up would show').to.be.greaterThan(10);
+    const failing = await judgeWith(3, 2);
+    let err: Error | undefined;
+    await failing.run().catch((e: Error) => (err = e));
+    expect(err?.message).to.equal('scoring failed on call 2');
+    expect(failing.rec.settled, 'every started call settled before the rejection').to.equal(failing.rec.calls);
+    expect(failing.rec.inFlight).to.equal(0);
+  });
+
   it('padRight pads with the pad id and marks the last non-pad position', () => {
     const p = padRight([[5, 6, 7], [8]], 0);
     expect([...p.ids.data]).to.deep.equal([5, 6, 7, 8, 0, 0]);

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -126,6 +127,13 @@ class Qwen3Impl {
       /// With `live_start` (int32 [B]): the live-KV kernel attends to slots [live_start[b], slot]
       /// only (LiveKvDecodeAttention) where it applies; the masked attention otherwise.
       Slot,
+      /// Every row continues one shared prefix (`prefix`: a one-row cache whose slots
+      /// [prefix_pad, prefix->len) hold the prefix's real tokens, left padding before them): the
+      /// queries attend to the prefix's K/V as they are — never copied per row — and to their own
+      /// row's keys causally (rows right-padded; `allowed` [B, 1, T, T] for the math path), the
+      /// two softmaxes merged by their log-sum-exps (SharedPrefixAttention). The new K/V are not
+      /// stored (Qwen3Model::ForwardSharedPrefix).
+      SharedPrefix,
     };
     Kind kind = Causal;
     at::Tensor allowed;
@@ -133,7 +141,101 @@ class Qwen3Impl {
     int64_t P = 0;
     at::Tensor slot;
     at::Tensor live_start;
+    const KVCache* prefix = nullptr;
+    int64_t prefix_pad = 0;
   };
+
+  /// One softmax side of SharedPrefixAttention through the flash kernel, which returns the
+  /// softmax's log-sum-exp beside its output: q [Bq, nh, N, hd], k / v [Bq, nh, K, hd] (K/V heads
+  /// already repeated) -> (o [Bq, nh, N, hd] in q's dtype, lse [Bq, nh, N] float32, natural log).
+  /// CUDA: ATen's FlashAttention-2 op (bf16 / fp16, head_dim a multiple of 8 up to 256, sm 80+);
+  /// CPU: ATen's CPU flash op (float32 / bf16 / fp16). Returns false where neither applies or the
+  /// op refuses the inputs (its checks run before any launch; a GPU the op refuses once is not
+  /// asked again), and the caller takes the math path.
+  static bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double sm_scale,
+                        at::Tensor* o, at::Tensor* lse) {
+    static std::atomic<bool> cuda_refused{false};
+    const auto dt = q.scalar_type();
+    const int64_t hd = q.size(3);
+    if (hd % 8 != 0 || hd > 256) return false;
+    if (q.is_cuda()) {
+      if (cuda_refused.load() || !(dt == at::kBFloat16 || dt == at::kHalf)) return false;
+      try {
+        auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, sm_scale);
+        *o = std::get<0>(r);
+        *lse = std::get<1>(r).narrow(2, 0, q.size(2));
+        return true;
+      } catch (const c10::Error&) {
+        cuda_refused.store(true);
+        return false;
+      }
+    }
+    if (!q.is_cpu() || !(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf)) return false;
+    auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, sm_scale);
+    *o = std::get<0>(r);
+    *lse = std::get<1>(r);
+    return true;
+  }
+
+  /// Attention of T queries per row over a shared prefix and the row's own keys (the two-level
+  /// softmax of "cascade" / shared-prefix attention, e.g. FlashInfer's; exact, not an approximation):
+  ///   o = (e^{lse_p} o_p + e^{lse_s} o_s) / (e^{lse_p} + e^{lse_s})
+  /// where o_p, lse_p are the softmax-weighted values and log-sum-exp of the scores over the
+  /// prefix's real keys, and o_s, lse_s the same over the row's own keys (causal).
+  /// q [B, nh, T, hd]; k / v [B, nkv, T, hd]; the prefix's K/V [1, nkv, P0, hd] read in place.
+  /// Flash path (FlashSide): the prefix side is ONE flash call of all B·T queries (rows folded into
+  /// the query length) against the prefix's keys, the own side one causal call; only the K/V heads
+  /// are repeated for GQA (one prefix row, and the suffixes' own few tokens), never the prefix per
+  /// row. Math path (CUDA float32, other head sizes): float32 matmuls with the query heads of one
+  /// KV head grouped. The merge is in float32. Returns o [B, T, nh * hd] in q's dtype.
+  static at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, double sm_scale) {
+    const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), nkv = k.size(1), rep = nh / nkv;
+    const int64_t P0 = a.prefix->len - a.prefix_pad;
+    const auto f32 = at::kFloat;
+    at::Tensor kp = a.prefix->k[static_cast<size_t>(l)].narrow(2, a.prefix_pad, P0);  // [1, nkv, P0, hd]
+    at::Tensor vp = a.prefix->v[static_cast<size_t>(l)].narrow(2, a.prefix_pad, P0);
+    at::Tensor op, lp, os, ls;  // per side: o [B, nh, T, hd], lse [B, nh, T]
+    {
+      auto heads = [&](const at::Tensor& t) { return rep > 1 ? t.repeat_interleave(rep, 1) : t; };
+      at::Tensor q1 = q.transpose(0, 1).reshape({1, nh, B * T, hd});  // every row's queries as one
+      at::Tensor o1, l1, o2, l2;
+      if (FlashSide(q1, heads(kp).to(q.scalar_type()), heads(vp).to(q.scalar_type()), false, sm_scale, &o1, &l1) &&
+          FlashSide(q, heads(k), heads(v), true, sm_scale, &o2, &l2)) {
+        op = o1.reshape({nh, B, T, hd}).transpose(0, 1).to(f32);
+        lp = l1.reshape({nh, B, T}).transpose(0, 1).to(f32);
+        os = o2.to(f32);
+        ls = l2.to(f32);
+      }
+    }
+    if (!op.defined()) {
+      // One softmax side: scores [.., N, K] (masked ones -inf) -> (Σ softmax · V, lse); a row with
+      // every key masked gives (0, -inf).
+      auto side = [](const at::Tensor& scores, const at::Tensor& values) {
+        at::Tensor lse = at::logsumexp(scores, -1, /*keepdim=*/true);
+        at::Tensor none = at::isinf(lse) & lse.lt(0);
+        at::Tensor p = at::exp(scores - at::where(none, at::zeros_like(lse), lse));
+        return std::make_pair(at::matmul(p, values), lse.squeeze(-1));
+      };
+      // Prefix side: the queries of KV head j from every row and head of its group as one batch entry.
+      at::Tensor qg = q.reshape({B, nkv, rep, T, hd}).permute({1, 0, 2, 3, 4}).reshape({nkv, B * rep * T, hd}).to(f32);
+      auto [o1, l1] = side(at::bmm(qg, kp.select(0, 0).to(f32).transpose(1, 2)).mul_(sm_scale), vp.select(0, 0).to(f32));
+      op = o1.view({nkv, B, rep, T, hd}).permute({1, 0, 2, 3, 4}).reshape({B, nh, T, hd});
+      lp = l1.view({nkv, B, rep, T}).permute({1, 0, 2, 3}).reshape({B, nh, T});
+      // Own side: each row's queries against its own keys.
+      at::Tensor qs = q.reshape({B, nkv, rep * T, hd}).to(f32);
+      at::Tensor ss = at::matmul(qs, k.to(f32).transpose(2, 3)).mul_(sm_scale);
+      ss = ss.view({B, nkv, rep, T, T}).masked_fill(a.allowed.logical_not().unsqueeze(2), -INFINITY).view({B, nkv, rep * T, T});
+      auto [o2, l2] = side(ss, v.to(f32));
+      os = o2.reshape({B, nh, T, hd});
+      ls = l2.reshape({B, nh, T});
+    }
+    at::Tensor m = at::maximum(lp, ls);
+    m = at::where(at::isinf(m) & m.lt(0), at::zeros_like(m), m).unsqueeze(-1);
+    at::Tensor wp = at::exp(lp.unsqueeze(-1) - m), ws = at::exp(ls.unsqueeze(-1) - m);
+    at::Tensor o = (op * wp + os * ws) / (wp + ws).clamp_min(1e-30);  // [B, nh, T, hd]
+    return o.transpose(1, 2).reshape({B, T, nh * hd}).to(q.scalar_type());
+  }
 
   /// Attention of layer `l` through the seam: q [B, nh, T, hd], k / v [B, nkv, T, hd] after RoPE
   /// -> o [B, T, nh * hd]. Writes k / v into the cache first (Masked with a cache, Slot).
@@ -147,6 +249,7 @@ class Qwen3Impl {
     TORCH_CHECK(k.defined() || (a.kind == KvAttention::Slot && a.cache), "Attend: k / v may be left out only for the slot decode");
     const int64_t nkv = k.defined() ? k.size(1) : a.cache->k[static_cast<size_t>(l)].size(1);
     const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), rep = nh / nkv;
+    if (a.kind == KvAttention::SharedPrefix) return SharedPrefixAttention(a, l, q, k, v, sm_scale);
     if (a.kind == KvAttention::Causal)
       return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, sm_scale, /*enable_gqa=*/rep > 1)
           .transpose(1, 2)
@@ -719,6 +822,32 @@ KVCache Qwen3Model::NewCache(int64_t batch, int64_t capacity) const {
     kc.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, opt));
   }
   return kc;
+}
+
+at::Tensor Qwen3Model::ForwardSharedPrefix(const at::Tensor& input_ids_in, const at::Tensor& lengths_in, const KVCache& prefix,
+                                           int64_t prefix_pad, const AdapterSel& sel) const {
+  Qwen3Impl::CheckAlive(*this);
+  const Qwen3Config& c = cfg_;
+  if (input_ids_in.dim() != 2 || input_ids_in.size(0) < 1 || input_ids_in.size(1) < 1) throw ArgError("input_ids must be non-empty [B, T]");
+  const int64_t B = input_ids_in.size(0), T = input_ids_in.size(1), P = prefix.len;
+  if (lengths_in.dim() != 1 || lengths_in.size(0) != B) throw ArgError("the suffix lengths must have shape [B] = [" + std::to_string(B) + "]");
+  if (prefix.k.size() != static_cast<size_t>(c.num_hidden_layers) || prefix.k[0].size(0) != 1)
+    throw ArgError("the shared prefix must be a one-row KV cache of this model");
+  if (prefix_pad < 0 || prefix_pad >= P) throw ArgError("the shared prefix must hold at least one real position after its padding");
+  if (c.max_position_embeddings > 0 && P + T > c.max_position_embeddings)
+    throw ArgError("sequence length " + std::to_string(P + T) + " exceeds the model's context (max_position_embeddings " +
+                   std::to_string(c.max_position_embeddings) + ")");
+  at::Tensor ids = input_ids_in.to(device_, at::kLong);
+  at::Tensor qi = at::arange(T, at::TensorOptions().dtype(at::kLong).device(device_));
+  at::Tensor keep = qi.unsqueeze(0).lt(lengths_in.to(device_, at::kLong).unsqueeze(1));  // [B, T], right-padded
+  // Positions continue the prefix's real tokens (its padded slots take none).
+  at::Tensor pos = (keep.to(at::kLong).cumsum(-1) + (P - prefix_pad - 1)).clamp_min(0);
+  Qwen3Impl::KvAttention att;
+  att.kind = Qwen3Impl::KvAttention::SharedPrefix;
+  att.allowed = keep.unsqueeze(1).unsqueeze(1) & qi.unsqueeze(0).le(qi.unsqueeze(1)).unsqueeze(0).unsqueeze(0);  // [B, 1, T, T]
+  att.prefix = &prefix;
+  att.prefix_pad = prefix_pad;
+  return Qwen3Impl::Decoder(*this, ids, pos, sel, att);
 }
 
 at::Tensor Qwen3Model::Forward(const at::Tensor& input_ids_in, const at::Tensor& attention_mask_in,

@@ -46,6 +46,19 @@ class Qwen3Model {
   at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                      const std::optional<at::Tensor>& position_ids, const AdapterSel& sel,
                      KVCache* cache = nullptr);
+  /// Decoder forward of B rows that all continue one shared prefix, without copying it per row:
+  /// input_ids [B, T] int64, each row right-padded to T; lengths [B] (int, each in [1, T]) its real
+  /// tokens; `prefix` a one-row cache (NewCache(1, ..)) filled by Forward with P = prefix.len
+  /// positions, the first `prefix_pad` of them left padding (masked in that Forward). Row b's token
+  /// i sits at position (P − prefix_pad) + i and attends to the prefix's real slots and its own
+  /// tokens up to i — what Forward gives for that row with the prefix's K/V copied into a B-row
+  /// cache, as one softmax split in two and merged by log-sum-exp (KvAttention::SharedPrefix:
+  /// flash kernels on CUDA bf16 / fp16 and on the CPU, float32 matmuls otherwise). Inference only
+  /// (call under no-grad); the new K/V are not stored. Returns the final-norm hidden states
+  /// [B, T, H] in the model dtype (rows' padded positions meaningless). ArgError on shape
+  /// mismatches, a prefix of another model or no real prefix position.
+  at::Tensor ForwardSharedPrefix(const at::Tensor& input_ids, const at::Tensor& lengths, const KVCache& prefix,
+                                 int64_t prefix_pad, const AdapterSel& sel) const;
   /// lm_head weight [V, H] (the embedding when tied); never requires grad.
   at::Tensor LmHeadWeight() const;
   /// hidden [..., H] -> logits [..., V] in float32 (matmul in the model dtype, fp32 accumulate).

@@ -25,6 +25,9 @@
  * Options: --device  --shape tiny|qwen3-0.6b|qwen3-1.7b|… (default tiny on CPU, qwen3-1.7b on CUDA)
  *          --layers N  --model DIR  --dtype  --plans 64  --questions 8  --plan-tokens 1024
  *          --repeat 3  --max-tokens-per-call 65536  --no-prefix-sharing  --no-token-split  --no-render-once
+ *          --plan-concurrency N (plans whose prefix scoring runs at once; default as localJudgeForModel:
+ *          2 on CUDA, 1 on the CPU; the per-call token budget is divided by it, as there; with more
+ *          than one the native seconds add up calls that overlap)
  *          --random-plans (plans decoded from uniformly random ids, as random-weight rollouts are)
  *          --fresh-plans (new plans for the warm-up and for every measured call, as each trainer step
  *          judges new completions; default: the warm-up's plans again)
@@ -41,6 +44,7 @@ const a = benchArgs({
   plans: { type: 'string', default: '64' }, questions: { type: 'string', default: '8' }, 'plan-tokens': { type: 'string', default: '1024' },
   repeat: { type: 'string', default: '3' }, 'random-plans': { type: 'boolean', default: false }, 'fresh-plans': { type: 'boolean', default: false }, 'max-tokens-per-call': { type: 'string' },
   'no-prefix-sharing': { type: 'boolean', default: false }, 'no-token-split': { type: 'boolean', default: false }, 'no-render-once': { type: 'boolean', default: false },
+  'plan-concurrency': { type: 'string' },
 });
 const { cuda } = deviceOf(a.device);
 const shape = a.shape ?? (cuda ? 'qwen3-1.7b' : 'tiny');
@@ -73,12 +77,16 @@ const timed = (f) => async (m, args) => {
 // The wiring of localJudgeForModel (sequence-logprobs scoring, 'pair' answer tokens), with timed native calls.
 const padId = tokenizer.padTokenId;
 const maxTokensPerCall = a['max-tokens-per-call'] ? Number(a['max-tokens-per-call']) : undefined;
+const planConcurrency = a['plan-concurrency'] ? Number(a['plan-concurrency']) : cuda ? 2 : 1;
+if (!(Number.isInteger(planConcurrency) && planConcurrency >= 1)) throw new Error(`--plan-concurrency must be an integer >= 1, got ${a['plan-concurrency']}`);
+const prefixTokens = Math.max(1, Math.floor((maxTokensPerCall ?? 65536) / planConcurrency));
 const judge = await LocalJudge.create({
   tokenizer,
   template: ChatTemplate.fromTokenizer(tokenizer),
   variants: 'pair',
   scorer: sequenceLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall, fn: timed((m, x) => native().sequenceLogprobs(m, x)) }),
-  prefixScorer: a['no-prefix-sharing'] ? undefined : prefixLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall, fn: timed((m, x) => native().prefixLogprobs(m, x)) }),
+  prefixScorer: a['no-prefix-sharing'] ? undefined : prefixLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall: prefixTokens, fn: timed((m, x) => native().prefixLogprobs(m, x)) }),
+  planConcurrency,
   tokenSplit: !a['no-token-split'],
   renderOnce: !a['no-render-once'],
   maxContext: Number(model.config.max_position_embeddings),
@@ -135,7 +143,7 @@ const promptTokens = (b1.s.promptTokens - b0.s.promptTokens) / repeat;
 const nItems = requests.reduce((s, r) => s + r.item.rubric.length + general.length, 0);
 const split = (b1.t.promptsSplit - b0.t.promptsSplit) / repeat, whole = (b1.t.promptsWhole - b0.t.promptsWhole) / repeat;
 
-console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}, render once ${a['no-render-once'] ? 'off' : 'on'}${a['fresh-plans'] ? ', new plans every call' : ''}; mean of ${repeat} calls`);
+console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}, render once ${a['no-render-once'] ? 'off' : 'on'}, ${planConcurrency} plan(s) at once${a['fresh-plans'] ? ', new plans every call' : ''}; mean of ${repeat} calls`);
 printTable(['part', 'seconds per judge call', 'share'], [
   ...Object.entries(parts).map(([k, v]) => [k, v.toFixed(3), `${((100 * v) / wall).toFixed(1)}%`]),
   ['total (reward call)', wall.toFixed(3), '100%'],

@@ -322,7 +322,7 @@ describe('GPU suite: CUDA-graph decode', function () {
     }
   });
 
-  it('prefixLogprobs on CUDA (one prefill of the prefix, its KV repeated for the suffixes) == the per-prompt scorer: fp32 within 1e-5, bf16 within its rounding; GQA 2 and 4', async () => {
+  it('prefixLogprobs on CUDA (one prefill of the prefix; fp32: its KV repeated for the suffixes, bf16: the shared-prefix attention) == the per-prompt scorer: fp32 within 1e-5, bf16 within its rounding; GQA 2 and 4', async () => {
     const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
     const candidates = [9454, 2753, 0];
     for (const [name, dtype, tol] of [['tiny-tied', 'float32', 1e-5], ['tiny-untied', 'float32', 1e-5], ['tiny-tied', 'bfloat16', 0.15]] as const) {
@@ -343,6 +343,43 @@ describe('GPU suite: CUDA-graph decode', function () {
         console.log(`      ${name} ${dtype}: prefixLogprobs vs per-prompt scorer, max |Δ logprob| ${worst.toExponential(2)}`);
       } finally {
         if (m !== gpu) m.dispose();
+      }
+    }
+  });
+
+  it('prefixLogprobs in bf16: the shared-prefix attention (flash kernels, the prefix K/V read in place) == the prefix copied per row (fused paths off) and the per-prompt scorer within bf16 rounding; the flash kernel runs; head_dim 16 / 32 / 128, GQA 2 and 4', async () => {
+    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
+    const candidates = [9454, 2753, 0];
+    for (const name of ['tiny-tied', 'tiny-untied', 'tiny-nohd'] as const) {
+      const m = await loadModel(tinyModel(name), { device: 'cuda', dtype: 'bfloat16' });
+      try {
+        const shared = prefixLogprobsScorer(m, { padId: 151643, adapter: 'none' });
+        const whole = sequenceLogprobsScorer(m, { padId: 151643, adapter: 'none' });
+        let worstCopy = 0, worstWhole = 0;
+        for (const [P, lens] of [[1, [1]], [65, [17, 1, 40]], [300, Array.from({ length: 17 }, (_, i) => 8 + i)]] as [number, number[]][]) {
+          const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+          native().profileStart();
+          let a: Float64Array[];
+          try {
+            a = await withFusedKernels(true, () => shared(prefix, suffixes, candidates));
+          } finally {
+            const p = native().profileStop({ top: 1000 });
+            const flash = p.kernels.filter((k) => /flash/i.test(k.name)).reduce((n, k) => n + k.count, 0);
+            // two flash calls (prefix side, own side) per layer (2 layers) of the suffix forward
+            expect(flash, `${name} prefix ${P}: flash kernels in the shared-prefix path`).to.be.at.least(4);
+          }
+          const c = await withFusedKernels(false, () => shared(prefix, suffixes, candidates));
+          const b = await whole(suffixes.map((x) => [...prefix, ...x]), candidates);
+          a.forEach((row, i) => row.forEach((x, k) => {
+            worstCopy = Math.max(worstCopy, Math.abs(x - c[i]![k]!));
+            worstWhole = Math.max(worstWhole, Math.abs(x - b[i]![k]!));
+            expect(Math.abs(x - c[i]![k]!), `${name} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k} vs the copy path`).to.be.at.most(0.15);
+            expect(Math.abs(x - b[i]![k]!), `${name} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k} vs the per-prompt scorer`).to.be.at.most(0.15);
+          }));
+        }
+        console.log(`      ${name} bf16: shared-prefix attention vs the copy path max |Δ logprob| ${worstCopy.toExponential(2)}, vs the per-prompt scorer ${worstWhole.toExponential(2)}`);
+      } finally {
+        m.dispose();
       }
     }
   });
