@@ -30,10 +30,13 @@
  *   last-position logits only.
  * - {@link prefixLogprobsScorer} (on by default with sequence-logprobs, `prefixSharing`): the
  *   rubric items of one plan share the token prefix up to the item (template, question, plan), so
- *   that prefix is prefilled once into a KV cache, repeated for every item, and only the items'
- *   suffixes (≈ 10% of each prompt) are run; every answer token is read from the same row (the
+ *   that prefix is prefilled once into a KV cache and only the items' suffixes (≈ 10% of each
+ *   prompt) are run against it (on bf16 / fp16 CUDA models and the CPU the suffixes read the one
+ *   prefix's K/V in place, the shared-prefix attention of native/model/qwen3.cc; float32 CUDA
+ *   models copy it into every suffix row); every answer token is read from the same row (the
  *   full log-softmax at the last position). Plans with one item, or a shared prefix under
- *   `minSharedPrefix` tokens, go through the scorer above.
+ *   `minSharedPrefix` tokens, go through the scorer above. `planConcurrency` plans are scored at
+ *   once (localJudgeForModel: 2 on CUDA), so one plan's host work hides behind another's kernels.
  *
  * Host work per call: the (plan, item) prompts are chat-rendered (identical texts judged once) —
  * with `renderOnce` (default) each plan's prompt is rendered once with a marker for the item and
@@ -196,8 +199,8 @@ export type PrefixScorer = (prefix: number[], suffixes: number[][], candidates: 
 type PrefixLogprobsFn<M> = (model: M, args: PrefixLogprobsArgs) => Promise<JsTensor<Float32Array>>;
 
 /**
- * PrefixScorer over the addon's `prefixLogprobs` (the prefix's KV cache is computed once and
- * repeated for every suffix row; suffixes right-padded with `padId`). Suffixes are split so that
+ * PrefixScorer over the addon's `prefixLogprobs` (the prefix's KV cache is computed once and every
+ * suffix row attends to it; suffixes right-padded with `padId`). Suffixes are split so that
  * rows × (prefix + padded suffix) ≤ `maxTokensPerCall` (default 65536), at least one row per call,
  * with both lengths as `prefixLogprobs` buckets them (the prefix to a multiple of 64, the suffixes
  * to a multiple of 16; native/steps/steps.h): its KV cache holds that many tokens per row.

@@ -5,7 +5,7 @@
  * `--max-memory`), it estimates the peak allocated bytes of every phase of a step and chooses
  *   - the update micro-batch of each stage (OPSD, GRPO) and activation recompute,
  *   - the rows per decode batch of the rollouts (KV cache) and per reference-logprob call, and
- *   - the local judge's `maxTokensPerCall` (its repeated prefix KV cache),
+ *   - the local judge's `maxTokensPerCall` (rows × tokens of its scoring calls in flight),
  * so that every phase fits under `budget × (1 − margin)`. Settings the user gave (flags, config
  * file) are kept as given; the plan then only reports whether they fit.
  *
@@ -23,7 +23,10 @@
  *    h·(q + 2k), o q·h, gate/up 2·h·i, down i·h) plus one float32 copy of the largest of them
  *    while merging.
  *  - judge (local, prefix sharing): R + maxTokensPerCall · (ℓ · 2 · k · b + κ_fwd · F · b), F the
- *    per-token forward width below. With the judge overlapping the rollout (grpo.judgeOverlap),
+ *    per-token forward width below: the prefix K/V copied into every suffix row (the copy path of
+ *    prefixLogprobs; the shared-prefix attention of bf16 CUDA models holds one prefix row and
+ *    transient per-layer buffers, so there this is an upper bound — measured at 1.7B shapes: the
+ *    GRPO rollout phase with the judge inside peaked at 17.2 GB against this bound's 34.7). With the judge overlapping the rollout (grpo.judgeOverlap),
  *    the GRPO rollout phase holds both: rollout + the judge's part above R.
  *  - reference logprobs (no grad, in batches of the rollout rows): R + κ_fwd · T · F · b,
  *    F = q + 2k + 3i + 4h (q/k/v, gate, up, SwiGLU output and the residual/norm buffers of one layer).

@@ -25,7 +25,11 @@ at::Tensor SequenceLogprobs(Qwen3Model& m, const at::Tensor& ids, const at::Tens
 /// The local judge's prefix scoring: log p(candidate | prefix + suffix_i[:len_i]) at each row's last
 /// real position (log-softmax over the full vocabulary, fp32 logits with fp32 accumulation as
 /// SequenceLogprobs computes them). The prefix is prefilled once into a KV cache whose keys and
-/// values every suffix row then extends (the shared question + plan of a rubric).
+/// values every suffix row then attends to (the shared question + plan of a rubric): read in place
+/// by the shared-prefix attention (Qwen3Model::ForwardSharedPrefix: the suffixes' queries against
+/// the prefix in one flash call, their own tokens in a causal one, merged by log-sum-exp) on the
+/// CPU and for bf16 / fp16 CUDA models, copied into a row per suffix otherwise (float32 CUDA
+/// models, the fused paths switched off, PAPERGYM_JUDGE_ATTENTION=copy).
 /// prefix [1, P] int64 (P >= 1); suffix [n, S] int64, right-padded; suffix_lengths [n] int64 in
 /// [1, S]; candidates [K] int64 token ids. No grad. Returns [n, K] float32 on the CPU.
 /// Shapes are bucketed (P padded on the left to a multiple of 64, masked; S on the right to a
