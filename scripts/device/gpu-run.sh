@@ -145,8 +145,6 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     savebin) cp build/Release/*.node $OUT/ && ls -la $OUT/*.node ;;
     # the local judge beside the decode, with each side once more under the kernel profiler (GPU busy / idle)
     judgeoverlapprof) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --profile --json $OUT/judge_overlap_local_prof.json 2>&1 | tail -16 ;;
-    # the trainer's OPSD / GRPO steps with the caching allocator's expandable segments (A/B against trainfinal)
-    trainexpand) PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 4 --grpo-steps 3 --out /tmp/pg-trainexpand --json $OUT/train_expand.json 2>&1 | tee $OUT/train_expand.log | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-500 ;;
     # the trainer, 4 OPSD + 4 GRPO steps at 1.7B shapes, no profile (steps 2-4 steady)
     train44) timeout 240 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 4 --grpo-steps 4 --out /tmp/pg-train44 --json $OUT/train_44.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-420 ;;
     # the local judge of one GRPO step (new plans every call): shared-prefix attention + 2 plans at once (the default), the
