@@ -13,7 +13,7 @@ import { ChatTemplate } from '../lib/model/chat.js';
 import { localJudgeForModel, prefixLogprobsScorer, sequenceLogprobsScorer, yesProbability } from '../lib/judge/local.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
-import { orSkip } from './helpers/run.js';
+import { orSkip, withFusedKernels } from './helpers/run.js';
 
 describe('judge local on a tiny Qwen3 (addon)', function () {
   this.timeout(240000);
@@ -131,6 +131,23 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     }
   });
 
+  it('prefixLogprobs: the shared-prefix attention (the prefix K/V read in place, CPU flash op) == the prefix K/V copied per row (fused paths off) within 1e-5, over left-padded prefixes and right-padded suffixes', async () => {
+    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
+    const candidates = [9454, 2753, 0];
+    const scorer = prefixLogprobsScorer(model, { padId: tok.padTokenId, adapter: 'none' });
+    let worst = 0;
+    for (const [P, lens] of [[1, [1]], [65, [17, 1, 40]], [130, Array.from({ length: 17 }, (_, i) => 3 + i)]] as [number, number[]][]) {
+      const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+      const shared = await withFusedKernels(true, () => scorer(prefix, suffixes, candidates));
+      const copied = await withFusedKernels(false, () => scorer(prefix, suffixes, candidates));
+      shared.forEach((row, i) => row.forEach((x, k) => {
+        worst = Math.max(worst, Math.abs(x - copied[i]![k]!));
+        expect(Math.abs(x - copied[i]![k]!), `prefix ${P}, suffixes ${lens}: row ${i} candidate ${k}`).to.be.at.most(1e-5);
+      }));
+    }
+    expect(worst, 'the two paths are different computations (an identical result would mean one path ran twice)').to.be.greaterThan(0);
+  });
+
   it('prefixLogprobs rejects malformed arguments with TypeErrors', async () => {
     const { native } = await import('../lib/native.js');
     const t = (data: number[], shape: number[]) => ({ data: Int32Array.from(data), shape });
@@ -144,6 +161,11 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
       { prefixIds: t([1, 2], [2, 1]) },
       { suffixLengths: { data: Float32Array.from([1.5, 1]), shape: [2] } }, // was truncated to 1
       { candidates: { data: Float32Array.from([7, 8]), shape: [2] } },
+      // token ids outside the vocabulary, in the suffixes (padding too) or the prefix: were an
+      // internal libtorch error on the shared-prefix path
+      { suffixIds: t([4, 5, 6, 999999], [2, 2]) },
+      { suffixIds: t([4, -5, 6, 0], [2, 2]) },
+      { prefixIds: t([1, 2, 10 ** 7], [1, 3]) },
     ])
       expect(() => native().prefixLogprobs(model, { ...base, ...bad } as never)).to.throw(TypeError, /prefixLogprobs/);
     const ModelClass = native().Model as unknown as new () => unknown;

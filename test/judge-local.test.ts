@@ -211,7 +211,7 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(s.unparsed).to.equal(0);
   });
 
-  it('planConcurrency: plans\' prefix scoring overlaps (at most that many calls at once), with the verdicts of one plan at a time; a failing plan rejects only after every call settled', async () => {
+  it('planConcurrency: plans\' prefix scoring overlaps (at most that many calls at once), with the verdicts of one plan at a time; after a failing plan no other starts, and the judge rejects once the calls running settled', async () => {
     const yes = (await tok.encode('Yes'))[0];
     // A scorer whose P(yes) depends on the prefix and suffix ids (so a mix-up between plans shows)
     // and that resolves after a delay depending on the plan, so calls finish out of order.
@@ -249,12 +249,17 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(three.rec.maxInFlight).to.equal(3);
     expect(v3).to.deep.equal(v1);
     expect(new Set(v1.flat().map((x) => x.prob)).size, 'distinct P(yes) per (plan, item): a mix-up would show').to.be.greaterThan(10);
-    const failing = await judgeWith(3, 2);
-    let err: Error | undefined;
-    await failing.run().catch((e: Error) => (err = e));
-    expect(err?.message).to.equal('scoring failed on call 2');
-    expect(failing.rec.settled, 'every started call settled before the rejection').to.equal(failing.rec.calls);
-    expect(failing.rec.inFlight).to.equal(0);
+    for (const pc of [1, 3]) {
+      const failing = await judgeWith(pc, 2);
+      let err: Error | undefined;
+      await failing.run().catch((e: Error) => (err = e));
+      expect(err?.message).to.equal('scoring failed on call 2');
+      expect(failing.rec.settled, 'every started call settled before the rejection').to.equal(failing.rec.calls);
+      expect(failing.rec.inFlight).to.equal(0);
+      // no plan starts after the failure (an out of memory is not retried plan by plan)
+      if (pc === 1) expect(failing.rec.calls).to.equal(2);
+      else expect(failing.rec.calls).to.be.lessThan(7);
+    }
   });
 
   it('padRight pads with the pad id and marks the last non-pad position', () => {

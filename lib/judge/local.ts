@@ -323,6 +323,8 @@ export interface LocalJudgeOptions {
    * while the previous one still runs on the device, so its host work (argument building, the
    * native call's kernel launches) overlaps that device work instead of leaving the GPU idle
    * between plans. Same verdicts in the same order either way (each plan's scores are its own).
+   * A failing call stops the plans not yet started; the judge rejects with the first error once
+   * the calls already running have settled.
    */
   planConcurrency?: number;
   /**
@@ -582,16 +584,23 @@ export class LocalJudge implements Judge, Disposable {
       }
       lap('group');
       // Up to planConcurrency plans' prefix scoring at once, so one plan's host work overlaps
-      // another's device work; every call settles before the first error is rethrown.
+      // another's device work. After the first error no further plan starts (an out of memory is
+      // not retried plan by plan); the calls already running settle before it is rethrown.
       const scorer = this.o.prefixScorer;
       const limit = pLimit(Math.max(1, this.o.planConcurrency ?? 1));
-      const settled = await Promise.allSettled(plans.map(({ us, P }) => limit(() => {
-        opts.signal?.throwIfAborted();
-        return scorer(ids[us[0]].slice(0, P), us.map((u) => ids[u].slice(P)), candidates, opts.signal);
+      let failure: { reason: unknown } | undefined;
+      const settled = await Promise.allSettled(plans.map(({ us, P }) => limit(async () => {
+        if (failure) throw failure.reason;
+        try {
+          opts.signal?.throwIfAborted();
+          return await scorer(ids[us[0]].slice(0, P), us.map((u) => ids[u].slice(P)), candidates, opts.signal);
+        } catch (e) {
+          failure ??= { reason: e };
+          throw e;
+        }
       })));
       lap('score');
-      const failed = settled.find((r) => r.status === 'rejected');
-      if (failed) throw (failed as PromiseRejectedResult).reason;
+      if (failure) throw failure.reason;
       plans.forEach(({ us, P }, i) => {
         const lp = (settled[i] as PromiseFulfilledResult<Float64Array[]>).value;
         this.s.requests += us.length;
@@ -651,8 +660,9 @@ export interface LocalModelJudgeOptions {
   maxLogitBytes?: number;
   /**
    * sequence-logprobs: rows × padded length per native call (default 16384; the prefix scorer's
-   * 65536), shared by the prefix scorer's calls in flight (each gets maxTokensPerCall /
-   * planConcurrency), so the calls at once hold no more tokens than one call of this size.
+   * 65536), shared by the prefix scorer's calls in flight: each gets maxTokensPerCall /
+   * planConcurrency, so the calls at once hold at most max(maxTokensPerCall, planConcurrency ×
+   * one row) tokens (a call takes at least one row, prefix + suffix, whatever its budget).
    */
   maxTokensPerCall?: number;
   /**

@@ -145,32 +145,38 @@ class Qwen3Impl {
     int64_t prefix_pad = 0;
   };
 
+  /// Set once ATen's CUDA flash op refused the inputs of a call (e.g. a GPU below sm 80): later
+  /// calls take the copy path (Qwen3Model::SharedPrefixFlash).
+  static std::atomic<bool>& CudaFlashRefused() {
+    static std::atomic<bool> refused{false};
+    return refused;
+  }
+
   /// One softmax side of SharedPrefixAttention through the flash kernel, which returns the
   /// softmax's log-sum-exp beside its output: q [Bq, nh, N, hd], k / v [Bq, nh, K, hd] (K/V heads
   /// already repeated) -> (o [Bq, nh, N, hd] in q's dtype, lse [Bq, nh, N] float32, natural log).
-  /// CUDA: ATen's FlashAttention-2 op (bf16 / fp16, head_dim a multiple of 8 up to 256, sm 80+);
-  /// CPU: ATen's CPU flash op (float32 / bf16 / fp16). Returns false where neither applies or the
-  /// op refuses the inputs (its checks run before any launch; a GPU the op refuses once is not
-  /// asked again), and the caller takes the math path.
+  /// CUDA: ATen's FlashAttention-2 op; CPU: ATen's CPU flash op (Qwen3Model::SharedPrefixFlash
+  /// says where they apply). Returns false where neither applies or the CUDA op refuses the inputs
+  /// (its argument / architecture checks run before any launch; then CudaFlashRefused is set), and
+  /// the caller takes the math path. Out of memory and CUDA errors are rethrown, not a refusal.
   static bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double sm_scale,
                         at::Tensor* o, at::Tensor* lse) {
-    static std::atomic<bool> cuda_refused{false};
-    const auto dt = q.scalar_type();
-    const int64_t hd = q.size(3);
-    if (hd % 8 != 0 || hd > 256) return false;
+    if (!Qwen3Model::SharedPrefixFlash(q.device(), q.scalar_type(), q.size(3))) return false;
     if (q.is_cuda()) {
-      if (cuda_refused.load() || !(dt == at::kBFloat16 || dt == at::kHalf)) return false;
       try {
         auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, sm_scale);
         *o = std::get<0>(r);
         *lse = std::get<1>(r).narrow(2, 0, q.size(2));
         return true;
+      } catch (const c10::OutOfMemoryError&) {
+        throw;
+      } catch (const c10::AcceleratorError&) {
+        throw;
       } catch (const c10::Error&) {
-        cuda_refused.store(true);
+        CudaFlashRefused().store(true);
         return false;
       }
     }
-    if (!q.is_cpu() || !(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf)) return false;
     auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, sm_scale);
     *o = std::get<0>(r);
     *lse = std::get<1>(r);
@@ -186,7 +192,8 @@ class Qwen3Impl {
   /// Flash path (FlashSide): the prefix side is ONE flash call of all B·T queries (rows folded into
   /// the query length) against the prefix's keys, the own side one causal call; only the K/V heads
   /// are repeated for GQA (one prefix row, and the suffixes' own few tokens), never the prefix per
-  /// row. Math path (CUDA float32, other head sizes): float32 matmuls with the query heads of one
+  /// row. Math path (only where a flash call was refused at run time; PrefixLogprobs takes the
+  /// copy path wherever SharedPrefixFlash is false): float32 matmuls with the query heads of one
   /// KV head grouped. The merge is in float32. Returns o [B, T, nh * hd] in q's dtype.
   static at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, double sm_scale) {
@@ -822,6 +829,12 @@ KVCache Qwen3Model::NewCache(int64_t batch, int64_t capacity) const {
     kc.v.push_back(at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, opt));
   }
   return kc;
+}
+
+bool Qwen3Model::SharedPrefixFlash(const at::Device& dev, at::ScalarType dtype, int64_t head_dim) {
+  if (head_dim % 8 != 0 || head_dim > 256) return false;
+  if (dev.is_cuda()) return (dtype == at::kBFloat16 || dtype == at::kHalf) && !Qwen3Impl::CudaFlashRefused().load();
+  return dev.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf);
 }
 
 at::Tensor Qwen3Model::ForwardSharedPrefix(const at::Tensor& input_ids_in, const at::Tensor& lengths_in, const KVCache& prefix,

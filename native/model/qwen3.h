@@ -59,6 +59,11 @@ class Qwen3Model {
   /// mismatches, a prefix of another model or no real prefix position.
   at::Tensor ForwardSharedPrefix(const at::Tensor& input_ids, const at::Tensor& lengths, const KVCache& prefix,
                                  int64_t prefix_pad, const AdapterSel& sel) const;
+  /// Whether ForwardSharedPrefix's softmax sides run on flash kernels for a model on `dev` with
+  /// this dtype and head size: CUDA bf16 / fp16 (ATen's FlashAttention-2 op; false from the first
+  /// call it refused, e.g. on a GPU below sm 80) or CPU float32 / bf16 / fp16 (ATen's CPU flash
+  /// op), head_dim a multiple of 8 up to 256. Elsewhere it runs float32 matmuls.
+  static bool SharedPrefixFlash(const at::Device& dev, at::ScalarType dtype, int64_t head_dim);
   /// lm_head weight [V, H] (the embedding when tied); never requires grad.
   at::Tensor LmHeadWeight() const;
   /// hidden [..., H] -> logits [..., V] in float32 (matmul in the model dtype, fp32 accumulate).

@@ -31,19 +31,18 @@ std::unique_ptr<SideStreamScope> ScoringStream(const at::Device& dev) {
 }
 
 /// Whether PrefixLogprobs takes the shared-prefix attention (the suffixes read the one prefix's
-/// K/V in place) rather than copying the prefix's K/V into every suffix row: on the CPU, and on
-/// CUDA for bf16 / fp16 models (the flash kernel's log-sum-exp; a float32 model would take the
-/// float32-matmul path, which measured slower than the copies on an H200) while the fused paths'
-/// switch is on (native().setFusedKernels / PAPERGYM_NO_FUSED_KERNELS: the A/B and the GPU
-/// suite's reference). PAPERGYM_JUDGE_ATTENTION=copy (read once) forces the copy path anywhere.
-bool SharedPrefixPath(const at::Device& dev, at::ScalarType dtype) {
+/// K/V in place) rather than copying the prefix's K/V into every suffix row: where its softmax
+/// sides run on flash kernels (Qwen3Model::SharedPrefixFlash: CUDA bf16 / fp16 and the CPU; a
+/// float32 CUDA model would take float32 matmuls, which measured slower than the copies on an
+/// H200) while the fused paths' switch is on (native().setFusedKernels /
+/// PAPERGYM_NO_FUSED_KERNELS: the A/B, and the CPU and GPU tests' comparison of the two paths).
+/// PAPERGYM_JUDGE_ATTENTION=copy (read once) forces the copy path.
+bool SharedPrefixPath(const Qwen3Model& m) {
   static const bool copy = [] {
     const char* e = std::getenv("PAPERGYM_JUDGE_ATTENTION");
     return e && std::strcmp(e, "copy") == 0;
   }();
-  if (copy) return false;
-  if (dev.is_cpu()) return true;
-  return dev.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && CudaKernelsSwitchedOn();
+  return !copy && CudaKernelsSwitchedOn() && Qwen3Model::SharedPrefixFlash(m.device(), m.dtype(), m.config().head_dim);
 }
 }  // namespace
 
@@ -90,7 +89,7 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
   suf_ids.narrow(1, 0, S0).copy_(suf);
   at::Tensor lens = len.to(dev);
   at::Tensor h;  // [n, S, H]
-  if (SharedPrefixPath(dev, m.dtype())) {
+  if (SharedPrefixPath(m)) {
     // 1) the shared prefix, once; 2) the suffixes attend to its K/V in place (never copied per
     // row) and to their own real tokens (Qwen3Model::ForwardSharedPrefix)
     KVCache one = m.NewCache(1, P);
