@@ -198,6 +198,9 @@ export type PrefixScorer = (prefix: number[], suffixes: number[][], candidates: 
 /** The addon's `prefixLogprobs(model, {prefixIds, suffixIds, suffixLengths, candidates, adapter})` → [n, K] logprobs. */
 type PrefixLogprobsFn<M> = (model: M, args: PrefixLogprobsArgs) => Promise<JsTensor<Float32Array>>;
 
+/** Default rows × (bucketed prefix + suffix) tokens of one {@link prefixLogprobsScorer} call. */
+export const PREFIX_TOKENS_PER_CALL = 65536;
+
 /**
  * PrefixScorer over the addon's `prefixLogprobs` (the prefix's KV cache is computed once and every
  * suffix row attends to it; suffixes right-padded with `padId`). Suffixes are split so that
@@ -208,7 +211,7 @@ type PrefixLogprobsFn<M> = (model: M, args: PrefixLogprobsArgs) => Promise<JsTen
 export function prefixLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn<M> } = { padId: 0 }): PrefixScorer {
   const call: PrefixLogprobsFn<M> = opts.fn ?? ((m, a) => native().prefixLogprobs(liveModel(m, 'prefixLogprobsScorer'), a));
   const target = model;
-  const budget = opts.maxTokensPerCall ?? 65536;
+  const budget = opts.maxTokensPerCall ?? PREFIX_TOKENS_PER_CALL;
   return async (prefix, suffixes, candidates, signal) => {
     const out: Float64Array[] = new Array(suffixes.length);
     const bucketed = (S: number) => Math.ceil(prefix.length / 64) * 64 + Math.ceil(S / 16) * 16;
@@ -701,9 +704,9 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
   const ctx = Number(model.config.max_position_embeddings);
   const variants = opts.variants ?? (opts.scoring === 'forward-logits' ? 'all' : 'pair');
   const planConcurrency = opts.planConcurrency ?? (String(model.device).startsWith('cuda') ? 2 : 1);
-  const prefixTokens = opts.maxTokensPerCall === undefined ? undefined : Math.max(1, Math.floor(opts.maxTokensPerCall / planConcurrency));
+  const prefixTokens = Math.max(1, Math.floor((opts.maxTokensPerCall ?? PREFIX_TOKENS_PER_CALL) / planConcurrency));
   const prefixScorer = opts.scoring !== 'forward-logits' && opts.prefixSharing !== false
-    ? prefixLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: prefixTokens ?? Math.floor(65536 / planConcurrency) })
+    ? prefixLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: prefixTokens })
     : undefined;
   return LocalJudge.create({
     prefixScorer,

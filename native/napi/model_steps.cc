@@ -72,14 +72,13 @@ Napi::Value PrefixLogprobsJs(const Napi::CallbackInfo& info) {
     if (len.dim() != 1 || len.size(0) != n) throw ArgError("prefixLogprobs.suffixLengths must be [n]");
     if (len.min().item<int64_t>() < 1 || len.max().item<int64_t>() > S) throw ArgError("prefixLogprobs.suffixLengths must lie in [1, S]");
     if (cand.dim() != 1 || K < 1) throw ArgError("prefixLogprobs.candidates must be a non-empty [K] vector");
+    // Every id checked here on the host: the prefix and suffixes (padding too) reach the device
+    // before the forwards, where an out-of-range id would be a device-side assert or an internal error.
     const int64_t V = model->config().vocab_size;
-    if (cand.min().item<int64_t>() < 0 || cand.max().item<int64_t>() >= V) throw ArgError("prefixLogprobs.candidates must be token ids in [0, vocab_size)");
-    // Checked here on the host inputs: the prefix and suffixes reach the device before the
-    // forwards (an out-of-range id there would be a device-side assert, or an internal error).
-    for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{pre, "prefixIds"}, {suf, "suffixIds"}}) {
+    for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{pre, "prefixIds"}, {suf, "suffixIds"}, {cand, "candidates"}}) {
       auto mm = at::aminmax(t);
       if (std::get<0>(mm).item<int64_t>() < 0 || std::get<1>(mm).item<int64_t>() >= V)
-        throw ArgError(std::string("prefixLogprobs.") + name + " must be token ids in [0, vocab_size) (padding too)");
+        throw ArgError(std::string("prefixLogprobs.") + name + " must be token ids in [0, vocab_size)");
     }
     AdapterSel sel = ReadAdapter(o, "adapter", W);
     auto res = std::make_shared<at::Tensor>();

@@ -88,17 +88,16 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
   at::Tensor suf_ids = at::zeros({n, S}, lopt);
   suf_ids.narrow(1, 0, S0).copy_(suf);
   at::Tensor lens = len.to(dev);
+  const bool shared = SharedPrefixPath(m);
+  // 1) the shared prefix, once (the copy path leaves room for the suffixes in its cache)
+  KVCache one = m.NewCache(1, shared ? P : cap);
+  m.Forward(pre_ids, pre_keep, std::nullopt, sel, &one);
   at::Tensor h;  // [n, S, H]
-  if (SharedPrefixPath(m)) {
-    // 1) the shared prefix, once; 2) the suffixes attend to its K/V in place (never copied per
-    // row) and to their own real tokens (Qwen3Model::ForwardSharedPrefix)
-    KVCache one = m.NewCache(1, P);
-    m.Forward(pre_ids, pre_keep, std::nullopt, sel, &one);
+  if (shared) {
+    // 2) the suffixes attend to its K/V in place (never copied per row) and to their own real
+    // tokens (Qwen3Model::ForwardSharedPrefix)
     h = m.ForwardSharedPrefix(suf_ids.to(dev), lens, one, pad, sel);
   } else {
-    // 1) the shared prefix, once
-    KVCache one = m.NewCache(1, cap);
-    m.Forward(pre_ids, pre_keep, std::nullopt, sel, &one);
     // 2) its KV repeated for every suffix row
     KVCache cache = m.NewCache(n, cap);
     for (size_t l = 0; l < cache.k.size(); ++l) {

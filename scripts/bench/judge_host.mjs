@@ -56,7 +56,7 @@ const { native } = await lib('native.js');
 const { loadModel } = await lib('model/qwen3.js');
 const { Tokenizer } = await lib('model/tokenizer.js');
 const { ChatTemplate } = await lib('model/chat.js');
-const { LocalJudge, commonPrefixLength, prefixLogprobsScorer, sequenceLogprobsScorer } = await lib('judge/local.js');
+const { LocalJudge, PREFIX_TOKENS_PER_CALL, commonPrefixLength, prefixLogprobsScorer, sequenceLogprobsScorer } = await lib('judge/local.js');
 const { makeRewardFn } = await lib('judge/rewards.js');
 const { readDataset, sampleDatasetPath, loadGeneralRubric } = await lib('data/schema.js');
 
@@ -79,7 +79,7 @@ const padId = tokenizer.padTokenId;
 const maxTokensPerCall = a['max-tokens-per-call'] ? Number(a['max-tokens-per-call']) : undefined;
 const planConcurrency = a['plan-concurrency'] ? Number(a['plan-concurrency']) : cuda ? 2 : 1;
 if (!(Number.isInteger(planConcurrency) && planConcurrency >= 1)) throw new Error(`--plan-concurrency must be an integer >= 1, got ${a['plan-concurrency']}`);
-const prefixTokens = Math.max(1, Math.floor((maxTokensPerCall ?? 65536) / planConcurrency));
+const prefixTokens = Math.max(1, Math.floor((maxTokensPerCall ?? PREFIX_TOKENS_PER_CALL) / planConcurrency));
 const judge = await LocalJudge.create({
   tokenizer,
   template: ChatTemplate.fromTokenizer(tokenizer),
