@@ -4,7 +4,7 @@
  * state for resume (`--state`, default `<out>.state.sqlite`), `--force` to redo, and
  * `--format research-plan-gen` for the public dataset's field names.
  */
-import { writeFileSync, renameSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
 import { basename } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { BUILD_DATA_OPTIONS } from '../../lib/config/settings.js';
@@ -67,7 +67,10 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
   const papers = a.papers.flatMap((p) => discoverPapers(p));
   if (!papers.length) throw new Error(`no paper sources found in ${a.papers.join(', ')}`);
   const statePath = buildStatePath(a);
-  const state = new PipelineState(statePath);
+  // exclusive (a second build on this state fails at once naming our pid); a corrupt state is an
+  // error naming the file, or with --force (every call is redone anyway) set aside and started afresh
+  const state = new PipelineState(statePath, { lock: true, onCorrupt: a.force ? 'set-aside' : 'throw' });
+  if (state.setAside) log(`build-data: ${statePath} was corrupt; kept as ${state.setAside}, starting a fresh state (--force)`);
   const client = new LlmClient({
     baseUrl: a.llm,
     model: a.model,
@@ -98,16 +101,27 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
     });
     progress.stop();
     if (!r.items.length) throw new Error(`no items built: 0 ingested, ${r.failures.length} failed: ${r.failures.map((f) => `${f.paper}: ${f.error}`).join('; ')}`);
+    // a run with failed papers never replaces a larger existing output: its items go beside it
+    const before = existingRows(a.out);
+    const shrinks = r.failures.length > 0 && before > r.items.length;
+    const target = shrinks ? incompletePath(a.out) : a.out;
     if ((a.format ?? 'papergym') === 'research-plan-gen') {
       const rows = r.items.map((it) => {
         const v = validateItem(it);
         if (!v.ok) throw new Error(`item ${it.id} invalid: ${v.errors.join('; ')}`);
         return JSON.stringify(toResearchPlanGen(it));
       });
-      const tmp = `${a.out}.tmp-${process.pid}`;
+      const tmp = `${target}.tmp-${process.pid}`;
       writeFileSync(tmp, rows.join('\n') + '\n');
-      renameSync(tmp, a.out);
-    } else writeDataset(a.out, r.items);
+      renameSync(tmp, target);
+    } else writeDataset(target, r.items);
+    if (shrinks) {
+      const why = r.failures.map((f) => `${basename(f.paper)}: ${f.error}`).join('; ');
+      throw new Error(
+        `${r.failures.length} paper(s) failed (${why}); ${a.out} (${before} rows) left unchanged, the ${r.items.length} item(s) of this run written to ${target}. ` +
+          `Fix the failures and rerun: finished calls come from the state ${statePath}.`,
+      );
+    }
     const st = client.stats();
     return {
       items: r.items.length,
@@ -126,6 +140,15 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
     state.close();
   }
 }
+
+/** Non-blank lines of an existing output file (0 when there is none). */
+function existingRows(path: string): number {
+  if (!existsSync(path)) return 0;
+  return readFileSync(path, 'utf8').split('\n').filter((l) => l.trim()).length;
+}
+
+/** Where a failed run's items go when they would replace a larger output: `x.jsonl` → `x.incomplete.jsonl`. */
+export const incompletePath = (out: string) => (/\.jsonl$/i.test(out) ? out.replace(/\.jsonl$/i, '.incomplete.jsonl') : `${out}.incomplete`);
 
 /** The state file of a build-data run. */
 export const buildStatePath = (a: Pick<BuildDataArgs, 'state' | 'out'>) => a.state ?? `${a.out}.state.sqlite`;

@@ -17,7 +17,7 @@ import { formatWarning, loadPaper, paperIdFromPath, sourceKind, type Paper, type
 import { dataPromptSetVersion, loadDataPrompt, renderPrompt, systemMessage, type DataTask } from './prompts.js';
 import { Progress } from './progress.js';
 import { DEFAULT_GENERAL_RUBRIC_SET, RUBRIC_SIZE, validateItem, type PaperGymItem, type RubricDimension, type RubricItem, type RubricOrigin, type Split } from './schema.js';
-import { callKey, type PipelineState } from './state.js';
+import { callKey, PipelineStateError, type PipelineState } from './state.js';
 
 /** What the pipeline needs from an LLM client (LlmClient satisfies it). */
 export interface JsonLlm {
@@ -530,6 +530,8 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
   const results: (PaperGymItem | undefined)[] = new Array(o.papers.length);
   const failures: BuildResult['failures'] = [];
   let next = 0;
+  // a broken state stops every worker: it is not one paper's failure
+  let fatal: unknown;
   // the bar counts papers: all known now, so the total never changes; a failed paper is done
   // (with an error), LLM calls are a secondary counter
   o.progress?.add(o.papers.length);
@@ -537,7 +539,7 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
     while (next < o.papers.length) {
       const i = next++;
       const path = o.papers[i];
-      if (o.signal?.aborted) return;
+      if (o.signal?.aborted || fatal) return;
       let pid = path;
       const tally: CallTally = { live: 0, cached: 0 };
       try {
@@ -551,6 +553,10 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
         o.progress?.tick(tally.live === 0);
       } catch (e) {
         if (o.signal?.aborted) throw e;
+        if (e instanceof PipelineStateError) {
+          fatal ??= e;
+          throw e;
+        }
         const msg = (e as Error)?.message ?? String(e);
         failures.push({ paper: pid, error: msg });
         try {
