@@ -56,7 +56,7 @@ else
   say "no gloo headers (install libgloo-dev as root, or set GLOO_INCLUDE_DIR): building without data parallelism"
 fi
 
-# Node's own headers, so native dependencies (better-sqlite3) build offline.
+# Node's own headers, so a source build of the addon (cmake-js) finds them offline.
 NODE_PREFIX=$(dirname "$(dirname "$(command -v node)")")
 if [ -z "${npm_config_nodedir:-}" ] && [ -f "$NODE_PREFIX/include/node/node.h" ]; then
   export npm_config_nodedir="$NODE_PREFIX"

@@ -1,5 +1,5 @@
 /**
- * SQLite state of the data pipeline (better-sqlite3; docs/design.md §7: "every call and stage output
+ * SQLite state of the data pipeline (lib/util/sqlite.ts; docs/design.md §7: "every call and stage output
  * is stored so a run resumes and never pays twice for the same request").
  *
  * - `llm_calls`: every successful LLM request/response, keyed by
@@ -15,11 +15,11 @@
  * `{ lock: true }` the state is held exclusively (lib/util/lock.ts: `<state>.lock`, an OS lock
  * released when the process dies); a second process fails at once naming the holder's pid.
  */
-import Database from 'better-sqlite3';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { acquireLock, type Lock } from '../util/lock.js';
+import { openDatabase, type SqliteDatabase } from '../util/sqlite.js';
 
 /**
  * The state file is unusable (corrupt, not a SQLite database, unreadable). `corrupt` is true when
@@ -89,7 +89,7 @@ export interface PaperStatus {
  * second reader (e.g. `leakage`) can look at it while a build runs.
  */
 export class PipelineState {
-  readonly db: Database.Database;
+  readonly db: SqliteDatabase;
   /** Where a corrupt file was moved (`onCorrupt: 'set-aside'`), else undefined. */
   readonly setAside?: string;
   private readonly lock?: Lock;
@@ -122,10 +122,10 @@ export class PipelineState {
   }
 
   /** Open, check and migrate the database file. */
-  private static open(path: string): Database.Database {
-    let db: Database.Database | undefined;
+  private static open(path: string): SqliteDatabase {
+    let db: SqliteDatabase | undefined;
     try {
-      db = new Database(path);
+      db = openDatabase(path);
       db.pragma('busy_timeout = 5000');
       db.pragma('journal_mode = WAL');
       if (path !== ':memory:') {
@@ -144,7 +144,7 @@ export class PipelineState {
   }
 
   /** Create the tables (and add columns newer versions use). */
-  private static migrate(db: Database.Database): void {
+  private static migrate(db: SqliteDatabase): void {
     db.exec(`
       CREATE TABLE IF NOT EXISTS llm_calls (
         key TEXT PRIMARY KEY, model TEXT NOT NULL, prompt TEXT NOT NULL, request TEXT NOT NULL,

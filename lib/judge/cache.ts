@@ -1,12 +1,10 @@
 /**
  * Answer cache of the HTTP judge, keyed by a request hash (sha256 over model, prompt version and
  * hash, messages and decoding parameters). In memory always; optionally persisted in SQLite
- * (better-sqlite3) so a resumed run never pays twice for the same judgement (docs/design.md §7).
+ * (lib/util/sqlite.ts) so a resumed run never pays twice for the same judgement (docs/design.md §7).
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
-import Database from 'better-sqlite3';
+import { openDatabase, type SqliteDatabase, type SqliteStatement } from '../util/sqlite.js';
 
 /** A cached answer: the raw content and the token usage it cost when first asked. */
 export interface CachedAnswer {
@@ -25,15 +23,14 @@ export function requestHash(parts: unknown): string {
 /** Two-level cache: a Map in front of an optional SQLite table `judge_cache(key, content, usage, created)`. */
 export class JudgeCache {
   private mem = new Map<string, CachedAnswer>();
-  private db?: Database.Database;
-  private getStmt?: Database.Statement;
-  private putStmt?: Database.Statement;
+  private db?: SqliteDatabase;
+  private getStmt?: SqliteStatement;
+  private putStmt?: SqliteStatement;
 
   /** `sqlitePath`: file to persist into (created with its directory); omitted ⇒ memory only. */
   constructor(sqlitePath?: string) {
     if (sqlitePath) {
-      if (sqlitePath !== ':memory:') mkdirSync(dirname(sqlitePath), { recursive: true });
-      this.db = new Database(sqlitePath);
+      this.db = openDatabase(sqlitePath);
       this.db.pragma('journal_mode = WAL');
       this.db.exec('CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, content TEXT NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER, created TEXT, prob REAL)');
       // Caches written before P(yes) was recorded have no prob column.
