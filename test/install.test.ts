@@ -8,24 +8,19 @@
  * require(esm), `doctor`, the embedded default `train` (1 OPSD + 1 GRPO step, caches in the
  * per-user cache dir), and the same forward pass after `npm install --ignore-scripts`.
  *
- * better-sqlite3 (a dependency) fetches its own prebuilt binary from GitHub releases at install
- * time; this machine reaches only package registries, so a loopback server plays that release
- * host with this checkout's better_sqlite3.node (npm_config_better_sqlite3_binary_host).
- * npm fetches every other package from its cache (--prefer-offline; filled by npm ci).
+ * Only the package registry is used, as on this machine (no loopback stand-ins, no binary hosts):
+ * SQLite's engine comes from libsql's per-platform registry package (lib/util/sqlite.ts), and npm
+ * fetches every package from the registry or its cache (--prefer-offline; filled by npm ci).
  */
 import { expect } from 'chai';
 import { spawn, spawnSync, type SpawnSyncReturns } from 'node:child_process';
-import { createServer, type Server } from 'node:http';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync, chmodSync, realpathSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import * as tar from 'tar';
 import { packageRoot } from '../lib/native.js';
 import { loadModel } from '../lib/model/qwen3.js';
 import { python, tinyModel } from './helpers/tiny.js';
 
-const require = createRequire(import.meta.url);
 const STUBS = ['cmake', 'g++', 'gcc', 'c++', 'cc', 'make', 'ninja', 'nvcc', 'clang', 'clang++', 'ld'];
 const IDS = [9707, 11, 1879, 0, 151645];
 
@@ -60,7 +55,6 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
   let packs: string[] = [];
   let env: NodeJS.ProcessEnv = {};
   let stubLog = '';
-  let server: Server | undefined;
   let modelDir = '';
   let expected: Float32Array;
   let skipReason = '';
@@ -87,26 +81,7 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
     packs = readdirSync(packDir).filter((f) => f.endsWith('.tgz')).map((f) => join(packDir, f));
     expect(packs.length).to.equal(2);
 
-    // 2. A release host for better-sqlite3's prebuilt (see the module docstring).
-    const bsq = dirname(require.resolve('better-sqlite3/package.json'));
-    const bsqVersion = (JSON.parse(readFileSync(join(bsq, 'package.json'), 'utf8')) as { version: string }).version;
-    const asset = join(tmp, 'bsq.tar.gz');
-    await tar.create({ gzip: true, file: asset, cwd: bsq }, ['build/Release/better_sqlite3.node']);
-    const assetBytes = readFileSync(asset);
-    server = createServer((req, res) => {
-      const want = `/v${bsqVersion}/better-sqlite3-v${bsqVersion}-node-v${process.versions.modules}-${process.platform}-${process.arch}.tar.gz`;
-      if (req.url === want) {
-        res.writeHead(200, { 'content-type': 'application/gzip', 'content-length': assetBytes.length });
-        res.end(assetBytes);
-      } else {
-        res.writeHead(404);
-        res.end();
-      }
-    });
-    await new Promise<void>((r) => server!.listen(0, '127.0.0.1', r));
-    const port = (server.address() as { port: number }).port;
-
-    // 3. PATH: node, npm, npx, python3 and a shell; compilers and build tools are recording stubs.
+    // 2. PATH: node, npm, npx, python3 and a shell; compilers and build tools are recording stubs.
     const tools = join(tmp, 'tools');
     const stubs = join(tmp, 'stubs');
     mkdirSync(tools);
@@ -122,7 +97,6 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
     env = {
       HOME: process.env.HOME, PATH: `${stubs}:${tools}`, PYTHON: realPython, TMPDIR: tmpdir(),
       PAPERGYM_NATIVE_CACHE_DIR: join(tmp, 'user-cache'),
-      npm_config_better_sqlite3_binary_host: `http://127.0.0.1:${port}`,
       npm_config_update_notifier: 'false', OMP_NUM_THREADS: '2',
     };
 
@@ -138,7 +112,6 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
   });
 
   after(async () => {
-    if (server) await new Promise<void>((r) => server!.close(() => r()));
     if (tmp) rmSync(tmp, { recursive: true, force: true });
   });
 
@@ -238,6 +211,24 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
     expect(existsSync(stubLog)).to.equal(false);
     const addon = checkForward(must(run('node', ['--input-type=module', '-e', FORWARD_ESM, modelDir], { cwd: dir, env }), 'ESM forward (--ignore-scripts)'));
     expect(addon).to.match(/-cpu\/papergym_native\.node$/);
+  });
+
+  it('SQLite (pipeline state, judge cache) works after --ignore-scripts: libsql from its registry package, no better-sqlite3', function () {
+    const dir = join(tmp, 'ignore-scripts');
+    if (!existsSync(dir)) this.skip();
+    const nm = join(dir, 'node_modules');
+    expect(existsSync(join(nm, 'better-sqlite3')), 'better-sqlite3 installed').to.equal(false);
+    expect(existsSync(join(nm, '@libsql', `${process.platform}-${process.arch}-gnu`, 'index.node'))).to.equal(true);
+    const code = `
+      import { JudgeCache } from 'papergym-native/dist/lib/judge/cache.js';
+      import { sqliteEngine } from 'papergym-native/dist/lib/util/sqlite.js';
+      const path = process.argv[1];
+      const a = new JudgeCache(path); a.set('k', { content: 'yes', promptTokens: 3, completionTokens: 1, prob: 0.75 });
+      const b = new JudgeCache(path);
+      process.stdout.write(JSON.stringify({ engine: sqliteEngine(), got: b.get('k') }));`;
+    const out = must(run('node', ['--input-type=module', '-e', code, join(dir, 'cache', 'judge.sqlite')], { cwd: dir, env }), 'SQLite from the installed package');
+    expect(JSON.parse(out)).to.deep.equal({ engine: 'libsql', got: { content: 'yes', promptTokens: 3, completionTokens: 1, prob: 0.75 } });
+    expect(existsSync(stubLog)).to.equal(false);
   });
 
   it('falls back to a source build only when no binary matches, with one message, and leaves no build/ behind when it fails', async function () {

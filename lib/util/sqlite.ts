@@ -123,8 +123,18 @@ function wrap(db: RawDatabase, name: string, engine: SqliteEngine): SqliteDataba
       };
     },
     close() {
-      if (open) db.close();
+      if (!open) return;
       open = false;
+      // better-sqlite3 left a closed WAL database whole in its main file (SQLite checkpoints when the
+      // last connection closes); libsql keeps the connection until its statements are collected, so
+      // checkpoint here: the .sqlite file alone holds every row after close(). Busy readers only make
+      // the checkpoint partial; the rows stay in the -wal file then, as SQLite intends.
+      try {
+        db.exec('PRAGMA wal_checkpoint(TRUNCATE)');
+      } catch {
+        // a read-only or in-memory database has nothing to checkpoint
+      }
+      db.close();
     },
   };
 }
