@@ -7,7 +7,8 @@
  * with `locking_mode = EXCLUSIVE` and an open `BEGIN EXCLUSIVE` transaction. SQLite's unix VFS takes
  * that as a POSIX `fcntl()` write lock on the file (sqlite.org/lockingv3.html), which the kernel
  * drops with the process; another process — or another connection in this one — gets SQLITE_BUSY
- * at once (busy timeout 0). No native module beyond better-sqlite3, which the package already uses.
+ * at once (busy timeout 0). No native module beyond the SQLite engine the package already uses
+ * (lib/util/sqlite.ts; only `exec` here, no prepared statement, so close() releases the lock at once).
  *
  * The holder's pid cannot be read from a locked SQLite file, so the holder also writes
  * `<lock>.owner` (JSON: pid, host, since, command). That file is only information: the OS lock
@@ -16,10 +17,10 @@
  * Limits (stated honestly): advisory (a process that does not call {@link acquireLock} is not
  * stopped); POSIX locks are unreliable on some network file systems (NFS without lockd).
  */
-import Database from 'better-sqlite3';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname } from 'node:path';
+import { openDatabase, type SqliteDatabase } from './sqlite.js';
 
 /** Who holds a lock (the `.owner` file). */
 export interface LockOwner {
@@ -95,14 +96,15 @@ export function readLockOwner(lockPath: string): LockOwner | undefined {
  */
 export function acquireLock(lockPath: string, what = lockPath, command = process.argv.slice(1).join(' ')): Lock {
   mkdirSync(dirname(lockPath), { recursive: true });
-  let db: Database.Database;
+  let db: SqliteDatabase;
   try {
-    db = new Database(lockPath, { timeout: 0 });
+    db = openDatabase(lockPath);
+    db.exec('PRAGMA busy_timeout = 0');
   } catch (e) {
     throw new Error(`${lockPath}: cannot open the lock file of ${what}: ${(e as Error).message}`);
   }
   try {
-    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('PRAGMA locking_mode = EXCLUSIVE');
     db.exec('BEGIN EXCLUSIVE');
   } catch (e) {
     db.close();

@@ -12,6 +12,11 @@
  *   `PAPERGYM_SQLITE=node`. Node prints an ExperimentalWarning the first time it is loaded, which
  *   is why it is not the default.
  *
+ * One difference from better-sqlite3: libsql statements have no finalize, and a prepared statement
+ * that is still referenced keeps libsql's connection (and its file locks) alive after close() until
+ * it is garbage-collected. Code that needs close() to release a lock at once (lib/util/lock.ts) uses
+ * `exec` only. close() checkpoints the WAL, so the main file holds every row either way.
+ *
  * `PAPERGYM_SQLITE=libsql|node` forces one engine; an engine that cannot be loaded is an error that
  * names both attempts. Errors carry SQLite's result code in `error.code` ('SQLITE_CORRUPT',
  * 'SQLITE_NOTADB', …) on both engines, as better-sqlite3 did.
