@@ -1,9 +1,9 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { assertJudgeHealth, checkJudge, formatHealth, httpJudgeFromConfig, judgeConfigFromArgs, localJudgeOptionsFromConfig, type JudgeArgs } from '../../lib/judge/factory.js';
-import { localJudgeForModel } from '../../lib/judge/local.js';
-import { judgeHealth, type Judge, type Verdict } from '../../lib/judge/types.js';
+import { checkJudge, openJudge } from '../../lib/judge/backends/index.js';
+import { assertJudgeHealth, formatHealth, judgeHealth, type Judge, type Verdict } from '../../lib/judge/types.js';
+import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { policyPlanGenerator } from '../../lib/eval/backends.js';
@@ -68,7 +68,7 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     let judge: Judge | undefined;
     try {
-      judge = jc.kind === 'local' ? await localJudgeForModel(policy.model, policy.tokenizer, localJudgeOptionsFromConfig(jc)) : httpJudgeFromConfig(jc);
+      judge = await openJudge(jc, { policy });
       const t0 = Date.now();
       const { report, rows, plans } = await runEval({
         items,

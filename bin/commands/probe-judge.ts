@@ -4,7 +4,8 @@ import { JUDGE_OPTIONS, PROBE_JUDGE_OPTIONS } from '../../lib/config/settings.js
 import { addSettings } from '../../lib/config/schema.js';
 import { resolveDevice } from '../../lib/util/device.js';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { checkJudge, httpJudgeFromArgs, judgeConfigFromArgs, localJudgeOptionsFromArgs, type JudgeArgs } from '../../lib/judge/factory.js';
+import { checkJudge, judgeSharesPolicyWeights, openJudge } from '../../lib/judge/backends/index.js';
+import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { ATTACKS, DEFAULT_ATTACKS, formatProbe, runProbe, type Attack } from '../../lib/judge/probe.js';
 import type { Judge } from '../../lib/judge/types.js';
@@ -40,18 +41,13 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
     if (argv.limit !== undefined) data = data.slice(0, argv.limit);
     if (!data.length) throw new Error(`${argv.data}: no valid items`);
     const general = argv.general ? loadGeneralRubric(argv.generalRubric).items : undefined;
-    let judge: Judge;
-    let dispose = async () => {};
-    if (argv.judge === 'local') {
-      if (!argv.model) throw new Error('--judge local needs --model DIR');
-      const { openLocalJudge } = await import('../../lib/judge/local.js');
-      const opened = await openLocalJudge(argv.model, { ...localJudgeOptionsFromArgs(argv), device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined });
-      judge = opened.judge;
-      dispose = opened.dispose;
-    } else {
-      await checkJudge(judgeConfigFromArgs(argv));
-      judge = httpJudgeFromArgs(argv);
-    }
+    const jc = judgeConfigFromArgs(argv);
+    await checkJudge(jc);
+    // A judge on a policy's weights loads --model here (it owns that model: close() frees it); the
+    // device is resolved only then (an endpoint judge never loads the addon).
+    const onModel = judgeSharesPolicyWeights(jc);
+    if (onModel && !argv.model) throw new Error(`--judge ${jc.kind} needs --model DIR`);
+    const judge: Judge = await openJudge(jc, onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {});
     try {
       const report = await runProbe(judge, data, { attacks, general });
       if (argv.out) writeFileSync(argv.out, JSON.stringify({ ...report, stats: judge.stats() }, null, 2) + '\n');
@@ -59,7 +55,6 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
       process.stderr.write(`judge stats: ${JSON.stringify(judge.stats())}\n`);
     } finally {
       await judge.close?.();
-      await dispose();
     }
   },
 };

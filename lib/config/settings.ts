@@ -5,34 +5,13 @@
  * command each. docs/config.md is generated from this file (`node scripts/gen-config-docs.mjs`).
  */
 import type { Setting } from './schema.js';
-import { JUDGE_DEFAULTS } from '../judge/config.js';
+import { JUDGE_SETTINGS } from './judge.js';
+
+export { JUDGE_SETTINGS };
 
 const DEVICE = /^(cpu|cuda(:\d+)?)$/;
 const DEVICE_AUTO = /^(auto|cpu|cuda(:\d+)?)$/;
 const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
-
-/**
- * The judge settings (lib/judge/config.ts JudgeConfig), one entry each, keys relative to `judge.`:
- * `train` reads them as `judge.*` keys and flags, `eval` and `probe-judge` as `--judge*` flags.
- * Defaults are JUDGE_DEFAULTS (train: kind local, concurrency 8; eval: kind http).
- */
-export const JUDGE_SETTINGS: readonly Setting[] = [
-  { key: 'kind', flag: 'judge', type: 'enum', choices: ['local', 'http'], default: JUDGE_DEFAULTS.kind, meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint', source: 'paper: LLM judge decides each rubric item (docs/design.md §6)' },
-  { key: 'url', flag: 'judge-url', type: 'string', default: JUDGE_DEFAULTS.url, values: 'http(s)://host:port/v1', meaning: 'http: judge endpoint (vLLM, SGLang, papergym-native serve)', source: 'OpenAI API base_url' },
-  { key: 'model', flag: 'judge-model', type: 'string', default: JUDGE_DEFAULTS.model, values: 'a served model name', meaning: 'http: model name the judge endpoint serves', source: 'OpenAI API model' },
-  { key: 'mode', flag: 'judge-mode', type: 'enum', choices: ['per-item', 'per-plan'], default: JUDGE_DEFAULTS.mode, meaning: 'http: one yes/no request per rubric item, or one JSON request per plan', source: 'paper: per-item judging (docs/design.md §6)' },
-  { key: 'concurrency', flag: 'judge-concurrency', type: 'integer', min: 1, default: JUDGE_DEFAULTS.concurrency, meaning: 'http: requests in flight', source: 'vLLM benchmark --max-concurrency' },
-  { key: 'cache', flag: 'judge-cache', type: 'path', default: JUDGE_DEFAULTS.cache, values: 'a SQLite file', meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache', source: 'papergym-native (lib/judge/cache.ts)' },
-  { key: 'timeoutMs', flag: 'judge-timeout-ms', type: 'integer', min: 1, default: JUDGE_DEFAULTS.timeoutMs, meaning: 'http: per-attempt timeout in milliseconds', source: 'OpenAI client timeout' },
-  { key: 'maxRetries', flag: 'judge-max-retries', type: 'integer', min: 0, default: JUDGE_DEFAULTS.maxRetries, meaning: 'http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx; backoff honouring retry-after)', source: 'OpenAI client max_retries' },
-  { key: 'maxTokens', flag: 'judge-max-tokens', type: 'integer', min: 1, default: JUDGE_DEFAULTS.maxTokens, meaning: 'http: max answer tokens; unset = 16 per item, 64 + 24 per item per plan', source: 'OpenAI API max_tokens' },
-  { key: 'noThink', flag: 'judge-no-think', type: 'boolean', default: JUDGE_DEFAULTS.noThink, meaning: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)', source: 'vLLM chat_template_kwargs; Qwen3 enable_thinking' },
-  { key: 'batch', flag: 'judge-batch', type: 'integer', min: 1, default: JUDGE_DEFAULTS.batch, meaning: 'local: prompts per prefill batch', source: 'vLLM max_num_seqs' },
-  { key: 'variants', flag: 'judge-variants', type: 'enum', choices: ['pair', 'all'], default: JUDGE_DEFAULTS.variants, meaning: 'P(yes) answer tokens: Yes/No only, or every casing/space variant summed; unset = pair (local with forward-logits: all)', source: 'papergym-native local judge (lib/judge/local.ts)' },
-  { key: 'scoring', flag: 'judge-scoring', type: 'enum', choices: ['sequence-logprobs', 'forward-logits'], default: JUDGE_DEFAULTS.scoring, meaning: 'local: lm_head at the scored position only, or full forward logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
-  { key: 'score', flag: 'judge-score', type: 'enum', choices: ['binary', 'prob'], default: JUDGE_DEFAULTS.score, meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)", source: 'paper: binary rubric verdicts (docs/design.md §6); OpenAI API logprobs / top_logprobs' },
-  { key: 'maxNullRate', flag: 'judge-max-null-rate', type: 'number', min: 0, max: 1, default: JUDGE_DEFAULTS.maxNullRate, meaning: 'Stop training (with a checkpoint) / fail eval when more than this fraction of a step\'s verdicts is null (refused, unreadable, failed)', source: 'papergym-native (a failing judge is never a silent zero reward)' },
-];
 
 /** Keys of the training config (lib/config/train.ts TrainConfig), in docs order. */
 export const TRAIN_SETTINGS: readonly Setting[] = [
@@ -197,7 +176,7 @@ export const REPORT_OPTIONS: readonly Setting[] = [
 ];
 
 /**
- * The `--judge*` options of eval and probe-judge (lib/judge/factory.ts JudgeArgs reads them): the
+ * The `--judge*` options of eval and probe-judge (bin/judge-options.ts JudgeArgs reads them): the
  * judge settings of {@link JUDGE_SETTINGS} under their camelCase option names, with the http judge
  * as the default kind. A new judge option is one more entry in JUDGE_SETTINGS.
  */

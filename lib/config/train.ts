@@ -7,7 +7,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
-import { judgeConfigProblems, type JudgeConfig } from '../judge/config.js';
+import { judgeConfigProblems, type JudgeConfig } from './judge.js';
 import { TRAIN_SETTINGS } from './settings.js';
 import { checkValue, getPath, leafKeys, setPath } from './schema.js';
 
@@ -77,7 +77,7 @@ export interface TrainConfig {
     /** Reward mix r = α·r_spec + (1 − α)·r_gen. */
     alpha: number;
   };
-  /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/judge/config.ts). */
+  /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/config/judge.ts). */
   judge: JudgeConfig;
   validation: { every: number; maxItems: number };
   /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
@@ -179,7 +179,7 @@ export function validateConfig(c: TrainConfig): TrainConfig {
   }
   if (!errs.length) {
     if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
-    // Rules that tie judge keys together (lib/judge/config.ts; each key's own range is checked above).
+    // Rules that tie judge keys together (lib/config/judge.ts; each key's own range is checked above).
     errs.push(...judgeConfigProblems(c.judge).map((e) => e.replace(/^judge\.kind http/, 'judge.kind http (--judge http)')));
     const steps = (s: Stage) => (s === 'sft' ? c.sft.steps : s === 'opsd' ? c.opsd.steps : c.grpo.steps);
     if (c.stages.every((s) => steps(s) === 0)) errs.push(`every stage has 0 steps (${c.stages.map((s) => `${s}.steps`).join(', ')}); nothing to train`);

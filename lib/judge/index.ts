@@ -1,5 +1,5 @@
 /**
- * Rubric judging (docs/design.md §6/§8): the Judge contract, the HTTP and local backends, verdict
+ * Rubric judging (docs/design.md §6/§8): the Judge contract, the backends (./backends/: one descriptor per kind), verdict
  * parsing, rewards and the reward-hacking probe. The OpenAI-compatible server is lib/serve/.
  */
 export * from './types.js';
@@ -10,6 +10,6 @@ export { HttpJudge, createHttpJudge, JUDGE_TOP_LOGPROBS, type HttpJudgeOptions, 
 export { JudgeCache, requestHash } from './cache.js';
 export { LocalJudge, localJudgeForModel, openLocalJudge, sequenceLogprobsScorer, scorerFromLastLogits, modelLastLogits, yesProbability, yesProbabilityFromLogprobs, type AnswerScorer, type LastLogitsFn, type LocalJudgeOptions, type LocalJudgeTimings, type LocalModelJudgeOptions } from './local.js';
 export { runProbe, attackPlan, formatProbe, ATTACKS, DEFAULT_ATTACKS, type Attack, type AttackResult, type ProbeReport } from './probe.js';
-export { addJudgeOptions, httpJudgeFromArgs, httpJudgeFromConfig, localJudgeOptionsFromArgs, localJudgeOptionsFromConfig, judgeConfigFromArgs, judgeFlagsToConfig, checkJudge, type JudgeArgs } from './factory.js';
-export { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from './config.js';
+export { JUDGE_BACKENDS, judgeBackend, judgeSharesPolicyWeights, judgeLabel, checkJudge, openJudge, httpJudgeFromConfig, localJudgeOptionsFromConfig, type JudgeBackend, type JudgeOpenContext } from './backends/index.js';
+export { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from '../config/judge.js';
 export { yesProbabilityFromChatLogprobs, yesProbabilityAt, type ChatYesProbability } from './logprobs.js';

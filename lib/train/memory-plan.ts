@@ -64,6 +64,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { JudgeConfig } from '../config/judge.js';
+import { judgeSharesPolicyWeights } from '../judge/backends/index.js';
 
 /** The shapes the estimate reads from a Qwen3 config.json. */
 export interface ModelShape {
@@ -471,7 +473,7 @@ export interface PlannableConfig {
   sft: { batchSize: number };
   opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
   grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base'; judgeOverlap?: 'auto' | 'on' | 'off' };
-  judge: { kind: 'local' | 'http' };
+  judge: JudgeConfig;
   memory: { recompute: boolean; plan?: 'auto' | 'off'; maxMemoryGB?: number | null; rolloutRows?: number; judgeMaxTokensPerCall?: number };
 }
 
@@ -518,7 +520,7 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
     pinned: o.pinned,
     rolloutRows: m.rolloutRows ?? 0,
     judgeMaxTokensPerCall: m.judgeMaxTokensPerCall ?? 0,
-    localJudge: cfg.judge.kind === 'local',
+    localJudge: judgeSharesPolicyWeights(cfg.judge),
     mergeAdapter: cfg.sampling.mergeAdapter === 'on' ? true : cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
     judgeOverlap: cfg.grpo.judgeOverlap === 'on' ? true : cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
   };

@@ -18,8 +18,9 @@ import { makeCheckpointOnce } from '../util/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
-import { localJudgeForModel, type LocalJudge } from '../judge/local.js';
-import { checkJudge, httpJudgeFromConfig, localJudgeOptionsFromConfig, JUDGE_DEFAULTS } from '../judge/factory.js';
+import type { LocalJudge } from '../judge/local.js';
+import { checkJudge, openJudge } from '../judge/backends/index.js';
+import { JUDGE_DEFAULTS } from '../config/judge.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
@@ -214,7 +215,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (held.length) throw new Error(`--out ${out} already holds a run (${held.join(', ')}): continue it with papergym-native train --resume ${out}, or pass a new --out`);
   }
   // A real chat request to the judge: an endpoint answering 404 / a wrong model fails here, before any compute.
-  if (cfg.judge.kind === 'http' && !o.reward) await checkJudge(cfg.judge);
+  if (!o.reward) await checkJudge(cfg.judge);
   // ---- data parallelism: join the group (port in use, unreachable master, mismatched world
   // sizes fail here, before any compute); rank 0 names the run dir for every rank ----
   const joined = await initDist({ device: cfg.device, timeoutMs: o.dist?.timeoutMs, initTimeoutMs: o.dist?.initTimeoutMs, env: o.dist?.env, log });
@@ -326,8 +327,8 @@ async function trainWithGroup(
     }
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
     if (resume) await backend.loadState(resume.dir);
-    // The same judge settings as eval (lib/judge/factory.ts); the local judge is the frozen base (adapter off).
-    const judge: Judge = cfg.judge.kind === 'http' ? httpJudgeFromConfig(cfg.judge) : await localJudgeForModel(policy.model, policy.tokenizer, { ...localJudgeOptionsFromConfig(cfg.judge), maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
+    // The same judge settings as eval (lib/judge/backends/); a judge on the policy's weights runs the frozen base (adapter off).
+    const judge: Judge = await openJudge(cfg.judge, { policy, maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
     if (dist.worldSize > 1) {
       dist = dist.withModel(policy.model);
       setDist(dist);

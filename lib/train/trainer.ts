@@ -25,6 +25,7 @@ import { STAGES, type StageContext, type StepPhase, type StepResult } from './st
 import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
+import { judgeLabel } from '../judge/backends/index.js';
 import { DistContext, shard } from './dist.js';
 import { ErrorCode, isPapergymError, oomError } from '../errors.js';
 import type { ProfileResult } from '../addon.js';
@@ -584,7 +585,7 @@ export class Trainer {
       this.warnedNoProb = true;
       this.log(`judge: --judge-score prob, but ${h.verdicts - h.withProb} of ${h.verdicts} verdicts carry no P(yes) (the endpoint returned no usable logprobs); those items count 1/0 by their verdict`);
     }
-    if (h) assertJudgeHealth(h, this.cfg.judge?.maxNullRate ?? 0.5, this.cfg.judge?.kind === 'http' ? `${this.cfg.judge.model}@${this.cfg.judge.url}` : (this.cfg.judge?.kind ?? 'judge'), what);
+    if (h) assertJudgeHealth(h, this.cfg.judge?.maxNullRate ?? 0.5, this.cfg.judge ? judgeLabel(this.cfg.judge) : 'judge', what);
     return h;
   }
 

@@ -7,6 +7,7 @@ import type { Rollout } from '../backend.js';
 import { shard } from '../dist.js';
 import { ErrorCode, isPapergymError } from '../../errors.js';
 import { studentMessages } from '../../task/prompts.js';
+import { judgeSharesPolicyWeights } from '../../judge/backends/index.js';
 import type { RewardResult } from '../../task/types.js';
 import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
@@ -33,7 +34,7 @@ export const grpoStage: TrainingStage = {
     // decode), with the local judge when grpo.judgeOverlap is on (its scoring calls share the model
     // with the decode, on their own worker thread and CUDA stream; the memory plan counts both).
     // Read per chunk and per group: an out of memory beside the decode turns it off mid-step.
-    const localJudge = ctx.cfg.judge?.kind !== 'http';
+    const localJudge = !ctx.cfg.judge || judgeSharesPolicyWeights(ctx.cfg.judge);
     const judgeBesideDecode = () => !localJudge || ctx.cfg.grpo.judgeOverlap === 'on';
     const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
     const [a, b] = shard(promptChunks.length, ctx.dist.rank, ctx.dist.worldSize);

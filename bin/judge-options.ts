@@ -1,0 +1,57 @@
+/**
+ * The `--judge*` command-line options of eval and probe-judge (and of `train`, through the training
+ * settings): the judge settings of lib/config/judge.ts as yargs options, and back from parsed flags
+ * to a {@link JudgeConfig}. The judges themselves open through lib/judge/backends/.
+ */
+import type { Argv } from 'yargs';
+import { JUDGE_DEFAULTS, JUDGE_SETTINGS, type JudgeConfig } from '../lib/config/judge.js';
+import { JUDGE_OPTIONS } from '../lib/config/settings.js';
+import { addSettings } from '../lib/config/schema.js';
+
+/** Judge options as parsed by {@link addJudgeOptions} (camelCase yargs keys). */
+export interface JudgeArgs {
+  judge: JudgeConfig['kind'];
+  judgeUrl?: string;
+  judgeModel?: string;
+  judgeMode: 'per-item' | 'per-plan';
+  judgeConcurrency: number;
+  judgeCache?: string;
+  judgeTimeoutMs: number;
+  judgeMaxRetries: number;
+  judgeMaxTokens?: number;
+  judgeNoThink: boolean;
+  judgeBatch: number;
+  judgeVariants?: 'pair' | 'all';
+  judgeScoring: 'sequence-logprobs' | 'forward-logits';
+  judgeScore: 'binary' | 'prob';
+  judgeMaxNullRate: number;
+}
+
+const camel = (flag: string) => flag.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
+
+/**
+ * Adds the `--judge*` options (JUDGE_OPTIONS: the one judge schema) to a yargs builder. `defaults`:
+ * the values flags take when not given (eval: kind http and {@link JUDGE_DEFAULTS}; an object
+ * overrides some); `false` gives no defaults, so that only flags actually given override a config
+ * file (train).
+ */
+export function addJudgeOptions<T>(y: Argv<T>, opts: { defaults?: Partial<JudgeConfig> | false } = {}): Argv<T & JudgeArgs> {
+  const over = opts.defaults || {};
+  const settings = JUDGE_SETTINGS.map((j, i) => ({ ...JUDGE_OPTIONS[i]!, ...(j.key in over ? { default: over[j.key as keyof JudgeConfig] } : {}) }));
+  return addSettings(y, settings, { withDefaults: opts.defaults !== false }) as unknown as Argv<T & JudgeArgs>;
+}
+
+/** The judge settings given on the command line (only flags that were given), as config keys. */
+export function judgeFlagsToConfig(argv: Record<string, unknown>): Partial<JudgeConfig> {
+  const out: Record<string, unknown> = {};
+  for (const { flag, key } of JUDGE_SETTINGS) {
+    const v = argv[camel(flag)] ?? argv[flag];
+    if (v !== undefined) out[key] = v;
+  }
+  return out as Partial<JudgeConfig>;
+}
+
+/** Full judge settings from parsed CLI options over `base` (default {@link JUDGE_DEFAULTS}). */
+export function judgeConfigFromArgs(argv: Partial<JudgeArgs> | Record<string, unknown>, base: JudgeConfig = JUDGE_DEFAULTS): JudgeConfig {
+  return { ...base, ...judgeFlagsToConfig(argv as Record<string, unknown>) } as JudgeConfig;
+}

@@ -1,0 +1,121 @@
+/**
+ * The judge settings: one schema shared by `train` (YAML `judge:` section and `--judge*` flags),
+ * `eval`, `probe-judge` and the library. This is the settings half of a judge backend (keys, types,
+ * defaults, ranges, the rules that tie keys together); the behaviour half — start-up check, how a
+ * judge is opened, whether it runs on the policy's weights — is the backend's descriptor in
+ * lib/judge/backends/ (one file per kind, one registry). Kept in lib/config/ so that the training
+ * config reads it without depending on the judge (lib/ rooms: config sits below judge and train).
+ */
+import type { Setting } from './schema.js';
+
+/** Judge kinds, in the order of the `--judge` choices; lib/judge/backends/ registers one backend per kind (a test checks both lists agree). */
+export const JUDGE_KINDS = ['local', 'http'] as const;
+export type JudgeKind = (typeof JUDGE_KINDS)[number];
+
+/**
+ * Judge settings (YAML `judge:` keys of `train`; `--judge-*` flags of `train` and `eval`), every key
+ * present whatever the kind (a flat section: old configs and checkpoints load as they are). The
+ * keys a kind reads are listed by its backend (lib/judge/backends/, `settingKeys`).
+ */
+export interface JudgeSettings {
+  url: string | null;
+  model: string | null;
+  /** http: one request per item (yes/no) or per plan (JSON). */
+  mode: 'per-item' | 'per-plan';
+  /** http: requests in flight. */
+  concurrency: number;
+  /** http: SQLite file caching answers by request hash. */
+  cache: string | null;
+  /** http: per-attempt timeout, ms. */
+  timeoutMs: number;
+  /** http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx). */
+  maxRetries: number;
+  /** http: max answer tokens (null: 16 per-item, 64 + 24/item per-plan). */
+  maxTokens: number | null;
+  /** http: send `chat_template_kwargs.enable_thinking=false` (vLLM, SGLang, serve). */
+  noThink: boolean;
+  /** local: prompts per prefill batch. */
+  batch: number;
+  /** Answer tokens for P(yes): 'pair' (Yes/No) or 'all' (casing/space variants); null: the backend's default. */
+  variants: 'pair' | 'all' | null;
+  /** local: lm_head at the scored position only, or full forward logits. */
+  scoring: 'sequence-logprobs' | 'forward-logits';
+  /** What the reward uses per item: 'binary' (met → 1; the paper's) or 'prob' (P(yes); http asks for logprobs). */
+  score: 'binary' | 'prob';
+  /** Stop (train) / fail (eval) when more than this fraction of a step's verdicts is null. In [0, 1]. */
+  maxNullRate: number;
+}
+
+/** The judge settings of one kind: a discriminated union by `kind` ('http': an OpenAI-compatible endpoint; 'local': the policy's own base model, adapter off, reading P(yes)). */
+export type JudgeConfigOf<K extends JudgeKind> = JudgeSettings & { kind: K };
+export type JudgeConfig = { [K in JudgeKind]: JudgeConfigOf<K> }[JudgeKind];
+
+/** Defaults of {@link JudgeConfig} (the kind defaults to local for train; eval's flag default is http). */
+export const JUDGE_DEFAULTS: JudgeConfig = {
+  kind: 'local',
+  url: null,
+  model: null,
+  mode: 'per-item',
+  concurrency: 16,
+  cache: null,
+  timeoutMs: 120000,
+  maxRetries: 5,
+  maxTokens: null,
+  noThink: false,
+  batch: 16,
+  variants: null,
+  scoring: 'sequence-logprobs',
+  score: 'binary',
+  maxNullRate: 0.5,
+};
+
+/**
+ * The judge settings ({@link JudgeConfig}), one entry each, keys relative to `judge.`:
+ * `train` reads them as `judge.*` keys and flags, `eval` and `probe-judge` as `--judge*` flags.
+ * Defaults are JUDGE_DEFAULTS (train: kind local, concurrency 8; eval: kind http).
+ */
+export const JUDGE_SETTINGS: readonly Setting[] = [
+  { key: 'kind', flag: 'judge', type: 'enum', choices: JUDGE_KINDS, default: JUDGE_DEFAULTS.kind, meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint', source: 'paper: LLM judge decides each rubric item (docs/design.md §6)' },
+  { key: 'url', flag: 'judge-url', type: 'string', default: JUDGE_DEFAULTS.url, values: 'http(s)://host:port/v1', meaning: 'http: judge endpoint (vLLM, SGLang, papergym-native serve)', source: 'OpenAI API base_url' },
+  { key: 'model', flag: 'judge-model', type: 'string', default: JUDGE_DEFAULTS.model, values: 'a served model name', meaning: 'http: model name the judge endpoint serves', source: 'OpenAI API model' },
+  { key: 'mode', flag: 'judge-mode', type: 'enum', choices: ['per-item', 'per-plan'], default: JUDGE_DEFAULTS.mode, meaning: 'http: one yes/no request per rubric item, or one JSON request per plan', source: 'paper: per-item judging (docs/design.md §6)' },
+  { key: 'concurrency', flag: 'judge-concurrency', type: 'integer', min: 1, default: JUDGE_DEFAULTS.concurrency, meaning: 'http: requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'cache', flag: 'judge-cache', type: 'path', default: JUDGE_DEFAULTS.cache, values: 'a SQLite file', meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache', source: 'papergym-native (lib/judge/cache.ts)' },
+  { key: 'timeoutMs', flag: 'judge-timeout-ms', type: 'integer', min: 1, default: JUDGE_DEFAULTS.timeoutMs, meaning: 'http: per-attempt timeout in milliseconds', source: 'OpenAI client timeout' },
+  { key: 'maxRetries', flag: 'judge-max-retries', type: 'integer', min: 0, default: JUDGE_DEFAULTS.maxRetries, meaning: 'http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx; backoff honouring retry-after)', source: 'OpenAI client max_retries' },
+  { key: 'maxTokens', flag: 'judge-max-tokens', type: 'integer', min: 1, default: JUDGE_DEFAULTS.maxTokens, meaning: 'http: max answer tokens; unset = 16 per item, 64 + 24 per item per plan', source: 'OpenAI API max_tokens' },
+  { key: 'noThink', flag: 'judge-no-think', type: 'boolean', default: JUDGE_DEFAULTS.noThink, meaning: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)', source: 'vLLM chat_template_kwargs; Qwen3 enable_thinking' },
+  { key: 'batch', flag: 'judge-batch', type: 'integer', min: 1, default: JUDGE_DEFAULTS.batch, meaning: 'local: prompts per prefill batch', source: 'vLLM max_num_seqs' },
+  { key: 'variants', flag: 'judge-variants', type: 'enum', choices: ['pair', 'all'], default: JUDGE_DEFAULTS.variants, meaning: 'P(yes) answer tokens: Yes/No only, or every casing/space variant summed; unset = pair (local with forward-logits: all)', source: 'papergym-native local judge (lib/judge/local.ts)' },
+  { key: 'scoring', flag: 'judge-scoring', type: 'enum', choices: ['sequence-logprobs', 'forward-logits'], default: JUDGE_DEFAULTS.scoring, meaning: 'local: lm_head at the scored position only, or full forward logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
+  { key: 'score', flag: 'judge-score', type: 'enum', choices: ['binary', 'prob'], default: JUDGE_DEFAULTS.score, meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)", source: 'paper: binary rubric verdicts (docs/design.md §6); OpenAI API logprobs / top_logprobs' },
+  { key: 'maxNullRate', flag: 'judge-max-null-rate', type: 'number', min: 0, max: 1, default: JUDGE_DEFAULTS.maxNullRate, meaning: 'Stop training (with a checkpoint) / fail eval when more than this fraction of a step\'s verdicts is null (refused, unreadable, failed)', source: 'papergym-native (a failing judge is never a silent zero reward)' },
+];
+
+/**
+ * The rules of each kind that tie its keys together (each key's own range is checked by its
+ * setting). A Record over {@link JudgeKind}: a new kind in JUDGE_KINDS must state its rules here.
+ */
+const KIND_RULES: Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]> = {
+  local: () => [],
+  http: (c, prefix) => [
+    ...(!c.url || !c.model ? [`${prefix}kind http needs ${prefix}url and ${prefix}model`] : []),
+    ...(c.score === 'prob' && c.mode === 'per-plan' ? [`${prefix}score prob needs ${prefix}mode per-item (P(yes) is read from the verdict token of a one-word reply)`] : []),
+  ],
+};
+
+/** Range/consistency problems of judge settings (empty when valid); `prefix` names the section. */
+export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[] {
+  const errs: string[] = [];
+  if (!(JUDGE_KINDS as readonly string[]).includes(c.kind)) errs.push(`${prefix}kind must be ${JUDGE_KINDS.join(' or ')} (got ${JSON.stringify(c.kind)})`);
+  if (c.mode !== 'per-item' && c.mode !== 'per-plan') errs.push(`${prefix}mode must be per-item or per-plan (got ${JSON.stringify(c.mode)})`);
+  if (c.score !== 'binary' && c.score !== 'prob') errs.push(`${prefix}score must be binary or prob (got ${JSON.stringify(c.score)})`);
+  if (c.variants !== null && c.variants !== 'pair' && c.variants !== 'all') errs.push(`${prefix}variants must be pair or all (got ${JSON.stringify(c.variants)})`);
+  if (!(typeof c.maxNullRate === 'number' && c.maxNullRate >= 0 && c.maxNullRate <= 1)) errs.push(`${prefix}maxNullRate must be in [0, 1] (got ${JSON.stringify(c.maxNullRate)})`);
+  for (const k of ['concurrency', 'timeoutMs', 'batch'] as const) if (!(Number.isInteger(c[k]) && c[k] > 0)) errs.push(`${prefix}${k} must be a positive integer (got ${JSON.stringify(c[k])})`);
+  if (!(Number.isInteger(c.maxRetries) && c.maxRetries >= 0)) errs.push(`${prefix}maxRetries must be an integer >= 0 (got ${JSON.stringify(c.maxRetries)})`);
+  if (c.maxTokens !== null && !(Number.isInteger(c.maxTokens) && c.maxTokens > 0)) errs.push(`${prefix}maxTokens must be a positive integer or null (got ${JSON.stringify(c.maxTokens)})`);
+  if (typeof c.noThink !== 'boolean') errs.push(`${prefix}noThink must be true or false (got ${JSON.stringify(c.noThink)})`);
+  errs.push(...(KIND_RULES[c.kind]?.(c, prefix) ?? []));
+  return errs;
+}

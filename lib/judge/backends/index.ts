@@ -1,0 +1,45 @@
+/**
+ * The judge backends, one descriptor per kind (./backend.ts), one registry. A new kind is one file
+ * in this folder and one line in the `register` call below (docs/design.md "Extending"); its
+ * settings rows and its name in JUDGE_KINDS go to lib/config/judge.ts (the one settings schema).
+ * Code outside lib/judge/ asks these functions, never tests a kind by name.
+ */
+import type { JudgeConfig } from '../../config/judge.js';
+import { Registry } from '../../util/registry.js';
+import type { Judge } from '../types.js';
+import type { JudgeBackend, JudgeCheckOptions, JudgeOpenContext } from './backend.js';
+import { httpBackend } from './http.js';
+import { localBackend } from './local.js';
+
+export const JUDGE_BACKENDS = new Registry<JudgeBackend>('judge backend', (b) => b.kind);
+JUDGE_BACKENDS.register(localBackend, httpBackend);
+
+/** The backend of `c.kind`. @throws Error naming the kind and the registered ones. */
+export function judgeBackend(c: Pick<JudgeConfig, 'kind'>): JudgeBackend {
+  return JUDGE_BACKENDS.get(c.kind, 'judge.kind (--judge)');
+}
+
+/** Whether the judge runs on the policy's weights (see {@link JudgeBackend.sharesPolicyWeights}). */
+export function judgeSharesPolicyWeights(c: JudgeConfig): boolean {
+  return judgeBackend(c).sharesPolicyWeights(c);
+}
+
+/** The judge's name in messages. */
+export function judgeLabel(c: JudgeConfig): string {
+  return judgeBackend(c).label(c);
+}
+
+/** The backend's start-up check (a no-op for a kind without one). */
+export async function checkJudge(c: JudgeConfig, opts: JudgeCheckOptions = {}): Promise<void> {
+  await judgeBackend(c).check?.(c, opts);
+}
+
+/** Opens the judge of `c.kind` (`ctx.openJudge` is filled in: sub-judges open through the same registry). */
+export async function openJudge(c: JudgeConfig, ctx: Omit<JudgeOpenContext, 'openJudge'> = {}): Promise<Judge> {
+  const full: JudgeOpenContext = { ...ctx, openJudge: (sub) => openJudge(sub, ctx) };
+  return judgeBackend(c).open(c, full);
+}
+
+export { httpJudgeFromConfig } from './http.js';
+export { localJudgeOptionsFromConfig } from './local.js';
+export type { JudgeBackend, JudgeBackendOf, JudgeCheckOptions, JudgeOpenContext } from './backend.js';

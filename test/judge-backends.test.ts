@@ -1,0 +1,141 @@
+/**
+ * Judge backends (lib/judge/backends/): one descriptor per kind, one registry. A new kind is one
+ * descriptor and one `register` line: a fake kind registered here is opened, checked, labelled and
+ * planned for through the same functions train / eval / probe-judge call, and a backend made of
+ * sub-judges (a jury-like one) opens a real HTTP judge (loopback fake server) through the context.
+ */
+import { expect } from 'chai';
+import { JUDGE_BACKENDS, checkJudge, judgeBackend, judgeLabel, judgeSharesPolicyWeights, openJudge, type JudgeBackend } from '../lib/judge/backends/index.js';
+import { JUDGE_DEFAULTS, JUDGE_KINDS, JUDGE_SETTINGS, judgeConfigProblems, type JudgeConfig } from '../lib/config/judge.js';
+import { emptyStats, type Judge, type JudgeRequest, type Verdict } from '../lib/judge/types.js';
+import { planForRun, QWEN3_SHAPES } from '../lib/train/memory-plan.js';
+import { resolveConfig } from '../lib/config/train.js';
+import { Registry } from '../lib/util/registry.js';
+import { startFakeLlm } from './helpers/fake-llm.js';
+
+/** A judge that says "met" for every item whose text contains the plan's first word. */
+function echoJudge(name: string): Judge {
+  const s = emptyStats();
+  return {
+    name,
+    async judge(reqs: JudgeRequest[]): Promise<Verdict[][]> {
+      return reqs.map((r) => r.items.map((it) => ({ itemId: it.id, met: it.text.includes(r.plan.split(' ')[0] ?? '') })));
+    },
+    stats: () => ({ ...s }),
+  };
+}
+
+describe('judge backends: the registry', () => {
+  it('registers one backend per kind of the settings schema (JUDGE_KINDS, the --judge choices)', () => {
+    expect(JUDGE_BACKENDS.names()).to.deep.equal([...JUDGE_KINDS]);
+    expect(JUDGE_SETTINGS.find((s) => s.key === 'kind')!.choices).to.deep.equal([...JUDGE_KINDS]);
+    // Every kind-specific key a backend reads is a judge setting.
+    const keys = new Set(JUDGE_SETTINGS.map((s) => s.key));
+    for (const b of JUDGE_BACKENDS.values()) for (const k of b.settingKeys) expect(keys.has(k), `${b.kind}: ${k}`).to.equal(true);
+  });
+
+  it('an unknown kind is refused naming the setting and the registered kinds; a name registered twice is refused', () => {
+    expect(() => judgeBackend({ kind: 'nope' as never })).to.throw(/judge\.kind \(--judge\): unknown judge backend "nope" \(registered: local, http\)/);
+    expect(() => JUDGE_BACKENDS.register(JUDGE_BACKENDS.get('http'))).to.throw(/'http' is registered twice/);
+    const r = new Registry<{ name: string }>('thing', (t) => t.name).register({ name: 'a' }, { name: 'b' });
+    expect(r.names()).to.deep.equal(['a', 'b']);
+    expect(r.find('c')).to.equal(undefined);
+    expect(() => r.register({ name: '' })).to.throw(/without a name/);
+  });
+
+  it('the built-in kinds: local shares the policy weights (the memory plan counts it), http does not; labels as before', () => {
+    const local: JudgeConfig = { ...JUDGE_DEFAULTS, kind: 'local' };
+    const http: JudgeConfig = { ...JUDGE_DEFAULTS, kind: 'http', url: 'http://127.0.0.1:9/v1', model: 'm' };
+    expect(judgeSharesPolicyWeights(local)).to.equal(true);
+    expect(judgeSharesPolicyWeights(http)).to.equal(false);
+    expect(judgeLabel(local)).to.equal('local');
+    expect(judgeLabel(http)).to.equal('m@http://127.0.0.1:9/v1');
+    expect(judgeConfigProblems({ ...http, url: null })).to.deep.equal(['judge.kind http needs judge.url and judge.model']);
+    expect(judgeConfigProblems({ ...http, score: 'prob', mode: 'per-plan' })[0]).to.match(/score prob needs judge\.mode per-item/);
+  });
+
+  it('a local judge without a policy or a model dir fails with a clear error', async () => {
+    let err: Error | undefined;
+    await openJudge({ ...JUDGE_DEFAULTS, kind: 'local' }).catch((e: Error) => (err = e));
+    expect(err?.message).to.match(/--judge local needs a model/);
+  });
+});
+
+describe('judge backends: a new kind is one descriptor and one register line', () => {
+  const opened: string[] = [];
+  // A fake kind on the policy's weights, and a jury-like kind whose members are other judges.
+  const fake: JudgeBackend = {
+    kind: 'fake' as never,
+    describe: 'test: a judge on the policy weights',
+    settingKeys: ['batch'],
+    sharesPolicyWeights: () => true,
+    label: (c) => `fake:${c.batch}`,
+    async check(c) {
+      if (c.batch > 100) throw new Error('fake judge: judge.batch too large');
+    },
+    async open(c, ctx) {
+      opened.push(`fake batch ${c.batch} policy ${ctx.policy ? 'given' : 'none'} tokens ${ctx.maxTokensPerCall}`);
+      return echoJudge(`fake:${c.batch}`);
+    },
+  };
+  const jury: JudgeBackend = {
+    kind: 'pair-jury' as never,
+    describe: 'test: met when both members say met (an http judge and a fake one)',
+    settingKeys: ['url', 'model'],
+    sharesPolicyWeights: (c) => judgeSharesPolicyWeights({ ...c, kind: 'fake' as never }) || judgeSharesPolicyWeights({ ...c, kind: 'http' }),
+    label: (c) => `jury(${c.model}@${c.url}, fake)`,
+    async open(c, ctx) {
+      const members = [await ctx.openJudge({ ...c, kind: 'http' }), await ctx.openJudge({ ...c, kind: 'fake' as never })];
+      return {
+        name: 'pair-jury',
+        async judge(reqs) {
+          const votes = await Promise.all(members.map((m) => m.judge(reqs)));
+          return reqs.map((r, i) => r.items.map((it, k) => ({ itemId: it.id, met: votes.every((v) => v[i]![k]!.met === true) })));
+        },
+        stats: () => members[0]!.stats(),
+        async close() {
+          for (const m of members) await m.close?.();
+        },
+      };
+    },
+  };
+  before(() => JUDGE_BACKENDS.register(fake, jury));
+  after(() => {
+    JUDGE_BACKENDS.unregister('fake');
+    JUDGE_BACKENDS.unregister('pair-jury');
+  });
+
+  it('opens, checks and labels the registered kind through the functions train and eval call; the memory plan counts a judge on the policy weights', async () => {
+    const c = { ...JUDGE_DEFAULTS, kind: 'fake', batch: 7 } as unknown as JudgeConfig;
+    const j = await openJudge(c, { maxTokensPerCall: 4096 });
+    expect(await j.judge([{ question: 'q', plan: 'alpha beta', items: [{ id: 'a', text: 'has alpha' }, { id: 'b', text: 'none' }] }])).to.deep.equal([[{ itemId: 'a', met: true }, { itemId: 'b', met: false }]]);
+    expect(opened).to.deep.equal(['fake batch 7 policy none tokens 4096']);
+    expect(judgeLabel(c)).to.equal('fake:7');
+    await checkJudge(c);
+    let err: Error | undefined;
+    await checkJudge({ ...c, batch: 101 }).catch((e: Error) => (err = e));
+    expect(err?.message).to.match(/judge\.batch too large/);
+    // The memory plan asks the backend: the fake kind's working memory is counted as the local judge's.
+    const cfg = resolveConfig({ preset: 'qwen3-1.7b' });
+    const withFake = { ...cfg, judge: c };
+    const withHttp = { ...cfg, judge: { ...cfg.judge, kind: 'http', url: 'http://127.0.0.1:9/v1', model: 'm' } as JudgeConfig };
+    const inputs = { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} };
+    expect(planForRun(structuredClone(withFake), inputs)!.plan.phases.judge).to.be.above(0);
+    expect(planForRun(structuredClone(withHttp), inputs)!.plan.phases.judge).to.equal(undefined);
+  });
+
+  it('a backend made of sub-judges opens its members through the context: a real HTTP judge (loopback server) and the fake one', async () => {
+    const srv = await startFakeLlm({ respond: (req) => (String(req.body.messages.at(-1)?.content ?? '').includes('alpha') ? 'Yes' : 'No') });
+    try {
+      const c = { ...JUDGE_DEFAULTS, kind: 'pair-jury', url: srv.url, model: 'j', maxRetries: 0 } as unknown as JudgeConfig;
+      expect(judgeSharesPolicyWeights(c)).to.equal(true);
+      const j = await openJudge(c);
+      const v = await j.judge([{ question: 'q', plan: 'alpha plan', items: [{ id: 'a', text: 'uses alpha' }, { id: 'b', text: 'uses gamma' }] }]);
+      expect(v[0]!.map((x) => x.met)).to.deep.equal([true, false]);
+      expect(srv.log.length).to.equal(2);
+      await j.close?.();
+    } finally {
+      await srv.close();
+    }
+  });
+});
