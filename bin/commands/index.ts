@@ -9,6 +9,7 @@ import { probeJudgeCommand } from './probe-judge.js';
 import { buildDataCommand } from './build-data.js';
 import { leakageCommand } from './leakage.js';
 import { reportCommand } from './report.js';
+import { importCommand } from './import.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export const commands: CommandModule<any, any>[] = [
@@ -19,6 +20,7 @@ export const commands: CommandModule<any, any>[] = [
   serveCommand,
   buildDataCommand,
   leakageCommand,
+  importCommand,
   probeJudgeCommand,
   doctorCommand,
 ];

@@ -238,6 +238,15 @@ export const LEAKAGE_OPTIONS: readonly Setting[] = [
   { key: 'progressInterval', flag: 'progress-interval', type: 'number', min: 0, exclusiveMin: true, default: 5, meaning: 'Seconds between plain progress lines (no TTY, or CI=true)', source: 'tqdm mininterval' },
 ];
 
+export const IMPORT_OPTIONS: readonly Setting[] = [
+  { key: 'format', flag: 'format', type: 'enum', choices: ['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym'], default: null, meaning: 'Published format of the input (required; docs/data.md "Importing published benchmarks")', source: 'the datasets\' published schemas (lib/eval/formats/)' },
+  { key: 'input', flag: 'input', type: 'path', default: null, values: 'a .json / .jsonl / .parquet file or a directory of them (required)', meaning: 'Published files; a directory is searched (Hub layout {config}/{split}/*.parquet, data/{split}-*.parquet)', source: 'Hugging Face Hub dataset layout' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable JSONL file (required)', meaning: 'Imported items (one benchmark item per line; input of eval, compare, leakage)', source: 'papergym-native (lib/data/schema.ts benchmarkItemJsonSchema)' },
+  { key: 'config', flag: 'config', type: 'string', default: null, values: 'a dataset config name (ml, arxiv, pubmed, …)', meaning: 'Only files under this config directory', source: 'datasets load_dataset name' },
+  { key: 'split', flag: 'split', type: 'string', default: null, values: 'train | test | valid | …', meaning: 'Only files of this split (directory or file-name prefix); also the split recorded on the items', source: 'datasets load_dataset split' },
+  { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'Write only the first N items', source: 'lm-evaluation-harness --limit' },
+];
+
 export const DOCTOR_OPTIONS: readonly Setting[] = [
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the environment report as JSON', source: 'vLLM collect_env / torch.utils.collect_env' },
 ];
@@ -251,6 +260,7 @@ export const COMMAND_SETTINGS: Record<string, readonly Setting[]> = {
   report: REPORT_OPTIONS,
   'build-data': BUILD_DATA_OPTIONS,
   leakage: LEAKAGE_OPTIONS,
+  import: IMPORT_OPTIONS,
   'probe-judge': [...PROBE_JUDGE_OPTIONS, ...JUDGE_OPTIONS],
   doctor: DOCTOR_OPTIONS,
 };

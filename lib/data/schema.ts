@@ -10,6 +10,7 @@
 import { existsSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import type { BenchmarkItem } from '../task/types.js';
 
 /** The two rubric dimensions of the PaperGym recipe. */
 export type RubricDimension = 'method_innovation' | 'experimental_design';
@@ -359,4 +360,141 @@ export function defaultDataPath(rel: string): string {
 /** Path of the embedded sample dataset used by `train` by default. */
 export function sampleDatasetPath(): string {
   return defaultDataPath('sample/papergym-sample.jsonl');
+}
+
+/** JSON Schema (ajv) of one imported benchmark item ({@link BenchmarkItem}, lib/task/types.ts; written by `import`). */
+export const benchmarkItemJsonSchema = {
+  $id: 'https://papergym-native/schemas/benchmark-item.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'format', 'question', 'rubric', 'source'],
+  properties: {
+    id: nonEmpty,
+    format: nonEmpty,
+    question: nonEmpty,
+    messages: {
+      type: 'array',
+      minItems: 1,
+      items: {
+        type: 'object',
+        required: ['role', 'content'],
+        properties: { role: { enum: ['system', 'user', 'assistant', 'tool', 'developer'] }, content: { type: 'string' } },
+      },
+    },
+    reference_answer: { type: 'string' },
+    rubric: {
+      type: 'array',
+      minItems: 1,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['id', 'text', 'weight'],
+        properties: {
+          id: nonEmpty,
+          text: nonEmpty,
+          weight: { type: 'number' },
+          type: { type: 'string' },
+          axis: { type: 'string' },
+          tags: { type: 'array', items: { type: 'string' } },
+          title: { type: 'string' },
+          dimension: { type: 'string' },
+        },
+      },
+    },
+    split: { type: 'string' },
+    tags: { type: 'array', items: { type: 'string' } },
+    source: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['dataset', 'file', 'row'],
+      properties: { dataset: nonEmpty, file: nonEmpty, row: { type: 'integer', minimum: 1 }, config: { type: 'string' }, id: { type: 'string' } },
+    },
+  },
+} as const;
+
+let benchmarkValidator: ValidateFunction | undefined;
+/** Validate one parsed object as a {@link BenchmarkItem} (JSON Schema + unique rubric ids); never throws. */
+export function validateBenchmarkItem(x: unknown): ValidationResult & { item?: BenchmarkItem } {
+  benchmarkValidator ??= getAjv().compile(benchmarkItemJsonSchema);
+  if (!benchmarkValidator(x)) return { ok: false, errors: fmtErrors(benchmarkValidator.errors) };
+  const item = x as BenchmarkItem;
+  if (new Set(item.rubric.map((r) => r.id)).size !== item.rubric.length) return { ok: false, errors: ['/rubric: rubric item ids must be unique'] };
+  if (!item.rubric.every((r) => Number.isFinite(r.weight))) return { ok: false, errors: ['/rubric: weights must be finite numbers'] };
+  return { ok: true, errors: [], item };
+}
+
+/**
+ * A PaperGym item as a benchmark item (format `papergym`, weight 1, the dimension kept; origin and
+ * rank are dropped). `file` / `row` name where it was read.
+ */
+export function paperGymToBenchmark(it: PaperGymItem, file: string, row: number): BenchmarkItem {
+  return {
+    id: it.id,
+    format: 'papergym',
+    question: it.question,
+    reference_answer: it.reference_answer,
+    rubric: it.rubric.map((r) => ({ id: r.id, text: r.text, weight: 1, dimension: r.dimension })),
+    split: it.split,
+    source: { dataset: 'papergym', file, row, id: it.source.paper_id },
+  };
+}
+
+/**
+ * Reads an eval item file: JSONL whose rows are imported benchmark items ({@link BenchmarkItem}, a
+ * `format` field) or PaperGym items (read as format `papergym`, {@link paperGymToBenchmark}), mixed
+ * freely. Bad rows are reported with their 1-based line and skipped (strict: the first throws).
+ * @throws DatasetValidationError (strict), or the fs error when the file can't be read
+ */
+export function readEvalItems(path: string, opts: ReadDatasetOptions = {}): { items: BenchmarkItem[]; problems: DatasetProblem[] } {
+  const items: BenchmarkItem[] = [];
+  const problems: DatasetProblem[] = [];
+  const seen = new Set<string>();
+  const report = opts.onProblem ?? ((p: DatasetProblem) => process.stderr.write(`${path}: line ${p.line} skipped: ${p.errors.join('; ')}\n`));
+  readFileSync(path, 'utf8').split(/\r?\n/).forEach((line, i) => {
+    const raw = line.trim();
+    if (!raw) return;
+    let errors: string[];
+    let item: BenchmarkItem | undefined;
+    try {
+      const o = JSON.parse(raw) as Record<string, unknown>;
+      if (o && typeof o === 'object' && 'format' in o) {
+        const v = validateBenchmarkItem(o);
+        errors = v.errors;
+        item = v.item;
+      } else {
+        const v = validateItem(o);
+        errors = v.errors;
+        item = v.item && paperGymToBenchmark(v.item, path, i + 1);
+      }
+    } catch (e) {
+      errors = [`invalid JSON: ${(e as Error).message}`];
+    }
+    if (item && opts.uniqueIds !== false && seen.has(item.id)) errors = [`duplicate id ${item.id}`];
+    if (item && !errors.length) {
+      seen.add(item.id);
+      items.push(item);
+      return;
+    }
+    const p = { line: i + 1, errors };
+    if (opts.strict) throw new DatasetValidationError(`${path}: line ${p.line}: ${errors.join('; ')}`, [p]);
+    problems.push(p);
+    report(p);
+  });
+  return { items, problems };
+}
+
+/**
+ * Writes benchmark items as JSONL atomically (temp file + rename), each validated first.
+ * @throws DatasetValidationError listing every invalid item (nothing is written then)
+ */
+export function writeEvalItems(path: string, items: BenchmarkItem[]): void {
+  const problems: DatasetProblem[] = [];
+  items.forEach((it, index) => {
+    const v = validateBenchmarkItem(it);
+    if (!v.ok) problems.push({ line: 0, index, errors: v.errors });
+  });
+  if (problems.length) throw new DatasetValidationError(`${problems.length} invalid item(s): ${problems.map((p) => `#${p.index}: ${p.errors.join('; ')}`).join(' | ')}`, problems);
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, items.map((it) => JSON.stringify(it)).join('\n') + (items.length ? '\n' : ''));
+  renameSync(tmp, path);
 }

@@ -3,4 +3,4 @@
  * the student / teacher prompts, the item and the reward contract.
  */
 export { studentMessages, teacherMessages } from './prompts.js';
-export type { TaskItem, TaskRubricItem, GradedItem, RewardRequest, RewardResult, RewardFn } from './types.js';
+export type { TaskItem, TaskRubricItem, GradedItem, RewardRequest, RewardResult, RewardFn, BenchmarkItem, BenchmarkRubricItem } from './types.js';

@@ -6,6 +6,7 @@
  * lib/data/schema.ts; every `PaperGymItem` is a {@link TaskItem}.
  */
 import type { JudgeHealth } from '../judge/types.js';
+import type { ChatMessage } from '../llm/messages.js';
 
 /** A rubric item as the task uses it (instance items of a {@link TaskItem}). */
 export interface TaskRubricItem {
@@ -60,3 +61,49 @@ export interface RewardResult {
  * stops with a checkpoint); `signal` aborts outstanding judge requests.
  */
 export type RewardFn<I extends GradedItem = TaskItem> = (requests: RewardRequest<I>[], signal?: AbortSignal) => Promise<RewardResult[]>;
+
+/**
+ * A rubric item of an imported benchmark (lib/eval/formats/, `papergym-native import`). `weight` is
+ * signed: a negative weight marks an undesirable behaviour (HealthBench's negative points, RaR's
+ * pitfalls); the benchmark's protocol (lib/eval/protocols/) says how it scores. Unweighted
+ * datasets (ResearchQA, ResearchPlanGen, PaperGym) get weight 1.
+ */
+export interface BenchmarkRubricItem {
+  id: string;
+  /** The criterion text the judge decides. */
+  text: string;
+  /** Signed weight (points); 1 where the dataset has none. */
+  weight: number;
+  /** ResearchQA's item type (citation, explanation, …). */
+  type?: string;
+  /** HealthBench's axis (from its `axis:…` tag). */
+  axis?: string;
+  /** Tags as published (HealthBench `level:…`, `axis:…`). */
+  tags?: string[];
+  /** RaR's short title of the item. */
+  title?: string;
+  /** PaperGym's rubric dimension. */
+  dimension?: string;
+}
+
+/**
+ * One evaluation item of any imported format (one JSONL row written by `papergym-native import`;
+ * schema: `benchmarkItemJsonSchema` in lib/data/schema.ts). `question` is the prompt as text (chat
+ * prompts folded, lib/eval/formats/read.ts `foldMessages`); `messages` keeps a chat prompt as published.
+ */
+export interface BenchmarkItem {
+  id: string;
+  /** The format it was imported from (`researchqa`, `research-plan-gen`, `healthbench`, `rubrichub`, `rar`, `papergym`). */
+  format: string;
+  question: string;
+  /** The prompt as chat messages, when the dataset publishes one (HealthBench, RubricHub). */
+  messages?: ChatMessage[];
+  /** Reference answer where the dataset has one. */
+  reference_answer?: string;
+  rubric: BenchmarkRubricItem[];
+  split?: string;
+  /** Example-level tags (HealthBench `example_tags`). */
+  tags?: string[];
+  /** Where the row came from: dataset, file (as given), 1-based row, config, the dataset's own id. */
+  source: { dataset: string; file: string; row: number; config?: string; id?: string };
+}
