@@ -16,9 +16,9 @@ const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
 
 describe('benchmark import formats', () => {
   it('registers the six formats, each with a default protocol', () => {
-    expect(Object.keys(FORMATS)).to.deep.equal(['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym']);
-    for (const f of Object.values(FORMATS)) expect(f.protocol).to.equal(f.name === 'research-plan-gen' ? 'research-plan-gen' : f.name);
-    expect(() => getFormat('healthbenchx')).to.throw(/unknown --format 'healthbenchx' \(known: researchqa/);
+    expect(FORMATS.names()).to.deep.equal(['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym']);
+    for (const f of FORMATS.values()) expect(f.protocol).to.equal(f.name === 'research-plan-gen' ? 'research-plan-gen' : f.name);
+    expect(() => getFormat('healthbenchx')).to.throw(/--format: unknown dataset format "healthbenchx" \(registered: researchqa/);
   });
 
   it('ResearchQA: query, rubric[].rubric_item / type, weight 1, split from the file name, own id', async () => {

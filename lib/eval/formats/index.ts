@@ -7,6 +7,7 @@ import { statSync } from 'node:fs';
 import { basename, relative } from 'node:path';
 import type { BenchmarkItem } from '../../task/types.js';
 import { DatasetFileError, listDataFiles, readRows, RowError, splitOfPath } from './read.js';
+import { Registry } from '../../util/registry.js';
 import type { DatasetFormat } from './types.js';
 import { researchqa } from './researchqa.js';
 import { researchPlanGen } from './research-plan-gen.js';
@@ -18,16 +19,12 @@ import { papergym } from './papergym.js';
 export type { DatasetFormat, PromptStyle, RowContext } from './types.js';
 export { DatasetFileError, foldMessages, listDataFiles, readRows, RowError } from './read.js';
 
-/** Every format by `--format` name. */
-export const FORMATS: Readonly<Record<string, DatasetFormat>> = Object.freeze(
-  Object.fromEntries([researchqa, researchPlanGen, healthbench, rubrichub, rar, papergym].map((f) => [f.name, f])),
-);
+/** Every format by `--format` name (lib/util/registry.ts; a new format is one descriptor file and one entry here). */
+export const FORMATS = new Registry<DatasetFormat>('dataset format', (f) => f.name).register(researchqa, researchPlanGen, healthbench, rubrichub, rar, papergym);
 
-/** The format named `name`. @throws Error listing the known formats */
+/** The format named `name`. @throws Error naming --format and the registered formats */
 export function getFormat(name: string): DatasetFormat {
-  const f = FORMATS[name];
-  if (!f) throw new Error(`unknown --format '${name}' (known: ${Object.keys(FORMATS).join(', ')})`);
-  return f;
+  return FORMATS.get(name, '--format');
 }
 
 /** One row that could not be mapped. */
@@ -88,7 +85,7 @@ export async function importDataset(format: string, input: string, opts: { confi
     }
     if (rows.length && foreign === rows.length) {
       const keys = Object.keys((rows.find((r) => r.value && typeof r.value === 'object')?.value ?? {}) as object).slice(0, 12);
-      throw new DatasetFileError(file, `no row has the columns of --format ${f.name} (${f.columns.join(', ')}); the rows have ${keys.join(', ') || 'no columns'}: is this another format? (known: ${Object.keys(FORMATS).join(', ')})`);
+      throw new DatasetFileError(file, `no row has the columns of --format ${f.name} (${f.columns.join(', ')}); the rows have ${keys.join(', ') || 'no columns'}: is this another format? (registered: ${FORMATS.names().join(', ')})`);
     }
     for (const p of problems) opts.onProblem?.(p);
     out.problems.push(...problems);

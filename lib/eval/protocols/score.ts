@@ -1,0 +1,126 @@
+/**
+ * Scores rows under a protocol: plan scores, the benchmark mean (the protocol's `finish` applied,
+ * e.g. HealthBench's clip), per-group scores, and a seeded percentile bootstrap over questions
+ * (all samples of a question move together; each resample's mean is finished the same way, as
+ * HealthBench clips each bootstrap mean). Source: Efron & Tibshirani 1993 (percentile bootstrap).
+ */
+import { mulberry32, quantile } from '../report.js';
+import type { Protocol, ProtocolRow, ProtocolScore, ProtocolStat } from './types.js';
+
+/** Rows grouped by plan (questionId, sample), in first-seen order. */
+export function plansOf(rows: ProtocolRow[]): { questionId: string; sample: number; rows: ProtocolRow[] }[] {
+  const m = new Map<string, { questionId: string; sample: number; rows: ProtocolRow[] }>();
+  for (const r of rows) {
+    const k = `${r.questionId}\u0000${r.sample}`;
+    let p = m.get(k);
+    if (!p) m.set(k, (p = { questionId: r.questionId, sample: r.sample, rows: [] }));
+    p.rows.push(r);
+  }
+  return [...m.values()];
+}
+
+function stat(byQ: Map<string, number[]>, finish: (m: number) => number, resamples: number, seed: number, level: number): ProtocolStat | null {
+  const qs = [...byQ.keys()].filter((q) => byQ.get(q)!.length);
+  if (!qs.length) return null;
+  const meanOf = (idx: string[]) => {
+    let s = 0;
+    let n = 0;
+    for (const q of idx) for (const v of byQ.get(q)!) (s += v), n++;
+    return finish(s / n);
+  };
+  const score = meanOf(qs);
+  const n = qs.reduce((a, q) => a + byQ.get(q)!.length, 0);
+  if (!resamples) return { score, lo: score, hi: score, n };
+  const rnd = mulberry32(seed);
+  const draws: number[] = [];
+  for (let s = 0; s < resamples; s++) draws.push(meanOf(qs.map(() => qs[Math.floor(rnd() * qs.length)]!)));
+  draws.sort((a, b) => a - b);
+  return { score, lo: quantile(draws, (1 - level) / 2), hi: quantile(draws, (1 + level) / 2), n };
+}
+
+/** Options of {@link scoreRows}. */
+export interface ScoreOptions {
+  resamples?: number;
+  seed?: number;
+  level?: number;
+  /** PaperGym's α (default 0.7). */
+  alpha?: number;
+}
+
+/**
+ * The protocol's score of `rows` (every verdict of every plan).
+ * @throws RangeError on a level outside (0, 1)
+ */
+export function scoreRows(p: Protocol, rows: ProtocolRow[], o: ScoreOptions = {}): ProtocolScore {
+  const resamples = o.resamples ?? 1000;
+  const seed = o.seed ?? 0;
+  const level = o.level ?? 0.95;
+  const alpha = o.alpha ?? 0.7;
+  if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
+  const plans = plansOf(rows);
+  const all = new Map<string, number[]>();
+  const groups = new Map<string, Map<string, number[]>>();
+  let skipped = 0;
+  for (const pl of plans) {
+    if (!all.has(pl.questionId)) all.set(pl.questionId, []);
+    const s = p.planScore(pl.rows, { alpha });
+    if (s === null) skipped++;
+    else all.get(pl.questionId)!.push(s);
+    const keys = new Set(pl.rows.flatMap((r) => p.groupsOf(r)));
+    for (const g of keys) {
+      const gs = p.planScore(pl.rows.filter((r) => p.groupsOf(r).includes(g)), { alpha });
+      if (s === null || gs === null) continue;
+      const m = groups.get(g) ?? new Map<string, number[]>();
+      groups.set(g, m);
+      m.set(pl.questionId, [...(m.get(pl.questionId) ?? []), gs]);
+    }
+  }
+  const gstats: Record<string, ProtocolStat> = {};
+  for (const g of [...groups.keys()].sort()) {
+    const st = stat(groups.get(g)!, p.finish, resamples, seed, level);
+    if (st) gstats[g] = st;
+  }
+  return {
+    protocol: p.name,
+    score: stat(all, p.finish, resamples, seed, level),
+    groups: gstats,
+    questions: all.size,
+    plans: plans.length,
+    skipped,
+    verdicts: rows.length,
+    nulls: rows.filter((r) => (p.verdict === 'levels' ? r.level === null || r.level === undefined : r.met === null)).length,
+    formula: p.formula,
+    bootstrap: { resamples, seed, level },
+  };
+}
+
+/**
+ * Σ w·c / Σ positive w over the rows with a verdict (RubricHub, RaR, HealthBench): c = 1 when the
+ * judge says the item is met — for a negative weight, that the undesirable behaviour occurred, so
+ * it subtracts |w|. Null verdicts drop out of both sums (never 0, never a pass). Null when no
+ * row has a verdict or no remaining row has a positive weight.
+ */
+export function weightedScore(rows: ProtocolRow[]): number | null {
+  let num = 0;
+  let den = 0;
+  let seen = 0;
+  for (const r of rows) {
+    if (r.met === null) continue;
+    seen++;
+    const w = r.weight ?? 1;
+    if (r.met) num += w;
+    if (w > 0) den += w;
+  }
+  return seen && den > 0 ? num / den : null;
+}
+
+/** Human-readable result lines. */
+export function formatProtocolScore(s: ProtocolScore): string {
+  const f = (x: ProtocolStat) => `${x.score.toFixed(3)} [${x.lo.toFixed(3)}, ${x.hi.toFixed(3)}] (n=${x.n})`;
+  return [
+    `${s.protocol}: ${s.score ? f(s.score) : 'no plan could be scored'}`,
+    `  formula: ${s.formula}`,
+    ...Object.entries(s.groups).map(([g, x]) => `  ${g}: ${f(x)}`),
+    `  ${s.questions} question(s), ${s.plans} plan(s), ${s.skipped} skipped; ${s.nulls} of ${s.verdicts} verdict(s) null (left out, never scored 0)`,
+  ].join('\n');
+}

@@ -1,0 +1,73 @@
+/**
+ * The contract of a benchmark's scoring protocol (lib/eval/protocols/): per-item rows that keep
+ * every verdict, and the score computed from them alone, so `eval --rescore rows.jsonl` recomputes
+ * it without asking a judge again.
+ */
+import type { EvalRow } from '../report.js';
+
+/**
+ * One judged rubric item of one plan. Extends the eval row of lib/eval/report.ts (PaperGym rows
+ * stay readable by `report --eval` and the paired bootstrap) with what the other protocols need.
+ */
+export interface ProtocolRow extends Omit<EvalRow, 'dimension'> {
+  /** The protocol that wrote the row. */
+  protocol?: string;
+  /** Signed weight (points); 1 where the dataset has none. */
+  weight?: number;
+  /** ResearchQA: the five-level label 1…5 (not at all … completely), null when unreadable. */
+  level?: number | null;
+  /** ResearchQA: the query's reply could not be read after retries (the query is skipped, not scored 0). */
+  skipped?: boolean;
+  dimension?: string;
+  axis?: string;
+  /** Item tags and the example's tags (HealthBench `level:…`, `axis:…`, `theme:…`). */
+  tags?: string[];
+  type?: string;
+}
+
+/** A mean with its percentile-bootstrap interval (questions resampled). */
+export interface ProtocolStat {
+  score: number;
+  lo: number;
+  hi: number;
+  /** Plans scored. */
+  n: number;
+}
+
+/** A protocol's result over a set of rows. */
+export interface ProtocolScore {
+  protocol: string;
+  /** The benchmark score; null when no plan could be scored. */
+  score: ProtocolStat | null;
+  /** The same formula per group (dimension, axis / tag, item type); groups with no scorable plan are left out. */
+  groups: Record<string, ProtocolStat>;
+  questions: number;
+  plans: number;
+  /** Plans left out: every verdict null, or (ResearchQA) the reply unreadable after retries. */
+  skipped: number;
+  /** Verdicts, and those null (refused, unreadable, failed) — never counted as 0 or as a pass. */
+  verdicts: number;
+  nulls: number;
+  formula: string;
+  bootstrap: { resamples: number; seed: number; level: number };
+}
+
+/** One benchmark's scoring protocol. */
+export interface Protocol {
+  name: string;
+  /** The formula in words, as printed with the score. */
+  formula: string;
+  /** What is asked of the judge: a binary verdict per item, or ResearchQA's five levels per item. */
+  verdict: 'binary' | 'levels';
+  /** Per-item prompt (prompts/NAME.md) for an HTTP judge; unset = the judge's own (prompts/judge-per-item.v1.md). */
+  itemPrompt?: string;
+  /**
+   * The score of one plan from its rows (null = not scorable: skipped). `group` restricts the
+   * formula to the rows of one group (a HealthBench tag); the plan's other rows are ignored.
+   */
+  planScore(rows: ProtocolRow[], opts: { alpha: number }): number | null;
+  /** The groups a row belongs to (breakdown keys). */
+  groupsOf(row: ProtocolRow): string[];
+  /** The benchmark score from the plan scores' mean (identity, or HealthBench's clip to [0, 1]). */
+  finish(mean: number): number;
+}

@@ -1,0 +1,109 @@
+/**
+ * Scoring protocols (lib/eval/protocols/) against hand-computed values: HealthBench's negative
+ * points and clip, per-axis scores and dropped tags; ResearchQA's five levels and skipped queries;
+ * RaR / RubricHub weights with pitfalls; ResearchPlanGen's pass fraction; PaperGym through the
+ * training reward function; null verdicts left out, never 0.
+ */
+import { expect } from 'chai';
+import { getProtocol, parseLevels, PROTOCOLS, scoreRows, type ProtocolRow } from '../lib/eval/protocols/index.js';
+import { computeReward } from '../lib/judge/rewards.js';
+
+const row = (q: string, itemId: string, met: boolean | null, extra: Partial<ProtocolRow> = {}): ProtocolRow => ({ questionId: q, sample: 0, itemId, kind: 'spec', met, ...extra });
+const near = (a: number | undefined, b: number) => expect(a).to.be.closeTo(b, 1e-12);
+
+describe('benchmark scoring protocols', () => {
+  it('registers one protocol per format', () => {
+    expect(PROTOCOLS.names()).to.deep.equal(['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym']);
+    expect(() => getProtocol('elo')).to.throw(/--protocol: unknown scoring protocol "elo"/);
+  });
+
+  it('HealthBench: Σ met points / Σ positive points per example (negative allowed), clip of the mean, per axis, tags without positive items dropped', () => {
+    const p = getProtocol('healthbench');
+    const rows = [
+      row('a', 'r1', true, { weight: 5, axis: 'completeness' }),
+      row('a', 'r2', false, { weight: 7, axis: 'accuracy' }),
+      row('a', 'r3', true, { weight: -6, axis: 'accuracy' }),
+      row('b', 'r1', true, { weight: 4, axis: 'completeness' }),
+      row('b', 'r2', false, { weight: -2, axis: 'communication_quality' }),
+    ];
+    const s = scoreRows(p, rows, { resamples: 0 });
+    // a: (5 − 6) / 12 = −1/12; b: 4 / 4 = 1; mean 11/24, inside [0, 1]
+    near(s.score!.score, (-1 / 12 + 1) / 2);
+    near(s.groups['axis:accuracy']!.score, 0); // a alone: −6/7, clipped to 0
+    near(s.groups['axis:completeness']!.score, 1);
+    expect(s.groups).to.not.have.property('axis:communication_quality');
+    // the clip: example a alone scores −1/12 → 0
+    near(scoreRows(p, rows.filter((r) => r.questionId === 'a'), { resamples: 0 }).score!.score, 0);
+    // null verdicts drop out of both sums: a without r2 → (5 − 6)/5 = −0.2; b → 1
+    const withNull = rows.map((r) => (r.questionId === 'a' && r.itemId === 'r2' ? { ...r, met: null } : r));
+    const sn = scoreRows(p, withNull, { resamples: 0 });
+    near(sn.score!.score, (-0.2 + 1) / 2);
+    expect([sn.nulls, sn.verdicts, sn.skipped]).to.deep.equal([1, 5, 0]);
+    // every bootstrap mean is clipped too
+    const boot = scoreRows(p, rows, { resamples: 200, seed: 3 });
+    expect(boot.score!.lo).to.be.at.least(0);
+    expect(boot.score!.hi).to.be.at.most(1);
+  });
+
+  it('ResearchQA: (x−1)/4 per item, mean per query, skipped queries counted not scored 0', () => {
+    const p = getProtocol('researchqa');
+    const rows = [
+      row('q1', 'r1', null, { level: 5, type: 'explanation' }), row('q1', 'r2', null, { level: 3, type: 'comparison' }), row('q1', 'r3', null, { level: 1, type: 'explanation' }),
+      row('q2', 'r1', null, { level: 2 }), row('q2', 'r2', null, { level: null, skipped: true }),
+    ];
+    const s = scoreRows(p, rows, { resamples: 0 });
+    near(s.score!.score, (1 + 0.5 + 0) / 3);
+    expect(s.skipped).to.equal(1);
+    expect(s.score!.n).to.equal(1);
+    near(s.groups['type:explanation']!.score, 0.5);
+    near(s.groups['type:comparison']!.score, 0.5);
+  });
+
+  it('ResearchQA labels: one per line, words or 1…5, list markers ignored; a wrong count or garbage is unreadable', () => {
+    expect(parseLevels('1. Completely\n2) moderately\n- Not at all', 3)).to.deep.equal([5, 3, 1]);
+    expect(parseLevels('Item 1: barely\nItem 2: **mostly**', 2)).to.deep.equal([2, 4]);
+    expect(parseLevels('4\n2', 2)).to.deep.equal([4, 2]);
+    expect(parseLevels('completely\nmostly', 3)).to.equal(null);
+    expect(parseLevels('I cannot grade this answer.', 1)).to.equal(null);
+  });
+
+  it('RaR / RubricHub: Σ w·c / Σ positive w, a pitfall met subtracts its weight, not clipped', () => {
+    const rows = [row('q', 'r1', true, { weight: 5 }), row('q', 'r2', false, { weight: 3 }), row('q', 'r3', true, { weight: 1 }), row('q', 'r4', true, { weight: -2 })];
+    near(scoreRows(getProtocol('rar'), rows, { resamples: 0 }).score!.score, (5 + 1 - 2) / 9);
+    near(scoreRows(getProtocol('rubrichub'), rows, { resamples: 0 }).score!.score, 4 / 9);
+    const bad = [row('q', 'r1', false, { weight: 3 }), row('q', 'r2', true, { weight: -4 })];
+    near(scoreRows(getProtocol('rubrichub'), bad, { resamples: 0 }).score!.score, -4 / 3);
+    // every verdict unreadable: the plan is skipped, no score at all (never 0)
+    const none = scoreRows(getProtocol('rar'), [row('q', 'r1', null, { weight: 5 })], { resamples: 0 });
+    expect([none.score, none.skipped, none.nulls]).to.deep.equal([null, 1, 1]);
+  });
+
+  it('ResearchPlanGen: fraction of items passed, null verdicts left out', () => {
+    const rows = [row('q', 'r1', true), row('q', 'r2', false), row('q', 'r3', null), row('q', 'r4', true), row('p', 'r1', false)];
+    near(scoreRows(getProtocol('research-plan-gen'), rows, { resamples: 0 }).score!.score, (2 / 3 + 0) / 2);
+  });
+
+  it('PaperGym: the training reward (lib/judge/rewards.ts) per plan, coverage per dimension and of the general items', () => {
+    const rows: ProtocolRow[] = [
+      row('q', 's1', true, { dimension: 'method_innovation' }), row('q', 's2', false, { dimension: 'method_innovation' }),
+      row('q', 's3', true, { dimension: 'experimental_design' }), row('q', 's4', true, { dimension: 'experimental_design' }),
+      { questionId: 'q', sample: 0, itemId: 'g1', kind: 'general', met: true }, { questionId: 'q', sample: 0, itemId: 'g2', kind: 'general', met: false },
+    ];
+    const s = scoreRows(getProtocol('papergym'), rows, { resamples: 0, alpha: 0.7 });
+    near(s.score!.score, 0.7 * 0.75 + 0.3 * 0.5);
+    const v = (m: boolean) => ({ itemId: 'x', met: m });
+    near(s.score!.score, computeReward([v(true), v(false), v(true), v(true)], [v(true), v(false)], { alpha: 0.7 }).r);
+    near(s.groups['dimension:method_innovation']!.score, 0.5);
+    near(s.groups['dimension:experimental_design']!.score, 1);
+    near(s.groups.general!.score, 0.5);
+  });
+
+  it('bootstrap: seeded, resamples questions, interval brackets the score', () => {
+    const rows = Array.from({ length: 20 }, (_, i) => row(`q${i}`, 'r1', i % 3 === 0, { weight: 1 }));
+    const a = scoreRows(getProtocol('rar'), rows, { resamples: 300, seed: 7 });
+    const b = scoreRows(getProtocol('rar'), rows, { resamples: 300, seed: 7 });
+    expect(a.score).to.deep.equal(b.score);
+    expect(a.score!.lo).to.be.below(a.score!.score);
+    expect(a.score!.hi).to.be.above(a.score!.score);
+  });
+});
