@@ -83,10 +83,10 @@ describe('train: phase seconds in every step line and the progress line', functi
     const slowSave = () => new Promise<void>((r) => setTimeout(r, 5));
 
     it('the stages declare the phases they time; formatPhases shows every phase in order, zeros included', () => {
-      expect(stepPhases(STAGES.grpo)).to.deep.equal(GRPO_PHASES);
-      expect(stepPhases(STAGES.opsd)).to.deep.equal(OPSD_PHASES);
-      expect(stepPhases(STAGES.sft)).to.deep.equal(SFT_PHASES);
-      expect(stepPhases(STAGES.grpo, 2)).to.deep.equal(['rollout', 'judge', 'reference', 'update', 'allreduce', 'optimizer', 'checkpoint', 'host']);
+      expect(stepPhases(STAGES.get('grpo'))).to.deep.equal(GRPO_PHASES);
+      expect(stepPhases(STAGES.get('opsd'))).to.deep.equal(OPSD_PHASES);
+      expect(stepPhases(STAGES.get('sft'))).to.deep.equal(SFT_PHASES);
+      expect(stepPhases(STAGES.get('grpo'), 2)).to.deep.equal(['rollout', 'judge', 'reference', 'update', 'allreduce', 'optimizer', 'checkpoint', 'host']);
       expect(formatPhases({ rollout: 15.23, judge: 0, update: 10.7, checkpoint: 0.04, host: 0.3 })).to.equal('rollout 15.2s judge 0.0s update 10.7s checkpoint 0.0s host 0.3s');
     });
 

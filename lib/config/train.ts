@@ -181,7 +181,8 @@ export function validateConfig(c: TrainConfig): TrainConfig {
     if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
     // Rules that tie judge keys together (lib/config/judge.ts; each key's own range is checked above).
     errs.push(...judgeConfigProblems(c.judge).map((e) => e.replace(/^judge\.kind http/, 'judge.kind http (--judge http)')));
-    const steps = (s: Stage) => (s === 'sft' ? c.sft.steps : s === 'opsd' ? c.opsd.steps : c.grpo.steps);
+    // Each stage's section has its own `steps` (lib/train/stages/: a stage's section is `<name>.*`).
+    const steps = (s: Stage) => getPath(c, `${s}.steps`);
     if (c.stages.every((s) => steps(s) === 0)) errs.push(`every stage has 0 steps (${c.stages.map((s) => `${s}.steps`).join(', ')}); nothing to train`);
     if (new Set(c.stages).size !== c.stages.length) errs.push(`stages (--stages) names a stage twice: ${c.stages.join(',')}`);
   }

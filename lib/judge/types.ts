@@ -5,6 +5,7 @@
  * (PaperGym: binary rubric items, docs/design.md §6 "the judge decides each rubric item").
  */
 import { argError, describeValue } from '../util/args.js';
+import type { JudgeHealth } from '../task/types.js';
 
 /** One rubric item as the judge sees it (instance item or general item). */
 export interface JudgeItem {
@@ -89,21 +90,8 @@ export interface JudgeStats {
   withProb: number;
 }
 
-/**
- * Judge health of a batch of verdicts (per training step, per eval): how many verdicts, how many
- * null (not met) and why. `nulls = refusals + unparsed + errors`.
- */
-export interface JudgeHealth {
-  verdicts: number;
-  nulls: number;
-  refusals: number;
-  /** Replies that could not be read as a verdict (parse failures). */
-  unparsed: number;
-  /** Requests that failed after retries. */
-  errors: number;
-  /** Verdicts that carry P(yes). */
-  withProb: number;
-}
+/** Judge health of a batch of verdicts: the reward contract carries it, so it is declared with it (lib/task/types.ts). */
+export type { JudgeHealth } from '../task/types.js';
 
 /** Health counts of `vs`. */
 export function judgeHealth(vs: Iterable<Verdict>): JudgeHealth {

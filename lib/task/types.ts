@@ -5,7 +5,6 @@
  * The full dataset row (source, stage texts, rubric origin and rank) is `PaperGymItem` in
  * lib/data/schema.ts; every `PaperGymItem` is a {@link TaskItem}.
  */
-import type { JudgeHealth } from '../judge/types.js';
 import type { ChatMessage } from '../llm/messages.js';
 
 /** A rubric item as the task uses it (instance items of a {@link TaskItem}). */
@@ -106,4 +105,21 @@ export interface BenchmarkItem {
   tags?: string[];
   /** Where the row came from: dataset, file (as given), 1-based row, config, the dataset's own id. */
   source: { dataset: string; file: string; row: number; config?: string; id?: string };
+}
+
+/**
+ * Judge health of a batch of verdicts (per training step, per eval): how many verdicts, how many
+ * null (not met) and why. `nulls = refusals + unparsed + errors`. Declared with the reward contract
+ * that carries it (lib/judge/types.ts re-exports it).
+ */
+export interface JudgeHealth {
+  verdicts: number;
+  nulls: number;
+  refusals: number;
+  /** Replies that could not be read as a verdict (parse failures). */
+  unparsed: number;
+  /** Requests that failed after retries. */
+  errors: number;
+  /** Verdicts that carry P(yes). */
+  withProb: number;
 }

@@ -62,249 +62,46 @@
  *
  * Units: bytes everywhere; GB in logs and flags = 1e9 bytes.
  */
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import type { JudgeConfig } from '../config/judge.js';
+import { stageOf, STAGES, type MemoryTerms, type TrainingStage } from './stages/index.js';
+import { bucket, forwardBytesPerToken, judgeWorkBytes, kvBytesPerToken, mergedWeightBytes, loraParams, weightParams, DEFAULT_MARGIN, type ModelShape, type PlanInputs, type PlanPhase, type PlanSettings, type MemoryPlan } from './memory-model.js';
+import type { TrainConfig } from '../config/train.js';
+
+export * from './memory-model.js';
 import { judgeSharesPolicyWeights } from '../judge/backends/index.js';
 
-/** The shapes the estimate reads from a Qwen3 config.json. */
-export interface ModelShape {
-  hiddenSize: number;
-  intermediateSize: number;
-  numLayers: number;
-  numHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  vocabSize: number;
-  tiedEmbeddings: boolean;
+/** The descriptors of the stages a plan covers, in registry order (the order of the phases). */
+function stagesOf(x: PlanInputs): TrainingStage[] {
+  for (const name of x.stages) stageOf(name); // an unknown stage is named here
+  return STAGES.values().filter((st) => x.stages.includes(st.name));
 }
 
-/** Reads {@link ModelShape} from `<dir>/config.json`; throws naming the file on a missing field. */
-export function readModelShape(dir: string): ModelShape {
-  const path = join(dir, 'config.json');
-  const c = JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
-  const num = (k: string, d?: number): number => {
-    const v = c[k] ?? d;
-    if (typeof v !== 'number' || !(v > 0)) throw new Error(`${path}: ${k} missing or not a positive number`);
-    return v;
-  };
-  const heads = num('num_attention_heads');
-  return {
-    hiddenSize: num('hidden_size'),
-    intermediateSize: num('intermediate_size'),
-    numLayers: num('num_hidden_layers'),
-    numHeads: heads,
-    numKvHeads: num('num_key_value_heads', heads),
-    headDim: num('head_dim', num('hidden_size') / heads),
-    vocabSize: num('vocab_size'),
-    tiedEmbeddings: c.tie_word_embeddings === true,
-  };
-}
-
-/** Qwen3 shapes (docs/references.md "Qwen3 architecture"), for tests and `--max-memory` suggestions. */
-export const QWEN3_SHAPES: Record<'qwen3-0.6b' | 'qwen3-1.7b' | 'qwen3-4b' | 'qwen3-8b', ModelShape> = {
-  'qwen3-0.6b': { hiddenSize: 1024, intermediateSize: 3072, numLayers: 28, numHeads: 16, numKvHeads: 8, headDim: 128, vocabSize: 151936, tiedEmbeddings: true },
-  'qwen3-1.7b': { hiddenSize: 2048, intermediateSize: 6144, numLayers: 28, numHeads: 16, numKvHeads: 8, headDim: 128, vocabSize: 151936, tiedEmbeddings: true },
-  'qwen3-4b': { hiddenSize: 2560, intermediateSize: 9728, numLayers: 36, numHeads: 32, numKvHeads: 8, headDim: 128, vocabSize: 151936, tiedEmbeddings: true },
-  'qwen3-8b': { hiddenSize: 4096, intermediateSize: 12288, numLayers: 36, numHeads: 32, numKvHeads: 8, headDim: 128, vocabSize: 151936, tiedEmbeddings: false },
-};
-
-/** Activation multiplier over the counted saved tensors (see the module doc: fitted, 3 points). */
-export const KAPPA_ACT = 1.27;
-/** No-grad forward transient multiplier (one point: reference logprobs at 1.7B). */
-export const KAPPA_FWD = 2.5;
-/** Relative tolerance within which the calibration points are reproduced. */
-export const CALIBRATION_TOLERANCE = 0.03;
-/** Default safety margin: the plan keeps every phase below budget × (1 − margin). */
-export const DEFAULT_MARGIN = 0.1;
-
-const GRPO_CHUNK_LOGITS = 16 * 2 ** 20;
-const JSD_CHUNK_LOGITS = 64 * 2 ** 20;
-
-/** What the plan needs to know about the run. */
-export interface PlanInputs {
-  shape: ModelShape;
-  /** Bytes per model element (2 for bf16 / fp16, 4 for fp32). */
-  dtypeBytes: number;
-  lora: { r: number; targetModules: string[]; dropout: number };
-  stages: ('sft' | 'opsd' | 'grpo')[];
-  /** Longest student / teacher prompt of the dataset, tokens. */
-  promptTokens: { student: number; teacher: number };
-  maxNewTokens: number;
-  opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
-  grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
-  sft: { batchSize: number };
-  recompute: boolean;
-  /** Memory the run may use, bytes (device memory, or the --max-memory cap when smaller). */
-  budgetBytes: number;
-  /** Fraction of the budget kept free (default {@link DEFAULT_MARGIN}). */
-  margin?: number;
-  /** Settings given by the user: kept as they are. */
-  pinned?: { opsdMicroBatch?: boolean; grpoMicroBatch?: boolean; recompute?: boolean; rolloutRows?: boolean; judgeMaxTokensPerCall?: boolean };
-  /** Given values of the pinned rollout rows / judge tokens (0 = not given). */
-  rolloutRows?: number;
-  judgeMaxTokensPerCall?: number;
-  /** The judge runs on the policy model (local judge). Default true. */
-  localJudge?: boolean;
-  /**
-   * The rollouts sample from the adapter merged into the weights (adds M to the rollout phases):
-   * true / false as given, 'auto' = on when the rollouts with the chosen rows fit with the copy.
-   * Default false.
-   */
-  mergeAdapter?: boolean | 'auto';
-  /**
-   * The local judge scores groups while the rollout still decodes (adds the judge's working memory
-   * to the GRPO rollout phase): true / false as given, 'auto' = on when both fit at once. Default false.
-   */
-  judgeOverlap?: boolean | 'auto';
-}
-
-/** The settings a plan chooses. */
-export interface PlanSettings {
-  opsdMicroBatch: number;
-  grpoMicroBatch: number;
-  recompute: boolean;
-  /** Rollout rows per decode batch (GRPO: a multiple of the group size). */
-  rolloutRows: number;
-  judgeMaxTokensPerCall: number;
-  /** The rollouts sample from the merged adapter (PlanInputs.mergeAdapter resolved). */
-  mergeAdapter?: boolean;
-  /** The local judge overlaps the GRPO rollout (PlanInputs.judgeOverlap resolved). */
-  judgeOverlap?: boolean;
-}
-
-export type PlanPhase = 'rollout-opsd' | 'rollout-grpo' | 'judge' | 'reference' | 'update-opsd' | 'update-grpo' | 'update-sft' | 'optimizer';
-
-export interface MemoryPlan extends PlanSettings {
-  budgetBytes: number;
-  /** budget × (1 − margin). */
-  limitBytes: number;
-  residentBytes: number;
-  /** Expected peak allocated bytes per phase of the stages that run. */
-  phases: Partial<Record<PlanPhase, number>>;
-  /** Largest of `phases`. */
-  peakBytes: number;
-  /** Every phase is under limitBytes. */
-  fits: boolean;
-  /** Human-readable notes (what was chosen and why; what does not fit). */
-  notes: string[];
-}
-
-const MODULE_DIMS: Record<string, (s: ModelShape) => [number, number]> = {
-  q_proj: (s) => [s.hiddenSize, s.numHeads * s.headDim],
-  k_proj: (s) => [s.hiddenSize, s.numKvHeads * s.headDim],
-  v_proj: (s) => [s.hiddenSize, s.numKvHeads * s.headDim],
-  o_proj: (s) => [s.numHeads * s.headDim, s.hiddenSize],
-  gate_proj: (s) => [s.hiddenSize, s.intermediateSize],
-  up_proj: (s) => [s.hiddenSize, s.intermediateSize],
-  down_proj: (s) => [s.intermediateSize, s.hiddenSize],
-};
-
-/** Base parameters (embedding counted once when tied). */
-export function weightParams(s: ModelShape): number {
-  const q = s.numHeads * s.headDim, k = s.numKvHeads * s.headDim;
-  return s.vocabSize * s.hiddenSize * (s.tiedEmbeddings ? 1 : 2) + s.numLayers * (s.hiddenSize * q + 2 * s.hiddenSize * k + q * s.hiddenSize + 3 * s.hiddenSize * s.intermediateSize);
-}
-
-/** LoRA parameters: ℓ · r · Σ (in + out) over the target modules. */
-export function loraParams(s: ModelShape, r: number, targets: string[]): number {
-  let per = 0;
-  for (const t of targets) {
-    const d = MODULE_DIMS[t];
-    if (!d) throw new Error(`memory plan: unknown LoRA target module '${t}'`);
-    const [i, o] = d(s);
-    per += i + o;
-  }
-  return s.numLayers * r * per;
-}
-
-function widths(s: ModelShape) {
-  const h = s.hiddenSize, q = s.numHeads * s.headDim, k = s.numKvHeads * s.headDim, i = s.intermediateSize;
-  return { h, q, k, i };
-}
-
-/** Saved activation elements per token per layer (E in the module doc). */
-export function savedElementsPerToken(s: ModelShape, dropout: number): number {
-  const { h, q, k, i } = widths(s);
-  return 4 * h + 4 * q + 3 * k + 3 * i + (dropout > 0 ? 2 * h + q + i : 0);
-}
-
-/**
- * Bytes of the merged weights a rollout holds with mergeAdapter (M in the module doc): the fused
- * matrices with a target in the model dtype (native/model/qwen3.cc MergedLayers copies a fused
- * q/k/v or gate/up matrix whole when any member is targeted) plus the float32 copy of the largest
- * one while it is merged.
- */
-export function mergedWeightBytes(s: ModelShape, targets: string[], dtypeBytes: number): number {
-  const { h, q, k, i } = widths(s);
-  const groups: [string[], number][] = [[['q_proj', 'k_proj', 'v_proj'], h * (q + 2 * k)], [['o_proj'], q * h], [['gate_proj', 'up_proj'], 2 * h * i], [['down_proj'], i * h]];
-  const hit = groups.filter(([g]) => g.some((t) => targets.includes(t))).map(([, n]) => n);
-  if (!hit.length) return 0;
-  return s.numLayers * dtypeBytes * hit.reduce((a, n) => a + n, 0) + 4 * Math.max(...hit);
-}
-
-/** KV cache bytes per token (all layers, K and V). */
-export function kvBytesPerToken(s: ModelShape, dtypeBytes: number): number {
-  return s.numLayers * 2 * s.numKvHeads * s.headDim * dtypeBytes;
-}
-
-function forwardBytesPerToken(s: ModelShape, b: number): number {
-  const { h, q, k, i } = widths(s);
-  return KAPPA_FWD * (q + 2 * k + 3 * i + 4 * h) * b;
-}
-
-function bucket(rows: number): number {
-  let p = 1;
-  while (p < rows) p *= 2;
-  return p;
-}
-
-/** Resident bytes: weights + LoRA master/grad/AdamW + snapshots + the per-forward cast. */
+/** Resident bytes: weights + LoRA master/grad/AdamW + the stages' adapter snapshots + the per-forward cast. */
 export function residentBytes(x: PlanInputs): number {
   const P = loraParams(x.shape, x.lora.r, x.lora.targetModules);
-  let snapshots = 0;
-  if (x.stages.includes('grpo') && x.grpo.reference === 'stage-start') snapshots += 1;
-  if (x.stages.includes('opsd') && x.opsd.teacher === 'ema') snapshots += 1;
+  const snapshots = stagesOf(x).reduce((n, st) => n + (st.memory.adapterSnapshots?.(x) ?? 0), 0);
   return weightParams(x.shape) * x.dtypeBytes + 16 * P + 4 * P * snapshots + (x.dtypeBytes < 4 ? x.dtypeBytes * P : 0);
 }
 
-/** Update (loss + backward) bytes above resident for `rows` sequences of `len` tokens. */
-export function updateBytes(x: PlanInputs, rows: number, len: number, recompute: boolean, head: 'grpo' | 'jsd' | 'ce'): number {
-  const s = x.shape, b = x.dtypeBytes, T = rows * len;
-  const perLayer = KAPPA_ACT * T * savedElementsPerToken(s, x.lora.dropout) * b;
-  const acts = recompute ? T * s.numLayers * s.hiddenSize * b + perLayer : perLayer * s.numLayers;
-  const logits = T * s.vocabSize;
-  const chunk = head === 'jsd' ? 2 * Math.min(JSD_CHUNK_LOGITS, logits) * 4 : Math.min(GRPO_CHUNK_LOGITS, logits) * 4;
-  return acts + chunk + T * s.hiddenSize * (b + 4);
+/** The quantities every stage's estimate shares (lib/train/stages/stage.ts MemoryTerms). */
+export function memoryTerms(x: PlanInputs, st: Pick<PlanSettings, 'mergeAdapter'>): MemoryTerms {
+  const s = x.shape, b = x.dtypeBytes, N = x.maxNewTokens;
+  return {
+    R: residentBytes(x),
+    kv: kvBytesPerToken(s, b),
+    sampler: (rows) => rows * s.vocabSize * 4 * 4,
+    fwd: forwardBytesPerToken(s, b),
+    Ls: x.promptTokens.student + N,
+    Lt: x.promptTokens.teacher + N,
+    merged: st.mergeAdapter ? mergedWeightBytes(s, x.lora.targetModules, b) : 0,
+  };
 }
 
-/** Expected peak allocated bytes per phase for the given settings. */
+/** Expected peak allocated bytes per phase for the given settings: each stage's phases (its descriptor's estimate), then the optimizer's. */
 export function estimatePhases(x: PlanInputs, st: PlanSettings): Partial<Record<PlanPhase, number>> {
-  const s = x.shape, b = x.dtypeBytes, R = residentBytes(x), N = x.maxNewTokens;
-  const kv = kvBytesPerToken(s, b);
-  const sampler = (rows: number) => rows * s.vocabSize * 4 * 4;
+  const t = memoryTerms(x, st);
   const out: Partial<Record<PlanPhase, number>> = {};
-  const Ls = x.promptTokens.student + N, Lt = x.promptTokens.teacher + N;
-  const merged = st.mergeAdapter ? mergedWeightBytes(s, x.lora.targetModules, b) : 0;
-  if (x.stages.includes('opsd')) {
-    const rows = Math.min(st.rolloutRows, x.opsd.batchSize);
-    out['rollout-opsd'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows)) + merged;
-    out['update-opsd'] = R + updateBytes(x, st.opsdMicroBatch, Ls, st.recompute, 'jsd') + st.opsdMicroBatch * N * s.hiddenSize * b;
-  }
-  if (x.stages.includes('grpo')) {
-    const G = x.grpo.groupSize, Q = x.grpo.questionsPerStep;
-    const rows = Math.min(Q * G, Math.max(G, st.rolloutRows - (st.rolloutRows % G)));
-    out['rollout-grpo'] = R + bucket(rows) * Ls * kv + sampler(bucket(rows)) + merged;
-    if (x.localJudge !== false) {
-      const judgeWork = st.judgeMaxTokensPerCall * (kv + forwardBytesPerToken(s, b));
-      out.judge = R + judgeWork;
-      if (st.judgeOverlap) out['rollout-grpo'] += judgeWork;
-    }
-    if (x.grpo.betaKl > 0) out.reference = R + rows * Ls * forwardBytesPerToken(s, b);
-    out['update-grpo'] = R + updateBytes(x, st.grpoMicroBatch, Ls, st.recompute, 'grpo');
-  }
-  if (x.stages.includes('sft')) out['update-sft'] = R + updateBytes(x, x.sft.batchSize, Ls, st.recompute, 'ce');
-  out.optimizer = R;
+  for (const stage of stagesOf(x)) Object.assign(out, stage.memory.phases(x, st, t));
+  out.optimizer = t.R;
   return out;
 }
 
@@ -334,41 +131,42 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   const R = residentBytes(x);
   const notes: string[] = [];
   const pin = x.pinned ?? {};
-  const Ls = x.promptTokens.student + x.maxNewTokens;
-  const fitsUpdate = (rows: number, rc: boolean, head: 'grpo' | 'jsd') => R + updateBytes(x, rows, Ls, rc, head) + (head === 'jsd' ? rows * x.maxNewTokens * x.shape.hiddenSize * x.dtypeBytes : 0) <= limit;
-  const chooseMb = (configured: number, pinned: boolean | undefined, head: 'grpo' | 'jsd', rc: boolean): number | undefined => {
-    if (pinned) return configured;
-    return halvings(configured).find((m) => fitsUpdate(m, rc, head));
+  const t0 = memoryTerms(x, {});
+  const Ls = t0.Ls;
+  const running = stagesOf(x);
+  // Update micro-batches: each stage with one, the largest (halving from the configured one) whose
+  // update fits; stages that do not run keep theirs as configured.
+  const withMb = running.filter((st) => st.memory.microBatch);
+  const chooseMb = (st: TrainingStage, rc: boolean): number | undefined => {
+    const m = st.memory.microBatch!;
+    if (pin[m.setting]) return m.configured(x);
+    return halvings(m.configured(x)).find((rows) => R + m.updateBytes(x, rows, rc, t0) <= limit);
   };
-  const stagesWith = (st: 'opsd' | 'grpo') => x.stages.includes(st);
   let recompute = x.recompute;
-  let opsdMb = x.opsd.microBatch, grpoMb = x.grpo.microBatch;
-  const pick = (rc: boolean) => ({
-    o: stagesWith('opsd') ? chooseMb(x.opsd.microBatch, pin.opsdMicroBatch, 'jsd', rc) : x.opsd.microBatch,
-    g: stagesWith('grpo') ? chooseMb(x.grpo.microBatch, pin.grpoMicroBatch, 'grpo', rc) : x.grpo.microBatch,
-  });
+  const pick = (rc: boolean) => withMb.map((st) => chooseMb(st, rc));
   let p = pick(recompute);
-  if ((p.o === undefined || p.g === undefined) && !recompute && !pin.recompute) {
+  if (p.some((m) => m === undefined) && !recompute && !pin.recompute) {
     recompute = true;
     notes.push('activation recompute on: micro-batch 1 does not fit without it');
     p = pick(true);
   }
-  opsdMb = p.o ?? 1;
-  grpoMb = p.g ?? 1;
-  if (opsdMb < x.opsd.microBatch && stagesWith('opsd')) notes.push(`OPSD micro-batch ${x.opsd.microBatch} -> ${opsdMb}`);
-  if (grpoMb < x.grpo.microBatch && stagesWith('grpo')) notes.push(`GRPO micro-batch ${x.grpo.microBatch} -> ${grpoMb}`);
+  const microBatches = Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, st.memory.microBatch.configured(x)]] : []))) as Pick<PlanSettings, 'opsdMicroBatch' | 'grpoMicroBatch'>;
+  withMb.forEach((st, i) => {
+    const m = st.memory.microBatch!, was = m.configured(x), now = p[i] ?? 1;
+    microBatches[m.setting] = now;
+    if (now < was) notes.push(`${st.name.toUpperCase()} micro-batch ${was} -> ${now}`);
+  });
 
-  const G = x.grpo.groupSize, Q = x.grpo.questionsPerStep;
-  const kv = kvBytesPerToken(x.shape, x.dtypeBytes);
+  const kv = t0.kv;
   let rolloutRows: number;
   if (pin.rolloutRows && x.rolloutRows) {
     rolloutRows = x.rolloutRows;
   } else {
-    const maxRows = Math.max(stagesWith('grpo') ? Q * G : 1, stagesWith('opsd') ? x.opsd.batchSize : 1);
-    // The same rows batch the rollouts (KV cache) and the reference logprobs (no-grad forward).
-    const fitsRows = (rows: number) => R + bucket(rows) * Ls * kv + bucket(rows) * x.shape.vocabSize * 16 <= limit
-      && (!stagesWith('grpo') || x.grpo.betaKl <= 0 || R + rows * Ls * forwardBytesPerToken(x.shape, x.dtypeBytes) <= limit);
-    const unit = stagesWith('grpo') ? G : 1;
+    const sampling = running.filter((st) => st.memory.rollout);
+    const maxRows = Math.max(1, ...sampling.map((st) => st.memory.rollout!.maxRows(x)));
+    // The same rows batch the rollouts (KV cache) and any other call a stage batches by them (GRPO: the reference logprobs).
+    const fitsRows = (rows: number) => R + bucket(rows) * Ls * kv + bucket(rows) * x.shape.vocabSize * 16 <= limit && sampling.every((st) => st.memory.rollout!.fits?.(x, rows, t0, limit) ?? true);
+    const unit = Math.max(1, ...sampling.map((st) => st.memory.rollout!.unit(x)));
     rolloutRows = unit;
     for (let r = maxRows; r >= unit; r = Math.floor(r / 2)) {
       const rr = Math.max(unit, r - (r % unit));
@@ -387,10 +185,11 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   }
   // With the overlap on (grpo.judgeOverlap on) the judge's calls must also fit beside the GRPO
   // rollout, so its maxTokensPerCall is chosen for both ('auto' decides below, with the standalone choice).
-  const overlapOn = x.judgeOverlap === true && x.localJudge !== false && stagesWith('grpo');
+  const judgedPhase = running.find((st) => st.memory.judgedRollout)?.memory.judgedRollout;
+  const overlapOn = x.judgeOverlap === true && x.localJudge !== false && judgedPhase !== undefined;
   // The settings chosen so far; the judge's call size is chosen next.
-  const chosen = { opsdMicroBatch: opsdMb, grpoMicroBatch: grpoMb, recompute, rolloutRows, mergeAdapter };
-  const rolloutGrpo = (t: number, judgeOverlap: boolean) => estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })['rollout-grpo'] ?? 0;
+  const chosen = { ...microBatches, recompute, rolloutRows, mergeAdapter };
+  const rolloutGrpo = (t: number, judgeOverlap: boolean) => (judgedPhase ? estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })[judgedPhase] ?? 0 : 0);
   const besideRollout = (t: number) => rolloutGrpo(t, true) <= limit;
   let judge: number;
   if (pin.judgeMaxTokensPerCall && x.judgeMaxTokensPerCall) {
@@ -399,7 +198,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     judge = JUDGE_TOKENS_MIN;
     let alone = JUDGE_TOKENS_MIN;
     for (let t = JUDGE_TOKENS_MAX; t >= JUDGE_TOKENS_MIN; t /= 2) {
-      if (R + t * (kv + forwardBytesPerToken(x.shape, x.dtypeBytes)) <= limit) {
+      if (R + judgeWorkBytes(x, t) <= limit) {
         alone = t;
         break;
       }
@@ -412,7 +211,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   }
   const settings: PlanSettings = { ...chosen, judgeMaxTokensPerCall: judge };
   // The local judge beside the GRPO rollout: as given, or ('auto') when both fit at once.
-  if (x.localJudge !== false && stagesWith('grpo')) {
+  if (x.localJudge !== false && judgedPhase !== undefined) {
     settings.judgeOverlap = x.judgeOverlap === true;
     if (x.judgeOverlap === 'auto') {
       const both = rolloutGrpo(judge, true);
@@ -463,19 +262,8 @@ export function flagsThatFit(x: PlanInputs): string {
   return '';
 }
 
-/** The config fields the run-level plan reads and sets (a subset of TrainConfig). */
-export interface PlannableConfig {
-  device: string;
-  dtype: 'float32' | 'bfloat16' | 'float16' | null;
-  stages: ('sft' | 'opsd' | 'grpo')[];
-  lora: { r: number; targetModules: string[]; dropout: number };
-  sampling: { maxNewTokens: number; mergeAdapter?: 'auto' | 'on' | 'off' };
-  sft: { batchSize: number };
-  opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
-  grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base'; judgeOverlap?: 'auto' | 'on' | 'off' };
-  judge: JudgeConfig;
-  memory: { recompute: boolean; plan?: 'auto' | 'off'; maxMemoryGB?: number | null; rolloutRows?: number; judgeMaxTokensPerCall?: number };
-}
+/** The config fields the run-level plan reads and sets (each stage reads its own section: its descriptor's memory.inputs). */
+export type PlannableConfig = Pick<TrainConfig, 'device' | 'dtype' | 'stages' | 'lora' | 'sampling' | 'sft' | 'opsd' | 'grpo' | 'judge' | 'memory'>;
 
 /** Which memory settings the user gave (flags or config file); the plan keeps those. */
 export type PinnedSettings = NonNullable<PlanInputs['pinned']>;
@@ -484,8 +272,8 @@ export type PinnedSettings = NonNullable<PlanInputs['pinned']>;
 export function pinnedSettings(...given: (Record<string, unknown> | undefined)[]): PinnedSettings {
   const has = (sect: string, key: string) => given.some((g) => (g?.[sect] as Record<string, unknown> | undefined)?.[key] !== undefined);
   return {
-    opsdMicroBatch: has('opsd', 'microBatch'),
-    grpoMicroBatch: has('grpo', 'microBatch'),
+    // A stage's update micro-batch given as `<stage>.microBatch`.
+    ...Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, has(st.name, 'microBatch')]] : []))),
     recompute: has('memory', 'recompute'),
     rolloutRows: has('memory', 'rolloutRows'),
     judgeMaxTokensPerCall: has('memory', 'judgeMaxTokensPerCall'),
@@ -512,9 +300,8 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
     stages: cfg.stages,
     promptTokens: o.promptTokens,
     maxNewTokens: cfg.sampling.maxNewTokens,
-    opsd: { batchSize: cfg.opsd.batchSize, microBatch: cfg.opsd.microBatch, teacher: cfg.opsd.teacher },
-    grpo: { questionsPerStep: cfg.grpo.questionsPerStep, groupSize: cfg.grpo.groupSize, microBatch: cfg.grpo.microBatch, betaKl: cfg.grpo.betaKl, reference: cfg.grpo.reference },
-    sft: { batchSize: cfg.sft.batchSize },
+    // Every registered stage's section (a stage that does not run is read but not planned).
+    ...(Object.assign({}, ...STAGES.values().map((st) => st.memory.inputs(cfg as TrainConfig))) as Pick<PlanInputs, 'opsd' | 'grpo' | 'sft'>),
     recompute: m.recompute,
     budgetBytes: budget,
     pinned: o.pinned,
@@ -525,8 +312,7 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
     judgeOverlap: cfg.grpo.judgeOverlap === 'on' ? true : cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
   };
   const plan = planMemory(inputs);
-  cfg.opsd.microBatch = plan.opsdMicroBatch;
-  cfg.grpo.microBatch = plan.grpoMicroBatch;
+  for (const st of STAGES.values()) if (st.microBatch && st.memory.microBatch) st.microBatch.set(cfg as TrainConfig, plan[st.memory.microBatch.setting]);
   m.recompute = plan.recompute;
   m.rolloutRows = plan.rolloutRows;
   m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;

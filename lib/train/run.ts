@@ -27,7 +27,7 @@ import { groupAdvantages } from './advantages.js';
 import { resolveCheckpoint, type TrainerState } from './checkpoint.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
-import { STAGES } from './stages/index.js';
+import { STAGES, stageOf } from './stages/index.js';
 import type { RewardFn } from '../task/types.js';
 import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
 import { studentMessages, teacherMessages } from '../task/prompts.js';
@@ -114,7 +114,10 @@ export interface RunOptions {
  * and whether the local judge scores beside the rollout (grpo.judgeOverlap: the same rewards; off is
  * the way out of an out of memory beside the decode; 'auto' on resume, where no memory plan runs, is off).
  */
-export const RESUMABLE_KEYS = ['sft.steps', 'opsd.steps', 'grpo.steps', 'device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'opsd.microBatch', 'grpo.microBatch', 'memory.recompute', 'sampling.mergeAdapter', 'grpo.judgeOverlap', 'log.profileStep'];
+export const RESUMABLE_KEYS = [
+  ...STAGES.values().flatMap((st) => st.resumableKeys),
+  ...['device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'memory.recompute', 'sampling.mergeAdapter', 'log.profileStep'],
+];
 
 /**
  * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
@@ -137,7 +140,7 @@ export function applyResumeFlags(saved: TrainConfig, state: TrainerState, flags:
   const st: TrainerState = { ...state };
   const summary = (state.summary ?? []) as { index: number; steps: number; stage: Stage }[];
   const done = (i: number) => summary.find((r) => r.index === i)?.steps ?? 0;
-  const stepsOf = (c: TrainConfig, s: Stage) => STAGES[s].steps(c);
+  const stepsOf = (c: TrainConfig, s: Stage) => stageOf(s).steps(c);
   const finished = state.stageIndex >= config.stages.length;
   for (const k of changed.filter((x) => x.endsWith('.steps'))) {
     const stage = k.split('.')[0] as Stage;
@@ -183,7 +186,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so; one
     // from before grpo.judgeOverlap judged after the rollout: 'off' too.
     const savedCfg = resume.state.config as TrainConfig;
-    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge }, sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' }, grpo: { ...savedCfg.grpo, judgeOverlap: savedCfg.grpo.judgeOverlap ?? 'off' } };
+    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge }, sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' } };
+    for (const st of STAGES.values()) st.upgradeSaved?.(saved);
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
     resume = { ...resume, state: r.state };

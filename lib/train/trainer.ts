@@ -21,7 +21,7 @@ import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
 import type { AdvantageFn } from './advantages.js';
-import { STAGES, type StageContext, type StepPhase, type StepResult } from './stages/index.js';
+import { stageOf, type StageContext, type StepPhase, type StepResult } from './stages/index.js';
 import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
@@ -397,7 +397,7 @@ export class Trainer {
     const { backend } = this.deps;
     for (; this.state.stageIndex < this.cfg.stages.length; this.state.stageIndex++) {
       const stage = this.cfg.stages[this.state.stageIndex]!;
-      const impl = STAGES[stage];
+      const impl = stageOf(stage);
       const total = impl.steps(this.cfg);
       const fresh = this.state.stageStep === 0 && !this.state.stageDone;
       backend.resetOptimizer(impl.lr(this.cfg), total);
@@ -690,9 +690,13 @@ export class Trainer {
    * every rank stop at this step, rank 0 writes the checkpoint of the state before it, and the
    * message says to resume with a smaller --grpo-micro-batch / --opsd-micro-batch (or --recompute).
    */
-  private async updateWithOomRecovery<T>(stage: 'opsd' | 'grpo', body: (microBatch: number) => Promise<T>): Promise<T> {
+  private async updateWithOomRecovery<T>(stage: Stage, body: (microBatch: number) => Promise<T>): Promise<T> {
     const { backend } = this.deps;
-    const sect = stage === 'opsd' ? this.cfg.opsd : this.cfg.grpo;
+    const mb = stageOf(stage).microBatch;
+    if (!mb) throw new Error(`updateWithOomRecovery: the ${stage} stage has no update micro-batch (TrainingStage.microBatch)`);
+    // The stage's micro-batch, read and halved through its descriptor (its config section, saved with the checkpoints).
+    const sect = { get microBatch() { return mb.get(cfg); }, set microBatch(n: number) { mb.set(cfg, n); } };
+    const cfg = this.cfg;
     for (;;) {
       backend.seedStep(this.dropoutSeed());
       try {

@@ -9,6 +9,7 @@ import { ErrorCode, isPapergymError } from '../../errors.js';
 import { studentMessages } from '../../task/prompts.js';
 import { judgeSharesPolicyWeights } from '../../judge/backends/index.js';
 import type { RewardResult } from '../../task/types.js';
+import { bucket, judgeWorkBytes, updateBytes } from '../memory-model.js';
 import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 export const grpoStage: TrainingStage = {
@@ -16,6 +17,36 @@ export const grpoStage: TrainingStage = {
   phases: ['rollout', 'judge', 'reference', 'update'],
   steps: (cfg) => cfg.grpo.steps,
   lr: (cfg) => cfg.grpo.lr,
+  microBatch: { get: (cfg) => cfg.grpo.microBatch, set: (cfg, n) => void (cfg.grpo.microBatch = n) },
+  resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap'],
+  // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'.
+  upgradeSaved: (saved) => void (saved.grpo = { ...saved.grpo, judgeOverlap: saved.grpo.judgeOverlap ?? 'off' }),
+  memory: {
+    inputs: (cfg) => ({ grpo: { questionsPerStep: cfg.grpo.questionsPerStep, groupSize: cfg.grpo.groupSize, microBatch: cfg.grpo.microBatch, betaKl: cfg.grpo.betaKl, reference: cfg.grpo.reference } }),
+    adapterSnapshots: (x) => (x.grpo.reference === 'stage-start' ? 1 : 0),
+    microBatch: { setting: 'grpoMicroBatch', configured: (x) => x.grpo.microBatch, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'grpo') },
+    rollout: {
+      maxRows: (x) => x.grpo.questionsPerStep * x.grpo.groupSize,
+      unit: (x) => x.grpo.groupSize,
+      // The same rows batch the reference logprobs (a no-grad forward).
+      fits: (x, rows, t, limit) => x.grpo.betaKl <= 0 || t.R + rows * t.Ls * t.fwd <= limit,
+    },
+    judgedRollout: 'rollout-grpo',
+    phases(x, st, t) {
+      const out: ReturnType<TrainingStage['memory']['phases']> = {};
+      const G = x.grpo.groupSize, Q = x.grpo.questionsPerStep;
+      const rows = Math.min(Q * G, Math.max(G, st.rolloutRows - (st.rolloutRows % G)));
+      out['rollout-grpo'] = t.R + bucket(rows) * t.Ls * t.kv + t.sampler(bucket(rows)) + t.merged;
+      if (x.localJudge !== false) {
+        const judgeWork = judgeWorkBytes(x, st.judgeMaxTokensPerCall);
+        out.judge = t.R + judgeWork;
+        if (st.judgeOverlap) out['rollout-grpo'] += judgeWork;
+      }
+      if (x.grpo.betaKl > 0) out.reference = t.R + rows * t.Ls * t.fwd;
+      out['update-grpo'] = t.R + updateBytes(x, st.grpoMicroBatch, t.Ls, st.recompute, 'grpo');
+      return out;
+    },
+  },
   begin(ctx) {
     if (ctx.cfg.grpo.reference === 'stage-start') ctx.backend.snapshotAdapter('stage-start');
   },

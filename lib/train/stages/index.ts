@@ -1,9 +1,21 @@
-/** The training stages by name (docs/design.md §6), each behind {@link TrainingStage}. */
+/**
+ * The training stages by name (docs/design.md §6), each behind {@link TrainingStage}, one registry.
+ * A new stage is one file in this folder and one name in the `register` call below (its settings
+ * rows, `<name>.*`, and its name in the `stages` choices go to lib/config/settings.ts, the one
+ * settings schema); the trainer, the memory plan and the resume rules iterate the registry.
+ * Registration order is the order of the memory plan's phases.
+ */
 import type { Stage } from '../../config/train.js';
+import { Registry } from '../../util/registry.js';
 import type { TrainingStage } from './stage.js';
 import { sftStage } from './sft.js';
 import { opsdStage } from './opsd.js';
 import { grpoStage } from './grpo.js';
 
-export const STAGES: Readonly<Record<Stage, TrainingStage>> = { sft: sftStage, opsd: opsdStage, grpo: grpoStage };
-export type { TrainingStage, StageContext, StepResult, StepPhase } from './stage.js';
+export const STAGES = new Registry<TrainingStage>('training stage', (s) => s.name).register(opsdStage, grpoStage, sftStage);
+
+/** The descriptor of stage `name`. @throws Error naming the stages (--stages) and the registered ones. */
+export function stageOf(name: Stage): TrainingStage {
+  return STAGES.get(name, 'stages (--stages)');
+}
+export type { TrainingStage, StageContext, StepResult, StepPhase, StageMemory, MemoryTerms } from './stage.js';

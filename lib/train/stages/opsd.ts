@@ -7,7 +7,11 @@
 import type { Sequence } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages, teacherMessages } from '../../task/prompts.js';
-import { chunks, longestFirst, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+import { bucket, updateBytes, type PlanInputs } from '../memory-model.js';
+import { chunks, longestFirst, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+
+/** Update bytes above resident: the student's loss + backward (JSD head) plus the teacher's completion hidden states. */
+const opsdUpdateBytes = (x: PlanInputs, rows: number, rc: boolean, t: MemoryTerms) => updateBytes(x, rows, t.Ls, rc, 'jsd') + rows * x.maxNewTokens * x.shape.hiddenSize * x.dtypeBytes;
 
 export const opsdStage: TrainingStage = {
   name: 'opsd',
@@ -15,6 +19,21 @@ export const opsdStage: TrainingStage = {
   steps: (cfg) => cfg.opsd.steps,
   lr: (cfg) => cfg.opsd.lr,
   earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,
+  microBatch: { get: (cfg) => cfg.opsd.microBatch, set: (cfg, n) => void (cfg.opsd.microBatch = n) },
+  resumableKeys: ['opsd.steps', 'opsd.microBatch'],
+  memory: {
+    inputs: (cfg) => ({ opsd: { batchSize: cfg.opsd.batchSize, microBatch: cfg.opsd.microBatch, teacher: cfg.opsd.teacher } }),
+    adapterSnapshots: (x) => (x.opsd.teacher === 'ema' ? 1 : 0),
+    microBatch: { setting: 'opsdMicroBatch', configured: (x) => x.opsd.microBatch, updateBytes: opsdUpdateBytes },
+    rollout: { maxRows: (x) => x.opsd.batchSize, unit: () => 1 },
+    phases(x, st, t) {
+      const rows = Math.min(st.rolloutRows, x.opsd.batchSize);
+      return {
+        'rollout-opsd': t.R + bucket(rows) * t.Ls * t.kv + t.sampler(bucket(rows)) + t.merged,
+        'update-opsd': t.R + opsdUpdateBytes(x, st.opsdMicroBatch, st.recompute, t),
+      };
+    },
+  },
   begin(ctx) {
     if (ctx.cfg.opsd.teacher === 'ema') ctx.backend.snapshotAdapter('ema-teacher');
   },

@@ -5,6 +5,7 @@
 import type { Sequence } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages } from '../../task/prompts.js';
+import { updateBytes } from '../memory-model.js';
 import type { StageContext, StepResult, TrainingStage } from './stage.js';
 
 export const sftStage: TrainingStage = {
@@ -12,6 +13,12 @@ export const sftStage: TrainingStage = {
   phases: ['update'],
   steps: (cfg) => cfg.sft.steps,
   lr: (cfg) => cfg.sft.lr,
+  resumableKeys: ['sft.steps'],
+  memory: {
+    inputs: (cfg) => ({ sft: { batchSize: cfg.sft.batchSize } }),
+    // One native call over the step's answers (chunked over tokens): no micro-batch to choose.
+    phases: (x, st, t) => ({ 'update-sft': t.R + updateBytes(x, x.sft.batchSize, t.Ls, st.recompute, 'ce') }),
+  },
   async step(ctx: StageContext): Promise<StepResult> {
     const { backend } = ctx;
     const items = ctx.take(ctx.cfg.sft.batchSize);

@@ -11,6 +11,7 @@ import type { RewardFn, RewardResult, TaskItem } from '../../task/types.js';
 import type { AdvantageFn } from '../advantages.js';
 import type { SamplingOptions, TrainBackend } from '../backend.js';
 import type { DistContext } from '../dist.js';
+import type { MicroBatchSetting, PlanInputs, PlanPhase, PlanSettings } from '../memory-model.js';
 
 /**
  * A step's result: `loss` (global over ranks; NaN = the step is skipped), `completionTokens`
@@ -60,16 +61,72 @@ export interface StageContext {
   /** Sum over ranks; a non-finite value on any rank stays non-finite. */
   sumRanks(x: number): Promise<number>;
   /** The update (loss + backward micro-batch loop) with out-of-memory recovery (halve the micro-batch, then recompute). */
-  updateWithOomRecovery<T>(stage: 'opsd' | 'grpo', body: (microBatch: number) => Promise<T>): Promise<T>;
+  updateWithOomRecovery<T>(stage: Stage, body: (microBatch: number) => Promise<T>): Promise<T>;
   /** Judge health of `rewards`; throws JudgeHealthError past `judge.maxNullRate`. */
   checkJudgeHealth(rewards: RewardResult[], what: string): JudgeHealth | undefined;
   /** A line of the run log (optional: absent in stage tests). */
   log?(line: string): void;
 }
 
-/** One training stage. */
+/** Quantities every stage's memory estimate shares (lib/train/memory-plan.ts estimatePhases; bytes, tokens). */
+export interface MemoryTerms {
+  /** Resident bytes: weights, LoRA state, adapter snapshots, the per-forward cast. */
+  R: number;
+  /** KV cache bytes per token. */
+  kv: number;
+  /** Sampler bytes of `rows` decode rows (fp32 logits, softmax, sort). */
+  sampler(rows: number): number;
+  /** No-grad forward bytes per token. */
+  fwd: number;
+  /** Longest student sequence (prompt + max new tokens), tokens. */
+  Ls: number;
+  /** Longest teacher sequence, tokens. */
+  Lt: number;
+  /** The merged adapter weights a rollout holds (0 without mergeAdapter). */
+  merged: number;
+}
+
+/**
+ * A stage's part of the GPU memory plan (lib/train/memory-plan.ts; the formulas are
+ * lib/train/memory-model.ts). Every byte count is a peak allocated size.
+ */
+export interface StageMemory {
+  /** Its section of the plan's inputs, read from the config (`{ grpo: { groupSize, … } }`). */
+  inputs(cfg: TrainConfig): Partial<PlanInputs>;
+  /** Adapter snapshots the stage holds, 4·P bytes each (GRPO's stage-start reference, OPSD's EMA teacher). */
+  adapterSnapshots?(x: PlanInputs): number;
+  /** Expected peak bytes of the stage's phases under the settings `st`. */
+  phases(x: PlanInputs, st: PlanSettings, t: MemoryTerms): Partial<Record<PlanPhase, number>>;
+  /**
+   * The update micro-batch the plan chooses (halving from the configured one until the update fits):
+   * the plan setting holding it, the configured value, and the update's bytes above resident for
+   * `rows` sequences. Stages without it update in one call.
+   */
+  microBatch?: { setting: MicroBatchSetting; configured(x: PlanInputs): number; updateBytes(x: PlanInputs, rows: number, recompute: boolean, t: MemoryTerms): number };
+  /** Rollouts: the most rows one step samples, the unit rows come in (GRPO: whole groups), and any other call batched by the same rows that must fit. */
+  rollout?: { maxRows(x: PlanInputs): number; unit(x: PlanInputs): number; fits?(x: PlanInputs, rows: number, t: MemoryTerms, limit: number): boolean };
+  /** The phase the stage's rollouts are judged beside (grpo.judgeOverlap): the local judge's memory is planned with it. */
+  judgedRollout?: PlanPhase;
+}
+
+/**
+ * One training stage: its step, its section of the training config — `cfg[name]` (YAML `<name>:`,
+ * flags `--<name>-…`; the rows are lib/config/settings.ts `<name>.*`, each with `steps` and `lr`) —
+ * and its part of the memory plan.
+ */
 export interface TrainingStage {
   readonly name: Stage;
+  /** The update micro-batch (out-of-memory recovery halves it; the memory plan chooses it), absent when the update is one call. */
+  readonly microBatch?: { get(cfg: TrainConfig): number; set(cfg: TrainConfig, n: number): void };
+  /** Config keys of the stage a resumed run may change (lib/train/run.ts RESUMABLE_KEYS). */
+  readonly resumableKeys: readonly string[];
+  /** Its part of the memory plan. */
+  readonly memory: StageMemory;
+  /**
+   * Fills keys a checkpoint written before they existed lacks, in place (old checkpoints load):
+   * `saved` is the checkpoint's config.
+   */
+  upgradeSaved?(saved: TrainConfig): void;
   /**
    * The phases its step times through `ctx.timed` (GRPO: rollout, judge, reference, update; OPSD:
    * rollout, update; SFT: update). Every step line of the stage carries these, then `allreduce`
