@@ -14,7 +14,7 @@ import { etaSeconds, truncateMetrics } from '../lib/train/metrics.js';
 import { Trainer } from '../lib/train/trainer.js';
 import { resolveConfig } from '../lib/config/train.js';
 import { pruneCheckpoints, type TrainerState } from '../lib/train/checkpoint.js';
-import { resolveDevice } from '../lib/util/device.js';
+import { resolveDevice } from '../lib/model/device.js';
 import { CLI, cli } from './helpers/run.js';
 
 

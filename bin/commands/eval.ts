@@ -12,7 +12,7 @@ import { runEval } from '../../lib/eval/run.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { EVAL_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
-import { resolveDevice } from '../../lib/util/device.js';
+import { resolveDevice } from '../../lib/model/device.js';
 
 interface EvalArgs extends JudgeArgs {
   model: string;

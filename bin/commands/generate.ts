@@ -7,7 +7,7 @@ import { studentMessages } from '../../lib/task/prompts.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { GENERATE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
-import { resolveDevice } from '../../lib/util/device.js';
+import { resolveDevice } from '../../lib/model/device.js';
 
 interface GenerateArgs {
   model: string;

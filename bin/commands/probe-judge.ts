@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { JUDGE_OPTIONS, PROBE_JUDGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
-import { resolveDevice } from '../../lib/util/device.js';
+import { resolveDevice } from '../../lib/model/device.js';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
 import { checkJudge, judgeSharesPolicyWeights, openJudge } from '../../lib/judge/backends/index.js';
 import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';

@@ -6,7 +6,7 @@ import { ChatServer } from '../../lib/serve/server.js';
 import { policyServeBackend } from '../../lib/serve/policy.js';
 import { SERVE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
-import { resolveDevice } from '../../lib/util/device.js';
+import { resolveDevice } from '../../lib/model/device.js';
 
 interface ServeArgs {
   model: string;

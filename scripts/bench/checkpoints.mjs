@@ -1,12 +1,12 @@
 /**
- * Benchmark checkpoints through the package's one checkpoint maker (lib/util/checkpoints.ts, from
+ * Benchmark checkpoints through the package's one checkpoint maker (lib/model/checkpoints.ts, from
  * the TypeScript build): random weights with the real Qwen3 shapes (scripts/make_random_qwen3.py,
  * seed 0, the real Qwen3 tokenizer) or the tests' tiny model (scripts/make_tiny_qwen3.py), each made
  * once under `.cache/` of the repository through a temporary directory and a rename.
  */
 import { lib } from './harness.mjs';
 
-const maker = await lib('util/checkpoints.js');
+const maker = await lib('model/checkpoints.js');
 const log = (line) => process.stderr.write(`bench: ${line}\n`);
 
 /**

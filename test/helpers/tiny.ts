@@ -1,5 +1,5 @@
 /**
- * Tiny random checkpoints for tests (the one maker, lib/util/checkpoints.ts: Qwen3, Qwen2.5,
+ * Tiny random checkpoints for tests (the one maker, lib/model/checkpoints.ts: Qwen3, Qwen2.5,
  * Llama-3 architectures of scripts/make_tiny_qwen3.py, cached under `.cache/tiny-models/` in the
  * repository, gitignored), plus the Python reference (scripts/ref_qwen3.py) for parity tests.
  */
@@ -8,9 +8,9 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot, type JsTensor } from '../../lib/native.js';
 import type { Qwen3Model } from '../../lib/model/qwen3.js';
-import { python } from '../../lib/util/checkpoints.js';
+import { python } from '../../lib/model/checkpoints.js';
 
-export { tinyModel, python, type TinyName, type TinyOptions } from '../../lib/util/checkpoints.js';
+export { tinyModel, python, type TinyName, type TinyOptions } from '../../lib/model/checkpoints.js';
 
 /** The fingerprint written by the maker (sum over weights, float64). */
 export function tinyFingerprint(dir: string): number {

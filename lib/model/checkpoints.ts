@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot } from '../native.js';
-import { ensureDirAtomic } from './cache.js';
+import { ensureDirAtomic } from '../util/cache.js';
 
 /** The Python that runs the makers and the reference scripts (`$PYTHON`, default python3). */
 export const python = process.env.PYTHON ?? 'python3';
