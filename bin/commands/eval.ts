@@ -1,8 +1,17 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
-import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
-import { checkJudge, openJudge } from '../../lib/judge/backends/index.js';
-import { assertJudgeHealth, formatHealth, judgeHealth, type Judge, type Verdict } from '../../lib/judge/types.js';
+import { readDataset, readEvalItems, loadGeneralRubric } from '../../lib/data/schema.js';
+import { checkJudge, httpJudgeFromConfig, openJudge } from '../../lib/judge/backends/index.js';
+import { assertJudgeHealth, formatHealth, judgeHealth, JudgeHealthError, type Judge, type Verdict } from '../../lib/judge/types.js';
+import { loadPrompt } from '../../lib/judge/verdict.js';
+import type { JudgeConfig } from '../../lib/config/judge.js';
+import { readEvalRows } from '../../lib/eval/compare.js';
+import { ChatJudge } from '../../lib/eval/chat-judge.js';
+import { getFormat } from '../../lib/eval/formats/index.js';
+import { formatProtocolScore, getProtocol, scoreRows, type Protocol, type ProtocolRow, type ProtocolScore } from '../../lib/eval/protocols/index.js';
+import { nullCount, runBenchmark } from '../../lib/eval/protocols/run.js';
+import { Progress } from '../../lib/data/progress.js';
+import { handleInterrupt, InterruptedRun } from './build-data.js';
 import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
@@ -38,6 +47,47 @@ interface EvalArgs extends JudgeArgs {
   device: string;
   dtype?: string;
   keepRaw: boolean;
+  protocol?: string;
+  rescore?: string;
+  progress: 'auto' | 'plain' | 'none';
+}
+
+/**
+ * Fails (JudgeHealthError: exit 1 with the reason) when more than `maxNullRate` of the verdicts are
+ * null: a score computed from failures is never reported (issue 38 item 5).
+ */
+export function assertProtocolHealth(p: Protocol, rows: ProtocolRow[], maxNullRate: number, judgeName: string): void {
+  const nulls = nullCount(p, rows);
+  if (rows.length && nulls / rows.length > maxNullRate) {
+    const errors = rows.filter((r) => r.error).length;
+    throw new JudgeHealthError(
+      `judge ${judgeName}: eval (${p.name}): ${nulls} of ${rows.length} verdicts are null or unreadable (${((100 * nulls) / rows.length).toFixed(0)}% > ${(100 * maxNullRate).toFixed(0)}%: ${errors} failed requests); no score written`,
+    );
+  }
+}
+
+/** `eval --rescore rows.jsonl`: the protocol's score from recorded verdicts, no judge asked. */
+function rescore(argv: EvalArgs): ProtocolScore {
+  const { rows, notes } = readEvalRows(argv.rescore!);
+  for (const n of notes) process.stderr.write(`eval: ${argv.rescore}: ${n}\n`);
+  if (!rows.length) throw new Error(`${argv.rescore}: no eval rows to rescore`);
+  const prows = rows as ProtocolRow[];
+  const p = getProtocol(argv.protocol ?? prows[0]!.protocol ?? 'papergym');
+  if (p.verdict === 'levels' && prows.every((r) => r.level === undefined)) throw new Error(`${argv.rescore}: protocol ${p.name} needs five-level labels; these rows hold binary verdicts (rescore them with another --protocol)`);
+  const s = scoreRows(p, prows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+  if (!s.score) throw new Error(`${argv.rescore}: no plan could be scored under ${p.name} (${s.skipped} skipped, ${s.nulls} of ${s.verdicts} verdicts null)`);
+  return s;
+}
+
+/** The judges a protocol asks: the five levels from a chat judge (http), the rest through the Judge contract. */
+async function openProtocolJudges(p: Protocol, jc: JudgeConfig, policy: Policy): Promise<{ judge?: Judge; chatJudge?: ChatJudge; name: string }> {
+  if (p.verdict === 'levels' && jc.kind === 'http') {
+    const chatJudge = new ChatJudge(jc, jc.cache ?? undefined);
+    return { chatJudge, name: chatJudge.name };
+  }
+  if (p.verdict === 'levels') process.stderr.write(`eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need --judge http, so met reads as completely and not met as not at all\n`);
+  const judge = jc.kind === 'http' && p.itemPrompt ? httpJudgeFromConfig(jc, { perItemPrompt: loadPrompt(p.itemPrompt) }) : await openJudge(jc, { policy });
+  return { judge, name: judge.name };
 }
 
 /**
@@ -52,9 +102,21 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
   command: 'eval',
   describe: 'Generate research plans for a benchmark and report rubric coverage (overall, per dimension) with bootstrap CIs',
   builder: (y) =>
-    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption(['model', 'data']) as never,
+    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).check((a) => {
+      if (!a.rescore && (!a.model || !a.data)) throw new Error('eval needs --model and --data (or --rescore ROWS)');
+      return true;
+    }) as never,
   handler: async (argv) => {
     for (const [flag, path] of [['--out', argv.out], ['--report', argv.report], ['--plans', argv.plans]] as const) if (path) ensureWritableFile(path, flag);
+    if (argv.rescore) {
+      const s = rescore(argv);
+      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, meta: { rescored: argv.rescore } }, null, 2) + '\n');
+      process.stdout.write(formatProtocolScore(s) + '\n');
+      return;
+    }
+    const all = readEvalItems(argv.data);
+    // A PaperGym file without --protocol (or with papergym): today's coverage report, as before.
+    if (all.items.some((it) => it.format !== 'papergym') || (argv.protocol && argv.protocol !== 'papergym')) return benchmarkEval(argv, all.items);
     let items = readDataset(argv.data).items;
     if (argv.split) items = items.filter((it) => it.split === argv.split);
     if (argv.limit !== undefined) items = items.slice(0, argv.limit);
@@ -84,19 +146,74 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
         keepRaw: argv.keepRaw,
         onProgress: (d, n) => process.stderr.write(`eval: ${d}/${n} questions judged\n`),
       });
+      // The verdicts and plans are kept; a score is written only when the judge mostly worked.
       if (argv.out) writeRowsJsonl(argv.out, rows);
       if (argv.plans) writeFileSync(argv.plans, plans.map((p) => JSON.stringify(p)).join('\n') + '\n');
+      process.stderr.write(`judge ${judge.name}: ${JSON.stringify(judge.stats())}\n`);
+      // Mostly-null verdicts are a broken judge, not a coverage of 0%: exit 1, and no report or coverage is written.
+      const health = judgeHealth(rows.map((r) => ({ itemId: r.itemId, met: r.met, refused: r.refused, error: r.error }) as Verdict));
+      process.stderr.write(`judge health: ${health.verdicts} verdicts, ${formatHealth(health) || 'no verdicts'}\n`);
+      assertJudgeHealth(health, jc.maxNullRate, judge.name, 'eval (no report written)');
       const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judge.name, judgeStats: judge.stats(), samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
       if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...report, meta }, null, 2) + '\n');
       process.stdout.write(formatReport(report) + '\n');
-      process.stderr.write(`judge ${judge.name}: ${JSON.stringify(judge.stats())}\n`);
-      // Mostly-null verdicts are a broken judge, not a coverage of 0%: exit non-zero (outputs above are kept).
-      const health = judgeHealth(rows.map((r) => ({ itemId: r.itemId, met: r.met, refused: r.refused, error: r.error }) as Verdict));
-      process.stderr.write(`judge health: ${health.verdicts} verdicts, ${formatHealth(health) || 'no verdicts'}\n`);
-      assertJudgeHealth(health, jc.maxNullRate, judge.name, 'eval');
     } finally {
       await judge?.close?.();
       policy.dispose();
     }
   },
 };
+
+/**
+ * `eval` over imported benchmark items: the protocol of `--protocol` (default: the items' format),
+ * plans prompted as the format says, rows with every verdict (--out), the protocol score with its
+ * groups and CI (stdout, --report). HTTP judge answers are cached (default `<out|data>.judge-cache.sqlite`),
+ * so a killed run asks again only what was not answered; Ctrl-C exits 130 with the resume command.
+ */
+async function benchmarkEval(argv: EvalArgs, loaded: import('../../lib/task/types.js').BenchmarkItem[]): Promise<void> {
+  let items = argv.split ? loaded.filter((it) => it.split === argv.split) : loaded;
+  if (argv.limit !== undefined) items = items.slice(0, argv.limit);
+  if (!items.length) throw new Error(`${argv.data}: no items to evaluate${argv.split ? ` in split ${argv.split}` : ''}`);
+  const formats = [...new Set(items.map((it) => it.format))];
+  const p = getProtocol(argv.protocol ?? getFormat(formats[0]!).protocol);
+  if (formats.length > 1 && !argv.protocol) process.stderr.write(`eval: note: items of formats ${formats.join(', ')}; scoring all with ${p.name} (pass --protocol)\n`);
+  const general = p.name === 'papergym' && argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
+  const jc = judgeConfigFromArgs(argv);
+  if (jc.kind === 'http' && !jc.cache) jc.cache = `${argv.out ?? argv.data}.judge-cache.sqlite`;
+  await checkJudge(jc);
+  const device = resolveDevice(argv.device);
+  process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}; ${items.length} item(s), protocol ${p.name}${jc.cache ? `; judge cache ${jc.cache}` : ''}\n`);
+  const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+  let judges: Awaited<ReturnType<typeof openProtocolJudges>> | undefined;
+  const progress = new Progress({ label: 'eval', unit: 'plans', total: items.length * argv.samples, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 } });
+  try {
+    judges = await openProtocolJudges(p, jc, policy);
+    const t0 = Date.now();
+    const res = await handleInterrupt('eval', (signal) => runBenchmark({
+      items, protocol: p, judge: judges!.judge, chatJudge: judges!.chatJudge, general,
+      generator: policyPlanGenerator(policy, { temperature: argv.temperature, topP: argv.topP, topK: argv.topK, maxNewTokens: argv.maxNewTokens, enableThinking: argv.thinking }),
+      samples: argv.samples, chunkSize: argv.chunk, genSeed: argv.seed, keepRaw: argv.keepRaw, signal,
+      onPlan: () => progress.tick(),
+    }), () => (jc.cache ? `every judge answer so far is cached in ${jc.cache}` : 'nothing was cached (local judge)'));
+    progress.stop();
+    if (res === InterruptedRun) return;
+    const { rows, plans } = res;
+    if (argv.out) writeRowsJsonl(argv.out, rows as never);
+    if (argv.plans) writeFileSync(argv.plans, plans.map((x) => JSON.stringify(x)).join('\n') + '\n');
+    const stats = judges.chatJudge?.stats() ?? judges.judge?.stats();
+    process.stderr.write(`judge ${judges.name}: ${JSON.stringify(stats)}\n`);
+    const nulls = nullCount(p, rows);
+    process.stderr.write(`judge health: ${rows.length} verdicts, ${nulls} null or unreadable (${rows.length ? ((100 * nulls) / rows.length).toFixed(1) : '0'}%)\n`);
+    assertProtocolHealth(p, rows, jc.maxNullRate, judges.name);
+    const s = scoreRows(p, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+    if (!s.score) throw new JudgeHealthError(`eval (${p.name}): no plan could be scored (${s.skipped} skipped); no score written`);
+    const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judges.name, judgeStats: stats, samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
+    if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, meta }, null, 2) + '\n');
+    process.stdout.write(formatProtocolScore(s) + '\n');
+  } finally {
+    progress.stop();
+    await judges?.judge?.close?.();
+    judges?.chatJudge?.close();
+    policy.dispose();
+  }
+}

@@ -10,6 +10,7 @@ import { buildDataCommand } from './build-data.js';
 import { leakageCommand } from './leakage.js';
 import { reportCommand } from './report.js';
 import { importCommand } from './import.js';
+import { compareCommand } from './compare.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export const commands: CommandModule<any, any>[] = [
@@ -21,6 +22,7 @@ export const commands: CommandModule<any, any>[] = [
   buildDataCommand,
   leakageCommand,
   importCommand,
+  compareCommand,
   probeJudgeCommand,
   doctorCommand,
 ];

@@ -136,7 +136,7 @@ export const GENERATE_OPTIONS: readonly Setting[] = [
 
 export const EVAL_OPTIONS: readonly Setting[] = [
   ...MODEL_OPTIONS,
-  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL benchmark (required)', meaning: 'Benchmark items to evaluate', source: 'paper: evaluation benchmark (rubric coverage)' },
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL or items written by `import` (required)', meaning: 'Benchmark items to evaluate', source: 'paper: evaluation benchmark (rubric coverage)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Per-item results JSONL (input of `report --eval`)', source: 'lm-evaluation-harness --log_samples' },
   { key: 'report', flag: 'report', type: 'path', default: null, values: 'a writable file', meaning: 'Report JSON (coverage with CIs, judge stats)', source: 'lm-evaluation-harness --output_path' },
   { key: 'plans', flag: 'plans', type: 'path', default: null, values: 'a writable file', meaning: 'Generated plans JSONL', source: 'lm-evaluation-harness --log_samples' },
@@ -151,6 +151,9 @@ export const EVAL_OPTIONS: readonly Setting[] = [
   { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Generation and bootstrap seed', source: 'vLLM SamplingParams.seed' },
   { key: 'chunk', flag: 'chunk', type: 'integer', min: 1, default: 8, meaning: 'Questions per generation call (judging overlaps the next chunk)', source: 'vLLM max_num_seqs' },
   { key: 'keepRaw', flag: 'keep-raw', type: 'boolean', default: false, meaning: "Keep the judge's raw answers in the rows", source: 'lm-evaluation-harness --log_samples' },
+  { key: 'protocol', flag: 'protocol', type: 'enum', choices: ['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym'], default: null, meaning: "Scoring protocol (docs/eval.md); unset = the items' format's own (a PaperGym file: today's coverage report)", source: "each benchmark's published scoring (lib/eval/protocols/)" },
+  { key: 'rescore', flag: 'rescore', type: 'path', default: null, values: 'per-item rows JSONL (eval --out)', meaning: 'Recompute the score from recorded verdicts under --protocol, asking no judge (no --model / --data needed)', source: 'papergym-native (lib/eval/protocols/)' },
+  { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none', source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS' },
 ];
 
 export const SERVE_OPTIONS: readonly Setting[] = [
@@ -247,6 +250,17 @@ export const IMPORT_OPTIONS: readonly Setting[] = [
   { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'Write only the first N items', source: 'lm-evaluation-harness --limit' },
 ];
 
+export const COMPARE_OPTIONS: readonly Setting[] = [
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'items JSONL (PaperGym or written by import; required)', meaning: 'The questions the plans answer', source: 'paper: Table 2 win rates' },
+  { key: 'plans', flag: 'plans', type: 'list', items: 'string', repeatable: true, default: null, values: '[name=]plans.jsonl, two or more (eval --plans)', meaning: 'One plans file per system; questions with a plan in every file are compared', source: 'paper: Table 2 (three-way win rate)' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Every judgement (question, candidate order, winner, position) as JSONL', source: 'lm-evaluation-harness --log_samples' },
+  { key: 'report', flag: 'report', type: 'path', default: null, values: 'a writable file', meaning: 'Win rates with CIs, ties, unreadable replies and the position bias as JSON', source: 'lm-evaluation-harness --output_path' },
+  { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples (questions) for the win-rate CIs', source: 'Efron & Tibshirani 1993 (percentile bootstrap)' },
+  { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Bootstrap seed', source: 'numpy default_rng seed' },
+  { key: 'keepRaw', flag: 'keep-raw', type: 'boolean', default: false, meaning: "Keep the judge's raw replies in --out", source: 'lm-evaluation-harness --log_samples' },
+  { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none', source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS' },
+];
+
 export const DOCTOR_OPTIONS: readonly Setting[] = [
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the environment report as JSON', source: 'vLLM collect_env / torch.utils.collect_env' },
 ];
@@ -261,6 +275,7 @@ export const COMMAND_SETTINGS: Record<string, readonly Setting[]> = {
   'build-data': BUILD_DATA_OPTIONS,
   leakage: LEAKAGE_OPTIONS,
   import: IMPORT_OPTIONS,
+  compare: [...COMPARE_OPTIONS, ...JUDGE_OPTIONS],
   'probe-judge': [...PROBE_JUDGE_OPTIONS, ...JUDGE_OPTIONS],
   doctor: DOCTOR_OPTIONS,
 };

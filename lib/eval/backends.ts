@@ -15,12 +15,15 @@ export interface PlanSampling {
   enableThinking?: boolean;
 }
 
-/** PlanGenerator over a Policy: the task's student prompt (lib/task/prompts.ts) per question, `samples` completions each. */
+/**
+ * PlanGenerator over a Policy: a question string gets the task's student prompt (lib/task/prompts.ts),
+ * chat messages (an imported benchmark's prompt) are sent as they are; `samples` completions each.
+ */
 export function policyPlanGenerator(policy: Policy, s: PlanSampling = {}): PlanGenerator {
   return {
     async generate(questions, { samples, seed, signal }) {
       const cs = await policy.generate(
-        questions.map((q) => studentMessages(q)),
+        questions.map((q) => (typeof q === 'string' ? studentMessages(q) : q)),
         { n: samples, seed, temperature: s.temperature ?? 0.7, topP: s.topP ?? 0.8, topK: s.topK ?? 20, maxNewTokens: s.maxNewTokens ?? 1024, enableThinking: s.enableThinking ?? false, signal },
       );
       const out: { text: string; finishReason?: string }[][] = questions.map(() => []);

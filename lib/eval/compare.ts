@@ -165,3 +165,202 @@ export function readEvalRows(path: string): { rows: EvalRow[]; notes: string[] }
   if (bad) notes.push(`${bad} line(s) that are not eval rows skipped`);
   return { rows, notes };
 }
+
+// ---------------------------------------------------------------------------------------------
+// N-way win rates (the paper's Table 2): a judge picks the best of N systems' plans per question.
+
+/**
+ * The candidate orders asked per question: every permutation of N systems for N ≤ 4 (each system
+ * holds each position equally often, so any position bias cancels exactly), else the N cyclic
+ * rotations (a Latin square: each system once in each position). Returns arrays of system indices.
+ */
+export function candidateOrders(n: number): number[][] {
+  if (!Number.isInteger(n) || n < 2) throw new RangeError(`compare needs at least 2 systems, got ${n}`);
+  if (n > 4) return Array.from({ length: n }, (_, r) => Array.from({ length: n }, (_, i) => (i + r) % n));
+  const out: number[][] = [];
+  const perm = (pre: number[], rest: number[]) => {
+    if (!rest.length) out.push(pre);
+    rest.forEach((x, i) => perm([...pre, x], [...rest.slice(0, i), ...rest.slice(i + 1)]));
+  };
+  perm([], Array.from({ length: n }, (_, i) => i));
+  return out;
+}
+
+/** Reads a preference reply: the 1-based position picked, 'tie', or null when unreadable. */
+export function parsePreference(reply: string, n: number): number | 'tie' | null {
+  const text = reply.replace(/<think>[\s\S]*?<\/think>/g, '');
+  const all = [...text.matchAll(/best\s*(?:plan)?\s*[:=-]?\s*\**\s*(?:plan\s*)?(\d+|tie)\b/gi)];
+  const m = all.length ? all[all.length - 1]![1]! : /^\s*(\d+)\s*\.?\s*$/.exec(text)?.[1];
+  if (!m) return null;
+  if (m.toLowerCase() === 'tie') return 'tie';
+  const k = Number(m);
+  return k >= 1 && k <= n ? k : null;
+}
+
+/** One judgement: question, the order asked (system indices by position), the answer. */
+export interface Judgement {
+  questionId: string;
+  order: number[];
+  /** Index of the winning system, 'tie', or null (unreadable or failed). */
+  winner: number | 'tie' | null;
+  /** 1-based position picked (null for tie / unreadable). */
+  position: number | null;
+  error?: boolean;
+  raw?: string;
+}
+
+/** Win rate of one system. */
+export interface SystemWinRate {
+  name: string;
+  wins: number;
+  /** Win rate = wins / readable judgements (ties count as no win for anyone), with a question-bootstrap CI. */
+  rate: number;
+  lo: number;
+  hi: number;
+}
+
+/** Result of {@link winRates}. */
+export interface WinRateReport {
+  systems: SystemWinRate[];
+  questions: number;
+  judgements: number;
+  readable: number;
+  ties: number;
+  /** Replies that named no candidate (or a failed request): counted, never a win. */
+  unreadable: number;
+  failed: number;
+  /** Share of the decided (non-tie) judgements that picked each position 1…N; 1/N each when the judge has no position bias. */
+  positionBias: number[];
+  orders: number;
+  bootstrap: { resamples: number; seed: number; level: number };
+}
+
+/**
+ * Win rates from judgements: per system wins / readable judgements; the interval resamples
+ * questions (all orders of a question move together; percentile bootstrap, Efron & Tibshirani 1993).
+ */
+export function winRates(names: string[], js: Judgement[], opts: { resamples?: number; seed?: number; level?: number } = {}): WinRateReport {
+  const resamples = opts.resamples ?? 1000;
+  const seed = opts.seed ?? 0;
+  const level = opts.level ?? 0.95;
+  const n = names.length;
+  const byQ = new Map<string, number[]>(); // per question: wins per system, then readable count
+  for (const j of js) {
+    const c = byQ.get(j.questionId) ?? new Array<number>(n + 1).fill(0);
+    byQ.set(j.questionId, c);
+    if (j.winner === null) continue;
+    c[n]! += 1;
+    if (j.winner !== 'tie') c[j.winner]! += 1;
+  }
+  const qs = [...byQ.keys()];
+  const sum = (idx: string[]) => {
+    const t = new Array<number>(n + 1).fill(0);
+    for (const q of idx) byQ.get(q)!.forEach((v, i) => (t[i]! += v));
+    return t;
+  };
+  const tot = sum(qs);
+  const draws: number[][] = names.map(() => []);
+  const rnd = mulberry32(seed);
+  for (let s = 0; s < resamples && qs.length; s++) {
+    const t = sum(qs.map(() => qs[Math.floor(rnd() * qs.length)]!));
+    if (t[n]) names.forEach((_, i) => draws[i]!.push(t[i]! / t[n]!));
+  }
+  const decided = js.filter((j) => j.position !== null);
+  return {
+    systems: names.map((name, i) => {
+      const rate = tot[n] ? tot[i]! / tot[n]! : NaN;
+      const d = draws[i]!.sort((a, b) => a - b);
+      return { name, wins: tot[i]!, rate, lo: d.length ? quantile(d, (1 - level) / 2) : rate, hi: d.length ? quantile(d, (1 + level) / 2) : rate };
+    }),
+    questions: qs.length,
+    judgements: js.length,
+    readable: tot[n]!,
+    ties: js.filter((j) => j.winner === 'tie').length,
+    unreadable: js.filter((j) => j.winner === null).length,
+    failed: js.filter((j) => j.error).length,
+    positionBias: Array.from({ length: n }, (_, p) => (decided.length ? decided.filter((j) => j.position === p + 1).length / decided.length : NaN)),
+    orders: js.length && qs.length ? js.length / qs.length : 0,
+    bootstrap: { resamples, seed, level },
+  };
+}
+
+/** Human-readable win-rate table and the position-bias figure. */
+export function formatWinRates(r: WinRateReport): string {
+  const pct = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(1)}%` : 'n/a');
+  return [
+    `win rate over ${r.questions} question(s) × ${r.orders} candidate order(s) (${r.readable} readable of ${r.judgements}; ${r.ties} tie(s), ${r.unreadable} unreadable, ${r.failed} failed):`,
+    ...r.systems.map((s) => `  ${s.name}: ${pct(s.rate)} [${pct(s.lo)}, ${pct(s.hi)}] (${s.wins} wins)`),
+    `position bias (share of decided judgements picking position 1…${r.systems.length}; ${pct(1 / r.systems.length)} each if none): ${r.positionBias.map(pct).join(' / ')}`,
+  ].join('\n');
+}
+
+/**
+ * Reads plans JSONL (`eval --plans`: `{questionId, sample, plan}` per line; the first sample of a
+ * question is used). Bad lines are counted in the notes; a cut last line is skipped with a note.
+ * @throws Error naming the file when it cannot be read or holds no plan
+ */
+export function readPlans(path: string): { plans: Map<string, string>; notes: string[] } {
+  const text = readFileSync(path, 'utf8');
+  const plans = new Map<string, string>();
+  const notes: string[] = [];
+  let bad = 0;
+  const lines = text.split('\n');
+  lines.forEach((line, i) => {
+    if (!line.trim()) return;
+    try {
+      const o = JSON.parse(line) as { questionId?: unknown; plan?: unknown; sample?: unknown };
+      if (typeof o.questionId !== 'string' || typeof o.plan !== 'string') throw new Error('not a plan row');
+      if (!plans.has(o.questionId) || o.sample === 0) plans.set(o.questionId, o.plan);
+    } catch {
+      if (i === lines.length - 1 && !text.endsWith('\n')) notes.push(`last line ${i + 1} is incomplete; skipped`);
+      else bad++;
+    }
+  });
+  if (bad) notes.push(`${bad} line(s) that are not {questionId, plan} rows skipped`);
+  if (!plans.size) throw new Error(`${path}: no plans ({questionId, sample, plan} per line, as eval --plans writes)`);
+  return { plans, notes };
+}
+
+/** The N-way comparison prompt (prompts/). */
+export const COMPARE_PROMPT = 'eval-compare.v1';
+
+/**
+ * Asks `judge` (a {@link ChatJudge}: cached, concurrent) for the best plan of every question under
+ * every candidate order of {@link candidateOrders}; a reply that names no candidate is retried
+ * once as a new question, then counted unreadable. Resolves with one judgement per (question, order).
+ */
+export async function compareSystems(o: {
+  questions: { id: string; question: string }[];
+  systems: { name: string; plans: Map<string, string> }[];
+  judge: import('./chat-judge.js').ChatJudge;
+  keepRaw?: boolean;
+  signal?: AbortSignal;
+  onJudgement?: (j: Judgement, cached: boolean) => void;
+}): Promise<Judgement[]> {
+  const { loadPrompt, renderTemplate } = await import('../judge/verdict.js');
+  const prompt = loadPrompt(COMPARE_PROMPT);
+  const n = o.systems.length;
+  const orders = candidateOrders(n);
+  const tasks = o.questions.flatMap((q) => orders.map(async (order): Promise<Judgement> => {
+    const candidates = order.map((s, p) => `<plan number="${p + 1}">\n${o.systems[s]!.plans.get(q.id)!}\n</plan>`).join('\n\n');
+    const content = renderTemplate(prompt.template, { question: q.question, candidates, count: String(n) });
+    let pick: number | 'tie' | null = null;
+    let raw = '';
+    let error = false;
+    let cached = true;
+    for (let attempt = 0; attempt < 2 && pick === null; attempt++) {
+      const a = await o.judge.ask(prompt, [{ role: 'user', content }], { maxTokens: 512, attempt, signal: o.signal });
+      cached &&= a.cached;
+      error = a.content === null;
+      raw = a.content ?? a.error ?? '';
+      pick = a.content === null ? null : parsePreference(a.content, n);
+    }
+    const j: Judgement = {
+      questionId: q.id, order, winner: pick === null ? null : pick === 'tie' ? 'tie' : order[pick - 1]!, position: typeof pick === 'number' ? pick : null,
+      ...(error && { error: true }), ...(o.keepRaw && { raw }),
+    };
+    o.onJudgement?.(j, cached);
+    return j;
+  }));
+  return Promise.all(tasks);
+}

@@ -5,12 +5,16 @@
  */
 import type { GeneralRubricItem, PaperGymItem } from '../data/schema.js';
 import { stripThink } from '../llm/think.js';
+import type { ChatMessage } from '../llm/messages.js';
 import type { Judge } from '../judge/types.js';
 import { buildReport, type EvalReport, type EvalRow, type ReportOptions } from './report.js';
 
-/** Produces `samples` plans per question (text; thinking may be included — it is stripped). */
+/**
+ * Produces `samples` plans per question (text; thinking may be included — it is stripped). A
+ * question is a string (wrapped in the task's student prompt) or chat messages sent as they are.
+ */
 export interface PlanGenerator {
-  generate(questions: string[], opts: { samples: number; seed: number; signal?: AbortSignal }): Promise<{ text: string; finishReason?: string }[][]>;
+  generate(questions: (string | ChatMessage[])[], opts: { samples: number; seed: number; signal?: AbortSignal }): Promise<{ text: string; finishReason?: string }[][]>;
 }
 
 /** Options of {@link runEval}. */

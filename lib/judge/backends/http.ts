@@ -4,7 +4,7 @@
  */
 import type { JudgeConfig } from '../../config/judge.js';
 import { LlmClient, LlmLengthError } from '../../llm/client.js';
-import { createHttpJudge, type HttpJudge } from '../http.js';
+import { createHttpJudge, type CreateHttpJudgeOptions, type HttpJudge } from '../http.js';
 import type { JudgeBackendOf } from './backend.js';
 
 /** `chat_template_kwargs` body of the no-think switch. */
@@ -12,8 +12,11 @@ function extraBodyOf(c: Pick<JudgeConfig, 'noThink'>): Record<string, unknown> |
   return c.noThink ? { chat_template_kwargs: { enable_thinking: false } } : undefined;
 }
 
-/** An HTTP judge from settings (disposable: close it, or `using`); throws when url or model is missing. */
-export function httpJudgeFromConfig(c: JudgeConfig): HttpJudge {
+/**
+ * An HTTP judge from settings (disposable: close it, or `using`); `over` replaces options the
+ * settings do not hold (a benchmark protocol's per-item prompt). Throws when url or model is missing.
+ */
+export function httpJudgeFromConfig(c: JudgeConfig, over: Partial<CreateHttpJudgeOptions> = {}): HttpJudge {
   if (!c.url || !c.model) throw new Error('--judge http needs --judge-url and --judge-model');
   return createHttpJudge({
     url: c.url,
@@ -27,6 +30,7 @@ export function httpJudgeFromConfig(c: JudgeConfig): HttpJudge {
     extraBody: extraBodyOf(c),
     logprobs: c.score === 'prob',
     variants: c.variants ?? undefined,
+    ...over,
   });
 }
 

@@ -1,0 +1,82 @@
+/**
+ * `papergym-native compare --data items.jsonl --plans a.jsonl b.jsonl [c.jsonl…] --judge http …`:
+ * the paper's Table 2 N-way win rate. Per question with a plan from every system, the judge picks
+ * the best plan under every candidate order (all permutations up to 4 systems, else a Latin
+ * square), so position bias cancels; ties and unreadable replies are counted; win rate per system
+ * with a question-bootstrap CI; the position-bias figure is printed. Answers are cached in SQLite
+ * (`--judge-cache`, default `<data>.compare-cache.sqlite`): a killed run asks nothing twice when rerun.
+ * Exit 1 when the judge mostly fails (no win rate written). The paired bootstrap of two eval row
+ * files stays in `report --eval a.jsonl --eval b.jsonl`.
+ */
+import { basename } from 'node:path';
+import { writeFileSync } from 'node:fs';
+import type { CommandModule } from 'yargs';
+import { COMPARE_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings, parseList } from '../../lib/config/schema.js';
+import { readEvalItems } from '../../lib/data/schema.js';
+import { Progress } from '../../lib/data/progress.js';
+import { ChatJudge } from '../../lib/eval/chat-judge.js';
+import { candidateOrders, compareSystems, formatWinRates, readPlans, winRates } from '../../lib/eval/compare.js';
+import { checkJudge } from '../../lib/judge/backends/index.js';
+import { JudgeHealthError } from '../../lib/judge/types.js';
+import { ensureWritableFile } from '../../lib/util/fs.js';
+import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
+import { handleInterrupt, InterruptedRun } from './build-data.js';
+
+interface CompareArgs extends JudgeArgs {
+  data: string;
+  plans: string | string[];
+  out?: string;
+  report?: string;
+  resamples: number;
+  seed: number;
+  keepRaw: boolean;
+  progress: 'auto' | 'plain' | 'none';
+}
+
+export const compareCommand: CommandModule<object, CompareArgs> = {
+  command: 'compare',
+  describe: 'N-way win rates of systems\' plans judged on the same questions (candidate order permuted, ties and unreadable replies counted)',
+  builder: (y) => addSettings(addSettings(y, COMPARE_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption(['data', 'plans']) as never,
+  handler: async (argv) => {
+    for (const [flag, path] of [['--out', argv.out], ['--report', argv.report]] as const) if (path) ensureWritableFile(path, flag);
+    const specs = parseList(COMPARE_OPTIONS.find((s) => s.key === 'plans')!, argv.plans) as string[];
+    if (specs.length < 2) throw new Error(`--plans needs two or more files (got ${specs.length})`);
+    const systems = specs.map((sp) => {
+      const eq = sp.indexOf('=');
+      const [name, path] = eq > 0 ? [sp.slice(0, eq), sp.slice(eq + 1)] : [basename(sp).replace(/\.jsonl?$/, ''), sp];
+      const { plans, notes } = readPlans(path);
+      for (const n of notes) process.stderr.write(`compare: ${path}: ${n}\n`);
+      return { name, plans };
+    });
+    if (new Set(systems.map((s) => s.name)).size !== systems.length) throw new Error(`--plans: system names repeat (${systems.map((s) => s.name).join(', ')}); name them NAME=FILE`);
+    const items = readEvalItems(argv.data).items;
+    const questions = items.filter((it) => systems.every((s) => s.plans.has(it.id))).map((it) => ({ id: it.id, question: it.question }));
+    const left = items.length - questions.length;
+    if (!questions.length) throw new Error(`${argv.data}: no question has a plan in every --plans file`);
+    const jc = judgeConfigFromArgs(argv);
+    if (!jc.cache) jc.cache = `${argv.data}.compare-cache.sqlite`;
+    await checkJudge(jc);
+    const judge = new ChatJudge(jc, jc.cache);
+    const orders = candidateOrders(systems.length).length;
+    process.stderr.write(`compare: ${systems.map((s) => s.name).join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; judge cache ${jc.cache}\n`);
+    const progress = new Progress({ label: 'compare', unit: 'judgements', total: questions.length * orders, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judge.load() });
+    try {
+      const js = await handleInterrupt('compare', (signal) => compareSystems({ questions, systems, judge, keepRaw: argv.keepRaw, signal, onJudgement: (_j, cached) => progress.tick(cached) }), () => `every judge answer so far is cached in ${jc.cache}`);
+      progress.stop();
+      if (js === InterruptedRun) return;
+      if (argv.out) writeFileSync(argv.out, js.map((j) => JSON.stringify({ ...j, order: j.order.map((i) => systems[i]!.name), winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner })).join('\n') + '\n');
+      const r = winRates(systems.map((s) => s.name), js, { resamples: argv.resamples, seed: argv.seed });
+      process.stderr.write(`judge ${judge.name}: ${JSON.stringify(judge.stats())}\n`);
+      const badRate = r.judgements ? r.unreadable / r.judgements : 0;
+      if (badRate > jc.maxNullRate) {
+        throw new JudgeHealthError(`judge ${judge.name}: compare: ${r.unreadable} of ${r.judgements} judgements unreadable or failed (${(100 * badRate).toFixed(0)}% > ${(100 * jc.maxNullRate).toFixed(0)}%: ${r.failed} failed requests); no win rate written`);
+      }
+      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...r, judge: judge.name, judgeStats: judge.stats() }, null, 2) + '\n');
+      process.stdout.write(formatWinRates(r) + '\n');
+    } finally {
+      progress.stop();
+      judge.close();
+    }
+  },
+};

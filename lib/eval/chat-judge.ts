@@ -1,0 +1,90 @@
+/**
+ * A free-form chat judge for the protocols whose answer is not a yes/no per rubric item
+ * (ResearchQA's five levels, `compare`'s N-way preference): an OpenAI-compatible endpoint (the
+ * `--judge http` settings), requests concurrent up to `--judge-concurrency`, every answer cached in
+ * SQLite (lib/judge/cache.ts) keyed by the judge (model @ url), the prompt's name and hash, the
+ * messages, the decoding parameters and the attempt number — so a killed run asks nothing twice
+ * when it is rerun, and a retry after an unreadable reply is a new question, not the cached one.
+ */
+import type { JudgeConfig } from '../config/judge.js';
+import { JudgeCache, requestHash } from '../judge/cache.js';
+import type { PromptTemplate } from '../judge/verdict.js';
+import { LlmAbortError, LlmClient } from '../llm/client.js';
+import type { ChatMessage } from '../llm/messages.js';
+
+/** One answer: the text, or null with the error when the request failed after retries. */
+export interface ChatAnswer {
+  content: string | null;
+  error?: string;
+  cached: boolean;
+}
+
+/** Counters of a {@link ChatJudge}. */
+export interface ChatJudgeStats {
+  requests: number;
+  cacheHits: number;
+  failures: number;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+/** Asks an endpoint free-form judge questions, cached and concurrent. */
+export class ChatJudge {
+  readonly name: string;
+  private readonly client: LlmClient;
+  private readonly cache: JudgeCache;
+  private readonly counters: ChatJudgeStats = { requests: 0, cacheHits: 0, failures: 0, promptTokens: 0, completionTokens: 0 };
+
+  /**
+   * @param c judge settings of kind http (url, model, concurrency, timeoutMs, maxRetries, noThink)
+   * @param cachePath SQLite answer cache (created); undefined = memory only
+   * @throws Error when the kind is not http or url / model are missing
+   */
+  constructor(private readonly c: JudgeConfig, cachePath: string | undefined, opts: { fetch?: typeof fetch } = {}) {
+    if (c.kind !== 'http' || !c.url || !c.model) throw new Error(`this protocol asks a free-form judge question: it needs --judge http with --judge-url and --judge-model (got --judge ${c.kind})`);
+    this.name = `${c.model}@${c.url}`;
+    this.client = new LlmClient({ baseUrl: c.url, model: c.model, concurrency: c.concurrency, timeoutMs: c.timeoutMs, maxRetries: c.maxRetries, fetch: opts.fetch });
+    this.cache = new JudgeCache(cachePath);
+  }
+
+  /** Requests on the wire / waiting for a slot (for the progress display). */
+  load(): { active: number; queued: number } {
+    return this.client.load();
+  }
+
+  /**
+   * One question. Temperature 0. Rejects only on abort (`signal`); a failed request resolves
+   * with `content: null` and the error.
+   */
+  async ask(prompt: PromptTemplate, messages: ChatMessage[], o: { maxTokens: number; attempt?: number; signal?: AbortSignal }): Promise<ChatAnswer> {
+    const key = requestHash(['chat-judge', this.name, prompt.name, prompt.hash, messages, o.maxTokens, this.c.noThink, o.attempt ?? 0]);
+    const hit = this.cache.get(key);
+    if (hit) {
+      this.counters.cacheHits++;
+      return { content: hit.content, cached: true };
+    }
+    this.counters.requests++;
+    try {
+      const r = await this.client.chat({
+        messages, temperature: 0, maxTokens: o.maxTokens, signal: o.signal,
+        extraBody: this.c.noThink ? { chat_template_kwargs: { enable_thinking: false } } : undefined,
+      });
+      this.counters.promptTokens += r.usage.promptTokens ?? 0;
+      this.counters.completionTokens += r.usage.completionTokens ?? 0;
+      this.cache.set(key, { content: r.content, promptTokens: r.usage.promptTokens ?? 0, completionTokens: r.usage.completionTokens ?? 0 });
+      return { content: r.content, cached: false };
+    } catch (e) {
+      if (e instanceof LlmAbortError || o.signal?.aborted) throw e;
+      this.counters.failures++;
+      return { content: null, error: (e as Error).message, cached: false };
+    }
+  }
+
+  stats(): ChatJudgeStats {
+    return { ...this.counters };
+  }
+
+  close(): void {
+    this.cache.close();
+  }
+}

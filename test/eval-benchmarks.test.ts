@@ -1,0 +1,97 @@
+/**
+ * `eval` on imported benchmarks end to end on a tiny Qwen3 (addon) with a loopback HTTP judge:
+ * HealthBench's protocol with the criterion prompt, `--rescore` under another protocol with no
+ * judge call, ResearchQA's five levels through the chat judge with a skipped query, and a judge
+ * answering garbage: exit 1 with the reason and no report (never a score from failures).
+ */
+import { expect } from 'chai';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { packageRoot } from '../lib/native.js';
+import { loadModel } from '../lib/model/qwen3.js';
+import { tinyModel } from './helpers/tiny.js';
+import { cli, orSkip } from './helpers/run.js';
+import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
+
+const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
+
+describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function () {
+  this.timeout(300000);
+  let dir: string;
+  let tmp: string;
+  let srv: FakeLlm | undefined;
+  before(async function () {
+    dir = await orSkip(this, async () => {
+      const d = tinyModel('tiny-tied');
+      (await loadModel(d)).dispose();
+      return d;
+    });
+    tmp = mkdtempSync(join(tmpdir(), 'pg-evb-'));
+  });
+  afterEach(async () => {
+    await srv?.close();
+    srv = undefined;
+  });
+  after(() => tmp && rmSync(tmp, { recursive: true, force: true }));
+  const judgeArgs = () => ['--judge', 'http', '--judge-url', srv!.url, '--judge-model', 'fake', '--max-new-tokens', '4', '--resamples', '50', '--progress', 'none'];
+
+  it('HealthBench: the criterion prompt, points with negatives, rows that --rescore reads without a judge', async () => {
+    const items = join(tmp, 'hb.jsonl');
+    expect((await cli(['import', '--format', 'healthbench', '--input', join(FX, 'healthbench'), '--out', items])).code).to.equal(0);
+    srv = await startFakeLlm({ respond: () => 'Yes' });
+    const rows = join(tmp, 'hb-rows.jsonl');
+    const report = join(tmp, 'hb-report.json');
+    const r = await cli(['eval', '--model', dir, '--data', items, ...judgeArgs(), '--out', rows, '--report', report]);
+    expect(r.code, r.err).to.equal(0);
+    // every item met: hb-1 (5 + 7 − 6) / 12 = 0.5; hb-2 (4 − 2) / 4 = 0.5
+    const rep = JSON.parse(readFileSync(report, 'utf8'));
+    expect(rep.protocol).to.equal('healthbench');
+    expect(rep.score.score).to.be.closeTo(0.5, 1e-12);
+    expect(rep.groups['axis:accuracy'].score).to.be.closeTo(1 / 7, 1e-12);
+    const judged = srv.log.filter((e) => e.body.messages[0]!.content.includes('single criterion'));
+    expect(judged).to.have.length(5);
+    expect(judged[0]!.body.messages[0]!.content).to.include('I have had a mild headache');
+    expect(r.out).to.match(/healthbench: 0\.500/);
+    const n = srv.log.length;
+    const re = await cli(['eval', '--rescore', rows, '--protocol', 'rar', '--resamples', '0']);
+    expect(re.code, re.err).to.equal(0);
+    expect(re.out).to.match(/^rar: 0\.500 \[0\.500, 0\.500\] \(n=2\)/);
+    expect(srv.log.length).to.equal(n);
+  });
+
+  it('ResearchQA: five levels 8 per call through the chat judge; an unreadable query is skipped and counted, not 0', async () => {
+    const items = join(tmp, 'rqa.jsonl');
+    expect((await cli(['import', '--format', 'researchqa', '--input', join(FX, 'researchqa', 'test.json'), '--out', items])).code).to.equal(0);
+    srv = await startFakeLlm({
+      respond: (q) => {
+        const m = q.body.messages[0]!.content;
+        if (m.includes('sparse attention')) return 'I would rather not say.';
+        const count = Number(/exactly (\d+) lines/.exec(m)?.[1] ?? 0);
+        return Array.from({ length: count }, (_, k) => `${k + 1}. ${k === 0 ? 'completely' : 'moderately'}`).join('\n') || 'Yes';
+      },
+    });
+    const report = join(tmp, 'rqa.json');
+    const r = await cli(['eval', '--model', dir, '--data', items, ...judgeArgs(), '--report', report, '--judge-max-null-rate', '0.9']);
+    expect(r.code, r.err).to.equal(0);
+    const rep = JSON.parse(readFileSync(report, 'utf8'));
+    // rqa-1: levels 5, 3, 3 → (1 + 0.5 + 0.5) / 3; rqa-2 unreadable after 1 + 3 tries → skipped
+    expect(rep.score.score).to.be.closeTo(2 / 3, 1e-12);
+    expect(rep.skipped).to.equal(1);
+    expect(srv.log.filter((e) => e.body.messages[0]!.content.includes('sparse attention'))).to.have.length(4);
+  });
+
+  it('a judge answering garbage: exit 1 with the reason, rows kept, no report and no score', async () => {
+    const items = join(tmp, 'rar.jsonl');
+    expect((await cli(['import', '--format', 'rar', '--input', join(FX, 'rar'), '--out', items])).code).to.equal(0);
+    srv = await startFakeLlm({ respond: (q) => (q.body.messages[0]!.content.startsWith('Reply with the single word') ? 'Yes' : 'banana') });
+    const report = join(tmp, 'rar.json');
+    const rows = join(tmp, 'rar-rows.jsonl');
+    const r = await cli(['eval', '--model', dir, '--data', items, ...judgeArgs(), '--report', report, '--out', rows]);
+    expect(r.code).to.equal(1);
+    expect(r.err).to.match(/eval \(rar\): 6 of 6 verdicts are null or unreadable \(100% > 50%.*no score written/);
+    expect(existsSync(report)).to.equal(false);
+    expect(r.out).to.not.match(/rar: /);
+    expect(readFileSync(rows, 'utf8').trim().split('\n').map((l) => JSON.parse(l).met)).to.deep.equal([null, null, null, null, null, null]);
+  });
+});
