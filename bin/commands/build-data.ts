@@ -11,7 +11,7 @@ import { BUILD_DATA_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
 import { buildDataset, discoverPapers, ingestPapers, type IngestOutcome } from '../../lib/data/pipeline.js';
-import { formatWarning } from '../../lib/data/latex/index.js';
+import { formatCoverage, formatWarning } from '../../lib/data/latex/index.js';
 import { Progress } from '../../lib/data/progress.js';
 import { toResearchPlanGen, validateItem, writeDataset } from '../../lib/data/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
@@ -40,6 +40,8 @@ export interface BuildDataArgs {
   progressInterval?: number;
   /** Per-section LaTeX parse time limit in seconds (default 5; past it the fallback converter is used). */
   parseTimeout?: number;
+  /** A paper with a coverage warning (text lost in ingestion) fails instead of being used. */
+  strict?: boolean;
 }
 
 /** Summary of a build-data run. */
@@ -48,6 +50,8 @@ export interface BuildDataSummary {
   /** Paper ids that became items, in input order. */
   ingested: string[];
   failures: { paper: string; error: string }[];
+  /** Ingested papers that carry a coverage warning (stored in the state). */
+  withCoverageWarnings: number;
   calls: number;
   cached: number;
   requests: number;
@@ -97,7 +101,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       useResponseFormat: a.responseFormat,
       progress,
       log,
-      loadOptions: { parseTimeoutMs: (a.parseTimeout ?? 5) * 1000 },
+      loadOptions: { parseTimeoutMs: (a.parseTimeout ?? 5) * 1000, strictCoverage: a.strict },
     });
     progress.stop();
     if (!r.items.length) throw new Error(`no items built: 0 ingested, ${r.failures.length} failed: ${r.failures.map((f) => `${f.paper}: ${f.error}`).join('; ')}`);
@@ -127,6 +131,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       items: r.items.length,
       ingested: r.items.map((it) => it.source.paper_id),
       failures: r.failures,
+      withCoverageWarnings: r.items.filter((it) => state.warnings(it.source.paper_id).some((w) => w.code === 'coverage')).length,
       calls: r.stats.calls,
       cached: r.stats.cached,
       requests: st.requests,
@@ -201,6 +206,8 @@ export function describeOutcome(o: IngestOutcome): string[] {
   if (!o.paper) return [`${basename(o.source)}: failed: ${o.error}`];
   const p = o.paper;
   const lines = [`${p.id}: ingested: "${p.title}" [${p.domain}${p.licence ? `, ${p.licence}` : ''}] main ${p.mainFile}, ${p.files.length} file(s), abstract ${p.abstract.length} chars, ${p.sections.filter((s) => s.level !== 'front').length} section(s)`];
+  if (p.mainRule) lines.push(`  main file rule: ${p.mainRule}`);
+  if (p.coverage) lines.push(`  ${formatCoverage(p.coverage)}`);
   if (p.rootCandidates.length > 1) {
     lines.push(`  root documents (${p.rootCandidates.length}):`);
     for (const c of p.rootCandidates) lines.push(`    ${c.file === p.mainFile ? '* ' : '  '}${c.file} [${c.documentClass || '?'}] ${c.kind}, ${c.sectionChars} chars of section text: ${c.reason}`);
@@ -218,9 +225,11 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
   handler: async (argv) => {
     if (argv.dryRun) {
       const sources = argv.papers.flatMap((p) => discoverPapers(p));
-      const out = await ingestPapers(sources, { parseTimeoutMs: (argv.parseTimeout ?? 5) * 1000 }, (o) => process.stdout.write(describeOutcome(o).join('\n') + '\n'));
+      const opts = { parseTimeoutMs: (argv.parseTimeout ?? 5) * 1000, strictCoverage: argv.strict };
+      const out = await ingestPapers(sources, opts, (o) => process.stdout.write(describeOutcome(o).join('\n') + '\n'));
       const ok = out.filter((o) => o.paper).length;
-      process.stdout.write(`${ok} ingested, ${out.length - ok} failed\n`);
+      const warned = out.filter((o) => o.paper?.warnings.some((w) => w.code === 'coverage')).length;
+      process.stdout.write(`${ok} ingested, ${out.length - ok} failed${warned ? `, ${warned} with coverage warnings` : ''}\n`);
       if (!ok) throw new Error(`no paper ingested (${out.length} failed)`);
       return;
     }
@@ -231,6 +240,7 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
     process.stdout.write(
       `build-data: ${s.items} item(s) → ${s.out}; ${s.calls} LLM call(s) made, ${s.cached} from state (${s.state}); tokens ${s.promptTokens} in / ${s.completionTokens} out\n`,
     );
-    process.stdout.write(`${s.ingested.length} ingested, ${s.failures.length} failed\n`);
+    const warned = s.withCoverageWarnings ? `, ${s.withCoverageWarnings} with coverage warnings` : '';
+    process.stdout.write(`${s.ingested.length} ingested, ${s.failures.length} failed${warned}\n`);
   },
 };

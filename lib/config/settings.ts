@@ -224,6 +224,7 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
   { key: 'progressInterval', flag: 'progress-interval', type: 'number', min: 0, exclusiveMin: true, default: 5, meaning: 'Seconds between plain progress lines (no TTY, or CI=true)', source: 'tqdm mininterval' },
   { key: 'parseTimeout', flag: 'parse-timeout', type: 'number', min: 0, exclusiveMin: true, default: 5, meaning: 'Per-section LaTeX parse time limit in seconds (wall clock); past it the fallback converter is used and a parse-fallback warning stored', source: 'papergym-native (lib/data/latex/text.ts)' },
   { key: 'dryRun', flag: 'dry-run', type: 'boolean', default: false, meaning: 'Only ingest the papers and print what was found (no LLM calls, nothing written)', source: 'papergym-native' },
+  { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'A paper whose ingestion coverage is below the thresholds (a coverage warning: prose or headings lost) fails instead of being used', source: 'papergym-native (lib/data/latex/coverage.ts)' },
 ];
 
 export const LEAKAGE_OPTIONS: readonly Setting[] = [

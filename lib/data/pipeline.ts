@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { LlmLengthError, type ChatJsonResult, type ChatRequest, type ChatJsonOptions } from '../llm/client.js';
-import { formatWarning, loadPaper, paperIdFromPath, sourceKind, type Paper, type LoadPaperOptions } from './latex/index.js';
+import { assertCoverage, formatWarning, loadPaper, paperIdFromPath, sourceKind, type Paper, type LoadPaperOptions } from './latex/index.js';
 import { dataPromptSetVersion, loadDataPrompt, renderPrompt, systemMessage, type DataTask } from './prompts.js';
 import { Progress } from './progress.js';
 import { DEFAULT_GENERAL_RUBRIC_SET, RUBRIC_SIZE, validateItem, type PaperGymItem, type RubricDimension, type RubricItem, type RubricOrigin, type Split } from './schema.js';
@@ -405,7 +405,7 @@ export interface BuildResult {
 }
 
 /** Bump when loadPaper's output changes, so cached parses are not reused. */
-export const LOADER_VERSION = 'latex-v2';
+export const LOADER_VERSION = 'latex-v3';
 
 /**
  * {@link loadPaper} with the result stored in the state (stage `paper`, keyed by the archive's
@@ -417,6 +417,7 @@ export async function loadPaperCached(path: string, state: PipelineState, opts?:
     key = `${LOADER_VERSION}:${createHash('sha256').update(readFileSync(path)).digest('hex')}`;
     const pid = paperIdFromPath(path);
     const hit = force ? undefined : state.getStage<Paper>(pid, 'paper', key);
+    if (hit && opts?.strictCoverage) assertCoverage(hit);
     if (hit) return hit;
   }
   const paper = await loadPaper(path, opts);

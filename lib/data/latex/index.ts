@@ -6,8 +6,10 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
-import { chooseMainFile, expandMacros, listFiles, type PaperWarning, type RootCandidate } from './source.js';
-import { extractStructure, groupSections, type SectionLevel } from './structure.js';
+import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
+import { readGroup } from './source.js';
+import { cleanTitle, extractStructure, groupSections, type SectionLevel } from './structure.js';
+import { coverageProblem, measureCoverage, type Coverage } from './coverage.js';
 import { inlineText, latexToTextBatch } from './text.js';
 
 export * from './archive.js';
@@ -15,6 +17,12 @@ export {
   stripComments,
   stripIffalse,
   findMainFile,
+  readArxivDirectives,
+  ExpansionLimitError,
+  DEFAULT_EXPANSION_LIMITS,
+  type ExpansionLimits,
+  type ArxivDirectives,
+  type MainChoice,
   chooseMainFile,
   flattenDocument,
   expandSimpleMacros,
@@ -31,7 +39,8 @@ export {
   type RootCandidate,
   type RootKind,
 } from './source.js';
-export { extractStructure, topLevelSections, groupSections, documentBody } from './structure.js';
+export { extractStructure, topLevelSections, groupSections, documentBody, findTitle, cleanTitle, TITLE_MACROS } from './structure.js';
+export { measureCoverage, coverageProblem, formatCoverage, sourceProseWords, scanHeadings, COVERAGE_MIN_WORDS, COVERAGE_MIN_SAMPLE, type Coverage } from './coverage.js';
 export { latexToText, latexToTextBatch, fallbackToText, parseToText, inlineText } from './text.js';
 
 /** One top-level section as plain text. */
@@ -65,6 +74,24 @@ export interface Paper {
   warnings: PaperWarning[];
   /** Every root document found and why the main file was chosen (chosen first). */
   rootCandidates: RootCandidate[];
+  /** Which rule chose the main file (arXiv's 00README directive, the only root, the heuristic), and the files left out. */
+  mainRule: string;
+  /** How much of the source's prose and headings reached the text ({@link measureCoverage}). */
+  coverage: Coverage;
+}
+
+/** A paper whose coverage is below the thresholds, under `strictCoverage` (`build-data --strict`). */
+export class CoverageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'CoverageError';
+  }
+}
+
+/** Throw {@link CoverageError} when the paper carries a `coverage` warning (used for `--strict`, also on papers read from a cache). */
+export function assertCoverage(p: Pick<Paper, 'id' | 'warnings'>): void {
+  const w = p.warnings.find((x) => x.code === 'coverage');
+  if (w) throw new CoverageError(`${p.id}: text lost in ingestion (strict): ${w.message}`);
 }
 
 /** Options of {@link loadPaper}. */
@@ -79,16 +106,37 @@ export interface LoadPaperOptions {
   parseTimeoutMs?: number;
   /** Convert without a worker thread (no time limit). */
   inProcess?: boolean;
+  /** Bounds on the total expansion of the sources (inclusions, characters); past them the paper fails. */
+  expansionLimits?: ExpansionLimits;
+  /** A coverage warning fails the paper ({@link CoverageError}). */
+  strictCoverage?: boolean;
 }
 
 const BOILERPLATE = /^(acknowledge?ments?|author contributions?( statement)?|competing interests?|conflicts? of interest|funding|references|bibliography|consortium|data availability|code availability|supporting information|additional information|contributions)\b/i;
 
-/** Title from a `titlepage` environment when there is no `\title`: its first large-font group. */
-function titlepageTitle(text: string): string | undefined {
+/**
+ * Title when there is no title macro: the first large-font group of a `titlepage` environment,
+ * else hyperref's `pdftitle={…}`, else the first large-font group (`{\Large …}`) of the body
+ * before its first heading (templates such as SciPost's that typeset the title by hand).
+ */
+function fallbackTitle(text: string): string | undefined {
+  const large = (s: string) => {
+    const m = /\{\s*(?:\\textbf\{)?\s*\\(?:LARGE|Large|huge|Huge)\s*(?:\\(?:textbf|bfseries|bf)\s*)?\{?\s*([^{}]+?)\}/.exec(s) ?? /\\(?:LARGE|Huge|huge)\s+([^{}\n]+)/.exec(s);
+    return m ? m[1].replace(/\\\\(\[[^\]]*\])?/g, ' ').replace(/\s+/g, ' ').trim() : undefined;
+  };
   const tp = /\\begin\{titlepage\}([\s\S]*?)\\end\{titlepage\}/.exec(text);
-  if (!tp) return undefined;
-  const m = /\{\s*(?:\\textbf\{)?\s*\\(?:LARGE|Large|huge|Huge)\s+([^{}]+?)\}/.exec(tp[1]) ?? /\\(?:LARGE|Huge|huge)\s+([^{}\n]+)/.exec(tp[1]);
-  return m ? m[1].replace(/\\\\(\[[^\]]*\])?/g, ' ').trim() : undefined;
+  const fromTp = tp && large(tp[1]);
+  if (fromTp) return fromTp;
+  const pdf = /pdftitle\s*=\s*\{/.exec(text);
+  if (pdf) {
+    const g = readGroup(text, pdf.index + pdf[0].length - 1);
+    if (g && g[0].trim()) return g[0].replace(/\s+/g, ' ').trim();
+  }
+  const b = /\\begin\s*\{document\}/.exec(text);
+  if (!b) return undefined;
+  const front = text.slice(b.index, b.index + 4000);
+  const h = /\\(part|chapter|section|begin\s*\{abstract\})/.exec(front);
+  return large(h ? front.slice(0, h.index) : front);
 }
 
 /** Paper id from a path: `cs-pysr.tar.gz` → `cs-pysr`. */
@@ -148,7 +196,13 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
   const src = await unpackSource(path, { workDir: opts.workDir, limits: opts.limits });
   try {
     const id = opts.id ?? paperIdFromPath(path);
-    const choice = chooseMainFile(src.root, warn);
+    let choice;
+    try {
+      choice = chooseMainFile(src.root, warn, { limits: opts.expansionLimits });
+    } catch (e) {
+      if (e instanceof ExpansionLimitError) throw new ExpansionLimitError(`${path}: ${e.message}`);
+      throw e;
+    }
     if (!choice) {
       const tex = listFiles(src.root, (n) => /\.tex$/i.test(n), 1);
       if (!tex.length) {
@@ -160,7 +214,7 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     const mainFile = choice.main;
     const flat = choice.flat;
     const store = flat.verbatim;
-    const expanded = expandMacros(flat.text, warn);
+    const expanded = expandMacros(flat.text, (w) => warn({ ...w, file: w.file ?? mainFile }));
     const st = extractStructure(expanded);
     const { leading, sections: raw } = groupSections(st.headings);
     // headings before the first top-level one (a thesis's front-matter \section*s) stay front matter
@@ -168,7 +222,7 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     const sources = [st.abstract ?? '', frontText, ...raw.map((s) => s.latex)];
     const conv = await latexToTextBatch(sources, { timeoutMs: opts.parseTimeoutMs, inProcess: opts.inProcess, warn: (m) => warn({ code: 'parse-fallback', message: m }) });
     const text = (k: number) => store.restore(conv[k].text);
-    const title = (t: string | undefined) => store.restore(inlineText(t));
+    const title = (t: string | undefined) => store.restore(inlineText(t && cleanTitle(t)));
     const sections: PaperSection[] = [];
     const front = conv[1];
     if (front.text.length > 200) {
@@ -190,10 +244,17 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
       });
     });
     const licence = detectLicence(src.root);
+    const paperTitle = title(st.title ?? fallbackTitle(expanded)) || id;
+    const abstract = text(0);
+    const stageText = [paperTitle, abstract, ...sections.map((s) => `${s.title}\n${s.text}`)].join('\n');
+    const coverage = measureCoverage(expanded, st.headings.map((h) => h.title), stageText);
+    const problem = coverageProblem(coverage);
+    if (problem) warn({ code: 'coverage', file: mainFile, message: `${problem}: text may have been lost in ingestion` });
+    if (opts.strictCoverage) assertCoverage({ id, warnings });
     return {
       id,
-      title: title(st.title ?? titlepageTitle(expanded)) || id,
-      abstract: text(0),
+      title: paperTitle,
+      abstract,
       domain: opts.domain ?? guessDomain(id),
       ...(licence && { licence }),
       mainFile,
@@ -202,6 +263,8 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
       sections,
       warnings,
       rootCandidates: choice.candidates,
+      mainRule: choice.rule,
+      coverage,
     };
   } finally {
     src.cleanup();

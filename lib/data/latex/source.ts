@@ -38,7 +38,11 @@ export type WarningCode =
   | 'no-article-root'
   | 'verbatim-unclosed'
   | 'macro-limit'
-  | 'parse-fallback';
+  | 'parse-fallback'
+  | 'conditional-unclosed'
+  | 'readme-missing-file'
+  | 'readme-invalid'
+  | 'coverage';
 
 /** A structured ingestion warning: what, where (file relative to the paper root, 1-based line). */
 export interface PaperWarning {
@@ -435,42 +439,6 @@ export function stripComments(src: string): string {
   return store.restoreRaw(scanSource(src.replace(/\r\n?/g, '\n'), store).text);
 }
 
-/**
- * Remove `\iffalse … \fi` blocks (nesting of other `\if…` conditionals respected; an `\else` at
- * the outer level keeps its branch). Also `\if0 … \fi`.
- */
-export function stripIffalse(src: string): string {
-  const re = /\\(iffalse|if0)(?![a-zA-Z])/g;
-  let out = '';
-  let pos = 0;
-  let m: RegExpExecArray | null;
-  while ((m = re.exec(src))) {
-    out += src.slice(pos, m.index);
-    const tok = /\\(if[a-zA-Z@]*|else|fi)(?![a-zA-Z@])/g;
-    tok.lastIndex = m.index + m[0].length;
-    let depth = 1;
-    let end = src.length;
-    let keepFrom = -1;
-    let t: RegExpExecArray | null;
-    while ((t = tok.exec(src))) {
-      const name = t[1];
-      if (name === 'fi') {
-        depth--;
-        if (depth === 0) {
-          end = t.index;
-          break;
-        }
-      } else if (name === 'else') {
-        if (depth === 1 && keepFrom < 0) keepFrom = t.index + t[0].length;
-      } else if (name.startsWith('if') && name !== 'ifnextchar') depth++;
-    }
-    if (keepFrom >= 0) out += src.slice(keepFrom, end);
-    pos = Math.min(src.length, end === src.length ? end : end + 3);
-    re.lastIndex = pos;
-  }
-  return out + src.slice(pos);
-}
-
 /** Read `{…}` with balanced braces starting at `i` (which must be `{`); returns [content, indexAfter] or undefined. */
 export function readGroup(s: string, i: number): [string, number] | undefined {
   if (s[i] !== '{') return undefined;
@@ -560,6 +528,8 @@ export function listFiles(root: string, keep: (name: string) => boolean, limit =
 // Includes
 
 const INCLUDE_RE = /\\(input|include|subfile|import|subimport|subinputfrom|inputfrom|includefrom|subincludefrom)(?![a-zA-Z@])\*?/g;
+const INCLUDE_CMDS = new Set(['input', 'include', 'subfile', 'import', 'subimport', 'subinputfrom', 'inputfrom', 'includefrom', 'subincludefrom']);
+const HAS_INCLUDE = /\\(input|include|subfile|import|subimport|subinputfrom|inputfrom|includefrom|subincludefrom)(?![a-zA-Z@])/;
 
 /** Include targets (as written) in scanned text. */
 export function includeTargets(text: string): string[] {
@@ -576,35 +546,37 @@ interface IncludeRef {
   file: string;
 }
 
+/** The include command at `start` (its name `cmd` ends at `after`), or undefined when its argument is not there. */
+function includeAt(text: string, start: number, cmd: string, after: number): IncludeRef | undefined {
+  let i = after;
+  if (text[i] === '*') i++;
+  i = skipWs(text, i);
+  if (/import|from/.test(cmd)) {
+    const a = readGroup(text, i);
+    if (!a) return undefined;
+    const b = readGroup(text, skipWs(text, a[1]));
+    if (!b) return undefined;
+    return { start, end: b[1], cmd, dir: a[0].trim(), file: b[0].trim() };
+  }
+  const g = readGroup(text, i);
+  if (g) return { start, end: g[1], cmd, file: g[0].trim() };
+  if (cmd === 'input') {
+    // TeX primitive syntax: \input file.tex
+    const t = /^[^\s{}\\%[\uE000]+/.exec(text.slice(i, i + 300));
+    if (t) return { start, end: i + t[0].length, cmd, file: t[0] };
+  }
+  return undefined;
+}
+
 function scanIncludes(text: string): IncludeRef[] {
   const refs: IncludeRef[] = [];
   const re = new RegExp(INCLUDE_RE.source, 'g');
   let m: RegExpExecArray | null;
   while ((m = re.exec(text))) {
-    const cmd = m[1];
-    const i = skipWs(text, m.index + m[0].length);
-    const twoArgs = /import|from/.test(cmd);
-    if (twoArgs) {
-      const a = readGroup(text, i);
-      if (!a) continue;
-      const b = readGroup(text, skipWs(text, a[1]));
-      if (!b) continue;
-      refs.push({ start: m.index, end: b[1], cmd, dir: a[0].trim(), file: b[0].trim() });
-      re.lastIndex = b[1];
-      continue;
-    }
-    const g = readGroup(text, i);
-    if (g) {
-      refs.push({ start: m.index, end: g[1], cmd, file: g[0].trim() });
-      re.lastIndex = g[1];
-    } else if (cmd === 'input') {
-      // TeX primitive syntax: \input file.tex
-      const t = /^[^\s{}\\%[\uE000]+/.exec(text.slice(i, i + 300));
-      if (t) {
-        refs.push({ start: m.index, end: i + t[0].length, cmd, file: t[0] });
-        re.lastIndex = i + t[0].length;
-      }
-    }
+    const ref = includeAt(text, m.index, m[1], m.index + 1 + m[1].length);
+    if (!ref) continue;
+    refs.push(ref);
+    re.lastIndex = ref.end;
   }
   return refs;
 }
@@ -613,39 +585,496 @@ function within(root: string, p: string): boolean {
   return p === root || p.startsWith(root.endsWith(sep) ? root : root + sep);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Conditionals (TeX's \if… \else \fi, \newif switches, etoolbox toggles / ifthen booleans)
+
+/**
+ * TeX conditionals whose value depends on state this reader does not have (`\ifx`, `\ifdim`,
+ * `\ifdefined`, …, and `\if`/`\ifnum`/`\ifodd` on anything but literal characters / integers):
+ * they nest like every conditional; their tokens stay in the text and both branches are kept.
+ */
+const OPAQUE_IFS = new Set([
+  'if', 'ifcat', 'ifnum', 'ifdim', 'ifodd', 'ifx', 'ifcase', 'ifeof', 'ifvoid', 'ifhbox', 'ifvbox', 'ifmmode', 'ifvmode', 'ifhmode', 'ifinner', 'ifdefined', 'ifcsname',
+  'iffontchar', 'ifincsname', 'ifabsnum', 'ifabsdim', 'ifpdfprimitive', 'ifpdfabsnum', 'ifpdfabsdim', 'ifprimitive', 'ifdraft', 'iffinal', 'ifthenelse',
+]);
+// \ifdraft / \ifthenelse are in the set only to be removed: they are macros with arguments (ifdraft package, ifthen)
+OPAQUE_IFS.delete('ifdraft');
+OPAQUE_IFS.delete('iffinal');
+OPAQUE_IFS.delete('ifthenelse');
+/** Engine switches (ifpdf / iftex / ifxetex / ifluatex packages) as under pdfLaTeX, arXiv's default compiler. */
+const ENGINE_IFS: Record<string, boolean> = { ifpdf: true, ifpdftex: true, ifPDFTeX: true, ifxetex: false, ifXeTeX: false, ifluatex: false, ifLuaTeX: false, ifvtex: false, ifVTeX: false };
+/** Switches that class files declare with \newif (IEEEtran's \ifCLASSOPTION…, \ifCLASSINFO…): conditionals of unknown value. */
+const CLASS_SWITCH = /^if(CLASSOPTION|CLASSINFO)[a-zA-Z@]*$/;
+
+interface CondFrame {
+  /** undefined: a conditional of unknown value (both branches kept). */
+  value: boolean | undefined;
+  inElse: boolean;
+  name: string;
+  file?: string;
+  line?: number;
+}
+
+/** TeX state shared by all files of one document while it is read in order. */
+class TexState {
+  readonly stack: CondFrame[] = [];
+  /** `\newif\ifX` switches: X → value. */
+  readonly switches = new Map<string, boolean>();
+  /** Switches declared in the paper's .sty / .cls files: conditionals of unknown value. */
+  readonly opaque = new Set<string>();
+  /** etoolbox toggles and ifthen booleans. */
+  readonly toggles = new Map<string, boolean>();
+  /** User macros whose body holds an include command, followed where they are used. */
+  readonly incMacros = new Map<string, MacroDef>();
+  private inactive = 0;
+
+  get active(): boolean {
+    return this.inactive === 0;
+  }
+
+  /** Is `\name` a TeX conditional (`name` begins with `if`)? Macros such as `\ifthenelse`, `\iftoggle`, `\ifdefempty` are not. */
+  isConditional(name: string): boolean {
+    if (name === 'iftrue' || name === 'iffalse' || OPAQUE_IFS.has(name) || name in ENGINE_IFS || CLASS_SWITCH.test(name)) return true;
+    const base = name.slice(2);
+    return this.switches.has(base) || this.opaque.has(base);
+  }
+
+  push(f: CondFrame): void {
+    this.stack.push(f);
+    if (!frameActive(f)) this.inactive++;
+  }
+
+  pop(): CondFrame | undefined {
+    const f = this.stack.pop();
+    if (f && !frameActive(f)) this.inactive--;
+    return f;
+  }
+
+  /** `\else` of the innermost conditional. */
+  flip(f: CondFrame): void {
+    const before = frameActive(f);
+    f.inElse = !f.inElse;
+    const after = frameActive(f);
+    if (before && !after) this.inactive++;
+    else if (!before && after) this.inactive--;
+  }
+}
+
+const frameActive = (f: CondFrame) => f.value === undefined || f.value !== f.inElse;
+
+/** One file (or macro body from it) being read by {@link runTex}. */
+interface TexRun {
+  /** File name relative to the paper root, for warnings. */
+  file: string;
+  /** 1-based source line of an offset in `text`. */
+  lineOf: (pos: number) => number;
+  /** Splice an include (returns the included text, already read). */
+  include?: (ref: IncludeRef, line: number) => string;
+  /** `\endinput` ends this run (file level only). */
+  fileLevel: boolean;
+  /** Nesting of include macros expanded (limit {@link MAX_MACRO_DEPTH}). */
+  macroDepth: number;
+  warn: Warn;
+  /** Counts include-macro expansions (bounded). */
+  onExpansion?: () => void;
+}
+
+const MAX_MACRO_DEPTH = 20;
+const CTRL_RE = /\\(?:([a-zA-Z@]+)|[^a-zA-Z@])/g;
+const DEF_NAMES = new Set(['newcommand', 'renewcommand', 'providecommand', 'DeclareRobustCommand', 'def', 'gdef', 'edef', 'xdef', 'newenvironment', 'renewenvironment']);
+
+/**
+ * Read scanned TeX text in order as TeX would for what it typesets: conditionals evaluated
+ * (`\iftrue`/`\iffalse`, `\if` on two literal characters such as `\if 0 …` or `\if00`, `\ifnum`
+ * / `\ifodd` on literal integers, `\newif` switches set by `\Xtrue` / `\Xfalse` / `\let`, the
+ * engine switches as under pdfLaTeX, `\iftoggle` / `\ifbool` / `\ifthenelse{\boolean{x}}` on known
+ * toggles), `\else`, nesting (also across files, as in TeX); other conditionals (`\ifx`, `\ifdim`,
+ * …) nest but keep both branches; macros whose names merely begin with `if` (etoolbox, ifthen,
+ * xifthen) are not conditionals. `\endinput` ends the file after its line. Definitions are passed
+ * through unread (a conditional or include inside a body is not acted on where it is defined);
+ * user macros whose body holds an include are followed where used; includes are handed to
+ * `run.include`. In skipped text only conditionals are counted, as in TeX.
+ */
+function runTex(text: string, st: TexState, run: TexRun): string {
+  const out: string[] = [];
+  let pos = 0;
+  let stopAt = text.length;
+  const flush = (to: number) => {
+    if (st.active && to > pos) out.push(text.slice(pos, to));
+    pos = to;
+  };
+  const re = new RegExp(CTRL_RE.source, 'g');
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(text)) && m.index < stopAt) {
+    const name = m[1];
+    if (!name) continue;
+    const at = m.index;
+    const end = at + m[0].length;
+    const active = st.active;
+    if (name === 'fi') {
+      flush(at);
+      const f = st.pop();
+      if ((!f || f.value === undefined) && st.active) out.push('\\fi');
+      pos = end;
+      continue;
+    }
+    if (name === 'else') {
+      flush(at);
+      const f = st.stack.at(-1);
+      if (!f || f.value === undefined) {
+        if (st.active) out.push('\\else');
+      } else st.flip(f);
+      pos = end;
+      continue;
+    }
+    if (name === 'newif') {
+      const d = /^\s*\\if([a-zA-Z@]+)/.exec(text.slice(end, end + 120));
+      if (d) {
+        flush(at);
+        if (active || !st.switches.has(d[1])) st.switches.set(d[1], false);
+        pos = end + d[0].length;
+        re.lastIndex = pos;
+      }
+      continue;
+    }
+    if (name === 'let') {
+      const d = /^\s*\\if([a-zA-Z@]+)\s*=?\s*\\if(true|false)(?![a-zA-Z@])/.exec(text.slice(end, end + 160));
+      if (d) {
+        flush(at);
+        if (active || !st.switches.has(d[1])) st.switches.set(d[1], active ? d[2] === 'true' : st.switches.get(d[1]) ?? false);
+        pos = end + d[0].length;
+        re.lastIndex = pos;
+      }
+      continue;
+    }
+    if (name.startsWith('if') && st.isConditional(name)) {
+      flush(at);
+      const frame: CondFrame = { value: undefined, inElse: false, name, file: run.file, line: run.lineOf(at) };
+      pos = end;
+      if (!active) {
+        // skipped text: only nesting counts
+      } else if (name === 'iftrue' || name === 'iffalse') frame.value = name === 'iftrue';
+      else if (name in ENGINE_IFS) frame.value = ENGINE_IFS[name];
+      else if (st.switches.has(name.slice(2))) frame.value = st.switches.get(name.slice(2));
+      else {
+        const lit = literalCondition(name, text, end);
+        if (lit) {
+          frame.value = lit.value;
+          pos = lit.end;
+        } else out.push(text.slice(at, end));
+      }
+      re.lastIndex = pos;
+      st.push(frame);
+      continue;
+    }
+    if (!active) continue;
+    // ---- typeset text only below
+    if ((name.endsWith('true') || name.endsWith('false')) && st.switches.has(name.replace(/(true|false)$/, ''))) {
+      flush(at);
+      st.switches.set(name.replace(/(true|false)$/, ''), name.endsWith('true'));
+      pos = end;
+      continue;
+    }
+    const tog = toggleAt(name, text, end, st);
+    if (tog) {
+      flush(at);
+      if (tog.body !== undefined) out.push(nested(tog.body, at));
+      pos = tog.end;
+      re.lastIndex = pos;
+      continue;
+    }
+    if (name === 'endinput' && run.fileLevel) {
+      flush(at);
+      pos = end;
+      const nl = text.indexOf('\n', end);
+      stopAt = nl < 0 ? text.length : nl;
+      continue;
+    }
+    if (DEF_NAMES.has(name)) {
+      const d = readDefinition(text, at, m[0]);
+      if (d) {
+        if (d.name && !d.environment) {
+          if (HAS_INCLUDE.test(d.def.body) && d.expandable) st.incMacros.set(d.name, d.def);
+          else if (!/providecommand/.test(name)) st.incMacros.delete(d.name);
+        }
+        flush(d.end);
+        re.lastIndex = d.end;
+      }
+      continue;
+    }
+    if (INCLUDE_CMDS.has(name) && run.include) {
+      const ref = includeAt(text, at, name, end);
+      if (ref) {
+        flush(at);
+        if (/[\\#]/.test(ref.file) || /[\\#]/.test(ref.dir ?? '')) {
+          run.warn({ code: 'include-missing', file: run.file, line: run.lineOf(at), message: `include target ${JSON.stringify(ref.file)} is built by a macro this reader cannot expand; skipped` });
+        } else out.push(run.include(ref, run.lineOf(at)));
+        pos = ref.end;
+        re.lastIndex = pos;
+      }
+      continue;
+    }
+    const def = st.incMacros.get(name);
+    if (def) {
+      const use = readUse(text, end, def);
+      if (!use) continue;
+      flush(at);
+      if (run.macroDepth >= MAX_MACRO_DEPTH) {
+        run.warn({ code: 'macro-limit', file: run.file, line: run.lineOf(at), message: `\\${name} still expanding after ${MAX_MACRO_DEPTH} nested uses (recursive macro?); stopped there` });
+      } else {
+        run.onExpansion?.();
+        out.push(nested(substitute(def.body, use.args), at));
+      }
+      pos = use.end;
+      re.lastIndex = pos;
+    }
+  }
+  flush(stopAt);
+  return out.join('');
+
+  function nested(body: string, at: number): string {
+    const line = run.lineOf(at);
+    return runTex(body, st, { ...run, lineOf: () => line, fileLevel: false, macroDepth: run.macroDepth + 1 });
+  }
+}
+
+/** `\if` on two literal characters, `\ifnum` / `\ifodd` on literal integers: the value and where the test ends. */
+function literalCondition(name: string, text: string, end: number): { value: boolean; end: number } | undefined {
+  if (name === 'if') {
+    // spaces after a control word are skipped; then two tokens are compared by character code
+    let j = end;
+    while (j < text.length && /[ \t\n]/.test(text[j])) j++;
+    const a = text[j];
+    const plain = (c: string | undefined) => c !== undefined && !/[\\{}$%&#^_~\uE000-\uE003]/.test(c);
+    if (!plain(a) || /\s/.test(a)) return undefined;
+    const b = text[j + 1];
+    if (b === undefined) return undefined;
+    if (/[ \t\n]/.test(b)) {
+      let k = j + 1;
+      while (k < text.length && /[ \t]/.test(text[k])) k++;
+      if (text[k] === '\n') k++;
+      return { value: false, end: k };
+    }
+    if (!plain(b)) return undefined;
+    return { value: a === b, end: j + 2 };
+  }
+  if (name === 'ifnum') {
+    const n = /^\s*(-?\d+)\s*([<=>])\s*(-?\d+)(?![\d.])/.exec(text.slice(end, end + 80));
+    if (!n) return undefined;
+    const x = Number(n[1]);
+    const y = Number(n[3]);
+    return { value: n[2] === '<' ? x < y : n[2] === '>' ? x > y : x === y, end: end + n[0].length };
+  }
+  if (name === 'ifodd') {
+    const n = /^\s*(-?\d+)(?![\d.])/.exec(text.slice(end, end + 40));
+    return n ? { value: Math.abs(Number(n[1])) % 2 === 1, end: end + n[0].length } : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * etoolbox toggles / booleans and ifthen booleans: declarations and settings (removed from the
+ * text, state updated), and `\iftoggle{x}{…}{…}`, `\nottoggle`, `\ifbool`, `\notbool`,
+ * `\ifthenelse{\boolean{x}}{…}{…}` on a known name (replaced by the branch TeX takes; `body`).
+ * Anything else, or an unknown name: undefined (the macro stays as text, both branches with it).
+ */
+function toggleAt(name: string, text: string, end: number, st: TexState): { end: number; body?: string } | undefined {
+  const arg = (i: number) => readGroup(text, skipWs(text, i));
+  switch (name) {
+    case 'newtoggle':
+    case 'providetoggle':
+    case 'newboolean':
+    case 'provideboolean':
+    case 'newbool':
+    case 'providebool': {
+      const a = arg(end);
+      if (!a) return undefined;
+      if (!st.toggles.has(a[0].trim()) || name.startsWith('new')) st.toggles.set(a[0].trim(), false);
+      return { end: a[1] };
+    }
+    case 'toggletrue':
+    case 'togglefalse':
+    case 'booltrue':
+    case 'boolfalse': {
+      const a = arg(end);
+      if (!a) return undefined;
+      st.toggles.set(a[0].trim(), name.endsWith('true'));
+      return { end: a[1] };
+    }
+    case 'settoggle':
+    case 'setbool':
+    case 'setboolean': {
+      const a = arg(end);
+      const v = a && arg(a[1]);
+      if (!a || !v || !/^(true|false)$/.test(v[0].trim())) return undefined;
+      st.toggles.set(a[0].trim(), v[0].trim() === 'true');
+      return { end: v[1] };
+    }
+    case 'iftoggle':
+    case 'nottoggle':
+    case 'ifbool':
+    case 'notbool':
+    case 'ifthenelse': {
+      const a = arg(end);
+      if (!a) return undefined;
+      let key = a[0].trim();
+      if (name === 'ifthenelse') {
+        const b = /^\\boolean\s*\{([^{}]+)\}$/.exec(key);
+        if (!b) return undefined;
+        key = b[1].trim();
+      }
+      const v = st.toggles.get(key);
+      if (v === undefined) return undefined;
+      const t = arg(a[1]);
+      const f = t && arg(t[1]);
+      if (!t || !f) return undefined;
+      const yes = name.startsWith('not') ? !v : v;
+      return { end: f[1], body: yes ? t[0] : f[0] };
+    }
+    default:
+      return undefined;
+  }
+}
+
+/** Arguments of a use of a user macro at `i` (just after its name), or undefined when they are not all there. */
+function readUse(text: string, i: number, def: MacroDef): { args: string[]; end: number } | undefined {
+  const args: string[] = [];
+  for (let a = 0; a < def.nargs; a++) {
+    if (a === 0 && def.optDefault !== undefined) {
+      const o = readOptional(text, skipSpaces(text, i));
+      if (o) {
+        args.push(o[0]);
+        i = o[1];
+      } else args.push(def.optDefault);
+      continue;
+    }
+    const arg = readArgument(text, i);
+    if (!arg) return undefined;
+    args.push(arg[0]);
+    i = arg[1];
+  }
+  return { args, end: i };
+}
+
+const substitute = (body: string, args: string[]) => body.replace(/##|#([1-9])/g, (s, d?: string) => (d ? args[Number(d) - 1] ?? '' : '#'));
+
+/**
+ * Remove what TeX would skip in conditionals (see {@link runTex}: `\iffalse`, `\if0 `, `\newif`
+ * switches, nesting, `\else`) from text without includes; an unclosed false branch drops the rest.
+ */
+export function stripIffalse(src: string, warn: Warn = () => {}, file?: string): string {
+  const st = new TexState();
+  const out = runTex(src, st, { file: file ?? '', lineOf: () => 0, fileLevel: true, macroDepth: 0, warn });
+  warnUnclosed(st, warn);
+  return out;
+}
+
+function warnUnclosed(st: TexState, warn: Warn): void {
+  for (const f of st.stack) {
+    if (f.value === undefined) continue;
+    const dropped = !frameActive(f);
+    warn({ code: 'conditional-unclosed', file: f.file || undefined, line: f.line || undefined, message: `\\${f.name} is never closed by \\fi; ${dropped ? 'everything after it was skipped, as TeX would' : 'read to the end'}` });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flattening
+
+/** Bounds on the total expansion of one paper's sources (issue 38: an \input fan-out). */
+export interface ExpansionLimits {
+  /** File inclusions in one document (default 5000). */
+  maxInclusions?: number;
+  /** Characters read from all included files together (default 32 Mi). */
+  maxChars?: number;
+  /** Include-macro expansions (default 20000). */
+  maxExpansions?: number;
+}
+
+export const DEFAULT_EXPANSION_LIMITS: Required<ExpansionLimits> = { maxInclusions: 5000, maxChars: 32 * 2 ** 20, maxExpansions: 20000 };
+
+/** A paper's sources expand past {@link ExpansionLimits}: the paper fails (nothing partial is used). */
+export class ExpansionLimitError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ExpansionLimitError';
+  }
+}
+
 /** Result of {@link flattenDocument}. */
 export interface FlattenResult {
-  /** Comment-free, `\iffalse`-free source with all resolvable includes spliced in; verbatim-like bodies are placeholders of `verbatim`. */
+  /** Comment-free source with conditionals resolved and all resolvable includes spliced in; verbatim-like bodies are placeholders of `verbatim`. */
   text: string;
-  /** Files read (relative to root), main file first. */
+  /** Files read (relative to root), main file first (a file included twice is listed once). */
   files: string[];
   /** Include targets that were not found (as written). */
   missing: string[];
   /** The verbatim-like bodies cut out of `text`. */
   verbatim: VerbatimStore;
+  /** File inclusions made and characters read (see {@link ExpansionLimits}). */
+  inclusions: number;
+  chars: number;
 }
 
-const INC_OPEN = '\uE002';
-const INC_CLOSE = '\uE003';
+/** Options of {@link flattenDocument}. */
+export interface FlattenOptions {
+  limits?: ExpansionLimits;
+}
+
+/** Offsets of line starts, for line numbers by binary search. */
+function lineIndex(s: ScannedSource, base = 0): (pos: number) => number {
+  const nl: number[] = [];
+  for (let i = s.text.indexOf('\n'); i >= 0; i = s.text.indexOf('\n', i + 1)) nl.push(i);
+  return (pos: number) => {
+    const p = pos + base;
+    let lo = 0;
+    let hi = nl.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (nl[mid] < p) lo = mid + 1;
+      else hi = mid;
+    }
+    return s.lineStarts[Math.min(lo, s.lineStarts.length - 1)] ?? 1;
+  };
+}
+
+/** Classes whose document wrapper is dropped when the file is included (subfiles, standalone). */
+const WRAPPED = /\\documentclass\s*(?:\[[^\]]*\])?\s*\{\s*(subfiles|standalone)\s*\}/;
 
 /**
- * Inline every include of `mainFile` recursively. Paths are resolved like TeX does for arXiv
- * sources: relative to the main file's directory (for `\import`/`\subimport`, relative to the
- * given directory / the including file's directory); no extension → `.tex` first. Anything
+ * Inline every include of `mainFile` recursively, reading the files in document order as TeX
+ * does ({@link runTex}: conditionals, `\newif` switches, `\endinput`, include macros). Paths are
+ * resolved as TeX does for arXiv sources: `\input` / `\include` relative to the main file's
+ * directory (inside a file brought in by `\import`, relative to that file's directory first, as
+ * the import package sets the input path), then the including file's directory; `\import{dir}{f}`
+ * / `\inputfrom` / `\includefrom` relative to the main file's directory, `\subimport` /
+ * `\subinputfrom` / `\subincludefrom` relative to the current import directory; no extension →
+ * `.tex` first. A `\subfile` (or an included `subfiles` / `standalone` document) loses its own
+ * preamble and `\begin{document}` / `\end{document}`, as the subfiles package does. Anything
  * resolving outside `root` (also through symlinks) is refused with a warning; missing files are
- * tolerated with a warning (file and line of the include); cycles and depth > 20 stop. Each file
- * is decoded ({@link decodeTex}; files without an `inputenc` of their own use the main file's),
- * scanned ({@link scanSource}) and cleared of `\iffalse` blocks before its includes are resolved,
- * so includes in comments, verbatim bodies or `\iffalse` blocks are never followed.
+ * tolerated with a warning (file and line of the include); cycles and depth > 20 stop with a
+ * warning; a conditional never closed is warned about where it opened.
+ * @throws ExpansionLimitError past {@link ExpansionLimits} (inclusions, characters, macro expansions)
  */
-export function flattenDocument(root: string, mainFile: string, warn: Warn, store: VerbatimStore = new VerbatimStore()): FlattenResult {
+export function flattenDocument(root: string, mainFile: string, warn: Warn, store: VerbatimStore = new VerbatimStore(), opts: FlattenOptions = {}): FlattenResult {
+  const limits = { ...DEFAULT_EXPANSION_LIMITS, ...opts.limits };
   const rootReal = realpathSync(root);
   const mainAbs = resolve(root, mainFile);
   const baseDir = dirname(mainAbs);
   const files: string[] = [];
   const missing: string[] = [];
   const stack: string[] = [];
+  const st = new TexState();
+  for (const rel of listFiles(root, (n) => /\.(sty|cls)$/i.test(n), 200)) {
+    const t = readTextFile(join(root, rel), () => {}, { rel });
+    for (const d of t?.matchAll(/\\newif\s*\\if([a-zA-Z@]+)/g) ?? []) st.opaque.add(d[1]);
+  }
   let encoding: string | undefined;
+  let inclusions = 0;
+  let chars = 0;
+  let expansions = 0;
+  const over = (what: string, at: string) => {
+    throw new ExpansionLimitError(`sources expand past the limit of ${what} (${at}); an \\input fan-out or recursive include?`);
+  };
 
   const REFUSED = '\0refused';
   const resolveTarget = (fromDir: string, target: string, at: { file: string; line: number }): string | undefined => {
@@ -674,52 +1103,78 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn, stor
     return undefined;
   };
 
-  const expand = (absReal: string, depth: number, fileDir: string): string => {
+  /** Read one file in the shared state; `importDir`: the import package's input path (undefined outside \import). */
+  const expand = (absReal: string, depth: number, importDir: string | undefined, unwrap: boolean, from?: string): string => {
     const rel = relative(rootReal, absReal);
     const raw = readTextFile(absReal, warn, { rel, encoding });
     if (raw === undefined) return '';
     if (!files.length) encoding = declaredInputenc(raw);
-    files.push(rel);
+    chars += raw.length;
+    if (chars > limits.maxChars) over(`${limits.maxChars} characters read`, `${chars} at ${rel}${from ? `, included from ${from}` : ''}`);
+    if (!files.includes(rel)) files.push(rel);
     stack.push(absReal);
     const scanned = scanSource(raw, store, warn, rel);
-    const refs = scanIncludes(scanned.text);
-    // includes → markers, then \iffalse blocks removed: only surviving markers are followed
-    let marked = '';
-    let pos = 0;
-    refs.forEach((ref, k) => {
-      marked += scanned.text.slice(pos, ref.start) + `${INC_OPEN}${k}${INC_CLOSE}`;
-      pos = ref.end;
-    });
-    marked += scanned.text.slice(pos);
-    const text = stripIffalse(marked);
-    const out = text.replace(/\uE002(\d+)\uE003/g, (_m, ks: string) => {
-      const ref = refs[Number(ks)];
-      const at = { file: rel, line: sourceLine(scanned, ref.start) };
-      let dir = baseDir;
-      if (ref.cmd.startsWith('sub')) dir = resolve(fileDir, ref.dir ?? '');
-      else if (ref.dir !== undefined) dir = resolve(baseDir, ref.dir);
-      const label = ref.dir ? `${ref.dir}/${ref.file}` : ref.file;
-      if (/[\\#]/.test(ref.file)) return ''; // macro argument (\newcommand\x[1]{\input{#1}}) or macro path
-      const target = resolveTarget(dir, ref.file, at) ?? (dir !== baseDir ? undefined : resolveTarget(fileDir, ref.file, at));
-      if (target === REFUSED) return '';
-      if (!target) {
-        if (!within(rootReal, resolve(dir, ref.file))) warn({ code: 'include-outside-root', ...at, message: `include ${JSON.stringify(label)} points outside the paper root; ignored` });
-        else {
-          missing.push(label);
-          warn({ code: 'include-missing', ...at, message: `include ${JSON.stringify(label)} not found; skipped` });
+    let text = scanned.text;
+    let base = 0;
+    if (depth > 0 && (unwrap || WRAPPED.test(text))) {
+      // a subfile spliced in: its own preamble and document wrapper are not typeset
+      const b = /\\begin\s*\{document\}/.exec(text);
+      if (b && /\\document(class|style)/.test(text.slice(0, b.index))) {
+        base = b.index + b[0].length;
+        text = text.slice(base);
+        const e = /\\end\s*\{document\}/.exec(text);
+        if (e) text = text.slice(0, e.index);
+      }
+    }
+    const fileDir = dirname(absReal);
+    const out = runTex(text, st, {
+      file: rel,
+      lineOf: lineIndex(scanned, base),
+      fileLevel: true,
+      macroDepth: 0,
+      warn,
+      onExpansion: () => {
+        if (++expansions > limits.maxExpansions) over(`${limits.maxExpansions} include-macro expansions`, `at ${rel}`);
+      },
+      include: (ref, line) => {
+        const at = { file: rel, line };
+        const label = ref.dir ? `${ref.dir}/${ref.file}` : ref.file;
+        const imported = /import|from/.test(ref.cmd);
+        const dirs: string[] = [];
+        if (imported) {
+          if (ref.cmd.startsWith('sub')) dirs.push(resolve(importDir ?? fileDir, ref.dir ?? ''), resolve(fileDir, ref.dir ?? ''));
+          else dirs.push(resolve(baseDir, ref.dir ?? ''));
+        } else {
+          if (importDir) dirs.push(importDir);
+          dirs.push(baseDir, fileDir);
         }
-        return '';
-      }
-      if (stack.includes(target)) {
-        warn({ code: 'include-cycle', ...at, message: `include cycle at ${JSON.stringify(label)}; skipped` });
-        return '';
-      }
-      if (depth >= 20) {
-        warn({ code: 'include-depth', ...at, message: `include depth limit reached at ${JSON.stringify(label)}; skipped` });
-        return '';
-      }
-      const body = expand(target, depth + 1, dirname(target));
-      return ref.cmd === 'include' ? `\n${body}\n` : body;
+        let target: string | undefined;
+        for (const d of [...new Set(dirs)]) {
+          target = resolveTarget(d, ref.file, at);
+          if (target) break;
+        }
+        if (target === REFUSED) return '';
+        if (!target) {
+          if (!within(rootReal, resolve(dirs[0], ref.file))) warn({ code: 'include-outside-root', ...at, message: `include ${JSON.stringify(label)} points outside the paper root; ignored` });
+          else {
+            missing.push(label);
+            warn({ code: 'include-missing', ...at, message: `include ${JSON.stringify(label)} not found; skipped` });
+          }
+          return '';
+        }
+        if (stack.includes(target)) {
+          warn({ code: 'include-cycle', ...at, message: `include cycle at ${JSON.stringify(label)}; skipped` });
+          return '';
+        }
+        if (depth >= 20) {
+          warn({ code: 'include-depth', ...at, message: `include depth limit reached at ${JSON.stringify(label)}; skipped` });
+          return '';
+        }
+        if (++inclusions > limits.maxInclusions) over(`${limits.maxInclusions} file inclusions`, `at ${JSON.stringify(label)} included from ${rel}:${line}`);
+        const childImport = imported ? dirname(target) : importDir;
+        const body = expand(target, depth + 1, childImport, ref.cmd === 'subfile', `${rel}:${line}`);
+        return /^(include|includefrom|subincludefrom)$/.test(ref.cmd) ? `\n${body}\n` : body;
+      },
     });
     stack.pop();
     return out;
@@ -732,8 +1187,99 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn, stor
     throw new Error(`main file not found: ${mainFile}`);
   }
   if (!within(rootReal, mainReal)) throw new Error(`main file ${mainFile} lies outside the paper root`);
-  const text = expand(mainReal, 0, dirname(mainReal));
-  return { text, files, missing, verbatim: store };
+  const text = expand(mainReal, 0, undefined, false);
+  warnUnclosed(st, warn);
+  return { text, files, missing, verbatim: store, inclusions, chars };
+}
+
+// ---------------------------------------------------------------------------------------------
+// arXiv's statements of which file is the paper
+
+/** What arXiv's `00README.XXX` / `00README.json` (or `00README` in JSON) and `%auto-ignore` say about the files. */
+export interface ArxivDirectives {
+  /** The directive file read (`00README.XXX`, `00README.json`, `00README`), if any. */
+  source?: string;
+  /** Declared top-level files (relative to the root), in the order arXiv assembles them (alphanumeric). */
+  toplevel: string[];
+  /** Files to leave out: `ignore` directives and files whose first line is `%auto-ignore`, with why. */
+  ignored: Map<string, string>;
+}
+
+/**
+ * Read arXiv's directives: `00README.XXX` lines `FILE toplevelfile` / `FILE ignore` (other
+ * directives such as `include`, `landscape`, `nohypertex`, `nostamp` are not about the text);
+ * `00README.json` (or `00README` holding JSON) `{"sources": [{"filename": F, "usage":
+ * "toplevel" | "ignore" | "include" | "append"}]}`; and any `.tex` file whose first line is
+ * `%auto-ignore` (arXiv's mark for files AutoTeX skips). Declared names that do not exist are
+ * warned about (`readme-missing-file`, naming the directive file) and dropped; names leaving the
+ * root are refused the same way.
+ * @see https://info.arxiv.org/help/00README.html
+ */
+export function readArxivDirectives(root: string, texFiles: string[], warn: Warn = () => {}): ArxivDirectives {
+  const out: ArxivDirectives = { toplevel: [], ignored: new Map() };
+  const rootReal = realpathSync(root);
+  const names = (() => {
+    try {
+      return readdirSync(root);
+    } catch {
+      return [];
+    }
+  })();
+  const pick = (n: string) => names.find((x) => x.toLowerCase() === n.toLowerCase());
+  const file = pick('00README.json') ?? pick('00README.XXX') ?? pick('00README');
+  const entries: { name: string; usage: string; line?: number }[] = [];
+  if (file) {
+    let text = '';
+    try {
+      if (statSync(join(root, file)).size <= 2 ** 20) text = readFileSync(join(root, file), 'utf8');
+    } catch {
+      /* unreadable: as absent */
+    }
+    out.source = file;
+    if (/^\s*[{[]/.test(text)) {
+      try {
+        const j = JSON.parse(text) as { sources?: { filename?: unknown; usage?: unknown }[] };
+        for (const s of Array.isArray(j.sources) ? j.sources : []) {
+          if (typeof s?.filename === 'string' && typeof s.usage === 'string') entries.push({ name: s.filename, usage: s.usage });
+        }
+      } catch (e) {
+        warn({ code: 'readme-invalid', file, message: `not valid JSON (${(e as Error).message}); its directives are not used` });
+      }
+    } else {
+      text.split(/\r\n?|\n/).forEach((l, k) => {
+        const m = /^\s*(\S+)\s+(toplevelfile|ignore)\s*$/.exec(l);
+        if (m) entries.push({ name: m[1], usage: m[2] === 'toplevelfile' ? 'toplevel' : 'ignore', line: k + 1 });
+      });
+    }
+  }
+  for (const e of entries) {
+    if (e.usage !== 'toplevel' && e.usage !== 'ignore') continue;
+    const abs = resolve(root, e.name);
+    let ok = false;
+    try {
+      ok = within(rootReal, realpathSync(abs)) && statSync(abs).isFile();
+    } catch {
+      ok = false;
+    }
+    if (!ok) {
+      warn({ code: 'readme-missing-file', file, line: e.line, message: `names ${JSON.stringify(e.name)} (${e.usage}), which is not a file in the paper; directive not used` });
+      continue;
+    }
+    const rel = relative(rootReal, realpathSync(abs));
+    if (e.usage === 'toplevel') out.toplevel.push(rel);
+    else out.ignored.set(rel, `${file}: ignore`);
+  }
+  out.toplevel.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  for (const rel of texFiles) {
+    if (out.ignored.has(rel)) continue;
+    try {
+      const head = readFileSync(join(root, rel)).subarray(0, 64).toString('latin1');
+      if (/^\uFEFF?%auto-ignore/i.test(head.replace(/^\xEF\xBB\xBF/, ''))) out.ignored.set(rel, '%auto-ignore');
+    } catch {
+      /* unreadable: handled where read */
+    }
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -761,6 +1307,8 @@ export interface MainChoice {
   candidates: RootCandidate[];
   /** The flattened main file (reused by the caller). */
   flat: FlattenResult;
+  /** Which rule chose the main file (arXiv directive, the only root, or the heuristic and why), and what was left out. */
+  rule: string;
 }
 
 const PRESENTATION = new Set(['beamer', 'powerdot', 'prosper', 'seminar', 'slides', 'tikzposter', 'a0poster', 'sciposter', 'baposter', 'beamerposter']);
@@ -821,43 +1369,64 @@ function headingStats(text: string): { title: string; latex: string }[] {
 const conventional = (r: string) => (/^(main|ms|paper|article|arxiv|manuscript)\.tex$/i.test(basename(r)) ? 1 : 0);
 
 /**
- * Choose the main file under `root` among the root documents (a `.tex` with `\documentclass` or
- * `\documentstyle` and `\begin{document}`, outside comments and verbatim bodies).
- * Presentations (`beamer`, posters), `standalone` figures, letters, responses to reviewers /
+ * Choose the main file under `root`. arXiv's own statements come first ({@link readArxivDirectives}):
+ * a top-level file declared in `00README.XXX` / `00README.json` is the paper (several declared ones
+ * are read in arXiv's order, the later ones' bodies appended), and files marked `ignore` or
+ * `%auto-ignore` are never candidates. Otherwise, among the root documents (a `.tex` with
+ * `\documentclass` or `\documentstyle` and `\begin{document}` outside comments and verbatim
+ * bodies, also when they arrive through its `\input`s, e.g. a preamble file):
+ * presentations (`beamer`, posters), `standalone` figures, letters, responses to reviewers /
  * cover letters, subfiles, title-page-only documents and roots included by another root never
  * win over an article-like root; among article-like roots the one whose resolved include tree
  * holds the most section text wins (ties: conventional name, then path). With no article-like
  * root, the best other root is used with a `no-article-root` warning.
- * @returns the choice with every candidate and why, or undefined when there is no root
+ * @returns the choice with every candidate and why, and the rule that chose it; undefined when there is no root
+ * @throws ExpansionLimitError when a candidate's sources expand past the limits
  */
-export function chooseMainFile(root: string, warn: Warn = () => {}): MainChoice | undefined {
+export function chooseMainFile(root: string, warn: Warn = () => {}, opts: FlattenOptions = {}): MainChoice | undefined {
   const tex = listTexFiles(root);
+  const directives = readArxivDirectives(root, tex, warn);
   const roots: { rel: string; cls: string; text: string }[] = [];
+  const fragments: string[] = [];
   const includedNames = new Set<string>();
   const quiet: Warn = () => {};
   for (const rel of tex) {
+    if (directives.ignored.has(rel)) continue;
     const raw = readTextFile(join(root, rel), quiet, { rel });
     if (raw === undefined) continue;
     const text = scanSource(raw, new VerbatimStore()).text;
-    for (const t of includeTargets(text)) includedNames.add(basename(t).replace(/\.tex$/i, ''));
+    const targets = includeTargets(text);
+    for (const t of targets) includedNames.add(basename(t).replace(/\.tex$/i, ''));
     if (isRootDocument(text)) roots.push({ rel, cls: documentClass(text) ?? '', text });
+    else if (targets.length) fragments.push(rel);
   }
-  if (!roots.length) return undefined;
   const flats = new Map<string, FlattenResult>();
   const warnings = new Map<string, PaperWarning[]>();
   const flatten = (rel: string): FlattenResult => {
     let flat = flats.get(rel);
     if (!flat) {
       const ws: PaperWarning[] = [];
-      flat = flattenDocument(root, rel, (w) => ws.push(w));
+      flat = flattenDocument(root, rel, (w) => ws.push(w), new VerbatimStore(), opts);
       flats.set(rel, flat);
       warnings.set(rel, ws);
     }
     return flat;
   };
+  // a \documentclass that arrives through an \input (main.tex \input's preamble.tex): the includer is the root
+  for (const rel of fragments) {
+    if (includedNames.has(basename(rel, '.tex'))) continue;
+    const f = flatten(rel);
+    if (isRootDocument(f.text)) roots.push({ rel, cls: documentClass(f.text) ?? '', text: f.text });
+  }
+  const declared = directives.toplevel[0];
+  if (declared && !roots.some((r) => r.rel === declared)) {
+    const f = flatten(declared);
+    roots.push({ rel: declared, cls: documentClass(f.text) ?? '', text: f.text });
+  }
+  if (!roots.length) return undefined;
   const cands: RootCandidate[] = roots.map(({ rel, cls, text }) => {
     // presentations, figures and subfiles are classed by their class alone: not resolved unless chosen
-    const byClass = roots.length > 1 && (PRESENTATION.has(cls) || cls === 'standalone' || cls === 'subfiles');
+    const byClass = roots.length > 1 && rel !== declared && (PRESENTATION.has(cls) || cls === 'standalone' || cls === 'subfiles');
     const hs = headingStats(byClass ? text : flatten(rel).text);
     const included = roots.length > 1 && includedNames.has(basename(rel, '.tex'));
     const kind = classify(rel, cls, byClass ? text : flatten(rel).text, hs, included);
@@ -866,22 +1435,40 @@ export function chooseMainFile(root: string, warn: Warn = () => {}): MainChoice 
   const order = (a: RootCandidate, b: RootCandidate) => b.sectionChars - a.sectionChars || conventional(b.file) - conventional(a.file) || a.file.localeCompare(b.file);
   const articles = cands.filter((c) => c.kind === 'article').sort(order);
   let chosen: RootCandidate;
-  if (articles.length) {
+  let rule: string;
+  if (declared) {
+    chosen = cands.find((c) => c.file === declared)!;
+    chosen.reason = `declared the top-level file by ${directives.source}`;
+    for (const c of cands) if (c !== chosen) c.reason = `not declared top-level by ${directives.source}`;
+    rule = `${directives.source} declares ${declared} the top-level file`;
+  } else if (articles.length) {
     chosen = articles[0];
     chosen.reason = articles.length > 1 ? `article-like, most section text (${chosen.sectionChars} chars)` : 'the only article-like root';
     for (const c of articles.slice(1)) c.reason = `article-like, less section text (${c.sectionChars} chars)`;
+    rule = cands.length === 1 ? 'the only root document' : `heuristic: ${chosen.reason}`;
   } else {
     const rest = [...cands].sort((a, b) => Number(a.kind === 'included') - Number(b.kind === 'included') || order(a, b));
     chosen = rest[0];
     chosen.reason = `no article-like root; used anyway (${KIND_TEXT[chosen.kind].replace(/, never.*$/, '')})`;
+    rule = cands.length === 1 ? `the only root document (${chosen.kind})` : `heuristic: ${chosen.reason}`;
     warn({ code: 'no-article-root', file: chosen.file, message: `no article-like root document; using ${chosen.file} (${chosen.documentClass || 'unknown class'}: ${KIND_TEXT[chosen.kind].replace(/, never.*$/, '')})` });
   }
-  flatten(chosen.file);
-  for (const w of warnings.get(chosen.file) ?? []) warn(w);
-  if (cands.length > 1) warn({ code: 'several-roots', file: chosen.file, message: `several root documents (${cands.map((c) => `${c.file} [${c.documentClass || '?'}, ${c.kind}]`).join(', ')}); using ${chosen.file}` });
-  const sorted = [chosen, ...cands.filter((c) => c !== chosen)];
   const flat = flatten(chosen.file);
-  return { main: chosen.file, candidates: sorted, flat };
+  for (const w of warnings.get(chosen.file) ?? []) warn(w);
+  if (cands.length > 1 && !declared) warn({ code: 'several-roots', file: chosen.file, message: `several root documents (${cands.map((c) => `${c.file} [${c.documentClass || '?'}, ${c.kind}]`).join(', ')}); using ${chosen.file}` });
+  // further declared top-level files: arXiv assembles them into one PDF after the first
+  for (const extra of directives.toplevel.slice(1)) {
+    const f = flattenDocument(root, extra, warn, flat.verbatim, opts);
+    const body = bodyOf(f.text);
+    const e = flat.text.lastIndexOf('\\end{document}');
+    flat.text = e >= 0 ? `${flat.text.slice(0, e)}\n${body}\n${flat.text.slice(e)}` : `${flat.text}\n${body}`;
+    for (const x of f.files) if (!flat.files.includes(x)) flat.files.push(x);
+    flat.missing.push(...f.missing);
+    rule += `; ${extra} appended (also declared top-level)`;
+  }
+  if (directives.ignored.size) rule += `; left out: ${[...directives.ignored].map(([f, why]) => `${f} (${why})`).join(', ')}`;
+  const sorted = [chosen, ...cands.filter((c) => c !== chosen)];
+  return { main: chosen.file, candidates: sorted, flat, rule };
 }
 
 /** The main file under `root` ({@link chooseMainFile}), or undefined when there is no root document. */
@@ -912,6 +1499,86 @@ export interface MacroLimits {
   maxBodyChars?: number;
 }
 
+/** A definition read by {@link readDefinition}. */
+interface ParsedDefinition {
+  /** Macro name (undefined for environments). */
+  name?: string;
+  environment: boolean;
+  /** False for `\def`s with delimited parameters (removed, never expanded). */
+  expandable: boolean;
+  def: MacroDef;
+  /** Offset just after the definition. */
+  end: number;
+}
+
+/**
+ * The definition starting at `at` with the defining command `tok` (`\newcommand`, `\def`,
+ * `\newenvironment`, …, as matched; a `*` after it is allowed): name, parameters, body, extent.
+ */
+function readDefinition(src: string, at: number, tok: string): ParsedDefinition | undefined {
+  let i = at + tok.length;
+  if (src[i] === '*' && !tok.endsWith('*')) i++;
+  if (/environment/.test(tok)) {
+    // \newenvironment{name}[n][default]{begin}{end}: removed, not expanded
+    i = skipWs(src, i);
+    const name = readGroup(src, i);
+    if (!name) return undefined;
+    i = name[1];
+    for (let k = 0; k < 2; k++) {
+      const o = readOptional(src, skipWs(src, i));
+      if (o) i = o[1];
+    }
+    const b = readGroup(src, skipWs(src, i));
+    if (!b) return undefined;
+    const e = readGroup(src, skipWs(src, b[1]));
+    if (!e) return undefined;
+    return { environment: true, expandable: false, def: { nargs: 0, body: '' }, end: e[1] };
+  }
+  i = skipWs(src, i);
+  let name: string | undefined;
+  const isDef = /def$/.test(tok);
+  const braced = /^\{\s*\\([a-zA-Z@]+|.)\s*\}/.exec(src.slice(i, i + 80));
+  const bare = /^\\([a-zA-Z@]+|[^a-zA-Z@\s])/.exec(src.slice(i, i + 80));
+  if (braced && !isDef) {
+    name = braced[1];
+    i += braced[0].length;
+  } else if (bare) {
+    name = bare[1];
+    i += bare[0].length;
+  }
+  if (!name) return undefined;
+  let nargs = 0;
+  let optDefault: string | undefined;
+  let expandable = true;
+  if (isDef) {
+    // parameter text up to the body's brace
+    const brace = src.indexOf('{', i);
+    if (brace < 0 || brace - i > 200) return undefined;
+    const params = src.slice(i, brace).replace(/\s+/g, '');
+    if (params && !/^(#[1-9])+$/.test(params)) expandable = false; // delimited parameters
+    else {
+      nargs = params.length / 2;
+      if (params && params !== Array.from({ length: nargs }, (_, k) => `#${k + 1}`).join('')) expandable = false;
+    }
+    i = brace;
+  } else {
+    const n = readOptional(src, skipWs(src, i));
+    if (n) {
+      nargs = Number(n[0].trim()) || 0;
+      i = n[1];
+      const d = readOptional(src, skipWs(src, i));
+      if (d) {
+        optDefault = d[0];
+        i = d[1];
+      }
+    }
+    i = skipWs(src, i);
+  }
+  const g = readGroup(src, i);
+  if (!g) return undefined;
+  return { name, environment: false, expandable, def: { nargs, optDefault, body: g[0] }, end: g[1] };
+}
+
 const DEF_RE = /\\(?:re)?(?:newcommand|providecommand)\*?|\\DeclareRobustCommand\*?|\\[gex]?def(?![a-zA-Z@])|\\(?:re)?newenvironment\*?/g;
 
 /**
@@ -933,74 +1600,15 @@ export function expandMacros(src: string, warn: Warn = () => {}, limits: MacroLi
   const re = new RegExp(DEF_RE.source, 'g');
   let m: RegExpExecArray | null;
   while ((m = re.exec(src))) {
-    const tok = m[0];
-    let i = m.index + tok.length;
-    if (/environment/.test(tok)) {
-      // \newenvironment{name}[n][default]{begin}{end}: removed, not expanded
-      i = skipWs(src, i);
-      const name = readGroup(src, i);
-      if (!name) continue;
-      i = name[1];
-      for (let k = 0; k < 2; k++) {
-        const o = readOptional(src, skipWs(src, i));
-        if (o) i = o[1];
-      }
-      const b = readGroup(src, skipWs(src, i));
-      if (!b) continue;
-      const e = readGroup(src, skipWs(src, b[1]));
-      if (!e) continue;
-      text += src.slice(pos, m.index);
-      pos = e[1];
-      re.lastIndex = e[1];
-      continue;
-    }
-    i = skipWs(src, i);
-    let name: string | undefined;
-    const braced = /^\{\s*\\([a-zA-Z@]+|.)\s*\}/.exec(src.slice(i, i + 80));
-    const bare = /^\\([a-zA-Z@]+|[^a-zA-Z@\s])/.exec(src.slice(i, i + 80));
-    if (braced && !tok.includes('def')) {
-      name = braced[1];
-      i += braced[0].length;
-    } else if (bare) {
-      name = bare[1];
-      i += bare[0].length;
-    }
-    if (!name) continue;
-    let nargs = 0;
-    let optDefault: string | undefined;
-    let expandable = true;
-    if (tok.includes('def')) {
-      // parameter text up to the body's brace
-      const brace = src.indexOf('{', i);
-      if (brace < 0 || brace - i > 200) continue;
-      const params = src.slice(i, brace).replace(/\s+/g, '');
-      if (params && !/^(#[1-9])+$/.test(params)) expandable = false; // delimited parameters
-      else {
-        nargs = params.length / 2;
-        if (params && params !== Array.from({ length: nargs }, (_, k) => `#${k + 1}`).join('')) expandable = false;
-      }
-      i = brace;
-    } else {
-      const n = readOptional(src, skipWs(src, i));
-      if (n) {
-        nargs = Number(n[0].trim()) || 0;
-        i = n[1];
-        const d = readOptional(src, skipWs(src, i));
-        if (d) {
-          optDefault = d[0];
-          i = d[1];
-        }
-      }
-      i = skipWs(src, i);
-    }
-    const g = readGroup(src, i);
-    if (!g) continue;
+    const d = readDefinition(src, m.index, m[0]);
+    if (!d) continue;
     text += src.slice(pos, m.index);
-    pos = g[1];
-    re.lastIndex = g[1];
-    if (!expandable || PROTECTED.has(name) || g[0].length > maxBody || !/^[a-zA-Z@]+$/.test(name)) continue;
-    if (/providecommand/.test(tok) && defs.has(name)) continue;
-    defs.set(name, { nargs, optDefault, body: g[0] });
+    pos = d.end;
+    re.lastIndex = d.end;
+    const name = d.name;
+    if (!name || !d.expandable || PROTECTED.has(name) || d.def.body.length > maxBody || !/^[a-zA-Z@]+$/.test(name)) continue;
+    if (/providecommand/.test(m[0]) && defs.has(name)) continue;
+    defs.set(name, d.def);
   }
   text += src.slice(pos);
   if (!defs.size) return text;

@@ -43,9 +43,17 @@ export function preamble(text: string): string {
   return b ? text.slice(0, b.index) : '';
 }
 
-/** First `\title[short]{…}` argument (anywhere), raw LaTeX. */
+/**
+ * Title macros of the common classes, all `\name*?[short]{full}`: `\title` (article, NeurIPS,
+ * ICLR, ACL, IEEEtran, acmart, REVTeX, elsarticle, Springer llncs / svjour / sn-jnl, AMS; Springer
+ * svmult's `\title*`), `\icmltitle` (ICML), `\Title` (MDPI). Running heads (`\icmltitlerunning`,
+ * `\titlerunning`, `\shorttitle`, `\runningtitle`) are not titles.
+ */
+export const TITLE_MACROS = ['title', 'icmltitle', 'Title'];
+
+/** First title argument (see {@link TITLE_MACROS}; anywhere, in text order), raw LaTeX. */
 export function findTitle(text: string): string | undefined {
-  const re = /\\title(?![a-zA-Z@])\s*/g;
+  const re = new RegExp(`\\\\(?:${TITLE_MACROS.join('|')})(?![a-zA-Z@])\\*?\\s*`, 'g');
   let m: RegExpExecArray | null;
   while ((m = re.exec(text))) {
     let i = m.index + m[0].length;
@@ -58,10 +66,57 @@ export function findTitle(text: string): string | undefined {
   return undefined;
 }
 
-/** `\begin{abstract}…\end{abstract}` (also in the preamble, as some classes want), or `\abstract{…}`. */
+/** Notes attached to a title, not part of it: `\thanks`, `\footnote`, elsarticle's `\tnoteref` / `\fnref`, acmart's `\titlenote`, … */
+const TITLE_NOTES = /\\(thanks|footnote|footnotemark|tnoteref|tnotetext|fnref|corref|titlenote|IEEEauthorrefmark|affiliationmark|support)(?![a-zA-Z@])\*?/g;
+
+/**
+ * A title as typeset in the heading: notes (`\thanks{…}`, `\footnote[n]{…}`, `\tnoteref{…}`, …)
+ * removed, line breaks (`\\`, `\\[2pt]`, `\\*`, `\newline`, `\linebreak`) made spaces,
+ * `\texorpdfstring{TeX}{PDF}` → its TeX argument. Raw LaTeX in, raw LaTeX out.
+ */
+export function cleanTitle(t: string): string {
+  let out = '';
+  let pos = 0;
+  const re = new RegExp(TITLE_NOTES.source, 'g');
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(t))) {
+    let i = m.index + m[0].length;
+    for (;;) {
+      const j = i;
+      while (/\s/.test(t[i] ?? '')) i++;
+      const o = readOptional(t, i);
+      if (o) {
+        i = o[1];
+        continue;
+      }
+      i = j;
+      break;
+    }
+    let k = i;
+    while (/\s/.test(t[k] ?? '')) k++;
+    const g = m[1] === 'footnotemark' ? undefined : readGroup(t, k);
+    if (g) i = g[1];
+    out += t.slice(pos, m.index);
+    pos = i;
+    re.lastIndex = i;
+  }
+  out += t.slice(pos);
+  out = out.replace(/\\texorpdfstring\s+\{/g, '\\texorpdfstring{');
+  for (let k = out.indexOf('\\texorpdfstring{'); k >= 0; k = out.indexOf('\\texorpdfstring{', k + 1)) {
+    const a = readGroup(out, k + '\\texorpdfstring'.length);
+    const b = a && readGroup(out, a[1]);
+    if (a && b) out = out.slice(0, k) + a[0] + out.slice(b[1]);
+  }
+  return out.replace(/\\\\\*?(\s*\[[^\]]*\])?|\\(newline|linebreak)(?![a-zA-Z@])(\[[^\]]*\])?/g, ' ').replace(/\s+/g, ' ').trim();
+}
+
+/**
+ * The abstract: every `\begin{abstract}…\end{abstract}` (also in the preamble, as some classes
+ * want; a paper with abstracts in two languages has both, joined by a blank line), or `\abstract{…}`.
+ */
 export function findAbstract(text: string): string | undefined {
-  const env = /\\begin\s*\{abstract\}([\s\S]*?)\\end\s*\{abstract\}/.exec(text);
-  if (env) return env[1].trim();
+  const envs = [...text.matchAll(/\\begin\s*\{abstract\}([\s\S]*?)\\end\s*\{abstract\}/g)].map((m) => m[1].trim()).filter(Boolean);
+  if (envs.length) return envs.join('\n\n');
   const m = /\\abstract\s*(?=\{)/.exec(text);
   if (m) {
     const g = readGroup(text, m.index + m[0].length);
