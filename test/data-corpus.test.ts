@@ -5,7 +5,7 @@
  * normalised titles compared in order (main text and appendix separately), with its main file.
  *
  * The folder is not part of the repository; without it (or `PAPERGYM_CORPUS_DIR`) the test skips
- * with a printed reason. A paper may only fail when it is listed in {@link EXCEPTIONS} with the
+ * with a printed reason. Each paper's coverage figure ({@link COVERAGE}) is asserted too. A paper may only fail when it is listed in {@link EXCEPTIONS} with the
  * reason (documented in docs/data.md); the list is empty.
  */
 import { expect } from 'chai';
@@ -21,6 +21,29 @@ const CORPUS = process.env.PAPERGYM_CORPUS_DIR ?? join(ROOT, '..', 'shared', 'pa
 
 /** Papers allowed to differ from EXPECTED.jsonl, with the reason. Keep it short (ideally empty). */
 export const EXCEPTIONS: Record<string, string> = {};
+
+/**
+ * Coverage of each paper (lib/data/latex/coverage.ts) as measured when recorded: share of the
+ * source's prose words that reached the text, and the headings a plain scan finds (all parsed).
+ * Asserted within ±0.001 of the share; a drop means ingestion started losing text.
+ */
+export const COVERAGE: Record<string, { ratio: number; words: number; headings: number }> = {
+  'astro-3i-atlas.tar.gz': { ratio: 1, words: 3357, headings: 11 },
+  'astro-asassn21qj.tar.gz': { ratio: 1, words: 4552, headings: 11 },
+  'astro-thesis-microlensing.tar.gz': { ratio: 0.9999, words: 60324, headings: 174 },
+  'bio-cryoem-orientation.tar.gz': { ratio: 1, words: 3869, headings: 21 },
+  'chem-clever-materials-hans.tar.gz': { ratio: 0.9982, words: 2724, headings: 34 },
+  'chem-linearization.tar.gz': { ratio: 1, words: 1171, headings: 2 },
+  'cs-build-systems.tar.gz': { ratio: 0.9994, words: 9568, headings: 45 },
+  'econ-earthquakes.tar.gz': { ratio: 0.9992, words: 10581, headings: 28 },
+  'eng-cuk-converter.tar.gz': { ratio: 0.9993, words: 1479, headings: 13 },
+  'math-equational-theories.tar.gz': { ratio: 0.9986, words: 20903, headings: 60 },
+  'ml-author-disambiguation.tar.gz': { ratio: 1, words: 3953, headings: 12 },
+  'ml-cheblienet.tar.gz': { ratio: 0.9984, words: 6760, headings: 19 },
+  'physics-krotov.tar.gz': { ratio: 1, words: 8466, headings: 27 },
+  'physics-msd-errors.tar.gz': { ratio: 0.9986, words: 5851, headings: 16 },
+  'stats-statespacemodels.tar.gz': { ratio: 1, words: 2613, headings: 21 },
+};
 
 interface Expected {
   file: string;
@@ -82,8 +105,14 @@ describe('data: the real-paper corpus (../shared/papers/corpus)', function () {
   // one test per paper, created from EXPECTED.jsonl when it exists
   const list: Expected[] = existsSync(join(CORPUS, 'EXPECTED.jsonl')) ? expected : [];
   for (const e of list) {
-    it(`${e.file}: main file and top-level section titles in order`, async function () {
+    it(`${e.file}: main file, top-level section titles in order, coverage`, async function () {
       const p = await loadPaper(join(CORPUS, e.file));
+      const cov = COVERAGE[e.file];
+      expect(cov, `${e.file}: no recorded coverage`).to.be.ok;
+      expect(p.coverage.ratio, `${e.file}: coverage`).to.be.closeTo(cov.ratio, 0.001);
+      expect(p.coverage.words, `${e.file}: prose words`).to.be.closeTo(cov.words, Math.ceil(cov.words * 0.01));
+      expect([p.coverage.headingsScanned, p.coverage.headingsParsed], `${e.file}: headings scanned / parsed`).to.deep.equal([cov.headings, cov.headings]);
+      expect(p.warnings.filter((w) => w.code === 'coverage'), `${e.file}: coverage warning`).to.deep.equal([]);
       const got = p.sections.filter((s) => s.level !== 'front');
       const main = got.filter((s) => !s.appendix).map((s) => normaliseTitle(s.title));
       const app = got.filter((s) => s.appendix).map((s) => normaliseTitle(s.title));
