@@ -13,6 +13,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
+import { buildDataset, type JsonLlm } from '../lib/data/pipeline.js';
+import { PipelineState } from '../lib/data/state.js';
 import { cleanTitle, CoverageError, ExpansionLimitError, findTitle, formatWarning, loadPaper, measureCoverage, stripIffalse, type Paper } from '../lib/data/latex/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -258,6 +260,28 @@ describe('data: ingestion reads what TeX would typeset', function () {
     const s = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--strict', '--papers', lossy, join(work, 'good'), '--out', join(work, 'x.jsonl')], { encoding: 'utf8' });
     expect(s.stdout).to.match(/^lossy: failed: lossy: text lost in ingestion \(strict\)/m);
     expect(s.stdout.trim().split('\n').at(-1)).to.equal('1 ingested, 1 failed');
+  });
+
+  it('coverage warnings are stored in the SQLite state by the pipeline; strictCoverage fails the paper, also when its parse comes from the state', async () => {
+    const lossy = join(work, 'lossy.tar.gz');
+    writeFileSync(lossy, gzipSync(tarOf({ 'main.tex': doc('\\section{Intro}', prose(40), '\\twocolumn[' + prose(40, 'teaser') + ']', '\\section{More}', prose(40, 'ipsum')) })));
+    // an LLM that always fails: ingestion (and its warnings) happen before any call
+    const llm: JsonLlm = { model: 'none', chatJson: () => Promise.reject(new Error('no LLM in this test')) };
+    const state = new PipelineState(join(work, 'state.sqlite'));
+    try {
+      const r = await buildDataset({ papers: [lossy], llm, state, loadOptions: { inProcess: true, workDir: join(work, 'wd') } });
+      expect(r.failures.map((f) => f.error)).to.deep.equal(['no LLM in this test']);
+      const stored = state.warnings('lossy').filter((w) => w.code === 'coverage');
+      expect(stored).to.have.length(1);
+      expect(stored[0]).to.include({ file: 'main.tex' });
+      expect(stored[0].message).to.match(/prose words reached the text/);
+      // the parse is cached now; a strict run fails the paper from the cached parse too
+      const s = await buildDataset({ papers: [lossy], llm, state, loadOptions: { inProcess: true, workDir: join(work, 'wd'), strictCoverage: true } });
+      expect(s.failures).to.have.length(1);
+      expect(s.failures[0].error).to.match(/^lossy: text lost in ingestion \(strict\): only/);
+    } finally {
+      state.close();
+    }
   });
 
   it('bad input: an \\input cycle and a conditional never closed are warnings naming the file; runaway macros stop within limits', async () => {
