@@ -91,10 +91,11 @@ export function readLockOwner(lockPath: string): LockOwner | undefined {
  * @param lockPath the lock file, e.g. `<state>.lock` or `<run dir>/.lock`
  * @param what how errors name the locked thing, e.g. `build-data state /x/y.sqlite`
  * @param command what the holder is doing, recorded for the error of the next one (default: this process's argv)
+ * @param log told when the lock was last held by a process that died without releasing it
  * @throws LockHeldError (code {@link LOCK_HELD}) when another process (or another acquireLock in this
  *   one) holds it; Error naming `lockPath` when the lock file cannot be created or is not a lock file
  */
-export function acquireLock(lockPath: string, what = lockPath, command = process.argv.slice(1).join(' ')): Lock {
+export function acquireLock(lockPath: string, what = lockPath, command = process.argv.slice(1).join(' '), log?: (line: string) => void): Lock {
   mkdirSync(dirname(lockPath), { recursive: true });
   let db: SqliteDatabase;
   try {
@@ -121,6 +122,8 @@ export function acquireLock(lockPath: string, what = lockPath, command = process
     }
     throw new Error(`${lockPath}: not usable as the lock file of ${what}: ${(e as Error).message}`);
   }
+  const previous = readLockOwner(lockPath);
+  if (previous && log) log(`${what}: the previous holder, pid ${previous.pid} (${previous.command}), ended without releasing ${lockPath}; the OS had released its lock`);
   const owner: LockOwner = { pid: process.pid, host: hostname(), since: new Date().toISOString(), command: command.slice(0, 400) };
   const tmp = `${ownerPath(lockPath)}.tmp-${process.pid}`;
   writeFileSync(tmp, JSON.stringify(owner) + '\n');
