@@ -7,11 +7,15 @@
 import { existsSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
 import { basename } from 'node:path';
 import type { CommandModule } from 'yargs';
+import { parse as parseYaml } from 'yaml';
 import { BUILD_DATA_OPTIONS } from '../../lib/config/settings.js';
-import { addSettings } from '../../lib/config/schema.js';
+import { addSettings, parseList, yargsOption } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
-import { buildDataset, discoverPapers, ingestPapers, type IngestOutcome } from '../../lib/data/pipeline.js';
-import { formatCoverage, formatWarning } from '../../lib/data/latex/index.js';
+import { buildDataset, discoverPapers, ingestPapers, planRubric, type IngestOutcome, type JsonLlm, type RoleEndpoint, type RubricOptions } from '../../lib/data/pipeline.js';
+import { formatCoverage, formatWarning, guessDomain, paperIdFromPath } from '../../lib/data/latex/index.js';
+import { achievedMix, formatMix, mixOrder, normaliseDomain, parseDomainMix, readDomainsTsv } from '../../lib/data/mix.js';
+import { PIPELINE_ROLES, type PipelineRole } from '../../lib/data/prompts.js';
+import type { RubricDimension } from '../../lib/data/schema.js';
 import { Progress } from '../../lib/data/progress.js';
 import { toResearchPlanGen, validateItem, writeDataset } from '../../lib/data/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
@@ -42,6 +46,28 @@ export interface BuildDataArgs {
   parseTimeout?: number;
   /** A paper with a coverage warning (text lost in ingestion) fails instead of being used. */
   strict?: boolean;
+  /** Rubric ablations: `q,a` (R_Q, R_A), `innovation,design`, top k, general items on/off. */
+  rubricSources?: string | string[];
+  rubricDimensions?: string | string[];
+  rubricTopK?: number;
+  generalItems?: boolean;
+  /** `cs=0.5,physics=0.25,economics=0.25`: draw the papers to this mix (lib/data/mix.ts). */
+  domainMix?: string;
+  mixSeed?: string;
+  /** Domains TSV (file / paper_id → domain / field / category). */
+  domains?: string;
+  maxPapers?: number;
+  /** Per-role endpoint settings: `llm<Role>Url`, `llm<Role>Model`, `…Temperature`, `…TopP`, `…MaxTokens`, `…ApiKeyEnv` (roles: Extract, Qa, Rubric, Rank). */
+  [roleSetting: `llm${string}`]: string | number | undefined;
+}
+
+/** One role's resolved endpoint, as the summary reports it. */
+export interface RoleSummary {
+  url: string;
+  model: string;
+  /** Calls sent / answered from the state in this run. */
+  calls: number;
+  cached: number;
 }
 
 /** Summary of a build-data run. */
@@ -59,7 +85,69 @@ export interface BuildDataSummary {
   completionTokens: number;
   out: string;
   state: string;
+  roles: Record<PipelineRole, RoleSummary>;
+  /** The paper draw (with --domain-mix or --max-papers). */
+  mix?: { spec?: string; seed: string; drawn: number; of: number; achieved: Record<string, { count: number; share: number }>; limitedBy?: string };
 }
+
+const cap = (r: string) => r[0].toUpperCase() + r.slice(1);
+
+/** Rubric ablation flags → pipeline options. */
+export function rubricOptionsFromArgs(a: BuildDataArgs): RubricOptions {
+  const list = (v: string | string[] | undefined, flag: string) => (v === undefined ? undefined : parseList({ key: flag, flag, type: 'list', default: null, meaning: '', source: '' }, v) as string[]);
+  const src = list(a.rubricSources, 'rubric-sources')?.map((x) => (x === 'q' || x === 'R_Q' ? 'R_Q' : x === 'a' || x === 'R_A' ? 'R_A' : x));
+  const dims = list(a.rubricDimensions, 'rubric-dimensions')?.map((x) => (x === 'innovation' ? 'method_innovation' : x === 'design' ? 'experimental_design' : x));
+  for (const x of src ?? []) if (x !== 'R_Q' && x !== 'R_A') throw new Error(`--rubric-sources: ${x} is not q, a, R_Q or R_A`);
+  for (const x of dims ?? []) if (x !== 'method_innovation' && x !== 'experimental_design') throw new Error(`--rubric-dimensions: ${x} is not innovation, design, method_innovation or experimental_design`);
+  const o: RubricOptions = { sources: src as ('R_Q' | 'R_A')[] | undefined, dimensions: dims as RubricDimension[] | undefined, topK: a.rubricTopK, general: a.generalItems };
+  try {
+    planRubric(o);
+  } catch (e) {
+    throw new Error(`build-data: ${(e as Error).message}`);
+  }
+  return o;
+}
+
+/**
+ * Read a build-data settings file (YAML or JSON): any build-data setting by flag (`max-tokens`) or
+ * key (`maxTokens`), and a `roles:` section — `roles: {rubric: {url, model, temperature, top_p,
+ * max_tokens, api_key_env}}` for the roles extract, qa, rubric, rank. Returns setting keys (camelCase).
+ * @throws Error naming the file and the key for an unknown key or role
+ */
+export function readBuildDataConfig(path: string): Record<string, unknown> {
+  let doc: unknown;
+  try {
+    doc = parseYaml(readFileSync(path, 'utf8'));
+  } catch (e) {
+    throw new Error(`${path}: cannot read the build-data config: ${(e as Error).message}`);
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`${path}: a build-data config is a mapping of settings`);
+  const out: Record<string, unknown> = {};
+  const fields: Record<string, string> = { url: 'Url', model: 'Model', temperature: 'Temperature', top_p: 'TopP', topP: 'TopP', max_tokens: 'MaxTokens', maxTokens: 'MaxTokens', api_key_env: 'ApiKeyEnv', apiKeyEnv: 'ApiKeyEnv' };
+  for (const [k, v] of Object.entries(doc as Record<string, unknown>)) {
+    if (k === 'roles') {
+      if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error(`${path}: roles: a mapping of role → {url, model, temperature, top_p, max_tokens, api_key_env}`);
+      for (const [role, rv] of Object.entries(v as Record<string, unknown>)) {
+        if (!(PIPELINE_ROLES as readonly string[]).includes(role)) throw new Error(`${path}: roles.${role}: unknown role (roles: ${PIPELINE_ROLES.join(', ')})`);
+        for (const [f, fv] of Object.entries((rv ?? {}) as Record<string, unknown>)) {
+          if (!fields[f]) throw new Error(`${path}: roles.${role}.${f}: unknown field (${Object.keys(fields).filter((x) => !/[A-Z]/.test(x)).join(', ')})`);
+          out[`llm${cap(role)}${fields[f]}`] = fv;
+        }
+      }
+      continue;
+    }
+    const s = BUILD_DATA_OPTIONS.find((o) => o.flag === k || o.key === k);
+    if (!s || s.key === 'config') throw new Error(`${path}: ${k}: not a build-data setting (docs/config.md)`);
+    out[s.key] = v;
+  }
+  return out;
+}
+
+const CONFIG_SETTING = BUILD_DATA_OPTIONS.find((s) => s.key === 'config')!;
+
+/** A client's view with another model (roles sharing one endpoint share its client and concurrency). */
+const withModel = (client: LlmClient, model: string): JsonLlm => ({ model, chatJson: (schema, req, opts) => client.chatJson(schema, { ...req, model }, opts) });
 
 /**
  * The command's work, callable from tests: build, validate, write.
@@ -67,29 +155,85 @@ export interface BuildDataSummary {
  */
 export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal; log?: (m: string) => void; stream?: NodeJS.WriteStream } = {}): Promise<BuildDataSummary> {
   const log = io.log ?? ((m: string) => process.stderr.write(`${m}\n`));
-  if (!a.llm || !a.model) throw new Error('build-data needs --llm URL and --model NAME (or --dry-run)');
-  const papers = a.papers.flatMap((p) => discoverPapers(p));
+  const role = (r: PipelineRole, f: string) => a[`llm${cap(r)}${f}`];
+  for (const r of PIPELINE_ROLES) {
+    if (!(role(r, 'Url') ?? a.llm) || !(role(r, 'Model') ?? a.model)) throw new Error(`build-data needs --llm URL and --model NAME (or --dry-run); role ${r} has no ${(role(r, 'Url') ?? a.llm) ? 'model (--llm-' + r + '-model)' : 'endpoint (--llm-' + r + '-url)'}`);
+  }
+  const rubric = rubricOptionsFromArgs(a);
+  let papers = a.papers.flatMap((p) => discoverPapers(p));
   if (!papers.length) throw new Error(`no paper sources found in ${a.papers.join(', ')}`);
+  // domains: --domains TSV, else the paper id's prefix (as the loader guesses it)
+  const table = a.domains ? readDomainsTsv(a.domains, log) : undefined;
+  const tableDomain = (p: string) => {
+    const d = table?.get(basename(p)) ?? table?.get(paperIdFromPath(p));
+    return d === undefined ? undefined : normaliseDomain(d);
+  };
+  const domainFor = (p: string) => tableDomain(p) ?? guessDomain(paperIdFromPath(p));
+  let mix: BuildDataSummary['mix'];
+  if (a.domainMix || a.maxPapers) {
+    const targets = a.domainMix ? parseDomainMix(a.domainMix) : undefined;
+    const seed = a.mixSeed ?? 'papergym';
+    const o = mixOrder(papers, (p) => paperIdFromPath(p), domainFor, targets, seed);
+    let drawn = o.order;
+    if (a.maxPapers !== undefined) {
+      if (drawn.length < a.maxPapers) log(`build-data: --max-papers ${a.maxPapers}: only ${drawn.length} paper(s)${targets ? ' on the mix' : ''}${o.limitedBy ? ` (limited by ${o.limitedBy}: ${o.available[o.limitedBy]} available)` : ''}`);
+      drawn = drawn.slice(0, a.maxPapers);
+    }
+    const all = papers;
+    const index = new Map(papers.map((p, i) => [p, i]));
+    const of = papers.length;
+    papers = [...drawn].sort((x, y) => index.get(x)! - index.get(y)!);
+    const achieved = achievedMix(papers, domainFor, targets);
+    mix = { ...(a.domainMix && { spec: a.domainMix }), seed, drawn: papers.length, of, achieved, ...(o.limitedBy && { limitedBy: o.limitedBy }) };
+    log(`build-data: drew ${papers.length} of ${of} paper(s)${a.domainMix ? ` to ${a.domainMix}` : ''} (seed ${seed}): ${formatMix(achieved)}${o.limitedBy && drawn.length < (a.maxPapers ?? Infinity) ? `; limited by ${o.limitedBy} (${o.available[o.limitedBy]} available)` : ''}${o.outside ? `; ${o.outside} outside the mix` : ''}`);
+    if (!papers.length) throw new Error(`build-data: no paper matches ${a.domainMix ?? 'the draw'} (domains found: ${[...new Set(all.map(domainFor))].join(', ') || 'none'})`);
+  }
   const statePath = buildStatePath(a);
   // exclusive (a second build on this state fails at once naming our pid); a corrupt state is an
   // error naming the file, or with --force (every call is redone anyway) set aside and started afresh
   const state = new PipelineState(statePath, { lock: true, onCorrupt: a.force ? 'set-aside' : 'throw' });
   if (state.setAside) log(`build-data: ${statePath} was corrupt; kept as ${state.setAside}, starting a fresh state (--force)`);
-  const client = new LlmClient({
-    baseUrl: a.llm,
-    model: a.model,
-    concurrency: a.concurrency ?? 8,
-    timeoutMs: (a.timeout ?? 300) * 1000,
-    maxRetries: a.retries ?? 5,
-    onEvent: (e) => {
-      if (e.type === 'retry') log(`llm: retry ${e.attempt} in ${e.delayMs} ms (${e.reason.slice(0, 160)})`);
-    },
-  });
-  const progress = new Progress({ label: 'build-data', unit: 'papers', stream: io.stream, load: () => client.load(), intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
+  // one client per endpoint (URL and key): roles on one server share its concurrency
+  const clients = new Map<string, LlmClient>();
+  const clientFor = (url: string, keyEnv?: string) => {
+    const id = `${url}\u0000${keyEnv ?? ''}`;
+    let c = clients.get(id);
+    if (!c) {
+      if (keyEnv && !process.env[keyEnv]) log(`build-data: warning: ${keyEnv} (api key of ${url}) is not set`);
+      c = new LlmClient({
+        baseUrl: url,
+        model: a.model ?? '',
+        ...(keyEnv && { apiKey: process.env[keyEnv] ?? '' }),
+        concurrency: a.concurrency ?? 8,
+        timeoutMs: (a.timeout ?? 300) * 1000,
+        maxRetries: a.retries ?? 5,
+        onEvent: (e) => {
+          if (e.type === 'retry') log(`llm ${url}: retry ${e.attempt} in ${e.delayMs} ms (${e.reason.slice(0, 160)})`);
+        },
+      });
+      clients.set(id, c);
+    }
+    return c;
+  };
+  const endpoints = {} as Record<PipelineRole, { url: string; model: string }>;
+  const roles: Partial<Record<PipelineRole, RoleEndpoint>> = {};
+  for (const r of PIPELINE_ROLES) {
+    const url = (role(r, 'Url') as string | undefined) ?? a.llm!;
+    const model = (role(r, 'Model') as string | undefined) ?? a.model!;
+    endpoints[r] = { url, model };
+    roles[r] = { llm: withModel(clientFor(url, role(r, 'ApiKeyEnv') as string | undefined), model), temperature: role(r, 'Temperature') as number | undefined, maxTokens: role(r, 'MaxTokens') as number | undefined, topP: role(r, 'TopP') as number | undefined };
+  }
+  const client = roles.extract!.llm;
+  const load = () => [...clients.values()].map((c) => c.load()).reduce((x, y) => ({ active: x.active + y.active, queued: x.queued + y.queued }), { active: 0, queued: 0 });
+  const progress = new Progress({ label: 'build-data', unit: 'papers', stream: io.stream, load, intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
   try {
     const r = await buildDataset({
       papers,
       llm: client,
+      roles,
+      rubric,
+      ...(mix && { domainMix: `${mix.spec ?? 'all domains'} seed ${mix.seed}${a.maxPapers ? ` max ${a.maxPapers}` : ''}` }),
+      ...(table && { domainOf: tableDomain }),
       state,
       force: a.force,
       signal: io.signal,
@@ -126,7 +270,8 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
           `Fix the failures and rerun: finished calls come from the state ${statePath}.`,
       );
     }
-    const st = client.stats();
+    const st = [...clients.values()].map((c) => c.stats()).reduce((x, y) => ({ requests: x.requests + y.requests, promptTokens: x.promptTokens + y.promptTokens, completionTokens: x.completionTokens + y.completionTokens }), { requests: 0, promptTokens: 0, completionTokens: 0 });
+    const roleSummary = Object.fromEntries(PIPELINE_ROLES.map((k) => [k, { ...endpoints[k], calls: r.stats.byRole[k]?.calls ?? 0, cached: r.stats.byRole[k]?.cached ?? 0 }]));
     return {
       items: r.items.length,
       ingested: r.items.map((it) => it.source.paper_id),
@@ -139,6 +284,8 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       completionTokens: st.completionTokens,
       out: a.out,
       state: statePath,
+      roles: roleSummary as Record<PipelineRole, RoleSummary>,
+      ...(mix && { mix }),
     };
   } finally {
     progress.stop();
@@ -221,7 +368,8 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
   command: 'build-data',
   describe: 'Turn LaTeX paper sources into PaperGym items (question, reference answer, rubric) with an OpenAI-compatible LLM',
   builder: (y) =>
-    addSettings(y, BUILD_DATA_OPTIONS, { withDefaults: true }).demandOption(['papers', 'out']) as never,
+    // --config: yargs layers the file's values over the defaults and under the flags
+    addSettings(y, BUILD_DATA_OPTIONS, { withDefaults: true }).config('config', String(yargsOption(CONFIG_SETTING, true).describe), readBuildDataConfig).demandOption(['papers', 'out']) as never,
   handler: async (argv) => {
     if (argv.dryRun) {
       const sources = argv.papers.flatMap((p) => discoverPapers(p));
@@ -240,6 +388,8 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
     process.stdout.write(
       `build-data: ${s.items} item(s) → ${s.out}; ${s.calls} LLM call(s) made, ${s.cached} from state (${s.state}); tokens ${s.promptTokens} in / ${s.completionTokens} out\n`,
     );
+    for (const r of PIPELINE_ROLES) process.stdout.write(`  role ${r}: ${s.roles[r].model} at ${s.roles[r].url}: ${s.roles[r].calls} call(s), ${s.roles[r].cached} from state\n`);
+    if (s.mix) process.stdout.write(`  mix: ${formatMix(s.mix.achieved)} (${s.mix.drawn} of ${s.mix.of} papers, seed ${s.mix.seed}${s.mix.limitedBy ? `, limited by ${s.mix.limitedBy}` : ''})\n`);
     const warned = s.withCoverageWarnings ? `, ${s.withCoverageWarnings} with coverage warnings` : '';
     process.stdout.write(`${s.ingested.length} ingested, ${s.failures.length} failed${warned}\n`);
   },

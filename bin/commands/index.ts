@@ -8,6 +8,7 @@ import { serveCommand } from './serve.js';
 import { probeJudgeCommand } from './probe-judge.js';
 import { buildDataCommand } from './build-data.js';
 import { leakageCommand } from './leakage.js';
+import { subsetCommand } from './subset.js';
 import { reportCommand } from './report.js';
 import { importCommand } from './import.js';
 import { compareCommand } from './compare.js';
@@ -23,6 +24,7 @@ export const commands: CommandModule<any, any>[] = [
   leakageCommand,
   importCommand,
   compareCommand,
+  subsetCommand,
   probeJudgeCommand,
   doctorCommand,
 ];

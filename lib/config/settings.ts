@@ -202,6 +202,24 @@ export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
   { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: '--judge local: weight dtype; unset = bfloat16 on CUDA, float32 on CPU', source: 'transformers torch_dtype' },
 ];
 
+const roleOptions = (role: string, what: string): Setting[] => {
+  const k = (x: string) => `llm${role[0].toUpperCase()}${role.slice(1)}${x}`;
+  return [
+    { key: k('Url'), flag: `llm-${role}-url`, type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: `Endpoint of the ${role} role: ${what}; unset = --llm`, source: 'paper: one LLM extracts, another writes rubrics' },
+    { key: k('Model'), flag: `llm-${role}-model`, type: 'string', default: null, values: 'a served model name', meaning: `Model of the ${role} role; unset = --model`, source: 'OpenAI API model' },
+    { key: k('Temperature'), flag: `llm-${role}-temperature`, type: 'number', min: 0, default: null, meaning: `Sampling temperature of the ${role} role; unset = --temperature`, source: 'OpenAI API temperature' },
+    { key: k('TopP'), flag: `llm-${role}-top-p`, type: 'number', min: 0, max: 1, exclusiveMin: true, default: null, meaning: `Nucleus sampling of the ${role} role; unset = not sent`, source: 'OpenAI API top_p' },
+    { key: k('MaxTokens'), flag: `llm-${role}-max-tokens`, type: 'integer', min: 1, default: null, meaning: `Max completion tokens per call of the ${role} role; unset = --max-tokens`, source: 'OpenAI API max_tokens' },
+    { key: k('ApiKeyEnv'), flag: `llm-${role}-api-key-env`, type: 'string', default: null, values: 'an environment variable name', meaning: `Environment variable holding the ${role} endpoint's API key; unset = PAPERGYM_LLM_API_KEY / OPENAI_API_KEY`, source: 'OpenAI client api_key' },
+  ];
+};
+const BUILD_DATA_ROLE_OPTIONS: Setting[] = [
+  ...roleOptions('extract', 'map and reduce'),
+  ...roleOptions('qa', 'question and answer'),
+  ...roleOptions('rubric', 'rubric candidates R_Q / R_A'),
+  ...roleOptions('rank', 'rubric duplicates and ranking'),
+];
+
 export const BUILD_DATA_OPTIONS: readonly Setting[] = [
   { key: 'papers', flag: 'papers', type: 'list', items: 'string', repeatable: true, default: null, values: '.tar.gz/.tar/.gz archives, paper dirs, or dirs of them (required)', meaning: 'Paper LaTeX sources to turn into items', source: 'paper: arXiv LaTeX sources (docs/design.md §7)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable JSONL file (required)', meaning: 'Output dataset JSONL', source: 'datasets to_json' },
@@ -225,7 +243,18 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
   { key: 'parseTimeout', flag: 'parse-timeout', type: 'number', min: 0, exclusiveMin: true, default: 5, meaning: 'Per-section LaTeX parse time limit in seconds (wall clock); past it the fallback converter is used and a parse-fallback warning stored', source: 'papergym-native (lib/data/latex/text.ts)' },
   { key: 'dryRun', flag: 'dry-run', type: 'boolean', default: false, meaning: 'Only ingest the papers and print what was found (no LLM calls, nothing written)', source: 'papergym-native' },
   { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'A paper whose ingestion coverage is below the thresholds (a coverage warning: prose or headings lost) fails instead of being used', source: 'papergym-native (lib/data/latex/coverage.ts)' },
+  { key: 'config', flag: 'config', type: 'path', default: null, values: 'a YAML or JSON file', meaning: 'Settings file: any build-data setting by flag or key, plus a roles: section (docs/data.md); layered over the defaults, under the flags', source: 'TRL YAML config (--config)' },
+  ...BUILD_DATA_ROLE_OPTIONS,
+  { key: 'rubricSources', flag: 'rubric-sources', type: 'list', items: 'string', choices: ['q', 'a', 'R_Q', 'R_A'], default: ['q', 'a'], meaning: 'Rubric candidate sources: q = R_Q (question alone), a = R_A (question + answer); one source asks it for 2k candidates', source: 'paper: Table 4 (R_Q only / R_A only)' },
+  { key: 'rubricDimensions', flag: 'rubric-dimensions', type: 'list', items: 'string', choices: ['innovation', 'design', 'method_innovation', 'experimental_design'], default: ['innovation', 'design'], meaning: 'Rubric dimensions written and kept (one = the single-dimension ablation)', source: 'paper: Table 4 (one dimension)' },
+  { key: 'rubricTopK', flag: 'rubric-top-k', type: 'integer', min: 1, max: 50, default: 10, meaning: 'Rubric items kept per item after ranking', source: 'paper: top 10 after ranking' },
+  { key: 'generalItems', flag: 'general-items', type: 'boolean', default: true, meaning: 'Pair items with the general rubric items (--no-general-items: general_rubric_set "none")', source: 'paper: general rubric items (docs/design.md §6)' },
+  { key: 'domainMix', flag: 'domain-mix', type: 'string', default: null, values: 'DOMAIN=SHARE,... e.g. cs=0.5,physics=0.25,economics=0.25', meaning: 'Draw papers to this domain mix before any LLM call (seeded; the achieved mix is reported and recorded in provenance)', source: 'paper: corpus about 50% CS, 25% physics, 25% economics' },
+  { key: 'mixSeed', flag: 'mix-seed', type: 'string', default: 'papergym', values: 'any string', meaning: 'Seed of the paper draw (--domain-mix, --max-papers)', source: 'papergym-native (lib/data/mix.ts)' },
+  { key: 'domains', flag: 'domains', type: 'path', default: null, values: 'a TSV with file / paper_id and domain / field / category columns', meaning: 'Paper domains (e.g. arXiv primary categories); unset = the paper id prefix (cs-, physics-, econ-)', source: 'arXiv category taxonomy; corpus MANIFEST.tsv' },
+  { key: 'maxPapers', flag: 'max-papers', type: 'integer', min: 1, default: null, meaning: 'Build at most this many papers: the first N of the seeded (mix) order, so a larger N contains a smaller one', source: 'paper: Figure 3 data scaling' },
 ];
+
 
 export const LEAKAGE_OPTIONS: readonly Setting[] = [
   { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Dataset to audit', source: 'paper: leakage audit (docs/design.md §7)' },
@@ -262,6 +291,15 @@ export const COMPARE_OPTIONS: readonly Setting[] = [
   { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none', source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS' },
 ];
 
+export const SUBSET_OPTIONS: readonly Setting[] = [
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Items to draw subsets from', source: 'paper: Figure 3 data scaling' },
+  { key: 'sizes', flag: 'sizes', type: 'list', items: 'number', default: null, values: 'sizes, e.g. 500,1000,2000,5000,10000,15000 (required)', meaning: 'Subset sizes; each subset contains the smaller ones', source: 'paper: Figure 3 (0.5k → 15k items)' },
+  { key: 'seed', flag: 'seed', type: 'string', default: 'papergym', values: 'any string', meaning: 'Seed of the item order', source: 'datasets shuffle seed' },
+  { key: 'outDir', flag: 'out-dir', type: 'path', default: null, values: 'a directory (required)', meaning: 'Where <name>-<size>.jsonl and subsets.json are written', source: 'papergym-native' },
+  { key: 'domainMix', flag: 'domain-mix', type: 'string', default: null, values: 'DOMAIN=SHARE,...', meaning: 'Keep every subset at this domain mix (items\' source.domain)', source: 'paper: corpus about 50% CS, 25% physics, 25% economics' },
+  { key: 'split', flag: 'split', type: 'enum', choices: ['train', 'val', 'test'], default: null, meaning: 'Draw only items of this split (unset: all)', source: 'datasets split' },
+];
+
 export const DOCTOR_OPTIONS: readonly Setting[] = [
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the environment report as JSON', source: 'vLLM collect_env / torch.utils.collect_env' },
 ];
@@ -274,6 +312,7 @@ export const COMMAND_SETTINGS: Record<string, readonly Setting[]> = {
   serve: SERVE_OPTIONS,
   report: REPORT_OPTIONS,
   'build-data': BUILD_DATA_OPTIONS,
+  subset: SUBSET_OPTIONS,
   leakage: LEAKAGE_OPTIONS,
   import: IMPORT_OPTIONS,
   compare: [...COMPARE_OPTIONS, ...JUDGE_OPTIONS],

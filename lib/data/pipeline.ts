@@ -14,9 +14,12 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { LlmLengthError, type ChatJsonResult, type ChatRequest, type ChatJsonOptions } from '../llm/client.js';
 import { assertCoverage, formatWarning, loadPaper, paperIdFromPath, sourceKind, type Paper, type LoadPaperOptions } from './latex/index.js';
-import { dataPromptSetVersion, loadDataPrompt, renderPrompt, systemMessage, type DataTask } from './prompts.js';
+import { dataPromptSetVersion, loadDataPrompt, renderPrompt, systemMessage, TASK_ROLES, PIPELINE_ROLES, type DataTask, type PipelineRole } from './prompts.js';
 import { Progress } from './progress.js';
-import { DEFAULT_GENERAL_RUBRIC_SET, RUBRIC_SIZE, validateItem, type PaperGymItem, type RubricDimension, type RubricItem, type RubricOrigin, type Split } from './schema.js';
+import {
+  DEFAULT_GENERAL_RUBRIC_SET, NO_GENERAL_RUBRIC_SET, RUBRIC_DIMENSIONS, RUBRIC_SIZE, validateItem,
+  type ItemProvenance, type PaperGymItem, type RubricDimension, type RubricItem, type RubricOrigin, type Split,
+} from './schema.js';
 import { callKey, PipelineStateError, type PipelineState } from './state.js';
 
 /** What the pipeline needs from an LLM client (LlmClient satisfies it). */
@@ -31,7 +34,7 @@ export interface CallTally {
   cached: number;
 }
 
-/** Counters of a {@link CachedLlm}. */
+/** Counters of a {@link CachedLlm}; `byRole` splits calls / cached / failed by pipeline role. */
 export interface CachedLlmStats {
   calls: number;
   cached: number;
@@ -39,47 +42,95 @@ export interface CachedLlmStats {
   lengthRetries: number;
   promptTokens: number;
   completionTokens: number;
+  byRole: Record<string, { calls: number; cached: number; failed: number }>;
+}
+
+/** The endpoint of one pipeline role: its client (model) and sampling; unset sampling = the CachedLlm's. */
+export interface RoleEndpoint {
+  llm: JsonLlm;
+  temperature?: number;
+  maxTokens?: number;
+  topP?: number;
+}
+
+/** Options of {@link CachedLlm}. */
+export interface CachedLlmOptions {
+  force?: boolean;
+  temperature?: number;
+  maxTokens?: number;
+  topP?: number;
+  signal?: AbortSignal;
+  progress?: Progress;
+  promptsDir?: string;
+  useResponseFormat?: boolean;
+  /** Per-role endpoints (lib/data/prompts.ts TASK_ROLES); a role not named uses `llm` and the sampling above. */
+  roles?: Partial<Record<PipelineRole, RoleEndpoint>>;
 }
 
 /**
  * LLM calls with SQLite memoisation. Identical concurrent calls share one request.
- * Key = sha256(model, prompt version, {messages, temperature, maxTokens}).
+ * Key = sha256(model, prompt version, {messages, temperature, maxTokens[, topP]}) with the model
+ * and sampling of the task's role: the prompt version names the task and so the role, so keys are
+ * per role and model — switching one role's model re-asks only that role's calls, and keys of
+ * builds made before roles existed are unchanged. Each stored call records its role.
  */
 export class CachedLlm {
-  readonly stats: CachedLlmStats = { calls: 0, cached: 0, failed: 0, lengthRetries: 0, promptTokens: 0, completionTokens: 0 };
+  readonly stats: CachedLlmStats = { calls: 0, cached: 0, failed: 0, lengthRetries: 0, promptTokens: 0, completionTokens: 0, byRole: {} };
   private readonly inflight = new Map<string, Promise<unknown>>();
   private readonly refreshed = new Set<string>();
 
   constructor(
     readonly llm: JsonLlm,
     readonly state: PipelineState,
-    readonly opts: { force?: boolean; temperature?: number; maxTokens?: number; signal?: AbortSignal; progress?: Progress; promptsDir?: string; useResponseFormat?: boolean } = {},
+    readonly opts: CachedLlmOptions = {},
   ) {}
 
-  /** Key a call would have (for tests and reports). */
-  keyOf(task: DataTask, vars: Record<string, string | number>): { key: string; messages: ChatRequest['messages'] } {
+  /** The role, client and sampling a task's call uses. */
+  endpoint(task: DataTask): { role: PipelineRole | undefined; llm: JsonLlm; temperature: number; maxTokens: number; topP?: number } {
+    const role = task === 'rubric-dimension' ? undefined : TASK_ROLES[task];
+    const r = role ? this.opts.roles?.[role] : undefined;
+    const topP = r?.topP ?? this.opts.topP;
+    return { role, llm: r?.llm ?? this.llm, temperature: r?.temperature ?? this.opts.temperature ?? 0, maxTokens: r?.maxTokens ?? this.opts.maxTokens ?? 4096, ...(topP !== undefined && { topP }) };
+  }
+
+  /** The model of each role. */
+  models(): Record<PipelineRole, string> {
+    return Object.fromEntries(PIPELINE_ROLES.map((r) => [r, this.opts.roles?.[r]?.llm.model ?? this.llm.model])) as Record<PipelineRole, string>;
+  }
+
+  /** Key a call would have (for tests and reports). `appendix` is text added to the user message (rendered by the caller). */
+  keyOf(task: DataTask, vars: Record<string, string | number>, appendix?: string): { key: string; messages: ChatRequest['messages'] } {
     const p = loadDataPrompt(task, this.opts.promptsDir);
+    const user = renderPrompt(p.template, vars);
     const messages: ChatRequest['messages'] = [
       { role: 'system', content: systemMessage(p) },
-      { role: 'user', content: renderPrompt(p.template, vars) },
+      { role: 'user', content: appendix ? `${user}\n\n${appendix}` : user },
     ];
-    const input = { messages, temperature: this.opts.temperature ?? 0, maxTokens: this.opts.maxTokens ?? 4096 };
-    return { key: callKey(this.llm.model, p.version, input), messages };
+    const ep = this.endpoint(task);
+    const input = { messages, temperature: ep.temperature, maxTokens: ep.maxTokens, ...(ep.topP !== undefined && { topP: ep.topP }) };
+    return { key: callKey(ep.llm.model, p.version, input), messages };
+  }
+
+  private roleStats(role: PipelineRole | undefined) {
+    return (this.stats.byRole[role ?? 'other'] ??= { calls: 0, cached: 0, failed: 0 });
   }
 
   /**
-   * Run (or recall) one task.
-   * `tally` (optional) counts this call as live or cached, e.g. per paper.
+   * Run (or recall) one task on its role's endpoint.
+   * `tally` (optional) counts this call as live or cached, e.g. per paper; `appendix` as in {@link keyOf}.
    * @throws the client's errors (LlmJsonError, LlmHttpError, LlmAbortError, …); a
    *   finish_reason "length" answer is retried once with twice the token budget
    */
-  async call<T>(task: DataTask, vars: Record<string, string | number>, schema: object, tally?: CallTally): Promise<T> {
+  async call<T>(task: DataTask, vars: Record<string, string | number>, schema: object, tally?: CallTally, appendix?: string): Promise<T> {
     const p = loadDataPrompt(task, this.opts.promptsDir);
-    const { key, messages } = this.keyOf(task, vars);
+    const { key, messages } = this.keyOf(task, vars, appendix);
+    const ep = this.endpoint(task);
+    const rs = this.roleStats(ep.role);
     if (!this.opts.force || this.refreshed.has(key)) {
       const hit = this.state.getCall(key);
       if (hit) {
         this.stats.cached++;
+        rs.cached++;
         if (tally) tally.cached++;
         this.opts.progress?.call(true);
         return hit.value as T;
@@ -92,26 +143,31 @@ export class CachedLlm {
     }
     if (tally) tally.live++;
     const work = (async () => {
-      const maxTokens = this.opts.maxTokens ?? 4096;
-      const req: ChatRequest = { messages, temperature: this.opts.temperature ?? 0, maxTokens, signal: this.opts.signal };
+      const { maxTokens, llm } = ep;
+      const req: ChatRequest = { messages, temperature: ep.temperature, maxTokens, ...(ep.topP !== undefined && { topP: ep.topP }), signal: this.opts.signal };
+      const jsonOpts = { useResponseFormat: this.opts.useResponseFormat, schemaName: task.replace(/-/g, '_') };
       let r: ChatJsonResult<T>;
       this.opts.progress?.callStart();
       try {
         try {
-          r = await this.llm.chatJson<T>(schema, req, { useResponseFormat: this.opts.useResponseFormat, schemaName: task.replace(/-/g, '_') });
+          r = await llm.chatJson<T>(schema, req, jsonOpts);
         } catch (e) {
           if (!(e instanceof LlmLengthError)) throw e;
           this.stats.lengthRetries++;
-          r = await this.llm.chatJson<T>(schema, { ...req, maxTokens: maxTokens * 2 }, { useResponseFormat: this.opts.useResponseFormat, schemaName: task.replace(/-/g, '_') });
+          r = await llm.chatJson<T>(schema, { ...req, maxTokens: maxTokens * 2 }, jsonOpts);
         }
       } catch (e) {
         this.stats.failed++;
+        rs.failed++;
         this.opts.progress?.callEnd(this.opts.signal?.aborted ? { aborted: true } : { failed: true });
         throw e;
       }
-      this.state.putCall({ key, model: this.llm.model, prompt: p.version, request: { messages, temperature: req.temperature, maxTokens }, value: r.value, content: r.content, promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens });
+      const request = { messages, temperature: req.temperature, maxTokens, ...(ep.topP !== undefined && { topP: ep.topP }) };
+      const usage = { promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens };
+      this.state.putCall({ key, model: llm.model, ...(ep.role && { role: ep.role }), prompt: p.version, request, value: r.value, content: r.content, ...usage });
       this.refreshed.add(key);
       this.stats.calls++;
+      rs.calls++;
       this.stats.promptTokens += r.usage.promptTokens;
       this.stats.completionTokens += r.usage.completionTokens;
       this.opts.progress?.callEnd({ promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens });
@@ -268,10 +324,11 @@ export function applyDuplicateGroups(cands: RubricCandidate[], groups: string[][
 
 /**
  * Final rubric: candidates ordered by the LLM ranking (unknown/duplicate ids ignored, unranked
- * candidates appended in order), top `n` kept, both dimensions guaranteed when possible.
+ * candidates appended in order), top `n` kept, every dimension of `dimensions` guaranteed when
+ * possible (the lowest-ranked kept item gives way to the best-ranked one of a missing dimension).
  * @throws Error when fewer than `n` candidates exist
  */
-export function selectRubric(cands: RubricCandidate[], ranking: string[], itemId: string, n = RUBRIC_SIZE): RubricItem[] {
+export function selectRubric(cands: RubricCandidate[], ranking: string[], itemId: string, n = RUBRIC_SIZE, dimensions: readonly RubricDimension[] = RUBRIC_DIMENSIONS): RubricItem[] {
   if (cands.length < n) throw new Error(`only ${cands.length} distinct rubric candidates (need ${n})`);
   const byId = new Map(cands.map((c) => [c.id, c]));
   const seen = new Set<string>();
@@ -286,10 +343,11 @@ export function selectRubric(cands: RubricCandidate[], ranking: string[], itemId
   }
   for (const c of cands) if (!seen.has(c.id)) ordered.push(c);
   const top = ordered.slice(0, n);
-  for (const dim of ['method_innovation', 'experimental_design'] as const) {
+  let slot = top.length - 1;
+  for (const dim of dimensions) {
     if (!top.some((c) => c.dimension === dim)) {
       const sub = ordered.slice(n).find((c) => c.dimension === dim);
-      if (sub) top[top.length - 1] = sub;
+      if (sub && slot >= 0) top[slot--] = sub;
     }
   }
   return top.map((c, i) => ({
@@ -395,6 +453,14 @@ export interface BuildOptions {
   log?: (msg: string) => void;
   promptsDir?: string;
   generalRubricSet?: string;
+  /** Per-role endpoints (a role not named uses `llm`, `temperature`, `maxTokens`). */
+  roles?: Partial<Record<PipelineRole, RoleEndpoint>>;
+  /** Rubric ablations (default: the paper's recipe). */
+  rubric?: RubricOptions;
+  /** Recorded in each item's provenance.domain_mix (the papers are drawn by the caller, {@link drawToMix}). */
+  domainMix?: string;
+  /** A paper's domain when known from outside the paper (`--domains` TSV); replaces the loader's guess. */
+  domainOf?: (path: string) => string | undefined;
 }
 
 /** Result of {@link buildDataset}. */
@@ -428,12 +494,65 @@ export async function loadPaperCached(path: string, state: PipelineState, opts?:
 const sha = (x: unknown) => createHash('sha256').update(JSON.stringify(x)).digest('hex').slice(0, 16);
 
 /**
+ * Rubric ablations (issue 39; the paper's Table 4): which candidate sources, which dimensions, how
+ * many items are kept, whether the general items go with the item. Recorded in `item.provenance`.
+ */
+export interface RubricOptions {
+  /** R_Q (from the question alone), R_A (question + reference answer); default both. */
+  sources?: readonly ('R_Q' | 'R_A')[];
+  /** Dimensions asked for and kept; default both. One dimension adds the `rubric-dimension` prompt to the writer's request. */
+  dimensions?: readonly RubricDimension[];
+  /** Items kept after ranking; default 10 (the paper's). */
+  topK?: number;
+  /** General rubric items with the item (default true); off: `general_rubric_set` is `none`. */
+  general?: boolean;
+}
+
+/** Options of {@link buildItem}. */
+export interface BuildItemOptions {
+  split: Split;
+  promptVersion: string;
+  generalRubricSet?: string;
+  tally?: CallTally;
+  rubric?: RubricOptions;
+  /** Recorded as provenance.domain_mix. */
+  domainMix?: string;
+}
+
+/**
+ * The resolved rubric plan. Candidates per source: ⌈2k / #sources⌉, so the pool the ranking picks
+ * from keeps the paper's size (10 R_Q + 10 R_A for k = 10) when one source is left out.
+ * @throws RangeError on an empty source or dimension list, or k outside 1..50
+ */
+export function planRubric(o: RubricOptions = {}): { sources: ('R_Q' | 'R_A')[]; dimensions: RubricDimension[]; topK: number; perSource: number; general: boolean } {
+  const sources = [...new Set(o.sources ?? (['R_Q', 'R_A'] as const))];
+  const dimensions = RUBRIC_DIMENSIONS.filter((d) => (o.dimensions ?? RUBRIC_DIMENSIONS).includes(d));
+  const topK = o.topK ?? RUBRIC_SIZE;
+  if (!sources.length) throw new RangeError('rubric sources: at least one of R_Q, R_A');
+  if (!dimensions.length) throw new RangeError(`rubric dimensions: at least one of ${RUBRIC_DIMENSIONS.join(', ')}`);
+  if (!Number.isInteger(topK) || topK < 1 || topK > 50) throw new RangeError(`rubric top-k: an integer in 1..50 (got ${topK})`);
+  return { sources, dimensions, topK, perSource: Math.ceil((2 * topK) / sources.length), general: o.general ?? true };
+}
+
+/** What each rubric dimension checks (as the rubric prompts state it). */
+const DIMENSION_DESCRIPTIONS: Record<RubricDimension, string> = {
+  method_innovation: "whether the plan's approach is sound, well chosen and insightful for this problem",
+  experimental_design: 'whether the plan tests and evaluates its approach convincingly (comparisons, controls, data, metrics, robustness)',
+};
+
+/** The single-dimension instruction appended to the rubric writer's request (prompts/data-rubric-dimension.v1.md). */
+function dimensionAppendix(dim: RubricDimension, dir?: string): string {
+  return renderPrompt(loadDataPrompt('rubric-dimension', dir).template, { dimension: dim, dimension_description: DIMENSION_DESCRIPTIONS[dim] });
+}
+
+/**
  * Build one item from a loaded paper (all LLM stages).
  * @throws on LLM failures, or when the paper yields too few rubric candidates
  */
-export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineState, opts: { split: Split; promptVersion: string; generalRubricSet?: string; tally?: CallTally }): Promise<PaperGymItem> {
+export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineState, opts: BuildItemOptions): Promise<PaperGymItem> {
   const pid = paper.id;
-  const call = <T>(task: DataTask, vars: Record<string, string | number>, schema: object) => llm.call<T>(task, vars, schema, opts.tally);
+  const call = <T>(task: DataTask, vars: Record<string, string | number>, schema: object, appendix?: string) => llm.call<T>(task, vars, schema, opts.tally, appendix);
+  const rubricPlan = planRubric(opts.rubric);
   // map
   const units: { title: string; text: string }[] = [];
   if (paper.abstract.trim()) units.push({ title: 'Abstract', text: paper.abstract });
@@ -485,22 +604,26 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
   state.putStage(pid, 'question', sha([stages.goals, stages.background]), question);
   const { answer } = await call<{ answer: string }>('answer', { question, methods: stages.methods || '(none)', experimental_design: stages.experimental_design || '(none)' }, TASK_SCHEMAS.answer);
   state.putStage(pid, 'answer', sha([question, stages.methods, stages.experimental_design]), answer);
-  // rubric candidates
+  // rubric candidates (from the chosen sources, of the chosen dimensions)
   type Cand = { text: string; dimension: RubricDimension };
+  const { sources, dimensions, topK, perSource } = rubricPlan;
+  const appendix = dimensions.length < RUBRIC_DIMENSIONS.length ? dimensionAppendix(dimensions[0], llm.opts.promptsDir) : undefined;
+  const none = Promise.resolve({ items: [] as Cand[] });
   const [rq, ra] = await Promise.all([
-    call<{ items: Cand[] }>('rubric-q', { question, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
-    call<{ items: Cand[] }>('rubric-a', { question, answer, n: RUBRIC_SIZE }, TASK_SCHEMAS.rubric),
+    sources.includes('R_Q') ? call<{ items: Cand[] }>('rubric-q', { question, n: perSource }, TASK_SCHEMAS.rubric, appendix) : none,
+    sources.includes('R_A') ? call<{ items: Cand[] }>('rubric-a', { question, answer, n: perSource }, TASK_SCHEMAS.rubric, appendix) : none,
   ]);
-  state.putStage(pid, 'rubric-q', sha(question), rq.items);
-  state.putStage(pid, 'rubric-a', sha([question, answer]), ra.items);
-  const merged = mergeCandidates(rq.items.slice(0, RUBRIC_SIZE), ra.items.slice(0, RUBRIC_SIZE));
+  if (sources.includes('R_Q')) state.putStage(pid, 'rubric-q', sha(question), rq.items);
+  if (sources.includes('R_A')) state.putStage(pid, 'rubric-a', sha([question, answer]), ra.items);
+  const keep = (items: Cand[]) => items.filter((c) => dimensions.includes(c.dimension)).slice(0, perSource);
+  const merged = mergeCandidates(keep(rq.items), keep(ra.items));
   const list = (cs: RubricCandidate[]) => cs.map((c) => `[${c.id}] ${c.text}`).join('\n');
   const dd = await call<{ groups: string[][] }>('rubric-dedupe', { candidates: list(merged) }, TASK_SCHEMAS.dedupe);
   const deduped = applyDuplicateGroups(merged, dd.groups);
   state.putStage(pid, 'rubric-dedupe', sha(merged.map((c) => c.text)), deduped.map((c) => ({ id: c.id, text: c.text, dimension: c.dimension, origins: [...c.origins] })));
   const rk = await call<{ ranking: string[] }>('rubric-rank', { question, answer, candidates: list(deduped) }, TASK_SCHEMAS.rank);
   const itemId = `${pid}-q1`;
-  const rubric = selectRubric(deduped, rk.ranking, itemId);
+  const rubric = selectRubric(deduped, rk.ranking, itemId, topK, dimensions);
   state.putStage(pid, 'rubric', sha(deduped.map((c) => c.id)), rubric);
   const item: PaperGymItem = {
     id: itemId,
@@ -508,10 +631,18 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
     question,
     reference_answer: answer,
     rubric,
-    general_rubric_set: opts.generalRubricSet ?? DEFAULT_GENERAL_RUBRIC_SET,
+    general_rubric_set: rubricPlan.general ? (opts.generalRubricSet ?? DEFAULT_GENERAL_RUBRIC_SET) : NO_GENERAL_RUBRIC_SET,
     split: opts.split,
     stages,
     meta: { prompt_version: opts.promptVersion, model: llm.llm.model },
+    provenance: {
+      models: llm.models(),
+      rubric_sources: [...sources],
+      rubric_dimensions: [...dimensions],
+      rubric_top_k: topK,
+      general_items: rubricPlan.general,
+      ...(opts.domainMix && { domain_mix: opts.domainMix }),
+    } satisfies ItemProvenance,
   };
   const v = validateItem(item);
   if (!v.ok) throw new Error(`built item is invalid: ${v.errors.join('; ')}`);
@@ -526,7 +657,10 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
  */
 export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
   const log = o.log ?? (() => {});
-  const llm = new CachedLlm(o.llm, o.state, { force: o.force, temperature: o.temperature, maxTokens: o.maxTokens, signal: o.signal, progress: o.progress, promptsDir: o.promptsDir, useResponseFormat: o.useResponseFormat });
+  const llm = new CachedLlm(o.llm, o.state, {
+    force: o.force, temperature: o.temperature, maxTokens: o.maxTokens, signal: o.signal, progress: o.progress, promptsDir: o.promptsDir, useResponseFormat: o.useResponseFormat, roles: o.roles,
+  });
+  planRubric(o.rubric); // bad ablation settings fail before any paper
   const promptVersion = dataPromptSetVersion(o.promptsDir);
   const results: (PaperGymItem | undefined)[] = new Array(o.papers.length);
   const failures: BuildResult['failures'] = [];
@@ -545,11 +679,14 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
       const tally: CallTally = { live: 0, cached: 0 };
       try {
         const paper = await loadPaperCached(path, o.state, o.loadOptions, o.force);
+        const domain = o.domainOf?.(path);
+        if (domain) paper.domain = domain;
         pid = paper.id;
         o.state.putWarnings(pid, paper.warnings);
         for (const w of paper.warnings) log(`${pid}: warning: ${formatWarning(w)}`);
         o.state.setPaperStatus(pid, 'running');
-        results[i] = await buildItem(paper, llm, o.state, { split: assignSplit(pid, o.splitFractions, o.splitSeed), promptVersion, generalRubricSet: o.generalRubricSet, tally });
+        const split = assignSplit(pid, o.splitFractions, o.splitSeed);
+        results[i] = await buildItem(paper, llm, o.state, { split, promptVersion, generalRubricSet: o.generalRubricSet, tally, rubric: o.rubric, domainMix: o.domainMix });
         o.state.setPaperStatus(pid, 'done');
         o.progress?.tick(tally.live === 0);
       } catch (e) {

@@ -20,8 +20,34 @@ export const DATA_PROMPTS = {
   'rubric-dedupe': 'data-rubric-dedupe.v1',
   'rubric-rank': 'data-rubric-rank.v1',
   leakage: 'data-leakage.v1',
+  'rubric-dimension': 'data-rubric-dimension.v1',
 } as const;
 export type DataTask = keyof typeof DATA_PROMPTS;
+
+/**
+ * The pipeline's roles (issue 39; the paper builds its data with one LLM extracting and merging the
+ * four stages and another writing the rubric): each may have its own endpoint, model and sampling.
+ * - `extract`: map (section → four stages) and reduce (per stage)
+ * - `qa`: question and reference answer synthesis
+ * - `rubric`: rubric candidates R_Q and R_A
+ * - `rank`: rubric merge (LLM-judged duplicates) and importance ranking
+ */
+export const PIPELINE_ROLES = ['extract', 'qa', 'rubric', 'rank'] as const;
+export type PipelineRole = (typeof PIPELINE_ROLES)[number];
+
+/** The role of each pipeline task (`leakage` is the audit's judge, not a build role: `rank`'s endpoint is not used for it). */
+export const TASK_ROLES: Record<Exclude<DataTask, 'rubric-dimension'>, PipelineRole> = {
+  map: 'extract',
+  reduce: 'extract',
+  'reduce-design': 'extract',
+  question: 'qa',
+  answer: 'qa',
+  'rubric-q': 'rubric',
+  'rubric-a': 'rubric',
+  'rubric-dedupe': 'rank',
+  'rubric-rank': 'rank',
+  leakage: 'rank',
+};
 
 /** A loaded prompt. */
 export interface DataPrompt {

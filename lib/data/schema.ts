@@ -24,6 +24,8 @@ export const RUBRIC_ORIGINS: readonly RubricOrigin[] = ['R_Q', 'R_A', 'both'];
 export const SPLITS: readonly Split[] = ['train', 'val', 'test'];
 /** Number of instance-specific rubric items per item (PaperGym: top 10 after ranking). */
 export const RUBRIC_SIZE = 10;
+/** Largest `--rubric-top-k` (the schema's bound on rubric length). */
+export const MAX_RUBRIC_TOP_K = 50;
 /** Id of the shared general rubric shipped in data/general-rubric.json. */
 export const DEFAULT_GENERAL_RUBRIC_SET = 'goel2025-general-v1';
 
@@ -58,6 +60,28 @@ export interface ItemMeta {
   model: string;
 }
 
+/**
+ * How an item was built, for grouping results by data experiment (docs/data.md; the paper's
+ * Table 4 ablations and Figure 3 scaling). Written by `build-data`; absent in items built before it.
+ */
+export interface ItemProvenance {
+  /** The model of each pipeline role (lib/data/prompts.ts PIPELINE_ROLES): extract, qa, rubric, rank. */
+  models?: Record<string, string>;
+  /** Rubric candidate sources used: R_Q (question alone), R_A (question + answer). */
+  rubric_sources?: ('R_Q' | 'R_A')[];
+  /** Rubric dimensions asked for and kept. */
+  rubric_dimensions?: RubricDimension[];
+  /** Rubric items kept after ranking (the paper: 10). */
+  rubric_top_k?: number;
+  /** Whether the general rubric items go with this item (false: `general_rubric_set` is `none`). */
+  general_items?: boolean;
+  /** The domain mix the papers were drawn to (`cs=0.5,physics=0.25,economics=0.25 seed S`). */
+  domain_mix?: string;
+}
+
+/** `general_rubric_set` of items built with the general rubric items off. */
+export const NO_GENERAL_RUBRIC_SET = 'none';
+
 /** One PaperGym item (one JSONL row). */
 export interface PaperGymItem {
   id: string;
@@ -69,6 +93,7 @@ export interface PaperGymItem {
   split: Split;
   stages: ItemStages;
   meta?: ItemMeta;
+  provenance?: ItemProvenance;
 }
 
 /** One general (shared) rubric item. */
@@ -116,7 +141,8 @@ export const itemJsonSchema = {
     },
     question: nonEmpty,
     reference_answer: nonEmpty,
-    rubric: { type: 'array', minItems: RUBRIC_SIZE, maxItems: RUBRIC_SIZE, items: rubricItemJsonSchema },
+    // exactly RUBRIC_SIZE unless provenance.rubric_top_k says otherwise (semanticErrors)
+    rubric: { type: 'array', minItems: 1, maxItems: MAX_RUBRIC_TOP_K, items: rubricItemJsonSchema },
     general_rubric_set: nonEmpty,
     split: { enum: [...SPLITS] },
     stages: {
@@ -130,6 +156,18 @@ export const itemJsonSchema = {
       additionalProperties: false,
       required: ['prompt_version', 'model'],
       properties: { prompt_version: nonEmpty, model: nonEmpty },
+    },
+    provenance: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        models: { type: 'object', additionalProperties: nonEmpty },
+        rubric_sources: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: ['R_Q', 'R_A'] } },
+        rubric_dimensions: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...RUBRIC_DIMENSIONS] } },
+        rubric_top_k: { type: 'integer', minimum: 1, maximum: MAX_RUBRIC_TOP_K },
+        general_items: { type: 'boolean' },
+        domain_mix: { type: 'string' },
+      },
     },
   },
 } as const;
@@ -170,16 +208,24 @@ function fmtErrors(errs: ErrorObject[] | null | undefined): string[] {
   return (errs ?? []).map((e) => `${e.instancePath || '/'}: ${e.message ?? 'invalid'}${e.params && 'allowedValues' in e.params ? ` (${(e.params as { allowedValues: unknown[] }).allowedValues.join(', ')})` : ''}`);
 }
 
-/** Semantic checks beyond JSON Schema: unique rubric ids, ranks 1..10 each once, both dimensions present. */
+/**
+ * Semantic checks beyond JSON Schema: unique rubric ids, ranks 1..n each once, every dimension
+ * present — n = provenance.rubric_top_k (default 10), the dimensions = provenance.rubric_dimensions
+ * (default both).
+ */
 function semanticErrors(item: PaperGymItem): string[] {
   const errs: string[] = [];
+  const n = item.provenance?.rubric_top_k ?? RUBRIC_SIZE;
+  if (item.rubric.length !== n) errs.push(`/rubric: must have ${n} items${item.provenance?.rubric_top_k ? ' (provenance.rubric_top_k)' : ''} (got ${item.rubric.length})`);
+  const dims = item.provenance?.rubric_dimensions ?? RUBRIC_DIMENSIONS;
   const ids = new Set(item.rubric.map((r) => r.id));
   if (ids.size !== item.rubric.length) errs.push('/rubric: rubric item ids must be unique');
   const ranks = item.rubric.map((r) => r.rank).sort((a, b) => a - b);
   if (!ranks.every((r, i) => r === i + 1)) errs.push(`/rubric: ranks must be 1..${item.rubric.length}, each once (got ${ranks.join(',')})`);
-  for (const d of RUBRIC_DIMENSIONS) {
+  for (const d of n >= dims.length ? dims : []) {
     if (!item.rubric.some((r) => r.dimension === d)) errs.push(`/rubric: no item of dimension ${d}`);
   }
+  for (const r of item.rubric) if (!dims.includes(r.dimension)) errs.push(`/rubric: item ${r.id} has dimension ${r.dimension}, not in provenance.rubric_dimensions`);
   return errs;
 }
 

@@ -360,11 +360,14 @@ export function defaultResponder(req: FakeRequestInfo): string | object {
       const a = req.task === 'rubric-a' ? between(first, 'answer') : '';
       const words = [...new Set(contentWords(`${q} ${a}`))];
       const pick = (i: number) => words.length ? words[(i * 7 + (req.task === 'rubric-a' ? 3 : 0)) % words.length] : `aspect${i}`;
-      const items = Array.from({ length: 10 }, (_, i) => {
+      // as many items as asked ("Write N rubric items"), all of one dimension when the request says so
+      const n = Number(/Write (\d+) rubric items/.exec(first)?.[1] ?? 10);
+      const only = /for the dimension (method_innovation|experimental_design) only/.exec(first)?.[1];
+      const items = Array.from({ length: n }, (_, i) => {
         // items 0-2 are shared verbatim between R_Q and R_A (normalised dedupe), 3-4 are near-duplicates (LLM dedupe)
         const w = i < 5 ? (words[i % Math.max(1, words.length)] ?? `aspect${i}`) : pick(i);
         const text = i < 3 ? `Does the plan address ${w}?` : i < 5 ? (req.task === 'rubric-a' ? `Does the plan clearly address ${w} in detail?` : `Does the plan address ${w} explicitly?`) : `Does the plan specify how ${w} is handled (${req.task} ${i})?`;
-        return { text, dimension: i % 2 === 0 ? 'method_innovation' : 'experimental_design' };
+        return { text, dimension: only ?? (i % 2 === 0 ? 'method_innovation' : 'experimental_design') };
       });
       return { items };
     }

@@ -144,8 +144,10 @@ export function paperIdFromPath(path: string): string {
   return basename(path.replace(/[\\/]+$/, '')).replace(/\.(tar\.gz|tgz|tar|gz|zip)$/i, '');
 }
 
-const DOMAINS: Record<string, string> = { cs: 'computer science', physics: 'physics', 'astro-ph': 'astrophysics', astro: 'astrophysics', econ: 'economics', math: 'mathematics', stat: 'statistics', stats: 'statistics', 'q-bio': 'quantitative biology', 'q-fin': 'quantitative finance', eess: 'electrical engineering', bio: 'biology', chem: 'chemistry', ml: 'machine learning', eng: 'engineering' };
-function guessDomain(id: string): string {
+/** Domain names by the prefix of a paper id (`cs-…`, `physics-…`, `astro-ph-…`). */
+export const DOMAINS: Record<string, string> = { cs: 'computer science', physics: 'physics', 'astro-ph': 'astrophysics', astro: 'astrophysics', econ: 'economics', math: 'mathematics', stat: 'statistics', stats: 'statistics', 'q-bio': 'quantitative biology', 'q-fin': 'quantitative finance', eess: 'electrical engineering', bio: 'biology', chem: 'chemistry', ml: 'machine learning', eng: 'engineering' };
+/** The domain a paper id's prefix names, or `unknown`. */
+export function guessDomain(id: string): string {
   const m = /^([a-z]+(?:-[a-z]{2})?)[-_.]/.exec(id);
   if (m && DOMAINS[m[1]]) return DOMAINS[m[1]];
   const p = /^([a-z]+)[-_.]/.exec(id);
