@@ -94,12 +94,22 @@ const cap = (r: string) => r[0].toUpperCase() + r.slice(1);
 
 /** Rubric ablation flags → pipeline options. */
 export function rubricOptionsFromArgs(a: BuildDataArgs): RubricOptions {
-  const list = (v: string | string[] | undefined, flag: string) => (v === undefined ? undefined : parseList({ key: flag, flag, type: 'list', default: null, meaning: '', source: '' }, v) as string[]);
-  const src = list(a.rubricSources, 'rubric-sources')?.map((x) => (x === 'q' || x === 'R_Q' ? 'R_Q' : x === 'a' || x === 'R_A' ? 'R_A' : x));
-  const dims = list(a.rubricDimensions, 'rubric-dimensions')?.map((x) => (x === 'innovation' ? 'method_innovation' : x === 'design' ? 'experimental_design' : x));
-  for (const x of src ?? []) if (x !== 'R_Q' && x !== 'R_A') throw new Error(`--rubric-sources: ${x} is not q, a, R_Q or R_A`);
-  for (const x of dims ?? []) if (x !== 'method_innovation' && x !== 'experimental_design') throw new Error(`--rubric-dimensions: ${x} is not innovation, design, method_innovation or experimental_design`);
-  const o: RubricOptions = { sources: src as ('R_Q' | 'R_A')[] | undefined, dimensions: dims as RubricDimension[] | undefined, topK: a.rubricTopK, general: a.generalItems };
+  const list = <T extends string>(v: string | string[] | undefined, flag: string, names: Record<string, T>): T[] | undefined => {
+    if (v === undefined) return undefined;
+    const raw = parseList({ key: flag, flag, type: 'list', default: null, meaning: '', source: '' }, v) as string[];
+    return raw.map((x) => {
+      if (!names[x]) throw new Error(`--${flag}: ${x} is not ${Object.keys(names).join(', ')}`);
+      return names[x];
+    });
+  };
+  const sources = list(a.rubricSources, 'rubric-sources', { q: 'R_Q', a: 'R_A', R_Q: 'R_Q', R_A: 'R_A' } as const);
+  const dimensions = list<RubricDimension>(a.rubricDimensions, 'rubric-dimensions', {
+    innovation: 'method_innovation',
+    design: 'experimental_design',
+    method_innovation: 'method_innovation',
+    experimental_design: 'experimental_design',
+  });
+  const o: RubricOptions = { sources, dimensions, topK: a.rubricTopK, general: a.generalItems };
   try {
     planRubric(o);
   } catch (e) {
@@ -124,14 +134,20 @@ export function readBuildDataConfig(path: string): Record<string, unknown> {
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`${path}: a build-data config is a mapping of settings`);
   const out: Record<string, unknown> = {};
-  const fields: Record<string, string> = { url: 'Url', model: 'Model', temperature: 'Temperature', top_p: 'TopP', topP: 'TopP', max_tokens: 'MaxTokens', maxTokens: 'MaxTokens', api_key_env: 'ApiKeyEnv', apiKeyEnv: 'ApiKeyEnv' };
+  const fields: Record<string, string> = {
+    url: 'Url', model: 'Model', temperature: 'Temperature', top_p: 'TopP', topP: 'TopP',
+    max_tokens: 'MaxTokens', maxTokens: 'MaxTokens', api_key_env: 'ApiKeyEnv', apiKeyEnv: 'ApiKeyEnv',
+  };
+  const fieldList = 'url, model, temperature, top_p, max_tokens, api_key_env';
   for (const [k, v] of Object.entries(doc as Record<string, unknown>)) {
     if (k === 'roles') {
-      if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error(`${path}: roles: a mapping of role → {url, model, temperature, top_p, max_tokens, api_key_env}`);
+      if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error(`${path}: roles: a mapping of role → {${fieldList}}`);
       for (const [role, rv] of Object.entries(v as Record<string, unknown>)) {
-        if (!(PIPELINE_ROLES as readonly string[]).includes(role)) throw new Error(`${path}: roles.${role}: unknown role (roles: ${PIPELINE_ROLES.join(', ')})`);
+        if (!(PIPELINE_ROLES as readonly string[]).includes(role)) {
+          throw new Error(`${path}: roles.${role}: unknown role (roles: ${PIPELINE_ROLES.join(', ')})`);
+        }
         for (const [f, fv] of Object.entries((rv ?? {}) as Record<string, unknown>)) {
-          if (!fields[f]) throw new Error(`${path}: roles.${role}.${f}: unknown field (${Object.keys(fields).filter((x) => !/[A-Z]/.test(x)).join(', ')})`);
+          if (!fields[f]) throw new Error(`${path}: roles.${role}.${f}: unknown field (${fieldList})`);
           out[`llm${cap(role)}${fields[f]}`] = fv;
         }
       }
@@ -147,7 +163,40 @@ export function readBuildDataConfig(path: string): Record<string, unknown> {
 const CONFIG_SETTING = BUILD_DATA_OPTIONS.find((s) => s.key === 'config')!;
 
 /** A client's view with another model (roles sharing one endpoint share its client and concurrency). */
-const withModel = (client: LlmClient, model: string): JsonLlm => ({ model, chatJson: (schema, req, opts) => client.chatJson(schema, { ...req, model }, opts) });
+const withModel = (client: LlmClient, model: string): JsonLlm => ({
+  model,
+  chatJson: (schema, req, opts) => client.chatJson(schema, { ...req, model }, opts),
+});
+
+/**
+ * Draw the papers to `--domain-mix` / `--max-papers` (lib/data/mix.ts), keeping their input order.
+ * @throws Error when no paper is left, naming the domains found
+ */
+function drawPapers(
+  papers: string[],
+  a: BuildDataArgs,
+  domainFor: (p: string) => string,
+  log: (m: string) => void,
+): { papers: string[]; mix: NonNullable<BuildDataSummary['mix']> } {
+  const targets = a.domainMix ? parseDomainMix(a.domainMix) : undefined;
+  const seed = a.mixSeed ?? 'papergym';
+  const o = mixOrder(papers, (p) => paperIdFromPath(p), domainFor, targets, seed);
+  const limit = o.limitedBy ? ` (limited by ${o.limitedBy}: ${o.available[o.limitedBy]} available)` : '';
+  let drawn = o.order;
+  if (a.maxPapers !== undefined) {
+    if (drawn.length < a.maxPapers) log(`build-data: --max-papers ${a.maxPapers}: only ${drawn.length} paper(s)${targets ? ' on the mix' : ''}${limit}`);
+    drawn = drawn.slice(0, a.maxPapers);
+  }
+  if (!drawn.length) throw new Error(`build-data: no paper matches ${a.domainMix ?? 'the draw'} (domains found: ${[...new Set(papers.map(domainFor))].join(', ')})`);
+  const index = new Map(papers.map((p, i) => [p, i]));
+  const out = [...drawn].sort((x, y) => index.get(x)! - index.get(y)!);
+  const achieved = achievedMix(out, domainFor, targets);
+  const mix = { ...(a.domainMix && { spec: a.domainMix }), seed, drawn: out.length, of: papers.length, achieved, ...(o.limitedBy && { limitedBy: o.limitedBy }) };
+  const stopped = o.limitedBy && drawn.length < (a.maxPapers ?? Infinity) ? `; limited by ${o.limitedBy} (${o.available[o.limitedBy]} available)` : '';
+  const outside = o.outside ? `; ${o.outside} outside the mix` : '';
+  log(`build-data: drew ${out.length} of ${papers.length} paper(s)${a.domainMix ? ` to ${a.domainMix}` : ''} (seed ${seed}): ${formatMix(achieved)}${stopped}${outside}`);
+  return { papers: out, mix };
+}
 
 /**
  * The command's work, callable from tests: build, validate, write.
@@ -157,7 +206,8 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
   const log = io.log ?? ((m: string) => process.stderr.write(`${m}\n`));
   const role = (r: PipelineRole, f: string) => a[`llm${cap(r)}${f}`];
   for (const r of PIPELINE_ROLES) {
-    if (!(role(r, 'Url') ?? a.llm) || !(role(r, 'Model') ?? a.model)) throw new Error(`build-data needs --llm URL and --model NAME (or --dry-run); role ${r} has no ${(role(r, 'Url') ?? a.llm) ? 'model (--llm-' + r + '-model)' : 'endpoint (--llm-' + r + '-url)'}`);
+    const missing = !(role(r, 'Url') ?? a.llm) ? `endpoint (--llm-${r}-url)` : !(role(r, 'Model') ?? a.model) ? `model (--llm-${r}-model)` : '';
+    if (missing) throw new Error(`build-data needs --llm URL and --model NAME (or --dry-run); role ${r} has no ${missing}`);
   }
   const rubric = rubricOptionsFromArgs(a);
   let papers = a.papers.flatMap((p) => discoverPapers(p));
@@ -170,24 +220,7 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
   };
   const domainFor = (p: string) => tableDomain(p) ?? guessDomain(paperIdFromPath(p));
   let mix: BuildDataSummary['mix'];
-  if (a.domainMix || a.maxPapers) {
-    const targets = a.domainMix ? parseDomainMix(a.domainMix) : undefined;
-    const seed = a.mixSeed ?? 'papergym';
-    const o = mixOrder(papers, (p) => paperIdFromPath(p), domainFor, targets, seed);
-    let drawn = o.order;
-    if (a.maxPapers !== undefined) {
-      if (drawn.length < a.maxPapers) log(`build-data: --max-papers ${a.maxPapers}: only ${drawn.length} paper(s)${targets ? ' on the mix' : ''}${o.limitedBy ? ` (limited by ${o.limitedBy}: ${o.available[o.limitedBy]} available)` : ''}`);
-      drawn = drawn.slice(0, a.maxPapers);
-    }
-    const all = papers;
-    const index = new Map(papers.map((p, i) => [p, i]));
-    const of = papers.length;
-    papers = [...drawn].sort((x, y) => index.get(x)! - index.get(y)!);
-    const achieved = achievedMix(papers, domainFor, targets);
-    mix = { ...(a.domainMix && { spec: a.domainMix }), seed, drawn: papers.length, of, achieved, ...(o.limitedBy && { limitedBy: o.limitedBy }) };
-    log(`build-data: drew ${papers.length} of ${of} paper(s)${a.domainMix ? ` to ${a.domainMix}` : ''} (seed ${seed}): ${formatMix(achieved)}${o.limitedBy && drawn.length < (a.maxPapers ?? Infinity) ? `; limited by ${o.limitedBy} (${o.available[o.limitedBy]} available)` : ''}${o.outside ? `; ${o.outside} outside the mix` : ''}`);
-    if (!papers.length) throw new Error(`build-data: no paper matches ${a.domainMix ?? 'the draw'} (domains found: ${[...new Set(all.map(domainFor))].join(', ') || 'none'})`);
-  }
+  if (a.domainMix || a.maxPapers) ({ papers, mix } = drawPapers(papers, a, domainFor, log));
   const statePath = buildStatePath(a);
   // exclusive (a second build on this state fails at once naming our pid); a corrupt state is an
   // error naming the file, or with --force (every call is redone anyway) set aside and started afresh
@@ -195,14 +228,14 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
   if (state.setAside) log(`build-data: ${statePath} was corrupt; kept as ${state.setAside}, starting a fresh state (--force)`);
   // one client per endpoint (URL and key): roles on one server share its concurrency
   const clients = new Map<string, LlmClient>();
-  const clientFor = (url: string, keyEnv?: string) => {
+  const clientFor = (url: string, model: string, keyEnv?: string) => {
     const id = `${url}\u0000${keyEnv ?? ''}`;
     let c = clients.get(id);
     if (!c) {
       if (keyEnv && !process.env[keyEnv]) log(`build-data: warning: ${keyEnv} (api key of ${url}) is not set`);
       c = new LlmClient({
         baseUrl: url,
-        model: a.model ?? '',
+        model,
         ...(keyEnv && { apiKey: process.env[keyEnv] ?? '' }),
         concurrency: a.concurrency ?? 8,
         timeoutMs: (a.timeout ?? 300) * 1000,
@@ -221,11 +254,19 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
     const url = (role(r, 'Url') as string | undefined) ?? a.llm!;
     const model = (role(r, 'Model') as string | undefined) ?? a.model!;
     endpoints[r] = { url, model };
-    roles[r] = { llm: withModel(clientFor(url, role(r, 'ApiKeyEnv') as string | undefined), model), temperature: role(r, 'Temperature') as number | undefined, maxTokens: role(r, 'MaxTokens') as number | undefined, topP: role(r, 'TopP') as number | undefined };
+    roles[r] = {
+      llm: withModel(clientFor(url, model, role(r, 'ApiKeyEnv') as string | undefined), model),
+      temperature: role(r, 'Temperature') as number | undefined,
+      maxTokens: role(r, 'MaxTokens') as number | undefined,
+      topP: role(r, 'TopP') as number | undefined,
+    };
   }
   const client = roles.extract!.llm;
-  const load = () => [...clients.values()].map((c) => c.load()).reduce((x, y) => ({ active: x.active + y.active, queued: x.queued + y.queued }), { active: 0, queued: 0 });
-  const progress = new Progress({ label: 'build-data', unit: 'papers', stream: io.stream, load, intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
+  const load = () => [...clients.values()].map((c) => c.load()).reduce((x, y) => ({ active: x.active + y.active, queued: x.queued + y.queued }));
+  const progress = new Progress({
+    label: 'build-data', unit: 'papers', stream: io.stream, load, intervalMs: (a.progressInterval ?? 5) * 1000,
+    silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined,
+  });
   try {
     const r = await buildDataset({
       papers,
@@ -266,11 +307,18 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
     if (shrinks) {
       const why = r.failures.map((f) => `${basename(f.paper)}: ${f.error}`).join('; ');
       throw new Error(
-        `${r.failures.length} paper(s) failed (${why}); ${a.out} (${before} rows) left unchanged, the ${r.items.length} item(s) of this run written to ${target}. ` +
+        `${r.failures.length} paper(s) failed (${why}); ${a.out} (${before} rows) left unchanged, ` +
+          `the ${r.items.length} item(s) of this run written to ${target}. ` +
           `Fix the failures and rerun: finished calls come from the state ${statePath}.`,
       );
     }
-    const st = [...clients.values()].map((c) => c.stats()).reduce((x, y) => ({ requests: x.requests + y.requests, promptTokens: x.promptTokens + y.promptTokens, completionTokens: x.completionTokens + y.completionTokens }), { requests: 0, promptTokens: 0, completionTokens: 0 });
+    const st = { requests: 0, promptTokens: 0, completionTokens: 0 };
+    for (const c of clients.values()) {
+      const x = c.stats();
+      st.requests += x.requests;
+      st.promptTokens += x.promptTokens;
+      st.completionTokens += x.completionTokens;
+    }
     const roleSummary = Object.fromEntries(PIPELINE_ROLES.map((k) => [k, { ...endpoints[k], calls: r.stats.byRole[k]?.calls ?? 0, cached: r.stats.byRole[k]?.cached ?? 0 }]));
     return {
       items: r.items.length,

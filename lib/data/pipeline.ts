@@ -90,7 +90,13 @@ export class CachedLlm {
     const role = task === 'rubric-dimension' ? undefined : TASK_ROLES[task];
     const r = role ? this.opts.roles?.[role] : undefined;
     const topP = r?.topP ?? this.opts.topP;
-    return { role, llm: r?.llm ?? this.llm, temperature: r?.temperature ?? this.opts.temperature ?? 0, maxTokens: r?.maxTokens ?? this.opts.maxTokens ?? 4096, ...(topP !== undefined && { topP }) };
+    return {
+      role,
+      llm: r?.llm ?? this.llm,
+      temperature: r?.temperature ?? this.opts.temperature ?? 0,
+      maxTokens: r?.maxTokens ?? this.opts.maxTokens ?? 4096,
+      ...(topP !== undefined && { topP }),
+    };
   }
 
   /** The model of each role. */
@@ -164,7 +170,8 @@ export class CachedLlm {
       }
       const request = { messages, temperature: req.temperature, maxTokens, ...(ep.topP !== undefined && { topP: ep.topP }) };
       const usage = { promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens };
-      this.state.putCall({ key, model: llm.model, ...(ep.role && { role: ep.role }), prompt: p.version, request, value: r.value, content: r.content, ...usage });
+      const stored = { key, model: llm.model, ...(ep.role && { role: ep.role }), prompt: p.version, request, value: r.value, content: r.content };
+      this.state.putCall({ ...stored, ...usage });
       this.refreshed.add(key);
       this.stats.calls++;
       rs.calls++;
@@ -328,7 +335,13 @@ export function applyDuplicateGroups(cands: RubricCandidate[], groups: string[][
  * possible (the lowest-ranked kept item gives way to the best-ranked one of a missing dimension).
  * @throws Error when fewer than `n` candidates exist
  */
-export function selectRubric(cands: RubricCandidate[], ranking: string[], itemId: string, n = RUBRIC_SIZE, dimensions: readonly RubricDimension[] = RUBRIC_DIMENSIONS): RubricItem[] {
+export function selectRubric(
+  cands: RubricCandidate[],
+  ranking: string[],
+  itemId: string,
+  n = RUBRIC_SIZE,
+  dimensions: readonly RubricDimension[] = RUBRIC_DIMENSIONS,
+): RubricItem[] {
   if (cands.length < n) throw new Error(`only ${cands.length} distinct rubric candidates (need ${n})`);
   const byId = new Map(cands.map((c) => [c.id, c]));
   const seen = new Set<string>();
@@ -524,7 +537,7 @@ export interface BuildItemOptions {
  * from keeps the paper's size (10 R_Q + 10 R_A for k = 10) when one source is left out.
  * @throws RangeError on an empty source or dimension list, or k outside 1..50
  */
-export function planRubric(o: RubricOptions = {}): { sources: ('R_Q' | 'R_A')[]; dimensions: RubricDimension[]; topK: number; perSource: number; general: boolean } {
+export function planRubric(o: RubricOptions = {}): RubricPlan {
   const sources = [...new Set(o.sources ?? (['R_Q', 'R_A'] as const))];
   const dimensions = RUBRIC_DIMENSIONS.filter((d) => (o.dimensions ?? RUBRIC_DIMENSIONS).includes(d));
   const topK = o.topK ?? RUBRIC_SIZE;
@@ -532,6 +545,15 @@ export function planRubric(o: RubricOptions = {}): { sources: ('R_Q' | 'R_A')[];
   if (!dimensions.length) throw new RangeError(`rubric dimensions: at least one of ${RUBRIC_DIMENSIONS.join(', ')}`);
   if (!Number.isInteger(topK) || topK < 1 || topK > 50) throw new RangeError(`rubric top-k: an integer in 1..50 (got ${topK})`);
   return { sources, dimensions, topK, perSource: Math.ceil((2 * topK) / sources.length), general: o.general ?? true };
+}
+
+/** A resolved {@link RubricOptions}: `perSource` candidates asked of each source. */
+export interface RubricPlan {
+  sources: ('R_Q' | 'R_A')[];
+  dimensions: RubricDimension[];
+  topK: number;
+  perSource: number;
+  general: boolean;
 }
 
 /** What each rubric dimension checks (as the rubric prompts state it). */
@@ -551,7 +573,8 @@ function dimensionAppendix(dim: RubricDimension, dir?: string): string {
  */
 export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineState, opts: BuildItemOptions): Promise<PaperGymItem> {
   const pid = paper.id;
-  const call = <T>(task: DataTask, vars: Record<string, string | number>, schema: object, appendix?: string) => llm.call<T>(task, vars, schema, opts.tally, appendix);
+  type Vars = Record<string, string | number>;
+  const call = <T>(task: DataTask, vars: Vars, schema: object, appendix?: string) => llm.call<T>(task, vars, schema, opts.tally, appendix);
   const rubricPlan = planRubric(opts.rubric);
   // map
   const units: { title: string; text: string }[] = [];
@@ -658,7 +681,8 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
 export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
   const log = o.log ?? (() => {});
   const llm = new CachedLlm(o.llm, o.state, {
-    force: o.force, temperature: o.temperature, maxTokens: o.maxTokens, signal: o.signal, progress: o.progress, promptsDir: o.promptsDir, useResponseFormat: o.useResponseFormat, roles: o.roles,
+    force: o.force, temperature: o.temperature, maxTokens: o.maxTokens, signal: o.signal, progress: o.progress,
+    promptsDir: o.promptsDir, useResponseFormat: o.useResponseFormat, roles: o.roles,
   });
   planRubric(o.rubric); // bad ablation settings fail before any paper
   const promptVersion = dataPromptSetVersion(o.promptsDir);
@@ -686,7 +710,8 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
         for (const w of paper.warnings) log(`${pid}: warning: ${formatWarning(w)}`);
         o.state.setPaperStatus(pid, 'running');
         const split = assignSplit(pid, o.splitFractions, o.splitSeed);
-        results[i] = await buildItem(paper, llm, o.state, { split, promptVersion, generalRubricSet: o.generalRubricSet, tally, rubric: o.rubric, domainMix: o.domainMix });
+        const itemOpts = { split, promptVersion, generalRubricSet: o.generalRubricSet, tally, rubric: o.rubric, domainMix: o.domainMix };
+        results[i] = await buildItem(paper, llm, o.state, itemOpts);
         o.state.setPaperStatus(pid, 'done');
         o.progress?.tick(tally.live === 0);
       } catch (e) {
