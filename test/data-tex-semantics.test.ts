@@ -186,7 +186,7 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(titles(p)).to.deep.equal(['Introduction', 'Method']);
   });
 
-  it('arXiv directives before any heuristic: 00README.XXX toplevelfile / ignore, 00README.json, %auto-ignore; the rule is reported', async () => {
+  it('arXiv directives before any heuristic: 00README.XXX toplevelfile / ignore, 00README.json / .yaml, %auto-ignore; the rule is reported', async () => {
     const files = {
       'main.tex': doc('\\section{Real Paper}', 'short real text.'),
       'supplement.tex': doc('\\section{Supplement}', prose(400), '\\section{More}', prose(400)),
@@ -197,12 +197,20 @@ describe('data: ingestion reads what TeX would typeset', function () {
     const b = await load(dir('readme-json', { ...files, '00README.json': JSON.stringify({ process: { compiler: 'pdflatex' }, sources: [{ filename: 'main.tex', usage: 'toplevel' }] }) }));
     expect(b.mainFile).to.equal('main.tex');
     expect(b.mainRule).to.match(/^00README\.json declares main\.tex/);
+    const y = await load(dir('readme-yaml', { ...files, '00README.yaml': 'process:\n  compiler: pdflatex\nsources:\n  - filename: main.tex\n    usage: toplevel\n' }));
+    expect(y.mainFile).to.equal('main.tex');
+    expect(y.mainRule).to.match(/^00README\.yaml declares main\.tex/);
     const c = await load(dir('readme-ignore', { ...files, '00README.XXX': 'supplement.tex ignore\n' }));
     expect(c.mainFile).to.equal('main.tex');
     expect(c.mainRule).to.match(/left out: supplement\.tex \(00README\.XXX: ignore\)/);
     const e = await load(dir('auto-ignore', { ...files, 'supplement.tex': `%auto-ignore\n${files['supplement.tex']}` }));
     expect(e.mainFile).to.equal('main.tex');
     expect(e.mainRule).to.match(/left out: supplement\.tex \(%auto-ignore\)/);
+    // several declared top-level files: assembled in arXiv's (alphanumeric) order, one paper
+    const m = await load(dir('readme-two', { 'b-appendix.tex': doc('\\section{Supplementary Proofs}', 'proof text.'), 'a-main.tex': doc('\\section{Main Text}', 'main text.'), '00README.XXX': 'b-appendix.tex toplevelfile\na-main.tex toplevelfile\n' }));
+    expect(m.mainFile).to.equal('a-main.tex');
+    expect(titles(m)).to.deep.equal(['Main Text', 'Supplementary Proofs']);
+    expect(m.mainRule).to.equal('00README.XXX declares a-main.tex the top-level file; b-appendix.tex appended (also declared top-level)');
     // without directives the heuristic picks the longer document, and says so
     const f = await load(dir('heuristic', files));
     expect(f.mainFile).to.equal('supplement.tex');

@@ -595,12 +595,8 @@ function within(root: string, p: string): boolean {
  */
 const OPAQUE_IFS = new Set([
   'if', 'ifcat', 'ifnum', 'ifdim', 'ifodd', 'ifx', 'ifcase', 'ifeof', 'ifvoid', 'ifhbox', 'ifvbox', 'ifmmode', 'ifvmode', 'ifhmode', 'ifinner', 'ifdefined', 'ifcsname',
-  'iffontchar', 'ifincsname', 'ifabsnum', 'ifabsdim', 'ifpdfprimitive', 'ifpdfabsnum', 'ifpdfabsdim', 'ifprimitive', 'ifdraft', 'iffinal', 'ifthenelse',
+  'iffontchar', 'ifincsname', 'ifabsnum', 'ifabsdim', 'ifpdfprimitive', 'ifpdfabsnum', 'ifpdfabsdim', 'ifprimitive',
 ]);
-// \ifdraft / \ifthenelse are in the set only to be removed: they are macros with arguments (ifdraft package, ifthen)
-OPAQUE_IFS.delete('ifdraft');
-OPAQUE_IFS.delete('iffinal');
-OPAQUE_IFS.delete('ifthenelse');
 /** Engine switches (ifpdf / iftex / ifxetex / ifluatex packages) as under pdfLaTeX, arXiv's default compiler. */
 const ENGINE_IFS: Record<string, boolean> = { ifpdf: true, ifpdftex: true, ifPDFTeX: true, ifxetex: false, ifXeTeX: false, ifluatex: false, ifLuaTeX: false, ifvtex: false, ifVTeX: false };
 /** Switches that class files declare with \newif (IEEEtran's \ifCLASSOPTION…, \ifCLASSINFO…): conditionals of unknown value. */
@@ -1209,7 +1205,8 @@ export interface ArxivDirectives {
  * Read arXiv's directives: `00README.XXX` lines `FILE toplevelfile` / `FILE ignore` (other
  * directives such as `include`, `landscape`, `nohypertex`, `nostamp` are not about the text);
  * `00README.json` (or `00README` holding JSON) `{"sources": [{"filename": F, "usage":
- * "toplevel" | "ignore" | "include" | "append"}]}`; and any `.tex` file whose first line is
+ * "toplevel" | "ignore" | "include" | "append"}]}` and its YAML form (`00README.yaml`, or a
+ * `00README` with `sources:`); and any `.tex` file whose first line is
  * `%auto-ignore` (arXiv's mark for files AutoTeX skips). Declared names that do not exist are
  * warned about (`readme-missing-file`, naming the directive file) and dropped; names leaving the
  * root are refused the same way.
@@ -1226,7 +1223,7 @@ export function readArxivDirectives(root: string, texFiles: string[], warn: Warn
     }
   })();
   const pick = (n: string) => names.find((x) => x.toLowerCase() === n.toLowerCase());
-  const file = pick('00README.json') ?? pick('00README.XXX') ?? pick('00README');
+  const file = pick('00README.json') ?? pick('00README.yaml') ?? pick('00README.yml') ?? pick('00README.XXX') ?? pick('00README');
   const entries: { name: string; usage: string; line?: number }[] = [];
   if (file) {
     let text = '';
@@ -1236,7 +1233,10 @@ export function readArxivDirectives(root: string, texFiles: string[], warn: Warn
       /* unreadable: as absent */
     }
     out.source = file;
-    if (/^\s*[{[]/.test(text)) {
+    if (/^\s*sources\s*:/m.test(text) && !/^\s*[{[]/.test(text)) {
+      // the YAML form: `sources:` then `- filename: F` / `usage: U` pairs
+      for (const m of text.matchAll(/filename\s*:\s*["']?([^"'\n]+?)["']?\s*\n\s*usage\s*:\s*["']?(\w+)/g)) entries.push({ name: m[1].trim(), usage: m[2] });
+    } else if (/^\s*[{[]/.test(text)) {
       try {
         const j = JSON.parse(text) as { sources?: { filename?: unknown; usage?: unknown }[] };
         for (const s of Array.isArray(j.sources) ? j.sources : []) {
