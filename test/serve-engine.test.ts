@@ -6,6 +6,10 @@
  * and client disconnects cancelling their rows.
  */
 import { expect } from 'chai';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { packageRoot } from '../lib/native.js';
+import { parseJsonKeepingFloats } from '../lib/model/chat.js';
 import { ChatServer } from '../lib/serve/server.js';
 import { policyServeBackend } from '../lib/serve/policy.js';
 import { Policy } from '../lib/model/policy.js';
@@ -146,6 +150,19 @@ describe('serve: continuous batching on a tiny Qwen3 (logprobs, stop strings, st
     const plain = await (await post({ model: 'tiny', messages: messages.slice(0, 1), temperature: 0, max_tokens: 3 })).json();
     expect(j.usage.prompt_tokens).to.be.greaterThan(plain.usage.prompt_tokens + 20);
     expect((await post({ model: 'tiny', messages: [{ role: 'assistant', content: '', tool_calls: [{ function: {} }] }] })).status).to.equal(400);
+  });
+
+  it('tools keep their numbers’ form: the prompt has transformers’ ids (test/fixtures/chat/qwen3-tools.json), 1.0 not read as 1', async () => {
+    const fix = join(packageRoot, 'test', 'fixtures', 'chat');
+    const cases = parseJsonKeepingFloats(readFileSync(join(fix, 'tools.json'), 'utf8')) as { name: string; messages: Json[]; tools: unknown[] }[];
+    const ref = JSON.parse(readFileSync(join(fix, 'qwen3-tools.json'), 'utf8')) as { cases: { name: string; ids: number[] }[] };
+    const c = cases[0];
+    // The raw request text as a client sends it (Python's json.dumps writes 1.0); JSON.stringify would write 1.
+    const raw = `{"model": "tiny", "temperature": 0, "max_tokens": 1, "messages": ${JSON.stringify(c.messages)}, "tools": ${readFileSync(join(fix, 'tools.json'), 'utf8').match(/"tools": (\[[\s\S]*?\n {4}\])/)![1]}}`;
+    expect(raw).to.contain('"default": 1.0,');
+    const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: raw });
+    expect(r.status).to.equal(200);
+    expect((await r.json()).usage.prompt_tokens).to.equal(ref.cases.find((x) => x.name === c.name)!.ids.length);
   });
 
   it('mixed seeds and settings are batched together and answer as they do alone', async () => {

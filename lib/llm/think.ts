@@ -11,8 +11,11 @@
  * 2. a closing tag with no opening tag before it: everything before the (last such) closing tag is
  *    reasoning (the template opened the block);
  * 3. an opening tag with no closing tag: everything after it is reasoning (cut off while thinking).
- * What remains, trimmed, is the content. Trailing end-of-turn markers that a raw decode may leave
- * (`<|im_end|>`, `<|endoftext|>`, `<｜end▁of▁sentence｜>`) are removed first.
+ * What remains, trimmed, is the content. Trailing end-of-turn markers that a server may leak into
+ * the text ({@link END_OF_TURN_MARKERS}: ChatML's `<|im_end|>` / `<|endoftext|>`, Llama's `</s>`,
+ * `<|eot_id|>`, `<|eom_id|>`, `<|end_of_text|>`, Gemma's `<end_of_turn>` / `<eos>`, Phi's `<|end|>`,
+ * DeepSeek's `<|EOT|>` / `<｜end▁of▁sentence｜>`, harmony's `<|return|>`), any number of them with
+ * whitespace between, are removed first. Only at the end: a marker inside the text is left alone.
  */
 
 /**
@@ -24,7 +27,12 @@ export const THINK_TAGS = ['<think>', '</think>'] as const;
 const OPEN = /<think(?:ing)?>/i;
 const CLOSE = /<\/think(?:ing)?>/i;
 const BLOCK = /<think(?:ing)?>([\s\S]*?)<\/think(?:ing)?>/gi;
-const END_MARKERS = /(?:\s*(?:<\|im_end\|>|<\|endoftext\|>|<｜end▁of▁sentence｜>))+\s*$/;
+/** End-of-turn / end-of-sequence token strings of the common chat models, as servers leak them at the end of a reply. */
+export const END_OF_TURN_MARKERS = [
+  '<|im_end|>', '<|endoftext|>', '</s>', '<|eot_id|>', '<|eom_id|>', '<|end_of_text|>', '<end_of_turn>', '<eos>', '<|end|>', '<|EOT|>',
+  '<｜end▁of▁sentence｜>', '<|end▁of▁sentence|>', '<|return|>',
+] as const;
+const END_MARKERS = new RegExp(`(?:\\s*(?:${END_OF_TURN_MARKERS.map((m) => m.replace(/[|\\^$.*+?()[\]{}]/g, '\\$&')).join('|')}))+\\s*$`);
 
 /** Result of {@link splitThink}: `reasoning` is present only when some thinking text was found. */
 export interface ThinkSplit {

@@ -88,6 +88,33 @@ function tokenString(v: unknown): string | undefined {
 }
 
 /**
+ * The chat template of a checkpoint directory, chosen as transformers' AutoTokenizer chooses it
+ * (transformers 4.43+ and 5.x, `PreTrainedTokenizerBase.from_pretrained`: "If independent chat
+ * template file(s) exist, they take priority over template entries in the tokenizer config"):
+ * 1. `chat_template.jinja` (the file, verbatim);
+ * 2. `tokenizer_config.json` `chat_template`: a string, or of a list of named templates the
+ *    `default` entry;
+ * 3. only when neither exists, the legacy processor file `chat_template.json` (`{"chat_template": "…"}`),
+ *    which AutoProcessor reads for multimodal checkpoints (AutoTokenizer ignores it); a text-only
+ *    model never has it beside the other two.
+ * Undefined when none is there. `dir` '' (a tokenizer built from strings) reads no files.
+ */
+export function chooseChatTemplate(dir: string, config: Record<string, unknown>): string | undefined {
+  if (dir && existsSync(join(dir, 'chat_template.jinja'))) return readFileSync(join(dir, 'chat_template.jinja'), 'utf8');
+  const ct = config.chat_template;
+  if (typeof ct === 'string') return ct;
+  if (Array.isArray(ct)) {
+    const d = (ct as { name?: string; template?: string }[]).find((e) => e?.name === 'default');
+    if (typeof d?.template === 'string') return d.template;
+  }
+  if (dir && existsSync(join(dir, 'chat_template.json'))) {
+    const j = readJson(join(dir, 'chat_template.json'));
+    if (typeof j?.chat_template === 'string') return j.chat_template;
+  }
+  return undefined;
+}
+
+/**
  * A checkpoint's tokenizer plus the token facts generation needs (stop ids, pad id, special ids,
  * chat template source). Construct with {@link Tokenizer.fromDir}.
  */
@@ -110,7 +137,7 @@ export class Tokenizer {
   readonly padTokenId: number;
   /** Tokens known to the tokenizer including added ones (Qwen3: 151669; the model's vocab_size 151936 is larger). */
   readonly vocabSize: number;
-  /** `tokenizer_config.chat_template` when it is a string (named-template lists: the `default` entry). */
+  /** The chat template transformers' AutoTokenizer would use ({@link chooseChatTemplate}). */
   readonly chatTemplate: string | undefined;
   /**
    * True when this tokenizer's pipeline lets {@link concatSafe} split texts at a line end (Qwen2,
@@ -156,21 +183,13 @@ export class Tokenizer {
     this.stopIds = stops;
     this.padTokenId = idOf(config.pad_token) ?? (typeof generationConfig?.pad_token_id === 'number' ? (generationConfig.pad_token_id as number) : undefined) ?? stops[0] ?? 0;
 
-    const ct = config.chat_template;
-    if (typeof ct === 'string') this.chatTemplate = ct;
-    else if (Array.isArray(ct)) {
-      const d = (ct as { name?: string; template?: string }[]).find((e) => e.name === 'default');
-      this.chatTemplate = d?.template;
-    }
-    if (this.chatTemplate === undefined && dir && existsSync(join(dir, 'chat_template.jinja'))) {
-      this.chatTemplate = readFileSync(join(dir, 'chat_template.jinja'), 'utf8');
-    }
+    this.chatTemplate = chooseChatTemplate(dir, config);
   }
 
   /**
    * Loads `dir/tokenizer.json` (required), `dir/tokenizer_config.json` and
-   * `dir/generation_config.json` (optional), and `dir/chat_template.jinja` when the config has no
-   * template. Throws an Error naming the file when tokenizer.json is missing or unparsable, a
+   * `dir/generation_config.json` (optional), and the chat template as transformers picks it
+   * ({@link chooseChatTemplate}). Throws an Error naming the file when tokenizer.json is missing or unparsable, a
    * TypeError (ERR_PG_ARG) when `dir` is not a non-empty string.
    */
   static fromDir(dir: string): Tokenizer {

@@ -50,6 +50,7 @@ import { randomUUID } from 'node:crypto';
 import { splitThink, THINK_TAGS } from '../llm/think.js';
 import type { ChatMessage } from '../llm/messages.js';
 import { IncrementalDetokenizer, type ServeStepper } from './stepper.js';
+import { parseJsonKeepingFloats } from '../model/chat.js';
 import type { EngineStep, EngineToken } from '../model/engine.js';
 
 
@@ -382,11 +383,16 @@ export class ChatServer {
       if (size > limit) throw new HttpError(413, `request body over ${limit} bytes`);
       chunks.push(c as Buffer);
     }
+    const text = Buffer.concat(chunks).toString('utf8');
+    let b: unknown;
     try {
-      return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      b = JSON.parse(text);
     } catch {
       throw new HttpError(400, 'request body is not valid JSON');
     }
+    // `tools` reach the chat template: read again keeping `1.0` a float, as transformers renders it (lib/model/chat.ts).
+    if (b && typeof b === 'object' && Array.isArray((b as { tools?: unknown }).tools)) (b as { tools: unknown }).tools = (parseJsonKeepingFloats(text) as { tools: unknown }).tools;
+    return b;
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
