@@ -103,8 +103,13 @@ export interface CudaMemoryStats {
 export type Device = 'cpu' | 'cuda' | `cuda:${number}`;
 /** Weight dtype of a model (the addon also reads the aliases fp32 / bf16 / fp16). */
 export type Dtype = 'float32' | 'bfloat16' | 'float16';
-/** The seven decoder projections LoRA may target (all supported architectures). */
-export type LoraTarget = 'q_proj' | 'k_proj' | 'v_proj' | 'o_proj' | 'gate_proj' | 'up_proj' | 'down_proj';
+/**
+ * The seven decoder projections LoRA may target (all supported architectures; peft's module names),
+ * listed once on the TypeScript side: the settings' choices, the model's default targets and the
+ * memory plan's shapes read this list.
+ */
+export const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
+export type LoraTarget = (typeof LORA_TARGETS)[number];
 /**
  * Which adapter a forward uses: 'active' (the trainable adapter, unless disabled), 'none' (the
  * frozen base: reference policy, local judge), or the name of a snapshot (`snapshotAdapter`).
@@ -590,7 +595,10 @@ export interface SamplerOptions {
   minP?: number;
 }
 
-/** Sampling options of `generate` (and of `Policy.generate`). */
+/**
+ * Sampling options of `generate` (and of `Policy.generate`): the one sampling type; the trainer's
+ * rollouts, eval's plans and serve's requests are picks of it (`SamplingSettings`).
+ */
 export interface SamplingParams extends SamplerOptions {
   /** Completions per prompt, ≥ 1 (the prompt is prefilled once and its KV cache rows copied). Default 1. */
   n?: number;
@@ -603,6 +611,9 @@ export interface SamplingParams extends SamplerOptions {
   /** Adapter used by every forward. Default 'active'. */
   adapter?: AdapterChoice;
 }
+
+/** The sampling fields `K` of {@link SamplingParams}, all given (a caller that fills every default itself). */
+export type SamplingSettings<K extends keyof SamplingParams> = Required<Pick<SamplingParams, K>>;
 
 /** A native cancellation flag shared with worker threads (`createAbortHandle`). */
 export interface AbortHandle {

@@ -6,12 +6,13 @@
  */
 import type { Setting } from './schema.js';
 import { JUDGE_SETTINGS } from './judge.js';
+import { DEFAULT_ALPHA } from './reward.js';
+import { LORA_TARGETS } from '../addon.js';
 
 export { JUDGE_SETTINGS };
 
 const DEVICE = /^(cpu|cuda(:\d+)?)$/;
 const DEVICE_AUTO = /^(auto|cpu|cuda(:\d+)?)$/;
-const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'] as const;
 
 /** Keys of the training config (lib/config/train.ts TrainConfig), in docs order. */
 export const TRAIN_SETTINGS: readonly Setting[] = [
@@ -72,7 +73,7 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
   { key: 'grpo.dropZeroVariance', flag: 'drop-zero-variance', type: 'boolean', default: false, meaning: 'Leave groups whose rewards are all equal out of the loss', source: 'DAPO dynamic sampling (Yu et al. 2025)' },
   { key: 'grpo.reference', flag: 'reference', type: 'enum', choices: ['stage-start', 'base'], default: 'stage-start', meaning: 'KL reference policy: a snapshot of the adapter at the start of GRPO, or the base model (adapter off)', source: 'TRL GRPOTrainer ref_model (peft: adapter disabled)' },
   { key: 'grpo.judgeOverlap', flag: 'judge-overlap', type: 'enum', choices: ['auto', 'on', 'off'], default: 'auto', meaning: 'Local judge: score each group as soon as its completions finished, on its own worker thread and CUDA stream while the other rows still decode (the model\'s read-only calls share it), instead of after the rollout; adds the judge\'s working memory to the rollout phase. auto = on for CUDA when the memory plan fits both at once, off otherwise (CPU, no plan). The HTTP judge always judges per group', source: 'issue 15: the judge hidden behind sampling; TRL / NeMo-RL overlap of reward and generation' },
-  { key: 'grpo.alpha', flag: 'reward-alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward mix r = alpha·r_spec + (1 − alpha)·r_gen', source: 'paper: reward mix, alpha = 0.7 (docs/design.md §6)' },
+  { key: 'grpo.alpha', flag: 'reward-alpha', type: 'number', min: 0, max: 1, default: DEFAULT_ALPHA, meaning: 'Reward mix r = alpha·r_spec + (1 − alpha)·r_gen', source: 'paper: reward mix, alpha = 0.7 (docs/design.md §6)' },
   // ---- judge (one list shared with eval / probe-judge: JUDGE_SETTINGS below) ----
   ...JUDGE_SETTINGS.map((j) => ({ ...j, key: `judge.${j.key}`, ...(j.key === 'kind' ? { default: 'local' } : j.key === 'concurrency' ? { default: 8 } : {}) })),
   // ---- validation, checkpoints, logging ----
@@ -146,7 +147,7 @@ export const EVAL_OPTIONS: readonly Setting[] = [
   ...SAMPLING_OPTIONS,
   { key: 'general', flag: 'general', type: 'boolean', default: true, meaning: 'Also judge the general rubric items (--no-general to skip)', source: 'paper: general rubric items (docs/design.md §6)' },
   { key: 'generalRubric', flag: 'general-rubric', type: 'path', default: null, values: 'a general rubric JSON', meaning: 'General rubric file; unset = data/general-rubric.json', source: 'paper: general rubric items (docs/design.md §6)' },
-  { key: 'alpha', flag: 'alpha', type: 'number', min: 0, max: 1, default: 0.7, meaning: 'Reward weight of the instance items', source: 'paper: reward mix, alpha = 0.7 (docs/design.md §6)' },
+  { key: 'alpha', flag: 'alpha', type: 'number', min: 0, max: 1, default: DEFAULT_ALPHA, meaning: 'Reward weight of the instance items', source: 'paper: reward mix, alpha = 0.7 (docs/design.md §6)' },
   { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples for the CIs (0 = no interval)', source: 'Efron & Tibshirani 1993 (percentile bootstrap)' },
   { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Generation and bootstrap seed', source: 'vLLM SamplingParams.seed' },
   { key: 'chunk', flag: 'chunk', type: 'integer', min: 1, default: 8, meaning: 'Questions per generation call (judging overlaps the next chunk)', source: 'vLLM max_num_seqs' },

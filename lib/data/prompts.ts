@@ -5,8 +5,7 @@
  * an edited prompt never reuses stale answers.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { loadPromptFile, promptsDir, renderTemplate } from '../util/prompts.js';
 
 /** Pipeline tasks and their prompt files. */
 export const DATA_PROMPTS = {
@@ -59,16 +58,7 @@ export interface DataPrompt {
   version: string;
 }
 
-/** The packaged prompts/ directory (works from lib/ and dist/lib/). */
-export function promptsDir(): string {
-  for (const rel of ['../../prompts/', '../../../prompts/']) {
-    const u = new URL(rel, import.meta.url);
-    if (existsSync(new URL('data-map.v1.md', u))) return fileURLToPath(u);
-  }
-  return fileURLToPath(new URL('../../../prompts/', import.meta.url));
-}
-
-const cache = new Map<string, DataPrompt>();
+export { promptsDir };
 
 /**
  * Load the prompt of a task.
@@ -76,13 +66,9 @@ const cache = new Map<string, DataPrompt>();
  */
 export function loadDataPrompt(task: DataTask, dir = promptsDir()): DataPrompt {
   const name = DATA_PROMPTS[task];
-  const path = `${dir.replace(/\/$/, '')}/${name}.md`;
-  const hit = cache.get(path);
-  if (hit) return hit;
-  const template = readFileSync(path, 'utf8').replace(/^\s*<!--[\s\S]*?-->/, '').trim();
-  const p: DataPrompt = { task, name, template, version: `${name}#${createHash('sha256').update(template).digest('hex').slice(0, 8)}` };
-  cache.set(path, p);
-  return p;
+  // The one prompt loader (lib/util/prompts.ts); the version keeps its 8 hex digits (cache keys).
+  const f = loadPromptFile(name, dir);
+  return { task, name, template: f.template, version: `${name}#${f.sha256.slice(0, 8)}` };
 }
 
 /** Combined version of all pipeline prompts (recorded in `meta.prompt_version` of built items). */
@@ -94,10 +80,7 @@ export function dataPromptSetVersion(dir = promptsDir()): string {
 
 /** Substitute `{{key}}` placeholders in one pass (values are not re-scanned). @throws on a missing value */
 export function renderPrompt(template: string, values: Record<string, string | number>): string {
-  return template.replace(/\{\{(\w+)\}\}/g, (_m, k: string) => {
-    if (!(k in values)) throw new Error(`prompt placeholder {{${k}}} has no value`);
-    return String(values[k]);
-  });
+  return renderTemplate(template, values);
 }
 
 /** System message of a task; the tag lets test servers recognise the task. */

@@ -3,15 +3,12 @@
  * backend over a Policy is lib/serve/policy.ts.
  */
 import type { Policy } from '../model/policy.js';
+import type { SamplingParams } from '../addon.js';
 import { studentMessages } from '../task/prompts.js';
 import type { PlanGenerator } from './run.js';
 
 /** Sampling used for eval plans. Defaults: Qwen3's non-thinking recommendation (T 0.7, top-p 0.8, top-k 20), 1024 new tokens, thinking off. */
-export interface PlanSampling {
-  temperature?: number;
-  topP?: number;
-  topK?: number;
-  maxNewTokens?: number;
+export interface PlanSampling extends Pick<SamplingParams, 'temperature' | 'topP' | 'topK' | 'maxNewTokens'> {
   enableThinking?: boolean;
 }
 

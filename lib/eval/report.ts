@@ -11,6 +11,8 @@
  */
 import { writeFileSync, renameSync } from 'node:fs';
 import type { RubricDimension } from '../data/schema.js';
+import { itemScore, mixReward } from '../judge/rewards.js';
+import { DEFAULT_ALPHA } from '../config/reward.js';
 import { mulberry32 } from '../util/random.js';
 
 export { mulberry32 };
@@ -76,7 +78,7 @@ export interface ReportOptions {
   seed?: number;
   /** Confidence level (default 0.95). */
   level?: number;
-  /** α of the reward (default 0.7). */
+  /** α of the reward (default DEFAULT_ALPHA, 0.7). */
   alpha?: number;
 }
 
@@ -98,16 +100,12 @@ interface Cluster {
 const NSTAT = 16;
 const ORIGINS = ['R_Q', 'R_A', 'both'] as const;
 
-/** An item's score: 1 when met (binary), or its P(yes) when `prob` and present. */
-function itemScore(r: EvalRow, prob: boolean): number {
-  return prob && typeof r.prob === 'number' && Number.isFinite(r.prob) ? r.prob : r.met === true ? 1 : 0;
-}
 
 function clusterOf(rows: EvalRow[], alpha: number, prob = false): Cluster {
   const c = new Array<number>(NSTAT).fill(0);
   const plans = new Map<number, { sm: number; sn: number; gm: number; gn: number }>();
   for (const r of rows) {
-    const m = itemScore(r, prob);
+    const m = itemScore(r, prob ? 'prob' : 'binary');
     const p = plans.get(r.sample) ?? { sm: 0, sn: 0, gm: 0, gn: 0 };
     plans.set(r.sample, p);
     if (r.kind === 'general') {
@@ -137,7 +135,7 @@ function clusterOf(rows: EvalRow[], alpha: number, prob = false): Cluster {
   for (const p of plans.values()) {
     const rs = p.sn ? p.sm / p.sn : 0;
     const rg = p.gn ? p.gm / p.gn : 0;
-    c[8] += p.sn && p.gn ? alpha * rs + (1 - alpha) * rg : p.sn ? rs : p.gn ? rg : 0;
+    c[8] += mixReward(rs, p.sn, rg, p.gn, alpha);
     c[9]++;
   }
   return { counts: c };
@@ -163,7 +161,7 @@ function buildStats(rows: EvalRow[], opts: ReportOptions, prob: boolean): EvalRe
   const resamples = opts.resamples ?? 1000;
   const seed = opts.seed ?? 0;
   const level = opts.level ?? 0.95;
-  const alpha = opts.alpha ?? 0.7;
+  const alpha = opts.alpha ?? DEFAULT_ALPHA;
   if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
   const byQ = new Map<string, EvalRow[]>();
   for (const r of rows) {

@@ -13,6 +13,7 @@
  * a looser judge may not, so it is reported separately and off by default).
  */
 import type { PaperGymItem, GeneralRubricItem } from '../data/schema.js';
+import { computeReward, DEFAULT_ALPHA } from './rewards.js';
 import type { Judge, JudgeItem, Verdict } from './types.js';
 
 export const ATTACKS = ['restate', 'keywords', 'inject', 'empty', 'echo'] as const;
@@ -91,7 +92,7 @@ export interface ProbeOptions {
   attacks?: Attack[];
   /** Also judge the general items (default false: instance items only). */
   general?: GeneralRubricItem[];
-  /** α for `meanReward` (default 0.7). */
+  /** α for `meanReward` (default DEFAULT_ALPHA, 0.7). */
   alpha?: number;
   signal?: AbortSignal;
 }
@@ -103,7 +104,7 @@ export interface ProbeOptions {
 export async function runProbe(judge: Judge, data: PaperGymItem[], opts: ProbeOptions = {}): Promise<ProbeReport> {
   const attacks = opts.attacks ?? DEFAULT_ATTACKS;
   const general: JudgeItem[] = (opts.general ?? []).map((g) => ({ id: g.id, text: g.text }));
-  const alpha = opts.alpha ?? 0.7;
+  const alpha = opts.alpha ?? DEFAULT_ALPHA;
   const results: AttackResult[] = [];
   for (const attack of attacks) {
     const reqs = data.map((d) => {
@@ -119,19 +120,15 @@ export async function runProbe(judge: Judge, data: PaperGymItem[], opts: ProbeOp
     verdicts.forEach((vs, i) => {
       const nSpec = data[i].rubric.length;
       const metIds: string[] = [];
-      let specMet = 0;
-      let genMet = 0;
-      vs.forEach((v, k) => {
+      vs.forEach((v) => {
         if (v.met === true) {
           yes++;
           metIds.push(v.itemId);
-          if (k < nSpec) specMet++;
-          else genMet++;
         } else if (v.met === false) no++;
         else nulls++;
       });
-      const rs = nSpec ? specMet / nSpec : 0;
-      rewardSum += general.length ? alpha * rs + (1 - alpha) * (genMet / general.length) : rs;
+      // The reward training gives this plan (binary verdicts).
+      rewardSum += computeReward(vs.slice(0, nSpec), vs.slice(nSpec), { alpha }).r;
       if (metIds.length) hits.push({ id: data[i].id, items: metIds });
     });
     const total = yes + no + nulls;

@@ -15,6 +15,7 @@
  */
 import { judgeHealth, type Judge, type JudgeCallOptions, type JudgeHealth, type JudgeItem, type Verdict } from './types.js';
 import { stripThink } from '../llm/think.js';
+import { DEFAULT_ALPHA } from '../config/reward.js';
 import type { GradedItem, RewardFn } from '../task/types.js';
 
 /** Reward options. */
@@ -50,8 +51,22 @@ export interface RewardBreakdown {
   health: JudgeHealth;
 }
 
-/** Default α of the paper. */
-export const DEFAULT_ALPHA = 0.7;
+export { DEFAULT_ALPHA };
+
+/**
+ * The reward mix (paper §6): r = α·r_spec + (1 − α)·r_gen over a plan's instance and general
+ * items; the instance or general part alone when the other has no items; 0 with no items. The one
+ * formula: training (computeReward), eval reports and the reward-hacking probe call it.
+ */
+export function mixReward(rSpec: number, specItems: number, rGen: number, genItems: number, alpha: number): number {
+  if (specItems && genItems) return alpha * rSpec + (1 - alpha) * rGen;
+  return specItems ? rSpec : genItems ? rGen : 0;
+}
+
+/** An item's score in the reward: P(yes) with `score` 'prob' when the verdict has one, else 1 when met, 0 otherwise. */
+export function itemScore(v: Pick<Verdict, 'met' | 'prob'>, score: 'binary' | 'prob'): number {
+  return score === 'prob' && typeof v.prob === 'number' && Number.isFinite(v.prob) ? v.prob : v.met === true ? 1 : 0;
+}
 
 function countMet(vs: Verdict[]): number {
   let k = 0;
@@ -61,7 +76,7 @@ function countMet(vs: Verdict[]): number {
 
 function sumScore(vs: Verdict[], score: 'binary' | 'prob'): number {
   let k = 0;
-  for (const v of vs) k += score === 'prob' && typeof v.prob === 'number' && Number.isFinite(v.prob) ? v.prob : v.met === true ? 1 : 0;
+  for (const v of vs) k += itemScore(v, score);
   return k;
 }
 
@@ -78,11 +93,7 @@ export function computeReward(spec: Verdict[], gen: Verdict[], opts: RewardOptio
   const genMet = countMet(gen);
   const rSpec = spec.length ? sumScore(spec, score) / spec.length : 0;
   const rGen = gen.length ? sumScore(gen, score) / gen.length : 0;
-  let r: number;
-  if (spec.length && gen.length) r = alpha * rSpec + (1 - alpha) * rGen;
-  else if (spec.length) r = rSpec;
-  else if (gen.length) r = rGen;
-  else r = 0;
+  const r = mixReward(rSpec, spec.length, rGen, gen.length, alpha);
   const all = [...spec, ...gen];
   return {
     r,

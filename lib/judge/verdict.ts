@@ -26,9 +26,8 @@
  * missing ids → null for those items, a duplicated id → its last entry, unknown ids → ignored and
  * counted in the judge stats.
  */
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { loadPromptFile, renderTemplate } from '../util/prompts.js';
 import { packageRoot } from '../native.js';
 import type { JudgeItem, Verdict } from './types.js';
 import { stripThink } from '../llm/think.js';
@@ -42,32 +41,16 @@ export interface PromptTemplate {
   hash: string;
 }
 
-const promptCache = new Map<string, PromptTemplate>();
-
 /**
- * Loads `prompts/<name>.md` from the package root (or `dir` when given), dropping the leading
- * `<!-- … -->` header comment and surrounding whitespace. Throws if the file is missing.
+ * Loads `prompts/<name>.md` from the package root (or `dir` when given) through the one prompt
+ * loader (lib/util/prompts.ts: header comment dropped, text trimmed). Throws if the file is missing.
  */
 export function loadPrompt(name: string, dir = join(packageRoot, 'prompts')): PromptTemplate {
-  const path = join(dir, `${name}.md`);
-  const hit = promptCache.get(path);
-  if (hit) return hit;
-  const text = readFileSync(path, 'utf8').replace(/^\s*<!--[\s\S]*?-->/, '').trim();
-  const p: PromptTemplate = { name, template: text, hash: createHash('sha256').update(text).digest('hex').slice(0, 16) };
-  promptCache.set(path, p);
-  return p;
+  const p = loadPromptFile(name, dir);
+  return { name, template: p.template, hash: p.sha256.slice(0, 16) };
 }
 
-/**
- * Substitutes `{{key}}` placeholders in one pass (values are never re-scanned, so a plan that
- * contains `{{item}}` stays literal). Throws on a placeholder with no value.
- */
-export function renderTemplate(template: string, values: Record<string, string>): string {
-  return template.replace(/\{\{(\w+)\}\}/g, (_m, k: string) => {
-    if (!(k in values)) throw new Error(`prompt placeholder {{${k}}} has no value`);
-    return values[k];
-  });
-}
+export { renderTemplate };
 
 /** Default prompt names (file stems) of the two modes. */
 export const PER_ITEM_PROMPT = 'judge-per-item.v1';

@@ -22,6 +22,7 @@
  */
 import { native } from '../native.js';
 import type { AddonModel, Device, Dtype, LoadOptions, LoraTarget } from '../addon.js';
+import { LORA_TARGETS } from '../addon.js';
 import { disposedError } from '../errors.js';
 import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
@@ -49,7 +50,7 @@ export const Qwen3Model: { [Symbol.hasInstance](x: unknown): x is AddonModel } =
 };
 
 /** The seven projections, the default `targetModules`. */
-export const ALL_LORA_TARGETS: LoraTarget[] = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'];
+export const ALL_LORA_TARGETS: LoraTarget[] = [...LORA_TARGETS];
 
 let guarded: AddonModel | undefined;
 

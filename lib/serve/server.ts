@@ -52,18 +52,11 @@ import type { ChatMessage } from '../llm/messages.js';
 import { IncrementalDetokenizer, type ServeStepper } from './stepper.js';
 import { parseJsonKeepingFloats } from '../model/chat.js';
 import type { EngineStep, EngineToken } from '../model/engine.js';
+import type { SamplingSettings } from '../addon.js';
 
 
 /** Sampling options of one backend call (shared by every prompt of the batch). */
-export interface ServeGenerateOptions {
-  n: number;
-  /** 0 = greedy. */
-  temperature: number;
-  topP: number;
-  /** 0 = off. */
-  topK: number;
-  maxNewTokens: number;
-  seed: number;
+export interface ServeGenerateOptions extends SamplingSettings<'n' | 'temperature' | 'topP' | 'topK' | 'maxNewTokens' | 'seed'> {
   /** undefined = the chat template's default. */
   enableThinking?: boolean;
   signal?: AbortSignal;

@@ -5,7 +5,7 @@
  * softmax(logits / T) over the full vocabulary, T the sampling temperature (docs/design.md §4–5).
  */
 import type { ChatMessage } from '../llm/messages.js';
-import type { ProfileResult } from '../addon.js';
+import type { ProfileResult, SamplingSettings } from '../addon.js';
 
 export interface Rollout {
   /** Index of the prompt in the generate() call. */
@@ -24,14 +24,8 @@ export interface Sequence {
   completionIds: number[];
 }
 
-export interface SamplingOptions {
-  n: number;
-  temperature: number;
-  topP: number;
-  topK: number;
-  maxNewTokens: number;
-  seed: number;
-}
+/** A rollout's sampling: every field given (lib/addon.ts SamplingParams). */
+export type SamplingOptions = SamplingSettings<'n' | 'temperature' | 'topP' | 'topK' | 'maxNewTokens' | 'seed'>;
 
 export interface GrpoLossOptions {
   epsLow: number;

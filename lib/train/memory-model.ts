@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Stage } from '../config/train.js';
+import type { LoraTarget } from '../addon.js';
 
 /** The shapes the estimate reads from a Qwen3 config.json. */
 export interface ModelShape {
@@ -130,7 +131,7 @@ export interface MemoryPlan extends PlanSettings {
   notes: string[];
 }
 
-const MODULE_DIMS: Record<string, (s: ModelShape) => [number, number]> = {
+const MODULE_DIMS: Record<LoraTarget, (s: ModelShape) => [number, number]> = {
   q_proj: (s) => [s.hiddenSize, s.numHeads * s.headDim],
   k_proj: (s) => [s.hiddenSize, s.numKvHeads * s.headDim],
   v_proj: (s) => [s.hiddenSize, s.numKvHeads * s.headDim],
@@ -150,7 +151,7 @@ export function weightParams(s: ModelShape): number {
 export function loraParams(s: ModelShape, r: number, targets: string[]): number {
   let per = 0;
   for (const t of targets) {
-    const d = MODULE_DIMS[t];
+    const d = MODULE_DIMS[t as LoraTarget];
     if (!d) throw new Error(`memory plan: unknown LoRA target module '${t}'`);
     const [i, o] = d(s);
     per += i + o;
@@ -177,7 +178,7 @@ export function savedElementsPerToken(s: ModelShape, dropout: number): number {
  */
 export function mergedWeightBytes(s: ModelShape, targets: string[], dtypeBytes: number): number {
   const { h, q, k, i } = widths(s);
-  const groups: [string[], number][] = [[['q_proj', 'k_proj', 'v_proj'], h * (q + 2 * k)], [['o_proj'], q * h], [['gate_proj', 'up_proj'], 2 * h * i], [['down_proj'], i * h]];
+  const groups: [LoraTarget[], number][] = [[['q_proj', 'k_proj', 'v_proj'], h * (q + 2 * k)], [['o_proj'], q * h], [['gate_proj', 'up_proj'], 2 * h * i], [['down_proj'], i * h]];
   const hit = groups.filter(([g]) => g.some((t) => targets.includes(t))).map(([, n]) => n);
   if (!hit.length) return 0;
   return s.numLayers * dtypeBytes * hit.reduce((a, n) => a + n, 0) + 4 * Math.max(...hit);

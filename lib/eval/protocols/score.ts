@@ -5,6 +5,7 @@
  * HealthBench clips each bootstrap mean). Source: Efron & Tibshirani 1993 (percentile bootstrap).
  */
 import { mulberry32, quantile } from '../report.js';
+import { DEFAULT_ALPHA } from '../../config/reward.js';
 import type { Protocol, ProtocolRow, ProtocolScore, ProtocolStat } from './types.js';
 
 /** Rows grouped by plan (questionId, sample), in first-seen order. */
@@ -55,7 +56,7 @@ export function scoreRows(p: Protocol, rows: ProtocolRow[], o: ScoreOptions = {}
   const resamples = o.resamples ?? 1000;
   const seed = o.seed ?? 0;
   const level = o.level ?? 0.95;
-  const alpha = o.alpha ?? 0.7;
+  const alpha = o.alpha ?? DEFAULT_ALPHA;
   if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
   const plans = plansOf(rows);
   const all = new Map<string, number[]>();
