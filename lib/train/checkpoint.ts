@@ -2,14 +2,16 @@
  * Checkpoints: `<run>/checkpoints/step-<NNNNNN>/` holding the PEFT adapter
  * (`adapter_model.safetensors` + `adapter_config.json`), the optimizer state
  * (`optimizer.safetensors`) and `trainer_state.json` (stage, steps, data cursor, seeds, config).
- * Written atomically: everything goes to a temp dir beside it, which is renamed into place, then
- * `checkpoints/latest` (a one-line file naming the dir) is replaced by rename. A crash at any
- * moment leaves either the previous or the new checkpoint complete, never a half one. The tensor
+ * Crash-safe: everything goes to a temp dir beside it, which is renamed into place, then
+ * `checkpoints/latest` (a one-line file naming the dir) is replaced by rename; a rewrite of the
+ * checkpoint `latest` names switches `latest` to the new copy before the old one is removed. A
+ * crash at any moment leaves `latest` naming a complete checkpoint, the previous or the new one
+ * (test/checkpoint-crash.test.ts kills the process in each window through PAPERGYM_FAULT). The tensor
  * files are written by the addon on worker threads and the small files here through fs/promises,
  * so a checkpoint in flight never blocks the event loop (HTTP judging, timers).
  */
-import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, readdirSync } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, readdirSync, statSync } from 'node:fs';
+import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { inputError } from '../errors.js';
 
@@ -35,6 +37,11 @@ export interface TrainerState {
   wallSeconds: number;
   /** Per-stage summary so far (stages finished before a resume stay in the final table). */
   summary?: unknown[];
+  /**
+   * Byte size of every file of the checkpoint dir besides trainer_state.json, written by
+   * writeCheckpoint; resume requires each (absent in checkpoints of earlier versions).
+   */
+  files?: Record<string, number>;
 }
 
 /** fsync of a file or directory (directories cannot be fsynced on every platform: ignored there). */
@@ -51,36 +58,123 @@ async function fsyncPath(path: string, isDir: boolean): Promise<void> {
 }
 
 /**
- * Writes a checkpoint atomically. `writeTensors(tmpDir)` saves the adapter and optimizer state
- * into the temp dir. Returns the final checkpoint dir. Throws naming the path on I/O errors; the
- * previous checkpoint stays valid. Every file operation here is asynchronous.
+ * Named points of {@link writeCheckpoint} where the fault-injection hook can kill the process:
+ * `PAPERGYM_FAULT=checkpoint:<point>` makes the process SIGKILL itself there (tests of crash
+ * safety: each window of the write, without timing luck). Unset in normal use.
+ * - `after-tensors`: the adapter and optimizer files are in the temp dir, trainer_state.json not yet;
+ * - `before-commit`: the temp dir is complete and synced (beforeCommit ran), nothing renamed yet;
+ * - `after-latest-tmp` (rewrite of the checkpoint `latest` names): `latest` names the complete temp dir;
+ * - `after-remove-old` (rewrite): the old copy of the step is removed;
+ * - `after-link` (rewrite): the new copy is linked into the step's name, `latest` still names the temp dir;
+ * - `after-rename`: the new checkpoint has its step name, `latest` not yet switched;
+ * - `after-latest`: `latest` names the new checkpoint, older ones not yet pruned.
+ */
+export const CHECKPOINT_FAULT_POINTS = ['after-tensors', 'before-commit', 'after-latest-tmp', 'after-remove-old', 'after-link', 'after-rename', 'after-latest'] as const;
+
+/** Kills this process at `point` when PAPERGYM_FAULT=checkpoint:<point> (see {@link CHECKPOINT_FAULT_POINTS}). */
+function faultPoint(point: (typeof CHECKPOINT_FAULT_POINTS)[number]): void {
+  if (process.env.PAPERGYM_FAULT === `checkpoint:${point}`) process.kill(process.pid, 'SIGKILL');
+}
+
+/** The names of `root` that a checkpoint write leaves only while it is in flight. */
+const TEMP_NAME = /^\.(tmp|latest)-/;
+
+/** Replaces `root/latest` by a file naming `name` (write a temp file, rename it over, sync the dir). */
+async function pointLatest(root: string, name: string): Promise<void> {
+  const latestTmp = join(root, `.latest-${process.pid}`);
+  await writeFile(latestTmp, name + '\n');
+  await fsyncPath(latestTmp, false);
+  await rename(latestTmp, join(root, 'latest'));
+  await fsyncPath(root, true);
+}
+
+/** The entry `root/latest` names, or undefined when there is no readable `latest`. */
+function latestName(root: string): string | undefined {
+  try {
+    return readFileSync(join(root, 'latest'), 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Writes a checkpoint so that a crash at any moment leaves `latest` naming a complete checkpoint
+ * (the previous or the new one). `writeTensors(tmpDir)` saves the adapter and optimizer state into
+ * a temp dir beside the checkpoints; trainer_state.json (with `files`, the byte size of every file
+ * written) is added and synced, then:
+ * - a new step: the temp dir is renamed to `step-NNNNNN` (an older copy of that step that `latest`
+ *   does not name is removed first: nothing resumes from it), then `latest` is switched to it;
+ * - a rewrite of the step `latest` names (a run stopped right after a resume): `latest` is switched
+ *   to the complete temp dir first, the old copy removed, the new files hard-linked under the step's
+ *   name, `latest` switched to it, the temp dir removed (write new, switch `latest`, remove old);
+ * - then checkpoints past `saveTotalLimit` are pruned.
+ * Returns the final checkpoint dir. Throws naming the path on I/O errors; the previous checkpoint
+ * stays valid. Every file operation here is asynchronous.
  * `opts.beforeCommit` runs once everything is in the temp dir and synced, just before the rename
  * that makes the checkpoint the one `--resume` finds (the trainer appends the step's metrics line
  * there, so a crash never leaves a committed checkpoint without its step's line); when it throws,
- * nothing is committed and the error propagates.
+ * nothing is committed and the error propagates. Leftover `.tmp-*` entries of a killed write are
+ * removed by {@link cleanCheckpointTemps} at the next start.
  */
 export async function writeCheckpoint(runDir: string, state: TrainerState, writeTensors: (dir: string) => Promise<void>, opts: { saveTotalLimit?: number | null; beforeCommit?: () => void | Promise<void> } = {}): Promise<string> {
   const root = join(runDir, 'checkpoints');
   await mkdir(root, { recursive: true });
   const name = `step-${String(state.globalStep).padStart(6, '0')}`;
   const final = join(root, name);
-  const tmp = join(root, `.tmp-${name}-${process.pid}`);
+  const tmpName = `.tmp-${name}-${process.pid}`;
+  const tmp = join(root, tmpName);
   await rm(tmp, { recursive: true, force: true });
   await mkdir(tmp, { recursive: true });
   await writeTensors(tmp);
+  faultPoint('after-tensors');
+  const files: Record<string, number> = {};
+  for (const f of (await readdir(tmp)).sort()) {
+    const st = await stat(join(tmp, f));
+    if (st.isFile()) files[f] = st.size;
+  }
   const statePath = join(tmp, 'trainer_state.json');
-  await writeFile(statePath, JSON.stringify(state, null, 2));
+  await writeFile(statePath, JSON.stringify({ ...state, files }, null, 2));
   await fsyncPath(statePath, false);
   await fsyncPath(tmp, true);
   await opts.beforeCommit?.();
-  await rm(final, { recursive: true, force: true });
-  await rename(tmp, final);
-  const latestTmp = join(root, `.latest-${process.pid}`);
-  await writeFile(latestTmp, name + '\n');
-  await rename(latestTmp, join(root, 'latest'));
-  await fsyncPath(root, true);
+  faultPoint('before-commit');
+  if (latestName(root) === name && existsSync(final)) {
+    await pointLatest(root, tmpName);
+    faultPoint('after-latest-tmp');
+    await rm(final, { recursive: true, force: true });
+    faultPoint('after-remove-old');
+    const linking = join(root, `.tmp-link-${name}-${process.pid}`);
+    await rm(linking, { recursive: true, force: true });
+    await mkdir(linking);
+    for (const f of await readdir(tmp)) await link(join(tmp, f), join(linking, f));
+    await fsyncPath(linking, true);
+    await rename(linking, final);
+    faultPoint('after-link');
+  } else {
+    await rm(final, { recursive: true, force: true });
+    await rename(tmp, final);
+    faultPoint('after-rename');
+  }
+  await pointLatest(root, name);
+  faultPoint('after-latest');
+  await rm(tmp, { recursive: true, force: true });
   if (opts.saveTotalLimit) await pruneCheckpoints(root, opts.saveTotalLimit, name);
   return final;
+}
+
+/**
+ * Removes what killed checkpoint writes left in `<runDir>/checkpoints`: `.tmp-*` dirs and
+ * `.latest-*` files, except the entry `latest` names (a rewrite killed after switching `latest` to
+ * its complete temp dir: that one is the run's checkpoint). Call it at the start of a run, with the
+ * run dir locked (lib/util/lock.ts). Resolves with the removed names.
+ */
+export async function cleanCheckpointTemps(runDir: string): Promise<string[]> {
+  const root = join(runDir, 'checkpoints');
+  if (!existsSync(root)) return [];
+  const keep = latestName(root);
+  const gone = (await readdir(root)).filter((n) => TEMP_NAME.test(n) && n !== keep);
+  for (const n of gone) await rm(join(root, n), { recursive: true, force: true });
+  return gone;
 }
 
 /**
@@ -95,33 +189,148 @@ export async function pruneCheckpoints(root: string, limit: number, keep: string
   return old;
 }
 
+/** A name `latest` may hold: a checkpoint dir of the same `checkpoints/` (or the temp dir of a rewrite in flight). */
+const LATEST_NAME = /^(step-\d+|\.tmp-step-\d+-\d+)$/;
+
 /**
  * Resolves `--resume DIR`: a checkpoint dir (has trainer_state.json), or a run dir / its
- * checkpoints dir (follows `latest`). Throws with a clear message when nothing usable is there.
+ * checkpoints dir (follows `latest`). `latest` must name an entry of that same checkpoints dir
+ * (`step-NNNNNN`; no path, nothing outside the run dir). trainer_state.json is checked
+ * ({@link checkTrainerState}) and, when it lists `files` (checkpoints of this version), every
+ * listed file must be there with its size. Throws an `ERR_PG_INPUT` Error naming the path when
+ * anything is missing or malformed.
  */
 export function resolveCheckpoint(dir: string): { dir: string; runDir: string; state: TrainerState } {
   let d = resolve(dir);
-  if (!existsSync(d)) throw new Error(`--resume ${dir}: no such directory`);
+  if (!existsSync(d)) throw inputError(`--resume ${dir}: no such directory`);
   if (!existsSync(join(d, 'trainer_state.json'))) {
     const root = existsSync(join(d, 'checkpoints')) ? join(d, 'checkpoints') : d;
     const latest = join(root, 'latest');
     if (existsSync(latest)) {
-      d = join(root, readFileSync(latest, 'utf8').trim());
+      const name = readFileSync(latest, 'utf8').trim();
+      if (!LATEST_NAME.test(name)) {
+        throw inputError(`--resume ${dir}: ${latest} names '${name.slice(0, 200)}', not a checkpoint of this run (expected step-NNNNNN in ${root})`);
+      }
+      d = join(root, name);
+      if (!existsSync(join(d, 'trainer_state.json'))) throw inputError(`--resume ${dir}: ${latest} names ${name}, which has no trainer_state.json (incomplete or removed checkpoint)`);
     } else {
       const steps = existsSync(root) ? readdirSync(root).filter((n) => /^step-\d+$/.test(n)).sort() : [];
-      if (!steps.length) throw new Error(`--resume ${dir}: no checkpoint found (expected trainer_state.json or checkpoints/latest)`);
+      if (!steps.length) throw inputError(`--resume ${dir}: no checkpoint found (expected trainer_state.json or checkpoints/latest)`);
       d = join(root, steps[steps.length - 1]!);
     }
   }
   let state: TrainerState;
+  const statePath = join(d, 'trainer_state.json');
   try {
-    state = JSON.parse(readFileSync(join(d, 'trainer_state.json'), 'utf8')) as TrainerState;
+    state = JSON.parse(readFileSync(statePath, 'utf8')) as TrainerState;
   } catch (e) {
-    throw new Error(`--resume ${dir}: unreadable ${join(d, 'trainer_state.json')}: ${(e as Error).message}`);
+    throw inputError(`--resume ${dir}: unreadable ${statePath}: ${(e as Error).message}`);
   }
-  if (state.version !== 1) throw new Error(`--resume ${dir}: unsupported trainer_state version ${String(state.version)}`);
+  if (!state || typeof state !== 'object' || state.version !== 1) throw inputError(`--resume ${dir}: unsupported trainer_state version ${String(state?.version)}`);
+  checkTrainerState(state, statePath);
+  for (const [f, bytes] of Object.entries(state.files ?? {})) {
+    let size: number;
+    try {
+      size = statSync(join(d, f)).size;
+    } catch {
+      throw inputError(`--resume ${dir}: ${join(d, f)} is missing (every file of the checkpoint is needed: ${Object.keys(state.files!).join(', ')})`);
+    }
+    if (size !== bytes) throw inputError(`--resume ${dir}: ${join(d, f)} has ${size} bytes, the checkpoint wrote ${bytes} (truncated or replaced file)`);
+  }
   const runDir = resolve(d, '..', '..');
   return { dir: d, runDir, state };
+}
+
+/**
+ * Structural checks of a trainer_state.json (`where` names it in errors, code `ERR_PG_INPUT`):
+ * non-negative safe integers for the steps, stage index, cursor and seed; stageStep ≤ globalStep;
+ * finite non-negative wallSeconds; a config object whose `stages` list (when given) the stage index fits
+ * (≤ its length: a finished run); `files` a map of byte sizes. Values a hand edit or a corrupt
+ * write can give (a step of -1 or 1e12, a string) fail here instead of steering the run.
+ */
+export function checkTrainerState(state: TrainerState, where: string): void {
+  const bad = (why: string) => inputError(`${where}: ${why} (corrupt or edited trainer state; resume from another checkpoint)`);
+  const count = (v: unknown, what: string, max = Number.MAX_SAFE_INTEGER) => {
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0 || v > max) throw bad(`${what} is ${JSON.stringify(v)}, not an integer in [0, ${max}]`);
+  };
+  // 1e9 optimizer steps is far past any run; 1e12 is a corrupt number.
+  const MAX_STEPS = 1e9;
+  count(state.globalStep, 'globalStep', MAX_STEPS);
+  count(state.stageStep, 'stageStep', state.globalStep);
+  count(state.seed, 'seed');
+  const cfg = state.config as { stages?: unknown; seed?: unknown } | null;
+  if (!cfg || typeof cfg !== 'object' || Array.isArray(cfg)) throw bad('config is not an object');
+  count(state.stageIndex, 'stageIndex', Array.isArray(cfg.stages) ? cfg.stages.length : MAX_STEPS);
+  if (cfg.seed !== undefined && cfg.seed !== state.seed) throw bad(`seed ${state.seed} differs from the config's seed ${JSON.stringify(cfg.seed)}`);
+  if (!state.cursor || typeof state.cursor !== 'object') throw bad('cursor is missing');
+  count(state.cursor.epoch, 'cursor.epoch', MAX_STEPS);
+  count(state.cursor.position, 'cursor.position', MAX_STEPS);
+  if (typeof state.wallSeconds !== 'number' || !Number.isFinite(state.wallSeconds) || state.wallSeconds < 0) throw bad(`wallSeconds is ${JSON.stringify(state.wallSeconds)}`);
+  if (!Array.isArray(state.validation)) throw bad('validation is not a list');
+  if (typeof state.stageDone !== 'boolean') throw bad(`stageDone is ${JSON.stringify(state.stageDone)}`);
+  if (state.files !== undefined) {
+    if (!state.files || typeof state.files !== 'object') throw bad('files is not a map of names to byte sizes');
+    for (const [f, n] of Object.entries(state.files)) {
+      if (f.includes('/') || f.includes('\\') || f.startsWith('.')) throw bad(`files names '${f}', not a file of the checkpoint dir`);
+      count(n, `files['${f}']`);
+    }
+  }
+}
+
+/** Files every checkpoint of a run holds; `optimizer.safetensors` too once a stage has taken a step. */
+export const CHECKPOINT_FILES = ['adapter_model.safetensors', 'adapter_config.json'] as const;
+
+/** Keys of config.json that the trainer itself may change during a run (out-of-memory recovery, paths). */
+const RUNTIME_KEYS = /^(memory(\.|$)|memoryPlan|origins|out$|model$|modelDir$|[a-z]+\.microBatch$)/;
+
+function leaves(v: unknown, prefix = '', out: Map<string, unknown> = new Map()): Map<string, unknown> {
+  if (v && typeof v === 'object' && !Array.isArray(v)) {
+    for (const [k, x] of Object.entries(v)) leaves(x, prefix ? `${prefix}.${k}` : k, out);
+  } else out.set(prefix, v);
+  return out;
+}
+
+/**
+ * The checks of `--resume` before any compute, on a checkpoint {@link resolveCheckpoint} found:
+ * - every file a checkpoint holds is there ({@link CHECKPOINT_FILES}, and `optimizer.safetensors`
+ *   once the stage has taken a step: a missing one would restart the optimizer silently), the
+ *   optimizer file's header checked ({@link checkOptimizerFile});
+ * - the trainer state's config agrees with the run's `config.json` on every setting the run
+ *   cannot change (a tampered learning rate, a checkpoint copied from another run): keys in
+ *   `resumable`, memory settings and micro-batches (out-of-memory recovery changes them) are not
+ *   compared; a run dir without config.json is not compared;
+ * - the stage step fits the stage's step count when the config names one (`<stage>.steps`).
+ * @throws Error (`ERR_PG_INPUT`) naming the file and the key.
+ */
+export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: TrainerState }, resumable: readonly string[]): void {
+  const need = [...CHECKPOINT_FILES, ...(ck.state.stageStep > 0 || ck.state.files?.['optimizer.safetensors'] !== undefined ? ['optimizer.safetensors'] : [])];
+  const missing = need.filter((f) => !existsSync(join(ck.dir, f)));
+  if (missing.length) {
+    throw inputError(`--resume ${ck.dir}: ${missing.join(', ')} missing from the checkpoint (it needs ${need.join(', ')}); resume from another checkpoint of ${join(ck.runDir, 'checkpoints')}`);
+  }
+  if (need.includes('optimizer.safetensors')) checkOptimizerFile(join(ck.dir, 'optimizer.safetensors'));
+  const cfg = ck.state.config as Record<string, unknown>;
+  const stages = Array.isArray(cfg.stages) ? (cfg.stages as string[]) : [];
+  const stage = stages[ck.state.stageIndex];
+  const steps = stage ? (cfg[stage] as { steps?: unknown } | undefined)?.steps : undefined;
+  if (typeof steps === 'number' && ck.state.stageStep > steps) {
+    throw inputError(`--resume ${ck.dir}: trainer_state.json has ${ck.state.stageStep} ${stage} steps done, more than the run's ${stage}.steps ${steps} (corrupt or edited trainer state)`);
+  }
+  const runCfgPath = join(ck.runDir, 'config.json');
+  if (!existsSync(runCfgPath)) return;
+  let runCfg: unknown;
+  try {
+    runCfg = JSON.parse(readFileSync(runCfgPath, 'utf8'));
+  } catch (e) {
+    throw inputError(`--resume ${ck.dir}: the run's ${runCfgPath} is unreadable (${(e as Error).message})`);
+  }
+  const saved = leaves(runCfg);
+  for (const [k, v] of leaves(cfg)) {
+    if (!saved.has(k) || RUNTIME_KEYS.test(k) || resumable.some((r) => k === r || k.startsWith(`${r}.`))) continue;
+    if (JSON.stringify(saved.get(k)) !== JSON.stringify(v)) {
+      throw inputError(`--resume ${ck.dir}: trainer_state.json has ${k} = ${JSON.stringify(v)}, the run's ${runCfgPath} has ${JSON.stringify(saved.get(k))} (a tampered checkpoint or one of another run)`);
+    }
+  }
 }
 
 /** Bytes per element of the safetensors dtypes (the format's spec, huggingface/safetensors README). */

@@ -24,7 +24,8 @@ import { JUDGE_DEFAULTS } from '../config/judge.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
-import { resolveCheckpoint, type TrainerState } from './checkpoint.js';
+import { resolveCheckpoint, cleanCheckpointTemps, checkResumeCheckpoint, type TrainerState } from './checkpoint.js';
+import { acquireLock, type Lock } from '../util/lock.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
 import { STAGES, stageOf } from './stages/index.js';
@@ -85,6 +86,9 @@ export function checkModelDir(dir: string): void {
     throw new Error(`tokenizer ${tokPath} does not match the model: token id ${maxId} >= config vocab_size ${vocab}`);
   }
 }
+
+/** The lock file of a run dir while a `train` process uses it (lib/util/lock.ts). */
+export const RUN_LOCK = 'train.lock';
 
 export interface RunOptions {
   preset?: keyof typeof PRESETS;
@@ -182,6 +186,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (o.resume) {
     if (o.preset || o.file) throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
+    // Every file the checkpoint needs, and its trainer state against the run's config.json, before any compute.
+    checkResumeCheckpoint(resume, RESUMABLE_KEYS);
     // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
     // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so; one
     // from before grpo.judgeOverlap judged after the rollout: 'off' too.
@@ -215,6 +221,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     // A new run never writes into another run's dir: its metrics would be appended to the old
     // rows, its checkpoints mixed with the old ones and `latest` moved.
     const out = resolve(cfg.out);
+    // A run in progress there is named first (its pid), not as "already holds a run".
+    if (existsSync(join(out, RUN_LOCK))) acquireLock(join(out, RUN_LOCK), `run dir ${out}`).release();
     const held = ['metrics.jsonl', 'checkpoints'].filter((f) => existsSync(join(out, f)));
     if (held.length) throw new Error(`--out ${out} already holds a run (${held.join(', ')}): continue it with papergym-native train --resume ${out}, or pass a new --out`);
   }
@@ -246,10 +254,36 @@ async function trainWithGroup(
   const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
   const runDirExisted = existsSync(runDir);
-  // Data parallel: rank 0 owns the run dir (config.json, checkpoints, metrics, report).
-  if (dist.isMain) ensureWritableDir(runDir);
-  // A deep copy: the memory plan and out-of-memory recovery adjust its settings in place.
-  const resolved: TrainConfig = structuredClone({ ...cfg, out: runDir });
+  // Data parallel: rank 0 owns the run dir (config.json, checkpoints, metrics, report). One process
+  // at a time: a second train on the same dir fails here naming the holder (lib/util/lock.ts).
+  let runLock: Lock | undefined;
+  if (dist.isMain) {
+    ensureWritableDir(runDir);
+    runLock = acquireLock(join(runDir, RUN_LOCK), `run dir ${runDir}`);
+    const stale = await cleanCheckpointTemps(runDir);
+    if (stale.length) log(`run dir ${runDir}: removed ${stale.length} leftover(s) of an interrupted checkpoint write (${stale.join(', ')})`);
+  }
+  try {
+    return await trainLocked(o, resolved0(cfg, runDir), { resume, resumeChanged, origins }, ds, dataPath, modelDir, dist, setDist, runDirExisted);
+  } finally {
+    runLock?.release();
+  }
+}
+
+/** The config with its run dir (a deep copy: the memory plan and out-of-memory recovery adjust its settings in place). */
+function resolved0(cfg: TrainConfig, runDir: string): TrainConfig {
+  return structuredClone({ ...cfg, out: runDir });
+}
+
+async function trainLocked(
+  o: RunOptions, resolved: TrainConfig,
+  { resume, resumeChanged, origins }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined },
+  ds: ReturnType<typeof readDataset>, dataPath: string, modelDir: string, dist: DistContext, setDist: (d: DistContext) => void, runDirExisted: boolean,
+): Promise<TrainSummary> {
+  const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
+  const runDir = resolved.out!;
+  // The config as resolved, apart from the copy the memory plan adjusts.
+  const cfg = structuredClone(resolved);
 
   // ---- model, judge, reward ----
   // A model that fails to load (bad weights, device out of memory) leaves no run dir behind.
@@ -311,8 +345,6 @@ async function trainWithGroup(
         for (const k of resumeChanged) og[k] = 'flag';
         writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og }, null, 2));
       }
-      const dropped = truncateMetrics(join(runDir, 'metrics.jsonl'), resume.state.globalStep);
-      if (dropped) log(`resume: dropped ${dropped} metrics row(s) written after checkpoint step ${resume.state.globalStep} (they are replayed)`);
     }
     log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
     const reportPath = join(runDir, 'report.html');
@@ -330,7 +362,15 @@ async function trainWithGroup(
       log(`report ${reportPath} (rewritten at every checkpoint; open it any time)`);
     }
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
-    if (resume) await backend.loadState(resume.dir);
+    if (resume) {
+      await backend.loadState(resume.dir);
+      // Only now, with the checkpoint loaded, are the rows past it dropped (a resume that fails
+      // earlier leaves metrics.jsonl as it was).
+      if (dist.isMain) {
+        const dropped = truncateMetrics(join(runDir, 'metrics.jsonl'), resume.state.globalStep);
+        if (dropped) log(`resume: dropped ${dropped} metrics row(s) written after checkpoint step ${resume.state.globalStep} (they are replayed)`);
+      }
+    }
     // The same judge settings as eval (lib/judge/backends/); a judge on the policy's weights runs the frozen base (adapter off).
     const judge: Judge = await openJudge(cfg.judge, { policy, maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
     if (dist.worldSize > 1) {
