@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { computeAdvantages } from '../lib/train/advantages.js';
+import { computeAdvantages, groupAdvantages, maskedAdvantages } from '../lib/train/advantages.js';
 
 describe('advantages', () => {
   it('eight equal rewards including non-dyadic values (0.35) → Â = 0 exactly and no NaN', () => {
@@ -66,5 +66,24 @@ describe('advantages', () => {
     expect(() => computeAdvantages([1, 2, 3], { groupSize: 2 })).to.throw(TypeError, /multiple/);
     expect(() => computeAdvantages([1, 2], { groupSize: 2, scale: 'x' as 'group' })).to.throw(TypeError);
     expect(() => computeAdvantages([1, NaN], { groupSize: 2 })).to.throw(Error, /not finite/);
+  });
+  it('maskedAdvantages: a masked completion gets Â = 0, keep false, and its group is normalised over the others', () => {
+    const opts = { scale: 'group' as const, dropZeroVariance: false };
+    const r = [1, 0, 0.5, 0.25, /* group 2 */ 1, 0, 0.9, 0.1];
+    const masked = [false, false, true, false, false, false, false, false];
+    const m = maskedAdvantages(groupAdvantages, r, masked, 4, opts);
+    expect(m.advantages[2]).to.equal(0);
+    expect(m.keep[2]).to.equal(false);
+    // Group 1 as a group of 3 without the masked completion; group 2 as without masks.
+    const g1 = groupAdvantages([1, 0, 0.25], 3, opts);
+    [0, 1, 3].forEach((j, i) => expect(m.advantages[j]).to.be.closeTo(g1.advantages[i]!, 1e-6));
+    const g2 = groupAdvantages(r.slice(4), 4, opts);
+    for (let i = 0; i < 4; i++) expect(m.advantages[4 + i]).to.be.closeTo(g2.advantages[i]!, 1e-6);
+    expect(m.keep.filter(Boolean)).to.have.length(7);
+    // A group masked whole is out of the loss; no masks is exactly the plain function.
+    const all = maskedAdvantages(groupAdvantages, r, [true, true, true, true, false, false, false, false], 4, opts);
+    expect(all.keep.slice(0, 4)).to.deep.equal([false, false, false, false]);
+    expect(all.advantages.slice(0, 4)).to.deep.equal([0, 0, 0, 0]);
+    expect(maskedAdvantages(groupAdvantages, r, r.map(() => false), 4, opts)).to.deep.equal(groupAdvantages(r, 4, opts));
   });
 });

@@ -3,15 +3,20 @@
  * (question-specific) items met, r_gen = fraction of the general items met,
  * r = α·r_spec + (1 − α)·r_gen with α = 0.7.
  *
- * Null verdicts (refusal, unreadable output, failed request) count as NOT met — a plan is never
- * credited for what the judge did not affirm — and are reported in `nulls` so a run can watch the
- * rate. When a plan has no general items, r = r_spec (and r = r_gen when it has no instance
- * items): the weight of an empty set moves to the other set rather than scoring it 0 or 1.
- * Both empty: r = 0.
+ * Null verdicts (refusal, unreadable output, failed request: `met === null`) are excluded, never
+ * scored as "not met" (issue 38; as verifiers / NeMo Gym mask failed samples): the rubric item drops
+ * out of its set's fraction, so r_spec = (met spec items) / (readable spec items), and likewise
+ * r_gen. A set with no readable verdict is treated as empty. When a plan has no general items (none
+ * readable), r = r_spec (and r = r_gen when it has no readable instance items): the weight of an
+ * empty set moves to the other set rather than scoring it 0 or 1. A plan with no readable verdict at
+ * all is `masked`: r = 0 is a placeholder that must not be used — GRPO drops the completion from its
+ * group's advantages and from the loss (lib/train/stages/grpo.ts), and summaries leave it out of
+ * the means. The nulls stay counted (`nulls`, `health`) so a run can watch the rate
+ * (judge.maxNullRate stops it).
  *
  * Scoring (`score`): 'binary' (default, the paper's) counts an item as 1 when met, else 0;
  * 'prob' uses the judge's P(yes) of the item (`Verdict.prob`: the local judge, or an HTTP judge
- * with logprobs), falling back to 1/0 for verdicts that carry no P(yes) (null → 0).
+ * with logprobs), falling back to 1/0 for verdicts that carry no P(yes) (null verdicts are excluded).
  */
 import { judgeHealth, type Judge, type JudgeCallOptions, type JudgeHealth, type JudgeItem, type Verdict } from './types.js';
 import { stripThink } from '../llm/think.js';
@@ -28,17 +33,19 @@ export interface RewardOptions {
 
 /** Reward of one plan with the verdicts it came from. */
 export interface RewardBreakdown {
-  /** α·r_spec + (1−α)·r_gen, in [0, 1]. */
+  /** α·r_spec + (1−α)·r_gen, in [0, 1]; 0 and meaningless when `masked`. */
   r: number;
-  /** Fraction of instance items met (0 when there are none). */
+  /** Fraction of the readable instance items met (0 when there are none). */
   rSpec: number;
-  /** Fraction of general items met (0 when there are none). */
+  /** Fraction of the readable general items met (0 when there are none). */
   rGen: number;
+  /** True when no verdict of the plan is readable: the plan has no reward (excluded from training and means). */
+  masked: boolean;
   specMet: number;
   specTotal: number;
   genMet: number;
   genTotal: number;
-  /** Verdicts with met === null (counted as not met). */
+  /** Verdicts with met === null (excluded from the fractions). */
   nulls: number;
   /** Of those, refusals. */
   refusals: number;
@@ -91,14 +98,17 @@ export function computeReward(spec: Verdict[], gen: Verdict[], opts: RewardOptio
   if (score !== 'binary' && score !== 'prob') throw new RangeError(`score must be 'binary' or 'prob', got ${String(score)}`);
   const specMet = countMet(spec);
   const genMet = countMet(gen);
-  const rSpec = spec.length ? sumScore(spec, score) / spec.length : 0;
-  const rGen = gen.length ? sumScore(gen, score) / gen.length : 0;
-  const r = mixReward(rSpec, spec.length, rGen, gen.length, alpha);
+  const specRead = spec.filter((v) => v.met !== null);
+  const genRead = gen.filter((v) => v.met !== null);
+  const rSpec = specRead.length ? sumScore(specRead, score) / specRead.length : 0;
+  const rGen = genRead.length ? sumScore(genRead, score) / genRead.length : 0;
+  const r = mixReward(rSpec, specRead.length, rGen, genRead.length, alpha);
   const all = [...spec, ...gen];
   return {
     r,
     rSpec,
     rGen,
+    masked: all.length > 0 && !specRead.length && !genRead.length,
     specMet,
     specTotal: spec.length,
     genMet,
@@ -137,13 +147,19 @@ export async function scorePlans(judge: Judge, inputs: RewardInput[], opts: Rewa
   });
 }
 
-/** Batch summary for metrics: means of r, r_spec, r_gen and the null rate over breakdowns. */
-export function summariseRewards(rs: RewardBreakdown[]): { n: number; meanR: number; meanRSpec: number; meanRGen: number; nullRate: number; refusals: number; errors: number } {
+/**
+ * Batch summary for metrics: means of r, r_spec, r_gen over the plans that have a reward (masked
+ * plans, with no readable verdict, are left out and counted in `masked`), and the null rate over
+ * all verdicts.
+ */
+export function summariseRewards(rs: RewardBreakdown[]): { n: number; masked: number; meanR: number; meanRSpec: number; meanRGen: number; nullRate: number; refusals: number; errors: number } {
+  const scored = rs.filter((b) => !b.masked);
+  const mean = (f: (b: RewardBreakdown) => number) => (scored.length ? scored.reduce((a, b) => a + f(b), 0) / scored.length : 0);
   const n = rs.length;
-  const mean = (f: (b: RewardBreakdown) => number) => (n ? rs.reduce((a, b) => a + f(b), 0) / n : 0);
   const verdicts = rs.reduce((a, b) => a + b.specTotal + b.genTotal, 0);
   return {
     n,
+    masked: n - scored.length,
     meanR: mean((b) => b.r),
     meanRSpec: mean((b) => b.rSpec),
     meanRGen: mean((b) => b.rGen),
@@ -155,7 +171,8 @@ export function summariseRewards(rs: RewardBreakdown[]): { n: number; meanR: num
 
 /**
  * The GRPO reward function over a judge (the task's {@link RewardFn}, lib/task/types.ts):
- * `(requests: {item, plan}[]) → RewardResult[]`, in order, each with `perDimension` and `judge` set.
+ * `(requests: {item, plan}[]) → RewardResult[]`, in order, each with `perDimension` and `judge` set,
+ * and `masked: true` for a plan with no readable verdict (its `reward` is then not a score).
  * Plans have their thinking removed (lib/llm/think.ts) before judging (the judge grades the plan, not the
  * reasoning). `general` is the shared general rubric (data/general-rubric.json items); α default 0.7.
  * Judge counters (requests, tokens, nulls) stay available through `judge.stats()`.
@@ -171,10 +188,12 @@ export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOpt
       const perDimension: Record<string, [number, number]> = {};
       requests[i].item.rubric.forEach((r, k) => {
         const cur = perDimension[r.dimension] ?? [0, 0];
-        perDimension[r.dimension] = [cur[0] + (b.spec[k].met === true ? 1 : 0), cur[1] + 1];
+        // Pass rates over readable verdicts, as the reward.
+        if (b.spec[k].met !== null) perDimension[r.dimension] = [cur[0] + (b.spec[k].met === true ? 1 : 0), cur[1] + 1];
       });
-      if (b.genTotal) perDimension.general = [b.genMet, b.genTotal];
-      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, judge: b.health };
+      const genRead = b.gen.filter((v) => v.met !== null).length;
+      if (genRead) perDimension.general = [b.genMet, genRead];
+      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, judge: b.health, ...(b.masked && { masked: true }) };
     });
   };
 }

@@ -53,6 +53,12 @@ export interface RewardResult {
   perDimension?: Record<string, [number, number]>;
   /** Judge health of this plan's verdicts; the trainer sums it per step into metrics.jsonl. */
   judge?: JudgeHealth;
+  /**
+   * True when the judge gave no readable verdict for this plan (every request failed or was
+   * unreadable): `reward` is not a score, and GRPO masks the completion from its group's
+   * advantages and the loss (lib/judge/rewards.ts states the rule).
+   */
+  masked?: boolean;
 }
 
 /**

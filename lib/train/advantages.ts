@@ -49,3 +49,36 @@ export const groupAdvantages: AdvantageFn = (rewards, groupSize, opts) => {
   const a = computeAdvantages(rewards, { groupSize, scale: opts.scale, dropZeroVariance: opts.dropZeroVariance });
   return { advantages: Array.from(a.advantages), keep: Array.from(a.keep, (k) => k === 1) };
 };
+
+/**
+ * Group advantages with masked completions (a completion whose judge gave no readable verdict:
+ * RewardResult.masked, lib/judge/rewards.ts). A masked completion gets advantage 0 and keep false
+ * (it is out of the loss and of its normalisers), and its group's advantages are computed over
+ * the group's other completions only: groups are partitioned by how many completions they keep
+ * (k), and `fn` runs once per k over those groups (group size k), so with scale 'batch' the std is
+ * that of the groups with the same k. A group with no unmasked completion is dropped whole.
+ * Without masks this is exactly `fn(rewards, groupSize, opts)`.
+ * `rewards`, `masked`: [B], B a multiple of `groupSize`; returns [B] advantages and keep flags.
+ */
+export function maskedAdvantages(fn: AdvantageFn, rewards: number[], masked: boolean[], groupSize: number, opts: Parameters<AdvantageFn>[2]): { advantages: number[]; keep: boolean[] } {
+  if (!masked.some(Boolean)) return fn(rewards, groupSize, opts);
+  const groups = rewards.length / groupSize;
+  const advantages = new Array<number>(rewards.length).fill(0);
+  const keep = new Array<boolean>(rewards.length).fill(false);
+  const byKept = new Map<number, number[][]>();
+  for (let g = 0; g < groups; g++) {
+    const members: number[] = [];
+    for (let j = g * groupSize; j < (g + 1) * groupSize; j++) if (!masked[j]) members.push(j);
+    if (!members.length) continue;
+    byKept.set(members.length, [...(byKept.get(members.length) ?? []), members]);
+  }
+  for (const [k, gs] of byKept) {
+    const flat = gs.flat();
+    const r = fn(flat.map((j) => rewards[j]!), k, opts);
+    flat.forEach((j, i) => {
+      advantages[j] = r.advantages[i]!;
+      keep[j] = r.keep[i]!;
+    });
+  }
+  return { advantages, keep };
+}

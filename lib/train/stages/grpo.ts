@@ -11,6 +11,7 @@ import { judgeSharesPolicyWeights } from '../../judge/backends/index.js';
 import type { RewardResult } from '../../task/types.js';
 import { bucket, judgeWorkBytes, updateBytes } from '../memory-model.js';
 import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+import { maskedAdvantages } from '../advantages.js';
 
 export const grpoStage: TrainingStage = {
   name: 'grpo',
@@ -151,8 +152,12 @@ export const grpoStage: TrainingStage = {
     const offset = all.slice(0, ctx.dist.rank).reduce((n, x) => n + x.rewards.length, 0);
     // Same gathered data on every rank → the same decision: a null-rate stop ends all ranks together.
     const judge = ctx.checkJudgeHealth(rewards, `GRPO step ${ctx.stageStep + 1}`);
+    // A completion the judge gave no readable verdict for has no reward: masked from its group's
+    // advantages and the loss (lib/train/advantages.ts maskedAdvantages), out of the reward means.
+    const masked = rewards.map((x) => x.masked === true);
     const r = rewards.map((x) => x.reward);
-    const { advantages, keep } = ctx.advantages(r, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
+    const scored = r.filter((_, i) => !masked[i]);
+    const { advantages, keep } = maskedAdvantages(ctx.advantages, r, masked, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
     const keptGlobal = lengths.map((len, i) => keep[i] && len > 0);
     const totalSequences = keptGlobal.filter(Boolean).length;
     const totalTokens = lengths.reduce((n, len, i) => n + (keptGlobal[i] ? len : 0), 0);
@@ -204,10 +209,11 @@ export const grpoStage: TrainingStage = {
     return {
       loss,
       completionTokens: totalTokens,
-      rewardMean: mean(r),
-      rewardStd: std(r),
-      rSpecMean: mean(rewards.map((x) => x.rSpec)),
-      rGenMean: mean(rewards.map((x) => x.rGen)),
+      rewardMean: mean(scored),
+      rewardStd: std(scored),
+      rSpecMean: mean(rewards.filter((x) => !x.masked).map((x) => x.rSpec)),
+      rGenMean: mean(rewards.filter((x) => !x.masked).map((x) => x.rGen)),
+      maskedCompletions: masked.filter(Boolean).length,
       passRate: Object.fromEntries(Object.entries(dims).map(([d, [m, t]]) => [d, t ? m / t : NaN])),
       kl: totalSequences ? kl / totalSequences : 0,
       clipFraction: totalSequences ? clip / totalSequences : 0,
