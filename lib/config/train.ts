@@ -76,6 +76,8 @@ export interface TrainConfig {
     judgeOverlap: 'auto' | 'on' | 'off';
     /** Reward mix r = α·r_spec + (1 − α)·r_gen. */
     alpha: number;
+    /** Longest a step waits on the judge, ms from its first judge call (0 = no deadline; lib/train/trainer.ts judgeCall). */
+    judgeStepTimeoutMs: number;
   };
   /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/config/judge.ts). */
   judge: JudgeConfig;

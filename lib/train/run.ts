@@ -392,6 +392,7 @@ async function trainLocked(
       onCheckpoint: () => report(false),
       memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
       dist,
+      judgeStats: () => judge.stats(),
     }, resume?.state);
 
     let sigints = 0;
@@ -401,7 +402,7 @@ async function trainLocked(
         log('second SIGINT: exiting without a checkpoint');
         process.exit(130);
       }
-      log('SIGINT: finishing the current step, writing a checkpoint, then exiting (Ctrl-C again to exit now)');
+      log('SIGINT: finishing the current step (a step waiting on the judge stops at once), writing a checkpoint, then exiting (Ctrl-C again to exit now)');
       trainer.requestStop();
     };
     if (o.handleSignals !== false) process.on('SIGINT', onSigint);

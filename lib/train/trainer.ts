@@ -27,7 +27,7 @@ import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { judgeLabel } from '../judge/backends/index.js';
 import { DistContext, shard } from './dist.js';
-import { ErrorCode, isPapergymError, oomError } from '../errors.js';
+import { ErrorCode, abortError, isPapergymError, oomError } from '../errors.js';
 import type { ProfileResult } from '../addon.js';
 import { kernelUsByKind } from '../util/kernels.js';
 
@@ -51,6 +51,25 @@ export interface TrainerDeps {
   memoryAdvice?: () => string;
   /** Data parallelism (lib/train/dist.ts): this rank's group; absent = one process. */
   dist?: DistContext;
+  /** The judge's counters, for the progress lines while a step waits on it (Judge.stats()). */
+  judgeStats?: () => { requests: number; failures: number };
+  /** Milliseconds between the progress lines while a step waits on the judge (default 15000). */
+  judgeProgressMs?: number;
+}
+
+/**
+ * The judging of one step (Trainer.judgeCall): one abort signal for all its reward calls, fired
+ * by the step's judge deadline (grpo.judgeStepTimeoutMs, from the step's first reward call) or by
+ * a stop request (Ctrl-C), and the timer of the progress lines while calls are in flight.
+ */
+interface StepJudging {
+  ctrl: AbortController;
+  started: number;
+  inFlight: number;
+  plans: number;
+  stats0?: { requests: number; failures: number };
+  deadline?: NodeJS.Timeout;
+  ticker?: NodeJS.Timeout;
 }
 
 /** Seed of (run seed, stage, step, purpose, unit): per question / sampling chunk, the same on every rank. */
@@ -190,7 +209,7 @@ export class Trainer {
       get cfg() { return t.cfg; },
       get backend() { return t.deps.backend; },
       get dist() { return t.dist; },
-      get reward() { return t.deps.reward; },
+      get reward(): RewardFn { return (reqs, signal) => t.judgeCall(reqs, signal); },
       get advantages() { return t.deps.advantages; },
       get stageStep() { return t.state.stageStep; },
       take: (k) => t.take(k),
@@ -335,9 +354,70 @@ export class Trainer {
     p.after?.();
   }
 
-  /** Asks the loop to stop after the step in flight; a checkpoint is written first. */
+  /**
+   * Asks the loop to stop after the step in flight; a checkpoint is written first. A step waiting
+   * on the judge stops at once: its judge calls are aborted and the checkpoint is the state before
+   * it (--resume redoes it).
+   */
   requestStop(): void {
     this.stopRequested = true;
+    this.judging?.ctrl.abort(abortError('stop requested (SIGINT) while the step waited on the judge'));
+  }
+
+  private judging?: StepJudging;
+
+  /**
+   * A reward call of the step in flight, under the step's judging signal (see {@link StepJudging}):
+   * the step's first call starts the judge deadline; while calls are in flight a progress line is
+   * logged every `judgeProgressMs` (elapsed seconds, calls and plans in flight, the judge's
+   * requests and failures so far, the time left).
+   */
+  private async judgeCall(reqs: Parameters<RewardFn>[0], signal?: AbortSignal): Promise<RewardResult[]> {
+    const what = `[${this.cfg.stages[this.state.stageIndex]}] step ${this.state.stageStep + 1}`;
+    const limitMs = this.cfg.grpo.judgeStepTimeoutMs ?? 0;
+    if (!this.judging) {
+      const j: StepJudging = { ctrl: new AbortController(), started: Date.now(), inFlight: 0, plans: 0, stats0: this.deps.judgeStats?.() };
+      if (limitMs > 0) {
+        j.deadline = setTimeout(() => j.ctrl.abort(new Error(`the judge did not finish the step within grpo.judgeStepTimeoutMs (--judge-step-timeout-ms) ${limitMs} ms`)), limitMs);
+        j.deadline.unref();
+      }
+      this.judging = j;
+    }
+    const j = this.judging;
+    if (this.stopRequested) j.ctrl.abort(abortError('stop requested (SIGINT) while the step waited on the judge'));
+    j.inFlight++;
+    j.plans += reqs.length;
+    if (!j.ticker && this.dist.isMain) {
+      j.ticker = setInterval(() => {
+        const st = this.deps.judgeStats?.();
+        const counts = st && j.stats0 ? `, ${st.requests - j.stats0.requests} judge requests, ${st.failures - j.stats0.failures} failed` : '';
+        const left = limitMs > 0 ? `; deadline in ${Math.max(0, (limitMs - (Date.now() - j.started)) / 1000).toFixed(0)} s` : '';
+        this.log(`${what}: waiting on the judge for ${((Date.now() - j.started) / 1000).toFixed(0)} s (${j.inFlight} call(s), ${j.plans} plans in this step${counts}${left}; Ctrl-C stops with a checkpoint)`);
+      }, this.deps.judgeProgressMs ?? 15000);
+      j.ticker.unref();
+    }
+    try {
+      return await this.deps.reward(reqs, signal ? AbortSignal.any([signal, j.ctrl.signal]) : j.ctrl.signal);
+    } catch (e) {
+      // The abort's reason (the deadline, the stop request) says why, whatever the judge threw.
+      if (j.ctrl.signal.aborted && j.ctrl.signal.reason instanceof Error && e !== j.ctrl.signal.reason) throw j.ctrl.signal.reason;
+      throw e;
+    } finally {
+      j.inFlight--;
+      if (!j.inFlight && j.ticker) {
+        clearInterval(j.ticker);
+        j.ticker = undefined;
+      }
+    }
+  }
+
+  /** Ends the step's judging (its deadline and progress timers). */
+  private endJudging(): void {
+    const j = this.judging;
+    if (!j) return;
+    clearTimeout(j.deadline);
+    clearInterval(j.ticker);
+    this.judging = undefined;
   }
 
   private get dist(): DistContext {
@@ -429,12 +509,20 @@ export class Trainer {
           // (judge, OOM, a backend error) makes every rank throw here at the same step.
           m = await impl.step(this.ctx);
         } catch (e) {
+          this.endJudging();
           // Nothing of this step is kept: the checkpoint is the state before it, so --resume redoes it.
           this.state.cursor = cursorBefore;
           backend.zeroGrad();
           progress.stop();
+          if (this.stopRequested && isPapergymError(e, ErrorCode.ABORT)) {
+            // Ctrl-C while the step waited on the judge: an interrupted run, not a failure.
+            this.log(`[${stage}] step ${step + 1}: stopped while judging; writing a checkpoint of the state before it (--resume redoes the step)`);
+            await this.checkpoint();
+            return this.finish(true);
+          }
           throw await this.stopWithCheckpoint(e, `[${stage}] step ${step + 1}`);
         }
+        this.endJudging();
         let gradNorm = NaN;
         let skipped = false;
         if (!Number.isFinite(m.loss)) {

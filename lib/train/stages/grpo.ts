@@ -12,6 +12,7 @@ import type { RewardResult } from '../../task/types.js';
 import { bucket, judgeWorkBytes, updateBytes } from '../memory-model.js';
 import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 import { maskedAdvantages } from '../advantages.js';
+import { DEFAULTS } from '../../config/train.js';
 
 export const grpoStage: TrainingStage = {
   name: 'grpo',
@@ -19,9 +20,11 @@ export const grpoStage: TrainingStage = {
   steps: (cfg) => cfg.grpo.steps,
   lr: (cfg) => cfg.grpo.lr,
   microBatch: { get: (cfg) => cfg.grpo.microBatch, set: (cfg, n) => void (cfg.grpo.microBatch = n) },
-  resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap'],
-  // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'.
-  upgradeSaved: (saved) => void (saved.grpo = { ...saved.grpo, judgeOverlap: saved.grpo.judgeOverlap ?? 'off' }),
+  // grpo.judgeStepTimeoutMs: how long a step may wait on the judge, a run-time bound.
+  resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs'],
+  // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'; one from before
+  // grpo.judgeStepTimeoutMs gets the default deadline.
+  upgradeSaved: (saved) => void (saved.grpo = { ...saved.grpo, judgeOverlap: saved.grpo.judgeOverlap ?? 'off', judgeStepTimeoutMs: saved.grpo.judgeStepTimeoutMs ?? DEFAULTS.grpo.judgeStepTimeoutMs }),
   memory: {
     inputs: (cfg) => ({ grpo: { questionsPerStep: cfg.grpo.questionsPerStep, groupSize: cfg.grpo.groupSize, microBatch: cfg.grpo.microBatch, betaKl: cfg.grpo.betaKl, reference: cfg.grpo.reference } }),
     adapterSnapshots: (x) => (x.grpo.reference === 'stage-start' ? 1 : 0),
