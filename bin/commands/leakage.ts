@@ -10,12 +10,15 @@ import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
 import { auditLeakage, formatLeakage, type LeakageReport } from '../../lib/data/leakage.js';
 import { CachedLlm } from '../../lib/data/pipeline.js';
-import { readDataset } from '../../lib/data/schema.js';
+import { readEvalItems } from '../../lib/data/schema.js';
+import { JUDGE_DEFAULTS } from '../../lib/config/judge.js';
+import { parseList } from '../../lib/config/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
 import { Progress } from '../../lib/data/progress.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
 
 export interface LeakageArgs {
+  /** One items file (runLeakage); the command accepts several (one table row each). */
   data: string;
   llm?: string;
   model?: string;
@@ -40,7 +43,8 @@ export interface LeakageArgs {
  * @throws when `--llm` is given without `--model`; the abort error when aborted
  */
 export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; stream?: NodeJS.WriteStream } = {}): Promise<LeakageReport> {
-  const { items } = readDataset(a.data, { strict: a.strict });
+  // PaperGym items and imported benchmark items alike (a chat prompt is read as its folded text).
+  const { items } = readEvalItems(a.data, { strict: a.strict });
   if (a.llm && !a.model) throw new Error('--llm needs --model');
   let state: PipelineState | undefined;
   let llm: CachedLlm | undefined;
@@ -66,15 +70,46 @@ export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; str
 /** The judge-call cache of a leakage run. */
 export const leakageStatePath = (a: LeakageArgs) => a.state ?? `${a.data}.leakage.sqlite`;
 
+/**
+ * Fails (exit 1 with the reason) when more than the judge null-rate limit of the judge calls of a
+ * dataset failed: a leakage rate computed from a few survivors is never printed (issue 38 item 5).
+ */
+export function assertLeakageJudge(rep: LeakageReport, data: string, maxFailRate = JUDGE_DEFAULTS.maxNullRate): void {
+  if (!rep.judge || !rep.rows.length) return;
+  const rate = rep.judge.failed / rep.rows.length;
+  if (rate > maxFailRate) {
+    throw new Error(`leakage: ${data}: ${rep.judge.failed} of ${rep.rows.length} judge calls failed (${(100 * rate).toFixed(0)}% > ${(100 * maxFailRate).toFixed(0)}%); no leakage rate reported — check --llm / --model and the server`);
+  }
+}
+
+/** One table row per dataset: rubric items, judge leakage, lexical leakage, mean overlap. */
+export function formatLeakageTable(reps: { data: string; rep: LeakageReport }[]): string {
+  const pct = (r: { rate: number | null; leaked: number; n: number } | undefined) => (!r || r.rate === null ? '—' : `${(100 * r.rate).toFixed(1)}% (${r.leaked}/${r.n})`);
+  const head = ['dataset', 'items', 'rubric items', 'judge leakage', `lexical (≥ ${reps[0]!.rep.lexical.threshold})`, 'mean overlap'];
+  const body = reps.map(({ data, rep }) => [data, String(new Set(rep.rows.map((r) => r.itemId)).size), String(rep.rows.length), pct(rep.judge?.overall), pct(rep.lexical.overall), rep.lexical.meanOverlap.toFixed(3)]);
+  const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(w[i]!)).join(' | ')} |`;
+  return [line(head), `|${w.map((n) => '-'.repeat(n + 2)).join('|')}|`, ...body.map(line)].join('\n');
+}
+
 export const leakageCommand: CommandModule<object, LeakageArgs> = {
   command: 'leakage',
-  describe: 'Leakage audit: share of rubric items inferable from the question alone (judge and lexical proxy)',
+  describe: 'Leakage audit: share of rubric items inferable from the question alone (judge and lexical proxy), one row per dataset',
   builder: (y) =>
     addSettings(y, LEAKAGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
-    const rep = await handleInterrupt('leakage', (signal) => runLeakage(argv, { signal }), () => `every finished judge call is saved in ${leakageStatePath(argv)}`);
-    if (rep === InterruptedRun) return;
-    if (argv.json) process.stdout.write(JSON.stringify(rep, null, 2) + '\n');
-    else process.stdout.write(formatLeakage(rep) + '\n');
+    const datas = parseList(LEAKAGE_OPTIONS.find((s) => s.key === 'data')!, argv.data) as string[];
+    if (datas.length > 1 && (argv.state || argv.out)) throw new Error('--state and --out name one file: give them with a single --data (each dataset keeps <data>.leakage.sqlite)');
+    const reps: { data: string; rep: LeakageReport }[] = [];
+    for (const data of datas) {
+      const a = { ...argv, data };
+      const rep = await handleInterrupt('leakage', (signal) => runLeakage(a, { signal }), () => `every finished judge call is saved in ${leakageStatePath(a)}`);
+      if (rep === InterruptedRun) return;
+      assertLeakageJudge(rep, data);
+      reps.push({ data, rep });
+    }
+    if (argv.json) process.stdout.write(JSON.stringify(reps.length === 1 ? reps[0]!.rep : reps, null, 2) + '\n');
+    else if (reps.length === 1) process.stdout.write(formatLeakage(reps[0]!.rep) + '\n');
+    else process.stdout.write(formatLeakageTable(reps) + '\n');
   },
 };

@@ -7,7 +7,7 @@ import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
 import { checkJudge, judgeSharesPolicyWeights, openJudge } from '../../lib/judge/backends/index.js';
 import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
-import { ATTACKS, DEFAULT_ATTACKS, formatProbe, runProbe, type Attack } from '../../lib/judge/probe.js';
+import { ATTACKS, DEFAULT_ATTACKS, formatProbe, runProbe, assertProbeHealth, type Attack } from '../../lib/judge/probe.js';
 import type { Judge } from '../../lib/judge/types.js';
 
 interface ProbeArgs extends JudgeArgs {
@@ -50,9 +50,10 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
     const judge: Judge = await openJudge(jc, onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {});
     try {
       const report = await runProbe(judge, data, { attacks, general });
+      process.stderr.write(`judge stats: ${JSON.stringify(judge.stats())}\n`);
+      assertProbeHealth(report, jc.maxNullRate);
       if (argv.out) writeFileSync(argv.out, JSON.stringify({ ...report, stats: judge.stats() }, null, 2) + '\n');
       process.stdout.write((argv.json ? JSON.stringify(report, null, 2) : formatProbe(report)) + '\n');
-      process.stderr.write(`judge stats: ${JSON.stringify(judge.stats())}\n`);
     } finally {
       await judge.close?.();
     }

@@ -5,7 +5,15 @@
  */
 import type { CachedLlm } from './pipeline.js';
 import { TASK_SCHEMAS } from './pipeline.js';
-import type { PaperGymItem, RubricDimension, RubricOrigin } from './schema.js';
+/**
+ * What the audit reads of an item: PaperGym items and imported benchmark items alike (lib/task/types.ts
+ * BenchmarkItem; a chat prompt is already folded into `question`). Dimension and origin are optional.
+ */
+export interface LeakageItem {
+  id: string;
+  question: string;
+  rubric: { id: string; text: string; dimension?: string; origin?: string }[];
+}
 
 const STOP = new Set(
   'a an the and or of to in on for with by from at as is are be been being this that these those it its their there which what how why when does do did plan plans proposal propose proposes whether into using use uses used than then such any each all both either not no can could should would will may might must also more most other its it our we they them his her explicit explicitly clearly specific specifically include includes including consider considers'.split(' '),
@@ -28,8 +36,9 @@ export function lexicalOverlap(question: string, itemText: string): number {
 export interface LeakageRow {
   itemId: string;
   rubricId: string;
-  dimension: RubricDimension;
-  origin: RubricOrigin;
+  /** Rubric dimension / origin where the item has them (PaperGym). */
+  dimension?: string;
+  origin?: string;
   /** Judge verdict; null when the judge failed or no judge was used. */
   inferable: boolean | null;
   reason?: string;
@@ -66,9 +75,9 @@ function rates(rows: LeakageRow[], leaked: (r: LeakageRow) => boolean | null): R
     const l = valid.filter((r) => leaked(r)).length;
     return { n: valid.length, leaked: l, rate: valid.length ? l / valid.length : null };
   };
-  const group = (key: (r: LeakageRow) => string) => {
+  const group = (key: (r: LeakageRow) => string | undefined) => {
     const out: Record<string, Rate> = {};
-    for (const k of [...new Set(rows.map(key))].sort()) out[k] = mk(rows.filter((r) => key(r) === k));
+    for (const k of [...new Set(rows.map(key))].filter((x): x is string => x !== undefined).sort()) out[k] = mk(rows.filter((r) => key(r) === k));
     return out;
   };
   return { overall: mk(rows), byDimension: group((r) => r.dimension), byOrigin: group((r) => r.origin) };
@@ -79,7 +88,7 @@ function rates(rows: LeakageRow[], leaked: (r: LeakageRow) => boolean | null): R
  * like every pipeline call); judge failures become `inferable: null` and are counted.
  * @param threshold lexical-overlap threshold of the proxy (default 0.6)
  */
-export async function auditLeakage(items: PaperGymItem[], opts: { llm?: CachedLlm; threshold?: number; onRow?: (r: LeakageRow, fromCache: boolean) => void } = {}): Promise<LeakageReport> {
+export async function auditLeakage(items: LeakageItem[], opts: { llm?: CachedLlm; threshold?: number; onRow?: (r: LeakageRow, fromCache: boolean) => void } = {}): Promise<LeakageReport> {
   const threshold = opts.threshold ?? 0.6;
   let failed = 0;
   const tasks: Promise<LeakageRow>[] = [];
@@ -101,7 +110,7 @@ export async function auditLeakage(items: PaperGymItem[], opts: { llm?: CachedLl
               failed++;
             }
           }
-          const row: LeakageRow = { itemId: it.id, rubricId: r.id, dimension: r.dimension, origin: r.origin, inferable, ...(reason && { reason }), overlap, lexicalLeak: overlap >= threshold };
+          const row: LeakageRow = { itemId: it.id, rubricId: r.id, ...(r.dimension && { dimension: r.dimension }), ...(r.origin && { origin: r.origin }), inferable, ...(reason && { reason }), overlap, lexicalLeak: overlap >= threshold };
           opts.onRow?.(row, tally.live === 0);
           return row;
         })(),

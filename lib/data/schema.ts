@@ -444,6 +444,7 @@ export const benchmarkItemJsonSchema = {
           tags: { type: 'array', items: { type: 'string' } },
           title: { type: 'string' },
           dimension: { type: 'string' },
+          origin: { type: 'string' },
         },
       },
     },
@@ -470,8 +471,8 @@ export function validateBenchmarkItem(x: unknown): ValidationResult & { item?: B
 }
 
 /**
- * A PaperGym item as a benchmark item (format `papergym`, weight 1, the dimension kept; origin and
- * rank are dropped). `file` / `row` name where it was read.
+ * A PaperGym item as a benchmark item (format `papergym`, weight 1, dimension and origin kept; rank is
+ * dropped). `file` / `row` name where it was read.
  */
 export function paperGymToBenchmark(it: PaperGymItem, file: string, row: number): BenchmarkItem {
   return {
@@ -479,7 +480,7 @@ export function paperGymToBenchmark(it: PaperGymItem, file: string, row: number)
     format: 'papergym',
     question: it.question,
     reference_answer: it.reference_answer,
-    rubric: it.rubric.map((r) => ({ id: r.id, text: r.text, weight: 1, dimension: r.dimension })),
+    rubric: it.rubric.map((r) => ({ id: r.id, text: r.text, weight: 1, dimension: r.dimension, origin: r.origin })),
     split: it.split,
     source: { dataset: 'papergym', file, row, id: it.source.paper_id },
   };

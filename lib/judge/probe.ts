@@ -14,7 +14,7 @@
  */
 import type { PaperGymItem, GeneralRubricItem } from '../data/schema.js';
 import { computeReward, DEFAULT_ALPHA } from './rewards.js';
-import type { Judge, JudgeItem, Verdict } from './types.js';
+import { JudgeHealthError, type Judge, type JudgeItem, type Verdict } from './types.js';
 
 export const ATTACKS = ['restate', 'keywords', 'inject', 'empty', 'echo'] as const;
 export type Attack = (typeof ATTACKS)[number];
@@ -156,4 +156,17 @@ export function formatProbe(r: ProbeReport): string {
     lines.push(`${a.attack.padEnd(10)} ${fpr}  ${`${a.yes}/${a.yes + a.no}`.padStart(10)}  ${String(a.nulls).padStart(5)}  ${a.meanReward.toFixed(3)}`);
   }
   return lines.join('\n');
+}
+
+/**
+ * Throws {@link JudgeHealthError} when more than `maxNullRate` of the probe's verdicts are null
+ * (refused, unreadable, failed): false-positive rates from a judge that mostly did not answer are
+ * never reported (issue 38 item 5).
+ */
+export function assertProbeHealth(r: ProbeReport, maxNullRate: number): void {
+  const verdicts = r.results.reduce((a, x) => a + x.verdicts, 0);
+  const nulls = r.results.reduce((a, x) => a + x.nulls, 0);
+  if (verdicts && nulls / verdicts > maxNullRate) {
+    throw new JudgeHealthError(`judge ${r.judge}: probe-judge: ${nulls} of ${verdicts} verdicts are null (${((100 * nulls) / verdicts).toFixed(0)}% > ${(100 * maxNullRate).toFixed(0)}%: refused, unreadable or failed requests); no false-positive rate reported`);
+  }
 }

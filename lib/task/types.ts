@@ -89,6 +89,8 @@ export interface BenchmarkRubricItem {
   title?: string;
   /** PaperGym's rubric dimension. */
   dimension?: string;
+  /** PaperGym's rubric origin (R_Q, R_A, both). */
+  origin?: string;
 }
 
 /**
