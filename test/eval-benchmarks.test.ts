@@ -5,7 +5,7 @@
  * answering garbage: exit 1 with the reason and no report (never a score from failures).
  */
 import { expect } from 'chai';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
@@ -93,5 +93,29 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect(existsSync(report)).to.equal(false);
     expect(r.out).to.not.match(/rar: /);
     expect(readFileSync(rows, 'utf8').trim().split('\n').map((l) => JSON.parse(l).met)).to.deep.equal([null, null, null, null, null, null]);
+  });
+  it('--suite: benchmarks × models → one row per model, one column per benchmark, the average with CIs, the table in report.html', async () => {
+    const hb = join(tmp, 'suite-hb.jsonl');
+    const rar = join(tmp, 'suite-rar.jsonl');
+    expect((await cli(['import', '--format', 'healthbench', '--input', join(FX, 'healthbench'), '--out', hb])).code).to.equal(0);
+    expect((await cli(['import', '--format', 'rar', '--input', join(FX, 'rar'), '--out', rar])).code).to.equal(0);
+    // met when the criterion is not a pitfall / undesirable one
+    srv = await startFakeLlm({ respond: (q) => (/Pitfall|prescription-only|jargon/.test(q.body.messages[0]!.content) ? 'No' : 'Yes') });
+    const suite = join(tmp, 'suite.yaml');
+    writeFileSync(suite, `benchmarks:\n  - { name: HealthBench, data: suite-hb.jsonl }\n  - { name: RaR, data: suite-rar.jsonl }\nmodels:\n  - { name: base, model: ${dir} }\n  - { name: again, model: ${dir} }\n`);
+    const out = join(tmp, 'suite-out');
+    const r = await cli(['eval', '--suite', suite, '--out', out, ...judgeArgs()]);
+    expect(r.code, r.err).to.equal(0);
+    const t = JSON.parse(readFileSync(join(out, 'suite.json'), 'utf8'));
+    expect(t.benchmarks).to.deep.equal([{ name: 'HealthBench', protocol: 'healthbench' }, { name: 'RaR', protocol: 'rar' }]);
+    expect(t.models.map((m: { name: string }) => m.name)).to.deep.equal(['base', 'again']);
+    // HealthBench: hb-1 (5 + 7) / 12 = 1, hb-2 4 / 4 = 1; RaR: (5 + 3 + 1) / 9 = 1 and 5 / 5 = 1
+    for (const row of t.cells) expect(row.map((c: { score: number }) => c.score)).to.deep.equal([1, 1]);
+    expect(t.average.map((a: { score: number }) => a.score)).to.deep.equal([1, 1]);
+    expect(r.out).to.match(/\| model +\| HealthBench +\| RaR +\| Average +\|/);
+    expect(r.out).to.match(/\| base +\| 100\.0 \[100\.0, 100\.0\]/);
+    const html = readFileSync(join(out, 'report.html'), 'utf8');
+    expect(html).to.include('<h2 id="suite">Benchmarks</h2>');
+    expect(existsSync(join(out, 'base.HealthBench.rows.jsonl'))).to.equal(true);
   });
 });

@@ -1,4 +1,5 @@
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { readDataset, readEvalItems, loadGeneralRubric } from '../../lib/data/schema.js';
 import { checkJudge, httpJudgeFromConfig, openJudge } from '../../lib/judge/backends/index.js';
@@ -12,6 +13,9 @@ import { formatProtocolScore, getProtocol, scoreRows, type Protocol, type Protoc
 import { nullCount, runBenchmark } from '../../lib/eval/protocols/run.js';
 import { Progress } from '../../lib/data/progress.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
+import { formatSuiteTable, readSuite, suiteTable } from '../../lib/eval/suite.js';
+import { writeReport } from '../../lib/report/html.js';
+import type { BenchmarkItem } from '../../lib/task/types.js';
 import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
@@ -49,6 +53,7 @@ interface EvalArgs extends JudgeArgs {
   keepRaw: boolean;
   protocol?: string;
   rescore?: string;
+  suite?: string;
   progress: 'auto' | 'plain' | 'none';
 }
 
@@ -103,10 +108,11 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
   describe: 'Generate research plans for a benchmark and report rubric coverage (overall, per dimension) with bootstrap CIs',
   builder: (y) =>
     addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).check((a) => {
-      if (!a.rescore && (!a.model || !a.data)) throw new Error('eval needs --model and --data (or --rescore ROWS)');
+      if (!a.rescore && !a.suite && (!a.model || !a.data)) throw new Error('eval needs --model and --data (or --suite FILE, or --rescore ROWS)');
       return true;
     }) as never,
   handler: async (argv) => {
+    if (argv.suite) return suiteEval(argv);
     for (const [flag, path] of [['--out', argv.out], ['--report', argv.report], ['--plans', argv.plans]] as const) if (path) ensureWritableFile(path, flag);
     if (argv.rescore) {
       const s = rescore(argv);
@@ -170,25 +176,54 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
  * groups and CI (stdout, --report). HTTP judge answers are cached (default `<out|data>.judge-cache.sqlite`),
  * so a killed run asks again only what was not answered; Ctrl-C exits 130 with the resume command.
  */
-async function benchmarkEval(argv: EvalArgs, loaded: import('../../lib/task/types.js').BenchmarkItem[]): Promise<void> {
+async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<void> {
   let items = argv.split ? loaded.filter((it) => it.split === argv.split) : loaded;
   if (argv.limit !== undefined) items = items.slice(0, argv.limit);
   if (!items.length) throw new Error(`${argv.data}: no items to evaluate${argv.split ? ` in split ${argv.split}` : ''}`);
-  const formats = [...new Set(items.map((it) => it.format))];
-  const p = getProtocol(argv.protocol ?? getFormat(formats[0]!).protocol);
-  if (formats.length > 1 && !argv.protocol) process.stderr.write(`eval: note: items of formats ${formats.join(', ')}; scoring all with ${p.name} (pass --protocol)\n`);
-  const general = p.name === 'papergym' && argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
+  const p = protocolFor(items, argv.protocol);
   const jc = judgeConfigFromArgs(argv);
   if (jc.kind === 'http' && !jc.cache) jc.cache = `${argv.out ?? argv.data}.judge-cache.sqlite`;
   await checkJudge(jc);
   const device = resolveDevice(argv.device);
   process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}; ${items.length} item(s), protocol ${p.name}${jc.cache ? `; judge cache ${jc.cache}` : ''}\n`);
   const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+  try {
+    const t0 = Date.now();
+    const res = await evalOnPolicy(argv, policy, items, p, jc, 'eval');
+    if (res === InterruptedRun) return;
+    const { rows, plans, judgeName, stats } = res;
+    if (argv.out) writeRowsJsonl(argv.out, rows as never);
+    if (argv.plans) writeFileSync(argv.plans, plans.map((x) => JSON.stringify(x)).join('\n') + '\n');
+    assertProtocolHealth(p, rows, jc.maxNullRate, judgeName);
+    const s = scoreRows(p, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+    if (!s.score) throw new JudgeHealthError(`eval (${p.name}): no plan could be scored (${s.skipped} skipped); no score written`);
+    const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judgeName, judgeStats: stats, samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
+    if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, meta }, null, 2) + '\n');
+    process.stdout.write(formatProtocolScore(s) + '\n');
+  } finally {
+    policy.dispose();
+  }
+}
+
+/** The protocol of `--protocol`, else of the items' (first) format. */
+function protocolFor(items: BenchmarkItem[], name?: string): Protocol {
+  const formats = [...new Set(items.map((it) => it.format))];
+  const p = getProtocol(name ?? getFormat(formats[0]!).protocol);
+  if (formats.length > 1 && !name) process.stderr.write(`eval: note: items of formats ${formats.join(', ')}; scoring all with ${p.name} (pass --protocol)\n`);
+  return p;
+}
+
+/**
+ * Generates and judges `items` on a loaded policy: the protocol's judges opened and closed here,
+ * a progress bar (plain lines under CI / without a TTY), Ctrl-C → InterruptedRun (exit 130 with the
+ * resume command; judge answers so far stay cached). Prints the judge's counters and failure rate.
+ */
+async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem[], p: Protocol, jc: JudgeConfig, label: string) {
+  const general = p.name === 'papergym' && argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
   let judges: Awaited<ReturnType<typeof openProtocolJudges>> | undefined;
-  const progress = new Progress({ label: 'eval', unit: 'plans', total: items.length * argv.samples, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 } });
+  const progress = new Progress({ label, unit: 'plans', total: items.length * argv.samples, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 } });
   try {
     judges = await openProtocolJudges(p, jc, policy);
-    const t0 = Date.now();
     const res = await handleInterrupt('eval', (signal) => runBenchmark({
       items, protocol: p, judge: judges!.judge, chatJudge: judges!.chatJudge, general,
       generator: policyPlanGenerator(policy, { temperature: argv.temperature, topP: argv.topP, topK: argv.topK, maxNewTokens: argv.maxNewTokens, enableThinking: argv.thinking }),
@@ -196,24 +231,63 @@ async function benchmarkEval(argv: EvalArgs, loaded: import('../../lib/task/type
       onPlan: () => progress.tick(),
     }), () => (jc.cache ? `every judge answer so far is cached in ${jc.cache}` : 'nothing was cached (local judge)'));
     progress.stop();
-    if (res === InterruptedRun) return;
-    const { rows, plans } = res;
-    if (argv.out) writeRowsJsonl(argv.out, rows as never);
-    if (argv.plans) writeFileSync(argv.plans, plans.map((x) => JSON.stringify(x)).join('\n') + '\n');
+    if (res === InterruptedRun) return res;
     const stats = judges.chatJudge?.stats() ?? judges.judge?.stats();
     process.stderr.write(`judge ${judges.name}: ${JSON.stringify(stats)}\n`);
-    const nulls = nullCount(p, rows);
-    process.stderr.write(`judge health: ${rows.length} verdicts, ${nulls} null or unreadable (${rows.length ? ((100 * nulls) / rows.length).toFixed(1) : '0'}%)\n`);
-    assertProtocolHealth(p, rows, jc.maxNullRate, judges.name);
-    const s = scoreRows(p, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
-    if (!s.score) throw new JudgeHealthError(`eval (${p.name}): no plan could be scored (${s.skipped} skipped); no score written`);
-    const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judges.name, judgeStats: stats, samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
-    if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, meta }, null, 2) + '\n');
-    process.stdout.write(formatProtocolScore(s) + '\n');
+    const nulls = nullCount(p, res.rows);
+    process.stderr.write(`judge health: ${res.rows.length} verdicts, ${nulls} null or unreadable (${res.rows.length ? ((100 * nulls) / res.rows.length).toFixed(1) : '0'}%)\n`);
+    return { ...res, judgeName: judges.name, stats };
   } finally {
     progress.stop();
     await judges?.judge?.close?.();
     judges?.chatJudge?.close();
-    policy.dispose();
   }
 }
+
+/**
+ * `eval --suite suite.yaml --out DIR`: every benchmark for every model (lib/eval/suite.ts), one
+ * policy loaded at a time; rows per cell in DIR/ROWS, then DIR/suite.json, DIR/table.md and
+ * DIR/report.html (the table). A judge that mostly fails on any cell fails the command.
+ */
+async function suiteEval(argv: EvalArgs): Promise<void> {
+  const suite = readSuite(argv.suite!);
+  const outDir = argv.out ?? argv.suite!.replace(/\.ya?ml$/i, '') + '-results';
+  mkdirSync(outDir, { recursive: true });
+  const benches = suite.benchmarks.map((b) => {
+    let items = readEvalItems(b.data).items;
+    if (b.limit !== undefined) items = items.slice(0, b.limit);
+    if (!items.length) throw new Error(`${argv.suite}: benchmark ${b.name}: ${b.data} has no items`);
+    return { ...b, items, protocol: protocolFor(items, b.protocol) };
+  });
+  const jc = judgeConfigFromArgs(argv);
+  if (jc.kind === 'http' && !jc.cache) jc.cache = join(outDir, 'judge-cache.sqlite');
+  await checkJudge(jc);
+  const device = resolveDevice(argv.device);
+  const rows: ProtocolRow[][][] = [];
+  for (const m of suite.models) {
+    process.stderr.write(`eval --suite: ${m.name}: ${m.model}${m.adapter ? ` + ${m.adapter}` : ''} on ${device}\n`);
+    const policy = await Policy.load(m.model, { adapter: m.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+    const per: ProtocolRow[][] = [];
+    try {
+      for (const b of benches) {
+        const res = await evalOnPolicy(argv, policy, b.items, b.protocol, jc, `${m.name}/${b.name}`);
+        if (res === InterruptedRun) return;
+        writeRowsJsonl(join(outDir, `${safeName(m.name)}.${safeName(b.name)}.rows.jsonl`), res.rows as never);
+        assertProtocolHealth(b.protocol, res.rows, jc.maxNullRate, res.judgeName);
+        per.push(res.rows);
+      }
+    } finally {
+      policy.dispose();
+    }
+    rows.push(per);
+  }
+  const table = suiteTable({ benchmarks: benches.map((b) => ({ name: b.name, protocol: b.protocol.name })), models: suite.models }, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+  writeFileSync(join(outDir, 'suite.json'), JSON.stringify(table, null, 2) + '\n');
+  const md = formatSuiteTable(table);
+  writeFileSync(join(outDir, 'table.md'), md + '\n');
+  const html = writeReport({ runs: [], out: join(outDir, 'report.html'), suite: table, png: false, title: `papergym-native benchmarks: ${basename(argv.suite!)}` });
+  process.stdout.write(md + '\n');
+  process.stderr.write(`eval --suite: rows, suite.json, table.md and ${html.html} in ${outDir}\n`);
+}
+
+const safeName = (s: string) => s.replace(/[^\w.-]+/g, '_');

@@ -6,6 +6,7 @@
  * Files are replaced atomically (temp + rename), so a browser or a second `report` reading while
  * `train` rewrites it never sees half a file.
  */
+import type { SuiteTable } from '../eval/suite.js';
 import { mkdirSync, renameSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import { barChartSvg, lineChartSvg, svgToPng } from './charts.js';
@@ -29,6 +30,8 @@ export interface ReportOptions {
   resamples?: number;
   /** Title (default: the run labels). */
   title?: string;
+  /** A benchmark suite's Table-1 layout (`eval --suite`): one row per model, one column per benchmark, the average. */
+  suite?: SuiteTable;
 }
 
 export interface ReportResult {
@@ -187,12 +190,21 @@ ${Object.keys(missing).length ? `<p class="muted">plots without data: ${Object.k
 <div class="grid">
 ${figures.join('\n')}
 </div>
+${o.suite ? suiteSection(o.suite) : ''}
 ${evalHtml}
 ${settingsSection(runs)}
 </body></html>
 `;
   atomicWrite(out, html);
   return { html: out, plotsDir, drawn, missing, notes: [...notes, ...runs.flatMap((r) => r.notes.map((n) => `${r.label}: ${n}`))] };
+}
+
+/** The suite's table: score × 100 with its CI per model × benchmark, then the average. */
+function suiteSection(t: SuiteTable): string {
+  const f = (c: { score: number; lo: number; hi: number } | null) => (c ? `${(100 * c.score).toFixed(1)} <span class="muted">[${(100 * c.lo).toFixed(1)}, ${(100 * c.hi).toFixed(1)}]</span>` : '—');
+  const head = `<tr><th>model</th>${t.benchmarks.map((b) => `<th>${esc(b.name)}<br><span class="muted">${esc(b.protocol)}</span></th>`).join('')}<th>Average</th></tr>`;
+  const rows = t.models.map((m, i) => `<tr><td>${esc(m.name)}</td>${t.cells[i]!.map((c) => `<td>${f(c)}</td>`).join('')}<td><b>${f(t.average[i]!)}</b></td></tr>`);
+  return `<h2 id="suite">Benchmarks</h2><p class="muted">Each benchmark scored by its own protocol (docs/eval.md), × 100, with ${100 * t.bootstrap.level}% bootstrap CIs over questions (${t.bootstrap.resamples} resamples).</p><table>${head}${rows.join('')}</table>`;
 }
 
 function runsSection(runs: RunData[]): string {

@@ -11,7 +11,7 @@ import { rarProtocol, rubrichubProtocol } from './weighted.js';
 import { papergymProtocol } from './papergym.js';
 
 export type { Protocol, ProtocolRow, ProtocolScore, ProtocolStat } from './types.js';
-export { scoreRows, formatProtocolScore, plansOf, weightedScore, type ScoreOptions } from './score.js';
+export { bootstrapMeans, questionScores, scoreRows, formatProtocolScore, plansOf, weightedScore, type ScoreOptions } from './score.js';
 export { parseLevels, RESEARCHQA_BATCH, RESEARCHQA_LEVELS, RESEARCHQA_RETRIES } from './researchqa.js';
 
 /** Every protocol by name (lib/util/registry.ts). */

@@ -20,23 +20,44 @@ export function plansOf(rows: ProtocolRow[]): { questionId: string; sample: numb
   return [...m.values()];
 }
 
+/**
+ * Bootstrap means: `resamples` resamples of the questions (with replacement, seeded), each the
+ * finished mean of the resampled questions' plan scores. Empty when no question has a score.
+ */
+export function bootstrapMeans(byQ: Map<string, number[]>, finish: (m: number) => number, resamples: number, seed: number): number[] {
+  const qs = [...byQ.keys()].filter((q) => byQ.get(q)!.length);
+  if (!qs.length) return [];
+  const rnd = mulberry32(seed);
+  const draws: number[] = [];
+  for (let s = 0; s < resamples; s++) draws.push(finishedMean(byQ, qs.map(() => qs[Math.floor(rnd() * qs.length)]!), finish));
+  return draws;
+}
+
+function finishedMean(byQ: Map<string, number[]>, idx: string[], finish: (m: number) => number): number {
+  let s = 0;
+  let n = 0;
+  for (const q of idx) for (const v of byQ.get(q)!) (s += v), n++;
+  return finish(s / n);
+}
+
 function stat(byQ: Map<string, number[]>, finish: (m: number) => number, resamples: number, seed: number, level: number): ProtocolStat | null {
   const qs = [...byQ.keys()].filter((q) => byQ.get(q)!.length);
   if (!qs.length) return null;
-  const meanOf = (idx: string[]) => {
-    let s = 0;
-    let n = 0;
-    for (const q of idx) for (const v of byQ.get(q)!) (s += v), n++;
-    return finish(s / n);
-  };
-  const score = meanOf(qs);
+  const score = finishedMean(byQ, qs, finish);
   const n = qs.reduce((a, q) => a + byQ.get(q)!.length, 0);
   if (!resamples) return { score, lo: score, hi: score, n };
-  const rnd = mulberry32(seed);
-  const draws: number[] = [];
-  for (let s = 0; s < resamples; s++) draws.push(meanOf(qs.map(() => qs[Math.floor(rnd() * qs.length)]!)));
-  draws.sort((a, b) => a - b);
+  const draws = bootstrapMeans(byQ, finish, resamples, seed).sort((a, b) => a - b);
   return { score, lo: quantile(draws, (1 - level) / 2), hi: quantile(draws, (1 + level) / 2), n };
+}
+
+/** Plan scores per question (skipped plans left out): the input of {@link bootstrapMeans}. */
+export function questionScores(p: Protocol, rows: ProtocolRow[], alpha = 0.7): Map<string, number[]> {
+  const m = new Map<string, number[]>();
+  for (const pl of plansOf(rows)) {
+    const s = p.planScore(pl.rows, { alpha });
+    m.set(pl.questionId, [...(m.get(pl.questionId) ?? []), ...(s === null ? [] : [s])]);
+  }
+  return m;
 }
 
 /** Options of {@link scoreRows}. */
