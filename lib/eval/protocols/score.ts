@@ -51,7 +51,7 @@ function stat(byQ: Map<string, number[]>, finish: (m: number) => number, resampl
 }
 
 /** Plan scores per question (skipped plans left out): the input of {@link bootstrapMeans}. */
-export function questionScores(p: Protocol, rows: ProtocolRow[], alpha = 0.7): Map<string, number[]> {
+export function questionScores(p: Protocol, rows: ProtocolRow[], alpha = DEFAULT_ALPHA): Map<string, number[]> {
   const m = new Map<string, number[]>();
   for (const pl of plansOf(rows)) {
     const s = p.planScore(pl.rows, { alpha });
