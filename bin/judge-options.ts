@@ -6,7 +6,7 @@
 import type { Argv } from 'yargs';
 import { JUDGE_DEFAULTS, JUDGE_SETTINGS, type JudgeConfig } from '../lib/config/judge.js';
 import { JUDGE_OPTIONS } from '../lib/config/settings.js';
-import { addSettings } from '../lib/config/schema.js';
+import { addSettings, parseList } from '../lib/config/schema.js';
 
 /** Judge options as parsed by {@link addJudgeOptions} (camelCase yargs keys). */
 export interface JudgeArgs {
@@ -44,9 +44,9 @@ export function addJudgeOptions<T>(y: Argv<T>, opts: { defaults?: Partial<JudgeC
 /** The judge settings given on the command line (only flags that were given), as config keys. */
 export function judgeFlagsToConfig(argv: Record<string, unknown>): Partial<JudgeConfig> {
   const out: Record<string, unknown> = {};
-  for (const { flag, key } of JUDGE_SETTINGS) {
-    const v = argv[camel(flag)] ?? argv[flag];
-    if (v !== undefined) out[key] = v;
+  for (const st of JUDGE_SETTINGS) {
+    const v = argv[camel(st.flag)] ?? argv[st.flag];
+    if (v !== undefined) out[st.key] = st.type === 'list' ? parseList(st, v) : v;
   }
   return out as Partial<JudgeConfig>;
 }

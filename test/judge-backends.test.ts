@@ -35,7 +35,7 @@ describe('judge backends: the registry', () => {
   });
 
   it('an unknown kind is refused naming the setting and the registered kinds; a name registered twice is refused', () => {
-    expect(() => judgeBackend({ kind: 'nope' as never })).to.throw(/judge\.kind \(--judge\): unknown judge backend "nope" \(registered: local, http\)/);
+    expect(() => judgeBackend({ kind: 'nope' as never })).to.throw(/judge\.kind \(--judge\): unknown judge backend "nope" \(registered: local, http, jury\)/);
     expect(() => JUDGE_BACKENDS.register(JUDGE_BACKENDS.get('http'))).to.throw(/'http' is registered twice/);
     const r = new Registry<{ name: string }>('thing', (t) => t.name).register({ name: 'a' }, { name: 'b' });
     expect(r.names()).to.deep.equal(['a', 'b']);

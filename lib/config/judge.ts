@@ -9,7 +9,7 @@
 import type { Setting } from './schema.js';
 
 /** Judge kinds, in the order of the `--judge` choices; lib/judge/backends/ registers one backend per kind (a test checks both lists agree). */
-export const JUDGE_KINDS = ['local', 'http'] as const;
+export const JUDGE_KINDS = ['local', 'http', 'jury'] as const;
 export type JudgeKind = (typeof JUDGE_KINDS)[number];
 
 /**
@@ -44,6 +44,66 @@ export interface JudgeSettings {
   score: 'binary' | 'prob';
   /** Stop (train) / fail (eval) when more than this fraction of a step's verdicts is null. In [0, 1]. */
   maxNullRate: number;
+  /**
+   * jury: the member judges (YAML list, no flag): each `{name, kind: local | http, weight?}` plus any
+   * judge key of its own (url, model, score, mode, …; unset keys are this section's). Null otherwise.
+   */
+  judges: JuryMemberSettings[] | null;
+  /** jury: how member verdicts make one (lib/judge/jury.ts). */
+  aggregation: JuryAggregation;
+  /** jury: a failing member stops the run, or is left out (named, counted, warned). */
+  onMemberFailure: JuryFailureRule;
+}
+
+/** Aggregation rules of a jury (lib/judge/jury.ts). */
+export const JURY_AGGREGATIONS = ['majority', 'mean-prob', 'unanimous'] as const;
+export type JuryAggregation = (typeof JURY_AGGREGATIONS)[number];
+
+/** What a jury does when a member fails (lib/judge/jury.ts). */
+export const JURY_FAILURE_RULES = ['stop', 'continue'] as const;
+export type JuryFailureRule = (typeof JURY_FAILURE_RULES)[number];
+
+/** Keys of a jury member: its name, kind and weight, and any judge key except the jury's own. */
+export type JuryMemberSettings = { name: string; kind: 'local' | 'http'; weight?: number } & Partial<Omit<JudgeSettings, 'judges' | 'aggregation' | 'onMemberFailure'>>;
+
+/** Problems of a jury's member list (names unique and non-empty, weights > 0); empty when valid. `prefix` names the setting. */
+export function juryMemberProblems(members: unknown, prefix = 'judge.judges'): string[] {
+  if (!Array.isArray(members) || !members.length) return [`${prefix} must be a non-empty list of judges ({name, kind, weight?, …})`];
+  const errs: string[] = [];
+  const seen = new Map<string, number>();
+  members.forEach((m: { name?: unknown; weight?: unknown } | null, i) => {
+    if (typeof m?.name !== 'string' || !m.name.trim()) errs.push(`${prefix}[${i}].name must be a non-empty string (got ${JSON.stringify(m?.name)})`);
+    else if (seen.has(m.name)) errs.push(`${prefix}[${i}].name ${JSON.stringify(m.name)} is already the name of ${prefix}[${seen.get(m.name)}]: judge names must be unique`);
+    else seen.set(m.name, i);
+    if (m?.weight !== undefined && m.weight !== null && !(typeof m.weight === 'number' && Number.isFinite(m.weight) && m.weight > 0)) {
+      errs.push(`${prefix}[${i}].weight must be a number > 0 (got ${JSON.stringify(m.weight)})`);
+    }
+  });
+  return errs;
+}
+
+/** The warning for a jury of one (it is that judge with extra bookkeeping). */
+export function juryOfOneWarning(prefix = 'judge.judges'): string {
+  return `${prefix} has one judge: a jury of one is that judge (no agreement figures); name two or more judges for a jury`;
+}
+
+const MEMBER_OWN_KEYS = new Set(['name', 'kind', 'weight']);
+const JURY_KEYS = new Set(['judges', 'aggregation', 'onMemberFailure']);
+
+/**
+ * The full settings of jury member `i`: the section's settings (`c`) under the member's own keys,
+ * kind as given. @throws Error naming the member and the key for an unknown key or kind.
+ */
+export function juryMemberConfig(c: JudgeConfig, i: number, prefix = 'judge.judges'): JudgeConfig & { name: string; weight: number } {
+  const m = (c.judges ?? [])[i] as Record<string, unknown> | undefined;
+  if (!m || typeof m !== 'object') throw new Error(`${prefix}[${i}] must be a mapping {name, kind, weight?, …}`);
+  for (const k of Object.keys(m)) {
+    if (JURY_KEYS.has(k)) throw new Error(`${prefix}[${i}].${k}: a jury member cannot be a jury`);
+    if (!MEMBER_OWN_KEYS.has(k) && !(k in JUDGE_DEFAULTS)) throw new Error(`${prefix}[${i}]: unknown key ${k} (judge keys: ${Object.keys(JUDGE_DEFAULTS).filter((x) => !JURY_KEYS.has(x)).join(', ')}, plus name, weight)`);
+  }
+  if (m.kind !== 'local' && m.kind !== 'http') throw new Error(`${prefix}[${i}].kind must be local or http (got ${JSON.stringify(m.kind)})`);
+  const { name, weight, ...rest } = m as { name: string; weight?: number };
+  return { ...c, judges: null, ...(rest as Partial<JudgeConfig>), name, weight: weight ?? 1 } as JudgeConfig & { name: string; weight: number };
 }
 
 /** The judge settings of one kind: a discriminated union by `kind` ('http': an OpenAI-compatible endpoint; 'local': the policy's own base model, adapter off, reading P(yes)). */
@@ -67,6 +127,9 @@ export const JUDGE_DEFAULTS: JudgeConfig = {
   scoring: 'sequence-logprobs',
   score: 'binary',
   maxNullRate: 0.5,
+  judges: null,
+  aggregation: 'majority',
+  onMemberFailure: 'stop',
 };
 
 /**
@@ -89,6 +152,9 @@ export const JUDGE_SETTINGS: readonly Setting[] = [
   { key: 'variants', flag: 'judge-variants', type: 'enum', choices: ['pair', 'all'], default: JUDGE_DEFAULTS.variants, meaning: 'P(yes) answer tokens: Yes/No only, or every casing/space variant summed; unset = pair (local with forward-logits: all)', source: 'papergym-native local judge (lib/judge/local.ts)' },
   { key: 'scoring', flag: 'judge-scoring', type: 'enum', choices: ['sequence-logprobs', 'forward-logits'], default: JUDGE_DEFAULTS.scoring, meaning: 'local: lm_head at the scored position only, or full forward logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
   { key: 'score', flag: 'judge-score', type: 'enum', choices: ['binary', 'prob'], default: JUDGE_DEFAULTS.score, meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)", source: 'paper: binary rubric verdicts (docs/design.md §6); OpenAI API logprobs / top_logprobs' },
+  { key: 'judges', flag: 'judges', type: 'list', items: 'object', default: JUDGE_DEFAULTS.judges, values: 'jury members: a YAML list in the config file, a YAML/JSON file on the command line', meaning: 'jury: the member judges, each {name, kind: local | http, weight (> 0, default 1)} plus any judge key of its own (url, model, score, mode, maxNullRate, …; unset keys are the judge section\'s)', source: 'papergym-native jury (lib/judge/jury.ts); issue 32' },
+  { key: 'aggregation', flag: 'judge-aggregation', type: 'enum', choices: JURY_AGGREGATIONS, default: JUDGE_DEFAULTS.aggregation, meaning: 'jury: one verdict from the members\' (judge.judges, a YAML list): weighted majority (a tie is not met), weighted mean P(yes) > 0.5, or all yes', source: 'papergym-native jury (lib/judge/jury.ts); issue 32' },
+  { key: 'onMemberFailure', flag: 'jury-on-member-failure', type: 'enum', choices: JURY_FAILURE_RULES, default: JUDGE_DEFAULTS.onMemberFailure, meaning: 'jury: a member whose call fails or whose null rate passes its judge.maxNullRate stops the run (named), or is left out of that call (named, counted, warned)', source: 'papergym-native jury (lib/judge/jury.ts); never silently fewer judges' },
   { key: 'maxNullRate', flag: 'judge-max-null-rate', type: 'number', min: 0, max: 1, default: JUDGE_DEFAULTS.maxNullRate, meaning: 'Stop training (with a checkpoint) / fail eval when more than this fraction of a step\'s verdicts is null (refused, unreadable, failed)', source: 'papergym-native (a failing judge is never a silent zero reward)' },
 ];
 
@@ -98,6 +164,19 @@ export const JUDGE_SETTINGS: readonly Setting[] = [
  */
 const KIND_RULES: Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]> = {
   local: () => [],
+  jury: (c, prefix) => {
+    const errs = juryMemberProblems(c.judges, `${prefix}judges`);
+    if (errs.length) return errs;
+    (c.judges ?? []).forEach((_m, i) => {
+      try {
+        const mc = juryMemberConfig(c, i, `${prefix}judges`);
+        errs.push(...judgeConfigProblems(mc, `${prefix}judges[${i}].`));
+      } catch (e) {
+        errs.push((e as Error).message);
+      }
+    });
+    return errs;
+  },
   http: (c, prefix) => [
     ...(!c.url || !c.model ? [`${prefix}kind http needs ${prefix}url and ${prefix}model`] : []),
     ...(c.score === 'prob' && c.mode === 'per-plan' ? [`${prefix}score prob needs ${prefix}mode per-item (P(yes) is read from the verdict token of a one-word reply)`] : []),
@@ -116,6 +195,9 @@ export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[]
   if (!(Number.isInteger(c.maxRetries) && c.maxRetries >= 0)) errs.push(`${prefix}maxRetries must be an integer >= 0 (got ${JSON.stringify(c.maxRetries)})`);
   if (c.maxTokens !== null && !(Number.isInteger(c.maxTokens) && c.maxTokens > 0)) errs.push(`${prefix}maxTokens must be a positive integer or null (got ${JSON.stringify(c.maxTokens)})`);
   if (typeof c.noThink !== 'boolean') errs.push(`${prefix}noThink must be true or false (got ${JSON.stringify(c.noThink)})`);
+  if (!(JURY_AGGREGATIONS as readonly string[]).includes(c.aggregation ?? 'majority')) errs.push(`${prefix}aggregation must be ${JURY_AGGREGATIONS.join(' or ')} (got ${JSON.stringify(c.aggregation)})`);
+  if (!(JURY_FAILURE_RULES as readonly string[]).includes(c.onMemberFailure ?? 'stop')) errs.push(`${prefix}onMemberFailure must be stop or continue (got ${JSON.stringify(c.onMemberFailure)})`);
+  if (c.kind !== 'jury' && c.judges !== null && c.judges !== undefined) errs.push(`${prefix}judges is only read by ${prefix}kind jury (got kind ${JSON.stringify(c.kind)})`);
   errs.push(...(KIND_RULES[c.kind]?.(c, prefix) ?? []));
   return errs;
 }

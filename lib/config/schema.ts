@@ -3,7 +3,9 @@
  * drives the defaults, the validation, the CLI flags, every command's `--help` text and the
  * generated docs/config.md (scripts/gen-config-docs.mjs). Entries live in lib/config/settings.ts.
  */
+import { readFileSync } from 'node:fs';
 import type { Argv, Options } from 'yargs';
+import { parse as parseYaml } from 'yaml';
 
 export type SettingType = 'number' | 'integer' | 'boolean' | 'string' | 'path' | 'enum' | 'list';
 
@@ -26,8 +28,8 @@ export interface Setting {
   values?: string;
   /** Regular expression a string must match (checked with `values` as the message). */
   pattern?: RegExp;
-  /** List settings: the item type and length. */
-  items?: 'string' | 'number';
+  /** List settings: the item type and length (`object`: mappings, given in the config file or on the command line as a YAML/JSON file holding the list). */
+  items?: 'string' | 'number' | 'object';
   length?: number;
   /** List settings given by repeating the flag (`--prompt a --prompt b`); values are not split at commas. */
   repeatable?: boolean;
@@ -67,10 +69,31 @@ export function helpText(s: Setting, withDefault = true): string {
 
 /** Parses a comma list flag value into strings or numbers. */
 export function parseList(s: Setting, v: unknown): unknown[] {
+  if (s.items === 'object') return objectList(s, v);
   if (s.repeatable) return (Array.isArray(v) ? v : [v]).map(String);
   const parts = Array.isArray(v) ? v.flatMap((x) => String(x).split(',')) : String(v).split(',');
   const out = parts.map((p) => p.trim()).filter(Boolean);
   return s.items === 'number' ? out.map(Number) : out;
+}
+
+/**
+ * A list of mappings: as given (a config file's YAML list), or read from the YAML/JSON file a flag
+ * names (a list, or a mapping holding the list under the setting's last key, e.g. `judges:`).
+ * @throws Error naming the flag and the file.
+ */
+function objectList(s: Setting, v: unknown): unknown[] {
+  if (Array.isArray(v) && v.every((x) => x && typeof x === 'object')) return v;
+  const path = Array.isArray(v) ? String(v[v.length - 1]) : String(v);
+  let doc: unknown;
+  try {
+    doc = parseYaml(readFileSync(path, 'utf8'));
+  } catch (e) {
+    throw new Error(`--${s.flag} ${path}: ${(e as Error).message}`);
+  }
+  const last = s.key.split('.').pop()!;
+  if (doc && typeof doc === 'object' && !Array.isArray(doc) && Array.isArray((doc as Record<string, unknown>)[last])) doc = (doc as Record<string, unknown>)[last];
+  if (!Array.isArray(doc)) throw new Error(`--${s.flag} ${path}: must hold a list (or ${last}: a list)`);
+  return doc;
 }
 
 /**
@@ -99,6 +122,10 @@ export function checkValue(s: Setting, v: unknown): string | undefined {
       if (s.length !== undefined && v.length !== s.length) return `${name} must have ${s.length} values (got ${v.length})`;
       if (!v.length) return `${name} must not be empty`;
       for (const x of v) {
+        if (s.items === 'object') {
+          if (!x || typeof x !== 'object' || Array.isArray(x)) return `${name}: each item must be a mapping (got ${got(x)})`;
+          continue;
+        }
         if (s.items === 'number' ? typeof x !== 'number' || !Number.isFinite(x) : typeof x !== 'string') return `${name}: bad item ${got(x)} (${rangeText(s)})`;
         if (s.choices && !s.choices.includes(x as string)) return `${name}: unknown item ${got(x)} (${s.choices.join(' | ')})`;
       }

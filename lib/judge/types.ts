@@ -62,6 +62,17 @@ export interface Verdict {
   raw?: string;
   refused?: boolean;
   error?: boolean;
+  /** A jury's verdict (lib/judge/jury.ts): each member's verdict on this item, in member order. */
+  members?: MemberVerdict[];
+}
+
+/** One jury member's verdict on an item (`judge` = the member's name; `error`: its request failed or it was left out). */
+export interface MemberVerdict {
+  judge: string;
+  met: boolean | null;
+  prob?: number;
+  refused?: boolean;
+  error?: boolean;
 }
 
 /** Running counters of a judge (monotone over its lifetime). Token counts are as the server reports them. */

@@ -10,9 +10,10 @@ import type { Judge } from '../types.js';
 import type { JudgeBackend, JudgeCheckOptions, JudgeOpenContext } from './backend.js';
 import { httpBackend } from './http.js';
 import { localBackend } from './local.js';
+import { juryBackend } from './jury.js';
 
 export const JUDGE_BACKENDS = new Registry<JudgeBackend>('judge backend', (b) => b.kind);
-JUDGE_BACKENDS.register(localBackend, httpBackend);
+JUDGE_BACKENDS.register(localBackend, httpBackend, juryBackend);
 
 /** The backend of `c.kind`. @throws Error naming the kind and the registered ones. */
 export function judgeBackend(c: Pick<JudgeConfig, 'kind'>): JudgeBackend {

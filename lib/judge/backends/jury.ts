@@ -1,0 +1,47 @@
+/**
+ * The `jury` judge: several judges (judge.judges, each local or http with its own model, score
+ * mode and weight) decide every item; one verdict by judge.aggregation, every member's verdict kept
+ * on it (lib/judge/jury.ts). Members open through the same registry (`ctx.openJudge`); a local
+ * member runs on the policy's weights like the local judge.
+ */
+import { juryMemberConfig, type JudgeConfig } from '../../config/judge.js';
+import type { Judge } from '../types.js';
+import type { JudgeBackendOf } from './backend.js';
+import { judgeBackend } from './index.js';
+
+/** The members' full settings (each member's keys over the section's). */
+export function juryMembers(c: JudgeConfig): (JudgeConfig & { name: string; weight: number })[] {
+  return (c.judges ?? []).map((_m, i) => juryMemberConfig(c, i));
+}
+
+export const juryBackend: JudgeBackendOf<'jury'> = {
+  kind: 'jury',
+  describe: 'several judges (judge.judges: local or http each, own model, score and weight), one verdict by judge.aggregation',
+  settingKeys: ['judges', 'aggregation', 'onMemberFailure'],
+  sharesPolicyWeights: (c) => juryMembers(c).some((m) => judgeBackend(m).sharesPolicyWeights(m)),
+  label: (c) => `jury:${c.aggregation}(${juryMembers(c).map((m) => m.name).join(',')})`,
+  /** Every member's own start-up check, concurrently; a failure names the member. */
+  async check(c, opts = {}) {
+    await Promise.all(
+      juryMembers(c).map(async (m) => {
+        try {
+          await judgeBackend(m).check?.(m, opts);
+        } catch (e) {
+          throw new Error(`jury member ${m.name}: ${(e as Error).message}`);
+        }
+      }),
+    );
+  },
+  async open(c, ctx) {
+    const { JuryJudge } = await import('../jury.js');
+    const ms = juryMembers(c);
+    const opened: { name: string; weight: number; maxNullRate: number; judge: Judge }[] = [];
+    try {
+      for (const m of ms) opened.push({ name: m.name, weight: m.weight, maxNullRate: m.maxNullRate, judge: await ctx.openJudge(m) });
+    } catch (e) {
+      for (const o of opened) await o.judge.close?.();
+      throw new Error(`jury member ${ms[opened.length]?.name}: ${(e as Error).message}`);
+    }
+    return new JuryJudge(opened, { aggregation: c.aggregation, onMemberFailure: c.onMemberFailure });
+  },
+};
