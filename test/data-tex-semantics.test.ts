@@ -87,13 +87,16 @@ describe('data: ingestion reads what TeX would typeset', function () {
         '\\iffalse outer \\iftrue innerT \\else innerE \\fi stillHidden \\else \\section{Else Branch} \\fi',
         '\\ifnum1>2 \\section{Hidden Num} \\else \\section{Num Else} \\fi',
         '\\ifdefined\\foo \\section{Opaque} opaque text \\fi',
+        '\\newcommand{\\hide}[1]{\\iffalse #1\\fi}\\newcommand{\\beginhide}{\\iffalse}\\newcommand{\\endhide}{\\fi}',
+        'Shown text. \\hide{hiddenByMacro} \\beginhide hiddenBetween \\endhide after macros.',
         '\\end{document}',
       ].join('\n'),
     });
     const p = await load(d);
     expect(titles(p)).to.deep.equal(['Intro', 'Kept After Iffalse', 'Shown D', 'Shown E', 'Draft Notes', 'Shown H', 'Extended', 'Else Branch', 'Num Else', 'Opaque']);
     expect(allText(p)).not.to.match(/hidden[A-Z]|innerT|innerE|stillHidden/);
-    expect(allText(p)).to.include('kept text').and.include('draft text').and.include('opaque text');
+    expect(allText(p)).to.include('kept text').and.include('draft text').and.include('opaque text').and.include('after macros');
+    expect(allText(p)).not.to.match(/hiddenByMacro|hiddenBetween/);
     expect(p.warnings.filter((w) => w.code === 'conditional-unclosed')).to.deep.equal([]);
     // the string-level entry point keeps its contract
     expect(stripIffalse('a \\iffalse x \\ifx y \\fi z \\fi b')).to.equal('a  b');

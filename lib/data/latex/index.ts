@@ -6,7 +6,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
-import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
+import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, stripIffalse, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
 import { readGroup } from './source.js';
 import { cleanTitle, extractStructure, groupSections, type SectionLevel } from './structure.js';
 import { coverageProblem, measureCoverage, type Coverage } from './coverage.js';
@@ -216,7 +216,9 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     const mainFile = choice.main;
     const flat = choice.flat;
     const store = flat.verbatim;
-    const expanded = expandMacros(flat.text, (w) => warn({ ...w, file: w.file ?? mainFile }));
+    const warnMain = (w: PaperWarning) => warn({ ...w, file: w.file ?? mainFile });
+    // conditionals that only appear once macros are expanded (\newcommand{\hide}[1]{\iffalse#1\fi}) are resolved after expansion
+    const expanded = stripIffalse(expandMacros(flat.text, warnMain), warnMain);
     const st = extractStructure(expanded);
     const { leading, sections: raw } = groupSections(st.headings);
     // headings before the first top-level one (a thesis's front-matter \section*s) stay front matter
