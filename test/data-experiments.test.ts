@@ -14,6 +14,8 @@ import { achievedMix, mixOrder, normaliseDomain, parseDomainMix } from '../lib/d
 import { TASK_ROLES, type PipelineRole } from '../lib/data/prompts.js';
 import { readDataset, validateItem, type PaperGymItem } from '../lib/data/schema.js';
 import { PipelineState } from '../lib/data/state.js';
+import { formatProvenanceReports, reportsByProvenance } from '../lib/eval/provenance.js';
+import type { EvalRow } from '../lib/eval/report.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 import { writeTinyPaper } from './helpers/tiny-papers.js';
 
@@ -123,6 +125,8 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
     const run = async (name: string, extra: Partial<BuildDataArgs>) => {
       const n0 = servers.default.log.length;
       const s = await runBuildData(base(name, { state: join(work, 'ablation.sqlite'), ...extra }), io);
+      expect(s.failures, name).to.deep.equal([]);
+      expect(s.items, name).to.equal(2);
       return { s, sent: servers.default.log.slice(n0), got: items(s.out) };
     };
     const check = (got: PaperGymItem[]) => got.forEach((it) => expect(validateItem(it).errors).to.deep.equal([]));
@@ -176,6 +180,22 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
       const bare = { ...got[0], provenance: undefined };
       delete bare.provenance;
       expect(validateItem(bare).errors.join()).to.match(/must have 10 items/);
+    });
+    it('eval groups its rows by provenance when one dataset mixes ablations', () => {
+      const full = items(join(work, 'abl-default.jsonl'));
+      const rq = items(join(work, 'abl-q.jsonl')).map((it) => ({ ...it, id: `${it.id}-rq` }));
+      const rows: EvalRow[] = [...full, ...rq].flatMap((it) =>
+        it.rubric.map((r) => ({ questionId: it.id, sample: 0, itemId: r.id, kind: 'spec' as const, dimension: r.dimension, met: !it.id.endsWith('-rq') })),
+      );
+      const by = reportsByProvenance([...full, ...rq], rows, { resamples: 20 })!;
+      const labels = Object.keys(by);
+      expect(labels).to.have.length(2);
+      const rqLabel = labels.find((l) => l.startsWith('sources R_Q,'))!;
+      expect(by[rqLabel].overall.mean).to.equal(0);
+      expect(by[labels.find((l) => l !== rqLabel)!].overall).to.include({ mean: 1, n: 20 });
+      const text = formatProvenanceReports(by);
+      expect(text, text).to.match(/by provenance: sources R_Q, dimensions method_innovation\+experimental_design, top-k 10, general on, models .*: coverage 0\.0% \[0\.0, 0\.0\] over 2 question\(s\)/);
+      expect(reportsByProvenance(full, rows)).to.equal(undefined);
     });
     it('bad ablation settings fail before any call, naming the flag', async () => {
       const n0 = servers.default.log.length;

@@ -21,6 +21,7 @@ import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { policyPlanGenerator } from '../../lib/eval/backends.js';
 import { formatReport, writeRowsJsonl } from '../../lib/eval/report.js';
+import { formatProvenanceReports, reportsByProvenance } from '../../lib/eval/provenance.js';
 import { runEval } from '../../lib/eval/run.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { EVAL_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
@@ -161,8 +162,10 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
       process.stderr.write(`judge health: ${health.verdicts} verdicts, ${formatHealth(health) || 'no verdicts'}\n`);
       assertJudgeHealth(health, jc.maxNullRate, judge.name, 'eval (no report written)');
       const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judge.name, judgeStats: judge.stats(), samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
-      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...report, meta }, null, 2) + '\n');
-      process.stdout.write(formatReport(report) + '\n');
+      // items built as different data experiments (build-data provenance): one report per group too
+      const byProvenance = reportsByProvenance(items, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...report, ...(byProvenance && { byProvenance }), meta }, null, 2) + '\n');
+      process.stdout.write(formatReport(report) + '\n' + (byProvenance ? formatProvenanceReports(byProvenance) + '\n' : ''));
     } finally {
       await judge?.close?.();
       policy.dispose();

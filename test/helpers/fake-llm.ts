@@ -366,7 +366,9 @@ export function defaultResponder(req: FakeRequestInfo): string | object {
       const items = Array.from({ length: n }, (_, i) => {
         // items 0-2 are shared verbatim between R_Q and R_A (normalised dedupe), 3-4 are near-duplicates (LLM dedupe)
         const w = i < 5 ? (words[i % Math.max(1, words.length)] ?? `aspect${i}`) : pick(i);
-        const text = i < 3 ? `Does the plan address ${w}?` : i < 5 ? (req.task === 'rubric-a' ? `Does the plan clearly address ${w} in detail?` : `Does the plan address ${w} explicitly?`) : `Does the plan specify how ${w} is handled (${req.task} ${i})?`;
+        // items past the default 10 (a larger n) carry a word of their own, so they stay distinct after the LLM dedupe
+        const facet = i >= 10 ? ` as facet${String.fromCharCode(97 + (i % 26))}${String.fromCharCode(97 + (Math.floor(i / 26) % 26))}` : '';
+        const text = i < 3 ? `Does the plan address ${w}?` : i < 5 ? (req.task === 'rubric-a' ? `Does the plan clearly address ${w} in detail?` : `Does the plan address ${w} explicitly?`) : `Does the plan specify how ${w} is handled${facet} (${req.task} ${i})?`;
         return { text, dimension: only ?? (i % 2 === 0 ? 'method_innovation' : 'experimental_design') };
       });
       return { items };
