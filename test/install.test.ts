@@ -220,8 +220,10 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
     expect(existsSync(join(nm, 'better-sqlite3')), 'better-sqlite3 installed').to.equal(false);
     expect(existsSync(join(nm, '@libsql', `${process.platform}-${process.arch}-gnu`, 'index.node'))).to.equal(true);
     const code = `
-      import { JudgeCache } from 'papergym-native/dist/lib/judge/cache.js';
-      import { sqliteEngine } from 'papergym-native/dist/lib/util/sqlite.js';
+      // Internal modules (not in the exports map) are read by file URL from the installed package.
+      const pkg = new URL('./node_modules/papergym-native/dist/lib/', 'file://' + process.cwd() + '/');
+      const { JudgeCache } = await import(new URL('judge/cache.js', pkg).href);
+      const { sqliteEngine } = await import(new URL('util/sqlite.js', pkg).href);
       const path = process.argv[1];
       const a = new JudgeCache(path); a.set('k', { content: 'yes', promptTokens: 3, completionTokens: 1, prob: 0.75 });
       const b = new JudgeCache(path);

@@ -139,3 +139,16 @@ describe('lib/ layout: rooms and the allowed room graph', () => {
     expect(l.cycles).to.deep.equal([['util', 'train', 'util']]);
   });
 });
+
+describe('package.json exports: the supported entry points only', () => {
+  it('exports ".", "./bench" and "./package.json"; an internal module is not importable by package name', async () => {
+    const pkg = JSON.parse(readFileSync(join(here, '..', '..', 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+    expect(Object.keys(pkg.exports)).to.deep.equal(['.', './bench', './package.json']);
+    // Self-reference by package name goes through the exports map.
+    const bench = (await import('papergym-native/bench')) as Record<string, unknown>;
+    expect(Object.keys(bench).length).to.be.above(0);
+    let err: (Error & { code?: string }) | undefined;
+    await import('papergym-native/dist/lib/errors.js' as string).catch((e: Error) => (err = e));
+    expect(err?.code).to.equal('ERR_PACKAGE_PATH_NOT_EXPORTED');
+  });
+});
