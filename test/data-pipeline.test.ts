@@ -248,7 +248,7 @@ describe('data pipeline: end to end against the fake LLM server', function () {
   it('resumes after an abort without sending any finished request again; --force redoes', async () => {
     const ac = new AbortController();
     let ok = 0;
-    srv.setFault((r) => {
+    srv.setFault((_r) => {
       if (ac.signal.aborted) return { kind: 'hang' };
       if (++ok > 30) {
         ac.abort();

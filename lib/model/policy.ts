@@ -33,7 +33,7 @@
  * when the model (or the Policy) was disposed. Codes: lib/errors.ts.
  */
 import { native } from '../native.js';
-import type { Device, Dtype, GenerateArgs, GenerateResult, RawCompletion, SampledTokens, SampleFromLogitsOptions, SamplerOptions, SamplingParams } from '../addon.js';
+import type { Device, Dtype, GenerateArgs, GenerateResult, RawCompletion, SampledTokens, SampleFromLogitsOptions, SamplingParams } from '../addon.js';
 import { abortError, disposedError } from '../errors.js';
 import '../util/dispose.js';
 import { ChatTemplate, type ChatMessage } from './chat.js';

@@ -195,7 +195,6 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   if (pin.judgeMaxTokensPerCall && x.judgeMaxTokensPerCall) {
     judge = x.judgeMaxTokensPerCall;
   } else {
-    judge = JUDGE_TOKENS_MIN;
     let alone = JUDGE_TOKENS_MIN;
     for (let t = JUDGE_TOKENS_MAX; t >= JUDGE_TOKENS_MIN; t /= 2) {
       if (R + judgeWorkBytes(x, t) <= limit) {

@@ -4,7 +4,7 @@
  * writable), build the policy, judge, reward and backend, run the Trainer, handle SIGINT (write a
  * checkpoint, then exit), print the summary table.
  */
-import { existsSync, readFileSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { cudaAvailable, native } from '../native.js';
 import { resolveConfigWithOrigins, validateConfig, readConfigFile, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';

@@ -3,7 +3,7 @@
  * → main file → includes resolved → comments / `\iffalse` removed → simple macros expanded →
  * title, abstract and sections as plain text.
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
 import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, stripIffalse, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';

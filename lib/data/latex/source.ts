@@ -258,7 +258,6 @@ const DEFINERS: Record<string, 'verbatim' | 'comment' | 'minted'> = { lstnewenvi
  */
 export function scanSource(src: string, store: VerbatimStore, warn: Warn = () => {}, file?: string): ScannedSource {
   const parts: string[] = [];
-  let outLen = 0;
   let curLine = ''; // output text since the last '\n' (to detect whole-line comments)
   const lineStarts = [1];
   let line = 1;
@@ -268,7 +267,6 @@ export function scanSource(src: string, store: VerbatimStore, warn: Warn = () =>
     const k = s.lastIndexOf('\n');
     if (k >= 0) curLine = s.slice(k + 1);
     else curLine += s;
-    outLen += s.length;
   };
   const countLines = (a: number, b: number) => {
     let n = 0;
@@ -304,7 +302,6 @@ export function scanSource(src: string, store: VerbatimStore, warn: Warn = () =>
         while (k > 0) {
           const last = parts.pop()!;
           if (last.length > k) parts.push(last.slice(0, last.length - k));
-          outLen -= Math.min(k, last.length);
           k -= Math.min(k, last.length);
         }
         curLine = '';
