@@ -36,7 +36,12 @@ export function bootstrapMeans(byQ: Map<string, number[]>, finish: (m: number) =
 function finishedMean(byQ: Map<string, number[]>, idx: string[], finish: (m: number) => number): number {
   let s = 0;
   let n = 0;
-  for (const q of idx) for (const v of byQ.get(q)!) (s += v), n++;
+  for (const q of idx) {
+    for (const v of byQ.get(q)!) {
+      s += v;
+      n++;
+    }
+  }
   return finish(s / n);
 }
 
