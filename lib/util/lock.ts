@@ -43,8 +43,9 @@ export class LockHeldError extends Error {
     readonly what: string,
     readonly holder?: LockOwner,
   ) {
+    const host = holder && holder.host !== hostname() ? ` on host ${holder.host}` : '';
     super(
-      `${what} is in use by ${holder ? `pid ${holder.pid} (${holder.command} on ${holder.host} since ${holder.since}` : 'another process (its pid is not recorded yet'}; ` +
+      `${what} is in use by ${holder ? `pid ${holder.pid} (${holder.command} since ${holder.since}${host}` : 'another process (its pid is not recorded yet'}; ` +
         `lock file ${path}); the lock is released when that process exits, even if it crashes`,
     );
     this.name = 'LockHeldError';
