@@ -12,6 +12,7 @@ import { subsetCommand } from './subset.js';
 import { reportCommand } from './report.js';
 import { importCommand } from './import.js';
 import { compareCommand } from './compare.js';
+import { judgeAgreementCommand } from './judge-agreement.js';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export const commands: CommandModule<any, any>[] = [
@@ -26,5 +27,6 @@ export const commands: CommandModule<any, any>[] = [
   compareCommand,
   subsetCommand,
   probeJudgeCommand,
+  judgeAgreementCommand,
   doctorCommand,
 ];

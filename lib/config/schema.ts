@@ -78,7 +78,7 @@ export function parseList(s: Setting, v: unknown): unknown[] {
 
 /**
  * A list of mappings: as given (a config file's YAML list), or read from the YAML/JSON file a flag
- * names (a list, or a mapping holding the list under the setting's last key, e.g. `judges:`).
+ * names (a list, or a mapping holding the list under the flag's last word, e.g. `judges:`).
  * @throws Error naming the flag and the file.
  */
 function objectList(s: Setting, v: unknown): unknown[] {
@@ -90,7 +90,7 @@ function objectList(s: Setting, v: unknown): unknown[] {
   } catch (e) {
     throw new Error(`--${s.flag} ${path}: ${(e as Error).message}`);
   }
-  const last = s.key.split('.').pop()!;
+  const last = s.flag.split('-').pop()!;
   if (doc && typeof doc === 'object' && !Array.isArray(doc) && Array.isArray((doc as Record<string, unknown>)[last])) doc = (doc as Record<string, unknown>)[last];
   if (!Array.isArray(doc)) throw new Error(`--${s.flag} ${path}: must hold a list (or ${last}: a list)`);
   return doc;

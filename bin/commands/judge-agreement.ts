@@ -1,0 +1,145 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import type { CommandModule } from 'yargs';
+import { JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { addSettings } from '../../lib/config/schema.js';
+import { readDataset, type PaperGymItem } from '../../lib/data/schema.js';
+import { checkJudge, judgeSharesPolicyWeights, openJudge } from '../../lib/judge/backends/index.js';
+import { JuryJudge, agreementUnitsFromVerdicts } from '../../lib/judge/jury.js';
+import { formatAgreement, judgeAgreement } from '../../lib/judge/agreement.js';
+import { resolveDevice } from '../../lib/model/device.js';
+import type { Device, Dtype } from '../../lib/model/qwen3.js';
+import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
+
+interface AgreementArgs extends JudgeArgs {
+  data: string;
+  plans: string;
+  judges?: string;
+  labels?: string;
+  model?: string;
+  out?: string;
+  resamples: number;
+  seed: number;
+  json: boolean;
+  device: string;
+  dtype?: string;
+}
+
+/** One plan of plans.jsonl (`eval --plans` rows: `{questionId, sample, plan}`). */
+interface PlanRow {
+  id: string;
+  questionId: string;
+  plan: string;
+}
+
+/** Plan id of a question and sample (sample 0 when absent). */
+const planId = (questionId: string, sample: unknown) => `${questionId}#${typeof sample === 'number' ? sample : 0}`;
+
+function readJsonl(path: string, what: string, each: (o: Record<string, unknown>, line: number) => void): void {
+  readFileSync(path, 'utf8').split(/\r?\n/).forEach((line, i) => {
+    if (!line.trim()) return;
+    let o: unknown;
+    try {
+      o = JSON.parse(line);
+    } catch (e) {
+      throw new Error(`${path}: line ${i + 1}: not JSON (${(e as Error).message})`);
+    }
+    if (!o || typeof o !== 'object' || Array.isArray(o)) throw new Error(`${path}: line ${i + 1}: must be an object (${what})`);
+    each(o as Record<string, unknown>, i + 1);
+  });
+}
+
+/** Reads plans.jsonl; every plan must name a question of `items`. @throws Error naming the file and line. */
+export function readPlanRows(path: string, items: Map<string, PaperGymItem>): PlanRow[] {
+  const out: PlanRow[] = [];
+  const seen = new Set<string>();
+  readJsonl(path, '{questionId, sample?, plan}', (o, line) => {
+    if (typeof o.questionId !== 'string' || typeof o.plan !== 'string') throw new Error(`${path}: line ${line}: needs questionId and plan strings`);
+    if (!items.has(o.questionId)) throw new Error(`${path}: line ${line}: questionId ${JSON.stringify(o.questionId)} names no item of --data`);
+    const id = planId(o.questionId, o.sample);
+    if (seen.has(id)) throw new Error(`${path}: line ${line}: plan ${id} given twice`);
+    seen.add(id);
+    out.push({ id, questionId: o.questionId, plan: o.plan });
+  });
+  if (!out.length) throw new Error(`${path}: no plans`);
+  return out;
+}
+
+/**
+ * Reads labels.jsonl (`{questionId, sample?, itemId, label: true|false}` per line, a person's verdict;
+ * `met` is read as `label` too). @throws Error naming the file and line for a label naming an unknown
+ * plan or rubric item, a non-boolean label, or a unit labelled twice.
+ */
+export function readLabels(path: string, plans: PlanRow[], items: Map<string, PaperGymItem>): Map<string, boolean> {
+  const byId = new Map(plans.map((p) => [p.id, p]));
+  const out = new Map<string, boolean>();
+  readJsonl(path, '{questionId, sample?, itemId, label}', (o, line) => {
+    const id = typeof o.questionId === 'string' ? planId(o.questionId, o.sample) : undefined;
+    if (!id || !byId.has(id)) throw new Error(`${path}: line ${line}: plan ${JSON.stringify(id ?? o.questionId)} is not in --plans`);
+    const item = items.get(o.questionId as string)!;
+    if (typeof o.itemId !== 'string' || !item.rubric.some((r) => r.id === o.itemId)) throw new Error(`${path}: line ${line}: itemId ${JSON.stringify(o.itemId)} is not a rubric item of ${o.questionId}`);
+    const v = o.label ?? o.met;
+    if (typeof v !== 'boolean') throw new Error(`${path}: line ${line}: label must be true or false (got ${JSON.stringify(v)})`);
+    const k = `${id}\u0000${o.itemId}`;
+    if (out.has(k)) throw new Error(`${path}: line ${line}: ${id} ${o.itemId} labelled twice`);
+    out.set(k, v);
+  });
+  return out;
+}
+
+/**
+ * `papergym-native judge-agreement --data items.jsonl --plans plans.jsonl --judges judges.yaml
+ * [--labels labels.jsonl]`: every judge of the list (a jury, lib/judge/jury.ts) decides every
+ * rubric item of every plan; prints per pair of judges the share of equal verdicts and Cohen's κ,
+ * Fleiss' κ over all, each with a bootstrap CI, overall and per rubric dimension; with labels, each
+ * judge's agreement, precision, recall and F1 against them (lib/judge/agreement.ts).
+ */
+export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
+  command: 'judge-agreement',
+  describe: "Agreement of several judges with each other (Cohen's and Fleiss' κ, bootstrap CIs) and with people's labels (precision, recall, F1)",
+  builder: (y) =>
+    addSettings(y, JUDGE_OPTIONS, { withDefaults: true })
+      .option('data', { type: 'string', describe: 'items JSONL (PaperGym schema: question + rubric)' })
+      .option('plans', { type: 'string', describe: 'plans JSONL: {questionId, sample?, plan} per line (eval --plans writes it)' })
+      .option('labels', { type: 'string', describe: "people's labels JSONL: {questionId, sample?, itemId, label: true|false} per line" })
+      .option('model', { type: 'string', describe: 'model dir for local judges in the list' })
+      .option('out', { type: 'string', describe: 'write the full report (JSON) here' })
+      .option('resamples', { type: 'number', default: 1000, describe: 'bootstrap resamples (clusters: questions)' })
+      .option('seed', { type: 'number', default: 0, describe: 'bootstrap seed' })
+      .option('json', { type: 'boolean', default: false, describe: 'print the report as JSON' })
+      .option('device', { type: 'string', default: 'auto', describe: 'device for local judges' })
+      .option('dtype', { type: 'string', describe: 'dtype for local judges' })
+      .demandOption(['data', 'plans', 'judges']) as never,
+  handler: async (argv) => {
+    const items = new Map(readDataset(argv.data).items.map((it) => [it.id, it]));
+    if (!items.size) throw new Error(`${argv.data}: no valid items`);
+    const plans = readPlanRows(argv.plans, items);
+    const labels = argv.labels ? readLabels(argv.labels, plans, items) : undefined;
+    const jc = { ...judgeConfigFromArgs(argv), kind: 'jury' as const };
+    await checkJudge(jc);
+    const onModel = judgeSharesPolicyWeights(jc);
+    if (onModel && !argv.model) throw new Error('a local judge in --judges needs --model DIR');
+    const judge = await openJudge(jc, onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {});
+    try {
+      if (!(judge instanceof JuryJudge)) throw new Error('judge-agreement: --judges did not open a jury');
+      const reqs = plans.map((p) => {
+        const it = items.get(p.questionId)!;
+        return { question: it.question, plan: p.plan, items: it.rubric.map((r) => ({ id: r.id, text: r.text })) };
+      });
+      const verdicts = await judge.judge(reqs);
+      const dims = new Map(plans.map((p) => [p.id, new Map(items.get(p.questionId)!.rubric.map((r) => [r.id, r.dimension]))]));
+      const byPlan = new Map(plans.map((p) => [p.id, p.questionId]));
+      const units = agreementUnitsFromVerdicts(
+        plans.map((p) => p.id),
+        verdicts,
+        { dimension: (pid, iid) => dims.get(pid)?.get(iid), cluster: (pid) => byPlan.get(pid)! },
+      );
+      if (labels) for (const u of units) if (labels.has(`${u.planId}\u0000${u.itemId}`)) u.label = labels.get(`${u.planId}\u0000${u.itemId}`);
+      const report = judgeAgreement(units, judge.memberNames(), { resamples: argv.resamples, seed: argv.seed });
+      const full = { agreement: report, memberHealth: judge.memberHealth(), stats: judge.stats(), plans: plans.length, labelled: labels?.size ?? 0 };
+      if (argv.out) writeFileSync(argv.out, JSON.stringify(full, null, 2) + '\n');
+      process.stdout.write((argv.json ? JSON.stringify(full, null, 2) : formatAgreement(report)) + '\n');
+    } finally {
+      await judge.close?.();
+    }
+  },
+};
