@@ -122,6 +122,12 @@ export interface LoadOptions {
   device?: Device;
   /** Default 'bfloat16' on CUDA, 'float32' on CPU. */
   dtype?: Dtype;
+  /**
+   * Weights holding NaN or ±Inf (checked on the device, in `dtype`, one reduction per tensor):
+   * false (default) rejects with `ERR_PG_INPUT` naming the shard and the tensors; true loads them
+   * and emits a process warning (code `PG_NON_FINITE_WEIGHTS`) naming them.
+   */
+  allowNonFinite?: boolean;
 }
 
 /** LoRA settings (PEFT's LoraConfig). */
@@ -219,8 +225,12 @@ export interface AddonModel {
   loadSnapshot(name: string, path: string): Promise<void>;
   /** Writes `adapter_model.safetensors` + `adapter_config.json` (PEFT format) into `dir` atomically (created if missing). */
   saveAdapter(dir: string, opts?: { baseModelName?: string }): Promise<void>;
-  /** Loads a PEFT LoRA adapter as the active (trainable) adapter; `ERR_PG_INPUT` naming file and key on a mismatch. */
-  loadAdapter(dir: string): Promise<void>;
+  /**
+   * Loads a PEFT LoRA adapter as the active (trainable) adapter; `ERR_PG_INPUT` naming file and key on a mismatch, and
+   * naming the tensors when a lora_A / lora_B holds NaN or ±Inf unless `allowNonFinite` (then a process warning, code
+   * `PG_NON_FINITE_WEIGHTS`).
+   */
+  loadAdapter(dir: string, opts?: { allowNonFinite?: boolean }): Promise<void>;
   /** PEFT keys, sorted by module name, A then B. */
   loraParameterNames(): string[];
   /** float32 copies of A `[r, in]` / B `[out, r]` keyed by PEFT name. */

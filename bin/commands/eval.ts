@@ -51,6 +51,7 @@ interface EvalArgs extends JudgeArgs {
   chunk: number;
   device: string;
   dtype?: string;
+  allowNonFiniteWeights?: boolean;
   keepRaw: boolean;
   protocol?: string;
   rescore?: string;
@@ -134,7 +135,9 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     await checkJudge(jc);
     const device = resolveDevice(argv.device);
     process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}\n`);
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+    const policy = await Policy.load(argv.model, {
+      adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined, allowNonFinite: argv.allowNonFiniteWeights,
+    });
     let judge: Judge | undefined;
     try {
       judge = await openJudge(jc, { policy });

@@ -27,6 +27,7 @@ interface GenerateArgs {
   batchSize: number;
   device: string;
   dtype?: string;
+  allowNonFiniteWeights?: boolean;
   tokens: boolean;
 }
 
@@ -97,7 +98,9 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
     const seed = argv.seed ?? Math.floor(Math.random() * 2 ** 31);
     const device = resolveDevice(argv.device);
     process.stderr.write(`generate: ${argv.model} on ${device}\n`);
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+    const policy = await Policy.load(argv.model, {
+      adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined, allowNonFinite: argv.allowNonFiniteWeights,
+    });
     const out = argv.out ? createWriteStream(argv.out) : process.stdout;
     const ac = new AbortController();
     const onSig = () => ac.abort();

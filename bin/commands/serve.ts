@@ -22,6 +22,7 @@ interface ServeArgs {
   thinking?: boolean;
   device: string;
   dtype?: string;
+  allowNonFiniteWeights?: boolean;
 }
 
 /**
@@ -45,7 +46,9 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
   handler: async (argv) => {
     const device = resolveDevice(argv.device);
     process.stderr.write(`serve: loading ${argv.model} on ${device}\n`);
-    const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+    const policy = await Policy.load(argv.model, {
+      adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined, allowNonFinite: argv.allowNonFiniteWeights,
+    });
     const modelId = argv.servedModelName ?? basename(argv.model.replace(/\/+$/, ''));
     const server = new ChatServer({
       backend: policyServeBackend(policy, { maxRows: argv.maxBatch, capacity: argv.maxModelLen }),

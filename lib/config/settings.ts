@@ -112,6 +112,11 @@ const MODEL_OPTIONS: readonly Setting[] = [
   { key: 'adapter', flag: 'adapter', type: 'path', default: null, values: 'a PEFT LoRA adapter dir', meaning: 'LoRA adapter to apply (a run\'s final/ or a checkpoint)', source: 'peft PeftModel.from_pretrained; vLLM --lora-modules' },
   { key: 'device', flag: 'device', type: 'string', default: 'auto', pattern: DEVICE_AUTO, values: 'auto | cpu | cuda | cuda:N', meaning: 'Device; auto = cuda when the addon sees a GPU, else cpu', source: 'transformers device_map / vLLM --device' },
   { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: 'Weight dtype; unset = bfloat16 on CUDA, float32 on CPU', source: 'transformers torch_dtype; vLLM --dtype' },
+  {
+    key: 'allowNonFiniteWeights', flag: 'allow-non-finite-weights', type: 'boolean', default: false,
+    meaning: 'Load model / adapter weights holding NaN or Inf with a warning naming the tensors, instead of refusing them (an error naming the file and tensors)',
+    source: 'papergym-native (native/io/finite.h: one isfinite reduction per tensor at load)',
+  },
 ];
 
 const SAMPLING_OPTIONS: readonly Setting[] = [

@@ -168,6 +168,8 @@ export interface PolicyLoadOptions {
   adapter?: string;
   /** Directory of tokenizer.json / tokenizer_config.json when not in the checkpoint dir. */
   tokenizerDir?: string;
+  /** Load model and adapter weights holding NaN / Inf with a warning instead of refusing them (LoadOptions.allowNonFinite). */
+  allowNonFinite?: boolean;
 }
 
 /**
@@ -204,8 +206,8 @@ export class Policy implements Disposable {
     if (opts.tokenizerDir !== undefined) ensureInputDir(opts.tokenizerDir, 'tokenizer directory');
     if (opts.adapter !== undefined) ensureInputDir(opts.adapter, 'adapter directory');
     const tokenizer = Tokenizer.fromDir(opts.tokenizerDir ?? dir);
-    const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype });
-    if (opts.adapter) await model.loadAdapter(opts.adapter);
+    const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype, allowNonFinite: opts.allowNonFinite });
+    if (opts.adapter) await model.loadAdapter(opts.adapter, { allowNonFinite: opts.allowNonFinite ?? false });
     return new Policy(model, tokenizer);
   }
 

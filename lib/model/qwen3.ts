@@ -93,17 +93,21 @@ function guardedPrototype(): AddonModel {
 /**
  * Loads a Qwen3 checkpoint directory (config.json + model.safetensors or a sharded index).
  * dtype defaults to bfloat16 on CUDA and float32 on CPU. Rejects with Error (file/tensor named;
- * `model directory X does not exist`, code `ERR_PG_INPUT`, when `dir` is missing) or TypeError
+ * `model directory X does not exist`, code `ERR_PG_INPUT`, when `dir` is missing; weights holding
+ * NaN or Inf unless `allowNonFinite`, then a process warning `PG_NON_FINITE_WEIGHTS`) or TypeError
  * (bad dir or options).
  */
 export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<Qwen3Model> {
   if (typeof dir !== 'string' || dir === '') throw argError(`loadModel: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
   checkOptions('loadModel', opts);
   for (const k of ['device', 'dtype'] as const) if (opts[k] !== undefined && typeof opts[k] !== 'string') throw argError(`loadModel: options.${k} must be a string, got ${describeValue(opts[k])}`);
+  if (opts.allowNonFinite !== undefined && typeof opts.allowNonFinite !== 'boolean') {
+    throw argError(`loadModel: options.allowNonFinite must be a boolean, got ${describeValue(opts.allowNonFinite)}`);
+  }
   ensureInputDir(dir, 'model directory');
   const device: Device = opts.device ?? 'cpu';
   const dtype: Dtype = opts.dtype ?? (device.startsWith('cuda') ? 'bfloat16' : 'float32');
-  const model = await native().Model.load(dir, { device, dtype });
+  const model = await native().Model.load(dir, { device, dtype, allowNonFinite: opts.allowNonFinite ?? false });
   Object.setPrototypeOf(model, guardedPrototype());
   return model;
 }

@@ -152,7 +152,7 @@ bool EndsWithDot(const std::string& key, const std::string& name) {
 
 }  // namespace
 
-LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device) {
+LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device, NonFiniteWeights& non_finite) {
   const std::string cpath = dir + "/adapter_config.json";
   const std::string wpath = dir + "/adapter_model.safetensors";
   json::Value root = json::Parse(st::ReadTextFile(cpath), cpath);
@@ -367,6 +367,7 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
     throw InputError(wpath + ": missing; " + dir + "/adapter_model.bin (pickle) is not read: convert it to safetensors");
   st::File f = st::File::Open(wpath);
   std::map<std::string, std::pair<at::Tensor, at::Tensor>> got;
+  FiniteCheck finite;
   const std::string pre = "base_model.model.";
   for (const auto& kv : f.entries()) {
     const std::string& key = kv.first;
@@ -388,6 +389,7 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
                        std::to_string(expect[0]) + ", " + std::to_string(expect[1]) + "] (r = " + std::to_string(r) + " from " + cpath +
                        (r != cfg.r ? " rank_pattern" : " r") + ")");
     at::Tensor t = f.Read(key).to(at::kFloat).to(device).contiguous().set_requires_grad(true);
+    finite.Add(wpath, key, t);
     (is_a ? got[stem].first : got[stem].second) = t;
   }
   std::set<std::string> shorts;
@@ -400,6 +402,7 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
     ad.weights[kv.first] = it->second;
     shorts.insert(kv.first.substr(kv.first.rfind('.') + 1));
   }
+  finite.Finish(non_finite, "LoRA adapter", "loadAdapter(dir, { allowNonFinite: true }) or --allow-non-finite-weights loads it with a warning");
   cfg.target_modules.assign(shorts.begin(), shorts.end());
   ad.config = cfg;
   return ad;

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "io/finite.h"
 #include "lora/lora.h"
 
 namespace pg {
@@ -41,7 +42,9 @@ void SavePeftAdapter(const std::string& dir, const LoraAdapter& ad, const std::s
 /// target that selects a module other than the seven projections (embeddings, lm_head, norms); a
 /// config that selects no module. Weights: every key must be a lora_A / lora_B of a selected
 /// module with A [r_m, in], B [out, r_m]; a selected module without both, or weights of a module
-/// the config does not select, is an InputError naming both files and the module.
-LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device);
+/// the config does not select, is an InputError naming both files and the module. A lora_A /
+/// lora_B holding NaN or Inf is an InputError naming the file and the tensors (io/finite.h),
+/// unless `non_finite.allow` (then its `warning` says which).
+LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device, NonFiniteWeights& non_finite);
 
 }  // namespace pg

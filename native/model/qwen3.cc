@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <set>
 
+#include "core/dtype.h"
 #include "core/errors.h"
+#include "io/finite.h"
 #include "io/peft_adapter.h"
 #include "io/safetensors.h"
 #include "lora/lora.h"
@@ -639,7 +641,7 @@ bool RightPadded(const at::Tensor& mask_cpu) {
 
 }  // namespace
 
-std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device device, at::ScalarType dtype) {
+std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device device, at::ScalarType dtype, NonFiniteWeights& non_finite) {
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
     throw ArgError("dtype must be float32, bfloat16 or float16");
   const std::string cfg_path = dir + "/config.json";
@@ -752,7 +754,12 @@ std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device 
     }
   }
   at::NoGradGuard ng;
-  auto read = [&](const std::string& n) { return ck.Read(n).to(device, dtype).contiguous(); };
+  FiniteCheck finite;  // every tensor as it sits on the device in the model dtype (io/finite.h)
+  auto read = [&](const std::string& n) {
+    at::Tensor t = ck.Read(n).to(device, dtype).contiguous();
+    finite.Add(ck.FileOf(n).path(), n, t);
+    return t;
+  };
   auto is_fused = [](const std::string& n) {
     for (const char* k : {".self_attn.q_proj.", ".self_attn.k_proj.", ".self_attn.v_proj.", ".mlp.gate_proj.", ".mlp.up_proj."})
       if (n.find(k) != std::string::npos) return true;
@@ -803,6 +810,8 @@ std::shared_ptr<Qwen3Model> Qwen3Model::Load(const std::string& dir, at::Device 
     for (int k = 0; k < 7; ++k) lw.stem[k] = p + mods[k];
     m->layers_.push_back(std::move(lw));
   }
+  finite.Finish(non_finite, std::string("model (") + DtypeName(dtype) + " on " + device.str() + ")",
+                "Model.load(dir, { allowNonFinite: true }) or --allow-non-finite-weights loads it with a warning");
   auto rope = RopeInvFreq(c);
   m->rope_inv_freq_ = rope.first.to(device);
   m->rope_scale_ = rope.second;
@@ -1042,9 +1051,9 @@ void Qwen3Model::SaveAdapter(const std::string& dir, const std::string& base_mod
   SavePeftAdapter(dir, ActiveAdapter(), base_model_name);
 }
 
-void Qwen3Model::LoadAdapter(const std::string& dir) {
+void Qwen3Model::LoadAdapter(const std::string& dir, NonFiniteWeights& non_finite) {
   Qwen3Impl::CheckAlive(*this);
-  LoraAdapter loaded = LoadPeftAdapter(dir, LoraDims(cfg_), device_);
+  LoraAdapter loaded = LoadPeftAdapter(dir, LoraDims(cfg_), device_, non_finite);
   // Same modules and shapes as the current adapter: copy in place, so tensors held elsewhere
   // (an optimizer's parameter list, its state) stay valid across a resume. Otherwise replace.
   bool same = active_.has_value() && active_->weights.size() == loaded.weights.size();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "io/finite.h"
 #include "lora/lora.h"
 #include "model/config.h"
 
@@ -32,7 +33,9 @@ class Qwen3Model {
  public:
   /// Loads `dir`/config.json + safetensors (model.safetensors or model.safetensors.index.json).
   /// Throws pg::InputError naming the file / tensor on any problem; pg::ArgError on bad options.
-  static std::shared_ptr<Qwen3Model> Load(const std::string& dir, at::Device device, at::ScalarType dtype);
+  /// Weights holding NaN or Inf once on the device in `dtype` are an InputError naming the shard
+  /// and the tensors unless `non_finite.allow` (then non_finite.warning says which; io/finite.h).
+  static std::shared_ptr<Qwen3Model> Load(const std::string& dir, at::Device device, at::ScalarType dtype, NonFiniteWeights& non_finite);
 
   const Qwen3Config& config() const { return cfg_; }
   at::Device device() const { return device_; }
@@ -125,7 +128,8 @@ class Qwen3Model {
   /// copies into the existing LoRA tensors in place when the module set and shapes match (so
   /// optimizer references stay valid), otherwise replaces the active adapter.
   void SaveAdapter(const std::string& dir, const std::string& base_model_name) const;
-  void LoadAdapter(const std::string& dir);
+  /// Non-finite lora_A / lora_B: as Load (InputError, or the warning when allowed).
+  void LoadAdapter(const std::string& dir, NonFiniteWeights& non_finite);
 
   /// Activation recomputation per decoder layer (gradient checkpointing). When on, training
   /// forwards (grad mode on, no KV cache, a trainable adapter selected) run each decoder layer

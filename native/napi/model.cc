@@ -28,6 +28,16 @@ Napi::FunctionReference* Ctor(Napi::Env env) {
   return it == g_ctors.end() ? nullptr : it->second;
 }
 
+/// process.emitWarning(message, { code: 'PG_NON_FINITE_WEIGHTS' }) when a load with
+/// allowNonFinite found NaN / Inf weights (io/finite.h); on the JS thread, after the load.
+void EmitNonFiniteWarning(Napi::Env env, const NonFiniteWeights& nf) {
+  if (nf.warning.empty()) return;
+  Napi::Object process = env.Global().Get("process").As<Napi::Object>();
+  Napi::Object opts = Napi::Object::New(env);
+  opts.Set("code", "PG_NON_FINITE_WEIGHTS");
+  process.Get("emitWarning").As<Napi::Function>().Call(process, {Napi::String::New(env, nf.warning), opts});
+}
+
 }  // namespace
 
 class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
@@ -111,10 +121,13 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       std::string dev_s = GetString(opts, "device", std::string("cpu"), "options");
       at::Device dev = ParseDevice(dev_s);
       at::ScalarType dt = ParseDtype(GetString(opts, "dtype", std::string(dev.is_cuda() ? "bfloat16" : "float32"), "options"));
+      auto nf = std::make_shared<NonFiniteWeights>();
+      nf->allow = GetBool(opts, "allowNonFinite", false, "options");
       auto holder = std::make_shared<std::shared_ptr<Qwen3Model>>();
       return Worker::Start(
-          info.Env(), [dir, dev, dt, holder]() { *holder = Qwen3Model::Load(dir, dev, dt); },
-          [holder](Napi::Env env) -> Napi::Value {
+          info.Env(), [dir, dev, dt, holder, nf]() { *holder = Qwen3Model::Load(dir, dev, dt, *nf); },
+          [holder, nf](Napi::Env env) -> Napi::Value {
+            EmitNonFiniteWarning(env, *nf);
             auto* ctor = Ctor(env);
             if (!ctor) throw InputError("Model class not registered in this environment");
             auto ext = Napi::External<std::shared_ptr<Qwen3Model>>::New(env, holder.get());
@@ -330,11 +343,15 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
       std::string dir = ArgString(info, 0, "loadAdapter(dir): dir");
+      Napi::Object o = ArgObject(info, 1, "loadAdapter options", true);
+      auto nf = std::make_shared<NonFiniteWeights>();
+      nf->allow = GetBool(o, "allowNonFinite", false, "options");
       Napi::ObjectReference self = Napi::Persistent(Value());
       auto selfp = std::make_shared<Napi::ObjectReference>(std::move(self));
       return StartOnModel(
-          info.Env(), m, [m, dir]() { m->LoadAdapter(dir); },
-          [this, selfp](Napi::Env env) -> Napi::Value {
+          info.Env(), m, [m, dir, nf]() { m->LoadAdapter(dir, *nf); },
+          [this, selfp, nf](Napi::Env env) -> Napi::Value {
+            EmitNonFiniteWarning(env, *nf);
             Reaccount(env);
             selfp->Reset();
             return env.Undefined();
