@@ -26,6 +26,8 @@ import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
 import { resolveCheckpoint, cleanCheckpointTemps, checkResumeCheckpoint, type TrainerState } from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
+import { checkModelConfigSizes, checkRowLengths, invalidUtf8Lines } from './input-checks.js';
+import { inputError } from '../errors.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
 import { STAGES, stageOf } from './stages/index.js';
@@ -63,6 +65,8 @@ export function checkModelDir(dir: string): void {
   if (!existsSync(dir)) throw new Error(`model dir ${dir} does not exist`);
   const cfgPath = join(dir, 'config.json');
   if (!existsSync(cfgPath)) throw new Error(`model dir ${dir} has no config.json`);
+  // Sizes in config.json within bounds and matching the weights, before the addon allocates anything.
+  checkModelConfigSizes(dir);
   if (!existsSync(join(dir, 'model.safetensors')) && !existsSync(join(dir, 'model.safetensors.index.json'))) {
     throw new Error(`model dir ${dir} has no weights (model.safetensors or model.safetensors.index.json)`);
   }
@@ -213,6 +217,10 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     throw new Error(`dataset ${dataPath}: ${(e as Error).message}`);
   }
   if (!ds.items.length) throw new Error(`dataset ${dataPath}: no valid items`);
+  if (cfg.data) {
+    const bad = invalidUtf8Lines(dataPath);
+    if (bad.length) log(`warning: dataset ${dataPath}: line(s) ${bad.join(', ')}${bad.length >= 5 ? ' (and maybe more)' : ''} are not valid UTF-8; their bad bytes were read as U+FFFD`);
+  }
   if (cfg.device.startsWith('cuda') && !cudaAvailable()) throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   resolveDevice(cfg.device, 'device (--device)');
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
@@ -297,19 +305,26 @@ async function trainLocked(
   try {
     policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
     // ---- memory plan (lib/train/memory-plan.ts), before the first step ----
+    // ---- every row against the model's context, before the first step ----
+    // (the longest student / teacher prompt, tokens, also feeds the memory plan)
+    const rows = await checkRowLengths(ds.items, policy.contextLength, resolved.sampling.maxNewTokens, (ps) => policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }));
+    let items = ds.items;
+    if (rows.long.length) {
+      const named = rows.long.slice(0, 5).map((r) => `item ${JSON.stringify(r.id)} (#${r.index + 1}): ${r.why}`).join('; ');
+      const more = rows.long.length > 5 ? ` (and ${rows.long.length - 5} more)` : '';
+      if (!resume) {
+        if (!runDirExisted && dist.isMain) rmSync(runDir, { recursive: true, force: true });
+        throw inputError(`dataset ${dataPath}: ${rows.long.length} row(s) cannot fit the model's context: ${named}${more}; shorten or drop them, or lower --max-new-tokens`);
+      }
+      // A run started before this check: its --data cannot change, so the rows that cannot fit are skipped.
+      const drop = new Set(rows.long.map((r) => r.index));
+      items = ds.items.filter((_, i) => !drop.has(i));
+      if (!items.length) throw inputError(`dataset ${dataPath}: no row fits the model's context: ${named}${more}`);
+      log(`warning: resume: skipping ${rows.long.length} row(s) of ${dataPath} that cannot fit the model's context (the data order from here differs from the original run's): ${named}${more}`);
+    }
     let planned: { inputs: PlanInputs; plan: MemoryPlan } | undefined;
     if (!resume && resolved.memory) {
-      // The longest student / teacher prompt of the dataset (tokens), encoded in batches.
-      const promptTokens = { student: 1, teacher: 1 };
-      const all = ds.items;
-      for (let i = 0; i < all.length; i += 256) {
-        const part = all.slice(i, i + 256);
-        const ids = await policy.encodePrompts(part.flatMap((it) => [studentMessages(it.question), teacherMessages(it.question, it.rubric)]), { enableThinking: resolved.sampling.enableThinking });
-        ids.forEach((p, j) => {
-          if (j % 2 === 0) promptTokens.student = Math.max(promptTokens.student, p.length);
-          else promptTokens.teacher = Math.max(promptTokens.teacher, p.length);
-        });
-      }
+      const promptTokens = rows.longest;
       const dev = resolved.device.startsWith('cuda') && cudaAvailable() ? Number(resolved.device.split(':')[1] ?? 0) : -1;
       const deviceMemoryBytes = dev >= 0 ? native().runtimeInfo().cudaDevices.find((d: { index: number }) => d.index === dev)?.totalMemoryBytes : undefined;
       const fileDoc = o.file ? (readConfigFile(o.file) as Record<string, unknown>) : undefined;
@@ -384,7 +399,7 @@ async function trainLocked(
     const reward: RewardFn = o.reward ?? makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score });
     const trainer = new Trainer(resolved, {
       backend,
-      items: ds.items,
+      items,
       reward,
       advantages: groupAdvantages,
       runDir,
