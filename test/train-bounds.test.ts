@@ -51,7 +51,7 @@ describe('train: bounded work before any compute', function () {
     const base = ensureDefaultModel();
     for (const [name, edit, re] of [
       ['huge', (c: Record<string, unknown>) => (c.num_hidden_layers = 1e8), /num_hidden_layers is 100000000, not an integer in \[1, 1024\]/],
-      ['mismatch', (c: Record<string, unknown>) => (c.num_hidden_layers = 1000), /describe at least .* parameters \(.* bytes\), but the weights in .* hold only \d+ bytes/],
+      ['mismatch', (c: Record<string, unknown>) => (c.num_hidden_layers = 1000), /model .*: its weights \(\*\.safetensors\) hold only \d+ bytes, but .*config\.json \(num_hidden_layers 1000, .*\) describes at least .* parameters/],
     ] as const) {
       const dir = join(tmp, `model-${name}`);
       cpSync(base, dir, { recursive: true });

@@ -90,7 +90,7 @@ export function checkModelConfigSizes(dir: string): void {
   for (const f of files) bytes += statSync(join(dir, f)).size;
   const need = files.length ? params * smallestElementBytes(join(dir, files[0]!)) : 0;
   if (bytes > 0 && need > bytes * 1.01) {
-    throw inputError(`${path}: num_hidden_layers ${layers}, hidden_size ${hidden} and the other sizes describe at least ${params.toExponential(2)} parameters (${need.toExponential(2)} bytes), but the weights in ${dir} hold only ${bytes} bytes (config.json does not match the weights)`);
+    throw inputError(`model ${dir}: its weights (*.safetensors) hold only ${bytes} bytes, but ${path} (num_hidden_layers ${layers}, hidden_size ${hidden}, …) describes at least ${params.toExponential(2)} parameters, ${need.toExponential(2)} bytes: config.json does not match the weights, or a weights file is truncated`);
   }
 }
 
