@@ -1,6 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
-import { JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { JUDGE_AGREEMENT_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { readDataset, type PaperGymItem } from '../../lib/data/schema.js';
 import { checkJudge, judgeSharesPolicyWeights, openJudge } from '../../lib/judge/backends/index.js';
@@ -97,17 +97,7 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
   command: 'judge-agreement',
   describe: "Agreement of several judges with each other (Cohen's and Fleiss' κ, bootstrap CIs) and with people's labels (precision, recall, F1)",
   builder: (y) =>
-    addSettings(y, JUDGE_OPTIONS, { withDefaults: true })
-      .option('data', { type: 'string', describe: 'items JSONL (PaperGym schema: question + rubric)' })
-      .option('plans', { type: 'string', describe: 'plans JSONL: {questionId, sample?, plan} per line (eval --plans writes it)' })
-      .option('labels', { type: 'string', describe: "people's labels JSONL: {questionId, sample?, itemId, label: true|false} per line" })
-      .option('model', { type: 'string', describe: 'model dir for local judges in the list' })
-      .option('out', { type: 'string', describe: 'write the full report (JSON) here' })
-      .option('resamples', { type: 'number', default: 1000, describe: 'bootstrap resamples (clusters: questions)' })
-      .option('seed', { type: 'number', default: 0, describe: 'bootstrap seed' })
-      .option('json', { type: 'boolean', default: false, describe: 'print the report as JSON' })
-      .option('device', { type: 'string', default: 'auto', describe: 'device for local judges' })
-      .option('dtype', { type: 'string', describe: 'dtype for local judges' })
+    addSettings(addSettings(y, JUDGE_AGREEMENT_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true })
       .demandOption(['data', 'plans', 'judges']) as never,
   handler: async (argv) => {
     const items = new Map(readDataset(argv.data).items.map((it) => [it.id, it]));

@@ -210,6 +210,20 @@ export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
   { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: '--judge local: weight dtype; unset = bfloat16 on CUDA, float32 on CPU', source: 'transformers torch_dtype' },
 ];
 
+/** `judge-agreement` (bin/commands/judge-agreement.ts); the judges come from --judges (a YAML list, lib/config/judge.ts). */
+export const JUDGE_AGREEMENT_OPTIONS: readonly Setting[] = [
+  { key: 'data', flag: 'data', type: 'path', default: null, values: 'a PaperGym JSONL (required)', meaning: 'Items whose rubric items every judge decides', source: 'paper: rubric items (docs/design.md §7)' },
+  { key: 'plans', flag: 'plans', type: 'path', default: null, values: 'plans JSONL (required): {questionId, sample?, plan} per line, as eval --plans writes', meaning: 'The plans every judge grades', source: 'papergym-native eval --plans' },
+  { key: 'labels', flag: 'labels', type: 'path', default: null, values: 'labels JSONL: {questionId, sample?, itemId, label: true | false} per line', meaning: "People's verdicts: each judge's agreement, precision, recall and F1 against them", source: "HealthBench meta-eval (grader vs physicians' labels)" },
+  { key: 'model', flag: 'model', type: 'path', default: null, values: 'a Qwen3 checkpoint dir', meaning: 'Local judges in --judges: the judge model (the base; adapter off)', source: 'transformers from_pretrained' },
+  { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the JSON report (agreement, per-member health, stats) here', source: 'lm-evaluation-harness --output_path' },
+  { key: 'resamples', flag: 'resamples', type: 'integer', min: 0, default: 1000, meaning: 'Bootstrap resamples (clusters: questions); 0 = no interval', source: 'scipy.stats.bootstrap n_resamples' },
+  { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Bootstrap seed', source: 'numpy random seed' },
+  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print JSON instead of a table', source: 'papergym-native' },
+  { key: 'device', flag: 'device', type: 'string', default: 'auto', pattern: DEVICE_AUTO, values: 'auto | cpu | cuda | cuda:N', meaning: 'Local judges: device; auto = cuda when the addon sees a GPU, else cpu', source: 'transformers device_map' },
+  { key: 'dtype', flag: 'dtype', type: 'enum', choices: ['float32', 'bfloat16', 'float16'], default: null, meaning: 'Local judges: weight dtype; unset = bfloat16 on CUDA, float32 on CPU', source: 'transformers torch_dtype' },
+];
+
 const roleOptions = (role: string, what: string): Setting[] => {
   const k = (x: string) => `llm${role[0].toUpperCase()}${role.slice(1)}${x}`;
   return [
@@ -325,5 +339,6 @@ export const COMMAND_SETTINGS: Record<string, readonly Setting[]> = {
   import: IMPORT_OPTIONS,
   compare: [...COMPARE_OPTIONS, ...JUDGE_OPTIONS],
   'probe-judge': [...PROBE_JUDGE_OPTIONS, ...JUDGE_OPTIONS],
+  'judge-agreement': [...JUDGE_AGREEMENT_OPTIONS, ...JUDGE_OPTIONS],
   doctor: DOCTOR_OPTIONS,
 };
