@@ -21,7 +21,10 @@ import { writeTinyPaper } from './helpers/tiny-papers.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const ROLES: PipelineRole[] = ['extract', 'qa', 'rubric', 'rank'];
-const tasksOf = (role: PipelineRole) => Object.entries(TASK_ROLES).filter(([t, r]) => r === role && t !== 'leakage').map(([t]) => t);
+const tasksOf = (role: PipelineRole) =>
+  Object.entries(TASK_ROLES)
+    .filter(([t, r]) => r === role && t !== 'leakage')
+    .map(([t]) => t);
 
 describe('data experiments: roles, rubric ablations, domain mix, nested subsets (issue 39)', function () {
   this.timeout(120000);
@@ -42,14 +45,29 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
     ...extra,
   });
   const roleFlags = (models: Partial<Record<PipelineRole, string>> = {}) =>
-    Object.fromEntries(ROLES.flatMap((r) => [[`llm${r[0].toUpperCase()}${r.slice(1)}Url`, servers[r].url], [`llm${r[0].toUpperCase()}${r.slice(1)}Model`, models[r] ?? `${r}-model`]]));
+    Object.fromEntries(
+      ROLES.flatMap((r) => [
+        [`llm${r[0].toUpperCase()}${r.slice(1)}Url`, servers[r].url],
+        [`llm${r[0].toUpperCase()}${r.slice(1)}Model`, models[r] ?? `${r}-model`],
+      ]),
+    );
   const items = (out: string) => readDataset(out, { strict: true }).items;
 
   before(async () => {
     work = mkdtempSync(join(tmpdir(), 'pg-exp-'));
     papers = join(work, 'papers');
-    for (const [id, topic] of [['cs-sketches', 'sketch streams'], ['cs-graphs', 'graph kernels'], ['cs-compilers', 'loop fusion'], ['cs-caches', 'cache eviction'],
-      ['physics-tails', 'quark tails'], ['physics-lasers', 'laser cooling'], ['econ-auctions', 'spectrum auctions'], ['econ-labour', 'labour supply'], ['econ-trade', 'trade tariffs'], ['misc-strings', 'string vacua']]) {
+    for (const [id, topic] of [
+      ['cs-sketches', 'sketch streams'],
+      ['cs-graphs', 'graph kernels'],
+      ['cs-compilers', 'loop fusion'],
+      ['cs-caches', 'cache eviction'],
+      ['physics-tails', 'quark tails'],
+      ['physics-lasers', 'laser cooling'],
+      ['econ-auctions', 'spectrum auctions'],
+      ['econ-labour', 'labour supply'],
+      ['econ-trade', 'trade tariffs'],
+      ['misc-strings', 'string vacua'],
+    ]) {
       writeTinyPaper(papers, id, topic);
     }
     for (const k of [...ROLES, 'default'] as const) servers[k] = await startFakeLlm();
@@ -66,8 +84,15 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
     for (const r of ROLES) {
       const log = servers[r].log;
       expect(log.length, r).to.be.greaterThan(0);
-      expect([...new Set(log.map((e) => e.task))].sort(), r).to.deep.equal(tasksOf(r).filter((t) => log.some((e) => e.task === t)).sort());
-      expect(log.every((e) => tasksOf(r).includes(e.task)), r).to.equal(true);
+      expect([...new Set(log.map((e) => e.task))].sort(), r).to.deep.equal(
+        tasksOf(r)
+          .filter((t) => log.some((e) => e.task === t))
+          .sort(),
+      );
+      expect(
+        log.every((e) => tasksOf(r).includes(e.task)),
+        r,
+      ).to.equal(true);
       expect(new Set(log.map((e) => e.body.model)), r).to.deep.equal(new Set([`${r}-model`]));
       expect(s.roles[r]).to.include({ url: servers[r].url, model: `${r}-model` });
       expect(s.roles[r].calls).to.equal(log.length);
@@ -104,16 +129,28 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
 
   it('a YAML roles: section sets the same endpoints as the flags, with sampling per role', async () => {
     const cfg = join(work, 'bd.yaml');
-    writeFileSync(cfg, `llm: ${servers.default.url}\nmodel: base-model\nroles:\n  rubric:\n    url: ${servers.rubric.url}\n    model: yaml-writer\n    temperature: 0.7\n    top_p: 0.9\n    max_tokens: 2048\n`);
+    writeFileSync(
+      cfg,
+      `llm: ${servers.default.url}\nmodel: base-model\nroles:\n  rubric:\n    url: ${servers.rubric.url}\n    model: yaml-writer\n    temperature: 0.7\n    top_p: 0.9\n    max_tokens: 2048\n`,
+    );
     const c = readBuildDataConfig(cfg);
-    expect(c).to.deep.include({ llm: servers.default.url, llmRubricUrl: servers.rubric.url, llmRubricModel: 'yaml-writer', llmRubricTemperature: 0.7, llmRubricTopP: 0.9, llmRubricMaxTokens: 2048 });
+    expect(c).to.deep.include({
+      llm: servers.default.url,
+      llmRubricUrl: servers.rubric.url,
+      llmRubricModel: 'yaml-writer',
+      llmRubricTemperature: 0.7,
+      llmRubricTopP: 0.9,
+      llmRubricMaxTokens: 2048,
+    });
     const n0 = servers.rubric.log.length;
     const d0 = servers.default.log.length;
     const s = await runBuildData({ ...base('yaml'), ...c } as BuildDataArgs, io);
     expect(s.items).to.equal(2);
     const sent = servers.rubric.log.slice(n0);
     expect(sent.map((e) => e.task).sort()).to.deep.equal(['rubric-a', 'rubric-a', 'rubric-q', 'rubric-q']);
-    expect(sent.every((e) => e.body.model === 'yaml-writer' && e.body.temperature === 0.7 && e.body.top_p === 0.9 && e.body.max_tokens === 2048)).to.equal(true);
+    expect(sent.every((e) => e.body.model === 'yaml-writer' && e.body.temperature === 0.7 && e.body.top_p === 0.9 && e.body.max_tokens === 2048)).to.equal(
+      true,
+    );
     expect(servers.default.log.slice(d0).some((e) => e.task.startsWith('rubric-q'))).to.equal(false);
     writeFileSync(cfg, 'roles:\n  writer:\n    model: x\n');
     expect(() => readBuildDataConfig(cfg)).to.throw(new RegExp(`${cfg}: roles.writer: unknown role`));
@@ -136,7 +173,12 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
       check(got);
       for (const it of got) {
         expect(it.rubric).to.have.length(10);
-        expect(it.provenance).to.deep.include({ rubric_sources: ['R_Q', 'R_A'], rubric_dimensions: ['method_innovation', 'experimental_design'], rubric_top_k: 10, general_items: true });
+        expect(it.provenance).to.deep.include({
+          rubric_sources: ['R_Q', 'R_A'],
+          rubric_dimensions: ['method_innovation', 'experimental_design'],
+          rubric_top_k: 10,
+          general_items: true,
+        });
         expect(it.general_rubric_set).to.equal('goel2025-general-v1');
       }
     });
@@ -194,26 +236,48 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
       expect(by[rqLabel].overall.mean).to.equal(0);
       expect(by[labels.find((l) => l !== rqLabel)!].overall).to.include({ mean: 1, n: 20 });
       const text = formatProvenanceReports(by);
-      expect(text, text).to.match(/by provenance: sources R_Q, dimensions method_innovation\+experimental_design, top-k 10, general on, models .*: coverage 0\.0% \[0\.0, 0\.0\] over 2 question\(s\)/);
+      expect(text, text).to.match(
+        /by provenance: sources R_Q, dimensions method_innovation\+experimental_design, top-k 10, general on, models .*: coverage 0\.0% \[0\.0, 0\.0\] over 2 question\(s\)/,
+      );
       expect(reportsByProvenance(full, rows)).to.equal(undefined);
     });
     it('bad ablation settings fail before any call, naming the flag', async () => {
       const n0 = servers.default.log.length;
-      await runBuildData(base('bad', { rubricSources: 'q,x' }), io).then(() => expect.fail(), (e) => expect(e.message).to.match(/--rubric-sources: x/));
-      await runBuildData(base('bad', { rubricTopK: 0 }), io).then(() => expect.fail(), (e) => expect(e.message).to.match(/top-k/));
+      await runBuildData(base('bad', { rubricSources: 'q,x' }), io).then(
+        () => expect.fail(),
+        (e) => expect(e.message).to.match(/--rubric-sources: x/),
+      );
+      await runBuildData(base('bad', { rubricTopK: 0 }), io).then(
+        () => expect.fail(),
+        (e) => expect(e.message).to.match(/top-k/),
+      );
       expect(servers.default.log.length).to.equal(n0);
     });
   });
 
   it('the domain mix is exact for a seed, nested in size, and stops at the domain that runs out', () => {
-    const members = [...Array(100)].map((_, i) => ({ id: `c${i}`, d: 'computer science' }))
-      .concat([...Array(40)].map((_, i) => ({ id: `p${i}`, d: 'physics (optics)' })), [...Array(60)].map((_, i) => ({ id: `e${i}`, d: 'econ.EM' })));
+    const members = [...Array(100)]
+      .map((_, i) => ({ id: `c${i}`, d: 'computer science' }))
+      .concat(
+        [...Array(40)].map((_, i) => ({ id: `p${i}`, d: 'physics (optics)' })),
+        [...Array(60)].map((_, i) => ({ id: `e${i}`, d: 'econ.EM' })),
+      );
     const mix = parseDomainMix('cs=0.5,physics=0.25,economics=0.25');
-    const a = mixOrder(members, (m) => m.id, (m) => m.d, mix, 's1');
+    const a = mixOrder(
+      members,
+      (m) => m.id,
+      (m) => m.d,
+      mix,
+      's1',
+    );
     // 80/40/40 at 160; the 161st is cs (its share lags most), then physics is needed and has run out
     expect(a.order).to.have.length(161);
     expect(a.limitedBy).to.equal('physics');
-    for (const [n, want] of [[8, [4, 2, 2]], [80, [40, 20, 20]], [160, [80, 40, 40]]] as const) {
+    for (const [n, want] of [
+      [8, [4, 2, 2]],
+      [80, [40, 20, 20]],
+      [160, [80, 40, 40]],
+    ] as const) {
       const m = achievedMix(a.order.slice(0, n), (x) => x.d, mix);
       expect([m.cs.count, m.physics.count, m.economics.count], `size ${n}`).to.deep.equal(want);
     }
@@ -222,8 +286,24 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
       const m = achievedMix(a.order.slice(0, n), (x) => x.d, mix);
       for (const t of mix) expect(Math.abs((m[t.key]?.count ?? 0) - t.share * n)).to.be.lessThan(1);
     }
-    expect(mixOrder(members, (m) => m.id, (m) => m.d, mix, 's1').order).to.deep.equal(a.order);
-    expect(mixOrder(members, (m) => m.id, (m) => m.d, mix, 's2').order).not.to.deep.equal(a.order);
+    expect(
+      mixOrder(
+        members,
+        (m) => m.id,
+        (m) => m.d,
+        mix,
+        's1',
+      ).order,
+    ).to.deep.equal(a.order);
+    expect(
+      mixOrder(
+        members,
+        (m) => m.id,
+        (m) => m.d,
+        mix,
+        's2',
+      ).order,
+    ).not.to.deep.equal(a.order);
     expect(normaliseDomain('hep-th')).to.equal('physics');
     expect(normaliseDomain('cs.LG')).to.equal('computer science');
     expect(() => parseDomainMix('cs=0.5,physics')).to.throw(/--domain-mix: "physics"/);
@@ -244,7 +324,12 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
     expect(got.every((it) => it.provenance!.domain_mix === 'cs=0.5,physics=0.25,economics=0.25 seed 7')).to.equal(true);
     expect(logs.some((l) => /drew 8 of 10 paper\(s\) to cs=0\.5.*cs 4 \(0\.50\), physics 2 \(0\.25\), economics 2 \(0\.25\)/.test(l))).to.equal(true);
     // papers left out of the draw cost nothing
-    const asked = new Set(servers.default.log.slice(n0).map((e) => e.body.messages[1].content.match(/A study of ([a-z ]+)/)?.[1]).filter(Boolean));
+    const asked = new Set(
+      servers.default.log
+        .slice(n0)
+        .map((e) => e.body.messages[1].content.match(/A study of ([a-z ]+)/)?.[1])
+        .filter(Boolean),
+    );
     expect(asked.size).to.equal(8);
   });
 
@@ -260,13 +345,23 @@ describe('data experiments: roles, rubric ablations, domain mix, nested subsets 
     const s = runSubset({ data, sizes: '8,20,40,100', seed: 'fig3', outDir: out1, domainMix: 'cs=0.5,physics=0.25,economics=0.25' }, (m) => warn.push(m));
     const ids = s.files.map((f) => readDataset(f.file, { strict: true }).items.map((it) => it.id));
     for (let k = 1; k < ids.length; k++) expect(ids[k].slice(0, ids[k - 1].length)).to.deep.equal(ids[k - 1]);
-    expect(s.files.map((f) => [f.achieved.cs.count, f.achieved.physics.count, f.achieved.economics.count])).to.deep.equal([[4, 2, 2], [10, 5, 5], [20, 10, 10], [50, 25, 25]]);
-    const again = runSubset({ data, sizes: [100, 8, 40, 20], seed: 'fig3', outDir: join(work, 'sub2'), domainMix: 'cs=0.5,physics=0.25,economics=0.25' }, () => {});
+    expect(s.files.map((f) => [f.achieved.cs.count, f.achieved.physics.count, f.achieved.economics.count])).to.deep.equal([
+      [4, 2, 2],
+      [10, 5, 5],
+      [20, 10, 10],
+      [50, 25, 25],
+    ]);
+    const again = runSubset(
+      { data, sizes: [100, 8, 40, 20], seed: 'fig3', outDir: join(work, 'sub2'), domainMix: 'cs=0.5,physics=0.25,economics=0.25' },
+      () => {},
+    );
     for (let k = 0; k < 4; k++) expect(readFileSync(again.files[k].file, 'utf8')).to.equal(readFileSync(s.files[k].file, 'utf8'));
     const other = runSubset({ data, sizes: '20', seed: 'other', outDir: join(work, 'sub3') }, () => {});
     expect(readDataset(other.files[0].file).items.map((it) => it.id)).not.to.deep.equal(ids[1]);
     expect(JSON.parse(readFileSync(join(out1, 'subsets.json'), 'utf8'))).to.deep.include({ seed: 'fig3', available: 120 });
-    expect(() => runSubset({ data, sizes: '500', seed: 'x', outDir: join(work, 'sub4') }, () => {})).to.throw(/--sizes 500: only 120 item\(s\).*nothing written/);
+    expect(() => runSubset({ data, sizes: '500', seed: 'x', outDir: join(work, 'sub4') }, () => {})).to.throw(
+      /--sizes 500: only 120 item\(s\).*nothing written/,
+    );
     // bad UTF-8 in the data is warned about, naming the file
     writeFileSync(data, Buffer.concat([Buffer.from(rows.join('\n') + '\n'), Buffer.from([0xff, 0xfe, 0x0a])]));
     runSubset({ data, sizes: '8', outDir: join(work, 'sub5') }, (m) => warn.push(m));

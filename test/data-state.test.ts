@@ -75,7 +75,9 @@ describe('data: build-data state lock and integrity (issue 38 items 1 and 6)', f
       }
       expect(err).to.be.instanceOf(LockHeldError);
       expect((err as LockHeldError).holder?.pid).to.equal(child.pid);
-      expect((err as Error).message).to.include(`pid ${child.pid}`).and.include(path);
+      expect((err as Error).message)
+        .to.include(`pid ${child.pid}`)
+        .and.include(path);
       expect(Date.now() - t0).to.be.lessThan(2000);
       // the command refuses too, before any LLM call
       const n0 = srv.log.length;
@@ -103,7 +105,9 @@ describe('data: build-data state lock and integrity (issue 38 items 1 and 6)', f
     const n0 = srv.log.length;
     const err = await runBuildData(a, io).catch((e) => e);
     expect(err).to.be.instanceOf(PipelineStateError);
-    expect(err.message).to.include(a.state).and.match(/corrupt/);
+    expect(err.message)
+      .to.include(a.state)
+      .and.match(/corrupt/);
     expect(srv.log.length).to.equal(n0);
     expect(readFileSync(a.out, 'utf8')).to.equal(good);
     // not a database at all
@@ -132,7 +136,9 @@ describe('data: build-data state lock and integrity (issue 38 items 1 and 6)', f
     try {
       const err = await runBuildData(b, io).catch((e) => e);
       expect(err).to.be.instanceOf(Error);
-      expect(err.message).to.match(/1 paper\(s\) failed/).and.include(`${a.out} (2 rows) left unchanged`);
+      expect(err.message)
+        .to.match(/1 paper\(s\) failed/)
+        .and.include(`${a.out} (2 rows) left unchanged`);
     } finally {
       srv.setFault(undefined);
     }

@@ -11,7 +11,16 @@ import { parse as parseYaml } from 'yaml';
 import { BUILD_DATA_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings, parseList, yargsOption } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
-import { buildDataset, discoverPapers, ingestPapers, planRubric, type IngestOutcome, type JsonLlm, type RoleEndpoint, type RubricOptions } from '../../lib/data/pipeline.js';
+import {
+  buildDataset,
+  discoverPapers,
+  ingestPapers,
+  planRubric,
+  type IngestOutcome,
+  type JsonLlm,
+  type RoleEndpoint,
+  type RubricOptions,
+} from '../../lib/data/pipeline.js';
 import { formatCoverage, formatWarning, guessDomain, paperIdFromPath } from '../../lib/data/latex/index.js';
 import { achievedMix, formatMix, mixOrder, normaliseDomain, parseDomainMix, readDomainsTsv } from '../../lib/data/mix.js';
 import { PIPELINE_ROLES, type PipelineRole } from '../../lib/data/prompts.js';
@@ -135,8 +144,15 @@ export function readBuildDataConfig(path: string): Record<string, unknown> {
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`${path}: a build-data config is a mapping of settings`);
   const out: Record<string, unknown> = {};
   const fields: Record<string, string> = {
-    url: 'Url', model: 'Model', temperature: 'Temperature', top_p: 'TopP', topP: 'TopP',
-    max_tokens: 'MaxTokens', maxTokens: 'MaxTokens', api_key_env: 'ApiKeyEnv', apiKeyEnv: 'ApiKeyEnv',
+    url: 'Url',
+    model: 'Model',
+    temperature: 'Temperature',
+    top_p: 'TopP',
+    topP: 'TopP',
+    max_tokens: 'MaxTokens',
+    maxTokens: 'MaxTokens',
+    api_key_env: 'ApiKeyEnv',
+    apiKeyEnv: 'ApiKeyEnv',
   };
   const fieldList = 'url, model, temperature, top_p, max_tokens, api_key_env';
   for (const [k, v] of Object.entries(doc as Record<string, unknown>)) {
@@ -187,14 +203,24 @@ function drawPapers(
     if (drawn.length < a.maxPapers) log(`build-data: --max-papers ${a.maxPapers}: only ${drawn.length} paper(s)${targets ? ' on the mix' : ''}${limit}`);
     drawn = drawn.slice(0, a.maxPapers);
   }
-  if (!drawn.length) throw new Error(`build-data: no paper matches ${a.domainMix ?? 'the draw'} (domains found: ${[...new Set(papers.map(domainFor))].join(', ')})`);
+  if (!drawn.length)
+    throw new Error(`build-data: no paper matches ${a.domainMix ?? 'the draw'} (domains found: ${[...new Set(papers.map(domainFor))].join(', ')})`);
   const index = new Map(papers.map((p, i) => [p, i]));
   const out = [...drawn].sort((x, y) => index.get(x)! - index.get(y)!);
   const achieved = achievedMix(out, domainFor, targets);
-  const mix = { ...(a.domainMix && { spec: a.domainMix }), seed, drawn: out.length, of: papers.length, achieved, ...(o.limitedBy && { limitedBy: o.limitedBy }) };
+  const mix = {
+    ...(a.domainMix && { spec: a.domainMix }),
+    seed,
+    drawn: out.length,
+    of: papers.length,
+    achieved,
+    ...(o.limitedBy && { limitedBy: o.limitedBy }),
+  };
   const stopped = o.limitedBy && drawn.length < (a.maxPapers ?? Infinity) ? `; limited by ${o.limitedBy} (${o.available[o.limitedBy]} available)` : '';
   const outside = o.outside ? `; ${o.outside} outside the mix` : '';
-  log(`build-data: drew ${out.length} of ${papers.length} paper(s)${a.domainMix ? ` to ${a.domainMix}` : ''} (seed ${seed}): ${formatMix(achieved)}${stopped}${outside}`);
+  log(
+    `build-data: drew ${out.length} of ${papers.length} paper(s)${a.domainMix ? ` to ${a.domainMix}` : ''} (seed ${seed}): ${formatMix(achieved)}${stopped}${outside}`,
+  );
   return { papers: out, mix };
 }
 
@@ -202,7 +228,10 @@ function drawPapers(
  * The command's work, callable from tests: build, validate, write.
  * @throws on invalid arguments, an unreachable/failed run (all papers failed), or abort
  */
-export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal; log?: (m: string) => void; stream?: NodeJS.WriteStream } = {}): Promise<BuildDataSummary> {
+export async function runBuildData(
+  a: BuildDataArgs,
+  io: { signal?: AbortSignal; log?: (m: string) => void; stream?: NodeJS.WriteStream } = {},
+): Promise<BuildDataSummary> {
   const log = io.log ?? ((m: string) => process.stderr.write(`${m}\n`));
   const role = (r: PipelineRole, f: string) => a[`llm${cap(r)}${f}`];
   for (const r of PIPELINE_ROLES) {
@@ -264,8 +293,13 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
   const client = roles.extract!.llm;
   const load = () => [...clients.values()].map((c) => c.load()).reduce((x, y) => ({ active: x.active + y.active, queued: x.queued + y.queued }));
   const progress = new Progress({
-    label: 'build-data', unit: 'papers', stream: io.stream, load, intervalMs: (a.progressInterval ?? 5) * 1000,
-    silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined,
+    label: 'build-data',
+    unit: 'papers',
+    stream: io.stream,
+    load,
+    intervalMs: (a.progressInterval ?? 5) * 1000,
+    silent: a.progress === 'none',
+    plain: a.progress === 'plain' ? true : undefined,
   });
   try {
     const r = await buildDataset({
@@ -289,7 +323,8 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       loadOptions: { parseTimeoutMs: (a.parseTimeout ?? 5) * 1000, strictCoverage: a.strict },
     });
     progress.stop();
-    if (!r.items.length) throw new Error(`no items built: 0 ingested, ${r.failures.length} failed: ${r.failures.map((f) => `${f.paper}: ${f.error}`).join('; ')}`);
+    if (!r.items.length)
+      throw new Error(`no items built: 0 ingested, ${r.failures.length} failed: ${r.failures.map((f) => `${f.paper}: ${f.error}`).join('; ')}`);
     // a run with failed papers never replaces a larger existing output: its items go beside it
     const before = existingRows(a.out);
     const shrinks = r.failures.length > 0 && before > r.items.length;
@@ -319,7 +354,9 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
       st.promptTokens += x.promptTokens;
       st.completionTokens += x.completionTokens;
     }
-    const roleSummary = Object.fromEntries(PIPELINE_ROLES.map((k) => [k, { ...endpoints[k], calls: r.stats.byRole[k]?.calls ?? 0, cached: r.stats.byRole[k]?.cached ?? 0 }]));
+    const roleSummary = Object.fromEntries(
+      PIPELINE_ROLES.map((k) => [k, { ...endpoints[k], calls: r.stats.byRole[k]?.calls ?? 0, cached: r.stats.byRole[k]?.cached ?? 0 }]),
+    );
     return {
       items: r.items.length,
       ingested: r.items.map((it) => it.source.paper_id),
@@ -344,7 +381,9 @@ export async function runBuildData(a: BuildDataArgs, io: { signal?: AbortSignal;
 /** Non-blank lines of an existing output file (0 when there is none). */
 function existingRows(path: string): number {
   if (!existsSync(path)) return 0;
-  return readFileSync(path, 'utf8').split('\n').filter((l) => l.trim()).length;
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim()).length;
 }
 
 /** Where a failed run's items go when they would replace a larger output: `x.jsonl` → `x.incomplete.jsonl`. */
@@ -400,14 +439,22 @@ export async function handleInterrupt<T>(name: string, work: (signal: AbortSigna
 export function describeOutcome(o: IngestOutcome): string[] {
   if (!o.paper) return [`${basename(o.source)}: failed: ${o.error}`];
   const p = o.paper;
-  const lines = [`${p.id}: ingested: "${p.title}" [${p.domain}${p.licence ? `, ${p.licence}` : ''}] main ${p.mainFile}, ${p.files.length} file(s), abstract ${p.abstract.length} chars, ${p.sections.filter((s) => s.level !== 'front').length} section(s)`];
+  const lines = [
+    `${p.id}: ingested: "${p.title}" [${p.domain}${p.licence ? `, ${p.licence}` : ''}] main ${p.mainFile}, ${p.files.length} file(s), abstract ${p.abstract.length} chars, ${p.sections.filter((s) => s.level !== 'front').length} section(s)`,
+  ];
   if (p.mainRule) lines.push(`  main file rule: ${p.mainRule}`);
   if (p.coverage) lines.push(`  ${formatCoverage(p.coverage)}`);
   if (p.rootCandidates.length > 1) {
     lines.push(`  root documents (${p.rootCandidates.length}):`);
-    for (const c of p.rootCandidates) lines.push(`    ${c.file === p.mainFile ? '* ' : '  '}${c.file} [${c.documentClass || '?'}] ${c.kind}, ${c.sectionChars} chars of section text: ${c.reason}`);
+    for (const c of p.rootCandidates)
+      lines.push(
+        `    ${c.file === p.mainFile ? '* ' : '  '}${c.file} [${c.documentClass || '?'}] ${c.kind}, ${c.sectionChars} chars of section text: ${c.reason}`,
+      );
   }
-  for (const s of p.sections) lines.push(`  ${s.appendix ? 'A ' : '  '}${s.level}${s.starred ? '*' : ''} "${s.title}" ${s.text.length} chars${s.boilerplate ? ' (skipped: boilerplate)' : ''}${s.parser === 'fallback' ? ' (fallback converter)' : ''}`);
+  for (const s of p.sections)
+    lines.push(
+      `  ${s.appendix ? 'A ' : '  '}${s.level}${s.starred ? '*' : ''} "${s.title}" ${s.text.length} chars${s.boilerplate ? ' (skipped: boilerplate)' : ''}${s.parser === 'fallback' ? ' (fallback converter)' : ''}`,
+    );
   for (const w of p.warnings) lines.push(`  warning: ${formatWarning(w)}`);
   return lines;
 }
@@ -417,7 +464,9 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
   describe: 'Turn LaTeX paper sources into PaperGym items (question, reference answer, rubric) with an OpenAI-compatible LLM',
   builder: (y) =>
     // --config: yargs layers the file's values over the defaults and under the flags
-    addSettings(y, BUILD_DATA_OPTIONS, { withDefaults: true }).config('config', String(yargsOption(CONFIG_SETTING, true).describe), readBuildDataConfig).demandOption(['papers', 'out']) as never,
+    addSettings(y, BUILD_DATA_OPTIONS, { withDefaults: true })
+      .config('config', String(yargsOption(CONFIG_SETTING, true).describe), readBuildDataConfig)
+      .demandOption(['papers', 'out']) as never,
   handler: async (argv) => {
     if (argv.dryRun) {
       const sources = argv.papers.flatMap((p) => discoverPapers(p));
@@ -429,15 +478,23 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       if (!ok) throw new Error(`no paper ingested (${out.length} failed)`);
       return;
     }
-    const s = await handleInterrupt('build-data', (signal) => runBuildData(argv, { signal }), () => `every finished LLM call and stage output is saved in ${buildStatePath(argv)}`);
+    const s = await handleInterrupt(
+      'build-data',
+      (signal) => runBuildData(argv, { signal }),
+      () => `every finished LLM call and stage output is saved in ${buildStatePath(argv)}`,
+    );
     if (s === InterruptedRun) return;
     for (const id of s.ingested) process.stdout.write(`${id}: ingested, item built\n`);
     for (const f of s.failures) process.stdout.write(`${basename(f.paper)}: failed: ${f.error}\n`);
     process.stdout.write(
       `build-data: ${s.items} item(s) → ${s.out}; ${s.calls} LLM call(s) made, ${s.cached} from state (${s.state}); tokens ${s.promptTokens} in / ${s.completionTokens} out\n`,
     );
-    for (const r of PIPELINE_ROLES) process.stdout.write(`  role ${r}: ${s.roles[r].model} at ${s.roles[r].url}: ${s.roles[r].calls} call(s), ${s.roles[r].cached} from state\n`);
-    if (s.mix) process.stdout.write(`  mix: ${formatMix(s.mix.achieved)} (${s.mix.drawn} of ${s.mix.of} papers, seed ${s.mix.seed}${s.mix.limitedBy ? `, limited by ${s.mix.limitedBy}` : ''})\n`);
+    for (const r of PIPELINE_ROLES)
+      process.stdout.write(`  role ${r}: ${s.roles[r].model} at ${s.roles[r].url}: ${s.roles[r].calls} call(s), ${s.roles[r].cached} from state\n`);
+    if (s.mix)
+      process.stdout.write(
+        `  mix: ${formatMix(s.mix.achieved)} (${s.mix.drawn} of ${s.mix.of} papers, seed ${s.mix.seed}${s.mix.limitedBy ? `, limited by ${s.mix.limitedBy}` : ''})\n`,
+      );
     const warned = s.withCoverageWarnings ? `, ${s.withCoverageWarnings} with coverage warnings` : '';
     process.stdout.write(`${s.ingested.length} ingested, ${s.failures.length} failed${warned}\n`);
   },

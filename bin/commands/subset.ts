@@ -44,14 +44,21 @@ export interface SubsetSummary {
  */
 export function runSubset(a: SubsetArgs, log: (m: string) => void = (m) => process.stderr.write(`${m}\n`)): SubsetSummary {
   const sizes = parseList({ key: 'sizes', flag: 'sizes', type: 'list', items: 'number', default: null, meaning: '', source: '' }, a.sizes) as number[];
-  if (!sizes.length || sizes.some((n) => !Number.isInteger(n) || n < 1)) throw new Error(`--sizes: positive integers, e.g. 500,1000,2000 (got ${String(a.sizes)})`);
+  if (!sizes.length || sizes.some((n) => !Number.isInteger(n) || n < 1))
+    throw new Error(`--sizes: positive integers, e.g. 500,1000,2000 (got ${String(a.sizes)})`);
   const sorted = [...new Set(sizes)].sort((x, y) => x - y);
   const text = decodeUtf8(readFileSync(a.data), a.data, log);
   let items = parseDataset(text, { onProblem: (p) => log(`${a.data}: line ${p.line} skipped: ${p.errors.join('; ')}`) }).items;
   if (a.split) items = items.filter((it) => it.split === a.split);
   const targets = a.domainMix ? parseDomainMix(a.domainMix) : undefined;
   const seed = a.seed ?? 'papergym';
-  const o = mixOrder(items, (it) => it.id, (it) => it.source.domain, targets, seed);
+  const o = mixOrder(
+    items,
+    (it) => it.id,
+    (it) => it.source.domain,
+    targets,
+    seed,
+  );
   const largest = sorted[sorted.length - 1];
   if (largest > o.order.length) {
     const why = targets ? ` on the mix ${a.domainMix}${o.limitedBy ? ` (limited by ${o.limitedBy}: ${o.available[o.limitedBy]} item(s))` : ''}` : '';

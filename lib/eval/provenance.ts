@@ -17,7 +17,12 @@ export function provenanceLabel(it: Pick<PaperGymItem, 'provenance'>): string {
     `top-k ${p.rubric_top_k ?? 10}`,
     `general ${p.general_items === false ? 'off' : 'on'}`,
   ];
-  if (p.models) parts.push(`models ${Object.entries(p.models).map(([r, m]) => `${r}=${m}`).join(' ')}`);
+  if (p.models)
+    parts.push(
+      `models ${Object.entries(p.models)
+        .map(([r, m]) => `${r}=${m}`)
+        .join(' ')}`,
+    );
   if (p.domain_mix) parts.push(`mix ${p.domain_mix}`);
   return parts.join(', ');
 }
@@ -26,7 +31,11 @@ export function provenanceLabel(it: Pick<PaperGymItem, 'provenance'>): string {
  * One report per provenance label, or undefined when every item has the same one.
  * @param rows eval rows (`questionId` = item id)
  */
-export function reportsByProvenance(items: readonly PaperGymItem[], rows: readonly EvalRow[], opts: ReportOptions = {}): Record<string, EvalReport> | undefined {
+export function reportsByProvenance(
+  items: readonly PaperGymItem[],
+  rows: readonly EvalRow[],
+  opts: ReportOptions = {},
+): Record<string, EvalReport> | undefined {
   const groups = new Map<string, Set<string>>();
   for (const it of items) {
     const label = provenanceLabel(it);
@@ -34,13 +43,23 @@ export function reportsByProvenance(items: readonly PaperGymItem[], rows: readon
     groups.get(label)!.add(it.id);
   }
   if (groups.size < 2) return undefined;
-  return Object.fromEntries([...groups].map(([label, ids]) => [label, buildReport(rows.filter((r) => ids.has(r.questionId)), opts)]));
+  return Object.fromEntries(
+    [...groups].map(([label, ids]) => [
+      label,
+      buildReport(
+        rows.filter((r) => ids.has(r.questionId)),
+        opts,
+      ),
+    ]),
+  );
 }
 
 /** `by provenance: <label>: coverage 61.2% [55.0, 67.1] over 40 questions` lines. */
 export function formatProvenanceReports(by: Record<string, EvalReport>): string {
   const pct = (x: number) => (100 * x).toFixed(1);
   return Object.entries(by)
-    .map(([label, r]) => `by provenance: ${label}: coverage ${pct(r.overall.mean)}% [${pct(r.overall.lo)}, ${pct(r.overall.hi)}] over ${r.questions} question(s)`)
+    .map(
+      ([label, r]) => `by provenance: ${label}: coverage ${pct(r.overall.mean)}% [${pct(r.overall.lo)}, ${pct(r.overall.hi)}] over ${r.questions} question(s)`,
+    )
     .join('\n');
 }

@@ -124,7 +124,8 @@ export function acquireLock(lockPath: string, what = lockPath, command = process
     throw new Error(`${lockPath}: not usable as the lock file of ${what}: ${(e as Error).message}`);
   }
   const previous = readLockOwner(lockPath);
-  if (previous && log) log(`${what}: the previous holder, pid ${previous.pid} (${previous.command}), ended without releasing ${lockPath}; the OS had released its lock`);
+  if (previous && log)
+    log(`${what}: the previous holder, pid ${previous.pid} (${previous.command}), ended without releasing ${lockPath}; the OS had released its lock`);
   const owner: LockOwner = { pid: process.pid, host: hostname(), since: new Date().toISOString(), command: command.slice(0, 400) };
   const tmp = `${ownerPath(lockPath)}.tmp-${process.pid}`;
   writeFileSync(tmp, JSON.stringify(owner) + '\n');
