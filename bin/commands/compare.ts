@@ -62,7 +62,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     process.stderr.write(`compare: ${systems.map((s) => s.name).join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; judge cache ${jc.cache}\n`);
     const progress = new Progress({ label: 'compare', unit: 'judgements', total: questions.length * orders, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judge.load() });
     try {
-      const js = await handleInterrupt('compare', (signal) => compareSystems({ questions, systems, judge, keepRaw: argv.keepRaw, signal, onJudgement: (_j, cached) => progress.tick(cached) }), () => `every judge answer so far is cached in ${jc.cache}`);
+      const js = await handleInterrupt('compare', (signal) => compareSystems({ questions, systems, judge, keepRaw: argv.keepRaw, maxTokens: jc.maxTokens ?? undefined, signal, onJudgement: (_j, cached) => progress.tick(cached) }), () => `every judge answer so far is cached in ${jc.cache}`);
       progress.stop();
       if (js === InterruptedRun) return;
       if (argv.out) writeFileSync(argv.out, js.map((j) => JSON.stringify({ ...j, order: j.order.map((i) => systems[i]!.name), winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner })).join('\n') + '\n');

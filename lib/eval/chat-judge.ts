@@ -9,7 +9,7 @@
 import type { JudgeConfig } from '../config/judge.js';
 import { JudgeCache, requestHash } from '../judge/cache.js';
 import type { PromptTemplate } from '../judge/verdict.js';
-import { LlmAbortError, LlmClient } from '../llm/client.js';
+import { LlmAbortError, LlmClient, LlmLengthError } from '../llm/client.js';
 import type { ChatMessage } from '../llm/messages.js';
 
 /** One answer: the text, or null with the error when the request failed after retries. */
@@ -54,7 +54,7 @@ export class ChatJudge {
 
   /**
    * One question. Temperature 0. Rejects only on abort (`signal`); a failed request resolves
-   * with `content: null` and the error.
+   * with `content: null` and the error; an answer cut at `maxTokens` is returned (and cached) as it is.
    */
   async ask(prompt: PromptTemplate, messages: ChatMessage[], o: { maxTokens: number; attempt?: number; signal?: AbortSignal }): Promise<ChatAnswer> {
     const key = requestHash(['chat-judge', this.name, prompt.name, prompt.hash, messages, o.maxTokens, this.c.noThink, o.attempt ?? 0]);
@@ -75,6 +75,13 @@ export class ChatJudge {
       return { content: r.content, cached: false };
     } catch (e) {
       if (e instanceof LlmAbortError || o.signal?.aborted) throw e;
+      // An answer cut at max_tokens is still an answer (its verdict line may be there): read it, cache it.
+      if (e instanceof LlmLengthError) {
+        this.counters.promptTokens += e.usage.promptTokens ?? 0;
+        this.counters.completionTokens += e.usage.completionTokens ?? 0;
+        this.cache.set(key, { content: e.content, promptTokens: e.usage.promptTokens ?? 0, completionTokens: e.usage.completionTokens ?? 0 });
+        return { content: e.content, cached: false };
+      }
       this.counters.failures++;
       return { content: null, error: (e as Error).message, cached: false };
     }

@@ -334,6 +334,8 @@ export async function compareSystems(o: {
   systems: { name: string; plans: Map<string, string> }[];
   judge: import('./chat-judge.js').ChatJudge;
   keepRaw?: boolean;
+  /** Answer tokens per judgement (default 512). */
+  maxTokens?: number;
   signal?: AbortSignal;
   onJudgement?: (j: Judgement, cached: boolean) => void;
 }): Promise<Judgement[]> {
@@ -349,7 +351,7 @@ export async function compareSystems(o: {
     let error = false;
     let cached = true;
     for (let attempt = 0; attempt < 2 && pick === null; attempt++) {
-      const a = await o.judge.ask(prompt, [{ role: 'user', content }], { maxTokens: 512, attempt, signal: o.signal });
+      const a = await o.judge.ask(prompt, [{ role: 'user', content }], { maxTokens: o.maxTokens ?? 512, attempt, signal: o.signal });
       cached &&= a.cached;
       error = a.content === null;
       raw = a.content ?? a.error ?? '';
