@@ -94,6 +94,16 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect(r.out).to.not.match(/rar: /);
     expect(readFileSync(rows, 'utf8').trim().split('\n').map((l) => JSON.parse(l).met)).to.deep.equal([null, null, null, null, null, null]);
   });
+  it('a PaperGym file (today\'s report) with a judge answering garbage: exit 1, no report, no coverage printed', async () => {
+    srv = await startFakeLlm({ respond: (q) => (q.body.messages[0]!.content.startsWith('Reply with the single word') ? 'Yes' : 'banana') });
+    const report = join(tmp, 'pg.json');
+    const r = await cli(['eval', '--model', dir, '--data', join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl'), '--limit', '1', ...judgeArgs(), '--report', report]);
+    expect(r.code).to.equal(1);
+    expect(r.err).to.match(/eval \(no report written\): \d+ of \d+ verdicts are null/);
+    expect(existsSync(report)).to.equal(false);
+    expect(r.out).to.not.match(/coverage/i);
+  });
+
   it('--suite: benchmarks × models → one row per model, one column per benchmark, the average with CIs, the table in report.html', async () => {
     const hb = join(tmp, 'suite-hb.jsonl');
     const rar = join(tmp, 'suite-rar.jsonl');

@@ -106,6 +106,16 @@ describe('compare: N-way win rates', function () {
     expect(existsSync(report)).to.equal(false);
   });
 
+  it('CLI: a reply cut at max_tokens is still read (its verdict line counts), not a failed request', async () => {
+    srv = await startFakeLlm({ respond: (r) => (isJudge(r.body.messages[0]!.content) ? { content: 'Best: 2 since it names baselines and', finishReason: 'length' } : 'Yes') });
+    const report = join(tmp, 'cut.json');
+    const r = await cli(['compare', '--data', ITEMS, '--plans', plans[0]!, plans[1]!, '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'fake', '--judge-cache', join(tmp, 'cut.sqlite'), '--report', report]);
+    expect(r.code, r.err).to.equal(0);
+    const rep = JSON.parse(readFileSync(report, 'utf8'));
+    expect([rep.readable, rep.failed, rep.unreadable]).to.deep.equal([6, 0, 0]);
+    expect(rep.positionBias).to.deep.equal([0, 1]);
+  });
+
   it('CLI: killed with SIGKILL mid-run, the rerun asks no answered judge question again', async () => {
     let child: ReturnType<typeof spawn> | undefined;
     let judged = 0;
