@@ -6,13 +6,18 @@
  * HTTP jury resolves.
  */
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHttpJudge } from '../lib/judge/http.js';
-import { JuryJudge, agreementUnitsFromVerdicts, aggregateVerdicts, memberHealthOf } from '../lib/judge/jury.js';
+import { JuryJudge, addMemberSummaries, agreementUnitsFromVerdicts, aggregateVerdicts, memberHealthOf } from '../lib/judge/jury.js';
+import { runEval, type PlanGenerator } from '../lib/eval/run.js';
+import { formatReport, writeRowsJsonl } from '../lib/eval/report.js';
+import { writeReport } from '../lib/report/html.js';
+import { makeRewardFn } from '../lib/judge/rewards.js';
+import type { PaperGymItem } from '../lib/data/schema.js';
 import { judgeAgreement } from '../lib/judge/agreement.js';
-import { JudgeHealthError, type Judge } from '../lib/judge/types.js';
+import { JudgeHealthError, emptyStats, type Judge } from '../lib/judge/types.js';
 import { openJudge, judgeSharesPolicyWeights, judgeLabel } from '../lib/judge/backends/index.js';
 import { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from '../lib/config/judge.js';
 import { resolveConfig } from '../lib/config/train.js';
@@ -225,5 +230,68 @@ describe('jury settings (judge.kind jury, judge.judges)', () => {
       await s2.close();
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('jury in eval rows, the eval summary, the HTML report and the GRPO reward', function () {
+  this.timeout(60000);
+  /** An in-process judge answering by `rule(item text)`. */
+  const ruleJudge = (name: string, rule: (t: string) => boolean): Judge => ({
+    name,
+    stats: emptyStats,
+    async judge(reqs) {
+      return reqs.map((r) => r.items.map((it) => ({ itemId: it.id, met: rule(it.text) })));
+    },
+  });
+  const item = (id: string): PaperGymItem => ({
+    id,
+    source: { paper_id: id, title: 't', domain: 'cs' },
+    question: `Question ${id}`,
+    reference_answer: 'r',
+    rubric: [
+      { id: 'r1', text: 'alpha', dimension: 'method_innovation', origin: 'R_Q', rank: 1 },
+      { id: 'r2', text: 'beta', dimension: 'experimental_design', origin: 'R_A', rank: 2 },
+    ],
+    general_rubric_set: 'g',
+    split: 'test',
+    stages: { goals: '', background: '', methods: '', experimental_design: '' },
+  });
+
+  it('eval rows keep each member’s verdict; the report and its text carry the agreement; the HTML report shows it', async () => {
+    const jury = new JuryJudge([
+      { name: 'yes', judge: ruleJudge('yes', () => true) },
+      { name: 'alpha', judge: ruleJudge('alpha', (t) => t === 'alpha') },
+    ]);
+    const generator: PlanGenerator = { async generate(qs, { samples }) { return qs.map(() => Array.from({ length: samples }, () => ({ text: 'plan', finishReason: 'stop' }))); } };
+    const { report, rows } = await runEval({ items: ['a', 'b', 'c'].map(item), judge: jury, generator, resamples: 50 });
+    expect(rows[0].judges).to.deep.equal({ yes: true, alpha: true });
+    expect(rows[1].judges).to.deep.equal({ yes: true, alpha: false });
+    const pair = report.agreement!.overall.pairs[0];
+    expect(pair.agreement.value).to.equal(0.5);
+    expect(pair.kappa.value).to.be.closeTo(0, 1e-12);
+    expect(report.agreement!.byDimension.method_innovation.pairs[0].agreement.value).to.equal(1);
+    expect(formatReport(report)).to.contain('judge agreement (2 judges').and.contain('yes vs alpha: agree 0.500');
+    const dir = mkdtempSync(join(tmpdir(), 'pg-jury-html-'));
+    try {
+      writeRowsJsonl(join(dir, 'rows.jsonl'), rows);
+      writeReport({ runs: [], evals: [`jury=${join(dir, 'rows.jsonl')}`], out: join(dir, 'r.html'), png: false, resamples: 50 });
+      const html = readFileSync(join(dir, 'r.html'), 'utf8');
+      expect(html).to.contain('Judge agreement: jury').and.contain('yes vs alpha');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('the reward of a jury carries per-member health and verdicts met (GRPO step metrics sum them)', async () => {
+    const jury = new JuryJudge([
+      { name: 'yes', judge: ruleJudge('yes', () => true) },
+      { name: 'alpha', judge: ruleJudge('alpha', (t) => t === 'alpha') },
+    ]);
+    const [r] = await makeRewardFn(jury, [], { score: 'binary' })([{ item: item('a'), plan: 'P' }]);
+    expect(r.judges!.yes).to.deep.include({ verdicts: 2, nulls: 0, met: 2 });
+    expect(r.judges!.alpha).to.deep.include({ verdicts: 2, met: 1 });
+    expect(addMemberSummaries([r.judges, r.judges])!.alpha).to.deep.include({ verdicts: 4, met: 2 });
+    // r1: both yes → met; r2: yes vs no, a tie → not met (majority rule).
+    expect(r.reward).to.equal(0.5);
   });
 });

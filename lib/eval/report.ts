@@ -14,6 +14,7 @@ import type { RubricDimension } from '../data/schema.js';
 import { itemScore, mixReward } from '../judge/rewards.js';
 import { DEFAULT_ALPHA } from '../config/reward.js';
 import { mulberry32 } from '../util/random.js';
+import { formatAgreement, judgeAgreement, type AgreementReport, type AgreementUnit } from '../judge/agreement.js';
 
 export { mulberry32 };
 
@@ -34,6 +35,8 @@ export interface EvalRow {
   refused?: boolean;
   error?: boolean;
   raw?: string;
+  /** A jury's verdict: each member's verdict on this item (member name → met; lib/judge/jury.ts). */
+  judges?: Record<string, boolean | null>;
 }
 
 /** A proportion (or mean) with its bootstrap interval. Units: fraction in [0, 1]. */
@@ -68,6 +71,8 @@ export interface EvalReport {
   prob?: { overall: Stat; byDimension: Record<RubricDimension, Stat>; general: Stat; reward: Stat; rowsWithProb: number };
   alpha: number;
   bootstrap: { resamples: number; seed: number; level: number };
+  /** A jury's agreement figures (rows with `judges`): per pair, Fleiss' κ, per dimension (lib/judge/agreement.ts). */
+  agreement?: AgreementReport;
 }
 
 /** Options of {@link buildReport}. */
@@ -151,10 +156,25 @@ function ratios(tot: number[]): number[] {
  */
 export function buildReport(rows: EvalRow[], opts: ReportOptions = {}): EvalReport {
   const report = buildStats(rows, opts, false);
+  const agreement = rowsAgreement(rows, opts);
+  if (agreement) report.agreement = agreement;
   const withProb = rows.filter((r) => typeof r.prob === 'number').length;
   if (!withProb) return report;
   const p = buildStats(rows, opts, true);
   return { ...report, prob: { overall: p.overall, byDimension: p.byDimension, general: p.general, reward: p.reward, rowsWithProb: withProb } };
+}
+
+/**
+ * Agreement of a jury's members (lib/judge/agreement.ts) from rows that carry `judges`: one unit
+ * per (question, sample, item), clustered by question as the rest of the report, per dimension
+ * (`general` for general items). Undefined when no row has `judges`.
+ */
+export function rowsAgreement(rows: EvalRow[], opts: ReportOptions = {}): AgreementReport | undefined {
+  const judged = rows.filter((r) => r.judges && Object.keys(r.judges).length);
+  if (!judged.length) return undefined;
+  const names = [...new Set(judged.flatMap((r) => Object.keys(r.judges!)))];
+  const units: AgreementUnit[] = judged.map((r) => ({ planId: `${r.questionId}#${r.sample}`, itemId: r.itemId, cluster: r.questionId, ...(r.dimension && { dimension: r.dimension }), verdicts: r.judges! }));
+  return judgeAgreement(units, names, { resamples: opts.resamples ?? 1000, seed: opts.seed ?? 0, level: opts.level ?? 0.95 });
 }
 
 function buildStats(rows: EvalRow[], opts: ReportOptions, prob: boolean): EvalReport {
@@ -241,5 +261,6 @@ export function formatReport(r: EvalReport): string {
           `  reward               ${r.prob.reward.mean.toFixed(3)} [${r.prob.reward.lo.toFixed(3)}, ${r.prob.reward.hi.toFixed(3)}]`,
         ]
       : []),
+    ...(r.agreement ? [formatAgreement(r.agreement)] : []),
   ].join('\n');
 }

@@ -78,6 +78,7 @@ export async function runEval(o: EvalOptions): Promise<{ report: EvalReport; row
               if (v.prob !== undefined) row.prob = v.prob;
               if (v.refused) row.refused = true;
               if (v.error) row.error = true;
+              if (v.members) row.judges = Object.fromEntries(v.members.map((m) => [m.judge, m.met]));
               if (o.keepRaw && v.raw !== undefined) row.raw = v.raw;
               rows.push(row);
             });

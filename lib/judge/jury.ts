@@ -101,6 +101,30 @@ export function memberHealthOf(vs: Iterable<Verdict>): Record<string, JudgeHealt
   return out;
 }
 
+/** Per member: health of its verdicts among `vs` (a jury's) and how many it judged met; undefined when no verdict carries members. */
+export function memberSummaryOf(vs: Verdict[]): Record<string, JudgeHealth & { met: number }> | undefined {
+  if (!vs.some((v) => v.members)) return undefined;
+  const h = memberHealthOf(vs);
+  const out: Record<string, JudgeHealth & { met: number }> = {};
+  for (const [name, x] of Object.entries(h)) out[name] = { ...x, met: 0 };
+  for (const v of vs) for (const m of v.members ?? []) if (m.met === true) out[m.judge].met++;
+  return out;
+}
+
+/** Sum of per-member summaries (a GRPO step's plans), undefined when none has one. */
+export function addMemberSummaries(list: (Record<string, JudgeHealth & { met: number }> | undefined)[]): Record<string, JudgeHealth & { met: number }> | undefined {
+  let out: Record<string, JudgeHealth & { met: number }> | undefined;
+  for (const x of list) {
+    if (!x) continue;
+    out ??= {};
+    for (const [k, h] of Object.entries(x)) {
+      const c = out[k] ?? { verdicts: 0, nulls: 0, refusals: 0, unparsed: 0, errors: 0, withProb: 0, met: 0 };
+      out[k] = { verdicts: c.verdicts + h.verdicts, nulls: c.nulls + h.nulls, refusals: c.refusals + h.refusals, unparsed: c.unparsed + h.unparsed, errors: c.errors + h.errors, withProb: c.withProb + h.withProb, met: c.met + h.met };
+    }
+  }
+  return out;
+}
+
 /** A jury of judges (see the module docstring). Closes its members on `close()`. */
 export class JuryJudge implements Judge {
   readonly name: string;

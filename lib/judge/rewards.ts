@@ -18,6 +18,7 @@
  * 'prob' uses the judge's P(yes) of the item (`Verdict.prob`: the local judge, or an HTTP judge
  * with logprobs), falling back to 1/0 for verdicts that carry no P(yes) (null verdicts are excluded).
  */
+import { memberSummaryOf } from './jury.js';
 import { judgeHealth, type Judge, type JudgeCallOptions, type JudgeHealth, type JudgeItem, type Verdict } from './types.js';
 import { stripThink } from '../llm/think.js';
 import { DEFAULT_ALPHA } from '../config/reward.js';
@@ -193,7 +194,8 @@ export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOpt
       });
       const genRead = b.gen.filter((v) => v.met !== null).length;
       if (genRead) perDimension.general = [b.genMet, genRead];
-      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, judge: b.health, ...(b.masked && { masked: true }) };
+      const judges = memberSummaryOf([...b.spec, ...b.gen]);
+      return { reward: b.r, rSpec: b.rSpec, rGen: b.rGen, perDimension, judge: b.health, ...(judges && { judges }), ...(b.masked && { masked: true }) };
     });
   };
 }

@@ -260,6 +260,21 @@ function evalSection(evals: EvalInput[], texts: Map<string, string>, resamples: 
   writePlot('eval-coverage', covSvg);
   const figs = [plotFigure('eval-coverage', covSvg, 'coverage per dimension, whiskers: bootstrap CI', relDir, png)];
 
+  // A jury's agreement (lib/judge/agreement.ts), per result that has one.
+  for (const e of ok) {
+    const a = e.report!.agreement;
+    if (!a) continue;
+    const est = (x: { value: number | null; lo: number | null; hi: number | null; reason?: string }) =>
+      x.value === null ? `<span class="muted">n/a (${esc(x.reason ?? '')})</span>` : `${fmt(x.value, 3)} <span class="muted">[${x.lo === null ? '?' : fmt(x.lo, 3)}, ${x.hi === null ? '?' : fmt(x.hi, 3)}]</span>`;
+    const groups = [['overall', a.overall], ...Object.entries(a.byDimension)] as const;
+    const th = `<tr><th>units</th><th>judges</th><th>agreement</th><th>Cohen κ</th></tr>`;
+    const tr = groups.flatMap(([g, x]) => [
+      `<tr><td>${esc(DIM_LABEL[g] ?? g)} (${x.units})</td><td>all (Fleiss κ)</td><td></td><td class="num">${est(x.fleiss)}</td></tr>`,
+      ...x.pairs.map((p) => `<tr><td></td><td>${esc(p.a)} vs ${esc(p.b)}</td><td class="num">${est(p.agreement)}</td><td class="num">${est(p.kappa)}</td></tr>`),
+    ]);
+    parts.push(`<h3>Judge agreement: ${esc(e.label)}</h3><p class="muted">Jury members' verdicts: share of equal verdicts and Cohen's κ per pair, Fleiss' κ over all, ${level}% bootstrap CIs over questions.</p><table>${th}${tr.join('')}</table>`);
+  }
+
   // Paired comparison of the first result with each other one.
   const comps: { a: EvalInput; b: EvalInput; c: PairedComparison }[] = [];
   for (const b of ok.slice(1)) {

@@ -53,6 +53,8 @@ export interface RewardResult {
   perDimension?: Record<string, [number, number]>;
   /** Judge health of this plan's verdicts; the trainer sums it per step into metrics.jsonl. */
   judge?: JudgeHealth;
+  /** A jury's members (lib/judge/jury.ts): per member name, the health of its verdicts on this plan and how many it judged met. */
+  judges?: Record<string, JudgeHealth & { met: number }>;
   /**
    * True when the judge gave no readable verdict for this plan (every request failed or was
    * unreadable): `reward` is not a score, and GRPO masks the completion from its group's

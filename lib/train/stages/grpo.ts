@@ -8,6 +8,7 @@ import { shard } from '../dist.js';
 import { ErrorCode, isPapergymError } from '../../errors.js';
 import { studentMessages } from '../../task/prompts.js';
 import { judgeSharesPolicyWeights } from '../../judge/backends/index.js';
+import { addMemberSummaries } from '../../judge/jury.js';
 import type { RewardResult } from '../../task/types.js';
 import { bucket, judgeWorkBytes, updateBytes } from '../memory-model.js';
 import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
@@ -155,6 +156,7 @@ export const grpoStage: TrainingStage = {
     const offset = all.slice(0, ctx.dist.rank).reduce((n, x) => n + x.rewards.length, 0);
     // Same gathered data on every rank → the same decision: a null-rate stop ends all ranks together.
     const judge = ctx.checkJudgeHealth(rewards, `GRPO step ${ctx.stageStep + 1}`);
+    const juryMembers = addMemberSummaries(rewards.map((x) => x.judges));
     // A completion the judge gave no readable verdict for has no reward: masked from its group's
     // advantages and the loss (lib/train/advantages.ts maskedAdvantages), out of the reward means.
     const masked = rewards.map((x) => x.masked === true);
@@ -224,6 +226,8 @@ export const grpoStage: TrainingStage = {
       completionLength: totalTokens / Math.max(1, totalSequences),
       stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, lengths.length),
       ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),
+      // A jury: each member's health and verdicts met this step (lib/judge/jury.ts).
+      ...(juryMembers && { judges: juryMembers }),
     };
   },
 };
