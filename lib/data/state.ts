@@ -10,7 +10,8 @@
  *   relative to the source root, line, message)
  *
  * Integrity (issue 38 item 6): the file is checked with SQLite's `PRAGMA integrity_check` at open
- * (an 83 MB state: 0.13 s with better-sqlite3 on an idle core, 1.0-1.6 s through libsql on the shared 2-core dev machine under load); a corrupt or non-SQLite file is a
+ * (an 83 MB state: 0.13 s with better-sqlite3 on an idle core, 1.0-1.6 s through libsql on the
+ * shared 2-core dev machine under load); a corrupt or non-SQLite file is a
  * {@link PipelineStateError} naming it, and so is any corruption SQLite reports later. With
  * `{ lock: true }` the state is held exclusively (lib/util/lock.ts: `<state>.lock`, an OS lock
  * released when the process dies); a second process fails at once naming the holder's pid.
