@@ -5,13 +5,14 @@
  * answering garbage: exit 1 with the reason and no report (never a score from failures).
  */
 import { expect } from 'chai';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { loadModel } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
-import { cli, orSkip } from './helpers/run.js';
+import { CLI, cli, orSkip } from './helpers/run.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
 const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
@@ -102,6 +103,38 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect(r.err).to.match(/eval \(no report written\): \d+ of \d+ verdicts are null/);
     expect(existsSync(report)).to.equal(false);
     expect(r.out).to.not.match(/coverage/i);
+  });
+
+  it('killed with SIGKILL mid-judging, the rerun asks no answered judge question again (SQLite cache, seeded plans)', async () => {
+    const items = join(tmp, 'kill-hb.jsonl');
+    expect((await cli(['import', '--format', 'healthbench', '--input', join(FX, 'healthbench'), '--out', items])).code).to.equal(0);
+    let child: ReturnType<typeof spawn> | undefined;
+    let judged = 0;
+    const isItem = (m: string) => m.includes('single criterion');
+    srv = await startFakeLlm({
+      latencyMs: 20,
+      respond: (q) => {
+        if (!isItem(q.body.messages[0]!.content)) return 'Yes';
+        judged++;
+        if (judged === 4 && child) child.kill('SIGKILL'); // dies with this 4th question unanswered
+        return 'Yes';
+      },
+    });
+    const args = ['eval', '--model', dir, '--data', items, ...judgeArgs(), '--judge-concurrency', '1', '--judge-cache', join(tmp, 'kill.sqlite')];
+    const code = await new Promise<number | null>((res) => {
+      child = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
+      child.on('close', (c, sig) => res(sig === 'SIGKILL' ? -9 : c));
+    });
+    expect(code).to.equal(-9);
+    const first = srv.log.filter((e) => isItem(e.body.messages[0]!.content)).slice(0, 3).map((e) => e.key);
+    const before = srv.log.length;
+    const report = join(tmp, 'kill.json');
+    const r = await cli([...args, '--report', report]);
+    expect(r.code, r.err).to.equal(0);
+    const again = srv.log.slice(before).filter((e) => isItem(e.body.messages[0]!.content)).map((e) => e.key);
+    expect(again.filter((k) => first.includes(k))).to.deep.equal([]);
+    expect(again).to.have.length(5 - 3);
+    expect(JSON.parse(readFileSync(report, 'utf8')).verdicts).to.equal(5);
   });
 
   it('--suite: benchmarks × models → one row per model, one column per benchmark, the average with CIs, the table in report.html', async () => {
