@@ -246,17 +246,22 @@ export function formatPlan(p: MemoryPlan): string {
  * rollout (`--judge-overlap on` → `--judge-overlap off`): the same rewards, judged after the rollout.
  */
 export function flagsThatFit(x: PlanInputs): string {
-  let y: PlanInputs = { ...x, recompute: true, opsd: { ...x.opsd, microBatch: 1 }, grpo: { ...x.grpo, microBatch: 1 }, pinned: {} };
+  const advised = STAGES.values().flatMap((st) => (st.memory.advice ? [st.memory.advice] : []));
+  let y: PlanInputs = Object.assign({ ...x, recompute: true, pinned: {} }, ...advised.map((a) => a.smallest(x)));
   for (let i = 0; i < 12; i++) {
     for (const merge of x.mergeAdapter === true ? [true, false] : [x.mergeAdapter]) {
       for (const overlap of x.judgeOverlap === true ? [true, false] : [x.judgeOverlap]) {
         if (!planMemory({ ...y, mergeAdapter: merge, judgeOverlap: overlap }).fits) continue;
-        return [`--max-new-tokens ${y.maxNewTokens}`, `--recompute`, `--grpo-micro-batch 1`, `--opsd-micro-batch 1`, `--questions-per-step ${y.grpo.questionsPerStep}`, `--opsd-batch-size ${y.opsd.batchSize}`, ...(merge !== x.mergeAdapter ? ['--merge-adapter off'] : []), ...(overlap !== x.judgeOverlap ? ['--judge-overlap off'] : [])].join(' ');
+        return [`--max-new-tokens ${y.maxNewTokens}`, `--recompute`, ...advised.flatMap((a) => a.flags(y)), ...(merge !== x.mergeAdapter ? ['--merge-adapter off'] : []), ...(overlap !== x.judgeOverlap ? ['--judge-overlap off'] : [])].join(' ');
       }
     }
     if (y.maxNewTokens > 64) y = { ...y, maxNewTokens: Math.floor(y.maxNewTokens / 2) };
-    else if (y.grpo.questionsPerStep > 1 || y.opsd.batchSize > 1) y = { ...y, grpo: { ...y.grpo, questionsPerStep: Math.max(1, Math.floor(y.grpo.questionsPerStep / 2)) }, opsd: { ...y.opsd, batchSize: Math.max(1, Math.floor(y.opsd.batchSize / 2)) } };
-    else break;
+    else {
+      // Each stage's step size halved (those above 1); none left to halve: nothing fits.
+      const cuts = advised.map((a) => a.shrink(y)).filter((c) => c !== undefined);
+      if (!cuts.length) break;
+      y = Object.assign({ ...y }, ...cuts);
+    }
   }
   return '';
 }

@@ -21,7 +21,7 @@ import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
 import type { AdvantageFn } from './advantages.js';
-import { stageOf, type StageContext, type StepPhase, type StepResult } from './stages/index.js';
+import { stageOf, type TrainingStage, type StageContext, type StepPhase, type StepResult } from './stages/index.js';
 import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
@@ -154,6 +154,19 @@ interface PendingStep {
   show: (phases: Record<string, number>) => void;
   /** After the flush (the run's last step: the stage's progress display is stopped). */
   after?: () => void;
+}
+
+/** A stage in flight (Trainer.run → startStage, then runStep per step). */
+interface StageRun {
+  stage: Stage;
+  impl: TrainingStage;
+  /** Steps of the stage. */
+  total: number;
+  /** Its row of the run summary. */
+  rec: TrainSummary['stages'][number];
+  progress: { update(step: number, text: string): void; stop(): void };
+  /** Non-finite steps in a row. */
+  nonFinite: number;
 }
 
 /** Checks the run dir is writable before any compute; throws naming it. */
@@ -474,173 +487,225 @@ export class Trainer {
 
   /** Runs the remaining stages; resolves with the summary (interrupted = stopped by a signal). */
   async run(): Promise<TrainSummary> {
-    const { backend } = this.deps;
     for (; this.state.stageIndex < this.cfg.stages.length; this.state.stageIndex++) {
-      const stage = this.cfg.stages[this.state.stageIndex]!;
-      const impl = stageOf(stage);
-      const total = impl.steps(this.cfg);
-      const fresh = this.state.stageStep === 0 && !this.state.stageDone;
-      backend.resetOptimizer(impl.lr(this.cfg), total);
-      if (fresh) impl.begin?.(this.ctx);
-      let rec = this.summary.find((r) => r.index === this.state.stageIndex);
-      if (!rec) {
-        rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
-        this.summary.push(rec);
+      const s = this.startStage();
+      while (!this.state.stageDone && this.state.stageStep < s.total) {
+        const interrupted = await this.runStep(s);
+        if (interrupted) return interrupted;
       }
-      if (total === 0 && fresh && this.dist.isMain) this.log(`[${stage}] 0 steps: stage skipped`);
-      const ps = this.cfg.log.profileStep ?? 0;
-      if (ps > total && total > 0 && this.state.stageStep < total && this.dist.isMain) this.log(`[${stage}] --profile-step ${ps}: beyond this stage's ${total} steps, nothing profiled in it`);
-      const progress = this.dist.isMain ? new Progress(stage, total, this.state.stageStep) : { update: () => {}, stop: () => {} };
-      let nonFinite = 0;
-      while (!this.state.stageDone && this.state.stageStep < total) {
-        // Step seconds from here to the end of the optimizer step, plus the checkpoint after it
-        // (flushStep); validation is not in them (its line carries its own seconds).
-        const t0 = performance.now();
-        const step = this.state.stageStep;
-        // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
-        backend.seedStep(this.dropoutSeed());
-        let lr = NaN;
-        this.phases = Object.fromEntries(stepPhases(impl, this.dist.worldSize).map((k) => [k, 0]));
-        this.stepProfiles = this.cfg.log.profileStep === step + 1 && this.profilable(stage) ? {} : undefined;
-        const cursorBefore = { ...this.state.cursor };
-        let m: StepResult;
-        try {
-          // Data parallel: a step's rank-local phases end in allRanks(), so a failure on one rank
-          // (judge, OOM, a backend error) makes every rank throw here at the same step.
-          m = await impl.step(this.ctx);
-        } catch (e) {
-          this.endJudging();
-          // Nothing of this step is kept: the checkpoint is the state before it, so --resume redoes it.
-          this.state.cursor = cursorBefore;
-          backend.zeroGrad();
-          progress.stop();
-          if (this.stopRequested && isPapergymError(e, ErrorCode.ABORT)) {
-            // Ctrl-C while the step waited on the judge: an interrupted run, not a failure.
-            this.log(`[${stage}] step ${step + 1}: stopped while judging; writing a checkpoint of the state before it (--resume redoes the step)`);
-            await this.checkpoint();
-            return this.finish(true);
-          }
-          throw await this.stopWithCheckpoint(e, `[${stage}] step ${step + 1}`);
-        }
-        this.endJudging();
-        let gradNorm = NaN;
-        let skipped = false;
-        if (!Number.isFinite(m.loss)) {
-          skipped = true;
-        } else {
-          // Data parallel: sum the ranks' LoRA grads (each already a share of the global mean).
-          if (this.dist.worldSize > 1) await this.timed('allreduce', () => this.dist.reduceGradients(m.gradScale ?? 1));
-          const r = await this.timed('optimizer', () => backend.optimizerStep(this.cfg.optim.maxGradNorm));
-          gradNorm = r.gradNorm;
-          lr = r.lr;
-          if (r.skipped || !Number.isFinite(gradNorm)) skipped = true;
-        }
-        let fatal = false;
-        if (skipped) {
-          backend.zeroGrad();
-          nonFinite += 1;
-          this.log(`[${stage}] step ${step}: non-finite loss or gradient (loss ${m.loss}, grad norm ${gradNorm}); step skipped`);
-          fatal = nonFinite >= MAX_CONSECUTIVE_NONFINITE;
-        } else {
-          nonFinite = 0;
-        }
-        const secs = (performance.now() - t0) / 1000;
-        const { gradScale: _gs, ...mOut } = m;
-        const distStats = this.dist.worldSize > 1 ? { worldSize: this.dist.worldSize, ...this.dist.takeReduceStats(), stepSecondsPerRank: await this.dist.allGather(secs) } : {};
-        const phaseSeconds = { ...this.phases };
-        // `host`: the rest of the step (prompt building, advantages, bookkeeping), so the phases add up to stepSeconds.
-        phaseSeconds.host = Math.max(0, secs - Object.values(phaseSeconds).reduce((a, b) => a + b, 0));
-        const record = {
-          ...mOut,
-          ...distStats,
-          stage,
-          step: step + 1,
-          globalStep: this.state.globalStep + 1,
-          lr,
-          gradNorm,
-          skipped,
-          // Wall seconds of the step including the checkpoint written after it (added at the flush).
-          stepSeconds: secs,
-          tokensPerSecond: m.completionTokens / secs,
-          phaseSeconds,
-          memory: backend.memory(),
-        };
-        if (this.stepProfiles) {
-          this.writeStepProfile(stage, step + 1, phaseSeconds);
-          this.stepProfiles = undefined;
-        }
-        const health = m.judge as JudgeHealth | undefined;
-        const show = (phases: Record<string, number>) => {
-          if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === total || fatal) progress.update(step + 1, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}`);
-        };
-        this.pending = { record, extra: [], show };
-        if (fatal) {
-          // The checkpoint is the state before this step (its cursor consumed), as before; the
-          // step's line is written with it.
-          await this.checkpoint();
-          progress.stop();
-          throw new Error(`${stage}: ${nonFinite} consecutive non-finite steps; stopped (checkpoint written)`);
-        }
-        impl.afterStep?.(this.ctx, skipped);
-        this.state.stageStep += 1;
-        this.state.globalStep += 1;
-        if (Number.isNaN(rec.firstLoss)) rec.firstLoss = m.loss;
-        rec.lastLoss = m.loss;
-        if (typeof m.rewardMean === 'number') rec.lastReward = m.rewardMean as number;
-        rec.steps = this.state.stageStep;
-
-        let saved = false;
-        if (this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length) {
-          let score: number;
-          const tv = performance.now();
-          try {
-            score = await this.validate();
-          } catch (e) {
-            // The checkpoint of stopWithCheckpoint writes this step's line (and progress line) first.
-            const stopped = await this.stopWithCheckpoint(e, `[${stage}] validation after step ${this.state.stageStep}`);
-            progress.stop();
-            throw stopped;
-          }
-          this.state.validation.push({ step: this.state.stageStep, score });
-          rec.bestValidation = Math.max(rec.bestValidation ?? -Infinity, score);
-          this.pending.extra.push({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score, validationSeconds: (performance.now() - tv) / 1000 });
-          const K = impl.earlyStopPatience?.(this.cfg) ?? 0;
-          if (K > 0 && this.fellKTimes(K)) {
-            this.log(`[${stage}] validation fell ${K} times in a row; ending ${stage.toUpperCase()} at step ${this.state.stageStep}`);
-            this.state.stageDone = true;
-            rec.stoppedEarly = true;
-            this.pending.extra.push({ stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
-          }
-        }
-        // The run's last step: its checkpoint is the final one written after the stage loop (one
-        // checkpoint of this step, not two), and the step's lines wait for it.
-        const runEnds = (this.state.stageDone || this.state.stageStep >= total) && this.state.stageIndex === this.cfg.stages.length - 1;
-        if (!runEnds && this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
-          await this.checkpoint();
-          saved = true;
-        }
-        // Every rank stops at the same step (a signal may reach the ranks at different times).
-        if (this.dist.worldSize > 1 && (await this.dist.allGather(this.stopRequested)).some(Boolean)) this.stopRequested = true;
-        if (this.stopRequested) {
-          if (!saved) await this.checkpoint();
-          progress.stop();
-          return this.finish(true);
-        }
-        if (runEnds && this.pending) this.pending.after = () => progress.stop();
-        else this.flushStep();
-      }
-      // The run's last step is still pending: its progress display stops after the final checkpoint.
-      if (!this.pending) progress.stop();
-      // Stage end: the next stage starts fresh.
-      this.state.stageStep = 0;
-      this.state.stageDone = false;
-      this.state.validation = [];
+      this.endStage(s);
       if (this.state.stageIndex === this.cfg.stages.length - 1) break;
     }
     this.state.stageIndex = this.cfg.stages.length;
     await this.checkpoint();
     if (this.dist.isMain) await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
     return this.finish(false);
+  }
+
+  /** The stage at stageIndex starts (or resumes): a fresh AdamW, its `begin` on a fresh start, its summary row, its progress display. */
+  private startStage(): StageRun {
+    const stage = this.cfg.stages[this.state.stageIndex]!;
+    const impl = stageOf(stage);
+    const total = impl.steps(this.cfg);
+    const fresh = this.state.stageStep === 0 && !this.state.stageDone;
+    this.deps.backend.resetOptimizer(impl.lr(this.cfg), total);
+    if (fresh) impl.begin?.(this.ctx);
+    let rec = this.summary.find((r) => r.index === this.state.stageIndex);
+    if (!rec) {
+      rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
+      this.summary.push(rec);
+    }
+    if (total === 0 && fresh && this.dist.isMain) this.log(`[${stage}] 0 steps: stage skipped`);
+    const ps = this.cfg.log.profileStep ?? 0;
+    if (ps > total && total > 0 && this.state.stageStep < total && this.dist.isMain) this.log(`[${stage}] --profile-step ${ps}: beyond this stage's ${total} steps, nothing profiled in it`);
+    const progress = this.dist.isMain ? new Progress(stage, total, this.state.stageStep) : { update: () => {}, stop: () => {} };
+    return { stage, impl, total, rec, progress, nonFinite: 0 };
+  }
+
+  /** Stage end: its progress display stops (the run's last step still pending: after the final checkpoint); the next stage starts fresh. */
+  private endStage(s: StageRun): void {
+    if (!this.pending) s.progress.stop();
+    this.state.stageStep = 0;
+    this.state.stageDone = false;
+    this.state.validation = [];
+  }
+
+  /**
+   * One step of the stage in flight: the stage's step, the update, the step's lines, validation and
+   * the checkpoint after it. Resolves with the summary when a stop request ended the run, else undefined.
+   */
+  private async runStep(s: StageRun): Promise<TrainSummary | undefined> {
+    // Step seconds from here to the end of the optimizer step, plus the checkpoint after it
+    // (flushStep); validation is not in them (its line carries its own seconds).
+    const t0 = performance.now();
+    const step = this.state.stageStep;
+    // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
+    this.deps.backend.seedStep(this.dropoutSeed());
+    this.phases = Object.fromEntries(stepPhases(s.impl, this.dist.worldSize).map((k) => [k, 0]));
+    this.stepProfiles = this.cfg.log.profileStep === step + 1 && this.profilable(s.stage) ? {} : undefined;
+    const m = await this.stepOfStage(s, step);
+    if (!m) return this.finish(true);
+    const u = await this.applyUpdate(s, step, m);
+    await this.recordStep(s, step, m, u, (performance.now() - t0) / 1000);
+    if (u.fatal) {
+      // The checkpoint is the state before this step (its cursor consumed), as before; the
+      // step's line is written with it.
+      await this.checkpoint();
+      s.progress.stop();
+      throw new Error(`${s.stage}: ${s.nonFinite} consecutive non-finite steps; stopped (checkpoint written)`);
+    }
+    s.impl.afterStep?.(this.ctx, u.skipped);
+    this.state.stageStep += 1;
+    this.state.globalStep += 1;
+    if (Number.isNaN(s.rec.firstLoss)) s.rec.firstLoss = m.loss;
+    s.rec.lastLoss = m.loss;
+    if (typeof m.rewardMean === 'number') s.rec.lastReward = m.rewardMean as number;
+    s.rec.steps = this.state.stageStep;
+    await this.validateAfterStep(s);
+    return this.checkpointAfterStep(s);
+  }
+
+  /**
+   * The stage's step. On a failure nothing of the step is kept (the cursor goes back; the checkpoint
+   * is the state before it, so --resume redoes it) and the run stops with a checkpoint; a stop request
+   * that aborted the judge writes that checkpoint and resolves undefined (an interrupted run).
+   */
+  private async stepOfStage(s: StageRun, step: number): Promise<StepResult | undefined> {
+    const cursorBefore = { ...this.state.cursor };
+    try {
+      // Data parallel: a step's rank-local phases end in allRanks(), so a failure on one rank
+      // (judge, OOM, a backend error) makes every rank throw here at the same step.
+      const m = await s.impl.step(this.ctx);
+      this.endJudging();
+      return m;
+    } catch (e) {
+      this.endJudging();
+      this.state.cursor = cursorBefore;
+      this.deps.backend.zeroGrad();
+      s.progress.stop();
+      if (this.stopRequested && isPapergymError(e, ErrorCode.ABORT)) {
+        // Ctrl-C while the step waited on the judge: an interrupted run, not a failure.
+        this.log(`[${s.stage}] step ${step + 1}: stopped while judging; writing a checkpoint of the state before it (--resume redoes the step)`);
+        await this.checkpoint();
+        return undefined;
+      }
+      throw await this.stopWithCheckpoint(e, `[${s.stage}] step ${step + 1}`);
+    }
+  }
+
+  /**
+   * The update of a step: the ranks' gradients summed (data parallel), clipping and AdamW; a
+   * non-finite loss or gradient skips it (zeroed), and MAX_CONSECUTIVE_NONFINITE skips in a row are fatal.
+   */
+  private async applyUpdate(s: StageRun, step: number, m: StepResult): Promise<{ skipped: boolean; fatal: boolean; gradNorm: number; lr: number }> {
+    const { backend } = this.deps;
+    let gradNorm = NaN;
+    let lr = NaN;
+    let skipped = false;
+    if (!Number.isFinite(m.loss)) {
+      skipped = true;
+    } else {
+      // Data parallel: sum the ranks' LoRA grads (each already a share of the global mean).
+      if (this.dist.worldSize > 1) await this.timed('allreduce', () => this.dist.reduceGradients(m.gradScale ?? 1));
+      const r = await this.timed('optimizer', () => backend.optimizerStep(this.cfg.optim.maxGradNorm));
+      gradNorm = r.gradNorm;
+      lr = r.lr;
+      if (r.skipped || !Number.isFinite(gradNorm)) skipped = true;
+    }
+    let fatal = false;
+    if (skipped) {
+      backend.zeroGrad();
+      s.nonFinite += 1;
+      this.log(`[${s.stage}] step ${step}: non-finite loss or gradient (loss ${m.loss}, grad norm ${gradNorm}); step skipped`);
+      fatal = s.nonFinite >= MAX_CONSECUTIVE_NONFINITE;
+    } else {
+      s.nonFinite = 0;
+    }
+    return { skipped, fatal, gradNorm, lr };
+  }
+
+  /** The step's metrics line and progress line, held as pending until its checkpoint (if any) is timed; the kernel profile when it is the profiled step. */
+  private async recordStep(s: StageRun, step: number, m: StepResult, u: { skipped: boolean; fatal: boolean; gradNorm: number; lr: number }, secs: number): Promise<void> {
+    const { gradScale: _gs, ...mOut } = m;
+    const distStats = this.dist.worldSize > 1 ? { worldSize: this.dist.worldSize, ...this.dist.takeReduceStats(), stepSecondsPerRank: await this.dist.allGather(secs) } : {};
+    const phaseSeconds = { ...this.phases };
+    // `host`: the rest of the step (prompt building, advantages, bookkeeping), so the phases add up to stepSeconds.
+    phaseSeconds.host = Math.max(0, secs - Object.values(phaseSeconds).reduce((a, b) => a + b, 0));
+    const record = {
+      ...mOut,
+      ...distStats,
+      stage: s.stage,
+      step: step + 1,
+      globalStep: this.state.globalStep + 1,
+      lr: u.lr,
+      gradNorm: u.gradNorm,
+      skipped: u.skipped,
+      // Wall seconds of the step including the checkpoint written after it (added at the flush).
+      stepSeconds: secs,
+      tokensPerSecond: m.completionTokens / secs,
+      phaseSeconds,
+      memory: this.deps.backend.memory(),
+    };
+    if (this.stepProfiles) {
+      this.writeStepProfile(s.stage, step + 1, phaseSeconds);
+      this.stepProfiles = undefined;
+    }
+    const health = m.judge as JudgeHealth | undefined;
+    const show = (phases: Record<string, number>) => {
+      if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === s.total || u.fatal) s.progress.update(step + 1, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}`);
+    };
+    this.pending = { record, extra: [], show };
+  }
+
+  /** Validation every `validation.every` steps (its line joins the step's), and the stage's early stop after K falls in a row. */
+  private async validateAfterStep(s: StageRun): Promise<void> {
+    if (!(this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length)) return;
+    let score: number;
+    const tv = performance.now();
+    try {
+      score = await this.validate();
+    } catch (e) {
+      // The checkpoint of stopWithCheckpoint writes this step's line (and progress line) first.
+      const stopped = await this.stopWithCheckpoint(e, `[${s.stage}] validation after step ${this.state.stageStep}`);
+      s.progress.stop();
+      throw stopped;
+    }
+    this.state.validation.push({ step: this.state.stageStep, score });
+    s.rec.bestValidation = Math.max(s.rec.bestValidation ?? -Infinity, score);
+    this.pending!.extra.push({ stage: s.stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score, validationSeconds: (performance.now() - tv) / 1000 });
+    const K = s.impl.earlyStopPatience?.(this.cfg) ?? 0;
+    if (K > 0 && this.fellKTimes(K)) {
+      this.log(`[${s.stage}] validation fell ${K} times in a row; ending ${s.stage.toUpperCase()} at step ${this.state.stageStep}`);
+      this.state.stageDone = true;
+      s.rec.stoppedEarly = true;
+      this.pending!.extra.push({ stage: s.stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
+    }
+  }
+
+  /**
+   * The checkpoint every `checkpoint.every` steps (the run's last step waits for the final one), the
+   * ranks' agreement on a stop request (then a checkpoint and the interrupted summary), and the
+   * step's lines written. Resolves with the summary when the run stops here.
+   */
+  private async checkpointAfterStep(s: StageRun): Promise<TrainSummary | undefined> {
+    let saved = false;
+    // The run's last step: its checkpoint is the final one written after the stage loop (one
+    // checkpoint of this step, not two), and the step's lines wait for it.
+    const runEnds = (this.state.stageDone || this.state.stageStep >= s.total) && this.state.stageIndex === this.cfg.stages.length - 1;
+    if (!runEnds && this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
+      await this.checkpoint();
+      saved = true;
+    }
+    // Every rank stops at the same step (a signal may reach the ranks at different times).
+    if (this.dist.worldSize > 1 && (await this.dist.allGather(this.stopRequested)).some(Boolean)) this.stopRequested = true;
+    if (this.stopRequested) {
+      if (!saved) await this.checkpoint();
+      s.progress.stop();
+      return this.finish(true);
+    }
+    if (runEnds && this.pending) this.pending.after = () => s.progress.stop();
+    else this.flushStep();
+    return undefined;
   }
 
   /**

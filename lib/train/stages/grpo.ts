@@ -37,6 +37,11 @@ export const grpoStage: TrainingStage = {
       fits: (x, rows, t, limit) => x.grpo.betaKl <= 0 || t.R + rows * t.Ls * t.fwd <= limit,
     },
     judgedRollout: 'rollout-grpo',
+    advice: {
+      smallest: (x) => ({ grpo: { ...x.grpo, microBatch: 1 } }),
+      shrink: (x) => (x.grpo.questionsPerStep > 1 ? { grpo: { ...x.grpo, questionsPerStep: Math.floor(x.grpo.questionsPerStep / 2) } } : undefined),
+      flags: (x) => ['--grpo-micro-batch 1', `--questions-per-step ${x.grpo.questionsPerStep}`],
+    },
     phases(x, st, t) {
       const out: ReturnType<TrainingStage['memory']['phases']> = {};
       const G = x.grpo.groupSize, Q = x.grpo.questionsPerStep;

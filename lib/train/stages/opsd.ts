@@ -26,6 +26,11 @@ export const opsdStage: TrainingStage = {
     adapterSnapshots: (x) => (x.opsd.teacher === 'ema' ? 1 : 0),
     microBatch: { setting: 'opsdMicroBatch', configured: (x) => x.opsd.microBatch, updateBytes: opsdUpdateBytes },
     rollout: { maxRows: (x) => x.opsd.batchSize, unit: () => 1 },
+    advice: {
+      smallest: (x) => ({ opsd: { ...x.opsd, microBatch: 1 } }),
+      shrink: (x) => (x.opsd.batchSize > 1 ? { opsd: { ...x.opsd, batchSize: Math.floor(x.opsd.batchSize / 2) } } : undefined),
+      flags: (x) => ['--opsd-micro-batch 1', `--opsd-batch-size ${x.opsd.batchSize}`],
+    },
     phases(x, st, t) {
       const rows = Math.min(st.rolloutRows, x.opsd.batchSize);
       return {

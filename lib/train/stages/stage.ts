@@ -107,6 +107,11 @@ export interface StageMemory {
   rollout?: { maxRows(x: PlanInputs): number; unit(x: PlanInputs): number; fits?(x: PlanInputs, rows: number, t: MemoryTerms, limit: number): boolean };
   /** The phase the stage's rollouts are judged beside (grpo.judgeOverlap): the local judge's memory is planned with it. */
   judgedRollout?: PlanPhase;
+  /**
+   * For the out-of-memory advice (memory-plan.ts flagsThatFit): the stage's smallest update
+   * setting, one halving of its step's size (undefined at 1) and the flags that give `x`'s values.
+   */
+  advice?: { smallest(x: PlanInputs): Partial<PlanInputs>; shrink(x: PlanInputs): Partial<PlanInputs> | undefined; flags(x: PlanInputs): string[] };
 }
 
 /**
