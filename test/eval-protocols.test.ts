@@ -7,6 +7,9 @@
 import { expect } from 'chai';
 import { getProtocol, parseLevels, PROTOCOLS, scoreRows, type ProtocolRow } from '../lib/eval/protocols/index.js';
 import { computeReward } from '../lib/judge/rewards.js';
+import { runBenchmark } from '../lib/eval/protocols/run.js';
+import { emptyStats, type Judge } from '../lib/judge/types.js';
+import type { BenchmarkItem } from '../lib/task/types.js';
 
 const row = (q: string, itemId: string, met: boolean | null, extra: Partial<ProtocolRow> = {}): ProtocolRow => ({ questionId: q, sample: 0, itemId, kind: 'spec', met, ...extra });
 const near = (a: number | undefined, b: number) => expect(a).to.be.closeTo(b, 1e-12);
@@ -105,5 +108,29 @@ describe('benchmark scoring protocols', () => {
     expect(a.score).to.deep.equal(b.score);
     expect(a.score!.lo).to.be.below(a.score!.score);
     expect(a.score!.hi).to.be.above(a.score!.score);
+  });
+  it('runBenchmark: rows keep weights, axes, tags and a jury\'s member verdicts; the chat prompt is sent as published', async () => {
+    const item: BenchmarkItem = {
+      id: 'hb', format: 'healthbench', question: 'user: Hi', messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Hi' }],
+      rubric: [{ id: 'r1', text: 'Greets back', weight: 3, axis: 'completeness', tags: ['axis:completeness'] }, { id: 'r2', text: 'Is rude', weight: -2 }],
+      tags: ['theme:x'], source: { dataset: 'healthbench', file: 'f', row: 1 },
+    };
+    const prompts: unknown[] = [];
+    const judge: Judge = {
+      name: 'jury-like',
+      stats: emptyStats,
+      judge: async (reqs) => reqs.map((r) => r.items.map((it) => ({ itemId: it.id, met: it.id === 'r1', members: [{ judge: 'a', met: it.id === 'r1' }, { judge: 'b', met: true }] }))),
+    };
+    const { rows, plans } = await runBenchmark({
+      items: [item], protocol: getProtocol('healthbench'), judge,
+      generator: { generate: async (qs) => { prompts.push(...qs); return qs.map(() => [{ text: 'Hello!' }]); } },
+    });
+    expect(prompts).to.deep.equal([item.messages]);
+    expect(plans).to.deep.equal([{ questionId: 'hb', sample: 0, plan: 'Hello!', finishReason: undefined }]);
+    expect(rows).to.deep.equal([
+      { protocol: 'healthbench', questionId: 'hb', sample: 0, itemId: 'r1', kind: 'spec', met: true, weight: 3, axis: 'completeness', tags: ['axis:completeness', 'theme:x'], judges: { a: true, b: true } },
+      { protocol: 'healthbench', questionId: 'hb', sample: 0, itemId: 'r2', kind: 'spec', met: false, weight: -2, tags: ['theme:x'], judges: { a: false, b: true } },
+    ]);
+    near(scoreRows(getProtocol('healthbench'), rows, { resamples: 0 }).score!.score, 1);
   });
 });

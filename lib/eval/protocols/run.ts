@@ -144,6 +144,8 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
           if (v.prob !== undefined) row.prob = v.prob;
           if (v.refused) row.refused = true;
           if (v.error) row.error = true;
+          // A jury's members, as lib/eval/run.ts keeps them (the rows' judge agreement).
+          if (v.members) row.judges = Object.fromEntries(v.members.map((m) => [m.judge, m.met]));
           if (o.keepRaw && v.raw !== undefined) row.raw = v.raw;
         });
         if (p.verdict === 'levels' && rows.some((r) => r.skipped)) for (const r of rows) r.skipped = true;
