@@ -62,7 +62,7 @@ describe('leakage of imported datasets', function () {
 
   it('a judge whose calls mostly fail: exit 1 with the reason, no rate printed', async () => {
     srv = await startFakeLlm({ fault: () => ({ kind: 'status', status: 400, body: '{"error":"bad model"}' }) });
-    const r = await cli(['leakage', '--data', files.rar!, '--llm', srv.url, '--model', 'judge', '--state', join(tmp, 'fail.sqlite'), '--progress', 'none']);
+    const r = await cli(['leakage', '--data', files.rar!, '--llm', srv.url, '--model', 'judge', '--state', join(tmp, 'fail.sqlite'), '--progress', 'none', '--judge-concurrency', '2']);
     expect(r.code).to.equal(1);
     expect(r.err).to.match(/leakage: .*rar\.jsonl: 6 of 6 judge calls failed \(100% > 50%\); no leakage rate reported/);
     expect(r.out).to.not.match(/judge leakage overall/);

@@ -286,7 +286,7 @@ export const LEAKAGE_OPTIONS: readonly Setting[] = [
   { key: 'threshold', flag: 'threshold', type: 'number', min: 0, max: 1, default: 0.6, meaning: 'Lexical-overlap threshold of the proxy', source: 'papergym-native (lib/data/leakage.ts)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the full per-item report as JSON', source: 'papergym-native' },
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the report as JSON', source: 'papergym-native' },
-  { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max judge requests in flight', source: 'vLLM benchmark --max-concurrency' },
+  { key: 'concurrency', flag: 'concurrency', type: 'integer', min: 1, default: 8, meaning: 'Max judge requests in flight (also --judge-concurrency, as eval and compare)', source: 'vLLM benchmark --max-concurrency', alias: 'judge-concurrency' },
   { key: 'timeout', flag: 'timeout', type: 'number', min: 0, exclusiveMin: true, default: 120, meaning: 'Per-request timeout in seconds', source: 'OpenAI client timeout' },
   { key: 'strict', flag: 'strict', type: 'boolean', default: false, meaning: 'Fail on invalid dataset rows instead of skipping them', source: 'papergym-native (docs/data.md)' },
   { key: 'progress', flag: 'progress', type: 'enum', choices: ['auto', 'plain', 'none'], default: 'auto', meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none', source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS' },
