@@ -13,3 +13,6 @@ export { runProbe, attackPlan, formatProbe, ATTACKS, DEFAULT_ATTACKS, type Attac
 export { JUDGE_BACKENDS, judgeBackend, judgeSharesPolicyWeights, judgeLabel, checkJudge, openJudge, httpJudgeFromConfig, localJudgeOptionsFromConfig, type JudgeBackend, type JudgeOpenContext } from './backends/index.js';
 export { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from '../config/judge.js';
 export { yesProbabilityFromChatLogprobs, yesProbabilityAt, type ChatYesProbability } from './logprobs.js';
+export { tokenText } from './logprobs.js';
+export { JuryJudge, aggregateVerdicts, agreementUnitsFromVerdicts, memberHealthOf, JURY_AGGREGATIONS, JURY_FAILURE_RULES, type JuryMember, type JuryOptions, type JuryAggregation, type JuryFailureRule } from './jury.js';
+export { judgeAgreement, formatAgreement, type AgreementReport, type AgreementUnit, type AgreementOptions, type Estimate, type GroupAgreement, type PairAgreement, type LabelAgreement } from './agreement.js';
