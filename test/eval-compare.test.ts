@@ -143,6 +143,8 @@ describe('compare: N-way win rates', function () {
     const again = srv.log.slice(before).filter((e) => isJudge(e.body.messages[0]!.content)).map((e) => e.key);
     expect(again.filter((k) => first.includes(k))).to.deep.equal([]);
     expect(again).to.have.length(18 - 4);
+    // the plain progress lines count the cached answers and the live calls
+    expect(r.err).to.match(/compare: 18\/18 judgements \| calls 18 done \(4 cached\), 0 in flight/);
     expect(JSON.parse(readFileSync(report, 'utf8')).judgements).to.equal(18);
   });
 });

@@ -61,6 +61,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     const orders = candidateOrders(systems.length).length;
     process.stderr.write(`compare: ${systems.map((s) => s.name).join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; judge cache ${jc.cache}\n`);
     const progress = new Progress({ label: 'compare', unit: 'judgements', total: questions.length * orders, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judge.load() });
+    judge.observer = progress;
     try {
       const js = await handleInterrupt('compare', (signal) => compareSystems({ questions, systems, judge, keepRaw: argv.keepRaw, maxTokens: jc.maxTokens ?? undefined, signal, onJudgement: (_j, cached) => progress.tick(cached) }), () => `every judge answer so far is cached in ${jc.cache}`);
       progress.stop();

@@ -230,6 +230,7 @@ async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem
   const progress = new Progress({ label, unit: 'plans', total: items.length * argv.samples, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 } });
   try {
     judges = await openProtocolJudges(p, jc, policy);
+    if (judges.chatJudge) judges.chatJudge.observer = progress;
     const res = await handleInterrupt('eval', (signal) => runBenchmark({
       items, protocol: p, judge: judges!.judge, chatJudge: judges!.chatJudge, general,
       generator: policyPlanGenerator(policy, { temperature: argv.temperature, topP: argv.topP, topK: argv.topK, maxNewTokens: argv.maxNewTokens, enableThinking: argv.thinking }),

@@ -28,12 +28,24 @@ export interface ChatJudgeStats {
   completionTokens: number;
 }
 
+/** Observer of a {@link ChatJudge}'s calls (the progress display, lib/data/progress.ts Progress fits it). */
+export interface ChatJudgeObserver {
+  /** A live request started. */
+  callStart(): void;
+  /** A live request ended: answered (with its usage), failed or aborted. */
+  callEnd(r: { promptTokens?: number; completionTokens?: number; failed?: boolean; aborted?: boolean }): void;
+  /** An answer served from the cache. */
+  call(fromCache: boolean): void;
+}
+
 /** Asks an endpoint free-form judge questions, cached and concurrent. */
 export class ChatJudge {
   readonly name: string;
   private readonly client: LlmClient;
   private readonly cache: JudgeCache;
   private readonly counters: ChatJudgeStats = { requests: 0, cacheHits: 0, failures: 0, promptTokens: 0, completionTokens: 0 };
+  /** Told of every call (set by the command for its progress display). */
+  observer?: ChatJudgeObserver;
 
   /**
    * @param c judge settings of kind http (url, model, concurrency, timeoutMs, maxRetries, noThink)
@@ -61,9 +73,11 @@ export class ChatJudge {
     const hit = this.cache.get(key);
     if (hit) {
       this.counters.cacheHits++;
+      this.observer?.call(true);
       return { content: hit.content, cached: true };
     }
     this.counters.requests++;
+    this.observer?.callStart();
     try {
       const r = await this.client.chat({
         messages, temperature: 0, maxTokens: o.maxTokens, signal: o.signal,
@@ -72,16 +86,22 @@ export class ChatJudge {
       this.counters.promptTokens += r.usage.promptTokens ?? 0;
       this.counters.completionTokens += r.usage.completionTokens ?? 0;
       this.cache.set(key, { content: r.content, promptTokens: r.usage.promptTokens ?? 0, completionTokens: r.usage.completionTokens ?? 0 });
+      this.observer?.callEnd({ promptTokens: r.usage.promptTokens, completionTokens: r.usage.completionTokens });
       return { content: r.content, cached: false };
     } catch (e) {
-      if (e instanceof LlmAbortError || o.signal?.aborted) throw e;
+      if (e instanceof LlmAbortError || o.signal?.aborted) {
+        this.observer?.callEnd({ aborted: true });
+        throw e;
+      }
       // An answer cut at max_tokens is still an answer (its verdict line may be there): read it, cache it.
       if (e instanceof LlmLengthError) {
         this.counters.promptTokens += e.usage.promptTokens ?? 0;
         this.counters.completionTokens += e.usage.completionTokens ?? 0;
         this.cache.set(key, { content: e.content, promptTokens: e.usage.promptTokens ?? 0, completionTokens: e.usage.completionTokens ?? 0 });
+        this.observer?.callEnd({ promptTokens: e.usage.promptTokens, completionTokens: e.usage.completionTokens });
         return { content: e.content, cached: false };
       }
+      this.observer?.callEnd({ failed: true });
       this.counters.failures++;
       return { content: null, error: (e as Error).message, cached: false };
     }
