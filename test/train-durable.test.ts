@@ -127,7 +127,7 @@ describe('train: one process per run dir, resume refuses broken state', function
     }
   });
 
-  it('a resume that fails while loading the checkpoint truncates nothing (metrics.jsonl unchanged)', async () => {
+  it('a resume that fails while loading the checkpoint truncates nothing (metrics.jsonl and config.json unchanged)', async () => {
     const d = copy('bad-adapter');
     const f = join(latestDir(d), 'adapter_model.safetensors');
     writeFileSync(f, Buffer.alloc(statSync(f).size, 0x7b)); // same size, not a safetensors file
@@ -135,10 +135,13 @@ describe('train: one process per run dir, resume refuses broken state', function
     const p = join(d, 'metrics.jsonl');
     writeFileSync(p, readFileSync(p, 'utf8') + JSON.stringify({ stage: 'opsd', step: 3, globalStep: 3, loss: 1 }) + '\n');
     const before = readFileSync(p, 'utf8');
+    const cfgBefore = readFileSync(join(d, 'config.json'), 'utf8');
     const r = await cli(['train', '--resume', d, '--grpo-steps', '1']);
     expect(r.code).to.equal(1);
     expect(r.err).to.contain('adapter_model.safetensors');
     expect(readFileSync(p, 'utf8')).to.equal(before);
+    // --grpo-steps 1 changes the run's config: it is written only after the checkpoint loaded.
+    expect(readFileSync(join(d, 'config.json'), 'utf8')).to.equal(cfgBefore);
   });
 
   it('a train killed inside a checkpoint write (PAPERGYM_FAULT) resumes from a complete checkpoint', async () => {

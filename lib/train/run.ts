@@ -346,7 +346,9 @@ async function trainLocked(
     } else if (!resume) {
       // Every resolved value, and where it came from (default, preset, file, flag).
       writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins, ...(planned && { memoryPlan: planned.plan }) }, null, 2));
-    } else {
+    }
+    // On resume, config.json is rewritten only once the checkpoint has loaded (below).
+    const rewriteResumedConfig = () => {
       if (resumeChanged.length) {
         // The values changed on resume (step counts, device, …) replace the old ones, origin `flag`.
         const path = join(runDir, 'config.json');
@@ -360,7 +362,7 @@ async function trainLocked(
         for (const k of resumeChanged) og[k] = 'flag';
         writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og }, null, 2));
       }
-    }
+    };
     log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
     const reportPath = join(runDir, 'report.html');
     // Checkpoint-time reports draw SVG only (rasterising every plot takes ~0.3 s each); the report
@@ -379,9 +381,10 @@ async function trainLocked(
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
     if (resume) {
       await backend.loadState(resume.dir);
-      // Only now, with the checkpoint loaded, are the rows past it dropped (a resume that fails
-      // earlier leaves metrics.jsonl as it was).
+      // Only now, with the checkpoint loaded, are the rows past it dropped and config.json updated
+      // (a resume that fails earlier leaves metrics.jsonl and config.json as they were).
       if (dist.isMain) {
+        rewriteResumedConfig();
         const dropped = truncateMetrics(join(runDir, 'metrics.jsonl'), resume.state.globalStep);
         if (dropped) log(`resume: dropped ${dropped} metrics row(s) written after checkpoint step ${resume.state.globalStep} (they are replayed)`);
       }
