@@ -7,6 +7,9 @@
  */
 import { expect } from 'chai';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { CLI } from './helpers/run.js';
+import { packageRoot } from '../lib/native.js';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { resolveConfig } from '../lib/config/train.js';
@@ -88,6 +91,38 @@ describe('train: the judge bounded by a step deadline, Ctrl-C during judging (fa
       expect(lines.some((l) => /waiting on the judge/.test(l))).to.equal(true);
     } finally {
       judge.close?.();
+      await srv.close();
+    }
+  });
+
+  it('train CLI: Ctrl-C while GRPO waits on a hanging HTTP judge exits within seconds (130) with a checkpoint before the step', async () => {
+    // The start-up check is answered; every judge request after it hangs.
+    const srv = await startFakeLlm({ respond: () => 'Yes', fault: (r) => (r.body.messages.some((m) => m.content.startsWith('Reply with the single word')) ? undefined : { kind: 'hang' }) });
+    const out = join(tmp, 'cli-sigint');
+    try {
+      const args = [CLI, 'train', '--out', out, '--opsd-steps', '0', '--grpo-steps', '2', '--max-new-tokens', '4', '--questions-per-step', '1', '--group-size', '2', '--grpo-micro-batch', '2',
+        '--validate-every', '0', '--checkpoint-every', '0', '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'j', '--judge-timeout-ms', '120000'];
+      const p = spawn(process.execPath, args, { cwd: packageRoot, env: { ...process.env, CI: 'true' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let err = '';
+      p.stderr.on('data', (b: Buffer) => (err += b.toString()));
+      const exited = new Promise<number | null>((r) => p.on('exit', (code) => r(code)));
+      // Wait until the judge holds a request of the first GRPO step.
+      const t0 = Date.now();
+      while (srv.log.filter((e) => !e.body.messages.some((m) => m.content.startsWith('Reply with the single word'))).length === 0) {
+        if (Date.now() - t0 > 200000) throw new Error(`judging never started: ${err}`);
+        if (p.exitCode !== null) throw new Error(`train exited early: ${err}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      const t1 = Date.now();
+      p.kill('SIGINT');
+      const code = await exited;
+      expect(Date.now() - t1, err).to.be.below(10000);
+      expect(code, err).to.equal(130);
+      expect(err).to.contain('stopped while judging');
+      const ck = resolveCheckpoint(out).state;
+      expect(ck.stageStep).to.equal(0); // the state before GRPO step 1: --resume redoes it
+    } finally {
       await srv.close();
     }
   });
