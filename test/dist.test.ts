@@ -227,6 +227,27 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
     }
   });
 
+  it('--questions-per-rank: the global GRPO batch grows with the processes (1 question per rank on 2 ranks = 2 per step on 1 process); config.json records both', async () => {
+    const one = join(tmp, 'per-rank-one');
+    const two = join(tmp, 'per-rank-two');
+    // The whole schedule: the GRPO step after SFT and OPSD has rewards that differ within a group (a gradient).
+    const grpoOnly = ['--config', cfgFile, '--checkpoint-every', '0'];
+    train([...grpoOnly, '--out', one, '--questions-per-step', '2']);
+    train([...grpoOnly, '--out', two, '--questions-per-rank', '1', '--nproc-per-node', '2', '--master-port', String(await freePort())]);
+    const cfg = (run: string) => JSON.parse(readFileSync(join(run, 'config.json'), 'utf8')) as { grpo: { questionsPerStep: number; questionsPerRank: number | null } };
+    assert.deepEqual([cfg(one).grpo.questionsPerStep, cfg(one).grpo.questionsPerRank], [2, null]);
+    assert.deepEqual([cfg(two).grpo.questionsPerStep, cfg(two).grpo.questionsPerRank], [2, 1]);
+    const grpoLine = (run: string) => readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { stage: string; gradNorm: number }).find((l) => l.stage === 'grpo')!;
+    assert.ok(grpoLine(one).gradNorm > 1e-3, 'the GRPO step moved the adapter (the equality is not vacuous)');
+    const d = maxDiff(adapter(join(one, 'final')), adapter(join(two, 'final')));
+    assert.ok(d <= 1e-5, `2 ranks x 1 question differ from 1 process x 2 questions by ${d}`);
+    // On one process the same flag is the whole batch: 1 question per step (another adapter).
+    const solo = join(tmp, 'per-rank-solo');
+    train([...grpoOnly, '--out', solo, '--questions-per-rank', '1']);
+    assert.equal(cfg(solo).grpo.questionsPerStep, 1);
+    assert.ok(maxDiff(adapter(join(one, 'final')), adapter(join(solo, 'final'))) > 1e-5);
+  });
+
   it('Ctrl-C (SIGINT to the launcher) stops both workers at the same step and leaves a checkpoint', async () => {
     const out = join(tmp, 'sigint');
     const p = spawn(process.execPath, [CLI, 'train', '--config', cfgFile, '--stages', 'sft', '--sft-steps', '200', '--checkpoint-every', '0', '--out', out,

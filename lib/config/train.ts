@@ -59,6 +59,8 @@ export interface TrainConfig {
     steps: number;
     lr: number;
     questionsPerStep: number;
+    /** Questions per step per process (TRL's per-device batch): questionsPerStep = this × world size at the run's start; null = questionsPerStep is global. */
+    questionsPerRank: number | null;
     groupSize: number;
     microBatch: number;
     epsLow: number;

@@ -246,6 +246,12 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (r !== 0) o = { ...o, log: (l: string) => rankLog(`[rank ${r}] ${l}`) };
     cfg = { ...cfg, device: joined.device, out: (await dist.allGather(resolve(cfg.out ?? join('runs', timestamp()))))[0]! };
   }
+  // Per-process batch (--questions-per-rank, TRL's per_device_train_batch_size): the global GRPO
+  // batch grows with the processes; set once when the run starts (a resume keeps the saved one).
+  if (!resume && cfg.grpo.questionsPerRank) {
+    cfg = { ...cfg, grpo: { ...cfg.grpo, questionsPerStep: cfg.grpo.questionsPerRank * dist.worldSize } };
+    if (dist.isMain) log(`grpo: ${cfg.grpo.questionsPerRank} questions per process × ${dist.worldSize} process(es) = ${cfg.grpo.questionsPerStep} questions per step (--questions-per-rank)`);
+  }
   try {
     return await trainWithGroup(o, cfg, { resume, resumeChanged, origins }, ds, dataPath, modelDir, dist, (d) => (dist = d));
   } catch (e) {
