@@ -20,7 +20,8 @@ import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { policyPlanGenerator } from '../../lib/eval/backends.js';
-import { formatReport, writeRowsJsonl } from '../../lib/eval/report.js';
+import { formatReport, rowsAgreement, writeRowsJsonl } from '../../lib/eval/report.js';
+import { formatAgreement } from '../../lib/judge/agreement.js';
 import { formatProvenanceReports, reportsByProvenance } from '../../lib/eval/provenance.js';
 import { runEval } from '../../lib/eval/run.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
@@ -204,8 +205,10 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
     const s = scoreRows(p, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
     if (!s.score) throw new JudgeHealthError(`eval (${p.name}): no plan could be scored (${s.skipped} skipped); no score written`);
     const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judgeName, judgeStats: stats, samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
-    if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, meta }, null, 2) + '\n');
-    process.stdout.write(formatProtocolScore(s) + '\n');
+    // A jury: its members' agreement (lib/judge/agreement.ts) in the report and the summary.
+    const agreement = rowsAgreement(rows as never, { resamples: argv.resamples, seed: argv.seed });
+    if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, ...(agreement && { agreement }), meta }, null, 2) + '\n');
+    process.stdout.write(formatProtocolScore(s) + '\n' + (agreement ? formatAgreement(agreement) + '\n' : ''));
   } finally {
     policy.dispose();
   }
