@@ -27,6 +27,8 @@ export interface LeakageArgs {
   out?: string;
   json?: boolean;
   concurrency?: number;
+  /** Same as `concurrency` (the name eval and compare use); wins when both are given. */
+  judgeConcurrency?: number;
   timeout?: number;
   strict?: boolean;
   progress?: 'auto' | 'plain' | 'none';
@@ -51,7 +53,7 @@ export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; str
   let progress: Progress | undefined;
   if (a.llm && a.model) {
     state = new PipelineState(leakageStatePath(a));
-    const client = new LlmClient({ baseUrl: a.llm, model: a.model, concurrency: a.concurrency ?? 8, timeoutMs: (a.timeout ?? 120) * 1000 });
+    const client = new LlmClient({ baseUrl: a.llm, model: a.model, concurrency: a.judgeConcurrency ?? a.concurrency ?? 8, timeoutMs: (a.timeout ?? 120) * 1000 });
     const total = items.reduce((n, it) => n + it.rubric.length, 0);
     progress = new Progress({ label: 'leakage', unit: 'rubric items', total, stream: io.stream, load: () => client.load(), intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
     llm = new CachedLlm(client, state, { temperature: 0, maxTokens: 512, signal: io.signal, progress });
