@@ -13,8 +13,9 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { native, packageRoot } from '../lib/native.js';
-import { readDistEnv, shard } from '../lib/train/dist.js';
+import { readDistEnv, resolveBatches, resumedBatches, shard } from '../lib/train/dist.js';
 import { ensureDefaultModel } from '../lib/train/run.js';
+import { resolveConfig, resolveConfigWithOrigins } from '../lib/config/train.js';
 
 const WORKER = join(packageRoot, 'dist', 'test', 'helpers', 'dist-worker.js');
 const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
@@ -65,6 +66,26 @@ describe('dist: torchrun environment and sharding', () => {
       assert.equal(parts[w - 1]![1], n);
     }
     assert.deepEqual(shard(5, 0, 2), [0, 3]);
+  });
+  it('per-rank batches: global = per rank × world size, recorded per stage; one of the two per stage; a resume keeps the global batch', () => {
+    const cfg = resolveConfig({ flags: { grpo: { questionsPerRank: 3 }, opsd: { batchSizePerRank: 4, microBatch: 2 } } as never });
+    const r = resolveBatches(cfg, 2);
+    assert.equal(cfg.grpo.questionsPerStep, 6);
+    assert.equal(cfg.opsd.batchSize, 8);
+    assert.equal(cfg.sft.batchSize, 2);  // global mode: as given
+    assert.deepEqual(r, { worldSize: 2, stages: { sft: { mode: 'global', global: 2, perRank: 1 }, opsd: { mode: 'per-rank', global: 8, perRank: 4 }, grpo: { mode: 'per-rank', global: 6, perRank: 3 } } });
+    // The preset's global batch gives way to a per-rank flag; a file or flag giving both is an error naming both.
+    assert.equal(resolveConfigWithOrigins({ preset: 'qwen3-1.7b', flags: { grpo: { questionsPerRank: 4 } } as never }).config.grpo.questionsPerRank, 4);
+    // A later layer wins (a global flag over a file's per-rank batch is tested through train below); both on one layer is an error.
+    assert.throws(() => resolveConfig({ flags: { grpo: { questionsPerStep: 8, questionsPerRank: 4 } } as never }), /grpo\.questionsPerStep \(--questions-per-step, the global batch\) and grpo\.questionsPerRank \(--questions-per-rank, the batch per process\) are both given/);
+    assert.throws(() => resolveConfig({ flags: { opsd: { batchSizePerRank: 3, microBatch: 2 } } as never }), /opsd\.batchSizePerRank \(--opsd-batch-size-per-rank\) must be a multiple of opsd\.microBatch/);
+    // Resumed on 3 processes (saved on 2, global 6): the global batch stays 6, 2 per process, said once.
+    const back = resumedBatches(cfg, 3);
+    assert.equal(cfg.grpo.questionsPerStep, 6);
+    assert.deepEqual(back.record.stages.grpo, { mode: 'per-rank', global: 6, perRank: 2 });
+    assert.equal(back.notes.length, 2);
+    assert.match(back.notes.join('\n'), /grpo: the run was started with grpo\.questionsPerRank 3 on 2 process\(es\) \(global batch 6\); resumed on 3, it keeps the global batch 6/);
+    assert.deepEqual(resumedBatches(cfg, 2).notes, []);
   });
 });
 
@@ -200,6 +221,10 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
       assert.ok(Math.abs(m1[i]!.loss! - m2[i]!.loss!) <= 1e-5 * Math.max(1, Math.abs(m1[i]!.loss!)), `step ${i + 1}: loss ${m1[i]!.loss} vs ${m2[i]!.loss}`);
       assert.equal(m2[i]!.worldSize, 2);
       assert.ok(m2[i]!.allReduceBytes! > 0 && m2[i]!.allReduceSeconds! >= 0);
+      // Rank agreement per step: the phase results travel with the failure flags, and the step
+      // seconds with the stop agreement — SFT 2 object all-gathers (was 4), OPSD 3 (was 6), GRPO 3 (was 7).
+      assert.equal(m2[i]!.allGathers, [2, 2, 3, 3][i], `step ${i + 1}: ${m2[i]!.allGathers} object all-gathers`);
+      assert.ok(m2[i]!.allGatherSeconds! >= 0);
     }
     assert.ok(!readdirSync(two).some((f) => f.startsWith('.write-probe')));
 
@@ -246,6 +271,36 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
     train([...grpoOnly, '--out', solo, '--questions-per-rank', '1']);
     assert.equal(cfg(solo).grpo.questionsPerStep, 1);
     assert.ok(maxDiff(adapter(join(one, 'final')), adapter(join(solo, 'final'))) > 1e-5);
+  });
+
+  it('per-rank batches: 2 processes of --questions-per-rank 1 (SFT 2, OPSD 1 per rank) train the global batch 2 × per rank, as 1 process given that global batch; config.json records the mode and the batches', async () => {
+    const perRankCfg = join(tmp, 'per-rank.yaml');
+    const globalCfg = join(tmp, 'global.yaml');
+    const common = ['stages: [sft, opsd, grpo]', 'seed: 7', 'sampling: {maxNewTokens: 6, temperature: 1.0}', 'validation: {every: 0, maxItems: 0}', 'checkpoint: {every: 1}'];
+    writeFileSync(perRankCfg, [...common,
+      'sft: {steps: 1, lr: 0.001, batchSizePerRank: 2}', 'opsd: {steps: 1, lr: 0.001, batchSizePerRank: 1, microBatch: 1}',
+      'grpo: {steps: 1, lr: 0.001, questionsPerRank: 1, groupSize: 2, microBatch: 2, scale: none}', ''].join('\n'));
+    writeFileSync(globalCfg, [...common,
+      'sft: {steps: 1, lr: 0.001, batchSize: 4}', 'opsd: {steps: 1, lr: 0.001, batchSize: 2, microBatch: 1}',
+      'grpo: {steps: 1, lr: 0.001, questionsPerStep: 2, groupSize: 2, microBatch: 2, scale: none}', ''].join('\n'));
+    const two = join(tmp, 'per-rank-all-two');
+    const one = join(tmp, 'per-rank-all-one');
+    train(['--config', perRankCfg, '--out', two, '--nproc-per-node', '2', '--master-port', String(await freePort())]);
+    train(['--config', globalCfg, '--out', one]);
+    const conf = JSON.parse(readFileSync(join(two, 'config.json'), 'utf8')) as { sft: { batchSize: number }; opsd: { batchSize: number }; grpo: { questionsPerStep: number; questionsPerRank: number }; batching: unknown };
+    assert.deepEqual(conf.batching, { worldSize: 2, stages: {
+      sft: { mode: 'per-rank', global: 4, perRank: 2 }, opsd: { mode: 'per-rank', global: 2, perRank: 1 }, grpo: { mode: 'per-rank', global: 2, perRank: 1 } } });
+    assert.deepEqual([conf.sft.batchSize, conf.opsd.batchSize, conf.grpo.questionsPerStep, conf.grpo.questionsPerRank], [4, 2, 2, 1]);
+    const confOne = JSON.parse(readFileSync(join(one, 'config.json'), 'utf8')) as { batching: { stages: { grpo: unknown } } };
+    assert.deepEqual(confOne.batching.stages.grpo, { mode: 'global', global: 2, perRank: 2 });
+    for (const s of ['step-000001', 'step-000002', 'step-000003']) {
+      const d = maxDiff(adapter(join(one, 'checkpoints', s)), adapter(join(two, 'checkpoints', s)));
+      assert.ok(d <= 1e-5, `${s}: per-rank 2-process adapter differs from the 1-process global batch by ${d}`);
+    }
+    // GRPO took 2 questions × G 2 over the two ranks (one group each).
+    const rows = readFileSync(join(two, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+    assert.equal(rows.length, 3);
+    assert.ok(rows[2]!.keptSequences! <= 4 && rows[2]!.keptSequences! >= 3, `keptSequences ${rows[2]!.keptSequences}`);
   });
 
   it('Ctrl-C (SIGINT to the launcher) stops both workers at the same step and leaves a checkpoint', async () => {

@@ -41,12 +41,14 @@ export interface TrainConfig {
   sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean; mergeAdapter: 'auto' | 'on' | 'off' };
   optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
   /** SFT baseline: cross-entropy on the reference answers; batchSize questions per step (one native call, chunked over tokens). */
-  sft: { steps: number; lr: number; batchSize: number };
+  sft: { steps: number; lr: number; batchSize: number; batchSizePerRank?: number | null };
   opsd: {
     steps: number;
     lr: number;
-    /** Questions per optimizer step (one student rollout each). */
+    /** Questions per optimizer step over all ranks, the global batch (one student rollout each). */
     batchSize: number;
+    /** Per-rank batch: set, the global batch is this × the world size (lib/train/dist.ts resolveBatches). */
+    batchSizePerRank?: number | null;
     microBatch: number;
     /** Generalised JSD β (docs/design.md §5). */
     beta: number;
@@ -58,9 +60,10 @@ export interface TrainConfig {
   grpo: {
     steps: number;
     lr: number;
+    /** Questions per step over all ranks, the global batch. */
     questionsPerStep: number;
-    /** Questions per step per process (TRL's per-device batch): questionsPerStep = this × world size at the run's start; null = questionsPerStep is global. */
-    questionsPerRank: number | null;
+    /** Per-rank batch (`--questions-per-rank`): set, the global batch is this × the world size (lib/train/dist.ts resolveBatches). */
+    questionsPerRank?: number | null;
     groupSize: number;
     microBatch: number;
     epsLow: number;
@@ -182,7 +185,10 @@ export function validateConfig(c: TrainConfig): TrainConfig {
     if (e) errs.push(e);
   }
   if (!errs.length) {
-    if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
+    // A per-rank batch that is a multiple makes every global one (per rank × world size) one.
+    if (c.opsd.batchSizePerRank != null) {
+      if (c.opsd.batchSizePerRank % c.opsd.microBatch !== 0) errs.push('opsd.batchSizePerRank (--opsd-batch-size-per-rank) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
+    } else if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
     // Rules that tie judge keys together (lib/config/judge.ts; each key's own range is checked above).
     errs.push(...judgeConfigProblems(c.judge).map((e) => e.replace(/^judge\.kind http/, 'judge.kind http (--judge http)')));
     // Each stage's section has its own `steps` (lib/train/stages/: a stage's section is `<name>.*`).
@@ -193,6 +199,18 @@ export function validateConfig(c: TrainConfig): TrainConfig {
   if (errs.length) throw new Error(`invalid training config:\n  ${errs.join('\n  ')}`);
   return c;
 }
+
+/**
+ * Each stage's batch, in its two scaling modes: `global` is the batch of one optimizer step over
+ * all ranks (split over them: N processes take the same steps as one); `perRank`, when set, is the
+ * batch of one rank, and the global batch becomes perRank × world size (TRL / verl's
+ * per-device batch). lib/train/dist.ts resolveBatches applies it once the world size is known.
+ */
+export const STAGE_BATCHES: readonly { stage: Stage; global: string; perRank: string }[] = [
+  { stage: 'sft', global: 'sft.batchSize', perRank: 'sft.batchSizePerRank' },
+  { stage: 'opsd', global: 'opsd.batchSize', perRank: 'opsd.batchSizePerRank' },
+  { stage: 'grpo', global: 'grpo.questionsPerStep', perRank: 'grpo.questionsPerRank' },
+];
 
 /** Where a resolved value came from. */
 export type Origin = 'default' | 'preset' | 'file' | 'flag';
@@ -224,6 +242,22 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
   }
   c = mergeConfig(c, opts.flags);
   mark(opts.flags, 'flag');
+  // A stage's batch is given one way, global or per rank: the later layer wins (a per-rank flag
+  // over a file's or preset's global batch; a global flag over a file's per-rank batch), and both
+  // in the same file or on the same command line are an error.
+  const flagOf = (k: string) => `--${TRAIN_SETTINGS.find((st) => st.key === k)?.flag ?? k}`;
+  const layer: Record<Origin, number> = { default: 0, preset: 1, file: 2, flag: 3 };
+  for (const b of STAGE_BATCHES) {
+    if (getPath(c, b.perRank) != null && layer[origins[b.global]!] > layer[origins[b.perRank]!]) {
+      const off: Record<string, unknown> = {};
+      setPath(off, b.perRank, null);
+      c = mergeConfig(c, off as DeepPartial<TrainConfig>);
+    }
+  }
+  const both = STAGE_BATCHES.filter((b) => getPath(c, b.perRank) != null && origins[b.global] === origins[b.perRank]);
+  if (both.length) {
+    throw new Error(`invalid training config:\n  ${both.map((b) => `${b.global} (${flagOf(b.global)}, the global batch) and ${b.perRank} (${flagOf(b.perRank)}, the batch per process) are both given (${origins[b.global]} / ${origins[b.perRank]}); give one`).join('\n  ')}`);
+  }
   // A copy of its own: mergeConfig shares the sections (and lists) a layer left alone with the
   // defaults / preset, and the memory plan, out-of-memory recovery and the judge-overlap fallback
   // change the config in place — the next run of this process would inherit their choices.

@@ -17,6 +17,8 @@
  */
 import { native } from '../native.js';
 import type { AddonModel, AddonProcessGroup } from '../addon.js';
+import { STAGE_BATCHES, type Stage, type TrainConfig } from '../config/train.js';
+import { getPath, setPath } from '../config/schema.js';
 
 /** A process group of the addon (native/napi/dist.cc; declared in lib/addon.ts). */
 export type NativeProcessGroup = AddonProcessGroup;
@@ -76,6 +78,9 @@ export class DistContext {
   /** Seconds spent in gradient all-reduces since the last {@link takeReduceSeconds}. */
   private reduceSeconds = 0;
   private reduceBytes = 0;
+  /** Object all-gathers (rank agreement, metrics) and their seconds since the last {@link takeReduceStats}. */
+  private gathers = 0;
+  private gatherSeconds = 0;
   constructor(
     readonly rank: number,
     readonly worldSize: number,
@@ -104,7 +109,10 @@ export class DistContext {
   /** Every rank's value (JSON round trip), in rank order. */
   async allGather<T>(value: T): Promise<T[]> {
     if (!this.group) return [JSON.parse(JSON.stringify(value)) as T];
+    const t0 = performance.now();
     const all = await this.group.allGatherObject(JSON.stringify(value));
+    this.gathers += 1;
+    this.gatherSeconds += (performance.now() - t0) / 1000;
     return all.map((s) => JSON.parse(s) as T);
   }
 
@@ -122,11 +130,17 @@ export class DistContext {
     this.reduceBytes += r.bytes;
   }
 
-  /** Gradient all-reduce seconds and bytes since the last call (per-step metrics). */
-  takeReduceStats(): { allReduceSeconds: number; allReduceBytes: number } {
-    const out = { allReduceSeconds: this.reduceSeconds, allReduceBytes: this.reduceBytes };
+  /**
+   * Since the last call (per-step metrics): gradient all-reduce seconds and bytes, and the object
+   * all-gathers (`allGathers`: rank agreement on failures and stops, loss and metric sums; each is
+   * two c10d all-gathers, sizes then bytes) with their seconds, waits for slower ranks included.
+   */
+  takeReduceStats(): { allReduceSeconds: number; allReduceBytes: number; allGathers: number; allGatherSeconds: number } {
+    const out = { allReduceSeconds: this.reduceSeconds, allReduceBytes: this.reduceBytes, allGathers: this.gathers, allGatherSeconds: this.gatherSeconds };
     this.reduceSeconds = 0;
     this.reduceBytes = 0;
+    this.gathers = 0;
+    this.gatherSeconds = 0;
     return out;
   }
 
@@ -142,6 +156,75 @@ export class DistContext {
   destroy(): void {
     this.group?.destroy();
   }
+}
+
+/** How one stage's batch was resolved for a run (config.json `batching`). */
+export interface StageBatch {
+  /** `global`: the configured batch is the step's over all ranks; `per-rank`: each rank's, × the world size. */
+  mode: 'global' | 'per-rank';
+  /** Units (questions; GRPO: questions of G completions) of one optimizer step over all ranks. */
+  global: number;
+  /** Units per rank: the configured one (per-rank) or global / world size, the mean share (global; ranks differ by at most 1). */
+  perRank: number;
+}
+
+/** The run's batches as resolved for its world size (config.json `batching`; docs/performance.md "Two ways to scale"). */
+export interface BatchRecord {
+  worldSize: number;
+  stages: Record<Stage, StageBatch>;
+}
+
+/**
+ * Resolves each stage's global batch for `worldSize` processes (lib/config/train.ts STAGE_BATCHES):
+ * where the per-rank key is set (`--questions-per-rank`, `--opsd-batch-size-per-rank`,
+ * `--sft-batch-size-per-rank`), the global key becomes perRank × worldSize, in place — the stage
+ * steps, the memory plan and the checkpoints read the global key; else the global key is kept and
+ * split over the ranks. Only for a new run: a resumed run keeps its saved global batches
+ * ({@link resumedBatches}). Returns what config.json records.
+ */
+export function resolveBatches(cfg: TrainConfig, worldSize: number): BatchRecord {
+  const stages = {} as Record<Stage, StageBatch>;
+  for (const b of STAGE_BATCHES) {
+    const perRank = getPath(cfg, b.perRank) as number | null | undefined;
+    if (perRank != null) setPath(cfg as unknown as Record<string, unknown>, b.global, perRank * worldSize);
+    const global = getPath(cfg, b.global) as number;
+    stages[b.stage] = perRank != null ? { mode: 'per-rank', global, perRank } : { mode: 'global', global, perRank: global / worldSize };
+  }
+  return { worldSize, stages };
+}
+
+/**
+ * The batches of a resumed run on `worldSize` processes. The rule: a resumed run keeps the global
+ * batch it was saved with, whatever the world size — its learning rate, schedule and data cursor
+ * were chosen for that batch, and the steps it replays must be the steps it took; so with a
+ * per-rank batch and another world size, each rank's share is recomputed (global / world size),
+ * and `notes` says so (one line per such stage). To train with a larger global batch, start a new
+ * run. The saved world size of a per-rank stage is global / perRank.
+ */
+export function resumedBatches(cfg: TrainConfig, worldSize: number): { record: BatchRecord; notes: string[] } {
+  const stages = {} as Record<Stage, StageBatch>;
+  const notes: string[] = [];
+  for (const b of STAGE_BATCHES) {
+    const perRank = getPath(cfg, b.perRank) as number | null | undefined;
+    const global = getPath(cfg, b.global) as number;
+    if (perRank != null && global !== perRank * worldSize && cfg.stages.includes(b.stage)) {
+      notes.push(`${b.stage}: the run was started with ${b.perRank} ${perRank} on ${global / perRank} process(es) (global batch ${global}); resumed on ${worldSize}, it keeps the global batch ${global} (${global / worldSize} per process on average), so the run continues the steps it took — start a new run to change the global batch`);
+    }
+    stages[b.stage] = perRank != null ? { mode: 'per-rank', global, perRank: global / worldSize } : { mode: 'global', global, perRank: global / worldSize };
+  }
+  return { record: { worldSize, stages }, notes };
+}
+
+/** One log line: each running stage's scaling mode and batches ("batches on 2 processes: grpo 8 questions per process × 2 = 16 per step (per-rank); ..."). */
+export function formatBatches(r: BatchRecord, stages: readonly Stage[]): string {
+  const unit: Record<Stage, string> = { sft: 'answers', opsd: 'questions', grpo: 'questions' };
+  const parts = stages.map((st) => {
+    const b = r.stages[st];
+    return b.mode === 'per-rank'
+      ? `${st} ${b.perRank} ${unit[st]} per process × ${r.worldSize} = ${b.global} per step (per-rank)`
+      : `${st} ${b.global} ${unit[st]} per step split over the processes (global)`;
+  });
+  return `batches on ${r.worldSize} process(es): ${parts.join('; ')}`;
 }
 
 /** Options of {@link initDist}. */

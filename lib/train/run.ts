@@ -34,7 +34,7 @@ import { STAGES, stageOf } from './stages/index.js';
 import type { RewardFn } from '../task/types.js';
 import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
 import { studentMessages, teacherMessages } from '../task/prompts.js';
-import { initDist, type DistContext } from './dist.js';
+import { formatBatches, initDist, resolveBatches, resumedBatches, type BatchRecord, type DistContext } from './dist.js';
 
 /**
  * The embedded default model: a tiny random Qwen3 (scripts/make_tiny_qwen3.py through the one
@@ -246,14 +246,21 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     if (r !== 0) o = { ...o, log: (l: string) => rankLog(`[rank ${r}] ${l}`) };
     cfg = { ...cfg, device: joined.device, out: (await dist.allGather(resolve(cfg.out ?? join('runs', timestamp()))))[0]! };
   }
-  // Per-process batch (--questions-per-rank, TRL's per_device_train_batch_size): the global GRPO
-  // batch grows with the processes; set once when the run starts (a resume keeps the saved one).
-  if (!resume && cfg.grpo.questionsPerRank) {
-    cfg = { ...cfg, grpo: { ...cfg.grpo, questionsPerStep: cfg.grpo.questionsPerRank * dist.worldSize } };
-    if (dist.isMain) log(`grpo: ${cfg.grpo.questionsPerRank} questions per process × ${dist.worldSize} process(es) = ${cfg.grpo.questionsPerStep} questions per step (--questions-per-rank)`);
+  // ---- the global batch of each stage: per rank × world size, or as given (lib/train/dist.ts) ----
+  let batching: BatchRecord;
+  if (resume) {
+    const r = resumedBatches(cfg, dist.worldSize);
+    batching = r.record;
+    for (const n of r.notes) log(`resume: ${n}`);
+  } else {
+    cfg = structuredClone(cfg);
+    batching = resolveBatches(cfg, dist.worldSize);
+    // A per-rank OPSD batch that is a multiple of the micro-batch makes the global one a multiple too.
+    validateConfig(cfg);
   }
+  if (dist.worldSize > 1 || Object.values(batching.stages).some((b) => b.mode === 'per-rank')) log(formatBatches(batching, cfg.stages));
   try {
-    return await trainWithGroup(o, cfg, { resume, resumeChanged, origins }, ds, dataPath, modelDir, dist, (d) => (dist = d));
+    return await trainWithGroup(o, cfg, { resume, resumeChanged, origins, batching }, ds, dataPath, modelDir, dist, (d) => (dist = d));
   } catch (e) {
     dist.destroy();
     throw e;
@@ -262,7 +269,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
 
 async function trainWithGroup(
   o: RunOptions, cfg: TrainConfig,
-  { resume, resumeChanged, origins }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined },
+  { resume, resumeChanged, origins, batching }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
   ds: ReturnType<typeof readDataset>, dataPath: string, modelDir: string, dist: DistContext, setDist: (d: DistContext) => void,
 ): Promise<TrainSummary> {
   const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
@@ -278,7 +285,7 @@ async function trainWithGroup(
     if (stale.length) log(`run dir ${runDir}: removed ${stale.length} leftover(s) of an interrupted checkpoint write (${stale.join(', ')})`);
   }
   try {
-    return await trainLocked(o, resolved0(cfg, runDir), { resume, resumeChanged, origins }, ds, dataPath, modelDir, dist, setDist, runDirExisted);
+    return await trainLocked(o, resolved0(cfg, runDir), { resume, resumeChanged, origins, batching }, ds, dataPath, modelDir, dist, setDist, runDirExisted);
   } finally {
     runLock?.release();
   }
@@ -291,7 +298,7 @@ function resolved0(cfg: TrainConfig, runDir: string): TrainConfig {
 
 async function trainLocked(
   o: RunOptions, resolved: TrainConfig,
-  { resume, resumeChanged, origins }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined },
+  { resume, resumeChanged, origins, batching }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
   ds: ReturnType<typeof readDataset>, dataPath: string, modelDir: string, dist: DistContext, setDist: (d: DistContext) => void, runDirExisted: boolean,
 ): Promise<TrainSummary> {
   const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
@@ -351,22 +358,23 @@ async function trainLocked(
       // Data parallel: only rank 0 writes config.json and truncates metrics.jsonl.
     } else if (!resume) {
       // Every resolved value, and where it came from (default, preset, file, flag).
-      writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins, ...(planned && { memoryPlan: planned.plan }) }, null, 2));
+      writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins, batching, ...(planned && { memoryPlan: planned.plan }) }, null, 2));
     }
     // On resume, config.json is rewritten only once the checkpoint has loaded (below).
     const rewriteResumedConfig = () => {
-      if (resumeChanged.length) {
-        // The values changed on resume (step counts, device, …) replace the old ones, origin `flag`.
-        const path = join(runDir, 'config.json');
-        let prev: { origins?: Record<string, Origin> } = {};
-        try {
-          prev = JSON.parse(readFileSync(path, 'utf8')) as typeof prev;
-        } catch {
-          /* missing or unreadable: rewrite from the resolved config */
-        }
+      // The values changed on resume (step counts, device, …) replace the old ones, origin `flag`;
+      // another world size is recorded in `batching` (the global batches stay: resumedBatches).
+      const path = join(runDir, 'config.json');
+      let prev: { origins?: Record<string, Origin>; batching?: BatchRecord } = {};
+      try {
+        prev = JSON.parse(readFileSync(path, 'utf8')) as typeof prev;
+      } catch {
+        /* missing or unreadable: rewrite from the resolved config */
+      }
+      if (resumeChanged.length || prev.batching?.worldSize !== batching.worldSize) {
         const og = { ...(prev.origins ?? {}) };
         for (const k of resumeChanged) og[k] = 'flag';
-        writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og }, null, 2));
+        writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og, batching }, null, 2));
       }
     };
     log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);

@@ -210,6 +210,8 @@ export function stepJudgeHealth(rewards: RewardResult[]): JudgeHealth | undefine
 export class Trainer {
   private state: TrainerState;
   private stopRequested = false;
+  /** Data parallel: the ranks' stop agreement of the step in flight (recordStep), acted on by checkpointAfterStep. */
+  private stopAgreed = false;
   private warnedNoProb = false;
   private readonly metrics: MetricsLog;
   private readonly started = Date.now();
@@ -229,6 +231,7 @@ export class Trainer {
       sampling: (n, purpose, unit) => t.sampling(n, purpose, unit),
       timed: (phase, f) => t.timed(phase, f),
       allRanks: (what, f) => t.allRanks(what, f),
+      allRanksGather: (what, f, share) => t.allRanksGather(what, f, share),
       gather: (x) => t.gather(x),
       sumRanks: (x) => t.sumRanks(x),
       updateWithOomRecovery: (stage, body) => t.updateWithOomRecovery(stage, body),
@@ -539,6 +542,8 @@ export class Trainer {
     // (flushStep); validation is not in them (its line carries its own seconds).
     const t0 = performance.now();
     const step = this.state.stageStep;
+    // The step's collective counters start here (not the rendezvous' nor the last validation's).
+    this.dist.takeReduceStats();
     // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
     this.deps.backend.seedStep(this.dropoutSeed());
     this.phases = Object.fromEntries(stepPhases(s.impl, this.dist.worldSize).map((k) => [k, 0]));
@@ -627,7 +632,17 @@ export class Trainer {
   /** The step's metrics line and progress line, held as pending until its checkpoint (if any) is timed; the kernel profile when it is the profiled step. */
   private async recordStep(s: StageRun, step: number, m: StepResult, u: { skipped: boolean; fatal: boolean; gradNorm: number; lr: number }, secs: number): Promise<void> {
     const { gradScale: _gs, ...mOut } = m;
-    const distStats = this.dist.worldSize > 1 ? { worldSize: this.dist.worldSize, ...this.dist.takeReduceStats(), stepSecondsPerRank: await this.dist.allGather(secs) } : {};
+    // Data parallel: one all-gather at the end of the step carries the ranks' step seconds
+    // (metrics) and their stop requests (a signal may reach the ranks at different times): the
+    // stop agreed here is the one checkpointAfterStep acts on, so a signal arriving later on one
+    // rank (during the checkpoint or validation) waits for the next step's agreement.
+    let distStats = {};
+    this.stopAgreed = false;
+    if (this.dist.worldSize > 1) {
+      const ends = await this.dist.allGather({ secs, stop: this.stopRequested });
+      this.stopAgreed = ends.some((e) => e.stop);
+      distStats = { worldSize: this.dist.worldSize, ...this.dist.takeReduceStats(), stepSecondsPerRank: ends.map((e) => e.secs) };
+    }
     const phaseSeconds = { ...this.phases };
     // `host`: the rest of the step (prompt building, advantages, bookkeeping), so the phases add up to stepSeconds.
     phaseSeconds.host = Math.max(0, secs - Object.values(phaseSeconds).reduce((a, b) => a + b, 0));
@@ -696,9 +711,8 @@ export class Trainer {
       await this.checkpoint();
       saved = true;
     }
-    // Every rank stops at the same step (a signal may reach the ranks at different times).
-    if (this.dist.worldSize > 1 && (await this.dist.allGather(this.stopRequested)).some(Boolean)) this.stopRequested = true;
-    if (this.stopRequested) {
+    // Every rank stops at the same step (agreed at the end of the step: recordStep).
+    if (this.dist.worldSize > 1 ? this.stopAgreed : this.stopRequested) {
       if (!saved) await this.checkpoint();
       s.progress.stop();
       return this.finish(true);
@@ -802,6 +816,18 @@ export class Trainer {
    */
   private async allRanks<T>(what: string, f: () => Promise<T>): Promise<T> {
     if (this.dist.worldSize === 1) return f();
+    return (await this.allRanksGather(what, f, () => null)).value;
+  }
+
+  /**
+   * {@link allRanks} whose one all-gather also carries `share(value)` of every rank: the phase's
+   * failure flags and its results travel together (StageContext.allRanksGather).
+   */
+  private async allRanksGather<T, G>(what: string, f: () => Promise<T>, share: (value: T) => G): Promise<{ value: T; all: G[] }> {
+    if (this.dist.worldSize === 1) {
+      const value = await f();
+      return { value, all: [share(value)] };
+    }
     let value: T | undefined;
     let err: unknown;
     let failed = false;
@@ -811,14 +837,16 @@ export class Trainer {
       failed = true;
       err = e;
     }
-    const failures = await this.dist.allGather(failed ? { message: (err as Error)?.message ?? String(err), code: (err as { code?: unknown })?.code ?? null } : null);
+    type Entry = { failure: { message: string; code: unknown } | null; share: G | null };
+    const mine: Entry = failed ? { failure: { message: (err as Error)?.message ?? String(err), code: (err as { code?: unknown })?.code ?? null }, share: null } : { failure: null, share: share(value as T) };
+    const entries = await this.dist.allGather(mine);
     if (failed) throw err;
-    const i = failures.findIndex((x) => x !== null);
+    const i = entries.findIndex((x) => x.failure !== null);
     if (i >= 0) {
-      const f0 = failures[i]!;
+      const f0 = entries[i]!.failure!;
       throw Object.assign(new Error(`${what} failed on rank ${i}: ${f0.message}`), typeof f0.code === 'string' ? { code: f0.code } : {});
     }
-    return value as T;
+    return { value: value as T, all: entries.map((x) => x.share as G) };
   }
 
   /** Dropout seed of the step in flight: (seed, stage, step, rank); rank 0 keeps the one-process stream. */

@@ -11,7 +11,7 @@ import { judgeSharesPolicyWeights } from '../../judge/backends/index.js';
 import { addMemberSummaries } from '../../judge/jury.js';
 import type { RewardResult } from '../../task/types.js';
 import { bucket, judgeWorkBytes, updateBytes } from '../memory-model.js';
-import { chunks, longestFirst, mean, std, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+import { chunks, finiteOrNull, longestFirst, mean, std, sumFinite, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 import { maskedAdvantages } from '../advantages.js';
 import { DEFAULTS } from '../../config/train.js';
 
@@ -69,7 +69,9 @@ export const grpoStage: TrainingStage = {
     // from the rank count, so 1 and N processes sample the same chunks. This rank samples and
     // judges a contiguous share of the chunks, judging each chunk while the next one samples
     // (async overlap) where the judge may run beside a decode (below).
-    const rolloutRows = ctx.cfg.memory?.rolloutRows || c.microBatch;
+    // With a per-rank batch (--questions-per-rank) no chunk is larger than one rank's share, so
+    // every rank samples (a chunk larger than the share would leave a rank idle in the rollout).
+    const rolloutRows = Math.min(ctx.cfg.memory?.rolloutRows || c.microBatch, (c.questionsPerRank ?? Infinity) * c.groupSize);
     // Each group is judged as soon as its G completions finished, while the other rows still
     // decode (the backend's onGroup): with an HTTP judge always (requests in flight beside the
     // decode), with the local judge when grpo.judgeOverlap is on (its scoring calls share the model
@@ -89,7 +91,8 @@ export const grpoStage: TrainingStage = {
       while (decoding) await decoding.catch(() => undefined);
     };
     // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
-    const localRewards = await ctx.allRanks('GRPO rollouts and rewards', async () => {
+    // The ranks' rewards and lengths travel with the failure flags (one all-gather).
+    const { all } = await ctx.allRanksGather('GRPO rollouts and rewards', async () => {
       for (let ci = a; ci < b; ci++) {
         const ch = promptChunks[ci]!;
         // The local judge without the overlap never scores beside a decode, the previous chunks'
@@ -152,10 +155,9 @@ export const grpoStage: TrainingStage = {
       }
       // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
       return (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
-    });
+    }, (localRewards) => ({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length), stops: rollouts.filter((ro) => ro.finishReason === 'stop').length }));
     // Global rewards in global rollout order (ranks hold contiguous chunk ranges): advantages,
     // the loss normalisers and the judge health span the whole step, as on one process.
-    const all = await ctx.gather({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length), stops: rollouts.filter((ro) => ro.finishReason === 'stop').length });
     const rewards = all.flatMap((x) => x.rewards);
     const lengths = all.flatMap((x) => x.lengths);
     const offset = all.slice(0, ctx.dist.rank).reduce((n, x) => n + x.rewards.length, 0);
@@ -177,8 +179,14 @@ export const grpoStage: TrainingStage = {
     // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
     // bounded memory, and a batch size from the config on one process and on N ranks.
     // Longest first (longestFirst): each batch pads to lengths close to its own rows'.
-    const refLogprobs: number[][] = [];
-    await ctx.allRanks('GRPO reference logprobs', async () => {
+    const opts = {
+      epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: ctx.cfg.sampling.temperature || 1, aggregation: c.aggregation,
+      totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: ctx.cfg.sampling.maxNewTokens,
+    };
+    // The reference logprobs and the update are rank-local with no collective between them: one
+    // failure check covers both, and the ranks' loss, KL and clip sums travel with it.
+    const { all: parts } = await ctx.allRanksGather('GRPO reference logprobs and update', async () => {
+      const refLogprobs: number[][] = [];
       if (seqs.length && c.betaKl > 0) {
         const order = longestFirst(seqs.map((_, j) => j), (j) => seqs[j]!.promptIds.length + seqs[j]!.completionIds.length);
         for (const part of chunks(order, Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch))) {
@@ -188,29 +196,22 @@ export const grpoStage: TrainingStage = {
       } else {
         for (const s of seqs) refLogprobs.push(s.completionIds.map(() => 0));
       }
-    });
-    const opts = {
-      epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: ctx.cfg.sampling.temperature || 1, aggregation: c.aggregation,
-      totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: ctx.cfg.sampling.maxNewTokens,
-    };
-    // Length-bucketed micro-batches: longest first, so each micro-batch pads to about its own rows' length.
-    const batch = longestFirst(kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv })), (x) => x.seq.promptIds.length + x.seq.completionIds.length);
-    let { loss, kl, clip } = await ctx.allRanks('GRPO update', () => ctx.updateWithOomRecovery('grpo', async (microBatch) => {
-      const acc = { loss: 0, kl: 0, clip: 0 };
-      for (const mb of chunks(batch, microBatch)) {
-        const out = await backend.grpoBackward(mb, opts);
-        acc.loss += out.loss;
-        acc.kl += out.meanKl * mb.length;
-        acc.clip += out.clipFraction * mb.length;
-      }
-      return acc;
-    }));
-    if (ctx.dist.worldSize > 1) {
-      const parts = await ctx.gather([Number.isFinite(loss) ? loss : null, kl, clip]);
-      loss = parts.reduce<number>((n, p) => n + (p[0] === null ? NaN : p[0]!), 0);
-      kl = parts.reduce((n, p) => n + p[1]!, 0);
-      clip = parts.reduce((n, p) => n + p[2]!, 0);
-    }
+      // Length-bucketed micro-batches: longest first, so each micro-batch pads to about its own rows' length.
+      const batch = longestFirst(kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv })), (x) => x.seq.promptIds.length + x.seq.completionIds.length);
+      return ctx.updateWithOomRecovery('grpo', async (microBatch) => {
+        const acc = { loss: 0, kl: 0, clip: 0 };
+        for (const mb of chunks(batch, microBatch)) {
+          const out = await backend.grpoBackward(mb, opts);
+          acc.loss += out.loss;
+          acc.kl += out.meanKl * mb.length;
+          acc.clip += out.clipFraction * mb.length;
+        }
+        return acc;
+      });
+    }, (acc) => [finiteOrNull(acc.loss), acc.kl, acc.clip] as const);
+    const loss = sumFinite(parts.map((p) => p[0]));
+    const kl = parts.reduce((n, p) => n + p[1], 0);
+    const clip = parts.reduce((n, p) => n + p[2], 0);
     const dims: Record<string, [number, number]> = {};
     for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
       const cur = dims[d] ?? [0, 0];

@@ -8,7 +8,7 @@ import type { Sequence } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages, teacherMessages } from '../../task/prompts.js';
 import { bucket, updateBytes, type PlanInputs } from '../memory-model.js';
-import { chunks, longestFirst, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
+import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 /** Update bytes above resident: the student's loss + backward (JSD head) plus the teacher's completion hidden states. */
 const opsdUpdateBytes = (x: PlanInputs, rows: number, rc: boolean, t: MemoryTerms) => updateBytes(x, rows, t.Ls, rc, 'jsd') + rows * x.maxNewTokens * x.shape.hiddenSize * x.dtypeBytes;
@@ -53,13 +53,16 @@ export const opsdStage: TrainingStage = {
     // micro-batch), each with its own seed, so a chunk's completions do not depend on which rank
     // samples it: the chunk size comes from the config, never from the rank count. This rank
     // takes a contiguous share of the chunks.
-    const rows = Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch);
+    // With a per-rank batch (--opsd-batch-size-per-rank) no chunk is larger than one rank's share,
+    // so every rank samples (a chunk larger than the share would leave a rank idle).
+    const rows = Math.max(1, Math.min(ctx.cfg.memory?.rolloutRows || c.microBatch, c.batchSizePerRank ?? Infinity));
     const chunkIdx = chunks(items.map((_, i) => i), rows);
     const [a, b] = shard(chunkIdx.length, ctx.dist.rank, ctx.dist.worldSize);
     const batch: { student: Sequence; teacher: Sequence }[] = [];
     let stops = 0;
     let rolloutCount = 0;
-    await ctx.allRanks('OPSD rollouts', async () => {
+    // The ranks' token / sequence counts (the loss normaliser) travel with the failure flags.
+    const { all } = await ctx.allRanksGather('OPSD rollouts', async () => {
       for (let k = a; k < b; k++) {
         const its = chunkIdx[k]!.map((i) => items[i]!);
         const studentPrompts = await Promise.all(its.map((it) => backend.promptIds(studentMessages(it.question))));
@@ -72,24 +75,23 @@ export const opsdStage: TrainingStage = {
           batch.push({ student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds }, teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds } });
         }
       }
-    });
-    const local = { tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount };
-    const all = await ctx.gather(local);
+    }, () => ({ tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount }));
     const normalizer = all.reduce((n, x) => n + x.tokens, 0);
     const sequences = all.reduce((n, x) => n + x.sequences, 0);
     const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
     let loss = 0;
+    // normalizer is global: every rank takes the same branch. The global loss travels with the failure flags.
     if (normalizer > 0) {
-      loss = await ctx.allRanks('OPSD update', () => ctx.updateWithOomRecovery('opsd', async (microBatch) => {
+      const upd = await ctx.allRanksGather('OPSD update', () => ctx.updateWithOomRecovery('opsd', async (microBatch) => {
         let l = 0;
         // Length-bucketed micro-batches: longest first, so each pads to about its own rows' length.
         for (const mb of chunks(longestFirst(batch, (x) => Math.max(x.student.promptIds.length, x.teacher.promptIds.length) + x.student.completionIds.length), microBatch)) {
           l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
         }
         return l;
-      }));
+      }), finiteOrNull);
+      loss = ctx.dist.worldSize === 1 ? upd.value : sumFinite(upd.all);
     }
-    loss = await ctx.sumRanks(loss);
     return {
       loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, sequences),
       stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, all.reduce((n, x) => n + x.rollouts, 0)),

@@ -6,7 +6,7 @@ import type { Sequence } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages } from '../../task/prompts.js';
 import { updateBytes } from '../memory-model.js';
-import type { StageContext, StepResult, TrainingStage } from './stage.js';
+import { finiteOrNull, sumFinite, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 export const sftStage: TrainingStage = {
   name: 'sft',
@@ -36,8 +36,9 @@ export const sftStage: TrainingStage = {
     // given; × local / global tokens makes it this rank's share of the global token mean (the
     // gradient is scaled the same way before the all-reduce).
     const share = normalizer > 0 ? local / normalizer : 0;
-    const localLoss = await ctx.allRanks('SFT update', async () => (seqs.length ? (await ctx.timed('update', () => backend.sftBackward(seqs))).loss : 0));
-    const loss = ctx.dist.worldSize === 1 ? localLoss : await ctx.sumRanks(localLoss * share);
+    // The global loss travels with the ranks' failure flags (one all-gather per step, not two).
+    const { value: localLoss, all } = await ctx.allRanksGather('SFT update', async () => (seqs.length ? (await ctx.timed('update', () => backend.sftBackward(seqs))).loss : 0), (l) => finiteOrNull(l * share));
+    const loss = ctx.dist.worldSize === 1 ? localLoss : sumFinite(all);
     return { loss, completionTokens: normalizer, gradScale: share };
   },
 };

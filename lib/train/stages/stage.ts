@@ -56,6 +56,12 @@ export interface StageContext {
   timed<T>(phase: StepPhase, f: () => Promise<T>): Promise<T>;
   /** Runs this rank's part of a phase; every rank throws together when any rank failed. */
   allRanks<T>(what: string, f: () => Promise<T>): Promise<T>;
+  /**
+   * {@link allRanks} that also gathers `share(value)` of every rank (rank order) in the same
+   * collective as the failure flags: one all-gather instead of two where a phase's results are
+   * exchanged right after it (losses, token counts, rewards). One process: `[share(value)]`.
+   */
+  allRanksGather<T, G>(what: string, f: () => Promise<T>, share: (value: T) => G): Promise<{ value: T; all: G[] }>;
   /** Every rank's value in rank order (one-element list on one process). */
   gather<T>(x: T): Promise<T[]>;
   /** Sum over ranks; a non-finite value on any rank stays non-finite. */
@@ -150,6 +156,15 @@ export interface TrainingStage {
   step(ctx: StageContext): Promise<StepResult>;
   /** After the optimizer step; `skipped` when the update was not applied (non-finite loss or gradient). */
   afterStep?(ctx: StageContext, skipped: boolean): void;
+}
+
+/** A number for a JSON all-gather: non-finite → null (JSON has no NaN / Infinity); see {@link sumFinite}. */
+export function finiteOrNull(x: number): number | null {
+  return Number.isFinite(x) ? x : null;
+}
+/** Sum of gathered {@link finiteOrNull} values: NaN when any rank's was non-finite (the step is then skipped). */
+export function sumFinite(xs: (number | null)[]): number {
+  return xs.reduce<number>((a, v) => a + (v === null ? NaN : v), 0);
 }
 
 export function mean(xs: number[]): number {
