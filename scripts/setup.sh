@@ -56,6 +56,17 @@ else
   say "no gloo headers (install libgloo-dev as root, or set GLOO_INCLUDE_DIR): building without data parallelism"
 fi
 
+# MLflow (server + client for test/trackers.test.ts) in its own venv: it pins pyarrow<26.
+MLFLOW_VENV="${PAPERGYM_NATIVE_CACHE_DIR:-$HOME/.cache/papergym-native}/mlflow-venv"
+MLFLOW_WANT=$(sed -n 's/^mlflow==//p' scripts/requirements-mlflow.txt)
+if [ "$("$MLFLOW_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mlflow"))' 2>/dev/null)" = "$MLFLOW_WANT" ]; then
+  say "mlflow $MLFLOW_WANT venv present ($MLFLOW_VENV)"
+else
+  say "mlflow $MLFLOW_WANT into its own venv $MLFLOW_VENV (about 10 min)"
+  { "$PY" -m venv "$MLFLOW_VENV" && "$MLFLOW_VENV/bin/python" -m pip install --disable-pip-version-check -q -r scripts/requirements-mlflow.txt; } \
+    || say "mlflow venv not installed: the MLflow part of test/trackers.test.ts will skip"
+fi
+
 # Node's own headers, so a source build of the addon (cmake-js) finds them offline.
 NODE_PREFIX=$(dirname "$(dirname "$(command -v node)")")
 if [ -z "${npm_config_nodedir:-}" ] && [ -f "$NODE_PREFIX/include/node/node.h" ]; then

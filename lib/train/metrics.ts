@@ -30,12 +30,15 @@ export interface StepMetrics {
 }
 
 export class MetricsLog {
-  constructor(readonly path: string) {
+  /** `onRow`: sees every row after it is on disk (the experiment trackers, lib/train/trackers); must not throw. */
+  constructor(readonly path: string, private readonly onRow?: (row: Record<string, unknown>) => void) {
     mkdirSync(dirname(path), { recursive: true });
   }
   /** Appends one record (synchronously: a crash never loses a logged step). */
   write(rec: Record<string, unknown>): void {
-    appendFileSync(this.path, JSON.stringify({ time: new Date().toISOString(), ...rec }) + '\n');
+    const row = { time: new Date().toISOString(), ...rec };
+    appendFileSync(this.path, JSON.stringify(row) + '\n');
+    this.onRow?.(row);
   }
 }
 

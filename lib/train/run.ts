@@ -5,7 +5,7 @@
  * checkpoint, then exit), print the summary table.
  */
 import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { cudaAvailable, native } from '../native.js';
 import { resolveConfigWithOrigins, validateConfig, readConfigFile, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';
 import { TRAIN_SETTINGS } from '../config/settings.js';
@@ -13,6 +13,7 @@ import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../model/device.js';
 import { writeReport } from '../report/html.js';
 import { truncateMetrics } from './metrics.js';
+import { parseReportTo, TrackerSet } from './trackers/index.js';
 import { userCacheDir } from '../util/cache.js';
 import { makeCheckpointOnce } from '../model/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
@@ -392,6 +393,9 @@ async function trainLocked(
       report();
       log(`report ${reportPath} (rewritten at every checkpoint; open it any time)`);
     }
+    // Experiment trackers (--report-to): rank 0 only; one that cannot start warns and is left out.
+    const trackerNames = dist.isMain ? parseReportTo(resolved.log.reportTo) : [];
+    const trackers = trackerNames.length ? await TrackerSet.open(trackerNames, resolved, { runDir, runName: basename(runDir), resumed: !!resume, log }) : undefined;
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
     if (resume) {
       await backend.loadState(resume.dir);
@@ -425,6 +429,7 @@ async function trainLocked(
       memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
       dist,
       judgeStats: () => judge.stats(),
+      onMetrics: trackers && ((row) => trackers.log(row)),
     }, resume?.state);
 
     let sigints = 0;
@@ -439,13 +444,20 @@ async function trainLocked(
     };
     if (o.handleSignals !== false) process.on('SIGINT', onSigint);
     try {
-      const summary = await trainer.run();
+      let summary: TrainSummary;
+      try {
+        summary = await trainer.run();
+      } catch (e) {
+        await trackers?.finish('FAILED', [reportPath, join(runDir, 'metrics.jsonl')]);
+        throw e;
+      }
       log(judgeTotals(judge));
       // Rank 0 wrote the last checkpoint and the final adapter; everyone leaves together.
       await dist.barrier();
       dist.destroy();
       if (dist.isMain) {
         report(true);
+        await trackers?.finish(summary.interrupted ? 'KILLED' : 'FINISHED', [join(runDir, 'final'), reportPath, join(runDir, 'summary.json')]);
         process.stdout.write(Trainer.formatSummary(summary) + '\n');
       }
       return summary;

@@ -55,6 +55,8 @@ export interface TrainerDeps {
   judgeStats?: () => { requests: number; failures: number };
   /** Milliseconds between the progress lines while a step waits on the judge (default 15000). */
   judgeProgressMs?: number;
+  /** Sees every metrics.jsonl row after it is written (the --report-to trackers); must not throw. */
+  onMetrics?: (row: Record<string, unknown>) => void;
 }
 
 /**
@@ -255,7 +257,7 @@ export class Trainer {
       config: cfg,
       wallSeconds: 0,
     };
-    this.metrics = new MetricsLog(join(deps.runDir, 'metrics.jsonl'));
+    this.metrics = new MetricsLog(join(deps.runDir, 'metrics.jsonl'), deps.onMetrics);
     this.baseWall = this.state.wallSeconds;
     // JSON turns NaN into null: restore it.
     this.summary = (this.state.summary as TrainSummary['stages'] | undefined)?.map((r) => ({ ...r, firstLoss: r.firstLoss ?? NaN, lastLoss: r.lastLoss ?? NaN })) ?? [];
