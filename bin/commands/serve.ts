@@ -23,6 +23,21 @@ interface ServeArgs {
   device: string;
   dtype?: string;
   allowNonFiniteWeights?: boolean;
+  exitWithParent?: boolean;
+  apiKey?: string;
+  allowedHosts?: string[];
+  headersTimeout: number;
+  requestTimeout: number;
+}
+
+/**
+ * Whether serve shuts down with its parent: `--exit-with-parent` / `--no-exit-with-parent` when
+ * given, else on when npm started it (npx / npm exec set npm_command=exec, npm scripts set
+ * npm_lifecycle_event), whose wrapper process may be killed without passing the signal on.
+ */
+export function exitsWithParent(flag: boolean | undefined | null, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (flag === true || flag === false) return flag;
+  return env.npm_command === 'exec' || Boolean(env.npm_lifecycle_event);
 }
 
 /**
@@ -33,10 +48,12 @@ interface ServeArgs {
  * wait (then 429). Serve a frozen base as the judge of another run with
  * `--judge http --judge-url http://HOST:PORT/v1 --judge-model NAME --judge-no-think`.
  *
- * Lifetime: the server exits on SIGINT / SIGTERM / SIGHUP and when its parent process goes away
- * (e.g. `npx papergym-native serve` whose npx wrapper was killed: the orphaned server notices the
- * changed parent within a second and shuts down, freeing its port). To run it without a wrapper:
- * `node node_modules/papergym-native/dist/bin/papergym-native.js serve ...`.
+ * Lifetime: SIGINT and SIGTERM stop it cleanly (queued requests get 503, the port is freed).
+ * Started through npx / npm exec / an npm script (or with `--exit-with-parent`), it also exits when
+ * its parent process goes away (the orphaned server notices the changed parent within a second) and
+ * on SIGHUP. Otherwise it stays up as long as its user wants: `nohup node …/papergym-native.js serve … &`
+ * from a script survives that script's shell, a systemd unit runs it until `systemctl stop` (SIGTERM);
+ * SIGHUP is then logged and ignored, as nohup intends.
  */
 export const serveCommand: CommandModule<object, ServeArgs> = {
   command: 'serve',
@@ -60,26 +77,43 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
       batchWindowMs: argv.batchWindowMs,
       defaultMaxTokens: argv.maxTokens,
       enableThinking: argv.thinking,
+      apiKey: argv.apiKey ?? (process.env.PAPERGYM_API_KEY || undefined),
+      allowedHosts: argv.allowedHosts ?? undefined,
+      headersTimeoutMs: argv.headersTimeout * 1000,
+      requestTimeoutMs: argv.requestTimeout * 1000,
       log: (l) => process.stderr.write(`serve: ${l}\n`),
     });
     const { url } = await server.start();
     process.stdout.write(`serving ${modelId} at ${url} (POST /chat/completions, GET /models)\n`);
     const parent = process.ppid;
+    const withParent = exitsWithParent(argv.exitWithParent);
+    process.stderr.write(withParent
+      ? `serve: exits with its parent process ${parent} (started by npm / --exit-with-parent; --no-exit-with-parent to keep it up)\n`
+      : `serve: runs until SIGINT / SIGTERM (pid ${process.pid}); its parent exiting does not stop it\n`);
     let orphanTimer: NodeJS.Timeout | undefined;
+    const onHup = () => process.stderr.write('serve: SIGHUP ignored (not started with --exit-with-parent); SIGTERM stops the server\n');
     await new Promise<void>((resolve) => {
-      const stop = () => resolve();
+      const stop = (sig: string) => {
+        process.stderr.write(`serve: ${sig}: shutting down\n`);
+        resolve();
+      };
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
-      process.once('SIGHUP', stop);
-      // Started through a wrapper (npx, a shell script) that was killed: we were re-parented.
-      orphanTimer = setInterval(() => {
-        if (process.ppid !== parent) {
-          process.stderr.write(`serve: parent process ${parent} exited; shutting down\n`);
-          resolve();
-        }
-      }, 1000);
-      orphanTimer.unref();
+      if (withParent) {
+        process.once('SIGHUP', stop);
+        // Started through a wrapper (npx) that was killed: we were re-parented.
+        orphanTimer = setInterval(() => {
+          if (process.ppid !== parent) {
+            process.stderr.write(`serve: parent process ${parent} exited; shutting down\n`);
+            resolve();
+          }
+        }, 1000);
+        orphanTimer.unref();
+      } else {
+        process.on('SIGHUP', onHup);
+      }
     });
+    process.off('SIGHUP', onHup);
     if (orphanTimer) clearInterval(orphanTimer);
     await server.close();
     policy.dispose();

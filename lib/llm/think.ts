@@ -42,8 +42,13 @@ export interface ThinkSplit {
   reasoning?: string;
 }
 
-/** Splits generated text into thinking and answer (see the module docstring for the rules). */
-export function splitThink(text: string): ThinkSplit {
+/**
+ * Splits generated text into thinking and answer (see the module docstring for the rules).
+ * `trim: false` (serve, as vLLM) keeps the answer's whitespace, so a completion without thinking
+ * has content equal to its decoded tokens; the reasoning is trimmed either way.
+ */
+export function splitThink(text: string, opts: { trim?: boolean } = {}): ThinkSplit {
+  const trim = opts.trim ?? true;
   const reasoning: string[] = [];
   let s = (text ?? '').replace(END_MARKERS, '');
   s = s.replace(BLOCK, (_m, r: string) => {
@@ -65,7 +70,8 @@ export function splitThink(text: string): ThinkSplit {
     s = s.slice(0, open.index);
   }
   const r = reasoning.filter(Boolean).join('\n\n');
-  return r ? { content: s.trim(), reasoning: r } : { content: s.trim() };
+  const content = trim ? s.trim() : s;
+  return r ? { content, reasoning: r } : { content };
 }
 
 /** The answer of generated text without its thinking (see {@link splitThink}). */

@@ -41,15 +41,20 @@
  * (as vLLM does with a reasoning parser); streamed as `delta.reasoning_content` / `delta.content`.
  * Seeds: a request's choice i samples from its own generator (seed for choice 0, a mix of seed and
  * i for the others), so a seeded request gives the same completion alone or in any batch.
- * Errors use OpenAI's shape `{error: {message, type, param, code}}` with 400 / 404 / 405 / 413 /
- * 429 / 500 / 503.
+ * Errors use OpenAI's shape `{error: {message, type, param, code}}` with 400 / 401 / 403 / 404 / 405 /
+ * 408 / 413 / 429 / 500 / 503.
+ *
+ * Hardening (issue 38 item 7): Host / Origin checks refuse cross-site requests (403), an optional
+ * API key (401, constant-time comparison), header / whole-request timeouts (408), and a prompt that
+ * cannot fit the context is refused before it is tokenized (lib/serve/stepper.ts PromptTooLongError).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
+import { hostname, networkInterfaces } from 'node:os';
 import { splitThink, THINK_TAGS } from '../llm/think.js';
 import type { ChatMessage } from '../llm/messages.js';
-import { IncrementalDetokenizer, type ServeStepper } from './stepper.js';
+import { IncrementalDetokenizer, PromptTooLongError, type ServeStepper } from './stepper.js';
 import { parseJsonKeepingFloats } from '../model/chat.js';
 import type { EngineStep, EngineToken } from '../model/engine.js';
 import type { SamplingSettings } from '../addon.js';
@@ -110,6 +115,18 @@ export interface ChatServerOptions {
   enableThinking?: boolean;
   /** Body size limit, bytes (default 8 MiB). */
   maxBodyBytes?: number;
+  /** Require `Authorization: Bearer <apiKey>` on every route but /health (constant-time comparison), as vLLM's --api-key. */
+  apiKey?: string;
+  /**
+   * Host names accepted in the Host and Origin headers besides localhost, 127.0.0.1, [::1] and the
+   * bind address (a wildcard bind adds this machine's host name and interface addresses); '*' = any.
+   * Others get 403, so a web page in the user's browser cannot drive the server (cross-site POSTs
+   * carry a foreign Origin; DNS rebinding a foreign Host).
+   */
+  allowedHosts?: readonly string[];
+  /** Milliseconds a client has to send the headers (default 10 000) / the whole request (default 30 000); then 408. */
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
   log?: (line: string) => void;
 }
 
@@ -309,10 +326,14 @@ export class ChatServer {
 
   /** Starts listening; resolves with the base URL (`http://host:port/v1`) and port. */
   async start(): Promise<{ url: string; port: number }> {
-    const server = createServer((req, res) => {
+    // connectionsCheckingInterval: how often Node enforces the two timeouts (its default, 30 s, let a
+    // trickling body hold a connection for a minute past the timeout).
+    const server = createServer({ connectionsCheckingInterval: 500 }, (req, res) => {
       this.handle(req, res).catch((e) => this.fail(res, e));
     });
     server.keepAliveTimeout = 60_000;
+    server.requestTimeout = this.o.requestTimeoutMs ?? 30_000;
+    server.headersTimeout = Math.min(this.o.headersTimeoutMs ?? 10_000, server.requestTimeout);
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -388,8 +409,62 @@ export class ChatServer {
     return b;
   }
 
+  private hostSet?: Set<string>;
+
+  /** Host names (lower case, no port, IPv6 without brackets) accepted in Host / Origin. */
+  private allowed(): Set<string> {
+    if (this.hostSet) return this.hostSet;
+    const set = new Set(['localhost', '127.0.0.1', '::1']);
+    const bind = (this.o.host ?? '127.0.0.1').toLowerCase().replace(/^\[|\]$/g, '');
+    set.add(bind);
+    if (bind === '0.0.0.0' || bind === '::') {
+      set.add(hostname().toLowerCase());
+      for (const addrs of Object.values(networkInterfaces())) for (const a of addrs ?? []) set.add(a.address.toLowerCase());
+    }
+    for (const h of this.o.allowedHosts ?? []) set.add(h.toLowerCase().replace(/^\[|\]$/g, ''));
+    this.hostSet = set;
+    return set;
+  }
+
+  /** 403 unless Host (and Origin, when sent) name an allowed host; 401 unless the API key matches. */
+  private guard(req: IncomingMessage, path: string): void {
+    const any = (this.o.allowedHosts ?? []).includes('*');
+    const nameOf = (hostPort: string) => {
+      const h = hostPort.trim().toLowerCase();
+      const v6 = /^\[([^\]]+)\](?::\d+)?$/.exec(h);
+      return v6 ? v6[1]! : h.replace(/:\d+$/, '');
+    };
+    if (!any) {
+      const host = req.headers.host;
+      if (!host || !this.allowed().has(nameOf(host))) {
+        throw new HttpError(403, `Host '${host ?? ''}' is not allowed (serve --allowed-hosts adds host names; localhost and the bind address are allowed)`, 'invalid_request_error', null, 'host_not_allowed');
+      }
+      const origin = req.headers.origin;
+      if (origin !== undefined) {
+        let oh = '';
+        try {
+          oh = nameOf(new URL(origin).host);
+        } catch {
+          oh = '';
+        }
+        if (!oh || !this.allowed().has(oh)) {
+          throw new HttpError(403, `Origin '${origin}' is not allowed: cross-site requests are refused (serve --allowed-hosts adds host names)`, 'invalid_request_error', null, 'origin_not_allowed');
+        }
+      }
+    }
+    if (this.o.apiKey && path !== '/health' && path !== '/v1/health') {
+      const auth = req.headers.authorization ?? '';
+      const m = /^Bearer\s+(.+)$/i.exec(auth);
+      const digest = (x: string) => createHash('sha256').update(x, 'utf8').digest();
+      if (!m || !timingSafeEqual(digest(m[1]!.trim()), digest(this.o.apiKey))) {
+        throw new HttpError(401, 'missing or wrong API key (send Authorization: Bearer <key>)', 'invalid_request_error', null, 'invalid_api_key');
+      }
+    }
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0].replace(/\/+$/, '');
+    this.guard(req, path);
     if (path === '/v1/models' || path === '/models') {
       if (req.method !== 'GET') throw new HttpError(405, 'use GET');
       res.writeHead(200, { 'content-type': 'application/json' });
@@ -462,7 +537,7 @@ export class ChatServer {
     const out = result;
     const choices = out.completions.map((c, index) => {
       const cut = applyStop(c.text, stop);
-      const { content, reasoning } = splitThink(cut.text);
+      const { content, reasoning } = splitThink(cut.text, { trim: false });
       return { index, content, reasoning, finish_reason: cut.stopped ? 'stop' : c.finishReason, tokens: c.completionTokens };
     });
     const completionTokens = choices.reduce((a, c) => a + c.tokens, 0);
@@ -513,6 +588,7 @@ export class ChatServer {
     try {
       ids = await st.encode(messages, { enableThinking: p.enableThinking, tools: p.tools });
     } catch (e) {
+      if (e instanceof PromptTooLongError) throw new HttpError(400, e.message, 'invalid_request_error', 'messages');
       throw new HttpError(400, `messages cannot be rendered by the chat template: ${(e as Error).message}`, 'invalid_request_error', 'messages');
     } finally {
       res.off('close', onGone);
@@ -567,7 +643,7 @@ export class ChatServer {
       res.end('data: [DONE]\n\n');
       return;
     }
-    this.sendCompletion(res, id, created, r.choices.map((c) => ({ index: c.index, ...splitThink(c.text), logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish })), usage);
+    this.sendCompletion(res, id, created, r.choices.map((c) => ({ index: c.index, ...splitThink(c.text, { trim: false }), logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish })), usage);
   }
 
   /** Writes one `data:` event of a streamed completion (OpenAI `chat.completion.chunk`), unless the client is gone. */
@@ -796,7 +872,7 @@ export class ChatServer {
   /** Streams what is decided of choice `c`: reasoning / content deltas and new logprob entries. */
   private emit(req: StepReq, c: StepChoice): void {
     const hold = c.finish ? 0 : heldBack(c.text, [...req.params.stop, ...THINK_TAGS]);
-    const split = splitThink(c.text.slice(0, c.text.length - hold));
+    const split = splitThink(c.text.slice(0, c.text.length - hold), { trim: false });
     const delta: Record<string, string> = {};
     const r = split.reasoning ?? '';
     if (r.length > c.emR.length && r.startsWith(c.emR)) {

@@ -120,6 +120,14 @@ export class IncrementalDetokenizer {
   }
 }
 
+/** A rendered prompt that cannot fit the context, found before tokenizing it (a lower bound on its tokens). */
+export class PromptTooLongError extends Error {
+  constructor(readonly atLeastTokens: number, readonly bytes: number, readonly capacity: number) {
+    super(`prompt of at least ${atLeastTokens} tokens (${bytes} bytes rendered) leaves no room in the context of ${capacity} tokens`);
+    this.name = 'PromptTooLongError';
+  }
+}
+
 /**
  * A {@link ServeStepper} over a model, tokenizer and chat template (a Policy's parts).
  * `maxRows` (default 32), `capacity` (KV slots per row; default min(context, 4096)).
@@ -131,6 +139,21 @@ export function modelStepper(
   const { model, tokenizer, chat } = parts;
   const engine = new DecodeEngine(model, { maxRows: opts.maxRows ?? 32, capacity: opts.capacity, padId: tokenizer.padTokenId, maxPrefillTokens: opts.maxPrefillTokens });
   const table = new TokenTable(tokenizer);
+  let longest = 0;
+  /** Bytes of the vocabulary's longest token: a text of B bytes has at least ceil(B / this) tokens. */
+  const maxTokenBytes = () => {
+    if (longest) return longest;
+    const dec = byteDecoder();
+    for (let id = 0; id < tokenizer.vocabSize; id++) {
+      const added = tokenizer.addedTokens.get(id);
+      const piece = added ? added.content : tokenizer.idToToken(id) ?? '';
+      const chars = [...piece];
+      const n = !added && chars.every((c) => dec.has(c)) ? chars.length : Buffer.byteLength(piece, 'utf8');
+      if (n > longest) longest = n;
+    }
+    longest = Math.max(1, longest);
+    return longest;
+  };
   return {
     maxRows: engine.maxRows,
     capacity: engine.capacity,
@@ -138,6 +161,12 @@ export function modelStepper(
     async encode(messages, o) {
       if (!chat) throw new TypeError('the checkpoint has no chat_template');
       const text = chat.render(messages, { addGenerationPrompt: true, enableThinking: o.enableThinking, extra: o.tools !== undefined ? { tools: o.tools } : undefined });
+      // The context check before tokenizing (issue 38 item 7: an 8 MB prompt took 16-50 s and ~2 GB
+      // to tokenize whole): no token is longer than the vocabulary's longest, so bytes / that bound
+      // the token count from below; a prompt that cannot fit is refused without being tokenized.
+      const bytes = Buffer.byteLength(text, 'utf8');
+      const atLeast = Math.ceil(bytes / maxTokenBytes());
+      if (atLeast >= engine.capacity) throw new PromptTooLongError(atLeast, bytes, engine.capacity);
       return tokenizer.encode(text, { addSpecialTokens: false });
     },
     add: (row) => engine.add(row),
