@@ -90,8 +90,8 @@ export interface TrainConfig {
   /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
   checkpoint: { every: number; saveTotalLimit?: number | null };
   /** `profileStep`: the 1-based step of each stage whose phases are kernel-profiled (0 = none). */
-  /** `reportTo`: experiment trackers (lib/train/trackers: tensorboard, mlflow, wandb); empty = none. */
-  log: { every: number; profileStep: number; reportTo: string[] };
+  /** `reportTo`: experiment trackers (lib/train/trackers: tensorboard, mlflow, wandb); null = none. */
+  log: { every: number; profileStep: number; reportTo?: string[] | null };
   /**
    * GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the
    * rollout and update phases; the memory plan (lib/train/memory-plan.ts: `plan` 'auto' = on CUDA or

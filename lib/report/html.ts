@@ -175,14 +175,17 @@ export function writeReport(o: ReportOptions): ReportResult {
   const evals = loadEvals(o.evals ?? [], resamples);
   const evalHtml = evals.length ? evalSection(evals, itemTexts(o.data, notes), resamples, relDir, png, writePlot) : '';
 
+  // Reload only while a run may still be writing (running, or unknown for runs of older versions);
+  // a stopped run's page says why and stays put.
   const inProgress = runs.some((r) => r.inProgress && (r.steps.length > 0 || r.config !== undefined));
+  const runningLabel = runs.some((r) => r.status === 'running') ? 'a run is still writing' : 'a run may still be writing (no lock file to tell)';
   const title = o.title ?? `papergym-native report: ${runs.map((r) => r.label).join(', ') || 'no runs'}`;
   const html = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 ${inProgress ? '<meta http-equiv="refresh" content="60">' : ''}<title>${esc(title)}</title><style>${CSS}</style></head>
 <body>
 <h1>${esc(title)}</h1>
-<p class="muted">written ${esc(new Date().toISOString())} by papergym-native report${inProgress ? ' · a run is still writing: this page reloads every 60 s' : ''}</p>
+<p class="muted">written ${esc(new Date().toISOString())} by papergym-native report${inProgress ? ` · ${runningLabel}: this page reloads every 60 s` : ''}</p>
 ${runsSection(runs)}
 ${notes.length ? `<p class="note">${notes.map(esc).join('<br>')}</p>` : ''}
 <h2 id="training">Training</h2>
@@ -212,7 +215,7 @@ function runsSection(runs: RunData[]): string {
   const rows = runs.map((r) => {
     const stages = r.stageStarts.map((s) => s.stage).join(' → ') || '–';
     const last = r.steps[r.steps.length - 1];
-    const status = !r.steps.length && !r.summary ? 'no steps' : r.inProgress ? 'running or stopped (no summary.json)' : (r.summary?.interrupted ? 'interrupted' : 'finished');
+    const status = r.status === 'missing' ? 'missing' : `${r.status}${r.statusReason && r.statusReason !== r.status ? `: ${r.statusReason.replace(/^(finished|running|stopped|interrupted)[: ]*/, '')}` : ''}`;
     const wall = typeof r.summary?.wallSeconds === 'number' ? `${(r.summary.wallSeconds as number).toFixed(1)} s` : '–';
     return `<tr><td>${esc(r.label)}</td><td><code>${esc(r.dir)}</code></td><td>${esc(status)}</td><td>${esc(stages)}</td><td class="num">${last ? last.globalStep : 0}</td><td class="num">${wall}</td><td class="note">${r.notes.map(esc).join('<br>')}</td></tr>`;
   });

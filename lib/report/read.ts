@@ -6,6 +6,7 @@
  * content of a run dir: every problem becomes a note shown in the report.
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 
 /** One metrics row of a training step (lib/train/metrics.ts StepMetrics) as read back; every field optional. */
@@ -34,8 +35,16 @@ export interface RunData {
   config?: Record<string, unknown>;
   /** summary.json (written when the run ends or is interrupted). */
   summary?: Record<string, unknown>;
-  /** True while the run has no summary.json (still running, or killed). */
+  /** True while the run may still be writing: status `running`, or `unknown` (the page then reloads). */
   inProgress: boolean;
+  /**
+   * `finished` / `interrupted` (summary.json), `stopped` (an error row in metrics.jsonl, or the
+   * process that held the run dir is gone: killed or crashed), `running` (a live process holds the
+   * run dir's lock), `unknown` (no lock file: a run of an older version), `missing` (no dir).
+   */
+  status: 'running' | 'finished' | 'interrupted' | 'stopped' | 'unknown' | 'missing';
+  /** Why the status is what it is, for the report (e.g. `pid 123 is gone without a summary (killed or crashed)`). */
+  statusReason: string;
   /** Human-readable problems and gaps (missing files, skipped lines, missing fields). */
   notes: string[];
 }
@@ -60,7 +69,7 @@ const num = (v: unknown): number | undefined => (typeof v === 'number' && Number
  */
 export function readRun(dir: string, label?: string): RunData {
   const abs = resolve(dir);
-  const run: RunData = { dir: abs, label: label ?? basename(abs), steps: [], validation: [], earlyStops: [], stageStarts: [], inProgress: true, notes: [] };
+  const run: RunData = { dir: abs, label: label ?? basename(abs), steps: [], validation: [], earlyStops: [], stageStarts: [], inProgress: true, status: 'unknown', statusReason: '', notes: [] };
   let isDir = false;
   try {
     isDir = statSync(abs).isDirectory();
@@ -70,11 +79,14 @@ export function readRun(dir: string, label?: string): RunData {
   if (!isDir) {
     run.notes.push(existsSync(abs) ? `${abs} is not a directory` : `${abs} does not exist`);
     run.inProgress = false;
+    run.status = 'missing';
+    run.statusReason = existsSync(abs) ? 'not a directory' : 'does not exist';
     return run;
   }
   run.config = readJson(join(abs, 'config.json'), run.notes);
   run.summary = readJson(join(abs, 'summary.json'), run.notes);
-  run.inProgress = !run.summary;
+  Object.assign(run, runStatus(abs, run.summary));
+  run.inProgress = run.status === 'running' || run.status === 'unknown';
   if (!run.config) run.notes.push('no readable config.json (settings unknown)');
   const mpath = join(abs, 'metrics.jsonl');
   if (!existsSync(mpath)) {
@@ -94,6 +106,7 @@ export function readRun(dir: string, label?: string): RunData {
   const byGlobal = new Map<number, StepRow>();
   const valByGlobal = new Map<string, RunData['validation'][number]>();
   let bad = 0;
+  let stoppedRow: string | undefined;
   let firstBad = 0;
   lines.forEach((line, i) => {
     if (!line.trim()) return;
@@ -119,7 +132,8 @@ export function readRun(dir: string, label?: string): RunData {
     }
     // The line a stopped run appends (stage, the last finished step, `stopped`, `error`): a note, not a step row (it would replace that step's row).
     if (typeof o.stopped === 'string') {
-      run.notes.push(`stopped after global step ${gs}: ${typeof o.error === 'string' ? o.error.split('\n')[0] : o.stopped}`);
+      stoppedRow = `stopped after global step ${gs}: ${typeof o.error === 'string' ? o.error.split('\n')[0] : o.stopped}`;
+      run.notes.push(stoppedRow);
       return;
     }
     if (o.event === 'early_stop') {
@@ -150,7 +164,53 @@ export function readRun(dir: string, label?: string): RunData {
     });
   }
   if (!run.steps.length) run.notes.push('metrics.jsonl has no step rows yet');
+  if (stoppedRow && !run.summary) {
+    Object.assign(run, runStatus(abs, run.summary, stoppedRow));
+    run.inProgress = false;
+  }
   return run;
+}
+
+/** The run dir's lock file (lib/train/run.ts RUN_LOCK; held by `train` while it runs, lib/util/lock.ts). */
+const RUN_LOCK = 'train.lock';
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Running or stopped, and why: summary.json ends a run (finished / interrupted); an error row in
+ * metrics.jsonl stops it; otherwise the run dir's lock tells — its `.owner` file names the pid that
+ * holds it, which is running only while that process lives (a killed holder leaves a stale owner).
+ * No lock file at all (older versions): unknown.
+ */
+export function runStatus(dir: string, summary: Record<string, unknown> | undefined, stoppedRow?: string): Pick<RunData, 'status' | 'statusReason'> {
+  if (summary) {
+    const wall = typeof summary.wallSeconds === 'number' ? ` after ${(summary.wallSeconds as number).toFixed(1)} s` : '';
+    if (summary.interrupted) return { status: 'interrupted', statusReason: `interrupted (SIGINT) with a checkpoint${wall}` };
+    return { status: 'finished', statusReason: `finished${wall}` };
+  }
+  if (stoppedRow) return { status: 'stopped', statusReason: stoppedRow };
+  const lock = join(dir, RUN_LOCK);
+  if (!existsSync(lock)) return { status: 'unknown', statusReason: 'running or stopped: no summary.json and no lock file (a run of an older version)' };
+  let owner: { pid?: unknown; host?: unknown; since?: unknown } | undefined;
+  try {
+    owner = JSON.parse(readFileSync(`${lock}.owner`, 'utf8')) as typeof owner;
+  } catch {
+    owner = undefined;
+  }
+  if (!owner || typeof owner.pid !== 'number') return { status: 'stopped', statusReason: 'stopped without a summary: no process holds the run dir' };
+  const since = typeof owner.since === 'string' ? ` since ${owner.since}` : '';
+  if (typeof owner.host === 'string' && owner.host !== hostname()) {
+    return { status: 'running', statusReason: `held by pid ${owner.pid} on host ${owner.host}${since} (not checkable from ${hostname()})` };
+  }
+  if (pidAlive(owner.pid)) return { status: 'running', statusReason: `running: pid ${owner.pid}${since}` };
+  return { status: 'stopped', statusReason: `stopped without a summary: pid ${owner.pid} is gone (killed or crashed)` };
 }
 
 /** Reads several runs and makes their labels unique (`name`, `name (2)`, …). */

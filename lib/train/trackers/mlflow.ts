@@ -20,6 +20,7 @@ import type { Tracker, TrackerStart } from './index.js';
 const TIMEOUT_MS = 30_000;
 const MAX_PARAM_VALUE = 6000;
 const MAX_METRICS_PER_BATCH = 1000;
+const ATTEMPTS = 3;
 
 /** The MLflow REST client this tracker needs; errors name the endpoint and MLflow's error code. */
 export class MlflowClient {
@@ -33,11 +34,35 @@ export class MlflowClient {
     }
   }
 
+  /**
+   * fetch with MLflow's client's retry rule: a connection error (e.g. a kept-alive socket the server
+   * closed meanwhile) or HTTP 429 / 502 / 503 / 504 is tried again, 3 attempts in all, 0.5 s then 1 s apart.
+   */
+  private async fetchRetrying(url: string, init: () => RequestInit): Promise<Response> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const r = await fetch(url, init());
+        if (attempt < ATTEMPTS && [429, 502, 503, 504].includes(r.status)) await r.text();
+        else return r;
+      } catch (e) {
+        if (attempt >= ATTEMPTS || (e as Error).name === 'TimeoutError') throw e;
+      }
+      await new Promise((res) => setTimeout(res, 500 * 2 ** (attempt - 1)));
+    }
+  }
+
   async call<T>(method: 'GET' | 'POST', endpoint: string, body?: unknown): Promise<T> {
     const url = `${this.base}/api/2.0/mlflow/${endpoint}`;
-    const init: RequestInit = { method, headers: { ...this.headers, 'content-type': 'application/json' }, signal: AbortSignal.timeout(TIMEOUT_MS) };
-    if (body !== undefined) init.body = JSON.stringify(body);
-    const r = await fetch(url, init);
+    const init = (): RequestInit => ({
+      method, headers: { ...this.headers, 'content-type': 'application/json' }, signal: AbortSignal.timeout(TIMEOUT_MS),
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    let r: Response;
+    try {
+      r = await this.fetchRetrying(url, init);
+    } catch (e) {
+      throw new Error(`MLflow ${method} ${endpoint}: ${(e as Error).message}${(e as { cause?: Error }).cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`);
+    }
     const text = await r.text();
     if (!r.ok) {
       let code = '';
@@ -54,7 +79,14 @@ export class MlflowClient {
 
   async upload(artifactPath: string, file: string): Promise<void> {
     const url = `${this.base}/api/2.0/mlflow-artifacts/artifacts/${artifactPath.split('/').map(encodeURIComponent).join('/')}`;
-    const r = await fetch(url, { method: 'PUT', headers: { ...this.headers, 'content-type': 'application/octet-stream' }, body: readFileSync(file), signal: AbortSignal.timeout(TIMEOUT_MS * 4) });
+    const data = readFileSync(file);
+    const init = (): RequestInit => ({ method: 'PUT', headers: { ...this.headers, 'content-type': 'application/octet-stream' }, body: data, signal: AbortSignal.timeout(TIMEOUT_MS * 4) });
+    let r: Response;
+    try {
+      r = await this.fetchRetrying(url, init);
+    } catch (e) {
+      throw new Error(`MLflow artifact upload ${artifactPath}: ${(e as Error).message}${(e as { cause?: Error }).cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`);
+    }
     if (!r.ok) throw new Error(`MLflow artifact upload ${artifactPath}: HTTP ${r.status} ${(await r.text()).slice(0, 300)}`);
   }
 }
