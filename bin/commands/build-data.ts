@@ -466,7 +466,11 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
     // --config: yargs layers the file's values over the defaults and under the flags
     addSettings(y, BUILD_DATA_OPTIONS, { withDefaults: true })
       .config('config', String(yargsOption(CONFIG_SETTING, true).describe), readBuildDataConfig)
-      .demandOption(['papers', 'out']) as never,
+      .demandOption(['papers'])
+      .check((a) => {
+        if (!a.out && !a.dryRun) throw new Error('Missing required argument: out (--dry-run needs no --out)');
+        return true;
+      }) as never,
   handler: async (argv) => {
     if (argv.dryRun) {
       const sources = argv.papers.flatMap((p) => discoverPapers(p));

@@ -3,7 +3,9 @@
  * per rubric item, whether a judge can infer it from the question alone; rates overall, per
  * dimension and per origin; plus the LLM-free lexical-overlap proxy (always computed).
  */
+import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { LEAKAGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
@@ -16,6 +18,7 @@ import { parseList } from '../../lib/config/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
 import { Progress } from '../../lib/data/progress.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
+import { userCacheDir } from '../../lib/util/cache.js';
 
 export interface LeakageArgs {
   /** One items file (runLeakage); the command accepts several (one table row each). */
@@ -70,7 +73,13 @@ export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; str
 }
 
 /** The judge-call cache of a leakage run. */
-export const leakageStatePath = (a: LeakageArgs) => a.state ?? `${a.data}.leakage.sqlite`;
+/**
+ * The judge-call cache of `leakage`: `--state`, else `<cache dir>/leakage/<sha256 of the dataset's
+ * absolute path, 16 hex>.sqlite` (per-user cache dir, lib/util/cache.ts), not beside the dataset
+ * (a clone would get an untracked file).
+ */
+export const leakageStatePath = (a: Pick<LeakageArgs, 'state' | 'data'>) =>
+  a.state ?? join(userCacheDir(), 'leakage', `${createHash('sha256').update(resolve(a.data)).digest('hex').slice(0, 16)}.sqlite`);
 
 /**
  * Fails (exit 1 with the reason) when more than the judge null-rate limit of the judge calls of a
@@ -101,7 +110,7 @@ export const leakageCommand: CommandModule<object, LeakageArgs> = {
     addSettings(y, LEAKAGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
     const datas = parseList(LEAKAGE_OPTIONS.find((s) => s.key === 'data')!, argv.data) as string[];
-    if (datas.length > 1 && (argv.state || argv.out)) throw new Error('--state and --out name one file: give them with a single --data (each dataset keeps <data>.leakage.sqlite)');
+    if (datas.length > 1 && (argv.state || argv.out)) throw new Error('--state and --out name one file: give them with a single --data (each dataset keeps its own cache under <cache dir>/leakage/)');
     const reps: { data: string; rep: LeakageReport }[] = [];
     for (const data of datas) {
       const a = { ...argv, data };

@@ -291,7 +291,7 @@ export const LEAKAGE_OPTIONS: readonly Setting[] = [
   { key: 'data', flag: 'data', type: 'list', items: 'string', repeatable: true, default: null, values: 'PaperGym or imported items JSONL, one or more (required)', meaning: 'Datasets to audit, any imported format (chat prompts read as text); several give one table row each', source: 'paper: leakage audit across datasets (Table 3; docs/design.md §7)' },
   { key: 'llm', flag: 'llm', type: 'string', default: null, values: 'http(s)://host:port/v1', meaning: 'OpenAI-compatible base URL of the judge; unset = the lexical proxy only', source: 'OpenAI API base_url' },
   { key: 'model', flag: 'model', type: 'string', default: null, values: 'a served model name', meaning: 'Judge model name', source: 'OpenAI API model' },
-  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'Cache of judge calls; unset = <data>.leakage.sqlite', source: 'papergym-native (docs/design.md §7)' },
+  { key: 'state', flag: 'state', type: 'path', default: null, values: 'a SQLite file', meaning: 'Cache of judge calls; unset = <per-user cache dir>/leakage/<hash of the dataset path>.sqlite', source: 'papergym-native (docs/design.md §7)' },
   { key: 'threshold', flag: 'threshold', type: 'number', min: 0, max: 1, default: 0.6, meaning: 'Lexical-overlap threshold of the proxy', source: 'papergym-native (lib/data/leakage.ts)' },
   { key: 'out', flag: 'out', type: 'path', default: null, values: 'a writable file', meaning: 'Write the full per-item report as JSON', source: 'papergym-native' },
   { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print the report as JSON', source: 'papergym-native' },
