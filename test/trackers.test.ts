@@ -10,7 +10,7 @@
 import { expect } from 'chai';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as netServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,7 @@ import type { TrainConfig } from '../lib/config/train.js';
 import { crc32c, maskedCrc, tfRecord } from '../lib/train/trackers/tensorboard.js';
 import { parseReportTo, rowScalars, TrackerSet } from '../lib/train/trackers/index.js';
 import { python } from './helpers/tiny.js';
+import { cli } from './helpers/run.js';
 import { userCacheDir } from '../lib/util/cache.js';
 
 const can = (py: string, mod: string) => spawnSync(py, ['-c', `import ${mod}`], { stdio: 'ignore' }).status === 0;
@@ -230,6 +231,21 @@ describe('experiment trackers (--report-to)', function () {
       if (prev !== undefined) process.env.MLFLOW_TRACKING_URI = prev;
     }
     expect(logs.some((l) => /warning: --report-to mlflow did not start \(MLFLOW_TRACKING_URI must be the http\(s\) URL/.test(l))).to.equal(true);
+  });
+
+  it('the train CLI: --report-to and the config file key log.reportTo', async () => {
+    const yaml = join(tmp, 'cfg.yaml');
+    writeFileSync(yaml, 'stages: [opsd]\nopsd: { steps: 1, batchSize: 2 }\nsampling: { maxNewTokens: 4 }\nvalidation: { every: 0 }\nlog: { reportTo: [tensorboard] }\n');
+    const fromFile = await cli(['train', '--config', yaml, '--out', join(tmp, 'cli-yaml')]);
+    expect(fromFile.code, fromFile.err).to.equal(0);
+    expect(fromFile.err).to.match(/--report-to: tensorboard started/);
+    expect(readdirSync(join(tmp, 'cli-yaml', 'tensorboard')).filter((f) => f.startsWith('events.out.tfevents.')).length).to.equal(1);
+    const flag = await cli(['train', '--config', yaml, '--report-to', 'none', '--out', join(tmp, 'cli-none')]);
+    expect(flag.code, flag.err).to.equal(0);
+    expect(existsSync(join(tmp, 'cli-none', 'tensorboard'))).to.equal(false);
+    const bad = await cli(['train', '--config', yaml, '--report-to', 'comet', '--out', join(tmp, 'cli-bad')]);
+    expect(bad.code).to.not.equal(0);
+    expect(bad.err).to.match(/report-to/).and.match(/comet/);
   });
 
   it('TrackerSet.log never throws into the trainer', async () => {
