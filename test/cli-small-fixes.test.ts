@@ -1,13 +1,15 @@
 /**
  * Small CLI behaviours of issue 37: `build-data --dry-run` needs no `--out`; `leakage` keeps its
- * cache in the per-user cache dir, not beside the dataset.
+ * cache in the per-user cache dir, not beside the dataset; `npx mocha FILE` runs only FILE.
  */
 import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { leakageStatePath } from '../bin/commands/leakage.js';
 import { userCacheDir } from '../lib/util/cache.js';
+import { packageRoot } from '../lib/native.js';
 import { cli } from './helpers/run.js';
 import { writeTinyPaper } from './helpers/tiny-papers.js';
 
@@ -25,6 +27,15 @@ describe('CLI fixes: build-data --dry-run without --out, leakage cache location'
     const real = await cli(['build-data', '--papers', join(tmp, 'papers'), '--llm', 'http://127.0.0.1:9/v1', '--model', 'm']);
     expect(real.code).to.not.equal(0);
     expect(real.err).to.match(/Missing required argument: out/);
+  });
+
+  it('npx mocha FILE runs only FILE (the default spec lives in npm test, not .mocharc.json)', () => {
+    const mocha = join(packageRoot, 'node_modules', 'mocha', 'bin', 'mocha.js');
+    const r = spawnSync(process.execPath, [mocha, '--dry-run', '--reporter', 'json', 'dist/test/sqlite.test.js'], { cwd: packageRoot, encoding: 'utf8', maxBuffer: 64 << 20 });
+    expect(r.status, r.stderr).to.equal(0);
+    const j = JSON.parse(r.stdout) as { tests: { file: string }[] };
+    expect(j.tests.length).to.be.greaterThan(3);
+    expect([...new Set(j.tests.map((t) => t.file.split('/').pop()))]).to.deep.equal(['sqlite.test.js']);
   });
 
   it('leakage: the default cache is in the per-user cache dir, keyed by the dataset path; --state wins', () => {
