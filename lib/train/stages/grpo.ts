@@ -90,6 +90,21 @@ export const grpoStage: TrainingStage = {
     const decodeEnded = async () => {
       while (decoding) await decoding.catch(() => undefined);
     };
+    const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
+    // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
+    // bounded memory, and a batch size from the config on one process and on N ranks.
+    // Longest first (longestFirst): each batch pads to lengths close to its own rows'.
+    const referenceLogprobs = async (seqs: { promptIds: number[]; completionIds: number[] }[]): Promise<number[][]> => {
+      const out: number[][] = [];
+      const order = longestFirst(seqs.map((_, j) => j), (j) => seqs[j]!.promptIds.length + seqs[j]!.completionIds.length);
+      for (const part of chunks(order, Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch))) {
+        const lps = await ctx.timed('reference', () => backend.completionLogprobs(part.map((j) => seqs[j]!), ctx.cfg.sampling.temperature || 1, refAdapter));
+        part.forEach((j, k) => (out[j] = lps[k]!));
+      }
+      return out;
+    };
+    // This rank's reference logprobs by local rollout index, when taken before the rewards' exchange.
+    const earlyRef = new Map<number, number[]>();
     // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
     // The ranks' rewards and lengths travel with the failure flags (one all-gather).
     const { all } = await ctx.allRanksGather('GRPO rollouts and rewards', async () => {
@@ -154,7 +169,18 @@ export const grpoStage: TrainingStage = {
           : judgeJob(mapped));
       }
       // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
-      return (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
+      const judged = (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
+      // Data parallel: a rank's reference logprobs need only its own completions, so they run
+      // here, before the exchange of the rewards, where a rank whose completions finished early
+      // would otherwise wait for the slowest rank's decode. Every non-empty completion (a superset
+      // of those the update keeps; the same set unless the judge masked some or zero-variance
+      // groups are dropped). One process: after the advantages, for the kept ones only.
+      if (ctx.dist.worldSize > 1 && c.betaKl > 0) {
+        const local = rollouts.map((ro, i) => ({ ro, i })).filter((x) => x.ro.tokenIds.length > 0);
+        const lps = await referenceLogprobs(local.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds })));
+        local.forEach((x, k) => earlyRef.set(x.i, lps[k]!));
+      }
+      return judged;
     }, (localRewards) => ({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length), stops: rollouts.filter((ro) => ro.finishReason === 'stop').length }));
     // Global rewards in global rollout order (ranks hold contiguous chunk ranges): advantages,
     // the loss normalisers and the judge health span the whole step, as on one process.
@@ -173,12 +199,8 @@ export const grpoStage: TrainingStage = {
     const keptGlobal = lengths.map((len, i) => keep[i] && len > 0);
     const totalSequences = keptGlobal.filter(Boolean).length;
     const totalTokens = lengths.reduce((n, len, i) => n + (keptGlobal[i] ? len : 0), 0);
-    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i })).filter((x) => keptGlobal[x.i]);
+    const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i, local: i })).filter((x) => keptGlobal[x.i]);
     const seqs = kept.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds }));
-    const refAdapter = c.reference === 'base' ? 'none' : 'stage-start';
-    // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
-    // bounded memory, and a batch size from the config on one process and on N ranks.
-    // Longest first (longestFirst): each batch pads to lengths close to its own rows'.
     const opts = {
       epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: ctx.cfg.sampling.temperature || 1, aggregation: c.aggregation,
       totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: ctx.cfg.sampling.maxNewTokens,
@@ -186,16 +208,10 @@ export const grpoStage: TrainingStage = {
     // The reference logprobs and the update are rank-local with no collective between them: one
     // failure check covers both, and the ranks' loss, KL and clip sums travel with it.
     const { all: parts } = await ctx.allRanksGather('GRPO reference logprobs and update', async () => {
-      const refLogprobs: number[][] = [];
-      if (seqs.length && c.betaKl > 0) {
-        const order = longestFirst(seqs.map((_, j) => j), (j) => seqs[j]!.promptIds.length + seqs[j]!.completionIds.length);
-        for (const part of chunks(order, Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch))) {
-          const lps = await ctx.timed('reference', () => backend.completionLogprobs(part.map((j) => seqs[j]!), ctx.cfg.sampling.temperature || 1, refAdapter));
-          part.forEach((j, k) => (refLogprobs[j] = lps[k]!));
-        }
-      } else {
-        for (const s of seqs) refLogprobs.push(s.completionIds.map(() => 0));
-      }
+      let refLogprobs: number[][];
+      if (earlyRef.size) refLogprobs = kept.map((x) => earlyRef.get(x.local)!);
+      else if (seqs.length && c.betaKl > 0) refLogprobs = await referenceLogprobs(seqs);
+      else refLogprobs = seqs.map((s) => s.completionIds.map(() => 0));
       // Length-bucketed micro-batches: longest first, so each micro-batch pads to about its own rows' length.
       const batch = longestFirst(kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv })), (x) => x.seq.promptIds.length + x.seq.completionIds.length);
       return ctx.updateWithOomRecovery('grpo', async (microBatch) => {
