@@ -1,13 +1,15 @@
 /**
- * Public entry of papergym-native: the addon loader and doctor, the model (Qwen3 + LoRA + PEFT
- * adapters), tokenizer and chat template, the Policy (batched native sampling), the training
+ * Public entry of papergym-native: the addon loader and doctor, the model (the decoder of Qwen3 /
+ * Qwen2 / Llama checkpoints + LoRA + PEFT adapters), tokenizer and chat template, the Policy (batched native sampling), the training
  * math (fused losses, advantages, AdamW), judging and rewards, the data schema, and the training
  * driver. Concern-specific names are also importable from their modules under dist/lib/.
  */
 export * from './native.js';
 export { ErrorCode, isPapergymError, type PapergymError, type PapergymErrorCode } from './errors.js';
 export type * from './addon.js';
-export { loadModel, Qwen3Model, ALL_LORA_TARGETS, type LoadOptions, type LoraOptions, type ForwardArgs, type ForwardResult, type Device, type Dtype } from './model/qwen3.js';
+export { loadModel, DecoderModel, ALL_LORA_TARGETS, type LoadOptions, type LoraOptions, type ForwardArgs, type ForwardResult, type Device, type Dtype } from './model/decoder.js';
+/** The old name of {@link DecoderModel}. */
+export { Qwen3Model } from './model/qwen3.js';
 export { Tokenizer } from './model/tokenizer.js';
 export { ChatTemplate, encodeChat } from './model/chat.js';
 export { Policy, generate, type PolicyGenerateOptions, type PolicyCompletion, type SamplingOptions } from './model/policy.js';

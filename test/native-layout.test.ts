@@ -5,6 +5,9 @@
  *    translation unit of the addon includes, do not;
  *  - the folder include graph (folder A includes "B/..." for some file of A) has no cycle, so no
  *    two folders include each other.
+ *  - an architecture is one file and one registry entry: its name (a `"…ForCausalLM"` string
+ *    literal) appears in code only in its own native/model/arch_*.cc, and every row such a file
+ *    defines is listed in PG_ARCHITECTURES (native/model/architecture.cc).
  * The analysis runs on the real tree and, so that a broken rule is known to fail, on small
  * synthetic trees that break each rule.
  */
@@ -81,12 +84,27 @@ function analyseLayout(tree: Tree): Layout {
   return { graph, napiInCore, cycles };
 }
 
+/** Where the architecture rule is broken: "file: what" for each name outside its row's file or unregistered row. */
+function architectureProblems(tree: Tree): string[] {
+  const out: string[] = [];
+  const registry = /#define PG_ARCHITECTURES\(X\)(.*)/.exec(tree['model/architecture.cc'] ?? '')?.[1] ?? '';
+  const registered = new Set([...registry.matchAll(/X\((\w+)\)/g)].map((m) => m[1]));
+  for (const [path, text] of Object.entries(tree)) {
+    const code = text.replace(/\/\/.*$/gm, '').replace(/\/\*[\s\S]*?\*\//g, '');
+    const isRow = /^model\/arch_\w+\.cc$/.test(path);
+    for (const m of code.matchAll(/"(\w+ForCausalLM)"/g)) if (!isRow) out.push(`${path}: architecture name ${m[1]} outside model/arch_*.cc`);
+    if (isRow)
+      for (const m of code.matchAll(/extern const ArchitectureSpec (\w+)/g)) if (!registered.has(m[1])) out.push(`${path}: row ${m[1]} not in PG_ARCHITECTURES`);
+  }
+  return out.sort();
+}
+
 describe('native source layout: the binding / compute seam', () => {
   const tree = readTree(nativeDir);
   const layout = analyseLayout(tree);
 
   it('finds the tree (bindings in napi/, compute in the core folders)', () => {
-    expect(Object.keys(tree)).to.include.members(['napi/addon.cc', 'napi/model.cc', 'core/errors.h', 'model/qwen3.h']);
+    expect(Object.keys(tree)).to.include.members(['napi/addon.cc', 'napi/model.cc', 'core/errors.h', 'model/decoder.h', 'model/architecture.cc']);
     for (const f of ['model', 'lora', 'loss', 'generate', 'optim', 'io', 'cuda', 'steps', 'core']) expect(layout.graph.has(f), f).to.equal(true);
   });
 
@@ -104,6 +122,17 @@ describe('native source layout: the binding / compute seam', () => {
   it('nothing in the core includes a binding, and the core error header includes nothing of the project', () => {
     for (const [f, to] of layout.graph) if (!NAPI_FOLDERS.has(f)) expect([...to], f).to.not.include('napi');
     expect(layout.graph.get('core')?.size ?? 0).to.equal(0);
+  });
+
+  it('an architecture is one model/arch_*.cc file and one PG_ARCHITECTURES entry', () => {
+    const rows = Object.keys(tree).filter((p) => /^model\/arch_\w+\.cc$/.test(p));
+    expect(rows.length).to.be.at.least(3);
+    expect(architectureProblems(tree)).to.deep.equal([]);
+    const reg = '#define PG_ARCHITECTURES(X) X(kARow) X(kBRow)\n';
+    const fine = { 'model/architecture.cc': reg, 'model/arch_a.cc': 'extern const ArchitectureSpec kARow = {"AForCausalLM"};', 'model/x.cc': '// "AForCausalLM" in a comment\n' };
+    expect(architectureProblems(fine)).to.deep.equal([]);
+    const broken = { ...fine, 'model/config.cc': 'if (name == "AForCausalLM") {}', 'model/arch_c.cc': 'extern const ArchitectureSpec kCRow = {"CForCausalLM"};' };
+    expect(architectureProblems(broken)).to.deep.equal(['model/arch_c.cc: row kCRow not in PG_ARCHITECTURES', 'model/config.cc: architecture name AForCausalLM outside model/arch_*.cc']);
   });
 
   it('the checks fail on trees that break the rules', () => {

@@ -1,7 +1,7 @@
 // Decode attention over the live KV of each row (split-K "flash decoding": Dao et al. 2023,
 // "Flash-Decoding for long-context inference"; the online softmax of Milakov & Gimelshein 2018).
 // Plain C++ declarations, defined only with PG_WITH_CUDA_KERNELS (decode_attention_kernels.cu);
-// the masked SDPA over every cache slot in model/qwen3.cc is the fallback and the reference.
+// the masked SDPA over every cache slot in model/attention.cc is the fallback and the reference.
 #pragma once
 #include <cstdint>
 

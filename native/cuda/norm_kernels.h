@@ -1,7 +1,7 @@
 // Inference-only fusions of the decoder layer's small ops (no backward): the residual add with the
 // RMSNorm after it, and Qwen3's per-head q / k RMSNorm with RoPE and the KV-cache write of the
 // decode step. Plain C++ declarations, defined only with PG_WITH_CUDA_KERNELS (norm_kernels.cu);
-// model/fused_ops.cc decides when they apply, and the ATen ops in model/qwen3.cc are the fallback
+// model/fused_ops.cc decides when they apply, and the ATen ops in model/layer.cc are the fallback
 // and the reference the GPU tests compare them with.
 #pragma once
 #include <cstdint>

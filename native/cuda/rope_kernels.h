@@ -1,6 +1,6 @@
 // Rotary position embedding (RoPE, split halves as transformers' rotate_half; Su et al. 2021, Eq. 34)
 // for q and k in one launch. Plain C++ declarations, defined only with PG_WITH_CUDA_KERNELS
-// (rope_kernels.cu); the ATen expression in model/qwen3.cc is the fallback and the reference.
+// (rope_kernels.cu); the ATen expression in model/layer.cc is the fallback and the reference.
 #pragma once
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 // SwiGLU of the Qwen3 MLP (Shazeer 2020, Eq. 6 with Swish_1 = SiLU): act = silu(gate) · up, with
 // gate and up the two halves of one fused [.., 2I] projection output. Plain C++ declarations,
-// defined only with PG_WITH_CUDA_KERNELS (swiglu_kernels.cu); model/qwen3.cc falls back to
+// defined only with PG_WITH_CUDA_KERNELS (swiglu_kernels.cu); model/layer.cc falls back to
 // at::silu(gate) * up elsewhere.
 #pragma once
 #include <cstdint>

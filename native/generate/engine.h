@@ -1,5 +1,5 @@
 // Step-wise decode engine for continuous batching (serve): the dynamic decode path of generate.cc
-// (Qwen3Model::Forward over a live KV cache, one token per row per step, SampleTokensRows with
+// (DecoderModel::Forward over a live KV cache, one token per row per step, SampleTokensRows with
 // per-row settings, per-row generators) driven one step at a time, with rows joining and leaving
 // between steps.
 #pragma once
@@ -15,7 +15,7 @@
 
 #include "generate/cuda_graph.h"
 #include "generate/sampler.h"
-#include "model/qwen3.h"
+#include "model/decoder.h"
 
 namespace pg {
 
@@ -72,10 +72,10 @@ class DecodeEngine {
  public:
   /// static_decode: -1 = auto (on exactly when CUDA graphs are used: CUDA model, graphs compiled,
   /// PAPERGYM_NO_CUDA_GRAPHS unset, cuda_graphs true), 0 = Forward over the live rows (dynamic),
-  /// 1 = Qwen3Model::DecodeStatic over a power-of-two bucket of rows (eager without graphs; with
+  /// 1 = DecoderModel::DecodeStatic over a power-of-two bucket of rows (eager without graphs; with
   /// graphs one captured graph per bucket after two eager warm-up steps of that bucket). The
   /// static decode attends over all `capacity` slots (masked), so its cost follows the capacity.
-  DecodeEngine(std::shared_ptr<Qwen3Model> model, int64_t max_rows, int64_t capacity, int64_t pad_id, AdapterSel adapter,
+  DecodeEngine(std::shared_ptr<DecoderModel> model, int64_t max_rows, int64_t capacity, int64_t pad_id, AdapterSel adapter,
                int64_t max_prefill_tokens, bool cuda_graphs = true, int static_decode = -1);
 
   /// ArgError naming `what` when the spec does not fit the model / engine (empty prompt, ids out
@@ -112,9 +112,27 @@ class DecodeEngine {
   };
   void Shift(int64_t delta);       // moves slots [min start, L) of live rows by delta
   void MoveRow(int64_t from, int64_t to);
+  void RemoveRow(int64_t b);       // the last row takes row b's place
+  /// One Step as its named parts, in order (see the class doc).
   EngineStepResult StepImpl();
+  void DropCancelled();            // cancelled live rows leave
+  void EnsureBuffers();            // the KV cache, keep mask and static-decode inputs, on first use
+  /// Rows that join this step (FIFO) within the batch, the prefill token budget and the KV slots;
+  /// sets `pmax` (their longest prompt) and `delta` (the shift of the live history that makes room).
+  std::vector<EngineRowSpec> Admit(int64_t A, int64_t* pmax, int64_t* delta, EngineStepResult& res);
+  at::Tensor DecodeLive(int64_t A, EngineStepResult& res);  // logits [A, V] of the live rows at slot L
+  /// Prefill of the joining rows into slots [E - pmax, E); they become live rows. Logits [J, V].
+  at::Tensor PrefillJoining(std::vector<EngineRowSpec>& join, int64_t pmax, int64_t A, bool decode, EngineStepResult& res);
+  /// The sampled token of every row (host tensors) and the logprobs its options ask for.
+  struct Sampled {
+    at::Tensor tok, lp;          // [R] int64, [R] float32
+    std::vector<int64_t> lp_rows;  // rows with top_logprobs >= 0
+    at::Tensor raw, top_v, top_i;  // over lp_rows: raw logprob, top-k values / ids
+  };
+  Sampled SampleRows(const at::Tensor& logits);
+  void Record(const Sampled& s, EngineStepResult& res);  // tokens into res; finished rows leave
 
-  std::shared_ptr<Qwen3Model> model_;
+  std::shared_ptr<DecoderModel> model_;
   const int64_t max_rows_, capacity_, pad_id_, max_prefill_tokens_;
   AdapterSel adapter_;
 

@@ -19,8 +19,8 @@
 
 namespace pg {
 
-void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r) {
-  const Qwen3Config& c = m.config();
+void ValidateRequest(const DecoderModel& m, const GenerateRequest& r) {
+  const DecoderConfig& c = m.config();
   if (r.prompts.empty()) throw ArgError("prompts must be a non-empty array of token-id arrays");
   if (r.n < 1) throw ArgError("n must be an integer >= 1, got " + std::to_string(r.n));
   if (r.n > (int64_t{1} << 40) / static_cast<int64_t>(r.prompts.size()))
@@ -172,7 +172,7 @@ struct PromptBatch {
 
 // The prefill of both decode paths: one Forward of the left-padded prompts into `cache` (P rows);
 // returns the next-token logits [P, V] float32.
-at::Tensor PrefillPrompts(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, KVCache& cache) {
+at::Tensor PrefillPrompts(DecoderModel& m, const GenerateRequest& r, const PromptBatch& pb, KVCache& cache) {
   at::Tensor h = m.Forward(pb.ids, pb.mask.narrow(1, 0, pb.lmax), pb.pos, r.adapter, &cache);
   return m.Logits(h.select(1, pb.lmax - 1));
 }
@@ -198,7 +198,7 @@ at::Tensor DrawUniforms(const GenerateRequest& r, const RowPlan& plan, int64_t N
 // to the host, and what happens to rows that finished.
 class DecodePath {
  public:
-  DecodePath(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan)
+  DecodePath(DecoderModel& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan)
       : m_(m), r_(r), pb_(pb), plan_(plan), N_(pb.ids.size(0) * r.n) {}
   virtual ~DecodePath() = default;
   // Prefill of all rows; returns the next-token logits of the N rows [N, V] (the caller syncs on
@@ -217,7 +217,7 @@ class DecodePath {
   virtual void Retire(const std::vector<char>& done) { (void)done; }
 
  protected:
-  Qwen3Model& m_;
+  DecoderModel& m_;
   const GenerateRequest& r_;
   const PromptBatch& pb_;
   const RowPlan& plan_;
@@ -310,7 +310,7 @@ class DynamicPath final : public DecodePath {
 
 // The static path (see generate.h): prefill into a P-row cache of lmax slots, copy its rows (each
 // repeated n times) into a static cache of Bp >= N rows and lmax + max_new_tokens slots, then
-// decode with Qwen3Model::DecodeStatic on fixed buffers (ids_s, pos_s, slot_s, keep), eagerly or,
+// decode with DecoderModel::DecodeStatic on fixed buffers (ids_s, pos_s, slot_s, keep), eagerly or,
 // with `graphs`, from one CUDA graph captured after kWarmup eager steps. Rows that finished stay in
 // the batch (masked and ignored); padded rows N..Bp-1 decode pad_id at their own cache rows and
 // are never read or sampled.
@@ -326,7 +326,7 @@ class DynamicPath final : public DecodePath {
 // sync-free loop).
 class StaticPath final : public DecodePath {
  public:
-  StaticPath(Qwen3Model& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan, bool graphs)
+  StaticPath(DecoderModel& m, const GenerateRequest& r, const PromptBatch& pb, const RowPlan& plan, bool graphs)
       : DecodePath(m, r, pb, plan), graphs_(graphs) {}
 
   at::Tensor Prefill() override {
@@ -371,7 +371,7 @@ class StaticPath final : public DecodePath {
     const int64_t T = plan_.T;
     res.batch_rows = Bp_;
     res.decode_path = graphs_ ? "cuda-graphs" : "static";
-    const Qwen3Config& c = m_.config();
+    const DecoderConfig& c = m_.config();
     if (!r_.live_kv) live_start_ = at::Tensor();
     else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim)) res.decode_attention = "live-kv";
     rs_ = RowSampling::Make(plan_.sampling, logits_.size(1), dev);
@@ -512,7 +512,7 @@ void DecodeLoop(const GenerateRequest& r, const RowPlan& plan, DecodePath& path,
   }
 }
 
-GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
+GenerateResult GenerateImpl(DecoderModel& m, const GenerateRequest& r) {
   ValidateRequest(m, r);
   at::NoGradGuard ng;
   LoraInferenceCacheScope lora_cache;  // the adapter is fixed for the call: grouped LoRA from cached A / B
@@ -581,7 +581,7 @@ GenerateResult GenerateImpl(Qwen3Model& m, const GenerateRequest& r) {
 
 }  // namespace
 
-GenerateResult Generate(Qwen3Model& m, const GenerateRequest& r) {
+GenerateResult Generate(DecoderModel& m, const GenerateRequest& r) {
   // The cache and activations of GenerateImpl are already released when a handler runs; hand the
   // cached blocks back so the model stays usable after an out-of-memory.
   auto release = [&] {

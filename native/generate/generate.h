@@ -1,4 +1,4 @@
-// Batched autoregressive generation with a KV cache over the Qwen3Model contract (model/qwen3.h).
+// Batched autoregressive generation with a KV cache over the DecoderModel contract (model/decoder.h).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "generate/sampler.h"
-#include "model/qwen3.h"
+#include "model/decoder.h"
 
 namespace pg {
 
@@ -43,7 +43,7 @@ struct GenerateRequest {
   /// Capture the decode step as CUDA graphs (one per batch bucket) when the build has CUDA graphs
   /// (PG_WITH_CUDA), the model is on CUDA and PAPERGYM_NO_CUDA_GRAPHS is not set; false = never.
   bool cuda_graphs = true;
-  /// Static-KV-cache decode (Qwen3Model::DecodeStatic): -1 = auto (on exactly when CUDA graphs are
+  /// Static-KV-cache decode (DecoderModel::DecodeStatic): -1 = auto (on exactly when CUDA graphs are
   /// used), 0 = off (the dynamic path: cache grown by Forward, finished rows compacted), 1 = on
   /// (with or without graphs; finished rows stay in the batch, masked, and are ignored).
   int static_cache = -1;
@@ -51,7 +51,7 @@ struct GenerateRequest {
   /// masked and ignored): -1 = auto (on exactly when CUDA graphs are used), 0 = off, 1 = on.
   int pad_to_bucket = -1;
   /// Static path only: attend over each row's filled slots with the live-KV kernel where it
-  /// applies (CUDA, own kernels; Qwen3Model::DecodeStatic live_start); false = the masked
+  /// applies (CUDA, own kernels; DecoderModel::DecodeStatic live_start); false = the masked
   /// attention over every slot (A/B and the reference).
   bool live_kv = true;
   /// Run the call from the adapter merged into the base weights (LoraMergeScope: no LoRA branch
@@ -112,14 +112,14 @@ uint64_t RowSeed(uint64_t seed, int64_t sample_index);
 /// Checks the request against the model (ArgError naming the JS option: prompts[i], n,
 /// maxNewTokens, temperature, topK, topP, stopIds[i], padId). Context: every prompt must satisfy
 /// len + maxNewTokens <= max_position_embeddings.
-void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r);
+void ValidateRequest(const DecoderModel& m, const GenerateRequest& r);
 
 /// Runs the generation on the calling thread. The caller holds m.mutex() and has set grad mode
 /// off and the CUDA device. Steps: left-pad prompts to the longest, prefill once into a KV cache
 /// of P rows, expand the cache rows n times, then decode one token per row per step; rows that
 /// sampled a stop id stop recording and are compacted out of the batch (see compact_fraction).
 /// Static path (static_cache / cuda_graphs): prefill as above, then the rows (padded to a bucket)
-/// decode through Qwen3Model::DecodeStatic over a preallocated cache of lmax + max_new_tokens slots,
+/// decode through DecoderModel::DecodeStatic over a preallocated cache of lmax + max_new_tokens slots,
 /// on CUDA replaying one captured graph per bucket after two eager warm-up steps; finished rows stay
 /// in the batch (masked) and keep decoding tokens that are ignored. All uniforms are drawn up front
 /// from the seeded CPU generator (the same numbers, in the same order, as one draw of N per step on
@@ -137,6 +137,6 @@ void ValidateRequest(const Qwen3Model& m, const GenerateRequest& r);
 /// Throws AbortedError when r.abort is set (checked before the prefill and every decode step);
 /// out-of-memory propagates as c10::OutOfMemoryError after the cache is released (the model stays
 /// usable).
-GenerateResult Generate(Qwen3Model& m, const GenerateRequest& r);
+GenerateResult Generate(DecoderModel& m, const GenerateRequest& r);
 
 }  // namespace pg

@@ -1,8 +1,8 @@
 // Non-finite weights (NaN, +Inf, -Inf) in a loaded checkpoint or adapter: found at load, on the
-// device the tensors were loaded to, with one isfinite().all() reduction per tensor (in chunks of
-// at most kFiniteChunk elements, so the boolean temporary stays small) and one host sync for the
-// whole load. Refused (InputError naming the file and the tensors) unless the caller allows them,
-// then reported as a warning.
+// device the tensors were loaded to, with one reduction per tensor (isfinite of its float32 sum:
+// any NaN / Inf makes it non-finite; a non-finite sum is confirmed element-wise) and one host
+// sync for the whole load. Refused (InputError naming the file and the tensors) unless the caller
+// allows them, then reported as a warning.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -11,7 +11,7 @@
 
 namespace pg {
 
-/// Elements per isfinite() call (a 16 MiB boolean temporary at most).
+/// Elements per element-wise isfinite() call of the confirmation (a 16 MiB boolean temporary at most).
 constexpr int64_t kFiniteChunk = int64_t{1} << 24;
 
 /// What a loader does with tensors holding NaN or ±Inf.
@@ -37,6 +37,7 @@ class FiniteCheck {
  private:
   struct Item {
     std::string file, name;
+    at::Tensor tensor;  // the loaded tensor (shared storage, no copy), for the confirmation
   };
   std::vector<Item> items_;
   std::vector<at::Tensor> flags_;  // 0-dim bool per item, on the tensor's device

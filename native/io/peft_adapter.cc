@@ -131,13 +131,16 @@ std::vector<std::string> ModuleNames(const LoraModelDims& mc) {
     const std::string p = "model.layers." + std::to_string(l);
     out.push_back(p);
     out.push_back(p + ".self_attn");
-    for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"}) out.push_back(p + ".self_attn." + m);
+    for (const LoraProjection& m : kProjections)
+      if (std::string(m.parent) == "self_attn") out.push_back(p + ".self_attn." + m.name);
     if (mc.qk_norm) {
       out.push_back(p + ".self_attn.q_norm");
       out.push_back(p + ".self_attn.k_norm");
     }
     out.push_back(p + ".mlp");
-    for (const char* m : {"gate_proj", "up_proj", "down_proj", "act_fn"}) out.push_back(p + ".mlp." + m);
+    for (const LoraProjection& m : kProjections)
+      if (std::string(m.parent) == "mlp") out.push_back(p + ".mlp." + m.name);
+    out.push_back(p + ".mlp.act_fn");
     out.push_back(p + ".input_layernorm");
     out.push_back(p + ".post_attention_layernorm");
   }
@@ -152,21 +155,28 @@ bool EndsWithDot(const std::string& key, const std::string& name) {
 
 }  // namespace
 
-LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device, NonFiniteWeights& non_finite) {
-  const std::string cpath = dir + "/adapter_config.json";
-  const std::string wpath = dir + "/adapter_model.safetensors";
-  json::Value root = json::Parse(st::ReadTextFile(cpath), cpath);
-  if (!root.IsObject()) throw InputError(cpath + ": not a JSON object");
-  auto field = [&](const char* k) -> const json::Value* {
-    const json::Value* v = root.Find(k);
-    return (v && !v->IsNull()) ? v : nullptr;
-  };
+namespace {
+
+/// A field that is present and not null.
+const json::Value* Field(const json::Value& root, const char* k) {
+  const json::Value* v = root.Find(k);
+  return (v && !v->IsNull()) ? v : nullptr;
+}
+
+/// A field that is "set" in peft's sense (not false / empty).
+bool IsSet(const json::Value* v) {
+  return v && !((v->IsBool() && !v->b) || (v->IsArray() && v->arr.empty()) || (v->IsObject() && v->obj.empty()) ||
+                (v->IsString() && v->str.empty()));
+}
+
+/// peft_type, then the scalar fields (peft LoraConfig defaults: r 8, lora_alpha 8, lora_dropout 0).
+LoraConfig ReadScalars(const json::Value& root, const std::string& cpath) {
+  auto field = [&](const char* k) { return Field(root, k); };
   auto str = [&](const char* k) -> std::string {
     const json::Value* v = root.Find(k);
     return v && v->IsString() ? v->str : std::string();
   };
   if (str("peft_type") != "LORA") throw InputError(cpath + ": peft_type must be \"LORA\" (got \"" + str("peft_type") + "\")");
-  // ---- scalar fields (peft LoraConfig defaults: r 8, lora_alpha 8, lora_dropout 0) ----
   LoraConfig cfg;
   cfg.r = 8;
   cfg.alpha = 8;
@@ -187,13 +197,14 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
     if (!u->IsBool()) throw InputError(cpath + ": use_rslora must be true or false");
     cfg.use_rslora = u->b;
   }
-  // ---- variants that change the adapter's math: refused, naming the field ----
+  return cfg;
+}
+
+/// Variants that change the adapter's math: refused, naming the field.
+void RefuseVariants(const json::Value& root, const std::string& cpath) {
+  auto field = [&](const char* k) { return Field(root, k); };
   if (const json::Value* b = field("bias"); b && !(b->IsString() && b->str == "none"))
     throw InputError(cpath + ": bias " + json::Dump(*b) + " is not supported (only \"none\": no trained bias terms)");
-  auto set = [](const json::Value* v) {
-    return v && !((v->IsBool() && !v->b) || (v->IsArray() && v->arr.empty()) || (v->IsObject() && v->obj.empty()) ||
-                  (v->IsString() && v->str.empty()));
-  };
   const std::pair<const char*, const char*> refused[] = {
       {"use_dora", "DoRA adapters (use_dora: true) are not supported"},
       {"modules_to_save", "modules_to_save (fully trained copies of other modules) is not supported"},
@@ -212,17 +223,39 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
       {"megatron_config", "megatron_config is not supported"},
   };
   for (const auto& rf : refused)
-    if (set(field(rf.first))) throw InputError(cpath + ": " + rf.second + " (field " + rf.first + ")");
+    if (IsSet(field(rf.first))) throw InputError(cpath + ": " + rf.second + " (field " + rf.first + ")");
+}
 
-  // ---- which modules: peft's check_target_module_exists (tuners_utils.py) ----
-  const json::Value* tm = field("target_modules");
+/// Which modules the config selects, as peft's check_target_module_exists (tuners_utils.py):
+/// target_modules, exclude_modules, layers_to_transform / layers_pattern.
+struct ModuleSelection {
+  const json::Value *tm = nullptr, *ex = nullptr, *lt = nullptr;  // as given (named in messages)
+  bool tm_regex = false, ex_regex = false, use_layers = false;
+  std::regex tm_re, ex_re;
+  std::vector<std::string> tm_list, ex_list;
+  std::set<int64_t> layer_idx;
+  std::vector<std::regex> lp_res;
+  std::regex default_layer_re{R"(.*?\.[^.]*\.(\d+)\.)"};
+
+  bool Targeted(const std::string& key) const;
+  /// The selection as the config states it, for messages: "target_modules X, exclude_modules Y, ...".
+  std::string Describe() const {
+    return "target_modules " + json::Dump(*tm) + (ex ? ", exclude_modules " + json::Dump(*ex) : std::string()) +
+           (lt ? ", layers_to_transform " + json::Dump(*lt) : std::string());
+  }
+};
+
+ModuleSelection ReadSelection(const json::Value& root, const std::string& cpath) {
+  auto field = [&](const char* k) { return Field(root, k); };
+  ModuleSelection sel;
+  const json::Value* tm = sel.tm = field("target_modules");
   if (!tm) throw InputError(cpath + ": target_modules is missing (a list of module names or a regular expression)");
-  bool tm_regex = false;
-  std::regex tm_re;
-  std::vector<std::string> tm_list;
+  bool& tm_regex = sel.tm_regex;
+  std::regex& tm_re = sel.tm_re;
+  std::vector<std::string>& tm_list = sel.tm_list;
   if (tm->IsString()) {
     if (tm->str == "all-linear") {
-      tm_list = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};  // every linear but lm_head
+      tm_list = AllProjectionNames();  // every linear but lm_head
     } else {
       tm_regex = true;
       tm_re = PyRegex(tm->str, cpath + ": target_modules");
@@ -236,10 +269,10 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
   } else {
     throw InputError(cpath + ": target_modules must be a list of module names or a regular expression string");
   }
-  const json::Value* ex = field("exclude_modules");
-  bool ex_regex = false;
-  std::regex ex_re;
-  std::vector<std::string> ex_list;
+  const json::Value* ex = sel.ex = field("exclude_modules");
+  bool& ex_regex = sel.ex_regex;
+  std::regex& ex_re = sel.ex_re;
+  std::vector<std::string>& ex_list = sel.ex_list;
   if (ex) {
     if (ex->IsString()) {
       ex_regex = !ex->str.empty();
@@ -253,10 +286,10 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
       throw InputError(cpath + ": exclude_modules must be a list of module names or a regular expression string");
     }
   }
-  const json::Value* lt = field("layers_to_transform");
+  const json::Value* lt = sel.lt = field("layers_to_transform");
   const json::Value* lp = field("layers_pattern");
-  std::set<int64_t> layer_idx;
-  bool use_layers = false;
+  std::set<int64_t>& layer_idx = sel.layer_idx;
+  bool& use_layers = sel.use_layers;
   if (lt) {
     auto add = [&](const json::Value& v) {
       if (!v.IsNumber() || !v.is_int || v.i < 0) throw InputError(cpath + ": layers_to_transform holds " + json::Dump(v) + ", not a layer index");
@@ -270,8 +303,8 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
       use_layers = true;
     }
   }
-  std::vector<std::regex> lp_res;
-  if (lp && set(lp)) {
+  std::vector<std::regex>& lp_res = sel.lp_res;
+  if (lp && IsSet(lp)) {
     if (lp->IsString()) lp_res.push_back(PyRegex("(?:^|.*?\\.)" + lp->str + "\\.(\\d+)\\.", cpath + ": layers_pattern"));
     else if (lp->IsArray())
       for (const auto& v : lp->arr) {
@@ -283,30 +316,36 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
   if (tm_regex && lt) throw InputError(cpath + ": layers_to_transform cannot be used when target_modules is a regular expression (peft refuses it too)");
   if (tm_regex && lp) throw InputError(cpath + ": layers_pattern cannot be used when target_modules is a regular expression (peft refuses it too)");
   if (!lp_res.empty() && !lt) throw InputError(cpath + ": layers_pattern requires layers_to_transform");
-  const std::regex default_layer_re(R"(.*?\.[^.]*\.(\d+)\.)");
-  auto targeted = [&](const std::string& key) -> bool {
-    if (ex_regex && FullMatch(ex_re, key)) return false;
-    for (const auto& e : ex_list)
-      if (key == e || EndsWithDot(key, e)) return false;
-    if (tm_regex) return FullMatch(tm_re, key);
-    if (std::find(tm_list.begin(), tm_list.end(), key) != tm_list.end()) return true;
-    bool found = false;
-    for (const auto& t : tm_list) found = found || EndsWithDot(key, t);
-    if (found && use_layers) {
-      std::smatch m;
-      bool ok = false;
-      if (lp_res.empty()) ok = std::regex_search(key, m, default_layer_re, std::regex_constants::match_continuous);
-      else
-        for (const auto& re : lp_res)
-          if ((ok = std::regex_search(key, m, re, std::regex_constants::match_continuous))) break;
-      found = ok && layer_idx.count(std::stoll(m[m.size() - 1].str())) > 0;  // idx: the last group (a layers_pattern may hold groups)
-    }
-    return found;
-  };
-  // Targeted projections: stem -> (in, out).
+  return sel;
+}
+
+bool ModuleSelection::Targeted(const std::string& key) const {
+  if (ex_regex && FullMatch(ex_re, key)) return false;
+  for (const auto& e : ex_list)
+    if (key == e || EndsWithDot(key, e)) return false;
+  if (tm_regex) return FullMatch(tm_re, key);
+  if (std::find(tm_list.begin(), tm_list.end(), key) != tm_list.end()) return true;
+  bool found = false;
+  for (const auto& t : tm_list) found = found || EndsWithDot(key, t);
+  if (found && use_layers) {
+    std::smatch m;
+    bool ok = false;
+    if (lp_res.empty()) ok = std::regex_search(key, m, default_layer_re, std::regex_constants::match_continuous);
+    else
+      for (const auto& re : lp_res)
+        if ((ok = std::regex_search(key, m, re, std::regex_constants::match_continuous))) break;
+    found = ok && layer_idx.count(std::stoll(m[m.size() - 1].str())) > 0;  // idx: the last group (a layers_pattern may hold groups)
+  }
+  return found;
+}
+
+/// The decoder modules `sel` selects (ModuleNames order): stem -> (in, out); InputError when one is
+/// not a LoRA projection or none is selected.
+std::map<std::string, std::pair<int64_t, int64_t>> SelectedProjections(const ModuleSelection& sel, const LoraModelDims& mc,
+                                                                       const std::string& cpath) {
   std::map<std::string, std::pair<int64_t, int64_t>> want;
   for (const auto& key : ModuleNames(mc)) {
-    if (!targeted(key)) continue;
+    if (!sel.Targeted(key)) continue;
     const size_t dot = key.rfind('.');
     const std::string sn = key.substr(dot + 1);
     const bool proj = IsLoraTarget(sn) && key.rfind("model.layers.", 0) == 0 && key.find('.', 13) != std::string::npos;
@@ -316,11 +355,18 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
     want[key] = LoraModuleDims(mc, sn);
   }
   if (want.empty())
-    throw InputError(cpath + ": target_modules " + json::Dump(*tm) + " (after exclude_modules / layers_to_transform) matches no module of this " +
+    throw InputError(cpath + ": target_modules " + json::Dump(*sel.tm) + " (after exclude_modules / layers_to_transform) matches no module of this " +
                      mc.architecture + " (peft refuses such an adapter too)");
 
-  // ---- per-module r / alpha: peft get_pattern_key: the first key K (file order) with
-  // re.match(r"(.*\.)?(K)$", module) sets that module's r / alpha ----
+  return want;
+}
+
+/// Per-module r / alpha: peft get_pattern_key: the first key K (file order) with
+/// re.match(r"(.*\.)?(K)$", module) sets that module's r / alpha. Records the patterns in cfg,
+/// each selected module's r in `r_of` and its scaling in ad.scaling where it differs.
+void ReadPatterns(const json::Value& root, const std::string& cpath, const std::map<std::string, std::pair<int64_t, int64_t>>& want,
+                  LoraConfig& cfg, std::map<std::string, int64_t>& r_of, LoraAdapter& ad) {
+  auto field = [&](const char* k) { return Field(root, k); };
   auto patterns = [&](const char* name, bool integer) {
     std::vector<std::pair<std::string, double>> out;
     const json::Value* v = field(name);
@@ -340,9 +386,6 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
   std::vector<std::regex> rank_re, alpha_re;
   for (const auto& kv : rank_p) rank_re.push_back(PyRegex("(.*\\.)?(" + kv.first + ")", cpath + ": rank_pattern"));
   for (const auto& kv : alpha_p) alpha_re.push_back(PyRegex("(.*\\.)?(" + kv.first + ")", cpath + ": alpha_pattern"));
-  std::map<std::string, int64_t> r_of;
-  LoraAdapter ad;
-  ad.num_layers = mc.num_layers;
   for (const auto& kv : want) {
     int64_t r = cfg.r;
     double alpha = cfg.alpha;
@@ -360,14 +403,21 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
     const double s = cfg.use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
     if (s != cfg.Scaling()) ad.scaling[kv.first] = s;
   }
+}
 
-  // ---- weights ----
+/// The lora_A / lora_B tensors of `dir`'s adapter_model.safetensors: stem -> (A [r, in], B [out, r])
+/// float32 on `device`, requires_grad, each queued on `finite`. Every key must be a lora_A / lora_B of
+/// a module in `want` with its shape (r from `r_of`; `r_default` names the config's r in messages).
+std::map<std::string, std::pair<at::Tensor, at::Tensor>> ReadAdapterWeights(const std::string& dir, const std::string& cpath,
+                                                                          const std::map<std::string, std::pair<int64_t, int64_t>>& want,
+                                                                          const std::map<std::string, int64_t>& r_of, int64_t r_default,
+                                                                          at::Device device, FiniteCheck& finite) {
+  const std::string wpath = dir + "/adapter_model.safetensors";
   struct stat sb;
   if (::stat(wpath.c_str(), &sb) != 0 && ::stat((dir + "/adapter_model.bin").c_str(), &sb) == 0)
     throw InputError(wpath + ": missing; " + dir + "/adapter_model.bin (pickle) is not read: convert it to safetensors");
   st::File f = st::File::Open(wpath);
   std::map<std::string, std::pair<at::Tensor, at::Tensor>> got;
-  FiniteCheck finite;
   const std::string pre = "base_model.model.";
   for (const auto& kv : f.entries()) {
     const std::string& key = kv.first;
@@ -387,18 +437,38 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
       throw InputError(wpath + ": tensor '" + key + "' has shape [" + (kv.second.shape.size() > 0 ? std::to_string(kv.second.shape[0]) : "") +
                        (kv.second.shape.size() > 1 ? ", " + std::to_string(kv.second.shape[1]) : "") + "], expected [" +
                        std::to_string(expect[0]) + ", " + std::to_string(expect[1]) + "] (r = " + std::to_string(r) + " from " + cpath +
-                       (r != cfg.r ? " rank_pattern" : " r") + ")");
+                       (r != r_default ? " rank_pattern" : " r") + ")");
     at::Tensor t = f.Read(key).to(at::kFloat).to(device).contiguous().set_requires_grad(true);
     finite.Add(wpath, key, t);
     (is_a ? got[stem].first : got[stem].second) = t;
   }
+  return got;
+}
+
+}  // namespace
+
+LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at::Device device, NonFiniteWeights& non_finite) {
+  const std::string cpath = dir + "/adapter_config.json";
+  const std::string wpath = dir + "/adapter_model.safetensors";
+  json::Value root = json::Parse(st::ReadTextFile(cpath), cpath);
+  if (!root.IsObject()) throw InputError(cpath + ": not a JSON object");
+  LoraConfig cfg = ReadScalars(root, cpath);
+  RefuseVariants(root, cpath);
+  const ModuleSelection sel = ReadSelection(root, cpath);
+  const auto want = SelectedProjections(sel, mc, cpath);
+  std::map<std::string, int64_t> r_of;
+  LoraAdapter ad;
+  ad.num_layers = mc.num_layers;
+  ReadPatterns(root, cpath, want, cfg, r_of, ad);
+
+  FiniteCheck finite;
+  const auto got = ReadAdapterWeights(dir, cpath, want, r_of, cfg.r, device, finite);
   std::set<std::string> shorts;
   for (const auto& kv : want) {
     auto it = got.find(kv.first);
     if (it == got.end() || !it->second.first.defined() || !it->second.second.defined())
-      throw InputError(wpath + ": no LoRA weights (lora_A and lora_B) for module '" + kv.first + "', which " + cpath +
-                       " targets (target_modules " + json::Dump(*tm) + (ex ? ", exclude_modules " + json::Dump(*ex) : std::string()) +
-                       (lt ? ", layers_to_transform " + json::Dump(*lt) : std::string()) + ")");
+      throw InputError(wpath + ": no LoRA weights (lora_A and lora_B) for module '" + kv.first + "', which " + cpath + " targets (" +
+                       sel.Describe() + ")");
     ad.weights[kv.first] = it->second;
     shorts.insert(kv.first.substr(kv.first.rfind('.') + 1));
   }

@@ -15,16 +15,22 @@ namespace pg {
 
 double LoraConfig::Scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r); }
 
-static const char* kTargets[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+std::vector<std::string> AllProjectionNames() {
+  std::vector<std::string> out;
+  for (const LoraProjection& p : kProjections) out.push_back(p.name);
+  return out;
+}
 
 bool IsLoraTarget(const std::string& m) {
-  for (const char* t : kTargets)
-    if (m == t) return true;
+  for (const LoraProjection& p : kProjections)
+    if (m == p.name) return true;
   return false;
 }
 
 const char* LoraParent(const std::string& m) {
-  return (m == "gate_proj" || m == "up_proj" || m == "down_proj") ? "mlp" : "self_attn";
+  for (const LoraProjection& p : kProjections)
+    if (m == p.name) return p.parent;
+  return "self_attn";
 }
 
 std::pair<int64_t, int64_t> LoraModuleDims(const LoraModelDims& c, const std::string& m) {
@@ -42,9 +48,10 @@ void ValidateLoraConfig(const LoraConfig& cfg) {
   if (!(cfg.alpha > 0)) throw ArgError("lora.alpha must be > 0");
   if (!(cfg.dropout >= 0 && cfg.dropout < 1)) throw ArgError("lora.dropout must be in [0, 1)");
   if (cfg.target_modules.empty()) throw ArgError("lora.targetModules must not be empty");
+  std::string allowed;
+  for (const LoraProjection& p : kProjections) allowed += (allowed.empty() ? "" : ", ") + std::string(p.name);
   for (const auto& t : cfg.target_modules)
-    if (!IsLoraTarget(t))
-      throw ArgError("lora.targetModules: unknown module '" + t + "' (allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+    if (!IsLoraTarget(t)) throw ArgError("lora.targetModules: unknown module '" + t + "' (allowed: " + allowed + ")");
 }
 
 LoraAdapter MakeLoraAdapter(const LoraModelDims& mc, const LoraConfig& cfg, at::Device device) {

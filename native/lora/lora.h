@@ -12,13 +12,29 @@
 
 namespace pg {
 
+/// The seven decoder projections LoRA may target, in the decoder's order (index k of the per-layer
+/// LoRA arrays and module stems: q, k, v, o, gate, up, down), each with its parent module. The one
+/// list: the default targets, their validation, the PEFT module names and the decoder's weight
+/// names all derive from it.
+struct LoraProjection {
+  const char* name;    // "q_proj"
+  const char* parent;  // "self_attn" or "mlp"
+};
+constexpr int kNumProjections = 7;
+inline constexpr LoraProjection kProjections[kNumProjections] = {
+    {"q_proj", "self_attn"}, {"k_proj", "self_attn"}, {"v_proj", "self_attn"}, {"o_proj", "self_attn"},
+    {"gate_proj", "mlp"},    {"up_proj", "mlp"},      {"down_proj", "mlp"},
+};
+/// The seven names in that order.
+std::vector<std::string> AllProjectionNames();
+
 /// LoRA hyper-parameters with PEFT semantics: scaling = alpha / r (rsLoRA: alpha / sqrt(r)).
 struct LoraConfig {
   int64_t r = 8;
   double alpha = 16;
   double dropout = 0.0;
   bool use_rslora = false;
-  std::vector<std::string> target_modules{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  std::vector<std::string> target_modules = AllProjectionNames();
   uint64_t seed = 0;  // init seed for A (kaiming-uniform a=sqrt(5), i.e. U(+-1/sqrt(in))); B = 0
   /// As read from a loaded adapter_config.json (peft regex keys -> per-module r / alpha, in file
   /// order); written back unchanged on save. Empty for adapters made by AddLora.
@@ -63,7 +79,7 @@ struct LoraModelDims {
 };
 
 
-/// The seven Qwen3 projections LoRA may target, with their parent ("self_attn" / "mlp").
+/// Whether `module` is one of kProjections, and its parent ("self_attn" / "mlp").
 bool IsLoraTarget(const std::string& module);
 const char* LoraParent(const std::string& module);
 
@@ -174,7 +190,7 @@ class LoraMergeScope {
 bool LoraMergeActive();
 
 /// While alive on this thread, LoraAdd applies its dropout even with grad mode off. Used by
-/// activation recomputation (model/qwen3.cc), whose first forward runs under no-grad but must
+/// activation recomputation (model/recompute.cc), whose first forward runs under no-grad but must
 /// draw the same dropout masks as the recomputation in backward (same RNG state restored).
 class LoraForceDropoutScope {
  public:

@@ -1,4 +1,5 @@
-// config.json parsing for the decoder architectures (Qwen3, Qwen2 / Qwen2.5, Llama 3.x).
+// config.json parsing for the decoder architectures (model/architecture.h: Qwen3, Qwen2 / Qwen2.5,
+// Llama 3.x).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -8,16 +9,19 @@
 #include <vector>
 
 #include "lora/lora.h"
+#include "model/architecture.h"
 
 namespace pg {
 
 /// Parsed config.json of one of the decoder architectures this addon runs, each field defaulted as
-/// the matching transformers config class does when the key is absent (Qwen3Config, Qwen2Config,
-/// LlamaConfig; see model/config.h). The architectures differ only by the switches below: one
-/// decoder implementation reads them (model/qwen3.cc), not one copy per architecture.
-struct Qwen3Config {
-  /// "Qwen3ForCausalLM", "Qwen2ForCausalLM" or "LlamaForCausalLM" (from `architectures`).
-  std::string architecture = "Qwen3ForCausalLM";
+/// the matching transformers config class does when the key is absent (the architecture's row in
+/// model/architecture.h). The architectures differ only by the switches below: one decoder
+/// implementation reads them (model/decoder.cc), not one copy per architecture.
+struct DecoderConfig {
+  /// The architecture's row (model/arch_*.cc); never null after ParseDecoderConfig.
+  const ArchitectureSpec* spec = nullptr;
+  /// Its name, e.g. "Qwen3ForCausalLM" (from `architectures`).
+  std::string architecture;
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   /// The context limit: config.json max_position_embeddings, or with YaRN factor ×
@@ -25,7 +29,7 @@ struct Qwen3Config {
   int64_t max_position_embeddings = 0;
   double rope_theta = 1e4, rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  // ---- per-architecture switches ----
+  // ---- per-architecture switches (resolved from the spec's rules and config.json) ----
   bool qk_norm = true;    // per-head RMSNorm of q and k before RoPE (Qwen3 only)
   bool qkv_bias = false;  // bias on q/k/v_proj (Qwen2 always; Qwen3/Llama: attention_bias)
   bool o_bias = false;    // bias on o_proj (Qwen3/Llama: attention_bias; Qwen2 never)
@@ -44,9 +48,10 @@ struct Qwen3Config {
   std::vector<std::string> defaulted;
   std::string json;         // the raw config.json text (returned to JS as `config`)
 };
-/// Parses `text` (the contents of `path`, used in messages) into a Qwen3Config.
-/// `architectures` must contain Qwen3ForCausalLM, Qwen2ForCausalLM or LlamaForCausalLM (InputError
-/// naming the file and the architectures found otherwise). Every absent field takes the default of
+/// Parses `text` (the contents of `path`, used in messages) into a DecoderConfig.
+/// `architectures` must contain a registered architecture (model/architecture.h: Qwen3ForCausalLM,
+/// Qwen2ForCausalLM or LlamaForCausalLM; InputError naming the file and the architectures found
+/// otherwise). Every absent field takes the default of
 /// the transformers 5 config class of that architecture (Qwen3Config: head_dim 128, vocab 151936,
 /// hidden 4096, intermediate 22016, 32 layers, 32 heads, 32 kv heads, max_position_embeddings
 /// 32768; Qwen2Config: the same but head_dim = hidden / heads; LlamaConfig: vocab 32000,
@@ -58,7 +63,7 @@ struct Qwen3Config {
 /// wins when both are non-empty, as transformers does) of rope_type "default", "yarn" or "llama3";
 /// other types, partial_rotary_factor != 1 and sliding-window layers (use_sliding_window with
 /// max_window_layers < num_hidden_layers, or layer_types naming sliding_attention) are refused.
-Qwen3Config ParseQwen3Config(const std::string& text, const std::string& path);
+DecoderConfig ParseDecoderConfig(const std::string& text, const std::string& path);
 
 /// RoPE inverse frequencies [head_dim / 2] float32 (CPU) and the attention scaling that multiplies
 /// cos / sin, computed with the float32 tensor ops of transformers' modeling_rope_utils.py:
@@ -66,8 +71,8 @@ Qwen3Config ParseQwen3Config(const std::string& text, const std::string& path);
 /// interpolated and extrapolated frequencies, beta_fast / beta_slow correction range, attention
 /// factor 0.1·ln(factor) + 1 unless given; Peng et al. 2023, "YaRN", Eq. 19-22) and llama3
 /// (_compute_llama3_parameters: low / high frequency wavelength bands and smooth interpolation).
-std::pair<at::Tensor, double> RopeInvFreq(const Qwen3Config& c);
+std::pair<at::Tensor, double> RopeInvFreq(const DecoderConfig& c);
 
 /// The decoder dimensions LoRA and the PEFT loader need (lora/lora.h LoraModelDims) for this config.
-LoraModelDims LoraDims(const Qwen3Config& c);
+LoraModelDims LoraDims(const DecoderConfig& c);
 }  // namespace pg

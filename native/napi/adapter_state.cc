@@ -22,11 +22,11 @@ std::string SnapshotName(const Napi::CallbackInfo& info, const char* what) {
 }
 
 // Under ModelLock (which rejects a disposed model): the model must have an adapter.
-void CheckUsable(Qwen3Model& m) {
+void CheckUsable(DecoderModel& m) {
   if (!m.HasLora()) throw InputError("the model has no LoRA adapter (addLora / loadAdapter first)");
 }
 
-LoraAdapter& Snapshot(Qwen3Model& m, const std::string& name) {
+LoraAdapter& Snapshot(DecoderModel& m, const std::string& name) {
   LoraAdapter* s = m.FindSnapshot(name);
   if (!s) throw ArgError("no adapter snapshot named '" + name + "'");
   return *s;
@@ -34,7 +34,7 @@ LoraAdapter& Snapshot(Qwen3Model& m, const std::string& name) {
 
 }  // namespace
 
-Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m) {
+Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m) {
   std::string name = SnapshotName(info, "emaUpdate(name, decay): name");
   if (info.Length() < 2 || !info[1].IsNumber()) throw ArgError("emaUpdate(name, decay): decay must be a number in [0, 1]");
   const double decay = info[1].As<Napi::Number>().DoubleValue();
@@ -46,7 +46,7 @@ Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr
   return info.Env().Undefined();
 }
 
-Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m) {
+Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m) {
   std::string name = SnapshotName(info, "saveSnapshot(name, path): name");
   if (info.Length() < 2 || !info[1].IsString()) throw ArgError("saveSnapshot(name, path): path must be a string");
   std::string path = info[1].As<Napi::String>().Utf8Value();
@@ -61,7 +61,7 @@ Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_
       nullptr);
 }
 
-Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m,
+Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m,
                               std::function<void(Napi::Env)> after) {
   std::string name = SnapshotName(info, "loadSnapshot(name, path): name");
   if (info.Length() < 2 || !info[1].IsString()) throw ArgError("loadSnapshot(name, path): path must be a string");

@@ -9,12 +9,12 @@
 #include <functional>
 #include <memory>
 
-#include "model/qwen3.h"
+#include "model/decoder.h"
 
 namespace pg {
-Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m);
-Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m);
+Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m);
+Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m);
 /// `after` runs on the JS thread once the snapshot is installed (V8 external-memory accounting).
-Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<Qwen3Model>& m,
+Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m,
                               std::function<void(Napi::Env)> after);
 }  // namespace pg

@@ -101,7 +101,7 @@ void SetOnGroupDone(Napi::Env env, const Napi::Value& f, GenerateRequest& req) {
 Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return Guard(env, [&]() -> Napi::Value {
-    std::shared_ptr<Qwen3Model> model = UnwrapModel(info[0], "model");
+    std::shared_ptr<DecoderModel> model = UnwrapModel(info[0], "model");
     Napi::Object o = ArgObject(info, 1, "options");
     auto req = std::make_shared<GenerateRequest>();
     if (!Has(o, "prompts")) throw ArgError("options.prompts is required (an array of token-id arrays)");
@@ -240,7 +240,7 @@ Napi::Value SampleFromLogitsJs(const Napi::CallbackInfo& info) {
 Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return Guard(env, [&]() -> Napi::Value {
-    std::shared_ptr<Qwen3Model> model = UnwrapModel(info[0], "model");
+    std::shared_ptr<DecoderModel> model = UnwrapModel(info[0], "model");
     Napi::Object o = ArgObject(info, 1, "options");
     const int64_t ctx = model->config().max_position_embeddings;
     const int64_t max_rows = GetInt(o, "maxRows", 32, "options");

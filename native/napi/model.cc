@@ -1,4 +1,4 @@
-// JS `Model` class: an ObjectWrap around a shared Qwen3Model. Every method goes through pg::Guard
+// JS `Model` class: an ObjectWrap around a shared DecoderModel. Every method goes through pg::Guard
 // or a pg::Worker; every operation holds the model's lock (ModelLock, StartOnModel in
 // napi/model.h): exclusively, so calls on one model are serialised, except the read-only
 // inference calls (generate, sequenceLogprobs, prefixLogprobs), which hold it shared.
@@ -82,7 +82,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     if (info.Length() != 1 || !info[0].IsExternal()) {
       throw MakeJsError(info.Env(), {ErrKind::Arg, "Model cannot be constructed directly; use Model.load(dir, options)"});
     }
-    auto* sp = info[0].As<Napi::External<std::shared_ptr<Qwen3Model>>>().Data();
+    auto* sp = info[0].As<Napi::External<std::shared_ptr<DecoderModel>>>().Data();
     model_ = *sp;
     accounted_ = model_->ParameterBytes();
     Napi::MemoryManagement::AdjustExternalMemory(info.Env(), accounted_);
@@ -98,13 +98,13 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     }
   }
 
-  std::shared_ptr<Qwen3Model> model() const {
+  std::shared_ptr<DecoderModel> model() const {
     if (!model_ || model_->disposed()) throw DisposedError("model was disposed");
     return model_;
   }
 
  private:
-  std::shared_ptr<Qwen3Model> model_;
+  std::shared_ptr<DecoderModel> model_;
   int64_t accounted_ = 0;
 
   /// Re-syncs V8's external memory with ParameterBytes (after adapters change).
@@ -123,14 +123,14 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       at::ScalarType dt = ParseDtype(GetString(opts, "dtype", std::string(dev.is_cuda() ? "bfloat16" : "float32"), "options"));
       auto nf = std::make_shared<NonFiniteWeights>();
       nf->allow = GetBool(opts, "allowNonFinite", false, "options");
-      auto holder = std::make_shared<std::shared_ptr<Qwen3Model>>();
+      auto holder = std::make_shared<std::shared_ptr<DecoderModel>>();
       return Worker::Start(
-          info.Env(), [dir, dev, dt, holder, nf]() { *holder = Qwen3Model::Load(dir, dev, dt, *nf); },
+          info.Env(), [dir, dev, dt, holder, nf]() { *holder = DecoderModel::Load(dir, dev, dt, *nf); },
           [holder, nf](Napi::Env env) -> Napi::Value {
             EmitNonFiniteWarning(env, *nf);
             auto* ctor = Ctor(env);
             if (!ctor) throw InputError("Model class not registered in this environment");
-            auto ext = Napi::External<std::shared_ptr<Qwen3Model>>::New(env, holder.get());
+            auto ext = Napi::External<std::shared_ptr<DecoderModel>>::New(env, holder.get());
             Napi::Object obj = ctor->New({ext});
             return obj;
           },
@@ -449,7 +449,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
 
   /// setGradientCheckpointing(on: boolean): activation recomputation per decoder layer for
-  /// training calls (Qwen3Model::SetGradientCheckpointing). TypeError when `on` is not a boolean.
+  /// training calls (DecoderModel::SetGradientCheckpointing). TypeError when `on` is not a boolean.
   Napi::Value SetGradientCheckpointing(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
@@ -464,7 +464,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
 
   /// setLoraFloat32Branch(on: boolean): LoRA branch precision in bf16/fp16 models
-  /// (Qwen3Model::SetLoraFloat32Branch; default true = float32 as peft). TypeError on a non-boolean.
+  /// (DecoderModel::SetLoraFloat32Branch; default true = float32 as peft). TypeError on a non-boolean.
   Napi::Value SetLoraFloat32Branch(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
       auto m = model();
@@ -512,7 +512,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   }
 };
 
-std::shared_ptr<Qwen3Model> UnwrapModel(const Napi::Value& v, const char* what) {
+std::shared_ptr<DecoderModel> UnwrapModel(const Napi::Value& v, const char* what) {
   Napi::FunctionReference* ctor = Ctor(v.Env());
   if (!ctor || !v.IsObject() || !v.As<Napi::Object>().InstanceOf(ctor->Value()))
     throw ArgError(std::string(what) + " must be a Model (from Model.load)");
@@ -520,7 +520,7 @@ std::shared_ptr<Qwen3Model> UnwrapModel(const Napi::Value& v, const char* what) 
   return w->model();
 }
 
-ModelLock::ModelLock(Qwen3Model& m, ModelAccess access) {
+ModelLock::ModelLock(DecoderModel& m, ModelAccess access) {
   if (access == ModelAccess::kShared)
     shared_ = std::shared_lock<std::shared_mutex>(m.mutex());
   else
@@ -528,7 +528,7 @@ ModelLock::ModelLock(Qwen3Model& m, ModelAccess access) {
   if (m.disposed()) throw DisposedError("model was disposed");
 }
 
-Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<Qwen3Model>& model, std::function<void()> run,
+Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<DecoderModel>& model, std::function<void()> run,
                            Worker::Done done, bool grad, ModelAccess access) {
   return Worker::Start(
       env,

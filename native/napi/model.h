@@ -1,4 +1,4 @@
-// The JS `Model` object (napi/model.cc, an ObjectWrap around a shared Qwen3Model) for the other
+// The JS `Model` object (napi/model.cc, an ObjectWrap around a shared DecoderModel) for the other
 // bindings that take a model argument, and the one way every binding runs work on a model.
 #pragma once
 #include <napi.h>
@@ -11,16 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "model/qwen3.h"
+#include "model/decoder.h"
 #include "napi/util.h"
 
 namespace pg {
 
 /// Returns the model behind a JS `Model` instance; ArgError naming `what` if `v` is not one,
 /// DisposedError ("model was disposed") if it was disposed.
-std::shared_ptr<Qwen3Model> UnwrapModel(const Napi::Value& v, const char* what);
+std::shared_ptr<DecoderModel> UnwrapModel(const Napi::Value& v, const char* what);
 
-/// How an operation holds the model's lock (Qwen3Model::mutex): exclusive (the default: it may
+/// How an operation holds the model's lock (DecoderModel::mutex): exclusive (the default: it may
 /// change the model or runs with autograd) or shared (read-only inference: generate,
 /// sequenceLogprobs, prefixLogprobs, which then run concurrently with each other).
 enum class ModelAccess { kExclusive, kShared };
@@ -30,7 +30,7 @@ enum class ModelAccess { kExclusive, kShared };
 /// directly on the JS thread for quick calls, or through StartOnModel for work on a worker thread.
 class ModelLock {
  public:
-  explicit ModelLock(Qwen3Model& m, ModelAccess access = ModelAccess::kExclusive);
+  explicit ModelLock(DecoderModel& m, ModelAccess access = ModelAccess::kExclusive);
 
  private:
   std::unique_lock<std::shared_mutex> excl_;
@@ -40,7 +40,7 @@ class ModelLock {
 /// Runs `run` on a libuv worker thread (pg::Worker) with the model's device set and grad mode
 /// `grad`, under ModelLock with `access`; `done` converts the result on the JS thread. Returns the
 /// promise.
-Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<Qwen3Model>& model, std::function<void()> run,
+Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<DecoderModel>& model, std::function<void()> run,
                            Worker::Done done, bool grad = false, ModelAccess access = ModelAccess::kExclusive);
 
 /// The LoRA parameters of a JS Model (for the optimizer and data-parallel collectives): the
@@ -49,7 +49,7 @@ Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<Qwen3Model>& mod
 struct ModelParamSet {
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
-  std::shared_ptr<Qwen3Model> model;
+  std::shared_ptr<DecoderModel> model;
 };
 ModelParamSet ModelParams(const Napi::Value& v, const char* what);
 

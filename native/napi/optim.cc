@@ -91,10 +91,10 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
  private:
   std::unique_ptr<optim::AdamW> opt_;
   bool owns_ = false;
-  std::shared_ptr<Qwen3Model> model_;  // set for an optimizer over a Model's LoRA parameters
+  std::shared_ptr<DecoderModel> model_;  // set for an optimizer over a Model's LoRA parameters
 
   /// The model's lock (ModelLock) for an optimizer over a Model; nothing for one over JS tensors.
-  static std::optional<ModelLock> Lock(const std::shared_ptr<Qwen3Model>& m) {
+  static std::optional<ModelLock> Lock(const std::shared_ptr<DecoderModel>& m) {
     std::optional<ModelLock> lk;
     if (m) lk.emplace(*m);
     return lk;
@@ -188,7 +188,7 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       std::string path = ArgString(info, 0, "saveState(path)");
       optim::AdamW* opt = opt_.get();
-      std::shared_ptr<Qwen3Model> model = model_;
+      std::shared_ptr<DecoderModel> model = model_;
       return StartKeepingThis(info.Env(), [opt, model, path]() {
         auto lk = Lock(model);
         auto s = opt->State();
@@ -203,7 +203,7 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
     return Guard(info.Env(), [&]() -> Napi::Value {
       std::string path = ArgString(info, 0, "loadStateFile(path)");
       optim::AdamW* opt = opt_.get();
-      std::shared_ptr<Qwen3Model> model = model_;
+      std::shared_ptr<DecoderModel> model = model_;
       return StartKeepingThis(info.Env(), [opt, model, path]() {
         auto f = st::File::Open(path);
         std::map<std::string, at::Tensor> m;

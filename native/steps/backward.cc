@@ -7,7 +7,7 @@
 namespace pg {
 namespace steps {
 
-double SftBackward(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& labels, const AdapterSel& sel) {
+double SftBackward(DecoderModel& m, const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& labels, const AdapterSel& sel) {
   if (!m.HasLora()) throw InputError("crossEntropyBackward needs a LoRA adapter (call addLora or loadAdapter first)");
   {
     at::Tensor lc = labels.to(at::kLong);
@@ -19,7 +19,7 @@ double SftBackward(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& mask,
   return loss::CausalLmCrossEntropyBackward(h, m.LmHeadWeight(), labels.to(m.device()));
 }
 
-double OpsdBackward(Qwen3Model& m, const at::Tensor& sid, const at::Tensor& sm, const at::Tensor& tid, const at::Tensor& tm,
+double OpsdBackward(DecoderModel& m, const at::Tensor& sid, const at::Tensor& sm, const at::Tensor& tid, const at::Tensor& tm,
                     const at::Tensor& si, const at::Tensor& ti, const AdapterSel& tsel, const loss::JsdOptions& jo) {
   if (!m.HasLora()) throw InputError("opsdBackward needs a LoRA adapter");
   auto dev = m.device();
@@ -37,7 +37,7 @@ double OpsdBackward(Qwen3Model& m, const at::Tensor& sid, const at::Tensor& sm, 
   return l.item<double>();
 }
 
-GrpoStepResult GrpoBackward(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, const at::Tensor& old,
+GrpoStepResult GrpoBackward(DecoderModel& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, const at::Tensor& old,
                             const at::Tensor& ref, const at::Tensor& adv, const loss::GrpoOptions& go) {
   if (!m.HasLora()) throw InputError("grpoBackward needs a LoRA adapter");
   GrpoStepResult res;

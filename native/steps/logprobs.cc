@@ -32,21 +32,21 @@ std::unique_ptr<SideStreamScope> ScoringStream(const at::Device& dev) {
 
 /// Whether PrefixLogprobs takes the shared-prefix attention (the suffixes read the one prefix's
 /// K/V in place) rather than copying the prefix's K/V into every suffix row: where its softmax
-/// sides run on flash kernels (Qwen3Model::SharedPrefixFlash: CUDA bf16 / fp16 and the CPU; a
+/// sides run on flash kernels (DecoderModel::SharedPrefixFlash: CUDA bf16 / fp16 and the CPU; a
 /// float32 CUDA model would take float32 matmuls, which measured slower than the copies on an
 /// H200) while the fused paths' switch is on (native().setFusedKernels /
 /// PAPERGYM_NO_FUSED_KERNELS: the A/B, and the CPU and GPU tests' comparison of the two paths).
 /// PAPERGYM_JUDGE_ATTENTION=copy (read once) forces the copy path.
-bool SharedPrefixPath(const Qwen3Model& m) {
+bool SharedPrefixPath(const DecoderModel& m) {
   static const bool copy = [] {
     const char* e = std::getenv("PAPERGYM_JUDGE_ATTENTION");
     return e && std::strcmp(e, "copy") == 0;
   }();
-  return !copy && CudaKernelsSwitchedOn() && Qwen3Model::SharedPrefixFlash(m.device(), m.dtype(), m.config().head_dim);
+  return !copy && CudaKernelsSwitchedOn() && DecoderModel::SharedPrefixFlash(m.device(), m.dtype(), m.config().head_dim);
 }
 }  // namespace
 
-at::Tensor SequenceLogprobs(Qwen3Model& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, double temp,
+at::Tensor SequenceLogprobs(DecoderModel& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, double temp,
                             const AdapterSel& sel, int64_t chunk) {
   at::NoGradGuard ng;
   auto dev = m.device();
@@ -66,7 +66,7 @@ at::Tensor SequenceLogprobs(Qwen3Model& m, const at::Tensor& ids, const at::Tens
   return out.to(at::kCPU);
 }
 
-at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor& suf, const at::Tensor& len, const at::Tensor& cand,
+at::Tensor PrefixLogprobs(DecoderModel& m, const at::Tensor& pre, const at::Tensor& suf, const at::Tensor& len, const at::Tensor& cand,
                           const AdapterSel& sel) {
   at::NoGradGuard ng;
   auto dev = m.device();
@@ -95,7 +95,7 @@ at::Tensor PrefixLogprobs(Qwen3Model& m, const at::Tensor& pre, const at::Tensor
   at::Tensor h;  // [n, S, H]
   if (shared) {
     // 2) the suffixes attend to its K/V in place (never copied per row) and to their own real
-    // tokens (Qwen3Model::ForwardSharedPrefix)
+    // tokens (DecoderModel::ForwardSharedPrefix)
     h = m.ForwardSharedPrefix(suf_ids.to(dev), lens, one, pad, sel);
   } else {
     // 2) its KV repeated for every suffix row

@@ -1,8 +1,10 @@
-// Qwen3 dense decoder (Hugging Face `Qwen3ForCausalLM`) with PEFT-style LoRA adapters.
-// Source of the architecture: transformers models/qwen3/modeling_qwen3.py; facts in
-// docs/references.md. This header is the contract between model/ and its users (generate/,
-// steps/, the bindings in napi/): keep signatures stable, extend rather than change. The config
-// type lives in model/config.h, the LoRA types in lora/lora.h.
+// The decoder (Hugging Face `Qwen3ForCausalLM`, `Qwen2ForCausalLM`, `LlamaForCausalLM`: one
+// implementation, the architectures' differences read from their rows in model/architecture.h)
+// with PEFT-style LoRA adapters. Source of the architecture: transformers
+// models/qwen3/modeling_qwen3.py (and qwen2 / llama); facts in docs/references.md. This header is
+// the contract between model/ and its users (generate/, steps/, the bindings in napi/): keep
+// signatures stable, extend rather than change. The config type lives in model/config.h, the
+// weights' layout in model/weights.h, the LoRA types in lora/lora.h.
 #pragma once
 #include <ATen/ATen.h>
 #include <torch/types.h>
@@ -18,6 +20,7 @@
 #include "io/finite.h"
 #include "lora/lora.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace pg {
 
@@ -29,15 +32,15 @@ struct KVCache {
   int64_t capacity = 0;
 };
 
-class Qwen3Model {
+class DecoderModel {
  public:
   /// Loads `dir`/config.json + safetensors (model.safetensors or model.safetensors.index.json).
   /// Throws pg::InputError naming the file / tensor on any problem; pg::ArgError on bad options.
   /// Weights holding NaN or Inf once on the device in `dtype` are an InputError naming the shard
   /// and the tensors unless `non_finite.allow` (then non_finite.warning says which; io/finite.h).
-  static std::shared_ptr<Qwen3Model> Load(const std::string& dir, at::Device device, at::ScalarType dtype, NonFiniteWeights& non_finite);
+  static std::shared_ptr<DecoderModel> Load(const std::string& dir, at::Device device, at::ScalarType dtype, NonFiniteWeights& non_finite);
 
-  const Qwen3Config& config() const { return cfg_; }
+  const DecoderConfig& config() const { return cfg_; }
   at::Device device() const { return device_; }
   at::ScalarType dtype() const { return dtype_; }
 
@@ -159,21 +162,13 @@ class Qwen3Model {
   bool disposed() const { return disposed_; }
 
  private:
-  Qwen3Model() = default;
-  Qwen3Config cfg_;
+  DecoderModel() = default;
+  DecoderConfig cfg_;
   at::Device device_{at::kCPU};
   at::ScalarType dtype_ = at::kFloat;
   std::map<std::string, at::Tensor> w_;  // HF names, no grad (q/k/v and gate/up are row views of the fused tensors below)
-  /// Per-layer weights for the forward: fused [q; k; v] and [gate; up] projections (one matmul
-  /// each; the per-module tensors in w_ are views into them, so no extra memory) and the LoRA
-  /// module stems of the seven projections.
-  struct LayerWeights {
-    at::Tensor in_norm, post_norm, qkv, o, q_norm, k_norm, gate_up, down;
-    /// Biases (undefined when the architecture's switches say none): fused [q; k; v], o, fused
-    /// [gate; up], down. q_norm / k_norm are undefined without q/k norm (Qwen2, Llama).
-    at::Tensor qkv_b, o_b, gate_up_b, down_b;
-    std::string stem[7];  // q, k, v, o, gate, up, down: "model.layers.{i}.self_attn.q_proj", ...
-  };
+  /// Per-layer weights for the forward (model/weights.h: fused projections, LoRA module stems).
+  using LayerWeights = DecoderLayerWeights;
   std::vector<LayerWeights> layers_;
   /// RoPE inverse frequencies [head_dim / 2] float32 on the model device and the factor on cos / sin
   /// (YaRN attention factor; 1 otherwise), from RopeInvFreq (model/config.h) at load.
@@ -186,7 +181,7 @@ class Qwen3Model {
   bool recompute_ = false;
   bool lora_fp32_ = true;
   std::shared_mutex mu_;
-  friend class Qwen3Impl;
+  friend class DecoderImpl;
 };
 
 }  // namespace pg
