@@ -5,7 +5,17 @@
  * sub-judges (a jury-like one) opens a real HTTP judge (loopback fake server) through the context.
  */
 import { expect } from 'chai';
-import { JUDGE_BACKENDS, checkJudge, judgeBackend, judgeLabel, judgeSharesPolicyWeights, openJudge, type JudgeBackend } from '../lib/judge/backends/index.js';
+import {
+  JUDGE_BACKENDS,
+  checkJudge,
+  judgeAnswersFreeForm,
+  judgeBackend,
+  judgeLabel,
+  judgeSharesPolicyWeights,
+  judgeWithAnswerCache,
+  openJudge,
+  type JudgeBackend,
+} from '../lib/judge/backends/index.js';
 import { JUDGE_DEFAULTS, JUDGE_KINDS, JUDGE_SETTINGS, judgeConfigProblems, type JudgeConfig } from '../lib/config/judge.js';
 import { emptyStats, type Judge, type JudgeRequest, type Verdict } from '../lib/judge/types.js';
 import { planForRun, QWEN3_SHAPES } from '../lib/train/memory-plan.js';
@@ -26,6 +36,16 @@ function echoJudge(name: string): Judge {
 }
 
 describe('judge backends: the registry', () => {
+  it('says which kinds answer free-form questions and cache answers (eval and compare ask this, not the kind name)', () => {
+    const http = { ...JUDGE_DEFAULTS, kind: 'http', url: 'http://127.0.0.1:1/v1', model: 'm' } as JudgeConfig;
+    const local = { ...JUDGE_DEFAULTS, kind: 'local' } as JudgeConfig;
+    expect(judgeAnswersFreeForm(http)).to.equal(true);
+    expect(judgeAnswersFreeForm(local)).to.equal(false);
+    expect(judgeWithAnswerCache(http, '/tmp/a.sqlite').cache).to.equal('/tmp/a.sqlite');
+    expect(judgeWithAnswerCache({ ...http, cache: '/tmp/b.sqlite' } as JudgeConfig, '/tmp/a.sqlite').cache).to.equal('/tmp/b.sqlite');
+    expect(judgeWithAnswerCache(local, '/tmp/a.sqlite')).to.equal(local);
+  });
+
   it('registers one backend per kind of the settings schema (JUDGE_KINDS, the --judge choices)', () => {
     expect(JUDGE_BACKENDS.names()).to.deep.equal([...JUDGE_KINDS]);
     expect(JUDGE_SETTINGS.find((s) => s.key === 'kind')!.choices).to.deep.equal([...JUDGE_KINDS]);

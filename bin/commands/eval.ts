@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { readDataset, readEvalItems, loadGeneralRubric } from '../../lib/data/schema.js';
-import { checkJudge, httpJudgeFromConfig, openJudge } from '../../lib/judge/backends/index.js';
+import { checkJudge, judgeAnswersFreeForm, judgeWithAnswerCache, openJudge } from '../../lib/judge/backends/index.js';
 import { assertJudgeHealth, formatHealth, judgeHealth, JudgeHealthError, type Judge, type Verdict } from '../../lib/judge/types.js';
 import { loadPrompt } from '../../lib/judge/verdict.js';
 import type { JudgeConfig } from '../../lib/config/judge.js';
@@ -89,12 +89,12 @@ function rescore(argv: EvalArgs): ProtocolScore {
 
 /** The judges a protocol asks: the five levels from a chat judge (http), the rest through the Judge contract. */
 async function openProtocolJudges(p: Protocol, jc: JudgeConfig, policy: Policy): Promise<{ judge?: Judge; chatJudge?: ChatJudge; name: string }> {
-  if (p.verdict === 'levels' && jc.kind === 'http') {
+  if (p.verdict === 'levels' && judgeAnswersFreeForm(jc)) {
     const chatJudge = new ChatJudge(jc, jc.cache ?? undefined);
     return { chatJudge, name: chatJudge.name };
   }
-  if (p.verdict === 'levels') process.stderr.write(`eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need --judge http, so met reads as completely and not met as not at all\n`);
-  const judge = jc.kind === 'http' && p.itemPrompt ? httpJudgeFromConfig(jc, { perItemPrompt: loadPrompt(p.itemPrompt) }) : await openJudge(jc, { policy });
+  if (p.verdict === 'levels') process.stderr.write(`eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need a judge that answers free-form (--judge http), so met reads as completely and not met as not at all\n`);
+  const judge = await openJudge(jc, { policy, ...(p.itemPrompt ? { perItemPrompt: loadPrompt(p.itemPrompt) } : {}) });
   return { judge, name: judge.name };
 }
 
@@ -188,8 +188,7 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
   if (argv.limit !== undefined) items = items.slice(0, argv.limit);
   if (!items.length) throw new Error(`${argv.data}: no items to evaluate${argv.split ? ` in split ${argv.split}` : ''}`);
   const p = protocolFor(items, argv.protocol);
-  const jc = judgeConfigFromArgs(argv);
-  if (jc.kind === 'http' && !jc.cache) jc.cache = `${argv.out ?? argv.data}.judge-cache.sqlite`;
+  const jc = judgeWithAnswerCache(judgeConfigFromArgs(argv), `${argv.out ?? argv.data}.judge-cache.sqlite`);
   await checkJudge(jc);
   const device = resolveDevice(argv.device);
   process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}; ${items.length} item(s), protocol ${p.name}${jc.cache ? `; judge cache ${jc.cache}` : ''}\n`);
@@ -269,8 +268,7 @@ async function suiteEval(argv: EvalArgs): Promise<void> {
     if (!items.length) throw new Error(`${argv.suite}: benchmark ${b.name}: ${b.data} has no items`);
     return { ...b, items, protocol: protocolFor(items, b.protocol) };
   });
-  const jc = judgeConfigFromArgs(argv);
-  if (jc.kind === 'http' && !jc.cache) jc.cache = join(outDir, 'judge-cache.sqlite');
+  const jc = judgeWithAnswerCache(judgeConfigFromArgs(argv), join(outDir, 'judge-cache.sqlite'));
   await checkJudge(jc);
   const device = resolveDevice(argv.device);
   const rows: ProtocolRow[][][] = [];

@@ -7,6 +7,7 @@
  * when it is rerun, and a retry after an unreadable reply is a new question, not the cached one.
  */
 import type { JudgeConfig } from '../config/judge.js';
+import { judgeAnswersFreeForm } from '../judge/backends/index.js';
 import { JudgeCache, requestHash } from '../judge/cache.js';
 import type { PromptTemplate } from '../judge/verdict.js';
 import { LlmAbortError, LlmClient, LlmLengthError } from '../llm/client.js';
@@ -48,12 +49,12 @@ export class ChatJudge {
   observer?: ChatJudgeObserver;
 
   /**
-   * @param c judge settings of kind http (url, model, concurrency, timeoutMs, maxRetries, noThink)
+   * @param c judge settings of a kind that answers free-form (judgeAnswersFreeForm: http) (url, model, concurrency, timeoutMs, maxRetries, noThink)
    * @param cachePath SQLite answer cache (created); undefined = memory only
-   * @throws Error when the kind is not http or url / model are missing
+   * @throws Error when the kind does not answer free-form or url / model are missing
    */
   constructor(private readonly c: JudgeConfig, cachePath: string | undefined, opts: { fetch?: typeof fetch } = {}) {
-    if (c.kind !== 'http' || !c.url || !c.model) throw new Error(`this protocol asks a free-form judge question: it needs --judge http with --judge-url and --judge-model (got --judge ${c.kind})`);
+    if (!judgeAnswersFreeForm(c) || !c.url || !c.model) throw new Error(`this protocol asks a free-form judge question: it needs --judge http with --judge-url and --judge-model (got --judge ${c.kind})`);
     this.name = `${c.model}@${c.url}`;
     this.client = new LlmClient({ baseUrl: c.url, model: c.model, concurrency: c.concurrency, timeoutMs: c.timeoutMs, maxRetries: c.maxRetries, fetch: opts.fetch });
     this.cache = new JudgeCache(cachePath);

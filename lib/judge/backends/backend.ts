@@ -8,6 +8,7 @@ import type { Qwen3Model } from '../../model/qwen3.js';
 import type { Tokenizer } from '../../model/tokenizer.js';
 import type { Device, Dtype } from '../../addon.js';
 import type { Judge } from '../types.js';
+import type { PromptTemplate } from '../verdict.js';
 
 /** What `open` may use: the policy's loaded model when the backend shares its weights, else a model dir to load. */
 export interface JudgeOpenContext {
@@ -22,6 +23,11 @@ export interface JudgeOpenContext {
   dtype?: Dtype;
   /** Tokens per scoring call chosen by the memory plan (memory.judgeMaxTokensPerCall); undefined = the backend's default. */
   maxTokensPerCall?: number;
+  /**
+   * A per-item prompt template (lib/util/prompts.ts form) replacing the backend's own, for a benchmark
+   * protocol that words its criterion question itself; a backend that cannot take one ignores it.
+   */
+  perItemPrompt?: PromptTemplate;
   /** Opens a judge of any registered kind with the same context (a backend made of sub-judges, e.g. a jury, opens its members through it). */
   openJudge(cfg: JudgeConfig): Promise<Judge>;
 }
@@ -46,6 +52,16 @@ export interface JudgeBackend<C extends JudgeConfig = JudgeConfig> {
    * with grpo.judgeOverlap on), and the memory plan counts its working memory (the `judge` phase).
    */
   sharesPolicyWeights(c: C): boolean;
+  /**
+   * The judge is a chat endpoint that can answer a free-form question (a protocol's graded levels,
+   * `compare`'s N-way choice), not only yes/no verdicts on rubric items. Absent: false.
+   */
+  answersFreeForm?(c: C): boolean;
+  /**
+   * The settings with its answers cached in SQLite at `path` when the kind caches answers and no
+   * cache is set (a kind without an answer cache returns `c` as it is).
+   */
+  withAnswerCache?(c: C, path: string): C;
   /** Name of the judge in messages (null-rate stops, logs): `model@url`, `local`. */
   label(c: C): string;
   /**

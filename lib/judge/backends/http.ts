@@ -39,6 +39,8 @@ export const httpBackend: JudgeBackendOf<'http'> = {
   describe: 'an OpenAI-compatible endpoint (judge.url, judge.model)',
   settingKeys: ['url', 'model', 'mode', 'concurrency', 'cache', 'timeoutMs', 'maxRetries', 'maxTokens', 'noThink'],
   sharesPolicyWeights: () => false,
+  answersFreeForm: () => true,
+  withAnswerCache: (c, path) => (c.cache ? c : { ...c, cache: path }),
   label: (c) => `${c.model}@${c.url}`,
   /**
    * One real chat request ("Reply with the single word Yes.", 8 tokens, one retry) to the configured
@@ -56,5 +58,5 @@ export const httpBackend: JudgeBackendOf<'http'> = {
       throw new Error(`judge ${c.model} at ${c.url} failed the start-up check (${client.url}): ${(e as Error).message}; fix --judge-url / --judge-model or pass --judge local`);
     }
   },
-  open: async (c) => httpJudgeFromConfig(c),
+  open: async (c, ctx) => httpJudgeFromConfig(c, ctx.perItemPrompt ? { perItemPrompt: ctx.perItemPrompt } : {}),
 };

@@ -25,6 +25,17 @@ export function judgeSharesPolicyWeights(c: JudgeConfig): boolean {
   return judgeBackend(c).sharesPolicyWeights(c);
 }
 
+/** Whether the judge can answer a free-form question (see {@link JudgeBackend.answersFreeForm}). */
+export function judgeAnswersFreeForm(c: JudgeConfig): boolean {
+  return judgeBackend(c).answersFreeForm?.(c) ?? false;
+}
+
+/** `c` with an SQLite answer cache at `path` when its kind caches answers and none is set. */
+export function judgeWithAnswerCache(c: JudgeConfig, path: string): JudgeConfig {
+  const b = judgeBackend(c);
+  return b.withAnswerCache ? b.withAnswerCache(c, path) : c;
+}
+
 /** The judge's name in messages. */
 export function judgeLabel(c: JudgeConfig): string {
   return judgeBackend(c).label(c);

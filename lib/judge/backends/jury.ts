@@ -18,6 +18,7 @@ export const juryBackend: JudgeBackendOf<'jury'> = {
   kind: 'jury',
   describe: 'several judges (judge.judges: local or http each, own model, score and weight), one verdict by judge.aggregation',
   settingKeys: ['judges', 'aggregation', 'onMemberFailure'],
+  answersFreeForm: () => false,
   sharesPolicyWeights: (c) => juryMembers(c).some((m) => judgeBackend(m).sharesPolicyWeights(m)),
   label: (c) => `jury:${c.aggregation}(${juryMembers(c).map((m) => m.name).join(',')})`,
   /** Every member's own start-up check, concurrently; a failure names the member. */

@@ -17,6 +17,7 @@ export const localBackend: JudgeBackendOf<'local'> = {
   describe: "the policy's frozen base model in-process (adapter off, P(yes) from one prefill)",
   settingKeys: ['batch', 'scoring'],
   sharesPolicyWeights: () => true,
+  answersFreeForm: () => false,
   label: () => 'local',
   async open(c, ctx) {
     // Loaded on first use: an http-only command never loads the addon through here.
