@@ -9,7 +9,13 @@ import { joinNegativeNumbers, quietOnEpipe } from './cli-util.js';
 quietOnEpipe(process.stdout);
 quietOnEpipe(process.stderr);
 
-const cli = yargs(joinNegativeNumbers(hideBin(process.argv))).scriptName('papergym-native').strict().demandCommand(1).help().recommendCommands().wrap(null);
+const cli = yargs(joinNegativeNumbers(hideBin(process.argv)))
+  .scriptName('papergym-native')
+  .strict()
+  .demandCommand(1)
+  .help()
+  .recommendCommands()
+  .wrap(null);
 for (const c of commands) cli.command(c);
 cli.fail((msg, err) => {
   // One line naming the problem; the full help stays one `--help` away.

@@ -7,7 +7,17 @@
 export * from './native.js';
 export { ErrorCode, isPapergymError, type PapergymError, type PapergymErrorCode } from './errors.js';
 export type * from './addon.js';
-export { loadModel, DecoderModel, ALL_LORA_TARGETS, type LoadOptions, type LoraOptions, type ForwardArgs, type ForwardResult, type Device, type Dtype } from './model/decoder.js';
+export {
+  loadModel,
+  DecoderModel,
+  ALL_LORA_TARGETS,
+  type LoadOptions,
+  type LoraOptions,
+  type ForwardArgs,
+  type ForwardResult,
+  type Device,
+  type Dtype,
+} from './model/decoder.js';
 /** The old name of {@link DecoderModel}. */
 export { Qwen3Model } from './model/qwen3.js';
 export { Tokenizer } from './model/tokenizer.js';

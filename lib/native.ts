@@ -190,7 +190,14 @@ function listCandidates(provider: ProviderInfo | undefined, opts: SelectOptions)
   const env = process.env.PAPERGYM_NATIVE_ADDON;
   if (env) {
     const p = resolve(env);
-    out.push({ source: 'PAPERGYM_NATIVE_ADDON', name: p, path: p, preload: siblingPreload(p), status: existsSync(p) ? 'untried' : 'skipped', reason: existsSync(p) ? '' : 'file does not exist' });
+    out.push({
+      source: 'PAPERGYM_NATIVE_ADDON',
+      name: p,
+      path: p,
+      preload: siblingPreload(p),
+      status: existsSync(p) ? 'untried' : 'skipped',
+      reason: existsSync(p) ? '' : 'file does not exist',
+    });
     return out;
   }
   if (opts.localBuild !== false) out.push(localCandidate());
@@ -249,7 +256,8 @@ function listCandidates(provider: ProviderInfo | undefined, opts: SelectOptions)
 
 /** Why a prebuilt's metadata rules it out for this provider, or '' when it may fit. */
 export function metaMismatch(meta: PrebuiltMeta, provider: ProviderInfo | undefined): string {
-  if (meta.platform !== process.platform || meta.arch !== process.arch) return `built for ${meta.platform}-${meta.arch}, this is ${process.platform}-${process.arch}`;
+  if (meta.platform !== process.platform || meta.arch !== process.arch)
+    return `built for ${meta.platform}-${meta.arch}, this is ${process.platform}-${process.arch}`;
   if (!provider) return 'no libtorch found to run it on';
   const tag = `${meta.variant}${meta.variant === 'cpu' ? '' : ` (CUDA ${meta.cudaVersion})`}`;
   if (meta.torch !== provider.torchMinor) {
@@ -259,8 +267,10 @@ export function metaMismatch(meta: PrebuiltMeta, provider: ProviderInfo | undefi
     return `built with _GLIBCXX_USE_CXX11_ABI=${meta.cxx11Abi}; the provider's libtorch uses ${provider.cxx11Abi}`;
   }
   if (meta.variant !== 'cpu') {
-    if (!provider.cudaLib) return `a CUDA binary (${tag}) needs libtorch_cuda.so, which ${provider.libDir} lacks (CPU-only torch ${provider.version}); install a CUDA torch or use the cpu variant`;
-    if (meta.variant !== provider.variant) return `built for ${tag}; the provider is torch ${provider.version} (${provider.variant}${provider.cudaVersion ? `, CUDA ${provider.cudaVersion}` : ''})`;
+    if (!provider.cudaLib)
+      return `a CUDA binary (${tag}) needs libtorch_cuda.so, which ${provider.libDir} lacks (CPU-only torch ${provider.version}); install a CUDA torch or use the cpu variant`;
+    if (meta.variant !== provider.variant)
+      return `built for ${tag}; the provider is torch ${provider.version} (${provider.variant}${provider.cudaVersion ? `, CUDA ${provider.cudaVersion}` : ''})`;
   }
   return '';
 }
@@ -310,10 +320,22 @@ function statKey(f: string | undefined): string {
 }
 
 function testLoad(c: AddonCandidate, provider: ProviderInfo | undefined, plan: LoadPlan): TestVerdict {
-  const key = createHash('sha256').update(JSON.stringify({
-    v: 1, addon: statKey(plan.addon), preload: statKey(plan.preload), libs: plan.libs.map(statKey),
-    node: process.versions.modules, exec: process.execPath, driver: nvidiaDriver(), variant: c.meta?.variant, provider: provider?.version,
-  })).digest('hex').slice(0, 32);
+  const key = createHash('sha256')
+    .update(
+      JSON.stringify({
+        v: 1,
+        addon: statKey(plan.addon),
+        preload: statKey(plan.preload),
+        libs: plan.libs.map(statKey),
+        node: process.versions.modules,
+        exec: process.execPath,
+        driver: nvidiaDriver(),
+        variant: c.meta?.variant,
+        provider: provider?.version,
+      }),
+    )
+    .digest('hex')
+    .slice(0, 32);
   let cacheFile: string | undefined;
   try {
     cacheFile = join(userCacheDir(), 'loader', `${key}.json`);
@@ -323,7 +345,10 @@ function testLoad(c: AddonCandidate, provider: ProviderInfo | undefined, plan: L
   }
   // ELECTRON_RUN_AS_NODE: under Electron, process.execPath is Electron; this makes it a plain Node.
   const r = spawnSync(process.execPath, ['-e', CHILD_SRC, JSON.stringify(plan)], {
-    encoding: 'utf8', timeout: 180_000, maxBuffer: 16 << 20, stdio: ['ignore', 'pipe', 'pipe'],
+    encoding: 'utf8',
+    timeout: 180_000,
+    maxBuffer: 16 << 20,
+    stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ELECTRON_RUN_AS_NODE: '1' },
   });
   let verdict: TestVerdict;
@@ -353,11 +378,19 @@ function testLoad(c: AddonCandidate, provider: ProviderInfo | undefined, plan: L
 function judgeInfo(c: AddonCandidate, provider: ProviderInfo | undefined, info: RuntimeInfo): TestVerdict {
   const minor = /^(\d+\.\d+)/.exec(info.libtorchVersion)?.[1] ?? info.libtorchVersion;
   if (provider && minor !== provider.torchMinor) {
-    return { ok: false, info, reason: `built against torch ${info.libtorchVersion}; the provider is torch ${provider.version} (${provider.source} at ${provider.root}): rebuild it (npm run build:native)` };
+    return {
+      ok: false,
+      info,
+      reason: `built against torch ${info.libtorchVersion}; the provider is torch ${provider.version} (${provider.source} at ${provider.root}): rebuild it (npm run build:native)`,
+    };
   }
   if (c.meta && c.meta.variant !== 'cpu' && !info.cudaAvailable) {
     const drv = nvidiaDriver();
-    return { ok: false, info, reason: `a CUDA binary (${c.meta.variant}), but CUDA is not available here (${drv ? `driver: ${drv}` : 'no NVIDIA driver: /proc/driver/nvidia/version is missing'}); the cpu variant is tried next` };
+    return {
+      ok: false,
+      info,
+      reason: `a CUDA binary (${c.meta.variant}), but CUDA is not available here (${drv ? `driver: ${drv}` : 'no NVIDIA driver: /proc/driver/nvidia/version is missing'}); the cpu variant is tried next`,
+    };
   }
   const what = `torch ${info.libtorchVersion}${info.cudaBuild ? ', CUDA build' : ''}${info.fusedKernels ? ', fused CUDA kernels' : ''}${info.cudaAvailable ? `, ${info.cudaDevices.length} GPU(s)` : ''}`;
   return { ok: true, info, reason: `test load passed (${what})` };
@@ -370,9 +403,23 @@ function judgeInfo(c: AddonCandidate, provider: ProviderInfo | undefined, info: 
  */
 function adaptAddon(addon: Addon): Addon {
   const model: Partial<Disposable> & { dispose(): void } = addon.Model.prototype;
-  if (!model[Symbol.dispose]) Object.defineProperty(model, Symbol.dispose, { value(this: AddonModel) { this.dispose(); }, writable: true, configurable: true });
+  if (!model[Symbol.dispose])
+    Object.defineProperty(model, Symbol.dispose, {
+      value(this: AddonModel) {
+        this.dispose();
+      },
+      writable: true,
+      configurable: true,
+    });
   const group: Partial<Disposable> & { destroy(): void } = addon.ProcessGroup.prototype;
-  if (!group[Symbol.dispose]) Object.defineProperty(group, Symbol.dispose, { value(this: { destroy(): void }) { this.destroy(); }, writable: true, configurable: true });
+  if (!group[Symbol.dispose])
+    Object.defineProperty(group, Symbol.dispose, {
+      value(this: { destroy(): void }) {
+        this.destroy();
+      },
+      writable: true,
+      configurable: true,
+    });
   return addon;
 }
 
@@ -423,10 +470,13 @@ export function selectionFailure(sel: AddonSelection): string {
     ? `${sel.platform}, torch ${p.version} (${p.variant}${p.cudaVersion ? `, CUDA ${p.cudaVersion}` : ''}, CXX11 ABI ${p.cxx11Abi}) from the ${p.source} at ${p.root}`
     : `${sel.platform}; no libtorch found: ${sel.providerError}`;
   const lines = sel.candidates.map((c) => `  - ${c.name}${c.path && c.path !== c.name && c.source !== 'prebuilt' ? ` (${c.path})` : ''}: ${c.reason}`);
-  return `papergym-native: no usable addon binary. Looked for ${wanted}.\n${lines.join('\n')}\n` +
-    (p ? `Install the matching prebuilt (npm install ${prebuiltPackageName(p.torchMinor, p.variant)}, or the -cpu one) or build from source ` +
-      `(needs cmake and a C++17 compiler): npm rebuild papergym-native, or npm run build:native in a clone.`
-      : 'Install PyTorch (pip install torch==2.11.0) or set LIBTORCH=/path/to/libtorch.');
+  return (
+    `papergym-native: no usable addon binary. Looked for ${wanted}.\n${lines.join('\n')}\n` +
+    (p
+      ? `Install the matching prebuilt (npm install ${prebuiltPackageName(p.torchMinor, p.variant)}, or the -cpu one) or build from source ` +
+        `(needs cmake and a C++17 compiler): npm rebuild papergym-native, or npm run build:native in a clone.`
+      : 'Install PyTorch (pip install torch==2.11.0) or set LIBTORCH=/path/to/libtorch.')
+  );
 }
 
 /** The selection made by loadNative() in this process (undefined before the first load). */

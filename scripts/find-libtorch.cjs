@@ -60,11 +60,10 @@ function describe(root, source, extra = {}) {
   // nv/, so a pip-only install builds without them and still runs CUDA through libtorch_cuda.
   let cudaIncludeDir = '';
   if (cudaLib) {
-    const cands = [process.env.CUDA_HOME, process.env.CUDA_PATH, '/usr/local/cuda']
-      .filter(Boolean).map((d) => path.join(d, 'include'));
+    const cands = [process.env.CUDA_HOME, process.env.CUDA_PATH, '/usr/local/cuda'].filter(Boolean).map((d) => path.join(d, 'include'));
     const nv = path.join(root, '..', 'nvidia');
     if (fs.existsSync(nv)) for (const d of fs.readdirSync(nv)) cands.push(path.join(nv, d, 'include'));
-    cudaIncludeDir = cands.find((d) => ["cuda_runtime_api.h", "crt/host_defines.h", "nv/target"].every((f) => fs.existsSync(path.join(d, f)))) || "";
+    cudaIncludeDir = cands.find((d) => ['cuda_runtime_api.h', 'crt/host_defines.h', 'nv/target'].every((f) => fs.existsSync(path.join(d, f)))) || '';
   }
   let version = extra.version || '';
   const vfile = path.join(root, 'build-version');
@@ -109,18 +108,27 @@ function findLibtorch() {
   let out;
   try {
     // find_spec locates the package without importing it (importing torch takes seconds).
-    out = execFileSync(py, ['-c',
-      'import importlib.util as u,json,os;s=u.find_spec("torch");print(json.dumps({"root":os.path.dirname(s.origin) if s and s.origin else None}))'],
-      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+    out = execFileSync(
+      py,
+      ['-c', 'import importlib.util as u,json,os;s=u.find_spec("torch");print(json.dumps({"root":os.path.dirname(s.origin) if s and s.origin else None}))'],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+    );
   } catch (e) {
-    throw new LibtorchNotFound(`libtorch not found: LIBTORCH is not set and \`${py}\` could not be run ` +
-      `(${String(e.stderr || e.message).trim().split('\n').pop()}). ` +
-      `Set LIBTORCH=/path/to/libtorch (or a torch package dir), or install PyTorch: pip install torch==2.11.0`);
+    throw new LibtorchNotFound(
+      `libtorch not found: LIBTORCH is not set and \`${py}\` could not be run ` +
+        `(${String(e.stderr || e.message)
+          .trim()
+          .split('\n')
+          .pop()}). ` +
+        `Set LIBTORCH=/path/to/libtorch (or a torch package dir), or install PyTorch: pip install torch==2.11.0`,
+    );
   }
   const j = JSON.parse(out.trim().split('\n').pop());
   if (!j.root) {
-    throw new LibtorchNotFound(`libtorch not found: LIBTORCH is not set and \`${py}\` has no torch package. ` +
-      `Set LIBTORCH=/path/to/libtorch (or a torch package dir), or install PyTorch: pip install torch==2.11.0`);
+    throw new LibtorchNotFound(
+      `libtorch not found: LIBTORCH is not set and \`${py}\` has no torch package. ` +
+        `Set LIBTORCH=/path/to/libtorch (or a torch package dir), or install PyTorch: pip install torch==2.11.0`,
+    );
   }
   return describe(j.root, `${py} torch package`);
 }

@@ -44,27 +44,37 @@ async function main() {
       console.warn(`papergym-native: addon selection failed (${e.message}); building from source`);
     }
     if (sel && sel.chosen) {
-      console.log(`papergym-native: using ${sel.chosen.name === 'local build' ? 'the local build' : 'prebuilt ' + sel.chosen.name} ` +
-        `(${sel.chosen.path}; ${sel.chosen.reason}); nothing to compile`);
+      console.log(
+        `papergym-native: using ${sel.chosen.name === 'local build' ? 'the local build' : 'prebuilt ' + sel.chosen.name} ` +
+          `(${sel.chosen.path}; ${sel.chosen.reason}); nothing to compile`,
+      );
       return;
     }
     if (sel) console.log(`${loader.selectionFailure(sel).split('\nInstall the matching')[0]}\npapergym-native: building from source (cmake-js)`);
   }
   const cmakeJs = join(root, 'node_modules', 'cmake-js', 'bin', 'cmake-js');
-  const r = spawnSync(process.execPath, [existsSync(cmakeJs) ? cmakeJs : require.resolve('cmake-js/bin/cmake-js'), 'compile', '--log-level', 'warn'], { cwd: root, stdio: 'inherit' });
+  const r = spawnSync(process.execPath, [existsSync(cmakeJs) ? cmakeJs : require.resolve('cmake-js/bin/cmake-js'), 'compile', '--log-level', 'warn'], {
+    cwd: root,
+    stdio: 'inherit',
+  });
   if (installed) pruneBuild();
   if (r.status !== 0) {
     if (installed) rmSync(join(root, 'build'), { recursive: true, force: true });
-    console.warn('\npapergym-native: the native addon was NOT built (see the error above). Install PyTorch ' +
-      '(pip install torch==2.11.0) or set LIBTORCH=/path/to/libtorch, then run `npm rebuild papergym-native`.\n');
+    console.warn(
+      '\npapergym-native: the native addon was NOT built (see the error above). Install PyTorch ' +
+        '(pip install torch==2.11.0) or set LIBTORCH=/path/to/libtorch, then run `npm rebuild papergym-native`.\n',
+    );
   }
 }
 
 module.exports = { pruneBuild };
 
 if (require.main === module) {
-  main().then(() => process.exit(0), (e) => {
-    console.warn(`papergym-native: install hook: ${e && e.message}`);
-    process.exit(0);
-  });
+  main().then(
+    () => process.exit(0),
+    (e) => {
+      console.warn(`papergym-native: install hook: ${e && e.message}`);
+      process.exit(0);
+    },
+  );
 }

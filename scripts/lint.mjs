@@ -20,7 +20,10 @@ if (!existsSync(bin('eslint')) || !existsSync(bin('prettier'))) {
   process.stderr.write('lint: tools/lint is not installed; run: npm run lint:setup\n');
   process.exit(2);
 }
-const tracked = (...globs) => execFileSync('git', ['ls-files', '--', ...globs], { cwd: root, encoding: 'utf8' }).split('\n').filter(Boolean);
+const tracked = (...globs) =>
+  execFileSync('git', ['ls-files', '--', ...globs], { cwd: root, encoding: 'utf8' })
+    .split('\n')
+    .filter(Boolean);
 const run = (what, cmd, args) => {
   process.stderr.write(`lint: ${what}\n`);
   const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit' });

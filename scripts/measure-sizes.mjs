@@ -36,7 +36,10 @@ function du(dir, skipNodeModules) {
 const out = {};
 const rel = join(root, 'build', 'Release');
 if (existsSync(join(rel, 'papergym_native.node'))) {
-  out.localBinary = { addon: statSync(join(rel, 'papergym_native.node')).size, preload: existsSync(join(rel, 'papergym_preload.node')) ? statSync(join(rel, 'papergym_preload.node')).size : 0 };
+  out.localBinary = {
+    addon: statSync(join(rel, 'papergym_native.node')).size,
+    preload: existsSync(join(rel, 'papergym_preload.node')) ? statSync(join(rel, 'papergym_preload.node')).size : 0,
+  };
 }
 if (packDir) {
   for (const f of readdirSync(packDir).filter((x) => x.endsWith('.tgz'))) {
@@ -44,15 +47,29 @@ if (packDir) {
     const tmp = mkdtempSync(join(tmpdir(), 'pg-sizes-'));
     execFileSync('tar', ['-xzf', join(packDir, f), '-C', tmp]);
     const node = join(tmp, 'package', 'papergym_native.node');
-    out[key] = { file: f, packed: statSync(join(packDir, f)).size, unpacked: du(join(tmp, 'package'), false), ...(existsSync(node) ? { binary: statSync(node).size } : {}) };
+    out[key] = {
+      file: f,
+      packed: statSync(join(packDir, f)).size,
+      unpacked: du(join(tmp, 'package'), false),
+      ...(existsSync(node) ? { binary: statSync(node).size } : {}),
+    };
     rmSync(tmp, { recursive: true, force: true });
   }
 }
-const pack = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }))[0];
+const pack = JSON.parse(
+  execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }),
+)[0];
 out.mainPackage = { files: pack.entryCount, packed: pack.size, unpacked: pack.unpackedSize };
 // The dependency tree (npm ls --json --long), leaving out packages npm marks extraneous (left in a
 // shared node_modules by other branches) and dev-only ones.
-const tree = JSON.parse(execFileSync('npm', ['ls', '--omit=dev', '--all', '--json', '--long'], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 256 << 20 }));
+const tree = JSON.parse(
+  execFileSync('npm', ['ls', '--omit=dev', '--all', '--json', '--long'], {
+    cwd: root,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'ignore'],
+    maxBuffer: 256 << 20,
+  }),
+);
 const ls = [];
 const walk = (deps) => {
   for (const d of Object.values(deps ?? {})) {

@@ -120,7 +120,9 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
     native().saveSafetensors(bad, { ...w, extra: { data: new Float32Array(1), shape: [1] } });
     e = await rejection(m.loadSnapshot('b', bad));
     expect(e.message).to.include("'extra'");
-    expect((await rejection(m.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] }, adapter: 'b' }))).message).to.match(/no adapter snapshot named 'b'/);
+    expect((await rejection(m.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] }, adapter: 'b' }))).message).to.match(
+      /no adapter snapshot named 'b'/,
+    );
     m.dropSnapshot('e');
   });
 
@@ -157,10 +159,12 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
     const r = mulberry32(17);
     const tok = () => 100 + Math.floor(r() * 5000);
     const seq = (p: number, c: number): Sequence => ({ promptIds: Array.from({ length: p }, tok), completionIds: Array.from({ length: c }, tok) });
-    const batches = Array.from({ length: 4 }, () => [0, 1].map(() => {
-      const student = seq(5, 4);
-      return { student, teacher: { promptIds: [...student.promptIds, tok(), tok()], completionIds: student.completionIds } };
-    }));
+    const batches = Array.from({ length: 4 }, () =>
+      [0, 1].map(() => {
+        const student = seq(5, 4);
+        return { student, teacher: { promptIds: [...student.promptIds, tok(), tok()], completionIds: student.completionIds } };
+      }),
+    );
     const step = async (b: NativeBackend, k: number) => {
       await b.opsdBackward(batches[k]!, { beta: 0.5, temperature: 1, normalizer: 8, teacher: 'ema-teacher' });
       await b.optimizerStep(1.0);
@@ -193,7 +197,18 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
     a.b.resetOptimizer(1e-2, 4);
     a.b.snapshotAdapter('ema-teacher');
     for (let k = 0; k < 2; k++) await step(a.b, k);
-    const state = { version: 1, stageIndex: 0, stageStep: 2, globalStep: 2, cursor: { epoch: 0, position: 0 }, validation: [], stageDone: false, seed: 0, config: {}, wallSeconds: 0 } satisfies TrainerState;
+    const state = {
+      version: 1,
+      stageIndex: 0,
+      stageStep: 2,
+      globalStep: 2,
+      cursor: { epoch: 0, position: 0 },
+      validation: [],
+      stageDone: false,
+      seed: 0,
+      config: {},
+      wallSeconds: 0,
+    } satisfies TrainerState;
     await writeCheckpoint(run, state, (d) => a.b.saveState(d));
     a.p.dispose();
     const b = await open();
@@ -219,13 +234,16 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
       port = (server.address() as AddressInfo).port;
     });
     after(() => server.close());
-    const get = () => new Promise<string>((resolveGet, reject) => {
-      request({ host: '127.0.0.1', port, path: '/' }, (res) => {
-        let body = '';
-        res.on('data', (c) => (body += c));
-        res.on('end', () => resolveGet(body));
-      }).on('error', reject).end();
-    });
+    const get = () =>
+      new Promise<string>((resolveGet, reject) => {
+        request({ host: '127.0.0.1', port, path: '/' }, (res) => {
+          let body = '';
+          res.on('data', (c) => (body += c));
+          res.on('end', () => resolveGet(body));
+        })
+          .on('error', reject)
+          .end();
+      });
 
     it('while a generation holds the model, writeCheckpoint(saveState) and the native snapshot / optimizer / adapter calls stay pending, timers tick and HTTP requests are answered; then they complete', async () => {
       const m = policy.model;
@@ -237,14 +255,34 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
       await m.saveSnapshot('ema-teacher', snapFile);
       const ac = new AbortController();
       // A generation that only ends when aborted: it holds the model lock on its worker thread.
-      const gen = generate(m, { prompts: [Int32Array.from([1, 2, 3])], maxNewTokens: 30000, temperature: 1, seed: 1, stopIds: [] }, ac.signal).catch((e: Error) => e);
+      const gen = generate(m, { prompts: [Int32Array.from([1, 2, 3])], maxNewTokens: 30000, temperature: 1, seed: 1, stopIds: [] }, ac.signal).catch(
+        (e: Error) => e,
+      );
       await new Promise((r) => setTimeout(r, 20));
       const settled: string[] = [];
-      const track = <T>(name: string, p: Promise<T>) => p.then(() => settled.push(name), (e: Error) => settled.push(`${name}: ${e.message}`));
+      const track = <T>(name: string, p: Promise<T>) =>
+        p.then(
+          () => settled.push(name),
+          (e: Error) => settled.push(`${name}: ${e.message}`),
+        );
       const run = join(tmp, 'busy');
-      const state = { version: 1, stageIndex: 0, stageStep: 0, globalStep: 1, cursor: { epoch: 0, position: 0 }, validation: [], stageDone: false, seed: 0, config: {}, wallSeconds: 0 } satisfies TrainerState;
+      const state = {
+        version: 1,
+        stageIndex: 0,
+        stageStep: 0,
+        globalStep: 1,
+        cursor: { epoch: 0, position: 0 },
+        validation: [],
+        stageDone: false,
+        seed: 0,
+        config: {},
+        wallSeconds: 0,
+      } satisfies TrainerState;
       const all = Promise.all([
-        track('checkpoint', writeCheckpoint(run, state, (d) => backend.saveState(d))),
+        track(
+          'checkpoint',
+          writeCheckpoint(run, state, (d) => backend.saveState(d)),
+        ),
         track('saveSnapshot', m.saveSnapshot('ema-teacher', join(tmp, 'busy-snap.safetensors'))),
         track('loadSnapshot', m.loadSnapshot('busy-copy', snapFile)),
         track('saveAdapter', m.saveAdapter(join(tmp, 'busy-adapter'))),
@@ -262,7 +300,8 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
       await all;
       expect(settled.sort()).to.deep.equal(['checkpoint', 'loadSnapshot', 'saveAdapter', 'saveSnapshot']);
       const ck = resolveCheckpoint(run).dir;
-      for (const f of ['adapter_model.safetensors', 'adapter_config.json', 'optimizer.safetensors', 'snapshot-ema-teacher.safetensors', 'trainer_state.json']) expect(existsSync(join(ck, f)), f).to.equal(true);
+      for (const f of ['adapter_model.safetensors', 'adapter_config.json', 'optimizer.safetensors', 'snapshot-ema-teacher.safetensors', 'trainer_state.json'])
+        expect(existsSync(join(ck, f)), f).to.equal(true);
       expect(firstBitDiff(readSnapshotFile(join(ck, 'snapshot-ema-teacher.safetensors')), m.loraWeights())).to.equal(null);
       m.dropSnapshot('ema-teacher');
       m.dropSnapshot('busy-copy');

@@ -86,7 +86,9 @@ function surfaceDiff(d: Declared, addon: object): string[] {
     for (const m of protoNames) if (!c.members.includes(m)) diff.push(`${name}.prototype.${m}: present, not declared`);
     for (const m of c.statics) if (!staticNames.includes(m)) diff.push(`${name}.${m}: declared static, missing`);
     for (const m of staticNames) if (!c.statics.includes(m)) diff.push(`${name}.${m}: static present, not declared`);
-    const symbols = Object.getOwnPropertySymbols(ctor.prototype).map((s) => (s === Symbol.dispose ? 'dispose' : s === Symbol.asyncDispose ? 'asyncDispose' : String(s)));
+    const symbols = Object.getOwnPropertySymbols(ctor.prototype).map((s) =>
+      s === Symbol.dispose ? 'dispose' : s === Symbol.asyncDispose ? 'asyncDispose' : String(s),
+    );
     for (const s of c.symbols) if (!symbols.includes(s)) diff.push(`${name}.prototype[Symbol.${s}]: declared, missing`);
   }
   return diff;
@@ -97,7 +99,10 @@ function objectDiff(dts: string, iface: string, obj: object): string[] {
   const decl = interfaces(dts).get(iface);
   if (!decl) return [`no interface ${iface}`];
   const keys = Object.keys(obj);
-  return [...[...decl.members.keys()].filter((k) => !keys.includes(k)).map((k) => `${iface}.${k}: declared, missing`), ...keys.filter((k) => !decl.members.has(k)).map((k) => `${iface}.${k}: present, not declared`)];
+  return [
+    ...[...decl.members.keys()].filter((k) => !keys.includes(k)).map((k) => `${iface}.${k}: declared, missing`),
+    ...keys.filter((k) => !decl.members.has(k)).map((k) => `${iface}.${k}: present, not declared`),
+  ];
 }
 
 describe('native surface: lib/addon.ts matches the loaded binary', function () {

@@ -84,6 +84,14 @@ describe('advantages', () => {
     const all = maskedAdvantages(groupAdvantages, r, [true, true, true, true, false, false, false, false], 4, opts);
     expect(all.keep.slice(0, 4)).to.deep.equal([false, false, false, false]);
     expect(all.advantages.slice(0, 4)).to.deep.equal([0, 0, 0, 0]);
-    expect(maskedAdvantages(groupAdvantages, r, r.map(() => false), 4, opts)).to.deep.equal(groupAdvantages(r, 4, opts));
+    expect(
+      maskedAdvantages(
+        groupAdvantages,
+        r,
+        r.map(() => false),
+        4,
+        opts,
+      ),
+    ).to.deep.equal(groupAdvantages(r, 4, opts));
   });
 });

@@ -62,7 +62,11 @@ describe('chat template (@huggingface/jinja) vs transformers apply_chat_template
   it('is token-for-token equal to transformers run live (scripts/ref_chat_template.py)', function () {
     this.timeout(120000);
     const py = process.env.PYTHON ?? 'python3';
-    const r = spawnSync(py, [join(packageRoot, 'scripts', 'ref_chat_template.py'), '--tokenizer', QWEN3_TOKENIZER_DIR, '--cases', join(FIX, 'conversations.json'), '--out', '-'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    const r = spawnSync(
+      py,
+      [join(packageRoot, 'scripts', 'ref_chat_template.py'), '--tokenizer', QWEN3_TOKENIZER_DIR, '--cases', join(FIX, 'conversations.json'), '--out', '-'],
+      { encoding: 'utf8', maxBuffer: 64 << 20 },
+    );
     if (r.error || (r.status !== 0 && /No module named/.test(r.stderr ?? ''))) {
       if (process.env.CI) throw new Error(`reference script unavailable in CI: ${r.error?.message ?? r.stderr}`);
       this.skip();
@@ -92,7 +96,9 @@ describe('chat template of another family: Llama-3 (from its own tokenizer_confi
   });
 
   it('renders the Llama-3 header format and stops on <|eot_id|>', () => {
-    expect(tpl.render([{ role: 'user', content: 'hi' }])).to.equal('<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n');
+    expect(tpl.render([{ role: 'user', content: 'hi' }])).to.equal(
+      '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n',
+    );
     expect(tok.stopIds).to.deep.equal([128009]);
   });
 
@@ -103,7 +109,11 @@ describe('chat template of another family: Llama-3 (from its own tokenizer_confi
   it('is token-for-token equal to transformers run live (scripts/ref_chat_template.py)', function () {
     this.timeout(120000);
     const py = process.env.PYTHON ?? 'python3';
-    const r = spawnSync(py, [join(packageRoot, 'scripts', 'ref_chat_template.py'), '--tokenizer', LLAMA3_TOKENIZER_DIR, '--cases', join(FIX, 'conversations.json'), '--out', '-'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    const r = spawnSync(
+      py,
+      [join(packageRoot, 'scripts', 'ref_chat_template.py'), '--tokenizer', LLAMA3_TOKENIZER_DIR, '--cases', join(FIX, 'conversations.json'), '--out', '-'],
+      { encoding: 'utf8', maxBuffer: 64 << 20 },
+    );
     if (r.error || (r.status !== 0 && /No module named/.test(r.stderr ?? ''))) {
       if (process.env.CI) throw new Error(`reference script unavailable in CI: ${r.error?.message ?? r.stderr}`);
       this.skip();
@@ -136,7 +146,11 @@ describe('chat template: tools with numbers in their Python form, and the templa
       expect(tpl.render(c.messages, opts), c.name).to.equal(r.text);
       expect(await encodeChat(tok, tpl, c.messages, opts), c.name).to.deep.equal(r.ids);
     }
-    expect(ref.cases[0].text).to.contain('"default": 1.0,').and.contain('"default": 1e-05, "minimum": 0.0').and.contain('"exclusiveMaximum": 1.5e+16').and.contain('"maximum": 10000.0');
+    expect(ref.cases[0].text)
+      .to.contain('"default": 1.0,')
+      .and.contain('"default": 1e-05, "minimum": 0.0')
+      .and.contain('"exclusiveMaximum": 1.5e+16')
+      .and.contain('"maximum": 10000.0');
   });
 
   it('with plain JSON.parse the same tools lose the float form (what the number-preserving read fixes)', () => {
@@ -161,7 +175,20 @@ describe('chat template: tools with numbers in their Python form, and the templa
 
   it('pythonFloatRepr equals Python repr', () => {
     const xs = [1.0, 0.1, 1e-5, 1e16, 1.5e16, 123456789012345.6, -0.0, 0.0001, 1e21, 5e-324, -2.5, 100];
-    expect(xs.map(pythonFloatRepr)).to.deep.equal(['1.0', '0.1', '1e-05', '1e+16', '1.5e+16', '123456789012345.6', '-0.0', '0.0001', '1e+21', '5e-324', '-2.5', '100.0']);
+    expect(xs.map(pythonFloatRepr)).to.deep.equal([
+      '1.0',
+      '0.1',
+      '1e-05',
+      '1e+16',
+      '1.5e+16',
+      '123456789012345.6',
+      '-0.0',
+      '0.0001',
+      '1e+21',
+      '5e-324',
+      '-2.5',
+      '100.0',
+    ]);
   });
 
   it('chat_template.jinja wins over tokenizer_config.json’s template, as in transformers (test/fixtures/chat/qwen3-jinja-file.json)', async () => {
@@ -194,7 +221,10 @@ describe('chat template: tools with numbers in their Python form, and the templa
     this.timeout(120000);
     const py = process.env.PYTHON ?? 'python3';
     const script = join(packageRoot, 'scripts', 'ref_chat_template.py');
-    const r = spawnSync(py, [script, '--tokenizer', QWEN3_TOKENIZER_DIR, '--cases', join(FIX, 'tools.json'), '--out', '-'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    const r = spawnSync(py, [script, '--tokenizer', QWEN3_TOKENIZER_DIR, '--cases', join(FIX, 'tools.json'), '--out', '-'], {
+      encoding: 'utf8',
+      maxBuffer: 64 << 20,
+    });
     if (r.error || (r.status !== 0 && /No module named/.test(r.stderr ?? ''))) {
       if (process.env.CI) throw new Error(`reference script unavailable in CI: ${r.error?.message ?? r.stderr}`);
       this.skip();

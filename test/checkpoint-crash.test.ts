@@ -18,8 +18,16 @@ import { CHECKPOINT_FAULT_POINTS, cleanCheckpointTemps, resolveCheckpoint, write
 const ckModule = join(dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'train', 'checkpoint.js');
 
 const state = (step: number, tag: string): TrainerState => ({
-  version: 1, stageIndex: 0, stageStep: step, globalStep: step, cursor: { epoch: 0, position: step },
-  validation: [], stageDone: false, seed: 1, config: { stages: ['opsd'], seed: 1, tag }, wallSeconds: 0,
+  version: 1,
+  stageIndex: 0,
+  stageStep: step,
+  globalStep: step,
+  cursor: { epoch: 0, position: step },
+  validation: [],
+  stageDone: false,
+  seed: 1,
+  config: { stages: ['opsd'], seed: 1, tag },
+  wallSeconds: 0,
 });
 
 /** Writes `state(step, tag)` with three files whose contents name `tag`, in a child process killed at `fault`. */
@@ -30,7 +38,10 @@ const st = ${JSON.stringify(state(step, tag))};
 await writeCheckpoint(${JSON.stringify(run)}, st, async (d) => {
   for (const f of ['adapter_model.safetensors', 'adapter_config.json', 'optimizer.safetensors']) writeFileSync(join(d, f), ${JSON.stringify(tag)} + ':' + f + '-'.repeat(${step}));
 });`;
-  const r = spawnSync(process.execPath, ['--input-type=module', '-e', src], { env: { ...process.env, PAPERGYM_FAULT: `checkpoint:${fault}` }, encoding: 'utf8' });
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', src], {
+    env: { ...process.env, PAPERGYM_FAULT: `checkpoint:${fault}` },
+    encoding: 'utf8',
+  });
   return { status: r.status, signal: r.signal };
 }
 
@@ -55,11 +66,14 @@ describe('crash-safe checkpoints (a kill in each window of the write)', function
   const write = (run: string, step: number, tag: string) =>
     writeCheckpoint(run, state(step, tag), async (d) => {
       const { writeFileSync } = await import('node:fs');
-      for (const f of ['adapter_model.safetensors', 'adapter_config.json', 'optimizer.safetensors']) writeFileSync(join(d, f), `${tag}:${f}${'-'.repeat(step)}`);
+      for (const f of ['adapter_model.safetensors', 'adapter_config.json', 'optimizer.safetensors'])
+        writeFileSync(join(d, f), `${tag}:${f}${'-'.repeat(step)}`);
     });
 
   for (const kind of ['new step', 'rewrite of the latest step'] as const) {
-    const points = CHECKPOINT_FAULT_POINTS.filter((p) => (kind === 'new step' ? !['after-latest-tmp', 'after-remove-old', 'after-link'].includes(p) : p !== 'after-rename'));
+    const points = CHECKPOINT_FAULT_POINTS.filter((p) =>
+      kind === 'new step' ? !['after-latest-tmp', 'after-remove-old', 'after-link'].includes(p) : p !== 'after-rename',
+    );
     for (const point of points) {
       it(`${kind}: killed at ${point}, latest names a complete checkpoint; the next start cleans up and writes again`, async () => {
         const run = join(tmp, `${kind.replace(/\W+/g, '-')}-${point}`);
@@ -81,7 +95,10 @@ describe('crash-safe checkpoints (a kill in each window of the write)', function
         expect(resolveCheckpoint(run).dir).to.equal(join(run, 'checkpoints', `step-00000${step}`));
         await cleanCheckpointTemps(run);
         const names = readdirSync(join(run, 'checkpoints')).sort();
-        expect(names.filter((n) => n.startsWith('.')), names.join()).to.deep.equal([]);
+        expect(
+          names.filter((n) => n.startsWith('.')),
+          names.join(),
+        ).to.deep.equal([]);
       });
     }
   }

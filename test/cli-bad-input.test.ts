@@ -17,9 +17,24 @@ import { pruneCheckpoints, type TrainerState } from '../lib/train/checkpoint.js'
 import { resolveDevice } from '../lib/model/device.js';
 import { CLI, cli } from './helpers/run.js';
 
-
-
-const SMALL = ['--max-new-tokens', '4', '--opsd-batch-size', '1', '--opsd-micro-batch', '1', '--questions-per-step', '1', '--group-size', '2', '--grpo-micro-batch', '2', '--validate-every', '0', '--seed', '5'];
+const SMALL = [
+  '--max-new-tokens',
+  '4',
+  '--opsd-batch-size',
+  '1',
+  '--opsd-micro-batch',
+  '1',
+  '--questions-per-step',
+  '1',
+  '--group-size',
+  '2',
+  '--grpo-micro-batch',
+  '2',
+  '--validate-every',
+  '0',
+  '--seed',
+  '5',
+];
 
 describe('CLI bad input', function () {
   this.timeout(300000);
@@ -30,7 +45,10 @@ describe('CLI bad input', function () {
   after(() => rmSync(tmp, { recursive: true, force: true }));
 
   it('--kl-coef -1 and --grpo-lr -1e-5 are range errors naming the flag, before any run dir exists', async () => {
-    for (const [flag, val, re] of [['--kl-coef', '-1', /grpo\.betaKl \(--kl-coef\) must be in \[0, ∞\) \(got -1\)/], ['--grpo-lr', '-1e-5', /grpo\.lr \(--grpo-lr\) must be in \(0, ∞\) \(got -0\.00001\)/]] as const) {
+    for (const [flag, val, re] of [
+      ['--kl-coef', '-1', /grpo\.betaKl \(--kl-coef\) must be in \[0, ∞\) \(got -1\)/],
+      ['--grpo-lr', '-1e-5', /grpo\.lr \(--grpo-lr\) must be in \(0, ∞\) \(got -0\.00001\)/],
+    ] as const) {
       const out = join(tmp, `run${flag}`);
       const r = await cli(['train', '--out', out, flag, val]);
       expect(r.code).to.equal(1);
@@ -48,7 +66,14 @@ describe('CLI bad input', function () {
     }
     const twice = await cli(['train', '--out', join(tmp, 'run-twice'), '--profile-step', '2', '--profile-step', '3']);
     expect([twice.code, twice.err.trim().split('\n').at(-1)]).to.deep.equal([1, 'papergym-native: --profile-step: given more than once (2, 3)']);
-    expect(joinNegativeNumbers(['train', '--grpo-lr', '-1e-5', '--temperature', '-.5', '--seed', '3', '-x'])).to.deep.equal(['train', '--grpo-lr=-1e-5', '--temperature=-.5', '--seed', '3', '-x']);
+    expect(joinNegativeNumbers(['train', '--grpo-lr', '-1e-5', '--temperature', '-.5', '--seed', '3', '-x'])).to.deep.equal([
+      'train',
+      '--grpo-lr=-1e-5',
+      '--temperature=-.5',
+      '--seed',
+      '3',
+      '-x',
+    ]);
   });
 
   it('an unknown flag prints one line and a pointer to --help, not the whole help', async () => {
@@ -56,7 +81,9 @@ describe('CLI bad input', function () {
     expect(r.code).to.equal(1);
     expect(r.err).to.not.contain('Options:');
     expect(r.err.trim().split('\n')).to.have.length(2);
-    expect(r.err).to.match(/Unknown argument.*grpo-stpes/).and.to.contain("papergym-native train --help");
+    expect(r.err)
+      .to.match(/Unknown argument.*grpo-stpes/)
+      .and.to.contain('papergym-native train --help');
   });
 
   it('doctor | (a reader that closes at once) exits 0 without an EPIPE stack trace', () => {
@@ -69,10 +96,16 @@ describe('CLI bad input', function () {
     const r = await cli(['train', '--out', join(tmp, 'zero'), '--opsd-steps', '0', '--grpo-steps', '0']);
     expect(r.code).to.equal(1);
     expect(r.err).to.match(/every stage has 0 steps/);
-    const text = Trainer.formatSummary({ runDir: '/r', globalStep: 2, interrupted: false, wallSeconds: 1, stages: [
-      { stage: 'opsd', index: 0, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false },
-      { stage: 'grpo', index: 1, steps: 2, firstLoss: 0.5, lastLoss: 0.25, lastReward: 0.5, stoppedEarly: false },
-    ] });
+    const text = Trainer.formatSummary({
+      runDir: '/r',
+      globalStep: 2,
+      interrupted: false,
+      wallSeconds: 1,
+      stages: [
+        { stage: 'opsd', index: 0, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false },
+        { stage: 'grpo', index: 1, steps: 2, firstLoss: 0.5, lastLoss: 0.25, lastReward: 0.5, stoppedEarly: false },
+      ],
+    });
     expect(text).to.not.contain('NaN');
     expect(text).to.contain('skipped (0 steps)');
   });
@@ -108,7 +141,10 @@ describe('CLI bad input', function () {
     expect(other.code).to.equal(1);
     expect(other.err).to.match(/--kl-coef cannot change when resuming/);
     // Simulate a crash after a replayed row was logged: a row past the last checkpoint.
-    writeFileSync(join(run, 'metrics.jsonl'), readFileSync(join(run, 'metrics.jsonl'), 'utf8') + JSON.stringify({ stage: 'grpo', step: 2, globalStep: 3, loss: 9 }) + '\n');
+    writeFileSync(
+      join(run, 'metrics.jsonl'),
+      readFileSync(join(run, 'metrics.jsonl'), 'utf8') + JSON.stringify({ stage: 'grpo', step: 2, globalStep: 3, loss: 9 }) + '\n',
+    );
     // --merge-adapter may change (a memory setting, as --recompute): the saved run sampled with the LoRA branch (auto on CPU).
     // --profile-step may change too (diagnostics, as --log-every).
     const ext = await cli(['train', '--resume', run, '--grpo-steps', '2', '--merge-adapter', 'on', '--profile-step', '2']);
@@ -116,7 +152,11 @@ describe('CLI bad input', function () {
     expect(ext.err).to.match(/resume: changed .*sampling\.mergeAdapter = "on"/);
     expect(ext.err).to.match(/resume: changed .*log\.profileStep = 2/);
     expect(ext.err).to.match(/dropped 1 metrics row/);
-    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((o) => 'loss' in o);
+    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((o) => 'loss' in o);
     expect(rows.map((o) => o.globalStep)).to.deep.equal([1, 2, 3]);
     expect(rows[2].loss).to.not.equal(9);
     const summary = JSON.parse(readFileSync(join(run, 'summary.json'), 'utf8'));
@@ -158,7 +198,22 @@ describe('CLI bad input', function () {
 
   it('applyResumeFlags: a finished stage keeps its count; the stage in progress cannot go below its done steps', () => {
     const cfg = resolveConfig({ flags: { opsd: { steps: 4 } as never, grpo: { steps: 4 } as never } });
-    const state = (stageIndex: number, stageStep: number): TrainerState => ({ version: 1, stageIndex, stageStep, globalStep: 6, cursor: { epoch: 0, position: 0 }, validation: [], stageDone: false, seed: 1, config: cfg, wallSeconds: 0, summary: [{ stage: 'opsd', index: 0, steps: 4 }, { stage: 'grpo', index: 1, steps: 2 }] });
+    const state = (stageIndex: number, stageStep: number): TrainerState => ({
+      version: 1,
+      stageIndex,
+      stageStep,
+      globalStep: 6,
+      cursor: { epoch: 0, position: 0 },
+      validation: [],
+      stageDone: false,
+      seed: 1,
+      config: cfg,
+      wallSeconds: 0,
+      summary: [
+        { stage: 'opsd', index: 0, steps: 4 },
+        { stage: 'grpo', index: 1, steps: 2 },
+      ],
+    });
     expect(() => applyResumeFlags(cfg, state(1, 2), { opsd: { steps: 6 } } as never, '/r')).to.throw(/opsd stage already finished after 4 steps/);
     expect(() => applyResumeFlags(cfg, state(1, 2), { grpo: { steps: 1 } } as never, '/r')).to.throw(/below the 2 grpo steps already done/);
     const ok = applyResumeFlags(cfg, state(1, 2), { grpo: { steps: 10 }, opsd: { steps: 4 } } as never, '/r');
@@ -173,7 +228,12 @@ describe('CLI bad input', function () {
     const p = join(tmp, 'm.jsonl');
     writeFileSync(p, [1, 2, 3, 4].map((g) => JSON.stringify({ globalStep: g })).join('\n') + '\n{"globalSt');
     expect(truncateMetrics(p, 2)).to.equal(3);
-    expect(readFileSync(p, 'utf8').trim().split('\n').map((l) => JSON.parse(l).globalStep)).to.deep.equal([1, 2]);
+    expect(
+      readFileSync(p, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).globalStep),
+    ).to.deep.equal([1, 2]);
   });
 
   it('--save-total-limit keeps the newest N checkpoints, never the one latest names', async () => {

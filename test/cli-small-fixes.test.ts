@@ -31,7 +31,11 @@ describe('CLI fixes: build-data --dry-run without --out, leakage cache location'
 
   it('npx mocha FILE runs only FILE (the default spec lives in npm test, not .mocharc.json)', () => {
     const mocha = join(packageRoot, 'node_modules', 'mocha', 'bin', 'mocha.js');
-    const r = spawnSync(process.execPath, [mocha, '--dry-run', '--reporter', 'json', 'dist/test/sqlite.test.js'], { cwd: packageRoot, encoding: 'utf8', maxBuffer: 64 << 20 });
+    const r = spawnSync(process.execPath, [mocha, '--dry-run', '--reporter', 'json', 'dist/test/sqlite.test.js'], {
+      cwd: packageRoot,
+      encoding: 'utf8',
+      maxBuffer: 64 << 20,
+    });
     expect(r.status, r.stderr).to.equal(0);
     const j = JSON.parse(r.stdout) as { tests: { file: string }[] };
     expect(j.tests.length).to.be.greaterThan(3);

@@ -54,7 +54,13 @@ describe('settings schema', () => {
     for (const [cmd, list] of Object.entries(COMMAND_SETTINGS)) {
       const c = commands.find((x) => String(x.command).split(' ')[0] === cmd)!;
       const help = await new Promise<string>((res) => {
-        yargs().scriptName('papergym-native').command(c).exitProcess(false).wrap(null).help().parse([cmd, '--help'], (_e: unknown, _a: unknown, out: string) => res(out));
+        yargs()
+          .scriptName('papergym-native')
+          .command(c)
+          .exitProcess(false)
+          .wrap(null)
+          .help()
+          .parse([cmd, '--help'], (_e: unknown, _a: unknown, out: string) => res(out));
       });
       for (const s of list) {
         expect(help, `${cmd} --${s.flag}`).to.contain(s.flag.length === 1 ? `-${s.flag} ` : `--${s.flag} `);

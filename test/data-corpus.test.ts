@@ -96,7 +96,7 @@ describe('data: the real-paper corpus (../shared/papers/corpus)', function () {
 
   it('normalises titles only in form', () => {
     expect(normaliseTitle('Higman--Neumann laws')).to.equal(normaliseTitle('Higman–Neumann laws'));
-    expect(normaliseTitle('Mapping the ``surfaces\'\' of exoplanets')).to.equal(normaliseTitle('Mapping the “surfaces” of exoplanets'));
+    expect(normaliseTitle("Mapping the ``surfaces'' of exoplanets")).to.equal(normaliseTitle('Mapping the “surfaces” of exoplanets'));
     expect(normaliseTitle('Estimating $\\ensuremath{x}$: a')).to.equal(normaliseTitle('Estimating $\\var{\\oMSDi}$: a'));
     expect(normaliseTitle('Build Systems à la Carte')).not.to.equal(normaliseTitle('Build Systems a la Carte'));
     expect(normaliseTitle('Methods')).not.to.equal(normaliseTitle('Method'));
@@ -112,11 +112,17 @@ describe('data: the real-paper corpus (../shared/papers/corpus)', function () {
       expect(p.coverage.ratio, `${e.file}: coverage`).to.be.closeTo(cov.ratio, 0.001);
       expect(p.coverage.words, `${e.file}: prose words`).to.be.closeTo(cov.words, Math.ceil(cov.words * 0.01));
       expect([p.coverage.headingsScanned, p.coverage.headingsParsed], `${e.file}: headings scanned / parsed`).to.deep.equal([cov.headings, cov.headings]);
-      expect(p.warnings.filter((w) => w.code === 'coverage'), `${e.file}: coverage warning`).to.deep.equal([]);
+      expect(
+        p.warnings.filter((w) => w.code === 'coverage'),
+        `${e.file}: coverage warning`,
+      ).to.deep.equal([]);
       const got = p.sections.filter((s) => s.level !== 'front');
       const main = got.filter((s) => !s.appendix).map((s) => normaliseTitle(s.title));
       const app = got.filter((s) => s.appendix).map((s) => normaliseTitle(s.title));
-      const ok = p.mainFile === e.main && JSON.stringify(main) === JSON.stringify(e.sections.map(normaliseTitle)) && JSON.stringify(app) === JSON.stringify(e.appendix_sections.map(normaliseTitle));
+      const ok =
+        p.mainFile === e.main &&
+        JSON.stringify(main) === JSON.stringify(e.sections.map(normaliseTitle)) &&
+        JSON.stringify(app) === JSON.stringify(e.appendix_sections.map(normaliseTitle));
       if (!ok && EXCEPTIONS[e.file]) {
         console.log(`    (known exception: ${EXCEPTIONS[e.file]})`);
         return;

@@ -11,7 +11,17 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
-import { decodeTex, expandMacros, formatWarning, isRootDocument, loadPaper, scanSource, stripComments, VerbatimStore, type PaperWarning } from '../lib/data/latex/index.js';
+import {
+  decodeTex,
+  expandMacros,
+  formatWarning,
+  isRootDocument,
+  loadPaper,
+  scanSource,
+  stripComments,
+  VerbatimStore,
+  type PaperWarning,
+} from '../lib/data/latex/index.js';
 import { discoverPapers, ingestPapers } from '../lib/data/pipeline.js';
 import { describeOutcome } from '../bin/commands/build-data.js';
 import { PipelineState } from '../lib/data/state.js';
@@ -38,11 +48,26 @@ function tarEntry(name: string, data: Buffer): Buffer {
   h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148);
   return Buffer.concat([h, data, Buffer.alloc((512 - (data.length % 512)) % 512)]);
 }
-const tarOf = (files: Record<string, string | Buffer>) => Buffer.concat([...Object.entries(files).map(([n, d]) => tarEntry(n, Buffer.isBuffer(d) ? d : Buffer.from(d))), Buffer.alloc(1024)]);
+const tarOf = (files: Record<string, string | Buffer>) =>
+  Buffer.concat([...Object.entries(files).map(([n, d]) => tarEntry(n, Buffer.isBuffer(d) ? d : Buffer.from(d))), Buffer.alloc(1024)]);
 
 const titles = (p: { sections: { level: string; title: string }[] }) => p.sections.filter((s) => s.level !== 'front').map((s) => s.title);
 const paper3 = (extra = '') =>
-  ['\\documentclass{article}', '\\title{Three Sections}', '\\begin{document}', '\\maketitle', extra, '\\section{Introduction}', 'Intro text.', '\\section{Method}', 'Method text.', '\\section{Results}', 'Results text.', '\\end{document}', ''].join('\n');
+  [
+    '\\documentclass{article}',
+    '\\title{Three Sections}',
+    '\\begin{document}',
+    '\\maketitle',
+    extra,
+    '\\section{Introduction}',
+    'Intro text.',
+    '\\section{Method}',
+    'Method text.',
+    '\\section{Results}',
+    'Results text.',
+    '\\end{document}',
+    '',
+  ].join('\n');
 
 describe('data ingestion: sources shaped like real submissions', function () {
   this.timeout(60000);
@@ -62,7 +87,10 @@ describe('data ingestion: sources shaped like real submissions', function () {
   const load = (p: string) => loadPaper(p, { workDir: join(work, 'wd'), inProcess: true });
 
   it('row 1: a LaTeX 2.09 paper (\\documentstyle[12pt]{article}) is a root document, read normally', async () => {
-    const d = dir('p209', { 'paper.tex': '\\documentstyle[12pt]{article}\n\\title{Old Style}\n\\begin{document}\n\\maketitle\n\\section{Introduction}\nWe study old papers.\n\\section{Conclusion}\nThey work.\n\\end{document}\n' });
+    const d = dir('p209', {
+      'paper.tex':
+        '\\documentstyle[12pt]{article}\n\\title{Old Style}\n\\begin{document}\n\\maketitle\n\\section{Introduction}\nWe study old papers.\n\\section{Conclusion}\nThey work.\n\\end{document}\n',
+    });
     const p = await load(d);
     expect(p.mainFile).to.equal('paper.tex');
     expect(p.title).to.equal('Old Style');
@@ -100,7 +128,8 @@ describe('data ingestion: sources shaped like real submissions', function () {
   });
 
   it('row 3: ISO-8859-1 main.tex with \\usepackage[latin1]{inputenc} is decoded as declared, with a warning naming the file', async () => {
-    const src = '\\documentclass{article}\n\\usepackage[latin1]{inputenc}\n\\title{Caf\xe9 na\xefve}\n\\begin{document}\n\\section{R\xe9sum\xe9}\nZ\xfcrich, \xe0 la carte, \xf1and\xfa.\n\\input{part}\n\\end{document}\n';
+    const src =
+      '\\documentclass{article}\n\\usepackage[latin1]{inputenc}\n\\title{Caf\xe9 na\xefve}\n\\begin{document}\n\\section{R\xe9sum\xe9}\nZ\xfcrich, \xe0 la carte, \xf1and\xfa.\n\\input{part}\n\\end{document}\n';
     const d = dir('latin', { 'main.tex': Buffer.from(src, 'latin1'), 'part.tex': Buffer.from('\\section{M\xe9thode}\nGr\xfc\xdfe.\n', 'latin1') });
     const p = await load(d);
     expect(p.title).to.equal('Café naïve');
@@ -120,8 +149,12 @@ describe('data ingestion: sources shaped like real submissions', function () {
     expect(decodeTex(Buffer.from('\uFEFF\\section{Café}', 'utf8'), 'bom.tex', w)).to.equal('\\section{Café}');
     expect(decodeTex(Buffer.from('\\section{Café}', 'utf8'), 'plain.tex', w)).to.equal('\\section{Café}');
     expect(ws).to.deep.equal([]);
-    expect(decodeTex(Buffer.concat([Buffer.from('\\usepackage[T1]{fontenc}\n\\usepackage[latin9]{inputenc}\nprice 5'), Buffer.from([0xa4])]), 'l9.tex', w)).to.match(/price 5€$/);
-    expect(decodeTex(Buffer.concat([Buffer.from('\\usepackage[cp1252]{inputenc}\n'), Buffer.from([0x93, 0x61, 0x94, 0x20, 0x96])]), 'win.tex', w)).to.match(/“a” –$/);
+    expect(
+      decodeTex(Buffer.concat([Buffer.from('\\usepackage[T1]{fontenc}\n\\usepackage[latin9]{inputenc}\nprice 5'), Buffer.from([0xa4])]), 'l9.tex', w),
+    ).to.match(/price 5€$/);
+    expect(decodeTex(Buffer.concat([Buffer.from('\\usepackage[cp1252]{inputenc}\n'), Buffer.from([0x93, 0x61, 0x94, 0x20, 0x96])]), 'win.tex', w)).to.match(
+      /“a” –$/,
+    );
     expect(decodeTex(Buffer.from([0x63, 0x61, 0x66, 0xe9]), 'none.tex', w)).to.equal('café');
     expect(ws.map((x) => [x.code, x.file])).to.deep.equal([
       ['encoding', 'l9.tex'],
@@ -137,7 +170,17 @@ describe('data ingestion: sources shaped like real submissions', function () {
       ['crlf', '\r\n'],
       ['lf', '\n'],
     ] as const) {
-      const lines = ['\\documentclass{article}', '% a comment on line 2', '\\begin{document}', '\\section{Introduction}', 'Text 50\\% % trailing comment', '\\section{Method}', 'More.', '\\end{document}', ''];
+      const lines = [
+        '\\documentclass{article}',
+        '% a comment on line 2',
+        '\\begin{document}',
+        '\\section{Introduction}',
+        'Text 50\\% % trailing comment',
+        '\\section{Method}',
+        'More.',
+        '\\end{document}',
+        '',
+      ];
       const d = dir(name, { 'main.tex': lines.join(eol) });
       const p = await load(d);
       expect(titles(p), name).to.deep.equal(['Introduction', 'Method']);
@@ -182,7 +225,12 @@ describe('data ingestion: sources shaped like real submissions', function () {
     expect(p.missingIncludes).to.deep.equal([]);
     expect(p.sections.map((s) => s.text).join('\n')).not.to.include('Hidden');
     // a % inside \url{} / \href{} is part of the URL
-    const u = await load(dir('url', { 'main.tex': '\\documentclass{article}\\begin{document}\\section{Intro}\nSee \\url{https://x.org/a%20b} and \\href{https://x.org/c%41}{here}. % real comment\n\\end{document}' }));
+    const u = await load(
+      dir('url', {
+        'main.tex':
+          '\\documentclass{article}\\begin{document}\\section{Intro}\nSee \\url{https://x.org/a%20b} and \\href{https://x.org/c%41}{here}. % real comment\n\\end{document}',
+      }),
+    );
     expect(titles(u)).to.deep.equal(['Intro']);
     expect(u.sections[0].text).to.equal('See https://x.org/a%20b and here.');
     expect(stripComments('\\url{a%b} % c')).to.equal('\\url{a\\%b} ');
@@ -218,7 +266,18 @@ describe('data ingestion: sources shaped like real submissions', function () {
   it('row 6: \\def with parameters is expanded (in the body and in the preamble); a heading inside a definition never counts', async () => {
     for (const where of ['body', 'preamble'] as const) {
       const def = '\\def\\Sec#1{\\section{#1}\\label{sec:#1}}';
-      const src = ['\\documentclass{article}', where === 'preamble' ? def : '', '\\newcommand{\\unused}[1]{\\section{Never #1}}', '\\begin{document}', where === 'body' ? def : '', '\\Sec{Introduction}', 'Intro.', '\\Sec{Method}', 'Method.', '\\end{document}'].join('\n');
+      const src = [
+        '\\documentclass{article}',
+        where === 'preamble' ? def : '',
+        '\\newcommand{\\unused}[1]{\\section{Never #1}}',
+        '\\begin{document}',
+        where === 'body' ? def : '',
+        '\\Sec{Introduction}',
+        'Intro.',
+        '\\Sec{Method}',
+        'Method.',
+        '\\end{document}',
+      ].join('\n');
       const p = await load(dir(`def-${where}`, { 'main.tex': src }));
       expect(titles(p), where).to.deep.equal(['Introduction', 'Method']);
       expect(p.sections[0].text, where).to.equal('Intro.');
@@ -250,24 +309,63 @@ describe('data ingestion: sources shaped like real submissions', function () {
   it('row 7: a paper next to its talk (beamer, larger) and a cover letter: the paper wins; candidates are listed with why', async () => {
     const body = (n: number) => 'Lorem ipsum dolor sit amet. '.repeat(n);
     const d = dir('three', {
-      'paper.tex': ['\\documentclass{article}', '\\title{The Paper}', '\\begin{document}', '\\input{sections/intro}', '\\input{sections/method}', '\\end{document}'].join('\n'),
+      'paper.tex': [
+        '\\documentclass{article}',
+        '\\title{The Paper}',
+        '\\begin{document}',
+        '\\input{sections/intro}',
+        '\\input{sections/method}',
+        '\\end{document}',
+      ].join('\n'),
       'sections/intro.tex': `\\section{Introduction}\n${body(20)}`,
       'sections/method.tex': `\\section{Method}\n${body(20)}`,
-      'talk.tex': ['\\documentclass{beamer}', '\\title{The Talk}', '\\begin{document}', ...Array.from({ length: 12 }, (_, i) => `\\section{Part ${i}}\n\\begin{frame}${body(30)}\\end{frame}`), '\\end{document}'].join('\n'),
-      'cover.tex': ['\\documentclass{letter}', '\\begin{document}', '\\begin{letter}{Editor}', '\\opening{Dear Editor,}', body(80), '\\end{letter}', '\\end{document}'].join('\n'),
-      'response.tex': ['\\documentclass{article}', '\\begin{document}', '\\section*{Response to Reviewer 1}', body(200), '\\section*{Response to Reviewer 2}', body(200), '\\end{document}'].join('\n'),
-      'titlepage.tex': ['\\documentclass{article}', '\\title{The Paper}', '\\author{A. Author}', '\\begin{document}', '\\maketitle', '\\end{document}'].join('\n'),
+      'talk.tex': [
+        '\\documentclass{beamer}',
+        '\\title{The Talk}',
+        '\\begin{document}',
+        ...Array.from({ length: 12 }, (_, i) => `\\section{Part ${i}}\n\\begin{frame}${body(30)}\\end{frame}`),
+        '\\end{document}',
+      ].join('\n'),
+      'cover.tex': [
+        '\\documentclass{letter}',
+        '\\begin{document}',
+        '\\begin{letter}{Editor}',
+        '\\opening{Dear Editor,}',
+        body(80),
+        '\\end{letter}',
+        '\\end{document}',
+      ].join('\n'),
+      'response.tex': [
+        '\\documentclass{article}',
+        '\\begin{document}',
+        '\\section*{Response to Reviewer 1}',
+        body(200),
+        '\\section*{Response to Reviewer 2}',
+        body(200),
+        '\\end{document}',
+      ].join('\n'),
+      'titlepage.tex': ['\\documentclass{article}', '\\title{The Paper}', '\\author{A. Author}', '\\begin{document}', '\\maketitle', '\\end{document}'].join(
+        '\n',
+      ),
     });
     const p = await load(d);
     expect(p.mainFile).to.equal('paper.tex');
     expect(p.title).to.equal('The Paper');
     expect(titles(p)).to.deep.equal(['Introduction', 'Method']);
     const kinds = Object.fromEntries(p.rootCandidates.map((c) => [c.file, c.kind]));
-    expect(kinds).to.deep.equal({ 'paper.tex': 'article', 'talk.tex': 'presentation', 'cover.tex': 'letter', 'response.tex': 'response', 'titlepage.tex': 'title-page' });
+    expect(kinds).to.deep.equal({
+      'paper.tex': 'article',
+      'talk.tex': 'presentation',
+      'cover.tex': 'letter',
+      'response.tex': 'response',
+      'titlepage.tex': 'title-page',
+    });
     expect(p.rootCandidates[0].file).to.equal('paper.tex');
     expect(p.warnings.some((w) => w.code === 'several-roots')).to.equal(true);
     const report = describeOutcome({ source: d, paper: p }).join('\n');
-    expect(report).to.match(/root documents \(5\)/).and.match(/\* paper\.tex \[article\] article, \d+ chars of section text: the only article-like root/);
+    expect(report)
+      .to.match(/root documents \(5\)/)
+      .and.match(/\* paper\.tex \[article\] article, \d+ chars of section text: the only article-like root/);
     expect(report).to.match(/talk\.tex \[beamer\] presentation, \d+ chars of section text: a presentation/);
     // among article-like roots, the most section text in the resolved include tree wins
     const d2 = dir('two', {
@@ -302,7 +400,9 @@ describe('data ingestion: sources shaped like real submissions', function () {
       'fragment/notes.tex': '\\section{Only a fragment}',
       'nothing/readme.md': 'empty',
     });
-    const r2 = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--papers', mixed, join(work, 'does-not-exist'), '--out', join(work, 'x.jsonl')], { encoding: 'utf8' });
+    const r2 = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--papers', mixed, join(work, 'does-not-exist'), '--out', join(work, 'x.jsonl')], {
+      encoding: 'utf8',
+    });
     expect(r2.status, r2.stderr).to.equal(0);
     const out = r2.stdout;
     expect(out).to.match(/^good: ingested: "Three Sections"/m);

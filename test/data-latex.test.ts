@@ -4,7 +4,20 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
-import { ArchiveError, loadPaper, stripComments, stripIffalse, unpackSource, findMainFile, flattenDocument, expandSimpleMacros, latexToTextBatch, fallbackToText, parseToText, formatWarning } from '../lib/data/latex/index.js';
+import {
+  ArchiveError,
+  loadPaper,
+  stripComments,
+  stripIffalse,
+  unpackSource,
+  findMainFile,
+  flattenDocument,
+  expandSimpleMacros,
+  latexToTextBatch,
+  fallbackToText,
+  parseToText,
+  formatWarning,
+} from '../lib/data/latex/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 // dist/test → repo root
@@ -53,7 +66,11 @@ describe('data: LaTeX cleaning', () => {
   it('converts with the parser and with the fallback', () => {
     const src = 'Some \\textbf{bold} text~\\citep{k}, \\citeauthor{k} said $x^2$.\\footnote{fn} \\label{l}\\begin{itemize}\\item one\\end{itemize}';
     for (const t of [parseToText(src), fallbackToText(src)]) {
-      expect(t).to.include('bold').and.match(/\$x\^\{?2\}?\$/).and.include('the authors').and.include('- one');
+      expect(t)
+        .to.include('bold')
+        .and.match(/\$x\^\{?2\}?\$/)
+        .and.include('the authors')
+        .and.include('- one');
       expect(t).not.to.match(/\\textbf|\\label|\{k\}/);
     }
   });
@@ -120,7 +137,12 @@ describe('data: includes and structure (synthetic)', function () {
     const warns: string[] = [];
     expect(findMainFile(dir)).to.equal('main.tex');
     const f = flattenDocument(dir, 'main.tex', (w) => warns.push(formatWarning(w)));
-    expect(f.text).to.include('Intro uses').and.include('Method text').and.include('Subfile text').and.include('Inner text via subimport').and.include('Primitive input text');
+    expect(f.text)
+      .to.include('Intro uses')
+      .and.include('Method text')
+      .and.include('Subfile text')
+      .and.include('Inner text via subimport')
+      .and.include('Primitive input text');
     expect(f.text).not.to.match(/OUTSIDE_SECRET|COMMENTED_INCLUDE|DISABLED_INCLUDE|COMMENT_MARKER/);
     expect(f.missing).to.deep.equal(['missing-file']);
     expect(warns.join('\n')).to.match(/outside the paper root/);
@@ -144,10 +166,37 @@ describe('data: includes and structure (synthetic)', function () {
 describe('data: the four fixture papers', function () {
   this.timeout(120000);
   const expected: Record<string, { title: RegExp; sections: string[]; files: number; abstract: RegExp }> = {
-    'cs-pysr': { title: /Interpretable Machine Learning for Science/, sections: ['Introduction', 'Methods', 'Evaluation', 'Conclusion'], files: 1, abstract: /open-source library for practical/ },
-    'cs-scipy-1.0': { title: /SciPy 1\.0/, sections: ['Introduction', 'Background', 'Architecture and implementation choices', 'Key technical improvements', 'Project organization and community', 'Discussion'], files: 7, abstract: /open source scientific computing library/ },
-    'econ-financial-macro-replication': { title: /Macroeconomic Effects of Financial Shocks/, sections: ['Introduction', 'Data', 'Baseline Model', 'Extended Model', 'Conclusion', 'Appendix'], files: 15, abstract: /^$/ },
-    'physics-legwork': { title: /^LEGWORK: A python package/, sections: ['Introduction', 'Package Overview', 'Derivations', 'Use cases', 'Conclusion & Summary'], files: 1, abstract: /We present LEGWORK/ },
+    'cs-pysr': {
+      title: /Interpretable Machine Learning for Science/,
+      sections: ['Introduction', 'Methods', 'Evaluation', 'Conclusion'],
+      files: 1,
+      abstract: /open-source library for practical/,
+    },
+    'cs-scipy-1.0': {
+      title: /SciPy 1\.0/,
+      sections: [
+        'Introduction',
+        'Background',
+        'Architecture and implementation choices',
+        'Key technical improvements',
+        'Project organization and community',
+        'Discussion',
+      ],
+      files: 7,
+      abstract: /open source scientific computing library/,
+    },
+    'econ-financial-macro-replication': {
+      title: /Macroeconomic Effects of Financial Shocks/,
+      sections: ['Introduction', 'Data', 'Baseline Model', 'Extended Model', 'Conclusion', 'Appendix'],
+      files: 15,
+      abstract: /^$/,
+    },
+    'physics-legwork': {
+      title: /^LEGWORK: A python package/,
+      sections: ['Introduction', 'Package Overview', 'Derivations', 'Use cases', 'Conclusion & Summary'],
+      files: 1,
+      abstract: /We present LEGWORK/,
+    },
   };
   for (const [id, exp] of Object.entries(expected)) {
     it(`${id}: sections found, includes resolved, no comments, nothing outside document`, async () => {
@@ -159,7 +208,8 @@ describe('data: the four fixture papers', function () {
       const titles = p.sections.filter((s) => s.level !== 'front' && !s.boilerplate).map((s) => s.title);
       expect(titles).to.deep.equal(exp.sections);
       expect(p.files.length).to.equal(exp.files);
-      for (const s of p.sections) expect(s.text.replace(/\$\$[\s\S]*?\$\$|\$[^$]*\$/g, ''), s.title).not.to.match(/\\(section|begin|end|input|include|cite|label)\b/);
+      for (const s of p.sections)
+        expect(s.text.replace(/\$\$[\s\S]*?\$\$|\$[^$]*\$/g, ''), s.title).not.to.match(/\\(section|begin|end|input|include|cite|label)\b/);
       // No comment text survives: take every substantial comment of every .tex in the archive.
       const src = await unpackSource(archive);
       try {
@@ -255,7 +305,10 @@ describe('data: hostile archives', function () {
   });
   it('refuses symlinks and hard links', async () => {
     await expectRefused(write('sym.tar.gz', gzipSync(tarOf([tarEntry('p/link.tex', '2', Buffer.alloc(0), '/etc/passwd')]))), 'link');
-    await expectRefused(write('hard.tar.gz', gzipSync(tarOf([tarEntry('p/main.tex', '0', DOC), tarEntry('p/hard.tex', '1', Buffer.alloc(0), 'p/main.tex')]))), 'link');
+    await expectRefused(
+      write('hard.tar.gz', gzipSync(tarOf([tarEntry('p/main.tex', '0', DOC), tarEntry('p/hard.tex', '1', Buffer.alloc(0), 'p/main.tex')]))),
+      'link',
+    );
   });
   it('refuses device files and FIFOs', async () => {
     await expectRefused(write('chr.tar.gz', gzipSync(tarOf([tarEntry('p/null', '3')]))), 'device');
@@ -275,7 +328,9 @@ describe('data: hostile archives', function () {
     await expectRefused(write('huge.tar', many), 'too-large', { maxArchiveBytes: 1000 });
   });
   it('rejects corrupt archives with a clear error', async () => {
-    const err = await unpackSource(write('bad.tar.gz', Buffer.concat([gzipSync(tarOf([tarEntry('p/main.tex', '0', DOC)])).subarray(0, 40)])), { workDir: join(work, 'wd') }).catch((e) => e);
+    const err = await unpackSource(write('bad.tar.gz', Buffer.concat([gzipSync(tarOf([tarEntry('p/main.tex', '0', DOC)])).subarray(0, 40)])), {
+      workDir: join(work, 'wd'),
+    }).catch((e) => e);
     expect(err).to.be.instanceOf(ArchiveError);
     expect(err.code).to.equal('corrupt');
   });

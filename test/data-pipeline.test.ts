@@ -17,7 +17,9 @@ const PAPERS = join(here, '..', '..', 'test', 'fixtures', 'papers');
 
 describe('data pipeline: deterministic steps', () => {
   it('strips concrete numbers from the design but keeps names', () => {
-    expect(stripNumbers('We run 3×10^6 iterations, p < 0.05, 87% coverage on Qwen3 with L2 and 1,000 samples in 2015.')).to.equal('We run N iterations, p < N, N coverage on Qwen3 with L2 and N samples in N.');
+    expect(stripNumbers('We run 3×10^6 iterations, p < 0.05, 87% coverage on Qwen3 with L2 and 1,000 samples in 2015.')).to.equal(
+      'We run N iterations, p < N, N coverage on Qwen3 with L2 and N samples in N.',
+    );
     expect(stripNumbers('between $10^{-5}$ and 2–4 Hz')).to.equal('between N and N Hz');
   });
   it('chunks long text at paragraph boundaries', () => {
@@ -28,13 +30,20 @@ describe('data pipeline: deterministic steps', () => {
     expect(c.join('\n\n').replace(/\s+/g, ' ')).to.equal(t.replace(/\s+/g, ' '));
   });
   it('merges, de-duplicates and ranks rubric candidates', () => {
-    const mk = (p: string, n: number) => Array.from({ length: n }, (_, i) => ({ text: `Does the plan do ${p}${i}?`, dimension: (i % 2 ? 'experimental_design' : 'method_innovation') as 'experimental_design' | 'method_innovation' }));
+    const mk = (p: string, n: number) =>
+      Array.from({ length: n }, (_, i) => ({
+        text: `Does the plan do ${p}${i}?`,
+        dimension: (i % 2 ? 'experimental_design' : 'method_innovation') as 'experimental_design' | 'method_innovation',
+      }));
     const rq = [...mk('q', 7), { text: 'Does the plan  compare baselines?', dimension: 'experimental_design' as const }];
     const ra = [...mk('a', 7), { text: 'does the plan compare baselines', dimension: 'experimental_design' as const }];
     const merged = mergeCandidates(rq, ra);
     expect(merged.length).to.equal(15);
     expect([...merged.find((c) => /baselines/.test(c.text))!.origins].sort()).to.deep.equal(['R_A', 'R_Q']);
-    const deduped = applyDuplicateGroups(merged, [['c01', 'c09', 'zz'], ['[c02]', 'c10']]);
+    const deduped = applyDuplicateGroups(merged, [
+      ['c01', 'c09', 'zz'],
+      ['[c02]', 'c10'],
+    ]);
     expect(deduped.length).to.equal(13);
     expect([...deduped[0].origins].sort()).to.deep.equal(['R_A', 'R_Q']);
     // ranking with unknown and repeated ids; all experimental_design ranked first
@@ -56,7 +65,12 @@ describe('data pipeline: deterministic steps', () => {
   it('discovers papers and prints plain progress lines with an ETA', async () => {
     const { discoverPapers } = await import('../lib/data/pipeline.js');
     const { Progress } = await import('../lib/data/progress.js');
-    expect(discoverPapers(PAPERS).map((p) => p.split('/').pop())).to.deep.equal(['cs-pysr.tar.gz', 'cs-scipy-1.0.tar.gz', 'econ-financial-macro-replication.tar.gz', 'physics-legwork.tar.gz']);
+    expect(discoverPapers(PAPERS).map((p) => p.split('/').pop())).to.deep.equal([
+      'cs-pysr.tar.gz',
+      'cs-scipy-1.0.tar.gz',
+      'econ-financial-macro-replication.tar.gz',
+      'physics-legwork.tar.gz',
+    ]);
     const lines: string[] = [];
     const stream = { isTTY: false, write: (s: string) => lines.push(s) } as unknown as NodeJS.WriteStream;
     const p = new Progress({ label: 'x', stream, intervalMs: 0 });
@@ -75,11 +89,23 @@ describe('data pipeline: deterministic steps', () => {
     p.status('stage 2');
     p.stop();
     p.stop();
-    expect(lines.at(-1)).to.match(/^x: 2\/4 papers \| calls 2 done \(1 cached\), 0 in flight, 1 failed \| tokens 12\.0k in \/ 345 out \| stage 2 \| \d+s elapsed \| ETA \d+s\n$/);
+    expect(lines.at(-1)).to.match(
+      /^x: 2\/4 papers \| calls 2 done \(1 cached\), 0 in flight, 1 failed \| tokens 12\.0k in \/ 345 out \| stage 2 \| \d+s elapsed \| ETA \d+s\n$/,
+    );
     expect(lines.join('')).not.to.match(/NaN|Infinity|NULL|ETA NF/);
     expect(lines.filter((l) => l === lines.at(-1)).length).to.be.lessThanOrEqual(2);
     expect(() => p.add(-1)).to.throw(RangeError, /add\(n\) must be an integer >= 0/);
-    expect(p.counts()).to.deep.include({ total: 4, done: 2, failed: 0, calls: 2, cachedCalls: 1, inFlight: 0, failedCalls: 1, promptTokens: 12000, completionTokens: 345 });
+    expect(p.counts()).to.deep.include({
+      total: 4,
+      done: 2,
+      failed: 0,
+      calls: 2,
+      cachedCalls: 1,
+      inFlight: 0,
+      failedCalls: 1,
+      promptTokens: 12000,
+      completionTokens: 345,
+    });
   });
   it('prints a plain line every interval while nothing finishes (no TTY)', async () => {
     const { Progress } = await import('../lib/data/progress.js');
@@ -99,7 +125,10 @@ describe('data pipeline: deterministic steps', () => {
     const { Progress } = await import('../lib/data/progress.js');
     const { Writable } = await import('node:stream');
     let out = '';
-    const stream = Object.assign(new Writable({ write: (c, _e, cb) => ((out += String(c)), cb()) }), { isTTY: true, columns: 200 }) as unknown as NodeJS.WriteStream;
+    const stream = Object.assign(new Writable({ write: (c, _e, cb) => ((out += String(c)), cb()) }), {
+      isTTY: true,
+      columns: 200,
+    }) as unknown as NodeJS.WriteStream;
     const p = new Progress({ label: 'bd', stream, plain: false });
     expect(out).to.equal('');
     p.add(3);
@@ -124,33 +153,33 @@ describe('data pipeline: deterministic steps', () => {
 function faultPlan(): (req: FakeRequestInfo) => FakeFault | undefined {
   const seen = new Map<string, number>();
   return (req) => {
-  const attempt = (seen.get(req.key) ?? 0) + 1;
-  seen.set(req.key, attempt);
-  const h = parseInt(req.key.slice(0, 8), 16) % 10;
-  if (h === 4) return { kind: 'think' };
-  if (attempt > 1) return undefined;
-  // answer-shape faults only on original requests (not on repair round-trips or length retries),
-  // so every call fails at most once per kind and the client's single repair suffices
-  const original = req.body.messages.length === 2 && req.body.max_tokens === 4096;
-  if (!original && (h === 3 || h === 5 || h === 7)) return undefined;
-  switch (h) {
-    case 0:
-      return { kind: 'status', status: 429, retryAfter: 0.05 };
-    case 1:
-      return { kind: 'status', status: 500 };
-    case 2:
-      return { kind: 'hang' };
-    case 3:
-      return { kind: 'truncate' };
-    case 5:
-      return { kind: 'wrong-schema' };
-    case 6:
-      return { kind: 'reset' };
-    case 7:
-      return { kind: 'length' };
-    default:
-      return undefined;
-  }
+    const attempt = (seen.get(req.key) ?? 0) + 1;
+    seen.set(req.key, attempt);
+    const h = parseInt(req.key.slice(0, 8), 16) % 10;
+    if (h === 4) return { kind: 'think' };
+    if (attempt > 1) return undefined;
+    // answer-shape faults only on original requests (not on repair round-trips or length retries),
+    // so every call fails at most once per kind and the client's single repair suffices
+    const original = req.body.messages.length === 2 && req.body.max_tokens === 4096;
+    if (!original && (h === 3 || h === 5 || h === 7)) return undefined;
+    switch (h) {
+      case 0:
+        return { kind: 'status', status: 429, retryAfter: 0.05 };
+      case 1:
+        return { kind: 'status', status: 500 };
+      case 2:
+        return { kind: 'hang' };
+      case 3:
+        return { kind: 'truncate' };
+      case 5:
+        return { kind: 'wrong-schema' };
+      case 6:
+        return { kind: 'reset' };
+      case 7:
+        return { kind: 'length' };
+      default:
+        return undefined;
+    }
   };
 }
 
@@ -205,7 +234,20 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     const st = new PipelineState(join(work, 'clean.sqlite'));
     try {
       const stages = Object.keys(st.stages('physics-legwork'));
-      for (const s of ['paper', 'map:000', 'reduce:goals', 'reduce:experimental_design', 'question', 'answer', 'rubric-q', 'rubric-a', 'rubric-dedupe', 'rubric', 'item']) expect(stages).to.include(s);
+      for (const s of [
+        'paper',
+        'map:000',
+        'reduce:goals',
+        'reduce:experimental_design',
+        'question',
+        'answer',
+        'rubric-q',
+        'rubric-a',
+        'rubric-dedupe',
+        'rubric',
+        'item',
+      ])
+        expect(stages).to.include(s);
       expect(st.paperStatus('physics-legwork')!.status).to.equal('done');
     } finally {
       st.close();
@@ -231,7 +273,16 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     srv.setResponder((r) => {
       const v = defaultResponder(r);
       const text = typeof v === 'string' ? v : JSON.stringify(v);
-      return { content: text, message: { role: 'assistant', content: [{ type: 'thinking', thinking: [{ type: 'text', text: '{"not": "the answer"}' }] }, { type: 'text', text } ] } };
+      return {
+        content: text,
+        message: {
+          role: 'assistant',
+          content: [
+            { type: 'thinking', thinking: [{ type: 'text', text: '{"not": "the answer"}' }] },
+            { type: 'text', text },
+          ],
+        },
+      };
     });
     try {
       const s = await runBuildData(args('parts'), io());
@@ -294,13 +345,21 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     const refused = join(work, 'refused-paper');
     mkdirSync(refused, { recursive: true });
     writeFileSync(join(refused, 'main.tex'), '\\documentclass{article}\\begin{document}\\section{Intro} REFUSE-ME-5d1 text.\\end{document}\n');
-    srv.setFault((r) => (r.body.messages.some((m) => m.content.includes('REFUSE-ME-5d1')) ? { kind: 'status', status: 400, body: '{"error":{"message":"refused"}}' } : undefined));
+    srv.setFault((r) =>
+      r.body.messages.some((m) => m.content.includes('REFUSE-ME-5d1')) ? { kind: 'status', status: 400, body: '{"error":{"message":"refused"}}' } : undefined,
+    );
     const lines: string[] = [];
     const stream = { isTTY: false, write: (s: string) => lines.push(s) } as unknown as NodeJS.WriteStream;
     const progress = new Progress({ label: 'bd', stream, intervalMs: 0 });
     const state = new PipelineState(join(work, 'progress.sqlite'));
     try {
-      const r = await buildDataset({ papers: [corrupt, refused, join(PAPERS, 'physics-legwork.tar.gz')], llm: new LlmClient({ baseUrl: srv.url, model: 'fake-model', maxRetries: 0 }), state, progress, paperConcurrency: 1 });
+      const r = await buildDataset({
+        papers: [corrupt, refused, join(PAPERS, 'physics-legwork.tar.gz')],
+        llm: new LlmClient({ baseUrl: srv.url, model: 'fake-model', maxRetries: 0 }),
+        state,
+        progress,
+        paperConcurrency: 1,
+      });
       progress.stop();
       expect(r.items.map((i) => i.id)).to.deep.equal(['physics-legwork-q1']);
       expect(r.failures.map((f) => f.paper)).to.deep.equal([corrupt, 'refused-paper']);
@@ -308,19 +367,28 @@ describe('data pipeline: end to end against the fake LLM server', function () {
       srv.setFault(undefined);
       state.close();
     }
-    const counts = lines.map((l) => /: (\d+)\/(-?\d+) /.exec(l)).filter((m): m is RegExpExecArray => !!m).map((m) => [Number(m[1]), Number(m[2])]);
+    const counts = lines
+      .map((l) => /: (\d+)\/(-?\d+) /.exec(l))
+      .filter((m): m is RegExpExecArray => !!m)
+      .map((m) => [Number(m[1]), Number(m[2])]);
     expect(counts.length).to.be.greaterThan(2);
     for (let k = 1; k < counts.length; k++) {
       expect(counts[k][1], `total shrank: ${lines[k - 1]} -> ${lines[k]}`).to.be.at.least(counts[k - 1][1]);
       expect(counts[k][0], `done went back: ${lines[k - 1]} -> ${lines[k]}`).to.be.at.least(counts[k - 1][0]);
     }
-    expect(counts.every(([d, t]) => t === 3 && d >= 0 && d <= t), lines.join('')).to.equal(true);
+    expect(
+      counts.every(([d, t]) => t === 3 && d >= 0 && d <= t),
+      lines.join(''),
+    ).to.equal(true);
     expect(lines.at(-1)).to.match(/^bd: 3\/3 papers \| 2 failed \| calls \d+ done/);
   });
 
   it('exports the research-plan-gen format', async () => {
     const s = await runBuildData(args('clean', { format: 'research-plan-gen', out: join(work, 'rpg.jsonl') }), io());
-    const rows = readFileSync(s.out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const rows = readFileSync(s.out, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(rows).to.have.length(4);
     expect(Object.keys(rows[0]).sort()).to.deep.equal(['Goal', 'Reference solution', 'Rubric', 'article_id', 'q_id']);
     expect(rows[0].Rubric).to.have.length(10);
@@ -351,7 +419,9 @@ describe('data: schema, sample dataset and general rubric', () => {
     const { items, problems } = readDataset(join(root, 'data', 'sample', 'papergym-sample.jsonl'), { strict: true });
     expect(problems).to.deep.equal([]);
     expect(items.length).to.be.greaterThanOrEqual(6);
-    expect(new Set(items.map((i) => i.source.paper_id))).to.deep.equal(new Set(['cs-pysr', 'cs-scipy-1.0', 'econ-financial-macro-replication', 'physics-legwork']));
+    expect(new Set(items.map((i) => i.source.paper_id))).to.deep.equal(
+      new Set(['cs-pysr', 'cs-scipy-1.0', 'econ-financial-macro-replication', 'physics-legwork']),
+    );
     expect(items.filter((i) => i.split === 'val').length).to.be.greaterThanOrEqual(2);
     expect(items.filter((i) => i.split === 'train').length).to.be.greaterThan(items.length / 2);
     for (const it of items) {
@@ -389,7 +459,15 @@ describe('data: schema, sample dataset and general rubric', () => {
       expect(() => writeDataset(join(dir, 'x.jsonl'), [bad])).to.throw(DatasetValidationError);
       writeFileSync(join(dir, 'y.jsonl'), '');
       writeDataset(join(dir, 'y.jsonl'), [JSON.parse(good)]);
-      expect(createHash('sha256').update(readFileSync(join(dir, 'y.jsonl'))).digest('hex')).to.equal(createHash('sha256').update(good + '\n').digest('hex'));
+      expect(
+        createHash('sha256')
+          .update(readFileSync(join(dir, 'y.jsonl')))
+          .digest('hex'),
+      ).to.equal(
+        createHash('sha256')
+          .update(good + '\n')
+          .digest('hex'),
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -69,10 +69,42 @@ describe('data: progress and Ctrl-C of build-data and leakage (CLI, no TTY, CI=t
     const para = 'We propose a method for estimating diffusion coefficients from simulation and test it against baselines on benchmark systems. ';
     writeFileSync(
       join(paper, 'main.tex'),
-      ['\\documentclass{article}', '\\title{A Toy Paper}', '\\begin{document}', '\\begin{abstract}', para, '\\end{abstract}', '\\section{Introduction}', para.repeat(3), '\\input{missing-section}', '\\section{Method}', para.repeat(3), '\\section{Experiments}', para.repeat(3), '\\end{document}', ''].join('\n'),
+      [
+        '\\documentclass{article}',
+        '\\title{A Toy Paper}',
+        '\\begin{document}',
+        '\\begin{abstract}',
+        para,
+        '\\end{abstract}',
+        '\\section{Introduction}',
+        para.repeat(3),
+        '\\input{missing-section}',
+        '\\section{Method}',
+        para.repeat(3),
+        '\\section{Experiments}',
+        para.repeat(3),
+        '\\end{document}',
+        '',
+      ].join('\n'),
     );
     const out = join(work, 'data.jsonl');
-    const args = ['build-data', '--papers', join(work, 'papers'), '--out', out, '--llm', srv.url, '--model', 'fake-model', '--concurrency', '2', '--timeout', '60', '--progress-interval', '0.2'];
+    const args = [
+      'build-data',
+      '--papers',
+      join(work, 'papers'),
+      '--out',
+      out,
+      '--llm',
+      srv.url,
+      '--model',
+      'fake-model',
+      '--concurrency',
+      '2',
+      '--timeout',
+      '60',
+      '--progress-interval',
+      '0.2',
+    ];
     let answered = 0;
     srv.setFault(() => (++answered > 3 ? { kind: 'hang' } : undefined));
     const start1 = srv.log.length;
@@ -80,7 +112,9 @@ describe('data: progress and Ctrl-C of build-data and leakage (CLI, no TTY, CI=t
     const r1 = await runCli(args, (e) => (e.match(/^build-data: 0\/1 papers \| calls 3 done, 1 in flight/gm) ?? []).length >= 2);
     srv.setFault(undefined);
     expect(r1.code, r1.stderr).to.equal(130);
-    expect(r1.stderr, r1.stderr).to.match(/^build-data: 0\/1 papers \| calls \d+ done, [1-9] in flight(, \d+ queued)? \|( tokens \d+ in \/ \d+ out \|)? \d+s elapsed \| ETA \?$/m);
+    expect(r1.stderr, r1.stderr).to.match(
+      /^build-data: 0\/1 papers \| calls \d+ done, [1-9] in flight(, \d+ queued)? \|( tokens \d+ in \/ \d+ out \|)? \d+s elapsed \| ETA \?$/m,
+    );
     expect(r1.stderr).to.match(/calls 3 done/);
     expect(r1.stderr).to.match(/build-data: every finished LLM call and stage output is saved in .*data\.jsonl\.state\.sqlite/);
     expect(r1.stderr).to.include(`build-data: resume with: papergym-native ${args.join(' ')}`);
@@ -99,7 +133,9 @@ describe('data: progress and Ctrl-C of build-data and leakage (CLI, no TTY, CI=t
     expect(readDataset(out, { strict: true }).items.map((i) => i.id)).to.deep.equal(['toy-paper-q1']);
     const st = new PipelineState(`${out}.state.sqlite`);
     try {
-      expect(st.warnings('toy-paper')).to.deep.equal([{ code: 'include-missing', file: 'main.tex', line: 9, message: 'include "missing-section" not found; skipped' }]);
+      expect(st.warnings('toy-paper')).to.deep.equal([
+        { code: 'include-missing', file: 'main.tex', line: 9, message: 'include "missing-section" not found; skipped' },
+      ]);
     } finally {
       st.close();
     }
@@ -108,7 +144,23 @@ describe('data: progress and Ctrl-C of build-data and leakage (CLI, no TTY, CI=t
   it('leakage: progress over rubric items with judge calls in flight; Ctrl-C exits 130 with the resume command; the rerun asks only the rest', async () => {
     const data = join(ROOT, 'data', 'sample', 'papergym-sample.jsonl');
     const state = join(work, 'leak.sqlite');
-    const args = ['leakage', '--data', data, '--llm', srv.url, '--model', 'judge', '--state', state, '--concurrency', '4', '--timeout', '60', '--progress-interval', '0.2'];
+    const args = [
+      'leakage',
+      '--data',
+      data,
+      '--llm',
+      srv.url,
+      '--model',
+      'judge',
+      '--state',
+      state,
+      '--concurrency',
+      '4',
+      '--timeout',
+      '60',
+      '--progress-interval',
+      '0.2',
+    ];
     let answered = 0;
     srv.setFault(() => (++answered > 10 ? { kind: 'hang' } : undefined));
     const start1 = srv.log.length;
@@ -121,7 +173,12 @@ describe('data: progress and Ctrl-C of build-data and leakage (CLI, no TTY, CI=t
     expect(r1.stderr).to.include(`leakage: every finished judge call is saved in ${state}`);
     expect(r1.stderr).to.include(`leakage: resume with: papergym-native ${args.join(' ')}`);
     expect(r1.stderr + r1.stdout).not.to.match(/LLM call aborted|NaN/);
-    const done1 = new Set(srv.log.slice(start1).filter((e) => e.outcome === 'ok').map((e) => e.key));
+    const done1 = new Set(
+      srv.log
+        .slice(start1)
+        .filter((e) => e.outcome === 'ok')
+        .map((e) => e.key),
+    );
     expect(done1.size).to.equal(10);
     const start2 = srv.log.length;
     const r2 = await runCli(args);

@@ -15,7 +15,17 @@ import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { buildDataset, type JsonLlm } from '../lib/data/pipeline.js';
 import { PipelineState } from '../lib/data/state.js';
-import { cleanTitle, CoverageError, ExpansionLimitError, findTitle, formatWarning, loadPaper, measureCoverage, stripIffalse, type Paper } from '../lib/data/latex/index.js';
+import {
+  cleanTitle,
+  CoverageError,
+  ExpansionLimitError,
+  findTitle,
+  formatWarning,
+  loadPaper,
+  measureCoverage,
+  stripIffalse,
+  type Paper,
+} from '../lib/data/latex/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const CLI = join(here, '..', '..', 'dist', 'bin', 'papergym-native.js');
@@ -42,7 +52,8 @@ const tarOf = (files: Record<string, string>) => Buffer.concat([...Object.entrie
 const titles = (p: Paper) => p.sections.filter((s) => s.level !== 'front').map((s) => s.title);
 const allText = (p: Paper) => [p.abstract, ...p.sections.map((s) => s.text)].join('\n');
 const doc = (...body: string[]) => ['\\documentclass{article}', '\\begin{document}', ...body, '\\end{document}', ''].join('\n');
-const prose = (n: number, w = 'lorem') => Array.from({ length: n }, (_, k) => `${w}${String.fromCharCode(97 + (k % 26))}${String.fromCharCode(97 + ((k / 26) % 26))}`).join(' ');
+const prose = (n: number, w = 'lorem') =>
+  Array.from({ length: n }, (_, k) => `${w}${String.fromCharCode(97 + (k % 26))}${String.fromCharCode(97 + ((k / 26) % 26))}`).join(' ');
 
 describe('data: ingestion reads what TeX would typeset', function () {
   this.timeout(60000);
@@ -93,7 +104,18 @@ describe('data: ingestion reads what TeX would typeset', function () {
       ].join('\n'),
     });
     const p = await load(d);
-    expect(titles(p)).to.deep.equal(['Intro', 'Kept After Iffalse', 'Shown D', 'Shown E', 'Draft Notes', 'Shown H', 'Extended', 'Else Branch', 'Num Else', 'Opaque']);
+    expect(titles(p)).to.deep.equal([
+      'Intro',
+      'Kept After Iffalse',
+      'Shown D',
+      'Shown E',
+      'Draft Notes',
+      'Shown H',
+      'Extended',
+      'Else Branch',
+      'Num Else',
+      'Opaque',
+    ]);
     expect(allText(p)).not.to.match(/hidden[A-Z]|innerT|innerE|stillHidden/);
     expect(allText(p)).to.include('kept text').and.include('draft text').and.include('opaque text').and.include('after macros');
     expect(allText(p)).not.to.match(/hiddenByMacro|hiddenBetween/);
@@ -115,9 +137,20 @@ describe('data: ingestion reads what TeX would typeset', function () {
   });
 
   it('subfiles: each subfile spliced without its own wrapper; a subfile compiled alone is still readable', async () => {
-    const sub = (t: string) => ['\\documentclass[../main.tex]{subfiles}', '\\begin{document}', `\\section{${t}}`, `${t} text.`, '\\end{document}', ''].join('\n');
+    const sub = (t: string) =>
+      ['\\documentclass[../main.tex]{subfiles}', '\\begin{document}', `\\section{${t}}`, `${t} text.`, '\\end{document}', ''].join('\n');
     const d = dir('subfiles', {
-      'main.tex': ['\\documentclass{article}', '\\usepackage{subfiles}', '\\title{Split Paper}', '\\begin{document}', '\\subfile{sections/alpha}', '\\subfile{sections/beta}', '\\appendix', '\\subfile{sections/gamma}', '\\end{document}'].join('\n'),
+      'main.tex': [
+        '\\documentclass{article}',
+        '\\usepackage{subfiles}',
+        '\\title{Split Paper}',
+        '\\begin{document}',
+        '\\subfile{sections/alpha}',
+        '\\subfile{sections/beta}',
+        '\\appendix',
+        '\\subfile{sections/gamma}',
+        '\\end{document}',
+      ].join('\n'),
       'sections/alpha.tex': sub('Alpha'),
       'sections/beta.tex': sub('Beta'),
       'sections/gamma.tex': sub('Gamma'),
@@ -131,7 +164,7 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(allText(alone)).to.include('Alpha text');
   });
 
-  it('\\import / \\subimport / \\includefrom: the imported file\'s relative inputs resolve from its own directory; nothing outside the paper', async () => {
+  it("\\import / \\subimport / \\includefrom: the imported file's relative inputs resolve from its own directory; nothing outside the paper", async () => {
     const d = dir('import', {
       'paper/main.tex': doc('\\import{chapters/}{one}', '\\includefrom{appx/}{extra}', '\\import{../outside/}{secret}'),
       'paper/chapters/one.tex': '\\section{One}\n\\input{part}\n\\subimport{deep/}{two}\n',
@@ -150,7 +183,9 @@ describe('data: ingestion reads what TeX would typeset', function () {
     const t = allText(p);
     expect(t).to.include('right part text').and.include('deep leaf text').and.include('appendix note text');
     expect(t).not.to.match(/wrong|OUTSIDE/);
-    expect(p.warnings.map(formatWarning).join('\n')).to.match(/main\.tex:5: include "\.\.\/outside\/\/secret" points outside the paper root|outside the paper root/);
+    expect(p.warnings.map(formatWarning).join('\n')).to.match(
+      /main\.tex:5: include "\.\.\/outside\/\/secret" points outside the paper root|outside the paper root/,
+    );
   });
 
   it('\\input / \\include reached through user macros with arguments are followed', async () => {
@@ -178,7 +213,7 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(p.warnings.map((w) => w.code)).not.to.include('no-article-root');
   });
 
-  it('a \\documentclass that arrives through an \\input\'d preamble: the including file is the paper', async () => {
+  it("a \\documentclass that arrives through an \\input'd preamble: the including file is the paper", async () => {
     const d = dir('via-input', {
       'main.tex': ['\\input{preamble}', '\\section{Introduction}', 'Intro text.', '\\section{Method}', 'Method text.', '\\end{document}'].join('\n'),
       'preamble.tex': ['\\documentclass{article}', '\\title{Preamble Elsewhere}', '\\begin{document}', '\\maketitle'].join('\n'),
@@ -197,10 +232,17 @@ describe('data: ingestion reads what TeX would typeset', function () {
     const a = await load(dir('readme-xxx', { ...files, '00README.XXX': 'main.tex toplevelfile\nnohypertex\n' }));
     expect(a.mainFile).to.equal('main.tex');
     expect(a.mainRule).to.equal('00README.XXX declares main.tex the top-level file');
-    const b = await load(dir('readme-json', { ...files, '00README.json': JSON.stringify({ process: { compiler: 'pdflatex' }, sources: [{ filename: 'main.tex', usage: 'toplevel' }] }) }));
+    const b = await load(
+      dir('readme-json', {
+        ...files,
+        '00README.json': JSON.stringify({ process: { compiler: 'pdflatex' }, sources: [{ filename: 'main.tex', usage: 'toplevel' }] }),
+      }),
+    );
     expect(b.mainFile).to.equal('main.tex');
     expect(b.mainRule).to.match(/^00README\.json declares main\.tex/);
-    const y = await load(dir('readme-yaml', { ...files, '00README.yaml': 'process:\n  compiler: pdflatex\nsources:\n  - filename: main.tex\n    usage: toplevel\n' }));
+    const y = await load(
+      dir('readme-yaml', { ...files, '00README.yaml': 'process:\n  compiler: pdflatex\nsources:\n  - filename: main.tex\n    usage: toplevel\n' }),
+    );
     expect(y.mainFile).to.equal('main.tex');
     expect(y.mainRule).to.match(/^00README\.yaml declares main\.tex/);
     const c = await load(dir('readme-ignore', { ...files, '00README.XXX': 'supplement.tex ignore\n' }));
@@ -210,7 +252,13 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(e.mainFile).to.equal('main.tex');
     expect(e.mainRule).to.match(/left out: supplement\.tex \(%auto-ignore\)/);
     // several declared top-level files: assembled in arXiv's (alphanumeric) order, one paper
-    const m = await load(dir('readme-two', { 'b-appendix.tex': doc('\\section{Supplementary Proofs}', 'proof text.'), 'a-main.tex': doc('\\section{Main Text}', 'main text.'), '00README.XXX': 'b-appendix.tex toplevelfile\na-main.tex toplevelfile\n' }));
+    const m = await load(
+      dir('readme-two', {
+        'b-appendix.tex': doc('\\section{Supplementary Proofs}', 'proof text.'),
+        'a-main.tex': doc('\\section{Main Text}', 'main text.'),
+        '00README.XXX': 'b-appendix.tex toplevelfile\na-main.tex toplevelfile\n',
+      }),
+    );
     expect(m.mainFile).to.equal('a-main.tex');
     expect(titles(m)).to.deep.equal(['Main Text', 'Supplementary Proofs']);
     expect(m.mainRule).to.equal('00README.XXX declares a-main.tex the top-level file; b-appendix.tex appended (also declared top-level)');
@@ -221,14 +269,26 @@ describe('data: ingestion reads what TeX would typeset', function () {
     // bad input: a 00README naming a missing file is a warning naming the 00README; the heuristic decides
     const g = await load(dir('readme-missing', { ...files, '00README.XXX': 'nope.tex toplevelfile\n' }));
     const w = g.warnings.find((x) => x.code === 'readme-missing-file')!;
-    expect(formatWarning(w)).to.equal('00README.XXX:1: names "nope.tex" (toplevel), which is not a file in the paper; directive not used [readme-missing-file]');
+    expect(formatWarning(w)).to.equal(
+      '00README.XXX:1: names "nope.tex" (toplevel), which is not a file in the paper; directive not used [readme-missing-file]',
+    );
     expect(g.mainFile).to.equal('supplement.tex');
   });
 
   it('titles: \\icmltitle (not \\icmltitlerunning), \\title[short]{…}, \\title*, and \\thanks / \\footnote / \\tnoteref / \\\\ inside titles', async () => {
     const icml = await load(
       dir('icml', {
-        'main.tex': ['\\documentclass{article}', '\\usepackage{icml2024}', '\\icmltitlerunning{Short Running Head}', '\\begin{document}', '\\twocolumn[', '\\icmltitle{Learning Things\\\\ at Scale}', ']', '\\section{Intro} text.', '\\end{document}'].join('\n'),
+        'main.tex': [
+          '\\documentclass{article}',
+          '\\usepackage{icml2024}',
+          '\\icmltitlerunning{Short Running Head}',
+          '\\begin{document}',
+          '\\twocolumn[',
+          '\\icmltitle{Learning Things\\\\ at Scale}',
+          ']',
+          '\\section{Intro} text.',
+          '\\end{document}',
+        ].join('\n'),
       }),
     );
     expect(icml.title).to.equal('Learning Things at Scale');
@@ -239,7 +299,18 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(t('\\title*{Springer Chapter}')).to.equal('Springer Chapter');
     expect(t('\\title{An ACM \\texorpdfstring{$\\alpha$}{alpha} Paper\\titlenote{Extended.}}')).to.equal('An ACM $\\alpha$ Paper');
     expect(t('\\shorttitle{Run}\\titlerunning{Run}\\Title{MDPI Paper}')).to.equal('MDPI Paper');
-    const revtex = await load(dir('revtex', { 'main.tex': ['\\documentclass[aps,prl]{revtex4-2}', '\\begin{document}', '\\title{Quantum Thing\\thanks{A note.}}', '\\maketitle', '\\section{Intro} text.', '\\end{document}'].join('\n') }));
+    const revtex = await load(
+      dir('revtex', {
+        'main.tex': [
+          '\\documentclass[aps,prl]{revtex4-2}',
+          '\\begin{document}',
+          '\\title{Quantum Thing\\thanks{A note.}}',
+          '\\maketitle',
+          '\\section{Intro} text.',
+          '\\end{document}',
+        ].join('\n'),
+      }),
+    );
     expect(revtex.title).to.equal('Quantum Thing');
   });
 
@@ -249,33 +320,48 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(good.coverage).to.include({ headingsScanned: 2, headingsParsed: 2 });
     expect(good.warnings.map((w) => w.code)).not.to.include('coverage');
     // prose in a macro's optional argument (\twocolumn[…]) is dropped by the converters' option-list rule: no rule knows it is text
-    const lossy = dir('lossy', { 'main.tex': doc('\\section{Intro}', prose(40), '\\twocolumn[' + prose(40, 'teaser') + ']', '\\section{More}', prose(40, 'ipsum')) });
+    const lossy = dir('lossy', {
+      'main.tex': doc('\\section{Intro}', prose(40), '\\twocolumn[' + prose(40, 'teaser') + ']', '\\section{More}', prose(40, 'ipsum')),
+    });
     const p = await load(lossy);
     expect(p.coverage.ratio).to.be.below(0.9);
     const w = p.warnings.find((x) => x.code === 'coverage')!;
-    expect(formatWarning(w)).to.match(/^main\.tex: only \d+\.\d% of the source's 122 prose words reached the text \(threshold 90%\): text may have been lost in ingestion \[coverage\]$/);
+    expect(formatWarning(w)).to.match(
+      /^main\.tex: only \d+\.\d% of the source's 122 prose words reached the text \(threshold 90%\): text may have been lost in ingestion \[coverage\]$/,
+    );
     const e = await load(lossy, { strictCoverage: true }).catch((x) => x);
     expect(e).to.be.instanceOf(CoverageError);
     expect(e.message).to.match(/^lossy: text lost in ingestion \(strict\): only/);
     // headings: the scan sees a heading the parse did not reach (a stray \end{document} in an \input'd file cuts the body)
-    const cut = await load(dir('cut', { 'main.tex': doc('\\section{Intro}', prose(60), '\\input{body}', '\\section{Last}', prose(60, 'ipsum')), 'body.tex': '\\end{document}\n' }));
+    const cut = await load(
+      dir('cut', { 'main.tex': doc('\\section{Intro}', prose(60), '\\input{body}', '\\section{Last}', prose(60, 'ipsum')), 'body.tex': '\\end{document}\n' }),
+    );
     expect(cut.coverage.headingsScanned).to.equal(2);
     expect(cut.coverage.missingHeadings).to.deep.equal(['Last']);
     expect(measureCoverage('\\begin{document}x\\end{document}', [], '').ratio).to.equal(1);
     // the dry run shows the rule and the coverage, counts the warning in its last line; --strict fails the paper
-    const r = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--papers', lossy, join(work, 'good'), '--out', join(work, 'x.jsonl')], { encoding: 'utf8' });
+    const r = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--papers', lossy, join(work, 'good'), '--out', join(work, 'x.jsonl')], {
+      encoding: 'utf8',
+    });
     expect(r.status, r.stderr).to.equal(0);
-    expect(r.stdout).to.match(/^ {2}main file rule: the only root document$/m).and.match(/^ {2}coverage: \d+\.\d% of 122 prose words, 2\/2 headings$/m);
+    expect(r.stdout)
+      .to.match(/^ {2}main file rule: the only root document$/m)
+      .and.match(/^ {2}coverage: \d+\.\d% of 122 prose words, 2\/2 headings$/m);
     expect(r.stdout).to.match(/warning: main\.tex: only .* \[coverage\]/);
     expect(r.stdout.trim().split('\n').at(-1)).to.equal('2 ingested, 0 failed, 1 with coverage warnings');
-    const s = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--strict', '--papers', lossy, join(work, 'good'), '--out', join(work, 'x.jsonl')], { encoding: 'utf8' });
+    const s = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--strict', '--papers', lossy, join(work, 'good'), '--out', join(work, 'x.jsonl')], {
+      encoding: 'utf8',
+    });
     expect(s.stdout).to.match(/^lossy: failed: lossy: text lost in ingestion \(strict\)/m);
     expect(s.stdout.trim().split('\n').at(-1)).to.equal('1 ingested, 1 failed');
   });
 
   it('coverage warnings are stored in the SQLite state by the pipeline; strictCoverage fails the paper, also when its parse comes from the state', async () => {
     const lossy = join(work, 'lossy.tar.gz');
-    writeFileSync(lossy, gzipSync(tarOf({ 'main.tex': doc('\\section{Intro}', prose(40), '\\twocolumn[' + prose(40, 'teaser') + ']', '\\section{More}', prose(40, 'ipsum')) })));
+    writeFileSync(
+      lossy,
+      gzipSync(tarOf({ 'main.tex': doc('\\section{Intro}', prose(40), '\\twocolumn[' + prose(40, 'teaser') + ']', '\\section{More}', prose(40, 'ipsum')) })),
+    );
     // an LLM that always fails: ingestion (and its warnings) happen before any call
     const llm: JsonLlm = { model: 'none', chatJson: () => Promise.reject(new Error('no LLM in this test')) };
     const state = new PipelineState(join(work, 'state.sqlite'));
@@ -297,7 +383,16 @@ describe('data: ingestion reads what TeX would typeset', function () {
 
   it('bad input: an \\input cycle and a conditional never closed are warnings naming the file; runaway macros stop within limits', async () => {
     const d = dir('bad', {
-      'main.tex': doc('\\section{Intro} intro text.', '\\input{a}', '\\newcommand\\again{\\input{leaf}\\again}', '\\again', '\\section{Open}', 'open text.', '\\iffalse', '\\section{Never Closed} lost text'),
+      'main.tex': doc(
+        '\\section{Intro} intro text.',
+        '\\input{a}',
+        '\\newcommand\\again{\\input{leaf}\\again}',
+        '\\again',
+        '\\section{Open}',
+        'open text.',
+        '\\iffalse',
+        '\\section{Never Closed} lost text',
+      ),
       'a.tex': '\\section{A} a text. \\input{b}',
       'b.tex': 'b text. \\input{a}',
       'leaf.tex': 'leaf. ',

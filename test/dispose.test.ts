@@ -115,7 +115,7 @@ describe('dispose: models, policies, judges, decode engine', function () {
     kept[Symbol.dispose]();
   });
 
-  it('generate, the decode engine and the local judge\'s scorers on a disposed model: ERR_PG_DISPOSED', async () => {
+  it("generate, the decode engine and the local judge's scorers on a disposed model: ERR_PG_DISPOSED", async () => {
     const model = await loadModel(dir);
     model.dispose();
     expectDisposed(await caught(() => generate(model, { prompts: [[1, 2]], maxNewTokens: 2 })), /model was disposed/);
@@ -157,7 +157,7 @@ describe('dispose: models, policies, judges, decode engine', function () {
     expectDisposed(await caught(() => judge.judge(req)), /judge local:pair was disposed/);
   });
 
-  it('a local judge on the caller\'s model leaves the model alive on close; a disposed model gives ERR_PG_DISPOSED', async () => {
+  it("a local judge on the caller's model leaves the model alive on close; a disposed model gives ERR_PG_DISPOSED", async () => {
     using model = await loadModel(dir);
     const req = [{ question: 'q', plan: 'p', items: [{ id: 'a', text: 'item' }] }];
     {
@@ -178,7 +178,10 @@ describe('dispose: HTTP judge', () => {
       using judge = createHttpJudge({ url: 'http://127.0.0.1:9/v1', model: 'm', noCache: true, maxRetries: 0 });
       kept = judge;
     }
-    expectDisposed(await caught(() => kept.judge([{ question: 'q', plan: 'p', items: [{ id: 'a', text: 't' }] }])), /judge http:per-item:m@http:\/\/127\.0\.0\.1:9\/v1 was disposed/);
+    expectDisposed(
+      await caught(() => kept.judge([{ question: 'q', plan: 'p', items: [{ id: 'a', text: 't' }] }])),
+      /judge http:per-item:m@http:\/\/127\.0\.0\.1:9\/v1 was disposed/,
+    );
     kept.close(); // idempotent
   });
 });

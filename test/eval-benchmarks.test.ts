@@ -35,7 +35,20 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     srv = undefined;
   });
   after(() => tmp && rmSync(tmp, { recursive: true, force: true }));
-  const judgeArgs = () => ['--judge', 'http', '--judge-url', srv!.url, '--judge-model', 'fake', '--max-new-tokens', '4', '--resamples', '50', '--progress', 'none'];
+  const judgeArgs = () => [
+    '--judge',
+    'http',
+    '--judge-url',
+    srv!.url,
+    '--judge-model',
+    'fake',
+    '--max-new-tokens',
+    '4',
+    '--resamples',
+    '50',
+    '--progress',
+    'none',
+  ];
 
   it('HealthBench: the criterion prompt, points with negatives, rows that --rescore reads without a judge', async () => {
     const items = join(tmp, 'hb.jsonl');
@@ -93,12 +106,28 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect(r.err).to.match(/eval \(rar\): 6 of 6 verdicts are null or unreadable \(100% > 50%.*no score written/);
     expect(existsSync(report)).to.equal(false);
     expect(r.out).to.not.match(/rar: /);
-    expect(readFileSync(rows, 'utf8').trim().split('\n').map((l) => JSON.parse(l).met)).to.deep.equal([null, null, null, null, null, null]);
+    expect(
+      readFileSync(rows, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).met),
+    ).to.deep.equal([null, null, null, null, null, null]);
   });
-  it('a PaperGym file (today\'s report) with a judge answering garbage: exit 1, no report, no coverage printed', async () => {
+  it("a PaperGym file (today's report) with a judge answering garbage: exit 1, no report, no coverage printed", async () => {
     srv = await startFakeLlm({ respond: (q) => (q.body.messages[0]!.content.startsWith('Reply with the single word') ? 'Yes' : 'banana') });
     const report = join(tmp, 'pg.json');
-    const r = await cli(['eval', '--model', dir, '--data', join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl'), '--limit', '1', ...judgeArgs(), '--report', report]);
+    const r = await cli([
+      'eval',
+      '--model',
+      dir,
+      '--data',
+      join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl'),
+      '--limit',
+      '1',
+      ...judgeArgs(),
+      '--report',
+      report,
+    ]);
     expect(r.code).to.equal(1);
     expect(r.err).to.match(/eval \(no report written\): \d+ of \d+ verdicts are null/);
     expect(existsSync(report)).to.equal(false);
@@ -126,12 +155,18 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
       child.on('close', (c, sig) => res(sig === 'SIGKILL' ? -9 : c));
     });
     expect(code).to.equal(-9);
-    const first = srv.log.filter((e) => isItem(e.body.messages[0]!.content)).slice(0, 3).map((e) => e.key);
+    const first = srv.log
+      .filter((e) => isItem(e.body.messages[0]!.content))
+      .slice(0, 3)
+      .map((e) => e.key);
     const before = srv.log.length;
     const report = join(tmp, 'kill.json');
     const r = await cli([...args, '--report', report]);
     expect(r.code, r.err).to.equal(0);
-    const again = srv.log.slice(before).filter((e) => isItem(e.body.messages[0]!.content)).map((e) => e.key);
+    const again = srv.log
+      .slice(before)
+      .filter((e) => isItem(e.body.messages[0]!.content))
+      .map((e) => e.key);
     expect(again.filter((k) => first.includes(k))).to.deep.equal([]);
     expect(again).to.have.length(5 - 3);
     expect(JSON.parse(readFileSync(report, 'utf8')).verdicts).to.equal(5);
@@ -145,12 +180,18 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     // met when the criterion is not a pitfall / undesirable one
     srv = await startFakeLlm({ respond: (q) => (/Pitfall|prescription-only|jargon/.test(q.body.messages[0]!.content) ? 'No' : 'Yes') });
     const suite = join(tmp, 'suite.yaml');
-    writeFileSync(suite, `benchmarks:\n  - { name: HealthBench, data: suite-hb.jsonl }\n  - { name: RaR, data: suite-rar.jsonl }\nmodels:\n  - { name: base, model: ${dir} }\n  - { name: again, model: ${dir} }\n`);
+    writeFileSync(
+      suite,
+      `benchmarks:\n  - { name: HealthBench, data: suite-hb.jsonl }\n  - { name: RaR, data: suite-rar.jsonl }\nmodels:\n  - { name: base, model: ${dir} }\n  - { name: again, model: ${dir} }\n`,
+    );
     const out = join(tmp, 'suite-out');
     const r = await cli(['eval', '--suite', suite, '--out', out, ...judgeArgs()]);
     expect(r.code, r.err).to.equal(0);
     const t = JSON.parse(readFileSync(join(out, 'suite.json'), 'utf8'));
-    expect(t.benchmarks).to.deep.equal([{ name: 'HealthBench', protocol: 'healthbench' }, { name: 'RaR', protocol: 'rar' }]);
+    expect(t.benchmarks).to.deep.equal([
+      { name: 'HealthBench', protocol: 'healthbench' },
+      { name: 'RaR', protocol: 'rar' },
+    ]);
     expect(t.models.map((m: { name: string }) => m.name)).to.deep.equal(['base', 'again']);
     // HealthBench: hb-1 (5 + 7) / 12 = 1, hb-2 4 / 4 = 1; RaR: (5 + 3 + 1) / 9 = 1 and 5 / 5 = 1
     for (const row of t.cells) expect(row.map((c: { score: number }) => c.score)).to.deep.equal([1, 1]);

@@ -47,10 +47,36 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     const out = join(tmp, 'rows.jsonl');
     const report = join(tmp, 'report.json');
     const plans = join(tmp, 'plans.jsonl');
-    const r = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '2', '--judge', 'local', '--max-new-tokens', '6', '--resamples', '50', '--out', out, '--report', report, '--plans', plans]);
+    const r = await run([
+      'eval',
+      '--model',
+      dir,
+      '--data',
+      sampleDatasetPath(),
+      '--limit',
+      '2',
+      '--judge',
+      'local',
+      '--max-new-tokens',
+      '6',
+      '--resamples',
+      '50',
+      '--out',
+      out,
+      '--report',
+      report,
+      '--plans',
+      plans,
+    ]);
     expect(r.code, r.stderr).to.equal(0);
-    expect(r.stdout).to.match(/rubric coverage/).and.match(/method innovation/).and.match(/experimental design/);
-    const rows = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    expect(r.stdout)
+      .to.match(/rubric coverage/)
+      .and.match(/method innovation/)
+      .and.match(/experimental design/);
+    const rows = readFileSync(out, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     const rep = JSON.parse(readFileSync(report, 'utf8'));
     expect(rep.questions).to.equal(2);
     expect(rep.meta.judge).to.match(/^local/);
@@ -79,22 +105,67 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
         const probe = body.messages[0].content.startsWith('Reply with the single word');
         if (!probe) items++;
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: probe ? 'Yes' : 'The plan is interesting and covers many aspects.' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1 } }));
+        res.end(
+          JSON.stringify({
+            choices: [{ message: { role: 'assistant', content: probe ? 'Yes' : 'The plan is interesting and covers many aspects.' }, finish_reason: 'stop' }],
+            usage: { prompt_tokens: 1, completion_tokens: 1 },
+          }),
+        );
       });
     });
     await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
     try {
       const base = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
-      const bad = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'http', '--judge-url', `${base}/wrong/v1`, '--judge-model', 'j', '--max-new-tokens', '4', '--no-general']);
+      const bad = await run([
+        'eval',
+        '--model',
+        dir,
+        '--data',
+        sampleDatasetPath(),
+        '--limit',
+        '1',
+        '--judge',
+        'http',
+        '--judge-url',
+        `${base}/wrong/v1`,
+        '--judge-model',
+        'j',
+        '--max-new-tokens',
+        '4',
+        '--no-general',
+      ]);
       expect(bad.code).to.not.equal(0);
-      expect(bad.stderr).to.match(/failed the start-up check/).and.match(/HTTP 404/);
+      expect(bad.stderr)
+        .to.match(/failed the start-up check/)
+        .and.match(/HTTP 404/);
       expect(bad.stdout).to.equal('');
-      const unread = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'http', '--judge-url', `${base}/good/v1`, '--judge-model', 'j', '--max-new-tokens', '4', '--resamples', '10', '--no-general']);
+      const unread = await run([
+        'eval',
+        '--model',
+        dir,
+        '--data',
+        sampleDatasetPath(),
+        '--limit',
+        '1',
+        '--judge',
+        'http',
+        '--judge-url',
+        `${base}/good/v1`,
+        '--judge-model',
+        'j',
+        '--max-new-tokens',
+        '4',
+        '--resamples',
+        '10',
+        '--no-general',
+      ]);
       expect(items).to.equal(10);
       expect(unread.code).to.not.equal(0);
       // a score computed from failures is never printed (exit 1 with the reason; issue 38 item 5)
       expect(unread.stdout).to.not.match(/rubric coverage/);
-      expect(unread.stderr).to.match(/10 of 10 verdicts are null/).and.match(/10 unreadable replies/);
+      expect(unread.stderr)
+        .to.match(/10 of 10 verdicts are null/)
+        .and.match(/10 unreadable replies/);
     } finally {
       srv.closeAllConnections();
       srv.close();
@@ -123,20 +194,59 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
       req.on('data', (c) => (d += c));
       req.on('end', () => {
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: JSON.parse(d).messages[0].content.includes('experiment') ? 'Yes' : 'No' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1 } }));
+        res.end(
+          JSON.stringify({
+            choices: [
+              { message: { role: 'assistant', content: JSON.parse(d).messages[0].content.includes('experiment') ? 'Yes' : 'No' }, finish_reason: 'stop' },
+            ],
+            usage: { prompt_tokens: 1, completion_tokens: 1 },
+          }),
+        );
       });
     });
     await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
     try {
       const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}/v1`;
-      const r = await run(['eval', '--model', dir, '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'http', '--judge-url', url, '--judge-model', 'j', '--max-new-tokens', '4', '--resamples', '20', '--no-general']);
+      const r = await run([
+        'eval',
+        '--model',
+        dir,
+        '--data',
+        sampleDatasetPath(),
+        '--limit',
+        '1',
+        '--judge',
+        'http',
+        '--judge-url',
+        url,
+        '--judge-model',
+        'j',
+        '--max-new-tokens',
+        '4',
+        '--resamples',
+        '20',
+        '--no-general',
+      ]);
       expect(r.code, r.stderr).to.equal(0);
       expect(r.stdout).to.match(/questions 1, plans 1/);
     } finally {
       srv.closeAllConnections();
       srv.close();
     }
-    const p = await run(['probe-judge', '--data', sampleDatasetPath(), '--limit', '1', '--judge', 'local', '--model', dir, '--attacks', 'empty,inject', '--json']);
+    const p = await run([
+      'probe-judge',
+      '--data',
+      sampleDatasetPath(),
+      '--limit',
+      '1',
+      '--judge',
+      'local',
+      '--model',
+      dir,
+      '--attacks',
+      'empty,inject',
+      '--json',
+    ]);
     expect(p.code, p.stderr).to.equal(0);
     const rep = JSON.parse(p.stdout);
     expect(rep.results.map((x: { attack: string }) => x.attack)).to.deep.equal(['empty', 'inject']);

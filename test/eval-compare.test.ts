@@ -16,7 +16,11 @@ import { CLI, cli } from './helpers/run.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
 const ITEMS = join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl');
-const ids = readFileSync(ITEMS, 'utf8').trim().split('\n').slice(0, 3).map((l) => (JSON.parse(l) as { id: string }).id);
+const ids = readFileSync(ITEMS, 'utf8')
+  .trim()
+  .split('\n')
+  .slice(0, 3)
+  .map((l) => (JSON.parse(l) as { id: string }).id);
 const isJudge = (m: string) => m.includes('Candidate plans');
 
 describe('compare: N-way win rates', function () {
@@ -28,7 +32,10 @@ describe('compare: N-way win rates', function () {
     tmp = mkdtempSync(join(tmpdir(), 'pg-cmp-'));
     for (const sys of ['alpha', 'beta', 'gamma']) {
       const f = join(tmp, `${sys}.jsonl`);
-      writeFileSync(f, ids.map((q) => JSON.stringify({ questionId: q, sample: 0, plan: `${sys.toUpperCase()}-PLAN for ${q}: a method and experiments.` })).join('\n') + '\n');
+      writeFileSync(
+        f,
+        ids.map((q) => JSON.stringify({ questionId: q, sample: 0, plan: `${sys.toUpperCase()}-PLAN for ${q}: a method and experiments.` })).join('\n') + '\n',
+      );
       plans.push(f);
     }
   });
@@ -58,11 +65,16 @@ describe('compare: N-way win rates', function () {
 
   it('win rates: wins / readable, ties and unreadable counted apart, position bias per position', () => {
     const js: Judgement[] = [
-      { questionId: 'q', order: [0, 1], winner: 0, position: 1 }, { questionId: 'q', order: [1, 0], winner: 1, position: 1 },
-      { questionId: 'r', order: [0, 1], winner: 'tie', position: null }, { questionId: 'r', order: [1, 0], winner: null, position: null },
+      { questionId: 'q', order: [0, 1], winner: 0, position: 1 },
+      { questionId: 'q', order: [1, 0], winner: 1, position: 1 },
+      { questionId: 'r', order: [0, 1], winner: 'tie', position: null },
+      { questionId: 'r', order: [1, 0], winner: null, position: null },
     ];
     const r = winRates(['a', 'b'], js, { resamples: 0 });
-    expect(r.systems.map((s) => [s.wins, s.rate])).to.deep.equal([[1, 1 / 3], [1, 1 / 3]]);
+    expect(r.systems.map((s) => [s.wins, s.rate])).to.deep.equal([
+      [1, 1 / 3],
+      [1, 1 / 3],
+    ]);
     expect([r.readable, r.ties, r.unreadable]).to.deep.equal([3, 1, 1]);
     expect(r.positionBias).to.deep.equal([1, 0]);
   });
@@ -70,7 +82,25 @@ describe('compare: N-way win rates', function () {
   it('CLI: a judge that always picks position 1 gives every system 1/3 (the permutation cancels it) and a position bias of 100%', async () => {
     srv = await startFakeLlm({ respond: (r) => (isJudge(r.body.messages[0]!.content) ? 'They are similar.\nBest: 1' : 'Yes') });
     const report = join(tmp, 'pos1.json');
-    const r = await cli(['compare', '--data', ITEMS, '--plans', ...plans, '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'fake', '--judge-cache', join(tmp, 'pos1.sqlite'), '--report', report, '--resamples', '200']);
+    const r = await cli([
+      'compare',
+      '--data',
+      ITEMS,
+      '--plans',
+      ...plans,
+      '--judge',
+      'http',
+      '--judge-url',
+      srv.url,
+      '--judge-model',
+      'fake',
+      '--judge-cache',
+      join(tmp, 'pos1.sqlite'),
+      '--report',
+      report,
+      '--resamples',
+      '200',
+    ]);
     expect(r.code, r.err).to.equal(0);
     const rep = JSON.parse(readFileSync(report, 'utf8'));
     expect(rep.judgements).to.equal(3 * 6);
@@ -90,26 +120,82 @@ describe('compare: N-way win rates', function () {
       },
     });
     const report = join(tmp, 'beta.json');
-    const r = await cli(['compare', '--data', ITEMS, '--plans', ...plans.map((p, i) => `${['a', 'b', 'c'][i]}=${p}`), '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'fake', '--judge-cache', join(tmp, 'beta.sqlite'), '--report', report]);
+    const r = await cli([
+      'compare',
+      '--data',
+      ITEMS,
+      '--plans',
+      ...plans.map((p, i) => `${['a', 'b', 'c'][i]}=${p}`),
+      '--judge',
+      'http',
+      '--judge-url',
+      srv.url,
+      '--judge-model',
+      'fake',
+      '--judge-cache',
+      join(tmp, 'beta.sqlite'),
+      '--report',
+      report,
+    ]);
     expect(r.code, r.err).to.equal(0);
     const rep = JSON.parse(readFileSync(report, 'utf8'));
-    expect(rep.systems.map((s: { name: string; rate: number }) => [s.name, s.rate])).to.deep.equal([['a', 0], ['b', 1], ['c', 0]]);
+    expect(rep.systems.map((s: { name: string; rate: number }) => [s.name, s.rate])).to.deep.equal([
+      ['a', 0],
+      ['b', 1],
+      ['c', 0],
+    ]);
     for (const b of rep.positionBias) expect(b).to.be.closeTo(1 / 3, 1e-12);
   });
 
   it('CLI: a judge answering garbage is counted unreadable, exit 1 with the reason, no win rate written', async () => {
     srv = await startFakeLlm({ respond: (r) => (isJudge(r.body.messages[0]!.content) ? 'banana' : 'Yes') });
     const report = join(tmp, 'garbage.json');
-    const r = await cli(['compare', '--data', ITEMS, '--plans', plans[0]!, plans[1]!, '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'fake', '--judge-cache', join(tmp, 'g.sqlite'), '--report', report]);
+    const r = await cli([
+      'compare',
+      '--data',
+      ITEMS,
+      '--plans',
+      plans[0]!,
+      plans[1]!,
+      '--judge',
+      'http',
+      '--judge-url',
+      srv.url,
+      '--judge-model',
+      'fake',
+      '--judge-cache',
+      join(tmp, 'g.sqlite'),
+      '--report',
+      report,
+    ]);
     expect(r.code).to.equal(1);
     expect(r.err).to.match(/compare: 6 of 6 judgements unreadable or failed \(100% > 50%.*no win rate written/);
     expect(existsSync(report)).to.equal(false);
   });
 
   it('CLI: a reply cut at max_tokens is still read (its verdict line counts), not a failed request', async () => {
-    srv = await startFakeLlm({ respond: (r) => (isJudge(r.body.messages[0]!.content) ? { content: 'Best: 2 since it names baselines and', finishReason: 'length' } : 'Yes') });
+    srv = await startFakeLlm({
+      respond: (r) => (isJudge(r.body.messages[0]!.content) ? { content: 'Best: 2 since it names baselines and', finishReason: 'length' } : 'Yes'),
+    });
     const report = join(tmp, 'cut.json');
-    const r = await cli(['compare', '--data', ITEMS, '--plans', plans[0]!, plans[1]!, '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'fake', '--judge-cache', join(tmp, 'cut.sqlite'), '--report', report]);
+    const r = await cli([
+      'compare',
+      '--data',
+      ITEMS,
+      '--plans',
+      plans[0]!,
+      plans[1]!,
+      '--judge',
+      'http',
+      '--judge-url',
+      srv.url,
+      '--judge-model',
+      'fake',
+      '--judge-cache',
+      join(tmp, 'cut.sqlite'),
+      '--report',
+      report,
+    ]);
     expect(r.code, r.err).to.equal(0);
     const rep = JSON.parse(readFileSync(report, 'utf8'));
     expect([rep.readable, rep.failed, rep.unreadable]).to.deep.equal([6, 0, 0]);
@@ -128,19 +214,43 @@ describe('compare: N-way win rates', function () {
         return 'Best: 2';
       },
     });
-    const args = ['compare', '--data', ITEMS, '--plans', ...plans, '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'fake', '--judge-concurrency', '1', '--judge-cache', join(tmp, 'kill.sqlite'), '--progress', 'plain'];
+    const args = [
+      'compare',
+      '--data',
+      ITEMS,
+      '--plans',
+      ...plans,
+      '--judge',
+      'http',
+      '--judge-url',
+      srv.url,
+      '--judge-model',
+      'fake',
+      '--judge-concurrency',
+      '1',
+      '--judge-cache',
+      join(tmp, 'kill.sqlite'),
+      '--progress',
+      'plain',
+    ];
     const code = await new Promise<number | null>((res) => {
       child = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
       child.on('close', (c, sig) => res(sig === 'SIGKILL' ? -9 : c));
     });
     expect(code).to.equal(-9);
-    const first = srv.log.filter((e) => isJudge(e.body.messages[0]!.content)).slice(0, 4).map((e) => e.key);
+    const first = srv.log
+      .filter((e) => isJudge(e.body.messages[0]!.content))
+      .slice(0, 4)
+      .map((e) => e.key);
     expect(first).to.have.length(4);
     const before = srv.log.length;
     const report = join(tmp, 'kill.json');
     const r = await cli([...args, '--report', report]);
     expect(r.code, r.err).to.equal(0);
-    const again = srv.log.slice(before).filter((e) => isJudge(e.body.messages[0]!.content)).map((e) => e.key);
+    const again = srv.log
+      .slice(before)
+      .filter((e) => isJudge(e.body.messages[0]!.content))
+      .map((e) => e.key);
     expect(again.filter((k) => first.includes(k))).to.deep.equal([]);
     expect(again).to.have.length(18 - 4);
     // the plain progress lines count the cached answers and the live calls

@@ -24,7 +24,11 @@ describe('benchmark import formats', () => {
   it('ResearchQA: query, rubric[].rubric_item / type, weight 1, split from the file name, own id', async () => {
     const r = await importDataset('researchqa', join(FX, 'researchqa'));
     expect(r.problems).to.deep.equal([]);
-    expect(r.items.map((i) => [i.id, i.split])).to.deep.equal([['rqa-1', 'test'], ['rqa-2', 'test'], ['rqa-v1', 'valid']]);
+    expect(r.items.map((i) => [i.id, i.split])).to.deep.equal([
+      ['rqa-1', 'test'],
+      ['rqa-2', 'test'],
+      ['rqa-v1', 'valid'],
+    ]);
     const it0 = r.items[0]!;
     expect(it0.question).to.match(/^How does curriculum ordering/);
     expect(it0.reference_answer).to.equal(undefined);
@@ -43,7 +47,9 @@ describe('benchmark import formats', () => {
     expect(it0.question).to.match(/^Design a method to detect label noise/);
     expect(it0.reference_answer).to.match(/^Train two networks/);
     expect(it0.rubric.map((x) => [x.text, x.weight])).to.deep.equal([
-      ['Proposes a noise estimate that needs no clean labels', 1], ['Evaluates on at least two noise rates', 1], ['Compares with a co-teaching baseline', 1],
+      ['Proposes a noise estimate that needs no clean labels', 1],
+      ['Evaluates on at least two noise rates', 1],
+      ['Compares with a co-teaching baseline', 1],
     ]);
     expect(it0.split).to.equal('test');
     expect(it0.source).to.deep.equal({ dataset: 'research-plan-gen', file: r.files[0]!.file, row: 1, config: 'ml', id: 'a-ml-1' });
@@ -63,10 +69,16 @@ describe('benchmark import formats', () => {
     expect(a!.messages).to.have.length(1);
     expect(a!.reference_answer).to.match(/^Rest, drink water/);
     expect(a!.tags).to.deep.equal(['theme:global_health']);
-    expect(a!.rubric.map((x) => [x.weight, x.axis])).to.deep.equal([[5, 'completeness'], [7, 'accuracy'], [-6, 'accuracy']]);
+    expect(a!.rubric.map((x) => [x.weight, x.axis])).to.deep.equal([
+      [5, 'completeness'],
+      [7, 'accuracy'],
+      [-6, 'accuracy'],
+    ]);
     expect(a!.rubric[2]!.tags).to.deep.equal(['level:example', 'axis:accuracy']);
     expect(b!.messages!.map((m) => m.role)).to.deep.equal(['user', 'assistant', 'user']);
-    expect(b!.question).to.equal('user: Can I take ibuprofen?\n\nassistant: It depends on your health. Do you have kidney problems or stomach ulcers?\n\nuser: No, neither.');
+    expect(b!.question).to.equal(
+      'user: Can I take ibuprofen?\n\nassistant: It depends on your health. Do you have kidney problems or stomach ulcers?\n\nuser: No, neither.',
+    );
     expect(b!.reference_answer).to.equal(undefined);
     expect(b!.rubric[1]).to.deep.include({ weight: -2, axis: 'communication_quality' });
   });
@@ -76,7 +88,9 @@ describe('benchmark import formats', () => {
     const [a, b] = r.items;
     expect(a!.id).to.equal('science/0');
     expect(a!.rubric.map((x) => [x.text, x.weight])).to.deep.equal([
-      ['Gives the correct unit for the answer', 3], ['Explains each step of the derivation', 5], ['Contains an arithmetic error', -4],
+      ['Gives the correct unit for the answer', 3],
+      ['Explains each step of the derivation', 5],
+      ['Contains an arithmetic error', -4],
     ]);
     expect(a!.reference_answer).to.equal('98 J');
     expect(a!.split).to.equal(undefined);
@@ -90,7 +104,12 @@ describe('benchmark import formats', () => {
     const a = r.items[0]!;
     expect(a.split).to.equal('test');
     expect(a.reference_answer).to.match(/^Ice is less dense/);
-    expect(a.rubric.map((x) => [x.title, x.weight])).to.deep.equal([['Density', 5], ['Mechanism', 3], ['Detail', 1], ['Air myth', -2]]);
+    expect(a.rubric.map((x) => [x.title, x.weight])).to.deep.equal([
+      ['Density', 5],
+      ['Mechanism', 3],
+      ['Detail', 1],
+      ['Air myth', -2],
+    ]);
     expect(a.rubric[3]!.text).to.equal('Pitfall Criteria: claims ice floats because it contains air');
   });
 
@@ -138,7 +157,10 @@ describe('benchmark import formats', () => {
     it('a weight that is not a number and a cut JSONL line are counted skips', async () => {
       const r = await importDataset('healthbench', join(FX, 'bad', 'weights.jsonl'));
       expect(r.items.map((i) => i.id)).to.deep.equal(['hb-1']);
-      expect(r.problems.map((p) => [p.row, p.reason.replace(/:.*$/, '')])).to.deep.equal([[2, 'rubrics[0].points is not a number ("five")'], [3, 'invalid JSON on line 3']]);
+      expect(r.problems.map((p) => [p.row, p.reason.replace(/:.*$/, '')])).to.deep.equal([
+        [2, 'rubrics[0].points is not a number ("five")'],
+        [3, 'invalid JSON on line 3'],
+      ]);
     });
   });
 

@@ -16,8 +16,12 @@ import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
 const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
 const INPUT: Record<string, string> = {
-  researchqa: join(FX, 'researchqa'), 'research-plan-gen': join(FX, 'research-plan-gen'), healthbench: join(FX, 'healthbench'),
-  rubrichub: join(FX, 'rubrichub'), rar: join(FX, 'rar'), papergym: sampleDatasetPath(),
+  researchqa: join(FX, 'researchqa'),
+  'research-plan-gen': join(FX, 'research-plan-gen'),
+  healthbench: join(FX, 'healthbench'),
+  rubrichub: join(FX, 'rubrichub'),
+  rar: join(FX, 'rar'),
+  papergym: sampleDatasetPath(),
 };
 
 describe('leakage of imported datasets', function () {
@@ -62,7 +66,21 @@ describe('leakage of imported datasets', function () {
 
   it('a judge whose calls mostly fail: exit 1 with the reason, no rate printed', async () => {
     srv = await startFakeLlm({ fault: () => ({ kind: 'status', status: 400, body: '{"error":"bad model"}' }) });
-    const r = await cli(['leakage', '--data', files.rar!, '--llm', srv.url, '--model', 'judge', '--state', join(tmp, 'fail.sqlite'), '--progress', 'none', '--judge-concurrency', '2']);
+    const r = await cli([
+      'leakage',
+      '--data',
+      files.rar!,
+      '--llm',
+      srv.url,
+      '--model',
+      'judge',
+      '--state',
+      join(tmp, 'fail.sqlite'),
+      '--progress',
+      'none',
+      '--judge-concurrency',
+      '2',
+    ]);
     expect(r.code).to.equal(1);
     expect(r.err).to.match(/leakage: .*rar\.jsonl: 6 of 6 judge calls failed \(100% > 50%\); no leakage rate reported/);
     expect(r.out).to.not.match(/judge leakage overall/);
@@ -70,7 +88,21 @@ describe('leakage of imported datasets', function () {
 
   it('probe-judge with a judge answering garbage: exit 1 with the reason, no false-positive rate', async () => {
     srv = await startFakeLlm({ respond: (q) => (q.body.messages[0]!.content.startsWith('Reply with the single word') ? 'Yes' : 'banana') });
-    const r = await cli(['probe-judge', '--data', sampleDatasetPath(), '--limit', '1', '--attacks', 'empty', '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'fake']);
+    const r = await cli([
+      'probe-judge',
+      '--data',
+      sampleDatasetPath(),
+      '--limit',
+      '1',
+      '--attacks',
+      'empty',
+      '--judge',
+      'http',
+      '--judge-url',
+      srv.url,
+      '--judge-model',
+      'fake',
+    ]);
     expect(r.code).to.equal(1);
     expect(r.err).to.match(/probe-judge: 10 of 10 verdicts are null \(100% > 50%.*no false-positive rate reported/);
     expect(r.out).to.not.match(/FPR/);

@@ -11,7 +11,14 @@ import { runBenchmark } from '../lib/eval/protocols/run.js';
 import { emptyStats, type Judge } from '../lib/judge/types.js';
 import type { BenchmarkItem } from '../lib/task/types.js';
 
-const row = (q: string, itemId: string, met: boolean | null, extra: Partial<ProtocolRow> = {}): ProtocolRow => ({ questionId: q, sample: 0, itemId, kind: 'spec', met, ...extra });
+const row = (q: string, itemId: string, met: boolean | null, extra: Partial<ProtocolRow> = {}): ProtocolRow => ({
+  questionId: q,
+  sample: 0,
+  itemId,
+  kind: 'spec',
+  met,
+  ...extra,
+});
 const near = (a: number | undefined, b: number) => expect(a).to.be.closeTo(b, 1e-12);
 
 describe('benchmark scoring protocols', () => {
@@ -36,7 +43,14 @@ describe('benchmark scoring protocols', () => {
     near(s.groups['axis:completeness']!.score, 1);
     expect(s.groups).to.not.have.property('axis:communication_quality');
     // the clip: example a alone scores −1/12 → 0
-    near(scoreRows(p, rows.filter((r) => r.questionId === 'a'), { resamples: 0 }).score!.score, 0);
+    near(
+      scoreRows(
+        p,
+        rows.filter((r) => r.questionId === 'a'),
+        { resamples: 0 },
+      ).score!.score,
+      0,
+    );
     // null verdicts drop out of both sums: a without r2 → (5 − 6)/5 = −0.2; b → 1
     const withNull = rows.map((r) => (r.questionId === 'a' && r.itemId === 'r2' ? { ...r, met: null } : r));
     const sn = scoreRows(p, withNull, { resamples: 0 });
@@ -51,8 +65,11 @@ describe('benchmark scoring protocols', () => {
   it('ResearchQA: (x−1)/4 per item, mean per query, skipped queries counted not scored 0', () => {
     const p = getProtocol('researchqa');
     const rows = [
-      row('q1', 'r1', null, { level: 5, type: 'explanation' }), row('q1', 'r2', null, { level: 3, type: 'comparison' }), row('q1', 'r3', null, { level: 1, type: 'explanation' }),
-      row('q2', 'r1', null, { level: 2 }), row('q2', 'r2', null, { level: null, skipped: true }),
+      row('q1', 'r1', null, { level: 5, type: 'explanation' }),
+      row('q1', 'r2', null, { level: 3, type: 'comparison' }),
+      row('q1', 'r3', null, { level: 1, type: 'explanation' }),
+      row('q2', 'r1', null, { level: 2 }),
+      row('q2', 'r2', null, { level: null, skipped: true }),
     ];
     const s = scoreRows(p, rows, { resamples: 0 });
     near(s.score!.score, (1 + 0.5 + 0) / 3);
@@ -71,7 +88,12 @@ describe('benchmark scoring protocols', () => {
   });
 
   it('RaR / RubricHub: Σ w·c / Σ positive w, a pitfall met subtracts its weight, not clipped', () => {
-    const rows = [row('q', 'r1', true, { weight: 5 }), row('q', 'r2', false, { weight: 3 }), row('q', 'r3', true, { weight: 1 }), row('q', 'r4', true, { weight: -2 })];
+    const rows = [
+      row('q', 'r1', true, { weight: 5 }),
+      row('q', 'r2', false, { weight: 3 }),
+      row('q', 'r3', true, { weight: 1 }),
+      row('q', 'r4', true, { weight: -2 }),
+    ];
     near(scoreRows(getProtocol('rar'), rows, { resamples: 0 }).score!.score, (5 + 1 - 2) / 9);
     near(scoreRows(getProtocol('rubrichub'), rows, { resamples: 0 }).score!.score, 4 / 9);
     const bad = [row('q', 'r1', false, { weight: 3 }), row('q', 'r2', true, { weight: -4 })];
@@ -88,9 +110,12 @@ describe('benchmark scoring protocols', () => {
 
   it('PaperGym: the training reward (lib/judge/rewards.ts) per plan, coverage per dimension and of the general items', () => {
     const rows: ProtocolRow[] = [
-      row('q', 's1', true, { dimension: 'method_innovation' }), row('q', 's2', false, { dimension: 'method_innovation' }),
-      row('q', 's3', true, { dimension: 'experimental_design' }), row('q', 's4', true, { dimension: 'experimental_design' }),
-      { questionId: 'q', sample: 0, itemId: 'g1', kind: 'general', met: true }, { questionId: 'q', sample: 0, itemId: 'g2', kind: 'general', met: false },
+      row('q', 's1', true, { dimension: 'method_innovation' }),
+      row('q', 's2', false, { dimension: 'method_innovation' }),
+      row('q', 's3', true, { dimension: 'experimental_design' }),
+      row('q', 's4', true, { dimension: 'experimental_design' }),
+      { questionId: 'q', sample: 0, itemId: 'g1', kind: 'general', met: true },
+      { questionId: 'q', sample: 0, itemId: 'g2', kind: 'general', met: false },
     ];
     const s = scoreRows(getProtocol('papergym'), rows, { resamples: 0, alpha: 0.7 });
     near(s.score!.score, 0.7 * 0.75 + 0.3 * 0.5);
@@ -109,27 +134,75 @@ describe('benchmark scoring protocols', () => {
     expect(a.score!.lo).to.be.below(a.score!.score);
     expect(a.score!.hi).to.be.above(a.score!.score);
   });
-  it('runBenchmark: rows keep weights, axes, tags and a jury\'s member verdicts; the chat prompt is sent as published', async () => {
+  it("runBenchmark: rows keep weights, axes, tags and a jury's member verdicts; the chat prompt is sent as published", async () => {
     const item: BenchmarkItem = {
-      id: 'hb', format: 'healthbench', question: 'user: Hi', messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Hi' }],
-      rubric: [{ id: 'r1', text: 'Greets back', weight: 3, axis: 'completeness', tags: ['axis:completeness'] }, { id: 'r2', text: 'Is rude', weight: -2 }],
-      tags: ['theme:x'], source: { dataset: 'healthbench', file: 'f', row: 1 },
+      id: 'hb',
+      format: 'healthbench',
+      question: 'user: Hi',
+      messages: [
+        { role: 'system', content: 'S' },
+        { role: 'user', content: 'Hi' },
+      ],
+      rubric: [
+        { id: 'r1', text: 'Greets back', weight: 3, axis: 'completeness', tags: ['axis:completeness'] },
+        { id: 'r2', text: 'Is rude', weight: -2 },
+      ],
+      tags: ['theme:x'],
+      source: { dataset: 'healthbench', file: 'f', row: 1 },
     };
     const prompts: unknown[] = [];
     const judge: Judge = {
       name: 'jury-like',
       stats: emptyStats,
-      judge: async (reqs) => reqs.map((r) => r.items.map((it) => ({ itemId: it.id, met: it.id === 'r1', members: [{ judge: 'a', met: it.id === 'r1' }, { judge: 'b', met: true }] }))),
+      judge: async (reqs) =>
+        reqs.map((r) =>
+          r.items.map((it) => ({
+            itemId: it.id,
+            met: it.id === 'r1',
+            members: [
+              { judge: 'a', met: it.id === 'r1' },
+              { judge: 'b', met: true },
+            ],
+          })),
+        ),
     };
     const { rows, plans } = await runBenchmark({
-      items: [item], protocol: getProtocol('healthbench'), judge,
-      generator: { generate: async (qs) => { prompts.push(...qs); return qs.map(() => [{ text: 'Hello!' }]); } },
+      items: [item],
+      protocol: getProtocol('healthbench'),
+      judge,
+      generator: {
+        generate: async (qs) => {
+          prompts.push(...qs);
+          return qs.map(() => [{ text: 'Hello!' }]);
+        },
+      },
     });
     expect(prompts).to.deep.equal([item.messages]);
     expect(plans).to.deep.equal([{ questionId: 'hb', sample: 0, plan: 'Hello!', finishReason: undefined }]);
     expect(rows).to.deep.equal([
-      { protocol: 'healthbench', questionId: 'hb', sample: 0, itemId: 'r1', kind: 'spec', met: true, weight: 3, axis: 'completeness', tags: ['axis:completeness', 'theme:x'], judges: { a: true, b: true } },
-      { protocol: 'healthbench', questionId: 'hb', sample: 0, itemId: 'r2', kind: 'spec', met: false, weight: -2, tags: ['theme:x'], judges: { a: false, b: true } },
+      {
+        protocol: 'healthbench',
+        questionId: 'hb',
+        sample: 0,
+        itemId: 'r1',
+        kind: 'spec',
+        met: true,
+        weight: 3,
+        axis: 'completeness',
+        tags: ['axis:completeness', 'theme:x'],
+        judges: { a: true, b: true },
+      },
+      {
+        protocol: 'healthbench',
+        questionId: 'hb',
+        sample: 0,
+        itemId: 'r2',
+        kind: 'spec',
+        met: false,
+        weight: -2,
+        tags: ['theme:x'],
+        judges: { a: false, b: true },
+      },
     ]);
     near(scoreRows(getProtocol('healthbench'), rows, { resamples: 0 }).score!.score, 1);
   });

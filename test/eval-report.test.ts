@@ -44,7 +44,9 @@ describe('eval report', () => {
     for (const s of [a.overall, a.byDimension.method_innovation, a.byDimension.experimental_design, a.general, a.reward]) {
       expect(s.lo).to.be.at.most(s.mean);
       expect(s.hi).to.be.at.least(s.mean);
-      expect(s.hi - s.lo).to.be.greaterThan(0).and.lessThan(0.5);
+      expect(s.hi - s.lo)
+        .to.be.greaterThan(0)
+        .and.lessThan(0.5);
     }
     // Two questions at 0% and 100%: resampled coverage is k/2 for k ~ Binomial(2, 1/2).
     const two = [...rowsFor('x', [true, true], [true, true], []), ...rowsFor('y', [false, false], [false, false], [])];
@@ -85,11 +87,16 @@ describe('eval report', () => {
     try {
       const p = join(dir, 'rows.jsonl');
       writeRowsJsonl(p, rows);
-      const back = readFileSync(p, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+      const back = readFileSync(p, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
       expect(back).to.deep.equal(rows);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-    expect(formatReport(buildReport(rows))).to.match(/rubric coverage\s+50\.0%/).and.match(/method innovation/);
+    expect(formatReport(buildReport(rows)))
+      .to.match(/rubric coverage\s+50\.0%/)
+      .and.match(/method innovation/);
   });
 });

@@ -24,7 +24,12 @@ describe('eval run (fake generator and judge)', () => {
     const seen: string[] = [];
     const generator: PlanGenerator = {
       async generate(qs, { samples, seed }) {
-        return qs.map((q, i) => Array.from({ length: samples }, (_, s) => ({ text: `<think>alpha beta gamma</think>${(i + s + seed) % 2 ? 'alpha gamma' : 'beta'} for ${q}`, finishReason: 'stop' })));
+        return qs.map((q, i) =>
+          Array.from({ length: samples }, (_, s) => ({
+            text: `<think>alpha beta gamma</think>${(i + s + seed) % 2 ? 'alpha gamma' : 'beta'} for ${q}`,
+            finishReason: 'stop',
+          })),
+        );
       },
     };
     const judge: Judge = {
@@ -37,11 +42,29 @@ describe('eval run (fake generator and judge)', () => {
     };
     const items = ['a', 'b', 'c'].map(item);
     const progress: number[] = [];
-    const { report, rows, plans } = await runEval({ items, general: [{ id: 'G', text: 'gamma' }], judge, generator, samples: 2, chunkSize: 2, resamples: 50, onProgress: (d) => progress.push(d) });
+    const { report, rows, plans } = await runEval({
+      items,
+      general: [{ id: 'G', text: 'gamma' }],
+      judge,
+      generator,
+      samples: 2,
+      chunkSize: 2,
+      resamples: 50,
+      onProgress: (d) => progress.push(d),
+    });
     expect(seen.every((p) => !p.includes('<think>'))).to.equal(true);
     expect(plans).to.have.length(6);
     expect(rows).to.have.length(3 * 2 * 3);
-    expect(rows[0]).to.deep.include({ questionId: 'a', sample: 0, itemId: 'r1', kind: 'spec', dimension: 'method_innovation', origin: 'R_Q', rank: 1, prob: 0.5 });
+    expect(rows[0]).to.deep.include({
+      questionId: 'a',
+      sample: 0,
+      itemId: 'r1',
+      kind: 'spec',
+      dimension: 'method_innovation',
+      origin: 'R_Q',
+      rank: 1,
+      prob: 0.5,
+    });
     expect(rows[2]).to.deep.include({ itemId: 'G', kind: 'general' });
     expect(rows.map((r) => r.questionId)).to.deep.equal(['a', 'a', 'a', 'a', 'a', 'a', 'b', 'b', 'b', 'b', 'b', 'b', 'c', 'c', 'c', 'c', 'c', 'c']);
     // Each plan meets exactly one of alpha / beta, and gamma iff alpha.

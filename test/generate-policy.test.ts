@@ -17,7 +17,16 @@ describe('Policy (model + tokenizer + chat template)', function () {
   after(() => policy.dispose());
 
   it('renders string prompts and conversations with the chat template and samples n per prompt', async () => {
-    const r = await policy.generateWithStats(['What is 2+2?', [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }]], { n: 3, temperature: 1, topP: 0.95, maxNewTokens: 6, seed: 11, enableThinking: false });
+    const r = await policy.generateWithStats(
+      [
+        'What is 2+2?',
+        [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'Hi' },
+        ],
+      ],
+      { n: 3, temperature: 1, topP: 0.95, maxNewTokens: 6, seed: 11, enableThinking: false },
+    );
     expect(r.promptIds[0]).to.deep.equal([151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198, 151644, 77091, 198, 151667, 271, 151668, 271]);
     expect(r.completions.length).to.equal(6);
     expect(r.completions.map((c) => c.promptIndex)).to.deep.equal([0, 0, 0, 1, 1, 1]);
@@ -66,7 +75,11 @@ describe('Policy (model + tokenizer + chat template)', function () {
   });
 
   it('Policy.load rejects a non-string model dir (and bad options) with our TypeError naming the argument', async () => {
-    const err = (p: Promise<unknown>): Promise<Error & { code?: string }> => p.then(() => new Error('expected a rejection'), (e) => e as Error & { code?: string });
+    const err = (p: Promise<unknown>): Promise<Error & { code?: string }> =>
+      p.then(
+        () => new Error('expected a rejection'),
+        (e) => e as Error & { code?: string },
+      );
     const dir = tinyModel('tiny-tied');
     const cases: [Promise<unknown>, RegExp][] = [
       [Policy.load(5 as never), /^Policy\.load: dir must be a non-empty string \(the checkpoint directory\), got number 5$/],
@@ -89,7 +102,10 @@ describe('Policy (model + tokenizer + chat template)', function () {
     const missing = join(tmp, 'no-such-model');
     const file = join(tmp, 'a-file');
     writeFileSync(file, 'x');
-    const e = await Policy.load(missing).then(() => undefined, (x) => x as Error & { code?: string });
+    const e = await Policy.load(missing).then(
+      () => undefined,
+      (x) => x as Error & { code?: string },
+    );
     expect(e?.message).to.equal(`model directory ${missing} does not exist`);
     expect(e?.code).to.equal('ERR_PG_INPUT');
     expect((await Policy.load(file).catch((x) => x)).message).to.equal(`model directory ${file} is not a directory`);
@@ -111,11 +127,39 @@ describe('Policy (model + tokenizer + chat template)', function () {
     const out = join(dir, 'plans.jsonl');
     // A UTF-8 byte order mark at the start is not part of the first row.
     writeFileSync(input, '\uFEFF{"id":"a","question":"How do we test sparse attention?"}\n{"prompt":"Say hi"}\n');
-    const r = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--input', input, '--out', out, '--n', '2', '--max-new-tokens', '3', '--seed', '5', '--tokens'], { encoding: 'utf8', env: process.env });
+    const r = spawnSync(
+      process.execPath,
+      [
+        join(packageRoot, 'dist', 'bin', 'papergym-native.js'),
+        'generate',
+        '--model',
+        tinyModel('tiny-tied'),
+        '--input',
+        input,
+        '--out',
+        out,
+        '--n',
+        '2',
+        '--max-new-tokens',
+        '3',
+        '--seed',
+        '5',
+        '--tokens',
+      ],
+      { encoding: 'utf8', env: process.env },
+    );
     expect(r.status, r.stderr).to.equal(0);
-    const lines = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(out, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines.length).to.equal(4);
-    expect(lines.map((l) => [l.id, l.prompt_index, l.sample_index])).to.deep.equal([['a', 0, 0], ['a', 0, 1], ['1', 1, 0], ['1', 1, 1]]);
+    expect(lines.map((l) => [l.id, l.prompt_index, l.sample_index])).to.deep.equal([
+      ['a', 0, 0],
+      ['a', 0, 1],
+      ['1', 1, 0],
+      ['1', 1, 1],
+    ]);
     expect(lines[0].question).to.equal('How do we test sparse attention?');
     for (const l of lines) {
       expect(l.token_ids.length).to.equal(l.completion_tokens);
@@ -124,10 +168,18 @@ describe('Policy (model + tokenizer + chat template)', function () {
     }
     // An empty question is refused naming the file and line, as an empty --prompt is.
     writeFileSync(input, '{"question":"ok"}\n{"question":"  "}\n');
-    const empty = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--input', input, '--out', out], { encoding: 'utf8', env: process.env });
+    const empty = spawnSync(
+      process.execPath,
+      [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--input', input, '--out', out],
+      { encoding: 'utf8', env: process.env },
+    );
     expect(empty.status).to.equal(1);
     expect(empty.stderr.trim().split('\n').at(-1)).to.equal(`papergym-native: ${input}:2: "question" is empty`);
-    const bad = spawnSync(process.execPath, [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--prompt', 'hi', '--top-p', '0'], { encoding: 'utf8', env: process.env });
+    const bad = spawnSync(
+      process.execPath,
+      [join(packageRoot, 'dist', 'bin', 'papergym-native.js'), 'generate', '--model', tinyModel('tiny-tied'), '--prompt', 'hi', '--top-p', '0'],
+      { encoding: 'utf8', env: process.env },
+    );
     expect(bad.status).to.not.equal(0);
     expect(bad.stderr).to.match(/topP \(--top-p\) must be in \(0, 1\]/);
   });

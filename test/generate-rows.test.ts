@@ -19,7 +19,9 @@ import { generate, sampleFromLogits, type GenerateOptions, type GenerateResult }
 import { DecodeEngine, type EngineRow, type EngineToken } from '../lib/model/engine.js';
 import { tinyModel } from './helpers/tiny.js';
 
-const prompts: number[][] = (JSON.parse(readFileSync(join(packageRoot, 'test', 'fixtures', 'generate', 'greedy-tiny-tied.json'), 'utf8')) as { prompts: number[][] }).prompts;
+const prompts: number[][] = (
+  JSON.parse(readFileSync(join(packageRoot, 'test', 'fixtures', 'generate', 'greedy-tiny-tied.json'), 'utf8')) as { prompts: number[][] }
+).prompts;
 const ids = (c: { tokenIds: Int32Array }) => Array.from(c.tokenIds);
 type Row = NonNullable<GenerateOptions['promptOptions']>[number];
 
@@ -34,7 +36,13 @@ const mixed: Row[] = [
 ];
 
 let shifts = 0;
-async function runEngine(m: Qwen3Model, plan: { at: number; row: EngineRow }[], maxRows = 8, staticDecode?: boolean, capacity = 128): Promise<Map<number, EngineToken[]>> {
+async function runEngine(
+  m: Qwen3Model,
+  plan: { at: number; row: EngineRow }[],
+  maxRows = 8,
+  staticDecode?: boolean,
+  capacity = 128,
+): Promise<Map<number, EngineToken[]>> {
   const e = new DecodeEngine(m, { maxRows, capacity, staticDecode });
   if (staticDecode) expect(e.decodePath).to.equal('static');
   const out = new Map<number, EngineToken[]>();
@@ -75,7 +83,9 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
   for (const path of ['dynamic', 'static'] as const) {
     it(`${path} path: seeded rows give the same ids alone as inside a mixed batch; per-row max tokens`, async () => {
       const staticCache = path === 'static';
-      const all = (await generate(m, { prompts: P(), promptOptions: mixed, maxNewTokens: 8, seed: 1, staticCache } as GenerateOptions)) as GenerateResult & { decodePath: string };
+      const all = (await generate(m, { prompts: P(), promptOptions: mixed, maxNewTokens: 8, seed: 1, staticCache } as GenerateOptions)) as GenerateResult & {
+        decodePath: string;
+      };
       expect(all.decodePath).to.equal(path);
       for (let i = 0; i < mixed.length; i++) {
         const c = all.completions[i]!;
@@ -95,7 +105,10 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
   }
 
   it('n > 1 with a seeded prompt: sample j has its own generator (same alone and batched)', async () => {
-    const po: Row[] = [{ temperature: 1, seed: 5 }, { temperature: 0.8, topK: 4, seed: 6 }];
+    const po: Row[] = [
+      { temperature: 1, seed: 5 },
+      { temperature: 0.8, topK: 4, seed: 6 },
+    ];
     const both = await generate(m, { prompts: P().slice(0, 2), promptOptions: po, n: 3, maxNewTokens: 6 });
     const one = await generate(m, { prompts: [P()[1]!], promptOptions: [po[1]!], n: 3, maxNewTokens: 6 });
     expect(both.completions.slice(3).map(ids)).to.deep.equal(one.completions.map(ids));
@@ -144,19 +157,28 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
     // Per-row sampler on given logits: each id must be the inverse-CDF draw of that row's setting
     // (greedy, full, top-k, top-k + top-p, top-p alone over more than 1024 ids, min-p) at the
     // returned uniform, recomputed in float64; a draw more than 1e-4 from its interval fails.
-    const V = 3000, R = 40;
+    const V = 3000,
+      R = 40;
     const settings: Sampling[] = [
-      { temperature: 0 }, { temperature: 1 }, { temperature: 0.7, topK: 5 }, { temperature: 1.2, topK: 40, topP: 0.8 },
-      { temperature: 1, topP: 0.9 }, { temperature: 1, minP: 0.1 }, { temperature: 1.3, topK: 2000 }, { temperature: 0.6, topK: 50, minP: 0.05 },
+      { temperature: 0 },
+      { temperature: 1 },
+      { temperature: 0.7, topK: 5 },
+      { temperature: 1.2, topK: 40, topP: 0.8 },
+      { temperature: 1, topP: 0.9 },
+      { temperature: 1, minP: 0.1 },
+      { temperature: 1.3, topK: 2000 },
+      { temperature: 0.6, topK: 50, minP: 0.05 },
     ];
     const rows = Array.from({ length: R }, (_, r) => settings[r % settings.length]!);
     let st = 99;
-    const rand = () => ((st = (Math.imul(st, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+    const rand = () => (st = (Math.imul(st, 1664525) + 1013904223) >>> 0) / 2 ** 32;
     const data = Float32Array.from({ length: R * V }, () => 1.5 * Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand()));
     for (const seed of [1, 2]) {
       const r = sampleFromLogits({ data, shape: [R, V] }, { rows, seed });
       for (let i = 0; i < R; i++) {
-        const L = data.subarray(i * V, (i + 1) * V), o = rows[i]!, id = r.tokenIds[i]!;
+        const L = data.subarray(i * V, (i + 1) * V),
+          o = rows[i]!,
+          id = r.tokenIds[i]!;
         if (o.temperature === 0) {
           expect(L[id]).to.equal(Math.max(...L));
           continue;
@@ -166,7 +188,9 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
         expect(j >= 0 && w[j]! > 0, `row ${i} ${JSON.stringify(o)}: id ${id} outside the candidates`).to.equal(true);
         let lo = 0;
         for (let k = 0; k < j; k++) lo += w[k]!;
-        const u = r.uniforms[i]!, a = lo / total, b = (lo + w[j]!) / total;
+        const u = r.uniforms[i]!,
+          a = lo / total,
+          b = (lo + w[j]!) / total;
         expect(Math.max(a - u, u - b, 0), `row ${i} ${JSON.stringify(o)}: u ${u} vs [${a}, ${b})`).to.be.at.most(1e-4);
         // the logprob is under the row's full tempered distribution
         const T = o.temperature ?? 1;
@@ -182,13 +206,28 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
   });
 
   it('engine: a seeded row gives the same ids alone, joining a running batch, and as generate() with that seed', async () => {
-    const rows: EngineRow[] = mixed.map((o, i) => ({ id: i + 1, prompt: P()[i]!, temperature: o.temperature, topK: o.topK, topP: o.topP, minP: o.minP, seed: o.seed ?? 0, maxNewTokens: o.maxNewTokens ?? 8 }));
+    const rows: EngineRow[] = mixed.map((o, i) => ({
+      id: i + 1,
+      prompt: P()[i]!,
+      temperature: o.temperature,
+      topK: o.topK,
+      topP: o.topP,
+      minP: o.minP,
+      seed: o.seed ?? 0,
+      maxNewTokens: o.maxNewTokens ?? 8,
+    }));
     // rows join at different steps while others decode
-    const together = await runEngine(m, rows.map((row, i) => ({ at: i * 2, row })));
+    const together = await runEngine(
+      m,
+      rows.map((row, i) => ({ at: i * 2, row })),
+    );
     for (let i = 0; i < rows.length; i++) {
       const alone = await runEngine(m, [{ at: 0, row: rows[i]! }]);
       const a = alone.get(i + 1)!.map((t) => t.token);
-      expect(together.get(i + 1)!.map((t) => t.token), `row ${i}`).to.deep.equal(a);
+      expect(
+        together.get(i + 1)!.map((t) => t.token),
+        `row ${i}`,
+      ).to.deep.equal(a);
       expect(a.length).to.be.at.most(rows[i]!.maxNewTokens!);
       const g = await generate(m, { prompts: [P()[i]!], promptOptions: [{ ...mixed[i]!, seed: rows[i]!.seed }], maxNewTokens: 8, stopIds: [] });
       expect(ids(g.completions[0]!), `row ${i} vs generate`).to.deep.equal(a);
@@ -198,12 +237,25 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
   });
 
   it('engine: the static-cache decode (the CUDA-graph step, here eager) equals the dynamic decode, rows joining and leaving', async () => {
-    const rows: EngineRow[] = mixed.map((o, i) => ({ id: i + 1, prompt: P()[i]!, temperature: o.temperature, topK: o.topK, topP: o.topP, minP: o.minP, seed: o.seed ?? 0, maxNewTokens: o.maxNewTokens ?? 8, topLogprobs: 2 }));
+    const rows: EngineRow[] = mixed.map((o, i) => ({
+      id: i + 1,
+      prompt: P()[i]!,
+      temperature: o.temperature,
+      topK: o.topK,
+      topP: o.topP,
+      minP: o.minP,
+      seed: o.seed ?? 0,
+      maxNewTokens: o.maxNewTokens ?? 8,
+      topLogprobs: 2,
+    }));
     const plan = rows.map((row, i) => ({ at: 2 * i, row }));
     const dyn = await runEngine(m, plan, 4);
     const stat = await runEngine(m, plan, 4, true);
     for (const r of rows) {
-      expect(stat.get(r.id)!.map((t) => t.token), `row ${r.id}`).to.deep.equal(dyn.get(r.id)!.map((t) => t.token));
+      expect(
+        stat.get(r.id)!.map((t) => t.token),
+        `row ${r.id}`,
+      ).to.deep.equal(dyn.get(r.id)!.map((t) => t.token));
       stat.get(r.id)!.forEach((t, j) => expect(t.rawLogprob).to.be.closeTo(dyn.get(r.id)![j]!.rawLogprob, 1e-4));
     }
   });
@@ -215,14 +267,21 @@ describe('per-row sampling in one batch, and the step-wise decode engine (tiny Q
     const A: EngineRow = { id: 1, prompt: ids(4, 0), temperature: 1, seed: 1, maxNewTokens: 20 };
     const B: EngineRow = { id: 2, prompt: ids(8, 5), temperature: 0.8, topK: 30, seed: 2, maxNewTokens: 12 };
     const C: EngineRow = { id: 3, prompt: ids(12, 9), temperature: 0, maxNewTokens: 2 };
-    const plan = [{ at: 0, row: A }, { at: 0, row: C }, { at: 5, row: B }];
+    const plan = [
+      { at: 0, row: A },
+      { at: 0, row: C },
+      { at: 5, row: B },
+    ];
     for (const staticDecode of [false, true]) {
       shifts = 0;
       const got = await runEngine(m, plan, 4, staticDecode, 26);
       expect(shifts, 'KV rebases').to.be.greaterThan(0);
       for (const r of [A, B, C]) {
         const alone = await runEngine(m, [{ at: 0, row: r }], 4, staticDecode, 26);
-        expect(got.get(r.id)!.map((t) => t.token), `row ${r.id} static ${staticDecode}`).to.deep.equal(alone.get(r.id)!.map((t) => t.token));
+        expect(
+          got.get(r.id)!.map((t) => t.token),
+          `row ${r.id} static ${staticDecode}`,
+        ).to.deep.equal(alone.get(r.id)!.map((t) => t.token));
       }
     }
   });

@@ -28,13 +28,16 @@ type PathResult = GenerateResult & { decodePath: string; graphCaptures: number; 
 
 const run = (m: Qwen3Model, o: GenerateOptions & PathOptions) => generate(m, o as GenerateOptions) as Promise<PathResult>;
 const ids = (c: { tokenIds: Int32Array }) => Array.from(c.tokenIds);
-const prompts: number[][] = (JSON.parse(readFileSync(join(packageRoot, 'test', 'fixtures', 'generate', 'greedy-tiny-tied.json'), 'utf8')) as { prompts: number[][] }).prompts;
+const prompts: number[][] = (
+  JSON.parse(readFileSync(join(packageRoot, 'test', 'fixtures', 'generate', 'greedy-tiny-tied.json'), 'utf8')) as { prompts: number[][] }
+).prompts;
 
 function expectSame(a: PathResult, b: PathResult, tol = 1e-5): void {
   expect(b.completions.length).to.equal(a.completions.length);
   let worst = 0;
   for (let i = 0; i < a.completions.length; i++) {
-    const ca = a.completions[i]!, cb = b.completions[i]!;
+    const ca = a.completions[i]!,
+      cb = b.completions[i]!;
     expect(ids(cb), `completion ${i}`).to.deep.equal(ids(ca));
     expect(cb.finishReason).to.equal(ca.finishReason);
     for (let j = 0; j < ca.logprobs.length; j++) worst = Math.max(worst, Math.abs(ca.logprobs[j]! - cb.logprobs[j]!));
@@ -89,7 +92,11 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     // moves an inverse-CDF draw to a neighbouring id; that case is checked up to the first such
     // flip below. Bit-identical kernels (graph vs eager static, test/gpu) give identical ids always.
     const m = models['tiny-tied']!;
-    for (const [T, topK, topP] of [[0.8, 20, 1.0], [1.0, 50, 0.9], [1.3, 8, 1.0]] as const) {
+    for (const [T, topK, topP] of [
+      [0.8, 20, 1.0],
+      [1.0, 50, 0.9],
+      [1.3, 8, 1.0],
+    ] as const) {
       const o = { prompts: prompts.slice(0, 3), n: 3, temperature: T, topK, topP, maxNewTokens: 24, seed: 4242, stopIds: [] as number[] };
       const dyn = await run(m, { ...o, staticCache: false });
       const st = await run(m, { ...o, staticCache: true, padToBucket: true });
@@ -99,9 +106,11 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     const o = { prompts: prompts.slice(0, 3), n: 3, temperature: 1.0, maxNewTokens: 24, seed: 4242, stopIds: [] as number[] };
     const dyn = await run(m, { ...o, staticCache: false });
     const st = await run(m, { ...o, staticCache: true, padToBucket: true });
-    let same = 0, total = 0;
+    let same = 0,
+      total = 0;
     for (let i = 0; i < dyn.completions.length; i++) {
-      const a = dyn.completions[i]!, b = st.completions[i]!;
+      const a = dyn.completions[i]!,
+        b = st.completions[i]!;
       total += a.tokenIds.length;
       for (let j = 0; j < a.tokenIds.length; j++) {
         if (a.tokenIds[j] !== b.tokenIds[j]) break; // a rounding flip: the rows diverge from here
@@ -139,21 +148,35 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     const m = models['tiny-tied']!;
     const T = 21;
     const greedy = await run(m, { prompts, temperature: 0, maxNewTokens: T, stopIds: [] });
-    const g0 = ids(greedy.completions[0]!), g1 = ids(greedy.completions[1]!), g2 = ids(greedy.completions[2]!);
+    const g0 = ids(greedy.completions[0]!),
+      g1 = ids(greedy.completions[1]!),
+      g2 = ids(greedy.completions[2]!);
     const stopsFor = (first: number[], mid: number[], late: number[]) => [first[0]!, mid[6]!, late[13]!];
     const cases: { name: string; o: GenerateOptions; exactVsDynamic: boolean; inStep: boolean }[] = [
       { name: 'greedy, stop ids', o: { prompts, temperature: 0, maxNewTokens: T, stopIds: stopsFor(g0, g1, g2) }, exactVsDynamic: true, inStep: true },
       { name: 'greedy, no stop ids', o: { prompts, temperature: 0, maxNewTokens: T, stopIds: [] }, exactVsDynamic: true, inStep: true },
       { name: 'top-k n = 2', o: { prompts, n: 2, temperature: 0.9, topK: 12, maxNewTokens: T, seed: 77, stopIds: [] }, exactVsDynamic: true, inStep: true },
-      { name: 'top-k + top-p n = 2', o: { prompts, n: 2, temperature: 1.1, topK: 30, topP: 0.8, maxNewTokens: T, seed: 78, stopIds: [] }, exactVsDynamic: true, inStep: true },
+      {
+        name: 'top-k + top-p n = 2',
+        o: { prompts, n: 2, temperature: 1.1, topK: 30, topP: 0.8, maxNewTokens: T, seed: 78, stopIds: [] },
+        exactVsDynamic: true,
+        inStep: true,
+      },
       { name: 'full vocabulary n = 2', o: { prompts, n: 2, temperature: 1.0, maxNewTokens: T, seed: 79, stopIds: [] }, exactVsDynamic: false, inStep: true },
-      { name: 'top-p alone (sampler outside the step)', o: { prompts, temperature: 1.0, topP: 0.9, maxNewTokens: T, seed: 80, stopIds: [] }, exactVsDynamic: false, inStep: false },
+      {
+        name: 'top-p alone (sampler outside the step)',
+        o: { prompts, temperature: 1.0, topP: 0.9, maxNewTokens: T, seed: 80, stopIds: [] },
+        exactVsDynamic: false,
+        inStep: false,
+      },
     ];
     // Sampled runs: stop ids taken from their own static run so that they fire in several rows.
     for (const c of cases) {
       if (c.o.temperature !== 0) {
         const free = await run(m, { ...c.o, staticCache: true, padToBucket: true, syncEvery: 1 });
-        const r0 = ids(free.completions[0]!), r1 = ids(free.completions[1]!), r2 = ids(free.completions[free.completions.length - 1]!);
+        const r0 = ids(free.completions[0]!),
+          r1 = ids(free.completions[1]!),
+          r2 = ids(free.completions[free.completions.length - 1]!);
         c.o = { ...c.o, stopIds: stopsFor(r0, r1, r2) };
       }
       const dyn = await run(m, { ...c.o, staticCache: false });
@@ -232,7 +255,7 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
       m.dispose();
     }
   });
-  it('grouped LoRA from the per-call cache (q/k/v, gate/up) gives the teacher-forced forward\'s logprobs, and an adapter update between calls is seen', async () => {
+  it("grouped LoRA from the per-call cache (q/k/v, gate/up) gives the teacher-forced forward's logprobs, and an adapter update between calls is seen", async () => {
     // bf16 weights with the float32 LoRA branch (the default): the decode runs LoraAddGroup, which
     // generate serves from its per-call cache (fp32 models take the fused base + LoRA node instead).
     const m = await loadModel(tinyModel('tiny-untied'), { dtype: 'bfloat16' });
@@ -240,12 +263,14 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
       m.addLora({ r: 4, alpha: 8, seed: 5 });
       const setB = (salt: number) => {
         const w = m.loraWeights();
-        for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length + salt) * 0.1;
+        for (const [k, t] of Object.entries(w))
+          if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length + salt) * 0.1;
         m.setLoraWeights(w);
       };
       // Teacher-forced logprobs (sequenceLogprobs: no generate call, so no cache) of each completion.
       const forced = (r: PathResult, T: number) => teacherForcedLogprobs(m, prompts, r.completions, T);
-      const worst = (r: PathResult, f: number[][]) => Math.max(...r.completions.flatMap((c, b) => Array.from(c.logprobs).map((x, t) => Math.abs(x - f[b]![t]!))));
+      const worst = (r: PathResult, f: number[][]) =>
+        Math.max(...r.completions.flatMap((c, b) => Array.from(c.logprobs).map((x, t) => Math.abs(x - f[b]![t]!))));
       const o = { prompts, temperature: 0.9, maxNewTokens: 24, seed: 4, stopIds: [] as number[] };
       setB(0);
       const first: PathResult[] = [];
@@ -260,21 +285,25 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
       for (const path of [{ staticCache: false }, { staticCache: true, padToBucket: true }]) {
         const r = await run(m, { ...o, ...path });
         expect(worst(r, await forced(r, 0.9)), `after update ${JSON.stringify(path)}`).to.be.below(0.06);
-        expect(worst(r, await forced(first[0]!, 0.9)) > 1e-3 || JSON.stringify(r.completions.map(ids)) !== JSON.stringify(first[0]!.completions.map(ids)), 'the update changed the decode').to.equal(true);
+        expect(
+          worst(r, await forced(first[0]!, 0.9)) > 1e-3 || JSON.stringify(r.completions.map(ids)) !== JSON.stringify(first[0]!.completions.map(ids)),
+          'the update changed the decode',
+        ).to.equal(true);
       }
     } finally {
       m.dispose();
     }
   });
 
-  it('bf16 LoRA branch: the per-call cast of the adapter gives exactly the per-forward cast\'s results, before and after an update', async () => {
+  it("bf16 LoRA branch: the per-call cast of the adapter gives exactly the per-forward cast's results, before and after an update", async () => {
     const m = await loadModel(tinyModel('tiny-untied'), { dtype: 'bfloat16' });
     try {
       m.setLoraFloat32Branch(false);
       m.addLora({ r: 4, alpha: 8, seed: 6 });
       const setB = (salt: number) => {
         const w = m.loraWeights();
-        for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.cos(i * 0.29 + k.length + salt) * 0.1;
+        for (const [k, t] of Object.entries(w))
+          if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.cos(i * 0.29 + k.length + salt) * 0.1;
         m.setLoraWeights(w);
       };
       const o = { prompts, temperature: 0.9, maxNewTokens: 24, seed: 8, stopIds: [] as number[] };
@@ -293,7 +322,10 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
           const { cached, plain } = await both(path);
           const what = `update ${salt} ${JSON.stringify(path)}`;
           expect(cached.completions.map(ids), what).to.deep.equal(plain.completions.map(ids));
-          expect(cached.completions.map((c) => Array.from(c.logprobs)), what).to.deep.equal(plain.completions.map((c) => Array.from(c.logprobs)));
+          expect(
+            cached.completions.map((c) => Array.from(c.logprobs)),
+            what,
+          ).to.deep.equal(plain.completions.map((c) => Array.from(c.logprobs)));
         }
       }
     } finally {
@@ -301,12 +333,13 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     }
   });
 
-  it('mergeAdapter: sampling from W + scaling·B·A gives the LoRA branch\'s ids and logprobs (float32), for all and for some targets, and sees an adapter update', async () => {
+  it("mergeAdapter: sampling from W + scaling·B·A gives the LoRA branch's ids and logprobs (float32), for all and for some targets, and sees an adapter update", async () => {
     const m = await loadModel(tinyModel('tiny-untied'));
     try {
       const setB = (salt: number) => {
         const w = m.loraWeights();
-        for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.41 + k.length + salt) * 0.15;
+        for (const [k, t] of Object.entries(w))
+          if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.41 + k.length + salt) * 0.15;
         m.setLoraWeights(w);
       };
       // All seven projections (fused q/k/v and gate/up fully merged), and a subset whose merged rows
@@ -355,7 +388,7 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
     }
   });
 
-  it('mergeAdapter with a loaded PEFT adapter of per-module r and alpha (rank_pattern, alpha_pattern, use_rslora): the LoRA branch\'s ids and logprobs (float32), also from a snapshot', async () => {
+  it("mergeAdapter with a loaded PEFT adapter of per-module r and alpha (rank_pattern, alpha_pattern, use_rslora): the LoRA branch's ids and logprobs (float32), also from a snapshot", async () => {
     // A PEFT directory as peft writes it for such a config: the patterns in adapter_config.json,
     // A [r_m, in] / B [out, r_m] per module in adapter_model.safetensors. Each module's merge must use
     // its own scaling alpha_m / sqrt(r_m), not the config's alpha / sqrt(r).
@@ -374,12 +407,21 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
       for (const [k, t] of Object.entries(tensors)) {
         const r = rankOf(k);
         if (k.includes('lora_A')) out[k] = { data: t.data.slice(0, r * t.shape[1]!), shape: [r, t.shape[1]!] };
-        else out[k] = { data: Float32Array.from({ length: t.shape[0]! * r }, (_, i) => t.data[Math.floor(i / r) * t.shape[1]! + (i % r)]!), shape: [t.shape[0]!, r] };
+        else
+          out[k] = {
+            data: Float32Array.from({ length: t.shape[0]! * r }, (_, i) => t.data[Math.floor(i / r) * t.shape[1]! + (i % r)]!),
+            shape: [t.shape[0]!, r],
+          };
       }
       native().saveSafetensors(file, out, { format: 'pt' });
       const cfgPath = join(dir, 'adapter_config.json');
       const cfg = JSON.parse(readFileSync(cfgPath, 'utf8'));
-      const patterned = { ...cfg, use_rslora: true, rank_pattern: { q_proj: 2, 'model\\.layers\\.0\\.mlp\\.(gate|up)_proj': 3 }, alpha_pattern: { v_proj: 3, 'layers\\.\\d\\.self_attn\\.o_proj': 20 } };
+      const patterned = {
+        ...cfg,
+        use_rslora: true,
+        rank_pattern: { q_proj: 2, 'model\\.layers\\.0\\.mlp\\.(gate|up)_proj': 3 },
+        alpha_pattern: { v_proj: 3, 'layers\\.\\d\\.self_attn\\.o_proj': 20 },
+      };
       writeFileSync(cfgPath, JSON.stringify(patterned));
       await m.loadAdapter(dir);
       m.snapshotAdapter('patterned');
@@ -436,29 +478,61 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
 
   it('onGroupDone: a group that finished early is handed over (final completions, once) while the others decode, on both paths; a throwing callback rejects the call afterwards', async () => {
     const m = models['tiny-tied']!;
-    const ps = [[1, 2, 3], [4, 5], [6, 7, 8, 9]];
+    const ps = [
+      [1, 2, 3],
+      [4, 5],
+      [6, 7, 8, 9],
+    ];
     const greedy = await run(m, { prompts: ps, n: 2, temperature: 0, maxNewTokens: 40, stopIds: [] });
     const stopIds = [greedy.completions[2]!.tokenIds[5]!]; // prompt 1's rows (identical, greedy) stop at their 6th token
-    expect(greedy.completions.filter((c, i) => i !== 2 && i !== 3).every((c) => !Array.from(c.tokenIds.slice(0, 200)).includes(stopIds[0]!)), 'the stop id ends only prompt 1 early').to.equal(true);
+    expect(
+      greedy.completions.filter((c, i) => i !== 2 && i !== 3).every((c) => !Array.from(c.tokenIds.slice(0, 200)).includes(stopIds[0]!)),
+      'the stop id ends only prompt 1 early',
+    ).to.equal(true);
     for (const path of [{ staticCache: false }, { staticCache: true, padToBucket: true, syncEvery: 4 }]) {
       const seen: { promptIndex: number; completions: RawCompletion[]; beforeResolve: boolean }[] = [];
       let resolved = false;
-      const r = await run(m, { prompts: ps, n: 2, temperature: 0, maxNewTokens: 200, stopIds, ...path, onGroupDone: (g) => seen.push({ ...g, beforeResolve: !resolved }) });
+      const r = await run(m, {
+        prompts: ps,
+        n: 2,
+        temperature: 0,
+        maxNewTokens: 200,
+        stopIds,
+        ...path,
+        onGroupDone: (g) => seen.push({ ...g, beforeResolve: !resolved }),
+      });
       resolved = true;
       await new Promise((res) => setTimeout(res, 20)); // late deliveries of groups that ended at the last read-back
       const what = JSON.stringify(path);
       const early = seen.find((g) => g.promptIndex === 1);
       expect(early, what).to.not.equal(undefined);
       expect(early!.beforeResolve, what).to.equal(true);
-      expect(early!.completions.map((c) => [c.promptIndex, c.sampleIndex, c.finishReason, Array.from(c.tokenIds), Array.from(c.logprobs)]), what)
-        .to.deep.equal(r.completions.slice(2, 4).map((c) => [c.promptIndex, c.sampleIndex, c.finishReason, Array.from(c.tokenIds), Array.from(c.logprobs)]));
-      expect(early!.completions.map((c) => c.tokenIds.length), what).to.deep.equal([6, 6]);
+      expect(
+        early!.completions.map((c) => [c.promptIndex, c.sampleIndex, c.finishReason, Array.from(c.tokenIds), Array.from(c.logprobs)]),
+        what,
+      ).to.deep.equal(r.completions.slice(2, 4).map((c) => [c.promptIndex, c.sampleIndex, c.finishReason, Array.from(c.tokenIds), Array.from(c.logprobs)]));
+      expect(
+        early!.completions.map((c) => c.tokenIds.length),
+        what,
+      ).to.deep.equal([6, 6]);
       expect(new Set(seen.map((g) => g.promptIndex)).size, `${what}: each prompt at most once`).to.equal(seen.length);
-      expect(r.completions.map((c) => c.tokenIds.length), what).to.deep.equal([200, 200, 6, 6, 200, 200]);
+      expect(
+        r.completions.map((c) => c.tokenIds.length),
+        what,
+      ).to.deep.equal([200, 200, 6, 6, 200, 200]);
     }
     let err: Error | undefined;
     try {
-      await run(m, { prompts: ps, n: 2, temperature: 0, maxNewTokens: 60, stopIds, onGroupDone: () => { throw new Error('callback failed'); } });
+      await run(m, {
+        prompts: ps,
+        n: 2,
+        temperature: 0,
+        maxNewTokens: 60,
+        stopIds,
+        onGroupDone: () => {
+          throw new Error('callback failed');
+        },
+      });
     } catch (e) {
       err = e as Error;
     }

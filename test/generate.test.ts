@@ -69,7 +69,10 @@ describe('generate (native batched KV-cache sampling)', function () {
       const prompts = [f.prompts[1], f.prompts[3], [100, 200, 300, 400, 500]];
       const job = join(dir, 'job.json');
       writeFileSync(job, JSON.stringify({ prompts, max_new_tokens: 64, stop_ids: f.stop_ids, pad_id: f.pad_id }));
-      const py = spawnSync(python, [join(packageRoot, 'scripts', 'ref_generate.py'), '--model', tinyModel('tiny-untied'), '--job', job], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' } });
+      const py = spawnSync(python, [join(packageRoot, 'scripts', 'ref_generate.py'), '--model', tinyModel('tiny-untied'), '--job', job], {
+        encoding: 'utf8',
+        env: { ...process.env, OMP_NUM_THREADS: '2' },
+      });
       if (py.error || (py.status !== 0 && /No module named/.test(py.stderr ?? ''))) {
         if (process.env.CI) throw new Error(`reference unavailable in CI: ${py.error?.message ?? py.stderr}`);
         this.skip();
@@ -93,7 +96,10 @@ describe('generate (native batched KV-cache sampling)', function () {
         const dir = mkdtempSync(join(tmpdir(), 'pg-gen-'));
         const job = join(dir, 'job.json');
         writeFileSync(job, JSON.stringify({ prompts, max_new_tokens: 32, stop_ids: f.stop_ids, pad_id: f.pad_id }));
-        const py = spawnSync(python, [join(packageRoot, 'scripts', 'ref_generate.py'), ...names.flatMap((n) => ['--model', tinyModel(n)]), '--job', job], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '2' } });
+        const py = spawnSync(python, [join(packageRoot, 'scripts', 'ref_generate.py'), ...names.flatMap((n) => ['--model', tinyModel(n)]), '--job', job], {
+          encoding: 'utf8',
+          env: { ...process.env, OMP_NUM_THREADS: '2' },
+        });
         if (py.error || (py.status !== 0 && /No module named/.test(py.stderr ?? ''))) {
           if (process.env.CI) throw new Error(`reference unavailable in CI: ${py.error?.message ?? py.stderr}`);
           return;
@@ -118,7 +124,14 @@ describe('generate (native batched KV-cache sampling)', function () {
       const prompts = base.prompts.slice(0, 3);
       const k1 = await generate(tied, { prompts, temperature: 1, topK: 1, maxNewTokens: 24, seed: 5, n: 2 });
       for (const c of k1.completions) expect(ids(c)).to.deep.equal(base.completions[c.promptIndex].slice(0, 24));
-      expect(k1.completions.map((c) => [c.promptIndex, c.sampleIndex])).to.deep.equal([[0, 0], [0, 1], [1, 0], [1, 1], [2, 0], [2, 1]]);
+      expect(k1.completions.map((c) => [c.promptIndex, c.sampleIndex])).to.deep.equal([
+        [0, 0],
+        [0, 1],
+        [1, 0],
+        [1, 1],
+        [2, 0],
+        [2, 1],
+      ]);
     });
   });
 
@@ -166,7 +179,11 @@ describe('generate (native batched KV-cache sampling)', function () {
 
     it('logprobs equal a teacher-forced forward at the same T (≤ 1e-4), full-vocabulary log-softmax', async () => {
       const V = Number(tied.config.vocab_size);
-      for (const [T, topK, topP] of [[0.7, 20, 0.9], [1.0, 0, 1.0], [1.3, 0, 0.8]] as const) {
+      for (const [T, topK, topP] of [
+        [0.7, 20, 0.9],
+        [1.0, 0, 1.0],
+        [1.3, 0, 0.8],
+      ] as const) {
         const prompts = [base.prompts[1], base.prompts[0]];
         const r = await generate(tied, { prompts, temperature: T, topK, topP, maxNewTokens: 10, seed: 77, n: 2 });
         for (const c of r.completions) {
@@ -194,7 +211,8 @@ describe('generate (native batched KV-cache sampling)', function () {
         const s = e.reduce((a, b) => a + b, 0);
         return e.map((x) => x / s);
       };
-      const chi2 = (counts: number[], probs: number[]) => counts.reduce((acc, c, i) => (probs[i] > 0 ? acc + (c - R * probs[i]) ** 2 / (R * probs[i]) : acc), 0);
+      const chi2 = (counts: number[], probs: number[]) =>
+        counts.reduce((acc, c, i) => (probs[i] > 0 ? acc + (c - R * probs[i]) ** 2 / (R * probs[i]) : acc), 0);
       const count = (tok: Int32Array) => {
         const c = new Array(V).fill(0);
         for (const t of tok) c[t]++;
@@ -212,7 +230,12 @@ describe('generate (native batched KV-cache sampling)', function () {
       const sk = pk.reduce((a, b) => a + b, 0);
       const ck = count(k3.tokenIds);
       expect(ck.filter((_, i) => !top3.includes(i)).every((x) => x === 0)).to.equal(true);
-      expect(chi2(ck, pk.map((x) => x / sk))).to.be.lessThan(20); // 2 dof
+      expect(
+        chi2(
+          ck,
+          pk.map((x) => x / sk),
+        ),
+      ).to.be.lessThan(20); // 2 dof
       for (let r = 0; r < 50; r++) expect(k3.logprobs[r]).to.be.closeTo(Math.log(p[k3.tokenIds[r]]), 1e-5);
       // top-p 0.6: sorted probs ≈ [.50, .22, .11, ...] → keeps the first two (preceding mass .50 < .6, .72 ≥ .6)
       const pp = sampleFromLogits({ data, shape: [R, V] }, { temperature: 1, topP: 0.6, seed: 5 });
@@ -246,7 +269,9 @@ describe('generate (native batched KV-cache sampling)', function () {
       const g = sampleFromLogits({ data: Float32Array.from(row), shape: [1, V] }, { temperature: 0 });
       expect(g.tokenIds[0]).to.equal(3);
       // same seed, same draws
-      expect(Array.from(sampleFromLogits({ data, shape: [R, V] }, { temperature: 1, seed: 3 }).tokenIds.slice(0, 100))).to.deep.equal(Array.from(full.tokenIds.slice(0, 100)));
+      expect(Array.from(sampleFromLogits({ data, shape: [R, V] }, { temperature: 1, seed: 3 }).tokenIds.slice(0, 100))).to.deep.equal(
+        Array.from(full.tokenIds.slice(0, 100)),
+      );
     });
   });
 
@@ -285,7 +310,12 @@ describe('generate (native batched KV-cache sampling)', function () {
       const mk = (seed: number) => ({ prompts: base.prompts.slice(0, 2), temperature: 1, maxNewTokens: 8, seed, n: 2 });
       const seq: GenerateResult[] = [];
       for (const s of [1, 2, 3]) seq.push(await generate(tied, mk(s)));
-      const par = await Promise.all([generate(tied, mk(1)), tied.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] } }), generate(tied, mk(2)), generate(tied, mk(3))]);
+      const par = await Promise.all([
+        generate(tied, mk(1)),
+        tied.forward({ inputIds: { data: Int32Array.from([1, 2]), shape: [1, 2] } }),
+        generate(tied, mk(2)),
+        generate(tied, mk(3)),
+      ]);
       const gens = [par[0], par[2], par[3]] as GenerateResult[];
       expect(gens.map((g) => g.completions.map(ids))).to.deep.equal(seq.map((g) => g.completions.map(ids)));
     });
@@ -299,7 +329,10 @@ describe('generate (native batched KV-cache sampling)', function () {
         candidates: { data: Int32Array.from([9454, 2753]), shape: [2] },
         adapter: 'none' as const,
       };
-      const seqArgs = { inputIds: { data: Int32Array.from([151644, 872, 198, 9707, 1879]), shape: [1, 5] }, attentionMask: { data: Int32Array.from([1, 1, 1, 1, 1]), shape: [1, 5] } };
+      const seqArgs = {
+        inputIds: { data: Int32Array.from([151644, 872, 198, 9707, 1879]), shape: [1, 5] },
+        attentionMask: { data: Int32Array.from([1, 1, 1, 1, 1]), shape: [1, 5] },
+      };
       const n = native();
       const alonePrefix = Array.from((await n.prefixLogprobs(tied, prefixArgs)).data as Float32Array);
       const aloneSeq = Array.from((await n.sequenceLogprobs(tied, seqArgs)).data as Float32Array);
@@ -324,8 +357,15 @@ describe('generate (native batched KV-cache sampling)', function () {
       m.addLora({ r: 2, alpha: 4, seed: 1 });
       const n = native();
       const L = 6;
-      const seqArgs = (i: number) => ({ inputIds: { data: Int32Array.from([151644, 872, 198, 9707 + i, 1879, 13]), shape: [1, L] }, attentionMask: { data: Int32Array.from(Array(L).fill(1)), shape: [1, L] }, adapter: (i % 2 ? 'none' : 'active') as 'none' | 'active' });
-      const ceArgs = { inputIds: { data: Int32Array.from([151644, 872, 198, 9707, 1879, 13]), shape: [1, L] }, labels: { data: Int32Array.from([151644, 872, 198, 9707, 1879, 13]), shape: [1, L] } };
+      const seqArgs = (i: number) => ({
+        inputIds: { data: Int32Array.from([151644, 872, 198, 9707 + i, 1879, 13]), shape: [1, L] },
+        attentionMask: { data: Int32Array.from(Array(L).fill(1)), shape: [1, L] },
+        adapter: (i % 2 ? 'none' : 'active') as 'none' | 'active',
+      });
+      const ceArgs = {
+        inputIds: { data: Int32Array.from([151644, 872, 198, 9707, 1879, 13]), shape: [1, L] },
+        labels: { data: Int32Array.from([151644, 872, 198, 9707, 1879, 13]), shape: [1, L] },
+      };
       const alone: number[][] = [];
       for (let i = 0; i < 12; i++) alone.push(Array.from((await n.sequenceLogprobs(m, seqArgs(i))).data as Float32Array));
       const aloneLoss = (await m.crossEntropyBackward(ceArgs)).loss;
@@ -342,7 +382,11 @@ describe('generate (native batched KV-cache sampling)', function () {
       // each call resolves (it ran first) or rejects with ERR_PG_DISPOSED.
       const gen2 = generate(m, { prompts: base.prompts.slice(0, 2), temperature: 0, maxNewTokens: 400, stopIds: [] });
       await new Promise((r) => setTimeout(r, 20));
-      const inflight = [gen2, ...Array.from({ length: 10 }, (_, i) => n.sequenceLogprobs(m, seqArgs(i))), generate(m, { prompts: [[1, 2, 3]], maxNewTokens: 4 })];
+      const inflight = [
+        gen2,
+        ...Array.from({ length: 10 }, (_, i) => n.sequenceLogprobs(m, seqArgs(i))),
+        generate(m, { prompts: [[1, 2, 3]], maxNewTokens: 4 }),
+      ];
       m.dispose();
       const settled = await Promise.allSettled(inflight);
       for (const s of settled) if (s.status === 'rejected') expect((s.reason as { code?: string }).code, String(s.reason)).to.equal('ERR_PG_DISPOSED');

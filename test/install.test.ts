@@ -77,8 +77,13 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
 
     // 1. Pack: main package + @papergym-native/<platform>-torch<minor>-cpu.
     const packDir = join(tmp, 'packs');
-    must(run('bash', ['scripts/prebuild.sh', 'cpu', '--pack-dir', packDir, '--reuse-build'], { cwd: packageRoot, env: { ...process.env, PYTHON: realPython } }), 'scripts/prebuild.sh cpu');
-    packs = readdirSync(packDir).filter((f) => f.endsWith('.tgz')).map((f) => join(packDir, f));
+    must(
+      run('bash', ['scripts/prebuild.sh', 'cpu', '--pack-dir', packDir, '--reuse-build'], { cwd: packageRoot, env: { ...process.env, PYTHON: realPython } }),
+      'scripts/prebuild.sh cpu',
+    );
+    packs = readdirSync(packDir)
+      .filter((f) => f.endsWith('.tgz'))
+      .map((f) => join(packDir, f));
     expect(packs.length).to.equal(2);
 
     // 2. PATH: node, npm, npx, python3 and a shell; compilers and build tools are recording stubs.
@@ -95,9 +100,13 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
       chmodSync(join(stubs, s), 0o755);
     }
     env = {
-      HOME: process.env.HOME, PATH: `${stubs}:${tools}`, PYTHON: realPython, TMPDIR: tmpdir(),
+      HOME: process.env.HOME,
+      PATH: `${stubs}:${tools}`,
+      PYTHON: realPython,
+      TMPDIR: tmpdir(),
       PAPERGYM_NATIVE_CACHE_DIR: join(tmp, 'user-cache'),
-      npm_config_update_notifier: 'false', OMP_NUM_THREADS: '2',
+      npm_config_update_notifier: 'false',
+      OMP_NUM_THREADS: '2',
     };
 
     // The reference: this checkout's addon on the same tiny model and ids.
@@ -149,7 +158,8 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
     expect(out).to.match(/papergym-native: using prebuilt @papergym-native\/linux-x64-torch[\d.]+-cpu/);
     const pkg = join(dir, 'node_modules', 'papergym-native');
     for (const p of ['build', '.cache', 'test', 'scripts/bench', 'dist/test', 'build-prebuild']) expect(existsSync(join(pkg, p)), p).to.equal(false);
-    for (const p of ['LICENSE', 'README.md', 'docs/design.md', 'dist/lib/cjs/index.cjs', 'scripts/make_tiny_qwen3.py']) expect(existsSync(join(pkg, p)), p).to.equal(true);
+    for (const p of ['LICENSE', 'README.md', 'docs/design.md', 'dist/lib/cjs/index.cjs', 'scripts/make_tiny_qwen3.py'])
+      expect(existsSync(join(pkg, p)), p).to.equal(true);
   });
 
   it('imports from ESM and runs a forward pass with the prebuilt binary (same logits as this checkout)', function () {
@@ -178,13 +188,17 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
         process.stdout.write(JSON.stringify({ shape: r.logits.shape, logits: Array.from(r.logits.data), addon: api.doctor().addonPath }));
         m.dispose();
       });`;
-    checkForward(must(run('node', ['--no-experimental-require-module', '-e', noEsm, modelDir], { cwd: project, env }), 'CommonJS forward without require(esm)'));
+    checkForward(
+      must(run('node', ['--no-experimental-require-module', '-e', noEsm, modelDir], { cwd: project, env }), 'CommonJS forward without require(esm)'),
+    );
   });
 
   it('doctor lists the candidates and why each was taken or skipped', function () {
     if (!project) this.skip();
     const j = JSON.parse(must(run('npx', ['papergym-native', 'doctor', '--json'], { cwd: project, env }), 'doctor')) as {
-      addonPath: string; candidates: { name: string; source: string; status: string; reason: string }[]; provider: { version: string };
+      addonPath: string;
+      candidates: { name: string; source: string; status: string; reason: string }[];
+      provider: { version: string };
     };
     const byName = Object.fromEntries(j.candidates.map((c) => [c.name, c]));
     expect(byName['local build'].status).to.equal('skipped');
@@ -198,7 +212,29 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
   it('the embedded default trains from the installed package; caches go to the per-user cache dir', function () {
     if (!project) this.skip();
     const out = join(project, 'run');
-    must(run('npx', ['papergym-native', 'train', '--opsd-steps', '1', '--grpo-steps', '1', '--questions-per-step', '1', '--group-size', '2', '--max-new-tokens', '16', '--out', out], { cwd: project, env, timeout: 600_000 }), 'train');
+    must(
+      run(
+        'npx',
+        [
+          'papergym-native',
+          'train',
+          '--opsd-steps',
+          '1',
+          '--grpo-steps',
+          '1',
+          '--questions-per-step',
+          '1',
+          '--group-size',
+          '2',
+          '--max-new-tokens',
+          '16',
+          '--out',
+          out,
+        ],
+        { cwd: project, env, timeout: 600_000 },
+      ),
+      'train',
+    );
     expect(existsSync(join(out, 'summary.json'))).to.equal(true);
     const model = join(env.PAPERGYM_NATIVE_CACHE_DIR!, 'models', 'default-tiny-tied-s0');
     for (const f of ['tokenizer.json', 'config.json', 'model.safetensors', 'fingerprint.json']) expect(existsSync(join(model, f)), f).to.equal(true);
@@ -228,7 +264,10 @@ describe('install without a compiler (packed tarballs into a fresh project)', fu
       const a = new JudgeCache(path); a.set('k', { content: 'yes', promptTokens: 3, completionTokens: 1, prob: 0.75 });
       const b = new JudgeCache(path);
       process.stdout.write(JSON.stringify({ engine: sqliteEngine(), got: b.get('k') }));`;
-    const out = must(run('node', ['--input-type=module', '-e', code, join(dir, 'cache', 'judge.sqlite')], { cwd: dir, env }), 'SQLite from the installed package');
+    const out = must(
+      run('node', ['--input-type=module', '-e', code, join(dir, 'cache', 'judge.sqlite')], { cwd: dir, env }),
+      'SQLite from the installed package',
+    );
     expect(JSON.parse(out)).to.deep.equal({ engine: 'libsql', got: { content: 'yes', promptTokens: 3, completionTokens: 1, prob: 0.75 } });
     expect(existsSync(stubLog)).to.equal(false);
   });

@@ -35,12 +35,35 @@ describe('judge-agreement CLI (loopback judges)', function () {
 
   it('prints and writes agreement, κ, Fleiss and label figures equal to the known rule', async () => {
     const items = readDataset(DATA).items.slice(0, 2);
-    writeFileSync(join(dir, 'plans.jsonl'), items.map((it) => JSON.stringify({ questionId: it.id, sample: 0, plan: `A plan for ${it.id}.` })).join('\n') + '\n');
-    writeFileSync(join(dir, 'judges.yaml'), `judges:\n  - {name: yes, kind: http, url: "${yes.url}", model: a, maxRetries: 0}\n  - {name: parity, kind: http, url: "${parity.url}", model: b, maxRetries: 0}\n`);
+    writeFileSync(
+      join(dir, 'plans.jsonl'),
+      items.map((it) => JSON.stringify({ questionId: it.id, sample: 0, plan: `A plan for ${it.id}.` })).join('\n') + '\n',
+    );
+    writeFileSync(
+      join(dir, 'judges.yaml'),
+      `judges:\n  - {name: yes, kind: http, url: "${yes.url}", model: a, maxRetries: 0}\n  - {name: parity, kind: http, url: "${parity.url}", model: b, maxRetries: 0}\n`,
+    );
     // Labels: the rule on the first question's items.
-    writeFileSync(join(dir, 'labels.jsonl'), items[0].rubric.map((r) => JSON.stringify({ questionId: items[0].id, itemId: r.id, label: rule(r.text) })).join('\n') + '\n');
+    writeFileSync(
+      join(dir, 'labels.jsonl'),
+      items[0].rubric.map((r) => JSON.stringify({ questionId: items[0].id, itemId: r.id, label: rule(r.text) })).join('\n') + '\n',
+    );
     const out = join(dir, 'report.json');
-    const r = await cli(['judge-agreement', '--data', DATA, '--plans', join(dir, 'plans.jsonl'), '--judges', join(dir, 'judges.yaml'), '--labels', join(dir, 'labels.jsonl'), '--out', out, '--resamples', '200']);
+    const r = await cli([
+      'judge-agreement',
+      '--data',
+      DATA,
+      '--plans',
+      join(dir, 'plans.jsonl'),
+      '--judges',
+      join(dir, 'judges.yaml'),
+      '--labels',
+      join(dir, 'labels.jsonl'),
+      '--out',
+      out,
+      '--resamples',
+      '200',
+    ]);
     expect(r.code, r.err).to.equal(0);
     const all = items.flatMap((it) => it.rubric);
     const share = all.filter((x) => rule(x.text)).length / all.length;
@@ -59,16 +82,39 @@ describe('judge-agreement CLI (loopback judges)', function () {
     const labelledShare = items[0].rubric.filter((x) => rule(x.text)).length / items[0].rubric.length;
     expect(ly.precision.value).to.be.closeTo(labelledShare, 1e-12);
     expect(rep.memberHealth.yes).to.deep.include({ verdicts: all.length, nulls: 0 });
-    expect(r.out).to.match(/yes vs parity: agree 0\.\d{3} \[/).and.match(/Cohen κ 0\.000/).and.match(/parity vs labels: agree 1\.000/);
+    expect(r.out)
+      .to.match(/yes vs parity: agree 0\.\d{3} \[/)
+      .and.match(/Cohen κ 0\.000/)
+      .and.match(/parity vs labels: agree 1\.000/);
   });
 
   it('a labels file naming an unknown rubric item or plan is a clear error (file and line)', async () => {
     writeFileSync(join(dir, 'bad-labels.jsonl'), JSON.stringify({ questionId: readDataset(DATA).items[0].id, itemId: 'no-such-item', label: true }) + '\n');
-    const r = await cli(['judge-agreement', '--data', DATA, '--plans', join(dir, 'plans.jsonl'), '--judges', join(dir, 'judges.yaml'), '--labels', join(dir, 'bad-labels.jsonl')]);
+    const r = await cli([
+      'judge-agreement',
+      '--data',
+      DATA,
+      '--plans',
+      join(dir, 'plans.jsonl'),
+      '--judges',
+      join(dir, 'judges.yaml'),
+      '--labels',
+      join(dir, 'bad-labels.jsonl'),
+    ]);
     expect(r.code).to.not.equal(0);
     expect(r.err).to.match(/bad-labels\.jsonl: line 1: itemId "no-such-item" is not a rubric item of /);
     writeFileSync(join(dir, 'bad-plan.jsonl'), JSON.stringify({ questionId: 'nope', itemId: 'x', label: true }) + '\n');
-    const r2 = await cli(['judge-agreement', '--data', DATA, '--plans', join(dir, 'plans.jsonl'), '--judges', join(dir, 'judges.yaml'), '--labels', join(dir, 'bad-plan.jsonl')]);
+    const r2 = await cli([
+      'judge-agreement',
+      '--data',
+      DATA,
+      '--plans',
+      join(dir, 'plans.jsonl'),
+      '--judges',
+      join(dir, 'judges.yaml'),
+      '--labels',
+      join(dir, 'bad-plan.jsonl'),
+    ]);
     expect(r2.err).to.match(/bad-plan\.jsonl: line 1: plan "nope#0" is not in --plans/);
   });
 });

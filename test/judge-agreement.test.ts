@@ -70,7 +70,11 @@ describe('judge agreement statistics (hand-computed)', () => {
   });
 
   it('against labels: agreement, precision, recall, F1; an always-"yes" judge; an always-"no" judge (precision undefined)', () => {
-    const r = judgeAgreement(units(() => ({ N: false })), ['A', 'C', 'N'], { resamples: 0 });
+    const r = judgeAgreement(
+      units(() => ({ N: false })),
+      ['A', 'C', 'N'],
+      { resamples: 0 },
+    );
     const [a, c, n] = r.overall.labels!;
     // A: TP 4, FP 2, FN 1, TN 3.
     expect(a.agreement.value).to.be.closeTo(0.7, 1e-12);
@@ -88,7 +92,11 @@ describe('judge agreement statistics (hand-computed)', () => {
   });
 
   it('null verdicts are left out per pair and for Fleiss, and counted', () => {
-    const r = judgeAgreement(units((i): Record<string, boolean | null> => (i === 0 ? { A: null } : {})), ['A', 'B', 'C'], { resamples: 0 });
+    const r = judgeAgreement(
+      units((i): Record<string, boolean | null> => (i === 0 ? { A: null } : {})),
+      ['A', 'B', 'C'],
+      { resamples: 0 },
+    );
     const ab = r.overall.pairs[0];
     expect(ab.nulls).to.equal(1);
     expect(ab.agreement.n).to.equal(9);
@@ -107,7 +115,11 @@ describe('judge agreement statistics (hand-computed)', () => {
     expect(k.lo!).to.be.at.most(k.value!);
     expect(k.hi!).to.be.at.least(k.value!);
     expect(k.hi! - k.lo!).to.be.greaterThan(0.1);
-    const one = judgeAgreement(u.map((x) => ({ ...x, cluster: 'all' })), ['A', 'B'], { resamples: 100 });
+    const one = judgeAgreement(
+      u.map((x) => ({ ...x, cluster: 'all' })),
+      ['A', 'B'],
+      { resamples: 100 },
+    );
     expect(one.overall.pairs[0].kappa.lo).to.be.closeTo(0.28 / 0.48, 1e-12);
     expect(one.overall.pairs[0].kappa.hi).to.be.closeTo(0.28 / 0.48, 1e-12);
   });

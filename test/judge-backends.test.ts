@@ -128,7 +128,23 @@ describe('judge backends: a new kind is one descriptor and one register line', (
   it('opens, checks and labels the registered kind through the functions train and eval call; the memory plan counts a judge on the policy weights', async () => {
     const c = { ...JUDGE_DEFAULTS, kind: 'fake', batch: 7 } as unknown as JudgeConfig;
     const j = await openJudge(c, { maxTokensPerCall: 4096 });
-    expect(await j.judge([{ question: 'q', plan: 'alpha beta', items: [{ id: 'a', text: 'has alpha' }, { id: 'b', text: 'none' }] }])).to.deep.equal([[{ itemId: 'a', met: true }, { itemId: 'b', met: false }]]);
+    expect(
+      await j.judge([
+        {
+          question: 'q',
+          plan: 'alpha beta',
+          items: [
+            { id: 'a', text: 'has alpha' },
+            { id: 'b', text: 'none' },
+          ],
+        },
+      ]),
+    ).to.deep.equal([
+      [
+        { itemId: 'a', met: true },
+        { itemId: 'b', met: false },
+      ],
+    ]);
     expect(opened).to.deep.equal(['fake batch 7 policy none tokens 4096']);
     expect(judgeLabel(c)).to.equal('fake:7');
     await checkJudge(c);
@@ -150,7 +166,16 @@ describe('judge backends: a new kind is one descriptor and one register line', (
       const c = { ...JUDGE_DEFAULTS, kind: 'pair-jury', url: srv.url, model: 'j', maxRetries: 0 } as unknown as JudgeConfig;
       expect(judgeSharesPolicyWeights(c)).to.equal(true);
       const j = await openJudge(c);
-      const v = await j.judge([{ question: 'q', plan: 'alpha plan', items: [{ id: 'a', text: 'uses alpha' }, { id: 'b', text: 'uses gamma' }] }]);
+      const v = await j.judge([
+        {
+          question: 'q',
+          plan: 'alpha plan',
+          items: [
+            { id: 'a', text: 'uses alpha' },
+            { id: 'b', text: 'uses gamma' },
+          ],
+        },
+      ]);
       expect(v[0]!.map((x) => x.met)).to.deep.equal([true, false]);
       expect(srv.log.length).to.equal(2);
       await j.close?.();

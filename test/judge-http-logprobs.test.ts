@@ -28,7 +28,10 @@ function entryFromLogits(logits: Float32Array, sampled: number, k: number, str: 
   let z = 0;
   for (const x of logits) z += Math.exp(x - mx);
   const lz = mx + Math.log(z);
-  const order = Array.from(logits.keys()).filter((i) => Number.isFinite(logits[i])).sort((a, b) => logits[b] - logits[a]).slice(0, k);
+  const order = Array.from(logits.keys())
+    .filter((i) => Number.isFinite(logits[i]))
+    .sort((a, b) => logits[b] - logits[a])
+    .slice(0, k);
   const e = (id: number) => ({ token: str(id), logprob: logits[id] - lz, bytes: [...Buffer.from(str(id), 'utf8')] });
   return { ...e(sampled), top_logprobs: order.map(e) };
 }
@@ -70,7 +73,10 @@ describe('judge http: P(yes) from chat logprobs (loopback server)', function () 
       const logits = await randomLogits(`s${s}`);
       const sampled = yesPair[0];
       const content = [entryFromLogits(logits, sampled, 20, str)];
-      for (const [variants, y, n] of [['pair', yesPair, noPair], ['all', yesAll, noAll]] as const) {
+      for (const [variants, y, n] of [
+        ['pair', yesPair, noPair],
+        ['all', yesAll, noAll],
+      ] as const) {
         const local = yesProbability(logits, y, n);
         const http = yesProbabilityFromChatLogprobs(content, { variants });
         expect(http, variants).to.not.equal(undefined);
@@ -82,13 +88,45 @@ describe('judge http: P(yes) from chat logprobs (loopback server)', function () 
   });
 
   it('reads at the verdict position: after thinking, at the labelled verdict; undefined without a yes/no token', () => {
-    const t = (token: string, top: [string, number][] = []): TokenLogprob => ({ token, logprob: top.find(([x]) => x === token)?.[1] ?? -0.01, bytes: null, top_logprobs: top.map(([tk, lp]) => ({ token: tk, logprob: lp, bytes: null })) });
-    const think = [t('<think>'), t('\n'), t('Yes', [['Yes', -0.01], ['No', -5]]), t(' maybe'), t('</think>'), t('\n\n')];
-    const r1 = yesProbabilityFromChatLogprobs([...think, t('No', [['No', -0.2], ['Yes', -1.8]])]);
+    const t = (token: string, top: [string, number][] = []): TokenLogprob => ({
+      token,
+      logprob: top.find(([x]) => x === token)?.[1] ?? -0.01,
+      bytes: null,
+      top_logprobs: top.map(([tk, lp]) => ({ token: tk, logprob: lp, bytes: null })),
+    });
+    const think = [
+      t('<think>'),
+      t('\n'),
+      t('Yes', [
+        ['Yes', -0.01],
+        ['No', -5],
+      ]),
+      t(' maybe'),
+      t('</think>'),
+      t('\n\n'),
+    ];
+    const r1 = yesProbabilityFromChatLogprobs([
+      ...think,
+      t('No', [
+        ['No', -0.2],
+        ['Yes', -1.8],
+      ]),
+    ]);
     expect(r1!.position).to.equal(6);
     expect(r1!.pYes).to.be.closeTo(Math.exp(-1.8) / (Math.exp(-1.8) + Math.exp(-0.2)), 1e-12);
     // "Yes, … Verdict: No" with met = false reads at the labelled " No" (leading space → the " Yes"/" No" pair).
-    const labelled = [t('Yes', [['Yes', -0.1]]), t(','), t(' but'), t(' Verdict'), t(':'), t(' No', [[' No', -0.3], [' Yes', -1.4], ['No', -3]])];
+    const labelled = [
+      t('Yes', [['Yes', -0.1]]),
+      t(','),
+      t(' but'),
+      t(' Verdict'),
+      t(':'),
+      t(' No', [
+        [' No', -0.3],
+        [' Yes', -1.4],
+        ['No', -3],
+      ]),
+    ];
     const r2 = yesProbabilityFromChatLogprobs(labelled, { met: false });
     expect(r2!.position).to.equal(5);
     expect(r2!.pYes).to.be.closeTo(Math.exp(-1.4) / (Math.exp(-1.4) + Math.exp(-0.3)), 1e-12);
@@ -96,7 +134,18 @@ describe('judge http: P(yes) from chat logprobs (loopback server)', function () 
     expect(yesProbabilityFromChatLogprobs([t('<think>'), t('Yes')])).to.equal(undefined);
     expect(yesProbabilityFromChatLogprobs([t('{"'), t('met'), t('":'), t(' true'), t('}')])).to.equal(undefined);
     // No yes/no answer token (a model that would say something else): the first answer token, as the local judge.
-    const r4 = yesProbabilityFromChatLogprobs([t('<think>'), t('x'), t('</think>'), t('\n\n'), t('The', [['The', -0.5], ['Yes', -2], ['No', -3]]), t(' plan')]);
+    const r4 = yesProbabilityFromChatLogprobs([
+      t('<think>'),
+      t('x'),
+      t('</think>'),
+      t('\n\n'),
+      t('The', [
+        ['The', -0.5],
+        ['Yes', -2],
+        ['No', -3],
+      ]),
+      t(' plan'),
+    ]);
     expect(r4!.position).to.equal(4);
     expect(r4!.pYes).to.be.closeTo(Math.exp(-2) / (Math.exp(-2) + Math.exp(-3)), 1e-12);
     // The sampled token outside top_logprobs still counts; no "No" in the list → P(yes) = 1 (a bound).

@@ -83,12 +83,15 @@ describe('judge http P(yes) through our own serve equals the local judge', funct
   after(async () => {
     await srv?.close();
     policy?.dispose();
-    console.log(`      max |ΔP(yes)| http (serve logprobs) vs local: ${maxDelta.toExponential(2)} over ${seen.length} (plan, item, variants); P(yes) in [${Math.min(...seen).toFixed(4)}, ${Math.max(...seen).toFixed(4)}]`);
+    console.log(
+      `      max |ΔP(yes)| http (serve logprobs) vs local: ${maxDelta.toExponential(2)} over ${seen.length} (plan, item, variants); P(yes) in [${Math.min(...seen).toFixed(4)}, ${Math.max(...seen).toFixed(4)}]`,
+    );
   });
 
   const requests = () => PLANS.map((plan) => ({ question: QUESTION, plan, items: ITEMS }));
   /** The HTTP judge as `--judge http --judge-score prob --judge-no-think --judge-variants V` builds it. */
-  const httpJudge = (variants: 'pair' | 'all') => httpJudgeFromConfig({ ...JUDGE_DEFAULTS, kind: 'http', url, model: 'tiny-judge', score: 'prob', noThink: true, variants, maxRetries: 0 });
+  const httpJudge = (variants: 'pair' | 'all') =>
+    httpJudgeFromConfig({ ...JUDGE_DEFAULTS, kind: 'http', url, model: 'tiny-judge', score: 'prob', noThink: true, variants, maxRetries: 0 });
   const post = async (b: Json): Promise<Json> => {
     const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b) });
     expect(r.status).to.equal(200);
@@ -118,13 +121,22 @@ describe('judge http P(yes) through our own serve equals the local judge', funct
 
       // 2. serve really returns the yes/no tokens among top_logprobs, with a non-trivial P(yes)
       const msg0 = perItemMessage(QUESTION, PLANS[0]!, ITEMS[0]!, tmpl);
-      const res = await post({ model: 'tiny-judge', messages: [{ role: 'user', content: msg0 }], temperature: 0, max_tokens: 16, logprobs: true, top_logprobs: JUDGE_TOP_LOGPROBS, chat_template_kwargs: { enable_thinking: false } });
+      const res = await post({
+        model: 'tiny-judge',
+        messages: [{ role: 'user', content: msg0 }],
+        temperature: 0,
+        max_tokens: 16,
+        logprobs: true,
+        top_logprobs: JUDGE_TOP_LOGPROBS,
+        chat_template_kwargs: { enable_thinking: false },
+      });
       const content = res.choices[0].logprobs.content as Json[];
       expect(['Yes', 'No']).to.include(res.choices[0].message.content);
       expect(res.choices[0].finish_reason).to.equal('stop');
       const tops = (content[0]!.top_logprobs as Json[]).map((e) => e.token as string);
       expect(tops).to.have.length(JUDGE_TOP_LOGPROBS);
-      for (const w of variants === 'all' ? ['Yes', 'yes', 'YES', ' Yes', ' yes', 'No', 'no', 'NO', ' No', ' no'] : ['Yes', 'No']) expect(tops, `"${w}" in top_logprobs`).to.include(w);
+      for (const w of variants === 'all' ? ['Yes', 'yes', 'YES', ' Yes', ' yes', 'No', 'no', 'NO', ' No', ' no'] : ['Yes', 'No'])
+        expect(tops, `"${w}" in top_logprobs`).to.include(w);
       const direct = yesProbabilityFromChatLogprobs(content as never, { variants });
       expect(direct!.position).to.equal(0);
       expect(direct!.pYes).to.be.closeTo(hv[0]![0]!.prob!, 1e-12);

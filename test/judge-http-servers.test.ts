@@ -16,8 +16,19 @@ import { startFakeLlm, between, type FakeLlm, type FakeReply } from './helpers/f
 
 const utf8 = (s: string) => [...Buffer.from(s, 'utf8')];
 /** One logprob entry; `bytes` 'utf8' = the text's bytes, null = none sent, or explicit. */
-function e(token: string, logprob: number, bytes: number[] | null | 'none', top: [string, number, (number[] | null | 'none')?][] = [], extra: Record<string, unknown> = {}) {
-  const one = (t: string, lp: number, b: number[] | null | 'none' | undefined) => ({ token: t, logprob: lp, ...(b === 'none' ? {} : { bytes: b ?? null }), ...extra });
+function e(
+  token: string,
+  logprob: number,
+  bytes: number[] | null | 'none',
+  top: [string, number, (number[] | null | 'none')?][] = [],
+  extra: Record<string, unknown> = {},
+) {
+  const one = (t: string, lp: number, b: number[] | null | 'none' | undefined) => ({
+    token: t,
+    logprob: lp,
+    ...(b === 'none' ? {} : { bytes: b ?? null }),
+    ...extra,
+  });
   return { ...one(token, logprob, bytes), top_logprobs: top.map(([t, lp, b]) => one(t, lp, b)) };
 }
 const p = (y: number, n: number) => Math.exp(y) / (Math.exp(y) + Math.exp(n));
@@ -39,7 +50,11 @@ const ROWS: Row[] = [
           e('Ver', -0.01, utf8('Ver')),
           e('dict', -0.01, utf8('dict')),
           e(':', -0.01, utf8(':')),
-          e('ĠYes', -0.22, utf8(' Yes'), [['ĠYes', -0.22, utf8(' Yes')], ['ĠNo', -1.61, utf8(' No')], ['Ġyes', -4, utf8(' yes')]]),
+          e('ĠYes', -0.22, utf8(' Yes'), [
+            ['ĠYes', -0.22, utf8(' Yes')],
+            ['ĠNo', -1.61, utf8(' No')],
+            ['Ġyes', -4, utf8(' yes')],
+          ]),
         ],
       },
     },
@@ -48,25 +63,75 @@ const ROWS: Row[] = [
   },
   {
     server: 'Ollama (SentencePiece ▁ pieces, right bytes)',
-    reply: { content: 'No', logprobs: { content: [e('▁No', -0.105, utf8(' No'), [['▁No', -0.105, utf8(' No')], ['▁Yes', -2.3, utf8(' Yes')]])] } },
+    reply: {
+      content: 'No',
+      logprobs: {
+        content: [
+          e('▁No', -0.105, utf8(' No'), [
+            ['▁No', -0.105, utf8(' No')],
+            ['▁Yes', -2.3, utf8(' Yes')],
+          ]),
+        ],
+      },
+    },
     met: false,
     prob: p(-2.3, -0.105),
   },
   {
     server: 'llama.cpp server (decoded text + ids, leaked </s>)',
-    reply: { content: 'Yes</s>', logprobs: { content: [e('Yes', -0.05, utf8('Yes'), [['Yes', -0.05, utf8('Yes')], ['No', -3.0, utf8('No')]], { id: 7 }), e('</s>', -0.01, utf8('</s>'), [], { id: 2 })] } },
+    reply: {
+      content: 'Yes</s>',
+      logprobs: {
+        content: [
+          e(
+            'Yes',
+            -0.05,
+            utf8('Yes'),
+            [
+              ['Yes', -0.05, utf8('Yes')],
+              ['No', -3.0, utf8('No')],
+            ],
+            { id: 7 },
+          ),
+          e('</s>', -0.01, utf8('</s>'), [], { id: 2 }),
+        ],
+      },
+    },
     met: true,
     prob: p(-0.05, -3.0),
   },
   {
     server: 'SGLang (byte-level pieces, bytes null)',
-    reply: { content: 'No', logprobs: { content: [e('No', -0.4, null, [['No', -0.4, null], ['Yes', -1.1, null], ['ĠNo', -3, null]])] } },
+    reply: {
+      content: 'No',
+      logprobs: {
+        content: [
+          e('No', -0.4, null, [
+            ['No', -0.4, null],
+            ['Yes', -1.1, null],
+            ['ĠNo', -3, null],
+          ]),
+        ],
+      },
+    },
     met: false,
     prob: p(-1.1, -0.4),
   },
   {
     server: 'SGLang (pieces without a bytes field, leading-space verdict)',
-    reply: { content: 'Answer: No', logprobs: { content: [e('Answer', -0.01, 'none'), e(':', -0.01, 'none'), e('ĠNo', -0.3, 'none', [['ĠNo', -0.3, 'none'], ['ĠYes', -1.5, 'none']])] } },
+    reply: {
+      content: 'Answer: No',
+      logprobs: {
+        content: [
+          e('Answer', -0.01, 'none'),
+          e(':', -0.01, 'none'),
+          e('ĠNo', -0.3, 'none', [
+            ['ĠNo', -0.3, 'none'],
+            ['ĠYes', -1.5, 'none'],
+          ]),
+        ],
+      },
+    },
     met: false,
     prob: p(-1.5, -0.3),
   },
@@ -74,7 +139,18 @@ const ROWS: Row[] = [
     server: 'OpenAI (decoded text + bytes, markdown label)',
     reply: {
       content: '**Verdict:** No',
-      logprobs: { content: [e('**', -0.01, utf8('**')), e('Ver', -0.01, utf8('Ver')), e('dict', -0.01, utf8('dict')), e(':**', -0.01, utf8(':**')), e(' No', -0.7, utf8(' No'), [[' No', -0.7], [' Yes', -0.69]])] },
+      logprobs: {
+        content: [
+          e('**', -0.01, utf8('**')),
+          e('Ver', -0.01, utf8('Ver')),
+          e('dict', -0.01, utf8('dict')),
+          e(':**', -0.01, utf8(':**')),
+          e(' No', -0.7, utf8(' No'), [
+            [' No', -0.7],
+            [' Yes', -0.69],
+          ]),
+        ],
+      },
     },
     met: false,
     prob: p(-0.69, -0.7),

@@ -41,7 +41,10 @@ describe('judge http (in-process transport)', () => {
       { question: 'Q', plan: 'We compare to strong baselines.', items },
     ];
     const v = await j.judge(reqs);
-    expect(v.map((r) => r.map((x) => x.met))).to.deep.equal([[true, false, true], [false, true, false]]);
+    expect(v.map((r) => r.map((x) => x.met))).to.deep.equal([
+      [true, false, true],
+      [false, true, false],
+    ]);
     expect(v[0].map((x) => x.itemId)).to.deep.equal(['a', 'b', 'c']);
     expect(calls.length).to.equal(6);
     let s = j.stats();
@@ -125,7 +128,11 @@ describe('judge http (in-process transport)', () => {
   it('a length-truncated answer is parsed, not failed', async () => {
     const client: ChatLike = {
       async chat() {
-        const e = Object.assign(new Error('truncated'), { name: 'LlmLengthError', content: 'Yes, because the plan clearly', usage: { promptTokens: 7, completionTokens: 16 } });
+        const e = Object.assign(new Error('truncated'), {
+          name: 'LlmLengthError',
+          content: 'Yes, because the plan clearly',
+          usage: { promptTokens: 7, completionTokens: 16 },
+        });
         throw e;
       },
     };

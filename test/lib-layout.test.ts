@@ -65,7 +65,8 @@ function analyseLayout(tree: Tree, layers: readonly (readonly string[])[] = LAYE
   const layerOf = new Map<string, number>();
   layers.forEach((l, i) => l.forEach((r) => layerOf.set(r, i)));
   const edges = new Map<string, Map<string, string>>();
-  const spec = /(?:^|\n)\s*(?:import|export)\s+(?:type\s+)?[^;'"]*?from\s+'(\.{1,2}\/[^']+)'|import\(\s*'(\.{1,2}\/[^']+)'\s*\)|(?:^|\n)\s*import\s+'(\.{1,2}\/[^']+)'/g;
+  const spec =
+    /(?:^|\n)\s*(?:import|export)\s+(?:type\s+)?[^;'"]*?from\s+'(\.{1,2}\/[^']+)'|import\(\s*'(\.{1,2}\/[^']+)'\s*\)|(?:^|\n)\s*import\s+'(\.{1,2}\/[^']+)'/g;
   for (const [path, text] of Object.entries(tree)) {
     const from = roomOf(path);
     if (!edges.has(from)) edges.set(from, new Map());
@@ -81,7 +82,8 @@ function analyseLayout(tree: Tree, layers: readonly (readonly string[])[] = LAYE
   for (const [from, tos] of edges) {
     if (!layerOf.has(from)) violations.push(`room ${from} is in no layer`);
     for (const [to, where] of tos) {
-      const a = layerOf.get(from), b = layerOf.get(to);
+      const a = layerOf.get(from),
+        b = layerOf.get(to);
       if (a !== undefined && b !== undefined && b >= a) violations.push(`${from} -> ${to} (${where})`);
     }
   }
@@ -122,7 +124,7 @@ describe('lib/ layout: rooms and the allowed room graph', () => {
       'util/registry.ts': 'export class Registry {}\n',
     };
     const l = analyseLayout(tree);
-    expect(l.violations).to.deep.equal(["config -> judge (config/train.ts: ../judge/backends/index.js)"]);
+    expect(l.violations).to.deep.equal(['config -> judge (config/train.ts: ../judge/backends/index.js)']);
     expect(l.cycles).to.deep.equal([['config', 'judge', 'config']]);
   });
 
@@ -135,7 +137,11 @@ describe('lib/ layout: rooms and the allowed room graph', () => {
       'newroom/y.ts': "import { f } from '../util/a.js';\n",
     };
     const l = analyseLayout(tree);
-    expect(l.violations).to.have.members(["util -> train (util/a.ts: ../train/run.js)", "native -> config (native.ts: ./config/x.js)", 'room newroom is in no layer']);
+    expect(l.violations).to.have.members([
+      'util -> train (util/a.ts: ../train/run.js)',
+      'native -> config (native.ts: ./config/x.js)',
+      'room newroom is in no layer',
+    ]);
     expect(l.cycles).to.deep.equal([['util', 'train', 'util']]);
   });
 });

@@ -27,14 +27,26 @@ describe('llm client: reply shapes and retry policy (loopback server)', function
     srv.setFault(undefined);
   });
 
-  const reply = (message: Record<string, unknown>, extra: Record<string, unknown> = {}) => srv.setResponder(() => ({ content: 'x', message: { role: 'assistant', ...message }, ...extra }));
+  const reply = (message: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+    srv.setResponder(() => ({ content: 'x', message: { role: 'assistant', ...message }, ...extra }));
 
   it('content as an array of parts: text parts joined, thinking parts (string or nested parts) go to reasoning', async () => {
-    reply({ content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'The plan matches.' }] }, { type: 'text', text: 'Ye' }, { type: 'text', text: 's' }] });
+    reply({
+      content: [
+        { type: 'thinking', thinking: [{ type: 'text', text: 'The plan matches.' }] },
+        { type: 'text', text: 'Ye' },
+        { type: 'text', text: 's' },
+      ],
+    });
     const r = await client.chat({ messages: msgs });
     expect(r.content).to.equal('Yes');
     expect(r.reasoning).to.equal('The plan matches.');
-    reply({ content: [{ type: 'reasoning', reasoning: 'think think' }, { type: 'output_text', text: 'No' }] });
+    reply({
+      content: [
+        { type: 'reasoning', reasoning: 'think think' },
+        { type: 'output_text', text: 'No' },
+      ],
+    });
     const r2 = await client.chat({ messages: msgs });
     expect([r2.content, r2.reasoning]).to.deep.equal(['No', 'think think']);
     expect(srv.log.length).to.equal(2);
@@ -52,7 +64,19 @@ describe('llm client: reply shapes and retry policy (loopback server)', function
   });
 
   it('asks for logprobs and returns choices[0].logprobs.content as sent', async () => {
-    const lp = { content: [{ token: 'Yes', logprob: -0.1, bytes: [89, 101, 115], top_logprobs: [{ token: 'Yes', logprob: -0.1, bytes: [89, 101, 115] }, { token: 'No', logprob: -2.4, bytes: [78, 111] }] }] };
+    const lp = {
+      content: [
+        {
+          token: 'Yes',
+          logprob: -0.1,
+          bytes: [89, 101, 115],
+          top_logprobs: [
+            { token: 'Yes', logprob: -0.1, bytes: [89, 101, 115] },
+            { token: 'No', logprob: -2.4, bytes: [78, 111] },
+          ],
+        },
+      ],
+    };
     reply({ content: 'Yes' }, { logprobs: lp });
     const r = await client.chat({ messages: msgs, topLogprobs: 20 });
     expect(r.logprobs).to.deep.equal(lp.content);
@@ -60,11 +84,32 @@ describe('llm client: reply shapes and retry policy (loopback server)', function
   });
 
   const failsOnce: [string, FakeFault, RegExp][] = [
-    ['an HTML page', { kind: 'raw', status: 200, contentType: 'text/html', body: '<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body>' + 'x'.repeat(400) + '</body></html>' }, /is an HTML page.*"<!DOCTYPE html><html><head><title>Welcome to nginx!/],
+    [
+      'an HTML page',
+      {
+        kind: 'raw',
+        status: 200,
+        contentType: 'text/html',
+        body: '<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body>' + 'x'.repeat(400) + '</body></html>',
+      },
+      /is an HTML page.*"<!DOCTYPE html><html><head><title>Welcome to nginx!/,
+    ],
     ['an empty body', { kind: 'raw', status: 200, body: '' }, /has an empty body: ""/],
-    ['a non-JSON body', { kind: 'raw', status: 200, contentType: 'text/plain', body: 'upstream connect error or disconnect/reset before headers' }, /is not JSON: "upstream connect error/],
-    ['choices: []', { kind: 'raw', status: 200, body: '{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":3}}' }, /has no choices \(choices: \[\]\): "\{\\"id\\":\\"x\\"/],
-    ['a 200 carrying an error object', { kind: 'raw', status: 200, body: '{"error":{"message":"The model `judge` does not exist","type":"invalid_request_error","code":404}}' }, /carries an error \(The model `judge` does not exist\)/],
+    [
+      'a non-JSON body',
+      { kind: 'raw', status: 200, contentType: 'text/plain', body: 'upstream connect error or disconnect/reset before headers' },
+      /is not JSON: "upstream connect error/,
+    ],
+    [
+      'choices: []',
+      { kind: 'raw', status: 200, body: '{"id":"x","object":"chat.completion","choices":[],"usage":{"prompt_tokens":3}}' },
+      /has no choices \(choices: \[\]\): "\{\\"id\\":\\"x\\"/,
+    ],
+    [
+      'a 200 carrying an error object',
+      { kind: 'raw', status: 200, body: '{"error":{"message":"The model `judge` does not exist","type":"invalid_request_error","code":404}}' },
+      /carries an error \(The model `judge` does not exist\)/,
+    ],
     ['no message', { kind: 'raw', status: 200, body: '{"choices":[{"index":0,"text":"Yes","finish_reason":"stop"}]}' }, /has no choices\[0\]\.message/],
   ];
   for (const [what, fault, re] of failsOnce) {
@@ -94,7 +139,9 @@ describe('llm client: reply shapes and retry policy (loopback server)', function
         err = e;
       }
       expect(err).to.be.instanceOf(LlmHttpError);
-      expect((err as Error).message).to.include(`HTTP ${status}`).and.include(client.url);
+      expect((err as Error).message)
+        .to.include(`HTTP ${status}`)
+        .and.include(client.url);
       expect(srv.log.length).to.equal(1);
     });
   }

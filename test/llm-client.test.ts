@@ -1,9 +1,22 @@
 import { expect } from 'chai';
-import { LlmClient, LlmHttpError, LlmJsonError, LlmLengthError, LlmTimeoutError, LlmAbortError, extractJson, parseRetryAfter, chatCompletionsUrl } from '../lib/llm/client.js';
+import {
+  LlmClient,
+  LlmHttpError,
+  LlmJsonError,
+  LlmLengthError,
+  LlmTimeoutError,
+  LlmAbortError,
+  extractJson,
+  parseRetryAfter,
+  chatCompletionsUrl,
+} from '../lib/llm/client.js';
 import { splitThink as stripThink } from '../lib/llm/think.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
-const msgs = (s: string) => [{ role: 'system' as const, content: 'sys' }, { role: 'user' as const, content: s }];
+const msgs = (s: string) => [
+  { role: 'system' as const, content: 'sys' },
+  { role: 'user' as const, content: s },
+];
 const schema = { type: 'object', required: ['ok', 'n'], properties: { ok: { type: 'boolean' }, n: { type: 'integer' } }, additionalProperties: false };
 
 describe('llm client: helpers', () => {
@@ -57,7 +70,10 @@ describe('llm client against the fake server', function () {
   });
 
   it('retries 429 honouring retry-after, and 500', async () => {
-    srv = await startFakeLlm({ respond: () => 'ok', fault: (r) => (r.attempt === 1 ? { kind: 'status', status: 429, retryAfter: 0.3 } : r.attempt === 2 ? { kind: 'status', status: 500 } : undefined) });
+    srv = await startFakeLlm({
+      respond: () => 'ok',
+      fault: (r) => (r.attempt === 1 ? { kind: 'status', status: 429, retryAfter: 0.3 } : r.attempt === 2 ? { kind: 'status', status: 500 } : undefined),
+    });
     const c = client();
     const t0 = Date.now();
     const r = await c.chat({ messages: msgs('hi') });
@@ -69,10 +85,14 @@ describe('llm client against the fake server', function () {
 
   it('does not retry 400, gives up after maxRetries', async () => {
     srv = await startFakeLlm({ fault: () => ({ kind: 'status', status: 400 }) });
-    await client().chat({ messages: msgs('a') }).catch((e) => expect(e.status).to.equal(400));
+    await client()
+      .chat({ messages: msgs('a') })
+      .catch((e) => expect(e.status).to.equal(400));
     expect(srv.log.length).to.equal(1);
     srv.setFault(() => ({ kind: 'status', status: 503 }));
-    const e = await client({ maxRetries: 2 }).chat({ messages: msgs('b') }).catch((x) => x);
+    const e = await client({ maxRetries: 2 })
+      .chat({ messages: msgs('b') })
+      .catch((x) => x);
     expect(e).to.be.instanceOf(LlmHttpError);
     expect(srv.log.length).to.equal(4);
   });
@@ -82,13 +102,17 @@ describe('llm client against the fake server', function () {
     const r = await client({ timeoutMs: 1000 }).chat({ messages: msgs('h') });
     expect(r.content).to.equal('late ok');
     srv.setFault(() => ({ kind: 'hang' }));
-    const e = await client({ timeoutMs: 200, maxRetries: 1 }).chat({ messages: msgs('h2') }).catch((x) => x);
+    const e = await client({ timeoutMs: 200, maxRetries: 1 })
+      .chat({ messages: msgs('h2') })
+      .catch((x) => x);
     expect(e).to.be.instanceOf(LlmTimeoutError);
   });
 
   it('reports finish_reason length as LlmLengthError without retrying', async () => {
     srv = await startFakeLlm({ respond: () => 'a long answer here', fault: () => ({ kind: 'length' }) });
-    const e = await client().chat({ messages: msgs('l') }).catch((x) => x);
+    const e = await client()
+      .chat({ messages: msgs('l') })
+      .catch((x) => x);
     expect(e).to.be.instanceOf(LlmLengthError);
     expect(srv.log.length).to.equal(1);
   });
@@ -131,7 +155,9 @@ describe('llm client against the fake server', function () {
     srv = await startFakeLlm({ fault: () => ({ kind: 'status', status: 429, retryAfter: 10 }) });
     const ac = new AbortController();
     setTimeout(() => ac.abort(), 100);
-    const e = await client().chat({ messages: msgs('z'), signal: ac.signal }).catch((x) => x);
+    const e = await client()
+      .chat({ messages: msgs('z'), signal: ac.signal })
+      .catch((x) => x);
     expect(e).to.be.instanceOf(LlmAbortError);
   });
 });

@@ -55,7 +55,8 @@ function flatGrads(m: Qwen3Model): Float64Array {
   return Float64Array.from(out);
 }
 function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0, den = 0;
+  let num = 0,
+    den = 0;
   for (let i = 0; i < a.length; i++) {
     num = Math.max(num, Math.abs(a[i] - b[i]));
     den = Math.max(den, Math.abs(b[i]));
@@ -87,9 +88,15 @@ describe('losses on a tiny Qwen3 (model-integrated steps)', function () {
     const base = await sequenceLogprobs(model, { ...args, adapter: 'none' });
     expect(relErr(active.data, base.data)).to.be.above(1e-4);
     // 'none' equals log_softmax(logits / T) of the base forward
-    const fw = (await model.forward({ inputIds: i32(b.ids), attentionMask: i32(b.attn), adapter: 'none' } as never)) as unknown as { logits: { data: Float32Array; shape: number[] } };
-    const V = fw.logits.shape[2], L = b.ids[0].length;
-    for (const [row, t] of [[0, b.promptLen[0]], [2, b.promptLen[2] + 1]]) {
+    const fw = (await model.forward({ inputIds: i32(b.ids), attentionMask: i32(b.attn), adapter: 'none' } as never)) as unknown as {
+      logits: { data: Float32Array; shape: number[] };
+    };
+    const V = fw.logits.shape[2],
+      L = b.ids[0].length;
+    for (const [row, t] of [
+      [0, b.promptLen[0]],
+      [2, b.promptLen[2] + 1],
+    ]) {
       const off = (row * L + t - 1) * V;
       let mx = -Infinity;
       for (let v = 0; v < V; v++) mx = Math.max(mx, fw.logits.data[off + v] / T);
@@ -134,11 +141,25 @@ describe('losses on a tiny Qwen3 (model-integrated steps)', function () {
         for (let s = 0; s < 16; s += mb) {
           const m = sub(b, s, s + mb);
           const Lm = m.ids[0].length;
-          const cut = (t: { data: Float32Array }) => ({ data: Float32Array.from({ length: mb * Lm }, (_, k) => t.data[(s + Math.floor(k / Lm)) * L + (k % Lm)]), shape: [mb, Lm] });
+          const cut = (t: { data: Float32Array }) => ({
+            data: Float32Array.from({ length: mb * Lm }, (_, k) => t.data[(s + Math.floor(k / Lm)) * L + (k % Lm)]),
+            shape: [mb, Lm],
+          });
           await grpoBackward(model, {
-            inputIds: i32(m.ids), attentionMask: f32(m.attn), completionMask: f32(m.comp), oldLogprobs: cut(old as { data: Float32Array }), refLogprobs: cut(ref as { data: Float32Array }),
-            advantages: { data: Float32Array.from(adv.slice(s, s + mb)), shape: [mb] }, temperature: T, betaKl: 0.04, epsLow: 0.2, epsHigh: 0.28, aggregation,
-            numSequences: 16, numTokens, maxCompletionLength: 8,
+            inputIds: i32(m.ids),
+            attentionMask: f32(m.attn),
+            completionMask: f32(m.comp),
+            oldLogprobs: cut(old as { data: Float32Array }),
+            refLogprobs: cut(ref as { data: Float32Array }),
+            advantages: { data: Float32Array.from(adv.slice(s, s + mb)), shape: [mb] },
+            temperature: T,
+            betaKl: 0.04,
+            epsLow: 0.2,
+            epsHigh: 0.28,
+            aggregation,
+            numSequences: 16,
+            numTokens,
+            maxCompletionLength: 8,
           });
         }
         grads.push(flatGrads(model));
@@ -165,9 +186,17 @@ describe('losses on a tiny Qwen3 (model-integrated steps)', function () {
       for (let s = 0; s < 16; s += mb) {
         const sl = <T>(x: T[]) => x.slice(s, s + mb);
         const o = await opsdBackward(model, {
-          studentIds: i32(sl(b.ids)), studentMask: f32(sl(b.attn)), teacherIds: i32(sl(tIds)), teacherMask: f32(sl(tAttn)),
-          studentStart: { data: Int32Array.from(sl(b.promptLen)), shape: [mb] }, teacherStart: { data: Int32Array.from(sl(b.promptLen).map((p) => p + 2)), shape: [mb] },
-          completionLength: { data: Int32Array.from(sl(b.compLen)), shape: [mb] }, beta: 0.5, temperature: 1.1, normalizer, teacher: 'none',
+          studentIds: i32(sl(b.ids)),
+          studentMask: f32(sl(b.attn)),
+          teacherIds: i32(sl(tIds)),
+          teacherMask: f32(sl(tAttn)),
+          studentStart: { data: Int32Array.from(sl(b.promptLen)), shape: [mb] },
+          teacherStart: { data: Int32Array.from(sl(b.promptLen).map((p) => p + 2)), shape: [mb] },
+          completionLength: { data: Int32Array.from(sl(b.compLen)), shape: [mb] },
+          beta: 0.5,
+          temperature: 1.1,
+          normalizer,
+          teacher: 'none',
         });
         loss += o.loss;
       }
@@ -186,8 +215,13 @@ describe('losses on a tiny Qwen3 (model-integrated steps)', function () {
     let err: unknown;
     try {
       await opsdBackward(model, {
-        studentIds: i32(b.ids), studentMask: f32(b.attn), teacherIds: i32(b.ids.map((r) => r.map((x) => x + 1))), teacherMask: f32(b.attn),
-        studentStart: { data: Int32Array.from(b.promptLen), shape: [2] }, teacherStart: { data: Int32Array.from(b.promptLen), shape: [2] }, completionLength: { data: Int32Array.from(b.compLen), shape: [2] },
+        studentIds: i32(b.ids),
+        studentMask: f32(b.attn),
+        teacherIds: i32(b.ids.map((r) => r.map((x) => x + 1))),
+        teacherMask: f32(b.attn),
+        studentStart: { data: Int32Array.from(b.promptLen), shape: [2] },
+        teacherStart: { data: Int32Array.from(b.promptLen), shape: [2] },
+        completionLength: { data: Int32Array.from(b.compLen), shape: [2] },
       });
     } catch (e) {
       err = e;

@@ -23,7 +23,8 @@ function rng(seed: number): () => number {
   return () => r();
 }
 const gauss = (r: () => number) => Math.sqrt(-2 * Math.log(r() + 1e-12)) * Math.cos(2 * Math.PI * r());
-const mat = (r: () => number, rows: number, cols: number, s = 1, m = 0) => Array.from({ length: rows }, () => Array.from({ length: cols }, () => gauss(r) * s + m));
+const mat = (r: () => number, rows: number, cols: number, s = 1, m = 0) =>
+  Array.from({ length: rows }, () => Array.from({ length: cols }, () => gauss(r) * s + m));
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type Case = Record<string, any>;
@@ -31,11 +32,20 @@ type Case = Record<string, any>;
 function makeCases(): Case[] {
   const r = rng(2024);
   const cases: Case[] = [];
-  const N = 6, H = 5, V = 13;
-  for (const [beta, temperature] of [[0, 1], [0.5, 1], [0.3, 1.5], [1, 0.7], [0.5, 2]]) {
+  const N = 6,
+    H = 5,
+    V = 13;
+  for (const [beta, temperature] of [
+    [0, 1],
+    [0.5, 1],
+    [0.3, 1.5],
+    [1, 0.7],
+    [0.5, 2],
+  ]) {
     cases.push({ kind: 'jsd', studentHidden: mat(r, N, H), teacherHidden: mat(r, N, H), weight: mat(r, V, H), mask: [1, 1, 0, 1, 1, 0], beta, temperature });
   }
-  const B = 3, T = 4;
+  const B = 3,
+    T = 4;
   for (const aggregation of ['grpo', 'dapo', 'dr_grpo']) {
     for (const betaKl of [0, 0.04]) {
       const hidden = Array.from({ length: B }, () => mat(r, T, H));
@@ -44,8 +54,24 @@ function makeCases(): Case[] {
       // old / ref logprobs near the current ones (≈ −log V) so that some ratios clip
       const near = () => Array.from({ length: B }, () => Array.from({ length: T }, () => -Math.log(V) + gauss(r) * 0.6));
       cases.push({
-        kind: 'grpo', hidden, weight, tokens, oldLogprobs: near(), refLogprobs: near(), advantages: [0.9, -1.3, 0.4],
-        mask: [[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]], epsLow: 0.2, epsHigh: 0.28, betaKl, temperature: 0.8, aggregation, maxCompletionLength: 6,
+        kind: 'grpo',
+        hidden,
+        weight,
+        tokens,
+        oldLogprobs: near(),
+        refLogprobs: near(),
+        advantages: [0.9, -1.3, 0.4],
+        mask: [
+          [1, 1, 1, 0],
+          [1, 1, 1, 1],
+          [1, 0, 0, 0],
+        ],
+        epsLow: 0.2,
+        epsHigh: 0.28,
+        betaKl,
+        temperature: 0.8,
+        aggregation,
+        maxCompletionLength: 6,
       });
     }
   }
@@ -81,7 +107,8 @@ const f64 = (x: number[][] | number[][][] | number[]) => {
 };
 
 function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0, den = 0;
+  let num = 0,
+    den = 0;
   for (let i = 0; i < a.length; i++) {
     num = Math.max(num, Math.abs(a[i] - b[i]));
     den = Math.max(den, Math.abs(b[i]));
@@ -95,8 +122,17 @@ const note = (k: string, v: number) => (worst[k] = Math.max(worst[k] ?? 0, v));
 
 async function compare(c: Case, ref: Case, tol: number, tag: string): Promise<void> {
   if (c.kind === 'jsd') {
-    const o = await jsdLoss({ studentHidden: f64(c.studentHidden), teacherHidden: f64(c.teacherHidden), weight: f64(c.weight), mask: f64(c.mask), beta: c.beta, temperature: c.temperature, chunkSize: 4 });
-    const le = Math.abs(o.loss - ref.loss) / Math.abs(ref.loss), ge = relErr(o.gradStudentHidden!.data, ref.gradStudentHidden);
+    const o = await jsdLoss({
+      studentHidden: f64(c.studentHidden),
+      teacherHidden: f64(c.teacherHidden),
+      weight: f64(c.weight),
+      mask: f64(c.mask),
+      beta: c.beta,
+      temperature: c.temperature,
+      chunkSize: 4,
+    });
+    const le = Math.abs(o.loss - ref.loss) / Math.abs(ref.loss),
+      ge = relErr(o.gradStudentHidden!.data, ref.gradStudentHidden);
     note(`${tag} jsd loss`, le);
     note(`${tag} jsd grad`, ge);
     expect(le, `jsd beta ${c.beta} loss`).to.be.below(tol);
@@ -104,11 +140,23 @@ async function compare(c: Case, ref: Case, tol: number, tag: string): Promise<vo
   } else if (c.kind === 'grpo') {
     const mask = f64(c.mask);
     const o = await grpoLoss({
-      hidden: f64(c.hidden), weight: f64(c.weight), tokens: { data: Int32Array.from((c.tokens as number[][]).flat()), shape: [c.tokens.length, c.tokens[0].length] },
-      oldLogprobs: f64(c.oldLogprobs), refLogprobs: f64(c.refLogprobs), advantages: f64(c.advantages), mask, epsLow: c.epsLow, epsHigh: c.epsHigh,
-      betaKl: c.betaKl, temperature: c.temperature, aggregation: c.aggregation, maxCompletionLength: c.maxCompletionLength, chunkSize: 3,
+      hidden: f64(c.hidden),
+      weight: f64(c.weight),
+      tokens: { data: Int32Array.from((c.tokens as number[][]).flat()), shape: [c.tokens.length, c.tokens[0].length] },
+      oldLogprobs: f64(c.oldLogprobs),
+      refLogprobs: f64(c.refLogprobs),
+      advantages: f64(c.advantages),
+      mask,
+      epsLow: c.epsLow,
+      epsHigh: c.epsHigh,
+      betaKl: c.betaKl,
+      temperature: c.temperature,
+      aggregation: c.aggregation,
+      maxCompletionLength: c.maxCompletionLength,
+      chunkSize: 3,
     });
-    const le = Math.abs(o.loss - ref.loss) / Math.abs(ref.loss), ge = relErr(o.gradHidden!.data, ref.gradHidden);
+    const le = Math.abs(o.loss - ref.loss) / Math.abs(ref.loss),
+      ge = relErr(o.gradHidden!.data, ref.gradHidden);
     note(`${tag} grpo loss`, le);
     note(`${tag} grpo grad`, ge);
     expect(le, `${c.aggregation} loss`).to.be.below(tol);
@@ -149,7 +197,14 @@ describe('losses: parity with TRL (live, scripts/ref_trl_losses.py)', function (
     for (let i = 0; i < cases.length; i++) {
       const c = cases[i];
       if (c.kind !== 'jsd') continue;
-      const o = await jsdLoss({ studentHidden: { ...f64(c.studentHidden), data: Float32Array.from(f64(c.studentHidden).data) }, teacherHidden: { ...f64(c.teacherHidden), data: Float32Array.from(f64(c.teacherHidden).data) }, weight: { ...f64(c.weight), data: Float32Array.from(f64(c.weight).data) }, mask: f64(c.mask), beta: c.beta, temperature: c.temperature });
+      const o = await jsdLoss({
+        studentHidden: { ...f64(c.studentHidden), data: Float32Array.from(f64(c.studentHidden).data) },
+        teacherHidden: { ...f64(c.teacherHidden), data: Float32Array.from(f64(c.teacherHidden).data) },
+        weight: { ...f64(c.weight), data: Float32Array.from(f64(c.weight).data) },
+        mask: f64(c.mask),
+        beta: c.beta,
+        temperature: c.temperature,
+      });
       const e = Math.abs(o.loss - results![i].loss) / Math.abs(results![i].loss);
       note('fp32 jsd loss vs trl', e);
       expect(e).to.be.below(1e-5);

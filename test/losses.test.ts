@@ -27,7 +27,8 @@ function ints(shape: number[], V: number, r: () => number) {
   return { data: Int32Array.from({ length: n }, () => Math.floor(r() * V)), shape };
 }
 function maxRel(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0, den = 0;
+  let num = 0,
+    den = 0;
   for (let i = 0; i < a.length; i++) {
     num = Math.max(num, Math.abs(a[i] - b[i]));
     den = Math.max(den, Math.abs(b[i]));
@@ -44,11 +45,15 @@ function sliceI(t: { data: Int32Array; shape: number[] }, rows: [number, number]
   return { data: t.data.slice(rows[0] * inner, rows[1] * inner), shape: [rows[1] - rows[0], ...t.shape.slice(1)] };
 }
 
-const N = 37, H = 24, V = 301;
+const N = 37,
+  H = 24,
+  V = 301;
 
 describe('losses: fused JSD', () => {
   const r = rng(1);
-  const sh = f32([N, H], r), th = f32([N, H], r), w = f32([V, H], r, 0.5);
+  const sh = f32([N, H], r),
+    th = f32([N, H], r),
+    w = f32([V, H], r, 0.5);
   const mask: FloatTensor = { data: Float32Array.from({ length: N }, (_, i) => (i % 5 === 3 ? 0 : 1)), shape: [N] };
 
   for (const beta of [0, 0.3, 0.5, 1]) {
@@ -62,13 +67,18 @@ describe('losses: fused JSD', () => {
 
   it('finite-difference gradient check (float64, beta 0.5)', async () => {
     const r2 = rng(2);
-    const n = 5, h = 6, v = 11;
-    const s = f64(f32([n, h], r2)), t = f64(f32([n, h], r2)), ww = f64(f32([v, h], r2));
+    const n = 5,
+      h = 6,
+      v = 11;
+    const s = f64(f32([n, h], r2)),
+      t = f64(f32([n, h], r2)),
+      ww = f64(f32([v, h], r2));
     const base = await jsdLoss({ studentHidden: s, teacherHidden: t, weight: ww, beta: 0.5, temperature: 0.8, chunkSize: 2 });
     const g = base.gradStudentHidden!.data;
     const eps = 1e-6;
     for (const i of [0, 7, 13, 29]) {
-      const p = { ...s, data: Float64Array.from(s.data) }, m = { ...s, data: Float64Array.from(s.data) };
+      const p = { ...s, data: Float64Array.from(s.data) },
+        m = { ...s, data: Float64Array.from(s.data) };
       p.data[i] += eps;
       m.data[i] -= eps;
       const lp = (await jsdLoss({ studentHidden: p, teacherHidden: t, weight: ww, beta: 0.5, temperature: 0.8, grad: false })).loss;
@@ -78,7 +88,8 @@ describe('losses: fused JSD', () => {
   });
 
   it('JSD finite with −inf logits (teacher and student), student == teacher → exactly 0, ≥ −1e-7', async () => {
-    const n = 4, v = 6;
+    const n = 4,
+      v = 6;
     const ninf = -Infinity;
     const s = new Float32Array([0.1, ninf, 2, 0.3, ninf, 1, /**/ 1, 1, 1, 1, 1, 1, /**/ ninf, 0, 0, ninf, 5, -3, /**/ 2, 2, ninf, ninf, ninf, 0]);
     const t = new Float32Array([0.5, ninf, 1, ninf, 0.2, 1, /**/ 1, 1, 1, 1, 1, 1, /**/ 0, 0, 0, ninf, 4, -3, /**/ 2, ninf, 1, ninf, ninf, 0]);
@@ -118,14 +129,24 @@ describe('losses: fused JSD', () => {
     const b = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, chunkSize: 8 });
     expect(Math.abs(a.loss - b.loss) / b.loss).to.be.below(0.05);
     expect(maxRel(a.gradStudentHidden!.data, b.gradStudentHidden!.data)).to.be.below(0.1);
-    const g = await grpoLoss({ hidden: { data: sh.data, shape: [1, N, H] }, weight: w, tokens: { data: new Int32Array(N).fill(3), shape: [1, N] }, oldLogprobs: { data: new Float32Array(N).fill(-6), shape: [1, N] }, advantages: { data: new Float32Array([1]), shape: [1] }, mask: { data: mask.data, shape: [1, N] }, dtype: 'bfloat16' });
+    const g = await grpoLoss({
+      hidden: { data: sh.data, shape: [1, N, H] },
+      weight: w,
+      tokens: { data: new Int32Array(N).fill(3), shape: [1, N] },
+      oldLogprobs: { data: new Float32Array(N).fill(-6), shape: [1, N] },
+      advantages: { data: new Float32Array([1]), shape: [1] },
+      mask: { data: mask.data, shape: [1, N] },
+      dtype: 'bfloat16',
+    });
     expect(Number.isFinite(g.loss)).to.equal(true);
   });
 
   it('gradient accumulation: 1×16, 4×4, 16×1 micro-batches give the same gradient (rtol 1e-5)', async () => {
     const r4 = rng(4);
-    const n = 16, T = 5;
-    const s = f32([n * T, H], r4), t = f32([n * T, H], r4);
+    const n = 16,
+      T = 5;
+    const s = f32([n * T, H], r4),
+      t = f32([n * T, H], r4);
     const m: FloatTensor = { data: Float32Array.from({ length: n * T }, (_, i) => (i % T < 2 + (Math.floor(i / T) % 4) ? 1 : 0)), shape: [n * T] };
     const total = Array.from(m.data).reduce((a, b) => a + b, 0);
     const grads: Float32Array[] = [];
@@ -134,7 +155,14 @@ describe('losses: fused JSD', () => {
       let _loss = 0;
       for (let i = 0; i < n; i += mb) {
         const rows: [number, number] = [i * T, (i + mb) * T];
-        const o = await jsdLoss({ studentHidden: slice(s, rows), teacherHidden: slice(t, rows), weight: w, mask: slice(m, rows), normalizer: total, chunkSize: 7 });
+        const o = await jsdLoss({
+          studentHidden: slice(s, rows),
+          teacherHidden: slice(t, rows),
+          weight: w,
+          mask: slice(m, rows),
+          normalizer: total,
+          chunkSize: 7,
+        });
         g.set(o.gradStudentHidden!.data as Float32Array, rows[0] * H);
         _loss += o.loss;
       }
@@ -146,17 +174,34 @@ describe('losses: fused JSD', () => {
 });
 
 describe('losses: fused GRPO', () => {
-  const B = 6, T = 7;
+  const B = 6,
+    T = 7;
   const r = rng(11);
-  const hidden = f32([B, T, H], r), w = f32([V, H], r, 0.5);
+  const hidden = f32([B, T, H], r),
+    w = f32([V, H], r, 0.5);
   const tokens = ints([B, T], V, r);
-  const old = f32([B, T], r, 0.3, -5.5), ref = f32([B, T], r, 0.3, -5.5);
+  const old = f32([B, T], r, 0.3, -5.5),
+    ref = f32([B, T], r, 0.3, -5.5);
   const adv = f32([B], r);
   const mask: FloatTensor = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < 3 + (Math.floor(i / T) % 4) ? 1 : 0)), shape: [B, T] };
 
   for (const aggregation of ['grpo', 'dapo', 'dr_grpo'] as const) {
     it(`fused equals unfused within 1e-5 (fp32, ${aggregation}, betaKl 0.04, T 0.7, clipping active)`, async () => {
-      const args = { hidden, weight: w, tokens, oldLogprobs: old, refLogprobs: ref, advantages: adv, mask, betaKl: 0.04, temperature: 0.7, aggregation, epsLow: 0.2, epsHigh: 0.28, chunkSize: 5 };
+      const args = {
+        hidden,
+        weight: w,
+        tokens,
+        oldLogprobs: old,
+        refLogprobs: ref,
+        advantages: adv,
+        mask,
+        betaKl: 0.04,
+        temperature: 0.7,
+        aggregation,
+        epsLow: 0.2,
+        epsHigh: 0.28,
+        chunkSize: 5,
+      };
       const a = await grpoLoss(args);
       const b = await grpoLoss({ ...args, fused: false });
       expect(Math.abs(a.loss - b.loss) / Math.abs(b.loss)).to.be.below(1e-5);
@@ -169,14 +214,30 @@ describe('losses: fused GRPO', () => {
 
   it('finite-difference gradient check (float64, dapo, with KL)', async () => {
     const r2 = rng(12);
-    const b = 2, t = 3, h = 5, v = 9;
-    const hd = f64(f32([b, t, h], r2)), ww = f64(f32([v, h], r2));
-    const args = { weight: ww, tokens: ints([b, t], v, r2), oldLogprobs: f64(f32([b, t], r2, 0.2, -2.2)), refLogprobs: f64(f32([b, t], r2, 0.2, -2.2)), advantages: f64(f32([b], r2)), mask: f64({ data: new Float32Array([1, 1, 0, 1, 1, 1]), shape: [b, t] }), betaKl: 0.3, temperature: 0.9, epsLow: 0.5, epsHigh: 0.5 };
+    const b = 2,
+      t = 3,
+      h = 5,
+      v = 9;
+    const hd = f64(f32([b, t, h], r2)),
+      ww = f64(f32([v, h], r2));
+    const args = {
+      weight: ww,
+      tokens: ints([b, t], v, r2),
+      oldLogprobs: f64(f32([b, t], r2, 0.2, -2.2)),
+      refLogprobs: f64(f32([b, t], r2, 0.2, -2.2)),
+      advantages: f64(f32([b], r2)),
+      mask: f64({ data: new Float32Array([1, 1, 0, 1, 1, 1]), shape: [b, t] }),
+      betaKl: 0.3,
+      temperature: 0.9,
+      epsLow: 0.5,
+      epsHigh: 0.5,
+    };
     const base = await grpoLoss({ ...args, hidden: hd });
     const g = base.gradHidden!.data;
     const eps = 1e-6;
     for (const i of [0, 3, 8, 17, 26]) {
-      const p = Float64Array.from(hd.data), m = Float64Array.from(hd.data);
+      const p = Float64Array.from(hd.data),
+        m = Float64Array.from(hd.data);
       p[i] += eps;
       m[i] -= eps;
       const lp = (await grpoLoss({ ...args, hidden: { data: p, shape: hd.shape }, grad: false })).loss;
@@ -199,8 +260,19 @@ describe('losses: fused GRPO', () => {
   it('the KL term’s gradient moves logp toward the reference (finite-difference sign)', async () => {
     // One token, V = 2, hidden = scalar logit difference: loss = betaKl·k3(ref, logp) only (adv 0).
     const weight = { data: new Float64Array([1, 0]), shape: [2, 1] };
-    for (const [x, refLp] of [[2, -3], [-2, -0.05]]) {
-      const args = { weight, tokens: { data: new Int32Array([0]), shape: [1, 1] }, oldLogprobs: { data: new Float64Array([-1]), shape: [1, 1] }, refLogprobs: { data: new Float64Array([refLp]), shape: [1, 1] }, advantages: { data: new Float64Array([0]), shape: [1] }, mask: { data: new Float64Array([1]), shape: [1, 1] }, betaKl: 1 };
+    for (const [x, refLp] of [
+      [2, -3],
+      [-2, -0.05],
+    ]) {
+      const args = {
+        weight,
+        tokens: { data: new Int32Array([0]), shape: [1, 1] },
+        oldLogprobs: { data: new Float64Array([-1]), shape: [1, 1] },
+        refLogprobs: { data: new Float64Array([refLp]), shape: [1, 1] },
+        advantages: { data: new Float64Array([0]), shape: [1] },
+        mask: { data: new Float64Array([1]), shape: [1, 1] },
+        betaKl: 1,
+      };
       const at = (v: number) => grpoLoss({ ...args, hidden: { data: new Float64Array([v]), shape: [1, 1, 1] } });
       const o = await at(x);
       const logp = o.logprobs.data[0];
@@ -216,12 +288,35 @@ describe('losses: fused GRPO', () => {
   it('logprobs at the sampling temperature: old logprobs from selectedLogprobs give ρ = 1 exactly at step 0', async () => {
     const temperature = 0.7;
     const ones: FloatTensor = { data: new Float32Array(B * T).fill(1), shape: [B, T] };
-    const lp = await selectedLogprobs({ hidden: { data: hidden.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] }, temperature });
-    const o = await grpoLoss({ hidden, weight: w, tokens, oldLogprobs: { data: lp.data, shape: [B, T] }, advantages: adv, mask: ones, temperature, aggregation: 'dapo' });
+    const lp = await selectedLogprobs({
+      hidden: { data: hidden.data, shape: [B * T, H] },
+      weight: w,
+      tokens: { data: tokens.data, shape: [B * T] },
+      temperature,
+    });
+    const o = await grpoLoss({
+      hidden,
+      weight: w,
+      tokens,
+      oldLogprobs: { data: lp.data, shape: [B, T] },
+      advantages: adv,
+      mask: ones,
+      temperature,
+      aggregation: 'dapo',
+    });
     expect(Array.from(o.logprobs.data)).to.deep.equal(Array.from(lp.data));
     expect(o.clipFraction.region).to.equal(0);
     // and not at temperature 1 (the temperature really enters)
-    const o1 = await grpoLoss({ hidden, weight: w, tokens, oldLogprobs: { data: lp.data, shape: [B, T] }, advantages: adv, mask: ones, temperature: 1, aggregation: 'dapo' });
+    const o1 = await grpoLoss({
+      hidden,
+      weight: w,
+      tokens,
+      oldLogprobs: { data: lp.data, shape: [B, T] },
+      advantages: adv,
+      mask: ones,
+      temperature: 1,
+      aggregation: 'dapo',
+    });
     expect(Array.from(o1.logprobs.data)).to.not.deep.equal(Array.from(lp.data));
   });
 
@@ -229,7 +324,16 @@ describe('losses: fused GRPO', () => {
     const ones: FloatTensor = { data: new Float32Array(B * T).fill(1), shape: [B, T] };
     const lp = await selectedLogprobs({ hidden: { data: hidden.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] } });
     const a = new Float32Array([1, -1, 0.5, -0.5, 2, -2]); // zero-mean advantages of one group
-    const o = await grpoLoss({ hidden, weight: w, tokens, oldLogprobs: { data: lp.data, shape: [B, T] }, advantages: { data: a, shape: [B] }, mask: ones, aggregation: 'grpo', betaKl: 0 });
+    const o = await grpoLoss({
+      hidden,
+      weight: w,
+      tokens,
+      oldLogprobs: { data: lp.data, shape: [B, T] },
+      advantages: { data: a, shape: [B] },
+      mask: ones,
+      aggregation: 'grpo',
+      betaKl: 0,
+    });
     expect(Math.abs(o.loss)).to.be.below(1e-7);
     const gnorm = Math.sqrt(Array.from(o.gradHidden!.data).reduce((s, x) => s + x * x, 0));
     expect(gnorm).to.be.above(1e-3);
@@ -238,8 +342,13 @@ describe('losses: fused GRPO', () => {
   for (const aggregation of ['grpo', 'dapo', 'dr_grpo'] as const) {
     it(`gradient accumulation (${aggregation}): 1×16, 4×4, 16×1 give the same gradient (rtol 1e-5, fp32)`, async () => {
       const r5 = rng(21);
-      const n = 16, t = 6;
-      const hd = f32([n, t, H], r5), tk = ints([n, t], V, r5), od = f32([n, t], r5, 0.3, -5.5), rf = f32([n, t], r5, 0.3, -5.5), ad = f32([n], r5);
+      const n = 16,
+        t = 6;
+      const hd = f32([n, t, H], r5),
+        tk = ints([n, t], V, r5),
+        od = f32([n, t], r5, 0.3, -5.5),
+        rf = f32([n, t], r5, 0.3, -5.5),
+        ad = f32([n], r5);
       const mk: FloatTensor = { data: Float32Array.from({ length: n * t }, (_, i) => (i % t < 1 + (Math.floor(i / t) % 6) ? 1 : 0)), shape: [n, t] };
       const numTokens = Array.from(mk.data).reduce((a, b) => a + b, 0);
       const grads: Float32Array[] = [];
@@ -249,7 +358,21 @@ describe('losses: fused GRPO', () => {
         let loss = 0;
         for (let i = 0; i < n; i += mb) {
           const rows: [number, number] = [i, i + mb];
-          const o = await grpoLoss({ hidden: slice(hd, rows), weight: w, tokens: sliceI(tk, rows), oldLogprobs: slice(od, rows), refLogprobs: slice(rf, rows), advantages: slice(ad, rows), mask: slice(mk, rows), betaKl: 0.04, aggregation, numSequences: n, numTokens, maxCompletionLength: t, chunkSize: 4 });
+          const o = await grpoLoss({
+            hidden: slice(hd, rows),
+            weight: w,
+            tokens: sliceI(tk, rows),
+            oldLogprobs: slice(od, rows),
+            refLogprobs: slice(rf, rows),
+            advantages: slice(ad, rows),
+            mask: slice(mk, rows),
+            betaKl: 0.04,
+            aggregation,
+            numSequences: n,
+            numTokens,
+            maxCompletionLength: t,
+            chunkSize: 4,
+          });
           g.set(o.gradHidden!.data as Float32Array, i * t * H);
           loss += o.loss;
         }

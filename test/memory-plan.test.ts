@@ -6,8 +6,21 @@
  */
 import { expect } from 'chai';
 import {
-  planMemory, estimatePhases, planForRun, pinnedSettings, flagsThatFit, readModelShape, residentBytes, updateBytes, formatPlan, gb,
-  mergedWeightBytes, QWEN3_SHAPES, CALIBRATION_TOLERANCE, type PlanInputs, type PlanSettings,
+  planMemory,
+  estimatePhases,
+  planForRun,
+  pinnedSettings,
+  flagsThatFit,
+  readModelShape,
+  residentBytes,
+  updateBytes,
+  formatPlan,
+  gb,
+  mergedWeightBytes,
+  QWEN3_SHAPES,
+  CALIBRATION_TOLERANCE,
+  type PlanInputs,
+  type PlanSettings,
 } from '../lib/train/memory-plan.js';
 import { resolveConfig } from '../lib/config/train.js';
 import { ensureDefaultModel } from '../lib/train/run.js';
@@ -17,19 +30,29 @@ const ALL7 = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'd
 /** The measured runs: `train --preset qwen3-X --model <random X> --device cuda --opsd-steps 1 --grpo-steps 1`, embedded dataset. */
 function presetInputs(shape: keyof typeof QWEN3_SHAPES, budgetGB = 1e6): PlanInputs {
   return {
-    shape: QWEN3_SHAPES[shape], dtypeBytes: 2, lora: { r: 64, targetModules: ALL7, dropout: 0.05 }, stages: ['opsd', 'grpo'],
+    shape: QWEN3_SHAPES[shape],
+    dtypeBytes: 2,
+    lora: { r: 64, targetModules: ALL7, dropout: 0.05 },
+    stages: ['opsd', 'grpo'],
     // Longest student / teacher prompt of data/sample/papergym-sample.jsonl (Qwen3 tokenizer, chat template).
-    promptTokens: { student: 207, teacher: 525 }, maxNewTokens: 1024,
+    promptTokens: { student: 207, teacher: 525 },
+    maxNewTokens: 1024,
     opsd: { batchSize: 32, microBatch: 4, teacher: 'fixed' },
     grpo: { questionsPerStep: 8, groupSize: 8, microBatch: 8, betaKl: 0.01, reference: 'stage-start' },
-    sft: { batchSize: 2 }, recompute: false, budgetBytes: budgetGB * 1e9,
+    sft: { batchSize: 2 },
+    recompute: false,
+    budgetBytes: budgetGB * 1e9,
   };
 }
 const AS_MEASURED: PlanSettings = { opsdMicroBatch: 4, grpoMicroBatch: 8, recompute: false, rolloutRows: 64, judgeMaxTokensPerCall: 65536 };
 
 describe('memory plan', () => {
   it('reproduces the measured peaks (8B GRPO 108.9 GB, 8B OPSD 64.3 GB, 1.7B GRPO 40.6 GB) within the stated tolerance', () => {
-    const cases: [keyof typeof QWEN3_SHAPES, 'update-grpo' | 'update-opsd', number][] = [['qwen3-8b', 'update-grpo', 108.9], ['qwen3-8b', 'update-opsd', 64.3], ['qwen3-1.7b', 'update-grpo', 40.6]];
+    const cases: [keyof typeof QWEN3_SHAPES, 'update-grpo' | 'update-opsd', number][] = [
+      ['qwen3-8b', 'update-grpo', 108.9],
+      ['qwen3-8b', 'update-opsd', 64.3],
+      ['qwen3-1.7b', 'update-grpo', 40.6],
+    ];
     for (const [shape, phase, measuredGB] of cases) {
       const est = estimatePhases(presetInputs(shape), AS_MEASURED)[phase]! / 1e9;
       expect(Math.abs(est / measuredGB - 1), `${shape} ${phase}: ${est.toFixed(1)} GB vs ${measuredGB}`).to.be.below(CALIBRATION_TOLERANCE);
@@ -109,7 +132,15 @@ describe('memory plan', () => {
     const flags = flagsThatFit(presetInputs('qwen3-4b', 24));
     expect(flags).to.match(/--max-new-tokens \d+/);
     const n = Number(/--max-new-tokens (\d+)/.exec(flags)![1]);
-    expect(planMemory({ ...presetInputs('qwen3-4b', 24), maxNewTokens: n, recompute: true, opsd: { batchSize: Number(/--opsd-batch-size (\d+)/.exec(flags)![1]), microBatch: 1, teacher: 'fixed' }, grpo: { ...presetInputs('qwen3-4b').grpo, microBatch: 1, questionsPerStep: Number(/--questions-per-step (\d+)/.exec(flags)![1]) } }).fits).to.equal(true);
+    expect(
+      planMemory({
+        ...presetInputs('qwen3-4b', 24),
+        maxNewTokens: n,
+        recompute: true,
+        opsd: { batchSize: Number(/--opsd-batch-size (\d+)/.exec(flags)![1]), microBatch: 1, teacher: 'fixed' },
+        grpo: { ...presetInputs('qwen3-4b').grpo, microBatch: 1, questionsPerStep: Number(/--questions-per-step (\d+)/.exec(flags)![1]) },
+      }).fits,
+    ).to.equal(true);
   });
 
   it('merged-adapter rollouts: the copy counts in the rollout phases; auto merges when it fits beside the chosen rollout rows, else keeps the LoRA branch and says so', () => {
@@ -120,7 +151,8 @@ describe('memory plan', () => {
     expect(mergedWeightBytes(s, ['v_proj'], 2)).to.equal(28 * 2 * 2048 * 4096 + 4 * 2048 * 4096); // the whole fused q/k/v is copied
     expect(mergedWeightBytes(s, [], 2)).to.equal(0);
     const x = presetInputs('qwen3-1.7b', 141);
-    const plain = estimatePhases(x, AS_MEASURED), merged = estimatePhases(x, { ...AS_MEASURED, mergeAdapter: true });
+    const plain = estimatePhases(x, AS_MEASURED),
+      merged = estimatePhases(x, { ...AS_MEASURED, mergeAdapter: true });
     for (const ph of ['rollout-grpo', 'rollout-opsd'] as const) expect(merged[ph]! - plain[ph]!, ph).to.equal(all);
     for (const ph of ['update-grpo', 'update-opsd', 'judge', 'reference', 'optimizer'] as const) expect(merged[ph], ph).to.equal(plain[ph]);
     expect(planMemory({ ...x, mergeAdapter: 'auto' }).mergeAdapter).to.equal(true);
@@ -145,14 +177,17 @@ describe('memory plan', () => {
     expect(planMemory(on).fits).to.equal(false);
     const advice = flagsThatFit(on);
     expect(advice).to.include('--merge-adapter off').and.to.include('--max-new-tokens 1024').and.to.include('--questions-per-step 8');
-    expect(planMemory({ ...on, mergeAdapter: false, recompute: true, opsd: { ...on.opsd, microBatch: 1 }, grpo: { ...on.grpo, microBatch: 1 } }).fits).to.equal(true);
+    expect(planMemory({ ...on, mergeAdapter: false, recompute: true, opsd: { ...on.opsd, microBatch: 1 }, grpo: { ...on.grpo, microBatch: 1 } }).fits).to.equal(
+      true,
+    );
     // Where the copy fits, the advice keeps it.
     expect(flagsThatFit({ ...presetInputs('qwen3-1.7b', 141), mergeAdapter: true })).to.not.include('--merge-adapter');
   });
 
-  it('judge beside the rollout (grpo.judgeOverlap): the GRPO rollout phase holds the judge\'s working memory too; auto overlaps only when both fit (a note otherwise); planForRun resolves auto on CUDA', () => {
+  it("judge beside the rollout (grpo.judgeOverlap): the GRPO rollout phase holds the judge's working memory too; auto overlaps only when both fit (a note otherwise); planForRun resolves auto on CUDA", () => {
     const x = presetInputs('qwen3-1.7b', 141);
-    const apart = estimatePhases(x, AS_MEASURED), beside = estimatePhases(x, { ...AS_MEASURED, judgeOverlap: true });
+    const apart = estimatePhases(x, AS_MEASURED),
+      beside = estimatePhases(x, { ...AS_MEASURED, judgeOverlap: true });
     expect(beside['rollout-grpo']! - apart['rollout-grpo']!).to.equal(apart.judge! - residentBytes(x));
     for (const ph of ['rollout-opsd', 'update-grpo', 'update-opsd', 'judge', 'reference', 'optimizer'] as const) expect(beside[ph], ph).to.equal(apart[ph]);
     expect(planMemory({ ...x, judgeOverlap: 'auto' }).judgeOverlap).to.equal(true);
@@ -184,10 +219,11 @@ describe('memory plan', () => {
     expect(capped.grpo.judgeOverlap, 'CPU: no overlap to decide').to.equal('auto');
   });
 
-  it('--judge-overlap on: the judge\'s maxTokensPerCall is chosen to fit beside the GRPO rollout (pinned kept); the out-of-memory advice gives the overlap up before cutting the run', () => {
+  it("--judge-overlap on: the judge's maxTokensPerCall is chosen to fit beside the GRPO rollout (pinned kept); the out-of-memory advice gives the overlap up before cutting the run", () => {
     // 1.7B on 16 GB: alone the judge takes 32768 tokens per call, beside the 32-row rollout only 16384 fit.
     const x = presetInputs('qwen3-1.7b', 16);
-    const apart = planMemory(x), on = planMemory({ ...x, judgeOverlap: true });
+    const apart = planMemory(x),
+      on = planMemory({ ...x, judgeOverlap: true });
     expect(apart.judgeMaxTokensPerCall).to.equal(32768);
     expect(on.judgeOverlap).to.equal(true);
     expect(on.judgeMaxTokensPerCall).to.equal(16384);
@@ -232,13 +268,32 @@ describe('memory plan', () => {
     expect(gpu.sampling.mergeAdapter).to.equal(g.plan.mergeAdapter ? 'on' : 'off');
     expect(cpu.sampling.mergeAdapter).to.equal('auto');
     const off = resolveConfig({ preset: 'qwen3-1.7b', flags: { sampling: { mergeAdapter: 'off' } } as never });
-    expect(planForRun(off, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!.plan.mergeAdapter).to.equal(false);
+    expect(
+      planForRun(off, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!.plan
+        .mergeAdapter,
+    ).to.equal(false);
     expect(off.sampling.mergeAdapter).to.equal('off');
     const big = resolveConfig({ preset: 'qwen3-1.7b' });
-    expect(planForRun(big, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!.plan.mergeAdapter).to.equal(true);
+    expect(
+      planForRun(big, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!.plan
+        .mergeAdapter,
+    ).to.equal(true);
     expect(big.sampling.mergeAdapter).to.equal('on');
-    expect(planForRun(resolveConfig({ preset: 'qwen3-8b', flags: { memory: { plan: 'off' } } as never }), { shape, promptTokens: { student: 1, teacher: 1 }, deviceMemoryBytes: 80e9, pinned: {} })).to.equal(undefined);
-    expect(pinnedSettings({ grpo: { microBatch: 2 } }, { memory: { recompute: true } })).to.deep.equal({ opsdMicroBatch: false, grpoMicroBatch: true, recompute: true, rolloutRows: false, judgeMaxTokensPerCall: false });
+    expect(
+      planForRun(resolveConfig({ preset: 'qwen3-8b', flags: { memory: { plan: 'off' } } as never }), {
+        shape,
+        promptTokens: { student: 1, teacher: 1 },
+        deviceMemoryBytes: 80e9,
+        pinned: {},
+      }),
+    ).to.equal(undefined);
+    expect(pinnedSettings({ grpo: { microBatch: 2 } }, { memory: { recompute: true } })).to.deep.equal({
+      opsdMicroBatch: false,
+      grpoMicroBatch: true,
+      recompute: true,
+      rolloutRows: false,
+      judgeMaxTokensPerCall: false,
+    });
     expect(() => resolveConfig({ flags: { memory: { maxMemoryGB: -1 } } as never })).to.throw(/memory\.maxMemoryGB \(--max-memory\) must be in \(0, ∞\)/);
   });
 });

@@ -195,7 +195,11 @@ describe('model: bad input', function () {
   });
 
   it('unsupported architectures', async () => {
-    const d = ckpt('arch', (f) => symlinkSync(st, f), (c) => (c.architectures = ['MistralForCausalLM']));
+    const d = ckpt(
+      'arch',
+      (f) => symlinkSync(st, f),
+      (c) => (c.architectures = ['MistralForCausalLM']),
+    );
     const e = await loadError(d);
     expect(e.code).to.equal('ERR_PG_INPUT');
     expect(e.message).to.include(join(d, 'config.json'));
@@ -204,16 +208,38 @@ describe('model: bad input', function () {
 
   it('config.json that disagrees with the weights names the field (and a default that applied)', async () => {
     // tiny-tied has head_dim 16; without the key Qwen3Config's default 128 applies
-    const d = ckpt('no-head-dim', (f) => symlinkSync(st, f), (c) => delete c.head_dim);
+    const d = ckpt(
+      'no-head-dim',
+      (f) => symlinkSync(st, f),
+      (c) => delete c.head_dim,
+    );
     const e = await loadError(d);
     expect(e.message).to.include(join(d, 'config.json'));
-    expect(e.message).to.match(/has shape \[\d+(, 64)?\], expected \[\d+(, 64)?\] from .*config\.json: dim 0 is (num_attention_heads\*head_dim|num_key_value_heads\*head_dim|head_dim) \(.*head_dim = 128 \(absent from config\.json: the Qwen3Config default\)\)/);
-    const d2 = ckpt('wrong-ffn', (f) => symlinkSync(st, f), (c) => (c.intermediate_size = 96));
-    expect((await loadError(d2)).message).to.match(/'model\.layers\.0\.mlp\.down_proj\.weight' has shape \[64, 128\], expected \[64, 96\] from .*config\.json: dim 1 is intermediate_size \(intermediate_size = 96\)/);
+    expect(e.message).to.match(
+      /has shape \[\d+(, 64)?\], expected \[\d+(, 64)?\] from .*config\.json: dim 0 is (num_attention_heads\*head_dim|num_key_value_heads\*head_dim|head_dim) \(.*head_dim = 128 \(absent from config\.json: the Qwen3Config default\)\)/,
+    );
+    const d2 = ckpt(
+      'wrong-ffn',
+      (f) => symlinkSync(st, f),
+      (c) => (c.intermediate_size = 96),
+    );
+    expect((await loadError(d2)).message).to.match(
+      /'model\.layers\.0\.mlp\.down_proj\.weight' has shape \[64, 128\], expected \[64, 96\] from .*config\.json: dim 1 is intermediate_size \(intermediate_size = 96\)/,
+    );
     // the same weights read as another architecture: the switch that makes a tensor unexpected is named
-    const d3 = ckpt('as-qwen2', (f) => symlinkSync(st, f), (c) => (c.architectures = ['Qwen2ForCausalLM']));
-    expect((await loadError(d3)).message).to.match(/unexpected tensor 'model\.layers\.\d\.self_attn\.[qk]_norm\.weight' \(not part of Qwen2ForCausalLM with this config \(Qwen2ForCausalLM has no q\/k norm\)\)/);
-    const d4 = ckpt('bias-on', (f) => symlinkSync(st, f), (c) => (c.attention_bias = true));
+    const d3 = ckpt(
+      'as-qwen2',
+      (f) => symlinkSync(st, f),
+      (c) => (c.architectures = ['Qwen2ForCausalLM']),
+    );
+    expect((await loadError(d3)).message).to.match(
+      /unexpected tensor 'model\.layers\.\d\.self_attn\.[qk]_norm\.weight' \(not part of Qwen2ForCausalLM with this config \(Qwen2ForCausalLM has no q\/k norm\)\)/,
+    );
+    const d4 = ckpt(
+      'bias-on',
+      (f) => symlinkSync(st, f),
+      (c) => (c.attention_bias = true),
+    );
     expect((await loadError(d4)).message).to.match(/missing tensor 'model\.layers\.0\.self_attn\.[kqvo]_proj\.bias'/);
   });
 
@@ -224,8 +250,14 @@ describe('model: bad input', function () {
       [(c) => (c.rope_parameters = { rope_type: 'longrope', rope_theta: 1e6 }), /'longrope' is not supported/],
       [(c) => (c.rope_scaling = { rope_type: 'yarn' }), /rope_scaling\.factor is required for rope_type 'yarn'/],
       [(c) => (c.rope_parameters = { rope_type: 'default', rope_theta: 1e6, partial_rotary_factor: 0.5 }), /partial_rotary_factor 0\.5 is not supported/],
-      [(c) => ((c.use_sliding_window = true), (c.sliding_window = 4096), (c.max_window_layers = 1), delete c.layer_types), /sliding-window attention is not supported \(use_sliding_window=true with max_window_layers 1 < num_hidden_layers 2\)/],
-      [(c) => (c.layer_types = ['full_attention', 'sliding_attention']), /sliding-window attention is not supported \(layer_types names sliding_attention layers\)/],
+      [
+        (c) => ((c.use_sliding_window = true), (c.sliding_window = 4096), (c.max_window_layers = 1), delete c.layer_types),
+        /sliding-window attention is not supported \(use_sliding_window=true with max_window_layers 1 < num_hidden_layers 2\)/,
+      ],
+      [
+        (c) => (c.layer_types = ['full_attention', 'sliding_attention']),
+        /sliding-window attention is not supported \(layer_types names sliding_attention layers\)/,
+      ],
     ];
     for (const [i, [f, re]] of cases.entries()) {
       const d = ckpt(`rope-${i}`, (file) => symlinkSync(st, file), f);
@@ -235,7 +267,11 @@ describe('model: bad input', function () {
       expect(e.message).to.match(re);
     }
     // use_sliding_window with every layer below max_window_layers is full attention (loads)
-    const ok = ckpt('sw-off', (file) => symlinkSync(st, file), (c) => ((c.use_sliding_window = true), (c.max_window_layers = 28), delete c.layer_types));
+    const ok = ckpt(
+      'sw-off',
+      (file) => symlinkSync(st, file),
+      (c) => ((c.use_sliding_window = true), (c.max_window_layers = 28), delete c.layer_types),
+    );
     (await loadModel(ok)).dispose();
   });
 
@@ -252,7 +288,11 @@ describe('model: bad input', function () {
   });
 
   it('loadModel: a non-string dir or bad options give our TypeError; a missing dir is named', async () => {
-    const err = (p: Promise<unknown>): Promise<Error & { code?: string }> => p.then(() => new Error('expected a rejection'), (e) => e as Error & { code?: string });
+    const err = (p: Promise<unknown>): Promise<Error & { code?: string }> =>
+      p.then(
+        () => new Error('expected a rejection'),
+        (e) => e as Error & { code?: string },
+      );
     const cases: [Promise<unknown>, RegExp][] = [
       [loadModel(5 as never), /^loadModel: dir must be a non-empty string \(the checkpoint directory\), got number 5$/],
       [loadModel(''), /^loadModel: dir must be a non-empty string .*got ""$/],
@@ -286,8 +326,14 @@ describe('model: bad input', function () {
       const raw = m as unknown as Record<string, (...a: unknown[]) => unknown>;
       expect(() => raw.forward.call(m, { inputIds: [1, 2, 3] })).to.throw(TypeError, /args\.inputIds\.data must be a TypedArray/);
       expect(() => raw.forward.call(m, { inputIds: 7 })).to.throw(TypeError, /args\.inputIds must be a tensor object/);
-      expect(() => raw.forward.call(m, { inputIds: { data: new Float32Array(2), shape: [1, 2] } })).to.throw(TypeError, /args\.inputIds\.data must be an Int32Array/);
-      expect(() => raw.forward.call(m, { inputIds: int32([[1, 2]]), attentionMask: int32([[1]]) })).to.throw(TypeError, /attentionMask must have the shape of inputIds/);
+      expect(() => raw.forward.call(m, { inputIds: { data: new Float32Array(2), shape: [1, 2] } })).to.throw(
+        TypeError,
+        /args\.inputIds\.data must be an Int32Array/,
+      );
+      expect(() => raw.forward.call(m, { inputIds: int32([[1, 2]]), attentionMask: int32([[1]]) })).to.throw(
+        TypeError,
+        /attentionMask must have the shape of inputIds/,
+      );
       expect(() => raw.forward.call(m, { inputIds: int32([[1, 2]]), outputs: ['probs'] })).to.throw(TypeError, /outputs entries must be 'logits' or 'hidden'/);
       expect(() => raw.forward.call(m)).to.throw(TypeError, /forward\(args\) is required/);
       expect(() => raw.addLora.call(m, { r: 'x', alpha: 2 })).to.throw(TypeError, /lora\.r must be an integer/);
@@ -361,9 +407,21 @@ describe('model: bad input', function () {
         expect(err, name).to.be.instanceOf(Error);
         expect((err as Error).message, name).to.match(re);
       };
-      await bad('ad-rank', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, r: 8 })), /lora_A\.weight' has shape \[4, 64\], expected \[8, 64\] \(r = 8 from .*adapter_config\.json r\)/);
-      await bad('ad-targets', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj'] })), /tensor 'base_model\.model\.model\.layers\.0\.self_attn\.v_proj\.lora_A\.weight' belongs to module 'model\.layers\.0\.self_attn\.v_proj', which .*adapter_config\.json does not target/);
-      await bad('ad-missing', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj', 'v_proj', 'k_proj'] })), /adapter_model\.safetensors: no LoRA weights \(lora_A and lora_B\) for module 'model\.layers\.0\.self_attn\.k_proj', which .*adapter_config\.json targets/);
+      await bad(
+        'ad-rank',
+        (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, r: 8 })),
+        /lora_A\.weight' has shape \[4, 64\], expected \[8, 64\] \(r = 8 from .*adapter_config\.json r\)/,
+      );
+      await bad(
+        'ad-targets',
+        (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj'] })),
+        /tensor 'base_model\.model\.model\.layers\.0\.self_attn\.v_proj\.lora_A\.weight' belongs to module 'model\.layers\.0\.self_attn\.v_proj', which .*adapter_config\.json does not target/,
+      );
+      await bad(
+        'ad-missing',
+        (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, target_modules: ['q_proj', 'v_proj', 'k_proj'] })),
+        /adapter_model\.safetensors: no LoRA weights \(lora_A and lora_B\) for module 'model\.layers\.0\.self_attn\.k_proj', which .*adapter_config\.json targets/,
+      );
       await bad('ad-dora', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, use_dora: true })), /DoRA/);
       await bad('ad-type', (d) => writeFileSync(join(d, 'adapter_config.json'), JSON.stringify({ ...cfg, peft_type: 'IA3' })), /peft_type must be "LORA"/);
       await bad('ad-noconfig', (d) => rmSync(join(d, 'adapter_config.json')), /adapter_config\.json: cannot open/);
@@ -376,7 +434,11 @@ describe('model: bad input', function () {
         },
         /unexpected tensor 'base_model\.model\.lm_head\.weight'/,
       );
-      await bad('ad-trunc', (d) => writeFileSync(join(d, 'adapter_model.safetensors'), readFileSync(join(ad, 'adapter_model.safetensors')).subarray(0, 100)), /adapter_model\.safetensors: safetensors header length \d+ exceeds the file size/);
+      await bad(
+        'ad-trunc',
+        (d) => writeFileSync(join(d, 'adapter_model.safetensors'), readFileSync(join(ad, 'adapter_model.safetensors')).subarray(0, 100)),
+        /adapter_model\.safetensors: safetensors header length \d+ exceeds the file size/,
+      );
       // the model still works after the failed loads
       const r = await m.forward({ inputIds: int32([[1, 2, 3]]) });
       expect(r.logits!.data.every(Number.isFinite)).to.equal(true);

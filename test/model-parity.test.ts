@@ -19,7 +19,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { packageRoot, type JsTensor } from '../lib/native.js';
-import { int32, maskedMax, paddedBatch, relErr, readRefForward, runReference, tinyFingerprint, tinyModel, type RefForward, type TinyName, type TinyOptions } from './helpers/tiny.js';
+import {
+  int32,
+  maskedMax,
+  paddedBatch,
+  relErr,
+  readRefForward,
+  runReference,
+  tinyFingerprint,
+  tinyModel,
+  type RefForward,
+  type TinyName,
+  type TinyOptions,
+} from './helpers/tiny.js';
 
 const TOL = 1e-4;
 const GOLDEN = join(packageRoot, 'test', 'fixtures', 'model', 'golden-logits.json');
@@ -261,7 +273,11 @@ function writeGolden(name: string, dir: string, ref: RefForward): void {
   try {
     g = JSON.parse(readFileSync(GOLDEN, 'utf8')) as Golden;
   } catch {
-    g = { generatedBy: 'scripts/ref_qwen3.py (transformers, fp32, eager) via PG_UPDATE_GOLDEN=1 mocha dist/test/model-parity.test.js', models: {}, batch: paddedBatch() };
+    g = {
+      generatedBy: 'scripts/ref_qwen3.py (transformers, fp32, eager) via PG_UPDATE_GOLDEN=1 mocha dist/test/model-parity.test.js',
+      models: {},
+      batch: paddedBatch(),
+    };
   }
   const b = paddedBatch();
   const [, T, V] = ref.shape;
@@ -285,7 +301,9 @@ describe('model parity: committed golden fixture (offline)', function () {
     it(`${name}: logits at fixed positions/vocab ids match the fixture (≤ 1e-4)`, async () => {
       const fx = g.models[name];
       const dir = tinyModel(name);
-      expect(Math.abs(tinyFingerprint(dir) - fx.fingerprint) / fx.fingerprint, 'tiny checkpoint differs from the one the fixture was made from').to.be.below(1e-9);
+      expect(Math.abs(tinyFingerprint(dir) - fx.fingerprint) / fx.fingerprint, 'tiny checkpoint differs from the one the fixture was made from').to.be.below(
+        1e-9,
+      );
       const m = await loadModel(dir);
       const r = await m.forward({ inputIds: int32(g.batch.ids), attentionMask: int32(g.batch.mask) });
       const [, T, V] = r.logits!.shape;

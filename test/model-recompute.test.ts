@@ -9,7 +9,6 @@ import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { native, type JsTensor } from '../lib/native.js';
 import { tinyModel, int32, paddedBatch, randomLoraB as randomB } from './helpers/tiny.js';
 
-
 /** max |a − b| / max(max |b|, 1e-12) over all tensors of two gradient records. */
 function relDiff(a: Record<string, JsTensor<Float32Array>>, b: Record<string, JsTensor<Float32Array>>): number {
   let num = 0;

@@ -30,7 +30,6 @@ function maskedMax(a: JsTensor<Float32Array>, b: JsTensor<Float32Array>, mask: n
   return m;
 }
 
-
 describe('model: native Qwen3', function () {
   this.timeout(300000);
   let tied: string;
@@ -51,7 +50,12 @@ describe('model: native Qwen3', function () {
     expect(model.config.hidden_size).to.equal(64);
     expect(model.config.architectures).to.deep.equal(['Qwen3ForCausalLM']);
     // tied: embed [V, H] + 2 layers + norm, fp32
-    const H = 64, V = 151936, I = 128, hd = 16, q = 4 * hd, kv = 2 * hd;
+    const H = 64,
+      V = 151936,
+      I = 128,
+      hd = 16,
+      q = 4 * hd,
+      kv = 2 * hd;
     const perLayer = 2 * H + q * H + 2 * kv * H + H * q + 2 * hd + 3 * I * H;
     expect(model.parameterBytes()).to.equal(4 * (V * H + H + 2 * perLayer));
   });
@@ -77,7 +81,14 @@ describe('model: native Qwen3', function () {
     expect(left.logits!.data.every(Number.isFinite)).to.equal(true);
     expect(maxAbsDiff(left.logits!.data.subarray(2 * V), single.logits!.data)).to.be.below(1e-4);
     // a row that is padding only (every query row fully masked) stays finite and leaves the other row intact
-    const mixed = await model.forward({ inputIds: int32([row, [0, 0, 0, 0, 0]]), attentionMask: int32([[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]]), outputs: ['logits', 'hidden'] });
+    const mixed = await model.forward({
+      inputIds: int32([row, [0, 0, 0, 0, 0]]),
+      attentionMask: int32([
+        [1, 1, 1, 1, 1],
+        [0, 0, 0, 0, 0],
+      ]),
+      outputs: ['logits', 'hidden'],
+    });
     expect(mixed.logits!.data.every(Number.isFinite)).to.equal(true);
     expect(mixed.hidden!.data.every(Number.isFinite)).to.equal(true);
     expect(maxAbsDiff(mixed.logits!.data.subarray(0, 5 * V), single.logits!.data)).to.be.below(1e-4);
@@ -192,7 +203,17 @@ describe('model: native Qwen3', function () {
     await model.saveAdapter(dir, { baseModelName: 'tiny-tied' });
     expect(existsSync(join(dir, 'adapter_model.safetensors'))).to.equal(true);
     const cfg = JSON.parse(readFileSync(join(dir, 'adapter_config.json'), 'utf8'));
-    expect(cfg).to.include({ peft_type: 'LORA', task_type: 'CAUSAL_LM', r: 4, lora_alpha: 16, bias: 'none', use_rslora: true, base_model_name_or_path: 'tiny-tied', use_dora: false, fan_in_fan_out: false });
+    expect(cfg).to.include({
+      peft_type: 'LORA',
+      task_type: 'CAUSAL_LM',
+      r: 4,
+      lora_alpha: 16,
+      bias: 'none',
+      use_rslora: true,
+      base_model_name_or_path: 'tiny-tied',
+      use_dora: false,
+      fan_in_fan_out: false,
+    });
     expect(cfg.target_modules).to.deep.equal(['gate_proj', 'o_proj', 'v_proj']);
     expect(cfg.modules_to_save).to.equal(null);
     const buf = readFileSync(join(dir, 'adapter_model.safetensors'));
@@ -242,6 +263,6 @@ describe('model: native Qwen3', function () {
     a.cudaResetPeak();
     a.cudaEmptyCache();
     expect(() => a.cudaSetMemoryLimit(0)).to.throw(TypeError, /bytes must be a positive number/);
-    if (!a.runtimeInfo().cudaAvailable) a.cudaSetMemoryLimit(1e9);  // no-op without CUDA
+    if (!a.runtimeInfo().cudaAvailable) a.cudaSetMemoryLimit(1e9); // no-op without CUDA
   });
 });

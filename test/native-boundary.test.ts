@@ -28,8 +28,14 @@ async function errorOf(f: () => unknown): Promise<(Error & { code?: string }) | 
   return undefined;
 }
 
-const ids = int32([[3, 5, 7, 2], [4, 6, 1, 9]]);
-const mask01 = [[1, 1, 1, 1], [1, 1, 1, 0]];
+const ids = int32([
+  [3, 5, 7, 2],
+  [4, 6, 1, 9],
+]);
+const mask01 = [
+  [1, 1, 1, 1],
+  [1, 1, 1, 0],
+];
 const maskAs = {
   int32: { data: Int32Array.from(mask01.flat()), shape: [2, 4] },
   uint8: { data: Uint8Array.from(mask01.flat()), shape: [2, 4] },
@@ -51,12 +57,22 @@ describe('native boundary: one reader per concept', function () {
   after(() => m?.dispose());
 
   it('the adapter argument: one rule for forward, crossEntropyBackward, the steps, generate and the decode engine', async () => {
-    const labels = int32([[3, 5, 7, 2], [4, 6, 1, 9]]);
+    const labels = int32([
+      [3, 5, 7, 2],
+      [4, 6, 1, 9],
+    ]);
     const calls: Record<string, (adapter: unknown) => unknown> = {
       forward: (adapter) => raw.forward.call(m, { inputIds: ids, adapter }),
       crossEntropyBackward: (adapter) => raw.crossEntropyBackward.call(m, { inputIds: ids, labels, adapter }),
       sequenceLogprobs: (adapter) => addon.sequenceLogprobs(m, { inputIds: ids, attentionMask: maskAs.int32, adapter }),
-      prefixLogprobs: (adapter) => addon.prefixLogprobs(m, { prefixIds: int32([[3, 5]]), suffixIds: int32([[7]]), suffixLengths: { data: Int32Array.from([1]), shape: [1] }, candidates: { data: Int32Array.from([1, 2]), shape: [2] }, adapter }),
+      prefixLogprobs: (adapter) =>
+        addon.prefixLogprobs(m, {
+          prefixIds: int32([[3, 5]]),
+          suffixIds: int32([[7]]),
+          suffixLengths: { data: Int32Array.from([1]), shape: [1] },
+          candidates: { data: Int32Array.from([1, 2]), shape: [2] },
+          adapter,
+        }),
       generate: (adapter) => addon.generate(m, { prompts: [[3, 5]], maxNewTokens: 1, seed: 1, adapter }),
       createDecodeEngine: (adapter) => (addon.createDecodeEngine(m, { maxRows: 1, capacity: 8, adapter }) as Raw).release(),
     };
@@ -78,9 +94,14 @@ describe('native boundary: one reader per concept', function () {
     // opsdBackward's `teacher` follows the same rule (default 'none').
     const opsd = (teacher: unknown) =>
       addon.opsdBackward(m, {
-        studentIds: ids, studentMask: maskAs.float32, teacherIds: ids, teacherMask: maskAs.float32,
-        studentStart: { data: Int32Array.from([1, 1]), shape: [2] }, teacherStart: { data: Int32Array.from([1, 1]), shape: [2] },
-        completionLength: { data: Int32Array.from([2, 2]), shape: [2] }, teacher,
+        studentIds: ids,
+        studentMask: maskAs.float32,
+        teacherIds: ids,
+        teacherMask: maskAs.float32,
+        studentStart: { data: Int32Array.from([1, 1]), shape: [2] },
+        teacherStart: { data: Int32Array.from([1, 1]), shape: [2] },
+        completionLength: { data: Int32Array.from([2, 2]), shape: [2] },
+        teacher,
       });
     expect((await errorOf(() => opsd('')))?.message).to.match(/^opsdBackward\.teacher must be 'active', 'none' or a snapshot name/);
     expect(await errorOf(() => opsd(undefined))).to.equal(undefined);

@@ -94,7 +94,8 @@ function architectureProblems(tree: Tree): string[] {
     const isRow = /^model\/arch_\w+\.cc$/.test(path);
     for (const m of code.matchAll(/"(\w+ForCausalLM)"/g)) if (!isRow) out.push(`${path}: architecture name ${m[1]} outside model/arch_*.cc`);
     if (isRow)
-      for (const m of code.matchAll(/extern const ArchitectureSpec (\w+)/g)) if (!registered.has(m[1])) out.push(`${path}: row ${m[1]} not in PG_ARCHITECTURES`);
+      for (const m of code.matchAll(/extern const ArchitectureSpec (\w+)/g))
+        if (!registered.has(m[1])) out.push(`${path}: row ${m[1]} not in PG_ARCHITECTURES`);
   }
   return out.sort();
 }
@@ -110,13 +111,15 @@ describe('native source layout: the binding / compute seam', () => {
 
   it('only native/napi/ includes an N-API header', () => {
     expect(layout.napiInCore, layout.napiInCore.join('\n')).to.deep.equal([]);
-    for (const [path] of Object.entries(tree).filter(([p]) => !NAPI_FOLDERS.has(folderOf(p))))
-      expect(tree[path], path).to.not.match(/Napi::/);
+    for (const [path] of Object.entries(tree).filter(([p]) => !NAPI_FOLDERS.has(folderOf(p)))) expect(tree[path], path).to.not.match(/Napi::/);
   });
 
   it('no two folders include each other (the folder include graph has no cycle)', () => {
     const shown = [...layout.graph].map(([f, to]) => `${f} -> ${[...to].sort().join(', ')}`).join('\n');
-    expect(layout.cycles.map((c) => c.join(' -> ')), shown).to.deep.equal([]);
+    expect(
+      layout.cycles.map((c) => c.join(' -> ')),
+      shown,
+    ).to.deep.equal([]);
   });
 
   it('nothing in the core includes a binding, and the core error header includes nothing of the project', () => {
@@ -129,14 +132,29 @@ describe('native source layout: the binding / compute seam', () => {
     expect(rows.length).to.be.at.least(3);
     expect(architectureProblems(tree)).to.deep.equal([]);
     const reg = '#define PG_ARCHITECTURES(X) X(kARow) X(kBRow)\n';
-    const fine = { 'model/architecture.cc': reg, 'model/arch_a.cc': 'extern const ArchitectureSpec kARow = {"AForCausalLM"};', 'model/x.cc': '// "AForCausalLM" in a comment\n' };
+    const fine = {
+      'model/architecture.cc': reg,
+      'model/arch_a.cc': 'extern const ArchitectureSpec kARow = {"AForCausalLM"};',
+      'model/x.cc': '// "AForCausalLM" in a comment\n',
+    };
     expect(architectureProblems(fine)).to.deep.equal([]);
-    const broken = { ...fine, 'model/config.cc': 'if (name == "AForCausalLM") {}', 'model/arch_c.cc': 'extern const ArchitectureSpec kCRow = {"CForCausalLM"};' };
-    expect(architectureProblems(broken)).to.deep.equal(['model/arch_c.cc: row kCRow not in PG_ARCHITECTURES', 'model/config.cc: architecture name AForCausalLM outside model/arch_*.cc']);
+    const broken = {
+      ...fine,
+      'model/config.cc': 'if (name == "AForCausalLM") {}',
+      'model/arch_c.cc': 'extern const ArchitectureSpec kCRow = {"CForCausalLM"};',
+    };
+    expect(architectureProblems(broken)).to.deep.equal([
+      'model/arch_c.cc: row kCRow not in PG_ARCHITECTURES',
+      'model/config.cc: architecture name AForCausalLM outside model/arch_*.cc',
+    ]);
   });
 
   it('the checks fail on trees that break the rules', () => {
-    const napi = analyseLayout({ 'loss/jsd.cc': '#include "loss/jsd.h"\n#include "napi/util.h"\n', 'model/x.h': '#include <napi.h>\n', 'napi/a.cc': '#include <napi.h>\n' });
+    const napi = analyseLayout({
+      'loss/jsd.cc': '#include "loss/jsd.h"\n#include "napi/util.h"\n',
+      'model/x.h': '#include <napi.h>\n',
+      'napi/a.cc': '#include <napi.h>\n',
+    });
     expect(napi.napiInCore).to.deep.equal(['loss/jsd.cc: #include "napi/util.h"', 'model/x.h: #include <napi.h>']);
     const twoWay = analyseLayout({ 'model/qwen3.h': '#include "lora/lora.h"\n', 'lora/lora.h': '  #  include "model/qwen3.h"\n' });
     expect(twoWay.cycles.map((c) => c.join(' -> '))).to.deep.equal(['lora -> model -> lora']);

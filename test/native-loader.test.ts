@@ -8,7 +8,16 @@ import { expect } from 'chai';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { findProvider, metaMismatch, prebuiltPackageName, selectAddon, selectionFailure, loadNative, type PrebuiltMeta, type ProviderInfo } from '../lib/native.js';
+import {
+  findProvider,
+  metaMismatch,
+  prebuiltPackageName,
+  selectAddon,
+  selectionFailure,
+  loadNative,
+  type PrebuiltMeta,
+  type ProviderInfo,
+} from '../lib/native.js';
 
 const NO_DRIVER = !existsSync('/proc/driver/nvidia/version');
 
@@ -48,9 +57,15 @@ describe('addon loader: candidate selection', function () {
     const dir = join(root, 'node_modules', name);
     mkdirSync(dir, { recursive: true });
     const meta: PrebuiltMeta = {
-      platform: process.platform, arch: process.arch, torch, torchVersion: `${torch}.0+${variant}`, variant,
-      cudaVersion: variant === 'cpu' ? null : `${variant.slice(2, -1)}.${variant.slice(-1)}`, cxx11Abi: provider.cxx11Abi,
-      binary: 'papergym_native.node', preload: 'papergym_preload.node',
+      platform: process.platform,
+      arch: process.arch,
+      torch,
+      torchVersion: `${torch}.0+${variant}`,
+      variant,
+      cudaVersion: variant === 'cpu' ? null : `${variant.slice(2, -1)}.${variant.slice(-1)}`,
+      cxx11Abi: provider.cxx11Abi,
+      binary: 'papergym_native.node',
+      preload: 'papergym_preload.node',
     };
     writeFileSync(join(dir, 'package.json'), JSON.stringify({ name, version: '0.1.0', papergym: meta }));
     if (typeof bin === 'string') copyFileSync(bin, join(dir, 'papergym_native.node'));
@@ -60,7 +75,16 @@ describe('addon loader: candidate selection', function () {
   }
 
   it('refuses a binary for another torch minor with a message naming both versions', () => {
-    const meta: PrebuiltMeta = { platform: process.platform, arch: process.arch, torch: '2.11', variant: 'cpu', cudaVersion: null, cxx11Abi: 1, binary: 'x', preload: 'y' };
+    const meta: PrebuiltMeta = {
+      platform: process.platform,
+      arch: process.arch,
+      torch: '2.11',
+      variant: 'cpu',
+      cudaVersion: null,
+      cxx11Abi: 1,
+      binary: 'x',
+      preload: 'y',
+    };
     const torch210: ProviderInfo = { ...provider, version: '2.10.0+cpu', torchMinor: '2.10', variant: 'cpu', cudaLib: false, cudaVersion: null };
     expect(metaMismatch(meta, torch210)).to.match(/built for torch 2\.11 \(cpu\); the provider is torch 2\.10\.0\+cpu .*no stable ABI/);
     expect(metaMismatch({ ...meta, torch: provider.torchMinor }, { ...torch210, torchMinor: provider.torchMinor })).to.equal('');
@@ -68,7 +92,16 @@ describe('addon loader: candidate selection', function () {
   });
 
   it('refuses a CUDA binary when the provider has no libtorch_cuda.so, and one for another CUDA version', () => {
-    const meta: PrebuiltMeta = { platform: process.platform, arch: process.arch, torch: '2.11', variant: 'cu128', cudaVersion: '12.8', cxx11Abi: 1, binary: 'x', preload: 'y' };
+    const meta: PrebuiltMeta = {
+      platform: process.platform,
+      arch: process.arch,
+      torch: '2.11',
+      variant: 'cu128',
+      cudaVersion: '12.8',
+      cxx11Abi: 1,
+      binary: 'x',
+      preload: 'y',
+    };
     const cpuTorch: ProviderInfo = { ...provider, version: '2.11.0+cpu', torchMinor: '2.11', variant: 'cpu', cudaLib: false, cudaVersion: null };
     expect(metaMismatch(meta, cpuTorch)).to.match(/needs libtorch_cuda\.so, which .* lacks \(CPU-only torch 2\.11\.0\+cpu\)/);
     const cu130: ProviderInfo = { ...cpuTorch, version: '2.11.0+cu130', variant: 'cu130', cudaLib: true, cudaVersion: '13.0' };
@@ -132,7 +165,10 @@ describe('addon loader: candidate selection', function () {
       const cpuName = fakePrebuilt(root, 'cpu', provider.torchMinor, binary);
       const sel2 = selectAddon({ from: root, packages: [cpuName], provider: p, stopAtFirst: false, localBuild: false });
       const cpu = sel2.candidates.find((c) => c.name === cpuName)!;
-      if (cpu.status === 'skipped') expect(cpu.reason).to.match(/does not load: cannot load .*cpu-libtorch\/lib\/lib\w+\.so: .*cannot open shared object file|does not load: .*libtorch_cuda\.so/);
+      if (cpu.status === 'skipped')
+        expect(cpu.reason).to.match(
+          /does not load: cannot load .*cpu-libtorch\/lib\/lib\w+\.so: .*cannot open shared object file|does not load: .*libtorch_cuda\.so/,
+        );
       else expect(cpu.status).to.equal('passed'); // a CPU-only binary on CPU libraries that load on their own
       expect(sel.chosen).to.equal(undefined);
       const msg = selectionFailure(sel);
@@ -166,7 +202,15 @@ describe('install hook: source build intermediates', () => {
       const b = join(tmp, 'build');
       mkdirSync(join(b, 'CMakeFiles', 'papergym_native.dir'), { recursive: true });
       mkdirSync(join(b, 'Release'), { recursive: true });
-      for (const f of ['CMakeFiles/papergym_native.dir/cmake_pch.hxx.gch', 'CMakeFiles/papergym_native.dir/addon.cc.o', 'build.ninja', 'CMakeCache.txt', 'Release/papergym_native.node', 'Release/papergym_preload.node', 'Release/papergym_native.exp']) {
+      for (const f of [
+        'CMakeFiles/papergym_native.dir/cmake_pch.hxx.gch',
+        'CMakeFiles/papergym_native.dir/addon.cc.o',
+        'build.ninja',
+        'CMakeCache.txt',
+        'Release/papergym_native.node',
+        'Release/papergym_preload.node',
+        'Release/papergym_native.exp',
+      ]) {
         writeFileSync(join(b, f), 'x');
       }
       pruneBuild(b);

@@ -121,10 +121,18 @@ describe('non-finite weights are refused at load (or warned when allowed)', func
   it('Inf in the second shard of a bfloat16 checkpoint names that shard; several tensors are listed', async () => {
     const src = tinyModel('tiny-untied', { dtype: 'bfloat16', shards: 2 });
     const dir = copyOf(src, 'inf-shards');
-    const shards = readdirSync(dir).filter((f) => /^model-0000\d-of-0000\d\.safetensors$/.test(f)).sort();
+    const shards = readdirSync(dir)
+      .filter((f) => /^model-0000\d-of-0000\d\.safetensors$/.test(f))
+      .sort();
     expect(shards).to.have.length(2);
     const second = join(dir, shards[1]!);
-    const names = Object.keys(JSON.parse(readFileSync(second).subarray(8, 8 + Number(readFileSync(second).readBigUInt64LE(0))).toString('utf8')) as object)
+    const names = Object.keys(
+      JSON.parse(
+        readFileSync(second)
+          .subarray(8, 8 + Number(readFileSync(second).readBigUInt64LE(0)))
+          .toString('utf8'),
+      ) as object,
+    )
       .filter((k) => k !== '__metadata__')
       .sort();
     poke(second, names[0]!, Infinity);

@@ -33,8 +33,12 @@ describe('optim: AdamW, clipping, schedules', function () {
 
   function runNative(c: (typeof cfgs)[number], dtype: 'f64' | 'f32') {
     const C = dtype === 'f64' ? Float64Array : Float32Array;
-    const opt = new AdamW(params.map((p, i) => ({ data: C.from(p), shape: shapes[i] })), { lr: c.lr, betas: c.betas as [number, number], eps: c.eps, weightDecay: c.weightDecay, schedule: c.schedule });
-    const norms: number[] = [], lrs: number[] = [];
+    const opt = new AdamW(
+      params.map((p, i) => ({ data: C.from(p), shape: shapes[i] })),
+      { lr: c.lr, betas: c.betas as [number, number], eps: c.eps, weightDecay: c.weightDecay, schedule: c.schedule },
+    );
+    const norms: number[] = [],
+      lrs: number[] = [];
     for (const g of grads) {
       opt.setGrads(g.map((x, i) => ({ data: C.from(x), shape: shapes[i] })));
       const s = opt.step({ maxGradNorm: c.maxGradNorm });
@@ -48,8 +52,15 @@ describe('optim: AdamW, clipping, schedules', function () {
     if (spawnSync(python, ['-c', 'import torch, transformers'], { stdio: 'ignore' }).status !== 0) this.skip();
     const dir = mkdtempSync(join(tmpdir(), 'pg-adamw-'));
     writeFileSync(join(dir, 'in.json'), JSON.stringify({ cases: cfgs.map((c) => ({ kind: 'adamw', params, shapes, grads, ...c })) }));
-    execFileSync(python, [join(packageRoot, 'scripts', 'ref_trl_losses.py'), join(dir, 'in.json'), join(dir, 'out.json')], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, OMP_NUM_THREADS: '1', TRL_EXPERIMENTAL_SILENCE: '1' } });
-    const ref = (JSON.parse(readFileSync(join(dir, 'out.json'), 'utf8')) as { results: { params: number[][]; gradNorms: number[]; lrs: number[]; expAvg: number[][]; expAvgSq: number[][] }[] }).results;
+    execFileSync(python, [join(packageRoot, 'scripts', 'ref_trl_losses.py'), join(dir, 'in.json'), join(dir, 'out.json')], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+      env: { ...process.env, OMP_NUM_THREADS: '1', TRL_EXPERIMENTAL_SILENCE: '1' },
+    });
+    const ref = (
+      JSON.parse(readFileSync(join(dir, 'out.json'), 'utf8')) as {
+        results: { params: number[][]; gradNorms: number[]; lrs: number[]; expAvg: number[][]; expAvgSq: number[][] }[];
+      }
+    ).results;
     cfgs.forEach((c, k) => {
       const { opt, norms, lrs } = runNative(c, 'f64');
       lrs.forEach((x, i) => expect(x).to.be.closeTo(ref[k].lrs[i], 1e-15));
@@ -92,14 +103,23 @@ describe('optim: AdamW, clipping, schedules', function () {
     const c = cfgs[2];
     const full = runNative(c, 'f32');
     // run 3 steps, save, load into a fresh optimizer over the params at that point, finish
-    const first = new AdamW(params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })), { lr: c.lr, betas: c.betas as [number, number], eps: c.eps, weightDecay: c.weightDecay, schedule: c.schedule });
+    const first = new AdamW(
+      params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })),
+      { lr: c.lr, betas: c.betas as [number, number], eps: c.eps, weightDecay: c.weightDecay, schedule: c.schedule },
+    );
     for (const g of grads.slice(0, 3)) {
       first.setGrads(g.map((x, i) => ({ data: Float32Array.from(x), shape: shapes[i] })));
       first.step({ maxGradNorm: c.maxGradNorm });
     }
     const dir = mkdtempSync(join(tmpdir(), 'pg-opt-'));
     await first.saveState(join(dir, 'mid.safetensors'));
-    const second = new AdamW(first.params() as { data: Float32Array; shape: number[] }[], { lr: c.lr, betas: c.betas as [number, number], eps: c.eps, weightDecay: c.weightDecay, schedule: c.schedule });
+    const second = new AdamW(first.params() as { data: Float32Array; shape: number[] }[], {
+      lr: c.lr,
+      betas: c.betas as [number, number],
+      eps: c.eps,
+      weightDecay: c.weightDecay,
+      schedule: c.schedule,
+    });
     await second.loadStateFile(join(dir, 'mid.safetensors'));
     expect(second.stepCount).to.equal(3);
     for (const g of grads.slice(3)) {
@@ -122,7 +142,11 @@ describe('optim: AdamW, clipping, schedules', function () {
 
   it('loadStateFile reads the optimizer.safetensors of checkpoints written by the previous version (moments exported to JS, metadata {step, format})', async () => {
     const c = cfgs[1];
-    const mk = () => new AdamW(params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })), { lr: c.lr, schedule: c.schedule, names: ['a.weight', 'b.bias'] });
+    const mk = () =>
+      new AdamW(
+        params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })),
+        { lr: c.lr, schedule: c.schedule, names: ['a.weight', 'b.bias'] },
+      );
     const a = mk();
     for (const g of grads.slice(0, 3)) {
       a.setGrads(g.map((x, i) => ({ data: Float32Array.from(x), shape: shapes[i] })));
@@ -139,7 +163,11 @@ describe('optim: AdamW, clipping, schedules', function () {
 
   it('saveState / loadStateFile round-trip through safetensors', async () => {
     const c = cfgs[1];
-    const mk = () => new AdamW(params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })), { lr: c.lr, schedule: c.schedule, names: ['a.weight', 'b.bias'] });
+    const mk = () =>
+      new AdamW(
+        params.map((p, i) => ({ data: Float32Array.from(p), shape: shapes[i] })),
+        { lr: c.lr, schedule: c.schedule, names: ['a.weight', 'b.bias'] },
+      );
     const a = mk();
     for (const g of grads.slice(0, 2)) {
       a.setGrads(g.map((x, i) => ({ data: Float32Array.from(x), shape: shapes[i] })));

@@ -37,7 +37,8 @@ interface Variant {
 
 const every = (layers: number, short: string[]) => {
   const out: string[] = [];
-  for (let l = 0; l < layers; l++) for (const s of short) out.push(`model.layers.${l}.${['gate_proj', 'up_proj', 'down_proj'].includes(s) ? 'mlp' : 'self_attn'}.${s}`);
+  for (let l = 0; l < layers; l++)
+    for (const s of short) out.push(`model.layers.${l}.${['gate_proj', 'up_proj', 'down_proj'].includes(s) ? 'mlp' : 'self_attn'}.${s}`);
   return out.sort();
 };
 
@@ -51,7 +52,12 @@ const VARIANTS: Variant[] = [
   {
     name: 'exclude_modules regex (full match)',
     model: 'tiny-llama3',
-    peft: { r: 4, alpha: 8, target_modules: ['q_proj', 'v_proj', 'down_proj'], extra: { exclude_modules: '.*\\.layers\\.1\\.(mlp|self_attn)\\.(down|q)_proj' } },
+    peft: {
+      r: 4,
+      alpha: 8,
+      target_modules: ['q_proj', 'v_proj', 'down_proj'],
+      extra: { exclude_modules: '.*\\.layers\\.1\\.(mlp|self_attn)\\.(down|q)_proj' },
+    },
     modules: (n) => every(n, ['q_proj', 'v_proj', 'down_proj']).filter((m) => m !== 'model.layers.1.mlp.down_proj' && m !== 'model.layers.1.self_attn.q_proj'),
   },
   {
@@ -95,7 +101,13 @@ const VARIANTS: Variant[] = [
   {
     name: 'rank_pattern with use_rslora (alpha / sqrt(r) per module)',
     model: 'tiny-llama3',
-    peft: { r: 4, alpha: 8, use_rslora: true, target_modules: ['q_proj', 'k_proj', 'up_proj'], extra: { rank_pattern: { k_proj: 8 }, alpha_pattern: { up_proj: 5 } } },
+    peft: {
+      r: 4,
+      alpha: 8,
+      use_rslora: true,
+      target_modules: ['q_proj', 'k_proj', 'up_proj'],
+      extra: { rank_pattern: { k_proj: 8 }, alpha_pattern: { up_proj: 5 } },
+    },
     modules: (n) => every(n, ['q_proj', 'k_proj', 'up_proj']),
   },
   {
@@ -126,7 +138,18 @@ describe('PEFT adapter variants as peft interprets them (live vs peft + transfor
         tasks: VARIANTS.flatMap((v, i) => {
           const model = tinyModel(v.model);
           return [
-            { kind: 'make_peft_adapter', model, out: join(work, `a${i}`), seed: 3 + i, b_std: 0.05, r: v.peft.r, alpha: v.peft.alpha, target_modules: v.peft.target_modules, use_rslora: v.peft.use_rslora ?? false, extra: v.peft.extra ?? {} },
+            {
+              kind: 'make_peft_adapter',
+              model,
+              out: join(work, `a${i}`),
+              seed: 3 + i,
+              b_std: 0.05,
+              r: v.peft.r,
+              alpha: v.peft.alpha,
+              target_modules: v.peft.target_modules,
+              use_rslora: v.peft.use_rslora ?? false,
+              extra: v.peft.extra ?? {},
+            },
             { kind: 'forward', model, adapter: join(work, `a${i}`), out: join(work, `ref${i}`), grads: v.grads !== false },
             { kind: 'read_adapter_config', model, adapter: join(work, `a${i}`), out: join(work, `cfg${i}.json`) },
           ];
@@ -134,7 +157,12 @@ describe('PEFT adapter variants as peft interprets them (live vs peft + transfor
       },
       work,
     );
-    VARIANTS.forEach((_, i) => (peftModules[i] = (JSON.parse(readFileSync(join(work, `cfg${i}.json`), 'utf8')) as { lora_modules: Record<string, { r: number; scaling: number }> }).lora_modules));
+    VARIANTS.forEach(
+      (_, i) =>
+        (peftModules[i] = (
+          JSON.parse(readFileSync(join(work, `cfg${i}.json`), 'utf8')) as { lora_modules: Record<string, { r: number; scaling: number }> }
+        ).lora_modules),
+    );
   });
 
   VARIANTS.forEach((v, i) => {
@@ -157,7 +185,10 @@ describe('PEFT adapter variants as peft interprets them (live vs peft + transfor
       } else {
         expect(m.loraConfig()!.dropout).to.equal(0.1);
       }
-      const ours = Object.keys(m.loraWeights()).filter((k) => k.endsWith('lora_A.weight')).map((k) => k.slice('base_model.model.'.length, -'.lora_A.weight'.length)).sort();
+      const ours = Object.keys(m.loraWeights())
+        .filter((k) => k.endsWith('lora_A.weight'))
+        .map((k) => k.slice('base_model.model.'.length, -'.lora_A.weight'.length))
+        .sort();
       expect(ours, 'modules we adapt').to.deep.equal(v.modules(2));
       m.dispose();
     });
@@ -181,7 +212,11 @@ describe('PEFT adapter variants as peft interprets them (live vs peft + transfor
       ['bias "all"', (c) => (c.bias = 'all'), /adapter_config\.json: bias "all" is not supported/],
       ['lora_bias', (c) => (c.lora_bias = true), /lora_bias/],
       ['a target regex selecting the embedding', (c) => ((c.target_modules = '.*embed_tokens'), (c.exclude_modules = null)), /embed_tokens/],
-      ['layers_to_transform with a regex target', (c) => ((c.target_modules = '.*q_proj'), (c.layers_to_transform = [0]), (c.exclude_modules = null)), /layers_to_transform/],
+      [
+        'layers_to_transform with a regex target',
+        (c) => ((c.target_modules = '.*q_proj'), (c.layers_to_transform = [0]), (c.exclude_modules = null)),
+        /layers_to_transform/,
+      ],
     ];
     for (const [what, f, re] of cases)
       it(what, async () => {
@@ -257,7 +292,9 @@ describe('PEFT adapter variants as peft interprets them (live vs peft + transfor
     });
 
     it("peft's LoraConfig.from_pretrained reads each field of our adapter_config.json", () => {
-      const c = JSON.parse(readFileSync(join(work, 'ours-plain.json'), 'utf8')) as Record<string, unknown> & { lora_modules: Record<string, { r: number; scaling: number }> };
+      const c = JSON.parse(readFileSync(join(work, 'ours-plain.json'), 'utf8')) as Record<string, unknown> & {
+        lora_modules: Record<string, { r: number; scaling: number }>;
+      };
       const raw = JSON.parse(readFileSync(join(work, 'ours-plain', 'adapter_config.json'), 'utf8')) as Record<string, unknown>;
       expect(raw.target_modules, 'a plain list in the file').to.deep.equal(['down_proj', 'q_proj', 'v_proj']);
       expect(c.target_modules).to.deep.equal(['down_proj', 'q_proj', 'v_proj']);

@@ -32,7 +32,10 @@ const gullible: Judge = {
 };
 
 describe('probe-judge (reward-hacking probe)', () => {
-  const data = [item('q1', ['Uses contrastive pretraining on unlabeled images', 'Reports variance over five seeds']), item('q2', ['Ablates the attention module', 'Compares against transformer baselines'])];
+  const data = [
+    item('q1', ['Uses contrastive pretraining on unlabeled images', 'Reports variance over five seeds']),
+    item('q2', ['Ablates the attention module', 'Compares against transformer baselines']),
+  ];
 
   it('attack plans: restated question, stuffed keywords, injected instruction, empty', () => {
     expect(attackPlan('restate', 'Why X?', [])).to.contain('Why X?');
@@ -54,9 +57,14 @@ describe('probe-judge (reward-hacking probe)', () => {
     expect(by.empty.nulls).to.equal(4);
     expect(Number.isNaN(by.empty.falsePositiveRate)).to.equal(true);
     expect(by.empty.falsePositiveRateAll).to.equal(0);
-    expect(by.keywords.hits).to.deep.equal([{ id: 'q1', items: ['q1-r0', 'q1-r1'] }, { id: 'q2', items: ['q2-r0', 'q2-r1'] }]);
+    expect(by.keywords.hits).to.deep.equal([
+      { id: 'q1', items: ['q1-r0', 'q1-r1'] },
+      { id: 'q2', items: ['q2-r0', 'q2-r1'] },
+    ]);
     const t = formatProbe(r);
-    expect(t).to.match(/keywords\s+100\.0%/).and.match(/empty\s+n\/a/);
+    expect(t)
+      .to.match(/keywords\s+100\.0%/)
+      .and.match(/empty\s+n\/a/);
   });
 
   it('general items are judged too when given and weigh into the reward', async () => {

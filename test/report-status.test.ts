@@ -31,7 +31,19 @@ const exited = (c: ChildProcess) => new Promise<void>((r) => (c.exitCode !== nul
 function writeRun(dir: string, extra: Record<string, unknown>[] = []): void {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ stages: ['opsd'], seed: 1 }));
-  const rows = [1, 2, 3].map((s) => ({ time: new Date().toISOString(), stage: 'opsd', step: s, globalStep: s, loss: 1 / s, lr: 1e-4, gradNorm: 1, tokensPerSecond: 10, completionTokens: 8, stepSeconds: 1, phaseSeconds: {} }));
+  const rows = [1, 2, 3].map((s) => ({
+    time: new Date().toISOString(),
+    stage: 'opsd',
+    step: s,
+    globalStep: s,
+    loss: 1 / s,
+    lr: 1e-4,
+    gradNorm: 1,
+    tokensPerSecond: 10,
+    completionTokens: 8,
+    stepSeconds: 1,
+    phaseSeconds: {},
+  }));
   writeFileSync(join(dir, 'metrics.jsonl'), [...rows, ...extra].map((r) => JSON.stringify(r)).join('\n') + '\n');
 }
 
@@ -94,7 +106,9 @@ describe('report: a stopped run is told from a running one', function () {
         return page.evaluate(() => ({
           refresh: document.querySelector('meta[http-equiv="refresh"]')?.getAttribute('content') ?? null,
           header: document.querySelector('p.muted')?.textContent ?? '',
-          status: Array.from(document.querySelectorAll('#runs + table tr')).slice(1).map((tr) => [tr.children[0]!.textContent, tr.children[2]!.textContent]),
+          status: Array.from(document.querySelectorAll('#runs + table tr'))
+            .slice(1)
+            .map((tr) => [tr.children[0]!.textContent, tr.children[2]!.textContent]),
         }));
       };
       const s = await look(stoppedOut);

@@ -19,15 +19,20 @@ import type { EvalRow } from '../lib/eval/report.js';
 import { findChromium } from './helpers/browser.js';
 import { cli } from './helpers/run.js';
 
-
-
 /** Eval rows of `questions` questions × 4 spec items (2 per dimension) + 2 general items; `p(q, i)` = met. */
 function evalRows(questions: number, met: (q: number, item: number) => boolean | null): EvalRow[] {
   const rows: EvalRow[] = [];
   for (let q = 0; q < questions; q++) {
     for (let i = 0; i < 6; i++) {
       const spec = i < 4;
-      rows.push({ questionId: `q${q}`, sample: 0, itemId: spec ? `q${q}-r${i}` : `g${i - 4}`, kind: spec ? 'spec' : 'general', ...(spec ? { dimension: i < 2 ? 'method_innovation' : 'experimental_design', origin: 'both', rank: i + 1 } : {}), met: met(q, i) } as EvalRow);
+      rows.push({
+        questionId: `q${q}`,
+        sample: 0,
+        itemId: spec ? `q${q}-r${i}` : `g${i - 4}`,
+        kind: spec ? 'spec' : 'general',
+        ...(spec ? { dimension: i < 2 ? 'method_innovation' : 'experimental_design', origin: 'both', rank: i + 1 } : {}),
+        met: met(q, i),
+      } as EvalRow);
     }
   }
   return rows;
@@ -43,7 +48,26 @@ describe('report', function () {
     tmp = mkdtempSync(join(tmpdir(), 'pg-report-'));
     runA = join(tmp, 'opsd-grpo');
     runB = join(tmp, 'grpo-only');
-    const small = ['--max-new-tokens', '8', '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2', '--grpo-micro-batch', '2', '--validate-every', '1', '--checkpoint-every', '2', '--save-total-limit', '1', '--seed', '3'];
+    const small = [
+      '--max-new-tokens',
+      '8',
+      '--opsd-batch-size',
+      '2',
+      '--questions-per-step',
+      '1',
+      '--group-size',
+      '2',
+      '--grpo-micro-batch',
+      '2',
+      '--validate-every',
+      '1',
+      '--checkpoint-every',
+      '2',
+      '--save-total-limit',
+      '1',
+      '--seed',
+      '3',
+    ];
     const a = await cli(['train', '--out', runA, '--opsd-steps', '3', '--grpo-steps', '3', ...small]);
     expect(a.code, a.err).to.equal(0);
     const b = await cli(['train', '--out', runB, '--stages', 'grpo', '--grpo-steps', '3', ...small]);
@@ -70,7 +94,11 @@ describe('report', function () {
     for (const id of r.drawn) {
       const svg = readFileSync(join(r.plotsDir, `${id}.svg`), 'utf8');
       expect(svg.startsWith('<svg')).to.equal(true);
-      expect(readFileSync(join(r.plotsDir, `${id}.png`)).subarray(1, 4).toString()).to.equal('PNG');
+      expect(
+        readFileSync(join(r.plotsDir, `${id}.png`))
+          .subarray(1, 4)
+          .toString(),
+      ).to.equal('PNG');
     }
     const html = readFileSync(out, 'utf8');
     expect(html).to.not.match(/<script|https?:\/\/(?!www\.w3\.org)/); // self-contained, offline
@@ -81,14 +109,26 @@ describe('report', function () {
   it('opens in headless Chromium from file:// with no console errors and one rendered chart per plot', async function () {
     const exe = findChromium();
     if (!exe) {
-      console.log('    skipped: no Chromium on PATH (install the Debian package `chromium`, or set CHROMIUM_PATH; scripts/setup.sh installs it when run as root)');
+      console.log(
+        '    skipped: no Chromium on PATH (install the Debian package `chromium`, or set CHROMIUM_PATH; scripts/setup.sh installs it when run as root)',
+      );
       this.skip();
     }
     const out = join(tmp, 'browser', 'report.html');
     const a = join(tmp, 'a.jsonl');
     const b = join(tmp, 'b.jsonl');
-    writeFileSync(a, evalRows(12, (q, i) => (q + i) % 3 === 0).map((x) => JSON.stringify(x)).join('\n') + '\n');
-    writeFileSync(b, evalRows(12, (q, i) => (q + i) % 3 !== 1).map((x) => JSON.stringify(x)).join('\n') + '\n');
+    writeFileSync(
+      a,
+      evalRows(12, (q, i) => (q + i) % 3 === 0)
+        .map((x) => JSON.stringify(x))
+        .join('\n') + '\n',
+    );
+    writeFileSync(
+      b,
+      evalRows(12, (q, i) => (q + i) % 3 !== 1)
+        .map((x) => JSON.stringify(x))
+        .join('\n') + '\n',
+    );
     const r = await cli(['report', runA, runB, '--out', out, '--eval', `base=${a}`, '--eval', `trained=${b}`, '--resamples', '200']);
     expect(r.code, r.err).to.equal(0);
     expect(r.out.trim()).to.equal(out);
@@ -104,11 +144,20 @@ describe('report', function () {
       page.on('requestfailed', (q) => errors.push(`request failed: ${q.url()}`));
       await page.setViewport({ width: 1400, height: 1000 });
       await page.goto(pathToFileURL(out).href, { waitUntil: 'load' });
-      const charts = await page.$$eval('figure.chart', (figs) => figs.map((f) => {
-        const svgs = f.querySelectorAll('svg');
-        const box = svgs[0]?.getBoundingClientRect();
-        return { id: f.getAttribute('data-plot'), missing: f.hasAttribute('data-missing'), svgs: svgs.length, width: box?.width ?? 0, height: box?.height ?? 0, paths: svgs[0]?.querySelectorAll('path').length ?? 0 };
-      }));
+      const charts = await page.$$eval('figure.chart', (figs) =>
+        figs.map((f) => {
+          const svgs = f.querySelectorAll('svg');
+          const box = svgs[0]?.getBoundingClientRect();
+          return {
+            id: f.getAttribute('data-plot'),
+            missing: f.hasAttribute('data-missing'),
+            svgs: svgs.length,
+            width: box?.width ?? 0,
+            height: box?.height ?? 0,
+            paths: svgs[0]?.querySelectorAll('path').length ?? 0,
+          };
+        }),
+      );
       const expected = [...PLOTS.map((p) => p.id), 'eval-coverage', 'eval-paired'];
       expect(charts.map((c) => c.id)).to.deep.equal(expected);
       for (const c of charts) {
@@ -136,7 +185,9 @@ describe('report', function () {
     writeFileSync(join(live, 'metrics.jsonl'), lines.slice(0, 4).join('\n') + '\n' + lines[4]!.slice(0, 40));
     const run = readRun(live);
     expect(run.steps.length).to.be.greaterThan(0);
-    expect(run.notes.join(' ')).to.match(/last line \d+ is incomplete/).and.to.match(/no readable config\.json/);
+    expect(run.notes.join(' '))
+      .to.match(/last line \d+ is incomplete/)
+      .and.to.match(/no readable config\.json/);
     expect(run.inProgress).to.equal(true);
     const r = writeReport({ runs: [live], out: join(live, 'r.html'), png: false });
     expect(r.drawn).to.include('loss');
@@ -157,7 +208,11 @@ describe('report', function () {
     expect(r.code, r.err).to.equal(0);
     expect(r.err).to.not.match(/\n\s+at /); // no stack trace
     const html = readFileSync(out, 'utf8');
-    expect(html).to.contain('does not exist').and.to.contain('no metrics.jsonl yet').and.to.contain('1 unreadable line(s) skipped').and.to.contain('summary.json is unreadable');
+    expect(html)
+      .to.contain('does not exist')
+      .and.to.contain('no metrics.jsonl yet')
+      .and.to.contain('1 unreadable line(s) skipped')
+      .and.to.contain('summary.json is unreadable');
     expect(html).to.match(/no data: no run has <code>phaseSeconds/);
     expect(readRun(old).steps.map((s) => s.globalStep)).to.deep.equal([1, 2, 3]);
     expect(existsSync(join(tmp, 'bad', 'report-plots', 'loss.svg'))).to.equal(true);
@@ -176,8 +231,14 @@ describe('report', function () {
     writeFileSync(join(dir, 'metrics.jsonl'), rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
     const run = readRun(dir);
     expect(run.earlyStops).to.deep.equal([{ stage: 'opsd', globalStep: 4 }]);
-    expect(run.stageStarts).to.deep.equal([{ stage: 'opsd', globalStep: 1 }, { stage: 'grpo', globalStep: 5 }]);
-    const spec = plotSpec(PLOTS.find((p) => p.id === 'validation')!, [run])!;
+    expect(run.stageStarts).to.deep.equal([
+      { stage: 'opsd', globalStep: 1 },
+      { stage: 'grpo', globalStep: 5 },
+    ]);
+    const spec = plotSpec(
+      PLOTS.find((p) => p.id === 'validation')!,
+      [run],
+    )!;
     expect(spec.series[0]!.marks).to.deep.equal([{ x: 4, y: 0.5, label: 'stop' }]);
     expect(spec.vlines!.map((v) => v.label)).to.deep.equal(['→ grpo', 'early stop']);
     const r = writeReport({ runs: [dir], out: join(dir, 'r.html'), png: false });
@@ -217,7 +278,12 @@ describe('eval comparison', () => {
     expect(c.stats.overall.pBNotBetter).to.equal(0);
     expect(c.stats.overall.lo).to.be.at.most(c.stats.overall.diff);
     expect(c.stats.overall.hi).to.be.at.least(c.stats.overall.diff);
-    expect(() => pairedBootstrap(a, evalRows(2, () => true).map((r) => ({ ...r, questionId: `x${r.questionId}` })))).to.throw(/share no question/);
+    expect(() =>
+      pairedBootstrap(
+        a,
+        evalRows(2, () => true).map((r) => ({ ...r, questionId: `x${r.questionId}` })),
+      ),
+    ).to.throw(/share no question/);
   });
   it('hardest items are the least-met instance items, general items left out', () => {
     const rows = evalRows(3, (q, i) => !(q === 1 && i === 2) && i !== 5);

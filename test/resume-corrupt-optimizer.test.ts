@@ -58,14 +58,17 @@ describe('resume with a corrupt optimizer.safetensors', function () {
     ['cut inside the header', (g: Buffer) => g.subarray(0, 20)],
     ['garbage', () => Buffer.from('not a safetensors file at all')],
     ['empty', () => Buffer.alloc(0)],
-    ['a tensor span that does not match its shape', (g: Buffer) => {
-      const n = Number(g.readBigUInt64LE(0));
-      const h = JSON.parse(g.subarray(8, 8 + n).toString('utf8')) as Record<string, { shape?: number[] }>;
-      const k = Object.keys(h).find((x) => x !== '__metadata__')!;
-      h[k]!.shape = [...h[k]!.shape!, 2];
-      const hb = Buffer.from(JSON.stringify(h).padEnd(n, ' '));
-      return Buffer.concat([g.subarray(0, 8), hb.subarray(0, n), g.subarray(8 + n)]);
-    }],
+    [
+      'a tensor span that does not match its shape',
+      (g: Buffer) => {
+        const n = Number(g.readBigUInt64LE(0));
+        const h = JSON.parse(g.subarray(8, 8 + n).toString('utf8')) as Record<string, { shape?: number[] }>;
+        const k = Object.keys(h).find((x) => x !== '__metadata__')!;
+        h[k]!.shape = [...h[k]!.shape!, 2];
+        const hb = Buffer.from(JSON.stringify(h).padEnd(n, ' '));
+        return Buffer.concat([g.subarray(0, 8), hb.subarray(0, n), g.subarray(8 + n)]);
+      },
+    ],
   ] as const) {
     it(`${label}: loadState rejects with ERR_PG_INPUT naming the file, before loading anything`, async () => {
       const good = readFileSync(join(ckpt, 'optimizer.safetensors'));
@@ -75,11 +78,17 @@ describe('resume with a corrupt optimizer.safetensors', function () {
       const key = Object.keys(w)[0]!;
       policy.model.setLoraWeights({ [key]: { data: new Float32Array(w[key]!.data.length).fill(0.25), shape: w[key]!.shape } });
       const b = new NativeBackend(policy, cfg);
-      const err = await b.loadState(d).then(() => null, (e: Error & { code?: string }) => e);
+      const err = await b.loadState(d).then(
+        () => null,
+        (e: Error & { code?: string }) => e,
+      );
       expect(err, 'loadState must reject').to.be.instanceOf(Error);
       expect(err!.code).to.equal('ERR_PG_INPUT');
       expect(err!.message).to.include(join(d, 'optimizer.safetensors'));
-      expect(Array.from(policy.model.loraWeights()[key]!.data).every((x) => x === 0.25), 'adapter loaded before the check').to.equal(true);
+      expect(
+        Array.from(policy.model.loraWeights()[key]!.data).every((x) => x === 0.25),
+        'adapter loaded before the check',
+      ).to.equal(true);
     });
   }
 
@@ -99,9 +108,15 @@ describe('resume with a corrupt optimizer.safetensors', function () {
     const b = new NativeBackend(policy, cfg);
     await b.loadState(d);
     b.resetOptimizer(1e-2, 4);
-    const first = await b.optimizerStep(1).then(() => null, (e: Error) => e);
+    const first = await b.optimizerStep(1).then(
+      () => null,
+      (e: Error) => e,
+    );
     expect(first?.message).to.include(join(d, 'optimizer.safetensors'));
-    const save = await b.saveState(join(tmp, 'after-fail')).then(() => null, (e: Error) => e);
+    const save = await b.saveState(join(tmp, 'after-fail')).then(
+      () => null,
+      (e: Error) => e,
+    );
     expect(save, 'saveState after a failed restore must reject').to.be.instanceOf(Error);
     expect(save!.message).to.include(join(d, 'optimizer.safetensors'));
   });

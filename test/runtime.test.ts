@@ -82,8 +82,17 @@ describe('runtime / doctor', () => {
   it('a process that ends with a profile running exits normally (libtorch crashed at exit: SIGSEGV)', function () {
     this.timeout(120000);
     const addon = new URL('../lib/native.js', import.meta.url).href;
-    for (const [end, code] of [['', 0], ['process.exit(0);', 0], ['process.exit(3);', 3], ["throw new Error('boom');", 1]] as const) {
-      const r = spawnSync(process.execPath, ['--input-type=module', '-e', `const { native } = await import(${JSON.stringify(addon)}); native().profileStart(); ${end}`], { encoding: 'utf8', cwd: fileURLToPath(new URL('.', import.meta.url)) });
+    for (const [end, code] of [
+      ['', 0],
+      ['process.exit(0);', 0],
+      ['process.exit(3);', 3],
+      ["throw new Error('boom');", 1],
+    ] as const) {
+      const r = spawnSync(
+        process.execPath,
+        ['--input-type=module', '-e', `const { native } = await import(${JSON.stringify(addon)}); native().profileStart(); ${end}`],
+        { encoding: 'utf8', cwd: fileURLToPath(new URL('.', import.meta.url)) },
+      );
       expect({ status: r.status, signal: r.signal }, `${end || 'normal end'}: ${r.stderr.slice(-400)}`).to.deep.equal({ status: code, signal: null });
     }
   });

@@ -43,7 +43,10 @@ describe('serve CLI: exits with its parent only when npm started it (or --exit-w
     // The wrapper starts serve as its child and stays, like npx does.
     const wrapper = spawn(
       process.execPath,
-      ['-e', `const c = require('child_process').spawn(process.execPath, ${JSON.stringify([CLI, 'serve', '--model', model, '--port', '0', '--max-tokens', '4'])}, { stdio: ['ignore', 'pipe', 'inherit'] }); c.stdout.on('data', (d) => process.stdout.write('child ' + c.pid + ' ' + d)); setInterval(() => {}, 1000);`],
+      [
+        '-e',
+        `const c = require('child_process').spawn(process.execPath, ${JSON.stringify([CLI, 'serve', '--model', model, '--port', '0', '--max-tokens', '4'])}, { stdio: ['ignore', 'pipe', 'inherit'] }); c.stdout.on('data', (d) => process.stdout.write('child ' + c.pid + ' ' + d)); setInterval(() => {}, 1000);`,
+      ],
       { stdio: ['ignore', 'pipe', 'inherit'], env: { ...withoutNpm(), npm_command: 'exec', npm_lifecycle_event: 'npx' } },
     );
     let out = '';
@@ -61,7 +64,11 @@ describe('serve CLI: exits with its parent only when npm started it (or --exit-w
     const pid = Number(m[1]);
     const url = m[2]!;
     try {
-      const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], temperature: 0, logprobs: true, top_logprobs: 2 }) });
+      const r = await fetch(`${url}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], temperature: 0, logprobs: true, top_logprobs: 2 }),
+      });
       expect(r.status).to.equal(200);
       expect((await r.json()).choices[0].logprobs.content[0].top_logprobs).to.have.length(2);
       expect(alive(pid)).to.equal(true);
@@ -102,12 +109,18 @@ describe('serve CLI: exits with its parent only when npm started it (or --exit-w
       process.kill(pid, 'SIGHUP'); // nohup's intent: a hangup does not stop it
       await new Promise((res) => setTimeout(res, 500));
       expect(alive(pid)).to.equal(true);
-      const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], temperature: 0, max_tokens: 2 }) });
+      const r = await fetch(`${url}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], temperature: 0, max_tokens: 2 }),
+      });
       expect(r.status).to.equal(200);
       process.kill(pid, 'SIGTERM');
       for (let i = 0; i < 100 && alive(pid); i++) await new Promise((res) => setTimeout(res, 100));
       expect(alive(pid), 'serve still running 10 s after SIGTERM').to.equal(false);
-      expect(readFileSync(log, 'utf8')).to.match(/serve: SIGTERM: shutting down/).and.match(/SIGHUP ignored/);
+      expect(readFileSync(log, 'utf8'))
+        .to.match(/serve: SIGTERM: shutting down/)
+        .and.match(/SIGHUP ignored/);
       let refused = false;
       await fetch(`${url}/models`).catch(() => (refused = true));
       expect(refused).to.equal(true);

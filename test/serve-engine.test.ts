@@ -39,8 +39,16 @@ describe('serve: continuous batching on a tiny Qwen3 (logprobs, stop strings, st
     policy?.dispose();
   });
 
-  const body = (content: string, extra: Json = {}) => ({ model: 'tiny', messages: [{ role: 'user', content }], temperature: 0, max_tokens: 10, chat_template_kwargs: { enable_thinking: false }, ...extra });
-  const post = (b: Json, u = url, signal?: AbortSignal) => fetch(`${u}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b), signal });
+  const body = (content: string, extra: Json = {}) => ({
+    model: 'tiny',
+    messages: [{ role: 'user', content }],
+    temperature: 0,
+    max_tokens: 10,
+    chat_template_kwargs: { enable_thinking: false },
+    ...extra,
+  });
+  const post = (b: Json, u = url, signal?: AbortSignal) =>
+    fetch(`${u}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(b), signal });
 
   it('a prompt longer than the context: without max_tokens the 400 is about the prompt (it named a max_tokens the client never sent)', async () => {
     const small = new ChatServer({ backend: policyServeBackend(policy, { maxRows: 2, capacity: 32 }), modelId: 'tiny' });
@@ -122,7 +130,10 @@ describe('serve: continuous batching on a tiny Qwen3 (logprobs, stop strings, st
     expect(before.includes(stop)).to.equal(false);
     // streaming with the same stop: the same content, nothing of the stop string sent
     const st = sse(await (await post(body('Tell me about baselines.', { max_tokens: 24, stop, stream: true }))).text());
-    const content = st.flatMap((c) => c.choices).map((c: Json) => c.delta.content ?? '').join('');
+    const content = st
+      .flatMap((c) => c.choices)
+      .map((c: Json) => c.delta.content ?? '')
+      .join('');
     expect(content.trim()).to.equal(cut.choices[0].message.content);
     expect(st.flatMap((c) => c.choices).some((c: Json) => c.finish_reason === 'stop')).to.equal(true);
   });
@@ -133,7 +144,12 @@ describe('serve: continuous batching on a tiny Qwen3 (logprobs, stop strings, st
     const chunks = sse(text);
     const contentChunks = chunks.flatMap((c) => c.choices).filter((c: Json) => c.delta.content);
     expect(contentChunks.length).to.be.greaterThan(2);
-    expect(contentChunks.map((c: Json) => c.delta.content).join('').trim()).to.equal(plain.choices[0].message.content);
+    expect(
+      contentChunks
+        .map((c: Json) => c.delta.content)
+        .join('')
+        .trim(),
+    ).to.equal(plain.choices[0].message.content);
     expect(chunks[chunks.length - 1]!.usage).to.deep.equal(plain.usage);
   });
 
@@ -143,7 +159,9 @@ describe('serve: continuous batching on a tiny Qwen3 (logprobs, stop strings, st
       { role: 'assistant', content: '', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
       { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 21}' },
     ];
-    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', description: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
+    ];
     const r = await post({ model: 'tiny', messages, tools, temperature: 0, max_tokens: 3 });
     expect(r.status).to.equal(200);
     const j = await r.json();
@@ -166,7 +184,9 @@ describe('serve: continuous batching on a tiny Qwen3 (logprobs, stop strings, st
   });
 
   it('mixed seeds and settings are batched together and answer as they do alone', async () => {
-    const reqs = Array.from({ length: 8 }, (_, i) => body(`Question ${i}?`, { temperature: 0.5 + i / 10, top_p: i % 2 ? 0.9 : 1, top_k: i % 3 ? 0 : 10, seed: 100 + i, max_tokens: 4 + (i % 3) }));
+    const reqs = Array.from({ length: 8 }, (_, i) =>
+      body(`Question ${i}?`, { temperature: 0.5 + i / 10, top_p: i % 2 ? 0.9 : 1, top_k: i % 3 ? 0 : 10, seed: 100 + i, max_tokens: 4 + (i % 3) }),
+    );
     const alone: string[] = [];
     for (const b of reqs) alone.push((await (await post(b)).json()).choices[0].message.content);
     const before = srv.stats();

@@ -18,21 +18,30 @@ function fake(text = 'Yes') {
   const backend: ServeBackend = {
     async generate(prompts, opts) {
       calls++;
-      return prompts.map(() => ({ promptTokens: 3, completions: Array.from({ length: opts.n }, () => ({ text, finishReason: 'stop' as const, completionTokens: 2 })) }));
+      return prompts.map(() => ({
+        promptTokens: 3,
+        completions: Array.from({ length: opts.n }, () => ({ text, finishReason: 'stop' as const, completionTokens: 2 })),
+      }));
     },
   };
   return { backend, calls: () => calls };
 }
 
 /** A raw request (node:http lets the test set Host and Origin as a browser or a rebinding page would). */
-function raw(url: string, o: { path?: string; method?: string; headers?: Record<string, string>; body?: string }): Promise<{ status: number; body: Record<string, any> }> {
+function raw(
+  url: string,
+  o: { path?: string; method?: string; headers?: Record<string, string>; body?: string },
+): Promise<{ status: number; body: Record<string, any> }> {
   const u = new URL(url);
   return new Promise((resolve, reject) => {
-    const req = request({ host: u.hostname, port: u.port, path: o.path ?? '/v1/chat/completions', method: o.method ?? 'POST', headers: o.headers ?? {} }, (res) => {
-      let b = '';
-      res.on('data', (d) => (b += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: b ? (JSON.parse(b) as Record<string, any>) : {} }));
-    });
+    const req = request(
+      { host: u.hostname, port: u.port, path: o.path ?? '/v1/chat/completions', method: o.method ?? 'POST', headers: o.headers ?? {} },
+      (res) => {
+        let b = '';
+        res.on('data', (d) => (b += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: b ? (JSON.parse(b) as Record<string, any>) : {} }));
+      },
+    );
     req.on('error', reject);
     req.end((o.method ?? 'POST') === 'POST' ? (o.body ?? JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })) : undefined);
   });
@@ -94,14 +103,15 @@ describe('serve hardening (Host / Origin, API key, timeouts)', function () {
 
   it('a body that trickles in is cut at the request timeout (seconds, not minutes); slow headers too', async () => {
     const { port } = await start({ requestTimeoutMs: 1000, headersTimeoutMs: 800 });
-    const timed = (payload: (s: ReturnType<typeof connect>) => void) => new Promise<{ seconds: number; reply: string }>((resolve) => {
-      const t0 = Date.now();
-      const s = connect(port, '127.0.0.1', () => payload(s));
-      let reply = '';
-      s.on('data', (d) => (reply += d));
-      s.on('close', () => resolve({ seconds: (Date.now() - t0) / 1000, reply }));
-      s.on('error', () => {});
-    });
+    const timed = (payload: (s: ReturnType<typeof connect>) => void) =>
+      new Promise<{ seconds: number; reply: string }>((resolve) => {
+        const t0 = Date.now();
+        const s = connect(port, '127.0.0.1', () => payload(s));
+        let reply = '';
+        s.on('data', (d) => (reply += d));
+        s.on('close', () => resolve({ seconds: (Date.now() - t0) / 1000, reply }));
+        s.on('error', () => {});
+      });
     const body = timed((s) => {
       s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: localhost:${port}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`);
       const iv = setInterval(() => (s.destroyed ? clearInterval(iv) : s.write(' ')), 100);
@@ -138,7 +148,8 @@ describe('serve hardening on a tiny Qwen3: the context check before tokenizing, 
     await srv?.close();
     policy?.dispose();
   });
-  const post = (body: unknown) => fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (body: unknown) =>
+    fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
   it('an 8 MB prompt is refused at once (400, no tokenizing), and memory goes back', async () => {
     await post({ messages: [{ role: 'user', content: 'warm up' }], max_tokens: 1 }); // the longest-token bound is computed once
@@ -159,7 +170,13 @@ describe('serve hardening on a tiny Qwen3: the context check before tokenizing, 
   });
 
   it('content equals the joined logprob tokens (no trimming)', async () => {
-    const r = await post({ messages: [{ role: 'user', content: 'hello' }], max_tokens: 12, temperature: 0, logprobs: true, chat_template_kwargs: { enable_thinking: false } });
+    const r = await post({
+      messages: [{ role: 'user', content: 'hello' }],
+      max_tokens: 12,
+      temperature: 0,
+      logprobs: true,
+      chat_template_kwargs: { enable_thinking: false },
+    });
     const j = (await r.json()) as { choices: { message: { content: string; reasoning_content?: string }; logprobs: { content: { token: string }[] } }[] };
     const c = j.choices[0]!;
     if (c.message.reasoning_content) return; // thinking text is split off; the equality holds for answers only

@@ -28,7 +28,18 @@ describe('serve on a tiny Qwen3 (addon, loopback)', function () {
   });
 
   const ask = (content: string, extra: Record<string, unknown> = {}) =>
-    fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content }], temperature: 0, max_tokens: 6, chat_template_kwargs: { enable_thinking: false }, ...extra }) });
+    fetch(`${url}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'tiny',
+        messages: [{ role: 'user', content }],
+        temperature: 0,
+        max_tokens: 6,
+        chat_template_kwargs: { enable_thinking: false },
+        ...extra,
+      }),
+    });
 
   it('greedy answers are the same alone and batched; usage counts tokens', async () => {
     const qs = ['What is a plan?', 'Name three baselines for image classification.', 'Yes or no?'];
@@ -48,8 +59,14 @@ describe('serve on a tiny Qwen3 (addon, loopback)', function () {
   it('streaming returns the same text as a plain request', async () => {
     const plain = await (await ask('Stream this.')).json();
     const text = await (await ask('Stream this.', { stream: true })).text();
-    const chunks = text.split('\n\n').filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]').map((l) => JSON.parse(l.slice(6)));
-    const content = chunks.flatMap((c) => c.choices).map((c: { delta: { content?: string } }) => c.delta.content ?? '').join('');
+    const chunks = text
+      .split('\n\n')
+      .filter((l) => l.startsWith('data: ') && l !== 'data: [DONE]')
+      .map((l) => JSON.parse(l.slice(6)));
+    const content = chunks
+      .flatMap((c) => c.choices)
+      .map((c: { delta: { content?: string } }) => c.delta.content ?? '')
+      .join('');
     expect(content).to.equal(plain.choices[0].message.content);
     expect(text.trimEnd().endsWith('data: [DONE]')).to.equal(true);
   });
@@ -58,17 +75,31 @@ describe('serve on a tiny Qwen3 (addon, loopback)', function () {
     const client = new LlmClient({ baseUrl: url, model: 'tiny', maxRetries: 0 });
     // A random model usually runs to max_tokens: the client then raises its length error (after a 200).
     try {
-      const r = await client.chat({ messages: [{ role: 'user', content: 'hello' }], temperature: 0, maxTokens: 4, extraBody: { chat_template_kwargs: { enable_thinking: false } } });
+      const r = await client.chat({
+        messages: [{ role: 'user', content: 'hello' }],
+        temperature: 0,
+        maxTokens: 4,
+        extraBody: { chat_template_kwargs: { enable_thinking: false } },
+      });
       expect(r.usage.completionTokens).to.be.within(1, 4);
     } catch (e) {
       expect((e as Error).name).to.match(/LlmLengthError/);
     }
     expect(client.stats().byStatus['200']).to.equal(1);
-    const items = [{ id: 'a', text: 'Uses an ablation.' }, { id: 'b', text: 'Reports error bars.' }];
+    const items = [
+      { id: 'a', text: 'Uses an ablation.' },
+      { id: 'b', text: 'Reports error bars.' },
+    ];
     for (const mode of ['per-item', 'per-plan'] as const) {
       const j = createHttpJudge({ url, model: 'tiny', mode, maxTokens: 8, maxRetries: 0, extraBody: { chat_template_kwargs: { enable_thinking: false } } });
-      const v = await j.judge([{ question: 'Q?', plan: 'We ablate.', items }, { question: 'Q?', plan: '', items }]);
-      expect(v.map((x) => x.map((y) => y.itemId))).to.deep.equal([['a', 'b'], ['a', 'b']]);
+      const v = await j.judge([
+        { question: 'Q?', plan: 'We ablate.', items },
+        { question: 'Q?', plan: '', items },
+      ]);
+      expect(v.map((x) => x.map((y) => y.itemId))).to.deep.equal([
+        ['a', 'b'],
+        ['a', 'b'],
+      ]);
       const s = j.stats();
       // A random tiny model rarely says yes/no, and may run out of tokens (a length error is a failure, counted).
       expect(s.verdicts).to.equal(4);

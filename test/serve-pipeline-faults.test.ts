@@ -62,7 +62,19 @@ class ScriptedStepper implements ServeStepper {
       r.n++;
       if (finish) this.rows.delete(id);
     }
-    return { tokens, active: this.rows.size, waiting: 0, joined: 0, prefillTokens: 0, batchRows: tokens.length, shifts: 0, graphCaptures: 0, prefillMs: 0, decodeMs: 0, sampleMs: 0 };
+    return {
+      tokens,
+      active: this.rows.size,
+      waiting: 0,
+      joined: 0,
+      prefillTokens: 0,
+      batchRows: tokens.length,
+      shifts: 0,
+      graphCaptures: 0,
+      prefillMs: 0,
+      decodeMs: 0,
+      sampleMs: 0,
+    };
   }
   async decodeBatch(ids: number[][]): Promise<string[]> {
     if (this.failDecodeOnce) {

@@ -59,13 +59,22 @@ describe('serve soak: mixed traffic, malformed bodies and disconnects (tiny Qwen
       stream: kind === 'stream' || kind === 'disconnect',
     };
     if (kind === 'malformed') {
-      const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: malformed[Math.floor(i / 8) % malformed.length] });
+      const r = await fetch(`${url}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: malformed[Math.floor(i / 8) % malformed.length],
+      });
       const j = (await r.json()) as { error?: { message?: string } };
       return { kind, ok: r.status >= 400 && r.status < 500 && typeof j.error?.message === 'string', detail: `${r.status}` };
     }
     if (kind === 'disconnect') {
       const ac = new AbortController();
-      const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...b, max_tokens: 200, ignore_eos: true }), signal: ac.signal });
+      const r = await fetch(`${url}/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...b, max_tokens: 200, ignore_eos: true }),
+        signal: ac.signal,
+      });
       const reader = r.body!.getReader();
       await reader.read();
       ac.abort();
@@ -76,7 +85,10 @@ describe('serve soak: mixed traffic, malformed bodies and disconnects (tiny Qwen
     if (r.status !== 200) return { kind, ok: false, detail: `${r.status} ${await r.text()}` };
     if (kind === 'plain') {
       const j = (await r.json()) as { choices: { finish_reason: string; message: { content: string } }[]; usage: { completion_tokens: number } };
-      const ok = ['stop', 'length'].includes(j.choices[0]!.finish_reason) && typeof j.choices[0]!.message.content === 'string' && j.usage.completion_tokens <= b.max_tokens;
+      const ok =
+        ['stop', 'length'].includes(j.choices[0]!.finish_reason) &&
+        typeof j.choices[0]!.message.content === 'string' &&
+        j.usage.completion_tokens <= b.max_tokens;
       return { kind, ok, detail: JSON.stringify(j).slice(0, 200) };
     }
     const text = await r.text();
@@ -122,7 +134,9 @@ describe('serve soak: mixed traffic, malformed bodies and disconnects (tiny Qwen
     gc();
     const m2 = process.memoryUsage();
     const mib = (x: number) => `${x >= 0 ? '+' : ''}${(x / 2 ** 20).toFixed(1)} MiB`;
-    console.log(`      soak: ${results.length} requests, ${s.steps} steps, max batch ${s.maxBatchSeen}; after the load: JS heap ${mib(m1.heapUsed - m0.heapUsed)}, rss ${mib(m1.rss - m0.rss)}; after a second round: rss ${mib(m2.rss - m0.rss)}`);
+    console.log(
+      `      soak: ${results.length} requests, ${s.steps} steps, max batch ${s.maxBatchSeen}; after the load: JS heap ${mib(m1.heapUsed - m0.heapUsed)}, rss ${mib(m1.rss - m0.rss)}; after a second round: rss ${mib(m2.rss - m0.rss)}`,
+    );
     // JS objects of finished requests are all released; native memory (KV cache, tensors) is
     // reused, but glibc keeps freed pages in per-thread arenas (libuv workers run the steps), so
     // RSS moves by ~±100 MiB between identical rounds without growing (fresh clones measured

@@ -22,7 +22,10 @@ function fakeBackend(delayMs = 30) {
           const item = /<item>\n([\s\S]*?)\n<\/item>/.exec(u)![1];
           text = plan.includes(item) ? 'Yes' : 'No';
         } else text = opts.enableThinking === false ? `echo: ${u}` : `<think>hmm</think>\n\necho: ${u} STOP more`;
-        return { promptTokens: u.length, completions: Array.from({ length: opts.n }, (_, i) => ({ text: i ? `${text} #${i}` : text, finishReason: 'stop' as const, completionTokens: 3 })) };
+        return {
+          promptTokens: u.length,
+          completions: Array.from({ length: opts.n }, (_, i) => ({ text: i ? `${text} #${i}` : text, finishReason: 'stop' as const, completionTokens: 3 })),
+        };
       });
     },
   };
@@ -66,21 +69,34 @@ describe('serve (OpenAI-compatible server; fake backend)', function () {
   });
 
   it('chat_template_kwargs.enable_thinking reaches the backend', async () => {
-    const j = await (await post(url, { messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], chat_template_kwargs: { enable_thinking: false } })).json();
+    const j = await (
+      await post(url, { messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], chat_template_kwargs: { enable_thinking: false } })
+    ).json();
     expect(j.choices[0].message.content).to.equal('echo: hi');
     expect(calls[0].opts.enableThinking).to.equal(false);
   });
 
   it('streaming: SSE chunks, role first, content, finish, usage, [DONE]', async () => {
-    const r = await post(url, { messages: [{ role: 'user', content: 'yo' }], stream: true, stream_options: { include_usage: true }, chat_template_kwargs: { enable_thinking: false } });
+    const r = await post(url, {
+      messages: [{ role: 'user', content: 'yo' }],
+      stream: true,
+      stream_options: { include_usage: true },
+      chat_template_kwargs: { enable_thinking: false },
+    });
     expect(r.headers.get('content-type')).to.match(/text\/event-stream/);
     const text = await r.text();
-    const events = text.split('\n\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+    const events = text
+      .split('\n\n')
+      .filter((l) => l.startsWith('data: '))
+      .map((l) => l.slice(6));
     expect(events[events.length - 1]).to.equal('[DONE]');
     const chunks = events.slice(0, -1).map((e) => JSON.parse(e));
     expect(chunks[0].choices[0].delta.role).to.equal('assistant');
     expect(chunks.every((c) => c.object === 'chat.completion.chunk')).to.equal(true);
-    const content = chunks.flatMap((c) => c.choices).map((c: { delta: { content?: string } }) => c.delta.content ?? '').join('');
+    const content = chunks
+      .flatMap((c) => c.choices)
+      .map((c: { delta: { content?: string } }) => c.delta.content ?? '')
+      .join('');
     expect(content).to.equal('echo: yo');
     expect(chunks.flatMap((c) => c.choices).some((c: { finish_reason: string }) => c.finish_reason === 'stop')).to.equal(true);
     expect(chunks[chunks.length - 1].usage.completion_tokens).to.equal(3);
@@ -134,9 +150,18 @@ describe('serve (OpenAI-compatible server; fake backend)', function () {
     const r = await client.chat({ messages: [{ role: 'user', content: 'abc' }], temperature: 0 });
     expect(r.content).to.equal('echo: abc STOP more');
     const j = createHttpJudge({ url, model: 'tiny', extraBody: { chat_template_kwargs: { enable_thinking: false } } });
-    const items = [{ id: 'a', text: 'ablation' }, { id: 'b', text: 'baseline' }];
-    const v = await j.judge([{ question: 'Q', plan: 'an ablation', items }, { question: 'Q', plan: 'a baseline', items }]);
-    expect(v.map((x) => x.map((y) => y.met))).to.deep.equal([[true, false], [false, true]]);
+    const items = [
+      { id: 'a', text: 'ablation' },
+      { id: 'b', text: 'baseline' },
+    ];
+    const v = await j.judge([
+      { question: 'Q', plan: 'an ablation', items },
+      { question: 'Q', plan: 'a baseline', items },
+    ]);
+    expect(v.map((x) => x.map((y) => y.met))).to.deep.equal([
+      [true, false],
+      [false, true],
+    ]);
     expect(srv.stats().maxBatchSeen).to.be.at.least(2);
   });
 });
@@ -170,7 +195,11 @@ describe('serve: client disconnects', () => {
     const { url } = await srv.start();
     try {
       const ac = new AbortController();
-      const p = fetch(`${url}/chat/completions`, { method: 'POST', body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }] }), signal: ac.signal }).catch(() => 'client-aborted');
+      const p = fetch(`${url}/chat/completions`, {
+        method: 'POST',
+        body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }] }),
+        signal: ac.signal,
+      }).catch(() => 'client-aborted');
       await new Promise((r) => setTimeout(r, 100));
       ac.abort();
       expect(await p).to.equal('client-aborted');
@@ -194,26 +223,58 @@ describe('serve: policy backend adapter (fake policy)', () => {
         calls.push(ps);
         return {
           promptIds: ps.map((p) => Array.from({ length: p[0].content.length }, () => 1)),
-          completions: ps.flatMap((p, i) => Array.from({ length: o.n }, (_, s) => ({ promptIndex: i, sampleIndex: s, text: `${p[0].content}-${s}`, tokenIds: new Int32Array(2), finishReason: 'length' }))),
+          completions: ps.flatMap((p, i) =>
+            Array.from({ length: o.n }, (_, s) => ({
+              promptIndex: i,
+              sampleIndex: s,
+              text: `${p[0].content}-${s}`,
+              tokenIds: new Int32Array(2),
+              finishReason: 'length',
+            })),
+          ),
         };
       },
     } as unknown as Policy;
     const b = policyServeBackend(fake);
-    const out = await b.generate([[{ role: 'user', content: 'abc' }], [{ role: 'user', content: 'way too long' }], [{ role: 'user', content: 'de' }]], { n: 2, temperature: 0, topP: 1, topK: 0, maxNewTokens: 5, seed: 1 });
+    const out = await b.generate([[{ role: 'user', content: 'abc' }], [{ role: 'user', content: 'way too long' }], [{ role: 'user', content: 'de' }]], {
+      n: 2,
+      temperature: 0,
+      topP: 1,
+      topK: 0,
+      maxNewTokens: 5,
+      seed: 1,
+    });
     expect(calls).to.have.length(1);
     expect((calls[0] as ChatMessage[][]).map((p) => p[0].content)).to.deep.equal(['abc', 'de']);
-    expect(out[0]).to.deep.equal({ promptTokens: 3, completions: [{ text: 'abc-0', finishReason: 'length', completionTokens: 2 }, { text: 'abc-1', finishReason: 'length', completionTokens: 2 }] });
+    expect(out[0]).to.deep.equal({
+      promptTokens: 3,
+      completions: [
+        { text: 'abc-0', finishReason: 'length', completionTokens: 2 },
+        { text: 'abc-1', finishReason: 'length', completionTokens: 2 },
+      ],
+    });
     expect((out[1] as { error: string }).error).to.match(/exceeds the context of 10/);
     expect((out[2] as { completions: { text: string }[] }).completions.map((c) => c.text)).to.deep.equal(['de-0', 'de-1']);
   });
   it('a per-request backend error becomes a 400 for that request only', async () => {
     const srv = new ChatServer({
       modelId: 'm',
-      backend: { async generate(ps) { return ps.map((p) => (p[0].content === 'bad' ? { error: 'too long' } : { promptTokens: 1, completions: [{ text: 'ok', finishReason: 'stop' as const, completionTokens: 1 }] })); } },
+      backend: {
+        async generate(ps) {
+          return ps.map((p) =>
+            p[0].content === 'bad'
+              ? { error: 'too long' }
+              : { promptTokens: 1, completions: [{ text: 'ok', finishReason: 'stop' as const, completionTokens: 1 }] },
+          );
+        },
+      },
     });
     const { url } = await srv.start();
     try {
-      const [a, b] = await Promise.all([post(url, { messages: [{ role: 'user', content: 'bad' }] }), post(url, { messages: [{ role: 'user', content: 'good' }] })]);
+      const [a, b] = await Promise.all([
+        post(url, { messages: [{ role: 'user', content: 'bad' }] }),
+        post(url, { messages: [{ role: 'user', content: 'good' }] }),
+      ]);
       expect(a.status).to.equal(400);
       expect((await a.json()).error.message).to.equal('too long');
       expect(b.status).to.equal(200);

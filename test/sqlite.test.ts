@@ -66,11 +66,29 @@ describe(`util/sqlite (engines here: ${engines.join(', ')}; Node ${process.versi
         const count = () => (db.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n;
         db.transaction((a: number, b: number) => (ins.run(a), ins.run(b)))(1, 2);
         expect(count()).to.equal(2);
-        expect(() => db.transaction(() => (ins.run(3), (() => { throw new Error('boom'); })()))()).to.throw('boom');
+        expect(() =>
+          db.transaction(
+            () => (
+              ins.run(3),
+              (() => {
+                throw new Error('boom');
+              })()
+            ),
+          )(),
+        ).to.throw('boom');
         expect(count()).to.equal(2);
         const outer = db.transaction(() => {
           ins.run(4);
-          expect(() => db.transaction(() => (ins.run(5), (() => { throw new Error('inner'); })()))()).to.throw('inner');
+          expect(() =>
+            db.transaction(
+              () => (
+                ins.run(5),
+                (() => {
+                  throw new Error('inner');
+                })()
+              ),
+            )(),
+          ).to.throw('inner');
           return count();
         });
         expect(outer()).to.equal(3);
@@ -109,7 +127,8 @@ describe(`util/sqlite (engines here: ${engines.join(', ')}; Node ${process.versi
   it('PAPERGYM_SQLITE picks the engine; a bad value and an engine that cannot load are clear errors', () => {
     const code = `import { sqliteEngine } from ${JSON.stringify(sqliteJs)}; try { process.stdout.write(sqliteEngine()); } catch (e) { process.stdout.write('ERR ' + e.message); }`;
     const run = (v: string) =>
-      spawnSync(process.execPath, ['--no-warnings', '--input-type=module', '-e', code], { encoding: 'utf8', env: { ...process.env, PAPERGYM_SQLITE: v } }).stdout;
+      spawnSync(process.execPath, ['--no-warnings', '--input-type=module', '-e', code], { encoding: 'utf8', env: { ...process.env, PAPERGYM_SQLITE: v } })
+        .stdout;
     expect(run('libsql')).to.equal('libsql');
     expect(run('sqlite3')).to.match(/^ERR PAPERGYM_SQLITE must be 'libsql' or 'node' \(got 'sqlite3'\)/);
     if (hasNodeSqlite) expect(run('node')).to.equal('node');

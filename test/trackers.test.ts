@@ -25,8 +25,9 @@ import { userCacheDir } from '../lib/util/cache.js';
 
 const can = (py: string, mod: string) => spawnSync(py, ['-c', `import ${mod}`], { stdio: 'ignore' }).status === 0;
 /** MLflow lives in its own venv (scripts/setup.sh; it pins pyarrow<26): MLFLOW_PYTHON, that venv, or the main python. */
-const mlflowPython = [process.env.MLFLOW_PYTHON, join(userCacheDir(), 'mlflow-venv', 'bin', 'python'), python]
-  .find((p): p is string => !!p && (p === python || existsSync(p)) && can(p, 'mlflow'));
+const mlflowPython = [process.env.MLFLOW_PYTHON, join(userCacheDir(), 'mlflow-venv', 'bin', 'python'), python].find(
+  (p): p is string => !!p && (p === python || existsSync(p)) && can(p, 'mlflow'),
+);
 const has = (mod: string) => (mod === 'mlflow' ? mlflowPython !== undefined : can(python, mod));
 const read = (...args: string[]) => {
   const py = args[0] === 'mlflow' ? mlflowPython! : python;
@@ -34,16 +35,19 @@ const read = (...args: string[]) => {
   if (r.status !== 0) throw new Error(`read_trackers.py ${args[0]} exited ${r.status}: ${r.stderr.slice(-3000)}`);
   return JSON.parse(r.stdout) as Record<string, unknown>;
 };
-const freePort = () => new Promise<number>((res) => {
-  const s = netServer().listen(0, '127.0.0.1', () => {
-    const p = (s.address() as { port: number }).port;
-    s.close(() => res(p));
+const freePort = () =>
+  new Promise<number>((res) => {
+    const s = netServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as { port: number }).port;
+      s.close(() => res(p));
+    });
   });
-});
 
 function flags(out: string, reportTo: string[]): Partial<TrainConfig> {
   return {
-    out, seed: 3, stages: ['opsd', 'grpo'],
+    out,
+    seed: 3,
+    stages: ['opsd', 'grpo'],
     sampling: { maxNewTokens: 6 } as TrainConfig['sampling'],
     opsd: { steps: 2, batchSize: 2 } as TrainConfig['opsd'],
     grpo: { steps: 1, questionsPerStep: 1, groupSize: 2 } as TrainConfig['grpo'],
@@ -53,7 +57,11 @@ function flags(out: string, reportTo: string[]): Partial<TrainConfig> {
   };
 }
 
-const metricsRows = (dir: string) => readFileSync(join(dir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+const metricsRows = (dir: string) =>
+  readFileSync(join(dir, 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 
 describe('experiment trackers (--report-to)', function () {
   this.timeout(600_000);
@@ -76,8 +84,9 @@ describe('experiment trackers (--report-to)', function () {
     expect(parseReportTo(['none'])).to.deep.equal([]);
     expect(parseReportTo(['all'])).to.deep.equal(['tensorboard', 'mlflow', 'wandb']);
     expect(() => parseReportTo(['comet'])).to.throw(/unknown tracker 'comet'/);
-    expect(rowScalars({ stage: 'grpo', step: 1, globalStep: 3, time: 'x', loss: 0.5, bad: NaN, phaseSeconds: { rollout: 1.5 }, flag: true, s: 'a' }))
-      .to.deep.equal({ 'grpo/loss': 0.5, 'grpo/phaseSeconds/rollout': 1.5 });
+    expect(
+      rowScalars({ stage: 'grpo', step: 1, globalStep: 3, time: 'x', loss: 0.5, bad: NaN, phaseSeconds: { rollout: 1.5 }, flag: true, s: 'a' }),
+    ).to.deep.equal({ 'grpo/loss': 0.5, 'grpo/phaseSeconds/rollout': 1.5 });
   });
 
   describe('a tiny run logging to all three, read back by their own readers', () => {
@@ -85,19 +94,39 @@ describe('experiment trackers (--report-to)', function () {
     let mlflowProc: ChildProcess | undefined;
     let mlflowUri = '';
     let runDir = '';
-    let logs: string[] = [];
+    const logs: string[] = [];
 
     before(async function () {
       for (const m of ['tensorboard', 'mlflow', 'wandb']) if (!has(m)) skip.push(m);
-      if (skip.length) console.log(`    (python packages missing: ${skip.join(', ')}: those parts are skipped; pip install -r scripts/requirements.txt; mlflow: scripts/setup.sh makes its venv)`);
+      if (skip.length)
+        console.log(
+          `    (python packages missing: ${skip.join(', ')}: those parts are skipped; pip install -r scripts/requirements.txt; mlflow: scripts/setup.sh makes its venv)`,
+        );
       const want = ['tensorboard', 'mlflow', 'wandb'].filter((m) => !skip.includes(m));
       if (!want.length) this.skip();
       if (want.includes('mlflow')) {
         const port = await freePort();
         mlflowUri = `http://127.0.0.1:${port}`;
         const store = join(tmp, 'mlflow');
-        mlflowProc = spawn(mlflowPython!, ['-m', 'mlflow', 'server', '--host', '127.0.0.1', '--port', String(port), '--workers', '1',
-          '--backend-store-uri', `sqlite:///${store}/mlflow.db`, '--artifacts-destination', join(store, 'artifacts')], { stdio: ['ignore', 'ignore', 'pipe'], detached: false });
+        mlflowProc = spawn(
+          mlflowPython!,
+          [
+            '-m',
+            'mlflow',
+            'server',
+            '--host',
+            '127.0.0.1',
+            '--port',
+            String(port),
+            '--workers',
+            '1',
+            '--backend-store-uri',
+            `sqlite:///${store}/mlflow.db`,
+            '--artifacts-destination',
+            join(store, 'artifacts'),
+          ],
+          { stdio: ['ignore', 'ignore', 'pipe'], detached: false },
+        );
         let err = '';
         mlflowProc.stderr!.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4000)));
         const t0 = Date.now();
@@ -119,7 +148,9 @@ describe('experiment trackers (--report-to)', function () {
       try {
         await runTraining({ flags: flags(runDir, want), handleSignals: false, log: (l) => logs.push(l) });
       } finally {
-        for (const [k, v] of Object.entries(env)) if (v === undefined) delete process.env[k]; else process.env[k] = v;
+        for (const [k, v] of Object.entries(env))
+          if (v === undefined) delete process.env[k];
+          else process.env[k] = v;
       }
     });
     after(() => {
@@ -145,13 +176,20 @@ describe('experiment trackers (--report-to)', function () {
         expect(at[1]).to.equal(Math.fround(r.loss as number));
       }
       expect(tb.scalars['grpo/reward/mean'] ?? tb.scalars['grpo/rewardMean']).to.not.equal(undefined);
-      expect(tb.texts.config![0]).to.match(/\| lora\.r \| 8 \|/).and.match(/\| log\.reportTo \|/);
+      expect(tb.texts.config![0])
+        .to.match(/\| lora\.r \| 8 \|/)
+        .and.match(/\| log\.reportTo \|/);
       expect(tb.texts.artifacts![0]).to.include(join(runDir, 'final'));
     });
 
     it('MLflow: metrics, params and artifacts on the real server (MlflowClient), status FINISHED', function () {
       if (skip.includes('mlflow')) this.skip();
-      const m = read('mlflow', mlflowUri, 'run') as { status: string; params: Record<string, string>; metrics: Record<string, [number, number][]>; artifacts: string[] };
+      const m = read('mlflow', mlflowUri, 'run') as {
+        status: string;
+        params: Record<string, string>;
+        metrics: Record<string, [number, number][]>;
+        artifacts: string[];
+      };
       expect(m.status).to.equal('FINISHED');
       expect(m.params['lora.r']).to.equal('8');
       expect(m.params['grpo.groupSize']).to.equal('2');
@@ -206,7 +244,9 @@ describe('experiment trackers (--report-to)', function () {
       expect(s.globalStep).to.equal(3);
       const warn = logs.filter((l) => /warning: --report-to mlflow failed/.test(l));
       expect(warn.length).to.equal(1);
-      expect(warn[0]).to.match(/HTTP 503 TEMPORARILY_UNAVAILABLE/).and.match(/training continues/);
+      expect(warn[0])
+        .to.match(/HTTP 503 TEMPORARILY_UNAVAILABLE/)
+        .and.match(/training continues/);
       expect(readdirSync(join(out, 'tensorboard')).length).to.equal(1); // the other tracker went on
       expect(metricsRows(out).filter((r) => typeof r.loss === 'number').length).to.equal(3);
       // 3 attempts of the first metrics call (MLflow's client's retries), then no more metrics or
@@ -225,7 +265,11 @@ describe('experiment trackers (--report-to)', function () {
     const prev = process.env.MLFLOW_TRACKING_URI;
     delete process.env.MLFLOW_TRACKING_URI;
     try {
-      const s = await runTraining({ flags: { ...flags(join(tmp, 'nostart'), ['mlflow']), opsd: { steps: 1, batchSize: 2 } as TrainConfig['opsd'], stages: ['opsd'] }, handleSignals: false, log: (l) => logs.push(l) });
+      const s = await runTraining({
+        flags: { ...flags(join(tmp, 'nostart'), ['mlflow']), opsd: { steps: 1, batchSize: 2 } as TrainConfig['opsd'], stages: ['opsd'] },
+        handleSignals: false,
+        log: (l) => logs.push(l),
+      });
       expect(s.globalStep).to.equal(1);
     } finally {
       if (prev !== undefined) process.env.MLFLOW_TRACKING_URI = prev;
@@ -235,7 +279,10 @@ describe('experiment trackers (--report-to)', function () {
 
   it('the train CLI: --report-to and the config file key log.reportTo', async () => {
     const yaml = join(tmp, 'cfg.yaml');
-    writeFileSync(yaml, 'stages: [opsd]\nopsd: { steps: 1, batchSize: 2 }\nsampling: { maxNewTokens: 4 }\nvalidation: { every: 0 }\nlog: { reportTo: [tensorboard] }\n');
+    writeFileSync(
+      yaml,
+      'stages: [opsd]\nopsd: { steps: 1, batchSize: 2 }\nsampling: { maxNewTokens: 4 }\nvalidation: { every: 0 }\nlog: { reportTo: [tensorboard] }\n',
+    );
     const fromFile = await cli(['train', '--config', yaml, '--out', join(tmp, 'cli-yaml')]);
     expect(fromFile.code, fromFile.err).to.equal(0);
     expect(fromFile.err).to.match(/--report-to: tensorboard started/);
@@ -245,7 +292,9 @@ describe('experiment trackers (--report-to)', function () {
     expect(existsSync(join(tmp, 'cli-none', 'tensorboard'))).to.equal(false);
     const bad = await cli(['train', '--config', yaml, '--report-to', 'comet', '--out', join(tmp, 'cli-bad')]);
     expect(bad.code).to.not.equal(0);
-    expect(bad.err).to.match(/report-to/).and.match(/comet/);
+    expect(bad.err)
+      .to.match(/report-to/)
+      .and.match(/comet/);
   });
 
   it('TrackerSet.log never throws into the trainer', async () => {

@@ -14,7 +14,24 @@ import { checkRowLengths, invalidUtf8Lines } from '../lib/train/input-checks.js'
 import { sampleDatasetPath } from '../lib/data/schema.js';
 import { cli } from './helpers/run.js';
 
-const SMALL = ['--max-new-tokens', '4', '--opsd-batch-size', '1', '--opsd-micro-batch', '1', '--questions-per-step', '1', '--group-size', '2', '--grpo-micro-batch', '2', '--validate-every', '0', '--seed', '5'];
+const SMALL = [
+  '--max-new-tokens',
+  '4',
+  '--opsd-batch-size',
+  '1',
+  '--opsd-micro-batch',
+  '1',
+  '--questions-per-step',
+  '1',
+  '--group-size',
+  '2',
+  '--grpo-micro-batch',
+  '2',
+  '--validate-every',
+  '0',
+  '--seed',
+  '5',
+];
 
 describe('train: bounded work before any compute', function () {
   this.timeout(300000);
@@ -22,7 +39,10 @@ describe('train: bounded work before any compute', function () {
   let rows: Record<string, unknown>[];
   before(() => {
     tmp = mkdtempSync(join(tmpdir(), 'pg-bounds-'));
-    rows = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    rows = readFileSync(sampleDatasetPath(), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
   });
   after(() => rmSync(tmp, { recursive: true, force: true }));
   const writeRows = (name: string, rs: Record<string, unknown>[]) => {
@@ -51,7 +71,11 @@ describe('train: bounded work before any compute', function () {
     const base = ensureDefaultModel();
     for (const [name, edit, re] of [
       ['huge', (c: Record<string, unknown>) => (c.num_hidden_layers = 1e8), /num_hidden_layers is 100000000, not an integer in \[1, 1024\]/],
-      ['mismatch', (c: Record<string, unknown>) => (c.num_hidden_layers = 1000), /model .*: its weights \(\*\.safetensors\) hold only \d+ bytes, but .*config\.json \(num_hidden_layers 1000, .*\) describes at least .* parameters/],
+      [
+        'mismatch',
+        (c: Record<string, unknown>) => (c.num_hidden_layers = 1000),
+        /model .*: its weights \(\*\.safetensors\) hold only \d+ bytes, but .*config\.json \(num_hidden_layers 1000, .*\) describes at least .* parameters/,
+      ],
     ] as const) {
       const dir = join(tmp, `model-${name}`);
       cpSync(base, dir, { recursive: true });
@@ -88,7 +112,9 @@ describe('train: bounded work before any compute', function () {
     expect(r.err).to.contain(`warning: dataset ${badPath}: line(s) 2 are not valid UTF-8`);
     const f = await cli(['train', '--data', data, '--out', out, '--opsd-steps', '1', '--grpo-steps', '0', ...SMALL]);
     expect(f.code).to.equal(1);
-    expect(f.err).to.match(/dataset .*long\.jsonl: 1 row\(s\) cannot fit the model's context: item "too-long-q" \(#2\): its (teacher|student) prompt is \d+ tokens; with --max-new-tokens 4 that passes the model's context of 40960 tokens/);
+    expect(f.err).to.match(
+      /dataset .*long\.jsonl: 1 row\(s\) cannot fit the model's context: item "too-long-q" \(#2\): its (teacher|student) prompt is \d+ tokens; with --max-new-tokens 4 that passes the model's context of 40960 tokens/,
+    );
     expect(f.err).to.not.match(/\n\s+at /);
     expect(existsSync(out)).to.equal(false);
     expect(Date.now() - t0).to.be.below(240000);
@@ -111,11 +137,12 @@ describe('train: bounded work before any compute', function () {
       { id: 'c', question: 'medium '.repeat(20), rubric: [{ id: 'r', text: 'y '.repeat(40), dimension: 'd' }] },
     ] as never[];
     const seen: number[] = [];
-    const encode = async (ps: { content: string }[][]) => ps.map((p) => {
-      const n = p.map((m) => m.content.split(' ').length).reduce((x, y) => x + y, 0);
-      seen.push(n);
-      return new Array<number>(n).fill(1);
-    });
+    const encode = async (ps: { content: string }[][]) =>
+      ps.map((p) => {
+        const n = p.map((m) => m.content.split(' ').length).reduce((x, y) => x + y, 0);
+        seen.push(n);
+        return new Array<number>(n).fill(1);
+      });
     const r = await checkRowLengths(items, 1000, 940, encode as never);
     expect(r.long.map((x) => x.id)).to.deep.equal(['b', 'c']);
     expect(r.long[0]!.why).to.contain('300000 bytes of question and rubric, more than 256 bytes per token');

@@ -77,8 +77,16 @@ describe('data cursor and seeds', () => {
 
 describe('checkpoints', () => {
   const state = (step: number): TrainerState => ({
-    version: 1, stageIndex: 0, stageStep: step, globalStep: step, cursor: { epoch: 0, position: step },
-    validation: [], stageDone: false, seed: 1, config: {}, wallSeconds: 0,
+    version: 1,
+    stageIndex: 0,
+    stageStep: step,
+    globalStep: step,
+    cursor: { epoch: 0, position: step },
+    validation: [],
+    stageDone: false,
+    seed: 1,
+    config: {},
+    wallSeconds: 0,
   });
   it('writes atomically and resolves latest', async () => {
     const run = mkdtempSync(join(tmpdir(), 'pg-ckpt-'));
@@ -94,7 +102,9 @@ describe('checkpoints', () => {
     await writeCheckpoint(run, state(2), async (d) => writeFileSync(join(d, 'adapter.bin'), 'a'));
     let threw = false;
     try {
-      await writeCheckpoint(run, state(4), async () => { throw new Error('disk full'); });
+      await writeCheckpoint(run, state(4), async () => {
+        throw new Error('disk full');
+      });
     } catch {
       threw = true;
     }

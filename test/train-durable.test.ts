@@ -18,7 +18,24 @@ import { cli, CLI } from './helpers/run.js';
 import { packageRoot } from '../lib/native.js';
 
 const lockModule = join(dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'util', 'lock.js');
-const SMALL = ['--max-new-tokens', '4', '--opsd-batch-size', '1', '--opsd-micro-batch', '1', '--questions-per-step', '1', '--group-size', '2', '--grpo-micro-batch', '2', '--validate-every', '0', '--seed', '5'];
+const SMALL = [
+  '--max-new-tokens',
+  '4',
+  '--opsd-batch-size',
+  '1',
+  '--opsd-micro-batch',
+  '1',
+  '--questions-per-step',
+  '1',
+  '--group-size',
+  '2',
+  '--grpo-micro-batch',
+  '2',
+  '--validate-every',
+  '0',
+  '--seed',
+  '5',
+];
 
 /** A second real process holding `path` (prints `locked` once it holds it; exits when its stdin closes). */
 function holder(path: string): Promise<ChildProcess> {
@@ -58,7 +75,10 @@ describe('train: one process per run dir, resume refuses broken state', function
     const h = await holder(join(d, RUN_LOCK));
     try {
       const t0 = Date.now();
-      for (const args of [['train', '--resume', d, '--grpo-steps', '1'], ['train', '--out', d, ...SMALL]]) {
+      for (const args of [
+        ['train', '--resume', d, '--grpo-steps', '1'],
+        ['train', '--out', d, ...SMALL],
+      ]) {
         const r = await cli(args);
         expect(r.code, r.err).to.equal(1);
         expect(r.err).to.contain(`run dir ${d} is in use by pid ${h.pid}`);
@@ -101,7 +121,11 @@ describe('train: one process per run dir, resume refuses broken state', function
       ['neg', (s: Record<string, unknown>) => (s.globalStep = -1), /globalStep is -1, not an integer in \[0, 1000000000\]/],
       ['huge', (s: Record<string, unknown>) => (s.globalStep = 1e12), /globalStep is 1000000000000/],
       ['stage', (s: Record<string, unknown>) => Object.assign(s, { stageIndex: 0, stageStep: 2000 }), /stageStep is 2000/],
-      ['lr', (s: Record<string, unknown>) => ((s.config as { opsd: { lr: number } }).opsd.lr = 0.5), /trainer_state\.json has opsd\.lr = 0\.5, the run's .*config\.json has [0-9.e-]+ \(a tampered checkpoint/],
+      [
+        'lr',
+        (s: Record<string, unknown>) => ((s.config as { opsd: { lr: number } }).opsd.lr = 0.5),
+        /trainer_state\.json has opsd\.lr = 0\.5, the run's .*config\.json has [0-9.e-]+ \(a tampered checkpoint/,
+      ],
     ] as const) {
       const d = copy(`state-${name}`);
       const sp = join(latestDir(d), 'trainer_state.json');
@@ -148,7 +172,9 @@ describe('train: one process per run dir, resume refuses broken state', function
     const out = join(tmp, 'killed');
     const r = await new Promise<{ signal: string | null }>((res) => {
       const c = spawn(process.execPath, [CLI, 'train', '--out', out, '--opsd-steps', '2', '--grpo-steps', '0', '--checkpoint-every', '1', ...SMALL], {
-        cwd: packageRoot, env: { ...process.env, CI: 'true', PAPERGYM_FAULT: 'checkpoint:after-rename' }, stdio: 'ignore',
+        cwd: packageRoot,
+        env: { ...process.env, CI: 'true', PAPERGYM_FAULT: 'checkpoint:after-rename' },
+        stdio: 'ignore',
       });
       c.on('exit', (_code, signal) => res({ signal }));
     });

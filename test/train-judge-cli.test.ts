@@ -19,7 +19,24 @@ import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 import { orSkip } from './helpers/run.js';
 
 const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
-const SMALL = ['--stages', 'grpo', '--grpo-steps', '2', '--questions-per-step', '1', '--group-size', '2', '--max-new-tokens', '6', '--checkpoint-every', '1', '--validate-every', '0', '--seed', '3'];
+const SMALL = [
+  '--stages',
+  'grpo',
+  '--grpo-steps',
+  '2',
+  '--questions-per-step',
+  '1',
+  '--group-size',
+  '2',
+  '--max-new-tokens',
+  '6',
+  '--checkpoint-every',
+  '1',
+  '--validate-every',
+  '0',
+  '--seed',
+  '3',
+];
 
 function run(args: string[]): Promise<{ code: number | null; out: string }> {
   return new Promise((resolve) => {
@@ -60,7 +77,18 @@ describe('train with a failing HTTP judge (embedded tiny model, loopback judge)'
     await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
     try {
       const out = join(tmp, 'r404');
-      const r = await run(['train', '--out', out, ...SMALL, '--judge', 'http', '--judge-url', `http://127.0.0.1:${(web.address() as AddressInfo).port}/v1`, '--judge-model', 'j']);
+      const r = await run([
+        'train',
+        '--out',
+        out,
+        ...SMALL,
+        '--judge',
+        'http',
+        '--judge-url',
+        `http://127.0.0.1:${(web.address() as AddressInfo).port}/v1`,
+        '--judge-model',
+        'j',
+      ]);
       expect(r.code).to.equal(1);
       expect(r.out).to.match(/failed the start-up check .*LLM HTTP 404/);
       expect(r.out).to.not.match(/\n\s+at .*\.js:\d+/);
@@ -74,7 +102,9 @@ describe('train with a failing HTTP judge (embedded tiny model, loopback judge)'
     const out = join(tmp, 'unread');
     const r = await run(['train', '--out', out, ...SMALL, '--judge', 'http', '--judge-url', judge.url, '--judge-model', 'j', '--judge-no-think']);
     expect(r.code, r.out).to.equal(1);
-    expect(r.out).to.match(/\[grpo\] step 1 failed: judge j@.*GRPO step 1: (\d+) of \1 verdicts are null \(100% > 50%: 0 failed requests, \1 unreadable replies/);
+    expect(r.out).to.match(
+      /\[grpo\] step 1 failed: judge j@.*GRPO step 1: (\d+) of \1 verdicts are null \(100% > 50%: 0 failed requests, \1 unreadable replies/,
+    );
     expect(r.out).to.include(`resume with: papergym-native train --resume ${out}`);
     expect(r.out).to.not.match(/\n\s+at .*\.js:\d+/);
     const ck = resolveCheckpoint(out);
@@ -86,9 +116,19 @@ describe('train with a failing HTTP judge (embedded tiny model, loopback judge)'
     const again = await run(['train', '--resume', out]);
     expect(again.code, again.out).to.equal(0);
     // The run ends with the judge's totals (an HTTP judge: its request counters, no local timings).
-    expect(again.out, again.out.split("\n").filter((l) => l.includes("judge totals")).join("; ")).to.match(/judge totals: [1-9]\d* prompts scored, [1-9]\d* prompt tokens, 0 cache hits, 0 failures\n/);
+    expect(
+      again.out,
+      again.out
+        .split('\n')
+        .filter((l) => l.includes('judge totals'))
+        .join('; '),
+    ).to.match(/judge totals: [1-9]\d* prompts scored, [1-9]\d* prompt tokens, 0 cache hits, 0 failures\n/);
     expect(again.out).to.match(/\[grpo\] step 1\/2 loss -?[\d.]+ reward 1\.000 null 0%/); // the null rate in the progress line
-    const steps = readFileSync(join(out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((m) => typeof m.loss === 'number');
+    const steps = readFileSync(join(out, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((m) => typeof m.loss === 'number');
     expect(steps).to.have.length(2);
     expect(steps[0].judge).to.deep.include({ nulls: 0, errors: 0 });
     expect(steps[0].judge.verdicts).to.be.greaterThan(0);

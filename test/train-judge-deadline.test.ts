@@ -21,7 +21,13 @@ import { judgeHealth } from '../lib/judge/types.js';
 import { startFakeLlm } from './helpers/fake-llm.js';
 import { fakeBackend } from './helpers/fake-backend.js';
 
-const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({ id: `q${i}`, question: `question ${i}`, reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' }));
+const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({
+  id: `q${i}`,
+  question: `question ${i}`,
+  reference_answer: 'a',
+  rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }],
+  split: 'train',
+}));
 const flat = { advantages: (r: number[]) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }) };
 
 /** Answers the first `ok` calls, then waits until its signal aborts (and rejects with its reason). */
@@ -42,7 +48,14 @@ describe('train: the judge bounded by a step deadline, Ctrl-C during judging (fa
   before(() => (tmp = mkdtempSync(join(tmpdir(), 'pg-judge-deadline-'))));
   after(() => rmSync(tmp, { recursive: true, force: true }));
   const cfg = (timeoutMs: number) =>
-    resolveConfig({ flags: { stages: ['grpo'], grpo: { steps: 3, questionsPerStep: 2, groupSize: 2, microBatch: 4, judgeStepTimeoutMs: timeoutMs } as never, checkpoint: { every: 0 }, validation: { every: 0, maxItems: 0 } } as never });
+    resolveConfig({
+      flags: {
+        stages: ['grpo'],
+        grpo: { steps: 3, questionsPerStep: 2, groupSize: 2, microBatch: 4, judgeStepTimeoutMs: timeoutMs } as never,
+        checkpoint: { every: 0 },
+        validation: { every: 0, maxItems: 0 },
+      } as never,
+    });
 
   it('the default judge deadline of a step is 30 min', () => {
     expect(resolveConfig({}).grpo.judgeStepTimeoutMs).to.equal(1800000);
@@ -51,13 +64,34 @@ describe('train: the judge bounded by a step deadline, Ctrl-C during judging (fa
   it('a step past its judge deadline stops the run with a checkpoint of the state before it; progress lines while waiting', async () => {
     const runDir = join(tmp, 'deadline');
     const lines: string[] = [];
-    const t = new Trainer(cfg(600), { backend: fakeBackend(), items, reward: hangingAfter(1), ...flat, runDir, log: (l) => lines.push(l), judgeProgressMs: 100, judgeStats: () => ({ requests: 7, failures: 2 }) });
+    const t = new Trainer(cfg(600), {
+      backend: fakeBackend(),
+      items,
+      reward: hangingAfter(1),
+      ...flat,
+      runDir,
+      log: (l) => lines.push(l),
+      judgeProgressMs: 100,
+      judgeStats: () => ({ requests: 7, failures: 2 }),
+    });
     const t0 = Date.now();
-    const err = await t.run().then(() => null, (e: Error) => e);
+    const err = await t.run().then(
+      () => null,
+      (e: Error) => e,
+    );
     expect(Date.now() - t0).to.be.below(10000);
     expect(err).to.be.instanceOf(TrainingStoppedError);
-    expect(err!.message).to.match(/\[grpo\] step 2 failed: the judge did not finish the step within grpo\.judgeStepTimeoutMs \(--judge-step-timeout-ms\) 600 ms/);
-    expect(lines.some((l) => /\[grpo\] step 2: waiting on the judge for \d+ s \(1 call\(s\), 4 plans in this step, 0 judge requests, 0 failed; deadline in \d+ s; Ctrl-C stops with a checkpoint\)/.test(l)), lines.join('\n')).to.equal(true);
+    expect(err!.message).to.match(
+      /\[grpo\] step 2 failed: the judge did not finish the step within grpo\.judgeStepTimeoutMs \(--judge-step-timeout-ms\) 600 ms/,
+    );
+    expect(
+      lines.some((l) =>
+        /\[grpo\] step 2: waiting on the judge for \d+ s \(1 call\(s\), 4 plans in this step, 0 judge requests, 0 failed; deadline in \d+ s; Ctrl-C stops with a checkpoint\)/.test(
+          l,
+        ),
+      ),
+      lines.join('\n'),
+    ).to.equal(true);
     expect(resolveCheckpoint(runDir).state.stageStep).to.equal(1);
   });
 
@@ -82,9 +116,21 @@ describe('train: the judge bounded by a step deadline, Ctrl-C during judging (fa
       const runDir = join(tmp, 'http');
       const reward = makeRewardFn(judge, [{ id: 'g1', text: 'concrete' }]);
       const lines: string[] = [];
-      const t = new Trainer(cfg(800), { backend: fakeBackend(), items, reward, ...flat, runDir, log: (l) => lines.push(l), judgeProgressMs: 200, judgeStats: () => judge.stats() });
+      const t = new Trainer(cfg(800), {
+        backend: fakeBackend(),
+        items,
+        reward,
+        ...flat,
+        runDir,
+        log: (l) => lines.push(l),
+        judgeProgressMs: 200,
+        judgeStats: () => judge.stats(),
+      });
       const t0 = Date.now();
-      const err = await t.run().then(() => null, (e: Error) => e);
+      const err = await t.run().then(
+        () => null,
+        (e: Error) => e,
+      );
       expect(Date.now() - t0).to.be.below(10000);
       expect(err!.message).to.match(/\[grpo\] step 1 failed: the judge did not finish the step within .* 800 ms/);
       expect(srv.log.length).to.be.greaterThan(0);
@@ -97,11 +143,42 @@ describe('train: the judge bounded by a step deadline, Ctrl-C during judging (fa
 
   it('train CLI: Ctrl-C while GRPO waits on a hanging HTTP judge exits within seconds (130) with a checkpoint before the step', async () => {
     // The start-up check is answered; every judge request after it hangs.
-    const srv = await startFakeLlm({ respond: () => 'Yes', fault: (r) => (r.body.messages.some((m) => m.content.startsWith('Reply with the single word')) ? undefined : { kind: 'hang' }) });
+    const srv = await startFakeLlm({
+      respond: () => 'Yes',
+      fault: (r) => (r.body.messages.some((m) => m.content.startsWith('Reply with the single word')) ? undefined : { kind: 'hang' }),
+    });
     const out = join(tmp, 'cli-sigint');
     try {
-      const args = [CLI, 'train', '--out', out, '--opsd-steps', '0', '--grpo-steps', '2', '--max-new-tokens', '4', '--questions-per-step', '1', '--group-size', '2', '--grpo-micro-batch', '2',
-        '--validate-every', '0', '--checkpoint-every', '0', '--judge', 'http', '--judge-url', srv.url, '--judge-model', 'j', '--judge-timeout-ms', '120000'];
+      const args = [
+        CLI,
+        'train',
+        '--out',
+        out,
+        '--opsd-steps',
+        '0',
+        '--grpo-steps',
+        '2',
+        '--max-new-tokens',
+        '4',
+        '--questions-per-step',
+        '1',
+        '--group-size',
+        '2',
+        '--grpo-micro-batch',
+        '2',
+        '--validate-every',
+        '0',
+        '--checkpoint-every',
+        '0',
+        '--judge',
+        'http',
+        '--judge-url',
+        srv.url,
+        '--judge-model',
+        'j',
+        '--judge-timeout-ms',
+        '120000',
+      ];
       const p = spawn(process.execPath, args, { cwd: packageRoot, env: { ...process.env, CI: 'true' }, stdio: ['ignore', 'pipe', 'pipe'] });
       let err = '';
       p.stderr.on('data', (b: Buffer) => (err += b.toString()));

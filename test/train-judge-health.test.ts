@@ -23,7 +23,13 @@ import { oomError } from '../lib/errors.js';
 import { startFakeLlm } from './helpers/fake-llm.js';
 import { fakeBackend } from './helpers/fake-backend.js';
 
-const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({ id: `q${i}`, question: `question ${i}`, reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' }));
+const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({
+  id: `q${i}`,
+  question: `question ${i}`,
+  reference_answer: 'a',
+  rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }],
+  split: 'train',
+}));
 
 /** A reward whose verdicts for step `k` (1-based call count) are null when `bad(k)`. */
 function rewardWith(bad: (call: number) => 'ok' | 'unreadable' | 'throw') {
@@ -33,7 +39,10 @@ function rewardWith(bad: (call: number) => 'ok' | 'unreadable' | 'throw') {
     const mode = bad(call);
     if (mode === 'throw') throw new Error('judge request failed: LLM HTTP 404 (http://judge/v1/chat/completions)');
     return reqs.map((_, i) => {
-      const vs: Verdict[] = [{ itemId: 'r1', met: mode === 'ok' ? i % 2 === 0 : null }, { itemId: 'g1', met: mode === 'ok' ? true : null }];
+      const vs: Verdict[] = [
+        { itemId: 'r1', met: mode === 'ok' ? i % 2 === 0 : null },
+        { itemId: 'g1', met: mode === 'ok' ? true : null },
+      ];
       return { reward: mode === 'ok' ? 0.5 : 0, rSpec: 0, rGen: 0, judge: judgeHealth(vs) };
     });
   };
@@ -45,13 +54,28 @@ describe('train: judge health and clean stops (fake backend)', function () {
   before(() => (tmp = mkdtempSync(join(tmpdir(), 'pg-judge-health-'))));
   after(() => rmSync(tmp, { recursive: true, force: true }));
   const cfg = (over: Record<string, unknown> = {}) =>
-    resolveConfig({ flags: { stages: ['grpo'], grpo: { steps: 4, questionsPerStep: 2, groupSize: 2, microBatch: 4 } as never, checkpoint: { every: 0 }, validation: { every: 0, maxItems: 0 }, ...over } as never });
+    resolveConfig({
+      flags: {
+        stages: ['grpo'],
+        grpo: { steps: 4, questionsPerStep: 2, groupSize: 2, microBatch: 4 } as never,
+        checkpoint: { every: 0 },
+        validation: { every: 0, maxItems: 0 },
+        ...over,
+      } as never,
+    });
 
   it('writes judge health per step and stops on a null-rate step with a checkpoint of the state before it; --resume redoes that step', async () => {
     const runDir = join(tmp, 'nulls');
     const lines: string[] = [];
     const c = cfg();
-    const t = new Trainer(c, { backend: fakeBackend(), items, reward: rewardWith((k) => (k <= 2 ? 'ok' : 'unreadable')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: (l) => lines.push(l) });
+    const t = new Trainer(c, {
+      backend: fakeBackend(),
+      items,
+      reward: rewardWith((k) => (k <= 2 ? 'ok' : 'unreadable')),
+      advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }),
+      runDir,
+      log: (l) => lines.push(l),
+    });
     let err: unknown;
     try {
       await t.run();
@@ -60,9 +84,14 @@ describe('train: judge health and clean stops (fake backend)', function () {
     }
     expect(err).to.be.instanceOf(TrainingStoppedError);
     const msg = (err as Error).message;
-    expect(msg).to.match(/\[grpo\] step 3 failed: judge .*GRPO step 3: 8 of 8 verdicts are null \(100% > 50%: 0 failed requests, 8 unreadable replies, 0 refusals\)/);
+    expect(msg).to.match(
+      /\[grpo\] step 3 failed: judge .*GRPO step 3: 8 of 8 verdicts are null \(100% > 50%: 0 failed requests, 8 unreadable replies, 0 refusals\)/,
+    );
     expect(msg).to.include(`resume with: papergym-native train --resume ${runDir}`);
-    const metrics = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const metrics = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     const steps = metrics.filter((m) => typeof m.loss === 'number');
     expect(steps).to.have.length(2);
     expect(steps[0].judge).to.deep.equal({ verdicts: 8, nulls: 0, refusals: 0, unparsed: 0, errors: 0, withProb: 0 });
@@ -74,7 +103,18 @@ describe('train: judge health and clean stops (fake backend)', function () {
     expect(ck.state.cursor).to.deep.equal({ epoch: 0, position: 4 }); // 2 steps × 2 questions; step 3's take was rolled back
     expect((err as TrainingStoppedError).checkpoint).to.equal(ck.dir);
     // Resume with a healthy judge: steps 3 and 4 run from that state.
-    const t2 = new Trainer(c, { backend: fakeBackend(), items, reward: rewardWith(() => 'ok'), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} }, ck.state);
+    const t2 = new Trainer(
+      c,
+      {
+        backend: fakeBackend(),
+        items,
+        reward: rewardWith(() => 'ok'),
+        advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }),
+        runDir,
+        log: () => {},
+      },
+      ck.state,
+    );
     const summary = await t2.run();
     expect(summary.globalStep).to.equal(4);
     expect(summary.interrupted).to.equal(false);
@@ -90,11 +130,22 @@ describe('train: judge health and clean stops (fake backend)', function () {
         ...base,
         generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
           const all = await base.generate(prompts, o);
-          for (const p of [0, 2]) onGroup?.(p, all.filter((r) => r.promptIndex === p));
+          for (const p of [0, 2])
+            onGroup?.(
+              p,
+              all.filter((r) => r.promptIndex === p),
+            );
           await new Promise((r) => setTimeout(r, 20));
           events.push('rollout done');
           // A report after the call returned (a group that ended at the last read-back) must not be judged twice.
-          setTimeout(() => onGroup?.(1, all.filter((r) => r.promptIndex === 1)), 0);
+          setTimeout(
+            () =>
+              onGroup?.(
+                1,
+                all.filter((r) => r.promptIndex === 1),
+              ),
+            0,
+          );
           return all;
         },
       };
@@ -107,13 +158,28 @@ describe('train: judge health and clean stops (fake backend)', function () {
         }
         events.push(`judge ${reqs.map((r) => r.plan).join(',')}`);
         call++;
-        return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+        return reqs.map((r) => ({
+          reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100,
+          rSpec: 0,
+          rGen: 0,
+          judge: judgeHealth([{ itemId: 'r1', met: true }]),
+        }));
       };
       const runDir = join(tmp, `per-group-${kind}-${judgeOverlap}-${oomEarly}`);
-      const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 8, judgeOverlap }, judge: { ...cfg().judge, kind, ...(kind === 'http' && { url: 'http://127.0.0.1:9/v1', model: 'm' }) } });
+      const c = cfg({
+        grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 8, judgeOverlap },
+        judge: { ...cfg().judge, kind, ...(kind === 'http' && { url: 'http://127.0.0.1:9/v1', model: 'm' }) },
+      });
       let rewards: number[] = [];
       const logs: string[] = [];
-      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map((x) => x - 1), keep: r.map(() => true) }), runDir, log: (l) => logs.push(l) }).run();
+      await new Trainer(c, {
+        backend,
+        items,
+        reward,
+        advantages: (r) => ((rewards = r), { advantages: r.map((x) => x - 1), keep: r.map(() => true) }),
+        runDir,
+        log: (l) => logs.push(l),
+      }).run();
       await new Promise((r) => setTimeout(r, 10));
       return { events, calls: call, rewards, logs, overlapAfter: c.grpo.judgeOverlap };
     };
@@ -134,18 +200,25 @@ describe('train: judge health and clean stops (fake backend)', function () {
     // Out of memory beside the decode: those groups are judged again after the rollout, the overlap is off from then on, same rewards.
     const oom = await run('local', 'on', true);
     expect(oom.events.slice(0, 3)).to.deep.equal(['judge oom plan 0.0,plan 0.1', 'judge oom plan 2.0,plan 2.1', 'rollout done']);
-    expect(oom.events.slice(3).sort()).to.deep.equal(['judge plan 0.0,plan 0.1', 'judge plan 1.0,plan 1.1', 'judge plan 2.0,plan 2.1', 'judge plan 3.0,plan 3.1']);
+    expect(oom.events.slice(3).sort()).to.deep.equal([
+      'judge plan 0.0,plan 0.1',
+      'judge plan 1.0,plan 1.1',
+      'judge plan 2.0,plan 2.1',
+      'judge plan 3.0,plan 3.1',
+    ]);
     expect(oom.rewards).to.deep.equal(local.rewards);
     expect(oom.overlapAfter).to.equal('off');
     expect(oom.logs.filter((l) => /judging after the rollout from now on \(grpo.judgeOverlap off\)/.test(l))).to.have.length(1);
   });
 
-  it('local judge with several rollout chunks: off never scores beside a decode (not even the previous chunk\'s groups); after an out of memory beside the decode no later scoring runs beside one either', async () => {
+  it("local judge with several rollout chunks: off never scores beside a decode (not even the previous chunk's groups); after an out of memory beside the decode no later scoring runs beside one either", async () => {
     // 4 questions, groups of 2, 2 rollout rows: 4 chunks of one group. Each generate and each
     // reward call takes a few event-loop turns; overlaps are recorded, not timed.
     const run = async (judgeOverlap: 'on' | 'off', oomFirst: boolean) => {
       const events: string[] = [];
-      let decoding = 0, judging = 0, oomed = false;
+      let decoding = 0,
+        judging = 0,
+        oomed = false;
       const base = fakeBackend();
       const backend = {
         ...base,
@@ -153,7 +226,10 @@ describe('train: judge health and clean stops (fake backend)', function () {
           if (judging) events.push('decode beside judge');
           decoding++;
           const all = await base.generate(prompts, o);
-          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          onGroup?.(
+            0,
+            all.filter((r) => r.promptIndex === 0),
+          );
           await new Promise((r) => setTimeout(r, 15));
           decoding--;
           events.push('rollout');
@@ -176,24 +252,39 @@ describe('train: judge health and clean stops (fake backend)', function () {
       };
       const runDir = join(tmp, `chunks-local-${judgeOverlap}-${oomFirst}`);
       const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 2, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
-      await new Trainer(c, { backend, items, reward, advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+      await new Trainer(c, {
+        backend,
+        items,
+        reward,
+        advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }),
+        runDir,
+        log: () => {},
+      }).run();
       return events;
     };
     const off = await run('off', false);
     expect(off.filter((e) => e === 'rollout')).to.have.length(4);
-    expect(off.filter((e) => e !== 'rollout'), 'grpo.judgeOverlap off: no judge call beside a decode').to.deep.equal([]);
+    expect(
+      off.filter((e) => e !== 'rollout'),
+      'grpo.judgeOverlap off: no judge call beside a decode',
+    ).to.deep.equal([]);
     const on = await run('on', false);
     expect(on, 'on: the judge scores beside the decode').to.include('judge beside decode');
     const oom = await run('on', true);
     expect(oom.filter((e) => e === 'rollout')).to.have.length(4);
-    expect(oom.filter((e) => e === 'judge beside decode after oom' || e === 'decode beside judge'), 'after the out of memory: judged after the rollouts only').to.deep.equal([]);
+    expect(
+      oom.filter((e) => e === 'judge beside decode after oom' || e === 'decode beside judge'),
+      'after the out of memory: judged after the rollouts only',
+    ).to.deep.equal([]);
   });
 
-  it('local judge, overlap on, two chunks: a judge call that runs out of memory beside the NEXT chunk\'s decode (an early group, or a group judged after its rollout) is judged again once no decode runs; same rewards as off', async () => {
+  it("local judge, overlap on, two chunks: a judge call that runs out of memory beside the NEXT chunk's decode (an early group, or a group judged after its rollout) is judged again once no decode runs; same rewards as off", async () => {
     // 4 questions, groups of 2, 4 rollout rows: 2 chunks of 2 groups; each generate reports group 0
     // early, group 1 only with its result. A reward call that saw a decode at any time runs out of memory.
     const run = async (judgeOverlap: 'on' | 'off') => {
-      let decoding = 0, decodes = 0, besideOk = 0;
+      let decoding = 0,
+        decodes = 0,
+        besideOk = 0;
       const base = fakeBackend();
       const backend = {
         ...base,
@@ -201,7 +292,10 @@ describe('train: judge health and clean stops (fake backend)', function () {
           decoding++;
           decodes++;
           const all = await base.generate(prompts, o);
-          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          onGroup?.(
+            0,
+            all.filter((r) => r.promptIndex === 0),
+          );
           await new Promise((r) => setTimeout(r, 25));
           decoding--;
           return all;
@@ -214,13 +308,25 @@ describe('train: judge health and clean stops (fake backend)', function () {
         beside ||= decoding > 0 || decodes !== seen;
         if (beside && judgeOverlap === 'on') throw oomError('CUDA out of memory (test)');
         if (beside) besideOk++;
-        return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+        return reqs.map((r) => ({
+          reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100,
+          rSpec: 0,
+          rGen: 0,
+          judge: judgeHealth([{ itemId: 'r1', met: true }]),
+        }));
       };
       const runDir = join(tmp, `chunks2-local-${judgeOverlap}`);
       const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 4, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
       let rewards: number[] = [];
       const logs: string[] = [];
-      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: (l) => logs.push(l) }).run();
+      await new Trainer(c, {
+        backend,
+        items,
+        reward,
+        advantages: (r) => ((rewards = r), { advantages: r.map(() => 0), keep: r.map(() => true) }),
+        runDir,
+        log: (l) => logs.push(l),
+      }).run();
       return { rewards, logs, besideOk, overlapAfter: c.grpo.judgeOverlap };
     };
     const off = await run('off');
@@ -235,14 +341,18 @@ describe('train: judge health and clean stops (fake backend)', function () {
   it('local judge, overlap on: the DECODE running out of memory while the judge scores beside it samples the chunk again with the overlap off; same rewards as off; a decode out of memory without the judge beside it still fails the step', async () => {
     // A generate that ends while a judge call is in flight runs out of memory (the judge's memory beside the decode).
     const run = async (judgeOverlap: 'on' | 'off', oomAlways = false) => {
-      let judging = 0, generates = 0;
+      let judging = 0,
+        generates = 0;
       const base = fakeBackend();
       const backend = {
         ...base,
         generate: async (prompts: number[][], o: Parameters<typeof base.generate>[1], onGroup?: Parameters<typeof base.generate>[2]) => {
           generates++;
           const all = await base.generate(prompts, o);
-          onGroup?.(0, all.filter((r) => r.promptIndex === 0));
+          onGroup?.(
+            0,
+            all.filter((r) => r.promptIndex === 0),
+          );
           await new Promise((r) => setTimeout(r, 15));
           if (judging || oomAlways) throw oomError('CUDA out of memory (test decode)');
           return all;
@@ -252,13 +362,25 @@ describe('train: judge health and clean stops (fake backend)', function () {
         judging++;
         await new Promise((r) => setTimeout(r, 30));
         judging--;
-        return reqs.map((r) => ({ reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'r1', met: true }]) }));
+        return reqs.map((r) => ({
+          reward: Number(r.plan.replace('plan ', '')) + r.item.question.length / 100,
+          rSpec: 0,
+          rGen: 0,
+          judge: judgeHealth([{ itemId: 'r1', met: true }]),
+        }));
       };
       const runDir = join(tmp, `decode-oom-${judgeOverlap}-${oomAlways}`);
       const c = cfg({ grpo: { steps: 1, questionsPerStep: 4, groupSize: 2, microBatch: 4, judgeOverlap }, judge: { ...cfg().judge, kind: 'local' } });
       let rewards: number[] = [];
       const logs: string[] = [];
-      await new Trainer(c, { backend, items, reward, advantages: (r) => ((rewards = r), { advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: (l) => logs.push(l) }).run();
+      await new Trainer(c, {
+        backend,
+        items,
+        reward,
+        advantages: (r) => ((rewards = r), { advantages: r.map(() => 0), keep: r.map(() => true) }),
+        runDir,
+        log: (l) => logs.push(l),
+      }).run();
       return { rewards, logs, generates, overlapAfter: c.grpo.judgeOverlap };
     };
     const off = await run('off');
@@ -280,14 +402,24 @@ describe('train: judge health and clean stops (fake backend)', function () {
 
   it('a reward call that throws (judge down) also ends the run cleanly with a checkpoint and the resume command', async () => {
     const runDir = join(tmp, 'throws');
-    const t = new Trainer(cfg(), { backend: fakeBackend(), items, reward: rewardWith((k) => (k === 1 ? 'ok' : 'throw')), advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} });
+    const t = new Trainer(cfg(), {
+      backend: fakeBackend(),
+      items,
+      reward: rewardWith((k) => (k === 1 ? 'ok' : 'throw')),
+      advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }),
+      runDir,
+      log: () => {},
+    });
     let err: Error | undefined;
     try {
       await t.run();
     } catch (e) {
       err = e as Error;
     }
-    expect(err?.message).to.match(/\[grpo\] step 2 failed: judge request failed: LLM HTTP 404/).and.match(/checkpoint written: .*checkpoints/).and.match(/resume with: papergym-native train --resume/);
+    expect(err?.message)
+      .to.match(/\[grpo\] step 2 failed: judge request failed: LLM HTTP 404/)
+      .and.match(/checkpoint written: .*checkpoints/)
+      .and.match(/resume with: papergym-native train --resume/);
     expect(resolveCheckpoint(runDir).state.stageStep).to.equal(1);
   });
 
@@ -297,15 +429,37 @@ describe('train: judge health and clean stops (fake backend)', function () {
     let call = 0;
     const half = async (reqs: { item: TrainItem; plan: string }[]): Promise<RewardResult[]> => {
       call++;
-      return reqs.map(() => ({ reward: 0, rSpec: 0, rGen: 0, judge: judgeHealth([{ itemId: 'a', met: true }, { itemId: 'b', met: null, error: true }]) }));
+      return reqs.map(() => ({
+        reward: 0,
+        rSpec: 0,
+        rGen: 0,
+        judge: judgeHealth([
+          { itemId: 'a', met: true },
+          { itemId: 'b', met: null, error: true },
+        ]),
+      }));
     };
-    const ok = await new Trainer(cfg(), { backend: fakeBackend(), items, reward: half, advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir, log: () => {} }).run();
+    const ok = await new Trainer(cfg(), {
+      backend: fakeBackend(),
+      items,
+      reward: half,
+      advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }),
+      runDir,
+      log: () => {},
+    }).run();
     expect(ok.globalStep).to.equal(4);
     expect(call).to.equal(4);
     // … but over 0.4.
     let err: Error | undefined;
     try {
-      await new Trainer(cfg({ judge: { maxNullRate: 0.4 } }), { backend: fakeBackend(), items, reward: half, advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }), runDir: join(tmp, 'threshold2'), log: () => {} }).run();
+      await new Trainer(cfg({ judge: { maxNullRate: 0.4 } }), {
+        backend: fakeBackend(),
+        items,
+        reward: half,
+        advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }),
+        runDir: join(tmp, 'threshold2'),
+        log: () => {},
+      }).run();
     } catch (e) {
       err = e as Error;
     }
@@ -315,7 +469,21 @@ describe('train: judge health and clean stops (fake backend)', function () {
 
 describe('train: the same judge options as eval', () => {
   it('flags: --judge-no-think, --judge-score, --judge-max-null-rate … map onto the config judge section (only flags given)', async () => {
-    const argv = await addJudgeOptions(yargs([]), { defaults: false }).parseAsync(['--judge', 'http', '--judge-url', 'http://x/v1', '--judge-model', 'm', '--judge-no-think', '--judge-score', 'prob', '--judge-max-null-rate', '0.3', '--judge-timeout-ms', '5000']);
+    const argv = await addJudgeOptions(yargs([]), { defaults: false }).parseAsync([
+      '--judge',
+      'http',
+      '--judge-url',
+      'http://x/v1',
+      '--judge-model',
+      'm',
+      '--judge-no-think',
+      '--judge-score',
+      'prob',
+      '--judge-max-null-rate',
+      '0.3',
+      '--judge-timeout-ms',
+      '5000',
+    ]);
     const f = judgeFlagsToConfig(argv as never);
     expect(f).to.deep.equal({ kind: 'http', url: 'http://x/v1', model: 'm', noThink: true, score: 'prob', maxNullRate: 0.3, timeoutMs: 5000 });
     const c = resolveConfig({ flags: { judge: f } as never });
@@ -323,16 +491,27 @@ describe('train: the same judge options as eval', () => {
     const none = await addJudgeOptions(yargs([]), { defaults: false }).parseAsync([]);
     expect(judgeFlagsToConfig(none as never)).to.deep.equal({});
     const evalDefaults = await addJudgeOptions(yargs([])).parseAsync([]);
-    expect(evalDefaults).to.include({ judge: 'http', judgeNoThink: false, judgeScore: 'binary', judgeMaxNullRate: 0.5, judgeConcurrency: JUDGE_DEFAULTS.concurrency });
+    expect(evalDefaults).to.include({
+      judge: 'http',
+      judgeNoThink: false,
+      judgeScore: 'binary',
+      judgeMaxNullRate: 0.5,
+      judgeConcurrency: JUDGE_DEFAULTS.concurrency,
+    });
   });
 
   it('YAML: judge.noThink, judge.score, judge.maxNullRate, judge.timeoutMs are keys; bad values are named', () => {
     const dir = mkdtempSync(join(tmpdir(), 'pg-cfg-judge-'));
     const file = join(dir, 'c.yaml');
-    writeFileSync(file, 'judge:\n  kind: http\n  url: http://127.0.0.1:8000/v1\n  model: Qwen/Qwen3-8B\n  noThink: true\n  score: prob\n  maxNullRate: 0.2\n  timeoutMs: 30000\n');
+    writeFileSync(
+      file,
+      'judge:\n  kind: http\n  url: http://127.0.0.1:8000/v1\n  model: Qwen/Qwen3-8B\n  noThink: true\n  score: prob\n  maxNullRate: 0.2\n  timeoutMs: 30000\n',
+    );
     expect(resolveConfig({ file }).judge).to.include({ noThink: true, score: 'prob', maxNullRate: 0.2, timeoutMs: 30000 });
     writeFileSync(file, 'judge:\n  maxNullRate: 1.5\n  score: logits\n');
-    expect(() => resolveConfig({ file })).to.throw(/judge\.score \(--judge-score\) must be one of binary \| prob[\s\S]*judge\.maxNullRate \(--judge-max-null-rate\) must be in \[0, 1\]/);
+    expect(() => resolveConfig({ file })).to.throw(
+      /judge\.score \(--judge-score\) must be one of binary \| prob[\s\S]*judge\.maxNullRate \(--judge-max-null-rate\) must be in \[0, 1\]/,
+    );
     writeFileSync(file, 'judge:\n  no_think: true\n');
     expect(() => resolveConfig({ file })).to.throw(/unknown key judge\.no_think/);
     rmSync(dir, { recursive: true, force: true });

@@ -42,12 +42,17 @@ describe('train: learning direction', function () {
     };
     await runTraining({
       flags: {
-        stages: ['grpo'], out: join(tmp, 'grpo'), seed: 11,
+        stages: ['grpo'],
+        out: join(tmp, 'grpo'),
+        seed: 11,
         sampling: { temperature: 0.05, topK: 0, topP: 1, maxNewTokens: 3, enableThinking: false, mergeAdapter: 'auto' as const },
         grpo: { ...resolveConfig({}).grpo, steps: 10, lr: 5e-4, questionsPerStep: 2, groupSize: 8, microBatch: 16, betaKl: 0 },
-        validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 },
+        validation: { every: 0, maxItems: 0 },
+        checkpoint: { every: 0 },
       },
-      reward, log: () => {}, handleSignals: false,
+      reward,
+      log: () => {},
+      handleSignals: false,
     });
     expect(perStep).to.have.length(10);
     const early = mean(perStep.slice(0, 2));
@@ -56,12 +61,20 @@ describe('train: learning direction', function () {
   });
 
   it('OPSD lowers the JSD to its teacher on the training prompts', async () => {
-    const items = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((i) => i.split === 'train').slice(0, 2);
+    const items = readFileSync(sampleDatasetPath(), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((i) => i.split === 'train')
+      .slice(0, 2);
     const flags = {
-      stages: ['opsd'] as ['opsd'], out: join(tmp, 'opsd'), seed: 5,
+      stages: ['opsd'] as ['opsd'],
+      out: join(tmp, 'opsd'),
+      seed: 5,
       sampling: { temperature: 1, topK: 0, topP: 1, maxNewTokens: 8, enableThinking: false, mergeAdapter: 'auto' as const },
       opsd: { ...resolveConfig({}).opsd, steps: 12, lr: 3e-3, batchSize: 2, microBatch: 2 },
-      validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 },
+      validation: { every: 0, maxItems: 0 },
+      checkpoint: { every: 0 },
     };
     // JSD of fixed completions under an adapter (loss only: grads are discarded).
     const measure = async (adapterDir?: string): Promise<number> => {
@@ -72,7 +85,10 @@ describe('train: learning direction', function () {
         const sp = await Promise.all(items.map((it) => b.promptIds(studentMessages(it.question))));
         const tp = await Promise.all(items.map((it) => b.promptIds(teacherMessages(it.question, it.rubric))));
         const ro = await b.generate(sp, { n: 4, temperature: 1, topK: 0, topP: 1, maxNewTokens: 8, seed: 99 });
-        const batch = ro.map((r) => ({ student: { promptIds: sp[r.promptIndex]!, completionIds: r.tokenIds }, teacher: { promptIds: tp[r.promptIndex]!, completionIds: r.tokenIds } }));
+        const batch = ro.map((r) => ({
+          student: { promptIds: sp[r.promptIndex]!, completionIds: r.tokenIds },
+          teacher: { promptIds: tp[r.promptIndex]!, completionIds: r.tokenIds },
+        }));
         const normalizer = batch.reduce((a, x) => a + x.student.completionIds.length, 0);
         const { loss } = await b.opsdBackward(batch, { beta: 0.5, temperature: 1, normalizer, teacher: 'none' });
         b.zeroGrad();

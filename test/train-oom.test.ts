@@ -31,7 +31,9 @@ function maxAbs(a: Record<string, Float32Array>): number {
 /** OPSD 1 step (4 questions) then GRPO 2 steps (2 questions × 4), 6 new tokens; rollout rows pinned at 8. */
 function flags(out: string, over: { opsdMb: number; grpoMb: number; dropout: number; recompute?: boolean; maxMemoryGB?: number }): Partial<TrainConfig> {
   return {
-    out, seed: 11, stages: ['opsd', 'grpo'],
+    out,
+    seed: 11,
+    stages: ['opsd', 'grpo'],
     lora: { dropout: over.dropout } as TrainConfig['lora'],
     sampling: { maxNewTokens: 6 } as TrainConfig['sampling'],
     opsd: { steps: 1, batchSize: 4, microBatch: over.opsdMb } as TrainConfig['opsd'],
@@ -108,7 +110,10 @@ describe('out-of-memory recovery of the update (fault injection, tiny model)', f
     const rc = await train(join(tmp, 'rc'), { opsdMb: 1, grpoMb: 2, dropout: 0 }, 120);
     expect(rc.error, rc.error?.stack).to.equal(undefined);
     const oom = rc.lines.filter((l) => /out of memory in the update/.test(l));
-    expect(oom.some((l) => /recompute on \(kept/.test(l)), oom.join('\n')).to.equal(true);
+    expect(
+      oom.some((l) => /recompute on \(kept/.test(l)),
+      oom.join('\n'),
+    ).to.equal(true);
     const cfg = resolveCheckpoint(join(tmp, 'rc')).state.config as TrainConfig;
     expect(cfg.memory.recompute).to.equal(true);
     const ref = await train(join(tmp, 'rc-ref'), { opsdMb: 1, grpoMb: 1, dropout: 0, recompute: true });
@@ -119,7 +124,9 @@ describe('out-of-memory recovery of the update (fault injection, tiny model)', f
     const fatal = await train(join(tmp, 'fatal'), { opsdMb: 2, grpoMb: 2, dropout: 0, maxMemoryGB: 1000 }, 50);
     expect(fatal.error).to.be.instanceOf(Error);
     expect((fatal.error as Error & { code?: string }).code).to.equal('ERR_PG_OOM');
-    expect(fatal.error!.message).to.match(/out of memory at the smallest setting \(micro-batch 1, recompute on\); peak allocated .*; checkpoint .*Flags that would fit: --max-new-tokens/);
+    expect(fatal.error!.message).to.match(
+      /out of memory at the smallest setting \(micro-batch 1, recompute on\); peak allocated .*; checkpoint .*Flags that would fit: --max-new-tokens/,
+    );
     expect(existsSync(join(tmp, 'fatal', 'checkpoints'))).to.equal(true);
     expect(resolveCheckpoint(join(tmp, 'fatal')).state.globalStep).to.equal(0);
     const saved = JSON.parse(readFileSync(join(tmp, 'fatal', 'config.json'), 'utf8'));
@@ -137,19 +144,37 @@ describe('out-of-memory recovery of the update (fault injection, tiny model)', f
       for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i + k.length) * 0.05;
       policy.model.setLoraWeights(w);
       const backend = new NativeBackend(policy, cfg);
-      const seqs = [5, 9, 3, 7, 12, 4, 8, 6].map((n, b) => ({ promptIds: Array.from({ length: 4 + (b % 3) }, (_, i) => 100 + i * 7 + b), completionIds: Array.from({ length: n }, (_, i) => 200 + ((i * 13 + b * 5) % 300)) }));
-      const batch = seqs.map((s, b) => ({ seq: s, oldLogprobs: s.completionIds.map((_, i) => -3 - 0.1 * ((i + b) % 5)), refLogprobs: s.completionIds.map(() => -3.2), advantage: ((b % 4) - 1.5) / 1.2 }));
+      const seqs = [5, 9, 3, 7, 12, 4, 8, 6].map((n, b) => ({
+        promptIds: Array.from({ length: 4 + (b % 3) }, (_, i) => 100 + i * 7 + b),
+        completionIds: Array.from({ length: n }, (_, i) => 200 + ((i * 13 + b * 5) % 300)),
+      }));
+      const batch = seqs.map((s, b) => ({
+        seq: s,
+        oldLogprobs: s.completionIds.map((_, i) => -3 - 0.1 * ((i + b) % 5)),
+        refLogprobs: s.completionIds.map(() => -3.2),
+        advantage: ((b % 4) - 1.5) / 1.2,
+      }));
       const totalTokens = seqs.reduce((a, s) => a + s.completionIds.length, 0);
       // The stages' length-bucketed order (longest first): same gradient, less padding computed.
       const sorted = longestFirst(batch, (x) => x.seq.promptIds.length + x.seq.completionIds.length);
-      const padded = (xs: typeof batch, mb: number) => chunks(xs, mb).reduce((n, part) => n + part.length * Math.max(...part.map((x) => x.seq.promptIds.length + x.seq.completionIds.length)), 0);
+      const padded = (xs: typeof batch, mb: number) =>
+        chunks(xs, mb).reduce((n, part) => n + part.length * Math.max(...part.map((x) => x.seq.promptIds.length + x.seq.completionIds.length)), 0);
       expect(padded(sorted, 2)).to.be.below(padded(batch, 2));
       const lens = sorted.map((x) => x.seq.promptIds.length + x.seq.completionIds.length);
       expect(lens).to.deep.equal([...lens].sort((a, b) => b - a));
       const grads = async (mb: number, aggregation: 'grpo' | 'dapo' | 'dr_grpo', order = batch) => {
         backend.zeroGrad();
         for (let i = 0; i < order.length; i += mb) {
-          await backend.grpoBackward(order.slice(i, i + mb), { epsLow: 0.2, epsHigh: 0.28, betaKl: 0.04, temperature: 1.1, aggregation, totalSequences: batch.length, totalCompletionTokens: totalTokens, maxCompletionLength: 12 });
+          await backend.grpoBackward(order.slice(i, i + mb), {
+            epsLow: 0.2,
+            epsHigh: 0.28,
+            betaKl: 0.04,
+            temperature: 1.1,
+            aggregation,
+            totalSequences: batch.length,
+            totalCompletionTokens: totalTokens,
+            maxCompletionLength: 12,
+          });
         }
         return Object.fromEntries(Object.entries(policy.model.loraGrads()).map(([k, v]) => [k, Float32Array.from(v.data)]));
       };

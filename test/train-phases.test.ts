@@ -23,7 +23,11 @@ const OPSD_PHASES = ['rollout', 'update', 'optimizer', 'checkpoint', 'host'];
 const SFT_PHASES = ['update', 'optimizer', 'checkpoint', 'host'];
 
 type Line = Record<string, unknown> & { phaseSeconds?: Record<string, number>; stepSeconds?: number; globalStep: number; stage: string };
-const readLines = (run: string): Line[] => readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Line);
+const readLines = (run: string): Line[] =>
+  readFileSync(join(run, 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Line);
 const sum = (o: Record<string, number>) => Object.values(o).reduce((a, b) => a + b, 0);
 
 /** Every step line: the stage's phase keys in order, each a finite number ≥ 0, adding up to stepSeconds. */
@@ -32,7 +36,10 @@ function checkStepLine(l: Line, keys: string[]): void {
   expect(Object.keys(l.phaseSeconds ?? {}), where).to.deep.equal(keys);
   for (const [k, v] of Object.entries(l.phaseSeconds!)) expect(Number.isFinite(v) && v >= 0, `${where}: ${k} = ${v}`).to.equal(true);
   expect(Math.abs(sum(l.phaseSeconds!) - l.stepSeconds!), `${where}: phases add up to stepSeconds`).to.be.below(1e-9);
-  expect((l.completionTokens as number) / l.stepSeconds!, `${where}: tokensPerSecond over stepSeconds`).to.be.closeTo(l.tokensPerSecond as number, 1e-6 * (l.tokensPerSecond as number));
+  expect((l.completionTokens as number) / l.stepSeconds!, `${where}: tokensPerSecond over stepSeconds`).to.be.closeTo(
+    l.tokensPerSecond as number,
+    1e-6 * (l.tokensPerSecond as number),
+  );
 }
 
 describe('train: phase seconds in every step line and the progress line', function () {
@@ -48,8 +55,29 @@ describe('train: phase seconds in every step line and the progress line', functi
     const out = join(tmp, 'run');
     // Checkpoints after OPSD step 2 (global 2), GRPO step 2 (global 5) and the final one after the
     // last step (global 6); validation after step 3 of each stage (global 3 and 6).
-    const r = await cli(['train', '--out', out, '--opsd-steps', '3', '--grpo-steps', '3', '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2',
-      '--max-new-tokens', '6', '--checkpoint-every', '2', '--validate-every', '3', '--seed', '7']);
+    const r = await cli([
+      'train',
+      '--out',
+      out,
+      '--opsd-steps',
+      '3',
+      '--grpo-steps',
+      '3',
+      '--opsd-batch-size',
+      '2',
+      '--questions-per-step',
+      '1',
+      '--group-size',
+      '2',
+      '--max-new-tokens',
+      '6',
+      '--checkpoint-every',
+      '2',
+      '--validate-every',
+      '3',
+      '--seed',
+      '7',
+    ]);
     const log = r.out + r.err;
     expect(r.code, log).to.equal(0);
     const lines = readLines(out);
@@ -69,17 +97,30 @@ describe('train: phase seconds in every step line and the progress line', functi
     expect(steps.filter((l) => l.phaseSeconds!.checkpoint! > 0).map((l) => l.globalStep)).to.deep.equal(written);
     expect(resolveCheckpoint(out).state.globalStep).to.equal(6);
     // The timed phases ran: rollout and update on every step, judge and reference on GRPO steps.
-    for (const l of steps) for (const k of l.stage === 'grpo' ? ['rollout', 'judge', 'reference', 'update', 'optimizer'] : ['rollout', 'update', 'optimizer']) expect(l.phaseSeconds![k], `${l.stage} ${l.globalStep} ${k}`).to.be.greaterThan(0);
+    for (const l of steps)
+      for (const k of l.stage === 'grpo' ? ['rollout', 'judge', 'reference', 'update', 'optimizer'] : ['rollout', 'update', 'optimizer'])
+        expect(l.phaseSeconds![k], `${l.stage} ${l.globalStep} ${k}`).to.be.greaterThan(0);
     // The progress line shows every phase of the line, in its order.
     expect(log).to.match(/\[opsd\] step 1\/3 loss \S+ rollout \d+\.\ds update \d+\.\ds optimizer \d+\.\ds checkpoint \d+\.\ds host \d+\.\ds \|/);
-    expect(log).to.match(/\[grpo\] step 3\/3 loss \S+ reward \S+ .*rollout \d+\.\ds judge \d+\.\ds reference \d+\.\ds update \d+\.\ds optimizer \d+\.\ds checkpoint \d+\.\ds host \d+\.\ds \|/);
+    expect(log).to.match(
+      /\[grpo\] step 3\/3 loss \S+ reward \S+ .*rollout \d+\.\ds judge \d+\.\ds reference \d+\.\ds update \d+\.\ds optimizer \d+\.\ds checkpoint \d+\.\ds host \d+\.\ds \|/,
+    );
   });
 
   describe('model-free backend', () => {
-    const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({ id: `q${i}`, question: `question ${i}`, reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' }));
+    const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({
+      id: `q${i}`,
+      question: `question ${i}`,
+      reference_answer: 'a',
+      rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }],
+      split: 'train',
+    }));
     const reward = async (reqs: unknown[]) => reqs.map(() => ({ reward: 0.5, rSpec: 0.5, rGen: 0.5 }));
     const advantages = (r: number[]) => ({ advantages: r.map(() => 0), keep: r.map(() => true) });
-    const sftCfg = (steps: number, every: number) => resolveConfig({ flags: { stages: ['sft'], sft: { steps, batchSize: 2 } as never, checkpoint: { every }, validation: { every: 0, maxItems: 0 } } as never });
+    const sftCfg = (steps: number, every: number) =>
+      resolveConfig({
+        flags: { stages: ['sft'], sft: { steps, batchSize: 2 } as never, checkpoint: { every }, validation: { every: 0, maxItems: 0 } } as never,
+      });
     const slowSave = () => new Promise<void>((r) => setTimeout(r, 5));
 
     it('the stages declare the phases they time; formatPhases shows every phase in order, zeros included', () => {
@@ -87,7 +128,9 @@ describe('train: phase seconds in every step line and the progress line', functi
       expect(stepPhases(STAGES.get('opsd'))).to.deep.equal(OPSD_PHASES);
       expect(stepPhases(STAGES.get('sft'))).to.deep.equal(SFT_PHASES);
       expect(stepPhases(STAGES.get('grpo'), 2)).to.deep.equal(['rollout', 'judge', 'reference', 'update', 'allreduce', 'optimizer', 'checkpoint', 'host']);
-      expect(formatPhases({ rollout: 15.23, judge: 0, update: 10.7, checkpoint: 0.04, host: 0.3 })).to.equal('rollout 15.2s judge 0.0s update 10.7s checkpoint 0.0s host 0.3s');
+      expect(formatPhases({ rollout: 15.23, judge: 0, update: 10.7, checkpoint: 0.04, host: 0.3 })).to.equal(
+        'rollout 15.2s judge 0.0s update 10.7s checkpoint 0.0s host 0.3s',
+      );
     });
 
     it('--profile-step N: the phases of step N of the stage profiled, one file per step, kernels merged per phase', async () => {
@@ -111,7 +154,10 @@ describe('train: phase seconds in every step line and the progress line', functi
               { name: 'nvjet_sm90_tst_128x64_TNT', count: 2, totalUs: 100, meanUs: 50, maxUs: 60 },
               { name: 'void pg::cuda_kernels::AddRmsNormVecKernel<__nv_bfloat16>', count: 1, totalUs: 50, meanUs: 50, maxUs: 50 },
             ],
-            gpuUs: 150, gpuBusyUs: 120, gpuSpanUs: 200, events: 3,
+            gpuUs: 150,
+            gpuBusyUs: 120,
+            gpuSpanUs: 200,
+            events: 3,
           };
         },
       };
@@ -119,15 +165,28 @@ describe('train: phase seconds in every step line and the progress line', functi
       await new Trainer(cfg, { backend, items, reward, advantages, runDir, log: (l) => void logged.push(l) }).run();
       expect(starts, 'the update and optimizer phases of step 2 only').to.equal(2);
       expect(readdirSync(join(runDir, 'profile'))).to.deep.equal(['sft-step2.json']);
-      const p = JSON.parse(readFileSync(join(runDir, 'profile', 'sft-step2.json'), 'utf8')) as { stage: string; step: number; phases: Record<string, { wallSeconds: number; gpuBusySeconds: number; gpuSecondsByKind: Record<string, number>; kernels: { name: string; count: number; totalUs: number }[] }> };
+      const p = JSON.parse(readFileSync(join(runDir, 'profile', 'sft-step2.json'), 'utf8')) as {
+        stage: string;
+        step: number;
+        phases: Record<
+          string,
+          { wallSeconds: number; gpuBusySeconds: number; gpuSecondsByKind: Record<string, number>; kernels: { name: string; count: number; totalUs: number }[] }
+        >;
+      };
       expect([p.stage, p.step]).to.deep.equal(['sft', 2]);
       expect(Object.keys(p.phases)).to.deep.equal(['update', 'optimizer']);
       const step2 = readLines(runDir).find((l) => l.globalStep === 2)!;
       expect(p.phases.update!.wallSeconds).to.equal(step2.phaseSeconds!.update);
       expect(p.phases.update!.gpuBusySeconds).to.be.closeTo(120e-6, 1e-12);
       expect(p.phases.update!.gpuSecondsByKind).to.deep.equal({ gemm: 100e-6, 'norm/rope/swiglu': 50e-6 });
-      expect(p.phases.update!.kernels.map((k) => [k.count, k.totalUs])).to.deep.equal([[2, 100], [1, 50]]);
-      expect(logged.some((l) => /\[sft\] kernel profile of step 2: update \d+\.\d+ s, GPU busy 0\.00 s \(gemm 0\.00, norm\/rope\/swiglu 0\.00\)/.test(l)), logged.join('\n')).to.equal(true);
+      expect(p.phases.update!.kernels.map((k) => [k.count, k.totalUs])).to.deep.equal([
+        [2, 100],
+        [1, 50],
+      ]);
+      expect(
+        logged.some((l) => /\[sft\] kernel profile of step 2: update \d+\.\d+ s, GPU busy 0\.00 s \(gemm 0\.00, norm\/rope\/swiglu 0\.00\)/.test(l)),
+        logged.join('\n'),
+      ).to.equal(true);
 
       // On the CPU: no profile, one line saying why, no profile/ directory.
       const cpuDir = join(tmp, 'profile-cpu');
@@ -155,11 +214,19 @@ describe('train: phase seconds in every step line and the progress line', functi
       const runDir = join(tmp, 'hook');
       const seen: { dir: string; last: Line }[] = [];
       await new Trainer(sftCfg(4, 2), {
-        backend: fakeBackend({ onSave: slowSave }), items, reward, advantages, runDir, log: () => {},
+        backend: fakeBackend({ onSave: slowSave }),
+        items,
+        reward,
+        advantages,
+        runDir,
+        log: () => {},
         onCheckpoint: (dir) => void seen.push({ dir, last: readLines(runDir).at(-1)! }),
       }).run();
       // Checkpoints after steps 2 and 4 (the last one is the final checkpoint).
-      expect(seen.map((s) => [s.dir.slice(-11), s.last.globalStep])).to.deep.equal([['step-000002', 2], ['step-000004', 4]]);
+      expect(seen.map((s) => [s.dir.slice(-11), s.last.globalStep])).to.deep.equal([
+        ['step-000002', 2],
+        ['step-000004', 4],
+      ]);
       for (const s of seen) expect(s.last.phaseSeconds!.checkpoint).to.be.greaterThan(0);
       const steps = readLines(runDir);
       for (const l of steps) checkStepLine(l, SFT_PHASES);
@@ -171,7 +238,17 @@ describe('train: phase seconds in every step line and the progress line', functi
       let err: unknown;
       try {
         await new Trainer(sftCfg(4, 2), {
-          backend: fakeBackend({ onSave: async (call) => { await slowSave(); if (call === 2) throw new Error('disk full'); } }), items, reward, advantages, runDir, log: () => {},
+          backend: fakeBackend({
+            onSave: async (call) => {
+              await slowSave();
+              if (call === 2) throw new Error('disk full');
+            },
+          }),
+          items,
+          reward,
+          advantages,
+          runDir,
+          log: () => {},
         }).run();
       } catch (e) {
         err = e;
@@ -196,7 +273,12 @@ describe('train: phase seconds in every step line and the progress line', functi
               rmSync(join(runDir, 'metrics.jsonl'));
               mkdirSync(join(runDir, 'metrics.jsonl'));
             },
-          }), items, reward, advantages, runDir, log: () => {},
+          }),
+          items,
+          reward,
+          advantages,
+          runDir,
+          log: () => {},
         }).run();
       } catch (e) {
         err = e;
@@ -216,14 +298,29 @@ describe('train: phase seconds in every step line and the progress line', functi
       }
       expect((err as Error)?.message).to.match(/3 consecutive non-finite steps/);
       const steps = readLines(runDir);
-      expect(steps.map((l) => [l.globalStep, l.skipped])).to.deep.equal([[1, true], [2, true], [3, true]]);
+      expect(steps.map((l) => [l.globalStep, l.skipped])).to.deep.equal([
+        [1, true],
+        [2, true],
+        [3, true],
+      ]);
       for (const l of steps) checkStepLine(l, SFT_PHASES);
       expect(steps.map((l) => l.phaseSeconds!.checkpoint! > 0)).to.deep.equal([false, false, true]);
     });
 
     it('writeCheckpoint runs beforeCommit with the checkpoint complete but not yet in place; when it throws nothing is committed', async () => {
       const run = mkdtempSync(join(tmp, 'commit-'));
-      const state = (step: number): TrainerState => ({ version: 1, stageIndex: 0, stageStep: step, globalStep: step, cursor: { epoch: 0, position: 0 }, validation: [], stageDone: false, seed: 1, config: {}, wallSeconds: 0 });
+      const state = (step: number): TrainerState => ({
+        version: 1,
+        stageIndex: 0,
+        stageStep: step,
+        globalStep: step,
+        cursor: { epoch: 0, position: 0 },
+        validation: [],
+        stageDone: false,
+        seed: 1,
+        config: {},
+        wallSeconds: 0,
+      });
       const root = join(run, 'checkpoints');
       let atHook: string[] = [];
       await writeCheckpoint(run, state(1), async () => {}, { beforeCommit: () => void (atHook = readdirSync(root)) });
@@ -232,7 +329,11 @@ describe('train: phase seconds in every step line and the progress line', functi
       expect(resolveCheckpoint(run).state.globalStep).to.equal(1);
       let threw = false;
       try {
-        await writeCheckpoint(run, state(2), async () => {}, { beforeCommit: () => { throw new Error('metrics.jsonl: disk full'); } });
+        await writeCheckpoint(run, state(2), async () => {}, {
+          beforeCommit: () => {
+            throw new Error('metrics.jsonl: disk full');
+          },
+        });
       } catch {
         threw = true;
       }

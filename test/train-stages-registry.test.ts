@@ -23,18 +23,23 @@ type FakeSection = { steps: number; lr: number; microBatch: number };
 const sectionOf = (cfg: TrainConfig) => (cfg as unknown as { fake: FakeSection }).fake;
 
 describe('training stages: the registry', () => {
-  it('registers one stage per name of the stages setting; their resumable keys are the resume rules\'', () => {
+  it("registers one stage per name of the stages setting; their resumable keys are the resume rules'", () => {
     const choices = TRAIN_SETTINGS.find((s) => s.key === 'stages')!.choices!;
     expect([...STAGES.names()].sort()).to.deep.equal([...choices].sort());
     for (const st of STAGES.values()) {
-      expect(TRAIN_SETTINGS.some((s) => s.key === `${st.name}.steps`), `${st.name}.steps`).to.equal(true);
+      expect(
+        TRAIN_SETTINGS.some((s) => s.key === `${st.name}.steps`),
+        `${st.name}.steps`,
+      ).to.equal(true);
       for (const k of st.resumableKeys) expect(RESUMABLE_KEYS, k).to.include(k);
     }
     expect(() => stageOf('nope' as never)).to.throw(/stages \(--stages\): unknown training stage "nope" \(registered: opsd, grpo, sft\)/);
   });
 
-  it('config: each stage is given its own section\'s step count (a stage with 0 steps among others is skipped, all 0 is refused)', () => {
-    expect(() => resolveConfig({ flags: { stages: ['sft', 'opsd'], sft: { steps: 0 }, opsd: { steps: 0 } } as never })).to.throw(/every stage has 0 steps \(sft\.steps, opsd\.steps\)/);
+  it("config: each stage is given its own section's step count (a stage with 0 steps among others is skipped, all 0 is refused)", () => {
+    expect(() => resolveConfig({ flags: { stages: ['sft', 'opsd'], sft: { steps: 0 }, opsd: { steps: 0 } } as never })).to.throw(
+      /every stage has 0 steps \(sft\.steps, opsd\.steps\)/,
+    );
     // Another stage's count never stands in for a stage's own.
     expect(() => resolveConfig({ flags: { stages: ['sft'], sft: { steps: 0 }, grpo: { steps: 5 } } as never })).to.throw(/every stage has 0 steps/);
     expect(resolveConfig({ flags: { stages: ['sft', 'grpo'], sft: { steps: 0 }, grpo: { steps: 5 } } as never }).stages).to.deep.equal(['sft', 'grpo']);
@@ -79,17 +84,33 @@ describe('training stages: a new stage is one descriptor and one register line',
       const cfg = resolveConfig({ flags: { stages: ['sft'], checkpoint: { every: 0 }, validation: { every: 0, maxItems: 0 } } as never });
       cfg.stages = ['fake' as never];
       (cfg as unknown as { fake: FakeSection }).fake = { steps: 2, lr: 1e-3, microBatch: 4 };
-      const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({ id: `q${i}`, question: `question ${i}`, reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' }));
+      const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({
+        id: `q${i}`,
+        question: `question ${i}`,
+        reference_answer: 'a',
+        rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }],
+        split: 'train',
+      }));
       const logged: string[] = [];
       const s = await new Trainer(cfg, {
-        backend: fakeBackend(), items, reward: async (r) => r.map(() => ({ reward: 0, rSpec: 0, rGen: 0 })), advantages: (r) => ({ advantages: r, keep: r.map(() => true) }),
-        runDir: tmp, log: (l) => void logged.push(l),
+        backend: fakeBackend(),
+        items,
+        reward: async (r) => r.map(() => ({ reward: 0, rSpec: 0, rGen: 0 })),
+        advantages: (r) => ({ advantages: r, keep: r.map(() => true) }),
+        runDir: tmp,
+        log: (l) => void logged.push(l),
       }).run();
       expect(s.stages.map((r) => [r.stage, r.steps, r.lastLoss])).to.deep.equal([['fake', 2, 0.5]]);
       expect(calls, 'micro-batch 4, out of memory, 2 for the rest of the run').to.deep.equal([4, 2, 2]);
       expect(sectionOf(cfg).microBatch).to.equal(2);
-      expect(logged.some((l) => /\[fake\] step 0: out of memory in the update \(micro-batch 4.*retrying the step with micro-batch 2/.test(l)), logged.join('\n')).to.equal(true);
-      const lines = readFileSync(join(tmp, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { stage: string; phaseSeconds: Record<string, number> });
+      expect(
+        logged.some((l) => /\[fake\] step 0: out of memory in the update \(micro-batch 4.*retrying the step with micro-batch 2/.test(l)),
+        logged.join('\n'),
+      ).to.equal(true);
+      const lines = readFileSync(join(tmp, 'metrics.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { stage: string; phaseSeconds: Record<string, number> });
       expect(lines.map((l) => l.stage)).to.deep.equal(['fake', 'fake']);
       expect(Object.keys(lines[0]!.phaseSeconds)).to.deep.equal(['update', 'optimizer', 'checkpoint', 'host']);
     } finally {
@@ -99,9 +120,17 @@ describe('training stages: a new stage is one descriptor and one register line',
 
   it('the memory plan covers it: its phase, its adapter snapshot in the resident bytes, its micro-batch halved to fit', () => {
     const x: PlanInputs = {
-      shape: QWEN3_SHAPES['qwen3-1.7b'], dtypeBytes: 2, lora: { r: 64, targetModules: ['q_proj', 'v_proj'], dropout: 0 }, stages: ['fake' as never],
-      promptTokens: { student: 200, teacher: 500 }, maxNewTokens: 1024, recompute: false, budgetBytes: 30e9,
-      opsd: { batchSize: 1, microBatch: 1, teacher: 'fixed' }, grpo: { questionsPerStep: 1, groupSize: 1, microBatch: 16, betaKl: 0, reference: 'base' }, sft: { batchSize: 1 },
+      shape: QWEN3_SHAPES['qwen3-1.7b'],
+      dtypeBytes: 2,
+      lora: { r: 64, targetModules: ['q_proj', 'v_proj'], dropout: 0 },
+      stages: ['fake' as never],
+      promptTokens: { student: 200, teacher: 500 },
+      maxNewTokens: 1024,
+      recompute: false,
+      budgetBytes: 30e9,
+      opsd: { batchSize: 1, microBatch: 1, teacher: 'fixed' },
+      grpo: { questionsPerStep: 1, groupSize: 1, microBatch: 16, betaKl: 0, reference: 'base' },
+      sft: { batchSize: 1 },
     };
     const alone = { ...x, stages: [] };
     expect(residentBytes(x) - residentBytes(alone), 'one adapter snapshot: 4 bytes per LoRA parameter').to.be.above(0);

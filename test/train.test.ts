@@ -20,10 +20,31 @@ import { CLI, adapterOf, adapterMaxAbsDiff as maxAbsDiff } from './helpers/run.j
 
 const quiet = () => {};
 /** A small, fast schedule (both stages, checkpoints every step). */
-const SMALL = ['--opsd-steps', '3', '--grpo-steps', '3', '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2',
-  '--max-new-tokens', '6', '--checkpoint-every', '1', '--validate-every', '0', '--seed', '7'];
+const SMALL = [
+  '--opsd-steps',
+  '3',
+  '--grpo-steps',
+  '3',
+  '--opsd-batch-size',
+  '2',
+  '--questions-per-step',
+  '1',
+  '--group-size',
+  '2',
+  '--max-new-tokens',
+  '6',
+  '--checkpoint-every',
+  '1',
+  '--validate-every',
+  '0',
+  '--seed',
+  '7',
+];
 
-function run(args: string[], opts: { onLine?: (l: string, p: ChildProcess) => void } = {}): Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string }> {
+function run(
+  args: string[],
+  opts: { onLine?: (l: string, p: ChildProcess) => void } = {},
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string }> {
   return new Promise((resolveRun) => {
     const p = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
     let out = '';
@@ -37,8 +58,6 @@ function run(args: string[], opts: { onLine?: (l: string, p: ChildProcess) => vo
     p.on('close', (code, signal) => resolveRun({ code, signal, out }));
   });
 }
-
-
 
 describe('train (embedded tiny model)', function () {
   this.timeout(600000);
@@ -54,7 +73,10 @@ describe('train (embedded tiny model)', function () {
     uninterrupted = join(tmp, 'full');
     const r = await run(['train', '--out', uninterrupted, ...SMALL]);
     expect(r.code, r.out).to.equal(0);
-    const lines = readFileSync(join(uninterrupted, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(join(uninterrupted, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     const steps = lines.filter((l) => typeof l.loss === 'number');
     expect(steps.map((l) => l.stage)).to.deep.equal(['opsd', 'opsd', 'opsd', 'grpo', 'grpo', 'grpo']);
     for (const l of steps) {
@@ -89,7 +111,10 @@ describe('train (embedded tiny model)', function () {
     expect(d).to.be.at.most(1e-6);
     // The summary keeps the stage finished before the kill.
     const summary = JSON.parse(readFileSync(join(dir, 'summary.json'), 'utf8'));
-    expect(summary.stages.map((s: { stage: string; steps: number }) => [s.stage, s.steps])).to.deep.equal([['opsd', 3], ['grpo', 3]]);
+    expect(summary.stages.map((s: { stage: string; steps: number }) => [s.stage, s.steps])).to.deep.equal([
+      ['opsd', 3],
+      ['grpo', 3],
+    ]);
   });
 
   it('resumes a checkpoint written before sampling.mergeAdapter existed (the LoRA branch, as it ran)', async () => {
@@ -130,10 +155,39 @@ describe('train (embedded tiny model)', function () {
   });
 
   it('runs the ablation orders and teacher variants (grpo,opsd with an EMA teacher; sft; opsd with the current adapter as teacher)', async () => {
-    for (const [stages, teacher] of [['grpo,opsd', 'ema'], ['sft', 'fixed'], ['opsd', 'current']] as const) {
+    for (const [stages, teacher] of [
+      ['grpo,opsd', 'ema'],
+      ['sft', 'fixed'],
+      ['opsd', 'current'],
+    ] as const) {
       const dir = join(tmp, `abl-${stages}-${teacher}`);
-      const r = await run(['train', '--out', dir, '--stages', stages, '--teacher', teacher, '--opsd-steps', '2', '--grpo-steps', '1', '--sft-steps', '2',
-        '--opsd-batch-size', '2', '--questions-per-step', '1', '--group-size', '2', '--max-new-tokens', '4', '--checkpoint-every', '1', '--validate-every', '0']);
+      const r = await run([
+        'train',
+        '--out',
+        dir,
+        '--stages',
+        stages,
+        '--teacher',
+        teacher,
+        '--opsd-steps',
+        '2',
+        '--grpo-steps',
+        '1',
+        '--sft-steps',
+        '2',
+        '--opsd-batch-size',
+        '2',
+        '--questions-per-step',
+        '1',
+        '--group-size',
+        '2',
+        '--max-new-tokens',
+        '4',
+        '--checkpoint-every',
+        '1',
+        '--validate-every',
+        '0',
+      ]);
       expect(r.code, r.out).to.equal(0);
       const st = resolveCheckpoint(dir);
       expect(st.state.stageIndex).to.equal(stages.split(',').length);
@@ -147,9 +201,22 @@ describe('train (embedded tiny model)', function () {
       const data = join(tmp, 'mixed.jsonl');
       writeFileSync(data, [good[0], '{"id": "broken"', good[1], JSON.stringify({ ...JSON.parse(good[2]!), rubric: [] }), ...good.slice(3)].join('\n') + '\n');
       const logs: string[] = [];
-      const s = await runTraining({ flags: { data, out: join(tmp, 'mixed'), stages: ['sft'], sft: { steps: 1, lr: 1e-3, batchSize: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } }, log: (l) => logs.push(l), handleSignals: false });
+      const s = await runTraining({
+        flags: {
+          data,
+          out: join(tmp, 'mixed'),
+          stages: ['sft'],
+          sft: { steps: 1, lr: 1e-3, batchSize: 1 },
+          validation: { every: 0, maxItems: 0 },
+          checkpoint: { every: 0 },
+        },
+        log: (l) => logs.push(l),
+        handleSignals: false,
+      });
       expect(s.globalStep).to.equal(1);
-      expect(logs.join('\n')).to.match(/line 2:/).and.to.match(/line 4:/);
+      expect(logs.join('\n'))
+        .to.match(/line 2:/)
+        .and.to.match(/line 4:/);
       let err: Error | undefined;
       try {
         await runTraining({ flags: { data, strict: true, out: join(tmp, 'strict') }, log: quiet, handleSignals: false });
@@ -194,14 +261,24 @@ describe('train (embedded tiny model)', function () {
       const prompt = await policy.encodePrompts(['Design an experiment on rubric judges.'], { enableThinking: false });
       const o = { n: 3, temperature: 1, topK: 20, topP: 1, maxNewTokens: 10, seed: 5 };
       const tok = policy.tokenizer;
-      for (const [setting, merged] of [['on', true], ['off', false], ['auto', false]] as const) {
+      for (const [setting, merged] of [
+        ['on', true],
+        ['off', false],
+        ['auto', false],
+      ] as const) {
         const backend = new NativeBackend(policy, resolveConfig({ flags: { sampling: { mergeAdapter: setting } } as never }));
         expect(backend.mergeAdapter, setting).to.equal(merged);
         const ro = await backend.generate(prompt, o);
         const direct = await generate(policy.model, { prompts: prompt, ...o, stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: merged });
         expect(direct.adapterMerged, setting).to.equal(merged);
-        expect(ro.map((r) => r.tokenIds), setting).to.deep.equal(direct.completions.map((c) => Array.from(c.tokenIds)));
-        expect(ro.map((r) => r.logprobs), setting).to.deep.equal(direct.completions.map((c) => Array.from(c.logprobs)));
+        expect(
+          ro.map((r) => r.tokenIds),
+          setting,
+        ).to.deep.equal(direct.completions.map((c) => Array.from(c.tokenIds)));
+        expect(
+          ro.map((r) => r.logprobs),
+          setting,
+        ).to.deep.equal(direct.completions.map((c) => Array.from(c.logprobs)));
       }
       // Out of memory with the merged copy: the same call through the LoRA branch, and the branch
       // (sampling.mergeAdapter off, carried by the config into checkpoints) for the rest of the run.
@@ -213,7 +290,9 @@ describe('train (embedded tiny model)', function () {
       expect(ro.map((r) => r.tokenIds)).to.deep.equal(branch.completions.map((c) => Array.from(c.tokenIds)));
       expect(ro.map((r) => r.logprobs)).to.deep.equal(branch.completions.map((c) => Array.from(c.logprobs)));
       expect(lines).to.have.length(1);
-      expect(lines[0]).to.match(/^rollout: out of memory with the merged adapter \(.*simulated out of memory.*\); sampling through the LoRA branch from now on \(sampling\.mergeAdapter off\)$/);
+      expect(lines[0]).to.match(
+        /^rollout: out of memory with the merged adapter \(.*simulated out of memory.*\); sampling through the LoRA branch from now on \(sampling\.mergeAdapter off\)$/,
+      );
       expect(cfg.sampling.mergeAdapter).to.equal('off');
       expect(backend.mergeAdapter).to.equal(false);
       await backend.generate(prompt, o);
@@ -230,7 +309,9 @@ describe('train (embedded tiny model)', function () {
     const policy = await Policy.load(ensureDefaultModel());
     try {
       policy.model.addLora({ r: 4, alpha: 8, seed: 1 });
-      const cfg = resolveConfig({ flags: { stages: ['sft'], sft: { steps: 6, lr: 1e-3, batchSize: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } } });
+      const cfg = resolveConfig({
+        flags: { stages: ['sft'], sft: { steps: 6, lr: 1e-3, batchSize: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } },
+      });
       const inner = new NativeBackend(policy, cfg);
       let calls = 0;
       const nanAt = new Set([1, 3, 4, 5]);
@@ -239,10 +320,20 @@ describe('train (embedded tiny model)', function () {
         const r = await inner.sftBackward(b);
         return nanAt.has(calls++) ? { loss: NaN } : r;
       };
-      const items = readFileSync(sampleDatasetPath(), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+      const items = readFileSync(sampleDatasetPath(), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
       const logs: string[] = [];
       const runDir = join(tmp, 'nan');
-      const t = new Trainer(cfg, { backend, items, reward: (async () => []) as RewardFn, advantages: () => ({ advantages: [], keep: [] }), runDir, log: (l) => logs.push(l) });
+      const t = new Trainer(cfg, {
+        backend,
+        items,
+        reward: (async () => []) as RewardFn,
+        advantages: () => ({ advantages: [], keep: [] }),
+        runDir,
+        log: (l) => logs.push(l),
+      });
       let err: Error | undefined;
       try {
         await t.run();

@@ -36,11 +36,19 @@ interface CompareArgs extends JudgeArgs {
 
 export const compareCommand: CommandModule<object, CompareArgs> = {
   command: 'compare',
-  describe: 'N-way win rates of systems\' plans judged on the same questions (candidate order permuted, ties and unreadable replies counted)',
-  builder: (y) => addSettings(addSettings(y, COMPARE_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption(['data', 'plans']) as never,
+  describe: "N-way win rates of systems' plans judged on the same questions (candidate order permuted, ties and unreadable replies counted)",
+  builder: (y) =>
+    addSettings(addSettings(y, COMPARE_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption(['data', 'plans']) as never,
   handler: async (argv) => {
-    for (const [flag, path] of [['--out', argv.out], ['--report', argv.report]] as const) if (path) ensureWritableFile(path, flag);
-    const specs = parseList(COMPARE_OPTIONS.find((s) => s.key === 'plans')!, argv.plans) as string[];
+    for (const [flag, path] of [
+      ['--out', argv.out],
+      ['--report', argv.report],
+    ] as const)
+      if (path) ensureWritableFile(path, flag);
+    const specs = parseList(
+      COMPARE_OPTIONS.find((s) => s.key === 'plans')!,
+      argv.plans,
+    ) as string[];
     if (specs.length < 2) throw new Error(`--plans needs two or more files (got ${specs.length})`);
     const systems = specs.map((sp) => {
       const eq = sp.indexOf('=');
@@ -49,7 +57,8 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
       for (const n of notes) process.stderr.write(`compare: ${path}: ${n}\n`);
       return { name, plans };
     });
-    if (new Set(systems.map((s) => s.name)).size !== systems.length) throw new Error(`--plans: system names repeat (${systems.map((s) => s.name).join(', ')}); name them NAME=FILE`);
+    if (new Set(systems.map((s) => s.name)).size !== systems.length)
+      throw new Error(`--plans: system names repeat (${systems.map((s) => s.name).join(', ')}); name them NAME=FILE`);
     const items = readEvalItems(argv.data).items;
     const questions = items.filter((it) => systems.every((s) => s.plans.has(it.id))).map((it) => ({ id: it.id, question: it.question }));
     const left = items.length - questions.length;
@@ -59,19 +68,55 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     await checkJudge(jc);
     const judge = new ChatJudge(jc, jc.cache);
     const orders = candidateOrders(systems.length).length;
-    process.stderr.write(`compare: ${systems.map((s) => s.name).join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; judge cache ${jc.cache}\n`);
-    const progress = new Progress({ label: 'compare', unit: 'judgements', total: questions.length * orders, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judge.load() });
+    process.stderr.write(
+      `compare: ${systems.map((s) => s.name).join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; judge cache ${jc.cache}\n`,
+    );
+    const progress = new Progress({
+      label: 'compare',
+      unit: 'judgements',
+      total: questions.length * orders,
+      silent: argv.progress === 'none',
+      plain: argv.progress === 'plain' ? true : undefined,
+      load: () => judge.load(),
+    });
     judge.observer = progress;
     try {
-      const js = await handleInterrupt('compare', (signal) => compareSystems({ questions, systems, judge, keepRaw: argv.keepRaw, maxTokens: jc.maxTokens ?? undefined, signal, onJudgement: (_j, cached) => progress.tick(cached) }), () => `every judge answer so far is cached in ${jc.cache}`);
+      const js = await handleInterrupt(
+        'compare',
+        (signal) =>
+          compareSystems({
+            questions,
+            systems,
+            judge,
+            keepRaw: argv.keepRaw,
+            maxTokens: jc.maxTokens ?? undefined,
+            signal,
+            onJudgement: (_j, cached) => progress.tick(cached),
+          }),
+        () => `every judge answer so far is cached in ${jc.cache}`,
+      );
       progress.stop();
       if (js === InterruptedRun) return;
-      if (argv.out) writeFileSync(argv.out, js.map((j) => JSON.stringify({ ...j, order: j.order.map((i) => systems[i]!.name), winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner })).join('\n') + '\n');
-      const r = winRates(systems.map((s) => s.name), js, { resamples: argv.resamples, seed: argv.seed });
+      if (argv.out)
+        writeFileSync(
+          argv.out,
+          js
+            .map((j) =>
+              JSON.stringify({ ...j, order: j.order.map((i) => systems[i]!.name), winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner }),
+            )
+            .join('\n') + '\n',
+        );
+      const r = winRates(
+        systems.map((s) => s.name),
+        js,
+        { resamples: argv.resamples, seed: argv.seed },
+      );
       process.stderr.write(`judge ${judge.name}: ${JSON.stringify(judge.stats())}\n`);
       const badRate = r.judgements ? r.unreadable / r.judgements : 0;
       if (badRate > jc.maxNullRate) {
-        throw new JudgeHealthError(`judge ${judge.name}: compare: ${r.unreadable} of ${r.judgements} judgements unreadable or failed (${(100 * badRate).toFixed(0)}% > ${(100 * jc.maxNullRate).toFixed(0)}%: ${r.failed} failed requests); no win rate written`);
+        throw new JudgeHealthError(
+          `judge ${judge.name}: compare: ${r.unreadable} of ${r.judgements} judgements unreadable or failed (${(100 * badRate).toFixed(0)}% > ${(100 * jc.maxNullRate).toFixed(0)}%: ${r.failed} failed requests); no win rate written`,
+        );
       }
       if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...r, judge: judge.name, judgeStats: judge.stats() }, null, 2) + '\n');
       process.stdout.write(formatWinRates(r) + '\n');

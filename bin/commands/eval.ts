@@ -81,7 +81,8 @@ function rescore(argv: EvalArgs): ProtocolScore {
   if (!rows.length) throw new Error(`${argv.rescore}: no eval rows to rescore`);
   const prows = rows as ProtocolRow[];
   const p = getProtocol(argv.protocol ?? prows[0]!.protocol ?? 'papergym');
-  if (p.verdict === 'levels' && prows.every((r) => r.level === undefined)) throw new Error(`${argv.rescore}: protocol ${p.name} needs five-level labels; these rows hold binary verdicts (rescore them with another --protocol)`);
+  if (p.verdict === 'levels' && prows.every((r) => r.level === undefined))
+    throw new Error(`${argv.rescore}: protocol ${p.name} needs five-level labels; these rows hold binary verdicts (rescore them with another --protocol)`);
   const s = scoreRows(p, prows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
   if (!s.score) throw new Error(`${argv.rescore}: no plan could be scored under ${p.name} (${s.skipped} skipped, ${s.nulls} of ${s.verdicts} verdicts null)`);
   return s;
@@ -93,7 +94,10 @@ async function openProtocolJudges(p: Protocol, jc: JudgeConfig, policy: Policy):
     const chatJudge = new ChatJudge(jc, jc.cache ?? undefined);
     return { chatJudge, name: chatJudge.name };
   }
-  if (p.verdict === 'levels') process.stderr.write(`eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need a judge that answers free-form (--judge http), so met reads as completely and not met as not at all\n`);
+  if (p.verdict === 'levels')
+    process.stderr.write(
+      `eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need a judge that answers free-form (--judge http), so met reads as completely and not met as not at all\n`,
+    );
   const judge = await openJudge(jc, { policy, ...(p.itemPrompt ? { perItemPrompt: loadPrompt(p.itemPrompt) } : {}) });
   return { judge, name: judge.name };
 }
@@ -116,7 +120,12 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     }) as never,
   handler: async (argv) => {
     if (argv.suite) return suiteEval(argv);
-    for (const [flag, path] of [['--out', argv.out], ['--report', argv.report], ['--plans', argv.plans]] as const) if (path) ensureWritableFile(path, flag);
+    for (const [flag, path] of [
+      ['--out', argv.out],
+      ['--report', argv.report],
+      ['--plans', argv.plans],
+    ] as const)
+      if (path) ensureWritableFile(path, flag);
     if (argv.rescore) {
       const s = rescore(argv);
       if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, meta: { rescored: argv.rescore } }, null, 2) + '\n');
@@ -137,7 +146,10 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     const device = resolveDevice(argv.device);
     process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}\n`);
     const policy = await Policy.load(argv.model, {
-      adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined, allowNonFinite: argv.allowNonFiniteWeights,
+      adapter: argv.adapter,
+      device: device as Device,
+      dtype: argv.dtype as Dtype | undefined,
+      allowNonFinite: argv.allowNonFiniteWeights,
     });
     let judge: Judge | undefined;
     try {
@@ -147,7 +159,13 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
         items,
         general,
         judge,
-        generator: policyPlanGenerator(policy, { temperature: argv.temperature, topP: argv.topP, topK: argv.topK, maxNewTokens: argv.maxNewTokens, enableThinking: argv.thinking }),
+        generator: policyPlanGenerator(policy, {
+          temperature: argv.temperature,
+          topP: argv.topP,
+          topK: argv.topK,
+          maxNewTokens: argv.maxNewTokens,
+          enableThinking: argv.thinking,
+        }),
         samples: argv.samples,
         chunkSize: argv.chunk,
         genSeed: argv.seed,
@@ -165,7 +183,15 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
       const health = judgeHealth(rows.map((r) => ({ itemId: r.itemId, met: r.met, refused: r.refused, error: r.error }) as Verdict));
       process.stderr.write(`judge health: ${health.verdicts} verdicts, ${formatHealth(health) || 'no verdicts'}\n`);
       assertJudgeHealth(health, jc.maxNullRate, judge.name, 'eval (no report written)');
-      const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judge.name, judgeStats: judge.stats(), samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
+      const meta = {
+        model: argv.model,
+        adapter: argv.adapter ?? null,
+        data: argv.data,
+        judge: judge.name,
+        judgeStats: judge.stats(),
+        samples: argv.samples,
+        seconds: (Date.now() - t0) / 1000,
+      };
       // items built as different data experiments (build-data provenance): one report per group too
       const byProvenance = reportsByProvenance(items, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
       if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...report, ...(byProvenance && { byProvenance }), meta }, null, 2) + '\n');
@@ -191,7 +217,9 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
   const jc = judgeWithAnswerCache(judgeConfigFromArgs(argv), `${argv.out ?? argv.data}.judge-cache.sqlite`);
   await checkJudge(jc);
   const device = resolveDevice(argv.device);
-  process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}; ${items.length} item(s), protocol ${p.name}${jc.cache ? `; judge cache ${jc.cache}` : ''}\n`);
+  process.stderr.write(
+    `eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}; ${items.length} item(s), protocol ${p.name}${jc.cache ? `; judge cache ${jc.cache}` : ''}\n`,
+  );
   const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
   try {
     const t0 = Date.now();
@@ -203,7 +231,15 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
     assertProtocolHealth(p, rows, jc.maxNullRate, judgeName);
     const s = scoreRows(p, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
     if (!s.score) throw new JudgeHealthError(`eval (${p.name}): no plan could be scored (${s.skipped} skipped); no score written`);
-    const meta = { model: argv.model, adapter: argv.adapter ?? null, data: argv.data, judge: judgeName, judgeStats: stats, samples: argv.samples, seconds: (Date.now() - t0) / 1000 };
+    const meta = {
+      model: argv.model,
+      adapter: argv.adapter ?? null,
+      data: argv.data,
+      judge: judgeName,
+      judgeStats: stats,
+      samples: argv.samples,
+      seconds: (Date.now() - t0) / 1000,
+    };
     // A jury: its members' agreement (lib/judge/agreement.ts) in the report and the summary.
     const agreement = rowsAgreement(rows as never, { resamples: argv.resamples, seed: argv.seed });
     if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, ...(agreement && { agreement }), meta }, null, 2) + '\n');
@@ -229,22 +265,50 @@ function protocolFor(items: BenchmarkItem[], name?: string): Protocol {
 async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem[], p: Protocol, jc: JudgeConfig, label: string) {
   const general = p.name === 'papergym' && argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
   let judges: Awaited<ReturnType<typeof openProtocolJudges>> | undefined;
-  const progress = new Progress({ label, unit: 'plans', total: items.length * argv.samples, silent: argv.progress === 'none', plain: argv.progress === 'plain' ? true : undefined, load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 } });
+  const progress = new Progress({
+    label,
+    unit: 'plans',
+    total: items.length * argv.samples,
+    silent: argv.progress === 'none',
+    plain: argv.progress === 'plain' ? true : undefined,
+    load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 },
+  });
   try {
     judges = await openProtocolJudges(p, jc, policy);
     if (judges.chatJudge) judges.chatJudge.observer = progress;
-    const res = await handleInterrupt('eval', (signal) => runBenchmark({
-      items, protocol: p, judge: judges!.judge, chatJudge: judges!.chatJudge, general,
-      generator: policyPlanGenerator(policy, { temperature: argv.temperature, topP: argv.topP, topK: argv.topK, maxNewTokens: argv.maxNewTokens, enableThinking: argv.thinking }),
-      samples: argv.samples, chunkSize: argv.chunk, genSeed: argv.seed, keepRaw: argv.keepRaw, signal,
-      onPlan: () => progress.tick(),
-    }), () => (jc.cache ? `every judge answer so far is cached in ${jc.cache}` : 'nothing was cached (local judge)'));
+    const res = await handleInterrupt(
+      'eval',
+      (signal) =>
+        runBenchmark({
+          items,
+          protocol: p,
+          judge: judges!.judge,
+          chatJudge: judges!.chatJudge,
+          general,
+          generator: policyPlanGenerator(policy, {
+            temperature: argv.temperature,
+            topP: argv.topP,
+            topK: argv.topK,
+            maxNewTokens: argv.maxNewTokens,
+            enableThinking: argv.thinking,
+          }),
+          samples: argv.samples,
+          chunkSize: argv.chunk,
+          genSeed: argv.seed,
+          keepRaw: argv.keepRaw,
+          signal,
+          onPlan: () => progress.tick(),
+        }),
+      () => (jc.cache ? `every judge answer so far is cached in ${jc.cache}` : 'nothing was cached (local judge)'),
+    );
     progress.stop();
     if (res === InterruptedRun) return res;
     const stats = judges.chatJudge?.stats() ?? judges.judge?.stats();
     process.stderr.write(`judge ${judges.name}: ${JSON.stringify(stats)}\n`);
     const nulls = nullCount(p, res.rows);
-    process.stderr.write(`judge health: ${res.rows.length} verdicts, ${nulls} null or unreadable (${res.rows.length ? ((100 * nulls) / res.rows.length).toFixed(1) : '0'}%)\n`);
+    process.stderr.write(
+      `judge health: ${res.rows.length} verdicts, ${nulls} null or unreadable (${res.rows.length ? ((100 * nulls) / res.rows.length).toFixed(1) : '0'}%)\n`,
+    );
     return { ...res, judgeName: judges.name, stats };
   } finally {
     progress.stop();
@@ -289,11 +353,21 @@ async function suiteEval(argv: EvalArgs): Promise<void> {
     }
     rows.push(per);
   }
-  const table = suiteTable({ benchmarks: benches.map((b) => ({ name: b.name, protocol: b.protocol.name })), models: suite.models }, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+  const table = suiteTable({ benchmarks: benches.map((b) => ({ name: b.name, protocol: b.protocol.name })), models: suite.models }, rows, {
+    resamples: argv.resamples,
+    seed: argv.seed,
+    alpha: argv.alpha,
+  });
   writeFileSync(join(outDir, 'suite.json'), JSON.stringify(table, null, 2) + '\n');
   const md = formatSuiteTable(table);
   writeFileSync(join(outDir, 'table.md'), md + '\n');
-  const html = writeReport({ runs: [], out: join(outDir, 'report.html'), suite: table, png: false, title: `papergym-native benchmarks: ${basename(argv.suite!)}` });
+  const html = writeReport({
+    runs: [],
+    out: join(outDir, 'report.html'),
+    suite: table,
+    png: false,
+    title: `papergym-native benchmarks: ${basename(argv.suite!)}`,
+  });
   process.stdout.write(md + '\n');
   process.stderr.write(`eval --suite: rows, suite.json, table.md and ${html.html} in ${outDir}\n`);
 }

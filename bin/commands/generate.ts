@@ -56,7 +56,12 @@ function readInput(path: string, plain: boolean): InputRecord[] {
       } catch (e) {
         throw new Error(`${path}:${i + 1}: invalid JSON (${(e as Error).message})`);
       }
-      const id = typeof o.id === 'string' || typeof o.id === 'number' ? String(o.id) : typeof o.q_id === 'string' || typeof o.q_id === 'number' ? String(o.q_id) : undefined;
+      const id =
+        typeof o.id === 'string' || typeof o.id === 'number'
+          ? String(o.id)
+          : typeof o.q_id === 'string' || typeof o.q_id === 'number'
+            ? String(o.q_id)
+            : undefined;
       const empty = (field: string) => new Error(`${path}:${i + 1}: "${field}" is empty`);
       if (Array.isArray(o.messages)) out.push({ id, prompt: o.messages as ChatMessage[] });
       else if (typeof o.prompt === 'string') {
@@ -93,13 +98,25 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
       }) as never,
   handler: async (argv) => {
     if (argv.out) ensureWritableFile(argv.out, '--out');
-    const records: InputRecord[] = argv.input ? readInput(argv.input, argv.plain) : (argv.prompt ?? []).map((p) => ({ prompt: argv.system ? [{ role: 'system', content: argv.system }, { role: 'user', content: p }] : p }));
+    const records: InputRecord[] = argv.input
+      ? readInput(argv.input, argv.plain)
+      : (argv.prompt ?? []).map((p) => ({
+          prompt: argv.system
+            ? [
+                { role: 'system', content: argv.system },
+                { role: 'user', content: p },
+              ]
+            : p,
+        }));
     if (!records.length) throw new Error('no prompts to generate for');
     const seed = argv.seed ?? Math.floor(Math.random() * 2 ** 31);
     const device = resolveDevice(argv.device);
     process.stderr.write(`generate: ${argv.model} on ${device}\n`);
     const policy = await Policy.load(argv.model, {
-      adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined, allowNonFinite: argv.allowNonFiniteWeights,
+      adapter: argv.adapter,
+      device: device as Device,
+      dtype: argv.dtype as Dtype | undefined,
+      allowNonFinite: argv.allowNonFiniteWeights,
     });
     const out = argv.out ? createWriteStream(argv.out) : process.stdout;
     const ac = new AbortController();
@@ -112,7 +129,16 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
         const chunk = records.slice(b * argv.batchSize, (b + 1) * argv.batchSize);
         const res = await policy.generateWithStats(
           chunk.map((r) => r.prompt),
-          { n: argv.n, temperature: argv.temperature, topK: argv.topK, topP: argv.topP, maxNewTokens: argv.maxNewTokens, seed: seed + b, enableThinking: argv.thinking, signal: ac.signal },
+          {
+            n: argv.n,
+            temperature: argv.temperature,
+            topK: argv.topK,
+            topP: argv.topP,
+            maxNewTokens: argv.maxNewTokens,
+            seed: seed + b,
+            enableThinking: argv.thinking,
+            signal: ac.signal,
+          },
         );
         for (const c of res.completions) {
           const r = chunk[c.promptIndex];
@@ -134,7 +160,9 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
         }
         newTokens += res.newTokens;
         const s = (performance.now() - t0) / 1000;
-        process.stderr.write(`generate: ${Math.min((b + 1) * argv.batchSize, records.length)}/${records.length} prompts, ${newTokens} new tokens, ${(newTokens / s).toFixed(1)} tokens/s (seed ${seed})\n`);
+        process.stderr.write(
+          `generate: ${Math.min((b + 1) * argv.batchSize, records.length)}/${records.length} prompts, ${newTokens} new tokens, ${(newTokens / s).toFixed(1)} tokens/s (seed ${seed})\n`,
+        );
       }
     } finally {
       process.off('SIGINT', onSig);

@@ -38,6 +38,8 @@ export const importCommand: CommandModule<object, ImportArgs> = {
     if (!items.length) throw new Error(`${argv.input}: no row could be imported as ${argv.format} (${r.problems.length} skipped)`);
     writeEvalItems(argv.out, items);
     const rubric = items.reduce((n, it) => n + it.rubric.length, 0);
-    process.stdout.write(`import: ${items.length} item(s), ${rubric} rubric item(s) → ${argv.out}; ${r.problems.length} row(s) skipped${argv.limit !== undefined && items.length < r.items.length ? `; --limit kept ${items.length} of ${r.items.length}` : ''}\n`);
+    process.stdout.write(
+      `import: ${items.length} item(s), ${rubric} rubric item(s) → ${argv.out}; ${r.problems.length} row(s) skipped${argv.limit !== undefined && items.length < r.items.length ? `; --limit kept ${items.length} of ${r.items.length}` : ''}\n`,
+    );
   },
 };

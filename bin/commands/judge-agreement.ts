@@ -35,17 +35,19 @@ interface PlanRow {
 const planId = (questionId: string, sample: unknown) => `${questionId}#${typeof sample === 'number' ? sample : 0}`;
 
 function readJsonl(path: string, what: string, each: (o: Record<string, unknown>, line: number) => void): void {
-  readFileSync(path, 'utf8').split(/\r?\n/).forEach((line, i) => {
-    if (!line.trim()) return;
-    let o: unknown;
-    try {
-      o = JSON.parse(line);
-    } catch (e) {
-      throw new Error(`${path}: line ${i + 1}: not JSON (${(e as Error).message})`);
-    }
-    if (!o || typeof o !== 'object' || Array.isArray(o)) throw new Error(`${path}: line ${i + 1}: must be an object (${what})`);
-    each(o as Record<string, unknown>, i + 1);
-  });
+  readFileSync(path, 'utf8')
+    .split(/\r?\n/)
+    .forEach((line, i) => {
+      if (!line.trim()) return;
+      let o: unknown;
+      try {
+        o = JSON.parse(line);
+      } catch (e) {
+        throw new Error(`${path}: line ${i + 1}: not JSON (${(e as Error).message})`);
+      }
+      if (!o || typeof o !== 'object' || Array.isArray(o)) throw new Error(`${path}: line ${i + 1}: must be an object (${what})`);
+      each(o as Record<string, unknown>, i + 1);
+    });
 }
 
 /** Reads plans.jsonl; every plan must name a question of `items`. @throws Error naming the file and line. */
@@ -76,7 +78,8 @@ export function readLabels(path: string, plans: PlanRow[], items: Map<string, Pa
     const id = typeof o.questionId === 'string' ? planId(o.questionId, o.sample) : undefined;
     if (!id || !byId.has(id)) throw new Error(`${path}: line ${line}: plan ${JSON.stringify(id ?? o.questionId)} is not in --plans`);
     const item = items.get(o.questionId as string)!;
-    if (typeof o.itemId !== 'string' || !item.rubric.some((r) => r.id === o.itemId)) throw new Error(`${path}: line ${line}: itemId ${JSON.stringify(o.itemId)} is not a rubric item of ${o.questionId}`);
+    if (typeof o.itemId !== 'string' || !item.rubric.some((r) => r.id === o.itemId))
+      throw new Error(`${path}: line ${line}: itemId ${JSON.stringify(o.itemId)} is not a rubric item of ${o.questionId}`);
     const v = o.label ?? o.met;
     if (typeof v !== 'boolean') throw new Error(`${path}: line ${line}: label must be true or false (got ${JSON.stringify(v)})`);
     const k = `${id}\u0000${o.itemId}`;
@@ -97,8 +100,11 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
   command: 'judge-agreement',
   describe: "Agreement of several judges with each other (Cohen's and Fleiss' κ, bootstrap CIs) and with people's labels (precision, recall, F1)",
   builder: (y) =>
-    addSettings(addSettings(y, JUDGE_AGREEMENT_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true })
-      .demandOption(['data', 'plans', 'judges']) as never,
+    addSettings(addSettings(y, JUDGE_AGREEMENT_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption([
+      'data',
+      'plans',
+      'judges',
+    ]) as never,
   handler: async (argv) => {
     const items = new Map(readDataset(argv.data).items.map((it) => [it.id, it]));
     if (!items.size) throw new Error(`${argv.data}: no valid items`);
@@ -108,7 +114,10 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
     await checkJudge(jc);
     const onModel = judgeSharesPolicyWeights(jc);
     if (onModel && !argv.model) throw new Error('a local judge in --judges needs --model DIR');
-    const judge = await openJudge(jc, onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {});
+    const judge = await openJudge(
+      jc,
+      onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {},
+    );
     try {
       if (!(judge instanceof JuryJudge)) throw new Error('judge-agreement: --judges did not open a jury');
       const reqs = plans.map((p) => {

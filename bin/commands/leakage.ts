@@ -56,9 +56,23 @@ export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; str
   let progress: Progress | undefined;
   if (a.llm && a.model) {
     state = new PipelineState(leakageStatePath(a));
-    const client = new LlmClient({ baseUrl: a.llm, model: a.model, concurrency: a.judgeConcurrency ?? a.concurrency ?? 8, timeoutMs: (a.timeout ?? 120) * 1000 });
+    const client = new LlmClient({
+      baseUrl: a.llm,
+      model: a.model,
+      concurrency: a.judgeConcurrency ?? a.concurrency ?? 8,
+      timeoutMs: (a.timeout ?? 120) * 1000,
+    });
     const total = items.reduce((n, it) => n + it.rubric.length, 0);
-    progress = new Progress({ label: 'leakage', unit: 'rubric items', total, stream: io.stream, load: () => client.load(), intervalMs: (a.progressInterval ?? 5) * 1000, silent: a.progress === 'none', plain: a.progress === 'plain' ? true : undefined });
+    progress = new Progress({
+      label: 'leakage',
+      unit: 'rubric items',
+      total,
+      stream: io.stream,
+      load: () => client.load(),
+      intervalMs: (a.progressInterval ?? 5) * 1000,
+      silent: a.progress === 'none',
+      plain: a.progress === 'plain' ? true : undefined,
+    });
     llm = new CachedLlm(client, state, { temperature: 0, maxTokens: 512, signal: io.signal, progress });
   }
   try {
@@ -89,15 +103,25 @@ export function assertLeakageJudge(rep: LeakageReport, data: string, maxFailRate
   if (!rep.judge || !rep.rows.length) return;
   const rate = rep.judge.failed / rep.rows.length;
   if (rate > maxFailRate) {
-    throw new Error(`leakage: ${data}: ${rep.judge.failed} of ${rep.rows.length} judge calls failed (${(100 * rate).toFixed(0)}% > ${(100 * maxFailRate).toFixed(0)}%); no leakage rate reported — check --llm / --model and the server`);
+    throw new Error(
+      `leakage: ${data}: ${rep.judge.failed} of ${rep.rows.length} judge calls failed (${(100 * rate).toFixed(0)}% > ${(100 * maxFailRate).toFixed(0)}%); no leakage rate reported — check --llm / --model and the server`,
+    );
   }
 }
 
 /** One table row per dataset: rubric items, judge leakage, lexical leakage, mean overlap. */
 export function formatLeakageTable(reps: { data: string; rep: LeakageReport }[]): string {
-  const pct = (r: { rate: number | null; leaked: number; n: number } | undefined) => (!r || r.rate === null ? '—' : `${(100 * r.rate).toFixed(1)}% (${r.leaked}/${r.n})`);
+  const pct = (r: { rate: number | null; leaked: number; n: number } | undefined) =>
+    !r || r.rate === null ? '—' : `${(100 * r.rate).toFixed(1)}% (${r.leaked}/${r.n})`;
   const head = ['dataset', 'items', 'rubric items', 'judge leakage', `lexical (≥ ${reps[0]!.rep.lexical.threshold})`, 'mean overlap'];
-  const body = reps.map(({ data, rep }) => [data, String(new Set(rep.rows.map((r) => r.itemId)).size), String(rep.rows.length), pct(rep.judge?.overall), pct(rep.lexical.overall), rep.lexical.meanOverlap.toFixed(3)]);
+  const body = reps.map(({ data, rep }) => [
+    data,
+    String(new Set(rep.rows.map((r) => r.itemId)).size),
+    String(rep.rows.length),
+    pct(rep.judge?.overall),
+    pct(rep.lexical.overall),
+    rep.lexical.meanOverlap.toFixed(3),
+  ]);
   const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(w[i]!)).join(' | ')} |`;
   return [line(head), `|${w.map((n) => '-'.repeat(n + 2)).join('|')}|`, ...body.map(line)].join('\n');
@@ -106,15 +130,22 @@ export function formatLeakageTable(reps: { data: string; rep: LeakageReport }[])
 export const leakageCommand: CommandModule<object, LeakageArgs> = {
   command: 'leakage',
   describe: 'Leakage audit: share of rubric items inferable from the question alone (judge and lexical proxy), one row per dataset',
-  builder: (y) =>
-    addSettings(y, LEAKAGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
+  builder: (y) => addSettings(y, LEAKAGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
-    const datas = parseList(LEAKAGE_OPTIONS.find((s) => s.key === 'data')!, argv.data) as string[];
-    if (datas.length > 1 && (argv.state || argv.out)) throw new Error('--state and --out name one file: give them with a single --data (each dataset keeps its own cache under <cache dir>/leakage/)');
+    const datas = parseList(
+      LEAKAGE_OPTIONS.find((s) => s.key === 'data')!,
+      argv.data,
+    ) as string[];
+    if (datas.length > 1 && (argv.state || argv.out))
+      throw new Error('--state and --out name one file: give them with a single --data (each dataset keeps its own cache under <cache dir>/leakage/)');
     const reps: { data: string; rep: LeakageReport }[] = [];
     for (const data of datas) {
       const a = { ...argv, data };
-      const rep = await handleInterrupt('leakage', (signal) => runLeakage(a, { signal }), () => `every finished judge call is saved in ${leakageStatePath(a)}`);
+      const rep = await handleInterrupt(
+        'leakage',
+        (signal) => runLeakage(a, { signal }),
+        () => `every finished judge call is saved in ${leakageStatePath(a)}`,
+      );
       if (rep === InterruptedRun) return;
       assertLeakageJudge(rep, data);
       reps.push({ data, rep });

@@ -32,10 +32,16 @@ interface ProbeArgs extends JudgeArgs {
 export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
   command: 'probe-judge',
   describe: "Reward-hacking probe: the judge's false-positive rate on adversarial plans, per attack",
-  builder: (y) =>
-    addSettings(addSettings(y, PROBE_JUDGE_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
+  builder: (y) => addSettings(addSettings(y, PROBE_JUDGE_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
-    const attacks = (argv.attacks ? String(argv.attacks).split(',').map((s) => s.trim()).filter(Boolean) : DEFAULT_ATTACKS) as Attack[];
+    const attacks = (
+      argv.attacks
+        ? String(argv.attacks)
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean)
+        : DEFAULT_ATTACKS
+    ) as Attack[];
     for (const a of attacks) if (!(ATTACKS as readonly string[]).includes(a)) throw new Error(`unknown attack ${a} (choices: ${ATTACKS.join(', ')})`);
     let data = readDataset(argv.data).items;
     if (argv.limit !== undefined) data = data.slice(0, argv.limit);
@@ -47,7 +53,10 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
     // device is resolved only then (an endpoint judge never loads the addon).
     const onModel = judgeSharesPolicyWeights(jc);
     if (onModel && !argv.model) throw new Error(`--judge ${jc.kind} needs --model DIR`);
-    const judge: Judge = await openJudge(jc, onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {});
+    const judge: Judge = await openJudge(
+      jc,
+      onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {},
+    );
     try {
       const report = await runProbe(judge, data, { attacks, general });
       process.stderr.write(`judge stats: ${JSON.stringify(judge.stats())}\n`);

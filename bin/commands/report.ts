@@ -23,16 +23,20 @@ export const reportCommand: CommandModule<object, ReportArgs> = {
   command: 'report [runs..]',
   describe: 'Write an offline HTML report (plots of every metric, runs overlaid, eval coverage) for run dirs',
   builder: (y) =>
-    addSettings(
-      y.positional('runs', { type: 'string', array: true, describe: 'run dirs (train --out), overlaid in this order' }),
-      REPORT_OPTIONS,
-      { withDefaults: true },
-    ).check((a) => {
+    addSettings(y.positional('runs', { type: 'string', array: true, describe: 'run dirs (train --out), overlaid in this order' }), REPORT_OPTIONS, {
+      withDefaults: true,
+    }).check((a) => {
       if (!(a.runs as string[] | undefined)?.length && !a.eval) throw new Error('give at least one RUN_DIR or --eval file');
       return true;
     }) as never,
   handler: (argv) => {
-    const evals = argv.eval === undefined ? [] : parseList(REPORT_OPTIONS.find((s) => s.key === 'eval')!, argv.eval) as string[];
+    const evals =
+      argv.eval === undefined
+        ? []
+        : (parseList(
+            REPORT_OPTIONS.find((s) => s.key === 'eval')!,
+            argv.eval,
+          ) as string[]);
     const r = writeReport({ runs: argv.runs ?? [], out: argv.out, evals, data: argv.data, png: argv.png, resamples: argv.resamples, title: argv.title });
     for (const n of r.notes) process.stderr.write(`report: note: ${n}\n`);
     const missing = Object.keys(r.missing);

@@ -58,13 +58,15 @@ export function exitsWithParent(flag: boolean | undefined | null, env: NodeJS.Pr
 export const serveCommand: CommandModule<object, ServeArgs> = {
   command: 'serve',
   describe: 'OpenAI-compatible chat server (/v1/chat/completions, /v1/models) with batched generation',
-  builder: (y) =>
-    addSettings(y, SERVE_OPTIONS, { withDefaults: true }).demandOption('model') as never,
+  builder: (y) => addSettings(y, SERVE_OPTIONS, { withDefaults: true }).demandOption('model') as never,
   handler: async (argv) => {
     const device = resolveDevice(argv.device);
     process.stderr.write(`serve: loading ${argv.model} on ${device}\n`);
     const policy = await Policy.load(argv.model, {
-      adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined, allowNonFinite: argv.allowNonFiniteWeights,
+      adapter: argv.adapter,
+      device: device as Device,
+      dtype: argv.dtype as Dtype | undefined,
+      allowNonFinite: argv.allowNonFiniteWeights,
     });
     const modelId = argv.servedModelName ?? basename(argv.model.replace(/\/+$/, ''));
     const server = new ChatServer({
@@ -87,9 +89,11 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
     process.stdout.write(`serving ${modelId} at ${url} (POST /chat/completions, GET /models)\n`);
     const parent = process.ppid;
     const withParent = exitsWithParent(argv.exitWithParent);
-    process.stderr.write(withParent
-      ? `serve: exits with its parent process ${parent} (started by npm / --exit-with-parent; --no-exit-with-parent to keep it up)\n`
-      : `serve: runs until SIGINT / SIGTERM (pid ${process.pid}); its parent exiting does not stop it\n`);
+    process.stderr.write(
+      withParent
+        ? `serve: exits with its parent process ${parent} (started by npm / --exit-with-parent; --no-exit-with-parent to keep it up)\n`
+        : `serve: runs until SIGINT / SIGTERM (pid ${process.pid}); its parent exiting does not stop it\n`,
+    );
     let orphanTimer: NodeJS.Timeout | undefined;
     const onHup = () => process.stderr.write('serve: SIGHUP ignored (not started with --exit-with-parent); SIGTERM stops the server\n');
     await new Promise<void>((resolve) => {

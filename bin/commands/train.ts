@@ -21,7 +21,13 @@ type TrainArgs = Record<string, unknown> & DistArgs & { config?: string; preset?
 /** Launcher (`--nproc-per-node`, not inside a worker): spawns the workers; null otherwise. */
 async function maybeLaunch(a: DistArgs): Promise<number | null> {
   if (a['nproc-per-node'] === undefined || process.env[WORKER_ENV] === '1') return null;
-  return launchWorkers({ nprocPerNode: a['nproc-per-node'], nnodes: a.nnodes ?? 1, nodeRank: a['node-rank'] ?? 0, masterAddr: a['master-addr'] ?? '127.0.0.1', masterPort: a['master-port'] ?? 29500 });
+  return launchWorkers({
+    nprocPerNode: a['nproc-per-node'],
+    nnodes: a.nnodes ?? 1,
+    nodeRank: a['node-rank'] ?? 0,
+    masterAddr: a['master-addr'] ?? '127.0.0.1',
+    masterPort: a['master-port'] ?? 29500,
+  });
 }
 
 /** Maps the CLI flags that were given onto a partial config (each flag is one schema entry). */
@@ -53,7 +59,13 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
     }
     const timeout = argv['dist-timeout'];
     if (timeout !== undefined && !(timeout > 0)) throw new Error(`--dist-timeout must be > 0 seconds (got ${timeout})`);
-    const summary = await runTraining({ preset: argv.preset, file: argv.config, flags: flagsToConfig(argv) as never, resume: argv.resume, dist: { timeoutMs: (timeout ?? DEFAULT_DIST_TIMEOUT_MS / 1000) * 1000 } });
+    const summary = await runTraining({
+      preset: argv.preset,
+      file: argv.config,
+      flags: flagsToConfig(argv) as never,
+      resume: argv.resume,
+      dist: { timeoutMs: (timeout ?? DEFAULT_DIST_TIMEOUT_MS / 1000) * 1000 },
+    });
     if (summary.interrupted) process.exitCode = 130;
   },
 };

@@ -20,10 +20,13 @@ export function renderConfigDocs(): string {
     'uses the config keys below, nested (`grpo: {lr: 1e-5}`) — unknown keys are an error. A run writes',
     'every resolved value to `<run>/config.json`, with `origins` saying where each came from',
     '(`default`, `preset`, `file`, `flag`). With `--resume`, only step counts (to extend a run), the',
-    'device, the judge URL/concurrency, the logging / checkpoint / validation intervals, the update\'s',
+    "device, the judge URL/concurrency, the logging / checkpoint / validation intervals, the update's",
     'micro-batches and recompute, and `--merge-adapter` may change.',
     '',
-    markdownTable(COMMAND_SETTINGS.train!.filter((s) => !TRAIN_SETTINGS.includes(s)), { keyColumn: false }),
+    markdownTable(
+      COMMAND_SETTINGS.train!.filter((s) => !TRAIN_SETTINGS.includes(s)),
+      { keyColumn: false },
+    ),
     '',
     '### Training config keys',
     '',
@@ -35,13 +38,19 @@ export function renderConfigDocs(): string {
     '',
     '| preset | overrides |',
     '| --- | --- |',
-    ...Object.entries(PRESETS).map(([name, p]) => `| \`${name}\` | ${flat(p).map(([k, v]) => `\`${k}\`=${JSON.stringify(v)}`).join(', ')} |`),
+    ...Object.entries(PRESETS).map(
+      ([name, p]) =>
+        `| \`${name}\` | ${flat(p)
+          .map(([k, v]) => `\`${k}\`=${JSON.stringify(v)}`)
+          .join(', ')} |`,
+    ),
     '',
   ];
   for (const [cmd, settings] of Object.entries(COMMAND_SETTINGS)) {
     if (cmd === 'train') continue;
     parts.push(`## ${cmd}`, '');
-    if (cmd === 'report') parts.push('`papergym-native report RUN_DIR [RUN_DIR…] [options]`: the run dirs (`train --out`) are overlaid in the order given.', '');
+    if (cmd === 'report')
+      parts.push('`papergym-native report RUN_DIR [RUN_DIR…] [options]`: the run dirs (`train --out`) are overlaid in the order given.', '');
     parts.push(markdownTable(settings, { keyColumn: false }), '');
   }
   return parts.join('\n');

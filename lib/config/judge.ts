@@ -64,7 +64,9 @@ export const JURY_FAILURE_RULES = ['stop', 'continue'] as const;
 export type JuryFailureRule = (typeof JURY_FAILURE_RULES)[number];
 
 /** Keys of a jury member: its name, kind and weight, and any judge key except the jury's own. */
-export type JuryMemberSettings = { name: string; kind: 'local' | 'http'; weight?: number } & Partial<Omit<JudgeSettings, 'judges' | 'aggregation' | 'onMemberFailure'>>;
+export type JuryMemberSettings = { name: string; kind: 'local' | 'http'; weight?: number } & Partial<
+  Omit<JudgeSettings, 'judges' | 'aggregation' | 'onMemberFailure'>
+>;
 
 /** Problems of a jury's member list (names unique and non-empty, weights > 0); empty when valid. `prefix` names the setting. */
 export function juryMemberProblems(members: unknown, prefix = 'judge.judges'): string[] {
@@ -73,7 +75,8 @@ export function juryMemberProblems(members: unknown, prefix = 'judge.judges'): s
   const seen = new Map<string, number>();
   members.forEach((m: { name?: unknown; weight?: unknown } | null, i) => {
     if (typeof m?.name !== 'string' || !m.name.trim()) errs.push(`${prefix}[${i}].name must be a non-empty string (got ${JSON.stringify(m?.name)})`);
-    else if (seen.has(m.name)) errs.push(`${prefix}[${i}].name ${JSON.stringify(m.name)} is already the name of ${prefix}[${seen.get(m.name)}]: judge names must be unique`);
+    else if (seen.has(m.name))
+      errs.push(`${prefix}[${i}].name ${JSON.stringify(m.name)} is already the name of ${prefix}[${seen.get(m.name)}]: judge names must be unique`);
     else seen.set(m.name, i);
     if (m?.weight !== undefined && m.weight !== null && !(typeof m.weight === 'number' && Number.isFinite(m.weight) && m.weight > 0)) {
       errs.push(`${prefix}[${i}].weight must be a number > 0 (got ${JSON.stringify(m.weight)})`);
@@ -99,7 +102,12 @@ export function juryMemberConfig(c: JudgeConfig, i: number, prefix = 'judge.judg
   if (!m || typeof m !== 'object') throw new Error(`${prefix}[${i}] must be a mapping {name, kind, weight?, …}`);
   for (const k of Object.keys(m)) {
     if (JURY_KEYS.has(k)) throw new Error(`${prefix}[${i}].${k}: a jury member cannot be a jury`);
-    if (!MEMBER_OWN_KEYS.has(k) && !(k in JUDGE_DEFAULTS)) throw new Error(`${prefix}[${i}]: unknown key ${k} (judge keys: ${Object.keys(JUDGE_DEFAULTS).filter((x) => !JURY_KEYS.has(x)).join(', ')}, plus name, weight)`);
+    if (!MEMBER_OWN_KEYS.has(k) && !(k in JUDGE_DEFAULTS))
+      throw new Error(
+        `${prefix}[${i}]: unknown key ${k} (judge keys: ${Object.keys(JUDGE_DEFAULTS)
+          .filter((x) => !JURY_KEYS.has(x))
+          .join(', ')}, plus name, weight)`,
+      );
   }
   if (m.kind !== 'local' && m.kind !== 'http') throw new Error(`${prefix}[${i}].kind must be local or http (got ${JSON.stringify(m.kind)})`);
   const { name, weight, ...rest } = m as { name: string; weight?: number };
@@ -138,24 +146,171 @@ export const JUDGE_DEFAULTS: JudgeConfig = {
  * Defaults are JUDGE_DEFAULTS (train: kind local, concurrency 8; eval: kind http).
  */
 export const JUDGE_SETTINGS: readonly Setting[] = [
-  { key: 'kind', flag: 'judge', type: 'enum', choices: JUDGE_KINDS, default: JUDGE_DEFAULTS.kind, meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint', source: 'paper: LLM judge decides each rubric item (docs/design.md §6)' },
-  { key: 'url', flag: 'judge-url', type: 'string', default: JUDGE_DEFAULTS.url, values: 'http(s)://host:port/v1', meaning: 'http: judge endpoint (vLLM, SGLang, papergym-native serve)', source: 'OpenAI API base_url' },
-  { key: 'model', flag: 'judge-model', type: 'string', default: JUDGE_DEFAULTS.model, values: 'a served model name', meaning: 'http: model name the judge endpoint serves', source: 'OpenAI API model' },
-  { key: 'mode', flag: 'judge-mode', type: 'enum', choices: ['per-item', 'per-plan'], default: JUDGE_DEFAULTS.mode, meaning: 'http: one yes/no request per rubric item, or one JSON request per plan', source: 'paper: per-item judging (docs/design.md §6)' },
-  { key: 'concurrency', flag: 'judge-concurrency', type: 'integer', min: 1, default: JUDGE_DEFAULTS.concurrency, meaning: 'http: requests in flight', source: 'vLLM benchmark --max-concurrency' },
-  { key: 'cache', flag: 'judge-cache', type: 'path', default: JUDGE_DEFAULTS.cache, values: 'a SQLite file', meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache', source: 'papergym-native (lib/judge/cache.ts)' },
-  { key: 'timeoutMs', flag: 'judge-timeout-ms', type: 'integer', min: 1, default: JUDGE_DEFAULTS.timeoutMs, meaning: 'http: per-attempt timeout in milliseconds', source: 'OpenAI client timeout' },
-  { key: 'maxRetries', flag: 'judge-max-retries', type: 'integer', min: 0, default: JUDGE_DEFAULTS.maxRetries, meaning: 'http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx; backoff honouring retry-after)', source: 'OpenAI client max_retries' },
-  { key: 'maxTokens', flag: 'judge-max-tokens', type: 'integer', min: 1, default: JUDGE_DEFAULTS.maxTokens, meaning: 'http: max answer tokens; unset = 16 per item, 64 + 24 per item per plan', source: 'OpenAI API max_tokens' },
-  { key: 'noThink', flag: 'judge-no-think', type: 'boolean', default: JUDGE_DEFAULTS.noThink, meaning: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)', source: 'vLLM chat_template_kwargs; Qwen3 enable_thinking' },
-  { key: 'batch', flag: 'judge-batch', type: 'integer', min: 1, default: JUDGE_DEFAULTS.batch, meaning: 'local: prompts per prefill batch', source: 'vLLM max_num_seqs' },
-  { key: 'variants', flag: 'judge-variants', type: 'enum', choices: ['pair', 'all'], default: JUDGE_DEFAULTS.variants, meaning: 'P(yes) answer tokens: Yes/No only, or every casing/space variant summed; unset = pair (local with forward-logits: all)', source: 'papergym-native local judge (lib/judge/local.ts)' },
-  { key: 'scoring', flag: 'judge-scoring', type: 'enum', choices: ['sequence-logprobs', 'forward-logits'], default: JUDGE_DEFAULTS.scoring, meaning: 'local: lm_head at the scored position only, or full forward logits', source: 'papergym-native local judge (lib/judge/local.ts)' },
-  { key: 'score', flag: 'judge-score', type: 'enum', choices: ['binary', 'prob'], default: JUDGE_DEFAULTS.score, meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)", source: 'paper: binary rubric verdicts (docs/design.md §6); OpenAI API logprobs / top_logprobs' },
-  { key: 'judges', flag: 'judges', type: 'list', items: 'object', default: JUDGE_DEFAULTS.judges, values: 'jury members: a YAML list in the config file, a YAML/JSON file on the command line', meaning: 'jury: the member judges, each {name, kind: local | http, weight (> 0, default 1)} plus any judge key of its own (url, model, score, mode, maxNullRate, …; unset keys are the judge section\'s)', source: 'papergym-native jury (lib/judge/jury.ts); issue 32' },
-  { key: 'aggregation', flag: 'judge-aggregation', type: 'enum', choices: JURY_AGGREGATIONS, default: JUDGE_DEFAULTS.aggregation, meaning: 'jury: one verdict from the members\' (judge.judges, a YAML list): weighted majority (a tie is not met), weighted mean P(yes) > 0.5, or all yes', source: 'papergym-native jury (lib/judge/jury.ts); issue 32' },
-  { key: 'onMemberFailure', flag: 'jury-on-member-failure', type: 'enum', choices: JURY_FAILURE_RULES, default: JUDGE_DEFAULTS.onMemberFailure, meaning: 'jury: a member whose call fails or whose null rate passes its judge.maxNullRate stops the run (named), or is left out of that call (named, counted, warned)', source: 'papergym-native jury (lib/judge/jury.ts); never silently fewer judges' },
-  { key: 'maxNullRate', flag: 'judge-max-null-rate', type: 'number', min: 0, max: 1, default: JUDGE_DEFAULTS.maxNullRate, meaning: 'Stop training (with a checkpoint) / fail eval when more than this fraction of a step\'s verdicts is null (refused, unreadable, failed)', source: 'papergym-native (a failing judge is never a silent zero reward)' },
+  {
+    key: 'kind',
+    flag: 'judge',
+    type: 'enum',
+    choices: JUDGE_KINDS,
+    default: JUDGE_DEFAULTS.kind,
+    meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint',
+    source: 'paper: LLM judge decides each rubric item (docs/design.md §6)',
+  },
+  {
+    key: 'url',
+    flag: 'judge-url',
+    type: 'string',
+    default: JUDGE_DEFAULTS.url,
+    values: 'http(s)://host:port/v1',
+    meaning: 'http: judge endpoint (vLLM, SGLang, papergym-native serve)',
+    source: 'OpenAI API base_url',
+  },
+  {
+    key: 'model',
+    flag: 'judge-model',
+    type: 'string',
+    default: JUDGE_DEFAULTS.model,
+    values: 'a served model name',
+    meaning: 'http: model name the judge endpoint serves',
+    source: 'OpenAI API model',
+  },
+  {
+    key: 'mode',
+    flag: 'judge-mode',
+    type: 'enum',
+    choices: ['per-item', 'per-plan'],
+    default: JUDGE_DEFAULTS.mode,
+    meaning: 'http: one yes/no request per rubric item, or one JSON request per plan',
+    source: 'paper: per-item judging (docs/design.md §6)',
+  },
+  {
+    key: 'concurrency',
+    flag: 'judge-concurrency',
+    type: 'integer',
+    min: 1,
+    default: JUDGE_DEFAULTS.concurrency,
+    meaning: 'http: requests in flight',
+    source: 'vLLM benchmark --max-concurrency',
+  },
+  {
+    key: 'cache',
+    flag: 'judge-cache',
+    type: 'path',
+    default: JUDGE_DEFAULTS.cache,
+    values: 'a SQLite file',
+    meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache',
+    source: 'papergym-native (lib/judge/cache.ts)',
+  },
+  {
+    key: 'timeoutMs',
+    flag: 'judge-timeout-ms',
+    type: 'integer',
+    min: 1,
+    default: JUDGE_DEFAULTS.timeoutMs,
+    meaning: 'http: per-attempt timeout in milliseconds',
+    source: 'OpenAI client timeout',
+  },
+  {
+    key: 'maxRetries',
+    flag: 'judge-max-retries',
+    type: 'integer',
+    min: 0,
+    default: JUDGE_DEFAULTS.maxRetries,
+    meaning: 'http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx; backoff honouring retry-after)',
+    source: 'OpenAI client max_retries',
+  },
+  {
+    key: 'maxTokens',
+    flag: 'judge-max-tokens',
+    type: 'integer',
+    min: 1,
+    default: JUDGE_DEFAULTS.maxTokens,
+    meaning: 'http: max answer tokens; unset = 16 per item, 64 + 24 per item per plan',
+    source: 'OpenAI API max_tokens',
+  },
+  {
+    key: 'noThink',
+    flag: 'judge-no-think',
+    type: 'boolean',
+    default: JUDGE_DEFAULTS.noThink,
+    meaning: 'http: send chat_template_kwargs.enable_thinking=false (vLLM, SGLang, serve)',
+    source: 'vLLM chat_template_kwargs; Qwen3 enable_thinking',
+  },
+  {
+    key: 'batch',
+    flag: 'judge-batch',
+    type: 'integer',
+    min: 1,
+    default: JUDGE_DEFAULTS.batch,
+    meaning: 'local: prompts per prefill batch',
+    source: 'vLLM max_num_seqs',
+  },
+  {
+    key: 'variants',
+    flag: 'judge-variants',
+    type: 'enum',
+    choices: ['pair', 'all'],
+    default: JUDGE_DEFAULTS.variants,
+    meaning: 'P(yes) answer tokens: Yes/No only, or every casing/space variant summed; unset = pair (local with forward-logits: all)',
+    source: 'papergym-native local judge (lib/judge/local.ts)',
+  },
+  {
+    key: 'scoring',
+    flag: 'judge-scoring',
+    type: 'enum',
+    choices: ['sequence-logprobs', 'forward-logits'],
+    default: JUDGE_DEFAULTS.scoring,
+    meaning: 'local: lm_head at the scored position only, or full forward logits',
+    source: 'papergym-native local judge (lib/judge/local.ts)',
+  },
+  {
+    key: 'score',
+    flag: 'judge-score',
+    type: 'enum',
+    choices: ['binary', 'prob'],
+    default: JUDGE_DEFAULTS.score,
+    meaning: "Reward per rubric item: the binary verdict (the paper's) or P(yes) (local judge; http per-item asks for logprobs)",
+    source: 'paper: binary rubric verdicts (docs/design.md §6); OpenAI API logprobs / top_logprobs',
+  },
+  {
+    key: 'judges',
+    flag: 'judges',
+    type: 'list',
+    items: 'object',
+    default: JUDGE_DEFAULTS.judges,
+    values: 'jury members: a YAML list in the config file, a YAML/JSON file on the command line',
+    meaning:
+      "jury: the member judges, each {name, kind: local | http, weight (> 0, default 1)} plus any judge key of its own (url, model, score, mode, maxNullRate, …; unset keys are the judge section's)",
+    source: 'papergym-native jury (lib/judge/jury.ts); issue 32',
+  },
+  {
+    key: 'aggregation',
+    flag: 'judge-aggregation',
+    type: 'enum',
+    choices: JURY_AGGREGATIONS,
+    default: JUDGE_DEFAULTS.aggregation,
+    meaning: "jury: one verdict from the members' (judge.judges, a YAML list): weighted majority (a tie is not met), weighted mean P(yes) > 0.5, or all yes",
+    source: 'papergym-native jury (lib/judge/jury.ts); issue 32',
+  },
+  {
+    key: 'onMemberFailure',
+    flag: 'jury-on-member-failure',
+    type: 'enum',
+    choices: JURY_FAILURE_RULES,
+    default: JUDGE_DEFAULTS.onMemberFailure,
+    meaning:
+      'jury: a member whose call fails or whose null rate passes its judge.maxNullRate stops the run (named), or is left out of that call (named, counted, warned)',
+    source: 'papergym-native jury (lib/judge/jury.ts); never silently fewer judges',
+  },
+  {
+    key: 'maxNullRate',
+    flag: 'judge-max-null-rate',
+    type: 'number',
+    min: 0,
+    max: 1,
+    default: JUDGE_DEFAULTS.maxNullRate,
+    meaning: "Stop training (with a checkpoint) / fail eval when more than this fraction of a step's verdicts is null (refused, unreadable, failed)",
+    source: 'papergym-native (a failing judge is never a silent zero reward)',
+  },
 ];
 
 /**
@@ -179,7 +334,9 @@ const KIND_RULES: Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]
   },
   http: (c, prefix) => [
     ...(!c.url || !c.model ? [`${prefix}kind http needs ${prefix}url and ${prefix}model`] : []),
-    ...(c.score === 'prob' && c.mode === 'per-plan' ? [`${prefix}score prob needs ${prefix}mode per-item (P(yes) is read from the verdict token of a one-word reply)`] : []),
+    ...(c.score === 'prob' && c.mode === 'per-plan'
+      ? [`${prefix}score prob needs ${prefix}mode per-item (P(yes) is read from the verdict token of a one-word reply)`]
+      : []),
   ],
 };
 
@@ -189,15 +346,22 @@ export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[]
   if (!(JUDGE_KINDS as readonly string[]).includes(c.kind)) errs.push(`${prefix}kind must be ${JUDGE_KINDS.join(' or ')} (got ${JSON.stringify(c.kind)})`);
   if (c.mode !== 'per-item' && c.mode !== 'per-plan') errs.push(`${prefix}mode must be per-item or per-plan (got ${JSON.stringify(c.mode)})`);
   if (c.score !== 'binary' && c.score !== 'prob') errs.push(`${prefix}score must be binary or prob (got ${JSON.stringify(c.score)})`);
-  if (c.variants !== null && c.variants !== 'pair' && c.variants !== 'all') errs.push(`${prefix}variants must be pair or all (got ${JSON.stringify(c.variants)})`);
-  if (!(typeof c.maxNullRate === 'number' && c.maxNullRate >= 0 && c.maxNullRate <= 1)) errs.push(`${prefix}maxNullRate must be in [0, 1] (got ${JSON.stringify(c.maxNullRate)})`);
-  for (const k of ['concurrency', 'timeoutMs', 'batch'] as const) if (!(Number.isInteger(c[k]) && c[k] > 0)) errs.push(`${prefix}${k} must be a positive integer (got ${JSON.stringify(c[k])})`);
+  if (c.variants !== null && c.variants !== 'pair' && c.variants !== 'all')
+    errs.push(`${prefix}variants must be pair or all (got ${JSON.stringify(c.variants)})`);
+  if (!(typeof c.maxNullRate === 'number' && c.maxNullRate >= 0 && c.maxNullRate <= 1))
+    errs.push(`${prefix}maxNullRate must be in [0, 1] (got ${JSON.stringify(c.maxNullRate)})`);
+  for (const k of ['concurrency', 'timeoutMs', 'batch'] as const)
+    if (!(Number.isInteger(c[k]) && c[k] > 0)) errs.push(`${prefix}${k} must be a positive integer (got ${JSON.stringify(c[k])})`);
   if (!(Number.isInteger(c.maxRetries) && c.maxRetries >= 0)) errs.push(`${prefix}maxRetries must be an integer >= 0 (got ${JSON.stringify(c.maxRetries)})`);
-  if (c.maxTokens !== null && !(Number.isInteger(c.maxTokens) && c.maxTokens > 0)) errs.push(`${prefix}maxTokens must be a positive integer or null (got ${JSON.stringify(c.maxTokens)})`);
+  if (c.maxTokens !== null && !(Number.isInteger(c.maxTokens) && c.maxTokens > 0))
+    errs.push(`${prefix}maxTokens must be a positive integer or null (got ${JSON.stringify(c.maxTokens)})`);
   if (typeof c.noThink !== 'boolean') errs.push(`${prefix}noThink must be true or false (got ${JSON.stringify(c.noThink)})`);
-  if (!(JURY_AGGREGATIONS as readonly string[]).includes(c.aggregation ?? 'majority')) errs.push(`${prefix}aggregation must be ${JURY_AGGREGATIONS.join(' or ')} (got ${JSON.stringify(c.aggregation)})`);
-  if (!(JURY_FAILURE_RULES as readonly string[]).includes(c.onMemberFailure ?? 'stop')) errs.push(`${prefix}onMemberFailure must be stop or continue (got ${JSON.stringify(c.onMemberFailure)})`);
-  if (c.kind !== 'jury' && c.judges !== null && c.judges !== undefined) errs.push(`${prefix}judges is only read by ${prefix}kind jury (got kind ${JSON.stringify(c.kind)})`);
+  if (!(JURY_AGGREGATIONS as readonly string[]).includes(c.aggregation ?? 'majority'))
+    errs.push(`${prefix}aggregation must be ${JURY_AGGREGATIONS.join(' or ')} (got ${JSON.stringify(c.aggregation)})`);
+  if (!(JURY_FAILURE_RULES as readonly string[]).includes(c.onMemberFailure ?? 'stop'))
+    errs.push(`${prefix}onMemberFailure must be stop or continue (got ${JSON.stringify(c.onMemberFailure)})`);
+  if (c.kind !== 'jury' && c.judges !== null && c.judges !== undefined)
+    errs.push(`${prefix}judges is only read by ${prefix}kind jury (got kind ${JSON.stringify(c.kind)})`);
   errs.push(...(KIND_RULES[c.kind]?.(c, prefix) ?? []));
   return errs;
 }

@@ -91,7 +91,8 @@ function objectList(s: Setting, v: unknown): unknown[] {
     throw new Error(`--${s.flag} ${path}: ${(e as Error).message}`);
   }
   const last = s.flag.split('-').pop()!;
-  if (doc && typeof doc === 'object' && !Array.isArray(doc) && Array.isArray((doc as Record<string, unknown>)[last])) doc = (doc as Record<string, unknown>)[last];
+  if (doc && typeof doc === 'object' && !Array.isArray(doc) && Array.isArray((doc as Record<string, unknown>)[last]))
+    doc = (doc as Record<string, unknown>)[last];
   if (!Array.isArray(doc)) throw new Error(`--${s.flag} ${path}: must hold a list (or ${last}: a list)`);
   return doc;
 }
@@ -152,7 +153,8 @@ export function yargsOption(s: Setting, withDefault: boolean): Options {
   if (s.type === 'boolean') o.type = 'boolean';
   // Numbers parsed here, not by yargs' type 'number', which reads an empty value (`--x ''`, `--x=`)
   // as 0; empty, a bare flag and anything Number() rejects become NaN ("not a number" below).
-  else if (s.type === 'number' || s.type === 'integer') o.coerce = (x: unknown) => (Array.isArray(x) || typeof x === 'number' ? x : typeof x === 'string' && x.trim() !== '' ? Number(x) : NaN);
+  else if (s.type === 'number' || s.type === 'integer')
+    o.coerce = (x: unknown) => (Array.isArray(x) || typeof x === 'number' ? x : typeof x === 'string' && x.trim() !== '' ? Number(x) : NaN);
   else if (s.type === 'enum') o.choices = s.choices as string[];
   else o.type = 'string';
   if (s.repeatable) o.array = true;
@@ -191,7 +193,9 @@ export function addSettings<T>(y: Argv<T>, settings: readonly Setting[], opts: {
 /** One row per setting for docs/config.md. */
 export function markdownTable(settings: readonly Setting[], opts: { keyColumn: boolean }): string {
   const cell = (x: string) => x.replace(/\|/g, '\\|').replace(/\n/g, ' ').replace(/</g, '&lt;');
-  const head = opts.keyColumn ? '| flag | config key | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- | --- |' : '| flag | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- |';
+  const head = opts.keyColumn
+    ? '| flag | config key | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- | --- |'
+    : '| flag | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- |';
   const rows = settings.map((s) => {
     const cols = [`\`--${s.flag}\``, ...(opts.keyColumn ? [`\`${s.key}\``] : []), s.type, `\`${defaultText(s)}\``, rangeText(s), s.meaning, s.source];
     return `| ${cols.map(cell).join(' | ')} |`;

@@ -99,7 +99,14 @@ export interface TrainConfig {
    * device's memory), rollout rows per decode batch and the local judge's tokens per call (0 = chosen
    * by the plan; without a plan: GRPO micro-batch rows / the judge's default).
    */
-  memory: { recompute: boolean; emptyCacheBetweenPhases: boolean; plan: 'auto' | 'off'; maxMemoryGB: number | null; rolloutRows: number; judgeMaxTokensPerCall: number };
+  memory: {
+    recompute: boolean;
+    emptyCacheBetweenPhases: boolean;
+    plan: 'auto' | 'off';
+    maxMemoryGB: number | null;
+    rolloutRows: number;
+    judgeMaxTokensPerCall: number;
+  };
 }
 
 /** Defaults of every key, built from the settings schema (lib/config/settings.ts). */
@@ -188,8 +195,10 @@ export function validateConfig(c: TrainConfig): TrainConfig {
   if (!errs.length) {
     // A per-rank batch that is a multiple makes every global one (per rank × world size) one.
     if (c.opsd.batchSizePerRank != null) {
-      if (c.opsd.batchSizePerRank % c.opsd.microBatch !== 0) errs.push('opsd.batchSizePerRank (--opsd-batch-size-per-rank) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
-    } else if (c.opsd.batchSize % c.opsd.microBatch !== 0) errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
+      if (c.opsd.batchSizePerRank % c.opsd.microBatch !== 0)
+        errs.push('opsd.batchSizePerRank (--opsd-batch-size-per-rank) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
+    } else if (c.opsd.batchSize % c.opsd.microBatch !== 0)
+      errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
     // Rules that tie judge keys together (lib/config/judge.ts; each key's own range is checked above).
     errs.push(...judgeConfigProblems(c.judge).map((e) => e.replace(/^judge\.kind http/, 'judge.kind http (--judge http)')));
     // Each stage's section has its own `steps` (lib/train/stages/: a stage's section is `<name>.*`).
@@ -220,7 +229,10 @@ export type Origin = 'default' | 'preset' | 'file' | 'flag';
  * defaults < preset < config file < flags, then validated; `origins` maps every config key
  * (dotted, as in docs/config.md) to the layer its value came from.
  */
-export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; file?: string; flags?: DeepPartial<TrainConfig> }): { config: TrainConfig; origins: Record<string, Origin> } {
+export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; file?: string; flags?: DeepPartial<TrainConfig> }): {
+  config: TrainConfig;
+  origins: Record<string, Origin>;
+} {
   const origins: Record<string, Origin> = Object.fromEntries(TRAIN_SETTINGS.map((st) => [st.key, 'default' as Origin]));
   const mark = (layer: unknown, origin: Origin) => {
     for (const k of leafKeys(layer)) {
@@ -257,7 +269,9 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
   }
   const both = STAGE_BATCHES.filter((b) => getPath(c, b.perRank) != null && origins[b.global] === origins[b.perRank]);
   if (both.length) {
-    throw new Error(`invalid training config:\n  ${both.map((b) => `${b.global} (${flagOf(b.global)}, the global batch) and ${b.perRank} (${flagOf(b.perRank)}, the batch per process) are both given (${origins[b.global]} / ${origins[b.perRank]}); give one`).join('\n  ')}`);
+    throw new Error(
+      `invalid training config:\n  ${both.map((b) => `${b.global} (${flagOf(b.global)}, the global batch) and ${b.perRank} (${flagOf(b.perRank)}, the batch per process) are both given (${origins[b.global]} / ${origins[b.perRank]}); give one`).join('\n  ')}`,
+    );
   }
   // A copy of its own: mergeConfig shares the sections (and lists) a layer left alone with the
   // defaults / preset, and the memory plan, out-of-memory recovery and the judge-overlap fallback

@@ -21,7 +21,16 @@ export function policyPlanGenerator(policy: Policy, s: PlanSampling = {}): PlanG
     async generate(questions, { samples, seed, signal }) {
       const cs = await policy.generate(
         questions.map((q) => (typeof q === 'string' ? studentMessages(q) : q)),
-        { n: samples, seed, temperature: s.temperature ?? 0.7, topP: s.topP ?? 0.8, topK: s.topK ?? 20, maxNewTokens: s.maxNewTokens ?? 1024, enableThinking: s.enableThinking ?? false, signal },
+        {
+          n: samples,
+          seed,
+          temperature: s.temperature ?? 0.7,
+          topP: s.topP ?? 0.8,
+          topK: s.topK ?? 20,
+          maxNewTokens: s.maxNewTokens ?? 1024,
+          enableThinking: s.enableThinking ?? false,
+          signal,
+        },
       );
       const out: { text: string; finishReason?: string }[][] = questions.map(() => []);
       for (const c of cs) out[c.promptIndex][c.sampleIndex] = { text: c.text, finishReason: c.finishReason };

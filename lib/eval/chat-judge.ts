@@ -53,10 +53,22 @@ export class ChatJudge {
    * @param cachePath SQLite answer cache (created); undefined = memory only
    * @throws Error when the kind does not answer free-form or url / model are missing
    */
-  constructor(private readonly c: JudgeConfig, cachePath: string | undefined, opts: { fetch?: typeof fetch } = {}) {
-    if (!judgeAnswersFreeForm(c) || !c.url || !c.model) throw new Error(`this protocol asks a free-form judge question: it needs --judge http with --judge-url and --judge-model (got --judge ${c.kind})`);
+  constructor(
+    private readonly c: JudgeConfig,
+    cachePath: string | undefined,
+    opts: { fetch?: typeof fetch } = {},
+  ) {
+    if (!judgeAnswersFreeForm(c) || !c.url || !c.model)
+      throw new Error(`this protocol asks a free-form judge question: it needs --judge http with --judge-url and --judge-model (got --judge ${c.kind})`);
     this.name = `${c.model}@${c.url}`;
-    this.client = new LlmClient({ baseUrl: c.url, model: c.model, concurrency: c.concurrency, timeoutMs: c.timeoutMs, maxRetries: c.maxRetries, fetch: opts.fetch });
+    this.client = new LlmClient({
+      baseUrl: c.url,
+      model: c.model,
+      concurrency: c.concurrency,
+      timeoutMs: c.timeoutMs,
+      maxRetries: c.maxRetries,
+      fetch: opts.fetch,
+    });
     this.cache = new JudgeCache(cachePath);
   }
 
@@ -81,7 +93,10 @@ export class ChatJudge {
     this.observer?.callStart();
     try {
       const r = await this.client.chat({
-        messages, temperature: 0, maxTokens: o.maxTokens, signal: o.signal,
+        messages,
+        temperature: 0,
+        maxTokens: o.maxTokens,
+        signal: o.signal,
         extraBody: this.c.noThink ? { chat_template_kwargs: { enable_thinking: false } } : undefined,
       });
       this.counters.promptTokens += r.usage.promptTokens ?? 0;

@@ -96,17 +96,24 @@ export function pairedBootstrap(a: EvalRow[], b: EvalRow[], opts: { resamples?: 
       if (Number.isFinite(d)) diffs[i]!.push(d);
     }
   }
-  const stats = Object.fromEntries(COVERAGE_KEYS.map((k, i) => {
-    const d = diffs[i]!.sort((x, y) => x - y);
-    const point = ratio(tb, i) - ratio(ta, i);
-    return [k, {
-      a: ratio(ta, i), b: ratio(tb, i), diff: point,
-      lo: d.length ? quantile(d, (1 - level) / 2) : point,
-      hi: d.length ? quantile(d, (1 + level) / 2) : point,
-      pBNotBetter: d.length ? d.filter((x) => x <= 0).length / d.length : NaN,
-      n: ta[2 * i + 1]!,
-    }];
-  })) as Record<CoverageKey, PairedDiff>;
+  const stats = Object.fromEntries(
+    COVERAGE_KEYS.map((k, i) => {
+      const d = diffs[i]!.sort((x, y) => x - y);
+      const point = ratio(tb, i) - ratio(ta, i);
+      return [
+        k,
+        {
+          a: ratio(ta, i),
+          b: ratio(tb, i),
+          diff: point,
+          lo: d.length ? quantile(d, (1 - level) / 2) : point,
+          hi: d.length ? quantile(d, (1 + level) / 2) : point,
+          pBNotBetter: d.length ? d.filter((x) => x <= 0).length / d.length : NaN,
+          n: ta[2 * i + 1]!,
+        },
+      ];
+    }),
+  ) as Record<CoverageKey, PairedDiff>;
   return { questions: shared.length, onlyA: qa.size - shared.length, onlyB: qb.size - shared.length, stats, bootstrap: { resamples, seed, level } };
 }
 
@@ -182,7 +189,10 @@ export function candidateOrders(n: number): number[][] {
     if (!rest.length) out.push(pre);
     rest.forEach((x, i) => perm([...pre, x], [...rest.slice(0, i), ...rest.slice(i + 1)]));
   };
-  perm([], Array.from({ length: n }, (_, i) => i));
+  perm(
+    [],
+    Array.from({ length: n }, (_, i) => i),
+  );
   return out;
 }
 
@@ -343,26 +353,32 @@ export async function compareSystems(o: {
   const prompt = loadPrompt(COMPARE_PROMPT);
   const n = o.systems.length;
   const orders = candidateOrders(n);
-  const tasks = o.questions.flatMap((q) => orders.map(async (order): Promise<Judgement> => {
-    const candidates = order.map((s, p) => `<plan number="${p + 1}">\n${o.systems[s]!.plans.get(q.id)!}\n</plan>`).join('\n\n');
-    const content = renderTemplate(prompt.template, { question: q.question, candidates, count: String(n) });
-    let pick: number | 'tie' | null = null;
-    let raw = '';
-    let error = false;
-    let cached = true;
-    for (let attempt = 0; attempt < 2 && pick === null; attempt++) {
-      const a = await o.judge.ask(prompt, [{ role: 'user', content }], { maxTokens: o.maxTokens ?? 512, attempt, signal: o.signal });
-      cached &&= a.cached;
-      error = a.content === null;
-      raw = a.content ?? a.error ?? '';
-      pick = a.content === null ? null : parsePreference(a.content, n);
-    }
-    const j: Judgement = {
-      questionId: q.id, order, winner: pick === null ? null : pick === 'tie' ? 'tie' : order[pick - 1]!, position: typeof pick === 'number' ? pick : null,
-      ...(error && { error: true }), ...(o.keepRaw && { raw }),
-    };
-    o.onJudgement?.(j, cached);
-    return j;
-  }));
+  const tasks = o.questions.flatMap((q) =>
+    orders.map(async (order): Promise<Judgement> => {
+      const candidates = order.map((s, p) => `<plan number="${p + 1}">\n${o.systems[s]!.plans.get(q.id)!}\n</plan>`).join('\n\n');
+      const content = renderTemplate(prompt.template, { question: q.question, candidates, count: String(n) });
+      let pick: number | 'tie' | null = null;
+      let raw = '';
+      let error = false;
+      let cached = true;
+      for (let attempt = 0; attempt < 2 && pick === null; attempt++) {
+        const a = await o.judge.ask(prompt, [{ role: 'user', content }], { maxTokens: o.maxTokens ?? 512, attempt, signal: o.signal });
+        cached &&= a.cached;
+        error = a.content === null;
+        raw = a.content ?? a.error ?? '';
+        pick = a.content === null ? null : parsePreference(a.content, n);
+      }
+      const j: Judgement = {
+        questionId: q.id,
+        order,
+        winner: pick === null ? null : pick === 'tie' ? 'tie' : order[pick - 1]!,
+        position: typeof pick === 'number' ? pick : null,
+        ...(error && { error: true }),
+        ...(o.keepRaw && { raw }),
+      };
+      o.onJudgement?.(j, cached);
+      return j;
+    }),
+  );
   return Promise.all(tasks);
 }

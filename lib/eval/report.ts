@@ -87,7 +87,6 @@ export interface ReportOptions {
   alpha?: number;
 }
 
-
 /** Linear-interpolated quantile of a sorted array (type 7, as numpy's default). */
 export function quantile(sorted: number[], q: number): number {
   if (!sorted.length) return NaN;
@@ -104,7 +103,6 @@ interface Cluster {
 
 const NSTAT = 16;
 const ORIGINS = ['R_Q', 'R_A', 'both'] as const;
-
 
 function clusterOf(rows: EvalRow[], alpha: number, prob = false): Cluster {
   const c = new Array<number>(NSTAT).fill(0);
@@ -173,7 +171,13 @@ export function rowsAgreement(rows: EvalRow[], opts: ReportOptions = {}): Agreem
   const judged = rows.filter((r) => r.judges && Object.keys(r.judges).length);
   if (!judged.length) return undefined;
   const names = [...new Set(judged.flatMap((r) => Object.keys(r.judges!)))];
-  const units: AgreementUnit[] = judged.map((r) => ({ planId: `${r.questionId}#${r.sample}`, itemId: r.itemId, cluster: r.questionId, ...(r.dimension && { dimension: r.dimension }), verdicts: r.judges! }));
+  const units: AgreementUnit[] = judged.map((r) => ({
+    planId: `${r.questionId}#${r.sample}`,
+    itemId: r.itemId,
+    cluster: r.questionId,
+    ...(r.dimension && { dimension: r.dimension }),
+    verdicts: r.judges!,
+  }));
   return judgeAgreement(units, names, { resamples: opts.resamples ?? 1000, seed: opts.seed ?? 0, level: opts.level ?? 0.95 });
 }
 
@@ -240,7 +244,9 @@ export function writeRowsJsonl(path: string, rows: EvalRow[]): void {
 
 /** Human-readable summary lines (percentages with the interval). */
 export function formatReport(r: EvalReport): string {
-  const pct = (s: Stat) => `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]` + (s.met !== undefined ? ` (${s.met}/${s.n}${s.nulls ? `, ${s.nulls} null` : ''})` : '');
+  const pct = (s: Stat) =>
+    `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]` +
+    (s.met !== undefined ? ` (${s.met}/${s.n}${s.nulls ? `, ${s.nulls} null` : ''})` : '');
   const pctP = (s: Stat) => `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]`;
   const lvl = `${Math.round(r.bootstrap.level * 100)}% CI, ${r.bootstrap.resamples} resamples`;
   return [

@@ -14,7 +14,10 @@ import { buildReport, type EvalReport, type EvalRow, type ReportOptions } from '
  * question is a string (wrapped in the task's student prompt) or chat messages sent as they are.
  */
 export interface PlanGenerator {
-  generate(questions: (string | ChatMessage[])[], opts: { samples: number; seed: number; signal?: AbortSignal }): Promise<{ text: string; finishReason?: string }[][]>;
+  generate(
+    questions: (string | ChatMessage[])[],
+    opts: { samples: number; seed: number; signal?: AbortSignal },
+  ): Promise<{ text: string; finishReason?: string }[][]>;
 }
 
 /** Options of {@link runEval}. */
@@ -56,13 +59,21 @@ export async function runEval(o: EvalOptions): Promise<{ report: EvalReport; row
   for (let start = 0, k = 0; start < o.items.length; start += chunk, k++) {
     o.signal?.throwIfAborted();
     const part = o.items.slice(start, start + chunk);
-    const gen = await o.generator.generate(part.map((it) => it.question), { samples, seed: (o.genSeed ?? 0) + k, signal: o.signal });
-    if (gen.length !== part.length || gen.some((g) => g.length !== samples)) throw new Error(`generator returned ${gen.map((g) => g.length)} plans for ${part.length} questions × ${samples}`);
+    const gen = await o.generator.generate(
+      part.map((it) => it.question),
+      { samples, seed: (o.genSeed ?? 0) + k, signal: o.signal },
+    );
+    if (gen.length !== part.length || gen.some((g) => g.length !== samples))
+      throw new Error(`generator returned ${gen.map((g) => g.length)} plans for ${part.length} questions × ${samples}`);
     const reqs = part.flatMap((it, i) =>
       gen[i].map((g, s) => {
         const plan = stripThink(g.text);
         plans.push({ questionId: it.id, sample: s, plan, finishReason: g.finishReason });
-        return { question: it.question, plan, items: [...it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general.map((g) => ({ id: g.id, text: g.text }))] };
+        return {
+          question: it.question,
+          plan,
+          items: [...it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general.map((g) => ({ id: g.id, text: g.text }))],
+        };
       }),
     );
     judging.push(

@@ -84,7 +84,10 @@ export function readSuite(path: string): Suite {
     const adapter = str(m, 'adapter', w, false);
     return { name: str(m, 'name', w)!, model: abs(str(m, 'model', w)!), ...(adapter && { adapter: abs(adapter) }) };
   });
-  for (const [what, names] of [['benchmark', benchmarks.map((b) => b.name)], ['model', models.map((m) => m.name)]] as const) {
+  for (const [what, names] of [
+    ['benchmark', benchmarks.map((b) => b.name)],
+    ['model', models.map((m) => m.name)],
+  ] as const) {
     const dup = names.find((n, i) => names.indexOf(n) !== i);
     if (dup) throw new Error(`${path}: ${what} name '${dup}' is used twice`);
   }
@@ -118,7 +121,11 @@ export interface SuiteTable {
  * Builds the table from each (model, benchmark)'s rows.
  * @param rows rows[model][benchmark] (ProtocolRow[] as `eval --out` writes them)
  */
-export function suiteTable(suite: { benchmarks: { name: string; protocol: string }[]; models: SuiteModel[] }, rows: ProtocolRow[][][], o: { resamples?: number; seed?: number; level?: number; alpha?: number } = {}): SuiteTable {
+export function suiteTable(
+  suite: { benchmarks: { name: string; protocol: string }[]; models: SuiteModel[] },
+  rows: ProtocolRow[][][],
+  o: { resamples?: number; seed?: number; level?: number; alpha?: number } = {},
+): SuiteTable {
   const resamples = o.resamples ?? 1000;
   const seed = o.seed ?? 0;
   const level = o.level ?? 0.95;
@@ -126,14 +133,16 @@ export function suiteTable(suite: { benchmarks: { name: string; protocol: string
   const average: ({ score: number; lo: number; hi: number } | null)[] = [];
   suite.models.forEach((_m, mi) => {
     const drawsPer: number[][] = [];
-    cells.push(suite.benchmarks.map((b, bi) => {
-      const p = getProtocol(b.protocol);
-      const rs = rows[mi]![bi]!;
-      const s = scoreRows(p, rs, { resamples, seed: seed + bi, level, alpha: o.alpha });
-      if (!s.score) return null;
-      drawsPer.push(bootstrapMeans(questionScores(p, rs, o.alpha), p.finish, resamples, seed + bi));
-      return { score: s.score.score, lo: s.score.lo, hi: s.score.hi, n: s.score.n, skipped: s.skipped, verdicts: s.verdicts, nulls: s.nulls };
-    }));
+    cells.push(
+      suite.benchmarks.map((b, bi) => {
+        const p = getProtocol(b.protocol);
+        const rs = rows[mi]![bi]!;
+        const s = scoreRows(p, rs, { resamples, seed: seed + bi, level, alpha: o.alpha });
+        if (!s.score) return null;
+        drawsPer.push(bootstrapMeans(questionScores(p, rs, o.alpha), p.finish, resamples, seed + bi));
+        return { score: s.score.score, lo: s.score.lo, hi: s.score.hi, n: s.score.n, skipped: s.skipped, verdicts: s.verdicts, nulls: s.nulls };
+      }),
+    );
     const row = cells[mi]!;
     if (row.some((c) => c === null)) {
       average.push(null);
@@ -158,10 +167,17 @@ export function suiteTable(suite: { benchmarks: { name: string; protocol: string
 
 /** The table as Markdown: `score [lo, hi]` per cell (×100, one decimal), then the average. */
 export function formatSuiteTable(t: SuiteTable): string {
-  const f = (c: { score: number; lo: number; hi: number } | null) => (c ? `${(100 * c.score).toFixed(1)} [${(100 * c.lo).toFixed(1)}, ${(100 * c.hi).toFixed(1)}]` : '—');
+  const f = (c: { score: number; lo: number; hi: number } | null) =>
+    c ? `${(100 * c.score).toFixed(1)} [${(100 * c.lo).toFixed(1)}, ${(100 * c.hi).toFixed(1)}]` : '—';
   const head = ['model', ...t.benchmarks.map((b) => b.name), 'Average'];
   const body = t.models.map((m, i) => [m.name, ...t.cells[i]!.map(f), f(t.average[i]!)]);
   const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
   const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(w[i]!)).join(' | ')} |`;
-  return [line(head), `|${w.map((n) => '-'.repeat(n + 2)).join('|')}|`, ...body.map(line), '', `scores × 100 with ${100 * t.bootstrap.level}% bootstrap CIs over questions (${t.bootstrap.resamples} resamples); protocols: ${t.benchmarks.map((b) => `${b.name} = ${b.protocol}`).join(', ')}`].join('\n');
+  return [
+    line(head),
+    `|${w.map((n) => '-'.repeat(n + 2)).join('|')}|`,
+    ...body.map(line),
+    '',
+    `scores × 100 with ${100 * t.bootstrap.level}% bootstrap CIs over questions (${t.bootstrap.resamples} resamples); protocols: ${t.benchmarks.map((b) => `${b.name} = ${b.protocol}`).join(', ')}`,
+  ].join('\n');
 }

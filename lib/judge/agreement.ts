@@ -117,7 +117,8 @@ function pairStats(c: number[]): { agreement: Value; kappa: Value } {
   const qa = (n11 + n10) / n;
   const qb = (n11 + n01) / n;
   const pe = qa * qb + (1 - qa) * (1 - qb);
-  const kappa: Value = pe >= 1 ? { value: null, reason: 'chance agreement p_e = 1: both judges gave one and the same verdict on every unit' } : { value: (po - pe) / (1 - pe) };
+  const kappa: Value =
+    pe >= 1 ? { value: null, reason: 'chance agreement p_e = 1: both judges gave one and the same verdict on every unit' } : { value: (po - pe) / (1 - pe) };
   return { agreement: { value: po }, kappa };
 }
 
@@ -137,7 +138,8 @@ function labelStats(c: number[]): { agreement: Value; precision: Value; recall: 
   const [tp, fp, fn, tn] = c;
   const n = tp + fp + fn + tn;
   const none = (r: string): Value => ({ value: null, reason: r });
-  if (!n) return { agreement: none('no labelled units'), precision: none('no labelled units'), recall: none('no labelled units'), f1: none('no labelled units') };
+  if (!n)
+    return { agreement: none('no labelled units'), precision: none('no labelled units'), recall: none('no labelled units'), f1: none('no labelled units') };
   const precision: Value = tp + fp ? { value: tp / (tp + fp) } : none('the judge said "yes" on no labelled unit (TP + FP = 0)');
   const recall: Value = tp + fn ? { value: tp / (tp + fn) } : none('no unit is labelled "yes" (TP + FN = 0)');
   const f1: Value = 2 * tp + fp + fn ? { value: (2 * tp) / (2 * tp + fp + fn) } : none('no "yes" among verdicts or labels (2TP + FP + FN = 0)');
@@ -232,7 +234,12 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
         }
         return c;
       });
-      const r = withIntervals(cs, (s) => pairStats(s), (s) => s[0] + s[1] + s[2] + s[3], o);
+      const r = withIntervals(
+        cs,
+        (s) => pairStats(s),
+        (s) => s[0] + s[1] + s[2] + s[3],
+        o,
+      );
       pairs.push({ a, b, nulls, agreement: r.agreement, kappa: r.kappa });
     }
   }
@@ -249,7 +256,15 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
     }
     return c;
   });
-  const fleiss = m >= 2 ? withIntervals(fcs, (s) => ({ k: fleissStat(s, m) }), (s) => s[0], o).k : { value: null, lo: null, hi: null, n: 0, reason: 'fewer than two judges' };
+  const fleiss =
+    m >= 2
+      ? withIntervals(
+          fcs,
+          (s) => ({ k: fleissStat(s, m) }),
+          (s) => s[0],
+          o,
+        ).k
+      : { value: null, lo: null, hi: null, n: 0, reason: 'fewer than two judges' };
   const g: GroupAgreement = { units: units.length, pairs, fleiss };
   if (units.some((u) => typeof u.label === 'boolean')) {
     g.labels = judges.map((judge) => {
@@ -264,7 +279,12 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
         }
         return c;
       });
-      const r = withIntervals(cs, (s) => labelStats(s), (s) => s[0] + s[1] + s[2] + s[3], o);
+      const r = withIntervals(
+        cs,
+        (s) => labelStats(s),
+        (s) => s[0] + s[1] + s[2] + s[3],
+        o,
+      );
       return { judge, nulls, agreement: r.agreement, precision: r.precision, recall: r.recall, f1: r.f1 };
     });
   }
@@ -301,8 +321,10 @@ export function formatAgreement(r: AgreementReport): string {
   const groups: [string, GroupAgreement][] = [['overall', r.overall], ...Object.entries(r.byDimension)];
   for (const [name, g] of groups) {
     lines.push(`  ${name} (${g.units} units): Fleiss κ ${f(g.fleiss)}`);
-    for (const p of g.pairs) lines.push(`    ${p.a} vs ${p.b}: agree ${f(p.agreement)}, Cohen κ ${f(p.kappa)}${p.nulls ? ` (${p.nulls} with a null left out)` : ''}`);
-    for (const l of g.labels ?? []) lines.push(`    ${l.judge} vs labels: agree ${f(l.agreement)}, precision ${f(l.precision)}, recall ${f(l.recall)}, F1 ${f(l.f1)}`);
+    for (const p of g.pairs)
+      lines.push(`    ${p.a} vs ${p.b}: agree ${f(p.agreement)}, Cohen κ ${f(p.kappa)}${p.nulls ? ` (${p.nulls} with a null left out)` : ''}`);
+    for (const l of g.labels ?? [])
+      lines.push(`    ${l.judge} vs labels: agree ${f(l.agreement)}, precision ${f(l.precision)}, recall ${f(l.recall)}, F1 ${f(l.f1)}`);
   }
   return lines.join('\n');
 }

@@ -32,12 +32,16 @@ export class JudgeCache {
     if (sqlitePath) {
       this.db = openDatabase(sqlitePath);
       this.db.pragma('journal_mode = WAL');
-      this.db.exec('CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, content TEXT NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER, created TEXT, prob REAL)');
+      this.db.exec(
+        'CREATE TABLE IF NOT EXISTS judge_cache (key TEXT PRIMARY KEY, content TEXT NOT NULL, prompt_tokens INTEGER, completion_tokens INTEGER, created TEXT, prob REAL)',
+      );
       // Caches written before P(yes) was recorded have no prob column.
       const cols = (this.db.prepare('PRAGMA table_info(judge_cache)').all() as { name: string }[]).map((c) => c.name);
       if (!cols.includes('prob')) this.db.exec('ALTER TABLE judge_cache ADD COLUMN prob REAL');
       this.getStmt = this.db.prepare('SELECT content, prompt_tokens, completion_tokens, prob FROM judge_cache WHERE key = ?');
-      this.putStmt = this.db.prepare('INSERT OR REPLACE INTO judge_cache (key, content, prompt_tokens, completion_tokens, created, prob) VALUES (?, ?, ?, ?, ?, ?)');
+      this.putStmt = this.db.prepare(
+        'INSERT OR REPLACE INTO judge_cache (key, content, prompt_tokens, completion_tokens, created, prob) VALUES (?, ?, ?, ?, ?, ?)',
+      );
     }
   }
 

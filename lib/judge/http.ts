@@ -28,7 +28,18 @@ import { yesProbabilityFromChatLogprobs } from './logprobs.js';
 import type { TokenLogprob } from '../llm/client.js';
 import type { ChatMessage } from '../llm/messages.js';
 export type { ChatMessage };
-import { loadPrompt, parseBinaryVerdict, readPlanVerdicts, perItemMessage, perPlanMessage, perPlanSchema, verdictFromText, PER_ITEM_PROMPT, PER_PLAN_PROMPT, type PromptTemplate } from './verdict.js';
+import {
+  loadPrompt,
+  parseBinaryVerdict,
+  readPlanVerdicts,
+  perItemMessage,
+  perPlanMessage,
+  perPlanSchema,
+  verdictFromText,
+  PER_ITEM_PROMPT,
+  PER_PLAN_PROMPT,
+  type PromptTemplate,
+} from './verdict.js';
 
 /** Alternatives per position asked for when P(yes) is wanted (the OpenAI maximum). */
 export const JUDGE_TOP_LOGPROBS = 20;
@@ -38,7 +49,15 @@ export const JUDGE_TOP_LOGPROBS = 20;
  * stripped or not — the judge strips again) and its usage; it rejects after its own retries.
  */
 export interface ChatLike {
-  chat(req: { messages: ChatMessage[]; temperature?: number; maxTokens?: number; responseFormat?: Record<string, unknown>; signal?: AbortSignal; extraBody?: Record<string, unknown>; topLogprobs?: number }): Promise<{
+  chat(req: {
+    messages: ChatMessage[];
+    temperature?: number;
+    maxTokens?: number;
+    responseFormat?: Record<string, unknown>;
+    signal?: AbortSignal;
+    extraBody?: Record<string, unknown>;
+    topLogprobs?: number;
+  }): Promise<{
     content: string;
     finishReason?: string | null;
     /** OpenAI chat `choices[0].logprobs.content`, when asked for and returned. */
@@ -132,11 +151,28 @@ export class HttpJudge implements Judge, Disposable {
   }
 
   /** Sends (or reads from cache) one chat request; rejects only when the transport does. */
-  private ask(messages: ChatMessage[], prompt: PromptTemplate, maxTokens: number, responseFormat: Record<string, unknown> | undefined, signal?: AbortSignal): Promise<CachedAnswer> {
+  private ask(
+    messages: ChatMessage[],
+    prompt: PromptTemplate,
+    maxTokens: number,
+    responseFormat: Record<string, unknown> | undefined,
+    signal?: AbortSignal,
+  ): Promise<CachedAnswer> {
     const temperature = this.o.temperature ?? 0;
     const extraBody = this.o.extraBody;
     const topLogprobs = this.o.logprobs && this.mode === 'per-item' ? JUDGE_TOP_LOGPROBS : undefined;
-    const key = requestHash({ v: 1, model: this.o.model, url: this.o.url ?? '', prompt: `${prompt.name}#${prompt.hash}`, messages, temperature, maxTokens, rf: responseFormat ?? null, extra: extraBody ?? null, ...(topLogprobs && { lp: topLogprobs, variants: this.o.variants ?? 'pair' }) });
+    const key = requestHash({
+      v: 1,
+      model: this.o.model,
+      url: this.o.url ?? '',
+      prompt: `${prompt.name}#${prompt.hash}`,
+      messages,
+      temperature,
+      maxTokens,
+      rf: responseFormat ?? null,
+      extra: extraBody ?? null,
+      ...(topLogprobs && { lp: topLogprobs, variants: this.o.variants ?? 'pair' }),
+    });
     const hit = this.cache?.get(key);
     if (hit) {
       this.s.cacheHits++;
@@ -152,7 +188,15 @@ export class HttpJudge implements Judge, Disposable {
       this.s.requests++;
       let res: Awaited<ReturnType<ChatLike['chat']>>;
       try {
-        res = await this.o.client.chat({ messages, temperature, maxTokens, ...(responseFormat ? { responseFormat } : {}), ...(extraBody ? { extraBody } : {}), ...(topLogprobs && { topLogprobs }), signal });
+        res = await this.o.client.chat({
+          messages,
+          temperature,
+          maxTokens,
+          ...(responseFormat ? { responseFormat } : {}),
+          ...(extraBody ? { extraBody } : {}),
+          ...(topLogprobs && { topLogprobs }),
+          signal,
+        });
       } catch (e) {
         // A truncated answer (finish_reason "length") is still an answer: "Yes, because …" cut at
         // max_tokens reads as yes; cut-off JSON or thinking reads as null (unparsed).
@@ -177,7 +221,12 @@ export class HttpJudge implements Judge, Disposable {
   }
 
   private messages(user: string): ChatMessage[] {
-    return this.o.system ? [{ role: 'system', content: this.o.system }, { role: 'user', content: user }] : [{ role: 'user', content: user }];
+    return this.o.system
+      ? [
+          { role: 'system', content: this.o.system },
+          { role: 'user', content: user },
+        ]
+      : [{ role: 'user', content: user }];
   }
 
   private failed(itemIds: string[], e: unknown, signal?: AbortSignal): Verdict[] {
@@ -213,7 +262,8 @@ export class HttpJudge implements Judge, Disposable {
         ),
       );
     } else {
-      const rf = this.o.jsonSchema === false ? undefined : { type: 'json_schema', json_schema: { name: 'rubric_verdicts', schema: perPlanSchema, strict: true } };
+      const rf =
+        this.o.jsonSchema === false ? undefined : { type: 'json_schema', json_schema: { name: 'rubric_verdicts', schema: perPlanSchema, strict: true } };
       out = await Promise.all(
         requests.map(async (r) => {
           if (!r.items.length) return [];
@@ -225,7 +275,11 @@ export class HttpJudge implements Judge, Disposable {
             this.s.duplicateIds += pr.duplicateIds.length;
             return pr.verdicts;
           } catch (e) {
-            return this.failed(r.items.map((i) => i.id), e, signal);
+            return this.failed(
+              r.items.map((i) => i.id),
+              e,
+              signal,
+            );
           }
         }),
       );

@@ -25,7 +25,18 @@
  */
 import { JURY_AGGREGATIONS, JURY_FAILURE_RULES, juryMemberProblems, juryOfOneWarning, type JuryAggregation, type JuryFailureRule } from '../config/judge.js';
 import type { AgreementUnit } from './agreement.js';
-import { JudgeHealthError, emptyStats, judgeHealth, type Judge, type JudgeCallOptions, type JudgeHealth, type JudgeRequest, type JudgeStats, type MemberVerdict, type Verdict } from './types.js';
+import {
+  JudgeHealthError,
+  emptyStats,
+  judgeHealth,
+  type Judge,
+  type JudgeCallOptions,
+  type JudgeHealth,
+  type JudgeRequest,
+  type JudgeStats,
+  type MemberVerdict,
+  type Verdict,
+} from './types.js';
 
 export { JURY_AGGREGATIONS, JURY_FAILURE_RULES, juryMemberProblems, juryOfOneWarning, type JuryAggregation, type JuryFailureRule };
 
@@ -112,14 +123,24 @@ export function memberSummaryOf(vs: Verdict[]): Record<string, JudgeHealth & { m
 }
 
 /** Sum of per-member summaries (a GRPO step's plans), undefined when none has one. */
-export function addMemberSummaries(list: (Record<string, JudgeHealth & { met: number }> | undefined)[]): Record<string, JudgeHealth & { met: number }> | undefined {
+export function addMemberSummaries(
+  list: (Record<string, JudgeHealth & { met: number }> | undefined)[],
+): Record<string, JudgeHealth & { met: number }> | undefined {
   let out: Record<string, JudgeHealth & { met: number }> | undefined;
   for (const x of list) {
     if (!x) continue;
     out ??= {};
     for (const [k, h] of Object.entries(x)) {
       const c = out[k] ?? { verdicts: 0, nulls: 0, refusals: 0, unparsed: 0, errors: 0, withProb: 0, met: 0 };
-      out[k] = { verdicts: c.verdicts + h.verdicts, nulls: c.nulls + h.nulls, refusals: c.refusals + h.refusals, unparsed: c.unparsed + h.unparsed, errors: c.errors + h.errors, withProb: c.withProb + h.withProb, met: c.met + h.met };
+      out[k] = {
+        verdicts: c.verdicts + h.verdicts,
+        nulls: c.nulls + h.nulls,
+        refusals: c.refusals + h.refusals,
+        unparsed: c.unparsed + h.unparsed,
+        errors: c.errors + h.errors,
+        withProb: c.withProb + h.withProb,
+        met: c.met + h.met,
+      };
     }
   }
   return out;
@@ -141,9 +162,11 @@ export class JuryJudge implements Judge {
     const errs = juryMemberProblems(members, 'jury members');
     if (errs.length) throw new TypeError(errs.join('; '));
     this.aggregation = opts.aggregation ?? 'majority';
-    if (!JURY_AGGREGATIONS.includes(this.aggregation)) throw new TypeError(`jury aggregation must be ${JURY_AGGREGATIONS.join(' | ')}, got ${JSON.stringify(this.aggregation)}`);
+    if (!JURY_AGGREGATIONS.includes(this.aggregation))
+      throw new TypeError(`jury aggregation must be ${JURY_AGGREGATIONS.join(' | ')}, got ${JSON.stringify(this.aggregation)}`);
     this.onMemberFailure = opts.onMemberFailure ?? 'stop';
-    if (!JURY_FAILURE_RULES.includes(this.onMemberFailure)) throw new TypeError(`jury onMemberFailure must be stop | continue, got ${JSON.stringify(this.onMemberFailure)}`);
+    if (!JURY_FAILURE_RULES.includes(this.onMemberFailure))
+      throw new TypeError(`jury onMemberFailure must be stop | continue, got ${JSON.stringify(this.onMemberFailure)}`);
     this.warn = opts.onWarning ?? ((m) => console.warn(`warning: ${m}`));
     if (members.length === 1) this.warn(juryOfOneWarning('jury members'));
     this.members = members.map((m) => ({ name: m.name, weight: m.weight ?? 1, maxNullRate: m.maxNullRate ?? 0.5 }));
@@ -191,14 +214,23 @@ export class JuryJudge implements Judge {
         vs = r.value;
         const h = judgeHealth(vs.flat());
         const prev = this.health.get(m.name)!;
-        this.health.set(m.name, { verdicts: prev.verdicts + h.verdicts, nulls: prev.nulls + h.nulls, refusals: prev.refusals + h.refusals, unparsed: prev.unparsed + h.unparsed, errors: prev.errors + h.errors, withProb: prev.withProb + h.withProb });
+        this.health.set(m.name, {
+          verdicts: prev.verdicts + h.verdicts,
+          nulls: prev.nulls + h.nulls,
+          refusals: prev.refusals + h.refusals,
+          unparsed: prev.unparsed + h.unparsed,
+          errors: prev.errors + h.errors,
+          withProb: prev.withProb + h.withProb,
+        });
         if (h.verdicts && h.nulls / h.verdicts > m.maxNullRate) {
           why = `${h.nulls} of ${h.verdicts} verdicts null (${((100 * h.nulls) / h.verdicts).toFixed(0)}% > ${(100 * m.maxNullRate).toFixed(0)}%: ${h.errors} failed requests, ${h.unparsed} unreadable, ${h.refusals} refusals)`;
         }
       }
       if (why) {
         if (this.onMemberFailure === 'stop') {
-          throw new JudgeHealthError(`jury member ${m.name} failed: ${why}; the run stops (judge.onMemberFailure stop; set it to continue to go on without the member, reported per call)`);
+          throw new JudgeHealthError(
+            `jury member ${m.name} failed: ${why}; the run stops (judge.onMemberFailure stop; set it to continue to go on without the member, reported per call)`,
+          );
         }
         this.failures.set(m.name, (this.failures.get(m.name) ?? 0) + 1);
         failed.push(`${m.name} (${why})`);
@@ -207,7 +239,8 @@ export class JuryJudge implements Judge {
       perMember.push(vs);
     });
     if (failed.length === this.members.length) throw new JudgeHealthError(`jury: every member failed: ${failed.join('; ')}`);
-    if (failed.length) this.warn(`jury: ${failed.length} of ${this.members.length} members left out of this call (judge.onMemberFailure continue): ${failed.join('; ')}`);
+    if (failed.length)
+      this.warn(`jury: ${failed.length} of ${this.members.length} members left out of this call (judge.onMemberFailure continue): ${failed.join('; ')}`);
     const weights = this.members.map((m) => m.weight);
     return requests.map((r, i) =>
       r.items.map((it, k) => {

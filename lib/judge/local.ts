@@ -68,7 +68,12 @@ export type LastLogitsFn = (inputIds: number[][], signal?: AbortSignal) => Promi
 
 /** The slice of the native `Model` the local judge needs. */
 export interface ForwardModel {
-  forward(args: { inputIds: JsTensor<Int32Array>; attentionMask: JsTensor<Int32Array>; outputs?: ('logits' | 'hidden')[]; adapter?: string }): Promise<{ logits?: JsTensor<Float32Array> }>;
+  forward(args: {
+    inputIds: JsTensor<Int32Array>;
+    attentionMask: JsTensor<Int32Array>;
+    outputs?: ('logits' | 'hidden')[];
+    adapter?: string;
+  }): Promise<{ logits?: JsTensor<Float32Array> }>;
 }
 
 /**
@@ -96,7 +101,7 @@ export function padRight(rows: number[][], padId: number): { ids: JsTensor<Int32
  */
 export function* longestFirstBatches(lengths: number[], rowsFor: (len: number) => number): Generator<number[]> {
   const order = lengths.map((_, i) => i).sort((a, b) => lengths[b] - lengths[a]);
-  for (let k = 0; k < order.length; ) {
+  for (let k = 0; k < order.length;) {
     const take = order.slice(k, k + Math.max(1, Math.floor(rowsFor(lengths[order[k]]))));
     k += take.length;
     yield take;
@@ -109,13 +114,22 @@ export function* longestFirstBatches(lengths: number[], rowsFor: (len: number) =
  * so that B·T·V·4 bytes stays under `maxLogitBytes` (default 1 GiB); only the last position of each
  * row is kept.
  */
-export function modelLastLogits(model: ForwardModel, opts: { padId: number; adapter?: string; vocabSize: number; maxLogitBytes?: number; maxBatch?: number }): LastLogitsFn {
+export function modelLastLogits(
+  model: ForwardModel,
+  opts: { padId: number; adapter?: string; vocabSize: number; maxLogitBytes?: number; maxBatch?: number },
+): LastLogitsFn {
   const budget = opts.maxLogitBytes ?? 2 ** 30;
   return async (rows, signal) => {
     const out: Float32Array[] = new Array(rows.length);
-    for (const take of longestFirstBatches(rows.map((r) => r.length), (T) => Math.min(budget / (T * opts.vocabSize * 4), opts.maxBatch ?? 16))) {
+    for (const take of longestFirstBatches(
+      rows.map((r) => r.length),
+      (T) => Math.min(budget / (T * opts.vocabSize * 4), opts.maxBatch ?? 16),
+    )) {
       signal?.throwIfAborted();
-      const { ids, mask, last } = padRight(take.map((i) => rows[i]), opts.padId);
+      const { ids, mask, last } = padRight(
+        take.map((i) => rows[i]),
+        opts.padId,
+      );
       const { logits } = await model.forward({ inputIds: ids, attentionMask: mask, outputs: ['logits'], adapter: opts.adapter ?? 'none' });
       if (!logits) throw new Error('forward returned no logits');
       const [B, Tl, V] = logits.shape;
@@ -166,7 +180,10 @@ function liveModel(m: unknown, what: string): Qwen3Model {
  * on one position per row. Rows are grouped so that rows × padded length ≤ `maxTokensPerCall`
  * (default 16384). `adapter` defaults to 'none' (the frozen base).
  */
-export function sequenceLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: SequenceLogprobsFn<M> } = { padId: 0 }): AnswerScorer {
+export function sequenceLogprobsScorer<M = Qwen3Model>(
+  model: M,
+  opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: SequenceLogprobsFn<M> } = { padId: 0 },
+): AnswerScorer {
   const call: SequenceLogprobsFn<M> = opts.fn ?? ((m, a) => native().sequenceLogprobs(liveModel(m, 'sequenceLogprobsScorer'), a));
   const target = model;
   const budget = opts.maxTokensPerCall ?? 16384;
@@ -174,14 +191,26 @@ export function sequenceLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: 
     const rows: { p: number; c: number; ids: number[] }[] = [];
     prompts.forEach((ids, p) => candidates.forEach((cand, c) => rows.push({ p, c, ids: [...ids, cand] })));
     const out = prompts.map(() => new Float64Array(candidates.length));
-    for (const batch of longestFirstBatches(rows.map((r) => r.ids.length), (T) => budget / T)) {
+    for (const batch of longestFirstBatches(
+      rows.map((r) => r.ids.length),
+      (T) => budget / T,
+    )) {
       signal?.throwIfAborted();
       const take = batch.map((i) => rows[i]);
       const T = take[0].ids.length;
-      const { ids, mask, last } = padRight(take.map((r) => r.ids), opts.padId);
+      const { ids, mask, last } = padRight(
+        take.map((r) => r.ids),
+        opts.padId,
+      );
       const cm = new Int32Array(ids.data.length);
       take.forEach((_, b) => (cm[b * T + last[b]] = 1));
-      const lp = await call(target, { inputIds: ids, attentionMask: mask, completionMask: { data: cm, shape: [take.length, T] }, temperature: 1, adapter: opts.adapter ?? 'none' });
+      const lp = await call(target, {
+        inputIds: ids,
+        attentionMask: mask,
+        completionMask: { data: cm, shape: [take.length, T] },
+        temperature: 1,
+        adapter: opts.adapter ?? 'none',
+      });
       if (lp.shape[0] !== take.length || lp.shape[1] !== T) throw new Error(`sequenceLogprobs returned [${lp.shape}] for a [${take.length}, ${T}] batch`);
       take.forEach((r, b) => (out[r.p][r.c] = lp.data[b * T + last[b]]));
     }
@@ -208,16 +237,25 @@ export const PREFIX_TOKENS_PER_CALL = 65536;
  * with both lengths as `prefixLogprobs` buckets them (the prefix to a multiple of 64, the suffixes
  * to a multiple of 16; native/steps/steps.h): its KV cache holds that many tokens per row.
  */
-export function prefixLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn<M> } = { padId: 0 }): PrefixScorer {
+export function prefixLogprobsScorer<M = Qwen3Model>(
+  model: M,
+  opts: { padId: number; adapter?: string; maxTokensPerCall?: number; fn?: PrefixLogprobsFn<M> } = { padId: 0 },
+): PrefixScorer {
   const call: PrefixLogprobsFn<M> = opts.fn ?? ((m, a) => native().prefixLogprobs(liveModel(m, 'prefixLogprobsScorer'), a));
   const target = model;
   const budget = opts.maxTokensPerCall ?? PREFIX_TOKENS_PER_CALL;
   return async (prefix, suffixes, candidates, signal) => {
     const out: Float64Array[] = new Array(suffixes.length);
     const bucketed = (S: number) => Math.ceil(prefix.length / 64) * 64 + Math.ceil(S / 16) * 16;
-    for (const take of longestFirstBatches(suffixes.map((s) => s.length), (S) => budget / bucketed(S))) {
+    for (const take of longestFirstBatches(
+      suffixes.map((s) => s.length),
+      (S) => budget / bucketed(S),
+    )) {
       signal?.throwIfAborted();
-      const { ids } = padRight(take.map((i) => suffixes[i]), opts.padId);
+      const { ids } = padRight(
+        take.map((i) => suffixes[i]),
+        opts.padId,
+      );
       const lp = await call(target, {
         prefixIds: { data: Int32Array.from(prefix), shape: [1, prefix.length] },
         suffixIds: ids,
@@ -225,7 +263,8 @@ export function prefixLogprobsScorer<M = Qwen3Model>(model: M, opts: { padId: nu
         candidates: { data: Int32Array.from(candidates), shape: [candidates.length] },
         adapter: opts.adapter ?? 'none',
       });
-      if (lp.shape[0] !== take.length || lp.shape[1] !== candidates.length) throw new Error(`prefixLogprobs returned [${lp.shape}] for ${take.length} rows × ${candidates.length} candidates`);
+      if (lp.shape[0] !== take.length || lp.shape[1] !== candidates.length)
+        throw new Error(`prefixLogprobs returned [${lp.shape}] for ${take.length} rows × ${candidates.length} candidates`);
       take.forEach((i, b) => (out[i] = Float64Array.from(lp.data.subarray(b * candidates.length, (b + 1) * candidates.length))));
     }
     return out;
@@ -400,7 +439,18 @@ function checkJudgeOptions(fn: string, opts: unknown): void {
 export class LocalJudge implements Judge, Disposable {
   readonly name: string;
   private readonly s: JudgeStats = emptyStats();
-  private readonly t: LocalJudgeTimings = { calls: 0, render: 0, tokenize: 0, group: 0, score: 0, map: 0, promptsSplit: 0, promptsWhole: 0, promptsPrefixShared: 0, promptsPerPrompt: 0 };
+  private readonly t: LocalJudgeTimings = {
+    calls: 0,
+    render: 0,
+    tokenize: 0,
+    group: 0,
+    score: 0,
+    map: 0,
+    promptsSplit: 0,
+    promptsWhole: 0,
+    promptsPrefixShared: 0,
+    promptsPerPrompt: 0,
+  };
   private constructor(
     private readonly o: LocalJudgeOptions,
     readonly yesIds: number[],
@@ -412,8 +462,10 @@ export class LocalJudge implements Judge, Disposable {
 
   /** Resolves the yes/no token ids; throws when either side has no single-token variant, a TypeError (ERR_PG_ARG) naming a bad option. */
   static async create(o: LocalJudgeOptions): Promise<LocalJudge> {
-    if (o === null || typeof o !== 'object') throw argError(`LocalJudge.create: options must be an object with tokenizer, template and scorer (or lastLogits), got ${describeValue(o)}`);
-    for (const k of ['tokenizer', 'template'] as const) if (!o[k] || typeof o[k] !== 'object') throw argError(`LocalJudge.create: options.${k} is required, got ${describeValue(o[k])}`);
+    if (o === null || typeof o !== 'object')
+      throw argError(`LocalJudge.create: options must be an object with tokenizer, template and scorer (or lastLogits), got ${describeValue(o)}`);
+    for (const k of ['tokenizer', 'template'] as const)
+      if (!o[k] || typeof o[k] !== 'object') throw argError(`LocalJudge.create: options.${k} is required, got ${describeValue(o[k])}`);
     checkJudgeOptions('LocalJudge.create', o);
     // Default: all variants when full logits are at hand (free), the Yes/No pair otherwise (each answer token costs a row).
     const all = (o.variants ?? (o.lastLogits && !o.scorer ? 'all' : 'pair')) === 'all';
@@ -451,7 +503,10 @@ export class LocalJudge implements Judge, Disposable {
 
   /** Token ids of the judge prompt for one (question, plan, item): chat-rendered, generation prompt, no thinking. */
   async promptIds(question: string, plan: string, itemText: string): Promise<number[]> {
-    const text = this.o.template.render([{ role: 'user', content: perItemMessage(question, plan, { id: '', text: itemText }, this.prompt) }], { addGenerationPrompt: true, enableThinking: false });
+    const text = this.o.template.render([{ role: 'user', content: perItemMessage(question, plan, { id: '', text: itemText }, this.prompt) }], {
+      addGenerationPrompt: true,
+      enableThinking: false,
+    });
     return this.o.tokenizer.encode(text);
   }
 
@@ -480,7 +535,10 @@ export class LocalJudge implements Judge, Disposable {
    * {@link Tokenizer.concatSafe} holds for the two parts (then the ids equal tokenizing the whole
    * text), else it is tokenized whole. Identical heads and tails are tokenized once.
    */
-  private async encodePrompts(requests: JudgeRequest[], lap: (k: 'render' | 'tokenize') => void): Promise<{ texts: string[]; slots: { r: number; k: number; u: number }[]; ids: number[][] }> {
+  private async encodePrompts(
+    requests: JudgeRequest[],
+    lap: (k: 'render' | 'tokenize') => void,
+  ): Promise<{ texts: string[]; slots: { r: number; k: number; u: number }[]; ids: number[][] }> {
     const tok = this.o.tokenizer;
     const split = this.o.tokenSplit !== false && tok.lineSplit === true;
     const texts: string[] = [];
@@ -499,7 +557,11 @@ export class LocalJudge implements Judge, Disposable {
       }
       return i;
     };
-    const render = (req: JudgeRequest, text: string) => this.o.template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, { id: '', text }, this.prompt) }], { addGenerationPrompt: true, enableThinking: false });
+    const render = (req: JudgeRequest, text: string) =>
+      this.o.template.render([{ role: 'user', content: perItemMessage(req.question, req.plan, { id: '', text }, this.prompt) }], {
+        addGenerationPrompt: true,
+        enableThinking: false,
+      });
     // Substitution instead of one render per item: exact when the chat template writes a lone user
     // message verbatim (ChatTemplate.userContentVerbatim) and the marker occurs once in the marked
     // prompt (renderTemplate substitutes {{item}} in one pass, so the user message is then
@@ -520,7 +582,8 @@ export class LocalJudge implements Judge, Disposable {
         if (split && nl >= 0) head = marked!.slice(0, nl + 1);
         // The one marker must be the item's: a question or plan quoting it, under a prompt without {{item}}, would otherwise be replaced.
         const quoted = req.question.includes(ITEM_MARKER) || req.plan.includes(ITEM_MARKER);
-        if (substitute && !quoted && at >= 0 && marked!.lastIndexOf(ITEM_MARKER) === at) around = [marked!.slice(0, at), marked!.slice(at + ITEM_MARKER.length)];
+        if (substitute && !quoted && at >= 0 && marked!.lastIndexOf(ITEM_MARKER) === at)
+          around = [marked!.slice(0, at), marked!.slice(at + ITEM_MARKER.length)];
       }
       req.items.forEach((it, k) => {
         const t = around ? around[0] + it.text + around[1] : render(req, it.text);
@@ -592,16 +655,25 @@ export class LocalJudge implements Judge, Disposable {
       const scorer = this.o.prefixScorer;
       const limit = pLimit(Math.max(1, this.o.planConcurrency ?? 1));
       let failure: { reason: unknown } | undefined;
-      const settled = await Promise.allSettled(plans.map(({ us, P }) => limit(async () => {
-        if (failure) throw failure.reason;
-        try {
-          opts.signal?.throwIfAborted();
-          return await scorer(ids[us[0]].slice(0, P), us.map((u) => ids[u].slice(P)), candidates, opts.signal);
-        } catch (e) {
-          failure ??= { reason: e };
-          throw e;
-        }
-      })));
+      const settled = await Promise.allSettled(
+        plans.map(({ us, P }) =>
+          limit(async () => {
+            if (failure) throw failure.reason;
+            try {
+              opts.signal?.throwIfAborted();
+              return await scorer(
+                ids[us[0]].slice(0, P),
+                us.map((u) => ids[u].slice(P)),
+                candidates,
+                opts.signal,
+              );
+            } catch (e) {
+              failure ??= { reason: e };
+              throw e;
+            }
+          }),
+        ),
+      );
       lap('score');
       if (failure) throw failure.reason;
       plans.forEach(({ us, P }, i) => {
@@ -699,15 +771,18 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
   if (!Number.isInteger(vocabSize) || vocabSize <= 0) throw new Error('local judge: model config has no vocab_size');
   const scorer =
     opts.scoring === 'forward-logits'
-      ? scorerFromLastLogits(modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }))
+      ? scorerFromLastLogits(
+          modelLastLogits(model, { padId: tokenizer.padTokenId, adapter: 'none', vocabSize, maxLogitBytes: opts.maxLogitBytes, maxBatch: opts.batchSize }),
+        )
       : sequenceLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: opts.maxTokensPerCall });
   const ctx = Number(model.config.max_position_embeddings);
   const variants = opts.variants ?? (opts.scoring === 'forward-logits' ? 'all' : 'pair');
   const planConcurrency = opts.planConcurrency ?? (String(model.device).startsWith('cuda') ? 2 : 1);
   const prefixTokens = Math.max(1, Math.floor((opts.maxTokensPerCall ?? PREFIX_TOKENS_PER_CALL) / planConcurrency));
-  const prefixScorer = opts.scoring !== 'forward-logits' && opts.prefixSharing !== false
-    ? prefixLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: prefixTokens })
-    : undefined;
+  const prefixScorer =
+    opts.scoring !== 'forward-logits' && opts.prefixSharing !== false
+      ? prefixLogprobsScorer(model, { padId: tokenizer.padTokenId, adapter: 'none', maxTokensPerCall: prefixTokens })
+      : undefined;
   return LocalJudge.create({
     prefixScorer,
     tokenizer,
@@ -730,8 +805,12 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
  * adapter off. The judge owns the model: `judge.close()` (or `dispose`, or `using`) frees it.
  * Rejects when the addon or the checkpoint cannot load.
  */
-export async function openLocalJudge(dir: string, opts: LocalModelJudgeOptions & { device?: Device; dtype?: Dtype } = {}): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
-  if (typeof dir !== 'string' || dir === '') throw argError(`openLocalJudge: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
+export async function openLocalJudge(
+  dir: string,
+  opts: LocalModelJudgeOptions & { device?: Device; dtype?: Dtype } = {},
+): Promise<{ judge: LocalJudge; model: Qwen3Model; dispose: () => Promise<void> }> {
+  if (typeof dir !== 'string' || dir === '')
+    throw argError(`openLocalJudge: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
   checkJudgeOptions('openLocalJudge', opts);
   ensureInputDir(dir, 'model directory');
   const tokenizer = Tokenizer.fromDir(dir);

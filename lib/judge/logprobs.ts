@@ -90,7 +90,10 @@ export function tokenText(e: { token?: unknown; bytes?: unknown } | null | undef
 }
 
 function word(token: string): string {
-  return token.trim().replace(/^[*_`"'“”‘’#:\s]+|[*_`"'“”‘’.,;:!?\s]+$/g, '').toLowerCase();
+  return token
+    .trim()
+    .replace(/^[*_`"'“”‘’#:\s]+|[*_`"'“”‘’.,;:!?\s]+$/g, '')
+    .toLowerCase();
 }
 
 /**
@@ -98,7 +101,10 @@ function word(token: string): string {
  * reply has no yes/no answer token after its thinking, or when neither side appears among the
  * alternatives at that position (mass 0).
  */
-export function yesProbabilityFromChatLogprobs(content: TokenLogprob[] | null | undefined, opts: { variants?: 'pair' | 'all'; met?: boolean | null } = {}): ChatYesProbability | undefined {
+export function yesProbabilityFromChatLogprobs(
+  content: TokenLogprob[] | null | undefined,
+  opts: { variants?: 'pair' | 'all'; met?: boolean | null } = {},
+): ChatYesProbability | undefined {
   if (!Array.isArray(content) || !content.length) return undefined;
   const offsets: number[] = [];
   let text = '';

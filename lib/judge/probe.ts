@@ -21,7 +21,9 @@ export type Attack = (typeof ATTACKS)[number];
 export const DEFAULT_ATTACKS: Attack[] = ['restate', 'keywords', 'inject', 'empty'];
 
 const STOP = new Set(
-  'a an the and or of to in on for with by from as at is are be been being was were that this these those it its into than then which who whom whose what when where why how does do did has have had not no nor but if so such can could should would may might must will shall their there they them our we you your he she his her about over under between across each every any all both either neither more most less least other some same very also only own just per via whether while plan proposed propose research study uses use using used include includes including e.g. i.e. etc'.split(' '),
+  'a an the and or of to in on for with by from as at is are be been being was were that this these those it its into than then which who whom whose what when where why how does do did has have had not no nor but if so such can could should would may might must will shall their there they them our we you your he she his her about over under between across each every any all both either neither more most less least other some same very also only own just per via whether while plan proposed propose research study uses use using used include includes including e.g. i.e. etc'.split(
+    ' ',
+  ),
 );
 
 /** Lower-cased content words of `texts`, de-duplicated, in first-seen order. */
@@ -54,7 +56,15 @@ export function attackPlan(attack: Attack, question: string, itemTexts: string[]
     case 'empty':
       return '';
     case 'echo':
-      return itemTexts.map((t) => `The plan will ${t.trim().replace(/^(the plan|does the plan|is the plan)\s+/i, '').replace(/\?$/, '.')}`).join('\n');
+      return itemTexts
+        .map(
+          (t) =>
+            `The plan will ${t
+              .trim()
+              .replace(/^(the plan|does the plan|is the plan)\s+/i, '')
+              .replace(/\?$/, '.')}`,
+        )
+        .join('\n');
   }
 }
 
@@ -109,7 +119,15 @@ export async function runProbe(judge: Judge, data: PaperGymItem[], opts: ProbeOp
   for (const attack of attacks) {
     const reqs = data.map((d) => {
       const spec = d.rubric.map((r) => ({ id: r.id, text: r.text }));
-      return { question: d.question, plan: attackPlan(attack, d.question, spec.map((s) => s.text)), items: [...spec, ...general] };
+      return {
+        question: d.question,
+        plan: attackPlan(
+          attack,
+          d.question,
+          spec.map((s) => s.text),
+        ),
+        items: [...spec, ...general],
+      };
     });
     const verdicts: Verdict[][] = await judge.judge(reqs, { signal: opts.signal });
     let yes = 0;
@@ -167,6 +185,8 @@ export function assertProbeHealth(r: ProbeReport, maxNullRate: number): void {
   const verdicts = r.results.reduce((a, x) => a + x.verdicts, 0);
   const nulls = r.results.reduce((a, x) => a + x.nulls, 0);
   if (verdicts && nulls / verdicts > maxNullRate) {
-    throw new JudgeHealthError(`judge ${r.judge}: probe-judge: ${nulls} of ${verdicts} verdicts are null (${((100 * nulls) / verdicts).toFixed(0)}% > ${(100 * maxNullRate).toFixed(0)}%: refused, unreadable or failed requests); no false-positive rate reported`);
+    throw new JudgeHealthError(
+      `judge ${r.judge}: probe-judge: ${nulls} of ${verdicts} verdicts are null (${((100 * nulls) / verdicts).toFixed(0)}% > ${(100 * maxNullRate).toFixed(0)}%: refused, unreadable or failed requests); no false-positive rate reported`,
+    );
   }
 }

@@ -143,7 +143,8 @@ export async function scorePlans(judge: Judge, inputs: RewardInput[], opts: Rewa
   );
   return inputs.map((x, i) => {
     const v = verdicts[i];
-    if (!v || v.length !== x.specItems.length + x.genItems.length) throw new Error(`judge ${judge.name} returned ${v?.length} verdicts for ${x.specItems.length + x.genItems.length} items`);
+    if (!v || v.length !== x.specItems.length + x.genItems.length)
+      throw new Error(`judge ${judge.name} returned ${v?.length} verdicts for ${x.specItems.length + x.genItems.length} items`);
     return computeReward(v.slice(0, x.specItems.length), v.slice(x.specItems.length), opts);
   });
 }
@@ -153,7 +154,16 @@ export async function scorePlans(judge: Judge, inputs: RewardInput[], opts: Rewa
  * plans, with no readable verdict, are left out and counted in `masked`), and the null rate over
  * all verdicts.
  */
-export function summariseRewards(rs: RewardBreakdown[]): { n: number; masked: number; meanR: number; meanRSpec: number; meanRGen: number; nullRate: number; refusals: number; errors: number } {
+export function summariseRewards(rs: RewardBreakdown[]): {
+  n: number;
+  masked: number;
+  meanR: number;
+  meanRSpec: number;
+  meanRGen: number;
+  nullRate: number;
+  refusals: number;
+  errors: number;
+} {
   const scored = rs.filter((b) => !b.masked);
   const mean = (f: (b: RewardBreakdown) => number) => (scored.length ? scored.reduce((a, b) => a + f(b), 0) / scored.length : 0);
   const n = rs.length;
@@ -182,7 +192,12 @@ export function makeRewardFn(judge: Judge, general: JudgeItem[], opts: RewardOpt
   return async (requests, signal) => {
     const bs = await scorePlans(
       judge,
-      requests.map(({ item, plan }) => ({ question: item.question, plan: stripThink(plan), specItems: item.rubric.map((r) => ({ id: r.id, text: r.text })), genItems: general })),
+      requests.map(({ item, plan }) => ({
+        question: item.question,
+        plan: stripThink(plan),
+        specItems: item.rubric.map((r) => ({ id: r.id, text: r.text })),
+        genItems: general,
+      })),
       { ...opts, signal },
     );
     return bs.map((b, i) => {

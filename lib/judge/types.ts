@@ -40,7 +40,9 @@ export function checkJudgeRequests(fn: string, requests: unknown): void {
     if (!Array.isArray(o.items)) throw argError(`${w}.items must be an array of {id, text}, got ${describeValue(o.items)}`);
     o.items.forEach((it: unknown, k) => {
       if (!it || typeof it !== 'object') throw argError(`${w}.items[${k}] must be an object {id, text}, got ${describeValue(it)}`);
-      for (const f of ['id', 'text']) if (typeof (it as Record<string, unknown>)[f] !== 'string') throw argError(`${w}.items[${k}].${f} must be a string, got ${describeValue((it as Record<string, unknown>)[f])}`);
+      for (const f of ['id', 'text'])
+        if (typeof (it as Record<string, unknown>)[f] !== 'string')
+          throw argError(`${w}.items[${k}].${f} must be a string, got ${describeValue((it as Record<string, unknown>)[f])}`);
     });
   });
 }
@@ -121,7 +123,14 @@ export function judgeHealth(vs: Iterable<Verdict>): JudgeHealth {
 
 /** Sum of health counts. */
 export function addHealth(a: JudgeHealth, b: JudgeHealth): JudgeHealth {
-  return { verdicts: a.verdicts + b.verdicts, nulls: a.nulls + b.nulls, refusals: a.refusals + b.refusals, unparsed: a.unparsed + b.unparsed, errors: a.errors + b.errors, withProb: a.withProb + b.withProb };
+  return {
+    verdicts: a.verdicts + b.verdicts,
+    nulls: a.nulls + b.nulls,
+    refusals: a.refusals + b.refusals,
+    unparsed: a.unparsed + b.unparsed,
+    errors: a.errors + b.errors,
+    withProb: a.withProb + b.withProb,
+  };
 }
 
 /**
@@ -129,7 +138,10 @@ export function addHealth(a: JudgeHealth, b: JudgeHealth): JudgeHealth {
  * Training stops cleanly on it (checkpoint + resume command); eval exits non-zero.
  */
 export class JudgeHealthError extends Error {
-  constructor(message: string, readonly health?: JudgeHealth) {
+  constructor(
+    message: string,
+    readonly health?: JudgeHealth,
+  ) {
     super(message);
     this.name = 'JudgeHealthError';
   }
@@ -158,7 +170,20 @@ export interface Judge {
 
 /** Fresh zeroed counters. */
 export function emptyStats(): JudgeStats {
-  return { requests: 0, cacheHits: 0, promptTokens: 0, completionTokens: 0, failures: 0, refusals: 0, unparsed: 0, verdicts: 0, truncated: 0, unknownIds: 0, duplicateIds: 0, withProb: 0 };
+  return {
+    requests: 0,
+    cacheHits: 0,
+    promptTokens: 0,
+    completionTokens: 0,
+    failures: 0,
+    refusals: 0,
+    unparsed: 0,
+    verdicts: 0,
+    truncated: 0,
+    unknownIds: 0,
+    duplicateIds: 0,
+    withProb: 0,
+  };
 }
 
 /** Adds verdict-level counts (refusals, unparsed) of `vs` into `s`. */

@@ -88,7 +88,6 @@ export const perPlanSchema = {
 // ---------------------------------------------------------------------------------------------
 // The verdict grammar (see the module docstring for the order).
 
-
 const REFUSAL = [
   /\bI\s*(?:can(?:'|’)?t|cannot|can not|won(?:'|’)?t|am unable to|'m unable to|’m unable to|am not able to|'m not able to)\s+(?:help|assist|comply|answer|provide|evaluate|grade|do that|fulfil|fulfill|determine|make)/i,
   /\bI(?:'|’)?m sorry\b/i,
@@ -101,14 +100,54 @@ const REFUSAL = [
 /** Verdict words and phrases, lower-case, single spaces. Read only where a verdict is expected. */
 const YES_PHRASES = new Set(['yes', 'y', 'true', 'met', 'satisfied', 'pass', 'passed', 'passes', 'correct', 'fulfilled', 'meets', 'satisfies']);
 const NO_PHRASES = new Set([
-  'no', 'n', 'false', 'unmet', 'not met', 'unsatisfied', 'not satisfied', 'fail', 'failed', 'fails', 'incorrect', 'not fulfilled', 'unfulfilled',
-  'does not meet', 'does not satisfy', "doesn't meet", "doesn't satisfy", 'not',
+  'no',
+  'n',
+  'false',
+  'unmet',
+  'not met',
+  'unsatisfied',
+  'not satisfied',
+  'fail',
+  'failed',
+  'fails',
+  'incorrect',
+  'not fulfilled',
+  'unfulfilled',
+  'does not meet',
+  'does not satisfy',
+  "doesn't meet",
+  "doesn't satisfy",
+  'not',
 ]);
 
 /** Keys of a JSON object whose value is the verdict (lower-cased, `-`/space → `_`). A key name is never itself an answer. */
 export const VERDICT_KEYS = [
-  'verdict', 'final_verdict', 'answer', 'final_answer', 'met', 'is_met', 'satisfied', 'is_satisfied', 'satisfies', 'meets', 'pass', 'passed', 'passes',
-  'result', 'status', 'decision', 'final_decision', 'judgment', 'judgement', 'final_judgment', 'final_judgement', 'label', 'conclusion', 'output', 'response', 'value',
+  'verdict',
+  'final_verdict',
+  'answer',
+  'final_answer',
+  'met',
+  'is_met',
+  'satisfied',
+  'is_satisfied',
+  'satisfies',
+  'meets',
+  'pass',
+  'passed',
+  'passes',
+  'result',
+  'status',
+  'decision',
+  'final_decision',
+  'judgment',
+  'judgement',
+  'final_judgment',
+  'final_judgement',
+  'label',
+  'conclusion',
+  'output',
+  'response',
+  'value',
 ];
 
 /** Label words that introduce a verdict line (`Final answer:`, `**Verdict**: No`, `Final judgment - yes`). */
@@ -122,7 +161,10 @@ function leadingVerdict(s: string, strict: boolean): boolean | null {
     .replace(/^[\s*_`"'“”‘’#>[\](){}:=|\\-]+/, '')
     .toLowerCase();
   // Longest phrase first: "not met" before "not", "does not meet" …
-  const m = /^(does(?:n't| not) (?:meet|satisfy)|not (?:met|satisfied|fulfilled)|un(?:met|satisfied|fulfilled)|yes|no|true|false|met|satisfied|satisfies|meets|fulfilled|pass(?:ed|es)?|fail(?:ed|s)?|correct|incorrect|y|n)(?=$|[\s*_`"'“”‘’.,;:!?)\]}\-–—])/.exec(t);
+  const m =
+    /^(does(?:n't| not) (?:meet|satisfy)|not (?:met|satisfied|fulfilled)|un(?:met|satisfied|fulfilled)|yes|no|true|false|met|satisfied|satisfies|meets|fulfilled|pass(?:ed|es)?|fail(?:ed|s)?|correct|incorrect|y|n)(?=$|[\s*_`"'“”‘’.,;:!?)\]}\-–—])/.exec(
+      t,
+    );
   if (!m) return null;
   const rest = t.slice(m[0].length);
   // A quoted key (`"met": …`, e.g. in JSON cut off at max_tokens) is never an answer.
@@ -240,8 +282,18 @@ function boxedVerdict(body: string): boolean | null {
 /** Prose phrases that state the decision ("the item is not met", "the plan satisfies the item"). */
 function phraseSignals(n: string): boolean[] {
   const out: boolean[] = [];
-  if (/\b(?:is|are) not (?:met|satisfied|fulfilled)\b|\b(?:does not|doesn't|did not|didn't|fails to|never) (?:meets?|satisf(?:y|ies)|fulfils?|fulfills?)\b/.test(n)) out.push(false);
-  if (/\b(?:item|criterion|requirement|rubric)s? (?:is|are) (?:fully )?(?:met|satisfied|fulfilled)\b|\b(?:plan|it) (?:(?:therefore|thus|hence|clearly|fully|indeed|also) )*(?:satisfies|meets|fulfils|fulfills) (?:the|this|all|every)\b/.test(n)) out.push(true);
+  if (
+    /\b(?:is|are) not (?:met|satisfied|fulfilled)\b|\b(?:does not|doesn't|did not|didn't|fails to|never) (?:meets?|satisf(?:y|ies)|fulfils?|fulfills?)\b/.test(
+      n,
+    )
+  )
+    out.push(false);
+  if (
+    /\b(?:item|criterion|requirement|rubric)s? (?:is|are) (?:fully )?(?:met|satisfied|fulfilled)\b|\b(?:plan|it) (?:(?:therefore|thus|hence|clearly|fully|indeed|also) )*(?:satisfies|meets|fulfils|fulfills) (?:the|this|all|every)\b/.test(
+      n,
+    )
+  )
+    out.push(true);
   return out;
 }
 
@@ -279,10 +331,16 @@ export function parseBinaryVerdict(raw: string, depth = 0): BinaryReading {
   if (whole !== null) return { met: whole, refused: false, source: 'word' };
   const start = leadingVerdict(body, false);
   if (start !== null) signals.push({ v: start, src: 'word' });
-  const sentences = body.split(/(?<=[.!?])\s+|\n+/).map((x) => x.trim()).filter((x) => /[a-z]/i.test(x));
+  const sentences = body
+    .split(/(?<=[.!?])\s+|\n+/)
+    .map((x) => x.trim())
+    .filter((x) => /[a-z]/i.test(x));
   const last = sentences.length > 1 ? leadingVerdict(sentences[sentences.length - 1], true) : null;
   if (last !== null) signals.push({ v: last, src: 'word' });
-  const n = body.toLowerCase().replace(/[*_`"“”]/g, '').replace(/\s+/g, ' ');
+  const n = body
+    .toLowerCase()
+    .replace(/[*_`"“”]/g, '')
+    .replace(/\s+/g, ' ');
   for (const v of phraseSignals(n)) signals.push({ v, src: 'phrase' });
   if (signals.length) {
     const v = signals[0].v;
@@ -313,7 +371,10 @@ export function extractJsonObject(text: string): unknown {
 
 /** Normalised item id as a judge may echo it: `[a]`, ` a `, `"a"` → `a`. */
 function normId(id: unknown): string {
-  return String(id).trim().replace(/^[["'`]+|[\]"'`]+$/g, '').trim();
+  return String(id)
+    .trim()
+    .replace(/^[["'`]+|[\]"'`]+$/g, '')
+    .trim();
 }
 
 /** Per-plan reading: verdicts aligned with the items plus what did not fit. */
@@ -372,17 +433,22 @@ export function readPlanVerdicts(raw: string, items: JudgeItem[]): PlanReading {
   if (Array.isArray(obj)) readList(obj);
   else if (obj && typeof obj === 'object') {
     const o = obj as Record<string, unknown>;
-    const listKey = Object.keys(o).find((k) => /^(?:verdicts|results|items|rubric|rubric_items|answers|judgments|judgements|evaluations)$/i.test(k) && Array.isArray(o[k]));
+    const listKey = Object.keys(o).find(
+      (k) => /^(?:verdicts|results|items|rubric|rubric_items|answers|judgments|judgements|evaluations)$/i.test(k) && Array.isArray(o[k]),
+    );
     if (listKey) readList(o[listKey] as unknown[]);
     else if (!Object.keys(o).some((k) => known.has(normId(k))) && Object.keys(o).some((k) => typeof o[k] === 'object' && o[k] !== null)) {
       // {"verdicts": {"a": true}} — one nested map
-      const inner = Object.values(o).find((v) => v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).some((k) => known.has(normId(k)))) as Record<string, unknown> | undefined;
+      const inner = Object.values(o).find((v) => v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).some((k) => known.has(normId(k)))) as
+        Record<string, unknown> | undefined;
       if (inner) for (const [k, v] of Object.entries(inner)) put(normId(k), jsonValueVerdict(v));
     } else for (const [k, v] of Object.entries(o)) put(normId(k), jsonValueVerdict(v));
   } else {
     // Line form: "[a] Yes", "- [b]: No, because …", "a: yes".
     for (const line of body.split('\n')) {
-      const m = /^\s*(?:[-*•]|\d+[.)])?\s*[*_]*\[([^\]\n]{1,64})\][*_]*\s*[:\-–=]?\s*(.*)$/.exec(line) ?? /^\s*(?:[-*•])?\s*[*_]*([\w.-]{1,64})[*_]*\s*[:=]\s*(.*)$/.exec(line);
+      const m =
+        /^\s*(?:[-*•]|\d+[.)])?\s*[*_]*\[([^\]\n]{1,64})\][*_]*\s*[:\-–=]?\s*(.*)$/.exec(line) ??
+        /^\s*(?:[-*•])?\s*[*_]*([\w.-]{1,64})[*_]*\s*[:=]\s*(.*)$/.exec(line);
       if (!m) continue;
       const id = normId(m[1]);
       const bracketed = /\[/.test(line.slice(0, line.indexOf(m[1])));

@@ -29,12 +29,9 @@ import { splitThink } from './think.js';
 import type { ChatMessage } from './messages.js';
 export type { ChatMessage };
 
-
 /** OpenAI `response_format`. */
 export type ResponseFormat =
-  | { type: 'text' }
-  | { type: 'json_object' }
-  | { type: 'json_schema'; json_schema: { name: string; schema: object; strict?: boolean } };
+  { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; json_schema: { name: string; schema: object; strict?: boolean } };
 
 /** A chat request. `maxTokens` maps to `max_tokens`. */
 export interface ChatRequest {
@@ -128,9 +125,7 @@ export interface LlmClientOptions {
 
 /** Events reported to `onEvent`. */
 export type LlmEvent =
-  | { type: 'retry'; attempt: number; delayMs: number; reason: string }
-  | { type: 'request'; attempt: number }
-  | { type: 'response'; status: number; ms: number };
+  { type: 'retry'; attempt: number; delayMs: number; reason: string } | { type: 'request'; attempt: number } | { type: 'response'; status: number; ms: number };
 
 /** Counters of one client (cumulative). */
 export interface LlmStats {
@@ -159,7 +154,12 @@ export class LlmError extends Error {
 }
 /** Non-2xx HTTP answer. */
 export class LlmHttpError extends LlmError {
-  constructor(message: string, readonly status: number, readonly body: string, readonly retryAfterMs?: number) {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly body: string,
+    readonly retryAfterMs?: number,
+  ) {
     super(message);
     this.name = 'LlmHttpError';
     this.retryable = [408, 409, 429].includes(status) || status >= 500;
@@ -187,21 +187,33 @@ export class LlmNetworkError extends LlmError {
  * the first 200 characters.
  */
 export class LlmResponseError extends LlmError {
-  constructor(message: string, readonly status: number, readonly body: string) {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly body: string,
+  ) {
     super(message);
     this.name = 'LlmResponseError';
   }
 }
 /** The server stopped because of `max_tokens` (`finish_reason: "length"`); `content` is the partial answer. */
 export class LlmLengthError extends LlmError {
-  constructor(message: string, readonly content: string, readonly usage: ChatUsage) {
+  constructor(
+    message: string,
+    readonly content: string,
+    readonly usage: ChatUsage,
+  ) {
     super(message);
     this.name = 'LlmLengthError';
   }
 }
 /** `chatJson`: the answer was not schema-valid JSON even after the repair round-trip. */
 export class LlmJsonError extends LlmError {
-  constructor(message: string, readonly content: string, readonly errors: string[]) {
+  constructor(
+    message: string,
+    readonly content: string,
+    readonly errors: string[],
+  ) {
     super(message);
     this.name = 'LlmJsonError';
   }
@@ -334,15 +346,15 @@ function readContent(c: unknown): { text: string; reasoning: string[] } {
       if (r) reasoning.push(r);
     } else if (type === 'refusal' && typeof part.refusal === 'string') text += part.refusal;
     else if ((type === 'text' || type === 'output_text' || type === '') && typeof part.text === 'string') text += part.text;
-    else if (type === 'text' && part.text && typeof part.text === 'object' && typeof (part.text as { value?: unknown }).value === 'string') text += (part.text as { value: string }).value;
+    else if (type === 'text' && part.text && typeof part.text === 'object' && typeof (part.text as { value?: unknown }).value === 'string')
+      text += (part.text as { value: string }).value;
   }
   return { text, reasoning };
 }
 
 /** A parsed chat completion, or the error that says why the body cannot be used. */
 type Completion =
-  | { content: string; reasoning?: string; finishReason: string | null; usage: ChatUsage; logprobs?: TokenLogprob[] }
-  | { error: LlmResponseError };
+  { content: string; reasoning?: string; finishReason: string | null; usage: ChatUsage; logprobs?: TokenLogprob[] } | { error: LlmResponseError };
 
 /**
  * Reads a 2xx chat-completions body. The content may be a string or an array of parts; thinking
@@ -351,13 +363,20 @@ type Completion =
  */
 export function readCompletion(text: string, status: number, url: string, redact: (s: string) => string = (s) => s, contentType?: string | null): Completion {
   const quote = () => JSON.stringify(redact(text.slice(0, 200)));
-  const fail = (why: string) => ({ error: new LlmResponseError(`LLM reply from ${url} (HTTP ${status}) ${why}: ${quote()}`, status, redact(text.slice(0, 200))) });
+  const fail = (why: string) => ({
+    error: new LlmResponseError(`LLM reply from ${url} (HTTP ${status}) ${why}: ${quote()}`, status, redact(text.slice(0, 200))),
+  });
   const t = text.trim();
   if (!t) return fail('has an empty body');
-  if (/^<(?:!doctype|html|head|body|\?xml)/i.test(t) || (/text\/html/i.test(contentType ?? '') && t.startsWith('<'))) return fail('is an HTML page, not a chat completion (is the URL the OpenAI-compatible /v1 endpoint?)');
+  if (/^<(?:!doctype|html|head|body|\?xml)/i.test(t) || (/text\/html/i.test(contentType ?? '') && t.startsWith('<')))
+    return fail('is an HTML page, not a chat completion (is the URL the OpenAI-compatible /v1 endpoint?)');
   let json: {
     error?: unknown;
-    choices?: { message?: { content?: unknown; reasoning_content?: unknown; reasoning?: unknown; refusal?: unknown }; finish_reason?: string | null; logprobs?: { content?: TokenLogprob[] | null } | null }[];
+    choices?: {
+      message?: { content?: unknown; reasoning_content?: unknown; reasoning?: unknown; refusal?: unknown };
+      finish_reason?: string | null;
+      logprobs?: { content?: TokenLogprob[] | null } | null;
+    }[];
     usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number };
   };
   try {
@@ -570,7 +589,12 @@ export class LlmClient {
       }
       if (signal?.aborted) throw new LlmAbortError();
       this.bump('network');
-      throw new LlmNetworkError(this.redact(`LLM request failed (${this.url}): ${(e as Error)?.message ?? e}${(e as { cause?: Error })?.cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`), e);
+      throw new LlmNetworkError(
+        this.redact(
+          `LLM request failed (${this.url}): ${(e as Error)?.message ?? e}${(e as { cause?: Error })?.cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`,
+        ),
+        e,
+      );
     }
     this.bump(String(status));
     this.options.onEvent?.({ type: 'response', status, ms: Date.now() - t0 });
@@ -589,7 +613,13 @@ export class LlmClient {
     if (r.finishReason === 'length') {
       throw new LlmLengthError(`LLM answer truncated at max_tokens (finish_reason "length", ${usage.completionTokens} completion tokens)`, r.content, usage);
     }
-    return { content: r.content, ...(r.reasoning && { reasoning: r.reasoning }), finishReason: r.finishReason, usage, ...(r.logprobs && { logprobs: r.logprobs }) };
+    return {
+      content: r.content,
+      ...(r.reasoning && { reasoning: r.reasoning }),
+      finishReason: r.finishReason,
+      usage,
+      ...(r.logprobs && { logprobs: r.logprobs }),
+    };
   }
 
   /**

@@ -29,8 +29,19 @@ const CLOSE = /<\/think(?:ing)?>/i;
 const BLOCK = /<think(?:ing)?>([\s\S]*?)<\/think(?:ing)?>/gi;
 /** End-of-turn / end-of-sequence token strings of the common chat models, as servers leak them at the end of a reply. */
 export const END_OF_TURN_MARKERS = [
-  '<|im_end|>', '<|endoftext|>', '</s>', '<|eot_id|>', '<|eom_id|>', '<|end_of_text|>', '<end_of_turn>', '<eos>', '<|end|>', '<|EOT|>',
-  '<｜end▁of▁sentence｜>', '<|end▁of▁sentence|>', '<|return|>',
+  '<|im_end|>',
+  '<|endoftext|>',
+  '</s>',
+  '<|eot_id|>',
+  '<|eom_id|>',
+  '<|end_of_text|>',
+  '<end_of_turn>',
+  '<eos>',
+  '<|end|>',
+  '<|EOT|>',
+  '<｜end▁of▁sentence｜>',
+  '<|end▁of▁sentence|>',
+  '<|return|>',
 ] as const;
 const END_MARKERS = new RegExp(`(?:\\s*(?:${END_OF_TURN_MARKERS.map((m) => m.replace(/[|\\^$.*+?()[\]{}]/g, '\\$&')).join('|')}))+\\s*$`);
 
@@ -57,7 +68,7 @@ export function splitThink(text: string, opts: { trim?: boolean } = {}): ThinkSp
   });
   // Rule 2: a stray closing tag (the last one) — all before it was thinking.
   let close = -1;
-  for (let m: RegExpExecArray | null, re = new RegExp(CLOSE.source, 'gi'); (m = re.exec(s)); ) close = m.index + m[0].length;
+  for (let m: RegExpExecArray | null, re = new RegExp(CLOSE.source, 'gi'); (m = re.exec(s));) close = m.index + m[0].length;
   if (close >= 0) {
     const before = s.slice(0, close).replace(new RegExp(CLOSE.source, 'gi'), '').replace(new RegExp(OPEN.source, 'gi'), '');
     reasoning.unshift(before.trim());
@@ -86,7 +97,7 @@ export function stripThink(text: string): string {
  */
 export function answerStart(text: string): number {
   let start = 0;
-  for (let m: RegExpExecArray | null, re = new RegExp(CLOSE.source, 'gi'); (m = re.exec(text)); ) start = m.index + m[0].length;
+  for (let m: RegExpExecArray | null, re = new RegExp(CLOSE.source, 'gi'); (m = re.exec(text));) start = m.index + m[0].length;
   const open = new RegExp(OPEN.source, 'i').exec(text.slice(start));
   if (open) return open.index === 0 || text.slice(start, start + open.index).trim() === '' ? -1 : start;
   return start;

@@ -45,7 +45,8 @@ function validateMessages(messages: ChatMessage[]): void {
   if (!Array.isArray(messages) || messages.length === 0) throw new TypeError('messages must be a non-empty array of {role, content}');
   messages.forEach((m, i) => {
     if (!m || typeof m !== 'object') throw new TypeError(`messages[${i}] must be an object {role, content}`);
-    if (!['system', 'user', 'assistant', 'tool'].includes(m.role)) throw new TypeError(`messages[${i}].role must be system|user|assistant|tool, got ${JSON.stringify(m.role)}`);
+    if (!['system', 'user', 'assistant', 'tool'].includes(m.role))
+      throw new TypeError(`messages[${i}].role must be system|user|assistant|tool, got ${JSON.stringify(m.role)}`);
     if (typeof m.content !== 'string') throw new TypeError(`messages[${i}].content must be a string`);
   });
 }
@@ -91,7 +92,8 @@ export function pythonFloatRepr(x: number): string {
   const [mant, expText] = Math.abs(x).toExponential().split('e');
   const e = Number(expText);
   const digits = mant.replace('.', '');
-  if (e < -4 || e >= 16) return `${sign}${digits[0]}${digits.length > 1 ? '.' + digits.slice(1) : ''}e${e < 0 ? '-' : '+'}${String(Math.abs(e)).padStart(2, '0')}`;
+  if (e < -4 || e >= 16)
+    return `${sign}${digits[0]}${digits.length > 1 ? '.' + digits.slice(1) : ''}e${e < 0 ? '-' : '+'}${String(Math.abs(e)).padStart(2, '0')}`;
   if (e < 0) return `${sign}0.${'0'.repeat(-e - 1)}${digits}`;
   if (e >= digits.length - 1) return `${sign}${digits}${'0'.repeat(e - digits.length + 1)}.0`;
   return `${sign}${digits.slice(0, e + 1)}.${digits.slice(e + 1)}`;
@@ -204,7 +206,8 @@ const PythonJsonInterpreter = class extends (Interpreter as unknown as new (env:
   const proto = PythonJsonInterpreter.prototype as unknown as Record<string, (...a: any[]) => any>;
   const base = proto.applyFilter;
   proto.applyFilter = function (this: Record<string, (...a: any[]) => any>, operand: RuntimeValue, node: any, env: Environment) {
-    const name = node?.type === 'Identifier' ? node.value : node?.type === 'CallExpression' && node.callee?.type === 'Identifier' ? node.callee.value : undefined;
+    const name =
+      node?.type === 'Identifier' ? node.value : node?.type === 'CallExpression' && node.callee?.type === 'Identifier' ? node.callee.value : undefined;
     if (name !== 'tojson') return base.call(this, operand, node, env);
     const kw: Map<string, RuntimeValue> = node.type === 'CallExpression' ? this.evaluateArguments(node.args, env)[1] : new Map();
     const indent = kw.get('indent')?.type === 'IntegerValue' ? (kw.get('indent')!.value as number) : null;

@@ -29,7 +29,9 @@ export function makeCheckpointOnce(dir: string, script: string, args: string[], 
     try {
       execFileSync(python, [join(packageRoot, 'scripts', script), '--out', tmp, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
     } catch (e) {
-      throw new Error(`could not make ${dir} with ${python} scripts/${script} (needs torch + transformers: pip install -r scripts/requirements.txt): ${(e as Error).message}`);
+      throw new Error(
+        `could not make ${dir} with ${python} scripts/${script} (needs torch + transformers: pip install -r scripts/requirements.txt): ${(e as Error).message}`,
+      );
     }
   });
   log?.(`made ${dir} in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
@@ -90,6 +92,16 @@ export interface RandomModelOptions {
  */
 export function randomModel(o: RandomModelOptions, log?: (line: string) => void): string {
   const tag = `${o.shape}-${o.dtype}-s0${o.layers ? `-l${o.layers}` : ''}`;
-  const args = ['--shape', o.shape, '--dtype', o.dtype, '--seed', '0', '--device', o.cuda ? 'cuda' : 'cpu', ...(o.layers ? ['--layers', String(o.layers)] : [])];
+  const args = [
+    '--shape',
+    o.shape,
+    '--dtype',
+    o.dtype,
+    '--seed',
+    '0',
+    '--device',
+    o.cuda ? 'cuda' : 'cpu',
+    ...(o.layers ? ['--layers', String(o.layers)] : []),
+  ];
   return makeCheckpointOnce(join(packageRoot, '.cache', 'random-models', tag), 'make_random_qwen3.py', args, log);
 }

@@ -28,7 +28,17 @@ import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
 
 export type {
-  AdapterChoice, CrossEntropyArgs, Device, Dtype, ForwardArgs, ForwardResult, IntTensor, LoadOptions, LoraConfig, LoraOptions, LoraTarget,
+  AdapterChoice,
+  CrossEntropyArgs,
+  Device,
+  Dtype,
+  ForwardArgs,
+  ForwardResult,
+  IntTensor,
+  LoadOptions,
+  LoraConfig,
+  LoraOptions,
+  LoraTarget,
 } from '../addon.js';
 
 /** A loaded model (any registered architecture): the addon's `Model` object (methods: {@link AddonModel}). */
@@ -101,7 +111,8 @@ function guardedPrototype(): AddonModel {
 export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<DecoderModel> {
   if (typeof dir !== 'string' || dir === '') throw argError(`loadModel: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
   checkOptions('loadModel', opts);
-  for (const k of ['device', 'dtype'] as const) if (opts[k] !== undefined && typeof opts[k] !== 'string') throw argError(`loadModel: options.${k} must be a string, got ${describeValue(opts[k])}`);
+  for (const k of ['device', 'dtype'] as const)
+    if (opts[k] !== undefined && typeof opts[k] !== 'string') throw argError(`loadModel: options.${k} must be a string, got ${describeValue(opts[k])}`);
   if (opts.allowNonFinite !== undefined && typeof opts.allowNonFinite !== 'boolean') {
     throw argError(`loadModel: options.allowNonFinite must be a boolean, got ${describeValue(opts.allowNonFinite)}`);
   }

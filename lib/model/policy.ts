@@ -91,7 +91,8 @@ export function generate(model: Qwen3Model, opts: GenerateOptions, signal?: Abor
   if (sig?.aborted) return Promise.reject(abortError('generation aborted'));
   const addon = native();
   const { signal: _s, onGroupDone, ...rest } = opts;
-  if (onGroupDone !== undefined && typeof onGroupDone !== 'function') return Promise.reject(argError(`generate: options.onGroupDone must be a function, got ${describeValue(onGroupDone)}`));
+  if (onGroupDone !== undefined && typeof onGroupDone !== 'function')
+    return Promise.reject(argError(`generate: options.onGroupDone must be a function, got ${describeValue(onGroupDone)}`));
   return enqueue(model, async () => {
     if (sig?.aborted) throw abortError('generation aborted');
     if (model.disposed) throw disposedError('model');
@@ -100,13 +101,15 @@ export function generate(model: Qwen3Model, opts: GenerateOptions, signal?: Abor
     sig?.addEventListener('abort', onAbort, { once: true });
     // The callback's first error rejects the call once it finished (the native side cannot throw into JS mid-call).
     let callbackError: unknown;
-    const onGroup = onGroupDone && ((g: Parameters<NonNullable<GenerateArgs['onGroupDone']>>[0]) => {
-      try {
-        onGroupDone(g);
-      } catch (e) {
-        callbackError ??= e;
-      }
-    });
+    const onGroup =
+      onGroupDone &&
+      ((g: Parameters<NonNullable<GenerateArgs['onGroupDone']>>[0]) => {
+        try {
+          onGroupDone(g);
+        } catch (e) {
+          callbackError ??= e;
+        }
+      });
     try {
       const prompts = rest.prompts?.map((p) => (p instanceof Int32Array ? p : Array.from(p)));
       const res = await addon.generate(model, { ...rest, prompts, abortHandle: handle, ...(onGroup && { onGroupDone: onGroup }) });
@@ -196,11 +199,13 @@ export class Policy implements Disposable {
    * `adapter`) before anything is loaded.
    */
   static async load(dir: string, opts: PolicyLoadOptions = {}): Promise<Policy> {
-    if (typeof dir !== 'string' || dir === '') throw argError(`Policy.load: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
+    if (typeof dir !== 'string' || dir === '')
+      throw argError(`Policy.load: dir must be a non-empty string (the checkpoint directory), got ${describeValue(dir)}`);
     checkOptions('Policy.load', opts);
     for (const k of ['tokenizerDir', 'adapter'] as const) {
       const v = opts[k];
-      if (v !== undefined && (typeof v !== 'string' || v === '')) throw argError(`Policy.load: options.${k} must be a non-empty string, got ${describeValue(v)}`);
+      if (v !== undefined && (typeof v !== 'string' || v === ''))
+        throw argError(`Policy.load: options.${k} must be a non-empty string, got ${describeValue(v)}`);
     }
     ensureInputDir(dir, 'model directory');
     if (opts.tokenizerDir !== undefined) ensureInputDir(opts.tokenizerDir, 'tokenizer directory');

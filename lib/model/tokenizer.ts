@@ -68,7 +68,9 @@ function lineSplitPipeline(t: Record<string, any>): boolean {
   if (sp?.type !== 'Split' || sp.behavior !== 'Isolated' || sp.invert || !LINE_LOCAL_PATTERNS.has(sp.pattern?.Regex)) return false;
   if (bl?.type !== 'ByteLevel' || bl.use_regex || bl.add_prefix_space) return false;
   if (t.model?.type !== 'BPE' || (t.model.dropout ?? 0) !== 0) return false;
-  return (t.added_tokens ?? []).every((a: Record<string, unknown>) => typeof a.content === 'string' && !/[\r\n]/.test(a.content) && !a.lstrip && !a.rstrip && !a.single_word);
+  return (t.added_tokens ?? []).every(
+    (a: Record<string, unknown>) => typeof a.content === 'string' && !/[\r\n]/.test(a.content) && !a.lstrip && !a.rstrip && !a.single_word,
+  );
 }
 
 function readJson(path: string): Record<string, unknown> | undefined {
@@ -181,7 +183,8 @@ export class Tokenizer {
       push(eot);
     }
     this.stopIds = stops;
-    this.padTokenId = idOf(config.pad_token) ?? (typeof generationConfig?.pad_token_id === 'number' ? (generationConfig.pad_token_id as number) : undefined) ?? stops[0] ?? 0;
+    this.padTokenId =
+      idOf(config.pad_token) ?? (typeof generationConfig?.pad_token_id === 'number' ? (generationConfig.pad_token_id as number) : undefined) ?? stops[0] ?? 0;
 
     this.chatTemplate = chooseChatTemplate(dir, config);
   }
@@ -257,7 +260,10 @@ export class Tokenizer {
   /** {@link decode} for many sequences. */
   async decodeBatch(ids: ArrayLike<number>[], opts: DecodeOptions = {}): Promise<string[]> {
     if (!ids.length) return [];
-    return this.tk.decodeBatch(ids.map((a) => Array.from(a)), opts.skipSpecialTokens ?? false);
+    return this.tk.decodeBatch(
+      ids.map((a) => Array.from(a)),
+      opts.skipSpecialTokens ?? false,
+    );
   }
 
   /** Id of a token string (e.g. '<|im_end|>'), or undefined. */

@@ -87,8 +87,27 @@ function lineOption(s: LineChartSpec): Record<string, unknown> {
     series.push(main);
     if (l.band?.length) {
       const stack = `band-${i}`;
-      series.push({ type: 'line', name: `${l.name} band`, data: l.band.map(([x, lo]) => [x, lo]), stack, lineStyle: { opacity: 0 }, showSymbol: false, silent: true, z: 1 });
-      series.push({ type: 'line', name: `${l.name} band`, data: l.band.map(([x, lo, hi]) => [x, hi - lo]), stack, lineStyle: { opacity: 0 }, areaStyle: { color, opacity: 0.18 }, showSymbol: false, silent: true, z: 1 });
+      series.push({
+        type: 'line',
+        name: `${l.name} band`,
+        data: l.band.map(([x, lo]) => [x, lo]),
+        stack,
+        lineStyle: { opacity: 0 },
+        showSymbol: false,
+        silent: true,
+        z: 1,
+      });
+      series.push({
+        type: 'line',
+        name: `${l.name} band`,
+        data: l.band.map(([x, lo, hi]) => [x, hi - lo]),
+        stack,
+        lineStyle: { opacity: 0 },
+        areaStyle: { color, opacity: 0.18 },
+        showSymbol: false,
+        silent: true,
+        z: 1,
+      });
     }
   });
   if (s.vlines?.length && series.length) {
@@ -130,7 +149,15 @@ function barOption(s: BarChartSpec): Record<string, unknown> {
       encode: { x: 0, y: [1, 2] },
       z: 10,
       silent: true,
-      renderItem: (_params: unknown, api: { value: (i: number) => number; coord: (p: [number, number]) => [number, number]; size: (p: [number, number]) => [number, number]; style: (o: object) => object }) => {
+      renderItem: (
+        _params: unknown,
+        api: {
+          value: (i: number) => number;
+          coord: (p: [number, number]) => [number, number];
+          size: (p: [number, number]) => [number, number];
+          style: (o: object) => object;
+        },
+      ) => {
         const ci = api.value(0);
         const lo = api.coord([ci, api.value(1)]);
         const hi = api.coord([ci, api.value(2)]);

@@ -112,7 +112,12 @@ function itemTexts(path: string | undefined, notes: string[]): Map<string, strin
   return m;
 }
 
-const DIM_LABEL: Record<string, string> = { overall: 'overall', method_innovation: 'method innovation', experimental_design: 'experimental design', general: 'general items' };
+const DIM_LABEL: Record<string, string> = {
+  overall: 'overall',
+  method_innovation: 'method innovation',
+  experimental_design: 'experimental design',
+  general: 'general items',
+};
 
 const CSS = `
 body{font-family:"DejaVu Sans","Liberation Sans",Arial,sans-serif;margin:24px;color:#222;background:#fafafa}
@@ -163,7 +168,9 @@ export function writeReport(o: ReportOptions): ReportResult {
     const spec = runs.length ? plotSpec(p, runs) : undefined;
     if (!spec) {
       missing[p.id] = p.fields;
-      figures.push(`<figure class="chart missing" data-plot="${esc(p.id)}" data-missing="1"><b>${esc(p.title)}</b><br>no data: no run has <code>${esc(p.fields)}</code> in metrics.jsonl</figure>`);
+      figures.push(
+        `<figure class="chart missing" data-plot="${esc(p.id)}" data-missing="1"><b>${esc(p.title)}</b><br>no data: no run has <code>${esc(p.fields)}</code> in metrics.jsonl</figure>`,
+      );
       continue;
     }
     const svg = lineChartSvg(spec);
@@ -204,9 +211,12 @@ ${settingsSection(runs)}
 
 /** The suite's table: score × 100 with its CI per model × benchmark, then the average. */
 function suiteSection(t: SuiteTable): string {
-  const f = (c: { score: number; lo: number; hi: number } | null) => (c ? `${(100 * c.score).toFixed(1)} <span class="muted">[${(100 * c.lo).toFixed(1)}, ${(100 * c.hi).toFixed(1)}]</span>` : '—');
+  const f = (c: { score: number; lo: number; hi: number } | null) =>
+    c ? `${(100 * c.score).toFixed(1)} <span class="muted">[${(100 * c.lo).toFixed(1)}, ${(100 * c.hi).toFixed(1)}]</span>` : '—';
   const head = `<tr><th>model</th>${t.benchmarks.map((b) => `<th>${esc(b.name)}<br><span class="muted">${esc(b.protocol)}</span></th>`).join('')}<th>Average</th></tr>`;
-  const rows = t.models.map((m, i) => `<tr><td>${esc(m.name)}</td>${t.cells[i]!.map((c) => `<td>${f(c)}</td>`).join('')}<td><b>${f(t.average[i]!)}</b></td></tr>`);
+  const rows = t.models.map(
+    (m, i) => `<tr><td>${esc(m.name)}</td>${t.cells[i]!.map((c) => `<td>${f(c)}</td>`).join('')}<td><b>${f(t.average[i]!)}</b></td></tr>`,
+  );
   return `<h2 id="suite">Benchmarks</h2><p class="muted">Each benchmark scored by its own protocol (docs/eval.md), × 100, with ${100 * t.bootstrap.level}% bootstrap CIs over questions (${t.bootstrap.resamples} resamples).</p><table>${head}${rows.join('')}</table>`;
 }
 
@@ -215,7 +225,10 @@ function runsSection(runs: RunData[]): string {
   const rows = runs.map((r) => {
     const stages = r.stageStarts.map((s) => s.stage).join(' → ') || '–';
     const last = r.steps[r.steps.length - 1];
-    const status = r.status === 'missing' ? 'missing' : `${r.status}${r.statusReason && r.statusReason !== r.status ? `: ${r.statusReason.replace(/^(finished|running|stopped|interrupted)[: ]*/, '')}` : ''}`;
+    const status =
+      r.status === 'missing'
+        ? 'missing'
+        : `${r.status}${r.statusReason && r.statusReason !== r.status ? `: ${r.statusReason.replace(/^(finished|running|stopped|interrupted)[: ]*/, '')}` : ''}`;
     const wall = typeof r.summary?.wallSeconds === 'number' ? `${(r.summary.wallSeconds as number).toFixed(1)} s` : '–';
     return `<tr><td>${esc(r.label)}</td><td><code>${esc(r.dir)}</code></td><td>${esc(status)}</td><td>${esc(stages)}</td><td class="num">${last ? last.globalStep : 0}</td><td class="num">${wall}</td><td class="note">${r.notes.map(esc).join('<br>')}</td></tr>`;
   });
@@ -230,28 +243,40 @@ function settingsSection(runs: RunData[]): string {
   const keys = [...new Set(flats.flatMap((f) => Object.keys(f)))].sort();
   const differ = (k: string) => new Set(flats.map((f) => JSON.stringify(f[k]))).size > 1;
   const shown = withCfg.length > 1 ? keys.filter(differ) : keys;
-  const cell = (f: Record<string, unknown>, og: Record<string, string>, k: string) => `<td>${esc(JSON.stringify(f[k]) ?? '–')}${og[k] ? ` <span class="muted">(${esc(og[k])})</span>` : ''}</td>`;
+  const cell = (f: Record<string, unknown>, og: Record<string, string>, k: string) =>
+    `<td>${esc(JSON.stringify(f[k]) ?? '–')}${og[k] ? ` <span class="muted">(${esc(og[k])})</span>` : ''}</td>`;
   const head = `<tr><th>setting</th>${withCfg.map((r) => `<th>${esc(r.label)}</th>`).join('')}</tr>`;
   const body = shown.map((k) => `<tr><td><code>${esc(k)}</code></td>${flats.map((f, i) => cell(f, origins[i]!, k)).join('')}</tr>`).join('');
   const what = withCfg.length > 1 ? 'Settings that differ between the runs' : 'Settings (value and where it came from)';
   return `<h2 id="settings">${what}</h2>${shown.length ? `<table>${head}${body}</table>` : '<p class="muted">the runs use the same settings</p>'}`;
 }
 
-function evalSection(evals: EvalInput[], texts: Map<string, string>, resamples: number, relDir: string, png: boolean, writePlot: (id: string, svg: string) => void): string {
+function evalSection(
+  evals: EvalInput[],
+  texts: Map<string, string>,
+  resamples: number,
+  relDir: string,
+  png: boolean,
+  writePlot: (id: string, svg: string) => void,
+): string {
   const parts: string[] = ['<h2 id="eval">Evaluation</h2>'];
   for (const e of evals) if (e.notes.length) parts.push(`<p class="note">${esc(e.label)} (${esc(e.path)}): ${e.notes.map(esc).join('; ')}</p>`);
   const ok = evals.filter((e) => e.report);
   if (!ok.length) return parts.join('\n');
   const level = Math.round(100 * ok[0]!.report!.bootstrap.level);
-  const statOf = (r: EvalReport, k: string) => (k === 'overall' ? r.overall : k === 'general' ? r.general : r.byDimension[k as 'method_innovation' | 'experimental_design']);
+  const statOf = (r: EvalReport, k: string) =>
+    k === 'overall' ? r.overall : k === 'general' ? r.general : r.byDimension[k as 'method_innovation' | 'experimental_design'];
   // Coverage table + bar chart.
   const head = `<tr><th>result</th><th>questions</th><th>plans</th>${COVERAGE_KEYS.map((k) => `<th>${esc(DIM_LABEL[k])}</th>`).join('')}<th>reward</th></tr>`;
   const rows = ok.map((e) => {
     const r = e.report!;
-    const c = (s: { mean: number; lo: number; hi: number; met?: number; n: number }) => `<td class="num">${pct(s.mean)} <span class="muted">[${pct(s.lo)}, ${pct(s.hi)}]${s.met !== undefined ? ` ${s.met}/${s.n}` : ''}</span></td>`;
+    const c = (s: { mean: number; lo: number; hi: number; met?: number; n: number }) =>
+      `<td class="num">${pct(s.mean)} <span class="muted">[${pct(s.lo)}, ${pct(s.hi)}]${s.met !== undefined ? ` ${s.met}/${s.n}` : ''}</span></td>`;
     return `<tr><td>${esc(e.label)}</td><td class="num">${r.questions}</td><td class="num">${r.plans}</td>${COVERAGE_KEYS.map((k) => c(statOf(r, k))).join('')}<td class="num">${fmt(r.reward.mean)} <span class="muted">[${fmt(r.reward.lo)}, ${fmt(r.reward.hi)}]</span></td></tr>`;
   });
-  parts.push(`<p class="muted">Rubric coverage (share of rubric items met; null verdicts count as not met) with ${level}% bootstrap CIs over questions (${resamples} resamples).</p><table>${head}${rows.join('')}</table>`);
+  parts.push(
+    `<p class="muted">Rubric coverage (share of rubric items met; null verdicts count as not met) with ${level}% bootstrap CIs over questions (${resamples} resamples).</p><table>${head}${rows.join('')}</table>`,
+  );
   const covSvg = barChartSvg({
     title: `Rubric coverage with ${level}% bootstrap CI`,
     yName: 'coverage',
@@ -268,14 +293,20 @@ function evalSection(evals: EvalInput[], texts: Map<string, string>, resamples: 
     const a = e.report!.agreement;
     if (!a) continue;
     const est = (x: { value: number | null; lo: number | null; hi: number | null; reason?: string }) =>
-      x.value === null ? `<span class="muted">n/a (${esc(x.reason ?? '')})</span>` : `${fmt(x.value, 3)} <span class="muted">[${x.lo === null ? '?' : fmt(x.lo, 3)}, ${x.hi === null ? '?' : fmt(x.hi, 3)}]</span>`;
+      x.value === null
+        ? `<span class="muted">n/a (${esc(x.reason ?? '')})</span>`
+        : `${fmt(x.value, 3)} <span class="muted">[${x.lo === null ? '?' : fmt(x.lo, 3)}, ${x.hi === null ? '?' : fmt(x.hi, 3)}]</span>`;
     const groups = [['overall', a.overall], ...Object.entries(a.byDimension)] as const;
     const th = `<tr><th>units</th><th>judges</th><th>agreement</th><th>Cohen κ</th></tr>`;
     const tr = groups.flatMap(([g, x]) => [
       `<tr><td>${esc(DIM_LABEL[g] ?? g)} (${x.units})</td><td>all (Fleiss κ)</td><td></td><td class="num">${est(x.fleiss)}</td></tr>`,
-      ...x.pairs.map((p) => `<tr><td></td><td>${esc(p.a)} vs ${esc(p.b)}</td><td class="num">${est(p.agreement)}</td><td class="num">${est(p.kappa)}</td></tr>`),
+      ...x.pairs.map(
+        (p) => `<tr><td></td><td>${esc(p.a)} vs ${esc(p.b)}</td><td class="num">${est(p.agreement)}</td><td class="num">${est(p.kappa)}</td></tr>`,
+      ),
     ]);
-    parts.push(`<h3>Judge agreement: ${esc(e.label)}</h3><p class="muted">Jury members' verdicts: share of equal verdicts and Cohen's κ per pair, Fleiss' κ over all, ${level}% bootstrap CIs over questions.</p><table>${th}${tr.join('')}</table>`);
+    parts.push(
+      `<h3>Judge agreement: ${esc(e.label)}</h3><p class="muted">Jury members' verdicts: share of equal verdicts and Cohen's κ per pair, Fleiss' κ over all, ${level}% bootstrap CIs over questions.</p><table>${th}${tr.join('')}</table>`,
+    );
   }
 
   // Paired comparison of the first result with each other one.
@@ -289,16 +320,26 @@ function evalSection(evals: EvalInput[], texts: Map<string, string>, resamples: 
   }
   if (comps.length) {
     const th = `<tr><th>B vs A</th><th>shared questions</th>${COVERAGE_KEYS.map((k) => `<th>${esc(DIM_LABEL[k])}: B − A</th>`).join('')}</tr>`;
-    const tr = comps.map(({ a, b, c }) => `<tr><td>${esc(b.label)} vs ${esc(a.label)}</td><td class="num">${c.questions}${c.onlyA || c.onlyB ? ` <span class="muted">(${c.onlyA} only in A, ${c.onlyB} only in B)</span>` : ''}</td>${COVERAGE_KEYS.map((k) => {
-      const s = c.stats[k];
-      return `<td class="num">${fmt(100 * s.diff, 1)} pt <span class="muted">[${fmt(100 * s.lo, 1)}, ${fmt(100 * s.hi, 1)}] · P(B−A≤0) ${fmt(s.pBNotBetter, 3)}</span></td>`;
-    }).join('')}</tr>`);
-    parts.push(`<h3>Paired bootstrap</h3><p class="muted">Both results resampled on the same questions; B − A in percentage points with ${level}% CI and the share of resamples where B is not better.</p><table>${th}${tr.join('')}</table>`);
+    const tr = comps.map(
+      ({ a, b, c }) =>
+        `<tr><td>${esc(b.label)} vs ${esc(a.label)}</td><td class="num">${c.questions}${c.onlyA || c.onlyB ? ` <span class="muted">(${c.onlyA} only in A, ${c.onlyB} only in B)</span>` : ''}</td>${COVERAGE_KEYS.map(
+          (k) => {
+            const s = c.stats[k];
+            return `<td class="num">${fmt(100 * s.diff, 1)} pt <span class="muted">[${fmt(100 * s.lo, 1)}, ${fmt(100 * s.hi, 1)}] · P(B−A≤0) ${fmt(s.pBNotBetter, 3)}</span></td>`;
+          },
+        ).join('')}</tr>`,
+    );
+    parts.push(
+      `<h3>Paired bootstrap</h3><p class="muted">Both results resampled on the same questions; B − A in percentage points with ${level}% CI and the share of resamples where B is not better.</p><table>${th}${tr.join('')}</table>`,
+    );
     const diffSvg = barChartSvg({
       title: `Paired bootstrap: coverage difference B − A (${level}% CI)`,
       yName: 'Δ coverage (points)',
       categories: COVERAGE_KEYS.map((k) => DIM_LABEL[k]!),
-      groups: comps.map(({ a, b, c }) => ({ name: `${b.label} − ${a.label}`, values: COVERAGE_KEYS.map((k) => ({ mean: 100 * c.stats[k].diff, lo: 100 * c.stats[k].lo, hi: 100 * c.stats[k].hi })) })),
+      groups: comps.map(({ a, b, c }) => ({
+        name: `${b.label} − ${a.label}`,
+        values: COVERAGE_KEYS.map((k) => ({ mean: 100 * c.stats[k].diff, lo: 100 * c.stats[k].lo, hi: 100 * c.stats[k].hi })),
+      })),
     });
     writePlot('eval-paired', diffSvg);
     figs.push(plotFigure('eval-paired', diffSvg, 'paired bootstrap difference per dimension', relDir, png));
@@ -306,14 +347,23 @@ function evalSection(evals: EvalInput[], texts: Map<string, string>, resamples: 
   parts.push(`<div class="grid">${figs.join('\n')}</div>`);
 
   // Hardest items (over all results together).
-  const hard = hardestItems(ok.flatMap((e) => e.rows), 10);
+  const hard = hardestItems(
+    ok.flatMap((e) => e.rows),
+    10,
+  );
   if (hard.length) {
-    const perResult = (q: string, it: string) => ok.map((e) => {
-      const rs = e.rows.filter((r) => r.questionId === q && r.itemId === it);
-      return `<td class="num">${rs.length ? `${rs.filter((r) => r.met === true).length}/${rs.length}` : '–'}</td>`;
-    }).join('');
+    const perResult = (q: string, it: string) =>
+      ok
+        .map((e) => {
+          const rs = e.rows.filter((r) => r.questionId === q && r.itemId === it);
+          return `<td class="num">${rs.length ? `${rs.filter((r) => r.met === true).length}/${rs.length}` : '–'}</td>`;
+        })
+        .join('');
     const hh = `<tr><th>question</th><th>item</th><th>dimension</th><th>pass rate</th>${ok.map((e) => `<th>${esc(e.label)}</th>`).join('')}<th>text</th></tr>`;
-    const hr = hard.map((h) => `<tr><td>${esc(h.questionId)}</td><td>${esc(h.itemId)}</td><td>${esc(h.dimension ?? '')}</td><td class="num">${pct(h.rate)} (${h.met}/${h.n})</td>${perResult(h.questionId, h.itemId)}<td>${esc(texts.get(`${h.questionId}\u0000${h.itemId}`) ?? '')}</td></tr>`);
+    const hr = hard.map(
+      (h) =>
+        `<tr><td>${esc(h.questionId)}</td><td>${esc(h.itemId)}</td><td>${esc(h.dimension ?? '')}</td><td class="num">${pct(h.rate)} (${h.met}/${h.n})</td>${perResult(h.questionId, h.itemId)}<td>${esc(texts.get(`${h.questionId}\u0000${h.itemId}`) ?? '')}</td></tr>`,
+    );
     parts.push(`<h3>Hardest rubric items</h3><table>${hh}${hr.join('')}</table>`);
   }
   return parts.join('\n');

@@ -59,15 +59,20 @@ function perRun(runs: RunData[], fields: { path: string; name?: string; scale?: 
 /** Keys of an object-valued field over all rows (e.g. the phases in `phaseSeconds`). */
 function subKeys(runs: RunData[], field: string, filter: (k: string) => boolean = () => true): string[] {
   const keys = new Set<string>();
-  for (const run of runs) for (const r of run.steps) {
-    const o = r[field];
-    if (o && typeof o === 'object') for (const [k, v] of Object.entries(o)) if (typeof v === 'number' && filter(k)) keys.add(k);
-  }
+  for (const run of runs)
+    for (const r of run.steps) {
+      const o = r[field];
+      if (o && typeof o === 'object') for (const [k, v] of Object.entries(o)) if (typeof v === 'number' && filter(k)) keys.add(k);
+    }
   return [...keys].sort();
 }
 
 const GiB = 1 / 1024 ** 3;
-const DIMENSIONS: [string, string][] = [['method_innovation', 'method innovation'], ['experimental_design', 'experimental design'], ['general', 'general']];
+const DIMENSIONS: [string, string][] = [
+  ['method_innovation', 'method innovation'],
+  ['experimental_design', 'experimental design'],
+  ['general', 'general'],
+];
 
 /** Every training plot the report draws, in order. */
 export const PLOTS: PlotDef[] = [
@@ -78,37 +83,82 @@ export const PLOTS: PlotDef[] = [
     title: 'GRPO reward (mean ± std over completions)',
     yName: 'reward',
     fields: 'rewardMean, rewardStd',
-    build: (runs) => runs.flatMap((run) => {
-      const rows = run.steps.filter((r) => pick(r, 'rewardMean') !== undefined);
-      if (!rows.length) return [];
-      const band = rows.filter((r) => pick(r, 'rewardStd') !== undefined).map((r) => {
-        const m = pick(r, 'rewardMean')!;
-        const s = pick(r, 'rewardStd')!;
-        return [r.globalStep, m - s, m + s] as [number, number, number];
-      });
-      return [{ name: run.label, points: rows.map((r) => [r.globalStep, pick(r, 'rewardMean')!] as [number, number]), band }];
-    }),
+    build: (runs) =>
+      runs.flatMap((run) => {
+        const rows = run.steps.filter((r) => pick(r, 'rewardMean') !== undefined);
+        if (!rows.length) return [];
+        const band = rows
+          .filter((r) => pick(r, 'rewardStd') !== undefined)
+          .map((r) => {
+            const m = pick(r, 'rewardMean')!;
+            const s = pick(r, 'rewardStd')!;
+            return [r.globalStep, m - s, m + s] as [number, number, number];
+          });
+        return [{ name: run.label, points: rows.map((r) => [r.globalStep, pick(r, 'rewardMean')!] as [number, number]), band }];
+      }),
   },
-  { id: 'reward-parts', title: 'Reward parts: r_spec and r_gen', yName: 'fraction of items met', fields: 'rSpecMean, rGenMean', build: (runs) => perRun(runs, [{ path: 'rSpecMean', name: 'r_spec' }, { path: 'rGenMean', name: 'r_gen' }]) },
+  {
+    id: 'reward-parts',
+    title: 'Reward parts: r_spec and r_gen',
+    yName: 'fraction of items met',
+    fields: 'rSpecMean, rGenMean',
+    build: (runs) =>
+      perRun(runs, [
+        { path: 'rSpecMean', name: 'r_spec' },
+        { path: 'rGenMean', name: 'r_gen' },
+      ]),
+  },
   {
     id: 'pass-rate',
     title: 'Rubric pass rate per dimension',
     yName: 'pass rate',
     fields: 'passRate.{method_innovation, experimental_design, general}',
-    build: (runs) => perRun(runs, DIMENSIONS.map(([k, name]) => ({ path: `passRate.${k}`, name }))),
+    build: (runs) =>
+      perRun(
+        runs,
+        DIMENSIONS.map(([k, name]) => ({ path: `passRate.${k}`, name })),
+      ),
   },
   { id: 'kl', title: 'KL to the reference policy (k3)', yName: 'KL (nats/token)', fields: 'kl', build: (runs) => perRun(runs, [{ path: 'kl' }]) },
-  { id: 'clip-fraction', title: 'Clip fraction', yName: 'fraction of tokens clipped', fields: 'clipFraction', build: (runs) => perRun(runs, [{ path: 'clipFraction' }]) },
+  {
+    id: 'clip-fraction',
+    title: 'Clip fraction',
+    yName: 'fraction of tokens clipped',
+    fields: 'clipFraction',
+    build: (runs) => perRun(runs, [{ path: 'clipFraction' }]),
+  },
   { id: 'grad-norm', title: 'Gradient norm (before clipping)', yName: 'L2 norm', fields: 'gradNorm', build: (runs) => perRun(runs, [{ path: 'gradNorm' }]) },
-  { id: 'completion-length', title: 'Completion length', yName: 'tokens per completion', fields: 'completionLength', build: (runs) => perRun(runs, [{ path: 'completionLength' }]) },
-  { id: 'stop-rate', title: 'Stop rate (completions ending with a stop token)', yName: 'fraction', fields: 'stopRate', build: (runs) => perRun(runs, [{ path: 'stopRate' }]) },
-  { id: 'throughput', title: 'Throughput', yName: 'completion tokens / s', fields: 'tokensPerSecond', build: (runs) => perRun(runs, [{ path: 'tokensPerSecond' }]) },
+  {
+    id: 'completion-length',
+    title: 'Completion length',
+    yName: 'tokens per completion',
+    fields: 'completionLength',
+    build: (runs) => perRun(runs, [{ path: 'completionLength' }]),
+  },
+  {
+    id: 'stop-rate',
+    title: 'Stop rate (completions ending with a stop token)',
+    yName: 'fraction',
+    fields: 'stopRate',
+    build: (runs) => perRun(runs, [{ path: 'stopRate' }]),
+  },
+  {
+    id: 'throughput',
+    title: 'Throughput',
+    yName: 'completion tokens / s',
+    fields: 'tokensPerSecond',
+    build: (runs) => perRun(runs, [{ path: 'tokensPerSecond' }]),
+  },
   {
     id: 'phase-seconds',
     title: 'Seconds per phase',
     yName: 'seconds per step',
     fields: 'phaseSeconds.*',
-    build: (runs) => perRun(runs, subKeys(runs, 'phaseSeconds').map((k) => ({ path: `phaseSeconds.${k}`, name: k }))),
+    build: (runs) =>
+      perRun(
+        runs,
+        subKeys(runs, 'phaseSeconds').map((k) => ({ path: `phaseSeconds.${k}`, name: k })),
+      ),
   },
   {
     id: 'memory',
@@ -118,7 +168,20 @@ export const PLOTS: PlotDef[] = [
     build: (runs) => {
       const keys = subKeys(runs, 'memory', (k) => /^peak.+Bytes$/.test(k) && k !== 'peakAllocatedBytes');
       const use = keys.length ? keys : subKeys(runs, 'memory', (k) => k === 'rssBytes');
-      return perRun(runs, use.map((k) => ({ path: `memory.${k}`, name: k === 'rssBytes' ? 'process RSS' : k.replace(/^peak/, '').replace(/Bytes$/, '').toLowerCase(), scale: GiB })));
+      return perRun(
+        runs,
+        use.map((k) => ({
+          path: `memory.${k}`,
+          name:
+            k === 'rssBytes'
+              ? 'process RSS'
+              : k
+                  .replace(/^peak/, '')
+                  .replace(/Bytes$/, '')
+                  .toLowerCase(),
+          scale: GiB,
+        })),
+      );
     },
   },
   {
@@ -126,15 +189,18 @@ export const PLOTS: PlotDef[] = [
     title: 'Validation score (mean r_spec of greedy plans on held-out items)',
     yName: 'score',
     fields: 'validation rows',
-    build: (runs) => runs.filter((r) => r.validation.length).map((run) => ({
-      name: run.label,
-      symbols: true,
-      points: run.validation.map((v) => [v.globalStep, v.score] as [number, number]),
-      marks: run.earlyStops.map((e) => {
-        const v = [...run.validation].reverse().find((x) => x.globalStep <= e.globalStep) ?? run.validation[run.validation.length - 1]!;
-        return { x: e.globalStep, y: v.score, label: 'stop' };
-      }),
-    })),
+    build: (runs) =>
+      runs
+        .filter((r) => r.validation.length)
+        .map((run) => ({
+          name: run.label,
+          symbols: true,
+          points: run.validation.map((v) => [v.globalStep, v.score] as [number, number]),
+          marks: run.earlyStops.map((e) => {
+            const v = [...run.validation].reverse().find((x) => x.globalStep <= e.globalStep) ?? run.validation[run.validation.length - 1]!;
+            return { x: e.globalStep, y: v.score, label: 'stop' };
+          }),
+        })),
   },
 ];
 

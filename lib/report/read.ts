@@ -69,7 +69,18 @@ const num = (v: unknown): number | undefined => (typeof v === 'number' && Number
  */
 export function readRun(dir: string, label?: string): RunData {
   const abs = resolve(dir);
-  const run: RunData = { dir: abs, label: label ?? basename(abs), steps: [], validation: [], earlyStops: [], stageStarts: [], inProgress: true, status: 'unknown', statusReason: '', notes: [] };
+  const run: RunData = {
+    dir: abs,
+    label: label ?? basename(abs),
+    steps: [],
+    validation: [],
+    earlyStops: [],
+    stageStarts: [],
+    inProgress: true,
+    status: 'unknown',
+    statusReason: '',
+    notes: [],
+  };
   let isDir = false;
   try {
     isDir = statSync(abs).isDirectory();

@@ -26,13 +26,23 @@ export function policyServeBackend(policy: Policy, engine: { maxRows?: number; c
       const results: ServeResult[] = new Array(prompts.length);
       const ok: number[] = [];
       ids.forEach((p, i) => {
-        if (p.length + opts.maxNewTokens > ctx) results[i] = { error: `prompt of ${p.length} tokens + max_tokens ${opts.maxNewTokens} exceeds the context of ${ctx}` };
+        if (p.length + opts.maxNewTokens > ctx)
+          results[i] = { error: `prompt of ${p.length} tokens + max_tokens ${opts.maxNewTokens} exceeds the context of ${ctx}` };
         else ok.push(i);
       });
       if (ok.length) {
         const res = await policy.generateWithStats(
           ok.map((i) => prompts[i]),
-          { n: opts.n, temperature: opts.temperature, topP: opts.topP, topK: opts.topK, maxNewTokens: opts.maxNewTokens, seed: opts.seed, enableThinking: opts.enableThinking, signal: opts.signal },
+          {
+            n: opts.n,
+            temperature: opts.temperature,
+            topP: opts.topP,
+            topK: opts.topK,
+            maxNewTokens: opts.maxNewTokens,
+            seed: opts.seed,
+            enableThinking: opts.enableThinking,
+            signal: opts.signal,
+          },
         );
         ok.forEach((i, j) => (results[i] = { promptTokens: res.promptIds[j].length, completions: [] }));
         for (const c of res.completions) {

@@ -59,7 +59,6 @@ import { parseJsonKeepingFloats } from '../model/chat.js';
 import type { EngineStep, EngineToken } from '../model/engine.js';
 import type { SamplingSettings } from '../addon.js';
 
-
 /** Sampling options of one backend call (shared by every prompt of the batch). */
 export interface ServeGenerateOptions extends SamplingSettings<'n' | 'temperature' | 'topP' | 'topK' | 'maxNewTokens' | 'seed'> {
   /** undefined = the chat template's default. */
@@ -193,7 +192,8 @@ function num(v: unknown, name: string, def: number, lo: number, hi: number, int 
   if (v === undefined || v === null) return def;
   // lo = Number.MIN_VALUE stands for "above 0": the range reads (0, hi].
   const range = lo === Number.MIN_VALUE ? `(0, ${hi}]` : `[${lo}, ${hi}]`;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi || (int && !Number.isInteger(v))) throw new HttpError(400, `${name} must be ${int ? 'an integer' : 'a number'} in ${range}`, 'invalid_request_error', name);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < lo || v > hi || (int && !Number.isInteger(v)))
+    throw new HttpError(400, `${name} must be ${int ? 'an integer' : 'a number'} in ${range}`, 'invalid_request_error', name);
   return v;
 }
 
@@ -203,14 +203,16 @@ function messagesOf(v: unknown): ChatMessage[] {
     if (!m || typeof m !== 'object') throw new HttpError(400, `messages[${i}] must be an object`, 'invalid_request_error', 'messages');
     const mm = m as { role?: unknown; content?: unknown; tool_calls?: unknown; tool_call_id?: unknown; name?: unknown };
     const role = mm.role;
-    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'developer' && role !== 'tool') throw new HttpError(400, `messages[${i}].role must be system, developer, user, assistant or tool`, 'invalid_request_error', 'messages');
+    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'developer' && role !== 'tool')
+      throw new HttpError(400, `messages[${i}].role must be system, developer, user, assistant or tool`, 'invalid_request_error', 'messages');
     const c = mm.content;
     let content: string;
     if (typeof c === 'string') content = c;
     else if (Array.isArray(c)) {
       content = c
         .map((p) => {
-          if (p && typeof p === 'object' && (p as { type?: unknown }).type === 'text' && typeof (p as { text?: unknown }).text === 'string') return (p as { text: string }).text;
+          if (p && typeof p === 'object' && (p as { type?: unknown }).type === 'text' && typeof (p as { text?: unknown }).text === 'string')
+            return (p as { text: string }).text;
           throw new HttpError(400, `messages[${i}].content: only text parts are supported`, 'invalid_request_error', 'messages');
         })
         .join('');
@@ -218,11 +220,13 @@ function messagesOf(v: unknown): ChatMessage[] {
     else throw new HttpError(400, `messages[${i}].content must be a string or text parts`, 'invalid_request_error', 'messages');
     const out: ChatMessage = { role: role === 'developer' ? 'system' : role, content };
     if (mm.tool_calls !== undefined && mm.tool_calls !== null) {
-      if (role !== 'assistant' || !Array.isArray(mm.tool_calls)) throw new HttpError(400, `messages[${i}].tool_calls must be an array on an assistant message`, 'invalid_request_error', 'messages');
+      if (role !== 'assistant' || !Array.isArray(mm.tool_calls))
+        throw new HttpError(400, `messages[${i}].tool_calls must be an array on an assistant message`, 'invalid_request_error', 'messages');
       // The Qwen3 template reads tool_call.function.{name, arguments} (arguments: a JSON string or an object).
       mm.tool_calls.forEach((tc, j) => {
         const f = (tc as { function?: { name?: unknown } } | null)?.function;
-        if (!f || typeof f.name !== 'string') throw new HttpError(400, `messages[${i}].tool_calls[${j}].function.name must be a string`, 'invalid_request_error', 'messages');
+        if (!f || typeof f.name !== 'string')
+          throw new HttpError(400, `messages[${i}].tool_calls[${j}].function.name must be a string`, 'invalid_request_error', 'messages');
       });
       out.tool_calls = mm.tool_calls;
     }
@@ -313,7 +317,20 @@ export class ChatServer {
   private nextRowId = 1;
   private pumping = false;
   private closing = false;
-  private readonly s: ChatServerStats = { requests: 0, batches: 0, prompts: 0, maxBatchSeen: 0, promptTokens: 0, completionTokens: 0, errors: 0, steps: 0, rejected: 0, cancelled: 0, liveRows: 0, queued: 0 };
+  private readonly s: ChatServerStats = {
+    requests: 0,
+    batches: 0,
+    prompts: 0,
+    maxBatchSeen: 0,
+    promptTokens: 0,
+    completionTokens: 0,
+    errors: 0,
+    steps: 0,
+    rejected: 0,
+    cancelled: 0,
+    liveRows: 0,
+    queued: 0,
+  };
   private readonly created = Math.floor(Date.now() / 1000);
   /** `http://host:port/v1` once started. */
   url = '';
@@ -405,7 +422,8 @@ export class ChatServer {
       throw new HttpError(400, 'request body is not valid JSON');
     }
     // `tools` reach the chat template: read again keeping `1.0` a float, as transformers renders it (lib/model/chat.ts).
-    if (b && typeof b === 'object' && Array.isArray((b as { tools?: unknown }).tools)) (b as { tools: unknown }).tools = (parseJsonKeepingFloats(text) as { tools: unknown }).tools;
+    if (b && typeof b === 'object' && Array.isArray((b as { tools?: unknown }).tools))
+      (b as { tools: unknown }).tools = (parseJsonKeepingFloats(text) as { tools: unknown }).tools;
     return b;
   }
 
@@ -437,7 +455,13 @@ export class ChatServer {
     if (!any) {
       const host = req.headers.host;
       if (!host || !this.allowed().has(nameOf(host))) {
-        throw new HttpError(403, `Host '${host ?? ''}' is not allowed (serve --allowed-hosts adds host names; localhost and the bind address are allowed)`, 'invalid_request_error', null, 'host_not_allowed');
+        throw new HttpError(
+          403,
+          `Host '${host ?? ''}' is not allowed (serve --allowed-hosts adds host names; localhost and the bind address are allowed)`,
+          'invalid_request_error',
+          null,
+          'host_not_allowed',
+        );
       }
       const origin = req.headers.origin;
       if (origin !== undefined) {
@@ -448,7 +472,13 @@ export class ChatServer {
           oh = '';
         }
         if (!oh || !this.allowed().has(oh)) {
-          throw new HttpError(403, `Origin '${origin}' is not allowed: cross-site requests are refused (serve --allowed-hosts adds host names)`, 'invalid_request_error', null, 'origin_not_allowed');
+          throw new HttpError(
+            403,
+            `Origin '${origin}' is not allowed: cross-site requests are refused (serve --allowed-hosts adds host names)`,
+            'invalid_request_error',
+            null,
+            'origin_not_allowed',
+          );
         }
       }
     }
@@ -476,18 +506,42 @@ export class ChatServer {
       res.end('{"status":"ok"}');
       return;
     }
-    if (path !== '/v1/chat/completions' && path !== '/chat/completions') throw new HttpError(404, `no route ${req.method} ${path || '/'} (this server serves POST /v1/chat/completions and GET /v1/models)`, 'invalid_request_error', null, 'not_found');
+    if (path !== '/v1/chat/completions' && path !== '/chat/completions')
+      throw new HttpError(
+        404,
+        `no route ${req.method} ${path || '/'} (this server serves POST /v1/chat/completions and GET /v1/models)`,
+        'invalid_request_error',
+        null,
+        'not_found',
+      );
     if (req.method !== 'POST') throw new HttpError(405, 'use POST');
     this.s.requests++;
     const b = (await this.body(req)) as Record<string, unknown>;
     if (!b || typeof b !== 'object' || Array.isArray(b)) throw new HttpError(400, 'request body must be a JSON object');
-    if (b.model !== undefined && b.model !== this.o.modelId) throw new HttpError(404, `The model \`${String(b.model)}\` does not exist (serving ${this.o.modelId})`, 'invalid_request_error', 'model', 'model_not_found');
+    if (b.model !== undefined && b.model !== this.o.modelId)
+      throw new HttpError(
+        404,
+        `The model \`${String(b.model)}\` does not exist (serving ${this.o.modelId})`,
+        'invalid_request_error',
+        'model',
+        'model_not_found',
+      );
     const messages = messagesOf(b.messages);
     const kw = (b.chat_template_kwargs ?? {}) as Record<string, unknown>;
     const et = kw.enable_thinking ?? b.enable_thinking;
-    if (et !== undefined && typeof et !== 'boolean') throw new HttpError(400, 'chat_template_kwargs.enable_thinking must be a boolean', 'invalid_request_error', 'chat_template_kwargs');
+    if (et !== undefined && typeof et !== 'boolean')
+      throw new HttpError(400, 'chat_template_kwargs.enable_thinking must be a boolean', 'invalid_request_error', 'chat_template_kwargs');
     const stopRaw = b.stop;
-    const stop = stopRaw === undefined || stopRaw === null ? [] : typeof stopRaw === 'string' ? [stopRaw] : Array.isArray(stopRaw) && stopRaw.every((s) => typeof s === 'string') ? (stopRaw as string[]) : (() => { throw new HttpError(400, 'stop must be a string or an array of strings', 'invalid_request_error', 'stop'); })();
+    const stop =
+      stopRaw === undefined || stopRaw === null
+        ? []
+        : typeof stopRaw === 'string'
+          ? [stopRaw]
+          : Array.isArray(stopRaw) && stopRaw.every((s) => typeof s === 'string')
+            ? (stopRaw as string[])
+            : (() => {
+                throw new HttpError(400, 'stop must be a string or an array of strings', 'invalid_request_error', 'stop');
+              })();
     const cap = this.o.maxTokensCap ?? 8192;
     const params: Params = {
       n: num(b.n, 'n', 1, 1, this.o.maxN ?? 16, true),
@@ -503,18 +557,23 @@ export class ChatServer {
       topLogprobs: -1,
     };
     if (params.topK < 0) params.topK = 0;
-    if (b.logprobs !== undefined && b.logprobs !== null && typeof b.logprobs !== 'boolean') throw new HttpError(400, 'logprobs must be a boolean', 'invalid_request_error', 'logprobs');
+    if (b.logprobs !== undefined && b.logprobs !== null && typeof b.logprobs !== 'boolean')
+      throw new HttpError(400, 'logprobs must be a boolean', 'invalid_request_error', 'logprobs');
     const topLogprobs = num(b.top_logprobs, 'top_logprobs', 0, 0, 20, true);
-    if (b.top_logprobs !== undefined && b.top_logprobs !== null && b.logprobs !== true) throw new HttpError(400, 'top_logprobs requires logprobs: true', 'invalid_request_error', 'top_logprobs');
+    if (b.top_logprobs !== undefined && b.top_logprobs !== null && b.logprobs !== true)
+      throw new HttpError(400, 'top_logprobs requires logprobs: true', 'invalid_request_error', 'top_logprobs');
     if (b.logprobs === true) params.topLogprobs = topLogprobs;
-    if (b.ignore_eos !== undefined && typeof b.ignore_eos !== 'boolean') throw new HttpError(400, 'ignore_eos must be a boolean', 'invalid_request_error', 'ignore_eos');
+    if (b.ignore_eos !== undefined && typeof b.ignore_eos !== 'boolean')
+      throw new HttpError(400, 'ignore_eos must be a boolean', 'invalid_request_error', 'ignore_eos');
     params.ignoreEos = b.ignore_eos === true;
     if (b.tools !== undefined && b.tools !== null) {
       if (!Array.isArray(b.tools)) throw new HttpError(400, 'tools must be an array', 'invalid_request_error', 'tools');
       params.tools = b.tools;
     }
-    if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean') throw new HttpError(400, 'stream must be a boolean', 'invalid_request_error', 'stream');
-    if (b.stream_options !== undefined && b.stream_options !== null && b.stream !== true) throw new HttpError(400, 'stream_options is only allowed with stream: true', 'invalid_request_error', 'stream_options');
+    if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean')
+      throw new HttpError(400, 'stream must be a boolean', 'invalid_request_error', 'stream');
+    if (b.stream_options !== undefined && b.stream_options !== null && b.stream !== true)
+      throw new HttpError(400, 'stream_options is only allowed with stream: true', 'invalid_request_error', 'stream_options');
     const stream = b.stream === true;
     const includeUsage = stream && !!(b.stream_options as { include_usage?: boolean } | undefined)?.include_usage;
     const stepper = this.stepper();
@@ -552,7 +611,13 @@ export class ChatServer {
       res.end('data: [DONE]\n\n');
       return;
     }
-    this.sendCompletion(res, id, created, choices.map((c) => ({ ...c, logprobs: null })), usage);
+    this.sendCompletion(
+      res,
+      id,
+      created,
+      choices.map((c) => ({ ...c, logprobs: null })),
+      usage,
+    );
   }
 
   // ---- step-wise backend: continuous batching ----
@@ -574,7 +639,13 @@ export class ChatServer {
       if (this.waitQ.length < (this.o.maxQueue ?? 256)) return;
       this.s.rejected++;
       res.setHeader('retry-after', '1');
-      throw new HttpError(429, `server busy: ${this.waitQ.length} requests already waiting (max queue ${this.o.maxQueue ?? 256}); retry later`, 'rate_limit_error', null, 'queue_full');
+      throw new HttpError(
+        429,
+        `server busy: ${this.waitQ.length} requests already waiting (max queue ${this.o.maxQueue ?? 256}); retry later`,
+        'rate_limit_error',
+        null,
+        'queue_full',
+      );
     };
     queueFull();
     // A client that goes away while its prompt is encoded must not get rows on the engine: the
@@ -602,8 +673,15 @@ export class ChatServer {
     // No max_tokens in the request: the server default, cut to what the context leaves after the
     // prompt (vLLM: max_model_len − prompt length), instead of a 400 about a max_tokens the client never sent.
     if (!p.maxTokensGiven && ids.length < st.capacity) p.maxNewTokens = Math.min(p.maxNewTokens, st.capacity - ids.length);
-    if (!p.maxTokensGiven && ids.length >= st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens leaves no room in the context of ${st.capacity} tokens`, 'invalid_request_error', 'messages');
-    if (ids.length + p.maxNewTokens > st.capacity) throw new HttpError(400, `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`, 'invalid_request_error', 'messages');
+    if (!p.maxTokensGiven && ids.length >= st.capacity)
+      throw new HttpError(400, `prompt of ${ids.length} tokens leaves no room in the context of ${st.capacity} tokens`, 'invalid_request_error', 'messages');
+    if (ids.length + p.maxNewTokens > st.capacity)
+      throw new HttpError(
+        400,
+        `prompt of ${ids.length} tokens + max_tokens ${p.maxNewTokens} exceeds the context of ${st.capacity}`,
+        'invalid_request_error',
+        'messages',
+      );
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
     const write = this.chunkWriter(res, id, created);
@@ -612,7 +690,18 @@ export class ChatServer {
       prompt: ids,
       stream,
       write,
-      choices: Array.from({ length: p.n }, (_, index) => ({ index, rowId: this.nextRowId++, detok: new IncrementalDetokenizer(), text: '', emR: '', emC: '', tokens: 0, lp: [], lpSent: 0, finish: null })),
+      choices: Array.from({ length: p.n }, (_, index) => ({
+        index,
+        rowId: this.nextRowId++,
+        detok: new IncrementalDetokenizer(),
+        text: '',
+        emR: '',
+        emC: '',
+        tokens: 0,
+        lp: [],
+        lpSent: 0,
+        finish: null,
+      })),
       done: false,
       resolve: () => undefined,
       reject: () => undefined,
@@ -643,13 +732,20 @@ export class ChatServer {
       res.end('data: [DONE]\n\n');
       return;
     }
-    this.sendCompletion(res, id, created, r.choices.map((c) => ({ index: c.index, ...splitThink(c.text, { trim: false }), logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish })), usage);
+    this.sendCompletion(
+      res,
+      id,
+      created,
+      r.choices.map((c) => ({ index: c.index, ...splitThink(c.text, { trim: false }), logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish })),
+      usage,
+    );
   }
 
   /** Writes one `data:` event of a streamed completion (OpenAI `chat.completion.chunk`), unless the client is gone. */
   private chunkWriter(res: ServerResponse, id: string, created: number): (choices: unknown[], extra?: Record<string, unknown>) => void {
     return (choices, extra = {}) => {
-      if (!res.writableEnded && !res.destroyed) res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices, ...extra })}\n\n`);
+      if (!res.writableEnded && !res.destroyed)
+        res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices, ...extra })}\n\n`);
     };
   }
 
@@ -675,7 +771,12 @@ export class ChatServer {
         object: 'chat.completion',
         created,
         model: this.o.modelId,
-        choices: choices.map((c) => ({ index: c.index, message: { role: 'assistant', content: c.content, ...(c.reasoning !== undefined ? { reasoning_content: c.reasoning } : {}) }, logprobs: c.logprobs, finish_reason: c.finish_reason })),
+        choices: choices.map((c) => ({
+          index: c.index,
+          message: { role: 'assistant', content: c.content, ...(c.reasoning !== undefined ? { reasoning_content: c.reasoning } : {}) },
+          logprobs: c.logprobs,
+          finish_reason: c.finish_reason,
+        })),
         usage,
       }),
     );
@@ -890,7 +991,15 @@ export class ChatServer {
   }
 
   private enqueue(messages: ChatMessage[], params: Params): Entry & { promise: Promise<ServeResult> } {
-    const key = JSON.stringify([params.n, params.temperature, params.topP, params.topK, params.maxNewTokens, params.seed ?? null, params.enableThinking ?? null]);
+    const key = JSON.stringify([
+      params.n,
+      params.temperature,
+      params.topP,
+      params.topK,
+      params.maxNewTokens,
+      params.seed ?? null,
+      params.enableThinking ?? null,
+    ]);
     let resolve!: Entry['resolve'];
     let reject!: Entry['reject'];
     const promise = new Promise<ServeResult>((a, b) => {
@@ -931,7 +1040,16 @@ export class ChatServer {
       const seed = p.seed ?? Math.floor(Math.random() * 2 ** 31);
       const out = await this.o.backend.generate(
         batch.map((e) => e.messages),
-        { n: p.n, temperature: p.temperature, topP: p.topP, topK: p.topK, maxNewTokens: p.maxNewTokens, seed, enableThinking: p.enableThinking, signal: ac.signal },
+        {
+          n: p.n,
+          temperature: p.temperature,
+          topP: p.topP,
+          topK: p.topK,
+          maxNewTokens: p.maxNewTokens,
+          seed,
+          enableThinking: p.enableThinking,
+          signal: ac.signal,
+        },
       );
       if (out.length !== batch.length) throw new Error(`backend returned ${out.length} results for ${batch.length} prompts`);
       this.s.batches++;

@@ -19,7 +19,6 @@ import type { ChatMessage } from '../llm/messages.js';
 import { DecodeEngine, type EngineRow, type EngineStep } from '../model/engine.js';
 import type { Qwen3Model } from '../model/qwen3.js';
 
-
 /** What serve's continuous-batching path needs from a model. */
 export interface ServeStepper {
   /** Rows decoded together at most, and the KV slots per row (prompt + max_tokens must fit). */
@@ -122,7 +121,11 @@ export class IncrementalDetokenizer {
 
 /** A rendered prompt that cannot fit the context, found before tokenizing it (a lower bound on its tokens). */
 export class PromptTooLongError extends Error {
-  constructor(readonly atLeastTokens: number, readonly bytes: number, readonly capacity: number) {
+  constructor(
+    readonly atLeastTokens: number,
+    readonly bytes: number,
+    readonly capacity: number,
+  ) {
     super(`prompt of at least ${atLeastTokens} tokens (${bytes} bytes rendered) leaves no room in the context of ${capacity} tokens`);
     this.name = 'PromptTooLongError';
   }
@@ -137,7 +140,12 @@ export function modelStepper(
   opts: { maxRows?: number; capacity?: number; maxPrefillTokens?: number } = {},
 ): ServeStepper {
   const { model, tokenizer, chat } = parts;
-  const engine = new DecodeEngine(model, { maxRows: opts.maxRows ?? 32, capacity: opts.capacity, padId: tokenizer.padTokenId, maxPrefillTokens: opts.maxPrefillTokens });
+  const engine = new DecodeEngine(model, {
+    maxRows: opts.maxRows ?? 32,
+    capacity: opts.capacity,
+    padId: tokenizer.padTokenId,
+    maxPrefillTokens: opts.maxPrefillTokens,
+  });
   const table = new TokenTable(tokenizer);
   let longest = 0;
   /** Bytes of the vocabulary's longest token: a text of B bytes has at least ceil(B / this) tokens. */
@@ -146,7 +154,7 @@ export function modelStepper(
     const dec = byteDecoder();
     for (let id = 0; id < tokenizer.vocabSize; id++) {
       const added = tokenizer.addedTokens.get(id);
-      const piece = added ? added.content : tokenizer.idToToken(id) ?? '';
+      const piece = added ? added.content : (tokenizer.idToToken(id) ?? '');
       const chars = [...piece];
       const n = !added && chars.every((c) => dec.has(c)) ? chars.length : Buffer.byteLength(piece, 'utf8');
       if (n > longest) longest = n;
@@ -160,7 +168,11 @@ export function modelStepper(
     stopIds: tokenizer.stopIds,
     async encode(messages, o) {
       if (!chat) throw new TypeError('the checkpoint has no chat_template');
-      const text = chat.render(messages, { addGenerationPrompt: true, enableThinking: o.enableThinking, extra: o.tools !== undefined ? { tools: o.tools } : undefined });
+      const text = chat.render(messages, {
+        addGenerationPrompt: true,
+        enableThinking: o.enableThinking,
+        extra: o.tools !== undefined ? { tools: o.tools } : undefined,
+      });
       // The context check before tokenizing (issue 38 item 7: an 8 MB prompt took 16-50 s and ~2 GB
       // to tokenize whole): no token is longer than the vocabulary's longest, so bytes / that bound
       // the token count from below; a prompt that cannot fit is refused without being tokenized.

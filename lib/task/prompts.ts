@@ -14,7 +14,8 @@ export function studentMessages(question: string): ChatMessage[] {
       content:
         'You are a research scientist. Write a concrete research plan that answers the research goal below: ' +
         'the method you would build and why it is novel, and the experiments that would test it (datasets, baselines, ' +
-        'ablations, metrics).\n\nResearch goal:\n' + question.trim(),
+        'ablations, metrics).\n\nResearch goal:\n' +
+        question.trim(),
     },
   ];
 }

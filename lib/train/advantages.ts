@@ -42,7 +42,11 @@ export function computeAdvantages(rewards: ArrayLike<number> | Float32Array | Fl
  * of contiguous groups of `groupSize` completions in, one advantage and one keep flag per
  * completion out (keep false = member of a dropped zero-variance group).
  */
-export type AdvantageFn = (rewards: number[], groupSize: number, opts: { scale: AdvantageScale; dropZeroVariance: boolean }) => { advantages: number[]; keep: boolean[] };
+export type AdvantageFn = (
+  rewards: number[],
+  groupSize: number,
+  opts: { scale: AdvantageScale; dropZeroVariance: boolean },
+) => { advantages: number[]; keep: boolean[] };
 
 /** {@link computeAdvantages} (native, float64) as the training loop's {@link AdvantageFn}. */
 export const groupAdvantages: AdvantageFn = (rewards, groupSize, opts) => {
@@ -60,7 +64,13 @@ export const groupAdvantages: AdvantageFn = (rewards, groupSize, opts) => {
  * Without masks this is exactly `fn(rewards, groupSize, opts)`.
  * `rewards`, `masked`: [B], B a multiple of `groupSize`; returns [B] advantages and keep flags.
  */
-export function maskedAdvantages(fn: AdvantageFn, rewards: number[], masked: boolean[], groupSize: number, opts: Parameters<AdvantageFn>[2]): { advantages: number[]; keep: boolean[] } {
+export function maskedAdvantages(
+  fn: AdvantageFn,
+  rewards: number[],
+  masked: boolean[],
+  groupSize: number,
+  opts: Parameters<AdvantageFn>[2],
+): { advantages: number[]; keep: boolean[] } {
   if (!masked.some(Boolean)) return fn(rewards, groupSize, opts);
   const groups = rewards.length / groupSize;
   const advantages = new Array<number>(rewards.length).fill(0);
@@ -74,7 +84,11 @@ export function maskedAdvantages(fn: AdvantageFn, rewards: number[], masked: boo
   }
   for (const [k, gs] of byKept) {
     const flat = gs.flat();
-    const r = fn(flat.map((j) => rewards[j]!), k, opts);
+    const r = fn(
+      flat.map((j) => rewards[j]!),
+      k,
+      opts,
+    );
     flat.forEach((j, i) => {
       advantages[j] = r.advantages[i]!;
       keep[j] = r.keep[i]!;

@@ -58,9 +58,15 @@ export interface TrainBackend {
    * (no grad; `teacher` adapter) on teacher prompt + the same completion; fused JSD summed over
    * completion tokens / normalizer; grads accumulate. Returns the micro-batch's share of the loss.
    */
-  opsdBackward(batch: { student: Sequence; teacher: Sequence }[], opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string }): Promise<{ loss: number }>;
+  opsdBackward(
+    batch: { student: Sequence; teacher: Sequence }[],
+    opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string },
+  ): Promise<{ loss: number }>;
   /** GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. */
-  grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], opts: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
+  grpoBackward(
+    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[],
+    opts: GrpoLossOptions,
+  ): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
   /** SFT window: mean next-token cross-entropy over all completion tokens of `batch`; grads accumulate. */
   sftBackward(batch: Sequence[]): Promise<{ loss: number }>;
   /**

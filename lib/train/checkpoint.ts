@@ -69,7 +69,15 @@ async function fsyncPath(path: string, isDir: boolean): Promise<void> {
  * - `after-rename`: the new checkpoint has its step name, `latest` not yet switched;
  * - `after-latest`: `latest` names the new checkpoint, older ones not yet pruned.
  */
-export const CHECKPOINT_FAULT_POINTS = ['after-tensors', 'before-commit', 'after-latest-tmp', 'after-remove-old', 'after-link', 'after-rename', 'after-latest'] as const;
+export const CHECKPOINT_FAULT_POINTS = [
+  'after-tensors',
+  'before-commit',
+  'after-latest-tmp',
+  'after-remove-old',
+  'after-link',
+  'after-rename',
+  'after-latest',
+] as const;
 
 /** Kills this process at `point` when PAPERGYM_FAULT=checkpoint:<point> (see {@link CHECKPOINT_FAULT_POINTS}). */
 function faultPoint(point: (typeof CHECKPOINT_FAULT_POINTS)[number]): void {
@@ -116,7 +124,12 @@ function latestName(root: string): string | undefined {
  * nothing is committed and the error propagates. Leftover `.tmp-*` entries of a killed write are
  * removed by {@link cleanCheckpointTemps} at the next start.
  */
-export async function writeCheckpoint(runDir: string, state: TrainerState, writeTensors: (dir: string) => Promise<void>, opts: { saveTotalLimit?: number | null; beforeCommit?: () => void | Promise<void> } = {}): Promise<string> {
+export async function writeCheckpoint(
+  runDir: string,
+  state: TrainerState,
+  writeTensors: (dir: string) => Promise<void>,
+  opts: { saveTotalLimit?: number | null; beforeCommit?: () => void | Promise<void> } = {},
+): Promise<string> {
   const root = join(runDir, 'checkpoints');
   await mkdir(root, { recursive: true });
   const name = `step-${String(state.globalStep).padStart(6, '0')}`;
@@ -212,9 +225,14 @@ export function resolveCheckpoint(dir: string): { dir: string; runDir: string; s
         throw inputError(`--resume ${dir}: ${latest} names '${name.slice(0, 200)}', not a checkpoint of this run (expected step-NNNNNN in ${root})`);
       }
       d = join(root, name);
-      if (!existsSync(join(d, 'trainer_state.json'))) throw inputError(`--resume ${dir}: ${latest} names ${name}, which has no trainer_state.json (incomplete or removed checkpoint)`);
+      if (!existsSync(join(d, 'trainer_state.json')))
+        throw inputError(`--resume ${dir}: ${latest} names ${name}, which has no trainer_state.json (incomplete or removed checkpoint)`);
     } else {
-      const steps = existsSync(root) ? readdirSync(root).filter((n) => /^step-\d+$/.test(n)).sort() : [];
+      const steps = existsSync(root)
+        ? readdirSync(root)
+            .filter((n) => /^step-\d+$/.test(n))
+            .sort()
+        : [];
       if (!steps.length) throw inputError(`--resume ${dir}: no checkpoint found (expected trainer_state.json or checkpoints/latest)`);
       d = join(root, steps[steps.length - 1]!);
     }
@@ -226,7 +244,8 @@ export function resolveCheckpoint(dir: string): { dir: string; runDir: string; s
   } catch (e) {
     throw inputError(`--resume ${dir}: unreadable ${statePath}: ${(e as Error).message}`);
   }
-  if (!state || typeof state !== 'object' || state.version !== 1) throw inputError(`--resume ${dir}: unsupported trainer_state version ${String(state?.version)}`);
+  if (!state || typeof state !== 'object' || state.version !== 1)
+    throw inputError(`--resume ${dir}: unsupported trainer_state version ${String(state?.version)}`);
   checkTrainerState(state, statePath);
   for (const [f, bytes] of Object.entries(state.files ?? {})) {
     let size: number;
@@ -265,7 +284,8 @@ export function checkTrainerState(state: TrainerState, where: string): void {
   if (!state.cursor || typeof state.cursor !== 'object') throw bad('cursor is missing');
   count(state.cursor.epoch, 'cursor.epoch', MAX_STEPS);
   count(state.cursor.position, 'cursor.position', MAX_STEPS);
-  if (typeof state.wallSeconds !== 'number' || !Number.isFinite(state.wallSeconds) || state.wallSeconds < 0) throw bad(`wallSeconds is ${JSON.stringify(state.wallSeconds)}`);
+  if (typeof state.wallSeconds !== 'number' || !Number.isFinite(state.wallSeconds) || state.wallSeconds < 0)
+    throw bad(`wallSeconds is ${JSON.stringify(state.wallSeconds)}`);
   if (!Array.isArray(state.validation)) throw bad('validation is not a list');
   if (typeof state.stageDone !== 'boolean') throw bad(`stageDone is ${JSON.stringify(state.stageDone)}`);
   if (state.files !== undefined) {
@@ -306,7 +326,9 @@ export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: 
   const need = [...CHECKPOINT_FILES, ...(ck.state.stageStep > 0 || ck.state.files?.['optimizer.safetensors'] !== undefined ? ['optimizer.safetensors'] : [])];
   const missing = need.filter((f) => !existsSync(join(ck.dir, f)));
   if (missing.length) {
-    throw inputError(`--resume ${ck.dir}: ${missing.join(', ')} missing from the checkpoint (it needs ${need.join(', ')}); resume from another checkpoint of ${join(ck.runDir, 'checkpoints')}`);
+    throw inputError(
+      `--resume ${ck.dir}: ${missing.join(', ')} missing from the checkpoint (it needs ${need.join(', ')}); resume from another checkpoint of ${join(ck.runDir, 'checkpoints')}`,
+    );
   }
   if (need.includes('optimizer.safetensors')) checkOptimizerFile(join(ck.dir, 'optimizer.safetensors'));
   const cfg = ck.state.config as Record<string, unknown>;
@@ -314,7 +336,9 @@ export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: 
   const stage = stages[ck.state.stageIndex];
   const steps = stage ? (cfg[stage] as { steps?: unknown } | undefined)?.steps : undefined;
   if (typeof steps === 'number' && ck.state.stageStep > steps) {
-    throw inputError(`--resume ${ck.dir}: trainer_state.json has ${ck.state.stageStep} ${stage} steps done, more than the run's ${stage}.steps ${steps} (corrupt or edited trainer state)`);
+    throw inputError(
+      `--resume ${ck.dir}: trainer_state.json has ${ck.state.stageStep} ${stage} steps done, more than the run's ${stage}.steps ${steps} (corrupt or edited trainer state)`,
+    );
   }
   const runCfgPath = join(ck.runDir, 'config.json');
   if (!existsSync(runCfgPath)) return;
@@ -328,13 +352,31 @@ export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: 
   for (const [k, v] of leaves(cfg)) {
     if (!saved.has(k) || RUNTIME_KEYS.test(k) || resumable.some((r) => k === r || k.startsWith(`${r}.`))) continue;
     if (JSON.stringify(saved.get(k)) !== JSON.stringify(v)) {
-      throw inputError(`--resume ${ck.dir}: trainer_state.json has ${k} = ${JSON.stringify(v)}, the run's ${runCfgPath} has ${JSON.stringify(saved.get(k))} (a tampered checkpoint or one of another run)`);
+      throw inputError(
+        `--resume ${ck.dir}: trainer_state.json has ${k} = ${JSON.stringify(v)}, the run's ${runCfgPath} has ${JSON.stringify(saved.get(k))} (a tampered checkpoint or one of another run)`,
+      );
     }
   }
 }
 
 /** Bytes per element of the safetensors dtypes (the format's spec, huggingface/safetensors README). */
-const DTYPE_BYTES: Record<string, number> = { F64: 8, I64: 8, U64: 8, F32: 4, I32: 4, U32: 4, F16: 2, BF16: 2, I16: 2, U16: 2, I8: 1, U8: 1, BOOL: 1, F8_E4M3: 1, F8_E5M2: 1 };
+const DTYPE_BYTES: Record<string, number> = {
+  F64: 8,
+  I64: 8,
+  U64: 8,
+  F32: 4,
+  I32: 4,
+  U32: 4,
+  F16: 2,
+  BF16: 2,
+  I16: 2,
+  U16: 2,
+  I8: 1,
+  U8: 1,
+  BOOL: 1,
+  F8_E4M3: 1,
+  F8_E5M2: 1,
+};
 
 /**
  * Checks that `path` is a complete optimizer state file as `AdamW.saveState` writes it, reading
@@ -345,7 +387,8 @@ const DTYPE_BYTES: Record<string, number> = { F64: 8, I64: 8, U64: 8, F32: 4, I3
  * rollouts and judging. Throws an `ERR_PG_INPUT` Error naming the file.
  */
 export function checkOptimizerFile(path: string): void {
-  const bad = (why: string) => inputError(`${path}: ${why} (corrupt optimizer state; delete it to restart the optimizer from zero, or resume from an earlier checkpoint)`);
+  const bad = (why: string) =>
+    inputError(`${path}: ${why} (corrupt optimizer state; delete it to restart the optimizer from zero, or resume from an earlier checkpoint)`);
   let fd: number;
   try {
     fd = openSync(path, 'r');
@@ -376,7 +419,8 @@ export function checkOptimizerFile(path: string): void {
       if (!per || !Array.isArray(off) || off.length !== 2 || !Array.isArray(shape)) throw bad(`tensor '${name}': malformed header entry`);
       const [b, e] = off as number[];
       const want = (shape as number[]).reduce((a, x) => a * x, 1) * per;
-      if (!Number.isInteger(b) || !Number.isInteger(e) || b < 0 || e < b || e > dataBytes) throw bad(`tensor '${name}': data_offsets [${String(b)}, ${String(e)}) out of range (data buffer is ${dataBytes} bytes; truncated file?)`);
+      if (!Number.isInteger(b) || !Number.isInteger(e) || b < 0 || e < b || e > dataBytes)
+        throw bad(`tensor '${name}': data_offsets [${String(b)}, ${String(e)}) out of range (data buffer is ${dataBytes} bytes; truncated file?)`);
       if (e - b !== want) throw bad(`tensor '${name}': data_offsets span ${e - b} bytes, shape and dtype need ${want}`);
     }
     const meta = header.__metadata__ as Record<string, unknown> | undefined;

@@ -208,7 +208,9 @@ export function resumedBatches(cfg: TrainConfig, worldSize: number): { record: B
     const perRank = getPath(cfg, b.perRank) as number | null | undefined;
     const global = getPath(cfg, b.global) as number;
     if (perRank != null && global !== perRank * worldSize && cfg.stages.includes(b.stage)) {
-      notes.push(`${b.stage}: the run was started with ${b.perRank} ${perRank} on ${global / perRank} process(es) (global batch ${global}); resumed on ${worldSize}, it keeps the global batch ${global} (${global / worldSize} per process on average), so the run continues the steps it took — start a new run to change the global batch`);
+      notes.push(
+        `${b.stage}: the run was started with ${b.perRank} ${perRank} on ${global / perRank} process(es) (global batch ${global}); resumed on ${worldSize}, it keeps the global batch ${global} (${global / worldSize} per process on average), so the run continues the steps it took — start a new run to change the global batch`,
+      );
     }
     stages[b.stage] = perRank != null ? { mode: 'per-rank', global, perRank: global / worldSize } : { mode: 'global', global, perRank: global / worldSize };
   }
@@ -249,15 +251,29 @@ export async function initDist(o: InitDistOptions): Promise<{ ctx: DistContext; 
   if (!env || env.worldSize === 1) return { ctx: DistContext.single(), device: o.device };
   const avail = native().distAvailable();
   const cuda = o.device.startsWith('cuda');
-  if (!avail.gloo) throw new Error(`rank ${env.rank}: WORLD_SIZE=${env.worldSize} but this addon was built without distributed support (gloo headers missing at build time: install libgloo-dev — scripts/setup.sh does as root — and rebuild)`);
-  if (cuda && !avail.nccl) throw new Error(`rank ${env.rank}: device ${o.device} needs the NCCL process group, not in this build (a CUDA build with nccl.h from the nvidia-nccl wheel)`);
+  if (!avail.gloo)
+    throw new Error(
+      `rank ${env.rank}: WORLD_SIZE=${env.worldSize} but this addon was built without distributed support (gloo headers missing at build time: install libgloo-dev — scripts/setup.sh does as root — and rebuild)`,
+    );
+  if (cuda && !avail.nccl)
+    throw new Error(
+      `rank ${env.rank}: device ${o.device} needs the NCCL process group, not in this build (a CUDA build with nccl.h from the nvidia-nccl wheel)`,
+    );
   // One GPU per rank: cuda:LOCAL_RANK (an explicit cuda:N is offset by LOCAL_RANK).
   const device = cuda ? `cuda:${(o.device.includes(':') ? Number(o.device.split(':')[1]) : 0) + env.localRank}` : o.device;
   const timeoutMs = o.timeoutMs ?? DEFAULT_DIST_TIMEOUT_MS;
-  o.log?.(`rank ${env.rank}/${env.worldSize} (local ${env.localRank}/${env.localWorldSize}): joining ${cuda ? 'nccl' : 'gloo'} group at ${env.masterAddr}:${env.masterPort} (timeout ${timeoutMs / 1000}s)`);
-  const pg = (await native().distInit({
-    rank: env.rank, worldSize: env.worldSize, masterAddr: env.masterAddr, masterPort: env.masterPort,
-    backend: cuda ? 'nccl' : 'gloo', device, timeoutMs, initTimeoutMs: o.initTimeoutMs ?? Math.min(timeoutMs, 60_000),
-  }));
+  o.log?.(
+    `rank ${env.rank}/${env.worldSize} (local ${env.localRank}/${env.localWorldSize}): joining ${cuda ? 'nccl' : 'gloo'} group at ${env.masterAddr}:${env.masterPort} (timeout ${timeoutMs / 1000}s)`,
+  );
+  const pg = await native().distInit({
+    rank: env.rank,
+    worldSize: env.worldSize,
+    masterAddr: env.masterAddr,
+    masterPort: env.masterPort,
+    backend: cuda ? 'nccl' : 'gloo',
+    device,
+    timeoutMs,
+    initTimeoutMs: o.initTimeoutMs ?? Math.min(timeoutMs, 60_000),
+  });
   return { ctx: new DistContext(env.rank, env.worldSize, env.localRank, pg), device };
 }

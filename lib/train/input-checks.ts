@@ -28,7 +28,23 @@ export const MODEL_CONFIG_LIMITS: Record<string, number> = {
 };
 
 /** Bytes per element of the safetensors dtypes (huggingface/safetensors README). */
-const ELEMENT_BYTES: Record<string, number> = { F64: 8, I64: 8, U64: 8, F32: 4, I32: 4, U32: 4, F16: 2, BF16: 2, I16: 2, U16: 2, I8: 1, U8: 1, BOOL: 1, F8_E4M3: 1, F8_E5M2: 1 };
+const ELEMENT_BYTES: Record<string, number> = {
+  F64: 8,
+  I64: 8,
+  U64: 8,
+  F32: 4,
+  I32: 4,
+  U32: 4,
+  F16: 2,
+  BF16: 2,
+  I16: 2,
+  U16: 2,
+  I8: 1,
+  U8: 1,
+  BOOL: 1,
+  F8_E4M3: 1,
+  F8_E5M2: 1,
+};
 
 /**
  * The smallest bytes per element among the tensors of a safetensors file, read from its header
@@ -45,7 +61,9 @@ function smallestElementBytes(file: string): number {
     const hb = Buffer.alloc(len);
     readSync(fd, hb, 0, len, 8);
     const h = JSON.parse(hb.toString('utf8')) as Record<string, { dtype?: string }>;
-    const sizes = Object.entries(h).filter(([k]) => k !== '__metadata__').map(([, t]) => ELEMENT_BYTES[String(t?.dtype)] ?? 1);
+    const sizes = Object.entries(h)
+      .filter(([k]) => k !== '__metadata__')
+      .map(([, t]) => ELEMENT_BYTES[String(t?.dtype)] ?? 1);
     return sizes.length ? Math.min(...sizes) : 1;
   } catch {
     return 1;
@@ -84,13 +102,19 @@ export function checkModelConfigSizes(dir: string): void {
   const hidden = n('hidden_size');
   const heads = n('num_attention_heads', 1);
   const headDim = n('head_dim', hidden / heads);
-  const params = n('vocab_size') * hidden + layers * (3 * hidden * n('intermediate_size') + 2 * hidden * heads * headDim + 2 * hidden * n('num_key_value_heads', heads) * headDim);
-  const files = readdirSync(dir).filter((f) => f.endsWith('.safetensors')).sort();
+  const params =
+    n('vocab_size') * hidden +
+    layers * (3 * hidden * n('intermediate_size') + 2 * hidden * heads * headDim + 2 * hidden * n('num_key_value_heads', heads) * headDim);
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.safetensors'))
+    .sort();
   let bytes = 0;
   for (const f of files) bytes += statSync(join(dir, f)).size;
   const need = files.length ? params * smallestElementBytes(join(dir, files[0]!)) : 0;
   if (bytes > 0 && need > bytes * 1.01) {
-    throw inputError(`model ${dir}: its weights (*.safetensors) hold only ${bytes} bytes, but ${path} (num_hidden_layers ${layers}, hidden_size ${hidden}, …) describes at least ${params.toExponential(2)} parameters, ${need.toExponential(2)} bytes: config.json does not match the weights, or a weights file is truncated`);
+    throw inputError(
+      `model ${dir}: its weights (*.safetensors) hold only ${bytes} bytes, but ${path} (num_hidden_layers ${layers}, hidden_size ${hidden}, …) describes at least ${params.toExponential(2)} parameters, ${need.toExponential(2)} bytes: config.json does not match the weights, or a weights file is truncated`,
+    );
   }
 }
 
@@ -146,7 +170,9 @@ const MAX_BYTES_PER_TOKEN = 256;
  * Resolves with the rows that do not fit and the longest student / teacher prompt (tokens).
  */
 export async function checkRowLengths(
-  items: readonly TaskItem[], context: number, maxNewTokens: number,
+  items: readonly TaskItem[],
+  context: number,
+  maxNewTokens: number,
   encode: (prompts: ReturnType<typeof studentMessages>[]) => Promise<number[][]>,
 ): Promise<{ long: LongRow[]; longest: { student: number; teacher: number } }> {
   const long: LongRow[] = [];
@@ -156,7 +182,13 @@ export async function checkRowLengths(
   const ok: number[] = [];
   items.forEach((it, i) => {
     const bytes = Buffer.byteLength(it.question) + it.rubric.reduce((n, r) => n + Buffer.byteLength(r.text), 0);
-    if (bytes > byteCap) long.push({ index: i, id: it.id, promptTokens: Math.ceil(bytes / MAX_BYTES_PER_TOKEN), why: `${bytes} bytes of question and rubric, more than ${MAX_BYTES_PER_TOKEN} bytes per token of the model's ${context}-token context` });
+    if (bytes > byteCap)
+      long.push({
+        index: i,
+        id: it.id,
+        promptTokens: Math.ceil(bytes / MAX_BYTES_PER_TOKEN),
+        why: `${bytes} bytes of question and rubric, more than ${MAX_BYTES_PER_TOKEN} bytes per token of the model's ${context}-token context`,
+      });
     else ok.push(i);
   });
   for (let s = 0; s < ok.length; s += 256) {
@@ -168,7 +200,12 @@ export async function checkRowLengths(
       longest.student = Math.max(longest.student, st);
       longest.teacher = Math.max(longest.teacher, te);
       if (Math.max(st, te) > budget) {
-        long.push({ index: i, id: items[i]!.id, promptTokens: Math.max(st, te), why: `its ${te > st ? 'teacher' : 'student'} prompt is ${Math.max(st, te)} tokens; with --max-new-tokens ${maxNewTokens} that passes the model's context of ${context} tokens` });
+        long.push({
+          index: i,
+          id: items[i]!.id,
+          promptTokens: Math.max(st, te),
+          why: `its ${te > st ? 'teacher' : 'student'} prompt is ${Math.max(st, te)} tokens; with --max-new-tokens ${maxNewTokens} that passes the model's context of ${context} tokens`,
+        });
       }
     });
   }

@@ -35,7 +35,9 @@ export const WORKER_ENV = 'PAPERGYM_DIST_WORKER';
 export async function checkPortFree(port: number, host = '0.0.0.0'): Promise<void> {
   await new Promise<void>((res, rej) => {
     const srv = createServer();
-    srv.once('error', (e: NodeJS.ErrnoException) => rej(new Error(`MASTER_PORT ${port} is not usable on this machine (${e.code ?? e.message}); pick another with --master-port`)));
+    srv.once('error', (e: NodeJS.ErrnoException) =>
+      rej(new Error(`MASTER_PORT ${port} is not usable on this machine (${e.code ?? e.message}); pick another with --master-port`)),
+    );
     srv.listen(port, host, () => srv.close(() => res()));
   });
 }
@@ -67,43 +69,55 @@ export async function launchWorkers(o: LaunchOptions): Promise<number> {
   const children: { rank: number; proc: ChildProcess; done: boolean }[] = [];
   let firstFailure: number | undefined;
   let interrupted = false;
-  log(`launching ${o.nprocPerNode} workers (ranks ${o.nodeRank * o.nprocPerNode}..${(o.nodeRank + 1) * o.nprocPerNode - 1} of ${world}; master ${o.masterAddr}:${o.masterPort})`);
+  log(
+    `launching ${o.nprocPerNode} workers (ranks ${o.nodeRank * o.nprocPerNode}..${(o.nodeRank + 1) * o.nprocPerNode - 1} of ${world}; master ${o.masterAddr}:${o.masterPort})`,
+  );
   const exits: Promise<void>[] = [];
   for (let local = 0; local < o.nprocPerNode; local++) {
     const rank = o.nodeRank * o.nprocPerNode + local;
     const env = {
       ...(o.env ?? process.env),
-      RANK: String(rank), WORLD_SIZE: String(world), LOCAL_RANK: String(local), LOCAL_WORLD_SIZE: String(o.nprocPerNode),
-      GROUP_RANK: String(o.nodeRank), MASTER_ADDR: o.masterAddr, MASTER_PORT: String(o.masterPort), [WORKER_ENV]: '1',
+      RANK: String(rank),
+      WORLD_SIZE: String(world),
+      LOCAL_RANK: String(local),
+      LOCAL_WORLD_SIZE: String(o.nprocPerNode),
+      GROUP_RANK: String(o.nodeRank),
+      MASTER_ADDR: o.masterAddr,
+      MASTER_PORT: String(o.masterPort),
+      [WORKER_ENV]: '1',
     };
     // Own process group: a terminal Ctrl-C reaches the launcher only, which forwards it once.
     const proc = spawn(cmd, args, { env, stdio: 'inherit', detached: true });
     log(`worker rank ${rank}: pid ${proc.pid}`);
     const c = { rank, proc, done: false };
     children.push(c);
-    exits.push(new Promise<void>((res) => {
-      proc.on('exit', (code, signal) => {
-        c.done = true;
-        const failed = code !== 0 && !(interrupted && code === 130);
-        if (failed) {
-          log(`worker rank ${rank} (pid ${proc.pid}) ${signal ? `was killed by ${signal}` : `exited with code ${code}`}${firstFailure === undefined ? `; stopping the other workers in ${(o.graceMs ?? 30000) / 1000}s unless they exit first` : ''}`);
-          if (firstFailure === undefined) {
-            firstFailure = code ?? 1;
-            const t = setTimeout(() => {
-              for (const k of children) if (!k.done) k.proc.kill('SIGTERM');
-            }, o.graceMs ?? 30000);
-            t.unref();
+    exits.push(
+      new Promise<void>((res) => {
+        proc.on('exit', (code, signal) => {
+          c.done = true;
+          const failed = code !== 0 && !(interrupted && code === 130);
+          if (failed) {
+            log(
+              `worker rank ${rank} (pid ${proc.pid}) ${signal ? `was killed by ${signal}` : `exited with code ${code}`}${firstFailure === undefined ? `; stopping the other workers in ${(o.graceMs ?? 30000) / 1000}s unless they exit first` : ''}`,
+            );
+            if (firstFailure === undefined) {
+              firstFailure = code ?? 1;
+              const t = setTimeout(() => {
+                for (const k of children) if (!k.done) k.proc.kill('SIGTERM');
+              }, o.graceMs ?? 30000);
+              t.unref();
+            }
           }
-        }
-        res();
-      });
-      proc.on('error', (e) => {
-        log(`worker rank ${rank} could not start: ${e.message}`);
-        c.done = true;
-        firstFailure ??= 1;
-        res();
-      });
-    }));
+          res();
+        });
+        proc.on('error', (e) => {
+          log(`worker rank ${rank} could not start: ${e.message}`);
+          c.done = true;
+          firstFailure ??= 1;
+          res();
+        });
+      }),
+    );
   }
   const forward = (sig: NodeJS.Signals) => () => {
     interrupted = true;

@@ -11,12 +11,35 @@
  */
 import { native } from '../native.js';
 import type {
-  AddonModel, FloatTensor, GrpoArgs, GrpoBackwardArgs, GrpoResult, IdTensor, JsdArgs, JsdResult, JsTensor, OpsdBackwardArgs, SelectedLogprobsArgs, SequenceLogprobsArgs,
+  AddonModel,
+  FloatTensor,
+  GrpoArgs,
+  GrpoBackwardArgs,
+  GrpoResult,
+  IdTensor,
+  JsdArgs,
+  JsdResult,
+  JsTensor,
+  OpsdBackwardArgs,
+  SelectedLogprobsArgs,
+  SequenceLogprobsArgs,
 } from '../addon.js';
 
 export type {
-  AdapterChoice, FloatTensor, GrpoAggregation, GrpoArgs, GrpoBackwardArgs, GrpoMetrics, GrpoOptions, GrpoResult, JsdArgs, JsdResult, OpsdBackwardArgs, Placement,
-  SelectedLogprobsArgs, SequenceLogprobsArgs,
+  AdapterChoice,
+  FloatTensor,
+  GrpoAggregation,
+  GrpoArgs,
+  GrpoBackwardArgs,
+  GrpoMetrics,
+  GrpoOptions,
+  GrpoResult,
+  JsdArgs,
+  JsdResult,
+  OpsdBackwardArgs,
+  Placement,
+  SelectedLogprobsArgs,
+  SequenceLogprobsArgs,
 } from '../addon.js';
 /** Token ids (Int32Array or BigInt64Array). */
 export type IntTensor = IdTensor;

@@ -34,7 +34,11 @@ export function completionMask(tokens: ArrayLike<number>[], lengths?: ArrayLike<
 }
 
 /** completionMask flattened into a [B, T] float tensor (T = max row width, rows right-padded with 0). */
-export function completionMaskTensor(tokens: ArrayLike<number>[], lengths?: ArrayLike<number>, stopIds: readonly number[] = QWEN3_STOP_IDS): { data: Float32Array; shape: number[] } {
+export function completionMaskTensor(
+  tokens: ArrayLike<number>[],
+  lengths?: ArrayLike<number>,
+  stopIds: readonly number[] = QWEN3_STOP_IDS,
+): { data: Float32Array; shape: number[] } {
   const rows = completionMask(tokens, lengths, stopIds);
   const T = rows.reduce((a, r) => Math.max(a, r.length), 0);
   const data = new Float32Array(rows.length * T);

@@ -143,8 +143,12 @@ const MODULE_DIMS: Record<LoraTarget, (s: ModelShape) => [number, number]> = {
 
 /** Base parameters (embedding counted once when tied). */
 export function weightParams(s: ModelShape): number {
-  const q = s.numHeads * s.headDim, k = s.numKvHeads * s.headDim;
-  return s.vocabSize * s.hiddenSize * (s.tiedEmbeddings ? 1 : 2) + s.numLayers * (s.hiddenSize * q + 2 * s.hiddenSize * k + q * s.hiddenSize + 3 * s.hiddenSize * s.intermediateSize);
+  const q = s.numHeads * s.headDim,
+    k = s.numKvHeads * s.headDim;
+  return (
+    s.vocabSize * s.hiddenSize * (s.tiedEmbeddings ? 1 : 2) +
+    s.numLayers * (s.hiddenSize * q + 2 * s.hiddenSize * k + q * s.hiddenSize + 3 * s.hiddenSize * s.intermediateSize)
+  );
 }
 
 /** LoRA parameters: ℓ · r · Σ (in + out) over the target modules. */
@@ -160,7 +164,10 @@ export function loraParams(s: ModelShape, r: number, targets: string[]): number 
 }
 
 export function widths(s: ModelShape) {
-  const h = s.hiddenSize, q = s.numHeads * s.headDim, k = s.numKvHeads * s.headDim, i = s.intermediateSize;
+  const h = s.hiddenSize,
+    q = s.numHeads * s.headDim,
+    k = s.numKvHeads * s.headDim,
+    i = s.intermediateSize;
   return { h, q, k, i };
 }
 
@@ -178,7 +185,12 @@ export function savedElementsPerToken(s: ModelShape, dropout: number): number {
  */
 export function mergedWeightBytes(s: ModelShape, targets: string[], dtypeBytes: number): number {
   const { h, q, k, i } = widths(s);
-  const groups: [LoraTarget[], number][] = [[['q_proj', 'k_proj', 'v_proj'], h * (q + 2 * k)], [['o_proj'], q * h], [['gate_proj', 'up_proj'], 2 * h * i], [['down_proj'], i * h]];
+  const groups: [LoraTarget[], number][] = [
+    [['q_proj', 'k_proj', 'v_proj'], h * (q + 2 * k)],
+    [['o_proj'], q * h],
+    [['gate_proj', 'up_proj'], 2 * h * i],
+    [['down_proj'], i * h],
+  ];
   const hit = groups.filter(([g]) => g.some((t) => targets.includes(t))).map(([, n]) => n);
   if (!hit.length) return 0;
   return s.numLayers * dtypeBytes * hit.reduce((a, n) => a + n, 0) + 4 * Math.max(...hit);
@@ -204,7 +216,9 @@ export function bucket(rows: number): number {
 
 /** Update (loss + backward) bytes above resident for `rows` sequences of `len` tokens. */
 export function updateBytes(x: PlanInputs, rows: number, len: number, recompute: boolean, head: 'grpo' | 'jsd' | 'ce'): number {
-  const s = x.shape, b = x.dtypeBytes, T = rows * len;
+  const s = x.shape,
+    b = x.dtypeBytes,
+    T = rows * len;
   const perLayer = KAPPA_ACT * T * savedElementsPerToken(s, x.lora.dropout) * b;
   const acts = recompute ? T * s.numLayers * s.hiddenSize * b + perLayer : perLayer * s.numLayers;
   const logits = T * s.vocabSize;

@@ -63,7 +63,21 @@
  * Units: bytes everywhere; GB in logs and flags = 1e9 bytes.
  */
 import { stageOf, STAGES, type MemoryTerms, type TrainingStage } from './stages/index.js';
-import { bucket, forwardBytesPerToken, judgeWorkBytes, kvBytesPerToken, mergedWeightBytes, loraParams, weightParams, DEFAULT_MARGIN, type ModelShape, type PlanInputs, type PlanPhase, type PlanSettings, type MemoryPlan } from './memory-model.js';
+import {
+  bucket,
+  forwardBytesPerToken,
+  judgeWorkBytes,
+  kvBytesPerToken,
+  mergedWeightBytes,
+  loraParams,
+  weightParams,
+  DEFAULT_MARGIN,
+  type ModelShape,
+  type PlanInputs,
+  type PlanPhase,
+  type PlanSettings,
+  type MemoryPlan,
+} from './memory-model.js';
 import type { TrainConfig } from '../config/train.js';
 
 export * from './memory-model.js';
@@ -84,7 +98,9 @@ export function residentBytes(x: PlanInputs): number {
 
 /** The quantities every stage's estimate shares (lib/train/stages/stage.ts MemoryTerms). */
 export function memoryTerms(x: PlanInputs, st: Pick<PlanSettings, 'mergeAdapter'>): MemoryTerms {
-  const s = x.shape, b = x.dtypeBytes, N = x.maxNewTokens;
+  const s = x.shape,
+    b = x.dtypeBytes,
+    N = x.maxNewTokens;
   return {
     R: residentBytes(x),
     kv: kvBytesPerToken(s, b),
@@ -150,9 +166,13 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     notes.push('activation recompute on: micro-batch 1 does not fit without it');
     p = pick(true);
   }
-  const microBatches = Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, st.memory.microBatch.configured(x)]] : []))) as Pick<PlanSettings, 'opsdMicroBatch' | 'grpoMicroBatch'>;
+  const microBatches = Object.fromEntries(
+    STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, st.memory.microBatch.configured(x)]] : [])),
+  ) as Pick<PlanSettings, 'opsdMicroBatch' | 'grpoMicroBatch'>;
   withMb.forEach((st, i) => {
-    const m = st.memory.microBatch!, was = m.configured(x), now = p[i] ?? 1;
+    const m = st.memory.microBatch!,
+      was = m.configured(x),
+      now = p[i] ?? 1;
     microBatches[m.setting] = now;
     if (now < was) notes.push(`${st.name.toUpperCase()} micro-batch ${was} -> ${now}`);
   });
@@ -165,7 +185,9 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     const sampling = running.filter((st) => st.memory.rollout);
     const maxRows = Math.max(1, ...sampling.map((st) => st.memory.rollout!.maxRows(x)));
     // The same rows batch the rollouts (KV cache) and any other call a stage batches by them (GRPO: the reference logprobs).
-    const fitsRows = (rows: number) => R + bucket(rows) * Ls * kv + bucket(rows) * x.shape.vocabSize * 16 <= limit && sampling.every((st) => st.memory.rollout!.fits?.(x, rows, t0, limit) ?? true);
+    const fitsRows = (rows: number) =>
+      R + bucket(rows) * Ls * kv + bucket(rows) * x.shape.vocabSize * 16 <= limit &&
+      sampling.every((st) => st.memory.rollout!.fits?.(x, rows, t0, limit) ?? true);
     const unit = Math.max(1, ...sampling.map((st) => st.memory.rollout!.unit(x)));
     rolloutRows = unit;
     for (let r = maxRows; r >= unit; r = Math.floor(r / 2)) {
@@ -189,7 +211,8 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   const overlapOn = x.judgeOverlap === true && x.localJudge !== false && judgedPhase !== undefined;
   // The settings chosen so far; the judge's call size is chosen next.
   const chosen = { ...microBatches, recompute, rolloutRows, mergeAdapter };
-  const rolloutGrpo = (t: number, judgeOverlap: boolean) => (judgedPhase ? estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })[judgedPhase] ?? 0 : 0);
+  const rolloutGrpo = (t: number, judgeOverlap: boolean) =>
+    judgedPhase ? (estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })[judgedPhase] ?? 0) : 0;
   const besideRollout = (t: number) => rolloutGrpo(t, true) <= limit;
   let judge: number;
   if (pin.judgeMaxTokensPerCall && x.judgeMaxTokensPerCall) {
@@ -215,13 +238,19 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     if (x.judgeOverlap === 'auto') {
       const both = rolloutGrpo(judge, true);
       settings.judgeOverlap = both <= limit;
-      if (!settings.judgeOverlap) notes.push(`the local judge scores after the rollout: its ${gb(both - rolloutGrpo(judge, false))} GB do not fit beside the rollout`);
+      if (!settings.judgeOverlap)
+        notes.push(`the local judge scores after the rollout: its ${gb(both - rolloutGrpo(judge, false))} GB do not fit beside the rollout`);
     }
   }
   const phases = estimatePhases(x, settings);
   const peak = Math.max(...Object.values(phases).map((v) => v ?? 0));
-  const over = Object.entries(phases).filter(([, v]) => (v ?? 0) > limit).map(([k, v]) => `${k} ${gb(v!)} GB`);
-  if (over.length) notes.push(`does not fit in ${gb(limit)} GB (budget ${gb(x.budgetBytes)} GB − ${Math.round(margin * 100)}% margin): ${over.join(', ')} — the run starts anyway: an out of memory halves the micro-batch, and one that still fails names the settings that fit`);
+  const over = Object.entries(phases)
+    .filter(([, v]) => (v ?? 0) > limit)
+    .map(([k, v]) => `${k} ${gb(v!)} GB`);
+  if (over.length)
+    notes.push(
+      `does not fit in ${gb(limit)} GB (budget ${gb(x.budgetBytes)} GB − ${Math.round(margin * 100)}% margin): ${over.join(', ')} — the run starts anyway: an out of memory halves the micro-batch, and one that still fails names the settings that fit`,
+    );
   return { ...settings, budgetBytes: x.budgetBytes, limitBytes: limit, residentBytes: R, phases, peakBytes: peak, fits: over.length === 0, notes };
 }
 
@@ -233,7 +262,9 @@ export function gb(bytes: number): string {
 
 /** One-paragraph description of a plan for the run log. */
 export function formatPlan(p: MemoryPlan): string {
-  const ph = Object.entries(p.phases).map(([k, v]) => `${k} ${gb(v!)}`).join(', ');
+  const ph = Object.entries(p.phases)
+    .map(([k, v]) => `${k} ${gb(v!)}`)
+    .join(', ');
   return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); OPSD micro-batch ${p.opsdMicroBatch}, GRPO micro-batch ${p.grpoMicroBatch}, recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
 }
 
@@ -252,7 +283,13 @@ export function flagsThatFit(x: PlanInputs): string {
     for (const merge of x.mergeAdapter === true ? [true, false] : [x.mergeAdapter]) {
       for (const overlap of x.judgeOverlap === true ? [true, false] : [x.judgeOverlap]) {
         if (!planMemory({ ...y, mergeAdapter: merge, judgeOverlap: overlap }).fits) continue;
-        return [`--max-new-tokens ${y.maxNewTokens}`, `--recompute`, ...advised.flatMap((a) => a.flags(y)), ...(merge !== x.mergeAdapter ? ['--merge-adapter off'] : []), ...(overlap !== x.judgeOverlap ? ['--judge-overlap off'] : [])].join(' ');
+        return [
+          `--max-new-tokens ${y.maxNewTokens}`,
+          `--recompute`,
+          ...advised.flatMap((a) => a.flags(y)),
+          ...(merge !== x.mergeAdapter ? ['--merge-adapter off'] : []),
+          ...(overlap !== x.judgeOverlap ? ['--judge-overlap off'] : []),
+        ].join(' ');
       }
     }
     if (y.maxNewTokens > 64) y = { ...y, maxNewTokens: Math.floor(y.maxNewTokens / 2) };
@@ -290,7 +327,10 @@ export function pinnedSettings(...given: (Record<string, unknown> | undefined)[]
  * dataset's longest student / teacher prompts. Returns the plan inputs and plan, or undefined when
  * inactive (CPU without a cap). Applies the plan's settings to `cfg` in place (except pinned ones).
  */
-export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptTokens: { student: number; teacher: number }; deviceMemoryBytes?: number; pinned: PinnedSettings }): { inputs: PlanInputs; plan: MemoryPlan } | undefined {
+export function planForRun(
+  cfg: PlannableConfig,
+  o: { shape: ModelShape; promptTokens: { student: number; teacher: number }; deviceMemoryBytes?: number; pinned: PinnedSettings },
+): { inputs: PlanInputs; plan: MemoryPlan } | undefined {
   const m = cfg.memory;
   const cap = m.maxMemoryGB ? m.maxMemoryGB * 1e9 : undefined;
   if (m.plan === 'off' || (!cfg.device.startsWith('cuda') && cap === undefined)) return undefined;
@@ -321,6 +361,7 @@ export function planForRun(cfg: PlannableConfig, o: { shape: ModelShape; promptT
   m.rolloutRows = plan.rolloutRows;
   m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;
   if (cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda')) cfg.sampling.mergeAdapter = plan.mergeAdapter ? 'on' : 'off';
-  if (cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined) cfg.grpo.judgeOverlap = plan.judgeOverlap ? 'on' : 'off';
+  if (cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined)
+    cfg.grpo.judgeOverlap = plan.judgeOverlap ? 'on' : 'off';
   return { inputs, plan };
 }

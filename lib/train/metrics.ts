@@ -31,7 +31,10 @@ export interface StepMetrics {
 
 export class MetricsLog {
   /** `onRow`: sees every row after it is on disk (the experiment trackers, lib/train/trackers); must not throw. */
-  constructor(readonly path: string, private readonly onRow?: (row: Record<string, unknown>) => void) {
+  constructor(
+    readonly path: string,
+    private readonly onRow?: (row: Record<string, unknown>) => void,
+  ) {
     mkdirSync(dirname(path), { recursive: true });
   }
   /** Appends one record (synchronously: a crash never loses a logged step). */
@@ -94,15 +97,23 @@ export class Progress {
   private started = Date.now();
   private done = 0;
   private first = 0;
-  constructor(private readonly stage: string, private readonly total: number, start = 0, private readonly out: NodeJS.WriteStream = process.stderr) {
+  constructor(
+    private readonly stage: string,
+    private readonly total: number,
+    start = 0,
+    private readonly out: NodeJS.WriteStream = process.stderr,
+  ) {
     this.done = start;
     this.first = start;
     if (interactive(out) && total > 0) {
-      this.bar = new cliProgress.SingleBar({
-        stream: out,
-        format: `${stage.padEnd(5)} [{bar}] {value}/{total} | eta {eta_formatted} | {info}`,
-        hideCursor: true,
-      }, cliProgress.Presets.shades_classic);
+      this.bar = new cliProgress.SingleBar(
+        {
+          stream: out,
+          format: `${stage.padEnd(5)} [{bar}] {value}/{total} | eta {eta_formatted} | {info}`,
+          hideCursor: true,
+        },
+        cliProgress.Presets.shades_classic,
+      );
       this.bar.start(total, start, { info: '' });
     }
   }

@@ -110,7 +110,11 @@ export class NativeBackend implements TrainBackend {
   /** `base_model_name_or_path` written into saved adapters (the checkpoint dir by default). */
   private readonly baseModelName: string;
 
-  constructor(readonly policy: Policy, private readonly cfg: TrainConfig, private readonly opts: NativeBackendOptions = {}) {
+  constructor(
+    readonly policy: Policy,
+    private readonly cfg: TrainConfig,
+    private readonly opts: NativeBackendOptions = {},
+  ) {
     const tok = policy.tokenizer;
     this.baseModelName = opts.baseModelName ?? cfg.model ?? 'papergym-native/tiny-qwen3';
     this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
@@ -215,7 +219,13 @@ export class NativeBackend implements TrainBackend {
     const tok = this.policy.tokenizer;
     const toRollouts = async (cs: RawCompletion[]): Promise<Rollout[]> => {
       const texts = await this.policy.completionTexts(cs);
-      return cs.map((c, i) => ({ promptIndex: c.promptIndex, tokenIds: Array.from(c.tokenIds), logprobs: Array.from(c.logprobs), text: texts[i]!, finishReason: c.finishReason }));
+      return cs.map((c, i) => ({
+        promptIndex: c.promptIndex,
+        tokenIds: Array.from(c.tokenIds),
+        logprobs: Array.from(c.logprobs),
+        text: texts[i]!,
+        finishReason: c.finishReason,
+      }));
     };
     // Finished groups reach onGroup while the other rows decode (native onGroupDone); the
     // decoding of their texts runs on the JS thread meanwhile. Errors surface with the call.
@@ -225,13 +235,24 @@ export class NativeBackend implements TrainBackend {
     const early: Promise<void>[] = [];
     let resolved = false;
     let attempt = 0;
-    const sample = (merge: boolean, mine = ++attempt) => generate(this.policy.model, {
-      prompts: prompts.map((p) => Int32Array.from(p)),
-      n: o.n, temperature: o.temperature, topK: o.topK, topP: o.topP, maxNewTokens: o.maxNewTokens, seed: o.seed,
-      stopIds: [...tok.stopIds], padId: tok.padTokenId, mergeAdapter: merge,
-      ...(merge && this.opts.simulateMergedRolloutOom && { simulateOomAtStep: 0 }),
-      ...(onGroup && { onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) => void (resolved || mine !== attempt || early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs)))) }),
-    });
+    const sample = (merge: boolean, mine = ++attempt) =>
+      generate(this.policy.model, {
+        prompts: prompts.map((p) => Int32Array.from(p)),
+        n: o.n,
+        temperature: o.temperature,
+        topK: o.topK,
+        topP: o.topP,
+        maxNewTokens: o.maxNewTokens,
+        seed: o.seed,
+        stopIds: [...tok.stopIds],
+        padId: tok.padTokenId,
+        mergeAdapter: merge,
+        ...(merge && this.opts.simulateMergedRolloutOom && { simulateOomAtStep: 0 }),
+        ...(onGroup && {
+          onGroupDone: (g: { promptIndex: number; completions: RawCompletion[] }) =>
+            void (resolved || mine !== attempt || early.push(toRollouts(g.completions).then((rs) => onGroup(g.promptIndex, rs)))),
+        }),
+      });
     const merge = this.mergeAdapter;
     let res;
     try {
@@ -242,7 +263,9 @@ export class NativeBackend implements TrainBackend {
       // checkpoints carry it). Not when a group was already handed on: it came from this attempt.
       if (!merge || early.length || !isPapergymError(e, ErrorCode.OOM)) throw e;
       this.cfg.sampling.mergeAdapter = 'off';
-      this.opts.log?.(`rollout: out of memory with the merged adapter (${(e as Error).message}); sampling through the LoRA branch from now on (sampling.mergeAdapter off)`);
+      this.opts.log?.(
+        `rollout: out of memory with the merged adapter (${(e as Error).message}); sampling through the LoRA branch from now on (sampling.mergeAdapter off)`,
+      );
       res = await sample(false);
     }
     resolved = true;
@@ -257,34 +280,71 @@ export class NativeBackend implements TrainBackend {
     return seqs.map((s, b) => Array.from(lp.data.subarray(b * p.L + s.promptIds.length, b * p.L + s.promptIds.length + s.completionIds.length)));
   }
 
-  async opsdBackward(batch: { student: Sequence; teacher: Sequence }[], o: { beta: number; temperature: number; normalizer: number; teacher: string }): Promise<{ loss: number }> {
+  async opsdBackward(
+    batch: { student: Sequence; teacher: Sequence }[],
+    o: { beta: number; temperature: number; normalizer: number; teacher: string },
+  ): Promise<{ loss: number }> {
     if (this.phase !== 'backward') this.enterPhase('backward');
     const pad = this.policy.tokenizer.padTokenId;
-    const s = padSequences(batch.map((b) => b.student), pad);
-    const t = padSequences(batch.map((b) => b.teacher), pad);
+    const s = padSequences(
+      batch.map((b) => b.student),
+      pad,
+    );
+    const t = padSequences(
+      batch.map((b) => b.teacher),
+      pad,
+    );
     this.checkSimulatedOom(batch.length * s.L);
     const r = await opsdBackward(this.raw, {
-      studentIds: s.ids, studentMask: s.mask, teacherIds: t.ids, teacherMask: t.mask,
+      studentIds: s.ids,
+      studentMask: s.mask,
+      teacherIds: t.ids,
+      teacherMask: t.mask,
       studentStart: { data: Int32Array.from(batch.map((b) => b.student.promptIds.length)), shape: [batch.length] },
       teacherStart: { data: Int32Array.from(batch.map((b) => b.teacher.promptIds.length)), shape: [batch.length] },
       completionLength: { data: Int32Array.from(batch.map((b) => b.student.completionIds.length)), shape: [batch.length] },
-      beta: o.beta, temperature: o.temperature, normalizer: o.normalizer, teacher: o.teacher,
+      beta: o.beta,
+      temperature: o.temperature,
+      normalizer: o.normalizer,
+      teacher: o.teacher,
     });
     return { loss: r.loss };
   }
 
-  async grpoBackward(batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[], o: GrpoLossOptions): Promise<{ loss: number; meanKl: number; clipFraction: number }> {
+  async grpoBackward(
+    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[],
+    o: GrpoLossOptions,
+  ): Promise<{ loss: number; meanKl: number; clipFraction: number }> {
     if (this.phase !== 'backward') this.enterPhase('backward');
     const seqs = batch.map((b) => b.seq);
     const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
     this.checkSimulatedOom(batch.length * p.L);
     const r = await grpoBackward(this.raw, {
-      inputIds: p.ids, attentionMask: p.mask, completionMask: p.completion,
-      oldLogprobs: alignToRows(seqs, p.L, batch.map((b) => b.oldLogprobs)),
-      refLogprobs: o.betaKl > 0 ? alignToRows(seqs, p.L, batch.map((b) => b.refLogprobs)) : undefined,
+      inputIds: p.ids,
+      attentionMask: p.mask,
+      completionMask: p.completion,
+      oldLogprobs: alignToRows(
+        seqs,
+        p.L,
+        batch.map((b) => b.oldLogprobs),
+      ),
+      refLogprobs:
+        o.betaKl > 0
+          ? alignToRows(
+              seqs,
+              p.L,
+              batch.map((b) => b.refLogprobs),
+            )
+          : undefined,
       advantages: { data: Float32Array.from(batch.map((b) => b.advantage)), shape: [batch.length] },
-      epsLow: o.epsLow, epsHigh: o.epsHigh, betaKl: o.betaKl, temperature: o.temperature, aggregation: o.aggregation,
-      numSequences: o.totalSequences, numTokens: o.totalCompletionTokens, maxCompletionLength: o.maxCompletionLength,
+      epsLow: o.epsLow,
+      epsHigh: o.epsHigh,
+      betaKl: o.betaKl,
+      temperature: o.temperature,
+      aggregation: o.aggregation,
+      numSequences: o.totalSequences,
+      numTokens: o.totalCompletionTokens,
+      maxCompletionLength: o.maxCompletionLength,
     });
     return { loss: r.loss, meanKl: r.meanKl, clipFraction: r.clipFraction.region };
   }
@@ -304,7 +364,10 @@ export class NativeBackend implements TrainBackend {
   resetOptimizer(lr: number, totalSteps: number): void {
     const o = this.cfg.optim;
     this.opt = new AdamW(this.policy.model, {
-      lr, betas: o.betas, eps: o.eps, weightDecay: o.weightDecay,
+      lr,
+      betas: o.betas,
+      eps: o.eps,
+      weightDecay: o.weightDecay,
       schedule: { type: o.schedule, warmupSteps: o.warmupSteps, totalSteps: Math.max(1, totalSteps) },
     });
     this.optimizerRestore = undefined;
@@ -381,7 +444,10 @@ export class NativeBackend implements TrainBackend {
     // step's rollouts and judging run: a truncated or corrupt file fails the resume naming it,
     // instead of failing the first optimizer step after that step's work.
     const optPath = join(dir, 'optimizer.safetensors');
-    const hasOpt = await access(optPath).then(() => true, () => false);
+    const hasOpt = await access(optPath).then(
+      () => true,
+      () => false,
+    );
     if (hasOpt) checkOptimizerFile(optPath);
     await this.policy.model.loadAdapter(dir);
     for (const f of (await readdir(dir)).sort()) {
@@ -409,7 +475,11 @@ export class NativeBackend implements TrainBackend {
     const m = native().cudaMemory(dev >= 0 ? dev : undefined);
     if (!m) return { rssBytes: process.memoryUsage().rss };
     this.foldPeak();
-    const out: Record<string, number> = { allocatedBytes: m.allocatedBytes, peakAllocatedBytes: Math.max(this.processPeak, m.peakAllocatedBytes), reservedBytes: m.reservedBytes };
+    const out: Record<string, number> = {
+      allocatedBytes: m.allocatedBytes,
+      peakAllocatedBytes: Math.max(this.processPeak, m.peakAllocatedBytes),
+      reservedBytes: m.reservedBytes,
+    };
     for (const [p, b] of this.phasePeaks) out[`peak${p[0]!.toUpperCase()}${p.slice(1)}Bytes`] = b;
     this.phasePeaks.clear();
     if (dev >= 0) native().cudaResetPeak(dev);

@@ -24,7 +24,6 @@ export type { Schedule, AdamWOptions, AdamWStepResult as StepResult } from '../a
  */
 export type { OptimizerState } from '../addon.js';
 
-
 /**
  * AdamW over a Model's LoRA parameters (`new AdamW(model, opts)`; grads come from the model's
  * backward steps; the model's lock is held during step/zeroGrad) or over copies of JS tensors

@@ -34,7 +34,6 @@ import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
 import { STAGES, stageOf } from './stages/index.js';
 import type { RewardFn } from '../task/types.js';
 import { planForRun, pinnedSettings, readModelShape, formatPlan, flagsThatFit, type MemoryPlan, type PlanInputs } from './memory-plan.js';
-import { studentMessages, teacherMessages } from '../task/prompts.js';
 import { formatBatches, initDist, resolveBatches, resumedBatches, type BatchRecord, type DistContext } from './dist.js';
 
 /**
@@ -125,7 +124,18 @@ export interface RunOptions {
  */
 export const RESUMABLE_KEYS = [
   ...STAGES.values().flatMap((st) => st.resumableKeys),
-  ...['device', 'judge.url', 'judge.concurrency', 'log.every', 'checkpoint.every', 'checkpoint.saveTotalLimit', 'validation.every', 'memory.recompute', 'sampling.mergeAdapter', 'log.profileStep'],
+  ...[
+    'device',
+    'judge.url',
+    'judge.concurrency',
+    'log.every',
+    'checkpoint.every',
+    'checkpoint.saveTotalLimit',
+    'validation.every',
+    'memory.recompute',
+    'sampling.mergeAdapter',
+    'log.profileStep',
+  ],
 ];
 
 /**
@@ -135,13 +145,20 @@ export const RESUMABLE_KEYS = [
  * Error naming the flag for anything else (a finished stage's count, other settings, a finished
  * run with nothing to extend).
  */
-export function applyResumeFlags(saved: TrainConfig, state: TrainerState, flags: Partial<TrainConfig> | undefined, runDir: string): { config: TrainConfig; state: TrainerState; changed: string[] } {
+export function applyResumeFlags(
+  saved: TrainConfig,
+  state: TrainerState,
+  flags: Partial<TrainConfig> | undefined,
+  runDir: string,
+): { config: TrainConfig; state: TrainerState; changed: string[] } {
   const flagOf = (k: string) => `--${TRAIN_SETTINGS.find((st) => st.key === k)?.flag ?? k}`;
   const given = leafKeys(flags ?? {}).map((k) => TRAIN_SETTINGS.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key ?? k);
   const changed = [...new Set(given)].filter((k) => JSON.stringify(getPath(flags, k)) !== JSON.stringify(getPath(saved, k)));
   const refused = changed.filter((k) => !RESUMABLE_KEYS.includes(k));
   if (refused.length) {
-    throw new Error(`--resume ${runDir}: ${refused.map(flagOf).join(', ')} cannot change when resuming (the run continues with its saved settings; only ${RESUMABLE_KEYS.map(flagOf).join(', ')} may change)`);
+    throw new Error(
+      `--resume ${runDir}: ${refused.map(flagOf).join(', ')} cannot change when resuming (the run continues with its saved settings; only ${RESUMABLE_KEYS.map(flagOf).join(', ')} may change)`,
+    );
   }
   const config = JSON.parse(JSON.stringify(saved)) as TrainConfig;
   for (const k of changed) setPath(config as unknown as Record<string, unknown>, k, getPath(flags, k));
@@ -160,9 +177,13 @@ export function applyResumeFlags(saved: TrainConfig, state: TrainerState, flags:
     if (i < Math.min(state.stageIndex, config.stages.length) && !(finished && last)) {
       throw new Error(`--resume ${runDir}: ${flagOf(k)} ${want}: the ${stage} stage already finished after ${done(i)} steps; its step count cannot change`);
     }
-    if (i === state.stageIndex && want < state.stageStep) throw new Error(`--resume ${runDir}: ${flagOf(k)} ${want} is below the ${state.stageStep} ${stage} steps already done`);
+    if (i === state.stageIndex && want < state.stageStep)
+      throw new Error(`--resume ${runDir}: ${flagOf(k)} ${want} is below the ${state.stageStep} ${stage} steps already done`);
     if (finished && last) {
-      if (want <= done(i)) throw new Error(`--resume ${runDir}: ${flagOf(k)} ${want}: the run already finished with ${done(i)} ${stage} steps; pass a larger count to train further`);
+      if (want <= done(i))
+        throw new Error(
+          `--resume ${runDir}: ${flagOf(k)} ${want}: the run already finished with ${done(i)} ${stage} steps; pass a larger count to train further`,
+        );
       st.stageIndex = i;
       st.stageStep = done(i);
       st.stageDone = false;
@@ -171,7 +192,9 @@ export function applyResumeFlags(saved: TrainConfig, state: TrainerState, flags:
   }
   if (st.stageIndex >= config.stages.length) {
     const lastStage = config.stages[config.stages.length - 1]!;
-    throw new Error(`--resume ${runDir}: the run already finished (${state.globalStep} steps); to train further pass a larger --${lastStage}-steps than its ${done(config.stages.length - 1)}`);
+    throw new Error(
+      `--resume ${runDir}: the run already finished (${state.globalStep} steps); to train further pass a larger --${lastStage}-steps than its ${done(config.stages.length - 1)}`,
+    );
   }
   st.config = config;
   return { config, state: st, changed };
@@ -189,7 +212,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   let resume: ReturnType<typeof resolveCheckpoint> | undefined;
   let resumeChanged: string[] = [];
   if (o.resume) {
-    if (o.preset || o.file) throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
+    if (o.preset || o.file)
+      throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
     // Every file the checkpoint needs, and its trainer state against the run's config.json, before any compute.
     checkResumeCheckpoint(resume, RESUMABLE_KEYS);
@@ -197,7 +221,12 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so; one
     // from before grpo.judgeOverlap judged after the rollout: 'off' too.
     const savedCfg = resume.state.config as TrainConfig;
-    const saved = { ...savedCfg, out: resume.runDir, judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge }, sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' } };
+    const saved = {
+      ...savedCfg,
+      out: resume.runDir,
+      judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge },
+      sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' },
+    };
     for (const st of STAGES.values()) st.upgradeSaved?.(saved);
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
@@ -220,9 +249,13 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (!ds.items.length) throw new Error(`dataset ${dataPath}: no valid items`);
   if (cfg.data) {
     const bad = invalidUtf8Lines(dataPath);
-    if (bad.length) log(`warning: dataset ${dataPath}: line(s) ${bad.join(', ')}${bad.length >= 5 ? ' (and maybe more)' : ''} are not valid UTF-8; their bad bytes were read as U+FFFD`);
+    if (bad.length)
+      log(
+        `warning: dataset ${dataPath}: line(s) ${bad.join(', ')}${bad.length >= 5 ? ' (and maybe more)' : ''} are not valid UTF-8; their bad bytes were read as U+FFFD`,
+      );
   }
-  if (cfg.device.startsWith('cuda') && !cudaAvailable()) throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
+  if (cfg.device.startsWith('cuda') && !cudaAvailable())
+    throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   resolveDevice(cfg.device, 'device (--device)');
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
   checkModelDir(modelDir);
@@ -233,7 +266,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     // A run in progress there is named first (its pid), not as "already holds a run".
     if (existsSync(join(out, RUN_LOCK))) acquireLock(join(out, RUN_LOCK), `run dir ${out}`).release();
     const held = ['metrics.jsonl', 'checkpoints'].filter((f) => existsSync(join(out, f)));
-    if (held.length) throw new Error(`--out ${out} already holds a run (${held.join(', ')}): continue it with papergym-native train --resume ${out}, or pass a new --out`);
+    if (held.length)
+      throw new Error(`--out ${out} already holds a run (${held.join(', ')}): continue it with papergym-native train --resume ${out}, or pass a new --out`);
   }
   // A real chat request to the judge: an endpoint answering 404 / a wrong model fails here, before any compute.
   if (!o.reward) await checkJudge(cfg.judge);
@@ -269,9 +303,19 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
 }
 
 async function trainWithGroup(
-  o: RunOptions, cfg: TrainConfig,
-  { resume, resumeChanged, origins, batching }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
-  ds: ReturnType<typeof readDataset>, dataPath: string, modelDir: string, dist: DistContext, setDist: (d: DistContext) => void,
+  o: RunOptions,
+  cfg: TrainConfig,
+  {
+    resume,
+    resumeChanged,
+    origins,
+    batching,
+  }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
+  ds: ReturnType<typeof readDataset>,
+  dataPath: string,
+  modelDir: string,
+  dist: DistContext,
+  setDist: (d: DistContext) => void,
 ): Promise<TrainSummary> {
   const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const runDir = resolve(cfg.out ?? join('runs', timestamp()));
@@ -298,9 +342,20 @@ function resolved0(cfg: TrainConfig, runDir: string): TrainConfig {
 }
 
 async function trainLocked(
-  o: RunOptions, resolved: TrainConfig,
-  { resume, resumeChanged, origins, batching }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
-  ds: ReturnType<typeof readDataset>, dataPath: string, modelDir: string, dist: DistContext, setDist: (d: DistContext) => void, runDirExisted: boolean,
+  o: RunOptions,
+  resolved: TrainConfig,
+  {
+    resume,
+    resumeChanged,
+    origins,
+    batching,
+  }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
+  ds: ReturnType<typeof readDataset>,
+  dataPath: string,
+  modelDir: string,
+  dist: DistContext,
+  setDist: (d: DistContext) => void,
+  runDirExisted: boolean,
 ): Promise<TrainSummary> {
   const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
   const runDir = resolved.out!;
@@ -317,32 +372,58 @@ async function trainLocked(
     throw new Error(`model ${modelDir} on ${cfg.device}: ${(e as Error).message}`);
   }
   try {
-    policy.model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, useRslora: cfg.lora.useRslora, targetModules: cfg.lora.targetModules as never, seed: cfg.seed });
+    policy.model.addLora({
+      r: cfg.lora.r,
+      alpha: cfg.lora.alpha,
+      dropout: cfg.lora.dropout,
+      useRslora: cfg.lora.useRslora,
+      targetModules: cfg.lora.targetModules as never,
+      seed: cfg.seed,
+    });
     // ---- memory plan (lib/train/memory-plan.ts), before the first step ----
     // ---- every row against the model's context, before the first step ----
     // (the longest student / teacher prompt, tokens, also feeds the memory plan)
-    const rows = await checkRowLengths(ds.items, policy.contextLength, resolved.sampling.maxNewTokens, (ps) => policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }));
+    const rows = await checkRowLengths(ds.items, policy.contextLength, resolved.sampling.maxNewTokens, (ps) =>
+      policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }),
+    );
     let items = ds.items;
     if (rows.long.length) {
-      const named = rows.long.slice(0, 5).map((r) => `item ${JSON.stringify(r.id)} (#${r.index + 1}): ${r.why}`).join('; ');
+      const named = rows.long
+        .slice(0, 5)
+        .map((r) => `item ${JSON.stringify(r.id)} (#${r.index + 1}): ${r.why}`)
+        .join('; ');
       const more = rows.long.length > 5 ? ` (and ${rows.long.length - 5} more)` : '';
       if (!resume) {
         if (!runDirExisted && dist.isMain) rmSync(runDir, { recursive: true, force: true });
-        throw inputError(`dataset ${dataPath}: ${rows.long.length} row(s) cannot fit the model's context: ${named}${more}; shorten or drop them, or lower --max-new-tokens`);
+        throw inputError(
+          `dataset ${dataPath}: ${rows.long.length} row(s) cannot fit the model's context: ${named}${more}; shorten or drop them, or lower --max-new-tokens`,
+        );
       }
       // A run started before this check: its --data cannot change, so the rows that cannot fit are skipped.
       const drop = new Set(rows.long.map((r) => r.index));
       items = ds.items.filter((_, i) => !drop.has(i));
       if (!items.length) throw inputError(`dataset ${dataPath}: no row fits the model's context: ${named}${more}`);
-      log(`warning: resume: skipping ${rows.long.length} row(s) of ${dataPath} that cannot fit the model's context (the data order from here differs from the original run's): ${named}${more}`);
+      log(
+        `warning: resume: skipping ${rows.long.length} row(s) of ${dataPath} that cannot fit the model's context (the data order from here differs from the original run's): ${named}${more}`,
+      );
     }
     let planned: { inputs: PlanInputs; plan: MemoryPlan } | undefined;
     if (!resume && resolved.memory) {
       const promptTokens = rows.longest;
       const dev = resolved.device.startsWith('cuda') && cudaAvailable() ? Number(resolved.device.split(':')[1] ?? 0) : -1;
-      const deviceMemoryBytes = dev >= 0 ? native().runtimeInfo().cudaDevices.find((d: { index: number }) => d.index === dev)?.totalMemoryBytes : undefined;
+      const deviceMemoryBytes =
+        dev >= 0
+          ? native()
+              .runtimeInfo()
+              .cudaDevices.find((d: { index: number }) => d.index === dev)?.totalMemoryBytes
+          : undefined;
       const fileDoc = o.file ? (readConfigFile(o.file) as Record<string, unknown>) : undefined;
-      planned = planForRun(resolved, { shape: readModelShape(modelDir), promptTokens, deviceMemoryBytes, pinned: pinnedSettings(o.flags as Record<string, unknown> | undefined, fileDoc) });
+      planned = planForRun(resolved, {
+        shape: readModelShape(modelDir),
+        promptTokens,
+        deviceMemoryBytes,
+        pinned: pinnedSettings(o.flags as Record<string, unknown> | undefined, fileDoc),
+      });
       if (planned) log(formatPlan(planned.plan));
       const capGB = resolved.memory?.maxMemoryGB;
       if (dev >= 0 && capGB && deviceMemoryBytes && capGB * 1e9 < deviceMemoryBytes) {
@@ -359,7 +440,10 @@ async function trainLocked(
       // Data parallel: only rank 0 writes config.json and truncates metrics.jsonl.
     } else if (!resume) {
       // Every resolved value, and where it came from (default, preset, file, flag).
-      writeFileSync(join(runDir, 'config.json'), JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins, batching, ...(planned && { memoryPlan: planned.plan }) }, null, 2));
+      writeFileSync(
+        join(runDir, 'config.json'),
+        JSON.stringify({ ...resolved, model: cfg.model, modelDir, origins, batching, ...(planned && { memoryPlan: planned.plan }) }, null, 2),
+      );
     }
     // On resume, config.json is rewritten only once the checkpoint has loaded (below).
     const rewriteResumedConfig = () => {
@@ -378,7 +462,9 @@ async function trainLocked(
         writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og, batching }, null, 2));
       }
     };
-    log(`run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`);
+    log(
+      `run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`,
+    );
     const reportPath = join(runDir, 'report.html');
     // Checkpoint-time reports draw SVG only (rasterising every plot takes ~0.3 s each); the report
     // written when the run ends adds the PNGs.
@@ -395,7 +481,9 @@ async function trainLocked(
     }
     // Experiment trackers (--report-to): rank 0 only; one that cannot start warns and is left out.
     const trackerNames = dist.isMain ? parseReportTo(resolved.log.reportTo) : [];
-    const trackers = trackerNames.length ? await TrackerSet.open(trackerNames, resolved, { runDir, runName: basename(runDir), resumed: !!resume, log }) : undefined;
+    const trackers = trackerNames.length
+      ? await TrackerSet.open(trackerNames, resolved, { runDir, runName: basename(runDir), resumed: !!resume, log })
+      : undefined;
     const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
     if (resume) {
       await backend.loadState(resume.dir);
@@ -418,19 +506,23 @@ async function trainLocked(
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     // Judge health per step (metrics.jsonl) and the null-rate stop are in the Trainer (judge.maxNullRate).
     const reward: RewardFn = o.reward ?? makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score });
-    const trainer = new Trainer(resolved, {
-      backend,
-      items,
-      reward,
-      advantages: groupAdvantages,
-      runDir,
-      log,
-      onCheckpoint: () => report(false),
-      memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
-      dist,
-      judgeStats: () => judge.stats(),
-      onMetrics: trackers && ((row) => trackers.log(row)),
-    }, resume?.state);
+    const trainer = new Trainer(
+      resolved,
+      {
+        backend,
+        items,
+        reward,
+        advantages: groupAdvantages,
+        runDir,
+        log,
+        onCheckpoint: () => report(false),
+        memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
+        dist,
+        judgeStats: () => judge.stats(),
+        onMetrics: trackers && ((row) => trackers.log(row)),
+      },
+      resume?.state,
+    );
 
     let sigints = 0;
     const onSigint = () => {

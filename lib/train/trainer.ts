@@ -81,12 +81,20 @@ export function unitSeed(seed: number, stageIndex: number, step: number, purpose
 
 export interface TrainSummary {
   runDir: string;
-  stages: { stage: Stage; index: number; steps: number; firstLoss: number; lastLoss: number; lastReward?: number; bestValidation?: number; stoppedEarly: boolean }[];
+  stages: {
+    stage: Stage;
+    index: number;
+    steps: number;
+    firstLoss: number;
+    lastLoss: number;
+    lastReward?: number;
+    bestValidation?: number;
+    stoppedEarly: boolean;
+  }[];
   globalStep: number;
   interrupted: boolean;
   wallSeconds: number;
 }
-
 
 /** Seed of (run seed, stage index, step, purpose), a 31-bit integer. */
 export function stepSeed(seed: number, stageIndex: number, step: number, purpose: number): number {
@@ -110,7 +118,12 @@ export function epochOrder(n: number, seed: number, epoch: number): number[] {
 }
 
 /** Takes `k` items from the cursor, crossing epochs; returns items and the advanced cursor. */
-export function takeItems<T>(items: T[], k: number, seed: number, cursor: { epoch: number; position: number }): { batch: T[]; cursor: { epoch: number; position: number } } {
+export function takeItems<T>(
+  items: T[],
+  k: number,
+  seed: number,
+  cursor: { epoch: number; position: number },
+): { batch: T[]; cursor: { epoch: number; position: number } } {
   if (!items.length) throw new Error('no training items');
   const out: T[] = [];
   let { epoch, position } = cursor;
@@ -191,7 +204,12 @@ const MAX_CONSECUTIVE_NONFINITE = 3;
  * before that step was checkpointed (when possible) and `resumeCommand` continues the run.
  */
 export class TrainingStoppedError extends Error {
-  constructor(message: string, readonly checkpoint: string | undefined, readonly resumeCommand: string, options?: { cause?: unknown }) {
+  constructor(
+    message: string,
+    readonly checkpoint: string | undefined,
+    readonly resumeCommand: string,
+    options?: { cause?: unknown },
+  ) {
     super(message, options);
     this.name = 'TrainingStoppedError';
   }
@@ -223,12 +241,24 @@ export class Trainer {
   private readonly ctx: StageContext = (() => {
     const t = this;
     return {
-      get cfg() { return t.cfg; },
-      get backend() { return t.deps.backend; },
-      get dist() { return t.dist; },
-      get reward(): RewardFn { return (reqs, signal) => t.judgeCall(reqs, signal); },
-      get advantages() { return t.deps.advantages; },
-      get stageStep() { return t.state.stageStep; },
+      get cfg() {
+        return t.cfg;
+      },
+      get backend() {
+        return t.deps.backend;
+      },
+      get dist() {
+        return t.dist;
+      },
+      get reward(): RewardFn {
+        return (reqs, signal) => t.judgeCall(reqs, signal);
+      },
+      get advantages() {
+        return t.deps.advantages;
+      },
+      get stageStep() {
+        return t.state.stageStep;
+      },
       take: (k) => t.take(k),
       sampling: (n, purpose, unit) => t.sampling(n, purpose, unit),
       timed: (phase, f) => t.timed(phase, f),
@@ -242,25 +272,32 @@ export class Trainer {
     };
   })();
 
-  constructor(private readonly cfg: TrainConfig, private readonly deps: TrainerDeps, resumeState?: TrainerState) {
+  constructor(
+    private readonly cfg: TrainConfig,
+    private readonly deps: TrainerDeps,
+    resumeState?: TrainerState,
+  ) {
     // A resumed state carries the config this trainer runs (its out-of-memory recovery and the
     // pinned rollout rows then reach the next checkpoints).
-    this.state = resumeState ? { ...resumeState, config: cfg } : {
-      version: 1,
-      stageIndex: 0,
-      stageStep: 0,
-      globalStep: 0,
-      cursor: { epoch: 0, position: 0 },
-      validation: [],
-      stageDone: false,
-      seed: cfg.seed,
-      config: cfg,
-      wallSeconds: 0,
-    };
+    this.state = resumeState
+      ? { ...resumeState, config: cfg }
+      : {
+          version: 1,
+          stageIndex: 0,
+          stageStep: 0,
+          globalStep: 0,
+          cursor: { epoch: 0, position: 0 },
+          validation: [],
+          stageDone: false,
+          seed: cfg.seed,
+          config: cfg,
+          wallSeconds: 0,
+        };
     this.metrics = new MetricsLog(join(deps.runDir, 'metrics.jsonl'), deps.onMetrics);
     this.baseWall = this.state.wallSeconds;
     // JSON turns NaN into null: restore it.
-    this.summary = (this.state.summary as TrainSummary['stages'] | undefined)?.map((r) => ({ ...r, firstLoss: r.firstLoss ?? NaN, lastLoss: r.lastLoss ?? NaN })) ?? [];
+    this.summary =
+      (this.state.summary as TrainSummary['stages'] | undefined)?.map((r) => ({ ...r, firstLoss: r.firstLoss ?? NaN, lastLoss: r.lastLoss ?? NaN })) ?? [];
   }
 
   /** Wall seconds per phase of the step in flight: every key of stepPhases() of its stage, from 0. */
@@ -271,7 +308,11 @@ export class Trainer {
   private profiling = false;
   private async timed<T>(phase: StepPhase, f: () => Promise<T>): Promise<T> {
     if (!(phase in this.phases) || phase === 'checkpoint' || phase === 'host') {
-      throw new Error(`phase '${phase}' is not a timed phase of the ${this.cfg.stages[this.state.stageIndex]} step (it times: ${Object.keys(this.phases).filter((k) => k !== 'checkpoint' && k !== 'host').join(', ')}); add it to the stage's phases`);
+      throw new Error(
+        `phase '${phase}' is not a timed phase of the ${this.cfg.stages[this.state.stageIndex]} step (it times: ${Object.keys(this.phases)
+          .filter((k) => k !== 'checkpoint' && k !== 'host')
+          .join(', ')}); add it to the stage's phases`,
+      );
     }
     const { backend } = this.deps;
     let profile = this.stepProfiles !== undefined && !this.profiling && backend.profileStart !== undefined && backend.profileStop !== undefined;
@@ -283,7 +324,9 @@ export class Trainer {
       } catch (e) {
         profile = false;
         this.stepProfiles = undefined;
-        this.log(`[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profiler did not start (${(e as Error).message}); no profile for this step`);
+        this.log(
+          `[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profiler did not start (${(e as Error).message}); no profile for this step`,
+        );
       }
     }
     const t0 = performance.now();
@@ -299,7 +342,9 @@ export class Trainer {
         } catch (e) {
           // Never in place of the phase's own error (an out-of-memory the update recovers from).
           this.stepProfiles = undefined;
-          this.log(`[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profile of ${phase} failed (${(e as Error).message}); no profile for this step`);
+          this.log(
+            `[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profile of ${phase} failed (${(e as Error).message}); no profile for this step`,
+          );
         }
       }
     }
@@ -314,7 +359,9 @@ export class Trainer {
     if (backend.profileStart && backend.profileStop && this.cfg.device.startsWith('cuda')) return true;
     if (!this.profileSkipSaid) {
       this.profileSkipSaid = true;
-      this.log(`[${stage}] --profile-step ${this.cfg.log.profileStep}: no kernel profile — ${this.cfg.device.startsWith('cuda') ? 'this backend has no profiler' : `it records GPU kernels and this run is on ${this.cfg.device}`}`);
+      this.log(
+        `[${stage}] --profile-step ${this.cfg.log.profileStep}: no kernel profile — ${this.cfg.device.startsWith('cuda') ? 'this backend has no profiler' : `it records GPU kernels and this run is on ${this.cfg.device}`}`,
+      );
     }
     return false;
   }
@@ -330,17 +377,22 @@ export class Trainer {
     const lines: string[] = [];
     for (const [phase, runs] of Object.entries(this.stepProfiles ?? {})) {
       const byName = new Map<string, { count: number; totalUs: number }>();
-      for (const r of runs) for (const k of r.kernels) {
-        const e = byName.get(k.name) ?? { count: 0, totalUs: 0 };
-        e.count += k.count;
-        e.totalUs += k.totalUs;
-        byName.set(k.name, e);
-      }
+      for (const r of runs)
+        for (const k of r.kernels) {
+          const e = byName.get(k.name) ?? { count: 0, totalUs: 0 };
+          e.count += k.count;
+          e.totalUs += k.totalUs;
+          byName.set(k.name, e);
+        }
       const kernels = [...byName.entries()].map(([name, v]) => ({ name, ...v })).sort((a, b) => b.totalUs - a.totalUs);
       const busy = runs.reduce((n, r) => n + r.gpuBusyUs, 0) / 1e6;
       const kinds = Object.fromEntries(Object.entries(kernelUsByKind(kernels)).map(([k, us]) => [k, us / 1e6]));
       phases[phase] = { wallSeconds: phaseSeconds[phase] ?? null, gpuBusySeconds: busy, gpuSecondsByKind: kinds, kernels: kernels.slice(0, 60) };
-      const top = Object.entries(kinds).sort((a, b) => b[1] - a[1]).slice(0, 4).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(', ');
+      const top = Object.entries(kinds)
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, 4)
+        .map(([k, v]) => `${k} ${v.toFixed(2)}`)
+        .join(', ');
       lines.push(`${phase} ${(phaseSeconds[phase] ?? 0).toFixed(2)} s, GPU busy ${busy.toFixed(2)} s (${top})`);
     }
     const dir = join(this.deps.runDir, 'profile');
@@ -396,7 +448,10 @@ export class Trainer {
     if (!this.judging) {
       const j: StepJudging = { ctrl: new AbortController(), started: Date.now(), inFlight: 0, plans: 0, stats0: this.deps.judgeStats?.() };
       if (limitMs > 0) {
-        j.deadline = setTimeout(() => j.ctrl.abort(new Error(`the judge did not finish the step within grpo.judgeStepTimeoutMs (--judge-step-timeout-ms) ${limitMs} ms`)), limitMs);
+        j.deadline = setTimeout(
+          () => j.ctrl.abort(new Error(`the judge did not finish the step within grpo.judgeStepTimeoutMs (--judge-step-timeout-ms) ${limitMs} ms`)),
+          limitMs,
+        );
         j.deadline.unref();
       }
       this.judging = j;
@@ -410,7 +465,9 @@ export class Trainer {
         const st = this.deps.judgeStats?.();
         const counts = st && j.stats0 ? `, ${st.requests - j.stats0.requests} judge requests, ${st.failures - j.stats0.failures} failed` : '';
         const left = limitMs > 0 ? `; deadline in ${Math.max(0, (limitMs - (Date.now() - j.started)) / 1000).toFixed(0)} s` : '';
-        this.log(`${what}: waiting on the judge for ${((Date.now() - j.started) / 1000).toFixed(0)} s (${j.inFlight} call(s), ${j.plans} plans in this step${counts}${left}; Ctrl-C stops with a checkpoint)`);
+        this.log(
+          `${what}: waiting on the judge for ${((Date.now() - j.started) / 1000).toFixed(0)} s (${j.inFlight} call(s), ${j.plans} plans in this step${counts}${left}; Ctrl-C stops with a checkpoint)`,
+        );
       }, this.deps.judgeProgressMs ?? 15000);
       j.ticker.unref();
     }
@@ -475,7 +532,10 @@ export class Trainer {
       this.state.summary = this.summary;
       // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
       if (!this.dist.isMain) return '';
-      dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp), { saveTotalLimit: this.cfg.checkpoint.saveTotalLimit ?? null, beforeCommit: flush });
+      dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp), {
+        saveTotalLimit: this.cfg.checkpoint.saveTotalLimit ?? null,
+        beforeCommit: flush,
+      });
     } finally {
       flush();
     }
@@ -522,7 +582,8 @@ export class Trainer {
     }
     if (total === 0 && fresh && this.dist.isMain) this.log(`[${stage}] 0 steps: stage skipped`);
     const ps = this.cfg.log.profileStep ?? 0;
-    if (ps > total && total > 0 && this.state.stageStep < total && this.dist.isMain) this.log(`[${stage}] --profile-step ${ps}: beyond this stage's ${total} steps, nothing profiled in it`);
+    if (ps > total && total > 0 && this.state.stageStep < total && this.dist.isMain)
+      this.log(`[${stage}] --profile-step ${ps}: beyond this stage's ${total} steps, nothing profiled in it`);
     const progress = this.dist.isMain ? new Progress(stage, total, this.state.stageStep) : { update: () => {}, stop: () => {} };
     return { stage, impl, total, rec, progress, nonFinite: 0 };
   }
@@ -632,7 +693,13 @@ export class Trainer {
   }
 
   /** The step's metrics line and progress line, held as pending until its checkpoint (if any) is timed; the kernel profile when it is the profiled step. */
-  private async recordStep(s: StageRun, step: number, m: StepResult, u: { skipped: boolean; fatal: boolean; gradNorm: number; lr: number }, secs: number): Promise<void> {
+  private async recordStep(
+    s: StageRun,
+    step: number,
+    m: StepResult,
+    u: { skipped: boolean; fatal: boolean; gradNorm: number; lr: number },
+    secs: number,
+  ): Promise<void> {
     const { gradScale: _gs, ...mOut } = m;
     // Data parallel: one all-gather at the end of the step carries the ranks' step seconds
     // (metrics) and their stop requests (a signal may reach the ranks at different times): the
@@ -669,7 +736,11 @@ export class Trainer {
     }
     const health = m.judge as JudgeHealth | undefined;
     const show = (phases: Record<string, number>) => {
-      if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === s.total || u.fatal) s.progress.update(step + 1, `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}`);
+      if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === s.total || u.fatal)
+        s.progress.update(
+          step + 1,
+          `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}`,
+        );
     };
     this.pending = { record, extra: [], show };
   }
@@ -689,7 +760,13 @@ export class Trainer {
     }
     this.state.validation.push({ step: this.state.stageStep, score });
     s.rec.bestValidation = Math.max(s.rec.bestValidation ?? -Infinity, score);
-    this.pending!.extra.push({ stage: s.stage, step: this.state.stageStep, globalStep: this.state.globalStep, validation: score, validationSeconds: (performance.now() - tv) / 1000 });
+    this.pending!.extra.push({
+      stage: s.stage,
+      step: this.state.stageStep,
+      globalStep: this.state.globalStep,
+      validation: score,
+      validationSeconds: (performance.now() - tv) / 1000,
+    });
     const K = s.impl.earlyStopPatience?.(this.cfg) ?? 0;
     if (K > 0 && this.fellKTimes(K)) {
       this.log(`[${s.stage}] validation fell ${K} times in a row; ending ${s.stage.toUpperCase()} at step ${this.state.stageStep}`);
@@ -740,7 +817,14 @@ export class Trainer {
       saved = `no checkpoint could be written (${(ce as Error).message}); the last one in ${join(this.deps.runDir, 'checkpoints')} stands`;
     }
     const msg = `${where} failed: ${(e as Error)?.message ?? String(e)}\n${saved}\nresume with: ${resumeCommand}`;
-    if (this.dist.isMain) this.metrics.write({ stage: this.cfg.stages[this.state.stageIndex], step: this.state.stageStep, globalStep: this.state.globalStep, stopped: (e as Error)?.name ?? 'Error', error: (e as Error)?.message ?? String(e) });
+    if (this.dist.isMain)
+      this.metrics.write({
+        stage: this.cfg.stages[this.state.stageIndex],
+        step: this.state.stageStep,
+        globalStep: this.state.globalStep,
+        stopped: (e as Error)?.name ?? 'Error',
+        error: (e as Error)?.message ?? String(e),
+      });
     const stopped = new TrainingStoppedError(msg, dir, resumeCommand, { cause: e });
     // Keep the cause's error code (ERR_PG_OOM, …) for callers that branch on it.
     const code = (e as { code?: unknown } | undefined)?.code;
@@ -752,7 +836,9 @@ export class Trainer {
     const h = stepJudgeHealth(rewards);
     if (h && this.cfg.judge?.score === 'prob' && h.verdicts > h.withProb && !this.warnedNoProb) {
       this.warnedNoProb = true;
-      this.log(`judge: --judge-score prob, but ${h.verdicts - h.withProb} of ${h.verdicts} verdicts carry no P(yes) (the endpoint returned no usable logprobs); those items count 1/0 by their verdict`);
+      this.log(
+        `judge: --judge-score prob, but ${h.verdicts - h.withProb} of ${h.verdicts} verdicts carry no P(yes) (the endpoint returned no usable logprobs); those items count 1/0 by their verdict`,
+      );
     }
     if (h) assertJudgeHealth(h, this.cfg.judge?.maxNullRate ?? 0.5, this.cfg.judge ? judgeLabel(this.cfg.judge) : 'judge', what);
     return h;
@@ -782,7 +868,15 @@ export class Trainer {
     const rows = [['stage', 'steps', 'first loss', 'last loss', 'last reward', 'best val', 'early stop']];
     for (const r of s.stages) {
       const f = (v: number | undefined, d: number) => (v !== undefined && v !== null && Number.isFinite(v) ? v.toFixed(d) : '-');
-      rows.push([r.stage, String(r.steps), f(r.firstLoss, 4), f(r.lastLoss, 4), f(r.lastReward, 3), f(r.bestValidation, 3), r.stoppedEarly ? 'yes' : r.steps === 0 ? 'skipped (0 steps)' : 'no']);
+      rows.push([
+        r.stage,
+        String(r.steps),
+        f(r.firstLoss, 4),
+        f(r.lastLoss, 4),
+        f(r.lastReward, 3),
+        f(r.bestValidation, 3),
+        r.stoppedEarly ? 'yes' : r.steps === 0 ? 'skipped (0 steps)' : 'no',
+      ]);
     }
     return `${table(rows)}\nrun dir: ${s.runDir}  steps: ${s.globalStep}  wall: ${s.wallSeconds.toFixed(1)}s${s.interrupted ? '  (interrupted; resume with --resume ' + s.runDir + ')' : ''}`;
   }
@@ -795,7 +889,14 @@ export class Trainer {
 
   private sampling(n: number, purpose: number, unit = 0): SamplingOptions {
     const s = this.cfg.sampling;
-    return { n, temperature: s.temperature, topP: s.topP, topK: s.topK, maxNewTokens: s.maxNewTokens, seed: unitSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose, unit) };
+    return {
+      n,
+      temperature: s.temperature,
+      topP: s.topP,
+      topK: s.topK,
+      maxNewTokens: s.maxNewTokens,
+      seed: unitSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, purpose, unit),
+    };
   }
 
   /** Sum over ranks (identity on one process); a non-finite value on any rank stays non-finite. */
@@ -807,7 +908,6 @@ export class Trainer {
   private async gather<T>(x: T): Promise<T[]> {
     return this.dist.worldSize === 1 ? [x] : this.dist.allGather(x);
   }
-
 
   /**
    * Data parallel: runs this rank's part of a step phase, then every rank learns whether any rank
@@ -840,7 +940,9 @@ export class Trainer {
       err = e;
     }
     type Entry = { failure: { message: string; code: unknown } | null; share: G | null };
-    const mine: Entry = failed ? { failure: { message: (err as Error)?.message ?? String(err), code: (err as { code?: unknown })?.code ?? null }, share: null } : { failure: null, share: share(value as T) };
+    const mine: Entry = failed
+      ? { failure: { message: (err as Error)?.message ?? String(err), code: (err as { code?: unknown })?.code ?? null }, share: null }
+      : { failure: null, share: share(value as T) };
     const entries = await this.dist.allGather(mine);
     if (failed) throw err;
     const i = entries.findIndex((x) => x.failure !== null);
@@ -878,7 +980,14 @@ export class Trainer {
     const mb = stageOf(stage).microBatch;
     if (!mb) throw new Error(`updateWithOomRecovery: the ${stage} stage has no update micro-batch (TrainingStage.microBatch)`);
     // The stage's micro-batch, read and halved through its descriptor (its config section, saved with the checkpoints).
-    const sect = { get microBatch() { return mb.get(cfg); }, set microBatch(n: number) { mb.set(cfg, n); } };
+    const sect = {
+      get microBatch() {
+        return mb.get(cfg);
+      },
+      set microBatch(n: number) {
+        mb.set(cfg, n);
+      },
+    };
     const cfg = this.cfg;
     for (;;) {
       backend.seedStep(this.dropoutSeed());
@@ -895,7 +1004,9 @@ export class Trainer {
         // 0 means "the micro-batch", so pin it at the micro-batch they were sampled with.
         if (this.cfg.memory && !this.cfg.memory.rolloutRows) this.cfg.memory.rolloutRows = sect.microBatch;
         if (this.dist.worldSize > 1) {
-          throw oomError(`[${stage}] step ${this.state.stageStep}: out of memory in the update on rank ${this.dist.rank} (${was}; peak ${peakText}); with ${this.dist.worldSize} processes the micro-batch is not shrunk on one rank alone: resume with a smaller --${stage}-micro-batch (or --recompute) (${(e as Error).message})`);
+          throw oomError(
+            `[${stage}] step ${this.state.stageStep}: out of memory in the update on rank ${this.dist.rank} (${was}; peak ${peakText}); with ${this.dist.worldSize} processes the micro-batch is not shrunk on one rank alone: resume with a smaller --${stage}-micro-batch (or --recompute) (${(e as Error).message})`,
+          );
         }
         if (sect.microBatch > 1) {
           sect.microBatch = Math.max(1, Math.floor(sect.microBatch / 2));
@@ -905,9 +1016,13 @@ export class Trainer {
         } else {
           // The step loop writes the checkpoint (the state before this step) and the resume command.
           const advice = this.deps.memoryAdvice?.() ?? '';
-          throw oomError(`[${stage}] step ${this.state.stageStep}: out of memory at the smallest setting (${was}); peak allocated ${peakText}; checkpoint of the state before this step below.${advice ? ` Flags that would fit: ${advice}` : ' Reduce --max-new-tokens, --questions-per-step or --opsd-batch-size.'} (${(e as Error).message})`);
+          throw oomError(
+            `[${stage}] step ${this.state.stageStep}: out of memory at the smallest setting (${was}); peak allocated ${peakText}; checkpoint of the state before this step below.${advice ? ` Flags that would fit: ${advice}` : ' Reduce --max-new-tokens, --questions-per-step or --opsd-batch-size.'} (${(e as Error).message})`,
+          );
         }
-        this.log(`[${stage}] step ${this.state.stageStep}: out of memory in the update (${was}; peak ${peakText}); retrying the step with micro-batch ${sect.microBatch}, recompute ${this.cfg.memory?.recompute ? 'on' : 'off'} (kept for the rest of the run)`);
+        this.log(
+          `[${stage}] step ${this.state.stageStep}: out of memory in the update (${was}; peak ${peakText}); retrying the step with micro-batch ${sect.microBatch}, recompute ${this.cfg.memory?.recompute ? 'on' : 'off'} (kept for the rest of the run)`,
+        );
       }
     }
   }

@@ -19,5 +19,6 @@ export function describeValue(v: unknown): string {
  * @throws TypeError (ERR_PG_ARG) `<fn>: options must be an object, got …`
  */
 export function checkOptions(fn: string, opts: unknown): void {
-  if (opts !== undefined && (opts === null || typeof opts !== 'object' || Array.isArray(opts))) throw argError(`${fn}: options must be an object, got ${describeValue(opts)}`);
+  if (opts !== undefined && (opts === null || typeof opts !== 'object' || Array.isArray(opts)))
+    throw argError(`${fn}: options must be an object, got ${describeValue(opts)}`);
 }

@@ -14,8 +14,7 @@ import { randomBytes } from 'node:crypto';
 
 /** The per-user cache root (see the module docstring); created on first use. */
 export function userCacheDir(): string {
-  const dir = process.env.PAPERGYM_NATIVE_CACHE_DIR
-    || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'papergym-native');
+  const dir = process.env.PAPERGYM_NATIVE_CACHE_DIR || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'papergym-native');
   mkdirSync(dir, { recursive: true });
   return dir;
 }

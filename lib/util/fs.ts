@@ -31,8 +31,9 @@ export function ensureInputDir(dir: string, what: string): void {
     isDir = statSync(dir).isDirectory();
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw inputError(code === 'ENOENT' || code === 'ENOTDIR' ? `${what} ${dir} does not exist` : `${what} ${dir} cannot be read (${code ?? (e as Error).message})`);
+    throw inputError(
+      code === 'ENOENT' || code === 'ENOTDIR' ? `${what} ${dir} does not exist` : `${what} ${dir} cannot be read (${code ?? (e as Error).message})`,
+    );
   }
   if (!isDir) throw inputError(`${what} ${dir} is not a directory`);
 }
-

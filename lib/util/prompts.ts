@@ -36,7 +36,9 @@ export function loadPromptFile(name: string, dir = promptsDir()): PromptFile {
   const path = join(dir, `${name}.md`);
   const hit = cache.get(path);
   if (hit) return hit;
-  const template = readFileSync(path, 'utf8').replace(/^\s*<!--[\s\S]*?-->/, '').trim();
+  const template = readFileSync(path, 'utf8')
+    .replace(/^\s*<!--[\s\S]*?-->/, '')
+    .trim();
   const p: PromptFile = { name, template, sha256: createHash('sha256').update(template).digest('hex') };
   cache.set(path, p);
   return p;

@@ -13,7 +13,10 @@ export class Registry<T> {
    * @param what the extension point in words ("judge backend"), used in errors.
    * @param keyOf the descriptor's name (its `kind`, `name`, …).
    */
-  constructor(readonly what: string, private readonly keyOf: (d: T) => string) {}
+  constructor(
+    readonly what: string,
+    private readonly keyOf: (d: T) => string,
+  ) {}
 
   /** Adds descriptors; returns this (chainable). @throws Error when a name is registered twice or is empty. */
   register(...ds: T[]): this {
@@ -29,7 +32,8 @@ export class Registry<T> {
   /** The descriptor named `key`. @throws Error naming `where` (a flag, a file) and the registered names when there is none. */
   get(key: string, where?: string): T {
     const d = this.entries.get(key);
-    if (d === undefined) throw new Error(`${where ? `${where}: ` : ''}unknown ${this.what} ${JSON.stringify(key)} (registered: ${this.names().join(', ') || 'none'})`);
+    if (d === undefined)
+      throw new Error(`${where ? `${where}: ` : ''}unknown ${this.what} ${JSON.stringify(key)} (registered: ${this.names().join(', ') || 'none'})`);
     return d;
   }
 

@@ -145,9 +145,35 @@ function wrap(db: RawDatabase, name: string, engine: SqliteEngine): SqliteDataba
 }
 
 /** SQLite's primary result codes (sqlite3.h), as libsql and better-sqlite3 name them in `error.code`. */
-const PRIMARY_CODES = ['OK', 'ERROR', 'INTERNAL', 'PERM', 'ABORT', 'BUSY', 'LOCKED', 'NOMEM', 'READONLY', 'INTERRUPT', 'IOERR',
-  'CORRUPT', 'NOTFOUND', 'FULL', 'CANTOPEN', 'PROTOCOL', 'EMPTY', 'SCHEMA', 'TOOBIG', 'CONSTRAINT', 'MISMATCH', 'MISUSE',
-  'NOLFS', 'AUTH', 'FORMAT', 'RANGE', 'NOTADB'];
+const PRIMARY_CODES = [
+  'OK',
+  'ERROR',
+  'INTERNAL',
+  'PERM',
+  'ABORT',
+  'BUSY',
+  'LOCKED',
+  'NOMEM',
+  'READONLY',
+  'INTERRUPT',
+  'IOERR',
+  'CORRUPT',
+  'NOTFOUND',
+  'FULL',
+  'CANTOPEN',
+  'PROTOCOL',
+  'EMPTY',
+  'SCHEMA',
+  'TOOBIG',
+  'CONSTRAINT',
+  'MISMATCH',
+  'MISUSE',
+  'NOLFS',
+  'AUTH',
+  'FORMAT',
+  'RANGE',
+  'NOTADB',
+];
 
 /** node:sqlite reports `code: 'ERR_SQLITE_ERROR'` and a numeric `errcode`; give it libsql's `code` (e.g. SQLITE_CORRUPT). */
 function sqliteCoded<T>(fn: () => T): T {

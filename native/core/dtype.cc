@@ -13,15 +13,24 @@ c10::ScalarType ParseDtype(const std::string& s) {
 
 std::string DtypeName(c10::ScalarType t) {
   switch (t) {
-    case c10::kFloat: return "float32";
-    case c10::kBFloat16: return "bfloat16";
-    case c10::kHalf: return "float16";
-    case c10::kDouble: return "float64";
-    case c10::kInt: return "int32";
-    case c10::kLong: return "int64";
-    case c10::kBool: return "bool";
-    case c10::kByte: return "uint8";
-    default: return c10::toString(t);
+    case c10::kFloat:
+      return "float32";
+    case c10::kBFloat16:
+      return "bfloat16";
+    case c10::kHalf:
+      return "float16";
+    case c10::kDouble:
+      return "float64";
+    case c10::kInt:
+      return "int32";
+    case c10::kLong:
+      return "int64";
+    case c10::kBool:
+      return "bool";
+    case c10::kByte:
+      return "uint8";
+    default:
+      return c10::toString(t);
   }
 }
 

@@ -14,20 +14,32 @@ namespace cuda_kernels {
 template <typename T>
 __device__ __forceinline__ float F(T v);
 template <>
-__device__ __forceinline__ float F<float>(float v) { return v; }
+__device__ __forceinline__ float F<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float F<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float F<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 template <>
-__device__ __forceinline__ float F<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float F<__half>(__half v) {
+  return __half2float(v);
+}
 
 template <typename T>
 __device__ __forceinline__ T To(float v);
 template <>
-__device__ __forceinline__ float To<float>(float v) { return v; }
+__device__ __forceinline__ float To<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 To<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 To<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ __half To<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half To<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 /// Elements of T in one 16-byte vector (8 bf16 / fp16, 4 fp32).
 template <typename T>

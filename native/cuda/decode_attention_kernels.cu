@@ -87,11 +87,10 @@ __device__ __forceinline__ void LoadLane(const T* __restrict__ row, int lane, in
 // the bytes in flight of one key at a time), their U·R dot products reduced side by side, and the
 // online softmax updated once per iteration.
 template <typename T, int E, int R, int U>
-__global__ void __launch_bounds__(kWarps * 32) PartialKernel(const T* __restrict__ q, const T* __restrict__ k,
-                                                             const T* __restrict__ v, const int32_t* __restrict__ start,
-                                                             const int64_t* __restrict__ slot, float* __restrict__ part_acc,
-                                                             float* __restrict__ part_ml, int64_t nkv, int64_t C, int64_t D,
-                                                             int64_t splits, int64_t chunk, float scale_log2) {
+__global__ void __launch_bounds__(kWarps * 32)
+    PartialKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ start,
+                  const int64_t* __restrict__ slot, float* __restrict__ part_acc, float* __restrict__ part_ml, int64_t nkv, int64_t C, int64_t D,
+                  int64_t splits, int64_t chunk, float scale_log2) {
   const int64_t split = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t nh = nkv * R;
@@ -206,8 +205,7 @@ __global__ void __launch_bounds__(kWarps * 32) PartialKernel(const T* __restrict
 // turned into one weight per split, w_s = 2^(m_s - M) / L (0 for an empty split), and every output
 // element is Σ_s w_s · acc_s — independent loads, no dependent chain per split.
 template <typename T>
-__global__ void CombineKernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml, T* __restrict__ o,
-                              int64_t splits, int64_t D) {
+__global__ void CombineKernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml, T* __restrict__ o, int64_t splits, int64_t D) {
   extern __shared__ float wsplit[];  // [splits]
   __shared__ float ML[2];
   const int64_t bh = blockIdx.x;
@@ -255,8 +253,8 @@ int KeysPerWarp() {
 }
 
 template <typename T, int E, int R>
-const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work,
-                     int64_t B, int64_t nkv, int64_t C, int64_t D, double scale, cudaStream_t st) {
+const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
+                     int64_t C, int64_t D, double scale, cudaStream_t st) {
   const int64_t nh = nkv * R, chunk = Chunk(B, nh, C), splits = (C + chunk - 1) / chunk;
   float* part_acc = work;
   float* part_ml = work + B * nh * splits * D;
@@ -264,11 +262,11 @@ const char* LaunchER(const void* q, const void* k, const void* v, const int32_t*
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
   constexpr int kU = E * R <= 16 ? 4 : E * R <= 32 ? 2 : 1;
   if (kU > 1 && KeysPerWarp() > 1)
-    PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start,
-                                                             slot, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+    PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot,
+                                                             part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
   else
-    PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start,
-                                                            slot, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+    PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot, part_acc,
+                                                            part_ml, nkv, C, D, splits, chunk, scale_log2);
   if (const char* err = LaunchStatus()) return err;
   const int threads = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
   CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, splits * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);
@@ -276,20 +274,24 @@ const char* LaunchER(const void* q, const void* k, const void* v, const int32_t*
 }
 
 template <typename T, int E>
-const char* LaunchE(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work,
-                    int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
+const char* LaunchE(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
+                    int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
   switch (rep) {
-    case 1: return LaunchER<T, E, 1>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
-    case 2: return LaunchER<T, E, 2>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
-    case 4: return LaunchER<T, E, 4>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
-    case 8: return LaunchER<T, E, 8>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+    case 1:
+      return LaunchER<T, E, 1>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+    case 2:
+      return LaunchER<T, E, 2>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+    case 4:
+      return LaunchER<T, E, 4>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+    case 8:
+      return LaunchER<T, E, 8>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
   }
   return "decode attention: unsupported GQA ratio";
 }
 
 template <typename T>
-const char* LaunchT(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work,
-                    int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
+const char* LaunchT(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
+                    int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
   if (D <= 32) return LaunchE<T, 1>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
   if (D <= 64) return LaunchE<T, 2>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
   if (D <= 128) return LaunchE<T, 4>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
@@ -299,19 +301,25 @@ const char* LaunchT(const void* q, const void* k, const void* v, const int32_t* 
 
 }  // namespace
 
-bool DecodeAttentionSupported(int64_t rep, int64_t D) { return D >= 1 && D <= 256 && (rep == 1 || rep == 2 || rep == 4 || rep == 8); }
+bool DecodeAttentionSupported(int64_t rep, int64_t D) {
+  return D >= 1 && D <= 256 && (rep == 1 || rep == 2 || rep == 4 || rep == 8);
+}
 
-int64_t DecodeAttentionWorkFloats(int64_t B, int64_t nh, int64_t C, int64_t D) { return B * nh * Splits(B, nh, C) * (D + 2); }
+int64_t DecodeAttentionWorkFloats(int64_t B, int64_t nh, int64_t C, int64_t D) {
+  return B * nh * Splits(B, nh, C) * (D + 2);
+}
 
-const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o,
-                            float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale,
-                            DecodeAttnType type, void* stream) {
+const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B,
+                            int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, DecodeAttnType type, void* stream) {
   if (B == 0) return nullptr;
   auto st = static_cast<cudaStream_t>(stream);
   switch (type) {
-    case DecodeAttnType::kFloat32: return LaunchT<float>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
-    case DecodeAttnType::kBFloat16: return LaunchT<__nv_bfloat16>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
-    case DecodeAttnType::kFloat16: return LaunchT<__half>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+    case DecodeAttnType::kFloat32:
+      return LaunchT<float>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+    case DecodeAttnType::kBFloat16:
+      return LaunchT<__nv_bfloat16>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+    case DecodeAttnType::kFloat16:
+      return LaunchT<__half>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
   }
   return "decode attention: unsupported dtype";
 }

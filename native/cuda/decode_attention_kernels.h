@@ -24,9 +24,8 @@ enum class DecodeAttnType { kFloat32, kBFloat16, kFloat16 };
 /// Scores and the softmax in float32 (base-2 exponentials), the output rounded once. Supported:
 /// D <= 256, rep in {1, 2, 4, 8} (DecodeAttentionSupported).
 /// Returns nullptr or the CUDA error string of the launch.
-const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o,
-                            float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale,
-                            DecodeAttnType type, void* stream);
+const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B,
+                            int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, DecodeAttnType type, void* stream);
 
 /// Whether DecodeAttention takes these head shapes.
 bool DecodeAttentionSupported(int64_t rep, int64_t D);

@@ -72,6 +72,8 @@ void SetCudaKernelsEnabled(bool on) {
   g_switch.store(on ? 1 : 0);
 }
 
-bool CudaKernelsSwitchedOn() { return SwitchOn(); }
+bool CudaKernelsSwitchedOn() {
+  return SwitchOn();
+}
 
 }  // namespace pg

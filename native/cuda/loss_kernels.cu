@@ -34,7 +34,9 @@ namespace {
 
 constexpr int kThreads = 1024;
 
-__device__ __forceinline__ float Scaled(float z, float temp) { return temp == 1.f ? z : z / temp; }
+__device__ __forceinline__ float Scaled(float z, float temp) {
+  return temp == 1.f ? z : z / temp;
+}
 
 __device__ float RowLse(const float* z, int64_t V, float temp) {
   MaxSum s{-INFINITY, 0.f};
@@ -44,9 +46,8 @@ __device__ float RowLse(const float* z, int64_t V, float temp) {
 
 // mode: 0 = general β, 1 = β = 0 (KL(T‖S)), 2 = β = 1 (KL(S‖T)).
 template <typename OutT>
-__global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float* zt, int64_t V, int64_t ld, float temp,
-                                                          float beta, float om, int mode, const float* row_w, float gfac,
-                                                          int need_grad, float* row_loss) {
+__global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float* zt, int64_t V, int64_t ld, float temp, float beta, float om, int mode,
+                                                          const float* row_w, float gfac, int need_grad, float* row_loss) {
   const int64_t r = blockIdx.x;
   float* s_row = zs + r * ld;
   const float* t_row = zt + r * ld;
@@ -125,11 +126,9 @@ __global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float
 }
 
 template <typename OutT>
-__global__ void __launch_bounds__(kThreads) GrpoRowsKernel(float* z, int64_t V, int64_t ld, float temp, const int64_t* tok,
-                                                           const float* old, const float* ref, const float* adv,
-                                                           const float* w, float eps_low, float eps_high, float beta_kl,
-                                                           float kl_clamp, int need_grad, float* logp_out,
-                                                           float* row_loss, int ce) {
+__global__ void __launch_bounds__(kThreads)
+    GrpoRowsKernel(float* z, int64_t V, int64_t ld, float temp, const int64_t* tok, const float* old, const float* ref, const float* adv, const float* w,
+                   float eps_low, float eps_high, float beta_kl, float kl_clamp, int need_grad, float* logp_out, float* row_loss, int ce) {
   __shared__ float dl_shared;
   const int64_t r = blockIdx.x;
   float* row = z + r * ld;
@@ -177,8 +176,7 @@ __global__ void __launch_bounds__(kThreads) GrpoRowsKernel(float* z, int64_t V, 
   }
 }
 
-__global__ void __launch_bounds__(kThreads) RowLogprobsKernel(const float* z, int64_t V, int64_t ld, float temp,
-                                                               const int64_t* tok, float* logp_out) {
+__global__ void __launch_bounds__(kThreads) RowLogprobsKernel(const float* z, int64_t V, int64_t ld, float temp, const int64_t* tok, float* logp_out) {
   const int64_t r = blockIdx.x;
   const float* row = z + r * ld;
   const float lse = RowLse(row, V, temp);
@@ -193,8 +191,8 @@ int Threads(int64_t V) {
 
 }  // namespace
 
-const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t ld, float temperature, double beta,
-                    const float* row_w, float grad_factor, bool need_grad, OutType out, float* row_loss, void* stream) {
+const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t ld, float temperature, double beta, const float* row_w, float grad_factor,
+                    bool need_grad, OutType out, float* row_loss, void* stream) {
   if (rows == 0) return nullptr;
   // The special cases are chosen from the double β (as the ATen path does), and 1 − β is formed in
   // double: β = 1 − 1e-9 stays the general JSD even though it rounds to 1.0f.
@@ -216,29 +214,31 @@ const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t
   return LaunchStatus();
 }
 
-const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok,
-                     const float* old_logp, const float* ref_logp, const float* adv, const float* w, float eps_low,
-                     float eps_high, float beta_kl, float kl_clamp, bool need_grad, OutType out, float* logp,
+const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* old_logp, const float* ref_logp,
+                     const float* adv, const float* w, float eps_low, float eps_high, float beta_kl, float kl_clamp, bool need_grad, OutType out, float* logp,
                      float* row_loss, void* stream) {
   if (rows == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
   const int th = Threads(V);
   switch (out) {
     case OutType::kFloat32:
-      GrpoRowsKernel<float><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
+      GrpoRowsKernel<float>
+          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
       break;
     case OutType::kBFloat16:
-      GrpoRowsKernel<__nv_bfloat16><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
+      GrpoRowsKernel<__nv_bfloat16>
+          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
       break;
     case OutType::kFloat16:
-      GrpoRowsKernel<__half><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
+      GrpoRowsKernel<__half>
+          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
       break;
   }
   return LaunchStatus();
 }
 
-const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* w,
-                   bool need_grad, OutType out, float* logp, float* row_loss, void* stream) {
+const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* w, bool need_grad, OutType out,
+                   float* logp, float* row_loss, void* stream) {
   if (rows == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
   const int th = Threads(V);
@@ -247,7 +247,8 @@ const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperat
       GrpoRowsKernel<float><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
       break;
     case OutType::kBFloat16:
-      GrpoRowsKernel<__nv_bfloat16><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
+      GrpoRowsKernel<__nv_bfloat16>
+          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
       break;
     case OutType::kFloat16:
       GrpoRowsKernel<__half><<<rows, th, 0, s>>>(z, V, ld, temperature, tok, nullptr, nullptr, nullptr, w, 0.f, 0.f, 0.f, 0.f, need_grad, logp, row_loss, 1);
@@ -256,8 +257,7 @@ const char* CeRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperat
   return LaunchStatus();
 }
 
-const char* RowLogprobs(const float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok,
-                        float* logp, void* stream) {
+const char* RowLogprobs(const float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, float* logp, void* stream) {
   if (rows == 0) return nullptr;
   RowLogprobsKernel<<<rows, Threads(V), 0, static_cast<cudaStream_t>(stream)>>>(z, V, ld, temperature, tok, logp);
   return LaunchStatus();

@@ -14,8 +14,8 @@ namespace cuda_kernels {
 namespace {
 
 template <typename T>
-__global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s,
-                                 T* __restrict__ y, int64_t H, float eps) {
+__global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s, T* __restrict__ y, int64_t H,
+                                 float eps) {
   const int64_t row = blockIdx.x;
   const T* hr = h + row * H;
   const T* dr = d + row * H;
@@ -36,8 +36,8 @@ __global__ void AddRmsNormKernel(const T* __restrict__ h, const T* __restrict__ 
 // 32): every load issued before the reduction, s kept in registers for the output (no re-read).
 // Same per-element operations as AddRmsNormKernel; only the order of the sum of squares differs.
 template <typename T>
-__global__ void AddRmsNormVecKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s,
-                                    T* __restrict__ y, int64_t H, float eps) {
+__global__ void AddRmsNormVecKernel(const T* __restrict__ h, const T* __restrict__ d, const T* __restrict__ w, T* __restrict__ s, T* __restrict__ y, int64_t H,
+                                    float eps) {
   constexpr int V = kVec16<T>;
   const int64_t off = blockIdx.x * H + threadIdx.x * V;
   float hv[V], dv[V], wv[V], sv[V];
@@ -60,10 +60,9 @@ __global__ void AddRmsNormVecKernel(const T* __restrict__ h, const T* __restrict
 constexpr int kMaxPairs = static_cast<int>(kQkNormRopeMaxHeadDim / 64);  // pairs per lane: D / 2 / 32
 
 template <typename T>
-__global__ void QkNormRopeKernel(const T* __restrict__ qkv, const T* __restrict__ qw, const T* __restrict__ kw,
-                                 const T* __restrict__ cs, const T* __restrict__ sn, T* __restrict__ qo, T* __restrict__ ko,
-                                 T* __restrict__ vo, const int64_t* __restrict__ slot, int64_t R, int64_t nq, int64_t nk,
-                                 int64_t D, int64_t C, float eps) {
+__global__ void QkNormRopeKernel(const T* __restrict__ qkv, const T* __restrict__ qw, const T* __restrict__ kw, const T* __restrict__ cs,
+                                 const T* __restrict__ sn, T* __restrict__ qo, T* __restrict__ ko, T* __restrict__ vo, const int64_t* __restrict__ slot,
+                                 int64_t R, int64_t nq, int64_t nk, int64_t D, int64_t C, float eps) {
   const int64_t heads = nq + 2 * nk;
   const int64_t wid = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (wid >= R * heads) return;  // whole warps exit together (blockDim is a multiple of 32)
@@ -125,8 +124,7 @@ __global__ void QkNormRopeKernel(const T* __restrict__ qkv, const T* __restrict_
 }
 
 template <typename T>
-const char* LaunchAddRmsNorm(const void* h, const void* d, const void* w, void* s, void* y, int64_t rows, int64_t H, float eps,
-                             cudaStream_t st) {
+const char* LaunchAddRmsNorm(const void* h, const void* d, const void* w, void* s, void* y, int64_t rows, int64_t H, float eps, cudaStream_t st) {
   if (rows == 0 || H == 0) return nullptr;
   if (rows <= 0x7fffffffLL && H % (32 * kVec16<T>) == 0 && H / kVec16<T> <= 1024 && Aligned16({h, d, w, s, y})) {
     AddRmsNormVecKernel<T><<<static_cast<unsigned>(rows), static_cast<unsigned>(H / kVec16<T>), 0, st>>>(
@@ -135,44 +133,43 @@ const char* LaunchAddRmsNorm(const void* h, const void* d, const void* w, void* 
   }
   int threads = 32;
   while (threads < 1024 && threads * 8 < H) threads *= 2;  // about 8 elements per thread
-  AddRmsNormKernel<T><<<static_cast<unsigned>(rows), threads, 0, st>>>(static_cast<const T*>(h), static_cast<const T*>(d),
-                                                                         static_cast<const T*>(w), static_cast<T*>(s),
-                                                                         static_cast<T*>(y), H, eps);
+  AddRmsNormKernel<T><<<static_cast<unsigned>(rows), threads, 0, st>>>(static_cast<const T*>(h), static_cast<const T*>(d), static_cast<const T*>(w),
+                                                                       static_cast<T*>(s), static_cast<T*>(y), H, eps);
   return LaunchStatus();
 }
 
 template <typename T>
-const char* LaunchQkNormRope(const void* qkv, const void* qw, const void* kw, const void* c, const void* s, void* qo, void* ko,
-                             void* vo, const int64_t* slot, int64_t R, int64_t nq, int64_t nk, int64_t D, int64_t C, float eps,
-                             cudaStream_t st) {
+const char* LaunchQkNormRope(const void* qkv, const void* qw, const void* kw, const void* c, const void* s, void* qo, void* ko, void* vo, const int64_t* slot,
+                             int64_t R, int64_t nq, int64_t nk, int64_t D, int64_t C, float eps, cudaStream_t st) {
   if (D % 2 != 0 || D > kQkNormRopeMaxHeadDim) return "QkNormRope: head_dim must be even and at most 256";
   const int64_t warps = R * (nq + 2 * nk);
   if (warps == 0) return nullptr;
   const int threads = 128;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
   if (blocks > 0x7fffffffLL) return "QkNormRope: too many rows for one launch";
-  QkNormRopeKernel<T><<<static_cast<unsigned>(blocks), threads, 0, st>>>(
-      static_cast<const T*>(qkv), static_cast<const T*>(qw), static_cast<const T*>(kw), static_cast<const T*>(c),
-      static_cast<const T*>(s), static_cast<T*>(qo), static_cast<T*>(ko), static_cast<T*>(vo), slot, R, nq, nk, D, C, eps);
+  QkNormRopeKernel<T><<<static_cast<unsigned>(blocks), threads, 0, st>>>(static_cast<const T*>(qkv), static_cast<const T*>(qw), static_cast<const T*>(kw),
+                                                                         static_cast<const T*>(c), static_cast<const T*>(s), static_cast<T*>(qo),
+                                                                         static_cast<T*>(ko), static_cast<T*>(vo), slot, R, nq, nk, D, C, eps);
   return LaunchStatus();
 }
 
 }  // namespace
 
-const char* AddRmsNorm(const void* h, const void* d, const void* w, void* s, void* y, int64_t rows, int64_t H, float eps,
-                       NormType type, void* stream) {
+const char* AddRmsNorm(const void* h, const void* d, const void* w, void* s, void* y, int64_t rows, int64_t H, float eps, NormType type, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   switch (type) {
-    case NormType::kFloat32: return LaunchAddRmsNorm<float>(h, d, w, s, y, rows, H, eps, st);
-    case NormType::kBFloat16: return LaunchAddRmsNorm<__nv_bfloat16>(h, d, w, s, y, rows, H, eps, st);
-    case NormType::kFloat16: return LaunchAddRmsNorm<__half>(h, d, w, s, y, rows, H, eps, st);
+    case NormType::kFloat32:
+      return LaunchAddRmsNorm<float>(h, d, w, s, y, rows, H, eps, st);
+    case NormType::kBFloat16:
+      return LaunchAddRmsNorm<__nv_bfloat16>(h, d, w, s, y, rows, H, eps, st);
+    case NormType::kFloat16:
+      return LaunchAddRmsNorm<__half>(h, d, w, s, y, rows, H, eps, st);
   }
   return "unsupported AddRmsNorm dtype";
 }
 
-const char* QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos, const void* sin, void* q_out,
-                       void* k_out, void* v_out, const int64_t* slot, int64_t R, int64_t nq, int64_t nk, int64_t D, int64_t C,
-                       float eps, NormType type, void* stream) {
+const char* QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos, const void* sin, void* q_out, void* k_out, void* v_out,
+                       const int64_t* slot, int64_t R, int64_t nq, int64_t nk, int64_t D, int64_t C, float eps, NormType type, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   switch (type) {
     case NormType::kFloat32:

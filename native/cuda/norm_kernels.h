@@ -17,8 +17,7 @@ enum class NormType { kFloat32, kBFloat16, kFloat16 };
 /// in float32 from the rounded s — the roundings of ATen's `h + d` followed by its fused
 /// at::rms_norm (one rounding each). h, d, s: [rows, H]; w: [H]; y: [rows, H]. One block per row.
 /// Returns nullptr or the CUDA error string of the launch.
-const char* AddRmsNorm(const void* h, const void* d, const void* w, void* s, void* y, int64_t rows, int64_t H, float eps,
-                       NormType type, void* stream);
+const char* AddRmsNorm(const void* h, const void* d, const void* w, void* s, void* y, int64_t rows, int64_t H, float eps, NormType type, void* stream);
 
 /// Largest head_dim QkNormRope takes (each lane of a warp holds its head's pairs in registers).
 constexpr int64_t kQkNormRopeMaxHeadDim = 256;
@@ -35,9 +34,8 @@ constexpr int64_t kQkNormRopeMaxHeadDim = 256;
 /// (slot == null) or, for a decode step (T = 1, R = B), into the caches k_out / v_out [B, nk, C, D]
 /// at cache index *slot (an int64 on the device, read there: CUDA-graph capturable). All tensors
 /// contiguous in `type`; D even and ≤ kQkNormRopeMaxHeadDim. Returns nullptr or the CUDA error.
-const char* QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos, const void* sin, void* q_out,
-                       void* k_out, void* v_out, const int64_t* slot, int64_t R, int64_t nq, int64_t nk, int64_t D, int64_t C,
-                       float eps, NormType type, void* stream);
+const char* QkNormRope(const void* qkv, const void* q_w, const void* k_w, const void* cos, const void* sin, void* q_out, void* k_out, void* v_out,
+                       const int64_t* slot, int64_t R, int64_t nq, int64_t nk, int64_t D, int64_t C, float eps, NormType type, void* stream);
 
 }  // namespace cuda_kernels
 }  // namespace pg

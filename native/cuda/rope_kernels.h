@@ -15,8 +15,8 @@ enum class RopeType { kFloat32, kBFloat16, kFloat16 };
 ///   gx_d = g_d·cos_d + (d < D/2 ? g_{d+D/2}·sin_{d+D/2} : −g_{d−D/2}·sin_{d−D/2}).
 /// cos, sin: [B, T, D] in `type`. Computed in float32, rounded once. Returns nullptr or the CUDA
 /// error string of the launch.
-const char* Rope(const void* q, const void* k, void* q_out, void* k_out, const void* cos, const void* sin, int64_t B,
-                 int64_t T, int64_t nq, int64_t nk, int64_t D, bool transpose, RopeType type, void* stream);
+const char* Rope(const void* q, const void* k, void* q_out, void* k_out, const void* cos, const void* sin, int64_t B, int64_t T, int64_t nq, int64_t nk,
+                 int64_t D, bool transpose, RopeType type, void* stream);
 
 }  // namespace cuda_kernels
 }  // namespace pg

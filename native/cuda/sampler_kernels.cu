@@ -28,7 +28,9 @@ constexpr int kK = static_cast<int>(kFusedTopKMax);
 constexpr int kNoId = 0x7fffffff;
 
 // (a, ia) ranks before (b, ib): larger value, then smaller id.
-__device__ __forceinline__ bool Before(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+__device__ __forceinline__ bool Before(float a, int ia, float b, int ib) {
+  return a > b || (a == b && ia < ib);
+}
 
 // A (value, id) pair and where it is kept (`at` < 0: none).
 struct Pick {
@@ -145,8 +147,8 @@ __global__ void __launch_bounds__(kWarps * 32) TopKLseKernel(const T* __restrict
 
 }  // namespace
 
-const char* FusedTopKLse(const void* logits, float inv_temperature, float* vals, int64_t* ids, float* lse, int64_t R, int64_t V,
-                         int64_t k, TopKInType type, void* stream) {
+const char* FusedTopKLse(const void* logits, float inv_temperature, float* vals, int64_t* ids, float* lse, int64_t R, int64_t V, int64_t k, TopKInType type,
+                         void* stream) {
   if (R == 0) return nullptr;
   if (k < 1 || k > kFusedTopKMax || k > V) return "fused top-k: k must be in [1, min(V, 64)]";
   if (V >= kNoId || R > 0x7fffffffLL) return "fused top-k: too many rows or ids";

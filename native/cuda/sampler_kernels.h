@@ -24,8 +24,8 @@ constexpr int64_t kFusedTopKMax = 64;
 ///                           when the row holds a NaN (as logsumexp gives).
 /// 1 <= k <= min(V, kFusedTopKMax). One CTA of 512 threads per row, no host synchronisation
 /// (CUDA-graph capturable). Returns nullptr or the CUDA error string of the launch.
-const char* FusedTopKLse(const void* logits, float inv_temperature, float* vals, int64_t* ids, float* lse, int64_t R, int64_t V,
-                         int64_t k, TopKInType type, void* stream);
+const char* FusedTopKLse(const void* logits, float inv_temperature, float* vals, int64_t* ids, float* lse, int64_t R, int64_t V, int64_t k, TopKInType type,
+                         void* stream);
 
 }  // namespace cuda_kernels
 }  // namespace pg

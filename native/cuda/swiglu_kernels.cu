@@ -13,11 +13,15 @@ namespace pg {
 namespace cuda_kernels {
 namespace {
 
-__device__ __forceinline__ float Sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ __forceinline__ float Sigmoid(float x) {
+  return 1.f / (1.f + expf(-x));
+}
 
 // act = silu(g)·u, and its gradients dg = d·u·s·(1 + g·(1 − s)), du = d·silu(g) with s = σ(g)
 // (swiglu_kernels.h); one definition for the element and the vector kernels.
-__device__ __forceinline__ float SwigluValue(float g, float u) { return g * Sigmoid(g) * u; }
+__device__ __forceinline__ float SwigluValue(float g, float u) {
+  return g * Sigmoid(g) * u;
+}
 __device__ __forceinline__ void SwigluGrads(float g, float u, float d, float& dg, float& du) {
   const float s = Sigmoid(g);
   dg = d * u * s * (1.f + g * (1.f - s));
@@ -108,9 +112,15 @@ const char* SwigluForward(const void* gu, void* act, int64_t rows, int64_t I, Sw
   if (rows * I == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
   switch (t) {
-    case SwigluType::kFloat32: LaunchFwd<float>(gu, act, rows, I, s); break;
-    case SwigluType::kBFloat16: LaunchFwd<__nv_bfloat16>(gu, act, rows, I, s); break;
-    case SwigluType::kFloat16: LaunchFwd<__half>(gu, act, rows, I, s); break;
+    case SwigluType::kFloat32:
+      LaunchFwd<float>(gu, act, rows, I, s);
+      break;
+    case SwigluType::kBFloat16:
+      LaunchFwd<__nv_bfloat16>(gu, act, rows, I, s);
+      break;
+    case SwigluType::kFloat16:
+      LaunchFwd<__half>(gu, act, rows, I, s);
+      break;
   }
   return LaunchStatus();
 }
@@ -119,9 +129,15 @@ const char* SwigluBackward(const void* gu, const void* dact, void* dgu, int64_t 
   if (rows * I == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
   switch (t) {
-    case SwigluType::kFloat32: LaunchBwd<float>(gu, dact, dgu, rows, I, s); break;
-    case SwigluType::kBFloat16: LaunchBwd<__nv_bfloat16>(gu, dact, dgu, rows, I, s); break;
-    case SwigluType::kFloat16: LaunchBwd<__half>(gu, dact, dgu, rows, I, s); break;
+    case SwigluType::kFloat32:
+      LaunchBwd<float>(gu, dact, dgu, rows, I, s);
+      break;
+    case SwigluType::kBFloat16:
+      LaunchBwd<__nv_bfloat16>(gu, dact, dgu, rows, I, s);
+      break;
+    case SwigluType::kFloat16:
+      LaunchBwd<__half>(gu, dact, dgu, rows, I, s);
+      break;
   }
   return LaunchStatus();
 }

@@ -21,32 +21,52 @@ namespace pg {
 namespace dist {
 
 #ifdef PG_WITH_DIST
-bool HasGloo() { return true; }
+bool HasGloo() {
+  return true;
+}
 #else
-bool HasGloo() { return false; }
+bool HasGloo() {
+  return false;
+}
 #endif
 #ifdef PG_WITH_NCCL
-bool HasNccl() { return true; }
+bool HasNccl() {
+  return true;
+}
 #else
-bool HasNccl() { return false; }
+bool HasNccl() {
+  return false;
+}
 #endif
 
 #ifndef PG_WITH_DIST
 std::shared_ptr<Group> Group::Init(const InitOptions&) {
-  throw DistError("distributed training is not in this build: the gloo headers were not found when the addon was compiled (install libgloo-dev, e.g. scripts/setup.sh as root, and rebuild)");
+  throw DistError(
+      "distributed training is not in this build: the gloo headers were not found when the addon was compiled (install libgloo-dev, e.g. scripts/setup.sh as "
+      "root, and rebuild)");
 }
 Group::~Group() = default;
-int64_t Group::AllReduce(std::vector<at::Tensor>&, const std::string&, double, int64_t) { throw DistError("no distributed support in this build"); }
-void Group::Broadcast(std::vector<at::Tensor>&, int) { throw DistError("no distributed support in this build"); }
-std::vector<std::string> Group::AllGatherObject(const std::string&) { throw DistError("no distributed support in this build"); }
-void Group::Barrier() { throw DistError("no distributed support in this build"); }
+int64_t Group::AllReduce(std::vector<at::Tensor>&, const std::string&, double, int64_t) {
+  throw DistError("no distributed support in this build");
+}
+void Group::Broadcast(std::vector<at::Tensor>&, int) {
+  throw DistError("no distributed support in this build");
+}
+std::vector<std::string> Group::AllGatherObject(const std::string&) {
+  throw DistError("no distributed support in this build");
+}
+void Group::Barrier() {
+  throw DistError("no distributed support in this build");
+}
 void Group::Destroy() {}
 #else
 
 namespace {
 using namespace std::chrono_literals;
 
-std::string Where(const InitOptions& o) { return o.master_addr + ":" + std::to_string(o.master_port); }
+std::string Where(const InitOptions& o) {
+  return o.master_addr + ":" + std::to_string(o.master_port);
+}
 // The cause without libtorch's C++ backtrace.
 std::string Cause(const std::exception& e) {
   const auto* ce = dynamic_cast<const c10::Error*>(&e);
@@ -69,12 +89,20 @@ c10::intrusive_ptr<c10d::Store> Connect(const InitOptions& o, bool server, std::
   return c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
 }
 
-int64_t ReadCounter(c10d::Store& s, const std::string& key) { return s.add(key, 0); }
+int64_t ReadCounter(c10d::Store& s, const std::string& key) {
+  return s.add(key, 0);
+}
 
-std::string Str(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
-std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::string Str(const std::vector<uint8_t>& v) {
+  return std::string(v.begin(), v.end());
+}
+std::vector<uint8_t> Bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
 
-bool IsLoopback(const std::string& a) { return a == "localhost" || a.rfind("127.", 0) == 0 || a == "::1"; }
+bool IsLoopback(const std::string& a) {
+  return a == "localhost" || a.rfind("127.", 0) == 0 || a == "::1";
+}
 }  // namespace
 
 Group::~Group() {
@@ -105,7 +133,8 @@ std::shared_ptr<Group> Group::Init(const InitOptions& o) {
     g->store_ = Connect(o, o.rank == 0, o.init_timeout);
   } catch (const std::exception& e) {
     if (o.rank == 0)
-      throw DistError(me + ": cannot host the rendezvous store on " + Where(o) + " (MASTER_PORT in use or MASTER_ADDR not an address of this machine): " + Cause(e));
+      throw DistError(me + ": cannot host the rendezvous store on " + Where(o) +
+                      " (MASTER_PORT in use or MASTER_ADDR not an address of this machine): " + Cause(e));
     throw DistError(me + ": master " + Where(o) + " unreachable within " + Secs(o.init_timeout) +
                     " (is rank 0 running, MASTER_ADDR/MASTER_PORT right, the port open?): " + Cause(e));
   }
@@ -127,10 +156,10 @@ std::shared_ptr<Group> Group::Init(const InitOptions& o) {
     const auto deadline = std::chrono::steady_clock::now() + o.init_timeout;
     while (joined < o.world_size) {
       if (s.check({"pg/mismatch"})) throw DistError(me + ": mismatched world sizes: " + Str(s.get("pg/mismatch")));
-      if (joined > o.world_size) throw DistError(me + ": more ranks joined than WORLD_SIZE " + ws + " (two ranks with the same RANK, or mismatched world sizes)");
+      if (joined > o.world_size)
+        throw DistError(me + ": more ranks joined than WORLD_SIZE " + ws + " (two ranks with the same RANK, or mismatched world sizes)");
       if (std::chrono::steady_clock::now() > deadline)
-        throw DistError(me + ": only " + std::to_string(joined) + " of " + ws + " ranks joined " + Where(o) + " within " +
-                        Secs(o.init_timeout));
+        throw DistError(me + ": only " + std::to_string(joined) + " of " + ws + " ranks joined " + Where(o) + " within " + Secs(o.init_timeout));
       std::this_thread::sleep_for(20ms);
       joined = ReadCounter(s, "pg/joined");
     }
@@ -227,7 +256,8 @@ auto Group::Run(const char* op, F&& f) -> decltype(f()) {
   } catch (const std::exception& e) {
     failed_ = true;
     std::string cause = Cause(e);
-    throw DistError("rank " + std::to_string(o_.rank) + ": " + op + " (collective #" + std::to_string(seq) + ", timeout " + Secs(o_.timeout) + ") failed: " + Diagnose(seq) + ". Cause: " + cause);
+    throw DistError("rank " + std::to_string(o_.rank) + ": " + op + " (collective #" + std::to_string(seq) + ", timeout " + Secs(o_.timeout) +
+                    ") failed: " + Diagnose(seq) + ". Cause: " + cause);
   }
 }
 
@@ -254,8 +284,7 @@ int64_t Group::AllReduce(std::vector<at::Tensor>& tensors, const std::string& op
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto& t = tensors[i];
       size_t b = t.numel() * t.element_size();
-      if (buckets.empty() || tensors[buckets.back().front()].scalar_type() != t.scalar_type() ||
-          (cur + b > static_cast<size_t>(bucket_bytes) && cur > 0)) {
+      if (buckets.empty() || tensors[buckets.back().front()].scalar_type() != t.scalar_type() || (cur + b > static_cast<size_t>(bucket_bytes) && cur > 0)) {
         buckets.push_back({});
         cur = 0;
       }

@@ -39,10 +39,10 @@ struct InitOptions {
   int world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string backend = "gloo";  // "gloo" | "nccl"
-  int device_index = -1;         // CUDA device of this rank (nccl); -1 = CPU
-  std::chrono::milliseconds timeout{600000};       // every collective (torch's default: 10 min)
-  std::chrono::milliseconds init_timeout{60000};   // rendezvous: store connect + all ranks joined
+  std::string backend = "gloo";                   // "gloo" | "nccl"
+  int device_index = -1;                          // CUDA device of this rank (nccl); -1 = CPU
+  std::chrono::milliseconds timeout{600000};      // every collective (torch's default: 10 min)
+  std::chrono::milliseconds init_timeout{60000};  // rendezvous: store connect + all ranks joined
 };
 
 /// Whether this build has the Gloo / NCCL process groups.

@@ -18,7 +18,9 @@ namespace pg {
 
 #ifdef PG_WITH_CUDA
 
-bool CudaGraphsCompiled() { return true; }
+bool CudaGraphsCompiled() {
+  return true;
+}
 
 namespace {
 // One stream per (thread, device), made on the thread's first call and kept for the process (so the
@@ -77,8 +79,7 @@ StepGraph::~StepGraph() = default;
 at::Tensor StepGraph::Capture(const std::function<at::Tensor()>& fn) {
   TORCH_CHECK(!impl_, "StepGraph::Capture called twice");
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
-              "CUDA graph capture needs a non-default stream (use SideStreamScope)");
+  TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()), "CUDA graph capture needs a non-default stream (use SideStreamScope)");
   impl_.reset(new Impl());
   // On failure: end the capture (so the stream leaves capture mode) and deliberately leak the
   // graph object: the caching allocator may still hold a pool filter that points at it.
@@ -99,7 +100,8 @@ at::Tensor StepGraph::Capture(const std::function<at::Tensor()>& fn) {
     throw;
   } catch (const c10::Error& e) {
     abandon();
-    TORCH_CHECK(false, "CUDA graph capture of the decode step failed (generate with cudaGraphs: false or set PAPERGYM_NO_CUDA_GRAPHS=1 to decode without graphs): ",
+    TORCH_CHECK(false,
+                "CUDA graph capture of the decode step failed (generate with cudaGraphs: false or set PAPERGYM_NO_CUDA_GRAPHS=1 to decode without graphs): ",
                 e.what_without_backtrace());
   } catch (...) {
     abandon();
@@ -115,11 +117,15 @@ void StepGraph::Replay() {
   impl_->graph.replay();
 }
 
-bool StepGraph::captured() const { return impl_ && impl_->captured; }
+bool StepGraph::captured() const {
+  return impl_ && impl_->captured;
+}
 
 #else  // !PG_WITH_CUDA
 
-bool CudaGraphsCompiled() { return false; }
+bool CudaGraphsCompiled() {
+  return false;
+}
 
 struct SideStreamScope::Impl {};
 SideStreamScope::SideStreamScope(at::Device, bool) {}
@@ -131,8 +137,12 @@ StepGraph::~StepGraph() = default;
 at::Tensor StepGraph::Capture(const std::function<at::Tensor()>&) {
   TORCH_CHECK(false, "this build of papergym-native has no CUDA graphs (no PG_WITH_CUDA)");
 }
-void StepGraph::Replay() { TORCH_CHECK(false, "this build of papergym-native has no CUDA graphs (no PG_WITH_CUDA)"); }
-bool StepGraph::captured() const { return false; }
+void StepGraph::Replay() {
+  TORCH_CHECK(false, "this build of papergym-native has no CUDA graphs (no PG_WITH_CUDA)");
+}
+bool StepGraph::captured() const {
+  return false;
+}
 
 #endif
 

@@ -14,11 +14,13 @@ namespace pg {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 }  // namespace
 
-DecodeEngine::DecodeEngine(std::shared_ptr<DecoderModel> model, int64_t max_rows, int64_t capacity, int64_t pad_id,
-                           AdapterSel adapter, int64_t max_prefill_tokens, bool cuda_graphs, int static_decode)
+DecodeEngine::DecodeEngine(std::shared_ptr<DecoderModel> model, int64_t max_rows, int64_t capacity, int64_t pad_id, AdapterSel adapter,
+                           int64_t max_prefill_tokens, bool cuda_graphs, int static_decode)
     : model_(std::move(model)),
       max_rows_(max_rows),
       capacity_(capacity),
@@ -29,8 +31,8 @@ DecodeEngine::DecodeEngine(std::shared_ptr<DecoderModel> model, int64_t max_rows
   if (max_rows_ < 1) throw ArgError("maxRows must be an integer >= 1, got " + std::to_string(max_rows_));
   if (capacity_ < 2) throw ArgError("capacity must be an integer >= 2, got " + std::to_string(capacity_));
   if (c.max_position_embeddings > 0 && capacity_ > c.max_position_embeddings)
-    throw ArgError("capacity " + std::to_string(capacity_) + " exceeds the model context (max_position_embeddings = " +
-                   std::to_string(c.max_position_embeddings) + ")");
+    throw ArgError("capacity " + std::to_string(capacity_) +
+                   " exceeds the model context (max_position_embeddings = " + std::to_string(c.max_position_embeddings) + ")");
   if (pad_id_ < 0 || pad_id_ >= c.vocab_size) throw ArgError("padId is outside [0, vocab_size)");
   if (max_prefill_tokens_ < 1) throw ArgError("maxPrefillTokens must be an integer >= 1");
   static const bool env_no_graphs = [] {
@@ -70,8 +72,10 @@ void DecodeEngine::Cancel(int64_t id) {
   std::lock_guard<std::mutex> lk(mu_);
   if (!ids_.erase(id)) return;  // unknown, finished or already cancelled: nothing to do
   const auto q = std::find_if(pending_.begin(), pending_.end(), [&](const EngineRowSpec& r) { return r.id == id; });
-  if (q != pending_.end()) pending_.erase(q);  // queued: gone now
-  else cancelled_.push_back(id);              // live: leaves at the start of the next step
+  if (q != pending_.end())
+    pending_.erase(q);  // queued: gone now
+  else
+    cancelled_.push_back(id);  // live: leaves at the start of the next step
 }
 
 int64_t DecodeEngine::Waiting() {
@@ -429,8 +433,10 @@ void DecodeEngine::Record(const Sampled& s, EngineStepResult& res) {
       }
       ++li;
     }
-    if (std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), et.token) != r.spec.stop_ids.end()) et.finish = 1;
-    else if (r.generated >= r.spec.max_new_tokens) et.finish = 2;
+    if (std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), et.token) != r.spec.stop_ids.end())
+      et.finish = 1;
+    else if (r.generated >= r.spec.max_new_tokens)
+      et.finish = 2;
     r.done = et.finish != 0;
   }
   {

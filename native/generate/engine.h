@@ -21,24 +21,24 @@ namespace pg {
 
 /// One row (one completion) to decode.
 struct EngineRowSpec {
-  int64_t id = 0;                  // caller's id, unique among live rows
-  std::vector<int64_t> prompt;     // token ids, non-empty
+  int64_t id = 0;               // caller's id, unique among live rows
+  std::vector<int64_t> prompt;  // token ids, non-empty
   SamplingOptions sampling;
-  uint64_t seed = 0;               // the row's own CPU generator
-  int64_t max_new_tokens = 256;    // >= 1
-  std::vector<int64_t> stop_ids;   // any of them ends the row (finish "stop"; the id is reported)
-  int64_t top_logprobs = -1;       // -1: no raw logprobs; 0..20: raw logprob + this many alternatives
+  uint64_t seed = 0;              // the row's own CPU generator
+  int64_t max_new_tokens = 256;   // >= 1
+  std::vector<int64_t> stop_ids;  // any of them ends the row (finish "stop"; the id is reported)
+  int64_t top_logprobs = -1;      // -1: no raw logprobs; 0..20: raw logprob + this many alternatives
 };
 
 /// One sampled token of a row.
 struct EngineToken {
   int64_t id = 0, token = 0;
-  float logprob = 0;               // log_softmax(logits / T)[token] (as generate(); greedy: T = 1)
-  float raw_logprob = 0;           // log_softmax(logits)[token] (top_logprobs >= 0 only)
-  std::vector<int64_t> top_ids;    // the top_logprobs most likely ids under log_softmax(logits)
-  std::vector<float> top_logprobs; // and their raw logprobs, descending
-  int finish = 0;                  // 0 running, 1 stop (stop id sampled), 2 length
-  int64_t prompt_tokens = -1;      // prompt length on the row's first token, else -1
+  float logprob = 0;                // log_softmax(logits / T)[token] (as generate(); greedy: T = 1)
+  float raw_logprob = 0;            // log_softmax(logits)[token] (top_logprobs >= 0 only)
+  std::vector<int64_t> top_ids;     // the top_logprobs most likely ids under log_softmax(logits)
+  std::vector<float> top_logprobs;  // and their raw logprobs, descending
+  int finish = 0;                   // 0 running, 1 stop (stop id sampled), 2 length
+  int64_t prompt_tokens = -1;       // prompt length on the row's first token, else -1
 };
 
 struct EngineStepResult {
@@ -75,8 +75,8 @@ class DecodeEngine {
   /// 1 = DecoderModel::DecodeStatic over a power-of-two bucket of rows (eager without graphs; with
   /// graphs one captured graph per bucket after two eager warm-up steps of that bucket). The
   /// static decode attends over all `capacity` slots (masked), so its cost follows the capacity.
-  DecodeEngine(std::shared_ptr<DecoderModel> model, int64_t max_rows, int64_t capacity, int64_t pad_id, AdapterSel adapter,
-               int64_t max_prefill_tokens, bool cuda_graphs = true, int static_decode = -1);
+  DecodeEngine(std::shared_ptr<DecoderModel> model, int64_t max_rows, int64_t capacity, int64_t pad_id, AdapterSel adapter, int64_t max_prefill_tokens,
+               bool cuda_graphs = true, int static_decode = -1);
 
   /// ArgError naming `what` when the spec does not fit the model / engine (empty prompt, ids out
   /// of range, len + max_new_tokens > capacity, bad sampling, duplicate id).
@@ -110,13 +110,13 @@ class DecodeEngine {
     int64_t start = 0;      // first cache slot of the row's history
     bool done = false;
   };
-  void Shift(int64_t delta);       // moves slots [min start, L) of live rows by delta
+  void Shift(int64_t delta);  // moves slots [min start, L) of live rows by delta
   void MoveRow(int64_t from, int64_t to);
-  void RemoveRow(int64_t b);       // the last row takes row b's place
+  void RemoveRow(int64_t b);  // the last row takes row b's place
   /// One Step as its named parts, in order (see the class doc).
   EngineStepResult StepImpl();
-  void DropCancelled();            // cancelled live rows leave
-  void EnsureBuffers();            // the KV cache, keep mask and static-decode inputs, on first use
+  void DropCancelled();  // cancelled live rows leave
+  void EnsureBuffers();  // the KV cache, keep mask and static-decode inputs, on first use
   /// Rows that join this step (FIFO) within the batch, the prefill token budget and the KV slots;
   /// sets `pmax` (their longest prompt) and `delta` (the shift of the live history that makes room).
   std::vector<EngineRowSpec> Admit(int64_t A, int64_t* pmax, int64_t* delta, EngineStepResult& res);
@@ -125,7 +125,7 @@ class DecodeEngine {
   at::Tensor PrefillJoining(std::vector<EngineRowSpec>& join, int64_t pmax, int64_t A, bool decode, EngineStepResult& res);
   /// The sampled token of every row (host tensors) and the logprobs its options ask for.
   struct Sampled {
-    at::Tensor tok, lp;          // [R] int64, [R] float32
+    at::Tensor tok, lp;            // [R] int64, [R] float32
     std::vector<int64_t> lp_rows;  // rows with top_logprobs >= 0
     at::Tensor raw, top_v, top_i;  // over lp_rows: raw logprob, top-k values / ids
   };
@@ -138,7 +138,7 @@ class DecodeEngine {
 
   std::mutex mu_;  // guards pending_ / cancelled_ / ids_
   std::vector<EngineRowSpec> pending_;
-  std::vector<int64_t> cancelled_;  // live rows to drop at the next step
+  std::vector<int64_t> cancelled_;   // live rows to drop at the next step
   std::unordered_set<int64_t> ids_;  // ids of queued and live rows (unique)
 
   std::vector<Row> rows_;  // live rows, batch order = cache row
@@ -151,7 +151,7 @@ class DecodeEngine {
   std::map<int64_t, std::unique_ptr<StepGraph>> graph_;
   std::map<int64_t, at::Tensor> graph_out_;
   std::map<int64_t, int64_t> eager_runs_;
-  int64_t L_ = 0;          // next slot
+  int64_t L_ = 0;  // next slot
 };
 
 }  // namespace pg

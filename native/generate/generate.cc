@@ -38,8 +38,8 @@ void ValidateRequest(const DecoderModel& m, const GenerateRequest& r) {
     if (ctx > 0 && len > ctx)
       throw ArgError(name + " has " + std::to_string(len) + " tokens, longer than the model context (max_position_embeddings = " + std::to_string(ctx) + ")");
     if (ctx > 0 && r.row_max_new_tokens.empty() && len + r.max_new_tokens > ctx)
-      throw ArgError(name + " has " + std::to_string(len) + " tokens; with maxNewTokens = " + std::to_string(r.max_new_tokens) +
-                     " it needs " + std::to_string(len + r.max_new_tokens) + " positions, more than the model context (" + std::to_string(ctx) + ")");
+      throw ArgError(name + " has " + std::to_string(len) + " tokens; with maxNewTokens = " + std::to_string(r.max_new_tokens) + " it needs " +
+                     std::to_string(len + r.max_new_tokens) + " positions, more than the model context (" + std::to_string(ctx) + ")");
     for (size_t j = 0; j < p.size(); ++j)
       if (p[j] < 0 || p[j] >= c.vocab_size)
         throw ArgError(name + "[" + std::to_string(j) + "] = " + std::to_string(p[j]) + " is outside [0, vocab_size = " + std::to_string(c.vocab_size) + ")");
@@ -87,7 +87,9 @@ uint64_t RowSeed(uint64_t seed, int64_t sample_index) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 // Keeps only the batch rows `keep` (ascending) of every cache tensor, in place: the kept rows move
 // to the front and the tensors are narrowed on dim 0 (no new cache allocation; copies only the
@@ -121,11 +123,11 @@ void ExpandCache(KVCache& cache, int64_t n) {
 
 // Per-row settings of one call (GenerateRequest::row_*), expanded to the N = P * n rows.
 struct RowPlan {
-  std::vector<SamplingOptions> sampling;                 // [N]
-  std::vector<int64_t> max_new;                          // [N]
-  std::vector<const std::vector<int64_t>*> stops;        // [N]
-  std::vector<at::Generator> gens;                       // [N] own generators, or empty (call's)
-  int64_t T = 0;                                         // largest max_new
+  std::vector<SamplingOptions> sampling;           // [N]
+  std::vector<int64_t> max_new;                    // [N]
+  std::vector<const std::vector<int64_t>*> stops;  // [N]
+  std::vector<at::Generator> gens;                 // [N] own generators, or empty (call's)
+  int64_t T = 0;                                   // largest max_new
   bool Stop(int64_t g, int64_t t) const { return std::find(stops[g]->begin(), stops[g]->end(), t) != stops[g]->end(); }
 };
 
@@ -221,7 +223,7 @@ class DecodePath {
   const GenerateRequest& r_;
   const PromptBatch& pb_;
   const RowPlan& plan_;
-  const int64_t N_;   // rows: prompts * n
+  const int64_t N_;    // rows: prompts * n
   at::Tensor logits_;  // next-token logits of the batch [rows, V] float32
   RowSampling rs_;     // sampling settings of the batch rows
 };
@@ -372,13 +374,15 @@ class StaticPath final : public DecodePath {
     res.batch_rows = Bp_;
     res.decode_path = graphs_ ? "cuda-graphs" : "static";
     const DecoderConfig& c = m_.config();
-    if (!r_.live_kv) live_start_ = at::Tensor();
-    else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim)) res.decode_attention = "live-kv";
+    if (!r_.live_kv)
+      live_start_ = at::Tensor();
+    else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim))
+      res.decode_attention = "live-kv";
     rs_ = RowSampling::Make(plan_.sampling, logits_.size(1), dev);
     fused_ = RowSamplingIsSyncFree(rs_, logits_.size(1));  // sampler inside step_fn
     res.sampling_in_step = fused_;
     u_ = u.to(dev);
-    tok_hist_ = at::zeros({T, N_}, at::TensorOptions().dtype(at::kLong).device(dev));   // token t of row g at [t, g]
+    tok_hist_ = at::zeros({T, N_}, at::TensorOptions().dtype(at::kLong).device(dev));  // token t of row g at [t, g]
     lp_hist_ = at::zeros({T, N_}, at::TensorOptions().dtype(at::kFloat).device(dev));  // its logprob
     step_s_ = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(dev));        // next token index t
     side_ = std::make_unique<SideStreamScope>(graphs_ ? dev : at::Device(at::kCPU));
@@ -503,8 +507,7 @@ void DecodeLoop(const GenerateRequest& r, const RowPlan& plan, DecodePath& path,
         }
       }
     // Groups whose last row finished in this read-back: handed over while the others decode.
-    for (int64_t p : finished_groups)
-      r.on_group_done(p, std::vector<Completion>(res.completions.begin() + p * r.n, res.completions.begin() + (p + 1) * r.n));
+    for (int64_t p : finished_groups) r.on_group_done(p, std::vector<Completion>(res.completions.begin() + p * r.n, res.completions.begin() + (p + 1) * r.n));
     finished_groups.clear();
     read = produced;
     if (n_done == N || produced == T) break;
@@ -515,7 +518,7 @@ void DecodeLoop(const GenerateRequest& r, const RowPlan& plan, DecodePath& path,
 GenerateResult GenerateImpl(DecoderModel& m, const GenerateRequest& r) {
   ValidateRequest(m, r);
   at::NoGradGuard ng;
-  LoraInferenceCacheScope lora_cache;  // the adapter is fixed for the call: grouped LoRA from cached A / B
+  LoraInferenceCacheScope lora_cache;          // the adapter is fixed for the call: grouped LoRA from cached A / B
   LoraMergeScope lora_merge(r.merge_adapter);  // or merged into the weights once for the call
   if (r.abort && r.abort->load(std::memory_order_relaxed)) throw AbortedError("generation aborted");
   const at::Device dev = m.device();
@@ -561,8 +564,10 @@ GenerateResult GenerateImpl(DecoderModel& m, const GenerateRequest& r) {
   const bool graphs_ok = r.cuda_graphs && !env_no_graphs && CudaGraphsCompiled() && dev.is_cuda();
   const bool use_static = r.static_cache < 0 ? graphs_ok : r.static_cache == 1;
   std::unique_ptr<DecodePath> path;
-  if (use_static) path = std::make_unique<StaticPath>(m, r, pb, plan, graphs_ok);
-  else path = std::make_unique<DynamicPath>(m, r, pb, plan);
+  if (use_static)
+    path = std::make_unique<StaticPath>(m, r, pb, plan, graphs_ok);
+  else
+    path = std::make_unique<DynamicPath>(m, r, pb, plan);
 
   const auto t0 = Clock::now();
   at::Tensor logits = path->Prefill();
@@ -574,8 +579,10 @@ GenerateResult GenerateImpl(DecoderModel& m, const GenerateRequest& r) {
   // The static path reads the tokens back every sync_every steps; the dynamic one after each.
   DecodeLoop(r, plan, *path, use_static ? r.sync_every : 1, res);
   res.decode_ms = Ms(t1, Clock::now());
-  if (use_static) res.graph_captures = static_cast<StaticPath&>(*path).captures();
-  else res.compactions = static_cast<DynamicPath&>(*path).compactions();
+  if (use_static)
+    res.graph_captures = static_cast<StaticPath&>(*path).captures();
+  else
+    res.compactions = static_cast<DynamicPath&>(*path).compactions();
   return res;
 }
 

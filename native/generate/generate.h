@@ -22,8 +22,8 @@ struct GenerateRequest {
   int64_t n = 1;                              // completions per prompt (prompt prefilled once)
   int64_t max_new_tokens = 256;               // >= 1
   SamplingOptions sampling;
-  uint64_t seed = 0;                          // per-call RNG seed (own CPU generator)
-  std::vector<int64_t> stop_ids;              // any of them ends a completion (finish "stop")
+  uint64_t seed = 0;              // per-call RNG seed (own CPU generator)
+  std::vector<int64_t> stop_ids;  // any of them ends a completion (finish "stop")
   /// Per-prompt settings (each empty or one entry per prompt; the n rows of a prompt share them):
   /// sampling options, seed (-1 = none), max new tokens, stop ids. Rows with different settings
   /// decode in one batch (one forward per step; SampleTokensRows). When row_seeds is non-empty
@@ -34,12 +34,12 @@ struct GenerateRequest {
   std::vector<int64_t> row_seeds;
   std::vector<int64_t> row_max_new_tokens;
   std::vector<std::vector<int64_t>> row_stop_ids;
-  int64_t pad_id = 0;                         // id written into left padding (masked, never attended)
-  AdapterSel adapter;                         // which adapter the forwards use
-  std::shared_ptr<std::atomic<bool>> abort;   // set from JS: AbortedError before the next step
+  int64_t pad_id = 0;                        // id written into left padding (masked, never attended)
+  AdapterSel adapter;                        // which adapter the forwards use
+  std::shared_ptr<std::atomic<bool>> abort;  // set from JS: AbortedError before the next step
   /// Compact finished rows out of the batch once they are at least this fraction of it (0..1].
   double compact_fraction = 0.125;
-  int64_t simulate_oom_at_step = -1;          // test hook: throw c10::OutOfMemoryError at this decode step
+  int64_t simulate_oom_at_step = -1;  // test hook: throw c10::OutOfMemoryError at this decode step
   /// Capture the decode step as CUDA graphs (one per batch bucket) when the build has CUDA graphs
   /// (PG_WITH_CUDA), the model is on CUDA and PAPERGYM_NO_CUDA_GRAPHS is not set; false = never.
   bool cuda_graphs = true;
@@ -75,9 +75,9 @@ struct GenerateRequest {
 /// One completion (row r = prompt_index * n + sample_index).
 struct Completion {
   int64_t prompt_index = 0, sample_index = 0;
-  std::vector<int32_t> tokens;   // sampled ids; includes the stop id when finish == stop
-  std::vector<float> logprobs;   // per token: log_softmax(logits / T)[token], full vocabulary
-  bool stopped = false;          // true: "stop" (a stop id was sampled); false: "length"
+  std::vector<int32_t> tokens;  // sampled ids; includes the stop id when finish == stop
+  std::vector<float> logprobs;  // per token: log_softmax(logits / T)[token], full vocabulary
+  bool stopped = false;         // true: "stop" (a stop id was sampled); false: "length"
 };
 
 struct GenerateResult {

@@ -30,16 +30,16 @@ static bool NeedsNucleusCheck(const SamplingOptions& o, int64_t V) {
   return o.temperature != 0.0 && o.top_p < 1.0 && !use_k && V > 1024;
 }
 
-bool SamplingIsSyncFree(const SamplingOptions& o, int64_t vocab_size) { return !NeedsNucleusCheck(o, vocab_size); }
+bool SamplingIsSyncFree(const SamplingOptions& o, int64_t vocab_size) {
+  return !NeedsNucleusCheck(o, vocab_size);
+}
 
 void ValidateSampling(const SamplingOptions& o, const std::string& what) {
   if (!std::isfinite(o.temperature) || o.temperature < 0)
     throw ArgError(what + ".temperature must be a finite number >= 0 (0 = greedy), got " + Num(o.temperature));
   if (o.top_k < 0) throw ArgError(what + ".topK must be an integer >= 0 (0 = off), got " + std::to_string(o.top_k));
-  if (!(o.top_p > 0.0 && o.top_p <= 1.0))
-    throw ArgError(what + ".topP must be in (0, 1] (1 = off), got " + Num(o.top_p));
-  if (!(o.min_p >= 0.0 && o.min_p <= 1.0))
-    throw ArgError(what + ".minP must be in [0, 1] (0 = off), got " + Num(o.min_p));
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0)) throw ArgError(what + ".topP must be in (0, 1] (1 = off), got " + Num(o.top_p));
+  if (!(o.min_p >= 0.0 && o.min_p <= 1.0)) throw ArgError(what + ".minP must be in [0, 1] (0 = off), got " + Num(o.min_p));
 }
 
 // Draws one index per row from the (unnormalised, non-negative) masses w [R, K] with the row's
@@ -98,8 +98,8 @@ static TopKLse FusedTopK(const at::Tensor& logits, double temperature, int64_t k
   const ck::TopKInType t = dt == at::kFloat ? ck::TopKInType::kFloat32 : dt == at::kBFloat16 ? ck::TopKInType::kBFloat16 : ck::TopKInType::kFloat16;
   // 1 / T as ATen's CUDA division by a host scalar forms it (float32 reciprocal of float32 T).
   const float inv_t = 1.0f / static_cast<float>(temperature);
-  const char* err = ck::FusedTopKLse(x.data_ptr(), inv_t, out.vals.data_ptr<float>(), out.idx.data_ptr<int64_t>(),
-                                     out.lse.data_ptr<float>(), R, V, k, t, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+  const char* err = ck::FusedTopKLse(x.data_ptr(), inv_t, out.vals.data_ptr<float>(), out.idx.data_ptr<int64_t>(), out.lse.data_ptr<float>(), R, V, k, t,
+                                     c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
   TORCH_CHECK(err == nullptr, "fused top-k kernel launch failed: ", err ? err : "");
   return out;
 #else
@@ -108,12 +108,9 @@ static TopKLse FusedTopK(const at::Tensor& logits, double temperature, int64_t k
 #endif
 }
 
-std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, const SamplingOptions& o,
-                                               const at::Tensor& uniforms) {
-  if (logits_in.dim() != 2 || logits_in.size(0) < 1 || logits_in.size(1) < 1)
-    throw ArgError("logits must have shape [R, V] with R, V >= 1");
-  if (uniforms.dim() != 1 || uniforms.size(0) != logits_in.size(0))
-    throw ArgError("uniforms must have shape [R]");
+std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, const SamplingOptions& o, const at::Tensor& uniforms) {
+  if (logits_in.dim() != 2 || logits_in.size(0) < 1 || logits_in.size(1) < 1) throw ArgError("logits must have shape [R, V] with R, V >= 1");
+  if (uniforms.dim() != 1 || uniforms.size(0) != logits_in.size(0)) throw ArgError("uniforms must have shape [R]");
   at::NoGradGuard ng;
   const int64_t V = logits_in.size(1);
 
@@ -160,7 +157,7 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
       // first and sort everything only when some row's nucleus does not fit in them.
       const int64_t k0 = std::min<int64_t>(V, 1024);
       std::tie(vals, idx) = TopKSorted(scaled, k0);
-      if (NeedsNucleusCheck(o, V)) {  // k0 < V here
+      if (NeedsNucleusCheck(o, V)) {                                   // k0 < V here
         at::Tensor covered = (vals - lse.unsqueeze(1)).exp().sum(-1);  // full-vocabulary mass of the top k0
         if (covered.lt(o.top_p).any().item<bool>()) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
       }
@@ -186,7 +183,6 @@ std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits_in, cons
   return {idx.gather(1, pos).squeeze(1), vals.gather(1, pos).squeeze(1) - lse};
 }
 
-
 RowSampling RowSampling::Make(const std::vector<SamplingOptions>& rows, int64_t V, at::Device device) {
   RowSampling rs;
   rs.rows = rows;
@@ -208,8 +204,10 @@ RowSampling RowSampling::Make(const std::vector<SamplingOptions>& rows, int64_t 
     if (o.min_p > 0.0) rs.any_min_p = true;
     if (use_k || o.top_p < 1.0) {
       rs.any_cand = true;
-      if (use_k) rs.max_k = std::max(rs.max_k, o.top_k);
-      else rs.any_p_only = true;
+      if (use_k)
+        rs.max_k = std::max(rs.max_k, o.top_k);
+      else
+        rs.any_p_only = true;
     } else {
       rs.any_full = true;
     }
@@ -236,8 +234,7 @@ bool RowSamplingIsSyncFree(const RowSampling& rs, int64_t vocab_size) {
 }
 
 std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, const RowSampling& rs, const at::Tensor& uniforms) {
-  if (logits_in.dim() != 2 || logits_in.size(0) < 1 || logits_in.size(1) < 1)
-    throw ArgError("logits must have shape [R, V] with R, V >= 1");
+  if (logits_in.dim() != 2 || logits_in.size(0) < 1 || logits_in.size(1) < 1) throw ArgError("logits must have shape [R, V] with R, V >= 1");
   if (static_cast<int64_t>(rs.rows.size()) != logits_in.size(0)) throw ArgError("row sampling options must have one entry per logits row");
   if (rs.uniform) return SampleTokens(logits_in, rs.rows[0], uniforms);
   if (uniforms.dim() != 1 || uniforms.size(0) != logits_in.size(0)) throw ArgError("uniforms must have shape [R]");
@@ -246,13 +243,13 @@ std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, 
   const int64_t V = logits.size(1);
   const at::Device dev = logits.device();
   at::Tensor T = rs.temperature.to(dev);
-  at::Tensor greedy = T.eq(0);                                    // [R]
+  at::Tensor greedy = T.eq(0);                                            // [R]
   at::Tensor tdiv = at::where(greedy, at::ones_like(T), T).unsqueeze(1);  // [R, 1]
   // Per row the same operations as SampleTokens: x / T (x / 1 == x), max, exp(x - max), sums.
   at::Tensor scaled = logits / tdiv;
   at::Tensor mx = std::get<0>(scaled.max(-1, /*keepdim=*/true));  // [R, 1]
   at::Tensor e = (scaled - mx).exp_();
-  at::Tensor lse = mx.squeeze(1) + e.sum(-1).log_();             // [R]
+  at::Tensor lse = mx.squeeze(1) + e.sum(-1).log_();  // [R]
   at::Tensor logmp = rs.any_min_p ? at::where(rs.min_p.to(dev) > 0, rs.min_p.to(dev).log(), at::full_like(T, -INFINITY)).unsqueeze(1) : at::Tensor();
 
   at::Tensor tok = at::zeros({logits.size(0)}, at::TensorOptions().dtype(at::kLong).device(dev));
@@ -262,7 +259,7 @@ std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, 
     tok = Draw(w, uniforms).squeeze(1);
   }
   if (rs.any_cand) {
-    at::Tensor kk = rs.top_k.to(dev);           // [R] 0 = off
+    at::Tensor kk = rs.top_k.to(dev);  // [R] 0 = off
     at::Tensor use_k = kk.gt(0);
     at::Tensor use_p = rs.top_p.to(dev).lt(1.0f);
     at::Tensor cand = use_k | use_p;
@@ -281,7 +278,7 @@ std::pair<at::Tensor, at::Tensor> SampleTokensRows(const at::Tensor& logits_in, 
     }
     if (!vals.defined()) std::tie(vals, idx) = at::sort(scaled, -1, /*descending=*/true);
     at::Tensor col = at::arange(vals.size(1), at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(0);  // [1, K]
-    at::Tensor beyond_k = use_k.unsqueeze(1) & col.ge(kk.unsqueeze(1));  // outside the row's top-k
+    at::Tensor beyond_k = use_k.unsqueeze(1) & col.ge(kk.unsqueeze(1));                                        // outside the row's top-k
     at::Tensor w = (vals - vals.narrow(1, 0, 1)).exp().masked_fill(beyond_k, 0.0);
     // top-p normaliser: the top-k mass (summed over exactly k entries, as SampleTokens sums its k
     // candidates: one sum per distinct k) or the full-vocabulary mass for top-p alone.

@@ -22,9 +22,7 @@ struct SamplingOptions {
   /// top-k and top-p; the ratio does not depend on the renormalisation).
   double min_p = 0.0;
 
-  bool operator==(const SamplingOptions& o) const {
-    return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && min_p == o.min_p;
-  }
+  bool operator==(const SamplingOptions& o) const { return temperature == o.temperature && top_k == o.top_k && top_p == o.top_p && min_p == o.min_p; }
 };
 
 /// Per-row sampling parameters of one batch of R rows (rows may differ in every field).
@@ -35,9 +33,9 @@ struct SamplingOptions {
 struct RowSampling {
   std::vector<SamplingOptions> rows;  // host copy, one per row
   at::Tensor temperature, top_k, top_p, min_p;
-  bool uniform = true;   // every row has the same options (then SampleTokens(rows[0]) runs)
+  bool uniform = true;  // every row has the same options (then SampleTokens(rows[0]) runs)
   bool any_greedy = false, any_cand = false, any_full = false, any_p_only = false, any_min_p = false;
-  int64_t max_k = 0;     // largest effective top-k among rows that use top-k
+  int64_t max_k = 0;  // largest effective top-k among rows that use top-k
   /// Builds the tensors on `device` for vocabulary size V.
   static RowSampling Make(const std::vector<SamplingOptions>& rows, int64_t V, at::Device device);
   /// The rows `idx` (host indices) of this batch, as a new RowSampling.
@@ -66,8 +64,7 @@ void ValidateSampling(const SamplingOptions& o, const std::string& what);
 /// Host synchronisation: none (only kernel launches with values fixed by `o` and the shapes, so a
 /// call can be captured in a CUDA graph) except for top-p without an effective top-k (top_k == 0
 /// or top_k >= V) over V > 1024 ids, which reads one bool on the host; see SamplingIsSyncFree.
-std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits, const SamplingOptions& o,
-                                               const at::Tensor& uniforms);
+std::pair<at::Tensor, at::Tensor> SampleTokens(const at::Tensor& logits, const SamplingOptions& o, const at::Tensor& uniforms);
 
 /// Per-row SampleTokens: row r is sampled exactly as SampleTokens(logits[r:r+1], rs.rows[r],
 /// uniforms[r:r+1]) would (same operations per row; when every row has the same options this IS

@@ -50,8 +50,8 @@ void FiniteCheck::Finish(NonFiniteWeights& policy, const std::string& what, cons
     std::string list;
     for (size_t i = 0; i < names.size() && i < 8; ++i) list += (i ? ", '" : "'") + names[i] + "'";
     if (names.size() > 8) list += " and " + std::to_string(names.size() - 8) + " more";
-    msg += (msg.empty() ? "" : "; ") + f + ": " + (names.size() == 1 ? "tensor " : "tensors ") + list +
-           (names.size() == 1 ? " holds" : " hold") + " NaN or Inf values";
+    msg += (msg.empty() ? "" : "; ") + f + ": " + (names.size() == 1 ? "tensor " : "tensors ") + list + (names.size() == 1 ? " holds" : " hold") +
+           " NaN or Inf values";
   }
   if (!policy.allow) throw InputError(msg + " (refusing to load a " + what + " with non-finite weights; " + hint + ")");
   policy.warning = msg + " (loaded anyway: " + what + " with non-finite weights allowed)";

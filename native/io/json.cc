@@ -25,9 +25,7 @@ struct Parser {
   size_t p = 0;
   int depth = 0;
 
-  [[noreturn]] void Fail(const std::string& why) const {
-    throw InputError(where + ": invalid JSON at byte " + std::to_string(p) + ": " + why);
-  }
+  [[noreturn]] void Fail(const std::string& why) const { throw InputError(where + ": invalid JSON at byte " + std::to_string(p) + ": " + why); }
   void Ws() {
     while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\n' || s[p] == '\r')) ++p;
   }
@@ -59,10 +57,14 @@ struct Parser {
     for (int k = 0; k < 4; ++k) {
       char c = s[p++];
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= c - '0';
-      else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
-      else Fail("bad \\u escape");
+      if (c >= '0' && c <= '9')
+        v |= c - '0';
+      else if (c >= 'a' && c <= 'f')
+        v |= c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        v |= c - 'A' + 10;
+      else
+        Fail("bad \\u escape");
     }
     return v;
   }
@@ -82,14 +84,30 @@ struct Parser {
       if (p >= s.size()) Fail("unterminated escape");
       char e = s[p++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = Hex4();
           if (cp >= 0xD800 && cp <= 0xDBFF) {
@@ -107,7 +125,8 @@ struct Parser {
           AppendUtf8(out, cp);
           break;
         }
-        default: Fail("bad escape");
+        default:
+          Fail("bad escape");
       }
     }
     return out;
@@ -175,8 +194,14 @@ struct Parser {
           ++p;
           v.obj.emplace_back(std::move(k), Any());
           Ws();
-          if (p < s.size() && s[p] == ',') { ++p; continue; }
-          if (p < s.size() && s[p] == '}') { ++p; break; }
+          if (p < s.size() && s[p] == ',') {
+            ++p;
+            continue;
+          }
+          if (p < s.size() && s[p] == '}') {
+            ++p;
+            break;
+          }
           Fail("expected ',' or '}'");
         }
       }
@@ -192,8 +217,14 @@ struct Parser {
         while (true) {
           v.arr.push_back(Any());
           Ws();
-          if (p < s.size() && s[p] == ',') { ++p; continue; }
-          if (p < s.size() && s[p] == ']') { ++p; break; }
+          if (p < s.size() && s[p] == ',') {
+            ++p;
+            continue;
+          }
+          if (p < s.size() && s[p] == ']') {
+            ++p;
+            break;
+          }
           Fail("expected ',' or ']'");
         }
       }
@@ -224,8 +255,12 @@ void DumpTo(const Value& v, int indent, int level, std::string& out) {
     out.append(static_cast<size_t>(indent * lv), ' ');
   };
   switch (v.type) {
-    case Value::Null: out += "null"; break;
-    case Value::Bool: out += v.b ? "true" : "false"; break;
+    case Value::Null:
+      out += "null";
+      break;
+    case Value::Bool:
+      out += v.b ? "true" : "false";
+      break;
     case Value::Number: {
       if (v.is_int) {
         out += std::to_string(v.i);
@@ -247,7 +282,9 @@ void DumpTo(const Value& v, int indent, int level, std::string& out) {
       }
       break;
     }
-    case Value::String: out += Quote(v.str); break;
+    case Value::String:
+      out += Quote(v.str);
+      break;
     case Value::Array:
       out += '[';
       for (size_t k = 0; k < v.arr.size(); ++k) {
@@ -286,11 +323,21 @@ std::string Quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -310,13 +357,47 @@ std::string Dump(const Value& v, int indent) {
   return out;
 }
 
-Value MakeString(const std::string& s) { Value v; v.type = Value::String; v.str = s; return v; }
-Value MakeNumber(double d) { Value v; v.type = Value::Number; v.num = d; return v; }
-Value MakeInt(int64_t i) { Value v; v.type = Value::Number; v.num = static_cast<double>(i); v.is_int = true; v.i = i; return v; }
-Value MakeBool(bool b) { Value v; v.type = Value::Bool; v.b = b; return v; }
-Value MakeNull() { return Value(); }
-Value MakeArray(std::vector<Value> a) { Value v; v.type = Value::Array; v.arr = std::move(a); return v; }
-Value MakeObject(std::vector<std::pair<std::string, Value>> o) { Value v; v.type = Value::Object; v.obj = std::move(o); return v; }
+Value MakeString(const std::string& s) {
+  Value v;
+  v.type = Value::String;
+  v.str = s;
+  return v;
+}
+Value MakeNumber(double d) {
+  Value v;
+  v.type = Value::Number;
+  v.num = d;
+  return v;
+}
+Value MakeInt(int64_t i) {
+  Value v;
+  v.type = Value::Number;
+  v.num = static_cast<double>(i);
+  v.is_int = true;
+  v.i = i;
+  return v;
+}
+Value MakeBool(bool b) {
+  Value v;
+  v.type = Value::Bool;
+  v.b = b;
+  return v;
+}
+Value MakeNull() {
+  return Value();
+}
+Value MakeArray(std::vector<Value> a) {
+  Value v;
+  v.type = Value::Array;
+  v.arr = std::move(a);
+  return v;
+}
+Value MakeObject(std::vector<std::pair<std::string, Value>> o) {
+  Value v;
+  v.type = Value::Object;
+  v.obj = std::move(o);
+  return v;
+}
 
 }  // namespace json
 }  // namespace pg

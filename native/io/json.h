@@ -16,9 +16,9 @@ namespace json {
 struct Value {
   enum Type { Null, Bool, Number, String, Array, Object } type = Null;
   bool b = false;
-  double num = 0;        // every number
-  bool is_int = false;   // written without fraction/exponent and fits in int64
-  int64_t i = 0;         // exact value when is_int
+  double num = 0;       // every number
+  bool is_int = false;  // written without fraction/exponent and fits in int64
+  int64_t i = 0;        // exact value when is_int
   std::string str;
   std::vector<Value> arr;
   std::vector<std::pair<std::string, Value>> obj;

@@ -24,8 +24,7 @@ void MkdirP(const std::string& dir) {
     size_t j = dir.find('/', i);
     if (j == std::string::npos) j = dir.size();
     cur = dir.substr(0, j);
-    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-      throw InputError(dir + ": cannot create directory (" + std::strerror(errno) + ")");
+    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) throw InputError(dir + ": cannot create directory (" + std::strerror(errno) + ")");
     i = j + 1;
   }
   struct stat sb;
@@ -62,9 +61,7 @@ void SavePeftAdapter(const std::string& dir, const LoraAdapter& ad, const std::s
     for (const auto& s : shorts) tv.push_back(MakeString(s));
   else
     for (const auto& kv : ad.weights) tv.push_back(MakeString(kv.first));
-  auto num = [](double v) {
-    return (v == std::floor(v) && std::fabs(v) < 1e15) ? MakeInt(static_cast<int64_t>(v)) : MakeNumber(v);
-  };
+  auto num = [](double v) { return (v == std::floor(v) && std::fabs(v) < 1e15) ? MakeInt(static_cast<int64_t>(v)) : MakeNumber(v); };
   std::vector<std::pair<std::string, Value>> rp, ap;
   for (const auto& kv : ad.config.rank_pattern) rp.emplace_back(kv.first, MakeInt(kv.second));
   for (const auto& kv : ad.config.alpha_pattern) ap.emplace_back(kv.first, num(kv.second));
@@ -121,7 +118,9 @@ std::regex PyRegex(const std::string& pat, const std::string& where) {
   }
 }
 
-bool FullMatch(const std::regex& re, const std::string& s) { return std::regex_match(s, re); }
+bool FullMatch(const std::regex& re, const std::string& s) {
+  return std::regex_match(s, re);
+}
 
 /// Module names of the decoder (what torch's named_modules() lists for the transformers model,
 /// the keys peft matches target_modules / exclude_modules / patterns against).
@@ -149,8 +148,7 @@ std::vector<std::string> ModuleNames(const LoraModelDims& mc) {
 }
 
 bool EndsWithDot(const std::string& key, const std::string& name) {
-  return key.size() > name.size() && key.compare(key.size() - name.size(), name.size(), name) == 0 &&
-         key[key.size() - name.size() - 1] == '.';
+  return key.size() > name.size() && key.compare(key.size() - name.size(), name.size(), name) == 0 && key[key.size() - name.size() - 1] == '.';
 }
 
 }  // namespace
@@ -165,8 +163,7 @@ const json::Value* Field(const json::Value& root, const char* k) {
 
 /// A field that is "set" in peft's sense (not false / empty).
 bool IsSet(const json::Value* v) {
-  return v && !((v->IsBool() && !v->b) || (v->IsArray() && v->arr.empty()) || (v->IsObject() && v->obj.empty()) ||
-                (v->IsString() && v->str.empty()));
+  return v && !((v->IsBool() && !v->b) || (v->IsArray() && v->arr.empty()) || (v->IsObject() && v->obj.empty()) || (v->IsString() && v->str.empty()));
 }
 
 /// peft_type, then the scalar fields (peft LoraConfig defaults: r 8, lora_alpha 8, lora_dropout 0).
@@ -305,13 +302,15 @@ ModuleSelection ReadSelection(const json::Value& root, const std::string& cpath)
   }
   std::vector<std::regex>& lp_res = sel.lp_res;
   if (lp && IsSet(lp)) {
-    if (lp->IsString()) lp_res.push_back(PyRegex("(?:^|.*?\\.)" + lp->str + "\\.(\\d+)\\.", cpath + ": layers_pattern"));
+    if (lp->IsString())
+      lp_res.push_back(PyRegex("(?:^|.*?\\.)" + lp->str + "\\.(\\d+)\\.", cpath + ": layers_pattern"));
     else if (lp->IsArray())
       for (const auto& v : lp->arr) {
         if (!v.IsString()) throw InputError(cpath + ": layers_pattern entry " + json::Dump(v) + " is not a string");
         lp_res.push_back(PyRegex("(?:^|.*?\\.)" + v.str + "\\.(\\d+)\\.", cpath + ": layers_pattern"));
       }
-    else throw InputError(cpath + ": layers_pattern must be a string or a list of strings");
+    else
+      throw InputError(cpath + ": layers_pattern must be a string or a list of strings");
   }
   if (tm_regex && lt) throw InputError(cpath + ": layers_to_transform cannot be used when target_modules is a regular expression (peft refuses it too)");
   if (tm_regex && lp) throw InputError(cpath + ": layers_pattern cannot be used when target_modules is a regular expression (peft refuses it too)");
@@ -330,7 +329,8 @@ bool ModuleSelection::Targeted(const std::string& key) const {
   if (found && use_layers) {
     std::smatch m;
     bool ok = false;
-    if (lp_res.empty()) ok = std::regex_search(key, m, default_layer_re, std::regex_constants::match_continuous);
+    if (lp_res.empty())
+      ok = std::regex_search(key, m, default_layer_re, std::regex_constants::match_continuous);
     else
       for (const auto& re : lp_res)
         if ((ok = std::regex_search(key, m, re, std::regex_constants::match_continuous))) break;
@@ -341,8 +341,7 @@ bool ModuleSelection::Targeted(const std::string& key) const {
 
 /// The decoder modules `sel` selects (ModuleNames order): stem -> (in, out); InputError when one is
 /// not a LoRA projection or none is selected.
-std::map<std::string, std::pair<int64_t, int64_t>> SelectedProjections(const ModuleSelection& sel, const LoraModelDims& mc,
-                                                                       const std::string& cpath) {
+std::map<std::string, std::pair<int64_t, int64_t>> SelectedProjections(const ModuleSelection& sel, const LoraModelDims& mc, const std::string& cpath) {
   std::map<std::string, std::pair<int64_t, int64_t>> want;
   for (const auto& key : ModuleNames(mc)) {
     if (!sel.Targeted(key)) continue;
@@ -364,8 +363,8 @@ std::map<std::string, std::pair<int64_t, int64_t>> SelectedProjections(const Mod
 /// Per-module r / alpha: peft get_pattern_key: the first key K (file order) with
 /// re.match(r"(.*\.)?(K)$", module) sets that module's r / alpha. Records the patterns in cfg,
 /// each selected module's r in `r_of` and its scaling in ad.scaling where it differs.
-void ReadPatterns(const json::Value& root, const std::string& cpath, const std::map<std::string, std::pair<int64_t, int64_t>>& want,
-                  LoraConfig& cfg, std::map<std::string, int64_t>& r_of, LoraAdapter& ad) {
+void ReadPatterns(const json::Value& root, const std::string& cpath, const std::map<std::string, std::pair<int64_t, int64_t>>& want, LoraConfig& cfg,
+                  std::map<std::string, int64_t>& r_of, LoraAdapter& ad) {
   auto field = [&](const char* k) { return Field(root, k); };
   auto patterns = [&](const char* name, bool integer) {
     std::vector<std::pair<std::string, double>> out;
@@ -409,9 +408,9 @@ void ReadPatterns(const json::Value& root, const std::string& cpath, const std::
 /// float32 on `device`, requires_grad, each queued on `finite`. Every key must be a lora_A / lora_B of
 /// a module in `want` with its shape (r from `r_of`; `r_default` names the config's r in messages).
 std::map<std::string, std::pair<at::Tensor, at::Tensor>> ReadAdapterWeights(const std::string& dir, const std::string& cpath,
-                                                                          const std::map<std::string, std::pair<int64_t, int64_t>>& want,
-                                                                          const std::map<std::string, int64_t>& r_of, int64_t r_default,
-                                                                          at::Device device, FiniteCheck& finite) {
+                                                                            const std::map<std::string, std::pair<int64_t, int64_t>>& want,
+                                                                            const std::map<std::string, int64_t>& r_of, int64_t r_default, at::Device device,
+                                                                            FiniteCheck& finite) {
   const std::string wpath = dir + "/adapter_model.safetensors";
   struct stat sb;
   if (::stat(wpath.c_str(), &sb) != 0 && ::stat((dir + "/adapter_model.bin").c_str(), &sb) == 0)
@@ -424,9 +423,13 @@ std::map<std::string, std::pair<at::Tensor, at::Tensor>> ReadAdapterWeights(cons
     std::string stem;
     bool is_a = false;
     auto ends = [&](const std::string& suf) { return key.size() > suf.size() && key.compare(key.size() - suf.size(), suf.size(), suf) == 0; };
-    if (key.rfind(pre, 0) == 0 && ends(".lora_A.weight")) { stem = key.substr(pre.size(), key.size() - pre.size() - 14); is_a = true; }
-    else if (key.rfind(pre, 0) == 0 && ends(".lora_B.weight")) { stem = key.substr(pre.size(), key.size() - pre.size() - 14); }
-    else throw InputError(wpath + ": unexpected tensor '" + key + "' (expected base_model.model.model.layers.{i}.<module>.lora_{A,B}.weight)");
+    if (key.rfind(pre, 0) == 0 && ends(".lora_A.weight")) {
+      stem = key.substr(pre.size(), key.size() - pre.size() - 14);
+      is_a = true;
+    } else if (key.rfind(pre, 0) == 0 && ends(".lora_B.weight")) {
+      stem = key.substr(pre.size(), key.size() - pre.size() - 14);
+    } else
+      throw InputError(wpath + ": unexpected tensor '" + key + "' (expected base_model.model.model.layers.{i}.<module>.lora_{A,B}.weight)");
     auto it = want.find(stem);
     if (it == want.end())
       throw InputError(wpath + ": tensor '" + key + "' belongs to module '" + stem + "', which " + cpath +
@@ -435,9 +438,8 @@ std::map<std::string, std::pair<at::Tensor, at::Tensor>> ReadAdapterWeights(cons
     const std::vector<int64_t> expect = is_a ? std::vector<int64_t>{r, in} : std::vector<int64_t>{out, r};
     if (kv.second.shape != expect)
       throw InputError(wpath + ": tensor '" + key + "' has shape [" + (kv.second.shape.size() > 0 ? std::to_string(kv.second.shape[0]) : "") +
-                       (kv.second.shape.size() > 1 ? ", " + std::to_string(kv.second.shape[1]) : "") + "], expected [" +
-                       std::to_string(expect[0]) + ", " + std::to_string(expect[1]) + "] (r = " + std::to_string(r) + " from " + cpath +
-                       (r != r_default ? " rank_pattern" : " r") + ")");
+                       (kv.second.shape.size() > 1 ? ", " + std::to_string(kv.second.shape[1]) : "") + "], expected [" + std::to_string(expect[0]) + ", " +
+                       std::to_string(expect[1]) + "] (r = " + std::to_string(r) + " from " + cpath + (r != r_default ? " rank_pattern" : " r") + ")");
     at::Tensor t = f.Read(key).to(at::kFloat).to(device).contiguous().set_requires_grad(true);
     finite.Add(wpath, key, t);
     (is_a ? got[stem].first : got[stem].second) = t;
@@ -467,8 +469,7 @@ LoraAdapter LoadPeftAdapter(const std::string& dir, const LoraModelDims& mc, at:
   for (const auto& kv : want) {
     auto it = got.find(kv.first);
     if (it == got.end() || !it->second.first.defined() || !it->second.second.defined())
-      throw InputError(wpath + ": no LoRA weights (lora_A and lora_B) for module '" + kv.first + "', which " + cpath + " targets (" +
-                       sel.Describe() + ")");
+      throw InputError(wpath + ": no LoRA weights (lora_A and lora_B) for module '" + kv.first + "', which " + cpath + " targets (" + sel.Describe() + ")");
     ad.weights[kv.first] = it->second;
     shorts.insert(kv.first.substr(kv.first.rfind('.') + 1));
   }

@@ -23,24 +23,42 @@ namespace {
 constexpr uint64_t kMaxHeader = 100ull * 1000 * 1000;
 
 bool ParseDtype(const std::string& d, at::ScalarType* t, int* size) {
-  if (d == "F32") { *t = at::kFloat; *size = 4; return true; }
-  if (d == "BF16") { *t = at::kBFloat16; *size = 2; return true; }
-  if (d == "F16") { *t = at::kHalf; *size = 2; return true; }
+  if (d == "F32") {
+    *t = at::kFloat;
+    *size = 4;
+    return true;
+  }
+  if (d == "BF16") {
+    *t = at::kBFloat16;
+    *size = 2;
+    return true;
+  }
+  if (d == "F16") {
+    *t = at::kHalf;
+    *size = 2;
+    return true;
+  }
   return false;
 }
 
 const char* DtypeTag(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "F32";
-    case at::kBFloat16: return "BF16";
-    case at::kHalf: return "F16";
-    default: return nullptr;
+    case at::kFloat:
+      return "F32";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kHalf:
+      return "F16";
+    default:
+      return nullptr;
   }
 }
 
 struct Fd {
   int fd = -1;
-  ~Fd() { if (fd >= 0) ::close(fd); }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 void PreadAll(int fd, void* dst, uint64_t n, uint64_t off, const std::string& path, const std::string& what) {
@@ -72,8 +90,7 @@ std::string ReadTextFile(const std::string& path) {
 
 void WriteFileAtomic(const std::string& path, const std::string& data) {
   std::random_device rd;
-  std::string tmp = Dirname(path) + "/." + path.substr(path.find_last_of('/') + 1) + ".tmp-" +
-                    std::to_string(::getpid()) + "-" + std::to_string(rd());
+  std::string tmp = Dirname(path) + "/." + path.substr(path.find_last_of('/') + 1) + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw InputError(path + ": cannot create temp file (" + std::strerror(errno) + ")");
   const char* p = data.data();
@@ -114,7 +131,9 @@ File File::Open(const std::string& path) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | lenb[i];
   if (n > kMaxHeader) throw InputError(path + ": safetensors header length " + std::to_string(n) + " exceeds the 100 MB limit");
-  if (n > fsize - 8) throw InputError(path + ": safetensors header length " + std::to_string(n) + " exceeds the file size " + std::to_string(fsize) + " (truncated or corrupt file)");
+  if (n > fsize - 8)
+    throw InputError(path + ": safetensors header length " + std::to_string(n) + " exceeds the file size " + std::to_string(fsize) +
+                     " (truncated or corrupt file)");
   if (n < 2) throw InputError(path + ": safetensors header too short");
   std::string hdr(n, '\0');
   PreadAll(fd.fd, hdr.data(), n, 8, path, "header");
@@ -146,8 +165,7 @@ File File::Open(const std::string& path) {
     e.name = name;
     e.dtype = dt->str;
     int esize = 0;
-    if (!ParseDtype(e.dtype, &e.scalar_type, &esize))
-      throw InputError(where + ": unsupported dtype '" + e.dtype + "' (supported: BF16, F16, F32)");
+    if (!ParseDtype(e.dtype, &e.scalar_type, &esize)) throw InputError(where + ": unsupported dtype '" + e.dtype + "' (supported: BF16, F16, F32)");
     uint64_t numel = 1;
     for (const auto& d : sh->arr) {
       if (!d.IsNumber() || !d.is_int || d.i < 0) throw InputError(where + ": shape must hold non-negative integers");
@@ -156,31 +174,32 @@ File File::Open(const std::string& path) {
       numel *= static_cast<uint64_t>(d.i);
     }
     for (int k = 0; k < 2; ++k)
-      if (!off->arr[k].IsNumber() || !off->arr[k].is_int || off->arr[k].i < 0)
-        throw InputError(where + ": data_offsets must be non-negative integers");
+      if (!off->arr[k].IsNumber() || !off->arr[k].is_int || off->arr[k].i < 0) throw InputError(where + ": data_offsets must be non-negative integers");
     e.begin = static_cast<uint64_t>(off->arr[0].i);
     e.end = static_cast<uint64_t>(off->arr[1].i);
     if (e.begin > e.end) throw InputError(where + ": data_offsets begin > end");
     if (e.end > dsize)
-      throw InputError(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                       ") out of range (data buffer is " + std::to_string(dsize) + " bytes; truncated file?)");
+      throw InputError(where + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") out of range (data buffer is " +
+                       std::to_string(dsize) + " bytes; truncated file?)");
     if (e.end - e.begin != numel * static_cast<uint64_t>(esize))
-      throw InputError(where + ": shape and dtype need " + std::to_string(numel * esize) + " bytes but data_offsets span " +
-                       std::to_string(e.end - e.begin));
+      throw InputError(where + ": shape and dtype need " + std::to_string(numel * esize) + " bytes but data_offsets span " + std::to_string(e.end - e.begin));
     f.entries_[name] = std::move(e);
   }
   for (const auto& kv : f.entries_) order.push_back(&kv.second);
-  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
+  std::sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
   uint64_t pos = 0;
   for (const Entry* e : order) {
-    if (e->begin < pos) throw InputError(path + ": tensor '" + e->name + "' overlaps the previous tensor (data_offsets begin " + std::to_string(e->begin) + " < " + std::to_string(pos) + ")");
-    if (e->begin > pos) throw InputError(path + ": hole in the data buffer before tensor '" + e->name + "' (bytes " + std::to_string(pos) + ".." + std::to_string(e->begin) + ")");
+    if (e->begin < pos)
+      throw InputError(path + ": tensor '" + e->name + "' overlaps the previous tensor (data_offsets begin " + std::to_string(e->begin) + " < " +
+                       std::to_string(pos) + ")");
+    if (e->begin > pos)
+      throw InputError(path + ": hole in the data buffer before tensor '" + e->name + "' (bytes " + std::to_string(pos) + ".." + std::to_string(e->begin) +
+                       ")");
     pos = e->end;
   }
   if (pos != dsize)
-    throw InputError(path + ": data buffer is " + std::to_string(dsize) + " bytes but tensors cover " + std::to_string(pos) + " (trailing bytes or wrong offsets)");
+    throw InputError(path + ": data buffer is " + std::to_string(dsize) + " bytes but tensors cover " + std::to_string(pos) +
+                     " (trailing bytes or wrong offsets)");
   return f;
 }
 
@@ -224,8 +243,7 @@ Checkpoint Checkpoint::Open(const std::string& dir) {
     for (const auto& kv : listed) {
       const File& f = c.files_[file_idx[kv.second]];
       auto it = f.entries().find(kv.first);
-      if (it == f.entries().end())
-        throw InputError(index + ": tensor '" + kv.first + "' is listed in weight_map but missing from " + f.path());
+      if (it == f.entries().end()) throw InputError(index + ": tensor '" + kv.first + "' is listed in weight_map but missing from " + f.path());
       c.where_[kv.first] = file_idx[kv.second];
       c.entries_[kv.first] = it->second;
     }
@@ -252,8 +270,7 @@ const File& Checkpoint::FileOf(const std::string& name) const {
   return files_[it->second];
 }
 
-void Save(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-          const std::map<std::string, std::string>& metadata) {
+void Save(const std::string& path, const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
   std::vector<std::pair<std::string, json::Value>> hdr;
   if (!metadata.empty()) {
     std::vector<std::pair<std::string, json::Value>> m;
@@ -269,9 +286,11 @@ void Save(const std::string& path, const std::map<std::string, at::Tensor>& tens
     uint64_t nb = static_cast<uint64_t>(t.numel()) * t.element_size();
     std::vector<json::Value> shape;
     for (int64_t d : t.sizes()) shape.push_back(json::MakeInt(d));
-    hdr.emplace_back(kv.first, json::MakeObject({{"dtype", json::MakeString(tag)},
-                                                 {"shape", json::MakeArray(std::move(shape))},
-                                                 {"data_offsets", json::MakeArray({json::MakeInt(static_cast<int64_t>(off)), json::MakeInt(static_cast<int64_t>(off + nb))})}}));
+    hdr.emplace_back(
+        kv.first,
+        json::MakeObject({{"dtype", json::MakeString(tag)},
+                          {"shape", json::MakeArray(std::move(shape))},
+                          {"data_offsets", json::MakeArray({json::MakeInt(static_cast<int64_t>(off)), json::MakeInt(static_cast<int64_t>(off + nb))})}}));
     off += nb;
     cpu.push_back(t);
   }

@@ -71,8 +71,7 @@ class Checkpoint {
 /// `__metadata__` = `metadata` (omitted when empty). Keys are written in sorted order, data
 /// contiguous without gaps; the header is padded with spaces to a multiple of 8 bytes.
 /// Throws InputError naming the path on I/O errors or unsupported dtypes.
-void Save(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-          const std::map<std::string, std::string>& metadata);
+void Save(const std::string& path, const std::map<std::string, at::Tensor>& tensors, const std::map<std::string, std::string>& metadata);
 
 /// Reads a whole small text file (config.json etc.); InputError naming the path if unreadable.
 std::string ReadTextFile(const std::string& path);

@@ -13,7 +13,9 @@
 
 namespace pg {
 
-double LoraConfig::Scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r); }
+double LoraConfig::Scaling() const {
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
 
 std::vector<std::string> AllProjectionNames() {
   std::vector<std::string> out;
@@ -61,8 +63,7 @@ LoraAdapter MakeLoraAdapter(const LoraModelDims& mc, const LoraConfig& cfg, at::
   ad.num_layers = mc.num_layers;
   std::map<std::string, std::pair<int64_t, int64_t>> dims;
   for (int64_t l = 0; l < mc.num_layers; ++l)
-    for (const auto& t : cfg.target_modules)
-      dims["model.layers." + std::to_string(l) + "." + LoraParent(t) + "." + t] = LoraModuleDims(mc, t);
+    for (const auto& t : cfg.target_modules) dims["model.layers." + std::to_string(l) + "." + LoraParent(t) + "." + t] = LoraModuleDims(mc, t);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg.seed);
   for (const auto& kv : dims) {
     const int64_t in = kv.second.first, out = kv.second.second;
@@ -155,7 +156,9 @@ bool CacheSwitchOn() {
 }
 }  // namespace
 
-bool LoraInferenceCacheActive() { return t_inference_cache && !at::GradMode::is_enabled() && CacheSwitchOn(); }
+bool LoraInferenceCacheActive() {
+  return t_inference_cache && !at::GradMode::is_enabled() && CacheSwitchOn();
+}
 
 std::shared_ptr<const void> CachedAdapterDerived(const LoraAdapter& ad, const void* owner, int64_t tag,
                                                  const std::function<std::shared_ptr<const void>()>& make) {
@@ -181,22 +184,35 @@ std::shared_ptr<const void> CachedAdapterDerived(const LoraAdapter& ad, const vo
   return e.value;
 }
 
-std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype,
-                                                     const std::function<LoraAdapter()>& cast) {
+std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype, const std::function<LoraAdapter()>& cast) {
   return std::static_pointer_cast<const LoraAdapter>(CachedAdapterDerived(
       ad, nullptr, static_cast<int64_t>(dtype), [&] { return std::static_pointer_cast<const void>(std::make_shared<const LoraAdapter>(cast())); }));
 }
 
-LoraMergeScope::LoraMergeScope(bool on) : prev_(t_merge) { t_merge = on; }
-LoraMergeScope::~LoraMergeScope() { t_merge = prev_; }
+LoraMergeScope::LoraMergeScope(bool on) : prev_(t_merge) {
+  t_merge = on;
+}
+LoraMergeScope::~LoraMergeScope() {
+  t_merge = prev_;
+}
 
-bool LoraMergeActive() { return t_merge && t_inference_cache && !at::GradMode::is_enabled(); }
+bool LoraMergeActive() {
+  return t_merge && t_inference_cache && !at::GradMode::is_enabled();
+}
 
-LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) { t_force_dropout = true; }
-LoraForceDropoutScope::~LoraForceDropoutScope() { t_force_dropout = prev_; }
-bool LoraDropoutActive() { return at::GradMode::is_enabled() || t_force_dropout; }
+LoraForceDropoutScope::LoraForceDropoutScope() : prev_(t_force_dropout) {
+  t_force_dropout = true;
+}
+LoraForceDropoutScope::~LoraForceDropoutScope() {
+  t_force_dropout = prev_;
+}
+bool LoraDropoutActive() {
+  return at::GradMode::is_enabled() || t_force_dropout;
+}
 
-LoraInferenceCacheScope::LoraInferenceCacheScope() : prev_(t_inference_cache) { t_inference_cache = true; }
+LoraInferenceCacheScope::LoraInferenceCacheScope() : prev_(t_inference_cache) {
+  t_inference_cache = true;
+}
 LoraInferenceCacheScope::~LoraInferenceCacheScope() {
   t_inference_cache = prev_;
   if (!prev_) {  // this thread's outermost scope ends: hold no device memory between calls
@@ -205,8 +221,7 @@ LoraInferenceCacheScope::~LoraInferenceCacheScope() {
   }
 }
 
-at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
-                   double scaling, double dropout, bool fp32_branch) {
+at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b, double scaling, double dropout, bool fp32_branch) {
   if (!a.defined()) return base;
   if (!fp32_branch && x.scalar_type() != at::kFloat) {
     at::Tensor xd = x;
@@ -224,8 +239,7 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
   return base.scalar_type() == at::kFloat ? sum : sum.to(base.scalar_type());
 }
 
-at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
-                        double scaling, bool fp32_branch) {
+at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling, bool fp32_branch) {
   const auto dt = (!fp32_branch && x.scalar_type() != at::kFloat) ? x.scalar_type() : at::kFloat;
   // Decode-sized inputs only (rows of x ≤ 512): for a prefill the block-diagonal GEMM's extra
   // zero blocks would cost more than the launches it saves.
@@ -233,7 +247,7 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
     auto [a_cat, b_bd] = CachedGroup(ab, dt);
     const int64_t in = x.size(-1), out = base.size(-1);
     at::Tensor x2 = (x.scalar_type() == dt ? x : x.to(dt)).reshape({-1, in});
-    at::Tensor xa = at::mm(x2, a_cat.t());                                                              // [N, Σr]
+    at::Tensor xa = at::mm(x2, a_cat.t());                                                                    // [N, Σr]
     at::Tensor sum = at::addmm(base.reshape({-1, out}).to(dt), xa, b_bd.t(), /*beta=*/1, /*alpha=*/scaling);  // [N, Σout]
     sum = sum.view(base.sizes());
     return sum.scalar_type() == base.scalar_type() ? sum : sum.to(base.scalar_type());
@@ -254,8 +268,7 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
   return sum.scalar_type() == base.scalar_type() ? sum : sum.to(base.scalar_type());
 }
 
-at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
-                      double scaling, double dropout) {
+at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scaling, double dropout) {
   return LoraAdd(at::linear(x, w), x, a, b, scaling, dropout);
 }
 
@@ -265,13 +278,13 @@ namespace {
 /// Arguments: x [..., in], W [Σ out, in] (frozen), the members' A [r_k, in] and B [out_k, r_k]
 /// (x's dtype), scaling. Saves x, xa = x·Aᵀ [N, Σ r], W and the A / B; never the LoRA outputs.
 struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            at::TensorList as, at::TensorList bs, double scaling) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, at::TensorList as, at::TensorList bs,
+                            double scaling) {
     const int64_t in = x.size(-1);
     at::Tensor x2 = x.reshape({-1, in});
     at::Tensor a = as.size() == 1 ? as[0] : at::cat(as, 0);  // [Σr, in]
-    at::Tensor out = at::mm(x2, w.t());                       // [N, Σout]
-    at::Tensor xa = at::mm(x2, a.t());                        // [N, Σr]
+    at::Tensor out = at::mm(x2, w.t());                      // [N, Σout]
+    at::Tensor xa = at::mm(x2, a.t());                       // [N, Σr]
     int64_t off = 0, roff = 0;
     for (size_t k = 0; k < bs.size(); ++k) {
       const int64_t ok = bs[k].size(0), rk = bs[k].size(1);
@@ -307,8 +320,8 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
     }
     at::Tensor gxa = K == 1 ? gxa_parts[0] : at::cat(gxa_parts, 1);  // [N, Σr]
     if (ctx->needs_input_grad(0)) {
-      at::Tensor gx = at::mm(g, w);         // base input gradient [N, in]
-      gx.addmm_(gxa, a, 1, s);              // + scaling · gxa · A, accumulated in the matmul
+      at::Tensor gx = at::mm(g, w);  // base input gradient [N, in]
+      gx.addmm_(gxa, a, 1, s);       // + scaling · gxa · A, accumulated in the matmul
       res[0] = gx.view(ctx->saved_data["xshape"].toIntVector());
     }
     // dA = scaling · gxaᵀ · x;  dB_k = scaling · g_kᵀ · xa_k (only for inputs that need them)
@@ -334,8 +347,7 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
 
 }  // namespace
 
-at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
-                           double scaling) {
+at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling) {
   std::vector<at::Tensor> as, bs;
   for (const auto& p : ab) {
     as.push_back(p.first);

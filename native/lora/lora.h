@@ -78,7 +78,6 @@ struct LoraModelDims {
   bool qk_norm = false;
 };
 
-
 /// Whether `module` is one of kProjections, and its parent ("self_attn" / "mlp").
 bool IsLoraTarget(const std::string& module);
 const char* LoraParent(const std::string& module);
@@ -89,8 +88,7 @@ const char* LoraParent(const std::string& module);
 /// (x is cast to float32), the base output is upcast, the sum is formed in float32 and cast back to
 /// x's dtype. Matches peft in fp32 to rounding (base + scaling·lora is one fused add). Dropout (p = `dropout`) only when grad mode is on, and
 /// only on the LoRA branch. Undefined A means "no adapter on this module" (plain linear).
-at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
-                      double scaling, double dropout);
+at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scaling, double dropout);
 
 /// The LoRA half of LoraLinear: returns base + scaling * B(A(dropout(x))) with the same precision
 /// rules (float32 branch, float32 sum, cast back to base's dtype). `base` = x W^T computed by the
@@ -98,8 +96,8 @@ at::Tensor LoraLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 /// `fp32_branch` false (and x not float32): the branch runs in x's dtype instead (A, B cast to it
 /// per call; their grads still accumulate in float32), and the sum is formed in x's dtype — the
 /// mixed-precision (autocast-like) variant: bf16 tensor-core matmuls, no float32 copy of x saved.
-at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
-                   double scaling, double dropout, bool fp32_branch = true);
+at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b, double scaling, double dropout,
+                   bool fp32_branch = true);
 
 /// LoRA of projections that share their input x and whose base outputs are adjacent slices of one
 /// fused matmul (q/k/v, gate/up): base [..., Σ out_k] = x [W_1; W_2; ...]^T. Returns
@@ -107,8 +105,7 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
 /// (same precision rules), with one matmul for all the A_k (concatenated, [Σ r_k, in]) and one
 /// elementwise sum. No dropout: peft draws an independent dropout mask per module, so callers use
 /// LoraAdd per module when dropout > 0. Every member must have an adapter (A, B defined).
-at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
-                        double scaling, bool fp32_branch);
+at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling, bool fp32_branch);
 
 /// Base projection and LoRA of projections sharing x in one autograd node: for members k with
 /// base rows W_k (stacked in w [Σ out_k, in], frozen) returns x·wᵀ with scaling·(x·A_kᵀ)·B_kᵀ added
@@ -117,8 +114,7 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
 /// as at::linear(x, w) + LoraAddGroup in exact arithmetic; one rounding of each sum instead of two.
 /// Requires A, B in x's dtype (the float32 model, or the model-dtype LoRA branch after the per-
 /// forward cast) and no dropout. x [..., in] → [..., Σ out_k].
-at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab,
-                           double scaling);
+at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling);
 
 /// While alive on this thread (a generate call: the adapter does not change during it), a
 /// grad-free LoraAddGroup runs from a cache of the members' concatenated A ([Σ r_k, in]) and
@@ -156,8 +152,7 @@ bool LoraInferenceCacheActive();
 /// decode step otherwise recasts the whole adapter every step (≈ 280 MB of float32 read at
 /// Qwen3-1.7B, r 64), inside its CUDA graph too. The same cast, so the same values. The entry
 /// lives until the outermost scope ends (a captured graph reads its tensors until then).
-std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype,
-                                                     const std::function<LoraAdapter()>& cast);
+std::shared_ptr<const LoraAdapter> CachedAdapterCast(const LoraAdapter& ad, at::ScalarType dtype, const std::function<LoraAdapter()>& cast);
 
 /// The cache behind CachedAdapterCast, for any value derived from an adapter (its cast, a model's
 /// merged weights): made by `make` once per call and adapter state, keyed by (`owner`, `tag`, the

@@ -1,6 +1,5 @@
 #include "lora/snapshots.h"
 
-
 #include "core/errors.h"
 
 namespace pg {
@@ -24,13 +23,15 @@ std::string ParameterKey(const std::string& stem, bool b) {
 
 void EmaUpdate(ModuleWeights& snapshot, const ModuleWeights& active, double decay) {
   if (!(decay >= 0 && decay <= 1)) throw ArgError("EMA decay must be in [0, 1], got " + std::to_string(decay));
-  if (snapshot.size() != active.size()) throw InputError("EMA update: the snapshot has " + std::to_string(snapshot.size()) + " LoRA modules, the active adapter " + std::to_string(active.size()));
+  if (snapshot.size() != active.size())
+    throw InputError("EMA update: the snapshot has " + std::to_string(snapshot.size()) + " LoRA modules, the active adapter " + std::to_string(active.size()));
   for (const auto& [stem, s] : snapshot) {
     auto it = active.find(stem);
     if (it == active.end()) throw InputError("EMA update: the active adapter has no module '" + stem + "'");
     if (!s.first.sizes().equals(it->second.first.sizes()) || !s.second.sizes().equals(it->second.second.sizes()))
       throw InputError("EMA update: module '" + stem + "' has A " + c10::str(s.first.sizes()) + ", B " + c10::str(s.second.sizes()) +
-                       " in the snapshot but A " + c10::str(it->second.first.sizes()) + ", B " + c10::str(it->second.second.sizes()) + " in the active adapter");
+                       " in the snapshot but A " + c10::str(it->second.first.sizes()) + ", B " + c10::str(it->second.second.sizes()) +
+                       " in the active adapter");
   }
   at::NoGradGuard ng;
   const double w = 1.0 - decay;

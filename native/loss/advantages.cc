@@ -14,8 +14,7 @@ Advantages ComputeAdvantages(const at::Tensor& rewards, const AdvantageOptions& 
   const int64_t B = rewards.size(0), G = o.group_size;
   if (G < 1) throw ArgError("computeAdvantages: groupSize must be >= 1");
   if (B % G != 0) throw ArgError("computeAdvantages: rewards length " + std::to_string(B) + " is not a multiple of groupSize " + std::to_string(G));
-  if (o.scale != "group" && o.scale != "batch" && o.scale != "none")
-    throw ArgError("computeAdvantages: scale must be 'group', 'batch' or 'none'");
+  if (o.scale != "group" && o.scale != "batch" && o.scale != "none") throw ArgError("computeAdvantages: scale must be 'group', 'batch' or 'none'");
   if (!(o.std_floor >= 0) || !(o.eps >= 0)) throw ArgError("computeAdvantages: stdFloor and eps must be >= 0");
   at::Tensor r = rewards.detach().to(at::kCPU, at::kDouble).contiguous();
   const double* rp = r.data_ptr<double>();
@@ -60,8 +59,10 @@ Advantages ComputeAdvantages(const at::Tensor& rewards, const AdvantageOptions& 
         continue;
       }
       double d = rp[b] - mean[g];
-      if (o.scale == "group") d /= std::max(sd[g], o.std_floor) + o.eps;
-      else if (o.scale == "batch") d /= std::max(batch_sd, o.std_floor) + o.eps;
+      if (o.scale == "group")
+        d /= std::max(sd[g], o.std_floor) + o.eps;
+      else if (o.scale == "batch")
+        d /= std::max(batch_sd, o.std_floor) + o.eps;
       ap[b] = d;
     }
   }

@@ -68,8 +68,7 @@ void CheckHiddenWeight(const at::Tensor& hidden, const at::Tensor& weight, const
   if (hidden.dim() != 2) throw ArgError(std::string(what) + ": hidden must be [N, H]");
   if (weight.dim() != 2) throw ArgError(std::string(what) + ": weight must be [V, H]");
   if (hidden.size(1) != weight.size(1))
-    throw ArgError(std::string(what) + ": hidden size " + std::to_string(hidden.size(1)) + " != weight size " +
-                   std::to_string(weight.size(1)));
+    throw ArgError(std::string(what) + ": hidden size " + std::to_string(hidden.size(1)) + " != weight size " + std::to_string(weight.size(1)));
   if (!at::isFloatingType(hidden.scalar_type()) || !at::isFloatingType(weight.scalar_type()))
     throw ArgError(std::string(what) + ": hidden and weight must be floating point");
 }
@@ -82,8 +81,7 @@ int64_t ResolveChunk(int64_t chunk, int64_t vocab) {
   return std::clamp<int64_t>(c, 16, 4096);
 }
 
-at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens,
-                            double temperature, int64_t chunk) {
+at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, double temperature, int64_t chunk) {
   CheckHiddenWeight(hidden, weight, "selectedLogprobs");
   if (!(temperature > 0)) throw ArgError("temperature must be > 0");
   if (tokens.dim() != 1 || tokens.size(0) != hidden.size(0)) throw ArgError("selectedLogprobs: tokens must be [N]");
@@ -94,8 +92,7 @@ at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, 
   chunk = kern ? KernelChunk(chunk, V, kGrpoKernelLogits) : ResolveChunk(chunk, V);
   auto pw = PrepareWeight(weight, hidden);
   at::Tensor tok = tokens.to(hidden.device(), at::kLong);
-  if (N > 0 && (tok.min().item<int64_t>() < 0 || tok.max().item<int64_t>() >= V))
-    throw ArgError("selectedLogprobs: token id out of range [0, V)");
+  if (N > 0 && (tok.min().item<int64_t>() < 0 || tok.max().item<int64_t>() >= V)) throw ArgError("selectedLogprobs: token id out of range [0, V)");
   auto out_dtype = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor out = at::empty({N}, hidden.options().dtype(out_dtype));
   for (int64_t s = 0; s < N; s += chunk) {

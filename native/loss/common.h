@@ -16,8 +16,8 @@ namespace loss {
 /// are kept in their dtype on CUDA (mm with out_dtype=float32 accumulates and writes fp32) and
 /// converted to fp32 once on CPU (CPU has no low-precision mm with fp32 output).
 struct PreparedWeight {
-  at::Tensor w;         // [V, H]
-  bool out_dtype_mm;    // use at::mm(h, w^T, kFloat)
+  at::Tensor w;       // [V, H]
+  bool out_dtype_mm;  // use at::mm(h, w^T, kFloat)
 };
 PreparedWeight PrepareWeight(const at::Tensor& weight, const at::Tensor& hidden_like);
 
@@ -30,8 +30,7 @@ at::Tensor ChunkGradHidden(const at::Tensor& dlogits, const PreparedWeight& pw, 
 
 /// Per-token log-probability of `tokens` under softmax(logits / temperature) — chunked, no grad.
 /// hidden [N, H], weight [V, H], tokens [N] int64 -> [N] float32.
-at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens,
-                            double temperature, int64_t chunk);
+at::Tensor SelectedLogprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, double temperature, int64_t chunk);
 
 /// Checks common loss arguments; throws pg::ArgError.
 void CheckHiddenWeight(const at::Tensor& hidden, const at::Tensor& weight, const char* what);

@@ -21,14 +21,16 @@ at::Tensor K3(const at::Tensor& logp, const at::Tensor& ref_logp) {
 
 namespace {
 
-at::ScalarType MathDtype(const at::Tensor& h) { return h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+at::ScalarType MathDtype(const at::Tensor& h) {
+  return h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
 
 struct Flat {
   at::Tensor h, tok, old, ref, adv, w, mask;
 };
 
-Flat Prepare(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, const at::Tensor& old_logp,
-             const at::Tensor& ref_logp, const at::Tensor& advantages, const at::Tensor& mask, const GrpoOptions& o) {
+Flat Prepare(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, const at::Tensor& old_logp, const at::Tensor& ref_logp,
+             const at::Tensor& advantages, const at::Tensor& mask, const GrpoOptions& o) {
   if (hidden.dim() != 3) throw ArgError("grpoLoss: hidden must be [B, T, H]");
   const int64_t B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
   if (weight.dim() != 2 || weight.size(1) != H) throw ArgError("grpoLoss: weight must be [V, H]");
@@ -51,8 +53,10 @@ Flat Prepare(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   f.old = old_logp.to(dev, mt).reshape({-1});
   f.ref = o.beta_kl != 0.0 ? ref_logp.to(dev, mt).reshape({-1}) : at::Tensor();
   at::Tensor adv = advantages.to(dev, mt);
-  if (adv.dim() == 1 && adv.size(0) == B) adv = adv.unsqueeze(1).expand({B, T});
-  else if (!(adv.dim() == 2 && adv.size(0) == B && adv.size(1) == T)) throw ArgError("grpoLoss: advantages must be [B] or [B, T]");
+  if (adv.dim() == 1 && adv.size(0) == B)
+    adv = adv.unsqueeze(1).expand({B, T});
+  else if (!(adv.dim() == 2 && adv.size(0) == B && adv.size(1) == T))
+    throw ArgError("grpoLoss: advantages must be [B] or [B, T]");
   f.adv = adv.reshape({-1}).contiguous();
   at::Tensor m = mask.to(dev, mt);
   f.w = GrpoTokenWeights(m, o).reshape({-1});
@@ -85,9 +89,9 @@ void FillMetrics(GrpoMetrics* mt, const Flat& f, const at::Tensor& logp, const G
 }
 
 struct GrpoFn : public torch::autograd::Function<GrpoFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight, const at::Tensor& tok,
-                               const at::Tensor& old, const at::Tensor& ref, const at::Tensor& adv, const at::Tensor& w,
-                               double eps_low, double eps_high, double beta_kl, double temperature, int64_t chunk) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight, const at::Tensor& tok, const at::Tensor& old,
+                               const at::Tensor& ref, const at::Tensor& adv, const at::Tensor& w, double eps_low, double eps_high, double beta_kl,
+                               double temperature, int64_t chunk) {
     const int64_t N = h.size(0), V = weight.size(0);
     auto mt = MathDtype(h);
     const bool kern = mt == at::kFloat && RowKernelsEnabled(h);
@@ -106,9 +110,8 @@ struct GrpoFn : public torch::autograd::Function<GrpoFn> {
       for (int64_t s = 0; s < N; s += chunk) {
         const int64_t e = std::min(N, s + chunk);
         at::Tensor z = ChunkLogits(h.slice(0, s, e), pw);
-        GrpoRowsCuda(z, temperature, tk.slice(0, s, e), o.slice(0, s, e), rf.defined() ? rf.slice(0, s, e) : rf,
-                     a.slice(0, s, e), wt.slice(0, s, e), eps_low, eps_high, beta_kl, kKlClamp, need_grad, gd,
-                     logp_all.slice(0, s, e), row_loss.slice(0, s, e));
+        GrpoRowsCuda(z, temperature, tk.slice(0, s, e), o.slice(0, s, e), rf.defined() ? rf.slice(0, s, e) : rf, a.slice(0, s, e), wt.slice(0, s, e), eps_low,
+                     eps_high, beta_kl, kKlClamp, need_grad, gd, logp_all.slice(0, s, e), row_loss.slice(0, s, e));
         if (need_grad) grad.slice(0, s, e).copy_(ChunkGradHidden(GradRowsView(z, gd), pw, h.scalar_type()));
       }
       if (need_grad) ctx->save_for_backward({grad});
@@ -190,9 +193,8 @@ at::Tensor GrpoTokenWeights(const at::Tensor& mask, const GrpoOptions& o) {
   throw ArgError("aggregation must be 'grpo', 'dapo' or 'dr_grpo', got '" + o.aggregation + "'");
 }
 
-at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens,
-                     const at::Tensor& old_logp, const at::Tensor& ref_logp, const at::Tensor& advantages,
-                     const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics) {
+at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, const at::Tensor& old_logp, const at::Tensor& ref_logp,
+                     const at::Tensor& advantages, const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics) {
   Flat f = Prepare(hidden, weight, tokens, old_logp, ref_logp, advantages, mask, o);
   at::Tensor ref = f.ref.defined() ? f.ref : at::zeros_like(f.old);
   // Only masked-in positions are projected (same selection and order as sequence logprobs, so the
@@ -201,16 +203,15 @@ at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const a
   // Every position live (e.g. packed completions): the rows as they are, no [N, H] gathered copy.
   const bool all = idx.numel() == f.mask.numel();
   auto sel = [&](const at::Tensor& t) { return all ? t : t.index_select(0, idx); };
-  auto outs = GrpoFn::apply(sel(f.h), weight.detach(), sel(f.tok), sel(f.old), sel(ref), sel(f.adv), sel(f.w), o.eps_low,
-                            o.eps_high, o.beta_kl, o.temperature, o.chunk);
+  auto outs = GrpoFn::apply(sel(f.h), weight.detach(), sel(f.tok), sel(f.old), sel(ref), sel(f.adv), sel(f.w), o.eps_low, o.eps_high, o.beta_kl, o.temperature,
+                            o.chunk);
   at::Tensor logp = all ? outs[1].reshape(f.old.sizes()) : at::zeros_like(f.old).index_copy(0, idx, outs[1]);
   FillMetrics(metrics, f, logp, o);
   return outs[0];
 }
 
-at::Tensor GrpoReference(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens,
-                         const at::Tensor& old_logp, const at::Tensor& ref_logp, const at::Tensor& advantages,
-                         const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics) {
+at::Tensor GrpoReference(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, const at::Tensor& old_logp, const at::Tensor& ref_logp,
+                         const at::Tensor& advantages, const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics) {
   Flat f = Prepare(hidden, weight, tokens, old_logp, ref_logp, advantages, mask, o);
   auto mt = MathDtype(hidden);
   at::Tensor logits = at::matmul(f.h.to(mt), weight.detach().to(hidden.device(), mt).t()) / o.temperature;

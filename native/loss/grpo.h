@@ -37,10 +37,10 @@ struct GrpoOptions {
   double beta_kl = 0.0;
   double temperature = 1.0;
   int64_t chunk = 0;
-  std::string aggregation = "dapo";  // grpo | dapo | dr_grpo
-  double num_sequences = -1;         // <= 0: B
-  double num_tokens = -1;            // <= 0: Σ mask
-  double max_completion_length = -1; // <= 0: T
+  std::string aggregation = "dapo";   // grpo | dapo | dr_grpo
+  double num_sequences = -1;          // <= 0: B
+  double num_tokens = -1;             // <= 0: Σ mask
+  double max_completion_length = -1;  // <= 0: T
 };
 
 /// Masked statistics of one call (fractions over mask; sums and count returned for window means).
@@ -57,14 +57,12 @@ at::Tensor GrpoTokenWeights(const at::Tensor& mask, const GrpoOptions& o);
 /// Fused GRPO. hidden [B, T, H] (the positions that predict `tokens`; grad flows when it requires
 /// grad), weight [V, H] frozen, tokens/old_logp/mask [B, T], ref_logp [B, T] (undefined allowed when
 /// beta_kl == 0), advantages [B] or [B, T]. Returns the 0-dim loss; metrics filled when given.
-at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens,
-                     const at::Tensor& old_logp, const at::Tensor& ref_logp, const at::Tensor& advantages,
-                     const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics);
+at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, const at::Tensor& old_logp, const at::Tensor& ref_logp,
+                     const at::Tensor& advantages, const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics);
 
 /// Unfused reference (full logits, log_softmax, TRL's expression, autograd). Tests only.
-at::Tensor GrpoReference(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens,
-                         const at::Tensor& old_logp, const at::Tensor& ref_logp, const at::Tensor& advantages,
-                         const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics);
+at::Tensor GrpoReference(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, const at::Tensor& old_logp, const at::Tensor& ref_logp,
+                         const at::Tensor& advantages, const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics);
 
 }  // namespace loss
 }  // namespace pg

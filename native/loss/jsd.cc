@@ -68,12 +68,10 @@ void JsdChunk(const at::Tensor& ls_in, const at::Tensor& lt_in, double beta, at:
 
 namespace {
 
-void CheckJsd(const at::Tensor& sh, const at::Tensor& teacher, bool teacher_is_logits, const at::Tensor& w,
-              const at::Tensor& mask, const JsdOptions& o) {
+void CheckJsd(const at::Tensor& sh, const at::Tensor& teacher, bool teacher_is_logits, const at::Tensor& w, const at::Tensor& mask, const JsdOptions& o) {
   CheckHiddenWeight(sh, w, "jsdLoss");
   if (teacher_is_logits) {
-    if (teacher.dim() != 2 || teacher.size(0) != sh.size(0) || teacher.size(1) != w.size(0))
-      throw ArgError("jsdLoss: teacherLogits must be [N, V]");
+    if (teacher.dim() != 2 || teacher.size(0) != sh.size(0) || teacher.size(1) != w.size(0)) throw ArgError("jsdLoss: teacherLogits must be [N, V]");
   } else if (teacher.sizes() != sh.sizes()) {
     throw ArgError("jsdLoss: teacherHidden must have the shape of studentHidden [N, H]");
   }
@@ -82,12 +80,13 @@ void CheckJsd(const at::Tensor& sh, const at::Tensor& teacher, bool teacher_is_l
   if (!(o.temperature > 0.0)) throw ArgError("jsdLoss: temperature must be > 0");
 }
 
-at::ScalarType MathDtype(const at::Tensor& h) { return h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+at::ScalarType MathDtype(const at::Tensor& h) {
+  return h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
 
 struct JsdFn : public torch::autograd::Function<JsdFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& sh, const at::Tensor& teacher,
-                            const at::Tensor& w, const at::Tensor& mask, bool teacher_is_logits, double beta,
-                            double temperature, int64_t chunk, double normalizer) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& sh, const at::Tensor& teacher, const at::Tensor& w, const at::Tensor& mask,
+                            bool teacher_is_logits, double beta, double temperature, int64_t chunk, double normalizer) {
     const int64_t N = sh.size(0), V = w.size(0);
     auto mt = MathDtype(sh);
     // CUDA float32 logits: the whole per-row JSD in one kernel launch per chunk (row_kernels.h).
@@ -107,8 +106,7 @@ struct JsdFn : public torch::autograd::Function<JsdFn> {
       if (!any.slice(0, s, e).any().item<bool>()) continue;
       if (kern) {
         at::Tensor zs = ChunkLogits(sh.slice(0, s, e), pw);
-        at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), at::kFloat).contiguous()
-                                          : ChunkLogits(teacher.slice(0, s, e), pw);
+        at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), at::kFloat).contiguous() : ChunkLogits(teacher.slice(0, s, e), pw);
         const at::ScalarType gd = pw.out_dtype_mm ? pw.w.scalar_type() : at::kFloat;
         at::Tensor per = JsdRowsCuda(zs, zt, temperature, beta, mc.contiguous(), 1.0 / (norm * temperature), need_grad, gd);
         total += (per * mc).sum();
@@ -150,20 +148,17 @@ struct JsdFn : public torch::autograd::Function<JsdFn> {
 
 }  // namespace
 
-at::Tensor JsdFused(const at::Tensor& sh, const at::Tensor& th, const at::Tensor& w, const at::Tensor& mask,
-                    const JsdOptions& o) {
+at::Tensor JsdFused(const at::Tensor& sh, const at::Tensor& th, const at::Tensor& w, const at::Tensor& mask, const JsdOptions& o) {
   CheckJsd(sh, th, false, w, mask, o);
   return JsdFn::apply(sh, th.detach(), w.detach(), mask, false, o.beta, o.temperature, o.chunk, o.normalizer);
 }
 
-at::Tensor JsdFusedTeacherLogits(const at::Tensor& sh, const at::Tensor& tl, const at::Tensor& w, const at::Tensor& mask,
-                                 const JsdOptions& o) {
+at::Tensor JsdFusedTeacherLogits(const at::Tensor& sh, const at::Tensor& tl, const at::Tensor& w, const at::Tensor& mask, const JsdOptions& o) {
   CheckJsd(sh, tl, true, w, mask, o);
   return JsdFn::apply(sh, tl.detach(), w.detach(), mask, true, o.beta, o.temperature, o.chunk, o.normalizer);
 }
 
-at::Tensor JsdReference(const at::Tensor& sh, const at::Tensor& th, const at::Tensor& w, const at::Tensor& mask,
-                        const JsdOptions& o) {
+at::Tensor JsdReference(const at::Tensor& sh, const at::Tensor& th, const at::Tensor& w, const at::Tensor& mask, const JsdOptions& o) {
   CheckJsd(sh, th, false, w, mask, o);
   auto mt = MathDtype(sh);
   at::Tensor wf = w.detach().to(sh.device(), mt);

@@ -24,24 +24,23 @@ namespace loss {
 struct JsdOptions {
   double beta = 0.5;
   double temperature = 1.0;
-  int64_t chunk = 0;          // tokens per chunk (0 = automatic)
-  double normalizer = -1;     // <= 0: Σ mask
+  int64_t chunk = 0;       // tokens per chunk (0 = automatic)
+  double normalizer = -1;  // <= 0: Σ mask
 };
 
 /// Fused, chunked JSD with a custom autograd function. student_hidden [N, H] (grad flows into it
 /// when it requires grad), teacher_hidden [N, H] (treated as constant), weight [V, H] (frozen),
 /// mask [N] (0/1 or weights). Returns a 0-dim float32 (float64 for float64 inputs) loss.
-at::Tensor JsdFused(const at::Tensor& student_hidden, const at::Tensor& teacher_hidden, const at::Tensor& weight,
-                    const at::Tensor& mask, const JsdOptions& o);
+at::Tensor JsdFused(const at::Tensor& student_hidden, const at::Tensor& teacher_hidden, const at::Tensor& weight, const at::Tensor& mask, const JsdOptions& o);
 
 /// Same, with the teacher given as logits [N, V] (e.g. a precomputed teacher). Used by tests.
-at::Tensor JsdFusedTeacherLogits(const at::Tensor& student_hidden, const at::Tensor& teacher_logits,
-                                 const at::Tensor& weight, const at::Tensor& mask, const JsdOptions& o);
+at::Tensor JsdFusedTeacherLogits(const at::Tensor& student_hidden, const at::Tensor& teacher_logits, const at::Tensor& weight, const at::Tensor& mask,
+                                 const JsdOptions& o);
 
 /// Unfused reference: full [N, V] logits, log_softmax, mixture by logsumexp of the stacked
 /// (log S + log(1−β), log T + log β), KL terms, plain autograd. Tests only.
-at::Tensor JsdReference(const at::Tensor& student_hidden, const at::Tensor& teacher_hidden, const at::Tensor& weight,
-                        const at::Tensor& mask, const JsdOptions& o);
+at::Tensor JsdReference(const at::Tensor& student_hidden, const at::Tensor& teacher_hidden, const at::Tensor& weight, const at::Tensor& mask,
+                        const JsdOptions& o);
 
 /// Per-token JSD and d(JSD)/d(student scaled logits) for one chunk of log-probabilities
 /// (ls, lt: [C, V] log-softmax of logits/τ; both are overwritten — pass buffers you no longer need).

@@ -24,21 +24,20 @@ at::Tensor GradRowsView(const at::Tensor& z, at::ScalarType dtype);
 
 /// JSD_β over a chunk: zs, zt [C, V] float32 contiguous on CUDA (zs overwritten with the gradient
 /// rows when need_grad), row_w [C] float32. Returns row_loss [C] float32 (unweighted JSD per row).
-at::Tensor JsdRowsCuda(const at::Tensor& zs, const at::Tensor& zt, double temperature, double beta,
-                       const at::Tensor& row_w, double grad_factor, bool need_grad, at::ScalarType grad_dtype);
+at::Tensor JsdRowsCuda(const at::Tensor& zs, const at::Tensor& zt, double temperature, double beta, const at::Tensor& row_w, double grad_factor, bool need_grad,
+                       at::ScalarType grad_dtype);
 
 /// GRPO over a chunk: z [C, V] float32 contiguous (overwritten with gradient rows when need_grad),
 /// tok [C] int64, old/ref/adv/w [C] float32 (ref ignored when beta_kl == 0). Writes logp [C] and
 /// row_loss [C] (float32, contiguous, on the same device).
-void GrpoRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& old_logp,
-                  const at::Tensor& ref_logp, const at::Tensor& adv, const at::Tensor& w, double eps_low,
-                  double eps_high, double beta_kl, double kl_clamp, bool need_grad, at::ScalarType grad_dtype,
+void GrpoRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& old_logp, const at::Tensor& ref_logp, const at::Tensor& adv,
+                  const at::Tensor& w, double eps_low, double eps_high, double beta_kl, double kl_clamp, bool need_grad, at::ScalarType grad_dtype,
                   const at::Tensor& logp, const at::Tensor& row_loss);
 
 /// Cross-entropy over a chunk: z [C, V] float32 contiguous (overwritten with w·(softmax − onehot)/τ
 /// rows in grad_dtype when need_grad), tok [C] int64, w [C] float32. Writes row_loss [C] = −logp·w.
-void CeRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& w, bool need_grad,
-                at::ScalarType grad_dtype, const at::Tensor& row_loss);
+void CeRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& w, bool need_grad, at::ScalarType grad_dtype,
+                const at::Tensor& row_loss);
 
 /// logp [C] float32 = z_tok/τ − logsumexp(z/τ) for z [C, V] float32 contiguous on CUDA.
 at::Tensor RowLogprobsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok);

@@ -6,7 +6,8 @@
 namespace pg {
 
 extern const ArchitectureSpec kLlamaArchitecture = {
-    "LlamaForCausalLM", "LlamaConfig",
+    "LlamaForCausalLM",
+    "LlamaConfig",
     /*defaults: vocab, hidden, intermediate, layers, heads, kv_heads, head_dim, max_pos*/ {32000, 4096, 11008, 32, 32, 0, 0, 2048},
     /*qk_norm=*/false,
     /*qkv_bias=*/{ArchitectureSpec::Bias::Field, "attention_bias"},

@@ -6,7 +6,8 @@
 namespace pg {
 
 extern const ArchitectureSpec kQwen2Architecture = {
-    "Qwen2ForCausalLM", "Qwen2Config",
+    "Qwen2ForCausalLM",
+    "Qwen2Config",
     /*defaults: vocab, hidden, intermediate, layers, heads, kv_heads, head_dim, max_pos*/ {151936, 4096, 22016, 32, 32, 32, 0, 32768},
     /*qk_norm=*/false,
     /*qkv_bias=*/{ArchitectureSpec::Bias::Always, nullptr},

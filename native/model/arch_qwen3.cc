@@ -5,7 +5,8 @@
 namespace pg {
 
 extern const ArchitectureSpec kQwen3Architecture = {
-    "Qwen3ForCausalLM", "Qwen3Config",
+    "Qwen3ForCausalLM",
+    "Qwen3Config",
     /*defaults: vocab, hidden, intermediate, layers, heads, kv_heads, head_dim, max_pos*/ {151936, 4096, 22016, 32, 32, 32, 128, 32768},
     /*qk_norm=*/true,
     /*qkv_bias=*/{ArchitectureSpec::Bias::Field, "attention_bias"},

@@ -23,8 +23,7 @@ std::atomic<bool>& CudaFlashRefused() {
 /// says where they apply). Returns false where neither applies or the CUDA op refuses the inputs
 /// (its argument / architecture checks run before any launch; then CudaFlashRefused is set), and
 /// the caller takes the math path. Out of memory and CUDA errors are rethrown, not a refusal.
-bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double sm_scale,
-               at::Tensor* o, at::Tensor* lse) {
+bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double sm_scale, at::Tensor* o, at::Tensor* lse) {
   if (!DecoderModel::SharedPrefixFlash(q.device(), q.scalar_type(), q.size(3))) return false;
   if (q.is_cuda()) {
     try {
@@ -47,7 +46,6 @@ bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
   return true;
 }
 
-
 /// Attention of T queries per row over a shared prefix and the row's own keys (the two-level
 /// softmax of "cascade" / shared-prefix attention, e.g. FlashInfer's; exact, not an approximation):
 ///   o = (e^{lse_p} o_p + e^{lse_s} o_s) / (e^{lse_p} + e^{lse_s})
@@ -60,8 +58,7 @@ bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
 /// row. Math path (only where a flash call was refused at run time; PrefixLogprobs takes the
 /// copy path wherever SharedPrefixFlash is false): float32 matmuls with the query heads of one
 /// KV head grouped. The merge is in float32. Returns o [B, T, nh * hd] in q's dtype.
-at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tensor& q, const at::Tensor& k,
-                                 const at::Tensor& v, double sm_scale) {
+at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double sm_scale) {
   const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), nkv = k.size(1), rep = nh / nkv;
   const int64_t P0 = a.prefix->len - a.prefix_pad;
   const auto f32 = at::kFloat;
@@ -109,7 +106,6 @@ at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tens
   return o.transpose(1, 2).reshape({B, T, nh * hd}).to(q.scalar_type());
 }
 
-
 }  // namespace
 
 at::Tensor Attend(const KvAttention& a, int64_t l, const at::Tensor& q, at::Tensor k, at::Tensor v, double sm_scale) {
@@ -143,18 +139,14 @@ at::Tensor Attend(const KvAttention& a, int64_t l, const at::Tensor& q, at::Tens
     }
   }
   if (T == 1)
-    return at::scaled_dot_product_attention(q.reshape({B, nkv, rep, hd}), k, v, a.allowed, 0.0, /*is_causal=*/false, sm_scale)
-        .reshape({B, 1, nh * hd});
+    return at::scaled_dot_product_attention(q.reshape({B, nkv, rep, hd}), k, v, a.allowed, 0.0, /*is_causal=*/false, sm_scale).reshape({B, 1, nh * hd});
   const int64_t L = k.size(2);
   if (rep > 1) {
     k = k.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
     v = v.unsqueeze(2).expand({B, nkv, rep, L, hd}).reshape({B, nh, L, hd});
   }
-  return at::scaled_dot_product_attention(q, k, v, a.allowed, 0.0, /*is_causal=*/false, sm_scale)
-      .transpose(1, 2)
-      .reshape({B, T, nh * hd});
+  return at::scaled_dot_product_attention(q, k, v, a.allowed, 0.0, /*is_causal=*/false, sm_scale).transpose(1, 2).reshape({B, T, nh * hd});
 }
-
 
 bool DecoderModel::SharedPrefixFlash(const at::Device& dev, at::ScalarType dtype, int64_t head_dim) {
   if (head_dim % 8 != 0 || head_dim > 256) return false;

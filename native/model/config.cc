@@ -62,8 +62,7 @@ struct ConfigReader {
           found += (found.empty() ? "" : ", ") + a.str;
           if (!c.spec) c.spec = FindArchitecture(a.str);
         }
-    if (!c.spec)
-      throw InputError(path + ": unsupported architectures [" + found + "] (this addon runs " + ArchitectureNames() + ")");
+    if (!c.spec) throw InputError(path + ": unsupported architectures [" + found + "] (this addon runs " + ArchitectureNames() + ")");
     c.architecture = c.spec->name;
   }
 
@@ -80,9 +79,12 @@ struct ConfigReader {
     // transformers: Qwen3Config.head_dim = 128; LlamaConfig: None -> hidden // heads; Qwen2Config has
     // no head_dim (getattr(config, "head_dim", None) or hidden // heads, a key in the file still counts).
     c.max_position_embeddings = Int("max_position_embeddings", d.max_pos);
-    for (auto [k, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
-                        {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_hidden_layers},
-                        {"num_attention_heads", c.num_attention_heads}, {"num_key_value_heads", c.num_key_value_heads},
+    for (auto [k, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size},
+                        {"num_hidden_layers", c.num_hidden_layers},
+                        {"num_attention_heads", c.num_attention_heads},
+                        {"num_key_value_heads", c.num_key_value_heads},
                         {"max_position_embeddings", c.max_position_embeddings}})
       if (v <= 0) throw InputError(path + ": field '" + std::string(k) + "' must be positive");
     if (c.num_attention_heads % c.num_key_value_heads != 0)
@@ -100,9 +102,12 @@ struct ConfigReader {
 
   bool ResolveBias(const ArchitectureSpec::Bias& b) const {
     switch (b.kind) {
-      case ArchitectureSpec::Bias::Never: return false;
-      case ArchitectureSpec::Bias::Always: return true;
-      case ArchitectureSpec::Bias::Field: return Bool(b.field, false);
+      case ArchitectureSpec::Bias::Never:
+        return false;
+      case ArchitectureSpec::Bias::Always:
+        return true;
+      case ArchitectureSpec::Bias::Field:
+        return Bool(b.field, false);
     }
     return false;
   }
@@ -129,8 +134,7 @@ struct ConfigReader {
       int64_t mwl = 28;
       if (const json::Value* m = root.Find("max_window_layers"); m && m->IsNumber()) mwl = static_cast<int64_t>(m->num);
       sliding = mwl < c.num_hidden_layers;
-      why = "use_sliding_window=true with max_window_layers " + std::to_string(mwl) + " < num_hidden_layers " +
-            std::to_string(c.num_hidden_layers);
+      why = "use_sliding_window=true with max_window_layers " + std::to_string(mwl) + " < num_hidden_layers " + std::to_string(c.num_hidden_layers);
     }
     if (sliding) throw InputError(path + ": sliding-window attention is not supported (" + why + ")");
   }
@@ -160,8 +164,8 @@ struct ConfigReader {
     // 4 × 32768 = 131072 with max_position_embeddings 40960); the length limit follows it, as vLLM
     // derives max_model_len from the rope scaling.
     if (c.rope_type == "yarn")
-      c.max_position_embeddings = std::max(c.max_position_embeddings,
-                                           static_cast<int64_t>(c.rope_factor * static_cast<double>(c.rope_original_max_position_embeddings)));
+      c.max_position_embeddings =
+          std::max(c.max_position_embeddings, static_cast<int64_t>(c.rope_factor * static_cast<double>(c.rope_original_max_position_embeddings)));
   }
 
   /// The scaling dict `rope` (field prefix `w`, e.g. "rope_parameters."): theta, type, partial
@@ -182,8 +186,10 @@ struct ConfigReader {
     if (c.rope_type != "default" && c.rope_type != "yarn" && c.rope_type != "llama3")
       throw InputError(path + ": " + w + "rope_type '" + c.rope_type + "' is not supported (default, yarn and llama3 are)");
     if (c.rope_type == "yarn" || c.rope_type == "llama3") ReadRopeFactor(rope, w);
-    if (c.rope_type == "yarn") ReadYarn(rope, w);
-    else if (c.rope_type == "llama3") ReadLlama3(rope, w);
+    if (c.rope_type == "yarn")
+      ReadYarn(rope, w);
+    else if (c.rope_type == "llama3")
+      ReadLlama3(rope, w);
   }
 
   /// yarn / llama3: original_max_position_embeddings and factor.

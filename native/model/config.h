@@ -46,7 +46,7 @@ struct DecoderConfig {
   /// Fields absent from config.json that took the architecture's transformers default (named in
   /// shape-mismatch errors).
   std::vector<std::string> defaulted;
-  std::string json;         // the raw config.json text (returned to JS as `config`)
+  std::string json;  // the raw config.json text (returned to JS as `config`)
 };
 /// Parses `text` (the contents of `path`, used in messages) into a DecoderConfig.
 /// `architectures` must contain a registered architecture (model/architecture.h: Qwen3ForCausalLM,

@@ -29,8 +29,7 @@ bool RightPadded(const at::Tensor& mask_cpu) {
 }  // namespace
 
 std::shared_ptr<DecoderModel> DecoderModel::Load(const std::string& dir, at::Device device, at::ScalarType dtype, NonFiniteWeights& non_finite) {
-  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
-    throw ArgError("dtype must be float32, bfloat16 or float16");
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) throw ArgError("dtype must be float32, bfloat16 or float16");
   const std::string cfg_path = dir + "/config.json";
   std::shared_ptr<DecoderModel> m(new DecoderModel());
   m->cfg_ = ParseDecoderConfig(st::ReadTextFile(cfg_path), cfg_path);
@@ -67,8 +66,8 @@ KVCache DecoderModel::NewCache(int64_t batch, int64_t capacity) const {
   return kc;
 }
 
-at::Tensor DecoderModel::ForwardSharedPrefix(const at::Tensor& input_ids_in, const at::Tensor& lengths_in, const KVCache& prefix,
-                                             int64_t prefix_pad, const AdapterSel& sel) const {
+at::Tensor DecoderModel::ForwardSharedPrefix(const at::Tensor& input_ids_in, const at::Tensor& lengths_in, const KVCache& prefix, int64_t prefix_pad,
+                                             const AdapterSel& sel) const {
   DecoderImpl::CheckAlive(*this);
   const DecoderConfig& c = cfg_;
   if (input_ids_in.dim() != 2 || input_ids_in.size(0) < 1 || input_ids_in.size(1) < 1) throw ArgError("input_ids must be non-empty [B, T]");
@@ -93,9 +92,8 @@ at::Tensor DecoderModel::ForwardSharedPrefix(const at::Tensor& input_ids_in, con
   return DecoderImpl::Decoder(*this, ids, pos, sel, att);
 }
 
-at::Tensor DecoderModel::Forward(const at::Tensor& input_ids_in, const at::Tensor& attention_mask_in,
-                                 const std::optional<at::Tensor>& position_ids_in, const AdapterSel& sel,
-                                 KVCache* cache) {
+at::Tensor DecoderModel::Forward(const at::Tensor& input_ids_in, const at::Tensor& attention_mask_in, const std::optional<at::Tensor>& position_ids_in,
+                                 const AdapterSel& sel, KVCache* cache) {
   DecoderImpl::CheckAlive(*this);
   const DecoderConfig& c = cfg_;
   if (input_ids_in.dim() != 2) throw ArgError("input_ids must have shape [B, T]");
@@ -152,8 +150,7 @@ at::Tensor DecoderModel::Forward(const at::Tensor& input_ids_in, const at::Tenso
   return out;
 }
 
-at::Tensor DecoderImpl::Decoder(const DecoderModel& m, const at::Tensor& ids, const at::Tensor& pos, const AdapterSel& sel,
-                                const KvAttention& att) {
+at::Tensor DecoderImpl::Decoder(const DecoderModel& m, const at::Tensor& ids, const at::Tensor& pos, const AdapterSel& sel, const KvAttention& att) {
   const DecoderConfig& c = m.cfg_;
   const LoraAdapter* ad = Resolve(m, sel);
   // The adapter's dropout where LoraAdd would apply it (grad mode, recomputation); 0 in scoring
@@ -168,12 +165,12 @@ at::Tensor DecoderImpl::Decoder(const DecoderModel& m, const at::Tensor& ids, co
   std::shared_ptr<const std::vector<DecoderLayerWeights>> merged;
   if (ad && !ad->weights.empty() && LoraMergeActive()) {
     const LoraAdapter& src = *ad;
-    merged = std::static_pointer_cast<const std::vector<DecoderLayerWeights>>(CachedAdapterDerived(
-        src, &m, kMergedWeightsTag, [&] { return std::static_pointer_cast<const void>(std::make_shared<const std::vector<DecoderLayerWeights>>(MergedLayers(m, src))); }));
+    merged = std::static_pointer_cast<const std::vector<DecoderLayerWeights>>(CachedAdapterDerived(src, &m, kMergedWeightsTag, [&] {
+      return std::static_pointer_cast<const void>(std::make_shared<const std::vector<DecoderLayerWeights>>(MergedLayers(m, src)));
+    }));
     ad = nullptr;
   }
-  if (ad && !m.lora_fp32_ && m.dtype_ != at::kFloat && !ad->weights.empty() &&
-      ad->weights.begin()->second.first.scalar_type() != m.dtype_) {
+  if (ad && !m.lora_fp32_ && m.dtype_ != at::kFloat && !ad->weights.empty() && ad->weights.begin()->second.first.scalar_type() != m.dtype_) {
     if (LoraInferenceCacheActive()) {
       const LoraAdapter& src = *ad;
       ad_cached = CachedAdapterCast(src, m.dtype_, [&] { return CastAdapter(src, m.dtype_); });
@@ -206,8 +203,7 @@ at::Tensor DecoderImpl::Decoder(const DecoderModel& m, const at::Tensor& ids, co
         }
       std::optional<at::Tensor> am;
       if (att.kind == KvAttention::Masked) am = att.allowed;
-      h = RecomputeLayer(h, cos, sin, am, m, l, bits, std::vector<double>(sc.begin(), sc.end()), drop, att.kind == KvAttention::Causal,
-                         at::TensorList(flat));
+      h = RecomputeLayer(h, cos, sin, am, m, l, bits, std::vector<double>(sc.begin(), sc.end()), drop, att.kind == KvAttention::Causal, at::TensorList(flat));
     } else {
       h = Layer(m, l, h, cos, sin, lo, sc, drop, att, merged ? &(*merged)[static_cast<size_t>(l)] : nullptr, infer ? &pending : nullptr);
     }
@@ -215,18 +211,16 @@ at::Tensor DecoderImpl::Decoder(const DecoderModel& m, const at::Tensor& ids, co
   return AddNorm(h, pending, W(m, "model.norm.weight"), c.rms_norm_eps, infer).second;
 }
 
-
 // ---- Static-shape decode step (CUDA-graph capturable; see decoder.h) ----
 // The same decoder as Forward (DecoderImpl::Decoder / Layer); only the seam differs: K/V written at
 // `slot`, the query attends to all C slots under `keep`. test/generate-static.test.ts checks both
 // paths give the same tokens and logprobs.
 
-at::Tensor DecoderModel::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot,
-                                      const at::Tensor& keep, const AdapterSel& sel, KVCache& cache, const at::Tensor& live_start) {
+at::Tensor DecoderModel::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep, const AdapterSel& sel,
+                                      KVCache& cache, const at::Tensor& live_start) {
   DecoderImpl::CheckAlive(*this);
   const DecoderConfig& c = cfg_;
-  if (ids.dim() != 2 || ids.size(1) != 1 || ids.size(0) < 1 || ids.scalar_type() != at::kLong)
-    throw ArgError("DecodeStatic: ids must be int64 [B, 1]");
+  if (ids.dim() != 2 || ids.size(1) != 1 || ids.size(0) < 1 || ids.scalar_type() != at::kLong) throw ArgError("DecodeStatic: ids must be int64 [B, 1]");
   const int64_t B = ids.size(0), C = cache.capacity;
   if (cache.k.size() != static_cast<size_t>(c.num_hidden_layers) || cache.v.size() != cache.k.size())
     throw ArgError("DecodeStatic: KV cache was made for another model");
@@ -247,7 +241,7 @@ at::Tensor DecoderModel::DecodeStatic(const at::Tensor& ids, const at::Tensor& p
   att.allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis
   att.cache = &cache;
   at::Tensor h = DecoderImpl::Decoder(*this, ids, pos.view({B, 1}), sel, att);  // [B, 1, H]
-  return Logits(h.select(1, 0));  // [B, V] fp32
+  return Logits(h.select(1, 0));                                                // [B, V] fp32
 }
 
 }  // namespace pg

@@ -49,8 +49,7 @@ class DecoderModel {
   /// undefined: cumsum(mask) - 1 clamped at 0, so right and left padding both work). Appends the
   /// new K/V to `cache` when given. Returns the final-norm hidden states [B, T, H] in the model
   /// dtype. Grad flows only into the LoRA A/B of `sel` when grad mode is on.
-  at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                     const std::optional<at::Tensor>& position_ids, const AdapterSel& sel,
+  at::Tensor Forward(const at::Tensor& input_ids, const at::Tensor& attention_mask, const std::optional<at::Tensor>& position_ids, const AdapterSel& sel,
                      KVCache* cache = nullptr);
   /// Decoder forward of B rows that all continue one shared prefix, without copying it per row:
   /// input_ids [B, T] int64, each row right-padded to T; lengths [B] (int, each in [1, T]) its real
@@ -63,8 +62,8 @@ class DecoderModel {
   /// (call under no-grad); the new K/V are not stored. Returns the final-norm hidden states
   /// [B, T, H] in the model dtype (rows' padded positions meaningless). ArgError on shape
   /// mismatches, a prefix of another model or no real prefix position.
-  at::Tensor ForwardSharedPrefix(const at::Tensor& input_ids, const at::Tensor& lengths, const KVCache& prefix,
-                                 int64_t prefix_pad, const AdapterSel& sel) const;
+  at::Tensor ForwardSharedPrefix(const at::Tensor& input_ids, const at::Tensor& lengths, const KVCache& prefix, int64_t prefix_pad,
+                                 const AdapterSel& sel) const;
   /// Whether ForwardSharedPrefix's softmax sides run on flash kernels for a model on `dev` with
   /// this dtype and head size: CUDA bf16 / fp16 (ATen's FlashAttention-2 op; false from the first
   /// call it refused, e.g. on a GPU below sm 80) or CPU float32 / bf16 / fp16 (ATen's CPU flash
@@ -99,8 +98,8 @@ class DecoderModel {
   ///                       follows the live length, not the capacity. The masked path elsewhere.
   ///                       A row with live_start > slot (finished; its output is ignored) reads
   ///                       no KV on the kernel path.
-  at::Tensor DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep,
-                          const AdapterSel& sel, KVCache& cache, const at::Tensor& live_start = at::Tensor());
+  at::Tensor DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep, const AdapterSel& sel, KVCache& cache,
+                          const at::Tensor& live_start = at::Tensor());
 
   // ---- LoRA ----
   /// Creates the trainable adapter (replaces an existing one).

@@ -35,8 +35,10 @@ class DecoderImpl {
   }
   static const LoraAdapter* Resolve(const DecoderModel& m, const AdapterSel& sel) {
     switch (sel.kind) {
-      case AdapterSel::None: return nullptr;
-      case AdapterSel::Active: return (m.adapter_enabled_ && m.active_) ? &*m.active_ : nullptr;
+      case AdapterSel::None:
+        return nullptr;
+      case AdapterSel::Active:
+        return (m.adapter_enabled_ && m.active_) ? &*m.active_ : nullptr;
       case AdapterSel::Snapshot: {
         auto it = m.snapshots_.find(sel.name);
         if (it == m.snapshots_.end()) throw ArgError("no adapter snapshot named '" + sel.name + "'");
@@ -88,8 +90,7 @@ class DecoderImpl {
   /// The residual stream h + d (d undefined: h) and its RMSNorm with w: (h + d, RMSNorm(h + d)·w).
   /// `fuse`: one kernel for both where it applies (AddRmsNormFused; inference only), else ATen's
   /// add and RmsNorm.
-  static std::pair<at::Tensor, at::Tensor> AddNorm(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps,
-                                                   bool fuse);
+  static std::pair<at::Tensor, at::Tensor> AddNorm(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps, bool fuse);
 
   /// One decoder layer: h [B, T, H] -> h' [B, T, H]; cos / sin [B, T, hd] in the model dtype; the
   /// attention (and the KV cache write) through the seam `att`; `merged`: the layer's weights with
@@ -100,9 +101,9 @@ class DecoderImpl {
   /// passed on unsummed — the input stream is h + *pending, and on return *pending holds the MLP
   /// output and h' is the stream before it, so the next layer's (or the final) RMSNorm adds it in
   /// the same kernel. Null: ATen ops only and h' summed (training, recomputation).
-  static at::Tensor Layer(const DecoderModel& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                          const LayerLora& lo, const LayerScale& sc, double drop, const KvAttention& att,
-                          const DecoderLayerWeights* merged = nullptr, at::Tensor* pending = nullptr);
+  static at::Tensor Layer(const DecoderModel& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin, const LayerLora& lo,
+                          const LayerScale& sc, double drop, const KvAttention& att, const DecoderLayerWeights* merged = nullptr,
+                          at::Tensor* pending = nullptr);
 
   /// Every layer's weights with adapter `ad` merged in (LoraMergeScope; PEFT merge_and_unload):
   /// for each targeted projection k, its rows of the fused matrix (q/k/v, gate/up) or its matrix
@@ -116,17 +117,15 @@ class DecoderImpl {
   /// tables, then runs the embedding, every Layer through the seam `att` (recomputed in backward
   /// when gradient checkpointing applies: grad mode on, a trainable adapter, no cache) and the
   /// final RMSNorm.
-  static at::Tensor Decoder(const DecoderModel& m, const at::Tensor& ids, const at::Tensor& pos, const AdapterSel& sel,
-                            const KvAttention& att);
+  static at::Tensor Decoder(const DecoderModel& m, const at::Tensor& ids, const at::Tensor& pos, const AdapterSel& sel, const KvAttention& att);
 };
 
 /// Layer `layer` of `m` run by RecomputedLayer (model/recompute.cc: activation recomputation):
 /// forward under no-grad keeping only h; backward re-runs it with grad. `allowed`: the mask
 /// (nullopt on the causal path); `bits`: the projections with LoRA (bit k = kProjections[k]) and
 /// `lora` their A, B in order; the caller keeps `m` alive until backward.
-at::Tensor RecomputeLayer(const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& allowed,
-                          const DecoderModel& m, int64_t layer, int64_t bits, std::vector<double> scaling, double dropout, bool causal,
-                          at::TensorList lora);
+at::Tensor RecomputeLayer(const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& allowed, const DecoderModel& m,
+                          int64_t layer, int64_t bits, std::vector<double> scaling, double dropout, bool causal, at::TensorList lora);
 
 /// The adapter with every A / B cast to `dtype` by one concatenation and one cast kernel
 /// (differentiable when grad mode is on and the tensors require grad; model/recompute.cc).

@@ -31,27 +31,32 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 #ifdef PG_WITH_CUDA_KERNELS
 namespace ck = pg::cuda_kernels;
 
-std::pair<at::Tensor, at::Tensor> Launch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                                         const at::Tensor& sin, bool transpose) {
+std::pair<at::Tensor, at::Tensor> Launch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin, bool transpose) {
   ck::RopeType t;
   switch (q.scalar_type()) {
-    case at::kFloat: t = ck::RopeType::kFloat32; break;
-    case at::kBFloat16: t = ck::RopeType::kBFloat16; break;
-    case at::kHalf: t = ck::RopeType::kFloat16; break;
-    default: TORCH_CHECK(false, "RoPE kernel: unsupported dtype ", q.scalar_type());
+    case at::kFloat:
+      t = ck::RopeType::kFloat32;
+      break;
+    case at::kBFloat16:
+      t = ck::RopeType::kBFloat16;
+      break;
+    case at::kHalf:
+      t = ck::RopeType::kFloat16;
+      break;
+    default:
+      TORCH_CHECK(false, "RoPE kernel: unsupported dtype ", q.scalar_type());
   }
   at::Tensor qc = q.contiguous(), kc = k.contiguous();
   at::Tensor qo = at::empty_like(qc), ko = at::empty_like(kc);
-  const char* err = ck::Rope(qc.data_ptr(), kc.data_ptr(), qo.data_ptr(), ko.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-                             q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), transpose, t,
-                             c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  const char* err = ck::Rope(qc.data_ptr(), kc.data_ptr(), qo.data_ptr(), ko.data_ptr(), cos.data_ptr(), sin.data_ptr(), q.size(0), q.size(1), q.size(2),
+                             k.size(2), q.size(3), transpose, t, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   TORCH_CHECK(err == nullptr, "RoPE kernel launch failed: ", err ? err : "");
   return {qo, ko};
 }
 
 struct RopeFn : public torch::autograd::Function<RopeFn> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
-                                                const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                                const at::Tensor& sin) {
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
     ctx->saved_data["qshape"] = q.sizes().vec();
@@ -71,10 +76,14 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
 
 ck::SwigluType SwigluTypeOf(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ck::SwigluType::kFloat32;
-    case at::kBFloat16: return ck::SwigluType::kBFloat16;
-    case at::kHalf: return ck::SwigluType::kFloat16;
-    default: TORCH_CHECK(false, "SwiGLU kernel: unsupported dtype ", t);
+    case at::kFloat:
+      return ck::SwigluType::kFloat32;
+    case at::kBFloat16:
+      return ck::SwigluType::kBFloat16;
+    case at::kHalf:
+      return ck::SwigluType::kFloat16;
+    default:
+      TORCH_CHECK(false, "SwiGLU kernel: unsupported dtype ", t);
   }
 }
 
@@ -106,15 +115,14 @@ struct SwigluFn : public torch::autograd::Function<SwigluFn> {
 
 }  // namespace
 
-std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                                         const at::Tensor& sin) {
+std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin) {
 #ifdef PG_WITH_CUDA_KERNELS
-  if (CudaKernelsEnabled(q) && q.scalar_type() == k.scalar_type() && cos.scalar_type() == q.scalar_type() &&
-      sin.scalar_type() == q.scalar_type() && q.dim() == 4 && k.dim() == 4 && q.size(-1) % 2 == 0) {
+  if (CudaKernelsEnabled(q) && q.scalar_type() == k.scalar_type() && cos.scalar_type() == q.scalar_type() && sin.scalar_type() == q.scalar_type() &&
+      q.dim() == 4 && k.dim() == 4 && q.size(-1) % 2 == 0) {
     // The kernel indexes cos / sin as [B, T, D] with q's B, T, D (no broadcasting).
     const std::vector<int64_t> want{q.size(0), q.size(1), q.size(3)};
-    TORCH_CHECK(cos.sizes() == want && sin.sizes() == want && k.size(0) == q.size(0) && k.size(1) == q.size(1) &&
-                    k.size(3) == q.size(3) && cos.device() == q.device() && k.device() == q.device(),
+    TORCH_CHECK(cos.sizes() == want && sin.sizes() == want && k.size(0) == q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3) &&
+                    cos.device() == q.device() && k.device() == q.device(),
                 "RopeQK: cos / sin must be [B, T, D] and k [B, T, nk, D] with q's B, T, D on q's device");
     at::Tensor c = cos.contiguous(), s = sin.contiguous();
     auto out = RopeFn::apply(q, k, c, s);
@@ -128,8 +136,7 @@ std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& 
 at::Tensor SwiGLU(const at::Tensor& gu) {
   const int64_t I = gu.size(-1) / 2;
 #ifdef PG_WITH_CUDA_KERNELS
-  if (CudaKernelsEnabled(gu) && gu.size(-1) % 2 == 0 &&
-      (gu.scalar_type() == at::kFloat || gu.scalar_type() == at::kBFloat16 || gu.scalar_type() == at::kHalf))
+  if (CudaKernelsEnabled(gu) && gu.size(-1) % 2 == 0 && (gu.scalar_type() == at::kFloat || gu.scalar_type() == at::kBFloat16 || gu.scalar_type() == at::kHalf))
     return SwigluFn::apply(gu);
 #endif
   return at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I);
@@ -151,16 +158,15 @@ bool LiveKvAttentionSwitchedOn() {
 bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nkv, int64_t D) {
 #ifdef PG_WITH_CUDA_KERNELS
   const auto dt = like.scalar_type();
-  return LiveKvAttentionSwitchedOn() && CudaKernelsEnabled(like) && nkv >= 1 && nh % nkv == 0 &&
-         ck::DecodeAttentionSupported(nh / nkv, D) && (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf);
+  return LiveKvAttentionSwitchedOn() && CudaKernelsEnabled(like) && nkv >= 1 && nh % nkv == 0 && ck::DecodeAttentionSupported(nh / nkv, D) &&
+         (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf);
 #else
   (void)like, (void)nh, (void)nkv, (void)D;
   return false;
 #endif
 }
 
-at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start,
-                                 const at::Tensor& slot, double scale) {
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale) {
 #ifdef PG_WITH_CUDA_KERNELS
   if (q.dim() != 3 || k.dim() != 4 || v.sizes() != k.sizes()) return at::Tensor();
   const int64_t B = q.size(0), nh = q.size(1), D = q.size(2), nkv = k.size(1), C = k.size(2);
@@ -169,8 +175,8 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
   const ck::DecodeAttnType t = q.scalar_type() == at::kFloat      ? ck::DecodeAttnType::kFloat32
                                : q.scalar_type() == at::kBFloat16 ? ck::DecodeAttnType::kBFloat16
                                                                   : ck::DecodeAttnType::kFloat16;
-  TORCH_CHECK(start.scalar_type() == at::kInt && start.dim() == 1 && start.size(0) == B && start.device() == q.device() &&
-                  slot.scalar_type() == at::kLong && slot.numel() == 1 && slot.device() == q.device(),
+  TORCH_CHECK(start.scalar_type() == at::kInt && start.dim() == 1 && start.size(0) == B && start.device() == q.device() && slot.scalar_type() == at::kLong &&
+                  slot.numel() == 1 && slot.device() == q.device(),
               "LiveKvDecodeAttention: start must be int32 [B] and slot int64 [1] on q's device");
   at::Tensor qc = q.contiguous(), sc = start.contiguous(), sl = slot.contiguous();
   // The kernel loads each lane's slice of a K/V/q row as one vector: rows must start 16-byte
@@ -181,9 +187,8 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
   if (!aligned(qc) || !aligned(k) || !aligned(v)) return at::Tensor();
   at::Tensor o = at::empty_like(qc);
   at::Tensor work = at::empty({ck::DecodeAttentionWorkFloats(B, nh, C, D)}, q.options().dtype(at::kFloat));
-  const char* err = ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(),
-                                        o.data_ptr(), work.data_ptr<float>(), B, nkv, nh / nkv, C, D, scale, t,
-                                        c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  const char* err = ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(), o.data_ptr(),
+                                        work.data_ptr<float>(), B, nkv, nh / nkv, C, D, scale, t, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   TORCH_CHECK(err == nullptr, "decode attention kernel launch failed: ", err ? err : "");
   return o;
 #else
@@ -216,16 +221,14 @@ ck::NormType NormTypeOf(at::ScalarType t) {
 
 std::pair<at::Tensor, at::Tensor> AddRmsNormFused(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps) {
 #ifdef PG_WITH_CUDA_KERNELS
-  if (!InferenceFusionsApply(h) || h.dim() < 1 || d.sizes() != h.sizes() || d.scalar_type() != h.scalar_type() ||
-      w.scalar_type() != h.scalar_type() || w.dim() != 1 || w.size(0) != h.size(-1) || d.device() != h.device() ||
-      w.device() != h.device())
+  if (!InferenceFusionsApply(h) || h.dim() < 1 || d.sizes() != h.sizes() || d.scalar_type() != h.scalar_type() || w.scalar_type() != h.scalar_type() ||
+      w.dim() != 1 || w.size(0) != h.size(-1) || d.device() != h.device() || w.device() != h.device())
     return {};
   at::Tensor hc = h.contiguous(), dc = d.contiguous(), wc = w.contiguous();
   at::Tensor s = at::empty_like(hc), y = at::empty_like(hc);
   const int64_t H = h.size(-1), rows = H == 0 ? 0 : h.numel() / H;
-  const char* err = ck::AddRmsNorm(hc.data_ptr(), dc.data_ptr(), wc.data_ptr(), s.data_ptr(), y.data_ptr(), rows, H,
-                                   static_cast<float>(eps), NormTypeOf(h.scalar_type()),
-                                   c10::cuda::getCurrentCUDAStream(h.device().index()).stream());
+  const char* err = ck::AddRmsNorm(hc.data_ptr(), dc.data_ptr(), wc.data_ptr(), s.data_ptr(), y.data_ptr(), rows, H, static_cast<float>(eps),
+                                   NormTypeOf(h.scalar_type()), c10::cuda::getCurrentCUDAStream(h.device().index()).stream());
   TORCH_CHECK(err == nullptr, "residual add + RMSNorm kernel launch failed: ", err ? err : "");
   return {s, y};
 #else
@@ -234,13 +237,12 @@ std::pair<at::Tensor, at::Tensor> AddRmsNormFused(const at::Tensor& h, const at:
 #endif
 }
 
-QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const at::Tensor& k_w, const at::Tensor& cos,
-                            const at::Tensor& sin, double eps, int64_t nq, int64_t nk, int64_t D, const at::Tensor& kc,
-                            const at::Tensor& vc, const at::Tensor& slot) {
+QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const at::Tensor& k_w, const at::Tensor& cos, const at::Tensor& sin, double eps,
+                            int64_t nq, int64_t nk, int64_t D, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& slot) {
 #ifdef PG_WITH_CUDA_KERNELS
   const auto dt = qkv.scalar_type();
-  if (!InferenceFusionsApply(qkv) || qkv.dim() != 3 || qkv.size(2) != (nq + 2 * nk) * D || D % 2 != 0 ||
-      D > ck::kQkNormRopeMaxHeadDim || q_w.defined() != k_w.defined())
+  if (!InferenceFusionsApply(qkv) || qkv.dim() != 3 || qkv.size(2) != (nq + 2 * nk) * D || D % 2 != 0 || D > ck::kQkNormRopeMaxHeadDim ||
+      q_w.defined() != k_w.defined())
     return {};
   const int64_t B = qkv.size(0), T = qkv.size(1);
   const std::vector<int64_t> cs_shape{B, T, D};
@@ -248,10 +250,9 @@ QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const 
   if (q_w.defined() && (q_w.scalar_type() != dt || k_w.scalar_type() != dt || q_w.numel() != D || k_w.numel() != D)) return {};
   const bool to_cache = kc.defined();
   if (to_cache) {
-    if (T != 1 || !vc.defined() || kc.dim() != 4 || kc.size(0) != B || kc.size(1) != nk || kc.size(3) != D ||
-        vc.sizes() != kc.sizes() || kc.scalar_type() != dt || vc.scalar_type() != dt || !kc.is_contiguous() ||
-        !vc.is_contiguous() || !slot.defined() || slot.scalar_type() != at::kLong || slot.numel() != 1 ||
-        slot.device() != qkv.device() || kc.device() != qkv.device())
+    if (T != 1 || !vc.defined() || kc.dim() != 4 || kc.size(0) != B || kc.size(1) != nk || kc.size(3) != D || vc.sizes() != kc.sizes() ||
+        kc.scalar_type() != dt || vc.scalar_type() != dt || !kc.is_contiguous() || !vc.is_contiguous() || !slot.defined() || slot.scalar_type() != at::kLong ||
+        slot.numel() != 1 || slot.device() != qkv.device() || kc.device() != qkv.device())
       return {};
   }
   at::Tensor x = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
@@ -263,11 +264,10 @@ QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const 
     out.v = at::empty({B, T, nk, D}, qkv.options());
   }
   at::Tensor sl = to_cache ? slot.contiguous() : at::Tensor();
-  const char* err = ck::QkNormRope(x.data_ptr(), qw.defined() ? qw.data_ptr() : nullptr, kw.defined() ? kw.data_ptr() : nullptr,
-                                   c.data_ptr(), s.data_ptr(), out.q.data_ptr(), to_cache ? kc.data_ptr() : out.k.data_ptr(),
-                                   to_cache ? vc.data_ptr() : out.v.data_ptr(), to_cache ? sl.data_ptr<int64_t>() : nullptr,
-                                   B * T, nq, nk, D, to_cache ? kc.size(2) : 0, static_cast<float>(eps), NormTypeOf(dt),
-                                   c10::cuda::getCurrentCUDAStream(qkv.device().index()).stream());
+  const char* err = ck::QkNormRope(x.data_ptr(), qw.defined() ? qw.data_ptr() : nullptr, kw.defined() ? kw.data_ptr() : nullptr, c.data_ptr(), s.data_ptr(),
+                                   out.q.data_ptr(), to_cache ? kc.data_ptr() : out.k.data_ptr(), to_cache ? vc.data_ptr() : out.v.data_ptr(),
+                                   to_cache ? sl.data_ptr<int64_t>() : nullptr, B * T, nq, nk, D, to_cache ? kc.size(2) : 0, static_cast<float>(eps),
+                                   NormTypeOf(dt), c10::cuda::getCurrentCUDAStream(qkv.device().index()).stream());
   TORCH_CHECK(err == nullptr, "q / k norm + RoPE kernel launch failed: ", err ? err : "");
   return out;
 #else

@@ -16,8 +16,7 @@ namespace pg {
 /// (cuda/kernels.h): one launch forward and one backward for q and k together, computed in
 /// float32 and rounded once (the ATen expression rounds after each product and the sum, so bf16
 /// results can differ by an ulp). Elsewhere: the ATen expression.
-std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                                         const at::Tensor& sin);
+std::pair<at::Tensor, at::Tensor> RopeQK(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin);
 
 /// gu [..., 2I] (gate = first I columns, up = last I; the fused gate/up projection output) →
 /// silu(gate)·up [..., I], differentiable w.r.t. gu. CUDA kernel: one launch forward and one
@@ -32,8 +31,7 @@ at::Tensor SwiGLU(const at::Tensor& gu);
 /// dtype. Returns an undefined tensor when the kernel does not apply (CPU, not compiled in, the own
 /// kernels switched off, PAPERGYM_LIVE_KV=0, an unsupported dtype or head shape); the caller then
 /// runs the masked SDPA over all slots, which the GPU tests compare this with.
-at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start,
-                                 const at::Tensor& slot, double scale);
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale);
 
 /// Whether LiveKvDecodeAttention runs for a model whose activations are like `like` (dtype,
 /// device) with nh query heads, nkv KV heads and head_dim D.
@@ -64,8 +62,7 @@ std::pair<at::Tensor, at::Tensor> AddRmsNormFused(const at::Tensor& h, const at:
 struct QkvPrepared {
   at::Tensor q, k, v;
 };
-QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const at::Tensor& k_w, const at::Tensor& cos,
-                            const at::Tensor& sin, double eps, int64_t nq, int64_t nk, int64_t D, const at::Tensor& kc,
-                            const at::Tensor& vc, const at::Tensor& slot);
+QkvPrepared QkNormRopeFused(const at::Tensor& qkv, const at::Tensor& q_w, const at::Tensor& k_w, const at::Tensor& cos, const at::Tensor& sin, double eps,
+                            int64_t nq, int64_t nk, int64_t D, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& slot);
 
 }  // namespace pg

@@ -26,8 +26,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
 }
 
-std::pair<at::Tensor, at::Tensor> DecoderImpl::AddNorm(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps,
-                                                       bool fuse) {
+std::pair<at::Tensor, at::Tensor> DecoderImpl::AddNorm(const at::Tensor& h, const at::Tensor& d, const at::Tensor& w, double eps, bool fuse) {
   if (!d.defined()) return {h, RmsNorm(h, w, eps)};
   if (fuse) {
     auto f = AddRmsNormFused(h, d, w, eps);
@@ -37,10 +36,8 @@ std::pair<at::Tensor, at::Tensor> DecoderImpl::AddNorm(const at::Tensor& h, cons
   return {s, RmsNorm(s, w, eps)};
 }
 
-
-at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
-                              const LayerLora& lo, const LayerScale& sc, double drop, const KvAttention& att,
-                              const DecoderLayerWeights* merged, at::Tensor* pending) {
+at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin, const LayerLora& lo,
+                              const LayerScale& sc, double drop, const KvAttention& att, const DecoderLayerWeights* merged, at::Tensor* pending) {
   const DecoderConfig& c = m.cfg_;
   const DecoderLayerWeights& lw = merged ? *merged : m.layers_[static_cast<size_t>(l)];
   const int64_t B = h.size(0), T = h.size(1);
@@ -89,11 +86,11 @@ at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor
       for (int k = 0; k < 3; ++k) qkv[static_cast<size_t>(k)] = lora(qkv[static_cast<size_t>(k)], xl, k);
     }
   }
-  at::Tensor q, k, v;  // q [B, T, nh, hd], k [B, T, nkv, hd] after norm and RoPE; v [B, nkv, T, hd]
+  at::Tensor q, k, v;                // q [B, T, nh, hd], k [B, T, nkv, hd] after norm and RoPE; v [B, nkv, T, hd]
   if (infer && qkv_out.defined()) {  // one kernel for q / k norm, RoPE and (decode step) the cache write
     const bool to_cache = att.kind == KvAttention::Slot && att.cache && T == 1;
-    QkvPrepared p = QkNormRopeFused(qkv_out, c.qk_norm ? lw.q_norm : at::Tensor(), c.qk_norm ? lw.k_norm : at::Tensor(), cos, sin,
-                                    c.rms_norm_eps, nh, nkv, hd, to_cache ? att.cache->k[static_cast<size_t>(l)] : at::Tensor(),
+    QkvPrepared p = QkNormRopeFused(qkv_out, c.qk_norm ? lw.q_norm : at::Tensor(), c.qk_norm ? lw.k_norm : at::Tensor(), cos, sin, c.rms_norm_eps, nh, nkv, hd,
+                                    to_cache ? att.cache->k[static_cast<size_t>(l)] : at::Tensor(),
                                     to_cache ? att.cache->v[static_cast<size_t>(l)] : at::Tensor(), att.slot);
     q = p.q;
     k = p.k;
@@ -134,7 +131,6 @@ at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor
   return h2 + down;
 }
 
-
 std::vector<DecoderLayerWeights> DecoderImpl::MergedLayers(const DecoderModel& m, const LoraAdapter& ad) {
   const DecoderConfig& c = m.cfg_;
   const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim, I = c.intermediate_size;
@@ -166,6 +162,5 @@ std::vector<DecoderLayerWeights> DecoderImpl::MergedLayers(const DecoderModel& m
   }
   return out;
 }
-
 
 }  // namespace pg

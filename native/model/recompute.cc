@@ -24,10 +24,9 @@ namespace {
 /// order (A, B per module). backward returns one gradient per argument (undefined for the
 /// non-differentiable ones), as CppNode requires.
 struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& cos,
-                            const at::Tensor& sin, const std::optional<at::Tensor>& allowed, int64_t model_ptr,
-                            int64_t layer, int64_t lora_bits, std::vector<double> scaling, double dropout, bool causal,
-                            at::TensorList lora) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                            const std::optional<at::Tensor>& allowed, int64_t model_ptr, int64_t layer, int64_t lora_bits, std::vector<double> scaling,
+                            double dropout, bool causal, at::TensorList lora) {
     ctx->save_for_backward({h});
     ctx->saved_data["cos"] = cos;
     ctx->saved_data["sin"] = sin;
@@ -49,8 +48,7 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     return Run(ctx, h, allowed);
   }
 
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad_out) {
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad_out) {
     at::Tensor h = ctx->get_saved_variables()[0];
     auto lora = ctx->saved_data["lora"].toTensorVector();
     const double dropout = ctx->saved_data["dropout"].toDouble();
@@ -79,8 +77,7 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     if (need_h) inputs.push_back(hd);
     for (const auto& t : lora) inputs.push_back(t);
     torch::autograd::variable_list g;
-    if (!inputs.empty())
-      g = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    if (!inputs.empty()) g = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
     // One entry per forward argument: h, cos, sin, allowed, model, layer, bits, scaling, dropout,
     // causal, then each LoRA tensor.
     torch::autograd::variable_list res(10 + lora.size());
@@ -107,8 +104,8 @@ struct RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
     DecoderImpl::KvAttention att;
     att.kind = ctx->saved_data["causal"].toBool() ? DecoderImpl::KvAttention::Causal : DecoderImpl::KvAttention::Masked;
     if (allowed) att.allowed = *allowed;
-    return DecoderImpl::Layer(*m, ctx->saved_data["layer"].toInt(), h, ctx->saved_data["cos"].toTensor(),
-                              ctx->saved_data["sin"].toTensor(), lo, sc, ctx->saved_data["dropout"].toDouble(), att);
+    return DecoderImpl::Layer(*m, ctx->saved_data["layer"].toInt(), h, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), lo, sc,
+                              ctx->saved_data["dropout"].toDouble(), att);
   }
 };
 
@@ -161,9 +158,8 @@ struct CastAllFn : public torch::autograd::Function<CastAllFn> {
 
 }  // namespace
 
-at::Tensor RecomputeLayer(const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& allowed,
-                          const DecoderModel& m, int64_t layer, int64_t bits, std::vector<double> scaling, double dropout, bool causal,
-                          at::TensorList lora) {
+at::Tensor RecomputeLayer(const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin, const std::optional<at::Tensor>& allowed, const DecoderModel& m,
+                          int64_t layer, int64_t bits, std::vector<double> scaling, double dropout, bool causal, at::TensorList lora) {
   return RecomputedLayer::apply(h, cos, sin, allowed, reinterpret_cast<int64_t>(&m), layer, bits, std::move(scaling), dropout, causal, lora);
 }
 

@@ -111,9 +111,7 @@ void CheckShapes(const st::Checkpoint& ck, const Expected& expect, const Decoder
   const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size, hd = c.head_dim;
   const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   auto shape_str = ShapeText;
-  auto defaulted = [&](const std::string& field) {
-    return std::find(c.defaulted.begin(), c.defaulted.end(), field) != c.defaulted.end();
-  };
+  auto defaulted = [&](const std::string& field) { return std::find(c.defaulted.begin(), c.defaulted.end(), field) != c.defaulted.end(); };
   auto field_value = [&](const std::string& f) -> int64_t {
     if (f == "vocab_size") return V;
     if (f == "hidden_size") return H;
@@ -144,16 +142,16 @@ void CheckShapes(const st::Checkpoint& ck, const Expected& expect, const Decoder
         }
         why += (why.empty() ? "" : "; ") + std::string("dim ") + std::to_string(d) + " is " + expr + " (" + vals + ")";
       }
-      throw InputError(ck.FileOf(kv.first).path() + ": tensor '" + kv.first + "' has shape " + shape_str(it->second.shape) +
-                       ", expected " + shape_str(want) + " from " + cfg_path + ": " + why);
+      throw InputError(ck.FileOf(kv.first).path() + ": tensor '" + kv.first + "' has shape " + shape_str(it->second.shape) + ", expected " + shape_str(want) +
+                       " from " + cfg_path + ": " + why);
     }
   }
 }
 
 /// Reads the expected tensors onto the device in the model dtype (queuing each one's finite
 /// check), fusing [q; k; v] and [gate; up] with the per-module entries as row views.
-DecoderWeights ReadWeights(const st::Checkpoint& ck, const Expected& expect, const DecoderConfig& c, at::Device device,
-                           at::ScalarType dtype, FiniteCheck& finite) {
+DecoderWeights ReadWeights(const st::Checkpoint& ck, const Expected& expect, const DecoderConfig& c, at::Device device, at::ScalarType dtype,
+                           FiniteCheck& finite) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim;
   DecoderWeights out;
@@ -219,8 +217,8 @@ DecoderWeights ReadWeights(const st::Checkpoint& ck, const Expected& expect, con
 
 }  // namespace
 
-DecoderWeights LoadDecoderWeights(const std::string& dir, const std::string& cfg_path, const DecoderConfig& c, at::Device device,
-                                  at::ScalarType dtype, NonFiniteWeights& non_finite) {
+DecoderWeights LoadDecoderWeights(const std::string& dir, const std::string& cfg_path, const DecoderConfig& c, at::Device device, at::ScalarType dtype,
+                                  NonFiniteWeights& non_finite) {
   const Expected expect = ExpectedTensors(c);
   st::Checkpoint ck = st::Checkpoint::Open(dir);
   RefuseUnexpected(ck, expect, c);

@@ -40,7 +40,7 @@ struct DecoderWeights {
 /// InputErrors naming the file. A tied checkpoint's lm_head.weight, when present, must have the
 /// embedding's shape and is not read; rotary_emb.inv_freq buffers are ignored. Weights holding NaN
 /// or Inf in `dtype` on `device` are refused unless non_finite.allow (io/finite.h).
-DecoderWeights LoadDecoderWeights(const std::string& dir, const std::string& cfg_path, const DecoderConfig& c, at::Device device,
-                                  at::ScalarType dtype, NonFiniteWeights& non_finite);
+DecoderWeights LoadDecoderWeights(const std::string& dir, const std::string& cfg_path, const DecoderConfig& c, at::Device device, at::ScalarType dtype,
+                                  NonFiniteWeights& non_finite);
 
 }  // namespace pg

@@ -61,8 +61,7 @@ Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_
       nullptr);
 }
 
-Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m,
-                              std::function<void(Napi::Env)> after) {
+Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m, std::function<void(Napi::Env)> after) {
   std::string name = SnapshotName(info, "loadSnapshot(name, path): name");
   if (info.Length() < 2 || !info[1].IsString()) throw ArgError("loadSnapshot(name, path): path must be a string");
   std::string path = info[1].As<Napi::String>().Utf8Value();

@@ -15,6 +15,5 @@ namespace pg {
 Napi::Value ModelEmaUpdate(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m);
 Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m);
 /// `after` runs on the JS thread once the snapshot is installed (V8 external-memory accounting).
-Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m,
-                              std::function<void(Napi::Env)> after);
+Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m, std::function<void(Napi::Env)> after);
 }  // namespace pg

@@ -14,8 +14,10 @@ AdapterSel ReadAdapter(const Napi::Object& o, const char* key, const std::string
   Napi::Value v = o.Get(key);
   std::string s = v.IsString() ? v.As<Napi::String>().Utf8Value() : std::string();
   if (s.empty()) throw ArgError(what + "." + key + " must be 'active', 'none' or a snapshot name (a non-empty string)");
-  if (s == "active") sel.kind = AdapterSel::Active;
-  else if (s == "none") sel.kind = AdapterSel::None;
+  if (s == "active")
+    sel.kind = AdapterSel::Active;
+  else if (s == "none")
+    sel.kind = AdapterSel::None;
   else {
     sel.kind = AdapterSel::Snapshot;
     sel.name = s;
@@ -31,8 +33,7 @@ at::Tensor ReadIds(const Napi::Object& o, const char* key, const std::string& wh
   return ids.to(at::kLong);
 }
 
-at::Tensor ReadMask(const Napi::Object& o, const char* key, const at::Tensor& ids, const char* ids_key, const std::string& what,
-                    bool optional) {
+at::Tensor ReadMask(const Napi::Object& o, const char* key, const at::Tensor& ids, const char* ids_key, const std::string& what, bool optional) {
   if (optional && !Has(o, key)) return at::ones_like(ids, at::kLong);
   at::Tensor m = GetTensor(o, key, what.c_str());
   const std::string name = what + "." + key;

@@ -30,8 +30,7 @@ at::Tensor ReadIds(const Napi::Object& o, const char* key, const std::string& wh
 /// BigInt64Array or Uint8Array data holding only 0 and 1. Absent: all ones when `optional`, else an
 /// ArgError. Returns int64 (callers cast to what their math uses). The same rule for attention
 /// masks (forward, sequenceLogprobs, the backward steps) and completion masks.
-at::Tensor ReadMask(const Napi::Object& o, const char* key, const at::Tensor& ids, const char* ids_key, const std::string& what,
-                    bool optional = false);
+at::Tensor ReadMask(const Napi::Object& o, const char* key, const at::Tensor& ids, const char* ids_key, const std::string& what, bool optional = false);
 
 /// Per-token values o[key] (e.g. old / reference logprobs) shaped like `ids` (o[ids_key]); any
 /// numeric data. Returns float32.

@@ -24,7 +24,7 @@ Napi::FunctionReference* g_ctor = nullptr;
 struct ReduceArgs {
   std::string op = "sum";
   double scale = 1.0;
-  double pre_scale = 1.0;  // allReduceGrads: each rank's grads multiplied by this before the reduce
+  double pre_scale = 1.0;           // allReduceGrads: each rank's grads multiplied by this before the reduce
   int64_t bucket_bytes = 25 << 20;  // DDP's default bucket_cap_mb = 25
 };
 ReduceArgs ReadReduce(const Napi::CallbackInfo& info, size_t i, const char* W) {
@@ -42,16 +42,13 @@ ReduceArgs ReadReduce(const Napi::CallbackInfo& info, size_t i, const char* W) {
 class ProcessGroupWrap : public Napi::ObjectWrap<ProcessGroupWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "ProcessGroup",
-                       {InstanceMethod("allReduce", &ProcessGroupWrap::AllReduce),
-                        InstanceMethod("allReduceGrads", &ProcessGroupWrap::AllReduceGrads),
-                        InstanceMethod("broadcast", &ProcessGroupWrap::Broadcast),
-                        InstanceMethod("broadcastParams", &ProcessGroupWrap::BroadcastParams),
-                        InstanceMethod("allGatherObject", &ProcessGroupWrap::AllGatherObject),
-                        InstanceMethod("barrier", &ProcessGroupWrap::Barrier), InstanceMethod("destroy", &ProcessGroupWrap::Destroy),
-                        InstanceAccessor("rank", &ProcessGroupWrap::Rank, nullptr),
-                        InstanceAccessor("worldSize", &ProcessGroupWrap::WorldSize, nullptr),
-                        InstanceAccessor("backend", &ProcessGroupWrap::Backend, nullptr)});
+    return DefineClass(
+        env, "ProcessGroup",
+        {InstanceMethod("allReduce", &ProcessGroupWrap::AllReduce), InstanceMethod("allReduceGrads", &ProcessGroupWrap::AllReduceGrads),
+         InstanceMethod("broadcast", &ProcessGroupWrap::Broadcast), InstanceMethod("broadcastParams", &ProcessGroupWrap::BroadcastParams),
+         InstanceMethod("allGatherObject", &ProcessGroupWrap::AllGatherObject), InstanceMethod("barrier", &ProcessGroupWrap::Barrier),
+         InstanceMethod("destroy", &ProcessGroupWrap::Destroy), InstanceAccessor("rank", &ProcessGroupWrap::Rank, nullptr),
+         InstanceAccessor("worldSize", &ProcessGroupWrap::WorldSize, nullptr), InstanceAccessor("backend", &ProcessGroupWrap::Backend, nullptr)});
   }
   explicit ProcessGroupWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<ProcessGroupWrap>(info) {
     if (info.Length() < 1 || !info[0].IsExternal()) {

@@ -31,20 +31,21 @@ Napi::Value CreateAbortHandle(const Napi::CallbackInfo& info) {
       delete holder;
       throw std::runtime_error("napi_wrap failed");
     }
-    o.Set("abort", Napi::Function::New(env, [flag](const Napi::CallbackInfo& i) {
-      flag->store(true);
-      return i.Env().Undefined();
-    }, "abort"));
-    o.Set("aborted", Napi::Function::New(env, [flag](const Napi::CallbackInfo& i) {
-      return Napi::Boolean::New(i.Env(), flag->load());
-    }, "aborted"));
+    o.Set("abort", Napi::Function::New(
+                       env,
+                       [flag](const Napi::CallbackInfo& i) {
+                         flag->store(true);
+                         return i.Env().Undefined();
+                       },
+                       "abort"));
+    o.Set("aborted", Napi::Function::New(
+                         env, [flag](const Napi::CallbackInfo& i) { return Napi::Boolean::New(i.Env(), flag->load()); }, "aborted"));
     return o;
   });
 }
 
 Flag UnwrapAbort(Napi::Env env, const Napi::Value& v, const char* what) {
-  if (!v.IsObject() || !v.As<Napi::Object>().CheckTypeTag(&kAbortTag))
-    throw ArgError(std::string(what) + " must be a handle from createAbortHandle()");
+  if (!v.IsObject() || !v.As<Napi::Object>().CheckTypeTag(&kAbortTag)) throw ArgError(std::string(what) + " must be a handle from createAbortHandle()");
   void* data = nullptr;
   if (napi_unwrap(env, v, &data) != napi_ok || !data) throw ArgError(std::string(what) + " is not a valid abort handle");
   return *static_cast<Flag*>(data);
@@ -157,8 +158,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
     req->merge_adapter = GetBool(o, "mergeAdapter", false, "options");
     // syncEvery (static path): read the sampled tokens back every this many steps (default 8).
     req->sync_every = GetInt(o, "syncEvery", 8, "options");
-    req->abort = Has(o, "abortHandle") ? UnwrapAbort(env, o.Get("abortHandle"), "options.abortHandle")
-                                        : std::make_shared<std::atomic<bool>>(false);
+    req->abort = Has(o, "abortHandle") ? UnwrapAbort(env, o.Get("abortHandle"), "options.abortHandle") : std::make_shared<std::atomic<bool>>(false);
     ValidateRequest(*model, *req);  // argument errors reject before any work is queued
     if (Has(o, "onGroupDone") && !o.Get("onGroupDone").IsUndefined()) SetOnGroupDone(env, o.Get("onGroupDone"), *req);
     auto res = std::make_shared<GenerateResult>();
@@ -223,8 +223,10 @@ Napi::Value SampleFromLogitsJs(const Napi::CallbackInfo& info) {
     at::Tensor u = at::rand({R}, gen, at::TensorOptions().dtype(at::kFloat));
     at::Tensor lg = logits.to(at::kFloat).to(dev);
     at::Tensor tok, lp;
-    if (rows.empty()) std::tie(tok, lp) = SampleTokens(lg, s, u.to(dev));
-    else std::tie(tok, lp) = SampleTokensRows(lg, RowSampling::Make(rows, lg.size(1), dev), u.to(dev));
+    if (rows.empty())
+      std::tie(tok, lp) = SampleTokens(lg, s, u.to(dev));
+    else
+      std::tie(tok, lp) = SampleTokensRows(lg, RowSampling::Make(rows, lg.size(1), dev), u.to(dev));
     Napi::Object out = Napi::Object::New(env);
     out.Set("tokenIds", TensorToJs(env, tok.cpu()).Get("data"));
     out.Set("logprobs", TensorToJs(env, lp.cpu()).Get("data"));
@@ -247,103 +249,114 @@ Napi::Value CreateDecodeEngineJs(const Napi::CallbackInfo& info) {
     const int64_t capacity = GetInt(o, "capacity", ctx > 0 ? std::min<int64_t>(ctx, 4096) : 4096, "options");
     const int static_decode = Has(o, "staticDecode") ? (GetBool(o, "staticDecode", std::nullopt, "options") ? 1 : 0) : -1;
     auto eng = std::make_shared<DecodeEngine>(model, max_rows, capacity, GetInt(o, "padId", 0, "options"), ReadAdapter(o, "adapter", "options"),
-                                              GetInt(o, "maxPrefillTokens", 8192, "options"), GetBool(o, "cudaGraphs", true, "options"),
-                                              static_decode);
+                                              GetInt(o, "maxPrefillTokens", 8192, "options"), GetBool(o, "cudaGraphs", true, "options"), static_decode);
     auto busy = std::make_shared<std::atomic<bool>>(false);
     Napi::Object out = Napi::Object::New(env);
     out.Set("maxRows", Napi::Number::New(env, static_cast<double>(max_rows)));
     out.Set("capacity", Napi::Number::New(env, static_cast<double>(capacity)));
     out.Set("decodePath", Napi::String::New(env, eng->graphs() ? "cuda-graphs" : eng->static_decode() ? "static" : "dynamic"));
-    out.Set("add", Napi::Function::New(env, [eng](const Napi::CallbackInfo& i) -> Napi::Value {
-      return Guard(i.Env(), [&]() -> Napi::Value {
-        Napi::Object r = ArgObject(i, 0, "row");
-        EngineRowSpec s;
-        s.id = GetInt(r, "id", std::nullopt, "row");
-        if (!Has(r, "prompt")) throw ArgError("row.prompt is required (token ids)");
-        s.prompt = ReadTokenList(r.Get("prompt"), "row.prompt");
-        s.sampling = ReadSampling(r, "row");
-        s.seed = ReadSeed(r, "row");
-        s.max_new_tokens = GetInt(r, "maxNewTokens", 256, "row");
-        if (Has(r, "stopIds")) s.stop_ids = GetIntArray(r, "stopIds", "row");
-        s.top_logprobs = GetInt(r, "topLogprobs", -1, "row");
-        eng->Validate(s, "row");
-        eng->Add(std::move(s));
-        return i.Env().Undefined();
-      });
-    }, "add"));
-    out.Set("cancel", Napi::Function::New(env, [eng](const Napi::CallbackInfo& i) -> Napi::Value {
-      return Guard(i.Env(), [&]() -> Napi::Value {
-        if (i.Length() < 1 || !i[0].IsNumber()) throw ArgError("cancel(id): id must be a number");
-        eng->Cancel(static_cast<int64_t>(i[0].As<Napi::Number>().DoubleValue()));
-        return i.Env().Undefined();
-      });
-    }, "cancel"));
-    out.Set("waiting", Napi::Function::New(env, [eng](const Napi::CallbackInfo& i) -> Napi::Value {
-      return Napi::Number::New(i.Env(), static_cast<double>(eng->Waiting()));
-    }, "waiting"));
-    out.Set("release", Napi::Function::New(env, [eng, busy](const Napi::CallbackInfo& i) -> Napi::Value {
-      return Guard(i.Env(), [&]() -> Napi::Value {
-        if (busy->load()) throw InputError("release() while a step is running (await it first)");
-        eng->Release();
-        return i.Env().Undefined();
-      });
-    }, "release"));
-    out.Set("step", Napi::Function::New(env, [eng, busy, model](const Napi::CallbackInfo& i) -> Napi::Value {
-      Napi::Env e = i.Env();
-      return Guard(e, [&]() -> Napi::Value {
-        if (busy->exchange(true)) throw InputError("step() while another step is running (await it first)");
-        auto res = std::make_shared<EngineStepResult>();
-        auto run = [eng, model, res, busy]() {
-          struct Clear {
-            std::shared_ptr<std::atomic<bool>> b;
-            ~Clear() { b->store(false); }
-          } clear{busy};  // cleared however the step ends, a disposed model included
-          ModelLock lk(*model);
-          *res = eng->Step();
-        };
-        auto done = [res](Napi::Env env2) -> Napi::Value {
-          Napi::Object so = Napi::Object::New(env2);
-          Napi::Array toks = Napi::Array::New(env2, res->tokens.size());
-          for (size_t k = 0; k < res->tokens.size(); ++k) {
-            const EngineToken& t = res->tokens[k];
-            Napi::Object to = Napi::Object::New(env2);
-            to.Set("id", Napi::Number::New(env2, static_cast<double>(t.id)));
-            to.Set("token", Napi::Number::New(env2, static_cast<double>(t.token)));
-            to.Set("logprob", Napi::Number::New(env2, t.logprob));
-            to.Set("finish", t.finish == 0 ? env2.Null() : Napi::String::New(env2, t.finish == 1 ? "stop" : "length"));
-            if (t.prompt_tokens >= 0) to.Set("promptTokens", Napi::Number::New(env2, static_cast<double>(t.prompt_tokens)));
-            to.Set("rawLogprob", Napi::Number::New(env2, t.raw_logprob));
-            if (!t.top_ids.empty()) {
-              auto ti = Napi::Int32Array::New(env2, t.top_ids.size());
-              for (size_t j = 0; j < t.top_ids.size(); ++j) ti[j] = static_cast<int32_t>(t.top_ids[j]);
-              auto tv = Napi::Float32Array::New(env2, t.top_logprobs.size());
-              std::copy(t.top_logprobs.begin(), t.top_logprobs.end(), tv.Data());
-              to.Set("topIds", ti);
-              to.Set("topLogprobs", tv);
-            }
-            toks.Set(static_cast<uint32_t>(k), to);
-          }
-          so.Set("tokens", toks);
-          so.Set("active", Napi::Number::New(env2, static_cast<double>(res->active)));
-          so.Set("waiting", Napi::Number::New(env2, static_cast<double>(res->waiting)));
-          so.Set("joined", Napi::Number::New(env2, static_cast<double>(res->joined)));
-          so.Set("prefillTokens", Napi::Number::New(env2, static_cast<double>(res->prefill_tokens)));
-          so.Set("batchRows", Napi::Number::New(env2, static_cast<double>(res->batch_rows)));
-          so.Set("shifts", Napi::Number::New(env2, static_cast<double>(res->shifts)));
-          so.Set("graphCaptures", Napi::Number::New(env2, static_cast<double>(res->graph_captures)));
-          so.Set("prefillMs", Napi::Number::New(env2, res->prefill_ms));
-          so.Set("decodeMs", Napi::Number::New(env2, res->decode_ms));
-          so.Set("sampleMs", Napi::Number::New(env2, res->sample_ms));
-          return so;
-        };
-        try {
-          return Worker::Start(e, run, done, /*grad=*/false, model->device());
-        } catch (...) {
-          busy->store(false);
-          throw;
-        }
-      });
-    }, "step"));
+    out.Set("add", Napi::Function::New(
+                       env,
+                       [eng](const Napi::CallbackInfo& i) -> Napi::Value {
+                         return Guard(i.Env(), [&]() -> Napi::Value {
+                           Napi::Object r = ArgObject(i, 0, "row");
+                           EngineRowSpec s;
+                           s.id = GetInt(r, "id", std::nullopt, "row");
+                           if (!Has(r, "prompt")) throw ArgError("row.prompt is required (token ids)");
+                           s.prompt = ReadTokenList(r.Get("prompt"), "row.prompt");
+                           s.sampling = ReadSampling(r, "row");
+                           s.seed = ReadSeed(r, "row");
+                           s.max_new_tokens = GetInt(r, "maxNewTokens", 256, "row");
+                           if (Has(r, "stopIds")) s.stop_ids = GetIntArray(r, "stopIds", "row");
+                           s.top_logprobs = GetInt(r, "topLogprobs", -1, "row");
+                           eng->Validate(s, "row");
+                           eng->Add(std::move(s));
+                           return i.Env().Undefined();
+                         });
+                       },
+                       "add"));
+    out.Set("cancel", Napi::Function::New(
+                          env,
+                          [eng](const Napi::CallbackInfo& i) -> Napi::Value {
+                            return Guard(i.Env(), [&]() -> Napi::Value {
+                              if (i.Length() < 1 || !i[0].IsNumber()) throw ArgError("cancel(id): id must be a number");
+                              eng->Cancel(static_cast<int64_t>(i[0].As<Napi::Number>().DoubleValue()));
+                              return i.Env().Undefined();
+                            });
+                          },
+                          "cancel"));
+    out.Set("waiting",
+            Napi::Function::New(
+                env, [eng](const Napi::CallbackInfo& i) -> Napi::Value { return Napi::Number::New(i.Env(), static_cast<double>(eng->Waiting())); }, "waiting"));
+    out.Set("release", Napi::Function::New(
+                           env,
+                           [eng, busy](const Napi::CallbackInfo& i) -> Napi::Value {
+                             return Guard(i.Env(), [&]() -> Napi::Value {
+                               if (busy->load()) throw InputError("release() while a step is running (await it first)");
+                               eng->Release();
+                               return i.Env().Undefined();
+                             });
+                           },
+                           "release"));
+    out.Set("step", Napi::Function::New(
+                        env,
+                        [eng, busy, model](const Napi::CallbackInfo& i) -> Napi::Value {
+                          Napi::Env e = i.Env();
+                          return Guard(e, [&]() -> Napi::Value {
+                            if (busy->exchange(true)) throw InputError("step() while another step is running (await it first)");
+                            auto res = std::make_shared<EngineStepResult>();
+                            auto run = [eng, model, res, busy]() {
+                              struct Clear {
+                                std::shared_ptr<std::atomic<bool>> b;
+                                ~Clear() { b->store(false); }
+                              } clear{busy};  // cleared however the step ends, a disposed model included
+                              ModelLock lk(*model);
+                              *res = eng->Step();
+                            };
+                            auto done = [res](Napi::Env env2) -> Napi::Value {
+                              Napi::Object so = Napi::Object::New(env2);
+                              Napi::Array toks = Napi::Array::New(env2, res->tokens.size());
+                              for (size_t k = 0; k < res->tokens.size(); ++k) {
+                                const EngineToken& t = res->tokens[k];
+                                Napi::Object to = Napi::Object::New(env2);
+                                to.Set("id", Napi::Number::New(env2, static_cast<double>(t.id)));
+                                to.Set("token", Napi::Number::New(env2, static_cast<double>(t.token)));
+                                to.Set("logprob", Napi::Number::New(env2, t.logprob));
+                                to.Set("finish", t.finish == 0 ? env2.Null() : Napi::String::New(env2, t.finish == 1 ? "stop" : "length"));
+                                if (t.prompt_tokens >= 0) to.Set("promptTokens", Napi::Number::New(env2, static_cast<double>(t.prompt_tokens)));
+                                to.Set("rawLogprob", Napi::Number::New(env2, t.raw_logprob));
+                                if (!t.top_ids.empty()) {
+                                  auto ti = Napi::Int32Array::New(env2, t.top_ids.size());
+                                  for (size_t j = 0; j < t.top_ids.size(); ++j) ti[j] = static_cast<int32_t>(t.top_ids[j]);
+                                  auto tv = Napi::Float32Array::New(env2, t.top_logprobs.size());
+                                  std::copy(t.top_logprobs.begin(), t.top_logprobs.end(), tv.Data());
+                                  to.Set("topIds", ti);
+                                  to.Set("topLogprobs", tv);
+                                }
+                                toks.Set(static_cast<uint32_t>(k), to);
+                              }
+                              so.Set("tokens", toks);
+                              so.Set("active", Napi::Number::New(env2, static_cast<double>(res->active)));
+                              so.Set("waiting", Napi::Number::New(env2, static_cast<double>(res->waiting)));
+                              so.Set("joined", Napi::Number::New(env2, static_cast<double>(res->joined)));
+                              so.Set("prefillTokens", Napi::Number::New(env2, static_cast<double>(res->prefill_tokens)));
+                              so.Set("batchRows", Napi::Number::New(env2, static_cast<double>(res->batch_rows)));
+                              so.Set("shifts", Napi::Number::New(env2, static_cast<double>(res->shifts)));
+                              so.Set("graphCaptures", Napi::Number::New(env2, static_cast<double>(res->graph_captures)));
+                              so.Set("prefillMs", Napi::Number::New(env2, res->prefill_ms));
+                              so.Set("decodeMs", Napi::Number::New(env2, res->decode_ms));
+                              so.Set("sampleMs", Napi::Number::New(env2, res->sample_ms));
+                              return so;
+                            };
+                            try {
+                              return Worker::Start(e, run, done, /*grad=*/false, model->device());
+                            } catch (...) {
+                              busy->store(false);
+                              throw;
+                            }
+                          });
+                        },
+                        "step"));
     return out;
   });
 }
@@ -355,9 +368,9 @@ void RegisterGenerate(Napi::Env env, Napi::Object exports) {
   exports.Set("createDecodeEngine", Napi::Function::New(env, CreateDecodeEngineJs, "createDecodeEngine"));
   exports.Set("createAbortHandle", Napi::Function::New(env, CreateAbortHandle, "createAbortHandle"));
   exports.Set("sampleFromLogits", Napi::Function::New(env, SampleFromLogitsJs, "sampleFromLogits"));
-  exports.Set("cudaGraphsCompiled", Napi::Function::New(env, [](const Napi::CallbackInfo& i) {
-    return Napi::Boolean::New(i.Env(), CudaGraphsCompiled());
-  }, "cudaGraphsCompiled"));
+  exports.Set("cudaGraphsCompiled",
+              Napi::Function::New(
+                  env, [](const Napi::CallbackInfo& i) { return Napi::Boolean::New(i.Env(), CudaGraphsCompiled()); }, "cudaGraphsCompiled"));
 }
 
 }  // namespace pg

@@ -87,8 +87,8 @@ Napi::Value JsdLossJs(const Napi::CallbackInfo& info) {
           auto t = Put(teacher, pl, !teacher_logits);
           auto w = Put(weight, pl, true);
           auto m = mask.to(pl.device);
-          torch::Tensor l = fused ? (teacher_logits ? loss::JsdFusedTeacherLogits(s, t, w, m, jo) : loss::JsdFused(s, t, w, m, jo))
-                                  : loss::JsdReference(s, t, w, m, jo);
+          torch::Tensor l =
+              fused ? (teacher_logits ? loss::JsdFusedTeacherLogits(s, t, w, m, jo) : loss::JsdFused(s, t, w, m, jo)) : loss::JsdReference(s, t, w, m, jo);
           if (want_grad) {
             l.backward();
             res->second = s.grad();
@@ -137,7 +137,6 @@ loss::GrpoOptions ReadGrpoOptions(const Napi::Object& o, const char* W) {
     throw ArgError(std::string(W) + ".aggregation must be 'grpo', 'dapo' or 'dr_grpo'");
   return g;
 }
-
 
 namespace {
 
@@ -288,8 +287,7 @@ Napi::Value BenchLossJs(const Napi::CallbackInfo& info) {
               go.beta_kl = 0.04;
               auto x3 = x.unsqueeze(0);
               auto m2 = mask.unsqueeze(0);
-              l = fused ? loss::GrpoFused(x3, w, tok, old, old, adv, m2, go, nullptr)
-                        : loss::GrpoReference(x3, w, tok, old, old, adv, m2, go, nullptr);
+              l = fused ? loss::GrpoFused(x3, w, tok, old, old, adv, m2, go, nullptr) : loss::GrpoReference(x3, w, tok, old, old, adv, m2, go, nullptr);
             }
             l.backward();
             res->second = l.item<double>();

@@ -151,9 +151,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value GetDtype(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value { return Napi::String::New(info.Env(), DtypeName(model()->dtype())); });
   }
-  Napi::Value GetDisposed(const Napi::CallbackInfo& info) {
-    return Napi::Boolean::New(info.Env(), !model_ || model_->disposed());
-  }
+  Napi::Value GetDisposed(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), !model_ || model_->disposed()); }
 
   Napi::Value Forward(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value {
@@ -165,9 +163,12 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       if (Has(o, "outputs")) {
         want_logits = false;
         for (const auto& s : GetStringArray(o, "outputs", "args")) {
-          if (s == "logits") want_logits = true;
-          else if (s == "hidden") want_hidden = true;
-          else throw ArgError("args.outputs entries must be 'logits' or 'hidden', got '" + s + "'");
+          if (s == "logits")
+            want_logits = true;
+          else if (s == "hidden")
+            want_hidden = true;
+          else
+            throw ArgError("args.outputs entries must be 'logits' or 'hidden', got '" + s + "'");
         }
       }
       AdapterSel sel = ReadAdapter(o, "adapter", "args");
@@ -334,8 +335,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       Napi::Object o = ArgObject(info, 1, "saveAdapter options", true);
       std::string base = GetString(o, "baseModelName", std::string(), "options");
       return StartOnModel(
-          info.Env(), m, [m, dir, base]() { m->SaveAdapter(dir, base); },
-          [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
+          info.Env(), m, [m, dir, base]() { m->SaveAdapter(dir, base); }, [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
     });
   }
 
@@ -514,8 +514,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
 std::shared_ptr<DecoderModel> UnwrapModel(const Napi::Value& v, const char* what) {
   Napi::FunctionReference* ctor = Ctor(v.Env());
-  if (!ctor || !v.IsObject() || !v.As<Napi::Object>().InstanceOf(ctor->Value()))
-    throw ArgError(std::string(what) + " must be a Model (from Model.load)");
+  if (!ctor || !v.IsObject() || !v.As<Napi::Object>().InstanceOf(ctor->Value())) throw ArgError(std::string(what) + " must be a Model (from Model.load)");
   ModelWrap* w = Napi::ObjectWrap<ModelWrap>::Unwrap(v.As<Napi::Object>());
   return w->model();
 }
@@ -528,8 +527,8 @@ ModelLock::ModelLock(DecoderModel& m, ModelAccess access) {
   if (m.disposed()) throw DisposedError("model was disposed");
 }
 
-Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<DecoderModel>& model, std::function<void()> run,
-                           Worker::Done done, bool grad, ModelAccess access) {
+Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<DecoderModel>& model, std::function<void()> run, Worker::Done done, bool grad,
+                           ModelAccess access) {
   return Worker::Start(
       env,
       [model, run = std::move(run), access]() {

@@ -40,8 +40,8 @@ class ModelLock {
 /// Runs `run` on a libuv worker thread (pg::Worker) with the model's device set and grad mode
 /// `grad`, under ModelLock with `access`; `done` converts the result on the JS thread. Returns the
 /// promise.
-Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<DecoderModel>& model, std::function<void()> run,
-                           Worker::Done done, bool grad = false, ModelAccess access = ModelAccess::kExclusive);
+Napi::Promise StartOnModel(Napi::Env env, const std::shared_ptr<DecoderModel>& model, std::function<void()> run, Worker::Done done, bool grad = false,
+                           ModelAccess access = ModelAccess::kExclusive);
 
 /// The LoRA parameters of a JS Model (for the optimizer and data-parallel collectives): the
 /// tensors and PEFT names in LoraParameters order, and the model that owns them (lock it with

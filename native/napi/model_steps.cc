@@ -159,8 +159,7 @@ Napi::Value GrpoBackwardJs(const Napi::CallbackInfo& info) {
     if (cm.select(1, 0).ne(0).any().item<bool>()) throw ArgError("grpoBackward.completionMask must be 0 at position 0 (no token predicts it)");
     auto go = ReadGrpoOptions(o, W);
     if (go.beta_kl != 0 && !ref.defined()) throw ArgError("grpoBackward.refLogprobs is required when betaKl != 0");
-    if (go.aggregation == "dr_grpo" && go.max_completion_length <= 0)
-      go.max_completion_length = std::max(1.0, cm.sum(1).max().item<double>());
+    if (go.aggregation == "dr_grpo" && go.max_completion_length <= 0) go.max_completion_length = std::max(1.0, cm.sum(1).max().item<double>());
     auto res = std::make_shared<steps::GrpoStepResult>();
     return StartOnModel(
         env, model, [=]() { *res = steps::GrpoBackward(*model, ids, am, cm, old, ref, adv, go); },

@@ -31,13 +31,12 @@ optim::Schedule ReadSchedule(const Napi::Object& s, const char* what) {
 class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
  public:
   static Napi::Function Define(Napi::Env env) {
-    return DefineClass(env, "AdamW",
-                       {InstanceMethod("step", &AdamWWrap::Step), InstanceMethod("zeroGrad", &AdamWWrap::ZeroGrad),
-                        InstanceMethod("setGrads", &AdamWWrap::SetGrads), InstanceMethod("params", &AdamWWrap::Params),
-                        InstanceMethod("state", &AdamWWrap::State),
-                        InstanceMethod("saveState", &AdamWWrap::SaveState), InstanceMethod("loadStateFile", &AdamWWrap::LoadStateFile),
-                        InstanceAccessor("lr", &AdamWWrap::Lr, nullptr), InstanceAccessor("stepCount", &AdamWWrap::StepCount, nullptr),
-                        InstanceAccessor("names", &AdamWWrap::Names, nullptr)});
+    return DefineClass(
+        env, "AdamW",
+        {InstanceMethod("step", &AdamWWrap::Step), InstanceMethod("zeroGrad", &AdamWWrap::ZeroGrad), InstanceMethod("setGrads", &AdamWWrap::SetGrads),
+         InstanceMethod("params", &AdamWWrap::Params), InstanceMethod("state", &AdamWWrap::State), InstanceMethod("saveState", &AdamWWrap::SaveState),
+         InstanceMethod("loadStateFile", &AdamWWrap::LoadStateFile), InstanceAccessor("lr", &AdamWWrap::Lr, nullptr),
+         InstanceAccessor("stepCount", &AdamWWrap::StepCount, nullptr), InstanceAccessor("names", &AdamWWrap::Names, nullptr)});
   }
 
   explicit AdamWWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<AdamWWrap>(info) {
@@ -229,9 +228,7 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
   Napi::Value Lr(const Napi::CallbackInfo& info) {
     return Guard(info.Env(), [&]() -> Napi::Value { return Napi::Number::New(info.Env(), opt_->CurrentLr()); });
   }
-  Napi::Value StepCount(const Napi::CallbackInfo& info) {
-    return Napi::Number::New(info.Env(), static_cast<double>(opt_->step()));
-  }
+  Napi::Value StepCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(opt_->step())); }
   Napi::Value Names(const Napi::CallbackInfo& info) {
     auto a = Napi::Array::New(info.Env(), opt_->names().size());
     for (size_t i = 0; i < opt_->names().size(); ++i) a.Set(static_cast<uint32_t>(i), opt_->names()[i]);

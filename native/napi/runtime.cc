@@ -201,13 +201,38 @@ std::optional<at::CallbackHandle> g_ops_handle;
 thread_local std::vector<char> t_op_stack;  // per open op: 1 when it has called another op
 
 bool IsMetaOp(const char* name) {
-  static const std::unordered_set<std::string> kMeta = {
-      "aten::as_strided", "aten::as_strided_", "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view",
-      "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::alias", "detach", "aten::detach",
-      "aten::result_type", "aten::t", "aten::transpose", "aten::permute", "aten::narrow", "aten::slice", "aten::select",
-      "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::split", "aten::split_with_sizes", "aten::resize_",
-      "aten::set_", "aten::lift_fresh", "aten::to", "aten::is_nonzero", "aten::item", "aten::resolve_conj",
-      "aten::resolve_neg"};
+  static const std::unordered_set<std::string> kMeta = {"aten::as_strided",
+                                                        "aten::as_strided_",
+                                                        "aten::empty",
+                                                        "aten::empty_strided",
+                                                        "aten::empty_like",
+                                                        "aten::view",
+                                                        "aten::_unsafe_view",
+                                                        "aten::_reshape_alias",
+                                                        "aten::reshape",
+                                                        "aten::alias",
+                                                        "detach",
+                                                        "aten::detach",
+                                                        "aten::result_type",
+                                                        "aten::t",
+                                                        "aten::transpose",
+                                                        "aten::permute",
+                                                        "aten::narrow",
+                                                        "aten::slice",
+                                                        "aten::select",
+                                                        "aten::expand",
+                                                        "aten::unsqueeze",
+                                                        "aten::squeeze",
+                                                        "aten::split",
+                                                        "aten::split_with_sizes",
+                                                        "aten::resize_",
+                                                        "aten::set_",
+                                                        "aten::lift_fresh",
+                                                        "aten::to",
+                                                        "aten::is_nonzero",
+                                                        "aten::item",
+                                                        "aten::resolve_conj",
+                                                        "aten::resolve_neg"};
   return kMeta.count(name) != 0;
 }
 
@@ -233,8 +258,7 @@ static Napi::Value OpCountStart(const Napi::CallbackInfo& info) {
   return Guard(info.Env(), [&]() -> Napi::Value {
     std::lock_guard<std::mutex> lk(g_ops_mu);
     g_ops.clear();
-    if (!g_ops_handle)
-      g_ops_handle = at::addGlobalCallback(at::RecordFunctionCallback(OpStart, OpEnd).scopes({at::RecordScope::FUNCTION}));
+    if (!g_ops_handle) g_ops_handle = at::addGlobalCallback(at::RecordFunctionCallback(OpStart, OpEnd).scopes({at::RecordScope::FUNCTION}));
     return info.Env().Undefined();
   });
 }
@@ -374,7 +398,10 @@ static Napi::Value ProfileStop(const Napi::CallbackInfo& info) {
       g_prof_on = false;
       res = torch::autograd::profiler::disableProfiler();
     }
-    struct Agg { int64_t count = 0; uint64_t total = 0, max = 0; };
+    struct Agg {
+      int64_t count = 0;
+      uint64_t total = 0, max = 0;
+    };
     std::map<std::string, Agg> by_name;
     std::vector<std::pair<uint64_t, uint64_t>> spans;
     uint64_t sum = 0;

@@ -41,12 +41,23 @@ Napi::Error MakeJsError(Napi::Env env, const ErrInfo& e) {
   Napi::Error err = e.kind == ErrKind::Arg ? Napi::TypeError::New(env, e.message) : Napi::Error::New(env, e.message);
   const char* code = "ERR_PG_INTERNAL";
   switch (e.kind) {
-    case ErrKind::Arg: code = "ERR_PG_ARG"; break;
-    case ErrKind::Input: code = "ERR_PG_INPUT"; break;
-    case ErrKind::Disposed: code = "ERR_PG_DISPOSED"; break;
-    case ErrKind::Oom: code = "ERR_PG_OOM"; break;
-    case ErrKind::Abort: code = "ABORT_ERR"; break;
-    default: break;
+    case ErrKind::Arg:
+      code = "ERR_PG_ARG";
+      break;
+    case ErrKind::Input:
+      code = "ERR_PG_INPUT";
+      break;
+    case ErrKind::Disposed:
+      code = "ERR_PG_DISPOSED";
+      break;
+    case ErrKind::Oom:
+      code = "ERR_PG_OOM";
+      break;
+    case ErrKind::Abort:
+      code = "ABORT_ERR";
+      break;
+    default:
+      break;
   }
   err.Set("code", Napi::String::New(env, code));
   if (e.kind == ErrKind::Abort) err.Set("name", Napi::String::New(env, "AbortError"));
@@ -71,7 +82,9 @@ bool Has(const Napi::Object& o, const char* key) {
   return o.Has(key) && !o.Get(key).IsUndefined() && !o.Get(key).IsNull();
 }
 
-static std::string Name(const char* what, const char* key) { return std::string(what) + "." + key; }
+static std::string Name(const char* what, const char* key) {
+  return std::string(what) + "." + key;
+}
 
 double GetNumber(const Napi::Object& o, const char* key, std::optional<double> dflt, const char* what) {
   if (!Has(o, key)) {
@@ -93,8 +106,7 @@ int64_t GetInt(const Napi::Object& o, const char* key, std::optional<int64_t> df
   Napi::Value v = o.Get(key);
   if (!v.IsNumber()) throw ArgError(Name(what, key) + " must be an integer");
   double d = v.As<Napi::Number>().DoubleValue();
-  if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.007199254740991e15)
-    throw ArgError(Name(what, key) + " must be an integer");
+  if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.007199254740991e15) throw ArgError(Name(what, key) + " must be an integer");
   return static_cast<int64_t>(d);
 }
 
@@ -139,8 +151,7 @@ std::vector<int64_t> GetIntArray(const Napi::Object& o, const char* key, const c
   for (uint32_t i = 0; i < a.Length(); ++i) {
     Napi::Value e = a.Get(i);
     double d = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : NAN;
-    if (!std::isfinite(d) || d != std::floor(d))
-      throw ArgError(Name(what, key) + "[" + std::to_string(i) + "] must be an integer");
+    if (!std::isfinite(d) || d != std::floor(d)) throw ArgError(Name(what, key) + "[" + std::to_string(i) + "] must be an integer");
     out.push_back(static_cast<int64_t>(d));
   }
   return out;
@@ -165,12 +176,23 @@ torch::Tensor TensorFromJs(const Napi::Value& v, const std::string& what) {
   auto ta = dv.As<Napi::TypedArray>();
   torch::ScalarType st;
   switch (ta.TypedArrayType()) {
-    case napi_float32_array: st = torch::kFloat32; break;
-    case napi_float64_array: st = torch::kFloat64; break;
-    case napi_int32_array: st = torch::kInt32; break;
-    case napi_bigint64_array: st = torch::kInt64; break;
-    case napi_uint8_array: st = torch::kUInt8; break;
-    default: throw ArgError(what + ".data must be a Float32Array, Float64Array, Int32Array, BigInt64Array or Uint8Array");
+    case napi_float32_array:
+      st = torch::kFloat32;
+      break;
+    case napi_float64_array:
+      st = torch::kFloat64;
+      break;
+    case napi_int32_array:
+      st = torch::kInt32;
+      break;
+    case napi_bigint64_array:
+      st = torch::kInt64;
+      break;
+    case napi_uint8_array:
+      st = torch::kUInt8;
+      break;
+    default:
+      throw ArgError(what + ".data must be a Float32Array, Float64Array, Int32Array, BigInt64Array or Uint8Array");
   }
   if (static_cast<int64_t>(ta.ElementLength()) != numel)
     throw ArgError(what + ": data has " + std::to_string(ta.ElementLength()) + " elements but shape needs " + std::to_string(numel));
@@ -212,8 +234,7 @@ Napi::Object TensorToJs(Napi::Env env, const torch::Tensor& t0) {
     }
     case torch::kInt32:
     case torch::kInt64: {
-      if (t.scalar_type() == torch::kInt64 && n &&
-          (t.max().item<int64_t>() > INT32_MAX || t.min().item<int64_t>() < INT32_MIN))
+      if (t.scalar_type() == torch::kInt64 && n && (t.max().item<int64_t>() > INT32_MAX || t.min().item<int64_t>() < INT32_MIN))
         throw InputError("tensor values do not fit in int32");
       t = t.to(torch::kInt32);
       auto a = Napi::Int32Array::New(env, n);
@@ -249,8 +270,7 @@ torch::Device ParseDevice(const std::string& s) {
         throw ArgError("device must be 'cpu', 'cuda' or 'cuda:N', got '" + s + "'");
       }
     }
-    if (!torch::cuda::is_available())
-      throw InputError("device '" + s + "' requested but CUDA is not available (libtorch without CUDA, or no GPU/driver)");
+    if (!torch::cuda::is_available()) throw InputError("device '" + s + "' requested but CUDA is not available (libtorch without CUDA, or no GPU/driver)");
     if (idx >= static_cast<int>(torch::cuda::device_count()))
       throw InputError("device '" + s + "' does not exist (" + std::to_string(torch::cuda::device_count()) + " CUDA devices)");
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(idx));
@@ -298,6 +318,8 @@ void Worker::OnOK() {
   }
 }
 
-void Worker::OnError(const Napi::Error& e) { deferred_.Reject(e.Value()); }
+void Worker::OnError(const Napi::Error& e) {
+  deferred_.Reject(e.Value());
+}
 
 }  // namespace pg

@@ -83,8 +83,7 @@ class Worker : public Napi::AsyncWorker {
   Worker(Napi::Env env, Run run, Done done, bool grad = false, std::optional<torch::Device> device = std::nullopt);
   Napi::Promise Promise() { return deferred_.Promise(); }
   /// Queues the worker and returns its promise.
-  static Napi::Promise Start(Napi::Env env, Run run, Done done, bool grad = false,
-                             std::optional<torch::Device> device = std::nullopt);
+  static Napi::Promise Start(Napi::Env env, Run run, Done done, bool grad = false, std::optional<torch::Device> device = std::nullopt);
 
  protected:
   void Execute() override;

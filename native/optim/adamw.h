@@ -24,7 +24,7 @@ namespace optim {
 struct Schedule {
   std::string type = "constant";  // constant | linear | cosine
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;        // required (> 0) for linear / cosine
+  int64_t total_steps = 0;  // required (> 0) for linear / cosine
   double num_cycles = 0.5;
 };
 /// lr multiplier at step k (see above); throws pg::ArgError on a bad schedule.

@@ -19,8 +19,8 @@ double SftBackward(DecoderModel& m, const at::Tensor& ids, const at::Tensor& mas
   return loss::CausalLmCrossEntropyBackward(h, m.LmHeadWeight(), labels.to(m.device()));
 }
 
-double OpsdBackward(DecoderModel& m, const at::Tensor& sid, const at::Tensor& sm, const at::Tensor& tid, const at::Tensor& tm,
-                    const at::Tensor& si, const at::Tensor& ti, const AdapterSel& tsel, const loss::JsdOptions& jo) {
+double OpsdBackward(DecoderModel& m, const at::Tensor& sid, const at::Tensor& sm, const at::Tensor& tid, const at::Tensor& tm, const at::Tensor& si,
+                    const at::Tensor& ti, const AdapterSel& tsel, const loss::JsdOptions& jo) {
   if (!m.HasLora()) throw InputError("opsdBackward needs a LoRA adapter");
   auto dev = m.device();
   at::Tensor th;
@@ -37,8 +37,8 @@ double OpsdBackward(DecoderModel& m, const at::Tensor& sid, const at::Tensor& sm
   return l.item<double>();
 }
 
-GrpoStepResult GrpoBackward(DecoderModel& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, const at::Tensor& old,
-                            const at::Tensor& ref, const at::Tensor& adv, const loss::GrpoOptions& go) {
+GrpoStepResult GrpoBackward(DecoderModel& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, const at::Tensor& old, const at::Tensor& ref,
+                            const at::Tensor& adv, const loss::GrpoOptions& go) {
   if (!m.HasLora()) throw InputError("grpoBackward needs a LoRA adapter");
   GrpoStepResult res;
   auto dev = m.device();

@@ -46,8 +46,8 @@ bool SharedPrefixPath(const DecoderModel& m) {
 }
 }  // namespace
 
-at::Tensor SequenceLogprobs(DecoderModel& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, double temp,
-                            const AdapterSel& sel, int64_t chunk) {
+at::Tensor SequenceLogprobs(DecoderModel& m, const at::Tensor& ids, const at::Tensor& am, const at::Tensor& cm, double temp, const AdapterSel& sel,
+                            int64_t chunk) {
   at::NoGradGuard ng;
   auto dev = m.device();
   auto stream = ScoringStream(dev);
@@ -66,8 +66,7 @@ at::Tensor SequenceLogprobs(DecoderModel& m, const at::Tensor& ids, const at::Te
   return out.to(at::kCPU);
 }
 
-at::Tensor PrefixLogprobs(DecoderModel& m, const at::Tensor& pre, const at::Tensor& suf, const at::Tensor& len, const at::Tensor& cand,
-                          const AdapterSel& sel) {
+at::Tensor PrefixLogprobs(DecoderModel& m, const at::Tensor& pre, const at::Tensor& suf, const at::Tensor& len, const at::Tensor& cand, const AdapterSel& sel) {
   at::NoGradGuard ng;
   auto dev = m.device();
   auto stream = ScoringStream(dev);

@@ -19,8 +19,8 @@ namespace steps {
 /// (loss::SelectedLogprobs: fp32 logits, chunked), 0 at t = 0 and where completion_mask is 0.
 /// ids [B, L] int64 (L >= 2); attention_mask, completion_mask [B, L] (0/1, any dtype). No grad.
 /// Returns [B, L] float32 on the CPU.
-at::Tensor SequenceLogprobs(DecoderModel& m, const at::Tensor& ids, const at::Tensor& attention_mask,
-                            const at::Tensor& completion_mask, double temperature, const AdapterSel& sel, int64_t chunk);
+at::Tensor SequenceLogprobs(DecoderModel& m, const at::Tensor& ids, const at::Tensor& attention_mask, const at::Tensor& completion_mask, double temperature,
+                            const AdapterSel& sel, int64_t chunk);
 
 /// The local judge's prefix scoring: log p(candidate | prefix + suffix_i[:len_i]) at each row's last
 /// real position (log-softmax over the full vocabulary, fp32 logits with fp32 accumulation as
@@ -38,8 +38,8 @@ at::Tensor SequenceLogprobs(DecoderModel& m, const at::Tensor& ids, const at::Te
 /// 6.87 s per 64-plan reward call against 4.90 s on repeated shapes). Masked keys take no part in
 /// the softmax, and the positions count real tokens only, so results are those of the unpadded
 /// call up to the kernels' summation order.
-at::Tensor PrefixLogprobs(DecoderModel& m, const at::Tensor& prefix, const at::Tensor& suffix, const at::Tensor& suffix_lengths,
-                          const at::Tensor& candidates, const AdapterSel& sel);
+at::Tensor PrefixLogprobs(DecoderModel& m, const at::Tensor& prefix, const at::Tensor& suffix, const at::Tensor& suffix_lengths, const at::Tensor& candidates,
+                          const AdapterSel& sel);
 
 /// SFT step: forward with `sel` (grad), then loss::CausalLmCrossEntropyBackward (mean next-token
 /// cross-entropy over labels != -100; grads accumulate into the LoRA tensors). ids, mask, labels
@@ -53,8 +53,8 @@ double SftBackward(DecoderModel& m, const at::Tensor& ids, const at::Tensor& mas
 /// state that predicts each completion token), backward into the LoRA grads. ids [B, L] int64,
 /// masks [B, L]. InputError without a LoRA adapter or with it disabled. Returns the loss.
 double OpsdBackward(DecoderModel& m, const at::Tensor& student_ids, const at::Tensor& student_mask, const at::Tensor& teacher_ids,
-                    const at::Tensor& teacher_mask, const at::Tensor& student_rows, const at::Tensor& teacher_rows,
-                    const AdapterSel& teacher, const loss::JsdOptions& jo);
+                    const at::Tensor& teacher_mask, const at::Tensor& student_rows, const at::Tensor& teacher_rows, const AdapterSel& teacher,
+                    const loss::JsdOptions& jo);
 
 /// GRPO step: forward (grad, active adapter), loss::GrpoFused over the shifted sequence, backward.
 /// ids, attention_mask, completion_mask, old_logprobs, ref_logprobs (may be undefined) [B, L];
@@ -65,8 +65,7 @@ struct GrpoStepResult {
   at::Tensor logprobs;
 };
 GrpoStepResult GrpoBackward(DecoderModel& m, const at::Tensor& ids, const at::Tensor& attention_mask, const at::Tensor& completion_mask,
-                            const at::Tensor& old_logprobs, const at::Tensor& ref_logprobs, const at::Tensor& advantages,
-                            const loss::GrpoOptions& go);
+                            const at::Tensor& old_logprobs, const at::Tensor& ref_logprobs, const at::Tensor& advantages, const loss::GrpoOptions& go);
 
 }  // namespace steps
 }  // namespace pg

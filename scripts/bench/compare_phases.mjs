@@ -28,13 +28,17 @@ export const GRPO_PHASES = ['rollout', 'judge', 'reference', 'update', 'optimize
 export function readStepLines(runDir, stage = 'grpo') {
   const path = join(runDir, 'metrics.jsonl');
   if (!existsSync(path)) throw new Error(`${path}: no such file (a run dir of \`train\` holds one)`);
-  const lines = readFileSync(path, 'utf8').split('\n').filter((l) => l.trim()).flatMap((l) => {
-    try {
-      return [JSON.parse(l)];
-    } catch {
-      return []; // a cut last line of a run still writing
-    }
-  }).filter((o) => o.stage === stage && typeof o.stepSeconds === 'number');
+  const lines = readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim())
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l)];
+      } catch {
+        return []; // a cut last line of a run still writing
+      }
+    })
+    .filter((o) => o.stage === stage && typeof o.stepSeconds === 'number');
   if (!lines.length) throw new Error(`${path}: no ${stage} step lines`);
   return lines;
 }
@@ -47,19 +51,44 @@ export function readStepLines(runDir, stage = 'grpo') {
 export function comparePhases(bench, steps, runConfig) {
   const timed = steps.length >= 2 ? steps.slice(1) : steps;
   const med = (f) => median(timed.map(f).filter((x) => typeof x === 'number' && Number.isFinite(x)));
-  const row = (name, b, t) => ({ name, bench: b ?? null, trainer: Number.isFinite(t) ? t : null, diff: b != null && Number.isFinite(t) ? t - b : null, ratio: b > 0 && Number.isFinite(t) ? t / b : null });
+  const row = (name, b, t) => ({
+    name,
+    bench: b ?? null,
+    trainer: Number.isFinite(t) ? t : null,
+    diff: b != null && Number.isFinite(t) ? t - b : null,
+    ratio: b > 0 && Number.isFinite(t) ? t / b : null,
+  });
   const bp = bench.phaseSeconds ?? {};
   const noCkpt = (s) => s.stepSeconds - (s.phaseSeconds?.checkpoint ?? 0);
   const rows = [
-    ...GRPO_PHASES.map((p) => row(p, bp[p], med((s) => s.phaseSeconds?.[p]))),
+    ...GRPO_PHASES.map((p) =>
+      row(
+        p,
+        bp[p],
+        med((s) => s.phaseSeconds?.[p]),
+      ),
+    ),
     row('step (without checkpoint)', bench.stepSeconds, med(noCkpt)),
-    row('checkpoint', null, med((s) => s.phaseSeconds?.checkpoint)),
-    row('completion tokens / s', bench.stepSeconds > 0 ? bench.completionTokens / bench.stepSeconds : null, med((s) => s.completionTokens / noCkpt(s))),
+    row(
+      'checkpoint',
+      null,
+      med((s) => s.phaseSeconds?.checkpoint),
+    ),
+    row(
+      'completion tokens / s',
+      bench.stepSeconds > 0 ? bench.completionTokens / bench.stepSeconds : null,
+      med((s) => s.completionTokens / noCkpt(s)),
+    ),
   ];
   const warnings = [];
   const c = bench.config ?? {};
   if (runConfig) {
-    const pairs = [['questions', c.questions, runConfig.grpo?.questionsPerStep], ['group', c.group, runConfig.grpo?.groupSize], ['new tokens', c['new-tokens'], runConfig.sampling?.maxNewTokens], ['micro-batch', c['micro-batch'], runConfig.grpo?.microBatch]];
+    const pairs = [
+      ['questions', c.questions, runConfig.grpo?.questionsPerStep],
+      ['group', c.group, runConfig.grpo?.groupSize],
+      ['new tokens', c['new-tokens'], runConfig.sampling?.maxNewTokens],
+      ['micro-batch', c['micro-batch'], runConfig.grpo?.microBatch],
+    ];
     for (const [what, b, t] of pairs) if (b !== undefined && t !== undefined && Number(b) !== Number(t)) warnings.push(`${what}: benchmark ${b}, trainer ${t}`);
   }
   const missing = GRPO_PHASES.filter((p) => typeof bp[p] !== 'number');
@@ -70,8 +99,13 @@ export function comparePhases(bench, steps, runConfig) {
 /** Prints comparePhases' rows as a Markdown table (seconds, 2 decimals) and its warnings. */
 export function printComparison(cmp) {
   const f = (x) => (x === null ? '-' : x.toFixed(2));
-  printTable(['phase', 'benchmark s', 'trainer s (median)', 'trainer − benchmark', 'trainer / benchmark'], cmp.rows.map((r) => [r.name, f(r.bench), f(r.trainer), r.diff === null ? '-' : (r.diff >= 0 ? '+' : '') + r.diff.toFixed(2), fmtRatio(r.ratio)]));
-  console.log(`(trainer: median over global steps ${cmp.trainerSteps.join(', ')}; its judge is the wait after the last rollout chunk, the benchmark's the whole judge)`);
+  printTable(
+    ['phase', 'benchmark s', 'trainer s (median)', 'trainer − benchmark', 'trainer / benchmark'],
+    cmp.rows.map((r) => [r.name, f(r.bench), f(r.trainer), r.diff === null ? '-' : (r.diff >= 0 ? '+' : '') + r.diff.toFixed(2), fmtRatio(r.ratio)]),
+  );
+  console.log(
+    `(trainer: median over global steps ${cmp.trainerSteps.join(', ')}; its judge is the wait after the last rollout chunk, the benchmark's the whole judge)`,
+  );
   for (const w of cmp.warnings) console.log(`warning: shapes differ — ${w}`);
 }
 

@@ -25,14 +25,23 @@ import { randomModel, root } from './checkpoints.mjs';
 
 const { values: a } = parseArgs({
   options: {
-    device: { type: 'string', default: 'cpu' }, shape: { type: 'string', default: 'qwen3-8b' }, layers: { type: 'string' }, model: { type: 'string' },
-    dtype: { type: 'string' }, r: { type: 'string', default: '64' }, repeat: { type: 'string', default: '5' }, 'no-js': { type: 'boolean', default: false }, json: { type: 'string' },
+    device: { type: 'string', default: 'cpu' },
+    shape: { type: 'string', default: 'qwen3-8b' },
+    layers: { type: 'string' },
+    model: { type: 'string' },
+    dtype: { type: 'string' },
+    r: { type: 'string', default: '64' },
+    repeat: { type: 'string', default: '5' },
+    'no-js': { type: 'boolean', default: false },
+    json: { type: 'string' },
   },
 });
 const cuda = a.device.startsWith('cuda');
 const dtype = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16: 'bfloat16' }[a.dtype ?? (cuda ? 'bf16' : 'fp32')];
 const modelDir = a.model ? resolve(a.model) : randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
-const R = Number(a.r), REPEAT = Number(a.repeat), DECAY = 0.99;
+const R = Number(a.r),
+  REPEAT = Number(a.repeat),
+  DECAY = 0.99;
 
 const imp = (p) => import(join(root, 'dist', 'lib', p));
 const { native } = await imp('native.js');
@@ -45,9 +54,20 @@ const names = model.loraParameterNames();
 const cfg = model.config;
 const loraElems = (() => {
   // A [r, in] + B [out, r] per module, from the config (no copy to JS needed to count them).
-  const H = cfg.hidden_size, I = cfg.intermediate_size, hd = cfg.head_dim ?? H / cfg.num_attention_heads;
-  const q = cfg.num_attention_heads * hd, kv = cfg.num_key_value_heads * hd;
-  const dims = [[H, q], [H, kv], [H, kv], [q, H], [H, I], [H, I], [I, H]];
+  const H = cfg.hidden_size,
+    I = cfg.intermediate_size,
+    hd = cfg.head_dim ?? H / cfg.num_attention_heads;
+  const q = cfg.num_attention_heads * hd,
+    kv = cfg.num_key_value_heads * hd;
+  const dims = [
+    [H, q],
+    [H, kv],
+    [H, kv],
+    [q, H],
+    [H, I],
+    [H, I],
+    [I, H],
+  ];
   return cfg.num_hidden_layers * dims.reduce((s, [i, o]) => s + R * i + o * R, 0);
 })();
 const loraBytes = loraElems * 4;
@@ -67,7 +87,8 @@ async function timeIt(fn) {
 }
 /** Runs fn once while a 1 ms interval timer ticks; returns [ms, longest gap between ticks in ms]. */
 async function stall(fn) {
-  let last = performance.now(), gap = 0;
+  let last = performance.now(),
+    gap = 0;
   const t = setInterval(() => {
     const now = performance.now();
     gap = Math.max(gap, now - last);
@@ -86,7 +107,9 @@ try {
   // Native: in place on the device, nothing crosses to JS.
   result.native_ema_ms = await timeIt(() => model.raw.emaUpdate('ema', DECAY));
   result.native_ema_js_bytes = 0;
-  [result.native_snapshot_write_ms, result.native_snapshot_write_max_loop_gap_ms] = await stall(() => model.raw.saveSnapshot('ema', join(tmp, 'native.safetensors')));
+  [result.native_snapshot_write_ms, result.native_snapshot_write_max_loop_gap_ms] = await stall(() =>
+    model.raw.saveSnapshot('ema', join(tmp, 'native.safetensors')),
+  );
   if (!a['no-js']) {
     // The previous implementation (lib/train/native-backend.ts before the state stayed native).
     let prev = model.loraWeights();
@@ -107,7 +130,9 @@ try {
       prev = next;
     });
     result.js_ema_js_bytes = 3 * loraBytes; // loraWeights() out; setLoraWeights(next) and (active) in
-    [result.js_snapshot_write_ms, result.js_snapshot_write_max_loop_gap_ms] = await stall(async () => native().saveSafetensors(join(tmp, 'js.safetensors'), prev, { snapshot: 'ema', format: 'pt' }));
+    [result.js_snapshot_write_ms, result.js_snapshot_write_max_loop_gap_ms] = await stall(async () =>
+      native().saveSafetensors(join(tmp, 'js.safetensors'), prev, { snapshot: 'ema', format: 'pt' }),
+    );
   }
 } finally {
   rmSync(tmp, { recursive: true, force: true });

@@ -60,7 +60,8 @@ const { cuda, index: devIdx } = deviceOf(a.device);
 const dtypeName = dtypeOf(a.dtype, cuda);
 const batches = a.batches.split(',').map((b) => intFlag({ batches: b }, 'batches'));
 const attentions = a.attention.split(',');
-for (const att of attentions) if (att !== 'live-kv' && att !== 'masked') usageError(`--attention must be live-kv, masked or both (comma-separated), got ${att}`);
+for (const att of attentions)
+  if (att !== 'live-kv' && att !== 'masked') usageError(`--attention must be live-kv, masked or both (comma-separated), got ${att}`);
 const modes = a['adapter-mode'].split(',');
 for (const m of modes) if (m !== 'branch' && m !== 'merged') usageError(`--adapter-mode must be branch, merged or both (comma-separated), got ${m}`);
 for (const f of ['lora', 'top-k']) intFlag(a, f, 0);
@@ -89,7 +90,14 @@ const prompts = Object.fromEntries(batches.map((b) => [String(b), tokenIds(b, pr
 
 const model = await loadModel(modelDir, { device: a.device, dtype: dtypeName });
 const loraRank = Number(a.lora);
-if (loraRank > 0) model.addLora({ r: loraRank, alpha: 2 * loraRank, dropout: 0, targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], seed: 0 });
+if (loraRank > 0)
+  model.addLora({
+    r: loraRank,
+    alpha: 2 * loraRank,
+    dropout: 0,
+    targetModules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+    seed: 0,
+  });
 if (a['lora-bf16']) model.setLoraFloat32Branch(false);
 // The same generate call once more under the kernel profiler: GPU µs per decode step by kernel
 // and by kind, against the call's wall ms per step (the difference is time the GPU idled).
@@ -103,28 +111,74 @@ async function profileCall(b, opts) {
   const p = native().profileStop({ top: 400, ...(tracePath ? { tracePath } : {}) });
   const steps = r.steps || 1;
   const kinds = Object.fromEntries(Object.entries(kernelUsByKind(p.kernels)).map(([k, us]) => [k, us / steps]));
-  const top = p.kernels.slice(0, 12).map((k) => ({ name: k.name.slice(0, 90), us_per_step: k.totalUs / steps, calls_per_step: k.count / steps, mean_us: k.meanUs }));
-  const out = { steps, wall_ms_per_step: wallMs / steps, decode_ms_per_step: r.decodeMs / steps, gpu_busy_us_per_step: p.gpuBusyUs / steps, gpu_us_per_step: p.gpuUs / steps, kinds_us_per_step: kinds, top, events: p.events, trace: tracePath ?? null };
-  process.stderr.write(`profile batch ${b}: ${out.decode_ms_per_step.toFixed(2)} ms/step decode wall, GPU busy ${(out.gpu_busy_us_per_step / 1000).toFixed(2)} ms/step; ` +
-    Object.entries(kinds).sort((x, y) => y[1] - x[1]).map(([k, v]) => `${k} ${v.toFixed(0)} µs`).join(', ') + '\n');
-  for (const k of top.slice(0, 8)) process.stderr.write(`  ${k.us_per_step.toFixed(1).padStart(8)} µs/step  ${k.calls_per_step.toFixed(1).padStart(6)} calls  ${k.name}\n`);
+  const top = p.kernels
+    .slice(0, 12)
+    .map((k) => ({ name: k.name.slice(0, 90), us_per_step: k.totalUs / steps, calls_per_step: k.count / steps, mean_us: k.meanUs }));
+  const out = {
+    steps,
+    wall_ms_per_step: wallMs / steps,
+    decode_ms_per_step: r.decodeMs / steps,
+    gpu_busy_us_per_step: p.gpuBusyUs / steps,
+    gpu_us_per_step: p.gpuUs / steps,
+    kinds_us_per_step: kinds,
+    top,
+    events: p.events,
+    trace: tracePath ?? null,
+  };
+  process.stderr.write(
+    `profile batch ${b}: ${out.decode_ms_per_step.toFixed(2)} ms/step decode wall, GPU busy ${(out.gpu_busy_us_per_step / 1000).toFixed(2)} ms/step; ` +
+      Object.entries(kinds)
+        .sort((x, y) => y[1] - x[1])
+        .map(([k, v]) => `${k} ${v.toFixed(0)} µs`)
+        .join(', ') +
+      '\n',
+  );
+  for (const k of top.slice(0, 8))
+    process.stderr.write(`  ${k.us_per_step.toFixed(1).padStart(8)} µs/step  ${k.calls_per_step.toFixed(1).padStart(6)} calls  ${k.name}\n`);
   return out;
 }
 
 const ours = [];
 const runs = batches.flatMap((b) => attentions.flatMap((att) => (loraRank > 0 ? modes : ['branch']).map((mode) => [b, att, mode])));
 for (const [b, att, mode] of runs) {
-  const opts = { prompts: prompts[String(b)], temperature: 1, topK: Number(a['top-k']), topP: 1, stopIds: [], seed: 1, cudaGraphs: !a['no-graphs'], liveKv: att !== 'masked', mergeAdapter: mode === 'merged', ...(loraRank > 0 ? { adapter: 'active' } : {}) };
+  const opts = {
+    prompts: prompts[String(b)],
+    temperature: 1,
+    topK: Number(a['top-k']),
+    topP: 1,
+    stopIds: [],
+    seed: 1,
+    cudaGraphs: !a['no-graphs'],
+    liveKv: att !== 'masked',
+    mergeAdapter: mode === 'merged',
+    ...(loraRank > 0 ? { adapter: 'active' } : {}),
+  };
   await generate(model, { ...opts, maxNewTokens: 4 }); // warm-up at this batch size
   if (cuda) native().cudaResetPeak(devIdx);
   const t0 = performance.now();
   const r = await generate(model, { ...opts, maxNewTokens: newTokens });
   const secs = (performance.now() - t0) / 1000;
-  const peak = cuda ? native().cudaMemory(devIdx)?.peakAllocatedBytes ?? null : null;
+  const peak = cuda ? (native().cudaMemory(devIdx)?.peakAllocatedBytes ?? null) : null;
   const adapter = loraRank ? (r.adapterMerged ? 'merged' : 'branch') : '-';
-  ours.push({ batch: b, attention: r.decodeAttention ?? 'masked', lora: loraRank, adapter, seconds: secs, new_tokens: r.newTokens, tokens_per_s: r.newTokens / secs, prefill_ms: r.prefillMs, decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000), peak_bytes: peak, decode_path: r.decodePath ?? 'dynamic', batch_rows: r.batchRows ?? b, ms_per_step: r.steps ? r.decodeMs / r.steps : null });
+  ours.push({
+    batch: b,
+    attention: r.decodeAttention ?? 'masked',
+    lora: loraRank,
+    adapter,
+    seconds: secs,
+    new_tokens: r.newTokens,
+    tokens_per_s: r.newTokens / secs,
+    prefill_ms: r.prefillMs,
+    decode_tokens_per_s: (r.newTokens - b) / (r.decodeMs / 1000),
+    peak_bytes: peak,
+    decode_path: r.decodePath ?? 'dynamic',
+    batch_rows: r.batchRows ?? b,
+    ms_per_step: r.steps ? r.decodeMs / r.steps : null,
+  });
   if (a.profile && cuda) ours.at(-1).profile = await profileCall(b, { ...opts, maxNewTokens: newTokens });
-  process.stderr.write(`ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank} ${adapter}` : ''})\n`);
+  process.stderr.write(
+    `ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank} ${adapter}` : ''})\n`,
+  );
 }
 model.dispose();
 if (cuda) native().cudaEmptyCache();
@@ -144,11 +198,28 @@ if (!a['no-ref']) {
   }
 }
 
-const head = `generate benchmark: ${a.shape === 'tiny' && !a.model ? 'tiny-tied' : a.model ?? a.shape} (${dtypeName}) on ${a.device}${cuda ? ` (${info.cudaDevices?.[0]?.name ?? 'GPU'})` : ` (${info.numThreads} threads)`}, prompt ${promptLen}, ${newTokens} new tokens, T=1`;
+const head = `generate benchmark: ${a.shape === 'tiny' && !a.model ? 'tiny-tied' : (a.model ?? a.shape)} (${dtypeName}) on ${a.device}${cuda ? ` (${info.cudaDevices?.[0]?.name ?? 'GPU'})` : ` (${info.numThreads} threads)`}, prompt ${promptLen}, ${newTokens} new tokens, T=1`;
 console.log(head);
-console.log(['batch', 'attention', 'adapter', 'ours tok/s', 'ours decode tok/s', 'ours prefill ms', 'ours peak GiB', 'transformers tok/s', 'hf peak GiB', 'ratio'].join(' | '));
+console.log(
+  ['batch', 'attention', 'adapter', 'ours tok/s', 'ours decode tok/s', 'ours prefill ms', 'ours peak GiB', 'transformers tok/s', 'hf peak GiB', 'ratio'].join(
+    ' | ',
+  ),
+);
 for (const o of ours) {
   const h = ref?.results.find((r) => r.batch === o.batch);
-  console.log([o.batch, o.attention, o.adapter, fmt(o.tokens_per_s), fmt(o.decode_tokens_per_s), fmt(o.prefill_ms, 0), gib(o.peak_bytes || null, 1), fmt(h?.tokens_per_s), gib(h?.peak_bytes || null, 1), fmtRatio(ratio(o.tokens_per_s, h?.tokens_per_s))].join(' | '));
+  console.log(
+    [
+      o.batch,
+      o.attention,
+      o.adapter,
+      fmt(o.tokens_per_s),
+      fmt(o.decode_tokens_per_s),
+      fmt(o.prefill_ms, 0),
+      gib(o.peak_bytes || null, 1),
+      fmt(h?.tokens_per_s),
+      gib(h?.peak_bytes || null, 1),
+      fmtRatio(ratio(o.tokens_per_s, h?.tokens_per_s)),
+    ].join(' | '),
+  );
 }
 writeJson(a.json, { config: { ...a, modelDir, dtype: dtypeName }, libtorch: info.libtorchVersion, ours, transformers: ref });

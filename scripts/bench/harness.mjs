@@ -33,14 +33,31 @@ export function benchArgs(options, { device = 'cpu' } = {}) {
   let values;
   try {
     ({ values } = parseArgs({
-      options: { device: { type: 'string', default: device }, dtype: { type: 'string' }, json: { type: 'string' }, child: { type: 'string' }, help: { type: 'boolean', default: false }, ...options },
+      options: {
+        device: { type: 'string', default: device },
+        dtype: { type: 'string' },
+        json: { type: 'string' },
+        child: { type: 'string' },
+        help: { type: 'boolean', default: false },
+        ...options,
+      },
     }));
   } catch (e) {
     usageError(e.message.split('\n')[0]);
   }
   if (values.help) {
     const head = /\/\*\*([\s\S]*?)\*\//.exec(readFileSync(script, 'utf8'));
-    process.stdout.write(`${head ? head[1].split('\n').map((l) => l.replace(/^\s*\* ?/, '')).join('\n').trim() : `node ${script}`}\n`);
+    process.stdout.write(
+      `${
+        head
+          ? head[1]
+              .split('\n')
+              .map((l) => l.replace(/^\s*\* ?/, ''))
+              .join('\n')
+              .trim()
+          : `node ${script}`
+      }\n`,
+    );
     process.exit(0);
   }
   return values;
@@ -79,7 +96,9 @@ const DTYPES = { fp32: 'float32', float32: 'float32', bf16: 'bfloat16', bfloat16
 export function dtypeOf(flag, cuda, allowed = ['float32', 'bfloat16', 'float16']) {
   const name = DTYPES[flag ?? (cuda ? 'bf16' : 'fp32')];
   if (!name || !allowed.includes(name)) {
-    const short = Object.entries(DTYPES).filter(([k, v]) => allowed.includes(v) && k.length <= 4).map(([k]) => k);
+    const short = Object.entries(DTYPES)
+      .filter(([k, v]) => allowed.includes(v) && k.length <= 4)
+      .map(([k]) => k);
     throw new Error(`--dtype must be ${short.join('|')}, got ${flag}`);
   }
   return name;
@@ -92,7 +111,10 @@ export function lib(path) {
 
 /** The last line of `stdout` that starts with `{`, parsed; null when there is none. */
 export function lastJson(stdout) {
-  const lines = (stdout ?? '').trim().split('\n').filter((l) => l.startsWith('{'));
+  const lines = (stdout ?? '')
+    .trim()
+    .split('\n')
+    .filter((l) => l.startsWith('{'));
   return lines.length ? JSON.parse(lines[lines.length - 1]) : null;
 }
 
@@ -112,7 +134,11 @@ function outcome(p, what) {
  */
 export function runChild(scriptUrl, spec, { timeoutMs, inheritStderr = false } = {}) {
   const p = spawnSync(process.execPath, [fileURLToPath(scriptUrl), '--child', JSON.stringify(spec)], {
-    encoding: 'utf8', env: process.env, timeout: timeoutMs, maxBuffer: 16 << 20, stdio: ['ignore', 'pipe', inheritStderr ? 'inherit' : 'pipe'],
+    encoding: 'utf8',
+    env: process.env,
+    timeout: timeoutMs,
+    maxBuffer: 16 << 20,
+    stdio: ['ignore', 'pipe', inheritStderr ? 'inherit' : 'pipe'],
   });
   return outcome(p, 'child');
 }
@@ -122,7 +148,12 @@ export function runChild(scriptUrl, spec, { timeoutMs, inheritStderr = false } =
  * last JSON line, or `{ error }` when it fails. Its stderr (progress) is shown.
  */
 export function runPython(script, args, { timeoutMs } = {}) {
-  const p = spawnSync(python, [join(root, 'scripts', 'bench', script), ...args], { encoding: 'utf8', timeout: timeoutMs, maxBuffer: 64 << 20, stdio: ['ignore', 'pipe', 'inherit'] });
+  const p = spawnSync(python, [join(root, 'scripts', 'bench', script), ...args], {
+    encoding: 'utf8',
+    timeout: timeoutMs,
+    maxBuffer: 64 << 20,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   return outcome(p, script);
 }
 

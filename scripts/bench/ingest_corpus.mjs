@@ -33,8 +33,13 @@ const { loadPaper } = await import(dist);
 
 const expectedPath = join(corpus, 'EXPECTED.jsonl');
 const files = existsSync(expectedPath)
-  ? readFileSync(expectedPath, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l).file)
-  : readdirSync(corpus).filter((f) => /\.(tar\.gz|tgz|tar|gz)$/.test(f)).sort();
+  ? readFileSync(expectedPath, 'utf8')
+      .split('\n')
+      .filter((l) => l.trim())
+      .map((l) => JSON.parse(l).file)
+  : readdirSync(corpus)
+      .filter((f) => /\.(tar\.gz|tgz|tar|gz)$/.test(f))
+      .sort();
 
 console.log(`ingest_corpus: ${files.length} papers from ${corpus}, ${iters} iteration(s) each, ${cpus().length} CPU(s), node ${process.version}`);
 const rows = [];
@@ -55,5 +60,7 @@ for (const f of files) {
 }
 const secs = rows.map((r) => r.seconds);
 const worst = rows.reduce((a, r) => (r.seconds > a.seconds ? r : a), rows[0]);
-console.log(`seconds per paper: median ${median(secs).toFixed(2)}, worst ${worst.seconds.toFixed(2)} (${worst.paper}), total ${secs.reduce((a, b) => a + b, 0).toFixed(1)}`);
+console.log(
+  `seconds per paper: median ${median(secs).toFixed(2)}, worst ${worst.seconds.toFixed(2)} (${worst.paper}), total ${secs.reduce((a, b) => a + b, 0).toFixed(1)}`,
+);
 writeJson(args.json, { corpus, iters, cpus: cpus().length, node: process.version, rows, median: median(secs), worst: worst.seconds });

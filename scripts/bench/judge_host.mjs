@@ -40,16 +40,28 @@ import { randomModel, tinyModel } from './checkpoints.mjs';
 import { benchArgs, deviceOf, dtypeOf, lib, median, printTable, root, writeJson } from './harness.mjs';
 
 const a = benchArgs({
-  shape: { type: 'string' }, layers: { type: 'string' }, model: { type: 'string' },
-  plans: { type: 'string', default: '64' }, questions: { type: 'string', default: '8' }, 'plan-tokens': { type: 'string', default: '1024' },
-  repeat: { type: 'string', default: '3' }, 'random-plans': { type: 'boolean', default: false }, 'fresh-plans': { type: 'boolean', default: false }, 'max-tokens-per-call': { type: 'string' },
-  'no-prefix-sharing': { type: 'boolean', default: false }, 'no-token-split': { type: 'boolean', default: false }, 'no-render-once': { type: 'boolean', default: false },
+  shape: { type: 'string' },
+  layers: { type: 'string' },
+  model: { type: 'string' },
+  plans: { type: 'string', default: '64' },
+  questions: { type: 'string', default: '8' },
+  'plan-tokens': { type: 'string', default: '1024' },
+  repeat: { type: 'string', default: '3' },
+  'random-plans': { type: 'boolean', default: false },
+  'fresh-plans': { type: 'boolean', default: false },
+  'max-tokens-per-call': { type: 'string' },
+  'no-prefix-sharing': { type: 'boolean', default: false },
+  'no-token-split': { type: 'boolean', default: false },
+  'no-render-once': { type: 'boolean', default: false },
   'plan-concurrency': { type: 'string' },
 });
 const { cuda } = deviceOf(a.device);
 const shape = a.shape ?? (cuda ? 'qwen3-1.7b' : 'tiny');
 const dtype = shape === 'tiny' && !a.dtype ? 'float32' : dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
-const nPlans = Number(a.plans), nQ = Number(a.questions), planTokens = Number(a['plan-tokens']), repeat = Math.max(1, Number(a.repeat));
+const nPlans = Number(a.plans),
+  nQ = Number(a.questions),
+  planTokens = Number(a['plan-tokens']),
+  repeat = Math.max(1, Number(a.repeat));
 const modelDir = a.model ? resolve(a.model) : shape === 'tiny' ? tinyModel() : randomModel({ shape, dtype, layers: a.layers, cuda });
 
 const { native } = await lib('native.js');
@@ -85,7 +97,9 @@ const judge = await LocalJudge.create({
   template: ChatTemplate.fromTokenizer(tokenizer),
   variants: 'pair',
   scorer: sequenceLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall, fn: timed((m, x) => native().sequenceLogprobs(m, x)) }),
-  prefixScorer: a['no-prefix-sharing'] ? undefined : prefixLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall: prefixTokens, fn: timed((m, x) => native().prefixLogprobs(m, x)) }),
+  prefixScorer: a['no-prefix-sharing']
+    ? undefined
+    : prefixLogprobsScorer(model, { padId, adapter: 'none', maxTokensPerCall: prefixTokens, fn: timed((m, x) => native().prefixLogprobs(m, x)) }),
   planConcurrency,
   tokenSplit: !a['no-token-split'],
   renderOnce: !a['no-render-once'],
@@ -96,7 +110,10 @@ const judge = await LocalJudge.create({
 // Questions, rubric items and general items of the embedded dataset; plans from real text.
 const items = readDataset(sampleDatasetPath()).items;
 const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
-const docs = readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => readFileSync(join(root, 'docs', f), 'utf8'));
+const docs = readdirSync(join(root, 'docs'))
+  .filter((f) => f.endsWith('.md'))
+  .sort()
+  .map((f) => readFileSync(join(root, 'docs', f), 'utf8'));
 const corpus = [readFileSync(join(root, 'README.md'), 'utf8'), ...docs, ...items.map((it) => it.reference_answer)].join('\n\n');
 const corpusIds = await tokenizer.encode(corpus);
 const stride = Math.max(1, Math.floor((corpusIds.length - planTokens) / nPlans));
@@ -107,14 +124,17 @@ const rnd = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648
 const perQ = Math.ceil(nPlans / nQ);
 // Set k of plans (--fresh-plans: a new set per call, the corpus windows shifted by 37·k tokens and
 // 5·k tokens shorter, so that lengths and content differ from every earlier call).
-const planSet = async (k) => Promise.all(
-  Array.from({ length: nPlans }, async (_, i) => {
-    const n = planTokens - 5 * k;
-    const ids = a['random-plans'] ? Array.from({ length: n }, () => Math.floor(rnd() * 151643)) : corpusIds.slice(i * stride + 37 * k, i * stride + 37 * k + n);
-    const body = await tokenizer.decode(ids);
-    return `<think>\nPlan ${i}: draft the design, then check it against the question.\n</think>\n\n${body}`;
-  }),
-).then((plans) => plans.map((plan, i) => ({ item: items[Math.floor(i / perQ) % items.length], plan })));
+const planSet = async (k) =>
+  Promise.all(
+    Array.from({ length: nPlans }, async (_, i) => {
+      const n = planTokens - 5 * k;
+      const ids = a['random-plans']
+        ? Array.from({ length: n }, () => Math.floor(rnd() * 151643))
+        : corpusIds.slice(i * stride + 37 * k, i * stride + 37 * k + n);
+      const body = await tokenizer.decode(ids);
+      return `<think>\nPlan ${i}: draft the design, then check it against the question.\n</think>\n\n${body}`;
+    }),
+  ).then((plans) => plans.map((plan, i) => ({ item: items[Math.floor(i / perQ) % items.length], plan })));
 const requestSets = a['fresh-plans'] ? await Promise.all(Array.from({ length: repeat + 1 }, (_, k) => planSet(k))) : [await planSet(0)];
 const requests = requestSets[0];
 const reward = makeRewardFn(judge, general, { alpha: 0.7 });
@@ -141,20 +161,30 @@ parts.reward_fn_rest = wall - inJudge;
 const prompts = (b1.s.requests - b0.s.requests) / repeat;
 const promptTokens = (b1.s.promptTokens - b0.s.promptTokens) / repeat;
 const nItems = requests.reduce((s, r) => s + r.item.rubric.length + general.length, 0);
-const split = (b1.t.promptsSplit - b0.t.promptsSplit) / repeat, whole = (b1.t.promptsWhole - b0.t.promptsWhole) / repeat;
+const split = (b1.t.promptsSplit - b0.t.promptsSplit) / repeat,
+  whole = (b1.t.promptsWhole - b0.t.promptsWhole) / repeat;
 
-console.log(`local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}, render once ${a['no-render-once'] ? 'off' : 'on'}, ${planConcurrency} plan(s) at once${a['fresh-plans'] ? ', new plans every call' : ''}; mean of ${repeat} calls`);
-printTable(['part', 'seconds per judge call', 'share'], [
-  ...Object.entries(parts).map(([k, v]) => [k, v.toFixed(3), `${((100 * v) / wall).toFixed(1)}%`]),
-  ['total (reward call)', wall.toFixed(3), '100%'],
-  ['host (total − native)', (wall - nativeS).toFixed(3), `${((100 * (wall - nativeS)) / wall).toFixed(1)}%`],
-]);
+console.log(
+  `local judge host time: ${a.model ?? shape}${a.layers ? ` (${a.layers} layers)` : ''} ${dtype} on ${a.device}; ${nPlans} plans × ~${planTokens} tokens, ${nItems} (plan, item) pairs, ${prompts} prompts scored (${promptTokens} prompt tokens through the model); ${(b1.n.calls - b0.n.calls) / repeat} native calls per judge call; prefix sharing ${a['no-prefix-sharing'] ? 'off' : 'on'}, token split ${a['no-token-split'] ? 'off' : `on (${split} prompts split, ${whole} whole)`}, render once ${a['no-render-once'] ? 'off' : 'on'}, ${planConcurrency} plan(s) at once${a['fresh-plans'] ? ', new plans every call' : ''}; mean of ${repeat} calls`,
+);
+printTable(
+  ['part', 'seconds per judge call', 'share'],
+  [
+    ...Object.entries(parts).map(([k, v]) => [k, v.toFixed(3), `${((100 * v) / wall).toFixed(1)}%`]),
+    ['total (reward call)', wall.toFixed(3), '100%'],
+    ['host (total − native)', (wall - nativeS).toFixed(3), `${((100 * (wall - nativeS)) / wall).toFixed(1)}%`],
+  ],
+);
 console.log(`mean reward ${(rewards.reduce((s, r) => s + r.reward, 0) / rewards.length).toFixed(4)}`);
 
 // One plan's native work alone (median of 5): the judge's call (shared prefix + every item suffix),
 // the same prefix with one suffix, and a plain prefill of the prefix (sequenceLogprobs, 1 row).
 const { stripThink } = await lib('llm/think.js');
-const req0 = { question: requests[0].item.question, plan: stripThink(requests[0].plan), items: [...requests[0].item.rubric.map((r) => ({ id: r.id, text: r.text })), ...general] };
+const req0 = {
+  question: requests[0].item.question,
+  plan: stripThink(requests[0].plan),
+  items: [...requests[0].item.rubric.map((r) => ({ id: r.id, text: r.text })), ...general],
+};
 const ids0 = (await judge.promptsFor([req0]))[0].map((x) => x.ids);
 const P = commonPrefixLength(ids0);
 const prefix = Int32Array.from(ids0[0].slice(0, P));
@@ -163,7 +193,14 @@ const prefixCall = (sufs) => {
   const S = Math.max(...sufs.map((x) => x.length));
   const data = new Int32Array(sufs.length * S).fill(padId);
   sufs.forEach((x, i) => data.set(x, i * S));
-  return () => native().prefixLogprobs(model, { prefixIds: { data: prefix, shape: [1, P] }, suffixIds: { data, shape: [sufs.length, S] }, suffixLengths: { data: Int32Array.from(sufs, (x) => x.length), shape: [sufs.length] }, candidates: cand, adapter: 'none' });
+  return () =>
+    native().prefixLogprobs(model, {
+      prefixIds: { data: prefix, shape: [1, P] },
+      suffixIds: { data, shape: [sufs.length, S] },
+      suffixLengths: { data: Int32Array.from(sufs, (x) => x.length), shape: [sufs.length] },
+      candidates: cand,
+      adapter: 'none',
+    });
 };
 const sufs = ids0.map((x) => x.slice(P));
 const cm = new Int32Array(P);
@@ -171,7 +208,14 @@ cm[P - 1] = 1;
 const detail = {
   [`prefixLogprobs: prefix ${P} + ${sufs.length} suffixes (≤ ${Math.max(...sufs.map((x) => x.length))} tokens)`]: prefixCall(sufs),
   [`prefixLogprobs: prefix ${P} + 1 suffix`]: prefixCall(sufs.slice(0, 1)),
-  [`sequenceLogprobs: one row of ${P} tokens (plain prefill)`]: () => native().sequenceLogprobs(model, { inputIds: { data: prefix, shape: [1, P] }, attentionMask: { data: new Int32Array(P).fill(1), shape: [1, P] }, completionMask: { data: cm, shape: [1, P] }, temperature: 1, adapter: 'none' }),
+  [`sequenceLogprobs: one row of ${P} tokens (plain prefill)`]: () =>
+    native().sequenceLogprobs(model, {
+      inputIds: { data: prefix, shape: [1, P] },
+      attentionMask: { data: new Int32Array(P).fill(1), shape: [1, P] },
+      completionMask: { data: cm, shape: [1, P] },
+      temperature: 1,
+      adapter: 'none',
+    }),
 };
 const detailRows = [];
 for (const [name, f] of Object.entries(detail)) {
@@ -184,7 +228,23 @@ for (const [name, f] of Object.entries(detail)) {
   }
   detailRows.push({ call: name, ms: median(ts) });
 }
-console.log('\none plan\'s native work alone (median of 5):');
-printTable(['native call', 'ms'], detailRows.map((r) => [r.call, r.ms.toFixed(1)]));
-writeJson(a.json, { config: { ...a, shape, dtype, modelDir }, plans: nPlans, pairs: nItems, prompts, prompt_tokens: promptTokens, prompts_split: split, prompts_whole: whole, repeat, walls, seconds: { ...parts, total: wall, host: wall - nativeS }, mean_reward: rewards.reduce((s, r) => s + r.reward, 0) / rewards.length, native_detail: detailRows });
+console.log("\none plan's native work alone (median of 5):");
+printTable(
+  ['native call', 'ms'],
+  detailRows.map((r) => [r.call, r.ms.toFixed(1)]),
+);
+writeJson(a.json, {
+  config: { ...a, shape, dtype, modelDir },
+  plans: nPlans,
+  pairs: nItems,
+  prompts,
+  prompt_tokens: promptTokens,
+  prompts_split: split,
+  prompts_whole: whole,
+  repeat,
+  walls,
+  seconds: { ...parts, total: wall, host: wall - nativeS },
+  mean_reward: rewards.reduce((s, r) => s + r.reward, 0) / rewards.length,
+  native_detail: detailRows,
+});
 model.dispose();

@@ -36,14 +36,31 @@ import { randomModel } from './checkpoints.mjs';
 import { benchArgs, deviceOf, dtypeOf, lib, printTable, writeJson } from './harness.mjs';
 
 const a = benchArgs({
-  model: { type: 'string' }, shape: { type: 'string' }, questions: { type: 'string', default: '8' }, group: { type: 'string', default: '8' },
-  'min-tokens': { type: 'string', default: '32' }, 'max-tokens': { type: 'string', default: '256' },
-  'latency-ms': { type: 'string', default: '40' }, concurrency: { type: 'string', default: '64' }, judge: { type: 'string', default: 'http' },
+  model: { type: 'string' },
+  shape: { type: 'string' },
+  questions: { type: 'string', default: '8' },
+  group: { type: 'string', default: '8' },
+  'min-tokens': { type: 'string', default: '32' },
+  'max-tokens': { type: 'string', default: '256' },
+  'latency-ms': { type: 'string', default: '40' },
+  concurrency: { type: 'string', default: '64' },
+  judge: { type: 'string', default: 'http' },
   profile: { type: 'boolean', default: false },
 });
 if (a.judge !== 'http' && a.judge !== 'local') throw new Error(`--judge must be http or local, got ${a.judge}`);
-const Q = Number(a.questions), G = Number(a.group), lo = Number(a['min-tokens']), hi = Number(a['max-tokens']), latency = Number(a['latency-ms']);
-for (const [k, v] of [['questions', Q], ['group', G], ['min-tokens', lo], ['max-tokens', hi], ['concurrency', Number(a.concurrency)]]) if (!(Number.isInteger(v) && v >= 1)) throw new Error(`--${k} must be an integer >= 1, got ${a[k]}`);
+const Q = Number(a.questions),
+  G = Number(a.group),
+  lo = Number(a['min-tokens']),
+  hi = Number(a['max-tokens']),
+  latency = Number(a['latency-ms']);
+for (const [k, v] of [
+  ['questions', Q],
+  ['group', G],
+  ['min-tokens', lo],
+  ['max-tokens', hi],
+  ['concurrency', Number(a.concurrency)],
+])
+  if (!(Number.isInteger(v) && v >= 1)) throw new Error(`--${k} must be an integer >= 1, got ${a[k]}`);
 if (!(latency >= 0) || hi < lo) throw new Error('--latency-ms must be >= 0 and --max-tokens >= --min-tokens');
 
 const { Policy, generate } = await lib('model/policy.js');
@@ -58,10 +75,20 @@ const { native } = await lib('native.js');
 // The loopback judge endpoint: "Yes" after the latency (OpenAI chat-completions reply shape).
 const server = createServer((req, res) => {
   req.resume();
-  req.on('end', () => setTimeout(() => {
-    res.setHeader('content-type', 'application/json');
-    res.end(JSON.stringify({ id: 'x', object: 'chat.completion', model: 'judge', choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'Yes' } }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
-  }, latency));
+  req.on('end', () =>
+    setTimeout(() => {
+      res.setHeader('content-type', 'application/json');
+      res.end(
+        JSON.stringify({
+          id: 'x',
+          object: 'chat.completion',
+          model: 'judge',
+          choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'Yes' } }],
+          usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+        }),
+      );
+    }, latency),
+  );
 });
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const url = `http://127.0.0.1:${server.address().port}/v1`;
@@ -73,12 +100,26 @@ const policy = await Policy.load(modelDir, { device: a.device, ...(a.shape || a.
 const items = readDataset(sampleDatasetPath()).items.slice(0, Q);
 if (items.length < Q) throw new Error(`--questions ${Q}: the embedded dataset has ${items.length}`);
 const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
-const prompts = await policy.encodePrompts(items.map((it) => studentMessages(it.question)), { enableThinking: false });
+const prompts = await policy.encodePrompts(
+  items.map((it) => studentMessages(it.question)),
+  { enableThinking: false },
+);
 const maxNew = items.map((_, i) => Math.round(lo + ((hi - lo) * i) / Math.max(1, Q - 1)));
 const tok = policy.tokenizer;
-const sampling = { prompts, n: G, temperature: 1, topK: 20, seed: 5, stopIds: [], padId: tok.padTokenId, promptOptions: maxNew.map((m) => ({ maxNewTokens: m })), maxNewTokens: hi };
+const sampling = {
+  prompts,
+  n: G,
+  temperature: 1,
+  topK: 20,
+  seed: 5,
+  stopIds: [],
+  padId: tok.padTokenId,
+  promptOptions: maxNew.map((m) => ({ maxNewTokens: m })),
+  maxNewTokens: hi,
+};
 const local = a.judge === 'local' ? await localJudgeForModel(policy.model, tok) : undefined;
-const rewardFn = () => makeRewardFn(local ?? createHttpJudge({ url, model: 'judge', concurrency: Number(a.concurrency), noCache: true }), general, { alpha: 0.7 });
+const rewardFn = () =>
+  makeRewardFn(local ?? createHttpJudge({ url, model: 'judge', concurrency: Number(a.concurrency), noCache: true }), general, { alpha: 0.7 });
 const requestsOf = async (cs) => {
   const texts = await policy.completionTexts(cs);
   return cs.map((c, i) => ({ item: items[c.promptIndex], plan: texts[i] }));
@@ -111,7 +152,12 @@ const r2 = await generate(policy.model, {
   ...sampling,
   onGroupDone: (g) => {
     const at = (performance.now() - t0) / 1000;
-    jobs.set(g.promptIndex, requestsOf(g.completions).then(reward).then((x) => (groupTimes.push({ group: g.promptIndex, handedOver: at, judged: (performance.now() - t0) / 1000 }), x)));
+    jobs.set(
+      g.promptIndex,
+      requestsOf(g.completions)
+        .then(reward)
+        .then((x) => (groupTimes.push({ group: g.promptIndex, handedOver: at, judged: (performance.now() - t0) / 1000 }), x)),
+    );
   },
 });
 const elu = performance.eventLoopUtilization(elu0).utilization;
@@ -120,7 +166,8 @@ const early = jobs.size;
 for (let p = 0; p < Q; p++) if (!jobs.has(p)) jobs.set(p, requestsOf(r2.completions.slice(p * G, (p + 1) * G)).then(reward));
 const perGroup = (await Promise.all([...Array(Q).keys()].map((p) => jobs.get(p)))).flat();
 const t3 = performance.now();
-const rolloutStreamed = (t1 - t0) / 1000, visible = (t3 - t1) / 1000;
+const rolloutStreamed = (t1 - t0) / 1000,
+  visible = (t3 - t1) / 1000;
 
 // --profile: each side once more under the kernel profiler (after the timed passes, so their
 // times carry no profiler overhead). busy = union of the GPU activities' intervals, kernels = the
@@ -148,7 +195,9 @@ if (a.profile && cuda) {
   });
   const strip = ({ out, ...rest }) => rest;
   profile = {
-    rollout: strip(ro), judge: strip(ju), perGroup: strip(pg),
+    rollout: strip(ro),
+    judge: strip(ju),
+    perGroup: strip(pg),
     // GPU idle inside the rollout alone: what a judge could fill without sharing an SM.
     rolloutIdleMs: ro.wallMs - ro.busyMs,
     // Busy time the per-group pass saved against running the two one after the other (their
@@ -157,12 +206,17 @@ if (a.profile && cuda) {
     kernelSlowdownMs: pg.kernelMs - ro.kernelMs - ju.kernelMs,
   };
   const f = (x) => (x / 1000).toFixed(3);
-  printTable(['profiled pass', 'wall s', 'GPU busy s', 'kernel s (sum)'], [
-    ['rollout alone', f(ro.wallMs), f(ro.busyMs), f(ro.kernelMs)],
-    ['judge alone', f(ju.wallMs), f(ju.busyMs), f(ju.kernelMs)],
-    ['rollout + per-group judge', f(pg.wallMs), f(pg.busyMs), f(pg.kernelMs)],
-  ]);
-  console.log(`profile: the GPU idles ${f(profile.rolloutIdleMs)} s of the rollout alone; the per-group pass ran ${f(profile.concurrentMs)} s of busy time concurrently (rollout + judge busy minus its own) and its kernels took ${f(profile.kernelSlowdownMs)} s longer in sum`);
+  printTable(
+    ['profiled pass', 'wall s', 'GPU busy s', 'kernel s (sum)'],
+    [
+      ['rollout alone', f(ro.wallMs), f(ro.busyMs), f(ro.kernelMs)],
+      ['judge alone', f(ju.wallMs), f(ju.busyMs), f(ju.kernelMs)],
+      ['rollout + per-group judge', f(pg.wallMs), f(pg.busyMs), f(pg.kernelMs)],
+    ],
+  );
+  console.log(
+    `profile: the GPU idles ${f(profile.rolloutIdleMs)} s of the rollout alone; the per-group pass ran ${f(profile.concurrentMs)} s of busy time concurrently (rollout + judge busy minus its own) and its kernels took ${f(profile.kernelSlowdownMs)} s longer in sum`,
+  );
 } else if (a.profile) {
   console.error(`--profile: no kernel profile on ${a.device} (it records GPU kernels)`);
 }
@@ -170,15 +224,35 @@ server.close();
 policy.dispose();
 const same = JSON.stringify(after.map((x) => x.reward)) === JSON.stringify(perGroup.map((x) => x.reward));
 
-console.log(`judge behind sampling: ${Q} questions × ${G} completions, maxNewTokens ${lo}…${hi} per question, ${local ? 'local judge (the policy model, adapter off)' : `HTTP judge (loopback, ${latency} ms per request, concurrency ${a.concurrency})`}, ${after.length} plans × ${items[0].rubric.length + general.length} items; ${a.shape ?? a.model ?? 'tiny model'} on ${a.device}; ${early} of ${Q} groups handed over before the rollout resolved; rewards identical: ${same}`);
-printTable(['', 'seconds'], [
-  ['rollout (judging after)', rolloutAfter.toFixed(3)],
-  ['rollout (judging per group)', rolloutStreamed.toFixed(3)],
-  ['judge after the rollout (standalone)', standalone.toFixed(3)],
-  ['judge still visible with per-group judging', visible.toFixed(3)],
-  ['visible share of standalone', `${((100 * visible) / standalone).toFixed(1)}%`],
-  ['event-loop utilisation during the per-group rollout', elu.toFixed(2)],
-]);
+console.log(
+  `judge behind sampling: ${Q} questions × ${G} completions, maxNewTokens ${lo}…${hi} per question, ${local ? 'local judge (the policy model, adapter off)' : `HTTP judge (loopback, ${latency} ms per request, concurrency ${a.concurrency})`}, ${after.length} plans × ${items[0].rubric.length + general.length} items; ${a.shape ?? a.model ?? 'tiny model'} on ${a.device}; ${early} of ${Q} groups handed over before the rollout resolved; rewards identical: ${same}`,
+);
+printTable(
+  ['', 'seconds'],
+  [
+    ['rollout (judging after)', rolloutAfter.toFixed(3)],
+    ['rollout (judging per group)', rolloutStreamed.toFixed(3)],
+    ['judge after the rollout (standalone)', standalone.toFixed(3)],
+    ['judge still visible with per-group judging', visible.toFixed(3)],
+    ['visible share of standalone', `${((100 * visible) / standalone).toFixed(1)}%`],
+    ['event-loop utilisation during the per-group rollout', elu.toFixed(2)],
+  ],
+);
 groupTimes.sort((x, y) => x.group - y.group);
-console.log(`early groups (seconds from the rollout's start; standalone judging ${(standalone / Q).toFixed(2)} s per group): ${groupTimes.map((g) => `${g.group}: ${g.handedOver.toFixed(2)} → ${g.judged.toFixed(2)}`).join(', ')}`);
-writeJson(a.json, { config: a, maxNewTokens: maxNew, rolloutAfter, rolloutStreamed, standalone, visible, visibleShare: visible / standalone, earlyGroups: early, rewardsIdentical: same, eventLoopUtilization: elu, groupTimes, profile });
+console.log(
+  `early groups (seconds from the rollout's start; standalone judging ${(standalone / Q).toFixed(2)} s per group): ${groupTimes.map((g) => `${g.group}: ${g.handedOver.toFixed(2)} → ${g.judged.toFixed(2)}`).join(', ')}`,
+);
+writeJson(a.json, {
+  config: a,
+  maxNewTokens: maxNew,
+  rolloutAfter,
+  rolloutStreamed,
+  standalone,
+  visible,
+  visibleShare: visible / standalone,
+  earlyGroups: early,
+  rewardsIdentical: same,
+  eventLoopUtilization: elu,
+  groupTimes,
+  profile,
+});

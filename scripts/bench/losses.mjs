@@ -21,7 +21,18 @@ async function child(spec) {
   const { benchLoss } = await lib('bench.js');
   const addon = native();
   resetPeak(addon, spec.device, { emptyCache: true });
-  const r = await benchLoss({ kind: spec.kind, T: spec.T, V: spec.V, H: spec.H, device: spec.device, dtype: spec.dtype, fused: spec.fused, chunkSize: spec.chunk, iters: spec.iters + 1, setupOnly: spec.setupOnly });
+  const r = await benchLoss({
+    kind: spec.kind,
+    T: spec.T,
+    V: spec.V,
+    H: spec.H,
+    device: spec.device,
+    dtype: spec.dtype,
+    fused: spec.fused,
+    chunkSize: spec.chunk,
+    iters: spec.iters + 1,
+    setupOnly: spec.setupOnly,
+  });
   process.stdout.write(JSON.stringify({ peak: peakBytes(addon, spec.device), ms: median(r.ms.slice(1)), loss: r.loss }));
 }
 
@@ -31,7 +42,14 @@ const fmtB = (b) => (Number.isFinite(b) ? `${(b / 2 ** 30).toFixed(2)} GiB` : 'n
 const fmtMs = (m) => (Number.isFinite(m) ? `${m.toFixed(1)} ms` : 'n/a');
 
 async function main() {
-  const a = benchArgs({ T: { type: 'string' }, V: { type: 'string' }, H: { type: 'string' }, iters: { type: 'string' }, chunk: { type: 'string' }, kinds: { type: 'string' } });
+  const a = benchArgs({
+    T: { type: 'string' },
+    V: { type: 'string' },
+    H: { type: 'string' },
+    iters: { type: 'string' },
+    chunk: { type: 'string' },
+    kinds: { type: 'string' },
+  });
   if (a.child) return child(JSON.parse(a.child));
   const device = a.device;
   const { cuda } = deviceOf(device);
@@ -52,9 +70,18 @@ async function main() {
       const u = measure({ ...base, fused: false, setupOnly: false });
       const extra = (x) => (x.error ? NaN : x.peak - (setup.peak ?? 0));
       const row = {
-        kind, T, V, H, dtype,
-        fusedPeakBytes: extra(f), unfusedPeakBytes: extra(u), fusedMs: f.ms ?? NaN, unfusedMs: u.ms ?? NaN,
-        lossFused: f.loss, lossUnfused: u.loss, errors: [f.error, u.error].filter(Boolean),
+        kind,
+        T,
+        V,
+        H,
+        dtype,
+        fusedPeakBytes: extra(f),
+        unfusedPeakBytes: extra(u),
+        fusedMs: f.ms ?? NaN,
+        unfusedMs: u.ms ?? NaN,
+        lossFused: f.loss,
+        lossUnfused: u.loss,
+        errors: [f.error, u.error].filter(Boolean),
       };
       row.memRatio = row.unfusedPeakBytes / row.fusedPeakBytes;
       row.timeRatio = row.fusedMs / row.unfusedMs;

@@ -20,47 +20,111 @@ import { join, resolve } from 'node:path';
 import { randomModel } from './checkpoints.mjs';
 import { benchArgs, deviceOf, dtypeOf, root, writeJson } from './harness.mjs';
 
-const a = benchArgs({
-  shape: { type: 'string', default: 'qwen3-1.7b' }, 'max-memory': { type: 'string' },
-  'opsd-steps': { type: 'string', default: '1' }, 'grpo-steps': { type: 'string', default: '1' }, out: { type: 'string' },
-  extra: { type: 'string', default: '' }, layers: { type: 'string' },
-}, { device: 'cuda' });
+const a = benchArgs(
+  {
+    shape: { type: 'string', default: 'qwen3-1.7b' },
+    'max-memory': { type: 'string' },
+    'opsd-steps': { type: 'string', default: '1' },
+    'grpo-steps': { type: 'string', default: '1' },
+    out: { type: 'string' },
+    extra: { type: 'string', default: '' },
+    layers: { type: 'string' },
+  },
+  { device: 'cuda' },
+);
 const { cuda } = deviceOf(a.device);
 const dtype = dtypeOf(a.dtype, cuda, ['float32', 'bfloat16']);
 const modelDir = randomModel({ shape: a.shape, dtype, layers: a.layers, cuda });
 const preset = a.shape.replace(/^qwen3-0\.6b$/, 'qwen3-1.7b');
 const out = resolve(a.out ?? join(root, '.cache', 'memplan-runs', `${a.shape}-${a['max-memory'] ?? 'uncapped'}-${process.pid}`));
 rmSync(out, { recursive: true, force: true });
-const args = [join(root, 'dist', 'bin', 'papergym-native.js'), 'train', '--preset', preset, '--model', modelDir, '--device', a.device,
-  '--opsd-steps', a['opsd-steps'], '--grpo-steps', a['grpo-steps'], '--out', out, ...(a['max-memory'] ? ['--max-memory', a['max-memory']] : []),
-  ...(cuda ? [] : ['--dtype', 'float32']), ...a.extra.split(/\s+/).filter(Boolean)];
+const args = [
+  join(root, 'dist', 'bin', 'papergym-native.js'),
+  'train',
+  '--preset',
+  preset,
+  '--model',
+  modelDir,
+  '--device',
+  a.device,
+  '--opsd-steps',
+  a['opsd-steps'],
+  '--grpo-steps',
+  a['grpo-steps'],
+  '--out',
+  out,
+  ...(a['max-memory'] ? ['--max-memory', a['max-memory']] : []),
+  ...(cuda ? [] : ['--dtype', 'float32']),
+  ...a.extra.split(/\s+/).filter(Boolean),
+];
 process.stderr.write(`memplan: node ${args.slice(1).join(' ')}\n`);
 const t0 = Date.now();
 const r = spawnSync(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'], encoding: 'utf8', env: { ...process.env, CI: 'true' } });
 const wall = (Date.now() - t0) / 1000;
 const log = r.stderr ?? '';
-process.stderr.write(log.split('\n').filter((l) => /memory plan|out of memory|error|Error|checkpoint|judge totals/.test(l)).join('\n') + '\n');
+process.stderr.write(
+  log
+    .split('\n')
+    .filter((l) => /memory plan|out of memory|error|Error|checkpoint|judge totals/.test(l))
+    .join('\n') + '\n',
+);
 const gb = (b) => (typeof b === 'number' ? +(b / 1e9).toFixed(2) : null);
-const metrics = existsSync(join(out, 'metrics.jsonl')) ? readFileSync(join(out, 'metrics.jsonl'), 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => typeof l.loss === 'number') : [];
+const metrics = existsSync(join(out, 'metrics.jsonl'))
+  ? readFileSync(join(out, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l))
+      .filter((l) => typeof l.loss === 'number')
+  : [];
 const config = existsSync(join(out, 'config.json')) ? JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')) : {};
 const plan = config.memoryPlan ?? null;
 const steps = metrics.map((m) => ({
-  stage: m.stage, step: m.step, stepSeconds: m.stepSeconds, completionTokens: m.completionTokens, phaseSeconds: m.phaseSeconds,
-  peakGB: { rollout: gb(m.memory?.peakRolloutBytes), reference: gb(m.memory?.peakReferenceBytes), backward: gb(m.memory?.peakBackwardBytes), optimizer: gb(m.memory?.peakOptimizerBytes), process: gb(m.memory?.peakAllocatedBytes) },
+  stage: m.stage,
+  step: m.step,
+  stepSeconds: m.stepSeconds,
+  completionTokens: m.completionTokens,
+  phaseSeconds: m.phaseSeconds,
+  peakGB: {
+    rollout: gb(m.memory?.peakRolloutBytes),
+    reference: gb(m.memory?.peakReferenceBytes),
+    backward: gb(m.memory?.peakBackwardBytes),
+    optimizer: gb(m.memory?.peakOptimizerBytes),
+    process: gb(m.memory?.peakAllocatedBytes),
+  },
   reservedGB: gb(m.memory?.reservedBytes),
 }));
 const result = {
-  shape: a.shape, maxMemoryGB: a['max-memory'] ? Number(a['max-memory']) : null, exitCode: r.status, wallSeconds: wall,
-  plan: plan && { budgetGB: gb(plan.budgetBytes), opsdMicroBatch: plan.opsdMicroBatch, grpoMicroBatch: plan.grpoMicroBatch, recompute: plan.recompute, rolloutRows: plan.rolloutRows, judgeMaxTokensPerCall: plan.judgeMaxTokensPerCall, expectedGB: Object.fromEntries(Object.entries(plan.phases).map(([k, v]) => [k, gb(v)])), fits: plan.fits, notes: plan.notes },
-  steps, oomRetries: log.split('\n').filter((l) => /out of memory in the update/.test(l)),
+  shape: a.shape,
+  maxMemoryGB: a['max-memory'] ? Number(a['max-memory']) : null,
+  exitCode: r.status,
+  wallSeconds: wall,
+  plan: plan && {
+    budgetGB: gb(plan.budgetBytes),
+    opsdMicroBatch: plan.opsdMicroBatch,
+    grpoMicroBatch: plan.grpoMicroBatch,
+    recompute: plan.recompute,
+    rolloutRows: plan.rolloutRows,
+    judgeMaxTokensPerCall: plan.judgeMaxTokensPerCall,
+    expectedGB: Object.fromEntries(Object.entries(plan.phases).map(([k, v]) => [k, gb(v)])),
+    fits: plan.fits,
+    notes: plan.notes,
+  },
+  steps,
+  oomRetries: log.split('\n').filter((l) => /out of memory in the update/.test(l)),
   errorTail: r.status === 0 ? undefined : log.split('\n').slice(-15).join('\n'),
 };
 console.log(JSON.stringify(result, null, 2));
 console.log('| preset | cap GB | stage | micro-batch | recompute | rollout GB | reference GB | update GB | step s | expected update GB |');
 for (const s of steps) {
   const mb = s.stage === 'opsd' ? plan?.opsdMicroBatch : plan?.grpoMicroBatch;
-  console.log(`| ${a.shape} | ${a['max-memory'] ?? '-'} | ${s.stage} | ${mb ?? '-'} | ${plan?.recompute ? 'on' : 'off'} | ${s.peakGB.rollout ?? '-'} | ${s.peakGB.reference ?? '-'} | ${s.peakGB.backward ?? '-'} | ${s.stepSeconds?.toFixed(1)} | ${gb(plan?.phases?.[`update-${s.stage}`]) ?? '-'} |`);
+  console.log(
+    `| ${a.shape} | ${a['max-memory'] ?? '-'} | ${s.stage} | ${mb ?? '-'} | ${plan?.recompute ? 'on' : 'off'} | ${s.peakGB.rollout ?? '-'} | ${s.peakGB.reference ?? '-'} | ${s.peakGB.backward ?? '-'} | ${s.stepSeconds?.toFixed(1)} | ${gb(plan?.phases?.[`update-${s.stage}`]) ?? '-'} |`,
+  );
 }
-for (const s of steps) console.log(`${s.stage} step ${s.step}: ${s.stepSeconds?.toFixed(2)} s, ${s.completionTokens} completion tokens; phases ${JSON.stringify(Object.fromEntries(Object.entries(s.phaseSeconds ?? {}).map(([k, v]) => [k, +v.toFixed(2)])))}`);
+for (const s of steps)
+  console.log(
+    `${s.stage} step ${s.step}: ${s.stepSeconds?.toFixed(2)} s, ${s.completionTokens} completion tokens; phases ${JSON.stringify(Object.fromEntries(Object.entries(s.phaseSeconds ?? {}).map(([k, v]) => [k, +v.toFixed(2)])))}`,
+  );
 writeJson(a.json, result);
 process.exitCode = r.status ?? 1;

@@ -34,18 +34,18 @@ import { randomModel, tinyModel } from './checkpoints.mjs';
 import { benchArgs, deviceOf, dtypeOf, lib, printTable, writeJson } from './harness.mjs';
 
 const a = benchArgs({
-    shape: { type: 'string', default: 'tiny' },
-    model: { type: 'string' },
-    clients: { type: 'string', default: '64' },
-    'min-tokens': { type: 'string', default: '8' },
-    'max-tokens': { type: 'string', default: '32' },
-    'prompt-words': { type: 'string', default: '40' },
-    'max-batch': { type: 'string', default: '64' },
-    'stream-fraction': { type: 'string', default: '0.5' },
-    layers: { type: 'string' },
-    threads: { type: 'string' },
-    mix: { type: 'string', default: 'seeds' },
-    'max-model-len': { type: 'string', default: '1024' },
+  shape: { type: 'string', default: 'tiny' },
+  model: { type: 'string' },
+  clients: { type: 'string', default: '64' },
+  'min-tokens': { type: 'string', default: '8' },
+  'max-tokens': { type: 'string', default: '32' },
+  'prompt-words': { type: 'string', default: '40' },
+  'max-batch': { type: 'string', default: '64' },
+  'stream-fraction': { type: 'string', default: '0.5' },
+  layers: { type: 'string' },
+  threads: { type: 'string' },
+  mix: { type: 'string', default: 'seeds' },
+  'max-model-len': { type: 'string', default: '1024' },
 });
 if (!['seeds', 'temps', 'full'].includes(a.mix)) throw new Error(`--mix must be seeds|temps|full, got ${a.mix}`);
 const { cuda } = deviceOf(a.device);
@@ -75,7 +75,10 @@ function rng(seed) {
 /** The one setting of the uniform scenarios: temperature 1 for `seeds` (the mix's own setting), else 0.7 (a non-1 temperature costs one more pass over the logits, as the mix's do) and, for `full`, top-p 0.9. */
 const uniform = { temperature: a.mix === 'seeds' ? 1 : 0.7, topP: a.mix === 'full' ? 0.9 : 1 };
 
-const WORDS = 'plan baseline ablation dataset metric budget tuning seed variance model training evaluation compare report error figure table method result hypothesis control'.split(' ');
+const WORDS =
+  'plan baseline ablation dataset metric budget tuning seed variance model training evaluation compare report error figure table method result hypothesis control'.split(
+    ' ',
+  );
 function makeRequests() {
   const r = rng(7);
   return Array.from({ length: N }, (_, i) => {
@@ -108,7 +111,9 @@ async function one(url, req, mixed) {
     chat_template_kwargs: { enable_thinking: false },
     stream: req.stream,
     ...(req.stream ? { stream_options: { include_usage: true } } : {}),
-    ...(mixed ? { temperature: req.temperature, top_p: req.topP, top_k: req.topK, min_p: req.minP, seed: req.seed } : { temperature: uniform.temperature, top_p: uniform.topP }),
+    ...(mixed
+      ? { temperature: req.temperature, top_p: req.topP, top_k: req.topK, min_p: req.minP, seed: req.seed }
+      : { temperature: uniform.temperature, top_p: uniform.topP }),
   };
   const t0 = performance.now();
   const res = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
@@ -150,11 +155,23 @@ async function scenario(name, url, reqs, mixed, stats) {
   const lat = rs.map((r) => r.latency);
   const ttft = rs.map((r) => r.ttft).filter((x) => x !== null);
   const out = {
-    scenario: name, requests: rs.length, seconds: secs, requests_per_s: rs.length / secs, tokens, tokens_per_s: tokens / secs,
-    ttft_ms_p50: pct(ttft, 50), ttft_ms_p90: pct(ttft, 90), latency_ms_p50: pct(lat, 50), latency_ms_p90: pct(lat, 90), latency_ms_p99: pct(lat, 99),
-    steps: s1.steps - s0.steps, max_batch_seen: s1.maxBatchSeen,
+    scenario: name,
+    requests: rs.length,
+    seconds: secs,
+    requests_per_s: rs.length / secs,
+    tokens,
+    tokens_per_s: tokens / secs,
+    ttft_ms_p50: pct(ttft, 50),
+    ttft_ms_p90: pct(ttft, 90),
+    latency_ms_p50: pct(lat, 50),
+    latency_ms_p90: pct(lat, 90),
+    latency_ms_p99: pct(lat, 99),
+    steps: s1.steps - s0.steps,
+    max_batch_seen: s1.maxBatchSeen,
   };
-  process.stderr.write(`${name}: ${out.requests_per_s.toFixed(2)} req/s, ${out.tokens_per_s.toFixed(1)} tok/s, ttft p50 ${out.ttft_ms_p50?.toFixed(0)} ms, latency p50/p90/p99 ${out.latency_ms_p50.toFixed(0)}/${out.latency_ms_p90.toFixed(0)}/${out.latency_ms_p99.toFixed(0)} ms, ${out.steps} steps\n`);
+  process.stderr.write(
+    `${name}: ${out.requests_per_s.toFixed(2)} req/s, ${out.tokens_per_s.toFixed(1)} tok/s, ttft p50 ${out.ttft_ms_p50?.toFixed(0)} ms, latency p50/p90/p99 ${out.latency_ms_p50.toFixed(0)}/${out.latency_ms_p90.toFixed(0)}/${out.latency_ms_p99.toFixed(0)} ms, ${out.steps} steps\n`,
+  );
   return out;
 }
 
@@ -165,7 +182,12 @@ const { native } = await lib('native.js');
 if (a.threads) native().setNumThreads(Number(a.threads));
 const policy = await Policy.load(modelDir, { device: a.device, dtype: dtypeName });
 const reqs = makeRequests();
-const srv = new ChatServer({ backend: policyServeBackend(policy, { maxRows: maxBatch, capacity: Number(a['max-model-len']) }), modelId: 'bench', maxBatch, maxQueue: 4 * N });
+const srv = new ChatServer({
+  backend: policyServeBackend(policy, { maxRows: maxBatch, capacity: Number(a['max-model-len']) }),
+  modelId: 'bench',
+  maxBatch,
+  maxQueue: 4 * N,
+});
 const { url } = await srv.start();
 const stats = () => srv.stats();
 
@@ -179,13 +201,34 @@ results.push(await scenario('uniform-serve', url, reqs, false, stats));
 await srv.close();
 
 // The same requests as one uniform batch: one native generate() call (prompts rendered the same way).
-const promptIds = await policy.encodePrompts(reqs.map((r) => [{ role: 'user', content: r.content }]), { enableThinking: false });
-const base = { prompts: promptIds.map((p) => Int32Array.from(p)), temperature: uniform.temperature, topP: uniform.topP, stopIds: [], seed: 1, padId: policy.tokenizer.padTokenId, promptOptions: reqs.map((r) => ({ maxNewTokens: r.maxTokens })) };
+const promptIds = await policy.encodePrompts(
+  reqs.map((r) => [{ role: 'user', content: r.content }]),
+  { enableThinking: false },
+);
+const base = {
+  prompts: promptIds.map((p) => Int32Array.from(p)),
+  temperature: uniform.temperature,
+  topP: uniform.topP,
+  stopIds: [],
+  seed: 1,
+  padId: policy.tokenizer.padTokenId,
+  promptOptions: reqs.map((r) => ({ maxNewTokens: r.maxTokens })),
+};
 await generate(policy.model, { ...base, promptOptions: reqs.map(() => ({ maxNewTokens: 4 })) });
 const t0 = performance.now();
 const g = await generate(policy.model, base);
 const secs = (performance.now() - t0) / 1000;
-const ub = { scenario: 'uniform-batch', requests: N, seconds: secs, requests_per_s: N / secs, tokens: g.newTokens, tokens_per_s: g.newTokens / secs, ttft_ms_p50: null, latency_ms_p50: secs * 1000, decode_path: g.decodePath };
+const ub = {
+  scenario: 'uniform-batch',
+  requests: N,
+  seconds: secs,
+  requests_per_s: N / secs,
+  tokens: g.newTokens,
+  tokens_per_s: g.newTokens / secs,
+  ttft_ms_p50: null,
+  latency_ms_p50: secs * 1000,
+  decode_path: g.decodePath,
+};
 process.stderr.write(`uniform-batch (one generate call, ${g.decodePath}): ${ub.requests_per_s.toFixed(2)} req/s, ${ub.tokens_per_s.toFixed(1)} tok/s\n`);
 results.push(ub);
 policy.dispose();
@@ -193,9 +236,30 @@ policy.dispose();
 const ratio = results[0].tokens_per_s / ub.tokens_per_s;
 const ratioServe = results[0].tokens_per_s / results[1].tokens_per_s;
 const rt = native().runtimeInfo();
-const summary = { mix: a.mix, device: a.device, shape: a.model ? a.model : a.shape, dtype: dtypeName, clients: N, max_batch: maxBatch, tokens: [minT, maxT], threads: rt.numThreads, results, mixed_over_uniform_batch: ratio, mixed_over_uniform_serve: ratioServe };
+const summary = {
+  mix: a.mix,
+  device: a.device,
+  shape: a.model ? a.model : a.shape,
+  dtype: dtypeName,
+  clients: N,
+  max_batch: maxBatch,
+  tokens: [minT, maxT],
+  threads: rt.numThreads,
+  results,
+  mixed_over_uniform_batch: ratio,
+  mixed_over_uniform_serve: ratioServe,
+};
 console.log('');
-printTable(['scenario', 'req/s', 'tok/s', 'TTFT p50 ms', 'latency p50 / p90 / p99 ms', 'steps'],
-  results.map((r) => [r.scenario, r.requests_per_s.toFixed(2), r.tokens_per_s.toFixed(1), r.ttft_ms_p50?.toFixed(0) ?? '-', `${r.latency_ms_p50.toFixed(0)} / ${r.latency_ms_p90?.toFixed(0) ?? '-'} / ${r.latency_ms_p99?.toFixed(0) ?? '-'}`, r.steps ?? '-']));
+printTable(
+  ['scenario', 'req/s', 'tok/s', 'TTFT p50 ms', 'latency p50 / p90 / p99 ms', 'steps'],
+  results.map((r) => [
+    r.scenario,
+    r.requests_per_s.toFixed(2),
+    r.tokens_per_s.toFixed(1),
+    r.ttft_ms_p50?.toFixed(0) ?? '-',
+    `${r.latency_ms_p50.toFixed(0)} / ${r.latency_ms_p90?.toFixed(0) ?? '-'} / ${r.latency_ms_p99?.toFixed(0) ?? '-'}`,
+    r.steps ?? '-',
+  ]),
+);
 console.log(`\nmixed-serve / uniform-batch throughput: ${ratio.toFixed(3)}; mixed-serve / uniform-serve: ${ratioServe.toFixed(3)}`);
 writeJson(a.json, summary);

@@ -48,7 +48,11 @@ const PEAK_FLOPS = 805e12;
 
 /** Base parameter count N from config.json (tied embedding counted once). */
 export function baseParams(c) {
-  const H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim, qd = c.num_attention_heads * hd, kvd = c.num_key_value_heads * hd;
+  const H = c.hidden_size,
+    I = c.intermediate_size,
+    hd = c.head_dim,
+    qd = c.num_attention_heads * hd,
+    kvd = c.num_key_value_heads * hd;
   const layer = H * (qd + 2 * kvd) + qd * H + 3 * H * I + 2 * H + 2 * hd;
   return c.vocab_size * H * (c.tie_word_embeddings ? 1 : 2) + c.num_hidden_layers * layer + H;
 }
@@ -58,7 +62,8 @@ async function child(spec) {
   const { AdamW } = await lib('train/optim.js');
   const { native } = await lib('native.js');
   const ids2d = JSON.parse(readFileSync(spec.idsFile, 'utf8'));
-  const B = ids2d.length, T = ids2d[0].length;
+  const B = ids2d.length,
+    T = ids2d[0].length;
   const inputIds = { data: Int32Array.from(ids2d.flat()), shape: [B, T] };
   const { cuda, index: dev } = deviceOf(spec.device);
   const model = await loadModel(spec.modelDir, { device: spec.device, dtype: spec.dtype });
@@ -87,12 +92,19 @@ async function child(spec) {
   await step();
   model.synchronize();
   const counted = native().opCountStop();
-  const topOps = Object.entries(counted.ops).sort((x, y) => y[1] - x[1]).slice(0, 80);
+  const topOps = Object.entries(counted.ops)
+    .sort((x, y) => y[1] - x[1])
+    .slice(0, 80);
   const out = {
-    ops_per_step: counted.total, top_ops: Object.fromEntries(topOps),
-    seconds_per_step: secs, tokens_per_s: (B * T) / secs, loss: last.loss, grad_norm: last.gradNorm,
+    ops_per_step: counted.total,
+    top_ops: Object.fromEntries(topOps),
+    seconds_per_step: secs,
+    tokens_per_s: (B * T) / secs,
+    loss: last.loss,
+    grad_norm: last.gradNorm,
     peak_bytes: mem ? mem.peakAllocatedBytes : process.resourceUsage().maxRSS * 1024,
-    peak_reserved_bytes: mem ? mem.peakReservedBytes : null, peak_kind: mem ? 'cuda-allocated' : 'max-rss',
+    peak_reserved_bytes: mem ? mem.peakReservedBytes : null,
+    peak_kind: mem ? 'cuda-allocated' : 'max-rss',
   };
   model.dispose();
   process.stdout.write(JSON.stringify(out) + '\n');
@@ -100,9 +112,18 @@ async function child(spec) {
 
 async function main() {
   const a = benchArgs({
-    shape: { type: 'string', default: 'qwen3-1.7b,qwen3-8b' }, seq: { type: 'string', default: '2048' }, batch: { type: 'string' }, layers: { type: 'string' },
-    iters: { type: 'string' }, warmup: { type: 'string' }, recompute: { type: 'boolean', default: false }, 'recompute-only': { type: 'boolean', default: false },
-    'no-ref': { type: 'boolean', default: false }, 'lora-bf16': { type: 'boolean', default: false }, model: { type: 'string' }, timeout: { type: 'string', default: '420' },
+    shape: { type: 'string', default: 'qwen3-1.7b,qwen3-8b' },
+    seq: { type: 'string', default: '2048' },
+    batch: { type: 'string' },
+    layers: { type: 'string' },
+    iters: { type: 'string' },
+    warmup: { type: 'string' },
+    recompute: { type: 'boolean', default: false },
+    'recompute-only': { type: 'boolean', default: false },
+    'no-ref': { type: 'boolean', default: false },
+    'lora-bf16': { type: 'boolean', default: false },
+    model: { type: 'string' },
+    timeout: { type: 'string', default: '420' },
   });
   if (a.child) return child(JSON.parse(a.child));
   const { cuda } = deviceOf(a.device);
@@ -127,7 +148,22 @@ async function main() {
       const runRef = (autocast) => {
         if (a['no-ref']) return null;
         process.stderr.write(`bench: transformers+peft ${base}${autocast ? ' (autocast bf16)' : ''} …\n`);
-        const args = ['--model', modelDir, '--ids', idsFile, '--device', a.device, '--dtype', dtype, '--iters', String(iters), '--warmup', String(warmup), ...(recompute ? ['--grad-ckpt'] : []), ...(autocast ? ['--autocast'] : [])];
+        const args = [
+          '--model',
+          modelDir,
+          '--ids',
+          idsFile,
+          '--device',
+          a.device,
+          '--dtype',
+          dtype,
+          '--iters',
+          String(iters),
+          '--warmup',
+          String(warmup),
+          ...(recompute ? ['--grad-ckpt'] : []),
+          ...(autocast ? ['--autocast'] : []),
+        ];
         return runPython('train_step_ref.py', args, { timeoutMs });
       };
       const refPlain = runRef(false);
@@ -139,25 +175,58 @@ async function main() {
         const ours = runChild(import.meta.url, spec, { timeoutMs, inheritStderr: true });
         const mfu = (x) => (x && x.tokens_per_s ? (4 * N * x.tokens_per_s) / PEAK_FLOPS : null);
         rows.push({
-          shape, label, layers: cfg.num_hidden_layers, batch: B, seq: T, recompute, lora_branch: loraModelDtype ? dtype : 'float32', base_params: N, ours, ref,
+          shape,
+          label,
+          layers: cfg.num_hidden_layers,
+          batch: B,
+          seq: T,
+          recompute,
+          lora_branch: loraModelDtype ? dtype : 'float32',
+          base_params: N,
+          ours,
+          ref,
           ref_kind: loraModelDtype ? 'peft + torch.autocast(bf16)' : 'peft (float32 LoRA branch)',
-          mfu_ours: mfu(ours), mfu_ref: mfu(ref),
+          mfu_ours: mfu(ours),
+          mfu_ref: mfu(ref),
           speed_ratio: ratio(ours?.tokens_per_s, ref?.tokens_per_s),
           mem_ratio: ratio(ours?.peak_bytes, ref?.peak_bytes),
         });
         // Partial results survive a killed device call: the JSON is rewritten after every row.
         const r = rows[rows.length - 1];
-        process.stderr.write(`bench: ${label}: ours ${r.ours?.tokens_per_s?.toFixed(0) ?? r.ours?.error} tok/s, ${r.ours?.peak_bytes ? (r.ours.peak_bytes / 1e9).toFixed(1) : '-'} GB; ref ${r.ref?.tokens_per_s?.toFixed(0) ?? r.ref?.error ?? '-'} tok/s, ${r.ref?.peak_bytes ? (r.ref.peak_bytes / 1e9).toFixed(1) : '-'} GB\n`);
+        process.stderr.write(
+          `bench: ${label}: ours ${r.ours?.tokens_per_s?.toFixed(0) ?? r.ours?.error} tok/s, ${r.ours?.peak_bytes ? (r.ours.peak_bytes / 1e9).toFixed(1) : '-'} GB; ref ${r.ref?.tokens_per_s?.toFixed(0) ?? r.ref?.error ?? '-'} tok/s, ${r.ref?.peak_bytes ? (r.ref.peak_bytes / 1e9).toFixed(1) : '-'} GB\n`,
+        );
         writeJson(a.json, { config: { ...a, dtype, iters, warmup, peak_flops: PEAK_FLOPS }, partial: true, rows });
       }
     }
   }
   const f = fmt;
   const pct = (x) => (x === null ? '-' : `${(100 * x).toFixed(1)}%`);
-  console.log(`train-step benchmark: LoRA r 64 / alpha 128, all 7 projections, ${dtype} on ${a.device}; CE over all tokens + clip 1.0 + AdamW; ${warmup} warm-up + ${iters} timed steps; MFU at 4·N FLOP/token vs ${PEAK_FLOPS / 1e12} TFLOP/s`);
-  printTable(['shape', 'B x T', 'ours tok/s', 'ref tok/s', 'speed ours/ref', 'ours peak GB', 'ref peak GB', 'mem ours/ref', 'MFU ours', 'MFU ref', 'ours ATen ops/step'],
-    rows.map((r) => [`${r.label} (ref: ${r.ref_kind})`, `${r.batch} x ${r.seq}`, f(r.ours?.tokens_per_s, 0), f(r.ref?.tokens_per_s, 0), fmtRatio(r.speed_ratio), gb(r.ours?.peak_bytes || null), gb(r.ref?.peak_bytes || null), fmtRatio(r.mem_ratio), pct(r.mfu_ours), pct(r.mfu_ref), r.ours?.ops_per_step ?? '-']));
-  for (const r of rows) for (const [side, x] of [['ours', r.ours], ['ref', r.ref]]) if (x?.error) console.log(`  ${r.label}: ${side} failed: ${x.error}`);
+  console.log(
+    `train-step benchmark: LoRA r 64 / alpha 128, all 7 projections, ${dtype} on ${a.device}; CE over all tokens + clip 1.0 + AdamW; ${warmup} warm-up + ${iters} timed steps; MFU at 4·N FLOP/token vs ${PEAK_FLOPS / 1e12} TFLOP/s`,
+  );
+  printTable(
+    ['shape', 'B x T', 'ours tok/s', 'ref tok/s', 'speed ours/ref', 'ours peak GB', 'ref peak GB', 'mem ours/ref', 'MFU ours', 'MFU ref', 'ours ATen ops/step'],
+    rows.map((r) => [
+      `${r.label} (ref: ${r.ref_kind})`,
+      `${r.batch} x ${r.seq}`,
+      f(r.ours?.tokens_per_s, 0),
+      f(r.ref?.tokens_per_s, 0),
+      fmtRatio(r.speed_ratio),
+      gb(r.ours?.peak_bytes || null),
+      gb(r.ref?.peak_bytes || null),
+      fmtRatio(r.mem_ratio),
+      pct(r.mfu_ours),
+      pct(r.mfu_ref),
+      r.ours?.ops_per_step ?? '-',
+    ]),
+  );
+  for (const r of rows)
+    for (const [side, x] of [
+      ['ours', r.ours],
+      ['ref', r.ref],
+    ])
+      if (x?.error) console.log(`  ${r.label}: ${side} failed: ${x.error}`);
   if (!cuda) console.log('(CPU: peak = process max RSS; MFU is against the H200 bf16 peak and meaningless here)');
   writeJson(a.json, { config: { ...a, dtype, iters, warmup, peak_flops: PEAK_FLOPS }, rows });
 }

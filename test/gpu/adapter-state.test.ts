@@ -18,10 +18,16 @@ type Rec = Record<string, JsTensor<Float32Array>>;
 
 function randomRec(like: Rec, seed: number): Rec {
   const r = mulberry32(seed);
-  return Object.fromEntries(Object.entries(like).map(([k, t]) => [k, { data: Float32Array.from(t.data, () => (r() - 0.5) * 10 ** Math.floor(r() * 8 - 5)), shape: t.shape }]));
+  return Object.fromEntries(
+    Object.entries(like).map(([k, t]) => [k, { data: Float32Array.from(t.data, () => (r() - 0.5) * 10 ** Math.floor(r() * 8 - 5)), shape: t.shape }]),
+  );
 }
 function sameBits(a: Rec, b: Rec): boolean {
-  return Object.keys(a).every((k) => Buffer.from(a[k]!.data.buffer, a[k]!.data.byteOffset, a[k]!.data.byteLength).equals(Buffer.from(b[k]!.data.buffer, b[k]!.data.byteOffset, b[k]!.data.byteLength)));
+  return Object.keys(a).every((k) =>
+    Buffer.from(a[k]!.data.buffer, a[k]!.data.byteOffset, a[k]!.data.byteLength).equals(
+      Buffer.from(b[k]!.data.buffer, b[k]!.data.byteOffset, b[k]!.data.byteLength),
+    ),
+  );
 }
 
 describe('GPU: native adapter state (EMA, snapshot files) on CUDA', function () {
@@ -45,7 +51,9 @@ describe('GPU: native adapter state (EMA, snapshot files) on CUDA', function () 
         const a = randomRec(s, 10 + i);
         m.setLoraWeights(a);
         m.emaUpdate('ema', d);
-        s = Object.fromEntries(Object.entries(a).map(([k, t]) => [k, { data: Float32Array.from(t.data, (x, j) => d * s[k]!.data[j]! + (1 - d) * x), shape: t.shape }]));
+        s = Object.fromEntries(
+          Object.entries(a).map(([k, t]) => [k, { data: Float32Array.from(t.data, (x, j) => d * s[k]!.data[j]! + (1 - d) * x), shape: t.shape }]),
+        );
         await m.saveSnapshot('ema', join(tmp, `ema-${i}.safetensors`));
         expect(sameBits((native().loadSafetensors(join(tmp, `ema-${i}.safetensors`)) as { tensors: Rec }).tensors, s), `decay ${d}`).to.equal(true);
       }

@@ -17,11 +17,7 @@ import { generate, type GenerateOptions } from '../../lib/model/policy.js';
 import { int32, maskedMax, paddedBatch, randomLoraB, relErr, tinyModel } from '../helpers/tiny.js';
 
 const NAMES = ['tiny-nohd', 'tiny-yarn', 'tiny-qwen25', 'tiny-llama3', 'tiny-llama-bias'] as const;
-const prompts = [
-  Int32Array.from([151644, 872, 198, 9707, 1879]),
-  Int32Array.from([13, 77091]),
-  Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13]),
-];
+const prompts = [Int32Array.from([151644, 872, 198, 9707, 1879]), Int32Array.from([13, 77091]), Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13])];
 
 describe('GPU suite: architectures (Qwen3 defaults / YaRN, Qwen2.5, Llama-3) on CUDA equal CPU', function () {
   this.timeout(600000);
@@ -58,7 +54,10 @@ describe('GPU suite: architectures (Qwen3 defaults / YaRN, Qwen2.5, Llama-3) on 
       const ref = (await generate(cpu, o)).completions.map((c) => Array.from(c.tokenIds));
       for (const cudaGraphs of [true, false]) {
         const r = await generate(gpu, { ...o, cudaGraphs } as GenerateOptions);
-        expect(r.completions.map((c) => Array.from(c.tokenIds)), `cudaGraphs ${cudaGraphs}`).to.deep.equal(ref);
+        expect(
+          r.completions.map((c) => Array.from(c.tokenIds)),
+          `cudaGraphs ${cudaGraphs}`,
+        ).to.deep.equal(ref);
       }
       gpu.dispose();
       const bf = await loadModel(dir, { device: 'cuda', dtype: 'bfloat16' });

@@ -23,7 +23,9 @@ const report: Record<string, number | string> = {};
 
 function maskedStats(ours: Float32Array, ref: Float32Array, shape: number[], mask: number[][]): { max: number; mean: number } {
   const [B, T, V] = shape as [number, number, number];
-  let m = 0, s = 0, n = 0;
+  let m = 0,
+    s = 0,
+    n = 0;
   for (let i = 0; i < B; i++)
     for (let j = 0; j < T; j++) {
       if (!mask[i]![j]) continue;
@@ -39,7 +41,8 @@ function maskedStats(ours: Float32Array, ref: Float32Array, shape: number[], mas
 }
 
 function relErr(a: Float32Array, b: Float32Array): number {
-  let num = 0, den = 0;
+  let num = 0,
+    den = 0;
   for (let i = 0; i < a.length; i++) {
     num += (a[i]! - b[i]!) ** 2;
     den += b[i]! ** 2;
@@ -64,7 +67,8 @@ describe('GPU suite (CUDA)', function () {
     }
   });
   after(() => {
-    if (process.env.PG_GPU_REPORT) writeFileSync(process.env.PG_GPU_REPORT, JSON.stringify({ ...report, device: native().runtimeInfo().cudaDevices[0]?.name ?? '?' }, null, 2));
+    if (process.env.PG_GPU_REPORT)
+      writeFileSync(process.env.PG_GPU_REPORT, JSON.stringify({ ...report, device: native().runtimeInfo().cudaDevices[0]?.name ?? '?' }, null, 2));
     console.log('  measured:', JSON.stringify(report, null, 1));
   });
 
@@ -73,20 +77,34 @@ describe('GPU suite (CUDA)', function () {
       const dir = tinyModel(name);
       const work = mkdtempSync(join(tmpdir(), `pg-gpu-${name}-`));
       const batch = paddedBatch();
-      runReference({
-        model: dir,
-        inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels },
-        tasks: [
-          { kind: 'make_peft_adapter', out: join(work, 'peft'), seed: 1, b_std: 0.05, r: 4, alpha: 8, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'], use_rslora: false },
-          { kind: 'forward', adapter: join(work, 'peft'), out: join(work, 'ref'), grads: true },
-          { kind: 'forward', adapter: null, out: join(work, 'base') },
-          { kind: 'forward', adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
-        ],
-      }, work);
+      runReference(
+        {
+          model: dir,
+          inputs: { input_ids: batch.ids, attention_mask: batch.mask, labels: batch.labels },
+          tasks: [
+            {
+              kind: 'make_peft_adapter',
+              out: join(work, 'peft'),
+              seed: 1,
+              b_std: 0.05,
+              r: 4,
+              alpha: 8,
+              target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'],
+              use_rslora: false,
+            },
+            { kind: 'forward', adapter: join(work, 'peft'), out: join(work, 'ref'), grads: true },
+            { kind: 'forward', adapter: null, out: join(work, 'base') },
+            { kind: 'forward', adapter: null, out: join(work, 'base-bf16'), dtype: 'bfloat16' },
+          ],
+        },
+        work,
+      );
       const ref = readRefForward(join(work, 'ref'));
       const base = readRefForward(join(work, 'base'));
       const tfBf16 = readRefForward(join(work, 'base-bf16'));
-      const ids = int32(batch.ids), mask = int32(batch.mask), labels = int32(batch.labels);
+      const ids = int32(batch.ids),
+        mask = int32(batch.mask),
+        labels = int32(batch.labels);
 
       const m = await loadModel(dir, { device: 'cuda', dtype: 'float32' });
       await m.loadAdapter(join(work, 'peft'));
@@ -121,7 +139,11 @@ describe('GPU suite (CUDA)', function () {
 
   it('greedy generation on CUDA (fp32) equals CPU token for token', async () => {
     const dir = tinyModel('tiny-tied');
-    const prompts = [Int32Array.from([151644, 872, 198, 9707, 1879]), Int32Array.from([13, 77091]), Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13])];
+    const prompts = [
+      Int32Array.from([151644, 872, 198, 9707, 1879]),
+      Int32Array.from([13, 77091]),
+      Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13]),
+    ];
     const opts = { prompts, n: 1, temperature: 0, maxNewTokens: 64, stopIds: [151645, 151643], seed: 0 };
     const cpu = await loadModel(dir);
     const gpu = await loadModel(dir, { device: 'cuda', dtype: 'float32' });
@@ -137,9 +159,13 @@ describe('GPU suite (CUDA)', function () {
 
   it('fused JSD and GRPO on CUDA equal their unfused paths (fp32) and bf16 stays close', async () => {
     const r = lcg(3);
-    const N = 96, H = 64, V = 4096;
+    const N = 96,
+      H = 64,
+      V = 4096;
     const t = (n: number, s = 1) => ({ data: Float32Array.from({ length: n }, () => r() * s), shape: [] as number[] });
-    const sh = { ...t(N * H, 2), shape: [N, H] }, th = { ...t(N * H, 2), shape: [N, H] }, w = { ...t(V * H, 0.5), shape: [V, H] };
+    const sh = { ...t(N * H, 2), shape: [N, H] },
+      th = { ...t(N * H, 2), shape: [N, H] },
+      w = { ...t(V * H, 0.5), shape: [V, H] };
     const mask = { data: Float32Array.from({ length: N }, (_, i) => (i % 7 === 6 ? 0 : 1)), shape: [N] };
     const f = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, beta: 0.5, temperature: 1.1, device: 'cuda', chunkSize: 32 });
     const u = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, beta: 0.5, temperature: 1.1, device: 'cuda', fused: false });
@@ -149,13 +175,27 @@ describe('GPU suite (CUDA)', function () {
     const bf = await jsdLoss({ studentHidden: sh, teacherHidden: th, weight: w, mask, beta: 0.5, temperature: 1.1, device: 'cuda', dtype: 'bfloat16' });
     report['cuda bf16 fused JSD rel err vs fp32'] = Math.abs(bf.loss - f.loss) / f.loss;
 
-    const B = 4, T = 24;
+    const B = 4,
+      T = 24;
     const hid = { ...t(B * T * H, 2), shape: [B, T, H] };
     const tokens = { data: Int32Array.from({ length: B * T }, () => Math.floor((r() + 0.5) * V)), shape: [B, T] };
     const old = { data: Float32Array.from({ length: B * T }, () => -8 + r()), shape: [B, T] };
     const adv = { data: Float32Array.from([1.2, -0.4, 0.3, -1.1]), shape: [B] };
-    const gm = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < T - (i / T | 0) * 3 ? 1 : 0)), shape: [B, T] };
-    const args = { hidden: hid, weight: w, tokens, oldLogprobs: old, refLogprobs: old, advantages: adv, mask: gm, betaKl: 0.04, epsLow: 0.2, epsHigh: 0.28, aggregation: 'grpo' as const, device: 'cuda' as const };
+    const gm = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < T - ((i / T) | 0) * 3 ? 1 : 0)), shape: [B, T] };
+    const args = {
+      hidden: hid,
+      weight: w,
+      tokens,
+      oldLogprobs: old,
+      refLogprobs: old,
+      advantages: adv,
+      mask: gm,
+      betaKl: 0.04,
+      epsLow: 0.2,
+      epsHigh: 0.28,
+      aggregation: 'grpo' as const,
+      device: 'cuda' as const,
+    };
     const gf = await grpoLoss({ ...args, chunkSize: 16 });
     const gu = await grpoLoss({ ...args, fused: false });
     report['cuda fused vs unfused GRPO |Δloss|'] = Math.abs(gf.loss - gu.loss);
@@ -169,9 +209,13 @@ describe('GPU suite (CUDA)', function () {
       this.skip();
     }
     const r = lcg(11);
-    const N = 70, H = 48, V = 3001; // V odd: no vector-width assumptions
+    const N = 70,
+      H = 48,
+      V = 3001; // V odd: no vector-width assumptions
     const t = (n: number, s = 1) => Float32Array.from({ length: n }, () => r() * s);
-    const sh = { data: t(N * H, 3), shape: [N, H] }, th = { data: t(N * H, 3), shape: [N, H] }, w = { data: t(V * H, 0.6), shape: [V, H] };
+    const sh = { data: t(N * H, 3), shape: [N, H] },
+      th = { data: t(N * H, 3), shape: [N, H] },
+      w = { data: t(V * H, 0.6), shape: [V, H] };
     const mask = { data: Float32Array.from({ length: N }, (_, i) => (i % 5 === 4 ? 0 : i % 3 === 0 ? 0.5 : 1)), shape: [N] };
     for (const dtype of ['float32', 'bfloat16'] as const) {
       const tol = dtype === 'float32' ? 2e-5 : 1e-2;
@@ -186,17 +230,37 @@ describe('GPU suite (CUDA)', function () {
       }
       const same = await withFusedKernels(true, () => jsdLoss({ studentHidden: sh, teacherHidden: sh, weight: w, mask, beta: 0.5, device: 'cuda', dtype }));
       expect(same.loss).to.equal(0);
-      const B = 5, T = 14;
+      const B = 5,
+        T = 14;
       const hid = { data: t(B * T * H, 3), shape: [B, T, H] };
       const tokens = { data: Int32Array.from({ length: B * T }, () => Math.floor((r() + 0.5) * V)), shape: [B, T] };
-      const gm = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < T - (i / T | 0) * 2 ? 1 : 0)), shape: [B, T] };
+      const gm = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < T - ((i / T) | 0) * 2 ? 1 : 0)), shape: [B, T] };
       const base = { hidden: hid, weight: w, tokens, mask: gm, device: 'cuda' as const, dtype, temperature: 1.2 };
-      const lp = await withFusedKernels(false, () => selectedLogprobs({ hidden: { data: hid.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] }, device: 'cuda', dtype, temperature: 1.2 }));
+      const lp = await withFusedKernels(false, () =>
+        selectedLogprobs({
+          hidden: { data: hid.data, shape: [B * T, H] },
+          weight: w,
+          tokens: { data: tokens.data, shape: [B * T] },
+          device: 'cuda',
+          dtype,
+          temperature: 1.2,
+        }),
+      );
       // old logprobs around the current ones: ratios on both sides of the clip range.
       const old = { data: Float32Array.from(lp.data as Float32Array, (x, i) => x + [0.5, -0.5, 0.1, 0][i % 4]!), shape: [B, T] };
       const ref = { data: Float32Array.from(lp.data as Float32Array, (x, i) => x + (i % 2 ? 30 : -0.3)), shape: [B, T] }; // some beyond the k3 clamp
       for (const betaKl of [0, 0.04]) {
-        const args = { ...base, oldLogprobs: old, refLogprobs: ref, advantages: { data: Float32Array.from([1.2, -0.4, 0.3, -1.1, 0.7]), shape: [B] }, betaKl, epsLow: 0.2, epsHigh: 0.28, aggregation: 'dapo' as const, chunkSize: 16 };
+        const args = {
+          ...base,
+          oldLogprobs: old,
+          refLogprobs: ref,
+          advantages: { data: Float32Array.from([1.2, -0.4, 0.3, -1.1, 0.7]), shape: [B] },
+          betaKl,
+          epsLow: 0.2,
+          epsHigh: 0.28,
+          aggregation: 'dapo' as const,
+          chunkSize: 16,
+        };
         const k = await withFusedKernels(true, () => grpoLoss(args));
         const x = await withFusedKernels(false, () => grpoLoss(args));
         report[`kernel vs ATen GRPO ${dtype} βKL=${betaKl} |Δloss|`] = Math.abs(k.loss - x.loss);
@@ -204,7 +268,16 @@ describe('GPU suite (CUDA)', function () {
         expect(relErr(k.gradHidden!.data as Float32Array, x.gradHidden!.data as Float32Array)).to.be.at.most(tol);
         expect(k.clipFraction.region).to.be.closeTo(x.clipFraction.region, 1e-6);
       }
-      const lk = await withFusedKernels(true, () => selectedLogprobs({ hidden: { data: hid.data, shape: [B * T, H] }, weight: w, tokens: { data: tokens.data, shape: [B * T] }, device: 'cuda', dtype, temperature: 1.2 }));
+      const lk = await withFusedKernels(true, () =>
+        selectedLogprobs({
+          hidden: { data: hid.data, shape: [B * T, H] },
+          weight: w,
+          tokens: { data: tokens.data, shape: [B * T] },
+          device: 'cuda',
+          dtype,
+          temperature: 1.2,
+        }),
+      );
       expect(relErr(lk.data as Float32Array, lp.data as Float32Array)).to.be.at.most(1e-5);
     }
   });
@@ -260,7 +333,7 @@ describe('GPU suite (CUDA)', function () {
   it('a memory limit (--max-memory) binds the allocator: past it an allocation is out-of-memory, lifting it lets the same call run', async () => {
     const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda' });
     try {
-      const ids = { data: new Int32Array(8 * 64).fill(13), shape: [8, 64] };  // logits alone: 8·64·151936·4 B = 311 MB
+      const ids = { data: new Int32Array(8 * 64).fill(13), shape: [8, 64] }; // logits alone: 8·64·151936·4 B = 311 MB
       native().cudaEmptyCache();
       const base = native().cudaMemory(0)!.allocatedBytes;
       native().cudaSetMemoryLimit(base + 64e6, 0);
@@ -271,7 +344,7 @@ describe('GPU suite (CUDA)', function () {
         err = e as Error & { code?: string };
       }
       expect(err?.code, `expected out-of-memory under a cap of ${((base + 64e6) / 1e9).toFixed(3)} GB, got ${err?.message}`).to.equal('ERR_PG_OOM');
-      native().cudaSetMemoryLimit(1e15, 0);  // beyond the device: no cap
+      native().cudaSetMemoryLimit(1e15, 0); // beyond the device: no cap
       const f = await m.forward({ inputIds: ids });
       expect(f.logits!.shape).to.deep.equal([8, 64, 151936]);
       expect(() => native().cudaSetMemoryLimit(-1, 0)).to.throw(TypeError, /positive/);

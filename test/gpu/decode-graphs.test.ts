@@ -43,11 +43,7 @@ function maxLpDiff(a: PathResult, b: PathResult): number {
   return d;
 }
 
-const prompts = [
-  Int32Array.from([151644, 872, 198, 9707, 1879]),
-  Int32Array.from([13, 77091]),
-  Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13]),
-];
+const prompts = [Int32Array.from([151644, 872, 198, 9707, 1879]), Int32Array.from([13, 77091]), Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13])];
 
 describe('GPU suite: CUDA-graph decode', function () {
   this.timeout(600000);
@@ -87,7 +83,11 @@ describe('GPU suite: CUDA-graph decode', function () {
   });
 
   it('n = 3 seeded sampling (full vocabulary, top-p, top-k): identical ids with and without graphs', async () => {
-    for (const [T, topK, topP] of [[1.0, 0, 1.0], [1.1, 0, 0.95], [0.7, 20, 1.0]] as const) {
+    for (const [T, topK, topP] of [
+      [1.0, 0, 1.0],
+      [1.1, 0, 0.95],
+      [0.7, 20, 1.0],
+    ] as const) {
       const o = { prompts, n: 3, temperature: T, topK, topP, maxNewTokens: 64, stopIds: [] as number[], seed: 31337 };
       const g = await run(gpu, o);
       expect(g.decodePath).to.equal('cuda-graphs');
@@ -130,7 +130,10 @@ describe('GPU suite: CUDA-graph decode', function () {
       const s = await run(gpu, { ...o, cudaGraphs: false, staticCache: true, padToBucket: true, syncEvery: 1 });
       expect(s.decodePath).to.equal('static');
       expect(ids(g), what).to.deep.equal(ids(s));
-      expect(g.completions.map((c) => c.finishReason), what).to.deep.equal(s.completions.map((c) => c.finishReason));
+      expect(
+        g.completions.map((c) => c.finishReason),
+        what,
+      ).to.deep.equal(s.completions.map((c) => c.finishReason));
       expect(maxLpDiff(g, s), what).to.be.at.most(1e-6);
       expect(g.newTokens, what).to.equal(s.newTokens);
       const longest = Math.max(...g.completions.map((c) => c.tokenIds.length));
@@ -154,7 +157,11 @@ describe('GPU suite: CUDA-graph decode', function () {
     const untied = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'float32' });
     const nohd = await loadModel(tinyModel('tiny-nohd'), { device: 'cuda', dtype: 'float32' });
     try {
-      for (const [name, m] of [['tiny-tied', gpu], ['tiny-untied', untied], ['tiny-nohd', nohd]] as const) {
+      for (const [name, m] of [
+        ['tiny-tied', gpu],
+        ['tiny-untied', untied],
+        ['tiny-nohd', nohd],
+      ] as const) {
         const greedy = await run(m, { prompts, temperature: 0, maxNewTokens: 200, stopIds: [] as number[], liveKv: false });
         const gi = ids(greedy);
         const stops = [gi[1]![6]!, gi[2]![150]!];
@@ -169,7 +176,10 @@ describe('GPU suite: CUDA-graph decode', function () {
             expect(live.decodeAttention, what).to.equal('live-kv');
             expect(masked.decodeAttention, what).to.equal('masked');
             expect(ids(live), what).to.deep.equal(ids(masked));
-            expect(live.completions.map((c) => c.finishReason), what).to.deep.equal(masked.completions.map((c) => c.finishReason));
+            expect(
+              live.completions.map((c) => c.finishReason),
+              what,
+            ).to.deep.equal(masked.completions.map((c) => c.finishReason));
             expect(maxLpDiff(live, masked), what).to.be.at.most(2e-5);
           }
         }
@@ -181,28 +191,28 @@ describe('GPU suite: CUDA-graph decode', function () {
   });
 
   for (const tiny of ['tiny-tied', 'tiny-nohd'] as const)
-  it(`live-KV attention in bf16 (${tiny}): logprobs within bf16 rounding of the masked attention`, async () => {
-    const m = await loadModel(tinyModel(tiny), { device: 'cuda', dtype: 'bfloat16' });
-    try {
-      const o = { prompts, n: 2, temperature: 1, topK: 20, maxNewTokens: 160, stopIds: [] as number[], seed: 9 };
-      const live = await run(m, o);
-      const masked = await run(m, { ...o, liveKv: false });
-      expect(live.decodeAttention).to.equal('live-kv');
-      // Same draws (uniforms) from logits that differ by bf16 rounding: compare the rows up to
-      // their first differing id (the tiny random model has near-tied logits, so rows part after
-      // a few tokens; the fp32 test above is the exact comparison), where the logprobs of the same
-      // tokens must agree closely.
-      let compared = 0;
-      live.completions.forEach((c, i) => {
-        const other = masked.completions[i]!;
-        for (let t = 0; t < c.tokenIds.length && c.tokenIds[t] === other.tokenIds[t]; t++, compared++)
-          expect(Math.abs(c.logprobs[t]! - other.logprobs[t]!), `row ${i} token ${t}`).to.be.at.most(0.05);
-      });
-      expect(compared, 'tokens compared beyond the prefill token of each row').to.be.greaterThan(2 * live.completions.length);
-    } finally {
-      m.dispose();
-    }
-  });
+    it(`live-KV attention in bf16 (${tiny}): logprobs within bf16 rounding of the masked attention`, async () => {
+      const m = await loadModel(tinyModel(tiny), { device: 'cuda', dtype: 'bfloat16' });
+      try {
+        const o = { prompts, n: 2, temperature: 1, topK: 20, maxNewTokens: 160, stopIds: [] as number[], seed: 9 };
+        const live = await run(m, o);
+        const masked = await run(m, { ...o, liveKv: false });
+        expect(live.decodeAttention).to.equal('live-kv');
+        // Same draws (uniforms) from logits that differ by bf16 rounding: compare the rows up to
+        // their first differing id (the tiny random model has near-tied logits, so rows part after
+        // a few tokens; the fp32 test above is the exact comparison), where the logprobs of the same
+        // tokens must agree closely.
+        let compared = 0;
+        live.completions.forEach((c, i) => {
+          const other = masked.completions[i]!;
+          for (let t = 0; t < c.tokenIds.length && c.tokenIds[t] === other.tokenIds[t]; t++, compared++)
+            expect(Math.abs(c.logprobs[t]! - other.logprobs[t]!), `row ${i} token ${t}`).to.be.at.most(0.05);
+        });
+        expect(compared, 'tokens compared beyond the prefill token of each row').to.be.greaterThan(2 * live.completions.length);
+      } finally {
+        m.dispose();
+      }
+    });
 
   it('LoRA (bf16, float32 branch) in the graph decode, grouped from the per-call cache: the teacher-forced logprobs', async () => {
     const m = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'bfloat16' });
@@ -232,7 +242,8 @@ describe('GPU suite: CUDA-graph decode', function () {
         m.setLoraFloat32Branch(false); // the trainer's branch precision
         m.addLora({ r: 8, alpha: 16, seed: 5 });
         const w = m.loraWeights();
-        for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length) * 0.1;
+        for (const [k, t] of Object.entries(w))
+          if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length) * 0.1;
         m.setLoraWeights(w);
         const o = { prompts, n: 2, temperature: 0.9, topK: 20, maxNewTokens: 40, stopIds: [] as number[], seed: 4 };
         const merged = (await run(m, { ...o, mergeAdapter: true })) as PathResult & { adapterMerged: boolean };
@@ -282,7 +293,10 @@ describe('GPU suite: CUDA-graph decode', function () {
         await withTopK(true, () => run(gpu, { prompts, n: 2, maxNewTokens: 8, stopIds: [] as number[], seed: 1, topK: 20, temperature: 1 }));
       } finally {
         const p = native().profileStop({ top: 1000 });
-        expect(p.kernels.filter((k) => k.name.includes('TopKLseKernel')).reduce((n, k) => n + k.count, 0), 'TopKLseKernel launches').to.be.at.least(7);
+        expect(
+          p.kernels.filter((k) => k.name.includes('TopKLseKernel')).reduce((n, k) => n + k.count, 0),
+          'TopKLseKernel launches',
+        ).to.be.at.least(7);
       }
       for (const dtype of ['float32', 'bfloat16'] as const) {
         const m = dtype === 'float32' ? gpu : await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype });
@@ -306,7 +320,8 @@ describe('GPU suite: CUDA-graph decode', function () {
                   let t = 0;
                   for (; t < row.tokenIds.length && row.tokenIds[t] === other.tokenIds[t]; t++, compared++)
                     expect(Math.abs(row.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i} token ${t}`).to.be.at.most(2e-4);
-                  if (t < row.tokenIds.length) expect(Math.abs(row.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i}: first differing id is a tie`).to.be.at.most(2e-4);
+                  if (t < row.tokenIds.length)
+                    expect(Math.abs(row.logprobs[t]! - other.logprobs[t]!), `${tag} row ${i}: first differing id is a tie`).to.be.at.most(2e-4);
                 });
                 expect(compared, `${tag}: tokens compared`).to.be.at.least(k.completions.length);
               }
@@ -325,20 +340,36 @@ describe('GPU suite: CUDA-graph decode', function () {
   it('prefixLogprobs on CUDA (one prefill of the prefix; fp32: its KV repeated for the suffixes, bf16: the shared-prefix attention) == the per-prompt scorer: fp32 within 1e-5, bf16 within its rounding; GQA 2 and 4', async () => {
     const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
     const candidates = [9454, 2753, 0];
-    for (const [name, dtype, tol] of [['tiny-tied', 'float32', 1e-5], ['tiny-untied', 'float32', 1e-5], ['tiny-tied', 'bfloat16', 0.15]] as const) {
+    for (const [name, dtype, tol] of [
+      ['tiny-tied', 'float32', 1e-5],
+      ['tiny-untied', 'float32', 1e-5],
+      ['tiny-tied', 'bfloat16', 0.15],
+    ] as const) {
       let worst = 0;
       const m = name === 'tiny-tied' && dtype === 'float32' ? gpu : await loadModel(tinyModel(name), { device: 'cuda', dtype });
       try {
         const shared = prefixLogprobsScorer(m, { padId: 151643, adapter: 'none' });
         const whole = sequenceLogprobsScorer(m, { padId: 151643, adapter: 'none' });
-        for (const [P, lens] of [[1, [1]], [63, [15, 3]], [64, [16]], [65, [17, 1, 40]], [300, Array.from({ length: 17 }, (_, i) => 8 + i)]] as [number, number[]][]) {
-          const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+        for (const [P, lens] of [
+          [1, [1]],
+          [63, [15, 3]],
+          [64, [16]],
+          [65, [17, 1, 40]],
+          [300, Array.from({ length: 17 }, (_, i) => 8 + i)],
+        ] as [number, number[]][]) {
+          const prefix = ids(P, 1),
+            suffixes = lens.map((n, j) => ids(n, j + 2));
           const a = await shared(prefix, suffixes, candidates);
-          const b = await whole(suffixes.map((s) => [...prefix, ...s]), candidates);
-          a.forEach((row, i) => row.forEach((x, k) => {
-            worst = Math.max(worst, Math.abs(x - b[i]![k]!));
-            expect(Math.abs(x - b[i]![k]!), `${name} ${dtype} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k}`).to.be.at.most(tol);
-          }));
+          const b = await whole(
+            suffixes.map((s) => [...prefix, ...s]),
+            candidates,
+          );
+          a.forEach((row, i) =>
+            row.forEach((x, k) => {
+              worst = Math.max(worst, Math.abs(x - b[i]![k]!));
+              expect(Math.abs(x - b[i]![k]!), `${name} ${dtype} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k}`).to.be.at.most(tol);
+            }),
+          );
         }
         console.log(`      ${name} ${dtype}: prefixLogprobs vs per-prompt scorer, max |Δ logprob| ${worst.toExponential(2)}`);
       } finally {
@@ -355,9 +386,15 @@ describe('GPU suite: CUDA-graph decode', function () {
       try {
         const shared = prefixLogprobsScorer(m, { padId: 151643, adapter: 'none' });
         const whole = sequenceLogprobsScorer(m, { padId: 151643, adapter: 'none' });
-        let worstCopy = 0, worstWhole = 0;
-        for (const [P, lens] of [[1, [1]], [65, [17, 1, 40]], [300, Array.from({ length: 17 }, (_, i) => 8 + i)]] as [number, number[]][]) {
-          const prefix = ids(P, 1), suffixes = lens.map((n, j) => ids(n, j + 2));
+        let worstCopy = 0,
+          worstWhole = 0;
+        for (const [P, lens] of [
+          [1, [1]],
+          [65, [17, 1, 40]],
+          [300, Array.from({ length: 17 }, (_, i) => 8 + i)],
+        ] as [number, number[]][]) {
+          const prefix = ids(P, 1),
+            suffixes = lens.map((n, j) => ids(n, j + 2));
           native().profileStart();
           let a: Float64Array[];
           try {
@@ -369,15 +406,22 @@ describe('GPU suite: CUDA-graph decode', function () {
             expect(flash, `${name} prefix ${P}: flash kernels in the shared-prefix path`).to.be.at.least(4);
           }
           const c = await withFusedKernels(false, () => shared(prefix, suffixes, candidates));
-          const b = await whole(suffixes.map((x) => [...prefix, ...x]), candidates);
-          a.forEach((row, i) => row.forEach((x, k) => {
-            worstCopy = Math.max(worstCopy, Math.abs(x - c[i]![k]!));
-            worstWhole = Math.max(worstWhole, Math.abs(x - b[i]![k]!));
-            expect(Math.abs(x - c[i]![k]!), `${name} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k} vs the copy path`).to.be.at.most(0.15);
-            expect(Math.abs(x - b[i]![k]!), `${name} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k} vs the per-prompt scorer`).to.be.at.most(0.15);
-          }));
+          const b = await whole(
+            suffixes.map((x) => [...prefix, ...x]),
+            candidates,
+          );
+          a.forEach((row, i) =>
+            row.forEach((x, k) => {
+              worstCopy = Math.max(worstCopy, Math.abs(x - c[i]![k]!));
+              worstWhole = Math.max(worstWhole, Math.abs(x - b[i]![k]!));
+              expect(Math.abs(x - c[i]![k]!), `${name} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k} vs the copy path`).to.be.at.most(0.15);
+              expect(Math.abs(x - b[i]![k]!), `${name} prefix ${P}, suffixes ${lens}: row ${i} candidate ${k} vs the per-prompt scorer`).to.be.at.most(0.15);
+            }),
+          );
         }
-        console.log(`      ${name} bf16: shared-prefix attention vs the copy path max |Δ logprob| ${worstCopy.toExponential(2)}, vs the per-prompt scorer ${worstWhole.toExponential(2)}`);
+        console.log(
+          `      ${name} bf16: shared-prefix attention vs the copy path max |Δ logprob| ${worstCopy.toExponential(2)}, vs the per-prompt scorer ${worstWhole.toExponential(2)}`,
+        );
       } finally {
         m.dispose();
       }
@@ -406,7 +450,10 @@ describe('GPU suite: CUDA-graph decode', function () {
     const partial = p.kernels.filter((k) => k.name.includes('PartialKernel')).reduce((n, k) => n + k.count, 0);
     expect(partial).to.be.at.least(2 * (r.steps - 1));
     expect(p.gpuBusyUs, 'GPU busy time').to.be.greaterThan(0);
-    expect(p.kernels.every((k) => k.count > 0 && k.totalUs >= 0 && k.maxUs <= k.totalUs + 1e-9), 'per-kernel counts and times').to.equal(true);
+    expect(
+      p.kernels.every((k) => k.count > 0 && k.totalUs >= 0 && k.maxUs <= k.totalUs + 1e-9),
+      'per-kernel counts and times',
+    ).to.equal(true);
   });
 
   it('inference fusions (residual add + RMSNorm; q/k norm + RoPE + KV-cache write) == the ATen ops: float32 ids and logprobs on every decode path and the teacher-forced forward, bf16 within rounding; Qwen3 (hidden 64 and 256) and Qwen2.5 (no q/k norm, biases)', async function () {
@@ -454,7 +501,7 @@ describe('GPU suite: CUDA-graph decode', function () {
     }
   });
 
-  it('two models generating at once: one call ending does not free the cached adapter tensors (merged weights, grouped A / B) that the other call\'s graph replays', async () => {
+  it("two models generating at once: one call ending does not free the cached adapter tensors (merged weights, grouped A / B) that the other call's graph replays", async () => {
     // The LoRA caches of a generate call live until its own end: a concurrent call on another model
     // (another worker thread) that ends first must not clear them, or the long call's graph reads
     // freed blocks that the short calls' next allocations (their own merged weights) reuse.
@@ -462,18 +509,22 @@ describe('GPU suite: CUDA-graph decode', function () {
       const m = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'float32' });
       m.addLora({ r: 8, alpha: 16, seed: 5 + salt });
       const w = m.loraWeights();
-      for (const [k, t] of Object.entries(w)) if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length + salt) * 0.1;
+      for (const [k, t] of Object.entries(w))
+        if (k.includes('lora_B')) for (let i = 0; i < t.data.length; i++) t.data[i] = Math.sin(i * 0.37 + k.length + salt) * 0.1;
       m.setLoraWeights(w);
       return m;
     };
-    const long = await load(0), short = await load(1);
+    const long = await load(0),
+      short = await load(1);
     try {
       for (const mergeAdapter of [true, false]) {
         const lo = { prompts, temperature: 0, maxNewTokens: 1500, stopIds: [] as number[], mergeAdapter };
         const so = { prompts: prompts.slice(0, 2), temperature: 0, maxNewTokens: 3, stopIds: [] as number[], mergeAdapter };
-        const refLong = await run(long, lo), refShort = await run(short, so);
+        const refLong = await run(long, lo),
+          refShort = await run(short, so);
         expect(refLong.decodePath).to.equal('cuda-graphs');
-        let done = false, overlapped = 0;
+        let done = false,
+          overlapped = 0;
         const pending = run(long, lo).finally(() => (done = true));
         while (!done) {
           const r = await run(short, so);

@@ -22,20 +22,36 @@ async function freePort(): Promise<number> {
 }
 
 function runRanks(mode: string, port: number, env: Record<string, string> = {}): Promise<Record<string, unknown>[]> {
-  return Promise.all([0, 1].map((rank) => new Promise<Record<string, unknown>>((res) => {
-    const p = spawn(process.execPath, [WORKER, mode], {
-      env: { ...process.env, RANK: String(rank), WORLD_SIZE: '2', LOCAL_RANK: String(rank), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), TEST_BACKEND: 'nccl', TEST_DEVICE: `cuda:${rank}`, NCCL_NVLS_ENABLE: '0', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let so = '';
-    let se = '';
-    p.stdout.on('data', (d) => (so += d));
-    p.stderr.on('data', (d) => (se += d));
-    p.on('exit', (code) => {
-      const line = so.trim().split('\n').filter(Boolean).pop();
-      res(line ? JSON.parse(line) : { ok: false, error: `rank ${rank} exited ${code}: ${se.slice(-3000)}` });
-    });
-  })));
+  return Promise.all(
+    [0, 1].map(
+      (rank) =>
+        new Promise<Record<string, unknown>>((res) => {
+          const p = spawn(process.execPath, [WORKER, mode], {
+            env: {
+              ...process.env,
+              RANK: String(rank),
+              WORLD_SIZE: '2',
+              LOCAL_RANK: String(rank),
+              MASTER_ADDR: '127.0.0.1',
+              MASTER_PORT: String(port),
+              TEST_BACKEND: 'nccl',
+              TEST_DEVICE: `cuda:${rank}`,
+              NCCL_NVLS_ENABLE: '0',
+              ...env,
+            },
+            stdio: ['ignore', 'pipe', 'pipe'],
+          });
+          let so = '';
+          let se = '';
+          p.stdout.on('data', (d) => (so += d));
+          p.stderr.on('data', (d) => (se += d));
+          p.on('exit', (code) => {
+            const line = so.trim().split('\n').filter(Boolean).pop();
+            res(line ? JSON.parse(line) : { ok: false, error: `rank ${rank} exited ${code}: ${se.slice(-3000)}` });
+          });
+        }),
+    ),
+  );
 }
 
 describe('gpu: c10d NCCL process group on 2 GPUs', function () {
@@ -57,7 +73,10 @@ describe('gpu: c10d NCCL process group on 2 GPUs', function () {
       assert.deepEqual(o.avg, [1]);
       assert.deepEqual(o.max, [1]);
       assert.deepEqual(o.bc, [11, 21]);
-      assert.deepEqual(o.objs, [{ rank: 0, text: 'é' }, { rank: 1, text: 'éé' }]);
+      assert.deepEqual(o.objs, [
+        { rank: 0, text: 'é' },
+        { rank: 1, text: 'éé' },
+      ]);
     }
   });
 
@@ -67,7 +86,9 @@ describe('gpu: c10d NCCL process group on 2 GPUs', function () {
       assert.ok(o.ok, String(o.error));
       assert.equal(o.first, 3);
       assert.equal(o.last, 3);
-      console.log(`    rank ${o.rank}: 256 MiB all-reduce (host->device->host included) seconds ${(o.seconds as number[]).map((s) => s.toFixed(4)).join(', ')}`);
+      console.log(
+        `    rank ${o.rank}: 256 MiB all-reduce (host->device->host included) seconds ${(o.seconds as number[]).map((s) => s.toFixed(4)).join(', ')}`,
+      );
     }
   });
 });

@@ -92,26 +92,43 @@ function acceptDraw(L: Float32Array, o: Sampling, x: number, u: number): { ok: b
     const gap = mx - L[x]!;
     return { ok: gap <= 2 * LOGIT_TOL, exact: gap === 0, why: `greedy id ${x} is ${gap.toExponential(2)} below the largest logit` };
   }
-  const d = (2 * LOGIT_TOL) / T, tol = MASS_TOL(T);
-  const useK = (o.topK ?? 0) > 0 && o.topK! < V, useP = (o.topP ?? 1) < 1, minP = o.minP ?? 0;
+  const d = (2 * LOGIT_TOL) / T,
+    tol = MASS_TOL(T);
+  const useK = (o.topK ?? 0) > 0 && o.topK! < V,
+    useP = (o.topP ?? 1) < 1,
+    minP = o.minP ?? 0;
   const sorted = useK || useP;
   const sc = Float64Array.from(L, (v) => v / T);
   const w = sc.map((v) => Math.exp(v - mx));
   // descending scaled logits (for counts of ids above a value) and the order ids are walked in
   const desc = Float64Array.from(sc).sort().reverse();
-  const above = (v: number) => { let lo = 0, hi = V; while (lo < hi) { const m = (lo + hi) >> 1; if (desc[m]! > v) lo = m + 1; else hi = m; } return lo; };  // #ids with scaled logit > v
-  const ord = sorted ? Array.from(sc.keys()).sort((i, j) => sc[j]! - sc[i]!).slice(0, useK ? Math.min(V, o.topK! + 64) : V) : null;
+  const above = (v: number) => {
+    let lo = 0,
+      hi = V;
+    while (lo < hi) {
+      const m = (lo + hi) >> 1;
+      if (desc[m]! > v) lo = m + 1;
+      else hi = m;
+    }
+    return lo;
+  }; // #ids with scaled logit > v
+  const ord = sorted
+    ? Array.from(sc.keys())
+        .sort((i, j) => sc[j]! - sc[i]!)
+        .slice(0, useK ? Math.min(V, o.topK! + 64) : V)
+    : null;
   // top-p: prefix masses in descending order, normalised by the top-k (or full) mass
   let norm = 0;
   if (useP) for (let r = 0; r < (useK ? o.topK! : V); r++) norm += w[ord![r]!]!;
-  const prefix = new Map<number, [number, number]>();  // id -> [mass surely before, mass possibly before] (top-p only)
+  const prefix = new Map<number, [number, number]>(); // id -> [mass surely before, mass possibly before] (top-p only)
   if (useP) {
     // ids tied with an id (within d) may be on either side of it
     let acc = 0;
-    const cum = ord!.map((i) => ((acc += w[i]!), acc - w[i]!));  // mass strictly before in this order
+    const cum = ord!.map((i) => ((acc += w[i]!), acc - w[i]!)); // mass strictly before in this order
     for (let r = 0; r < ord!.length; r++) {
       const i = ord![r]!;
-      let r0 = r, r1 = r;
+      let r0 = r,
+        r1 = r;
       while (r0 > 0 && sc[ord![r0 - 1]!]! <= sc[i]! + d) r0--;
       while (r1 + 1 < ord!.length && sc[ord![r1 + 1]!]! >= sc[i]! - d) r1++;
       prefix.set(i, [cum[r0]!, cum[r1]! + w[ord![r1]!]! - w[i]!]);
@@ -122,7 +139,7 @@ function acceptDraw(L: Float32Array, o: Sampling, x: number, u: number): { ok: b
     let st = 1;
     if (useK) {
       if (above(sc[i]! + d) >= o.topK!) return 0;
-      if (above(sc[i]! - d) - 1 >= o.topK!) st = 0.5;  // other ids possibly above it (>= sc - d, minus itself)
+      if (above(sc[i]! - d) - 1 >= o.topK!) st = 0.5; // other ids possibly above it (>= sc - d, minus itself)
     }
     if (useP) {
       const [lo, hi] = prefix.get(i) ?? [Infinity, Infinity];
@@ -130,7 +147,8 @@ function acceptDraw(L: Float32Array, o: Sampling, x: number, u: number): { ok: b
       if (hi > 0 && (hi / norm) * Math.exp(2 * d) >= o.topP! - tol) st = 0.5;
     }
     if (minP > 0) {
-      const rel = sc[i]! - mx, lm = Math.log(minP);
+      const rel = sc[i]! - mx,
+        lm = Math.log(minP);
       if (rel < lm - d) return 0;
       if (rel < lm + d) st = 0.5;
     }
@@ -138,7 +156,10 @@ function acceptDraw(L: Float32Array, o: Sampling, x: number, u: number): { ok: b
   };
   const sx = status(x);
   if (sx === 0) return { ok: false, exact: false, why: `id ${x} is cut off by top-k / top-p / min-p even allowing logit noise ${d.toExponential(1)}` };
-  let loMin = 0, loMax = 0, totMin = w[x]!, totMax = w[x]!;
+  let loMin = 0,
+    loMax = 0,
+    totMin = w[x]!,
+    totMax = w[x]!;
   const walk = ord ?? Array.from(sc.keys());
   for (const i of walk) {
     if (i === x) continue;
@@ -152,7 +173,8 @@ function acceptDraw(L: Float32Array, o: Sampling, x: number, u: number): { ok: b
     if (maybeBefore) loMax += w[i]!;
   }
   const e = Math.exp(d);
-  const a = (loMin / e) / (totMax * e), b = Math.min(1, ((loMax + w[x]!) * e) / (totMin / e));
+  const a = loMin / e / (totMax * e),
+    b = Math.min(1, ((loMax + w[x]!) * e) / (totMin / e));
   const ok = u >= a - SUM_TOL && u < b + SUM_TOL;
   // the plain float64 draw of these logits
   const { order, w: wd, total } = drawOrder(L, o);
@@ -160,7 +182,11 @@ function acceptDraw(L: Float32Array, o: Sampling, x: number, u: number): { ok: b
   let lo = 0;
   for (let k = 0; k < j; k++) lo += wd[k]!;
   const exact = j >= 0 && wd[j]! > 0 && u >= lo / total && u < (lo + wd[j]!) / total;
-  return { ok, exact, why: `u = ${u.toFixed(6)}; this id's interval allowing logit noise ${d.toExponential(1)}: [${a.toFixed(6)}, ${b.toFixed(6)})${j >= 0 && wd[j]! > 0 ? `, without: [${(lo / total).toFixed(6)}, ${((lo + wd[j]!) / total).toFixed(6)})` : ', cut off without noise'}` };
+  return {
+    ok,
+    exact,
+    why: `u = ${u.toFixed(6)}; this id's interval allowing logit noise ${d.toExponential(1)}: [${a.toFixed(6)}, ${b.toFixed(6)})${j >= 0 && wd[j]! > 0 ? `, without: [${(lo / total).toFixed(6)}, ${((lo + wd[j]!) / total).toFixed(6)})` : ', cut off without noise'}`,
+  };
 }
 
 /** The first t uniforms of a seeded per-row generator (the stream of promptOptions[i].seed and of
@@ -179,7 +205,8 @@ async function nextLogits(model: Qwen3Model, seq: number[]): Promise<{ all: Floa
 /** log_softmax(L / T)[x] in float64 (greedy rows: T = 1, as the sampler reports them). */
 function logprobOf(L: Float32Array, T: number, x: number): number {
   const t = T || 1;
-  let mx = -Infinity, z = 0;
+  let mx = -Infinity,
+    z = 0;
   for (const v of L) mx = Math.max(mx, v / t);
   for (const v of L) z += Math.exp(v / t - mx);
   return L[x]! / t - mx - Math.log(z);
@@ -201,7 +228,10 @@ async function drawsMatchLogits(model: Qwen3Model, prompt: number[], o: Sampling
     const L = all.subarray((prompt.length + t - 1) * V, (prompt.length + t) * V);
     if (logprobs) {
       const ref = logprobOf(L, o.temperature ?? 1, ids[t]!);
-      expect(Math.abs(logprobs[t]! - ref), `${what}: at ${t} the run's logprob of id ${ids[t]} is ${logprobs[t]} but this prefix's logits give ${ref.toFixed(6)}: it was sampled from other logits`).to.be.at.most(LOGPROB_TOL);
+      expect(
+        Math.abs(logprobs[t]! - ref),
+        `${what}: at ${t} the run's logprob of id ${ids[t]} is ${logprobs[t]} but this prefix's logits give ${ref.toFixed(6)}: it was sampled from other logits`,
+      ).to.be.at.most(LOGPROB_TOL);
     }
     const r = acceptDraw(L, o, ids[t]!, us[t] ?? 0);
     expect(r.ok, `${what}: id ${ids[t]} at ${t} is not the draw of its logits: ${r.why}`).to.equal(true);
@@ -253,13 +283,21 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
     // sampler), one seed: the CUDA sampler must give the CPU sampler's id in every row, except at
     // a rounding tie of the two devices' float32 cumulative masses (|u − boundary| <= SUM_TOL,
     // recomputed in float64) — a wrong candidate set, order or uniform fails.
-    const V = 151936, settings: Sampling[] = [
-      { temperature: 0 }, { temperature: 1 }, { temperature: 0.7, topK: 5 }, { temperature: 1.2, topK: 40, topP: 0.8 },
-      { temperature: 1, topP: 0.9 }, { temperature: 1, minP: 0.1 }, { temperature: 1.3 }, { temperature: 0.6, topK: 50, minP: 0.05 },
-    ];
-    const R = 64, rows = Array.from({ length: R }, (_, r) => settings[r % settings.length]!);
+    const V = 151936,
+      settings: Sampling[] = [
+        { temperature: 0 },
+        { temperature: 1 },
+        { temperature: 0.7, topK: 5 },
+        { temperature: 1.2, topK: 40, topP: 0.8 },
+        { temperature: 1, topP: 0.9 },
+        { temperature: 1, minP: 0.1 },
+        { temperature: 1.3 },
+        { temperature: 0.6, topK: 50, minP: 0.05 },
+      ];
+    const R = 64,
+      rows = Array.from({ length: R }, (_, r) => settings[r % settings.length]!);
     let state = 12345;
-    const rand = () => ((state = (Math.imul(state, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+    const rand = () => (state = (Math.imul(state, 1664525) + 1013904223) >>> 0) / 2 ** 32;
     const data = new Float32Array(R * V);
     for (let i = 0; i < data.length; i++) data[i] = 2 * Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
     for (const seed of [1, 2, 3]) {
@@ -268,16 +306,24 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
       expect(Array.from(gpu.uniforms)).to.deep.equal(Array.from(cpu.uniforms));
       let ties = 0;
       for (let r = 0; r < R; r++) {
-        const L = data.subarray(r * V, (r + 1) * V), o = rows[r]!, x = cpu.tokenIds[r]!, y = gpu.tokenIds[r]!;
+        const L = data.subarray(r * V, (r + 1) * V),
+          o = rows[r]!,
+          x = cpu.tokenIds[r]!,
+          y = gpu.tokenIds[r]!;
         if (x === y) continue;
         expect(o.temperature, `row ${r} (greedy): CPU ${x} vs CUDA ${y}`).to.not.equal(0);
         const { order, w, total } = drawOrder(L, o);
-        const ix = order.indexOf(x), iy = order.indexOf(y);
-        expect(ix >= 0 && iy >= 0 && w[ix]! > 0 && w[iy]! > 0, `row ${r} ${JSON.stringify(o)}: CPU ${x} / CUDA ${y}, one is outside the candidates`).to.equal(true);
+        const ix = order.indexOf(x),
+          iy = order.indexOf(y);
+        expect(ix >= 0 && iy >= 0 && w[ix]! > 0 && w[iy]! > 0, `row ${r} ${JSON.stringify(o)}: CPU ${x} / CUDA ${y}, one is outside the candidates`).to.equal(
+          true,
+        );
         let edge = 0;
         for (let k = 0; k <= Math.min(ix, iy); k++) edge += w[k]!;
         const margin = Math.abs(cpu.uniforms[r]! - edge / total);
-        expect(margin, `row ${r} ${JSON.stringify(o)} seed ${seed}: CPU ${x} / CUDA ${y}, uniform ${margin.toExponential(2)} from the boundary`).to.be.at.most(SUM_TOL);
+        expect(margin, `row ${r} ${JSON.stringify(o)} seed ${seed}: CPU ${x} / CUDA ${y}, uniform ${margin.toExponential(2)} from the boundary`).to.be.at.most(
+          SUM_TOL,
+        );
         ties++;
       }
       console.log(`      seed ${seed}: ${R} rows, CUDA == CPU except ${ties} rounding ties`);
@@ -309,15 +355,32 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
         await sameUpToTie(m, prompts[i]!, mixed[i]!, ids(alone)[0]!, ids(all)[i]!, `row ${i}`);
       }
       if (p.name === 'cuda-graphs') {
-        const eager = await generate(m, { prompts, promptOptions: mixed, maxNewTokens: 24, cudaGraphs: false, staticCache: true, padToBucket: true, liveKv: false } as GenerateOptions);
+        const eager = await generate(m, {
+          prompts,
+          promptOptions: mixed,
+          maxNewTokens: 24,
+          cudaGraphs: false,
+          staticCache: true,
+          padToBucket: true,
+          liveKv: false,
+        } as GenerateOptions);
         expect(ids(all)).to.deep.equal(ids(eager));
       }
     });
 
   it('engine: a seeded row joining a running batch gives the same ids as alone', async () => {
-    const rows: EngineRow[] = mixed.map((o, i) => ({ id: i + 1, prompt: prompts[i]!, temperature: o.temperature, topK: o.topK, topP: o.topP, minP: o.minP, seed: o.seed ?? 0, maxNewTokens: o.maxNewTokens ?? 24 }));
+    const rows: EngineRow[] = mixed.map((o, i) => ({
+      id: i + 1,
+      prompt: prompts[i]!,
+      temperature: o.temperature,
+      topK: o.topK,
+      topP: o.topP,
+      minP: o.minP,
+      seed: o.seed ?? 0,
+      maxNewTokens: o.maxNewTokens ?? 24,
+    }));
     const graphs = (native() as unknown as { cudaGraphsCompiled?: () => boolean }).cudaGraphsCompiled?.() ?? false;
-    let lastLps = new Map<number, number[]>();  // the logprobs of the last run's tokens
+    let lastLps = new Map<number, number[]>(); // the logprobs of the last run's tokens
     const run = async (plan: { at: number; row: EngineRow }[], o: { cudaGraphs?: boolean; staticDecode?: boolean } = {}) => {
       const e = new DecodeEngine(m, { maxRows: 8, capacity: 128, ...o });
       if (o.cudaGraphs !== false && graphs) expect(e.decodePath).to.equal('cuda-graphs');
@@ -339,8 +402,24 @@ describe('GPU suite: per-row sampling in one batch and the step-wise engine', fu
     const plan = rows.map((row, i) => ({ at: i * 3, row }));
     const together = await run(plan);
     const togetherLps = lastLps;
-    for (const [i, row] of rows.entries()) await drawsMatchLogits(m, Array.from(row.prompt), { ...mixed[i]!, seed: row.seed }, together.get(row.id)!, `engine row ${row.id} in the running batch`, togetherLps.get(row.id));
-    for (const [i, row] of rows.entries()) await sameUpToTie(m, Array.from(row.prompt), { ...mixed[i]!, seed: row.seed }, together.get(row.id)!, (await run([{ at: 0, row }])).get(row.id)!, `row ${row.id}`);
+    for (const [i, row] of rows.entries())
+      await drawsMatchLogits(
+        m,
+        Array.from(row.prompt),
+        { ...mixed[i]!, seed: row.seed },
+        together.get(row.id)!,
+        `engine row ${row.id} in the running batch`,
+        togetherLps.get(row.id),
+      );
+    for (const [i, row] of rows.entries())
+      await sameUpToTie(
+        m,
+        Array.from(row.prompt),
+        { ...mixed[i]!, seed: row.seed },
+        together.get(row.id)!,
+        (await run([{ at: 0, row }])).get(row.id)!,
+        `row ${row.id}`,
+      );
     // graphs == the same static step eager == the dynamic (Forward) decode
     const eager = await run(plan, { cudaGraphs: false, staticDecode: true });
     const dyn = await run(plan, { cudaGraphs: false, staticDecode: false });

@@ -32,23 +32,57 @@ describe('report on CUDA', function () {
 
   it('records peak memory per phase and plots one line per phase', () => {
     const run = join(tmp, 'run');
-    const r = spawnSync(process.execPath, [CLI, 'train', '--device', 'cuda', '--out', run, '--opsd-steps', '2', '--grpo-steps', '2', '--max-new-tokens', '8', '--checkpoint-every', '0', '--validate-every', '0'], { encoding: 'utf8', env: { ...process.env, CI: 'true' } });
+    const r = spawnSync(
+      process.execPath,
+      [
+        CLI,
+        'train',
+        '--device',
+        'cuda',
+        '--out',
+        run,
+        '--opsd-steps',
+        '2',
+        '--grpo-steps',
+        '2',
+        '--max-new-tokens',
+        '8',
+        '--checkpoint-every',
+        '0',
+        '--validate-every',
+        '0',
+      ],
+      { encoding: 'utf8', env: { ...process.env, CI: 'true' } },
+    );
     expect(r.status, r.stderr).to.equal(0);
-    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((o) => o.memory);
+    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((o) => o.memory);
     const grpo = rows.find((o) => o.stage === 'grpo');
     expect(Object.keys(grpo.memory)).to.include.members(['peakRolloutBytes', 'peakBackwardBytes', 'peakOptimizerBytes', 'peakReferenceBytes']);
-    const spec = plotSpec(PLOTS.find((p) => p.id === 'memory')!, [readRun(run)])!;
+    const spec = plotSpec(
+      PLOTS.find((p) => p.id === 'memory')!,
+      [readRun(run)],
+    )!;
     expect(spec.series.map((s) => s.name).sort()).to.deep.equal(['backward', 'optimizer', 'reference', 'rollout']);
     const rep = writeReport({ runs: [run], out: join(tmp, 'report.html') });
     // The memory plot has its data; the only plot without data is validation, which this run turns
     // off (--validate-every 0 keeps the run short), so the report notes exactly that one.
     expect(rep.missing).to.not.have.property('memory');
     expect(rep.missing).to.deep.equal({ validation: 'validation rows' });
-    console.log('  peak GiB per phase (grpo step 1):', Object.fromEntries(Object.entries(grpo.memory as Record<string, number>).map(([k, v]) => [k, +(v / 2 ** 30).toFixed(4)])));
+    console.log(
+      '  peak GiB per phase (grpo step 1):',
+      Object.fromEntries(Object.entries(grpo.memory as Record<string, number>).map(([k, v]) => [k, +(v / 2 ** 30).toFixed(4)])),
+    );
   });
 
   it('generate defaults to CUDA when it is available', () => {
-    const r = spawnSync(process.execPath, [CLI, 'generate', '--model', ensureDefaultModel(), '--prompt', 'hi', '--max-new-tokens', '2', '--seed', '1'], { encoding: 'utf8', env: process.env });
+    const r = spawnSync(process.execPath, [CLI, 'generate', '--model', ensureDefaultModel(), '--prompt', 'hi', '--max-new-tokens', '2', '--seed', '1'], {
+      encoding: 'utf8',
+      env: process.env,
+    });
     expect(r.status, r.stderr).to.equal(0);
     expect(r.stderr).to.match(/generate: \S+ on cuda/);
   });

@@ -17,20 +17,24 @@ let calls = 0;
 
 const reward: RewardFn = async (reqs) => {
   calls += 1;
-  const second = calls >= 2;  // one reward call per sampling chunk: 1 chunk per rank per step
+  const second = calls >= 2; // one reward call per sampling chunk: 1 chunk per rank per step
   if (mode === 'judge-throws' && rank === 1 && second) throw new Error('judge endpoint down (test fault on rank 1)');
   const nulls = mode === 'judge-nulls' && rank === 1 && second;
   return reqs.map((r) => {
-    const x = (r.tokenIds?.length ?? r.plan.length) % 3 / 2;
+    const x = ((r.tokenIds?.length ?? r.plan.length) % 3) / 2;
     return {
-      reward: x, rSpec: x, rGen: x,
+      reward: x,
+      rSpec: x,
+      rGen: x,
       judge: { verdicts: 4, nulls: nulls ? 4 : 0, refusals: 0, unparsed: nulls ? 4 : 0, errors: 0, withProb: 0 },
     };
   });
 };
 
 const flags = {
-  out, seed: 3, stages: ['grpo'],
+  out,
+  seed: 3,
+  stages: ['grpo'],
   sampling: { maxNewTokens: 4, temperature: 1 } as TrainConfig['sampling'],
   grpo: { steps: 3, questionsPerStep: 2, groupSize: 2, microBatch: 2 } as TrainConfig['grpo'],
   judge: { maxNullRate: 0.25 } as TrainConfig['judge'],

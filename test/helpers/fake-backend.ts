@@ -20,7 +20,16 @@ export function fakeBackend(opts: FakeBackendOptions = {}): TrainBackend & { sav
     saved,
     promptIds: async (m) => [1, 2, m[m.length - 1]!.content.length % 7],
     answerIds: async () => [3, 4],
-    generate: async (prompts, o) => prompts.flatMap((_, p) => Array.from({ length: o.n }, (_, k) => ({ promptIndex: p, tokenIds: [5 + k, 6], logprobs: [-1, -1], text: `plan ${p}.${k}`, finishReason: 'stop' as const }))),
+    generate: async (prompts, o) =>
+      prompts.flatMap((_, p) =>
+        Array.from({ length: o.n }, (_, k) => ({
+          promptIndex: p,
+          tokenIds: [5 + k, 6],
+          logprobs: [-1, -1],
+          text: `plan ${p}.${k}`,
+          finishReason: 'stop' as const,
+        })),
+      ),
     completionLogprobs: async (seqs) => seqs.map((s) => s.completionIds.map(() => -1)),
     opsdBackward: async () => ({ loss: 0.5 }),
     grpoBackward: async () => ({ loss: 0.1, meanKl: 0, clipFraction: 0 }),

@@ -145,7 +145,14 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
     const answer = (): FakeReply => {
       const r = respond(info);
       if (typeof r === 'string') return { content: r };
-      if (r && typeof r === 'object' && 'content' in r && typeof (r as FakeReply).content === 'string' && Object.keys(r).every((k) => ['content', 'finishReason', 'reasoningContent', 'message', 'logprobs'].includes(k))) return r as FakeReply;
+      if (
+        r &&
+        typeof r === 'object' &&
+        'content' in r &&
+        typeof (r as FakeReply).content === 'string' &&
+        Object.keys(r).every((k) => ['content', 'finishReason', 'reasoningContent', 'message', 'logprobs'].includes(k))
+      )
+        return r as FakeReply;
       return { content: JSON.stringify(r) };
     };
     const completion = (reply: FakeReply) => ({
@@ -153,8 +160,19 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
       object: 'chat.completion',
       created: 0,
       model: body.model,
-      choices: [{ index: 0, message: reply.message ?? { role: 'assistant', content: reply.content, ...(reply.reasoningContent && { reasoning_content: reply.reasoningContent }) }, ...(reply.logprobs !== undefined && { logprobs: reply.logprobs }), finish_reason: reply.finishReason ?? 'stop' }],
-      usage: { prompt_tokens: Math.ceil(raw.length / 4), completion_tokens: Math.ceil(reply.content.length / 4), total_tokens: Math.ceil(raw.length / 4) + Math.ceil(reply.content.length / 4) },
+      choices: [
+        {
+          index: 0,
+          message: reply.message ?? { role: 'assistant', content: reply.content, ...(reply.reasoningContent && { reasoning_content: reply.reasoningContent }) },
+          ...(reply.logprobs !== undefined && { logprobs: reply.logprobs }),
+          finish_reason: reply.finishReason ?? 'stop',
+        },
+      ],
+      usage: {
+        prompt_tokens: Math.ceil(raw.length / 4),
+        completion_tokens: Math.ceil(reply.content.length / 4),
+        total_tokens: Math.ceil(raw.length / 4) + Math.ceil(reply.content.length / 4),
+      },
     });
     const reply = () => {
       if (!f || f.kind === 'think') {
@@ -165,7 +183,11 @@ export async function startFakeLlm(opts: FakeLlmOptions = {}): Promise<FakeLlm> 
       switch (f.kind) {
         case 'status':
           entry.status = f.status;
-          return send(f.status, f.body ?? { error: { message: `injected ${f.status}` } }, f.retryAfter !== undefined ? { 'retry-after': String(f.retryAfter) } : {});
+          return send(
+            f.status,
+            f.body ?? { error: { message: `injected ${f.status}` } },
+            f.retryAfter !== undefined ? { 'retry-after': String(f.retryAfter) } : {},
+          );
         case 'hang': {
           if (f.ms === undefined) return; // never answer; socket closed by client or close()
           const t = setTimeout(() => {
@@ -281,7 +303,9 @@ export function sampleFromSchema(schema: Record<string, unknown>, seed = 'x'): u
       }
       case 'array': {
         const n = Math.max((s.minItems as number | undefined) ?? 1, 1);
-        return Array.from({ length: Math.min(n, (s.maxItems as number | undefined) ?? n) }, (_, i) => gen((s.items ?? {}) as Record<string, unknown>, `${path}[${i}]`));
+        return Array.from({ length: Math.min(n, (s.maxItems as number | undefined) ?? n) }, (_, i) =>
+          gen((s.items ?? {}) as Record<string, unknown>, `${path}[${i}]`),
+        );
       }
       case 'integer':
         return (s.minimum as number | undefined) ?? 0;
@@ -296,7 +320,9 @@ export function sampleFromSchema(schema: Record<string, unknown>, seed = 'x'): u
   return gen(schema, '$');
 }
 
-const STOP = new Set('the a an and or of to in for on with by is are be as that this from at it its we our their which into using use used can will than not'.split(' '));
+const STOP = new Set(
+  'the a an and or of to in for on with by is are be as that this from at it its we our their which into using use used can will than not'.split(' '),
+);
 /** Content words of a text (lower-case, no stop words), in order. */
 export function contentWords(text: string): string[] {
   return (text.toLowerCase().match(/[a-z][a-z-]{2,}/g) ?? []).filter((w) => !STOP.has(w));
@@ -326,20 +352,29 @@ export function defaultResponder(req: FakeRequestInfo): string | object {
       const sec = between(first, 'section');
       const title = between(first, 'section_title').toLowerCase();
       const out: Record<string, string[]> = { goals: [], background: [], methods: [], experimental_design: [] };
-      sentences(sec).slice(0, 12).forEach((s, i) => {
-        let st: (typeof STAGES)[number];
-        if (/intro|abstract/.test(title)) st = i % 2 === 0 ? 'goals' : 'background';
-        else if (/result|evaluat|experiment|benchmark|test|data/.test(title)) st = 'experimental_design';
-        else if (/conclu|discussion|summary/.test(title)) st = 'goals';
-        else st = STAGES[(i + title.length) % 4];
-        out[st].push(s);
-      });
+      sentences(sec)
+        .slice(0, 12)
+        .forEach((s, i) => {
+          let st: (typeof STAGES)[number];
+          if (/intro|abstract/.test(title)) st = i % 2 === 0 ? 'goals' : 'background';
+          else if (/result|evaluat|experiment|benchmark|test|data/.test(title)) st = 'experimental_design';
+          else if (/conclu|discussion|summary/.test(title)) st = 'goals';
+          else st = STAGES[(i + title.length) % 4];
+          out[st].push(s);
+        });
       return out;
     }
     case 'reduce':
     case 'reduce-design': {
       const stage = between(first, 'stage');
-      const uniq = [...new Set(between(first, 'statements').split('\n').map((l) => l.replace(/^[-*]\s*/, '').trim()).filter(Boolean))];
+      const uniq = [
+        ...new Set(
+          between(first, 'statements')
+            .split('\n')
+            .map((l) => l.replace(/^[-*]\s*/, '').trim())
+            .filter(Boolean),
+        ),
+      ];
       let text = uniq.slice(0, 8).join(' ') || `No ${stage} information was found.`;
       if (stage === 'experimental_design') text = text.replace(/\d+(?:[.,]\d+)?/g, 'N');
       return { text };
@@ -359,7 +394,7 @@ export function defaultResponder(req: FakeRequestInfo): string | object {
       const q = between(first, 'question');
       const a = req.task === 'rubric-a' ? between(first, 'answer') : '';
       const words = [...new Set(contentWords(`${q} ${a}`))];
-      const pick = (i: number) => words.length ? words[(i * 7 + (req.task === 'rubric-a' ? 3 : 0)) % words.length] : `aspect${i}`;
+      const pick = (i: number) => (words.length ? words[(i * 7 + (req.task === 'rubric-a' ? 3 : 0)) % words.length] : `aspect${i}`);
       // as many items as asked ("Write N rubric items"), all of one dimension when the request says so
       const n = Number(/Write (\d+) rubric items/.exec(first)?.[1] ?? 10);
       const only = /for the dimension (method_innovation|experimental_design) only/.exec(first)?.[1];
@@ -368,13 +403,23 @@ export function defaultResponder(req: FakeRequestInfo): string | object {
         const w = i < 5 ? (words[i % Math.max(1, words.length)] ?? `aspect${i}`) : pick(i);
         // items past the default 10 (a larger n) carry a word of their own, so they stay distinct after the LLM dedupe
         const facet = i >= 10 ? ` as facet${String.fromCharCode(97 + (i % 26))}${String.fromCharCode(97 + (Math.floor(i / 26) % 26))}` : '';
-        const text = i < 3 ? `Does the plan address ${w}?` : i < 5 ? (req.task === 'rubric-a' ? `Does the plan clearly address ${w} in detail?` : `Does the plan address ${w} explicitly?`) : `Does the plan specify how ${w} is handled${facet} (${req.task} ${i})?`;
+        const text =
+          i < 3
+            ? `Does the plan address ${w}?`
+            : i < 5
+              ? req.task === 'rubric-a'
+                ? `Does the plan clearly address ${w} in detail?`
+                : `Does the plan address ${w} explicitly?`
+              : `Does the plan specify how ${w} is handled${facet} (${req.task} ${i})?`;
         return { text, dimension: only ?? (i % 2 === 0 ? 'method_innovation' : 'experimental_design') };
       });
       return { items };
     }
     case 'rubric-dedupe': {
-      const lines = between(first, 'candidates').split('\n').map((l) => /^\[(\w+)\]\s*(.*)$/.exec(l.trim())).filter((m): m is RegExpExecArray => !!m);
+      const lines = between(first, 'candidates')
+        .split('\n')
+        .map((l) => /^\[(\w+)\]\s*(.*)$/.exec(l.trim()))
+        .filter((m): m is RegExpExecArray => !!m);
       const norm = (t: string) => contentWords(t.replace(/\b(clearly|explicitly|in detail)\b/g, '')).join(' ');
       const by = new Map<string, string[]>();
       for (const [, id, text] of lines) {
@@ -384,7 +429,10 @@ export function defaultResponder(req: FakeRequestInfo): string | object {
       return { groups: [...by.values()].filter((g) => g.length > 1) };
     }
     case 'rubric-rank': {
-      const ids = between(first, 'candidates').split('\n').map((l) => /^\[(\w+)\]/.exec(l.trim())?.[1]).filter((x): x is string => !!x);
+      const ids = between(first, 'candidates')
+        .split('\n')
+        .map((l) => /^\[(\w+)\]/.exec(l.trim())?.[1])
+        .filter((x): x is string => !!x);
       return { ranking: [...ids].sort((x, y) => hash(x + first.length).localeCompare(hash(y + first.length))) };
     }
     case 'leakage': {

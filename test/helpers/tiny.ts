@@ -30,12 +30,19 @@ export function runReference(job: object, workDir: string): void {
   mkdirSync(workDir, { recursive: true });
   const jf = join(workDir, `job-${Date.now()}-${Math.random().toString(36).slice(2)}.json`);
   writeFileSync(jf, JSON.stringify(job));
-  execFileSync(python, [join(packageRoot, 'scripts', 'ref_qwen3.py'), jf], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, OMP_NUM_THREADS: '2' } });
+  execFileSync(python, [join(packageRoot, 'scripts', 'ref_qwen3.py'), jf], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: { ...process.env, OMP_NUM_THREADS: '2' },
+  });
 }
 
 /** Reads PREFIX.json / .logits.bin / .grads.bin written by a forward task. */
 export function readRefForward(prefix: string): RefForward {
-  const meta = JSON.parse(readFileSync(`${prefix}.json`, 'utf8')) as { shape: number[]; loss: number | null; grads: Record<string, { offset: number; shape: number[] }> };
+  const meta = JSON.parse(readFileSync(`${prefix}.json`, 'utf8')) as {
+    shape: number[];
+    loss: number | null;
+    grads: Record<string, { offset: number; shape: number[] }>;
+  };
   const lb = readFileSync(`${prefix}.logits.bin`);
   const logits = new Float32Array(lb.buffer.slice(lb.byteOffset, lb.byteOffset + lb.byteLength));
   const grads: RefForward['grads'] = {};
@@ -104,7 +111,6 @@ export function randomLoraB(model: Qwen3Model, seed: number, std = 0.05): Record
     return s / 2 ** 32 - 0.5;
   };
   const out: Record<string, JsTensor<Float32Array>> = {};
-  for (const [k, v] of Object.entries(model.loraWeights()))
-    if (k.includes('lora_B')) out[k] = { data: v.data.map(() => rnd() * 2 * std), shape: v.shape };
+  for (const [k, v] of Object.entries(model.loraWeights())) if (k.includes('lora_B')) out[k] = { data: v.data.map(() => rnd() * 2 * std), shape: v.shape };
   return out;
 }

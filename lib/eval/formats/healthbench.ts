@@ -21,9 +21,18 @@ export const healthbench: DatasetFormat = {
       const o = obj(r, `rubrics[${k}]`);
       const tags = Array.isArray(o.tags) ? o.tags.filter((t): t is string => typeof t === 'string') : [];
       const axis = tags.find((t) => t.startsWith('axis:'))?.slice(5);
-      return { id: `r${k + 1}`, text: text(o, 'criterion', `rubrics[${k}].criterion`), weight: weight(o.points, `rubrics[${k}].points`), ...(tags.length && { tags }), ...(axis && { axis }) };
+      return {
+        id: `r${k + 1}`,
+        text: text(o, 'criterion', `rubrics[${k}].criterion`),
+        weight: weight(o.points, `rubrics[${k}].points`),
+        ...(tags.length && { tags }),
+        ...(axis && { axis }),
+      };
     });
-    const ideal = row.ideal_completions_data && typeof row.ideal_completions_data === 'object' ? optText(row.ideal_completions_data as Record<string, unknown>, 'ideal_completion') : undefined;
+    const ideal =
+      row.ideal_completions_data && typeof row.ideal_completions_data === 'object'
+        ? optText(row.ideal_completions_data as Record<string, unknown>, 'ideal_completion')
+        : undefined;
     const tags = Array.isArray(row.example_tags) ? row.example_tags.filter((t): t is string => typeof t === 'string') : [];
     const own = optText(row, 'prompt_id');
     return {

@@ -20,7 +20,14 @@ export type { DatasetFormat, PromptStyle, RowContext } from './types.js';
 export { DatasetFileError, foldMessages, listDataFiles, readRows, RowError } from './read.js';
 
 /** Every format by `--format` name (lib/util/registry.ts; a new format is one descriptor file and one entry here). */
-export const FORMATS = new Registry<DatasetFormat>('dataset format', (f) => f.name).register(researchqa, researchPlanGen, healthbench, rubrichub, rar, papergym);
+export const FORMATS = new Registry<DatasetFormat>('dataset format', (f) => f.name).register(
+  researchqa,
+  researchPlanGen,
+  healthbench,
+  rubrichub,
+  rar,
+  papergym,
+);
 
 /** The format named `name`. @throws Error naming --format and the registered formats */
 export function getFormat(name: string): DatasetFormat {
@@ -52,7 +59,11 @@ export interface ImportResult {
  * @throws Error for an unknown format; DatasetFileError for a missing input, a truncated JSON
  * file, a Parquet file without the format's columns, or a file none of whose rows has them
  */
-export async function importDataset(format: string, input: string, opts: { config?: string; split?: string; onProblem?: (p: ImportProblem) => void } = {}): Promise<ImportResult> {
+export async function importDataset(
+  format: string,
+  input: string,
+  opts: { config?: string; split?: string; onProblem?: (p: ImportProblem) => void } = {},
+): Promise<ImportResult> {
   const f = getFormat(format);
   const files = listDataFiles(input, opts);
   const out: ImportResult = { items: [], problems: [], files: [], renamed: 0 };
@@ -67,7 +78,8 @@ export async function importDataset(format: string, input: string, opts: { confi
     for (const r of rows) {
       try {
         if (r.error !== undefined) throw new RowError(r.error);
-        if (!r.value || typeof r.value !== 'object' || Array.isArray(r.value)) throw new RowError(`row is not an object (${Array.isArray(r.value) ? 'a list' : typeof r.value})`);
+        if (!r.value || typeof r.value !== 'object' || Array.isArray(r.value))
+          throw new RowError(`row is not an object (${Array.isArray(r.value) ? 'a list' : typeof r.value})`);
         const o = r.value as Record<string, unknown>;
         if (f.columns.every((c) => !(c in o))) foreign++;
         const item = f.map(o, { file, row: r.row, config: opts.config, split });
@@ -85,7 +97,10 @@ export async function importDataset(format: string, input: string, opts: { confi
     }
     if (rows.length && foreign === rows.length) {
       const keys = Object.keys((rows.find((r) => r.value && typeof r.value === 'object')?.value ?? {}) as object).slice(0, 12);
-      throw new DatasetFileError(file, `no row has the columns of --format ${f.name} (${f.columns.join(', ')}); the rows have ${keys.join(', ') || 'no columns'}: is this another format? (registered: ${FORMATS.names().join(', ')})`);
+      throw new DatasetFileError(
+        file,
+        `no row has the columns of --format ${f.name} (${f.columns.join(', ')}); the rows have ${keys.join(', ') || 'no columns'}: is this another format? (registered: ${FORMATS.names().join(', ')})`,
+      );
     }
     for (const p of problems) opts.onProblem?.(p);
     out.problems.push(...problems);

@@ -19,7 +19,12 @@ export const rar: DatasetFormat = {
     const rubric = list(row, 'rubric').map((r, k) => {
       const o = obj(r, `rubric[${k}]`);
       const title = optText(o, 'title');
-      return { id: `r${k + 1}`, text: text(o, 'description', `rubric[${k}].description`), weight: weight(o.weight, `rubric[${k}].weight`), ...(title && { title }) };
+      return {
+        id: `r${k + 1}`,
+        text: text(o, 'description', `rubric[${k}].description`),
+        weight: weight(o.weight, `rubric[${k}].weight`),
+        ...(title && { title }),
+      };
     });
     const ref = optText(row, 'reference_answer');
     const own = row.id === undefined || row.id === null ? undefined : String(row.id);

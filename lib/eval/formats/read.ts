@@ -21,7 +21,10 @@ export interface RawRow {
 
 /** A file that cannot be read as its kind at all: names the file and why. */
 export class DatasetFileError extends Error {
-  constructor(readonly file: string, message: string) {
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
     super(`${file}: ${message}`);
     this.name = 'DatasetFileError';
   }
@@ -55,7 +58,11 @@ export function listDataFiles(input: string, opts: { config?: string; split?: st
   };
   const files = all.filter((p) => (!opts.config || has(p, opts.config)) && (!opts.split || has(p, opts.split)));
   if (!files.length) {
-    const seen = all.slice(0, 8).map((p) => relative(input, p)).join(', ') || 'none';
+    const seen =
+      all
+        .slice(0, 8)
+        .map((p) => relative(input, p))
+        .join(', ') || 'none';
     const want = [opts.config && `config ${opts.config}`, opts.split && `split ${opts.split}`].filter(Boolean).join(', ');
     throw new DatasetFileError(input, `no data file${want ? ` for ${want}` : ''} (data files seen: ${seen}${all.length > 8 ? ', …' : ''})`);
   }
@@ -95,7 +102,8 @@ export async function readRows(file: string, required: string[] = []): Promise<R
       throw new DatasetFileError(file, `not a readable Parquet file: ${(e as Error).message}`);
     }
     const missing = required.filter((c) => !cols.includes(c));
-    if (missing.length) throw new DatasetFileError(file, `Parquet file without the expected column(s) ${missing.map((c) => `'${c}'`).join(', ')} (columns: ${cols.join(', ')})`);
+    if (missing.length)
+      throw new DatasetFileError(file, `Parquet file without the expected column(s) ${missing.map((c) => `'${c}'`).join(', ')} (columns: ${cols.join(', ')})`);
     let rows: Record<string, unknown>[];
     try {
       rows = await parquetReadObjects({ file: await asyncBufferFromFile(file), compressors, rowFormat: 'object' });
@@ -152,7 +160,8 @@ export class RowError extends Error {
 /** `o[key]` as a non-empty string. @throws RowError naming the field */
 export function text(o: Record<string, unknown>, key: string, what = key): string {
   const v = o[key];
-  if (typeof v !== 'string' || !v.trim()) throw new RowError(`${what} ${v === undefined || v === null ? 'is missing' : typeof v === 'string' ? 'is empty' : `is not text (${typeof v})`}`);
+  if (typeof v !== 'string' || !v.trim())
+    throw new RowError(`${what} ${v === undefined || v === null ? 'is missing' : typeof v === 'string' ? 'is empty' : `is not text (${typeof v})`}`);
   return v;
 }
 
@@ -195,7 +204,8 @@ export function messages(o: Record<string, unknown>, key: string): ChatMessage[]
   return list(o, key).map((m, i) => {
     const mo = obj(m, `${key}[${i}]`);
     const role = mo.role === 'developer' ? 'system' : mo.role;
-    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'tool') throw new RowError(`${key}[${i}].role is not a chat role (${JSON.stringify(mo.role)})`);
+    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'tool')
+      throw new RowError(`${key}[${i}].role is not a chat role (${JSON.stringify(mo.role)})`);
     if (typeof mo.content !== 'string') throw new RowError(`${key}[${i}].content is not text`);
     return { role, content: mo.content };
   });

@@ -16,7 +16,12 @@ export { parseLevels, RESEARCHQA_BATCH, RESEARCHQA_LEVELS, RESEARCHQA_RETRIES } 
 
 /** Every protocol by name (lib/util/registry.ts). */
 export const PROTOCOLS = new Registry<Protocol>('scoring protocol', (p) => p.name).register(
-  researchqaProtocol, researchPlanGenProtocol, healthbenchProtocol, rubrichubProtocol, rarProtocol, papergymProtocol,
+  researchqaProtocol,
+  researchPlanGenProtocol,
+  healthbenchProtocol,
+  rubrichubProtocol,
+  rarProtocol,
+  papergymProtocol,
 );
 
 /** The protocol named `name`. @throws Error naming --protocol and the registered protocols */

@@ -9,7 +9,13 @@ import { computeReward } from '../../judge/rewards.js';
 import type { Verdict } from '../../judge/types.js';
 import type { Protocol, ProtocolRow } from './types.js';
 
-const verdictOf = (r: ProtocolRow): Verdict => ({ itemId: r.itemId, met: r.met, ...(r.refused && { refused: true }), ...(r.error && { error: true }), ...(r.prob !== undefined && { prob: r.prob }) });
+const verdictOf = (r: ProtocolRow): Verdict => ({
+  itemId: r.itemId,
+  met: r.met,
+  ...(r.refused && { refused: true }),
+  ...(r.error && { error: true }),
+  ...(r.prob !== undefined && { prob: r.prob }),
+});
 
 export const papergymProtocol: Protocol = {
   name: 'papergym',

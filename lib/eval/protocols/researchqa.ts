@@ -22,7 +22,11 @@ export const RESEARCHQA_RETRIES = 3;
 export function parseLevels(reply: string, n: number): number[] | null {
   const out: number[] = [];
   for (const raw of reply.replace(/<think>[\s\S]*?<\/think>/g, '').split(/\r?\n/)) {
-    const line = raw.toLowerCase().replace(/^[\s\-*•]*(item\s*)?\d+\s*[.):\]-]\s*/, '').replace(/[*_`"'.]/g, ' ').trim();
+    const line = raw
+      .toLowerCase()
+      .replace(/^[\s\-*•]*(item\s*)?\d+\s*[.):\]-]\s*/, '')
+      .replace(/[*_`"'.]/g, ' ')
+      .trim();
     if (!line) continue;
     let x = RESEARCHQA_LEVELS.findIndex((w) => line === w || line.startsWith(`${w} `) || line.startsWith(`${w}:`) || line.endsWith(` ${w}`));
     if (x < 0 && /^[1-5]$/.test(line)) x = Number(line) - 1;

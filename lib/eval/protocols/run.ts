@@ -53,8 +53,16 @@ export interface BenchmarkEvalOptions {
 /** Rows of one plan from a binary judge's verdicts. */
 function rowsOfItem(item: BenchmarkItem, sample: number, p: Protocol): ProtocolRow[] {
   return item.rubric.map((r) => ({
-    protocol: p.name, questionId: item.id, sample, itemId: r.id, kind: 'spec' as const, met: null, weight: r.weight,
-    ...(r.dimension && { dimension: r.dimension }), ...(r.axis && { axis: r.axis }), ...(r.type && { type: r.type }),
+    protocol: p.name,
+    questionId: item.id,
+    sample,
+    itemId: r.id,
+    kind: 'spec' as const,
+    met: null,
+    weight: r.weight,
+    ...(r.dimension && { dimension: r.dimension }),
+    ...(r.axis && { axis: r.axis }),
+    ...(r.type && { type: r.type }),
     ...((r.tags?.length || item.tags?.length) && { tags: [...(r.tags ?? []), ...(item.tags ?? [])] }),
   }));
 }
@@ -65,7 +73,10 @@ async function rateLevels(cj: ChatJudge, item: BenchmarkItem, plan: string, rows
   for (let s = 0; s < item.rubric.length; s += RESEARCHQA_BATCH) {
     const part = item.rubric.slice(s, s + RESEARCHQA_BATCH);
     const content = renderTemplate(prompt.template, {
-      question: item.question, plan, count: String(part.length), items: part.map((r, k) => `${k + 1}. ${r.text}`).join('\n'),
+      question: item.question,
+      plan,
+      count: String(part.length),
+      items: part.map((r, k) => `${k + 1}. ${r.text}`).join('\n'),
     });
     let levels: number[] | null = null;
     let last = '';
@@ -109,50 +120,65 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
     o.signal?.throwIfAborted();
     const part = o.items.slice(start, start + chunk);
     const gen = await o.generator.generate(part.map(promptOf), { samples, seed: (o.genSeed ?? 0) + k, signal: o.signal });
-    if (gen.length !== part.length || gen.some((g) => g.length !== samples)) throw new Error(`generator returned ${gen.map((g) => g.length)} plans for ${part.length} questions × ${samples}`);
-    const jobs = part.flatMap((it, i) => gen[i]!.map((g, s) => {
-      const plan = stripThink(g.text);
-      plans.push({ questionId: it.id, sample: s, plan, finishReason: g.finishReason });
-      return { it, s, plan, slot: (start + i) * samples + s };
-    }));
+    if (gen.length !== part.length || gen.some((g) => g.length !== samples))
+      throw new Error(`generator returned ${gen.map((g) => g.length)} plans for ${part.length} questions × ${samples}`);
+    const jobs = part.flatMap((it, i) =>
+      gen[i]!.map((g, s) => {
+        const plan = stripThink(g.text);
+        plans.push({ questionId: it.id, sample: s, plan, finishReason: g.finishReason });
+        return { it, s, plan, slot: (start + i) * samples + s };
+      }),
+    );
     const tick = () => o.onPlan?.(++done, total);
     if (p.verdict === 'levels' && o.chatJudge) {
       const cj = o.chatJudge;
-      judging.push(...jobs.map(async (j) => {
-        const rows = rowsOfItem(j.it, j.s, p);
-        await rateLevels(cj, j.it, j.plan, rows, !!o.keepRaw, o.signal);
-        byItem[j.slot] = rows;
-        tick();
-      }));
+      judging.push(
+        ...jobs.map(async (j) => {
+          const rows = rowsOfItem(j.it, j.s, p);
+          await rateLevels(cj, j.it, j.plan, rows, !!o.keepRaw, o.signal);
+          byItem[j.slot] = rows;
+          tick();
+        }),
+      );
       continue;
     }
     const judge = o.judge!;
-    judging.push((async () => {
-      const verdicts = await judge.judge(jobs.map((j) => ({
-        question: j.it.question, plan: j.plan, items: [...j.it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general.map((g) => ({ id: g.id, text: g.text }))],
-      })), { signal: o.signal });
-      jobs.forEach((j, n) => {
-        const rows: ProtocolRow[] = [...rowsOfItem(j.it, j.s, p), ...general.map((g) => ({ protocol: p.name, questionId: j.it.id, sample: j.s, itemId: g.id, kind: 'general' as const, met: null, weight: 1 }))];
-        verdicts[n]!.forEach((v, m) => {
-          const row = rows[m]!;
-          row.met = v.met;
-          if (p.verdict === 'levels') {
-            // A binary judge for ResearchQA: met → completely (5), not met → not at all (1), null → skipped.
-            row.level = v.met === null ? null : v.met ? RESEARCHQA_LEVELS.length : 1;
-            if (v.met === null) row.skipped = true;
-          }
-          if (v.prob !== undefined) row.prob = v.prob;
-          if (v.refused) row.refused = true;
-          if (v.error) row.error = true;
-          // A jury's members, as lib/eval/run.ts keeps them (the rows' judge agreement).
-          if (v.members) row.judges = Object.fromEntries(v.members.map((m) => [m.judge, m.met]));
-          if (o.keepRaw && v.raw !== undefined) row.raw = v.raw;
+    judging.push(
+      (async () => {
+        const verdicts = await judge.judge(
+          jobs.map((j) => ({
+            question: j.it.question,
+            plan: j.plan,
+            items: [...j.it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general.map((g) => ({ id: g.id, text: g.text }))],
+          })),
+          { signal: o.signal },
+        );
+        jobs.forEach((j, n) => {
+          const rows: ProtocolRow[] = [
+            ...rowsOfItem(j.it, j.s, p),
+            ...general.map((g) => ({ protocol: p.name, questionId: j.it.id, sample: j.s, itemId: g.id, kind: 'general' as const, met: null, weight: 1 })),
+          ];
+          verdicts[n]!.forEach((v, m) => {
+            const row = rows[m]!;
+            row.met = v.met;
+            if (p.verdict === 'levels') {
+              // A binary judge for ResearchQA: met → completely (5), not met → not at all (1), null → skipped.
+              row.level = v.met === null ? null : v.met ? RESEARCHQA_LEVELS.length : 1;
+              if (v.met === null) row.skipped = true;
+            }
+            if (v.prob !== undefined) row.prob = v.prob;
+            if (v.refused) row.refused = true;
+            if (v.error) row.error = true;
+            // A jury's members, as lib/eval/run.ts keeps them (the rows' judge agreement).
+            if (v.members) row.judges = Object.fromEntries(v.members.map((m) => [m.judge, m.met]));
+            if (o.keepRaw && v.raw !== undefined) row.raw = v.raw;
+          });
+          if (p.verdict === 'levels' && rows.some((r) => r.skipped)) for (const r of rows) r.skipped = true;
+          byItem[j.slot] = rows;
+          tick();
         });
-        if (p.verdict === 'levels' && rows.some((r) => r.skipped)) for (const r of rows) r.skipped = true;
-        byItem[j.slot] = rows;
-        tick();
-      });
-    })());
+      })(),
+    );
   }
   await Promise.all(judging);
   return { rows: byItem.flat(), plans };

@@ -29,7 +29,14 @@ export function bootstrapMeans(byQ: Map<string, number[]>, finish: (m: number) =
   if (!qs.length) return [];
   const rnd = mulberry32(seed);
   const draws: number[] = [];
-  for (let s = 0; s < resamples; s++) draws.push(finishedMean(byQ, qs.map(() => qs[Math.floor(rnd() * qs.length)]!), finish));
+  for (let s = 0; s < resamples; s++)
+    draws.push(
+      finishedMean(
+        byQ,
+        qs.map(() => qs[Math.floor(rnd() * qs.length)]!),
+        finish,
+      ),
+    );
   return draws;
 }
 
@@ -95,7 +102,10 @@ export function scoreRows(p: Protocol, rows: ProtocolRow[], o: ScoreOptions = {}
     else all.get(pl.questionId)!.push(s);
     const keys = new Set(pl.rows.flatMap((r) => p.groupsOf(r)));
     for (const g of keys) {
-      const gs = p.planScore(pl.rows.filter((r) => p.groupsOf(r).includes(g)), { alpha });
+      const gs = p.planScore(
+        pl.rows.filter((r) => p.groupsOf(r).includes(g)),
+        { alpha },
+      );
       if (s === null || gs === null) continue;
       const m = groups.get(g) ?? new Map<string, number[]>();
       groups.set(g, m);

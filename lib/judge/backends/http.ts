@@ -50,12 +50,21 @@ export const httpBackend: JudgeBackendOf<'http'> = {
    */
   async check(c, opts = {}) {
     if (!c.url || !c.model) throw new Error('judge http needs judge.url and judge.model (--judge-url, --judge-model)');
-    const client = new LlmClient({ baseUrl: c.url, model: c.model, timeoutMs: opts.timeoutMs ?? Math.min(c.timeoutMs, 60000), maxRetries: 1, minBackoffMs: 200, fetch: opts.fetch });
+    const client = new LlmClient({
+      baseUrl: c.url,
+      model: c.model,
+      timeoutMs: opts.timeoutMs ?? Math.min(c.timeoutMs, 60000),
+      maxRetries: 1,
+      minBackoffMs: 200,
+      fetch: opts.fetch,
+    });
     try {
       await client.chat({ messages: [{ role: 'user', content: 'Reply with the single word Yes.' }], temperature: 0, maxTokens: 8, extraBody: extraBodyOf(c) });
     } catch (e) {
       if (e instanceof LlmLengthError) return;
-      throw new Error(`judge ${c.model} at ${c.url} failed the start-up check (${client.url}): ${(e as Error).message}; fix --judge-url / --judge-model or pass --judge local`);
+      throw new Error(
+        `judge ${c.model} at ${c.url} failed the start-up check (${client.url}): ${(e as Error).message}; fix --judge-url / --judge-model or pass --judge local`,
+      );
     }
   },
   open: async (c, ctx) => httpJudgeFromConfig(c, ctx.perItemPrompt ? { perItemPrompt: ctx.perItemPrompt } : {}),

@@ -20,7 +20,10 @@ export const juryBackend: JudgeBackendOf<'jury'> = {
   settingKeys: ['judges', 'aggregation', 'onMemberFailure'],
   answersFreeForm: () => false,
   sharesPolicyWeights: (c) => juryMembers(c).some((m) => judgeBackend(m).sharesPolicyWeights(m)),
-  label: (c) => `jury:${c.aggregation}(${juryMembers(c).map((m) => m.name).join(',')})`,
+  label: (c) =>
+    `jury:${c.aggregation}(${juryMembers(c)
+      .map((m) => m.name)
+      .join(',')})`,
   /** Every member's own start-up check, concurrently; a failure names the member. */
   async check(c, opts = {}) {
     await Promise.all(

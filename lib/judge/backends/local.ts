@@ -8,7 +8,9 @@ import type { LocalModelJudgeOptions } from '../local.js';
 import type { JudgeBackendOf } from './backend.js';
 
 /** Local-judge options from settings (for localJudgeForModel / openLocalJudge). */
-export function localJudgeOptionsFromConfig(c: Pick<JudgeConfig, 'batch' | 'variants' | 'scoring'>): Required<Pick<LocalModelJudgeOptions, 'batchSize' | 'scoring'>> & Pick<LocalModelJudgeOptions, 'variants'> {
+export function localJudgeOptionsFromConfig(
+  c: Pick<JudgeConfig, 'batch' | 'variants' | 'scoring'>,
+): Required<Pick<LocalModelJudgeOptions, 'batchSize' | 'scoring'>> & Pick<LocalModelJudgeOptions, 'variants'> {
   return { batchSize: c.batch, variants: c.variants ?? undefined, scoring: c.scoring };
 }
 

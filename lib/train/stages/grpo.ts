@@ -25,9 +25,22 @@ export const grpoStage: TrainingStage = {
   resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs'],
   // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'; one from before
   // grpo.judgeStepTimeoutMs gets the default deadline.
-  upgradeSaved: (saved) => void (saved.grpo = { ...saved.grpo, judgeOverlap: saved.grpo.judgeOverlap ?? 'off', judgeStepTimeoutMs: saved.grpo.judgeStepTimeoutMs ?? DEFAULTS.grpo.judgeStepTimeoutMs }),
+  upgradeSaved: (saved) =>
+    void (saved.grpo = {
+      ...saved.grpo,
+      judgeOverlap: saved.grpo.judgeOverlap ?? 'off',
+      judgeStepTimeoutMs: saved.grpo.judgeStepTimeoutMs ?? DEFAULTS.grpo.judgeStepTimeoutMs,
+    }),
   memory: {
-    inputs: (cfg) => ({ grpo: { questionsPerStep: cfg.grpo.questionsPerStep, groupSize: cfg.grpo.groupSize, microBatch: cfg.grpo.microBatch, betaKl: cfg.grpo.betaKl, reference: cfg.grpo.reference } }),
+    inputs: (cfg) => ({
+      grpo: {
+        questionsPerStep: cfg.grpo.questionsPerStep,
+        groupSize: cfg.grpo.groupSize,
+        microBatch: cfg.grpo.microBatch,
+        betaKl: cfg.grpo.betaKl,
+        reference: cfg.grpo.reference,
+      },
+    }),
     adapterSnapshots: (x) => (x.grpo.reference === 'stage-start' ? 1 : 0),
     microBatch: { setting: 'grpoMicroBatch', configured: (x) => x.grpo.microBatch, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'grpo') },
     rollout: {
@@ -44,7 +57,8 @@ export const grpoStage: TrainingStage = {
     },
     phases(x, st, t) {
       const out: ReturnType<TrainingStage['memory']['phases']> = {};
-      const G = x.grpo.groupSize, Q = x.grpo.questionsPerStep;
+      const G = x.grpo.groupSize,
+        Q = x.grpo.questionsPerStep;
       const rows = Math.min(Q * G, Math.max(G, st.rolloutRows - (st.rolloutRows % G)));
       out['rollout-grpo'] = t.R + bucket(rows) * t.Ls * t.kv + t.sampler(bucket(rows)) + t.merged;
       if (x.localJudge !== false) {
@@ -79,7 +93,10 @@ export const grpoStage: TrainingStage = {
     // Read per chunk and per group: an out of memory beside the decode turns it off mid-step.
     const localJudge = !ctx.cfg.judge || judgeSharesPolicyWeights(ctx.cfg.judge);
     const judgeBesideDecode = () => !localJudge || ctx.cfg.grpo.judgeOverlap === 'on';
-    const promptChunks = chunks(items.map((_, i) => i), Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1));
+    const promptChunks = chunks(
+      items.map((_, i) => i),
+      Math.max(1, Math.floor(rolloutRows / c.groupSize) || 1),
+    );
     const [a, b] = shard(promptChunks.length, ctx.dist.rank, ctx.dist.worldSize);
     const prompts = new Map<number, number[]>();
     const rollouts: Rollout[] = [];
@@ -96,9 +113,18 @@ export const grpoStage: TrainingStage = {
     // Longest first (longestFirst): each batch pads to lengths close to its own rows'.
     const referenceLogprobs = async (seqs: { promptIds: number[]; completionIds: number[] }[]): Promise<number[][]> => {
       const out: number[][] = [];
-      const order = longestFirst(seqs.map((_, j) => j), (j) => seqs[j]!.promptIds.length + seqs[j]!.completionIds.length);
+      const order = longestFirst(
+        seqs.map((_, j) => j),
+        (j) => seqs[j]!.promptIds.length + seqs[j]!.completionIds.length,
+      );
       for (const part of chunks(order, Math.max(1, ctx.cfg.memory?.rolloutRows || c.microBatch))) {
-        const lps = await ctx.timed('reference', () => backend.completionLogprobs(part.map((j) => seqs[j]!), ctx.cfg.sampling.temperature || 1, refAdapter));
+        const lps = await ctx.timed('reference', () =>
+          backend.completionLogprobs(
+            part.map((j) => seqs[j]!),
+            ctx.cfg.sampling.temperature || 1,
+            refAdapter,
+          ),
+        );
         part.forEach((j, k) => (out[j] = lps[k]!));
       }
       return out;
@@ -107,81 +133,102 @@ export const grpoStage: TrainingStage = {
     const earlyRef = new Map<number, number[]>();
     // A failing judge or generate on one rank stops every rank here (allRanks), not in a later collective.
     // The ranks' rewards and lengths travel with the failure flags (one all-gather).
-    const { all } = await ctx.allRanksGather('GRPO rollouts and rewards', async () => {
-      for (let ci = a; ci < b; ci++) {
-        const ch = promptChunks[ci]!;
-        // The local judge without the overlap never scores beside a decode, the previous chunks'
-        // groups included (its scoring calls share the model with the decode, and the memory plan
-        // counts no judge in the rollout phase): their judging ends before this chunk samples.
-        if (!judgeBesideDecode() && rewardJobs.length) await ctx.timed('judge', () => Promise.all(rewardJobs));
-        const perGroup = judgeBesideDecode();
-        const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
-        ch.forEach((i, j) => prompts.set(i, ps[j]!));
-        // Rollouts of this chunk with global prompt indices.
-        const global = (rs: Rollout[]) => rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
-        // A reward job; a rejection while sampling goes on is handled below (Promise.all), not "unhandled".
-        const handled = <T>(job: Promise<T>) => (job.catch(() => undefined), job);
-        const judge = (group: Rollout[]) => ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
-        // A local judge started while the overlap is on may run beside a decode (this chunk's, or the
-        // next chunk's for the groups judged after this rollout). Out of memory there (the plan's
-        // estimate short): the group is judged again once no decode runs, and after the rollouts
-        // from then on (grpo.judgeOverlap off, carried by the checkpoints' config).
-        const judgeJob = (group: Rollout[]) => {
-          const beside = localJudge && judgeBesideDecode();
-          judgeCalls++;
-          return handled(judge(group).finally(() => judgeCalls--).catch(async (e: unknown) => {
-            if (!beside || !isPapergymError(e, ErrorCode.OOM)) throw e;
-            if (ctx.cfg.grpo.judgeOverlap === 'on') ctx.log?.(`judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`);
+    const { all } = await ctx.allRanksGather(
+      'GRPO rollouts and rewards',
+      async () => {
+        for (let ci = a; ci < b; ci++) {
+          const ch = promptChunks[ci]!;
+          // The local judge without the overlap never scores beside a decode, the previous chunks'
+          // groups included (its scoring calls share the model with the decode, and the memory plan
+          // counts no judge in the rollout phase): their judging ends before this chunk samples.
+          if (!judgeBesideDecode() && rewardJobs.length) await ctx.timed('judge', () => Promise.all(rewardJobs));
+          const perGroup = judgeBesideDecode();
+          const ps = await Promise.all(ch.map((i) => backend.promptIds(studentMessages(items[i]!.question))));
+          ch.forEach((i, j) => prompts.set(i, ps[j]!));
+          // Rollouts of this chunk with global prompt indices.
+          const global = (rs: Rollout[]) => rs.map((r) => ({ ...r, promptIndex: ch[r.promptIndex]! }));
+          // A reward job; a rejection while sampling goes on is handled below (Promise.all), not "unhandled".
+          const handled = <T>(job: Promise<T>) => (job.catch(() => undefined), job);
+          const judge = (group: Rollout[]) => ctx.reward(group.map((r) => ({ item: items[r.promptIndex]!, plan: r.text, tokenIds: r.tokenIds })));
+          // A local judge started while the overlap is on may run beside a decode (this chunk's, or the
+          // next chunk's for the groups judged after this rollout). Out of memory there (the plan's
+          // estimate short): the group is judged again once no decode runs, and after the rollouts
+          // from then on (grpo.judgeOverlap off, carried by the checkpoints' config).
+          const judgeJob = (group: Rollout[]) => {
+            const beside = localJudge && judgeBesideDecode();
+            judgeCalls++;
+            return handled(
+              judge(group)
+                .finally(() => judgeCalls--)
+                .catch(async (e: unknown) => {
+                  if (!beside || !isPapergymError(e, ErrorCode.OOM)) throw e;
+                  if (ctx.cfg.grpo.judgeOverlap === 'on')
+                    ctx.log?.(
+                      `judge: out of memory beside the rollout (${(e as Error).message}); judging after the rollout from now on (grpo.judgeOverlap off)`,
+                    );
+                  ctx.cfg.grpo.judgeOverlap = 'off';
+                  await decodeEnded();
+                  return judge(group);
+                }),
+            );
+          };
+          // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
+          const early = new Map<number, Promise<RewardResult[]>>();
+          let sampled = false; // a report after generate returned is ignored: that group is judged from the result
+          const onGroup = perGroup
+            ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || !judgeBesideDecode() || early.set(p, judgeJob(global(group))))
+            : undefined;
+          const sample = (og?: typeof onGroup) => (decoding = ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), og)));
+          let rs: Rollout[];
+          try {
+            rs = await sample(onGroup);
+          } catch (e) {
+            // The decode out of memory while the local judge scored beside it: the overlap turns off,
+            // the judge calls in flight end, and the chunk is sampled again (same seed: the same
+            // rollouts), its groups judged after the rollout; the early jobs' rewards are dropped.
+            decoding = undefined;
+            if (!(localJudge && perGroup && judgeCalls > 0 && isPapergymError(e, ErrorCode.OOM))) throw e;
+            ctx.log?.(
+              `rollout: out of memory with the judge beside the decode (${(e as Error).message}); sampling this chunk again and judging after the rollout from now on (grpo.judgeOverlap off)`,
+            );
             ctx.cfg.grpo.judgeOverlap = 'off';
-            await decodeEnded();
-            return judge(group);
-          }));
-        };
-        // Chunk-local prompt index → its group's reward job, started early by onGroup or after generate.
-        const early = new Map<number, Promise<RewardResult[]>>();
-        let sampled = false; // a report after generate returned is ignored: that group is judged from the result
-        const onGroup = perGroup ? (p: number, group: Rollout[]) => void (sampled || early.has(p) || !judgeBesideDecode() || early.set(p, judgeJob(global(group)))) : undefined;
-        const sample = (og?: typeof onGroup) => (decoding = ctx.timed('rollout', () => backend.generate(ps, ctx.sampling(c.groupSize, 3 + ci), og)));
-        let rs: Rollout[];
-        try {
-          rs = await sample(onGroup);
-        } catch (e) {
-          // The decode out of memory while the local judge scored beside it: the overlap turns off,
-          // the judge calls in flight end, and the chunk is sampled again (same seed: the same
-          // rollouts), its groups judged after the rollout; the early jobs' rewards are dropped.
-          decoding = undefined;
-          if (!(localJudge && perGroup && judgeCalls > 0 && isPapergymError(e, ErrorCode.OOM))) throw e;
-          ctx.log?.(`rollout: out of memory with the judge beside the decode (${(e as Error).message}); sampling this chunk again and judging after the rollout from now on (grpo.judgeOverlap off)`);
-          ctx.cfg.grpo.judgeOverlap = 'off';
+            sampled = true;
+            await Promise.allSettled([...early.values(), ...rewardJobs]);
+            early.clear();
+            rs = await sample(undefined);
+          } finally {
+            decoding = undefined;
+          }
           sampled = true;
-          await Promise.allSettled([...early.values(), ...rewardJobs]);
-          early.clear();
-          rs = await sample(undefined);
-        } finally {
-          decoding = undefined;
+          // generate returns n completions per prompt contiguously (a group is a block of G).
+          const mapped = global(rs);
+          rollouts.push(...mapped);
+          rewardJobs.push(
+            perGroup
+              ? handled(Promise.all(ch.map((_, p) => early.get(p) ?? judgeJob(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)))).then((x) => x.flat()))
+              : judgeJob(mapped),
+          );
         }
-        sampled = true;
-        // generate returns n completions per prompt contiguously (a group is a block of G).
-        const mapped = global(rs);
-        rollouts.push(...mapped);
-        rewardJobs.push(perGroup
-          ? handled(Promise.all(ch.map((_, p) => early.get(p) ?? judgeJob(mapped.slice(p * c.groupSize, (p + 1) * c.groupSize)))).then((x) => x.flat()))
-          : judgeJob(mapped));
-      }
-      // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
-      const judged = (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
-      // Data parallel: a rank's reference logprobs need only its own completions, so they run
-      // here, before the exchange of the rewards, where a rank whose completions finished early
-      // would otherwise wait for the slowest rank's decode. Every non-empty completion (a superset
-      // of those the update keeps; the same set unless the judge masked some or zero-variance
-      // groups are dropped). One process: after the advantages, for the kept ones only.
-      if (ctx.dist.worldSize > 1 && c.betaKl > 0) {
-        const local = rollouts.map((ro, i) => ({ ro, i })).filter((x) => x.ro.tokenIds.length > 0);
-        const lps = await referenceLogprobs(local.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds })));
-        local.forEach((x, k) => earlyRef.set(x.i, lps[k]!));
-      }
-      return judged;
-    }, (localRewards) => ({ rewards: localRewards, lengths: rollouts.map((ro) => ro.tokenIds.length), stops: rollouts.filter((ro) => ro.finishReason === 'stop').length }));
+        // Judge time not hidden behind sampling: the wait after the last chunk was sampled.
+        const judged = (await ctx.timed('judge', () => Promise.all(rewardJobs))).flat();
+        // Data parallel: a rank's reference logprobs need only its own completions, so they run
+        // here, before the exchange of the rewards, where a rank whose completions finished early
+        // would otherwise wait for the slowest rank's decode. Every non-empty completion (a superset
+        // of those the update keeps; the same set unless the judge masked some or zero-variance
+        // groups are dropped). One process: after the advantages, for the kept ones only.
+        if (ctx.dist.worldSize > 1 && c.betaKl > 0) {
+          const local = rollouts.map((ro, i) => ({ ro, i })).filter((x) => x.ro.tokenIds.length > 0);
+          const lps = await referenceLogprobs(local.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds })));
+          local.forEach((x, k) => earlyRef.set(x.i, lps[k]!));
+        }
+        return judged;
+      },
+      (localRewards) => ({
+        rewards: localRewards,
+        lengths: rollouts.map((ro) => ro.tokenIds.length),
+        stops: rollouts.filter((ro) => ro.finishReason === 'stop').length,
+      }),
+    );
     // Global rewards in global rollout order (ranks hold contiguous chunk ranges): advantages,
     // the loss normalisers and the judge health span the whole step, as on one process.
     const rewards = all.flatMap((x) => x.rewards);
@@ -202,37 +249,51 @@ export const grpoStage: TrainingStage = {
     const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[offset + i]!, i: offset + i, local: i })).filter((x) => keptGlobal[x.i]);
     const seqs = kept.map((x) => ({ promptIds: prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds }));
     const opts = {
-      epsLow: c.epsLow, epsHigh: c.epsHigh, betaKl: c.betaKl, temperature: ctx.cfg.sampling.temperature || 1, aggregation: c.aggregation,
-      totalSequences, totalCompletionTokens: totalTokens, maxCompletionLength: ctx.cfg.sampling.maxNewTokens,
+      epsLow: c.epsLow,
+      epsHigh: c.epsHigh,
+      betaKl: c.betaKl,
+      temperature: ctx.cfg.sampling.temperature || 1,
+      aggregation: c.aggregation,
+      totalSequences,
+      totalCompletionTokens: totalTokens,
+      maxCompletionLength: ctx.cfg.sampling.maxNewTokens,
     };
     // The reference logprobs and the update are rank-local with no collective between them: one
     // failure check covers both, and the ranks' loss, KL and clip sums travel with it.
-    const { all: parts } = await ctx.allRanksGather('GRPO reference logprobs and update', async () => {
-      let refLogprobs: number[][];
-      if (earlyRef.size) refLogprobs = kept.map((x) => earlyRef.get(x.local)!);
-      else if (seqs.length && c.betaKl > 0) refLogprobs = await referenceLogprobs(seqs);
-      else refLogprobs = seqs.map((s) => s.completionIds.map(() => 0));
-      // Length-bucketed micro-batches: longest first, so each micro-batch pads to about its own rows' length.
-      const batch = longestFirst(kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv })), (x) => x.seq.promptIds.length + x.seq.completionIds.length);
-      return ctx.updateWithOomRecovery('grpo', async (microBatch) => {
-        const acc = { loss: 0, kl: 0, clip: 0 };
-        for (const mb of chunks(batch, microBatch)) {
-          const out = await backend.grpoBackward(mb, opts);
-          acc.loss += out.loss;
-          acc.kl += out.meanKl * mb.length;
-          acc.clip += out.clipFraction * mb.length;
-        }
-        return acc;
-      });
-    }, (acc) => [finiteOrNull(acc.loss), acc.kl, acc.clip] as const);
+    const { all: parts } = await ctx.allRanksGather(
+      'GRPO reference logprobs and update',
+      async () => {
+        let refLogprobs: number[][];
+        if (earlyRef.size) refLogprobs = kept.map((x) => earlyRef.get(x.local)!);
+        else if (seqs.length && c.betaKl > 0) refLogprobs = await referenceLogprobs(seqs);
+        else refLogprobs = seqs.map((s) => s.completionIds.map(() => 0));
+        // Length-bucketed micro-batches: longest first, so each micro-batch pads to about its own rows' length.
+        const batch = longestFirst(
+          kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv })),
+          (x) => x.seq.promptIds.length + x.seq.completionIds.length,
+        );
+        return ctx.updateWithOomRecovery('grpo', async (microBatch) => {
+          const acc = { loss: 0, kl: 0, clip: 0 };
+          for (const mb of chunks(batch, microBatch)) {
+            const out = await backend.grpoBackward(mb, opts);
+            acc.loss += out.loss;
+            acc.kl += out.meanKl * mb.length;
+            acc.clip += out.clipFraction * mb.length;
+          }
+          return acc;
+        });
+      },
+      (acc) => [finiteOrNull(acc.loss), acc.kl, acc.clip] as const,
+    );
     const loss = sumFinite(parts.map((p) => p[0]));
     const kl = parts.reduce((n, p) => n + p[1], 0);
     const clip = parts.reduce((n, p) => n + p[2], 0);
     const dims: Record<string, [number, number]> = {};
-    for (const x of rewards) for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
-      const cur = dims[d] ?? [0, 0];
-      dims[d] = [cur[0] + m, cur[1] + t];
-    }
+    for (const x of rewards)
+      for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
+        const cur = dims[d] ?? [0, 0];
+        dims[d] = [cur[0] + m, cur[1] + t];
+      }
     return {
       loss,
       completionTokens: totalTokens,

@@ -11,7 +11,8 @@ import { bucket, updateBytes, type PlanInputs } from '../memory-model.js';
 import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 /** Update bytes above resident: the student's loss + backward (JSD head) plus the teacher's completion hidden states. */
-const opsdUpdateBytes = (x: PlanInputs, rows: number, rc: boolean, t: MemoryTerms) => updateBytes(x, rows, t.Ls, rc, 'jsd') + rows * x.maxNewTokens * x.shape.hiddenSize * x.dtypeBytes;
+const opsdUpdateBytes = (x: PlanInputs, rows: number, rc: boolean, t: MemoryTerms) =>
+  updateBytes(x, rows, t.Ls, rc, 'jsd') + rows * x.maxNewTokens * x.shape.hiddenSize * x.dtypeBytes;
 
 export const opsdStage: TrainingStage = {
   name: 'opsd',
@@ -56,45 +57,71 @@ export const opsdStage: TrainingStage = {
     // With a per-rank batch (--opsd-batch-size-per-rank) no chunk is larger than one rank's share,
     // so every rank samples (a chunk larger than the share would leave a rank idle).
     const rows = Math.max(1, Math.min(ctx.cfg.memory?.rolloutRows || c.microBatch, c.batchSizePerRank ?? Infinity));
-    const chunkIdx = chunks(items.map((_, i) => i), rows);
+    const chunkIdx = chunks(
+      items.map((_, i) => i),
+      rows,
+    );
     const [a, b] = shard(chunkIdx.length, ctx.dist.rank, ctx.dist.worldSize);
     const batch: { student: Sequence; teacher: Sequence }[] = [];
     let stops = 0;
     let rolloutCount = 0;
     // The ranks' token / sequence counts (the loss normaliser) travel with the failure flags.
-    const { all } = await ctx.allRanksGather('OPSD rollouts', async () => {
-      for (let k = a; k < b; k++) {
-        const its = chunkIdx[k]!.map((i) => items[i]!);
-        const studentPrompts = await Promise.all(its.map((it) => backend.promptIds(studentMessages(it.question))));
-        const teacherPrompts = await Promise.all(its.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
-        const rollouts = await ctx.timed('rollout', () => backend.generate(studentPrompts, ctx.sampling(1, 2, k)));
-        for (const r of rollouts) {
-          rolloutCount += 1;
-          if (r.finishReason === 'stop') stops += 1;
-          if (!r.tokenIds.length) continue;
-          batch.push({ student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds }, teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds } });
+    const { all } = await ctx.allRanksGather(
+      'OPSD rollouts',
+      async () => {
+        for (let k = a; k < b; k++) {
+          const its = chunkIdx[k]!.map((i) => items[i]!);
+          const studentPrompts = await Promise.all(its.map((it) => backend.promptIds(studentMessages(it.question))));
+          const teacherPrompts = await Promise.all(its.map((it) => backend.promptIds(teacherMessages(it.question, it.rubric))));
+          const rollouts = await ctx.timed('rollout', () => backend.generate(studentPrompts, ctx.sampling(1, 2, k)));
+          for (const r of rollouts) {
+            rolloutCount += 1;
+            if (r.finishReason === 'stop') stops += 1;
+            if (!r.tokenIds.length) continue;
+            batch.push({
+              student: { promptIds: studentPrompts[r.promptIndex]!, completionIds: r.tokenIds },
+              teacher: { promptIds: teacherPrompts[r.promptIndex]!, completionIds: r.tokenIds },
+            });
+          }
         }
-      }
-    }, () => ({ tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount }));
+      },
+      () => ({ tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount }),
+    );
     const normalizer = all.reduce((n, x) => n + x.tokens, 0);
     const sequences = all.reduce((n, x) => n + x.sequences, 0);
     const teacher = c.teacher === 'fixed' ? 'none' : c.teacher === 'current' ? 'active' : 'ema-teacher';
     let loss = 0;
     // normalizer is global: every rank takes the same branch. The global loss travels with the failure flags.
     if (normalizer > 0) {
-      const upd = await ctx.allRanksGather('OPSD update', () => ctx.updateWithOomRecovery('opsd', async (microBatch) => {
-        let l = 0;
-        // Length-bucketed micro-batches: longest first, so each pads to about its own rows' length.
-        for (const mb of chunks(longestFirst(batch, (x) => Math.max(x.student.promptIds.length, x.teacher.promptIds.length) + x.student.completionIds.length), microBatch)) {
-          l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
-        }
-        return l;
-      }), finiteOrNull);
+      const upd = await ctx.allRanksGather(
+        'OPSD update',
+        () =>
+          ctx.updateWithOomRecovery('opsd', async (microBatch) => {
+            let l = 0;
+            // Length-bucketed micro-batches: longest first, so each pads to about its own rows' length.
+            for (const mb of chunks(
+              longestFirst(batch, (x) => Math.max(x.student.promptIds.length, x.teacher.promptIds.length) + x.student.completionIds.length),
+              microBatch,
+            )) {
+              l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
+            }
+            return l;
+          }),
+        finiteOrNull,
+      );
       loss = ctx.dist.worldSize === 1 ? upd.value : sumFinite(upd.all);
     }
     return {
-      loss, jsd: loss, completionTokens: normalizer, completionLength: normalizer / Math.max(1, sequences),
-      stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, all.reduce((n, x) => n + x.rollouts, 0)),
+      loss,
+      jsd: loss,
+      completionTokens: normalizer,
+      completionLength: normalizer / Math.max(1, sequences),
+      stopRate:
+        all.reduce((n, x) => n + x.stops, 0) /
+        Math.max(
+          1,
+          all.reduce((n, x) => n + x.rollouts, 0),
+        ),
     };
   },
 };

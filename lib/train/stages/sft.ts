@@ -27,17 +27,23 @@ export const sftStage: TrainingStage = {
     const [a, b] = shard(items.length, ctx.dist.rank, ctx.dist.worldSize);
     const answers = await Promise.all(items.map((it) => backend.answerIds(it.reference_answer)));
     const normalizer = answers.reduce((n, x) => n + x.length, 0);
-    const seqs: Sequence[] = await Promise.all(items.slice(a, b).map(async (it, j) => ({
-      promptIds: await backend.promptIds(studentMessages(it.question)),
-      completionIds: answers[a + j]!,
-    })));
+    const seqs: Sequence[] = await Promise.all(
+      items.slice(a, b).map(async (it, j) => ({
+        promptIds: await backend.promptIds(studentMessages(it.question)),
+        completionIds: answers[a + j]!,
+      })),
+    );
     const local = seqs.reduce((n, s) => n + s.completionIds.length, 0);
     // One call over the rank's window: the native cross-entropy averages over the tokens it is
     // given; × local / global tokens makes it this rank's share of the global token mean (the
     // gradient is scaled the same way before the all-reduce).
     const share = normalizer > 0 ? local / normalizer : 0;
     // The global loss travels with the ranks' failure flags (one all-gather per step, not two).
-    const { value: localLoss, all } = await ctx.allRanksGather('SFT update', async () => (seqs.length ? (await ctx.timed('update', () => backend.sftBackward(seqs))).loss : 0), (l) => finiteOrNull(l * share));
+    const { value: localLoss, all } = await ctx.allRanksGather(
+      'SFT update',
+      async () => (seqs.length ? (await ctx.timed('update', () => backend.sftBackward(seqs))).loss : 0),
+      (l) => finiteOrNull(l * share),
+    );
     const loss = ctx.dist.worldSize === 1 ? localLoss : sumFinite(all);
     return { loss, completionTokens: normalizer, gradScale: share };
   },

@@ -108,7 +108,11 @@ export interface StageMemory {
    * the plan setting holding it, the configured value, and the update's bytes above resident for
    * `rows` sequences. Stages without it update in one call.
    */
-  microBatch?: { setting: MicroBatchSetting; configured(x: PlanInputs): number; updateBytes(x: PlanInputs, rows: number, recompute: boolean, t: MemoryTerms): number };
+  microBatch?: {
+    setting: MicroBatchSetting;
+    configured(x: PlanInputs): number;
+    updateBytes(x: PlanInputs, rows: number, recompute: boolean, t: MemoryTerms): number;
+  };
   /** Rollouts: the most rows one step samples, the unit rows come in (GRPO: whole groups), and any other call batched by the same rows that must fit. */
   rollout?: { maxRows(x: PlanInputs): number; unit(x: PlanInputs): number; fits?(x: PlanInputs, rows: number, t: MemoryTerms, limit: number): boolean };
   /** The phase the stage's rollouts are judged beside (grpo.judgeOverlap): the local judge's memory is planned with it. */
@@ -189,5 +193,8 @@ export function chunks<T>(xs: T[], size: number): T[][] {
  * with step-global normalisers (native/loss/*), so the order of micro-batches changes no loss term.
  */
 export function longestFirst<T>(xs: T[], len: (x: T) => number): T[] {
-  return xs.map((x, i) => ({ x, i, n: len(x) })).sort((a, b) => b.n - a.n || a.i - b.i).map((e) => e.x);
+  return xs
+    .map((x, i) => ({ x, i, n: len(x) }))
+    .sort((a, b) => b.n - a.n || a.i - b.i)
+    .map((e) => e.x);
 }

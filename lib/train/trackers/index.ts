@@ -83,7 +83,11 @@ export function rowScalars(row: Record<string, unknown>): Record<string, number>
 }
 
 /** The config flattened to dotted keys; arrays as JSON strings. */
-export function flattenParams(cfg: unknown, prefix = '', out: Record<string, string | number | boolean | null> = {}): Record<string, string | number | boolean | null> {
+export function flattenParams(
+  cfg: unknown,
+  prefix = '',
+  out: Record<string, string | number | boolean | null> = {},
+): Record<string, string | number | boolean | null> {
   if (cfg && typeof cfg === 'object' && !Array.isArray(cfg)) {
     for (const [k, v] of Object.entries(cfg)) flattenParams(v, prefix ? `${prefix}.${k}` : k, out);
   } else if (prefix) {
@@ -99,7 +103,10 @@ export function flattenParams(cfg: unknown, prefix = '', out: Record<string, str
 export class TrackerSet {
   private chains = new Map<Tracker, Promise<void>>();
   private off = new Set<Tracker>();
-  private constructor(private readonly trackers: Tracker[], private readonly warn: (line: string) => void) {
+  private constructor(
+    private readonly trackers: Tracker[],
+    private readonly warn: (line: string) => void,
+  ) {
     for (const t of trackers) this.chains.set(t, Promise.resolve());
   }
 
@@ -109,7 +116,11 @@ export class TrackerSet {
   }
 
   /** Starts each named tracker; one that cannot start warns and is left out. */
-  static async open(names: readonly TrackerName[], cfg: TrainConfig, o: { runDir: string; runName: string; resumed: boolean; log: (line: string) => void }): Promise<TrackerSet> {
+  static async open(
+    names: readonly TrackerName[],
+    cfg: TrainConfig,
+    o: { runDir: string; runName: string; resumed: boolean; log: (line: string) => void },
+  ): Promise<TrackerSet> {
     const params = flattenParams(cfg);
     const started: Tracker[] = [];
     for (const name of names) {
@@ -131,7 +142,9 @@ export class TrackerSet {
         await f();
       } catch (e) {
         this.off.add(t);
-        this.warn(`warning: --report-to ${t.name} failed (${what}: ${(e as Error).message}); it is off for the rest of the run, training continues, metrics.jsonl is the record`);
+        this.warn(
+          `warning: --report-to ${t.name} failed (${what}: ${(e as Error).message}); it is off for the rest of the run, training continues, metrics.jsonl is the record`,
+        );
       }
     });
     this.chains.set(t, next);
@@ -157,12 +170,14 @@ export class TrackerSet {
     for (const t of this.trackers) if (artifacts.length) this.run(t, 'artifacts', () => t.logArtifacts(artifacts));
     await this.flush();
     // finish even a tracker that failed: an MLflow run should not stay RUNNING, a W&B bridge must exit
-    await Promise.all(this.trackers.map(async (t) => {
-      try {
-        await t.finish(this.off.has(t) && status === 'FINISHED' ? 'FAILED' : status);
-      } catch (e) {
-        if (!this.off.has(t)) this.warn(`warning: --report-to ${t.name} failed (finish: ${(e as Error).message})`);
-      }
-    }));
+    await Promise.all(
+      this.trackers.map(async (t) => {
+        try {
+          await t.finish(this.off.has(t) && status === 'FINISHED' ? 'FAILED' : status);
+        } catch (e) {
+          if (!this.off.has(t)) this.warn(`warning: --report-to ${t.name} failed (finish: ${(e as Error).message})`);
+        }
+      }),
+    );
   }
 }

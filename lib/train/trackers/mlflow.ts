@@ -25,7 +25,10 @@ const ATTEMPTS = 3;
 /** The MLflow REST client this tracker needs; errors name the endpoint and MLflow's error code. */
 export class MlflowClient {
   private readonly headers: Record<string, string>;
-  constructor(readonly base: string, env: NodeJS.ProcessEnv = process.env) {
+  constructor(
+    readonly base: string,
+    env: NodeJS.ProcessEnv = process.env,
+  ) {
     this.base = base.replace(/\/+$/, '');
     this.headers = {};
     if (env.MLFLOW_TRACKING_TOKEN) this.headers.authorization = `Bearer ${env.MLFLOW_TRACKING_TOKEN}`;
@@ -54,14 +57,18 @@ export class MlflowClient {
   async call<T>(method: 'GET' | 'POST', endpoint: string, body?: unknown): Promise<T> {
     const url = `${this.base}/api/2.0/mlflow/${endpoint}`;
     const init = (): RequestInit => ({
-      method, headers: { ...this.headers, 'content-type': 'application/json' }, signal: AbortSignal.timeout(TIMEOUT_MS),
+      method,
+      headers: { ...this.headers, 'content-type': 'application/json' },
+      signal: AbortSignal.timeout(TIMEOUT_MS),
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
     let r: Response;
     try {
       r = await this.fetchRetrying(url, init);
     } catch (e) {
-      throw new Error(`MLflow ${method} ${endpoint}: ${(e as Error).message}${(e as { cause?: Error }).cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`);
+      throw new Error(
+        `MLflow ${method} ${endpoint}: ${(e as Error).message}${(e as { cause?: Error }).cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`,
+      );
     }
     const text = await r.text();
     if (!r.ok) {
@@ -80,12 +87,19 @@ export class MlflowClient {
   async upload(artifactPath: string, file: string): Promise<void> {
     const url = `${this.base}/api/2.0/mlflow-artifacts/artifacts/${artifactPath.split('/').map(encodeURIComponent).join('/')}`;
     const data = readFileSync(file);
-    const init = (): RequestInit => ({ method: 'PUT', headers: { ...this.headers, 'content-type': 'application/octet-stream' }, body: data, signal: AbortSignal.timeout(TIMEOUT_MS * 4) });
+    const init = (): RequestInit => ({
+      method: 'PUT',
+      headers: { ...this.headers, 'content-type': 'application/octet-stream' },
+      body: data,
+      signal: AbortSignal.timeout(TIMEOUT_MS * 4),
+    });
     let r: Response;
     try {
       r = await this.fetchRetrying(url, init);
     } catch (e) {
-      throw new Error(`MLflow artifact upload ${artifactPath}: ${(e as Error).message}${(e as { cause?: Error }).cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`);
+      throw new Error(
+        `MLflow artifact upload ${artifactPath}: ${(e as Error).message}${(e as { cause?: Error }).cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`,
+      );
     }
     if (!r.ok) throw new Error(`MLflow artifact upload ${artifactPath}: HTTP ${r.status} ${(await r.text()).slice(0, 300)}`);
   }
@@ -105,19 +119,29 @@ function filesOf(p: string): { file: string; rel: string }[] {
 
 export async function openMlflow(s: TrackerStart, env: NodeJS.ProcessEnv = process.env): Promise<Tracker> {
   const uri = env.MLFLOW_TRACKING_URI;
-  if (!uri || !/^https?:\/\//.test(uri)) throw new Error(`MLFLOW_TRACKING_URI must be the http(s) URL of an MLflow tracking server (got ${uri ? `'${uri}'` : 'nothing'})`);
+  if (!uri || !/^https?:\/\//.test(uri))
+    throw new Error(`MLFLOW_TRACKING_URI must be the http(s) URL of an MLflow tracking server (got ${uri ? `'${uri}'` : 'nothing'})`);
   const c = new MlflowClient(uri, env);
   const expName = env.MLFLOW_EXPERIMENT_NAME || 'papergym-native';
   let experimentId: string;
   try {
-    experimentId = (await c.call<{ experiment: { experiment_id: string } }>('GET', `experiments/get-by-name?experiment_name=${encodeURIComponent(expName)}`)).experiment.experiment_id;
+    experimentId = (await c.call<{ experiment: { experiment_id: string } }>('GET', `experiments/get-by-name?experiment_name=${encodeURIComponent(expName)}`))
+      .experiment.experiment_id;
   } catch (e) {
     if ((e as { errorCode?: string }).errorCode !== 'RESOURCE_DOES_NOT_EXIST') throw e;
     experimentId = (await c.call<{ experiment_id: string }>('POST', 'experiments/create', { name: expName })).experiment_id;
   }
-  const tags = [{ key: 'papergym.run_dir', value: s.runDir }, { key: 'mlflow.source.name', value: 'papergym-native train' }];
+  const tags = [
+    { key: 'papergym.run_dir', value: s.runDir },
+    { key: 'mlflow.source.name', value: 'papergym-native train' },
+  ];
   if (s.resumed) tags.push({ key: 'papergym.resumed', value: 'true' });
-  const run = await c.call<{ run: { info: { run_id: string; artifact_uri: string } } }>('POST', 'runs/create', { experiment_id: experimentId, run_name: s.runName, start_time: Date.now(), tags });
+  const run = await c.call<{ run: { info: { run_id: string; artifact_uri: string } } }>('POST', 'runs/create', {
+    experiment_id: experimentId,
+    run_name: s.runName,
+    start_time: Date.now(),
+    tags,
+  });
   const runId = run.run.info.run_id;
   const artifactUri = run.run.info.artifact_uri;
   const params = Object.entries(s.params).map(([key, v]) => ({ key, value: String(v).slice(0, MAX_PARAM_VALUE) }));
@@ -134,7 +158,9 @@ export async function openMlflow(s: TrackerStart, env: NodeJS.ProcessEnv = proce
     async logArtifacts(paths) {
       const m = /^mlflow-artifacts:\/(.*)$/.exec(artifactUri);
       if (!m) {
-        s.log(`--report-to mlflow: artifacts not uploaded: the run's artifact store ${artifactUri} is not proxied by the tracking server (start it with --serve-artifacts)`);
+        s.log(
+          `--report-to mlflow: artifacts not uploaded: the run's artifact store ${artifactUri} is not proxied by the tracking server (start it with --serve-artifacts)`,
+        );
         return;
       }
       const prefix = m[1]!.replace(/^\/+/, '');

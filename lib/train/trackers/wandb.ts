@@ -36,7 +36,9 @@ class Bridge {
       }
     });
     this.child.on('error', (e) => this.fail(`cannot run ${env.PYTHON ?? python}: ${e.message}`));
-    this.child.on('exit', (code, sig) => this.fail(`wandb bridge exited (${sig ?? code})${this.stderr ? `: ${this.stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`));
+    this.child.on('exit', (code, sig) =>
+      this.fail(`wandb bridge exited (${sig ?? code})${this.stderr ? `: ${this.stderr.trim().split('\n').slice(-3).join(' | ')}` : ''}`),
+    );
     this.child.stdin.on('error', () => {});
   }
   private fail(why: string): void {
