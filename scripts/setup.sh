@@ -82,6 +82,21 @@ else
   echo "$LOCK_HASH" > node_modules/.pg-lock-hash
 fi
 
+# Lint toolchain (npm run lint): ESLint + Prettier from tools/lint/ (own lock file), clang-format from
+# Debian (as root with apt; otherwise npm run lint says what is missing). Never fails the setup.
+LINT_HASH=$(sha256sum tools/lint/package-lock.json | cut -d' ' -f1)
+if [ -f tools/lint/node_modules/.pg-lock-hash ] && [ "$(cat tools/lint/node_modules/.pg-lock-hash)" = "$LINT_HASH" ]; then
+  say "lint toolchain up to date"
+else
+  say "npm ci --prefix tools/lint (ESLint, Prettier)"
+  npm ci --prefix tools/lint --no-audit --no-fund >/dev/null && echo "$LINT_HASH" > tools/lint/node_modules/.pg-lock-hash || say "lint toolchain not installed"
+fi
+if ! command -v clang-format >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  say "apt-get install clang-format (npm run lint)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang-format >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q clang-format >/dev/null 2>&1; } || say "clang-format not installable"
+fi
+
 say "TypeScript build"
 npx tsc -p tsconfig.json
 chmod +x dist/bin/papergym-native.js
