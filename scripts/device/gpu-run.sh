@@ -143,6 +143,15 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     dpsft) timeout 240 node scripts/bench/dp_scaling.mjs --stage sft --shape qwen3-1.7b --steps 4 --json $OUT/dp_sft_1.7b.json 2>&1 | tail -25 ;;
     # the built addon into $OUT, for PG_REUSE_BIN in a later call whose native sources are unchanged
     savebin) cp build/Release/*.node $OUT/ && ls -la $OUT/*.node ;;
+    # a two-member jury as the GRPO reward (issue 32 item 4): the local judge (policy weights, adapter off) and this
+    # package's serve on the same random 1.7B checkpoint as a loopback HTTP judge on the same GPU; 3 GRPO steps of
+    # train at the 1.7B shape (run after trainphases, which makes the checkpoint), phase seconds per step
+    jury17) m=.cache/random-models/qwen3-1.7b-bfloat16-s0
+      node dist/bin/papergym-native.js serve --model $m --device cuda --port 8011 --served-model-name judge --max-batch 64 > $OUT/jury_serve.log 2>&1 & sp=$!
+      for i in $(seq 180); do node -e "fetch('http://127.0.0.1:8011/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))" && break; sleep 1; done
+      printf 'judge:\n  kind: jury\n  aggregation: majority\n  judges:\n    - {name: local, kind: local}\n    - {name: remote, kind: http, url: "http://127.0.0.1:8011/v1", model: judge, noThink: true, weight: 1.5}\n' > /tmp/jury.yaml
+      timeout 420 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-jury --extra="--config /tmp/jury.yaml" --json $OUT/train_jury_1.7b.json 2>&1 | tee $OUT/train_jury.log | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-420
+      cp /tmp/pg-jury/metrics.jsonl $OUT/jury_metrics.jsonl 2>/dev/null; kill $sp ;;
     # the local judge beside the decode, with each side once more under the kernel profiler (GPU busy / idle)
     judgeoverlapprof) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --profile --json $OUT/judge_overlap_local_prof.json 2>&1 | tail -16 ;;
     # the trainer, 4 OPSD + 4 GRPO steps at 1.7B shapes, no profile (steps 2-4 steady)
