@@ -152,6 +152,13 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
       printf 'judge:\n  kind: jury\n  aggregation: majority\n  judges:\n    - {name: local, kind: local}\n    - {name: remote, kind: http, url: "http://127.0.0.1:8011/v1", model: judge, noThink: true, weight: 1.5}\n' > /tmp/jury.yaml
       timeout 420 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-jury --extra="--config /tmp/jury.yaml" --json $OUT/train_jury_1.7b.json 2>&1 | tee $OUT/train_jury.log | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-420
       cp /tmp/pg-jury/metrics.jsonl $OUT/jury_metrics.jsonl 2>/dev/null; kill $sp ;;
+    # the same jury with the HTTP member on a loopback stand-in that answers Yes / No after 100 ms (test/helpers/fake-llm):
+    # a random-weights model behind serve answers unreadable text, which the jury rightly stops on (jury17's result)
+    jury17loop) node -e "import('./dist/test/helpers/fake-llm.js').then((m) => m.startFakeLlm({ port: 8012, latencyMs: 100, respond: () => (Math.random() < 0.6 ? 'Yes' : 'No') }))" > $OUT/jury_fake.log 2>&1 & sp=$!
+      sleep 2
+      printf 'judge:\n  kind: jury\n  aggregation: majority\n  judges:\n    - {name: local, kind: local}\n    - {name: remote, kind: http, url: "http://127.0.0.1:8012/v1", model: judge, concurrency: 64, weight: 1.5}\n' > /tmp/jury.yaml
+      timeout 300 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-jury2 --extra="--config /tmp/jury.yaml" --json $OUT/train_jury_loop_1.7b.json 2>&1 | tee $OUT/train_jury_loop.log | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-420
+      cp /tmp/pg-jury2/metrics.jsonl $OUT/jury_loop_metrics.jsonl 2>/dev/null; kill $sp ;;
     # the local judge beside the decode, with each side once more under the kernel profiler (GPU busy / idle)
     judgeoverlapprof) timeout 300 node scripts/bench/judge_overlap.mjs --device cuda --shape qwen3-1.7b --min-tokens 256 --max-tokens 1024 --judge local --profile --json $OUT/judge_overlap_local_prof.json 2>&1 | tail -16 ;;
     # the trainer, 4 OPSD + 4 GRPO steps at 1.7B shapes, no profile (steps 2-4 steady)
