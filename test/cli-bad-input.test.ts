@@ -15,26 +15,7 @@ import { Trainer } from '../lib/train/trainer.js';
 import { resolveConfig } from '../lib/config/train.js';
 import { pruneCheckpoints, type TrainerState } from '../lib/train/checkpoint.js';
 import { resolveDevice } from '../lib/model/device.js';
-import { CLI, cli } from './helpers/run.js';
-
-const SMALL = [
-  '--max-new-tokens',
-  '4',
-  '--opsd-batch-size',
-  '1',
-  '--opsd-micro-batch',
-  '1',
-  '--questions-per-step',
-  '1',
-  '--group-size',
-  '2',
-  '--grpo-micro-batch',
-  '2',
-  '--validate-every',
-  '0',
-  '--seed',
-  '5',
-];
+import { CLI, cli, SMALL_TRAIN_FLAGS as SMALL } from './helpers/run.js';
 
 describe('CLI bad input', function () {
   this.timeout(300000);

@@ -12,26 +12,7 @@ import { join } from 'node:path';
 import { ensureDefaultModel } from '../lib/train/run.js';
 import { checkRowLengths, invalidUtf8Lines } from '../lib/train/input-checks.js';
 import { sampleDatasetPath } from '../lib/data/schema.js';
-import { cli } from './helpers/run.js';
-
-const SMALL = [
-  '--max-new-tokens',
-  '4',
-  '--opsd-batch-size',
-  '1',
-  '--opsd-micro-batch',
-  '1',
-  '--questions-per-step',
-  '1',
-  '--group-size',
-  '2',
-  '--grpo-micro-batch',
-  '2',
-  '--validate-every',
-  '0',
-  '--seed',
-  '5',
-];
+import { cli, SMALL_TRAIN_FLAGS as SMALL } from './helpers/run.js';
 
 describe('train: bounded work before any compute', function () {
   this.timeout(300000);

@@ -14,28 +14,10 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RUN_LOCK, RESUMABLE_KEYS } from '../lib/train/run.js';
 import { checkResumeCheckpoint, resolveCheckpoint } from '../lib/train/checkpoint.js';
-import { cli, CLI } from './helpers/run.js';
+import { cli, CLI, SMALL_TRAIN_FLAGS as SMALL } from './helpers/run.js';
 import { packageRoot } from '../lib/native.js';
 
 const lockModule = join(dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'util', 'lock.js');
-const SMALL = [
-  '--max-new-tokens',
-  '4',
-  '--opsd-batch-size',
-  '1',
-  '--opsd-micro-batch',
-  '1',
-  '--questions-per-step',
-  '1',
-  '--group-size',
-  '2',
-  '--grpo-micro-batch',
-  '2',
-  '--validate-every',
-  '0',
-  '--seed',
-  '5',
-];
 
 /** A second real process holding `path` (prints `locked` once it holds it; exits when its stdin closes). */
 function holder(path: string): Promise<ChildProcess> {

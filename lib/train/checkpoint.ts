@@ -14,6 +14,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, rea
 import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { inputError } from '../errors.js';
+import { ELEMENT_BYTES } from './input-checks.js';
 
 /** Everything besides tensors needed to continue a run exactly. */
 export interface TrainerState {
@@ -359,25 +360,6 @@ export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: 
   }
 }
 
-/** Bytes per element of the safetensors dtypes (the format's spec, huggingface/safetensors README). */
-const DTYPE_BYTES: Record<string, number> = {
-  F64: 8,
-  I64: 8,
-  U64: 8,
-  F32: 4,
-  I32: 4,
-  U32: 4,
-  F16: 2,
-  BF16: 2,
-  I16: 2,
-  U16: 2,
-  I8: 1,
-  U8: 1,
-  BOOL: 1,
-  F8_E4M3: 1,
-  F8_E5M2: 1,
-};
-
 /**
  * Checks that `path` is a complete optimizer state file as `AdamW.saveState` writes it, reading
  * only its header: an 8-byte little-endian header length N, N bytes of JSON header, then the data
@@ -413,7 +395,7 @@ export function checkOptimizerFile(path: string): void {
     const dataBytes = size - 8 - hb.length;
     for (const [name, t] of Object.entries(header)) {
       if (name === '__metadata__') continue;
-      const per = DTYPE_BYTES[String(t?.dtype)];
+      const per = ELEMENT_BYTES[String(t?.dtype)];
       const off = t?.data_offsets;
       const shape = t?.shape;
       if (!per || !Array.isArray(off) || off.length !== 2 || !Array.isArray(shape)) throw bad(`tensor '${name}': malformed header entry`);

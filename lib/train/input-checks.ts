@@ -27,8 +27,8 @@ export const MODEL_CONFIG_LIMITS: Record<string, number> = {
   max_position_embeddings: 1 << 24,
 };
 
-/** Bytes per element of the safetensors dtypes (huggingface/safetensors README). */
-const ELEMENT_BYTES: Record<string, number> = {
+/** Bytes per element of the safetensors dtypes (the format's spec, huggingface/safetensors README). */
+export const ELEMENT_BYTES: Record<string, number> = {
   F64: 8,
   I64: 8,
   U64: 8,

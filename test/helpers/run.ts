@@ -9,6 +9,26 @@ import { native, packageRoot } from '../../lib/native.js';
 /** The built CLI entry (dist/bin/papergym-native.js). */
 export const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
 
+/** Flags of a train run small enough for the CPU suite (4 new tokens, one question, a group of 2, no validation). */
+export const SMALL_TRAIN_FLAGS = [
+  '--max-new-tokens',
+  '4',
+  '--opsd-batch-size',
+  '1',
+  '--opsd-micro-batch',
+  '1',
+  '--questions-per-step',
+  '1',
+  '--group-size',
+  '2',
+  '--grpo-micro-batch',
+  '2',
+  '--validate-every',
+  '0',
+  '--seed',
+  '5',
+];
+
 /** Runs `papergym-native ARGS` in the package root with CI=true; resolves with the exit code and the collected stdout / stderr. */
 export function cli(args: string[]): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((res) => {
