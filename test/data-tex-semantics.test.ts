@@ -7,6 +7,7 @@
  * `\input` fan-out bounded by the expansion limits of issue 38).
  */
 import { expect } from 'chai';
+import { tarOf } from './helpers/tar.js';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,25 +30,6 @@ import {
 
 const here = dirname(fileURLToPath(import.meta.url));
 const CLI = join(here, '..', '..', 'dist', 'bin', 'papergym-native.js');
-
-function tarEntry(name: string, data: Buffer): Buffer {
-  const h = Buffer.alloc(512);
-  h.write(name, 0, 'utf8');
-  h.write('0000644\0', 100);
-  h.write('0000000\0', 108);
-  h.write('0000000\0', 116);
-  h.write(data.length.toString(8).padStart(11, '0') + '\0', 124);
-  h.write('00000000000\0', 136);
-  h.write('        ', 148);
-  h.write('0', 156);
-  h.write('ustar\0', 257);
-  h.write('00', 263);
-  let sum = 0;
-  for (const b of h) sum += b;
-  h.write(sum.toString(8).padStart(6, '0') + '\0 ', 148);
-  return Buffer.concat([h, data, Buffer.alloc((512 - (data.length % 512)) % 512)]);
-}
-const tarOf = (files: Record<string, string>) => Buffer.concat([...Object.entries(files).map(([n, d]) => tarEntry(n, Buffer.from(d))), Buffer.alloc(1024)]);
 
 const titles = (p: Paper) => p.sections.filter((s) => s.level !== 'front').map((s) => s.title);
 const allText = (p: Paper) => [p.abstract, ...p.sections.map((s) => s.text)].join('\n');
