@@ -16,8 +16,20 @@ import { addSettings, parseList } from '../../lib/config/schema.js';
 import { readEvalItems } from '../../lib/data/schema.js';
 import { Progress } from '../../lib/data/progress.js';
 import { ChatJudge } from '../../lib/eval/chat-judge.js';
-import { candidateOrders, compareSystems, formatWinRates, readPlans, winRates } from '../../lib/eval/compare.js';
-import { checkJudge } from '../../lib/judge/backends/index.js';
+import {
+  candidateOrders,
+  compareSystems,
+  compareSystemsWithJury,
+  formatJuryCompare,
+  formatWinRates,
+  juryCompareSummary,
+  readPlans,
+  winRates,
+  type CompareJuryMember,
+} from '../../lib/eval/compare.js';
+import type { JudgeConfig } from '../../lib/config/judge.js';
+import { checkJudge, judgeAnswersFreeForm, judgeLabel } from '../../lib/judge/backends/index.js';
+import { juryRunMembers } from '../../lib/judge/jury.js';
 import { JudgeHealthError } from '../../lib/judge/types.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
@@ -65,6 +77,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     if (!questions.length) throw new Error(`${argv.data}: no question has a plan in every --plans file`);
     const jc = judgeConfigFromArgs(argv);
     if (!jc.cache) jc.cache = `${argv.data}.compare-cache.sqlite`;
+    if (jc.kind === 'jury') return compareWithJury(argv, jc, systems, questions, left);
     await checkJudge(jc);
     const judge = new ChatJudge(jc, jc.cache);
     const orders = candidateOrders(systems.length).length;
@@ -126,3 +139,112 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     }
   },
 };
+
+/**
+ * `compare --judge jury --judges judges.yaml`: every member (each one that answers free-form: http)
+ * asked every (question, order); the jury's choice by weighted plurality (lib/eval/compare.ts
+ * compareSystemsWithJury); rows keep each member's choice (`judges`), the summary each member's win
+ * rates and health and their agreement (share of equal choices, Cohen's κ, Fleiss' κ with CIs).
+ */
+async function compareWithJury(
+  argv: CompareArgs,
+  jc: JudgeConfig,
+  systems: { name: string; plans: Map<string, string> }[],
+  questions: { id: string; question: string }[],
+  left: number,
+): Promise<void> {
+  const warn = (m: string) => process.stderr.write(`warning: ${m}\n`);
+  const members = juryRunMembers(jc, 'compare', {
+    canAnswer: judgeAnswersFreeForm,
+    needs: "compare's N-way choice is a free-form question: every member needs kind http with url and model (a local judge gives only yes/no verdicts)",
+    onWarning: warn,
+  });
+  await checkJudge(jc);
+  const aggregation = jc.aggregation as 'majority' | 'unanimous';
+  const opened: CompareJuryMember[] = [];
+  const name = judgeLabel(jc);
+  const names = systems.map((s) => s.name);
+  const orders = candidateOrders(systems.length).length;
+  try {
+    for (const m of members)
+      opened.push({ name: m.name, weight: m.weight, maxNullRate: m.maxNullRate, judge: new ChatJudge(m.config, m.config.cache ?? undefined) });
+    const caches = [...new Set(members.map((m) => m.config.cache))].join(', ');
+    process.stderr.write(
+      `compare: ${names.join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; ` +
+        `jury ${name}, on member failure ${jc.onMemberFailure}; judge cache ${caches}\n`,
+    );
+    const progress = new Progress({
+      label: 'compare',
+      unit: 'judgements',
+      total: questions.length * orders,
+      silent: argv.progress === 'none',
+      plain: argv.progress === 'plain' ? true : undefined,
+      load: () =>
+        opened.reduce(
+          (t, m) => {
+            const l = m.judge.load();
+            return { active: t.active + l.active, queued: t.queued + l.queued };
+          },
+          { active: 0, queued: 0 },
+        ),
+    });
+    try {
+      const res = await handleInterrupt(
+        'compare',
+        (signal) =>
+          compareSystemsWithJury({
+            questions,
+            systems,
+            members: opened,
+            aggregation,
+            onMemberFailure: jc.onMemberFailure,
+            keepRaw: argv.keepRaw,
+            maxTokens: jc.maxTokens ?? undefined,
+            signal,
+            onWarning: warn,
+            onJudgement: (_j, cached) => progress.tick(cached),
+          }),
+        () => `every judge answer so far is cached in ${caches}`,
+      );
+      progress.stop();
+      if (res === InterruptedRun) return;
+      const sys = (w: number | 'tie' | null) => (typeof w === 'number' ? names[w]! : w);
+      if (argv.out)
+        writeFileSync(
+          argv.out,
+          res.judgements
+            .map((j) =>
+              JSON.stringify({
+                questionId: j.questionId,
+                order: j.order.map((i) => names[i]!),
+                winner: sys(j.winner),
+                position: j.position,
+                ...(j.error && { error: true }),
+                judges: Object.fromEntries(Object.entries(j.members).map(([k, m]) => [k, m ? sys(m.winner) : null])),
+                ...(argv.keepRaw && { raw: Object.fromEntries(Object.entries(j.members).map(([k, m]) => [k, m?.raw ?? null])) }),
+              }),
+            )
+            .join('\n') + '\n',
+        );
+      const r = winRates(names, res.judgements, { resamples: argv.resamples, seed: argv.seed });
+      const jury = await juryCompareSummary(names, res, members, aggregation, { resamples: argv.resamples, seed: argv.seed });
+      for (const m of opened) process.stderr.write(`judge ${m.name} (${m.judge.name}): ${JSON.stringify(m.judge.stats())}\n`);
+      const badRate = r.judgements ? r.unreadable / r.judgements : 0;
+      if (badRate > jc.maxNullRate) {
+        throw new JudgeHealthError(
+          `judge ${name}: compare: ${r.unreadable} of ${r.judgements} jury judgements without a readable member choice (${(100 * badRate).toFixed(0)}% > ${(100 * jc.maxNullRate).toFixed(0)}%); no win rate written`,
+        );
+      }
+      if (argv.report)
+        writeFileSync(
+          argv.report,
+          JSON.stringify({ ...r, judge: name, jury, judgeStats: Object.fromEntries(opened.map((m) => [m.name, m.judge.stats()])) }, null, 2) + '\n',
+        );
+      process.stdout.write(formatWinRates(r) + '\n' + (await formatJuryCompare(jury)) + '\n');
+    } finally {
+      progress.stop();
+    }
+  } finally {
+    for (const m of opened) m.judge.close();
+  }
+}

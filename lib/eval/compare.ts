@@ -334,6 +334,39 @@ export function readPlans(path: string): { plans: Map<string, string>; notes: st
 /** The N-way comparison prompt (prompts/). */
 export const COMPARE_PROMPT = 'eval-compare.v1';
 
+type ChatJudge = import('./chat-judge.js').ChatJudge;
+type Prompt = import('../judge/verdict.js').PromptTemplate;
+
+/** One judge's answer to one (question, order): the position picked, its reply, whether every attempt was cached. */
+interface Pick {
+  pick: number | 'tie' | null;
+  raw: string;
+  error: boolean;
+  cached: boolean;
+}
+
+/** The judge message of one (question, order). */
+function compareContent(prompt: Prompt, question: string, plans: string[], render: (t: string, v: Record<string, string>) => string): string {
+  const candidates = plans.map((plan, p) => `<plan number="${p + 1}">\n${plan}\n</plan>`).join('\n\n');
+  return render(prompt.template, { question, candidates, count: String(plans.length) });
+}
+
+/** Asks one judge; a reply that names no candidate is retried once as a new question (attempt 1). */
+async function askPick(judge: ChatJudge, prompt: Prompt, content: string, n: number, maxTokens: number, signal?: AbortSignal): Promise<Pick> {
+  let pick: number | 'tie' | null = null;
+  let raw = '';
+  let error = false;
+  let cached = true;
+  for (let attempt = 0; attempt < 2 && pick === null; attempt++) {
+    const a = await judge.ask(prompt, [{ role: 'user', content }], { maxTokens, attempt, signal });
+    cached &&= a.cached;
+    error = a.content === null;
+    raw = a.content ?? a.error ?? '';
+    pick = a.content === null ? null : parsePreference(a.content, n);
+  }
+  return { pick, raw, error, cached };
+}
+
 /**
  * Asks `judge` (a {@link ChatJudge}: cached, concurrent) for the best plan of every question under
  * every candidate order of {@link candidateOrders}; a reply that names no candidate is retried
@@ -342,7 +375,7 @@ export const COMPARE_PROMPT = 'eval-compare.v1';
 export async function compareSystems(o: {
   questions: { id: string; question: string }[];
   systems: { name: string; plans: Map<string, string> }[];
-  judge: import('./chat-judge.js').ChatJudge;
+  judge: ChatJudge;
   keepRaw?: boolean;
   /** Answer tokens per judgement (default 512). */
   maxTokens?: number;
@@ -355,30 +388,215 @@ export async function compareSystems(o: {
   const orders = candidateOrders(n);
   const tasks = o.questions.flatMap((q) =>
     orders.map(async (order): Promise<Judgement> => {
-      const candidates = order.map((s, p) => `<plan number="${p + 1}">\n${o.systems[s]!.plans.get(q.id)!}\n</plan>`).join('\n\n');
-      const content = renderTemplate(prompt.template, { question: q.question, candidates, count: String(n) });
-      let pick: number | 'tie' | null = null;
-      let raw = '';
-      let error = false;
-      let cached = true;
-      for (let attempt = 0; attempt < 2 && pick === null; attempt++) {
-        const a = await o.judge.ask(prompt, [{ role: 'user', content }], { maxTokens: o.maxTokens ?? 512, attempt, signal: o.signal });
-        cached &&= a.cached;
-        error = a.content === null;
-        raw = a.content ?? a.error ?? '';
-        pick = a.content === null ? null : parsePreference(a.content, n);
-      }
-      const j: Judgement = {
-        questionId: q.id,
-        order,
-        winner: pick === null ? null : pick === 'tie' ? 'tie' : order[pick - 1]!,
-        position: typeof pick === 'number' ? pick : null,
-        ...(error && { error: true }),
-        ...(o.keepRaw && { raw }),
-      };
-      o.onJudgement?.(j, cached);
+      const content = compareContent(
+        prompt,
+        q.question,
+        order.map((s) => o.systems[s]!.plans.get(q.id)!),
+        renderTemplate,
+      );
+      const a = await askPick(o.judge, prompt, content, n, o.maxTokens ?? 512, o.signal);
+      const j = judgementOf(q.id, order, a, o.keepRaw);
+      o.onJudgement?.(j, a.cached);
       return j;
     }),
   );
   return Promise.all(tasks);
+}
+
+function judgementOf(questionId: string, order: number[], a: Pick, keepRaw?: boolean): Judgement {
+  return {
+    questionId,
+    order,
+    winner: a.pick === null ? null : a.pick === 'tie' ? 'tie' : order[a.pick - 1]!,
+    position: typeof a.pick === 'number' ? a.pick : null,
+    ...(a.error && { error: true }),
+    ...(keepRaw && { raw: a.raw }),
+  };
+}
+
+/** A jury member of `compare`: a free-form chat judge with its weight and null-rate limit. */
+export interface CompareJuryMember {
+  name: string;
+  weight: number;
+  maxNullRate: number;
+  judge: ChatJudge;
+}
+
+/** A jury's judgement: the jury's choice (as {@link Judgement}) and each member's. */
+export interface JuryJudgement extends Judgement {
+  /** Per member: its judgement of this (question, order); null when it was not asked (left out). */
+  members: Record<string, Judgement | null>;
+}
+
+/** Result of {@link compareSystemsWithJury}. */
+export interface JuryComparison {
+  judgements: JuryJudgement[];
+  /** Members' answers, failures, unreadable replies; `leftOut` for a member left out under continue. */
+  health: Record<string, import('../judge/jury.js').JuryRunMemberHealth>;
+}
+
+/**
+ * {@link compareSystems} with a jury: every member that takes part is asked every (question,
+ * order), the members concurrently (each judge's requests concurrent up to its own concurrency);
+ * the jury's choice per judgement is {@link aggregateChoices} of the members' choices (a system, or
+ * `tie`) with their weights — `majority`: weighted plurality, a tie for first place counts as a tie;
+ * `unanimous`: the choice when every voting member made it, else a tie; no readable member → the
+ * judgement is unreadable (`error` when every member's request failed). Member failure follows
+ * {@link JuryRunWatch} (`stop` rejects naming the member, `continue` leaves it out of the whole run,
+ * named): the jury's choices are formed once the run is done, so a member left out votes in none.
+ * @throws JudgeHealthError (member failure under stop; every member left out); the abort error
+ */
+export async function compareSystemsWithJury(o: {
+  questions: { id: string; question: string }[];
+  systems: { name: string; plans: Map<string, string> }[];
+  members: CompareJuryMember[];
+  aggregation: 'majority' | 'unanimous';
+  onMemberFailure: import('../judge/jury.js').JuryFailureRule;
+  keepRaw?: boolean;
+  maxTokens?: number;
+  signal?: AbortSignal;
+  onWarning?: (m: string) => void;
+  onJudgement?: (j: { questionId: string; order: number[] }, cached: boolean) => void;
+}): Promise<JuryComparison> {
+  const { loadPrompt, renderTemplate } = await import('../judge/verdict.js');
+  const { JuryRunWatch, aggregateChoices } = await import('../judge/jury.js');
+  const prompt = loadPrompt(COMPARE_PROMPT);
+  const n = o.systems.length;
+  const orders = candidateOrders(n);
+  const watch = new JuryRunWatch(o.members, o.questions.length * orders.length, o.onMemberFailure, 'compare', o.onWarning);
+  // A member's failure under stop aborts every request still in flight; the first error is kept.
+  const ac = new AbortController();
+  const stop = () => ac.abort(o.signal?.reason);
+  o.signal?.addEventListener('abort', stop, { once: true });
+  // A member left out under continue: its requests still in flight are aborted.
+  const own = new Map(o.members.map((m) => [m.name, new AbortController()]));
+  const signals = new Map(o.members.map((m) => [m.name, AbortSignal.any([ac.signal, own.get(m.name)!.signal])]));
+  let failure: unknown;
+  const tasks = o.questions.flatMap((q) =>
+    orders.map(async (order) => {
+      const content = compareContent(
+        prompt,
+        q.question,
+        order.map((s) => o.systems[s]!.plans.get(q.id)!),
+        renderTemplate,
+      );
+      let cached = true;
+      const members = await Promise.all(
+        o.members.map(async (m): Promise<Judgement | null> => {
+          if (!watch.active(m.name) || ac.signal.aborted) return null;
+          let a: Pick;
+          try {
+            a = await askPick(m.judge, prompt, content, n, o.maxTokens ?? 512, signals.get(m.name));
+          } catch (e) {
+            if (!watch.active(m.name)) return null;
+            throw e;
+          }
+          cached &&= a.cached;
+          try {
+            watch.record(m.name, a.error ? 'failed' : a.pick === null ? 'unreadable' : 'ok', a.error ? a.raw : undefined);
+          } catch (e) {
+            failure ??= e;
+            ac.abort(e);
+          }
+          if (!watch.active(m.name)) own.get(m.name)!.abort();
+          return judgementOf(q.id, order, a, o.keepRaw);
+        }),
+      );
+      o.onJudgement?.({ questionId: q.id, order }, cached);
+      return { questionId: q.id, order, members };
+    }),
+  );
+  try {
+    const settled = await Promise.allSettled(tasks);
+    if (failure) throw failure;
+    const bad = settled.find((r) => r.status === 'rejected');
+    if (bad) throw (bad as PromiseRejectedResult).reason;
+    const weights = o.members.map((m) => m.weight);
+    const judgements = settled.map((r) => {
+      const { questionId, order, members } = (r as PromiseFulfilledResult<{ questionId: string; order: number[]; members: (Judgement | null)[] }>).value;
+      const voting = members.map((j, k) => (watch.active(o.members[k]!.name) ? j : null));
+      const pick = aggregateChoices(
+        voting.map((j) => (j?.winner === null || j?.winner === undefined ? null : String(j.winner))),
+        weights,
+        o.aggregation,
+      );
+      const winner = pick === null ? null : pick === 'tie' ? 'tie' : Number(pick);
+      const allFailed = voting.every((j) => !j || j.error);
+      const jj: JuryJudgement = {
+        questionId,
+        order,
+        winner,
+        position: typeof winner === 'number' ? order.indexOf(winner) + 1 : null,
+        ...(winner === null && allFailed && { error: true }),
+        members: Object.fromEntries(o.members.map((m, k) => [m.name, members[k]])),
+      };
+      return jj;
+    });
+    return { judgements, health: watch.health() };
+  } finally {
+    o.signal?.removeEventListener('abort', stop);
+  }
+}
+
+/** A jury member's figures in a compare summary: its own win rates and its health. */
+export interface CompareMemberSummary {
+  weight: number;
+  winRates: WinRateReport;
+  health: import('../judge/jury.js').JuryRunMemberHealth;
+}
+
+/** The jury part of a compare summary. */
+export interface JuryCompareSummary {
+  aggregation: 'majority' | 'unanimous';
+  members: Record<string, CompareMemberSummary>;
+  /** Members left out under `continue` (named; their choices voted in no judgement). */
+  leftOut: string[];
+  /** Agreement of the members' choices (a system's name or `tie`) over the (question, order) judgements; left-out members excluded. */
+  agreement: import('../judge/agreement.js').AgreementReport;
+}
+
+/**
+ * Per-member win rates and health, and the members' agreement ({@link choiceAgreement}: one unit per
+ * (question, order), the question the bootstrap cluster; unreadable / failed / unasked choices null).
+ */
+export async function juryCompareSummary(
+  names: string[],
+  c: JuryComparison,
+  members: { name: string; weight: number }[],
+  aggregation: 'majority' | 'unanimous',
+  opts: { resamples?: number; seed?: number; level?: number } = {},
+): Promise<JuryCompareSummary> {
+  const { choiceAgreement } = await import('../judge/agreement.js');
+  const out: Record<string, CompareMemberSummary> = {};
+  for (const m of members) {
+    const js = c.judgements.map((j) => j.members[m.name]).filter((j): j is Judgement => !!j);
+    out[m.name] = { weight: m.weight, winRates: winRates(names, js, opts), health: c.health[m.name]! };
+  }
+  const leftOut = members.filter((m) => c.health[m.name]?.leftOut).map((m) => m.name);
+  const voting = members.map((m) => m.name).filter((n) => !leftOut.includes(n));
+  const label = (w: number | 'tie' | null | undefined) => (w === null || w === undefined ? null : w === 'tie' ? 'tie' : names[w]!);
+  const units = c.judgements.map((j) => ({
+    planId: `${j.questionId}#${j.order.join(',')}`,
+    itemId: j.order.join(','),
+    cluster: j.questionId,
+    choices: Object.fromEntries(voting.map((n) => [n, label(j.members[n]?.winner)])),
+  }));
+  const agreement = choiceAgreement(units, voting.length ? voting : members.map((m) => m.name), opts);
+  return { aggregation, members: out, leftOut, agreement };
+}
+
+/** Text lines of a jury's compare summary: each member's win rates and health, then the agreement. */
+export async function formatJuryCompare(s: JuryCompareSummary): Promise<string> {
+  const { formatAgreement } = await import('../judge/agreement.js');
+  const pct = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(1)}%` : 'n/a');
+  const lines = [`jury (${s.aggregation}; ${Object.keys(s.members).length} members):`];
+  for (const [name, m] of Object.entries(s.members)) {
+    const h = m.health;
+    lines.push(
+      `  member ${name} (weight ${m.weight}): ${m.winRates.systems.map((x) => `${x.name} ${pct(x.rate)}`).join(', ')}; ` +
+        `${h.answers} answers, ${m.winRates.ties} tie(s), ${h.unreadable} unreadable, ${h.failed} failed` +
+        (h.leftOut ? `; LEFT OUT: ${h.leftOut}` : ''),
+    );
+  }
+  return [...lines, formatAgreement(s.agreement)].join('\n');
 }

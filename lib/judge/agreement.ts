@@ -4,10 +4,13 @@
  * percentile bootstrap interval. Pure: verdict tables in, figures out.
  *
  * Units: one unit is one (plan, rubric item) with every judge's verdict (`true`, `false`, or
- * `null` for no readable verdict). Statistics (n = units counted):
+ * `null` for no readable verdict); {@link choiceAgreement} takes categorical choices instead (C
+ * categories: `compare`'s pick of a system or a tie), with the same figures generalised (below, the
+ * sums over c run over the C categories; binary: yes/no). Statistics (n = units counted):
  * - Per pair of judges (a, b), over the units where neither is null:
  *   - agreement p_o = share of equal verdicts;
- *   - Cohen's κ = (p_o − p_e) / (1 − p_e), p_e = q_a·q_b + (1 − q_a)(1 − q_b), q = share of "yes"
+ *   - Cohen's κ = (p_o − p_e) / (1 − p_e), p_e = Σ_c q_a(c)·q_b(c) (binary: q_a·q_b + (1 − q_a)(1 − q_b),
+ *     q = share of "yes")
  *     (Cohen 1960, Educational and Psychological Measurement 20(1), eq. for two raters, two categories).
  * - Fleiss' κ over all m ≥ 2 judges, over the units where none is null (Fleiss 1971, Psychological
  *   Bulletin 76(5)): P_i = (Σ_c n_ic² − m) / (m(m − 1)), P̄ = mean P_i, p_c = share of all ratings in
@@ -108,27 +111,40 @@ export interface AgreementOptions {
 
 type Value = { value: number; reason?: undefined } | { value: null; reason: string };
 
-/** Cohen's κ and agreement of one pair from counts [n11, n10, n01, n00] (a yes & b yes, a yes & b no, …). */
-function pairStats(c: number[]): { agreement: Value; kappa: Value } {
-  const [n11, n10, n01, n00] = c;
-  const n = n11 + n10 + n01 + n00;
+/**
+ * Cohen's κ and agreement of one pair from the C×C count matrix `c` (row-major: c[x·C + y] = units
+ * where a gave category x and b category y; binary: [yes&yes, yes&no, no&yes, no&no]).
+ * p_e = Σ_c q_a(c) q_b(c) (Cohen 1960; two categories: q_a q_b + (1 − q_a)(1 − q_b)).
+ */
+function pairStats(c: number[], C: number): { agreement: Value; kappa: Value } {
+  let n = 0;
+  let diag = 0;
+  const qa = new Array<number>(C).fill(0);
+  const qb = new Array<number>(C).fill(0);
+  for (let x = 0; x < C; x++)
+    for (let y = 0; y < C; y++) {
+      const k = c[x * C + y];
+      n += k;
+      qa[x] += k;
+      qb[y] += k;
+      if (x === y) diag += k;
+    }
   if (!n) return { agreement: { value: null, reason: 'no units' }, kappa: { value: null, reason: 'no units' } };
-  const po = (n11 + n00) / n;
-  const qa = (n11 + n10) / n;
-  const qb = (n11 + n01) / n;
-  const pe = qa * qb + (1 - qa) * (1 - qb);
+  const po = diag / n;
+  let pe = 0;
+  for (let x = 0; x < C; x++) pe += (qa[x] / n) * (qb[x] / n);
   const kappa: Value =
     pe >= 1 ? { value: null, reason: 'chance agreement p_e = 1: both judges gave one and the same verdict on every unit' } : { value: (po - pe) / (1 - pe) };
   return { agreement: { value: po }, kappa };
 }
 
-/** Fleiss' κ from sums [units, Σ_i Σ_c n_ic², yes ratings] with m raters per unit. */
+/** Fleiss' κ from sums [units, Σ_i Σ_c n_ic², ratings of category 0, …, ratings of category C−1] with m raters per unit. */
 function fleissStat(c: number[], m: number): Value {
-  const [N, sq, yes] = c;
+  const [N, sq] = c;
   if (!N) return { value: null, reason: 'no units without a null verdict' };
   const pbar = (sq - N * m) / (N * m * (m - 1));
-  const py = yes / (N * m);
-  const pe = py * py + (1 - py) * (1 - py);
+  let pe = 0;
+  for (let k = 2; k < c.length; k++) pe += (c[k] / (N * m)) ** 2;
   if (pe >= 1) return { value: null, reason: 'chance agreement P̄_e = 1: every verdict is the same' };
   return { value: (pbar - pe) / (1 - pe) };
 }
@@ -209,8 +225,18 @@ function withIntervals(
   return out;
 }
 
-function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOptions>): GroupAgreement {
-  const byCluster = new Map<string, AgreementUnit[]>();
+/**
+ * Pair and Fleiss figures of one group; `cat(u, j)` is judge j's category index on unit u (0…C−1)
+ * or null. Clusters as {@link AgreementUnit.cluster} (default the plan).
+ */
+function categoricalGroup<U extends { planId: string; cluster?: string }>(
+  units: U[],
+  judges: string[],
+  C: number,
+  cat: (u: U, j: string) => number | null,
+  o: Required<AgreementOptions>,
+): { clusters: U[][]; pairs: PairAgreement[]; fleiss: Estimate } {
+  const byCluster = new Map<string, U[]>();
   for (const u of units) {
     const k = u.cluster ?? u.planId;
     const l = byCluster.get(k);
@@ -218,26 +244,25 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
     else byCluster.set(k, [u]);
   }
   const clusters = [...byCluster.values()];
-  const v = (u: AgreementUnit, j: string) => u.verdicts[j] ?? null;
   const pairs: PairAgreement[] = [];
   for (let x = 0; x < judges.length; x++) {
     for (let y = x + 1; y < judges.length; y++) {
       const [a, b] = [judges[x], judges[y]];
       let nulls = 0;
       const cs = clusters.map((us) => {
-        const c = [0, 0, 0, 0];
+        const c = new Array<number>(C * C).fill(0);
         for (const u of us) {
-          const va = v(u, a);
-          const vb = v(u, b);
+          const va = cat(u, a);
+          const vb = cat(u, b);
           if (va === null || vb === null) nulls++;
-          else c[va ? (vb ? 0 : 1) : vb ? 2 : 3]++;
+          else c[va * C + vb]++;
         }
         return c;
       });
       const r = withIntervals(
         cs,
-        (s) => pairStats(s),
-        (s) => s[0] + s[1] + s[2] + s[3],
+        (s) => pairStats(s, C),
+        (s) => s.reduce((t, k) => t + k, 0),
         o,
       );
       pairs.push({ a, b, nulls, agreement: r.agreement, kappa: r.kappa });
@@ -245,14 +270,17 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
   }
   const m = judges.length;
   const fcs = clusters.map((us) => {
-    const c = [0, 0, 0];
+    const c = new Array<number>(2 + C).fill(0);
     for (const u of us) {
-      const vs = judges.map((j) => v(u, j));
+      const vs = judges.map((j) => cat(u, j));
       if (vs.some((x) => x === null)) continue;
-      const yes = vs.filter((x) => x === true).length;
+      const per = new Array<number>(C).fill(0);
+      for (const x of vs) per[x!]++;
       c[0]++;
-      c[1] += yes * yes + (m - yes) * (m - yes);
-      c[2] += yes;
+      for (let k = 0; k < C; k++) {
+        c[1] += per[k] * per[k];
+        c[2 + k] += per[k];
+      }
     }
     return c;
   });
@@ -265,6 +293,13 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
           o,
         ).k
       : { value: null, lo: null, hi: null, n: 0, reason: 'fewer than two judges' };
+  return { clusters, pairs, fleiss };
+}
+
+function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOptions>): GroupAgreement {
+  const v = (u: AgreementUnit, j: string) => u.verdicts[j] ?? null;
+  // Two categories: yes = 0, no = 1.
+  const { clusters, pairs, fleiss } = categoricalGroup(units, judges, 2, (u, j) => (v(u, j) === null ? null : v(u, j) ? 0 : 1), o);
   const g: GroupAgreement = { units: units.length, pairs, fleiss };
   if (units.some((u) => typeof u.label === 'boolean')) {
     g.labels = judges.map((judge) => {
@@ -291,17 +326,23 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
   return g;
 }
 
+/** Options with defaults; throws TypeError (ERR_PG_ARG) on no or duplicate judge names, a bad level or resample count. */
+function checkedOptions(fn: string, judges: string[], opts: AgreementOptions): Required<AgreementOptions> {
+  if (!Array.isArray(judges) || !judges.length) throw argError(`${fn}: judges must be a non-empty array of names`);
+  if (new Set(judges).size !== judges.length) throw argError(`${fn}: duplicate judge names in ${JSON.stringify(judges)}`);
+  const o: Required<AgreementOptions> = { resamples: opts.resamples ?? 1000, seed: opts.seed ?? 0, level: opts.level ?? 0.95 };
+  if (!(o.level > 0 && o.level < 1)) throw argError(`${fn}: level must be in (0, 1), got ${o.level}`);
+  if (!Number.isInteger(o.resamples) || o.resamples < 0) throw argError(`${fn}: resamples must be a non-negative integer, got ${o.resamples}`);
+  return o;
+}
+
 /**
  * Agreement figures of `judges` over `units` (see the module docstring), overall and per dimension.
  * Throws TypeError (ERR_PG_ARG) on fewer than one judge, duplicate judge names, a bad level or
  * resample count.
  */
 export function judgeAgreement(units: AgreementUnit[], judges: string[], opts: AgreementOptions = {}): AgreementReport {
-  if (!Array.isArray(judges) || !judges.length) throw argError('judgeAgreement: judges must be a non-empty array of names');
-  if (new Set(judges).size !== judges.length) throw argError(`judgeAgreement: duplicate judge names in ${JSON.stringify(judges)}`);
-  const o: Required<AgreementOptions> = { resamples: opts.resamples ?? 1000, seed: opts.seed ?? 0, level: opts.level ?? 0.95 };
-  if (!(o.level > 0 && o.level < 1)) throw argError(`judgeAgreement: level must be in (0, 1), got ${o.level}`);
-  if (!Number.isInteger(o.resamples) || o.resamples < 0) throw argError(`judgeAgreement: resamples must be a non-negative integer, got ${o.resamples}`);
+  const o = checkedOptions('judgeAgreement', judges, opts);
   const dims = new Map<string, AgreementUnit[]>();
   for (const u of units) {
     const d = u.dimension ?? 'general';
@@ -312,6 +353,43 @@ export function judgeAgreement(units: AgreementUnit[], judges: string[], opts: A
   const byDimension: Record<string, GroupAgreement> = {};
   for (const [d, us] of [...dims].sort(([a], [b]) => a.localeCompare(b))) byDimension[d] = group(us, judges, o);
   return { judges: [...judges], overall: group(units, judges, o), byDimension, bootstrap: o };
+}
+
+/**
+ * One unit of a choice among several categories (`compare`'s N-way pick: a system's name or `tie`):
+ * each judge's choice, or null (unreadable, failed, or not asked).
+ */
+export interface ChoiceUnit {
+  planId: string;
+  itemId: string;
+  dimension?: string;
+  cluster?: string;
+  choices: Record<string, string | null>;
+}
+
+/**
+ * Agreement of categorical choices (`compare`): per pair the share of equal choices and Cohen's κ
+ * with p_e = Σ_c q_a(c) q_b(c) over the categories seen (Cohen 1960), Fleiss' κ over all judges with
+ * P̄_e = Σ_c p_c² (Fleiss 1971); nulls, degenerate cases and the cluster bootstrap as in the module
+ * docstring. With two categories the figures equal {@link judgeAgreement}'s. `byDimension` is empty
+ * when no unit has a dimension; no `labels`.
+ * @throws TypeError (ERR_PG_ARG) as judgeAgreement
+ */
+export function choiceAgreement(units: ChoiceUnit[], judges: string[], opts: AgreementOptions = {}): AgreementReport {
+  const o = checkedOptions('choiceAgreement', judges, opts);
+  const cats = [...new Set(units.flatMap((u) => judges.map((j) => u.choices[j] ?? null)).filter((x): x is string => x !== null))].sort();
+  const index = new Map(cats.map((c, i) => [c, i]));
+  const C = Math.max(cats.length, 1);
+  const g = (us: ChoiceUnit[]): GroupAgreement => {
+    const { pairs, fleiss } = categoricalGroup(us, judges, C, (u, j) => index.get(u.choices[j] ?? '') ?? null, o);
+    return { units: us.length, pairs, fleiss };
+  };
+  const byDimension: Record<string, GroupAgreement> = {};
+  if (units.some((u) => u.dimension)) {
+    const dims = [...new Set(units.map((u) => u.dimension ?? 'general'))].sort();
+    for (const d of dims) byDimension[d] = g(units.filter((u) => (u.dimension ?? 'general') === d));
+  }
+  return { judges: [...judges], overall: g(units), byDimension, bootstrap: o };
 }
 
 /** A short text table of a report (CLI, eval summary). */

@@ -23,7 +23,17 @@
  *   counted per member (`memberFailures`, warned once per call through `onWarning`) and every
  *   verdict of the call names the members that did not vote; when no member is left the call rejects.
  */
-import { JURY_AGGREGATIONS, JURY_FAILURE_RULES, juryMemberProblems, juryOfOneWarning, type JuryAggregation, type JuryFailureRule } from '../config/judge.js';
+import {
+  JURY_AGGREGATIONS,
+  JURY_FAILURE_RULES,
+  judgeConfigProblems,
+  juryMemberConfig,
+  juryMemberProblems,
+  juryOfOneWarning,
+  type JudgeConfig,
+  type JuryAggregation,
+  type JuryFailureRule,
+} from '../config/judge.js';
 import type { AgreementUnit } from './agreement.js';
 import {
   JudgeHealthError,
@@ -290,4 +300,144 @@ export function agreementUnitsFromVerdicts(
     }
   });
   return out;
+}
+
+/**
+ * One choice from jury members' choices among categories (`compare`'s pick of a system, or `tie`),
+ * aligned with `weights` (> 0); a null choice (unreadable, failed, left out) does not vote.
+ * - `majority`: weighted plurality — the category with the greatest summed weight; when two or more
+ *   categories share the greatest weight the result is `tie` (a tie of the jury counts as a tie,
+ *   never as a win of either);
+ * - `unanimous`: the category when every voting member chose it, else `tie`;
+ * - null when no member voted. `mean-prob` has no meaning for a choice without probabilities (callers
+ *   refuse it before asking anything).
+ */
+export function aggregateChoices(choices: (string | null)[], weights: number[], rule: 'majority' | 'unanimous', tie = 'tie'): string | null {
+  const w = new Map<string, number>();
+  choices.forEach((c, j) => {
+    if (c !== null) w.set(c, (w.get(c) ?? 0) + weights[j]);
+  });
+  if (!w.size) return null;
+  if (rule === 'unanimous') return w.size === 1 ? [...w.keys()][0] : tie;
+  const top = Math.max(...w.values());
+  const best = [...w].filter(([, x]) => x === top);
+  return best.length === 1 ? best[0][0] : tie;
+}
+
+/** A member's answers in a run of free-form questions (compare, leakage). */
+export interface JuryRunMemberHealth {
+  /** Answers received (cached ones included). */
+  answers: number;
+  /** Requests that failed after the client's retries. */
+  failed: number;
+  /** Replies that could not be read (no choice named, bad JSON). */
+  unreadable: number;
+  /** Left out of the run under `continue` (its answers do not vote), with the reason. */
+  leftOut?: string;
+}
+
+/**
+ * Member failure over a run of `total` free-form questions per member (compare's judgements,
+ * leakage's rubric items), the run-level form of {@link JuryJudge}'s rule: a member fails when more
+ * than its `maxNullRate` of the run's answers are null (failed request or unreadable reply). It is
+ * detected as soon as it is certain — its nulls pass `maxNullRate × total`, whatever the answers
+ * still to come — not at the end. Then, by `onMemberFailure`:
+ * - `stop`: {@link record} throws a JudgeHealthError naming the member (the run stops; answers so far
+ *   are cached, so a rerun asks nothing twice);
+ * - `continue`: the member is left out of the whole run (no further questions; its answers do not
+ *   vote in any aggregate), named in a warning and in its health; when no member is left,
+ *   {@link record} throws.
+ */
+export class JuryRunWatch {
+  private readonly h = new Map<string, JuryRunMemberHealth>();
+  private readonly limits = new Map<string, number>();
+
+  /** @param use names the run in messages ("compare", "leakage") */
+  constructor(
+    members: { name: string; maxNullRate: number }[],
+    readonly total: number,
+    readonly rule: JuryFailureRule,
+    private readonly use: string,
+    private readonly warn: (m: string) => void = (m) => console.warn(`warning: ${m}`),
+  ) {
+    for (const m of members) {
+      this.h.set(m.name, { answers: 0, failed: 0, unreadable: 0 });
+      this.limits.set(m.name, m.maxNullRate);
+    }
+  }
+
+  /** Whether `name` still takes part (not left out). */
+  active(name: string): boolean {
+    return !this.h.get(name)?.leftOut;
+  }
+
+  /** Members left out (under `continue`). */
+  leftOut(): string[] {
+    return [...this.h].filter(([, x]) => x.leftOut).map(([k]) => k);
+  }
+
+  /**
+   * Records one answer of member `name`.
+   * @throws JudgeHealthError under `stop` when the member has now failed, or when every member is left out
+   */
+  record(name: string, outcome: 'ok' | 'failed' | 'unreadable', detail?: string): void {
+    const x = this.h.get(name)!;
+    if (x.leftOut) return;
+    x.answers++;
+    if (outcome === 'failed') x.failed++;
+    if (outcome === 'unreadable') x.unreadable++;
+    const nulls = x.failed + x.unreadable;
+    const limit = this.limits.get(name)!;
+    if (nulls <= limit * this.total) return;
+    const why =
+      `${nulls} of its ${this.total} answers null (${x.failed} failed requests, ${x.unreadable} unreadable) > its maxNullRate ${limit}` +
+      (detail ? `; last: ${detail.slice(0, 200)}` : '');
+    if (this.rule === 'stop')
+      throw new JudgeHealthError(
+        `${this.use}: jury member ${name} failed: ${why}; the run stops (judge.onMemberFailure stop; set it to continue to go on without the member, named)`,
+      );
+    x.leftOut = why;
+    this.warn(`${this.use}: jury member ${name} left out of the run (judge.onMemberFailure continue): ${why}`);
+    if (this.leftOut().length < this.h.size) return;
+    throw new JudgeHealthError(`${this.use}: every jury member failed: ${[...this.h].map(([k, v]) => `${k} (${v.leftOut})`).join('; ')}`);
+  }
+
+  /** Health per member. */
+  health(): Record<string, JuryRunMemberHealth> {
+    return Object.fromEntries([...this.h].map(([k, v]) => [k, { ...v }]));
+  }
+}
+
+/** A jury member of a run of free-form questions: its full settings (the section's under its own keys). */
+export interface JuryRunMember {
+  name: string;
+  weight: number;
+  maxNullRate: number;
+  config: JudgeConfig;
+}
+
+/**
+ * The members of jury settings `c` for a run of free-form questions (`use`: "compare", "leakage"):
+ * each member's settings validated, `canAnswer(member)` true for each (else an Error naming the
+ * member and what it needs), aggregation not `mean-prob` unless `meanProb` (a choice or a JSON answer
+ * has no P(yes)). A jury of one warns (as {@link JuryJudge}).
+ * @throws Error naming the member / setting to fix
+ */
+export function juryRunMembers(
+  c: JudgeConfig,
+  use: string,
+  o: { canAnswer: (m: JudgeConfig) => boolean; needs: string; meanProb?: boolean; onWarning?: (m: string) => void },
+): JuryRunMember[] {
+  const probs = juryMemberProblems(c.judges, 'judge.judges (--judges)');
+  if (probs.length) throw new Error(`${use}: ${probs.join('; ')}`);
+  const bad = judgeConfigProblems(c, '');
+  if (bad.length) throw new Error(`${use}: jury settings: ${bad.join('; ')}`);
+  if (c.aggregation === 'mean-prob' && !o.meanProb)
+    throw new Error(
+      `${use}: judge.aggregation mean-prob (--judge-aggregation) needs P(yes) per verdict, which ${use}'s answers do not carry: use majority or unanimous`,
+    );
+  const ms = (c.judges ?? []).map((_m, i) => juryMemberConfig(c, i));
+  if (ms.length === 1) (o.onWarning ?? ((m: string) => console.warn(`warning: ${m}`)))(juryOfOneWarning('judge.judges (--judges)'));
+  for (const m of ms) if (!o.canAnswer(m)) throw new Error(`${use}: jury member ${m.name} (kind ${m.kind}) cannot answer ${use}'s question: ${o.needs}`);
+  return ms.map((m) => ({ name: m.name, weight: m.weight, maxNullRate: m.maxNullRate, config: m }));
 }
