@@ -5,8 +5,9 @@
  * square), so position bias cancels; ties and unreadable replies are counted; win rate per system
  * with a question-bootstrap CI; the position-bias figure is printed. Answers are cached in SQLite
  * (`--judge-cache`, default `<data>.compare-cache.sqlite`): a killed run asks nothing twice when rerun.
- * Exit 1 when the judge mostly fails (no win rate written). The paired bootstrap of two eval row
- * files stays in `report --eval a.jsonl --eval b.jsonl`.
+ * Exit 1 when the judge mostly fails (no win rate written). `--judge jury --judges FILE`: a jury of
+ * free-form judges (see compareWithJury below). The paired bootstrap of two eval row files stays in
+ * `report --eval a.jsonl --eval b.jsonl`.
  */
 import { basename } from 'node:path';
 import { writeFileSync } from 'node:fs';
