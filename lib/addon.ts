@@ -226,6 +226,13 @@ export interface AddonModel {
   /** Writes `adapter_model.safetensors` + `adapter_config.json` (PEFT format) into `dir` atomically (created if missing). */
   saveAdapter(dir: string, opts?: { baseModelName?: string }): Promise<void>;
   /**
+   * The active adapter copied to host memory (float32; pinned, asynchronous copies and one wait on CUDA) under the
+   * model lock; `HostState.save(dir, {baseModelName})` then writes the files saveAdapter writes, without the lock.
+   */
+  captureAdapter(): Promise<HostState>;
+  /** Snapshot `name` copied to host memory; `HostState.save(path)` writes the file saveSnapshot writes. */
+  captureSnapshot(name: string): Promise<HostState>;
+  /**
    * Loads a PEFT LoRA adapter as the active (trainable) adapter; `ERR_PG_INPUT` naming file and key on a mismatch, and
    * naming the tensors when a lora_A / lora_B holds NaN or ±Inf unless `allowNonFinite` (then a process warning, code
    * `PG_NON_FINITE_WEIGHTS`).
@@ -562,6 +569,22 @@ export interface OptimizerState {
   tensors: Record<string, FloatTensor>;
 }
 
+/**
+ * Training state captured in host memory (native/napi/host_state.h), made by `Model.captureAdapter`,
+ * `Model.captureSnapshot` or `AdamW.captureState`: a checkpoint's tensors leave the device in one short
+ * copy, and are written by a worker thread while the next step runs (issue 36).
+ */
+export interface HostState {
+  /** Writes the captured state (an adapter: PEFT files into dir `target`; else the safetensors file `target`), atomically per file, on a worker thread without the model lock; rejects `ERR_PG_INPUT` naming the path on I/O errors, `ERR_PG_ARG` after release. */
+  save(target: string, opts?: { baseModelName?: string }): Promise<void>;
+  /** Frees the host memory (a save in flight keeps it until it ends). */
+  release(): void;
+  /** Host bytes held (0 after release). */
+  readonly bytes: number;
+  /** 'adapter' | 'snapshot' | 'tensors' | 'released'. */
+  readonly kind: string;
+}
+
 /** A native AdamW over a model's LoRA parameters (the model's lock held in step/zeroGrad) or over copies of JS tensors. */
 export interface AddonAdamW {
   /** One update; clips to maxGradNorm first when > 0. Parameters without a gradient are skipped. */
@@ -577,6 +600,8 @@ export interface AddonAdamW {
   saveState(path: string): Promise<void>;
   /** Restores a saveState file; rejects (`ERR_PG_INPUT`) on a mismatch, the state unchanged. */
   loadStateFile(path: string): Promise<void>;
+  /** The state saveState writes, copied to host memory; `HostState.save(path)` writes the identical file later. */
+  captureState(): Promise<HostState>;
   /** Learning rate the next step will use. */
   readonly lr: number;
   readonly stepCount: number;

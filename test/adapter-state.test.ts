@@ -7,7 +7,7 @@
  */
 import { expect } from 'chai';
 import { createServer, request, type Server } from 'node:http';
-import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, rmSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
@@ -223,6 +223,72 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
     expect(resumed.optMeta.step).to.equal('4');
     // The run moved the adapter, and the EMA teacher lags it.
     expect(firstBitDiff(full.ema, full.adapter)).to.not.equal(null);
+  });
+
+  it("captureState: the files its save writes after the state moved on equal saveState's at the capture, byte for byte; release and bad use are clear errors", async () => {
+    const dir = ensureDefaultModel();
+    const cfg = resolveConfig({ flags: { stages: ['opsd'] } });
+    const r = mulberry32(23);
+    const tok = () => 100 + Math.floor(r() * 5000);
+    const seq = (p: number, c: number): Sequence => ({ promptIds: Array.from({ length: p }, tok), completionIds: Array.from({ length: c }, tok) });
+    const batch = [0, 1].map(() => {
+      const student = seq(5, 4);
+      return { student, teacher: { promptIds: [...student.promptIds, tok(), tok()], completionIds: student.completionIds } };
+    });
+    const p = await Policy.load(dir);
+    try {
+      p.model.addLora({ r: 4, alpha: 8, seed: 3 });
+      const b = new NativeBackend(p, cfg);
+      b.resetOptimizer(1e-2, 4);
+      b.snapshotAdapter('ema-teacher');
+      const step = async () => {
+        await b.opsdBackward(batch, { beta: 0.5, temperature: 1, normalizer: 8, teacher: 'ema-teacher' });
+        await b.optimizerStep(1.0);
+        b.emaUpdate('ema-teacher', 0.8);
+      };
+      await step();
+      const direct = join(tmp, 'capture-direct');
+      await b.saveState(direct);
+      const captured = await b.captureState();
+      // The tensors held: adapter A/B, the two moments per parameter, the snapshot (float32).
+      const params = p.model.loraParameterNames().length;
+      const numel = Object.values(p.model.loraWeights()).reduce((n, t) => n + t.data.length, 0);
+      expect(params).to.be.greaterThan(0);
+      expect(captured.bytes).to.equal(4 * numel * 4);
+      await step(); // the adapter, optimizer and snapshot change after the capture
+      const later = join(tmp, 'capture-later');
+      await captured.save(later);
+      const files = readdirSync(direct).sort();
+      expect(files).to.deep.equal(['adapter_config.json', 'adapter_model.safetensors', 'optimizer.safetensors', 'snapshot-ema-teacher.safetensors']);
+      expect(readdirSync(later).sort()).to.deep.equal(files);
+      for (const f of files) expect(readFileSync(join(later, f)).equals(readFileSync(join(direct, f))), f).to.equal(true);
+      const now = join(tmp, 'capture-now');
+      await b.saveState(now);
+      expect(readFileSync(join(now, 'adapter_model.safetensors')).equals(readFileSync(join(later, 'adapter_model.safetensors')))).to.equal(false);
+      captured.release();
+      // A released capture, a wrong argument, and the class used directly: errors, never a crash.
+      const h = await p.model.captureAdapter();
+      expect(h.kind).to.equal('adapter');
+      h.release();
+      expect(h.bytes).to.equal(0);
+      expect(() => h.save(join(tmp, 'capture-released'))).to.throw(/released/);
+      const o = await p.model.captureSnapshot('ema-teacher');
+      expect(() => o.save(42 as unknown as string)).to.throw(/target/);
+      expect((await rejection(p.model.captureSnapshot('nope'))).message).to.match(/no adapter snapshot named 'nope'/);
+      o.release();
+      const Ctor = (native() as unknown as { HostState: new () => unknown }).HostState;
+      expect(() => new Ctor()).to.throw(/captureAdapter/);
+      // A write error names the path and loses nothing: the capture can be saved again elsewhere.
+      const again = await b.captureState();
+      const blocker = join(tmp, 'capture-file');
+      writeFileSync(blocker, 'not a dir');
+      expect((await rejection(again.save(join(blocker, 'sub')))).message).to.match(/capture-file/);
+      await again.save(join(tmp, 'capture-again'));
+      expect(readFileSync(join(tmp, 'capture-again', 'adapter_model.safetensors')).equals(readFileSync(join(now, 'adapter_model.safetensors')))).to.equal(true);
+      again.release();
+    } finally {
+      p.dispose();
+    }
   });
 
   describe('a checkpoint write in flight keeps the event loop running', () => {

@@ -43,10 +43,10 @@ const SMALL = [
 
 function run(
   args: string[],
-  opts: { onLine?: (l: string, p: ChildProcess) => void } = {},
+  opts: { onLine?: (l: string, p: ChildProcess) => void; env?: Record<string, string> } = {},
 ): Promise<{ code: number | null; signal: NodeJS.Signals | null; out: string }> {
   return new Promise((resolveRun) => {
-    const p = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
+    const p = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true', ...opts.env } });
     let out = '';
     const feed = (b: Buffer) => {
       const s = b.toString();
@@ -91,6 +91,31 @@ describe('train (embedded tiny model)', function () {
     expect(cfg.peft_type).to.equal('LORA');
     expect(resolveCheckpoint(uninterrupted).state.globalStep).to.equal(6);
     expect(r.out).to.match(/stage\s+steps/); // the summary table
+    // Checkpoints after steps 1-5 were written beside the next step (a row each, once committed);
+    // the final one (step 6) in the step.
+    const written = lines.filter((l) => typeof l.checkpointWriteSeconds === 'number');
+    expect(written.map((l) => l.globalStep)).to.deep.equal([1, 2, 3, 4, 5]);
+    for (const l of written) {
+      expect(l.checkpoint).to.match(/checkpoints\/step-00000\d$/);
+      expect(l.checkpointBytes).to.be.greaterThan(0);
+      expect(l.checkpointCaptureSeconds).to.be.at.least(0);
+    }
+    expect(r.out).to.match(/written beside the next step/);
+  });
+
+  it('a kill while a checkpoint is written beside the next step leaves the previous one as latest; the resumed run equals the uninterrupted one', async () => {
+    const dir = join(tmp, 'killed-beside');
+    // PAPERGYM_FAULT=checkpoint:beside-next-step:4 kills the process once step 5 has started and the
+    // 4th background write has its files in the temp dir, uncommitted (no timing luck).
+    const first = await run(['train', '--out', dir, ...SMALL], { env: { PAPERGYM_FAULT: 'checkpoint:beside-next-step:4' } });
+    expect(first.signal, first.out).to.equal('SIGKILL');
+    expect(resolveCheckpoint(dir).state.globalStep).to.equal(3);
+    expect(readdirSync(join(dir, 'checkpoints')).filter((n) => n.startsWith('.tmp-step-000004'))).to.have.length(1);
+    const second = await run(['train', '--resume', dir]);
+    expect(second.code, second.out).to.equal(0);
+    expect(second.out).to.match(/removed 1 leftover/);
+    expect(resolveCheckpoint(dir).state.globalStep).to.equal(6);
+    expect(maxAbsDiff(adapterOf(join(dir, 'final')), adapterOf(join(uninterrupted, 'final')))).to.be.at.most(1e-6);
   });
 
   it('resumes exactly after the process is killed mid-run', async () => {

@@ -604,6 +604,15 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
     source: 'transformers TrainingArguments.save_total_limit',
   },
   {
+    key: 'checkpoint.background',
+    flag: 'checkpoint-background',
+    type: 'boolean',
+    default: true,
+    meaning:
+      'Write periodic checkpoints beside the next step: the step pays only the copy of the adapter, optimizer and snapshots into host memory (pinned on CUDA); a worker thread writes, syncs and commits them atomically while training goes on (false: written in the step, as before)',
+    source: 'papergym-native (issue 36; the torch.distributed.checkpoint async_save pattern)',
+  },
+  {
     key: 'log.every',
     flag: 'log-every',
     type: 'integer',

@@ -88,7 +88,8 @@ export interface TrainConfig {
   judge: JudgeConfig;
   validation: { every: number; maxItems: number };
   /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
-  checkpoint: { every: number; saveTotalLimit?: number | null };
+  /** `background`: write checkpoints beside the next step (host copy, then a worker thread); false writes them in the step. */
+  checkpoint: { every: number; saveTotalLimit?: number | null; background?: boolean };
   /** `profileStep`: the 1-based step of each stage whose phases are kernel-profiled (0 = none). */
   /** `reportTo`: experiment trackers (lib/train/trackers: tensorboard, mlflow, wandb); null = none. */
   log: { every: number; profileStep: number; reportTo?: string[] | null };

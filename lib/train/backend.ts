@@ -39,6 +39,16 @@ export interface GrpoLossOptions {
   maxCompletionLength: number;
 }
 
+/** Training state held in host memory by {@link TrainBackend.captureState}. */
+export interface CapturedState {
+  /** Host bytes held. */
+  readonly bytes: number;
+  /** Writes the files saveState writes into `dir` (created if missing); may run while the next step trains. */
+  save(dir: string): Promise<void>;
+  /** Frees the host copy (after the save, or when it is abandoned). */
+  release(): void;
+}
+
 export interface TrainBackend {
   /** Chat-rendered prompt (generation prompt appended) as token ids. */
   promptIds(messages: ChatMessage[]): Promise<number[]>;
@@ -86,6 +96,13 @@ export interface TrainBackend {
   emaUpdate(name: string, decay: number): void;
   /** Writes adapter (PEFT), optimizer state and snapshots into `dir`. */
   saveState(dir: string): Promise<void>;
+  /**
+   * Copies what saveState writes into host memory and resolves once the copy is complete (the
+   * device state may change from then on); the result's `save(dir)` writes the same files as
+   * saveState later, beside the next step (checkpoints off the critical path, issue 36). Optional:
+   * without it the trainer writes checkpoints in the step (saveState).
+   */
+  captureState?(): Promise<CapturedState>;
   /** Restores adapter and snapshots from `dir`; optimizer state is applied at resetOptimizer. */
   loadState(dir: string): Promise<void>;
   /** Seeds dropout RNG for the step. */

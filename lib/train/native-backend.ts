@@ -8,11 +8,11 @@ import { access, mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { native } from '../native.js';
 import type { JsTensor } from '../native.js';
-import type { ProfileResult } from '../addon.js';
+import type { HostState, ProfileResult } from '../addon.js';
 import { generate, type Policy, type RawCompletion } from '../model/policy.js';
 import type { TrainConfig } from '../config/train.js';
 import type { ChatMessage } from '../llm/messages.js';
-import type { TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
+import type { CapturedState, TrainBackend, Rollout, SamplingOptions, Sequence, GrpoLossOptions } from './backend.js';
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
 import { AdamW } from './optim.js';
 import { checkOptimizerFile } from './checkpoint.js';
@@ -431,6 +431,36 @@ export class NativeBackend implements TrainBackend {
     await this.policy.model.saveAdapter(dir, { baseModelName: this.baseModelName });
     if (this.opt) await (await this.optimizer()).saveState(join(dir, 'optimizer.safetensors'));
     for (const name of this.snapshots) await this.policy.model.saveSnapshot(name, join(dir, `snapshot-${name}.safetensors`));
+  }
+
+  /**
+   * The state saveState writes, copied into host memory (float32, pinned on CUDA) in one pass under
+   * the model lock: adapter, optimizer (after a pending resume restore), then each snapshot. The
+   * result's save(dir) writes the same files on worker threads without the lock, so the next step
+   * can run meanwhile; release() frees the host copies.
+   */
+  async captureState(): Promise<CapturedState> {
+    const parts: { state: HostState; file: string }[] = [];
+    const releaseAll = () => {
+      for (const p of parts) p.state.release();
+    };
+    try {
+      parts.push({ state: await this.policy.model.captureAdapter(), file: '' });
+      if (this.opt) parts.push({ state: await (await this.optimizer()).captureState(), file: 'optimizer.safetensors' });
+      for (const name of this.snapshots) parts.push({ state: await this.policy.model.captureSnapshot(name), file: `snapshot-${name}.safetensors` });
+    } catch (e) {
+      releaseAll();
+      throw e;
+    }
+    const baseModelName = this.baseModelName;
+    return {
+      bytes: parts.reduce((n, p) => n + p.state.bytes, 0),
+      async save(dir: string): Promise<void> {
+        await mkdir(dir, { recursive: true });
+        for (const p of parts) await (p.file ? p.state.save(join(dir, p.file)) : p.state.save(dir, { baseModelName }));
+      },
+      release: releaseAll,
+    };
   }
 
   /**

@@ -13,7 +13,7 @@
  * c = 0.5 (cosine).
  */
 import { native, type JsTensor } from '../native.js';
-import type { AddonAdamW, AddonModel, AdamWOptions, AdamWStepResult as StepResult, OptimizerState, Schedule } from '../addon.js';
+import type { AddonAdamW, AddonModel, AdamWOptions, AdamWStepResult as StepResult, HostState, OptimizerState, Schedule } from '../addon.js';
 
 export type { Schedule, AdamWOptions, AdamWStepResult as StepResult } from '../addon.js';
 
@@ -64,6 +64,13 @@ export class AdamW {
    */
   saveState(path: string): Promise<void> {
     return this.n.saveState(path);
+  }
+  /**
+   * The state saveState writes, copied to host memory (pinned on CUDA) under the model lock;
+   * `HostState.save(path)` writes the identical file later, on a worker thread without the lock.
+   */
+  captureState(): Promise<HostState> {
+    return this.n.captureState();
   }
   /**
    * Restores a file written by saveState (also the `optimizer.safetensors` of checkpoints written by

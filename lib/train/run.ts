@@ -131,6 +131,7 @@ export const RESUMABLE_KEYS = [
     'log.every',
     'checkpoint.every',
     'checkpoint.saveTotalLimit',
+    'checkpoint.background',
     'validation.every',
     'memory.recompute',
     'sampling.mergeAdapter',
@@ -226,6 +227,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       out: resume.runDir,
       judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge },
       sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' },
+      // Before checkpoint.background existed checkpoints were written in the step; the same files either way.
+      checkpoint: { ...savedCfg.checkpoint, background: savedCfg.checkpoint?.background ?? true },
     };
     for (const st of STAGES.values()) st.upgradeSaved?.(saved);
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);

@@ -9,13 +9,16 @@
  * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
  * Every step appends one line to metrics.jsonl with `phaseSeconds` (lib/train/stages/stage.ts
  * StepPhase): the stage's phases, the optimizer, the checkpoint written after the step and `host`,
- * adding up to `stepSeconds`. A step's lines are appended once its checkpoint (if any) is written
- * and synced but before it is committed, so a committed checkpoint always has its step's line.
+ * adding up to `stepSeconds`. A step's lines are appended before its checkpoint (if any) is
+ * committed, so a committed checkpoint always has its step's line: once the checkpoint's tensors
+ * are copied to host memory when it is written beside the next step (`checkpoint.background`, the
+ * default for periodic checkpoints: the step's checkpoint phase is that copy, and a
+ * `checkpointWriteSeconds` row follows the commit), else once its files are written and synced.
  */
 import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
-import type { TrainBackend, SamplingOptions } from './backend.js';
+import type { CapturedState, TrainBackend, SamplingOptions } from './backend.js';
 import { writeCheckpoint, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
@@ -519,11 +522,43 @@ export class Trainer {
   private readonly baseWall: number = 0;
 
   /**
+   * The checkpoint being written beside the next step (`checkpoint.background`): its promise (the
+   * committed dir), and its error once it failed (thrown at the next step or checkpoint).
+   */
+  private writing: { done: Promise<string>; failed?: { error: unknown } } | undefined;
+  /** Background writes started so far (the fault hook below counts them). */
+  private backgroundWrites = 0;
+  /** Test hook (PAPERGYM_FAULT=checkpoint:beside-next-step:N): resolves when the N-th background write has its files in the temp dir. */
+  private faultTensorsWritten: (() => void) | undefined;
+  private faultTensorsReady: Promise<void> | undefined;
+
+  /** Waits for the checkpoint written in the background (if any); rejects with its error. */
+  private async settleWrite(): Promise<void> {
+    const w = this.writing;
+    if (!w) return;
+    this.writing = undefined;
+    try {
+      await w.done;
+    } catch (e) {
+      throw new Error(`checkpoint written beside the next step failed: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+    }
+  }
+
+  /**
    * Writes a checkpoint of the current state. A pending step's lines are written with this
    * checkpoint's seconds (up to its commit) just before the commit, or — when the checkpoint
    * fails — before the error propagates.
+   *
+   * With `checkpoint.background` (the default) and a backend that can capture its state, a
+   * checkpoint that is not the run's last (`wait` false) costs the step only the copy of its
+   * tensors into host memory (TrainBackend.captureState): the step's lines are written with that
+   * copy's seconds, and the files are written, synced and committed (writeCheckpoint: the same
+   * atomic sequence) while the next step runs. One write at a time: the next checkpoint, a stop or
+   * the end of the run waits for it first; its failure stops the run at the next step. A kill
+   * during it leaves `latest` naming the previous checkpoint, as a kill during any write does.
+   * Returns the dir, or '' for a background write (its dir is logged when it is committed).
    */
-  private async checkpoint(): Promise<string> {
+  private async checkpoint(opts: { wait?: boolean } = {}): Promise<string> {
     const t0 = performance.now();
     const flush = () => this.flushStep((performance.now() - t0) / 1000);
     let dir: string;
@@ -532,14 +567,27 @@ export class Trainer {
       this.state.summary = this.summary;
       // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
       if (!this.dist.isMain) return '';
-      dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => this.deps.backend.saveState(tmp), {
-        saveTotalLimit: this.cfg.checkpoint.saveTotalLimit ?? null,
-        beforeCommit: flush,
-      });
+      await this.settleWrite();
+      const saveTotalLimit = this.cfg.checkpoint.saveTotalLimit ?? null;
+      const { backend } = this.deps;
+      if (opts.wait === false && this.cfg.checkpoint.background !== false && backend.captureState) {
+        const captured = await backend.captureState();
+        const captureSeconds = (performance.now() - t0) / 1000;
+        flush();
+        this.startBackgroundWrite({ ...this.state }, captured, captureSeconds, saveTotalLimit);
+        return '';
+      }
+      dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => backend.saveState(tmp), { saveTotalLimit, beforeCommit: flush });
     } finally {
       flush();
     }
-    this.log(`checkpoint ${dir}`);
+    await this.afterCommit(dir);
+    return dir;
+  }
+
+  /** The log line and the onCheckpoint hook of a committed checkpoint. */
+  private async afterCommit(dir: string, note = ''): Promise<void> {
+    this.log(`checkpoint ${dir}${note}`);
     if (this.deps.onCheckpoint) {
       try {
         await this.deps.onCheckpoint(dir);
@@ -547,11 +595,81 @@ export class Trainer {
         this.log(`after checkpoint: ${(e as Error).message}`);
       }
     }
-    return dir;
+  }
+
+  /**
+   * Writes `captured` as the checkpoint of `state` in the background (see checkpoint), then a
+   * metrics row `{checkpoint, checkpointCaptureSeconds, checkpointWriteSeconds, checkpointBytes}`.
+   */
+  private startBackgroundWrite(state: TrainerState, captured: CapturedState, captureSeconds: number, saveTotalLimit: number | null): void {
+    const n = ++this.backgroundWrites;
+    const fault = /^checkpoint:beside-next-step:(\d+)$/.exec(process.env.PAPERGYM_FAULT ?? '');
+    const t0 = performance.now();
+    const w: NonNullable<Trainer['writing']> = {
+      done: (async () => {
+        try {
+          const dir = await writeCheckpoint(
+            this.deps.runDir,
+            state,
+            async (tmp) => {
+              await captured.save(tmp);
+              if (fault && Number(fault[1]) === n) {
+                // The files are in the temp dir, nothing committed; the next step kills the process.
+                this.faultTensorsWritten?.();
+                await new Promise(() => {});
+              }
+            },
+            { saveTotalLimit },
+          );
+          const writeSeconds = (performance.now() - t0) / 1000;
+          this.metrics.write({
+            stage: this.cfg.stages[state.stageIndex],
+            step: state.stageStep,
+            globalStep: state.globalStep,
+            checkpoint: dir,
+            checkpointCaptureSeconds: captureSeconds,
+            checkpointWriteSeconds: writeSeconds,
+            checkpointBytes: captured.bytes,
+          });
+          await this.afterCommit(
+            dir,
+            ` (written beside the next step: ${writeSeconds.toFixed(2)} s; the step paid ${captureSeconds.toFixed(2)} s for the copy)`,
+          );
+          return dir;
+        } finally {
+          captured.release();
+        }
+      })(),
+    };
+    if (fault && Number(fault[1]) === n) this.faultTensorsReady = new Promise((r) => (this.faultTensorsWritten = r));
+    w.done.catch((error) => {
+      w.failed = { error };
+    });
+    this.writing = w;
+  }
+
+  /** At the start of a step: a failed background write stops the run; the fault hook kills the process beside a write in flight. */
+  private async beforeStep(): Promise<void> {
+    if (this.writing?.failed) await this.settleWrite();
+    if (this.faultTensorsReady) {
+      await this.faultTensorsReady;
+      process.kill(process.pid, 'SIGKILL');
+    }
   }
 
   /** Runs the remaining stages; resolves with the summary (interrupted = stopped by a signal). */
   async run(): Promise<TrainSummary> {
+    try {
+      return await this.runStages();
+    } catch (e) {
+      // A checkpoint still being written beside the failed step completes before the error
+      // propagates (its own failure is logged: the run's error is the one reported).
+      await this.settleWrite().catch((we) => this.log((we as Error).message));
+      throw e;
+    }
+  }
+
+  private async runStages(): Promise<TrainSummary> {
     for (; this.state.stageIndex < this.cfg.stages.length; this.state.stageIndex++) {
       const s = this.startStage();
       while (!this.state.stageDone && this.state.stageStep < s.total) {
@@ -603,6 +721,7 @@ export class Trainer {
   private async runStep(s: StageRun): Promise<TrainSummary | undefined> {
     // Step seconds from here to the end of the optimizer step, plus the checkpoint after it
     // (flushStep); validation is not in them (its line carries its own seconds).
+    await this.beforeStep();
     const t0 = performance.now();
     const step = this.state.stageStep;
     // The step's collective counters start here (not the rendezvous' nor the last validation's).
@@ -787,12 +906,15 @@ export class Trainer {
     // checkpoint of this step, not two), and the step's lines wait for it.
     const runEnds = (this.state.stageDone || this.state.stageStep >= s.total) && this.state.stageIndex === this.cfg.stages.length - 1;
     if (!runEnds && this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
-      await this.checkpoint();
+      // Beside the next step, unless the run stops here (then the checkpoint below waits).
+      const stopping = this.dist.worldSize > 1 ? this.stopAgreed : this.stopRequested;
+      await this.checkpoint({ wait: stopping });
       saved = true;
     }
     // Every rank stops at the same step (agreed at the end of the step: recordStep).
     if (this.dist.worldSize > 1 ? this.stopAgreed : this.stopRequested) {
       if (!saved) await this.checkpoint();
+      else await this.settleWrite(); // a stop that came during the checkpoint: its write completes first
       s.progress.stop();
       return this.finish(true);
     }

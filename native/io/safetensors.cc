@@ -88,32 +88,45 @@ std::string ReadTextFile(const std::string& path) {
   return ss.str();
 }
 
-void WriteFileAtomic(const std::string& path, const std::string& data) {
+void WriteFileAtomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& chunks) {
   std::random_device rd;
   std::string tmp = Dirname(path) + "/." + path.substr(path.find_last_of('/') + 1) + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw InputError(path + ": cannot create temp file (" + std::strerror(errno) + ")");
-  const char* p = data.data();
-  size_t n = data.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw InputError(path + ": write failed (" + std::strerror(e) + ")");
+  for (const auto& [data, size] : chunks) {
+    const char* p = data;
+    size_t n = size;
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        int e = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw InputError(path + ": write failed (" + std::strerror(e) + ")");
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
     }
-    p += w;
-    n -= static_cast<size_t>(w);
   }
-  ::fsync(fd);
+  // A failed fsync loses the data's durability, which the checkpoint's atomicity rests on; file
+  // systems without fsync (EINVAL / ENOTSUP) are accepted as before.
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw InputError(path + ": fsync failed (" + std::strerror(e) + ")");
+  }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
     throw InputError(path + ": rename failed (" + std::strerror(e) + ")");
   }
+}
+
+void WriteFileAtomic(const std::string& path, const std::string& data) {
+  WriteFileAtomic(path, {{data.data(), data.size()}});
 }
 
 File File::Open(const std::string& path) {
@@ -296,13 +309,15 @@ void Save(const std::string& path, const std::map<std::string, at::Tensor>& tens
   }
   std::string h = json::Dump(json::MakeObject(std::move(hdr)));
   while (h.size() % 8) h += ' ';
-  std::string out;
-  out.reserve(8 + h.size() + off);
+  // The 8-byte little-endian header length, the header, then each tensor's bytes written from
+  // where they are (no copy of the whole file in memory).
+  std::string prefix;
   uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out += static_cast<char>((n >> (8 * i)) & 0xFF);
-  out += h;
-  for (const auto& t : cpu) out.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * t.element_size());
-  WriteFileAtomic(path, out);
+  for (int i = 0; i < 8; ++i) prefix += static_cast<char>((n >> (8 * i)) & 0xFF);
+  prefix += h;
+  std::vector<std::pair<const char*, size_t>> chunks{{prefix.data(), prefix.size()}};
+  for (const auto& t : cpu) chunks.emplace_back(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * t.element_size());
+  WriteFileAtomic(path, chunks);
 }
 
 }  // namespace st

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pg {
@@ -77,6 +78,8 @@ void Save(const std::string& path, const std::map<std::string, at::Tensor>& tens
 std::string ReadTextFile(const std::string& path);
 /// Writes `data` to `path` atomically (temp file in the same directory + fsync + rename).
 void WriteFileAtomic(const std::string& path, const std::string& data);
+/// The same for a file made of `chunks` (pointer, bytes), written in order without joining them.
+void WriteFileAtomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& chunks);
 
 }  // namespace st
 }  // namespace pg

@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "io/adapter_weights.h"
+#include "io/host_state.h"
 #include "lora/snapshots.h"
+#include "napi/host_state.h"
 #include "napi/model.h"
 #include "napi/util.h"
 
@@ -59,6 +61,19 @@ Napi::Value ModelSaveSnapshot(const Napi::CallbackInfo& info, const std::shared_
         io::SaveWeights(path, Snapshot(*m, name).weights, {{"format", "pt"}, {"snapshot", name}});
       },
       nullptr);
+}
+
+Napi::Value ModelCaptureSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m) {
+  std::string name = SnapshotName(info, "captureSnapshot(name): name");
+  auto res = std::make_shared<std::shared_ptr<io::HostState>>();
+  return StartOnModel(
+      info.Env(), m,
+      [m, name, res]() {
+        CheckUsable(*m);
+        *res = std::make_shared<io::HostState>(io::CaptureWeights(Snapshot(*m, name).weights, {{"format", "pt"}, {"snapshot", name}}));
+        io::WaitHostCopies(m->device());
+      },
+      [res](Napi::Env env) -> Napi::Value { return NewHostState(env, *res); }, false, ModelAccess::kShared);
 }
 
 Napi::Value ModelLoadSnapshot(const Napi::CallbackInfo& info, const std::shared_ptr<DecoderModel>& m, std::function<void(Napi::Env)> after) {

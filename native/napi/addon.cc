@@ -11,6 +11,7 @@ void RegisterLoss(Napi::Env env, Napi::Object exports);        // napi/loss.cc: 
 void RegisterOptim(Napi::Env env, Napi::Object exports);       // napi/optim.cc: AdamW, schedules
 void RegisterGenerate(Napi::Env env, Napi::Object exports);    // napi/generate.cc: batched sampling, decode engine, abort handles
 void RegisterIo(Napi::Env env, Napi::Object exports);          // napi/io.cc: safetensors read/write (optimizer state)
+void RegisterHostState(Napi::Env env, Napi::Object exports);   // napi/host_state.cc: captured state written off the critical path
 void RegisterDist(Napi::Env env, Napi::Object exports);        // napi/dist.cc: c10d process groups (Gloo / NCCL)
 }  // namespace pg
 
@@ -22,6 +23,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   pg::RegisterOptim(env, exports);
   pg::RegisterGenerate(env, exports);
   pg::RegisterIo(env, exports);
+  pg::RegisterHostState(env, exports);
   pg::RegisterDist(env, exports);
   exports.Set("napiVersion", Napi::Number::New(env, NAPI_VERSION));
   return exports;

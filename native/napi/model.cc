@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "napi/adapter_state.h"
+#include "napi/host_state.h"
 #include "napi/args.h"
 #include "napi/util.h"
 #include "steps/steps.h"
@@ -62,6 +63,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("saveSnapshot", &ModelWrap::SaveSnapshot),
                         InstanceMethod("loadSnapshot", &ModelWrap::LoadSnapshot),
                         InstanceMethod("saveAdapter", &ModelWrap::SaveAdapter),
+                        InstanceMethod("captureAdapter", &ModelWrap::CaptureAdapter),
+                        InstanceMethod("captureSnapshot", &ModelWrap::CaptureSnapshot),
                         InstanceMethod("loadAdapter", &ModelWrap::LoadAdapter),
                         InstanceMethod("loraParameterNames", &ModelWrap::LoraParameterNames),
                         InstanceMethod("loraWeights", &ModelWrap::LoraWeights),
@@ -337,6 +340,28 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
       return StartOnModel(
           info.Env(), m, [m, dir, base]() { m->SaveAdapter(dir, base); }, [](Napi::Env env) -> Napi::Value { return env.Undefined(); });
     });
+  }
+
+  /// captureAdapter() -> Promise<HostState>: the trainable adapter copied to host memory (float32,
+  /// pinned on CUDA) under the model lock (shared: read-only); HostState.save(dir, {baseModelName})
+  /// then writes the same PEFT files as saveAdapter without the lock (napi/host_state.h). For
+  /// checkpoints written beside the next step (issue 36).
+  Napi::Value CaptureAdapter(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      auto m = model();
+      auto res = std::make_shared<std::shared_ptr<io::HostState>>();
+      return StartOnModel(
+          info.Env(), m,
+          [m, res]() {
+            *res = std::make_shared<io::HostState>(io::CaptureAdapter(m->ActiveAdapter()));
+            io::WaitHostCopies(m->device());
+          },
+          [res](Napi::Env env) -> Napi::Value { return NewHostState(env, *res); }, false, ModelAccess::kShared);
+    });
+  }
+  /// captureSnapshot(name) -> Promise<HostState>: snapshot `name` likewise (the file saveSnapshot writes).
+  Napi::Value CaptureSnapshot(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value { return ModelCaptureSnapshot(info, model()); });
   }
 
   Napi::Value LoadAdapter(const Napi::CallbackInfo& info) {

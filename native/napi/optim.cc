@@ -10,7 +10,9 @@
 #include <memory>
 #include <optional>
 
+#include "io/host_state.h"
 #include "io/safetensors.h"
+#include "napi/host_state.h"
 #include "napi/model.h"
 #include "napi/util.h"
 #include "optim/adamw.h"
@@ -35,8 +37,9 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
         env, "AdamW",
         {InstanceMethod("step", &AdamWWrap::Step), InstanceMethod("zeroGrad", &AdamWWrap::ZeroGrad), InstanceMethod("setGrads", &AdamWWrap::SetGrads),
          InstanceMethod("params", &AdamWWrap::Params), InstanceMethod("state", &AdamWWrap::State), InstanceMethod("saveState", &AdamWWrap::SaveState),
-         InstanceMethod("loadStateFile", &AdamWWrap::LoadStateFile), InstanceAccessor("lr", &AdamWWrap::Lr, nullptr),
-         InstanceAccessor("stepCount", &AdamWWrap::StepCount, nullptr), InstanceAccessor("names", &AdamWWrap::Names, nullptr)});
+         InstanceMethod("captureState", &AdamWWrap::CaptureState), InstanceMethod("loadStateFile", &AdamWWrap::LoadStateFile),
+         InstanceAccessor("lr", &AdamWWrap::Lr, nullptr), InstanceAccessor("stepCount", &AdamWWrap::StepCount, nullptr),
+         InstanceAccessor("names", &AdamWWrap::Names, nullptr)});
   }
 
   explicit AdamWWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<AdamWWrap>(info) {
@@ -196,6 +199,36 @@ class AdamWWrap : public Napi::ObjectWrap<AdamWWrap> {
           if (k != "step") ts[k] = t.to(at::kFloat);
         st::Save(path, ts, {{"format", "pt"}, {"optimizer", "adamw"}, {"step", std::to_string(opt->step())}});
       });
+    });
+  }
+  // captureState() -> Promise<HostState> (napi/host_state.h): the same tensors and metadata as
+  // saveState, copied to host memory (pinned on CUDA) under the model lock; HostState.save(path)
+  // writes the identical file later without the lock (checkpoints beside the next step, issue 36).
+  Napi::Value CaptureState(const Napi::CallbackInfo& info) {
+    return Guard(info.Env(), [&]() -> Napi::Value {
+      optim::AdamW* opt = opt_.get();
+      std::shared_ptr<DecoderModel> model = model_;
+      auto keep = std::make_shared<Napi::ObjectReference>(Napi::Persistent(Value()));
+      auto res = std::make_shared<std::shared_ptr<io::HostState>>();
+      return Worker::Start(
+          info.Env(),
+          [opt, model, res]() {
+            auto lk = Lock(model);
+            auto s = opt->State();
+            std::map<std::string, at::Tensor> ts;
+            std::optional<at::Device> dev;
+            for (auto& [k, t] : s)
+              if (k != "step") {
+                ts[k] = t;
+                if (t.is_cuda()) dev = t.device();
+              }
+            *res = std::make_shared<io::HostState>(io::CaptureTensors(ts, {{"format", "pt"}, {"optimizer", "adamw"}, {"step", std::to_string(opt->step())}}));
+            if (dev) io::WaitHostCopies(*dev);
+          },
+          [keep, res](Napi::Env env) -> Napi::Value {
+            keep->Reset();
+            return NewHostState(env, *res);
+          });
     });
   }
   Napi::Value LoadStateFile(const Napi::CallbackInfo& info) {

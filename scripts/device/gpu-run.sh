@@ -167,6 +167,19 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # same one plan at a time, and the path before both (the prefix K/V copied per row, one plan at a time)
     judgeab) for v in new:2: shared1:1: copy1:1:copy; do IFS=: read -r tag conc att <<< "$v"
         PAPERGYM_JUDGE_ATTENTION=$att timeout 150 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 2 --fresh-plans --plan-concurrency $conc --json $OUT/judge_ab_$tag.json 2>&1 | grep -E "^\| (native|total|host|score)|prefixLogprobs: prefix" | tr '\n' ' ' | sed "s/^/$tag: /"; echo; done ;;
+    # checkpoints off the critical path (issue 36): the trainer at 1.7B with a checkpoint after every step, written
+    # beside the next step (the default) and in the step (--no-checkpoint-background), same run otherwise
+    ck17) for bg in on off; do f=; [ $bg = off ] && f=--no-checkpoint-background
+        timeout 280 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-ck17-$bg --extra="--checkpoint-every 1 $f" --json $OUT/train_ck17_$bg.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-300 | sed "s/^/bg=$bg: /"
+        cp /tmp/pg-ck17-$bg/metrics.jsonl $OUT/ck17_${bg}_metrics.jsonl 2>/dev/null; done ;;
+    # the trainer at 4B / 8B shapes: 3 OPSD + 3 GRPO steps, a checkpoint after every step (beside the next one), the
+    # third step of each stage under the kernel profiler (<run>/profile/*.json copied to $OUT)
+    prof4|prof8) sh=${step#prof}; sh=qwen3-${sh}b
+      timeout 540 node scripts/bench/memplan.mjs --shape $sh --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-$step --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_$step.json 2>&1 | grep -E "step [0-9]|memory plan|kernel profile|judge totals" | cut -c1-400
+      cp /tmp/pg-$step/metrics.jsonl $OUT/${step}_metrics.jsonl 2>/dev/null; mkdir -p $OUT/$step-profile; cp /tmp/pg-$step/profile/*.json $OUT/$step-profile/ 2>/dev/null ;;
+    # the same at 1.7B with the profile (third step of each stage)
+    prof17) timeout 300 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-prof17 --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_prof17.json 2>&1 | grep -E "step [0-9]|memory plan|kernel profile|judge totals" | cut -c1-400
+      cp /tmp/pg-prof17/metrics.jsonl $OUT/prof17_metrics.jsonl 2>/dev/null; mkdir -p $OUT/prof17-profile; cp /tmp/pg-prof17/profile/*.json $OUT/prof17-profile/ 2>/dev/null ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -67,4 +67,38 @@ describe('GPU: native adapter state (EMA, snapshot files) on CUDA', function () 
       rmSync(tmp, { recursive: true, force: true });
     }
   });
+
+  it('captureAdapter / captureSnapshot / AdamW.captureState (pinned host copies) save the same bytes as the direct writers, after the device state moved on', async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-gpu-capture-'));
+    const m = await loadModel(tinyModel('tiny-tied'), { device: 'cuda', dtype: 'bfloat16' });
+    try {
+      m.addLora({ r: 8, alpha: 16, seed: 2 });
+      m.setLoraWeights(randomRec(m.loraWeights(), 3));
+      m.snapshotAdapter('ref');
+      const opt = new (native().AdamW)(m, { lr: 1e-2, betas: [0.9, 0.999], eps: 1e-8, weightDecay: 0 });
+      const ids = { data: Int32Array.from([5, 6, 7, 8, 9, 10]), shape: [1, 6] };
+      const labels = { data: Int32Array.from([-100, -100, 7, 8, 9, 10]), shape: [1, 6] };
+      const stepOnce = async () => {
+        await m.crossEntropyBackward({ inputIds: ids, labels });
+        opt.step({ maxGradNorm: 1 });
+        m.emaUpdate('ref', 0.5);
+      };
+      await stepOnce();
+      await m.saveAdapter(join(tmp, 'direct'));
+      await opt.saveState(join(tmp, 'direct', 'optimizer.safetensors'));
+      await m.saveSnapshot('ref', join(tmp, 'direct', 'snapshot.safetensors'));
+      const [a, o, r] = [await m.captureAdapter(), await opt.captureState(), await m.captureSnapshot('ref')];
+      await stepOnce(); // the device tensors change after the capture
+      await a.save(join(tmp, 'later'));
+      await o.save(join(tmp, 'later', 'optimizer.safetensors'));
+      await r.save(join(tmp, 'later', 'snapshot.safetensors'));
+      const { readFileSync } = await import('node:fs');
+      for (const f of ['adapter_model.safetensors', 'adapter_config.json', 'optimizer.safetensors', 'snapshot.safetensors'])
+        expect(readFileSync(join(tmp, 'later', f)).equals(readFileSync(join(tmp, 'direct', f))), f).to.equal(true);
+      for (const h of [a, o, r]) h.release();
+    } finally {
+      m.dispose();
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
 });
