@@ -537,7 +537,7 @@ export interface DoctorReport {
   cxx11Abi: boolean;
   cudaBuild: boolean;
   fusedKernels: boolean;
-  /** Data-parallel process groups in this build (native/dist): Gloo (CPU), NCCL (CUDA). */
+  /** Data-parallel process groups in this build (native/parallel): Gloo (CPU), NCCL (CUDA). */
   dist: { gloo: boolean; nccl: boolean };
   cudaAvailable: boolean;
   gpus: { index: number; name: string; totalMemoryGiB: number; computeCapability: string; allocatedBytes?: number; reservedBytes?: number }[];

@@ -42,7 +42,7 @@ else
   say "no chromium and cannot apt-get it (not root or no apt); the report browser test will skip"
 fi
 
-# Data parallelism (native/dist) compiles against libtorch's c10d Gloo, whose headers include the
+# Data parallelism (native/parallel) compiles against libtorch's c10d Gloo, whose headers include the
 # gloo headers the torch wheel does not ship: Debian/Ubuntu libgloo-dev provides them (headers only;
 # libgloo is never linked). Installed when root with apt; otherwise the addon builds without dist.
 # Before npm ci: its install hook (scripts/install.cjs) builds the addon, and CMake looks for the

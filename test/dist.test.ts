@@ -1,5 +1,5 @@
 /**
- * Data parallelism on libtorch's c10d (native/dist, lib/train/dist.ts, lib/train/launch.ts) on
+ * Data parallelism on libtorch's c10d (native/parallel, lib/train/dist.ts, lib/train/launch.ts) on
  * CPU with Gloo: the collectives across 2 real processes, the fault cases (a dead rank, a hung
  * rank, port in use, unreachable master, mismatched world sizes) and the trainer equivalence —
  * a 2-process `train --nproc-per-node 2` gives the same adapters (≤ 1e-5) as 1 process with the

@@ -8,6 +8,8 @@
  *  - an architecture is one file and one registry entry: its name (a `"…ForCausalLM"` string
  *    literal) appears in code only in its own native/model/arch_*.cc, and every row such a file
  *    defines is listed in PG_ARCHITECTURES (native/model/architecture.cc).
+ *  - every folder is named for what it holds, never like build output (`dist`, `build`, `out`,
+ *    `Release`, `Debug`): the data-parallel collectives live in native/parallel/.
  * The analysis runs on the real tree and, so that a broken rule is known to fail, on small
  * synthetic trees that break each rule.
  */
@@ -84,6 +86,19 @@ function analyseLayout(tree: Tree): Layout {
   return { graph, napiInCore, cycles };
 }
 
+/** Folder names that read as build output (npm's dist/, CMake's build/, node-gyp's Release/). */
+const BUILD_OUTPUT_NAMES = new Set(['dist', 'build', 'out', 'release', 'debug', 'obj']);
+
+/** Folders of the tree (any depth) named like build output, sorted. */
+function buildOutputFolders(tree: Tree): string[] {
+  const folders = new Set<string>();
+  for (const path of Object.keys(tree)) {
+    const parts = path.split('/').slice(0, -1);
+    parts.forEach((p, i) => BUILD_OUTPUT_NAMES.has(p.toLowerCase()) && folders.add(parts.slice(0, i + 1).join('/')));
+  }
+  return [...folders].sort();
+}
+
 /** Where the architecture rule is broken: "file: what" for each name outside its row's file or unregistered row. */
 function architectureProblems(tree: Tree): string[] {
   const out: string[] = [];
@@ -106,7 +121,14 @@ describe('native source layout: the binding / compute seam', () => {
 
   it('finds the tree (bindings in napi/, compute in the core folders)', () => {
     expect(Object.keys(tree)).to.include.members(['napi/addon.cc', 'napi/model.cc', 'core/errors.h', 'model/decoder.h', 'model/architecture.cc']);
-    for (const f of ['model', 'lora', 'loss', 'generate', 'optim', 'io', 'cuda', 'steps', 'core']) expect(layout.graph.has(f), f).to.equal(true);
+    for (const f of ['model', 'lora', 'loss', 'generate', 'optim', 'io', 'cuda', 'steps', 'core', 'parallel']) expect(layout.graph.has(f), f).to.equal(true);
+  });
+
+  it('every folder is named for what it holds, not like build output (the collectives are native/parallel/)', () => {
+    expect(buildOutputFolders(tree)).to.deep.equal([]);
+    expect(Object.keys(tree)).to.include.members(['parallel/dist.h', 'parallel/dist.cc']);
+    const broken = { 'dist/dist.cc': '', 'model/build/x.h': '', 'parallel/dist.h': '', 'io/Release/y.cc': '' };
+    expect(buildOutputFolders(broken)).to.deep.equal(['dist', 'io/Release', 'model/build']);
   });
 
   it('only native/napi/ includes an N-API header', () => {

@@ -1,5 +1,5 @@
 /**
- * Data-parallel training over libtorch's c10d (native/dist): the rank / world logic of the trainer.
+ * Data-parallel training over libtorch's c10d (native/parallel): the rank / world logic of the trainer.
  *
  * Conventions are torchrun's: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,
  * `MASTER_PORT` in the environment. Rank 0 hosts the c10d TCPStore at MASTER_ADDR:MASTER_PORT; the

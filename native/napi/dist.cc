@@ -12,7 +12,7 @@
 //     .barrier() -> Promise<void>;  .destroy()
 // Every collective runs on a libuv pool thread; failures reject with the rank, the operation and
 // the peers that did not arrive (dist.h).
-#include "dist/dist.h"
+#include "parallel/dist.h"
 #include "napi/model.h"
 #include "napi/util.h"
 

@@ -1,5 +1,5 @@
 /**
- * c10d ProcessGroupNCCL across 2 GPUs (native/dist): the collectives of test/dist.test.ts on
+ * c10d ProcessGroupNCCL across 2 GPUs (native/parallel): the collectives of test/dist.test.ts on
  * NCCL (cuda:RANK per process) and a 256 MiB all-reduce (printed seconds; no timed assertion).
  * Skips, printing why, without 2 CUDA devices or an addon built with NCCL.
  */

@@ -1,5 +1,5 @@
 // c10d process groups (see dist.h). Compiled only with the gloo headers (PG_WITH_DIST).
-#include "dist/dist.h"
+#include "parallel/dist.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
