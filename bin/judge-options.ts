@@ -4,8 +4,8 @@
  * to a {@link JudgeConfig}. The judges themselves open through lib/judge/backends/.
  */
 import type { Argv } from 'yargs';
-import { JUDGE_DEFAULTS, JUDGE_SETTINGS, type JudgeConfig } from '../lib/config/judge.js';
-import { JUDGE_OPTIONS } from '../lib/config/settings.js';
+import { JUDGE_DEFAULTS, judgeSettings, type JudgeConfig } from '../lib/config/judge.js';
+import { judgeOptions } from '../lib/config/settings.js';
 import { addSettings, parseList } from '../lib/config/schema.js';
 
 /** Judge options as parsed by {@link addJudgeOptions} (camelCase yargs keys). */
@@ -30,21 +30,22 @@ export interface JudgeArgs {
 const camel = (flag: string) => flag.replace(/-([a-z])/g, (_m, c: string) => c.toUpperCase());
 
 /**
- * Adds the `--judge*` options (JUDGE_OPTIONS: the one judge schema) to a yargs builder. `defaults`:
+ * Adds the `--judge*` options (judgeOptions(): the one judge schema, with the registered backends' own rows) to a yargs builder. `defaults`:
  * the values flags take when not given (eval: kind http and {@link JUDGE_DEFAULTS}; an object
  * overrides some); `false` gives no defaults, so that only flags actually given override a config
  * file (train).
  */
 export function addJudgeOptions<T>(y: Argv<T>, opts: { defaults?: Partial<JudgeConfig> | false } = {}): Argv<T & JudgeArgs> {
   const over = opts.defaults || {};
-  const settings = JUDGE_SETTINGS.map((j, i) => ({ ...JUDGE_OPTIONS[i]!, ...(j.key in over ? { default: over[j.key as keyof JudgeConfig] } : {}) }));
+  const options = judgeOptions();
+  const settings = judgeSettings().map((j, i) => ({ ...options[i]!, ...(j.key in over ? { default: over[j.key as keyof JudgeConfig] } : {}) }));
   return addSettings(y, settings, { withDefaults: opts.defaults !== false }) as unknown as Argv<T & JudgeArgs>;
 }
 
 /** The judge settings given on the command line (only flags that were given), as config keys. */
 export function judgeFlagsToConfig(argv: Record<string, unknown>): Partial<JudgeConfig> {
   const out: Record<string, unknown> = {};
-  for (const st of JUDGE_SETTINGS) {
+  for (const st of judgeSettings()) {
     const v = argv[camel(st.flag)] ?? argv[st.flag];
     if (v !== undefined) out[st.key] = st.type === 'list' ? parseList(st, v) : v;
   }

@@ -6,6 +6,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+// The registered training stages and judge backends bring settings rows of their own: load their registries first.
+await import(join(root, 'dist', 'lib', 'train', 'stages', 'index.js'));
+await import(join(root, 'dist', 'lib', 'judge', 'backends', 'index.js'));
 const { renderConfigDocs } = await import(join(root, 'dist', 'lib', 'config', 'docs.js'));
 const path = join(root, 'docs', 'config.md');
 const text = renderConfigDocs();

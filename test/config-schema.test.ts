@@ -5,7 +5,10 @@ import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import yargs from 'yargs';
 import { packageRoot } from '../lib/native.js';
-import { COMMAND_SETTINGS, TRAIN_SETTINGS } from '../lib/config/settings.js';
+import { commandSettings, trainSettings } from '../lib/config/settings.js';
+// The schema holds the registered stages' and judge backends' rows: their registries load first.
+import '../lib/train/stages/index.js';
+import '../lib/judge/backends/index.js';
 import { checkValue, leafKeys, type Setting } from '../lib/config/schema.js';
 import { DEFAULTS, PRESETS, resolveConfig, resolveConfigWithOrigins } from '../lib/config/train.js';
 import { renderConfigDocs } from '../lib/config/docs.js';
@@ -13,6 +16,8 @@ import { renderConfigDocs } from '../lib/config/docs.js';
 const CLI = join(packageRoot, 'dist', 'bin', 'papergym-native.js');
 
 describe('settings schema', () => {
+  const COMMAND_SETTINGS = commandSettings();
+  const TRAIN_SETTINGS = trainSettings();
   it('every setting has a name, flag, type, default, range, meaning and source', () => {
     const problems: string[] = [];
     for (const [cmd, list] of Object.entries(COMMAND_SETTINGS)) {

@@ -3,8 +3,14 @@
  * descriptor and one `register` line: a fake kind registered here is opened, checked, labelled and
  * planned for through the same functions train / eval / probe-judge call, and a backend made of
  * sub-judges (a jury-like one) opens a real HTTP judge (loopback fake server) through the context.
+ * The echo kind brings its own setting (a row and a key rule in its descriptor): it is a `--judge`
+ * choice, read from YAML and from train's and eval's flags, documented, and refused when mistyped.
  */
 import { expect } from 'chai';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import yargs, { type Argv } from 'yargs';
 import {
   JUDGE_BACKENDS,
   checkJudge,
@@ -15,11 +21,16 @@ import {
   judgeWithAnswerCache,
   openJudge,
   type JudgeBackend,
+  type JudgeBackendOf,
 } from '../lib/judge/backends/index.js';
-import { JUDGE_DEFAULTS, JUDGE_KINDS, JUDGE_SETTINGS, judgeConfigProblems, type JudgeConfig } from '../lib/config/judge.js';
+import { JUDGE_DEFAULTS, JUDGE_KINDS, judgeConfigProblems, judgeKinds, judgeSettings, type JudgeConfig } from '../lib/config/judge.js';
+import { commandSettings, trainSettings } from '../lib/config/settings.js';
+import { renderConfigDocs } from '../lib/config/docs.js';
+import { flagsToConfig, trainCommand } from '../bin/commands/train.js';
+import { addJudgeOptions, judgeConfigFromArgs } from '../bin/judge-options.js';
 import { emptyStats, type Judge, type JudgeRequest, type Verdict } from '../lib/judge/types.js';
 import { planForRun, QWEN3_SHAPES } from '../lib/train/memory-plan.js';
-import { resolveConfig } from '../lib/config/train.js';
+import { readConfigFile, resolveConfig } from '../lib/config/train.js';
 import { Registry } from '../lib/util/registry.js';
 import { startFakeLlm } from './helpers/fake-llm.js';
 
@@ -46,11 +57,12 @@ describe('judge backends: the registry', () => {
     expect(judgeWithAnswerCache(local, '/tmp/a.sqlite')).to.equal(local);
   });
 
-  it('registers one backend per kind of the settings schema (JUDGE_KINDS, the --judge choices)', () => {
+  it('registers the built-in kinds (JUDGE_KINDS); the --judge choices are the registered kinds', () => {
     expect(JUDGE_BACKENDS.names()).to.deep.equal([...JUDGE_KINDS]);
-    expect(JUDGE_SETTINGS.find((s) => s.key === 'kind')!.choices).to.deep.equal([...JUDGE_KINDS]);
+    expect(judgeKinds()).to.deep.equal([...JUDGE_KINDS]);
+    expect(judgeSettings().find((s) => s.key === 'kind')!.choices).to.deep.equal([...JUDGE_KINDS]);
     // Every kind-specific key a backend reads is a judge setting.
-    const keys = new Set(JUDGE_SETTINGS.map((s) => s.key));
+    const keys = new Set(judgeSettings().map((s) => s.key));
     for (const b of JUDGE_BACKENDS.values()) for (const k of b.settingKeys) expect(keys.has(k), `${b.kind}: ${k}`).to.equal(true);
   });
 
@@ -182,5 +194,138 @@ describe('judge backends: a new kind is one descriptor and one register line', (
     } finally {
       await srv.close();
     }
+  });
+});
+
+// The echo kind's typing: its name and its own key, by declaration merging from its file (here, the test).
+declare module '../lib/config/judge.js' {
+  interface JudgeKindNames {
+    echo: true;
+  }
+  interface JudgeSettings {
+    /** echo: the word an item must contain to be met (null: the plan's first word). */
+    echoWord?: string | null;
+  }
+}
+
+describe('judge backends: a new kind brings its own settings (one descriptor, one register line, nothing else edited)', () => {
+  const echoBackend: JudgeBackendOf<'echo'> = {
+    kind: 'echo',
+    describe: "met when the item text contains judge.echoWord (unset: the plan's first word)",
+    settingKeys: ['echoWord'],
+    settings: [
+      {
+        key: 'echoWord',
+        flag: 'judge-echo-word',
+        type: 'string',
+        default: null,
+        pattern: /^[a-z]+$/,
+        values: 'one lower-case word',
+        meaning: "echo: the word an item must contain to be met; unset = the plan's first word",
+        source: 'test/judge-backends.test.ts (a registered backend with a setting of its own)',
+      },
+    ],
+    settingsProblems: (c, prefix) => (c.score === 'prob' ? [`${prefix}score prob: the echo judge gives no P(yes) (use ${prefix}score binary)`] : []),
+    sharesPolicyWeights: () => false,
+    label: (c) => `echo:${c.echoWord ?? 'first-word'}`,
+    async open(c) {
+      const s = emptyStats();
+      return {
+        name: `echo:${c.echoWord ?? 'first-word'}`,
+        async judge(reqs: JudgeRequest[]): Promise<Verdict[][]> {
+          return reqs.map((r) => r.items.map((it) => ({ itemId: it.id, met: it.text.includes(c.echoWord ?? r.plan.split(' ')[0] ?? '') })));
+        },
+        stats: () => ({ ...s }),
+      };
+    },
+  };
+  /** `train`'s real yargs builder over `args`; a check failure throws its message. */
+  const parseTrain = (args: string[]) =>
+    (trainCommand.builder as (y: Argv) => Argv)(yargs().exitProcess(false))
+      .fail((msg, err) => {
+        throw err ?? new Error(msg);
+      })
+      .parseSync(args) as Record<string, unknown>;
+  let tmp = '';
+  before(() => {
+    JUDGE_BACKENDS.register(echoBackend);
+    tmp = mkdtempSync(join(tmpdir(), 'pg-echo-judge-'));
+  });
+  after(() => {
+    JUDGE_BACKENDS.unregister('echo');
+    rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('is a --judge choice; its row is a judge.* key of train, a --judge-* option of eval, and in docs/config.md', () => {
+    expect(judgeKinds()).to.deep.equal([...JUDGE_KINDS, 'echo']);
+    expect(judgeSettings().at(-1)!.key).to.equal('echoWord');
+    const train = trainSettings().find((s) => s.key === 'judge.echoWord')!;
+    expect(train.flag).to.equal('judge-echo-word');
+    expect(trainSettings().find((s) => s.key === 'judge.kind')!.choices).to.include('echo');
+    for (const cmd of ['eval', 'probe-judge', 'compare', 'judge-agreement'])
+      expect(commandSettings()[cmd]!.find((s) => s.flag === 'judge-echo-word')?.key, cmd).to.equal('judgeEchoWord');
+    const docs = renderConfigDocs();
+    expect(docs).to.contain('| `--judge-echo-word` | `judge.echoWord` | string | `unset` | one lower-case word | echo: the word an item must contain');
+    expect(docs).to.contain('local \\| http \\| jury \\| echo');
+  });
+
+  it('is read from a YAML config and from the train and eval flags, and the judge opened with it uses it', async () => {
+    const file = join(tmp, 'echo.yaml');
+    writeFileSync(file, 'judge:\n  kind: echo\n  echoWord: alpha\n');
+    const fromFile = resolveConfig({ file });
+    expect([fromFile.judge.kind, fromFile.judge.echoWord]).to.deep.equal(['echo', 'alpha']);
+    expect(resolveConfig({}).judge.echoWord, 'the default').to.equal(null);
+    const fromFlags = resolveConfig({ file, flags: flagsToConfig(parseTrain(['--judge-echo-word', 'beta'])) });
+    expect(fromFlags.judge.echoWord).to.equal('beta');
+    const evalArgs = addJudgeOptions(yargs().exitProcess(false)).parseSync(['--judge', 'echo', '--judge-echo-word', 'gamma']);
+    const c = judgeConfigFromArgs(evalArgs);
+    expect([c.kind, c.echoWord, judgeLabel(c)]).to.deep.equal(['echo', 'gamma', 'echo:gamma']);
+    const j = await openJudge(c);
+    const items = [
+      { id: 'a', text: 'uses gamma' },
+      { id: 'b', text: 'uses alpha' },
+    ];
+    expect((await j.judge([{ question: 'q', plan: 'alpha plan', items }]))[0]!.map((v) => v.met)).to.deep.equal([true, false]);
+  });
+
+  it('is refused with an error naming the key and flag when mistyped (YAML, flags, its key rule), and a taken flag is refused', () => {
+    const bad = (yaml: string) => {
+      const file = join(tmp, 'bad.yaml');
+      writeFileSync(file, yaml);
+      return () => resolveConfig({ file });
+    };
+    expect(bad('judge:\n  kind: echo\n  echoWord: Two Words\n')).to.throw(
+      /judge\.echoWord \(--judge-echo-word\) must be one lower-case word \(got "Two Words"\)/,
+    );
+    expect(bad('judge:\n  kind: echo\n  echoWord: 3\n')).to.throw(/judge\.echoWord \(--judge-echo-word\) must be a string/);
+    writeFileSync(join(tmp, 'typo.yaml'), 'judge:\n  echoWrod: alpha\n');
+    expect(() => readConfigFile(join(tmp, 'typo.yaml'))).to.throw(/unknown key judge\.echoWrod/);
+    expect(() => parseTrain(['--judge-echo-word', 'UPPER'])).to.throw(/judge\.echoWord \(--judge-echo-word\) must be one lower-case word \(got "UPPER"\)/);
+    expect(() =>
+      addJudgeOptions(
+        yargs()
+          .exitProcess(false)
+          .fail((m, e) => {
+            throw e ?? new Error(m);
+          }),
+      ).parseSync(['--judge-echo-word', '1']),
+    ).to.throw(/judgeEchoWord \(--judge-echo-word\) must be one lower-case word/);
+    expect(bad('judge:\n  kind: echo\n  score: prob\n')).to.throw(/judge\.score prob: the echo judge gives no P\(yes\)/);
+    expect(judgeConfigProblems({ ...JUDGE_DEFAULTS, kind: 'echo', echoWord: 'Bad' })).to.deep.equal([
+      'judge.echoWord (--judge-echo-word) must be one lower-case word (got "Bad")',
+    ]);
+    // A row whose flag another setting has is refused, naming both.
+    const clash: JudgeBackend = {
+      ...JUDGE_BACKENDS.get('http'),
+      kind: 'clash' as never,
+      settings: [{ ...echoBackend.settings![0]!, key: 'clashUrl', flag: 'judge-url' }],
+    };
+    JUDGE_BACKENDS.register(clash);
+    try {
+      expect(() => judgeSettings()).to.throw(/judge backend clash: flag --judge-url of clashUrl is already the flag of url/);
+    } finally {
+      JUDGE_BACKENDS.unregister('clash');
+    }
+    expect(judgeKinds()).to.deep.equal([...JUDGE_KINDS, 'echo']);
   });
 });

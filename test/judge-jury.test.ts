@@ -21,6 +21,7 @@ import { JudgeHealthError, emptyStats, type Judge } from '../lib/judge/types.js'
 import { openJudge, judgeSharesPolicyWeights, judgeLabel } from '../lib/judge/backends/index.js';
 import { JUDGE_DEFAULTS, judgeConfigProblems, type JudgeConfig } from '../lib/config/judge.js';
 import { resolveConfig } from '../lib/config/train.js';
+import '../lib/train/stages/index.js'; // the training settings hold the registered stages' rows
 import { judgeConfigFromArgs } from '../bin/judge-options.js';
 import { startFakeLlm, between, type FakeLlm } from './helpers/fake-llm.js';
 

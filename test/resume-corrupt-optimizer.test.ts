@@ -13,6 +13,7 @@ import { Policy } from '../lib/model/policy.js';
 import { NativeBackend } from '../lib/train/native-backend.js';
 import { checkOptimizerFile } from '../lib/train/checkpoint.js';
 import { resolveConfig } from '../lib/config/train.js';
+import '../lib/train/stages/index.js'; // the training settings hold the registered stages' rows
 import { tinyModel } from './helpers/tiny.js';
 
 describe('resume with a corrupt optimizer.safetensors', function () {

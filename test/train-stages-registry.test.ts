@@ -3,14 +3,22 @@
  * descriptor and one `register` line: a fake stage registered here runs in the Trainer (its step,
  * its section's steps, its micro-batch halved by the out-of-memory recovery through its accessors)
  * and in the memory plan (its phases, its micro-batch chosen, its adapter snapshot counted), and
- * nothing else in the trainer, the config or the plan names it.
+ * nothing else in the trainer, the config or the plan names it. Its section's settings are rows of
+ * its descriptor: `fake:` in YAML, `--fake-*` flags, a `stages` choice, docs/config.md rows and
+ * their validation come with the register line; reading the schema before the registry loaded is
+ * a clear error.
  */
 import { expect } from 'chai';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { resolveConfig, type TrainConfig } from '../lib/config/train.js';
-import { TRAIN_SETTINGS } from '../lib/config/settings.js';
+import yargs, { type Argv } from 'yargs';
+import { resolveConfig } from '../lib/config/train.js';
+import { trainSettings } from '../lib/config/settings.js';
+import { renderConfigDocs } from '../lib/config/docs.js';
+import { packageRoot } from '../lib/native.js';
+import { flagsToConfig, trainCommand } from '../bin/commands/train.js';
 import { Trainer, type TrainItem } from '../lib/train/trainer.js';
 import { STAGES, stageOf, type TrainingStage } from '../lib/train/stages/index.js';
 import { estimatePhases, planMemory, residentBytes, QWEN3_SHAPES, type PlanInputs } from '../lib/train/memory-plan.js';
@@ -19,21 +27,32 @@ import { RESUMABLE_KEYS } from '../lib/train/run.js';
 import { oomError } from '../lib/errors.js';
 import { fakeBackend } from './helpers/fake-backend.js';
 
-type FakeSection = { steps: number; lr: number; microBatch: number };
-const sectionOf = (cfg: TrainConfig) => (cfg as unknown as { fake: FakeSection }).fake;
+// The fake stage's typing: its name and its section, by declaration merging from its file (here, the test).
+declare module '../lib/config/train.js' {
+  interface StageSections {
+    fake: { steps: number; lr: number; microBatch: number };
+  }
+}
 
 describe('training stages: the registry', () => {
   it("registers one stage per name of the stages setting; their resumable keys are the resume rules'", () => {
-    const choices = TRAIN_SETTINGS.find((s) => s.key === 'stages')!.choices!;
-    expect([...STAGES.names()].sort()).to.deep.equal([...choices].sort());
+    const choices = trainSettings().find((s) => s.key === 'stages')!.choices!;
+    expect(choices, 'registration order').to.deep.equal(STAGES.names());
     for (const st of STAGES.values()) {
       expect(
-        TRAIN_SETTINGS.some((s) => s.key === `${st.name}.steps`),
+        trainSettings().some((s) => s.key === `${st.name}.steps`),
         `${st.name}.steps`,
       ).to.equal(true);
       for (const k of st.resumableKeys) expect(RESUMABLE_KEYS, k).to.include(k);
     }
     expect(() => stageOf('nope' as never)).to.throw(/stages \(--stages\): unknown training stage "nope" \(registered: opsd, grpo, sft\)/);
+  });
+
+  it('a schema read before the registries loaded is a clear error naming the module to import', () => {
+    const settings = join(packageRoot, 'dist', 'lib', 'config', 'settings.js');
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', `(await import(${JSON.stringify(settings)})).trainSettings()`], { encoding: 'utf8' });
+    expect(r.status).to.not.equal(0);
+    expect(r.stderr).to.match(/the training settings read before the training stages registered their settings: import lib\/train\/stages\/index\.js first/);
   });
 
   it("config: each stage is given its own section's step count (a stage with 0 steps among others is skipped, all 0 is refused)", () => {
@@ -50,11 +69,35 @@ describe('training stages: a new stage is one descriptor and one register line',
   const calls: number[] = [];
   let oomOnce = true;
   const fake: TrainingStage = {
-    name: 'fake' as never,
+    name: 'fake',
     phases: ['update'],
-    steps: (cfg) => sectionOf(cfg).steps,
-    lr: (cfg) => sectionOf(cfg).lr,
-    microBatch: { get: (cfg) => sectionOf(cfg).microBatch, set: (cfg, n) => void (sectionOf(cfg).microBatch = n) },
+    // Its section's rows (keys relative to `fake.`) and the rule that ties them: the one place they are written.
+    settings: [
+      {
+        key: 'steps',
+        flag: 'fake-steps',
+        type: 'integer',
+        min: 0,
+        default: 2,
+        meaning: 'Fake stage steps (test)',
+        source: 'test/train-stages-registry.test.ts',
+      },
+      { key: 'lr', flag: 'fake-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Fake stage learning rate', source: 'test' },
+      {
+        key: 'microBatch',
+        flag: 'fake-micro-batch',
+        type: 'integer',
+        min: 1,
+        default: 4,
+        meaning: 'Fake stage update micro-batch',
+        source: 'test/train-stages-registry.test.ts',
+      },
+    ],
+    settingsProblems: (c) =>
+      Number.isInteger(Math.log2(c.fake.microBatch)) ? [] : [`fake.microBatch (--fake-micro-batch) must be a power of two (got ${c.fake.microBatch})`],
+    steps: (cfg) => cfg.fake.steps,
+    lr: (cfg) => cfg.fake.lr,
+    microBatch: { get: (cfg) => cfg.fake.microBatch, set: (cfg, n) => void (cfg.fake.microBatch = n) },
     resumableKeys: ['fake.steps'],
     memory: {
       inputs: () => ({}),
@@ -64,7 +107,7 @@ describe('training stages: a new stage is one descriptor and one register line',
     },
     async step(ctx) {
       const items = ctx.take(2);
-      const loss = await ctx.updateWithOomRecovery('fake' as never, async (microBatch) => {
+      const loss = await ctx.updateWithOomRecovery('fake', async (microBatch) => {
         calls.push(microBatch);
         if (oomOnce) {
           oomOnce = false;
@@ -77,13 +120,47 @@ describe('training stages: a new stage is one descriptor and one register line',
   };
   before(() => STAGES.register(fake));
   after(() => STAGES.unregister('fake'));
+  /** `train`'s real yargs builder over `args`; a check failure throws its message. */
+  const parseTrain = (args: string[]) =>
+    (trainCommand.builder as (y: Argv) => Argv)(yargs().exitProcess(false))
+      .fail((msg, err) => {
+        throw err ?? new Error(msg);
+      })
+      .parseSync(args) as Record<string, unknown>;
+
+  it('its settings: a stages choice, its section from YAML and --fake-* flags, docs/config.md rows, refused when mistyped', () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-stage-cfg-'));
+    try {
+      expect(trainSettings().find((s) => s.key === 'stages')!.choices).to.deep.equal(['opsd', 'grpo', 'sft', 'fake']);
+      const file = join(tmp, 'fake.yaml');
+      writeFileSync(file, 'stages: [fake]\nfake:\n  steps: 3\n  microBatch: 8\n');
+      expect(resolveConfig({ file }).fake).to.deep.equal({ steps: 3, lr: 1e-3, microBatch: 8 });
+      expect(resolveConfig({}).fake, 'its defaults').to.deep.equal({ steps: 2, lr: 1e-3, microBatch: 4 });
+      const flags = flagsToConfig(parseTrain(['--stages', 'sft,fake', '--fake-steps', '5', '--fake-lr', '2e-4']));
+      const c = resolveConfig({ file, flags });
+      expect([c.stages, c.fake]).to.deep.equal([['sft', 'fake'], { steps: 5, lr: 2e-4, microBatch: 8 }]);
+      const docs = renderConfigDocs();
+      expect(docs).to.contain('| `--fake-micro-batch` | `fake.microBatch` | integer | `4` | integer [1, ∞) | Fake stage update micro-batch |');
+      expect(docs).to.contain('comma list of opsd \\| grpo \\| sft \\| fake');
+      // Mistyped: a value out of range (flag, YAML), a misspelled key, the stage's own rule, an unknown stage.
+      expect(() => parseTrain(['--fake-steps', '-1'])).to.throw(/fake\.steps \(--fake-steps\) must be in integer \[0, ∞\) \(got -1\)/);
+      writeFileSync(file, 'fake:\n  stpes: 3\n');
+      expect(() => resolveConfig({ file })).to.throw(/unknown key fake\.stpes/);
+      writeFileSync(file, 'fake:\n  lr: fast\n');
+      expect(() => resolveConfig({ file })).to.throw(/fake\.lr \(--fake-lr\) must be a number \(got "fast"\)/);
+      expect(() => resolveConfig({ flags: flagsToConfig(parseTrain(['--fake-micro-batch', '3'])) })).to.throw(
+        /fake\.microBatch \(--fake-micro-batch\) must be a power of two \(got 3\)/,
+      );
+      expect(() => parseTrain(['--stages', 'fkae'])).to.throw(/stages \(--stages\): unknown item "fkae" \(opsd \| grpo \| sft \| fake\)/);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
 
   it('the Trainer runs it: its steps from its section, the out-of-memory recovery halves its micro-batch through its accessors', async () => {
     const tmp = mkdtempSync(join(tmpdir(), 'pg-stage-'));
     try {
-      const cfg = resolveConfig({ flags: { stages: ['sft'], checkpoint: { every: 0 }, validation: { every: 0, maxItems: 0 } } as never });
-      cfg.stages = ['fake' as never];
-      (cfg as unknown as { fake: FakeSection }).fake = { steps: 2, lr: 1e-3, microBatch: 4 };
+      const cfg = resolveConfig({ flags: { stages: ['fake'], checkpoint: { every: 0 }, validation: { every: 0, maxItems: 0 } } });
       const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({
         id: `q${i}`,
         question: `question ${i}`,
@@ -102,7 +179,7 @@ describe('training stages: a new stage is one descriptor and one register line',
       }).run();
       expect(s.stages.map((r) => [r.stage, r.steps, r.lastLoss])).to.deep.equal([['fake', 2, 0.5]]);
       expect(calls, 'micro-batch 4, out of memory, 2 for the rest of the run').to.deep.equal([4, 2, 2]);
-      expect(sectionOf(cfg).microBatch).to.equal(2);
+      expect(cfg.fake.microBatch).to.equal(2);
       expect(
         logged.some((l) => /\[fake\] step 0: out of memory in the update \(micro-batch 4.*retrying the step with micro-batch 2/.test(l)),
         logged.join('\n'),
@@ -123,7 +200,7 @@ describe('training stages: a new stage is one descriptor and one register line',
       shape: QWEN3_SHAPES['qwen3-1.7b'],
       dtypeBytes: 2,
       lora: { r: 64, targetModules: ['q_proj', 'v_proj'], dropout: 0 },
-      stages: ['fake' as never],
+      stages: ['fake'],
       promptTokens: { student: 200, teacher: 500 },
       maxNewTokens: 1024,
       recompute: false,

@@ -25,7 +25,7 @@ import { formatAgreement } from '../../lib/judge/agreement.js';
 import { formatProvenanceReports, reportsByProvenance } from '../../lib/eval/provenance.js';
 import { runEval } from '../../lib/eval/run.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
-import { EVAL_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { EVAL_OPTIONS, judgeOptions } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { resolveDevice } from '../../lib/model/device.js';
 
@@ -114,7 +114,7 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
   command: 'eval',
   describe: 'Generate research plans for a benchmark and report rubric coverage (overall, per dimension) with bootstrap CIs',
   builder: (y) =>
-    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).check((a) => {
+    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), judgeOptions(), { withDefaults: true }).check((a) => {
       if (!a.rescore && !a.suite && (!a.model || !a.data)) throw new Error('eval needs --model and --data (or --suite FILE, or --rescore ROWS)');
       return true;
     }) as never,

@@ -1,6 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
-import { JUDGE_AGREEMENT_OPTIONS, JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { JUDGE_AGREEMENT_OPTIONS, judgeOptions } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { readDataset, type PaperGymItem } from '../../lib/data/schema.js';
 import { checkJudge, judgeSharesPolicyWeights, openJudge } from '../../lib/judge/backends/index.js';
@@ -100,7 +100,7 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
   command: 'judge-agreement',
   describe: "Agreement of several judges with each other (Cohen's and Fleiss' κ, bootstrap CIs) and with people's labels (precision, recall, F1)",
   builder: (y) =>
-    addSettings(addSettings(y, JUDGE_AGREEMENT_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption([
+    addSettings(addSettings(y, JUDGE_AGREEMENT_OPTIONS, { withDefaults: true }), judgeOptions(), { withDefaults: true }).demandOption([
       'data',
       'plans',
       'judges',

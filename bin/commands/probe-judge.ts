@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
-import { JUDGE_OPTIONS, PROBE_JUDGE_OPTIONS } from '../../lib/config/settings.js';
+import { judgeOptions, PROBE_JUDGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { resolveDevice } from '../../lib/model/device.js';
 import { readDataset, loadGeneralRubric } from '../../lib/data/schema.js';
@@ -32,7 +32,8 @@ interface ProbeArgs extends JudgeArgs {
 export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
   command: 'probe-judge',
   describe: "Reward-hacking probe: the judge's false-positive rate on adversarial plans, per attack",
-  builder: (y) => addSettings(addSettings(y, PROBE_JUDGE_OPTIONS, { withDefaults: true }), JUDGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
+  builder: (y) =>
+    addSettings(addSettings(y, PROBE_JUDGE_OPTIONS, { withDefaults: true }), judgeOptions(), { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
     const attacks = (
       argv.attacks

@@ -1,6 +1,6 @@
 import type { CommandModule } from 'yargs';
 import { type PRESETS, type TrainConfig, type DeepPartial } from '../../lib/config/train.js';
-import { TRAIN_COMMAND_OPTIONS, TRAIN_SETTINGS } from '../../lib/config/settings.js';
+import { TRAIN_COMMAND_OPTIONS, trainSettings } from '../../lib/config/settings.js';
 import { addSettings, parseList, setPath } from '../../lib/config/schema.js';
 import { runTraining } from '../../lib/train/run.js';
 import { launchWorkers, WORKER_ENV } from '../../lib/train/launch.js';
@@ -33,7 +33,7 @@ async function maybeLaunch(a: DistArgs): Promise<number | null> {
 /** Maps the CLI flags that were given onto a partial config (each flag is one schema entry). */
 export function flagsToConfig(a: Record<string, unknown>): DeepPartial<TrainConfig> {
   const f: Record<string, unknown> = {};
-  for (const st of TRAIN_SETTINGS) {
+  for (const st of trainSettings()) {
     const v = a[st.flag];
     if (v === undefined) continue;
     setPath(f, st.key, st.type === 'list' ? parseList(st, v) : v);
@@ -50,7 +50,7 @@ export function flagsToConfig(a: Record<string, unknown>): DeepPartial<TrainConf
 export const trainCommand: CommandModule<object, TrainArgs> = {
   command: 'train',
   describe: 'Train a LoRA adapter: OPSD then GRPO (defaults < --preset < --config < flags; no args = embedded tiny demo)',
-  builder: (y) => addSettings(addSettings(y, TRAIN_COMMAND_OPTIONS, { withDefaults: false }), TRAIN_SETTINGS, { withDefaults: false }) as never,
+  builder: (y) => addSettings(addSettings(y, TRAIN_COMMAND_OPTIONS, { withDefaults: false }), trainSettings(), { withDefaults: false }) as never,
   handler: async (argv) => {
     const launched = await maybeLaunch(argv);
     if (launched !== null) {

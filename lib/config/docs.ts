@@ -1,10 +1,12 @@
 /** Renders docs/config.md from the settings schema (scripts/gen-config-docs.mjs writes it; a test checks it is current). */
-import { COMMAND_SETTINGS, TRAIN_SETTINGS } from './settings.js';
+import { commandSettings, trainSettings } from './settings.js';
 import { PRESETS } from './train.js';
 import { markdownTable } from './schema.js';
 
 /** The whole docs/config.md text. */
 export function renderConfigDocs(): string {
+  const COMMAND_SETTINGS = commandSettings();
+  const TRAIN_SETTINGS = trainSettings();
   const parts: string[] = [
     '# Settings',
     '',

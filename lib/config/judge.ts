@@ -1,21 +1,44 @@
 /**
  * The judge settings: one schema shared by `train` (YAML `judge:` section and `--judge*` flags),
- * `eval`, `probe-judge` and the library. This is the settings half of a judge backend (keys, types,
- * defaults, ranges, the rules that tie keys together); the behaviour half — start-up check, how a
- * judge is opened, whether it runs on the policy's weights — is the backend's descriptor in
- * lib/judge/backends/ (one file per kind, one registry). Kept in lib/config/ so that the training
- * config reads it without depending on the judge (lib/ rooms: config sits below judge and train).
+ * `eval`, `probe-judge` and the library. The core rows here are the judge section's shared keys (a
+ * jury member reads any of them); a judge backend (lib/judge/backends/, one file per kind, one
+ * registry) may bring rows and key rules of its own (`settings`, `settingsProblems`:
+ * lib/config/extensions.ts), and {@link judgeSettings} is the core rows plus the registered ones,
+ * with the registered kinds as the `--judge` choices. The behaviour half — start-up check, how a
+ * judge is opened, whether it runs on the policy's weights — is the backend's descriptor. Kept in
+ * lib/config/ so that the training config reads it without depending on the judge (lib/ rooms:
+ * config sits below judge and train).
  */
-import type { Setting } from './schema.js';
+import { checkValue, type Setting } from './schema.js';
+import { memoOn, ownRows, registeredJudgeBackends } from './extensions.js';
 
-/** Judge kinds, in the order of the `--judge` choices; lib/judge/backends/ registers one backend per kind (a test checks both lists agree). */
-export const JUDGE_KINDS = ['local', 'http', 'jury'] as const;
-export type JudgeKind = (typeof JUDGE_KINDS)[number];
+/**
+ * Judge kind names. The built-in ones are listed here; a backend file adds its own by declaration
+ * merging (`declare module '…/config/judge.js' { interface JudgeKindNames { echo: true } }`), so
+ * that {@link JudgeConfigOf} and lib/judge/backends JudgeBackendOf type it.
+ */
+export interface JudgeKindNames {
+  local: true;
+  http: true;
+  jury: true;
+}
+export type JudgeKind = keyof JudgeKindNames;
+
+/** The built-in judge kinds, in registration order (lib/judge/backends/index.ts); the `--judge` choices are the registered kinds ({@link judgeKinds}). */
+export const JUDGE_KINDS = ['local', 'http', 'jury'] as const satisfies readonly JudgeKind[];
+
+/** The registered judge kinds, in registration order: the `--judge` / `judge.kind` choices. @throws Error when lib/judge/backends/ has not loaded. */
+export function judgeKinds(): string[] {
+  return registeredJudgeBackends('the judge kinds (--judge choices)').map((b) => b.kind);
+}
 
 /**
  * Judge settings (YAML `judge:` keys of `train`; `--judge-*` flags of `train` and `eval`), every key
  * present whatever the kind (a flat section: old configs and checkpoints load as they are). The
- * keys a kind reads are listed by its backend (lib/judge/backends/, `settingKeys`).
+ * keys a kind reads are listed by its backend (lib/judge/backends/, `settingKeys`). A backend's own
+ * keys (its `settings` rows) are added by declaration merging from its file, as optional keys
+ * (`interface JudgeSettings { echoWord?: string }`): {@link JUDGE_DEFAULTS} holds the core keys,
+ * {@link judgeDefaults} the registered ones too.
  */
 export interface JudgeSettings {
   url: string | null;
@@ -141,11 +164,12 @@ export const JUDGE_DEFAULTS: JudgeConfig = {
 };
 
 /**
- * The judge settings ({@link JudgeConfig}), one entry each, keys relative to `judge.`:
+ * The core judge settings ({@link JudgeConfig}), one entry each, keys relative to `judge.`:
  * `train` reads them as `judge.*` keys and flags, `eval` and `probe-judge` as `--judge*` flags.
- * Defaults are JUDGE_DEFAULTS (train: kind local, concurrency 8; eval: kind http).
+ * Defaults are JUDGE_DEFAULTS (train: kind local, concurrency 8; eval: kind http). The `kind` row's
+ * choices are filled from the registry by {@link judgeSettings}.
  */
-export const JUDGE_SETTINGS: readonly Setting[] = [
+export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
   {
     key: 'kind',
     flag: 'judge',
@@ -314,10 +338,33 @@ export const JUDGE_SETTINGS: readonly Setting[] = [
 ];
 
 /**
- * The rules of each kind that tie its keys together (each key's own range is checked by its
- * setting). A Record over {@link JudgeKind}: a new kind in JUDGE_KINDS must state its rules here.
+ * The judge settings, one entry each, keys relative to `judge.`: the core rows, then each registered
+ * backend's own rows (registration order); the `kind` row's choices are the registered kinds. The
+ * same array on every read until a backend is registered or removed.
+ * @throws Error when lib/judge/backends/ has not loaded, or a backend's row repeats a key or flag.
  */
-const KIND_RULES: Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]> = {
+export const judgeSettings: () => readonly Setting[] = memoOn(
+  () => registeredJudgeBackends().flatMap((b) => [b, b.settings]),
+  () => {
+    const backends = registeredJudgeBackends();
+    const kinds = backends.map((b) => b.kind);
+    const rows: Setting[] = CORE_JUDGE_SETTINGS.map((s) => (s.key === 'kind' ? { ...s, choices: kinds } : s));
+    for (const b of backends) rows.push(...ownRows(`judge backend ${b.kind}`, b.settings ?? [], rows));
+    return rows;
+  },
+);
+
+/** {@link JUDGE_DEFAULTS} with the defaults of the registered backends' own settings. @throws Error when lib/judge/backends/ has not loaded. */
+export function judgeDefaults(): JudgeConfig {
+  const own = judgeSettings().filter((s) => !CORE_JUDGE_SETTINGS.some((c) => c.key === s.key));
+  return { ...JUDGE_DEFAULTS, ...Object.fromEntries(own.map((s) => [s.key, Array.isArray(s.default) ? [...s.default] : s.default])) };
+}
+
+/**
+ * The rules of the built-in kinds that tie their keys together (each key's own range is checked by
+ * its setting); a registered backend states its own as `settingsProblems` (lib/config/extensions.ts).
+ */
+const KIND_RULES: Partial<Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]>> = {
   local: () => [],
   jury: (c, prefix) => {
     const errs = juryMemberProblems(c.judges, `${prefix}judges`);
@@ -343,7 +390,9 @@ const KIND_RULES: Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]
 /** Range/consistency problems of judge settings (empty when valid); `prefix` names the section. */
 export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[] {
   const errs: string[] = [];
-  if (!(JUDGE_KINDS as readonly string[]).includes(c.kind)) errs.push(`${prefix}kind must be ${JUDGE_KINDS.join(' or ')} (got ${JSON.stringify(c.kind)})`);
+  const backends = registeredJudgeBackends('the judge kinds (judge.kind)');
+  const backend = backends.find((b) => b.kind === c.kind);
+  if (!backend) errs.push(`${prefix}kind must be ${backends.map((b) => b.kind).join(' or ')} (got ${JSON.stringify(c.kind)})`);
   if (c.mode !== 'per-item' && c.mode !== 'per-plan') errs.push(`${prefix}mode must be per-item or per-plan (got ${JSON.stringify(c.mode)})`);
   if (c.score !== 'binary' && c.score !== 'prob') errs.push(`${prefix}score must be binary or prob (got ${JSON.stringify(c.score)})`);
   if (c.variants !== null && c.variants !== 'pair' && c.variants !== 'all')
@@ -362,6 +411,12 @@ export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[]
     errs.push(`${prefix}onMemberFailure must be stop or continue (got ${JSON.stringify(c.onMemberFailure)})`);
   if (c.kind !== 'jury' && c.judges !== null && c.judges !== undefined)
     errs.push(`${prefix}judges is only read by ${prefix}kind jury (got kind ${JSON.stringify(c.kind)})`);
+  // The backend's own settings (its rows' ranges; train checks them as judge.* keys too), then its rules.
+  for (const row of backend?.settings ?? []) {
+    const e = checkValue({ ...row, key: `${prefix}${row.key}` }, (c as unknown as Record<string, unknown>)[row.key]);
+    if (e) errs.push(e);
+  }
   errs.push(...(KIND_RULES[c.kind]?.(c, prefix) ?? []));
+  errs.push(...(backend?.settingsProblems?.(c, prefix) ?? []));
   return errs;
 }

@@ -1,21 +1,29 @@
 /**
  * Every setting of every command, one entry each (lib/config/schema.ts says what an entry holds).
- * `TRAIN_SETTINGS` are the keys of the training config (layered defaults < preset < file < flags;
- * DEFAULTS in lib/config/train.ts is built from them); the other lists are the options of one
+ * {@link trainSettings} are the keys of the training config (layered defaults < preset < file <
+ * flags; lib/config/train.ts builds the defaults from them); the other lists are the options of one
  * command each. docs/config.md is generated from this file (`node scripts/gen-config-docs.mjs`).
+ * The core rows are here; a registered training stage or judge backend brings its own
+ * (lib/config/extensions.ts), so the lists that hold those are functions, read after the registries
+ * loaded: {@link trainSettings}, {@link judgeOptions}, {@link commandSettings}.
  */
 import type { Setting } from './schema.js';
-import { JUDGE_SETTINGS } from './judge.js';
+import { CORE_JUDGE_SETTINGS, judgeSettings } from './judge.js';
+import { memoOn, ownRows, registeredStages } from './extensions.js';
 import { DEFAULT_ALPHA } from './reward.js';
 import { LORA_TARGETS } from '../addon.js';
 
-export { JUDGE_SETTINGS };
+export { judgeSettings };
 
 const DEVICE = /^(cpu|cuda(:\d+)?)$/;
 const DEVICE_AUTO = /^(auto|cpu|cuda(:\d+)?)$/;
 
-/** Keys of the training config (lib/config/train.ts TrainConfig), in docs order. */
-export const TRAIN_SETTINGS: readonly Setting[] = [
+/**
+ * Core keys of the training config before the judge section (lib/config/train.ts TrainConfig), in
+ * docs order: run, LoRA, sampling, optimizer and the built-in stages' sections. The `stages` row's
+ * choices are filled from the registry by {@link trainSettings}.
+ */
+const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- run ----
   {
     key: 'model',
@@ -69,7 +77,6 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
     flag: 'stages',
     type: 'list',
     items: 'string',
-    choices: ['sft', 'opsd', 'grpo'],
     default: ['opsd', 'grpo'],
     meaning: 'Training stages in order; the paper ablations are one flag away: opsd (OPSD only), grpo (GRPO only), grpo,opsd (reversed), sft (SFT baseline)',
     source: 'paper: OPSD → GRPO schedule and its ablations (docs/design.md §6)',
@@ -562,8 +569,17 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
       'Longest a GRPO step waits on the judge, from its first judge call (ms); past it the step stops the run with a checkpoint of the state before it and the resume command. Progress lines every 15 s while waiting; Ctrl-C stops at once. 0 = no deadline',
     source: 'papergym-native (issue 38: a hanging judge is bounded and visible)',
   },
-  // ---- judge (one list shared with eval / probe-judge: JUDGE_SETTINGS below) ----
-  ...JUDGE_SETTINGS.map((j) => ({ ...j, key: `judge.${j.key}`, ...(j.key === 'kind' ? { default: 'local' } : j.key === 'concurrency' ? { default: 8 } : {}) })),
+];
+
+/** The judge rows as training config keys (`judge.<key>`; train's own defaults: kind local, concurrency 8). */
+const trainJudgeRow = (j: Setting): Setting => ({
+  ...j,
+  key: `judge.${j.key}`,
+  ...(j.key === 'kind' ? { default: 'local' } : j.key === 'concurrency' ? { default: 8 } : {}),
+});
+
+/** Core keys of the training config after the judge section: validation, checkpoints, logging, memory. */
+const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   // ---- validation, checkpoints, logging ----
   {
     key: 'validation.every',
@@ -702,6 +718,34 @@ export const TRAIN_SETTINGS: readonly Setting[] = [
     source: 'vLLM max_num_batched_tokens',
   },
 ];
+
+/**
+ * Keys of the training config (lib/config/train.ts TrainConfig), in docs order: the core rows to
+ * the built-in stages' sections, each registered stage's own rows (`<name>.<key>`, registration
+ * order), the judge section (lib/config/judge.ts {@link judgeSettings}, with the registered
+ * backends' rows), then validation, checkpoints, logging and memory. The `stages` choices are the
+ * registered stages. The same array on every read until a stage or backend is registered or removed.
+ * @throws Error when lib/train/stages/ or lib/judge/backends/ has not loaded, or a row repeats a key or flag.
+ */
+export const trainSettings: () => readonly Setting[] = memoOn(
+  () => [...registeredStages().flatMap((s) => [s, s.settings]), judgeSettings()],
+  () => {
+    const stages = registeredStages();
+    const rows: Setting[] = TRAIN_SETTINGS_HEAD.map((s) => (s.key === 'stages' ? { ...s, choices: stages.map((st) => st.name) } : s));
+    const tail = [...judgeSettings().map(trainJudgeRow), ...TRAIN_SETTINGS_TAIL];
+    for (const st of stages) {
+      const own = (st.settings ?? []).map((r) => ({ ...r, key: `${st.name}.${r.key}` }));
+      rows.push(...ownRows(`training stage ${st.name}`, own, [...rows, ...tail]));
+    }
+    return [...rows, ...tail];
+  },
+);
+
+/**
+ * The core training config keys (no registered stage's or backend's own rows; no `stages` choices):
+ * what DEFAULTS (lib/config/train.ts, public) is built from, readable before any registry has loaded.
+ */
+export const CORE_TRAIN_SETTINGS: readonly Setting[] = [...TRAIN_SETTINGS_HEAD, ...CORE_JUDGE_SETTINGS.map(trainJudgeRow), ...TRAIN_SETTINGS_TAIL];
 
 /** `train` options that are not config keys. */
 export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
@@ -1284,14 +1328,19 @@ export const REPORT_OPTIONS: readonly Setting[] = [
 
 /**
  * The `--judge*` options of eval and probe-judge (bin/judge-options.ts JudgeArgs reads them): the
- * judge settings of {@link JUDGE_SETTINGS} under their camelCase option names, with the http judge
- * as the default kind. A new judge option is one more entry in JUDGE_SETTINGS.
+ * judge settings of {@link judgeSettings} (in its order, one option per row) under their camelCase
+ * option names, with the http judge as the default kind. A new judge option is one more core row
+ * in lib/config/judge.ts, or a row of the backend that reads it.
  */
-export const JUDGE_OPTIONS: readonly Setting[] = JUDGE_SETTINGS.map((j) => ({
-  ...j,
-  key: j.key === 'kind' ? 'judge' : `judge${j.key[0]!.toUpperCase()}${j.key.slice(1)}`,
-  ...(j.key === 'kind' ? { default: 'http' } : {}),
-}));
+export const judgeOptions: () => readonly Setting[] = memoOn(
+  () => [judgeSettings()],
+  () =>
+    judgeSettings().map((j) => ({
+      ...j,
+      key: j.key === 'kind' ? 'judge' : `judge${j.key[0]!.toUpperCase()}${j.key.slice(1)}`,
+      ...(j.key === 'kind' ? { default: 'http' } : {}),
+    })),
+);
 
 export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
   {
@@ -2069,19 +2118,22 @@ export const DOCTOR_OPTIONS: readonly Setting[] = [
   },
 ];
 
-/** Every command's settings, for docs/config.md and the completeness test. */
-export const COMMAND_SETTINGS: Record<string, readonly Setting[]> = {
-  train: [...TRAIN_COMMAND_OPTIONS, ...TRAIN_SETTINGS],
-  generate: GENERATE_OPTIONS,
-  eval: [...EVAL_OPTIONS, ...JUDGE_OPTIONS],
-  serve: SERVE_OPTIONS,
-  report: REPORT_OPTIONS,
-  'build-data': BUILD_DATA_OPTIONS,
-  subset: SUBSET_OPTIONS,
-  leakage: LEAKAGE_OPTIONS,
-  import: IMPORT_OPTIONS,
-  compare: [...COMPARE_OPTIONS, ...JUDGE_OPTIONS],
-  'probe-judge': [...PROBE_JUDGE_OPTIONS, ...JUDGE_OPTIONS],
-  'judge-agreement': [...JUDGE_AGREEMENT_OPTIONS, ...JUDGE_OPTIONS],
-  doctor: DOCTOR_OPTIONS,
-};
+/** Every command's settings, for docs/config.md and the completeness test. @throws Error when a registry has not loaded (see {@link trainSettings}). */
+export const commandSettings: () => Record<string, readonly Setting[]> = memoOn(
+  () => [trainSettings(), judgeOptions()],
+  () => ({
+    train: [...TRAIN_COMMAND_OPTIONS, ...trainSettings()],
+    generate: GENERATE_OPTIONS,
+    eval: [...EVAL_OPTIONS, ...judgeOptions()],
+    serve: SERVE_OPTIONS,
+    report: REPORT_OPTIONS,
+    'build-data': BUILD_DATA_OPTIONS,
+    subset: SUBSET_OPTIONS,
+    leakage: LEAKAGE_OPTIONS,
+    import: IMPORT_OPTIONS,
+    compare: [...COMPARE_OPTIONS, ...judgeOptions()],
+    'probe-judge': [...PROBE_JUDGE_OPTIONS, ...judgeOptions()],
+    'judge-agreement': [...JUDGE_AGREEMENT_OPTIONS, ...judgeOptions()],
+    doctor: DOCTOR_OPTIONS,
+  }),
+);

@@ -8,38 +8,21 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { judgeConfigProblems, type JudgeConfig } from './judge.js';
-import { TRAIN_SETTINGS } from './settings.js';
-import { checkValue, getPath, leafKeys, setPath } from './schema.js';
+import { CORE_TRAIN_SETTINGS, trainSettings } from './settings.js';
+import { checkValue, getPath, leafKeys, setPath, type Setting } from './schema.js';
+import { memoOn, registeredStages } from './extensions.js';
 
-export type Stage = 'sft' | 'opsd' | 'grpo';
+/** A training stage's name: a key of {@link StageSections}. */
+export type Stage = keyof StageSections;
 export type Aggregation = 'grpo' | 'dapo' | 'dr_grpo';
 
-export interface TrainConfig {
-  /** Checkpoint dir of a HF Qwen3 model; null = the embedded tiny random model. */
-  model: string | null;
-  /** Dataset JSONL (lib/data/schema.ts); null = the embedded sample dataset. */
-  data: string | null;
-  /** Output run dir; null = runs/<timestamp>. */
-  out: string | null;
-  device: string;
-  /** Model dtype; null = bfloat16 on CUDA, float32 on CPU. */
-  dtype: 'float32' | 'bfloat16' | 'float16' | null;
-  stages: Stage[];
-  seed: number;
-  strict: boolean;
-  /**
-   * LoRA (peft semantics). `float32Branch`: with a bf16 / fp16 model, false (default) runs the
-   * LoRA matmuls in the model dtype with float32 master weights, gradients and optimizer state —
-   * what transformers' Trainer / TRL do with bf16=True (torch.autocast); true runs the branch in
-   * float32 as peft without autocast (slower: no tensor cores for its thin matmuls).
-   */
-  lora: { r: number; alpha: number; dropout: number; useRslora: boolean; targetModules: string[]; float32Branch: boolean };
-  /**
-   * `mergeAdapter`: the rollouts sample from the adapter merged into the base weights (generate's
-   * `mergeAdapter`); 'auto' = on for CUDA when the memory plan fits the copy (lib/train/memory-plan.ts).
-   */
-  sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean; mergeAdapter: 'auto' | 'on' | 'off' };
-  optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
+/**
+ * The stages' sections of the training config, by stage name. The built-in ones are here; a stage
+ * file adds its own by declaration merging, which names it in {@link Stage} and types `cfg[name]`
+ * (`declare module '…/config/train.js' { interface StageSections { name: { steps: number; lr: number } } }`;
+ * its rows are the stage's `settings`, lib/config/extensions.ts).
+ */
+export interface StageSections {
   /** SFT baseline: cross-entropy on the reference answers; batchSize questions per step (one native call, chunked over tokens). */
   sft: { steps: number; lr: number; batchSize: number; batchSizePerRank?: number | null };
   opsd: {
@@ -84,6 +67,34 @@ export interface TrainConfig {
     /** Longest a step waits on the judge, ms from its first judge call (0 = no deadline; lib/train/trainer.ts judgeCall). */
     judgeStepTimeoutMs: number;
   };
+}
+
+export interface TrainConfig extends StageSections {
+  /** Checkpoint dir of a HF Qwen3 model; null = the embedded tiny random model. */
+  model: string | null;
+  /** Dataset JSONL (lib/data/schema.ts); null = the embedded sample dataset. */
+  data: string | null;
+  /** Output run dir; null = runs/<timestamp>. */
+  out: string | null;
+  device: string;
+  /** Model dtype; null = bfloat16 on CUDA, float32 on CPU. */
+  dtype: 'float32' | 'bfloat16' | 'float16' | null;
+  stages: Stage[];
+  seed: number;
+  strict: boolean;
+  /**
+   * LoRA (peft semantics). `float32Branch`: with a bf16 / fp16 model, false (default) runs the
+   * LoRA matmuls in the model dtype with float32 master weights, gradients and optimizer state —
+   * what transformers' Trainer / TRL do with bf16=True (torch.autocast); true runs the branch in
+   * float32 as peft without autocast (slower: no tensor cores for its thin matmuls).
+   */
+  lora: { r: number; alpha: number; dropout: number; useRslora: boolean; targetModules: string[]; float32Branch: boolean };
+  /**
+   * `mergeAdapter`: the rollouts sample from the adapter merged into the base weights (generate's
+   * `mergeAdapter`); 'auto' = on for CUDA when the memory plan fits the copy (lib/train/memory-plan.ts).
+   */
+  sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean; mergeAdapter: 'auto' | 'on' | 'off' };
+  optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
   /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/config/judge.ts). */
   judge: JudgeConfig;
   validation: { every: number; maxItems: number };
@@ -110,12 +121,26 @@ export interface TrainConfig {
   };
 }
 
-/** Defaults of every key, built from the settings schema (lib/config/settings.ts). */
-export const DEFAULTS: TrainConfig = buildDefaults();
+/**
+ * Defaults of every core key, built from the settings schema (lib/config/settings.ts): readable
+ * before any registry has loaded. {@link trainDefaults} adds the registered stages' and judge
+ * backends' own keys.
+ */
+export const DEFAULTS: TrainConfig = buildDefaults(CORE_TRAIN_SETTINGS);
 
-function buildDefaults(): TrainConfig {
+/**
+ * Defaults of every key of the training config: the core ones and the registered stages' and judge
+ * backends' own (the same object until one is registered or removed; copy before changing it).
+ * @throws Error when lib/train/stages/ or lib/judge/backends/ has not loaded.
+ */
+export const trainDefaults: () => TrainConfig = memoOn(
+  () => [trainSettings()],
+  () => buildDefaults(trainSettings()),
+);
+
+function buildDefaults(settings: readonly Setting[]): TrainConfig {
   const o: Record<string, unknown> = {};
-  for (const st of TRAIN_SETTINGS) setPath(o, st.key, Array.isArray(st.default) ? [...st.default] : st.default);
+  for (const st of settings) setPath(o, st.key, Array.isArray(st.default) ? [...st.default] : st.default);
   return o as unknown as TrainConfig;
 }
 
@@ -169,7 +194,7 @@ export function readConfigFile(path: string): DeepPartial<TrainConfig> {
   }
   if (doc == null) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config ${path}: top level must be a mapping`);
-  checkKeys(doc as Record<string, unknown>, DEFAULTS as unknown as Record<string, unknown>, path, '');
+  checkKeys(doc as Record<string, unknown>, trainDefaults() as unknown as Record<string, unknown>, path, '');
   return doc as DeepPartial<TrainConfig>;
 }
 
@@ -189,17 +214,13 @@ function checkKeys(o: Record<string, unknown>, ref: Record<string, unknown>, fil
  */
 export function validateConfig(c: TrainConfig): TrainConfig {
   const errs: string[] = [];
-  for (const st of TRAIN_SETTINGS) {
+  for (const st of trainSettings()) {
     const e = checkValue(st, getPath(c, st.key));
     if (e) errs.push(e);
   }
   if (!errs.length) {
-    // A per-rank batch that is a multiple makes every global one (per rank × world size) one.
-    if (c.opsd.batchSizePerRank != null) {
-      if (c.opsd.batchSizePerRank % c.opsd.microBatch !== 0)
-        errs.push('opsd.batchSizePerRank (--opsd-batch-size-per-rank) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
-    } else if (c.opsd.batchSize % c.opsd.microBatch !== 0)
-      errs.push('opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)');
+    // Rules that tie a stage's keys together (its descriptor's settingsProblems, lib/train/stages/).
+    for (const st of registeredStages()) errs.push(...(st.settingsProblems?.(c) ?? []));
     // Rules that tie judge keys together (lib/config/judge.ts; each key's own range is checked above).
     errs.push(...judgeConfigProblems(c.judge).map((e) => e.replace(/^judge\.kind http/, 'judge.kind http (--judge http)')));
     // Each stage's section has its own `steps` (lib/train/stages/: a stage's section is `<name>.*`).
@@ -234,15 +255,16 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
   config: TrainConfig;
   origins: Record<string, Origin>;
 } {
-  const origins: Record<string, Origin> = Object.fromEntries(TRAIN_SETTINGS.map((st) => [st.key, 'default' as Origin]));
+  const settings = trainSettings();
+  const origins: Record<string, Origin> = Object.fromEntries(settings.map((st) => [st.key, 'default' as Origin]));
   const mark = (layer: unknown, origin: Origin) => {
     for (const k of leafKeys(layer)) {
       // A leaf inside a list-valued key (none today) or the key itself.
-      const key = TRAIN_SETTINGS.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key;
+      const key = settings.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key;
       if (key && getPath(layer, key) !== undefined) origins[key] = origin;
     }
   };
-  let c = DEFAULTS;
+  let c = trainDefaults();
   if (opts.preset) {
     const p = PRESETS[opts.preset];
     if (!p) throw new Error(`unknown preset '${opts.preset}' (${Object.keys(PRESETS).join(' | ')})`);
@@ -259,7 +281,7 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
   // A stage's batch is given one way, global or per rank: the later layer wins (a per-rank flag
   // over a file's or preset's global batch; a global flag over a file's per-rank batch), and both
   // in the same file or on the same command line are an error.
-  const flagOf = (k: string) => `--${TRAIN_SETTINGS.find((st) => st.key === k)?.flag ?? k}`;
+  const flagOf = (k: string) => `--${settings.find((st) => st.key === k)?.flag ?? k}`;
   const layer: Record<Origin, number> = { default: 0, preset: 1, file: 2, flag: 3 };
   for (const b of STAGE_BATCHES) {
     if (getPath(c, b.perRank) != null && layer[origins[b.global]!] > layer[origins[b.perRank]!]) {

@@ -219,12 +219,12 @@ export function resumedBatches(cfg: TrainConfig, worldSize: number): { record: B
 
 /** One log line: each running stage's scaling mode and batches ("batches on 2 processes: grpo 8 questions per process × 2 = 16 per step (per-rank); ..."). */
 export function formatBatches(r: BatchRecord, stages: readonly Stage[]): string {
-  const unit: Record<Stage, string> = { sft: 'answers', opsd: 'questions', grpo: 'questions' };
+  const unit: Partial<Record<Stage, string>> = { sft: 'answers', opsd: 'questions', grpo: 'questions' };
   const parts = stages.map((st) => {
     const b = r.stages[st];
     return b.mode === 'per-rank'
-      ? `${st} ${b.perRank} ${unit[st]} per process × ${r.worldSize} = ${b.global} per step (per-rank)`
-      : `${st} ${b.global} ${unit[st]} per step split over the processes (global)`;
+      ? `${st} ${b.perRank} ${unit[st] ?? 'items'} per process × ${r.worldSize} = ${b.global} per step (per-rank)`
+      : `${st} ${b.global} ${unit[st] ?? 'items'} per step split over the processes (global)`;
   });
   return `batches on ${r.worldSize} process(es): ${parts.join('; ')}`;
 }

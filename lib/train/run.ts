@@ -7,8 +7,17 @@
 import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { cudaAvailable, native } from '../native.js';
-import { resolveConfigWithOrigins, validateConfig, readConfigFile, type PRESETS, type TrainConfig, type Origin, type Stage } from '../config/train.js';
-import { TRAIN_SETTINGS } from '../config/settings.js';
+import {
+  resolveConfigWithOrigins,
+  validateConfig,
+  readConfigFile,
+  trainDefaults,
+  type PRESETS,
+  type TrainConfig,
+  type Origin,
+  type Stage,
+} from '../config/train.js';
+import { trainSettings } from '../config/settings.js';
 import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../model/device.js';
 import { writeReport } from '../report/html.js';
@@ -21,7 +30,7 @@ import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schem
 import { Policy } from '../model/policy.js';
 import type { LocalJudge } from '../judge/local.js';
 import { checkJudge, openJudge } from '../judge/backends/index.js';
-import { JUDGE_DEFAULTS } from '../config/judge.js';
+import { judgeDefaults } from '../config/judge.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
@@ -152,8 +161,9 @@ export function applyResumeFlags(
   flags: Partial<TrainConfig> | undefined,
   runDir: string,
 ): { config: TrainConfig; state: TrainerState; changed: string[] } {
-  const flagOf = (k: string) => `--${TRAIN_SETTINGS.find((st) => st.key === k)?.flag ?? k}`;
-  const given = leafKeys(flags ?? {}).map((k) => TRAIN_SETTINGS.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key ?? k);
+  const settings = trainSettings();
+  const flagOf = (k: string) => `--${settings.find((st) => st.key === k)?.flag ?? k}`;
+  const given = leafKeys(flags ?? {}).map((k) => settings.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key ?? k);
   const changed = [...new Set(given)].filter((k) => JSON.stringify(getPath(flags, k)) !== JSON.stringify(getPath(saved, k)));
   const refused = changed.filter((k) => !RESUMABLE_KEYS.includes(k));
   if (refused.length) {
@@ -225,12 +235,19 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     const saved = {
       ...savedCfg,
       out: resume.runDir,
-      judge: { ...JUDGE_DEFAULTS, ...savedCfg.judge },
+      judge: { ...judgeDefaults(), ...savedCfg.judge },
       sampling: { ...savedCfg.sampling, mergeAdapter: savedCfg.sampling.mergeAdapter ?? 'off' },
       // Before checkpoint.background existed checkpoints were written in the step; the same files either way.
       checkpoint: { ...savedCfg.checkpoint, background: savedCfg.checkpoint?.background ?? true },
     };
-    for (const st of STAGES.values()) st.upgradeSaved?.(saved);
+    for (const st of STAGES.values()) {
+      st.upgradeSaved?.(saved);
+      // A stage's own settings added after the checkpoint was written take their defaults.
+      for (const row of st.settings ?? []) {
+        const key = `${st.name}.${row.key}`;
+        if (getPath(saved, key) === undefined) setPath(saved as unknown as Record<string, unknown>, key, getPath(trainDefaults(), key));
+      }
+    }
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
     resume = { ...resume, state: r.state };

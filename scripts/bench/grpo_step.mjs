@@ -73,6 +73,7 @@ const { computeAdvantages } = await imp('train/advantages.js');
 const { readDataset, sampleDatasetPath, loadGeneralRubric } = await imp('data/schema.js');
 const { studentMessages } = await imp('task/prompts.js');
 const { resolveConfig, mergeConfig } = await imp('config/train.js');
+await imp('train/stages/index.js'); // the training settings hold the registered stages' (and judge backends') rows
 
 const cfg = mergeConfig(resolveConfig({ preset: 'qwen3-1.7b' }), {
   device: a.device,

@@ -1,9 +1,12 @@
 /**
- * The behaviour half of a judge kind (the settings half is lib/config/judge.ts): one descriptor per
- * kind, one file each in this folder, one registry (./index.ts). Everything outside lib/judge/ asks
- * the registry (`judgeBackend(kind)` and the helpers beside it) instead of testing a kind by name.
+ * A judge kind: one descriptor per kind, one file each in this folder, one registry (./index.ts).
+ * The descriptor is the behaviour (start-up check, open, shared weights) and the kind's own settings
+ * (`settings` rows and `settingsProblems`, lib/config/extensions.ts JudgeKindSettings; the shared
+ * judge keys are the core rows of lib/config/judge.ts). Everything outside lib/judge/ asks the
+ * registry (`judgeBackend(kind)` and the helpers beside it) instead of testing a kind by name.
  */
 import type { JudgeConfig, JudgeKind, JudgeSettings } from '../../config/judge.js';
+import type { JudgeKindSettings } from '../../config/extensions.js';
 import type { Qwen3Model } from '../../model/qwen3.js';
 import type { Tokenizer } from '../../model/tokenizer.js';
 import type { Device, Dtype } from '../../addon.js';
@@ -39,13 +42,15 @@ export interface JudgeCheckOptions {
 }
 
 /** One judge kind. `C` is its config (the union member of its kind). */
-export interface JudgeBackend<C extends JudgeConfig = JudgeConfig> {
+export interface JudgeBackend<C extends JudgeConfig = JudgeConfig> extends JudgeKindSettings {
   /** The `--judge` / `judge.kind` value. */
   readonly kind: C['kind'];
   /** One line for docs and errors. */
   readonly describe: string;
-  /** The judge settings this kind reads beside the common ones (kind, variants, score, maxNullRate): its section of lib/config/judge.ts. */
+  /** The judge settings this kind reads beside the common ones (kind, variants, score, maxNullRate): core keys and the keys of its own `settings` rows. */
   readonly settingKeys: readonly (keyof JudgeSettings)[];
+  /** Rules tying this kind's keys together (see JudgeKindSettings), typed for its config. */
+  settingsProblems?(c: C, prefix: string): string[];
   /**
    * The judge runs on the policy's own weights (adapter off): it needs `ctx.policy` (or a model dir),
    * its scoring calls share the model with the rollout's decode (GRPO judges beside the decode only

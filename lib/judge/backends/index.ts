@@ -1,10 +1,12 @@
 /**
  * The judge backends, one descriptor per kind (./backend.ts), one registry. A new kind is one file
- * in this folder and one line in the `register` call below (docs/design.md "Extending"); its
- * settings rows and its name in JUDGE_KINDS go to lib/config/judge.ts (the one settings schema).
- * Code outside lib/judge/ asks these functions, never tests a kind by name.
+ * in this folder and one line in the `register` call below (docs/design.md "Extending"); its own
+ * settings rows and key rules are in its descriptor (`settings`, `settingsProblems`), handed to the
+ * one settings schema (lib/config/extensions.ts) when this module loads, and its kind joins the
+ * `--judge` choices. Code outside lib/judge/ asks these functions, never tests a kind by name.
  */
 import type { JudgeConfig } from '../../config/judge.js';
+import { provideJudgeBackends } from '../../config/extensions.js';
 import { Registry } from '../../util/registry.js';
 import type { Judge } from '../types.js';
 import type { JudgeBackend, JudgeCheckOptions, JudgeOpenContext } from './backend.js';
@@ -14,6 +16,7 @@ import { juryBackend } from './jury.js';
 
 export const JUDGE_BACKENDS = new Registry<JudgeBackend>('judge backend', (b) => b.kind);
 JUDGE_BACKENDS.register(localBackend, httpBackend, juryBackend);
+provideJudgeBackends(() => JUDGE_BACKENDS.values());
 
 /** The backend of `c.kind`. @throws Error naming the kind and the registered ones. */
 export function judgeBackend(c: Pick<JudgeConfig, 'kind'>): JudgeBackend {

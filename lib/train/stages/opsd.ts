@@ -22,6 +22,14 @@ export const opsdStage: TrainingStage = {
   earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,
   microBatch: { get: (cfg) => cfg.opsd.microBatch, set: (cfg, n) => void (cfg.opsd.microBatch = n) },
   resumableKeys: ['opsd.steps', 'opsd.microBatch'],
+  settingsProblems(c) {
+    // A per-rank batch that is a multiple makes every global one (per rank × world size) one.
+    if (c.opsd.batchSizePerRank != null)
+      return c.opsd.batchSizePerRank % c.opsd.microBatch !== 0
+        ? ['opsd.batchSizePerRank (--opsd-batch-size-per-rank) must be a multiple of opsd.microBatch (--opsd-micro-batch)']
+        : [];
+    return c.opsd.batchSize % c.opsd.microBatch !== 0 ? ['opsd.batchSize (--opsd-batch-size) must be a multiple of opsd.microBatch (--opsd-micro-batch)'] : [];
+  },
   memory: {
     inputs: (cfg) => ({ opsd: { batchSize: cfg.opsd.batchSize, microBatch: cfg.opsd.microBatch, teacher: cfg.opsd.teacher } }),
     adapterSnapshots: (x) => (x.opsd.teacher === 'ema' ? 1 : 0),

@@ -6,6 +6,7 @@
  * one step computes and what it needs at its start and after each update.
  */
 import type { Stage, TrainConfig } from '../../config/train.js';
+import type { StageSettings } from '../../config/extensions.js';
 import type { JudgeHealth } from '../../judge/types.js';
 import type { RewardFn, RewardResult, TaskItem } from '../../task/types.js';
 import type { AdvantageFn } from '../advantages.js';
@@ -126,10 +127,12 @@ export interface StageMemory {
 
 /**
  * One training stage: its step, its section of the training config — `cfg[name]` (YAML `<name>:`,
- * flags `--<name>-…`; the rows are lib/config/settings.ts `<name>.*`, each with `steps` and `lr`) —
- * and its part of the memory plan.
+ * flags `--<name>-…`) — and its part of the memory plan. The section's rows: a stage's own
+ * `settings` (keys relative to the section, lib/config/extensions.ts StageSettings; the built-in
+ * stages' rows are the core rows `sft.*`, `opsd.*`, `grpo.*` of lib/config/settings.ts), and the
+ * rules that tie them together, `settingsProblems`.
  */
-export interface TrainingStage {
+export interface TrainingStage extends StageSettings {
   readonly name: Stage;
   /** The update micro-batch (out-of-memory recovery halves it; the memory plan chooses it), absent when the update is one call. */
   readonly microBatch?: { get(cfg: TrainConfig): number; set(cfg: TrainConfig, n: number): void };

@@ -1,0 +1,123 @@
+/**
+ * The settings that registered descriptors bring (docs/design.md §9 "Extending"): a judge backend
+ * (lib/judge/backends/) or a training stage (lib/train/stages/) may carry its own settings rows (the
+ * {@link Setting} entries of lib/config/schema.ts) and the rules that tie its keys together. Their
+ * registries sit above lib/config/ (lib/ rooms: config is below judge and train), so they hand their
+ * descriptors over here when their index module loads (`provideJudgeBackends`, `provideStages`); the
+ * one schema behind the CLI flags, the YAML keys, docs/config.md and the validation
+ * (lib/config/settings.ts `trainSettings()` and the command lists, lib/config/judge.ts
+ * `judgeSettings()`) is assembled on each read from the core rows plus the registered ones, and the
+ * `--judge` / `stages` choices are the registered names.
+ *
+ * Reading the schema before a registry has loaded is an error naming the module to import: the CLI
+ * (bin/commands/index.ts) and the library entry (lib/index.ts) load both registries; code reading
+ * lib/config/ directly imports `lib/judge/backends/index.js` and `lib/train/stages/index.js` first.
+ */
+import type { Setting } from './schema.js';
+import type { JudgeConfig } from './judge.js';
+import type { TrainConfig } from './train.js';
+
+/** The settings half of a judge backend (lib/judge/backends/backend.ts JudgeBackend extends it). */
+export interface JudgeKindSettings {
+  /** The `--judge` / `judge.kind` value. */
+  readonly kind: string;
+  /**
+   * Settings only this kind reads, keys relative to `judge.` (`train`: YAML `judge.<key>`, the row's
+   * flag; `eval` / `probe-judge` / `compare` / `judge-agreement`: the same flag). Listed after the
+   * core judge rows, in registration order. A key or flag another row has is refused.
+   */
+  readonly settings?: readonly Setting[];
+  /**
+   * Problems of the rules that tie this kind's keys together (each key's own range is checked by its
+   * row), each naming the key as `${prefix}<key>`; empty when valid. Called for configs of this kind.
+   */
+  settingsProblems?(c: JudgeConfig, prefix: string): string[];
+}
+
+/** The settings half of a training stage (lib/train/stages/stage.ts TrainingStage extends it). */
+export interface StageSettings {
+  /** The stage's name in `stages` (`--stages`) and its config section (`cfg[name]`, YAML `<name>:`). */
+  readonly name: string;
+  /**
+   * The rows of its section, keys relative to it (`steps` is the config key `<name>.steps`); a stage
+   * that reads `steps` / `lr` from its section lists them here. Listed after the built-in stages'
+   * sections, in registration order. A key or flag another row has is refused.
+   */
+  readonly settings?: readonly Setting[];
+  /** Problems of the rules that tie its keys together (each naming key and flag); empty when valid. Checked for every registered stage. */
+  settingsProblems?(c: TrainConfig): string[];
+}
+
+/** A registry as lib/config/ sees it: the module that fills it, and its descriptors once it has loaded. */
+interface Source<T> {
+  readonly what: string;
+  readonly module: string;
+  list?: () => readonly T[];
+}
+
+const judgeBackends: Source<JudgeKindSettings> = { what: 'judge backends', module: 'lib/judge/backends/index.js' };
+const stages: Source<StageSettings> = { what: 'training stages', module: 'lib/train/stages/index.js' };
+
+/** Called once by lib/judge/backends/index.ts: `list` returns the registered backends (read on each schema read). */
+export function provideJudgeBackends(list: () => readonly JudgeKindSettings[]): void {
+  judgeBackends.list = list;
+}
+
+/** Called once by lib/train/stages/index.ts: `list` returns the registered stages (read on each schema read). */
+export function provideStages(list: () => readonly StageSettings[]): void {
+  stages.list = list;
+}
+
+function read<T>(s: Source<T>, reading: string): readonly T[] {
+  if (!s.list) {
+    throw new Error(
+      `${reading} read before the ${s.what} registered their settings: import ${s.module} first (the CLI and lib/index.js do; ` +
+        'code that reads lib/config/ directly must load the registries, docs/design.md §9)',
+    );
+  }
+  return s.list();
+}
+
+/** The registered judge backends' settings halves, in registration order. @throws Error when lib/judge/backends/ has not loaded. */
+export function registeredJudgeBackends(reading = 'the judge settings'): readonly JudgeKindSettings[] {
+  return read(judgeBackends, reading);
+}
+
+/** The registered training stages' settings halves, in registration order. @throws Error when lib/train/stages/ has not loaded. */
+export function registeredStages(reading = 'the training settings'): readonly StageSettings[] {
+  return read(stages, reading);
+}
+
+/**
+ * `build()` re-run only when `deps()` changed (compared item by item, by identity): the schema is
+ * rebuilt when a descriptor is registered or removed, and is otherwise the same array on every
+ * read (so rows can be compared by identity, as docs/config.md's split of `train` does).
+ */
+export function memoOn<T>(deps: () => readonly unknown[], build: () => T): () => T {
+  let last: readonly unknown[] | undefined;
+  let value: T;
+  return () => {
+    const d = deps();
+    if (!last || d.length !== last.length || d.some((x, i) => x !== last![i])) {
+      value = build();
+      last = d;
+    }
+    return value;
+  };
+}
+
+/**
+ * `rows` (keys as in the assembled list) checked against the rows already `taken`: a key or flag
+ * that another row has is refused. @throws Error naming the descriptor, the key or flag and the row that has it.
+ */
+export function ownRows(owner: string, rows: readonly Setting[], taken: readonly Setting[]): Setting[] {
+  const keys = new Map(taken.map((s) => [s.key, s]));
+  const flags = new Map(taken.map((s) => [s.flag, s]));
+  for (const r of rows) {
+    if (keys.has(r.key)) throw new Error(`${owner}: setting ${r.key} is already a setting (--${keys.get(r.key)!.flag})`);
+    if (flags.has(r.flag)) throw new Error(`${owner}: flag --${r.flag} of ${r.key} is already the flag of ${flags.get(r.flag)!.key}`);
+    keys.set(r.key, r);
+    flags.set(r.flag, r);
+  }
+  return [...rows];
+}
