@@ -361,11 +361,12 @@ export function judgeDefaults(): JudgeConfig {
 }
 
 /**
- * The rules of the built-in kinds that tie their keys together (each key's own range is checked by
- * its setting); a registered backend states its own as `settingsProblems` (lib/config/extensions.ts).
+ * The jury's rules (its member list, and each member's settings checked as a judge of its own kind,
+ * recursively through judgeConfigProblems). Every other kind states the rules that tie its keys
+ * together as its descriptor's `settingsProblems` (lib/judge/backends/, lib/config/extensions.ts);
+ * each key's own range is checked by its row.
  */
 const KIND_RULES: Partial<Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]>> = {
-  local: () => [],
   jury: (c, prefix) => {
     const errs = juryMemberProblems(c.judges, `${prefix}judges`);
     if (errs.length) return errs;
@@ -379,12 +380,6 @@ const KIND_RULES: Partial<Record<JudgeKind, (c: JudgeConfig, prefix: string) => 
     });
     return errs;
   },
-  http: (c, prefix) => [
-    ...(!c.url || !c.model ? [`${prefix}kind http needs ${prefix}url and ${prefix}model`] : []),
-    ...(c.score === 'prob' && c.mode === 'per-plan'
-      ? [`${prefix}score prob needs ${prefix}mode per-item (P(yes) is read from the verdict token of a one-word reply)`]
-      : []),
-  ],
 };
 
 /** Range/consistency problems of judge settings (empty when valid); `prefix` names the section. */

@@ -38,6 +38,13 @@ export const httpBackend: JudgeBackendOf<'http'> = {
   kind: 'http',
   describe: 'an OpenAI-compatible endpoint (judge.url, judge.model)',
   settingKeys: ['url', 'model', 'mode', 'concurrency', 'cache', 'timeoutMs', 'maxRetries', 'maxTokens', 'noThink'],
+  // Its keys are core judge rows (a jury member reads them too); the rules that tie them are its own.
+  settingsProblems: (c, prefix) => [
+    ...(!c.url || !c.model ? [`${prefix}kind http needs ${prefix}url and ${prefix}model`] : []),
+    ...(c.score === 'prob' && c.mode === 'per-plan'
+      ? [`${prefix}score prob needs ${prefix}mode per-item (P(yes) is read from the verdict token of a one-word reply)`]
+      : []),
+  ],
   sharesPolicyWeights: () => false,
   answersFreeForm: () => true,
   withAnswerCache: (c, path) => (c.cache ? c : { ...c, cache: path }),
