@@ -15,9 +15,10 @@ const here = dirname(fileURLToPath(import.meta.url));
 const libDir = join(here, '..', '..', 'lib');
 
 /**
- * Lowest first. lib/config/ sits below the judge and the trainer: it holds the settings (the judge's
- * and the stages' rows too), and the registries of judge backends and stages (lib/judge/backends/,
- * lib/train/stages/) sit in the rooms that use them.
+ * Lowest first. lib/config/ sits below the judge and the trainer: it holds the core settings rows and
+ * the hook (lib/config/extensions.ts) through which the registries of judge backends and stages
+ * (lib/judge/backends/, lib/train/stages/), which sit in the rooms that use them, hand in their
+ * descriptors' own rows when they load: no import from config up to them.
  */
 const LAYERS: readonly (readonly string[])[] = [
   ['errors', 'addon'],

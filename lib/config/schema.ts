@@ -1,7 +1,9 @@
 /**
  * The settings schema: one entry per setting (name, type, default, range, meaning, source) that
  * drives the defaults, the validation, the CLI flags, every command's `--help` text and the
- * generated docs/config.md (scripts/gen-config-docs.mjs). Entries live in lib/config/settings.ts.
+ * generated docs/config.md (scripts/gen-config-docs.mjs). The core entries live in lib/config/settings.ts
+ * and lib/config/judge.ts; a registered judge backend or training stage brings its own
+ * (lib/config/extensions.ts).
  */
 import { readFileSync } from 'node:fs';
 import type { Argv, Options } from 'yargs';
