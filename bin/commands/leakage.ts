@@ -10,10 +10,14 @@ import type { CommandModule } from 'yargs';
 import { LEAKAGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
-import { auditLeakage, formatLeakage, type LeakageReport } from '../../lib/data/leakage.js';
+import { auditLeakage, formatLeakage, type LeakageItem, type LeakageReport } from '../../lib/data/leakage.js';
+import { formatAgreement, judgeAgreement, type AgreementReport, type AgreementUnit } from '../../lib/judge/agreement.js';
+import { checkJudge, judgeAnswersFreeForm } from '../../lib/judge/backends/index.js';
+import { aggregateVerdicts, JuryRunWatch, juryRunMembers, type JuryRunMemberHealth } from '../../lib/judge/jury.js';
+import { judgeFlagsToConfig } from '../judge-options.js';
 import { CachedLlm } from '../../lib/data/pipeline.js';
 import { readEvalItems } from '../../lib/data/schema.js';
-import { JUDGE_DEFAULTS } from '../../lib/config/judge.js';
+import { JUDGE_DEFAULTS, type JudgeConfig, type JuryAggregation, type JuryFailureRule } from '../../lib/config/judge.js';
 import { parseList } from '../../lib/config/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
 import { Progress } from '../../lib/data/progress.js';
@@ -37,6 +41,23 @@ export interface LeakageArgs {
   progress?: 'auto' | 'plain' | 'none';
   /** Seconds between plain progress lines (default 5). */
   progressInterval?: number;
+  /** `jury`: the members of `judges` judge each rubric item instead of `llm`/`model`. */
+  judge?: 'jury';
+  /** Jury members (a list of member mappings, or a YAML/JSON file holding it), as eval's `--judges`. */
+  judges?: unknown;
+  judgeAggregation?: JuryAggregation;
+  juryOnMemberFailure?: JuryFailureRule;
+  /** Fail when more than this share of the rubric items has no judge verdict (default 0.5); a member's own limit is its maxNullRate. */
+  judgeMaxNullRate?: number;
+}
+
+/** A jury run's figures (`leakage --judge jury`): each member's weight and health, who was left out, the members' agreement. */
+export interface LeakageJuryReport {
+  aggregation: JuryAggregation;
+  members: Record<string, { weight: number; health: JuryRunMemberHealth }>;
+  leftOut: string[];
+  /** Agreement of the members' verdicts (units: rubric items; clusters: dataset items); left-out members excluded. */
+  agreement: AgreementReport;
 }
 
 /** The command's work (tests call it directly). @throws when `--llm` is given without `--model` */
@@ -47,9 +68,15 @@ export interface LeakageArgs {
  * (`io.signal`) loses nothing and a rerun asks only the rest.
  * @throws when `--llm` is given without `--model`; the abort error when aborted
  */
-export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; stream?: NodeJS.WriteStream } = {}): Promise<LeakageReport> {
+export async function runLeakage(
+  a: LeakageArgs,
+  io: { signal?: AbortSignal; stream?: NodeJS.WriteStream; onWarning?: (m: string) => void } = {},
+): Promise<LeakageReport & { jury?: LeakageJuryReport }> {
   // PaperGym items and imported benchmark items alike (a chat prompt is read as its folded text).
   const { items } = readEvalItems(a.data, { strict: a.strict });
+  if (a.judge === 'jury') return runLeakageJury(a, items, io);
+  if (a.judge !== undefined && a.judge !== null)
+    throw new Error(`--judge: leakage takes --judge jury only (got ${JSON.stringify(a.judge)}); one judge is --llm URL --model NAME`);
   if (a.llm && !a.model) throw new Error('--llm needs --model');
   let state: PipelineState | undefined;
   let llm: CachedLlm | undefined;
@@ -86,6 +113,143 @@ export async function runLeakage(a: LeakageArgs, io: { signal?: AbortSignal; str
   }
 }
 
+/** Settings of a leakage jury: the judge section from the flags (concurrency, timeout from leakage's own), members from `judges`. */
+function leakageJuryConfig(a: LeakageArgs): JudgeConfig {
+  const over = judgeFlagsToConfig(a as unknown as Record<string, unknown>);
+  return {
+    ...JUDGE_DEFAULTS,
+    ...over,
+    kind: 'jury',
+    concurrency: a.judgeConcurrency ?? a.concurrency ?? 8,
+    timeoutMs: (a.timeout ?? 120) * 1000,
+  } as JudgeConfig;
+}
+
+/**
+ * `leakage --judge jury`: every member (http each) judges every rubric item, the members
+ * concurrently, each through its own LLM client and its own SQLite call cache
+ * ({@link leakageMemberStatePath}); the verdict per item by the jury's aggregation (majority: a
+ * weighted majority says inferable, a tie does not; unanimous: every voting member says inferable,
+ * any "no" makes it not inferable, yes with nulls is null; mean-prob is refused — the JSON answers
+ * carry no P(yes)); member failure by judge.onMemberFailure (lib/judge/jury.ts JuryRunWatch).
+ */
+async function runLeakageJury(
+  a: LeakageArgs,
+  items: LeakageItem[],
+  io: { signal?: AbortSignal; stream?: NodeJS.WriteStream; onWarning?: (m: string) => void },
+): Promise<LeakageReport & { jury: LeakageJuryReport }> {
+  if (a.llm || a.model) throw new Error('leakage: give the judge as --llm URL --model NAME or as --judge jury --judges FILE, not both');
+  if (a.judges === undefined || a.judges === null) throw new Error('leakage: --judge jury needs --judges FILE (a YAML/JSON list of members, as eval takes)');
+  const warn = io.onWarning ?? ((m: string) => process.stderr.write(`warning: ${m}\n`));
+  const jc = leakageJuryConfig(a);
+  const members = juryRunMembers(jc, 'leakage', {
+    canAnswer: judgeAnswersFreeForm,
+    needs: "leakage's question is a JSON answer from a chat endpoint: every member needs kind http with url and model",
+    onWarning: warn,
+  });
+  await checkJudge(jc);
+  const total = items.reduce((n, it) => n + it.rubric.length, 0);
+  const watch = new JuryRunWatch(members, total, jc.onMemberFailure, 'leakage', warn);
+  const stop = new AbortController();
+  const own = new Map(members.map((m) => [m.name, new AbortController()]));
+  const states: PipelineState[] = [];
+  const clients: LlmClient[] = [];
+  let progress: Progress | undefined;
+  try {
+    progress = new Progress({
+      label: 'leakage',
+      unit: 'rubric items',
+      total,
+      stream: io.stream,
+      load: () =>
+        clients.reduce(
+          (t, c) => {
+            const l = c.load();
+            return { active: t.active + l.active, queued: t.queued + l.queued };
+          },
+          { active: 0, queued: 0 },
+        ),
+      intervalMs: (a.progressInterval ?? 5) * 1000,
+      silent: a.progress === 'none',
+      plain: a.progress === 'plain' ? true : undefined,
+    });
+    const llms = members.map((m) => {
+      const state = new PipelineState(leakageMemberStatePath(a, m.name));
+      states.push(state);
+      const client = new LlmClient({
+        baseUrl: m.config.url!,
+        model: m.config.model!,
+        concurrency: m.config.concurrency,
+        timeoutMs: m.config.timeoutMs,
+        maxRetries: m.config.maxRetries,
+      });
+      clients.push(client);
+      const signal = AbortSignal.any([stop.signal, own.get(m.name)!.signal, ...(io.signal ? [io.signal] : [])]);
+      return { name: m.name, llm: new CachedLlm(client, state, { temperature: 0, maxTokens: 512, signal, progress }) };
+    });
+    const weights = members.map((m) => m.weight);
+    const aggregation = jc.aggregation;
+    const rep = await auditLeakage(items, {
+      threshold: a.threshold,
+      onRow: (_r, cached) => progress?.tick(cached),
+      jury: {
+        members: llms,
+        active: (n) => watch.active(n),
+        onAnswer: (n, outcome, detail) => {
+          try {
+            watch.record(n, outcome, detail);
+          } catch (e) {
+            stop.abort(e);
+            throw e;
+          }
+          if (!watch.active(n)) own.get(n)!.abort();
+        },
+        aggregate: (vs) =>
+          aggregateVerdicts(
+            'leakage',
+            members.map((m) => ({ judge: m.name, met: vs[m.name] ?? null })),
+            weights,
+            aggregation,
+          ).met,
+      },
+    });
+    progress.stop();
+    const leftOut = watch.leftOut();
+    const voting = members.map((m) => m.name).filter((n) => !leftOut.includes(n));
+    const units: AgreementUnit[] = rep.rows.map((r) => ({
+      planId: r.itemId,
+      itemId: r.rubricId,
+      ...(r.dimension && { dimension: r.dimension }),
+      verdicts: Object.fromEntries(voting.map((n) => [n, r.judges![n] ?? null])),
+    }));
+    const health = watch.health();
+    const jury: LeakageJuryReport = {
+      aggregation,
+      members: Object.fromEntries(members.map((m) => [m.name, { weight: m.weight, health: health[m.name]! }])),
+      leftOut,
+      agreement: judgeAgreement(units, voting.length ? voting : members.map((m) => m.name), { resamples: 1000, seed: 0 }),
+    };
+    const out = { ...rep, jury };
+    if (a.out) writeFileSync(a.out, JSON.stringify(out, null, 2) + '\n');
+    return out;
+  } finally {
+    progress?.stop();
+    for (const st of states) st.close();
+  }
+}
+
+/**
+ * The call cache of jury member `name` in `leakage --judge jury`: {@link leakageStatePath} with
+ * `.NAME` before `.sqlite` (characters other than letters, digits, `.`, `_`, `-` replaced, plus a
+ * short hash of the name when any was), so each member keeps its own answers and a rerun asks none again.
+ */
+export function leakageMemberStatePath(a: Pick<LeakageArgs, 'state' | 'data'>, name: string): string {
+  const base = leakageStatePath(a).replace(/\.sqlite$/, '');
+  const safe = name.replace(/[^\w.-]/g, '_');
+  const tag = safe === name ? safe : `${safe}-${createHash('sha256').update(name).digest('hex').slice(0, 8)}`;
+  return `${base}.${tag}.sqlite`;
+}
+
 /** The judge-call cache of a leakage run. */
 /**
  * The judge-call cache of `leakage`: `--state`, else `<cache dir>/leakage/<sha256 of the dataset's
@@ -103,10 +267,21 @@ export function assertLeakageJudge(rep: LeakageReport, data: string, maxFailRate
   if (!rep.judge || !rep.rows.length) return;
   const rate = rep.judge.failed / rep.rows.length;
   if (rate > maxFailRate) {
+    const what = rep.members ? 'rubric items have no jury verdict' : 'judge calls failed';
     throw new Error(
-      `leakage: ${data}: ${rep.judge.failed} of ${rep.rows.length} judge calls failed (${(100 * rate).toFixed(0)}% > ${(100 * maxFailRate).toFixed(0)}%); no leakage rate reported — check --llm / --model and the server`,
+      `leakage: ${data}: ${rep.judge.failed} of ${rep.rows.length} ${what} (${(100 * rate).toFixed(0)}% > ${(100 * maxFailRate).toFixed(0)}%); no leakage rate reported — check ${rep.members ? '--judges' : '--llm / --model'} and the server`,
     );
   }
+}
+
+/** A jury's lines: each member's health (left out or not), then the members' agreement. */
+export function formatLeakageJury(j: LeakageJuryReport): string {
+  const lines = Object.entries(j.members).map(
+    ([n, m]) =>
+      `  member ${n} (weight ${m.weight}): ${m.health.answers} answers, ${m.health.failed} failed` +
+      (m.health.leftOut ? `; LEFT OUT: ${m.health.leftOut}` : ''),
+  );
+  return [`jury (${j.aggregation}; ${lines.length} members):`, ...lines, formatAgreement(j.agreement)].join('\n');
 }
 
 /** One table row per dataset: rubric items, judge leakage, lexical leakage, mean overlap. */
@@ -138,7 +313,7 @@ export const leakageCommand: CommandModule<object, LeakageArgs> = {
     ) as string[];
     if (datas.length > 1 && (argv.state || argv.out))
       throw new Error('--state and --out name one file: give them with a single --data (each dataset keeps its own cache under <cache dir>/leakage/)');
-    const reps: { data: string; rep: LeakageReport }[] = [];
+    const reps: { data: string; rep: LeakageReport & { jury?: LeakageJuryReport } }[] = [];
     for (const data of datas) {
       const a = { ...argv, data };
       const rep = await handleInterrupt(
@@ -147,11 +322,16 @@ export const leakageCommand: CommandModule<object, LeakageArgs> = {
         () => `every finished judge call is saved in ${leakageStatePath(a)}`,
       );
       if (rep === InterruptedRun) return;
-      assertLeakageJudge(rep, data);
+      assertLeakageJudge(rep, data, argv.judgeMaxNullRate);
       reps.push({ data, rep });
     }
     if (argv.json) process.stdout.write(JSON.stringify(reps.length === 1 ? reps[0]!.rep : reps, null, 2) + '\n');
-    else if (reps.length === 1) process.stdout.write(formatLeakage(reps[0]!.rep) + '\n');
-    else process.stdout.write(formatLeakageTable(reps) + '\n');
+    else if (reps.length === 1) {
+      const { rep } = reps[0]!;
+      process.stdout.write(formatLeakage(rep) + '\n' + (rep.jury ? formatLeakageJury(rep.jury) + '\n' : ''));
+    } else
+      process.stdout.write(
+        formatLeakageTable(reps) + '\n' + reps.map(({ data, rep }) => (rep.jury ? `${data}:\n${formatLeakageJury(rep.jury)}\n` : '')).join(''),
+      );
   },
 };

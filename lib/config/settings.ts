@@ -1938,6 +1938,14 @@ export const LEAKAGE_OPTIONS: readonly Setting[] = [
     meaning: 'Seconds between plain progress lines (no TTY, or CI=true)',
     source: 'tqdm mininterval',
   },
+  // A jury instead of --llm/--model (bin/commands/leakage.ts): the judge settings' rows, --judge taking jury only.
+  {
+    ...JUDGE_OPTIONS.find((o) => o.key === 'judge')!,
+    choices: ['jury'],
+    default: null,
+    meaning: 'jury: judge each rubric item by the members of --judges (http each) instead of one --llm/--model judge; unset = --llm',
+  },
+  ...JUDGE_OPTIONS.filter((o) => ['judgeJudges', 'judgeAggregation', 'judgeOnMemberFailure', 'judgeMaxNullRate'].includes(o.key)),
 ];
 
 export const IMPORT_OPTIONS: readonly Setting[] = [

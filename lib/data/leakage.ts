@@ -1,7 +1,8 @@
 /**
- * Leakage audit (docs/design.md §7, §8): leakage = the share of rubric items that a judge says can
- * be inferred from the question alone. Reported overall, per dimension and per origin, next to
- * an LLM-free lexical-overlap proxy (share of an item's content words found in the question).
+ * Leakage audit (docs/design.md §7, §8): leakage = the share of rubric items that a judge (or a
+ * jury's aggregate verdict, {@link LeakageJury}) says can be inferred from the question alone.
+ * Reported overall, per dimension and per origin (a jury: per member too), next to an LLM-free
+ * lexical-overlap proxy (share of an item's content words found in the question).
  */
 import type { CachedLlm } from './pipeline.js';
 import { TASK_SCHEMAS } from './pipeline.js';
@@ -39,9 +40,13 @@ export interface LeakageRow {
   /** Rubric dimension / origin where the item has them (PaperGym). */
   dimension?: string;
   origin?: string;
-  /** Judge verdict; null when the judge failed or no judge was used. */
+  /** Judge verdict (a jury's: its aggregate); null when the judge failed or no judge was used. */
   inferable: boolean | null;
   reason?: string;
+  /** A jury: each member's verdict (null: failed, or not asked after the member was left out). */
+  judges?: Record<string, boolean | null>;
+  /** A jury: each member's reason, where it gave one. */
+  reasons?: Record<string, string>;
   overlap: number;
   /** overlap ≥ threshold */
   lexicalLeak: boolean;
@@ -64,8 +69,10 @@ export interface RateTable {
 /** Leakage report. */
 export interface LeakageReport {
   rows: LeakageRow[];
-  /** Judge-based rates (absent without a judge). Rows with a null verdict are excluded. */
+  /** Judge-based rates (absent without a judge; a jury's aggregate verdicts). Rows with a null verdict are excluded. */
   judge?: RateTable & { failed: number };
+  /** A jury: each member's own leakage rates over its verdicts, and its failed calls. */
+  members?: Record<string, RateTable & { failed: number }>;
   lexical: RateTable & { threshold: number; meanOverlap: number };
 }
 
@@ -84,13 +91,52 @@ function rates(rows: LeakageRow[], leaked: (r: LeakageRow) => boolean | null): R
 }
 
 /**
- * Audit items. With `llm`, each rubric item is judged (prompt data-leakage, cached in the state
- * like every pipeline call); judge failures become `inferable: null` and are counted.
- * @param threshold lexical-overlap threshold of the proxy (default 0.6)
+ * A jury for {@link auditLeakage}: members that each judge every rubric item, and the rule that
+ * makes one verdict of theirs (lib/judge/jury.ts supplies both in `leakage --judge jury`; this room
+ * sits below the judge's).
  */
-export async function auditLeakage(items: LeakageItem[], opts: { llm?: CachedLlm; threshold?: number; onRow?: (r: LeakageRow, fromCache: boolean) => void } = {}): Promise<LeakageReport> {
+export interface LeakageJury {
+  /** Each member's pipeline LLM (its own endpoint and SQLite call cache). */
+  members: { name: string; llm: CachedLlm }[];
+  /** Told of every member answer ('failed': the call failed after its retries); may throw to stop the run. */
+  onAnswer?: (member: string, outcome: 'ok' | 'failed', detail?: string) => void;
+  /** Whether a member still takes part (a member left out is asked nothing more and does not vote). Default: all. */
+  active?: (member: string) => boolean;
+  /** The verdict of a rubric item from the voting members' verdicts (null: failed / not voting). */
+  aggregate: (verdicts: Record<string, boolean | null>) => boolean | null;
+}
+
+/**
+ * Audit items. With `llm`, each rubric item is judged (prompt data-leakage, cached in the state
+ * like every pipeline call); judge failures become `inferable: null` and are counted. With `jury`
+ * instead, every member judges every rubric item, the members concurrently; rows keep each member's
+ * verdict (`judges`), and `inferable` is the jury's `aggregate` over the members still active once
+ * every item is judged (so a member left out mid-run votes on no item); `members` gives each
+ * member's own rates. A rejection of `onAnswer` stops the run with that error (calls in flight are
+ * let finish, their answers cached).
+ * @param threshold lexical-overlap threshold of the proxy (default 0.6)
+ * @throws the abort error; the error of `jury.onAnswer`
+ */
+export async function auditLeakage(
+  items: LeakageItem[],
+  opts: { llm?: CachedLlm; jury?: LeakageJury; threshold?: number; onRow?: (r: LeakageRow, fromCache: boolean) => void } = {},
+): Promise<LeakageReport> {
   const threshold = opts.threshold ?? 0.6;
+  const jury = opts.jury;
+  const active = (m: string) => jury?.active?.(m) ?? true;
   let failed = 0;
+  let stopped: unknown;
+  const memberFailed = new Map<string, number>();
+  type Answer = { inferable: boolean | null; reason?: string; error?: string };
+  const ask = async (llm: CachedLlm, question: string, item: string, tally: { live: number; cached: number }): Promise<Answer> => {
+    try {
+      const v = await llm.call<{ inferable: boolean; reason?: string }>('leakage', { question, item }, TASK_SCHEMAS.leakage, tally);
+      return { inferable: v.inferable, reason: v.reason };
+    } catch (e) {
+      if ((e as Error)?.name === 'LlmAbortError') throw e;
+      return { inferable: null, error: (e as Error)?.message ?? String(e) };
+    }
+  };
   const tasks: Promise<LeakageRow>[] = [];
   for (const it of items)
     for (const r of it.rubric) {
@@ -99,28 +145,78 @@ export async function auditLeakage(items: LeakageItem[], opts: { llm?: CachedLlm
           const overlap = lexicalOverlap(it.question, r.text);
           let inferable: boolean | null = null;
           let reason: string | undefined;
+          let judges: Record<string, boolean | null> | undefined;
+          let reasons: Record<string, string> | undefined;
           const tally = { live: 0, cached: 0 };
-          if (opts.llm) {
-            try {
-              const v = await opts.llm.call<{ inferable: boolean; reason?: string }>('leakage', { question: it.question, item: r.text }, TASK_SCHEMAS.leakage, tally);
-              inferable = v.inferable;
-              reason = v.reason;
-            } catch (e) {
-              if ((e as Error)?.name === 'LlmAbortError') throw e;
-              failed++;
-            }
+          if (jury) {
+            judges = {};
+            reasons = {};
+            const got = await Promise.all(
+              jury.members.map(async (m): Promise<Answer> => {
+                if (!active(m.name) || stopped) return { inferable: null };
+                let a: Answer;
+                try {
+                  a = await ask(m.llm, it.question, r.text, tally);
+                } catch (e) {
+                  // Aborted because the run stopped or the member was left out: not an answer.
+                  if (stopped || !active(m.name)) return { inferable: null };
+                  throw e;
+                }
+                if (a.error) memberFailed.set(m.name, (memberFailed.get(m.name) ?? 0) + 1);
+                try {
+                  jury.onAnswer?.(m.name, a.error ? 'failed' : 'ok', a.error);
+                } catch (e) {
+                  stopped ??= e;
+                }
+                return a;
+              }),
+            );
+            jury.members.forEach((m, j) => {
+              judges![m.name] = got[j]!.inferable;
+              if (got[j]!.reason) reasons![m.name] = got[j]!.reason!;
+            });
+          } else if (opts.llm) {
+            const a = await ask(opts.llm, it.question, r.text, tally);
+            inferable = a.inferable;
+            reason = a.reason;
+            if (a.inferable === null) failed++;
           }
-          const row: LeakageRow = { itemId: it.id, rubricId: r.id, ...(r.dimension && { dimension: r.dimension }), ...(r.origin && { origin: r.origin }), inferable, ...(reason && { reason }), overlap, lexicalLeak: overlap >= threshold };
+          const row: LeakageRow = {
+            itemId: it.id,
+            rubricId: r.id,
+            ...(r.dimension && { dimension: r.dimension }),
+            ...(r.origin && { origin: r.origin }),
+            inferable,
+            ...(reason && { reason }),
+            ...(judges && { judges }),
+            ...(reasons && Object.keys(reasons).length && { reasons }),
+            overlap,
+            lexicalLeak: overlap >= threshold,
+          };
           opts.onRow?.(row, tally.live === 0);
           return row;
         })(),
       );
     }
-  const rows = await Promise.all(tasks);
+  const settled = await Promise.allSettled(tasks);
+  if (stopped) throw stopped;
+  const bad = settled.find((x): x is PromiseRejectedResult => x.status === 'rejected');
+  if (bad) throw bad.reason;
+  const rows = settled.map((x) => (x as PromiseFulfilledResult<LeakageRow>).value);
+  let members: LeakageReport['members'];
+  if (jury) {
+    members = {};
+    for (const m of jury.members) members[m.name] = { ...rates(rows, (r) => r.judges![m.name] ?? null), failed: memberFailed.get(m.name) ?? 0 };
+    for (const r of rows) {
+      r.inferable = jury.aggregate(Object.fromEntries(jury.members.map((m) => [m.name, active(m.name) ? r.judges![m.name]! : null])));
+      if (r.inferable === null) failed++;
+    }
+  }
   const lex = rates(rows, (r) => r.lexicalLeak);
   return {
     rows,
-    ...(opts.llm && { judge: { ...rates(rows, (r) => r.inferable), failed } }),
+    ...((opts.llm || jury) && { judge: { ...rates(rows, (r) => r.inferable), failed } }),
+    ...(members && { members }),
     lexical: { ...lex, threshold, meanOverlap: rows.length ? rows.reduce((a, r) => a + r.overlap, 0) / rows.length : 0 },
   };
 }
@@ -134,7 +230,10 @@ export function formatLeakage(rep: LeakageReport): string {
     ...Object.entries(t.byOrigin).map(([k, v]) => `  origin ${k}: ${pct(v)}`),
   ];
   return [
-    ...(rep.judge ? [...table('judge leakage', rep.judge), ...(rep.judge.failed ? [`  judge failures: ${rep.judge.failed}`] : [])] : []),
+    ...(rep.judge
+      ? [...table(rep.members ? 'judge leakage (jury)' : 'judge leakage', rep.judge), ...(rep.judge.failed ? [`  ${rep.members ? 'items without a jury verdict' : 'judge failures'}: ${rep.judge.failed}`] : [])]
+      : []),
+    ...Object.entries(rep.members ?? {}).map(([n, t]) => `  member ${n}: ${pct(t.overall)}${t.failed ? `, ${t.failed} failed calls` : ''}`),
     ...table(`lexical proxy (overlap ≥ ${rep.lexical.threshold})`, rep.lexical),
     `  mean overlap: ${rep.lexical.meanOverlap.toFixed(3)}`,
   ].join('\n');
