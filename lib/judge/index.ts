@@ -68,6 +68,11 @@ export {
   aggregateVerdicts,
   agreementUnitsFromVerdicts,
   memberHealthOf,
+  aggregateChoices,
+  JuryRunWatch,
+  juryRunMembers,
+  type JuryRunMember,
+  type JuryRunMemberHealth,
   JURY_AGGREGATIONS,
   JURY_FAILURE_RULES,
   type JuryMember,
@@ -77,7 +82,9 @@ export {
 } from './jury.js';
 export {
   judgeAgreement,
+  choiceAgreement,
   formatAgreement,
+  type ChoiceUnit,
   type AgreementReport,
   type AgreementUnit,
   type AgreementOptions,
