@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { CommandModule } from 'yargs';
-import { LEAKAGE_OPTIONS } from '../../lib/config/settings.js';
+import { leakageOptions } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
 import { auditLeakage, formatLeakage, type LeakageItem, type LeakageReport } from '../../lib/data/leakage.js';
@@ -305,10 +305,10 @@ export function formatLeakageTable(reps: { data: string; rep: LeakageReport }[])
 export const leakageCommand: CommandModule<object, LeakageArgs> = {
   command: 'leakage',
   describe: 'Leakage audit: share of rubric items inferable from the question alone (judge and lexical proxy), one row per dataset',
-  builder: (y) => addSettings(y, LEAKAGE_OPTIONS, { withDefaults: true }).demandOption('data') as never,
+  builder: (y) => addSettings(y, leakageOptions(), { withDefaults: true }).demandOption('data') as never,
   handler: async (argv) => {
     const datas = parseList(
-      LEAKAGE_OPTIONS.find((s) => s.key === 'data')!,
+      leakageOptions().find((s) => s.key === 'data')!,
       argv.data,
     ) as string[];
     if (datas.length > 1 && (argv.state || argv.out))

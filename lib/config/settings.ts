@@ -1938,15 +1938,27 @@ export const LEAKAGE_OPTIONS: readonly Setting[] = [
     meaning: 'Seconds between plain progress lines (no TTY, or CI=true)',
     source: 'tqdm mininterval',
   },
-  // A jury instead of --llm/--model (bin/commands/leakage.ts): the judge settings' rows, --judge taking jury only.
-  {
-    ...JUDGE_OPTIONS.find((o) => o.key === 'judge')!,
-    choices: ['jury'],
-    default: null,
-    meaning: 'jury: judge each rubric item by the members of --judges (http each) instead of one --llm/--model judge; unset = --llm',
-  },
-  ...JUDGE_OPTIONS.filter((o) => ['judgeJudges', 'judgeAggregation', 'judgeOnMemberFailure', 'judgeMaxNullRate'].includes(o.key)),
 ];
+
+/**
+ * `leakage`'s options: {@link LEAKAGE_OPTIONS} and, for a jury instead of --llm/--model
+ * (bin/commands/leakage.ts), the judge options' `--judge` (taking jury only), `--judges`,
+ * `--judge-aggregation`, `--jury-on-member-failure` and `--judge-max-null-rate` rows. Read after the
+ * registries loaded, as {@link judgeOptions}.
+ */
+export const leakageOptions: () => readonly Setting[] = memoOn(
+  () => [judgeOptions()],
+  () => [
+    ...LEAKAGE_OPTIONS,
+    {
+      ...judgeOptions().find((o) => o.key === 'judge')!,
+      choices: ['jury'],
+      default: null,
+      meaning: 'jury: judge each rubric item by the members of --judges (http each) instead of one --llm/--model judge; unset = --llm',
+    },
+    ...judgeOptions().filter((o) => ['judgeJudges', 'judgeAggregation', 'judgeOnMemberFailure', 'judgeMaxNullRate'].includes(o.key)),
+  ],
+);
 
 export const IMPORT_OPTIONS: readonly Setting[] = [
   {
@@ -2128,7 +2140,7 @@ export const DOCTOR_OPTIONS: readonly Setting[] = [
 
 /** Every command's settings, for docs/config.md and the completeness test. @throws Error when a registry has not loaded (see {@link trainSettings}). */
 export const commandSettings: () => Record<string, readonly Setting[]> = memoOn(
-  () => [trainSettings(), judgeOptions()],
+  () => [trainSettings(), judgeOptions(), leakageOptions()],
   () => ({
     train: [...TRAIN_COMMAND_OPTIONS, ...trainSettings()],
     generate: GENERATE_OPTIONS,
@@ -2137,7 +2149,7 @@ export const commandSettings: () => Record<string, readonly Setting[]> = memoOn(
     report: REPORT_OPTIONS,
     'build-data': BUILD_DATA_OPTIONS,
     subset: SUBSET_OPTIONS,
-    leakage: LEAKAGE_OPTIONS,
+    leakage: leakageOptions(),
     import: IMPORT_OPTIONS,
     compare: [...COMPARE_OPTIONS, ...judgeOptions()],
     'probe-judge': [...PROBE_JUDGE_OPTIONS, ...judgeOptions()],
