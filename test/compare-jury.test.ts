@@ -256,6 +256,8 @@ describe('compare with a jury (loopback judges)', function () {
     const one = await run(juryFile('one.yaml', member('A', alpha)), ['--judge-cache', join(tmp, 'one.sqlite')]);
     expect(one.code, one.err).to.equal(0);
     expect(one.err).to.match(/warning: judge.judges \(--judges\) has one judge: a jury of one/);
-    expect(one.out).to.match(/alpha: 100\.0%/);
+    expect(one.out)
+      .to.match(/alpha: 100\.0%/)
+      .and.match(/judge agreement: n\/a \(fewer than two members voting\)/);
   });
 });

@@ -281,7 +281,8 @@ export function formatLeakageJury(j: LeakageJuryReport): string {
       `  member ${n} (weight ${m.weight}): ${m.health.answers} answers, ${m.health.failed} failed` +
       (m.health.leftOut ? `; LEFT OUT: ${m.health.leftOut}` : ''),
   );
-  return [`jury (${j.aggregation}; ${lines.length} members):`, ...lines, formatAgreement(j.agreement)].join('\n');
+  const agreement = j.agreement.judges.length >= 2 ? formatAgreement(j.agreement) : 'judge agreement: n/a (fewer than two members voting)';
+  return [`jury (${j.aggregation}; ${lines.length} members):`, ...lines, agreement].join('\n');
 }
 
 /** One table row per dataset: rubric items, judge leakage, lexical leakage, mean overlap. */

@@ -598,5 +598,6 @@ export async function formatJuryCompare(s: JuryCompareSummary): Promise<string> 
         (h.leftOut ? `; LEFT OUT: ${h.leftOut}` : ''),
     );
   }
-  return [...lines, formatAgreement(s.agreement)].join('\n');
+  const agreement = s.agreement.judges.length >= 2 ? formatAgreement(s.agreement) : 'judge agreement: n/a (fewer than two members voting)';
+  return [...lines, agreement].join('\n');
 }
