@@ -268,8 +268,9 @@ export function assertLeakageJudge(rep: LeakageReport, data: string, maxFailRate
   const rate = rep.judge.failed / rep.rows.length;
   if (rate > maxFailRate) {
     const what = rep.members ? 'rubric items have no jury verdict' : 'judge calls failed';
+    const share = `${(100 * rate).toFixed(0)}% > ${(100 * maxFailRate).toFixed(0)}%`;
     throw new Error(
-      `leakage: ${data}: ${rep.judge.failed} of ${rep.rows.length} ${what} (${(100 * rate).toFixed(0)}% > ${(100 * maxFailRate).toFixed(0)}%); no leakage rate reported — check ${rep.members ? '--judges' : '--llm / --model'} and the server`,
+      `leakage: ${data}: ${rep.judge.failed} of ${rep.rows.length} ${what} (${share}); no leakage rate reported — check ${rep.members ? '--judges' : '--llm / --model'} and the server`,
     );
   }
 }

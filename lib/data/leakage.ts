@@ -231,7 +231,10 @@ export function formatLeakage(rep: LeakageReport): string {
   ];
   return [
     ...(rep.judge
-      ? [...table(rep.members ? 'judge leakage (jury)' : 'judge leakage', rep.judge), ...(rep.judge.failed ? [`  ${rep.members ? 'items without a jury verdict' : 'judge failures'}: ${rep.judge.failed}`] : [])]
+      ? [
+          ...table(rep.members ? 'judge leakage (jury)' : 'judge leakage', rep.judge),
+          ...(rep.judge.failed ? [`  ${rep.members ? 'items without a jury verdict' : 'judge failures'}: ${rep.judge.failed}`] : []),
+        ]
       : []),
     ...Object.entries(rep.members ?? {}).map(([n, t]) => `  member ${n}: ${pct(t.overall)}${t.failed ? `, ${t.failed} failed calls` : ''}`),
     ...table(`lexical proxy (overlap ≥ ${rep.lexical.threshold})`, rep.lexical),
