@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "lora/lora.h"
 #include "lora/snapshots.h"
@@ -33,6 +34,14 @@ struct HostState {
 /// pinned memory and is asynchronous on the current stream: call WaitHostCopies before reading it.
 /// A CPU source is cloned (the copy must not alias state that the next step updates in place).
 at::Tensor HostCopyF32(const at::Tensor& t);
+
+/// Copies `src` (any device, converted to float32 on it) into the host tensor `dst` of the same
+/// shape: asynchronous when `src` is on CUDA (`dst` pinned).
+void CopyToHost(const at::Tensor& src, const at::Tensor& dst);
+
+/// Host float32 copies of `ts`, in order. From CUDA: views of one pinned block (one allocation per
+/// capture, reused by the next one of the same size), the copies asynchronous; wait with WaitHostCopies.
+std::vector<at::Tensor> HostCopiesF32(const std::vector<at::Tensor>& ts);
 
 /// Waits for the asynchronous copies of HostCopyF32 issued on this thread's current stream of
 /// `device` (a no-op for CPU).

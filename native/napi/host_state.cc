@@ -22,7 +22,9 @@ class HostStateWrap : public Napi::ObjectWrap<HostStateWrap> {
           .ThrowAsJavaScriptException();
       return;
     }
-    state_ = *info[0].As<Napi::External<std::shared_ptr<io::HostState>>>().Data();
+    // Taken out of the External (which lives until V8 collects it), so that release() frees the
+    // host memory at once and the next capture reuses the cached pinned block.
+    state_ = std::move(*info[0].As<Napi::External<std::shared_ptr<io::HostState>>>().Data());
     accounted_ = state_ ? state_->bytes : 0;
     Napi::MemoryManagement::AdjustExternalMemory(info.Env(), accounted_);
   }
