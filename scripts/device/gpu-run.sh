@@ -167,6 +167,8 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # same one plan at a time, and the path before both (the prefix K/V copied per row, one plan at a time)
     judgeab) for v in new:2: shared1:1: copy1:1:copy; do IFS=: read -r tag conc att <<< "$v"
         PAPERGYM_JUDGE_ATTENTION=$att timeout 150 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 2 --fresh-plans --plan-concurrency $conc --json $OUT/judge_ab_$tag.json 2>&1 | grep -E "^\| (native|total|host|score)|prefixLogprobs: prefix" | tr '\n' ' ' | sed "s/^/$tag: /"; echo; done ;;
+    # the GPU suite's adapter-state file only (EMA, snapshot files, the pinned captures of checkpoints)
+    statetest) npx mocha --no-config --timeout 600000 dist/test/gpu/adapter-state.test.js 2>&1 | tee $OUT/gpu-state-tests.log | tail -12 ;;
     # checkpoints off the critical path (issue 36): the trainer at 1.7B with a checkpoint after every step, written
     # beside the next step (the default) and in the step (--no-checkpoint-background), same run otherwise
     ck17) for bg in on off; do f=; [ $bg = off ] && f=--no-checkpoint-background
