@@ -148,6 +148,15 @@ std::map<std::string, at::Tensor> AdamW::State() const {
   return s;
 }
 
+std::map<std::string, at::Tensor> AdamW::MomentTensors() const {
+  std::map<std::string, at::Tensor> s;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    s["exp_avg." + names_[i]] = m_[i].detach();
+    s["exp_avg_sq." + names_[i]] = v_[i].detach();
+  }
+  return s;
+}
+
 void AdamW::LoadState(const std::map<std::string, at::Tensor>& state) {
   at::NoGradGuard ng;
   std::map<std::string, size_t> idx;

@@ -62,6 +62,10 @@ class AdamW {
   /// State as name → tensor: "exp_avg.<param name>", "exp_avg_sq.<param name>" (CPU copies) and
   /// "step" (int64 [1]). Parameters never stepped have zero moments.
   std::map<std::string, at::Tensor> State() const;
+  /// The moments under the same names as State ("exp_avg.<name>", "exp_avg_sq.<name>"; no "step"),
+  /// where they live (the parameters' device): aliases of the optimizer's own tensors, valid until
+  /// its next step — for a caller that copies them at once (checkpoint captures, io/host_state.h).
+  std::map<std::string, at::Tensor> MomentTensors() const;
   /// Restores State(); every key must match a parameter of this optimizer (InputError otherwise).
   void LoadState(const std::map<std::string, at::Tensor>& state);
 

@@ -171,7 +171,7 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     statetest) npx mocha --no-config --timeout 600000 dist/test/gpu/adapter-state.test.js 2>&1 | tee $OUT/gpu-state-tests.log | tail -12 ;;
     # checkpoints off the critical path (issue 36): the trainer at 1.7B with a checkpoint after every step, written
     # beside the next step (the default) and in the step (--no-checkpoint-background), same run otherwise
-    ck17) for bg in on off; do f=; [ $bg = off ] && f=--no-checkpoint-background
+    ck17) for bg in ${CK_MODES:-on off}; do f=; [ $bg = off ] && f=--no-checkpoint-background
         timeout 280 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-ck17-$bg --extra="--checkpoint-every 1 $f" --json $OUT/train_ck17_$bg.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-300 | sed "s/^/bg=$bg: /"
         cp /tmp/pg-ck17-$bg/metrics.jsonl $OUT/ck17_${bg}_metrics.jsonl 2>/dev/null; done ;;
     # the trainer at 4B / 8B shapes: 3 OPSD + 3 GRPO steps, a checkpoint after every step (beside the next one), the
