@@ -63,6 +63,29 @@ describe('compare: N-way win rates', function () {
     expect(parsePreference('I like them all.', 3)).to.equal(null);
   });
 
+  it('a hedged choice naming two answers is unreadable, never a vote for its first number; plain forms stay readable', () => {
+    for (const hedge of [
+      'Best: 1 or 2',
+      'Best: 1, 2',
+      'Best: 1/2',
+      'Best: 1 / 2',
+      'Best: 1 and 2',
+      'Best: 1 & 2',
+      '**Best:** 1 or plan 2',
+      'Best: 2 or tie',
+      'Best: tie or 1',
+    ])
+      expect(parsePreference(`Both are good.\n${hedge}`, 3), hedge).to.equal(null);
+    expect(parsePreference('1 and 2', 3)).to.equal(null);
+    expect(parsePreference('Best: 1 or 2 ... on reflection Best: 2', 3), 'a later clean line wins').to.equal(2);
+    expect(parsePreference('Best: 2.', 3)).to.equal(2);
+    expect(parsePreference('**Best:** 2', 3)).to.equal(2);
+    expect(parsePreference('Best: System 2', 3)).to.equal(2);
+    expect(parsePreference('Best: Plan 3', 3)).to.equal(3);
+    expect(parsePreference('Best: 2, because plan 1 lacks baselines and 3 or 4 ablations', 3)).to.equal(2);
+    expect(parsePreference('Best: 2 (plan 1 is close)', 3)).to.equal(2);
+  });
+
   it('win rates: wins / readable, ties and unreadable counted apart, position bias per position', () => {
     const js: Judgement[] = [
       { questionId: 'q', order: [0, 1], winner: 0, position: 1 },

@@ -196,11 +196,21 @@ export function candidateOrders(n: number): number[][] {
   return out;
 }
 
-/** Reads a preference reply: the 1-based position picked, 'tie', or null when unreadable. */
+/**
+ * Reads a preference reply: the 1-based position picked, 'tie', or null when unreadable. The last
+ * `Best: N` / `Best: tie` line counts (`**Best:** 2`, `Best: plan 2`, `Best: System 2.` alike); a
+ * hedged choice that names more than one answer (`Best: 1 or 2`, `Best: 1, 2`, `Best: 1/2`,
+ * `Best: 1 and 2`, `Best: 2 or tie`) is unreadable — as the verdict grammar reads a contradiction
+ * as null — never a vote for its first number. A reply that is only a number is that number.
+ */
 export function parsePreference(reply: string, n: number): number | 'tie' | null {
   const text = reply.replace(/<think>[\s\S]*?<\/think>/g, '');
-  const all = [...text.matchAll(/best\s*(?:plan)?\s*[:=-]?\s*\**\s*(?:plan\s*)?(\d+|tie)\b/gi)];
-  const m = all.length ? all[all.length - 1]![1]! : /^\s*(\d+)\s*\.?\s*$/.exec(text)?.[1];
+  const name = '(?:(?:plan|system|candidate)\\s*(?:number\\s*)?#?\\s*)?';
+  const all = [...text.matchAll(new RegExp(`best\\s*(?:plan)?\\s*[:=-]?\\s*\\**\\s*${name}(\\d+|tie)\\b((?:(?!best)[^\\n])*)`, 'gi'))];
+  const last = all.at(-1);
+  const hedge = new RegExp(`^\\**\\s*(?:,|/|&|\\+|\\bor\\b|\\band\\b)\\s*${name}(?:\\d+|tie)\\b`, 'i');
+  if (last && hedge.test(last[2]!)) return null;
+  const m = last ? last[1]! : /^\s*(\d+)\s*\.?\s*$/.exec(text)?.[1];
   if (!m) return null;
   if (m.toLowerCase() === 'tie') return 'tie';
   const k = Number(m);
