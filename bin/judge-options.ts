@@ -56,3 +56,29 @@ export function judgeFlagsToConfig(argv: Record<string, unknown>): Partial<Judge
 export function judgeConfigFromArgs(argv: Partial<JudgeArgs> | Record<string, unknown>, base: JudgeConfig = JUDGE_DEFAULTS): JudgeConfig {
   return { ...base, ...judgeFlagsToConfig(argv as Record<string, unknown>) } as JudgeConfig;
 }
+
+/** The jury's own flags, with their camelCase keys and defaults. */
+const JURY_FLAGS = [
+  { flag: '--judges', key: 'judges', byDefault: JUDGE_DEFAULTS.judges as unknown },
+  { flag: '--judge-aggregation', key: 'judgeAggregation', byDefault: JUDGE_DEFAULTS.aggregation as unknown },
+  { flag: '--jury-on-member-failure', key: 'juryOnMemberFailure', byDefault: JUDGE_DEFAULTS.onMemberFailure as unknown },
+] as const;
+
+/**
+ * The jury flags given (`--judges`, `--judge-aggregation`, `--jury-on-member-failure`): present in
+ * `raw` (the process's arguments; camelCase spellings too), or holding a value other than their
+ * default in `argv`. compare and leakage refuse them without `--judge jury` instead of ignoring them.
+ */
+export function juryFlagsGiven(argv: Record<string, unknown>, raw: string[] = process.argv.slice(2)): string[] {
+  return JURY_FLAGS.filter(({ flag, key, byDefault }) => {
+    const spellings = [flag, `--${key}`];
+    if (raw.some((r) => spellings.some((s) => r === s || r.startsWith(`${s}=`)))) return true;
+    const v = argv[key];
+    return v !== undefined && v !== null && v !== byDefault;
+  }).map((f) => f.flag);
+}
+
+/** The error for jury flags given without `--judge jury` (`use`: the command; `got`: what was given instead). */
+export function juryFlagsError(use: string, flags: string[], got: string): Error {
+  return new Error(`${use}: ${flags.join(', ')} ${flags.length > 1 ? 'need' : 'needs'} --judge jury (${got}); without it they would be ignored`);
+}

@@ -250,6 +250,19 @@ describe('compare with a jury (loopback judges)', function () {
     const local = await run(juryFile('local.yaml', member('F', first) + '  - {name: here, kind: local}\n'));
     expect(local.code).to.equal(1);
     expect(local.err).to.match(/jury member here \(kind local\) cannot answer compare's question/);
+    for (const [flags, named] of [
+      [['--judges', juryFile('nojury.yaml', member('F', first))], /compare: --judges needs --judge jury \(got --judge http\)/],
+      [
+        ['--judge-aggregation', 'unanimous', '--jury-on-member-failure', 'continue'],
+        /compare: --judge-aggregation, --jury-on-member-failure need --judge jury/,
+      ],
+    ] as const) {
+      const r = await cli(['compare', '--data', ITEMS, '--plans', ...plans, '--judge-url', first.url, '--judge-model', 'F', '--progress', 'none', ...flags]);
+      expect(r.code).to.equal(1);
+      expect(r.err)
+        .to.match(named)
+        .and.not.match(/judge\.url and judge\.model/);
+    }
     const mp = await run(juryFile('two.yaml', member('F', first) + member('A', alpha)), ['--judge-aggregation', 'mean-prob']);
     expect(mp.code).to.equal(1);
     expect(mp.err).to.match(/mean-prob .* use majority or unanimous/);

@@ -174,6 +174,11 @@ describe('leakage with a jury (loopback judges)', function () {
     expect(await fail({ judge: 'jury', judges: two, judgeAggregation: 'mean-prob' })).to.match(/mean-prob .* use majority or unanimous/);
     expect(await fail({ judge: 'jury', judges: two, llm: Y.url, model: 'Y' })).to.match(/not both/);
     expect(await fail({ judge: 'jury' })).to.match(/--judge jury needs --judges/);
+    expect(await fail({ judges: two })).to.match(/leakage: --judges needs --judge jury/);
+    expect(await fail({ juryOnMemberFailure: 'continue' })).to.match(/leakage: --jury-on-member-failure needs --judge jury/);
+    const cliFlags = await cli(['leakage', '--data', data, '--judges', two, '--judge-aggregation', 'majority', '--state', state, '--progress', 'none']);
+    expect(cliFlags.code).to.equal(1);
+    expect(cliFlags.err).to.match(/leakage: --judges, --judge-aggregation need --judge jury/);
     const warnings: string[] = [];
     const one = await runLeakage(
       { data, judge: 'jury', judges: juryFile('one.yaml', member('P', P)), state, progress: 'none' },

@@ -33,7 +33,7 @@ import { checkJudge, judgeAnswersFreeForm, judgeLabel } from '../../lib/judge/ba
 import { juryRunMembers } from '../../lib/judge/jury.js';
 import { JudgeHealthError } from '../../lib/judge/types.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
-import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
+import { judgeConfigFromArgs, juryFlagsError, juryFlagsGiven, type JudgeArgs } from '../judge-options.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
 
 interface CompareArgs extends JudgeArgs {
@@ -79,6 +79,8 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     const jc = judgeConfigFromArgs(argv);
     if (!jc.cache) jc.cache = `${argv.data}.compare-cache.sqlite`;
     if (jc.kind === 'jury') return compareWithJury(argv, jc, systems, questions, left);
+    const juryFlags = juryFlagsGiven(argv as unknown as Record<string, unknown>);
+    if (juryFlags.length) throw juryFlagsError('compare', juryFlags, `got --judge ${jc.kind}`);
     await checkJudge(jc);
     const judge = new ChatJudge(jc, jc.cache);
     const orders = candidateOrders(systems.length).length;

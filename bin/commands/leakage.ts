@@ -14,7 +14,7 @@ import { auditLeakage, formatLeakage, type LeakageItem, type LeakageReport } fro
 import { formatAgreement, judgeAgreement, type AgreementReport, type AgreementUnit } from '../../lib/judge/agreement.js';
 import { checkJudge, judgeAnswersFreeForm } from '../../lib/judge/backends/index.js';
 import { aggregateVerdicts, JuryRunWatch, juryRunMembers, type JuryRunMemberHealth } from '../../lib/judge/jury.js';
-import { judgeFlagsToConfig } from '../judge-options.js';
+import { judgeFlagsToConfig, juryFlagsError, juryFlagsGiven } from '../judge-options.js';
 import { CachedLlm } from '../../lib/data/pipeline.js';
 import { readEvalItems } from '../../lib/data/schema.js';
 import { JUDGE_DEFAULTS, type JudgeConfig, type JuryAggregation, type JuryFailureRule } from '../../lib/config/judge.js';
@@ -77,6 +77,8 @@ export async function runLeakage(
   if (a.judge === 'jury') return runLeakageJury(a, items, io);
   if (a.judge !== undefined && a.judge !== null)
     throw new Error(`--judge: leakage takes --judge jury only (got ${JSON.stringify(a.judge)}); one judge is --llm URL --model NAME`);
+  const juryFlags = juryFlagsGiven(a as unknown as Record<string, unknown>);
+  if (juryFlags.length) throw juryFlagsError('leakage', juryFlags, 'got no --judge; one judge is --llm URL --model NAME');
   if (a.llm && !a.model) throw new Error('--llm needs --model');
   let state: PipelineState | undefined;
   let llm: CachedLlm | undefined;
