@@ -80,9 +80,13 @@ describe('train: phase seconds in every step line and the progress line', functi
     ]);
     const log = r.out + r.err;
     expect(r.code, log).to.equal(0);
-    const lines = readLines(out);
+    const all = readLines(out);
+    // Each checkpoint written beside the next step adds one row once committed (global 2 and 5; the
+    // final one is written in the step); the rest is one line per step and one per validation.
+    const ckRows = all.filter((l) => 'checkpointWriteSeconds' in l);
+    expect(ckRows.map((l) => l.globalStep)).to.deep.equal([2, 5]);
+    const lines = all.filter((l) => !('checkpointWriteSeconds' in l));
     const steps = lines.filter((l) => typeof l.loss === 'number');
-    // One line per step and one per validation, nothing else: the checkpoint adds no line.
     expect(steps.map((l) => `${l.stage}:${l.globalStep}`)).to.deep.equal(['opsd:1', 'opsd:2', 'opsd:3', 'grpo:4', 'grpo:5', 'grpo:6']);
     const val = lines.filter((l) => 'validation' in l);
     expect(val.map((l) => l.globalStep)).to.deep.equal([3, 6]);
@@ -253,12 +257,59 @@ describe('train: phase seconds in every step line and the progress line', functi
       } catch (e) {
         err = e;
       }
-      expect((err as Error)?.message).to.equal('disk full');
+      // What failed, the checkpoint that stands and the resume command.
+      expect((err as Error)?.message).to.equal(
+        `the final checkpoint failed: disk full\nthe last complete checkpoint stands: ${join(runDir, 'checkpoints', 'step-000002')}\nresume with: papergym-native train --resume ${runDir}`,
+      );
       const steps = readLines(runDir);
       expect(steps.map((l) => l.globalStep)).to.deep.equal([1, 2, 3, 4]);
       for (const l of steps) checkStepLine(l, SFT_PHASES);
       expect(steps[3]!.phaseSeconds!.checkpoint).to.be.greaterThan(0);
       expect(resolveCheckpoint(runDir).state.globalStep).to.equal(2);
+    });
+
+    it('a checkpoint written beside the next step that fails stops the run at the next step, naming the checkpoint that stands and the resume command', async () => {
+      for (const [failAt, stands] of [
+        [1, undefined],
+        [2, 'step-000002'],
+      ] as const) {
+        const runDir = join(tmp, `failing-beside-${failAt}`);
+        const seen: string[] = [];
+        let err: unknown;
+        try {
+          await new Trainer(sftCfg(8, 2), {
+            backend: fakeBackend({
+              capture: true,
+              onSave: async (call) => {
+                await slowSave();
+                if (call === failAt) throw new Error('disk full');
+              },
+            }),
+            items,
+            reward,
+            advantages,
+            runDir,
+            log: (l) => void seen.push(l),
+          }).run();
+        } catch (e) {
+          err = e;
+        }
+        const msg = (err as Error)?.message ?? '';
+        expect(msg, msg).to.match(/^the checkpoint written beside the next step failed: disk full\n/);
+        if (stands)
+          expect(msg).to.contain(
+            `the last complete checkpoint stands: ${join(runDir, 'checkpoints', stands)}\nresume with: papergym-native train --resume ${runDir}`,
+          );
+        else expect(msg).to.contain('no checkpoint of this run is complete: run it again');
+        // The step lines up to the one in flight when the failure was seen are written; the
+        // background checkpoints that completed were committed (a row each) and logged.
+        const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l) as Line & { checkpointWriteSeconds?: number });
+        expect(rows.filter((r) => typeof r.checkpointWriteSeconds === 'number').map((r) => r.globalStep)).to.deep.equal(failAt === 1 ? [] : [2]);
+        expect(seen.filter((l) => /written beside the next step/.test(l))).to.have.length(failAt - 1);
+      }
     });
 
     it("a checkpoint whose step line cannot be written is not committed (no committed checkpoint lacks its step's line)", async () => {

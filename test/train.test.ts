@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
 import { runTraining, ensureDefaultModel } from '../lib/train/run.js';
-import { resolveCheckpoint } from '../lib/train/checkpoint.js';
+import { cleanCheckpointTemps, resolveCheckpoint, writeFinalDir } from '../lib/train/checkpoint.js';
 import { sampleDatasetPath } from '../lib/data/schema.js';
 import { Policy, generate } from '../lib/model/policy.js';
 import { NativeBackend } from '../lib/train/native-backend.js';
@@ -116,6 +116,36 @@ describe('train (embedded tiny model)', function () {
     expect(second.out).to.match(/removed 1 leftover/);
     expect(resolveCheckpoint(dir).state.globalStep).to.equal(6);
     expect(maxAbsDiff(adapterOf(join(dir, 'final')), adapterOf(join(uninterrupted, 'final')))).to.be.at.most(1e-6);
+  });
+
+  it('final/ is written whole or not at all: a finished run whose final/ was cut short is rewritten from its last checkpoint by --resume; a complete one is left alone', async () => {
+    const dir = join(tmp, 'final-cut');
+    cpSync(uninterrupted, dir, { recursive: true });
+    const ck = resolveCheckpoint(dir);
+    const files = Object.keys(ck.state.files ?? {}).filter((f) => f !== 'trainer_state.json');
+    expect(files).to.include.members(['adapter_model.safetensors', 'adapter_config.json', 'optimizer.safetensors']);
+    // final/ holds the state of the final checkpoint, byte for byte.
+    for (const f of files) expect(readFileSync(join(dir, 'final', f)).equals(readFileSync(join(ck.dir, f))), f).to.equal(true);
+    // A failed write leaves the old final/ as it was and no temp dir behind.
+    const before = readFileSync(join(dir, 'final', 'adapter_model.safetensors'));
+    let err: Error | undefined;
+    await writeFinalDir(dir, async (t) => {
+      writeFileSync(join(t, 'adapter_model.safetensors'), 'partial');
+      throw new Error('disk full');
+    }).catch((e: Error) => (err = e));
+    expect(err?.message).to.equal('disk full');
+    expect(readFileSync(join(dir, 'final', 'adapter_model.safetensors')).equals(before)).to.equal(true);
+    await cleanCheckpointTemps(dir);
+    expect(readdirSync(dir).filter((n) => n.startsWith('.final-'))).to.deep.equal([]);
+    // Cut short (as a disk that filled up left it before final/ was written atomically).
+    rmSync(join(dir, 'final', 'optimizer.safetensors'));
+    const r = await run(['train', '--resume', dir]);
+    expect(r.code, r.out).to.equal(0);
+    expect(r.out).to.match(/final was missing or incomplete: rewritten from .*step-000006/);
+    for (const f of files) expect(readFileSync(join(dir, 'final', f)).equals(readFileSync(join(ck.dir, f))), f).to.equal(true);
+    const again = await run(['train', '--resume', dir]);
+    expect(again.code).to.not.equal(0);
+    expect(again.out).to.match(/the run already finished/);
   });
 
   it('resumes exactly after the process is killed mid-run', async () => {

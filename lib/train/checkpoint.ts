@@ -138,7 +138,13 @@ export async function writeCheckpoint(
   const tmpName = `.tmp-${name}-${process.pid}`;
   const tmp = join(root, tmpName);
   await rm(tmp, { recursive: true, force: true });
-  await mkdir(tmp, { recursive: true });
+  // Not recursive: `root` exists, and a recursive mkdir reports a read-only file system as ENOENT.
+  await mkdir(tmp).catch((e: NodeJS.ErrnoException) => {
+    throw new Error(
+      `${root}: cannot create the checkpoint's temp dir (${e.code ?? ''}${e.code === 'EROFS' ? ': read-only file system' : e.code === 'EACCES' ? ': permission denied' : ''}: ${e.message})`,
+      { cause: e },
+    );
+  });
   await writeTensors(tmp);
   faultPoint('after-tensors');
   const files: Record<string, number> = {};
@@ -177,6 +183,48 @@ export async function writeCheckpoint(
 }
 
 /**
+ * Writes `<runDir>/final` (the trained adapter, optimizer state and snapshots) so that it is
+ * either complete or as it was: `writeTensors` fills a temp dir beside it (`.final-tmp-<pid>`),
+ * which is synced and renamed in place of the old `final` (moved aside first, then removed).
+ * Throws naming the path; a kill leaves `final` complete or absent, never half-written
+ * ({@link finalDirComplete} tells, and `--resume` of a finished run rewrites it from `latest`).
+ */
+export async function writeFinalDir(runDir: string, writeTensors: (dir: string) => Promise<void>): Promise<string> {
+  const final = join(runDir, 'final');
+  const tmp = join(runDir, `.final-tmp-${process.pid}`);
+  const old = join(runDir, `.final-old-${process.pid}`);
+  await rm(tmp, { recursive: true, force: true });
+  await mkdir(tmp);
+  await writeTensors(tmp);
+  for (const f of await readdir(tmp)) await fsyncPath(join(tmp, f), false);
+  await fsyncPath(tmp, true);
+  await rm(old, { recursive: true, force: true });
+  if (existsSync(final)) await rename(final, old);
+  await rename(tmp, final);
+  await fsyncPath(runDir, true);
+  await rm(old, { recursive: true, force: true });
+  return final;
+}
+
+/**
+ * Whether `<runDir>/final` holds every file of checkpoint `ck` (its trainer_state.json `files`,
+ * that file itself excepted) with the same sizes: the final state a finished run writes next to its
+ * last checkpoint. False when `final` is missing or was cut short (a write that failed before
+ * {@link writeFinalDir} existed, or a disk that filled up).
+ */
+export function finalDirComplete(runDir: string, ck: { state: TrainerState }): boolean {
+  const files = Object.entries(ck.state.files ?? {}).filter(([f]) => f !== 'trainer_state.json');
+  if (!files.length) return existsSync(join(runDir, 'final', 'adapter_model.safetensors'));
+  return files.every(([f, size]) => {
+    try {
+      return statSync(join(runDir, 'final', f)).size === size;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
  * Removes what killed checkpoint writes left in `<runDir>/checkpoints`: `.tmp-*` dirs and
  * `.latest-*` files, except the entry `latest` names (a rewrite killed after switching `latest` to
  * its complete temp dir: that one is the run's checkpoint). Call it at the start of a run, with the
@@ -184,11 +232,14 @@ export async function writeCheckpoint(
  */
 export async function cleanCheckpointTemps(runDir: string): Promise<string[]> {
   const root = join(runDir, 'checkpoints');
-  if (!existsSync(root)) return [];
+  // A killed writeFinalDir's temp dirs (final/ itself is complete or absent).
+  const finals = existsSync(runDir) ? (await readdir(runDir)).filter((n) => /^\.final-(tmp|old)-\d+$/.test(n)) : [];
+  for (const n of finals) await rm(join(runDir, n), { recursive: true, force: true });
+  if (!existsSync(root)) return finals;
   const keep = latestName(root);
   const gone = (await readdir(root)).filter((n) => TEMP_NAME.test(n) && n !== keep);
   for (const n of gone) await rm(join(root, n), { recursive: true, force: true });
-  return gone;
+  return [...finals, ...gone];
 }
 
 /**

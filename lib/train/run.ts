@@ -5,6 +5,7 @@
  * checkpoint, then exit), print the summary table.
  */
 import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
+import { copyFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { cudaAvailable, native } from '../native.js';
 import {
@@ -34,7 +35,7 @@ import { judgeDefaults } from '../config/judge.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
-import { resolveCheckpoint, cleanCheckpointTemps, checkResumeCheckpoint, type TrainerState } from './checkpoint.js';
+import { resolveCheckpoint, cleanCheckpointTemps, checkResumeCheckpoint, finalDirComplete, writeFinalDir, type TrainerState } from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
 import { checkModelConfigSizes, checkRowLengths, invalidUtf8Lines } from './input-checks.js';
 import { inputError } from '../errors.js';
@@ -215,6 +216,35 @@ function timestamp(): string {
   return new Date().toISOString().replace(/[:.]/g, '-').replace('Z', '');
 }
 
+/**
+ * `--resume` of a finished run whose `final/` is incomplete: under the run lock, `final/` is
+ * rewritten atomically from the checkpoint (the same state: the final checkpoint and `final/` are
+ * written one after the other), without loading the model. Resolves with the run's summary.
+ */
+async function repairFinal(ck: ReturnType<typeof resolveCheckpoint>, log: (l: string) => void): Promise<TrainSummary> {
+  const lock = acquireLock(join(ck.runDir, RUN_LOCK), `run dir ${ck.runDir}`);
+  try {
+    await writeFinalDir(ck.runDir, async (tmp) => {
+      for (const f of Object.keys(ck.state.files ?? {}).filter((n) => n !== 'trainer_state.json')) await copyFile(join(ck.dir, f), join(tmp, f));
+    });
+    log(`resume: the run had finished, but ${join(ck.runDir, 'final')} was missing or incomplete: rewritten from ${ck.dir}`);
+    const summaryPath = join(ck.runDir, 'summary.json');
+    const summary: TrainSummary = existsSync(summaryPath)
+      ? (JSON.parse(readFileSync(summaryPath, 'utf8')) as TrainSummary)
+      : {
+          runDir: ck.runDir,
+          stages: (ck.state.summary as TrainSummary['stages'] | undefined) ?? [],
+          globalStep: ck.state.globalStep,
+          interrupted: false,
+          wallSeconds: ck.state.wallSeconds,
+        };
+    if (!existsSync(summaryPath)) writeFileSync(summaryPath, JSON.stringify(summary, null, 2));
+    return summary;
+  } finally {
+    lock.release();
+  }
+}
+
 /** Runs training; resolves with the summary (interrupted = stopped by SIGINT after a checkpoint). */
 export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
@@ -248,6 +278,10 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
         if (getPath(saved, key) === undefined) setPath(saved as unknown as Record<string, unknown>, key, getPath(trainDefaults(), key));
       }
     }
+    // A finished run whose final/ is missing or cut short (a disk that filled up while it was
+    // written): the last checkpoint holds the same state, so final/ is rewritten from it.
+    const extendsRun = leafKeys(o.flags ?? {}).some((k) => k.endsWith('.steps'));
+    if (resume.state.stageIndex >= saved.stages.length && !extendsRun && !finalDirComplete(resume.runDir, resume)) return repairFinal(resume, log);
     const r = applyResumeFlags(saved, resume.state, o.flags, resume.runDir);
     cfg = r.config;
     resume = { ...resume, state: r.state };

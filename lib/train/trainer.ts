@@ -19,7 +19,7 @@ import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
 import type { CapturedState, TrainBackend, SamplingOptions } from './backend.js';
-import { writeCheckpoint, type TrainerState } from './checkpoint.js';
+import { resolveCheckpoint, writeCheckpoint, writeFinalDir, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
@@ -540,8 +540,25 @@ export class Trainer {
     try {
       await w.done;
     } catch (e) {
-      throw new Error(`checkpoint written beside the next step failed: ${(e as Error)?.message ?? String(e)}`, { cause: e });
+      throw this.checkpointStopped(e, 'the checkpoint written beside the next step');
     }
+  }
+
+  /**
+   * The error that ends a run whose checkpoint could not be written: what failed (the file and
+   * errno are in `e`), the last complete checkpoint, which stands, and the resume command.
+   */
+  private checkpointStopped(e: unknown, what: string): TrainingStoppedError {
+    if (e instanceof TrainingStoppedError) return e;
+    const resumeCommand = `papergym-native train --resume ${this.deps.runDir}`;
+    let last: string | undefined;
+    try {
+      last = resolveCheckpoint(this.deps.runDir).dir;
+    } catch {
+      last = undefined;
+    }
+    const next = last ? `the last complete checkpoint stands: ${last}\nresume with: ${resumeCommand}` : 'no checkpoint of this run is complete: run it again';
+    return new TrainingStoppedError(`${what} failed: ${(e as Error)?.message ?? String(e)}\n${next}`, last, resumeCommand, { cause: e });
   }
 
   /**
@@ -680,8 +697,18 @@ export class Trainer {
       if (this.state.stageIndex === this.cfg.stages.length - 1) break;
     }
     this.state.stageIndex = this.cfg.stages.length;
-    await this.checkpoint();
-    if (this.dist.isMain) await this.deps.backend.saveState(join(this.deps.runDir, 'final'));
+    try {
+      await this.checkpoint();
+    } catch (e) {
+      throw this.checkpointStopped(e, 'the final checkpoint');
+    }
+    // final/ is written whole or not at all (a temp dir renamed in); --resume rewrites a missing one from the checkpoint.
+    if (this.dist.isMain)
+      try {
+        await writeFinalDir(this.deps.runDir, (dir) => this.deps.backend.saveState(dir));
+      } catch (e) {
+        throw this.checkpointStopped(e, `writing ${join(this.deps.runDir, 'final')} (the run's checkpoint is complete: --resume rewrites final/ from it)`);
+      }
     return this.finish(false);
   }
 
@@ -908,7 +935,11 @@ export class Trainer {
     if (!runEnds && this.cfg.checkpoint.every > 0 && this.state.stageStep % this.cfg.checkpoint.every === 0) {
       // Beside the next step, unless the run stops here (then the checkpoint below waits).
       const stopping = this.dist.worldSize > 1 ? this.stopAgreed : this.stopRequested;
-      await this.checkpoint({ wait: stopping });
+      try {
+        await this.checkpoint({ wait: stopping });
+      } catch (e) {
+        throw this.checkpointStopped(e, `the checkpoint after ${s.stage} step ${this.state.stageStep}`);
+      }
       saved = true;
     }
     // Every rank stops at the same step (agreed at the end of the step: recordStep).

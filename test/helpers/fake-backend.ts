@@ -12,12 +12,21 @@ export interface FakeBackendOptions {
   sftLoss?: number;
   /** Called at each saveState with its 1-based call count; throw to fail that checkpoint. */
   onSave?: (call: number, dir: string) => void | Promise<void>;
+  /** Give the backend captureState (its save is saveState's write, onSave included): checkpoints go beside the next step. */
+  capture?: boolean;
 }
 
 export function fakeBackend(opts: FakeBackendOptions = {}): TrainBackend & { saved: string[] } {
   const saved: string[] = [];
+  const saveState = async (dir: string) => {
+    await opts.onSave?.(saved.length + 1, dir);
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'adapter.txt'), 'x');
+    saved.push(dir);
+  };
   return {
     saved,
+    ...(opts.capture ? { captureState: async () => ({ bytes: 1, save: saveState, release: () => {} }) } : {}),
     promptIds: async (m) => [1, 2, m[m.length - 1]!.content.length % 7],
     answerIds: async () => [3, 4],
     generate: async (prompts, o) =>
@@ -39,12 +48,7 @@ export function fakeBackend(opts: FakeBackendOptions = {}): TrainBackend & { sav
     resetOptimizer: () => {},
     snapshotAdapter: () => {},
     emaUpdate: () => {},
-    saveState: async (dir) => {
-      await opts.onSave?.(saved.length + 1, dir);
-      mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, 'adapter.txt'), 'x');
-      saved.push(dir);
-    },
+    saveState,
     loadState: async () => {},
     seedStep: () => {},
     memory: () => ({}),
