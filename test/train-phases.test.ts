@@ -268,6 +268,24 @@ describe('train: phase seconds in every step line and the progress line', functi
       expect(resolveCheckpoint(runDir).state.globalStep).to.equal(2);
     });
 
+    it('a checkpoint written beside the next step holds the trainer state of its own step, though later steps ran while it was written', async () => {
+      const runDir = join(tmp, 'beside-state');
+      // Each write takes 60 ms; a step takes a few ms: several steps run during each write.
+      await new Trainer(sftCfg(9, 3), {
+        backend: fakeBackend({ capture: true, onSave: () => new Promise<void>((r) => setTimeout(r, 60)) }),
+        items,
+        reward,
+        advantages,
+        runDir,
+        log: () => {},
+      }).run();
+      for (const step of [3, 6]) {
+        const st = JSON.parse(readFileSync(join(runDir, 'checkpoints', `step-00000${step}`, 'trainer_state.json'), 'utf8')) as TrainerState;
+        expect([st.stageStep, st.globalStep]).to.deep.equal([step, step]);
+        expect((st.summary as { steps: number }[])[0]!.steps, `summary of step ${step}`).to.equal(step);
+      }
+    });
+
     it('a checkpoint written beside the next step that fails stops the run at the next step, naming the checkpoint that stands and the resume command', async () => {
       for (const [failAt, stands] of [
         [1, undefined],

@@ -591,7 +591,9 @@ export class Trainer {
         const captured = await backend.captureState();
         const captureSeconds = (performance.now() - t0) / 1000;
         flush();
-        this.startBackgroundWrite({ ...this.state }, captured, captureSeconds, saveTotalLimit);
+        // A deep copy: the next step updates the summary rows and the validation list in place
+        // while trainer_state.json is still to be written.
+        this.startBackgroundWrite(structuredClone(this.state), captured, captureSeconds, saveTotalLimit);
         return '';
       }
       dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => backend.saveState(tmp), { saveTotalLimit, beforeCommit: flush });
