@@ -202,6 +202,35 @@ describe('compare with a jury (loopback judges)', function () {
     }
   });
 
+  it('continue: a member that always fails is asked once per judgement (maxRetries 0) and nothing after it is left out; its stats match the server', async () => {
+    const dead = await startFakeLlm({
+      respond: (r) => (isJudge(r) ? 'Best: 3' : 'Yes'),
+      fault: (r) => (isJudge(r) ? { kind: 'status', status: 500 } : undefined),
+    });
+    try {
+      // 18 judgements, maxNullRate 0.5: left out at its 10th null answer.
+      for (const concurrency of [1, 4]) {
+        const judges = juryFile(`dead${concurrency}.yaml`, member('F', first) + member('A', alpha) + member('D', dead, `, concurrency: ${concurrency}`));
+        const report = join(tmp, `dead${concurrency}.json`);
+        const before = dead.log.filter(isJudge).length;
+        const r = await run(judges, ['--report', report, '--jury-on-member-failure', 'continue']);
+        expect(r.code, r.err).to.equal(0);
+        const sent = dead.log.filter(isJudge).length - before;
+        const rep = JSON.parse(readFileSync(report, 'utf8'));
+        expect(rep.jury.members.D.health).to.include({ answers: 10, failed: 10, unreadable: 0 });
+        expect(rep.jury.members.D.health.leftOut).to.match(/10 of its 18 answers null \(10 failed requests/);
+        // Only the requests already in flight when it was left out may still go out.
+        if (concurrency === 1) expect(sent).to.equal(10);
+        else expect(sent).to.be.within(10, 10 + concurrency - 1);
+        expect(rep.judgeStats.D.requests, 'requests as the server counted them').to.equal(sent);
+        expect(rep.judgeStats.D.failures + rep.judgeStats.D.aborted).to.equal(sent);
+        expect(r.err).to.match(new RegExp(`judge D \\(D@[^)]+\\): \\{"requests":${sent},`));
+      }
+    } finally {
+      await dead.close();
+    }
+  });
+
   it('sends the members’ requests concurrently', async () => {
     const arrivals: Record<string, number[]> = { x: [], y: [] };
     const slow = await Promise.all(

@@ -136,6 +136,31 @@ describe('leakage with a jury (loopback judges)', function () {
     }
   });
 
+  it('continue: a member that always fails is asked nothing after it is left out (only requests in flight may still go out)', async () => {
+    const dead = await startFakeLlm({
+      respond: judgeBy(() => true),
+      fault: (r) => (criterion(r) !== null ? { kind: 'status', status: 500 } : undefined),
+    });
+    try {
+      // 8 rubric items, maxNullRate 0.5: left out at its 5th failed call.
+      for (const concurrency of [1, 3]) {
+        const judges = juryFile(`dead${concurrency}.yaml`, member('Y', Y) + member('P', P) + member('D', dead, `, concurrency: ${concurrency}`));
+        const before = leakageCalls(dead);
+        const rep = await runLeakage(
+          { data, judge: 'jury', judges, state: join(tmp, `dead${concurrency}.sqlite`), progress: 'none', juryOnMemberFailure: 'continue' },
+          { onWarning: () => undefined },
+        );
+        const sent = leakageCalls(dead) - before;
+        expect(rep.jury!.members.D!.health).to.include({ answers: 5, failed: 5 });
+        if (concurrency === 1) expect(sent).to.equal(5);
+        else expect(sent).to.be.within(5, 5 + concurrency - 1);
+        expect(rep.judge!.overall.n).to.equal(8);
+      }
+    } finally {
+      await dead.close();
+    }
+  });
+
   it('sends the members’ requests concurrently', async () => {
     const arrivals: Record<string, number[]> = { x: [], y: [] };
     const slow = await Promise.all(

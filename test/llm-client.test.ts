@@ -160,6 +160,20 @@ describe('llm client against the fake server', function () {
       .catch((x) => x);
     expect(e).to.be.instanceOf(LlmAbortError);
   });
+
+  it('a call aborted while it waits for a slot is never sent and not counted as a request', async () => {
+    srv = await startFakeLlm({ latencyMs: 150, respond: () => 'x' });
+    const c = client({ concurrency: 1 });
+    const ac = new AbortController();
+    const first = c.chat({ messages: msgs('first') });
+    const second = c.chat({ messages: msgs('second'), signal: ac.signal }).catch((x) => x);
+    // Aborted while the first request holds the only slot.
+    setTimeout(() => ac.abort(), 50);
+    expect((await first).content).to.equal('x');
+    expect(await second).to.be.instanceOf(LlmAbortError);
+    expect(srv.log.length).to.equal(1);
+    expect(c.stats().requests).to.equal(1);
+  });
 });
 
 import { inspect } from 'node:util';

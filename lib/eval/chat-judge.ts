@@ -10,6 +10,7 @@ import type { JudgeConfig } from '../config/judge.js';
 import { judgeAnswersFreeForm } from '../judge/backends/index.js';
 import { JudgeCache, requestHash } from '../judge/cache.js';
 import type { PromptTemplate } from '../judge/verdict.js';
+import pLimit, { type LimitFunction } from 'p-limit';
 import { LlmAbortError, LlmClient, LlmLengthError } from '../llm/client.js';
 import type { ChatMessage } from '../llm/messages.js';
 
@@ -22,9 +23,14 @@ export interface ChatAnswer {
 
 /** Counters of a {@link ChatJudge}. */
 export interface ChatJudgeStats {
+  /** HTTP requests sent to the endpoint (the client's retries included): what the server counts. */
   requests: number;
+  /** Answers served from the cache (no request). */
   cacheHits: number;
+  /** Questions whose request failed after the client's retries (answered `content: null`). */
   failures: number;
+  /** Questions cut off by an abort (a jury member left out or stopped, Ctrl-C): sent or not, no answer. */
+  aborted: number;
   promptTokens: number;
   completionTokens: number;
 }
@@ -44,7 +50,8 @@ export class ChatJudge {
   readonly name: string;
   private readonly client: LlmClient;
   private readonly cache: JudgeCache;
-  private readonly counters: ChatJudgeStats = { requests: 0, cacheHits: 0, failures: 0, promptTokens: 0, completionTokens: 0 };
+  private readonly counters: Omit<ChatJudgeStats, 'requests'> = { cacheHits: 0, failures: 0, aborted: 0, promptTokens: 0, completionTokens: 0 };
+  private readonly slots: LimitFunction;
   /** Told of every call (set by the command for its progress display). */
   observer?: ChatJudgeObserver;
 
@@ -70,11 +77,23 @@ export class ChatJudge {
       fetch: opts.fetch,
     });
     this.cache = new JudgeCache(cachePath);
+    this.slots = pLimit(Math.max(1, c.concurrency));
   }
 
-  /** Requests on the wire / waiting for a slot (for the progress display). */
+  /** Requests on the wire / waiting for a slot, {@link slot}'s waiting work included (for the progress display). */
   load(): { active: number; queued: number } {
-    return this.client.load();
+    const l = this.client.load();
+    return { active: l.active, queued: l.queued + this.slots.pendingCount };
+  }
+
+  /**
+   * Runs `fn` (its questions and what is done with their answers) in one of the judge's
+   * `concurrency` slots. Work waiting for a slot starts only after the work before it has finished,
+   * bookkeeping included — so a check at its start sees every answer before it (a jury member
+   * declared failed is asked nothing more: lib/eval/compare.ts compareSystemsWithJury).
+   */
+  slot<T>(fn: () => Promise<T>): Promise<T> {
+    return this.slots(fn);
   }
 
   /**
@@ -89,7 +108,6 @@ export class ChatJudge {
       this.observer?.call(true);
       return { content: hit.content, cached: true };
     }
-    this.counters.requests++;
     this.observer?.callStart();
     try {
       const r = await this.client.chat({
@@ -106,6 +124,7 @@ export class ChatJudge {
       return { content: r.content, cached: false };
     } catch (e) {
       if (e instanceof LlmAbortError || o.signal?.aborted) {
+        this.counters.aborted++;
         this.observer?.callEnd({ aborted: true });
         throw e;
       }
@@ -124,7 +143,7 @@ export class ChatJudge {
   }
 
   stats(): ChatJudgeStats {
-    return { ...this.counters };
+    return { requests: this.client.stats().requests, ...this.counters };
   }
 
   close(): void {

@@ -361,7 +361,10 @@ function compareContent(prompt: Prompt, question: string, plans: string[], rende
   return render(prompt.template, { question, candidates, count: String(plans.length) });
 }
 
-/** Asks one judge; a reply that names no candidate is retried once as a new question (attempt 1). */
+/**
+ * Asks one judge; a reply that names no candidate is retried once as a new question (attempt 1).
+ * A failed request is not asked again here: the client's `maxRetries` are its retries.
+ */
 async function askPick(judge: ChatJudge, prompt: Prompt, content: string, n: number, maxTokens: number, signal?: AbortSignal): Promise<Pick> {
   let pick: number | 'tie' | null = null;
   let raw = '';
@@ -373,6 +376,7 @@ async function askPick(judge: ChatJudge, prompt: Prompt, content: string, n: num
     error = a.content === null;
     raw = a.content ?? a.error ?? '';
     pick = a.content === null ? null : parsePreference(a.content, n);
+    if (error) break;
   }
   return { pick, raw, error, cached };
 }
@@ -380,7 +384,8 @@ async function askPick(judge: ChatJudge, prompt: Prompt, content: string, n: num
 /**
  * Asks `judge` (a {@link ChatJudge}: cached, concurrent) for the best plan of every question under
  * every candidate order of {@link candidateOrders}; a reply that names no candidate is retried
- * once as a new question, then counted unreadable. Resolves with one judgement per (question, order).
+ * once as a new question, then counted unreadable (a failed request is not: it failed after the
+ * client's `maxRetries`). Resolves with one judgement per (question, order).
  */
 export async function compareSystems(o: {
   questions: { id: string; question: string }[];
@@ -453,7 +458,9 @@ export interface JuryComparison {
  * `unanimous`: the choice when every voting member made it, else a tie; no readable member → the
  * judgement is unreadable (`error` when every member's request failed). Member failure follows
  * {@link JuryRunWatch} (`stop` rejects naming the member, `continue` leaves it out of the whole run,
- * named): the jury's choices are formed once the run is done, so a member left out votes in none.
+ * named; each member's work runs in its judge's slots ({@link ChatJudge.slot}), so once a member is
+ * left out, or the run stops, none of its work still waiting for a slot sends anything; requests
+ * already in flight are aborted): the jury's choices are formed once the run is done, so a member left out votes in none.
  * @throws JudgeHealthError (member failure under stop; every member left out); the abort error
  */
 export async function compareSystemsWithJury(o: {
@@ -491,26 +498,30 @@ export async function compareSystemsWithJury(o: {
         renderTemplate,
       );
       let cached = true;
+      // Each member's work runs in its judge's slots (ChatJudge.slot): work waiting for a slot starts
+      // after the answers before it are recorded, so a member left out (or a stop) sends nothing more.
       const members = await Promise.all(
-        o.members.map(async (m): Promise<Judgement | null> => {
-          if (!watch.active(m.name) || ac.signal.aborted) return null;
-          let a: Pick;
-          try {
-            a = await askPick(m.judge, prompt, content, n, o.maxTokens ?? 512, signals.get(m.name));
-          } catch (e) {
-            if (!watch.active(m.name)) return null;
-            throw e;
-          }
-          cached &&= a.cached;
-          try {
-            watch.record(m.name, a.error ? 'failed' : a.pick === null ? 'unreadable' : 'ok', a.error ? a.raw : undefined);
-          } catch (e) {
-            failure ??= e;
-            ac.abort(e);
-          }
-          if (!watch.active(m.name)) own.get(m.name)!.abort();
-          return judgementOf(q.id, order, a, o.keepRaw);
-        }),
+        o.members.map((m) =>
+          m.judge.slot(async (): Promise<Judgement | null> => {
+            if (!watch.active(m.name) || ac.signal.aborted) return null;
+            let a: Pick;
+            try {
+              a = await askPick(m.judge, prompt, content, n, o.maxTokens ?? 512, signals.get(m.name));
+            } catch (e) {
+              if (!watch.active(m.name)) return null;
+              throw e;
+            }
+            cached &&= a.cached;
+            try {
+              watch.record(m.name, a.error ? 'failed' : a.pick === null ? 'unreadable' : 'ok', a.error ? a.raw : undefined);
+            } catch (e) {
+              failure ??= e;
+              ac.abort(e);
+            }
+            if (!watch.active(m.name)) own.get(m.name)!.abort();
+            return judgementOf(q.id, order, a, o.keepRaw);
+          }),
+        ),
       );
       o.onJudgement?.({ questionId: q.id, order }, cached);
       return { questionId: q.id, order, members };

@@ -565,6 +565,8 @@ export class LlmClient {
   }
 
   private async attempt(payload: string, attempt: number, signal?: AbortSignal): Promise<Omit<ChatResult, 'attempts' | 'model'>> {
+    // Aborted while it waited for a slot: never sent, so not counted as a request.
+    if (signal?.aborted) throw new LlmAbortError();
     const timeout = AbortSignal.timeout(this.opts.timeoutMs);
     const sig = signal ? AbortSignal.any([signal, timeout]) : timeout;
     const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json', ...this.options.headers };
