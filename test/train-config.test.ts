@@ -28,6 +28,14 @@ describe('train config', () => {
     expect(() => resolveConfig({ flags: { stages: ['opsd', 'ppo' as never] } })).to.throw(/stages \(--stages\): unknown item "ppo"/);
     expect(() => resolveConfig({ flags: { sampling: { topP: 1.5 } as never } })).to.throw(/topP/);
     expect(() => resolveConfig({ flags: { judge: { kind: 'http' } as never } })).to.throw(/judge\.url/);
+    // A section given as a scalar or a list is named as such; an empty one sets nothing.
+    writeFileSync(file, 'checkpoint: true\n');
+    expect(() => resolveConfig({ file })).to.throw(/bad\.yaml: checkpoint must be a mapping of its keys \(every, saveTotalLimit, background\), got true/);
+    writeFileSync(file, 'lora: [1, 2]\n');
+    expect(() => resolveConfig({ file })).to.throw(/bad\.yaml: lora must be a mapping/);
+    writeFileSync(file, 'checkpoint:\n  # every: 10\nseed: 3\n');
+    const c = resolveConfig({ file });
+    expect([c.checkpoint.every, c.checkpoint.background, c.seed]).to.deep.equal([DEFAULTS.checkpoint.every, true, 3]);
   });
   it('returns a config of its own: changing one (the memory plan, out-of-memory recovery, the judge-overlap fallback do) leaves the defaults, presets and later configs alone', () => {
     const fresh = JSON.stringify(resolveConfig({ preset: 'qwen3-1.7b' }));

@@ -202,6 +202,15 @@ function checkKeys(o: Record<string, unknown>, ref: Record<string, unknown>, fil
   for (const [k, v] of Object.entries(o)) {
     if (!(k in ref)) throw new Error(`config ${file}: unknown key ${prefix}${k}`);
     const r = ref[k];
+    const section = r !== null && typeof r === 'object' && !Array.isArray(r);
+    // A section (checkpoint:, judge:, …) given as a scalar or a list: say so, not "must be set" for each of its keys.
+    // An empty section (`checkpoint:` with its keys commented out) sets nothing.
+    if (section && v === null) {
+      delete o[k];
+      continue;
+    }
+    if (section && (typeof v !== 'object' || Array.isArray(v)))
+      throw new Error(`config ${file}: ${prefix}${k} must be a mapping of its keys (${Object.keys(r as object).join(', ')}), got ${JSON.stringify(v)}`);
     if (v && typeof v === 'object' && !Array.isArray(v) && r && typeof r === 'object' && !Array.isArray(r)) {
       checkKeys(v as Record<string, unknown>, r as Record<string, unknown>, file, `${prefix}${k}.`);
     }

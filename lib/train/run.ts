@@ -517,7 +517,7 @@ async function trainLocked(
       }
     };
     log(
-      `run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.join(' -> ')}`,
+      `run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.map((st) => `${st}${stageOf(st).steps(cfg) === 0 ? ' (0 steps: skipped)' : ''}`).join(' -> ')}`,
     );
     const reportPath = join(runDir, 'report.html');
     // Checkpoint-time reports draw SVG only (rasterising every plot takes ~0.3 s each); the report
