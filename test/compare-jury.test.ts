@@ -300,6 +300,7 @@ describe('compare with a jury (loopback judges)', function () {
     expect(one.err).to.match(/warning: judge.judges \(--judges\) has one judge: a jury of one/);
     expect(one.out)
       .to.match(/alpha: 100\.0%/)
+      .and.match(/jury \(majority; 1 member\):/)
       .and.match(/judge agreement: n\/a \(fewer than two members voting\)/);
   });
 });

@@ -88,6 +88,29 @@ describe('judge-agreement CLI (loopback judges)', function () {
       .and.match(/parity vs labels: agree 1\.000/);
   });
 
+  it('an empty or blank labels file is named in a warning (no labels), not taken silently', async () => {
+    for (const [name, text] of [
+      ['empty-labels.jsonl', ''],
+      ['blank-labels.jsonl', '\n  \n'],
+    ] as const) {
+      writeFileSync(join(dir, name), text);
+      const r = await cli([
+        'judge-agreement',
+        '--data',
+        DATA,
+        '--plans',
+        join(dir, 'plans.jsonl'),
+        '--judges',
+        join(dir, 'judges.yaml'),
+        '--labels',
+        join(dir, name),
+      ]);
+      expect(r.code, r.err).to.equal(0);
+      expect(r.err).to.include(`warning: labels file ${join(dir, name)} has no labels`);
+      expect(r.out).to.not.match(/vs labels/);
+    }
+  });
+
   it('a labels file naming an unknown rubric item or plan is a clear error (file and line)', async () => {
     writeFileSync(join(dir, 'bad-labels.jsonl'), JSON.stringify({ questionId: readDataset(DATA).items[0].id, itemId: 'no-such-item', label: true }) + '\n');
     const r = await cli([

@@ -53,6 +53,12 @@ describe('judge agreement statistics (hand-computed)', () => {
     expect(formatAgreement(r)).to.contain('n/a (chance agreement p_e = 1');
   });
 
+  it('the heading counts judges in words that agree with the number (1 judge, 3 judges)', () => {
+    const u = units(() => ({ A: true, B: false }));
+    expect(formatAgreement(judgeAgreement(u, ['A'], { resamples: 10 }))).to.match(/^judge agreement \(1 judge;/);
+    expect(formatAgreement(judgeAgreement(u, ['A', 'B', 'C'], { resamples: 10 }))).to.match(/^judge agreement \(3 judges;/);
+  });
+
   it('Fleiss’ κ over three judges = 13/88', () => {
     // Yes counts per unit 3,3,2,3,1,1,3,2,3,1: P̄ = (5·1 + 5·1/3)/10 = 2/3; p_yes = 22/30, P̄_e = 137/225.
     const r = judgeAgreement(units(), ['A', 'B', 'C'], { resamples: 0 });

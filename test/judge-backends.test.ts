@@ -309,7 +309,7 @@ describe('judge backends: a new kind brings its own settings (one descriptor, on
             throw e ?? new Error(m);
           }),
       ).parseSync(['--judge-echo-word', '1']),
-    ).to.throw(/judgeEchoWord \(--judge-echo-word\) must be one lower-case word/);
+    ).to.throw(/judge\.echoWord \(--judge-echo-word\) must be one lower-case word/);
     expect(bad('judge:\n  kind: echo\n  score: prob\n')).to.throw(/judge\.score prob: the echo judge gives no P\(yes\)/);
     expect(judgeConfigProblems({ ...JUDGE_DEFAULTS, kind: 'echo', echoWord: 'Bad' })).to.deep.equal([
       'judge.echoWord (--judge-echo-word) must be one lower-case word (got "Bad")',

@@ -147,11 +147,12 @@ describe('jury of HTTP judges over loopback servers', function () {
   it('bad input: duplicate names, weight ≤ 0 are errors; a jury of one warns', () => {
     const a = member('A');
     expect(() => new JuryJudge([a, { ...member('B'), name: 'A' }])).to.throw(TypeError, /name "A" is already the name of jury members\[0\]/);
-    expect(() => new JuryJudge([a, member('B', 0)])).to.throw(TypeError, /jury members\[1\]\.weight must be a number > 0 \(got 0\)/);
-    expect(() => new JuryJudge([a, member('B', -1)])).to.throw(TypeError, /weight must be a number > 0/);
+    expect(() => new JuryJudge([a, member('B', 0)])).to.throw(TypeError, /jury members\[1\]\.weight must be a finite number > 0 \(got 0\)/);
+    expect(() => new JuryJudge([a, member('B', -1)])).to.throw(TypeError, /weight must be a finite number > 0/);
     const w: string[] = [];
     new JuryJudge([a], { onWarning: (m) => w.push(m) });
-    expect(w[0]).to.match(/a jury of one/);
+    expect(w[0]).to.match(/^the jury has one judge: a jury of one/);
+    expect(() => new JuryJudge([a, member('B', Infinity)])).to.throw(TypeError, /weight must be a finite number > 0 \(got Infinity\)/);
   });
 
   it('aggregateVerdicts: nulls do not vote; unanimous with a null and no "no" is null; all null → null', () => {
@@ -174,7 +175,9 @@ describe('jury settings (judge.kind jury, judge.judges)', () => {
     expect(judgeConfigProblems(jury([http, { ...http }]))).to.deep.equal([
       'judge.judges[1].name "r" is already the name of judge.judges[0]: judge names must be unique',
     ]);
-    expect(judgeConfigProblems(jury([http, { name: 'l', kind: 'local', weight: 0 }]))).to.deep.equal(['judge.judges[1].weight must be a number > 0 (got 0)']);
+    expect(judgeConfigProblems(jury([http, { name: 'l', kind: 'local', weight: 0 }]))).to.deep.equal([
+      'judge.judges[1].weight must be a finite number > 0 (got 0)',
+    ]);
     expect(judgeConfigProblems(jury([http, { name: 'j', kind: 'jury' }]))[0]).to.match(/judge\.judges\[1\]\.kind must be local or http/);
     expect(judgeConfigProblems(jury([http, { name: 'l', kind: 'local', temperature: 1 }]))[0]).to.match(/judge\.judges\[1\]: unknown key temperature/);
     expect(judgeConfigProblems(jury([http, { name: 'h', kind: 'http' }]))).to.deep.equal([

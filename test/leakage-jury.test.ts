@@ -11,7 +11,7 @@ import { expect } from 'chai';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { leakageMemberStatePath, runLeakage } from '../bin/commands/leakage.js';
+import { formatLeakageJury, leakageMemberStatePath, leakageSavedIn, runLeakage } from '../bin/commands/leakage.js';
 import { JudgeHealthError } from '../lib/judge/types.js';
 import { cli } from './helpers/run.js';
 import { between, startFakeLlm, type FakeLlm, type FakeRequestInfo } from './helpers/fake-llm.js';
@@ -199,6 +199,22 @@ describe('leakage with a jury (loopback judges)', function () {
     expect(await fail({ judge: 'jury', judges: two, judgeAggregation: 'mean-prob' })).to.match(/mean-prob .* use majority or unanimous/);
     expect(await fail({ judge: 'jury', judges: two, llm: Y.url, model: 'Y' })).to.match(/not both/);
     expect(await fail({ judge: 'jury' })).to.match(/--judge jury needs --judges/);
+    const refused = juryFile('refused.yaml', member('Y', Y) + '  - {name: D, kind: http, url: "http://127.0.0.1:1", model: d, maxRetries: 0}\n');
+    const why = await fail({ judge: 'jury', judges: refused });
+    expect(why).to.match(/jury member D: .*failed the start-up check.*; fix the url \/ model of its entry judge\.judges\[1\] \(name D\) in the --judges file$/);
+    expect(why).to.not.match(/--judge local|--judge-url/);
+    const inf = juryFile('inf.yaml', member('Y', Y) + member('P', P, ', weight: .inf'));
+    expect(await fail({ judge: 'jury', judges: inf })).to.match(/judge\.judges \(--judges\)\[1\]\.weight must be a finite number > 0 \(got Infinity\)/);
+    writeFileSync(join(tmp, 'empty.yaml'), 'judges: []\n');
+    const empty = await cli(['leakage', '--data', data, '--judge', 'jury', '--judges', join(tmp, 'empty.yaml'), '--state', state, '--progress', 'none']);
+    expect(empty.code).to.equal(1);
+    expect(empty.err)
+      .to.match(/judge\.judges \(--judges\) must be a non-empty list/)
+      .and.not.match(/judgeJudges/);
+    expect(leakageSavedIn({ data, state, judge: 'jury', judges: two })).to.equal(
+      `every finished judge call is saved in each member's cache: ${leakageMemberStatePath({ data, state }, 'Y')}, ${leakageMemberStatePath({ data, state }, 'P')}`,
+    );
+    expect(leakageSavedIn({ data, state })).to.equal(`every finished judge call is saved in ${state}`);
     expect(await fail({ judges: two })).to.match(/leakage: --judges needs --judge jury/);
     expect(await fail({ juryOnMemberFailure: 'continue' })).to.match(/leakage: --jury-on-member-failure needs --judge jury/);
     const cliFlags = await cli(['leakage', '--data', data, '--judges', two, '--judge-aggregation', 'majority', '--state', state, '--progress', 'none']);
@@ -211,5 +227,6 @@ describe('leakage with a jury (loopback judges)', function () {
     );
     expect(warnings.join('\n')).to.match(/has one judge: a jury of one/);
     expect(one.judge!.overall.rate).to.equal(0.5);
+    expect(formatLeakageJury(one.jury!)).to.match(/^jury \(majority; 1 member\):/);
   });
 });

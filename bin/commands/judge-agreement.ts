@@ -110,6 +110,7 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
     if (!items.size) throw new Error(`${argv.data}: no valid items`);
     const plans = readPlanRows(argv.plans, items);
     const labels = argv.labels ? readLabels(argv.labels, plans, items) : undefined;
+    if (labels && !labels.size) process.stderr.write(`warning: labels file ${argv.labels} has no labels: no agreement with people's labels is reported\n`);
     const jc = { ...judgeConfigFromArgs(argv), kind: 'jury' as const };
     await checkJudge(jc);
     const onModel = judgeSharesPolicyWeights(jc);

@@ -252,6 +252,23 @@ export function leakageMemberStatePath(a: Pick<LeakageArgs, 'state' | 'data'>, n
   return `${base}.${tag}.sqlite`;
 }
 
+/**
+ * Where an interrupted leakage run's finished judge calls are (the Ctrl-C message): the call cache,
+ * or with `--judge jury` each member's own ({@link leakageMemberStatePath}).
+ */
+export function leakageSavedIn(a: LeakageArgs): string {
+  if (a.judge === 'jury') {
+    let names: string[] = [];
+    try {
+      names = (leakageJuryConfig(a).judges ?? []).map((m) => m.name);
+    } catch {
+      // a judges list that does not parse never started a run; name the base path below
+    }
+    if (names.length) return `every finished judge call is saved in each member's cache: ${names.map((n) => leakageMemberStatePath(a, n)).join(', ')}`;
+  }
+  return `every finished judge call is saved in ${leakageStatePath(a)}`;
+}
+
 /** The judge-call cache of a leakage run. */
 /**
  * The judge-call cache of `leakage`: `--state`, else `<cache dir>/leakage/<sha256 of the dataset's
@@ -285,7 +302,7 @@ export function formatLeakageJury(j: LeakageJuryReport): string {
       (m.health.leftOut ? `; LEFT OUT: ${m.health.leftOut}` : ''),
   );
   const agreement = j.agreement.judges.length >= 2 ? formatAgreement(j.agreement) : 'judge agreement: n/a (fewer than two members voting)';
-  return [`jury (${j.aggregation}; ${lines.length} members):`, ...lines, agreement].join('\n');
+  return [`jury (${j.aggregation}; ${lines.length} member${lines.length === 1 ? '' : 's'}):`, ...lines, agreement].join('\n');
 }
 
 /** One table row per dataset: rubric items, judge leakage, lexical leakage, mean overlap. */
@@ -323,7 +340,7 @@ export const leakageCommand: CommandModule<object, LeakageArgs> = {
       const rep = await handleInterrupt(
         'leakage',
         (signal) => runLeakage(a, { signal }),
-        () => `every finished judge call is saved in ${leakageStatePath(a)}`,
+        () => leakageSavedIn(a),
       );
       if (rep === InterruptedRun) return;
       assertLeakageJudge(rep, data, argv.judgeMaxNullRate);

@@ -102,7 +102,7 @@ export function juryMemberProblems(members: unknown, prefix = 'judge.judges'): s
       errs.push(`${prefix}[${i}].name ${JSON.stringify(m.name)} is already the name of ${prefix}[${seen.get(m.name)}]: judge names must be unique`);
     else seen.set(m.name, i);
     if (m?.weight !== undefined && m.weight !== null && !(typeof m.weight === 'number' && Number.isFinite(m.weight) && m.weight > 0)) {
-      errs.push(`${prefix}[${i}].weight must be a number > 0 (got ${JSON.stringify(m.weight)})`);
+      errs.push(`${prefix}[${i}].weight must be a finite number > 0 (got ${typeof m.weight === 'number' ? String(m.weight) : JSON.stringify(m.weight)})`);
     }
   });
   return errs;

@@ -41,6 +41,8 @@ export interface Setting {
   source: string;
   /** A short flag alias. */
   alias?: string;
+  /** How messages name the setting when `key` is a command's option name (`judge.judges` for `judgeJudges`); default `key`. */
+  label?: string;
 }
 
 /** The range of a setting in words (docs and --help). */
@@ -104,7 +106,7 @@ function objectList(s: Setting, v: unknown): unknown[] {
  * or undefined when it is valid.
  */
 export function checkValue(s: Setting, v: unknown): string | undefined {
-  const name = `${s.key} (--${s.flag})`;
+  const name = `${s.label ?? s.key} (--${s.flag})`;
   const got = (x: unknown) => (typeof x === 'string' ? JSON.stringify(x) : Array.isArray(x) ? JSON.stringify(x) : String(x));
   if (v === null || v === undefined) return s.default === null ? undefined : `${name} must be set (${rangeText(s)})`;
   switch (s.type) {
@@ -123,7 +125,7 @@ export function checkValue(s: Setting, v: unknown): string | undefined {
     case 'list': {
       if (!Array.isArray(v)) return `${name} must be a list (got ${got(v)})`;
       if (s.length !== undefined && v.length !== s.length) return `${name} must have ${s.length} values (got ${v.length})`;
-      if (!v.length) return `${name} must not be empty`;
+      if (!v.length) return s.items === 'object' ? `${name} must be a non-empty list` : `${name} must not be empty`;
       for (const x of v) {
         if (s.items === 'object') {
           if (!x || typeof x !== 'object' || Array.isArray(x)) return `${name}: each item must be a mapping (got ${got(x)})`;

@@ -1338,6 +1338,7 @@ export const judgeOptions: () => readonly Setting[] = memoOn(
     judgeSettings().map((j) => ({
       ...j,
       key: j.key === 'kind' ? 'judge' : `judge${j.key[0]!.toUpperCase()}${j.key.slice(1)}`,
+      label: `judge.${j.key}`,
       ...(j.key === 'kind' ? { default: 'http' } : {}),
     })),
 );

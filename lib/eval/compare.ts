@@ -610,7 +610,8 @@ export async function juryCompareSummary(
 export async function formatJuryCompare(s: JuryCompareSummary): Promise<string> {
   const { formatAgreement } = await import('../judge/agreement.js');
   const pct = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(1)}%` : 'n/a');
-  const lines = [`jury (${s.aggregation}; ${Object.keys(s.members).length} members):`];
+  const k = Object.keys(s.members).length;
+  const lines = [`jury (${s.aggregation}; ${k} member${k === 1 ? '' : 's'}):`];
   for (const [name, m] of Object.entries(s.members)) {
     const h = m.health;
     lines.push(

@@ -395,7 +395,9 @@ export function choiceAgreement(units: ChoiceUnit[], judges: string[], opts: Agr
 /** A short text table of a report (CLI, eval summary). */
 export function formatAgreement(r: AgreementReport): string {
   const f = (e: Estimate) => (e.value === null ? `n/a (${e.reason})` : `${e.value.toFixed(3)} [${e.lo?.toFixed(3) ?? '?'}, ${e.hi?.toFixed(3) ?? '?'}]`);
-  const lines: string[] = [`judge agreement (${r.judges.length} judges; ${Math.round(r.bootstrap.level * 100)}% CI, ${r.bootstrap.resamples} resamples)`];
+  const lines: string[] = [
+    `judge agreement (${r.judges.length} judge${r.judges.length === 1 ? '' : 's'}; ${Math.round(r.bootstrap.level * 100)}% CI, ${r.bootstrap.resamples} resamples)`,
+  ];
   const groups: [string, GroupAgreement][] = [['overall', r.overall], ...Object.entries(r.byDimension)];
   for (const [name, g] of groups) {
     lines.push(`  ${name} (${g.units} units): Fleiss κ ${f(g.fleiss)}`);

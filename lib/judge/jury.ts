@@ -178,7 +178,7 @@ export class JuryJudge implements Judge {
     if (!JURY_FAILURE_RULES.includes(this.onMemberFailure))
       throw new TypeError(`jury onMemberFailure must be stop | continue, got ${JSON.stringify(this.onMemberFailure)}`);
     this.warn = opts.onWarning ?? ((m) => console.warn(`warning: ${m}`));
-    if (members.length === 1) this.warn(juryOfOneWarning('jury members'));
+    if (members.length === 1) this.warn(juryOfOneWarning('the jury'));
     this.members = members.map((m) => ({ name: m.name, weight: m.weight ?? 1, maxNullRate: m.maxNullRate ?? 0.5 }));
     this.judges = members.map((m) => m.judge);
     for (const m of members) this.health.set(m.name, judgeHealth([]));

@@ -24,14 +24,19 @@ export const juryBackend: JudgeBackendOf<'jury'> = {
     `jury:${c.aggregation}(${juryMembers(c)
       .map((m) => m.name)
       .join(',')})`,
-  /** Every member's own start-up check, concurrently; a failure names the member. */
+  /**
+   * Every member's own start-up check, concurrently; a failure names the member and its entry in
+   * judge.judges (a single judge's advice to fix --judge-url / --judge-model or pass --judge local
+   * does not apply to a member: its url and model are in the judges list).
+   */
   async check(c, opts = {}) {
     await Promise.all(
-      juryMembers(c).map(async (m) => {
+      juryMembers(c).map(async (m, i) => {
         try {
           await judgeBackend(m).check?.(m, opts);
         } catch (e) {
-          throw new Error(`jury member ${m.name}: ${(e as Error).message}`);
+          const why = (e as Error).message.replace(/; fix --judge-url \/ --judge-model or pass --judge local$/, '');
+          throw new Error(`jury member ${m.name}: ${why}; fix the url / model of its entry judge.judges[${i}] (name ${m.name}) in the --judges file`);
         }
       }),
     );
