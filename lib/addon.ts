@@ -931,6 +931,12 @@ export interface AddonProcessGroup {
   [Symbol.dispose](): void;
 }
 
+/** The `HostState` class: instances come from `Model.captureAdapter` / `captureSnapshot` and `AdamW.captureState` only (`new` throws). */
+export interface AddonHostStateClass {
+  new (handle: never): HostState;
+  readonly prototype: HostState;
+}
+
 /** The `ProcessGroup` class: instances come from `distInit` only. */
 export interface AddonProcessGroupClass {
   new (handle: never): AddonProcessGroup;
@@ -1029,6 +1035,7 @@ export interface Addon {
 
   // process groups (native/napi/dist.cc)
   ProcessGroup: AddonProcessGroupClass;
+  HostState: AddonHostStateClass;
   /** Process groups in this build: Gloo needs the gloo headers at build time, NCCL a CUDA build + nccl.h. */
   distAvailable(): { gloo: boolean; nccl: boolean };
   /** Joins a process group (TCPStore rendezvous at masterAddr:masterPort). */

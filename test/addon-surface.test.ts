@@ -125,7 +125,7 @@ describe('native surface: lib/addon.ts matches the loaded binary', function () {
   it('reads the declarations (exports, classes, members)', () => {
     const d = declaredSurface(dts);
     expect(d.exports.size).to.be.greaterThan(30);
-    expect([...d.classes.keys()].sort()).to.deep.equal(['AdamW', 'Model', 'ProcessGroup']);
+    expect([...d.classes.keys()].sort()).to.deep.equal(['AdamW', 'HostState', 'Model', 'ProcessGroup']);
     expect(d.classes.get('Model')!.statics).to.deep.equal(['load']);
     expect(d.classes.get('Model')!.members).to.include.members(['forward', 'config', 'disposed', 'dispose', 'crossEntropyBackward']);
     expect(d.classes.get('Model')!.symbols).to.deep.equal(['dispose']);

@@ -60,6 +60,28 @@ describe('report: a stopped run is told from a running one', function () {
     rmSync(tmp, { recursive: true, force: true });
   });
 
+  it('readRun: the row of a checkpoint written beside the next step joins its step row, never replaces it', () => {
+    const dir = join(tmp, 'beside');
+    writeRun(dir, [
+      {
+        stage: 'opsd',
+        step: 2,
+        globalStep: 2,
+        checkpoint: join(dir, 'checkpoints', 'step-000002'),
+        checkpointCaptureSeconds: 0.05,
+        checkpointWriteSeconds: 1.9,
+        checkpointBytes: 2e9,
+      },
+    ]);
+    const run = readRun(dir);
+    expect(run.steps.map((r) => [r.globalStep, r.loss])).to.deep.equal([
+      [1, 1],
+      [2, 0.5],
+      [3, 1 / 3],
+    ]);
+    expect(run.steps[1]).to.include({ checkpointWriteSeconds: 1.9, checkpointBytes: 2e9 });
+  });
+
   it('readRun: killed (stale lock owner), stopped by an error, running (live holder), older run (no lock)', async () => {
     const killed = join(tmp, 'killed');
     writeRun(killed);

@@ -15,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import yargs, { type Argv } from 'yargs';
 import { resolveConfig } from '../lib/config/train.js';
+import { formatBatches, resolveBatches } from '../lib/train/dist.js';
 import { trainSettings } from '../lib/config/settings.js';
 import { renderConfigDocs } from '../lib/config/docs.js';
 import { packageRoot } from '../lib/native.js';
@@ -127,6 +128,16 @@ describe('training stages: a new stage is one descriptor and one register line',
         throw err ?? new Error(msg);
       })
       .parseSync(args) as Record<string, unknown>;
+
+  it('data parallelism: a stage without a batch to scale is left out of the batch resolution and the batches line (no crash on more than one process)', () => {
+    const cfg = resolveConfig({ flags: { stages: ['fake', 'grpo'] } as never });
+    const rec = resolveBatches(cfg, 2);
+    expect(Object.keys(rec.stages)).to.not.include('fake');
+    expect(rec.stages.grpo?.global).to.equal(cfg.grpo.questionsPerStep);
+    expect(formatBatches(rec, cfg.stages)).to.equal(
+      `batches on 2 process(es): grpo ${cfg.grpo.questionsPerStep} questions per step split over the processes (global)`,
+    );
+  });
 
   it('its settings: a stages choice, its section from YAML and --fake-* flags, docs/config.md rows, refused when mistyped', () => {
     const tmp = mkdtempSync(join(tmpdir(), 'pg-stage-cfg-'));

@@ -46,6 +46,12 @@ export interface StageSettings {
   readonly settings?: readonly Setting[];
   /** Problems of the rules that tie its keys together (each naming key and flag); empty when valid. Checked for every registered stage. */
   settingsProblems?(c: TrainConfig): string[];
+  /**
+   * Its batch for data parallelism (lib/train/dist.ts): the config keys of the global batch and of
+   * the batch per process (full dotted keys, e.g. `grpo.questionsPerStep` / `grpo.questionsPerRank`),
+   * and the unit the batch counts ("questions"). Absent: the stage has no batch to scale.
+   */
+  readonly batch?: { readonly global: string; readonly perRank: string; readonly unit: string };
 }
 
 /** A registry as lib/config/ sees it: the module that fills it, and its descriptors once it has loaded. */

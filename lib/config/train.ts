@@ -246,12 +246,11 @@ export function validateConfig(c: TrainConfig): TrainConfig {
  * all ranks (split over them: N processes take the same steps as one); `perRank`, when set, is the
  * batch of one rank, and the global batch becomes perRank × world size (TRL / verl's
  * per-device batch). lib/train/dist.ts resolveBatches applies it once the world size is known.
+ * From the registered stages' `batch` (lib/config/extensions.ts StageSettings), in registration order.
  */
-export const STAGE_BATCHES: readonly { stage: Stage; global: string; perRank: string }[] = [
-  { stage: 'sft', global: 'sft.batchSize', perRank: 'sft.batchSizePerRank' },
-  { stage: 'opsd', global: 'opsd.batchSize', perRank: 'opsd.batchSizePerRank' },
-  { stage: 'grpo', global: 'grpo.questionsPerStep', perRank: 'grpo.questionsPerRank' },
-];
+export function stageBatches(): { stage: Stage; global: string; perRank: string; unit: string }[] {
+  return registeredStages("the stages' batches").flatMap((st) => (st.batch ? [{ stage: st.name as Stage, ...st.batch }] : []));
+}
 
 /** Where a resolved value came from. */
 export type Origin = 'default' | 'preset' | 'file' | 'flag';
@@ -292,14 +291,14 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
   // in the same file or on the same command line are an error.
   const flagOf = (k: string) => `--${settings.find((st) => st.key === k)?.flag ?? k}`;
   const layer: Record<Origin, number> = { default: 0, preset: 1, file: 2, flag: 3 };
-  for (const b of STAGE_BATCHES) {
+  for (const b of stageBatches()) {
     if (getPath(c, b.perRank) != null && layer[origins[b.global]!] > layer[origins[b.perRank]!]) {
       const off: Record<string, unknown> = {};
       setPath(off, b.perRank, null);
       c = mergeConfig(c, off as DeepPartial<TrainConfig>);
     }
   }
-  const both = STAGE_BATCHES.filter((b) => getPath(c, b.perRank) != null && origins[b.global] === origins[b.perRank]);
+  const both = stageBatches().filter((b) => getPath(c, b.perRank) != null && origins[b.global] === origins[b.perRank]);
   if (both.length) {
     throw new Error(
       `invalid training config:\n  ${both.map((b) => `${b.global} (${flagOf(b.global)}, the global batch) and ${b.perRank} (${flagOf(b.perRank)}, the batch per process) are both given (${origins[b.global]} / ${origins[b.perRank]}); give one`).join('\n  ')}`,

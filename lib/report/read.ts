@@ -151,6 +151,13 @@ export function readRun(dir: string, label?: string): RunData {
       run.earlyStops.push({ stage, globalStep: gs });
       return;
     }
+    // The row a checkpoint written beside the next step appends once committed: its seconds join
+    // the row of the step it saved (never replace it).
+    if (typeof o.checkpointWriteSeconds === 'number' && !('loss' in o)) {
+      const prev = byGlobal.get(gs);
+      if (prev) byGlobal.set(gs, { ...prev, checkpointWriteSeconds: o.checkpointWriteSeconds, checkpointBytes: o.checkpointBytes });
+      return;
+    }
     if ('validation' in o && !('loss' in o)) {
       const score = num(o.validation);
       if (score !== undefined) valByGlobal.set(`${stage}:${gs}`, { stage, step: num(o.step) ?? gs, globalStep: gs, score });

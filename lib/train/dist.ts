@@ -17,7 +17,7 @@
  */
 import { native } from '../native.js';
 import type { AddonModel, AddonProcessGroup } from '../addon.js';
-import { STAGE_BATCHES, type Stage, type TrainConfig } from '../config/train.js';
+import { stageBatches, type Stage, type TrainConfig } from '../config/train.js';
 import { getPath, setPath } from '../config/schema.js';
 
 /** A process group of the addon (native/napi/dist.cc; declared in lib/addon.ts). */
@@ -171,11 +171,11 @@ export interface StageBatch {
 /** The run's batches as resolved for its world size (config.json `batching`; docs/performance.md "Two ways to scale"). */
 export interface BatchRecord {
   worldSize: number;
-  stages: Record<Stage, StageBatch>;
+  stages: Partial<Record<Stage, StageBatch>>;
 }
 
 /**
- * Resolves each stage's global batch for `worldSize` processes (lib/config/train.ts STAGE_BATCHES):
+ * Resolves each stage's global batch for `worldSize` processes (each stage descriptor's `batch`, lib/config/train.ts stageBatches):
  * where the per-rank key is set (`--questions-per-rank`, `--opsd-batch-size-per-rank`,
  * `--sft-batch-size-per-rank`), the global key becomes perRank × worldSize, in place — the stage
  * steps, the memory plan and the checkpoints read the global key; else the global key is kept and
@@ -183,8 +183,8 @@ export interface BatchRecord {
  * ({@link resumedBatches}). Returns what config.json records.
  */
 export function resolveBatches(cfg: TrainConfig, worldSize: number): BatchRecord {
-  const stages = {} as Record<Stage, StageBatch>;
-  for (const b of STAGE_BATCHES) {
+  const stages: Partial<Record<Stage, StageBatch>> = {};
+  for (const b of stageBatches()) {
     const perRank = getPath(cfg, b.perRank) as number | null | undefined;
     if (perRank != null) setPath(cfg as unknown as Record<string, unknown>, b.global, perRank * worldSize);
     const global = getPath(cfg, b.global) as number;
@@ -202,9 +202,9 @@ export function resolveBatches(cfg: TrainConfig, worldSize: number): BatchRecord
  * run. The saved world size of a per-rank stage is global / perRank.
  */
 export function resumedBatches(cfg: TrainConfig, worldSize: number): { record: BatchRecord; notes: string[] } {
-  const stages = {} as Record<Stage, StageBatch>;
+  const stages: Partial<Record<Stage, StageBatch>> = {};
   const notes: string[] = [];
-  for (const b of STAGE_BATCHES) {
+  for (const b of stageBatches()) {
     const perRank = getPath(cfg, b.perRank) as number | null | undefined;
     const global = getPath(cfg, b.global) as number;
     if (perRank != null && global !== perRank * worldSize && cfg.stages.includes(b.stage)) {
@@ -219,12 +219,13 @@ export function resumedBatches(cfg: TrainConfig, worldSize: number): { record: B
 
 /** One log line: each running stage's scaling mode and batches ("batches on 2 processes: grpo 8 questions per process × 2 = 16 per step (per-rank); ..."). */
 export function formatBatches(r: BatchRecord, stages: readonly Stage[]): string {
-  const unit: Partial<Record<Stage, string>> = { sft: 'answers', opsd: 'questions', grpo: 'questions' };
-  const parts = stages.map((st) => {
+  const unit = new Map(stageBatches().map((b) => [b.stage, b.unit]));
+  const parts = stages.flatMap((st) => {
     const b = r.stages[st];
+    if (!b) return []; // a stage without a batch to scale
     return b.mode === 'per-rank'
-      ? `${st} ${b.perRank} ${unit[st] ?? 'items'} per process × ${r.worldSize} = ${b.global} per step (per-rank)`
-      : `${st} ${b.global} ${unit[st] ?? 'items'} per step split over the processes (global)`;
+      ? [`${st} ${b.perRank} ${unit.get(st) ?? 'items'} per process × ${r.worldSize} = ${b.global} per step (per-rank)`]
+      : [`${st} ${b.global} ${unit.get(st) ?? 'items'} per step split over the processes (global)`];
   });
   return `batches on ${r.worldSize} process(es): ${parts.join('; ')}`;
 }

@@ -17,6 +17,7 @@ import { DEFAULTS } from '../../config/train.js';
 
 export const grpoStage: TrainingStage = {
   name: 'grpo',
+  batch: { global: 'grpo.questionsPerStep', perRank: 'grpo.questionsPerRank', unit: 'questions' },
   phases: ['rollout', 'judge', 'reference', 'update'],
   steps: (cfg) => cfg.grpo.steps,
   lr: (cfg) => cfg.grpo.lr,

@@ -16,6 +16,7 @@ const opsdUpdateBytes = (x: PlanInputs, rows: number, rc: boolean, t: MemoryTerm
 
 export const opsdStage: TrainingStage = {
   name: 'opsd',
+  batch: { global: 'opsd.batchSize', perRank: 'opsd.batchSizePerRank', unit: 'questions' },
   phases: ['rollout', 'update'],
   steps: (cfg) => cfg.opsd.steps,
   lr: (cfg) => cfg.opsd.lr,

@@ -10,6 +10,7 @@ import { finiteOrNull, sumFinite, type StageContext, type StepResult, type Train
 
 export const sftStage: TrainingStage = {
   name: 'sft',
+  batch: { global: 'sft.batchSize', perRank: 'sft.batchSizePerRank', unit: 'answers' },
   phases: ['update'],
   steps: (cfg) => cfg.sft.steps,
   lr: (cfg) => cfg.sft.lr,
