@@ -97,6 +97,11 @@ function simulatedOom(tokens: number, limit: number): Error {
  * teacher) and CUDA peak memory per phase. Snapshots, their EMA update and the optimizer state stay
  * in the addon: checkpoints write and read them natively on worker threads, never through JS copies.
  */
+/** The files of a checkpoint besides the PEFT adapter's (saveState, captureState, loadState). */
+const OPTIMIZER_FILE = 'optimizer.safetensors';
+const snapshotFile = (name: string) => `snapshot-${name}.safetensors`;
+const SNAPSHOT_FILE = /^snapshot-(.+)\.safetensors$/;
+
 export class NativeBackend implements TrainBackend {
   private opt: AdamW | undefined;
   /** Names of the snapshots this backend made (saved with each checkpoint). */
@@ -429,8 +434,8 @@ export class NativeBackend implements TrainBackend {
   async saveState(dir: string): Promise<void> {
     await mkdir(dir, { recursive: true });
     await this.policy.model.saveAdapter(dir, { baseModelName: this.baseModelName });
-    if (this.opt) await (await this.optimizer()).saveState(join(dir, 'optimizer.safetensors'));
-    for (const name of this.snapshots) await this.policy.model.saveSnapshot(name, join(dir, `snapshot-${name}.safetensors`));
+    if (this.opt) await (await this.optimizer()).saveState(join(dir, OPTIMIZER_FILE));
+    for (const name of this.snapshots) await this.policy.model.saveSnapshot(name, join(dir, snapshotFile(name)));
   }
 
   /**
@@ -446,8 +451,8 @@ export class NativeBackend implements TrainBackend {
     };
     try {
       parts.push({ state: await this.policy.model.captureAdapter(), file: '' });
-      if (this.opt) parts.push({ state: await (await this.optimizer()).captureState(), file: 'optimizer.safetensors' });
-      for (const name of this.snapshots) parts.push({ state: await this.policy.model.captureSnapshot(name), file: `snapshot-${name}.safetensors` });
+      if (this.opt) parts.push({ state: await (await this.optimizer()).captureState(), file: OPTIMIZER_FILE });
+      for (const name of this.snapshots) parts.push({ state: await this.policy.model.captureSnapshot(name), file: snapshotFile(name) });
     } catch (e) {
       releaseAll();
       throw e;
@@ -473,7 +478,7 @@ export class NativeBackend implements TrainBackend {
     // The optimizer file is checked first (header and sizes), before anything is loaded or any
     // step's rollouts and judging run: a truncated or corrupt file fails the resume naming it,
     // instead of failing the first optimizer step after that step's work.
-    const optPath = join(dir, 'optimizer.safetensors');
+    const optPath = join(dir, OPTIMIZER_FILE);
     const hasOpt = await access(optPath).then(
       () => true,
       () => false,
@@ -481,7 +486,7 @@ export class NativeBackend implements TrainBackend {
     if (hasOpt) checkOptimizerFile(optPath);
     await this.policy.model.loadAdapter(dir);
     for (const f of (await readdir(dir)).sort()) {
-      const m = /^snapshot-(.+)\.safetensors$/.exec(f);
+      const m = SNAPSHOT_FILE.exec(f);
       if (!m) continue;
       await this.policy.model.loadSnapshot(m[1]!, join(dir, f));
       this.snapshots.add(m[1]!);

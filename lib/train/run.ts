@@ -356,15 +356,18 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   }
 }
 
+/** What runTraining resolved before the run dir is locked: the checkpoint resumed (if any), the resume's changed keys, the config's origins, the batches. */
+interface RunContext {
+  resume: ReturnType<typeof resolveCheckpoint> | undefined;
+  resumeChanged: string[];
+  origins: Record<string, Origin> | undefined;
+  batching: BatchRecord;
+}
+
 async function trainWithGroup(
   o: RunOptions,
   cfg: TrainConfig,
-  {
-    resume,
-    resumeChanged,
-    origins,
-    batching,
-  }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
+  { resume, resumeChanged, origins, batching }: RunContext,
   ds: ReturnType<typeof readDataset>,
   dataPath: string,
   modelDir: string,
@@ -398,12 +401,7 @@ function resolved0(cfg: TrainConfig, runDir: string): TrainConfig {
 async function trainLocked(
   o: RunOptions,
   resolved: TrainConfig,
-  {
-    resume,
-    resumeChanged,
-    origins,
-    batching,
-  }: { resume: ReturnType<typeof resolveCheckpoint> | undefined; resumeChanged: string[]; origins: Record<string, Origin> | undefined; batching: BatchRecord },
+  { resume, resumeChanged, origins, batching }: RunContext,
   ds: ReturnType<typeof readDataset>,
   dataPath: string,
   modelDir: string,
