@@ -47,6 +47,18 @@ interface CompareArgs extends JudgeArgs {
   progress: 'auto' | 'plain' | 'none';
 }
 
+/** The progress display of `total` judgements (`--progress`), with the judge's requests in flight and queued from `load`. */
+function judgementProgress(argv: Pick<CompareArgs, 'progress'>, total: number, load: () => { active: number; queued: number }): Progress {
+  return new Progress({
+    label: 'compare',
+    unit: 'judgements',
+    total,
+    silent: argv.progress === 'none',
+    plain: argv.progress === 'plain' ? true : undefined,
+    load,
+  });
+}
+
 export const compareCommand: CommandModule<object, CompareArgs> = {
   command: 'compare',
   describe: "N-way win rates of systems' plans judged on the same questions (candidate order permuted, ties and unreadable replies counted)",
@@ -87,14 +99,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     process.stderr.write(
       `compare: ${systems.map((s) => s.name).join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; judge cache ${jc.cache}\n`,
     );
-    const progress = new Progress({
-      label: 'compare',
-      unit: 'judgements',
-      total: questions.length * orders,
-      silent: argv.progress === 'none',
-      plain: argv.progress === 'plain' ? true : undefined,
-      load: () => judge.load(),
-    });
+    const progress = judgementProgress(argv, questions.length * orders, () => judge.load());
     judge.observer = progress;
     try {
       const js = await handleInterrupt(
@@ -176,21 +181,15 @@ async function compareWithJury(
       `compare: ${names.join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; ` +
         `jury ${name}, on member failure ${jc.onMemberFailure}; judge cache ${caches}\n`,
     );
-    const progress = new Progress({
-      label: 'compare',
-      unit: 'judgements',
-      total: questions.length * orders,
-      silent: argv.progress === 'none',
-      plain: argv.progress === 'plain' ? true : undefined,
-      load: () =>
-        opened.reduce(
-          (t, m) => {
-            const l = m.judge.load();
-            return { active: t.active + l.active, queued: t.queued + l.queued };
-          },
-          { active: 0, queued: 0 },
-        ),
-    });
+    const progress = judgementProgress(argv, questions.length * orders, () =>
+      opened.reduce(
+        (t, m) => {
+          const l = m.judge.load();
+          return { active: t.active + l.active, queued: t.queued + l.queued };
+        },
+        { active: 0, queued: 0 },
+      ),
+    );
     try {
       const res = await handleInterrupt(
         'compare',

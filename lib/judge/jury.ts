@@ -37,6 +37,7 @@ import {
 import type { AgreementUnit } from './agreement.js';
 import {
   JudgeHealthError,
+  addHealth,
   emptyStats,
   judgeHealth,
   type Judge,
@@ -141,16 +142,8 @@ export function addMemberSummaries(
     if (!x) continue;
     out ??= {};
     for (const [k, h] of Object.entries(x)) {
-      const c = out[k] ?? { verdicts: 0, nulls: 0, refusals: 0, unparsed: 0, errors: 0, withProb: 0, met: 0 };
-      out[k] = {
-        verdicts: c.verdicts + h.verdicts,
-        nulls: c.nulls + h.nulls,
-        refusals: c.refusals + h.refusals,
-        unparsed: c.unparsed + h.unparsed,
-        errors: c.errors + h.errors,
-        withProb: c.withProb + h.withProb,
-        met: c.met + h.met,
-      };
+      const c = out[k];
+      out[k] = c ? { ...addHealth(c, h), met: c.met + h.met } : { ...h };
     }
   }
   return out;
@@ -223,15 +216,7 @@ export class JuryJudge implements Judge {
       else {
         vs = r.value;
         const h = judgeHealth(vs.flat());
-        const prev = this.health.get(m.name)!;
-        this.health.set(m.name, {
-          verdicts: prev.verdicts + h.verdicts,
-          nulls: prev.nulls + h.nulls,
-          refusals: prev.refusals + h.refusals,
-          unparsed: prev.unparsed + h.unparsed,
-          errors: prev.errors + h.errors,
-          withProb: prev.withProb + h.withProb,
-        });
+        this.health.set(m.name, addHealth(this.health.get(m.name)!, h));
         if (h.verdicts && h.nulls / h.verdicts > m.maxNullRate) {
           why = `${h.nulls} of ${h.verdicts} verdicts null (${((100 * h.nulls) / h.verdicts).toFixed(0)}% > ${(100 * m.maxNullRate).toFixed(0)}%: ${h.errors} failed requests, ${h.unparsed} unreadable, ${h.refusals} refusals)`;
         }
