@@ -98,12 +98,18 @@ struct JsdFn : public torch::autograd::Function<JsdFn> {
     const bool need_grad = sh.requires_grad();
     at::Tensor total = at::zeros({}, sh.options().dtype(mt));
     at::Tensor grad = need_grad ? at::zeros_like(sh) : at::Tensor();
-    // Only chunks that hold masked-in tokens are computed.
-    at::Tensor any = m.ne(0);
+    // Only chunks that hold masked-in tokens are computed. Which ones: one device-to-host read for
+    // all chunks (a read per chunk synchronised the stream once per chunk, leaving the GPU idle
+    // while the host launched the next chunk).
+    const int64_t num_chunks = (N + chunk - 1) / chunk;
+    at::Tensor live_flags = at::zeros({num_chunks * chunk}, m.options().dtype(at::kBool));
+    live_flags.narrow(0, 0, N).copy_(m.ne(0));
+    live_flags = live_flags.view({num_chunks, chunk}).any(1).to(at::kCPU);
+    const bool* live = live_flags.data_ptr<bool>();
     for (int64_t s = 0; s < N; s += chunk) {
       int64_t e = std::min(N, s + chunk);
       at::Tensor mc = m.slice(0, s, e);
-      if (!any.slice(0, s, e).any().item<bool>()) continue;
+      if (!live[s / chunk]) continue;
       if (kern) {
         at::Tensor zs = ChunkLogits(sh.slice(0, s, e), pw);
         at::Tensor zt = teacher_is_logits ? teacher.slice(0, s, e).to(sh.device(), at::kFloat).contiguous() : ChunkLogits(teacher.slice(0, s, e), pw);
