@@ -94,6 +94,58 @@ describe('model: activation recomputation (gradient checkpointing)', function ()
   });
 });
 
+describe('model: LoRA dropout inside the fused base + LoRA node', function () {
+  this.timeout(300000);
+  let model: Qwen3Model;
+  const batch = paddedBatch();
+  const args = () => ({ inputIds: int32(batch.ids), attentionMask: int32(batch.mask), labels: int32(batch.labels) });
+  before(async () => {
+    model = await loadModel(tinyModel('tiny-tied'));
+  });
+  after(() => {
+    delete process.env.PAPERGYM_FUSED_LORA_DROPOUT;
+    model?.dispose();
+  });
+
+  /** One backward with LoRA dropout p from seed 123, in the fused node (PAPERGYM_FUSED_LORA_DROPOUT unset) or per module ('0'). */
+  async function run(p: number, fused: boolean, targetModules?: Parameters<Qwen3Model['addLora']>[0]['targetModules']) {
+    if (fused) delete process.env.PAPERGYM_FUSED_LORA_DROPOUT;
+    else process.env.PAPERGYM_FUSED_LORA_DROPOUT = '0';
+    try {
+      model.addLora({ r: 4, alpha: 8, dropout: p, seed: 3, ...(targetModules ? { targetModules } : {}) });
+      model.setLoraWeights(randomB(model, 17));
+      model.zeroGrad();
+      native().manualSeed(123);
+      const { loss } = await model.crossEntropyBackward(args());
+      return { loss, g: model.loraGrads() };
+    } finally {
+      delete process.env.PAPERGYM_FUSED_LORA_DROPOUT;
+    }
+  }
+
+  it('draws the masks the per-module path draws (one per projection): same loss and LoRA grads (float32, ≤ 1e-5), far from dropout 0', async () => {
+    const fused = await run(0.3, true);
+    const perModule = await run(0.3, false);
+    const none = await run(0, false);
+    expect(Math.abs(fused.loss - perModule.loss)).to.be.at.most(1e-5 * Math.abs(perModule.loss));
+    const gap = relDiff(fused.g, perModule.g);
+    expect(gap).to.be.at.most(1e-5);
+    // The masks matter (the comparison is not of two dropout-free runs) and every leaf gets a gradient.
+    expect(relDiff(none.g, perModule.g)).to.be.above(1e-2);
+    expect(Object.values(fused.g).every((v) => v.data.some((x) => x !== 0))).to.equal(true);
+    // A second draw from another seed differs: the masks come from the generator, not a constant.
+    native().manualSeed(7);
+    const other = await model.crossEntropyBackward(args());
+    expect(Math.abs(other.loss - fused.loss)).to.be.above(0);
+  });
+
+  it('projections without an adapter in a group keep the per-module path (q and v targeted): same grads either way', async () => {
+    const fused = await run(0.3, true, ['q_proj', 'v_proj', 'gate_proj', 'up_proj', 'down_proj', 'o_proj']);
+    const perModule = await run(0.3, false, ['q_proj', 'v_proj', 'gate_proj', 'up_proj', 'down_proj', 'o_proj']);
+    expect(relDiff(fused.g, perModule.g)).to.be.at.most(1e-5);
+  });
+});
+
 describe('model: LoRA branch precision (setLoraFloat32Branch)', function () {
   this.timeout(300000);
   const batch = paddedBatch();

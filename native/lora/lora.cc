@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -210,6 +211,11 @@ bool LoraDropoutActive() {
   return at::GradMode::is_enabled() || t_force_dropout;
 }
 
+bool LoraFusedDropoutEnabled() {
+  const char* e = std::getenv("PAPERGYM_FUSED_LORA_DROPOUT");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
 LoraInferenceCacheScope::LoraInferenceCacheScope() : prev_(t_inference_cache) {
   t_inference_cache = true;
 }
@@ -225,14 +231,14 @@ at::Tensor LoraAdd(const at::Tensor& base, const at::Tensor& x, const at::Tensor
   if (!a.defined()) return base;
   if (!fp32_branch && x.scalar_type() != at::kFloat) {
     at::Tensor xd = x;
-    if (dropout > 0 && LoraDropoutActive()) xd = at::dropout(xd, dropout, /*train=*/true);
+    if (dropout > 0 && LoraDropoutActive()) xd = std::get<0>(at::native_dropout(xd, dropout, /*train=*/true));
     const auto dt = x.scalar_type();
     at::Tensor lora = at::linear(at::linear(xd, a.to(dt)), b.to(dt));
     // base + scaling·lora in one kernel (computed in float32, rounded once to the result dtype).
     return base.scalar_type() == dt ? at::add(base, lora, scaling) : at::add(base, lora.to(at::kFloat), scaling).to(base.scalar_type());
   }
   at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
-  if (dropout > 0 && LoraDropoutActive()) xf = at::dropout(xf, dropout, /*train=*/true);
+  if (dropout > 0 && LoraDropoutActive()) xf = std::get<0>(at::native_dropout(xf, dropout, /*train=*/true));
   at::Tensor lora = at::linear(at::linear(xf, a), b);
   // float32 sum (a low-precision base is promoted inside the kernel), cast back to base's dtype.
   at::Tensor sum = at::add(base, lora, scaling);
@@ -276,15 +282,32 @@ namespace {
 
 /// Fused base + LoRA linear over projections that share x (see LoraLinearFused in lora.h).
 /// Arguments: x [..., in], W [Σ out, in] (frozen), the members' A [r_k, in] and B [out_k, r_k]
-/// (x's dtype), scaling. Saves x, xa = x·Aᵀ [N, Σ r], W and the A / B; never the LoRA outputs.
+/// (x's dtype), scaling, dropout p. Saves xa = x·Aᵀ [N, Σ r], W and the A / B, and x (p = 0) or
+/// each member's dropped input and mask (p > 0); never the LoRA outputs.
 struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, at::TensorList as, at::TensorList bs,
-                            double scaling) {
+                            double scaling, double dropout) {
     const int64_t in = x.size(-1);
     at::Tensor x2 = x.reshape({-1, in});
     at::Tensor a = as.size() == 1 ? as[0] : at::cat(as, 0);  // [Σr, in]
     at::Tensor out = at::mm(x2, w.t());                      // [N, Σout]
-    at::Tensor xa = at::mm(x2, a.t());                       // [N, Σr]
+    at::Tensor xa;                                           // [N, Σr]
+    std::vector<at::Tensor> xds, masks;
+    if (dropout > 0) {
+      // peft: one dropout module per projection, so one mask per member, drawn in member order
+      // with native_dropout as LoraAdd draws them: the same masks as LoraAdd per module from the
+      // same generator state.
+      std::vector<at::Tensor> xas;
+      for (size_t k = 0; k < as.size(); ++k) {
+        auto [xd, mk] = at::native_dropout(x2, dropout, /*train=*/true);
+        xas.push_back(at::mm(xd, as[k].t()));
+        xds.push_back(xd);
+        masks.push_back(mk);
+      }
+      xa = xas.size() == 1 ? xas[0] : at::cat(xas, 1);
+    } else {
+      xa = at::mm(x2, a.t());
+    }
     int64_t off = 0, roff = 0;
     for (size_t k = 0; k < bs.size(); ++k) {
       const int64_t ok = bs[k].size(0), rk = bs[k].size(1);
@@ -293,9 +316,14 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
       off += ok;
       roff += rk;
     }
-    ctx->save_for_backward({x2, xa, w, a});
+    ctx->save_for_backward({dropout > 0 ? at::Tensor() : x2, xa, w, a});
     ctx->saved_data["bs"] = bs.vec();
     ctx->saved_data["scaling"] = scaling;
+    ctx->saved_data["dropout"] = dropout;
+    if (dropout > 0) {
+      ctx->saved_data["xds"] = xds;
+      ctx->saved_data["masks"] = masks;
+    }
     ctx->saved_data["xshape"] = x.sizes().vec();
     auto oshape = x.sizes().vec();
     oshape.back() = off;
@@ -307,8 +335,14 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
     const at::Tensor &x2 = sv[0], &xa = sv[1], &w = sv[2], &a = sv[3];
     auto bs = ctx->saved_data["bs"].toTensorVector();
     const double s = ctx->saved_data["scaling"].toDouble();
+    const double p = ctx->saved_data["dropout"].toDouble();
+    std::vector<at::Tensor> xds, masks;
+    if (p > 0) {
+      xds = ctx->saved_data["xds"].toTensorVector();
+      masks = ctx->saved_data["masks"].toTensorVector();
+    }
     const size_t K = bs.size();
-    torch::autograd::variable_list res(2 + 2 * K + 1);
+    torch::autograd::variable_list res(2 + 2 * K + 2);
     if (!go[0].defined()) return res;  // output unused: no gradient for any input
     at::Tensor g = go[0].reshape({-1, w.size(0)});
     // gxa_k = g_k · B_k (unscaled; the scaling goes into the products below)
@@ -321,22 +355,32 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
     at::Tensor gxa = K == 1 ? gxa_parts[0] : at::cat(gxa_parts, 1);  // [N, Σr]
     if (ctx->needs_input_grad(0)) {
       at::Tensor gx = at::mm(g, w);  // base input gradient [N, in]
-      gx.addmm_(gxa, a, 1, s);       // + scaling · gxa · A, accumulated in the matmul
+      if (p > 0) {
+        // + scaling · dropout_k'(gxa_k · A_k): each member through its own mask (scale 1 / (1 − p))
+        int64_t roff = 0;
+        for (size_t k = 0; k < K; ++k) {
+          const int64_t rk = bs[k].size(1);
+          gx.add_(at::native_dropout_backward(at::mm(gxa.narrow(1, roff, rk), a.narrow(0, roff, rk)), masks[k], 1.0 / (1.0 - p)), s);
+          roff += rk;
+        }
+      } else {
+        gx.addmm_(gxa, a, 1, s);  // + scaling · gxa · A, accumulated in the matmul
+      }
       res[0] = gx.view(ctx->saved_data["xshape"].toIntVector());
     }
-    // dA = scaling · gxaᵀ · x;  dB_k = scaling · g_kᵀ · xa_k (only for inputs that need them)
+    // dA_k = scaling · gxa_kᵀ · x̃_k (x̃_k = x, or member k's dropped input);  dB_k = scaling · g_kᵀ · xa_k
     bool need_a = false, need_b = false;
     for (size_t k = 0; k < K; ++k) {
       need_a = need_a || ctx->needs_input_grad(2 + k);
       need_b = need_b || ctx->needs_input_grad(2 + K + k);
     }
-    at::Tensor ga = need_a ? at::mm(gxa.t(), x2).mul_(s) : at::Tensor();
+    at::Tensor ga = need_a && p == 0 ? at::mm(gxa.t(), x2).mul_(s) : at::Tensor();
     at::Tensor xa_s = need_b ? xa * s : at::Tensor();
     int64_t roff = 0;
     off = 0;
     for (size_t k = 0; k < K; ++k) {
       const int64_t ok = bs[k].size(0), rk = bs[k].size(1);
-      if (need_a && ctx->needs_input_grad(2 + k)) res[2 + k] = ga.narrow(0, roff, rk);
+      if (need_a && ctx->needs_input_grad(2 + k)) res[2 + k] = p > 0 ? at::mm(gxa.narrow(1, roff, rk).t(), xds[k]).mul_(s) : ga.narrow(0, roff, rk);
       if (need_b && ctx->needs_input_grad(2 + K + k)) res[2 + K + k] = at::mm(g.narrow(1, off, ok).t(), xa_s.narrow(1, roff, rk));
       off += ok;
       roff += rk;
@@ -347,13 +391,14 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
 
 }  // namespace
 
-at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling) {
+at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling, double dropout) {
+  if (!(dropout >= 0 && dropout < 1)) throw ArgError("LoraLinearFused: dropout must be in [0, 1)");
   std::vector<at::Tensor> as, bs;
   for (const auto& p : ab) {
     as.push_back(p.first);
     bs.push_back(p.second);
   }
-  return LoraLinearFn::apply(x, w.detach(), at::TensorList(as), at::TensorList(bs), scaling);
+  return LoraLinearFn::apply(x, w.detach(), at::TensorList(as), at::TensorList(bs), scaling, dropout);
 }
 
 }  // namespace pg

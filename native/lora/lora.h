@@ -113,8 +113,14 @@ at::Tensor LoraAddGroup(const at::Tensor& base, const at::Tensor& x, at::ArrayRe
 /// saved; backward accumulates the LoRA input gradient into the base one the same way. Same value
 /// as at::linear(x, w) + LoraAddGroup in exact arithmetic; one rounding of each sum instead of two.
 /// Requires A, B in x's dtype (the float32 model, or the model-dtype LoRA branch after the per-
-/// forward cast) and no dropout. x [..., in] → [..., Σ out_k].
-at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling);
+/// forward cast). x [..., in] → [..., Σ out_k].
+/// `dropout` p in [0, 1) (ArgError otherwise): each member's A sees its own dropout of x (peft's
+/// one lora_dropout module per projection: mask m_k ~ Bernoulli(1 − p), x̃_k = x·m_k / (1 − p)),
+/// drawn in member order with at::native_dropout as LoraAdd draws them, so the same masks as
+/// LoraAdd per module from the same generator state. Saves each x̃_k and its bool
+/// mask instead of x; backward sends member k's input gradient through its mask. Callers pass
+/// p > 0 only where dropout applies (grad mode or a recomputation).
+at::Tensor LoraLinearFused(const at::Tensor& x, const at::Tensor& w, at::ArrayRef<std::pair<at::Tensor, at::Tensor>> ab, double scaling, double dropout = 0.0);
 
 /// While alive on this thread (a generate call: the adapter does not change during it), a
 /// grad-free LoraAddGroup runs from a cache of the members' concatenated A ([Σ r_k, in]) and
@@ -202,6 +208,12 @@ class LoraForceDropoutScope {
 /// on this thread. Forward passes without it (scoring, sampling, the reference policy) run the
 /// adapter as with dropout 0, so they may take the grouped / fused LoRA paths.
 bool LoraDropoutActive();
+
+/// Whether the decoder applies LoRA dropout inside the fused base + LoRA node (LoraLinearFused with
+/// p > 0: no LoRA output tensor, no separate sums, the SwiGLU kernel on gate / up) rather than per
+/// module (LoraAdd). Same masks either way. On unless PAPERGYM_FUSED_LORA_DROPOUT=0, read at each
+/// call (an A/B in one process).
+bool LoraFusedDropoutEnabled();
 
 /// Fresh adapter tensors for `cfg` over `model` (A ~ U(+-1/sqrt(in)) from a CPU generator seeded
 /// with cfg.seed, walking modules in sorted-name order; B = 0), float32 on the model device,

@@ -67,14 +67,22 @@ at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor
   // ... and when A / B are in the activations' dtype (float32 models; the model-dtype branch after
   // the per-forward cast), base + LoRA as one node whose matmuls accumulate the LoRA output into
   // the base output (LoraLinearFused): no LoRA output tensor, no separate sums.
-  auto fused = [&](int k0, int k1) { return grouped(k0, k1) && lo[static_cast<size_t>(k0)].first.scalar_type() == h.scalar_type(); };
+  // With dropout (training) the same node draws one mask per member (LoraLinearFused), the masks
+  // LoraAdd per module would draw (PAPERGYM_FUSED_LORA_DROPOUT=0 takes the per-module path).
+  const bool fused_dropout = drop != 0.0 && LoraFusedDropoutEnabled();
+  auto fused = [&](int k0, int k1) {
+    if (drop != 0.0 && !fused_dropout) return false;  // LoRA per module
+    for (int k = k0; k <= k1; ++k)
+      if (!lo[static_cast<size_t>(k)].first.defined() || sc[static_cast<size_t>(k)] != sc[static_cast<size_t>(k0)]) return false;
+    return lo[static_cast<size_t>(k0)].first.scalar_type() == h.scalar_type();
+  };
   const bool infer = pending != nullptr;
   at::Tensor hs, x;  // the residual stream h (+ *pending) and its RMSNorm
   std::tie(hs, x) = AddNorm(h, infer ? *pending : at::Tensor(), lw.in_norm, c.rms_norm_eps, infer);
   at::Tensor qkv_out;  // [B, T, qd + 2 kvd] where the q / k / v projections come out as one tensor
   std::vector<at::Tensor> qkv;
   if (fused(0, 2)) {
-    qkv_out = AddBias(LoraLinearFused(x, lw.qkv, {lo[0], lo[1], lo[2]}, sc[0]), lw.qkv_b);
+    qkv_out = AddBias(LoraLinearFused(x, lw.qkv, {lo[0], lo[1], lo[2]}, sc[0], drop), lw.qkv_b);
   } else if (grouped(0, 2)) {
     qkv_out = LoraAddGroup(at::linear(x, lw.qkv, lw.qkv_b), x, {lo[0], lo[1], lo[2]}, sc[0], m.lora_fp32_);
   } else {
@@ -108,12 +116,12 @@ at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor
     v = qkv[2].reshape({B, T, nkv, hd}).transpose(1, 2);
   }
   at::Tensor o = Attend(att, l, q.transpose(1, 2), k.defined() ? k.transpose(1, 2) : k, v, sm_scale);  // [B, T, qd]
-  at::Tensor o_out = fused(3, 3) ? AddBias(LoraLinearFused(o, lw.o, {lo[3]}, sc[3]), lw.o_b) : lora(at::linear(o, lw.o, lw.o_b), o, 3);
+  at::Tensor o_out = fused(3, 3) ? AddBias(LoraLinearFused(o, lw.o, {lo[3]}, sc[3], drop), lw.o_b) : lora(at::linear(o, lw.o, lw.o_b), o, 3);
   at::Tensor h2;
   std::tie(h2, x) = AddNorm(hs, o_out, lw.post_norm, c.rms_norm_eps, infer);
   at::Tensor act;
   if (fused(4, 5)) {
-    act = SwiGLU(AddBias(LoraLinearFused(x, lw.gate_up, {lo[4], lo[5]}, sc[4]), lw.gate_up_b));  // [.., 2I] -> [.., I]
+    act = SwiGLU(AddBias(LoraLinearFused(x, lw.gate_up, {lo[4], lo[5]}, sc[4], drop), lw.gate_up_b));  // [.., 2I] -> [.., I]
   } else if (grouped(4, 5) || (!lo[4].first.defined() && !lo[5].first.defined())) {
     at::Tensor gu_out = at::linear(x, lw.gate_up, lw.gate_up_b);  // one matmul for gate, up
     if (grouped(4, 5)) gu_out = LoraAddGroup(gu_out, x, {lo[4], lo[5]}, sc[4], m.lora_fp32_);
@@ -121,9 +129,13 @@ at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor
   } else {
     auto gu = at::linear(x, lw.gate_up, lw.gate_up_b).split_with_sizes({I, I}, -1);
     at::Tensor xl = f32(x, 4, 5);
-    act = at::silu(lora(gu[0], xl, 4)) * lora(gu[1], xl, 5);
+    // gate before up, as transformers' act_fn(gate_proj(x)) * up_proj(x) evaluates them: the order
+    // in which their dropout masks are drawn (an operator's operands have no evaluation order in C++).
+    at::Tensor gate = lora(gu[0], xl, 4);
+    at::Tensor up = lora(gu[1], xl, 5);
+    act = at::silu(gate) * up;
   }
-  at::Tensor down = fused(6, 6) ? AddBias(LoraLinearFused(act, lw.down, {lo[6]}, sc[6]), lw.down_b) : lora(at::linear(act, lw.down, lw.down_b), act, 6);
+  at::Tensor down = fused(6, 6) ? AddBias(LoraLinearFused(act, lw.down, {lo[6]}, sc[6], drop), lw.down_b) : lora(at::linear(act, lw.down, lw.down_b), act, 6);
   if (infer) {
     *pending = down;
     return h2;
