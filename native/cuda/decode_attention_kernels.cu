@@ -117,7 +117,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const T* kb = k + (b * nkv + j) * C * D;
   const T* vb = v + (b * nkv + j) * C * D;
-  for (int64_t s0 = lo + group * U; s0 < hi; s0 += kGroups * U) {
+  // The loop runs on the warp's first key, so all lanes of a warp take the same iterations (the
+  // full-warp shuffles below need every lane); a group past hi masks all its keys.
+  constexpr int kPerWarp = 32 / G;
+  for (int64_t w0 = lo + (group / kPerWarp) * kPerWarp * U; w0 < hi; w0 += kGroups * U) {
+    const int64_t s0 = w0 + (group % kPerWarp) * U;
     float kk[U][E], vv[U][E];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -152,7 +156,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (s0 + u < hi) mx = fmaxf(mx, dot[u][r]);
-      const float corr = exp2f(m[r] - mx);  // 0 while m is -inf
+      // 0 while m is -inf; 1 when no key has been seen yet (a group whose keys are all masked)
+      const float corr = mx == -INFINITY ? 1.f : exp2f(m[r] - mx);
       float p[U], ps = 0.f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
