@@ -5,12 +5,11 @@
 // 256 keys, see Chunk) — nothing before start[b] or after slot, so the cost
 // follows the live length, not the capacity — for all rep query heads of j at once (each K/V row
 // is read once per KV head). The warps take the keys U at a time, round robin (U consecutive keys
-// per lane group and iteration, all U rows loaded before the first is used): the D elements of a
-// row are spread over a group of G lanes (G = 32, E = ceil(D / 32) each; or, for 2-byte dtypes at
-// D = 128, G = 16 and E = 8: two rows per warp, one 16-byte load per lane), the dot products are
-// shuffle reductions inside the group, and each group keeps an online softmax (running max m,
-// denominator l, weighted V sum) per query head, updated once per U keys. The groups are merged in
-// shared memory into one partial (m, l, acc[D]) per (row, head, split). Pass 2 (grid: B · nh): merges
+// per warp and iteration, all U rows loaded before the first is used): the D elements of a row
+// are spread over the 32 lanes (E = ceil(D / 32) each, one vector load), the dot products are
+// shuffle reductions, and each warp keeps an online softmax (running max m, denominator l,
+// weighted V sum) per query head, updated once per U keys. The 4 warps are merged in shared
+// memory into one partial (m, l, acc[D]) per (row, head, split). Pass 2 (grid: B · nh): merges
 // the splits, o = Σ_s 2^(m_s − M) · acc_s / L, rounded once to the output dtype.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -53,14 +52,13 @@ int64_t Splits(int64_t B, int64_t nh, int64_t C) {
   return (C + chunk - 1) / chunk;
 }
 
-// Loads the E elements of lane `lane` (of the G lanes that share a row) of one D-element row
-// (elements lane·E … lane·E + E - 1) as floats: one vector load when the row is whole (D == G·E;
-// rows start 2·D-byte aligned, so the lane's E elements are E·sizeof(T)-byte aligned), element by
-// element (zeros past D) otherwise.
-template <typename T, int E, int G>
+// Loads the E elements of lane `lane` of one D-element row (elements lane·E … lane·E + E - 1) as
+// floats: one vector load when the row is whole (D == 32·E; rows start 2·D-byte aligned, so the
+// lane's E elements are E·sizeof(T)-byte aligned), element by element (zeros past D) otherwise.
+template <typename T, int E>
 __device__ __forceinline__ void LoadLane(const T* __restrict__ row, int lane, int64_t D, float (&out)[E]) {
   constexpr int kBytes = E * static_cast<int>(sizeof(T));
-  if (D == G * E) {
+  if (D == 32 * E) {
     alignas(16) T tmp[E];
     const T* p = row + lane * E;
     if constexpr (kBytes % 16 == 0) {
@@ -85,20 +83,16 @@ __device__ __forceinline__ void LoadLane(const T* __restrict__ row, int lane, in
   }
 }
 
-// U = keys a lane group takes per iteration: their K and V rows are loaded before any is used (U
-// times the bytes in flight of one key at a time), their U·R dot products reduced side by side,
-// and the online softmax updated once per iteration. G = lanes per K / V row (32: the whole warp on
-// one row; 16: two rows side by side, each lane loading 8 bf16 as one 16-byte vector and the dot
-// products reduced in 4 shuffle rounds instead of 5). Each group keeps its own online softmax;
-// the kWarps · 32 / G groups are merged in shared memory.
-template <typename T, int E, int R, int U, int G>
+// U = keys a warp takes per iteration: their K and V rows are loaded before any is used (U times
+// the bytes in flight of one key at a time), their U·R dot products reduced side by side, and the
+// online softmax updated once per iteration.
+template <typename T, int E, int R, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     PartialKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ start,
                   const int64_t* __restrict__ slot, float* __restrict__ part_acc, float* __restrict__ part_ml, int64_t nkv, int64_t C, int64_t D,
                   int64_t splits, int64_t chunk, float scale_log2) {
-  constexpr int kGroups = kWarps * (32 / G);  // lane groups per CTA
   const int64_t split = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
-  const int group = threadIdx.x / G, lane = threadIdx.x % G;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t nh = nkv * R;
   const int64_t lo = max(static_cast<int64_t>(start[b]), split * chunk);
   const int64_t hi = min(slot[0] + 1, (split + 1) * chunk);
@@ -108,7 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.f;
-    LoadLane<T, E, G>(q + (b * nh + j * R + r) * D, lane, D, qr[r]);
+    LoadLane<T, E>(q + (b * nh + j * R + r) * D, lane, D, qr[r]);
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       qr[r][e] *= scale_log2;
@@ -117,17 +111,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const T* kb = k + (b * nkv + j) * C * D;
   const T* vb = v + (b * nkv + j) * C * D;
-  // The loop runs on the warp's first key, so all lanes of a warp take the same iterations (the
-  // full-warp shuffles below need every lane); a group past hi masks all its keys.
-  constexpr int kPerWarp = 32 / G;
-  for (int64_t w0 = lo + (group / kPerWarp) * kPerWarp * U; w0 < hi; w0 += kGroups * U) {
-    const int64_t s0 = w0 + (group % kPerWarp) * U;
+  for (int64_t s0 = lo + warp * U; s0 < hi; s0 += kWarps * U) {
     float kk[U][E], vv[U][E];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (s0 + u < hi) {
-        LoadLane<T, E, G>(kb + (s0 + u) * D, lane, D, kk[u]);
-        LoadLane<T, E, G>(vb + (s0 + u) * D, lane, D, vv[u]);
+        LoadLane<T, E>(kb + (s0 + u) * D, lane, D, kk[u]);
+        LoadLane<T, E>(vb + (s0 + u) * D, lane, D, vv[u]);
       } else {
 #pragma unroll
         for (int e = 0; e < E; ++e) kk[u][e] = vv[u][e] = 0.f;
@@ -143,9 +133,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int e = 0; e < E; ++e) t += qr[r][e] * kk[u][e];
         dot[u][r] = t;
       }
-      // xor offsets below G stay inside the lane group; every lane of the warp takes part.
 #pragma unroll
-    for (int off = G / 2; off > 0; off >>= 1)
+    for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -156,8 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (s0 + u < hi) mx = fmaxf(mx, dot[u][r]);
-      // 0 while m is -inf; 1 when no key has been seen yet (a group whose keys are all masked)
-      const float corr = mx == -INFINITY ? 1.f : exp2f(m[r] - mx);
+      const float corr = exp2f(m[r] - mx);  // 0 while m is -inf
       float p[U], ps = 0.f;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -176,16 +164,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
-  __shared__ float sm_m[kGroups][R], sm_l[kGroups][R];
-  __shared__ float sm_acc[kGroups][R][E * G];
+  __shared__ float sm_m[kWarps][R], sm_l[kWarps][R];
+  __shared__ float sm_acc[kWarps][R][E * 32];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (lane == 0) {
-      sm_m[group][r] = m[r];
-      sm_l[group][r] = l[r];
+      sm_m[warp][r] = m[r];
+      sm_l[warp][r] = l[r];
     }
 #pragma unroll
-    for (int e = 0; e < E; ++e) sm_acc[group][r][lane * E + e] = acc[r][e];
+    for (int e = 0; e < E; ++e) sm_acc[warp][r][lane * E + e] = acc[r][e];
   }
   __syncthreads();
   for (int64_t idx = threadIdx.x; idx < R * D; idx += blockDim.x) {
@@ -193,11 +181,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t d = idx % D;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kGroups; ++w) M = fmaxf(M, sm_m[w][r]);
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][r]);
     float L = 0.f, A = 0.f;
     if (M != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < kGroups; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         const float c = exp2f(sm_m[w][r] - M);
         L += sm_l[w][r] * c;
         A += sm_acc[w][r][d] * c;
@@ -264,23 +252,6 @@ int KeysPerWarp() {
   return keys;
 }
 
-// Lanes per K / V row for 2-byte dtypes at head_dim 128: 16 (two rows per warp, 16-byte loads)
-// unless PAPERGYM_DECODE_ATTN_LANES=32 (one row per warp, 8-byte loads: the kernel before, for an A/B).
-int LanesPerRow() {
-  static const int lanes = [] {
-    const char* e = std::getenv("PAPERGYM_DECODE_ATTN_LANES");
-    return e && std::string(e) == "32" ? 32 : 16;
-  }();
-  return lanes;
-}
-
-template <typename T, int E, int R, int U, int G>
-void LaunchPartial(const dim3& grid, const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, float* part_acc, float* part_ml,
-                   int64_t nkv, int64_t C, int64_t D, int64_t splits, int64_t chunk, float scale_log2, cudaStream_t st) {
-  PartialKernel<T, E, R, U, G><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot,
-                                                             part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
-}
-
 template <typename T, int E, int R>
 const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
                      int64_t C, int64_t D, double scale, cudaStream_t st) {
@@ -290,22 +261,12 @@ const char* LaunchER(const void* q, const void* k, const void* v, const int32_t*
   const float scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
   constexpr int kU = E * R <= 16 ? 4 : E * R <= 32 ? 2 : 1;
-  if constexpr (sizeof(T) == 2 && E == 4) {
-    // 2-byte dtypes at head_dim exactly 128: 16 lanes of 8 elements per row, U keys per group (two
-    // groups per warp: the 4 keys per warp of the 32-lane kernel where the registers allow).
-    constexpr int kU16 = 2 * E * R <= 32 ? 2 : 1;
-    if (D == 128 && LanesPerRow() == 16 && KeysPerWarp() > 1) {
-      LaunchPartial<T, 2 * E, R, kU16, 16>(grid, q, k, v, start, slot, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2, st);
-      if (const char* err = LaunchStatus()) return err;
-      const int threads = 128;
-      CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, splits * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);
-      return LaunchStatus();
-    }
-  }
   if (kU > 1 && KeysPerWarp() > 1)
-    LaunchPartial<T, E, R, kU, 32>(grid, q, k, v, start, slot, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2, st);
+    PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot,
+                                                             part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
   else
-    LaunchPartial<T, E, R, 1, 32>(grid, q, k, v, start, slot, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2, st);
+    PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot, part_acc,
+                                                            part_ml, nkv, C, D, splits, chunk, scale_log2);
   if (const char* err = LaunchStatus()) return err;
   const int threads = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
   CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, splits * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);

@@ -108,7 +108,8 @@ Napi::Value OpsdBackwardJs(const Napi::CallbackInfo& info) {
     const int64_t Ls = sid.size(1), Lt = tid.size(1);
     std::vector<int64_t> sidx, tidx;
     // Host tensors read through accessors: one element lookup per token (indexing a tensor per
-    // token cost ≈ 8 µs each, ≈ 0.25 s per 32 × 1024-token OPSD step on the main thread).
+    // token cost 2.5 µs a token, 82 ms per 32 × 1024-token OPSD step on the main thread, measured
+    // on a 2-core CPU machine; the accessors 0.07 ms).
     at::Tensor sidc = sid.to(at::kLong).contiguous(), tidc = tid.to(at::kLong).contiguous();
     auto sa = sidc.accessor<int64_t, 2>(), ta = tidc.accessor<int64_t, 2>();
     auto ssa = ss.accessor<int64_t, 1>(), tsa = ts.accessor<int64_t, 1>(), lena = len.accessor<int64_t, 1>();

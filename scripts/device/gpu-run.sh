@@ -182,10 +182,8 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # the same at 1.7B with the profile (third step of each stage)
     prof17) timeout 300 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-prof17 --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_prof17.json 2>&1 | grep -E "step [0-9]|memory plan|kernel profile|judge totals" | cut -c1-400
       cp /tmp/pg-prof17/metrics.jsonl $OUT/prof17_metrics.jsonl 2>/dev/null; mkdir -p $OUT/prof17-profile; cp /tmp/pg-prof17/profile/*.json $OUT/prof17-profile/ 2>/dev/null ;;
-    # issue 36 round 2: the kernels changed (RoPE pairs, LoRA dropout in the fused node, 16-lane decode attention) against the ATen / per-module paths
+    # issue 36 round 2: the kernels changed (RoPE pairs, LoRA dropout in the fused node) against the ATen / per-module paths, and the live-KV attention
     kernels36) timeout 300 npx mocha --config .mocharc.gpu.json --grep "own kernels on a model|LoRA dropout in the fused|live-KV attention|inference fusions" 2>&1 | tee $OUT/gpu-kernels36.log | grep -vE "^\s*$" | tail -30 ;;
-    # A/B of the decode attention's lanes per K/V row (16: two rows per warp, 16-byte loads; 32: the kernel before), as the trainer's rollouts run
-    attnab) for g in 32 16; do PAPERGYM_DECODE_ATTN_LANES=$g timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_lanes$g.json 2>&1 | tail -3 | sed "s/^/lanes=$g: /"; done ;;
     # the trainer at 1.7B, 2 OPSD + 2 GRPO steps, LoRA dropout per module (0) and in the fused node (1, the default): same run otherwise
     ab17) for f in 0 1; do PAPERGYM_FUSED_LORA_DROPOUT=$f timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 2 --grpo-steps 2 --out /tmp/pg-ab17-$f --json $OUT/train_ab17_$f.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-300 | sed "s/^/fused=$f: /"
         cp /tmp/pg-ab17-$f/metrics.jsonl $OUT/ab17_${f}_metrics.jsonl 2>/dev/null; done ;;
