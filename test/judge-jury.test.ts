@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHttpJudge } from '../lib/judge/http.js';
-import { JuryJudge, addMemberSummaries, agreementUnitsFromVerdicts, aggregateVerdicts, memberHealthOf } from '../lib/judge/jury.js';
+import { JuryJudge, JuryRunWatch, addMemberSummaries, agreementUnitsFromVerdicts, aggregateVerdicts, memberHealthOf } from '../lib/judge/jury.js';
 import { runEval, type PlanGenerator } from '../lib/eval/run.js';
 import { formatReport, writeRowsJsonl } from '../lib/eval/report.js';
 import { writeReport } from '../lib/report/html.js';
@@ -316,5 +316,44 @@ describe('jury in eval rows, the eval summary, the HTML report and the GRPO rewa
     expect(addMemberSummaries([r.judges, r.judges])!.alpha).to.deep.include({ verdicts: 4, met: 2 });
     // r1: both yes → met; r2: yes vs no, a tie → not met (majority rule).
     expect(r.reward).to.equal(0.5);
+  });
+});
+
+describe('JuryRunWatch (compare / leakage member failure over a run)', () => {
+  it('continue: counts the answers that arrive after a member is left out (afterLeftOut), which decide nothing', () => {
+    const warnings: string[] = [];
+    const w = new JuryRunWatch(
+      [
+        { name: 'a', maxNullRate: 0.25 },
+        { name: 'b', maxNullRate: 0.25 },
+      ],
+      8,
+      'continue',
+      'leakage',
+      (m) => warnings.push(m),
+    );
+    w.record('a', 'failed');
+    w.record('a', 'failed');
+    expect(w.active('a')).to.equal(true);
+    w.record('a', 'unreadable'); // 3 nulls > 0.25 × 8: left out
+    expect(w.active('a')).to.equal(false);
+    expect(warnings).to.have.length(1);
+    // Requests in flight when it was left out still answer: counted, no second warning, no throw.
+    w.record('a', 'failed');
+    w.record('a', 'ok');
+    w.record('b', 'ok');
+    const h = w.health();
+    expect(h.a).to.deep.include({ answers: 5, failed: 3, unreadable: 1, afterLeftOut: 2 });
+    expect(h.a!.leftOut).to.match(/3 of its 8 answers null \(2 failed requests, 1 unreadable\)/);
+    expect(h.b).to.deep.equal({ answers: 1, failed: 0, unreadable: 0 });
+    expect(warnings).to.have.length(1);
+    expect(w.leftOut()).to.deep.equal(['a']);
+  });
+
+  it('stop: the failing answer throws naming the member; every member left out under continue throws', () => {
+    const stop = new JuryRunWatch([{ name: 'a', maxNullRate: 0 }], 4, 'stop', 'compare');
+    expect(() => stop.record('a', 'failed', 'HTTP 500')).to.throw(JudgeHealthError, /compare: jury member a failed: 1 of its 4 answers null.*last: HTTP 500/);
+    const all = new JuryRunWatch([{ name: 'a', maxNullRate: 0 }], 4, 'continue', 'compare', () => undefined);
+    expect(() => all.record('a', 'failed')).to.throw(JudgeHealthError, /every jury member failed: a \(/);
   });
 });

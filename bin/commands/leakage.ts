@@ -299,7 +299,8 @@ export function formatLeakageJury(j: LeakageJuryReport): string {
   const lines = Object.entries(j.members).map(
     ([n, m]) =>
       `  member ${n} (weight ${m.weight}): ${m.health.answers} answers, ${m.health.failed} failed` +
-      (m.health.leftOut ? `; LEFT OUT: ${m.health.leftOut}` : ''),
+      (m.health.leftOut ? `; LEFT OUT: ${m.health.leftOut}` : '') +
+      (m.health.afterLeftOut ? ` (${m.health.afterLeftOut} of the answers arrived after that and did not vote)` : ''),
   );
   const agreement = j.agreement.judges.length >= 2 ? formatAgreement(j.agreement) : 'judge agreement: n/a (fewer than two members voting)';
   return [`jury (${j.aggregation}; ${lines.length} member${lines.length === 1 ? '' : 's'}):`, ...lines, agreement].join('\n');

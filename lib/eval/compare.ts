@@ -617,7 +617,8 @@ export async function formatJuryCompare(s: JuryCompareSummary): Promise<string> 
     lines.push(
       `  member ${name} (weight ${m.weight}): ${m.winRates.systems.map((x) => `${x.name} ${pct(x.rate)}`).join(', ')}; ` +
         `${h.answers} answers, ${m.winRates.ties} tie(s), ${h.unreadable} unreadable, ${h.failed} failed` +
-        (h.leftOut ? `; LEFT OUT: ${h.leftOut}` : ''),
+        (h.leftOut ? `; LEFT OUT: ${h.leftOut}` : '') +
+        (h.afterLeftOut ? ` (${h.afterLeftOut} of the answers arrived after that and did not vote)` : ''),
     );
   }
   const agreement = s.agreement.judges.length >= 2 ? formatAgreement(s.agreement) : 'judge agreement: n/a (fewer than two members voting)';

@@ -319,6 +319,12 @@ export interface JuryRunMemberHealth {
   unreadable: number;
   /** Left out of the run under `continue` (its answers do not vote), with the reason. */
   leftOut?: string;
+  /**
+   * Of `answers` (and of `failed` / `unreadable`), those that arrived after the member was left out:
+   * requests already in flight then. Counted so that the health adds up to what the member
+   * answered; they vote nowhere and decide nothing. Absent when none.
+   */
+  afterLeftOut?: number;
 }
 
 /**
@@ -362,15 +368,19 @@ export class JuryRunWatch {
   }
 
   /**
-   * Records one answer of member `name`.
+   * Records one answer of member `name` (also one that arrives after the member was left out: it is
+   * counted, as `afterLeftOut` too, and decides nothing).
    * @throws JudgeHealthError under `stop` when the member has now failed, or when every member is left out
    */
   record(name: string, outcome: 'ok' | 'failed' | 'unreadable', detail?: string): void {
     const x = this.h.get(name)!;
-    if (x.leftOut) return;
     x.answers++;
     if (outcome === 'failed') x.failed++;
     if (outcome === 'unreadable') x.unreadable++;
+    if (x.leftOut) {
+      x.afterLeftOut = (x.afterLeftOut ?? 0) + 1;
+      return;
+    }
     const nulls = x.failed + x.unreadable;
     const limit = this.limits.get(name)!;
     if (nulls <= limit * this.total) return;
