@@ -12,7 +12,7 @@
 import { basename } from 'node:path';
 import { writeFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
-import { COMPARE_OPTIONS, judgeOptions } from '../../lib/config/settings.js';
+import { COMPARE_OPTIONS, compareOptions } from '../../lib/config/settings.js';
 import { addSettings, parseList } from '../../lib/config/schema.js';
 import { readEvalItems } from '../../lib/data/schema.js';
 import { Progress } from '../../lib/data/progress.js';
@@ -63,7 +63,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
   command: 'compare',
   describe: "N-way win rates of systems' plans judged on the same questions (candidate order permuted, ties and unreadable replies counted)",
   builder: (y) =>
-    addSettings(addSettings(y, COMPARE_OPTIONS, { withDefaults: true }), judgeOptions(), { withDefaults: true }).demandOption(['data', 'plans']) as never,
+    addSettings(y, compareOptions(), { withDefaults: true }).demandOption(['data', 'plans']) as never,
   handler: async (argv) => {
     for (const [flag, path] of [
       ['--out', argv.out],

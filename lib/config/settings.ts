@@ -1961,6 +1961,39 @@ export const leakageOptions: () => readonly Setting[] = memoOn(
   ],
 );
 
+/**
+ * `compare`'s options: {@link COMPARE_OPTIONS} and the judge options its N-way choice reads — one
+ * OpenAI-compatible judge (`--judge http`, the default) or a jury of them (`--judge jury`). The
+ * local judge's rows (`--judge-batch`, `--judge-scoring`) and the rubric verdict's (`--judge-mode`,
+ * `--judge-variants`, `--judge-score`) are not offered: compare never reads them, and a strict parse
+ * names them as unknown instead of ignoring them. Read after the registries loaded, as {@link judgeOptions}.
+ */
+export const compareOptions: () => readonly Setting[] = memoOn(
+  () => [judgeOptions()],
+  () => [
+    ...COMPARE_OPTIONS,
+    ...judgeOptions()
+      .filter((o) => !['judgeMode', 'judgeBatch', 'judgeVariants', 'judgeScoring', 'judgeScore'].includes(o.key))
+      .map((o): Setting => {
+        if (o.key === 'judge')
+          return {
+            ...o,
+            choices: ['http', 'jury'],
+            meaning: 'Judge of the N-way choice: an OpenAI-compatible endpoint, or a jury of them (--judges); a local judge gives only yes/no verdicts',
+          };
+        if (o.key === 'judgeMaxTokens') return { ...o, meaning: 'http: max answer tokens of a choice; unset = 512' };
+        if (o.key === 'judgeCache') return { ...o, meaning: 'SQLite file caching judge answers by request hash; unset = <--data>.compare-cache.sqlite' };
+        if (o.key === 'judgeMaxNullRate')
+          return {
+            ...o,
+            meaning:
+              "jury: a member fails (stop) or is left out (continue) when more than this fraction of its answers in the run are null (failed requests, unreadable replies); a member's own maxNullRate in --judges wins",
+          };
+        return o;
+      }),
+  ],
+);
+
 export const IMPORT_OPTIONS: readonly Setting[] = [
   {
     key: 'format',
@@ -2141,7 +2174,7 @@ export const DOCTOR_OPTIONS: readonly Setting[] = [
 
 /** Every command's settings, for docs/config.md and the completeness test. @throws Error when a registry has not loaded (see {@link trainSettings}). */
 export const commandSettings: () => Record<string, readonly Setting[]> = memoOn(
-  () => [trainSettings(), judgeOptions(), leakageOptions()],
+  () => [trainSettings(), judgeOptions(), leakageOptions(), compareOptions()],
   () => ({
     train: [...TRAIN_COMMAND_OPTIONS, ...trainSettings()],
     generate: GENERATE_OPTIONS,
@@ -2152,7 +2185,7 @@ export const commandSettings: () => Record<string, readonly Setting[]> = memoOn(
     subset: SUBSET_OPTIONS,
     leakage: leakageOptions(),
     import: IMPORT_OPTIONS,
-    compare: [...COMPARE_OPTIONS, ...judgeOptions()],
+    compare: compareOptions(),
     'probe-judge': [...PROBE_JUDGE_OPTIONS, ...judgeOptions()],
     'judge-agreement': [...JUDGE_AGREEMENT_OPTIONS, ...judgeOptions()],
     doctor: DOCTOR_OPTIONS,
