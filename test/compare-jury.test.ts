@@ -279,8 +279,12 @@ describe('compare with a jury (loopback judges)', function () {
   it('offers only the judge flags compare reads: the local judge and rubric-verdict flags are unknown arguments, --judge takes http or jury', async () => {
     const help = await cli(['compare', '--help']);
     expect(help.code).to.equal(0);
-    expect(help.out).to.match(/--judge-url/).and.match(/--judges/).and.match(/compare-cache\.sqlite/);
-    for (const flag of ['--judge-batch', '--judge-scoring', '--judge-mode', '--judge-variants', '--judge-score']) expect(help.out).to.not.match(new RegExp(`${flag}\\s`));
+    expect(help.out)
+      .to.match(/--judge-url/)
+      .and.match(/--judges/)
+      .and.match(/compare-cache\.sqlite/);
+    for (const flag of ['--judge-batch', '--judge-scoring', '--judge-mode', '--judge-variants', '--judge-score'])
+      expect(help.out).to.not.match(new RegExp(`${flag}\\s`));
     const base = ['compare', '--data', ITEMS, '--plans', ...plans, '--judge-url', first.url, '--judge-model', 'F', '--progress', 'none'];
     for (const [flags, named] of [
       [['--judge-batch', '4'], /Unknown arguments?: judge-batch/],

@@ -62,8 +62,7 @@ function judgementProgress(argv: Pick<CompareArgs, 'progress'>, total: number, l
 export const compareCommand: CommandModule<object, CompareArgs> = {
   command: 'compare',
   describe: "N-way win rates of systems' plans judged on the same questions (candidate order permuted, ties and unreadable replies counted)",
-  builder: (y) =>
-    addSettings(y, compareOptions(), { withDefaults: true }).demandOption(['data', 'plans']) as never,
+  builder: (y) => addSettings(y, compareOptions(), { withDefaults: true }).demandOption(['data', 'plans']) as never,
   handler: async (argv) => {
     for (const [flag, path] of [
       ['--out', argv.out],
