@@ -8,7 +8,7 @@
  * juries are refused and `--llm/--model` is unchanged.
  */
 import { expect } from 'chai';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { formatLeakageJury, leakageMemberStatePath, leakageSavedIn, runLeakage } from '../bin/commands/leakage.js';
@@ -104,6 +104,33 @@ describe('leakage with a jury (loopback judges)', function () {
     const one = await cli(['leakage', '--data', data, '--llm', P.url, '--model', 'P', '--state', join(tmp, 'llm.sqlite'), '--progress', 'none']);
     expect(one.code, one.err).to.equal(0);
     expect(one.out).to.match(/^judge leakage overall: 50\.0% \(4\/8\)/m);
+  });
+
+  it('CLI, several datasets: the table has the jury rate and one column per member with its own rate', async () => {
+    const judges = juryFile('multi.yaml', member('Y', Y) + member('P', P) + member('Q', Q));
+    const first = join(tmp, 'first-item.jsonl');
+    writeFileSync(first, readFileSync(data, 'utf8').split('\n')[0] + '\n'); // item 1: criteria 1–4
+    const r = await cli(['leakage', '--data', data, first, '--judge', 'jury', '--judges', judges, '--progress', 'none']);
+    expect(r.code, r.err).to.equal(0);
+    const lines = r.out.trim().split('\n');
+    const cells = (l: string) =>
+      l
+        .split('|')
+        .slice(1, -1)
+        .map((c) => c.trim());
+    expect(cells(lines[0]!)).to.deep.equal([
+      'dataset',
+      'items',
+      'rubric items',
+      'judge leakage (jury)',
+      'member Y',
+      'member P',
+      'member Q',
+      'lexical (≥ 0.6)',
+      'mean overlap',
+    ]);
+    expect(cells(lines[2]!).slice(0, 7)).to.deep.equal([data, '2', '8', '62.5% (5/8)', '100.0% (8/8)', '50.0% (4/8)', '50.0% (4/8)']);
+    expect(cells(lines[3]!).slice(0, 7)).to.deep.equal([first, '1', '4', '100.0% (4/4)', '100.0% (4/4)', '100.0% (4/4)', '75.0% (3/4)']);
   });
 
   it('a member failing mid-run: stop names it and rejects; continue leaves it out, the others decide', async () => {

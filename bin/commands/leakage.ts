@@ -306,16 +306,29 @@ export function formatLeakageJury(j: LeakageJuryReport): string {
   return [`jury (${j.aggregation}; ${lines.length} member${lines.length === 1 ? '' : 's'}):`, ...lines, agreement].join('\n');
 }
 
-/** One table row per dataset: rubric items, judge leakage, lexical leakage, mean overlap. */
-export function formatLeakageTable(reps: { data: string; rep: LeakageReport }[]): string {
+/**
+ * One table row per dataset: rubric items, judge leakage, lexical leakage, mean overlap; with a jury
+ * the jury's rate and one column per member with its own rate (`left out` where it was).
+ */
+export function formatLeakageTable(reps: { data: string; rep: LeakageReport & { jury?: LeakageJuryReport } }[]): string {
   const pct = (r: { rate: number | null; leaked: number; n: number } | undefined) =>
     !r || r.rate === null ? '—' : `${(100 * r.rate).toFixed(1)}% (${r.leaked}/${r.n})`;
-  const head = ['dataset', 'items', 'rubric items', 'judge leakage', `lexical (≥ ${reps[0]!.rep.lexical.threshold})`, 'mean overlap'];
+  const members = [...new Set(reps.flatMap(({ rep }) => Object.keys(rep.members ?? {})))];
+  const head = [
+    'dataset',
+    'items',
+    'rubric items',
+    members.length ? 'judge leakage (jury)' : 'judge leakage',
+    ...members.map((n) => `member ${n}`),
+    `lexical (≥ ${reps[0]!.rep.lexical.threshold})`,
+    'mean overlap',
+  ];
   const body = reps.map(({ data, rep }) => [
     data,
     String(new Set(rep.rows.map((r) => r.itemId)).size),
     String(rep.rows.length),
     pct(rep.judge?.overall),
+    ...members.map((n) => pct(rep.members?.[n]?.overall) + (rep.jury?.members[n]?.health.leftOut ? ' left out' : '')),
     pct(rep.lexical.overall),
     rep.lexical.meanOverlap.toFixed(3),
   ]);
