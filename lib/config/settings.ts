@@ -1987,7 +1987,7 @@ export const compareOptions: () => readonly Setting[] = memoOn(
           return {
             ...o,
             meaning:
-              "jury: a member fails (stop) or is left out (continue) when more than this fraction of its answers in the run are null (failed requests, unreadable replies); a member's own maxNullRate in --judges wins",
+              'Write no win rate when more than this fraction of the judgements is null (failed requests, unreadable replies; with a jury, no readable member choice); a jury member also fails (stop) or is left out (continue) past it over its own answers (its maxNullRate in --judges wins)',
           };
         return o;
       }),

@@ -40,7 +40,7 @@ __global__ void RopeKernel(const T* __restrict__ q, const T* __restrict__ k, T* 
 }
 
 // The same map, V pairs of elements (d, d + D/2) per thread as two 16-byte vectors each of x,
-// cos and sin: 32-bit index arithmetic once per 2·V elements. The element kernel above spent most
+// cos and sin: one 64-bit division per 2·V elements, the rest of the index in 32 bits. The element kernel above spent most
 // of its time in the 64-bit divisions of its per-element index (≈ 8× its bandwidth time at 8B
 // training shapes, docs/performance.md §10); this one needs D/2 a multiple of V and every pointer
 // 16-byte aligned (Launch checks, else the element kernel runs).

@@ -283,7 +283,7 @@ namespace {
 /// Fused base + LoRA linear over projections that share x (see LoraLinearFused in lora.h).
 /// Arguments: x [..., in], W [Σ out, in] (frozen), the members' A [r_k, in] and B [out_k, r_k]
 /// (x's dtype), scaling, dropout p. Saves xa = x·Aᵀ [N, Σ r], W and the A / B, and x (p = 0) or
-/// each member's dropped input and mask (p > 0); never the LoRA outputs.
+/// each member's dropped input and mask (p > 0), all as saved variables; never the LoRA outputs.
 struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, at::TensorList as, at::TensorList bs,
                             double scaling, double dropout) {
@@ -316,14 +316,16 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
       off += ok;
       roff += rk;
     }
-    ctx->save_for_backward({dropout > 0 ? at::Tensor() : x2, xa, w, a});
+    // The dropped inputs and masks are saved variables (after x, xa, w, a), so autograd frees each
+    // node's as soon as its backward has run and checks their versions; saved_data would hold them
+    // until the whole graph is freed.
+    std::vector<at::Tensor> saved{dropout > 0 ? at::Tensor() : x2, xa, w, a};
+    saved.insert(saved.end(), xds.begin(), xds.end());
+    saved.insert(saved.end(), masks.begin(), masks.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["bs"] = bs.vec();
     ctx->saved_data["scaling"] = scaling;
     ctx->saved_data["dropout"] = dropout;
-    if (dropout > 0) {
-      ctx->saved_data["xds"] = xds;
-      ctx->saved_data["masks"] = masks;
-    }
     ctx->saved_data["xshape"] = x.sizes().vec();
     auto oshape = x.sizes().vec();
     oshape.back() = off;
@@ -336,12 +338,13 @@ struct LoraLinearFn : public torch::autograd::Function<LoraLinearFn> {
     auto bs = ctx->saved_data["bs"].toTensorVector();
     const double s = ctx->saved_data["scaling"].toDouble();
     const double p = ctx->saved_data["dropout"].toDouble();
+    const size_t K = bs.size();
+    // p > 0: member k's dropped input at sv[4 + k], its mask at sv[4 + K + k]
     std::vector<at::Tensor> xds, masks;
     if (p > 0) {
-      xds = ctx->saved_data["xds"].toTensorVector();
-      masks = ctx->saved_data["masks"].toTensorVector();
+      xds.assign(sv.begin() + 4, sv.begin() + 4 + static_cast<std::ptrdiff_t>(K));
+      masks.assign(sv.begin() + 4 + static_cast<std::ptrdiff_t>(K), sv.begin() + 4 + 2 * static_cast<std::ptrdiff_t>(K));
     }
-    const size_t K = bs.size();
     torch::autograd::variable_list res(2 + 2 * K + 2);
     if (!go[0].defined()) return res;  // output unused: no gradient for any input
     at::Tensor g = go[0].reshape({-1, w.size(0)});
