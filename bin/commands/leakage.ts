@@ -13,7 +13,7 @@ import { LlmClient } from '../../lib/llm/client.js';
 import { auditLeakage, formatLeakage, type LeakageItem, type LeakageReport } from '../../lib/data/leakage.js';
 import { formatAgreement, judgeAgreement, type AgreementReport, type AgreementUnit } from '../../lib/judge/agreement.js';
 import { checkJudge, judgeAnswersFreeForm } from '../../lib/judge/backends/index.js';
-import { aggregateVerdicts, JuryRunWatch, juryRunMembers, type JuryRunMemberHealth } from '../../lib/judge/jury.js';
+import { aggregateVerdicts, JuryRunWatch, juryRunMembers, leftOutNote, type JuryRunMemberHealth } from '../../lib/judge/jury.js';
 import { judgeFlagsToConfig, juryFlagsError, juryFlagsGiven } from '../judge-options.js';
 import { CachedLlm } from '../../lib/data/pipeline.js';
 import { readEvalItems } from '../../lib/data/schema.js';
@@ -297,10 +297,7 @@ export function assertLeakageJudge(rep: LeakageReport, data: string, maxFailRate
 /** A jury's lines: each member's health (left out or not), then the members' agreement. */
 export function formatLeakageJury(j: LeakageJuryReport): string {
   const lines = Object.entries(j.members).map(
-    ([n, m]) =>
-      `  member ${n} (weight ${m.weight}): ${m.health.answers} answers, ${m.health.failed} failed` +
-      (m.health.leftOut ? `; LEFT OUT: ${m.health.leftOut}` : '') +
-      (m.health.afterLeftOut ? ` (${m.health.afterLeftOut} of the answers arrived after that and did not vote)` : ''),
+    ([n, m]) => `  member ${n} (weight ${m.weight}): ${m.health.answers} answers, ${m.health.failed} failed` + leftOutNote(m.health),
   );
   const agreement = j.agreement.judges.length >= 2 ? formatAgreement(j.agreement) : 'judge agreement: n/a (fewer than two members voting)';
   return [`jury (${j.aggregation}; ${lines.length} member${lines.length === 1 ? '' : 's'}):`, ...lines, agreement].join('\n');

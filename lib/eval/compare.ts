@@ -609,6 +609,7 @@ export async function juryCompareSummary(
 /** Text lines of a jury's compare summary: each member's win rates and health, then the agreement. */
 export async function formatJuryCompare(s: JuryCompareSummary): Promise<string> {
   const { formatAgreement } = await import('../judge/agreement.js');
+  const { leftOutNote } = await import('../judge/jury.js');
   const pct = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(1)}%` : 'n/a');
   const k = Object.keys(s.members).length;
   const lines = [`jury (${s.aggregation}; ${k} member${k === 1 ? '' : 's'}):`];
@@ -617,8 +618,7 @@ export async function formatJuryCompare(s: JuryCompareSummary): Promise<string> 
     lines.push(
       `  member ${name} (weight ${m.weight}): ${m.winRates.systems.map((x) => `${x.name} ${pct(x.rate)}`).join(', ')}; ` +
         `${h.answers} answers, ${m.winRates.ties} tie(s), ${h.unreadable} unreadable, ${h.failed} failed` +
-        (h.leftOut ? `; LEFT OUT: ${h.leftOut}` : '') +
-        (h.afterLeftOut ? ` (${h.afterLeftOut} of the answers arrived after that and did not vote)` : ''),
+        leftOutNote(h),
     );
   }
   const agreement = s.agreement.judges.length >= 2 ? formatAgreement(s.agreement) : 'judge agreement: n/a (fewer than two members voting)';

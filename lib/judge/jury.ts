@@ -328,6 +328,15 @@ export interface JuryRunMemberHealth {
 }
 
 /**
+ * The summary-line suffix of a member's run health (compare and leakage summaries): `; LEFT OUT:
+ * <reason>` and how many answers arrived after that; empty for a member that was never left out.
+ */
+export function leftOutNote(h: JuryRunMemberHealth): string {
+  if (!h.leftOut) return '';
+  return `; LEFT OUT: ${h.leftOut}` + (h.afterLeftOut ? ` (${h.afterLeftOut} of the answers arrived after that and did not vote)` : '');
+}
+
+/**
  * Member failure over a run of `total` free-form questions per member (compare's judgements,
  * leakage's rubric items), the run-level form of {@link JuryJudge}'s rule: a member fails when more
  * than its `maxNullRate` of the run's answers are null (failed request or unreadable reply). It is

@@ -56,26 +56,22 @@ at::Tensor DecoderImpl::Layer(const DecoderModel& m, int64_t l, const at::Tensor
     for (int k = k0; k <= k1; ++k) any = any || lo[static_cast<size_t>(k)].first.defined();
     return (any && m.lora_fp32_ && t.scalar_type() != at::kFloat) ? t.to(at::kFloat) : t;
   };
-  // Projections sharing an input with an adapter on every member and no dropout: one matmul for
-  // their A's and one sum (LoraAddGroup); else LoRA per module on slices of the fused output.
-  auto grouped = [&](int k0, int k1) {
-    if (drop != 0.0) return false;
+  // Every member of projections k0..k1 has an adapter, all with one scaling.
+  auto all_adapted = [&](int k0, int k1) {
     for (int k = k0; k <= k1; ++k)
       if (!lo[static_cast<size_t>(k)].first.defined() || sc[static_cast<size_t>(k)] != sc[static_cast<size_t>(k0)]) return false;
     return true;
   };
+  // Projections sharing an input with an adapter on every member and no dropout: one matmul for
+  // their A's and one sum (LoraAddGroup); else LoRA per module on slices of the fused output.
+  auto grouped = [&](int k0, int k1) { return drop == 0.0 && all_adapted(k0, k1); };
   // ... and when A / B are in the activations' dtype (float32 models; the model-dtype branch after
   // the per-forward cast), base + LoRA as one node whose matmuls accumulate the LoRA output into
   // the base output (LoraLinearFused): no LoRA output tensor, no separate sums.
   // With dropout (training) the same node draws one mask per member (LoraLinearFused), the masks
   // LoraAdd per module would draw (PAPERGYM_FUSED_LORA_DROPOUT=0 takes the per-module path).
-  const bool fused_dropout = drop != 0.0 && LoraFusedDropoutEnabled();
-  auto fused = [&](int k0, int k1) {
-    if (drop != 0.0 && !fused_dropout) return false;  // LoRA per module
-    for (int k = k0; k <= k1; ++k)
-      if (!lo[static_cast<size_t>(k)].first.defined() || sc[static_cast<size_t>(k)] != sc[static_cast<size_t>(k0)]) return false;
-    return lo[static_cast<size_t>(k0)].first.scalar_type() == h.scalar_type();
-  };
+  const bool node_takes_dropout = drop == 0.0 || LoraFusedDropoutEnabled();
+  auto fused = [&](int k0, int k1) { return node_takes_dropout && all_adapted(k0, k1) && lo[static_cast<size_t>(k0)].first.scalar_type() == h.scalar_type(); };
   const bool infer = pending != nullptr;
   at::Tensor hs, x;  // the residual stream h (+ *pending) and its RMSNorm
   std::tie(hs, x) = AddNorm(h, infer ? *pending : at::Tensor(), lw.in_norm, c.rms_norm_eps, infer);
