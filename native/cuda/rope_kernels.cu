@@ -12,6 +12,14 @@ namespace pg {
 namespace cuda_kernels {
 namespace {
 
+// Input and output rows of head h (q's nq heads, then k's nk) of token bt, each [D] contiguous.
+template <typename T>
+__device__ __forceinline__ void HeadRow(const T* q, const T* k, T* qo, T* ko, int64_t bt, int64_t h, int64_t nq, int64_t nk, int64_t D, const T*& x, T*& o) {
+  const int64_t off = h < nq ? (bt * nq + h) * D : (bt * nk + (h - nq)) * D;
+  x = (h < nq ? q : k) + off;
+  o = (h < nq ? qo : ko) + off;
+}
+
 template <typename T>
 __global__ void RopeKernel(const T* __restrict__ q, const T* __restrict__ k, T* __restrict__ qo, T* __restrict__ ko, const T* __restrict__ cs,
                            const T* __restrict__ sn, int64_t BT, int64_t nq, int64_t nk, int64_t D, bool transpose) {
@@ -21,13 +29,7 @@ __global__ void RopeKernel(const T* __restrict__ q, const T* __restrict__ k, T* 
     const int64_t d = i % D, h = (i / D) % heads, bt = i / (D * heads);
     const T* x;
     T* o;
-    if (h < nq) {
-      x = q + (bt * nq + h) * D;
-      o = qo + (bt * nq + h) * D;
-    } else {
-      x = k + (bt * nk + (h - nq)) * D;
-      o = ko + (bt * nk + (h - nq)) * D;
-    }
+    HeadRow(q, k, qo, ko, bt, h, nq, nk, D, x, o);
     const T* c = cs + bt * D;
     const T* s = sn + bt * D;
     float v = F(x[d]) * F(c[d]);
@@ -55,13 +57,7 @@ __global__ void RopePairsKernel(const T* __restrict__ q, const T* __restrict__ k
     const int h = rem / per_head, d0 = (rem - h * per_head) * V;
     const T* x;
     T* o;
-    if (h < nq) {
-      x = q + (bt * nq + h) * D;
-      o = qo + (bt * nq + h) * D;
-    } else {
-      x = k + (bt * nk + (h - nq)) * D;
-      o = ko + (bt * nk + (h - nq)) * D;
-    }
+    HeadRow(q, k, qo, ko, bt, h, nq, nk, D, x, o);
     const T* c = cs + bt * D;
     const T* s = sn + bt * D;
     alignas(16) T x1[V], x2[V], c1[V], c2[V], s1[V], s2[V], o1[V], o2[V];
