@@ -86,7 +86,7 @@ __device__ __forceinline__ void LoadLane(const T* __restrict__ row, int lane, in
 // U = keys a warp takes per iteration: their K and V rows are loaded before any is used (U times
 // the bytes in flight of one key at a time), their U·R dot products reduced side by side, and the
 // online softmax updated once per iteration.
-template <typename T, int E, int R, int U>
+template <typename T, int E, int R, int U, bool kShared>
 __global__ void __launch_bounds__(kWarps * 32)
     PartialKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ start,
                   const int64_t* __restrict__ slot, const int32_t* __restrict__ prefix_row, int64_t prefix_end, float* __restrict__ part_acc,
@@ -94,8 +94,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   // With shared prefixes the rows are the fastest grid axis, so the CTAs that read one prefix
   // (same split and KV head, the rows of a group) run side by side and all but the first find its
   // K/V in L2; otherwise the splits of one row are.
-  const bool rows_fastest = prefix_row != nullptr;
-  const int64_t split = rows_fastest ? blockIdx.z : blockIdx.x, j = blockIdx.y, b = rows_fastest ? blockIdx.x : blockIdx.z;
+  // kShared (prefix_row given) is its own instantiation: without it the kernel is the one before
+  // (72 registers a thread at the 1.7B shapes, against 79 with the prefix pointers).
+  const int64_t split = kShared ? blockIdx.z : blockIdx.x, j = blockIdx.y, b = kShared ? blockIdx.x : blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t nh = nkv * R;
   const int64_t lo = max(static_cast<int64_t>(start[b]), split * chunk);
@@ -116,8 +117,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const T* kb = k + (b * nkv + j) * C * D;
   const T* vb = v + (b * nkv + j) * C * D;
   // Slots before prefix_end are read from row prefix_row[b] (the same prompt K/V, one copy read).
-  const int64_t pb = rows_fastest ? static_cast<int64_t>(prefix_row[b]) : b;
-  const int64_t pend = rows_fastest ? prefix_end : 0;
+  const int64_t pb = kShared ? static_cast<int64_t>(prefix_row[b]) : b;
+  const int64_t pend = kShared ? prefix_end : 0;
   const T* kp = k + (pb * nkv + j) * C * D;
   const T* vp = v + (pb * nkv + j) * C * D;
   for (int64_t s0 = lo + warp * U; s0 < hi; s0 += kWarps * U) {
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (s0 + u < hi) {
-        const bool pre = s0 + u < pend;
+        const bool pre = kShared && s0 + u < pend;
         LoadLane<T, E>((pre ? kp : kb) + (s0 + u) * D, lane, D, kk[u]);
         LoadLane<T, E>((pre ? vp : vb) + (s0 + u) * D, lane, D, vv[u]);
       } else {
@@ -272,12 +273,20 @@ const char* LaunchER(const void* q, const void* k, const void* v, const int32_t*
   const dim3 grid = prefix_row ? dim3(static_cast<unsigned>(B), static_cast<unsigned>(nkv), static_cast<unsigned>(splits))
                                : dim3(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
   constexpr int kU = E * R <= 16 ? 4 : E * R <= 32 ? 2 : 1;
-  if (kU > 1 && KeysPerWarp() > 1)
-    PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot,
-                                                             prefix_row, prefix_end, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+  const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k), *vt = static_cast<const T*>(v);
+  const bool many = kU > 1 && KeysPerWarp() > 1;
+  if (prefix_row && many)
+    PartialKernel<T, E, R, kU, true>
+        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, prefix_row, prefix_end, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+  else if (prefix_row)
+    PartialKernel<T, E, R, 1, true>
+        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, prefix_row, prefix_end, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+  else if (many)
+    PartialKernel<T, E, R, kU, false>
+        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, nullptr, 0, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
   else
-    PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot,
-                                                            prefix_row, prefix_end, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+    PartialKernel<T, E, R, 1, false>
+        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, nullptr, 0, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
   if (const char* err = LaunchStatus()) return err;
   const int threads = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
   CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, splits * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);

@@ -198,6 +198,23 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
         cp /tmp/pg-abshare-$f/metrics.jsonl $OUT/abshare_${f}_metrics.jsonl 2>/dev/null; done ;;
     # the decode-attention tests only (live-KV against masked, the shared prompt K/V)
     kernels36b) timeout 300 npx mocha --config .mocharc.gpu.json --grep "live-KV attention|shared prompt K/V" 2>&1 | tee $OUT/gpu-kernels36b.log | grep -vE "^\s*$" | tail -30 ;;
+    # the machine itself: clocks, power cap, and what torch reaches (copy bandwidth of 4 GiB, a bf16 8192³ matmul), to compare calls and sessions
+    hw) nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,utilization.gpu --format=csv 2>&1 | tail -2
+      python3 -c "
+import torch, time
+x = torch.empty(2 * 1024**3, dtype=torch.bfloat16, device='cuda'); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(20): y.copy_(x)
+torch.cuda.synchronize(); dt = (time.perf_counter() - t) / 20
+print(f'copy: {2 * x.numel() * 2 / dt / 1e12:.2f} TB/s (read + write)')
+a = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); b = torch.randn_like(a)
+for _ in range(3): a @ b
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(20): a @ b
+torch.cuda.synchronize(); dt = (time.perf_counter() - t) / 20
+print(f'matmul bf16 8192^3: {2 * 8192**3 / dt / 1e12:.0f} TFLOP/s')
+" 2>&1 | tee $OUT/hw.txt ;;
     *) echo "unknown step $step" ;;
   esac
 done
