@@ -763,12 +763,6 @@ export interface GenerateResult {
   decodePath?: 'dynamic' | 'static' | 'cuda-graphs';
   /** Decode attention: 'live-kv' (static path on CUDA: each row reads only its filled KV slots, a split-K kernel) or 'masked'. */
   decodeAttention?: 'live-kv' | 'masked';
-  /**
-   * Live-KV path with `n > 1`: rows that read their prompt's K/V from the first completion's copy
-   * (the n − 1 later completions of each prompt; one copy of the prompt read per group, the rest
-   * from L2). 0 otherwise, or with `PAPERGYM_DECODE_SHARED_PREFIX=0`. Same tokens and logprobs.
-   */
-  sharedPrefixRows?: number;
   /** The forwards ran from the merged weights (`mergeAdapter` with an adapter selected). */
   adapterMerged?: boolean;
   /** CUDA graphs captured by this call. */

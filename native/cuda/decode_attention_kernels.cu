@@ -1,6 +1,6 @@
 // Split-K decode attention over the live KV (declarations and formula: decode_attention_kernels.h).
 //
-// Pass 1 (grid: splits × nkv × B, 4 warps; B × nkv × splits with shared prefixes): CTA (split, j, b) reads keys
+// Pass 1 (grid: splits × nkv × B, 4 warps): CTA (split, j, b) reads keys
 // [max(start, split·chunk), min(slot + 1, (split + 1)·chunk)) of KV head j of row b (chunk: 128 or
 // 256 keys, see Chunk) — nothing before start[b] or after slot, so the cost
 // follows the live length, not the capacity — for all rep query heads of j at once (each K/V row
@@ -86,17 +86,12 @@ __device__ __forceinline__ void LoadLane(const T* __restrict__ row, int lane, in
 // U = keys a warp takes per iteration: their K and V rows are loaded before any is used (U times
 // the bytes in flight of one key at a time), their U·R dot products reduced side by side, and the
 // online softmax updated once per iteration.
-template <typename T, int E, int R, int U, bool kShared>
+template <typename T, int E, int R, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     PartialKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ start,
-                  const int64_t* __restrict__ slot, const int32_t* __restrict__ prefix_row, int64_t prefix_end, float* __restrict__ part_acc,
-                  float* __restrict__ part_ml, int64_t nkv, int64_t C, int64_t D, int64_t splits, int64_t chunk, float scale_log2) {
-  // With shared prefixes the rows are the fastest grid axis, so the CTAs that read one prefix
-  // (same split and KV head, the rows of a group) run side by side and all but the first find its
-  // K/V in L2; otherwise the splits of one row are.
-  // kShared (prefix_row given) is its own instantiation: without it the kernel is the one before
-  // (72 registers a thread at the 1.7B shapes, against 79 with the prefix pointers).
-  const int64_t split = kShared ? blockIdx.z : blockIdx.x, j = blockIdx.y, b = kShared ? blockIdx.x : blockIdx.z;
+                  const int64_t* __restrict__ slot, float* __restrict__ part_acc, float* __restrict__ part_ml, int64_t nkv, int64_t C, int64_t D,
+                  int64_t splits, int64_t chunk, float scale_log2) {
+  const int64_t split = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t nh = nkv * R;
   const int64_t lo = max(static_cast<int64_t>(start[b]), split * chunk);
@@ -116,19 +111,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const T* kb = k + (b * nkv + j) * C * D;
   const T* vb = v + (b * nkv + j) * C * D;
-  // Slots before prefix_end are read from row prefix_row[b] (the same prompt K/V, one copy read).
-  const int64_t pb = kShared ? static_cast<int64_t>(prefix_row[b]) : b;
-  const int64_t pend = kShared ? prefix_end : 0;
-  const T* kp = k + (pb * nkv + j) * C * D;
-  const T* vp = v + (pb * nkv + j) * C * D;
   for (int64_t s0 = lo + warp * U; s0 < hi; s0 += kWarps * U) {
     float kk[U][E], vv[U][E];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (s0 + u < hi) {
-        const bool pre = kShared && s0 + u < pend;
-        LoadLane<T, E>((pre ? kp : kb) + (s0 + u) * D, lane, D, kk[u]);
-        LoadLane<T, E>((pre ? vp : vb) + (s0 + u) * D, lane, D, vv[u]);
+        LoadLane<T, E>(kb + (s0 + u) * D, lane, D, kk[u]);
+        LoadLane<T, E>(vb + (s0 + u) * D, lane, D, vv[u]);
       } else {
 #pragma unroll
         for (int e = 0; e < E; ++e) kk[u][e] = vv[u][e] = 0.f;
@@ -264,29 +253,20 @@ int KeysPerWarp() {
 }
 
 template <typename T, int E, int R>
-const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, const int32_t* prefix_row, int64_t prefix_end,
-                     void* o, float* work, int64_t B, int64_t nkv, int64_t C, int64_t D, double scale, cudaStream_t st) {
+const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
+                     int64_t C, int64_t D, double scale, cudaStream_t st) {
   const int64_t nh = nkv * R, chunk = Chunk(B, nh, C), splits = (C + chunk - 1) / chunk;
   float* part_acc = work;
   float* part_ml = work + B * nh * splits * D;
   const float scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
-  const dim3 grid = prefix_row ? dim3(static_cast<unsigned>(B), static_cast<unsigned>(nkv), static_cast<unsigned>(splits))
-                               : dim3(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
   constexpr int kU = E * R <= 16 ? 4 : E * R <= 32 ? 2 : 1;
-  const T *qt = static_cast<const T*>(q), *kt = static_cast<const T*>(k), *vt = static_cast<const T*>(v);
-  const bool many = kU > 1 && KeysPerWarp() > 1;
-  if (prefix_row && many)
-    PartialKernel<T, E, R, kU, true>
-        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, prefix_row, prefix_end, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
-  else if (prefix_row)
-    PartialKernel<T, E, R, 1, true>
-        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, prefix_row, prefix_end, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
-  else if (many)
-    PartialKernel<T, E, R, kU, false>
-        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, nullptr, 0, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+  if (kU > 1 && KeysPerWarp() > 1)
+    PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot,
+                                                             part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
   else
-    PartialKernel<T, E, R, 1, false>
-        <<<grid, kWarps * 32, 0, st>>>(qt, kt, vt, start, slot, nullptr, 0, part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+    PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot, part_acc,
+                                                            part_ml, nkv, C, D, splits, chunk, scale_log2);
   if (const char* err = LaunchStatus()) return err;
   const int threads = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
   CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, splits * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);
@@ -294,28 +274,28 @@ const char* LaunchER(const void* q, const void* k, const void* v, const int32_t*
 }
 
 template <typename T, int E>
-const char* LaunchE(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, const int32_t* prefix_row, int64_t prefix_end,
-                    void* o, float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
+const char* LaunchE(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
+                    int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
   switch (rep) {
     case 1:
-      return LaunchER<T, E, 1>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 1>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
     case 2:
-      return LaunchER<T, E, 2>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 2>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
     case 4:
-      return LaunchER<T, E, 4>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 4>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
     case 8:
-      return LaunchER<T, E, 8>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 8>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
   }
   return "decode attention: unsupported GQA ratio";
 }
 
 template <typename T>
-const char* LaunchT(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, const int32_t* prefix_row, int64_t prefix_end,
-                    void* o, float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
-  if (D <= 32) return LaunchE<T, 1>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, rep, C, D, scale, st);
-  if (D <= 64) return LaunchE<T, 2>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, rep, C, D, scale, st);
-  if (D <= 128) return LaunchE<T, 4>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, rep, C, D, scale, st);
-  if (D <= 256) return LaunchE<T, 8>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, rep, C, D, scale, st);
+const char* LaunchT(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
+                    int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
+  if (D <= 32) return LaunchE<T, 1>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+  if (D <= 64) return LaunchE<T, 2>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+  if (D <= 128) return LaunchE<T, 4>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+  if (D <= 256) return LaunchE<T, 8>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
   return "decode attention: head_dim above 256";
 }
 
@@ -329,18 +309,17 @@ int64_t DecodeAttentionWorkFloats(int64_t B, int64_t nh, int64_t C, int64_t D) {
   return B * nh * Splits(B, nh, C) * (D + 2);
 }
 
-const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, const int32_t* prefix_row,
-                            int64_t prefix_end, void* o, float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale,
-                            DecodeAttnType type, void* stream) {
+const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B,
+                            int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, DecodeAttnType type, void* stream) {
   if (B == 0) return nullptr;
   auto st = static_cast<cudaStream_t>(stream);
   switch (type) {
     case DecodeAttnType::kFloat32:
-      return LaunchT<float>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, rep, C, D, scale, st);
+      return LaunchT<float>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
     case DecodeAttnType::kBFloat16:
-      return LaunchT<__nv_bfloat16>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, rep, C, D, scale, st);
+      return LaunchT<__nv_bfloat16>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
     case DecodeAttnType::kFloat16:
-      return LaunchT<__half>(q, k, v, start, slot, prefix_row, prefix_end, o, work, B, nkv, rep, C, D, scale, st);
+      return LaunchT<__half>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
   }
   return "decode attention: unsupported dtype";
 }

@@ -20,20 +20,12 @@ enum class DecodeAttnType { kFloat32, kBFloat16, kFloat16 };
 ///          launch is CUDA-graph capturable)
 ///   o      [B, nkv · rep, D]  output, dtype `type`
 ///   work   float32 device scratch of WorkFloats(B, nkv · rep, C, D) elements
-///   prefix_row [B] int32 (device) or nullptr: rows whose first slots hold the same K/V as another
-///          row's (n completions of one prompt, copied from one prefill) name that row; row b then
-///          reads slots [start[b], prefix_end) from row prefix_row[b] and the rest from its own, so
-///          the rows of a group read one copy of the prompt's K/V (from L2 after the first: the
-///          grid puts the rows on its fastest axis). Exact: the slots read hold the same values.
-///          The caller guarantees 0 <= prefix_row[b] < B and equal K/V in those slots.
-///   prefix_end  first slot after the shared prefixes (ignored without prefix_row), <= C
 /// slot < C. A row with start[b] > slot (a finished row) attends to nothing: its output is 0.
 /// Scores and the softmax in float32 (base-2 exponentials), the output rounded once. Supported:
 /// D <= 256, rep in {1, 2, 4, 8} (DecodeAttentionSupported).
 /// Returns nullptr or the CUDA error string of the launch.
-const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, const int32_t* prefix_row,
-                            int64_t prefix_end, void* o, float* work, int64_t B, int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale,
-                            DecodeAttnType type, void* stream);
+const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B,
+                            int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, DecodeAttnType type, void* stream);
 
 /// Whether DecodeAttention takes these head shapes.
 bool DecodeAttentionSupported(int64_t rep, int64_t D);

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "core/errors.h"
@@ -90,13 +89,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-// PAPERGYM_DECODE_SHARED_PREFIX=0 makes every row read its own copy of its prompt's K/V (the path
-// before prefix_row, for A/B); read per call so one process can compare both.
-bool SharedPrefixSwitchedOn() {
-  const char* e = std::getenv("PAPERGYM_DECODE_SHARED_PREFIX");
-  return !(e && std::strcmp(e, "0") == 0);
 }
 
 // Keeps only the batch rows `keep` (ascending) of every cache tensor, in place: the kept rows move
@@ -372,14 +364,6 @@ class StaticPath final : public DecodePath {
     std::vector<int32_t> start_h(Bp_, static_cast<int32_t>(lmax));
     for (int64_t g = 0; g < N_; ++g) start_h[g] = static_cast<int32_t>(lmax - pb_.plen[g / n]);
     live_start_ = at::tensor(start_h, at::TensorOptions().dtype(at::kInt)).to(dev);
-    // The n rows of one prompt hold copies of one prefill's K/V in slots [start, lmax): the
-    // live-KV kernel reads the first row's copy for all of them (prefix_row_; padded rows their own).
-    if (n > 1 && SharedPrefixSwitchedOn()) {
-      std::vector<int32_t> src(Bp_);
-      for (int64_t g = 0; g < Bp_; ++g) src[g] = static_cast<int32_t>(g < N_ ? g / n * n : g);
-      prefix_row_ = at::tensor(src, at::TensorOptions().dtype(at::kInt)).to(dev);
-      shared_rows_ = N_ - P;
-    }
     if (n > 1) logits_ = logits_.index_select(0, rows);
     return logits_;  // [N, V] float32: next-token logits of the real rows
   }
@@ -392,11 +376,8 @@ class StaticPath final : public DecodePath {
     const DecoderConfig& c = m_.config();
     if (!r_.live_kv)
       live_start_ = at::Tensor();
-    else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim)) {
+    else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim))
       res.decode_attention = "live-kv";
-      if (prefix_row_.defined()) res.shared_prefix_rows = shared_rows_;
-    }
-    if (!live_start_.defined() || res.shared_prefix_rows == 0) prefix_row_ = at::Tensor();
     rs_ = RowSampling::Make(plan_.sampling, logits_.size(1), dev);
     fused_ = RowSamplingIsSyncFree(rs_, logits_.size(1));  // sampler inside step_fn
     res.sampling_in_step = fused_;
@@ -461,7 +442,7 @@ class StaticPath final : public DecodePath {
   // The step (captured on the graph path): logits of the current inputs, advance position and
   // cache slot, and (sync-free sampler) sample the next token from them.
   at::Tensor StepFn() {
-    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_, live_start_, prefix_row_, pb_.lmax);
+    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_, live_start_);
     pos_s_.add_(1);
     slot_s_.add_(1);
     if (fused_) SampleFn(lg);
@@ -474,9 +455,7 @@ class StaticPath final : public DecodePath {
   std::vector<char> retired_;  // [N] rows whose live range was emptied
   KVCache cache_;
   at::Tensor keep_, ids_s_, pos_s_, slot_s_, live_start_, u_, tok_hist_, lp_hist_, step_s_;
-  at::Tensor prefix_row_;    // [Bp] int32: the row whose prompt K/V each row reads (undefined: own)
-  int64_t shared_rows_ = 0;  // rows that read another row's
-  StepGraph graph_;          // one bucket: the batch never shrinks on this path
+  StepGraph graph_;  // one bucket: the batch never shrinks on this path
   at::Tensor graph_out_;
   std::unique_ptr<SideStreamScope> side_;  // last: destroyed first (waits for the side stream)
 };

@@ -95,10 +95,6 @@ struct GenerateResult {
   /// filled slots; LiveKvDecodeAttention) or "masked" (all filled slots of the dynamic cache, or
   /// every slot of the static one under a mask).
   std::string decode_attention = "masked";
-  /// Live-KV path: rows that read their prompt's K/V from another row's copy (n > 1: the n - 1
-  /// later completions of each prompt read the first one's), 0 without; PAPERGYM_DECODE_SHARED_PREFIX=0
-  /// switches it off (read per call, for A/B).
-  int64_t shared_prefix_rows = 0;
   /// The forwards ran from the merged weights (merge_adapter and an adapter was selected).
   bool adapter_merged = false;
   int64_t graph_captures = 0;  // CUDA graphs captured by this call

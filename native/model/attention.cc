@@ -126,8 +126,7 @@ at::Tensor Attend(const KvAttention& a, int64_t l, const at::Tensor& q, at::Tens
         vc.index_copy_(2, a.slot, v.to(vc.scalar_type()));
       }
       if (a.live_start.defined() && T == 1) {
-        at::Tensor o =
-            LiveKvDecodeAttention(q.reshape({B, nh, hd}).to(kc.scalar_type()), kc, vc, a.live_start, a.slot, sm_scale, a.live_prefix_row, a.live_prefix_end);
+        at::Tensor o = LiveKvDecodeAttention(q.reshape({B, nh, hd}).to(kc.scalar_type()), kc, vc, a.live_start, a.slot, sm_scale);
         if (o.defined()) return o.to(q.scalar_type()).reshape({B, 1, nh * hd});
       }
       k = kc;

@@ -30,9 +30,7 @@ struct KvAttention {
     /// [1] of every row and the query attends to all C slots under `allowed` [B, 1, 1, C]
     /// (DecodeStatic; no host value that changes between steps, so CUDA-graph capturable).
     /// With `live_start` (int32 [B]): the live-KV kernel attends to slots [live_start[b], slot]
-    /// only (LiveKvDecodeAttention) where it applies; the masked attention otherwise. With
-    /// `live_prefix_row` (int32 [B]) too, the kernel reads each row's slots before
-    /// `live_prefix_end` from that row (the same prompt K/V; the masked path reads its own copy).
+    /// only (LiveKvDecodeAttention) where it applies; the masked attention otherwise.
     Slot,
     /// Every row continues one shared prefix (`prefix`: a one-row cache whose slots
     /// [prefix_pad, prefix->len) hold the prefix's real tokens, left padding before them): the
@@ -48,8 +46,6 @@ struct KvAttention {
   int64_t P = 0;
   at::Tensor slot;
   at::Tensor live_start;
-  at::Tensor live_prefix_row;
-  int64_t live_prefix_end = 0;
   const KVCache* prefix = nullptr;
   int64_t prefix_pad = 0;
 };

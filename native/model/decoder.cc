@@ -217,7 +217,7 @@ at::Tensor DecoderImpl::Decoder(const DecoderModel& m, const at::Tensor& ids, co
 // paths give the same tokens and logprobs.
 
 at::Tensor DecoderModel::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep, const AdapterSel& sel,
-                                      KVCache& cache, const at::Tensor& live_start, const at::Tensor& prefix_row, int64_t prefix_end) {
+                                      KVCache& cache, const at::Tensor& live_start) {
   DecoderImpl::CheckAlive(*this);
   const DecoderConfig& c = cfg_;
   if (ids.dim() != 2 || ids.size(1) != 1 || ids.size(0) < 1 || ids.scalar_type() != at::kLong) throw ArgError("DecodeStatic: ids must be int64 [B, 1]");
@@ -233,14 +233,9 @@ at::Tensor DecoderModel::DecodeStatic(const at::Tensor& ids, const at::Tensor& p
     throw ArgError("DecodeStatic: ids, pos, slot and keep must be on the model device");
   if (live_start.defined() && (live_start.dim() != 1 || live_start.size(0) != B || live_start.scalar_type() != at::kInt || live_start.device() != device_))
     throw ArgError("DecodeStatic: live_start must be int32 [B] on the model device");
-  if (prefix_row.defined() && (!live_start.defined() || prefix_row.dim() != 1 || prefix_row.size(0) != B || prefix_row.scalar_type() != at::kInt ||
-                               prefix_row.device() != device_ || prefix_end < 0 || prefix_end > C))
-    throw ArgError("DecodeStatic: prefix_row must be int32 [B] on the model device (with live_start) and prefix_end in [0, capacity]");
   DecoderImpl::KvAttention att;
   att.kind = DecoderImpl::KvAttention::Slot;
   att.live_start = live_start;
-  att.live_prefix_row = prefix_row;
-  att.live_prefix_end = prefix_end;
   att.slot = slot.reshape({1});
   keep.index_fill_(1, att.slot, true);
   att.allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis

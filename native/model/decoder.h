@@ -98,13 +98,8 @@ class DecoderModel {
   ///                       follows the live length, not the capacity. The masked path elsewhere.
   ///                       A row with live_start > slot (finished; its output is ignored) reads
   ///                       no KV on the kernel path.
-  ///   prefix_row [B] int32 (optional, with live_start) and prefix_end: rows whose slots
-  ///                       [live_start[b], prefix_end) hold the same K/V as row prefix_row[b]'s
-  ///                       (n completions of one prompt) read them from that row on the kernel
-  ///                       path (LiveKvDecodeAttention); same output, one copy of the prompt
-  ///                       read. The caller guarantees the equality.
   at::Tensor DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep, const AdapterSel& sel, KVCache& cache,
-                          const at::Tensor& live_start = at::Tensor(), const at::Tensor& prefix_row = at::Tensor(), int64_t prefix_end = 0);
+                          const at::Tensor& live_start = at::Tensor());
 
   // ---- LoRA ----
   /// Creates the trainable adapter (replaces an existing one).

@@ -166,8 +166,7 @@ bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nk
 #endif
 }
 
-at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale,
-                                 const at::Tensor& prefix_row, int64_t prefix_end) {
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale) {
 #ifdef PG_WITH_CUDA_KERNELS
   if (q.dim() != 3 || k.dim() != 4 || v.sizes() != k.sizes()) return at::Tensor();
   const int64_t B = q.size(0), nh = q.size(1), D = q.size(2), nkv = k.size(1), C = k.size(2);
@@ -179,10 +178,6 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
   TORCH_CHECK(start.scalar_type() == at::kInt && start.dim() == 1 && start.size(0) == B && start.device() == q.device() && slot.scalar_type() == at::kLong &&
                   slot.numel() == 1 && slot.device() == q.device(),
               "LiveKvDecodeAttention: start must be int32 [B] and slot int64 [1] on q's device");
-  TORCH_CHECK(!prefix_row.defined() || (prefix_row.scalar_type() == at::kInt && prefix_row.dim() == 1 && prefix_row.size(0) == B &&
-                                        prefix_row.device() == q.device() && prefix_end >= 0 && prefix_end <= C),
-              "LiveKvDecodeAttention: prefix_row must be int32 [B] on q's device and prefix_end in [0, capacity]");
-  at::Tensor pr = prefix_row.defined() ? prefix_row.contiguous() : at::Tensor();
   at::Tensor qc = q.contiguous(), sc = start.contiguous(), sl = slot.contiguous();
   // The kernel loads each lane's slice of a K/V/q row as one vector: rows must start 16-byte
   // aligned (fresh caches and contiguous q always do; a view at an odd offset takes the masked path).
@@ -192,13 +187,12 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
   if (!aligned(qc) || !aligned(k) || !aligned(v)) return at::Tensor();
   at::Tensor o = at::empty_like(qc);
   at::Tensor work = at::empty({ck::DecodeAttentionWorkFloats(B, nh, C, D)}, q.options().dtype(at::kFloat));
-  const char* err = ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(),
-                                        pr.defined() ? pr.data_ptr<int32_t>() : nullptr, prefix_end, o.data_ptr(), work.data_ptr<float>(), B, nkv, nh / nkv, C,
-                                        D, scale, t, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  const char* err = ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(), o.data_ptr(),
+                                        work.data_ptr<float>(), B, nkv, nh / nkv, C, D, scale, t, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   TORCH_CHECK(err == nullptr, "decode attention kernel launch failed: ", err ? err : "");
   return o;
 #else
-  (void)q, (void)k, (void)v, (void)start, (void)slot, (void)scale, (void)prefix_row, (void)prefix_end;
+  (void)q, (void)k, (void)v, (void)start, (void)slot, (void)scale;
   return at::Tensor();
 #endif
 }

@@ -31,11 +31,7 @@ at::Tensor SwiGLU(const at::Tensor& gu);
 /// dtype. Returns an undefined tensor when the kernel does not apply (CPU, not compiled in, the own
 /// kernels switched off, PAPERGYM_LIVE_KV=0, an unsupported dtype or head shape); the caller then
 /// runs the masked SDPA over all slots, which the GPU tests compare this with.
-/// prefix_row (optional, int32 [B] on q's device) and prefix_end: row b reads its slots before
-/// prefix_end from row prefix_row[b] instead of its own (rows whose prompt K/V are the same copy:
-/// one prefill repeated n times); the values are the same, so is the output — fewer bytes read.
-at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale,
-                                 const at::Tensor& prefix_row = at::Tensor(), int64_t prefix_end = 0);
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale);
 
 /// Whether LiveKvDecodeAttention runs for a model whose activations are like `like` (dtype,
 /// device) with nh query heads, nkv KV heads and head_dim D.

@@ -27,9 +27,7 @@
  *          against the step's wall time; in --json as profile)
  *          --profile-trace DIR (with --profile: also a Chrome trace per batch, DIR/trace_bB.json)
  *          --group N (completions per prompt, as GRPO's groups: each batch is batch / N prompts × n = N;
- *          needs --no-ref)  --shared-prefix on,off (with --group: the live-KV kernel reads one copy of
- *          each prompt's K/V per group, or every row its own — PAPERGYM_DECODE_SHARED_PREFIX=0; A/B in
- *          one process; default on)
+ *          needs --no-ref)
  * Random-shape checkpoints are made once by scripts/make_random_qwen3.py under
  * .cache/random-models/ (the tiny one by scripts/make_tiny_qwen3.py under .cache/tiny-models/).
  */
@@ -60,7 +58,6 @@ const a = benchArgs({
   profile: { type: 'boolean', default: false },
   'profile-trace': { type: 'string' },
   group: { type: 'string', default: '1' },
-  'shared-prefix': { type: 'string', default: 'on' },
 });
 const { cuda, index: devIdx } = deviceOf(a.device);
 const dtypeName = dtypeOf(a.dtype, cuda);
@@ -74,8 +71,6 @@ for (const f of ['lora', 'top-k']) intFlag(a, f, 0);
 const group = intFlag(a, 'group');
 if (group > 1 && !a['no-ref']) usageError('--group needs --no-ref (the transformers side takes one completion per prompt)');
 for (const b of batches) if (b % group !== 0) usageError(`--group ${group} must divide every batch size, got ${b}`);
-const sharedModes = a['shared-prefix'].split(',');
-for (const m of sharedModes) if (m !== 'on' && m !== 'off') usageError(`--shared-prefix must be on, off or both (comma-separated), got ${m}`);
 const promptLen = intFlag(a, 'prompt-len');
 const newTokens = intFlag(a, 'new-tokens');
 intFlag(a, 'threads');
@@ -150,14 +145,8 @@ async function profileCall(b, opts) {
 }
 
 const ours = [];
-const runs = batches.flatMap((b) =>
-  attentions.flatMap((att) =>
-    (loraRank > 0 ? modes : ['branch']).flatMap((mode) => (group > 1 ? sharedModes : ['on']).map((shared) => [b, att, mode, shared])),
-  ),
-);
-for (const [b, att, mode, shared] of runs) {
-  if (shared === 'off') process.env.PAPERGYM_DECODE_SHARED_PREFIX = '0';
-  else delete process.env.PAPERGYM_DECODE_SHARED_PREFIX;
+const runs = batches.flatMap((b) => attentions.flatMap((att) => (loraRank > 0 ? modes : ['branch']).map((mode) => [b, att, mode])));
+for (const [b, att, mode] of runs) {
   const opts = {
     prompts: prompts[String(b)].slice(0, b / group),
     n: group,
@@ -182,7 +171,6 @@ for (const [b, att, mode, shared] of runs) {
     batch: b,
     attention: r.decodeAttention ?? 'masked',
     group,
-    shared_prefix_rows: r.sharedPrefixRows ?? 0,
     lora: loraRank,
     adapter,
     seconds: secs,
@@ -197,7 +185,7 @@ for (const [b, att, mode, shared] of runs) {
   });
   if (a.profile && cuda) ours.at(-1).profile = await profileCall(b, { ...opts, maxNewTokens: newTokens });
   process.stderr.write(
-    `ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}${group > 1 ? `, groups of ${group}, ${r.sharedPrefixRows ?? 0} rows on a shared prefix` : ''}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank} ${adapter}` : ''})\n`,
+    `ours  batch ${b}: ${(r.newTokens / secs).toFixed(1)} new tokens/s (prefill ${r.prefillMs.toFixed(0)} ms, decode ${r.decodeMs.toFixed(0)} ms, ${r.steps ? (r.decodeMs / r.steps).toFixed(2) : '-'} ms/step, path ${r.decodePath ?? 'dynamic'}, attention ${r.decodeAttention ?? 'masked'}${group > 1 ? `, groups of ${group}` : ''}, ${r.batchRows ?? b} rows${loraRank ? `, LoRA r ${loraRank} ${adapter}` : ''})\n`,
   );
 }
 model.dispose();
@@ -224,7 +212,7 @@ console.log(
   [
     'batch',
     'attention',
-    'shared prefix rows',
+    'group',
     'adapter',
     'ours tok/s',
     'ours decode tok/s',
@@ -241,7 +229,7 @@ for (const o of ours) {
     [
       o.batch,
       o.attention,
-      o.shared_prefix_rows,
+      o.group,
       o.adapter,
       fmt(o.tokens_per_s),
       fmt(o.decode_tokens_per_s),

@@ -187,17 +187,11 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # the trainer at 1.7B, 2 OPSD + 2 GRPO steps, LoRA dropout per module (0) and in the fused node (1, the default): same run otherwise
     ab17) for f in 0 1; do PAPERGYM_FUSED_LORA_DROPOUT=$f timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 2 --grpo-steps 2 --out /tmp/pg-ab17-$f --json $OUT/train_ab17_$f.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-300 | sed "s/^/fused=$f: /"
         cp /tmp/pg-ab17-$f/metrics.jsonl $OUT/ab17_${f}_metrics.jsonl 2>/dev/null; done ;;
-    # issue 36 round 3: the rows of a GRPO group read one copy of their prompt's K/V (PAPERGYM_DECODE_SHARED_PREFIX=0: each its own),
-    # merged adapter r 64, top-k 20, 1024 new tokens: 64 rows in groups of 8 (GRPO) at prompts of 512 and 256, 32 rows in groups of 4
-    genshare) for pl in 512 256; do timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --group 8 --shared-prefix off,on --prompt-len $pl --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_share_p$pl.json 2>&1 | grep -E "^ours|^[0-9]" | sed "s/^/prompt=$pl: /"; done
-      timeout 120 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32 --group 4 --shared-prefix off,on --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_share_b32.json 2>&1 | grep -E "^[0-9]" | sed "s/^/b32: /" ;;
+    # decode at GRPO's shape (64 rows = 8 prompts × n 8) and OPSD's (32 distinct prompts), merged adapter r 64, top-k 20, 1024 new tokens, prompts of 512
+    gengroup) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --group 8 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_group8.json 2>&1 | grep -E "^[0-9]" | sed "s/^/group8: /"
+      timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,32,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_distinct.json 2>&1 | grep -E "^[0-9]" | sed "s/^/distinct: /" ;;
     # the decode GEMMs through cuBLASLt (TORCH_BLAS_PREFER_CUBLASLT=1) against cuBLAS (the default), merged adapter, 32 / 64 rows
     genblas) for v in 0 1; do TORCH_BLAS_PREFER_CUBLASLT=$v timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_blaslt$v.json 2>&1 | grep -E "^[0-9]" | sed "s/^/cublaslt=$v: /"; done ;;
-    # the trainer at 1.7B, 0 OPSD + 2 GRPO steps, each row its own prompt K/V (0) and one copy per group (1, the default)
-    abshare) for f in 0 1; do PAPERGYM_DECODE_SHARED_PREFIX=$f timeout 200 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 2 --out /tmp/pg-abshare-$f --json $OUT/train_abshare_$f.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-300 | sed "s/^/shared=$f: /"
-        cp /tmp/pg-abshare-$f/metrics.jsonl $OUT/abshare_${f}_metrics.jsonl 2>/dev/null; done ;;
-    # the decode-attention tests only (live-KV against masked, the shared prompt K/V)
-    kernels36b) timeout 300 npx mocha --config .mocharc.gpu.json --grep "live-KV attention|shared prompt K/V" 2>&1 | tee $OUT/gpu-kernels36b.log | grep -vE "^\s*$" | tail -30 ;;
     # the machine itself: clocks, power cap, and what torch reaches (copy bandwidth of 4 GiB, a bf16 8192³ matmul), to compare calls and sessions
     hw) nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,utilization.gpu --format=csv 2>&1 | tail -2
       python3 -c "

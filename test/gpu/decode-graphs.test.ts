@@ -13,8 +13,6 @@
  *   - the live-KV decode attention (each row reads only its filled slots; liveKv, the default)
  *     equals the masked attention over every slot (liveKv: false) — left-padded rows, n > 1, stop
  *     ids (finished rows stop reading KV), more than one 128-key split, GQA ratios 2 and 4;
- *   - with n > 1 the rows of a group read one copy of their prompt's K/V (sharedPrefixRows): the
- *     same ids and logprobs, bit for bit, as each row reading its own (PAPERGYM_DECODE_SHARED_PREFIX=0);
  *   - the inference fusions (fused_ops.h: residual add + RMSNorm, q/k norm + RoPE + KV write)
  *     equal the ATen ops on every decode path and in the teacher-forced forward.
  */
@@ -35,14 +33,7 @@ interface PathOptions {
   padToBucket?: boolean;
   syncEvery?: number;
 }
-type PathResult = GenerateResult & {
-  decodePath: string;
-  decodeAttention: string;
-  graphCaptures: number;
-  batchRows: number;
-  samplingInStep: boolean;
-  sharedPrefixRows: number;
-};
+type PathResult = GenerateResult & { decodePath: string; decodeAttention: string; graphCaptures: number; batchRows: number; samplingInStep: boolean };
 const run = (m: Qwen3Model, o: GenerateOptions & PathOptions) => generate(m, o as GenerateOptions) as Promise<PathResult>;
 const ids = (r: PathResult) => r.completions.map((c) => Array.from(c.tokenIds));
 
@@ -196,55 +187,6 @@ describe('GPU suite: CUDA-graph decode', function () {
     } finally {
       untied.dispose();
       nohd.dispose();
-    }
-  });
-
-  it("shared prompt K/V (n > 1): the rows of a group read the first row's copy — same ids and logprobs bit for bit as each row its own copy (fp32, bf16; padding, stops, > 1 split)", async () => {
-    // tiny-nohd: head_dim 128 (the vector loads), GQA; 200 tokens after prompts of 2-8 tokens run
-    // past one 128-key split, so splits after the prefix read each row's own slots.
-    for (const [model, dtype] of [
-      ['tiny-nohd', 'float32'],
-      ['tiny-nohd', 'bfloat16'],
-      ['tiny-tied', 'float32'],
-    ] as const) {
-      const m = await loadModel(tinyModel(model), { device: 'cuda', dtype });
-      const prev = process.env.PAPERGYM_DECODE_SHARED_PREFIX;
-      try {
-        const first = await run(m, { prompts, temperature: 0, maxNewTokens: 200, stopIds: [] as number[] });
-        const stops = [ids(first)[1]![5]!];
-        for (const o of [
-          { prompts, n: 4, temperature: 1.0, topK: 20, maxNewTokens: 200, stopIds: stops, seed: 3 },
-          { prompts: prompts.slice(1), n: 2, temperature: 0, maxNewTokens: 150, stopIds: [] as number[] },
-        ]) {
-          const what = `${model} ${dtype} n=${o.n}`;
-          delete process.env.PAPERGYM_DECODE_SHARED_PREFIX;
-          const shared = await run(m, o);
-          process.env.PAPERGYM_DECODE_SHARED_PREFIX = '0';
-          const own = await run(m, o);
-          expect(shared.decodeAttention, what).to.equal('live-kv');
-          expect(shared.sharedPrefixRows, what).to.equal(o.prompts.length * (o.n - 1));
-          expect(own.sharedPrefixRows, what).to.equal(0);
-          expect(ids(shared), what).to.deep.equal(ids(own));
-          expect(maxLpDiff(shared, own), what).to.equal(0);
-          expect(
-            shared.completions.map((c) => c.finishReason),
-            what,
-          ).to.deep.equal(own.completions.map((c) => c.finishReason));
-          // and both against the masked attention over every slot (fp32: the exact comparison)
-          if (dtype === 'float32') {
-            const masked = await run(m, { ...o, liveKv: false });
-            expect(ids(shared), what).to.deep.equal(ids(masked));
-            expect(maxLpDiff(shared, masked), what).to.be.at.most(2e-5);
-          }
-        }
-        // one completion per prompt shares nothing
-        delete process.env.PAPERGYM_DECODE_SHARED_PREFIX;
-        expect((await run(m, { prompts, temperature: 0, maxNewTokens: 8, stopIds: [] as number[] })).sharedPrefixRows).to.equal(0);
-      } finally {
-        if (prev === undefined) delete process.env.PAPERGYM_DECODE_SHARED_PREFIX;
-        else process.env.PAPERGYM_DECODE_SHARED_PREFIX = prev;
-        m.dispose();
-      }
     }
   });
 
