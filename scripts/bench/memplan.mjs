@@ -15,7 +15,7 @@
  *          --extra="<more train flags>" (with =: the value starts with a dash)
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomModel } from './checkpoints.mjs';
 import { benchArgs, deviceOf, dtypeOf, root, writeJson } from './harness.mjs';
@@ -62,6 +62,8 @@ const t0 = Date.now();
 const r = spawnSync(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'], encoding: 'utf8', env: { ...process.env, CI: 'true' } });
 const wall = (Date.now() - t0) / 1000;
 const log = r.stderr ?? '';
+// The whole log beside the run (only some of its lines are echoed below).
+if (existsSync(out)) writeFileSync(join(out, 'train.log'), log);
 process.stderr.write(
   log
     .split('\n')

@@ -192,6 +192,9 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
       timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,32,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_distinct.json 2>&1 | grep -E "^[0-9]" | sed "s/^/distinct: /" ;;
     # the decode GEMMs through cuBLASLt (TORCH_BLAS_PREFER_CUBLASLT=1) against cuBLAS (the default), merged adapter, 32 / 64 rows
     genblas) for v in 0 1; do TORCH_BLAS_PREFER_CUBLASLT=$v timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_blaslt$v.json 2>&1 | grep -E "^[0-9]" | sed "s/^/cublaslt=$v: /"; done ;;
+    # 1.7B, 3 GRPO steps, the third kernel-profiled, the trainer's whole log kept (train.log)
+    prof17g) timeout 240 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-prof17g --extra="--profile-step 3" --json $OUT/train_prof17g.json 2>&1 | grep -E "step [0-9]|judge totals" | cut -c1-400
+      cp /tmp/pg-prof17g/train.log /tmp/pg-prof17g/metrics.jsonl $OUT/ 2>/dev/null; mkdir -p $OUT/prof17g-profile; cp /tmp/pg-prof17g/profile/*.json $OUT/prof17g-profile/ 2>/dev/null; grep -iE "profile" /tmp/pg-prof17g/train.log | cut -c1-300 ;;
     # the machine itself: clocks, power cap, and what torch reaches (copy bandwidth of 4 GiB, a bf16 8192³ matmul), to compare calls and sessions
     hw) nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,utilization.gpu --format=csv 2>&1 | tail -2
       python3 -c "
