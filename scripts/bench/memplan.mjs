@@ -15,7 +15,7 @@
  *          --extra="<more train flags>" (with =: the value starts with a dash)
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { randomModel } from './checkpoints.mjs';
 import { benchArgs, deviceOf, dtypeOf, root, writeJson } from './harness.mjs';
@@ -59,11 +59,15 @@ const args = [
 ];
 process.stderr.write(`memplan: node ${args.slice(1).join(' ')}\n`);
 const t0 = Date.now();
-const r = spawnSync(process.execPath, args, { stdio: ['ignore', 'inherit', 'pipe'], encoding: 'utf8', env: { ...process.env, CI: 'true' } });
+// The trainer's stderr goes straight to <out>/train.log (whole, as it is written: a run killed by a
+// timeout keeps its log); only some of its lines are echoed below.
+mkdirSync(out, { recursive: true });
+const logFile = join(out, 'train.log');
+const logFd = openSync(logFile, 'w');
+const r = spawnSync(process.execPath, args, { stdio: ['ignore', 'inherit', logFd], env: { ...process.env, CI: 'true' } });
+closeSync(logFd);
 const wall = (Date.now() - t0) / 1000;
-const log = r.stderr ?? '';
-// The whole log beside the run (only some of its lines are echoed below).
-if (existsSync(out)) writeFileSync(join(out, 'train.log'), log);
+const log = readFileSync(logFile, 'utf8');
 process.stderr.write(
   log
     .split('\n')

@@ -177,11 +177,13 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # the trainer at 4B / 8B shapes: 3 OPSD + 3 GRPO steps, a checkpoint after every step (beside the next one), the
     # third step of each stage under the kernel profiler (<run>/profile/*.json copied to $OUT)
     prof4|prof8) sh=${step#prof}; sh=qwen3-${sh}b
-      timeout 540 node scripts/bench/memplan.mjs --shape $sh --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-$step --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_$step.json 2>&1 | grep -E "step [0-9]|memory plan|kernel profile|judge totals" | cut -c1-400
-      cp /tmp/pg-$step/metrics.jsonl $OUT/${step}_metrics.jsonl 2>/dev/null; mkdir -p $OUT/$step-profile; cp /tmp/pg-$step/profile/*.json $OUT/$step-profile/ 2>/dev/null ;;
+      timeout 540 node scripts/bench/memplan.mjs --shape $sh --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-$step --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_$step.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-400
+      cp /tmp/pg-$step/metrics.jsonl $OUT/${step}_metrics.jsonl 2>/dev/null; cp /tmp/pg-$step/train.log $OUT/${step}_train.log 2>/dev/null; grep -E "kernel profile|--profile-step" /tmp/pg-$step/train.log | cut -c1-300
+      mkdir -p $OUT/$step-profile; cp /tmp/pg-$step/profile/*.json $OUT/$step-profile/ 2>/dev/null ;;
     # the same at 1.7B with the profile (third step of each stage)
-    prof17) timeout 300 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-prof17 --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_prof17.json 2>&1 | grep -E "step [0-9]|memory plan|kernel profile|judge totals" | cut -c1-400
-      cp /tmp/pg-prof17/metrics.jsonl $OUT/prof17_metrics.jsonl 2>/dev/null; mkdir -p $OUT/prof17-profile; cp /tmp/pg-prof17/profile/*.json $OUT/prof17-profile/ 2>/dev/null ;;
+    prof17) timeout 300 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-prof17 --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_prof17.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-400
+      cp /tmp/pg-prof17/metrics.jsonl $OUT/prof17_metrics.jsonl 2>/dev/null; cp /tmp/pg-prof17/train.log $OUT/prof17_train.log 2>/dev/null; grep -E "kernel profile|--profile-step" /tmp/pg-prof17/train.log | cut -c1-300
+      mkdir -p $OUT/prof17-profile; cp /tmp/pg-prof17/profile/*.json $OUT/prof17-profile/ 2>/dev/null ;;
     # issue 36 round 2: the kernels changed (RoPE pairs, LoRA dropout in the fused node) against the ATen / per-module paths, and the live-KV attention
     kernels36) timeout 300 npx mocha --config .mocharc.gpu.json --grep "own kernels on a model|LoRA dropout in the fused|live-KV attention|inference fusions" 2>&1 | tee $OUT/gpu-kernels36.log | grep -vE "^\s*$" | tail -30 ;;
     # the trainer at 1.7B, 2 OPSD + 2 GRPO steps, LoRA dropout per module (0) and in the fused node (1, the default): same run otherwise
@@ -190,11 +192,12 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     # decode at GRPO's shape (64 rows = 8 prompts × n 8) and OPSD's (32 distinct prompts), merged adapter r 64, top-k 20, 1024 new tokens, prompts of 512
     gengroup) timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --group 8 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_group8.json 2>&1 | grep -E "^[0-9]" | sed "s/^/group8: /"
       timeout 200 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 1,32,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_distinct.json 2>&1 | grep -E "^[0-9]" | sed "s/^/distinct: /" ;;
-    # the decode GEMMs through cuBLASLt (TORCH_BLAS_PREFER_CUBLASLT=1) against cuBLAS (the default), merged adapter, 32 / 64 rows
+    # the decode GEMMs with TORCH_BLAS_PREFER_CUBLASLT=1 against ATen's default (two processes, one per setting), merged adapter, 32 / 64 rows
     genblas) for v in 0 1; do TORCH_BLAS_PREFER_CUBLASLT=$v timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_blaslt$v.json 2>&1 | grep -E "^[0-9]" | sed "s/^/cublaslt=$v: /"; done ;;
-    # 1.7B, 3 GRPO steps, the third kernel-profiled, the trainer's whole log kept (train.log)
+    # 1.7B, 3 GRPO steps (no periodic checkpoints), the third kernel-profiled, the trainer's whole log kept (train.log)
     prof17g) timeout 240 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-prof17g --extra="--profile-step 3" --json $OUT/train_prof17g.json 2>&1 | grep -E "step [0-9]|judge totals" | cut -c1-400
-      cp /tmp/pg-prof17g/train.log /tmp/pg-prof17g/metrics.jsonl $OUT/ 2>/dev/null; mkdir -p $OUT/prof17g-profile; cp /tmp/pg-prof17g/profile/*.json $OUT/prof17g-profile/ 2>/dev/null; grep -iE "profile" /tmp/pg-prof17g/train.log | cut -c1-300 ;;
+      cp /tmp/pg-prof17g/train.log $OUT/prof17g_train.log 2>/dev/null; cp /tmp/pg-prof17g/metrics.jsonl $OUT/prof17g_metrics.jsonl 2>/dev/null; grep -E "kernel profile|--profile-step" /tmp/pg-prof17g/train.log | cut -c1-300
+      mkdir -p $OUT/prof17g-profile; cp /tmp/pg-prof17g/profile/*.json $OUT/prof17g-profile/ 2>/dev/null ;;
     # the machine itself: clocks, power cap, and what torch reaches (copy bandwidth of 4 GiB, a bf16 8192³ matmul), to compare calls and sessions
     hw) nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,utilization.gpu --format=csv 2>&1 | tail -2
       python3 -c "
