@@ -26,6 +26,14 @@ elif [ "$*" != prebuild130 ]; then  # prebuild130 alone builds only the prebuilt
   CMAKE_BUILD_PARALLEL_LEVEL=16 npx cmake-js compile --log-level warn 2>&1 | grep -iE "error|CUDA build|CPU build|kernels|CUDA compiler|data parallelism|NCCL process groups|gloo" | head -30
   echo "build: $(( $(date +%s) - t0 )) s"; node dist/bin/papergym-native.js doctor
 fi
+# After a profiled memplan run in /tmp/pg-NAME: its metrics, the trainer's whole log and the profile files into $OUT
+# (NAME_metrics.jsonl, NAME_train.log, NAME-profile/), and the log's profile lines (written, or why not) printed.
+keep_profiled_run() {
+  local d=/tmp/pg-$1
+  cp $d/metrics.jsonl $OUT/$1_metrics.jsonl 2>/dev/null; cp $d/train.log $OUT/$1_train.log 2>/dev/null
+  grep -E "kernel profile|--profile-step" $d/train.log 2>/dev/null | cut -c1-300
+  mkdir -p $OUT/$1-profile; cp $d/profile/*.json $OUT/$1-profile/ 2>/dev/null
+}
 for step in "$@"; do
   echo "=== $step ($(date +%T))"
   case $step in
@@ -174,16 +182,11 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     ck17) for bg in ${CK_MODES:-on off}; do f=; [ $bg = off ] && f=--no-checkpoint-background
         timeout 280 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-ck17-$bg --extra="--checkpoint-every 1 $f" --json $OUT/train_ck17_$bg.json 2>&1 | grep -E "step [0-9]|memory plan" | cut -c1-300 | sed "s/^/bg=$bg: /"
         cp /tmp/pg-ck17-$bg/metrics.jsonl $OUT/ck17_${bg}_metrics.jsonl 2>/dev/null; done ;;
-    # the trainer at 4B / 8B shapes: 3 OPSD + 3 GRPO steps, a checkpoint after every step (beside the next one), the
+    # the trainer at 1.7B / 4B / 8B shapes: 3 OPSD + 3 GRPO steps, a checkpoint after every step (beside the next one), the
     # third step of each stage under the kernel profiler (<run>/profile/*.json copied to $OUT)
-    prof4|prof8) sh=${step#prof}; sh=qwen3-${sh}b
-      timeout 540 node scripts/bench/memplan.mjs --shape $sh --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-$step --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_$step.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-400
-      cp /tmp/pg-$step/metrics.jsonl $OUT/${step}_metrics.jsonl 2>/dev/null; cp /tmp/pg-$step/train.log $OUT/${step}_train.log 2>/dev/null; grep -E "kernel profile|--profile-step" /tmp/pg-$step/train.log | cut -c1-300
-      mkdir -p $OUT/$step-profile; cp /tmp/pg-$step/profile/*.json $OUT/$step-profile/ 2>/dev/null ;;
-    # the same at 1.7B with the profile (third step of each stage)
-    prof17) timeout 300 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-prof17 --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_prof17.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-400
-      cp /tmp/pg-prof17/metrics.jsonl $OUT/prof17_metrics.jsonl 2>/dev/null; cp /tmp/pg-prof17/train.log $OUT/prof17_train.log 2>/dev/null; grep -E "kernel profile|--profile-step" /tmp/pg-prof17/train.log | cut -c1-300
-      mkdir -p $OUT/prof17-profile; cp /tmp/pg-prof17/profile/*.json $OUT/prof17-profile/ 2>/dev/null ;;
+    prof17|prof4|prof8) sh=${step#prof}; [ $sh = 17 ] && sh=1.7; lim=540; [ $step = prof17 ] && lim=300
+      timeout $lim node scripts/bench/memplan.mjs --shape qwen3-${sh}b --opsd-steps 3 --grpo-steps 3 --out /tmp/pg-$step --extra="--checkpoint-every 1 --profile-step 3" --json $OUT/train_$step.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-400
+      keep_profiled_run $step ;;
     # issue 36 round 2: the kernels changed (RoPE pairs, LoRA dropout in the fused node) against the ATen / per-module paths, and the live-KV attention
     kernels36) timeout 300 npx mocha --config .mocharc.gpu.json --grep "own kernels on a model|LoRA dropout in the fused|live-KV attention|inference fusions" 2>&1 | tee $OUT/gpu-kernels36.log | grep -vE "^\s*$" | tail -30 ;;
     # the trainer at 1.7B, 2 OPSD + 2 GRPO steps, LoRA dropout per module (0) and in the fused node (1, the default): same run otherwise
@@ -196,8 +199,7 @@ print('cupti: GPU events', sum(1 for e in p.events() if e.device_type == torch.a
     genblas) for v in 0 1; do TORCH_BLAS_PREFER_CUBLASLT=$v timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 32,64 --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_blaslt$v.json 2>&1 | grep -E "^[0-9]" | sed "s/^/cublaslt=$v: /"; done ;;
     # 1.7B, 3 GRPO steps (no periodic checkpoints), the third kernel-profiled, the trainer's whole log kept (train.log)
     prof17g) timeout 240 node scripts/bench/memplan.mjs --shape qwen3-1.7b --opsd-steps 0 --grpo-steps 3 --out /tmp/pg-prof17g --extra="--profile-step 3" --json $OUT/train_prof17g.json 2>&1 | grep -E "step [0-9]|judge totals" | cut -c1-400
-      cp /tmp/pg-prof17g/train.log $OUT/prof17g_train.log 2>/dev/null; cp /tmp/pg-prof17g/metrics.jsonl $OUT/prof17g_metrics.jsonl 2>/dev/null; grep -E "kernel profile|--profile-step" /tmp/pg-prof17g/train.log | cut -c1-300
-      mkdir -p $OUT/prof17g-profile; cp /tmp/pg-prof17g/profile/*.json $OUT/prof17g-profile/ 2>/dev/null ;;
+      keep_profiled_run prof17g ;;
     # the machine itself: clocks, power cap, and what torch reaches (copy bandwidth of 4 GiB, a bf16 8192³ matmul), to compare calls and sessions
     hw) nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,utilization.gpu --format=csv 2>&1 | tail -2
       python3 -c "
