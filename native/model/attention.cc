@@ -2,8 +2,17 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
+#include "cuda/kernels.h"
 #include "model/fused_ops.h"
+
+#ifdef PG_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>
+
+#include "cuda/attention_merge_kernels.h"
+#endif
 
 namespace pg {
 
@@ -16,20 +25,52 @@ std::atomic<bool>& CudaFlashRefused() {
   return refused;
 }
 
+/// Set once the CUDA flash op refused K/V with fewer heads than q (a libtorch whose flash op
+/// takes no GQA): later calls repeat the K/V heads before the call.
+std::atomic<bool>& CudaFlashGqaRefused() {
+  static std::atomic<bool> refused{false};
+  return refused;
+}
+
+/// K/V heads repeated for the query heads (transformers' repeat_kv: query head h reads KV head
+/// h / rep).
+at::Tensor RepeatHeads(const at::Tensor& t, int64_t rep) {
+  return rep > 1 ? t.repeat_interleave(rep, 1) : t;
+}
+
 /// One softmax side of SharedPrefixAttention through the flash kernel, which returns the
-/// softmax's log-sum-exp beside its output: q [Bq, nh, N, hd], k / v [Bq, nh, K, hd] (K/V heads
-/// already repeated) -> (o [Bq, nh, N, hd] in q's dtype, lse [Bq, nh, N] float32, natural log).
-/// CUDA: ATen's FlashAttention-2 op; CPU: ATen's CPU flash op (DecoderModel::SharedPrefixFlash
-/// says where they apply). Returns false where neither applies or the CUDA op refuses the inputs
-/// (its argument / architecture checks run before any launch; then CudaFlashRefused is set), and
-/// the caller takes the math path. Out of memory and CUDA errors are rethrown, not a refusal.
+/// softmax's log-sum-exp beside its output: q [Bq, nh, N, hd], k / v [Bq, nkv, K, hd] with
+/// nh = nkv · rep -> (o [Bq, nh, N, hd] in q's dtype, lse [Bq, nh, N] float32, natural log).
+/// CUDA: ATen's FlashAttention-2 op with the K/V heads as they are (the kernel maps query head h
+/// to KV head h / rep; repeated first only where the op refuses that); CPU: ATen's CPU flash op
+/// on repeated K/V heads. DecoderModel::SharedPrefixFlash says where they apply. Returns false
+/// where neither applies or the CUDA op refuses the inputs (its argument / architecture checks
+/// run before any launch; then CudaFlashRefused is set), and the caller takes the math path. Out
+/// of memory and CUDA errors are rethrown, not a refusal.
 bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double sm_scale, at::Tensor* o, at::Tensor* lse) {
   if (!DecoderModel::SharedPrefixFlash(q.device(), q.scalar_type(), q.size(3))) return false;
+  const int64_t rep = q.size(1) / k.size(1);
+  const at::Tensor kq = k.to(q.scalar_type()), vq = v.to(q.scalar_type());
   if (q.is_cuda()) {
-    try {
-      auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, sm_scale);
+    auto call = [&](const at::Tensor& kk, const at::Tensor& vv) {
+      auto r = at::_scaled_dot_product_flash_attention(q, kk, vv, 0.0, causal, false, sm_scale);
       *o = std::get<0>(r);
       *lse = std::get<1>(r).narrow(2, 0, q.size(2));
+    };
+    try {
+      if (rep > 1 && !CudaFlashGqaRefused().load()) {
+        try {
+          call(kq, vq);
+          return true;
+        } catch (const c10::OutOfMemoryError&) {
+          throw;
+        } catch (const c10::AcceleratorError&) {
+          throw;
+        } catch (const c10::Error&) {
+          CudaFlashGqaRefused().store(true);
+        }
+      }
+      call(RepeatHeads(kq, rep), RepeatHeads(vq, rep));
       return true;
     } catch (const c10::OutOfMemoryError&) {
       throw;
@@ -40,10 +81,40 @@ bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
       return false;
     }
   }
-  auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, sm_scale);
+  auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, RepeatHeads(kq, rep), RepeatHeads(vq, rep), 0.0, causal, std::nullopt, sm_scale);
   *o = std::get<0>(r);
   *lse = std::get<1>(r);
   return true;
+}
+
+/// The fused merge (cuda/attention_merge_kernels.h) of the two sides, or an undefined tensor
+/// where it does not apply: not compiled in, the own kernels off for q, PAPERGYM_FUSED_PREFIX_MERGE
+/// = "0" (read per call: the GPU test's A/B against the ATen merge), or an unsupported layout.
+/// op [B, nh, T, hd] / lp [B, nh, T] the prefix side, os / ls the own side, at any strides.
+at::Tensor FusedMerge(const at::Tensor& q, const at::Tensor& op, const at::Tensor& lp, const at::Tensor& os, const at::Tensor& ls) {
+#ifdef PG_WITH_CUDA_KERNELS
+  namespace ck = pg::cuda_kernels;
+  const char* e = std::getenv("PAPERGYM_FUSED_PREFIX_MERGE");
+  if ((e && std::strcmp(e, "0") == 0) || !CudaKernelsEnabled(q)) return at::Tensor();
+  const auto dt = op.scalar_type();
+  if (os.scalar_type() != dt || lp.scalar_type() != at::kFloat || ls.scalar_type() != at::kFloat || op.stride(3) != 1 || os.stride(3) != 1 ||
+      !(dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf))
+    return at::Tensor();
+  const int64_t B = op.size(0), nh = op.size(1), T = op.size(2), hd = op.size(3);
+  const ck::MergeType t = dt == at::kFloat ? ck::MergeType::kFloat32 : dt == at::kBFloat16 ? ck::MergeType::kBFloat16 : ck::MergeType::kFloat16;
+  auto side = [](const at::Tensor& o, const at::Tensor& l) {
+    return ck::MergeSide{o.data_ptr(), l.data_ptr<float>(), o.stride(0), o.stride(1), o.stride(2), l.stride(0), l.stride(1), l.stride(2)};
+  };
+  const ck::MergeSide p = side(op, lp), s = side(os, ls);
+  at::Tensor out = at::empty({B, T, nh * hd}, op.options());
+  if (!ck::MergeSupported(p, s, out.data_ptr(), hd, t)) return at::Tensor();
+  const char* err = ck::MergeAttentionStates(p, s, out.data_ptr(), B, T, nh, hd, t, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "attention merge kernel launch failed: ", err ? err : "");
+  return out.scalar_type() == q.scalar_type() ? out : out.to(q.scalar_type());
+#else
+  (void)q, (void)op, (void)lp, (void)os, (void)ls;
+  return at::Tensor();
+#endif
 }
 
 /// Attention of T queries per row over a shared prefix and the row's own keys (the two-level
@@ -53,11 +124,14 @@ bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
 /// prefix's real keys, and o_s, lse_s the same over the row's own keys (causal).
 /// q [B, nh, T, hd]; k / v [B, nkv, T, hd]; the prefix's K/V [1, nkv, P0, hd] read in place.
 /// Flash path (FlashSide): the prefix side is ONE flash call of all B·T queries (rows folded into
-/// the query length) against the prefix's keys, the own side one causal call; only the K/V heads
-/// are repeated for GQA (one prefix row, and the suffixes' own few tokens), never the prefix per
-/// row. Math path (only where a flash call was refused at run time; PrefixLogprobs takes the
-/// copy path wherever SharedPrefixFlash is false): float32 matmuls with the query heads of one
-/// KV head grouped. The merge is in float32. Returns o [B, T, nh * hd] in q's dtype.
+/// the query length; a view of the layer's q, no copy) against the prefix's keys, the own side one
+/// causal call; on CUDA the K/V heads are not repeated for GQA (the CPU op repeats them: one prefix
+/// row, and the suffixes' own few tokens), never the prefix per row. The two sides are merged by one
+/// kernel where it applies (FusedMerge; the same float32 operations in the same order as the ATen
+/// merge below, rounded once). Math path (only where a flash call was refused at run time;
+/// PrefixLogprobs takes the copy path wherever SharedPrefixFlash is false): float32 matmuls with
+/// the query heads of one KV head grouped. The ATen merge is in float32, with m = max(lse_p, lse_s)
+/// subtracted first. Returns o [B, T, nh * hd] in q's dtype.
 at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double sm_scale) {
   const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), hd = q.size(3), nkv = k.size(1), rep = nh / nkv;
   const int64_t P0 = a.prefix->len - a.prefix_pad;
@@ -66,13 +140,15 @@ at::Tensor SharedPrefixAttention(const KvAttention& a, int64_t l, const at::Tens
   at::Tensor vp = a.prefix->v[static_cast<size_t>(l)].narrow(2, a.prefix_pad, P0);
   at::Tensor op, lp, os, ls;  // per side: o [B, nh, T, hd], lse [B, nh, T]
   {
-    auto heads = [&](const at::Tensor& t) { return rep > 1 ? t.repeat_interleave(rep, 1) : t; };
     at::Tensor q1 = q.transpose(0, 1).reshape({1, nh, B * T, hd});  // every row's queries as one
     at::Tensor o1, l1, o2, l2;
-    if (FlashSide(q1, heads(kp).to(q.scalar_type()), heads(vp).to(q.scalar_type()), false, sm_scale, &o1, &l1) &&
-        FlashSide(q, heads(k), heads(v), true, sm_scale, &o2, &l2)) {
-      op = o1.reshape({nh, B, T, hd}).transpose(0, 1).to(f32);
-      lp = l1.reshape({nh, B, T}).transpose(0, 1).to(f32);
+    if (FlashSide(q1, kp, vp, false, sm_scale, &o1, &l1) && FlashSide(q, k, v, true, sm_scale, &o2, &l2)) {
+      op = o1.reshape({nh, B, T, hd}).transpose(0, 1);
+      lp = l1.reshape({nh, B, T}).transpose(0, 1);
+      at::Tensor fused = FusedMerge(q, op, lp, o2, l2);
+      if (fused.defined()) return fused;
+      op = op.to(f32);
+      lp = lp.to(f32);
       os = o2.to(f32);
       ls = l2.to(f32);
     }
@@ -126,7 +202,8 @@ at::Tensor Attend(const KvAttention& a, int64_t l, const at::Tensor& q, at::Tens
         vc.index_copy_(2, a.slot, v.to(vc.scalar_type()));
       }
       if (a.live_start.defined() && T == 1) {
-        at::Tensor o = LiveKvDecodeAttention(q.reshape({B, nh, hd}).to(kc.scalar_type()), kc, vc, a.live_start, a.slot, sm_scale);
+        at::Tensor o =
+            LiveKvDecodeAttention(q.reshape({B, nh, hd}).to(kc.scalar_type()), kc, vc, a.live_start, a.slot, sm_scale, a.live_prompt_group, a.live_prompt_end);
         if (o.defined()) return o.to(q.scalar_type()).reshape({B, 1, nh * hd});
       }
       k = kc;
