@@ -763,6 +763,13 @@ export interface GenerateResult {
   decodePath?: 'dynamic' | 'static' | 'cuda-graphs';
   /** Decode attention: 'live-kv' (static path on CUDA: each row reads only its filled KV slots, a split-K kernel) or 'masked'. */
   decodeAttention?: 'live-kv' | 'masked';
+  /**
+   * Live-KV attention with n > 1: rows per group whose prompt K/V the kernel read once for the
+   * whole group (the n completions of one prompt hold copies of one prefill; bf16 / fp16 on sm 80+,
+   * keys in whole 64-key splits before the prompt's end, tensor cores), 0 where every row read its
+   * own copy (PAPERGYM_DECODE_GROUP_PROMPT=0, float32, n = 1, a prompt under 64 slots).
+   */
+  decodePromptGroup?: number;
   /** The forwards ran from the merged weights (`mergeAdapter` with an adapter selected). */
   adapterMerged?: boolean;
   /** CUDA graphs captured by this call. */

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/convert.cuh"
 #include "cuda/decode_attention_kernels.h"
@@ -45,11 +46,6 @@ int64_t Chunk(int64_t B, int64_t nh, int64_t C) {
   int64_t chunk = forced ? forced : B * nh >= 1024 ? 256 : 128;
   while ((C + chunk - 1) / chunk > 4096) chunk *= 2;
   return chunk;
-}
-
-int64_t Splits(int64_t B, int64_t nh, int64_t C) {
-  const int64_t chunk = Chunk(B, nh, C);
-  return (C + chunk - 1) / chunk;
 }
 
 // Loads the E elements of lane `lane` of one D-element row (elements lane·E … lane·E + E - 1) as
@@ -90,12 +86,12 @@ template <typename T, int E, int R, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     PartialKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const int32_t* __restrict__ start,
                   const int64_t* __restrict__ slot, float* __restrict__ part_acc, float* __restrict__ part_ml, int64_t nkv, int64_t C, int64_t D,
-                  int64_t splits, int64_t chunk, float scale_log2) {
-  const int64_t split = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
+                  int64_t splits, int64_t chunk, float scale_log2, int64_t key_base, int64_t split_base) {
+  const int64_t split = split_base + blockIdx.x, j = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t nh = nkv * R;
-  const int64_t lo = max(static_cast<int64_t>(start[b]), split * chunk);
-  const int64_t hi = min(slot[0] + 1, (split + 1) * chunk);
+  const int64_t lo = max(static_cast<int64_t>(start[b]), key_base + blockIdx.x * chunk);
+  const int64_t hi = min(slot[0] + 1, key_base + (blockIdx.x + 1) * chunk);
 
   float qr[R][E], acc[R][E], m[R], l[R];
 #pragma unroll
@@ -241,6 +237,288 @@ __global__ void CombineKernel(const float* __restrict__ part_acc, const float* _
   }
 }
 
+// ---- The group kernel: a group's shared prompt on tensor cores (GroupPromptKernel) ----
+//
+// The G rows of one group (the n completions of one GRPO prompt) hold copies of one prefill's K/V
+// in their prompt slots. CTA (split, j, group) loads keys [split·64, split·64 + 64) of KV head j
+// of the group's first row into shared memory once, and all G·rep query vectors of the group
+// (query m = w·rep + r: row g·G + w, head j·rep + r) attend to them with mma.sync m16n8k16
+// (float32 accumulation): S = Q·Kᵀ for 16 keys at a time, the online softmax per query in
+// float32 (base 2), P rounded to the element type (as FlashAttention-2 does), O += P·V. The 4
+// warps split the m16 query tiles and the keys; their (m, l, O) are merged in shared memory into
+// one partial per (row, head, split), the same partials PartialKernel writes, so CombineKernel
+// merges them with the rest of each row's keys. Keys before a row's start are masked per row.
+
+constexpr int kGroupKeys = 64;        // keys per shared split (one tile in shared memory)
+constexpr int kGroupPad = 8;          // elements of padding per shared row: conflict-free ldmatrix
+constexpr int kGroupMaxQueries = 64;  // G · rep: up to 4 m16 tiles
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // the mma helpers (sm 80+; never launched below)
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(SmemAddr(p)));
+}
+
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(SmemAddr(p)));
+}
+
+// 16 bytes global -> shared without a register round trip (sm 80 cp.async); `valid` false fills
+// zeros (source size 0: nothing is read). All of a thread's copies are in flight until CpAsyncWait.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <typename T>
+__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void Mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+template <>
+__device__ __forceinline__ void Mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// Two floats rounded to T and packed into one 32-bit register (lo in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t Pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t Pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+#endif
+
+// Shared memory of one CTA: the K and V tiles, then (after the keys) the warps' states for the
+// merge in the same bytes; Q passes through the V tile before the keys are loaded.
+template <typename T, int D>
+struct GroupSmem {
+  static constexpr int kRow = D + kGroupPad;  // elements per shared row
+  static constexpr int kTileBytes = kGroupKeys * kRow * static_cast<int>(sizeof(T));
+  static constexpr int kMergeBytes = kWarps * 16 * (D + 2) * static_cast<int>(sizeof(float));
+  static constexpr int kBytes = 2 * kTileBytes > kMergeBytes ? 2 * kTileBytes : kMergeBytes;
+  static_assert(kGroupMaxQueries <= kGroupKeys, "Q passes through the V tile");
+};
+
+// MT: m16 tiles of queries per CTA (1, 2 or 4); each tile is taken by 4 / MT warps, each with
+// 64 · MT / 4 keys. G: rows per group, R: query heads per KV head (G · R <= 16 · MT).
+template <typename T, int D, int MT>
+__global__ void __launch_bounds__(kWarps * 32) GroupPromptKernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                                                 const int32_t* __restrict__ start, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                                                                 int64_t B, int64_t nkv, int64_t R, int64_t G, int64_t C, int64_t splits, float scale_log2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using S = GroupSmem<T, D>;
+  constexpr int kRow = S::kRow;
+  constexpr int kWarpsPerTile = kWarps / MT;
+  constexpr int kKeysPerWarp = kGroupKeys / kWarpsPerTile;
+  __shared__ __align__(16) unsigned char smem[S::kBytes];
+  __shared__ int32_t row_start[kGroupMaxQueries];
+  T* tk = reinterpret_cast<T*>(smem);
+  T* tv = tk + kGroupKeys * kRow;
+  const int64_t split = blockIdx.x, j = blockIdx.y, grp = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t nh = nkv * R, M = G * R, b0 = grp * G;
+  const int64_t key0 = split * kGroupKeys;
+
+  // The rows' starts (a row past B, or a retired one, starts after every key).
+  for (int64_t w = threadIdx.x; w < G; w += blockDim.x) row_start[w] = b0 + w < B ? start[b0 + w] : INT32_MAX;
+  __syncthreads();  // row_start visible
+  int32_t lo32 = INT32_MAX;
+  for (int64_t w = 0; w < G; ++w) lo32 = min(lo32, row_start[w]);
+  const int64_t lo = max(static_cast<int64_t>(lo32), key0), hi = key0 + kGroupKeys;
+  const bool any = lo < hi;  // CTA-uniform: some row attends to a key of this split
+  const T* kb = k + (b0 * nkv + j) * C * D;
+  const T* vb = v + (b0 * nkv + j) * C * D;
+  // In flight together (cp.async, two groups): Q of the group (query m -> row b0 + m / R, head
+  // j·R + m % R; zeros past M or B) into the V tile and the K tile of the group's first row
+  // (zeros outside [lo, hi): never attended, never NaN); then V once Q is in registers.
+  for (int64_t i = threadIdx.x; i < 16 * MT * (D / 8); i += blockDim.x) {
+    const int64_t m = i / (D / 8), c = (i % (D / 8)) * 8;
+    const bool ok = m < M && b0 + m / R < B;
+    CpAsync16(tv + m * kRow + c, ok ? q + ((b0 + m / R) * nh + j * R + m % R) * D + c : q, ok);
+  }
+  if (any)
+    for (int64_t i = threadIdx.x; i < kGroupKeys * (D / 8); i += blockDim.x) {
+      const int64_t s = i / (D / 8), c = (i % (D / 8)) * 8, key = key0 + s;
+      const bool ok = key >= lo && key < hi;
+      CpAsync16(tk + s * kRow + c, ok ? kb + key * D + c : kb, ok);
+    }
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncthreads();
+  const int mi = warp % MT;                // this warp's m16 tile
+  const int gq = lane / 4, tq = lane % 4;  // mma fragment coordinates: row group, thread in group
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kc = 0; kc < D / 16; ++kc) {
+    const int mat = lane / 8, rr = lane % 8;
+    LdMatrixX4(qf[kc], tv + (mi * 16 + rr + (mat & 1) * 8) * kRow + kc * 16 + (mat >> 1) * 8);
+  }
+  __syncthreads();  // Q is in registers: the V tile may be overwritten
+  if (any)
+    for (int64_t i = threadIdx.x; i < kGroupKeys * (D / 8); i += blockDim.x) {
+      const int64_t s = i / (D / 8), c = (i % (D / 8)) * 8, key = key0 + s;
+      const bool ok = key >= lo && key < hi;
+      CpAsync16(tv + s * kRow + c, ok ? vb + key * D + c : vb, ok);
+    }
+  CpAsyncCommit();
+
+  // This thread's two query rows of the tile (gq and gq + 8) and their rows' starts.
+  int64_t qrow[2];
+  int32_t qstart[2];
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    qrow[h2] = mi * 16 + gq + h2 * 8;
+    qstart[h2] = qrow[h2] < M ? row_start[qrow[h2] / R] : INT32_MAX;
+  }
+  float o[D / 8][4];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  const int kw0 = (warp / MT) * kKeysPerWarp;  // this warp's first key in the tile
+  if (any) {
+#pragma unroll
+    for (int ks = 0; ks < kKeysPerWarp; ks += 16) {
+      const int kt = kw0 + ks;  // first of the 16 keys, in the tile
+      // S = Q Kᵀ: keys kt..kt+7 (sc[0]) and kt+8..kt+15 (sc[1]).
+      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kc = 0; kc < D / 16; ++kc) {
+        uint32_t kf[4];
+        const int mat = lane / 8, rr = lane % 8;
+        LdMatrixX4(kf, tk + (kt + rr + (mat >> 1) * 8) * kRow + kc * 16 + (mat & 1) * 8);
+        Mma16816<T>(sc[0], qf[kc], kf[0], kf[1]);
+        Mma16816<T>(sc[1], qf[kc], kf[2], kf[3]);
+      }
+      // Scale, mask (keys before the row's start), and the online softmax of both rows.
+      float corr[2];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        float mx = mrow[h2];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int64_t key = key0 + kt + t * 8 + tq * 2 + e;
+            float& x = sc[t][h2 * 2 + e];
+            x = key >= qstart[h2] ? x * scale_log2 : -INFINITY;
+            mx = fmaxf(mx, x);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        corr[h2] = mx == -INFINITY ? 1.f : exp2f(mrow[h2] - mx);  // 0 while the old max is -inf
+        float ps = 0.f;
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& x = sc[t][h2 * 2 + e];
+            x = mx == -INFINITY ? 0.f : exp2f(x - mx);
+            ps += x;
+          }
+        lrow[h2] = lrow[h2] * corr[h2] + ps;
+        mrow[h2] = mx;
+      }
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][0] *= corr[0];
+        o[dt][1] *= corr[0];
+        o[dt][2] *= corr[1];
+        o[dt][3] *= corr[1];
+      }
+      if (ks == 0) {  // the V tile, loaded while Q·Kᵀ ran (uniform: every warp gets here)
+        CpAsyncWait<0>();
+        __syncthreads();
+      }
+      // O += P V: P's accumulator layout is the A fragment of the next mma (rounded to T).
+      const uint32_t pa[4] = {Pack2<T>(sc[0][0], sc[0][1]), Pack2<T>(sc[0][2], sc[0][3]), Pack2<T>(sc[1][0], sc[1][1]), Pack2<T>(sc[1][2], sc[1][3])};
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt += 2) {
+        uint32_t vf[4];
+        const int mat = lane / 8, rr = lane % 8;
+        LdMatrixX4Trans(vf, tv + (kt + rr + (mat & 1) * 8) * kRow + dt * 8 + (mat >> 1) * 8);
+        Mma16816<T>(o[dt], pa, vf[0], vf[1]);
+        Mma16816<T>(o[dt + 1], pa, vf[2], vf[3]);
+      }
+    }
+  }
+  // Row sums over the quad (each thread held 4 of every 16 keys' weights).
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    lrow[h2] += __shfl_xor_sync(0xffffffffu, lrow[h2], 1);
+    lrow[h2] += __shfl_xor_sync(0xffffffffu, lrow[h2], 2);
+  }
+  __syncthreads();                             // every warp is done with the tiles: their bytes hold the merge states now
+  float* st = reinterpret_cast<float*>(smem);  // [warp][16 rows][D + 2]: acc[D], m, l
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    float* row = st + (warp * 16 + gq + h2 * 8) * (D + 2);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      row[dt * 8 + tq * 2] = o[dt][h2 * 2];
+      row[dt * 8 + tq * 2 + 1] = o[dt][h2 * 2 + 1];
+    }
+    if (tq == 0) {
+      row[D] = mrow[h2];
+      row[D + 1] = lrow[h2];
+    }
+  }
+  __syncthreads();
+  // One partial per (query, split): the warps of each tile merged (acc unnormalized, as in
+  // PartialKernel: A = Σ_w 2^(m_w − M) acc_w, L = Σ_w 2^(m_w − M) l_w).
+  for (int64_t idx = threadIdx.x; idx < 16 * MT * D; idx += blockDim.x) {
+    const int64_t m = idx / D, d = idx % D;
+    if (m >= M || b0 + m / R >= B) continue;
+    const int tile = static_cast<int>(m / 16), rr = static_cast<int>(m % 16);
+    float Mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarpsPerTile; ++w) Mx = fmaxf(Mx, st[((w * MT + tile) * 16 + rr) * (D + 2) + D]);
+    float L = 0.f, A = 0.f;
+    if (Mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarpsPerTile; ++w) {
+        const float* row = st + ((w * MT + tile) * 16 + rr) * (D + 2);
+        const float c = exp2f(row[D] - Mx);
+        L += row[D + 1] * c;
+        A += row[d] * c;
+      }
+    }
+    const int64_t out = ((b0 + m / R) * nh + j * R + m % R) * splits + split;
+    part_acc[out * D + d] = A;
+    if (d == 0) {
+      part_ml[out * 2] = Mx;
+      part_ml[out * 2 + 1] = L;
+    }
+  }
+#endif
+}
+
 // Keys per warp per iteration: 4 where the registers allow (q, acc and the U rows of K and V are
 // E·R + E·R + 2·U·E floats per lane); PAPERGYM_DECODE_ATTN_KEYS=1 takes one key at a time (the
 // kernel before the loads were batched, kept for an A/B).
@@ -252,50 +530,111 @@ int KeysPerWarp() {
   return keys;
 }
 
+// The group kernel's launch for one head_dim / tile count (bf16 / fp16 only: mma operands).
+template <typename T, int D>
+const char* LaunchGroup(const void* q, const void* k, const void* v, const int32_t* start, float* part_acc, float* part_ml, int64_t B, int64_t nkv, int64_t rep,
+                        int64_t G, int64_t C, int64_t splits, int64_t splits_sh, float scale_log2, cudaStream_t st) {
+  const dim3 grid(static_cast<unsigned>(splits_sh), static_cast<unsigned>(nkv), static_cast<unsigned>((B + G - 1) / G));
+  const int64_t M = G * rep;
+  auto go = [&](auto kernel) {
+    kernel<<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, part_acc, part_ml, B, nkv, rep, G,
+                                         C, splits, scale_log2);
+    return LaunchStatus();
+  };
+  if (M <= 16) return go(GroupPromptKernel<T, D, 1>);
+  if (M <= 32) return go(GroupPromptKernel<T, D, 2>);
+  return go(GroupPromptKernel<T, D, 4>);
+}
+
+template <typename T>
+const char* LaunchGroupT(const void* q, const void* k, const void* v, const int32_t* start, float* part_acc, float* part_ml, int64_t B, int64_t nkv,
+                         int64_t rep, int64_t G, int64_t C, int64_t D, int64_t splits, int64_t splits_sh, float scale_log2, cudaStream_t st) {
+  switch (D) {
+    case 16:
+      return LaunchGroup<T, 16>(q, k, v, start, part_acc, part_ml, B, nkv, rep, G, C, splits, splits_sh, scale_log2, st);
+    case 32:
+      return LaunchGroup<T, 32>(q, k, v, start, part_acc, part_ml, B, nkv, rep, G, C, splits, splits_sh, scale_log2, st);
+    case 64:
+      return LaunchGroup<T, 64>(q, k, v, start, part_acc, part_ml, B, nkv, rep, G, C, splits, splits_sh, scale_log2, st);
+    case 128:
+      return LaunchGroup<T, 128>(q, k, v, start, part_acc, part_ml, B, nkv, rep, G, C, splits, splits_sh, scale_log2, st);
+  }
+  return "decode attention: the group kernel takes head_dim 16, 32, 64 or 128";
+}
+
+// Compute capability major of the current device, read once per device (the group kernel needs
+// sm 80 for mma.sync m16n8k16 on bf16 / fp16).
+int CurrentDeviceMajor() {
+  static int majors[64];
+  static bool read[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (!read[dev]) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
+    majors[dev] = major;
+    read[dev] = true;
+  }
+  return majors[dev];
+}
+
+// PAPERGYM_DECODE_GROUP_PROMPT=0 turns the group kernel off (every row reads its own prompt copy,
+// the kernel before; A/B). Read per call, so one process can compare both.
+bool GroupPromptSwitchedOn() {
+  const char* e = std::getenv("PAPERGYM_DECODE_GROUP_PROMPT");
+  return !(e && e[0] == '0' && e[1] == '\0');
+}
+
 template <typename T, int E, int R>
 const char* LaunchER(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
-                     int64_t C, int64_t D, double scale, cudaStream_t st) {
-  const int64_t nh = nkv * R, chunk = Chunk(B, nh, C), splits = (C + chunk - 1) / chunk;
+                     int64_t C, int64_t D, double scale, const DecodeSplits& sp, cudaStream_t st) {
+  const int64_t nh = nkv * R;
   float* part_acc = work;
-  float* part_ml = work + B * nh * splits * D;
+  float* part_ml = work + B * nh * sp.total * D;
   const float scale_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
-  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
+  if constexpr (!std::is_same<T, float>::value) {                           // mma operands are 16-bit (PlanDecodeSplits plans no shared split for float32)
+    if (sp.shared > 0) {
+      if (const char* err = LaunchGroupT<T>(q, k, v, start, part_acc, part_ml, B, nkv, R, sp.group, C, D, sp.total, sp.shared, scale_log2, st)) return err;
+    }
+  }
+  const int64_t key_base = sp.shared * kGroupKeys, row_splits = sp.total - sp.shared;
+  const dim3 grid(static_cast<unsigned>(row_splits), static_cast<unsigned>(nkv), static_cast<unsigned>(B));
   constexpr int kU = E * R <= 16 ? 4 : E * R <= 32 ? 2 : 1;
   if (kU > 1 && KeysPerWarp() > 1)
     PartialKernel<T, E, R, kU><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot,
-                                                             part_acc, part_ml, nkv, C, D, splits, chunk, scale_log2);
+                                                             part_acc, part_ml, nkv, C, D, sp.total, sp.chunk, scale_log2, key_base, sp.shared);
   else
     PartialKernel<T, E, R, 1><<<grid, kWarps * 32, 0, st>>>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), start, slot, part_acc,
-                                                            part_ml, nkv, C, D, splits, chunk, scale_log2);
+                                                            part_ml, nkv, C, D, sp.total, sp.chunk, scale_log2, key_base, sp.shared);
   if (const char* err = LaunchStatus()) return err;
   const int threads = D <= 32 ? 32 : D <= 64 ? 64 : D <= 128 ? 128 : 256;
-  CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, splits * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), splits, D);
+  CombineKernel<T><<<static_cast<unsigned>(B * nh), threads, sp.total * sizeof(float), st>>>(part_acc, part_ml, static_cast<T*>(o), sp.total, D);
   return LaunchStatus();
 }
 
 template <typename T, int E>
 const char* LaunchE(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
-                    int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
+                    int64_t rep, int64_t C, int64_t D, double scale, const DecodeSplits& sp, cudaStream_t st) {
   switch (rep) {
     case 1:
-      return LaunchER<T, E, 1>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 1>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, sp, st);
     case 2:
-      return LaunchER<T, E, 2>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 2>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, sp, st);
     case 4:
-      return LaunchER<T, E, 4>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 4>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, sp, st);
     case 8:
-      return LaunchER<T, E, 8>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, st);
+      return LaunchER<T, E, 8>(q, k, v, start, slot, o, work, B, nkv, C, D, scale, sp, st);
   }
   return "decode attention: unsupported GQA ratio";
 }
 
 template <typename T>
 const char* LaunchT(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B, int64_t nkv,
-                    int64_t rep, int64_t C, int64_t D, double scale, cudaStream_t st) {
-  if (D <= 32) return LaunchE<T, 1>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
-  if (D <= 64) return LaunchE<T, 2>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
-  if (D <= 128) return LaunchE<T, 4>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
-  if (D <= 256) return LaunchE<T, 8>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+                    int64_t rep, int64_t C, int64_t D, double scale, const DecodeSplits& sp, cudaStream_t st) {
+  if (D <= 32) return LaunchE<T, 1>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, sp, st);
+  if (D <= 64) return LaunchE<T, 2>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, sp, st);
+  if (D <= 128) return LaunchE<T, 4>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, sp, st);
+  if (D <= 256) return LaunchE<T, 8>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, sp, st);
   return "decode attention: head_dim above 256";
 }
 
@@ -305,21 +644,45 @@ bool DecodeAttentionSupported(int64_t rep, int64_t D) {
   return D >= 1 && D <= 256 && (rep == 1 || rep == 2 || rep == 4 || rep == 8);
 }
 
-int64_t DecodeAttentionWorkFloats(int64_t B, int64_t nh, int64_t C, int64_t D) {
-  return B * nh * Splits(B, nh, C) * (D + 2);
+DecodeSplits PlanDecodeSplits(int64_t B, int64_t nh, int64_t rep, int64_t C, int64_t D, const DecodeGroups& groups, DecodeAttnType type) {
+  DecodeSplits sp;
+  sp.chunk = Chunk(B, nh, C);
+  sp.total = (C + sp.chunk - 1) / sp.chunk;
+  // Rows per group: the largest divisor of the caller's group that keeps G · rep <= 64 queries.
+  int64_t G = 0;
+  if (groups.rows >= 2 && rep >= 1)
+    for (int64_t g = groups.rows; g >= 2; --g)
+      if (groups.rows % g == 0 && g * rep <= kGroupMaxQueries) {
+        G = g;
+        break;
+      }
+  const int64_t shared = groups.prefix_end / kGroupKeys;
+  if (G < 2 || shared < 1 || groups.prefix_end > C || type == DecodeAttnType::kFloat32 || !(D == 16 || D == 32 || D == 64 || D == 128) ||
+      !GroupPromptSwitchedOn() || CurrentDeviceMajor() < 8)
+    return sp;
+  const int64_t rest = (C - shared * kGroupKeys + sp.chunk - 1) / sp.chunk;
+  if (shared + rest > 4096) return sp;  // the combine keeps one weight per split in shared memory
+  sp.shared = shared;
+  sp.total = shared + rest;
+  sp.group = G;
+  return sp;
+}
+
+int64_t DecodeAttentionWorkFloats(int64_t B, int64_t nh, int64_t D, const DecodeSplits& splits) {
+  return B * nh * splits.total * (D + 2);
 }
 
 const char* DecodeAttention(const void* q, const void* k, const void* v, const int32_t* start, const int64_t* slot, void* o, float* work, int64_t B,
-                            int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, DecodeAttnType type, void* stream) {
+                            int64_t nkv, int64_t rep, int64_t C, int64_t D, double scale, DecodeAttnType type, const DecodeSplits& sp, void* stream) {
   if (B == 0) return nullptr;
   auto st = static_cast<cudaStream_t>(stream);
   switch (type) {
     case DecodeAttnType::kFloat32:
-      return LaunchT<float>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+      return LaunchT<float>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, sp, st);
     case DecodeAttnType::kBFloat16:
-      return LaunchT<__nv_bfloat16>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+      return LaunchT<__nv_bfloat16>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, sp, st);
     case DecodeAttnType::kFloat16:
-      return LaunchT<__half>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, st);
+      return LaunchT<__half>(q, k, v, start, slot, o, work, B, nkv, rep, C, D, scale, sp, st);
   }
   return "decode attention: unsupported dtype";
 }

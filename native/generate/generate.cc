@@ -376,8 +376,16 @@ class StaticPath final : public DecodePath {
     const DecoderConfig& c = m_.config();
     if (!r_.live_kv)
       live_start_ = at::Tensor();
-    else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim))
+    else if (LiveKvDecodeAttentionApplies(cache_.k[0], c.num_attention_heads, c.num_key_value_heads, c.head_dim)) {
       res.decode_attention = "live-kv";
+      // The n rows of one prompt hold copies of one prefill's K/V in slots [start, lmax): the
+      // live-KV kernel reads one copy per group there (padded rows N..Bp-1 start at lmax).
+      if (r_.n > 1) {
+        prompt_group_ = r_.n;
+        res.decode_prompt_group =
+            LiveKvPromptGroup(cache_.k[0], Bp_, c.num_attention_heads, c.num_key_value_heads, cache_.capacity, c.head_dim, prompt_group_, pb_.lmax);
+      }
+    }
     rs_ = RowSampling::Make(plan_.sampling, logits_.size(1), dev);
     fused_ = RowSamplingIsSyncFree(rs_, logits_.size(1));  // sampler inside step_fn
     res.sampling_in_step = fused_;
@@ -442,7 +450,7 @@ class StaticPath final : public DecodePath {
   // The step (captured on the graph path): logits of the current inputs, advance position and
   // cache slot, and (sync-free sampler) sample the next token from them.
   at::Tensor StepFn() {
-    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_, live_start_);
+    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_, live_start_, live_start_.defined() ? prompt_group_ : 0, pb_.lmax);
     pos_s_.add_(1);
     slot_s_.add_(1);
     if (fused_) SampleFn(lg);
@@ -451,6 +459,7 @@ class StaticPath final : public DecodePath {
 
   const bool graphs_;
   int64_t Bp_ = 0, steps_ = 0, captures_ = 0;
+  int64_t prompt_group_ = 0;  // rows per prompt whose prompt K/V the live-KV kernel may share (0: none)
   bool fused_ = false;
   std::vector<char> retired_;  // [N] rows whose live range was emptied
   KVCache cache_;

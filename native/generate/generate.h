@@ -95,6 +95,9 @@ struct GenerateResult {
   /// filled slots; LiveKvDecodeAttention) or "masked" (all filled slots of the dynamic cache, or
   /// every slot of the static one under a mask).
   std::string decode_attention = "masked";
+  /// Rows per group whose prompt K/V the live-KV attention read once for the group (the n
+  /// completions of one prompt; LiveKvPromptGroup), or 0 where every row read its own copy.
+  int64_t decode_prompt_group = 0;
   /// The forwards ran from the merged weights (merge_adapter and an adapter was selected).
   bool adapter_merged = false;
   int64_t graph_captures = 0;  // CUDA graphs captured by this call

@@ -30,7 +30,9 @@ struct KvAttention {
     /// [1] of every row and the query attends to all C slots under `allowed` [B, 1, 1, C]
     /// (DecodeStatic; no host value that changes between steps, so CUDA-graph capturable).
     /// With `live_start` (int32 [B]): the live-KV kernel attends to slots [live_start[b], slot]
-    /// only (LiveKvDecodeAttention) where it applies; the masked attention otherwise.
+    /// only (LiveKvDecodeAttention) where it applies; the masked attention otherwise. With
+    /// live_prompt_group >= 2: groups of that many rows share their K/V before live_prompt_end
+    /// (one read per group there).
     Slot,
     /// Every row continues one shared prefix (`prefix`: a one-row cache whose slots
     /// [prefix_pad, prefix->len) hold the prefix's real tokens, left padding before them): the
@@ -46,6 +48,8 @@ struct KvAttention {
   int64_t P = 0;
   at::Tensor slot;
   at::Tensor live_start;
+  int64_t live_prompt_group = 0;
+  int64_t live_prompt_end = 0;
   const KVCache* prefix = nullptr;
   int64_t prefix_pad = 0;
 };

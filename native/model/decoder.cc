@@ -217,7 +217,7 @@ at::Tensor DecoderImpl::Decoder(const DecoderModel& m, const at::Tensor& ids, co
 // paths give the same tokens and logprobs.
 
 at::Tensor DecoderModel::DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep, const AdapterSel& sel,
-                                      KVCache& cache, const at::Tensor& live_start) {
+                                      KVCache& cache, const at::Tensor& live_start, int64_t prompt_group, int64_t prompt_end) {
   DecoderImpl::CheckAlive(*this);
   const DecoderConfig& c = cfg_;
   if (ids.dim() != 2 || ids.size(1) != 1 || ids.size(0) < 1 || ids.scalar_type() != at::kLong) throw ArgError("DecodeStatic: ids must be int64 [B, 1]");
@@ -233,9 +233,13 @@ at::Tensor DecoderModel::DecodeStatic(const at::Tensor& ids, const at::Tensor& p
     throw ArgError("DecodeStatic: ids, pos, slot and keep must be on the model device");
   if (live_start.defined() && (live_start.dim() != 1 || live_start.size(0) != B || live_start.scalar_type() != at::kInt || live_start.device() != device_))
     throw ArgError("DecodeStatic: live_start must be int32 [B] on the model device");
+  if (prompt_group >= 2 && (!live_start.defined() || prompt_end < 0 || prompt_end > C))
+    throw ArgError("DecodeStatic: prompt_group needs live_start and prompt_end in [0, capacity]");
   DecoderImpl::KvAttention att;
   att.kind = DecoderImpl::KvAttention::Slot;
   att.live_start = live_start;
+  att.live_prompt_group = prompt_group;
+  att.live_prompt_end = prompt_end;
   att.slot = slot.reshape({1});
   keep.index_fill_(1, att.slot, true);
   att.allowed = keep.view({B, 1, 1, C});  // broadcast over KV heads and the rep axis

@@ -98,8 +98,13 @@ class DecoderModel {
   ///                       follows the live length, not the capacity. The masked path elsewhere.
   ///                       A row with live_start > slot (finished; its output is ignored) reads
   ///                       no KV on the kernel path.
+  ///   prompt_group, prompt_end (with live_start): rows [g·prompt_group, (g + 1)·prompt_group)
+  ///                       hold the same K/V in every live slot before prompt_end (the n
+  ///                       completions of one prompt, copied from one prefill); the live-KV kernel
+  ///                       then reads one copy for the group there (LiveKvDecodeAttention).
+  ///                       prompt_group < 2: none.
   at::Tensor DecodeStatic(const at::Tensor& ids, const at::Tensor& pos, const at::Tensor& slot, const at::Tensor& keep, const AdapterSel& sel, KVCache& cache,
-                          const at::Tensor& live_start = at::Tensor());
+                          const at::Tensor& live_start = at::Tensor(), int64_t prompt_group = 0, int64_t prompt_end = 0);
 
   // ---- LoRA ----
   /// Creates the trainable adapter (replaces an existing one).

@@ -166,15 +166,33 @@ bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nk
 #endif
 }
 
-at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale) {
+#ifdef PG_WITH_CUDA_KERNELS
+namespace {
+ck::DecodeAttnType DecodeAttnTypeOf(at::ScalarType t) {
+  return t == at::kFloat ? ck::DecodeAttnType::kFloat32 : t == at::kBFloat16 ? ck::DecodeAttnType::kBFloat16 : ck::DecodeAttnType::kFloat16;
+}
+}  // namespace
+#endif
+
+int64_t LiveKvPromptGroup(const at::Tensor& like, int64_t B, int64_t nh, int64_t nkv, int64_t C, int64_t D, int64_t group_rows, int64_t prefix_end) {
+#ifdef PG_WITH_CUDA_KERNELS
+  if (!LiveKvDecodeAttentionApplies(like, nh, nkv, D)) return 0;
+  const ck::DecodeSplits sp = ck::PlanDecodeSplits(B, nh, nh / nkv, C, D, ck::DecodeGroups{group_rows, prefix_end}, DecodeAttnTypeOf(like.scalar_type()));
+  return sp.shared > 0 ? sp.group : 0;
+#else
+  (void)like, (void)B, (void)nh, (void)nkv, (void)C, (void)D, (void)group_rows, (void)prefix_end;
+  return 0;
+#endif
+}
+
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale,
+                                 int64_t group_rows, int64_t prefix_end) {
 #ifdef PG_WITH_CUDA_KERNELS
   if (q.dim() != 3 || k.dim() != 4 || v.sizes() != k.sizes()) return at::Tensor();
   const int64_t B = q.size(0), nh = q.size(1), D = q.size(2), nkv = k.size(1), C = k.size(2);
   if (k.size(0) != B || k.size(3) != D || !LiveKvDecodeAttentionApplies(q, nh, nkv, D)) return at::Tensor();
   if (k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type() || !k.is_contiguous() || !v.is_contiguous()) return at::Tensor();
-  const ck::DecodeAttnType t = q.scalar_type() == at::kFloat      ? ck::DecodeAttnType::kFloat32
-                               : q.scalar_type() == at::kBFloat16 ? ck::DecodeAttnType::kBFloat16
-                                                                  : ck::DecodeAttnType::kFloat16;
+  const ck::DecodeAttnType t = DecodeAttnTypeOf(q.scalar_type());
   TORCH_CHECK(start.scalar_type() == at::kInt && start.dim() == 1 && start.size(0) == B && start.device() == q.device() && slot.scalar_type() == at::kLong &&
                   slot.numel() == 1 && slot.device() == q.device(),
               "LiveKvDecodeAttention: start must be int32 [B] and slot int64 [1] on q's device");
@@ -185,14 +203,17 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && (t.size(-1) * static_cast<int64_t>(t.element_size())) % 16 == 0;
   };
   if (!aligned(qc) || !aligned(k) || !aligned(v)) return at::Tensor();
+  TORCH_CHECK(group_rows < 2 || (prefix_end >= 0 && prefix_end <= C), "LiveKvDecodeAttention: prefix_end must be in [0, capacity]");
   at::Tensor o = at::empty_like(qc);
-  at::Tensor work = at::empty({ck::DecodeAttentionWorkFloats(B, nh, C, D)}, q.options().dtype(at::kFloat));
-  const char* err = ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(), o.data_ptr(),
-                                        work.data_ptr<float>(), B, nkv, nh / nkv, C, D, scale, t, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  const ck::DecodeSplits sp = ck::PlanDecodeSplits(B, nh, nh / nkv, C, D, ck::DecodeGroups{group_rows, prefix_end}, t);
+  at::Tensor work = at::empty({ck::DecodeAttentionWorkFloats(B, nh, D, sp)}, q.options().dtype(at::kFloat));
+  const char* err =
+      ck::DecodeAttention(qc.data_ptr(), k.data_ptr(), v.data_ptr(), sc.data_ptr<int32_t>(), sl.data_ptr<int64_t>(), o.data_ptr(), work.data_ptr<float>(), B,
+                          nkv, nh / nkv, C, D, scale, t, sp, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   TORCH_CHECK(err == nullptr, "decode attention kernel launch failed: ", err ? err : "");
   return o;
 #else
-  (void)q, (void)k, (void)v, (void)start, (void)slot, (void)scale;
+  (void)q, (void)k, (void)v, (void)start, (void)slot, (void)scale, (void)group_rows, (void)prefix_end;
   return at::Tensor();
 #endif
 }

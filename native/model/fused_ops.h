@@ -31,7 +31,17 @@ at::Tensor SwiGLU(const at::Tensor& gu);
 /// dtype. Returns an undefined tensor when the kernel does not apply (CPU, not compiled in, the own
 /// kernels switched off, PAPERGYM_LIVE_KV=0, an unsupported dtype or head shape); the caller then
 /// runs the masked SDPA over all slots, which the GPU tests compare this with.
-at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale);
+/// group_rows >= 2 with prefix_end: rows [g·group_rows, (g + 1)·group_rows) hold the same K/V in
+/// every live slot before prefix_end (the n completions of one prompt: copies of one prefill);
+/// the kernel then reads the group's first row once for all of them there, on tensor cores in
+/// bf16 / fp16 (cuda/decode_attention_kernels.h: DecodeGroups, PlanDecodeSplits).
+at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale,
+                                 int64_t group_rows = 0, int64_t prefix_end = 0);
+
+/// Rows per group that LiveKvDecodeAttention reads one prompt copy for at these shapes (B rows,
+/// capacity C; `like` the cache's dtype / device), or 0 where it does not (the plan of
+/// PlanDecodeSplits; GenerateResult::decode_prompt_group).
+int64_t LiveKvPromptGroup(const at::Tensor& like, int64_t B, int64_t nh, int64_t nkv, int64_t C, int64_t D, int64_t group_rows, int64_t prefix_end);
 
 /// Whether LiveKvDecodeAttention runs for a model whose activations are like `like` (dtype,
 /// device) with nh query heads, nkv KV heads and head_dim D.

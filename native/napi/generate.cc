@@ -177,6 +177,7 @@ Napi::Value GenerateJs(const Napi::CallbackInfo& info) {
       out.Set("decodeMs", Napi::Number::New(e, res->decode_ms));
       out.Set("decodePath", Napi::String::New(e, res->decode_path));
       out.Set("decodeAttention", Napi::String::New(e, res->decode_attention));
+      out.Set("decodePromptGroup", Napi::Number::New(e, static_cast<double>(res->decode_prompt_group)));
       out.Set("adapterMerged", Napi::Boolean::New(e, res->adapter_merged));
       out.Set("graphCaptures", Napi::Number::New(e, static_cast<double>(res->graph_captures)));
       out.Set("batchRows", Napi::Number::New(e, static_cast<double>(res->batch_rows)));
