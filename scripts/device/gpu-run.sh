@@ -217,6 +217,12 @@ for _ in range(20): a @ b
 torch.cuda.synchronize(); dt = (time.perf_counter() - t) / 20
 print(f'matmul bf16 8192^3: {2 * 8192**3 / dt / 1e12:.0f} TFLOP/s')
 " 2>&1 | tee $OUT/hw.txt ;;
+    # issue 36 round 4: the GPU tests of the group prompt kernel and the fused judge merge, with the decode / judge tests they touch
+    newtests) timeout 400 npx mocha --config .mocharc.gpu.json --grep "group prompt kernel|fused merge|live-KV attention|prefixLogprobs" 2>&1 | tee $OUT/gpu-newtests.log | grep -vE "^\s*$" | tail -40 ;;
+    # decode at GRPO's shape (64 rows = 8 prompts x n 8, prompts of 512 and 256, 1024 new tokens) with the group prompt kernel off (0) and on (1)
+    groupab) for pl in 512 256; do for g in 0 1; do PAPERGYM_DECODE_GROUP_PROMPT=$g timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --group 8 --prompt-len $pl --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_group8_p${pl}_g$g.json 2>&1 | grep -E "^[0-9]" | sed "s/^/prompt=$pl groupkernel=$g: /"; done; done ;;
+    # the local judge of one GRPO step (new plans every call) with the ATen merge (0) and the fused merge (1)
+    mergeab) for f in 0 1; do PAPERGYM_FUSED_PREFIX_MERGE=$f timeout 150 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 2 --fresh-plans --json $OUT/judge_merge$f.json 2>&1 | grep -E "^\| (native|total|host|score)|prefixLogprobs: prefix" | tr '\n' ' ' | sed "s/^/merge=$f: /"; echo; done ;;
     *) echo "unknown step $step" ;;
   esac
 done

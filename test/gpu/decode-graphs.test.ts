@@ -33,7 +33,14 @@ interface PathOptions {
   padToBucket?: boolean;
   syncEvery?: number;
 }
-type PathResult = GenerateResult & { decodePath: string; decodeAttention: string; graphCaptures: number; batchRows: number; samplingInStep: boolean };
+type PathResult = GenerateResult & {
+  decodePath: string;
+  decodeAttention: string;
+  decodePromptGroup: number;
+  graphCaptures: number;
+  batchRows: number;
+  samplingInStep: boolean;
+};
 const run = (m: Qwen3Model, o: GenerateOptions & PathOptions) => generate(m, o as GenerateOptions) as Promise<PathResult>;
 const ids = (r: PathResult) => r.completions.map((c) => Array.from(c.tokenIds));
 
@@ -213,6 +220,85 @@ describe('GPU suite: CUDA-graph decode', function () {
         m.dispose();
       }
     });
+
+  it('group prompt kernel (bf16 / fp16: the n rows of one prompt read one copy of its K/V on tensor cores) == every row reading its own copy, within bf16 rounding: head_dim 16 / 32 / 64 / 128, GQA 2 and 4, n = 3 / 8 / 16, left padding, stops', async () => {
+    // Prompts of 200, 70 and 150 tokens: lmax 200, so three whole 64-key splits go to the group
+    // kernel and the rows of the 70-token prompt start at slot 130, inside the third (masked per
+    // row there); the rest of each row's slots take the per-row kernel.
+    const long = [200, 70, 150].map((n, j) => Int32Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + j * 31) % 5000)));
+    const off = async <T>(f: () => Promise<T>) => {
+      process.env.PAPERGYM_DECODE_GROUP_PROMPT = '0';
+      try {
+        return await f();
+      } finally {
+        delete process.env.PAPERGYM_DECODE_GROUP_PROMPT;
+      }
+    };
+    // tiny-wide (hidden 256) in fp16: its logits reach magnitudes where one bf16 ulp is 0.0625,
+    // above the tolerance; fp16's finer rounding keeps the comparison tight (and covers the fp16 mma).
+    for (const [tiny, n, dtype] of [
+      ['tiny-tied', 8, 'bfloat16'],
+      ['tiny-untied', 16, 'bfloat16'],
+      ['tiny-nohd', 8, 'bfloat16'],
+      ['tiny-nohd', 3, 'bfloat16'],
+      ['tiny-wide', 8, 'float16'],
+    ] as const) {
+      const m = await loadModel(tinyModel(tiny), { device: 'cuda', dtype });
+      try {
+        const base = { prompts: long, n, temperature: 1, topK: 20, maxNewTokens: 100, seed: 5 };
+        const probe = await off(() => run(m, { ...base, stopIds: [] as number[] }));
+        // Stop ids that end some rows early: their rows are retired inside a group.
+        const stopIds = [probe.completions[1]!.tokenIds[5]!, probe.completions[n + 2]!.tokenIds[30]!];
+        const o = { ...base, stopIds };
+        native().profileStart();
+        let group: PathResult;
+        let kernels: number;
+        try {
+          group = await run(m, o);
+        } finally {
+          const p = native().profileStop({ top: 1000 });
+          kernels = p.kernels.filter((k) => k.name.includes('GroupPromptKernel')).reduce((c, k) => c + k.count, 0);
+        }
+        const own = await off(() => run(m, o));
+        const what = `${tiny} ${dtype} n=${n}`;
+        expect(group.decodeAttention, what).to.equal('live-kv');
+        expect(group.decodePromptGroup, what).to.equal(n);
+        expect(own.decodePromptGroup, `${what}: switched off`).to.equal(0);
+        expect(kernels, `${what}: group kernel launches (2 layers per decode step)`).to.be.at.least(2 * (group.steps - 1));
+        let compared = 0,
+          worst = 0;
+        group.completions.forEach((c, i) => {
+          const other = own.completions[i]!;
+          for (let t = 0; t < c.tokenIds.length && c.tokenIds[t] === other.tokenIds[t]; t++, compared++) {
+            worst = Math.max(worst, Math.abs(c.logprobs[t]! - other.logprobs[t]!));
+            expect(Math.abs(c.logprobs[t]! - other.logprobs[t]!), `${what} row ${i} token ${t}`).to.be.at.most(0.05);
+          }
+        });
+        // The rows part at near-tied draws of the tiny random model (the paths round differently),
+        // so the A/B above covers a few tokens a row; every token of every row is compared with the
+        // teacher-forced forward (no decode attention at all) within the bf16 bound of the tests above.
+        expect(compared, `${what}: tokens compared beyond the prefill token of each row`).to.be.greaterThan(group.completions.length);
+        const f = await teacherForcedLogprobs(m, long, group.completions, 1);
+        let forced = 0,
+          tokens = 0;
+        group.completions.forEach((c, b) =>
+          c.logprobs.forEach((x, t) => {
+            forced = Math.max(forced, Math.abs(x - f[b]![t]!));
+            tokens++;
+          }),
+        );
+        expect(forced, `${what}: group path vs the teacher-forced forward over ${tokens} tokens`).to.be.below(0.15);
+        console.log(
+          `      ${what}: ${compared} tokens compared with the per-row path, max |Δ logprob| ${worst.toExponential(2)}; ${tokens} with the teacher-forced forward, ${forced.toExponential(2)}`,
+        );
+      } finally {
+        m.dispose();
+      }
+    }
+    // float32 keeps the per-row kernel (the mma operands are 16-bit).
+    const f32 = await run(gpu, { prompts: long, n: 4, temperature: 0, maxNewTokens: 8, stopIds: [] as number[] });
+    expect(f32.decodePromptGroup).to.equal(0);
+  });
 
   it('LoRA (bf16, float32 branch) in the graph decode, grouped from the per-call cache: the teacher-forced logprobs', async () => {
     const m = await loadModel(tinyModel('tiny-untied'), { device: 'cuda', dtype: 'bfloat16' });
@@ -422,6 +508,55 @@ describe('GPU suite: CUDA-graph decode', function () {
         console.log(
           `      ${name} bf16: shared-prefix attention vs the copy path max |Δ logprob| ${worstCopy.toExponential(2)}, vs the per-prompt scorer ${worstWhole.toExponential(2)}`,
         );
+      } finally {
+        m.dispose();
+      }
+    }
+  });
+
+  it('prefixLogprobs in bf16: the fused merge of the two softmax sides (one kernel) == the ATen merge (the same float32 operations), and the flash calls take the K/V heads unrepeated', async () => {
+    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
+    const candidates = [9454, 2753, 0];
+    for (const name of ['tiny-tied', 'tiny-untied', 'tiny-nohd'] as const) {
+      const m = await loadModel(tinyModel(name), { device: 'cuda', dtype: 'bfloat16' });
+      try {
+        const shared = prefixLogprobsScorer(m, { padId: 151643, adapter: 'none' });
+        let worst = 0;
+        for (const [P, lens] of [
+          [1, [1]],
+          [65, [17, 1, 40]],
+          [300, Array.from({ length: 17 }, (_, i) => 8 + i)],
+        ] as [number, number[]][]) {
+          const prefix = ids(P, 1),
+            suffixes = lens.map((n, j) => ids(n, j + 2));
+          native().profileStart();
+          let a: Float64Array[];
+          let merges: number, repeats: number;
+          try {
+            a = await shared(prefix, suffixes, candidates);
+          } finally {
+            const p = native().profileStop({ top: 1000 });
+            merges = p.kernels.filter((k) => k.name.includes('MergeKernel')).reduce((c, k) => c + k.count, 0);
+            // repeat_interleave of K/V heads would show up as index / gather kernels
+            repeats = p.kernels.filter((k) => /index_select|indexSelect|repeat_interleave|gather/i.test(k.name)).reduce((c, k) => c + k.count, 0);
+          }
+          expect(merges, `${name} prefix ${P}: a merge kernel per layer (2 layers) and call`).to.be.at.least(2);
+          process.env.PAPERGYM_FUSED_PREFIX_MERGE = '0';
+          let b: Float64Array[];
+          try {
+            b = await shared(prefix, suffixes, candidates);
+          } finally {
+            delete process.env.PAPERGYM_FUSED_PREFIX_MERGE;
+          }
+          a.forEach((row, i) =>
+            row.forEach((x, k) => {
+              worst = Math.max(worst, Math.abs(x - b[i]![k]!));
+              expect(Math.abs(x - b[i]![k]!), `${name} prefix ${P}: row ${i} candidate ${k}, fused against the ATen merge`).to.be.at.most(1e-3);
+            }),
+          );
+          console.log(`      ${name} prefix ${P}: repeat / gather kernels in the shared-prefix call: ${repeats}`);
+        }
+        console.log(`      ${name} bf16: fused merge vs the ATen merge, max |Δ logprob| ${worst.toExponential(2)}`);
       } finally {
         m.dispose();
       }
