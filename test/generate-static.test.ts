@@ -32,6 +32,34 @@ const prompts: number[][] = (
   JSON.parse(readFileSync(join(packageRoot, 'test', 'fixtures', 'generate', 'greedy-tiny-tied.json'), 'utf8')) as { prompts: number[][] }
 ).prompts;
 
+/**
+ * expectSame for full-vocabulary sampling, where the two paths' float32 attention rounds
+ * differently: a row may part where its uniform falls within rounding of a CDF boundary (seen on
+ * an AMD EPYC host: ids 88842 / 88843 at T = 0.9). The walk is in id order, so such a parting draws
+ * neighbouring ids; before it the ids and logprobs must agree, after it the row is not compared.
+ * At most one row may part.
+ */
+function expectSameUpToBoundary(a: PathResult, b: PathResult, tol = 1e-5): void {
+  expect(b.completions.length).to.equal(a.completions.length);
+  let worst = 0,
+    parted = 0;
+  for (let i = 0; i < a.completions.length; i++) {
+    const ia = ids(a.completions[i]!),
+      ib = ids(b.completions[i]!);
+    let t = 0;
+    for (; t < Math.min(ia.length, ib.length) && ia[t] === ib[t]; t++)
+      worst = Math.max(worst, Math.abs(a.completions[i]!.logprobs[t]! - b.completions[i]!.logprobs[t]!));
+    if (t === ia.length && t === ib.length) {
+      expect(b.completions[i]!.finishReason).to.equal(a.completions[i]!.finishReason);
+      continue;
+    }
+    parted++;
+    expect(Math.abs(ia[t]! - ib[t]!), `completion ${i} parts at ${t} (${ia[t]} vs ${ib[t]}): not neighbouring ids of the id-order walk`).to.equal(1);
+  }
+  expect(parted, 'rows that part at a CDF boundary').to.be.at.most(1);
+  expect(worst, 'max |Δ logprob| before any parting').to.be.at.most(tol);
+}
+
 function expectSame(a: PathResult, b: PathResult, tol = 1e-5): void {
   expect(b.completions.length).to.equal(a.completions.length);
   let worst = 0;
@@ -249,7 +277,7 @@ describe('generate: static KV-cache decode (the CUDA-graph step) equals the dyna
         const o = { prompts, temperature: 0.9, maxNewTokens: 32, seed: 9, stopIds: [] as number[], adapter };
         const dyn = await run(m, { ...o, staticCache: false });
         const st = await run(m, { ...o, staticCache: true, padToBucket: true });
-        expectSame(dyn, st);
+        expectSameUpToBoundary(dyn, st);
       }
     } finally {
       m.dispose();
