@@ -223,8 +223,8 @@ print(f'matmul bf16 8192^3: {2 * 8192**3 / dt / 1e12:.0f} TFLOP/s')
     groupab) for pl in 512 256; do for g in 0 1; do PAPERGYM_DECODE_GROUP_PROMPT=$g timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --group 8 --prompt-len $pl --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_group8_p${pl}_g$g.json 2>&1 | grep -E "^[0-9]" | sed "s/^/prompt=$pl groupkernel=$g: /"; done; done ;;
     # the local judge of one GRPO step (new plans every call) with the ATen merge (0) and the fused merge (1)
     mergeab) for f in 0 1; do PAPERGYM_FUSED_PREFIX_MERGE=$f timeout 150 node scripts/bench/judge_host.mjs --device cuda --shape qwen3-1.7b --repeat 2 --fresh-plans --json $OUT/judge_merge$f.json 2>&1 | grep -E "^\| (native|total|host|score)|prefixLogprobs: prefix" | tr '\n' ' ' | sed "s/^/merge=$f: /"; echo; done ;;
-    # the trainer at the 8B shape, 2 OPSD + 2 GRPO steps, no profile (the second step of each stage steady)
-    train8x2) timeout 470 node scripts/bench/memplan.mjs --shape qwen3-8b --opsd-steps 2 --grpo-steps 2 --out /tmp/pg-train8x2 --json $OUT/train_8b_x2.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-420 ;;
+    # the trainer at the 4B / 8B shape, 2 OPSD + 2 GRPO steps, no profile (the second step of each stage steady)
+    train4x2|train8x2) sh=${step#train}; sh=${sh%x2}; timeout 470 node scripts/bench/memplan.mjs --shape qwen3-${sh}b --opsd-steps 2 --grpo-steps 2 --out /tmp/pg-$step --json $OUT/train_${sh}b_x2.json 2>&1 | grep -E "step [0-9]|memory plan|judge totals" | cut -c1-420 ;;
     *) echo "unknown step $step" ;;
   esac
 done
