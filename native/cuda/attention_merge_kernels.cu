@@ -43,7 +43,9 @@ __global__ void MergeKernel(MergeSide p, MergeSide s, T* __restrict__ out, int64
   Store16(out + hi * D + dv, op);
 }
 
-int64_t VecOf(MergeType type) { return type == MergeType::kFloat32 ? 4 : 8; }
+int64_t VecOf(MergeType type) {
+  return type == MergeType::kFloat32 ? 4 : 8;
+}
 
 }  // namespace
 
@@ -55,8 +57,7 @@ bool MergeSupported(const MergeSide& p, const MergeSide& s, const void* out, int
   return Aligned16({p.o, s.o, out});
 }
 
-const char* MergeAttentionStates(const MergeSide& p, const MergeSide& s, void* out, int64_t B, int64_t T, int64_t nh, int64_t D, MergeType type,
-                                 void* stream) {
+const char* MergeAttentionStates(const MergeSide& p, const MergeSide& s, void* out, int64_t B, int64_t T, int64_t nh, int64_t D, MergeType type, void* stream) {
   const int64_t n_vec = B * T * nh * (D / VecOf(type));
   if (n_vec == 0) return nullptr;
   constexpr int kThreads = 256;

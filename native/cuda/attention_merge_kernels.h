@@ -29,8 +29,7 @@ struct MergeSide {
 /// strides given; out [B, T, nh, D] contiguous in `type`. D a multiple of the 16-byte vector
 /// (8 bf16 / fp16, 4 fp32), o rows 16-byte aligned (MergeSupported). One thread per 16-byte
 /// vector of out. Returns nullptr or the CUDA error string of the launch.
-const char* MergeAttentionStates(const MergeSide& p, const MergeSide& s, void* out, int64_t B, int64_t T, int64_t nh, int64_t D, MergeType type,
-                                 void* stream);
+const char* MergeAttentionStates(const MergeSide& p, const MergeSide& s, void* out, int64_t B, int64_t T, int64_t nh, int64_t D, MergeType type, void* stream);
 
 /// Whether MergeAttentionStates takes these sides: D a multiple of the vector, every o pointer
 /// and every o stride a multiple of 16 bytes.
