@@ -1,8 +1,10 @@
 // Split-K decode attention over the live KV (declarations and formula: decode_attention_kernels.h).
 //
-// Pass 1 (grid: splits × nkv × B, 4 warps): CTA (split, j, b) reads keys
-// [max(start, split·chunk), min(slot + 1, (split + 1)·chunk)) of KV head j of row b (chunk: 128 or
-// 256 keys, see Chunk) — nothing before start[b] or after slot, so the cost
+// Pass 0 (only with groups of rows sharing a prompt, PlanDecodeSplits): GroupPromptKernel writes
+// the partials of splits [0, shared), 64 keys each, for whole groups (see there).
+// Pass 1 (grid: (splits − shared) × nkv × B, 4 warps): CTA (i, j, b) writes split shared + i and
+// reads keys [max(start, base + i·chunk), min(slot + 1, base + (i + 1)·chunk)), base = 64·shared,
+// of KV head j of row b (chunk: 128 or 256 keys, see Chunk) — nothing before start[b] or after slot, so the cost
 // follows the live length, not the capacity — for all rep query heads of j at once (each K/V row
 // is read once per KV head). The warps take the keys U at a time, round robin (U consecutive keys
 // per warp and iteration, all U rows loaded before the first is used): the D elements of a row
@@ -16,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -253,7 +256,7 @@ constexpr int kGroupKeys = 64;        // keys per shared split (one tile in shar
 constexpr int kGroupPad = 8;          // elements of padding per shared row: conflict-free ldmatrix
 constexpr int kGroupMaxQueries = 64;  // G · rep: up to 4 m16 tiles
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // the mma helpers (sm 80+; never launched below)
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // the mma helpers (sm 80+; GroupKernelImageOk gates the launch)
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -316,7 +319,7 @@ __device__ __forceinline__ uint32_t Pack2<__half>(float lo, float hi) {
 #endif
 
 // Shared memory of one CTA: the K and V tiles, then (after the keys) the warps' states for the
-// merge in the same bytes; Q passes through the V tile before the keys are loaded.
+// merge in the same bytes; Q passes through the V tile (loaded with K, read into registers before V).
 template <typename T, int D>
 struct GroupSmem {
   static constexpr int kRow = D + kGroupPad;  // elements per shared row
@@ -516,6 +519,8 @@ __global__ void __launch_bounds__(kWarps * 32) GroupPromptKernel(const T* __rest
       part_ml[out * 2 + 1] = L;
     }
   }
+#else
+  __trap();  // an image compiled below sm 80 (GroupKernelImageOk refuses it; never a silent no-op)
 #endif
 }
 
@@ -562,20 +567,22 @@ const char* LaunchGroupT(const void* q, const void* k, const void* v, const int3
   return "decode attention: the group kernel takes head_dim 16, 32, 64 or 128";
 }
 
-// Compute capability major of the current device, read once per device (the group kernel needs
-// sm 80 for mma.sync m16n8k16 on bf16 / fp16).
-int CurrentDeviceMajor() {
-  static int majors[64];
-  static bool read[64] = {};
+// Whether the loaded image of the group kernel holds its mma body: the PTX it came from targets
+// sm 80 or newer (a build for older architectures JIT-compiled for a newer GPU compiles the body
+// out). Read once per device (atomics: planning may run on several threads).
+bool GroupKernelImageOk() {
+  static std::atomic<int> ok[64];  // 0 unknown, 1 yes, 2 no
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  if (!read[dev]) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) major = 0;
-    majors[dev] = major;
-    read[dev] = true;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  int v = ok[dev].load();
+  if (v == 0) {
+    cudaFuncAttributes attr{};
+    const bool yes = cudaFuncGetAttributes(&attr, GroupPromptKernel<__nv_bfloat16, 128, 1>) == cudaSuccess && attr.ptxVersion >= 80;
+    if (!yes) cudaGetLastError();  // clear a failed query's error
+    v = yes ? 1 : 2;
+    ok[dev].store(v);
   }
-  return majors[dev];
+  return v == 1;
 }
 
 // PAPERGYM_DECODE_GROUP_PROMPT=0 turns the group kernel off (every row reads its own prompt copy,
@@ -658,10 +665,12 @@ DecodeSplits PlanDecodeSplits(int64_t B, int64_t nh, int64_t rep, int64_t C, int
       }
   const int64_t shared = groups.prefix_end / kGroupKeys;
   if (G < 2 || shared < 1 || groups.prefix_end > C || type == DecodeAttnType::kFloat32 || !(D == 16 || D == 32 || D == 64 || D == 128) ||
-      !GroupPromptSwitchedOn() || CurrentDeviceMajor() < 8)
+      !GroupPromptSwitchedOn() || !GroupKernelImageOk())
     return sp;
   const int64_t rest = (C - shared * kGroupKeys + sp.chunk - 1) / sp.chunk;
-  if (shared + rest > 4096) return sp;  // the combine keeps one weight per split in shared memory
+  // At least one per-row split (the slots from 64·shared on hold the decoded tokens), and the
+  // combine keeps one weight per split in shared memory.
+  if (rest < 1 || shared + rest > 4096) return sp;
   sp.shared = shared;
   sp.total = shared + rest;
   sp.group = G;

@@ -31,7 +31,8 @@ struct DecodeSplits {
 
 /// The split plan of a call: the group kernel is used where `groups` has rows >= 2, a whole
 /// 64-key split lies before prefix_end, the dtype is bf16 / fp16, D is 16, 32, 64 or 128, the GPU
-/// is sm 80 or newer and PAPERGYM_DECODE_GROUP_PROMPT is not "0" (read per call: A/B); its
+/// is sm 80 or newer (the loaded kernel image from sm 80+ code), at least one per-row split
+/// follows, and PAPERGYM_DECODE_GROUP_PROMPT is not "0" (read per call: A/B); its
 /// group is the largest divisor G of groups.rows with G · rep <= 64. Otherwise shared = 0.
 DecodeSplits PlanDecodeSplits(int64_t B, int64_t nh, int64_t rep, int64_t C, int64_t D, const DecodeGroups& groups, DecodeAttnType type);
 

@@ -52,34 +52,29 @@ bool FlashSide(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bo
   const int64_t rep = q.size(1) / k.size(1);
   const at::Tensor kq = k.to(q.scalar_type()), vq = v.to(q.scalar_type());
   if (q.is_cuda()) {
-    auto call = [&](const at::Tensor& kk, const at::Tensor& vv) {
-      auto r = at::_scaled_dot_product_flash_attention(q, kk, vv, 0.0, causal, false, sm_scale);
-      *o = std::get<0>(r);
-      *lse = std::get<1>(r).narrow(2, 0, q.size(2));
-    };
-    try {
-      if (rep > 1 && !CudaFlashGqaRefused().load()) {
-        try {
-          call(kq, vq);
-          return true;
-        } catch (const c10::OutOfMemoryError&) {
-          throw;
-        } catch (const c10::AcceleratorError&) {
-          throw;
-        } catch (const c10::Error&) {
-          CudaFlashGqaRefused().store(true);
-        }
+    // One flash call: true when it ran, false when the op refused its inputs; out of memory and
+    // CUDA errors are rethrown.
+    auto ran = [&](const at::Tensor& kk, const at::Tensor& vv) {
+      try {
+        auto r = at::_scaled_dot_product_flash_attention(q, kk, vv, 0.0, causal, false, sm_scale);
+        *o = std::get<0>(r);
+        *lse = std::get<1>(r).narrow(2, 0, q.size(2));
+        return true;
+      } catch (const c10::OutOfMemoryError&) {
+        throw;
+      } catch (const c10::AcceleratorError&) {
+        throw;
+      } catch (const c10::Error&) {
+        return false;
       }
-      call(RepeatHeads(kq, rep), RepeatHeads(vq, rep));
-      return true;
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
-    } catch (const c10::AcceleratorError&) {
-      throw;
-    } catch (const c10::Error&) {
-      CudaFlashRefused().store(true);
-      return false;
+    };
+    if (rep > 1 && !CudaFlashGqaRefused().load()) {
+      if (ran(kq, vq)) return true;
+      CudaFlashGqaRefused().store(true);
     }
+    if (ran(RepeatHeads(kq, rep), RepeatHeads(vq, rep))) return true;
+    CudaFlashRefused().store(true);
+    return false;
   }
   auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, RepeatHeads(kq, rep), RepeatHeads(vq, rep), 0.0, causal, std::nullopt, sm_scale);
   *o = std::get<0>(r);

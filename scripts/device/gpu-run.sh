@@ -219,6 +219,8 @@ print(f'matmul bf16 8192^3: {2 * 8192**3 / dt / 1e12:.0f} TFLOP/s')
 " 2>&1 | tee $OUT/hw.txt ;;
     # issue 36 round 4: the GPU tests of the group prompt kernel and the fused judge merge, with the decode / judge tests they touch
     newtests) timeout 400 npx mocha --config .mocharc.gpu.json --grep "group prompt kernel|fused merge|live-KV attention|prefixLogprobs" 2>&1 | tee $OUT/gpu-newtests.log | grep -vE "^\s*$" | tail -40 ;;
+    # the two new tests alone (the group prompt kernel, the fused merge)
+    grouptests) timeout 300 npx mocha --config .mocharc.gpu.json --grep "group prompt kernel|fused merge" 2>&1 | tee $OUT/gpu-grouptests.log | grep -vE "^\s*$" | tail -30 ;;
     # decode at GRPO's shape (64 rows = 8 prompts x n 8, prompts of 512 and 256, 1024 new tokens) with the group prompt kernel off (0) and on (1)
     groupab) for pl in 512 256; do for g in 0 1; do PAPERGYM_DECODE_GROUP_PROMPT=$g timeout 150 node scripts/bench/generate.mjs --device cuda --shape qwen3-1.7b --dtype bf16 --batches 64 --group 8 --prompt-len $pl --new-tokens 1024 --lora 64 --lora-bf16 --top-k 20 --adapter-mode merged --no-ref --json $OUT/generate_group8_p${pl}_g$g.json 2>&1 | grep -E "^[0-9]" | sed "s/^/prompt=$pl groupkernel=$g: /"; done; done ;;
     # the local judge of one GRPO step (new plans every call) with the ATen merge (0) and the fused merge (1)

@@ -239,6 +239,7 @@ describe('GPU suite: CUDA-graph decode', function () {
     for (const [tiny, n, dtype] of [
       ['tiny-tied', 8, 'bfloat16'],
       ['tiny-untied', 16, 'bfloat16'],
+      ['tiny-untied', 8, 'bfloat16'], // GQA 4, n 8: two m16 query tiles, the 4B / 8B presets' case
       ['tiny-nohd', 8, 'bfloat16'],
       ['tiny-nohd', 3, 'bfloat16'],
       ['tiny-wide', 8, 'float16'],
@@ -246,8 +247,9 @@ describe('GPU suite: CUDA-graph decode', function () {
       const m = await loadModel(tinyModel(tiny), { device: 'cuda', dtype });
       try {
         const base = { prompts: long, n, temperature: 1, topK: 20, maxNewTokens: 100, seed: 5 };
-        const probe = await off(() => run(m, { ...base, stopIds: [] as number[] }));
-        // Stop ids that end some rows early: their rows are retired inside a group.
+        const probe = await run(m, { ...base, stopIds: [] as number[] });
+        // Stop ids that end some rows early (drawn by this same path, so they are drawn again):
+        // their rows are retired inside a group.
         const stopIds = [probe.completions[1]!.tokenIds[5]!, probe.completions[n + 2]!.tokenIds[30]!];
         const o = { ...base, stopIds };
         native().profileStart();
@@ -265,6 +267,7 @@ describe('GPU suite: CUDA-graph decode', function () {
         expect(group.decodePromptGroup, what).to.equal(n);
         expect(own.decodePromptGroup, `${what}: switched off`).to.equal(0);
         expect(kernels, `${what}: group kernel launches (2 layers per decode step)`).to.be.at.least(2 * (group.steps - 1));
+        expect(group.completions.filter((c) => c.finishReason === 'stop').length, `${what}: rows retired by a stop id inside their group`).to.be.at.least(1);
         let compared = 0,
           worst = 0;
         group.completions.forEach((c, i) => {
@@ -514,7 +517,7 @@ describe('GPU suite: CUDA-graph decode', function () {
     }
   });
 
-  it('prefixLogprobs in bf16: the fused merge of the two softmax sides (one kernel) == the ATen merge (the same float32 operations), and the flash calls take the K/V heads unrepeated', async () => {
+  it('prefixLogprobs in bf16: the fused merge of the two softmax sides (one kernel) == the ATen merge (the same float32 operations: equal logprobs)', async () => {
     const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
     const candidates = [9454, 2753, 0];
     for (const name of ['tiny-tied', 'tiny-untied', 'tiny-nohd'] as const) {
@@ -531,14 +534,12 @@ describe('GPU suite: CUDA-graph decode', function () {
             suffixes = lens.map((n, j) => ids(n, j + 2));
           native().profileStart();
           let a: Float64Array[];
-          let merges: number, repeats: number;
+          let merges: number;
           try {
             a = await shared(prefix, suffixes, candidates);
           } finally {
             const p = native().profileStop({ top: 1000 });
             merges = p.kernels.filter((k) => k.name.includes('MergeKernel')).reduce((c, k) => c + k.count, 0);
-            // repeat_interleave of K/V heads would show up as index / gather kernels
-            repeats = p.kernels.filter((k) => /index_select|indexSelect|repeat_interleave|gather/i.test(k.name)).reduce((c, k) => c + k.count, 0);
           }
           expect(merges, `${name} prefix ${P}: a merge kernel per layer (2 layers) and call`).to.be.at.least(2);
           process.env.PAPERGYM_FUSED_PREFIX_MERGE = '0';
@@ -551,10 +552,9 @@ describe('GPU suite: CUDA-graph decode', function () {
           a.forEach((row, i) =>
             row.forEach((x, k) => {
               worst = Math.max(worst, Math.abs(x - b[i]![k]!));
-              expect(Math.abs(x - b[i]![k]!), `${name} prefix ${P}: row ${i} candidate ${k}, fused against the ATen merge`).to.be.at.most(1e-3);
+              expect(x, `${name} prefix ${P}: row ${i} candidate ${k}, fused against the ATen merge`).to.equal(b[i]![k]!);
             }),
           );
-          console.log(`      ${name} prefix ${P}: repeat / gather kernels in the shared-prefix call: ${repeats}`);
         }
         console.log(`      ${name} bf16: fused merge vs the ATen merge, max |Δ logprob| ${worst.toExponential(2)}`);
       } finally {
