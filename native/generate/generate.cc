@@ -450,7 +450,7 @@ class StaticPath final : public DecodePath {
   // The step (captured on the graph path): logits of the current inputs, advance position and
   // cache slot, and (sync-free sampler) sample the next token from them.
   at::Tensor StepFn() {
-    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_, live_start_, live_start_.defined() ? prompt_group_ : 0, pb_.lmax);
+    at::Tensor lg = m_.DecodeStatic(ids_s_, pos_s_, slot_s_, keep_, r_.adapter, cache_, live_start_, prompt_group_, pb_.lmax);
     pos_s_.add_(1);
     slot_s_.add_(1);
     if (fused_) SampleFn(lg);
@@ -459,7 +459,7 @@ class StaticPath final : public DecodePath {
 
   const bool graphs_;
   int64_t Bp_ = 0, steps_ = 0, captures_ = 0;
-  int64_t prompt_group_ = 0;  // rows per prompt whose prompt K/V the live-KV kernel may share (0: none)
+  int64_t prompt_group_ = 0;  // rows per prompt whose prompt K/V the live-KV kernel may share (0: none; set only with live_start_)
   bool fused_ = false;
   std::vector<char> retired_;  // [N] rows whose live range was emptied
   KVCache cache_;

@@ -203,7 +203,6 @@ at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const
     return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 && (t.size(-1) * static_cast<int64_t>(t.element_size())) % 16 == 0;
   };
   if (!aligned(qc) || !aligned(k) || !aligned(v)) return at::Tensor();
-  TORCH_CHECK(group_rows < 2 || (prefix_end >= 0 && prefix_end <= C), "LiveKvDecodeAttention: prefix_end must be in [0, capacity]");
   at::Tensor o = at::empty_like(qc);
   const ck::DecodeSplits sp = ck::PlanDecodeSplits(B, nh, nh / nkv, C, D, ck::DecodeGroups{group_rows, prefix_end}, t);
   at::Tensor work = at::empty({ck::DecodeAttentionWorkFloats(B, nh, D, sp)}, q.options().dtype(at::kFloat));

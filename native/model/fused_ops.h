@@ -34,7 +34,8 @@ at::Tensor SwiGLU(const at::Tensor& gu);
 /// group_rows >= 2 with prefix_end: rows [g·group_rows, (g + 1)·group_rows) hold the same K/V in
 /// every live slot before prefix_end (the n completions of one prompt: copies of one prefill);
 /// the kernel then reads the group's first row once for all of them there, on tensor cores in
-/// bf16 / fp16 (cuda/decode_attention_kernels.h: DecodeGroups, PlanDecodeSplits).
+/// bf16 / fp16 (cuda/decode_attention_kernels.h: DecodeGroups, PlanDecodeSplits); a prefix_end
+/// outside [0, C] plans no groups (DecoderModel::DecodeStatic rejects it with an ArgError).
 at::Tensor LiveKvDecodeAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& start, const at::Tensor& slot, double scale,
                                  int64_t group_rows = 0, int64_t prefix_end = 0);
 

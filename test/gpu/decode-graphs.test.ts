@@ -50,6 +50,16 @@ function maxLpDiff(a: PathResult, b: PathResult): number {
   return d;
 }
 
+/** Token ids of the scoring tests: n deterministic ids in [100, 5100), `salt` picking the sequence. */
+const scoringIds = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
+const scoringCandidates = [9454, 2753, 0];
+/** Prefix length and suffix lengths of the bf16 scoring tests: one token, past the 64-slot bucket, 17 suffixes. */
+const bf16ScoringCases: [number, number[]][] = [
+  [1, [1]],
+  [65, [17, 1, 40]],
+  [300, Array.from({ length: 17 }, (_, i) => 8 + i)],
+];
+
 const prompts = [Int32Array.from([151644, 872, 198, 9707, 1879]), Int32Array.from([13, 77091]), Int32Array.from([151644, 872, 198, 40, 1079, 264, 1273, 13])];
 
 describe('GPU suite: CUDA-graph decode', function () {
@@ -427,8 +437,6 @@ describe('GPU suite: CUDA-graph decode', function () {
   });
 
   it('prefixLogprobs on CUDA (one prefill of the prefix; fp32: its KV repeated for the suffixes, bf16: the shared-prefix attention) == the per-prompt scorer: fp32 within 1e-5, bf16 within its rounding; GQA 2 and 4', async () => {
-    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
-    const candidates = [9454, 2753, 0];
     for (const [name, dtype, tol] of [
       ['tiny-tied', 'float32', 1e-5],
       ['tiny-untied', 'float32', 1e-5],
@@ -446,12 +454,12 @@ describe('GPU suite: CUDA-graph decode', function () {
           [65, [17, 1, 40]],
           [300, Array.from({ length: 17 }, (_, i) => 8 + i)],
         ] as [number, number[]][]) {
-          const prefix = ids(P, 1),
-            suffixes = lens.map((n, j) => ids(n, j + 2));
-          const a = await shared(prefix, suffixes, candidates);
+          const prefix = scoringIds(P, 1),
+            suffixes = lens.map((n, j) => scoringIds(n, j + 2));
+          const a = await shared(prefix, suffixes, scoringCandidates);
           const b = await whole(
             suffixes.map((s) => [...prefix, ...s]),
-            candidates,
+            scoringCandidates,
           );
           a.forEach((row, i) =>
             row.forEach((x, k) => {
@@ -468,8 +476,6 @@ describe('GPU suite: CUDA-graph decode', function () {
   });
 
   it('prefixLogprobs in bf16: the shared-prefix attention (flash kernels, the prefix K/V read in place) == the prefix copied per row (fused paths off) and the per-prompt scorer within bf16 rounding; the flash kernel runs; head_dim 16 / 32 / 128, GQA 2 and 4', async () => {
-    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
-    const candidates = [9454, 2753, 0];
     for (const name of ['tiny-tied', 'tiny-untied', 'tiny-nohd'] as const) {
       const m = await loadModel(tinyModel(name), { device: 'cuda', dtype: 'bfloat16' });
       try {
@@ -477,27 +483,23 @@ describe('GPU suite: CUDA-graph decode', function () {
         const whole = sequenceLogprobsScorer(m, { padId: 151643, adapter: 'none' });
         let worstCopy = 0,
           worstWhole = 0;
-        for (const [P, lens] of [
-          [1, [1]],
-          [65, [17, 1, 40]],
-          [300, Array.from({ length: 17 }, (_, i) => 8 + i)],
-        ] as [number, number[]][]) {
-          const prefix = ids(P, 1),
-            suffixes = lens.map((n, j) => ids(n, j + 2));
+        for (const [P, lens] of bf16ScoringCases) {
+          const prefix = scoringIds(P, 1),
+            suffixes = lens.map((n, j) => scoringIds(n, j + 2));
           native().profileStart();
           let a: Float64Array[];
           try {
-            a = await withFusedKernels(true, () => shared(prefix, suffixes, candidates));
+            a = await withFusedKernels(true, () => shared(prefix, suffixes, scoringCandidates));
           } finally {
             const p = native().profileStop({ top: 1000 });
             const flash = p.kernels.filter((k) => /flash/i.test(k.name)).reduce((n, k) => n + k.count, 0);
             // two flash calls (prefix side, own side) per layer (2 layers) of the suffix forward
             expect(flash, `${name} prefix ${P}: flash kernels in the shared-prefix path`).to.be.at.least(4);
           }
-          const c = await withFusedKernels(false, () => shared(prefix, suffixes, candidates));
+          const c = await withFusedKernels(false, () => shared(prefix, suffixes, scoringCandidates));
           const b = await whole(
             suffixes.map((x) => [...prefix, ...x]),
-            candidates,
+            scoringCandidates,
           );
           a.forEach((row, i) =>
             row.forEach((x, k) => {
@@ -518,25 +520,19 @@ describe('GPU suite: CUDA-graph decode', function () {
   });
 
   it('prefixLogprobs in bf16: the fused merge of the two softmax sides (one kernel) == the ATen merge (the same float32 operations: equal logprobs)', async () => {
-    const ids = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 100 + ((i * 7919 + salt * 31) % 5000));
-    const candidates = [9454, 2753, 0];
     for (const name of ['tiny-tied', 'tiny-untied', 'tiny-nohd'] as const) {
       const m = await loadModel(tinyModel(name), { device: 'cuda', dtype: 'bfloat16' });
       try {
         const shared = prefixLogprobsScorer(m, { padId: 151643, adapter: 'none' });
         let worst = 0;
-        for (const [P, lens] of [
-          [1, [1]],
-          [65, [17, 1, 40]],
-          [300, Array.from({ length: 17 }, (_, i) => 8 + i)],
-        ] as [number, number[]][]) {
-          const prefix = ids(P, 1),
-            suffixes = lens.map((n, j) => ids(n, j + 2));
+        for (const [P, lens] of bf16ScoringCases) {
+          const prefix = scoringIds(P, 1),
+            suffixes = lens.map((n, j) => scoringIds(n, j + 2));
           native().profileStart();
           let a: Float64Array[];
           let merges: number;
           try {
-            a = await shared(prefix, suffixes, candidates);
+            a = await shared(prefix, suffixes, scoringCandidates);
           } finally {
             const p = native().profileStop({ top: 1000 });
             merges = p.kernels.filter((k) => k.name.includes('MergeKernel')).reduce((c, k) => c + k.count, 0);
@@ -545,7 +541,7 @@ describe('GPU suite: CUDA-graph decode', function () {
           process.env.PAPERGYM_FUSED_PREFIX_MERGE = '0';
           let b: Float64Array[];
           try {
-            b = await shared(prefix, suffixes, candidates);
+            b = await shared(prefix, suffixes, scoringCandidates);
           } finally {
             delete process.env.PAPERGYM_FUSED_PREFIX_MERGE;
           }
