@@ -699,7 +699,7 @@ export interface GenerateArgs extends SamplingParams {
    * projection, summed in float32 and rounded once to the model dtype (PEFT `merge_and_unload`;
    * the merged weights that TRL's GRPO serves from vLLM), made once per call and freed when it
    * ends, so the decode step runs no LoRA branch (Qwen3-1.7B shapes, r 64, bf16, batch 64 on an
-   * H200: docs/performance.md §4). Holds one extra copy of the targeted weights during the call
+   * H200: docs/performance.md "Decode"). Holds one extra copy of the targeted weights during the call
    * (≈ 2.8 GB at 1.7B, 14 GB at 8B in bf16). The logprobs are those of the merged weights: in bf16
    * they differ from the teacher-forced forward with the LoRA branch by the rounding of W', so
    * sampled ids can differ from `mergeAdapter: false`. Default false; no effect without an adapter

@@ -53,8 +53,8 @@
  * κ_act > 1 covers what E does not count: backward's transient gradients of one layer, the
  * dropout masks, allocator rounding. κ_fwd = {@link KAPPA_FWD} is fitted to the one measured
  * no-grad forward (reference logprobs, 64 rows × 1231 tokens at 1.7B shapes: 15.75 GiB,
- * docs/performance.md §3; estimate 15.9 GiB) and gives the measured rollout peak (13.15 GiB,
- * same run) as 13.2 GiB. Out-of-sample checks against docs/performance.md §1 (LoRA r 64, dropout 0,
+ * docs/performance.md "One GRPO step in a fresh process"; estimate 15.9 GiB) and gives the measured rollout peak (13.15 GiB,
+ * same run) as 13.2 GiB. Out-of-sample checks against docs/performance.md "LoRA train step and MFU" (LoRA r 64, dropout 0,
  * cross-entropy, 1.7B, 4 × 2048 tokens): with recompute 6.6 GB estimated vs 6.9 GB measured
  * (−4%); without recompute 26.9 vs 21.8 GB (+24%: with dropout 0 the fused LoRA path saves less
  * than E counts, so the estimate errs on the safe side). The plan prefers smaller micro-batches,

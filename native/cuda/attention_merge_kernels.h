@@ -1,6 +1,6 @@
 // The merge of the two softmax sides of the shared-prefix attention (model/attention.cc,
 // SharedPrefixAttention) in one kernel: it replaced about a dozen ATen launches per layer (the
-// float32 casts, transposes and elementwise ops of the merge; docs/performance.md §12–13). Plain
+// float32 casts, transposes and elementwise ops of the merge; docs/changelog-performance.md §12–13). Plain
 // C++ declarations, defined only with PG_WITH_CUDA_KERNELS (attention_merge_kernels.cu); the ATen
 // merge in model/attention.cc is the fallback and the reference the GPU tests compare it with.
 #pragma once

@@ -44,7 +44,7 @@ __global__ void RopeKernel(const T* __restrict__ q, const T* __restrict__ k, T* 
 // The same map, V pairs of elements (d, d + D/2) per thread as two 16-byte vectors each of x,
 // cos and sin: one 64-bit division per 2·V elements, the rest of the index in 32 bits. The element kernel above spent most
 // of its time in the 64-bit divisions of its per-element index (≈ 8× its bandwidth time at 8B
-// training shapes, docs/performance.md §10); this one needs D/2 a multiple of V and every pointer
+// training shapes, docs/changelog-performance.md §10); this one needs D/2 a multiple of V and every pointer
 // 16-byte aligned (Launch checks, else the element kernel runs).
 template <typename T, int V>
 __global__ void RopePairsKernel(const T* __restrict__ q, const T* __restrict__ k, T* __restrict__ qo, T* __restrict__ ko, const T* __restrict__ cs,

@@ -6,7 +6,7 @@
  * Reports per run: median step seconds without the checkpoint (first step dropped: warm-up), completion tokens/s, the
  * gradient all-reduce seconds per step (P > 1), and the speed-up, scaling efficiency
  * (speed-up / P) and the max |Δ| between the two final adapters (bf16 runs: not bit-equal; the
- * tolerance is discussed in docs/performance.md).
+ * tolerance is discussed in docs/performance.md "Data parallel").
  *
  * Usage: node scripts/bench/dp_scaling.mjs --stage grpo --shape qwen3-1.7b --steps 3 --json out.json
  *        node scripts/bench/dp_scaling.mjs --device cpu --model .cache/tiny-models/default-tiny-tied-s0 --stage grpo --steps 2 --questions 2 --group 2 --new-tokens 8 --micro-batch 2 --lora-r 8   # CPU smoke (Gloo)

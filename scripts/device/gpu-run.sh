@@ -13,7 +13,7 @@ if ls .device/whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device/whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 # Gloo headers for native/parallel (the GPU image has no apt access): the lead copies this machine's
-# /usr/include/gloo into .device/gloo-include/gloo before the run (see docs/performance.md).
+# /usr/include/gloo into .device/gloo-include/gloo before the run (see docs/performance.md "Data parallel").
 [ -f .device/gloo-include/gloo/algorithm.h ] && export GLOO_INCLUDE_DIR=$PWD/.device/gloo-include
 t0=$(date +%s)
 npx tsc -p tsconfig.json || exit 1
