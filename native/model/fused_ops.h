@@ -51,7 +51,8 @@ bool LiveKvDecodeAttentionApplies(const at::Tensor& like, int64_t nh, int64_t nk
 // Inference-only fusions of the decoder layer's small ops (cuda/norm_kernels.h; no autograd):
 // the caller (the model's forward loop) uses them only outside autograd and outside activation
 // recomputation, so training and its recomputed forward keep the ATen ops. They cut the decode
-// step's launches per layer from about 16 to 9 (it was launch-bound then: docs/changelog-performance.md §4).
+// step's launches per layer from about 16 to 9 (the step was thought launch-bound then; the later
+// profile found it GPU-bound: docs/changelog-performance.md §4).
 
 /// Whether the inference fusions run for activations like `like`: the own kernels are enabled
 /// for it (cuda/kernels.h), its dtype is float32 / bfloat16 / float16, and PAPERGYM_FUSED_NORM_ROPE
