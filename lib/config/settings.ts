@@ -408,7 +408,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
     type: 'integer',
     min: 0,
     default: 0,
-    meaning: 'End OPSD after the validation score falls this many times in a row (0 = never)',
+    meaning: 'End OPSD after this many validations in a row without a new best (see --early-stop-threshold; 0 = never)',
     source: 'transformers EarlyStoppingCallback.early_stopping_patience',
   },
   // ---- GRPO ----
@@ -599,6 +599,25 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
     default: 2,
     meaning: 'Validation items used (the first N of split val; 0 = no validation)',
     source: 'transformers eval_dataset (subset)',
+  },
+  {
+    key: 'validation.minImprovement',
+    flag: 'early-stop-threshold',
+    type: 'number',
+    min: 0,
+    default: 0,
+    meaning:
+      'A validation is a new best only when its score beats the best by more than this; every other validation counts toward --early-stop-patience (lib/train/validation.ts)',
+    source: 'transformers EarlyStoppingCallback.early_stopping_threshold',
+  },
+  {
+    key: 'validation.loadBestAtEnd',
+    flag: 'load-best-at-end',
+    type: 'boolean',
+    default: true,
+    meaning:
+      "Keep the adapter of each stage's best validation in <run>/best/<stage>/ and continue from it when the stage ends (the next stage, or final/, starts from the best state, not the last)",
+    source: 'transformers TrainingArguments.load_best_model_at_end / metric_for_best_model',
   },
   {
     key: 'checkpoint.every',

@@ -223,7 +223,14 @@ function suiteSection(t: SuiteTable): string {
 function runsSection(runs: RunData[]): string {
   if (!runs.length) return '<p class="note">no run dirs given</p>';
   const rows = runs.map((r) => {
-    const stages = r.stageStarts.map((s) => s.stage).join(' → ') || '–';
+    // A stage that handed on its best state (not its last) says which step.
+    const stages =
+      r.stageStarts
+        .map((s) => {
+          const b = r.bestStates.find((x) => x.stage === s.stage);
+          return b ? `${s.stage} (best: ${s.stage.toUpperCase()} step ${b.step}, ${b.score.toFixed(3)})` : s.stage;
+        })
+        .join(' → ') || '–';
     const last = r.steps[r.steps.length - 1];
     const status =
       r.status === 'missing'

@@ -186,21 +186,29 @@ export const PLOTS: PlotDef[] = [
   },
   {
     id: 'validation',
-    title: 'Validation score (mean r_spec of greedy plans on held-out items)',
+    title: 'Validation score (mean r_spec of greedy plans on held-out items, 95% bootstrap band)',
     yName: 'score',
     fields: 'validation rows',
     build: (runs) =>
       runs
         .filter((r) => r.validation.length)
-        .map((run) => ({
-          name: run.label,
-          symbols: true,
-          points: run.validation.map((v) => [v.globalStep, v.score] as [number, number]),
-          marks: run.earlyStops.map((e) => {
-            const v = [...run.validation].reverse().find((x) => x.globalStep <= e.globalStep) ?? run.validation[run.validation.length - 1]!;
-            return { x: e.globalStep, y: v.score, label: 'stop' };
-          }),
-        })),
+        .map((run) => {
+          const band = run.validation.filter((v) => v.ci).map((v) => [v.globalStep, v.ci![0], v.ci![1]] as [number, number, number]);
+          return {
+            name: run.label,
+            symbols: true,
+            points: run.validation.map((v) => [v.globalStep, v.score] as [number, number]),
+            ...(band.length && { band }),
+            marks: [
+              ...run.earlyStops.map((e) => {
+                const v = [...run.validation].reverse().find((x) => x.globalStep <= e.globalStep) ?? run.validation[run.validation.length - 1]!;
+                return { x: e.globalStep, y: v.score, label: 'stop' };
+              }),
+              // The state each stage handed on (validation.loadBestAtEnd).
+              ...run.bestStates.map((b) => ({ x: b.globalStep, y: b.score, label: `best (${b.stage} step ${b.step})` })),
+            ],
+          };
+        }),
   },
 ];
 

@@ -105,6 +105,16 @@ export interface TrainBackend {
   captureState?(): Promise<CapturedState>;
   /** Restores adapter and snapshots from `dir`; optimizer state is applied at resetOptimizer. */
   loadState(dir: string): Promise<void>;
+  /**
+   * Writes the active adapter alone (PEFT files) into `dir`: a stage's best state, `best/<stage>/`.
+   * Optional: without it the trainer writes saveState's files there.
+   */
+  saveAdapter?(dir: string): Promise<void>;
+  /**
+   * Makes the adapter of `dir` (written by saveAdapter) the active one, nothing else (no optimizer
+   * state, no snapshots): the stage's best state taken up at its end. Optional, with saveAdapter.
+   */
+  loadAdapter?(dir: string): Promise<void>;
   /** Seeds dropout RNG for the step. */
   seedStep(seed: number): void;
   memory(): Record<string, number>;

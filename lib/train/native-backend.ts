@@ -494,6 +494,16 @@ export class NativeBackend implements TrainBackend {
     this.pendingOptimizerFile = hasOpt ? optPath : undefined;
   }
 
+  /** The active adapter's PEFT files into `dir` (a stage's best state; written atomically by the addon). */
+  async saveAdapter(dir: string): Promise<void> {
+    await this.policy.model.saveAdapter(dir, { baseModelName: this.baseModelName });
+  }
+
+  /** The adapter of `dir` becomes the active one, in place (snapshots and optimizer untouched). */
+  async loadAdapter(dir: string): Promise<void> {
+    await this.policy.model.loadAdapter(dir);
+  }
+
   seedStep(seed: number): void {
     native().manualSeed(seed);
   }
