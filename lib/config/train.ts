@@ -66,6 +66,10 @@ export interface StageSections {
     alpha: number;
     /** Longest a step waits on the judge, ms from its first judge call (0 = no deadline; lib/train/trainer.ts judgeCall). */
     judgeStepTimeoutMs: number;
+    /** Sampler–trainer correction, its cap C and the KL past which a step warns (rows in lib/train/stages/grpo.ts; lib/train/rollout-correction.ts). */
+    rolloutCorrection?: 'none' | 'token-tis' | 'sequence-mask' | 'recompute';
+    importanceSamplingCap?: number;
+    agreementWarnKl?: number;
   };
 }
 

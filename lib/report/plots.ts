@@ -127,6 +127,42 @@ export const PLOTS: PlotDef[] = [
     fields: 'clipFraction',
     build: (runs) => perRun(runs, [{ path: 'clipFraction' }]),
   },
+  {
+    id: 'sampler-trainer',
+    title: 'Sampler–trainer agreement on the sampled tokens (GRPO)',
+    yName: 'nats',
+    fields: 'agreement.*',
+    build: (runs) =>
+      perRun(runs, [
+        { path: 'agreement.meanAbsLogprobDiff', name: 'mean |Δ logprob|' },
+        { path: 'agreement.maxAbsLogprobDiff', name: 'max |Δ logprob|' },
+        { path: 'agreement.klK3', name: 'KL(sampler‖trainer), k3' },
+      ]),
+  },
+  {
+    id: 'ratio-histogram',
+    title: 'Ratio π/π_old at the update: share of tokens per bin (GRPO)',
+    yName: 'fraction of tokens',
+    fields: 'ratioHistogram',
+    build: (runs) => {
+      const out: LineSeries[] = [];
+      for (const run of runs) {
+        const rows = run.steps.filter((r) => r.ratioHistogram && typeof r.ratioHistogram === 'object');
+        const first = rows[0]?.ratioHistogram as { edges?: number[] } | undefined;
+        const edges = first?.edges ?? [];
+        for (let i = 0; i <= edges.length; i++) {
+          const name = i === 0 ? `< ${edges[0]}` : i === edges.length ? `≥ ${edges[i - 1]}` : `[${edges[i - 1]}, ${edges[i]})`;
+          const points: [number, number][] = rows.map((r) => {
+            const h = r.ratioHistogram as { counts: number[] };
+            const n = h.counts.reduce((a, b) => a + b, 0);
+            return [r.globalStep, n ? (h.counts[i] ?? 0) / n : 0];
+          });
+          if (points.some(([, y]) => y > 0)) out.push({ name: runs.length > 1 ? `${run.label} · ${name}` : name, points });
+        }
+      }
+      return out;
+    },
+  },
   { id: 'grad-norm', title: 'Gradient norm (before clipping)', yName: 'L2 norm', fields: 'gradNorm', build: (runs) => perRun(runs, [{ path: 'gradNorm' }]) },
   {
     id: 'completion-length',

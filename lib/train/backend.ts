@@ -72,11 +72,16 @@ export interface TrainBackend {
     batch: { student: Sequence; teacher: Sequence }[],
     opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string },
   ): Promise<{ loss: number }>;
-  /** GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. */
+  /**
+   * GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. `tokenWeights` (optional,
+   * one per completion token, ≥ 0): the rollout correction's importance weights, applied as the
+   * per-token advantage w_t·A (lib/train/rollout-correction.ts). Returns the trainer's logprobs of
+   * each completion's tokens at this update (`logprobs`, when the backend has them).
+   */
   grpoBackward(
-    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[],
+    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number; tokenWeights?: number[] }[],
     opts: GrpoLossOptions,
-  ): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
+  ): Promise<{ loss: number; meanKl: number; clipFraction: number; logprobs?: number[][] }>;
   /** SFT window: mean next-token cross-entropy over all completion tokens of `batch`; grads accumulate. */
   sftBackward(batch: Sequence[]): Promise<{ loss: number }>;
   /**

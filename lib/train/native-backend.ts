@@ -317,9 +317,9 @@ export class NativeBackend implements TrainBackend {
   }
 
   async grpoBackward(
-    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[],
+    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number; tokenWeights?: number[] }[],
     o: GrpoLossOptions,
-  ): Promise<{ loss: number; meanKl: number; clipFraction: number }> {
+  ): Promise<{ loss: number; meanKl: number; clipFraction: number; logprobs: number[][] }> {
     if (this.phase !== 'backward') this.enterPhase('backward');
     const seqs = batch.map((b) => b.seq);
     const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
@@ -341,7 +341,14 @@ export class NativeBackend implements TrainBackend {
               batch.map((b) => b.refLogprobs),
             )
           : undefined,
-      advantages: { data: Float32Array.from(batch.map((b) => b.advantage)), shape: [batch.length] },
+      // Token weights (rollout correction): per-token advantages w_t·A, [B, L] (native grpoBackward takes [B] or [B, L]).
+      advantages: batch.some((b) => b.tokenWeights)
+        ? alignToRows(
+            seqs,
+            p.L,
+            batch.map((b) => b.seq.completionIds.map((_, t) => b.advantage * (b.tokenWeights?.[t] ?? 1))),
+          )
+        : { data: Float32Array.from(batch.map((b) => b.advantage)), shape: [batch.length] },
       epsLow: o.epsLow,
       epsHigh: o.epsHigh,
       betaKl: o.betaKl,
@@ -351,7 +358,10 @@ export class NativeBackend implements TrainBackend {
       numTokens: o.totalCompletionTokens,
       maxCompletionLength: o.maxCompletionLength,
     });
-    return { loss: r.loss, meanKl: r.meanKl, clipFraction: r.clipFraction.region };
+    // The trainer's logprobs of the completion tokens at this update ([B, L] → per completion).
+    const lp = r.logprobs.data;
+    const logprobs = seqs.map((s, b) => Array.from(lp.subarray(b * p.L + s.promptIds.length, b * p.L + s.promptIds.length + s.completionIds.length)));
+    return { loss: r.loss, meanKl: r.meanKl, clipFraction: r.clipFraction.region, logprobs };
   }
 
   async sftBackward(batch: Sequence[]): Promise<{ loss: number }> {
