@@ -131,6 +131,15 @@ describe('train: GRPO starts from the best OPSD state (embedded tiny model, loop
     expect(val.map((x) => x.bestStep)).to.deep.equal([1, 2, 2, 2]);
     expect(val.map((x) => x.sinceBest)).to.deep.equal([0, 0, 1, 2]);
     for (const v of val) expect(v.validationCI).to.have.length(2);
+    // Stage-1 diagnostics on every OPSD step line: completion length (mean, p90 ≤ max-new-tokens 4) and the truncation rate.
+    const opsdSteps = rows.filter((x) => x.stage === 'opsd' && typeof x.loss === 'number');
+    expect(opsdSteps).to.have.length(4);
+    for (const x of opsdSteps) {
+      expect(x.completionLengthMean as number).to.be.within(0, 4);
+      expect(x.completionLengthP90 as number).to.be.within(x.completionLengthMean as number, 4);
+      expect(x.truncationRate as number).to.be.within(0, 1);
+      expect(x.truncationRate as number).to.equal(1 - (x.stopRate as number)); // a rollout ends on a stop token or at max-new-tokens
+    }
     expect(rows.find((x) => x.event === 'early_stop')).to.deep.include({ stage: 'opsd', step: 4, bestStep: 2 });
     expect(rows.find((x) => x.event === 'best_loaded')).to.deep.include({ stage: 'opsd', bestStep: 2, bestGlobalStep: 2, bestValidation: 1 });
     expect(log).to.match(/\[opsd\] best validation 1\.0000 .* at step 2 \(global 2\), not the last step 4: its adapter .* is loaded; GRPO starts from it/);

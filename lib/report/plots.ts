@@ -172,6 +172,18 @@ export const PLOTS: PlotDef[] = [
     build: (runs) => perRun(runs, [{ path: 'completionLength' }]),
   },
   {
+    id: 'length-truncation',
+    title: 'OPSD completion length (p90) and truncation (share cut at max-new-tokens)',
+    yName: 'tokens / fraction',
+    fields: 'completionLengthP90, truncationRate',
+    build: (runs) =>
+      perRun(runs, [
+        { path: 'completionLengthMean', name: 'mean length' },
+        { path: 'completionLengthP90', name: 'p90 length' },
+        { path: 'truncationRate', name: 'truncation rate × 100', scale: 100 },
+      ]),
+  },
+  {
     id: 'stop-rate',
     title: 'Stop rate (completions ending with a stop token)',
     yName: 'fraction',

@@ -8,6 +8,7 @@ import type { Sequence } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages, teacherMessages } from '../../task/prompts.js';
 import { bucket, updateBytes, type PlanInputs } from '../memory-model.js';
+import { quantile } from '../../eval/report.js';
 import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 /** Update bytes above resident: the student's loss + backward (JSD head) plus the teacher's completion hidden states. */
@@ -74,6 +75,9 @@ export const opsdStage: TrainingStage = {
     const batch: { student: Sequence; teacher: Sequence }[] = [];
     let stops = 0;
     let rolloutCount = 0;
+    // Every rollout's length (empty ones included) and how many hit max-new-tokens: the length-inflation diagnostics.
+    const lengths: number[] = [];
+    let truncated = 0;
     // The ranks' token / sequence counts (the loss normaliser) travel with the failure flags.
     const { all } = await ctx.allRanksGather(
       'OPSD rollouts',
@@ -85,6 +89,8 @@ export const opsdStage: TrainingStage = {
           const rollouts = await ctx.timed('rollout', () => backend.generate(studentPrompts, ctx.sampling(1, 2, k)));
           for (const r of rollouts) {
             rolloutCount += 1;
+            lengths.push(r.tokenIds.length);
+            if (r.finishReason === 'length') truncated += 1;
             if (r.finishReason === 'stop') stops += 1;
             if (!r.tokenIds.length) continue;
             batch.push({
@@ -94,7 +100,14 @@ export const opsdStage: TrainingStage = {
           }
         }
       },
-      () => ({ tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount }),
+      () => ({
+        tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0),
+        sequences: batch.length,
+        stops,
+        rollouts: rolloutCount,
+        lengths,
+        truncated,
+      }),
     );
     const normalizer = all.reduce((n, x) => n + x.tokens, 0);
     const sequences = all.reduce((n, x) => n + x.sequences, 0);
@@ -120,9 +133,15 @@ export const opsdStage: TrainingStage = {
       );
       loss = ctx.dist.worldSize === 1 ? upd.value : sumFinite(upd.all);
     }
+    const allLengths = all.flatMap((x) => x.lengths).sort((x, y) => x - y);
+    const rollouts = all.reduce((n, x) => n + x.rollouts, 0);
     return {
       loss,
       jsd: loss,
+      // Completion length over every rollout of the step (tokens): mean and p90 (type-7 quantile), and the share cut at max-new-tokens.
+      completionLengthMean: allLengths.length ? allLengths.reduce((n, x) => n + x, 0) / allLengths.length : 0,
+      completionLengthP90: allLengths.length ? quantile(allLengths, 0.9) : 0,
+      truncationRate: all.reduce((n, x) => n + x.truncated, 0) / Math.max(1, rollouts),
       completionTokens: normalizer,
       completionLength: normalizer / Math.max(1, sequences),
       stopRate:
