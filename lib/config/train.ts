@@ -39,6 +39,8 @@ export interface StageSections {
     emaDecay: number;
     /** Stop OPSD after this many validations in a row without a new best (0 = never; lib/train/validation.ts). */
     earlyStopPatience: number;
+    /** Completions per step whose tokens are diagnosed (lib/train/token-divergence.ts; row in lib/train/stages/opsd.ts). */
+    diagnosticRows?: number;
   };
   grpo: {
     steps: number;

@@ -172,6 +172,19 @@ export const PLOTS: PlotDef[] = [
     build: (runs) => perRun(runs, [{ path: 'completionLength' }]),
   },
   {
+    id: 'token-divergence',
+    title: 'OPSD JSD by token class (format: whitespace, punctuation, markdown; content: the rest) and top-1 agreement',
+    yName: 'JSD (nats/token) / fraction',
+    fields: 'tokenDivergence.*',
+    build: (runs) =>
+      perRun(runs, [
+        { path: 'tokenDivergence.format.meanJsd', name: 'format tokens: mean JSD' },
+        { path: 'tokenDivergence.content.meanJsd', name: 'content tokens: mean JSD' },
+        { path: 'tokenDivergence.format.jsdShare', name: "format tokens' share of the JSD" },
+        { path: 'tokenDivergence.top1Agreement', name: "teacher's top token = student's" },
+      ]),
+  },
+  {
     id: 'length-truncation',
     title: 'OPSD completion length (p90) and truncation (share cut at max-new-tokens)',
     yName: 'tokens / fraction',

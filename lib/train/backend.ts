@@ -6,6 +6,7 @@
  */
 import type { ChatMessage } from '../llm/messages.js';
 import type { ProfileResult, SamplingSettings } from '../addon.js';
+import type { DiagnosedToken } from './token-divergence.js';
 
 export interface Rollout {
   /** Index of the prompt in the generate() call. */
@@ -72,6 +73,17 @@ export interface TrainBackend {
     batch: { student: Sequence; teacher: Sequence }[],
     opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string },
   ): Promise<{ loss: number }>;
+  /**
+   * OPSD's per-token diagnostics for `batch` (no grad; lib/train/token-divergence.ts): per completion
+   * token its id, decoded text, JSD_β between the student's (active adapter, student prompt) and the
+   * teacher's (`teacher` adapter, teacher prompt) next-token distributions at `temperature`, and
+   * whether their top tokens agree. Costs a student and a teacher forward with full logits per row.
+   * Optional: without it no token diagnostics are logged.
+   */
+  opsdTokenDiagnostics?(
+    batch: { student: Sequence; teacher: Sequence }[],
+    opts: { beta: number; temperature: number; teacher: 'none' | 'active' | string },
+  ): Promise<DiagnosedToken[][]>;
   /**
    * GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. `tokenWeights` (optional,
    * one per completion token, ≥ 0): the rollout correction's importance weights, applied as the

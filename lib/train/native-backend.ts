@@ -16,6 +16,7 @@ import type { CapturedState, TrainBackend, Rollout, SamplingOptions, Sequence, G
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
 import { AdamW } from './optim.js';
 import { checkOptimizerFile } from './checkpoint.js';
+import type { DiagnosedToken } from './token-divergence.js';
 import { ErrorCode, isPapergymError, oomError } from '../errors.js';
 
 interface Padded {
@@ -314,6 +315,52 @@ export class NativeBackend implements TrainBackend {
       teacher: o.teacher,
     });
     return { loss: r.loss };
+  }
+
+  /**
+   * OPSD token diagnostics (TrainBackend.opsdTokenDiagnostics): one row at a time, a student forward
+   * (active adapter) and a teacher forward (`teacher` adapter) with full logits, the logits of the
+   * positions that predict the completion tokens ([n, V] each) through the addon's jsdLoss (its
+   * per-token JSD_β, the loss's own math), and the top tokens compared here.
+   */
+  async opsdTokenDiagnostics(
+    batch: { student: Sequence; teacher: Sequence }[],
+    o: { beta: number; temperature: number; teacher: string },
+  ): Promise<DiagnosedToken[][]> {
+    const out: DiagnosedToken[][] = [];
+    const tok = this.policy.tokenizer;
+    for (const row of batch) {
+      const n = row.student.completionIds.length;
+      if (!n) {
+        out.push([]);
+        continue;
+      }
+      // Logits at the positions that predict completion token j: prompt length − 1 + j.
+      const completionLogits = async (seq: Sequence, adapter: string): Promise<Float32Array> => {
+        const ids = [...seq.promptIds, ...seq.completionIds];
+        const r = await this.raw.forward({ inputIds: { data: Int32Array.from(ids), shape: [1, ids.length] }, outputs: ['logits'], adapter });
+        const V = r.logits!.shape[2]!;
+        return r.logits!.data.slice((seq.promptIds.length - 1) * V, (seq.promptIds.length - 1 + n) * V);
+      };
+      const s = await completionLogits(row.student, 'active');
+      const t = await completionLogits(row.teacher, o.teacher);
+      const V = s.length / n;
+      const r = await native().jsdLoss({
+        studentLogits: { data: s, shape: [n, V] },
+        teacherLogits: { data: t, shape: [n, V] },
+        beta: o.beta,
+        temperature: o.temperature,
+      });
+      const per = r.perToken!.data;
+      const argmax = (x: Float32Array, j: number) => {
+        let best = 0;
+        for (let v = 1; v < V; v++) if (x[j * V + v]! > x[j * V + best]!) best = v;
+        return best;
+      };
+      const texts = await Promise.all(row.student.completionIds.map((id) => tok.decode([id])));
+      out.push(row.student.completionIds.map((id, j) => ({ id, text: texts[j]!, jsd: Number(per[j]), top1Agree: argmax(s, j) === argmax(t, j) })));
+    }
+    return out;
   }
 
   async grpoBackward(

@@ -9,6 +9,7 @@ import { shard } from '../dist.js';
 import { studentMessages, teacherMessages } from '../../task/prompts.js';
 import { bucket, updateBytes, type PlanInputs } from '../memory-model.js';
 import { quantile } from '../../eval/report.js';
+import { addTokens, emptyDivergence, summarizeDivergence } from '../token-divergence.js';
 import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 /** Update bytes above resident: the student's loss + backward (JSD head) plus the teacher's completion hidden states. */
@@ -19,6 +20,20 @@ export const opsdStage: TrainingStage = {
   name: 'opsd',
   batch: { global: 'opsd.batchSize', perRank: 'opsd.batchSizePerRank', unit: 'questions' },
   phases: ['rollout', 'update'],
+  // The stage's own rows (keys relative to opsd.).
+  settings: [
+    {
+      key: 'diagnosticRows',
+      flag: 'opsd-diagnostic-rows',
+      type: 'integer',
+      min: 0,
+      max: 1e6,
+      default: 1,
+      meaning:
+        "Completions per OPSD step whose tokens are diagnosed after the update (per-token JSD by token class, the top tokens by divergence, teacher–student top-1 agreement; rank 0's first rows); each costs a student and a teacher forward with full logits (0 = off)",
+      source: 'issue 53 (OPSD collapse: length inflation and high-divergence style tokens)',
+    },
+  ],
   steps: (cfg) => cfg.opsd.steps,
   lr: (cfg) => cfg.opsd.lr,
   earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,
@@ -133,6 +148,16 @@ export const opsdStage: TrainingStage = {
       );
       loss = ctx.dist.worldSize === 1 ? upd.value : sumFinite(upd.all);
     }
+    // Token diagnostics of the first rows (rank 0's, after the update: the same weights as the loss saw).
+    const diagRows = ctx.cfg.opsd.diagnosticRows ?? 1;
+    let tokenDivergence: ReturnType<typeof summarizeDivergence> | undefined;
+    let tokenDiagnosticsSeconds = 0;
+    if (diagRows > 0 && ctx.dist.rank === 0 && backend.opsdTokenDiagnostics && batch.length) {
+      const t0 = performance.now();
+      const rows = await backend.opsdTokenDiagnostics(batch.slice(0, diagRows), { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, teacher });
+      tokenDivergence = summarizeDivergence(addTokens(emptyDivergence(), rows.flat()));
+      tokenDiagnosticsSeconds = (performance.now() - t0) / 1000;
+    }
     const allLengths = all.flatMap((x) => x.lengths).sort((x, y) => x - y);
     const rollouts = all.reduce((n, x) => n + x.rollouts, 0);
     return {
@@ -142,6 +167,7 @@ export const opsdStage: TrainingStage = {
       completionLengthMean: allLengths.length ? allLengths.reduce((n, x) => n + x, 0) / allLengths.length : 0,
       completionLengthP90: allLengths.length ? quantile(allLengths, 0.9) : 0,
       truncationRate: all.reduce((n, x) => n + x.truncated, 0) / Math.max(1, rollouts),
+      ...(tokenDivergence && { tokenDivergence, tokenDiagnosticsSeconds }),
       completionTokens: normalizer,
       completionLength: normalizer / Math.max(1, sequences),
       stopRate:
