@@ -118,6 +118,7 @@ describe('train: sampler–trainer agreement in every GRPO step line (embedded t
       expect(h.counts.reduce((x, y) => x + y, 0)).to.equal(a.tokens);
       // At the step's one update every ratio is within 0.1% of 1 (same weights, no dropout).
       expect(h.counts[h.edges.indexOf(0.999) + 1]).to.equal(a.tokens);
+      expect(readFileSync(join(out, 'report.html'), 'utf8')).to.include('data-plot="sampler-trainer"');
     });
   }
 });

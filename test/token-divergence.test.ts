@@ -92,5 +92,10 @@ describe('train: OPSD token diagnostics in the step line (embedded tiny model)',
       expect(d.topTokens.length).to.be.within(1, 10);
       for (let i = 1; i < d.topTokens.length; i++) expect(d.topTokens[i - 1]!.meanJsd).to.be.at.least(d.topTokens[i]!.meanJsd);
     }
+    // The report plots the class split and lists the last step's top tokens.
+    const html = readFileSync(join(out, 'report.html'), 'utf8');
+    expect(html).to.include('data-plot="token-divergence"');
+    expect(html).to.include('data-plot="length-truncation"');
+    expect(html).to.match(/OPSD: highest-divergence tokens.*OPSD step 2 \(global 2\)/s);
   });
 });
