@@ -10,6 +10,12 @@ import { join } from 'node:path';
 import { agreementOf, agreementSums, correctRollout, ratioHistogram, RATIO_EDGES } from '../lib/train/rollout-correction.js';
 import { ensureDefaultModel } from '../lib/train/run.js';
 import { cli, orSkip, SMALL_TRAIN_FLAGS } from './helpers/run.js';
+import { fakeBackend } from './helpers/fake-backend.js';
+import { resolveConfig } from '../lib/config/train.js';
+import { Trainer, type TrainItem } from '../lib/train/trainer.js';
+import type { TrainBackend } from '../lib/train/backend.js';
+import { NativeBackend } from '../lib/train/native-backend.js';
+import { Policy } from '../lib/model/policy.js';
 
 // Sampler μ and trainer π logprobs of two sampled tokens: log r = [+0.5, −0.5].
 const MU = [-1, -2];
@@ -72,6 +78,135 @@ describe('rollout correction: hand-computed cases', () => {
     expect(at(0.5)).to.equal(1);
     expect(at(0.999)).to.equal(1);
     expect(h.reduce((a, b) => a + b, 0)).to.equal(3);
+  });
+});
+
+describe('GRPO step: the correction reaches the update (fake backend)', function () {
+  this.timeout(30000);
+  let tmp: string;
+  before(() => (tmp = mkdtempSync(join(tmpdir(), 'pg-corr-wire-'))));
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+  const items: TrainItem[] = [
+    { id: 'q0', question: 'q', reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' },
+  ];
+
+  /** One GRPO step: the sampler gives log μ = −1 for both tokens, the trainer log π = [−0.5, −1.5] (its forward and its update). */
+  async function step(mode: string) {
+    const seen: { oldLogprobs: number[]; tokenWeights?: number[]; advantage: number }[] = [];
+    const adapters: string[] = [];
+    const base = fakeBackend();
+    const backend: TrainBackend = {
+      ...base,
+      completionLogprobs: async (seqs, _t, adapter) => (adapters.push(adapter), seqs.map(() => [-0.5, -1.5])),
+      grpoBackward: async (batch) => {
+        seen.push(...batch.map((b) => ({ oldLogprobs: b.oldLogprobs, tokenWeights: b.tokenWeights, advantage: b.advantage })));
+        return { loss: 0.1, meanKl: 0, clipFraction: 0, logprobs: batch.map(() => [-0.5, -1.5]) };
+      },
+    };
+    const lines: string[] = [];
+    const cfg = resolveConfig({
+      flags: {
+        stages: ['grpo'],
+        grpo: { steps: 1, questionsPerStep: 1, groupSize: 2, microBatch: 2, betaKl: 0, rolloutCorrection: mode, importanceSamplingCap: 1.5 } as never,
+        checkpoint: { every: 0 },
+        validation: { every: 0, maxItems: 0 },
+      } as never,
+    });
+    const runDir = join(tmp, mode);
+    await new Trainer(cfg, {
+      backend,
+      items,
+      reward: async (reqs) => reqs.map((_, i) => ({ reward: i, rSpec: i, rGen: 0 })),
+      advantages: (r) => ({ advantages: r.map((x) => x - 0.5), keep: r.map(() => true) }),
+      runDir,
+      log: (l) => lines.push(l),
+    }).run();
+    const row = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .find((l) => typeof l.loss === 'number')!;
+    return { seen, adapters, lines, row };
+  }
+
+  it('none: π_old = μ, no weights, no extra forward; the agreement (|Δ| 0.5, k3 0.127626) warns and the ratios fall in [1.25, 2) and [0.5, 0.8)', async () => {
+    const r = await step('none');
+    expect(r.adapters).to.deep.equal([]);
+    expect(r.seen.map((x) => x.oldLogprobs)).to.deep.equal([
+      [-1, -1],
+      [-1, -1],
+    ]);
+    expect(r.seen.every((x) => x.tokenWeights === undefined)).to.equal(true);
+    const a = r.row.agreement as Record<string, number | boolean>;
+    expect(a.meanAbsLogprobDiff).to.equal(0.5);
+    expect(a.klK3 as number).to.be.closeTo((E05 - 1.5 + EM05 - 0.5) / 2, 1e-12);
+    expect(a.warning).to.equal(true);
+    expect(r.lines.some((l) => /sampler–trainer KL 1\.28e-1 nats\/token > grpo\.agreementWarnKl 0\.001/.test(l))).to.equal(true);
+    const h = r.row.ratioHistogram as { edges: number[]; counts: number[] };
+    expect(h.counts[h.edges.indexOf(1.25) + 1]).to.equal(2);
+    expect(h.counts[h.edges.indexOf(0.5) + 1]).to.equal(2);
+  });
+
+  it('token-tis: one forward of the active adapter; weights [min(e^0.5, 1.5), e^−0.5] = [1.5, 0.6065], π_old = μ', async () => {
+    const r = await step('token-tis');
+    expect(r.adapters).to.deep.equal(['active']);
+    for (const x of r.seen) {
+      expect(x.oldLogprobs).to.deep.equal([-1, -1]);
+      expect(x.tokenWeights![0]).to.equal(1.5);
+      expect(x.tokenWeights![1]).to.be.closeTo(EM05, 1e-15);
+    }
+  });
+
+  it('sequence-mask: exp(0.5 − 0.5) = 1 ≤ 1.5: weights [1, 1]', async () => {
+    const r = await step('sequence-mask');
+    for (const x of r.seen) expect(x.tokenWeights).to.deep.equal([1, 1]);
+  });
+
+  it('recompute: π_old = the trainer’s [−0.5, −1.5], weights [1.5, 0.6065]; every ratio at the update is 1', async () => {
+    const r = await step('recompute');
+    for (const x of r.seen) {
+      expect(x.oldLogprobs).to.deep.equal([-0.5, -1.5]);
+      expect(x.tokenWeights![0]).to.equal(1.5);
+    }
+    const h = r.row.ratioHistogram as { edges: number[]; counts: number[] };
+    expect(h.counts[h.edges.indexOf(0.999) + 1]).to.equal(4);
+  });
+});
+
+describe('NativeBackend.grpoBackward: token weights act as per-token advantages (embedded tiny model)', function () {
+  this.timeout(120000);
+  it('with π_old = the trainer’s own logprobs (ρ = 1) and no KL, the dapo loss is −Σ_t A·w_t / tokens: A 0.7, w [1.5, 0.5, 2] → −0.7·4/3', async function () {
+    const dir = await orSkip(this, () => ensureDefaultModel());
+    const p = await Policy.load(dir);
+    try {
+      p.model.addLora({ r: 4, alpha: 8, seed: 3 });
+      const cfg = resolveConfig({ flags: { stages: ['grpo'] } });
+      const b = new NativeBackend(p, cfg);
+      const seq = { promptIds: [11, 12, 13, 14], completionIds: [21, 22, 23] };
+      const opts = {
+        epsLow: 0.2,
+        epsHigh: 0.2,
+        betaKl: 0,
+        temperature: 1,
+        aggregation: 'dapo' as const,
+        totalSequences: 1,
+        totalCompletionTokens: 3,
+        maxCompletionLength: 3,
+      };
+      const first = await b.grpoBackward([{ seq, oldLogprobs: [0, 0, 0], refLogprobs: [0, 0, 0], advantage: 0.7 }], opts);
+      b.zeroGrad();
+      const own = first.logprobs[0]!;
+      expect(own).to.have.length(3);
+      const r = await b.grpoBackward([{ seq, oldLogprobs: own, refLogprobs: [0, 0, 0], advantage: 0.7, tokenWeights: [1.5, 0.5, 2] }], opts);
+      b.zeroGrad();
+      expect(r.loss).to.be.closeTo((-0.7 * (1.5 + 0.5 + 2)) / 3, 1e-6);
+      // Without weights: −A.
+      const plain = await b.grpoBackward([{ seq, oldLogprobs: own, refLogprobs: [0, 0, 0], advantage: 0.7 }], opts);
+      b.zeroGrad();
+      expect(plain.loss).to.be.closeTo(-0.7, 1e-6);
+    } finally {
+      p.dispose();
+    }
   });
 });
 
