@@ -26,10 +26,10 @@
  * Every mode but `none` costs one no-grad forward of the step's completions (the trainer's log π),
  * timed in the step's `reference` phase.
  */
+import type { TrainConfig } from '../config/train.js';
 
-/** The correction modes, in the order of the setting's choices. */
-export const ROLLOUT_CORRECTIONS = ['none', 'token-tis', 'sequence-mask', 'recompute'] as const;
-export type RolloutCorrection = (typeof ROLLOUT_CORRECTIONS)[number];
+/** The correction modes (the choices of the grpo.rolloutCorrection row, lib/config/settings.ts). */
+export type RolloutCorrection = NonNullable<TrainConfig['grpo']['rolloutCorrection']>;
 
 /** Per completion: π_old for the ratio and the weight of each token (undefined = all 1). */
 export interface Corrected {

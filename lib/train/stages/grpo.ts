@@ -15,7 +15,6 @@ import { chunks, finiteOrNull, longestFirst, mean, std, sumFinite, type StageCon
 import { maskedAdvantages } from '../advantages.js';
 import { DEFAULTS } from '../../config/train.js';
 import {
-  ROLLOUT_CORRECTIONS,
   RATIO_EDGES,
   addAgreement,
   agreementOf,
@@ -30,44 +29,11 @@ export const grpoStage: TrainingStage = {
   name: 'grpo',
   batch: { global: 'grpo.questionsPerStep', perRank: 'grpo.questionsPerRank', unit: 'questions' },
   phases: ['rollout', 'judge', 'reference', 'update'],
-  // The stage's own rows (keys relative to grpo.): sampler–trainer agreement and correction.
-  settings: [
-    {
-      key: 'rolloutCorrection',
-      flag: 'rollout-correction',
-      type: 'enum',
-      choices: [...ROLLOUT_CORRECTIONS],
-      default: 'none',
-      meaning:
-        "Correct the sampler–trainer mismatch: none (π_old = the sampler's logprobs), token-tis (token weights min(π/μ, C)), sequence-mask (drop a completion whose ratio exp(Σ log π/μ) > C), recompute (π_old from the trainer's own forward, with token weights min(π/μ, C)); every mode but none adds a no-grad forward per step (lib/train/rollout-correction.ts)",
-      source: 'TRL GRPOConfig.vllm_importance_sampling_correction / vllm_importance_sampling_mode; verl rollout_is; Yao et al. 2025 (TIS)',
-    },
-    {
-      key: 'importanceSamplingCap',
-      flag: 'importance-sampling-cap',
-      type: 'number',
-      min: 0,
-      exclusiveMin: true,
-      default: 3,
-      meaning:
-        'C of --rollout-correction: token weights are truncated at C (token-tis, recompute); a completion whose ratio exceeds C is masked (sequence-mask)',
-      source: 'TRL GRPOConfig.vllm_importance_sampling_cap',
-    },
-    {
-      key: 'agreementWarnKl',
-      flag: 'agreement-warn-kl',
-      type: 'number',
-      min: 0,
-      default: 0.001,
-      meaning: "Log a warning when a step's sampler–trainer KL (k3 on the sampled tokens, nats per token) exceeds this",
-      source: 'issue 53 (TRL sampling/importance_sampling_ratio, verl rollout mismatch metrics)',
-    },
-  ],
   steps: (cfg) => cfg.grpo.steps,
   lr: (cfg) => cfg.grpo.lr,
   microBatch: { get: (cfg) => cfg.grpo.microBatch, set: (cfg, n) => void (cfg.grpo.microBatch = n) },
   // grpo.judgeStepTimeoutMs: how long a step may wait on the judge, a run-time bound.
-  resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs'],
+  resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs', 'grpo.agreementWarnKl'],
   // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'; one from before
   // grpo.judgeStepTimeoutMs gets the default deadline.
   upgradeSaved: (saved) =>

@@ -20,25 +20,11 @@ export const opsdStage: TrainingStage = {
   name: 'opsd',
   batch: { global: 'opsd.batchSize', perRank: 'opsd.batchSizePerRank', unit: 'questions' },
   phases: ['rollout', 'update'],
-  // The stage's own rows (keys relative to opsd.).
-  settings: [
-    {
-      key: 'diagnosticRows',
-      flag: 'opsd-diagnostic-rows',
-      type: 'integer',
-      min: 0,
-      max: 1e6,
-      default: 1,
-      meaning:
-        "Completions per OPSD step whose tokens are diagnosed after the update (per-token JSD by token class, the top tokens by divergence, teacher–student top-1 agreement; rank 0's first rows); each costs a student and a teacher forward with full logits (0 = off)",
-      source: 'issue 53 (OPSD collapse: length inflation and high-divergence style tokens)',
-    },
-  ],
   steps: (cfg) => cfg.opsd.steps,
   lr: (cfg) => cfg.opsd.lr,
   earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,
   microBatch: { get: (cfg) => cfg.opsd.microBatch, set: (cfg, n) => void (cfg.opsd.microBatch = n) },
-  resumableKeys: ['opsd.steps', 'opsd.microBatch'],
+  resumableKeys: ['opsd.steps', 'opsd.microBatch', 'opsd.diagnosticRows'],
   settingsProblems(c) {
     // A per-rank batch that is a multiple makes every global one (per rank × world size) one.
     if (c.opsd.batchSizePerRank != null)
