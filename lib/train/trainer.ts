@@ -25,7 +25,6 @@ import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
 import type { AdvantageFn } from './advantages.js';
 import { stageOf, type TrainingStage, type StageContext, type StepPhase, type StepResult } from './stages/index.js';
-import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { judgeLabel } from '../judge/backends/index.js';
