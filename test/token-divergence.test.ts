@@ -11,6 +11,11 @@ import { join } from 'node:path';
 import { addTokens, emptyDivergence, mergeDivergence, summarizeDivergence, tokenClass } from '../lib/train/token-divergence.js';
 import { ensureDefaultModel } from '../lib/train/run.js';
 import { cli, orSkip } from './helpers/run.js';
+import { fakeBackend } from './helpers/fake-backend.js';
+import { resolveConfig } from '../lib/config/train.js';
+import { Trainer, type TrainItem } from '../lib/train/trainer.js';
+import type { TrainBackend } from '../lib/train/backend.js';
+import { oomError } from '../lib/errors.js';
 
 describe('OPSD token diagnostics: hand-computed cases', () => {
   it('tokenClass: whitespace, punctuation, markdown symbols and <|…|> specials are format; a letter or digit makes content', () => {
@@ -39,6 +44,53 @@ describe('OPSD token diagnostics: hand-computed cases', () => {
     expect(r.topTokens.map((t) => t.id)).to.deep.equal([7, 5]);
     expect(r.topTokens[1]).to.deep.include({ id: 5, text: '\n', count: 2 });
     expect(r.topTokens[1]!.meanJsd).to.be.closeTo(0.3, 1e-15);
+  });
+});
+
+describe('OPSD token diagnostics out of memory (fake backend)', () => {
+  it('cost the diagnostics, not the step: a log line, opsd.diagnosticRows 0 for the rest of the run, no tokenDivergence', async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-tokdiv-oom-'));
+    try {
+      let calls = 0;
+      const lines: string[] = [];
+      const cfg = resolveConfig({
+        flags: {
+          stages: ['opsd'],
+          opsd: { steps: 2, batchSize: 1, microBatch: 1 } as never,
+          checkpoint: { every: 0 },
+          validation: { every: 0, maxItems: 0 },
+        } as never,
+      });
+      const backend: TrainBackend = {
+        ...fakeBackend(),
+        opsdTokenDiagnostics: async () => {
+          calls++;
+          throw oomError('out of memory: simulated full-logit forward');
+        },
+      };
+      const items: TrainItem[] = [
+        { id: 'q', question: 'q', reference_answer: 'a', rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }], split: 'train' },
+      ];
+      await new Trainer(cfg, {
+        backend,
+        items,
+        reward: async () => [],
+        advantages: (r) => ({ advantages: r.map(() => 0), keep: r.map(() => true) }),
+        runDir: join(tmp, 'run'),
+        log: (l) => lines.push(l),
+      }).run();
+      expect(calls).to.equal(1);
+      expect(cfg.opsd.diagnosticRows).to.equal(0);
+      expect(lines.some((l) => /token diagnostics: out of memory .*off from now on/.test(l))).to.equal(true);
+      const steps = readFileSync(join(tmp, 'run', 'metrics.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(steps.filter((l) => typeof l.loss === 'number')).to.have.length(2);
+      expect(steps.some((l) => 'tokenDivergence' in l)).to.equal(false);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });
 

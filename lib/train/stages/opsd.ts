@@ -9,6 +9,7 @@ import { shard } from '../dist.js';
 import { studentMessages, teacherMessages } from '../../task/prompts.js';
 import { bucket, updateBytes, type PlanInputs } from '../memory-model.js';
 import { quantile } from '../../eval/report.js';
+import { ErrorCode, isPapergymError } from '../../errors.js';
 import { addTokens, emptyDivergence, summarizeDivergence } from '../token-divergence.js';
 import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
@@ -140,8 +141,17 @@ export const opsdStage: TrainingStage = {
     let tokenDiagnosticsSeconds = 0;
     if (diagRows > 0 && ctx.dist.rank === 0 && backend.opsdTokenDiagnostics && batch.length) {
       const t0 = performance.now();
-      const rows = await backend.opsdTokenDiagnostics(batch.slice(0, diagRows), { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, teacher });
-      tokenDivergence = summarizeDivergence(addTokens(emptyDivergence(), rows.flat()));
+      try {
+        const rows = await backend.opsdTokenDiagnostics(batch.slice(0, diagRows), { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, teacher });
+        tokenDivergence = summarizeDivergence(addTokens(emptyDivergence(), rows.flat()));
+      } catch (e) {
+        // The full-logit forwards are outside the memory plan: out of memory there costs the
+        // diagnostics (off for the rest of the run, carried by the checkpoints' config), never the step.
+        if (!isPapergymError(e, ErrorCode.OOM)) throw e;
+        backend.releaseMemory?.();
+        ctx.cfg.opsd.diagnosticRows = 0;
+        ctx.log?.(`[opsd] token diagnostics: out of memory (${(e as Error).message}); off from now on (opsd.diagnosticRows 0)`);
+      }
       tokenDiagnosticsSeconds = (performance.now() - t0) / 1000;
     }
     const allLengths = all.flatMap((x) => x.lengths).sort((x, y) => x - y);
