@@ -8,8 +8,8 @@
  * sampling temperature), with r_t = π(y_t)/μ(y_t) = exp(log π − log μ):
  * - mean and max |log π − log μ| over the tokens;
  * - KL(μ‖π) by the k3 estimator E_μ[r − 1 − log r] (Schulman 2020, "Approximating KL divergence";
- *   non-negative per token, unbiased for samples of μ — the estimator verl logs as its rollout
- *   mismatch KL and TRL uses for its KL penalty).
+ *   non-negative per token, unbiased for samples of μ; the estimator TRL's KL penalty uses, here
+ *   between sampler and trainer — the gap verl reports as `rollout_corr/kl`).
  *
  * Corrections (`grpo.rolloutCorrection`; caps named as TRL's `vllm_importance_sampling_cap` C,
  * modes as TRL's `vllm_importance_sampling_mode` and verl's `rollout_is`), each a weight w_t ≥ 0
