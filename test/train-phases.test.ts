@@ -85,7 +85,9 @@ describe('train: phase seconds in every step line and the progress line', functi
     // final one is written in the step); the rest is one line per step and one per validation.
     const ckRows = all.filter((l) => 'checkpointWriteSeconds' in l);
     expect(ckRows.map((l) => l.globalStep)).to.deep.equal([2, 5]);
-    const lines = all.filter((l) => !('checkpointWriteSeconds' in l));
+    // Each stage that validated ends with the row of the state it hands on (validation.loadBestAtEnd).
+    expect(all.filter((l) => l.event === 'best_loaded').map((l) => l.globalStep)).to.deep.equal([3, 6]);
+    const lines = all.filter((l) => !('checkpointWriteSeconds' in l) && l.event !== 'best_loaded');
     const steps = lines.filter((l) => typeof l.loss === 'number');
     expect(steps.map((l) => `${l.stage}:${l.globalStep}`)).to.deep.equal(['opsd:1', 'opsd:2', 'opsd:3', 'grpo:4', 'grpo:5', 'grpo:6']);
     const val = lines.filter((l) => 'validation' in l);

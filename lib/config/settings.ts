@@ -408,9 +408,21 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
     type: 'integer',
     min: 0,
     default: 0,
-    meaning: 'End OPSD after the validation score falls this many times in a row (0 = never)',
+    meaning: 'End OPSD after this many validations in a row without a new best (see --early-stop-threshold; 0 = never)',
     source: 'transformers EarlyStoppingCallback.early_stopping_patience',
   },
+  {
+    key: 'opsd.diagnosticRows',
+    flag: 'opsd-diagnostic-rows',
+    type: 'integer',
+    min: 0,
+    max: 1e6,
+    default: 1,
+    meaning:
+      "Completions per OPSD step whose tokens are diagnosed after the update (per-token JSD by token class, the top tokens by divergence, teacher–student top-1 agreement; rank 0's first rows); each costs a student and a teacher forward with full logits (0 = off)",
+    source: 'issue 53 (OPSD collapse: length inflation and high-divergence style tokens)',
+  },
+
   // ---- GRPO ----
   {
     key: 'grpo.steps',
@@ -569,6 +581,35 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
       'Longest a GRPO step waits on the judge, from its first judge call (ms); past it the step stops the run with a checkpoint of the state before it and the resume command. Progress lines every 15 s while waiting; Ctrl-C stops at once. 0 = no deadline',
     source: 'papergym-native (issue 38: a hanging judge is bounded and visible)',
   },
+  {
+    key: 'grpo.rolloutCorrection',
+    flag: 'rollout-correction',
+    type: 'enum',
+    choices: ['none', 'token-tis', 'sequence-mask', 'recompute'],
+    default: 'none',
+    meaning:
+      "Correct the sampler–trainer mismatch: none (π_old = the sampler's logprobs), token-tis (token weights min(π/μ, C)), sequence-mask (drop a completion whose ratio exp(Σ log π/μ) > C), recompute (π_old from the trainer's own forward, with token weights min(π/μ, C)); every mode but none adds a no-grad forward per step (lib/train/rollout-correction.ts)",
+    source: 'TRL GRPOConfig.vllm_importance_sampling_correction / vllm_importance_sampling_mode; verl rollout_is; Yao et al. 2025 (TIS)',
+  },
+  {
+    key: 'grpo.importanceSamplingCap',
+    flag: 'importance-sampling-cap',
+    type: 'number',
+    min: 0,
+    exclusiveMin: true,
+    default: 3,
+    meaning: 'C of --rollout-correction: token weights are truncated at C (token-tis, recompute); a completion whose ratio exceeds C is masked (sequence-mask)',
+    source: 'TRL GRPOConfig.vllm_importance_sampling_cap',
+  },
+  {
+    key: 'grpo.agreementWarnKl',
+    flag: 'agreement-warn-kl',
+    type: 'number',
+    min: 0,
+    default: 0.001,
+    meaning: "Log a warning when a step's sampler–trainer KL (k3 on the sampled tokens, nats per token) exceeds this",
+    source: 'issue 53 (TRL sampling/importance_sampling_ratio, verl rollout mismatch metrics)',
+  },
 ];
 
 /** The judge rows as training config keys (`judge.<key>`; train's own defaults: kind local, concurrency 8). */
@@ -599,6 +640,25 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
     default: 2,
     meaning: 'Validation items used (the first N of split val; 0 = no validation)',
     source: 'transformers eval_dataset (subset)',
+  },
+  {
+    key: 'validation.minImprovement',
+    flag: 'early-stop-threshold',
+    type: 'number',
+    min: 0,
+    default: 0,
+    meaning:
+      'A validation is a new best only when its score beats the best by more than this; every other validation counts toward --early-stop-patience (lib/train/validation.ts)',
+    source: 'transformers EarlyStoppingCallback.early_stopping_threshold',
+  },
+  {
+    key: 'validation.loadBestAtEnd',
+    flag: 'load-best-at-end',
+    type: 'boolean',
+    default: true,
+    meaning:
+      "Keep the adapter of each stage's best validation in <run>/best/<stage>/ and continue from it when the stage ends (the next stage, or final/, starts from the best state, not the last)",
+    source: 'transformers TrainingArguments.load_best_model_at_end / metric_for_best_model',
   },
   {
     key: 'checkpoint.every',

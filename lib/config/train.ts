@@ -37,8 +37,10 @@ export interface StageSections {
     beta: number;
     teacher: 'fixed' | 'current' | 'ema';
     emaDecay: number;
-    /** Stop OPSD after validation falls this many times in a row (0 = never). */
+    /** Stop OPSD after this many validations in a row without a new best (0 = never; lib/train/validation.ts). */
     earlyStopPatience: number;
+    /** Completions per step whose tokens are diagnosed (lib/train/token-divergence.ts; row in lib/train/stages/opsd.ts). */
+    diagnosticRows?: number;
   };
   grpo: {
     steps: number;
@@ -66,6 +68,10 @@ export interface StageSections {
     alpha: number;
     /** Longest a step waits on the judge, ms from its first judge call (0 = no deadline; lib/train/trainer.ts judgeCall). */
     judgeStepTimeoutMs: number;
+    /** Sampler–trainer correction, its cap C and the KL past which a step warns (rows in lib/train/stages/grpo.ts; lib/train/rollout-correction.ts). */
+    rolloutCorrection?: 'none' | 'token-tis' | 'sequence-mask' | 'recompute';
+    importanceSamplingCap?: number;
+    agreementWarnKl?: number;
   };
 }
 
@@ -97,7 +103,12 @@ export interface TrainConfig extends StageSections {
   optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
   /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/config/judge.ts). */
   judge: JudgeConfig;
-  validation: { every: number; maxItems: number };
+  /**
+   * `minImprovement`: a validation is a new best only above the best + this (transformers'
+   * early_stopping_threshold); `loadBestAtEnd`: a stage ends on its best validation's adapter
+   * (transformers' load_best_model_at_end; lib/train/validation.ts).
+   */
+  validation: { every: number; maxItems: number; minImprovement?: number; loadBestAtEnd?: boolean };
   /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
   /** `background`: write checkpoints beside the next step (host copy, then a worker thread); false writes them in the step. */
   checkpoint: { every: number; saveTotalLimit?: number | null; background?: boolean };

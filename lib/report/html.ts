@@ -200,6 +200,7 @@ ${Object.keys(missing).length ? `<p class="muted">plots without data: ${Object.k
 <div class="grid">
 ${figures.join('\n')}
 </div>
+${tokenSection(runs)}
 ${o.suite ? suiteSection(o.suite) : ''}
 ${evalHtml}
 ${settingsSection(runs)}
@@ -220,10 +221,46 @@ function suiteSection(t: SuiteTable): string {
   return `<h2 id="suite">Benchmarks</h2><p class="muted">Each benchmark scored by its own protocol (docs/eval.md), × 100, with ${100 * t.bootstrap.level}% bootstrap CIs over questions (${t.bootstrap.resamples} resamples).</p><table>${head}${rows.join('')}</table>`;
 }
 
+/**
+ * OPSD's highest-divergence tokens (lib/train/token-divergence.ts) at each run's last OPSD step
+ * that has them: id, text, occurrences, mean JSD, plus the step's format / content split and top-1 agreement.
+ */
+function tokenSection(runs: RunData[]): string {
+  const parts: string[] = [];
+  for (const r of runs) {
+    const row = [...r.steps].reverse().find((x) => x.tokenDivergence && typeof x.tokenDivergence === 'object');
+    if (!row) continue;
+    const d = row.tokenDivergence as {
+      tokens: number;
+      meanJsd: number;
+      top1Agreement: number;
+      format: { tokens: number; meanJsd: number; jsdShare: number };
+      content: { tokens: number; meanJsd: number; jsdShare: number };
+      topTokens?: { id: number; text: string; count: number; meanJsd: number }[];
+    };
+    const f = (x: number) => (Number.isFinite(x) ? x.toFixed(4) : '–');
+    const rows = (d.topTokens ?? []).map(
+      (t) =>
+        `<tr><td class="num">${t.id}</td><td><code>${esc(JSON.stringify(t.text))}</code></td><td class="num">${t.count}</td><td class="num">${f(t.meanJsd)}</td></tr>`,
+    );
+    parts.push(
+      `<h3>${esc(r.label)}: OPSD step ${row.step} (global ${row.globalStep})</h3><p>${d.tokens} diagnosed tokens, mean JSD ${f(d.meanJsd)}; format tokens ${d.format.tokens} (mean ${f(d.format.meanJsd)}, ${(100 * d.format.jsdShare).toFixed(1)}% of the JSD), content tokens ${d.content.tokens} (mean ${f(d.content.meanJsd)}); the teacher's top token is the student's for ${(100 * d.top1Agreement).toFixed(1)}% of the tokens</p><table><tr><th>id</th><th>text</th><th>count</th><th>mean JSD</th></tr>${rows.join('')}</table>`,
+    );
+  }
+  return parts.length ? `<h2 id="opsd-tokens">OPSD: highest-divergence tokens</h2>${parts.join('')}` : '';
+}
+
 function runsSection(runs: RunData[]): string {
   if (!runs.length) return '<p class="note">no run dirs given</p>';
   const rows = runs.map((r) => {
-    const stages = r.stageStarts.map((s) => s.stage).join(' → ') || '–';
+    // A stage that handed on its best state (not its last) says which step.
+    const stages =
+      r.stageStarts
+        .map((s) => {
+          const b = r.bestStates.find((x) => x.stage === s.stage);
+          return b ? `${s.stage} (best: ${s.stage.toUpperCase()} step ${b.step}, ${b.score.toFixed(3)})` : s.stage;
+        })
+        .join(' → ') || '–';
     const last = r.steps[r.steps.length - 1];
     const status =
       r.status === 'missing'

@@ -127,6 +127,42 @@ export const PLOTS: PlotDef[] = [
     fields: 'clipFraction',
     build: (runs) => perRun(runs, [{ path: 'clipFraction' }]),
   },
+  {
+    id: 'sampler-trainer',
+    title: 'Sampler–trainer agreement on the sampled tokens (GRPO)',
+    yName: 'nats',
+    fields: 'agreement.*',
+    build: (runs) =>
+      perRun(runs, [
+        { path: 'agreement.meanAbsLogprobDiff', name: 'mean |Δ logprob|' },
+        { path: 'agreement.maxAbsLogprobDiff', name: 'max |Δ logprob|' },
+        { path: 'agreement.klK3', name: 'KL(sampler‖trainer), k3' },
+      ]),
+  },
+  {
+    id: 'ratio-histogram',
+    title: 'Ratio π/π_old at the update: share of tokens per bin (GRPO)',
+    yName: 'fraction of tokens',
+    fields: 'ratioHistogram',
+    build: (runs) => {
+      const out: LineSeries[] = [];
+      for (const run of runs) {
+        const rows = run.steps.filter((r) => r.ratioHistogram && typeof r.ratioHistogram === 'object');
+        const first = rows[0]?.ratioHistogram as { edges?: number[] } | undefined;
+        const edges = first?.edges ?? [];
+        for (let i = 0; i <= edges.length; i++) {
+          const name = i === 0 ? `< ${edges[0]}` : i === edges.length ? `≥ ${edges[i - 1]}` : `[${edges[i - 1]}, ${edges[i]})`;
+          const points: [number, number][] = rows.map((r) => {
+            const h = r.ratioHistogram as { counts: number[] };
+            const n = h.counts.reduce((a, b) => a + b, 0);
+            return [r.globalStep, n ? (h.counts[i] ?? 0) / n : 0];
+          });
+          if (points.some(([, y]) => y > 0)) out.push({ name: runs.length > 1 ? `${run.label} · ${name}` : name, points });
+        }
+      }
+      return out;
+    },
+  },
   { id: 'grad-norm', title: 'Gradient norm (before clipping)', yName: 'L2 norm', fields: 'gradNorm', build: (runs) => perRun(runs, [{ path: 'gradNorm' }]) },
   {
     id: 'completion-length',
@@ -134,6 +170,31 @@ export const PLOTS: PlotDef[] = [
     yName: 'tokens per completion',
     fields: 'completionLength',
     build: (runs) => perRun(runs, [{ path: 'completionLength' }]),
+  },
+  {
+    id: 'token-divergence',
+    title: 'OPSD JSD by token class (format: whitespace, punctuation, markdown; content: the rest) and top-1 agreement',
+    yName: 'JSD (nats/token) / fraction',
+    fields: 'tokenDivergence.*',
+    build: (runs) =>
+      perRun(runs, [
+        { path: 'tokenDivergence.format.meanJsd', name: 'format tokens: mean JSD' },
+        { path: 'tokenDivergence.content.meanJsd', name: 'content tokens: mean JSD' },
+        { path: 'tokenDivergence.format.jsdShare', name: "format tokens' share of the JSD" },
+        { path: 'tokenDivergence.top1Agreement', name: "teacher's top token = student's" },
+      ]),
+  },
+  {
+    id: 'length-truncation',
+    title: 'OPSD completion length (p90) and truncation (share cut at max-new-tokens)',
+    yName: 'tokens / fraction',
+    fields: 'completionLengthP90, truncationRate',
+    build: (runs) =>
+      perRun(runs, [
+        { path: 'completionLengthMean', name: 'mean length' },
+        { path: 'completionLengthP90', name: 'p90 length' },
+        { path: 'truncationRate', name: 'truncation rate × 100', scale: 100 },
+      ]),
   },
   {
     id: 'stop-rate',
@@ -186,21 +247,29 @@ export const PLOTS: PlotDef[] = [
   },
   {
     id: 'validation',
-    title: 'Validation score (mean r_spec of greedy plans on held-out items)',
+    title: 'Validation score (mean r_spec of greedy plans on held-out items, 95% bootstrap band)',
     yName: 'score',
     fields: 'validation rows',
     build: (runs) =>
       runs
         .filter((r) => r.validation.length)
-        .map((run) => ({
-          name: run.label,
-          symbols: true,
-          points: run.validation.map((v) => [v.globalStep, v.score] as [number, number]),
-          marks: run.earlyStops.map((e) => {
-            const v = [...run.validation].reverse().find((x) => x.globalStep <= e.globalStep) ?? run.validation[run.validation.length - 1]!;
-            return { x: e.globalStep, y: v.score, label: 'stop' };
-          }),
-        })),
+        .map((run) => {
+          const band = run.validation.filter((v) => v.ci).map((v) => [v.globalStep, v.ci![0], v.ci![1]] as [number, number, number]);
+          return {
+            name: run.label,
+            symbols: true,
+            points: run.validation.map((v) => [v.globalStep, v.score] as [number, number]),
+            ...(band.length && { band }),
+            marks: [
+              ...run.earlyStops.map((e) => {
+                const v = [...run.validation].reverse().find((x) => x.globalStep <= e.globalStep) ?? run.validation[run.validation.length - 1]!;
+                return { x: e.globalStep, y: v.score, label: 'stop' };
+              }),
+              // The state each stage handed on (validation.loadBestAtEnd).
+              ...run.bestStates.map((b) => ({ x: b.globalStep, y: b.score, label: `best (${b.stage} step ${b.step})` })),
+            ],
+          };
+        }),
   },
 ];
 

@@ -26,7 +26,9 @@ export interface RunData {
   /** Step rows (one per optimizer step; the last row wins when a step was written twice). */
   steps: StepRow[];
   /** Validation rows: score (mean r_spec of greedy plans on held-out items) per stage step. */
-  validation: { stage: string; step: number; globalStep: number; score: number }[];
+  validation: { stage: string; step: number; globalStep: number; score: number; ci?: [number, number] }[];
+  /** The state each stage ended on (`event: best_loaded` rows; validation.loadBestAtEnd): its best validation's step and score. */
+  bestStates: { stage: string; step: number; globalStep: number; score: number }[];
   /** Early-stop events (global step where a stage ended early). */
   earlyStops: { stage: string; globalStep: number }[];
   /** First global step of each stage, in order (stage boundaries). */
@@ -75,6 +77,7 @@ export function readRun(dir: string, label?: string): RunData {
     steps: [],
     validation: [],
     earlyStops: [],
+    bestStates: [],
     stageStarts: [],
     inProgress: true,
     status: 'unknown',
@@ -151,6 +154,13 @@ export function readRun(dir: string, label?: string): RunData {
       run.earlyStops.push({ stage, globalStep: gs });
       return;
     }
+    if (o.event === 'best_loaded') {
+      const step = num(o.bestStep);
+      const bg = num(o.bestGlobalStep);
+      const score = num(o.bestValidation);
+      if (step !== undefined && bg !== undefined && score !== undefined) run.bestStates.push({ stage, step, globalStep: bg, score });
+      return;
+    }
     // The row a checkpoint written beside the next step appends once committed: its seconds join
     // the row of the step it saved (never replace it).
     if (typeof o.checkpointWriteSeconds === 'number' && !('loss' in o)) {
@@ -160,7 +170,15 @@ export function readRun(dir: string, label?: string): RunData {
     }
     if ('validation' in o && !('loss' in o)) {
       const score = num(o.validation);
-      if (score !== undefined) valByGlobal.set(`${stage}:${gs}`, { stage, step: num(o.step) ?? gs, globalStep: gs, score });
+      const ci = Array.isArray(o.validationCI) && o.validationCI.length === 2 ? (o.validationCI.map(num) as [number?, number?]) : undefined;
+      if (score !== undefined)
+        valByGlobal.set(`${stage}:${gs}`, {
+          stage,
+          step: num(o.step) ?? gs,
+          globalStep: gs,
+          score,
+          ...(ci && ci[0] !== undefined && ci[1] !== undefined && { ci: [ci[0], ci[1]] as [number, number] }),
+        });
       return;
     }
     byGlobal.set(gs, { ...o, stage, step: num(o.step) ?? gs, globalStep: gs });

@@ -6,6 +6,7 @@
  */
 import type { ChatMessage } from '../llm/messages.js';
 import type { ProfileResult, SamplingSettings } from '../addon.js';
+import type { DiagnosedToken } from './token-divergence.js';
 
 export interface Rollout {
   /** Index of the prompt in the generate() call. */
@@ -72,11 +73,27 @@ export interface TrainBackend {
     batch: { student: Sequence; teacher: Sequence }[],
     opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string },
   ): Promise<{ loss: number }>;
-  /** GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. */
+  /**
+   * OPSD's per-token diagnostics for `batch` (no grad; lib/train/token-divergence.ts): per completion
+   * token its id, decoded text, JSD_β between the student's (active adapter, student prompt) and the
+   * teacher's (`teacher` adapter, teacher prompt) next-token distributions at `temperature`, and
+   * whether their top tokens agree. Costs a student and a teacher forward with full logits per row.
+   * Optional: without it no token diagnostics are logged.
+   */
+  opsdTokenDiagnostics?(
+    batch: { student: Sequence; teacher: Sequence }[],
+    opts: { beta: number; temperature: number; teacher: 'none' | 'active' | string },
+  ): Promise<DiagnosedToken[][]>;
+  /**
+   * GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. `tokenWeights` (optional,
+   * one per completion token, ≥ 0): the rollout correction's importance weights, applied as the
+   * per-token advantage w_t·A (lib/train/rollout-correction.ts). Returns the trainer's logprobs of
+   * each completion's tokens at this update (`logprobs`, when the backend has them).
+   */
   grpoBackward(
-    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[],
+    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number; tokenWeights?: number[] }[],
     opts: GrpoLossOptions,
-  ): Promise<{ loss: number; meanKl: number; clipFraction: number }>;
+  ): Promise<{ loss: number; meanKl: number; clipFraction: number; logprobs?: number[][] }>;
   /** SFT window: mean next-token cross-entropy over all completion tokens of `batch`; grads accumulate. */
   sftBackward(batch: Sequence[]): Promise<{ loss: number }>;
   /**
@@ -105,6 +122,16 @@ export interface TrainBackend {
   captureState?(): Promise<CapturedState>;
   /** Restores adapter and snapshots from `dir`; optimizer state is applied at resetOptimizer. */
   loadState(dir: string): Promise<void>;
+  /**
+   * Writes the active adapter alone (PEFT files) into `dir`: a stage's best state, `best/<stage>/`.
+   * Optional: without it the trainer writes saveState's files there.
+   */
+  saveAdapter?(dir: string): Promise<void>;
+  /**
+   * Makes the adapter of `dir` (written by saveAdapter) the active one, nothing else (no optimizer
+   * state, no snapshots): the stage's best state taken up at its end. Optional, with saveAdapter.
+   */
+  loadAdapter?(dir: string): Promise<void>;
   /** Seeds dropout RNG for the step. */
   seedStep(seed: number): void;
   memory(): Record<string, number>;

@@ -12,7 +12,7 @@
  */
 import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, readdirSync, statSync } from 'node:fs';
 import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { inputError } from '../errors.js';
 import { ELEMENT_BYTES } from './input-checks.js';
 
@@ -189,8 +189,10 @@ export async function writeCheckpoint(
  * Throws naming the path; a kill leaves `final` complete or absent, never half-written
  * ({@link finalDirComplete} tells, and `--resume` of a finished run rewrites it from `latest`).
  */
-export async function writeFinalDir(runDir: string, writeTensors: (dir: string) => Promise<void>): Promise<string> {
-  const final = join(runDir, 'final');
+export async function writeFinalDir(runDir: string, writeTensors: (dir: string) => Promise<void>, name = 'final'): Promise<string> {
+  // `name`: another dir of the run written the same way (a stage's best state, `best/<stage>`).
+  const final = join(runDir, name);
+  await mkdir(dirname(final), { recursive: true });
   const tmp = join(runDir, `.final-tmp-${process.pid}`);
   const old = join(runDir, `.final-old-${process.pid}`);
   await rm(tmp, { recursive: true, force: true });

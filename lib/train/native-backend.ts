@@ -16,6 +16,7 @@ import type { CapturedState, TrainBackend, Rollout, SamplingOptions, Sequence, G
 import { opsdBackward, grpoBackward, sequenceLogprobs } from './losses.js';
 import { AdamW } from './optim.js';
 import { checkOptimizerFile } from './checkpoint.js';
+import type { DiagnosedToken } from './token-divergence.js';
 import { ErrorCode, isPapergymError, oomError } from '../errors.js';
 
 interface Padded {
@@ -316,10 +317,56 @@ export class NativeBackend implements TrainBackend {
     return { loss: r.loss };
   }
 
+  /**
+   * OPSD token diagnostics (TrainBackend.opsdTokenDiagnostics): one row at a time, a student forward
+   * (active adapter) and a teacher forward (`teacher` adapter) with full logits, the logits of the
+   * positions that predict the completion tokens ([n, V] each) through the addon's jsdLoss (its
+   * per-token JSD_β, the loss's own math), and the top tokens compared here.
+   */
+  async opsdTokenDiagnostics(
+    batch: { student: Sequence; teacher: Sequence }[],
+    o: { beta: number; temperature: number; teacher: string },
+  ): Promise<DiagnosedToken[][]> {
+    const out: DiagnosedToken[][] = [];
+    const tok = this.policy.tokenizer;
+    for (const row of batch) {
+      const n = row.student.completionIds.length;
+      if (!n) {
+        out.push([]);
+        continue;
+      }
+      // Logits at the positions that predict completion token j: prompt length − 1 + j.
+      const completionLogits = async (seq: Sequence, adapter: string): Promise<Float32Array> => {
+        const ids = [...seq.promptIds, ...seq.completionIds];
+        const r = await this.raw.forward({ inputIds: { data: Int32Array.from(ids), shape: [1, ids.length] }, outputs: ['logits'], adapter });
+        const V = r.logits!.shape[2]!;
+        return r.logits!.data.slice((seq.promptIds.length - 1) * V, (seq.promptIds.length - 1 + n) * V);
+      };
+      const s = await completionLogits(row.student, 'active');
+      const t = await completionLogits(row.teacher, o.teacher);
+      const V = s.length / n;
+      const r = await native().jsdLoss({
+        studentLogits: { data: s, shape: [n, V] },
+        teacherLogits: { data: t, shape: [n, V] },
+        beta: o.beta,
+        temperature: o.temperature,
+      });
+      const per = r.perToken!.data;
+      const argmax = (x: Float32Array, j: number) => {
+        let best = 0;
+        for (let v = 1; v < V; v++) if (x[j * V + v]! > x[j * V + best]!) best = v;
+        return best;
+      };
+      const texts = await Promise.all(row.student.completionIds.map((id) => tok.decode([id])));
+      out.push(row.student.completionIds.map((id, j) => ({ id, text: texts[j]!, jsd: Number(per[j]), top1Agree: argmax(s, j) === argmax(t, j) })));
+    }
+    return out;
+  }
+
   async grpoBackward(
-    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number }[],
+    batch: { seq: Sequence; oldLogprobs: number[]; refLogprobs: number[]; advantage: number; tokenWeights?: number[] }[],
     o: GrpoLossOptions,
-  ): Promise<{ loss: number; meanKl: number; clipFraction: number }> {
+  ): Promise<{ loss: number; meanKl: number; clipFraction: number; logprobs: number[][] }> {
     if (this.phase !== 'backward') this.enterPhase('backward');
     const seqs = batch.map((b) => b.seq);
     const p = padSequences(seqs, this.policy.tokenizer.padTokenId);
@@ -341,7 +388,14 @@ export class NativeBackend implements TrainBackend {
               batch.map((b) => b.refLogprobs),
             )
           : undefined,
-      advantages: { data: Float32Array.from(batch.map((b) => b.advantage)), shape: [batch.length] },
+      // Token weights (rollout correction): per-token advantages w_t·A, [B, L] (native grpoBackward takes [B] or [B, L]).
+      advantages: batch.some((b) => b.tokenWeights)
+        ? alignToRows(
+            seqs,
+            p.L,
+            batch.map((b) => b.seq.completionIds.map((_, t) => b.advantage * (b.tokenWeights?.[t] ?? 1))),
+          )
+        : { data: Float32Array.from(batch.map((b) => b.advantage)), shape: [batch.length] },
       epsLow: o.epsLow,
       epsHigh: o.epsHigh,
       betaKl: o.betaKl,
@@ -351,7 +405,10 @@ export class NativeBackend implements TrainBackend {
       numTokens: o.totalCompletionTokens,
       maxCompletionLength: o.maxCompletionLength,
     });
-    return { loss: r.loss, meanKl: r.meanKl, clipFraction: r.clipFraction.region };
+    // The trainer's logprobs of the completion tokens at this update ([B, L] → per completion).
+    const lp = r.logprobs.data;
+    const logprobs = seqs.map((s, b) => Array.from(lp.subarray(b * p.L + s.promptIds.length, b * p.L + s.promptIds.length + s.completionIds.length)));
+    return { loss: r.loss, meanKl: r.meanKl, clipFraction: r.clipFraction.region, logprobs };
   }
 
   async sftBackward(batch: Sequence[]): Promise<{ loss: number }> {
@@ -492,6 +549,16 @@ export class NativeBackend implements TrainBackend {
       this.snapshots.add(m[1]!);
     }
     this.pendingOptimizerFile = hasOpt ? optPath : undefined;
+  }
+
+  /** The active adapter's PEFT files into `dir` (a stage's best state; written atomically by the addon). */
+  async saveAdapter(dir: string): Promise<void> {
+    await this.policy.model.saveAdapter(dir, { baseModelName: this.baseModelName });
+  }
+
+  /** The adapter of `dir` becomes the active one, in place (snapshots and optimizer untouched). */
+  async loadAdapter(dir: string): Promise<void> {
+    await this.policy.model.loadAdapter(dir);
   }
 
   seedStep(seed: number): void {

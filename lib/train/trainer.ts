@@ -15,7 +15,7 @@
  * default for periodic checkpoints: the step's checkpoint phase is that copy, and a
  * `checkpointWriteSeconds` row follows the commit), else once its files are written and synced.
  */
-import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs';
+import { mkdirSync, writeFileSync, accessSync, constants, rmSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
 import type { CapturedState, TrainBackend, SamplingOptions } from './backend.js';
@@ -25,14 +25,14 @@ import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
 import type { AdvantageFn } from './advantages.js';
 import { stageOf, type TrainingStage, type StageContext, type StepPhase, type StepResult } from './stages/index.js';
-import { mean } from './stages/stage.js';
 import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { judgeLabel } from '../judge/backends/index.js';
 import { DistContext, shard } from './dist.js';
-import { ErrorCode, abortError, isPapergymError, oomError } from '../errors.js';
+import { ErrorCode, abortError, inputError, isPapergymError, oomError } from '../errors.js';
 import type { ProfileResult } from '../addon.js';
 import { kernelUsByKind } from '../util/kernels.js';
+import { bestValidation, bootstrapMean, type ValidationPoint } from './validation.js';
 
 /** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
 export type { TaskItem as TrainItem, RewardFn, RewardResult } from '../task/types.js';
@@ -91,7 +91,14 @@ export interface TrainSummary {
     firstLoss: number;
     lastLoss: number;
     lastReward?: number;
+    /** The best validation score (lib/train/validation.ts: above the best so far by more than validation.minImprovement). */
     bestValidation?: number;
+    /**
+     * The stage's best validation: stage step, global step, score and interval, the dir of its
+     * adapter (`best/<stage>`), and whether the stage ended on it (validation.loadBestAtEnd: the
+     * next stage, or final/, started from this adapter).
+     */
+    best?: { step: number; globalStep: number; score: number; ci?: [number, number]; dir: string; loaded: boolean };
     stoppedEarly: boolean;
   }[];
   globalStep: number;
@@ -168,8 +175,10 @@ interface PendingStep {
   record: Record<string, unknown> & { phaseSeconds: Record<string, number>; stepSeconds: number; completionTokens: number; tokensPerSecond: number };
   /** Lines of the same step written after it (validation, early stop). */
   extra: Record<string, unknown>[];
-  /** Shows the progress line (given the completed phases). */
-  show: (phases: Record<string, number>) => void;
+  /** Shows the progress line (given the completed phases and what validation adds to it). */
+  show: (phases: Record<string, number>, note: string) => void;
+  /** Added to the progress line (the validation of the step: its score, interval and the best step). */
+  note: string;
   /** After the flush (the run's last step: the stage's progress display is stopped). */
   after?: () => void;
 }
@@ -423,7 +432,7 @@ export class Trainer {
     r.stepSeconds += checkpointSeconds;
     r.tokensPerSecond = r.completionTokens / r.stepSeconds;
     if (this.dist.isMain) for (const line of [r, ...p.extra]) this.metrics.write(line);
-    p.show(r.phaseSeconds);
+    p.show(r.phaseSeconds, p.note);
     p.after?.();
   }
 
@@ -695,7 +704,7 @@ export class Trainer {
         const interrupted = await this.runStep(s);
         if (interrupted) return interrupted;
       }
-      this.endStage(s);
+      await this.endStage(s);
       if (this.state.stageIndex === this.cfg.stages.length - 1) break;
     }
     this.state.stageIndex = this.cfg.stages.length;
@@ -735,9 +744,14 @@ export class Trainer {
     return { stage, impl, total, rec, progress, nonFinite: 0 };
   }
 
-  /** Stage end: its progress display stops (the run's last step still pending: after the final checkpoint); the next stage starts fresh. */
-  private endStage(s: StageRun): void {
+  /** Stage end: its progress display stops (the run's last step still pending: after the final checkpoint), its best state is taken up (loadBestAtEnd); the next stage starts fresh. */
+  private async endStage(s: StageRun): Promise<void> {
     if (!this.pending) s.progress.stop();
+    try {
+      await this.loadBestAtEnd(s);
+    } catch (e) {
+      throw await this.stopWithCheckpoint(e, `[${s.stage}] taking up the best state at the end of the stage`);
+    }
     this.state.stageStep = 0;
     this.state.stageDone = false;
     this.state.validation = [];
@@ -883,44 +897,172 @@ export class Trainer {
       this.stepProfiles = undefined;
     }
     const health = m.judge as JudgeHealth | undefined;
-    const show = (phases: Record<string, number>) => {
-      if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === s.total || u.fatal)
+    const show = (phases: Record<string, number>, note: string) => {
+      if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === s.total || u.fatal || note)
         s.progress.update(
           step + 1,
-          `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}`,
+          `loss ${m.loss.toFixed(4)}${typeof m.rewardMean === 'number' ? ` reward ${(m.rewardMean as number).toFixed(3)}` : ''}${health ? ` ${formatHealth(health)}` : ''} ${formatPhases(phases)}${note}`,
         );
     };
-    this.pending = { record, extra: [], show };
+    this.pending = { record, extra: [], show, note: '' };
   }
 
-  /** Validation every `validation.every` steps (its line joins the step's), and the stage's early stop after K falls in a row. */
+  /**
+   * Validation every `validation.every` steps (its line joins the step's, with the bootstrap
+   * interval of its mean), the stage's best state and its early stop (lib/train/validation.ts): a
+   * new best — above the best by more than `validation.minImprovement` — writes the adapter to
+   * `best/<stage>/` (with best.json) before the step's checkpoint; the stage ends once
+   * `earlyStopPatience` validations in a row brought no new best.
+   */
   private async validateAfterStep(s: StageRun): Promise<void> {
     if (!(this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length)) return;
-    let score: number;
+    let v: { score: number; ci: [number, number]; items: number };
     const tv = performance.now();
     try {
-      score = await this.validate();
+      v = await this.validate();
     } catch (e) {
       // The checkpoint of stopWithCheckpoint writes this step's line (and progress line) first.
       const stopped = await this.stopWithCheckpoint(e, `[${s.stage}] validation after step ${this.state.stageStep}`);
       s.progress.stop();
       throw stopped;
     }
-    this.state.validation.push({ step: this.state.stageStep, score });
-    s.rec.bestValidation = Math.max(s.rec.bestValidation ?? -Infinity, score);
+    const point: ValidationPoint = { step: this.state.stageStep, score: v.score, ci: v.ci };
+    this.state.validation.push(point);
+    const best = bestValidation(this.state.validation, this.cfg.validation.minImprovement ?? 0)!;
+    const isBest = best.point === point;
+    if (isBest) {
+      const dir = join(this.deps.runDir, 'best', s.stage);
+      try {
+        if (this.dist.isMain) await this.writeBest(s.stage, point);
+      } catch (e) {
+        const stopped = await this.stopWithCheckpoint(e, `[${s.stage}] writing the best state ${dir} after step ${this.state.stageStep}`);
+        s.progress.stop();
+        throw stopped;
+      }
+      s.rec.bestValidation = v.score;
+      s.rec.best = { step: point.step, globalStep: this.state.globalStep, score: v.score, ci: v.ci, dir, loaded: false };
+    }
     this.pending!.extra.push({
       stage: s.stage,
       step: this.state.stageStep,
       globalStep: this.state.globalStep,
-      validation: score,
+      validation: v.score,
+      validationCI: v.ci,
+      validationItems: v.items,
+      bestStep: best.point.step,
+      ...(isBest && { newBest: true }),
+      sinceBest: best.sinceBest,
       validationSeconds: (performance.now() - tv) / 1000,
     });
+    this.pending!.note += ` | val ${v.score.toFixed(3)} [${v.ci[0].toFixed(3)}, ${v.ci[1].toFixed(3)}] best: step ${best.point.step}${isBest ? ' (new)' : ''}`;
     const K = s.impl.earlyStopPatience?.(this.cfg) ?? 0;
-    if (K > 0 && this.fellKTimes(K)) {
-      this.log(`[${s.stage}] validation fell ${K} times in a row; ending ${s.stage.toUpperCase()} at step ${this.state.stageStep}`);
+    if (K > 0 && best.sinceBest >= K) {
+      this.log(
+        `[${s.stage}] ${K} validation(s) in a row without a new best (above ${best.point.score.toFixed(4)} at step ${best.point.step} by more than ${this.cfg.validation.minImprovement ?? 0}); ending ${s.stage.toUpperCase()} at step ${this.state.stageStep}`,
+      );
       this.state.stageDone = true;
       s.rec.stoppedEarly = true;
-      this.pending!.extra.push({ stage: s.stage, step: this.state.stageStep, globalStep: this.state.globalStep, event: 'early_stop' });
+      this.pending!.extra.push({
+        stage: s.stage,
+        step: this.state.stageStep,
+        globalStep: this.state.globalStep,
+        event: 'early_stop',
+        bestStep: best.point.step,
+      });
+    }
+  }
+
+  /** Writes the active adapter and best.json (stage, steps, score, interval) as `best/<stage>/`, whole or not at all. */
+  private async writeBest(stage: Stage, point: ValidationPoint): Promise<string> {
+    const { backend } = this.deps;
+    return writeFinalDir(
+      this.deps.runDir,
+      async (dir) => {
+        await (backend.saveAdapter ? backend.saveAdapter(dir) : backend.saveState(dir));
+        writeFileSync(
+          join(dir, 'best.json'),
+          JSON.stringify(
+            {
+              stage,
+              step: point.step,
+              globalStep: this.state.globalStep,
+              validation: point.score,
+              validationCI: point.ci,
+              minImprovement: this.cfg.validation.minImprovement ?? 0,
+            },
+            null,
+            2,
+          ),
+        );
+      },
+      join('best', stage),
+    );
+  }
+
+  /**
+   * At the end of a stage with validation.loadBestAtEnd: its best validation's adapter
+   * (`best/<stage>/`, whose best.json must name the step the validation list gives) becomes the
+   * active adapter, unless the last step is the best. The summary row, config.json (`bestStates`),
+   * a metrics row (`event: best_loaded`) and a log line say which step. Also run on a resume that
+   * lands on the stage's end, so the next stage starts from the same adapter.
+   */
+  private async loadBestAtEnd(s: StageRun): Promise<void> {
+    if (this.cfg.validation.loadBestAtEnd === false || !this.state.validation.length) return;
+    const best = bestValidation(this.state.validation, this.cfg.validation.minImprovement ?? 0)!;
+    const dir = join(this.deps.runDir, 'best', s.stage);
+    const lastStep = this.state.stageStep;
+    const globalStep = this.state.globalStep - (lastStep - best.point.step);
+    s.rec.best = { step: best.point.step, globalStep, score: best.point.score, ci: best.point.ci, dir, loaded: false };
+    s.rec.bestValidation = best.point.score;
+    const next = this.cfg.stages[this.state.stageIndex + 1];
+    const what = next ? `${next.toUpperCase()} starts from it` : 'final/ holds it';
+    if (best.point.step === lastStep) {
+      s.rec.best.loaded = true;
+      this.log(`[${s.stage}] the last step (${lastStep}) is the best validation (${best.point.score.toFixed(4)}); ${what}`);
+    } else {
+      // Data parallel: rank 0 wrote best/; every rank reads it once that write is surely done.
+      if (this.dist.worldSize > 1) await this.dist.barrier();
+      let saved: { step?: unknown };
+      try {
+        saved = JSON.parse(readFileSync(join(dir, 'best.json'), 'utf8')) as { step?: unknown };
+      } catch (e) {
+        throw inputError(
+          `${join(dir, 'best.json')}: unreadable (${(e as Error).message}); the ${s.stage} stage's best state (step ${best.point.step}) is needed to continue`,
+        );
+      }
+      if (saved.step !== best.point.step)
+        throw inputError(
+          `${dir} holds the adapter of ${s.stage} step ${String(saved.step)}, but the run's validation list makes step ${best.point.step} the best (a run dir edited or written by another run); rerun, or set --no-load-best-at-end`,
+        );
+      const { backend } = this.deps;
+      await (backend.loadAdapter ? backend.loadAdapter(dir) : backend.loadState(dir));
+      s.rec.best.loaded = true;
+      this.log(
+        `[${s.stage}] best validation ${best.point.score.toFixed(4)}${best.point.ci ? ` [${best.point.ci[0].toFixed(4)}, ${best.point.ci[1].toFixed(4)}]` : ''} at step ${best.point.step} (global ${globalStep}), not the last step ${lastStep}: its adapter (${dir}) is loaded; ${what}`,
+      );
+    }
+    if (!this.dist.isMain) return;
+    this.metrics.write({
+      stage: s.stage,
+      step: lastStep,
+      globalStep: this.state.globalStep,
+      event: 'best_loaded',
+      bestStep: best.point.step,
+      bestGlobalStep: globalStep,
+      bestValidation: best.point.score,
+      bestDir: dir,
+    });
+    // config.json says which state each stage handed on (kept by a resume's rewrite of config.json).
+    const cfgPath = join(this.deps.runDir, 'config.json');
+    try {
+      const c = JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown>;
+      c.bestStates = {
+        ...(c.bestStates as object | undefined),
+        [s.stage]: { step: best.point.step, globalStep, validation: best.point.score, validationCI: best.point.ci, dir, next: next ?? 'final' },
+      };
+      writeFileSync(cfgPath, JSON.stringify(c, null, 2));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log(`${cfgPath}: the best state of ${s.stage} not recorded (${(e as Error).message})`);
     }
   }
 
@@ -999,13 +1141,6 @@ export class Trainer {
     return h;
   }
 
-  private fellKTimes(K: number): boolean {
-    const v = this.state.validation;
-    if (v.length < K + 1) return false;
-    for (let i = v.length - K; i < v.length; i++) if (!(v[i]!.score < v[i - 1]!.score)) return false;
-    return true;
-  }
-
   private finish(interrupted: boolean): TrainSummary {
     const s: TrainSummary = {
       runDir: this.deps.runDir,
@@ -1029,7 +1164,7 @@ export class Trainer {
         f(r.firstLoss, 4),
         f(r.lastLoss, 4),
         f(r.lastReward, 3),
-        f(r.bestValidation, 3),
+        r.best ? `${f(r.best.score, 3)} @ step ${r.best.step}${r.best.loaded ? ' (kept)' : ''}` : f(r.bestValidation, 3),
         r.stoppedEarly ? 'yes' : r.steps === 0 ? 'skipped (0 steps)' : 'no',
       ]);
     }
@@ -1182,8 +1317,12 @@ export class Trainer {
     }
   }
 
-  /** Validation: one greedy plan per held-out item, scored by the reward function; mean r_spec (items split over ranks). */
-  async validate(): Promise<number> {
+  /**
+   * Validation: one greedy plan per held-out item, scored by the reward function (items split over
+   * ranks): the mean r_spec and its 95% percentile bootstrap interval over the items (1000
+   * resamples seeded by (seed, stage, step): a resumed run draws the same; lib/train/validation.ts).
+   */
+  async validate(): Promise<{ score: number; ci: [number, number]; items: number }> {
     const { backend } = this.deps;
     const all = this.valItems;
     const [a, b] = shard(all.length, this.dist.rank, this.dist.worldSize);
@@ -1194,13 +1333,11 @@ export class Trainer {
       const rs = await backend.generate(prompts, { ...this.sampling(1, 9), temperature: 0 });
       return this.deps.reward(rs.map((r) => ({ item: items[r.promptIndex]!, plan: r.text })));
     });
-    if (this.dist.worldSize === 1) {
-      this.checkJudgeHealth(scores, 'validation');
-      return mean(scores.map((s) => s.rSpec));
-    }
     // Judge health over all ranks' verdicts (the same decision on every rank).
-    const global = (await this.gather(scores)).flat();
+    const global = this.dist.worldSize === 1 ? scores : (await this.gather(scores)).flat();
     this.checkJudgeHealth(global, 'validation');
-    return global.reduce((n, s) => n + s.rSpec, 0) / Math.max(1, all.length);
+    const perItem = global.map((x) => x.rSpec);
+    const { mean: score, ci } = bootstrapMean(perItem, stepSeed(this.state.seed, this.state.stageIndex, this.state.stageStep, 0xb0075));
+    return { score, ci, items: perItem.length };
   }
 }

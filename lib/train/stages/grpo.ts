@@ -14,6 +14,16 @@ import { bucket, judgeWorkBytes, updateBytes } from '../memory-model.js';
 import { chunks, finiteOrNull, longestFirst, mean, std, sumFinite, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 import { maskedAdvantages } from '../advantages.js';
 import { DEFAULTS } from '../../config/train.js';
+import {
+  RATIO_EDGES,
+  addAgreement,
+  agreementOf,
+  agreementSums,
+  correctRollout,
+  ratioHistogram,
+  type AgreementSums,
+  type RolloutCorrection,
+} from '../rollout-correction.js';
 
 export const grpoStage: TrainingStage = {
   name: 'grpo',
@@ -23,7 +33,7 @@ export const grpoStage: TrainingStage = {
   lr: (cfg) => cfg.grpo.lr,
   microBatch: { get: (cfg) => cfg.grpo.microBatch, set: (cfg, n) => void (cfg.grpo.microBatch = n) },
   // grpo.judgeStepTimeoutMs: how long a step may wait on the judge, a run-time bound.
-  resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs'],
+  resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs', 'grpo.agreementWarnKl'],
   // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'; one from before
   // grpo.judgeStepTimeoutMs gets the default deadline.
   upgradeSaved: (saved) =>
@@ -31,6 +41,9 @@ export const grpoStage: TrainingStage = {
       ...saved.grpo,
       judgeOverlap: saved.grpo.judgeOverlap ?? 'off',
       judgeStepTimeoutMs: saved.grpo.judgeStepTimeoutMs ?? DEFAULTS.grpo.judgeStepTimeoutMs,
+      rolloutCorrection: saved.grpo.rolloutCorrection ?? 'none',
+      importanceSamplingCap: saved.grpo.importanceSamplingCap ?? 3,
+      agreementWarnKl: saved.grpo.agreementWarnKl ?? 0.001,
     }),
   memory: {
     inputs: (cfg) => ({
@@ -112,7 +125,10 @@ export const grpoStage: TrainingStage = {
     // Reference logprobs in batches of the rollout rows (memory.rolloutRows; 0 = the micro-batch):
     // bounded memory, and a batch size from the config on one process and on N ranks.
     // Longest first (longestFirst): each batch pads to lengths close to its own rows'.
-    const referenceLogprobs = async (seqs: { promptIds: number[]; completionIds: number[] }[]): Promise<number[][]> => {
+    const correction: RolloutCorrection = c.rolloutCorrection ?? 'none';
+    const cap = c.importanceSamplingCap ?? 3;
+    // `adapter` 'active': the trainer's own logprobs (rollout correction) instead of the reference policy's.
+    const referenceLogprobs = async (seqs: { promptIds: number[]; completionIds: number[] }[], adapter = refAdapter): Promise<number[][]> => {
       const out: number[][] = [];
       const order = longestFirst(
         seqs.map((_, j) => j),
@@ -123,7 +139,7 @@ export const grpoStage: TrainingStage = {
           backend.completionLogprobs(
             part.map((j) => seqs[j]!),
             ctx.cfg.sampling.temperature || 1,
-            refAdapter,
+            adapter,
           ),
         );
         part.forEach((j, k) => (out[j] = lps[k]!));
@@ -268,27 +284,69 @@ export const grpoStage: TrainingStage = {
         if (earlyRef.size) refLogprobs = kept.map((x) => earlyRef.get(x.local)!);
         else if (seqs.length && c.betaKl > 0) refLogprobs = await referenceLogprobs(seqs);
         else refLogprobs = seqs.map((s) => s.completionIds.map(() => 0));
+        // Rollout correction (lib/train/rollout-correction.ts): the trainer's own logprobs of the
+        // sampled tokens (a no-grad forward, timed as reference), then π_old and token weights.
+        const trainerLp = correction !== 'none' && seqs.length ? await referenceLogprobs(seqs, 'active') : undefined;
+        const corrected = kept.map((x, j) => correctRollout(correction, x.ro.logprobs, trainerLp?.[j], cap));
         // Length-bucketed micro-batches: longest first, so each micro-batch pads to about its own rows' length.
         const batch = longestFirst(
-          kept.map((x, j) => ({ seq: seqs[j]!, oldLogprobs: x.ro.logprobs, refLogprobs: refLogprobs[j]!, advantage: x.adv })),
+          kept.map((x, j) => ({
+            seq: seqs[j]!,
+            oldLogprobs: corrected[j]!.oldLogprobs,
+            refLogprobs: refLogprobs[j]!,
+            advantage: x.adv,
+            ...(corrected[j]!.weights && { tokenWeights: corrected[j]!.weights }),
+            samplerLogprobs: x.ro.logprobs,
+          })),
           (x) => x.seq.promptIds.length + x.seq.completionIds.length,
         );
         return ctx.updateWithOomRecovery('grpo', async (microBatch) => {
-          const acc = { loss: 0, kl: 0, clip: 0 };
+          const acc = {
+            loss: 0,
+            kl: 0,
+            clip: 0,
+            agree: { tokens: 0, sumAbs: 0, maxAbs: 0, sumK3: 0 } as AgreementSums,
+            hist: RATIO_EDGES.map(() => 0).concat(0),
+          };
           for (const mb of chunks(batch, microBatch)) {
-            const out = await backend.grpoBackward(mb, opts);
+            const out = await backend.grpoBackward(
+              mb.map(({ samplerLogprobs: _s, ...x }) => x),
+              opts,
+            );
             acc.loss += out.loss;
             acc.kl += out.meanKl * mb.length;
             acc.clip += out.clipFraction * mb.length;
+            // The trainer's logprobs at the update (the step's only one: the sampler's weights) against the sampler's, and the ratio it clips.
+            if (out.logprobs) {
+              acc.agree = addAgreement(
+                acc.agree,
+                agreementSums(
+                  mb.map((x) => x.samplerLogprobs),
+                  out.logprobs,
+                ),
+              );
+              ratioHistogram(
+                out.logprobs,
+                mb.map((x) => x.oldLogprobs),
+              ).forEach((n, i) => (acc.hist[i]! += n));
+            }
           }
           return acc;
         });
       },
-      (acc) => [finiteOrNull(acc.loss), acc.kl, acc.clip] as const,
+      (acc) => [finiteOrNull(acc.loss), acc.kl, acc.clip, acc.agree, acc.hist] as const,
     );
     const loss = sumFinite(parts.map((p) => p[0]));
     const kl = parts.reduce((n, p) => n + p[1], 0);
     const clip = parts.reduce((n, p) => n + p[2], 0);
+    const agreeSums = parts.reduce<AgreementSums>((a, p) => addAgreement(a, p[3]), { tokens: 0, sumAbs: 0, maxAbs: 0, sumK3: 0 });
+    const hist = parts.reduce<number[]>((h, p) => h.map((n, i) => n + p[4][i]!), RATIO_EDGES.map(() => 0).concat(0));
+    const agreement = agreeSums.tokens ? { ...agreementOf(agreeSums), correction } : undefined;
+    const warnKl = c.agreementWarnKl ?? 0.001;
+    if (agreement && agreement.klK3 > warnKl)
+      ctx.log?.(
+        `[grpo] step ${ctx.stageStep + 1}: sampler–trainer KL ${agreement.klK3.toExponential(2)} nats/token > grpo.agreementWarnKl ${warnKl} (mean |Δ logprob| ${agreement.meanAbsLogprobDiff.toExponential(2)}, max ${agreement.maxAbsLogprobDiff.toFixed(3)}); --rollout-correction ${correction === 'none' ? 'token-tis or recompute corrects it' : `${correction} is on`}`,
+      );
     const dims: Record<string, [number, number]> = {};
     for (const x of rewards)
       for (const [d, [m, t]] of Object.entries(x.perDimension ?? {})) {
@@ -307,6 +365,11 @@ export const grpoStage: TrainingStage = {
       kl: totalSequences ? kl / totalSequences : 0,
       clipFraction: totalSequences ? clip / totalSequences : 0,
       keptSequences: totalSequences,
+      // Sampler–trainer agreement on the sampled tokens and the histogram of the update's ratio (lib/train/rollout-correction.ts).
+      ...(agreement && {
+        agreement: { ...agreement, ...(agreement.klK3 > warnKl && { warning: true }) },
+        ratioHistogram: { edges: [...RATIO_EDGES], counts: hist },
+      }),
       completionLength: totalTokens / Math.max(1, totalSequences),
       stopRate: all.reduce((n, x) => n + x.stops, 0) / Math.max(1, lengths.length),
       ...(judge && { judge, judgeNullRate: judge.verdicts ? judge.nulls / judge.verdicts : 0 }),

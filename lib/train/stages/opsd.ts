@@ -8,6 +8,9 @@ import type { Sequence } from '../backend.js';
 import { shard } from '../dist.js';
 import { studentMessages, teacherMessages } from '../../task/prompts.js';
 import { bucket, updateBytes, type PlanInputs } from '../memory-model.js';
+import { quantile } from '../../eval/report.js';
+import { ErrorCode, isPapergymError } from '../../errors.js';
+import { addTokens, emptyDivergence, summarizeDivergence } from '../token-divergence.js';
 import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
 /** Update bytes above resident: the student's loss + backward (JSD head) plus the teacher's completion hidden states. */
@@ -22,7 +25,7 @@ export const opsdStage: TrainingStage = {
   lr: (cfg) => cfg.opsd.lr,
   earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,
   microBatch: { get: (cfg) => cfg.opsd.microBatch, set: (cfg, n) => void (cfg.opsd.microBatch = n) },
-  resumableKeys: ['opsd.steps', 'opsd.microBatch'],
+  resumableKeys: ['opsd.steps', 'opsd.microBatch', 'opsd.diagnosticRows'],
   settingsProblems(c) {
     // A per-rank batch that is a multiple makes every global one (per rank × world size) one.
     if (c.opsd.batchSizePerRank != null)
@@ -74,6 +77,9 @@ export const opsdStage: TrainingStage = {
     const batch: { student: Sequence; teacher: Sequence }[] = [];
     let stops = 0;
     let rolloutCount = 0;
+    // Every rollout's length (empty ones included) and how many hit max-new-tokens: the length-inflation diagnostics.
+    const lengths: number[] = [];
+    let truncated = 0;
     // The ranks' token / sequence counts (the loss normaliser) travel with the failure flags.
     const { all } = await ctx.allRanksGather(
       'OPSD rollouts',
@@ -85,6 +91,8 @@ export const opsdStage: TrainingStage = {
           const rollouts = await ctx.timed('rollout', () => backend.generate(studentPrompts, ctx.sampling(1, 2, k)));
           for (const r of rollouts) {
             rolloutCount += 1;
+            lengths.push(r.tokenIds.length);
+            if (r.finishReason === 'length') truncated += 1;
             if (r.finishReason === 'stop') stops += 1;
             if (!r.tokenIds.length) continue;
             batch.push({
@@ -94,7 +102,14 @@ export const opsdStage: TrainingStage = {
           }
         }
       },
-      () => ({ tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0), sequences: batch.length, stops, rollouts: rolloutCount }),
+      () => ({
+        tokens: batch.reduce((n, x) => n + x.student.completionIds.length, 0),
+        sequences: batch.length,
+        stops,
+        rollouts: rolloutCount,
+        lengths,
+        truncated,
+      }),
     );
     const normalizer = all.reduce((n, x) => n + x.tokens, 0);
     const sequences = all.reduce((n, x) => n + x.sequences, 0);
@@ -120,9 +135,35 @@ export const opsdStage: TrainingStage = {
       );
       loss = ctx.dist.worldSize === 1 ? upd.value : sumFinite(upd.all);
     }
+    // Token diagnostics of the first rows (rank 0's, after the update: the same weights as the loss saw).
+    const diagRows = ctx.cfg.opsd.diagnosticRows ?? 1;
+    let tokenDivergence: ReturnType<typeof summarizeDivergence> | undefined;
+    let tokenDiagnosticsSeconds = 0;
+    if (diagRows > 0 && ctx.dist.rank === 0 && backend.opsdTokenDiagnostics && batch.length) {
+      const t0 = performance.now();
+      try {
+        const rows = await backend.opsdTokenDiagnostics(batch.slice(0, diagRows), { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, teacher });
+        tokenDivergence = summarizeDivergence(addTokens(emptyDivergence(), rows.flat()));
+      } catch (e) {
+        // The full-logit forwards are outside the memory plan: out of memory there costs the
+        // diagnostics (off for the rest of the run, carried by the checkpoints' config), never the step.
+        if (!isPapergymError(e, ErrorCode.OOM)) throw e;
+        backend.releaseMemory?.();
+        ctx.cfg.opsd.diagnosticRows = 0;
+        ctx.log?.(`[opsd] token diagnostics: out of memory (${(e as Error).message}); off from now on (opsd.diagnosticRows 0)`);
+      }
+      tokenDiagnosticsSeconds = (performance.now() - t0) / 1000;
+    }
+    const allLengths = all.flatMap((x) => x.lengths).sort((x, y) => x - y);
+    const rollouts = all.reduce((n, x) => n + x.rollouts, 0);
     return {
       loss,
       jsd: loss,
+      // Completion length over every rollout of the step (tokens): mean and p90 (type-7 quantile), and the share cut at max-new-tokens.
+      completionLengthMean: allLengths.length ? allLengths.reduce((n, x) => n + x, 0) / allLengths.length : 0,
+      completionLengthP90: allLengths.length ? quantile(allLengths, 0.9) : 0,
+      truncationRate: all.reduce((n, x) => n + x.truncated, 0) / Math.max(1, rollouts),
+      ...(tokenDivergence && { tokenDivergence, tokenDiagnosticsSeconds }),
       completionTokens: normalizer,
       completionLength: normalizer / Math.max(1, sequences),
       stopRate:
