@@ -84,6 +84,29 @@ function read<T>(s: Source<T>, reading: string): readonly T[] {
   return s.list();
 }
 
+/**
+ * The registries whose names are CLI choices and nothing more (no settings rows of their own): the
+ * scoring protocols (`--protocol`), the dataset formats (`import --format`) and the experiment
+ * trackers (`--report-to`). Each index module hands its names over here when it loads
+ * ({@link provideNames}); a settings row reads them on each read through {@link registeredNames}.
+ */
+const named = {
+  protocols: { what: 'scoring protocols', module: 'lib/eval/protocols/index.js' } as Source<string>,
+  formats: { what: 'dataset formats', module: 'lib/eval/formats/index.js' } as Source<string>,
+  trackers: { what: 'experiment trackers', module: 'lib/train/trackers/index.js' } as Source<string>,
+};
+export type NamedRegistry = keyof typeof named;
+
+/** Called once by the registry's index module: `list` returns its registered names (read on each read). */
+export function provideNames(registry: NamedRegistry, list: () => readonly string[]): void {
+  named[registry].list = list;
+}
+
+/** The registered names of `registry`, in registration order. @throws Error naming the module to import when it has not loaded. */
+export function registeredNames(registry: NamedRegistry, reading = `the ${named[registry].what}`): readonly string[] {
+  return read(named[registry], reading);
+}
+
 /** The registered judge backends' settings halves, in registration order. @throws Error when lib/judge/backends/ has not loaded. */
 export function registeredJudgeBackends(reading = 'the judge settings'): readonly JudgeKindSettings[] {
   return read(judgeBackends, reading);

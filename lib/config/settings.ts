@@ -9,7 +9,7 @@
  */
 import type { Setting } from './schema.js';
 import { CORE_JUDGE_SETTINGS, judgeSettings } from './judge.js';
-import { memoOn, ownRows, registeredStages } from './extensions.js';
+import { memoOn, ownRows, registeredNames, registeredStages } from './extensions.js';
 import { DEFAULT_ALPHA } from './reward.js';
 import { LORA_TARGETS } from '../addon.js';
 
@@ -653,7 +653,9 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
     flag: 'report-to',
     type: 'list',
     items: 'string',
-    choices: ['tensorboard', 'mlflow', 'wandb', 'all', 'none'],
+    get choices() {
+      return [...registeredNames('trackers', '--report-to choices'), 'all', 'none'];
+    },
     default: null,
     meaning:
       'Experiment trackers that get every metrics row, the resolved config as parameters and the final adapter and report as artifacts (docs/trackers.md); a failing tracker warns and training continues; unset / none = metrics.jsonl and report.html only',
@@ -1115,7 +1117,9 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     key: 'protocol',
     flag: 'protocol',
     type: 'enum',
-    choices: ['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym'],
+    get choices() {
+      return registeredNames('protocols', '--protocol choices');
+    },
     default: null,
     meaning: "Scoring protocol (docs/eval.md); unset = the items' format's own (a PaperGym file: today's coverage report)",
     source: "each benchmark's published scoring (lib/eval/protocols/)",
@@ -1999,7 +2003,9 @@ export const IMPORT_OPTIONS: readonly Setting[] = [
     key: 'format',
     flag: 'format',
     type: 'enum',
-    choices: ['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym'],
+    get choices() {
+      return registeredNames('formats', 'import --format choices');
+    },
     default: null,
     meaning: 'Published format of the input (required; docs/data.md "Importing published benchmarks")',
     source: "the datasets' published schemas (lib/eval/formats/)",
