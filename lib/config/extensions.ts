@@ -32,6 +32,19 @@ export interface JudgeKindSettings {
    * row), each naming the key as `${prefix}<key>`; empty when valid. Called for configs of this kind.
    */
   settingsProblems?(c: JudgeConfig, prefix: string): string[];
+  /**
+   * The kind is made of member judges (`judge.judges`, e.g. a jury): each member is a judge of any
+   * registered kind without members, checked as a judge of its own kind. Absent: false (the kind
+   * reads no `judges` list).
+   */
+  readonly hasMembers?: boolean;
+  /**
+   * The judge is a chat endpoint that can answer a free-form question (a protocol's graded levels,
+   * `compare`'s N-way choice), not only yes/no verdicts on rubric items. Absent: false.
+   */
+  answersFreeForm?(c: JudgeConfig): boolean;
+  /** Its own keys (relative to `judge.`) that `train --resume` may change (where it is judged, e.g. http's `url`). */
+  readonly resumableKeys?: readonly string[];
 }
 
 /** The settings half of a training stage (lib/train/stages/stage.ts TrainingStage extends it). */

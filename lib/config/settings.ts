@@ -8,8 +8,8 @@
  * loaded: {@link trainSettings}, {@link judgeOptions}, {@link commandSettings}.
  */
 import type { Setting } from './schema.js';
-import { CORE_JUDGE_SETTINGS, judgeSettings } from './judge.js';
-import { memoOn, ownRows, registeredNames, registeredStages } from './extensions.js';
+import { CORE_JUDGE_SETTINGS, JUDGE_DEFAULTS, judgeKindsWithMembers, judgeSettings, type JudgeConfig } from './judge.js';
+import { memoOn, ownRows, registeredJudgeBackends, registeredNames, registeredStages } from './extensions.js';
 import { DEFAULT_ALPHA } from './reward.js';
 import { LORA_TARGETS } from '../addon.js';
 
@@ -1957,7 +1957,7 @@ export const leakageOptions: () => readonly Setting[] = memoOn(
     ...LEAKAGE_OPTIONS,
     {
       ...judgeOptions().find((o) => o.key === 'judge')!,
-      choices: ['jury'],
+      choices: judgeKindsWithMembers(),
       default: null,
       meaning: 'jury: judge each rubric item by the members of --judges (http each) instead of one --llm/--model judge; unset = --llm',
     },
@@ -1982,7 +1982,9 @@ export const compareOptions: () => readonly Setting[] = memoOn(
         if (o.key === 'judge')
           return {
             ...o,
-            choices: ['http', 'jury'],
+            choices: registeredJudgeBackends()
+              .filter((b) => b.hasMembers || b.answersFreeForm?.({ ...JUDGE_DEFAULTS, kind: b.kind as JudgeConfig['kind'] }))
+              .map((b) => b.kind),
             meaning: 'Judge of the N-way choice: an OpenAI-compatible endpoint, or a jury of them (--judges); a local judge gives only yes/no verdicts',
           };
         if (o.key === 'judgeMaxTokens') return { ...o, meaning: 'http: max answer tokens of a choice; unset = 512' };

@@ -47,6 +47,7 @@ export const httpBackend: JudgeBackendOf<'http'> = {
   ],
   sharesPolicyWeights: () => false,
   answersFreeForm: () => true,
+  resumableKeys: ['url'],
   withAnswerCache: (c, path) => (c.cache ? c : { ...c, cache: path }),
   label: (c) => `${c.model}@${c.url}`,
   /**

@@ -1,5 +1,5 @@
 /**
- * The `jury` judge: several judges (judge.judges, each local or http with its own model, score
+ * The `jury` judge: several judges (judge.judges, each of any kind without members, with its own model, score
  * mode and weight) decide every item; one verdict by judge.aggregation, every member's verdict kept
  * on it (lib/judge/jury.ts). Members open through the same registry (`ctx.openJudge`); a local
  * member runs on the policy's weights like the local judge.
@@ -16,8 +16,9 @@ export function juryMembers(c: JudgeConfig): (JudgeConfig & { name: string; weig
 
 export const juryBackend: JudgeBackendOf<'jury'> = {
   kind: 'jury',
-  describe: 'several judges (judge.judges: local or http each, own model, score and weight), one verdict by judge.aggregation',
+  describe: 'several judges (judge.judges: each of a kind without members, own model, score and weight), one verdict by judge.aggregation',
   settingKeys: ['judges', 'aggregation', 'onMemberFailure'],
+  hasMembers: true,
   answersFreeForm: () => false,
   sharesPolicyWeights: (c) => juryMembers(c).some((m) => judgeBackend(m).sharesPolicyWeights(m)),
   label: (c) =>
