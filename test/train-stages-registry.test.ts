@@ -103,8 +103,8 @@ describe('training stages: a new stage is one descriptor and one register line',
     memory: {
       inputs: () => ({}),
       adapterSnapshots: () => 1,
-      microBatch: { setting: 'grpoMicroBatch', configured: () => 16, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'ce') },
-      phases: (x, st, t) => ({ ['update-fake' as 'update-sft']: t.R + updateBytes(x, st.grpoMicroBatch, t.Ls, st.recompute, 'ce') }),
+      microBatch: { configured: () => 16, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'ce') },
+      phases: (x, st, t) => ({ 'update-fake': t.R + updateBytes(x, st.microBatch.fake!, t.Ls, st.recompute, 'ce') }),
     },
     async step(ctx) {
       const items = ctx.take(2);
@@ -224,9 +224,10 @@ describe('training stages: a new stage is one descriptor and one register line',
     expect(residentBytes(x) - residentBytes(alone), 'one adapter snapshot: 4 bytes per LoRA parameter').to.be.above(0);
     const p = planMemory(x);
     expect(Object.keys(p.phases)).to.deep.equal(['update-fake', 'optimizer']);
-    expect(p.grpoMicroBatch).to.be.below(16);
+    expect(p.microBatch.fake).to.be.below(16);
+    expect(p.microBatch.grpo, "GRPO's micro-batch is its own (not the fake stage's)").to.equal(16);
     expect(p.notes.join('; ')).to.match(/FAKE micro-batch 16 -> \d+/);
-    expect(p.phases['update-fake' as 'update-sft']).to.equal(estimatePhases(x, p)['update-fake' as 'update-sft']);
+    expect(p.phases['update-fake']).to.equal(estimatePhases(x, p)['update-fake']);
     expect(p.fits).to.equal(true);
   });
 });

@@ -81,7 +81,13 @@ export interface PlanInputs {
   /** Fraction of the budget kept free (default {@link DEFAULT_MARGIN}). */
   margin?: number;
   /** Settings given by the user: kept as they are. */
-  pinned?: { opsdMicroBatch?: boolean; grpoMicroBatch?: boolean; recompute?: boolean; rolloutRows?: boolean; judgeMaxTokensPerCall?: boolean };
+  pinned?: {
+    /** By stage name: its update micro-batch (`<stage>.microBatch`) was given. */
+    microBatch?: Partial<Record<Stage, boolean>>;
+    recompute?: boolean;
+    rolloutRows?: boolean;
+    judgeMaxTokensPerCall?: boolean;
+  };
   /** Given values of the pinned rollout rows / judge tokens (0 = not given). */
   rolloutRows?: number;
   judgeMaxTokensPerCall?: number;
@@ -102,8 +108,8 @@ export interface PlanInputs {
 
 /** The settings a plan chooses. */
 export interface PlanSettings {
-  opsdMicroBatch: number;
-  grpoMicroBatch: number;
+  /** The update micro-batch of each registered stage that has one (its descriptor's memory.microBatch), by stage name. */
+  microBatch: Partial<Record<Stage, number>>;
   recompute: boolean;
   /** Rollout rows per decode batch (GRPO: a multiple of the group size). */
   rolloutRows: number;
@@ -114,7 +120,8 @@ export interface PlanSettings {
   judgeOverlap?: boolean;
 }
 
-export type PlanPhase = 'rollout-opsd' | 'rollout-grpo' | 'judge' | 'reference' | 'update-opsd' | 'update-grpo' | 'update-sft' | 'optimizer';
+/** A phase of a step: a stage's rollouts and update (`rollout-<stage>`, `update-<stage>`), the local judge's calls, the reference logprobs, the optimizer. */
+export type PlanPhase = `rollout-${Stage}` | `update-${Stage}` | 'judge' | 'reference' | 'optimizer';
 
 export interface MemoryPlan extends PlanSettings {
   budgetBytes: number;
@@ -225,9 +232,6 @@ export function updateBytes(x: PlanInputs, rows: number, len: number, recompute:
   const chunk = head === 'jsd' ? 2 * Math.min(JSD_CHUNK_LOGITS, logits) * 4 : Math.min(GRPO_CHUNK_LOGITS, logits) * 4;
   return acts + chunk + T * s.hiddenSize * (b + 4);
 }
-
-/** The plan settings that hold a stage's update micro-batch. */
-export type MicroBatchSetting = 'opsdMicroBatch' | 'grpoMicroBatch';
 
 /** Bytes of the local judge's scoring calls in flight above resident: maxTokensPerCall · (KV + forward) per token. */
 export function judgeWorkBytes(x: PlanInputs, maxTokensPerCall: number): number {

@@ -155,7 +155,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   const withMb = running.filter((st) => st.memory.microBatch);
   const chooseMb = (st: TrainingStage, rc: boolean): number | undefined => {
     const m = st.memory.microBatch!;
-    if (pin[m.setting]) return m.configured(x);
+    if (pin.microBatch?.[st.name]) return m.configured(x);
     return halvings(m.configured(x)).find((rows) => R + m.updateBytes(x, rows, rc, t0) <= limit);
   };
   let recompute = x.recompute;
@@ -166,14 +166,14 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     notes.push('activation recompute on: micro-batch 1 does not fit without it');
     p = pick(true);
   }
-  const microBatches = Object.fromEntries(
-    STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, st.memory.microBatch.configured(x)]] : [])),
-  ) as Pick<PlanSettings, 'opsdMicroBatch' | 'grpoMicroBatch'>;
+  const microBatch: PlanSettings['microBatch'] = Object.fromEntries(
+    STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.name, st.memory.microBatch.configured(x)]] : [])),
+  );
   withMb.forEach((st, i) => {
     const m = st.memory.microBatch!,
       was = m.configured(x),
       now = p[i] ?? 1;
-    microBatches[m.setting] = now;
+    microBatch[st.name] = now;
     if (now < was) notes.push(`${st.name.toUpperCase()} micro-batch ${was} -> ${now}`);
   });
 
@@ -210,7 +210,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   const judgedPhase = running.find((st) => st.memory.judgedRollout)?.memory.judgedRollout;
   const overlapOn = x.judgeOverlap === true && x.localJudge !== false && judgedPhase !== undefined;
   // The settings chosen so far; the judge's call size is chosen next.
-  const chosen = { ...microBatches, recompute, rolloutRows, mergeAdapter };
+  const chosen = { microBatch, recompute, rolloutRows, mergeAdapter };
   const rolloutGrpo = (t: number, judgeOverlap: boolean) =>
     judgedPhase ? (estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })[judgedPhase] ?? 0) : 0;
   const besideRollout = (t: number) => rolloutGrpo(t, true) <= limit;
@@ -265,7 +265,10 @@ export function formatPlan(p: MemoryPlan): string {
   const ph = Object.entries(p.phases)
     .map(([k, v]) => `${k} ${gb(v!)}`)
     .join(', ');
-  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); OPSD micro-batch ${p.opsdMicroBatch}, GRPO micro-batch ${p.grpoMicroBatch}, recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
+  const mb = Object.entries(p.microBatch)
+    .map(([stage, n]) => `${stage.toUpperCase()} micro-batch ${n}, `)
+    .join('');
+  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); ${mb}recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
 }
 
 /**
@@ -314,7 +317,7 @@ export function pinnedSettings(...given: (Record<string, unknown> | undefined)[]
   const has = (sect: string, key: string) => given.some((g) => (g?.[sect] as Record<string, unknown> | undefined)?.[key] !== undefined);
   return {
     // A stage's update micro-batch given as `<stage>.microBatch`.
-    ...Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, has(st.name, 'microBatch')]] : []))),
+    microBatch: Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.name, has(st.name, 'microBatch')]] : []))),
     recompute: has('memory', 'recompute'),
     rolloutRows: has('memory', 'rolloutRows'),
     judgeMaxTokensPerCall: has('memory', 'judgeMaxTokensPerCall'),
@@ -356,7 +359,10 @@ export function planForRun(
     judgeOverlap: cfg.grpo.judgeOverlap === 'on' ? true : cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
   };
   const plan = planMemory(inputs);
-  for (const st of STAGES.values()) if (st.microBatch && st.memory.microBatch) st.microBatch.set(cfg as TrainConfig, plan[st.memory.microBatch.setting]);
+  for (const st of STAGES.values()) {
+    const n = plan.microBatch[st.name];
+    if (st.microBatch && n !== undefined) st.microBatch.set(cfg as TrainConfig, n);
+  }
   m.recompute = plan.recompute;
   m.rolloutRows = plan.rolloutRows;
   m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;

@@ -43,7 +43,7 @@ export const grpoStage: TrainingStage = {
       },
     }),
     adapterSnapshots: (x) => (x.grpo.reference === 'stage-start' ? 1 : 0),
-    microBatch: { setting: 'grpoMicroBatch', configured: (x) => x.grpo.microBatch, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'grpo') },
+    microBatch: { configured: (x) => x.grpo.microBatch, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'grpo') },
     rollout: {
       maxRows: (x) => x.grpo.questionsPerStep * x.grpo.groupSize,
       unit: (x) => x.grpo.groupSize,
@@ -68,7 +68,7 @@ export const grpoStage: TrainingStage = {
         if (st.judgeOverlap) out['rollout-grpo'] += judgeWork;
       }
       if (x.grpo.betaKl > 0) out.reference = t.R + rows * t.Ls * t.fwd;
-      out['update-grpo'] = t.R + updateBytes(x, st.grpoMicroBatch, t.Ls, st.recompute, 'grpo');
+      out['update-grpo'] = t.R + updateBytes(x, st.microBatch.grpo!, t.Ls, st.recompute, 'grpo');
       return out;
     },
   },

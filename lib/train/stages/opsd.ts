@@ -34,7 +34,7 @@ export const opsdStage: TrainingStage = {
   memory: {
     inputs: (cfg) => ({ opsd: { batchSize: cfg.opsd.batchSize, microBatch: cfg.opsd.microBatch, teacher: cfg.opsd.teacher } }),
     adapterSnapshots: (x) => (x.opsd.teacher === 'ema' ? 1 : 0),
-    microBatch: { setting: 'opsdMicroBatch', configured: (x) => x.opsd.microBatch, updateBytes: opsdUpdateBytes },
+    microBatch: { configured: (x) => x.opsd.microBatch, updateBytes: opsdUpdateBytes },
     rollout: { maxRows: (x) => x.opsd.batchSize, unit: () => 1 },
     advice: {
       smallest: (x) => ({ opsd: { ...x.opsd, microBatch: 1 } }),
@@ -45,7 +45,7 @@ export const opsdStage: TrainingStage = {
       const rows = Math.min(st.rolloutRows, x.opsd.batchSize);
       return {
         'rollout-opsd': t.R + bucket(rows) * t.Ls * t.kv + t.sampler(bucket(rows)) + t.merged,
-        'update-opsd': t.R + opsdUpdateBytes(x, st.opsdMicroBatch, st.recompute, t),
+        'update-opsd': t.R + opsdUpdateBytes(x, st.microBatch.opsd!, st.recompute, t),
       };
     },
   },

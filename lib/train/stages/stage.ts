@@ -12,7 +12,7 @@ import type { RewardFn, RewardResult, TaskItem } from '../../task/types.js';
 import type { AdvantageFn } from '../advantages.js';
 import type { SamplingOptions, TrainBackend } from '../backend.js';
 import type { DistContext } from '../dist.js';
-import type { MicroBatchSetting, PlanInputs, PlanPhase, PlanSettings } from '../memory-model.js';
+import type { PlanInputs, PlanPhase, PlanSettings } from '../memory-model.js';
 
 /**
  * A step's result: `loss` (global over ranks; NaN = the step is skipped), `completionTokens`
@@ -105,12 +105,11 @@ export interface StageMemory {
   /** Expected peak bytes of the stage's phases under the settings `st`. */
   phases(x: PlanInputs, st: PlanSettings, t: MemoryTerms): Partial<Record<PlanPhase, number>>;
   /**
-   * The update micro-batch the plan chooses (halving from the configured one until the update fits):
-   * the plan setting holding it, the configured value, and the update's bytes above resident for
-   * `rows` sequences. Stages without it update in one call.
+   * The update micro-batch the plan chooses (halving from the configured one until the update fits;
+   * the plan holds it as `microBatch[<stage name>]`): the configured value, and the update's bytes
+   * above resident for `rows` sequences. Stages without it update in one call.
    */
   microBatch?: {
-    setting: MicroBatchSetting;
     configured(x: PlanInputs): number;
     updateBytes(x: PlanInputs, rows: number, recompute: boolean, t: MemoryTerms): number;
   };
