@@ -556,13 +556,22 @@ async function trainLocked(
     }
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     // Judge health per step (metrics.jsonl) and the null-rate stop are in the Trainer (judge.maxNullRate).
-    const reward: RewardFn = o.reward ?? makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score });
+    // A stage that judges mixes its reward with its own α (its descriptor's `judging`); o.reward (tests) serves every stage.
+    const reward: RewardFn = o.reward ?? makeRewardFn(judge, general, { score: cfg.judge.score });
+    const rewards = new Map<Stage, RewardFn>();
+    const rewardOf = (stage: Stage): RewardFn => {
+      const alpha = stageOf(stage).judging?.alpha(cfg);
+      if (alpha === undefined) return reward;
+      if (!rewards.has(stage)) rewards.set(stage, makeRewardFn(judge, general, { alpha, score: cfg.judge.score }));
+      return rewards.get(stage)!;
+    };
     const trainer = new Trainer(
       resolved,
       {
         backend,
         items,
         reward,
+        rewardOf: o.reward ? undefined : rewardOf,
         advantages: groupAdvantages,
         runDir,
         log,

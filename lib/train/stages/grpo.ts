@@ -22,6 +22,11 @@ export const grpoStage: TrainingStage = {
   steps: (cfg) => cfg.grpo.steps,
   lr: (cfg) => cfg.grpo.lr,
   microBatch: { get: (cfg) => cfg.grpo.microBatch, set: (cfg, n) => void (cfg.grpo.microBatch = n) },
+  judging: {
+    alpha: (cfg) => cfg.grpo.alpha,
+    stepTimeoutMs: (cfg) => cfg.grpo.judgeStepTimeoutMs ?? 0,
+    stepTimeoutSetting: 'grpo.judgeStepTimeoutMs (--judge-step-timeout-ms)',
+  },
   // grpo.judgeStepTimeoutMs: how long a step may wait on the judge, a run-time bound.
   resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs'],
   // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'; one from before

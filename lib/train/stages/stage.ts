@@ -140,6 +140,13 @@ export interface TrainingStage extends StageSettings {
   /** Its part of the memory plan. */
   readonly memory: StageMemory;
   /**
+   * The stage judges its rollouts through `ctx.reward` (GRPO): from its own section, the weight α
+   * of r_spec in its reward r = α·r_spec + (1 − α)·r_gen (paper §3, lib/judge/rewards.ts
+   * mixReward) and how long one step may wait on the judge (ms from the step's first reward call;
+   * 0 = no deadline), with that deadline's setting as messages name it. Absent: the stage calls no judge.
+   */
+  readonly judging?: { alpha(cfg: TrainConfig): number; stepTimeoutMs(cfg: TrainConfig): number; readonly stepTimeoutSetting: string };
+  /**
    * Fills keys a checkpoint written before they existed lacks, in place (old checkpoints load):
    * `saved` is the checkpoint's config.
    */
