@@ -62,8 +62,16 @@ export const DEFAULT_MARGIN = 0.1;
 const GRPO_CHUNK_LOGITS = 16 * 2 ** 20;
 const JSD_CHUNK_LOGITS = 64 * 2 ** 20;
 
+/**
+ * Each stage's section of the plan's inputs, keyed by stage name (its descriptor's `memory.inputs`
+ * reads it from the config). A stage file adds its own by declaration merging
+ * (`declare module '../memory-model.js' { interface PlanStageInputs { name: { … } } }`).
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface PlanStageInputs {}
+
 /** What the plan needs to know about the run. */
-export interface PlanInputs {
+export interface PlanInputs extends PlanStageInputs {
   shape: ModelShape;
   /** Bytes per model element (2 for bf16 / fp16, 4 for fp32). */
   dtypeBytes: number;
@@ -72,9 +80,6 @@ export interface PlanInputs {
   /** Longest student / teacher prompt of the dataset, tokens. */
   promptTokens: { student: number; teacher: number };
   maxNewTokens: number;
-  opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
-  grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
-  sft: { batchSize: number };
   recompute: boolean;
   /** Memory the run may use, bytes (device memory, or the --max-memory cap when smaller). */
   budgetBytes: number;

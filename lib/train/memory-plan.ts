@@ -74,11 +74,12 @@ import {
   DEFAULT_MARGIN,
   type ModelShape,
   type PlanInputs,
+  type PlanStageInputs,
   type PlanPhase,
   type PlanSettings,
   type MemoryPlan,
 } from './memory-model.js';
-import type { TrainConfig } from '../config/train.js';
+import type { Stage, TrainConfig } from '../config/train.js';
 
 export * from './memory-model.js';
 import { judgeSharesPolicyWeights } from '../judge/backends/index.js';
@@ -307,7 +308,7 @@ export function flagsThatFit(x: PlanInputs): string {
 }
 
 /** The config fields the run-level plan reads and sets (each stage reads its own section: its descriptor's memory.inputs). */
-export type PlannableConfig = Pick<TrainConfig, 'device' | 'dtype' | 'stages' | 'lora' | 'sampling' | 'sft' | 'opsd' | 'grpo' | 'judge' | 'memory'>;
+export type PlannableConfig = Pick<TrainConfig, 'device' | 'dtype' | 'stages' | 'lora' | 'sampling' | Stage | 'judge' | 'memory'>;
 
 /** Which memory settings the user gave (flags or config file); the plan keeps those. */
 export type PinnedSettings = NonNullable<PlanInputs['pinned']>;
@@ -340,6 +341,9 @@ export function planForRun(
   const budget = Math.min(cap ?? Infinity, o.deviceMemoryBytes ?? Infinity);
   if (!Number.isFinite(budget)) return undefined;
   const dtype = cfg.dtype ?? (cfg.device.startsWith('cuda') ? 'bfloat16' : 'float32');
+  // The local judge beside the rollouts of the stage that judges (its descriptor's memory.judgeOverlap).
+  const overlapOf = STAGES.values().find((st) => st.memory.judgeOverlap)?.memory.judgeOverlap;
+  const overlap = overlapOf?.get(cfg as TrainConfig) ?? 'off';
   const inputs: PlanInputs = {
     shape: o.shape,
     dtypeBytes: dtype === 'float32' ? 4 : 2,
@@ -348,7 +352,7 @@ export function planForRun(
     promptTokens: o.promptTokens,
     maxNewTokens: cfg.sampling.maxNewTokens,
     // Every registered stage's section (a stage that does not run is read but not planned).
-    ...(Object.assign({}, ...STAGES.values().map((st) => st.memory.inputs(cfg as TrainConfig))) as Pick<PlanInputs, 'opsd' | 'grpo' | 'sft'>),
+    ...(Object.assign({}, ...STAGES.values().map((st) => st.memory.inputs(cfg as TrainConfig))) as PlanStageInputs),
     recompute: m.recompute,
     budgetBytes: budget,
     pinned: o.pinned,
@@ -356,7 +360,7 @@ export function planForRun(
     judgeMaxTokensPerCall: m.judgeMaxTokensPerCall ?? 0,
     localJudge: judgeSharesPolicyWeights(cfg.judge),
     mergeAdapter: cfg.sampling.mergeAdapter === 'on' ? true : cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
-    judgeOverlap: cfg.grpo.judgeOverlap === 'on' ? true : cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
+    judgeOverlap: overlap === 'on' ? true : overlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
   };
   const plan = planMemory(inputs);
   for (const st of STAGES.values()) {
@@ -367,7 +371,7 @@ export function planForRun(
   m.rolloutRows = plan.rolloutRows;
   m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;
   if (cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda')) cfg.sampling.mergeAdapter = plan.mergeAdapter ? 'on' : 'off';
-  if (cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined)
-    cfg.grpo.judgeOverlap = plan.judgeOverlap ? 'on' : 'off';
+  if (overlapOf && overlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined)
+    overlapOf.set(cfg as TrainConfig, plan.judgeOverlap ? 'on' : 'off');
   return { inputs, plan };
 }

@@ -15,6 +15,13 @@ import { chunks, finiteOrNull, longestFirst, mean, std, sumFinite, type StageCon
 import { maskedAdvantages } from '../advantages.js';
 import { DEFAULTS } from '../../config/train.js';
 
+// Its section of the memory plan's inputs (lib/train/memory-model.ts PlanStageInputs).
+declare module '../memory-model.js' {
+  interface PlanStageInputs {
+    grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
+  }
+}
+
 export const grpoStage: TrainingStage = {
   name: 'grpo',
   batch: { global: 'grpo.questionsPerStep', perRank: 'grpo.questionsPerRank', unit: 'questions' },
@@ -56,6 +63,7 @@ export const grpoStage: TrainingStage = {
       fits: (x, rows, t, limit) => x.grpo.betaKl <= 0 || t.R + rows * t.Ls * t.fwd <= limit,
     },
     judgedRollout: 'rollout-grpo',
+    judgeOverlap: { get: (cfg) => cfg.grpo.judgeOverlap, set: (cfg, v) => void (cfg.grpo.judgeOverlap = v) },
     advice: {
       smallest: (x) => ({ grpo: { ...x.grpo, microBatch: 1 } }),
       shrink: (x) => (x.grpo.questionsPerStep > 1 ? { grpo: { ...x.grpo, questionsPerStep: Math.floor(x.grpo.questionsPerStep / 2) } } : undefined),

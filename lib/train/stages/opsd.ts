@@ -14,6 +14,13 @@ import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type S
 const opsdUpdateBytes = (x: PlanInputs, rows: number, rc: boolean, t: MemoryTerms) =>
   updateBytes(x, rows, t.Ls, rc, 'jsd') + rows * x.maxNewTokens * x.shape.hiddenSize * x.dtypeBytes;
 
+// Its section of the memory plan's inputs (lib/train/memory-model.ts PlanStageInputs).
+declare module '../memory-model.js' {
+  interface PlanStageInputs {
+    opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
+  }
+}
+
 export const opsdStage: TrainingStage = {
   name: 'opsd',
   batch: { global: 'opsd.batchSize', perRank: 'opsd.batchSizePerRank', unit: 'questions' },

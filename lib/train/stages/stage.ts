@@ -117,6 +117,8 @@ export interface StageMemory {
   rollout?: { maxRows(x: PlanInputs): number; unit(x: PlanInputs): number; fits?(x: PlanInputs, rows: number, t: MemoryTerms, limit: number): boolean };
   /** The phase the stage's rollouts are judged beside (grpo.judgeOverlap): the local judge's memory is planned with it. */
   judgedRollout?: PlanPhase;
+  /** The setting that puts the local judge beside that rollout (`auto` is decided by the plan on CUDA): read and, once decided, set. */
+  judgeOverlap?: { get(cfg: TrainConfig): 'auto' | 'on' | 'off'; set(cfg: TrainConfig, v: 'on' | 'off'): void };
   /**
    * For the out-of-memory advice (memory-plan.ts flagsThatFit): the stage's smallest update
    * setting, one halving of its step's size (undefined at 1) and the flags that give `x`'s values.
