@@ -13,15 +13,12 @@ import { checkValue, type Setting } from './schema.js';
 import { memoOn, ownRows, registeredJudgeBackends } from './extensions.js';
 
 /**
- * Judge kind names. The built-in ones are listed here; a backend file adds its own by declaration
- * merging (`declare module '…/config/judge.js' { interface JudgeKindNames { echo: true } }`), so
- * that {@link JudgeConfigOf} and lib/judge/backends JudgeBackendOf type it.
+ * Judge kind names. Each backend file (lib/judge/backends/, the registry's folder) adds its own by
+ * declaration merging (`declare module '…/config/judge.js' { interface JudgeKindNames { echo: true } }`),
+ * so that {@link JudgeConfigOf} and lib/judge/backends JudgeBackendOf type it.
  */
-export interface JudgeKindNames {
-  local: true;
-  http: true;
-  jury: true;
-}
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface JudgeKindNames {}
 export type JudgeKind = keyof JudgeKindNames;
 
 /** The registered judge kinds, in registration order: the `--judge` / `judge.kind` choices. @throws Error when lib/judge/backends/ has not loaded. */

@@ -9,6 +9,13 @@ import type { Judge } from '../types.js';
 import type { JudgeBackendOf } from './backend.js';
 import { judgeBackend } from './index.js';
 
+// Its kind's name in the judge config's type (lib/config/judge.ts JudgeKindNames).
+declare module '../../config/judge.js' {
+  interface JudgeKindNames {
+    jury: true;
+  }
+}
+
 /** The members' full settings (each member's keys over the section's). */
 export function juryMembers(c: JudgeConfig): (JudgeConfig & { name: string; weight: number })[] {
   return (c.judges ?? []).map((_m, i) => juryMemberConfig(c, i));
