@@ -23,7 +23,7 @@ import {
   type JudgeBackend,
   type JudgeBackendOf,
 } from '../lib/judge/backends/index.js';
-import { JUDGE_DEFAULTS, JUDGE_KINDS, judgeConfigProblems, judgeKinds, judgeSettings, type JudgeConfig } from '../lib/config/judge.js';
+import { JUDGE_DEFAULTS, judgeConfigProblems, judgeKinds, judgeSettings, type JudgeConfig } from '../lib/config/judge.js';
 import { commandSettings, trainSettings } from '../lib/config/settings.js';
 import { renderConfigDocs } from '../lib/config/docs.js';
 import { flagsToConfig, trainCommand } from '../bin/commands/train.js';
@@ -33,6 +33,9 @@ import { planForRun, QWEN3_SHAPES } from '../lib/train/memory-plan.js';
 import { readConfigFile, resolveConfig } from '../lib/config/train.js';
 import { Registry } from '../lib/util/registry.js';
 import { startFakeLlm } from './helpers/fake-llm.js';
+
+/** The built-in kinds in registration order (lib/judge/backends/index.ts), as this test expects them. */
+const JUDGE_KINDS = ['local', 'http', 'jury'] as const;
 
 /** A judge that says "met" for every item whose text contains the plan's first word. */
 function echoJudge(name: string): Judge {
@@ -286,6 +289,35 @@ describe('judge backends: a new kind brings its own settings (one descriptor, on
       { id: 'b', text: 'uses alpha' },
     ];
     expect((await j.judge([{ question: 'q', plan: 'alpha plan', items }]))[0]!.map((v) => v.met)).to.deep.equal([true, false]);
+  });
+
+  it('is a jury member (members: any registered kind without members), checked as a judge of its own kind, and judges inside the jury', async () => {
+    const jury = (judges: unknown[]): JudgeConfig => ({ ...JUDGE_DEFAULTS, kind: 'jury', judges: judges as JudgeConfig['judges'] });
+    const members = [
+      { name: 'e1', kind: 'echo', echoWord: 'alpha' },
+      { name: 'e2', kind: 'echo', echoWord: 'beta' },
+      { name: 'e3', kind: 'echo' },
+    ];
+    expect(judgeConfigProblems(jury(members))).to.deep.equal([]);
+    expect(judgeConfigProblems(jury([members[0], { name: 'e2', kind: 'echo', echoWord: 'Bad' }]))).to.deep.equal([
+      'judge.judges[1].echoWord (--judge-echo-word) must be one lower-case word (got "Bad")',
+    ]);
+    expect(judgeConfigProblems(jury([members[0], { name: 'j', kind: 'jury' }]))[0]).to.equal('judge.judges[1].kind must be local or http or echo (got "jury")');
+    // a kind without members reads no judges list; the message names the kinds that do
+    expect(judgeConfigProblems({ ...JUDGE_DEFAULTS, kind: 'echo', judges: members as JudgeConfig['judges'] })).to.deep.equal([
+      'judge.judges is only read by judge.kind jury (got kind "echo")',
+    ]);
+    const j = await openJudge({ ...jury(members), aggregation: 'majority' });
+    try {
+      const items = [
+        { id: 'a', text: 'alpha and beta' }, // e1 yes, e2 yes, e3 (first word "gamma") no: met
+        { id: 'b', text: 'alpha only' }, // e1 yes, e2 no, e3 no: not met
+      ];
+      const v = (await j.judge([{ question: 'q', plan: 'gamma plan', items }]))[0]!;
+      expect(v.map((x) => x.met)).to.deep.equal([true, false]);
+    } finally {
+      await j.close?.();
+    }
   });
 
   it('is refused with an error naming the key and flag when mistyped (YAML, flags, its key rule), and a taken flag is refused', () => {

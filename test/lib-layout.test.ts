@@ -3,16 +3,25 @@
  * subfolders included) or one file directly in lib/ (lib/native.ts is the room `native`). The
  * allowed room graph is a list of layers; a room may import (statically, dynamically, or types
  * only — a type import ties two rooms as much as a value import does) rooms of lower layers only,
- * so no two rooms depend on each other and the graph has no cycle. The analysis runs on the real
- * tree and, so that a broken rule is known to fail, on synthetic trees that break it.
+ * so no two rooms depend on each other and the graph has no cycle. Each registry is the only list
+ * of its names: a registered name is a string literal in code (lib/ and bin/) only inside a
+ * registry's folder, as the native layout test refuses an architecture name outside its file. The
+ * analyses run on the real tree and, so that a broken rule is known to fail, on synthetic trees that
+ * break them.
  */
 import { expect } from 'chai';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, posix, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { JUDGE_BACKENDS } from '../lib/judge/backends/index.js';
+import { STAGES } from '../lib/train/stages/index.js';
+import { PROTOCOLS } from '../lib/eval/protocols/index.js';
+import { FORMATS } from '../lib/eval/formats/index.js';
+import { TRACKERS } from '../lib/train/trackers/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const libDir = join(here, '..', '..', 'lib');
+const repoDir = join(here, '..', '..');
+const libDir = join(repoDir, 'lib');
 
 /**
  * Lowest first. lib/config/ sits below the judge and the trainer: it holds the core settings rows and
@@ -144,6 +153,147 @@ describe('lib/ layout: rooms and the allowed room graph', () => {
       'room newroom is in no layer',
     ]);
     expect(l.cycles).to.deep.equal([['util', 'train', 'util']]);
+  });
+});
+
+/** A registry as the name rule sees it: its folder (relative to the repository) and its registered names. */
+interface NamedRegistry {
+  folder: string;
+  names: readonly string[];
+}
+
+/**
+ * The registries (docs/design.md §9), each with its folder. A descriptor file may name a descriptor
+ * of another registry (a dataset format names the protocol that scores it), so a name is allowed
+ * inside any of these folders.
+ */
+const REGISTRIES = (): NamedRegistry[] => [
+  { folder: 'lib/judge/backends', names: JUDGE_BACKENDS.names() },
+  { folder: 'lib/train/stages', names: STAGES.names() },
+  { folder: 'lib/eval/protocols', names: PROTOCOLS.names() },
+  { folder: 'lib/eval/formats', names: FORMATS.names() },
+  { folder: 'lib/train/trackers', names: TRACKERS.names() },
+];
+
+/**
+ * The uses outside the registry folders that are not a list or a test of registered names, each with
+ * how many times the name appears in that file and why. A use beyond the count fails (ask the
+ * registry or its descriptor's capability instead); a count above the uses left fails too (lower it).
+ */
+const ALLOWED_USES: readonly { file: string; name: string; uses: number; why: string }[] = [
+  { file: 'lib/addon.ts', name: 'grpo', uses: 2, why: "GRPO the loss: the aggregation 'grpo' | 'dapo' | 'dr_grpo' and the fused loss kind, not the stage" },
+  { file: 'lib/bench.ts', name: 'grpo', uses: 1, why: 'GRPO the fused loss kind' },
+  { file: 'lib/config/train.ts', name: 'grpo', uses: 1, why: 'the loss aggregation type' },
+  { file: 'lib/train/backend.ts', name: 'grpo', uses: 1, why: 'the loss aggregation type' },
+  { file: 'lib/train/memory-model.ts', name: 'grpo', uses: 1, why: "the update estimate's loss head (GRPO's chunked logits)" },
+  {
+    file: 'lib/config/settings.ts',
+    name: 'grpo',
+    uses: 3,
+    why: "the loss aggregation's choice and default, and the stages' default (the paper's recipe: OPSD then GRPO)",
+  },
+  { file: 'lib/config/settings.ts', name: 'opsd', uses: 1, why: "the stages' default (the paper's recipe)" },
+  { file: 'lib/config/settings.ts', name: 'local', uses: 1, why: "train's default judge kind" },
+  { file: 'lib/config/settings.ts', name: 'http', uses: 1, why: "eval's default judge kind" },
+  {
+    file: 'lib/config/settings.ts',
+    name: 'papergym',
+    uses: 4,
+    why: "build-data's output formats (its writers, not the import registry) and the default seeds of the split and mix hashes",
+  },
+  { file: 'lib/config/settings.ts', name: 'research-plan-gen', uses: 1, why: "build-data's output formats (its writers)" },
+  { file: 'lib/config/judge.ts', name: 'local', uses: 1, why: 'the default judge kind (JUDGE_DEFAULTS)' },
+  { file: 'lib/judge/local.ts', name: 'local', uses: 1, why: "the local judge's default display name" },
+  { file: 'lib/data/pipeline.ts', name: 'papergym', uses: 1, why: "the split hash's default seed" },
+  { file: 'lib/data/schema.ts', name: 'papergym', uses: 2, why: "the project's own dataset format, written on its items" },
+  { file: 'bin/commands/build-data.ts', name: 'papergym', uses: 3, why: "build-data's output formats and the mix hash's default seed" },
+  { file: 'bin/commands/build-data.ts', name: 'research-plan-gen', uses: 2, why: "build-data's output formats" },
+  { file: 'bin/commands/subset.ts', name: 'papergym', uses: 1, why: "the subset hash's default seed" },
+  {
+    file: 'bin/commands/eval.ts',
+    name: 'papergym',
+    uses: 3,
+    why: "the default protocol, and the project's own items (format papergym) evaluated as training validates them",
+  },
+];
+
+/** `text` with its comments blanked (line numbers kept): names in comments are words, not code. */
+function stripComments(text: string): string {
+  return text.replace(/\/\*[\s\S]*?\*\//g, (m) => m.replace(/[^\n]/g, ' ')).replace(/(^|[^:'"`\\])\/\/.*$/gm, '$1');
+}
+
+/**
+ * Every registered name written as a string literal ('x', "x", `x`) in code outside the registry
+ * folders, as "file:line: 'name' (folder)", less the allowed uses; then each allowed entry whose
+ * count no longer matches. `tree` is keyed by path relative to the repository.
+ */
+function registeredNameUses(tree: Tree, registries: readonly NamedRegistry[], allowed: typeof ALLOWED_USES = []): string[] {
+  const out: string[] = [];
+  const counts = new Map<string, number>();
+  // A name registered in two registries (a dataset format and its protocol) is one name.
+  const byName = new Map<string, string[]>();
+  for (const r of registries) for (const n of r.names) byName.set(n, [...(byName.get(n) ?? []), r.folder]);
+  for (const [path, text] of Object.entries(tree)) {
+    if (registries.some((r) => path.startsWith(`${r.folder}/`))) continue;
+    const code = stripComments(text);
+    for (const [name, folders] of byName) {
+      const re = new RegExp(`(['"\`])${name.replace(/[.*+?^${}()|[\]\\-]/g, '\\$&')}\\1`, 'g');
+      for (const m of code.matchAll(re)) {
+        const key = `${path}\u0000${name}`;
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+        const ok = allowed.find((a) => a.file === path && a.name === name);
+        if (!ok || counts.get(key)! > ok.uses)
+          out.push(`${path}:${code.slice(0, m.index).split('\n').length}: '${name}' (registered in ${folders.map((f) => `${f}/`).join(', ')})`);
+      }
+    }
+  }
+  for (const a of allowed) {
+    const n = counts.get(`${a.file}\u0000${a.name}`) ?? 0;
+    if (n < a.uses) out.push(`${a.file}: '${a.name}' is allowed ${a.uses} time(s) but used ${n}: lower ALLOWED_USES`);
+  }
+  return out;
+}
+
+/** lib/ and bin/ source files keyed by path relative to the repository. */
+function readCode(): Tree {
+  const out: Tree = {};
+  for (const d of ['lib', 'bin']) for (const [p, t] of Object.entries(readTree(join(repoDir, d)))) out[`${d}/${p}`] = t;
+  return out;
+}
+
+describe('registries: each is the only list of its names', () => {
+  it('the real tree: no registered name outside a registry folder but the allowed uses', () => {
+    const regs = REGISTRIES();
+    // The rule sees the real names (an empty registry would pass every rule).
+    expect(regs.map((r) => r.names.length)).to.satisfy((ns: number[]) => ns.every((n) => n >= 3));
+    const uses = registeredNameUses(readCode(), regs, ALLOWED_USES);
+    expect(uses, uses.join('\n')).to.deep.equal([]);
+  });
+
+  it('fails on a synthetic tree with a test of a name outside its folder, a hand-written choice list, and a stale allowed count', () => {
+    const regs: NamedRegistry[] = [
+      { folder: 'lib/judge/backends', names: ['local', 'http', 'jury'] },
+      { folder: 'lib/eval/protocols', names: ['researchqa', 'research-plan-gen'] },
+    ];
+    const tree: Tree = {
+      'bin/commands/compare.ts': "// the jury: 'jury' in a comment is a word\nif (jc.kind === 'jury') return x;\n",
+      'lib/config/settings.ts': "const s = { choices: ['researchqa', \"research-plan-gen\"], url: 'http://127.0.0.1/' };\n/* 'http' */\n",
+      'lib/judge/backends/jury.ts': "export const juryBackend = { kind: 'jury', members: ['local', 'http'] };\n",
+      'lib/eval/protocols/researchqa.ts': "export const p = { name: 'researchqa', judge: 'http' };\n",
+    };
+    expect(registeredNameUses(tree, regs)).to.deep.equal([
+      "bin/commands/compare.ts:2: 'jury' (registered in lib/judge/backends/)",
+      "lib/config/settings.ts:1: 'researchqa' (registered in lib/eval/protocols/)",
+      "lib/config/settings.ts:1: 'research-plan-gen' (registered in lib/eval/protocols/)",
+    ]);
+    const allowed = [
+      { file: 'bin/commands/compare.ts', name: 'jury', uses: 1, why: 'test' },
+      { file: 'lib/config/settings.ts', name: 'researchqa', uses: 2, why: 'test' },
+    ];
+    expect(registeredNameUses(tree, regs, allowed)).to.deep.equal([
+      "lib/config/settings.ts:1: 'research-plan-gen' (registered in lib/eval/protocols/)",
+      "lib/config/settings.ts: 'researchqa' is allowed 2 time(s) but used 1: lower ALLOWED_USES",
+    ]);
   });
 });
 

@@ -44,7 +44,7 @@ function presetInputs(shape: keyof typeof QWEN3_SHAPES, budgetGB = 1e6): PlanInp
     budgetBytes: budgetGB * 1e9,
   };
 }
-const AS_MEASURED: PlanSettings = { opsdMicroBatch: 4, grpoMicroBatch: 8, recompute: false, rolloutRows: 64, judgeMaxTokensPerCall: 65536 };
+const AS_MEASURED: PlanSettings = { microBatch: { opsd: 4, grpo: 8 }, recompute: false, rolloutRows: 64, judgeMaxTokensPerCall: 65536 };
 
 describe('memory plan', () => {
   it('reproduces the measured peaks (8B GRPO 108.9 GB, 8B OPSD 64.3 GB, 1.7B GRPO 40.6 GB) within the stated tolerance', () => {
@@ -65,7 +65,7 @@ describe('memory plan', () => {
     const est = (over: Partial<PlanInputs>, st: Partial<PlanSettings> = {}) => estimatePhases({ ...x, ...over }, { ...AS_MEASURED, ...st });
     let prev = 0;
     for (const mb of [1, 2, 4, 8, 16]) {
-      const v = est({}, { grpoMicroBatch: mb })['update-grpo']!;
+      const v = est({}, { microBatch: { ...AS_MEASURED.microBatch, grpo: mb } })['update-grpo']!;
       expect(v).to.be.above(prev);
       prev = v;
     }
@@ -98,8 +98,8 @@ describe('memory plan', () => {
         if (prev) {
           // With recompute newly on, a larger micro-batch may fit again.
           if (p.recompute === prev.recompute) {
-            expect(p.grpoMicroBatch).to.be.at.most(prev.grpoMicroBatch);
-            expect(p.opsdMicroBatch).to.be.at.most(prev.opsdMicroBatch);
+            expect(p.microBatch.grpo).to.be.at.most(prev.microBatch.grpo!);
+            expect(p.microBatch.opsd).to.be.at.most(prev.microBatch.opsd!);
           }
           expect(p.rolloutRows).to.be.at.most(prev.rolloutRows);
           expect(p.judgeMaxTokensPerCall).to.be.at.most(prev.judgeMaxTokensPerCall);
@@ -114,15 +114,15 @@ describe('memory plan', () => {
     expect(planMemory(presetInputs('qwen3-1.7b', 48)).fits).to.equal(true);
     // Uncapped on an H200 the measured settings stay (no needless slow-down).
     const big = planMemory(presetInputs('qwen3-8b', 141));
-    expect([big.grpoMicroBatch, big.opsdMicroBatch, big.recompute]).to.deep.equal([8, 4, false]);
+    expect([big.microBatch.grpo, big.microBatch.opsd, big.recompute]).to.deep.equal([8, 4, false]);
     // GRPO rollout rows are whole groups.
     for (const b of [80, 48, 24]) expect(planMemory(presetInputs('qwen3-8b', b)).rolloutRows % 8).to.equal(0);
   });
 
   it('keeps pinned settings and only reports whether they fit; says what does not fit; suggests flags that fit', () => {
-    const x = { ...presetInputs('qwen3-8b', 48), pinned: { grpoMicroBatch: true, recompute: true } };
+    const x = { ...presetInputs('qwen3-8b', 48), pinned: { microBatch: { grpo: true }, recompute: true } };
     const p = planMemory(x);
-    expect(p.grpoMicroBatch).to.equal(8);
+    expect(p.microBatch.grpo).to.equal(8);
     expect(p.recompute).to.equal(false);
     expect(p.fits).to.equal(false);
     expect(p.notes.join(' ')).to.match(/does not fit in 43\.2 GB.*update-grpo.* — the run starts anyway: an out of memory halves the micro-batch/);
@@ -258,7 +258,7 @@ describe('memory plan', () => {
     const capped = resolveConfig({ preset: 'qwen3-8b', flags: { device: 'cpu', memory: { maxMemoryGB: 48 } } as never });
     const r = planForRun(capped, { shape: QWEN3_SHAPES['qwen3-8b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!;
     expect(r.plan.budgetBytes).to.equal(48e9);
-    expect(capped.grpo.microBatch).to.equal(r.plan.grpoMicroBatch).and.to.be.below(8);
+    expect(capped.grpo.microBatch).to.equal(r.plan.microBatch.grpo).and.to.be.below(8);
     expect(capped.memory.rolloutRows).to.equal(r.plan.rolloutRows);
     expect(capped.memory.judgeMaxTokensPerCall).to.equal(r.plan.judgeMaxTokensPerCall);
     const gpu = resolveConfig({ preset: 'qwen3-8b' });
@@ -288,8 +288,7 @@ describe('memory plan', () => {
       }),
     ).to.equal(undefined);
     expect(pinnedSettings({ grpo: { microBatch: 2 } }, { memory: { recompute: true } })).to.deep.equal({
-      opsdMicroBatch: false,
-      grpoMicroBatch: true,
+      microBatch: { opsd: false, grpo: true },
       recompute: true,
       rolloutRows: false,
       judgeMaxTokensPerCall: false,

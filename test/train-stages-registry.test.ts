@@ -24,14 +24,16 @@ import { Trainer, type TrainItem } from '../lib/train/trainer.js';
 import { STAGES, stageOf, type TrainingStage } from '../lib/train/stages/index.js';
 import { estimatePhases, planMemory, residentBytes, QWEN3_SHAPES, type PlanInputs } from '../lib/train/memory-plan.js';
 import { updateBytes } from '../lib/train/memory-model.js';
-import { RESUMABLE_KEYS } from '../lib/train/run.js';
+import { RESUMABLE_KEYS, runTraining } from '../lib/train/run.js';
 import { oomError } from '../lib/errors.js';
+import type { RewardResult } from '../lib/task/types.js';
 import { fakeBackend } from './helpers/fake-backend.js';
 
 // The fake stage's typing: its name and its section, by declaration merging from its file (here, the test).
 declare module '../lib/config/train.js' {
   interface StageSections {
     fake: { steps: number; lr: number; microBatch: number };
+    judged: { steps: number; lr: number; alpha: number; judgeStepTimeoutMs: number };
   }
 }
 
@@ -103,8 +105,8 @@ describe('training stages: a new stage is one descriptor and one register line',
     memory: {
       inputs: () => ({}),
       adapterSnapshots: () => 1,
-      microBatch: { setting: 'grpoMicroBatch', configured: () => 16, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'ce') },
-      phases: (x, st, t) => ({ ['update-fake' as 'update-sft']: t.R + updateBytes(x, st.grpoMicroBatch, t.Ls, st.recompute, 'ce') }),
+      microBatch: { configured: () => 16, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'ce') },
+      phases: (x, st, t) => ({ 'update-fake': t.R + updateBytes(x, st.microBatch.fake!, t.Ls, st.recompute, 'ce') }),
     },
     async step(ctx) {
       const items = ctx.take(2);
@@ -224,9 +226,117 @@ describe('training stages: a new stage is one descriptor and one register line',
     expect(residentBytes(x) - residentBytes(alone), 'one adapter snapshot: 4 bytes per LoRA parameter').to.be.above(0);
     const p = planMemory(x);
     expect(Object.keys(p.phases)).to.deep.equal(['update-fake', 'optimizer']);
-    expect(p.grpoMicroBatch).to.be.below(16);
+    expect(p.microBatch.fake).to.be.below(16);
+    expect(p.microBatch.grpo, "GRPO's micro-batch is its own (not the fake stage's)").to.equal(16);
     expect(p.notes.join('; ')).to.match(/FAKE micro-batch 16 -> \d+/);
-    expect(p.phases['update-fake' as 'update-sft']).to.equal(estimatePhases(x, p)['update-fake' as 'update-sft']);
+    expect(p.phases['update-fake']).to.equal(estimatePhases(x, p)['update-fake']);
     expect(p.fits).to.equal(true);
+  });
+});
+
+describe('training stages: a second stage that judges owns its reward α and its judge deadline', () => {
+  const results: RewardResult[] = [];
+  const judged: TrainingStage = {
+    name: 'judged',
+    phases: ['judge', 'update'],
+    settings: [
+      { key: 'steps', flag: 'judged-steps', type: 'integer', min: 0, default: 0, meaning: 'Judged stage steps', source: 'test' },
+      { key: 'lr', flag: 'judged-lr', type: 'number', min: 0, exclusiveMin: true, default: 1e-3, meaning: 'Judged stage learning rate', source: 'test' },
+      { key: 'alpha', flag: 'judged-alpha', type: 'number', min: 0, max: 1, default: 0.25, meaning: 'Judged stage α of r_spec', source: 'test' },
+      {
+        key: 'judgeStepTimeoutMs',
+        flag: 'judged-judge-step-timeout-ms',
+        type: 'integer',
+        min: 0,
+        default: 0,
+        meaning: 'Judged stage judge deadline per step, ms',
+        source: 'test',
+      },
+    ],
+    steps: (cfg) => cfg.judged.steps,
+    lr: (cfg) => cfg.judged.lr,
+    judging: {
+      alpha: (cfg) => cfg.judged.alpha,
+      stepTimeoutMs: (cfg) => cfg.judged.judgeStepTimeoutMs,
+      stepTimeoutSetting: 'judged.judgeStepTimeoutMs (--judged-judge-step-timeout-ms)',
+    },
+    resumableKeys: ['judged.steps'],
+    memory: { inputs: () => ({}), phases: () => ({}) },
+    async step(ctx) {
+      const items = ctx.take(2);
+      const r = await ctx.timed('judge', () => ctx.reward(items.map((item) => ({ item, plan: `First, ${item.question} Then measure it.` }))));
+      results.push(...r);
+      return { loss: 0, completionTokens: 0 };
+    },
+  };
+  before(() => STAGES.register(judged));
+  after(() => STAGES.unregister('judged'));
+
+  it("the Trainer stops a step past the stage's own deadline, naming its setting (not GRPO's)", async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-judged-'));
+    try {
+      const cfg = resolveConfig({
+        flags: {
+          stages: ['judged'],
+          judged: { steps: 1, judgeStepTimeoutMs: 50 },
+          grpo: { judgeStepTimeoutMs: 0 },
+          checkpoint: { every: 0 },
+          validation: { every: 0, maxItems: 0 },
+        } as never,
+      });
+      const items: TrainItem[] = Array.from({ length: 2 }, (_, i) => ({
+        id: `q${i}`,
+        question: `question ${i}`,
+        reference_answer: 'a',
+        rubric: [{ id: 'r1', text: 'x', dimension: 'method_innovation' }],
+        split: 'train',
+      }));
+      // A judge that never answers until its call is aborted.
+      const hang = (_r: unknown, signal?: AbortSignal) => new Promise<never>((_res, rej) => signal?.addEventListener('abort', () => rej(signal.reason)));
+      let err: Error | undefined;
+      await new Trainer(cfg, {
+        backend: fakeBackend(),
+        items,
+        reward: hang,
+        advantages: (r) => ({ advantages: r, keep: r.map(() => true) }),
+        runDir: tmp,
+        log: () => undefined,
+      })
+        .run()
+        .catch((e: Error) => (err = e));
+      expect(err?.message).to.match(/the judge did not finish the step within judged\.judgeStepTimeoutMs \(--judged-judge-step-timeout-ms\) 50 ms/);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
+  it("a run mixes the stage's reward with its own α (judged.alpha 0.25), not grpo.alpha", async function () {
+    this.timeout(120_000);
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-judged-run-'));
+    results.length = 0;
+    try {
+      await runTraining({
+        flags: {
+          out: join(tmp, 'run'),
+          seed: 5,
+          stages: ['judged'],
+          judged: { steps: 2 },
+          grpo: { alpha: 0.7 },
+          checkpoint: { every: 0 },
+          validation: { every: 0 },
+        } as never,
+        log: () => undefined,
+        handleSignals: false,
+      });
+      expect(results.length).to.equal(4);
+      // r = α·r_spec + (1 − α)·r_gen (paper §3) with α = 0.25, computed here from the parts the judge gave.
+      for (const r of results) if (!r.masked) expect(r.reward).to.be.closeTo(0.25 * r.rSpec! + 0.75 * r.rGen!, 1e-12);
+      expect(
+        results.some((r) => !r.masked && Math.abs(r.rSpec! - r.rGen!) > 1e-9),
+        'some plan whose parts differ (else α would not show)',
+      ).to.equal(true);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });

@@ -29,7 +29,7 @@ import {
   type CompareJuryMember,
 } from '../../lib/eval/compare.js';
 import type { JudgeConfig } from '../../lib/config/judge.js';
-import { checkJudge, judgeAnswersFreeForm, judgeLabel } from '../../lib/judge/backends/index.js';
+import { checkJudge, judgeAnswersFreeForm, judgeHasMembers, judgeLabel } from '../../lib/judge/backends/index.js';
 import { juryRunMembers } from '../../lib/judge/jury.js';
 import { JudgeHealthError } from '../../lib/judge/types.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
@@ -89,7 +89,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     if (!questions.length) throw new Error(`${argv.data}: no question has a plan in every --plans file`);
     const jc = judgeConfigFromArgs(argv);
     if (!jc.cache) jc.cache = `${argv.data}.compare-cache.sqlite`;
-    if (jc.kind === 'jury') return compareWithJury(argv, jc, systems, questions, left);
+    if (judgeHasMembers(jc)) return compareWithJury(argv, jc, systems, questions, left);
     const juryFlags = juryFlagsGiven(argv as unknown as Record<string, unknown>);
     if (juryFlags.length) throw juryFlagsError('compare', juryFlags, `got --judge ${jc.kind}`);
     await checkJudge(jc);

@@ -263,7 +263,7 @@ function protocolFor(items: BenchmarkItem[], name?: string): Protocol {
  * resume command; judge answers so far stay cached). Prints the judge's counters and failure rate.
  */
 async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem[], p: Protocol, jc: JudgeConfig, label: string) {
-  const general = p.name === 'papergym' && argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
+  const general = p.generalRubric && argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
   let judges: Awaited<ReturnType<typeof openProtocolJudges>> | undefined;
   const progress = new Progress({
     label,

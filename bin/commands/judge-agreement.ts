@@ -3,7 +3,7 @@ import type { CommandModule } from 'yargs';
 import { JUDGE_AGREEMENT_OPTIONS, judgeOptions } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { readDataset, type PaperGymItem } from '../../lib/data/schema.js';
-import { checkJudge, judgeSharesPolicyWeights, openJudge } from '../../lib/judge/backends/index.js';
+import { checkJudge, judgeSharesPolicyWeights, membersKind, openJudge } from '../../lib/judge/backends/index.js';
 import { JuryJudge, agreementUnitsFromVerdicts } from '../../lib/judge/jury.js';
 import { formatAgreement, judgeAgreement } from '../../lib/judge/agreement.js';
 import { resolveDevice } from '../../lib/model/device.js';
@@ -111,7 +111,7 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
     const plans = readPlanRows(argv.plans, items);
     const labels = argv.labels ? readLabels(argv.labels, plans, items) : undefined;
     if (labels && !labels.size) process.stderr.write(`warning: labels file ${argv.labels} has no labels: no agreement with people's labels is reported\n`);
-    const jc = { ...judgeConfigFromArgs(argv), kind: 'jury' as const };
+    const jc = { ...judgeConfigFromArgs(argv), kind: membersKind() };
     await checkJudge(jc);
     const onModel = judgeSharesPolicyWeights(jc);
     if (onModel && !argv.model) throw new Error('a local judge in --judges needs --model DIR');

@@ -12,12 +12,12 @@ import { addSettings } from '../../lib/config/schema.js';
 import { LlmClient } from '../../lib/llm/client.js';
 import { auditLeakage, formatLeakage, type LeakageItem, type LeakageReport } from '../../lib/data/leakage.js';
 import { formatAgreement, judgeAgreement, type AgreementReport, type AgreementUnit } from '../../lib/judge/agreement.js';
-import { checkJudge, judgeAnswersFreeForm } from '../../lib/judge/backends/index.js';
+import { checkJudge, judgeAnswersFreeForm, JUDGE_BACKENDS } from '../../lib/judge/backends/index.js';
 import { aggregateVerdicts, JuryRunWatch, juryRunMembers, leftOutNote, type JuryRunMemberHealth } from '../../lib/judge/jury.js';
 import { judgeFlagsToConfig, juryFlagsError, juryFlagsGiven } from '../judge-options.js';
 import { CachedLlm } from '../../lib/data/pipeline.js';
 import { readEvalItems } from '../../lib/data/schema.js';
-import { JUDGE_DEFAULTS, type JudgeConfig, type JuryAggregation, type JuryFailureRule } from '../../lib/config/judge.js';
+import { JUDGE_DEFAULTS, judgeKindsWithMembers, type JudgeConfig, type JuryAggregation, type JuryFailureRule } from '../../lib/config/judge.js';
 import { parseList } from '../../lib/config/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
 import { Progress } from '../../lib/data/progress.js';
@@ -41,8 +41,8 @@ export interface LeakageArgs {
   progress?: 'auto' | 'plain' | 'none';
   /** Seconds between plain progress lines (default 5). */
   progressInterval?: number;
-  /** `jury`: the members of `judges` judge each rubric item instead of `llm`/`model`. */
-  judge?: 'jury';
+  /** A kind with members (the jury): the members of `judges` judge each rubric item instead of `llm`/`model`. */
+  judge?: string;
   /** Jury members (a list of member mappings, or a YAML/JSON file holding it), as eval's `--judges`. */
   judges?: unknown;
   judgeAggregation?: JuryAggregation;
@@ -74,9 +74,11 @@ export async function runLeakage(
 ): Promise<LeakageReport & { jury?: LeakageJuryReport }> {
   // PaperGym items and imported benchmark items alike (a chat prompt is read as its folded text).
   const { items } = readEvalItems(a.data, { strict: a.strict });
-  if (a.judge === 'jury') return runLeakageJury(a, items, io);
+  if (hasMembers(a.judge)) return runLeakageJury(a, items, io);
   if (a.judge !== undefined && a.judge !== null)
-    throw new Error(`--judge: leakage takes --judge jury only (got ${JSON.stringify(a.judge)}); one judge is --llm URL --model NAME`);
+    throw new Error(
+      `--judge: leakage takes --judge ${judgeKindsWithMembers().join(' or ')} only (got ${JSON.stringify(a.judge)}); one judge is --llm URL --model NAME`,
+    );
   const juryFlags = juryFlagsGiven(a as unknown as Record<string, unknown>);
   if (juryFlags.length) throw juryFlagsError('leakage', juryFlags, 'got no --judge; one judge is --llm URL --model NAME');
   if (a.llm && !a.model) throw new Error('--llm needs --model');
@@ -115,13 +117,16 @@ export async function runLeakage(
   }
 }
 
+/** `--judge` names a registered kind made of member judges (the jury). */
+const hasMembers = (kind: string | null | undefined): boolean => typeof kind === 'string' && (JUDGE_BACKENDS.find(kind)?.hasMembers ?? false);
+
 /** Settings of a leakage jury: the judge section from the flags (concurrency, timeout from leakage's own), members from `judges`. */
 function leakageJuryConfig(a: LeakageArgs): JudgeConfig {
   const over = judgeFlagsToConfig(a as unknown as Record<string, unknown>);
   return {
     ...JUDGE_DEFAULTS,
     ...over,
-    kind: 'jury',
+    kind: a.judge as JudgeConfig['kind'],
     concurrency: a.judgeConcurrency ?? a.concurrency ?? 8,
     timeoutMs: (a.timeout ?? 120) * 1000,
   } as JudgeConfig;
@@ -257,7 +262,7 @@ export function leakageMemberStatePath(a: Pick<LeakageArgs, 'state' | 'data'>, n
  * or with `--judge jury` each member's own ({@link leakageMemberStatePath}).
  */
 export function leakageSavedIn(a: LeakageArgs): string {
-  if (a.judge === 'jury') {
+  if (hasMembers(a.judge)) {
     let names: string[] = [];
     try {
       names = (leakageJuryConfig(a).judges ?? []).map((m) => m.name);

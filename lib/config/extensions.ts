@@ -32,6 +32,19 @@ export interface JudgeKindSettings {
    * row), each naming the key as `${prefix}<key>`; empty when valid. Called for configs of this kind.
    */
   settingsProblems?(c: JudgeConfig, prefix: string): string[];
+  /**
+   * The kind is made of member judges (`judge.judges`, e.g. a jury): each member is a judge of any
+   * registered kind without members, checked as a judge of its own kind. Absent: false (the kind
+   * reads no `judges` list).
+   */
+  readonly hasMembers?: boolean;
+  /**
+   * The judge is a chat endpoint that can answer a free-form question (a protocol's graded levels,
+   * `compare`'s N-way choice), not only yes/no verdicts on rubric items. Absent: false.
+   */
+  answersFreeForm?(c: JudgeConfig): boolean;
+  /** Its own keys (relative to `judge.`) that `train --resume` may change (where it is judged, e.g. http's `url`). */
+  readonly resumableKeys?: readonly string[];
 }
 
 /** The settings half of a training stage (lib/train/stages/stage.ts TrainingStage extends it). */
@@ -82,6 +95,29 @@ function read<T>(s: Source<T>, reading: string): readonly T[] {
     );
   }
   return s.list();
+}
+
+/**
+ * The registries whose names are CLI choices and nothing more (no settings rows of their own): the
+ * scoring protocols (`--protocol`), the dataset formats (`import --format`) and the experiment
+ * trackers (`--report-to`). Each index module hands its names over here when it loads
+ * ({@link provideNames}); a settings row reads them on each read through {@link registeredNames}.
+ */
+const named = {
+  protocols: { what: 'scoring protocols', module: 'lib/eval/protocols/index.js' } as Source<string>,
+  formats: { what: 'dataset formats', module: 'lib/eval/formats/index.js' } as Source<string>,
+  trackers: { what: 'experiment trackers', module: 'lib/train/trackers/index.js' } as Source<string>,
+};
+export type NamedRegistry = keyof typeof named;
+
+/** Called once by the registry's index module: `list` returns its registered names (read on each read). */
+export function provideNames(registry: NamedRegistry, list: () => readonly string[]): void {
+  named[registry].list = list;
+}
+
+/** The registered names of `registry`, in registration order. @throws Error naming the module to import when it has not loaded. */
+export function registeredNames(registry: NamedRegistry, reading = `the ${named[registry].what}`): readonly string[] {
+  return read(named[registry], reading);
 }
 
 /** The registered judge backends' settings halves, in registration order. @throws Error when lib/judge/backends/ has not loaded. */

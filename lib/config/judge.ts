@@ -13,23 +13,31 @@ import { checkValue, type Setting } from './schema.js';
 import { memoOn, ownRows, registeredJudgeBackends } from './extensions.js';
 
 /**
- * Judge kind names. The built-in ones are listed here; a backend file adds its own by declaration
- * merging (`declare module '…/config/judge.js' { interface JudgeKindNames { echo: true } }`), so
- * that {@link JudgeConfigOf} and lib/judge/backends JudgeBackendOf type it.
+ * Judge kind names. Each backend file (lib/judge/backends/, the registry's folder) adds its own by
+ * declaration merging (`declare module '…/config/judge.js' { interface JudgeKindNames { echo: true } }`),
+ * so that {@link JudgeConfigOf} and lib/judge/backends JudgeBackendOf type it.
  */
-export interface JudgeKindNames {
-  local: true;
-  http: true;
-  jury: true;
-}
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface JudgeKindNames {}
 export type JudgeKind = keyof JudgeKindNames;
-
-/** The built-in judge kinds, in registration order (lib/judge/backends/index.ts); the `--judge` choices are the registered kinds ({@link judgeKinds}). */
-export const JUDGE_KINDS = ['local', 'http', 'jury'] as const satisfies readonly JudgeKind[];
 
 /** The registered judge kinds, in registration order: the `--judge` / `judge.kind` choices. @throws Error when lib/judge/backends/ has not loaded. */
 export function judgeKinds(): string[] {
   return registeredJudgeBackends('the judge kinds (--judge choices)').map((b) => b.kind);
+}
+
+/** The registered kinds a jury member may be: every kind without members (JudgeKindSettings.hasMembers). */
+export function memberJudgeKinds(): string[] {
+  return registeredJudgeBackends('the judge kinds (jury members)')
+    .filter((b) => !b.hasMembers)
+    .map((b) => b.kind);
+}
+
+/** The registered kinds made of member judges (they read `judge.judges`). */
+export function judgeKindsWithMembers(): string[] {
+  return registeredJudgeBackends('the judge kinds (judge.judges)')
+    .filter((b) => b.hasMembers)
+    .map((b) => b.kind);
 }
 
 /**
@@ -68,7 +76,7 @@ export interface JudgeSettings {
   /** Stop (train) / fail (eval) when more than this fraction of a step's verdicts is null. In [0, 1]. */
   maxNullRate: number;
   /**
-   * jury: the member judges (YAML list, no flag): each `{name, kind: local | http, weight?}` plus any
+   * jury: the member judges (YAML list, no flag): each `{name, kind, weight?}` (kind: any kind without members) plus any
    * judge key of its own (url, model, score, mode, …; unset keys are this section's). Null otherwise.
    */
   judges: JuryMemberSettings[] | null;
@@ -87,7 +95,7 @@ export const JURY_FAILURE_RULES = ['stop', 'continue'] as const;
 export type JuryFailureRule = (typeof JURY_FAILURE_RULES)[number];
 
 /** Keys of a jury member: its name, kind and weight, and any judge key except the jury's own. */
-export type JuryMemberSettings = { name: string; kind: 'local' | 'http'; weight?: number } & Partial<
+export type JuryMemberSettings = { name: string; kind: JudgeKind; weight?: number } & Partial<
   Omit<JudgeSettings, 'judges' | 'aggregation' | 'onMemberFailure'>
 >;
 
@@ -123,16 +131,19 @@ const JURY_KEYS = new Set(['judges', 'aggregation', 'onMemberFailure']);
 export function juryMemberConfig(c: JudgeConfig, i: number, prefix = 'judge.judges'): JudgeConfig & { name: string; weight: number } {
   const m = (c.judges ?? [])[i] as Record<string, unknown> | undefined;
   if (!m || typeof m !== 'object') throw new Error(`${prefix}[${i}] must be a mapping {name, kind, weight?, …}`);
+  // Any judge key a registered kind reads (the core keys and the backends' own rows).
+  const known = judgeDefaults();
   for (const k of Object.keys(m)) {
     if (JURY_KEYS.has(k)) throw new Error(`${prefix}[${i}].${k}: a jury member cannot be a jury`);
-    if (!MEMBER_OWN_KEYS.has(k) && !(k in JUDGE_DEFAULTS))
+    if (!MEMBER_OWN_KEYS.has(k) && !(k in known))
       throw new Error(
-        `${prefix}[${i}]: unknown key ${k} (judge keys: ${Object.keys(JUDGE_DEFAULTS)
+        `${prefix}[${i}]: unknown key ${k} (judge keys: ${Object.keys(known)
           .filter((x) => !JURY_KEYS.has(x))
           .join(', ')}, plus name, weight)`,
       );
   }
-  if (m.kind !== 'local' && m.kind !== 'http') throw new Error(`${prefix}[${i}].kind must be local or http (got ${JSON.stringify(m.kind)})`);
+  const kinds = memberJudgeKinds();
+  if (!kinds.includes(m.kind as string)) throw new Error(`${prefix}[${i}].kind must be ${kinds.join(' or ')} (got ${JSON.stringify(m.kind)})`);
   const { name, weight, ...rest } = m as { name: string; weight?: number };
   return { ...c, judges: null, ...(rest as Partial<JudgeConfig>), name, weight: weight ?? 1 } as JudgeConfig & { name: string; weight: number };
 }
@@ -174,7 +185,8 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
     key: 'kind',
     flag: 'judge',
     type: 'enum',
-    choices: JUDGE_KINDS,
+    // The registered kinds, filled in by judgeSettings() (the registry is the only list of them).
+    choices: [],
     default: JUDGE_DEFAULTS.kind,
     meaning: 'Rubric judge: the frozen base model in-process (adapter off, P(yes) from one prefill) or an OpenAI-compatible endpoint',
     source: 'paper: LLM judge decides each rubric item (docs/design.md §6)',
@@ -303,7 +315,7 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
     default: JUDGE_DEFAULTS.judges,
     values: 'jury members: a YAML list in the config file, a YAML/JSON file on the command line',
     meaning:
-      "jury: the member judges, each {name, kind: local | http, weight (> 0, default 1)} plus any judge key of its own (url, model, score, mode, maxNullRate, …; unset keys are the judge section's)",
+      "jury: the member judges, each {name, kind (any registered kind without members), weight (> 0, default 1)} plus any judge key of its own (url, model, score, mode, maxNullRate, …; unset keys are the judge section's)",
     source: 'papergym-native jury (lib/judge/jury.ts); issue 32',
   },
   {
@@ -361,26 +373,25 @@ export function judgeDefaults(): JudgeConfig {
 }
 
 /**
- * The jury's rules (its member list, and each member's settings checked as a judge of its own kind,
- * recursively through judgeConfigProblems). Every other kind states the rules that tie its keys
- * together as its descriptor's `settingsProblems` (lib/judge/backends/, lib/config/extensions.ts);
- * each key's own range is checked by its row.
+ * The rules of a kind with members (JudgeKindSettings.hasMembers, e.g. the jury): its member list,
+ * and each member's settings checked as a judge of its own kind, recursively through
+ * judgeConfigProblems. The rules that tie a kind's own keys together are its descriptor's
+ * `settingsProblems` (lib/judge/backends/, lib/config/extensions.ts); each key's own range is
+ * checked by its row.
  */
-const KIND_RULES: Partial<Record<JudgeKind, (c: JudgeConfig, prefix: string) => string[]>> = {
-  jury: (c, prefix) => {
-    const errs = juryMemberProblems(c.judges, `${prefix}judges`);
-    if (errs.length) return errs;
-    (c.judges ?? []).forEach((_m, i) => {
-      try {
-        const mc = juryMemberConfig(c, i, `${prefix}judges`);
-        errs.push(...judgeConfigProblems(mc, `${prefix}judges[${i}].`));
-      } catch (e) {
-        errs.push((e as Error).message);
-      }
-    });
-    return errs;
-  },
-};
+function memberRules(c: JudgeConfig, prefix: string): string[] {
+  const errs = juryMemberProblems(c.judges, `${prefix}judges`);
+  if (errs.length) return errs;
+  (c.judges ?? []).forEach((_m, i) => {
+    try {
+      const mc = juryMemberConfig(c, i, `${prefix}judges`);
+      errs.push(...judgeConfigProblems(mc, `${prefix}judges[${i}].`));
+    } catch (e) {
+      errs.push((e as Error).message);
+    }
+  });
+  return errs;
+}
 
 /** Range/consistency problems of judge settings (empty when valid); `prefix` names the section. */
 export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[] {
@@ -404,14 +415,14 @@ export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[]
     errs.push(`${prefix}aggregation must be ${JURY_AGGREGATIONS.join(' or ')} (got ${JSON.stringify(c.aggregation)})`);
   if (!(JURY_FAILURE_RULES as readonly string[]).includes(c.onMemberFailure ?? 'stop'))
     errs.push(`${prefix}onMemberFailure must be stop or continue (got ${JSON.stringify(c.onMemberFailure)})`);
-  if (c.kind !== 'jury' && c.judges !== null && c.judges !== undefined)
-    errs.push(`${prefix}judges is only read by ${prefix}kind jury (got kind ${JSON.stringify(c.kind)})`);
+  if (!backend?.hasMembers && c.judges !== null && c.judges !== undefined)
+    errs.push(`${prefix}judges is only read by ${prefix}kind ${judgeKindsWithMembers().join(' or ')} (got kind ${JSON.stringify(c.kind)})`);
   // The backend's own settings (its rows' ranges; train checks them as judge.* keys too), then its rules.
   for (const row of backend?.settings ?? []) {
     const e = checkValue({ ...row, key: `${prefix}${row.key}` }, (c as unknown as Record<string, unknown>)[row.key]);
     if (e) errs.push(e);
   }
-  errs.push(...(KIND_RULES[c.kind]?.(c, prefix) ?? []));
+  if (backend?.hasMembers) errs.push(...memberRules(c, prefix));
   errs.push(...(backend?.settingsProblems?.(c, prefix) ?? []));
   return errs;
 }

@@ -8,8 +8,8 @@
  * loaded: {@link trainSettings}, {@link judgeOptions}, {@link commandSettings}.
  */
 import type { Setting } from './schema.js';
-import { CORE_JUDGE_SETTINGS, judgeSettings } from './judge.js';
-import { memoOn, ownRows, registeredStages } from './extensions.js';
+import { CORE_JUDGE_SETTINGS, JUDGE_DEFAULTS, judgeKindsWithMembers, judgeSettings, type JudgeConfig } from './judge.js';
+import { memoOn, ownRows, registeredJudgeBackends, registeredNames, registeredStages } from './extensions.js';
 import { DEFAULT_ALPHA } from './reward.js';
 import { LORA_TARGETS } from '../addon.js';
 
@@ -713,7 +713,9 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
     flag: 'report-to',
     type: 'list',
     items: 'string',
-    choices: ['tensorboard', 'mlflow', 'wandb', 'all', 'none'],
+    get choices() {
+      return [...registeredNames('trackers', '--report-to choices'), 'all', 'none'];
+    },
     default: null,
     meaning:
       'Experiment trackers that get every metrics row, the resolved config as parameters and the final adapter and report as artifacts (docs/trackers.md); a failing tracker warns and training continues; unset / none = metrics.jsonl and report.html only',
@@ -1175,7 +1177,9 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     key: 'protocol',
     flag: 'protocol',
     type: 'enum',
-    choices: ['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym'],
+    get choices() {
+      return registeredNames('protocols', '--protocol choices');
+    },
     default: null,
     meaning: "Scoring protocol (docs/eval.md); unset = the items' format's own (a PaperGym file: today's coverage report)",
     source: "each benchmark's published scoring (lib/eval/protocols/)",
@@ -2013,7 +2017,7 @@ export const leakageOptions: () => readonly Setting[] = memoOn(
     ...LEAKAGE_OPTIONS,
     {
       ...judgeOptions().find((o) => o.key === 'judge')!,
-      choices: ['jury'],
+      choices: judgeKindsWithMembers(),
       default: null,
       meaning: 'jury: judge each rubric item by the members of --judges (http each) instead of one --llm/--model judge; unset = --llm',
     },
@@ -2038,7 +2042,9 @@ export const compareOptions: () => readonly Setting[] = memoOn(
         if (o.key === 'judge')
           return {
             ...o,
-            choices: ['http', 'jury'],
+            choices: registeredJudgeBackends()
+              .filter((b) => b.hasMembers || b.answersFreeForm?.({ ...JUDGE_DEFAULTS, kind: b.kind as JudgeConfig['kind'] }))
+              .map((b) => b.kind),
             meaning: 'Judge of the N-way choice: an OpenAI-compatible endpoint, or a jury of them (--judges); a local judge gives only yes/no verdicts',
           };
         if (o.key === 'judgeMaxTokens') return { ...o, meaning: 'http: max answer tokens of a choice; unset = 512' };
@@ -2059,7 +2065,9 @@ export const IMPORT_OPTIONS: readonly Setting[] = [
     key: 'format',
     flag: 'format',
     type: 'enum',
-    choices: ['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym'],
+    get choices() {
+      return registeredNames('formats', 'import --format choices');
+    },
     default: null,
     meaning: 'Published format of the input (required; docs/data.md "Importing published benchmarks")',
     source: "the datasets' published schemas (lib/eval/formats/)",

@@ -487,6 +487,12 @@ export class LocalJudge implements Judge, Disposable {
     return { ...this.t };
   }
 
+  /** The closing line's detail (lib/train/run.ts judgeTotals): calls, host seconds by part and how prompts were scored. */
+  totalsDetail(): string {
+    const t = this.t;
+    return `${t.calls} calls; seconds: scoring ${t.score.toFixed(2)}, render ${t.render.toFixed(2)}, tokenize ${t.tokenize.toFixed(2)}, group ${t.group.toFixed(2)}, map ${t.map.toFixed(2)}; prompts with a shared plan prefix ${t.promptsPrefixShared}, scored one by one ${t.promptsPerPrompt}`;
+  }
+
   private closed = false;
 
   /** Ends the judge (and disposes `options.owned`). Idempotent. */

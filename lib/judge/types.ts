@@ -164,6 +164,8 @@ export interface Judge {
   judge(requests: JudgeRequest[], opts?: JudgeCallOptions): Promise<Verdict[][]>;
   /** A copy of the counters. */
   stats(): JudgeStats;
+  /** The judge's own totals beyond {@link stats} for the run's closing `judge totals` line (host seconds by part, …); absent: none. */
+  totalsDetail?(): string;
   /** Releases resources (SQLite cache handle, sockets). Idempotent. */
   close?(): Promise<void> | void;
 }

@@ -62,8 +62,16 @@ export const DEFAULT_MARGIN = 0.1;
 const GRPO_CHUNK_LOGITS = 16 * 2 ** 20;
 const JSD_CHUNK_LOGITS = 64 * 2 ** 20;
 
+/**
+ * Each stage's section of the plan's inputs, keyed by stage name (its descriptor's `memory.inputs`
+ * reads it from the config). A stage file adds its own by declaration merging
+ * (`declare module '../memory-model.js' { interface PlanStageInputs { name: { … } } }`).
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type
+export interface PlanStageInputs {}
+
 /** What the plan needs to know about the run. */
-export interface PlanInputs {
+export interface PlanInputs extends PlanStageInputs {
   shape: ModelShape;
   /** Bytes per model element (2 for bf16 / fp16, 4 for fp32). */
   dtypeBytes: number;
@@ -72,16 +80,19 @@ export interface PlanInputs {
   /** Longest student / teacher prompt of the dataset, tokens. */
   promptTokens: { student: number; teacher: number };
   maxNewTokens: number;
-  opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
-  grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
-  sft: { batchSize: number };
   recompute: boolean;
   /** Memory the run may use, bytes (device memory, or the --max-memory cap when smaller). */
   budgetBytes: number;
   /** Fraction of the budget kept free (default {@link DEFAULT_MARGIN}). */
   margin?: number;
   /** Settings given by the user: kept as they are. */
-  pinned?: { opsdMicroBatch?: boolean; grpoMicroBatch?: boolean; recompute?: boolean; rolloutRows?: boolean; judgeMaxTokensPerCall?: boolean };
+  pinned?: {
+    /** By stage name: its update micro-batch (`<stage>.microBatch`) was given. */
+    microBatch?: Partial<Record<Stage, boolean>>;
+    recompute?: boolean;
+    rolloutRows?: boolean;
+    judgeMaxTokensPerCall?: boolean;
+  };
   /** Given values of the pinned rollout rows / judge tokens (0 = not given). */
   rolloutRows?: number;
   judgeMaxTokensPerCall?: number;
@@ -102,8 +113,8 @@ export interface PlanInputs {
 
 /** The settings a plan chooses. */
 export interface PlanSettings {
-  opsdMicroBatch: number;
-  grpoMicroBatch: number;
+  /** The update micro-batch of each registered stage that has one (its descriptor's memory.microBatch), by stage name. */
+  microBatch: Partial<Record<Stage, number>>;
   recompute: boolean;
   /** Rollout rows per decode batch (GRPO: a multiple of the group size). */
   rolloutRows: number;
@@ -114,7 +125,8 @@ export interface PlanSettings {
   judgeOverlap?: boolean;
 }
 
-export type PlanPhase = 'rollout-opsd' | 'rollout-grpo' | 'judge' | 'reference' | 'update-opsd' | 'update-grpo' | 'update-sft' | 'optimizer';
+/** A phase of a step: a stage's rollouts and update (`rollout-<stage>`, `update-<stage>`), the local judge's calls, the reference logprobs, the optimizer. */
+export type PlanPhase = `rollout-${Stage}` | `update-${Stage}` | 'judge' | 'reference' | 'optimizer';
 
 export interface MemoryPlan extends PlanSettings {
   budgetBytes: number;
@@ -225,9 +237,6 @@ export function updateBytes(x: PlanInputs, rows: number, len: number, recompute:
   const chunk = head === 'jsd' ? 2 * Math.min(JSD_CHUNK_LOGITS, logits) * 4 : Math.min(GRPO_CHUNK_LOGITS, logits) * 4;
   return acts + chunk + T * s.hiddenSize * (b + 4);
 }
-
-/** The plan settings that hold a stage's update micro-batch. */
-export type MicroBatchSetting = 'opsdMicroBatch' | 'grpoMicroBatch';
 
 /** Bytes of the local judge's scoring calls in flight above resident: maxTokensPerCall · (KV + forward) per token. */
 export function judgeWorkBytes(x: PlanInputs, maxTokensPerCall: number): number {

@@ -74,11 +74,12 @@ import {
   DEFAULT_MARGIN,
   type ModelShape,
   type PlanInputs,
+  type PlanStageInputs,
   type PlanPhase,
   type PlanSettings,
   type MemoryPlan,
 } from './memory-model.js';
-import type { TrainConfig } from '../config/train.js';
+import type { Stage, TrainConfig } from '../config/train.js';
 
 export * from './memory-model.js';
 import { judgeSharesPolicyWeights } from '../judge/backends/index.js';
@@ -155,7 +156,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   const withMb = running.filter((st) => st.memory.microBatch);
   const chooseMb = (st: TrainingStage, rc: boolean): number | undefined => {
     const m = st.memory.microBatch!;
-    if (pin[m.setting]) return m.configured(x);
+    if (pin.microBatch?.[st.name]) return m.configured(x);
     return halvings(m.configured(x)).find((rows) => R + m.updateBytes(x, rows, rc, t0) <= limit);
   };
   let recompute = x.recompute;
@@ -166,14 +167,14 @@ export function planMemory(x: PlanInputs): MemoryPlan {
     notes.push('activation recompute on: micro-batch 1 does not fit without it');
     p = pick(true);
   }
-  const microBatches = Object.fromEntries(
-    STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, st.memory.microBatch.configured(x)]] : [])),
-  ) as Pick<PlanSettings, 'opsdMicroBatch' | 'grpoMicroBatch'>;
+  const microBatch: PlanSettings['microBatch'] = Object.fromEntries(
+    STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.name, st.memory.microBatch.configured(x)]] : [])),
+  );
   withMb.forEach((st, i) => {
     const m = st.memory.microBatch!,
       was = m.configured(x),
       now = p[i] ?? 1;
-    microBatches[m.setting] = now;
+    microBatch[st.name] = now;
     if (now < was) notes.push(`${st.name.toUpperCase()} micro-batch ${was} -> ${now}`);
   });
 
@@ -210,7 +211,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   const judgedPhase = running.find((st) => st.memory.judgedRollout)?.memory.judgedRollout;
   const overlapOn = x.judgeOverlap === true && x.localJudge !== false && judgedPhase !== undefined;
   // The settings chosen so far; the judge's call size is chosen next.
-  const chosen = { ...microBatches, recompute, rolloutRows, mergeAdapter };
+  const chosen = { microBatch, recompute, rolloutRows, mergeAdapter };
   const rolloutGrpo = (t: number, judgeOverlap: boolean) =>
     judgedPhase ? (estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })[judgedPhase] ?? 0) : 0;
   const besideRollout = (t: number) => rolloutGrpo(t, true) <= limit;
@@ -265,7 +266,10 @@ export function formatPlan(p: MemoryPlan): string {
   const ph = Object.entries(p.phases)
     .map(([k, v]) => `${k} ${gb(v!)}`)
     .join(', ');
-  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); OPSD micro-batch ${p.opsdMicroBatch}, GRPO micro-batch ${p.grpoMicroBatch}, recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
+  const mb = Object.entries(p.microBatch)
+    .map(([stage, n]) => `${stage.toUpperCase()} micro-batch ${n}, `)
+    .join('');
+  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); ${mb}recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
 }
 
 /**
@@ -304,7 +308,7 @@ export function flagsThatFit(x: PlanInputs): string {
 }
 
 /** The config fields the run-level plan reads and sets (each stage reads its own section: its descriptor's memory.inputs). */
-export type PlannableConfig = Pick<TrainConfig, 'device' | 'dtype' | 'stages' | 'lora' | 'sampling' | 'sft' | 'opsd' | 'grpo' | 'judge' | 'memory'>;
+export type PlannableConfig = Pick<TrainConfig, 'device' | 'dtype' | 'stages' | 'lora' | 'sampling' | Stage | 'judge' | 'memory'>;
 
 /** Which memory settings the user gave (flags or config file); the plan keeps those. */
 export type PinnedSettings = NonNullable<PlanInputs['pinned']>;
@@ -314,7 +318,7 @@ export function pinnedSettings(...given: (Record<string, unknown> | undefined)[]
   const has = (sect: string, key: string) => given.some((g) => (g?.[sect] as Record<string, unknown> | undefined)?.[key] !== undefined);
   return {
     // A stage's update micro-batch given as `<stage>.microBatch`.
-    ...Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.memory.microBatch.setting, has(st.name, 'microBatch')]] : []))),
+    microBatch: Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.name, has(st.name, 'microBatch')]] : []))),
     recompute: has('memory', 'recompute'),
     rolloutRows: has('memory', 'rolloutRows'),
     judgeMaxTokensPerCall: has('memory', 'judgeMaxTokensPerCall'),
@@ -337,6 +341,9 @@ export function planForRun(
   const budget = Math.min(cap ?? Infinity, o.deviceMemoryBytes ?? Infinity);
   if (!Number.isFinite(budget)) return undefined;
   const dtype = cfg.dtype ?? (cfg.device.startsWith('cuda') ? 'bfloat16' : 'float32');
+  // The local judge beside the rollouts of the stage that judges (its descriptor's memory.judgeOverlap).
+  const overlapOf = STAGES.values().find((st) => st.memory.judgeOverlap)?.memory.judgeOverlap;
+  const overlap = overlapOf?.get(cfg as TrainConfig) ?? 'off';
   const inputs: PlanInputs = {
     shape: o.shape,
     dtypeBytes: dtype === 'float32' ? 4 : 2,
@@ -345,7 +352,7 @@ export function planForRun(
     promptTokens: o.promptTokens,
     maxNewTokens: cfg.sampling.maxNewTokens,
     // Every registered stage's section (a stage that does not run is read but not planned).
-    ...(Object.assign({}, ...STAGES.values().map((st) => st.memory.inputs(cfg as TrainConfig))) as Pick<PlanInputs, 'opsd' | 'grpo' | 'sft'>),
+    ...(Object.assign({}, ...STAGES.values().map((st) => st.memory.inputs(cfg as TrainConfig))) as PlanStageInputs),
     recompute: m.recompute,
     budgetBytes: budget,
     pinned: o.pinned,
@@ -353,15 +360,18 @@ export function planForRun(
     judgeMaxTokensPerCall: m.judgeMaxTokensPerCall ?? 0,
     localJudge: judgeSharesPolicyWeights(cfg.judge),
     mergeAdapter: cfg.sampling.mergeAdapter === 'on' ? true : cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
-    judgeOverlap: cfg.grpo.judgeOverlap === 'on' ? true : cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
+    judgeOverlap: overlap === 'on' ? true : overlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
   };
   const plan = planMemory(inputs);
-  for (const st of STAGES.values()) if (st.microBatch && st.memory.microBatch) st.microBatch.set(cfg as TrainConfig, plan[st.memory.microBatch.setting]);
+  for (const st of STAGES.values()) {
+    const n = plan.microBatch[st.name];
+    if (st.microBatch && n !== undefined) st.microBatch.set(cfg as TrainConfig, n);
+  }
   m.recompute = plan.recompute;
   m.rolloutRows = plan.rolloutRows;
   m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;
   if (cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda')) cfg.sampling.mergeAdapter = plan.mergeAdapter ? 'on' : 'off';
-  if (cfg.grpo.judgeOverlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined)
-    cfg.grpo.judgeOverlap = plan.judgeOverlap ? 'on' : 'off';
+  if (overlapOf && overlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined)
+    overlapOf.set(cfg as TrainConfig, plan.judgeOverlap ? 'on' : 'off');
   return { inputs, plan };
 }

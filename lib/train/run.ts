@@ -29,8 +29,7 @@ import { makeCheckpointOnce } from '../model/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
-import type { LocalJudge } from '../judge/local.js';
-import { checkJudge, openJudge } from '../judge/backends/index.js';
+import { checkJudge, JUDGE_BACKENDS, openJudge } from '../judge/backends/index.js';
 import { judgeDefaults } from '../config/judge.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
@@ -136,7 +135,7 @@ export const RESUMABLE_KEYS = [
   ...STAGES.values().flatMap((st) => st.resumableKeys),
   ...[
     'device',
-    'judge.url',
+    ...JUDGE_BACKENDS.values().flatMap((b) => (b.resumableKeys ?? []).map((k) => `judge.${k}`)),
     'judge.concurrency',
     'log.every',
     'checkpoint.every',
@@ -557,13 +556,22 @@ async function trainLocked(
     }
     const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
     // Judge health per step (metrics.jsonl) and the null-rate stop are in the Trainer (judge.maxNullRate).
-    const reward: RewardFn = o.reward ?? makeRewardFn(judge, general, { alpha: cfg.grpo.alpha, score: cfg.judge.score });
+    // A stage that judges mixes its reward with its own α (its descriptor's `judging`); o.reward (tests) serves every stage.
+    const reward: RewardFn = o.reward ?? makeRewardFn(judge, general, { score: cfg.judge.score });
+    const rewards = new Map<Stage, RewardFn>();
+    const rewardOf = (stage: Stage): RewardFn => {
+      const alpha = stageOf(stage).judging?.alpha(cfg);
+      if (alpha === undefined) return reward;
+      if (!rewards.has(stage)) rewards.set(stage, makeRewardFn(judge, general, { alpha, score: cfg.judge.score }));
+      return rewards.get(stage)!;
+    };
     const trainer = new Trainer(
       resolved,
       {
         backend,
         items,
         reward,
+        rewardOf: o.reward ? undefined : rewardOf,
         advantages: groupAdvantages,
         runDir,
         log,
@@ -615,14 +623,13 @@ async function trainLocked(
 
 /**
  * One log line of the judge's totals over this process's part of the run (a resumed run counts
- * from the resume): prompts and prompt tokens, and for the local judge the host seconds by part,
- * the seconds inside its scorers (native scoring) and how many prompts shared their plan's prefix
- * (LocalJudge.timings()).
+ * from the resume): prompts and prompt tokens, then the judge's own detail (Judge.totalsDetail: the
+ * local judge's host seconds by part, the seconds inside its scorers and how many prompts shared
+ * their plan's prefix).
  */
 export function judgeTotals(judge: Judge): string {
   const s = judge.stats();
-  const t = (judge as Partial<Pick<LocalJudge, 'timings'>>).timings?.();
   const base = `judge totals: ${s.requests} prompts scored, ${s.promptTokens} prompt tokens, ${s.cacheHits} cache hits, ${s.failures} failures`;
-  if (!t) return base;
-  return `${base}; ${t.calls} calls; seconds: scoring ${t.score.toFixed(2)}, render ${t.render.toFixed(2)}, tokenize ${t.tokenize.toFixed(2)}, group ${t.group.toFixed(2)}, map ${t.map.toFixed(2)}; prompts with a shared plan prefix ${t.promptsPrefixShared}, scored one by one ${t.promptsPerPrompt}`;
+  const detail = judge.totalsDetail?.();
+  return detail ? `${base}; ${detail}` : base;
 }

@@ -41,6 +41,8 @@ export interface TrainerDeps {
   backend: TrainBackend;
   items: TaskItem[];
   reward: RewardFn;
+  /** The reward of a stage that judges, mixed with its own α (its descriptor's `judging`); absent: {@link reward} for every stage. */
+  rewardOf?: (stage: Stage) => RewardFn;
   /** Group advantages (native, docs/design.md §5; lib/train/advantages.ts groupAdvantages). */
   advantages: AdvantageFn;
   runDir: string;
@@ -64,7 +66,7 @@ export interface TrainerDeps {
 
 /**
  * The judging of one step (Trainer.judgeCall): one abort signal for all its reward calls, fired
- * by the step's judge deadline (grpo.judgeStepTimeoutMs, from the step's first reward call) or by
+ * by the step's judge deadline (the stage's `judging.stepTimeoutMs`, from the step's first reward call) or by
  * a stop request (Ctrl-C), and the timer of the progress lines while calls are in flight.
  */
 interface StepJudging {
@@ -455,13 +457,15 @@ export class Trainer {
    * requests and failures so far, the time left).
    */
   private async judgeCall(reqs: Parameters<RewardFn>[0], signal?: AbortSignal): Promise<RewardResult[]> {
-    const what = `[${this.cfg.stages[this.state.stageIndex]}] step ${this.state.stageStep + 1}`;
-    const limitMs = this.cfg.grpo.judgeStepTimeoutMs ?? 0;
+    const stage = this.cfg.stages[this.state.stageIndex]!;
+    const what = `[${stage}] step ${this.state.stageStep + 1}`;
+    const judging = stageOf(stage).judging;
+    const limitMs = judging?.stepTimeoutMs(this.cfg) ?? 0;
     if (!this.judging) {
       const j: StepJudging = { ctrl: new AbortController(), started: Date.now(), inFlight: 0, plans: 0, stats0: this.deps.judgeStats?.() };
       if (limitMs > 0) {
         j.deadline = setTimeout(
-          () => j.ctrl.abort(new Error(`the judge did not finish the step within grpo.judgeStepTimeoutMs (--judge-step-timeout-ms) ${limitMs} ms`)),
+          () => j.ctrl.abort(new Error(`the judge did not finish the step within ${judging!.stepTimeoutSetting} ${limitMs} ms`)),
           limitMs,
         );
         j.deadline.unref();
@@ -484,7 +488,7 @@ export class Trainer {
       j.ticker.unref();
     }
     try {
-      return await this.deps.reward(reqs, signal ? AbortSignal.any([signal, j.ctrl.signal]) : j.ctrl.signal);
+      return await (this.deps.rewardOf?.(stage) ?? this.deps.reward)(reqs, signal ? AbortSignal.any([signal, j.ctrl.signal]) : j.ctrl.signal);
     } catch (e) {
       // The abort's reason (the deadline, the stop request) says why, whatever the judge threw.
       if (j.ctrl.signal.aborted && j.ctrl.signal.reason instanceof Error && e !== j.ctrl.signal.reason) throw j.ctrl.signal.reason;

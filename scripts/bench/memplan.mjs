@@ -107,8 +107,7 @@ const result = {
   wallSeconds: wall,
   plan: plan && {
     budgetGB: gb(plan.budgetBytes),
-    opsdMicroBatch: plan.opsdMicroBatch,
-    grpoMicroBatch: plan.grpoMicroBatch,
+    microBatch: plan.microBatch,
     recompute: plan.recompute,
     rolloutRows: plan.rolloutRows,
     judgeMaxTokensPerCall: plan.judgeMaxTokensPerCall,
@@ -123,7 +122,7 @@ const result = {
 console.log(JSON.stringify(result, null, 2));
 console.log('| preset | cap GB | stage | micro-batch | recompute | rollout GB | reference GB | update GB | step s | expected update GB |');
 for (const s of steps) {
-  const mb = s.stage === 'opsd' ? plan?.opsdMicroBatch : plan?.grpoMicroBatch;
+  const mb = plan?.microBatch?.[s.stage];
   console.log(
     `| ${a.shape} | ${a['max-memory'] ?? '-'} | ${s.stage} | ${mb ?? '-'} | ${plan?.recompute ? 'on' : 'off'} | ${s.peakGB.rollout ?? '-'} | ${s.peakGB.reference ?? '-'} | ${s.peakGB.backward ?? '-'} | ${s.stepSeconds?.toFixed(1)} | ${gb(plan?.phases?.[`update-${s.stage}`]) ?? '-'} |`,
   );

@@ -8,6 +8,7 @@ import { basename, relative } from 'node:path';
 import type { BenchmarkItem } from '../../task/types.js';
 import { DatasetFileError, listDataFiles, readRows, RowError, splitOfPath } from './read.js';
 import { Registry } from '../../util/registry.js';
+import { provideNames } from '../../config/extensions.js';
 import type { DatasetFormat } from './types.js';
 import { researchqa } from './researchqa.js';
 import { researchPlanGen } from './research-plan-gen.js';
@@ -28,6 +29,7 @@ export const FORMATS = new Registry<DatasetFormat>('dataset format', (f) => f.na
   rar,
   papergym,
 );
+provideNames('formats', () => FORMATS.names());
 
 /** The format named `name`. @throws Error naming --format and the registered formats */
 export function getFormat(name: string): DatasetFormat {

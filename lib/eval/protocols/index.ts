@@ -3,6 +3,7 @@
  * module's docstring gives its formula and source.
  */
 import { Registry } from '../../util/registry.js';
+import { provideNames } from '../../config/extensions.js';
 import type { Protocol } from './types.js';
 import { researchqaProtocol } from './researchqa.js';
 import { researchPlanGenProtocol } from './research-plan-gen.js';
@@ -23,6 +24,7 @@ export const PROTOCOLS = new Registry<Protocol>('scoring protocol', (p) => p.nam
   rarProtocol,
   papergymProtocol,
 );
+provideNames('protocols', () => PROTOCOLS.names());
 
 /** The protocol named `name`. @throws Error naming --protocol and the registered protocols */
 export function getProtocol(name: string): Protocol {

@@ -21,6 +21,7 @@ export const papergymProtocol: Protocol = {
   name: 'papergym',
   formula: 'plan = α·r_spec + (1−α)·r_gen (lib/judge/rewards.ts, α = 0.7); per dimension: fraction of its items met',
   verdict: 'binary',
+  generalRubric: true,
   planScore(rows, { alpha }) {
     if (!rows.length) return null;
     const spec = rows.filter((r) => r.kind === 'spec').map(verdictOf);

@@ -110,7 +110,7 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
   const chunk = Math.max(1, o.chunkSize ?? 8);
   const p = o.protocol;
   if (!o.judge && !(p.verdict === 'levels' && o.chatJudge)) throw new Error(`protocol ${p.name} needs a judge`);
-  const general = p.name === 'papergym' ? (o.general ?? []) : [];
+  const general = p.generalRubric ? (o.general ?? []) : [];
   const byItem: ProtocolRow[][] = new Array(o.items.length * samples);
   const plans: EvalPlan[] = [];
   const judging: Promise<void>[] = [];

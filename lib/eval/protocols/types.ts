@@ -59,6 +59,8 @@ export interface Protocol {
   formula: string;
   /** What is asked of the judge: a binary verdict per item, or ResearchQA's five levels per item. */
   verdict: 'binary' | 'levels';
+  /** The plan is also judged on the shared general rubric (data/general-rubric.json; its rows have kind `general`). Absent: false. */
+  generalRubric?: boolean;
   /** Per-item prompt (prompts/NAME.md) for an HTTP judge; unset = the judge's own (prompts/judge-per-item.v1.md). */
   itemPrompt?: string;
   /**

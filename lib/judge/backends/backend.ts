@@ -57,10 +57,7 @@ export interface JudgeBackend<C extends JudgeConfig = JudgeConfig> extends Judge
    * with grpo.judgeOverlap on), and the memory plan counts its working memory (the `judge` phase).
    */
   sharesPolicyWeights(c: C): boolean;
-  /**
-   * The judge is a chat endpoint that can answer a free-form question (a protocol's graded levels,
-   * `compare`'s N-way choice), not only yes/no verdicts on rubric items. Absent: false.
-   */
+  /** See JudgeKindSettings.answersFreeForm, typed for its config. */
   answersFreeForm?(c: C): boolean;
   /**
    * The settings with its answers cached in SQLite at `path` when the kind caches answers and no

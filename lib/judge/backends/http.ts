@@ -7,6 +7,13 @@ import { LlmClient, LlmLengthError } from '../../llm/client.js';
 import { createHttpJudge, type CreateHttpJudgeOptions, type HttpJudge } from '../http.js';
 import type { JudgeBackendOf } from './backend.js';
 
+// Its kind's name in the judge config's type (lib/config/judge.ts JudgeKindNames).
+declare module '../../config/judge.js' {
+  interface JudgeKindNames {
+    http: true;
+  }
+}
+
 /** `chat_template_kwargs` body of the no-think switch. */
 function extraBodyOf(c: Pick<JudgeConfig, 'noThink'>): Record<string, unknown> | undefined {
   return c.noThink ? { chat_template_kwargs: { enable_thinking: false } } : undefined;
@@ -47,6 +54,7 @@ export const httpBackend: JudgeBackendOf<'http'> = {
   ],
   sharesPolicyWeights: () => false,
   answersFreeForm: () => true,
+  resumableKeys: ['url'],
   withAnswerCache: (c, path) => (c.cache ? c : { ...c, cache: path }),
   label: (c) => `${c.model}@${c.url}`,
   /**

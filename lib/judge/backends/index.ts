@@ -28,6 +28,21 @@ export function judgeSharesPolicyWeights(c: JudgeConfig): boolean {
   return judgeBackend(c).sharesPolicyWeights(c);
 }
 
+/** Whether the judge's kind is made of member judges (see JudgeKindSettings.hasMembers in lib/config/extensions.ts). */
+export function judgeHasMembers(c: Pick<JudgeConfig, 'kind'>): boolean {
+  return judgeBackend(c).hasMembers ?? false;
+}
+
+/**
+ * The registered kind made of member judges (the first, in registration order, when several): the
+ * kind of a judge that a command builds from a `--judges` list. @throws Error when none is registered.
+ */
+export function membersKind(): JudgeConfig['kind'] {
+  const b = JUDGE_BACKENDS.values().find((x) => x.hasMembers);
+  if (!b) throw new Error(`--judges: no registered judge kind has members (registered: ${JUDGE_BACKENDS.names().join(', ')})`);
+  return b.kind;
+}
+
 /** Whether the judge can answer a free-form question (see {@link JudgeBackend.answersFreeForm}). */
 export function judgeAnswersFreeForm(c: JudgeConfig): boolean {
   return judgeBackend(c).answersFreeForm?.(c) ?? false;

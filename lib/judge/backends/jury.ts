@@ -1,5 +1,5 @@
 /**
- * The `jury` judge: several judges (judge.judges, each local or http with its own model, score
+ * The `jury` judge: several judges (judge.judges, each of any kind without members, with its own model, score
  * mode and weight) decide every item; one verdict by judge.aggregation, every member's verdict kept
  * on it (lib/judge/jury.ts). Members open through the same registry (`ctx.openJudge`); a local
  * member runs on the policy's weights like the local judge.
@@ -9,6 +9,13 @@ import type { Judge } from '../types.js';
 import type { JudgeBackendOf } from './backend.js';
 import { judgeBackend } from './index.js';
 
+// Its kind's name in the judge config's type (lib/config/judge.ts JudgeKindNames).
+declare module '../../config/judge.js' {
+  interface JudgeKindNames {
+    jury: true;
+  }
+}
+
 /** The members' full settings (each member's keys over the section's). */
 export function juryMembers(c: JudgeConfig): (JudgeConfig & { name: string; weight: number })[] {
   return (c.judges ?? []).map((_m, i) => juryMemberConfig(c, i));
@@ -16,8 +23,9 @@ export function juryMembers(c: JudgeConfig): (JudgeConfig & { name: string; weig
 
 export const juryBackend: JudgeBackendOf<'jury'> = {
   kind: 'jury',
-  describe: 'several judges (judge.judges: local or http each, own model, score and weight), one verdict by judge.aggregation',
+  describe: 'several judges (judge.judges: each of a kind without members, own model, score and weight), one verdict by judge.aggregation',
   settingKeys: ['judges', 'aggregation', 'onMemberFailure'],
+  hasMembers: true,
   answersFreeForm: () => false,
   sharesPolicyWeights: (c) => juryMembers(c).some((m) => judgeBackend(m).sharesPolicyWeights(m)),
   label: (c) =>

@@ -7,6 +7,13 @@ import type { JudgeConfig } from '../../config/judge.js';
 import type { LocalModelJudgeOptions } from '../local.js';
 import type { JudgeBackendOf } from './backend.js';
 
+// Its kind's name in the judge config's type (lib/config/judge.ts JudgeKindNames).
+declare module '../../config/judge.js' {
+  interface JudgeKindNames {
+    local: true;
+  }
+}
+
 /** Local-judge options from settings (for localJudgeForModel / openLocalJudge). */
 export function localJudgeOptionsFromConfig(
   c: Pick<JudgeConfig, 'batch' | 'variants' | 'scoring'>,

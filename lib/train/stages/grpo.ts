@@ -25,6 +25,13 @@ import {
   type RolloutCorrection,
 } from '../rollout-correction.js';
 
+// Its section of the memory plan's inputs (lib/train/memory-model.ts PlanStageInputs).
+declare module '../memory-model.js' {
+  interface PlanStageInputs {
+    grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
+  }
+}
+
 export const grpoStage: TrainingStage = {
   name: 'grpo',
   batch: { global: 'grpo.questionsPerStep', perRank: 'grpo.questionsPerRank', unit: 'questions' },
@@ -32,6 +39,11 @@ export const grpoStage: TrainingStage = {
   steps: (cfg) => cfg.grpo.steps,
   lr: (cfg) => cfg.grpo.lr,
   microBatch: { get: (cfg) => cfg.grpo.microBatch, set: (cfg, n) => void (cfg.grpo.microBatch = n) },
+  judging: {
+    alpha: (cfg) => cfg.grpo.alpha,
+    stepTimeoutMs: (cfg) => cfg.grpo.judgeStepTimeoutMs ?? 0,
+    stepTimeoutSetting: 'grpo.judgeStepTimeoutMs (--judge-step-timeout-ms)',
+  },
   // grpo.judgeStepTimeoutMs: how long a step may wait on the judge, a run-time bound.
   resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs', 'grpo.agreementWarnKl'],
   // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'; one from before
@@ -56,7 +68,7 @@ export const grpoStage: TrainingStage = {
       },
     }),
     adapterSnapshots: (x) => (x.grpo.reference === 'stage-start' ? 1 : 0),
-    microBatch: { setting: 'grpoMicroBatch', configured: (x) => x.grpo.microBatch, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'grpo') },
+    microBatch: { configured: (x) => x.grpo.microBatch, updateBytes: (x, rows, rc, t) => updateBytes(x, rows, t.Ls, rc, 'grpo') },
     rollout: {
       maxRows: (x) => x.grpo.questionsPerStep * x.grpo.groupSize,
       unit: (x) => x.grpo.groupSize,
@@ -64,6 +76,7 @@ export const grpoStage: TrainingStage = {
       fits: (x, rows, t, limit) => x.grpo.betaKl <= 0 || t.R + rows * t.Ls * t.fwd <= limit,
     },
     judgedRollout: 'rollout-grpo',
+    judgeOverlap: { get: (cfg) => cfg.grpo.judgeOverlap, set: (cfg, v) => void (cfg.grpo.judgeOverlap = v) },
     advice: {
       smallest: (x) => ({ grpo: { ...x.grpo, microBatch: 1 } }),
       shrink: (x) => (x.grpo.questionsPerStep > 1 ? { grpo: { ...x.grpo, questionsPerStep: Math.floor(x.grpo.questionsPerStep / 2) } } : undefined),
@@ -81,7 +94,7 @@ export const grpoStage: TrainingStage = {
         if (st.judgeOverlap) out['rollout-grpo'] += judgeWork;
       }
       if (x.grpo.betaKl > 0) out.reference = t.R + rows * t.Ls * t.fwd;
-      out['update-grpo'] = t.R + updateBytes(x, st.grpoMicroBatch, t.Ls, st.recompute, 'grpo');
+      out['update-grpo'] = t.R + updateBytes(x, st.microBatch.grpo!, t.Ls, st.recompute, 'grpo');
       return out;
     },
   },

@@ -13,6 +13,10 @@ import type { TrainingStage } from './stage.js';
 import { sftStage } from './sft.js';
 import { opsdStage } from './opsd.js';
 import { grpoStage } from './grpo.js';
+// The registries whose names are only CLI choices load with this one (lib/config/extensions.ts registeredNames).
+import '../trackers/index.js';
+import '../../eval/protocols/index.js';
+import '../../eval/formats/index.js';
 
 export const STAGES = new Registry<TrainingStage>('training stage', (s) => s.name).register(opsdStage, grpoStage, sftStage);
 provideStages(() => STAGES.values());

@@ -17,6 +17,13 @@ import { chunks, finiteOrNull, longestFirst, sumFinite, type MemoryTerms, type S
 const opsdUpdateBytes = (x: PlanInputs, rows: number, rc: boolean, t: MemoryTerms) =>
   updateBytes(x, rows, t.Ls, rc, 'jsd') + rows * x.maxNewTokens * x.shape.hiddenSize * x.dtypeBytes;
 
+// Its section of the memory plan's inputs (lib/train/memory-model.ts PlanStageInputs).
+declare module '../memory-model.js' {
+  interface PlanStageInputs {
+    opsd: { batchSize: number; microBatch: number; teacher: 'fixed' | 'current' | 'ema' };
+  }
+}
+
 export const opsdStage: TrainingStage = {
   name: 'opsd',
   batch: { global: 'opsd.batchSize', perRank: 'opsd.batchSizePerRank', unit: 'questions' },
@@ -37,7 +44,7 @@ export const opsdStage: TrainingStage = {
   memory: {
     inputs: (cfg) => ({ opsd: { batchSize: cfg.opsd.batchSize, microBatch: cfg.opsd.microBatch, teacher: cfg.opsd.teacher } }),
     adapterSnapshots: (x) => (x.opsd.teacher === 'ema' ? 1 : 0),
-    microBatch: { setting: 'opsdMicroBatch', configured: (x) => x.opsd.microBatch, updateBytes: opsdUpdateBytes },
+    microBatch: { configured: (x) => x.opsd.microBatch, updateBytes: opsdUpdateBytes },
     rollout: { maxRows: (x) => x.opsd.batchSize, unit: () => 1 },
     advice: {
       smallest: (x) => ({ opsd: { ...x.opsd, microBatch: 1 } }),
@@ -48,7 +55,7 @@ export const opsdStage: TrainingStage = {
       const rows = Math.min(st.rolloutRows, x.opsd.batchSize);
       return {
         'rollout-opsd': t.R + bucket(rows) * t.Ls * t.kv + t.sampler(bucket(rows)) + t.merged,
-        'update-opsd': t.R + opsdUpdateBytes(x, st.opsdMicroBatch, st.recompute, t),
+        'update-opsd': t.R + opsdUpdateBytes(x, st.microBatch.opsd!, st.recompute, t),
       };
     },
   },

@@ -8,6 +8,13 @@ import { studentMessages } from '../../task/prompts.js';
 import { updateBytes } from '../memory-model.js';
 import { finiteOrNull, sumFinite, type StageContext, type StepResult, type TrainingStage } from './stage.js';
 
+// Its section of the memory plan's inputs (lib/train/memory-model.ts PlanStageInputs).
+declare module '../memory-model.js' {
+  interface PlanStageInputs {
+    sft: { batchSize: number };
+  }
+}
+
 export const sftStage: TrainingStage = {
   name: 'sft',
   batch: { global: 'sft.batchSize', perRank: 'sft.batchSizePerRank', unit: 'answers' },

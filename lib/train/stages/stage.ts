@@ -12,7 +12,7 @@ import type { RewardFn, RewardResult, TaskItem } from '../../task/types.js';
 import type { AdvantageFn } from '../advantages.js';
 import type { SamplingOptions, TrainBackend } from '../backend.js';
 import type { DistContext } from '../dist.js';
-import type { MicroBatchSetting, PlanInputs, PlanPhase, PlanSettings } from '../memory-model.js';
+import type { PlanInputs, PlanPhase, PlanSettings } from '../memory-model.js';
 
 /**
  * A step's result: `loss` (global over ranks; NaN = the step is skipped), `completionTokens`
@@ -105,12 +105,11 @@ export interface StageMemory {
   /** Expected peak bytes of the stage's phases under the settings `st`. */
   phases(x: PlanInputs, st: PlanSettings, t: MemoryTerms): Partial<Record<PlanPhase, number>>;
   /**
-   * The update micro-batch the plan chooses (halving from the configured one until the update fits):
-   * the plan setting holding it, the configured value, and the update's bytes above resident for
-   * `rows` sequences. Stages without it update in one call.
+   * The update micro-batch the plan chooses (halving from the configured one until the update fits;
+   * the plan holds it as `microBatch[<stage name>]`): the configured value, and the update's bytes
+   * above resident for `rows` sequences. Stages without it update in one call.
    */
   microBatch?: {
-    setting: MicroBatchSetting;
     configured(x: PlanInputs): number;
     updateBytes(x: PlanInputs, rows: number, recompute: boolean, t: MemoryTerms): number;
   };
@@ -118,6 +117,8 @@ export interface StageMemory {
   rollout?: { maxRows(x: PlanInputs): number; unit(x: PlanInputs): number; fits?(x: PlanInputs, rows: number, t: MemoryTerms, limit: number): boolean };
   /** The phase the stage's rollouts are judged beside (grpo.judgeOverlap): the local judge's memory is planned with it. */
   judgedRollout?: PlanPhase;
+  /** The setting that puts the local judge beside that rollout (`auto` is decided by the plan on CUDA): read and, once decided, set. */
+  judgeOverlap?: { get(cfg: TrainConfig): 'auto' | 'on' | 'off'; set(cfg: TrainConfig, v: 'on' | 'off'): void };
   /**
    * For the out-of-memory advice (memory-plan.ts flagsThatFit): the stage's smallest update
    * setting, one halving of its step's size (undefined at 1) and the flags that give `x`'s values.
@@ -140,6 +141,13 @@ export interface TrainingStage extends StageSettings {
   readonly resumableKeys: readonly string[];
   /** Its part of the memory plan. */
   readonly memory: StageMemory;
+  /**
+   * The stage judges its rollouts through `ctx.reward` (GRPO): from its own section, the weight α
+   * of r_spec in its reward r = α·r_spec + (1 − α)·r_gen (paper §3, lib/judge/rewards.ts
+   * mixReward) and how long one step may wait on the judge (ms from the step's first reward call;
+   * 0 = no deadline), with that deadline's setting as messages name it. Absent: the stage calls no judge.
+   */
+  readonly judging?: { alpha(cfg: TrainConfig): number; stepTimeoutMs(cfg: TrainConfig): number; readonly stepTimeoutSetting: string };
   /**
    * Fills keys a checkpoint written before they existed lacks, in place (old checkpoints load):
    * `saved` is the checkpoint's config.

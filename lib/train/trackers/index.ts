@@ -8,12 +8,16 @@
  * The run's own files stay the record: a tracker that fails (at start or mid-run) prints one warning
  * naming it and the reason, is switched off for the rest of the run, and training continues.
  *
- * One file per tracker (tensorboard.ts, mlflow.ts, wandb.ts); {@link TRACKERS} is the registry.
+ * One file per tracker (tensorboard.ts, mlflow.ts, wandb.ts), each a {@link TrackerKind} descriptor;
+ * {@link TRACKERS} is the registry, and its names are the `--report-to` choices (lib/config/extensions.ts).
+ * A new tracker is one file here and one line in the `register` call below (docs/design.md §9).
  */
 import type { TrainConfig } from '../../config/train.js';
-import { openMlflow } from './mlflow.js';
-import { openTensorboard } from './tensorboard.js';
-import { openWandb } from './wandb.js';
+import { provideNames } from '../../config/extensions.js';
+import { Registry } from '../../util/registry.js';
+import { mlflowTracker } from './mlflow.js';
+import { tensorboardTracker } from './tensorboard.js';
+import { wandbTracker } from './wandb.js';
 
 /** What a tracker is started with. */
 export interface TrackerStart {
@@ -39,24 +43,33 @@ export interface Tracker {
   finish(status: 'FINISHED' | 'FAILED' | 'KILLED'): void | Promise<void>;
 }
 
-export type TrackerName = 'tensorboard' | 'mlflow' | 'wandb';
+/** A registered tracker's name (a `--report-to` value). */
+export type TrackerName = string;
 
-/** The registry: `--report-to` names → opener. */
-export const TRACKERS: Record<TrackerName, (s: TrackerStart) => Promise<Tracker>> = {
-  tensorboard: openTensorboard,
-  mlflow: openMlflow,
-  wandb: openWandb,
-};
+/** One tracker: its `--report-to` name and how it starts. */
+export interface TrackerKind {
+  /** The `--report-to` / `log.reportTo` value. */
+  readonly name: string;
+  /** One line for docs and errors. */
+  readonly describe: string;
+  /** Starts the tracker for one run. @throws Error (or rejects) when it cannot start: the run warns and goes on without it. */
+  open(s: TrackerStart): Promise<Tracker>;
+}
+
+/** The registry: `--report-to` names → descriptor, in registration order. */
+export const TRACKERS = new Registry<TrackerKind>('experiment tracker', (t) => t.name);
+TRACKERS.register(tensorboardTracker, mlflowTracker, wandbTracker);
+provideNames('trackers', () => TRACKERS.names());
 
 /** `report-to` values: tracker names; `none` (TRL's) or an empty list = no tracker; `all` = every one. */
 export function parseReportTo(v: readonly string[] | string | undefined | null): TrackerName[] {
   const list = (typeof v === 'string' ? v.split(',') : (v ?? [])).map((s) => s.trim()).filter(Boolean);
-  if (list.includes('all')) return Object.keys(TRACKERS) as TrackerName[];
+  if (list.includes('all')) return TRACKERS.names();
   const out: TrackerName[] = [];
   for (const n of list) {
     if (n === 'none') continue;
-    if (!(n in TRACKERS)) throw new Error(`--report-to: unknown tracker '${n}' (known: ${Object.keys(TRACKERS).join(', ')}, all, none)`);
-    if (!out.includes(n as TrackerName)) out.push(n as TrackerName);
+    if (!TRACKERS.has(n)) throw new Error(`--report-to: unknown tracker '${n}' (known: ${TRACKERS.names().join(', ')}, all, none)`);
+    if (!out.includes(n)) out.push(n);
   }
   return out;
 }
@@ -125,7 +138,7 @@ export class TrackerSet {
     const started: Tracker[] = [];
     for (const name of names) {
       try {
-        started.push(await TRACKERS[name]({ ...o, params }));
+        started.push(await TRACKERS.get(name, '--report-to').open({ ...o, params }));
         o.log(`--report-to: ${name} started`);
       } catch (e) {
         o.log(`warning: --report-to ${name} did not start (${(e as Error).message}); training continues, metrics.jsonl is the record`);

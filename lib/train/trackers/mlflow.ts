@@ -15,7 +15,7 @@
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, relative } from 'node:path';
-import type { Tracker, TrackerStart } from './index.js';
+import type { Tracker, TrackerKind, TrackerStart } from './index.js';
 
 const TIMEOUT_MS = 30_000;
 const MAX_PARAM_VALUE = 6000;
@@ -179,3 +179,10 @@ export async function openMlflow(s: TrackerStart, env: NodeJS.ProcessEnv = proce
     },
   };
 }
+
+/** The `--report-to mlflow` descriptor (./index.ts registers it). */
+export const mlflowTracker: TrackerKind = {
+  name: 'mlflow',
+  describe: "an MLflow tracking server's REST API (MLFLOW_TRACKING_URI)",
+  open: (s) => openMlflow(s),
+};

@@ -15,7 +15,7 @@
 import { appendFileSync, mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import type { Tracker, TrackerStart } from './index.js';
+import type { Tracker, TrackerKind, TrackerStart } from './index.js';
 
 // ---- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) ----
 const CRC_TABLE = (() => {
@@ -135,3 +135,10 @@ export async function openTensorboard(s: TrackerStart): Promise<Tracker> {
     finish() {},
   };
 }
+
+/** The `--report-to tensorboard` descriptor (./index.ts registers it). */
+export const tensorboardTracker: TrackerKind = {
+  name: 'tensorboard',
+  describe: 'TensorBoard event file under <out>/tensorboard/ (TFRecord framing, tf.Event protos)',
+  open: (s) => openTensorboard(s),
+};

@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { packageRoot } from '../../native.js';
 import { python } from '../../model/checkpoints.js';
-import type { Tracker, TrackerStart } from './index.js';
+import type { Tracker, TrackerKind, TrackerStart } from './index.js';
 
 const REPLY_TIMEOUT_MS = 120_000;
 
@@ -88,3 +88,10 @@ export async function openWandb(s: TrackerStart, env: NodeJS.ProcessEnv = proces
     },
   };
 }
+
+/** The `--report-to wandb` descriptor (./index.ts registers it). */
+export const wandbTracker: TrackerKind = {
+  name: 'wandb',
+  describe: 'Weights & Biases through its Python SDK (a bridge process; WANDB_MODE as set)',
+  open: (s) => openWandb(s),
+};
