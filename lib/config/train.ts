@@ -69,11 +69,14 @@ export interface StageSections {
     /** Longest a step waits on the judge, ms from its first judge call (0 = no deadline; lib/train/trainer.ts judgeCall). */
     judgeStepTimeoutMs: number;
     /** Sampler–trainer correction, its cap C and the KL past which a step warns (rows in lib/train/stages/grpo.ts; lib/train/rollout-correction.ts). */
-    rolloutCorrection?: 'none' | 'token-tis' | 'sequence-mask' | 'recompute';
+    rolloutCorrection?: RolloutCorrection;
     importanceSamplingCap?: number;
     agreementWarnKl?: number;
   };
 }
+
+/** The sampler–trainer correction modes (lib/train/rollout-correction.ts gives each formula). */
+export type RolloutCorrection = 'none' | 'token-tis' | 'sequence-mask' | 'recompute';
 
 export interface TrainConfig extends StageSections {
   /** Checkpoint dir of a HF Qwen3 model; null = the embedded tiny random model. */

@@ -26,10 +26,9 @@
  * Every mode but `none` costs one no-grad forward of the step's completions (the trainer's log π),
  * timed in the step's `reference` phase.
  */
-import type { TrainConfig } from '../config/train.js';
+import type { RolloutCorrection } from '../config/train.js';
 
-/** The correction modes (the choices of the grpo.rolloutCorrection row, lib/config/settings.ts). */
-export type RolloutCorrection = NonNullable<TrainConfig['grpo']['rolloutCorrection']>;
+export type { RolloutCorrection };
 
 /** Per completion: π_old for the ratio and the weight of each token (undefined = all 1). */
 export interface Corrected {
