@@ -104,6 +104,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
     flag: 'lora-r',
     type: 'integer',
     min: 1,
+    max: 65536,
     default: 8,
     meaning: 'LoRA rank r (paper presets: 64)',
     source: 'peft LoraConfig.r; paper (docs/design.md §6): r = 64',

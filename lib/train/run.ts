@@ -37,7 +37,7 @@ import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
 import { resolveCheckpoint, cleanCheckpointTemps, checkResumeCheckpoint, finalDirComplete, writeFinalDir, type TrainerState } from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
-import { checkModelConfigSizes, checkRowLengths, invalidUtf8Lines } from './input-checks.js';
+import { checkLoraRank, checkModelConfigSizes, checkRowLengths, invalidUtf8Lines } from './input-checks.js';
 import { inputError } from '../errors.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
@@ -313,6 +313,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   resolveDevice(cfg.device, 'device (--device)');
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
   checkModelDir(modelDir);
+  checkLoraRank(cfg.lora.r, modelDir);
   if (!resume && cfg.out) {
     // A new run never writes into another run's dir: its metrics would be appended to the old
     // rows, its checkpoints mixed with the old ones and `latest` moved.
@@ -435,8 +436,14 @@ async function trainLocked(
     // ---- memory plan (lib/train/memory-plan.ts), before the first step ----
     // ---- every row against the model's context, before the first step ----
     // (the longest student / teacher prompt, tokens, also feeds the memory plan)
-    const rows = await checkRowLengths(ds.items, policy.contextLength, resolved.sampling.maxNewTokens, (ps) =>
-      policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }),
+    // SFT trains on the reference answers: with an SFT stage they are checked too (after the student prompt).
+    const sft = cfg.stages.includes('sft' as Stage) && stageOf('sft' as Stage).steps(cfg) > 0;
+    const rows = await checkRowLengths(
+      ds.items,
+      policy.contextLength,
+      resolved.sampling.maxNewTokens,
+      (ps) => policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }),
+      sft ? { encodeAnswers: (texts) => policy.tokenizer.encodeBatch(texts) } : {},
     );
     let items = ds.items;
     if (rows.long.length) {
