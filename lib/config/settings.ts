@@ -778,6 +778,15 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
       'Continue a run from its latest checkpoint; only step counts (to extend a run) and run-time settings may change: device, judge URL and concurrency, logging and profiling, checkpointing, validation interval, micro-batches, recomputation, merged adapter, judge overlap',
     source: 'transformers Trainer.train(resume_from_checkpoint)',
   },
+  {
+    key: 'overwriteOutputDir',
+    flag: 'overwrite-output-dir',
+    type: 'boolean',
+    default: null,
+    meaning:
+      "Clear the previous run in --out (config.json, metrics.jsonl, checkpoints, final, summary.json, report.html; never a live run's) and start this one; unset = a dir that holds a run is refused. A run killed before its first checkpoint can also be started again with --resume",
+    source: 'transformers TrainingArguments.overwrite_output_dir',
+  },
   // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.
   {
     key: 'nprocPerNode',
