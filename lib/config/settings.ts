@@ -1666,6 +1666,17 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
     source: 'OpenAI client max_retries',
   },
   {
+    key: 'maxRetryAfter',
+    flag: 'max-retry-after',
+    type: 'number',
+    min: 0,
+    max: 3600,
+    default: 120,
+    meaning:
+      "Longest Retry-After honoured, seconds; a server asking for longer gets the client's own backoff instead, and every wait counts against the request's deadline",
+    source: 'openai-python: Retry-After honoured up to 60 s, else its backoff',
+  },
+  {
     key: 'maxTokens',
     flag: 'max-tokens',
     type: 'integer',
