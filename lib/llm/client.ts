@@ -466,7 +466,8 @@ export function readCompletion(text: string, status: number, url: string, redact
 
 const ajv = new Ajv({ allErrors: true, strict: false });
 const validators = new WeakMap<object, ValidateFunction>();
-function validatorFor(schema: object): ValidateFunction {
+/** The ajv validator of a JSON Schema (compiled once per schema object). */
+export function validatorFor(schema: object): ValidateFunction {
   let v = validators.get(schema);
   if (!v) {
     v = ajv.compile(schema);
