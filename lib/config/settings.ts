@@ -1254,6 +1254,14 @@ export const SERVE_OPTIONS: readonly Setting[] = [
     source: 'vLLM serve --api-key / VLLM_API_KEY',
   },
   {
+    key: 'allowUnauthenticated',
+    flag: 'allow-unauthenticated',
+    type: 'boolean',
+    default: false,
+    meaning: 'Serve on a non-loopback --host (0.0.0.0, a LAN address) without an API key; unset, such a bind is refused (said in the log when given)',
+    source: 'papergym-native (the key is vLLM serve --api-key)',
+  },
+  {
     key: 'allowedHosts',
     flag: 'allowed-hosts',
     type: 'list',
