@@ -64,6 +64,34 @@ describe('bounds on every command (issue 50 item 1)', function () {
     expect(s.err).to.contain('--max-batch 4096 × --max-model-len 65536 = 268435456 KV-cache slots of the decode batch, more than 134217728');
   });
 
+  it("rows × length of a step with the dataset's longest prompt is bounded at the start (no run dir)", async () => {
+    // 512 × 64 rollouts × 4096 new tokens is exactly 2^27 completion tokens (the config-level bound
+    // holds); with the prompts the step holds more.
+    const out = join(tmp, 'run-step-tokens');
+    const flags = ['--opsd-batch-size', '1', '--opsd-micro-batch', '1', '--validate-every', '0', '--seed', '5', '--grpo-micro-batch', '2'];
+    const r = await cli([
+      'train',
+      '--out',
+      out,
+      ...flags,
+      '--questions-per-step',
+      '512',
+      '--group-size',
+      '64',
+      '--max-new-tokens',
+      '4096',
+      '--opsd-steps',
+      '0',
+      '--grpo-steps',
+      '1',
+    ]);
+    expect(r.code, r.err).to.equal(1);
+    expect(r.err).to.match(
+      /--questions-per-step 512 × --group-size 64 × \(longest student prompt \d+ \+ --max-new-tokens 4096\) = \d+ tokens in one GRPO step, more than 134217728/,
+    );
+    expect(existsSync(out)).to.equal(false);
+  });
+
   it('floats are checked against float32, the type they become; the LoRA rank against its range and the model width', async () => {
     const out = join(tmp, 'run-floats');
     const a = await cli(['train', '--out', out, '--lora-alpha', '1e308']);

@@ -7,6 +7,7 @@
 import { closeSync, openSync, readFileSync, readSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { inputError } from '../errors.js';
+import { MAX_TOKENS_PER_STEP } from '../config/schema.js';
 import { studentMessages, teacherMessages } from '../task/prompts.js';
 import type { TaskItem } from '../task/types.js';
 
@@ -243,7 +244,61 @@ export async function checkRowLengths(
 }
 
 /**
- * Rank against width (issue 50): a LoRA rank above the hidden size of the layers it adapts adds
+ * Rows × length of one step, with the dataset's longest prompts (issue 50 item 1): the tokens a
+ * step holds at once (prompt + completion of every row) must stay within {@link MAX_TOKENS_PER_STEP}.
+ * GRPO: questions × group × (student prompt + max-new-tokens); OPSD: batch × (teacher prompt +
+ * max-new-tokens, the teacher scores the completion after its longer prompt); SFT: batch ×
+ * (student prompt + reference answer). Stages with 0 steps are not checked.
+ * @returns the problems, each naming the flags, the dataset's longest prompt and the limit.
+ */
+export function stepTokenProblems(
+  cfg: {
+    stages: readonly string[];
+    sampling: { maxNewTokens: number };
+    grpo: { steps: number; questionsPerStep: number; groupSize: number };
+    opsd: { steps: number; batchSize: number };
+    sft: { steps: number; batchSize: number };
+  },
+  longest: { student: number; teacher: number; answer: number },
+): string[] {
+  const out: string[] = [];
+  const m = cfg.sampling.maxNewTokens;
+  const rule = (stage: string, steps: number, rows: number, rowsText: string, length: number, lengthText: string) => {
+    if (!cfg.stages.includes(stage) || steps === 0) return;
+    if (rows * length > MAX_TOKENS_PER_STEP)
+      out.push(
+        `${rowsText} × ${lengthText} = ${rows * length} tokens in one ${stage.toUpperCase()} step, more than ${MAX_TOKENS_PER_STEP}; lower the batch or --max-new-tokens`,
+      );
+  };
+  rule(
+    'grpo',
+    cfg.grpo.steps,
+    cfg.grpo.questionsPerStep * cfg.grpo.groupSize,
+    `--questions-per-step ${cfg.grpo.questionsPerStep} × --group-size ${cfg.grpo.groupSize}`,
+    longest.student + m,
+    `(longest student prompt ${longest.student} + --max-new-tokens ${m})`,
+  );
+  rule(
+    'opsd',
+    cfg.opsd.steps,
+    cfg.opsd.batchSize,
+    `--opsd-batch-size ${cfg.opsd.batchSize}`,
+    longest.teacher + m,
+    `(longest teacher prompt ${longest.teacher} + --max-new-tokens ${m})`,
+  );
+  rule(
+    'sft',
+    cfg.sft.steps,
+    cfg.sft.batchSize,
+    `--sft-batch-size ${cfg.sft.batchSize}`,
+    longest.student + longest.answer,
+    `(longest student prompt ${longest.student} + longest reference answer ${longest.answer})`,
+  );
+  return out;
+}
+
+/**
+ * Rank against width (issue 50):  a LoRA rank above the hidden size of the layers it adapts adds
  * no capacity (the update B·A of a d×d layer has rank ≤ d), only memory (r × width × layers).
  * Reads `hidden_size` from `<dir>/config.json` (checked by {@link checkModelConfigSizes} first).
  * @throws Error (`ERR_PG_INPUT`) naming `--lora-r`, the file and the limit.

@@ -47,7 +47,7 @@ import {
   type TrainerState,
 } from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
-import { checkLoraRank, checkModelConfigSizes, checkRowLengths, invalidUtf8Lines } from './input-checks.js';
+import { checkLoraRank, checkModelConfigSizes, checkRowLengths, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
 import { inputError } from '../errors.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
@@ -481,6 +481,12 @@ async function trainLocked(
       (ps) => policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }),
       sft ? { encodeAnswers: (texts) => policy.tokenizer.encodeBatch(texts) } : {},
     );
+    // Rows × length of a step with the dataset's longest prompts, before the first step.
+    const heavy = stepTokenProblems(cfg, rows.longest);
+    if (heavy.length && !resume) {
+      if (!runDirExisted && dist.isMain) rmSync(runDir, { recursive: true, force: true });
+      throw inputError(`dataset ${dataPath}: ${heavy.join('; ')}`);
+    }
     let items = ds.items;
     if (rows.long.length) {
       const named = rows.long
