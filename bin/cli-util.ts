@@ -30,3 +30,44 @@ export function quietOnEpipe(stream: NodeJS.WriteStream): void {
     throw e;
   });
 }
+
+/** What {@link repeatedFlag} needs of a setting (lib/config/schema.ts Setting). */
+interface FlagSpec {
+  flag: string;
+  type: string;
+  repeatable?: boolean;
+  alias?: string;
+}
+
+/**
+ * The first scalar flag given more than once in `args` (before a bare `--`), as the error to print:
+ * `--opsd-steps: given more than once (2, 1)`; undefined when none is. yargs-parser 21 would
+ * merge such a repeat (a later value of exactly 1 is read as a count increment: `--opsd-steps 2
+ * --opsd-steps 1` became 3), so repeats are refused from the raw arguments, before parsing.
+ * Repeatable settings (`--prompt a --prompt b`) and booleans (the last wins) are not checked; a
+ * flag is matched by its name, its camelCase form or its short alias, with `--flag=v` or `--flag v`.
+ */
+export function repeatedFlag(args: readonly string[], settings: readonly FlagSpec[]): string | undefined {
+  const kebab = (s: string) => s.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+  const seen = new Map<string, string[]>();
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === '--') break;
+    const m = /^(--?)([^=]+)(=(.*))?$/s.exec(a);
+    if (!m) continue;
+    const name = m[1] === '--' ? kebab(m[2]!) : m[2]!;
+    const s = settings.find((x) => (m[1] === '--' ? x.flag === name : x.alias === name));
+    if (!s || s.repeatable || s.type === 'boolean') continue;
+    let value = m[4];
+    if (value === undefined && i + 1 < args.length && !args[i + 1]!.startsWith('--')) value = args[++i]!;
+    const vals = seen.get(s.flag) ?? [];
+    vals.push(value ?? '');
+    seen.set(s.flag, vals);
+  }
+  for (const [flag, vals] of seen) {
+    if (vals.length < 2) continue;
+    const shown = vals.map((v) => (v.trim() !== '' && Number.isFinite(Number(v)) ? String(Number(v)) : JSON.stringify(v)));
+    return `--${flag}: given more than once (${shown.join(', ')})`;
+  }
+  return undefined;
+}

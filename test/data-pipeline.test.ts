@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -332,6 +332,35 @@ describe('data pipeline: end to end against the fake LLM server', function () {
     const s4 = await runBuildData(args('resume', { force: true }), io());
     expect(srv.log.length - start4).to.be.greaterThan(40);
     expect(readDataset(s4.out, { strict: true }).items).to.deep.equal(clean);
+  });
+
+  it('a stored answer edited to the wrong type (or to non-JSON) is re-validated on read and asked again, naming the state file and key (issue 50 item 4)', async () => {
+    const path = join(work, 'edited.sqlite');
+    copyFileSync(join(work, 'clean.sqlite'), path);
+    for (const ext of ['-wal', '-shm']) if (existsSync(join(work, `clean.sqlite${ext}`))) copyFileSync(join(work, `clean.sqlite${ext}`), path + ext);
+    const st = new PipelineState(path);
+    const keys = (st.db.prepare('SELECT key FROM llm_calls ORDER BY key LIMIT 2').all() as { key: string }[]).map((r) => r.key);
+    st.db.prepare('UPDATE llm_calls SET value = ? WHERE key = ?').run('5', keys[0]);
+    st.db.prepare('UPDATE llm_calls SET value = ? WHERE key = ?').run('{"cut', keys[1]);
+    st.close();
+    const start = srv.log.length;
+    logs.length = 0;
+    const s = await runBuildData(args('edited'), io());
+    expect(s.failures).to.deep.equal([]);
+    // Exactly the two edited answers were asked again; every other one came from the state.
+    expect(
+      srv.log
+        .slice(start)
+        .filter((e) => e.outcome === 'ok')
+        .map((e) => e.key)
+        .sort(),
+    ).to.have.length(2);
+    expect(readDataset(s.out, { strict: true }).items.map((i) => i.id)).to.deep.equal(clean.map((i) => i.id));
+    const warned = logs.filter((l) => /fails its schema/.test(l));
+    expect(warned.join('\n'))
+      .to.contain(`pipeline state ${path}: stored`)
+      .and.to.contain(`answer ${keys[0]} fails its schema (/ must be object); asking again`);
+    expect(warned.join('\n')).to.contain(`answer ${keys[1]} fails its schema (its value is not JSON`);
   });
 
   it('progress counts papers known up front, only upward, with failed papers done-with-error', async () => {

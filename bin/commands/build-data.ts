@@ -41,6 +41,7 @@ export interface BuildDataArgs {
   paperConcurrency?: number;
   timeout?: number;
   retries?: number;
+  maxRetryAfter?: number;
   maxTokens?: number;
   temperature?: number;
   valFraction?: number;
@@ -269,6 +270,7 @@ export async function runBuildData(
         concurrency: a.concurrency ?? 8,
         timeoutMs: (a.timeout ?? 300) * 1000,
         maxRetries: a.retries ?? 5,
+        maxRetryAfterMs: (a.maxRetryAfter ?? 120) * 1000,
         onEvent: (e) => {
           if (e.type === 'retry') log(`llm ${url}: retry ${e.attempt} in ${e.delayMs} ms (${e.reason.slice(0, 160)})`);
         },

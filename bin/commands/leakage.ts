@@ -189,6 +189,7 @@ async function runLeakageJury(
         concurrency: m.config.concurrency,
         timeoutMs: m.config.timeoutMs,
         maxRetries: m.config.maxRetries,
+        maxRetryAfterMs: m.config.maxRetryAfterMs,
       });
       clients.push(client);
       const signal = AbortSignal.any([stop.signal, own.get(m.name)!.signal, ...(io.signal ? [io.signal] : [])]);

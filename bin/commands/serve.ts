@@ -2,7 +2,7 @@ import type { CommandModule } from 'yargs';
 import { basename } from 'node:path';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
-import { ChatServer } from '../../lib/serve/server.js';
+import { ChatServer, checkBindAuth } from '../../lib/serve/server.js';
 import { policyServeBackend } from '../../lib/serve/policy.js';
 import { SERVE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
@@ -25,6 +25,7 @@ interface ServeArgs {
   allowNonFiniteWeights?: boolean;
   exitWithParent?: boolean;
   apiKey?: string;
+  allowUnauthenticated?: boolean;
   allowedHosts?: string[];
   headersTimeout: number;
   requestTimeout: number;
@@ -60,6 +61,9 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
   describe: 'OpenAI-compatible chat server (/v1/chat/completions, /v1/models) with batched generation',
   builder: (y) => addSettings(y, SERVE_OPTIONS, { withDefaults: true }).demandOption('model') as never,
   handler: async (argv) => {
+    const apiKey = argv.apiKey ?? (process.env.PAPERGYM_API_KEY || undefined);
+    // A non-loopback bind without a key is refused before the model loads (lib/serve/server.ts checkBindAuth).
+    checkBindAuth(argv.host, apiKey, argv.allowUnauthenticated);
     const device = resolveDevice(argv.device);
     process.stderr.write(`serve: loading ${argv.model} on ${device}\n`);
     const policy = await Policy.load(argv.model, {
@@ -79,7 +83,8 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
       batchWindowMs: argv.batchWindowMs,
       defaultMaxTokens: argv.maxTokens,
       enableThinking: argv.thinking,
-      apiKey: argv.apiKey ?? (process.env.PAPERGYM_API_KEY || undefined),
+      apiKey,
+      allowUnauthenticated: argv.allowUnauthenticated,
       allowedHosts: argv.allowedHosts ?? undefined,
       headersTimeoutMs: argv.headersTimeout * 1000,
       requestTimeoutMs: argv.requestTimeout * 1000,

@@ -64,6 +64,7 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       file: argv.config,
       flags: flagsToConfig(argv) as never,
       resume: argv.resume,
+      overwriteOutputDir: argv['overwrite-output-dir'] === true,
       dist: { timeoutMs: (timeout ?? DEFAULT_DIST_TIMEOUT_MS / 1000) * 1000 },
     });
     if (summary.interrupted) process.exitCode = 130;

@@ -61,6 +61,8 @@ export interface JudgeSettings {
   timeoutMs: number;
   /** http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx). */
   maxRetries: number;
+  /** http: longest `Retry-After` honoured, ms (longer: the client's backoff; lib/llm/client.ts). */
+  maxRetryAfterMs: number;
   /** http: max answer tokens (null: 16 per-item, 64 + 24/item per-plan). */
   maxTokens: number | null;
   /** http: send `chat_template_kwargs.enable_thinking=false` (vLLM, SGLang, serve). */
@@ -162,6 +164,7 @@ export const JUDGE_DEFAULTS: JudgeConfig = {
   cache: null,
   timeoutMs: 120000,
   maxRetries: 5,
+  maxRetryAfterMs: 120000,
   maxTokens: null,
   noThink: false,
   batch: 16,
@@ -253,6 +256,17 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
     default: JUDGE_DEFAULTS.maxRetries,
     meaning: 'http: retries after the first attempt (only connection errors, timeouts, 408/409/429/5xx; backoff honouring retry-after)',
     source: 'OpenAI client max_retries',
+  },
+  {
+    key: 'maxRetryAfterMs',
+    flag: 'judge-max-retry-after-ms',
+    type: 'integer',
+    min: 0,
+    max: 3600000,
+    default: JUDGE_DEFAULTS.maxRetryAfterMs,
+    meaning:
+      "http: longest Retry-After honoured, ms; a server asking for longer gets the client's own backoff instead, and every wait counts against the call's deadline",
+    source: 'openai-python: Retry-After honoured up to 60 s, else its backoff',
   },
   {
     key: 'maxTokens',

@@ -45,6 +45,63 @@ export interface Setting {
   label?: string;
 }
 
+/** Largest finite float32, (2 − 2⁻²³)·2¹²⁷ (IEEE 754 binary32). */
+export const FLOAT32_MAX = 3.4028234663852886e38;
+/** Smallest positive float32 (subnormal), 2⁻¹⁴⁹ (IEEE 754 binary32). */
+export const FLOAT32_MIN_SUBNORMAL = 1.401298464324817e-45;
+
+/**
+ * Products of settings that set the memory of one step, bounded together (each flag's own range is
+ * not enough: `--questions-per-step 65536 --group-size 4096` is 2.7e8 rollouts). A rule applies to
+ * every command (or training config) that has all of its flags; {@link productProblems} checks it
+ * before anything is allocated.
+ */
+export interface MemoryProduct {
+  /** The flags multiplied (each a setting's `flag`). */
+  flags: readonly string[];
+  /** Largest allowed product. */
+  max: number;
+  /** What the product counts, in words. */
+  what: string;
+}
+
+/** Rows (sequences) one step or call may hold at once. */
+export const MAX_ROWS_PER_STEP = 65536;
+/** Tokens one step or call may hold at once (2²⁷: 512 MiB of int32 ids alone; far above the paper's 64 × 8 × 1024). */
+export const MAX_TOKENS_PER_STEP = 2 ** 27;
+
+export const MEMORY_PRODUCTS: readonly MemoryProduct[] = [
+  { flags: ['questions-per-step', 'group-size'], max: MAX_ROWS_PER_STEP, what: 'rollouts per GRPO step' },
+  { flags: ['questions-per-rank', 'group-size'], max: MAX_ROWS_PER_STEP, what: 'rollouts per GRPO step per process' },
+  { flags: ['questions-per-step', 'group-size', 'max-new-tokens'], max: MAX_TOKENS_PER_STEP, what: 'completion tokens per GRPO step' },
+  { flags: ['questions-per-rank', 'group-size', 'max-new-tokens'], max: MAX_TOKENS_PER_STEP, what: 'completion tokens per GRPO step per process' },
+  { flags: ['opsd-batch-size', 'max-new-tokens'], max: MAX_TOKENS_PER_STEP, what: 'completion tokens per OPSD step' },
+  { flags: ['n', 'batch-size'], max: MAX_ROWS_PER_STEP, what: 'completions per generation call' },
+  { flags: ['n', 'batch-size', 'max-new-tokens'], max: MAX_TOKENS_PER_STEP, what: 'completion tokens per generation call' },
+  { flags: ['max-batch', 'max-model-len'], max: MAX_TOKENS_PER_STEP, what: 'KV-cache slots of the decode batch' },
+];
+
+/**
+ * The {@link MEMORY_PRODUCTS} rules whose flags are all among `settings`, checked on the values
+ * `value(setting)` gives (a rule with an unset value is skipped). Returns each problem in words,
+ * naming the flags, their values and the limit.
+ */
+export function productProblems(settings: readonly Setting[], value: (s: Setting) => unknown): string[] {
+  const out: string[] = [];
+  for (const rule of MEMORY_PRODUCTS) {
+    const rows = rule.flags.map((f) => settings.find((s) => s.flag === f));
+    if (rows.some((r) => !r)) continue;
+    const vals = rows.map((r) => value(r!));
+    if (!vals.every((v) => typeof v === 'number' && Number.isFinite(v))) continue;
+    const product = (vals as number[]).reduce((a, b) => a * b, 1);
+    if (product > rule.max)
+      out.push(
+        `${rule.flags.map((f, i) => `--${f} ${vals[i]}`).join(' × ')} = ${product} ${rule.what}, more than ${rule.max} (bounded before anything is allocated; lower one of them)`,
+      );
+  }
+  return out;
+}
+
 /** The range of a setting in words (docs and --help). */
 export function rangeText(s: Setting): string {
   if (s.type === 'boolean') return 'true | false';
@@ -116,6 +173,11 @@ export function checkValue(s: Setting, v: unknown): string | undefined {
     case 'integer': {
       if (typeof v !== 'number' || !Number.isFinite(v)) return `${name} must be a number (got ${got(v)})`;
       if (s.type === 'integer' && !Number.isInteger(v)) return `${name} must be an integer (got ${got(v)})`;
+      // Numbers reach the addon as float32 (learning rates, alpha, coefficients): outside its range
+      // they become Inf ("value cannot be converted to type float" at step 1), a nonzero value
+      // below its smallest subnormal becomes 0.
+      if (s.type === 'number' && (Math.abs(v) > FLOAT32_MAX || (v !== 0 && Math.fround(v) === 0)))
+        return `${name} must be within float32's range, the type it becomes (|x| ≤ ${FLOAT32_MAX.toPrecision(8)}, and not below ${FLOAT32_MIN_SUBNORMAL.toPrecision(2)} unless 0; got ${got(v)})`;
       const lowOk = s.min === undefined || (s.exclusiveMin ? v > s.min : v >= s.min);
       const highOk = s.max === undefined || (s.exclusiveMax ? v < s.max : v <= s.max);
       return lowOk && highOk ? undefined : `${name} must be in ${rangeText(s)} (got ${got(v)})`;
@@ -189,6 +251,9 @@ export function addSettings<T>(y: Argv<T>, settings: readonly Setting[], opts: {
       const e = checkValue(s, v);
       if (e) errs.push(e);
     }
+    // Products of flags: with yargs filling the defaults, over every value; otherwise (train: a
+    // config file may set the others) over flags all given here, the resolved config is checked later.
+    if (!errs.length) errs.push(...productProblems(settings, (s) => (argv as Record<string, unknown>)[s.flag] ?? (opts.withDefaults ? s.default : undefined)));
     if (errs.length) throw new Error(errs.join('; '));
     return true;
   }) as Argv<T>;

@@ -104,6 +104,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
     flag: 'lora-r',
     type: 'integer',
     min: 1,
+    max: 65536,
     default: 8,
     meaning: 'LoRA rank r (paper presets: 64)',
     source: 'peft LoraConfig.r; paper (docs/design.md §6): r = 64',
@@ -839,6 +840,15 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
       'Continue a run from its latest checkpoint; only step counts (to extend a run) and run-time settings may change: device, judge URL and concurrency, logging and profiling, checkpointing, validation interval, micro-batches, recomputation, merged adapter, judge overlap',
     source: 'transformers Trainer.train(resume_from_checkpoint)',
   },
+  {
+    key: 'overwriteOutputDir',
+    flag: 'overwrite-output-dir',
+    type: 'boolean',
+    default: null,
+    meaning:
+      "Clear the previous run in --out (config.json, metrics.jsonl, checkpoints, final, summary.json, report.html; never a live run's) and start this one; unset = a dir that holds a run is refused. A run killed before its first checkpoint can also be started again with --resume",
+    source: 'transformers TrainingArguments.overwrite_output_dir',
+  },
   // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.
   {
     key: 'nprocPerNode',
@@ -1308,6 +1318,14 @@ export const SERVE_OPTIONS: readonly Setting[] = [
     source: 'vLLM serve --api-key / VLLM_API_KEY',
   },
   {
+    key: 'allowUnauthenticated',
+    flag: 'allow-unauthenticated',
+    type: 'boolean',
+    default: false,
+    meaning: 'Serve on a non-loopback --host (0.0.0.0, a LAN address) without an API key; unset, such a bind is refused (said in the log when given)',
+    source: 'papergym-native (the key is vLLM serve --api-key)',
+  },
+  {
     key: 'allowedHosts',
     flag: 'allowed-hosts',
     type: 'list',
@@ -1718,6 +1736,17 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
     default: 5,
     meaning: 'Retries per request (backoff, honouring retry-after)',
     source: 'OpenAI client max_retries',
+  },
+  {
+    key: 'maxRetryAfter',
+    flag: 'max-retry-after',
+    type: 'number',
+    min: 0,
+    max: 3600,
+    default: 120,
+    meaning:
+      "Longest Retry-After honoured, seconds; a server asking for longer gets the client's own backoff instead, and every wait counts against the request's deadline",
+    source: 'openai-python: Retry-After honoured up to 60 s, else its backoff',
   },
   {
     key: 'maxTokens',

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { judgeConfigProblems, type JudgeConfig } from './judge.js';
 import { CORE_TRAIN_SETTINGS, trainSettings } from './settings.js';
-import { checkValue, getPath, leafKeys, setPath, type Setting } from './schema.js';
+import { checkValue, getPath, leafKeys, productProblems, setPath, type Setting } from './schema.js';
 import { memoOn, registeredStages } from './extensions.js';
 
 /** A training stage's name: a key of {@link StageSections}. */
@@ -250,6 +250,9 @@ export function validateConfig(c: TrainConfig): TrainConfig {
     const steps = (s: Stage) => getPath(c, `${s}.steps`);
     if (c.stages.every((s) => steps(s) === 0)) errs.push(`every stage has 0 steps (${c.stages.map((s) => `${s}.steps`).join(', ')}); nothing to train`);
     if (new Set(c.stages).size !== c.stages.length) errs.push(`stages (--stages) names a stage twice: ${c.stages.join(',')}`);
+    // Products of settings that set a step's memory (rollouts per step, tokens per step).
+    const settings = trainSettings();
+    errs.push(...productProblems(settings, (st) => getPath(c, st.key)));
   }
   if (errs.length) throw new Error(`invalid training config:\n  ${errs.join('\n  ')}`);
   return c;

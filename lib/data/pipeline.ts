@@ -12,7 +12,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { LlmLengthError, type ChatJsonResult, type ChatRequest, type ChatJsonOptions } from '../llm/client.js';
+import { LlmLengthError, validatorFor, type ChatJsonResult, type ChatRequest, type ChatJsonOptions } from '../llm/client.js';
 import { assertCoverage, formatWarning, loadPaper, paperIdFromPath, sourceKind, type Paper, type LoadPaperOptions } from './latex/index.js';
 import { dataPromptSetVersion, loadDataPrompt, renderPrompt, systemMessage, TASK_ROLES, PIPELINE_ROLES, type DataTask, type PipelineRole } from './prompts.js';
 import { Progress } from './progress.js';
@@ -38,6 +38,8 @@ export interface CallTally {
 export interface CachedLlmStats {
   calls: number;
   cached: number;
+  /** Stored answers that failed their task's schema when read (edited or damaged state), asked again. */
+  invalidCached: number;
   failed: number;
   lengthRetries: number;
   promptTokens: number;
@@ -65,6 +67,8 @@ export interface CachedLlmOptions {
   useResponseFormat?: boolean;
   /** Per-role endpoints (lib/data/prompts.ts TASK_ROLES); a role not named uses `llm` and the sampling above. */
   roles?: Partial<Record<PipelineRole, RoleEndpoint>>;
+  /** Told of a stored answer that fails its schema when read (it is asked again); default stderr. */
+  warn?: (line: string) => void;
 }
 
 /**
@@ -75,7 +79,7 @@ export interface CachedLlmOptions {
  * builds made before roles existed are unchanged. Each stored call records its role.
  */
 export class CachedLlm {
-  readonly stats: CachedLlmStats = { calls: 0, cached: 0, failed: 0, lengthRetries: 0, promptTokens: 0, completionTokens: 0, byRole: {} };
+  readonly stats: CachedLlmStats = { calls: 0, cached: 0, invalidCached: 0, failed: 0, lengthRetries: 0, promptTokens: 0, completionTokens: 0, byRole: {} };
   private readonly inflight = new Map<string, Promise<unknown>>();
   private readonly refreshed = new Set<string>();
 
@@ -133,7 +137,18 @@ export class CachedLlm {
     const ep = this.endpoint(task);
     const rs = this.roleStats(ep.role);
     if (!this.opts.force || this.refreshed.has(key)) {
-      const hit = this.state.getCall(key);
+      let hit = this.state.getCall(key);
+      // Re-validated on read: an edited or damaged answer (a number where the task's schema wants a
+      // list) is asked again, never handed to the stages (where it failed every paper unnamed).
+      const validate = validatorFor(schema);
+      const problem = hit && (hit.unreadable ?? (validate(hit.value) ? undefined : (validate.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? 'invalid'}`).join('; ')));
+      if (hit && problem) {
+        this.stats.invalidCached++;
+        (this.opts.warn ?? ((l: string) => process.stderr.write(l + '\n')))(
+          `build-data: warning: pipeline state ${this.state.path}: stored ${task} answer ${key} fails its schema (${problem}); asking again`,
+        );
+        hit = undefined;
+      }
       if (hit) {
         this.stats.cached++;
         rs.cached++;
@@ -682,7 +697,7 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
   const log = o.log ?? (() => {});
   const llm = new CachedLlm(o.llm, o.state, {
     force: o.force, temperature: o.temperature, maxTokens: o.maxTokens, signal: o.signal, progress: o.progress,
-    promptsDir: o.promptsDir, useResponseFormat: o.useResponseFormat, roles: o.roles,
+    promptsDir: o.promptsDir, useResponseFormat: o.useResponseFormat, roles: o.roles, warn: o.log,
   });
   planRubric(o.rubric); // bad ablation settings fail before any paper
   const promptVersion = dataPromptSetVersion(o.promptsDir);

@@ -175,10 +175,18 @@ export class PipelineState {
   }
 
   /** A stored call, or undefined. */
-  getCall(key: string): StoredCall | undefined {
+  getCall(key: string): (StoredCall & { unreadable?: string }) | undefined {
     const r = this.guard(() => this.db.prepare('SELECT * FROM llm_calls WHERE key = ?').get(key) as Record<string, unknown> | undefined);
     if (!r) return undefined;
-    return { key, model: r.model as string, ...(r.role ? { role: r.role as string } : {}), prompt: r.prompt as string, value: JSON.parse(r.value as string), content: r.content as string, promptTokens: (r.prompt_tokens as number) ?? 0, completionTokens: (r.completion_tokens as number) ?? 0 };
+    // An edited or damaged value is returned as unreadable (the caller re-asks), never thrown.
+    let value: unknown;
+    let unreadable: string | undefined;
+    try {
+      value = JSON.parse(String(r.value));
+    } catch (e) {
+      unreadable = `its value is not JSON (${(e as Error).message})`;
+    }
+    return { key, model: r.model as string, ...(r.role ? { role: r.role as string } : {}), prompt: r.prompt as string, value, content: r.content as string, promptTokens: (r.prompt_tokens as number) ?? 0, completionTokens: (r.completion_tokens as number) ?? 0, ...(unreadable && { unreadable }) };
   }
 
   /** Store (or replace) a call. */

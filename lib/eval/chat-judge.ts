@@ -74,6 +74,7 @@ export class ChatJudge {
       concurrency: c.concurrency,
       timeoutMs: c.timeoutMs,
       maxRetries: c.maxRetries,
+      maxRetryAfterMs: c.maxRetryAfterMs,
       fetch: opts.fetch,
     });
     this.cache = new JudgeCache(cachePath);

@@ -301,6 +301,10 @@ export interface CreateHttpJudgeOptions extends Omit<HttpJudgeOptions, 'client' 
   maxRetries?: number;
   /** First backoff, ms (default 500; doubles per retry). */
   minBackoffMs?: number;
+  /** Longest `Retry-After` honoured, ms (default 120000; longer: the backoff). */
+  maxRetryAfterMs?: number;
+  /** Largest reply read, bytes (default 32 MiB; larger: an unreadable reply). */
+  maxReplyBytes?: number;
 }
 
 /**
@@ -317,6 +321,8 @@ export function createHttpJudge(o: CreateHttpJudgeOptions): HttpJudge {
     timeoutMs: o.timeoutMs,
     maxRetries: o.maxRetries,
     minBackoffMs: o.minBackoffMs,
+    maxRetryAfterMs: o.maxRetryAfterMs,
+    maxReplyBytes: o.maxReplyBytes,
   });
   return new HttpJudge({ ...o, client });
 }

@@ -4,8 +4,9 @@
  *
  * - bounded concurrency (p-limit; a slot is held per HTTP attempt, not during backoff sleeps)
  * - retries with exponential backoff + jitter only on what can succeed when repeated: connection
- *   errors, timeouts, HTTP 408/409/429/5xx, honouring `retry-after` (seconds or HTTP date, capped
- *   by `maxRetryAfterMs`)
+ *   errors, timeouts, HTTP 408/409/429/5xx, honouring `retry-after` (seconds or HTTP date) up to
+ *   `maxRetryAfterMs` (past it, the backoff), every wait counted against the call's `deadlineMs`
+ * - replies read up to `maxReplyBytes` (streamed ones too); a larger one is an unreadable reply
  * - a reply that cannot be read (an HTML page, an empty body, non-JSON, `choices: []`, no message,
  *   a 200 carrying an `error` object) fails at once with {@link LlmResponseError}, naming the
  *   endpoint and quoting the first 200 characters of the body
@@ -113,8 +114,25 @@ export interface LlmClientOptions {
   minBackoffMs?: number;
   /** Cap of the exponential backoff (default 30000). */
   maxBackoffMs?: number;
-  /** Cap on an honoured `retry-after` (default 120000). */
+  /**
+   * Longest `retry-after` honoured, ms (default 120000). A server asking for longer (`Retry-After:
+   * 86400`) does not set our clock: the exponential backoff is used instead (as openai-python does
+   * past its own cap), and every wait counts against `deadlineMs`.
+   */
   maxRetryAfterMs?: number;
+  /**
+   * Longest one call may take, ms, attempts and waits together; a retry whose wait would pass it
+   * ends the call with its last error, and an attempt's timeout is cut to what is left (default:
+   * the retry schedule's worst case, (maxRetries + 1) × timeoutMs + maxRetries × max(maxBackoffMs,
+   * maxRetryAfterMs)).
+   */
+  deadlineMs?: number;
+  /**
+   * Largest reply body read, bytes (default 32 MiB: a chat completion with top-20 logprobs of 8192
+   * tokens is a few MB). A larger reply, streamed (chunked) or with a Content-Length, is abandoned
+   * past the cap and the call fails with {@link LlmResponseError} (an unreadable reply, not retried).
+   */
+  maxReplyBytes?: number;
   /** Extra headers (never logged). */
   headers?: Record<string, string>;
   /** Injected fetch (tests). */
@@ -288,6 +306,36 @@ export function balancedEnd(s: string, start: number): number {
   return -1;
 }
 
+/**
+ * The body of `res` as text, read as a stream up to `maxBytes` (a reply with a larger
+ * Content-Length is not read at all; a chunked one is cancelled once past the cap). `tooLarge`
+ * says it was cut; `text` then holds what was read (its start, for the error).
+ */
+export async function readCapped(res: Response, maxBytes: number): Promise<{ text: string; tooLarge: boolean }> {
+  const declared = Number(res.headers.get('content-length'));
+  if (Number.isFinite(declared) && declared > maxBytes) {
+    await res.body?.cancel().catch(() => undefined);
+    return { text: '', tooLarge: true };
+  }
+  if (!res.body) return { text: await res.text(), tooLarge: false };
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let text = '';
+  let bytes = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    bytes += value.byteLength;
+    if (bytes > maxBytes) {
+      text += dec.decode(value.subarray(0, Math.max(0, value.byteLength - (bytes - maxBytes))), { stream: true });
+      await reader.cancel().catch(() => undefined);
+      return { text, tooLarge: true };
+    }
+    text += dec.decode(value, { stream: true });
+  }
+  return { text: text + dec.decode(), tooLarge: false };
+}
+
 /** Parse a `retry-after` header (delta-seconds or HTTP date) into ms; undefined when absent/invalid. */
 export function parseRetryAfter(v: string | null | undefined, now = Date.now()): number | undefined {
   if (!v) return undefined;
@@ -418,7 +466,8 @@ export function readCompletion(text: string, status: number, url: string, redact
 
 const ajv = new Ajv({ allErrors: true, strict: false });
 const validators = new WeakMap<object, ValidateFunction>();
-function validatorFor(schema: object): ValidateFunction {
+/** The ajv validator of a JSON Schema (compiled once per schema object). */
+export function validatorFor(schema: object): ValidateFunction {
   let v = validators.get(schema);
   if (!v) {
     v = ajv.compile(schema);
@@ -455,7 +504,9 @@ export class LlmClient {
   readonly model: string;
   private readonly apiKey?: string;
   private readonly limit: LimitFunction;
-  private readonly opts: Required<Pick<LlmClientOptions, 'timeoutMs' | 'maxRetries' | 'minBackoffMs' | 'maxBackoffMs' | 'maxRetryAfterMs'>>;
+  private readonly opts: Required<
+    Pick<LlmClientOptions, 'timeoutMs' | 'maxRetries' | 'minBackoffMs' | 'maxBackoffMs' | 'maxRetryAfterMs' | 'deadlineMs' | 'maxReplyBytes'>
+  >;
   private readonly fetchImpl: typeof fetch;
   private readonly counters: LlmStats = { requests: 0, succeeded: 0, failed: 0, retries: 0, promptTokens: 0, completionTokens: 0, repairs: 0, byStatus: {} };
 
@@ -466,12 +517,18 @@ export class LlmClient {
     this.model = options.model;
     this.apiKey = options.apiKey ?? apiKeyFromEnv();
     this.limit = pLimit(Math.max(1, options.concurrency ?? 8));
+    const timeoutMs = options.timeoutMs ?? 120_000;
+    const maxRetries = options.maxRetries ?? 5;
+    const maxBackoffMs = options.maxBackoffMs ?? 30_000;
+    const maxRetryAfterMs = options.maxRetryAfterMs ?? 120_000;
     this.opts = {
-      timeoutMs: options.timeoutMs ?? 120_000,
-      maxRetries: options.maxRetries ?? 5,
+      timeoutMs,
+      maxRetries,
       minBackoffMs: options.minBackoffMs ?? 500,
-      maxBackoffMs: options.maxBackoffMs ?? 30_000,
-      maxRetryAfterMs: options.maxRetryAfterMs ?? 120_000,
+      maxBackoffMs,
+      maxRetryAfterMs,
+      deadlineMs: options.deadlineMs ?? (maxRetries + 1) * timeoutMs + maxRetries * Math.max(maxBackoffMs, maxRetryAfterMs),
+      maxReplyBytes: options.maxReplyBytes ?? 32 * 1024 * 1024,
     };
     this.fetchImpl = options.fetch ?? fetch;
   }
@@ -532,6 +589,7 @@ export class LlmClient {
       stream: false,
     };
     const payload = JSON.stringify(body);
+    const deadline = Date.now() + this.opts.deadlineMs;
     let attempt = 0;
     for (;;) {
       attempt++;
@@ -540,7 +598,7 @@ export class LlmClient {
         throw new LlmAbortError();
       }
       try {
-        const r = await this.limit(() => this.attempt(payload, attempt, req.signal));
+        const r = await this.limit(() => this.attempt(payload, attempt, req.signal, deadline));
         this.counters.succeeded++;
         return { ...r, attempts: attempt, model: String(body.model) };
       } catch (e) {
@@ -556,7 +614,16 @@ export class LlmClient {
         }
         const backoff = Math.min(this.opts.maxBackoffMs, this.opts.minBackoffMs * 2 ** (attempt - 1));
         let delay = Math.round(backoff * (0.75 + Math.random() * 0.5));
-        if (err instanceof LlmHttpError && err.retryAfterMs !== undefined) delay = Math.min(this.opts.maxRetryAfterMs, Math.max(err.retryAfterMs, 0));
+        // The server's retry-after up to the cap; past it, our own backoff (the server does not set our clock).
+        const asked = err instanceof LlmHttpError ? err.retryAfterMs : undefined;
+        if (asked !== undefined && asked <= this.opts.maxRetryAfterMs) delay = Math.max(asked, 0);
+        // Every wait counts against the call's deadline: one that would pass it ends the call now.
+        if (Date.now() + delay >= deadline) {
+          this.counters.failed++;
+          throw new LlmTimeoutError(
+            `LLM call to ${this.url} gave up after ${attempt} attempt(s): waiting ${delay} ms${asked !== undefined ? ` (retry-after ${Math.round(asked / 1000)} s${asked > this.opts.maxRetryAfterMs ? `, above the ${this.opts.maxRetryAfterMs / 1000} s cap` : ''})` : ''} to retry would pass the call's deadline of ${this.opts.deadlineMs} ms; last error: ${err.message}`,
+          );
+        }
         this.counters.retries++;
         this.options.onEvent?.({ type: 'retry', attempt, delayMs: delay, reason: err.message });
         await sleep(delay, req.signal);
@@ -564,10 +631,12 @@ export class LlmClient {
     }
   }
 
-  private async attempt(payload: string, attempt: number, signal?: AbortSignal): Promise<Omit<ChatResult, 'attempts' | 'model'>> {
+  private async attempt(payload: string, attempt: number, signal?: AbortSignal, deadline = Infinity): Promise<Omit<ChatResult, 'attempts' | 'model'>> {
     // Aborted while it waited for a slot: never sent, so not counted as a request.
     if (signal?.aborted) throw new LlmAbortError();
-    const timeout = AbortSignal.timeout(this.opts.timeoutMs);
+    // The attempt's timeout, cut to what is left of the call's deadline.
+    const timeoutMs = Math.max(1, Math.min(this.opts.timeoutMs, deadline - Date.now()));
+    const timeout = AbortSignal.timeout(timeoutMs);
     const sig = signal ? AbortSignal.any([signal, timeout]) : timeout;
     const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'application/json', ...this.options.headers };
     if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
@@ -578,16 +647,19 @@ export class LlmClient {
     let text: string;
     let retryAfter: string | null = null;
     let contentType: string | null = null;
+    let tooLarge = false;
     try {
       const res = await this.fetchImpl(this.url, { method: 'POST', headers, body: payload, signal: sig });
       status = res.status;
       retryAfter = res.headers.get('retry-after');
       contentType = res.headers.get('content-type');
-      text = await res.text();
+      const body = await readCapped(res, this.opts.maxReplyBytes);
+      text = body.text;
+      tooLarge = body.tooLarge;
     } catch (e) {
       if (timeout.aborted && !signal?.aborted) {
         this.bump('timeout');
-        throw new LlmTimeoutError(`LLM request timed out after ${this.opts.timeoutMs} ms (${this.url})`);
+        throw new LlmTimeoutError(`LLM request timed out after ${timeoutMs} ms (${this.url})`);
       }
       if (signal?.aborted) throw new LlmAbortError();
       this.bump('network');
@@ -596,6 +668,14 @@ export class LlmClient {
           `LLM request failed (${this.url}): ${(e as Error)?.message ?? e}${(e as { cause?: Error })?.cause ? ` (${(e as { cause: Error }).cause.message})` : ''}`,
         ),
         e,
+      );
+    }
+    if (tooLarge) {
+      this.bump('too-large');
+      throw new LlmResponseError(
+        `LLM reply from ${this.url} (HTTP ${status}) is unreadable: more than ${this.opts.maxReplyBytes} bytes (maxReplyBytes), abandoned at the cap; it begins ${JSON.stringify(this.redact(text.slice(0, 200)))}`,
+        status,
+        this.redact(text.slice(0, 200)),
       );
     }
     this.bump(String(status));

@@ -26,6 +26,7 @@ import { LORA_TARGETS } from '../addon.js';
 import { disposedError } from '../errors.js';
 import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
+import { checkModelConfigSizes } from '../train/input-checks.js';
 
 export type {
   AdapterChoice,
@@ -117,6 +118,9 @@ export async function loadModel(dir: string, opts: LoadOptions = {}): Promise<De
     throw argError(`loadModel: options.allowNonFinite must be a boolean, got ${describeValue(opts.allowNonFinite)}`);
   }
   ensureInputDir(dir, 'model directory');
+  // Sizes in config.json within bounds and matching the weights before the addon allocates
+  // anything (every command that loads a model: a config claiming 1e8 layers is refused here).
+  checkModelConfigSizes(dir, { weights: false });
   const device: Device = opts.device ?? 'cpu';
   const dtype: Dtype = opts.dtype ?? (device.startsWith('cuda') ? 'bfloat16' : 'float32');
   const model = await native().Model.load(dir, { device, dtype, allowNonFinite: opts.allowNonFinite ?? false });

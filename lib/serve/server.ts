@@ -27,7 +27,11 @@
  * max_completion_tokens, n, seed, stop (strings), logprobs + top_logprobs (0-20; model backend),
  * ignore_eos (vLLM extension; model backend),
  * stream, stream_options.include_usage, chat_template_kwargs.enable_thinking (vLLM/SGLang style).
- * Ignored: response_format (no constrained decoding), tool_choice, penalties.
+ * Ignored: response_format (no constrained decoding), tool_choice. Refused with a 400 naming the
+ * parameter, as this sampler does not apply them: logit_bias, presence_penalty, frequency_penalty,
+ * repetition_penalty, min_tokens (each accepted at its no-op value: {}, 0, 0, 1, 0).
+ * `GET /v1/models/{id}` returns the model card (404 for another id). A bind address other than
+ * loopback needs an API key, or `allowUnauthenticated` (said in the log; {@link checkBindAuth}).
  *
  * Logprobs: `choices[].logprobs.content[]` = `{token, logprob, bytes, top_logprobs: [{token,
  * logprob, bytes}]}` per completion token (the final stop id, e.g. `<|im_end|>`, is not part of the
@@ -116,6 +120,8 @@ export interface ChatServerOptions {
   maxBodyBytes?: number;
   /** Require `Authorization: Bearer <apiKey>` on every route but /health (constant-time comparison), as vLLM's --api-key. */
   apiKey?: string;
+  /** Serve on a non-loopback address without `apiKey` (refused otherwise; {@link checkBindAuth}). */
+  allowUnauthenticated?: boolean;
   /**
    * Host names accepted in the Host and Origin headers besides localhost, 127.0.0.1, [::1] and the
    * bind address (a wildcard bind adds this machine's host name and interface addresses); '*' = any.
@@ -186,6 +192,42 @@ interface Entry {
   cancelled: boolean;
   resolve: (r: ServeResult) => void;
   reject: (e: unknown) => void;
+}
+
+/**
+ * OpenAI / vLLM sampling parameters the sampler does not apply, each with its no-op value (accepted):
+ * given otherwise a request is refused with 400 naming it, never answered as if it had been applied
+ * (a token biased by −100 was still sampled). Sources: OpenAI chat completions API reference
+ * (logit_bias, presence_penalty, frequency_penalty), vLLM SamplingParams (repetition_penalty, min_tokens).
+ */
+export const UNAPPLIED_PARAMS: readonly { name: string; noop: (v: unknown) => boolean }[] = [
+  { name: 'logit_bias', noop: (v) => !!v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 0 },
+  { name: 'presence_penalty', noop: (v) => v === 0 },
+  { name: 'frequency_penalty', noop: (v) => v === 0 },
+  { name: 'repetition_penalty', noop: (v) => v === 1 },
+  { name: 'min_tokens', noop: (v) => v === 0 },
+];
+
+/** True for loopback bind addresses (localhost, 127.0.0.0/8, ::1). */
+function isLoopback(host: string): boolean {
+  const h = host.toLowerCase().replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h) || h === '::ffff:127.0.0.1';
+}
+
+/**
+ * A non-loopback bind (`0.0.0.0`, `::`, a LAN address) serves anyone who can reach the port: it
+ * needs an API key, or `allowUnauthenticated` given on purpose. Returns the log line of an
+ * unauthenticated non-loopback server (undefined otherwise).
+ * @throws Error naming --host, --api-key and --allow-unauthenticated when refused.
+ */
+export function checkBindAuth(host: string | undefined, apiKey: string | undefined, allowUnauthenticated: boolean | undefined): string | undefined {
+  const h = host ?? '127.0.0.1';
+  if (isLoopback(h) || apiKey) return undefined;
+  if (!allowUnauthenticated)
+    throw new Error(
+      `--host ${h} is not a loopback address: anyone who can reach the port could use the model; pass --api-key KEY (or PAPERGYM_API_KEY), bind 127.0.0.1, or --allow-unauthenticated to serve without a key on purpose`,
+    );
+  return `warning: serving on ${h} without an API key (--allow-unauthenticated): anyone who can reach the port can use the model`;
 }
 
 function num(v: unknown, name: string, def: number, lo: number, hi: number, int = false): number {
@@ -343,6 +385,8 @@ export class ChatServer {
 
   /** Starts listening; resolves with the base URL (`http://host:port/v1`) and port. */
   async start(): Promise<{ url: string; port: number }> {
+    const unauthenticated = checkBindAuth(this.o.host, this.o.apiKey, this.o.allowUnauthenticated);
+    if (unauthenticated) this.o.log?.(unauthenticated);
     // connectionsCheckingInterval: how often Node enforces the two timeouts (its default, 30 s, let a
     // trickling body hold a connection for a minute past the timeout).
     const server = createServer({ connectionsCheckingInterval: 500 }, (req, res) => {
@@ -495,10 +539,27 @@ export class ChatServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0].replace(/\/+$/, '');
     this.guard(req, path);
+    const card = { id: this.o.modelId, object: 'model', created: this.created, owned_by: 'papergym-native' };
     if (path === '/v1/models' || path === '/models') {
       if (req.method !== 'GET') throw new HttpError(405, 'use GET');
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ object: 'list', data: [{ id: this.o.modelId, object: 'model', created: this.created, owned_by: 'papergym-native' }] }));
+      res.end(JSON.stringify({ object: 'list', data: [card] }));
+      return;
+    }
+    // GET /v1/models/{id} (OpenAI "retrieve model"; the official clients call it). Ids may hold '/'.
+    const one = /^\/(?:v1\/)?models\/(.+)$/.exec(path);
+    if (one) {
+      if (req.method !== 'GET') throw new HttpError(405, 'use GET');
+      let id: string;
+      try {
+        id = decodeURIComponent(one[1]!);
+      } catch {
+        id = one[1]!;
+      }
+      if (id !== this.o.modelId)
+        throw new HttpError(404, `The model \`${id}\` does not exist (serving ${this.o.modelId})`, 'invalid_request_error', 'model', 'model_not_found');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(card));
       return;
     }
     if (path === '/health' || path === '/v1/health') {
@@ -527,6 +588,16 @@ export class ChatServer {
         'model_not_found',
       );
     const messages = messagesOf(b.messages);
+    for (const u of UNAPPLIED_PARAMS) {
+      const v = b[u.name];
+      if (v !== undefined && v !== null && !u.noop(v))
+        throw new HttpError(
+          400,
+          `${u.name} is not supported by this server (its sampler applies temperature, top_p, top_k and min_p only); leave it out rather than have it ignored`,
+          'invalid_request_error',
+          u.name,
+        );
+    }
     const kw = (b.chat_template_kwargs ?? {}) as Record<string, unknown>;
     const et = kw.enable_thinking ?? b.enable_thinking;
     if (et !== undefined && typeof et !== 'boolean')

@@ -259,6 +259,38 @@ export async function pruneCheckpoints(root: string, limit: number, keep: string
 /** A name `latest` may hold: a checkpoint dir of the same `checkpoints/` (or the temp dir of a rewrite in flight). */
 const LATEST_NAME = /^(step-\d+|\.tmp-step-\d+-\d+)$/;
 
+/** What a `train` run writes in its run dir (besides its lock): what `--overwrite-output-dir` clears. */
+export const RUN_DIR_ENTRIES = ['config.json', 'metrics.jsonl', 'checkpoints', 'final', 'summary.json', 'report.html'] as const;
+
+/**
+ * A run dir a `train` process left before its first checkpoint (killed, out of memory, a crash):
+ * it holds the run's `config.json` but no checkpoint. Resolves with the saved config (the file's
+ * settings; the run records beside them — modelDir, origins, batching, memoryPlan — left out) so
+ * `--resume` can start it again from the start; undefined for anything else.
+ */
+export function restartableRun(dir: string): { runDir: string; config: Record<string, unknown> } | undefined {
+  const d = resolve(dir);
+  const ck = join(d, 'checkpoints');
+  if (!existsSync(join(d, 'config.json')) || existsSync(join(d, 'trainer_state.json'))) return undefined;
+  if (existsSync(ck) && (existsSync(join(ck, 'latest')) || readdirSync(ck).some((n) => /^step-\d+$/.test(n)))) return undefined;
+  let saved: Record<string, unknown>;
+  try {
+    saved = JSON.parse(readFileSync(join(d, 'config.json'), 'utf8')) as Record<string, unknown>;
+  } catch (e) {
+    throw inputError(`--resume ${dir}: the run stopped before its first checkpoint and its ${join(d, 'config.json')} is unreadable (${(e as Error).message})`);
+  }
+  if (!saved || typeof saved !== 'object' || Array.isArray(saved)) throw inputError(`--resume ${dir}: ${join(d, 'config.json')} is not a JSON object`);
+  const { modelDir: _m, origins: _o, batching: _b, memoryPlan: _p, ...config } = saved;
+  return { runDir: d, config };
+}
+
+/** Removes {@link RUN_DIR_ENTRIES} from `runDir` (the caller holds the run lock); resolves with the names removed. */
+export async function clearRunDir(runDir: string): Promise<string[]> {
+  const gone = RUN_DIR_ENTRIES.filter((f) => existsSync(join(runDir, f)));
+  for (const f of gone) await rm(join(runDir, f), { recursive: true, force: true });
+  return gone;
+}
+
 /**
  * Resolves `--resume DIR`: a checkpoint dir (has trainer_state.json), or a run dir / its
  * checkpoints dir (follows `latest`). `latest` must name an entry of that same checkpoints dir
@@ -287,7 +319,14 @@ export function resolveCheckpoint(dir: string): { dir: string; runDir: string; s
             .filter((n) => /^step-\d+$/.test(n))
             .sort()
         : [];
-      if (!steps.length) throw inputError(`--resume ${dir}: no checkpoint found (expected trainer_state.json or checkpoints/latest)`);
+      if (!steps.length) {
+        // A run killed before its first checkpoint: runTraining starts it again ({@link restartableRun}).
+        if (existsSync(join(d, 'config.json')))
+          throw inputError(
+            `--resume ${dir}: the run stopped before its first checkpoint (nothing to resume); start it again from the start with papergym-native train --out ${d} --overwrite-output-dir and its flags`,
+          );
+        throw inputError(`--resume ${dir}: no checkpoint found (expected trainer_state.json or checkpoints/latest)`);
+      }
       d = join(root, steps[steps.length - 1]!);
     }
   }
@@ -368,7 +407,8 @@ function leaves(v: unknown, prefix = '', out: Map<string, unknown> = new Map()):
  * The checks of `--resume` before any compute, on a checkpoint {@link resolveCheckpoint} found:
  * - every file a checkpoint holds is there ({@link CHECKPOINT_FILES}, and `optimizer.safetensors`
  *   once the stage has taken a step: a missing one would restart the optimizer silently), the
- *   optimizer file's header checked ({@link checkOptimizerFile});
+ *   optimizer file's header checked ({@link checkOptimizerFile}), the adapter's and optimizer's
+ *   tensors checked finite ({@link checkTensorsFinite});
  * - the trainer state's config agrees with the run's `config.json` on every setting the run
  *   cannot change (a tampered learning rate, a checkpoint copied from another run): keys in
  *   `resumable`, memory settings and micro-batches (out-of-memory recovery changes them) are not
@@ -385,6 +425,9 @@ export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: 
     );
   }
   if (need.includes('optimizer.safetensors')) checkOptimizerFile(join(ck.dir, 'optimizer.safetensors'));
+  // The numbers too: NaN / Inf in the adapter or the optimizer's moments is refused, naming the tensor.
+  for (const f of ['adapter_model.safetensors', ...(need.includes('optimizer.safetensors') ? ['optimizer.safetensors'] : [])])
+    checkTensorsFinite(join(ck.dir, f));
   const cfg = ck.state.config as Record<string, unknown>;
   const stages = Array.isArray(cfg.stages) ? (cfg.stages as string[]) : [];
   const stage = stages[ck.state.stageIndex];
@@ -410,6 +453,82 @@ export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: 
         `--resume ${ck.dir}: trainer_state.json has ${k} = ${JSON.stringify(v)}, the run's ${runCfgPath} has ${JSON.stringify(saved.get(k))} (a tampered checkpoint or one of another run)`,
       );
     }
+  }
+}
+
+/** Bit masks of the exponent of the float dtypes (all ones: Inf or NaN), IEEE 754 / bfloat16. */
+const EXPONENT_MASK: Record<string, { bytes: 2 | 4; mask: number }> = {
+  F32: { bytes: 4, mask: 0x7f800000 },
+  BF16: { bytes: 2, mask: 0x7f80 },
+  F16: { bytes: 2, mask: 0x7c00 },
+};
+
+/**
+ * Checks every float tensor of the safetensors file `path` for NaN and ±Inf (issue 50 item 2: a
+ * resumed state is not trusted for its numbers; NaN moments in a file of the right size would
+ * otherwise be loaded and carried into the final adapter). F32, BF16 and F16 are tested by their
+ * exponent bits (all ones: not finite; IEEE 754 binary32 / binary16, bfloat16), F64 by value;
+ * integer tensors are skipped. Reads the data 16 MiB at a time.
+ * @throws Error (`ERR_PG_INPUT`) naming the file, the tensor and the first bad element.
+ */
+export function checkTensorsFinite(path: string): void {
+  const fd = openSync(path, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    const head = Buffer.alloc(8);
+    if (size < 8 || readSync(fd, head, 0, 8, 0) !== 8) throw inputError(`${path}: not a safetensors file (${size} bytes)`);
+    const n = Number(head.readBigUInt64LE(0));
+    if (n > size - 8) throw inputError(`${path}: safetensors header length ${n} exceeds the file size ${size}`);
+    const hb = Buffer.alloc(n);
+    readSync(fd, hb, 0, n, 8);
+    let header: Record<string, { dtype?: string; data_offsets?: [number, number] }>;
+    try {
+      header = JSON.parse(hb.toString('utf8')) as typeof header;
+    } catch (e) {
+      throw inputError(`${path}: safetensors header is not JSON (${(e as Error).message})`);
+    }
+    const base = 8 + n;
+    const chunk = Buffer.alloc(16 << 20);
+    for (const [name, t] of Object.entries(header)) {
+      if (name === '__metadata__' || !t || !Array.isArray(t.data_offsets)) continue;
+      const dtype = String(t.dtype);
+      const bits = EXPONENT_MASK[dtype];
+      if (!bits && dtype !== 'F64') continue;
+      const per = bits?.bytes ?? 8;
+      const [b, e] = t.data_offsets;
+      for (let at = b; at < e;) {
+        const len = Math.min(chunk.length - (chunk.length % per), e - at);
+        const got = readSync(fd, chunk, 0, len, base + at);
+        if (got !== len) throw inputError(`${path}: tensor '${name}': short read at byte ${base + at} (truncated file)`);
+        const count = len / per;
+        let bad = -1;
+        if (dtype === 'F64') {
+          const v = new Float64Array(chunk.buffer, chunk.byteOffset, count);
+          for (let i = 0; i < count; i++)
+            if (!Number.isFinite(v[i]!)) {
+              bad = i;
+              break;
+            }
+        } else {
+          const v = per === 4 ? new Uint32Array(chunk.buffer, chunk.byteOffset, count) : new Uint16Array(chunk.buffer, chunk.byteOffset, count);
+          const m = bits!.mask;
+          for (let i = 0; i < count; i++)
+            if ((v[i]! & m) === m) {
+              bad = i;
+              break;
+            }
+        }
+        if (bad >= 0) {
+          const index = (at - b) / per + bad;
+          throw inputError(
+            `${path}: tensor '${name}' holds a non-finite value (NaN or Inf) at element ${index}: a corrupt or tampered state is not resumed; resume from an earlier checkpoint`,
+          );
+        }
+        at += len;
+      }
+    }
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -1,12 +1,13 @@
 /**
- * Bounded work before any compute in `train` (issue 38 item 2): the model's config.json sizes are
- * checked before the addon allocates anything, the dataset's bytes are checked for invalid UTF-8,
+ * Bounded work before any compute (issue 38 item 2, issue 50 item 1): the model's config.json sizes
+ * are checked before the addon allocates anything (every command: lib/model/decoder.ts loadModel), the dataset's bytes are checked for invalid UTF-8,
  * and every row's prompts are checked, in tokens, against the model's context before the first
  * step, so a row that cannot fit fails the run at its start (naming the row) instead of mid-run.
  */
 import { closeSync, openSync, readFileSync, readSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { inputError } from '../errors.js';
+import { MAX_TOKENS_PER_STEP } from '../config/schema.js';
 import { studentMessages, teacherMessages } from '../task/prompts.js';
 import type { TaskItem } from '../task/types.js';
 
@@ -78,18 +79,24 @@ function smallestElementBytes(file: string): number {
  * parameters, `vocab × hidden` (the embedding) + `layers × (3 × hidden × intermediate` (MLP) `+ 2 ×
  * hidden × heads × head_dim + 2 × hidden × kv_heads × head_dim)` (attention projections), times the
  * smallest bytes per element among the tensors of the first weights file (its header), must not
- * exceed the bytes of the `*.safetensors` files.
+ * exceed the bytes of the `*.safetensors` files. `weights: false` checks the sizes only (and
+ * leaves an unreadable config.json to the loader, which names it).
  * @throws Error (`ERR_PG_INPUT`) naming the file and the field.
  */
-export function checkModelConfigSizes(dir: string): void {
+export function checkModelConfigSizes(dir: string, opts: { weights?: boolean } = {}): void {
   const path = join(dir, 'config.json');
   let c: Record<string, unknown>;
   try {
     c = JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
   } catch (e) {
+    // Sizes only (the loader's pre-check): a missing or unparsable config.json is the loader's to name.
+    if (opts.weights === false) return;
     throw inputError(`${path}: ${(e as Error).message}`);
   }
-  if (!c || typeof c !== 'object') throw inputError(`${path}: not a JSON object`);
+  if (!c || typeof c !== 'object') {
+    if (opts.weights === false) return;
+    throw inputError(`${path}: not a JSON object`);
+  }
   for (const [k, max] of Object.entries(MODEL_CONFIG_LIMITS)) {
     const v = c[k];
     if (v === undefined || v === null) continue;
@@ -97,6 +104,8 @@ export function checkModelConfigSizes(dir: string): void {
       throw inputError(`${path}: ${k} is ${JSON.stringify(v)}, not an integer in [1, ${max}] (a corrupt or hand-edited config; refused before loading)`);
     }
   }
+  // `weights: false` (every loader, lib/model/decoder.ts): the sizes alone; a truncated weights file is named by the loader.
+  if (opts.weights === false) return;
   const n = (k: string, d = 0) => (typeof c[k] === 'number' ? (c[k] as number) : d);
   const layers = n('num_hidden_layers');
   const hidden = n('hidden_size');
@@ -166,7 +175,10 @@ const MAX_BYTES_PER_TOKEN = 256;
  * plus `maxNewTokens` exceed `context` tokens: the student samples a completion after its prompt
  * and OPSD's teacher scores that completion after its own, longer, prompt. A row of more than
  * 256 bytes per token of context is reported without tokenizing it. `encode` renders and tokenizes
- * a batch of chat prompts (Policy.encodePrompts); prompts are encoded 256 rows at a time.
+ * a batch of chat prompts (Policy.encodePrompts); prompts are encoded 256 rows at a time. With
+ * `encodeAnswers` (a run with an SFT stage: it tokenizes reference answers, Tokenizer.encodeBatch),
+ * each row's student prompt + reference answer + the end-of-turn token must fit the context too
+ * (SFT trains on the answer after the prompt), with the same bytes-per-token cap first.
  * Resolves with the rows that do not fit and the longest student / teacher prompt (tokens).
  */
 export async function checkRowLengths(
@@ -174,26 +186,32 @@ export async function checkRowLengths(
   context: number,
   maxNewTokens: number,
   encode: (prompts: ReturnType<typeof studentMessages>[]) => Promise<number[][]>,
-): Promise<{ long: LongRow[]; longest: { student: number; teacher: number } }> {
+  opts: { encodeAnswers?: (texts: string[]) => Promise<number[][]> } = {},
+): Promise<{ long: LongRow[]; longest: { student: number; teacher: number; answer: number } }> {
   const long: LongRow[] = [];
-  const longest = { student: 1, teacher: 1 };
+  const longest = { student: 1, teacher: 1, answer: 0 };
   const budget = context - maxNewTokens;
   const byteCap = Number.isFinite(context) ? context * MAX_BYTES_PER_TOKEN : Infinity;
+  const answers = opts.encodeAnswers;
   const ok: number[] = [];
   items.forEach((it, i) => {
-    const bytes = Buffer.byteLength(it.question) + it.rubric.reduce((n, r) => n + Buffer.byteLength(r.text), 0);
+    const prompt = Buffer.byteLength(it.question) + it.rubric.reduce((n, r) => n + Buffer.byteLength(r.text), 0);
+    // SFT trains on the reference answer after the student prompt: question + answer must fit too.
+    const sft = answers ? Buffer.byteLength(it.question) + Buffer.byteLength(it.reference_answer ?? '') : 0;
+    const bytes = Math.max(prompt, sft);
     if (bytes > byteCap)
       long.push({
         index: i,
         id: it.id,
         promptTokens: Math.ceil(bytes / MAX_BYTES_PER_TOKEN),
-        why: `${bytes} bytes of question and rubric, more than ${MAX_BYTES_PER_TOKEN} bytes per token of the model's ${context}-token context`,
+        why: `${bytes} bytes of ${sft > prompt ? 'question and reference answer' : 'question and rubric'}, more than ${MAX_BYTES_PER_TOKEN} bytes per token of the model's ${context}-token context`,
       });
     else ok.push(i);
   });
   for (let s = 0; s < ok.length; s += 256) {
     const part = ok.slice(s, s + 256);
     const ids = await encode(part.flatMap((i) => [studentMessages(items[i]!.question), teacherMessages(items[i]!.question, items[i]!.rubric)]));
+    const ans = answers ? await answers(part.map((i) => items[i]!.reference_answer ?? '')) : undefined;
     part.forEach((i, k) => {
       const st = ids[2 * k]!.length;
       const te = ids[2 * k + 1]!.length;
@@ -206,9 +224,95 @@ export async function checkRowLengths(
           promptTokens: Math.max(st, te),
           why: `its ${te > st ? 'teacher' : 'student'} prompt is ${Math.max(st, te)} tokens; with --max-new-tokens ${maxNewTokens} that passes the model's context of ${context} tokens`,
         });
+        return;
+      }
+      // + 1: the end-of-turn token SFT appends to the answer (NativeBackend.answerIds).
+      const a = ans ? ans[k]!.length + 1 : 0;
+      longest.answer = Math.max(longest.answer, a);
+      if (ans && st + a > context) {
+        long.push({
+          index: i,
+          id: items[i]!.id,
+          promptTokens: st,
+          why: `its reference answer is ${a} tokens; after its ${st}-token student prompt that passes the model's context of ${context} tokens (SFT)`,
+        });
       }
     });
   }
   long.sort((a, b) => a.index - b.index);
   return { long, longest };
+}
+
+/**
+ * Rows × length of one step, with the dataset's longest prompts (issue 50 item 1): the tokens a
+ * step holds at once (prompt + completion of every row) must stay within {@link MAX_TOKENS_PER_STEP}.
+ * GRPO: questions × group × (student prompt + max-new-tokens); OPSD: batch × (teacher prompt +
+ * max-new-tokens, the teacher scores the completion after its longer prompt); SFT: batch ×
+ * (student prompt + reference answer). Stages with 0 steps are not checked.
+ * @returns the problems, each naming the flags, the dataset's longest prompt and the limit.
+ */
+export function stepTokenProblems(
+  cfg: {
+    stages: readonly string[];
+    sampling: { maxNewTokens: number };
+    grpo: { steps: number; questionsPerStep: number; groupSize: number };
+    opsd: { steps: number; batchSize: number };
+    sft: { steps: number; batchSize: number };
+  },
+  longest: { student: number; teacher: number; answer: number },
+): string[] {
+  const out: string[] = [];
+  const m = cfg.sampling.maxNewTokens;
+  const rule = (stage: string, steps: number, rows: number, rowsText: string, length: number, lengthText: string) => {
+    if (!cfg.stages.includes(stage) || steps === 0) return;
+    if (rows * length > MAX_TOKENS_PER_STEP)
+      out.push(
+        `${rowsText} × ${lengthText} = ${rows * length} tokens in one ${stage.toUpperCase()} step, more than ${MAX_TOKENS_PER_STEP}; lower the batch or --max-new-tokens`,
+      );
+  };
+  rule(
+    'grpo',
+    cfg.grpo.steps,
+    cfg.grpo.questionsPerStep * cfg.grpo.groupSize,
+    `--questions-per-step ${cfg.grpo.questionsPerStep} × --group-size ${cfg.grpo.groupSize}`,
+    longest.student + m,
+    `(longest student prompt ${longest.student} + --max-new-tokens ${m})`,
+  );
+  rule(
+    'opsd',
+    cfg.opsd.steps,
+    cfg.opsd.batchSize,
+    `--opsd-batch-size ${cfg.opsd.batchSize}`,
+    longest.teacher + m,
+    `(longest teacher prompt ${longest.teacher} + --max-new-tokens ${m})`,
+  );
+  rule(
+    'sft',
+    cfg.sft.steps,
+    cfg.sft.batchSize,
+    `--sft-batch-size ${cfg.sft.batchSize}`,
+    longest.student + longest.answer,
+    `(longest student prompt ${longest.student} + longest reference answer ${longest.answer})`,
+  );
+  return out;
+}
+
+/**
+ * Rank against width (issue 50):  a LoRA rank above the hidden size of the layers it adapts adds
+ * no capacity (the update B·A of a d×d layer has rank ≤ d), only memory (r × width × layers).
+ * Reads `hidden_size` from `<dir>/config.json` (checked by {@link checkModelConfigSizes} first).
+ * @throws Error (`ERR_PG_INPUT`) naming `--lora-r`, the file and the limit.
+ */
+export function checkLoraRank(r: number, dir: string): void {
+  const path = join(dir, 'config.json');
+  let hidden: unknown;
+  try {
+    hidden = (JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>).hidden_size;
+  } catch (e) {
+    throw inputError(`${path}: ${(e as Error).message}`);
+  }
+  if (typeof hidden === 'number' && r > hidden)
+    throw inputError(
+      `lora.r (--lora-r) ${r} is above the model's hidden_size ${hidden} (${path}): a rank above the width of the layers it adapts adds no capacity, only memory (rank × width × layers); use at most ${hidden}`,
+    );
 }

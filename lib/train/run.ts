@@ -9,6 +9,7 @@ import { copyFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { cudaAvailable, native } from '../native.js';
 import {
+  mergeConfig,
   resolveConfigWithOrigins,
   validateConfig,
   readConfigFile,
@@ -34,9 +35,18 @@ import { judgeDefaults } from '../config/judge.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
-import { resolveCheckpoint, cleanCheckpointTemps, checkResumeCheckpoint, finalDirComplete, writeFinalDir, type TrainerState } from './checkpoint.js';
+import {
+  resolveCheckpoint,
+  cleanCheckpointTemps,
+  checkResumeCheckpoint,
+  clearRunDir,
+  finalDirComplete,
+  restartableRun,
+  writeFinalDir,
+  type TrainerState,
+} from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
-import { checkModelConfigSizes, checkRowLengths, invalidUtf8Lines } from './input-checks.js';
+import { checkLoraRank, checkModelConfigSizes, checkRowLengths, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
 import { inputError } from '../errors.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
@@ -112,6 +122,8 @@ export interface RunOptions {
   log?: (line: string) => void;
   /** Custom reward (tests: a checkable toy reward instead of the judge). */
   reward?: RewardFn;
+  /** Clear a previous run in `out` before starting (TRL's overwrite_output_dir; default false: such a dir is refused). */
+  overwriteOutputDir?: boolean;
   /** Install a SIGINT handler that checkpoints before exiting (default true). */
   handleSignals?: boolean;
   /**
@@ -251,9 +263,18 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   let origins: Record<string, Origin> | undefined;
   let resume: ReturnType<typeof resolveCheckpoint> | undefined;
   let resumeChanged: string[] = [];
+  if (o.resume && (o.preset || o.file))
+    throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
+  // A run killed before its first checkpoint has nothing to resume: it starts again from the start
+  // with its saved settings, the files it left cleared (as --overwrite-output-dir would).
+  const restart = o.resume ? restartableRun(o.resume) : undefined;
+  if (restart) {
+    log(
+      `resume: ${restart.runDir} stopped before its first checkpoint (nothing to resume): starting it again from the start with its saved settings (${join(restart.runDir, 'config.json')}), its files cleared`,
+    );
+    o = { ...o, resume: undefined, flags: mergeConfig(restart.config as never, (o.flags ?? {}) as never) as never, overwriteOutputDir: true };
+  }
   if (o.resume) {
-    if (o.preset || o.file)
-      throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
     // Every file the checkpoint needs, and its trainer state against the run's config.json, before any compute.
     checkResumeCheckpoint(resume, RESUMABLE_KEYS);
@@ -312,6 +333,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   resolveDevice(cfg.device, 'device (--device)');
   const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
   checkModelDir(modelDir);
+  checkLoraRank(cfg.lora.r, modelDir);
   if (!resume && cfg.out) {
     // A new run never writes into another run's dir: its metrics would be appended to the old
     // rows, its checkpoints mixed with the old ones and `latest` moved.
@@ -319,8 +341,23 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     // A run in progress there is named first (its pid), not as "already holds a run".
     if (existsSync(join(out, RUN_LOCK))) acquireLock(join(out, RUN_LOCK), `run dir ${out}`).release();
     const held = ['metrics.jsonl', 'checkpoints'].filter((f) => existsSync(join(out, f)));
-    if (held.length)
-      throw new Error(`--out ${out} already holds a run (${held.join(', ')}): continue it with papergym-native train --resume ${out}, or pass a new --out`);
+    if (held.length && o.overwriteOutputDir) {
+      // TRL's overwrite_output_dir: the previous run's files go (under its lock: never a live run's).
+      const lock = acquireLock(join(out, RUN_LOCK), `run dir ${out}`);
+      try {
+        const gone = await clearRunDir(out);
+        log(`--overwrite-output-dir: cleared the previous run in ${out} (${gone.join(', ')})`);
+      } finally {
+        lock.release();
+      }
+    } else if (held.length) {
+      const restartable = restartableRun(out);
+      throw new Error(
+        restartable
+          ? `--out ${out} holds a run that stopped before its first checkpoint (${held.join(', ')}; nothing to resume): start it again with papergym-native train --resume ${out} (its saved settings, from the start), or pass --overwrite-output-dir to clear it and start this one, or a new --out`
+          : `--out ${out} already holds a run (${held.join(', ')}): continue it with papergym-native train --resume ${out}, pass --overwrite-output-dir to clear it and start again, or pass a new --out`,
+      );
+    }
   }
   // A real chat request to the judge: an endpoint answering 404 / a wrong model fails here, before any compute.
   if (!o.reward) await checkJudge(cfg.judge);
@@ -434,9 +471,21 @@ async function trainLocked(
     // ---- memory plan (lib/train/memory-plan.ts), before the first step ----
     // ---- every row against the model's context, before the first step ----
     // (the longest student / teacher prompt, tokens, also feeds the memory plan)
-    const rows = await checkRowLengths(ds.items, policy.contextLength, resolved.sampling.maxNewTokens, (ps) =>
-      policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }),
+    // SFT trains on the reference answers: with an SFT stage they are checked too (after the student prompt).
+    const sft = cfg.stages.includes('sft' as Stage) && stageOf('sft' as Stage).steps(cfg) > 0;
+    const rows = await checkRowLengths(
+      ds.items,
+      policy.contextLength,
+      resolved.sampling.maxNewTokens,
+      (ps) => policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }),
+      sft ? { encodeAnswers: (texts) => policy.tokenizer.encodeBatch(texts) } : {},
     );
+    // Rows × length of a step with the dataset's longest prompts, before the first step.
+    const heavy = stepTokenProblems(cfg, rows.longest);
+    if (heavy.length && !resume) {
+      if (!runDirExisted && dist.isMain) rmSync(runDir, { recursive: true, force: true });
+      throw inputError(`dataset ${dataPath}: ${heavy.join('; ')}`);
+    }
     let items = ds.items;
     if (rows.long.length) {
       const named = rows.long

@@ -33,6 +33,7 @@ export function httpJudgeFromConfig(c: JudgeConfig, over: Partial<CreateHttpJudg
     cachePath: c.cache ?? undefined,
     timeoutMs: c.timeoutMs,
     maxRetries: c.maxRetries,
+    maxRetryAfterMs: c.maxRetryAfterMs,
     maxTokens: c.maxTokens ?? undefined,
     extraBody: extraBodyOf(c),
     logprobs: c.score === 'prob',
@@ -44,7 +45,7 @@ export function httpJudgeFromConfig(c: JudgeConfig, over: Partial<CreateHttpJudg
 export const httpBackend: JudgeBackendOf<'http'> = {
   kind: 'http',
   describe: 'an OpenAI-compatible endpoint (judge.url, judge.model)',
-  settingKeys: ['url', 'model', 'mode', 'concurrency', 'cache', 'timeoutMs', 'maxRetries', 'maxTokens', 'noThink'],
+  settingKeys: ['url', 'model', 'mode', 'concurrency', 'cache', 'timeoutMs', 'maxRetries', 'maxRetryAfterMs', 'maxTokens', 'noThink'],
   // Its keys are core judge rows (a jury member reads them too); the rules that tie them are its own.
   settingsProblems: (c, prefix) => [
     ...(!c.url || !c.model ? [`${prefix}kind http needs ${prefix}url and ${prefix}model`] : []),
