@@ -1,0 +1,294 @@
+/**
+ * Models by Hub id (lib/hub): the huggingface_hub cache layout read and written both ways — a cache
+ * we fill is read back by Python's huggingface_hub (`scan_cache_dir`, `try_to_load_from_cache`), one
+ * huggingface_hub filled (its `hf_hub_download` against the same loopback Hub) is read by us — and
+ * downloads through the real `@huggingface/hub` client against a loopback server answering the
+ * Hub's routes (test/helpers/hub-server.ts): only the files a run needs, refs by branch / tag /
+ * commit, 401 (gated: the licence page), 404, a connection cut mid-file and a 500 (resumed with a
+ * range request from the bytes kept), a partial `.incomplete` of an earlier run resumed, disk full
+ * (nothing marked complete), HF_HUB_OFFLINE, the token file, pickle-only repos refused.
+ * Python checks skip when huggingface_hub is missing (fail in CI).
+ */
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { blobPath, cachedCommit, repoFolderName, resolveDatasetRef, resolveModelRef, type HubRepo } from '../lib/hub/index.js';
+import { FakeHub, gitBlobSha1, sha256 } from './helpers/hub-server.js';
+
+const py = process.env.PYTHON ?? 'python3';
+
+/**
+ * Runs a Python snippet (asynchronously: the loopback Hub in this process must keep answering);
+ * skips the test when huggingface_hub (or `mod`) is not installed (fails in CI).
+ */
+export async function python(ctx: Mocha.Context, code: string, env: NodeJS.ProcessEnv, mod = 'huggingface_hub'): Promise<string> {
+  const r = await new Promise<{ status: number | null; stdout: string; stderr: string; error?: Error }>((res) => {
+    const p = spawn(py, ['-c', code], { env: { ...process.env, ...env } });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+    p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+    p.on('error', (error) => res({ status: null, stdout, stderr, error }));
+    p.on('close', (status) => res({ status, stdout, stderr }));
+  });
+  if (r.error || (r.status !== 0 && new RegExp(`No module named '?${mod}`).test(r.stderr))) {
+    if (process.env.CI) throw new Error(`python ${mod} unavailable in CI: ${r.error?.message ?? r.stderr}`);
+    ctx.skip();
+  }
+  expect(r.status, r.stderr).to.equal(0);
+  return r.stdout;
+}
+
+/** Deterministic pseudo-random bytes (a stand-in for weights: the content is checked byte for byte). */
+function bytes(n: number, seed: number): Buffer {
+  const b = Buffer.alloc(n);
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    b[i] = x & 0xff;
+  }
+  return b;
+}
+
+const MODEL = 'org/tiny-model';
+const modelRepo: HubRepo = { type: 'model', id: MODEL };
+const WEIGHTS = bytes(3 * 1024 * 1024 + 17, 7);
+const FILES = {
+  'config.json': JSON.stringify({ model_type: 'qwen3', vocab_size: 16 }),
+  'generation_config.json': '{"do_sample": true}',
+  'model.safetensors': WEIGHTS,
+  'tokenizer.json': '{"model":{"vocab":{"a":0}}}',
+  'tokenizer_config.json': '{"chat_template": "{{ messages }}"}',
+  'README.md': '# not needed by a run',
+  'pytorch_model.bin': bytes(1000, 3),
+  'onnx/model.onnx': bytes(500, 4),
+};
+
+describe('hub: models by id into the huggingface_hub cache', function () {
+  this.timeout(60000);
+  const hub = new FakeHub();
+  let root: string;
+  let env: NodeJS.ProcessEnv;
+  let main: string;
+  const logs: string[] = [];
+  const log = (l: string) => logs.push(l);
+
+  before(async () => {
+    await hub.start();
+    main = hub.addRepo(`model/${MODEL}`, FILES, { lfs: ['model.safetensors', 'pytorch_model.bin', 'onnx/model.onnx'], tag: 'v1.0' });
+  });
+  after(() => hub.stop());
+  beforeEach(() => {
+    root = mkdtempSync(join(tmpdir(), 'pg-hub-'));
+    env = { HF_HOME: join(root, 'home'), HF_HUB_CACHE: join(root, 'cache'), HF_ENDPOINT: hub.url };
+    hub.seen.length = 0;
+    hub.faults.length = 0;
+    logs.length = 0;
+  });
+  afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+  it('downloads only the files a run needs, in the huggingface_hub layout (blobs by etag, relative snapshot links, refs/main)', async () => {
+    const dir = await resolveModelRef(MODEL, { env, log });
+    const repoDir = join(env.HF_HUB_CACHE!, 'models--org--tiny-model');
+    expect(dir).to.equal(join(repoDir, 'snapshots', main));
+    expect(readFileSync(join(repoDir, 'refs', 'main'), 'utf8')).to.equal(main);
+    for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) expect(existsSync(join(dir, f)), f).to.equal(true);
+    for (const f of ['README.md', 'pytorch_model.bin', 'onnx/model.onnx']) expect(existsSync(join(dir, f)), f).to.equal(false);
+    // LFS file → blob named by its sha256; git file → by its git blob sha1; links relative.
+    expect(readlinkSync(join(dir, 'model.safetensors'))).to.equal(`../../blobs/${sha256(WEIGHTS)}`);
+    expect(readlinkSync(join(dir, 'config.json'))).to.equal(`../../blobs/${gitBlobSha1(Buffer.from(FILES['config.json']))}`);
+    expect(readFileSync(join(dir, 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
+    expect(hub.seen.some((r) => r.url.includes('pytorch_model.bin') || r.url.includes('README'))).to.equal(false);
+    expect(logs.some((l) => /model\.safetensors: 3\.0 MiB in [\d.]+ s \([\d.]+ [KMG]iB\/s\)/.test(l)), logs.join('\n')).to.equal(true);
+    // A second resolve of the branch asks for the commit and the tree, downloads nothing.
+    hub.seen.length = 0;
+    expect(await resolveModelRef(MODEL, { env, log })).to.equal(dir);
+    expect(hub.seen.filter((r) => r.url.includes('/resolve/'))).to.have.length(0);
+    // A commit sha already complete in the cache needs no request at all.
+    hub.seen.length = 0;
+    expect(await resolveModelRef(MODEL, { env, log, revision: main })).to.equal(dir);
+    expect(hub.seen).to.have.length(0);
+  });
+
+  it('is read back by Python huggingface_hub: scan_cache_dir and try_to_load_from_cache', async function () {
+    const dir = await resolveModelRef(MODEL, { env, log });
+    const out = await python(
+      this,
+      [
+        'import json, huggingface_hub as h',
+        'info = h.scan_cache_dir()',
+        'repo = [r for r in info.repos if r.repo_id == "org/tiny-model"][0]',
+        'rev = list(repo.revisions)[0]',
+        'p = h.try_to_load_from_cache("org/tiny-model", "model.safetensors")',
+        'q = h.try_to_load_from_cache("org/tiny-model", "config.json", revision="' + main + '")',
+        'print(json.dumps({"warnings": [str(w) for w in info.warnings], "type": repo.repo_type, "refs": sorted(rev.refs), "commit": rev.commit_hash, "files": sorted(f.file_name for f in rev.files), "size": repo.size_on_disk, "p": p, "q": q}))',
+      ].join('\n'),
+      { HF_HUB_CACHE: env.HF_HUB_CACHE, HF_HUB_OFFLINE: '1' },
+    );
+    const r = JSON.parse(out) as { warnings: string[]; type: string; refs: string[]; commit: string; files: string[]; size: number; p: string; q: string };
+    expect(r.warnings).to.deep.equal([]);
+    expect(r.type).to.equal('model');
+    expect(r.refs).to.deep.equal(['main']);
+    expect(r.commit).to.equal(main);
+    expect(r.files).to.deep.equal(['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']);
+    expect(r.p).to.equal(join(dir, 'model.safetensors'));
+    expect(r.q).to.equal(join(dir, 'config.json'));
+  });
+
+  it("reads a cache that huggingface_hub's hf_hub_download filled (offline: no request)", async function () {
+    await python(
+      this,
+      ['import huggingface_hub as h', 'for f in ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json"]:', '    h.hf_hub_download("org/tiny-model", f, revision="v1.0")'].join('\n'),
+      { HF_HUB_CACHE: env.HF_HUB_CACHE, HF_ENDPOINT: hub.url, HF_HUB_DISABLE_XET: '1', HF_HUB_DISABLE_TELEMETRY: '1' },
+    );
+    expect(cachedCommit(modelRepo, 'v1.0', env.HF_HUB_CACHE)).to.equal(main);
+    hub.seen.length = 0;
+    const dir = await resolveModelRef(MODEL, { env: { ...env, HF_HUB_OFFLINE: '1' }, revision: 'v1.0', log });
+    expect(hub.seen).to.have.length(0);
+    expect(readFileSync(join(dir, 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
+    // Online, their files are reused: only the one a run also reads that they did not fetch is downloaded.
+    const again = await resolveModelRef(MODEL, { env, revision: 'v1.0', log });
+    expect(again).to.equal(dir);
+    expect([...new Set(hub.seen.filter((r) => r.url.includes('/resolve/')).map((r) => r.url.split('/').pop()))]).to.deep.equal(['tokenizer_config.json']);
+  });
+
+  it('HF_HUB_OFFLINE=1 never touches the network: a missing model is a clear error', async () => {
+    let err: Error | undefined;
+    await resolveModelRef(MODEL, { env: { ...env, HF_HUB_OFFLINE: '1' }, log }).catch((e: Error) => (err = e));
+    expect(err?.message).to.match(/HF_HUB_OFFLINE=1 and the Hub cache .* does not hold this revision/);
+    expect(hub.seen).to.have.length(0);
+  });
+
+  it('resolves --revision by tag and by commit; a new commit on main moves refs/main', async () => {
+    const byTag = await resolveModelRef(MODEL, { env, log, revision: 'v1.0' });
+    expect(readFileSync(join(env.HF_HUB_CACHE!, repoFolderName(modelRepo), 'refs', 'v1.0'), 'utf8')).to.equal(main);
+    const next = hub.commit(`model/${MODEL}`, { 'config.json': JSON.stringify({ model_type: 'qwen3', vocab_size: 32 }) });
+    try {
+      const latest = await resolveModelRef(MODEL, { env, log });
+      expect(latest).to.equal(join(env.HF_HUB_CACHE!, repoFolderName(modelRepo), 'snapshots', next));
+      expect(JSON.parse(readFileSync(join(latest, 'config.json'), 'utf8')).vocab_size).to.equal(32);
+      // The unchanged weights are the same blob, fetched once.
+      expect(hub.seen.filter((r) => r.url.includes('model.safetensors') && r.range !== 'bytes=0-0')).to.have.length(1);
+      expect(await resolveModelRef(MODEL, { env, log, revision: main })).to.equal(byTag);
+    } finally {
+      hub.repos.get(`model/${MODEL}`)!.refs.set('main', main);
+    }
+  });
+
+  it('a gated repo: 401 names the licence page; the token of `huggingface-cli login` ($HF_HOME/token) opens it', async () => {
+    hub.addRepo('model/org/gated', { 'config.json': '{}', 'model.safetensors': bytes(100, 9), 'tokenizer.json': '{}' }, { lfs: ['model.safetensors'], token: 'hf_secret' });
+    let err: Error | undefined;
+    await resolveModelRef('org/gated', { env, log }).catch((e: Error) => (err = e));
+    expect(err?.message).to.include(`the Hub answered 401`);
+    expect(err?.message).to.include(`Accept its licence at ${hub.url}/org/gated`);
+    expect(err?.message).to.include('no token was found');
+    mkdirSync(env.HF_HOME!, { recursive: true });
+    writeFileSync(join(env.HF_HOME!, 'token'), 'hf_secret\n');
+    const dir = await resolveModelRef('org/gated', { env, log });
+    expect(existsSync(join(dir, 'model.safetensors'))).to.equal(true);
+    expect(hub.seen.filter((r) => r.url.includes('/resolve/')).every((r) => r.auth === 'Bearer hf_secret')).to.equal(true);
+  });
+
+  it('not found: an unknown repo, an unknown revision, a path that is no id', async () => {
+    const e1 = await resolveModelRef('org/missing', { env, log }).catch((e: Error) => e);
+    expect((e1 as Error).message).to.match(/model org\/missing: not found on http:\/\/127\.0\.0\.1:\d+ at revision main/);
+    const e2 = await resolveModelRef(MODEL, { env, log, revision: 'nope' }).catch((e: Error) => e);
+    expect((e2 as Error).message).to.match(/not found .* at revision nope/);
+    const e3 = await resolveModelRef('./no/such/dir', { env, log }).catch((e: Error) => e);
+    expect((e3 as Error).message).to.match(/--model \.\/no\/such\/dir: no such directory, and not a Hub model id/);
+  });
+
+  it('refuses a repo with pickle weights only before downloading anything', async () => {
+    hub.addRepo('model/org/pickled', { 'config.json': '{}', 'pytorch_model.bin': bytes(100, 5), 'tokenizer.json': '{}' }, { lfs: ['pytorch_model.bin'] });
+    const e = await resolveModelRef('org/pickled', { env, log }).catch((x: Error) => x);
+    expect((e as Error).message).to.match(/pickle weights only \(pytorch_model\.bin\), no safetensors: refused/);
+    expect(hub.seen.filter((r) => r.url.includes('/resolve/'))).to.have.length(0);
+  });
+
+  it('a connection cut mid-file then a 500: resumed from the bytes kept (Range), checked by sha256', async () => {
+    hub.faults.push({ path: 'model.safetensors', kind: 'cut' }, { path: 'model.safetensors', kind: '500' });
+    const dir = await resolveModelRef(MODEL, { env, log });
+    expect(readFileSync(join(dir, 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
+    const gets = hub.seen.filter((r) => r.url.endsWith('/model.safetensors') && r.range !== 'bytes=0-0');
+    expect(gets.length).to.equal(3);
+    expect(gets[0]!.range).to.equal(undefined);
+    // The cut sent half the file; the next attempts ask for the rest only.
+    const half = WEIGHTS.length >> 1;
+    expect(gets[1]!.range).to.match(/^bytes=\d+-\d+$/);
+    const from = Number(/bytes=(\d+)-/.exec(gets[2]!.range!)![1]);
+    expect(from).to.be.greaterThan(0).and.at.most(half);
+    expect(gets[2]!.range).to.equal(`bytes=${from}-${WEIGHTS.length - 1}`);
+    expect(existsSync(blobPath(modelRepo, sha256(WEIGHTS), env.HF_HUB_CACHE).incomplete)).to.equal(false);
+  });
+
+  it("resumes an earlier run's .incomplete file, as huggingface_hub does", async () => {
+    const { incomplete } = blobPath(modelRepo, sha256(WEIGHTS), env.HF_HUB_CACHE);
+    mkdirSync(join(incomplete, '..'), { recursive: true });
+    writeFileSync(incomplete, WEIGHTS.subarray(0, 1_000_000));
+    const dir = await resolveModelRef(MODEL, { env, log });
+    expect(readFileSync(join(dir, 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
+    const get = hub.seen.filter((r) => r.url.endsWith('/model.safetensors') && r.range !== 'bytes=0-0');
+    expect(get.map((r) => r.range)).to.deep.equal([`bytes=1000000-${WEIGHTS.length - 1}`]);
+    expect(logs.some((l) => /resumed at 976\.6 KiB/.test(l)), logs.join('\n')).to.equal(true);
+  });
+
+  it('a corrupt partial file (wrong bytes) fails the sha256 check and is removed, never linked', async () => {
+    const { blob, incomplete } = blobPath(modelRepo, sha256(WEIGHTS), env.HF_HUB_CACHE);
+    mkdirSync(join(incomplete, '..'), { recursive: true });
+    writeFileSync(incomplete, Buffer.alloc(1000, 1));
+    const e = await resolveModelRef(MODEL, { env, log }).catch((x: Error) => x);
+    expect((e as Error).message).to.match(/model\.safetensors: sha256 of the \d+ downloaded bytes is [0-9a-f]{64}, the Hub lists [0-9a-f]{64}/);
+    expect(existsSync(incomplete) || existsSync(blob)).to.equal(false);
+    expect(cachedCommit(modelRepo, 'main', env.HF_HUB_CACHE)).to.equal(undefined);
+    // The next run starts over and succeeds.
+    expect(readFileSync(join(await resolveModelRef(MODEL, { env, log }), 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
+  });
+
+  it('disk full: a clear error, nothing half-written left as a complete blob or link', async function () {
+    if (!existsSync('/dev/full')) this.skip();
+    const { blob, incomplete } = blobPath(modelRepo, sha256(WEIGHTS), env.HF_HUB_CACHE);
+    mkdirSync(join(incomplete, '..'), { recursive: true });
+    symlinkSync('/dev/full', incomplete); // every write there fails with ENOSPC
+    const e = await resolveModelRef(MODEL, { env, log }).catch((x: Error) => x);
+    expect((e as Error).message).to.match(/model\.safetensors: disk full writing .*\.incomplete .*nothing was marked complete/);
+    expect(existsSync(blob)).to.equal(false);
+    const snap = join(env.HF_HUB_CACHE!, repoFolderName(modelRepo), 'snapshots', main, 'model.safetensors');
+    expect(() => lstatSync(snap)).to.throw();
+    expect(cachedCommit(modelRepo, 'main', env.HF_HUB_CACHE)).to.equal(undefined);
+  });
+
+  it('an adapter id fetches only adapter_config.json and adapter_model.safetensors', async () => {
+    hub.addRepo('model/org/adapter', { 'adapter_config.json': '{"peft_type":"LORA"}', 'adapter_model.safetensors': bytes(64, 2), 'README.md': '---\nlibrary_name: peft\n---\n' }, { lfs: ['adapter_model.safetensors'] });
+    const dir = await resolveModelRef('hf://org/adapter', { env, log, kind: 'adapter' });
+    expect(existsSync(join(dir, 'adapter_model.safetensors'))).to.equal(true);
+    expect(existsSync(join(dir, 'README.md'))).to.equal(false);
+    const e = await resolveModelRef(MODEL, { env, log, kind: 'adapter' }).catch((x: Error) => x);
+    expect((e as Error).message).to.match(/no adapter_config\.json, adapter_model\.safetensors \(not a PEFT adapter repo\)/);
+  });
+
+  it('datasets by hf://datasets/org/name with config and split', async () => {
+    hub.addRepo(
+      'dataset/org/bench',
+      {
+        'README.md': '---\nconfigs: []\n---\n',
+        'main/train-00000-of-00001.parquet': bytes(300, 11),
+        'main/test-00000-of-00001.parquet': bytes(200, 12),
+        'extra/test-00000-of-00001.parquet': bytes(100, 13),
+      },
+      { lfs: ['main/train-00000-of-00001.parquet', 'main/test-00000-of-00001.parquet', 'extra/test-00000-of-00001.parquet'] },
+    );
+    const r = await resolveDatasetRef('hf://datasets/org/bench', { env, log, config: 'main', split: 'test' });
+    expect(r.files.map((f) => f.slice(r.dir.length + 1))).to.deep.equal(['main/test-00000-of-00001.parquet']);
+    expect(r.dir).to.include(join('datasets--org--bench', 'snapshots'));
+    const all = await resolveDatasetRef('hf://datasets/org/bench/extra', { env, log });
+    expect(all.files.map((f) => f.slice(all.dir.length + 1))).to.deep.equal(['extra/test-00000-of-00001.parquet']);
+    hub.seen.length = 0;
+    const off = await resolveDatasetRef('hf://datasets/org/bench', { env: { ...env, HF_HUB_OFFLINE: '1' }, log, split: 'test' });
+    expect(off.files.map((f) => f.slice(off.dir.length + 1))).to.deep.equal(['extra/test-00000-of-00001.parquet', 'main/test-00000-of-00001.parquet']);
+    expect(hub.seen).to.have.length(0);
+  });
+});
