@@ -11,11 +11,13 @@
  */
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { blobPath, cachedCommit, repoFolderName, resolveDatasetRef, resolveModelRef, type HubRepo } from '../lib/hub/index.js';
 import { FakeHub, gitBlobSha1, sha256 } from './helpers/hub-server.js';
+import { CLI, orSkip } from './helpers/run.js';
+import { tinyModel } from './helpers/tiny.js';
 
 const py = process.env.PYTHON ?? 'python3';
 
@@ -198,8 +200,11 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     expect((e1 as Error).message).to.match(/model org\/missing: not found on http:\/\/127\.0\.0\.1:\d+ at revision main/);
     const e2 = await resolveModelRef(MODEL, { env, log, revision: 'nope' }).catch((e: Error) => e);
     expect((e2 as Error).message).to.match(/not found .* at revision nope/);
-    const e3 = await resolveModelRef('./no/such/dir', { env, log }).catch((e: Error) => e);
-    expect((e3 as Error).message).to.match(/--model \.\/no\/such\/dir: no such directory, and not a Hub model id/);
+    // No Hub id (a path): passed on as given, for the loader to name; nothing asked of the Hub.
+    hub.seen.length = 0;
+    expect(await resolveModelRef('./no/such/dir', { env, log })).to.equal('./no/such/dir');
+    expect(await resolveModelRef('/abs/dir', { env, log })).to.equal('/abs/dir');
+    expect(hub.seen).to.have.length(0);
   });
 
   it('refuses a repo with pickle weights only before downloading anything', async () => {
@@ -290,5 +295,52 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     const off = await resolveDatasetRef('hf://datasets/org/bench', { env: { ...env, HF_HUB_OFFLINE: '1' }, log, split: 'test' });
     expect(off.files.map((f) => f.slice(off.dir.length + 1))).to.deep.equal(['extra/test-00000-of-00001.parquet', 'main/test-00000-of-00001.parquet']);
     expect(hub.seen).to.have.length(0);
+  });
+});
+
+describe('hub: the commands take a model id (generate on the tiny Qwen3 served by the loopback Hub)', function () {
+  this.timeout(180000);
+  const hub = new FakeHub();
+  let root: string;
+  let model: string;
+
+  before(async function () {
+    model = await orSkip(this, () => tinyModel('tiny-tied'));
+    await hub.start();
+    const files: Record<string, Buffer> = {};
+    for (const f of readdirSync(model)) if (statSync(join(model, f)).isFile()) files[f] = readFileSync(join(model, f));
+    hub.addRepo('model/org/tiny-qwen3', files, { lfs: Object.keys(files).filter((f) => f.endsWith('.safetensors')), tag: 'v1' });
+    root = mkdtempSync(join(tmpdir(), 'pg-hub-cli-'));
+  });
+  after(async () => {
+    await hub.stop();
+    if (root) rmSync(root, { recursive: true, force: true });
+  });
+
+  /** Runs the CLI with `env` added (asynchronously: the loopback Hub answers from this process). */
+  const run = (args: string[], env: NodeJS.ProcessEnv) =>
+    new Promise<{ code: number | null; out: string; err: string }>((res) => {
+      const p = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, CI: 'true', ...env } });
+      let out = '';
+      let err = '';
+      p.stdout.on('data', (b: Buffer) => (out += b.toString()));
+      p.stderr.on('data', (b: Buffer) => (err += b.toString()));
+      p.on('close', (code) => res({ code, out, err }));
+    });
+
+  it('generate --model org/name --revision TAG fetches into the cache, then HF_HUB_OFFLINE=1 runs from it', async () => {
+    const env = { HF_HUB_CACHE: join(root, 'cache'), HF_HOME: join(root, 'home'), HF_ENDPOINT: hub.url };
+    const args = ['generate', '--model', 'org/tiny-qwen3', '--revision', 'v1', '--prompt', 'hi', '--max-new-tokens', '2', '--seed', '1', '--device', 'cpu'];
+    const a = await run(args, env);
+    expect(a.code, a.err).to.equal(0);
+    expect(a.err).to.match(/hub: org\/tiny-qwen3 model\.safetensors: /);
+    hub.seen.length = 0;
+    const b = await run(args, { ...env, HF_HUB_OFFLINE: '1' });
+    expect(b.code, b.err).to.equal(0);
+    expect(hub.seen).to.have.length(0);
+    expect(b.out).to.equal(a.out);
+    const c = await run(['generate', '--model', 'org/absent', '--prompt', 'hi'], env);
+    expect(c.code).to.not.equal(0);
+    expect(c.err).to.match(/model org\/absent: not found on http:\/\/127\.0\.0\.1:\d+ at revision main/);
   });
 });

@@ -76,7 +76,7 @@ export function hubError(repo: HubRepo, revision: string, e: unknown, env: NodeJ
         `${describe(repo)}: the Hub answered ${e.statusCode} (${msg}): the repo is gated or private. Accept its licence at ${repoPage(repo, env)} with your account, then give a token: HF_TOKEN=hf_… or \`huggingface-cli login\` (writes ${env.HF_TOKEN_PATH || '$HF_HOME/token'})${hubToken(env) ? ' (a token was sent: it lacks access to this repo)' : ' (no token was found)'}`,
       );
     if (e.statusCode === 404)
-      return new Error(`${describe(repo)}: not found on ${hubEndpoint(env)} at revision ${revision} (${msg}): check the id and --revision, or give a local directory`);
+      return new Error(`${describe(repo)}: not found on ${hubEndpoint(env)} at revision ${revision} (${msg}): check the id and --revision (there is no local directory of that name either)`);
     return new Error(`${describe(repo)}: the Hub answered ${e.statusCode}: ${msg}`);
   }
   if (e instanceof TypeError && /must start with 'hf_'/.test(msg)) return new Error(`${describe(repo)}: the Hub token (HF_TOKEN or the token file) is not a Hub token: ${msg}`);

@@ -8,10 +8,10 @@
  *    the huggingface_hub cache at `--revision` (branch, tag or commit; default `main`), and what is
  *    missing is fetched through `@huggingface/hub` (lib/hub/download.ts) — only the files a run
  *    reads ({@link MODEL_FILES}, {@link ADAPTER_FILES});
- * 3. anything else is an error naming the reference.
+ * 3. anything else is passed on as given (the loaders name a directory that does not exist).
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, resolve as resolvePath } from 'node:path';
+import { join } from 'node:path';
 import { fetchRepoFiles, type FetchRepoOptions } from './download.js';
 import type { HubRepo, HubRepoType } from './cache.js';
 
@@ -47,10 +47,12 @@ const ID = /^[A-Za-z0-9][\w.-]*(\/[A-Za-z0-9][\w.-]*)?$/;
 export interface HubRef extends HubRepo {
   /** Path inside the repo (`hf://datasets/org/name/data/train.parquet`), '' for the whole repo. */
   path: string;
+  /** A revision given inline (`org/name@v1.0`), which --revision does not override. */
+  revision?: string;
 }
 
 /**
- * Parses `hf://[datasets/|models/|spaces/]org/name[/path]` or a bare `org/name` (type `fallback`);
+ * Parses `hf://[datasets/|models/|spaces/]org/name[@revision][/path]` or a bare `org/name[@revision]` (type `fallback`);
  * undefined when `ref` is not a Hub reference (a local path: starts with `.`, `/`, `~`, or has more
  * than one `/` without `hf://`).
  */
@@ -65,12 +67,16 @@ export function parseHubRef(ref: string, fallback: HubRepoType = 'model'): HubRe
       s = m[2]!;
     }
     const parts = s.split('/');
+    const at = /^([^@]+)@(.+)$/.exec(parts[1] ?? '');
+    if (at) parts[1] = at[1]!;
     const id = parts.slice(0, 2).join('/');
     if (parts.length < 2 || !ID.test(id)) return undefined;
-    return { type, id, path: parts.slice(2).join('/') };
+    return { type, id, path: parts.slice(2).join('/'), ...(at && { revision: at[2] }) };
   }
+  const at = /^([^@]+)@([^@/][^@]*)$/.exec(s);
+  if (at) s = at[1]!;
   if (!ID.test(s) || !s.includes('/')) return undefined;
-  return { type, id: s, path: '' };
+  return { type, id: s, path: '', ...(at && { revision: at[2] }) };
 }
 
 /** Options of {@link resolveModelRef}. */
@@ -104,20 +110,22 @@ const adapterComplete = (dir: string) => ['adapter_config.json', 'adapter_model.
 /**
  * A model or adapter reference → a local directory: the path itself when it exists, else the
  * huggingface_hub cache snapshot of the Hub id (fetched when missing; see the module doc).
- * Errors name the reference: a path that does not exist and is no Hub id; a Hub repo with pickle
+ * Errors name the reference: a Hub repo with pickle
  * weights only (no safetensors: refused as for local dirs); and the Hub errors of {@link fetchRepoFiles}.
  */
 export async function resolveModelRef(ref: string, opts: ResolveOptions = {}): Promise<string> {
   const kind = opts.kind ?? 'model';
   const what = opts.what ?? `--${kind}`;
   if (typeof ref !== 'string' || ref === '') throw new Error(`${what}: empty reference (a directory or a Hub id org/name)`);
-  if (existsSync(ref)) return resolvePath(ref);
+  // A local path (or anything that is no Hub id) is passed on as given: the loaders' own checks
+  // name a directory that does not exist (`model directory X does not exist`).
+  if (existsSync(ref)) return ref;
   const hub = parseHubRef(ref, 'model');
-  if (!hub || hub.type !== 'model' || hub.path)
-    throw new Error(`${what} ${ref}: no such directory, and not a Hub model id (org/name or hf://org/name)`);
+  if (!hub) return ref;
+  if (hub.type !== 'model' || hub.path) throw new Error(`${what} ${ref}: not a model repo id (org/name, hf://org/name)`);
   const files = kind === 'adapter' ? ADAPTER_FILES : MODEL_FILES;
   const r = await fetchRepoFiles(hub, {
-    revision: opts.revision,
+    revision: hub.revision ?? opts.revision,
     select: matches(files),
     complete: kind === 'adapter' ? adapterComplete : modelComplete,
     checkListing: (paths) => {
@@ -176,7 +184,7 @@ export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions
   };
   let chosen: string[] = [];
   const r = await fetchRepoFiles(hub, {
-    revision: opts.revision,
+    revision: hub.revision ?? opts.revision,
     select: inScope,
     checkListing: (paths) => {
       chosen = paths.filter(inScope).sort();
@@ -197,4 +205,22 @@ export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions
     if (!chosen.length) throw new Error(`--input ${ref}: the cached snapshot ${r.dir} holds no matching data files`);
   }
   return { dir: r.dir, files: chosen.map((p) => join(r.dir, p)) };
+}
+
+/**
+ * The base model and adapter of generate / serve / eval as local directories ({@link resolveModelRef}
+ * each; `revision` applies to the model, an adapter takes `org/name@revision`).
+ */
+export async function resolvePolicyRefs(
+  a: { model: string; adapter?: string; revision?: string },
+  opts: Omit<ResolveOptions, 'kind' | 'revision' | 'what'> = {},
+): Promise<{ model: string; adapter?: string }> {
+  const model = await resolveModelRef(a.model, { ...opts, revision: a.revision, kind: 'model', what: '--model' });
+  const adapter = a.adapter ? await resolveModelRef(a.adapter, { ...opts, kind: 'adapter', what: '--adapter' }) : undefined;
+  return { model, ...(adapter && { adapter }) };
+}
+
+/** True when `ref` is no existing path but a Hub id (served under its id, as vLLM does). */
+export function isHubModelRef(ref: string): boolean {
+  return !existsSync(ref) && parseHubRef(ref, 'model')?.type === 'model';
 }

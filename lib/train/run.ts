@@ -4,6 +4,7 @@
  * writable), build the policy, judge, reward and backend, run the Trainer, handle SIGINT (write a
  * checkpoint, then exit), print the summary table.
  */
+import { resolveModelRef } from '../hub/resolve.js';
 import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { copyFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
@@ -311,7 +312,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (cfg.device.startsWith('cuda') && !cudaAvailable())
     throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   resolveDevice(cfg.device, 'device (--device)');
-  const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
+  // A local dir, else a Hub id from the huggingface_hub cache (fetched when missing): lib/hub.
+  const modelDir = cfg.model ? resolve(await resolveModelRef(cfg.model, { revision: cfg.revision ?? undefined, what: '--model', log })) : ensureDefaultModel();
   checkModelDir(modelDir);
   if (!resume && cfg.out) {
     // A new run never writes into another run's dir: its metrics would be appended to the old
