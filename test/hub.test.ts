@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { blobPath, cachedCommit, repoFolderName, resolveDatasetRef, resolveModelRef, type HubRepo } from '../lib/hub/index.js';
 import { FakeHub, gitBlobSha1, sha256 } from './helpers/hub-server.js';
 import { CLI, orSkip } from './helpers/run.js';
+import { packageRoot } from '../lib/native.js';
 import { tinyModel } from './helpers/tiny.js';
 
 const py = process.env.PYTHON ?? 'python3';
@@ -275,7 +276,7 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     expect((e as Error).message).to.match(/no adapter_config\.json, adapter_model\.safetensors \(not a PEFT adapter repo\)/);
   });
 
-  it('datasets by hf://datasets/org/name with config and split', async () => {
+  it('datasets by hf://datasets/org/name[/path]: the selected files only, then offline from the cache', async () => {
     hub.addRepo(
       'dataset/org/bench',
       {
@@ -286,15 +287,18 @@ describe('hub: models by id into the huggingface_hub cache', function () {
       },
       { lfs: ['main/train-00000-of-00001.parquet', 'main/test-00000-of-00001.parquet', 'extra/test-00000-of-00001.parquet'] },
     );
-    const r = await resolveDatasetRef('hf://datasets/org/bench', { env, log, config: 'main', split: 'test' });
+    const test = (rel: string) => rel.includes('test-');
+    const r = await resolveDatasetRef('hf://datasets/org/bench/main', { env, log, select: test });
+    expect(r.root).to.equal(join(r.dir, 'main'));
     expect(r.files.map((f) => f.slice(r.dir.length + 1))).to.deep.equal(['main/test-00000-of-00001.parquet']);
     expect(r.dir).to.include(join('datasets--org--bench', 'snapshots'));
-    const all = await resolveDatasetRef('hf://datasets/org/bench/extra', { env, log });
-    expect(all.files.map((f) => f.slice(all.dir.length + 1))).to.deep.equal(['extra/test-00000-of-00001.parquet']);
+    expect(hub.seen.some((q) => q.url.includes('train-'))).to.equal(false);
     hub.seen.length = 0;
-    const off = await resolveDatasetRef('hf://datasets/org/bench', { env: { ...env, HF_HUB_OFFLINE: '1' }, log, split: 'test' });
-    expect(off.files.map((f) => f.slice(off.dir.length + 1))).to.deep.equal(['extra/test-00000-of-00001.parquet', 'main/test-00000-of-00001.parquet']);
+    const off = await resolveDatasetRef('hf://datasets/org/bench', { env: { ...env, HF_HUB_OFFLINE: '1' }, log, select: test });
+    expect(off.files.map((f) => f.slice(off.dir.length + 1))).to.deep.equal(['main/test-00000-of-00001.parquet']);
     expect(hub.seen).to.have.length(0);
+    const e = await resolveDatasetRef('hf://datasets/org/bench', { env, log, select: (rel) => rel.includes('valid') }).catch((x: Error) => x);
+    expect((e as Error).message).to.match(/no file to read in the repo \(it has: README\.md, main\/train/);
   });
 });
 
@@ -342,5 +346,67 @@ describe('hub: the commands take a model id (generate on the tiny Qwen3 served b
     const c = await run(['generate', '--model', 'org/absent', '--prompt', 'hi'], env);
     expect(c.code).to.not.equal(0);
     expect(c.err).to.match(/model org\/absent: not found on http:\/\/127\.0\.0\.1:\d+ at revision main/);
+  });
+});
+
+describe('hub: import --input hf://datasets/… (the benchmark fixtures served by the loopback Hub)', function () {
+  this.timeout(60000);
+  const hub = new FakeHub();
+  let root: string;
+  const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
+  const filesOf = (dir: string, pre = ''): Record<string, Buffer> =>
+    Object.assign(
+      {},
+      ...readdirSync(dir).map((n) => (statSync(join(dir, n)).isDirectory() ? filesOf(join(dir, n), `${pre}${n}/`) : { [`${pre}${n}`]: readFileSync(join(dir, n)) })),
+    );
+  before(async () => {
+    await hub.start();
+    hub.addRepo('dataset/realliyifei/ResearchQA', { ...filesOf(join(FX, 'researchqa')), 'README.md': '# ResearchQA' });
+    const rpg = filesOf(join(FX, 'research-plan-gen'));
+    hub.addRepo('dataset/facebook/research-plan-gen', rpg, { lfs: Object.keys(rpg) });
+    root = mkdtempSync(join(tmpdir(), 'pg-hub-import-'));
+  });
+  after(async () => {
+    await hub.stop();
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  const run = (args: string[], env: NodeJS.ProcessEnv) =>
+    new Promise<{ code: number | null; out: string; err: string }>((res) => {
+      const p = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, CI: 'true', ...env } });
+      let out = '';
+      let err = '';
+      p.stdout.on('data', (b: Buffer) => (out += b.toString()));
+      p.stderr.on('data', (b: Buffer) => (err += b.toString()));
+      p.on('close', (code) => res({ code, out, err }));
+    });
+  const items = (f: string) =>
+    readFileSync(f, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { id: string; question: string; rubric: unknown[] });
+
+  it('imports the same items as from the local files, fetching only the split asked for', async () => {
+    const env = { HF_HUB_CACHE: join(root, 'cache'), HF_HOME: join(root, 'home'), HF_ENDPOINT: hub.url };
+    const viaHub = join(root, 'rqa.jsonl');
+    const local = join(root, 'rqa-local.jsonl');
+    const a = await run(['import', '--format', 'researchqa', '--input', 'hf://datasets/realliyifei/ResearchQA', '--split', 'test', '--out', viaHub], env);
+    expect(a.code, a.err).to.equal(0);
+    const b = await run(['import', '--format', 'researchqa', '--input', join(FX, 'researchqa'), '--split', 'test', '--out', local], env);
+    expect(b.code, b.err).to.equal(0);
+    const strip = (xs: ReturnType<typeof items>) => xs.map(({ id, question, rubric }) => ({ id, question, rubric }));
+    expect(strip(items(viaHub))).to.deep.equal(strip(items(local)));
+    expect(hub.seen.some((q) => q.url.includes('valid.json') || q.url.includes('README'))).to.equal(false);
+    // A config and split of a Parquet dataset in the {config}/{split}/ layout.
+    const rpg = join(root, 'rpg.jsonl');
+    hub.seen.length = 0;
+    const c = await run(['import', '--format', 'research-plan-gen', '--input', 'hf://datasets/facebook/research-plan-gen', '--config', 'ml', '--split', 'test', '--out', rpg], env);
+    expect(c.code, c.err).to.equal(0);
+    const fetched = hub.seen.filter((q) => q.url.includes('/resolve/'));
+    expect(fetched.length).to.be.greaterThan(0);
+    expect(fetched.every((q) => q.url.includes('/ml/test/')), fetched.map((q) => q.url).join('\n')).to.equal(true);
+    const d = await run(['import', '--format', 'research-plan-gen', '--input', join(FX, 'research-plan-gen'), '--config', 'ml', '--split', 'test', '--out', join(root, 'rpg-local.jsonl')], env);
+    expect(d.code, d.err).to.equal(0);
+    expect(strip(items(rpg))).to.deep.equal(strip(items(join(root, 'rpg-local.jsonl'))));
   });
 });

@@ -2029,9 +2029,19 @@ export const IMPORT_OPTIONS: readonly Setting[] = [
     flag: 'input',
     type: 'path',
     default: null,
-    values: 'a .json / .jsonl / .parquet file or a directory of them (required)',
-    meaning: 'Published files; a directory is searched (Hub layout {config}/{split}/*.parquet, data/{split}-*.parquet)',
-    source: 'Hugging Face Hub dataset layout',
+    values: 'a .json / .jsonl / .parquet file or a directory of them, or a Hub dataset hf://datasets/org/name[@revision][/path] (required)',
+    meaning:
+      'Published files; a directory is searched (Hub layout {config}/{split}/*.parquet, data/{split}-*.parquet); a Hub dataset fetches the files of --config / --split into the huggingface_hub cache (docs/hub.md)',
+    source: 'Hugging Face Hub dataset layout; datasets load_dataset("hf://…")',
+  },
+  {
+    key: 'revision',
+    flag: 'revision',
+    type: 'string',
+    default: null,
+    values: 'a branch, tag or commit sha',
+    meaning: 'Revision of an hf://datasets/ input (unset = main)',
+    source: 'datasets load_dataset(revision)',
   },
   {
     key: 'out',

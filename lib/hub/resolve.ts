@@ -150,37 +150,33 @@ export async function resolveModelRef(ref: string, opts: ResolveOptions = {}): P
 /** Options of {@link resolveDatasetRef}. */
 export interface DatasetResolveOptions extends Pick<FetchRepoOptions, 'env' | 'fetch' | 'log' | 'attempts'> {
   revision?: string;
-  /** The dataset's config (subset): files under `<config>/` or named `<config>-…` / `…/<config>-…`. */
-  config?: string;
-  /** The split: files whose name holds the split (`train-00000-of-00001.parquet`, `test.jsonl`, `data/train/…`). */
-  split?: string;
+  /** Which files to fetch, by their `/`-separated path below the reference (default: all). */
+  select?: (rel: string) => boolean;
 }
 
 /** Paths (relative, `/`-separated) of the files under `dir` (snapshot links followed). */
 function filesUnder(dir: string, pre = ''): string[] {
   if (!existsSync(dir)) return [];
+  if (!statSync(dir).isDirectory()) return [pre.replace(/\/$/, '')];
   return readdirSync(dir).flatMap((n) => (statSync(join(dir, n)).isDirectory() ? filesUnder(join(dir, n), `${pre}${n}/`) : [`${pre}${n}`]));
 }
 
-const DATA_FILE = /\.(parquet|jsonl|json|csv|tsv|txt|arrow)(\.gz|\.zst)?$/;
-
 /**
- * A `hf://datasets/org/name[/path]` reference → the local data files it names, fetched into the
- * huggingface_hub cache: a path inside the repo picks that file (or folder); else the data files
- * of the repo (Parquet, JSON Lines, JSON, CSV), narrowed by `config` and `split` as the Hub's
- * dataset viewer names them (`<config>/<split>-*.parquet`, `data/<split>-*`, `<split>.jsonl`).
+ * A `hf://datasets/org/name[@revision][/path]` reference → its files, fetched into the
+ * huggingface_hub cache (`datasets--org--name`): the files below `path` (the whole repo when
+ * none) that `select` keeps. Returns the snapshot folder, the local path the reference names in it
+ * (`root`: a folder, or the file) and the files fetched or found.
+ * Errors: not a dataset reference; nothing selected (the repo's files are listed); the Hub errors
+ * of {@link fetchRepoFiles}.
  */
-export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions = {}): Promise<{ dir: string; files: string[] }> {
+export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions = {}): Promise<{ dir: string; root: string; files: string[] }> {
   const hub = parseHubRef(ref, 'dataset');
-  if (!hub || hub.type !== 'dataset') throw new Error(`--input ${ref}: not a Hub dataset reference (hf://datasets/org/name[/path])`);
+  if (!hub || hub.type !== 'dataset') throw new Error(`${ref}: not a Hub dataset reference (hf://datasets/org/name[@revision][/path])`);
+  const base = hub.path.replace(/\/+$/, '');
+  const below = (p: string) => (!base ? p : p === base ? p.split('/').pop()! : p.startsWith(`${base}/`) ? p.slice(base.length + 1) : undefined);
   const inScope = (p: string) => {
-    if (hub.path) return p === hub.path || p.startsWith(`${hub.path.replace(/\/+$/, '')}/`);
-    if (!DATA_FILE.test(p) || /(^|\/)\./.test(p) || /^README|\.gitattributes$/.test(p)) return false;
-    const segs = p.split('/');
-    const name = segs[segs.length - 1]!;
-    if (opts.config && !(segs.slice(0, -1).includes(opts.config) || name.startsWith(`${opts.config}-`) || name.startsWith(`${opts.config}.`) || name.startsWith(`${opts.config}_`))) return false;
-    if (opts.split && !(segs.slice(0, -1).includes(opts.split) || new RegExp(`(^|[-_./])${opts.split.replace(/[^\w]/g, '\\$&')}([-_.]|$)`).test(name))) return false;
-    return true;
+    const rel = below(p);
+    return rel !== undefined && !/^(README\.md|\.gitattributes)$/.test(p) && (opts.select ? opts.select(rel) : true);
   };
   let chosen: string[] = [];
   const r = await fetchRepoFiles(hub, {
@@ -189,9 +185,7 @@ export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions
     checkListing: (paths) => {
       chosen = paths.filter(inScope).sort();
       if (!chosen.length)
-        throw new Error(
-          `--input ${ref}: no data files${hub.path ? ` at ${hub.path}` : ''}${opts.config ? ` of config ${opts.config}` : ''}${opts.split ? ` for split ${opts.split}` : ''} in the repo (it has: ${paths.slice(0, 12).join(', ')}${paths.length > 12 ? ', …' : ''})`,
-        );
+        throw new Error(`${ref}: no file to read${base ? ` below ${base}` : ''} in the repo (it has: ${paths.slice(0, 12).join(', ')}${paths.length > 12 ? ', …' : ''})`);
     },
     complete: (dir) => (chosen.length ? chosen.every((p) => existsSync(join(dir, p))) : filesUnder(dir).some(inScope)),
     env: opts.env,
@@ -199,12 +193,10 @@ export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions
     log: opts.log,
     attempts: opts.attempts,
   });
-  if (!chosen.length) {
-    // Answered from the cache (offline or a cached commit): the files the snapshot holds.
-    chosen = filesUnder(r.dir).filter(inScope).sort();
-    if (!chosen.length) throw new Error(`--input ${ref}: the cached snapshot ${r.dir} holds no matching data files`);
-  }
-  return { dir: r.dir, files: chosen.map((p) => join(r.dir, p)) };
+  // Answered from the cache (offline or a cached commit): the files the snapshot holds.
+  if (!chosen.length) chosen = filesUnder(r.dir).filter(inScope).sort();
+  if (!chosen.length) throw new Error(`${ref}: the cached snapshot ${r.dir} holds no file to read`);
+  return { dir: r.dir, root: base ? join(r.dir, base) : r.dir, files: chosen.map((p) => join(r.dir, p)) };
 }
 
 /**
