@@ -15,34 +15,10 @@ import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { blobPath, cachedCommit, repoFolderName, resolveDatasetRef, resolveModelRef, type HubRepo } from '../lib/hub/index.js';
-import { FakeHub, gitBlobSha1, sha256 } from './helpers/hub-server.js';
+import { FakeHub, gitBlobSha1, python, sha256 } from './helpers/hub-server.js';
 import { CLI, orSkip } from './helpers/run.js';
 import { packageRoot } from '../lib/native.js';
 import { tinyModel } from './helpers/tiny.js';
-
-const py = process.env.PYTHON ?? 'python3';
-
-/**
- * Runs a Python snippet (asynchronously: the loopback Hub in this process must keep answering);
- * skips the test when huggingface_hub (or `mod`) is not installed (fails in CI).
- */
-export async function python(ctx: Mocha.Context, code: string, env: NodeJS.ProcessEnv, mod = 'huggingface_hub'): Promise<string> {
-  const r = await new Promise<{ status: number | null; stdout: string; stderr: string; error?: Error }>((res) => {
-    const p = spawn(py, ['-c', code], { env: { ...process.env, ...env } });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
-    p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
-    p.on('error', (error) => res({ status: null, stdout, stderr, error }));
-    p.on('close', (status) => res({ status, stdout, stderr }));
-  });
-  if (r.error || (r.status !== 0 && new RegExp(`No module named '?${mod}`).test(r.stderr))) {
-    if (process.env.CI) throw new Error(`python ${mod} unavailable in CI: ${r.error?.message ?? r.stderr}`);
-    ctx.skip();
-  }
-  expect(r.status, r.stderr).to.equal(0);
-  return r.stdout;
-}
 
 /** Deterministic pseudo-random bytes (a stand-in for weights: the content is checked byte for byte). */
 function bytes(n: number, seed: number): Buffer {
@@ -299,6 +275,9 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     expect(hub.seen).to.have.length(0);
     const e = await resolveDatasetRef('hf://datasets/org/bench', { env, log, select: (rel) => rel.includes('valid') }).catch((x: Error) => x);
     expect((e as Error).message).to.match(/no file to read in the repo \(it has: README\.md, main\/train/);
+    // No selection: the whole repo but .gitattributes, the card included (datasets.load_dataset reads its configs).
+    const whole = await resolveDatasetRef('hf://datasets/org/bench', { env, log });
+    expect(whole.files.map((f) => f.slice(whole.dir.length + 1)).sort()).to.deep.equal(['README.md', 'extra/test-00000-of-00001.parquet', 'main/test-00000-of-00001.parquet', 'main/train-00000-of-00001.parquet']);
   });
 });
 

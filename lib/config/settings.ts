@@ -787,6 +787,34 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
       'Continue a run from its latest checkpoint; only step counts (to extend a run) and run-time settings may change: device, judge URL and concurrency, logging and profiling, checkpointing, validation interval, micro-batches, recomputation, merged adapter, judge overlap',
     source: 'transformers Trainer.train(resume_from_checkpoint)',
   },
+  // Hugging Face Hub upload of the final adapter (lib/hub/publish.ts): command options, not config keys.
+  {
+    key: 'pushToHub',
+    flag: 'push-to-hub',
+    type: 'string',
+    default: null,
+    values: 'a Hub model repo id org/name',
+    meaning:
+      'After training, upload the final PEFT adapter (adapter_config.json, adapter_model.safetensors) with a model card (base_model, library_name peft, tags, the resolved settings, validation rewards as model-index) to this repo, created when missing; needs a write token (HF_TOKEN or huggingface-cli login)',
+    source: 'TRL TrainingArguments.push_to_hub + hub_model_id',
+  },
+  {
+    key: 'hubPrivateRepo',
+    flag: 'hub-private-repo',
+    type: 'boolean',
+    default: false,
+    meaning: 'Create the --push-to-hub repo private (an existing repo keeps its visibility)',
+    source: 'TRL TrainingArguments.hub_private_repo',
+  },
+  {
+    key: 'hubStrategy',
+    flag: 'hub-strategy',
+    type: 'enum',
+    choices: ['end'],
+    default: 'end',
+    meaning: 'When --push-to-hub uploads: end = once, the final adapter and its card after the last stage (every_save is not implemented)',
+    source: 'TRL TrainingArguments.hub_strategy',
+  },
   // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.
   {
     key: 'nprocPerNode',
@@ -1850,6 +1878,24 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
     default: null,
     meaning: 'Build at most this many papers: the first N of the seeded (mix) order, so a larger N contains a smaller one',
     source: 'paper: Figure 3 data scaling',
+  },
+  {
+    key: 'pushToHub',
+    flag: 'push-to-hub',
+    type: 'string',
+    default: null,
+    values: 'a Hub dataset repo id org/name',
+    meaning:
+      'After building, publish the dataset to this Hub dataset repo (created when missing): data/<split>.jsonl per split and a dataset card (configs for datasets.load_dataset, provenance, domain mix, lexical leakage rate); needs a write token (HF_TOKEN or huggingface-cli login)',
+    source: 'datasets Dataset.push_to_hub; huggingface.co/docs/hub/datasets-cards',
+  },
+  {
+    key: 'hubPrivateRepo',
+    flag: 'hub-private-repo',
+    type: 'boolean',
+    default: false,
+    meaning: 'Create the --push-to-hub repo private (an existing repo keeps its visibility)',
+    source: 'datasets Dataset.push_to_hub(private)',
   },
 ];
 

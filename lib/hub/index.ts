@@ -6,3 +6,6 @@
 export * from './cache.js';
 export * from './download.js';
 export * from './resolve.js';
+export * from './upload.js';
+export * from './cards.js';
+export * from './publish.js';

@@ -176,7 +176,7 @@ export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions
   const below = (p: string) => (!base ? p : p === base ? p.split('/').pop()! : p.startsWith(`${base}/`) ? p.slice(base.length + 1) : undefined);
   const inScope = (p: string) => {
     const rel = below(p);
-    return rel !== undefined && !/^(README\.md|\.gitattributes)$/.test(p) && (opts.select ? opts.select(rel) : true);
+    return rel !== undefined && p !== '.gitattributes' && (opts.select ? opts.select(rel) : true);
   };
   let chosen: string[] = [];
   const r = await fetchRepoFiles(hub, {

@@ -4,7 +4,7 @@
  * writable), build the policy, judge, reward and backend, run the Trainer, handle SIGINT (write a
  * checkpoint, then exit), print the summary table.
  */
-import { resolveModelRef } from '../hub/resolve.js';
+import { isHubModelRef, parseHubRef, resolveModelRef } from '../hub/resolve.js';
 import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { copyFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
@@ -538,7 +538,8 @@ async function trainLocked(
     const trackers = trackerNames.length
       ? await TrackerSet.open(trackerNames, resolved, { runDir, runName: basename(runDir), resumed: !!resume, log })
       : undefined;
-    const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
+    // adapter_config.json names a Hub base by its id (as transformers / peft write base_model_name_or_path), a local base by its dir.
+    const backend = new NativeBackend(policy, resolved, { baseModelName: cfg.model && isHubModelRef(cfg.model) ? (parseHubRef(cfg.model)?.id ?? modelDir) : modelDir, log });
     if (resume) {
       await backend.loadState(resume.dir);
       // Only now, with the checkpoint loaded, are the rows past it dropped and config.json updated

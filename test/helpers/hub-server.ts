@@ -17,6 +17,8 @@
  * are consumed one per matching resolve request: `cut` sends the headers and half the bytes then
  * drops the connection, `500` answers 500.
  */
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -222,12 +224,13 @@ export class FakeHub {
       return void res.end(req.method === 'HEAD' ? undefined : b);
     }
     if (path === '/api/repos/create' && req.method === 'POST') {
-      const body = JSON.parse((await this.body(req)).toString()) as { name: string; organization?: string; type?: string; private?: boolean };
+      if (!/^Bearer hf_/.test(req.headers.authorization ?? '')) return this.json(res, 401, { error: 'Invalid username or password.' });
+      const body = JSON.parse((await this.body(req)).toString()) as { name: string; organization?: string; type?: string; visibility?: string };
       const id = body.organization ? `${body.organization}/${body.name}` : body.name;
       const key = `${body.type ?? 'model'}/${id}`;
       if (this.repos.has(key)) return this.json(res, 409, { error: 'You already created this model repo', url: `${this.url}/${id}` });
       const sha = newSha();
-      this.repos.set(key, { commits: new Map([[sha, new Map()]]), refs: new Map([['main', sha]]), lfs: new Set(), private: !!body.private });
+      this.repos.set(key, { commits: new Map([[sha, new Map()]]), refs: new Map([['main', sha]]), lfs: new Set(), private: body.visibility === 'private' });
       return this.json(res, 200, { url: `${this.url}/${id}`, name: id });
     }
     if ((m = /^\/api\/(models|datasets)\/([^/]+\/[^/]+)\/preupload\/(.+)$/.exec(path)) && req.method === 'POST') {
@@ -261,6 +264,7 @@ export class FakeHub {
       const key = `${m[1]!.slice(0, -1)}/${m[2]}`;
       const repo = this.repos.get(key);
       if (!repo) return this.json(res, 404, { error: 'Repository not found' }, { 'x-error-code': 'RepoNotFound' });
+      if (!/^Bearer hf_/.test(req.headers.authorization ?? '')) return this.json(res, 401, { error: 'Invalid username or password.' });
       const lines = (await this.body(req)).toString().split('\n').filter(Boolean);
       const next = new Map(repo.commits.get(repo.refs.get('main')!)!);
       for (const l of lines) {
@@ -281,3 +285,28 @@ export class FakeHub {
     this.json(res, 404, { error: `no route ${req.method} ${path}` });
   }
 }
+
+const py = process.env.PYTHON ?? 'python3';
+
+/**
+ * Runs a Python snippet (asynchronously: the loopback Hub in this process must keep answering);
+ * skips the test when huggingface_hub (or `mod`) is not installed (fails in CI).
+ */
+export async function python(ctx: Mocha.Context, code: string, env: NodeJS.ProcessEnv, mod = 'huggingface_hub'): Promise<string> {
+  const r = await new Promise<{ status: number | null; stdout: string; stderr: string; error?: Error }>((res) => {
+    const p = spawn(py, ['-c', code], { env: { ...process.env, ...env } });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (b: Buffer) => (stdout += b.toString()));
+    p.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
+    p.on('error', (error) => res({ status: null, stdout, stderr, error }));
+    p.on('close', (status) => res({ status, stdout, stderr }));
+  });
+  if (r.error || (r.status !== 0 && new RegExp(`No module named '?${mod}`).test(r.stderr))) {
+    if (process.env.CI) throw new Error(`python ${mod} unavailable in CI: ${r.error?.message ?? r.stderr}`);
+    ctx.skip();
+  }
+  expect(r.status, r.stderr).to.equal(0);
+  return r.stdout;
+}
+
