@@ -106,7 +106,21 @@ describe('hub: push adapters and datasets (loopback Hub, real client, real reade
     hub.addRepo('model/org/tiny-qwen3', files, { lfs: Object.keys(files).filter((f) => f.endsWith('.safetensors')) });
     const out = join(root, 'run');
     const r = await run(
-      ['train', '--model', 'org/tiny-qwen3', '--out', out, '--opsd-steps', '1', '--grpo-steps', '1', ...SMALL_TRAIN_FLAGS, '--push-to-hub', 'me/tiny-adapter', '--hub-private-repo'],
+      [
+        'train',
+        '--model',
+        'org/tiny-qwen3',
+        '--out',
+        out,
+        '--opsd-steps',
+        '1',
+        '--grpo-steps',
+        '1',
+        ...SMALL_TRAIN_FLAGS,
+        '--push-to-hub',
+        'me/tiny-adapter',
+        '--hub-private-repo',
+      ],
       env,
     );
     expect(r.code, r.err).to.equal(0);
@@ -144,7 +158,12 @@ describe('hub: push adapters and datasets (loopback Hub, real client, real reade
       expect(logged).to.include(String(res[4]));
     }
     expect(card.text).to.match(/\| `lora\.r` \| \d+ \|/);
-    const peft = await python(this, `from peft import PeftConfig\nc = PeftConfig.from_pretrained(${JSON.stringify(dir)})\nprint(c.base_model_name_or_path, c.peft_type.value)`, {}, 'peft');
+    const peft = await python(
+      this,
+      `from peft import PeftConfig\nc = PeftConfig.from_pretrained(${JSON.stringify(dir)})\nprint(c.base_model_name_or_path, c.peft_type.value)`,
+      {},
+      'peft',
+    );
     expect(peft.trim()).to.equal('org/tiny-qwen3 LORA');
   });
 });

@@ -75,14 +75,18 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     const repoDir = join(env.HF_HUB_CACHE!, 'models--org--tiny-model');
     expect(dir).to.equal(join(repoDir, 'snapshots', main));
     expect(readFileSync(join(repoDir, 'refs', 'main'), 'utf8')).to.equal(main);
-    for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json']) expect(existsSync(join(dir, f)), f).to.equal(true);
+    for (const f of ['config.json', 'generation_config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json'])
+      expect(existsSync(join(dir, f)), f).to.equal(true);
     for (const f of ['README.md', 'pytorch_model.bin', 'onnx/model.onnx']) expect(existsSync(join(dir, f)), f).to.equal(false);
     // LFS file → blob named by its sha256; git file → by its git blob sha1; links relative.
     expect(readlinkSync(join(dir, 'model.safetensors'))).to.equal(`../../blobs/${sha256(WEIGHTS)}`);
     expect(readlinkSync(join(dir, 'config.json'))).to.equal(`../../blobs/${gitBlobSha1(Buffer.from(FILES['config.json']))}`);
     expect(readFileSync(join(dir, 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
     expect(hub.seen.some((r) => r.url.includes('pytorch_model.bin') || r.url.includes('README'))).to.equal(false);
-    expect(logs.some((l) => /model\.safetensors: 3\.0 MiB in [\d.]+ s \([\d.]+ [KMG]iB\/s\)/.test(l)), logs.join('\n')).to.equal(true);
+    expect(
+      logs.some((l) => /model\.safetensors: 3\.0 MiB in [\d.]+ s \([\d.]+ [KMG]iB\/s\)/.test(l)),
+      logs.join('\n'),
+    ).to.equal(true);
     // A second resolve of the branch asks for the commit and the tree, downloads nothing.
     hub.seen.length = 0;
     expect(await resolveModelRef(MODEL, { env, log })).to.equal(dir);
@@ -121,7 +125,11 @@ describe('hub: models by id into the huggingface_hub cache', function () {
   it("reads a cache that huggingface_hub's hf_hub_download filled (offline: no request)", async function () {
     await python(
       this,
-      ['import huggingface_hub as h', 'for f in ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json"]:', '    h.hf_hub_download("org/tiny-model", f, revision="v1.0")'].join('\n'),
+      [
+        'import huggingface_hub as h',
+        'for f in ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json"]:',
+        '    h.hf_hub_download("org/tiny-model", f, revision="v1.0")',
+      ].join('\n'),
       { HF_HUB_CACHE: env.HF_HUB_CACHE, HF_ENDPOINT: hub.url, HF_HUB_DISABLE_XET: '1', HF_HUB_DISABLE_TELEMETRY: '1' },
     );
     expect(cachedCommit(modelRepo, 'v1.0', env.HF_HUB_CACHE)).to.equal(main);
@@ -159,7 +167,11 @@ describe('hub: models by id into the huggingface_hub cache', function () {
   });
 
   it('a gated repo: 401 names the licence page; the token of `huggingface-cli login` ($HF_HOME/token) opens it', async () => {
-    hub.addRepo('model/org/gated', { 'config.json': '{}', 'model.safetensors': bytes(100, 9), 'tokenizer.json': '{}' }, { lfs: ['model.safetensors'], token: 'hf_secret' });
+    hub.addRepo(
+      'model/org/gated',
+      { 'config.json': '{}', 'model.safetensors': bytes(100, 9), 'tokenizer.json': '{}' },
+      { lfs: ['model.safetensors'], token: 'hf_secret' },
+    );
     let err: Error | undefined;
     await resolveModelRef('org/gated', { env, log }).catch((e: Error) => (err = e));
     expect(err?.message).to.include(`the Hub answered 401`);
@@ -215,7 +227,10 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     expect(readFileSync(join(dir, 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
     const get = hub.seen.filter((r) => r.url.endsWith('/model.safetensors') && r.range !== 'bytes=0-0');
     expect(get.map((r) => r.range)).to.deep.equal([`bytes=1000000-${WEIGHTS.length - 1}`]);
-    expect(logs.some((l) => /resumed at 976\.6 KiB/.test(l)), logs.join('\n')).to.equal(true);
+    expect(
+      logs.some((l) => /resumed at 976\.6 KiB/.test(l)),
+      logs.join('\n'),
+    ).to.equal(true);
   });
 
   it('a corrupt partial file (wrong bytes) fails the sha256 check and is removed, never linked', async () => {
@@ -244,7 +259,11 @@ describe('hub: models by id into the huggingface_hub cache', function () {
   });
 
   it('an adapter id fetches only adapter_config.json and adapter_model.safetensors', async () => {
-    hub.addRepo('model/org/adapter', { 'adapter_config.json': '{"peft_type":"LORA"}', 'adapter_model.safetensors': bytes(64, 2), 'README.md': '---\nlibrary_name: peft\n---\n' }, { lfs: ['adapter_model.safetensors'] });
+    hub.addRepo(
+      'model/org/adapter',
+      { 'adapter_config.json': '{"peft_type":"LORA"}', 'adapter_model.safetensors': bytes(64, 2), 'README.md': '---\nlibrary_name: peft\n---\n' },
+      { lfs: ['adapter_model.safetensors'] },
+    );
     const dir = await resolveModelRef('hf://org/adapter', { env, log, kind: 'adapter' });
     expect(existsSync(join(dir, 'adapter_model.safetensors'))).to.equal(true);
     expect(existsSync(join(dir, 'README.md'))).to.equal(false);
@@ -277,7 +296,12 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     expect((e as Error).message).to.match(/no file to read in the repo \(it has: README\.md, main\/train/);
     // No selection: the whole repo but .gitattributes, the card included (datasets.load_dataset reads its configs).
     const whole = await resolveDatasetRef('hf://datasets/org/bench', { env, log });
-    expect(whole.files.map((f) => f.slice(whole.dir.length + 1)).sort()).to.deep.equal(['README.md', 'extra/test-00000-of-00001.parquet', 'main/test-00000-of-00001.parquet', 'main/train-00000-of-00001.parquet']);
+    expect(whole.files.map((f) => f.slice(whole.dir.length + 1)).sort()).to.deep.equal([
+      'README.md',
+      'extra/test-00000-of-00001.parquet',
+      'main/test-00000-of-00001.parquet',
+      'main/train-00000-of-00001.parquet',
+    ]);
   });
 });
 
@@ -336,7 +360,9 @@ describe('hub: import --input hf://datasets/… (the benchmark fixtures served b
   const filesOf = (dir: string, pre = ''): Record<string, Buffer> =>
     Object.assign(
       {},
-      ...readdirSync(dir).map((n) => (statSync(join(dir, n)).isDirectory() ? filesOf(join(dir, n), `${pre}${n}/`) : { [`${pre}${n}`]: readFileSync(join(dir, n)) })),
+      ...readdirSync(dir).map((n) =>
+        statSync(join(dir, n)).isDirectory() ? filesOf(join(dir, n), `${pre}${n}/`) : { [`${pre}${n}`]: readFileSync(join(dir, n)) },
+      ),
     );
   before(async () => {
     await hub.start();
@@ -379,12 +405,33 @@ describe('hub: import --input hf://datasets/… (the benchmark fixtures served b
     // A config and split of a Parquet dataset in the {config}/{split}/ layout.
     const rpg = join(root, 'rpg.jsonl');
     hub.seen.length = 0;
-    const c = await run(['import', '--format', 'research-plan-gen', '--input', 'hf://datasets/facebook/research-plan-gen', '--config', 'ml', '--split', 'test', '--out', rpg], env);
+    const c = await run(
+      ['import', '--format', 'research-plan-gen', '--input', 'hf://datasets/facebook/research-plan-gen', '--config', 'ml', '--split', 'test', '--out', rpg],
+      env,
+    );
     expect(c.code, c.err).to.equal(0);
     const fetched = hub.seen.filter((q) => q.url.includes('/resolve/'));
     expect(fetched.length).to.be.greaterThan(0);
-    expect(fetched.every((q) => q.url.includes('/ml/test/')), fetched.map((q) => q.url).join('\n')).to.equal(true);
-    const d = await run(['import', '--format', 'research-plan-gen', '--input', join(FX, 'research-plan-gen'), '--config', 'ml', '--split', 'test', '--out', join(root, 'rpg-local.jsonl')], env);
+    expect(
+      fetched.every((q) => q.url.includes('/ml/test/')),
+      fetched.map((q) => q.url).join('\n'),
+    ).to.equal(true);
+    const d = await run(
+      [
+        'import',
+        '--format',
+        'research-plan-gen',
+        '--input',
+        join(FX, 'research-plan-gen'),
+        '--config',
+        'ml',
+        '--split',
+        'test',
+        '--out',
+        join(root, 'rpg-local.jsonl'),
+      ],
+      env,
+    );
     expect(d.code, d.err).to.equal(0);
     expect(strip(items(rpg))).to.deep.equal(strip(items(join(root, 'rpg-local.jsonl'))));
   });

@@ -32,7 +32,8 @@ export const importCommand: CommandModule<object, ImportArgs> = {
     ensureWritableFile(argv.out, '--out');
     // hf://datasets/org/name: the files of --config / --split fetched into the huggingface_hub cache (lib/hub).
     const input = argv.input.startsWith('hf://')
-      ? (await resolveDatasetRef(argv.input, { revision: argv.revision, select: (rel) => isWantedDataFile(rel, { config: argv.config, split: argv.split }) })).root
+      ? (await resolveDatasetRef(argv.input, { revision: argv.revision, select: (rel) => isWantedDataFile(rel, { config: argv.config, split: argv.split }) }))
+          .root
       : argv.input;
     const r = await importDataset(argv.format, input, {
       config: argv.config,

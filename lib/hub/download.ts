@@ -20,7 +20,20 @@ import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { datasetInfo, downloadFile, HubApiError, listFiles, modelInfo, type ListFileEntry } from '@huggingface/hub';
 import cliProgress from 'cli-progress';
-import { blobPath, cachedCommit, hubCacheDir, hubEndpoint, hubOffline, hubToken, isCommitHash, linkSnapshotFile, snapshotDir, snapshotHas, writeRef, type HubRepo } from './cache.js';
+import {
+  blobPath,
+  cachedCommit,
+  hubCacheDir,
+  hubEndpoint,
+  hubOffline,
+  hubToken,
+  isCommitHash,
+  linkSnapshotFile,
+  snapshotDir,
+  snapshotHas,
+  writeRef,
+  type HubRepo,
+} from './cache.js';
 
 /** Options of {@link fetchRepoFiles}. */
 export interface FetchRepoOptions {
@@ -54,7 +67,8 @@ export interface FetchedRepo {
 }
 
 const MiB = 1024 * 1024;
-const fmtBytes = (n: number) => (n >= 1024 * MiB ? `${(n / 1024 / MiB).toFixed(2)} GiB` : n >= MiB ? `${(n / MiB).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`);
+const fmtBytes = (n: number) =>
+  n >= 1024 * MiB ? `${(n / 1024 / MiB).toFixed(2)} GiB` : n >= MiB ? `${(n / MiB).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`;
 
 /** `org/name` → the Hub page URL (where a gated repo's licence is accepted). */
 export function repoPage(repo: HubRepo, env: NodeJS.ProcessEnv = process.env): string {
@@ -76,10 +90,13 @@ export function hubError(repo: HubRepo, revision: string, e: unknown, env: NodeJ
         `${describe(repo)}: the Hub answered ${e.statusCode} (${msg}): the repo is gated or private. Accept its licence at ${repoPage(repo, env)} with your account, then give a token: HF_TOKEN=hf_… or \`huggingface-cli login\` (writes ${env.HF_TOKEN_PATH || '$HF_HOME/token'})${hubToken(env) ? ' (a token was sent: it lacks access to this repo)' : ' (no token was found)'}`,
       );
     if (e.statusCode === 404)
-      return new Error(`${describe(repo)}: not found on ${hubEndpoint(env)} at revision ${revision} (${msg}): check the id and --revision (there is no local directory of that name either)`);
+      return new Error(
+        `${describe(repo)}: not found on ${hubEndpoint(env)} at revision ${revision} (${msg}): check the id and --revision (there is no local directory of that name either)`,
+      );
     return new Error(`${describe(repo)}: the Hub answered ${e.statusCode}: ${msg}`);
   }
-  if (e instanceof TypeError && /must start with 'hf_'/.test(msg)) return new Error(`${describe(repo)}: the Hub token (HF_TOKEN or the token file) is not a Hub token: ${msg}`);
+  if (e instanceof TypeError && /must start with 'hf_'/.test(msg))
+    return new Error(`${describe(repo)}: the Hub token (HF_TOKEN or the token file) is not a Hub token: ${msg}`);
   return new Error(`${describe(repo)}: ${msg}`);
 }
 
@@ -156,7 +173,9 @@ function progressBar(repo: HubRepo, log: (l: string) => void): Progress {
       bar?.stop();
       bar = undefined;
       if (ok && !tty)
-        log(`hub: ${repo.id} ${path}: ${fmtBytes(done - startBytes)} in ${((Date.now() - t0) / 1000).toFixed(1)} s (${rate()})${startBytes ? `, resumed at ${fmtBytes(startBytes)}` : ''}`);
+        log(
+          `hub: ${repo.id} ${path}: ${fmtBytes(done - startBytes)} in ${((Date.now() - t0) / 1000).toFixed(1)} s (${rate()})${startBytes ? `, resumed at ${fmtBytes(startBytes)}` : ''}`,
+        );
     },
   };
 }
@@ -215,7 +234,9 @@ async function fetchFile(
       if (digest !== etag) {
         rmSync(incomplete, { force: true });
         progress.stop(false);
-        throw new Error(`${f.path}: ${f.lfs ? 'sha256' : 'git blob sha1'} of the ${f.size} downloaded bytes is ${digest}, the Hub lists ${etag}: the download is corrupt (removed; run again)`);
+        throw new Error(
+          `${f.path}: ${f.lfs ? 'sha256' : 'git blob sha1'} of the ${f.size} downloaded bytes is ${digest}, the Hub lists ${etag}: the download is corrupt (removed; run again)`,
+        );
       }
       renameSync(incomplete, blob);
       progress.stop(true);
@@ -256,7 +277,8 @@ export async function fetchRepoFiles(repo: HubRepo, opts: FetchRepoOptions): Pro
   const complete = (dir: string) => existsSync(dir) && (opts.complete ? opts.complete(dir) : true);
   const cached = cachedCommit(repo, revision, cacheDir);
   if (hubOffline(env)) {
-    if (cached && complete(snapshotDir(repo, cached, cacheDir))) return { dir: snapshotDir(repo, cached, cacheDir), commit: cached, downloaded: [], fromCache: true };
+    if (cached && complete(snapshotDir(repo, cached, cacheDir)))
+      return { dir: snapshotDir(repo, cached, cacheDir), commit: cached, downloaded: [], fromCache: true };
     throw new Error(
       `${describe(repo)}@${revision}: HF_HUB_OFFLINE=1 and the Hub cache ${cacheDir} does not hold ${cached ? 'every file the run needs in snapshot ' + cached : 'this revision'}: fetch it once online (or \`huggingface-cli download ${repo.id}\`), or unset HF_HUB_OFFLINE`,
     );
@@ -276,10 +298,13 @@ export async function fetchRepoFiles(repo: HubRepo, opts: FetchRepoOptions): Pro
     commit = (info as { sha?: string }).sha ?? '';
     if (!isCommitHash(commit)) throw new Error(`the Hub gave no commit sha for revision ${revision} (got ${JSON.stringify(commit)})`);
     files = [];
-    for await (const f of listFiles({ repo: { type: repo.type, name: repo.id }, revision: commit, recursive: true, ...common })) if (f.type === 'file') files.push(f);
+    for await (const f of listFiles({ repo: { type: repo.type, name: repo.id }, revision: commit, recursive: true, ...common }))
+      if (f.type === 'file') files.push(f);
   } catch (e) {
     if (isNetworkError(e) && !(e instanceof HubApiError) && cached && complete(snapshotDir(repo, cached, cacheDir))) {
-      log(`warning: ${describe(repo)}: the Hub (${common.hubUrl}) cannot be reached (${(e as Error).message}); using the cached snapshot ${cached} of ${revision}`);
+      log(
+        `warning: ${describe(repo)}: the Hub (${common.hubUrl}) cannot be reached (${(e as Error).message}); using the cached snapshot ${cached} of ${revision}`,
+      );
       return { dir: snapshotDir(repo, cached, cacheDir), commit: cached, downloaded: [], fromCache: true };
     }
     throw hubError(repo, revision, e, env);

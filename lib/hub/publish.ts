@@ -72,7 +72,12 @@ export async function publishPaperGymDataset(path: string, repoId: string, opts:
     },
   });
   files.push({ path: 'README.md', from: { content: card } });
-  const r = await pushToHub({ type: 'dataset', id: repoId }, files, { private: opts.private, message: `PaperGym dataset: ${items.length} item(s) (papergym-native build-data)`, env: opts.env, fetch: opts.fetch });
+  const r = await pushToHub({ type: 'dataset', id: repoId }, files, {
+    private: opts.private,
+    message: `PaperGym dataset: ${items.length} item(s) (papergym-native build-data)`,
+    env: opts.env,
+    fetch: opts.fetch,
+  });
   return { ...r, files: files.map((f) => f.path) };
 }
 
@@ -115,9 +120,23 @@ export async function publishAdapter(run: AdapterRun, repoId: string, opts: Publ
   const results: CardEvalResult[] = [];
   for (const s of run.stages) {
     if (s.bestValidation !== undefined && Number.isFinite(s.bestValidation))
-      results.push({ metric: 'rubric_reward', metricName: `best validation rubric reward (${s.stage})`, value: s.bestValidation, dataset: 'papergym', datasetName: dataName, split: 'val' });
+      results.push({
+        metric: 'rubric_reward',
+        metricName: `best validation rubric reward (${s.stage})`,
+        value: s.bestValidation,
+        dataset: 'papergym',
+        datasetName: dataName,
+        split: 'val',
+      });
     if (s.lastReward !== undefined && Number.isFinite(s.lastReward))
-      results.push({ metric: 'rubric_reward', metricName: `last rollout rubric reward (${s.stage})`, value: s.lastReward, dataset: 'papergym', datasetName: dataName, split: 'train' });
+      results.push({
+        metric: 'rubric_reward',
+        metricName: `last rollout rubric reward (${s.stage})`,
+        value: s.lastReward,
+        dataset: 'papergym',
+        datasetName: dataName,
+        split: 'train',
+      });
   }
   const card = adapterModelCard({
     repoId,
@@ -135,6 +154,11 @@ export async function publishAdapter(run: AdapterRun, repoId: string, opts: Publ
       { path: 'adapter_model.safetensors', from: { file: join(final, 'adapter_model.safetensors') } },
       { path: 'README.md', from: { content: card } },
     ],
-    { private: opts.private, message: `Upload LoRA adapter (papergym-native train, ${run.stages.map((s) => s.stage).join(' → ')})`, env: opts.env, fetch: opts.fetch },
+    {
+      private: opts.private,
+      message: `Upload LoRA adapter (papergym-native train, ${run.stages.map((s) => s.stage).join(' → ')})`,
+      env: opts.env,
+      fetch: opts.fetch,
+    },
   );
 }

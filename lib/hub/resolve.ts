@@ -137,7 +137,8 @@ export async function resolveModelRef(ref: string, opts: ResolveOptions = {}): P
         );
       const need = kind === 'adapter' ? ['adapter_config.json', 'adapter_model.safetensors'] : ['config.json'];
       const missing = need.filter((n) => !paths.includes(n));
-      if (missing.length) throw new Error(`${what} ${ref}: the Hub repo has no ${missing.join(', ')} (not a ${kind === 'adapter' ? 'PEFT adapter' : 'transformers model'} repo)`);
+      if (missing.length)
+        throw new Error(`${what} ${ref}: the Hub repo has no ${missing.join(', ')} (not a ${kind === 'adapter' ? 'PEFT adapter' : 'transformers model'} repo)`);
     },
     env: opts.env,
     fetch: opts.fetch,
@@ -185,7 +186,9 @@ export async function resolveDatasetRef(ref: string, opts: DatasetResolveOptions
     checkListing: (paths) => {
       chosen = paths.filter(inScope).sort();
       if (!chosen.length)
-        throw new Error(`${ref}: no file to read${base ? ` below ${base}` : ''} in the repo (it has: ${paths.slice(0, 12).join(', ')}${paths.length > 12 ? ', …' : ''})`);
+        throw new Error(
+          `${ref}: no file to read${base ? ` below ${base}` : ''} in the repo (it has: ${paths.slice(0, 12).join(', ')}${paths.length > 12 ? ', …' : ''})`,
+        );
     },
     complete: (dir) => (chosen.length ? chosen.every((p) => existsSync(join(dir, p))) : filesUnder(dir).some(inScope)),
     env: opts.env,

@@ -66,7 +66,8 @@ export async function pushToHub(repo: HubRepo, files: UploadFile[], opts: PushOp
   const blobs = await Promise.all(
     files.map(async (f) => ({
       path: f.path,
-      content: 'file' in f.from ? await openAsBlob(f.from.file) : new Blob([typeof f.from.content === 'string' ? f.from.content : new Uint8Array(f.from.content)]),
+      content:
+        'file' in f.from ? await openAsBlob(f.from.file) : new Blob([typeof f.from.content === 'string' ? f.from.content : new Uint8Array(f.from.content)]),
     })),
   );
   try {
@@ -80,6 +81,8 @@ export async function pushToHub(repo: HubRepo, files: UploadFile[], opts: PushOp
 function pushError(what: string, repo: HubRepo, e: unknown, env: NodeJS.ProcessEnv): Error {
   const msg = (e as Error)?.message ?? String(e);
   if (e instanceof HubApiError && (e.statusCode === 401 || e.statusCode === 403))
-    return new Error(`${what}: the Hub answered ${e.statusCode} (${msg}): the token cannot write to ${repoPage(repo, env)} (a write token of the owner or a member of the organization is needed)`);
+    return new Error(
+      `${what}: the Hub answered ${e.statusCode} (${msg}): the token cannot write to ${repoPage(repo, env)} (a write token of the owner or a member of the organization is needed)`,
+    );
   return new Error(`${what}: ${msg}`);
 }

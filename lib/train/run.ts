@@ -539,7 +539,10 @@ async function trainLocked(
       ? await TrackerSet.open(trackerNames, resolved, { runDir, runName: basename(runDir), resumed: !!resume, log })
       : undefined;
     // adapter_config.json names a Hub base by its id (as transformers / peft write base_model_name_or_path), a local base by its dir.
-    const backend = new NativeBackend(policy, resolved, { baseModelName: cfg.model && isHubModelRef(cfg.model) ? (parseHubRef(cfg.model)?.id ?? modelDir) : modelDir, log });
+    const backend = new NativeBackend(policy, resolved, {
+      baseModelName: cfg.model && isHubModelRef(cfg.model) ? (parseHubRef(cfg.model)?.id ?? modelDir) : modelDir,
+      log,
+    });
     if (resume) {
       await backend.loadState(resume.dir);
       // Only now, with the checkpoint loaded, are the rows past it dropped and config.json updated

@@ -116,14 +116,25 @@ export class FakeHub {
   }
 
   /** The repo and commit for `type/id` at `rev`, or an error answer (401 gated, 404). */
-  private lookup(req: IncomingMessage, res: ServerResponse, type: string, id: string, rev: string): { repo: FakeRepo; sha: string; files: Map<string, Buffer> } | undefined {
+  private lookup(
+    req: IncomingMessage,
+    res: ServerResponse,
+    type: string,
+    id: string,
+    rev: string,
+  ): { repo: FakeRepo; sha: string; files: Map<string, Buffer> } | undefined {
     const repo = this.repos.get(`${type}/${id}`);
     if (!repo) {
       this.json(res, 404, { error: 'Repository not found' }, { 'x-error-code': 'RepoNotFound' });
       return undefined;
     }
     if (repo.token && req.headers.authorization !== `Bearer ${repo.token}`) {
-      this.json(res, 401, { error: `Access to model ${id} is restricted. You must have access to it and be authenticated to access it. Please log in.` }, { 'x-error-code': 'GatedRepo' });
+      this.json(
+        res,
+        401,
+        { error: `Access to model ${id} is restricted. You must have access to it and be authenticated to access it. Please log in.` },
+        { 'x-error-code': 'GatedRepo' },
+      );
       return undefined;
     }
     const r = decodeURIComponent(rev);
@@ -140,7 +151,9 @@ export class FakeHub {
       type: 'file',
       path,
       size: b.length,
-      oid: repo.lfs.has(path) ? gitBlobSha1(Buffer.from(`version https://git-lfs.github.com/spec/v1\noid sha256:${sha256(b)}\nsize ${b.length}\n`)) : gitBlobSha1(b),
+      oid: repo.lfs.has(path)
+        ? gitBlobSha1(Buffer.from(`version https://git-lfs.github.com/spec/v1\noid sha256:${sha256(b)}\nsize ${b.length}\n`))
+        : gitBlobSha1(b),
       ...(repo.lfs.has(path) && { lfs: { oid: sha256(b), size: b.length, pointerSize: 134 } }),
     };
   }
@@ -237,7 +250,11 @@ export class FakeHub {
       const body = JSON.parse((await this.body(req)).toString()) as { files: { path: string; size: number; sample: string }[] };
       // Binary-looking files and anything over 10 MB go to LFS (the Hub's rule of thumb, .gitattributes aside).
       return this.json(res, 200, {
-        files: body.files.map((f) => ({ path: f.path, uploadMode: /\.(safetensors|parquet|bin)$/.test(f.path) || f.size > 10e6 ? 'lfs' : 'regular', shouldIgnore: false })),
+        files: body.files.map((f) => ({
+          path: f.path,
+          uploadMode: /\.(safetensors|parquet|bin)$/.test(f.path) || f.size > 10e6 ? 'lfs' : 'regular',
+          shouldIgnore: false,
+        })),
         commitOid: this.repos.get(`${m[1]!.slice(0, -1)}/${m[2]}`)?.refs.get('main'),
       });
     }
@@ -248,7 +265,9 @@ export class FakeHub {
         JSON.stringify({
           transfer: 'basic',
           objects: body.objects.map((o) =>
-            this.lfsStore.has(o.oid) ? { oid: o.oid, size: o.size } : { oid: o.oid, size: o.size, actions: { upload: { href: `${this.url}/lfs-upload/${o.oid}`, header: {} } } },
+            this.lfsStore.has(o.oid)
+              ? { oid: o.oid, size: o.size }
+              : { oid: o.oid, size: o.size, actions: { upload: { href: `${this.url}/lfs-upload/${o.oid}`, header: {} } } },
           ),
         }),
       );
@@ -309,4 +328,3 @@ export async function python(ctx: Mocha.Context, code: string, env: NodeJS.Proce
   expect(r.status, r.stderr).to.equal(0);
   return r.stdout;
 }
-
