@@ -258,6 +258,17 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     expect(cachedCommit(modelRepo, 'main', env.HF_HUB_CACHE)).to.equal(undefined);
   });
 
+  it('two concurrent fetches of one model (data-parallel ranks) download each blob once, under its lock', async () => {
+    const [a, b] = await Promise.all([resolveModelRef(MODEL, { env, log }), resolveModelRef(MODEL, { env, log })]);
+    expect(a).to.equal(b);
+    expect(readFileSync(join(a, 'model.safetensors')).equals(WEIGHTS)).to.equal(true);
+    expect(hub.seen.filter((r) => r.url.endsWith('/model.safetensors') && r.range !== 'bytes=0-0')).to.have.length(1);
+    expect(
+      logs.some((l) => new RegExp(`waiting for pid ${process.pid}, which is downloading blob`).test(l)),
+      logs.join('\n'),
+    ).to.equal(true);
+  });
+
   it('an adapter id fetches only adapter_config.json and adapter_model.safetensors', async () => {
     hub.addRepo(
       'model/org/adapter',

@@ -14,12 +14,13 @@
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, createWriteStream, existsSync, renameSync, rmSync, statSync, truncateSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { datasetInfo, downloadFile, HubApiError, listFiles, modelInfo, type ListFileEntry } from '@huggingface/hub';
 import cliProgress from 'cli-progress';
+import { acquireLock, LockHeldError, type Lock } from '../util/lock.js';
 import {
   blobPath,
   cachedCommit,
@@ -29,6 +30,7 @@ import {
   hubToken,
   isCommitHash,
   linkSnapshotFile,
+  repoFolderName,
   snapshotDir,
   snapshotHas,
   writeRef,
@@ -180,8 +182,56 @@ function progressBar(repo: HubRepo, log: (l: string) => void): Progress {
   };
 }
 
-/** Downloads one file into its blob (resuming `.incomplete`), checks size and hash, links it into the snapshot. */
+/**
+ * Waits for the download lock of one blob (`<cache>/.locks/<repo>/<etag>.papergym.lock`, beside
+ * huggingface_hub's own `.lock` files): the data-parallel ranks of one run, or two commands, never
+ * append to the same `.incomplete`. An OS lock (lib/util/lock.ts): a killed holder releases it.
+ */
+async function lockBlob(repo: HubRepo, etag: string, cacheDir: string, log: (l: string) => void): Promise<Lock> {
+  const path = join(cacheDir, '.locks', repoFolderName(repo), `${etag}.papergym.lock`);
+  let told = false;
+  for (;;) {
+    try {
+      return acquireLock(path, `the download of ${repo.id} blob ${etag}`);
+    } catch (e) {
+      if (!(e instanceof LockHeldError)) throw e;
+      if (!told) log(`hub: ${repo.id}: waiting for ${e.holder ? `pid ${e.holder.pid}` : 'another process'}, which is downloading blob ${etag}`);
+      told = true;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+}
+
+/** Downloads one file into its blob (resuming `.incomplete`) under its lock, checks size and hash, links it into the snapshot. */
 async function fetchFile(
+  repo: HubRepo,
+  commit: string,
+  f: ListFileEntry,
+  common: { hubUrl: string; accessToken?: string; fetch?: typeof fetch },
+  cacheDir: string,
+  attempts: number,
+  progress: Progress,
+  log: (l: string) => void,
+): Promise<void> {
+  const etag = etagOf(f);
+  const { blob } = blobPath(repo, etag, cacheDir);
+  await mkdir(dirname(blob), { recursive: true });
+  const lock = await lockBlob(repo, etag, cacheDir, log);
+  try {
+    // Another process may have completed it while we waited.
+    if (existsSync(blob) && statSync(blob).size === f.size) {
+      linkSnapshotFile(repo, commit, f.path, etag, cacheDir);
+      return;
+    }
+    await fetchBlob(repo, commit, f, common, cacheDir, attempts, progress);
+    linkSnapshotFile(repo, commit, f.path, etag, cacheDir);
+  } finally {
+    lock.release();
+  }
+}
+
+/** The download of one blob into `blobs/<etag>` through its `.incomplete` file, under its lock ({@link fetchFile}). */
+async function fetchBlob(
   repo: HubRepo,
   commit: string,
   f: ListFileEntry,
@@ -192,11 +242,6 @@ async function fetchFile(
 ): Promise<void> {
   const etag = etagOf(f);
   const { blob, incomplete } = blobPath(repo, etag, cacheDir);
-  await mkdir(dirname(blob), { recursive: true });
-  if (existsSync(blob) && statSync(blob).size === f.size) {
-    linkSnapshotFile(repo, commit, f.path, etag, cacheDir);
-    return;
-  }
   let lastErr: unknown;
   for (let attempt = 1; attempt <= attempts; attempt++) {
     let have = existsSync(incomplete) ? statSync(incomplete).size : 0;
@@ -240,7 +285,6 @@ async function fetchFile(
       }
       renameSync(incomplete, blob);
       progress.stop(true);
-      linkSnapshotFile(repo, commit, f.path, etag, cacheDir);
       return;
     } catch (e) {
       progress.stop(false);
@@ -316,7 +360,7 @@ export async function fetchRepoFiles(repo: HubRepo, opts: FetchRepoOptions): Pro
   for (const f of want) {
     if (snapshotHas(repo, commit, f.path, cacheDir)) continue;
     try {
-      await fetchFile(repo, commit, f, common, cacheDir, opts.attempts ?? 3, progress);
+      await fetchFile(repo, commit, f, common, cacheDir, opts.attempts ?? 3, progress, log);
     } catch (e) {
       throw e instanceof HubApiError ? hubError(repo, revision, e, env) : e;
     }
