@@ -2,7 +2,7 @@
  * Uploads to the Hub (lib/hub/publish.ts) through the real `@huggingface/hub` client against the
  * loopback Hub (test/helpers/hub-server.ts: create repo, preupload, LFS batch + PUT, commit), read
  * back with the real readers:
- * - `train --model org/tiny-qwen3 --push-to-hub me/adapter` (the base model fetched by id, the
+ * - `train --model org/tiny-qwen3 --push-to-hub me/adapter --hub-strategy every_save` (the base fetched by id, each checkpoint and then the
  *   adapter pushed with its card): the card parses with huggingface_hub's `ModelCard` (base_model,
  *   library_name peft, model-index eval results) and peft's `PeftConfig` reads the pushed config;
  * - `publishPaperGymDataset` (what `build-data --push-to-hub` calls): the pushed repo, fetched
@@ -120,6 +120,10 @@ describe('hub: push adapters and datasets (loopback Hub, real client, real reade
         '--push-to-hub',
         'me/tiny-adapter',
         '--hub-private-repo',
+        '--hub-strategy',
+        'every_save',
+        '--checkpoint-every',
+        '1',
       ],
       env,
     );
@@ -127,6 +131,10 @@ describe('hub: push adapters and datasets (loopback Hub, real client, real reade
     expect(r.err).to.match(/train: adapter pushed to http:\/\/127\.0\.0\.1:\d+\/me\/tiny-adapter \(commit [0-9a-f]{40}\)/);
     const repo = hub.repos.get('model/me/tiny-adapter')!;
     expect(repo.private).to.equal(true);
+    // every_save: one commit per checkpoint (each the checkpoint's adapter), then the final one; plus the repo's first commit.
+    const pushed = [...r.err.matchAll(/train: checkpoint (\S+) pushed to /g)].map((m) => m[1]!);
+    expect(pushed.length, r.err).to.be.greaterThan(0);
+    expect(repo.commits.size).to.equal(pushed.length + 2);
     const head = repo.commits.get(repo.refs.get('main')!)!;
     expect([...head.keys()].sort()).to.deep.equal(['README.md', 'adapter_config.json', 'adapter_model.safetensors']);
     expect(head.get('adapter_model.safetensors')!.equals(readFileSync(join(out, 'final', 'adapter_model.safetensors')))).to.equal(true);

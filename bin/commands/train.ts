@@ -18,7 +18,14 @@ interface DistArgs {
   'dist-timeout'?: number;
 }
 type TrainArgs = Record<string, unknown> &
-  DistArgs & { config?: string; preset?: keyof typeof PRESETS; resume?: string; pushToHub?: string; hubPrivateRepo?: boolean };
+  DistArgs & {
+    config?: string;
+    preset?: keyof typeof PRESETS;
+    resume?: string;
+    pushToHub?: string;
+    hubPrivateRepo?: boolean;
+    hubStrategy?: 'end' | 'every_save';
+  };
 
 /** Launcher (`--nproc-per-node`, not inside a worker): spawns the workers; null otherwise. */
 async function maybeLaunch(a: DistArgs): Promise<number | null> {
@@ -61,7 +68,17 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
     }
     const timeout = argv['dist-timeout'];
     if (timeout !== undefined && !(timeout > 0)) throw new Error(`--dist-timeout must be > 0 seconds (got ${timeout})`);
+    // TRL hub_strategy every_save: each committed checkpoint's adapter is pushed beside training (rank 0 writes them).
+    const pushEvery = argv.pushToHub && argv.hubStrategy === 'every_save' && (process.env.RANK ?? '0') === '0';
     const summary = await runTraining({
+      ...(pushEvery && {
+        onCheckpoint: async (dir: string) => {
+          const r = await publishAdapter({ runDir: dir.replace(/[\\/]checkpoints[\\/][^\\/]+$/, ''), adapterDir: dir, stages: [] }, argv.pushToHub!, {
+            private: argv.hubPrivateRepo,
+          });
+          process.stderr.write(`train: checkpoint ${dir} pushed to ${r.url}${r.commit ? ` (commit ${r.commit})` : ''}\n`);
+        },
+      }),
       preset: argv.preset,
       file: argv.config,
       flags: flagsToConfig(argv) as never,

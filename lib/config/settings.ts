@@ -810,9 +810,10 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
     key: 'hubStrategy',
     flag: 'hub-strategy',
     type: 'enum',
-    choices: ['end'],
+    choices: ['end', 'every_save'],
     default: 'end',
-    meaning: 'When --push-to-hub uploads: end = once, the final adapter and its card after the last stage (every_save is not implemented)',
+    meaning:
+      "When --push-to-hub uploads: end = once, the final adapter and its card after the last stage; every_save = also each checkpoint's adapter when it is committed (beside training: an upload that fails is logged and training goes on)",
     source: 'TRL TrainingArguments.hub_strategy',
   },
   // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.

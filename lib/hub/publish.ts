@@ -91,6 +91,8 @@ export interface AdapterRun {
   stages: { stage: string; steps: number; bestValidation?: number; lastReward?: number }[];
   /** The data file trained on; default: the `data` of the run's config.json. */
   data?: string | null;
+  /** The adapter to push (default `<runDir>/final`; a checkpoint dir with hub_strategy every_save). */
+  adapterDir?: string;
 }
 
 /**
@@ -101,9 +103,9 @@ export interface AdapterRun {
  * @throws when the run has no final adapter, and the push errors of lib/hub/upload.ts
  */
 export async function publishAdapter(run: AdapterRun, repoId: string, opts: PublishOptions = {}): Promise<PushResult> {
-  const final = join(run.runDir, 'final');
+  const final = run.adapterDir ?? join(run.runDir, 'final');
   for (const f of ['adapter_config.json', 'adapter_model.safetensors'])
-    if (!existsSync(join(final, f))) throw new Error(`--push-to-hub ${repoId}: the run ${run.runDir} has no final adapter (${join(final, f)} is missing)`);
+    if (!existsSync(join(final, f))) throw new Error(`--push-to-hub ${repoId}: the run ${run.runDir} has no adapter at ${final} (${f} is missing)`);
   let settings: Record<string, unknown> = {};
   try {
     settings = JSON.parse(readFileSync(join(run.runDir, 'config.json'), 'utf8')) as Record<string, unknown>;
@@ -156,7 +158,9 @@ export async function publishAdapter(run: AdapterRun, repoId: string, opts: Publ
     ],
     {
       private: opts.private,
-      message: `Upload LoRA adapter (papergym-native train, ${run.stages.map((s) => s.stage).join(' → ')})`,
+      message: run.adapterDir
+        ? `Checkpoint ${run.adapterDir.split(/[\\/]/).pop()} (papergym-native train, hub_strategy every_save)`
+        : `Upload LoRA adapter (papergym-native train, ${run.stages.map((s) => s.stage).join(' → ')})`,
       env: opts.env,
       fetch: opts.fetch,
     },

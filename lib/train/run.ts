@@ -121,6 +121,8 @@ export interface RunOptions {
    * joins the c10d group as RANK; `timeoutMs` bounds every collective (default 10 min).
    */
   dist?: { timeoutMs?: number; initTimeoutMs?: number; env?: NodeJS.ProcessEnv };
+  /** Called with the dir of each committed checkpoint, after report.html (train --push-to-hub --hub-strategy every_save); a throw is logged, training goes on. */
+  onCheckpoint?: (dir: string) => void | Promise<void>;
 }
 
 /**
@@ -573,7 +575,10 @@ async function trainLocked(
         advantages: groupAdvantages,
         runDir,
         log,
-        onCheckpoint: () => report(false),
+        onCheckpoint: async (dir: string) => {
+          await report(false);
+          await o.onCheckpoint?.(dir);
+        },
         memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
         dist,
         judgeStats: () => judge.stats(),
