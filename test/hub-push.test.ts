@@ -92,11 +92,15 @@ describe('hub: push adapters and datasets (loopback Hub, real client, real reade
     expect(j.text).to.include(`| \`items\` | ${items.length} |`);
   });
 
-  it('refuses to push without a token, and names the repo when the Hub refuses the token', async () => {
+  it('refuses to push without a token or offline, and names the repo when the client refuses the token', async () => {
     const noTok = await publishPaperGymDataset(sampleDatasetPath(), 'me/x', { env: { ...env, HF_TOKEN: '' } }).catch((e: Error) => e);
     expect((noTok as Error).message).to.match(/--push-to-hub me\/x: pushing needs a Hub token with write access/);
     const bad = await publishPaperGymDataset(sampleDatasetPath(), 'me/x', { env: { ...env, HF_TOKEN: 'not-a-hub-token' } }).catch((e: Error) => e);
     expect((bad as Error).message).to.match(/--push-to-hub me\/x: .*hf_/);
+    hub.seen.length = 0;
+    const off = await publishPaperGymDataset(sampleDatasetPath(), 'me/x', { env: { ...env, HF_HUB_OFFLINE: '1' } }).catch((e: Error) => e);
+    expect((off as Error).message).to.match(/--push-to-hub me\/x: HF_HUB_OFFLINE=1: pushing needs the network/);
+    expect(hub.seen).to.have.length(0);
   });
 
   it('train --model ORG/NAME --push-to-hub REPO: the base fetched by id, the adapter pushed with a model card ModelCard and peft read', async function () {

@@ -7,7 +7,7 @@
 import { openAsBlob, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { createRepo, HubApiError, uploadFiles } from '@huggingface/hub';
-import { hubEndpoint, hubToken, type HubRepo } from './cache.js';
+import { hubEndpoint, hubOffline, hubToken, type HubRepo } from './cache.js';
 import { repoPage } from './download.js';
 
 /** One file to upload: its path in the repo and its bytes (a local file, or text / bytes). */
@@ -54,6 +54,7 @@ export async function pushToHub(repo: HubRepo, files: UploadFile[], opts: PushOp
   const env = opts.env ?? process.env;
   const accessToken = hubToken(env);
   const what = `--push-to-hub ${repo.id}`;
+  if (hubOffline(env)) throw new Error(`${what}: HF_HUB_OFFLINE=1: pushing needs the network (unset HF_HUB_OFFLINE)`);
   if (!accessToken) throw new Error(`${what}: pushing needs a Hub token with write access: HF_TOKEN=hf_… or \`huggingface-cli login\``);
   if (!/^[\w.-]+\/[\w.-]+$/.test(repo.id)) throw new Error(`${what}: the repo id must be org/name (your user name or an organization)`);
   const common = { hubUrl: hubEndpoint(env), accessToken, ...(opts.fetch && { fetch: opts.fetch }) };
