@@ -324,7 +324,7 @@ export async function fetchRepoFiles(repo: HubRepo, opts: FetchRepoOptions): Pro
     if (cached && complete(snapshotDir(repo, cached, cacheDir)))
       return { dir: snapshotDir(repo, cached, cacheDir), commit: cached, downloaded: [], fromCache: true };
     throw new Error(
-      `${describe(repo)}@${revision}: HF_HUB_OFFLINE=1 and the Hub cache ${cacheDir} does not hold ${cached ? 'every file the run needs in snapshot ' + cached : 'this revision'}: fetch it once online (or \`huggingface-cli download ${repo.id}\`), or unset HF_HUB_OFFLINE`,
+      `${describe(repo)}@${revision}: HF_HUB_OFFLINE=1 and the Hub cache ${cacheDir} does not hold ${cached ? 'every file the run needs in snapshot ' + cached : 'this revision'}: fetch it once online (or \`huggingface-cli download ${repo.id}\`), or unset HF_HUB_OFFLINE (there is no local directory of that name either)`,
     );
   }
   if (cached && isCommitHash(revision) && complete(snapshotDir(repo, cached, cacheDir)))
