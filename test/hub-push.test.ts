@@ -13,11 +13,12 @@
  */
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readDataset, sampleDatasetPath } from '../lib/data/schema.js';
 import { publishPaperGymDataset, resolveDatasetRef, resolveModelRef } from '../lib/hub/index.js';
+import { startFakeLlm } from './helpers/fake-llm.js';
 import { FakeHub, python } from './helpers/hub-server.js';
 import { CLI, orSkip, SMALL_TRAIN_FLAGS } from './helpers/run.js';
 import { tinyModel } from './helpers/tiny.js';
@@ -90,6 +91,53 @@ describe('hub: push adapters and datasets (loopback Hub, real client, real reade
     for (const [d, n] of Object.entries(dom)) expect(j.text).to.include(`| ${d} | ${n} | ${((100 * n) / items.length).toFixed(1)}% |`);
     expect(j.text).to.match(/Rubric items that can be inferred from the question alone: \d+\.\d% of \d+ \(lexical proxy/);
     expect(j.text).to.include(`| \`items\` | ${items.length} |`);
+  });
+
+  it('build-data --push-to-hub REPO: the built items (fake LLM) published, then read back by datasets.load_dataset', async function () {
+    const srv = await startFakeLlm();
+    try {
+      const paper = join(root, 'papers', 'toy-paper');
+      mkdirSync(paper, { recursive: true });
+      const para = 'We propose a method for estimating diffusion coefficients from simulation and test it against baselines on benchmark systems. ';
+      writeFileSync(
+        join(paper, 'main.tex'),
+        [
+          '\\documentclass{article}',
+          '\\title{A Toy Paper}',
+          '\\begin{document}',
+          '\\begin{abstract}',
+          para,
+          '\\end{abstract}',
+          '\\section{Method}',
+          para.repeat(3),
+          '\\section{Experiments}',
+          para.repeat(3),
+          '\\end{document}',
+          '',
+        ].join('\n'),
+      );
+      const out = join(root, 'built.jsonl');
+      const r = await run(
+        ['build-data', '--papers', join(root, 'papers'), '--out', out, '--llm', srv.url, '--model', 'fake-model', '--push-to-hub', 'me/built'],
+        { ...env, PAPERGYM_LLM_API_KEY: '' },
+      );
+      expect(r.code, r.err).to.equal(0);
+      expect(r.out).to.match(/build-data: pushed data\/\w+\.jsonl, README\.md to http:\/\/127\.0\.0\.1:\d+\/datasets\/me\/built \(commit [0-9a-f]{40}\)/);
+      const got = await resolveDatasetRef('hf://datasets/me/built', { env, log: () => {} });
+      const built = readDataset(out).items;
+      const ids = JSON.parse(
+        await python(
+          this,
+          `import json, datasets\nd = datasets.load_dataset(${JSON.stringify(got.dir)})\nprint(json.dumps(sorted(r["id"] for s in d.values() for r in s)))`,
+          { HF_DATASETS_OFFLINE: '1', HF_HUB_OFFLINE: '1', HF_DATASETS_CACHE: join(root, 'ds-cache2') },
+          'datasets',
+        ),
+      ) as string[];
+      expect(ids).to.deep.equal(built.map((i) => i.id).sort());
+      expect(readFileSync(join(got.dir, 'README.md'), 'utf8')).to.include('| `models.extract` | fake-model |');
+    } finally {
+      await srv.close();
+    }
   });
 
   it('refuses to push without a token or offline, and names the repo when the client refuses the token', async () => {
