@@ -38,3 +38,4 @@ export { computeReward, makeRewardFn } from './judge/rewards.js';
 export { JudgeHealthError, type Judge, type Verdict, type JudgeRequest, type JudgeHealth } from './judge/types.js';
 export { yesProbabilityFromChatLogprobs } from './judge/logprobs.js';
 export { TrainingStoppedError } from './train/trainer.js';
+export { resolveModelRef, resolveDatasetRef, hubCacheDir, publishAdapter, publishPaperGymDataset } from './hub/index.js';

@@ -35,6 +35,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['native', 'config', 'llm'],
   ['task'],
   ['data', 'model'],
+  ['hub'],
   ['judge'],
   ['eval'],
   ['report', 'serve'],

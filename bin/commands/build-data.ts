@@ -4,6 +4,7 @@
  * state for resume (`--state`, default `<out>.state.sqlite`), `--force` to redo, and
  * `--format research-plan-gen` for the public dataset's field names.
  */
+import { publishPaperGymDataset } from '../../lib/hub/publish.js';
 import { existsSync, readFileSync, writeFileSync, renameSync } from 'node:fs';
 import { basename } from 'node:path';
 import type { CommandModule } from 'yargs';
@@ -38,6 +39,9 @@ export interface BuildDataArgs {
   force?: boolean;
   format?: 'papergym' | 'research-plan-gen';
   concurrency?: number;
+  /** Hub dataset repo to publish to after building (lib/hub/publish.ts). */
+  pushToHub?: string;
+  hubPrivateRepo?: boolean;
   paperConcurrency?: number;
   timeout?: number;
   retries?: number;
@@ -471,6 +475,7 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       .demandOption(['papers'])
       .check((a) => {
         if (!a.out && !a.dryRun) throw new Error('Missing required argument: out (--dry-run needs no --out)');
+        if (a.pushToHub && a.format === 'research-plan-gen') throw new Error('--push-to-hub publishes PaperGym items: leave --format at papergym');
         return true;
       }) as never,
   handler: async (argv) => {
@@ -503,5 +508,10 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       );
     const warned = s.withCoverageWarnings ? `, ${s.withCoverageWarnings} with coverage warnings` : '';
     process.stdout.write(`${s.ingested.length} ingested, ${s.failures.length} failed${warned}\n`);
+    if (argv.pushToHub && s.items > 0) {
+      // datasets' push_to_hub: the split files and a dataset card, through lib/hub (the maintained client).
+      const r = await publishPaperGymDataset(s.out, argv.pushToHub, { private: argv.hubPrivateRepo });
+      process.stdout.write(`build-data: pushed ${r.files.join(', ')} to ${r.url}${r.commit ? ` (commit ${r.commit})` : ''}\n`);
+    }
   },
 };

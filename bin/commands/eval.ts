@@ -1,4 +1,5 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { resolvePolicyRefs } from '../../lib/hub/resolve.js';
 import { basename, join } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { readDataset, readEvalItems, loadGeneralRubric } from '../../lib/data/schema.js';
@@ -145,8 +146,9 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
     await checkJudge(jc);
     const device = resolveDevice(argv.device);
     process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}\n`);
-    const policy = await Policy.load(argv.model, {
-      adapter: argv.adapter,
+    const refs = await resolvePolicyRefs(argv as { model: string; adapter?: string; revision?: string });
+    const policy = await Policy.load(refs.model, {
+      adapter: refs.adapter,
       device: device as Device,
       dtype: argv.dtype as Dtype | undefined,
       allowNonFinite: argv.allowNonFiniteWeights,
@@ -220,7 +222,8 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
   process.stderr.write(
     `eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}; ${items.length} item(s), protocol ${p.name}${jc.cache ? `; judge cache ${jc.cache}` : ''}\n`,
   );
-  const policy = await Policy.load(argv.model, { adapter: argv.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+  const refs = await resolvePolicyRefs(argv as { model: string; adapter?: string; revision?: string });
+  const policy = await Policy.load(refs.model, { adapter: refs.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
   try {
     const t0 = Date.now();
     const res = await evalOnPolicy(argv, policy, items, p, jc, 'eval');
@@ -338,7 +341,8 @@ async function suiteEval(argv: EvalArgs): Promise<void> {
   const rows: ProtocolRow[][][] = [];
   for (const m of suite.models) {
     process.stderr.write(`eval --suite: ${m.name}: ${m.model}${m.adapter ? ` + ${m.adapter}` : ''} on ${device}\n`);
-    const policy = await Policy.load(m.model, { adapter: m.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+    const refs = await resolvePolicyRefs({ model: m.model, adapter: m.adapter });
+    const policy = await Policy.load(refs.model, { adapter: refs.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
     const per: ProtocolRow[][] = [];
     try {
       for (const b of benches) {

@@ -1,4 +1,5 @@
 import { createWriteStream, readFileSync } from 'node:fs';
+import { resolvePolicyRefs } from '../../lib/hub/resolve.js';
 import type { CommandModule } from 'yargs';
 import type { ChatMessage } from '../../lib/model/chat.js';
 import { Policy, type PolicyPrompt } from '../../lib/model/policy.js';
@@ -112,8 +113,9 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
     const seed = argv.seed ?? Math.floor(Math.random() * 2 ** 31);
     const device = resolveDevice(argv.device);
     process.stderr.write(`generate: ${argv.model} on ${device}\n`);
-    const policy = await Policy.load(argv.model, {
-      adapter: argv.adapter,
+    const refs = await resolvePolicyRefs(argv);
+    const policy = await Policy.load(refs.model, {
+      adapter: refs.adapter,
       device: device as Device,
       dtype: argv.dtype as Dtype | undefined,
       allowNonFinite: argv.allowNonFiniteWeights,

@@ -1,5 +1,5 @@
 /**
- * `papergym-native import --format F --input FILE_OR_DIR --out items.jsonl [--config C] [--split S]`:
+ * `papergym-native import --format F --input FILE_OR_DIR|hf://datasets/ORG/NAME --out items.jsonl [--config C] [--split S]`:
  * reads a published benchmark as it ships (JSON, JSONL, Parquet; lib/eval/formats/) and writes
  * benchmark items (lib/data/schema.ts benchmarkItemJsonSchema). Every row that cannot be mapped
  * is printed with file and row and counted; the counts per file are printed at the end. Exit 1
@@ -10,6 +10,8 @@ import { IMPORT_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { writeEvalItems } from '../../lib/data/schema.js';
 import { importDataset } from '../../lib/eval/formats/index.js';
+import { isWantedDataFile } from '../../lib/eval/formats/read.js';
+import { resolveDatasetRef } from '../../lib/hub/resolve.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 
 interface ImportArgs {
@@ -18,6 +20,7 @@ interface ImportArgs {
   out: string;
   config?: string;
   split?: string;
+  revision?: string;
   limit?: number;
 }
 
@@ -27,7 +30,12 @@ export const importCommand: CommandModule<object, ImportArgs> = {
   builder: (y) => addSettings(y, IMPORT_OPTIONS, { withDefaults: true }).demandOption(['format', 'input', 'out']) as never,
   handler: async (argv) => {
     ensureWritableFile(argv.out, '--out');
-    const r = await importDataset(argv.format, argv.input, {
+    // hf://datasets/org/name: the files of --config / --split fetched into the huggingface_hub cache (lib/hub).
+    const input = argv.input.startsWith('hf://')
+      ? (await resolveDatasetRef(argv.input, { revision: argv.revision, select: (rel) => isWantedDataFile(rel, { config: argv.config, split: argv.split }) }))
+          .root
+      : argv.input;
+    const r = await importDataset(argv.format, input, {
       config: argv.config,
       split: argv.split,
       onProblem: (p) => process.stderr.write(`import: ${p.file}: row ${p.row} skipped: ${p.reason}\n`),

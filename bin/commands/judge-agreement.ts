@@ -1,4 +1,5 @@
 import { readFileSync, writeFileSync } from 'node:fs';
+import { resolveModelRef } from '../../lib/hub/resolve.js';
 import type { CommandModule } from 'yargs';
 import { JUDGE_AGREEMENT_OPTIONS, judgeOptions } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
@@ -117,7 +118,13 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
     if (onModel && !argv.model) throw new Error('a local judge in --judges needs --model DIR');
     const judge = await openJudge(
       jc,
-      onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {},
+      onModel
+        ? {
+            modelDir: await resolveModelRef(argv.model!, { what: '--model' }),
+            device: resolveDevice(argv.device) as Device,
+            dtype: argv.dtype as Dtype | undefined,
+          }
+        : {},
     );
     try {
       if (!(judge instanceof JuryJudge)) throw new Error('judge-agreement: --judges did not open a jury');

@@ -1,4 +1,5 @@
 import { writeFileSync } from 'node:fs';
+import { resolveModelRef } from '../../lib/hub/resolve.js';
 import type { CommandModule } from 'yargs';
 import { judgeOptions, PROBE_JUDGE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
@@ -56,7 +57,13 @@ export const probeJudgeCommand: CommandModule<object, ProbeArgs> = {
     if (onModel && !argv.model) throw new Error(`--judge ${jc.kind} needs --model DIR`);
     const judge: Judge = await openJudge(
       jc,
-      onModel ? { modelDir: argv.model, device: resolveDevice(argv.device) as Device, dtype: argv.dtype as Dtype | undefined } : {},
+      onModel
+        ? {
+            modelDir: await resolveModelRef(argv.model!, { what: '--model' }),
+            device: resolveDevice(argv.device) as Device,
+            dtype: argv.dtype as Dtype | undefined,
+          }
+        : {},
     );
     try {
       const report = await runProbe(judge, data, { attacks, general });

@@ -1,4 +1,5 @@
 import type { CommandModule } from 'yargs';
+import { isHubModelRef, resolvePolicyRefs } from '../../lib/hub/resolve.js';
 import { basename } from 'node:path';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
@@ -66,13 +67,15 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
     checkBindAuth(argv.host, apiKey, argv.allowUnauthenticated);
     const device = resolveDevice(argv.device);
     process.stderr.write(`serve: loading ${argv.model} on ${device}\n`);
-    const policy = await Policy.load(argv.model, {
-      adapter: argv.adapter,
+    const refs = await resolvePolicyRefs(argv);
+    const policy = await Policy.load(refs.model, {
+      adapter: refs.adapter,
       device: device as Device,
       dtype: argv.dtype as Dtype | undefined,
       allowNonFinite: argv.allowNonFiniteWeights,
     });
-    const modelId = argv.servedModelName ?? basename(argv.model.replace(/\/+$/, ''));
+    // A Hub id is served under the id itself, as vLLM does; a dir under its name.
+    const modelId = argv.servedModelName ?? (isHubModelRef(argv.model) ? argv.model : basename(argv.model.replace(/\/+$/, '')));
     const server = new ChatServer({
       backend: policyServeBackend(policy, { maxRows: argv.maxBatch, capacity: argv.maxModelLen }),
       modelId,

@@ -1,4 +1,5 @@
 import type { CommandModule } from 'yargs';
+import { publishAdapter } from '../../lib/hub/publish.js';
 import { type PRESETS, type TrainConfig, type DeepPartial } from '../../lib/config/train.js';
 import { TRAIN_COMMAND_OPTIONS, trainSettings } from '../../lib/config/settings.js';
 import { addSettings, parseList, setPath } from '../../lib/config/schema.js';
@@ -16,7 +17,15 @@ interface DistArgs {
   'master-port'?: number;
   'dist-timeout'?: number;
 }
-type TrainArgs = Record<string, unknown> & DistArgs & { config?: string; preset?: keyof typeof PRESETS; resume?: string };
+type TrainArgs = Record<string, unknown> &
+  DistArgs & {
+    config?: string;
+    preset?: keyof typeof PRESETS;
+    resume?: string;
+    pushToHub?: string;
+    hubPrivateRepo?: boolean;
+    hubStrategy?: 'end' | 'every_save';
+  };
 
 /** Launcher (`--nproc-per-node`, not inside a worker): spawns the workers; null otherwise. */
 async function maybeLaunch(a: DistArgs): Promise<number | null> {
@@ -59,7 +68,17 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
     }
     const timeout = argv['dist-timeout'];
     if (timeout !== undefined && !(timeout > 0)) throw new Error(`--dist-timeout must be > 0 seconds (got ${timeout})`);
+    // TRL hub_strategy every_save: each committed checkpoint's adapter is pushed beside training (rank 0 writes them).
+    const pushEvery = argv.pushToHub && argv.hubStrategy === 'every_save' && (process.env.RANK ?? '0') === '0';
     const summary = await runTraining({
+      ...(pushEvery && {
+        onCheckpoint: async (dir: string) => {
+          const r = await publishAdapter({ runDir: dir.replace(/[\\/]checkpoints[\\/][^\\/]+$/, ''), adapterDir: dir, stages: [] }, argv.pushToHub!, {
+            private: argv.hubPrivateRepo,
+          });
+          process.stderr.write(`train: checkpoint ${dir} pushed to ${r.url}${r.commit ? ` (commit ${r.commit})` : ''}\n`);
+        },
+      }),
       preset: argv.preset,
       file: argv.config,
       flags: flagsToConfig(argv) as never,
@@ -68,5 +87,10 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       dist: { timeoutMs: (timeout ?? DEFAULT_DIST_TIMEOUT_MS / 1000) * 1000 },
     });
     if (summary.interrupted) process.exitCode = 130;
+    // TRL push_to_hub (hub_strategy end): rank 0 uploads the final adapter and its model card (lib/hub/publish.ts).
+    else if (argv.pushToHub && (process.env.RANK ?? '0') === '0') {
+      const r = await publishAdapter({ runDir: summary.runDir, stages: summary.stages }, argv.pushToHub, { private: argv.hubPrivateRepo });
+      process.stderr.write(`train: adapter pushed to ${r.url}${r.commit ? ` (commit ${r.commit})` : ''}\n`);
+    }
   },
 };

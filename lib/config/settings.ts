@@ -30,9 +30,19 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
     flag: 'model',
     type: 'path',
     default: null,
-    values: 'a Hugging Face Qwen3 checkpoint dir (config.json, safetensors, tokenizer.json)',
-    meaning: 'Base model to train; unset = the embedded tiny random Qwen3 (real tokenizer) that trains in minutes on CPU',
+    values: 'a Hugging Face Qwen3 checkpoint dir (config.json, safetensors, tokenizer.json), or a Hub id org/name[@revision]',
+    meaning:
+      'Base model to train (a Hub id is read from the huggingface_hub cache, fetched into it when missing: docs/hub.md); unset = the embedded tiny random Qwen3 (real tokenizer) that trains in minutes on CPU',
     source: 'TRL ModelConfig.model_name_or_path; paper: Qwen3-1.7B/4B/8B',
+  },
+  {
+    key: 'revision',
+    flag: 'revision',
+    type: 'string',
+    default: null,
+    values: 'a branch, tag or commit sha',
+    meaning: 'Revision of a Hub model id (unset = main); ignored for a local dir',
+    source: 'TRL ModelConfig.model_revision',
   },
   {
     key: 'data',
@@ -849,6 +859,35 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
       "Clear the previous run in --out (config.json, metrics.jsonl, checkpoints, final, summary.json, report.html; never a live run's) and start this one; unset = a dir that holds a run is refused. A run killed before its first checkpoint can also be started again with --resume",
     source: 'transformers TrainingArguments.overwrite_output_dir',
   },
+  // Hugging Face Hub upload of the final adapter (lib/hub/publish.ts): command options, not config keys.
+  {
+    key: 'pushToHub',
+    flag: 'push-to-hub',
+    type: 'string',
+    default: null,
+    values: 'a Hub model repo id org/name',
+    meaning:
+      'After training, upload the final PEFT adapter (adapter_config.json, adapter_model.safetensors) with a model card (base_model, library_name peft, tags, the resolved settings, validation rewards as model-index) to this repo, created when missing; needs a write token (HF_TOKEN or huggingface-cli login)',
+    source: 'TRL TrainingArguments.push_to_hub + hub_model_id',
+  },
+  {
+    key: 'hubPrivateRepo',
+    flag: 'hub-private-repo',
+    type: 'boolean',
+    default: false,
+    meaning: 'Create the --push-to-hub repo private (an existing repo keeps its visibility)',
+    source: 'TRL TrainingArguments.hub_private_repo',
+  },
+  {
+    key: 'hubStrategy',
+    flag: 'hub-strategy',
+    type: 'enum',
+    choices: ['end', 'every_save'],
+    default: 'end',
+    meaning:
+      "When --push-to-hub uploads: end = once, the final adapter and its card after the last stage; every_save = also each checkpoint's adapter when it is committed (beside training: an upload that fails is logged and training goes on)",
+    source: 'TRL TrainingArguments.hub_strategy',
+  },
   // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.
   {
     key: 'nprocPerNode',
@@ -916,17 +955,27 @@ const MODEL_OPTIONS: readonly Setting[] = [
     flag: 'model',
     type: 'path',
     default: null,
-    values: 'a Qwen3 checkpoint dir (required)',
-    meaning: 'Base model dir (config.json, safetensors, tokenizer.json)',
-    source: 'transformers from_pretrained; vLLM --model',
+    values: 'a Qwen3 checkpoint dir, or a Hub id org/name[@revision] (required)',
+    meaning:
+      'Base model: a local dir (config.json, safetensors, tokenizer.json), else a Hugging Face Hub id read from the huggingface_hub cache and fetched into it when missing (docs/hub.md)',
+    source: 'transformers from_pretrained(pretrained_model_name_or_path); vLLM --model',
+  },
+  {
+    key: 'revision',
+    flag: 'revision',
+    type: 'string',
+    default: null,
+    values: 'a branch, tag or commit sha',
+    meaning: 'Revision of a Hub model id (unset = main); ignored for a local dir',
+    source: 'transformers from_pretrained(revision); vLLM --revision',
   },
   {
     key: 'adapter',
     flag: 'adapter',
     type: 'path',
     default: null,
-    values: 'a PEFT LoRA adapter dir',
-    meaning: "LoRA adapter to apply (a run's final/ or a checkpoint)",
+    values: 'a PEFT LoRA adapter dir, or a Hub id org/name[@revision]',
+    meaning: "LoRA adapter to apply (a run's final/ or a checkpoint; a Hub id fetches adapter_config.json and adapter_model.safetensors)",
     source: 'peft PeftModel.from_pretrained; vLLM --lora-modules',
   },
   {
@@ -1440,7 +1489,7 @@ export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
     flag: 'model',
     type: 'path',
     default: null,
-    values: 'a Qwen3 checkpoint dir',
+    values: 'a Qwen3 checkpoint dir, or a Hub id org/name[@revision] (docs/hub.md)',
     meaning: '--judge local: the judge model (the base; adapter off)',
     source: 'transformers from_pretrained',
   },
@@ -1537,7 +1586,7 @@ export const JUDGE_AGREEMENT_OPTIONS: readonly Setting[] = [
     flag: 'model',
     type: 'path',
     default: null,
-    values: 'a Qwen3 checkpoint dir',
+    values: 'a Qwen3 checkpoint dir, or a Hub id org/name[@revision] (docs/hub.md)',
     meaning: 'Local judges in --judges: the judge model (the base; adapter off)',
     source: 'transformers from_pretrained',
   },
@@ -1924,6 +1973,24 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
     meaning: 'Build at most this many papers: the first N of the seeded (mix) order, so a larger N contains a smaller one',
     source: 'paper: Figure 3 data scaling',
   },
+  {
+    key: 'pushToHub',
+    flag: 'push-to-hub',
+    type: 'string',
+    default: null,
+    values: 'a Hub dataset repo id org/name',
+    meaning:
+      'After building, publish the dataset to this Hub dataset repo (created when missing): data/<split>.jsonl per split and a dataset card (configs for datasets.load_dataset, provenance, domain mix, lexical leakage rate); needs a write token (HF_TOKEN or huggingface-cli login)',
+    source: 'datasets Dataset.push_to_hub; huggingface.co/docs/hub/datasets-cards',
+  },
+  {
+    key: 'hubPrivateRepo',
+    flag: 'hub-private-repo',
+    type: 'boolean',
+    default: false,
+    meaning: 'Create the --push-to-hub repo private (an existing repo keeps its visibility)',
+    source: 'datasets Dataset.push_to_hub(private)',
+  },
 ];
 
 export const LEAKAGE_OPTIONS: readonly Setting[] = [
@@ -2106,9 +2173,19 @@ export const IMPORT_OPTIONS: readonly Setting[] = [
     flag: 'input',
     type: 'path',
     default: null,
-    values: 'a .json / .jsonl / .parquet file or a directory of them (required)',
-    meaning: 'Published files; a directory is searched (Hub layout {config}/{split}/*.parquet, data/{split}-*.parquet)',
-    source: 'Hugging Face Hub dataset layout',
+    values: 'a .json / .jsonl / .parquet file or a directory of them, or a Hub dataset hf://datasets/org/name[@revision][/path] (required)',
+    meaning:
+      'Published files; a directory is searched (Hub layout {config}/{split}/*.parquet, data/{split}-*.parquet); a Hub dataset fetches the files of --config / --split into the huggingface_hub cache (docs/hub.md)',
+    source: 'Hugging Face Hub dataset layout; datasets load_dataset("hf://…")',
+  },
+  {
+    key: 'revision',
+    flag: 'revision',
+    type: 'string',
+    default: null,
+    values: 'a branch, tag or commit sha',
+    meaning: 'Revision of an hf://datasets/ input (unset = main)',
+    source: 'datasets load_dataset(revision)',
   },
   {
     key: 'out',

@@ -81,6 +81,8 @@ export type RolloutCorrection = 'none' | 'token-tis' | 'sequence-mask' | 'recomp
 export interface TrainConfig extends StageSections {
   /** Checkpoint dir of a HF Qwen3 model; null = the embedded tiny random model. */
   model: string | null;
+  /** Branch, tag or commit of a Hub model id (null = main). */
+  revision: string | null;
   /** Dataset JSONL (lib/data/schema.ts); null = the embedded sample dataset. */
   data: string | null;
   /** Output run dir; null = runs/<timestamp>. */

@@ -4,6 +4,7 @@
  * writable), build the policy, judge, reward and backend, run the Trainer, handle SIGINT (write a
  * checkpoint, then exit), print the summary table.
  */
+import { isHubModelRef, parseHubRef, resolveModelRef } from '../hub/resolve.js';
 import { existsSync, readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { copyFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
@@ -131,6 +132,8 @@ export interface RunOptions {
    * joins the c10d group as RANK; `timeoutMs` bounds every collective (default 10 min).
    */
   dist?: { timeoutMs?: number; initTimeoutMs?: number; env?: NodeJS.ProcessEnv };
+  /** Called with the dir of each committed checkpoint, after report.html (train --push-to-hub --hub-strategy every_save); a throw is logged, training goes on. */
+  onCheckpoint?: (dir: string) => void | Promise<void>;
 }
 
 /**
@@ -331,7 +334,8 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (cfg.device.startsWith('cuda') && !cudaAvailable())
     throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   resolveDevice(cfg.device, 'device (--device)');
-  const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
+  // A local dir, else a Hub id from the huggingface_hub cache (fetched when missing): lib/hub.
+  const modelDir = cfg.model ? resolve(await resolveModelRef(cfg.model, { revision: cfg.revision ?? undefined, what: '--model', log })) : ensureDefaultModel();
   checkModelDir(modelDir);
   checkLoraRank(cfg.lora.r, modelDir);
   if (!resume && cfg.out) {
@@ -584,7 +588,11 @@ async function trainLocked(
     const trackers = trackerNames.length
       ? await TrackerSet.open(trackerNames, resolved, { runDir, runName: basename(runDir), resumed: !!resume, log })
       : undefined;
-    const backend = new NativeBackend(policy, resolved, { baseModelName: modelDir, log });
+    // adapter_config.json names a Hub base by its id (as transformers / peft write base_model_name_or_path), a local base by its dir.
+    const backend = new NativeBackend(policy, resolved, {
+      baseModelName: cfg.model && isHubModelRef(cfg.model) ? (parseHubRef(cfg.model)?.id ?? modelDir) : modelDir,
+      log,
+    });
     if (resume) {
       await backend.loadState(resume.dir);
       // Only now, with the checkpoint loaded, are the rows past it dropped and config.json updated
@@ -624,7 +632,10 @@ async function trainLocked(
         advantages: groupAdvantages,
         runDir,
         log,
-        onCheckpoint: () => report(false),
+        onCheckpoint: async (dir: string) => {
+          await report(false);
+          await o.onCheckpoint?.(dir);
+        },
         memoryAdvice: planned ? () => flagsThatFit(planned!.inputs) : undefined,
         dist,
         judgeStats: () => judge.stats(),

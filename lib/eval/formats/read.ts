@@ -33,6 +33,19 @@ export class DatasetFileError extends Error {
 const DATA_EXT = /\.(json|jsonl|parquet)$/i;
 
 /**
+ * True when `rel` (a `/`-separated path below a dataset's root) is a data file (.json, .jsonl,
+ * .parquet) of `config` and `split` in the Hub layouts: a folder of that name
+ * (`{config}/{split}/…`), or a file name starting `{name}-` / `{name}.` (`data/test-00000-of-00001.parquet`).
+ */
+export function isWantedDataFile(rel: string, opts: { config?: string; split?: string } = {}): boolean {
+  const ps = rel.split('/');
+  const name = ps[ps.length - 1]!;
+  if (name.startsWith('.') || ps.some((p) => p.startsWith('.')) || !DATA_EXT.test(name)) return false;
+  const has = (n: string) => ps.slice(0, -1).includes(n) || name.startsWith(`${n}-`) || name.startsWith(`${n}.`);
+  return (!opts.config || has(opts.config)) && (!opts.split || has(opts.split));
+}
+
+/**
  * The data files of `input`: the file itself, or a directory's `.json`/`.jsonl`/`.parquet` files
  * (recursively, sorted), kept to those whose path has `config` and `split` as a directory or a
  * file-name prefix (`ml/test/0.parquet`, `data/test-00000-of-00001.parquet`).
@@ -51,12 +64,7 @@ export function listDataFiles(input: string, opts: { config?: string; split?: st
     }
   };
   walk(input);
-  const parts = (p: string) => relative(input, p).split(sep);
-  const has = (p: string, name: string) => {
-    const ps = parts(p);
-    return ps.slice(0, -1).includes(name) || ps[ps.length - 1]!.startsWith(`${name}-`) || ps[ps.length - 1]!.startsWith(`${name}.`);
-  };
-  const files = all.filter((p) => (!opts.config || has(p, opts.config)) && (!opts.split || has(p, opts.split)));
+  const files = all.filter((p) => isWantedDataFile(relative(input, p).split(sep).join('/'), opts));
   if (!files.length) {
     const seen =
       all
