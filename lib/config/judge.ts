@@ -181,6 +181,7 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
   },
   {
     key: 'url',
+    resumable: true,
     flag: 'judge-url',
     type: 'string',
     default: JUDGE_DEFAULTS.url,
@@ -208,6 +209,7 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
   },
   {
     key: 'concurrency',
+    resumable: true,
     flag: 'judge-concurrency',
     type: 'integer',
     min: 1,

@@ -27,6 +27,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- run ----
   {
     key: 'model',
+    trl: [{ name: 'model_name_or_path', alias: true }],
     flag: 'model',
     type: 'path',
     default: null,
@@ -45,6 +46,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'out',
+    trl: [{ name: 'output_dir', alias: true }],
     flag: 'out',
     type: 'path',
     default: null,
@@ -55,6 +57,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'device',
+    resumable: true,
     flag: 'device',
     type: 'string',
     default: 'cpu',
@@ -65,6 +68,11 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'dtype',
+    trl: [
+      { name: 'bf16', value: 'bfloat16' },
+      { name: 'fp16', value: 'float16' },
+      { name: 'torch_dtype', alias: true },
+    ],
     flag: 'dtype',
     type: 'enum',
     choices: ['float32', 'bfloat16', 'float16'],
@@ -83,6 +91,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'seed',
+    trl: [{ name: 'seed', alias: true }],
     flag: 'seed',
     type: 'integer',
     min: 0,
@@ -101,6 +110,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- LoRA ----
   {
     key: 'lora.r',
+    trl: [{ name: 'lora_r', alias: true }, { name: 'r' }],
     flag: 'lora-r',
     type: 'integer',
     min: 1,
@@ -110,6 +120,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.alpha',
+    trl: [{ name: 'lora_alpha', alias: true }],
     flag: 'lora-alpha',
     type: 'number',
     min: 0,
@@ -120,6 +131,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.dropout',
+    trl: [{ name: 'lora_dropout', alias: true }],
     flag: 'lora-dropout',
     type: 'number',
     min: 0,
@@ -131,6 +143,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.useRslora',
+    trl: [{ name: 'use_rslora', alias: true }],
     flag: 'lora-rslora',
     type: 'boolean',
     default: false,
@@ -139,12 +152,18 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.targetModules',
+    trl: [
+      { name: 'lora_target_modules', alias: true },
+      { name: 'target_modules', alias: true },
+    ],
     flag: 'lora-target-modules',
     type: 'list',
     items: 'string',
     choices: LORA_TARGETS,
     default: [...LORA_TARGETS],
-    meaning: 'Linear layers that get a LoRA adapter',
+    all: 'all-linear',
+    meaning:
+      'Linear layers that get a LoRA adapter; all-linear = every linear layer of the decoder layers but the output head (lm_head), as PEFT resolves it: the seven projections',
     source: 'peft LoraConfig.target_modules ("all-linear")',
   },
   {
@@ -159,6 +178,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- sampling ----
   {
     key: 'sampling.temperature',
+    trl: [{ name: 'temperature', alias: true }],
     flag: 'temperature',
     type: 'number',
     min: 0,
@@ -168,6 +188,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.topP',
+    trl: [{ name: 'top_p', alias: true }],
     flag: 'top-p',
     type: 'number',
     min: 0,
@@ -179,6 +200,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.topK',
+    trl: [{ name: 'top_k', alias: true }],
     flag: 'top-k',
     type: 'integer',
     min: 0,
@@ -188,6 +210,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.maxNewTokens',
+    trl: [{ name: 'max_completion_length', alias: true }],
     flag: 'max-new-tokens',
     type: 'integer',
     min: 1,
@@ -198,6 +221,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.mergeAdapter',
+    resumable: true,
     flag: 'merge-adapter',
     type: 'enum',
     choices: ['auto', 'on', 'off'],
@@ -217,6 +241,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- optimizer ----
   {
     key: 'optim.weightDecay',
+    trl: [{ name: 'weight_decay', alias: true }],
     flag: 'weight-decay',
     type: 'number',
     min: 0,
@@ -226,6 +251,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.maxGradNorm',
+    trl: [{ name: 'max_grad_norm', alias: true }],
     flag: 'max-grad-norm',
     type: 'number',
     min: 0,
@@ -236,6 +262,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.betas',
+    trl: [{ name: 'adam_beta1' }, { name: 'adam_beta2' }],
     flag: 'adam-betas',
     type: 'list',
     items: 'number',
@@ -250,6 +277,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.eps',
+    trl: [{ name: 'adam_epsilon', alias: true }],
     flag: 'adam-eps',
     type: 'number',
     min: 0,
@@ -260,6 +288,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.schedule',
+    trl: [{ name: 'lr_scheduler_type', alias: true }],
     flag: 'lr-schedule',
     type: 'enum',
     choices: ['constant', 'linear', 'cosine'],
@@ -269,6 +298,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.warmupSteps',
+    trl: [{ name: 'warmup_steps', alias: true }],
     flag: 'warmup-steps',
     type: 'integer',
     min: 0,
@@ -280,6 +310,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- SFT baseline ----
   {
     key: 'sft.steps',
+    trl: [{ name: 'max_steps' }],
     flag: 'sft-steps',
     type: 'integer',
     min: 0,
@@ -290,6 +321,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sft.lr',
+    trl: [{ name: 'learning_rate' }],
     flag: 'sft-lr',
     type: 'number',
     min: 0,
@@ -310,6 +342,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sft.batchSizePerRank',
+    trl: [{ name: 'per_device_train_batch_size' }],
     flag: 'sft-batch-size-per-rank',
     type: 'integer',
     min: 1,
@@ -322,6 +355,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- OPSD ----
   {
     key: 'opsd.steps',
+    trl: [{ name: 'max_steps' }],
     flag: 'opsd-steps',
     type: 'integer',
     min: 0,
@@ -332,6 +366,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'opsd.lr',
+    trl: [{ name: 'learning_rate' }],
     flag: 'opsd-lr',
     type: 'number',
     min: 0,
@@ -352,6 +387,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'opsd.batchSizePerRank',
+    trl: [{ name: 'per_device_train_batch_size' }],
     flag: 'opsd-batch-size-per-rank',
     type: 'integer',
     min: 1,
@@ -363,6 +399,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'opsd.microBatch',
+    trl: [{ name: 'gradient_accumulation_steps' }],
     flag: 'opsd-micro-batch',
     type: 'integer',
     min: 1,
@@ -414,6 +451,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- GRPO ----
   {
     key: 'grpo.steps',
+    trl: [{ name: 'max_steps' }],
     flag: 'grpo-steps',
     type: 'integer',
     min: 0,
@@ -424,6 +462,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.lr',
+    trl: [{ name: 'learning_rate' }],
     flag: 'grpo-lr',
     type: 'number',
     min: 0,
@@ -445,6 +484,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.questionsPerRank',
+    trl: [{ name: 'per_device_train_batch_size' }],
     flag: 'questions-per-rank',
     type: 'integer',
     min: 1,
@@ -456,6 +496,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.groupSize',
+    trl: [{ name: 'num_generations', alias: true }],
     flag: 'group-size',
     type: 'integer',
     min: 2,
@@ -466,6 +507,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.microBatch',
+    trl: [{ name: 'gradient_accumulation_steps' }],
     flag: 'grpo-micro-batch',
     type: 'integer',
     min: 1,
@@ -477,6 +519,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.epsLow',
+    trl: [{ name: 'epsilon' }],
     flag: 'eps-low',
     type: 'number',
     min: 0,
@@ -487,6 +530,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.epsHigh',
+    trl: [{ name: 'epsilon_high', alias: true }],
     flag: 'eps-high',
     type: 'number',
     min: 0,
@@ -496,6 +540,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.betaKl',
+    trl: [{ name: 'beta' }],
     flag: 'kl-coef',
     type: 'number',
     min: 0,
@@ -505,6 +550,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.aggregation',
+    trl: [{ name: 'loss_type', alias: true }],
     flag: 'aggregation',
     type: 'enum',
     choices: ['grpo', 'dapo', 'dr_grpo'],
@@ -514,6 +560,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.scale',
+    trl: [{ name: 'scale_rewards' }],
     flag: 'advantage-scale',
     type: 'enum',
     choices: ['group', 'batch', 'none'],
@@ -583,6 +630,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   // ---- validation, checkpoints, logging ----
   {
     key: 'validation.every',
+    resumable: true,
+    trl: [{ name: 'eval_steps', alias: true }],
     flag: 'validate-every',
     type: 'integer',
     min: 0,
@@ -602,6 +651,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'checkpoint.every',
+    resumable: true,
+    trl: [{ name: 'save_steps', alias: true }],
     flag: 'checkpoint-every',
     type: 'integer',
     min: 0,
@@ -612,6 +663,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'checkpoint.saveTotalLimit',
+    resumable: true,
+    trl: [{ name: 'save_total_limit', alias: true }],
     flag: 'save-total-limit',
     type: 'integer',
     min: 1,
@@ -621,6 +674,7 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'checkpoint.background',
+    resumable: true,
     flag: 'checkpoint-background',
     type: 'boolean',
     default: true,
@@ -630,6 +684,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'log.every',
+    resumable: true,
+    trl: [{ name: 'logging_steps', alias: true }],
     flag: 'log-every',
     type: 'integer',
     min: 1,
@@ -640,6 +696,7 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'log.profileStep',
+    resumable: true,
     flag: 'profile-step',
     type: 'integer',
     min: 0,
@@ -650,6 +707,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'log.reportTo',
+    resumable: true,
+    trl: [{ name: 'report_to', alias: true }],
     flag: 'report-to',
     type: 'list',
     items: 'string',
@@ -661,6 +720,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'memory.recompute',
+    resumable: true,
+    trl: [{ name: 'gradient_checkpointing', alias: true }],
     flag: 'recompute',
     type: 'boolean',
     default: false,
@@ -769,12 +830,13 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
   },
   {
     key: 'resume',
+    trl: [{ name: 'resume_from_checkpoint' }],
     flag: 'resume',
     type: 'path',
     default: null,
     values: 'a run dir or a checkpoint dir',
     meaning:
-      'Continue a run from its latest checkpoint; only step counts (to extend a run) and run-time settings may change: device, judge URL and concurrency, logging and profiling, checkpointing, validation interval, micro-batches, recomputation, merged adapter, judge overlap',
+      'Continue a run from its latest checkpoint; only step counts (to extend a run) and the run-time settings that docs/config.md § train lists may change (where it runs, the judge endpoint, logging and trackers, checkpointing, validation interval, micro-batches)',
     source: 'transformers Trainer.train(resume_from_checkpoint)',
   },
   // Data parallelism (lib/train/launch.ts, lib/train/dist.ts): launcher options, not config keys.
@@ -1129,6 +1191,15 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     meaning:
       'Run several benchmarks for several models / adapters: one row per model, one column per benchmark, the average, bootstrap CIs, in --out DIR (suite.json, table.md, report.html); replaces --model / --data',
     source: 'paper: Table 1 layout',
+  },
+  {
+    key: 'overwrite',
+    flag: 'overwrite',
+    type: 'boolean',
+    default: false,
+    meaning:
+      "With --suite: write into an --out dir that already holds a suite's results (suite.json, table.md or rows), replacing them; without it such a dir is refused. --out unset = <suite file without .yaml>-results",
+    source: 'lm-evaluation-harness / transformers overwrite_output_dir',
   },
   {
     key: 'rescore',

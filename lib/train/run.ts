@@ -12,6 +12,7 @@ import {
   resolveConfigWithOrigins,
   validateConfig,
   readConfigFile,
+  resumableKeys,
   trainDefaults,
   type PRESETS,
   type TrainConfig,
@@ -123,34 +124,18 @@ export interface RunOptions {
 }
 
 /**
- * Settings a resumed run may change: step counts (to extend a run), where it runs / is judged, and
- * the update's micro-batches and recompute (the way out of an out-of-memory stop with several
- * processes; the window normalisers make micro-batching invisible to the gradient, and the
- * rollout chunking stays as saved in memory.rolloutRows), and whether rollouts sample from the
- * merged adapter (its copy of the weights is the rollouts' way out; the same policy, sampled
- * without the LoRA branch — in bf16 the rollouts differ by the rounding of the merged weights),
- * and whether the local judge scores beside the rollout (grpo.judgeOverlap: the same rewards; off is
- * the way out of an out of memory beside the decode; 'auto' on resume, where no memory plan runs, is off).
+ * Settings a resumed run may change: lib/config/train.ts resumableKeys — step counts (to extend a
+ * run), where it runs / is judged, logging and trackers (`--report-to`: a tracker added on resume
+ * starts a run of its own from the resumed step), checkpointing, the update's micro-batches and
+ * recompute (the way out of an out-of-memory stop with several processes; the window normalisers
+ * make micro-batching invisible to the gradient, and the rollout chunking stays as saved in
+ * memory.rolloutRows), whether rollouts sample from the merged adapter, and whether the local judge
+ * scores beside the rollout.
  */
-export const RESUMABLE_KEYS = [
-  ...STAGES.values().flatMap((st) => st.resumableKeys),
-  ...[
-    'device',
-    'judge.url',
-    'judge.concurrency',
-    'log.every',
-    'checkpoint.every',
-    'checkpoint.saveTotalLimit',
-    'checkpoint.background',
-    'validation.every',
-    'memory.recompute',
-    'sampling.mergeAdapter',
-    'log.profileStep',
-  ],
-];
+export { resumableKeys };
 
 /**
- * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
+ * Applies the flags given with `--resume` to a saved run: only {@link resumableKeys} may change.
  * New step counts extend the run: the stage in progress (not below the steps it has done), a later
  * stage, or — for a finished run — the last stage, which is reopened where it ended. Throws an
  * Error naming the flag for anything else (a finished stage's count, other settings, a finished
@@ -166,10 +151,11 @@ export function applyResumeFlags(
   const flagOf = (k: string) => `--${settings.find((st) => st.key === k)?.flag ?? k}`;
   const given = leafKeys(flags ?? {}).map((k) => settings.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key ?? k);
   const changed = [...new Set(given)].filter((k) => JSON.stringify(getPath(flags, k)) !== JSON.stringify(getPath(saved, k)));
-  const refused = changed.filter((k) => !RESUMABLE_KEYS.includes(k));
+  const allowed = resumableKeys();
+  const refused = changed.filter((k) => !allowed.includes(k));
   if (refused.length) {
     throw new Error(
-      `--resume ${runDir}: ${refused.map(flagOf).join(', ')} cannot change when resuming (the run continues with its saved settings; only ${RESUMABLE_KEYS.map(flagOf).join(', ')} may change)`,
+      `--resume ${runDir}: ${refused.map(flagOf).join(', ')} cannot change when resuming (the run continues with its saved settings; only ${allowed.map(flagOf).join(', ')} may change)`,
     );
   }
   const config = JSON.parse(JSON.stringify(saved)) as TrainConfig;
@@ -257,7 +243,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
       throw new Error(`--resume ${o.resume}: --preset and --config cannot be combined with --resume (the run continues with its saved settings)`);
     resume = resolveCheckpoint(o.resume);
     // Every file the checkpoint needs, and its trainer state against the run's config.json, before any compute.
-    checkResumeCheckpoint(resume, RESUMABLE_KEYS);
+    checkResumeCheckpoint(resume, resumableKeys());
     // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
     // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so; one
     // from before grpo.judgeOverlap judged after the rollout: 'off' too.
