@@ -1243,6 +1243,28 @@ export const SERVE_OPTIONS: readonly Setting[] = [
     source: 'vLLM serve --served-model-name',
   },
   {
+    key: 'loraModules',
+    flag: 'lora-modules',
+    type: 'list',
+    items: 'string',
+    repeatable: true,
+    default: null,
+    values: 'name=dir (a PEFT adapter dir), one or more',
+    meaning:
+      "More LoRA adapters served beside the model: each name is listed in /v1/models and a request whose model is that name decodes with that adapter (rows of one adapter decode together; each adapter's rows in their own forward); the served model id stays the base (or --adapter)",
+    source: 'vLLM serve --lora-modules name=path',
+  },
+  {
+    key: 'generationConfig',
+    flag: 'generation-config',
+    type: 'string',
+    default: 'auto',
+    values: 'auto | vllm | a dir holding generation_config.json',
+    meaning:
+      "Sampling defaults for requests that do not set them: auto = the model's generation_config.json (Qwen3: temperature 0.6, top_p 0.95, top_k 20), vllm = none (temperature 1, top_p 1), or another dir's file; temperature, top_p, top_k and min_p are read",
+    source: 'vLLM serve --generation-config (ModelConfig.get_diff_sampling_param)',
+  },
+  {
     key: 'maxBatch',
     flag: 'max-batch',
     type: 'integer',
