@@ -87,11 +87,27 @@ function defaultRun() {
 
 const SAMPLE = join(root, 'data', 'sample', 'papergym-sample.jsonl');
 const FX = join(root, 'data', 'benchmarks');
-const MODEL = () => {
-  defaultRun(); // makes the embedded model when absent
-  const cache = process.env.PAPERGYM_NATIVE_CACHE_DIR || join(process.env.XDG_CACHE_HOME || join(HOME, '.cache'), 'papergym-native');
-  return join(cache, 'models', 'default-tiny-tied-s0');
-};
+/** The embedded default model's dir (made when absent, as the first `train` makes it). */
+const MODEL = async () => (await import(join(root, 'dist', 'lib', 'train', 'run.js'))).ensureDefaultModel();
+
+/** `import`s the shipped ResearchPlanGen ml/test file into the work dir as rpg-ml.jsonl (once). */
+function rpgItems() {
+  if (existsSync(join(ctx.work, 'rpg-ml.jsonl'))) return;
+  const r = cli(ctx.work, [
+    'import',
+    '--format',
+    'research-plan-gen',
+    '--input',
+    join(FX, 'research-plan-gen'),
+    '--config',
+    'ml',
+    '--split',
+    'test',
+    '--out',
+    'rpg-ml.jsonl',
+  ]);
+  if (r.code !== 0) throw new Error(`import exited ${r.code}: ${r.err.slice(-2000)}`);
+}
 
 /** name → { tol (relative, for numbers), doc (where it is), run() → text }. */
 const GENERATORS = {
@@ -189,15 +205,73 @@ const GENERATORS = {
       return '```console\n' + text + '```';
     },
   },
+  // docs/eval.md §2: one benchmark with its own protocol (the default model, the local judge).
+  'eval-one': {
+    // The plans are sampled: another CPU's rounding may change a token or two.
+    tol: 0.1,
+    run: async () => {
+      const M = await MODEL();
+      rpgItems();
+      const argv = [
+        'eval',
+        '--model',
+        '$M',
+        '--data',
+        'rpg-ml.jsonl',
+        '--judge',
+        'local',
+        '--max-new-tokens',
+        '16',
+        '--out',
+        'rpg-rows.jsonl',
+        '--plans',
+        'rpg-plans.jsonl',
+        '--report',
+        'rpg.json',
+      ];
+      const t = await transcript(
+        ctx.work,
+        `papergym-native ${argv.join(' ')}`,
+        argv.map((x) => (x === '$M' ? M : x)),
+      );
+      if (t.code !== 0) throw new Error(`eval exited ${t.code}: ${t.text}`);
+      return '```console\n$ M=~/.cache/papergym-native/models/default-tiny-tied-s0\n' + clean(t.text, ctx.work) + '```';
+    },
+  },
+  // docs/eval.md §3: Table 1 from a suite file (the base model and the default run's adapter).
+  'eval-suite': {
+    tol: 0.1,
+    run: async () => {
+      const M = await MODEL();
+      const run = defaultRun();
+      for (const argv of [
+        ['import', '--format', 'researchqa', '--input', join(FX, 'researchqa'), '--split', 'test', '--out', 'researchqa.jsonl'],
+        ['import', '--format', 'rubrichub', '--input', join(FX, 'rubrichub'), '--out', 'rubrichub-science.jsonl'],
+      ]) {
+        const r = cli(ctx.work, argv);
+        if (r.code !== 0) throw new Error(`import exited ${r.code}: ${r.err.slice(-2000)}`);
+      }
+      rpgItems();
+      const home = (p) => p.split(HOME).join('~');
+      writeFileSync(
+        join(ctx.work, 'suite.yaml'),
+        `benchmarks:\n  - { name: ResearchQA, data: researchqa.jsonl }\n  - { name: RPG-ML, data: rpg-ml.jsonl }\n  - { name: RubricHub-Science, data: rubrichub-science.jsonl }\nmodels:\n  - { name: base, model: ${home(M)} }\n  - { name: OPSD→GRPO, model: ${home(M)}, adapter: ${join(run, 'final')} }\n`,
+      );
+      const argv = ['eval', '--suite', 'suite.yaml', '--out', 'suite-results', '--judge', 'local', '--max-new-tokens', '16'];
+      const t = await transcript(ctx.work, `papergym-native ${argv.join(' ')}`, argv);
+      if (t.code !== 0) throw new Error(`eval --suite exited ${t.code}: ${t.text}`);
+      return '```console\n' + clean(t.text, ctx.work) + '```';
+    },
+  },
   // docs/eval.md §4: compare with a judge that mostly fails (the default model served, writing no verdict).
   'eval-compare-fail': {
     // The plans are sampled: another CPU's rounding may change a token or two of their lengths.
     tol: 0.1,
     run: async () => {
-      const M = MODEL();
+      const M = await MODEL();
       const run = defaultRun();
+      rpgItems();
       for (const argv of [
-        ['import', '--format', 'research-plan-gen', '--input', join(FX, 'research-plan-gen'), '--config', 'ml', '--split', 'test', '--out', 'rpg-ml.jsonl'],
         ['eval', '--model', M, '--data', 'rpg-ml.jsonl', '--judge', 'local', '--plans', 'base.plans.jsonl'],
         ['eval', '--model', M, '--adapter', join(run, 'final'), '--data', 'rpg-ml.jsonl', '--judge', 'local', '--plans', 'grpo.plans.jsonl'],
       ]) {
