@@ -71,3 +71,13 @@ export function repeatedFlag(args: readonly string[], settings: readonly FlagSpe
   }
   return undefined;
 }
+
+/**
+ * `--output_dir` → `--output-dir`: TRL's command line (transformers HfArgumentParser) takes a flag
+ * with underscores or dashes alike, and so does this one (no flag here has an underscore). Values
+ * and everything after `--` are left alone.
+ */
+export function dashFlags(args: string[]): string[] {
+  const end = args.indexOf('--');
+  return args.map((a, i) => ((end < 0 || i < end) && /^--[^=]*_/.test(a) ? a.replace(/^--([^=]*)/, (_m, f: string) => `--${f.replace(/_/g, '-')}`) : a));
+}

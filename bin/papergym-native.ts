@@ -3,34 +3,36 @@
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { commands } from './commands/index.js';
-import { joinNegativeNumbers, quietOnEpipe, repeatedFlag } from './cli-util.js';
-import { commandSettings } from '../lib/config/settings.js';
+import { dashFlags, joinNegativeNumbers, quietOnEpipe, repeatedFlag } from './cli-util.js';
+import { trlAliasArgs, trlFlagHints } from '../lib/config/trl.js';
+import { commandSettings, TRAIN_COMMAND_OPTIONS, trainSettings } from '../lib/config/settings.js';
 
 // `doctor | head`: a closed pipe ends the process quietly instead of with an EPIPE stack trace.
 quietOnEpipe(process.stdout);
 quietOnEpipe(process.stderr);
 
-const cli = yargs(joinNegativeNumbers(hideBin(process.argv)))
-  .scriptName('papergym-native')
-  .strict()
-  .demandCommand(1)
-  .help()
-  .recommendCommands()
-  .wrap(null);
-for (const c of commands) cli.command(c);
-// A scalar flag given twice is an error, never merged by the parser (bin/cli-util.ts repeatedFlag).
-const args = joinNegativeNumbers(hideBin(process.argv));
-const sub = args.find((a) => !a.startsWith('-'));
-const repeated = sub ? repeatedFlag(args, commandSettings()[sub] ?? []) : undefined;
+const given = dashFlags(joinNegativeNumbers(hideBin(process.argv)));
+// train: TRL's exact names (`--output-dir`, `--num-generations`) are read as ours (lib/config/trl.ts).
+const args = given.find((a) => !a.startsWith('-')) === 'train' ? trlAliasArgs(given, [...TRAIN_COMMAND_OPTIONS, ...trainSettings()]) : given;
+// A scalar flag given twice (also as ours and its TRL alias) is an error, never merged by the parser
+// (bin/cli-util.ts repeatedFlag).
+const command = args.find((a) => !a.startsWith('-'));
+const repeated = command ? repeatedFlag(args, commandSettings()[command] ?? []) : undefined;
 if (repeated) {
   process.stderr.write(`papergym-native: ${repeated}\n`);
   process.exit(1);
 }
+const cli = yargs(args).scriptName('papergym-native').strict().demandCommand(1).help().recommendCommands().wrap(null);
+for (const c of commands) cli.command(c);
 cli.fail((msg, err) => {
   // One line naming the problem; the full help stays one `--help` away.
   const sub = hideBin(process.argv).find((a) => !a.startsWith('-'));
   const known = commands.some((c) => c.command === sub);
-  process.stderr.write(`papergym-native: ${err ? err.message : msg}\n${err ? '' : `run 'papergym-native ${known ? `${sub} ` : ''}--help' for the options\n`}`);
+  // A TRL / PEFT name (`--learning-rate`): say which flag it is here.
+  const hints = !err && sub === 'train' && /^Unknown argument/.test(msg) ? trlFlagHints(args, [...TRAIN_COMMAND_OPTIONS, ...trainSettings()]) : [];
+  process.stderr.write(
+    `papergym-native: ${err ? err.message : msg}\n${hints.map((h) => `  ${h}\n`).join('')}${err ? '' : `run 'papergym-native ${known ? `${sub} ` : ''}--help' for the options\n`}`,
+  );
   process.exit(1);
 });
 await cli.parseAsync();

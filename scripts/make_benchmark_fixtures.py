@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Writes small files in each published benchmark schema into test/fixtures/benchmarks/ (committed).
+"""Writes small files in each published benchmark schema into data/benchmarks/ (committed, shipped in the
+npm package so docs/eval.md's walkthrough runs on an installed package).
 
 The rows are this project's own, written for the tests; no published row is copied. The schemas
 are the checked facts of /work/shared/BENCHMARKS.md (docs/data.md "Importing published benchmarks"):
 ResearchQA JSON lists, ResearchPlanGen Hub Parquet ({config}/{split}/*.parquet), HealthBench JSONL,
-RubricHub Parquet (one file per domain, verl style), RaR Parquet (data/{split}-*). bad/ holds the
-bad-input cases (truncated JSON, Parquet without the expected columns, an item without criterion
+RubricHub Parquet (one file per domain, verl style), RaR Parquet (data/{split}-*).
+test/fixtures/benchmarks-bad/ (not shipped) holds the bad-input cases (truncated JSON, Parquet without the expected columns, an item without criterion
 text, a weight that is not a number).
 
-Usage: python3 scripts/make_benchmark_fixtures.py [OUT_DIR]   (needs pyarrow)
+Usage: python3 scripts/make_benchmark_fixtures.py [OUT_DIR [BAD_DIR]]   (needs pyarrow)
 """
 import json
 import os
@@ -17,11 +18,12 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'test', 'fixtures', 'benchmarks')
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'data', 'benchmarks')
+BAD = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(__file__), '..', 'test', 'fixtures', 'benchmarks-bad')
 
 
 def path(*parts):
-    p = os.path.join(OUT, *parts)
+    p = os.path.join(BAD, *parts[1:]) if parts[0] == 'bad' else os.path.join(OUT, *parts)
     os.makedirs(os.path.dirname(p), exist_ok=True)
     return p
 

@@ -62,14 +62,24 @@ const pack = JSON.parse(
 out.mainPackage = { files: pack.entryCount, packed: pack.size, unpacked: pack.unpackedSize };
 // The dependency tree (npm ls --json --long), leaving out packages npm marks extraneous (left in a
 // shared node_modules by other branches) and dev-only ones.
-const tree = JSON.parse(
-  execFileSync('npm', ['ls', '--omit=dev', '--all', '--json', '--long'], {
-    cwd: root,
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'ignore'],
-    maxBuffer: 256 << 20,
-  }),
-);
+// npm ls exits 1 when it finds problems (node_modules not matching package-lock.json: extraneous,
+// missing or invalid packages) but still prints the tree; the count is then flagged as unreliable.
+let treeProblems = false;
+const npmLs = () => {
+  try {
+    return execFileSync('npm', ['ls', '--omit=dev', '--all', '--json', '--long'], {
+      cwd: root,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+      maxBuffer: 256 << 20,
+    });
+  } catch (e) {
+    if (!e.stdout) throw e;
+    treeProblems = true;
+    return String(e.stdout);
+  }
+};
+const tree = JSON.parse(npmLs());
 const ls = [];
 const walk = (deps) => {
   for (const d of Object.values(deps ?? {})) {
@@ -87,7 +97,7 @@ for (const p of ls) {
   sizes.push({ name: relative(join(root, 'node_modules'), p), bytes: du(p, true) });
 }
 sizes.sort((a, b) => b.bytes - a.bytes);
-out.productionNodeModules = { packages: sizes.length, bytes: sizes.reduce((a, s) => a + s.bytes, 0), largest: sizes.slice(0, 5) };
+out.productionNodeModules = { packages: sizes.length, bytes: sizes.reduce((a, s) => a + s.bytes, 0), largest: sizes.slice(0, 5), treeProblems };
 
 if (args.includes('--json')) {
   process.stdout.write(JSON.stringify(out, null, 2) + '\n');
@@ -98,5 +108,6 @@ if (args.includes('--json')) {
   console.log(`main package (npm pack): ${out.mainPackage.files} files, ${MB(out.mainPackage.packed)} packed, ${MB(out.mainPackage.unpacked)} unpacked`);
   const n = out.productionNodeModules;
   console.log(`production node_modules: ${n.packages} packages, ${MB(n.bytes)}; largest: ${n.largest.map((s) => `${s.name} ${MB(s.bytes)}`).join(', ')}`);
+  if (n.treeProblems) console.log('  (npm ls reports problems: node_modules does not match package-lock.json; run npm ci for a true count)');
   void basename;
 }

@@ -15,7 +15,7 @@ import { tinyModel } from './helpers/tiny.js';
 import { CLI, cli, orSkip } from './helpers/run.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
-const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
+const FX = join(packageRoot, 'data', 'benchmarks');
 
 describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function () {
   this.timeout(300000);

@@ -1,6 +1,6 @@
 /**
  * Importers of the published benchmark formats (lib/eval/formats/) on the small files that
- * scripts/make_benchmark_fixtures.py writes in each published schema (test/fixtures/benchmarks/):
+ * scripts/make_benchmark_fixtures.py writes in each published schema (data/benchmarks/):
  * every field mapping, the Hub directory layout, and the bad-input cases.
  */
 import { expect } from 'chai';
@@ -12,7 +12,9 @@ import { FORMATS, getFormat, importDataset } from '../lib/eval/formats/index.js'
 import { readEvalItems, sampleDatasetPath, validateBenchmarkItem, writeEvalItems } from '../lib/data/schema.js';
 import { cli } from './helpers/run.js';
 
-const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
+const FX = join(packageRoot, 'data', 'benchmarks');
+/** Inputs each importer must refuse or report (not shipped). */
+const BAD = join(packageRoot, 'test', 'fixtures', 'benchmarks-bad');
 
 describe('benchmark import formats', () => {
   it('registers the six formats, each with a default protocol', () => {
@@ -136,12 +138,12 @@ describe('benchmark import formats', () => {
   describe('bad input', () => {
     it('a truncated JSON file is an error naming the file', async () => {
       let err: Error | undefined;
-      await importDataset('researchqa', join(FX, 'bad', 'truncated.json')).catch((e: Error) => (err = e));
+      await importDataset('researchqa', join(BAD, 'truncated.json')).catch((e: Error) => (err = e));
       expect(err?.message).to.match(/bad\/truncated\.json: not valid JSON \(truncated or malformed\)/);
     });
     it('a Parquet file without the expected columns names the missing ones and the columns found', async () => {
       let err: Error | undefined;
-      await importDataset('rar', join(FX, 'bad', 'no-rubric.parquet')).catch((e: Error) => (err = e));
+      await importDataset('rar', join(BAD, 'no-rubric.parquet')).catch((e: Error) => (err = e));
       expect(err?.message).to.match(/no-rubric\.parquet: Parquet file without the expected column\(s\) 'rubric' \(columns: question, answer\)/);
     });
     it('a wrong --format for the file is an error that lists the columns the rows have', async () => {
@@ -150,12 +152,12 @@ describe('benchmark import formats', () => {
       expect(err?.message).to.match(/no row has the columns of --format rar \(question, rubric\); the rows have prompt_id, prompt, rubrics/);
     });
     it('an item with no criterion text skips its row, counted with file and row', async () => {
-      const r = await importDataset('researchqa', join(FX, 'bad', 'no-criterion.json'));
+      const r = await importDataset('researchqa', join(BAD, 'no-criterion.json'));
       expect(r.items.map((i) => i.id)).to.deep.equal(['rqa-1']);
-      expect(r.problems).to.deep.equal([{ file: join(FX, 'bad', 'no-criterion.json'), row: 2, reason: 'rubric[1].rubric_item is empty' }]);
+      expect(r.problems).to.deep.equal([{ file: join(BAD, 'no-criterion.json'), row: 2, reason: 'rubric[1].rubric_item is empty' }]);
     });
     it('a weight that is not a number and a cut JSONL line are counted skips', async () => {
-      const r = await importDataset('healthbench', join(FX, 'bad', 'weights.jsonl'));
+      const r = await importDataset('healthbench', join(BAD, 'weights.jsonl'));
       expect(r.items.map((i) => i.id)).to.deep.equal(['hb-1']);
       expect(r.problems.map((p) => [p.row, p.reason.replace(/:.*$/, '')])).to.deep.equal([
         [2, 'rubrics[0].points is not a number ("five")'],
@@ -169,13 +171,13 @@ describe('benchmark import formats', () => {
     const tmp = mkdtempSync(join(tmpdir(), 'pg-imp-'));
     try {
       const out = join(tmp, 'hb.jsonl');
-      const ok = await cli(['import', '--format', 'healthbench', '--input', join(FX, 'bad', 'weights.jsonl'), '--out', out]);
+      const ok = await cli(['import', '--format', 'healthbench', '--input', join(BAD, 'weights.jsonl'), '--out', out]);
       expect(ok.code, ok.err).to.equal(0);
       expect(ok.err).to.match(/weights\.jsonl: row 2 skipped: rubrics\[0\]\.points is not a number/);
       expect(ok.out).to.match(/weights\.jsonl: 3 row\(s\), 1 imported, 2 skipped/);
       expect(ok.out).to.match(/import: 1 item\(s\), 3 rubric item\(s\) → .*hb\.jsonl; 2 row\(s\) skipped/);
       expect(readEvalItems(out).items.map((i) => i.id)).to.deep.equal(['hb-1']);
-      const bad = await cli(['import', '--format', 'researchqa', '--input', join(FX, 'bad', 'truncated.json'), '--out', join(tmp, 'x.jsonl')]);
+      const bad = await cli(['import', '--format', 'researchqa', '--input', join(BAD, 'truncated.json'), '--out', join(tmp, 'x.jsonl')]);
       expect(bad.code).to.equal(1);
       expect(bad.err).to.match(/truncated\.json: not valid JSON/);
       const wrong = await cli(['import', '--format', 'nope', '--input', FX, '--out', join(tmp, 'x.jsonl')]);

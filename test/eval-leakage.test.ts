@@ -14,7 +14,7 @@ import { sampleDatasetPath } from '../lib/data/schema.js';
 import { cli } from './helpers/run.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
-const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
+const FX = join(packageRoot, 'data', 'benchmarks');
 const INPUT: Record<string, string> = {
   researchqa: join(FX, 'researchqa'),
   'research-plan-gen': join(FX, 'research-plan-gen'),

@@ -367,7 +367,7 @@ describe('hub: import --input hf://datasets/… (the benchmark fixtures served b
   this.timeout(60000);
   const hub = new FakeHub();
   let root: string;
-  const FX = join(packageRoot, 'test', 'fixtures', 'benchmarks');
+  const FX = join(packageRoot, 'data', 'benchmarks');
   const filesOf = (dir: string, pre = ''): Record<string, Buffer> =>
     Object.assign(
       {},

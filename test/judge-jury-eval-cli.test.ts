@@ -78,9 +78,9 @@ describe('eval with a jury (tiny Qwen3, loopback judges)', function () {
 
   it('an imported benchmark (protocol path): the summary and the report carry the agreement', async () => {
     const items = join(tmp, 'hb.jsonl');
-    expect(
-      (await cli(['import', '--format', 'healthbench', '--input', join(packageRoot, 'test', 'fixtures', 'benchmarks', 'healthbench'), '--out', items])).code,
-    ).to.equal(0);
+    expect((await cli(['import', '--format', 'healthbench', '--input', join(packageRoot, 'data', 'benchmarks', 'healthbench'), '--out', items])).code).to.equal(
+      0,
+    );
     const report = join(tmp, 'hb-report.json');
     const r = await cli(['eval', '--model', dir, '--data', items, ...args(), '--report', report]);
     expect(r.code, r.err).to.equal(0);

@@ -12,7 +12,7 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeF
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { RUN_LOCK, RESUMABLE_KEYS } from '../lib/train/run.js';
+import { RUN_LOCK, resumableKeys } from '../lib/train/run.js';
 import { checkResumeCheckpoint, resolveCheckpoint } from '../lib/train/checkpoint.js';
 import { cli, CLI, SMALL_TRAIN_FLAGS as SMALL } from './helpers/run.js';
 import { packageRoot } from '../lib/native.js';
@@ -95,7 +95,7 @@ describe('train: one process per run dir, resume refuses broken state', function
     st.stageIndex = 0;
     writeFileSync(sp, JSON.stringify(st));
     unlinkSync(join(latestDir(d3), 'optimizer.safetensors'));
-    expect(() => checkResumeCheckpoint(resolveCheckpoint(d3), RESUMABLE_KEYS)).to.throw(/optimizer\.safetensors missing from the checkpoint/);
+    expect(() => checkResumeCheckpoint(resolveCheckpoint(d3), resumableKeys())).to.throw(/optimizer\.safetensors missing from the checkpoint/);
   });
 
   it('refuses a trainer state with a negative step, a step of 1e12, or a tampered learning rate', async () => {

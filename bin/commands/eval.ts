@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { resolvePolicyRefs } from '../../lib/hub/resolve.js';
 import { basename, join } from 'node:path';
 import type { CommandModule } from 'yargs';
@@ -58,6 +58,7 @@ interface EvalArgs extends JudgeArgs {
   protocol?: string;
   rescore?: string;
   suite?: string;
+  overwrite?: boolean;
   progress: 'auto' | 'plain' | 'none';
 }
 
@@ -328,6 +329,7 @@ async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem
 async function suiteEval(argv: EvalArgs): Promise<void> {
   const suite = readSuite(argv.suite!);
   const outDir = argv.out ?? argv.suite!.replace(/\.ya?ml$/i, '') + '-results';
+  refuseSuiteOverwrite(outDir, argv.overwrite === true, argv.out === undefined);
   mkdirSync(outDir, { recursive: true });
   const benches = suite.benchmarks.map((b) => {
     let items = readEvalItems(b.data).items;
@@ -374,6 +376,20 @@ async function suiteEval(argv: EvalArgs): Promise<void> {
   });
   process.stdout.write(md + '\n');
   process.stderr.write(`eval --suite: rows, suite.json, table.md and ${html.html} in ${outDir}\n`);
+}
+
+/**
+ * A suite's results already in `outDir` (suite.json, table.md, report.html or a rows file) are not
+ * replaced without `--overwrite`.
+ * @throws Error naming the dir, what it holds, and the two ways on.
+ */
+export function refuseSuiteOverwrite(outDir: string, overwrite: boolean, defaulted: boolean): void {
+  if (overwrite || !existsSync(outDir)) return;
+  const held = readdirSync(outDir).filter((f) => ['suite.json', 'table.md', 'report.html'].includes(f) || f.endsWith('.rows.jsonl'));
+  if (!held.length) return;
+  throw new Error(
+    `eval --suite: ${outDir}${defaulted ? ' (the default --out: <suite>-results)' : ''} already holds a suite's results (${held.slice(0, 3).join(', ')}${held.length > 3 ? ', …' : ''}); pass --overwrite to replace them, or another --out`,
+  );
 }
 
 const safeName = (s: string) => s.replace(/[^\w.-]+/g, '_');

@@ -29,7 +29,7 @@ export const reportCommand: CommandModule<object, ReportArgs> = {
       if (!(a.runs as string[] | undefined)?.length && !a.eval) throw new Error('give at least one RUN_DIR or --eval file');
       return true;
     }) as never,
-  handler: (argv) => {
+  handler: async (argv) => {
     const evals =
       argv.eval === undefined
         ? []

@@ -1,10 +1,11 @@
 import type { CommandModule } from 'yargs';
-import { isHubModelRef, resolvePolicyRefs } from '../../lib/hub/resolve.js';
+import { isHubModelRef, resolveModelRef, resolvePolicyRefs } from '../../lib/hub/resolve.js';
 import { basename } from 'node:path';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { ChatServer, checkBindAuth } from '../../lib/serve/server.js';
-import { policyServeBackend } from '../../lib/serve/policy.js';
+import { loadServedAdapters, policyServeBackend } from '../../lib/serve/policy.js';
+import { readGenerationDefaults } from '../../lib/serve/generation-config.js';
 import { SERVE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { resolveDevice } from '../../lib/model/device.js';
@@ -15,6 +16,8 @@ interface ServeArgs {
   port: number;
   host: string;
   servedModelName?: string;
+  loraModules?: string[];
+  generationConfig: string;
   maxBatch: number;
   maxQueue: number;
   maxModelLen?: number;
@@ -76,9 +79,34 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
     });
     // A Hub id is served under the id itself, as vLLM does; a dir under its name.
     const modelId = argv.servedModelName ?? (isHubModelRef(argv.model) ? argv.model : basename(argv.model.replace(/\/+$/, '')));
+    // vLLM's --lora-modules: more adapters, each a snapshot of the model picked by the request's model.
+    // Each module's adapter is a directory or a Hub id, resolved like --adapter (lib/hub).
+    const modules: string[] = [];
+    for (const m of argv.loraModules ?? []) {
+      const eq = m.indexOf('=');
+      const ref = eq > 0 ? m.slice(eq + 1).trim() : '';
+      modules.push(ref ? `${m.slice(0, eq)}=${await resolveModelRef(ref, { kind: 'adapter', what: `--lora-modules ${m}` })}` : m);
+    }
+    const adapters = await loadServedAdapters(policy, modules, {
+      activeDir: refs.adapter,
+      allowNonFinite: argv.allowNonFiniteWeights,
+      reserved: [modelId],
+    });
+    const gen = readGenerationDefaults(argv.generationConfig, refs.model);
+    for (const n of gen.notes) process.stderr.write(`serve: note: ${n}\n`);
+    if (gen.source)
+      process.stderr.write(
+        `serve: request defaults from ${gen.source}: ${
+          Object.entries(gen.defaults)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ') || 'none'
+        } (--generation-config vllm to use none)\n`,
+      );
     const server = new ChatServer({
-      backend: policyServeBackend(policy, { maxRows: argv.maxBatch, capacity: argv.maxModelLen }),
+      backend: policyServeBackend(policy, { maxRows: argv.maxBatch, capacity: argv.maxModelLen, adapters }),
       modelId,
+      adapters: Object.keys(adapters),
+      samplingDefaults: gen.defaults,
       host: argv.host,
       port: argv.port,
       maxBatch: argv.maxBatch,
@@ -94,7 +122,7 @@ export const serveCommand: CommandModule<object, ServeArgs> = {
       log: (l) => process.stderr.write(`serve: ${l}\n`),
     });
     const { url } = await server.start();
-    process.stdout.write(`serving ${modelId} at ${url} (POST /chat/completions, GET /models)\n`);
+    process.stdout.write(`serving ${[modelId, ...Object.keys(adapters)].join(', ')} at ${url} (POST /chat/completions, GET /models)\n`);
     const parent = process.ppid;
     const withParent = exitsWithParent(argv.exitWithParent);
     process.stderr.write(

@@ -83,7 +83,7 @@ export const subsetCommand: CommandModule<object, SubsetArgs> = {
   command: 'subset',
   describe: 'Write nested, reproducible subsets of a dataset (each size contains the smaller ones) for the data-scaling curve',
   builder: (y) => addSettings(y, SUBSET_OPTIONS, { withDefaults: true }).demandOption(['data', 'sizes', 'out-dir']) as never,
-  handler: (argv) => {
+  handler: async (argv) => {
     const s = runSubset(argv);
     process.stdout.write(`subset: ${s.files.length} subset(s) of ${s.available} item(s) (seed ${s.seed}) → ${join(argv.outDir, 'subsets.json')}\n`);
   },

@@ -1,6 +1,6 @@
 /** Renders docs/config.md from the settings schema (scripts/gen-config-docs.mjs writes it; a test checks it is current). */
 import { commandSettings, trainSettings } from './settings.js';
-import { PRESETS } from './train.js';
+import { PRESETS, resumableKeys } from './train.js';
 import { markdownTable } from './schema.js';
 
 /** The whole docs/config.md text. */
@@ -17,23 +17,32 @@ export function renderConfigDocs(): string {
     'range, meaning and source (the paper, or the TRL / peft / transformers / vLLM equivalent). The same',
     "entries give the defaults, the validation and each command's `--help`.",
     '',
+    "The train tables' **TRL / PEFT** column names each setting as TRL's `GRPOConfig`, transformers'",
+    "`TrainingArguments`, TRL's `ModelConfig` or PEFT's `LoraConfig` spell it. An *alias* means exactly",
+    'the same and is accepted as the flag (`--output-dir`, `--output_dir`) or as a top-level config key',
+    '(`output_dir: runs/a`); a *hint* is close but not the same (TRL counts another unit, or one TRL name',
+    'covers several stages), so it is refused with "did you mean `--grpo-lr` (TRL: `learning_rate`)?".',
+    '`--lora-target-modules all-linear` is accepted as PEFT resolves it.',
+    '',
     '## train',
     '',
     'Values are layered **default < `--preset` < `--config` file < flags**. A config file (YAML or JSON)',
     'uses the config keys below, nested (`grpo: {lr: 1e-5}`) — unknown keys are an error. A run writes',
     'every resolved value to `<run>/config.json`, with `origins` saying where each came from',
-    '(`default`, `preset`, `file`, `flag`). With `--resume`, only step counts (to extend a run), the',
-    "device, the judge URL/concurrency, the logging / checkpoint / validation intervals, the update's",
-    'micro-batches and recompute, and `--merge-adapter` may change.',
+    '(`default`, `preset`, `file`, `flag`). With `--resume`, only these may change (the run-time settings',
+    'and step counts, from `resumableKeys` in lib/config/train.ts, the rule `--resume` enforces):',
+    resumableKeys()
+      .map((k) => `\`--${TRAIN_SETTINGS.find((s) => s.key === k)?.flag ?? k}\``)
+      .join(', ') + '.',
     '',
     markdownTable(
       COMMAND_SETTINGS.train!.filter((s) => !TRAIN_SETTINGS.includes(s)),
-      { keyColumn: false },
+      { keyColumn: false, trlColumn: true },
     ),
     '',
     '### Training config keys',
     '',
-    markdownTable(TRAIN_SETTINGS, { keyColumn: true }),
+    markdownTable(TRAIN_SETTINGS, { keyColumn: true, trlColumn: true }),
     '',
     '### Presets',
     '',

@@ -65,6 +65,8 @@ export interface StageSettings {
    * and the unit the batch counts ("questions"). Absent: the stage has no batch to scale.
    */
   readonly batch?: { readonly global: string; readonly perRank: string; readonly unit: string };
+  /** Config keys of the stage a resumed run may change (lib/config/train.ts resumableKeys). */
+  readonly resumableKeys?: readonly string[];
 }
 
 /** A registry as lib/config/ sees it: the module that fills it, and its descriptors once it has loaded. */

@@ -223,6 +223,7 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
   },
   {
     key: 'concurrency',
+    resumable: true,
     flag: 'judge-concurrency',
     type: 'integer',
     min: 1,

@@ -43,6 +43,31 @@ export interface Setting {
   alias?: string;
   /** How messages name the setting when `key` is a command's option name (`judge.judges` for `judgeJudges`); default `key`. */
   label?: string;
+  /**
+   * The same setting's names in TRL `GRPOConfig` / transformers `TrainingArguments` / TRL
+   * `ModelConfig` / PEFT `LoraConfig` (lib/config/trl.ts): an unknown flag or config key with one
+   * of these names gets a "did you mean" naming this setting; one marked `alias` (exactly the same
+   * meaning and units) is accepted as this setting (`--output-dir`, config key `output_dir`).
+   */
+  trl?: readonly TrlName[];
+  /**
+   * A run-time setting that `train --resume` may change (where the run goes on, how it is logged,
+   * checkpointed and validated — never what it learns): lib/config/train.ts resumableKeys, which
+   * docs/config.md's list is generated from.
+   */
+  resumable?: boolean;
+  /** List settings: a value that stands for every choice (PEFT's `all-linear`). */
+  all?: string;
+}
+
+/** A TRL / transformers / PEFT name of a setting (see {@link Setting.trl}). */
+export interface TrlName {
+  /** The name as TRL spells it (`learning_rate`), snake_case. */
+  name: string;
+  /** Accepted as an alias: exactly the same meaning. */
+  alias?: boolean;
+  /** A TRL boolean that is this setting at one value (`bf16` is `--dtype bfloat16`). */
+  value?: string;
 }
 
 /** Largest finite float32, (2 − 2⁻²³)·2¹²⁷ (IEEE 754 binary32). */
@@ -107,7 +132,8 @@ export function rangeText(s: Setting): string {
   if (s.type === 'boolean') return 'true | false';
   if (s.type === 'enum') return (s.choices ?? []).join(' | ');
   if (s.type === 'list' && s.repeatable) return `repeatable: ${s.values ?? s.items ?? 'string'}`;
-  if (s.type === 'list') return `comma list${s.length ? ` of ${s.length}` : ''} of ${s.choices ? s.choices.join(' | ') : (s.values ?? s.items ?? 'string')}`;
+  if (s.type === 'list')
+    return `comma list${s.length ? ` of ${s.length}` : ''} of ${s.choices ? s.choices.join(' | ') : (s.values ?? s.items ?? 'string')}${s.all ? `, or ${s.all} (every one)` : ''}`;
   if (s.type === 'number' || s.type === 'integer') {
     const lo = s.min === undefined ? '(-∞' : `${s.exclusiveMin ? '(' : '['}${s.min}`;
     const hi = s.max === undefined ? '∞)' : `${s.max}${s.exclusiveMax ? ')' : ']'}`;
@@ -134,7 +160,17 @@ export function parseList(s: Setting, v: unknown): unknown[] {
   if (s.repeatable) return (Array.isArray(v) ? v : [v]).map(String);
   const parts = Array.isArray(v) ? v.flatMap((x) => String(x).split(',')) : String(v).split(',');
   const out = parts.map((p) => p.trim()).filter(Boolean);
-  return s.items === 'number' ? out.map(Number) : out;
+  return s.items === 'number' ? out.map(Number) : (expandAll(s, out) as unknown[]);
+}
+
+/**
+ * A list value with the setting's `all` word (PEFT's `all-linear`) alone, as a string or a
+ * one-item list: every choice; any other value unchanged.
+ */
+export function expandAll(s: Setting, v: unknown): unknown {
+  if (!s.all || !s.choices) return v;
+  const only = Array.isArray(v) && v.length === 1 ? v[0] : v;
+  return only === s.all ? [...s.choices] : v;
 }
 
 /**
@@ -211,6 +247,14 @@ export function checkValue(s: Setting, v: unknown): string | undefined {
   }
 }
 
+/** The flags (kebab-case) of a setting's TRL names accepted as aliases (`--output-dir`), without its own flag. */
+export function trlAliasFlags(s: Setting): string[] {
+  return (s.trl ?? [])
+    .filter((t) => t.alias && !t.value)
+    .map((t) => t.name.replace(/_/g, '-'))
+    .filter((f) => f !== s.flag);
+}
+
 /** The yargs option of a setting. `withDefault`: let yargs fill the default (commands without layered config). */
 export function yargsOption(s: Setting, withDefault: boolean): Options {
   const yargsShowsDefault = withDefault && s.default !== null && s.default !== undefined;
@@ -259,14 +303,27 @@ export function addSettings<T>(y: Argv<T>, settings: readonly Setting[], opts: {
   }) as Argv<T>;
 }
 
-/** One row per setting for docs/config.md. */
-export function markdownTable(settings: readonly Setting[], opts: { keyColumn: boolean }): string {
+/** A setting's TRL / PEFT names in words (docs/config.md's TRL column): `output_dir` (alias), `learning_rate` (hint), `bf16` = bfloat16. */
+export function trlText(s: Setting): string {
+  return (s.trl ?? []).map((t) => `\`${t.name}\`${t.value ? ` = ${t.value}` : t.alias ? ' (alias)' : ' (hint)'}`).join(', ');
+}
+
+/** One row per setting for docs/config.md; `trlColumn` adds the TRL / PEFT names ({@link trlText}). */
+export function markdownTable(settings: readonly Setting[], opts: { keyColumn: boolean; trlColumn?: boolean }): string {
   const cell = (x: string) => x.replace(/\|/g, '\\|').replace(/\n/g, ' ').replace(/</g, '&lt;');
-  const head = opts.keyColumn
-    ? '| flag | config key | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- | --- |'
-    : '| flag | type | default | range | meaning | source |\n| --- | --- | --- | --- | --- | --- |';
+  const names = ['flag', ...(opts.keyColumn ? ['config key'] : []), 'type', 'default', 'range', 'meaning', 'source', ...(opts.trlColumn ? ['TRL / PEFT'] : [])];
+  const head = `| ${names.join(' | ')} |\n|${names.map(() => ' --- |').join('')}`;
   const rows = settings.map((s) => {
-    const cols = [`\`--${s.flag}\``, ...(opts.keyColumn ? [`\`${s.key}\``] : []), s.type, `\`${defaultText(s)}\``, rangeText(s), s.meaning, s.source];
+    const cols = [
+      `\`--${s.flag}\``,
+      ...(opts.keyColumn ? [`\`${s.key}\``] : []),
+      s.type,
+      `\`${defaultText(s)}\``,
+      rangeText(s),
+      s.meaning,
+      s.source,
+      ...(opts.trlColumn ? [trlText(s)] : []),
+    ];
     return `| ${cols.map(cell).join(' | ')} |`;
   });
   return [head, ...rows].join('\n');

@@ -27,6 +27,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- run ----
   {
     key: 'model',
+    trl: [{ name: 'model_name_or_path', alias: true }],
     flag: 'model',
     type: 'path',
     default: null,
@@ -55,6 +56,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'out',
+    trl: [{ name: 'output_dir', alias: true }],
     flag: 'out',
     type: 'path',
     default: null,
@@ -65,6 +67,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'device',
+    resumable: true,
     flag: 'device',
     type: 'string',
     default: 'cpu',
@@ -75,6 +78,11 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'dtype',
+    trl: [
+      { name: 'bf16', value: 'bfloat16' },
+      { name: 'fp16', value: 'float16' },
+      { name: 'torch_dtype', alias: true },
+    ],
     flag: 'dtype',
     type: 'enum',
     choices: ['float32', 'bfloat16', 'float16'],
@@ -93,6 +101,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'seed',
+    trl: [{ name: 'seed', alias: true }],
     flag: 'seed',
     type: 'integer',
     min: 0,
@@ -111,6 +120,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- LoRA ----
   {
     key: 'lora.r',
+    trl: [{ name: 'lora_r', alias: true }, { name: 'r' }],
     flag: 'lora-r',
     type: 'integer',
     min: 1,
@@ -121,6 +131,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.alpha',
+    trl: [{ name: 'lora_alpha', alias: true }],
     flag: 'lora-alpha',
     type: 'number',
     min: 0,
@@ -131,6 +142,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.dropout',
+    trl: [{ name: 'lora_dropout', alias: true }],
     flag: 'lora-dropout',
     type: 'number',
     min: 0,
@@ -142,6 +154,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.useRslora',
+    trl: [{ name: 'use_rslora', alias: true }],
     flag: 'lora-rslora',
     type: 'boolean',
     default: false,
@@ -150,12 +163,18 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'lora.targetModules',
+    trl: [
+      { name: 'lora_target_modules', alias: true },
+      { name: 'target_modules', alias: true },
+    ],
     flag: 'lora-target-modules',
     type: 'list',
     items: 'string',
     choices: LORA_TARGETS,
     default: [...LORA_TARGETS],
-    meaning: 'Linear layers that get a LoRA adapter',
+    all: 'all-linear',
+    meaning:
+      'Linear layers that get a LoRA adapter; all-linear = every linear layer of the decoder layers but the output head (lm_head), as PEFT resolves it: the seven projections',
     source: 'peft LoraConfig.target_modules ("all-linear")',
   },
   {
@@ -170,6 +189,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- sampling ----
   {
     key: 'sampling.temperature',
+    trl: [{ name: 'temperature', alias: true }],
     flag: 'temperature',
     type: 'number',
     min: 0,
@@ -179,6 +199,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.topP',
+    trl: [{ name: 'top_p', alias: true }],
     flag: 'top-p',
     type: 'number',
     min: 0,
@@ -190,6 +211,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.topK',
+    trl: [{ name: 'top_k', alias: true }],
     flag: 'top-k',
     type: 'integer',
     min: 0,
@@ -199,6 +221,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.maxNewTokens',
+    trl: [{ name: 'max_completion_length', alias: true }],
     flag: 'max-new-tokens',
     type: 'integer',
     min: 1,
@@ -209,6 +232,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sampling.mergeAdapter',
+    resumable: true,
     flag: 'merge-adapter',
     type: 'enum',
     choices: ['auto', 'on', 'off'],
@@ -228,6 +252,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- optimizer ----
   {
     key: 'optim.weightDecay',
+    trl: [{ name: 'weight_decay', alias: true }],
     flag: 'weight-decay',
     type: 'number',
     min: 0,
@@ -237,6 +262,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.maxGradNorm',
+    trl: [{ name: 'max_grad_norm', alias: true }],
     flag: 'max-grad-norm',
     type: 'number',
     min: 0,
@@ -247,6 +273,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.betas',
+    trl: [{ name: 'adam_beta1' }, { name: 'adam_beta2' }],
     flag: 'adam-betas',
     type: 'list',
     items: 'number',
@@ -261,6 +288,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.eps',
+    trl: [{ name: 'adam_epsilon', alias: true }],
     flag: 'adam-eps',
     type: 'number',
     min: 0,
@@ -271,6 +299,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.schedule',
+    trl: [{ name: 'lr_scheduler_type', alias: true }],
     flag: 'lr-schedule',
     type: 'enum',
     choices: ['constant', 'linear', 'cosine'],
@@ -280,6 +309,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'optim.warmupSteps',
+    trl: [{ name: 'warmup_steps', alias: true }],
     flag: 'warmup-steps',
     type: 'integer',
     min: 0,
@@ -291,6 +321,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- SFT baseline ----
   {
     key: 'sft.steps',
+    trl: [{ name: 'max_steps' }],
     flag: 'sft-steps',
     type: 'integer',
     min: 0,
@@ -301,6 +332,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sft.lr',
+    trl: [{ name: 'learning_rate' }],
     flag: 'sft-lr',
     type: 'number',
     min: 0,
@@ -321,6 +353,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'sft.batchSizePerRank',
+    trl: [{ name: 'per_device_train_batch_size' }],
     flag: 'sft-batch-size-per-rank',
     type: 'integer',
     min: 1,
@@ -333,6 +366,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- OPSD ----
   {
     key: 'opsd.steps',
+    trl: [{ name: 'max_steps' }],
     flag: 'opsd-steps',
     type: 'integer',
     min: 0,
@@ -343,6 +377,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'opsd.lr',
+    trl: [{ name: 'learning_rate' }],
     flag: 'opsd-lr',
     type: 'number',
     min: 0,
@@ -363,6 +398,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'opsd.batchSizePerRank',
+    trl: [{ name: 'per_device_train_batch_size' }],
     flag: 'opsd-batch-size-per-rank',
     type: 'integer',
     min: 1,
@@ -374,6 +410,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'opsd.microBatch',
+    trl: [{ name: 'gradient_accumulation_steps' }],
     flag: 'opsd-micro-batch',
     type: 'integer',
     min: 1,
@@ -437,6 +474,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   // ---- GRPO ----
   {
     key: 'grpo.steps',
+    trl: [{ name: 'max_steps' }],
     flag: 'grpo-steps',
     type: 'integer',
     min: 0,
@@ -447,6 +485,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.lr',
+    trl: [{ name: 'learning_rate' }],
     flag: 'grpo-lr',
     type: 'number',
     min: 0,
@@ -468,6 +507,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.questionsPerRank',
+    trl: [{ name: 'per_device_train_batch_size' }],
     flag: 'questions-per-rank',
     type: 'integer',
     min: 1,
@@ -479,6 +519,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.groupSize',
+    trl: [{ name: 'num_generations', alias: true }],
     flag: 'group-size',
     type: 'integer',
     min: 2,
@@ -489,6 +530,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.microBatch',
+    trl: [{ name: 'gradient_accumulation_steps' }],
     flag: 'grpo-micro-batch',
     type: 'integer',
     min: 1,
@@ -500,6 +542,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.epsLow',
+    trl: [{ name: 'epsilon' }],
     flag: 'eps-low',
     type: 'number',
     min: 0,
@@ -510,6 +553,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.epsHigh',
+    trl: [{ name: 'epsilon_high', alias: true }],
     flag: 'eps-high',
     type: 'number',
     min: 0,
@@ -519,6 +563,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.betaKl',
+    trl: [{ name: 'beta' }],
     flag: 'kl-coef',
     type: 'number',
     min: 0,
@@ -528,6 +573,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.aggregation',
+    trl: [{ name: 'loss_type', alias: true }],
     flag: 'aggregation',
     type: 'enum',
     choices: ['grpo', 'dapo', 'dr_grpo'],
@@ -537,6 +583,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
   },
   {
     key: 'grpo.scale',
+    trl: [{ name: 'scale_rewards' }],
     flag: 'advantage-scale',
     type: 'enum',
     choices: ['group', 'batch', 'none'],
@@ -635,6 +682,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   // ---- validation, checkpoints, logging ----
   {
     key: 'validation.every',
+    resumable: true,
+    trl: [{ name: 'eval_steps', alias: true }],
     flag: 'validate-every',
     type: 'integer',
     min: 0,
@@ -673,6 +722,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'checkpoint.every',
+    resumable: true,
+    trl: [{ name: 'save_steps', alias: true }],
     flag: 'checkpoint-every',
     type: 'integer',
     min: 0,
@@ -683,6 +734,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'checkpoint.saveTotalLimit',
+    resumable: true,
+    trl: [{ name: 'save_total_limit', alias: true }],
     flag: 'save-total-limit',
     type: 'integer',
     min: 1,
@@ -692,6 +745,7 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'checkpoint.background',
+    resumable: true,
     flag: 'checkpoint-background',
     type: 'boolean',
     default: true,
@@ -701,6 +755,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'log.every',
+    resumable: true,
+    trl: [{ name: 'logging_steps', alias: true }],
     flag: 'log-every',
     type: 'integer',
     min: 1,
@@ -711,6 +767,7 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'log.profileStep',
+    resumable: true,
     flag: 'profile-step',
     type: 'integer',
     min: 0,
@@ -721,6 +778,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'log.reportTo',
+    resumable: true,
+    trl: [{ name: 'report_to', alias: true }],
     flag: 'report-to',
     type: 'list',
     items: 'string',
@@ -734,6 +793,8 @@ const TRAIN_SETTINGS_TAIL: readonly Setting[] = [
   },
   {
     key: 'memory.recompute',
+    resumable: true,
+    trl: [{ name: 'gradient_checkpointing', alias: true }],
     flag: 'recompute',
     type: 'boolean',
     default: false,
@@ -842,12 +903,13 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
   },
   {
     key: 'resume',
+    trl: [{ name: 'resume_from_checkpoint' }],
     flag: 'resume',
     type: 'path',
     default: null,
     values: 'a run dir or a checkpoint dir',
     meaning:
-      'Continue a run from its latest checkpoint; only step counts (to extend a run) and run-time settings may change: device, judge URL and concurrency, logging and profiling, checkpointing, validation interval, micro-batches, recomputation, merged adapter, judge overlap',
+      'Continue a run from its latest checkpoint; only step counts (to extend a run) and the run-time settings that docs/config.md § train lists may change (where it runs, the judge endpoint, logging and trackers, checkpointing, validation interval, micro-batches)',
     source: 'transformers Trainer.train(resume_from_checkpoint)',
   },
   {
@@ -1254,6 +1316,15 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     source: 'paper: Table 1 layout',
   },
   {
+    key: 'overwrite',
+    flag: 'overwrite',
+    type: 'boolean',
+    default: false,
+    meaning:
+      "With --suite: write into an --out dir that already holds a suite's results (suite.json, table.md or rows), replacing them; without it such a dir is refused. --out unset = <suite file without .yaml>-results",
+    source: 'lm-evaluation-harness / transformers overwrite_output_dir',
+  },
+  {
     key: 'rescore',
     flag: 'rescore',
     type: 'path',
@@ -1293,6 +1364,28 @@ export const SERVE_OPTIONS: readonly Setting[] = [
     values: 'any name',
     meaning: 'Model id clients send; unset = the model dir name',
     source: 'vLLM serve --served-model-name',
+  },
+  {
+    key: 'loraModules',
+    flag: 'lora-modules',
+    type: 'list',
+    items: 'string',
+    repeatable: true,
+    default: null,
+    values: 'name=dir (a PEFT adapter dir), one or more',
+    meaning:
+      "More LoRA adapters served beside the model: each name is listed in /v1/models and a request whose model is that name decodes with that adapter (rows of one adapter decode together; each adapter's rows in their own forward); the served model id stays the base (or --adapter)",
+    source: 'vLLM serve --lora-modules name=path',
+  },
+  {
+    key: 'generationConfig',
+    flag: 'generation-config',
+    type: 'string',
+    default: 'auto',
+    values: 'auto | vllm | a dir holding generation_config.json',
+    meaning:
+      "Sampling defaults for requests that do not set them: auto = the model's generation_config.json (Qwen3: temperature 0.6, top_p 0.95, top_k 20), vllm = none (temperature 1, top_p 1), or another dir's file; temperature, top_p, top_k and min_p are read",
+    source: 'vLLM serve --generation-config (ModelConfig.get_diff_sampling_param)',
   },
   {
     key: 'maxBatch',

@@ -9,8 +9,10 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { judgeConfigProblems, type JudgeConfig } from './judge.js';
 import { CORE_TRAIN_SETTINGS, trainSettings } from './settings.js';
-import { checkValue, getPath, leafKeys, productProblems, setPath, type Setting } from './schema.js';
-import { memoOn, registeredStages } from './extensions.js';
+import { checkValue, expandAll, getPath, leafKeys, productProblems, setPath, type Setting } from './schema.js';
+import { applyTrlConfigKeys, trlHint } from './trl.js';
+import { expandPath } from '../util/fs.js';
+import { memoOn, registeredJudgeBackends, registeredStages } from './extensions.js';
 
 /** A training stage's name: a key of {@link StageSections}. */
 export type Stage = keyof StageSections;
@@ -210,13 +212,26 @@ export function readConfigFile(path: string): DeepPartial<TrainConfig> {
   }
   if (doc == null) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config ${path}: top level must be a mapping`);
-  checkKeys(doc as Record<string, unknown>, trainDefaults() as unknown as Record<string, unknown>, path, '');
+  const known = trainDefaults() as unknown as Record<string, unknown>;
+  // TRL's flat keys (`output_dir`, `num_generations`): an alias moves to its key, another TRL name gets a hint.
+  applyTrlConfigKeys(doc as Record<string, unknown>, known, trainSettings(), path);
+  checkKeys(doc as Record<string, unknown>, known, path, '');
+  // PEFT's `target_modules: all-linear` (every linear layer but the output head).
+  for (const st of trainSettings()) {
+    const v = getPath(doc, st.key);
+    if (st.all && v !== undefined) setPath(doc as Record<string, unknown>, st.key, expandAll(st, v));
+    // `~` and $VARS in paths, as the shell expands them on the command line.
+    if (st.type === 'path' && typeof v === 'string') setPath(doc as Record<string, unknown>, st.key, expandPath(v, `config ${path}: ${st.key}`));
+  }
   return doc as DeepPartial<TrainConfig>;
 }
 
 function checkKeys(o: Record<string, unknown>, ref: Record<string, unknown>, file: string, prefix: string): void {
   for (const [k, v] of Object.entries(o)) {
-    if (!(k in ref)) throw new Error(`config ${file}: unknown key ${prefix}${k}`);
+    if (!(k in ref)) {
+      const hint = trlHint(k, trainSettings(), 'key');
+      throw new Error(`config ${file}: unknown key ${prefix}${k}${hint ? `; ${hint}` : ''}`);
+    }
     const r = ref[k];
     const section = r !== null && typeof r === 'object' && !Array.isArray(r);
     // A section (checkpoint:, judge:, …) given as a scalar or a list: say so, not "must be set" for each of its keys.
@@ -269,6 +284,25 @@ export function validateConfig(c: TrainConfig): TrainConfig {
  */
 export function stageBatches(): { stage: Stage; global: string; perRank: string; unit: string }[] {
   return registeredStages("the stages' batches").flatMap((st) => (st.batch ? [{ stage: st.name as Stage, ...st.batch }] : []));
+}
+
+/**
+ * Config keys a resumed run may change: the registered stages' own (step counts to extend a run,
+ * micro-batches, …: each stage's `resumableKeys`) and every setting marked `resumable` (device,
+ * judge endpoint, logging and trackers, checkpointing, validation interval, recomputation, merged
+ * adapter). lib/train/run.ts applyResumeFlags enforces it; docs/config.md lists it from here.
+ */
+export function resumableKeys(): string[] {
+  return [
+    ...new Set([
+      ...registeredStages('the resumable keys').flatMap((st) => st.resumableKeys ?? []),
+      // A judge kind's own keys where it is judged (http's url), from its descriptor.
+      ...registeredJudgeBackends('the resumable keys').flatMap((b) => (b.resumableKeys ?? []).map((k) => `judge.${k}`)),
+      ...trainSettings()
+        .filter((st) => st.resumable)
+        .map((st) => st.key),
+    ]),
+  ];
 }
 
 /** Where a resolved value came from. */

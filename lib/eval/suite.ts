@@ -14,12 +14,13 @@
  *   - { name: base, model: ./qwen3 }
  *   - { name: GRPO, model: ./qwen3, adapter: runs/grpo/final }
  * ```
- * Relative paths are read from the suite file's directory.
+ * Relative paths are read from the suite file's directory; `~` and `$VAR` / `${VAR}` are expanded.
  */
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { quantile } from './report.js';
+import { expandPath } from '../util/fs.js';
 import { bootstrapMeans, getProtocol, questionScores, scoreRows, type ProtocolRow } from './protocols/index.js';
 
 /** One benchmark of a suite. */
@@ -56,7 +57,11 @@ export function readSuite(path: string): Suite {
   }
   const o = doc as Record<string, unknown> | null;
   const base = dirname(resolve(path));
-  const abs = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+  // `~` and $VARS as a shell would (no shell reads this file), then relative to the suite file.
+  const abs = (p: string, where: string) => {
+    const x = expandPath(p, `${path}: ${where}`);
+    return isAbsolute(x) ? x : resolve(base, x);
+  };
   const list = (key: string) => {
     const v = o?.[key];
     if (!Array.isArray(v) || !v.length) throw new Error(`${path}: '${key}' must be a non-empty list`);
@@ -77,12 +82,17 @@ export function readSuite(path: string): Suite {
     if (limit !== undefined && !(Number.isInteger(limit) && (limit as number) > 0)) throw new Error(`${path}: ${w}.limit must be a positive integer`);
     const protocol = str(b, 'protocol', w, false);
     if (protocol) getProtocol(protocol);
-    return { name: str(b, 'name', w)!, data: abs(str(b, 'data', w)!), ...(protocol && { protocol }), ...(limit !== undefined && { limit: limit as number }) };
+    return {
+      name: str(b, 'name', w)!,
+      data: abs(str(b, 'data', w)!, `${w}.data`),
+      ...(protocol && { protocol }),
+      ...(limit !== undefined && { limit: limit as number }),
+    };
   });
   const models = list('models').map((m, i) => {
     const w = `models[${i}]`;
     const adapter = str(m, 'adapter', w, false);
-    return { name: str(m, 'name', w)!, model: abs(str(m, 'model', w)!), ...(adapter && { adapter: abs(adapter) }) };
+    return { name: str(m, 'name', w)!, model: abs(str(m, 'model', w)!, `${w}.model`), ...(adapter && { adapter: abs(adapter, `${w}.adapter`) }) };
   });
   for (const [what, names] of [
     ['benchmark', benchmarks.map((b) => b.name)],

@@ -24,6 +24,7 @@
  *   only in the Authorization header and is redacted from every error message
  * - counters: requests, retries, failures, prompt/completion tokens (`stats()`)
  */
+import { setMaxListeners } from 'node:events';
 import pLimit, { type LimitFunction } from 'p-limit';
 import { Ajv, type ValidateFunction } from 'ajv';
 import { splitThink } from './think.js';
@@ -590,6 +591,10 @@ export class LlmClient {
     };
     const payload = JSON.stringify(body);
     const deadline = Date.now() + this.opts.deadlineMs;
+    // One caller signal (a command's Ctrl-C) is shared by every call of a run: each waiting call
+    // holds one abort listener, removed when it ends, so their count is the calls waiting, not a
+    // leak; Node's default of 10 would print a MaxListenersExceededWarning above the real message.
+    if (req.signal) setMaxListeners(0, req.signal);
     let attempt = 0;
     for (;;) {
       attempt++;

@@ -20,10 +20,12 @@
  *   share their sampling parameters go into one call; stop strings are cut post hoc; streaming
  *   sends the text when the batch finishes (kept for test doubles and other batch engines).
  *
- * Request fields honoured: model (must be the served id, or omitted), messages (string content or
+ * Request fields honoured: model (the served id, one of the served adapters — vLLM's
+ * `--lora-modules`, whose rows decode with that adapter — or omitted), messages (string content or
  * text parts; roles system / developer / user / assistant (with `tool_calls`) / tool (with
  * `tool_call_id`), rendered by the chat template), tools (passed to the template), temperature
- * (default 1; 0 = greedy), top_p, top_k and min_p (vLLM extensions), max_tokens /
+ * (default: `samplingDefaults`, the model's generation_config.json as vLLM's `--generation-config
+ * auto`, else 1; 0 = greedy), top_p, top_k and min_p (vLLM extensions; the same defaults), max_tokens /
  * max_completion_tokens, n, seed, stop (strings), logprobs + top_logprobs (0-20; model backend),
  * ignore_eos (vLLM extension; model backend),
  * stream, stream_options.include_usage, chat_template_kwargs.enable_thinking (vLLM/SGLang style).
@@ -67,6 +69,8 @@ import type { SamplingSettings } from '../addon.js';
 export interface ServeGenerateOptions extends SamplingSettings<'n' | 'temperature' | 'topP' | 'topK' | 'maxNewTokens' | 'seed'> {
   /** undefined = the chat template's default. */
   enableThinking?: boolean;
+  /** One of the served adapters (ChatServerOptions.adapters); unset = the served model. */
+  adapter?: string;
   signal?: AbortSignal;
 }
 
@@ -100,6 +104,18 @@ export interface ChatServerOptions {
   backend: ServeBackend;
   /** Served model id (`/v1/models`, the `model` field of requests and responses). */
   modelId: string;
+  /**
+   * Served LoRA adapters besides `modelId` (vLLM `--lora-modules name=path`): each name is listed
+   * in `/v1/models` (with `parent` = modelId) and a request whose `model` is that name decodes with
+   * that adapter (the backend's `adapter` option / row field).
+   */
+  adapters?: readonly string[];
+  /**
+   * Sampling defaults for a request that does not set them (the model's generation_config.json,
+   * as vLLM's `--generation-config auto`); unset keys fall back to OpenAI's / vLLM's defaults
+   * (temperature 1, top_p 1, top_k off, min_p 0).
+   */
+  samplingDefaults?: { temperature?: number; topP?: number; topK?: number; minP?: number };
   host?: string;
   /** 0 = any free port. */
   port?: number;
@@ -183,6 +199,8 @@ interface Params {
   seed?: number;
   enableThinking?: boolean;
   stop: string[];
+  /** A served adapter's name (the request's `model`); unset = the served model. */
+  adapter?: string;
 }
 
 interface Entry {
@@ -539,11 +557,13 @@ export class ChatServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0].replace(/\/+$/, '');
     this.guard(req, path);
-    const card = { id: this.o.modelId, object: 'model', created: this.created, owned_by: 'papergym-native' };
+    const card = (id: string, parent?: string) => ({ id, object: 'model', created: this.created, owned_by: 'papergym-native', ...(parent && { parent }) });
+    // The base model, then each --lora-modules adapter (its parent the base), as vLLM lists them.
+    const cards = [card(this.o.modelId), ...(this.o.adapters ?? []).map((a) => card(a, this.o.modelId))];
     if (path === '/v1/models' || path === '/models') {
       if (req.method !== 'GET') throw new HttpError(405, 'use GET');
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ object: 'list', data: [card] }));
+      res.end(JSON.stringify({ object: 'list', data: cards }));
       return;
     }
     // GET /v1/models/{id} (OpenAI "retrieve model"; the official clients call it). Ids may hold '/'.
@@ -556,10 +576,11 @@ export class ChatServer {
       } catch {
         id = one[1]!;
       }
-      if (id !== this.o.modelId)
-        throw new HttpError(404, `The model \`${id}\` does not exist (serving ${this.o.modelId})`, 'invalid_request_error', 'model', 'model_not_found');
+      const found = cards.find((c) => c.id === id);
+      if (!found)
+        throw new HttpError(404, `The model \`${id}\` does not exist (serving ${cards.map((c) => c.id).join(', ')})`, 'invalid_request_error', 'model', 'model_not_found');
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(card));
+      res.end(JSON.stringify(found));
       return;
     }
     if (path === '/health' || path === '/v1/health') {
@@ -579,10 +600,11 @@ export class ChatServer {
     this.s.requests++;
     const b = (await this.body(req)) as Record<string, unknown>;
     if (!b || typeof b !== 'object' || Array.isArray(b)) throw new HttpError(400, 'request body must be a JSON object');
-    if (b.model !== undefined && b.model !== this.o.modelId)
+    const adapter = typeof b.model === 'string' && this.o.adapters?.includes(b.model) ? b.model : undefined;
+    if (b.model !== undefined && b.model !== this.o.modelId && adapter === undefined)
       throw new HttpError(
         404,
-        `The model \`${String(b.model)}\` does not exist (serving ${this.o.modelId})`,
+        `The model \`${String(b.model)}\` does not exist (serving ${[this.o.modelId, ...(this.o.adapters ?? [])].join(', ')})`,
         'invalid_request_error',
         'model',
         'model_not_found',
@@ -614,18 +636,20 @@ export class ChatServer {
                 throw new HttpError(400, 'stop must be a string or an array of strings', 'invalid_request_error', 'stop');
               })();
     const cap = this.o.maxTokensCap ?? 8192;
+    const d = this.o.samplingDefaults ?? {};
     const params: Params = {
       n: num(b.n, 'n', 1, 1, this.o.maxN ?? 16, true),
-      temperature: num(b.temperature, 'temperature', 1, 0, 2),
-      topP: num(b.top_p, 'top_p', 1, Number.MIN_VALUE, 1),
-      topK: num(b.top_k, 'top_k', 0, -1, 1e6, true),
+      temperature: num(b.temperature, 'temperature', d.temperature ?? 1, 0, 2),
+      topP: num(b.top_p, 'top_p', d.topP ?? 1, Number.MIN_VALUE, 1),
+      topK: num(b.top_k, 'top_k', d.topK ?? 0, -1, 1e6, true),
       maxNewTokens: num(b.max_completion_tokens ?? b.max_tokens, 'max_tokens', Math.min(this.o.defaultMaxTokens ?? 1024, cap), 1, cap, true),
       maxTokensGiven: (b.max_completion_tokens ?? b.max_tokens) !== undefined && (b.max_completion_tokens ?? b.max_tokens) !== null,
       seed: b.seed === undefined || b.seed === null ? undefined : num(b.seed, 'seed', 0, 0, Number.MAX_SAFE_INTEGER, true),
       enableThinking: (et as boolean | undefined) ?? this.o.enableThinking,
       stop,
-      minP: num(b.min_p, 'min_p', 0, 0, 1),
+      minP: num(b.min_p, 'min_p', d.minP ?? 0, 0, 1),
       topLogprobs: -1,
+      ...(adapter !== undefined && { adapter }),
     };
     if (params.topK < 0) params.topK = 0;
     if (b.logprobs !== undefined && b.logprobs !== null && typeof b.logprobs !== 'boolean')
@@ -651,7 +675,7 @@ export class ChatServer {
     if (stepper) return this.handleStep(stepper, res, messages, params, stream, includeUsage);
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
-    const chunk = this.chunkWriter(res, id, created);
+    const chunk = this.chunkWriter(res, id, created, params.adapter);
     const keepalive = stream ? this.openStream(res, chunk, params.n) : undefined;
     const entry = this.enqueue(messages, params);
     res.once('close', () => {
@@ -688,6 +712,7 @@ export class ChatServer {
       created,
       choices.map((c) => ({ ...c, logprobs: null })),
       usage,
+      params.adapter,
     );
   }
 
@@ -755,7 +780,7 @@ export class ChatServer {
       );
     const id = `chatcmpl-${randomUUID().replace(/-/g, '')}`;
     const created = Math.floor(Date.now() / 1000);
-    const write = this.chunkWriter(res, id, created);
+    const write = this.chunkWriter(res, id, created, p.adapter);
     const r: StepReq = {
       params: p,
       prompt: ids,
@@ -809,14 +834,15 @@ export class ChatServer {
       created,
       r.choices.map((c) => ({ index: c.index, ...splitThink(c.text, { trim: false }), logprobs: withLp ? { content: c.lp } : null, finish_reason: c.finish })),
       usage,
+      p.adapter,
     );
   }
 
   /** Writes one `data:` event of a streamed completion (OpenAI `chat.completion.chunk`), unless the client is gone. */
-  private chunkWriter(res: ServerResponse, id: string, created: number): (choices: unknown[], extra?: Record<string, unknown>) => void {
+  private chunkWriter(res: ServerResponse, id: string, created: number, model = this.o.modelId): (choices: unknown[], extra?: Record<string, unknown>) => void {
     return (choices, extra = {}) => {
       if (!res.writableEnded && !res.destroyed)
-        res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: this.o.modelId, choices, ...extra })}\n\n`);
+        res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices, ...extra })}\n\n`);
     };
   }
 
@@ -834,6 +860,7 @@ export class ChatServer {
     created: number,
     choices: { index: number; content: string; reasoning?: string; logprobs: unknown; finish_reason: string | null }[],
     usage: Record<string, number>,
+    model = this.o.modelId,
   ): void {
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(
@@ -841,7 +868,7 @@ export class ChatServer {
         id,
         object: 'chat.completion',
         created,
-        model: this.o.modelId,
+        model,
         choices: choices.map((c) => ({
           index: c.index,
           message: { role: 'assistant', content: c.content, ...(c.reasoning !== undefined ? { reasoning_content: c.reasoning } : {}) },
@@ -890,6 +917,7 @@ export class ChatServer {
             maxNewTokens: p.maxNewTokens,
             stopIds: p.ignoreEos ? [] : [...st.stopIds],
             topLogprobs: p.topLogprobs,
+            ...(p.adapter !== undefined && { adapter: p.adapter }),
           });
           this.rows.set(c.rowId, { req: r, choice: c });
           this.rowsLive++;
@@ -1070,6 +1098,7 @@ export class ChatServer {
       params.maxNewTokens,
       params.seed ?? null,
       params.enableThinking ?? null,
+      params.adapter ?? null,
     ]);
     let resolve!: Entry['resolve'];
     let reject!: Entry['reject'];
@@ -1119,6 +1148,7 @@ export class ChatServer {
           maxNewTokens: p.maxNewTokens,
           seed,
           enableThinking: p.enableThinking,
+          ...(p.adapter !== undefined && { adapter: p.adapter }),
           signal: ac.signal,
         },
       );

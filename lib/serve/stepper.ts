@@ -17,6 +17,7 @@ import type { Tokenizer } from '../model/tokenizer.js';
 import type { ChatTemplate } from '../model/chat.js';
 import type { ChatMessage } from '../llm/messages.js';
 import { DecodeEngine, type EngineRow, type EngineStep } from '../model/engine.js';
+import type { AdapterChoice } from '../addon.js';
 import type { Qwen3Model } from '../model/qwen3.js';
 
 /** What serve's continuous-batching path needs from a model. */
@@ -28,7 +29,8 @@ export interface ServeStepper {
   readonly stopIds: readonly number[];
   /** Chat-rendered prompt ids. Throws a TypeError for messages the template cannot render. */
   encode(messages: ChatMessage[], opts: { enableThinking?: boolean; tools?: unknown }): Promise<number[]>;
-  add(row: EngineRow): void;
+  /** Queues a row; `adapter` names one of the served LoRA adapters (`--lora-modules`), unset = the served model. */
+  add(row: EngineRow & { adapter?: string }): void;
   cancel(id: number): void;
   step(): Promise<EngineStep>;
   /** Decodes several id sequences (special tokens kept). */
@@ -134,18 +136,43 @@ export class PromptTooLongError extends Error {
 /**
  * A {@link ServeStepper} over a model, tokenizer and chat template (a Policy's parts).
  * `maxRows` (default 32), `capacity` (KV slots per row; default min(context, 4096)).
+ *
+ * Several adapters (`adapters`: served name → the model's snapshot holding it, `serve
+ * --lora-modules`): the native engine decodes with one adapter choice per engine (native/generate/
+ * engine.h takes one AdapterSel), so rows of different adapters cannot share one forward. Each
+ * adapter gets its own engine, made on its first row (its KV, maxRows × capacity slots, allocated
+ * on its first step); a step steps every engine with rows, one after the other — each adapter's
+ * rows decode together, every adapter advances one token per step, and an idle adapter costs
+ * nothing.
  */
 export function modelStepper(
   parts: { model: Qwen3Model; tokenizer: Tokenizer; chat?: ChatTemplate },
-  opts: { maxRows?: number; capacity?: number; maxPrefillTokens?: number } = {},
+  opts: { maxRows?: number; capacity?: number; maxPrefillTokens?: number; adapters?: Readonly<Record<string, AdapterChoice>> } = {},
 ): ServeStepper {
   const { model, tokenizer, chat } = parts;
-  const engine = new DecodeEngine(model, {
-    maxRows: opts.maxRows ?? 32,
-    capacity: opts.capacity,
-    padId: tokenizer.padTokenId,
-    maxPrefillTokens: opts.maxPrefillTokens,
-  });
+  const make = (adapter?: AdapterChoice) =>
+    new DecodeEngine(model, {
+      maxRows: opts.maxRows ?? 32,
+      capacity: opts.capacity,
+      padId: tokenizer.padTokenId,
+      maxPrefillTokens: opts.maxPrefillTokens,
+      ...(adapter !== undefined && { adapter }),
+    });
+  const engine = make();
+  /** Engines by served adapter name ('' = the served model), and each engine's rows not yet finished. */
+  const engines = new Map<string, { engine: DecodeEngine; rows: Set<number> }>([['', { engine, rows: new Set() }]]);
+  const rowEngine = new Map<number, { engine: DecodeEngine; rows: Set<number> }>();
+  const engineFor = (name: string | undefined) => {
+    const key = name ?? '';
+    let e = engines.get(key);
+    if (!e) {
+      const choice = opts.adapters?.[key];
+      if (choice === undefined) throw new TypeError(`adapter '${key}' is not served (${Object.keys(opts.adapters ?? {}).join(', ') || 'none'})`);
+      e = { engine: make(choice), rows: new Set() };
+      engines.set(key, e);
+    }
+    return e;
+  };
   const table = new TokenTable(tokenizer);
   let longest = 0;
   /** Bytes of the vocabulary's longest token: a text of B bytes has at least ceil(B / this) tokens. */
@@ -181,11 +208,57 @@ export function modelStepper(
       if (atLeast >= engine.capacity) throw new PromptTooLongError(atLeast, bytes, engine.capacity);
       return tokenizer.encode(text, { addSpecialTokens: false });
     },
-    add: (row) => engine.add(row),
-    cancel: (id) => engine.cancel(id),
-    step: () => engine.step(),
+    add: ({ adapter, ...row }) => {
+      const e = engineFor(adapter);
+      e.engine.add(row);
+      e.rows.add(row.id);
+      rowEngine.set(row.id, e);
+    },
+    cancel: (id) => {
+      const e = rowEngine.get(id);
+      if (!e) return;
+      e.engine.cancel(id);
+      e.rows.delete(id);
+      rowEngine.delete(id);
+    },
+    async step() {
+      const busy = [...engines.values()].filter((e) => e.rows.size || e.engine.waiting());
+      if (busy.length <= 1) return track(await (busy[0] ?? engines.get('')!).engine.step());
+      const steps: EngineStep[] = [];
+      for (const e of busy) steps.push(track(await e.engine.step()));
+      return mergeSteps(steps);
+    },
     decodeBatch: (ids) => tokenizer.decodeBatch(ids.map((a) => a.filter((t) => t < tokenizer.vocabSize))),
     tokenInfo: (id) => table.get(id),
-    release: () => engine.release(),
+    release: async () => {
+      for (const e of engines.values()) await e.engine.release();
+    },
+  };
+  /** Forgets the rows that finished in a step. */
+  function track(step: EngineStep): EngineStep {
+    for (const t of step.tokens)
+      if (t.finish !== null) {
+        rowEngine.get(t.id)?.rows.delete(t.id);
+        rowEngine.delete(t.id);
+      }
+    return step;
+  }
+}
+
+/** One step of several engines as one: tokens in engine order, counts and times summed. */
+function mergeSteps(steps: EngineStep[]): EngineStep {
+  const sum = (k: keyof EngineStep) => steps.reduce((a, s) => a + (s[k] as number), 0);
+  return {
+    tokens: steps.flatMap((s) => s.tokens),
+    active: sum('active'),
+    waiting: sum('waiting'),
+    joined: sum('joined'),
+    prefillTokens: sum('prefillTokens'),
+    batchRows: sum('batchRows'),
+    shifts: sum('shifts'),
+    graphCaptures: sum('graphCaptures'),
+    prefillMs: sum('prefillMs'),
+    decodeMs: sum('decodeMs'),
+    sampleMs: sum('sampleMs'),
   };
 }

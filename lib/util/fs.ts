@@ -37,3 +37,25 @@ export function ensureInputDir(dir: string, what: string): void {
   }
   if (!isDir) throw inputError(`${what} ${dir} is not a directory`);
 }
+
+/**
+ * A path as a shell would read it in a config file: a leading `~` (or `~/…`) is the home
+ * directory, `$NAME` and `${NAME}` are environment variables. Used for the paths inside config and
+ * suite files, which no shell expands.
+ * @param where names the file and key in the error (`config run.yaml: model`).
+ * @throws Error naming `where` and the variable when a variable is not set (never an empty silent default).
+ */
+export function expandPath(p: string, where: string, env: NodeJS.ProcessEnv = process.env): string {
+  const home = env.HOME ?? env.USERPROFILE;
+  let out = p;
+  if (out === '~' || out.startsWith('~/')) {
+    if (!home) throw new Error(`${where}: ${p} starts with ~ but HOME is not set`);
+    out = home + out.slice(1);
+  }
+  return out.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)/g, (_m, a: string | undefined, b: string | undefined) => {
+    const name = (a ?? b)!;
+    const v = env[name];
+    if (v === undefined) throw new Error(`${where}: ${p} names $${name}, which is not set`);
+    return v;
+  });
+}

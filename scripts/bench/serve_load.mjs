@@ -26,6 +26,9 @@
  *          --json FILE  --layers N (random shapes with fewer layers)  --threads N (CPU)
  *          --mix seeds|temps|full  --max-model-len 1024 (KV slots per row; the CUDA-graph decode
  *          attends over all of them, so keep it near the longest prompt + max_tokens)
+ *          --adapters K (also: K LoRA adapters, r 16, in one server — serve --lora-modules — the
+ *          requests spread over them, against the same requests all to one adapter: what one
+ *          adapter per server would decode; issue 56)
  * Random-shape checkpoints are made by scripts/make_random_qwen3.py under .cache/random-models/
  * (with the real Qwen3 tokenizer), as scripts/bench/generate.mjs does.
  */
@@ -46,6 +49,7 @@ const a = benchArgs({
   threads: { type: 'string' },
   mix: { type: 'string', default: 'seeds' },
   'max-model-len': { type: 'string', default: '1024' },
+  adapters: { type: 'string', default: '0' },
 });
 if (!['seeds', 'temps', 'full'].includes(a.mix)) throw new Error(`--mix must be seeds|temps|full, got ${a.mix}`);
 const { cuda } = deviceOf(a.device);
@@ -102,9 +106,9 @@ function pct(xs, p) {
   return s.length ? s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] : null;
 }
 
-async function one(url, req, mixed) {
+async function one(url, req, mixed, model = 'bench') {
   const body = {
-    model: 'bench',
+    model,
     messages: [{ role: 'user', content: req.content }],
     max_tokens: req.maxTokens,
     ignore_eos: true,
@@ -145,10 +149,10 @@ async function one(url, req, mixed) {
   return { latency: performance.now() - t0, ttft, tokens };
 }
 
-async function scenario(name, url, reqs, mixed, stats) {
+async function scenario(name, url, reqs, mixed, stats, modelOf = () => 'bench') {
   const s0 = stats();
   const t0 = performance.now();
-  const rs = await Promise.all(reqs.map((r) => one(url, r, mixed)));
+  const rs = await Promise.all(reqs.map((r, i) => one(url, r, mixed, modelOf(i))));
   const secs = (performance.now() - t0) / 1000;
   const s1 = stats();
   const tokens = rs.reduce((x, r) => x + r.tokens, 0);
@@ -231,6 +235,45 @@ const ub = {
 };
 process.stderr.write(`uniform-batch (one generate call, ${g.decodePath}): ${ub.requests_per_s.toFixed(2)} req/s, ${ub.tokens_per_s.toFixed(1)} tok/s\n`);
 results.push(ub);
+
+// Several adapters in one server (serve --lora-modules): each adapter's rows decode in their own
+// engine, one forward per adapter per step; against the same requests all to one adapter.
+const K = Number(a.adapters);
+if (K > 0) {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { loadServedAdapters } = await lib('serve/policy.js');
+  const dir = mkdtempSync(join(tmpdir(), 'pg-bench-adapters-'));
+  const modules = [];
+  for (let k = 0; k < K; k++) {
+    policy.model.addLora({ r: 16, alpha: 32, seed: k });
+    const r = rng(100 + k);
+    const w = {};
+    for (const [name, t] of Object.entries(policy.model.loraWeights()))
+      if (name.includes('lora_B')) w[name] = { data: t.data.map(() => (r() - 0.5) * 0.02), shape: t.shape };
+    policy.model.setLoraWeights(w);
+    await policy.model.saveAdapter(join(dir, `a${k}`));
+    modules.push(`a${k}=${join(dir, `a${k}`)}`);
+  }
+  const adapters = await loadServedAdapters(policy, modules);
+  const srv2 = new ChatServer({
+    backend: policyServeBackend(policy, { maxRows: maxBatch, capacity: Number(a['max-model-len']), adapters }),
+    modelId: 'bench',
+    adapters: Object.keys(adapters),
+    maxBatch,
+    maxQueue: 4 * N,
+  });
+  const u2 = (await srv2.start()).url;
+  const st2 = () => srv2.stats();
+  await scenario('warm-up adapters', u2, reqs, true, st2, (i) => `a${i % K}`);
+  const many = await scenario(`${K}-adapters-one-server`, u2, reqs, true, st2, (i) => `a${i % K}`);
+  const single = await scenario('one-adapter', u2, reqs, true, st2, () => 'a0');
+  results.push(many, single);
+  process.stderr.write(`${K} adapters in one server / one adapter: ${(many.tokens_per_s / single.tokens_per_s).toFixed(3)} of the tokens/s\n`);
+  await srv2.close();
+  rmSync(dir, { recursive: true, force: true });
+}
 policy.dispose();
 
 const ratio = results[0].tokens_per_s / ub.tokens_per_s;

@@ -137,7 +137,7 @@ export interface TrainingStage extends StageSettings {
   readonly name: Stage;
   /** The update micro-batch (out-of-memory recovery halves it; the memory plan chooses it), absent when the update is one call. */
   readonly microBatch?: { get(cfg: TrainConfig): number; set(cfg: TrainConfig, n: number): void };
-  /** Config keys of the stage a resumed run may change (lib/train/run.ts RESUMABLE_KEYS). */
+  /** Config keys of the stage a resumed run may change (lib/config/train.ts resumableKeys). */
   readonly resumableKeys: readonly string[];
   /** Its part of the memory plan. */
   readonly memory: StageMemory;
