@@ -70,7 +70,7 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     const n = srv.log.length;
     const re = await cli(['eval', '--rescore', rows, '--protocol', 'rar', '--resamples', '0']);
     expect(re.code, re.err).to.equal(0);
-    expect(re.out).to.match(/^rar: 0\.500 \[0\.500, 0\.500\] \(n=2\)/);
+    expect(re.out).to.match(/^rar: 0\.500 \[0\.500, 0\.500\] \(n=2; 0 null, 0 skipped\)/);
     expect(srv.log.length).to.equal(n);
   });
 
@@ -129,10 +129,125 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
       report,
     ]);
     expect(r.code).to.equal(1);
-    expect(r.err).to.match(/eval \(no report written\): \d+ of \d+ verdicts are null/);
+    expect(r.err).to.match(/eval \(papergym\): \d+ of \d+ verdicts are null or unreadable/);
     expect(existsSync(report)).to.equal(false);
-    expect(r.out).to.not.match(/coverage/i);
+    expect(r.out).to.not.match(/papergym: /);
   });
+
+  it('a PaperGym file goes through the papergym protocol: null items leave the mix, an all-null plan is skipped; a --protocol that does not apply fails', async () => {
+    const rub = (id: string, text: string, dimension: string, rank: number) => ({ id, text, dimension, origin: 'R_Q', rank });
+    const pg = (id: string, rubric: ReturnType<typeof rub>[]) => ({
+      id,
+      source: { paper_id: id, title: 't', domain: 'cs' },
+      question: `Plan ${id}.`,
+      reference_answer: 'r',
+      rubric,
+      general_rubric_set: 'g',
+      split: 'test',
+      stages: { goals: '', background: '', methods: '', experimental_design: '' },
+    });
+    const data = join(tmp, 'pg-null.jsonl');
+    const five = (d: string, texts: string[], from: number) =>
+      texts.map((t, k) => rub(`${d}${k}`, `${t} ${d}${k}`, d === 'i' ? 'method_innovation' : 'experimental_design', from + k));
+    writeFileSync(
+      data,
+      [
+        // p1: innovation 2 met + 3 null, design 1 met + 1 not met + 3 null
+        pg('p1', [
+          ...five('i', ['YESITEM', 'YESITEM', 'NULLITEM', 'NULLITEM', 'NULLITEM'], 1),
+          ...five('d', ['YESITEM', 'NOITEM', 'NULLITEM', 'NULLITEM', 'NULLITEM'], 6),
+        ]),
+        // p2: every verdict null
+        pg('p2', [...five('i', Array(5).fill('NULLITEM'), 1), ...five('d', Array(5).fill('NULLITEM'), 6)]),
+      ]
+        .map((x) => JSON.stringify(x))
+        .join('\n') + '\n',
+    );
+    srv = await startFakeLlm({
+      respond: (q) => {
+        const m = q.body.messages.map((x) => x.content).join('\n');
+        return m.includes('NULLITEM') ? 'banana' : m.includes('NOITEM') ? 'No' : 'Yes';
+      },
+    });
+    const report = join(tmp, 'pg-null.json');
+    const out = join(tmp, 'pg-null-rows.jsonl');
+    const args = ['eval', '--model', dir, '--data', data, ...judgeArgs(), '--no-general', '--judge-max-null-rate', '0.9'];
+    const r = await cli([...args, '--out', out, '--report', report, '--protocol', 'papergym']);
+    expect(r.code, r.err).to.equal(0);
+    const rep = JSON.parse(readFileSync(report, 'utf8'));
+    // p1: r_spec = 3 met / 4 readable = 0.75 (null as "not met" would give 3/10); no general items → r = r_spec.
+    // p2: no readable verdict → skipped and counted, never 0. Innovation: p1 2/2; design: p1 1/2.
+    expect(rep.protocol).to.equal('papergym');
+    expect(rep.score.score).to.equal(0.75);
+    expect(rep).to.include({ plans: 2, skipped: 1, nulls: 16, verdicts: 20 });
+    expect(rep.groups['dimension:method_innovation']).to.include({ score: 1, n: 1, nulls: 8, skipped: 1 });
+    expect(rep.groups['dimension:experimental_design']).to.include({ score: 0.5, n: 1, nulls: 8, skipped: 1 });
+    expect(r.out).to.contain('papergym: 0.750').and.contain('16 of 20 verdict(s) null');
+    // the rows rescored give the same number (one function)
+    const re = await cli(['eval', '--rescore', out, '--resamples', '0']);
+    expect(re.out).to.match(/^papergym: 0\.750/);
+    // the default judge cache is beside --out, never beside --data
+    expect(existsSync(`${out}.judge-cache.sqlite`)).to.equal(true);
+    expect(existsSync(`${data}.judge-cache.sqlite`)).to.equal(false);
+    const bad = await cli([...args, '--protocol', 'healthbench', '--out', join(tmp, 'x.jsonl')]);
+    expect(bad.code).to.equal(0); // a weighted protocol applies to unit weights
+    const hb = join(tmp, 'hb-proto.jsonl');
+    expect((await cli(['import', '--format', 'healthbench', '--input', join(FX, 'healthbench'), '--out', hb])).code).to.equal(0);
+    const wrong = await cli(['eval', '--model', dir, '--data', hb, ...judgeArgs(), '--protocol', 'papergym']);
+    expect(wrong.code).to.equal(1);
+    expect(wrong.err).to.match(/--protocol papergym does not apply: its items are healthbench, not PaperGym/);
+    const neg = await cli(['eval', '--model', dir, '--data', hb, ...judgeArgs(), '--protocol', 'research-plan-gen']);
+    expect(neg.code).to.equal(1);
+    expect(neg.err).to.match(/--protocol research-plan-gen does not apply: item hb-1 has a negative-weight rubric item/);
+  });
+
+  for (const [format, input, extra] of [
+    ['papergym', join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl'), ['--limit', '1', '--no-general']],
+    ['researchqa', join(FX, 'researchqa', 'test.json'), []],
+    ['research-plan-gen', join(FX, 'research-plan-gen'), ['--limit', '1']],
+    ['healthbench', join(FX, 'healthbench'), []],
+    ['rubrichub', join(FX, 'rubrichub'), ['--limit', '1']],
+    ['rar', join(FX, 'rar'), []],
+  ] as const)
+    it(`${format}: import → eval round trip; SIGKILL mid-judging and the rerun asks no answered question again (default cache beside --out)`, async () => {
+      const items = join(tmp, `rt-${format}.jsonl`);
+      const imp = await cli(['import', '--format', format, '--input', input, '--out', items]);
+      expect(imp.code, imp.err).to.equal(0);
+      let child: ReturnType<typeof spawn> | undefined;
+      let judged = 0;
+      const isCheck = (m: string) => m.startsWith('Reply with the single word');
+      srv = await startFakeLlm({
+        latencyMs: 20,
+        respond: (q) => {
+          const m = q.body.messages.map((x) => x.content).join('\n');
+          if (isCheck(q.body.messages[0]!.content)) return 'Yes';
+          judged++;
+          if (judged === 2 && child) child.kill('SIGKILL'); // dies with this 2nd question unanswered
+          const count = Number(/exactly (\d+) lines/.exec(m)?.[1] ?? 0);
+          return count ? Array.from({ length: count }, (_, k) => `${k + 1}. completely`).join('\n') : 'Yes';
+        },
+      });
+      const out = join(tmp, `rt-${format}-rows.jsonl`);
+      const args = ['eval', '--model', dir, '--data', items, ...judgeArgs(), ...extra, '--judge-concurrency', '1', '--out', out];
+      const code = await new Promise<number | null>((res) => {
+        child = spawn(process.execPath, [CLI, ...args], { cwd: packageRoot, env: { ...process.env, CI: 'true' } });
+        child.on('close', (c, sig) => res(sig === 'SIGKILL' ? -9 : c));
+      });
+      const asked = srv.log.filter((e) => !isCheck(e.body.messages[0]!.content)).map((e) => e.key);
+      const before = srv.log.length;
+      const r = await cli([...args, '--report', join(tmp, `rt-${format}.json`)]);
+      expect(r.code, r.err).to.equal(0);
+      const rep = JSON.parse(readFileSync(join(tmp, `rt-${format}.json`), 'utf8'));
+      expect(rep.protocol).to.equal(format);
+      expect(rep.score.score).to.be.a('number');
+      expect(existsSync(`${out}.judge-cache.sqlite`)).to.equal(true);
+      expect(existsSync(`${items}.judge-cache.sqlite`)).to.equal(false);
+      expect(code, `${format}: killed at its 2nd judge question`).to.equal(-9);
+      // the question answered before the kill is read from the cache, never asked again
+      const again = srv.log.slice(before).map((e) => e.key);
+      expect(asked.length).to.be.at.least(2);
+      expect(again).to.not.include(asked[0]);
+    });
 
   it('killed with SIGKILL mid-judging, the rerun asks no answered judge question again (SQLite cache, seeded plans)', async () => {
     const items = join(tmp, 'kill-hb.jsonl');

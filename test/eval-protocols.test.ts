@@ -5,8 +5,9 @@
  * training reward function; null verdicts left out, never 0.
  */
 import { expect } from 'chai';
-import { getProtocol, parseLevels, PROTOCOLS, scoreRows, type ProtocolRow } from '../lib/eval/protocols/index.js';
+import { formatProtocolScore, getProtocol, parseLevels, PROTOCOLS, scoreRows, type ProtocolRow } from '../lib/eval/protocols/index.js';
 import { computeReward } from '../lib/judge/rewards.js';
+import { parsePreference } from '../lib/eval/compare.js';
 import { runBenchmark } from '../lib/eval/protocols/run.js';
 import { emptyStats, type Judge } from '../lib/judge/types.js';
 import type { BenchmarkItem } from '../lib/task/types.js';
@@ -205,5 +206,114 @@ describe('benchmark scoring protocols', () => {
       },
     ]);
     near(scoreRows(getProtocol('healthbench'), rows, { resamples: 0 }).score!.score, 1);
+  });
+});
+
+describe('null verdicts, all-null plans and negative weights per protocol (issue 48; expected values by hand)', () => {
+  it('papergym: a null item leaves its set, a set with none readable leaves the α mix, an all-null plan is skipped and counted', () => {
+    const g = (q: string, id: string, met: boolean | null): ProtocolRow => ({ questionId: q, sample: 0, itemId: id, kind: 'general', met });
+    const rows: ProtocolRow[] = [
+      // A: spec 2 met + 2 null → r_spec = 2/2; general all null → left out, r = r_spec = 1 (not 0.7·1, not 0.65)
+      row('A', 's1', true, { dimension: 'method_innovation' }),
+      row('A', 's2', null, { dimension: 'method_innovation' }),
+      row('A', 's3', true, { dimension: 'experimental_design' }),
+      row('A', 's4', null, { dimension: 'experimental_design' }),
+      g('A', 'g1', null),
+      // B: nothing readable → skipped (never 0)
+      row('B', 's1', null, { dimension: 'method_innovation' }),
+      g('B', 'g1', null),
+      // C: spec 1/2, general 1/1 → 0.7·0.5 + 0.3·1 = 0.65; no design item readable → C leaves that group
+      row('C', 's1', false, { dimension: 'method_innovation' }),
+      row('C', 's2', true, { dimension: 'method_innovation' }),
+      row('C', 's3', null, { dimension: 'experimental_design' }),
+      g('C', 'g1', true),
+    ];
+    const s = scoreRows(getProtocol('papergym'), rows, { resamples: 0, alpha: 0.7 });
+    near(s.score!.score, (1 + 0.65) / 2);
+    expect(s.score).to.include({ n: 2, skipped: 1, nulls: 6 }); // A 3 + B 2 + C 1 nulls
+    expect(s).to.include({ plans: 3, skipped: 1, nulls: 6, verdicts: 11 });
+    // innovation: A 1/1, C 1/2 (B skipped) → 0.75; design: A 1/1 only (C's all null) → 1; general: C only → 1
+    near(s.groups['dimension:method_innovation']!.score, 0.75);
+    expect(s.groups['dimension:method_innovation']).to.include({ n: 2, nulls: 2, skipped: 1 });
+    near(s.groups['dimension:experimental_design']!.score, 1);
+    expect(s.groups['dimension:experimental_design']).to.include({ n: 1, nulls: 2, skipped: 1 });
+    near(s.groups.general!.score, 1);
+    expect(s.groups.general).to.include({ n: 1, nulls: 2, skipped: 2 });
+    // every plan's groups all null → the group is listed apart, never 0
+    const none = scoreRows(
+      getProtocol('papergym'),
+      rows.filter((r) => r.questionId === 'A'),
+      { resamples: 0 },
+    );
+    expect(none.groups).to.not.have.property('general');
+    expect(none.unscoredGroups).to.deep.equal({ general: { nulls: 1, skipped: 1 } });
+    const text = formatProtocolScore(s);
+    expect(text).to.contain('papergym: 0.825').and.contain('6 null, 1 skipped').and.contain('general: 1.000 [1.000, 1.000] (n=1; 2 null, 2 skipped)');
+  });
+  it('training masks the same plans: computeReward of plan A is 1, of plan B masked', () => {
+    const v = (met: boolean | null) => ({ itemId: 'x', met });
+    expect(computeReward([v(true), v(null), v(true), v(null)], [v(null)], { alpha: 0.7 }).r).to.equal(1);
+    expect(computeReward([v(null)], [v(null)], { alpha: 0.7 }).masked).to.equal(true);
+  });
+  it('healthbench / rar / rubrichub: nulls leave both sums, a negative item met subtracts, all-null skipped', () => {
+    for (const name of ['healthbench', 'rar', 'rubrichub']) {
+      const rows = [
+        // a: +5 met, −3 null, +2 not met → 5 / 7 (the null pitfall's weight is in neither sum)
+        row('a', 'r1', true, { weight: 5 }),
+        row('a', 'r2', null, { weight: -3 }),
+        row('a', 'r3', false, { weight: 2 }),
+        // b: +4 met, −3 met (the mistake is there) → (4 − 3) / 4
+        row('b', 'r1', true, { weight: 4 }),
+        row('b', 'r2', true, { weight: -3 }),
+        // c: all null → skipped
+        row('c', 'r1', null, { weight: 4 }),
+      ];
+      const s = scoreRows(getProtocol(name), rows, { resamples: 0 });
+      near(s.score!.score, (5 / 7 + 1 / 4) / 2);
+      expect(s, name).to.include({ skipped: 1, nulls: 2 });
+    }
+  });
+  it('research-plan-gen and researchqa: null left out / query skipped, all-null skipped; negative weights do not apply', () => {
+    const rpg = scoreRows(getProtocol('research-plan-gen'), [row('a', 'r1', true), row('a', 'r2', null), row('a', 'r3', false), row('b', 'r1', null)], {
+      resamples: 0,
+    });
+    near(rpg.score!.score, 1 / 2);
+    expect(rpg).to.include({ skipped: 1, nulls: 2 });
+    const rqa = scoreRows(
+      getProtocol('researchqa'),
+      [
+        row('a', 'r1', null, { level: 5 }),
+        row('a', 'r2', null, { level: 2 }),
+        row('b', 'r1', null, { level: null, skipped: true }),
+        row('b', 'r2', null, { level: 4, skipped: true }),
+      ],
+      { resamples: 0 },
+    );
+    near(rqa.score!.score, (1 + 1 / 4) / 2);
+    expect(rqa).to.include({ skipped: 1, nulls: 1 });
+    const item = (format: BenchmarkItem['format'], weight: number): BenchmarkItem => ({
+      id: 'x',
+      format,
+      question: 'q',
+      rubric: [{ id: 'r', text: 't', weight }],
+      source: { dataset: format, file: 'f', row: 1 },
+    });
+    expect(getProtocol('researchqa').inapplicable!(item('rar', -1))).to.match(/negative-weight rubric item \(r, weight -1\)/);
+    expect(getProtocol('research-plan-gen').inapplicable!(item('rar', -1))).to.match(/negative-weight/);
+    expect(getProtocol('research-plan-gen').inapplicable!(item('rar', 2))).to.equal(null);
+    expect(getProtocol('papergym').inapplicable!(item('healthbench', 1))).to.match(/not PaperGym/);
+    expect(getProtocol('papergym').inapplicable!(item('papergym', 1))).to.equal(null);
+  });
+});
+
+describe('model output read through the one <think> handler (lib/llm/think.ts)', () => {
+  it('ResearchQA labels and win verdicts: a reply holding only </think>, and a reply cut inside thinking', () => {
+    // Qwen3 template opened <think> in the prompt: the reasoning before </think> is not read.
+    expect(parseLevels('1. completely\n2. completely\n</think>\n1. barely\n2. mostly', 2)).to.deep.equal([2, 4]);
+    expect(parsePreference('Best: 1 looks right\n</think>\nBest: 2', 2)).to.equal(2);
+    // Cut at max_tokens while thinking: no answer, never the reasoning's guess.
+    expect(parseLevels('<think>1. completely\n2. completely', 2)).to.equal(null);
+    expect(parsePreference('<think>Best: 1', 2)).to.equal(null);
+    expect(parsePreference('<think>Best: 1</think>Best: 2', 2)).to.equal(2);
   });
 });

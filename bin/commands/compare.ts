@@ -4,7 +4,7 @@
  * the best plan under every candidate order (all permutations up to 4 systems, else a Latin
  * square), so position bias cancels; ties and unreadable replies are counted; win rate per system
  * with a question-bootstrap CI; the position-bias figure is printed. Answers are cached in SQLite
- * (`--judge-cache`, default `<data>.compare-cache.sqlite`): a killed run asks nothing twice when rerun.
+ * (`--judge-cache`, default `<out>.compare-cache.sqlite`, else under the per-user cache dir; lib/eval/run.ts evalJudgeCachePath): a killed run asks nothing twice when rerun.
  * Exit 1 when the judge mostly fails (no win rate written). `--judge jury --judges FILE`: a jury of
  * free-form judges (see compareWithJury below). The paired bootstrap of two eval row files stays in
  * `report --eval a.jsonl --eval b.jsonl`.
@@ -17,6 +17,7 @@ import { addSettings, parseList } from '../../lib/config/schema.js';
 import { readEvalItems } from '../../lib/data/schema.js';
 import { Progress } from '../../lib/data/progress.js';
 import { ChatJudge } from '../../lib/eval/chat-judge.js';
+import { evalJudgeCachePath } from '../../lib/eval/run.js';
 import {
   candidateOrders,
   compareSystems,
@@ -88,7 +89,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     const left = items.length - questions.length;
     if (!questions.length) throw new Error(`${argv.data}: no question has a plan in every --plans file`);
     const jc = judgeConfigFromArgs(argv);
-    if (!jc.cache) jc.cache = `${argv.data}.compare-cache.sqlite`;
+    if (!jc.cache) jc.cache = evalJudgeCachePath(argv.out, argv.data, 'compare');
     if (jc.kind === 'jury') return compareWithJury(argv, jc, systems, questions, left);
     const juryFlags = juryFlagsGiven(argv as unknown as Record<string, unknown>);
     if (juryFlags.length) throw juryFlagsError('compare', juryFlags, `got --judge ${jc.kind}`);

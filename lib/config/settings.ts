@@ -1007,6 +1007,16 @@ export const GENERATE_OPTIONS: readonly Setting[] = [
   },
 ];
 
+/** The eval paths' judge cache (lib/eval/run.ts evalJudgeCachePath): on by default, beside --out, never beside --data. */
+const EVAL_CACHE_MEANING = (kind: string) =>
+  `SQLite file caching judge answers by request hash (a killed run asks nothing twice); unset = <--out>.${kind}-cache.sqlite, without --out <per-user cache dir>/eval/<hash of the --data path>.${kind}-cache.sqlite (--suite: <--out>/judge-cache.sqlite); the local judge keeps no cache`;
+
+/** The judge settings of `eval`: judgeOptions() with the eval paths' default cache. */
+export const evalJudgeOptions: () => readonly Setting[] = memoOn(
+  () => [judgeOptions()],
+  () => judgeOptions().map((o): Setting => (o.key === 'judgeCache' ? { ...o, meaning: EVAL_CACHE_MEANING('judge') } : o)),
+);
+
 export const EVAL_OPTIONS: readonly Setting[] = [
   ...MODEL_OPTIONS,
   {
@@ -1117,7 +1127,7 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     type: 'enum',
     choices: ['researchqa', 'research-plan-gen', 'healthbench', 'rubrichub', 'rar', 'papergym'],
     default: null,
-    meaning: "Scoring protocol (docs/eval.md); unset = the items' format's own (a PaperGym file: today's coverage report)",
+    meaning: "Scoring protocol (docs/eval.md); unset = the items' format's own (a PaperGym file: papergym); one that does not apply to the items is an error",
     source: "each benchmark's published scoring (lib/eval/protocols/)",
   },
   {
@@ -1982,7 +1992,7 @@ export const compareOptions: () => readonly Setting[] = memoOn(
             meaning: 'Judge of the N-way choice: an OpenAI-compatible endpoint, or a jury of them (--judges); a local judge gives only yes/no verdicts',
           };
         if (o.key === 'judgeMaxTokens') return { ...o, meaning: 'http: max answer tokens of a choice; unset = 512' };
-        if (o.key === 'judgeCache') return { ...o, meaning: 'SQLite file caching judge answers by request hash; unset = <--data>.compare-cache.sqlite' };
+        if (o.key === 'judgeCache') return { ...o, meaning: EVAL_CACHE_MEANING('compare') };
         if (o.key === 'judgeMaxNullRate')
           return {
             ...o,
@@ -2174,11 +2184,11 @@ export const DOCTOR_OPTIONS: readonly Setting[] = [
 
 /** Every command's settings, for docs/config.md and the completeness test. @throws Error when a registry has not loaded (see {@link trainSettings}). */
 export const commandSettings: () => Record<string, readonly Setting[]> = memoOn(
-  () => [trainSettings(), judgeOptions(), leakageOptions(), compareOptions()],
+  () => [trainSettings(), judgeOptions(), evalJudgeOptions(), leakageOptions(), compareOptions()],
   () => ({
     train: [...TRAIN_COMMAND_OPTIONS, ...trainSettings()],
     generate: GENERATE_OPTIONS,
-    eval: [...EVAL_OPTIONS, ...judgeOptions()],
+    eval: [...EVAL_OPTIONS, ...evalJudgeOptions()],
     serve: SERVE_OPTIONS,
     report: REPORT_OPTIONS,
     'build-data': BUILD_DATA_OPTIONS,

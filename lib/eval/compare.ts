@@ -10,6 +10,7 @@
  * share of resamples where B − A ≤ 0 (one-sided).
  */
 import { readFileSync } from 'node:fs';
+import { stripThink } from '../llm/think.js';
 import type { EvalRow } from './report.js';
 import { mulberry32, quantile } from './report.js';
 
@@ -204,7 +205,8 @@ export function candidateOrders(n: number): number[][] {
  * as null — never a vote for its first number. A reply that is only a number is that number.
  */
 export function parsePreference(reply: string, n: number): number | 'tie' | null {
-  const text = reply.replace(/<think>[\s\S]*?<\/think>/g, '');
+  // Thinking is never read (lib/llm/think.ts): a closed block, a reply holding only `</think>`, a reply cut inside thinking.
+  const text = stripThink(reply);
   const name = '(?:(?:plan|system|candidate)\\s*(?:number\\s*)?#?\\s*)?';
   const all = [...text.matchAll(new RegExp(`best\\s*(?:plan)?\\s*[:=-]?\\s*\\**\\s*${name}(\\d+|tie)\\b((?:(?!best)[^\\n])*)`, 'gi'))];
   const last = all.at(-1);

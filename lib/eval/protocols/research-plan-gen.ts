@@ -7,12 +7,14 @@
  * "passes with no guideline violated". Score = fraction of items passed; null verdicts drop out
  * of the fraction (counted, never a fail or a pass); a plan with no readable verdict is skipped.
  */
+import { unsignedOnly } from './types.js';
 import type { Protocol } from './types.js';
 
 export const researchPlanGenProtocol: Protocol = {
   name: 'research-plan-gen',
   formula: 'fraction of rubric items passed (met with none of the 7 general guidelines violated); null verdicts left out',
   verdict: 'binary',
+  inapplicable: (it) => unsignedOnly(it),
   planScore(rows) {
     const read = rows.filter((r) => r.met !== null);
     return read.length ? read.filter((r) => r.met === true).length / read.length : null;

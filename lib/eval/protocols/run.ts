@@ -17,6 +17,7 @@ import type { ChatJudge } from '../chat-judge.js';
 import { getFormat } from '../formats/index.js';
 import type { EvalPlan, PlanGenerator } from '../run.js';
 import { parseLevels, RESEARCHQA_BATCH, RESEARCHQA_LEVELS, RESEARCHQA_RETRIES } from './researchqa.js';
+import { isNull } from './score.js';
 import type { Protocol, ProtocolRow } from './types.js';
 
 /** The ResearchQA coverage prompt (prompts/). */
@@ -61,6 +62,7 @@ function rowsOfItem(item: BenchmarkItem, sample: number, p: Protocol): ProtocolR
     met: null,
     weight: r.weight,
     ...(r.dimension && { dimension: r.dimension }),
+    ...(r.origin && { origin: r.origin }),
     ...(r.axis && { axis: r.axis }),
     ...(r.type && { type: r.type }),
     ...((r.tags?.length || item.tags?.length) && { tags: [...(r.tags ?? []), ...(item.tags ?? [])] }),
@@ -186,5 +188,5 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
 
 /** Null verdicts of rows (levels: unreadable labels), for the failure rate. */
 export function nullCount(p: Protocol, rows: ProtocolRow[]): number {
-  return rows.filter((r) => (p.verdict === 'levels' ? r.level === null || r.level === undefined : r.met === null)).length;
+  return rows.filter((r) => isNull(p, r)).length;
 }

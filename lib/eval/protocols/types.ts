@@ -3,6 +3,7 @@
  * every verdict, and the score computed from them alone, so `eval --rescore rows.jsonl` recomputes
  * it without asking a judge again.
  */
+import type { BenchmarkItem } from '../../task/types.js';
 import type { EvalRow } from '../report.js';
 
 /**
@@ -32,6 +33,10 @@ export interface ProtocolStat {
   hi: number;
   /** Plans scored. */
   n: number;
+  /** Null verdicts among the rows it covers (left out, never 0). */
+  nulls?: number;
+  /** Plans left out of it: no readable verdict in its rows (or, for the benchmark, the plan skipped). */
+  skipped?: number;
 }
 
 /** A protocol's result over a set of rows. */
@@ -41,6 +46,10 @@ export interface ProtocolScore {
   score: ProtocolStat | null;
   /** The same formula per group (dimension, axis / tag, item type); groups with no scorable plan are left out. */
   groups: Record<string, ProtocolStat>;
+  /** Groups in which no plan could be scored (every verdict of the group null): their counts, never a 0. */
+  unscoredGroups?: Record<string, { nulls: number; skipped: number }>;
+  /** The judge prompt the verdicts came from: its name and the SHA-256 of its text (lib/eval/prompt-id.ts). */
+  prompt?: { name: string; sha256: string };
   questions: number;
   plans: number;
   /** Plans left out: every verdict null, or (ResearchQA) the reply unreadable after retries. */
@@ -57,6 +66,12 @@ export interface Protocol {
   name: string;
   /** The formula in words, as printed with the score. */
   formula: string;
+  /**
+   * Why the protocol does not apply to `item` (e.g. PaperGym's on items without dimensions, an
+   * unweighted fraction on items with negative weights), or null when it applies. `eval
+   * --protocol` on items it does not apply to is an error, never ignored.
+   */
+  inapplicable?(item: BenchmarkItem): string | null;
   /** What is asked of the judge: a binary verdict per item, or ResearchQA's five levels per item. */
   verdict: 'binary' | 'levels';
   /** Per-item prompt (prompts/NAME.md) for an HTTP judge; unset = the judge's own (prompts/judge-per-item.v1.md). */
@@ -70,4 +85,14 @@ export interface Protocol {
   groupsOf(row: ProtocolRow): string[];
   /** The benchmark score from the plan scores' mean (identity, or HealthBench's clip to [0, 1]). */
   finish(mean: number): number;
+}
+
+/**
+ * Why an unweighted protocol (a fraction or mean over items) does not apply to `item`: a
+ * negative-weight item (a pitfall to avoid) would count as a criterion to meet. Null when every
+ * weight is positive.
+ */
+export function unsignedOnly(item: BenchmarkItem): string | null {
+  const neg = item.rubric.find((r) => r.weight < 0);
+  return neg ? `item ${item.id} has a negative-weight rubric item (${neg.id}, weight ${neg.weight}); score it with a protocol that weighs items` : null;
 }
