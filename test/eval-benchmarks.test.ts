@@ -63,15 +63,42 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect(rep.protocol).to.equal('healthbench');
     expect(rep.score.score).to.be.closeTo(0.5, 1e-12);
     expect(rep.groups['axis:accuracy'].score).to.be.closeTo(1 / 7, 1e-12);
-    const judged = srv.log.filter((e) => e.body.messages[0]!.content.includes('single criterion'));
+    // The authors' grader (simple-evals GRADER_TEMPLATE): the conversation with the completion as its last
+    // turn, the item as str(RubricItem) = "[points] criterion", a JSON reply.
+    const judged = srv.log.filter((e) => e.body.messages.at(-1)!.content.includes('# Rubric item'));
     expect(judged).to.have.length(5);
-    expect(judged[0]!.body.messages[0]!.content).to.include('I have had a mild headache');
+    const first = judged.map((e) => e.body.messages.at(-1)!.content).find((m) => m.includes('[5] Suggests rest and fluids'))!;
+    expect(first).to.include('# Conversation\nuser: I have had a mild headache for two days. What can I do at home?\n\nassistant: ');
+    expect(first).to.include('"explanation" and "criteria_met"');
+    const multi = judged.map((e) => e.body.messages.at(-1)!.content).find((m) => m.includes('[-2] Uses jargon without explaining it'))!;
+    expect(multi).to.include(
+      'user: Can I take ibuprofen?\n\nassistant: It depends on your health. Do you have kidney problems or stomach ulcers?\n\nuser: No, neither.\n\nassistant: ',
+    );
+    expect(judged[0]!.body.max_tokens).to.equal(1024);
+    expect(rep.prompt.name).to.equal('eval-healthbench-grader.v1');
+    expect(rep.prompt.sha256).to.match(/^[0-9a-f]{16}$/);
+    expect(r.out).to.contain(`judge prompt: eval-healthbench-grader.v1 (sha256 ${rep.prompt.sha256})`);
+    const rowPrompts = readFileSync(rows, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => `${JSON.parse(l).prompt}@${JSON.parse(l).promptHash}`);
+    expect(new Set(rowPrompts)).to.deep.equal(new Set([`eval-healthbench-grader.v1@${rep.prompt.sha256}`]));
     expect(r.out).to.match(/healthbench: 0\.500/);
     const n = srv.log.length;
     const re = await cli(['eval', '--rescore', rows, '--protocol', 'rar', '--resamples', '0']);
     expect(re.code, re.err).to.equal(0);
     expect(re.out).to.match(/^rar: 0\.500 \[0\.500, 0\.500\] \(n=2; 0 null, 0 skipped\)/);
     expect(srv.log.length).to.equal(n);
+    // Rows judged with another prompt (ours, a named option) are never averaged with these.
+    const ours = join(tmp, 'hb-rows-ours.jsonl');
+    const o = await cli(['eval', '--model', dir, '--data', items, ...judgeArgs(), '--protocol-prompt', 'eval-criterion.v1', '--out', ours]);
+    expect(o.code, o.err).to.equal(0);
+    expect(o.out).to.match(/judge prompt: eval-criterion\.v1/);
+    const mixed = join(tmp, 'hb-rows-mixed.jsonl');
+    writeFileSync(mixed, readFileSync(rows, 'utf8') + readFileSync(ours, 'utf8'));
+    const mix = await cli(['eval', '--rescore', mixed, '--resamples', '0']);
+    expect(mix.code).to.equal(1);
+    expect(mix.err).to.match(/rows mix judge prompts \(eval-healthbench-grader\.v1 sha256 [0-9a-f]{16}, eval-criterion\.v1 sha256 [0-9a-f]{16}\)/);
   });
 
   it('ResearchQA: five levels 8 per call through the chat judge; an unreadable query is skipped and counted, not 0', async () => {
@@ -254,11 +281,11 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect((await cli(['import', '--format', 'healthbench', '--input', join(FX, 'healthbench'), '--out', items])).code).to.equal(0);
     let child: ReturnType<typeof spawn> | undefined;
     let judged = 0;
-    const isItem = (m: string) => m.includes('single criterion');
+    const isItem = (m: string) => m.includes('# Rubric item');
     srv = await startFakeLlm({
       latencyMs: 20,
       respond: (q) => {
-        if (!isItem(q.body.messages[0]!.content)) return 'Yes';
+        if (!isItem(q.body.messages.at(-1)!.content)) return 'Yes';
         judged++;
         if (judged === 4 && child) child.kill('SIGKILL'); // dies with this 4th question unanswered
         return 'Yes';
@@ -271,7 +298,7 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     });
     expect(code).to.equal(-9);
     const first = srv.log
-      .filter((e) => isItem(e.body.messages[0]!.content))
+      .filter((e) => isItem(e.body.messages.at(-1)!.content))
       .slice(0, 3)
       .map((e) => e.key);
     const before = srv.log.length;
@@ -280,7 +307,7 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect(r.code, r.err).to.equal(0);
     const again = srv.log
       .slice(before)
-      .filter((e) => isItem(e.body.messages[0]!.content))
+      .filter((e) => isItem(e.body.messages.at(-1)!.content))
       .map((e) => e.key);
     expect(again.filter((k) => first.includes(k))).to.deep.equal([]);
     expect(again).to.have.length(5 - 3);
@@ -303,10 +330,12 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     const r = await cli(['eval', '--suite', suite, '--out', out, ...judgeArgs()]);
     expect(r.code, r.err).to.equal(0);
     const t = JSON.parse(readFileSync(join(out, 'suite.json'), 'utf8'));
-    expect(t.benchmarks).to.deep.equal([
-      { name: 'HealthBench', protocol: 'healthbench' },
-      { name: 'RaR', protocol: 'rar' },
+    // Each column names its judge prompt (the authors' HealthBench grader; RaR's, not public, ours).
+    expect(t.benchmarks.map((b: { name: string; protocol: string; prompt: { name: string } }) => [b.name, b.protocol, b.prompt.name])).to.deep.equal([
+      ['HealthBench', 'healthbench', 'eval-healthbench-grader.v1'],
+      ['RaR', 'rar', 'eval-weighted-criterion.v1'],
     ]);
+    expect(r.out).to.match(/judge prompts: HealthBench = eval-healthbench-grader\.v1 \(sha256 [0-9a-f]{16}\), RaR = eval-weighted-criterion\.v1/);
     expect(t.models.map((m: { name: string }) => m.name)).to.deep.equal(['base', 'again']);
     // HealthBench: hb-1 (5 + 7) / 12 = 1, hb-2 4 / 4 = 1; RaR: (5 + 3 + 1) / 9 = 1 and 5 / 5 = 1
     for (const row of t.cells) expect(row.map((c: { score: number }) => c.score)).to.deep.equal([1, 1]);

@@ -7,7 +7,10 @@
 import { expect } from 'chai';
 import { formatProtocolScore, getProtocol, parseLevels, PROTOCOLS, scoreRows, type ProtocolRow } from '../lib/eval/protocols/index.js';
 import { computeReward } from '../lib/judge/rewards.js';
-import { parsePreference } from '../lib/eval/compare.js';
+import { pairedBootstrap, parsePreference } from '../lib/eval/compare.js';
+import { suiteTable } from '../lib/eval/suite.js';
+import type { EvalRow } from '../lib/eval/report.js';
+import { loadPrompt, parseBinaryVerdict, perItemMessage } from '../lib/judge/verdict.js';
 import { runBenchmark } from '../lib/eval/protocols/run.js';
 import { emptyStats, type Judge } from '../lib/judge/types.js';
 import type { BenchmarkItem } from '../lib/task/types.js';
@@ -315,5 +318,129 @@ describe('model output read through the one <think> handler (lib/llm/think.ts)',
     expect(parseLevels('<think>1. completely\n2. completely', 2)).to.equal(null);
     expect(parsePreference('<think>Best: 1', 2)).to.equal(null);
     expect(parsePreference('<think>Best: 1</think>Best: 2', 2)).to.equal(2);
+  });
+});
+
+describe("HealthBench's grader reply (simple-evals GRADER_TEMPLATE)", () => {
+  it('reads criteria_met from the JSON reply, fenced or bare, whatever the explanation says', () => {
+    const fenced = '```json\n{\n  "explanation": "The response says the criteria was met elsewhere, but here it is not.",\n  "criteria_met": false\n}\n```';
+    expect(parseBinaryVerdict(fenced).met).to.equal(false);
+    expect(parseBinaryVerdict('{"explanation": "Not verbose.", "criteria_met": true}').met).to.equal(true);
+    // A reply cut inside its JSON (max tokens) has no verdict: null, never a pass.
+    expect(parseBinaryVerdict('{"explanation": "The assistant did').met).to.equal(null);
+  });
+  it("renders the authors' prompt: the conversation, the completion as the last turn, [points] criterion", () => {
+    const p = getProtocol('healthbench');
+    const item: BenchmarkItem = {
+      id: 'hb',
+      format: 'healthbench',
+      question: 'ignored',
+      messages: [
+        { role: 'user', content: 'Can I take ibuprofen?' },
+        { role: 'assistant', content: 'Any kidney problems?' },
+        { role: 'user', content: 'No.' },
+      ],
+      rubric: [{ id: 'r', text: 'Uses jargon', weight: -2 }],
+      source: { dataset: 'healthbench', file: 'f', row: 1 },
+    };
+    const msg = perItemMessage(p.judgeQuestion!(item), 'Yes, 200 mg.', { id: 'r', text: p.itemText!(item.rubric[0]!, 0) }, loadPrompt(p.itemPrompt!));
+    expect(msg).to.include(
+      '# Conversation\nuser: Can I take ibuprofen?\n\nassistant: Any kidney problems?\n\nuser: No.\n\nassistant: Yes, 200 mg.\n\n# Rubric item\n[-2] Uses jargon\n\n# Instructions',
+    );
+    expect(msg.startsWith('Your job is to look at a conversation and a rubric item')).to.equal(true);
+    expect(msg.trimEnd().endsWith('Return just the json object in markdown format. Do not include any other text in the response.')).to.equal(true);
+  });
+});
+
+describe('numbers from different judge prompts are never put side by side', () => {
+  const stamped = (prompt: string, met: boolean): ProtocolRow =>
+    row('q', 'r1', met, { weight: 1, prompt, promptHash: prompt === 'a' ? '1111111111111111' : '2222222222222222' });
+  it('scoreRows, the suite table and the paired comparison refuse mixed prompts', () => {
+    expect(scoreRows(getProtocol('rar'), [stamped('a', true)], { resamples: 0 }).prompt).to.deep.equal({ name: 'a', sha256: '1111111111111111' });
+    expect(() => scoreRows(getProtocol('rar'), [stamped('a', true), { ...stamped('b', true), questionId: 'q2' }], { resamples: 0 })).to.throw(
+      /rows mix judge prompts \(a sha256 1111111111111111, b sha256 2222222222222222\)/,
+    );
+    const suite = {
+      benchmarks: [{ name: 'B', protocol: 'rar' }],
+      models: [
+        { name: 'm1', model: 'x' },
+        { name: 'm2', model: 'y' },
+      ],
+    };
+    expect(() => suiteTable(suite, [[[stamped('a', true)]], [[stamped('b', true)]]], { resamples: 0 })).to.throw(
+      /benchmark B: the models were judged with different prompts/,
+    );
+    expect(suiteTable(suite, [[[stamped('a', true)]], [[stamped('a', false)]]], { resamples: 0 }).benchmarks[0]!.prompt).to.deep.equal({
+      name: 'a',
+      sha256: '1111111111111111',
+    });
+    expect(() => pairedBootstrap([stamped('a', true)] as EvalRow[], [stamped('b', true)] as EvalRow[], { resamples: 0 })).to.throw(
+      /judged with different prompts \(a sha256 1111111111111111 vs b/,
+    );
+  });
+});
+
+describe("ResearchPlanGen's grader (the paper's structure)", () => {
+  it('sees the goal, the numbered rubric, the reference solution as one possible approach, the item and the seven guidelines', () => {
+    const p = getProtocol('research-plan-gen');
+    const item: BenchmarkItem = {
+      id: 'g',
+      format: 'research-plan-gen',
+      question: 'Reduce label noise.',
+      reference_answer: 'Use co-teaching.',
+      rubric: [
+        { id: 'r1', text: 'Names a noise model', weight: 1 },
+        { id: 'r2', text: 'Has an ablation', weight: 1 },
+      ],
+      source: { dataset: 'research-plan-gen', file: 'f', row: 1 },
+    };
+    const msg = perItemMessage(p.judgeQuestion!(item), 'My plan.', { id: 'r2', text: p.itemText!(item.rubric[1]!, 1) }, loadPrompt(p.itemPrompt!));
+    expect(msg).to.include('Research goal:\n<goal>\nReduce label noise.\n</goal>');
+    expect(msg).to.include('<rubric>\n1. Names a noise model\n2. Has an ablation\n</rubric>');
+    expect(msg).to.include('Reference solution (one possible approach, not the only acceptable one):\n<reference>\nUse co-teaching.\n</reference>');
+    expect(msg).to.include('<item>\n2. Has an ablation\n</item>');
+    expect(msg.match(/^[1-7]\. /gm)!.length).to.equal(2 + 1 + 7); // the numbered rubric, the item, the seven guidelines
+    expect(parseBinaryVerdict('{"violated_guidelines": [2, 4], "met": false}').met).to.equal(false);
+    expect(parseBinaryVerdict('{"violated_guidelines": [], "met": true}').met).to.equal(true);
+  });
+});
+
+describe('RaR / RubricHub pitfalls: the judge is asked whether the response makes the mistake', () => {
+  it('a pitfall worded as the avoidance ("Does not claim …") costs a correct answer nothing', async () => {
+    const item: BenchmarkItem = {
+      id: 'x',
+      format: 'rar',
+      question: 'Do vaccines cause autism?',
+      rubric: [
+        { id: 'c', text: 'States that large studies found no link', weight: 2 },
+        { id: 'p1', text: 'Does not claim that vaccines cause autism', weight: -3 },
+        { id: 'p2', text: 'Claims that vaccines cause autism', weight: -3 },
+      ],
+      source: { dataset: 'rar', file: 'f', row: 1 },
+    };
+    const asked: string[] = [];
+    // A deterministic judge that follows the prompt's rule: a pitfall is "Yes" only when the plan makes the mistake.
+    const judge: Judge = {
+      name: 'rule',
+      stats: emptyStats,
+      async judge(reqs) {
+        return reqs.map((r) =>
+          r.items.map((it) => {
+            asked.push(perItemMessage(r.question, r.plan, it, loadPrompt('eval-weighted-criterion.v1')));
+            const mistake = r.plan.includes('cause autism');
+            return { itemId: it.id, met: it.text.startsWith('Pitfall') ? mistake : r.plan.includes('no link') };
+          }),
+        );
+      },
+    };
+    const generator = { generate: async (qs: unknown[]) => qs.map(() => [{ text: 'Large studies found no link.' }]) };
+    for (const name of ['rar', 'rubrichub']) {
+      const { rows } = await runBenchmark({ items: [item], protocol: getProtocol(name), judge, generator });
+      // criterion met (+2), neither pitfall's mistake made → 2 / 2 = 1 (asking "is 'Does not claim…' met?" would give (2 − 3) / 2)
+      near(scoreRows(getProtocol(name), rows, { resamples: 0 }).score!.score, 1);
+    }
+    expect(asked[1]).to.include('<item>\nPitfall, a mistake to avoid (weight -3): Does not claim that vaccines cause autism\n</item>');
+    expect(asked[1]).to.include('Answer Yes only when the response makes that mistake');
+    expect(asked[0]).to.include('<item>\nCriterion (weight 2): States that large studies found no link\n</item>');
   });
 });

@@ -4,13 +4,13 @@ import type { CommandModule } from 'yargs';
 import { readDataset, readEvalItems, loadGeneralRubric } from '../../lib/data/schema.js';
 import { checkJudge, judgeAnswersFreeForm, judgeWithAnswerCache, openJudge } from '../../lib/judge/backends/index.js';
 import { formatHealth, judgeHealth, JudgeHealthError, type Judge, type Verdict } from '../../lib/judge/types.js';
-import { loadPrompt } from '../../lib/judge/verdict.js';
+import { loadPrompt, PER_ITEM_PROMPT, PER_PLAN_PROMPT } from '../../lib/judge/verdict.js';
 import type { JudgeConfig } from '../../lib/config/judge.js';
 import { readEvalRows } from '../../lib/eval/compare.js';
 import { ChatJudge } from '../../lib/eval/chat-judge.js';
 import { getFormat } from '../../lib/eval/formats/index.js';
 import { formatProtocolScore, getProtocol, scoreRows, type Protocol, type ProtocolRow, type ProtocolScore } from '../../lib/eval/protocols/index.js';
-import { nullCount, runBenchmark } from '../../lib/eval/protocols/run.js';
+import { nullCount, RESEARCHQA_PROMPT, runBenchmark } from '../../lib/eval/protocols/run.js';
 import { isNull } from '../../lib/eval/protocols/score.js';
 import { Progress } from '../../lib/data/progress.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
@@ -56,6 +56,7 @@ interface EvalArgs extends JudgeArgs {
   allowNonFiniteWeights?: boolean;
   keepRaw: boolean;
   protocol?: string;
+  protocolPrompt?: string;
   rescore?: string;
   suite?: string;
   progress: 'auto' | 'plain' | 'none';
@@ -91,8 +92,31 @@ function rescore(argv: EvalArgs): ProtocolScore {
   return s;
 }
 
+/**
+ * The judge prompt of a protocol's items: `--protocol-prompt`, else the protocol's (the authors'
+ * where public); a judge that answers only yes / no gets the protocol's yes/no prompt instead of one
+ * that asks for JSON; ResearchQA's levels their coverage prompt; else the judge's own per-item or
+ * per-plan prompt. Name and hash go on every row and the summary.
+ */
+export function protocolPromptOf(p: Protocol, jc: JudgeConfig, override?: string): { name: string; hash: string; own: boolean } {
+  const freeForm = judgeAnswersFreeForm(jc);
+  let name: string;
+  if (override) name = override;
+  else if (p.verdict === 'levels' && freeForm) name = RESEARCHQA_PROMPT;
+  else if (p.itemPrompt && (freeForm || !p.yesNoPrompt)) name = p.itemPrompt;
+  else if (p.yesNoPrompt) name = p.yesNoPrompt;
+  else name = jc.mode === 'per-plan' ? PER_PLAN_PROMPT : PER_ITEM_PROMPT;
+  const own = !override && !p.itemPrompt && !(p.verdict === 'levels' && freeForm);
+  return { name, hash: loadPrompt(name).hash, own };
+}
+
 /** The judges a protocol asks: the five levels from a chat judge (http), the rest through the Judge contract. */
-async function openProtocolJudges(p: Protocol, jc: JudgeConfig, policy: Policy): Promise<{ judge?: Judge; chatJudge?: ChatJudge; name: string }> {
+async function openProtocolJudges(
+  p: Protocol,
+  jc: JudgeConfig,
+  policy: Policy,
+  prompt: { name: string; own: boolean },
+): Promise<{ judge?: Judge; chatJudge?: ChatJudge; name: string }> {
   if (p.verdict === 'levels' && judgeAnswersFreeForm(jc)) {
     const chatJudge = new ChatJudge(jc, jc.cache ?? undefined);
     return { chatJudge, name: chatJudge.name };
@@ -101,7 +125,11 @@ async function openProtocolJudges(p: Protocol, jc: JudgeConfig, policy: Policy):
     process.stderr.write(
       `eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need a judge that answers free-form (--judge http), so met reads as completely and not met as not at all\n`,
     );
-  const judge = await openJudge(jc, { policy, ...(p.itemPrompt ? { perItemPrompt: loadPrompt(p.itemPrompt) } : {}) });
+  if (p.itemPrompt && prompt.name !== p.itemPrompt && !judgeAnswersFreeForm(jc))
+    process.stderr.write(`eval: note: judge ${jc.kind} answers yes / no only; items asked with ${prompt.name}, not the authors' ${p.itemPrompt}\n`);
+  // A prompt that asks for JSON with an explanation needs room to answer (unless --judge-max-tokens says otherwise).
+  const c = p.judgeMaxTokens && jc.maxTokens === null && prompt.name === p.itemPrompt ? { ...jc, maxTokens: p.judgeMaxTokens } : jc;
+  const judge = await openJudge(c, { policy, ...(prompt.own ? {} : { perItemPrompt: loadPrompt(prompt.name) }) });
   return { judge, name: judge.name };
 }
 
@@ -239,7 +267,8 @@ async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem
     load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 },
   });
   try {
-    judges = await openProtocolJudges(p, jc, policy);
+    const prompt = protocolPromptOf(p, jc, argv.protocolPrompt);
+    judges = await openProtocolJudges(p, jc, policy, prompt);
     if (judges.chatJudge) judges.chatJudge.observer = progress;
     const res = await handleInterrupt(
       'eval',
@@ -261,6 +290,7 @@ async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem
           chunkSize: argv.chunk,
           genSeed: argv.seed,
           keepRaw: argv.keepRaw,
+          prompt,
           signal,
           onPlan: () => progress.tick(),
         }),

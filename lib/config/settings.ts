@@ -1131,6 +1131,16 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     source: "each benchmark's published scoring (lib/eval/protocols/)",
   },
   {
+    key: 'protocolPrompt',
+    flag: 'protocol-prompt',
+    type: 'string',
+    default: null,
+    values: 'a prompt name under prompts/ (e.g. eval-criterion.v1)',
+    meaning:
+      "Judge prompt of the protocol's items; unset = the protocol's default, the authors' where it is public (HealthBench: eval-healthbench-grader.v1, simple-evals' grader); rows and summaries carry its name and hash",
+    source: 'docs/eval.md (prompt sources)',
+  },
+  {
     key: 'suite',
     flag: 'suite',
     type: 'path',

@@ -12,6 +12,8 @@
 import { readFileSync } from 'node:fs';
 import { stripThink } from '../llm/think.js';
 import type { EvalRow } from './report.js';
+import { promptOfRows } from './protocols/score.js';
+import type { ProtocolRow } from './protocols/types.js';
 import { mulberry32, quantile } from './report.js';
 
 /** Statistics compared: overall instance-item coverage, per dimension, general items. */
@@ -30,7 +32,8 @@ function perQuestion(rows: EvalRow[]): Map<string, number[]> {
   for (const r of rows) {
     const c = m.get(r.questionId) ?? new Array<number>(2 * COVERAGE_KEYS.length).fill(0);
     COVERAGE_KEYS.forEach((k, i) => {
-      if (!keyMatches(k, r)) return;
+      // A null verdict is left out of the coverage (the shared rule, lib/judge/rewards.ts).
+      if (!keyMatches(k, r) || r.met === null) return;
       c[2 * i] += r.met === true ? 1 : 0;
       c[2 * i + 1] += 1;
     });
@@ -70,6 +73,13 @@ export function pairedBootstrap(a: EvalRow[], b: EvalRow[], opts: { resamples?: 
   const seed = opts.seed ?? 0;
   const level = opts.level ?? 0.95;
   if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
+  // Numbers from different judge prompts are never put side by side (each side must use one prompt, the same).
+  const pa = promptOfRows(a as ProtocolRow[]);
+  const pb = promptOfRows(b as ProtocolRow[]);
+  if (pa?.name !== pb?.name || pa?.sha256 !== pb?.sha256)
+    throw new Error(
+      `the two eval results were judged with different prompts (${pa ? `${pa.name} sha256 ${pa.sha256}` : 'not recorded'} vs ${pb ? `${pb.name} sha256 ${pb.sha256}` : 'not recorded'}): not compared`,
+    );
   const qa = perQuestion(a);
   const qb = perQuestion(b);
   const shared = [...qa.keys()].filter((q) => qb.has(q)).sort();
@@ -136,7 +146,7 @@ export interface ItemRate {
 export function hardestItems(rows: EvalRow[], limit = 10): ItemRate[] {
   const m = new Map<string, ItemRate>();
   for (const r of rows) {
-    if (r.kind !== 'spec') continue;
+    if (r.kind !== 'spec' || r.met === null) continue;
     const key = `${r.questionId}\u0000${r.itemId}`;
     const it = m.get(key) ?? { questionId: r.questionId, itemId: r.itemId, kind: r.kind, dimension: r.dimension, met: 0, n: 0, rate: 0 };
     it.met += r.met === true ? 1 : 0;

@@ -96,6 +96,7 @@ export function scoreRows(p: Protocol, rows: ProtocolRow[], o: ScoreOptions = {}
   const level = o.level ?? 0.95;
   const alpha = o.alpha ?? DEFAULT_ALPHA;
   if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
+  const prompt = promptOfRows(rows);
   const plans = plansOf(rows);
   const all = new Map<string, number[]>();
   const groups = new Map<string, Map<string, number[]>>();
@@ -146,8 +147,28 @@ export function scoreRows(p: Protocol, rows: ProtocolRow[], o: ScoreOptions = {}
     verdicts: rows.length,
     nulls,
     formula: p.formula,
+    ...(prompt && { prompt }),
     bootstrap: { resamples, seed, level },
   };
+}
+
+/**
+ * The one judge prompt of `rows` (name and SHA-256 prefix; undefined for rows written before
+ * prompts were recorded). Numbers from different prompts are never averaged together.
+ * @throws Error naming the prompts when the rows mix them
+ */
+export function promptOfRows(rows: readonly ProtocolRow[]): { name: string; sha256: string } | undefined {
+  const seen = new Map<string, { name: string; sha256: string }>();
+  for (const r of rows) {
+    const k = r.prompt === undefined ? '' : `${r.prompt}@${r.promptHash ?? ''}`;
+    if (!seen.has(k)) seen.set(k, { name: r.prompt ?? '(not recorded)', sha256: r.promptHash ?? '' });
+  }
+  if (seen.size > 1)
+    throw new Error(
+      `rows mix judge prompts (${[...seen.values()].map((x) => `${x.name}${x.sha256 ? ` sha256 ${x.sha256}` : ''}`).join(', ')}): numbers from different prompts are not comparable; score them apart`,
+    );
+  const only = [...seen.values()][0];
+  return only && only.name !== '(not recorded)' ? only : undefined;
 }
 
 /**
@@ -177,7 +198,7 @@ export function formatProtocolScore(s: ProtocolScore): string {
   return [
     `${s.protocol}: ${s.score ? f(s.score) : `no plan could be scored (n=0; ${s.nulls} null, ${s.skipped} skipped)`}`,
     `  formula: ${s.formula}`,
-    ...(s.prompt ? [`  judge prompt: ${s.prompt.name} (sha256 ${s.prompt.sha256.slice(0, 12)})`] : []),
+    ...(s.prompt ? [`  judge prompt: ${s.prompt.name} (sha256 ${s.prompt.sha256})`] : []),
     ...Object.entries(s.groups).map(([g, x]) => `  ${g}: ${f(x)}`),
     ...Object.entries(s.unscoredGroups ?? {}).map(([g, x]) => `  ${g}: no plan could be scored (n=0; ${x.nulls} null, ${x.skipped} skipped)`),
     `  ${s.questions} question(s), ${s.plans} plan(s), ${s.skipped} skipped (no readable verdict); ${s.nulls} of ${s.verdicts} verdict(s) null (left out, never scored 0)`,

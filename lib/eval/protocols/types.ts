@@ -3,7 +3,7 @@
  * every verdict, and the score computed from them alone, so `eval --rescore rows.jsonl` recomputes
  * it without asking a judge again.
  */
-import type { BenchmarkItem } from '../../task/types.js';
+import type { BenchmarkItem, BenchmarkRubricItem } from '../../task/types.js';
 import type { EvalRow } from '../report.js';
 
 /**
@@ -19,6 +19,9 @@ export interface ProtocolRow extends Omit<EvalRow, 'dimension'> {
   level?: number | null;
   /** ResearchQA: the query's reply could not be read after retries (the query is skipped, not scored 0). */
   skipped?: boolean;
+  /** The judge prompt the verdict came from (prompts/NAME.md) and the first 16 hex of the SHA-256 of its text. */
+  prompt?: string;
+  promptHash?: string;
   dimension?: string;
   axis?: string;
   /** Item tags and the example's tags (HealthBench `level:…`, `axis:…`, `theme:…`). */
@@ -48,7 +51,7 @@ export interface ProtocolScore {
   groups: Record<string, ProtocolStat>;
   /** Groups in which no plan could be scored (every verdict of the group null): their counts, never a 0. */
   unscoredGroups?: Record<string, { nulls: number; skipped: number }>;
-  /** The judge prompt the verdicts came from: its name and the SHA-256 of its text (lib/eval/prompt-id.ts). */
+  /** The judge prompt the verdicts came from: its name and the first 16 hex of the SHA-256 of its text (lib/judge/verdict.ts loadPrompt). */
   prompt?: { name: string; sha256: string };
   questions: number;
   plans: number;
@@ -74,8 +77,19 @@ export interface Protocol {
   inapplicable?(item: BenchmarkItem): string | null;
   /** What is asked of the judge: a binary verdict per item, or ResearchQA's five levels per item. */
   verdict: 'binary' | 'levels';
-  /** Per-item prompt (prompts/NAME.md) for an HTTP judge; unset = the judge's own (prompts/judge-per-item.v1.md). */
+  /**
+   * Per-item prompt (prompts/NAME.md) for a judge that answers free-form (the authors' where it is
+   * public); unset = the judge's own (prompts/judge-per-item.v1.md). `eval --protocol-prompt` names another.
+   */
   itemPrompt?: string;
+  /** The prompt for a judge that only answers yes / no (the local judge's P(yes)) when `itemPrompt` asks for more (JSON). */
+  yesNoPrompt?: string;
+  /** Judge answer tokens the item prompt needs (a JSON reply with an explanation); unset = the judge's default. */
+  judgeMaxTokens?: number;
+  /** The question text the judge sees (default: the item's question). HealthBench: the conversation as its grader joins it. */
+  judgeQuestion?(item: BenchmarkItem): string;
+  /** The rubric item text the judge sees (default: its text); `k` its 0-based index. HealthBench: `[points] criterion`, as str(RubricItem). */
+  itemText?(r: BenchmarkRubricItem, k: number): string;
   /**
    * The score of one plan from its rows (null = not scorable: skipped). `group` restricts the
    * formula to the rows of one group (a HealthBench tag); the plan's other rows are ignored.
