@@ -19,11 +19,16 @@ import { Progress } from '../../lib/data/progress.js';
 import { ChatJudge } from '../../lib/eval/chat-judge.js';
 import { evalJudgeCachePath } from '../../lib/eval/run.js';
 import {
+  arenaHardWinRate,
   candidateOrders,
+  COMPARE_PAIRWISE_PROMPT,
+  COMPARE_PROMPT,
   compareSystems,
   compareSystemsWithJury,
   formatJuryCompare,
+  formatPairwise,
   formatWinRates,
+  lengthControlledWinRate,
   juryCompareSummary,
   readPlans,
   winRates,
@@ -33,6 +38,7 @@ import type { JudgeConfig } from '../../lib/config/judge.js';
 import { checkJudge, judgeAnswersFreeForm, judgeLabel } from '../../lib/judge/backends/index.js';
 import { juryRunMembers } from '../../lib/judge/jury.js';
 import { JudgeHealthError } from '../../lib/judge/types.js';
+import { loadPrompt } from '../../lib/judge/verdict.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { judgeConfigFromArgs, juryFlagsError, juryFlagsGiven, type JudgeArgs } from '../judge-options.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
@@ -45,6 +51,7 @@ interface CompareArgs extends JudgeArgs {
   resamples: number;
   seed: number;
   keepRaw: boolean;
+  winRate: 'choice' | 'arena-hard';
   progress: 'auto' | 'plain' | 'none';
 }
 
@@ -90,6 +97,10 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     if (!questions.length) throw new Error(`${argv.data}: no question has a plan in every --plans file`);
     const jc = judgeConfigFromArgs(argv);
     if (!jc.cache) jc.cache = evalJudgeCachePath(argv.out, argv.data, 'compare');
+    const pairwise = argv.winRate === 'arena-hard';
+    if (pairwise && systems.length !== 2)
+      throw new Error(`--win-rate arena-hard compares two systems, the baseline first (got ${systems.length}: ${systems.map((s) => s.name).join(', ')})`);
+    if (pairwise && jc.kind === 'jury') throw new Error('--win-rate arena-hard takes one judge (--judge http)');
     if (jc.kind === 'jury') return compareWithJury(argv, jc, systems, questions, left);
     const juryFlags = juryFlagsGiven(argv as unknown as Record<string, unknown>);
     if (juryFlags.length) throw juryFlagsError('compare', juryFlags, `got --judge ${jc.kind}`);
@@ -111,6 +122,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
             judge,
             keepRaw: argv.keepRaw,
             maxTokens: jc.maxTokens ?? undefined,
+            pairwise,
             signal,
             onJudgement: (_j, cached) => progress.tick(cached),
           }),
@@ -139,8 +151,44 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
           `judge ${judge.name}: compare: ${r.unreadable} of ${r.judgements} judgements unreadable or failed (${(100 * badRate).toFixed(0)}% > ${(100 * jc.maxNullRate).toFixed(0)}%: ${r.failed} failed requests); no win rate written`,
         );
       }
-      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...r, judge: judge.name, judgeStats: judge.stats() }, null, 2) + '\n');
-      process.stdout.write(formatWinRates(r) + '\n');
+      // Arena-Hard's score and AlpacaEval's length-controlled rate: the second system against the first (the baseline).
+      const arena = pairwise
+        ? arenaHardWinRate(
+            r.systems.map((x) => x.name),
+            js,
+            1,
+            0,
+            { seed: argv.seed },
+          )
+        : undefined;
+      const lc = pairwise
+        ? lengthControlledWinRate(
+            r.systems.map((x) => x.name),
+            js,
+            (q, s) => systems[s]!.plans.get(q)!.length,
+            1,
+            0,
+          )
+        : undefined;
+      const prompt = loadPrompt(pairwise ? COMPARE_PAIRWISE_PROMPT : COMPARE_PROMPT);
+      if (argv.report)
+        writeFileSync(
+          argv.report,
+          JSON.stringify(
+            {
+              ...r,
+              ...(arena && { arenaHard: arena, lengthControlled: lc }),
+              prompt: { name: prompt.name, sha256: prompt.hash },
+              judge: judge.name,
+              judgeStats: judge.stats(),
+            },
+            null,
+            2,
+          ) + '\n',
+        );
+      process.stdout.write(
+        formatWinRates(r) + '\n' + (arena && lc ? formatPairwise(arena, lc) + '\n' : '') + `judge prompt: ${prompt.name} (sha256 ${prompt.hash})\n`,
+      );
     } finally {
       progress.stop();
       judge.close();

@@ -2113,6 +2113,16 @@ export const COMPARE_OPTIONS: readonly Setting[] = [
   },
   { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Bootstrap seed', source: 'numpy default_rng seed' },
   {
+    key: 'winRate',
+    flag: 'win-rate',
+    type: 'enum',
+    choices: ['choice', 'arena-hard'],
+    default: 'choice',
+    meaning:
+      "choice: the N-way pick over every candidate order (the paper's Table 2); arena-hard: two systems (baseline first) judged on Arena-Hard's five-label scale in both positions, its score (a strong verdict counts 3, ties half, 100-round bootstrap) and AlpacaEval 2's length-controlled win rate beside the raw one",
+    source: 'lmarena arena-hard-auto show_result.py; AlpacaEval 2 (arXiv 2404.04475)',
+  },
+  {
     key: 'keepRaw',
     flag: 'keep-raw',
     type: 'boolean',
