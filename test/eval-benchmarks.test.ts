@@ -228,6 +228,24 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     expect(neg.err).to.match(/--protocol research-plan-gen does not apply: item hb-1 has a negative-weight rubric item/);
   });
 
+  it('an all-yes judge failing 30% of its requests (HTTP 500, no retry): coverage stays 100%, the failures are nulls left out and counted', async () => {
+    srv = await startFakeLlm({
+      respond: () => 'Yes',
+      fault: (q) => (!q.body.messages[0]!.content.startsWith('Reply with the single word') && q.index % 10 < 3 ? { kind: 'status', status: 500 } : undefined),
+    });
+    const report = join(tmp, 'pg-500.json');
+    const data = join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl');
+    const r = await cli(['eval', '--model', dir, '--data', data, '--limit', '2', ...judgeArgs(), '--judge-max-retries', '0', '--judge-concurrency', '1', '--report', report]);
+    expect(r.code, r.err).to.equal(0);
+    const rep = JSON.parse(readFileSync(report, 'utf8'));
+    expect(rep.nulls).to.be.above(0);
+    // every readable verdict is yes: the reward and every coverage are 1, never (met / all) as before
+    expect(rep.score.score).to.equal(1);
+    expect(rep.coverage.overall.mean).to.equal(1);
+    expect(rep.coverage.overall.nulls + rep.coverage.general.nulls).to.equal(rep.nulls);
+    expect(r.out).to.match(/rubric coverage +100\.0%/);
+  });
+
   for (const [format, input, extra] of [
     ['papergym', join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl'), ['--limit', '1', '--no-general']],
     ['researchqa', join(FX, 'researchqa', 'test.json'), []],
