@@ -126,7 +126,9 @@ async function openProtocolJudges(
       `eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need a judge that answers free-form (--judge http), so met reads as completely and not met as not at all\n`,
     );
   if (p.itemPrompt && prompt.name !== p.itemPrompt && !judgeAnswersFreeForm(jc))
-    process.stderr.write(`eval: note: judge ${jc.kind} answers yes / no only; items asked with ${prompt.name}, not the authors' ${p.itemPrompt}\n`);
+    process.stderr.write(
+      `eval: note: judge ${jc.kind} answers yes / no only; items asked with ${prompt.name}, not the protocol's default ${p.itemPrompt} (a JSON reply)\n`,
+    );
   // A prompt that asks for JSON with an explanation needs room to answer (unless --judge-max-tokens says otherwise).
   const c = p.judgeMaxTokens && jc.maxTokens === null && prompt.name === p.itemPrompt ? { ...jc, maxTokens: p.judgeMaxTokens } : jc;
   const judge = await openJudge(c, { policy, ...(prompt.own ? {} : { perItemPrompt: loadPrompt(prompt.name) }) });
