@@ -211,3 +211,44 @@ describe("Krippendorff's α and HealthBench's balanced F1 (issue 48 item 7)", ()
     expect(formatAgreement(r)).to.match(/balanced F1 0\.697 \[/);
   });
 });
+
+describe('judge-agreement --rows: recorded verdicts of several judges (no judge asked)', function () {
+  this.timeout(60000);
+  it("ResearchQA rows: ordinal and nominal α over the five levels (values from Python's krippendorff 0.9.0), binary κs and α", async () => {
+    const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const { tmpdir } = await import('node:os');
+    const { cli } = await import('./helpers/run.js');
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-ja-rows-'));
+    try {
+      const j1 = [5, 3, 1, 4, 2, 5, null];
+      const j2 = [4, 3, 1, 5, 1, 5, 2];
+      const write = (name: string, levels: (number | null)[]) => {
+        const f = join(tmp, `${name}.jsonl`);
+        const rows = levels.map((level, u) => ({
+          protocol: 'researchqa',
+          questionId: `q${u % 3}`,
+          sample: 0,
+          itemId: `i${u}`,
+          kind: 'spec',
+          met: null,
+          level,
+        }));
+        writeFileSync(f, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        return `${name}=${f}`;
+      };
+      const out = join(tmp, 'agreement.json');
+      const r = await cli(['judge-agreement', '--rows', write('j1', j1), write('j2', j2), '--resamples', '0', '--out', out]);
+      expect(r.code, r.err).to.equal(0);
+      expect(r.out).to.match(/five levels \(7 units\): Krippendorff α ordinal 0\.851 \[0\.851, 0\.851\], nominal 0\.400/);
+      const rep = JSON.parse((await import('node:fs')).readFileSync(out, 'utf8'));
+      expect(rep.levels.ordinal.value).to.be.closeTo(0.8506172839506173, 1e-12);
+      expect(rep.levels.nominal.value).to.be.closeTo(0.4, 1e-12);
+      const one = await cli(['judge-agreement', '--rows', write('j1', j1)]);
+      expect(one.code).to.equal(1);
+      expect(one.err).to.contain('--rows needs two or more files (got 1)');
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+});

@@ -1448,7 +1448,7 @@ export const JUDGE_AGREEMENT_OPTIONS: readonly Setting[] = [
     flag: 'data',
     type: 'path',
     default: null,
-    values: 'a PaperGym JSONL (required)',
+    values: 'a PaperGym JSONL (required unless --rows)',
     meaning: 'Items whose rubric items every judge decides',
     source: 'paper: rubric items (docs/design.md §7)',
   },
@@ -1469,6 +1469,18 @@ export const JUDGE_AGREEMENT_OPTIONS: readonly Setting[] = [
     values: 'labels JSONL: {questionId, sample?, itemId, label: true | false} per line',
     meaning: "People's verdicts: each judge's agreement, precision, recall and F1 against them",
     source: "HealthBench meta-eval (grader vs physicians' labels)",
+  },
+  {
+    key: 'rows',
+    flag: 'rows',
+    type: 'list',
+    items: 'string',
+    repeatable: true,
+    default: null,
+    values: '[name=]rows.jsonl, two or more (eval --out of the same items, one judge each)',
+    meaning:
+      "Agreement of recorded verdicts instead of asking --judges: Cohen's and Fleiss' κ and Krippendorff's α; ResearchQA rows (five levels) also ordinal and nominal α over the levels",
+    source: "Krippendorff 2011 (α); the eval rows' verdicts",
   },
   {
     key: 'model',
