@@ -1008,8 +1008,9 @@ export const GENERATE_OPTIONS: readonly Setting[] = [
 ];
 
 /** The eval paths' judge cache (lib/eval/run.ts evalJudgeCachePath): on by default, beside --out, never beside --data. */
-const EVAL_CACHE_MEANING = (kind: string) =>
-  `SQLite file caching judge answers by request hash (a killed run asks nothing twice); unset = <--out>.${kind}-cache.sqlite, without --out <per-user cache dir>/eval/<hash of the --data path>.${kind}-cache.sqlite (--suite: <--out>/judge-cache.sqlite); the local judge keeps no cache`;
+const EVAL_CACHE_MEANING = (kind: 'judge' | 'compare') =>
+  `SQLite file caching judge answers by request hash (a killed run asks nothing twice); unset = <--out>.${kind}-cache.sqlite, without --out <per-user cache dir>/eval/<hash of the --data path>.${kind}-cache.sqlite` +
+  (kind === 'judge' ? ' (--suite: <--out>/judge-cache.sqlite); the local judge keeps no cache' : '');
 
 /** The judge settings of `eval`: judgeOptions() with the eval paths' default cache. */
 export const evalJudgeOptions: () => readonly Setting[] = memoOn(
