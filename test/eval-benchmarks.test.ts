@@ -88,6 +88,12 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     const re = await cli(['eval', '--rescore', rows, '--protocol', 'rar', '--resamples', '0']);
     expect(re.code, re.err).to.equal(0);
     expect(re.out).to.match(/^rar: 0\.500 \[0\.500, 0\.500\] \(n=2; 0 null, 0 skipped\)/);
+    // a protocol that does not apply to the rows is an error, as for items
+    const wrong = await cli(['eval', '--rescore', rows, '--protocol', 'papergym', '--resamples', '0']);
+    expect(wrong.code).to.equal(1);
+    expect(wrong.err).to.match(/--protocol papergym does not apply: its items are healthbench, not PaperGym/);
+    const neg = await cli(['eval', '--rescore', rows, '--protocol', 'research-plan-gen', '--resamples', '0']);
+    expect(neg.err).to.match(/--protocol research-plan-gen does not apply: item hb-1 has a negative-weight rubric item/);
     expect(srv.log.length).to.equal(n);
     // Rows judged with another prompt (ours, a named option) are never averaged with these.
     const ours = join(tmp, 'hb-rows-ours.jsonl');
@@ -235,7 +241,22 @@ describe('eval on imported benchmarks (tiny Qwen3, loopback judge)', function ()
     });
     const report = join(tmp, 'pg-500.json');
     const data = join(packageRoot, 'data', 'sample', 'papergym-sample.jsonl');
-    const r = await cli(['eval', '--model', dir, '--data', data, '--limit', '2', ...judgeArgs(), '--judge-max-retries', '0', '--judge-concurrency', '1', '--report', report]);
+    const r = await cli([
+      'eval',
+      '--model',
+      dir,
+      '--data',
+      data,
+      '--limit',
+      '2',
+      ...judgeArgs(),
+      '--judge-max-retries',
+      '0',
+      '--judge-concurrency',
+      '1',
+      '--report',
+      report,
+    ]);
     expect(r.code, r.err).to.equal(0);
     const rep = JSON.parse(readFileSync(report, 'utf8'));
     expect(rep.nulls).to.be.above(0);

@@ -85,6 +85,20 @@ function rescore(argv: EvalArgs): ProtocolScore {
   if (!rows.length) throw new Error(`${argv.rescore}: no eval rows to rescore`);
   const prows = rows as ProtocolRow[];
   const p = getProtocol(argv.protocol ?? prows[0]!.protocol ?? 'papergym');
+  // A protocol that does not apply to the rows' items is an error here too: the items as the rows
+  // describe them (the protocol that wrote them stands for the format: rows record no format).
+  const byQ = new Map<string, ProtocolRow[]>();
+  for (const r of prows) byQ.set(r.questionId, [...(byQ.get(r.questionId) ?? []), r]);
+  for (const [q, rs] of byQ) {
+    const why = p.inapplicable?.({
+      id: q,
+      format: rs[0]!.protocol ?? 'papergym',
+      question: '',
+      rubric: rs.filter((r) => r.kind === 'spec').map((r) => ({ id: r.itemId, text: '', weight: r.weight ?? 1 })),
+      source: { dataset: rs[0]!.protocol ?? 'papergym', file: argv.rescore!, row: 0 },
+    });
+    if (why) throw new Error(`${argv.rescore}: --protocol ${p.name} does not apply: ${why}`);
+  }
   if (p.verdict === 'levels' && prows.every((r) => r.level === undefined))
     throw new Error(`${argv.rescore}: protocol ${p.name} needs five-level labels; these rows hold binary verdicts (rescore them with another --protocol)`);
   const s = scoreRows(p, prows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
