@@ -388,6 +388,13 @@ describe('win rates as the field reports them: Arena-Hard and AlpacaEval LC (iss
       expect(rep.lengthControlled.raw).to.be.closeTo(2.5 / 3, 1e-12);
       expect(rep.lengthControlled.lengthControlled).to.be.closeTo(2.5 / 3, 1e-6);
       expect(rep.prompt.name).to.equal('eval-compare-pairwise.v1');
+      const rows = readFileSync(join(tmp, 'j.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
+      expect(rows.every((x: { prompt: string; promptHash: string }) => x.prompt === 'eval-compare-pairwise.v1' && x.promptHash === rep.prompt.sha256)).to.equal(
+        true,
+      );
       expect(rep.positionBias).to.deep.equal([0.5, 0.5]);
       expect(r.out)
         .to.match(/arena-hard: beta vs alpha 90\.0%/)

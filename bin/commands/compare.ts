@@ -130,12 +130,20 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
       );
       progress.stop();
       if (js === InterruptedRun) return;
+      const prompt = loadPrompt(pairwise ? COMPARE_PAIRWISE_PROMPT : COMPARE_PROMPT);
+      // Every judgement row names the prompt it was asked with and the hash of its text.
       if (argv.out)
         writeFileSync(
           argv.out,
           js
             .map((j) =>
-              JSON.stringify({ ...j, order: j.order.map((i) => systems[i]!.name), winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner }),
+              JSON.stringify({
+                ...j,
+                order: j.order.map((i) => systems[i]!.name),
+                winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner,
+                prompt: prompt.name,
+                promptHash: prompt.hash,
+              }),
             )
             .join('\n') + '\n',
         );
@@ -170,7 +178,6 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
             0,
           )
         : undefined;
-      const prompt = loadPrompt(pairwise ? COMPARE_PAIRWISE_PROMPT : COMPARE_PROMPT);
       if (argv.report)
         writeFileSync(
           argv.report,
