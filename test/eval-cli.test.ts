@@ -85,9 +85,9 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     expect(readFileSync(plans, 'utf8').trim().split('\n')).to.have.length(2);
     // The local judge gives P(yes): eval reports both the binary and the P(yes) statistics.
     expect(r.stdout).to.include(`with P(yes) per item (${rows.length} of ${rows.length} verdicts carry it)`);
-    expect(rep.prob.overall.n).to.equal(20);
+    expect(rep.coverage.prob.overall.n).to.equal(20);
     const meanProb = rows.filter((x) => x.kind === 'spec').reduce((a, x) => a + x.prob, 0) / 20;
-    expect(rep.prob.overall.mean).to.be.closeTo(meanProb, 1e-12);
+    expect(rep.coverage.prob.overall.mean).to.be.closeTo(meanProb, 1e-12);
     expect(r.stderr).to.include(`judge health: ${rows.length} verdicts, null 0%`);
   });
 

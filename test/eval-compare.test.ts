@@ -11,7 +11,15 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../lib/native.js';
-import { candidateOrders, parsePreference, winRates, type Judgement } from '../lib/eval/compare.js';
+import {
+  arenaHardWinRate,
+  candidateOrders,
+  lengthControlledWinRate,
+  parsePairwiseVerdict,
+  parsePreference,
+  winRates,
+  type Judgement,
+} from '../lib/eval/compare.js';
 import { CLI, cli } from './helpers/run.js';
 import { startFakeLlm, type FakeLlm } from './helpers/fake-llm.js';
 
@@ -279,5 +287,138 @@ describe('compare: N-way win rates', function () {
     // the plain progress lines count the cached answers and the live calls
     expect(r.err).to.match(/compare: 18\/18 judgements \| calls 18 done \(4 cached\), 0 in flight/);
     expect(JSON.parse(readFileSync(report, 'utf8')).judgements).to.equal(18);
+  });
+});
+
+describe('win rates as the field reports them: Arena-Hard and AlpacaEval LC (issue 48 item 6; by hand)', function () {
+  this.timeout(120000);
+  const g = (questionId: string, order: number[], winner: number | 'tie' | null, strong = false): Judgement => ({
+    questionId,
+    order,
+    winner,
+    position: typeof winner === 'number' ? order.indexOf(winner) + 1 : null,
+    ...(strong && { strong: true }),
+  });
+  it('reads the five labels (last one wins, thinking removed), A/B or 1/2', () => {
+    expect(parsePairwiseVerdict('Plan 1 is far better.\n[[1>>2]]')).to.deep.equal({ pick: 1, strong: true });
+    expect(parsePairwiseVerdict('My final verdict is: [[B>A]]')).to.deep.equal({ pick: 2, strong: false });
+    expect(parsePairwiseVerdict('[[1=2]]')).to.deep.equal({ pick: 'tie', strong: false });
+    expect(parsePairwiseVerdict('[[2>>1]] no wait </think> [[1>2]]')).to.deep.equal({ pick: 1, strong: false });
+    expect(parsePairwiseVerdict('<think>[[1>>2]]')).to.equal(null);
+    expect(parsePairwiseVerdict('Plan 1.')).to.equal(null);
+  });
+  it('Arena-Hard: two games per question with positions swapped, a strong verdict 3 battles, a tie half: (W + T/2) / (W + L + T)', () => {
+    const js = [
+      g('q1', [0, 1], 1, true), // model (1) much better in position 2: 3 wins
+      g('q1', [1, 0], 1), // model better in position 1: 1 win
+      g('q2', [0, 1], 'tie'), // 1 tie
+      g('q2', [1, 0], 0), // baseline better: 1 loss
+      g('q3', [0, 1], null), // unreadable: left out
+      g('q3', [1, 0], 0, true), // baseline much better: 3 losses
+    ];
+    const a = arenaHardWinRate(['base', 'model'], js, 1, 0, { seed: 5 });
+    // W = 4, L = 4, T = 1 → (4 + 0.5) / 9 = 0.5
+    expect(a).to.include({ wins: 4, losses: 4, ties: 1, games: 5, rounds: 100 });
+    expect(a.rate).to.be.closeTo(4.5 / 9, 1e-12);
+    expect(a.lo).to.be.below(a.rate);
+    expect(a.hi).to.be.above(a.rate);
+    const b = arenaHardWinRate(['base', 'model'], js.slice(0, 3), 1, 0);
+    expect(b.rate).to.be.closeTo((4 + 0.5) / 5, 1e-12); // W 4, T 1
+  });
+  it('AlpacaEval LC: a win explained by a longer plan is taken out (θ = 0, LC 0.5) while the raw rate is 0.583', () => {
+    // q1: model wins one game, ties the other (0.75) with a plan 100 characters longer; q2 (0.5) and q3 (0.5): same length.
+    const js = [g('q1', [0, 1], 1), g('q1', [1, 0], 'tie'), g('q2', [0, 1], 1), g('q2', [1, 0], 0), g('q3', [0, 1], 'tie'), g('q3', [1, 0], 'tie')];
+    const len = (q: string, s: number) => (q === 'q1' && s === 1 ? 200 : 100);
+    const r = lengthControlledWinRate(['base', 'model'], js, len, 1, 0);
+    expect(r.raw).to.be.closeTo((0.75 + 0.5 + 0.5) / 3, 1e-12);
+    // MLE: Σ(y − p)x = 0 fits q1 exactly (σ(θ + β t) = 0.75) and Σ(y − p) = 0 then gives σ(θ) = 0.5 (q2, q3 have x = 0).
+    expect(r.theta).to.be.closeTo(0, 1e-5);
+    expect(r.lengthControlled).to.be.closeTo(0.5, 1e-6);
+    const sd = Math.sqrt(((100 - 100 / 3) ** 2 + 2 * (100 / 3) ** 2) / 2); // sample sd of δ = [100, 0, 0]
+    expect(r.beta * Math.tanh(100 / sd)).to.be.closeTo(Math.log(3), 1e-5);
+    // No length difference at all: LC = raw.
+    const same = lengthControlledWinRate(['base', 'model'], js, () => 100, 1, 0);
+    expect(same.lengthControlled).to.be.closeTo(same.raw, 1e-6); // θ = logit(raw) up to the 1e-6 ridge
+  });
+  it('CLI --win-rate arena-hard: both positions asked, strong verdicts and ties scored, LC beside raw, position bias kept', async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-arena-'));
+    const srv = await startFakeLlm({
+      respond: (r) => {
+        const m = r.body.messages[0]!.content;
+        if (!m.includes('Candidate plans')) return 'Yes';
+        if (m.includes(ids[2]!)) return 'Same.\n[[1=2]]';
+        // BETA wins wherever it stands: much better in position 1, slightly better in position 2
+        return m.indexOf('BETA-PLAN') < m.indexOf('ALPHA-PLAN') ? '[[1>>2]]' : '[[2>1]]';
+      },
+    });
+    try {
+      const files = ['alpha', 'beta'].map((sys) => {
+        const f = join(tmp, `${sys}.jsonl`);
+        writeFileSync(f, ids.map((q) => JSON.stringify({ questionId: q, sample: 0, plan: `${sys.toUpperCase()}-PLAN for ${q}.` })).join('\n') + '\n');
+        return f;
+      });
+      const report = join(tmp, 'arena.json');
+      const r = await cli([
+        'compare',
+        '--data',
+        ITEMS,
+        '--plans',
+        ...files,
+        '--win-rate',
+        'arena-hard',
+        '--judge',
+        'http',
+        '--judge-url',
+        srv.url,
+        '--judge-model',
+        'fake',
+        '--out',
+        join(tmp, 'j.jsonl'),
+        '--report',
+        report,
+        '--resamples',
+        '0',
+      ]);
+      expect(r.code, r.err).to.equal(0);
+      const rep = JSON.parse(readFileSync(report, 'utf8'));
+      // q1, q2: 3 + 1 wins each; q3: two ties → (8 + 1) / 10
+      expect(rep.arenaHard).to.include({ model: 'beta', baseline: 'alpha', wins: 8, losses: 0, ties: 2, games: 6 });
+      expect(rep.arenaHard.rate).to.be.closeTo(0.9, 1e-12);
+      // raw preference per question 1, 1, 0.5; the plans' length difference is the same everywhere → LC = raw
+      expect(rep.lengthControlled.raw).to.be.closeTo(2.5 / 3, 1e-12);
+      expect(rep.lengthControlled.lengthControlled).to.be.closeTo(2.5 / 3, 1e-6);
+      expect(rep.prompt.name).to.equal('eval-compare-pairwise.v1');
+      const rows = readFileSync(join(tmp, 'j.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
+      expect(rows.every((x: { prompt: string; promptHash: string }) => x.prompt === 'eval-compare-pairwise.v1' && x.promptHash === rep.prompt.sha256)).to.equal(
+        true,
+      );
+      expect(rep.positionBias).to.deep.equal([0.5, 0.5]);
+      expect(r.out)
+        .to.match(/arena-hard: beta vs alpha 90\.0%/)
+        .and.match(/length-controlled \(AlpacaEval 2\): beta vs alpha 83\.3% \(raw 83\.3%/);
+      expect(srv.log.filter((e) => e.body.messages[0]!.content.includes('Candidate plans'))).to.have.length(6);
+      const three = await cli([
+        'compare',
+        '--data',
+        ITEMS,
+        '--plans',
+        ...files,
+        `gamma=${files[0]}`,
+        '--win-rate',
+        'arena-hard',
+        '--judge-url',
+        srv.url,
+        '--judge-model',
+        'fake',
+      ]);
+      expect(three.code).to.equal(1);
+      expect(three.err).to.contain('--win-rate arena-hard compares two systems, the baseline first (got 3: alpha, beta, gamma)');
+    } finally {
+      await srv.close();
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });

@@ -15,22 +15,40 @@ function rowsFor(q: string, inno: (boolean | null)[], design: (boolean | null)[]
 describe('eval report', () => {
   const rows = [
     ...rowsFor('q1', [true, true, false], [true, false], [true, true]), // spec 3/5, inno 2/3, design 1/2, gen 2/2
-    ...rowsFor('q2', [false, null, false], [true, true], [false, true]), // spec 2/5, inno 0/3, design 2/2, gen 1/2
+    ...rowsFor('q2', [false, null, false], [true, true], [false, true]), // the null leaves: spec 2/4, inno 0/2, design 2/2, gen 1/2
   ];
   it('point estimates: micro coverage overall, per dimension, general, reward', () => {
     const r = buildReport(rows, { resamples: 0 });
     expect(r.questions).to.equal(2);
     expect(r.plans).to.equal(2);
-    expect(r.overall).to.include({ mean: 0.5, n: 10, met: 5, nulls: 1 });
-    expect(r.byDimension.method_innovation).to.include({ n: 6, met: 2 });
-    expect(r.byDimension.method_innovation.mean).to.be.closeTo(1 / 3, 1e-12);
+    // Null verdicts leave the fraction (issue 48): spec (3 + 2) / (5 + 4) readable items.
+    expect(r.overall).to.include({ n: 9, met: 5, nulls: 1 });
+    expect(r.overall.mean).to.be.closeTo(5 / 9, 1e-12);
+    expect(r.byDimension.method_innovation).to.include({ n: 5, met: 2, nulls: 1 });
+    expect(r.byDimension.method_innovation.mean).to.be.closeTo(2 / 5, 1e-12);
     expect(r.byDimension.experimental_design).to.include({ mean: 0.75, n: 4, met: 3 });
     expect(r.general).to.include({ mean: 0.75, n: 4, met: 3 });
     const r1 = 0.7 * 0.6 + 0.3 * 1;
-    const r2 = 0.7 * 0.4 + 0.3 * 0.5;
+    const r2 = 0.7 * (2 / 4) + 0.3 * 0.5;
     expect(r.reward.mean).to.be.closeTo((r1 + r2) / 2, 1e-12);
-    expect(r.overall.lo).to.equal(0.5);
-    expect(r.overall.hi).to.equal(0.5);
+    expect(r.overall.lo).to.be.closeTo(5 / 9, 1e-12);
+    expect(r.overall.hi).to.be.closeTo(5 / 9, 1e-12);
+    expect(r.skipped).to.equal(0);
+  });
+  it('null verdicts: left out of every fraction; a plan with none readable skipped and counted (the training rule)', () => {
+    // The issue's case: 2 items met, 2 null → spec 2/2 = 1, reward 1 (not 0.65), innovation 1/1 with 1 null.
+    const half = rowsFor('h', [true, null], [true, null], []);
+    const r = buildReport(half, { resamples: 0 });
+    expect(r.reward.mean).to.equal(1);
+    expect(r.byDimension.method_innovation).to.include({ mean: 1, met: 1, n: 1, nulls: 1 });
+    // An all-null plan is skipped: the other plan's reward alone (0.7·1/2 + 0.3·1 = 0.65), counted.
+    const all = buildReport([...rowsFor('a', [null], [null], [null]), ...rowsFor('b', [true], [false], [true])], { resamples: 0 });
+    expect(all.plans).to.equal(2);
+    expect(all.skipped).to.equal(1);
+    expect(all.reward.n).to.equal(1);
+    expect(all.reward.mean).to.be.closeTo(0.7 * 0.5 + 0.3 * 1, 1e-12);
+    expect(all.overall).to.include({ n: 2, met: 1, nulls: 2 });
+    expect(formatReport(all)).to.contain('1 skipped').and.contain('(1/2 readable, 2 null)');
   });
   it('bootstrap: seeded, deterministic, interval brackets the mean, clusters by question', () => {
     const many: EvalRow[] = [];
@@ -96,7 +114,7 @@ describe('eval report', () => {
       rmSync(dir, { recursive: true, force: true });
     }
     expect(formatReport(buildReport(rows)))
-      .to.match(/rubric coverage\s+50\.0%/)
+      .to.match(/rubric coverage\s+55\.6%/)
       .and.match(/method innovation/);
   });
 });

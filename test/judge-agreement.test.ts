@@ -4,7 +4,7 @@
  * and the bootstrap intervals.
  */
 import { expect } from 'chai';
-import { judgeAgreement, formatAgreement, type AgreementUnit } from '../lib/judge/agreement.js';
+import { judgeAgreement, formatAgreement, levelAgreement, type AgreementUnit, type LevelUnit } from '../lib/judge/agreement.js';
 
 const A = [1, 1, 1, 1, 0, 0, 1, 0, 1, 0];
 const B = [1, 1, 0, 1, 0, 0, 1, 1, 1, 0];
@@ -134,5 +134,121 @@ describe('judge agreement statistics (hand-computed)', () => {
     expect(() => judgeAgreement(units(), [])).to.throw(TypeError, /non-empty/);
     expect(() => judgeAgreement(units(), ['A', 'A'])).to.throw(TypeError, /duplicate judge names/);
     expect(() => judgeAgreement(units(), ['A', 'B'], { level: 1 })).to.throw(TypeError, /level/);
+  });
+});
+
+describe("Krippendorff's α and HealthBench's balanced F1 (issue 48 item 7)", () => {
+  // Expected α values computed once with Python's `krippendorff` package 0.9.0 (pip), independent of
+  // this code: krippendorff.alpha(reliability_data=…, level_of_measurement=…). The first data set is
+  // Krippendorff's worked example (2011, "Computing Krippendorff's Alpha-Reliability", §C: 4 coders ×
+  // 12 units with missing values), whose published values are α_nominal = 0.743 and α_ordinal = 0.815.
+  const K2011: (number | null)[][] = [
+    [1, 2, 3, 3, 2, 1, 4, 1, 2, null, null, null],
+    [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, null, 3],
+    [null, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, null],
+    [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, null],
+  ];
+  const coders = ['A', 'B', 'C', 'D'];
+  const levelUnits = (data: (number | null)[][], judges: string[]): LevelUnit[] =>
+    data[0]!.map((_, u) => ({ planId: `u${u}`, itemId: 'i', levels: Object.fromEntries(judges.map((j, k) => [j, data[k]![u]!])) }));
+
+  it("Krippendorff's 2011 worked example: nominal 0.743, ordinal 0.815 (five values as ordered levels)", () => {
+    const r = levelAgreement(levelUnits(K2011, coders), coders, 5, { resamples: 0 });
+    expect(r.nominal.value).to.be.closeTo(0.743421052631579, 1e-12);
+    expect(r.ordinal.value).to.be.closeTo(0.8153875037548814, 1e-12);
+  });
+  it('ResearchQA five levels, two judges, one unreadable label: ordinal 0.8506, nominal 0.4', () => {
+    const r = levelAgreement(
+      levelUnits(
+        [
+          [5, 3, 1, 4, 2, 5, null],
+          [4, 3, 1, 5, 1, 5, 2],
+        ],
+        ['j1', 'j2'],
+      ),
+      ['j1', 'j2'],
+      5,
+      { resamples: 200, seed: 3 },
+    );
+    expect(r.ordinal.value).to.be.closeTo(0.8506172839506173, 1e-12);
+    expect(r.nominal.value).to.be.closeTo(0.4, 1e-12);
+    expect(r.ordinal.lo!).to.be.at.most(r.ordinal.value!);
+    expect(r.ordinal.hi!).to.be.at.least(r.ordinal.value!);
+    expect(() => levelAgreement(levelUnits([[6], [1]], ['a', 'b']), ['a', 'b'], 5)).to.throw(/level 6 is not an integer in 1…5/);
+  });
+  it('binary verdicts of three judges with a null: nominal α 0.542857 beside Fleiss κ (which drops the unit)', () => {
+    const b = [
+      [1, 1, 0, 1, 0, 1],
+      [1, 0, 0, 1, null, 1],
+      [1, 1, 0, 0, 0, 1],
+    ];
+    const units: AgreementUnit[] = b[0]!.map((_, u) => ({
+      planId: `p${u}`,
+      itemId: 'i',
+      verdicts: Object.fromEntries(['x', 'y', 'z'].map((j, k) => [j, b[k]![u] === null ? null : b[k]![u] === 1])),
+    }));
+    const r = judgeAgreement(units, ['x', 'y', 'z'], { resamples: 0 });
+    expect(r.overall.alpha.value).to.be.closeTo(0.5428571428571429, 1e-12);
+    expect(formatAgreement(r)).to.contain('Krippendorff α (nominal) 0.543');
+  });
+  it('balanced F1 = (F1_yes + F1_no) / 2 (simple-evals healthbench_meta_eval.py), by hand, with a bootstrap interval', () => {
+    // TP 3, FP 1, FN 2, TN 4 → F1_yes = 2·3 / (2·3 + 1 + 2) = 6/9; F1_no = 2·4 / (2·4 + 1 + 2) = 8/11
+    const cells: [boolean, boolean][] = [
+      ...Array<[boolean, boolean]>(3).fill([true, true]),
+      [true, false],
+      [false, true],
+      [false, true],
+      ...Array<[boolean, boolean]>(4).fill([false, false]),
+    ];
+    const units: AgreementUnit[] = cells.map(([v, l], i) => ({ planId: `p${i}`, itemId: 'i', verdicts: { g: v }, label: l }));
+    const r = judgeAgreement(units, ['g'], { resamples: 300, seed: 1 });
+    const l = r.overall.labels![0]!;
+    expect(l.f1.value).to.be.closeTo(6 / 9, 1e-12);
+    expect(l.f1Negative.value).to.be.closeTo(8 / 11, 1e-12);
+    expect(l.balancedF1.value).to.be.closeTo((6 / 9 + 8 / 11) / 2, 1e-12);
+    expect(l.balancedF1.lo!).to.be.below(l.balancedF1.value!);
+    expect(l.balancedF1.hi!).to.be.above(l.balancedF1.value!);
+    expect(formatAgreement(r)).to.match(/balanced F1 0\.697 \[/);
+  });
+});
+
+describe('judge-agreement --rows: recorded verdicts of several judges (no judge asked)', function () {
+  this.timeout(60000);
+  it("ResearchQA rows: ordinal and nominal α over the five levels (values from Python's krippendorff 0.9.0), binary κs and α", async () => {
+    const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const { tmpdir } = await import('node:os');
+    const { cli } = await import('./helpers/run.js');
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-ja-rows-'));
+    try {
+      const j1 = [5, 3, 1, 4, 2, 5, null];
+      const j2 = [4, 3, 1, 5, 1, 5, 2];
+      const write = (name: string, levels: (number | null)[]) => {
+        const f = join(tmp, `${name}.jsonl`);
+        const rows = levels.map((level, u) => ({
+          protocol: 'researchqa',
+          questionId: `q${u % 3}`,
+          sample: 0,
+          itemId: `i${u}`,
+          kind: 'spec',
+          met: null,
+          level,
+        }));
+        writeFileSync(f, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        return `${name}=${f}`;
+      };
+      const out = join(tmp, 'agreement.json');
+      const r = await cli(['judge-agreement', '--rows', write('j1', j1), write('j2', j2), '--resamples', '0', '--out', out]);
+      expect(r.code, r.err).to.equal(0);
+      expect(r.out).to.match(/five levels \(7 units\): Krippendorff α ordinal 0\.851 \[0\.851, 0\.851\], nominal 0\.400/);
+      const rep = JSON.parse((await import('node:fs')).readFileSync(out, 'utf8'));
+      expect(rep.levels.ordinal.value).to.be.closeTo(0.8506172839506173, 1e-12);
+      expect(rep.levels.nominal.value).to.be.closeTo(0.4, 1e-12);
+      const one = await cli(['judge-agreement', '--rows', write('j1', j1)]);
+      expect(one.code).to.equal(1);
+      expect(one.err).to.contain('--rows needs two or more files (got 1)');
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });

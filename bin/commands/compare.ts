@@ -4,7 +4,7 @@
  * the best plan under every candidate order (all permutations up to 4 systems, else a Latin
  * square), so position bias cancels; ties and unreadable replies are counted; win rate per system
  * with a question-bootstrap CI; the position-bias figure is printed. Answers are cached in SQLite
- * (`--judge-cache`, default `<data>.compare-cache.sqlite`): a killed run asks nothing twice when rerun.
+ * (`--judge-cache`, default `<out>.compare-cache.sqlite`, else under the per-user cache dir; lib/eval/run.ts evalJudgeCachePath): a killed run asks nothing twice when rerun.
  * Exit 1 when the judge mostly fails (no win rate written). `--judge jury --judges FILE`: a jury of
  * free-form judges (see compareWithJury below). The paired bootstrap of two eval row files stays in
  * `report --eval a.jsonl --eval b.jsonl`.
@@ -17,12 +17,18 @@ import { addSettings, parseList } from '../../lib/config/schema.js';
 import { readEvalItems } from '../../lib/data/schema.js';
 import { Progress } from '../../lib/data/progress.js';
 import { ChatJudge } from '../../lib/eval/chat-judge.js';
+import { evalJudgeCachePath } from '../../lib/eval/run.js';
 import {
+  arenaHardWinRate,
   candidateOrders,
+  COMPARE_PAIRWISE_PROMPT,
+  COMPARE_PROMPT,
   compareSystems,
   compareSystemsWithJury,
   formatJuryCompare,
+  formatPairwise,
   formatWinRates,
+  lengthControlledWinRate,
   juryCompareSummary,
   readPlans,
   winRates,
@@ -32,6 +38,7 @@ import type { JudgeConfig } from '../../lib/config/judge.js';
 import { checkJudge, judgeAnswersFreeForm, judgeHasMembers, judgeLabel } from '../../lib/judge/backends/index.js';
 import { juryRunMembers } from '../../lib/judge/jury.js';
 import { JudgeHealthError } from '../../lib/judge/types.js';
+import { loadPrompt } from '../../lib/judge/verdict.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { judgeConfigFromArgs, juryFlagsError, juryFlagsGiven, type JudgeArgs } from '../judge-options.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
@@ -44,6 +51,7 @@ interface CompareArgs extends JudgeArgs {
   resamples: number;
   seed: number;
   keepRaw: boolean;
+  winRate: 'choice' | 'arena-hard';
   progress: 'auto' | 'plain' | 'none';
 }
 
@@ -88,7 +96,11 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
     const left = items.length - questions.length;
     if (!questions.length) throw new Error(`${argv.data}: no question has a plan in every --plans file`);
     const jc = judgeConfigFromArgs(argv);
-    if (!jc.cache) jc.cache = `${argv.data}.compare-cache.sqlite`;
+    if (!jc.cache) jc.cache = evalJudgeCachePath(argv.out, argv.data, 'compare');
+    const pairwise = argv.winRate === 'arena-hard';
+    if (pairwise && systems.length !== 2)
+      throw new Error(`--win-rate arena-hard compares two systems, the baseline first (got ${systems.length}: ${systems.map((s) => s.name).join(', ')})`);
+    if (pairwise && judgeHasMembers(jc)) throw new Error('--win-rate arena-hard takes one judge (--judge http)');
     if (judgeHasMembers(jc)) return compareWithJury(argv, jc, systems, questions, left);
     const juryFlags = juryFlagsGiven(argv as unknown as Record<string, unknown>);
     if (juryFlags.length) throw juryFlagsError('compare', juryFlags, `got --judge ${jc.kind}`);
@@ -110,6 +122,7 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
             judge,
             keepRaw: argv.keepRaw,
             maxTokens: jc.maxTokens ?? undefined,
+            pairwise,
             signal,
             onJudgement: (_j, cached) => progress.tick(cached),
           }),
@@ -117,12 +130,20 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
       );
       progress.stop();
       if (js === InterruptedRun) return;
+      const prompt = loadPrompt(pairwise ? COMPARE_PAIRWISE_PROMPT : COMPARE_PROMPT);
+      // Every judgement row names the prompt it was asked with and the hash of its text.
       if (argv.out)
         writeFileSync(
           argv.out,
           js
             .map((j) =>
-              JSON.stringify({ ...j, order: j.order.map((i) => systems[i]!.name), winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner }),
+              JSON.stringify({
+                ...j,
+                order: j.order.map((i) => systems[i]!.name),
+                winner: typeof j.winner === 'number' ? systems[j.winner]!.name : j.winner,
+                prompt: prompt.name,
+                promptHash: prompt.hash,
+              }),
             )
             .join('\n') + '\n',
         );
@@ -138,8 +159,43 @@ export const compareCommand: CommandModule<object, CompareArgs> = {
           `judge ${judge.name}: compare: ${r.unreadable} of ${r.judgements} judgements unreadable or failed (${(100 * badRate).toFixed(0)}% > ${(100 * jc.maxNullRate).toFixed(0)}%: ${r.failed} failed requests); no win rate written`,
         );
       }
-      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...r, judge: judge.name, judgeStats: judge.stats() }, null, 2) + '\n');
-      process.stdout.write(formatWinRates(r) + '\n');
+      // Arena-Hard's score and AlpacaEval's length-controlled rate: the second system against the first (the baseline).
+      const arena = pairwise
+        ? arenaHardWinRate(
+            r.systems.map((x) => x.name),
+            js,
+            1,
+            0,
+            { seed: argv.seed },
+          )
+        : undefined;
+      const lc = pairwise
+        ? lengthControlledWinRate(
+            r.systems.map((x) => x.name),
+            js,
+            (q, s) => systems[s]!.plans.get(q)!.length,
+            1,
+            0,
+          )
+        : undefined;
+      if (argv.report)
+        writeFileSync(
+          argv.report,
+          JSON.stringify(
+            {
+              ...r,
+              ...(arena && { arenaHard: arena, lengthControlled: lc }),
+              prompt: { name: prompt.name, sha256: prompt.hash },
+              judge: judge.name,
+              judgeStats: judge.stats(),
+            },
+            null,
+            2,
+          ) + '\n',
+        );
+      process.stdout.write(
+        formatWinRates(r) + '\n' + (arena && lc ? formatPairwise(arena, lc) + '\n' : '') + `judge prompt: ${prompt.name} (sha256 ${prompt.hash})\n`,
+      );
     } finally {
       progress.stop();
       judge.close();

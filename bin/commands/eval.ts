@@ -4,14 +4,15 @@ import { basename, join } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { readDataset, readEvalItems, loadGeneralRubric } from '../../lib/data/schema.js';
 import { checkJudge, judgeAnswersFreeForm, judgeWithAnswerCache, openJudge } from '../../lib/judge/backends/index.js';
-import { assertJudgeHealth, formatHealth, judgeHealth, JudgeHealthError, type Judge, type Verdict } from '../../lib/judge/types.js';
-import { loadPrompt } from '../../lib/judge/verdict.js';
+import { formatHealth, judgeHealth, JudgeHealthError, type Judge, type Verdict } from '../../lib/judge/types.js';
+import { loadPrompt, PER_ITEM_PROMPT, PER_PLAN_PROMPT } from '../../lib/judge/verdict.js';
 import type { JudgeConfig } from '../../lib/config/judge.js';
 import { readEvalRows } from '../../lib/eval/compare.js';
 import { ChatJudge } from '../../lib/eval/chat-judge.js';
 import { getFormat } from '../../lib/eval/formats/index.js';
 import { formatProtocolScore, getProtocol, scoreRows, type Protocol, type ProtocolRow, type ProtocolScore } from '../../lib/eval/protocols/index.js';
-import { nullCount, runBenchmark } from '../../lib/eval/protocols/run.js';
+import { nullCount, RESEARCHQA_PROMPT, runBenchmark } from '../../lib/eval/protocols/run.js';
+import { isNull } from '../../lib/eval/protocols/score.js';
 import { Progress } from '../../lib/data/progress.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
 import { formatSuiteTable, readSuite, suiteTable } from '../../lib/eval/suite.js';
@@ -21,12 +22,12 @@ import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { policyPlanGenerator } from '../../lib/eval/backends.js';
-import { formatReport, rowsAgreement, writeRowsJsonl } from '../../lib/eval/report.js';
+import { buildReport, formatReport, rowsAgreement, writeRowsJsonl, type EvalRow } from '../../lib/eval/report.js';
 import { formatAgreement } from '../../lib/judge/agreement.js';
 import { formatProvenanceReports, reportsByProvenance } from '../../lib/eval/provenance.js';
-import { runEval } from '../../lib/eval/run.js';
+import { evalJudgeCachePath } from '../../lib/eval/run.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
-import { EVAL_OPTIONS, judgeOptions } from '../../lib/config/settings.js';
+import { EVAL_OPTIONS, evalJudgeOptions } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
 import { resolveDevice } from '../../lib/model/device.js';
 
@@ -56,6 +57,7 @@ interface EvalArgs extends JudgeArgs {
   allowNonFiniteWeights?: boolean;
   keepRaw: boolean;
   protocol?: string;
+  protocolPrompt?: string;
   rescore?: string;
   suite?: string;
   overwrite?: boolean;
@@ -69,9 +71,11 @@ interface EvalArgs extends JudgeArgs {
 export function assertProtocolHealth(p: Protocol, rows: ProtocolRow[], maxNullRate: number, judgeName: string): void {
   const nulls = nullCount(p, rows);
   if (rows.length && nulls / rows.length > maxNullRate) {
-    const errors = rows.filter((r) => r.error).length;
+    const bad = rows.filter((r) => isNull(p, r));
+    const errors = bad.filter((r) => r.error).length;
+    const refusals = bad.filter((r) => r.refused && !r.error).length;
     throw new JudgeHealthError(
-      `judge ${judgeName}: eval (${p.name}): ${nulls} of ${rows.length} verdicts are null or unreadable (${((100 * nulls) / rows.length).toFixed(0)}% > ${(100 * maxNullRate).toFixed(0)}%: ${errors} failed requests); no score written`,
+      `judge ${judgeName}: eval (${p.name}): ${nulls} of ${rows.length} verdicts are null or unreadable (${((100 * nulls) / rows.length).toFixed(0)}% > ${(100 * maxNullRate).toFixed(0)}%: ${errors} failed requests, ${nulls - errors - refusals} unreadable replies, ${refusals} refusals); no score written`,
     );
   }
 }
@@ -83,6 +87,20 @@ function rescore(argv: EvalArgs): ProtocolScore {
   if (!rows.length) throw new Error(`${argv.rescore}: no eval rows to rescore`);
   const prows = rows as ProtocolRow[];
   const p = getProtocol(argv.protocol ?? prows[0]!.protocol ?? 'papergym');
+  // A protocol that does not apply to the rows' items is an error here too: the items as the rows
+  // describe them (the protocol that wrote them stands for the format: rows record no format).
+  const byQ = new Map<string, ProtocolRow[]>();
+  for (const r of prows) byQ.set(r.questionId, [...(byQ.get(r.questionId) ?? []), r]);
+  for (const [q, rs] of byQ) {
+    const why = p.inapplicable?.({
+      id: q,
+      format: rs[0]!.protocol ?? 'papergym',
+      question: '',
+      rubric: rs.filter((r) => r.kind === 'spec').map((r) => ({ id: r.itemId, text: '', weight: r.weight ?? 1 })),
+      source: { dataset: rs[0]!.protocol ?? 'papergym', file: argv.rescore!, row: 0 },
+    });
+    if (why) throw new Error(`${argv.rescore}: --protocol ${p.name} does not apply: ${why}`);
+  }
   if (p.verdict === 'levels' && prows.every((r) => r.level === undefined))
     throw new Error(`${argv.rescore}: protocol ${p.name} needs five-level labels; these rows hold binary verdicts (rescore them with another --protocol)`);
   const s = scoreRows(p, prows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
@@ -90,8 +108,31 @@ function rescore(argv: EvalArgs): ProtocolScore {
   return s;
 }
 
+/**
+ * The judge prompt of a protocol's items: `--protocol-prompt`, else the protocol's (the authors'
+ * where public); a judge that answers only yes / no gets the protocol's yes/no prompt instead of one
+ * that asks for JSON; ResearchQA's levels their coverage prompt; else the judge's own per-item or
+ * per-plan prompt. Name and hash go on every row and the summary.
+ */
+export function protocolPromptOf(p: Protocol, jc: JudgeConfig, override?: string): { name: string; hash: string; own: boolean } {
+  const freeForm = judgeAnswersFreeForm(jc);
+  let name: string;
+  if (override) name = override;
+  else if (p.verdict === 'levels' && freeForm) name = RESEARCHQA_PROMPT;
+  else if (p.itemPrompt && (freeForm || !p.yesNoPrompt)) name = p.itemPrompt;
+  else if (p.yesNoPrompt) name = p.yesNoPrompt;
+  else name = jc.mode === 'per-plan' ? PER_PLAN_PROMPT : PER_ITEM_PROMPT;
+  const own = !override && !p.itemPrompt && !(p.verdict === 'levels' && freeForm);
+  return { name, hash: loadPrompt(name).hash, own };
+}
+
 /** The judges a protocol asks: the five levels from a chat judge (http), the rest through the Judge contract. */
-async function openProtocolJudges(p: Protocol, jc: JudgeConfig, policy: Policy): Promise<{ judge?: Judge; chatJudge?: ChatJudge; name: string }> {
+async function openProtocolJudges(
+  p: Protocol,
+  jc: JudgeConfig,
+  policy: Policy,
+  prompt: { name: string; own: boolean },
+): Promise<{ judge?: Judge; chatJudge?: ChatJudge; name: string }> {
   if (p.verdict === 'levels' && judgeAnswersFreeForm(jc)) {
     const chatJudge = new ChatJudge(jc, jc.cache ?? undefined);
     return { chatJudge, name: chatJudge.name };
@@ -100,7 +141,13 @@ async function openProtocolJudges(p: Protocol, jc: JudgeConfig, policy: Policy):
     process.stderr.write(
       `eval: note: judge ${jc.kind} gives yes/no verdicts; ResearchQA's five levels need a judge that answers free-form (--judge http), so met reads as completely and not met as not at all\n`,
     );
-  const judge = await openJudge(jc, { policy, ...(p.itemPrompt ? { perItemPrompt: loadPrompt(p.itemPrompt) } : {}) });
+  if (p.itemPrompt && prompt.name !== p.itemPrompt && !judgeAnswersFreeForm(jc))
+    process.stderr.write(
+      `eval: note: judge ${jc.kind} answers yes / no only; items asked with ${prompt.name}, not the protocol's default ${p.itemPrompt} (a JSON reply)\n`,
+    );
+  // A prompt that asks for JSON with an explanation needs room to answer (unless --judge-max-tokens says otherwise).
+  const c = p.judgeMaxTokens && jc.maxTokens === null && prompt.name === p.itemPrompt ? { ...jc, maxTokens: p.judgeMaxTokens } : jc;
+  const judge = await openJudge(c, { policy, ...(prompt.own ? {} : { perItemPrompt: loadPrompt(prompt.name) }) });
   return { judge, name: judge.name };
 }
 
@@ -116,7 +163,7 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
   command: 'eval',
   describe: 'Generate research plans for a benchmark and report rubric coverage (overall, per dimension) with bootstrap CIs',
   builder: (y) =>
-    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), judgeOptions(), { withDefaults: true }).check((a) => {
+    addSettings(addSettings(y, EVAL_OPTIONS, { withDefaults: true }), evalJudgeOptions(), { withDefaults: true }).check((a) => {
       if (!a.rescore && !a.suite && (!a.model || !a.data)) throw new Error('eval needs --model and --data (or --suite FILE, or --rescore ROWS)');
       return true;
     }) as never,
@@ -134,75 +181,8 @@ export const evalCommand: CommandModule<object, EvalArgs> = {
       process.stdout.write(formatProtocolScore(s) + '\n');
       return;
     }
-    const all = readEvalItems(argv.data);
-    // A PaperGym file without --protocol (or with papergym): today's coverage report, as before.
-    if (all.items.some((it) => it.format !== 'papergym') || (argv.protocol && argv.protocol !== 'papergym')) return benchmarkEval(argv, all.items);
-    let items = readDataset(argv.data).items;
-    if (argv.split) items = items.filter((it) => it.split === argv.split);
-    if (argv.limit !== undefined) items = items.slice(0, argv.limit);
-    if (!items.length) throw new Error(`${argv.data}: no items to evaluate`);
-    const general = argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
-    const jc = judgeConfigFromArgs(argv);
-    // Before any compute: the judge must answer a real chat request (a 404 URL or a wrong model fails here).
-    await checkJudge(jc);
-    const device = resolveDevice(argv.device);
-    process.stderr.write(`eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}\n`);
-    const refs = await resolvePolicyRefs(argv as { model: string; adapter?: string; revision?: string });
-    const policy = await Policy.load(refs.model, {
-      adapter: refs.adapter,
-      device: device as Device,
-      dtype: argv.dtype as Dtype | undefined,
-      allowNonFinite: argv.allowNonFiniteWeights,
-    });
-    let judge: Judge | undefined;
-    try {
-      judge = await openJudge(jc, { policy });
-      const t0 = Date.now();
-      const { report, rows, plans } = await runEval({
-        items,
-        general,
-        judge,
-        generator: policyPlanGenerator(policy, {
-          temperature: argv.temperature,
-          topP: argv.topP,
-          topK: argv.topK,
-          maxNewTokens: argv.maxNewTokens,
-          enableThinking: argv.thinking,
-        }),
-        samples: argv.samples,
-        chunkSize: argv.chunk,
-        genSeed: argv.seed,
-        seed: argv.seed,
-        resamples: argv.resamples,
-        alpha: argv.alpha,
-        keepRaw: argv.keepRaw,
-        onProgress: (d, n) => process.stderr.write(`eval: ${d}/${n} questions judged\n`),
-      });
-      // The verdicts and plans are kept; a score is written only when the judge mostly worked.
-      if (argv.out) writeRowsJsonl(argv.out, rows);
-      if (argv.plans) writeFileSync(argv.plans, plans.map((p) => JSON.stringify(p)).join('\n') + '\n');
-      process.stderr.write(`judge ${judge.name}: ${JSON.stringify(judge.stats())}\n`);
-      // Mostly-null verdicts are a broken judge, not a coverage of 0%: exit 1, and no report or coverage is written.
-      const health = judgeHealth(rows.map((r) => ({ itemId: r.itemId, met: r.met, refused: r.refused, error: r.error }) as Verdict));
-      process.stderr.write(`judge health: ${health.verdicts} verdicts, ${formatHealth(health) || 'no verdicts'}\n`);
-      assertJudgeHealth(health, jc.maxNullRate, judge.name, 'eval (no report written)');
-      const meta = {
-        model: argv.model,
-        adapter: argv.adapter ?? null,
-        data: argv.data,
-        judge: judge.name,
-        judgeStats: judge.stats(),
-        samples: argv.samples,
-        seconds: (Date.now() - t0) / 1000,
-      };
-      // items built as different data experiments (build-data provenance): one report per group too
-      const byProvenance = reportsByProvenance(items, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
-      if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...report, ...(byProvenance && { byProvenance }), meta }, null, 2) + '\n');
-      process.stdout.write(formatReport(report) + '\n' + (byProvenance ? formatProvenanceReports(byProvenance) + '\n' : ''));
-    } finally {
-      await judge?.close?.();
-      policy.dispose();
-    }
+    // Every file — PaperGym items, imported benchmarks — goes through the one protocol loop.
+    return benchmarkEval(argv, readEvalItems(argv.data).items);
   },
 };
 
@@ -217,14 +197,19 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
   if (argv.limit !== undefined) items = items.slice(0, argv.limit);
   if (!items.length) throw new Error(`${argv.data}: no items to evaluate${argv.split ? ` in split ${argv.split}` : ''}`);
   const p = protocolFor(items, argv.protocol);
-  const jc = judgeWithAnswerCache(judgeConfigFromArgs(argv), `${argv.out ?? argv.data}.judge-cache.sqlite`);
+  const jc = judgeWithAnswerCache(judgeConfigFromArgs(argv), evalJudgeCachePath(argv.out, argv.data));
   await checkJudge(jc);
   const device = resolveDevice(argv.device);
   process.stderr.write(
     `eval: ${argv.model}${argv.adapter ? ` + ${argv.adapter}` : ''} on ${device}; ${items.length} item(s), protocol ${p.name}${jc.cache ? `; judge cache ${jc.cache}` : ''}\n`,
   );
   const refs = await resolvePolicyRefs(argv as { model: string; adapter?: string; revision?: string });
-  const policy = await Policy.load(refs.model, { adapter: refs.adapter, device: device as Device, dtype: argv.dtype as Dtype | undefined });
+  const policy = await Policy.load(refs.model, {
+    adapter: refs.adapter,
+    device: device as Device,
+    dtype: argv.dtype as Dtype | undefined,
+    allowNonFinite: argv.allowNonFiniteWeights,
+  });
   try {
     const t0 = Date.now();
     const res = await evalOnPolicy(argv, policy, items, p, jc, 'eval');
@@ -246,17 +231,45 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
     };
     // A jury: its members' agreement (lib/judge/agreement.ts) in the report and the summary.
     const agreement = rowsAgreement(rows as never, { resamples: argv.resamples, seed: argv.seed });
-    if (argv.report) writeFileSync(argv.report, JSON.stringify({ ...s, ...(agreement && { agreement }), meta }, null, 2) + '\n');
-    process.stdout.write(formatProtocolScore(s) + '\n' + (agreement ? formatAgreement(agreement) + '\n' : ''));
+    // PaperGym: the paper's coverage view of the same rows (micro coverage, item origins, P(yes)), same null rule.
+    const coverage = p.name === 'papergym' ? buildReport(rows as EvalRow[], { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha }) : undefined;
+    if (coverage) delete coverage.agreement;
+    // PaperGym items built as different data experiments (build-data provenance): one coverage report per group too.
+    const byProvenance = coverage
+      ? reportsByProvenance(
+          readDataset(argv.data, { onProblem: () => {} }).items.filter((it) => items.some((x) => x.id === it.id)),
+          rows as EvalRow[],
+          { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha },
+        )
+      : undefined;
+    if (argv.report)
+      writeFileSync(
+        argv.report,
+        JSON.stringify({ ...s, ...(coverage && { coverage }), ...(byProvenance && { byProvenance }), ...(agreement && { agreement }), meta }, null, 2) + '\n',
+      );
+    process.stdout.write(
+      formatProtocolScore(s) +
+        '\n' +
+        (coverage ? formatReport(coverage) + '\n' : '') +
+        (byProvenance ? formatProvenanceReports(byProvenance) + '\n' : '') +
+        (agreement ? formatAgreement(agreement) + '\n' : ''),
+    );
   } finally {
     policy.dispose();
   }
 }
 
-/** The protocol of `--protocol`, else of the items' (first) format. */
-function protocolFor(items: BenchmarkItem[], name?: string): Protocol {
+/**
+ * The protocol of `--protocol`, else of the items' (first) format.
+ * @throws Error naming --protocol when it does not apply to an item (never ignored)
+ */
+export function protocolFor(items: BenchmarkItem[], name?: string, where = '--protocol'): Protocol {
   const formats = [...new Set(items.map((it) => it.format))];
   const p = getProtocol(name ?? getFormat(formats[0]!).protocol);
+  for (const it of items) {
+    const why = p.inapplicable?.(it);
+    if (why) throw new Error(`${where} ${p.name} does not apply: ${why}`);
+  }
   if (formats.length > 1 && !name) process.stderr.write(`eval: note: items of formats ${formats.join(', ')}; scoring all with ${p.name} (pass --protocol)\n`);
   return p;
 }
@@ -278,7 +291,8 @@ async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem
     load: () => judges?.chatJudge?.load() ?? { active: 0, queued: 0 },
   });
   try {
-    judges = await openProtocolJudges(p, jc, policy);
+    const prompt = protocolPromptOf(p, jc, argv.protocolPrompt);
+    judges = await openProtocolJudges(p, jc, policy, prompt);
     if (judges.chatJudge) judges.chatJudge.observer = progress;
     const res = await handleInterrupt(
       'eval',
@@ -300,6 +314,7 @@ async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem
           chunkSize: argv.chunk,
           genSeed: argv.seed,
           keepRaw: argv.keepRaw,
+          prompt,
           signal,
           onPlan: () => progress.tick(),
         }),
@@ -310,8 +325,12 @@ async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem
     const stats = judges.chatJudge?.stats() ?? judges.judge?.stats();
     process.stderr.write(`judge ${judges.name}: ${JSON.stringify(stats)}\n`);
     const nulls = nullCount(p, res.rows);
+    // Binary verdicts: the judge-health breakdown (refusals, unreadable replies, failed requests).
+    const health = judgeHealth(res.rows.map((r) => ({ itemId: r.itemId, met: r.met, refused: r.refused, error: r.error }) as Verdict));
     process.stderr.write(
-      `judge health: ${res.rows.length} verdicts, ${nulls} null or unreadable (${res.rows.length ? ((100 * nulls) / res.rows.length).toFixed(1) : '0'}%)\n`,
+      p.verdict === 'binary'
+        ? `judge health: ${health.verdicts} verdicts, ${formatHealth(health) || 'no verdicts'}\n`
+        : `judge health: ${res.rows.length} verdicts, ${nulls} null or unreadable (${res.rows.length ? ((100 * nulls) / res.rows.length).toFixed(1) : '0'}%)\n`,
     );
     return { ...res, judgeName: judges.name, stats };
   } finally {
@@ -335,7 +354,7 @@ async function suiteEval(argv: EvalArgs): Promise<void> {
     let items = readEvalItems(b.data).items;
     if (b.limit !== undefined) items = items.slice(0, b.limit);
     if (!items.length) throw new Error(`${argv.suite}: benchmark ${b.name}: ${b.data} has no items`);
-    return { ...b, items, protocol: protocolFor(items, b.protocol) };
+    return { ...b, items, protocol: protocolFor(items, b.protocol, `${argv.suite}: benchmark ${b.name}: protocol`) };
   });
   const jc = judgeWithAnswerCache(judgeConfigFromArgs(argv), join(outDir, 'judge-cache.sqlite'));
   await checkJudge(jc);

@@ -1,12 +1,15 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { resolveModelRef } from '../../lib/hub/resolve.js';
+import { basename } from 'node:path';
 import type { CommandModule } from 'yargs';
 import { JUDGE_AGREEMENT_OPTIONS, judgeOptions } from '../../lib/config/settings.js';
-import { addSettings } from '../../lib/config/schema.js';
+import { addSettings, parseList } from '../../lib/config/schema.js';
 import { readDataset, type PaperGymItem } from '../../lib/data/schema.js';
 import { checkJudge, judgeSharesPolicyWeights, membersKind, openJudge } from '../../lib/judge/backends/index.js';
 import { JuryJudge, agreementUnitsFromVerdicts } from '../../lib/judge/jury.js';
-import { formatAgreement, judgeAgreement } from '../../lib/judge/agreement.js';
+import { formatAgreement, judgeAgreement, levelAgreement } from '../../lib/judge/agreement.js';
+import { readEvalRows } from '../../lib/eval/compare.js';
+import { RESEARCHQA_LEVELS, type ProtocolRow } from '../../lib/eval/protocols/index.js';
 import { resolveDevice } from '../../lib/model/device.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
@@ -14,6 +17,7 @@ import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 interface AgreementArgs extends JudgeArgs {
   data: string;
   plans: string;
+  rows?: string | string[];
   judges?: string;
   labels?: string;
   model?: string;
@@ -91,6 +95,75 @@ export function readLabels(path: string, plans: PlanRow[], items: Map<string, Pa
 }
 
 /**
+ * `judge-agreement --rows a=rows-a.jsonl b=rows-b.jsonl …`: the agreement of verdicts already
+ * recorded by `eval --out`, one file per judge (the same items and plans): units are (question,
+ * sample, rubric item) present in every file; binary verdicts give the κs and nominal α (lib/judge/
+ * agreement.ts judgeAgreement), five-level rows (ResearchQA) also ordinal and nominal α over the
+ * levels (levelAgreement). @throws Error naming the file when a file has no rows or names repeat
+ */
+function rowsAgreementCommand(argv: AgreementArgs): void {
+  const specs = parseList(
+    JUDGE_AGREEMENT_OPTIONS.find((s) => s.key === 'rows')!,
+    argv.rows,
+  ) as string[];
+  if (specs.length < 2) throw new Error(`--rows needs two or more files (got ${specs.length})`);
+  const files = specs.map((sp) => {
+    const eq = sp.indexOf('=');
+    const [name, path] = eq > 0 ? [sp.slice(0, eq), sp.slice(eq + 1)] : [basename(sp).replace(/\.jsonl?$/, ''), sp];
+    const { rows, notes } = readEvalRows(path);
+    for (const n of notes) process.stderr.write(`judge-agreement: ${path}: ${n}\n`);
+    if (!rows.length) throw new Error(`${path}: no eval rows`);
+    return { name, rows: rows as ProtocolRow[] };
+  });
+  const names = files.map((f) => f.name);
+  if (new Set(names).size !== names.length) throw new Error(`--rows: judge names repeat (${names.join(', ')}); name them NAME=FILE`);
+  const key = (r: ProtocolRow) => `${r.questionId}#${r.sample}\u0000${r.itemId}`;
+  const maps = files.map((f) => new Map(f.rows.map((r) => [key(r), r])));
+  const shared = [...maps[0]!.keys()].filter((k) => maps.every((m) => m.has(k)));
+  if (!shared.length) throw new Error(`--rows: the files share no (question, sample, rubric item)`);
+  const first = maps[0]!;
+  const units = shared.map((k) => {
+    const r = first.get(k)!;
+    return {
+      planId: `${r.questionId}#${r.sample}`,
+      itemId: r.itemId,
+      cluster: r.questionId,
+      ...(r.dimension && { dimension: r.dimension }),
+      verdicts: Object.fromEntries(names.map((n, i) => [n, maps[i]!.get(k)!.met])),
+    };
+  });
+  const o = { resamples: argv.resamples, seed: argv.seed };
+  const report = judgeAgreement(units, names, o);
+  const levelled = files.every((f) => f.rows.some((r) => r.level !== undefined));
+  const levels = levelled
+    ? levelAgreement(
+        shared.map((k) => {
+          const r = first.get(k)!;
+          return {
+            planId: `${r.questionId}#${r.sample}`,
+            itemId: r.itemId,
+            cluster: r.questionId,
+            levels: Object.fromEntries(names.map((n, i) => [n, maps[i]!.get(k)!.level ?? null])),
+          };
+        }),
+        names,
+        RESEARCHQA_LEVELS.length,
+        o,
+      )
+    : undefined;
+  const full = { agreement: report, ...(levels && { levels }), units: shared.length };
+  if (argv.out) writeFileSync(argv.out, JSON.stringify(full, null, 2) + '\n');
+  const f = (e: { value: number | null; lo: number | null; hi: number | null; reason?: string }) =>
+    e.value === null ? `n/a (${e.reason})` : `${e.value.toFixed(3)} [${e.lo?.toFixed(3) ?? '?'}, ${e.hi?.toFixed(3) ?? '?'}]`;
+  process.stdout.write(
+    (argv.json
+      ? JSON.stringify(full, null, 2)
+      : formatAgreement(report) +
+        (levels ? `\n  five levels (${levels.units} units): Krippendorff α ordinal ${f(levels.ordinal)}, nominal ${f(levels.nominal)}` : '')) + '\n',
+  );
+}
+
+/**
  * `papergym-native judge-agreement --data items.jsonl --plans plans.jsonl --judges judges.yaml
  * [--labels labels.jsonl]`: every judge of the list (a jury, lib/judge/jury.ts) decides every
  * rubric item of every plan; prints per pair of judges the share of equal verdicts and Cohen's κ,
@@ -101,12 +174,12 @@ export const judgeAgreementCommand: CommandModule<object, AgreementArgs> = {
   command: 'judge-agreement',
   describe: "Agreement of several judges with each other (Cohen's and Fleiss' κ, bootstrap CIs) and with people's labels (precision, recall, F1)",
   builder: (y) =>
-    addSettings(addSettings(y, JUDGE_AGREEMENT_OPTIONS, { withDefaults: true }), judgeOptions(), { withDefaults: true }).demandOption([
-      'data',
-      'plans',
-      'judges',
-    ]) as never,
+    addSettings(addSettings(y, JUDGE_AGREEMENT_OPTIONS, { withDefaults: true }), judgeOptions(), { withDefaults: true }).check((a) => {
+      if (!a.rows && (!a.data || !a.plans || !a.judges)) throw new Error('judge-agreement needs --data, --plans and --judges (or --rows FILE FILE …)');
+      return true;
+    }) as never,
   handler: async (argv) => {
+    if (argv.rows) return rowsAgreementCommand(argv);
     const items = new Map(readDataset(argv.data).items.map((it) => [it.id, it]));
     if (!items.size) throw new Error(`${argv.data}: no valid items`);
     const plans = readPlanRows(argv.plans, items);

@@ -1190,6 +1190,17 @@ export const GENERATE_OPTIONS: readonly Setting[] = [
   },
 ];
 
+/** The eval paths' judge cache (lib/eval/run.ts evalJudgeCachePath): on by default, beside --out, never beside --data. */
+const EVAL_CACHE_MEANING = (kind: 'judge' | 'compare') =>
+  `SQLite file caching judge answers by request hash (a killed run asks nothing twice); unset = <--out>.${kind}-cache.sqlite, without --out <per-user cache dir>/eval/<hash of the --data path>.${kind}-cache.sqlite` +
+  (kind === 'judge' ? ' (--suite: <--out>/judge-cache.sqlite); the local judge keeps no cache' : '');
+
+/** The judge settings of `eval`: judgeOptions() with the eval paths' default cache. */
+export const evalJudgeOptions: () => readonly Setting[] = memoOn(
+  () => [judgeOptions()],
+  () => judgeOptions().map((o): Setting => (o.key === 'judgeCache' ? { ...o, meaning: EVAL_CACHE_MEANING('judge') } : o)),
+);
+
 export const EVAL_OPTIONS: readonly Setting[] = [
   ...MODEL_OPTIONS,
   {
@@ -1302,8 +1313,18 @@ export const EVAL_OPTIONS: readonly Setting[] = [
       return registeredNames('protocols', '--protocol choices');
     },
     default: null,
-    meaning: "Scoring protocol (docs/eval.md); unset = the items' format's own (a PaperGym file: today's coverage report)",
+    meaning: "Scoring protocol (docs/eval.md); unset = the items' format's own (a PaperGym file: papergym); one that does not apply to the items is an error",
     source: "each benchmark's published scoring (lib/eval/protocols/)",
+  },
+  {
+    key: 'protocolPrompt',
+    flag: 'protocol-prompt',
+    type: 'string',
+    default: null,
+    values: 'a prompt name under prompts/ (e.g. eval-criterion.v1)',
+    meaning:
+      "Judge prompt of the protocol's items; unset = the protocol's default, the authors' where it is public (HealthBench: eval-healthbench-grader.v1, simple-evals' grader); rows and summaries carry its name and hash",
+    source: 'docs/eval.md (prompt sources)',
   },
   {
     key: 'suite',
@@ -1652,7 +1673,7 @@ export const JUDGE_AGREEMENT_OPTIONS: readonly Setting[] = [
     flag: 'data',
     type: 'path',
     default: null,
-    values: 'a PaperGym JSONL (required)',
+    values: 'a PaperGym JSONL (required unless --rows)',
     meaning: 'Items whose rubric items every judge decides',
     source: 'paper: rubric items (docs/design.md §7)',
   },
@@ -1673,6 +1694,18 @@ export const JUDGE_AGREEMENT_OPTIONS: readonly Setting[] = [
     values: 'labels JSONL: {questionId, sample?, itemId, label: true | false} per line',
     meaning: "People's verdicts: each judge's agreement, precision, recall and F1 against them",
     source: "HealthBench meta-eval (grader vs physicians' labels)",
+  },
+  {
+    key: 'rows',
+    flag: 'rows',
+    type: 'list',
+    items: 'string',
+    repeatable: true,
+    default: null,
+    values: '[name=]rows.jsonl, two or more (eval --out of the same items, one judge each)',
+    meaning:
+      "Agreement of recorded verdicts instead of asking --judges: Cohen's and Fleiss' κ and Krippendorff's α; ResearchQA rows (five levels) also ordinal and nominal α over the levels",
+    source: "Krippendorff 2011 (α); the eval rows' verdicts",
   },
   {
     key: 'model',
@@ -2237,7 +2270,7 @@ export const compareOptions: () => readonly Setting[] = memoOn(
             meaning: 'Judge of the N-way choice: an OpenAI-compatible endpoint, or a jury of them (--judges); a local judge gives only yes/no verdicts',
           };
         if (o.key === 'judgeMaxTokens') return { ...o, meaning: 'http: max answer tokens of a choice; unset = 512' };
-        if (o.key === 'judgeCache') return { ...o, meaning: 'SQLite file caching judge answers by request hash; unset = <--data>.compare-cache.sqlite' };
+        if (o.key === 'judgeCache') return { ...o, meaning: EVAL_CACHE_MEANING('compare') };
         if (o.key === 'judgeMaxNullRate')
           return {
             ...o,
@@ -2360,6 +2393,16 @@ export const COMPARE_OPTIONS: readonly Setting[] = [
   },
   { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Bootstrap seed', source: 'numpy default_rng seed' },
   {
+    key: 'winRate',
+    flag: 'win-rate',
+    type: 'enum',
+    choices: ['choice', 'arena-hard'],
+    default: 'choice',
+    meaning:
+      "choice: the N-way pick over every candidate order (the paper's Table 2); arena-hard: two systems (baseline first) judged on Arena-Hard's five-label scale in both positions, its score (a strong verdict counts 3, ties half, 100-round bootstrap) and AlpacaEval 2's length-controlled win rate beside the raw one",
+    source: 'lmarena arena-hard-auto show_result.py; AlpacaEval 2 (arXiv 2404.04475)',
+  },
+  {
     key: 'keepRaw',
     flag: 'keep-raw',
     type: 'boolean',
@@ -2441,11 +2484,11 @@ export const DOCTOR_OPTIONS: readonly Setting[] = [
 
 /** Every command's settings, for docs/config.md and the completeness test. @throws Error when a registry has not loaded (see {@link trainSettings}). */
 export const commandSettings: () => Record<string, readonly Setting[]> = memoOn(
-  () => [trainSettings(), judgeOptions(), leakageOptions(), compareOptions()],
+  () => [trainSettings(), judgeOptions(), evalJudgeOptions(), leakageOptions(), compareOptions()],
   () => ({
     train: [...TRAIN_COMMAND_OPTIONS, ...trainSettings()],
     generate: GENERATE_OPTIONS,
-    eval: [...EVAL_OPTIONS, ...judgeOptions()],
+    eval: [...EVAL_OPTIONS, ...evalJudgeOptions()],
     serve: SERVE_OPTIONS,
     report: REPORT_OPTIONS,
     'build-data': BUILD_DATA_OPTIONS,

@@ -10,7 +10,10 @@
  * share of resamples where B − A ≤ 0 (one-sided).
  */
 import { readFileSync } from 'node:fs';
+import { stripThink } from '../llm/think.js';
 import type { EvalRow } from './report.js';
+import { promptOfRows } from './protocols/score.js';
+import type { ProtocolRow } from './protocols/types.js';
 import { mulberry32, quantile } from './report.js';
 
 /** Statistics compared: overall instance-item coverage, per dimension, general items. */
@@ -29,7 +32,8 @@ function perQuestion(rows: EvalRow[]): Map<string, number[]> {
   for (const r of rows) {
     const c = m.get(r.questionId) ?? new Array<number>(2 * COVERAGE_KEYS.length).fill(0);
     COVERAGE_KEYS.forEach((k, i) => {
-      if (!keyMatches(k, r)) return;
+      // A null verdict is left out of the coverage (the shared rule, lib/judge/rewards.ts).
+      if (!keyMatches(k, r) || r.met === null) return;
       c[2 * i] += r.met === true ? 1 : 0;
       c[2 * i + 1] += 1;
     });
@@ -69,6 +73,13 @@ export function pairedBootstrap(a: EvalRow[], b: EvalRow[], opts: { resamples?: 
   const seed = opts.seed ?? 0;
   const level = opts.level ?? 0.95;
   if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
+  // Numbers from different judge prompts are never put side by side (each side must use one prompt, the same).
+  const pa = promptOfRows(a as ProtocolRow[]);
+  const pb = promptOfRows(b as ProtocolRow[]);
+  if (pa?.name !== pb?.name || pa?.sha256 !== pb?.sha256)
+    throw new Error(
+      `the two eval results were judged with different prompts (${pa ? `${pa.name} sha256 ${pa.sha256}` : 'not recorded'} vs ${pb ? `${pb.name} sha256 ${pb.sha256}` : 'not recorded'}): not compared`,
+    );
   const qa = perQuestion(a);
   const qb = perQuestion(b);
   const shared = [...qa.keys()].filter((q) => qb.has(q)).sort();
@@ -135,7 +146,7 @@ export interface ItemRate {
 export function hardestItems(rows: EvalRow[], limit = 10): ItemRate[] {
   const m = new Map<string, ItemRate>();
   for (const r of rows) {
-    if (r.kind !== 'spec') continue;
+    if (r.kind !== 'spec' || r.met === null) continue;
     const key = `${r.questionId}\u0000${r.itemId}`;
     const it = m.get(key) ?? { questionId: r.questionId, itemId: r.itemId, kind: r.kind, dimension: r.dimension, met: 0, n: 0, rate: 0 };
     it.met += r.met === true ? 1 : 0;
@@ -204,7 +215,8 @@ export function candidateOrders(n: number): number[][] {
  * as null — never a vote for its first number. A reply that is only a number is that number.
  */
 export function parsePreference(reply: string, n: number): number | 'tie' | null {
-  const text = reply.replace(/<think>[\s\S]*?<\/think>/g, '');
+  // Thinking is never read (lib/llm/think.ts): a closed block, a reply holding only `</think>`, a reply cut inside thinking.
+  const text = stripThink(reply);
   const name = '(?:(?:plan|system|candidate)\\s*(?:number\\s*)?#?\\s*)?';
   const all = [...text.matchAll(new RegExp(`best\\s*(?:plan)?\\s*[:=-]?\\s*\\**\\s*${name}(\\d+|tie)\\b((?:(?!best)[^\\n])*)`, 'gi'))];
   const last = all.at(-1);
@@ -217,6 +229,183 @@ export function parsePreference(reply: string, n: number): number | 'tie' | null
   return k >= 1 && k <= n ? k : null;
 }
 
+/**
+ * Reads a pairwise verdict on Arena-Hard's five-label scale (prompts/eval-compare-pairwise.v1.md):
+ * the last `[[1>>2]]`, `[[1>2]]`, `[[1=2]]`, `[[2>1]]`, `[[2>>1]]` (A / B for 1 / 2, `<` and `<<` the
+ * other way round) of the reply with its thinking removed (lib/llm/think.ts). Null when none.
+ */
+export function parsePairwiseVerdict(reply: string): { pick: 1 | 2 | 'tie'; strong: boolean } | null {
+  const all = [...stripThink(reply).matchAll(/\[\[\s*([12AB])\s*(>>|>|=|<<|<)\s*([12AB])\s*\]\]/gi)];
+  const m = all.at(-1);
+  if (!m) return null;
+  const side = (x: string) => (x === '1' || x.toUpperCase() === 'A' ? 1 : 2);
+  const [l, op, r] = [side(m[1]!), m[2]!, side(m[3]!)];
+  if (l === r) return null;
+  if (op === '=') return { pick: 'tie', strong: false };
+  const better = op.startsWith('>') ? l : r;
+  return { pick: better as 1 | 2, strong: op.length === 2 };
+}
+
+/** Arena-Hard's weight of a strong verdict (arena-hard-auto show_result.py WEIGHT: the battle is counted 3 times). */
+export const ARENA_HARD_STRONG_WEIGHT = 3;
+/** Arena-Hard's bootstrap rounds (its default `--num-rounds`). */
+export const ARENA_HARD_ROUNDS = 100;
+
+/** Result of {@link arenaHardWinRate}: `model`'s win rate against `baseline`, with its bootstrap interval. */
+export interface ArenaHardScore {
+  model: string;
+  baseline: string;
+  /** (W + T/2) / (W + L + T) over the weighted battles: the two-player Bradley-Terry win rate. */
+  rate: number;
+  lo: number;
+  hi: number;
+  /** Weighted battles: wins, losses, ties of the model (a strong verdict counts 3). */
+  wins: number;
+  losses: number;
+  ties: number;
+  /** Games (judgements) read; unreadable ones are left out. */
+  games: number;
+  rounds: number;
+  seed: number;
+}
+
+/**
+ * Arena-Hard's score of `model` against `baseline` (lmarena arena-hard-auto, show_result.py, v0.1):
+ * every question is judged twice with the positions swapped (two games); each readable game is one
+ * battle for its winner, or ARENA_HARD_STRONG_WEIGHT (3) battles when the verdict is strong
+ * (A>>B), and a tie ([[A=B]]) one tied battle. With two players the Bradley-Terry MLE it fits (wins
+ * counted twice, ties once for each side) gives the win rate p = (W + T/2) / (W + L + T). The
+ * interval: `rounds` (100) resamples of the battle rows with replacement (its
+ * get_bootstrap_result), the [(1 − level)/2, (1 + level)/2] quantiles. Only judgements between the
+ * two systems count.
+ * @throws Error when no game between them could be read
+ */
+export function arenaHardWinRate(
+  names: string[],
+  js: Judgement[],
+  model: number,
+  baseline: number,
+  opts: { rounds?: number; seed?: number; level?: number } = {},
+): ArenaHardScore {
+  const rounds = opts.rounds ?? ARENA_HARD_ROUNDS;
+  const seed = opts.seed ?? 0;
+  const level = opts.level ?? 0.95;
+  const battles: number[] = []; // 1 model wins, 0 baseline wins, 0.5 tie
+  let games = 0;
+  for (const j of js) {
+    if (j.winner === null || !j.order.includes(model) || !j.order.includes(baseline)) continue;
+    games++;
+    if (j.winner === 'tie') battles.push(0.5);
+    else if (j.winner === model || j.winner === baseline) {
+      const w = j.strong ? ARENA_HARD_STRONG_WEIGHT : 1;
+      for (let k = 0; k < w; k++) battles.push(j.winner === model ? 1 : 0);
+    }
+  }
+  if (!battles.length) throw new Error(`arena-hard: no readable game of ${names[model]} against ${names[baseline]}`);
+  const rate = (b: number[]) => b.reduce((a, x) => a + x, 0) / b.length;
+  const rnd = mulberry32(seed);
+  const draws: number[] = [];
+  for (let r = 0; r < rounds; r++) draws.push(rate(battles.map(() => battles[Math.floor(rnd() * battles.length)]!)));
+  draws.sort((a, b) => a - b);
+  const p = rate(battles);
+  return {
+    model: names[model]!,
+    baseline: names[baseline]!,
+    rate: p,
+    lo: rounds ? quantile(draws, (1 - level) / 2) : p,
+    hi: rounds ? quantile(draws, (1 + level) / 2) : p,
+    wins: battles.filter((x) => x === 1).length,
+    losses: battles.filter((x) => x === 0).length,
+    ties: battles.filter((x) => x === 0.5).length,
+    games,
+    rounds,
+    seed,
+  };
+}
+
+/** Result of {@link lengthControlledWinRate}. */
+export interface LengthControlledWinRate {
+  model: string;
+  baseline: string;
+  /** Mean preference of the model over the questions (win 1, tie 0.5, loss 0; each question the mean of its readable games). */
+  raw: number;
+  /** σ(θ): the win rate with the length term set to 0 (no length difference). */
+  lengthControlled: number;
+  theta: number;
+  /** Weight of tanh(δ / sd(δ)), δ = model's plan length − baseline's (characters). */
+  beta: number;
+  questions: number;
+}
+
+/**
+ * AlpacaEval 2's length-controlled win rate (Dubois et al. 2024, arXiv 2404.04475, §3): a logistic
+ * regression of the preference on the length difference, logit P(model preferred on question i) =
+ * θ + β·tanh(δ_i / sd(δ)) with δ_i the difference in characters of the two plans; the LC win rate is
+ * the prediction with the length term zeroed, σ(θ). AlpacaEval also fits an instruction-difficulty
+ * term across many models; with one pair it is not identifiable and is left out. Fitted by Newton's
+ * method on the (fractional) log-likelihood, a 1e-6 ridge keeping it defined when the length term
+ * separates the data. Unreadable games are left out; a question with none is left out.
+ * @throws Error when no question has a readable game
+ */
+export function lengthControlledWinRate(
+  names: string[],
+  js: Judgement[],
+  lengths: (questionId: string, system: number) => number,
+  model: number,
+  baseline: number,
+): LengthControlledWinRate {
+  const byQ = new Map<string, number[]>();
+  for (const j of js) {
+    if (j.winner === null || !j.order.includes(model) || !j.order.includes(baseline)) continue;
+    const y = j.winner === 'tie' ? 0.5 : j.winner === model ? 1 : j.winner === baseline ? 0 : null;
+    if (y === null) continue;
+    byQ.set(j.questionId, [...(byQ.get(j.questionId) ?? []), y]);
+  }
+  const qs = [...byQ.keys()];
+  if (!qs.length) throw new Error(`length-controlled win rate: no readable game of ${names[model]} against ${names[baseline]}`);
+  const ys = qs.map((q) => byQ.get(q)!.reduce((a, b) => a + b, 0) / byQ.get(q)!.length);
+  const ds = qs.map((q) => lengths(q, model) - lengths(q, baseline));
+  const mean = ds.reduce((a, b) => a + b, 0) / ds.length;
+  const sd = Math.sqrt(ds.reduce((a, d) => a + (d - mean) ** 2, 0) / Math.max(1, ds.length - 1));
+  const xs = ds.map((d) => (sd > 0 ? Math.tanh(d / sd) : 0));
+  const sig = (z: number) => 1 / (1 + Math.exp(-z));
+  let theta = 0;
+  let beta = 0;
+  const ridge = 1e-6;
+  for (let it = 0; it < 100; it++) {
+    let g0 = -ridge * theta;
+    let g1 = -ridge * beta;
+    let h00 = ridge;
+    let h01 = 0;
+    let h11 = ridge;
+    ys.forEach((y, i) => {
+      const p = sig(theta + beta * xs[i]!);
+      const w = p * (1 - p);
+      g0 += y - p;
+      g1 += (y - p) * xs[i]!;
+      h00 += w;
+      h01 += w * xs[i]!;
+      h11 += w * xs[i]! * xs[i]!;
+    });
+    const det = h00 * h11 - h01 * h01;
+    if (!(det > 0)) break;
+    const d0 = (h11 * g0 - h01 * g1) / det;
+    const d1 = (h00 * g1 - h01 * g0) / det;
+    theta += d0;
+    beta += d1;
+    if (Math.abs(d0) + Math.abs(d1) < 1e-12) break;
+  }
+  return {
+    model: names[model]!,
+    baseline: names[baseline]!,
+    raw: ys.reduce((a, b) => a + b, 0) / ys.length,
+    lengthControlled: sig(theta),
+    theta,
+    beta,
+    questions: qs.length,
+  };
+}
+
 /** One judgement: question, the order asked (system indices by position), the answer. */
 export interface Judgement {
   questionId: string;
@@ -225,6 +414,8 @@ export interface Judgement {
   winner: number | 'tie' | null;
   /** 1-based position picked (null for tie / unreadable). */
   position: number | null;
+  /** Pairwise verdicts (`--win-rate arena-hard`): the winner is significantly better ([[1>>2]] / [[2>>1]]). */
+  strong?: boolean;
   error?: boolean;
   raw?: string;
 }
@@ -304,6 +495,15 @@ export function winRates(names: string[], js: Judgement[], opts: { resamples?: n
   };
 }
 
+/** Arena-Hard's score and AlpacaEval's length-controlled win rate beside the raw one (`compare --win-rate arena-hard`). */
+export function formatPairwise(a: ArenaHardScore, lc: LengthControlledWinRate): string {
+  const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  return [
+    `arena-hard: ${a.model} vs ${a.baseline} ${pct(a.rate)} [${pct(a.lo)}, ${pct(a.hi)}] (${a.games} games, positions swapped; weighted battles ${a.wins} won / ${a.losses} lost / ${a.ties} tied, a strong verdict counts ${ARENA_HARD_STRONG_WEIGHT}; ${a.rounds}-round bootstrap)`,
+    `length-controlled (AlpacaEval 2): ${lc.model} vs ${lc.baseline} ${pct(lc.lengthControlled)} (raw ${pct(lc.raw)}; logit = ${lc.theta.toFixed(3)} + ${lc.beta.toFixed(3)}·tanh(Δlength / sd); ${lc.questions} questions)`,
+  ].join('\n');
+}
+
 /** Human-readable win-rate table and the position-bias figure. */
 export function formatWinRates(r: WinRateReport): string {
   const pct = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(1)}%` : 'n/a');
@@ -343,6 +543,8 @@ export function readPlans(path: string): { plans: Map<string, string>; notes: st
 
 /** The N-way comparison prompt (prompts/). */
 export const COMPARE_PROMPT = 'eval-compare.v1';
+/** The two-plan prompt on Arena-Hard's five-label scale (`compare --win-rate arena-hard`). */
+export const COMPARE_PAIRWISE_PROMPT = 'eval-compare-pairwise.v1';
 
 type ChatJudge = import('./chat-judge.js').ChatJudge;
 type Prompt = import('../judge/verdict.js').PromptTemplate;
@@ -350,6 +552,7 @@ type Prompt = import('../judge/verdict.js').PromptTemplate;
 /** One judge's answer to one (question, order): the position picked, its reply, whether every attempt was cached. */
 interface Pick {
   pick: number | 'tie' | null;
+  strong?: boolean;
   raw: string;
   error: boolean;
   cached: boolean;
@@ -365,8 +568,9 @@ function compareContent(prompt: Prompt, question: string, plans: string[], rende
  * Asks one judge; a reply that names no candidate is retried once as a new question (attempt 1).
  * A failed request is not asked again here: the client's `maxRetries` are its retries.
  */
-async function askPick(judge: ChatJudge, prompt: Prompt, content: string, n: number, maxTokens: number, signal?: AbortSignal): Promise<Pick> {
+async function askPick(judge: ChatJudge, prompt: Prompt, content: string, n: number, maxTokens: number, signal?: AbortSignal, pairwise = false): Promise<Pick> {
   let pick: number | 'tie' | null = null;
+  let strong = false;
   let raw = '';
   let error = false;
   let cached = true;
@@ -375,10 +579,14 @@ async function askPick(judge: ChatJudge, prompt: Prompt, content: string, n: num
     cached &&= a.cached;
     error = a.content === null;
     raw = a.content ?? a.error ?? '';
-    pick = a.content === null ? null : parsePreference(a.content, n);
+    if (pairwise) {
+      const v = a.content === null ? null : parsePairwiseVerdict(a.content);
+      pick = v ? v.pick : null;
+      strong = !!v?.strong;
+    } else pick = a.content === null ? null : parsePreference(a.content, n);
     if (error) break;
   }
-  return { pick, raw, error, cached };
+  return { pick, raw, error, cached, ...(strong && { strong }) };
 }
 
 /**
@@ -394,11 +602,14 @@ export async function compareSystems(o: {
   keepRaw?: boolean;
   /** Answer tokens per judgement (default 512). */
   maxTokens?: number;
+  /** Two systems on Arena-Hard's five-label scale (prompts/eval-compare-pairwise.v1.md): strong verdicts kept. */
+  pairwise?: boolean;
   signal?: AbortSignal;
   onJudgement?: (j: Judgement, cached: boolean) => void;
 }): Promise<Judgement[]> {
   const { loadPrompt, renderTemplate } = await import('../judge/verdict.js');
-  const prompt = loadPrompt(COMPARE_PROMPT);
+  if (o.pairwise && o.systems.length !== 2) throw new Error(`a pairwise comparison takes two systems (got ${o.systems.length})`);
+  const prompt = loadPrompt(o.pairwise ? COMPARE_PAIRWISE_PROMPT : COMPARE_PROMPT);
   const n = o.systems.length;
   const orders = candidateOrders(n);
   const tasks = o.questions.flatMap((q) =>
@@ -409,7 +620,7 @@ export async function compareSystems(o: {
         order.map((s) => o.systems[s]!.plans.get(q.id)!),
         renderTemplate,
       );
-      const a = await askPick(o.judge, prompt, content, n, o.maxTokens ?? 512, o.signal);
+      const a = await askPick(o.judge, prompt, content, n, o.maxTokens ?? 512, o.signal, o.pairwise);
       const j = judgementOf(q.id, order, a, o.keepRaw);
       o.onJudgement?.(j, a.cached);
       return j;
@@ -424,6 +635,7 @@ function judgementOf(questionId: string, order: number[], a: Pick, keepRaw?: boo
     order,
     winner: a.pick === null ? null : a.pick === 'tie' ? 'tie' : order[a.pick - 1]!,
     position: typeof a.pick === 'number' ? a.pick : null,
+    ...(a.strong && { strong: true }),
     ...(a.error && { error: true }),
     ...(keepRaw && { raw: a.raw }),
   };

@@ -4,14 +4,16 @@
  * the mean reward, each with a seeded percentile bootstrap confidence interval; plus per-item rows
  * (JSONL).
  *
- * Coverage is the micro average over items (null verdicts count as not met; their number is
- * reported). The bootstrap resamples *questions* with replacement (all items and samples of a
+ * Coverage is the micro average over the items with a readable verdict: a null verdict (refused,
+ * unreadable, failed) is left out and counted, never "not met"; the reward is the training
+ * reward's function (lib/judge/rewards.ts computeReward) per plan, and a plan with no readable
+ * verdict is skipped and counted — the same rule as training and the `papergym` protocol. The bootstrap resamples *questions* with replacement (all items and samples of a
  * question move together — items of one plan are not independent), recomputing each statistic
  * per resample; the interval is the [(1−level)/2, (1+level)/2] percentiles.
  */
 import { writeFileSync, renameSync } from 'node:fs';
 import type { RubricDimension } from '../data/schema.js';
-import { itemScore, mixReward } from '../judge/rewards.js';
+import { computeReward, itemScore } from '../judge/rewards.js';
 import { DEFAULT_ALPHA } from '../config/reward.js';
 import { mulberry32 } from '../util/random.js';
 import { formatAgreement, judgeAgreement, type AgreementReport, type AgreementUnit } from '../judge/agreement.js';
@@ -48,7 +50,7 @@ export interface Stat {
   n: number;
   /** Items met (absent for the reward). */
   met?: number;
-  /** Null verdicts among the items (counted as not met). */
+  /** Null verdicts among the items (left out of the fraction, counted here). */
   nulls?: number;
 }
 
@@ -61,8 +63,10 @@ export interface EvalReport {
   general: Stat;
   /** Instance-item coverage by where the item came from (R_Q: question alone, R_A: question + answer, both); origins with no items are absent. */
   byOrigin: Partial<Record<'R_Q' | 'R_A' | 'both', Stat>>;
-  /** Mean reward α·r_spec + (1−α)·r_gen per plan (docs/design.md §6). */
+  /** Mean reward α·r_spec + (1−α)·r_gen per plan (docs/design.md §6); `n` = plans scored. */
   reward: Stat;
+  /** Plans skipped: no readable verdict (left out of every mean). */
+  skipped: number;
   /**
    * The same statistics with each item scored by the judge's P(yes) instead of its binary verdict
    * (items without P(yes) count 1/0 as above); present when any row carries `prob` (local judge, or
@@ -106,22 +110,21 @@ const ORIGINS = ['R_Q', 'R_A', 'both'] as const;
 
 function clusterOf(rows: EvalRow[], alpha: number, prob = false): Cluster {
   const c = new Array<number>(NSTAT).fill(0);
-  const plans = new Map<number, { sm: number; sn: number; gm: number; gn: number }>();
+  const plans = new Map<number, { spec: EvalRow[]; gen: EvalRow[] }>();
   for (const r of rows) {
-    const m = itemScore(r, prob ? 'prob' : 'binary');
-    const p = plans.get(r.sample) ?? { sm: 0, sn: 0, gm: 0, gn: 0 };
+    const p = plans.get(r.sample) ?? { spec: [], gen: [] };
     plans.set(r.sample, p);
+    (r.kind === 'general' ? p.gen : p.spec).push(r);
+    // A null verdict leaves every fraction (the shared rule of lib/judge/rewards.ts); it is counted apart.
+    if (r.met === null) continue;
+    const m = itemScore(r, prob ? 'prob' : 'binary');
     if (r.kind === 'general') {
       c[6] += m;
       c[7]++;
-      p.gm += m;
-      p.gn++;
       continue;
     }
     c[0] += m;
     c[1]++;
-    p.sm += m;
-    p.sn++;
     const oi = ORIGINS.indexOf(r.origin as (typeof ORIGINS)[number]);
     if (oi >= 0) {
       c[10 + 2 * oi] += m;
@@ -136,9 +139,10 @@ function clusterOf(rows: EvalRow[], alpha: number, prob = false): Cluster {
     }
   }
   for (const p of plans.values()) {
-    const rs = p.sn ? p.sm / p.sn : 0;
-    const rg = p.gn ? p.gm / p.gn : 0;
-    c[8] += mixReward(rs, p.sn, rg, p.gn, alpha);
+    // The training reward's function: a plan with no readable verdict is skipped (masked), not 0.
+    const b = computeReward(p.spec, p.gen, { alpha, score: prob ? 'prob' : 'binary' });
+    if (b.masked) continue;
+    c[8] += b.r;
     c[9]++;
   }
   return { counts: c };
@@ -221,7 +225,8 @@ function buildStats(rows: EvalRow[], opts: ReportOptions, prob: boolean): EvalRe
   const [rlo, rhi] = ci(4);
   return {
     questions: K,
-    plans: total[9],
+    plans: new Set(rows.map((r) => `${r.questionId}\u0000${r.sample}`)).size,
+    skipped: new Set(rows.map((r) => `${r.questionId}\u0000${r.sample}`)).size - total[9],
     overall: stat(0, (r) => r.kind === 'spec'),
     byDimension: {
       method_innovation: stat(1, (r) => r.kind === 'spec' && r.dimension === 'method_innovation'),
@@ -246,17 +251,17 @@ export function writeRowsJsonl(path: string, rows: EvalRow[]): void {
 export function formatReport(r: EvalReport): string {
   const pct = (s: Stat) =>
     `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]` +
-    (s.met !== undefined ? ` (${s.met}/${s.n}${s.nulls ? `, ${s.nulls} null` : ''})` : '');
+    (s.met !== undefined ? ` (${s.met}/${s.n} readable, ${s.nulls ?? 0} null)` : '');
   const pctP = (s: Stat) => `${(100 * s.mean).toFixed(1)}% [${(100 * s.lo).toFixed(1)}, ${(100 * s.hi).toFixed(1)}]`;
   const lvl = `${Math.round(r.bootstrap.level * 100)}% CI, ${r.bootstrap.resamples} resamples`;
   return [
-    `questions ${r.questions}, plans ${r.plans} (${lvl})`,
+    `questions ${r.questions}, plans ${r.plans}, ${r.skipped} skipped (no readable verdict) (${lvl})`,
     `rubric coverage        ${pct(r.overall)}`,
     `  method innovation    ${pct(r.byDimension.method_innovation)}`,
     `  experimental design  ${pct(r.byDimension.experimental_design)}`,
     ...Object.entries(r.byOrigin).map(([o, st]) => `  items from ${o.padEnd(11)}${pct(st!)}`),
     `general items          ${pct(r.general)}`,
-    `reward (alpha ${r.alpha})     ${r.reward.mean.toFixed(3)} [${r.reward.lo.toFixed(3)}, ${r.reward.hi.toFixed(3)}]`,
+    `reward (alpha ${r.alpha})     ${r.reward.mean.toFixed(3)} [${r.reward.lo.toFixed(3)}, ${r.reward.hi.toFixed(3)}] (${r.reward.n} plans, ${r.skipped} skipped)`,
     ...(r.prob
       ? [
           `with P(yes) per item (${r.prob.rowsWithProb} of ${r.overall.n + r.general.n} verdicts carry it):`,

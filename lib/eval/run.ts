@@ -1,10 +1,13 @@
 /**
- * The eval loop: generate plans for every benchmark question, judge each plan
- * against its instance rubric + the general items, and build the coverage report with per-item
- * rows. Generation and judging overlap: the judge works on chunk k while chunk k+1 samples.
+ * The PaperGym coverage report over the one eval loop (lib/eval/protocols/run.ts runBenchmark, the
+ * `papergym` protocol), the plan generator contract, and the eval paths' default judge cache.
  */
-import type { GeneralRubricItem, PaperGymItem } from '../data/schema.js';
-import { stripThink } from '../llm/think.js';
+import { createHash } from 'node:crypto';
+import { join, resolve } from 'node:path';
+import { paperGymToBenchmark, type GeneralRubricItem, type PaperGymItem } from '../data/schema.js';
+import { getProtocol } from './protocols/index.js';
+import { runBenchmark } from './protocols/run.js';
+import { userCacheDir } from '../util/cache.js';
 import type { ChatMessage } from '../llm/messages.js';
 import type { Judge } from '../judge/types.js';
 import { buildReport, type EvalReport, type EvalRow, type ReportOptions } from './report.js';
@@ -47,61 +50,44 @@ export interface EvalPlan {
   finishReason?: string;
 }
 
-/** Runs generation + judging + report. Rows are ordered by question, sample, then item (spec, general). */
+/**
+ * Runs generation + judging + the coverage report of PaperGym items through the one eval loop
+ * (lib/eval/protocols/run.ts runBenchmark with the `papergym` protocol), so its verdicts and null
+ * rule are those of `eval`. Rows are ordered by question, sample, then item (spec, general).
+ */
 export async function runEval(o: EvalOptions): Promise<{ report: EvalReport; rows: EvalRow[]; plans: EvalPlan[] }> {
   const samples = o.samples ?? 1;
-  const chunk = Math.max(1, o.chunkSize ?? 8);
-  const general = o.general ?? [];
-  const rowsByQ: EvalRow[][] = new Array(o.items.length);
-  const plans: EvalPlan[] = [];
-  const judging: Promise<void>[] = [];
-  let done = 0;
-  for (let start = 0, k = 0; start < o.items.length; start += chunk, k++) {
-    o.signal?.throwIfAborted();
-    const part = o.items.slice(start, start + chunk);
-    const gen = await o.generator.generate(
-      part.map((it) => it.question),
-      { samples, seed: (o.genSeed ?? 0) + k, signal: o.signal },
-    );
-    if (gen.length !== part.length || gen.some((g) => g.length !== samples))
-      throw new Error(`generator returned ${gen.map((g) => g.length)} plans for ${part.length} questions × ${samples}`);
-    const reqs = part.flatMap((it, i) =>
-      gen[i].map((g, s) => {
-        const plan = stripThink(g.text);
-        plans.push({ questionId: it.id, sample: s, plan, finishReason: g.finishReason });
-        return {
-          question: it.question,
-          plan,
-          items: [...it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general.map((g) => ({ id: g.id, text: g.text }))],
-        };
-      }),
-    );
-    judging.push(
-      o.judge.judge(reqs, { signal: o.signal }).then((verdicts) => {
-        part.forEach((it, i) => {
-          const rows: EvalRow[] = [];
-          for (let s = 0; s < samples; s++) {
-            const vs = verdicts[i * samples + s];
-            vs.forEach((v, j) => {
-              const spec = j < it.rubric.length ? it.rubric[j] : undefined;
-              const row: EvalRow = { questionId: it.id, sample: s, itemId: v.itemId, kind: spec ? 'spec' : 'general', met: v.met };
-              if (spec) Object.assign(row, { dimension: spec.dimension, origin: spec.origin, rank: spec.rank });
-              if (v.prob !== undefined) row.prob = v.prob;
-              if (v.refused) row.refused = true;
-              if (v.error) row.error = true;
-              if (v.members) row.judges = Object.fromEntries(v.members.map((m) => [m.judge, m.met]));
-              if (o.keepRaw && v.raw !== undefined) row.raw = v.raw;
-              rows.push(row);
-            });
-          }
-          rowsByQ[start + i] = rows;
-        });
-        done += part.length;
-        o.onProgress?.(done, o.items.length);
-      }),
-    );
-  }
-  await Promise.all(judging);
-  const rows = rowsByQ.flat();
+  const items = o.items.map((it, i) => paperGymToBenchmark(it, 'items', i + 1));
+  const { rows: prows, plans } = await runBenchmark({
+    items,
+    protocol: getProtocol('papergym'),
+    judge: o.judge,
+    general: o.general ?? [],
+    generator: o.generator,
+    samples,
+    chunkSize: o.chunkSize,
+    genSeed: o.genSeed,
+    keepRaw: o.keepRaw,
+    signal: o.signal,
+    onPlan: (d, n) => {
+      if (d % samples === 0) o.onProgress?.(d / samples, n / samples);
+    },
+  });
+  const rank = new Map(o.items.flatMap((it) => it.rubric.map((r) => [`${it.id}\u0000${r.id}`, r.rank] as const)));
+  const rows = prows.map((r) => {
+    const k = rank.get(`${r.questionId}\u0000${r.itemId}`);
+    return (r.kind === 'spec' && k !== undefined ? { ...r, rank: k } : r) as EvalRow;
+  });
   return { report: buildReport(rows, o), rows, plans };
+}
+
+/**
+ * The default judge-answer cache of an eval path (issue 48: resumable by default, never inside
+ * the package or beside the data): `<out>.<kind>-cache.sqlite` beside the results file when there
+ * is one, else `<per-user cache dir>/eval/<sha256 of the resolved data path, 16 hex>.<kind>-cache.sqlite`
+ * (lib/util/cache.ts). Answers are keyed by request hash, so runs of different models share it safely.
+ */
+export function evalJudgeCachePath(out: string | undefined, data: string, kind = 'judge'): string {
+  if (out) return `${out}.${kind}-cache.sqlite`;
+  return join(userCacheDir(), 'eval', `${createHash('sha256').update(resolve(data)).digest('hex').slice(0, 16)}.${kind}-cache.sqlite`);
 }

@@ -22,6 +22,7 @@ import { parse as parseYaml } from 'yaml';
 import { quantile } from './report.js';
 import { expandPath } from '../util/fs.js';
 import { bootstrapMeans, getProtocol, questionScores, scoreRows, type ProtocolRow } from './protocols/index.js';
+import { promptOfRows } from './protocols/score.js';
 
 /** One benchmark of a suite. */
 export interface SuiteBenchmark {
@@ -118,7 +119,8 @@ export interface SuiteCell {
 
 /** The Table-1 layout. */
 export interface SuiteTable {
-  benchmarks: { name: string; protocol: string }[];
+  /** Each benchmark with its protocol and the judge prompt of its column (name, SHA-256 prefix), when recorded. */
+  benchmarks: { name: string; protocol: string; prompt?: { name: string; sha256: string } }[];
   models: { name: string; model: string; adapter?: string }[];
   /** cells[model][benchmark]. */
   cells: (SuiteCell | null)[][];
@@ -166,8 +168,18 @@ export function suiteTable(
     const avg = Array.from({ length: resamples }, (_, s) => drawsPer.reduce((a, d) => a + d[s]!, 0) / drawsPer.length).sort((a, b) => a - b);
     average.push({ score, lo: quantile(avg, (1 - level) / 2), hi: quantile(avg, (1 + level) / 2) });
   });
+  // One prompt per column: a column whose models were judged with different prompts is refused.
+  const prompts = suite.benchmarks.map((b, bi) => {
+    const ps = suite.models.map((_m, mi) => promptOfRows(rows[mi]![bi]!));
+    const key = (x: (typeof ps)[number]) => (x ? `${x.name} sha256 ${x.sha256}` : 'not recorded');
+    if (new Set(ps.map(key)).size > 1)
+      throw new Error(
+        `benchmark ${b.name}: the models were judged with different prompts (${ps.map((x, mi) => `${suite.models[mi]!.name}: ${key(x)}`).join('; ')}); not put side by side`,
+      );
+    return ps[0];
+  });
   return {
-    benchmarks: suite.benchmarks.map((b) => ({ name: b.name, protocol: b.protocol })),
+    benchmarks: suite.benchmarks.map((b, bi) => ({ name: b.name, protocol: b.protocol, ...(prompts[bi] && { prompt: prompts[bi] }) })),
     models: suite.models.map((m) => ({ name: m.name, model: m.model, ...(m.adapter && { adapter: m.adapter }) })),
     cells,
     average,
@@ -189,5 +201,6 @@ export function formatSuiteTable(t: SuiteTable): string {
     ...body.map(line),
     '',
     `scores × 100 with ${100 * t.bootstrap.level}% bootstrap CIs over questions (${t.bootstrap.resamples} resamples); protocols: ${t.benchmarks.map((b) => `${b.name} = ${b.protocol}`).join(', ')}`,
+    `judge prompts: ${t.benchmarks.map((b) => `${b.name} = ${b.prompt ? `${b.prompt.name} (sha256 ${b.prompt.sha256})` : 'not recorded'}`).join(', ')}`,
   ].join('\n');
 }

@@ -17,7 +17,17 @@
  *   category c, P̄_e = Σ_c p_c², κ = (P̄ − P̄_e) / (1 − P̄_e).
  * - Against labels (a person's yes/no per unit), per judge over the labelled units where its verdict
  *   is not null, "yes" the positive class (as HealthBench's meta-eval scores a grader against
- *   physicians): agreement, precision TP/(TP+FP), recall TP/(TP+FN), F1 = 2PR/(P+R).
+ *   physicians): agreement, precision TP/(TP+FP), recall TP/(TP+FN), F1 = 2PR/(P+R); the same F1
+ *   with "no" the positive class, F1_neg = 2TN/(2TN + FN + FP); and the balanced F1 = (F1 + F1_neg)/2,
+ *   HealthBench's headline meta-eval figure (openai/simple-evals healthbench_meta_eval.py
+ *   `pairwise_model_f1_balanced`: the macro F1 over the two classes), undefined when either is.
+ * - Krippendorff's α over all judges (Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability",
+ *   §C: coincidence matrix), with missing values: every unit with m_u ≥ 2 non-null values adds
+ *   1/(m_u − 1) to o_ck for each ordered pair of values (c, k) from different judges; n_c = Σ_k o_ck,
+ *   n = Σ_c n_c; α = 1 − (n − 1)·Σ o_ck δ²_ck / Σ n_c n_k δ²_ck. Nominal δ² = [c ≠ k]; ordinal
+ *   (ranks 1…C, ResearchQA's five levels) δ²_ck = (Σ_{g=c..k} n_g − (n_c + n_k)/2)². Undefined when
+ *   the expected disagreement is 0 (one value only) or n < 2. Unlike Fleiss' κ it keeps units where
+ *   some judges are null.
  *
  * Degenerate cases (the convention here): a κ whose chance agreement is 1 (p_e = 1, or P̄_e = 1 — every
  * verdict counted is the same single value, so there is nothing to agree beyond chance) is
@@ -80,6 +90,10 @@ export interface LabelAgreement {
   precision: Estimate;
   recall: Estimate;
   f1: Estimate;
+  /** F1 with "no" the positive class. */
+  f1Negative: Estimate;
+  /** (F1 + F1_neg) / 2: HealthBench's balanced (macro) F1 of a grader against physicians. */
+  balancedF1: Estimate;
 }
 
 /** The figures of one group of units (all, or one dimension). */
@@ -88,6 +102,8 @@ export interface GroupAgreement {
   pairs: PairAgreement[];
   /** Over all judges (m ≥ 2); units with any null left out. */
   fleiss: Estimate;
+  /** Krippendorff's α (nominal) over all judges; units with ≥ 2 non-null verdicts. */
+  alpha: Estimate;
   /** Present when some unit has a label. */
   labels?: LabelAgreement[];
 }
@@ -150,16 +166,117 @@ function fleissStat(c: number[], m: number): Value {
 }
 
 /** Label figures from [tp, fp, fn, tn]. */
-function labelStats(c: number[]): { agreement: Value; precision: Value; recall: Value; f1: Value } {
+function labelStats(c: number[]): Record<'agreement' | 'precision' | 'recall' | 'f1' | 'f1Negative' | 'balancedF1', Value> {
   const [tp, fp, fn, tn] = c;
   const n = tp + fp + fn + tn;
   const none = (r: string): Value => ({ value: null, reason: r });
-  if (!n)
-    return { agreement: none('no labelled units'), precision: none('no labelled units'), recall: none('no labelled units'), f1: none('no labelled units') };
+  if (!n) {
+    const x = none('no labelled units');
+    return { agreement: x, precision: x, recall: x, f1: x, f1Negative: x, balancedF1: x };
+  }
   const precision: Value = tp + fp ? { value: tp / (tp + fp) } : none('the judge said "yes" on no labelled unit (TP + FP = 0)');
   const recall: Value = tp + fn ? { value: tp / (tp + fn) } : none('no unit is labelled "yes" (TP + FN = 0)');
   const f1: Value = 2 * tp + fp + fn ? { value: (2 * tp) / (2 * tp + fp + fn) } : none('no "yes" among verdicts or labels (2TP + FP + FN = 0)');
-  return { agreement: { value: (tp + tn) / n }, precision, recall, f1 };
+  const f1Negative: Value = 2 * tn + fp + fn ? { value: (2 * tn) / (2 * tn + fp + fn) } : none('no "no" among verdicts or labels (2TN + FP + FN = 0)');
+  const balancedF1: Value =
+    f1.value !== null && f1Negative.value !== null ? { value: (f1.value + f1Negative.value) / 2 } : none(f1.value === null ? f1.reason! : f1Negative.reason!);
+  return { agreement: { value: (tp + tn) / n }, precision, recall, f1, f1Negative, balancedF1 };
+}
+
+/** The δ² of Krippendorff's α: nominal, or ordinal over categories 0…C−1 in rank order. */
+export type AlphaMetric = 'nominal' | 'ordinal';
+
+/**
+ * Krippendorff's α from a C×C coincidence matrix `o` (row-major, o[c·C + k]; the module docstring
+ * gives the formula and source). Value null with a reason when undefined.
+ */
+function alphaStat(o: number[], C: number, metric: AlphaMetric): Value {
+  const nc = new Array<number>(C).fill(0);
+  for (let c = 0; c < C; c++) for (let k = 0; k < C; k++) nc[c] += o[c * C + k];
+  const n = nc.reduce((a, b) => a + b, 0);
+  if (n < 2) return { value: null, reason: 'fewer than two pairable values (units need two judges with a verdict)' };
+  const d2 = (c: number, k: number): number => {
+    if (c === k) return 0;
+    if (metric === 'nominal') return 1;
+    const [lo, hi] = c < k ? [c, k] : [k, c];
+    let sum = 0;
+    for (let g = lo; g <= hi; g++) sum += nc[g];
+    return (sum - (nc[lo] + nc[hi]) / 2) ** 2;
+  };
+  let dObs = 0;
+  let dExp = 0;
+  for (let c = 0; c < C; c++)
+    for (let k = 0; k < C; k++) {
+      const d = d2(c, k);
+      dObs += o[c * C + k] * d;
+      dExp += nc[c] * nc[k] * d;
+    }
+  if (dExp <= 0) return { value: null, reason: 'expected disagreement 0: every pairable value is the same' };
+  return { value: 1 - ((n - 1) * dObs) / dExp };
+}
+
+/** Adds one unit's values (category indices, null = missing) to the coincidence matrix `o` (C×C). */
+function addCoincidences(o: number[], C: number, values: (number | null)[]): void {
+  const vs = values.filter((x): x is number => x !== null);
+  const m = vs.length;
+  if (m < 2) return;
+  for (let i = 0; i < m; i++) for (let j = 0; j < m; j++) if (i !== j) o[vs[i]! * C + vs[j]!] += 1 / (m - 1);
+}
+
+/** Krippendorff's α over clusters of units (`values(u)`: each judge's category or null), with its cluster-bootstrap interval. */
+function alphaEstimate<U>(clusters: U[][], C: number, values: (u: U) => (number | null)[], metric: AlphaMetric, o: Required<AgreementOptions>): Estimate {
+  const cs = clusters.map((us) => {
+    const m = new Array<number>(C * C).fill(0);
+    for (const u of us) addCoincidences(m, C, values(u));
+    return m;
+  });
+  return withIntervals(
+    cs,
+    (s) => ({ a: alphaStat(s, C, metric) }),
+    (s) => Math.round(s.reduce((t, k) => t + k, 0)),
+    o,
+  ).a;
+}
+
+/** One unit rated on ordered levels (ResearchQA's five: 1 = not at all … 5 = completely) by several judges. */
+export interface LevelUnit {
+  planId: string;
+  itemId: string;
+  dimension?: string;
+  cluster?: string;
+  /** Level per judge (an integer 1…levels), null when unreadable. */
+  levels: Record<string, number | null>;
+}
+
+/**
+ * Krippendorff's α of level ratings: ordinal (the ranks matter: ResearchQA's five levels) and
+ * nominal, over all judges, with cluster-bootstrap intervals (module docstring).
+ * @throws TypeError (ERR_PG_ARG) on a level outside 1…`levels` or the option errors of judgeAgreement
+ */
+export function levelAgreement(
+  units: LevelUnit[],
+  judges: string[],
+  levels: number,
+  opts: AgreementOptions = {},
+): { judges: string[]; units: number; ordinal: Estimate; nominal: Estimate; bootstrap: Required<AgreementOptions> } {
+  const o = checkedOptions('levelAgreement', judges, opts);
+  for (const u of units)
+    for (const j of judges) {
+      const x = u.levels[j];
+      if (x !== null && x !== undefined && !(Number.isInteger(x) && x >= 1 && x <= levels))
+        throw argError(`levelAgreement: unit ${u.planId}/${u.itemId}: judge ${j}: level ${x} is not an integer in 1…${levels}`);
+    }
+  const byCluster = new Map<string, LevelUnit[]>();
+  for (const u of units) byCluster.set(u.cluster ?? u.planId, [...(byCluster.get(u.cluster ?? u.planId) ?? []), u]);
+  const clusters = [...byCluster.values()];
+  const values = (u: LevelUnit) => judges.map((j) => (u.levels[j] === null || u.levels[j] === undefined ? null : u.levels[j]! - 1));
+  return {
+    judges: [...judges],
+    units: units.length,
+    ordinal: alphaEstimate(clusters, levels, values, 'ordinal', o),
+    nominal: alphaEstimate(clusters, levels, values, 'nominal', o),
+    bootstrap: o,
+  };
 }
 
 /** Linear-interpolated quantile (type 7) of a sorted array. */
@@ -235,7 +352,7 @@ function categoricalGroup<U extends { planId: string; cluster?: string }>(
   C: number,
   cat: (u: U, j: string) => number | null,
   o: Required<AgreementOptions>,
-): { clusters: U[][]; pairs: PairAgreement[]; fleiss: Estimate } {
+): { clusters: U[][]; pairs: PairAgreement[]; fleiss: Estimate; alpha: Estimate } {
   const byCluster = new Map<string, U[]>();
   for (const u of units) {
     const k = u.cluster ?? u.planId;
@@ -293,14 +410,18 @@ function categoricalGroup<U extends { planId: string; cluster?: string }>(
           o,
         ).k
       : { value: null, lo: null, hi: null, n: 0, reason: 'fewer than two judges' };
-  return { clusters, pairs, fleiss };
+  const alpha: Estimate =
+    m >= 2
+      ? alphaEstimate(clusters, C, (u) => judges.map((j) => cat(u, j)), 'nominal', o)
+      : { value: null, lo: null, hi: null, n: 0, reason: 'fewer than two judges' };
+  return { clusters, pairs, fleiss, alpha };
 }
 
 function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOptions>): GroupAgreement {
   const v = (u: AgreementUnit, j: string) => u.verdicts[j] ?? null;
   // Two categories: yes = 0, no = 1.
-  const { clusters, pairs, fleiss } = categoricalGroup(units, judges, 2, (u, j) => (v(u, j) === null ? null : v(u, j) ? 0 : 1), o);
-  const g: GroupAgreement = { units: units.length, pairs, fleiss };
+  const { clusters, pairs, fleiss, alpha } = categoricalGroup(units, judges, 2, (u, j) => (v(u, j) === null ? null : v(u, j) ? 0 : 1), o);
+  const g: GroupAgreement = { units: units.length, pairs, fleiss, alpha };
   if (units.some((u) => typeof u.label === 'boolean')) {
     g.labels = judges.map((judge) => {
       let nulls = 0;
@@ -320,7 +441,16 @@ function group(units: AgreementUnit[], judges: string[], o: Required<AgreementOp
         (s) => s[0] + s[1] + s[2] + s[3],
         o,
       );
-      return { judge, nulls, agreement: r.agreement, precision: r.precision, recall: r.recall, f1: r.f1 };
+      return {
+        judge,
+        nulls,
+        agreement: r.agreement,
+        precision: r.precision,
+        recall: r.recall,
+        f1: r.f1,
+        f1Negative: r.f1Negative,
+        balancedF1: r.balancedF1,
+      };
     });
   }
   return g;
@@ -381,8 +511,8 @@ export function choiceAgreement(units: ChoiceUnit[], judges: string[], opts: Agr
   const index = new Map(cats.map((c, i) => [c, i]));
   const C = Math.max(cats.length, 1);
   const g = (us: ChoiceUnit[]): GroupAgreement => {
-    const { pairs, fleiss } = categoricalGroup(us, judges, C, (u, j) => index.get(u.choices[j] ?? '') ?? null, o);
-    return { units: us.length, pairs, fleiss };
+    const { pairs, fleiss, alpha } = categoricalGroup(us, judges, C, (u, j) => index.get(u.choices[j] ?? '') ?? null, o);
+    return { units: us.length, pairs, fleiss, alpha };
   };
   const byDimension: Record<string, GroupAgreement> = {};
   if (units.some((u) => u.dimension)) {
@@ -400,11 +530,13 @@ export function formatAgreement(r: AgreementReport): string {
   ];
   const groups: [string, GroupAgreement][] = [['overall', r.overall], ...Object.entries(r.byDimension)];
   for (const [name, g] of groups) {
-    lines.push(`  ${name} (${g.units} units): Fleiss κ ${f(g.fleiss)}`);
+    lines.push(`  ${name} (${g.units} units): Fleiss κ ${f(g.fleiss)}, Krippendorff α (nominal) ${f(g.alpha)}`);
     for (const p of g.pairs)
       lines.push(`    ${p.a} vs ${p.b}: agree ${f(p.agreement)}, Cohen κ ${f(p.kappa)}${p.nulls ? ` (${p.nulls} with a null left out)` : ''}`);
     for (const l of g.labels ?? [])
-      lines.push(`    ${l.judge} vs labels: agree ${f(l.agreement)}, precision ${f(l.precision)}, recall ${f(l.recall)}, F1 ${f(l.f1)}`);
+      lines.push(
+        `    ${l.judge} vs labels: agree ${f(l.agreement)}, precision ${f(l.precision)}, recall ${f(l.recall)}, F1 ${f(l.f1)}, F1(no) ${f(l.f1Negative)}, balanced F1 ${f(l.balancedF1)}`,
+      );
   }
   return lines.join('\n');
 }

@@ -12,7 +12,9 @@
  * all is `masked`: r = 0 is a placeholder that must not be used — GRPO drops the completion from its
  * group's advantages and from the loss (lib/train/stages/grpo.ts), and summaries leave it out of
  * the means. The nulls stay counted (`nulls`, `health`) so a run can watch the rate
- * (judge.maxNullRate stops it).
+ * (judge.maxNullRate stops it). This is the one null rule of the project: `eval` (the `papergym`
+ * protocol, lib/eval/protocols/papergym.ts, and the coverage view, lib/eval/report.ts) calls this
+ * function per plan, so training and evaluation read the same verdicts the same way (issue 48).
  *
  * Scoring (`score`): 'binary' (default, the paper's) counts an item as 1 when met, else 0;
  * 'prob' uses the judge's P(yes) of the item (`Verdict.prob`: the local judge, or an HTTP judge

@@ -128,6 +128,8 @@ export const VERDICT_KEYS = [
   'final_answer',
   'met',
   'is_met',
+  // HealthBench's grader reply {explanation, criteria_met} (openai/simple-evals healthbench_eval.py).
+  'criteria_met',
   'satisfied',
   'is_satisfied',
   'satisfies',

@@ -6,6 +6,8 @@
  * mean over its items; benchmark = mean over queries. A query whose reply does not give one
  * readable label per item after 3 retries is skipped: counted, left out of the mean, never 0.
  */
+import { stripThink } from '../../llm/think.js';
+import { unsignedOnly } from './types.js';
 import type { Protocol, ProtocolRow } from './types.js';
 
 /** The five levels, in order (x = index + 1). */
@@ -21,7 +23,7 @@ export const RESEARCHQA_RETRIES = 3;
  */
 export function parseLevels(reply: string, n: number): number[] | null {
   const out: number[] = [];
-  for (const raw of reply.replace(/<think>[\s\S]*?<\/think>/g, '').split(/\r?\n/)) {
+  for (const raw of stripThink(reply).split(/\r?\n/)) {
     const line = raw
       .toLowerCase()
       .replace(/^[\s\-*•]*(item\s*)?\d+\s*[.):\]-]\s*/, '')
@@ -40,6 +42,7 @@ export const researchqaProtocol: Protocol = {
   name: 'researchqa',
   formula: 'per item (x−1)/4 of its five-level label x; query = mean over its items; benchmark = mean over queries; unreadable queries skipped',
   verdict: 'levels',
+  inapplicable: (it) => unsignedOnly(it),
   planScore(rows: ProtocolRow[]) {
     if (!rows.length || rows.some((r) => r.skipped || r.level === null || r.level === undefined)) return null;
     return rows.reduce((a, r) => a + (r.level! - 1) / 4, 0) / rows.length;

@@ -17,6 +17,7 @@ import type { ChatJudge } from '../chat-judge.js';
 import { getFormat } from '../formats/index.js';
 import type { EvalPlan, PlanGenerator } from '../run.js';
 import { parseLevels, RESEARCHQA_BATCH, RESEARCHQA_LEVELS, RESEARCHQA_RETRIES } from './researchqa.js';
+import { isNull } from './score.js';
 import type { Protocol, ProtocolRow } from './types.js';
 
 /** The ResearchQA coverage prompt (prompts/). */
@@ -45,6 +46,8 @@ export interface BenchmarkEvalOptions {
   chunkSize?: number;
   genSeed?: number;
   keepRaw?: boolean;
+  /** The judge prompt (name, SHA-256 prefix) stamped on every row; see lib/eval/protocols/types.ts ProtocolRow.prompt. */
+  prompt?: { name: string; hash: string };
   /** Called per judged plan. */
   onPlan?: (done: number, total: number) => void;
   signal?: AbortSignal;
@@ -61,6 +64,7 @@ function rowsOfItem(item: BenchmarkItem, sample: number, p: Protocol): ProtocolR
     met: null,
     weight: r.weight,
     ...(r.dimension && { dimension: r.dimension }),
+    ...(r.origin && { origin: r.origin }),
     ...(r.axis && { axis: r.axis }),
     ...(r.type && { type: r.type }),
     ...((r.tags?.length || item.tags?.length) && { tags: [...(r.tags ?? []), ...(item.tags ?? [])] }),
@@ -68,8 +72,16 @@ function rowsOfItem(item: BenchmarkItem, sample: number, p: Protocol): ProtocolR
 }
 
 /** ResearchQA levels of one plan: batches of 8 items, each retried until its labels can be read. */
-async function rateLevels(cj: ChatJudge, item: BenchmarkItem, plan: string, rows: ProtocolRow[], keepRaw: boolean, signal?: AbortSignal): Promise<void> {
-  const prompt = loadPrompt(RESEARCHQA_PROMPT);
+async function rateLevels(
+  cj: ChatJudge,
+  item: BenchmarkItem,
+  plan: string,
+  rows: ProtocolRow[],
+  keepRaw: boolean,
+  signal?: AbortSignal,
+  promptName = RESEARCHQA_PROMPT,
+): Promise<void> {
+  const prompt = loadPrompt(promptName);
   for (let s = 0; s < item.rubric.length; s += RESEARCHQA_BATCH) {
     const part = item.rubric.slice(s, s + RESEARCHQA_BATCH);
     const content = renderTemplate(prompt.template, {
@@ -135,7 +147,7 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
       judging.push(
         ...jobs.map(async (j) => {
           const rows = rowsOfItem(j.it, j.s, p);
-          await rateLevels(cj, j.it, j.plan, rows, !!o.keepRaw, o.signal);
+          await rateLevels(cj, j.it, j.plan, rows, !!o.keepRaw, o.signal, o.prompt?.name);
           byItem[j.slot] = rows;
           tick();
         }),
@@ -147,9 +159,12 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
       (async () => {
         const verdicts = await judge.judge(
           jobs.map((j) => ({
-            question: j.it.question,
+            question: p.judgeQuestion ? p.judgeQuestion(j.it) : j.it.question,
             plan: j.plan,
-            items: [...j.it.rubric.map((r) => ({ id: r.id, text: r.text })), ...general.map((g) => ({ id: g.id, text: g.text }))],
+            items: [
+              ...j.it.rubric.map((r, k) => ({ id: r.id, text: p.itemText ? p.itemText(r, k) : r.text })),
+              ...general.map((g) => ({ id: g.id, text: g.text })),
+            ],
           })),
           { signal: o.signal },
         );
@@ -181,10 +196,12 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
     );
   }
   await Promise.all(judging);
-  return { rows: byItem.flat(), plans };
+  const rows = byItem.flat();
+  if (o.prompt) for (const r of rows) Object.assign(r, { prompt: o.prompt.name, promptHash: o.prompt.hash });
+  return { rows, plans };
 }
 
 /** Null verdicts of rows (levels: unreadable labels), for the failure rate. */
 export function nullCount(p: Protocol, rows: ProtocolRow[]): number {
-  return rows.filter((r) => (p.verdict === 'levels' ? r.level === null || r.level === undefined : r.met === null)).length;
+  return rows.filter((r) => isNull(p, r)).length;
 }

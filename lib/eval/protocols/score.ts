@@ -8,6 +8,11 @@ import { mulberry32, quantile } from '../report.js';
 import { DEFAULT_ALPHA } from '../../config/reward.js';
 import type { Protocol, ProtocolRow, ProtocolScore, ProtocolStat } from './types.js';
 
+/** A null verdict: binary met null; levels: no readable label (or the query skipped). */
+export function isNull(p: Protocol, r: ProtocolRow): boolean {
+  return p.verdict === 'levels' ? r.level === null || r.level === undefined : r.met === null;
+}
+
 /** Rows grouped by plan (questionId, sample), in first-seen order. */
 export function plansOf(rows: ProtocolRow[]): { questionId: string; sample: number; rows: ProtocolRow[] }[] {
   const m = new Map<string, { questionId: string; sample: number; rows: ProtocolRow[] }>();
@@ -91,9 +96,11 @@ export function scoreRows(p: Protocol, rows: ProtocolRow[], o: ScoreOptions = {}
   const level = o.level ?? 0.95;
   const alpha = o.alpha ?? DEFAULT_ALPHA;
   if (!(level > 0 && level < 1)) throw new RangeError(`level must be in (0, 1), got ${level}`);
+  const prompt = promptOfRows(rows);
   const plans = plansOf(rows);
   const all = new Map<string, number[]>();
   const groups = new Map<string, Map<string, number[]>>();
+  const gCounts = new Map<string, { nulls: number; skipped: number }>();
   let skipped = 0;
   for (const pl of plans) {
     if (!all.has(pl.questionId)) all.set(pl.questionId, []);
@@ -102,33 +109,66 @@ export function scoreRows(p: Protocol, rows: ProtocolRow[], o: ScoreOptions = {}
     else all.get(pl.questionId)!.push(s);
     const keys = new Set(pl.rows.flatMap((r) => p.groupsOf(r)));
     for (const g of keys) {
-      const gs = p.planScore(
-        pl.rows.filter((r) => p.groupsOf(r).includes(g)),
-        { alpha },
-      );
-      if (s === null || gs === null) continue;
+      const grows = pl.rows.filter((r) => p.groupsOf(r).includes(g));
+      const c = gCounts.get(g) ?? { nulls: 0, skipped: 0 };
+      gCounts.set(g, c);
+      c.nulls += grows.filter((r) => isNull(p, r)).length;
+      // A group with no readable verdict in this plan (or a skipped plan) leaves the group's mean, counted.
+      const gs = s === null ? null : p.planScore(grows, { alpha });
+      if (gs === null) {
+        c.skipped++;
+        continue;
+      }
       const m = groups.get(g) ?? new Map<string, number[]>();
       groups.set(g, m);
       m.set(pl.questionId, [...(m.get(pl.questionId) ?? []), gs]);
     }
   }
   const gstats: Record<string, ProtocolStat> = {};
-  for (const g of [...groups.keys()].sort()) {
-    const st = stat(groups.get(g)!, p.finish, resamples, seed, level);
-    if (st) gstats[g] = st;
+  const unscored: Record<string, { nulls: number; skipped: number }> = {};
+  for (const g of [...gCounts.keys()].sort()) {
+    const st = groups.has(g) ? stat(groups.get(g)!, p.finish, resamples, seed, level) : null;
+    // A group no plan could score is listed apart, with its nulls and skips (never 0).
+    if (st) gstats[g] = { ...st, ...gCounts.get(g)! };
+    else unscored[g] = gCounts.get(g)!;
   }
+  const nulls = rows.filter((r) => isNull(p, r)).length;
   return {
     protocol: p.name,
-    score: stat(all, p.finish, resamples, seed, level),
+    score: (() => {
+      const st = stat(all, p.finish, resamples, seed, level);
+      return st && { ...st, nulls, skipped };
+    })(),
     groups: gstats,
+    ...(Object.keys(unscored).length && { unscoredGroups: unscored }),
     questions: all.size,
     plans: plans.length,
     skipped,
     verdicts: rows.length,
-    nulls: rows.filter((r) => (p.verdict === 'levels' ? r.level === null || r.level === undefined : r.met === null)).length,
+    nulls,
     formula: p.formula,
+    ...(prompt && { prompt }),
     bootstrap: { resamples, seed, level },
   };
+}
+
+/**
+ * The one judge prompt of `rows` (name and SHA-256 prefix; undefined for rows written before
+ * prompts were recorded). Numbers from different prompts are never averaged together.
+ * @throws Error naming the prompts when the rows mix them
+ */
+export function promptOfRows(rows: readonly ProtocolRow[]): { name: string; sha256: string } | undefined {
+  const seen = new Map<string, { name: string; sha256: string }>();
+  for (const r of rows) {
+    const k = r.prompt === undefined ? '' : `${r.prompt}@${r.promptHash ?? ''}`;
+    if (!seen.has(k)) seen.set(k, { name: r.prompt ?? '(not recorded)', sha256: r.promptHash ?? '' });
+  }
+  if (seen.size > 1)
+    throw new Error(
+      `rows mix judge prompts (${[...seen.values()].map((x) => `${x.name}${x.sha256 ? ` sha256 ${x.sha256}` : ''}`).join(', ')}): numbers from different prompts are not comparable; score them apart`,
+    );
+  const only = [...seen.values()][0];
+  return only && only.name !== '(not recorded)' ? only : undefined;
 }
 
 /**
@@ -151,13 +191,16 @@ export function weightedScore(rows: ProtocolRow[]): number | null {
   return seen && den > 0 ? num / den : null;
 }
 
-/** Human-readable result lines. */
+/** Human-readable result lines: every line says its nulls and skipped plans. */
 export function formatProtocolScore(s: ProtocolScore): string {
-  const f = (x: ProtocolStat) => `${x.score.toFixed(3)} [${x.lo.toFixed(3)}, ${x.hi.toFixed(3)}] (n=${x.n})`;
+  const counts = (x: ProtocolStat) => `; ${x.nulls ?? 0} null, ${x.skipped ?? 0} skipped`;
+  const f = (x: ProtocolStat) => `${x.score.toFixed(3)} [${x.lo.toFixed(3)}, ${x.hi.toFixed(3)}] (n=${x.n}${counts(x)})`;
   return [
-    `${s.protocol}: ${s.score ? f(s.score) : 'no plan could be scored'}`,
+    `${s.protocol}: ${s.score ? f(s.score) : `no plan could be scored (n=0; ${s.nulls} null, ${s.skipped} skipped)`}`,
     `  formula: ${s.formula}`,
+    ...(s.prompt ? [`  judge prompt: ${s.prompt.name} (sha256 ${s.prompt.sha256})`] : []),
     ...Object.entries(s.groups).map(([g, x]) => `  ${g}: ${f(x)}`),
-    `  ${s.questions} question(s), ${s.plans} plan(s), ${s.skipped} skipped; ${s.nulls} of ${s.verdicts} verdict(s) null (left out, never scored 0)`,
+    ...Object.entries(s.unscoredGroups ?? {}).map(([g, x]) => `  ${g}: no plan could be scored (n=0; ${x.nulls} null, ${x.skipped} skipped)`),
+    `  ${s.questions} question(s), ${s.plans} plan(s), ${s.skipped} skipped (no readable verdict); ${s.nulls} of ${s.verdicts} verdict(s) null (left out, never scored 0)`,
   ].join('\n');
 }

@@ -31,7 +31,12 @@ export const localBackend: JudgeBackendOf<'local'> = {
   async open(c, ctx) {
     // Loaded on first use: an http-only command never loads the addon through here.
     const { localJudgeForModel, openLocalJudge } = await import('../local.js');
-    const opts = { ...localJudgeOptionsFromConfig(c), maxTokensPerCall: ctx.maxTokensPerCall || undefined };
+    // The caller's per-item prompt (an eval protocol's yes/no prompt), as the http backend takes it.
+    const opts = {
+      ...localJudgeOptionsFromConfig(c),
+      maxTokensPerCall: ctx.maxTokensPerCall || undefined,
+      ...(ctx.perItemPrompt && { prompt: ctx.perItemPrompt }),
+    };
     if (ctx.policy) return localJudgeForModel(ctx.policy.model, ctx.policy.tokenizer, opts);
     if (!ctx.modelDir) throw new Error('--judge local needs a model: the policy (train, eval) or --model DIR');
     return (await openLocalJudge(ctx.modelDir, { ...opts, device: ctx.device, dtype: ctx.dtype })).judge;
