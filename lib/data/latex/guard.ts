@@ -13,7 +13,7 @@
  *   sections skipped as boilerplate: accounted for, with the reason.
  */
 import type { ClassFamily } from './classes/index.js';
-import type { ExcludedText } from './source.js';
+import { readGroup, readOptional, type ExcludedText } from './source.js';
 
 /** What became of one sectioning-like command. */
 export interface StructureCommand {
@@ -39,18 +39,39 @@ export interface StructureReport {
 const SECTIONING = /\\(part|chapter|section|subsection|subsubsection|@startsection)(?![a-zA-Z])/;
 /** Names a journal class gives its own heading commands. */
 const HEADING_NAME = /^(introduction|intro|conclusions?|summary|discussion|results|methods?|methodology|background|relatedwork|outlook|motivation|preliminaries|experiments?|evaluation|acknowledge?ments?|acks)$/i;
+/** Front-matter commands that classes typeset under a heading of their own (`\keywords` → "Keywords"): accounted for, not stage text. */
+const FRONT_MATTER = /^(keywords?|terms|pacs|ccsdesc|subjclass|msc|jel|classification|dedication|highlights|authorsnames|received|accepted)$/i;
 const DEFINE_RE =
   /\\(?:(?:re)?newcommand|providecommand|DeclareRobustCommand|(?:New|Renew|Declare|Provide)(?:Expandable)?DocumentCommand)\*?\s*\{?\s*\\([a-zA-Z@]+)\s*\}?|\\[gex]?def\s*\\([a-zA-Z@]+)/g;
 
-/** Commands defined in `text` whose definition (the next ~600 characters) holds a sectioning command. */
+/** Commands defined in `text` whose definition body holds a sectioning command. */
 export function sectioningDefinitions(text: string): string[] {
   const out = new Set<string>();
   for (const m of text.matchAll(DEFINE_RE)) {
     const name = m[1] ?? m[2];
-    const body = text.slice(m.index! + m[0].length, m.index! + m[0].length + 600);
-    // up to the next definition
-    const next = body.search(/\\(?:(?:re)?newcommand|providecommand|[gex]?def|(?:New|Renew|Declare|Provide)DocumentCommand)(?![a-zA-Z@])/);
-    if (SECTIONING.test(next >= 0 ? body.slice(0, next) : body) && !/^(part|chapter|section|subsection|subsubsection|paragraph|subparagraph)$/.test(name)) out.add(name);
+    let i = m.index! + m[0].length;
+    const ws = () => {
+      while (/\s/.test(text[i] ?? '')) i++;
+    };
+    ws();
+    if (/Document/.test(m[0])) {
+      const spec = readGroup(text, i);
+      if (!spec) continue;
+      i = spec[1];
+    } else if (m[2]) {
+      const b = text.indexOf('{', i);
+      if (b < 0 || b - i > 100) continue;
+      i = b;
+    } else
+      for (;;) {
+        ws();
+        const o = readOptional(text, i);
+        if (!o) break;
+        i = o[1];
+      }
+    ws();
+    const body = readGroup(text, i);
+    if (body && SECTIONING.test(body[0]) && !/^(part|chapter|section|subsection|subsubsection|paragraph|subparagraph)$/.test(name)) out.add(name);
   }
   return [...out];
 }
@@ -97,6 +118,10 @@ export function checkStructure(inp: StructureInput): StructureReport {
       known.add(name);
       const n = uses(inp.body, name);
       if (!n) continue;
+      if (FRONT_MATTER.test(name)) {
+        commands.push({ command: name, origin: `package/class file ${file}`, uses: n, outcome: 'accounted', reason: 'front matter (keywords, classification codes): not stage text' });
+        continue;
+      }
       commands.push({ command: name, origin: `package/class file ${file}`, uses: n, outcome: 'lost', reason: 'defined around a sectioning command in a file this reader does not expand' });
       problems.push(`\\${name} is a sectioning command defined in ${file}, which this reader does not know; ${n} heading(s) lost`);
     }

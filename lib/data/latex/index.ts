@@ -241,7 +241,7 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     const id = opts.id ?? paperIdFromPath(path);
     let choice;
     try {
-      choice = chooseMainFile(src.root, warn, { limits: opts.expansionLimits });
+      choice = chooseMainFile(src.root, warn, { limits: opts.expansionLimits, paperId: opts.id ?? paperIdFromPath(path) });
     } catch (e) {
       if (e instanceof ExpansionLimitError) throw new ExpansionLimitError(`${path}: ${e.message}`);
       throw e;

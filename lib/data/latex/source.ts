@@ -1146,6 +1146,8 @@ export interface ExcludedText {
 /** Options of {@link flattenDocument}. */
 export interface FlattenOptions {
   limits?: ExpansionLimits;
+  /** The paper's id / archive name (`HAFiscal`): a root of that name is the paper's own (see {@link chooseMainFile}). */
+  paperId?: string;
 }
 
 /** Offsets of line starts, for line numbers by binary search. */
@@ -1441,6 +1443,12 @@ export interface RootCandidate {
   sectionChars: number;
   /** Headings in the resolved include tree. */
   headings: number;
+  /**
+   * Signs that this root is the paper itself, not a companion document: its name is the
+   * archive's, it has a title and an abstract (+1 each); a name or folder of a companion
+   * (appendix, supplement, code, notes, slides) −2.
+   */
+  ownRoot?: number;
   /** Why this candidate was (not) chosen. */
   reason: string;
 }
@@ -1510,6 +1518,21 @@ function headingStats(text: string): { title: string; latex: string }[] {
   return out;
 }
 
+const COMPANION = /(^|[^a-z])(appendix|appendices|supplement|supplementary|suppl|online|si|code|codes|software|slides|poster)([^a-z]|$)/i;
+const norm = (s: string) => s.toLowerCase().replace(/[^a-z0-9]/g, '');
+
+/** See {@link RootCandidate.ownRoot}. */
+function ownRootScore(rel: string, flatText: string, paperId?: string): number {
+  let n = 0;
+  const name = basename(rel).replace(/\.tex$/i, '');
+  if (paperId && norm(name) && norm(name) === norm(paperId.replace(/^[a-z]+(-[a-z]{2})?[-_.]/, '')) ) n++;
+  if (paperId && norm(name) === norm(paperId)) n++;
+  if (/\\(title|icmltitle|Title)\*?\s*[[{]/.test(flatText)) n++;
+  if (/\\begin\s*\{abstract\}|\\abstract\s*\{/.test(flatText)) n++;
+  if (COMPANION.test(name) || COMPANION.test(dirname(rel).split(sep).join(' '))) n -= 2;
+  return n;
+}
+
 const conventional = (r: string) => (/^(main|ms|paper|article|arxiv|manuscript)\.tex$/i.test(basename(r)) ? 1 : 0);
 
 /**
@@ -1571,12 +1594,16 @@ export function chooseMainFile(root: string, warn: Warn = () => {}, opts: Flatte
   const cands: RootCandidate[] = roots.map(({ rel, cls, text }) => {
     // presentations, figures and subfiles are classed by their class alone: not resolved unless chosen
     const byClass = roots.length > 1 && rel !== declared && (PRESENTATION.has(cls) || cls === 'standalone' || cls === 'subfiles');
-    const hs = headingStats(byClass ? text : flatten(rel).text);
+    // headings made by user macros (\NewDocumentCommand{\mysec}{m}{\section{#1}}) count: read after expansion
+    const read = byClass ? text : expandMacros(flatten(rel).text);
+    const hs = headingStats(read);
     const included = roots.length > 1 && includedNames.has(basename(rel, '.tex'));
-    const kind = classify(rel, cls, byClass ? text : flatten(rel).text, hs, included);
-    return { file: rel, documentClass: cls, kind, sectionChars: hs.reduce((a, h) => a + h.latex.length, 0), headings: hs.length, reason: KIND_TEXT[kind] };
+    const kind = classify(rel, cls, read, hs, included);
+    const own = byClass ? 0 : ownRootScore(rel, flatten(rel).text, opts.paperId);
+    return { file: rel, documentClass: cls, kind, sectionChars: hs.reduce((a, h) => a + h.latex.length, 0), headings: hs.length, ownRoot: own, reason: KIND_TEXT[kind] };
   });
-  const order = (a: RootCandidate, b: RootCandidate) => b.sectionChars - a.sectionChars || conventional(b.file) - conventional(a.file) || a.file.localeCompare(b.file);
+  const order = (a: RootCandidate, b: RootCandidate) =>
+    (b.ownRoot ?? 0) - (a.ownRoot ?? 0) || b.sectionChars - a.sectionChars || conventional(b.file) - conventional(a.file) || a.file.localeCompare(b.file);
   const articles = cands.filter((c) => c.kind === 'article').sort(order);
   let chosen: RootCandidate;
   let rule: string;
@@ -1587,8 +1614,15 @@ export function chooseMainFile(root: string, warn: Warn = () => {}, opts: Flatte
     rule = `${directives.source} declares ${declared} the top-level file`;
   } else if (articles.length) {
     chosen = articles[0];
-    chosen.reason = articles.length > 1 ? `article-like, most section text (${chosen.sectionChars} chars)` : 'the only article-like root';
-    for (const c of articles.slice(1)) c.reason = `article-like, less section text (${c.sectionChars} chars)`;
+    const byOwn = articles.length > 1 && (chosen.ownRoot ?? 0) > (articles[1].ownRoot ?? 0);
+    chosen.reason =
+      articles.length > 1
+        ? byOwn
+          ? `article-like, the paper's own root (name, title, abstract: ${chosen.ownRoot})`
+          : `article-like, most section text (${chosen.sectionChars} chars)`
+        : 'the only article-like root';
+    for (const c of articles.slice(1))
+      c.reason = (c.ownRoot ?? 0) < (chosen.ownRoot ?? 0) ? `article-like, a companion document (own-root signs ${c.ownRoot} < ${chosen.ownRoot})` : `article-like, less section text (${c.sectionChars} chars)`;
     rule = cands.length === 1 ? 'the only root document' : `heuristic: ${chosen.reason}`;
   } else {
     const rest = [...cands].sort((a, b) => Number(a.kind === 'included') - Number(b.kind === 'included') || order(a, b));

@@ -466,13 +466,16 @@ export function typesetForm(src: string): string {
       i = o[1];
       skip();
     }
+    let empties = '';
     for (let a = 0; a < ENV_LAYOUT_ARGS[env]; a++) {
       skip();
       const g = readGroup(s, i);
       if (!g) break;
       i = g[1];
+      empties += '{}';
     }
-    out += s.slice(pos, k);
+    // empty groups stand for the arguments: a parser that knows the environment's signature takes them, not the first word
+    out += s.slice(pos, k) + empties;
     pos = i;
   }
   return out + s.slice(pos);

@@ -66,6 +66,12 @@ export function applyClassFamily(text: string, f: ClassFamily | undefined): stri
       const title = o ? o[0] : h.title;
       if (o) i = o[1];
       rep = `\\${h.level}${h.starred ? '*' : ''}{${title}}`;
+    } else if (h && h.form === 'title') {
+      const g = readGroup(text, skipWs(text, i));
+      if (g) {
+        rep = `\\${h.level}${h.starred ? '*' : ''}{${g[0]}}`;
+        i = g[1];
+      }
     } else if (h) {
       const g = readGroup(text, skipWs(text, i));
       if (g) {

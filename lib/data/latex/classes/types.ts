@@ -15,9 +15,10 @@ export interface ClassHeading {
   title: string;
   /**
    * `heading`: `\cmd` or `\cmd[title]`, its text follows (Copernicus' `\introduction`);
-   * `statement`: `\cmd{text}`, the text is the argument (Copernicus' `\codeavailability{…}`).
+   * `statement`: `\cmd{text}`, the text is the argument (Copernicus' `\codeavailability{…}`);
+   * `title`: `\cmd{title}`, its text follows (Springer Nature's `\bmhead{…}`).
    */
-  form: 'heading' | 'statement';
+  form: 'heading' | 'statement' | 'title';
   /** Printed unnumbered (`\section*`). */
   starred?: boolean;
 }
