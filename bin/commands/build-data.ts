@@ -53,7 +53,7 @@ export interface BuildDataArgs {
   progressInterval?: number;
   /** Per-section LaTeX parse time limit in seconds (default 5; past it the fallback converter is used). */
   parseTimeout?: number;
-  /** A paper with a coverage warning (text lost in ingestion) fails instead of being used. */
+  /** A paper with a coverage, structure or missing-include warning (text or headings lost in ingestion) fails instead of being used. */
   strict?: boolean;
   /** Rubric ablations: `q,a` (R_Q, R_A), `innovation,design`, top k, general items on/off. */
   rubricSources?: string | string[];
