@@ -131,7 +131,10 @@ export function checkStructure(inp: StructureInput): StructureReport {
   for (const m of inp.body.matchAll(/(?:^|\n)[ \t]*\\([a-zA-Z]+)\*?(?=[ \t]*(?:\[|\{|\n|$))/g)) {
     if (HEADING_NAME.test(m[1]) && !known.has(m[1])) seen.set(m[1], (seen.get(m[1]) ?? 0) + 1);
   }
+  // a command named like a heading that a file of the paper defines without any sectioning command is not one
+  const definedLocally = new Set([...inp.localFiles.values()].flatMap((t) => [...t.matchAll(DEFINE_RE)].map((m) => m[1] ?? m[2])));
   for (const [name, n] of seen) {
+    if (definedLocally.has(name)) continue;
     const cls = inp.documentClass ? `class ${inp.documentClass}` : 'its class';
     commands.push({ command: name, origin: 'unknown', uses: n, outcome: 'lost', reason: `not a command of LaTeX or a known class family (${cls})` });
     problems.push(`\\${name} looks like a sectioning command of ${cls}, which this reader does not know; ${n} heading(s) may be lost`);
