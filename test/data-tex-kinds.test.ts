@@ -88,7 +88,13 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
     expect(t).to.include('speed of trucks and speed squared');
     expect(t).to.include('strict bounds or loose bounds');
     expect(t).not.to.include('Unfinished');
-    expect(p.structure.commands).to.deep.include({ command: 'paperSection', origin: 'user macro', uses: 3, outcome: 'heading', reason: 'expanded into headings' });
+    expect(p.structure.commands).to.deep.include({
+      command: 'paperSection',
+      origin: 'user macro',
+      uses: 3,
+      outcome: 'heading',
+      reason: 'expanded into headings',
+    });
     clean(p);
   });
 
@@ -116,9 +122,21 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
   it("Copernicus: \\introduction, \\conclusions[…] and the statements (\\codeavailability{…}, …) are the class's sections", async () => {
     const p = await load('copernicus');
     expect(p.classFamily).to.equal('copernicus');
-    expect(titles(p)).to.deep.equal(['Introduction', 'Model description', 'Evaluation', 'Summary and outlook', 'Code availability', 'Author contributions', 'Competing interests']);
+    expect(titles(p)).to.deep.equal([
+      'Introduction',
+      'Model description',
+      'Evaluation',
+      'Summary and outlook',
+      'Code availability',
+      'Author contributions',
+      'Competing interests',
+    ]);
     expect(p.sections[0].text).to.match(/^Snow cover controls/);
-    expect(p.sections.filter((s) => s.boilerplate).map((s) => s.boilerplateReason)).to.deep.equal(['data/code availability statement', 'author contributions', 'competing interests']);
+    expect(p.sections.filter((s) => s.boilerplate).map((s) => s.boilerplateReason)).to.deep.equal([
+      'data/code availability statement',
+      'author contributions',
+      'competing interests',
+    ]);
     clean(p);
   });
 
@@ -170,11 +188,16 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
   it("the paper's own root among several: the archive's name, title and abstract win over an online appendix and a code write-up with more text; a missing include in it fails naming the file", async () => {
     const e = await load('HAFiscal').catch((x: Error) => x);
     expect(e).to.be.instanceOf(Error);
-    expect((e as Error).message).to.match(/HAFiscal: the paper's main file HAFiscal\.tex \(heuristic: article-like, the paper's own root .*\) includes "Subfiles\/Model", missing from the source; not ingesting another root/);
+    expect((e as Error).message).to.match(
+      /HAFiscal: the paper's main file HAFiscal\.tex \(heuristic: article-like, the paper's own root .*\) includes "Subfiles\/Model", missing from the source; not ingesting another root/,
+    );
     // with the file in place the paper is read, not its appendix
     const d = join(work, 'HAFiscal');
     cpSync(join(KINDS, 'HAFiscal'), d, { recursive: true });
-    writeFileSync(join(d, 'Subfiles', 'Model.tex'), '\\section{Model}\nHouseholds differ in education and face idiosyncratic income shocks and unemployment spells.\n');
+    writeFileSync(
+      join(d, 'Subfiles', 'Model.tex'),
+      '\\section{Model}\nHouseholds differ in education and face idiosyncratic income shocks and unemployment spells.\n',
+    );
     const p = await loadPaper(d, { workDir: join(work, 'wd'), inProcess: true });
     expect(p.mainFile).to.equal('HAFiscal.tex');
     expect(titles(p)).to.deep.equal(['Introduction', 'Model', 'Conclusion']);
@@ -184,7 +207,7 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
     expect(p.warnings.map((w) => w.code)).to.deep.equal(['several-roots']);
   });
 
-  it('the structural guard: an unknown class\'s \\introduction is a warning naming it; --strict fails it; the dry run counts it and lists skipped sections with their reasons', async () => {
+  it("the structural guard: an unknown class's \\introduction is a warning naming it; --strict fails it; the dry run counts it and lists skipped sections with their reasons", async () => {
     const p = await load('unknown-class');
     const st = p.warnings.filter((w) => w.code === 'structure').map(formatWarning);
     expect(st).to.deep.equal([

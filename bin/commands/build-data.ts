@@ -364,7 +364,9 @@ export async function runBuildData(
       ingested: r.items.map((it) => it.source.paper_id),
       failures: r.failures,
       withCoverageWarnings: r.items.filter((it) => state.warnings(it.source.paper_id).some((w) => w.code === 'coverage')).length,
-      withStructureWarnings: r.items.filter((it) => state.warnings(it.source.paper_id).some((w) => w.code !== 'coverage' && (LOSS_CODES as readonly string[]).includes(w.code))).length,
+      withStructureWarnings: r.items.filter((it) =>
+        state.warnings(it.source.paper_id).some((w) => w.code !== 'coverage' && (LOSS_CODES as readonly string[]).includes(w.code)),
+      ).length,
       calls: r.stats.calls,
       cached: r.stats.cached,
       requests: st.requests,
@@ -483,7 +485,9 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       const ok = out.filter((o) => o.paper).length;
       const warned = out.filter((o) => o.paper?.warnings.some((w) => w.code === 'coverage')).length;
       const lost = out.filter((o) => o.paper?.warnings.some((w) => w.code !== 'coverage' && (LOSS_CODES as readonly string[]).includes(w.code))).length;
-      process.stdout.write(`${ok} ingested, ${out.length - ok} failed${warned ? `, ${warned} with coverage warnings` : ''}${lost ? `, ${lost} with structure warnings` : ''}\n`);
+      process.stdout.write(
+        `${ok} ingested, ${out.length - ok} failed${warned ? `, ${warned} with coverage warnings` : ''}${lost ? `, ${lost} with structure warnings` : ''}\n`,
+      );
       if (!ok) throw new Error(`no paper ingested (${out.length} failed)`);
       return;
     }

@@ -44,7 +44,9 @@ const KINDS = {
   xparse: { sections: ['Introduction', 'Method', 'Acknowledgements'] },
   'verbatim-envs': { sections: ['Introduction', 'Examples', 'Conclusion'] },
   'inline-verbatim': { sections: ['Commands', 'Advice'] },
-  copernicus: { sections: ['Introduction', 'Model description', 'Evaluation', 'Summary and outlook', 'Code availability', 'Author contributions', 'Competing interests'] },
+  copernicus: {
+    sections: ['Introduction', 'Model description', 'Evaluation', 'Summary and outlook', 'Code availability', 'Author contributions', 'Competing interests'],
+  },
   aanda: { sections: ['Introduction', 'Observations', 'Conclusions'] },
   ieeetran: { sections: ['Introduction', 'Method', 'Acknowledgment'] },
   'small-kinds': { sections: ['Why sectioning commands matter for machine readers', 'Contributions', 'Author contributions'] },
@@ -66,12 +68,15 @@ const norm = (t) =>
 const tmp = mkdtempSync(join(tmpdir(), 'pg-compare-'));
 const papers = [];
 if (existsSync(join(corpus, 'EXPECTED.jsonl'))) {
-  for (const l of readFileSync(join(corpus, 'EXPECTED.jsonl'), 'utf8').split('\n').filter((x) => x.trim())) {
+  for (const l of readFileSync(join(corpus, 'EXPECTED.jsonl'), 'utf8')
+    .split('\n')
+    .filter((x) => x.trim())) {
     const e = JSON.parse(l);
     papers.push({ name: e.file, path: join(corpus, e.file), expected: [...e.sections, ...(e.appendix_sections ?? [])] });
   }
 } else console.error(`compare_readers: no corpus at ${corpus}; test papers only`);
-for (const [k, e] of Object.entries(KINDS)) papers.push({ name: `tex-kinds/${k}`, path: join(root, 'test', 'fixtures', 'tex-kinds', k), expected: [...e.sections, ...(e.appendix_sections ?? [])] });
+for (const [k, e] of Object.entries(KINDS))
+  papers.push({ name: `tex-kinds/${k}`, path: join(root, 'test', 'fixtures', 'tex-kinds', k), expected: [...e.sections, ...(e.appendix_sections ?? [])] });
 
 /** Multiset share of `ref` words found in `text`. */
 function kept(ref, text) {
@@ -99,7 +104,17 @@ function run(cmd, argv, cwd) {
   const t0 = process.hrtime.bigint();
   const r = spawnSync(cmd, argv, { cwd, encoding: 'utf8', timeout: timeoutS * 1000, maxBuffer: 256 * 2 ** 20 });
   const s = Number(process.hrtime.bigint() - t0) / 1e9;
-  return { r, s, error: r.error ? (r.error.code === 'ETIMEDOUT' ? `time-out (${timeoutS} s)` : String(r.error.message)) : r.status !== 0 ? `exit ${r.status}: ${(r.stderr ?? '').trim().split('\n').slice(-1)[0]}` : undefined };
+  return {
+    r,
+    s,
+    error: r.error
+      ? r.error.code === 'ETIMEDOUT'
+        ? `time-out (${timeoutS} s)`
+        : String(r.error.message)
+      : r.status !== 0
+        ? `exit ${r.status}: ${(r.stderr ?? '').trim().split('\n').slice(-1)[0]}`
+        : undefined,
+  };
 }
 
 /** Pandoc's JSON AST: headers at the outermost level present, and all Str text. */
@@ -150,7 +165,8 @@ function latexmlRead(html) {
       .replace(/&#[0-9]+;|&[a-z]+;/g, ' ')
       .replace(/\s+/g, ' ')
       .trim();
-  const titles = (kind) => [...html.matchAll(new RegExp(`<h[1-6][^>]*class="ltx_title ltx_title_${kind}"[^>]*>([\\s\\S]*?)</h[1-6]>`, 'g'))].map((m) => strip(m[1]));
+  const titles = (kind) =>
+    [...html.matchAll(new RegExp(`<h[1-6][^>]*class="ltx_title ltx_title_${kind}"[^>]*>([\\s\\S]*?)</h[1-6]>`, 'g'))].map((m) => strip(m[1]));
   const top = titles('chapter').length ? 'chapter' : 'section';
   const body = html.replace(/<head>[\s\S]*?<\/head>/, '').replace(/<math[\s\S]*?<\/math>/g, ' $ ');
   return { headings: [...titles(top), ...titles('appendix')], text: strip(body) };
@@ -187,11 +203,23 @@ for (const paper of papers) {
       } else {
         const out = join(dir, 'out.html');
         rmSync(dir, { recursive: true, force: true });
-        const x = run('latexmlc', ['--quiet', '--nocomments', `--timeout=${timeoutS}`, '--format=html5', `--dest=${out}`, main.split('/').pop()], join(src.root, dirname(main)));
-        res = existsSync(out) ? { s: x.s, ...latexmlRead(readFileSync(out, 'utf8')), ...(x.error && { warning: x.error }) } : { s: x.s, error: x.error ?? 'no output' };
+        const x = run(
+          'latexmlc',
+          ['--quiet', '--nocomments', `--timeout=${timeoutS}`, '--format=html5', `--dest=${out}`, main.split('/').pop()],
+          join(src.root, dirname(main)),
+        );
+        res = existsSync(out)
+          ? { s: x.s, ...latexmlRead(readFileSync(out, 'utf8')), ...(x.error && { warning: x.error }) }
+          : { s: x.s, error: x.error ?? 'no output' };
       }
       const h = res.headings ? scoreHeadings(paper.expected, res.headings) : { exact: false, found: 0 };
-      row[tool] = { seconds: Number(res.s.toFixed(2)), headingsExact: h.exact, headingsFound: Number(h.found.toFixed(3)), wordsKept: res.text !== undefined ? Number(kept(ref, res.text).toFixed(4)) : 0, ...(res.error && { error: res.error }) };
+      row[tool] = {
+        seconds: Number(res.s.toFixed(2)),
+        headingsExact: h.exact,
+        headingsFound: Number(h.found.toFixed(3)),
+        wordsKept: res.text !== undefined ? Number(kept(ref, res.text).toFixed(4)) : 0,
+        ...(res.error && { error: res.error }),
+      };
     }
     rows.push(row);
     console.log(
@@ -217,6 +245,9 @@ const sum = (t, group) => {
 const summary = {};
 for (const g of ['corpus', 'tex-kinds']) for (const t of tools) summary[`${g}/${t}`] = sum(t, g);
 for (const [k, v] of Object.entries(summary))
-  if (v) console.log(`${k.padEnd(20)} headings exact ${v.headingsExact}/${v.papers}, found ${(100 * v.headingsFound).toFixed(1)}%, words kept (median) ${(100 * v.wordsKept).toFixed(1)}%, ${v.secondsMedian} s per paper (median), ${v.failed} failed`);
+  if (v)
+    console.log(
+      `${k.padEnd(20)} headings exact ${v.headingsExact}/${v.papers}, found ${(100 * v.headingsFound).toFixed(1)}%, words kept (median) ${(100 * v.wordsKept).toFixed(1)}%, ${v.secondsMedian} s per paper (median), ${v.failed} failed`,
+    );
 writeJson(args.json, { corpus, timeoutS, rows, summary });
 rmSync(tmp, { recursive: true, force: true });
