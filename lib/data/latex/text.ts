@@ -450,7 +450,7 @@ const ENV_LAYOUT_ARGS: Record<string, number> = { minipage: 1, multicols: 1, 'mu
  */
 export function typesetForm(src: string): string {
   let s = src.replace(/\\(begin|end)[ \t]*\n?[ \t]*\{/g, '\\$1{').replace(/\\textbackslash[ \t]+(?=[a-zA-Z])/g, '\\textbackslash{}');
-  s = s.replace(/\\begin\{([a-zA-Z*]+)\}/g, (m: string, env: string, at: number) => m + (env in ENV_LAYOUT_ARGS ? '\uE003' : ''));
+  s = s.replace(/\\begin\{([a-zA-Z*]+)\}/g, (m: string, env: string) => m + (env in ENV_LAYOUT_ARGS ? '\uE003' : ''));
   let out = '';
   let pos = 0;
   for (let k = s.indexOf('\uE003'); k >= 0; k = s.indexOf('\uE003', k + 1)) {
