@@ -7,13 +7,12 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
 import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, stripIffalse, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
-import { readGroup } from './source.js';
+import { documentClass, readGroup, readTextFile } from './source.js';
 import { cleanTitle, extractStructure, groupSections, type SectionLevel } from './structure.js';
 import { coverageProblem, measureCoverage, type Coverage } from './coverage.js';
 import { inlineText, latexToTextBatch, typesetForm } from './text.js';
 import { applyClassFamily, classFamilyOf } from './classes/index.js';
 import { checkStructure, type StructureReport } from './guard.js';
-import { documentClass, readTextFile } from './source.js';
 
 export * from './archive.js';
 export {
