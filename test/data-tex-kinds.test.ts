@@ -221,6 +221,8 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
     expect(r.status, r.stderr).to.equal(0);
     expect(r.stdout).to.match(/^ {4}section\* "Author contributions" \d+ chars \(skipped: author contributions\)$/m);
     expect(r.stdout).to.match(/^ {2}structure: 7 heading\(s\); \\introduction ×1 → heading \(class copernicus: the class's section "Introduction"\);/m);
+    // an acknowledgements environment is never stage text either: listed with its reason, not dropped silently
+    expect(r.stdout).to.include('skipped: "Acknowledgements" (acknowledgements (\\begin{acknowledgements} environment))');
     expect(r.stdout).to.match(/excluded: response-to-reviewers \(not in \\includeonly\{intro,experiments\}, 24 words\)/);
     expect(r.stdout).to.match(/^HAFiscal: failed: .*includes "Subfiles\/Model", missing from the source/m);
     expect(r.stdout.trim().split('\n').at(-1)).to.equal('3 ingested, 1 failed, 1 with coverage warnings, 1 with structure warnings');
@@ -238,6 +240,7 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
         { title: 'Code availability', reason: 'data/code availability statement' },
         { title: 'Author contributions', reason: 'author contributions' },
         { title: 'Competing interests', reason: 'competing interests' },
+        { title: 'Acknowledgements', reason: 'acknowledgements (\\begin{acknowledgements} environment)' },
       ]);
     } finally {
       state.close();

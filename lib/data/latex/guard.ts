@@ -142,10 +142,11 @@ export function checkStructure(inp: StructureInput): StructureReport {
   return { commands, excluded: inp.excluded, skipped: inp.skipped, problems };
 }
 
-/** `structure: 14 headings; \introduction → heading (class copernicus); excluded: rebuttal (not in \includeonly, 120 words)`. */
+/** `structure: 14 heading(s); \introduction ×1 → heading (class copernicus: …); excluded: rebuttal (not in \includeonly{…}, 120 words); skipped: "Funding" (funding)`. */
 export function formatStructure(r: StructureReport, headings: number): string {
   const parts = [`structure: ${headings} heading(s)`];
   for (const c of r.commands) parts.push(`\\${c.command} ×${c.uses} → ${c.outcome} (${c.origin}: ${c.reason})`);
   for (const e of r.excluded) parts.push(`excluded: ${e.what} (${e.reason}, ${e.words} words)`);
+  for (const k of r.skipped) parts.push(`skipped: "${k.title}" (${k.reason})`);
   return parts.join('; ');
 }

@@ -8,10 +8,10 @@ import { basename, join } from 'node:path';
 import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
 import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, stripIffalse, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
 import { documentClass, readGroup, readTextFile } from './source.js';
-import { cleanTitle, extractStructure, groupSections, type SectionLevel } from './structure.js';
+import { cleanTitle, documentBody, extractStructure, groupSections, type SectionLevel } from './structure.js';
 import { coverageProblem, measureCoverage, type Coverage } from './coverage.js';
 import { inlineText, latexToTextBatch, typesetForm } from './text.js';
-import { applyClassFamily, classFamilyOf } from './classes/index.js';
+import { applyClassFamily, classFamilyOf, type ClassFamily } from './classes/index.js';
 import { checkStructure, type StructureReport } from './guard.js';
 
 export * from './archive.js';
@@ -152,6 +152,15 @@ export function boilerplateReason(title: string, text: string): string | undefin
   for (const [re, why] of BOILERPLATE) if (re.test(title)) return why;
   if (/^contributions?\.?$/i.test(title.trim()) && CREDIT.test(text.slice(0, 2000))) return 'author contributions (who-did-what statement)';
   return undefined;
+}
+
+/** Acknowledgement environments (and a class family's other boilerplate environments) in the body: read, never stage text. */
+function boilerplateEnvironments(expanded: string, family: ClassFamily | undefined): { title: string; reason: string }[] {
+  const envs: Record<string, string> = { acknowledgements: 'Acknowledgements', acknowledgments: 'Acknowledgments', acknowledgement: 'Acknowledgement', acks: 'Acknowledgments', ...family?.boilerplateEnvironments };
+  const body = documentBody(expanded);
+  return Object.entries(envs)
+    .filter(([env]) => new RegExp(`\\\\begin\\{${env}\\}`).test(body))
+    .map(([env, title]) => ({ title, reason: `acknowledgements (\\begin{${env}} environment)` }));
 }
 
 /**
@@ -315,7 +324,10 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
       documentClass: documentClass(flat.text),
       localFiles,
       excluded: flat.excluded,
-      skipped: sections.filter((s) => s.boilerplate).map((s) => ({ title: s.title, reason: s.boilerplateReason ?? 'boilerplate' })),
+      skipped: [
+        ...sections.filter((s) => s.boilerplate).map((s) => ({ title: s.title, reason: s.boilerplateReason ?? 'boilerplate' })),
+        ...boilerplateEnvironments(expanded, family),
+      ],
     });
     for (const m of structure.problems) warn({ code: 'structure', file: mainFile, message: m });
     if (opts.strictCoverage) assertCoverage({ id, warnings });
