@@ -208,9 +208,12 @@ for (const paper of papers) {
           ['--quiet', '--nocomments', `--timeout=${timeoutS}`, '--format=html5', `--dest=${out}`, main.split('/').pop()],
           join(src.root, dirname(main)),
         );
-        res = existsSync(out)
-          ? { s: x.s, ...latexmlRead(readFileSync(out, 'utf8')), ...(x.error && { warning: x.error }) }
-          : { s: x.s, error: x.error ?? 'no output' };
+        // latexmlc's own --timeout ends it with a stub page and exit 0: a run that took the whole limit is a time-out
+        const timedOut = x.s >= timeoutS;
+        res =
+          existsSync(out) && !timedOut
+            ? { s: x.s, ...latexmlRead(readFileSync(out, 'utf8')), ...(x.error && { warning: x.error }) }
+            : { s: x.s, error: timedOut ? `time-out (${timeoutS} s)` : (x.error ?? 'no output') };
       }
       const h = res.headings ? scoreHeadings(paper.expected, res.headings) : { exact: false, found: 0 };
       row[tool] = {
