@@ -20,7 +20,7 @@
  * the main file our reader chose, so a tool is not penalised for the main-file choice.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { benchArgs, root, writeJson } from './harness.mjs';
@@ -203,9 +203,11 @@ for (const paper of papers) {
       } else {
         const out = join(dir, 'out.html');
         rmSync(dir, { recursive: true, force: true });
+        mkdirSync(dir, { recursive: true });
         const x = run(
           'latexmlc',
-          ['--quiet', '--nocomments', `--timeout=${timeoutS}`, '--format=html5', `--dest=${out}`, main.split('/').pop()],
+          // the log goes to the scratch folder: a directory paper is read in place and must stay as it is
+          ['--quiet', '--nocomments', `--timeout=${timeoutS}`, '--format=html5', `--dest=${out}`, `--log=${join(dir, 'latexml.log')}`, main.split('/').pop()],
           join(src.root, dirname(main)),
         );
         // latexmlc's own --timeout ends it with a stub page and exit 0: a run that took the whole limit is a time-out
