@@ -127,7 +127,8 @@ describe('data: progress and Ctrl-C of build-data and leakage (CLI, no TTY, CI=t
     const r2 = await runCli(args);
     expect(r2.code, r2.stderr).to.equal(0);
     expect(r2.stdout).to.match(/^toy-paper: ingested, item built$/m);
-    expect(r2.stdout.trim().split('\n').at(-1)).to.equal('1 ingested, 0 failed');
+    // (the toy paper's \input{missing-section} is counted as a structure warning: issue 49)
+    expect(r2.stdout.trim().split('\n').at(-1)).to.equal('1 ingested, 0 failed, 1 with structure warnings');
     expect(r2.stderr).to.match(/^build-data: 1\/1 papers \| calls \d+ done \(3 cached\), 0 in flight \| tokens \d+ in \/ \d+ out/m);
     expect(srv.log.slice(start2).filter((e) => done1.has(e.key))).to.deep.equal([]);
     expect(readDataset(out, { strict: true }).items.map((i) => i.id)).to.deep.equal(['toy-paper-q1']);

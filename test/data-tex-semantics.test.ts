@@ -209,7 +209,7 @@ describe('data: ingestion reads what TeX would typeset', function () {
   it('arXiv directives before any heuristic: 00README.XXX toplevelfile / ignore, 00README.json / .yaml, %auto-ignore; the rule is reported', async () => {
     const files = {
       'main.tex': doc('\\section{Real Paper}', 'short real text.'),
-      'supplement.tex': doc('\\section{Supplement}', prose(400), '\\section{More}', prose(400)),
+      'extended.tex': doc('\\section{Extended}', prose(400), '\\section{More}', prose(400)),
     };
     const a = await load(dir('readme-xxx', { ...files, '00README.XXX': 'main.tex toplevelfile\nnohypertex\n' }));
     expect(a.mainFile).to.equal('main.tex');
@@ -227,12 +227,12 @@ describe('data: ingestion reads what TeX would typeset', function () {
     );
     expect(y.mainFile).to.equal('main.tex');
     expect(y.mainRule).to.match(/^00README\.yaml declares main\.tex/);
-    const c = await load(dir('readme-ignore', { ...files, '00README.XXX': 'supplement.tex ignore\n' }));
+    const c = await load(dir('readme-ignore', { ...files, '00README.XXX': 'extended.tex ignore\n' }));
     expect(c.mainFile).to.equal('main.tex');
-    expect(c.mainRule).to.match(/left out: supplement\.tex \(00README\.XXX: ignore\)/);
-    const e = await load(dir('auto-ignore', { ...files, 'supplement.tex': `%auto-ignore\n${files['supplement.tex']}` }));
+    expect(c.mainRule).to.match(/left out: extended\.tex \(00README\.XXX: ignore\)/);
+    const e = await load(dir('auto-ignore', { ...files, 'extended.tex': `%auto-ignore\n${files['extended.tex']}` }));
     expect(e.mainFile).to.equal('main.tex');
-    expect(e.mainRule).to.match(/left out: supplement\.tex \(%auto-ignore\)/);
+    expect(e.mainRule).to.match(/left out: extended\.tex \(%auto-ignore\)/);
     // several declared top-level files: assembled in arXiv's (alphanumeric) order, one paper
     const m = await load(
       dir('readme-two', {
@@ -244,9 +244,9 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(m.mainFile).to.equal('a-main.tex');
     expect(titles(m)).to.deep.equal(['Main Text', 'Supplementary Proofs']);
     expect(m.mainRule).to.equal('00README.XXX declares a-main.tex the top-level file; b-appendix.tex appended (also declared top-level)');
-    // without directives the heuristic picks the longer document, and says so
+    // without directives the heuristic picks the longer document, and says so (neither name nor title marks one as the paper's own)
     const f = await load(dir('heuristic', files));
-    expect(f.mainFile).to.equal('supplement.tex');
+    expect(f.mainFile).to.equal('extended.tex');
     expect(f.mainRule).to.match(/^heuristic: article-like, most section text/);
     // bad input: a 00README naming a missing file is a warning naming the 00README; the heuristic decides
     const g = await load(dir('readme-missing', { ...files, '00README.XXX': 'nope.tex toplevelfile\n' }));
@@ -254,7 +254,7 @@ describe('data: ingestion reads what TeX would typeset', function () {
     expect(formatWarning(w)).to.equal(
       '00README.XXX:1: names "nope.tex" (toplevel), which is not a file in the paper; directive not used [readme-missing-file]',
     );
-    expect(g.mainFile).to.equal('supplement.tex');
+    expect(g.mainFile).to.equal('extended.tex');
   });
 
   it('titles: \\icmltitle (not \\icmltitlerunning), \\title[short]{…}, \\title*, and \\thanks / \\footnote / \\tnoteref / \\\\ inside titles', async () => {

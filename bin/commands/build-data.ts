@@ -22,7 +22,7 @@ import {
   type RoleEndpoint,
   type RubricOptions,
 } from '../../lib/data/pipeline.js';
-import { formatCoverage, formatWarning, guessDomain, paperIdFromPath } from '../../lib/data/latex/index.js';
+import { formatCoverage, formatStructure, formatWarning, guessDomain, LOSS_CODES, paperIdFromPath } from '../../lib/data/latex/index.js';
 import { achievedMix, formatMix, mixOrder, normaliseDomain, parseDomainMix, readDomainsTsv } from '../../lib/data/mix.js';
 import { PIPELINE_ROLES, type PipelineRole } from '../../lib/data/prompts.js';
 import type { RubricDimension } from '../../lib/data/schema.js';
@@ -58,7 +58,7 @@ export interface BuildDataArgs {
   progressInterval?: number;
   /** Per-section LaTeX parse time limit in seconds (default 5; past it the fallback converter is used). */
   parseTimeout?: number;
-  /** A paper with a coverage warning (text lost in ingestion) fails instead of being used. */
+  /** A paper with a coverage, structure or missing-include warning (text or headings lost in ingestion) fails instead of being used. */
   strict?: boolean;
   /** Rubric ablations: `q,a` (R_Q, R_A), `innovation,design`, top k, general items on/off. */
   rubricSources?: string | string[];
@@ -92,6 +92,8 @@ export interface BuildDataSummary {
   failures: { paper: string; error: string }[];
   /** Ingested papers that carry a coverage warning (stored in the state). */
   withCoverageWarnings: number;
+  /** Ingested papers that carry a structure or missing-include warning (stored in the state). */
+  withStructureWarnings: number;
   calls: number;
   cached: number;
   requests: number;
@@ -368,6 +370,9 @@ export async function runBuildData(
       ingested: r.items.map((it) => it.source.paper_id),
       failures: r.failures,
       withCoverageWarnings: r.items.filter((it) => state.warnings(it.source.paper_id).some((w) => w.code === 'coverage')).length,
+      withStructureWarnings: r.items.filter((it) =>
+        state.warnings(it.source.paper_id).some((w) => w.code !== 'coverage' && (LOSS_CODES as readonly string[]).includes(w.code)),
+      ).length,
       calls: r.stats.calls,
       cached: r.stats.cached,
       requests: st.requests,
@@ -450,6 +455,7 @@ export function describeOutcome(o: IngestOutcome): string[] {
   ];
   if (p.mainRule) lines.push(`  main file rule: ${p.mainRule}`);
   if (p.coverage) lines.push(`  ${formatCoverage(p.coverage)}`);
+  if (p.structure) lines.push(`  ${formatStructure(p.structure, p.coverage?.headingsParsed ?? 0)}`);
   if (p.rootCandidates.length > 1) {
     lines.push(`  root documents (${p.rootCandidates.length}):`);
     for (const c of p.rootCandidates)
@@ -459,7 +465,7 @@ export function describeOutcome(o: IngestOutcome): string[] {
   }
   for (const s of p.sections)
     lines.push(
-      `  ${s.appendix ? 'A ' : '  '}${s.level}${s.starred ? '*' : ''} "${s.title}" ${s.text.length} chars${s.boilerplate ? ' (skipped: boilerplate)' : ''}${s.parser === 'fallback' ? ' (fallback converter)' : ''}`,
+      `  ${s.appendix ? 'A ' : '  '}${s.level}${s.starred ? '*' : ''} "${s.title}" ${s.text.length} chars${s.boilerplate ? ` (skipped: ${s.boilerplateReason ?? 'boilerplate'})` : ''}${s.parser === 'fallback' ? ' (fallback converter)' : ''}`,
     );
   for (const w of p.warnings) lines.push(`  warning: ${formatWarning(w)}`);
   return lines;
@@ -485,7 +491,10 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       const out = await ingestPapers(sources, opts, (o) => process.stdout.write(describeOutcome(o).join('\n') + '\n'));
       const ok = out.filter((o) => o.paper).length;
       const warned = out.filter((o) => o.paper?.warnings.some((w) => w.code === 'coverage')).length;
-      process.stdout.write(`${ok} ingested, ${out.length - ok} failed${warned ? `, ${warned} with coverage warnings` : ''}\n`);
+      const lost = out.filter((o) => o.paper?.warnings.some((w) => w.code !== 'coverage' && (LOSS_CODES as readonly string[]).includes(w.code))).length;
+      process.stdout.write(
+        `${ok} ingested, ${out.length - ok} failed${warned ? `, ${warned} with coverage warnings` : ''}${lost ? `, ${lost} with structure warnings` : ''}\n`,
+      );
       if (!ok) throw new Error(`no paper ingested (${out.length} failed)`);
       return;
     }
@@ -506,7 +515,7 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       process.stdout.write(
         `  mix: ${formatMix(s.mix.achieved)} (${s.mix.drawn} of ${s.mix.of} papers, seed ${s.mix.seed}${s.mix.limitedBy ? `, limited by ${s.mix.limitedBy}` : ''})\n`,
       );
-    const warned = s.withCoverageWarnings ? `, ${s.withCoverageWarnings} with coverage warnings` : '';
+    const warned = `${s.withCoverageWarnings ? `, ${s.withCoverageWarnings} with coverage warnings` : ''}${s.withStructureWarnings ? `, ${s.withStructureWarnings} with structure warnings` : ''}`;
     process.stdout.write(`${s.ingested.length} ingested, ${s.failures.length} failed${warned}\n`);
     if (argv.pushToHub && s.items > 0) {
       // datasets' push_to_hub: the split files and a dataset card, through lib/hub (the maintained client).

@@ -499,7 +499,7 @@ export interface BuildResult {
 }
 
 /** Bump when loadPaper's output changes, so cached parses are not reused. */
-export const LOADER_VERSION = 'latex-v3';
+export const LOADER_VERSION = 'latex-v4';
 
 /**
  * {@link loadPaper} with the result stored in the state (stage `paper`, keyed by the archive's
@@ -723,6 +723,10 @@ export async function buildDataset(o: BuildOptions): Promise<BuildResult> {
         pid = paper.id;
         o.state.putWarnings(pid, paper.warnings);
         for (const w of paper.warnings) log(`${pid}: warning: ${formatWarning(w)}`);
+        // sections read but not given to the stages, each with why (issue 49: nothing dropped without a word)
+        const skipped = paper.structure?.skipped ?? [];
+        o.state.putStage(pid, 'skipped-sections', LOADER_VERSION, skipped);
+        for (const k of skipped) log(`${pid}: section "${k.title}" skipped: ${k.reason}`);
         o.state.setPaperStatus(pid, 'running');
         const split = assignSplit(pid, o.splitFractions, o.splitSeed);
         const itemOpts = { split, promptVersion, generalRubricSet: o.generalRubricSet, tally, rubric: o.rubric, domainMix: o.domainMix };

@@ -44,7 +44,7 @@ const SKIP_ENVS = [
 const SKIP_ENV_RE = new RegExp(`\\\\begin\\s*\\{(${SKIP_ENVS.join('|')})\\}[\\s\\S]*?\\\\end\\s*\\{\\1\\}`, 'g');
 const MATH_RE = /(?<!\\)\$\$[\s\S]*?(?<!\\)\$\$|(?<!\\)\$(?:[^$\\]|\\[\s\S])*?\$|\\\[[\s\S]*?\\\]|\\\([\s\S]*?\\\)/g;
 /** Macros whose (last) braced arguments are not prose. */
-const NON_PROSE = /\\(label|ref|eqref|cref|Cref|autoref|pageref|nameref|cite[a-zA-Z]*|nocite|url|href|includegraphics|bibliography|bibliographystyle|input|include|usepackage|begin|end|vspace|hspace|setlength|setcounter|addtocounter|color|textcolor|definecolor|author|affiliation|affil|address|email|institute|orcid|thanks|date|keywords|pacs|doi|graphicspath|newcommand|renewcommand|hypersetup|pagestyle|thispagestyle|bibitem|caption|footnotemark|IEEEauthorblockA|IEEEauthorblockN|icmlauthor|icmlaffiliation|icmlcorrespondingauthor|icmlkeywords|titlerunning|authorrunning|icmltitlerunning|mintinline|lstinputlisting|inputminted)(?![a-zA-Z@])\*?/g;
+const NON_PROSE = /\\(label|ref|eqref|cref|Cref|autoref|pageref|nameref|cite[a-zA-Z]*|nocite|url|href|includegraphics|bibliography|bibliographystyle|input|include|usepackage|begin|end|vspace|hspace|setlength|setcounter|addtocounter|color|textcolor|definecolor|author|affiliation|affil|address|email|institute|orcid|thanks|date|keywords|pacs|doi|graphicspath|newcommand|renewcommand|hypersetup|pagestyle|thispagestyle|bibitem|caption|footnotemark|IEEEauthorblockA|IEEEauthorblockN|icmlauthor|icmlaffiliation|icmlcorrespondingauthor|icmlkeywords|titlerunning|authorrunning|icmltitlerunning|mintinline|lstinputlisting|inputminted|Author|correspondence|runningtitle|runningauthor|received|pubdiscuss|revised|accepted|published|firstpage|inst|institute|email)(?![a-zA-Z@])\*?/g;
 
 /** Words (letters only, ≥ 3, case-folded) of plain text. */
 export function words(text: string): string[] {
@@ -58,6 +58,8 @@ export function sourceProseWords(flat: string): string[] {
   const e = flat.lastIndexOf('\\end{document}');
   let s = flat.slice(start, e > start ? e : flat.length);
   s = s.replace(/\uE000\d+\uE001/g, ' ').replace(SKIP_ENV_RE, ' ').replace(MATH_RE, ' ');
+  // a heading's short title (\section[short]{long}) is for the table of contents and running heads: not printed in the text
+  s = s.replace(/(\\(?:part|chapter|section|subsection|subsubsection|paragraph)\*?)\s*\[[^\]]*\]/g, '$1');
   // non-prose macros with their optional and braced arguments (up to two)
   let out = '';
   let pos = 0;

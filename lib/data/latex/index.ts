@@ -7,10 +7,12 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
 import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, stripIffalse, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
-import { readGroup } from './source.js';
-import { cleanTitle, extractStructure, groupSections, type SectionLevel } from './structure.js';
+import { documentClass, readGroup, readTextFile } from './source.js';
+import { cleanTitle, documentBody, extractStructure, groupSections, type SectionLevel } from './structure.js';
 import { coverageProblem, measureCoverage, type Coverage } from './coverage.js';
-import { inlineText, latexToTextBatch } from './text.js';
+import { inlineText, latexToTextBatch, typesetForm } from './text.js';
+import { applyClassFamily, classFamilyOf, type ClassFamily } from './classes/index.js';
+import { checkStructure, type StructureReport } from './guard.js';
 
 export * from './archive.js';
 export {
@@ -41,7 +43,10 @@ export {
 } from './source.js';
 export { extractStructure, topLevelSections, groupSections, documentBody, findTitle, cleanTitle, TITLE_MACROS } from './structure.js';
 export { measureCoverage, coverageProblem, formatCoverage, sourceProseWords, scanHeadings, COVERAGE_MIN_WORDS, COVERAGE_MIN_SAMPLE, type Coverage } from './coverage.js';
-export { latexToText, latexToTextBatch, fallbackToText, parseToText, inlineText } from './text.js';
+export { latexToText, latexToTextBatch, fallbackToText, parseToText, inlineText, typesetForm } from './text.js';
+export { CLASS_FAMILIES, classFamilyOf, applyClassFamily, type ClassFamily, type ClassHeading, type PartedAbstract } from './classes/index.js';
+export { checkStructure, formatStructure, sectioningDefinitions, type StructureReport, type StructureCommand } from './guard.js';
+export { parseArgSpec, countWords, type ArgSpec, type ExcludedText } from './source.js';
 
 /** One top-level section as plain text. */
 export interface PaperSection {
@@ -55,6 +60,8 @@ export interface PaperSection {
   parser: 'unified-latex' | 'fallback';
   /** Boilerplate (acknowledgements, author contributions, references…): skipped by the pipeline. */
   boilerplate: boolean;
+  /** Why it is boilerplate (the rule that matched), when it is. */
+  boilerplateReason?: string;
 }
 
 /** A loaded paper. */
@@ -78,6 +85,10 @@ export interface Paper {
   mainRule: string;
   /** How much of the source's prose and headings reached the text ({@link measureCoverage}). */
   coverage: Coverage;
+  /** What became of every sectioning-like command, text excluded on purpose, sections skipped ({@link checkStructure}). */
+  structure: StructureReport;
+  /** The journal class family whose commands were read (classes/), if any. */
+  classFamily?: string;
 }
 
 /** A paper whose coverage is below the thresholds, under `strictCoverage` (`build-data --strict`). */
@@ -88,10 +99,15 @@ export class CoverageError extends Error {
   }
 }
 
-/** Throw {@link CoverageError} when the paper carries a `coverage` warning (used for `--strict`, also on papers read from a cache). */
+/** Warning codes that mean structure or text was lost: counted by `build-data`, failures under `--strict`. */
+export const LOSS_CODES = ['coverage', 'structure', 'include-missing'] as const;
+
+/** Throw {@link CoverageError} when the paper carries a coverage, structure or missing-include warning (used for `--strict`, also on papers read from a cache). */
 export function assertCoverage(p: Pick<Paper, 'id' | 'warnings'>): void {
   const w = p.warnings.find((x) => x.code === 'coverage');
   if (w) throw new CoverageError(`${p.id}: text lost in ingestion (strict): ${w.message}`);
+  const s = p.warnings.find((x) => x.code === 'structure' || x.code === 'include-missing');
+  if (s) throw new CoverageError(`${p.id}: structure lost in ingestion (strict): ${s.file ? `${s.file}${s.line ? `:${s.line}` : ''}: ` : ''}${s.message}`);
 }
 
 /** Options of {@link loadPaper}. */
@@ -112,7 +128,40 @@ export interface LoadPaperOptions {
   strictCoverage?: boolean;
 }
 
-const BOILERPLATE = /^(acknowledge?ments?|author contributions?( statement)?|competing interests?|conflicts? of interest|funding|references|bibliography|consortium|data availability|code availability|supporting information|additional information|contributions)\b/i;
+const BOILERPLATE: [RegExp, string][] = [
+  [/^acknowledge?ments?\b/i, 'acknowledgements'],
+  [/^author contributions?( statement)?\b/i, 'author contributions'],
+  [/^(competing interests?|conflicts? of interest)\b/i, 'competing interests'],
+  [/^funding\b/i, 'funding'],
+  [/^(references|bibliography)\b/i, 'references'],
+  [/^consortium\b/i, 'consortium list'],
+  [/^(data|code|code and data|data and code) availability\b/i, 'data/code availability statement'],
+  [/^supporting information\b/i, 'supporting information'],
+  [/^additional information\b/i, 'additional information'],
+];
+/** Who-did-what wording of an author-contributions statement titled only "Contributions". */
+const CREDIT = /\b(conceptuali[sz]ation|wrote the (paper|manuscript)|writing|supervis(ed|ion)|designed|conceived|performed|all authors|[A-Z]\.\s?[A-Z]\.)/;
+
+/**
+ * Why a section is boilerplate (never given to the stages), or undefined: acknowledgements, author
+ * contributions, competing interests, funding, references, availability statements, … A section
+ * titled only "Contributions" is the paper's contributions unless its text reads as a
+ * who-did-what statement (names, "wrote the paper", "supervision").
+ */
+export function boilerplateReason(title: string, text: string): string | undefined {
+  for (const [re, why] of BOILERPLATE) if (re.test(title)) return why;
+  if (/^contributions?\.?$/i.test(title.trim()) && CREDIT.test(text.slice(0, 2000))) return 'author contributions (who-did-what statement)';
+  return undefined;
+}
+
+/** Acknowledgement environments (and a class family's other boilerplate environments) in the body: read, never stage text. */
+function boilerplateEnvironments(expanded: string, family: ClassFamily | undefined): { title: string; reason: string }[] {
+  const envs: Record<string, string> = { acknowledgements: 'Acknowledgements', acknowledgments: 'Acknowledgments', acknowledgement: 'Acknowledgement', acks: 'Acknowledgments', ...family?.boilerplateEnvironments };
+  const body = documentBody(expanded);
+  return Object.entries(envs)
+    .filter(([env]) => new RegExp(`\\\\begin\\{${env}\\}`).test(body))
+    .map(([env, title]) => ({ title, reason: `acknowledgements (\\begin{${env}} environment)` }));
+}
 
 /**
  * Title when there is no title macro: the first large-font group of a `titlepage` environment,
@@ -200,7 +249,7 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     const id = opts.id ?? paperIdFromPath(path);
     let choice;
     try {
-      choice = chooseMainFile(src.root, warn, { limits: opts.expansionLimits });
+      choice = chooseMainFile(src.root, warn, { limits: opts.expansionLimits, paperId: opts.id ?? paperIdFromPath(path) });
     } catch (e) {
       if (e instanceof ExpansionLimitError) throw new ExpansionLimitError(`${path}: ${e.message}`);
       throw e;
@@ -217,8 +266,15 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     const flat = choice.flat;
     const store = flat.verbatim;
     const warnMain = (w: PaperWarning) => warn({ ...w, file: w.file ?? mainFile });
+    if (flat.missing.length && choice.candidates.filter((c) => c.kind === 'article').length > 1) {
+      const others = choice.candidates.filter((c) => c.file !== mainFile && c.kind === 'article').map((c) => c.file);
+      throw new Error(
+        `${path}: the paper's main file ${mainFile} (${choice.rule}) includes ${flat.missing.map((f) => JSON.stringify(f)).join(', ')}, missing from the source; not ingesting another root (${others.join(', ')}) in its place`,
+      );
+    }
+    const family = classFamilyOf(flat.text);
     // conditionals that only appear once macros are expanded (\newcommand{\hide}[1]{\iffalse#1\fi}) are resolved after expansion
-    const expanded = stripIffalse(expandMacros(flat.text, warnMain), warnMain);
+    const expanded = typesetForm(applyClassFamily(stripIffalse(expandMacros(flat.text, warnMain), warnMain), family));
     const st = extractStructure(expanded);
     const { leading, sections: raw } = groupSections(st.headings);
     // headings before the first top-level one (a thesis's front-matter \section*s) stay front matter
@@ -235,6 +291,7 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     raw.forEach((s, k) => {
       const c = conv[k + 2];
       const t = title(s.title);
+      const why = boilerplateReason(t, text(k + 2));
       sections.push({
         index: sections.length,
         level: s.level,
@@ -244,7 +301,8 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
         subheadings: s.subheadings.map(title),
         text: text(k + 2),
         parser: c.parser,
-        boilerplate: BOILERPLATE.test(t),
+        boilerplate: why !== undefined,
+        ...(why && { boilerplateReason: why }),
       });
     });
     const licence = detectLicence(src.root);
@@ -254,6 +312,24 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     const coverage = measureCoverage(expanded, st.headings.map((h) => h.title), stageText);
     const problem = coverageProblem(coverage);
     if (problem) warn({ code: 'coverage', file: mainFile, message: `${problem}: text may have been lost in ingestion` });
+    const localFiles = new Map<string, string>();
+    for (const rel of listFiles(src.root, (n) => /\.(cls|sty)$/i.test(n), 50)) {
+      const t = readTextFile(join(src.root, rel), () => {}, { rel });
+      if (t) localFiles.set(rel, t);
+    }
+    const structure = checkStructure({
+      flat: flat.text,
+      body: expanded,
+      family,
+      documentClass: documentClass(flat.text),
+      localFiles,
+      excluded: flat.excluded,
+      skipped: [
+        ...sections.filter((s) => s.boilerplate).map((s) => ({ title: s.title, reason: s.boilerplateReason ?? 'boilerplate' })),
+        ...boilerplateEnvironments(expanded, family),
+      ],
+    });
+    for (const m of structure.problems) warn({ code: 'structure', file: mainFile, message: m });
     if (opts.strictCoverage) assertCoverage({ id, warnings });
     return {
       id,
@@ -269,6 +345,8 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
       rootCandidates: choice.candidates,
       mainRule: choice.rule,
       coverage,
+      structure,
+      ...(family && { classFamily: family.name }),
     };
   } finally {
     src.cleanup();

@@ -42,7 +42,8 @@ export type WarningCode =
   | 'conditional-unclosed'
   | 'readme-missing-file'
   | 'readme-invalid'
-  | 'coverage';
+  | 'coverage'
+  | 'structure';
 
 /** A structured ingestion warning: what, where (file relative to the paper root, 1-based line). */
 export interface PaperWarning {
@@ -187,6 +188,12 @@ export function readTextFile(path: string, warn: Warn, opts: ReadTextOptions = {
 export const VERBATIM_ENVS = ['verbatim', 'verbatim*', 'Verbatim', 'Verbatim*', 'BVerbatim', 'LVerbatim', 'SaveVerbatim', 'lstlisting', 'minted', 'filecontents', 'filecontents*', 'spverbatim', 'alltt*'];
 /** Environments whose bodies are dropped (never typeset), never scanned. */
 export const COMMENT_ENVS = ['comment'];
+/** Commands whose argument is read verbatim: `\verb|…|`, listings' `\lstinline[opts]{…}`, minted's `\mintinline[opts]{lang}{…}`, fancyvrb's `\Verb`. */
+export const INLINE_VERBS = ['verb', 'lstinline', 'mintinline', 'Verb'];
+/** Verbatim-like environments' begin code: `\newenvironment{code}{\verbatim}{\endverbatim}` makes `code` verbatim too. */
+const VERBATIM_BEGIN = /^\\(verbatim|Verbatim|BVerbatim|LVerbatim|lstlisting|minted|spverbatim|alltt)(?![a-zA-Z@])/;
+const ENV_DEFINERS = new Set(['newenvironment', 'renewenvironment', 'NewDocumentEnvironment', 'RenewDocumentEnvironment', 'DeclareDocumentEnvironment', 'ProvideDocumentEnvironment', 'NewEnvironment', 'RenewEnvironment']);
+const XPARSE_CMD_DEFINERS = new Set(['NewDocumentCommand', 'RenewDocumentCommand', 'DeclareDocumentCommand', 'ProvideDocumentCommand']);
 
 const PH_OPEN = '\uE000';
 const PH_CLOSE = '\uE001';
@@ -212,6 +219,8 @@ export class VerbatimStore {
   /** Environments read verbatim (grows with `\lstnewenvironment{x}` etc. as the scan meets them). */
   readonly verbatimEnvs = new Set(VERBATIM_ENVS);
   readonly commentEnvs = new Set(COMMENT_ENVS);
+  /** Commands whose argument TeX reads verbatim (grows with `\newmintinline`, an xparse `v` argument, …). */
+  readonly inlineVerbs = new Set(INLINE_VERBS);
 
   add(b: VerbatimBody): string {
     this.bodies.push(b);
@@ -248,7 +257,76 @@ export function sourceLine(s: ScannedSource, pos: number): number {
   return s.lineStarts[Math.min(n, s.lineStarts.length - 1)] ?? 1;
 }
 
-const DEFINERS: Record<string, 'verbatim' | 'comment' | 'minted'> = { lstnewenvironment: 'verbatim', DefineVerbatimEnvironment: 'verbatim', newtcblisting: 'verbatim', newminted: 'minted', excludecomment: 'comment' };
+const DEFINERS: Record<string, 'verbatim' | 'comment' | 'minted' | 'mintinline'> = {
+  lstnewenvironment: 'verbatim',
+  DefineVerbatimEnvironment: 'verbatim',
+  CustomVerbatimEnvironment: 'verbatim',
+  RecustomVerbatimEnvironment: 'verbatim',
+  newtcblisting: 'verbatim',
+  DeclareTCBListing: 'verbatim',
+  NewTCBListing: 'verbatim',
+  newminted: 'minted',
+  newmintinline: 'mintinline',
+  excludecomment: 'comment',
+};
+
+/**
+ * An environment or xparse command defined at `after` (just past the defining command `w`) that
+ * changes how the scan must read later text: an environment whose begin code is `\verbatim` (or
+ * `\Verbatim`, `\lstlisting`, …) is verbatim-like; one whose begin code is `\comment`, or an
+ * xparse environment that grabs its body (`b`) and never uses it, is comment-like; an xparse
+ * command whose only mandatory argument is `v` reads that argument verbatim.
+ */
+function noteDefinition(src: string, after: number, w: string, store: VerbatimStore): void {
+  const env = ENV_DEFINERS.has(w);
+  let i = skipWs(src, after);
+  if (src[i] === '*') i = skipWs(src, i + 1);
+  let name: string | undefined;
+  const g = readGroup(src, i);
+  if (g) {
+    name = g[0].trim().replace(/^\\/, '');
+    i = g[1];
+  } else if (!env) {
+    const b = /^\\([a-zA-Z@]+)/.exec(src.slice(i, i + 80));
+    if (b) {
+      name = b[1];
+      i += b[0].length;
+    }
+  }
+  if (!name || !/^[a-zA-Z@*]+$/.test(name)) return;
+  const xparse = /Document/.test(w);
+  let spec = '';
+  if (xparse) {
+    const sg = readGroup(src, skipWs(src, i));
+    if (!sg) return;
+    spec = sg[0];
+    i = sg[1];
+  } else {
+    for (let k = 0; k < 2; k++) {
+      const o = readOptional(src, skipWs(src, i));
+      if (o) i = o[1];
+    }
+  }
+  const begin = readGroup(src, skipWs(src, i));
+  if (!begin) return;
+  if (env) {
+    const code = begin[0].trim();
+    if (VERBATIM_BEGIN.test(code)) store.verbatimEnvs.add(name);
+    else if (/^\\comment(?![a-zA-Z@])/.test(code)) store.commentEnvs.add(name);
+    else if (xparse) {
+      const args = parseArgSpec(spec);
+      const bodyArg = args ? args.findIndex((a) => a.kind === 'b') : -1;
+      if (bodyArg >= 0) {
+        const end = readGroup(src, skipWs(src, begin[1]));
+        const used = new RegExp(`#${bodyArg + 1}(?![0-9])`);
+        if (!used.test(begin[0]) && !(end && used.test(end[0]))) store.commentEnvs.add(name);
+      }
+    }
+    return;
+  }
+  const args = parseArgSpec(spec);
+  if (args && args.some((a) => a.kind === 'v') && args.filter((a) => a.kind !== 'o').every((a) => a.kind === 'v')) store.inlineVerbs.add(name);
+}
 
 /**
  * One left-to-right pass over a file's text (line ends already `\n`): comments removed (a line
@@ -360,12 +438,15 @@ export function scanSource(src: string, store: VerbatimStore, warn: Warn = () =>
       i = after;
       continue;
     }
-    if (w === 'verb' || w === 'lstinline' || w === 'mintinline' || w === 'Verb') {
+    if (store.inlineVerbs.has(w)) {
       let k = after;
       if (src[k] === '*') k++;
       if (w !== 'verb') {
-        const o = /^\s*\[[^\]\n]*\]/.exec(src.slice(k, k + 400));
-        if (o) k += o[0].length;
+        // options may hold brackets in braces: \lstinline[language={[LaTeX]TeX}]{…}
+        let q = k;
+        while (src[q] === ' ' || src[q] === '\t') q++;
+        const o = src[q] === '[' ? readOptional(src.slice(0, q + 400), q) : undefined;
+        if (o && !src.slice(q, o[1]).includes('\n')) k = o[1];
       }
       if (w === 'mintinline') {
         const l = /^\s*\{[^}\n]*\}/.exec(src.slice(k, k + 100));
@@ -409,13 +490,17 @@ export function scanSource(src: string, store: VerbatimStore, warn: Warn = () =>
         continue;
       }
     }
+    if (ENV_DEFINERS.has(w) || XPARSE_CMD_DEFINERS.has(w)) noteDefinition(src, after, w, store);
     const def = DEFINERS[w];
     if (def) {
       const g = /^\s*(\[[^\]\n]*\])?\s*\{([^{}\n]{1,40})\}/.exec(src.slice(after, after + 200));
       if (g) {
         const name = g[2].trim();
         if (def === 'comment') store.commentEnvs.add(name);
-        else if (def === 'minted') {
+        else if (def === 'mintinline') {
+          // \newmintinline{python}{opts} → \pythoninline; \newmintinline[py]{python}{opts} → \py
+          store.inlineVerbs.add(g[1] ? g[1].slice(1, -1).trim() : `${name}inline`);
+        } else if (def === 'minted') {
           store.verbatimEnvs.add(g[1] ? g[1].slice(1, -1).trim() : `${name}code`);
         } else store.verbatimEnvs.add(name);
       }
@@ -619,6 +704,12 @@ class TexState {
   readonly toggles = new Map<string, boolean>();
   /** User macros whose body holds an include command, followed where they are used. */
   readonly incMacros = new Map<string, MacroDef>();
+  /** LaTeX's `\input@path` (`\def\input@path{{sections/}{figures/}}`): directories tried after the current one. */
+  inputPath: string[] = [];
+  /** `\includeonly{a,b}`: the only `\include`d files typeset (undefined: all). */
+  includeOnly?: Set<string>;
+  /** Prose-like words in branches that TeX skips (false conditionals): excluded, not lost. */
+  skippedWords = 0;
   private inactive = 0;
 
   get active(): boolean {
@@ -674,7 +765,11 @@ interface TexRun {
 
 const MAX_MACRO_DEPTH = 20;
 const CTRL_RE = /\\(?:([a-zA-Z@]+)|[^a-zA-Z@])/g;
-const DEF_NAMES = new Set(['newcommand', 'renewcommand', 'providecommand', 'DeclareRobustCommand', 'def', 'gdef', 'edef', 'xdef', 'newenvironment', 'renewenvironment']);
+const DEF_NAMES = new Set([
+  'newcommand', 'renewcommand', 'providecommand', 'DeclareRobustCommand', 'def', 'gdef', 'edef', 'xdef', 'newenvironment', 'renewenvironment',
+  'NewDocumentCommand', 'RenewDocumentCommand', 'DeclareDocumentCommand', 'ProvideDocumentCommand', 'NewExpandableDocumentCommand', 'RenewExpandableDocumentCommand', 'DeclareExpandableDocumentCommand', 'ProvideExpandableDocumentCommand',
+  'NewDocumentEnvironment', 'RenewDocumentEnvironment', 'DeclareDocumentEnvironment', 'ProvideDocumentEnvironment',
+]);
 
 /**
  * Read scanned TeX text in order as TeX would for what it typesets: conditionals evaluated
@@ -694,6 +789,7 @@ function runTex(text: string, st: TexState, run: TexRun): string {
   let stopAt = text.length;
   const flush = (to: number) => {
     if (st.active && to > pos) out.push(text.slice(pos, to));
+    else if (to > pos) st.skippedWords += countWords(text.slice(pos, to));
     pos = to;
   };
   const re = new RegExp(CTRL_RE.source, 'g');
@@ -783,8 +879,31 @@ function runTex(text: string, st: TexState, run: TexRun): string {
       stopAt = nl < 0 ? text.length : nl;
       continue;
     }
+    if (name === 'includeonly') {
+      const g = readGroup(text, skipWs(text, end));
+      if (g) {
+        flush(at);
+        st.includeOnly = new Set(g[0].split(',').map((f) => f.trim().replace(/\.tex$/i, '')).filter(Boolean));
+        pos = g[1];
+        re.lastIndex = pos;
+      }
+      continue;
+    }
+    if (/^(g@addto@macro|appto|gappto|preto|gpreto)$/.test(name)) {
+      const d = /^\s*\\input@path\s*(?=\{)/.exec(text.slice(end, end + 40));
+      const g = d && readGroup(text, end + d[0].length);
+      if (g) {
+        flush(at);
+        const dirs = pathGroups(g[0]);
+        st.inputPath = name.includes('pre') ? [...dirs, ...st.inputPath] : [...st.inputPath, ...dirs];
+        pos = g[1];
+        re.lastIndex = pos;
+      }
+      continue;
+    }
     if (DEF_NAMES.has(name)) {
       const d = readDefinition(text, at, m[0]);
+      if (d?.name === 'input@path') st.inputPath = pathGroups(d.def.body);
       if (d) {
         if (d.name && !d.environment) {
           if (HAS_INCLUDE.test(d.def.body) && d.expandable) st.incMacros.set(d.name, d.def);
@@ -816,7 +935,7 @@ function runTex(text: string, st: TexState, run: TexRun): string {
         run.warn({ code: 'macro-limit', file: run.file, line: run.lineOf(at), message: `\\${name} still expanding after ${MAX_MACRO_DEPTH} nested uses (recursive macro?); stopped there` });
       } else {
         run.onExpansion?.();
-        out.push(nested(substitute(def.body, use.args), at));
+        out.push(nested(substitute(def.body, use.args, def), at));
       }
       pos = use.end;
       re.lastIndex = pos;
@@ -829,6 +948,23 @@ function runTex(text: string, st: TexState, run: TexRun): string {
     const line = run.lineOf(at);
     return runTex(body, st, { ...run, lineOf: () => line, fileLevel: false, macroDepth: run.macroDepth + 1 });
   }
+}
+
+/** Directories of an `\input@path` value: `{sections/}{figures/}` → ['sections/', 'figures/']. */
+function pathGroups(body: string): string[] {
+  const out: string[] = [];
+  for (let i = skipWs(body, 0); i < body.length; i = skipWs(body, i)) {
+    const g = readGroup(body, i);
+    if (!g) break;
+    if (g[0].trim()) out.push(g[0].trim());
+    i = g[1];
+  }
+  return out;
+}
+
+/** Words (runs of ≥ 3 letters) of LaTeX text, control words left out: a measure of prose skipped on purpose. */
+export function countWords(tex: string): number {
+  return tex.replace(/\\[a-zA-Z@]+\*?/g, ' ').match(/\p{L}{3,}/gu)?.length ?? 0;
 }
 
 /** `\if` on two literal characters, `\ifnum` / `\ifodd` on literal integers: the value and where the test ends. */
@@ -931,25 +1067,13 @@ function toggleAt(name: string, text: string, end: number, st: TexState): { end:
 
 /** Arguments of a use of a user macro at `i` (just after its name), or undefined when they are not all there. */
 function readUse(text: string, i: number, def: MacroDef): { args: string[]; end: number } | undefined {
-  const args: string[] = [];
-  for (let a = 0; a < def.nargs; a++) {
-    if (a === 0 && def.optDefault !== undefined) {
-      const o = readOptional(text, skipSpaces(text, i));
-      if (o) {
-        args.push(o[0]);
-        i = o[1];
-      } else args.push(def.optDefault);
-      continue;
-    }
-    const arg = readArgument(text, i);
-    if (!arg) return undefined;
-    args.push(arg[0]);
-    i = arg[1];
-  }
-  return { args, end: i };
+  return readMacroArgs(text, i, def);
 }
 
-const substitute = (body: string, args: string[]) => body.replace(/##|#([1-9])/g, (s, d?: string) => (d ? args[Number(d) - 1] ?? '' : '#'));
+const substitute = (body: string, args: string[], def?: MacroDef) => {
+  const out = body.replace(/##|#([1-9])/g, (s, d?: string) => (d ? args[Number(d) - 1] ?? '' : '#'));
+  return def?.spec ? resolveXparse(out) : out;
+};
 
 /**
  * Remove what TeX would skip in conditionals (see {@link runTex}: `\iffalse`, `\if0 `, `\newif`
@@ -1006,11 +1130,24 @@ export interface FlattenResult {
   /** File inclusions made and characters read (see {@link ExpansionLimits}). */
   inclusions: number;
   chars: number;
+  /** Text TeX does not typeset on purpose: files left out by `\includeonly`, words in false branches. */
+  excluded: ExcludedText[];
+}
+
+/** Source text left out on purpose (counted, not lost). */
+export interface ExcludedText {
+  /** The file (as written in the include) or `conditionals`. */
+  what: string;
+  reason: string;
+  /** Words (≥ 3 letters) in it. */
+  words: number;
 }
 
 /** Options of {@link flattenDocument}. */
 export interface FlattenOptions {
   limits?: ExpansionLimits;
+  /** The paper's id / archive name (`HAFiscal`): a root of that name is the paper's own (see {@link chooseMainFile}). */
+  paperId?: string;
 }
 
 /** Offsets of line starts, for line numbers by binary search. */
@@ -1055,11 +1192,14 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn, stor
   const baseDir = dirname(mainAbs);
   const files: string[] = [];
   const missing: string[] = [];
+  const excluded: ExcludedText[] = [];
   const stack: string[] = [];
   const st = new TexState();
   for (const rel of listFiles(root, (n) => /\.(sty|cls)$/i.test(n), 200)) {
     const t = readTextFile(join(root, rel), () => {}, { rel });
     for (const d of t?.matchAll(/\\newif\s*\\if([a-zA-Z@]+)/g) ?? []) st.opaque.add(d[1]);
+    // a package of the paper's own may define verbatim-like environments (\lstnewenvironment, …) used in the text
+    if (t && /\.sty$/i.test(rel)) scanSource(t, store);
   }
   let encoding: string | undefined;
   let inclusions = 0;
@@ -1140,6 +1280,8 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn, stor
         } else {
           if (importDir) dirs.push(importDir);
           dirs.push(baseDir, fileDir);
+          // LaTeX tries each \input@path prefix after the file as named
+          for (const p of st.inputPath) dirs.push(resolve(baseDir, p));
         }
         let target: string | undefined;
         for (const d of [...new Set(dirs)]) {
@@ -1147,6 +1289,12 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn, stor
           if (target) break;
         }
         if (target === REFUSED) return '';
+        if (ref.cmd === 'include' && st.includeOnly && !st.includeOnly.has(ref.file.replace(/\.tex$/i, ''))) {
+          // \includeonly: LaTeX reads only the .aux of the others; their text is not typeset
+          const t = target && readTextFile(target, () => {}, { rel: label });
+          excluded.push({ what: label, reason: `not in \\includeonly{${[...st.includeOnly].join(',')}}`, words: t ? countWords(scanSource(t, new VerbatimStore()).text) : 0 });
+          return '';
+        }
         if (!target) {
           if (!within(rootReal, resolve(dirs[0], ref.file))) warn({ code: 'include-outside-root', ...at, message: `include ${JSON.stringify(label)} points outside the paper root; ignored` });
           else {
@@ -1182,7 +1330,8 @@ export function flattenDocument(root: string, mainFile: string, warn: Warn, stor
   if (!within(rootReal, mainReal)) throw new Error(`main file ${mainFile} lies outside the paper root`);
   const text = expand(mainReal, 0, undefined, false);
   warnUnclosed(st, warn);
-  return { text, files, missing, verbatim: store, inclusions, chars };
+  if (st.skippedWords) excluded.push({ what: 'conditionals', reason: 'branches TeX skips (false conditionals)', words: st.skippedWords });
+  return { text, files, missing, verbatim: store, inclusions, chars, excluded };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1294,6 +1443,12 @@ export interface RootCandidate {
   sectionChars: number;
   /** Headings in the resolved include tree. */
   headings: number;
+  /**
+   * Signs that this root is the paper itself, not a companion document: its name is the
+   * archive's, it has a title and an abstract (+1 each); a name or folder of a companion
+   * (appendix, supplement, code, notes, slides) −2.
+   */
+  ownRoot?: number;
   /** Why this candidate was (not) chosen. */
   reason: string;
 }
@@ -1363,6 +1518,21 @@ function headingStats(text: string): { title: string; latex: string }[] {
   return out;
 }
 
+const COMPANION = /(^|[^a-z])(appendix|appendices|supplement|supplementary|suppl|online|si|code|codes|software|slides|poster)([^a-z]|$)/i;
+const norm = (s: string) => s.toLowerCase().replace(/[^a-z0-9]/g, '');
+
+/** See {@link RootCandidate.ownRoot}. */
+function ownRootScore(rel: string, flatText: string, paperId?: string): number {
+  let n = 0;
+  const name = basename(rel).replace(/\.tex$/i, '');
+  if (paperId && norm(name) && norm(name) === norm(paperId.replace(/^[a-z]+(-[a-z]{2})?[-_.]/, '')) ) n++;
+  if (paperId && norm(name) === norm(paperId)) n++;
+  if (/\\(title|icmltitle|Title)\*?\s*[[{]/.test(flatText)) n++;
+  if (/\\begin\s*\{abstract\}|\\abstract\s*\{/.test(flatText)) n++;
+  if (COMPANION.test(name) || COMPANION.test(dirname(rel).split(sep).join(' '))) n -= 2;
+  return n;
+}
+
 const conventional = (r: string) => (/^(main|ms|paper|article|arxiv|manuscript)\.tex$/i.test(basename(r)) ? 1 : 0);
 
 /**
@@ -1424,12 +1594,16 @@ export function chooseMainFile(root: string, warn: Warn = () => {}, opts: Flatte
   const cands: RootCandidate[] = roots.map(({ rel, cls, text }) => {
     // presentations, figures and subfiles are classed by their class alone: not resolved unless chosen
     const byClass = roots.length > 1 && rel !== declared && (PRESENTATION.has(cls) || cls === 'standalone' || cls === 'subfiles');
-    const hs = headingStats(byClass ? text : flatten(rel).text);
+    // headings made by user macros (\NewDocumentCommand{\mysec}{m}{\section{#1}}) count: read after expansion
+    const read = byClass ? text : expandMacros(flatten(rel).text);
+    const hs = headingStats(read);
     const included = roots.length > 1 && includedNames.has(basename(rel, '.tex'));
-    const kind = classify(rel, cls, byClass ? text : flatten(rel).text, hs, included);
-    return { file: rel, documentClass: cls, kind, sectionChars: hs.reduce((a, h) => a + h.latex.length, 0), headings: hs.length, reason: KIND_TEXT[kind] };
+    const kind = classify(rel, cls, read, hs, included);
+    const own = byClass ? 0 : ownRootScore(rel, flatten(rel).text, opts.paperId);
+    return { file: rel, documentClass: cls, kind, sectionChars: hs.reduce((a, h) => a + h.latex.length, 0), headings: hs.length, ownRoot: own, reason: KIND_TEXT[kind] };
   });
-  const order = (a: RootCandidate, b: RootCandidate) => b.sectionChars - a.sectionChars || conventional(b.file) - conventional(a.file) || a.file.localeCompare(b.file);
+  const order = (a: RootCandidate, b: RootCandidate) =>
+    (b.ownRoot ?? 0) - (a.ownRoot ?? 0) || b.sectionChars - a.sectionChars || conventional(b.file) - conventional(a.file) || a.file.localeCompare(b.file);
   const articles = cands.filter((c) => c.kind === 'article').sort(order);
   let chosen: RootCandidate;
   let rule: string;
@@ -1440,8 +1614,15 @@ export function chooseMainFile(root: string, warn: Warn = () => {}, opts: Flatte
     rule = `${directives.source} declares ${declared} the top-level file`;
   } else if (articles.length) {
     chosen = articles[0];
-    chosen.reason = articles.length > 1 ? `article-like, most section text (${chosen.sectionChars} chars)` : 'the only article-like root';
-    for (const c of articles.slice(1)) c.reason = `article-like, less section text (${c.sectionChars} chars)`;
+    const byOwn = articles.length > 1 && (chosen.ownRoot ?? 0) > (articles[1].ownRoot ?? 0);
+    chosen.reason =
+      articles.length > 1
+        ? byOwn
+          ? `article-like, the paper's own root (name, title, abstract: ${chosen.ownRoot})`
+          : `article-like, most section text (${chosen.sectionChars} chars)`
+        : 'the only article-like root';
+    for (const c of articles.slice(1))
+      c.reason = (c.ownRoot ?? 0) < (chosen.ownRoot ?? 0) ? `article-like, a companion document (own-root signs ${c.ownRoot} < ${chosen.ownRoot})` : `article-like, less section text (${c.sectionChars} chars)`;
     rule = cands.length === 1 ? 'the only root document' : `heuristic: ${chosen.reason}`;
   } else {
     const rest = [...cands].sort((a, b) => Number(a.kind === 'included') - Number(b.kind === 'included') || order(a, b));
@@ -1481,7 +1662,262 @@ interface MacroDef {
   nargs: number;
   /** Default of the first argument (`\newcommand{\x}[2][default]{…}`): then #1 is optional. */
   optDefault?: string;
+  /** xparse argument specification (`\NewDocumentCommand`), one entry per parameter. */
+  spec?: ArgSpec[];
   body: string;
+}
+
+/**
+ * One parameter of an xparse (LaTeX 2020+ `\NewDocumentCommand`) argument specification:
+ * `m` mandatory; `o` / `O{default}` optional in brackets; `s` star, `t<tok>` a token (true or
+ * false); `r<open><close>` / `R…{default}` required and `d<open><close>` / `D…{default}` optional
+ * delimited; `e{tokens}` / `E{tokens}{defaults}` embellishments (one parameter per token); `b`
+ * an environment's body; `v` verbatim. Prefixes `+` (long), `!` (no space skipping) and
+ * `>{processor}` do not change what is read here.
+ * @see the LaTeX3 `ltcmd` documentation (usrguide3, "Creating document commands")
+ */
+export interface ArgSpec {
+  kind: 'm' | 'o' | 's' | 't' | 'r' | 'd' | 'e' | 'b' | 'v';
+  /** `t` and `e`: the token; `r` / `d`: the opening token. */
+  token?: string;
+  close?: string;
+  /** Value when absent (`O`, `D`, `R`, `E`); absent otherwise → `-NoValue-`. */
+  default?: string;
+}
+
+/** xparse's marker for an optional argument not given (tested by `\IfNoValueTF`). */
+export const NO_VALUE = '-NoValue-';
+
+/** Parse an xparse argument specification; undefined for kinds this reader cannot read (`u`, `l`, `g`, `G`). */
+export function parseArgSpec(spec: string): ArgSpec[] | undefined {
+  const out: ArgSpec[] = [];
+  let i = 0;
+  const tok = (): string | undefined => {
+    i = skipWs(spec, i);
+    const c = /^\\([a-zA-Z@]+|.)|^[^\s]/.exec(spec.slice(i));
+    if (!c) return undefined;
+    i += c[0].length;
+    return c[0];
+  };
+  const group = (): string | undefined => {
+    i = skipWs(spec, i);
+    const g = readGroup(spec, i);
+    if (!g) return undefined;
+    i = g[1];
+    return g[0];
+  };
+  for (;;) {
+    i = skipWs(spec, i);
+    if (i >= spec.length) return out;
+    const c = spec[i++];
+    if (c === '+' || c === '!' || c === '=') {
+      if (c === '=' && group() === undefined) return undefined;
+      continue;
+    }
+    if (c === '>') {
+      if (group() === undefined) return undefined;
+      continue;
+    }
+    switch (c) {
+      case 'm':
+      case 'o':
+      case 's':
+      case 'b':
+      case 'v':
+        out.push({ kind: c });
+        break;
+      case 'O': {
+        const d = group();
+        if (d === undefined) return undefined;
+        out.push({ kind: 'o', default: d });
+        break;
+      }
+      case 't': {
+        const t = tok();
+        if (!t) return undefined;
+        out.push({ kind: 't', token: t });
+        break;
+      }
+      case 'r':
+      case 'R':
+      case 'd':
+      case 'D': {
+        const a = tok();
+        const b = tok();
+        if (!a || !b) return undefined;
+        const d = c === 'R' || c === 'D' ? group() : undefined;
+        if ((c === 'R' || c === 'D') && d === undefined) return undefined;
+        out.push({ kind: c.toLowerCase() as 'r' | 'd', token: a, close: b, ...(d !== undefined && { default: d }) });
+        break;
+      }
+      case 'e':
+      case 'E': {
+        const ts = group();
+        if (ts === undefined) return undefined;
+        const defs: string[] = [];
+        if (c === 'E') {
+          const dg = group();
+          if (dg === undefined) return undefined;
+          for (let k = 0; k < dg.length; ) {
+            const g = readGroup(dg, skipWs(dg, k));
+            if (!g) break;
+            defs.push(g[0]);
+            k = g[1];
+          }
+        }
+        const toks = ts.match(/\\[a-zA-Z@]+|\\.|\S/g) ?? [];
+        toks.forEach((t, k) => out.push({ kind: 'e', token: t, ...(defs[k] !== undefined && { default: defs[k] }) }));
+        break;
+      }
+      default:
+        return undefined;
+    }
+  }
+}
+
+/** Text of a delimited argument from `i` (just after its opening token) to `close` at brace depth 0. */
+function readDelimited(s: string, i: number, close: string): [string, number] | undefined {
+  let depth = 0;
+  for (let j = i; j < s.length; j++) {
+    const c = s[j];
+    if (c === '\\') {
+      j++;
+      continue;
+    }
+    if (c === '{') depth++;
+    else if (c === '}') depth--;
+    else if (depth === 0 && s.startsWith(close, j)) return [s.slice(i, j), j + close.length];
+    if (depth < 0) return undefined;
+  }
+  return undefined;
+}
+
+/** The arguments of a use of a macro at `i` (just after its name), or undefined when they are not all there. */
+function readMacroArgs(text: string, i: number, def: MacroDef): { args: string[]; end: number } | undefined {
+  const args: string[] = [];
+  if (!def.spec) {
+    for (let a = 0; a < def.nargs; a++) {
+      if (a === 0 && def.optDefault !== undefined) {
+        const o = readOptional(text, skipSpaces(text, i));
+        if (o) {
+          args.push(o[0]);
+          i = o[1];
+        } else args.push(def.optDefault);
+        continue;
+      }
+      const arg = readArgument(text, i);
+      if (!arg) return undefined;
+      args.push(arg[0]);
+      i = arg[1];
+    }
+    return { args, end: i };
+  }
+  const spec = def.spec;
+  for (let a = 0; a < spec.length; a++) {
+    const p = spec[a];
+    const j = skipSpaces(text, i);
+    switch (p.kind) {
+      case 'm':
+      case 'v':
+      case 'b': {
+        const arg = p.kind === 'v' && text[j] !== '{' && text[j] !== PH_OPEN && text[j] && !/[a-zA-Z\s]/.test(text[j]) ? readDelimited(text, j + 1, text[j]) : readArgument(text, i);
+        if (!arg) return undefined;
+        args.push(arg[0]);
+        i = arg[1];
+        break;
+      }
+      case 'o': {
+        const o = readOptional(text, j);
+        if (o) {
+          args.push(o[0]);
+          i = o[1];
+        } else args.push(p.default ?? NO_VALUE);
+        break;
+      }
+      case 's':
+      case 't': {
+        const t = p.kind === 's' ? '*' : p.token!;
+        const hit = text.startsWith(t, j) && !(/^\\[a-zA-Z@]+$/.test(t) && /[a-zA-Z@]/.test(text[j + t.length] ?? ''));
+        args.push(hit ? '\\BooleanTrue' : '\\BooleanFalse');
+        if (hit) i = j + t.length;
+        break;
+      }
+      case 'r':
+      case 'd': {
+        if (text.startsWith(p.token!, j)) {
+          const d = readDelimited(text, j + p.token!.length, p.close!);
+          if (!d) return undefined;
+          args.push(d[0]);
+          i = d[1];
+        } else if (p.kind === 'r' && p.default === undefined) return undefined;
+        else args.push(p.default ?? NO_VALUE);
+        break;
+      }
+      case 'e': {
+        // embellishments come in any order: read every one present, then fill in this group
+        let k = a;
+        while (k < spec.length && spec[k].kind === 'e') k++;
+        const group = spec.slice(a, k);
+        const got = new Map<string, string>();
+        for (;;) {
+          const q = skipSpaces(text, i);
+          const e = group.find((g) => !got.has(g.token!) && text.startsWith(g.token!, q));
+          if (!e) break;
+          const arg = readArgument(text, q + e.token!.length);
+          if (!arg) return undefined;
+          got.set(e.token!, arg[0]);
+          i = arg[1];
+        }
+        for (const g of group) args.push(got.get(g.token!) ?? g.default ?? NO_VALUE);
+        a = k - 1;
+        break;
+      }
+    }
+  }
+  return { args, end: i };
+}
+
+const XPARSE_IF = /\\(IfBoolean|IfNoValue|IfValue|IfBlank|IfNoValueOrEmpty)(TF|T|F)(?![a-zA-Z@])/g;
+
+/**
+ * Resolve xparse's tests on known values in a substituted body: `\IfBooleanTF{\BooleanTrue}{a}{b}`
+ * → `a`, `\IfNoValueTF{-NoValue-}{a}{b}` → `a`, `\IfValueT`, `\IfBooleanF`, … (tests on anything
+ * else stay); then a `-NoValue-` left over typesets as nothing.
+ */
+function resolveXparse(body: string): string {
+  for (let guard = 0; guard < 200; guard++) {
+    const re = new RegExp(XPARSE_IF.source, 'g');
+    let m: RegExpExecArray | null;
+    let done = true;
+    while ((m = re.exec(body))) {
+      const test = readArgument(body, m.index + m[0].length);
+      if (!test) continue;
+      const v = test[0].trim();
+      let truth: boolean | undefined;
+      if (m[1] === 'IfBoolean') truth = v === '\\BooleanTrue' ? true : v === '\\BooleanFalse' ? false : undefined;
+      else if (!/#/.test(v)) {
+        const none = v === NO_VALUE || (m[1] !== 'IfNoValue' && m[1] !== 'IfValue' && v === '');
+        truth = m[1] === 'IfValue' ? !none : none;
+      }
+      if (truth === undefined) continue;
+      const branches = m[2].length;
+      let i = test[1];
+      const bs: string[] = [];
+      for (let k = 0; k < branches; k++) {
+        const g = readGroup(body, skipSpaces(body, i));
+        if (!g) break;
+        bs.push(g[0]);
+        i = g[1];
+      }
+      if (bs.length < branches) continue;
+      const pick = m[2] === 'TF' ? (truth ? bs[0] : bs[1]) : m[2] === 'T' ? (truth ? bs[0] : '') : truth ? '' : bs[0];
+      body = body.slice(0, m.index) + pick + body.slice(i);
+      done = false;
+      break;
+    }
+    if (done) break;
+  }
+  return body.split(NO_VALUE).join('');
 }
 
 const PROTECTED = new Set(['section', 'subsection', 'subsubsection', 'paragraph', 'subparagraph', 'chapter', 'part', 'appendix', 'begin', 'end', 'input', 'include', 'item', 'title', 'abstract', 'documentclass', 'document', 'iffalse', 'fi', 'else', 'def', 'newcommand', 'renewcommand', 'providecommand']);
@@ -1515,16 +1951,22 @@ interface ParsedDefinition {
 function readDefinition(src: string, at: number, tok: string): ParsedDefinition | undefined {
   let i = at + tok.length;
   if (src[i] === '*' && !tok.endsWith('*')) i++;
-  if (/environment/.test(tok)) {
-    // \newenvironment{name}[n][default]{begin}{end}: removed, not expanded
+  const xparse = /Document/.test(tok);
+  if (/environment/i.test(tok)) {
+    // \newenvironment{name}[n][default]{begin}{end}, \NewDocumentEnvironment{name}{spec}{begin}{end}: removed, not expanded
     i = skipWs(src, i);
     const name = readGroup(src, i);
     if (!name) return undefined;
     i = name[1];
-    for (let k = 0; k < 2; k++) {
-      const o = readOptional(src, skipWs(src, i));
-      if (o) i = o[1];
-    }
+    if (xparse) {
+      const sp = readGroup(src, skipWs(src, i));
+      if (!sp) return undefined;
+      i = sp[1];
+    } else
+      for (let k = 0; k < 2; k++) {
+        const o = readOptional(src, skipWs(src, i));
+        if (o) i = o[1];
+      }
     const b = readGroup(src, skipWs(src, i));
     if (!b) return undefined;
     const e = readGroup(src, skipWs(src, b[1]));
@@ -1547,7 +1989,15 @@ function readDefinition(src: string, at: number, tok: string): ParsedDefinition 
   let nargs = 0;
   let optDefault: string | undefined;
   let expandable = true;
-  if (isDef) {
+  let spec: ArgSpec[] | undefined;
+  if (xparse) {
+    const sp = readGroup(src, skipWs(src, i));
+    if (!sp) return undefined;
+    spec = parseArgSpec(sp[0]);
+    if (!spec) expandable = false;
+    else nargs = spec.length;
+    i = skipWs(src, sp[1]);
+  } else if (isDef) {
     // parameter text up to the body's brace
     const brace = src.indexOf('{', i);
     if (brace < 0 || brace - i > 200) return undefined;
@@ -1573,10 +2023,11 @@ function readDefinition(src: string, at: number, tok: string): ParsedDefinition 
   }
   const g = readGroup(src, i);
   if (!g) return undefined;
-  return { name, environment: false, expandable, def: { nargs, optDefault, body: g[0] }, end: g[1] };
+  return { name, environment: false, expandable, def: { nargs, optDefault, ...(spec && { spec }), body: g[0] }, end: g[1] };
 }
 
-const DEF_RE = /\\(?:re)?(?:newcommand|providecommand)\*?|\\DeclareRobustCommand\*?|\\[gex]?def(?![a-zA-Z@])|\\(?:re)?newenvironment\*?/g;
+const DEF_RE =
+  /\\(?:re)?(?:newcommand|providecommand)\*?|\\DeclareRobustCommand\*?|\\[gex]?def(?![a-zA-Z@])|\\(?:re)?newenvironment\*?|\\(?:New|Renew|Declare|Provide)(?:Expandable)?Document(?:Command|Environment)(?![a-zA-Z@])/g;
 
 /**
  * Expand user macros: `\newcommand`, `\renewcommand`, `\providecommand`, `\DeclareRobustCommand`
@@ -1604,7 +2055,7 @@ export function expandMacros(src: string, warn: Warn = () => {}, limits: MacroLi
     re.lastIndex = d.end;
     const name = d.name;
     if (!name || !d.expandable || PROTECTED.has(name) || d.def.body.length > maxBody || !/^[a-zA-Z@]+$/.test(name)) continue;
-    if (/providecommand/.test(m[0]) && defs.has(name)) continue;
+    if (/providecommand|Provide/.test(m[0]) && defs.has(name)) continue;
     defs.set(name, d.def);
   }
   text += src.slice(pos);
@@ -1623,27 +2074,11 @@ export function expandMacros(src: string, warn: Warn = () => {}, limits: MacroLi
     while ((m = useRe.exec(text))) {
       const def = defs.get(m[1])!;
       let i = m.index + m[0].length;
-      const args: string[] = [];
-      let ok = true;
-      for (let a = 0; a < def.nargs; a++) {
-        if (a === 0 && def.optDefault !== undefined) {
-          const o = readOptional(text, skipSpaces(text, i));
-          if (o) {
-            args.push(o[0]);
-            i = o[1];
-          } else args.push(def.optDefault);
-          continue;
-        }
-        const arg = readArgument(text, i);
-        if (!arg) {
-          ok = false;
-          break;
-        }
-        args.push(arg[0]);
-        i = arg[1];
-      }
-      if (!ok) continue;
-      const body = def.body.replace(/##|#([1-9])/g, (s, d?: string) => (d ? args[Number(d) - 1] ?? '' : '#')).replace(/\\xspace(?![a-zA-Z])/g, '');
+      const use = readMacroArgs(text, i, def);
+      if (!use) continue;
+      const args = use.args;
+      i = use.end;
+      const body = substitute(def.body, args, def).replace(/\\xspace(?![a-zA-Z])/g, '');
       const piece = text.slice(p, m.index) + body + (def.nargs === 0 && /^[a-zA-Z]/.test(text[i] ?? '') ? ' ' : '');
       out.push(piece);
       outLen += piece.length;

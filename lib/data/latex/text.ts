@@ -437,6 +437,50 @@ export async function latexToTextBatch(sources: string[], opts: BatchOptions = {
   return results;
 }
 
+/** Environments whose mandatory arguments are layout (widths, column counts, margins), never text: how many. */
+const ENV_LAYOUT_ARGS: Record<string, number> = { minipage: 1, multicols: 1, 'multicols*': 1, adjustwidth: 2, 'adjustwidth*': 2, changemargin: 2, spacing: 1, wrapfigure: 2, wraptable: 2, tcolorbox: 0, mdframed: 0, framed: 0, subfigure: 1, subtable: 1, 'tabular*': 0, 'tabularx': 0, SCfigure: 0, parcolumns: 1, paracol: 1, column: 1, columns: 0 };
+
+/**
+ * LaTeX rewritten to the form both converters read right, as TeX typesets it: `\begin {x}` →
+ * `\begin{x}` (TeX skips the space; the converters took `x` for a word), the layout arguments of
+ * known environments removed (`\begin{multicols}{2}`, `\begin{adjustwidth}{1cm}{1cm}`,
+ * `\begin{spacing}{1.5}`, options of boxes), and `\textbackslash ` before a letter made
+ * `\textbackslash{}` (TeX eats the space after a control word: `\textbackslash paragraph` prints
+ * "\paragraph").
+ */
+export function typesetForm(src: string): string {
+  let s = src.replace(/\\(begin|end)[ \t]*\n?[ \t]*\{/g, '\\$1{').replace(/\\textbackslash[ \t]+(?=[a-zA-Z])/g, '\\textbackslash{}');
+  s = s.replace(/\\begin\{([a-zA-Z*]+)\}/g, (m: string, env: string) => m + (env in ENV_LAYOUT_ARGS ? '\uE003' : ''));
+  let out = '';
+  let pos = 0;
+  for (let k = s.indexOf('\uE003'); k >= 0; k = s.indexOf('\uE003', k + 1)) {
+    const env = /\\begin\{([a-zA-Z*]+)\}$/.exec(s.slice(Math.max(0, k - 60), k))![1];
+    let i = k + 1;
+    const skip = () => {
+      while (/[ \t]/.test(s[i] ?? '')) i++;
+    };
+    skip();
+    for (;;) {
+      const o = s[i] === '[' ? readOptional(s, i) : undefined;
+      if (!o) break;
+      i = o[1];
+      skip();
+    }
+    let empties = '';
+    for (let a = 0; a < ENV_LAYOUT_ARGS[env]; a++) {
+      skip();
+      const g = readGroup(s, i);
+      if (!g) break;
+      i = g[1];
+      empties += '{}';
+    }
+    // empty groups stand for the arguments: a parser that knows the environment's signature takes them, not the first word
+    out += s.slice(pos, k) + empties;
+    pos = i;
+  }
+  return out + s.slice(pos);
+}
+
 /** Plain text of a short inline LaTeX fragment (titles): fallback converter, no worker. */
 export function inlineText(src: string | undefined): string {
   if (!src) return '';
