@@ -2012,8 +2012,9 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
     flag: 'strict',
     type: 'boolean',
     default: false,
-    meaning: 'A paper whose ingestion coverage is below the thresholds (a coverage warning: prose or headings lost) fails instead of being used',
-    source: 'papergym-native (lib/data/latex/coverage.ts)',
+    meaning:
+      'A paper with an ingestion warning fails instead of being used: coverage below the thresholds (prose or headings lost), a sectioning command that ends as no heading and has no reason (structure), or a missing include',
+    source: 'papergym-native (lib/data/latex/coverage.ts, lib/data/latex/guard.ts)',
   },
   {
     key: 'config',
