@@ -125,7 +125,11 @@ describe('lib/ layout: rooms and the allowed room graph', () => {
     // The analysis sees the real edges (a regex that matched nothing would pass every rule).
     expect([...l.edges.get('train')!.keys()]).to.include.members(['config', 'judge', 'model']);
     expect([...l.edges.get('judge')!.keys()]).to.include('config');
-    expect(l.edges.get('config')!.size, 'config imports no room but util').to.be.at.most(1);
+    // config sits below everything but the two lowest layers: it may read lib/util/ and the addon's
+    // declarations (lib/addon.ts imports nothing; settings.ts takes the LoRA target names from it).
+    expect([...l.edges.get('config')!.keys()], 'config imports no room but util and the addon declarations').to.satisfy((rooms: string[]) =>
+      rooms.every((r) => [...LAYERS[0]!, ...LAYERS[1]!].includes(r)),
+    );
   });
 
   it('fails on a synthetic tree with a config <-> judge cycle (a type-only import counts)', () => {

@@ -48,7 +48,8 @@ import {
   type TrainerState,
 } from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
-import { checkLoraRank, checkModelConfigSizes, checkRowLengths, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
+import { checkLoraRank, checkRowLengths, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
+import { checkModelConfigSizes } from '../model/config-bounds.js';
 import { inputError } from '../errors.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
