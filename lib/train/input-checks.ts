@@ -10,6 +10,8 @@ import { inputError } from '../errors.js';
 import { MAX_TOKENS_PER_STEP } from '../config/schema.js';
 import { studentMessages, teacherMessages } from '../task/prompts.js';
 import type { TaskItem } from '../task/types.js';
+import type { TrainConfig } from '../config/train.js';
+import { stageOf, type LongestPrompts } from './stages/index.js';
 
 /**
  * Line numbers (1-based) of `file` that are not valid UTF-8 (read as text, their bad bytes become
@@ -71,9 +73,9 @@ export async function checkRowLengths(
   maxNewTokens: number,
   encode: (prompts: ReturnType<typeof studentMessages>[]) => Promise<number[][]>,
   opts: { encodeAnswers?: (texts: string[]) => Promise<number[][]> } = {},
-): Promise<{ long: LongRow[]; longest: { student: number; teacher: number; answer: number } }> {
+): Promise<{ long: LongRow[]; longest: LongestPrompts }> {
   const long: LongRow[] = [];
-  const longest = { student: 1, teacher: 1, answer: 0 };
+  const longest: LongestPrompts = { student: 1, teacher: 1, answer: 0 };
   const budget = context - maxNewTokens;
   const byteCap = Number.isFinite(context) ? context * MAX_BYTES_PER_TOKEN : Infinity;
   const answers = opts.encodeAnswers;
@@ -130,54 +132,23 @@ export async function checkRowLengths(
 /**
  * Rows × length of one step, with the dataset's longest prompts (issue 50 item 1): the tokens a
  * step holds at once (prompt + completion of every row) must stay within {@link MAX_TOKENS_PER_STEP}.
- * GRPO: questions × group × (student prompt + max-new-tokens); OPSD: batch × (teacher prompt +
- * max-new-tokens, the teacher scores the completion after its longer prompt); SFT: batch ×
- * (student prompt + reference answer). Stages with 0 steps are not checked.
+ * Each stage of `cfg.stages` that bounds its step (its descriptor's `stepTokens`, lib/train/stages/)
+ * gives its rows and row length (GRPO: questions × group × (student prompt + max-new-tokens); OPSD:
+ * batch × (teacher prompt + max-new-tokens); SFT: batch × (student prompt + reference answer)).
+ * Stages with 0 steps are not checked.
  * @returns the problems, each naming the flags, the dataset's longest prompt and the limit.
  */
-export function stepTokenProblems(
-  cfg: {
-    stages: readonly string[];
-    sampling: { maxNewTokens: number };
-    grpo: { steps: number; questionsPerStep: number; groupSize: number };
-    opsd: { steps: number; batchSize: number };
-    sft: { steps: number; batchSize: number };
-  },
-  longest: { student: number; teacher: number; answer: number },
-): string[] {
+export function stepTokenProblems(cfg: TrainConfig, longest: LongestPrompts): string[] {
   const out: string[] = [];
-  const m = cfg.sampling.maxNewTokens;
-  const rule = (stage: string, steps: number, rows: number, rowsText: string, length: number, lengthText: string) => {
-    if (!cfg.stages.includes(stage) || steps === 0) return;
-    if (rows * length > MAX_TOKENS_PER_STEP)
+  for (const name of cfg.stages) {
+    const stage = stageOf(name);
+    if (stage.steps(cfg) === 0) continue;
+    const t = stage.stepTokens?.(cfg, longest);
+    if (t && t.rows * t.length > MAX_TOKENS_PER_STEP)
       out.push(
-        `${rowsText} × ${lengthText} = ${rows * length} tokens in one ${stage.toUpperCase()} step, more than ${MAX_TOKENS_PER_STEP}; lower the batch or --max-new-tokens`,
+        `${t.rowsText} × ${t.lengthText} = ${t.rows * t.length} tokens in one ${name.toUpperCase()} step, more than ${MAX_TOKENS_PER_STEP}; lower the batch or --max-new-tokens`,
       );
-  };
-  rule(
-    'grpo',
-    cfg.grpo.steps,
-    cfg.grpo.questionsPerStep * cfg.grpo.groupSize,
-    `--questions-per-step ${cfg.grpo.questionsPerStep} × --group-size ${cfg.grpo.groupSize}`,
-    longest.student + m,
-    `(longest student prompt ${longest.student} + --max-new-tokens ${m})`,
-  );
-  rule(
-    'opsd',
-    cfg.opsd.steps,
-    cfg.opsd.batchSize,
-    `--opsd-batch-size ${cfg.opsd.batchSize}`,
-    longest.teacher + m,
-    `(longest teacher prompt ${longest.teacher} + --max-new-tokens ${m})`,
-  );
-  rule(
-    'sft',
-    cfg.sft.steps,
-    cfg.sft.batchSize,
-    `--sft-batch-size ${cfg.sft.batchSize}`,
-    longest.student + longest.answer,
-    `(longest student prompt ${longest.student} + longest reference answer ${longest.answer})`,
-  );
+  }
   return out;
 }
 
