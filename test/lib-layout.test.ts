@@ -125,7 +125,11 @@ describe('lib/ layout: rooms and the allowed room graph', () => {
     // The analysis sees the real edges (a regex that matched nothing would pass every rule).
     expect([...l.edges.get('train')!.keys()]).to.include.members(['config', 'judge', 'model']);
     expect([...l.edges.get('judge')!.keys()]).to.include('config');
-    expect(l.edges.get('config')!.size, 'config imports no room but util').to.be.at.most(1);
+    // config sits below everything but the two lowest layers: it may read lib/util/ and the addon's
+    // declarations (lib/addon.ts imports nothing; settings.ts takes the LoRA target names from it).
+    expect([...l.edges.get('config')!.keys()], 'config imports no room but util and the addon declarations').to.satisfy((rooms: string[]) =>
+      rooms.every((r) => [...LAYERS[0]!, ...LAYERS[1]!].includes(r)),
+    );
   });
 
   it('fails on a synthetic tree with a config <-> judge cycle (a type-only import counts)', () => {
@@ -206,7 +210,12 @@ const ALLOWED_USES: readonly { file: string; name: string; uses: number; why: st
   { file: 'lib/config/judge.ts', name: 'local', uses: 1, why: 'the default judge kind (JUDGE_DEFAULTS)' },
   { file: 'lib/judge/local.ts', name: 'local', uses: 1, why: "the local judge's default display name" },
   { file: 'lib/data/pipeline.ts', name: 'papergym', uses: 1, why: "the split hash's default seed" },
-  { file: 'lib/data/schema.ts', name: 'papergym', uses: 2, why: "the project's own dataset format, written on its items" },
+  {
+    file: 'lib/data/schema.ts',
+    name: 'papergym',
+    uses: 1,
+    why: "the project's own item format, PAPERGYM_FORMAT (its descriptor in lib/eval/formats/ and the Hub cards read it)",
+  },
   { file: 'bin/commands/build-data.ts', name: 'papergym', uses: 3, why: "build-data's output formats and the mix hash's default seed" },
   { file: 'bin/commands/build-data.ts', name: 'research-plan-gen', uses: 2, why: "build-data's output formats" },
   { file: 'bin/commands/subset.ts', name: 'papergym', uses: 1, why: "the subset hash's default seed" },

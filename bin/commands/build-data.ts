@@ -27,7 +27,7 @@ import { achievedMix, formatMix, mixOrder, normaliseDomain, parseDomainMix, read
 import { PIPELINE_ROLES, type PipelineRole } from '../../lib/data/prompts.js';
 import type { RubricDimension } from '../../lib/data/schema.js';
 import { Progress } from '../../lib/data/progress.js';
-import { toResearchPlanGen, validateItem, writeDataset } from '../../lib/data/schema.js';
+import { PAPERGYM_FORMAT, toResearchPlanGen, validateItem, writeDataset } from '../../lib/data/schema.js';
 import { PipelineState } from '../../lib/data/state.js';
 
 export interface BuildDataArgs {
@@ -481,7 +481,8 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       .demandOption(['papers'])
       .check((a) => {
         if (!a.out && !a.dryRun) throw new Error('Missing required argument: out (--dry-run needs no --out)');
-        if (a.pushToHub && a.format === 'research-plan-gen') throw new Error('--push-to-hub publishes PaperGym items: leave --format at papergym');
+        if (a.pushToHub && (a.format ?? PAPERGYM_FORMAT) !== PAPERGYM_FORMAT)
+          throw new Error(`--push-to-hub publishes PaperGym items: leave --format at ${PAPERGYM_FORMAT}`);
         return true;
       }) as never,
   handler: async (argv) => {

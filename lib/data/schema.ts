@@ -26,6 +26,13 @@ export const SPLITS: readonly Split[] = ['train', 'val', 'test'];
 export const RUBRIC_SIZE = 10;
 /** Largest `--rubric-top-k` (the schema's bound on rubric length). */
 export const MAX_RUBRIC_TOP_K = 50;
+/**
+ * The name of this project's item format: the `--format` of its descriptor (lib/eval/formats/papergym.ts,
+ * which reads PaperGym items through this module), the `format` and source dataset of the benchmark
+ * items made from them, and what the Hub cards of a PaperGym dataset and of an adapter trained on
+ * one call that data (lib/hub/cards.ts, lib/hub/publish.ts).
+ */
+export const PAPERGYM_FORMAT = 'papergym';
 /** Id of the shared general rubric shipped in data/general-rubric.json. */
 export const DEFAULT_GENERAL_RUBRIC_SET = 'goel2025-general-v1';
 
@@ -477,12 +484,12 @@ export function validateBenchmarkItem(x: unknown): ValidationResult & { item?: B
 export function paperGymToBenchmark(it: PaperGymItem, file: string, row: number): BenchmarkItem {
   return {
     id: it.id,
-    format: 'papergym',
+    format: PAPERGYM_FORMAT,
     question: it.question,
     reference_answer: it.reference_answer,
     rubric: it.rubric.map((r) => ({ id: r.id, text: r.text, weight: 1, dimension: r.dimension, origin: r.origin })),
     split: it.split,
-    source: { dataset: 'papergym', file, row, id: it.source.paper_id },
+    source: { dataset: PAPERGYM_FORMAT, file, row, id: it.source.paper_id },
   };
 }
 

@@ -7,6 +7,7 @@
  * `datasets.load_dataset` follows: huggingface.co/docs/hub/datasets-manual-configuration).
  */
 import { stringify } from 'yaml';
+import { PAPERGYM_FORMAT } from '../data/schema.js';
 
 /** One evaluation result of a model (one `model-index` metric). */
 export interface CardEvalResult {
@@ -134,7 +135,7 @@ export function paperGymDatasetCard(c: DatasetCardInput): string {
     ...(c.licence && { license: c.licence }),
     task_categories: ['text-generation'],
     language: ['en'],
-    tags: ['papergym', 'papergym-native', 'research-plans', 'rubrics'],
+    tags: [PAPERGYM_FORMAT, 'papergym-native', 'research-plans', 'rubrics'],
     size_categories: [sizeCategory(total)],
     configs: [{ config_name: 'default', data_files: Object.entries(c.splits).map(([split, path]) => ({ split, path })) }],
   };

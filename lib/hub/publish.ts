@@ -5,7 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { auditLeakage } from '../data/leakage.js';
-import { readDataset } from '../data/schema.js';
+import { PAPERGYM_FORMAT, readDataset } from '../data/schema.js';
 import { adapterModelCard, paperGymDatasetCard, type CardEvalResult } from './cards.js';
 import { parseHubRef } from './resolve.js';
 import { pushToHub, type PushResult, type UploadFile } from './upload.js';
@@ -126,7 +126,7 @@ export async function publishAdapter(run: AdapterRun, repoId: string, opts: Publ
         metric: 'rubric_reward',
         metricName: `best validation rubric reward (${s.stage})`,
         value: s.bestValidation,
-        dataset: 'papergym',
+        dataset: PAPERGYM_FORMAT,
         datasetName: dataName,
         split: 'val',
       });
@@ -135,7 +135,7 @@ export async function publishAdapter(run: AdapterRun, repoId: string, opts: Publ
         metric: 'rubric_reward',
         metricName: `last rollout rubric reward (${s.stage})`,
         value: s.lastReward,
-        dataset: 'papergym',
+        dataset: PAPERGYM_FORMAT,
         datasetName: dataName,
         split: 'train',
       });

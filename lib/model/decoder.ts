@@ -26,7 +26,7 @@ import { LORA_TARGETS } from '../addon.js';
 import { disposedError } from '../errors.js';
 import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
-import { checkModelConfigSizes } from '../train/input-checks.js';
+import { checkModelConfigSizes } from './config-bounds.js';
 
 export type {
   AdapterChoice,

@@ -14,7 +14,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, rea
 import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { inputError } from '../errors.js';
-import { ELEMENT_BYTES } from './input-checks.js';
+import { ELEMENT_BYTES } from '../model/config-bounds.js';
 
 /** Everything besides tensors needed to continue a run exactly. */
 export interface TrainerState {

@@ -48,7 +48,8 @@ import {
   type TrainerState,
 } from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
-import { checkLoraRank, checkModelConfigSizes, checkRowLengths, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
+import { checkLoraRank, checkRowLengths, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
+import { checkModelConfigSizes } from '../model/config-bounds.js';
 import { inputError } from '../errors.js';
 import { NativeBackend } from './native-backend.js';
 import { Trainer, ensureWritableDir, type TrainSummary } from './trainer.js';
@@ -331,7 +332,9 @@ export async function runTraining(o: RunOptions): Promise<TrainSummary> {
     throw new Error(`device ${cfg.device}: CUDA is not available to the addon (see papergym-native doctor)`);
   resolveDevice(cfg.device, 'device (--device)');
   // A local dir, else a Hub id from the huggingface_hub cache (fetched when missing): lib/hub.
-  const modelDir = cfg.model ? resolve(await resolveModelRef(cfg.model, { revision: cfg.revision ?? undefined, what: '--model', log })) : ensureDefaultModel(log);
+  const modelDir = cfg.model
+    ? resolve(await resolveModelRef(cfg.model, { revision: cfg.revision ?? undefined, what: '--model', log }))
+    : ensureDefaultModel(log);
   checkModelDir(modelDir);
   checkLoraRank(cfg.lora.r, modelDir);
   if (!resume && cfg.out) {
@@ -471,8 +474,11 @@ async function trainLocked(
     // ---- memory plan (lib/train/memory-plan.ts), before the first step ----
     // ---- every row against the model's context, before the first step ----
     // (the longest student / teacher prompt, tokens, also feeds the memory plan)
-    // SFT trains on the reference answers: with an SFT stage they are checked too (after the student prompt).
-    const sft = cfg.stages.includes('sft' as Stage) && stageOf('sft' as Stage).steps(cfg) > 0;
+    // A stage that trains on the reference answers (SFT) has them checked too (after the student prompt).
+    const sft = cfg.stages.some((name) => {
+      const stage = stageOf(name);
+      return stage.trainsOnReferenceAnswers === true && stage.steps(cfg) > 0;
+    });
     const rows = await checkRowLengths(
       ds.items,
       policy.contextLength,

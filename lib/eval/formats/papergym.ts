@@ -3,12 +3,12 @@
  * public): JSONL rows validated as PaperGym items; question, reference answer and split as they
  * are, rubric items with weight 1 and their dimension (lib/data/schema.ts paperGymToBenchmark).
  */
-import { paperGymToBenchmark, validateItem } from '../../data/schema.js';
+import { PAPERGYM_FORMAT, paperGymToBenchmark, validateItem } from '../../data/schema.js';
 import type { DatasetFormat } from './types.js';
 import { RowError } from './read.js';
 
 export const papergym: DatasetFormat = {
-  name: 'papergym',
+  name: PAPERGYM_FORMAT,
   describe: 'PaperGym items (this project, lib/data/schema.ts): JSONL',
   files: ['jsonl', 'json'],
   columns: ['question', 'rubric', 'reference_answer'],

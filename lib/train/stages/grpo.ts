@@ -46,6 +46,13 @@ export const grpoStage: TrainingStage = {
   },
   // grpo.judgeStepTimeoutMs: how long a step may wait on the judge, a run-time bound.
   resumableKeys: ['grpo.steps', 'grpo.microBatch', 'grpo.judgeOverlap', 'grpo.judgeStepTimeoutMs', 'grpo.agreementWarnKl'],
+  // Each row: a student prompt and its sampled completion, a group of them per question.
+  stepTokens: (cfg, longest) => ({
+    rows: cfg.grpo.questionsPerStep * cfg.grpo.groupSize,
+    rowsText: `--questions-per-step ${cfg.grpo.questionsPerStep} × --group-size ${cfg.grpo.groupSize}`,
+    length: longest.student + cfg.sampling.maxNewTokens,
+    lengthText: `(longest student prompt ${longest.student} + --max-new-tokens ${cfg.sampling.maxNewTokens})`,
+  }),
   // A checkpoint from before grpo.judgeOverlap judged after the rollout: 'off'; one from before
   // grpo.judgeStepTimeoutMs gets the default deadline.
   upgradeSaved: (saved) =>

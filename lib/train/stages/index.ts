@@ -25,4 +25,4 @@ provideStages(() => STAGES.values());
 export function stageOf(name: Stage): TrainingStage {
   return STAGES.get(name, 'stages (--stages)');
 }
-export type { TrainingStage, StageContext, StepResult, StepPhase, StageMemory, MemoryTerms } from './stage.js';
+export type { TrainingStage, StageContext, StepResult, StepPhase, StageMemory, MemoryTerms, LongestPrompts, StepTokens } from './stage.js';

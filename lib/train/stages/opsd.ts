@@ -33,6 +33,13 @@ export const opsdStage: TrainingStage = {
   earlyStopPatience: (cfg) => cfg.opsd.earlyStopPatience,
   microBatch: { get: (cfg) => cfg.opsd.microBatch, set: (cfg, n) => void (cfg.opsd.microBatch = n) },
   resumableKeys: ['opsd.steps', 'opsd.microBatch', 'opsd.diagnosticRows'],
+  // Each row: the student's completion, scored by the teacher after its longer prompt.
+  stepTokens: (cfg, longest) => ({
+    rows: cfg.opsd.batchSize,
+    rowsText: `--opsd-batch-size ${cfg.opsd.batchSize}`,
+    length: longest.teacher + cfg.sampling.maxNewTokens,
+    lengthText: `(longest teacher prompt ${longest.teacher} + --max-new-tokens ${cfg.sampling.maxNewTokens})`,
+  }),
   settingsProblems(c) {
     // A per-rank batch that is a multiple makes every global one (per rank × world size) one.
     if (c.opsd.batchSizePerRank != null)

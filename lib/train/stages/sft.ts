@@ -22,6 +22,14 @@ export const sftStage: TrainingStage = {
   steps: (cfg) => cfg.sft.steps,
   lr: (cfg) => cfg.sft.lr,
   resumableKeys: ['sft.steps'],
+  trainsOnReferenceAnswers: true,
+  // Each row: the student prompt, then the reference answer it is trained on.
+  stepTokens: (cfg, longest) => ({
+    rows: cfg.sft.batchSize,
+    rowsText: `--sft-batch-size ${cfg.sft.batchSize}`,
+    length: longest.student + longest.answer,
+    lengthText: `(longest student prompt ${longest.student} + longest reference answer ${longest.answer})`,
+  }),
   memory: {
     inputs: (cfg) => ({ sft: { batchSize: cfg.sft.batchSize } }),
     // One native call over the step's answers (chunked over tokens): no micro-batch to choose.

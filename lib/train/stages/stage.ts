@@ -37,6 +37,25 @@ export type StepResult = { loss: number; completionTokens: number; gradScale?: n
  */
 export type StepPhase = 'rollout' | 'judge' | 'reference' | 'update' | 'allreduce' | 'optimizer' | 'checkpoint' | 'host';
 
+/** The dataset's longest prompts, tokens (lib/train/input-checks.ts checkRowLengths): student, teacher, and reference answer + end-of-turn (0 when answers were not tokenized). */
+export interface LongestPrompts {
+  student: number;
+  teacher: number;
+  answer: number;
+}
+
+/**
+ * The tokens one step holds at once (issue 50 item 1): `rows` sequences of `length` tokens (prompt +
+ * completion), with the flags and longest prompts that give them as the error names them
+ * (`rowsText` × `lengthText`).
+ */
+export interface StepTokens {
+  rows: number;
+  rowsText: string;
+  length: number;
+  lengthText: string;
+}
+
 /** What a stage step may use of the running Trainer (one per run; state is the trainer's). */
 export interface StageContext {
   readonly cfg: TrainConfig;
@@ -148,6 +167,18 @@ export interface TrainingStage extends StageSettings {
    * 0 = no deadline), with that deadline's setting as messages name it. Absent: the stage calls no judge.
    */
   readonly judging?: { alpha(cfg: TrainConfig): number; stepTimeoutMs(cfg: TrainConfig): number; readonly stepTimeoutSetting: string };
+  /**
+   * Its step's rows × length with the dataset's longest prompts `longest` (lib/train/input-checks.ts
+   * stepTokenProblems bounds the product by MAX_TOKENS_PER_STEP before the first step). Absent: the
+   * step is not bounded there.
+   */
+  stepTokens?(cfg: TrainConfig, longest: LongestPrompts): StepTokens;
+  /**
+   * The stage trains on the rows' reference answers (SFT): a run with it (and steps > 0) tokenizes
+   * them and checks student prompt + answer against the model's context before the first step
+   * (lib/train/run.ts, checkRowLengths `encodeAnswers`). Absent: false.
+   */
+  readonly trainsOnReferenceAnswers?: boolean;
   /**
    * Fills keys a checkpoint written before they existed lacks, in place (old checkpoints load):
    * `saved` is the checkpoint's config.
