@@ -578,7 +578,13 @@ export class ChatServer {
       }
       const found = cards.find((c) => c.id === id);
       if (!found)
-        throw new HttpError(404, `The model \`${id}\` does not exist (serving ${cards.map((c) => c.id).join(', ')})`, 'invalid_request_error', 'model', 'model_not_found');
+        throw new HttpError(
+          404,
+          `The model \`${id}\` does not exist (serving ${cards.map((c) => c.id).join(', ')})`,
+          'invalid_request_error',
+          'model',
+          'model_not_found',
+        );
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(found));
       return;
