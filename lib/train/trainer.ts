@@ -18,7 +18,7 @@
 import { mkdirSync, writeFileSync, accessSync, constants, rmSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
-import type { CapturedState, TrainBackend, SamplingOptions } from './backend.js';
+import type { TrainBackend, SamplingOptions } from './backend.js';
 import { resolveCheckpoint, writeCheckpoint, writeFinalDir, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
@@ -29,9 +29,11 @@ import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { judgeLabel } from '../judge/backends/index.js';
 import { DistContext, shard } from './dist.js';
-import { ErrorCode, abortError, inputError, isPapergymError, oomError } from '../errors.js';
+import { ErrorCode, inputError, isPapergymError, oomError } from '../errors.js';
 import type { ProfileResult } from '../addon.js';
 import { kernelUsByKind } from '../util/kernels.js';
+import { JudgeWatch } from './judge-watch.js';
+import { CheckpointWriter } from './checkpoint-writer.js';
 import { bestValidation, bootstrapMean, type ValidationPoint } from './validation.js';
 
 /** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
@@ -62,21 +64,6 @@ export interface TrainerDeps {
   judgeProgressMs?: number;
   /** Sees every metrics.jsonl row after it is written (the --report-to trackers); must not throw. */
   onMetrics?: (row: Record<string, unknown>) => void;
-}
-
-/**
- * The judging of one step (Trainer.judgeCall): one abort signal for all its reward calls, fired
- * by the step's judge deadline (the stage's `judging.stepTimeoutMs`, from the step's first reward call) or by
- * a stop request (Ctrl-C), and the timer of the progress lines while calls are in flight.
- */
-interface StepJudging {
-  ctrl: AbortController;
-  started: number;
-  inFlight: number;
-  plans: number;
-  stats0?: { requests: number; failures: number };
-  deadline?: NodeJS.Timeout;
-  ticker?: NodeJS.Timeout;
 }
 
 /** Seed of (run seed, stage, step, purpose, unit): per question / sampling chunk, the same on every rank. */
@@ -445,70 +432,32 @@ export class Trainer {
    */
   requestStop(): void {
     this.stopRequested = true;
-    this.judging?.ctrl.abort(abortError('stop requested (SIGINT) while the step waited on the judge'));
+    this.judgeWatch.stop();
   }
 
-  private judging?: StepJudging;
+  /** The deadline and progress lines of the step's reward calls (lib/train/judge-watch.ts). */
+  private readonly judgeWatch = new JudgeWatch({
+    judgeStats: () => this.deps.judgeStats?.(),
+    progressMs: () => this.deps.judgeProgressMs ?? 15000,
+    isMain: () => this.dist.isMain,
+    log: (line) => this.log(line),
+  });
 
-  /**
-   * A reward call of the step in flight, under the step's judging signal (see {@link StepJudging}):
-   * the step's first call starts the judge deadline; while calls are in flight a progress line is
-   * logged every `judgeProgressMs` (elapsed seconds, calls and plans in flight, the judge's
-   * requests and failures so far, the time left).
-   */
+  /** A reward call of the step in flight, under the step's judge deadline and progress lines ({@link JudgeWatch.call}). */
   private async judgeCall(reqs: Parameters<RewardFn>[0], signal?: AbortSignal): Promise<RewardResult[]> {
     const stage = this.cfg.stages[this.state.stageIndex]!;
-    const what = `[${stage}] step ${this.state.stageStep + 1}`;
     const judging = stageOf(stage).judging;
-    const limitMs = judging?.stepTimeoutMs(this.cfg) ?? 0;
-    if (!this.judging) {
-      const j: StepJudging = { ctrl: new AbortController(), started: Date.now(), inFlight: 0, plans: 0, stats0: this.deps.judgeStats?.() };
-      if (limitMs > 0) {
-        j.deadline = setTimeout(
-          () => j.ctrl.abort(new Error(`the judge did not finish the step within ${judging!.stepTimeoutSetting} ${limitMs} ms`)),
-          limitMs,
-        );
-        j.deadline.unref();
-      }
-      this.judging = j;
-    }
-    const j = this.judging;
-    if (this.stopRequested) j.ctrl.abort(abortError('stop requested (SIGINT) while the step waited on the judge'));
-    j.inFlight++;
-    j.plans += reqs.length;
-    if (!j.ticker && this.dist.isMain) {
-      j.ticker = setInterval(() => {
-        const st = this.deps.judgeStats?.();
-        const counts = st && j.stats0 ? `, ${st.requests - j.stats0.requests} judge requests, ${st.failures - j.stats0.failures} failed` : '';
-        const left = limitMs > 0 ? `; deadline in ${Math.max(0, (limitMs - (Date.now() - j.started)) / 1000).toFixed(0)} s` : '';
-        this.log(
-          `${what}: waiting on the judge for ${((Date.now() - j.started) / 1000).toFixed(0)} s (${j.inFlight} call(s), ${j.plans} plans in this step${counts}${left}; Ctrl-C stops with a checkpoint)`,
-        );
-      }, this.deps.judgeProgressMs ?? 15000);
-      j.ticker.unref();
-    }
-    try {
-      return await (this.deps.rewardOf?.(stage) ?? this.deps.reward)(reqs, signal ? AbortSignal.any([signal, j.ctrl.signal]) : j.ctrl.signal);
-    } catch (e) {
-      // The abort's reason (the deadline, the stop request) says why, whatever the judge threw.
-      if (j.ctrl.signal.aborted && j.ctrl.signal.reason instanceof Error && e !== j.ctrl.signal.reason) throw j.ctrl.signal.reason;
-      throw e;
-    } finally {
-      j.inFlight--;
-      if (!j.inFlight && j.ticker) {
-        clearInterval(j.ticker);
-        j.ticker = undefined;
-      }
-    }
-  }
-
-  /** Ends the step's judging (its deadline and progress timers). */
-  private endJudging(): void {
-    const j = this.judging;
-    if (!j) return;
-    clearTimeout(j.deadline);
-    clearInterval(j.ticker);
-    this.judging = undefined;
+    return this.judgeWatch.call(
+      {
+        what: `[${stage}] step ${this.state.stageStep + 1}`,
+        limitMs: judging?.stepTimeoutMs(this.cfg) ?? 0,
+        setting: judging?.stepTimeoutSetting,
+        stopRequested: this.stopRequested,
+        plans: reqs.length,
+      },
+      (s) => (this.deps.rewardOf?.(stage) ?? this.deps.reward)(reqs, s),
+      signal,
+    );
   }
 
   private get dist(): DistContext {
@@ -534,28 +483,14 @@ export class Trainer {
   }
   private readonly baseWall: number = 0;
 
-  /**
-   * The checkpoint being written beside the next step (`checkpoint.background`): its promise (the
-   * committed dir), and its error once it failed (thrown at the next step or checkpoint).
-   */
-  private writing: { done: Promise<string>; failed?: { error: unknown } } | undefined;
-  /** Background writes started so far (the fault hook below counts them). */
-  private backgroundWrites = 0;
-  /** Test hook (PAPERGYM_FAULT=checkpoint:beside-next-step:N): resolves when the N-th background write has its files in the temp dir. */
-  private faultTensorsWritten: (() => void) | undefined;
-  private faultTensorsReady: Promise<void> | undefined;
-
-  /** Waits for the checkpoint written in the background (if any); rejects with its error. */
-  private async settleWrite(): Promise<void> {
-    const w = this.writing;
-    if (!w) return;
-    this.writing = undefined;
-    try {
-      await w.done;
-    } catch (e) {
-      throw this.checkpointStopped(e, 'the checkpoint written beside the next step');
-    }
-  }
+  /** The checkpoint written beside the next step (`checkpoint.background`; lib/train/checkpoint-writer.ts). */
+  private readonly writer = new CheckpointWriter({
+    runDir: () => this.deps.runDir,
+    writeMetrics: (row) => this.metrics.write(row),
+    afterCommit: (dir, note) => this.afterCommit(dir, note),
+    stageOf: (state) => this.cfg.stages[state.stageIndex],
+    stopped: (e, what) => this.checkpointStopped(e, what),
+  });
 
   /**
    * The error that ends a run whose checkpoint could not be written: what failed (the file and
@@ -597,7 +532,7 @@ export class Trainer {
       this.state.summary = this.summary;
       // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
       if (!this.dist.isMain) return '';
-      await this.settleWrite();
+      await this.writer.settle();
       const saveTotalLimit = this.cfg.checkpoint.saveTotalLimit ?? null;
       const { backend } = this.deps;
       if (opts.wait === false && this.cfg.checkpoint.background !== false && backend.captureState) {
@@ -606,7 +541,7 @@ export class Trainer {
         flush();
         // A deep copy: the next step updates the summary rows and the validation list in place
         // while trainer_state.json is still to be written.
-        this.startBackgroundWrite(structuredClone(this.state), captured, captureSeconds, saveTotalLimit);
+        this.writer.start(structuredClone(this.state), captured, captureSeconds, saveTotalLimit);
         return '';
       }
       dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => backend.saveState(tmp), { saveTotalLimit, beforeCommit: flush });
@@ -629,66 +564,6 @@ export class Trainer {
     }
   }
 
-  /**
-   * Writes `captured` as the checkpoint of `state` in the background (see checkpoint), then a
-   * metrics row `{checkpoint, checkpointCaptureSeconds, checkpointWriteSeconds, checkpointBytes}`.
-   */
-  private startBackgroundWrite(state: TrainerState, captured: CapturedState, captureSeconds: number, saveTotalLimit: number | null): void {
-    const n = ++this.backgroundWrites;
-    const fault = /^checkpoint:beside-next-step:(\d+)$/.exec(process.env.PAPERGYM_FAULT ?? '');
-    const t0 = performance.now();
-    const w: NonNullable<Trainer['writing']> = {
-      done: (async () => {
-        try {
-          const dir = await writeCheckpoint(
-            this.deps.runDir,
-            state,
-            async (tmp) => {
-              await captured.save(tmp);
-              if (fault && Number(fault[1]) === n) {
-                // The files are in the temp dir, nothing committed; the next step kills the process.
-                this.faultTensorsWritten?.();
-                await new Promise(() => {});
-              }
-            },
-            { saveTotalLimit },
-          );
-          const writeSeconds = (performance.now() - t0) / 1000;
-          this.metrics.write({
-            stage: this.cfg.stages[state.stageIndex],
-            step: state.stageStep,
-            globalStep: state.globalStep,
-            checkpoint: dir,
-            checkpointCaptureSeconds: captureSeconds,
-            checkpointWriteSeconds: writeSeconds,
-            checkpointBytes: captured.bytes,
-          });
-          await this.afterCommit(
-            dir,
-            ` (written beside the next step: ${writeSeconds.toFixed(2)} s; the step paid ${captureSeconds.toFixed(2)} s for the copy)`,
-          );
-          return dir;
-        } finally {
-          captured.release();
-        }
-      })(),
-    };
-    if (fault && Number(fault[1]) === n) this.faultTensorsReady = new Promise((r) => (this.faultTensorsWritten = r));
-    w.done.catch((error) => {
-      w.failed = { error };
-    });
-    this.writing = w;
-  }
-
-  /** At the start of a step: a failed background write stops the run; the fault hook kills the process beside a write in flight. */
-  private async beforeStep(): Promise<void> {
-    if (this.writing?.failed) await this.settleWrite();
-    if (this.faultTensorsReady) {
-      await this.faultTensorsReady;
-      process.kill(process.pid, 'SIGKILL');
-    }
-  }
-
   /** Runs the remaining stages; resolves with the summary (interrupted = stopped by a signal). */
   async run(): Promise<TrainSummary> {
     try {
@@ -696,7 +571,7 @@ export class Trainer {
     } catch (e) {
       // A checkpoint still being written beside the failed step completes before the error
       // propagates (its own failure is logged: the run's error is the one reported).
-      await this.settleWrite().catch((we) => this.log((we as Error).message));
+      await this.writer.settle().catch((we) => this.log((we as Error).message));
       throw e;
     }
   }
@@ -768,7 +643,7 @@ export class Trainer {
   private async runStep(s: StageRun): Promise<TrainSummary | undefined> {
     // Step seconds from here to the end of the optimizer step, plus the checkpoint after it
     // (flushStep); validation is not in them (its line carries its own seconds).
-    await this.beforeStep();
+    await this.writer.beforeStep();
     const t0 = performance.now();
     const step = this.state.stageStep;
     // The step's collective counters start here (not the rendezvous' nor the last validation's).
@@ -810,10 +685,10 @@ export class Trainer {
       // Data parallel: a step's rank-local phases end in allRanks(), so a failure on one rank
       // (judge, OOM, a backend error) makes every rank throw here at the same step.
       const m = await s.impl.step(this.ctx);
-      this.endJudging();
+      this.judgeWatch.end();
       return m;
     } catch (e) {
-      this.endJudging();
+      this.judgeWatch.end();
       this.state.cursor = cursorBefore;
       this.deps.backend.zeroGrad();
       s.progress.stop();
@@ -1093,7 +968,7 @@ export class Trainer {
     // Every rank stops at the same step (agreed at the end of the step: recordStep).
     if (this.dist.worldSize > 1 ? this.stopAgreed : this.stopRequested) {
       if (!saved) await this.checkpoint();
-      else await this.settleWrite(); // a stop that came during the checkpoint: its write completes first
+      else await this.writer.settle(); // a stop that came during the checkpoint: its write completes first
       s.progress.stop();
       return this.finish(true);
     }
