@@ -3,7 +3,9 @@
  * one interface (lib/train/stages/: `sft` cross-entropy on the reference answers, `opsd` on-policy
  * self-distillation, `grpo` rubric-reward GRPO). This file holds what they share: the step loop,
  * optimizer step and non-finite skip, metrics, validation, out-of-memory recovery, data-parallel
- * agreement, judge health and checkpoints.
+ * agreement, judge health and checkpoints. Beside it: the step's judge deadline and progress lines
+ * (lib/train/judge-watch.ts), the checkpoint written beside the next step
+ * (lib/train/checkpoint-writer.ts), and the stage's best state on disk (lib/train/best-state.ts).
  * Every `checkpoint.every` steps, at the end of the run and on SIGINT the adapter, optimizer, data cursor
  * and step counters are written atomically; `resume` continues exactly (all randomness is derived
  * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
@@ -15,7 +17,7 @@
  * default for periodic checkpoints: the step's checkpoint phase is that copy, and a
  * `checkpointWriteSeconds` row follows the commit), else once its files are written and synced.
  */
-import { mkdirSync, writeFileSync, accessSync, constants, rmSync, readFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
 import type { TrainBackend, SamplingOptions } from './backend.js';
@@ -29,12 +31,13 @@ import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { judgeLabel } from '../judge/backends/index.js';
 import { DistContext, shard } from './dist.js';
-import { ErrorCode, inputError, isPapergymError, oomError } from '../errors.js';
+import { ErrorCode, isPapergymError, oomError } from '../errors.js';
 import type { ProfileResult } from '../addon.js';
 import { kernelUsByKind } from '../util/kernels.js';
 import { JudgeWatch } from './judge-watch.js';
 import { CheckpointWriter } from './checkpoint-writer.js';
 import { bestValidation, bootstrapMean, type ValidationPoint } from './validation.js';
+import { loadBestState, writeBestState, type BestStateRun } from './best-state.js';
 
 /** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
 export type { TaskItem as TrainItem, RewardFn, RewardResult } from '../task/types.js';
@@ -812,7 +815,7 @@ export class Trainer {
     if (isBest) {
       const dir = join(this.deps.runDir, 'best', s.stage);
       try {
-        if (this.dist.isMain) await this.writeBest(s.stage, point);
+        if (this.dist.isMain) await writeBestState(this.bestStateRun(), s.stage, point, this.state.globalStep);
       } catch (e) {
         const stopped = await this.stopWithCheckpoint(e, `[${s.stage}] writing the best state ${dir} after step ${this.state.stageStep}`);
         s.progress.stop();
@@ -851,98 +854,29 @@ export class Trainer {
     }
   }
 
-  /** Writes the active adapter and best.json (stage, steps, score, interval) as `best/<stage>/`, whole or not at all. */
-  private async writeBest(stage: Stage, point: ValidationPoint): Promise<string> {
-    const { backend } = this.deps;
-    return writeFinalDir(
-      this.deps.runDir,
-      async (dir) => {
-        await (backend.saveAdapter ? backend.saveAdapter(dir) : backend.saveState(dir));
-        writeFileSync(
-          join(dir, 'best.json'),
-          JSON.stringify(
-            {
-              stage,
-              step: point.step,
-              globalStep: this.state.globalStep,
-              validation: point.score,
-              validationCI: point.ci,
-              minImprovement: this.cfg.validation.minImprovement ?? 0,
-            },
-            null,
-            2,
-          ),
-        );
-      },
-      join('best', stage),
-    );
+  /** What the stage's best state (lib/train/best-state.ts) reads of the run. */
+  private bestStateRun(): BestStateRun {
+    return {
+      runDir: this.deps.runDir,
+      backend: this.deps.backend,
+      dist: this.dist,
+      minImprovement: this.cfg.validation.minImprovement ?? 0,
+      log: (line) => this.log(line),
+      writeMetrics: (row) => this.metrics.write(row),
+    };
   }
 
-  /**
-   * At the end of a stage with validation.loadBestAtEnd: its best validation's adapter
-   * (`best/<stage>/`, whose best.json must name the step the validation list gives) becomes the
-   * active adapter, unless the last step is the best. The summary row, config.json (`bestStates`),
-   * a metrics row (`event: best_loaded`) and a log line say which step. Also run on a resume that
-   * lands on the stage's end, so the next stage starts from the same adapter.
-   */
+  /** The stage's best validation's adapter taken up at its end, with validation.loadBestAtEnd (lib/train/best-state.ts loadBestState). */
   private async loadBestAtEnd(s: StageRun): Promise<void> {
     if (this.cfg.validation.loadBestAtEnd === false || !this.state.validation.length) return;
-    const best = bestValidation(this.state.validation, this.cfg.validation.minImprovement ?? 0)!;
-    const dir = join(this.deps.runDir, 'best', s.stage);
-    const lastStep = this.state.stageStep;
-    const globalStep = this.state.globalStep - (lastStep - best.point.step);
-    s.rec.best = { step: best.point.step, globalStep, score: best.point.score, ci: best.point.ci, dir, loaded: false };
-    s.rec.bestValidation = best.point.score;
-    const next = this.cfg.stages[this.state.stageIndex + 1];
-    const what = next ? `${next.toUpperCase()} starts from it` : 'final/ holds it';
-    if (best.point.step === lastStep) {
-      s.rec.best.loaded = true;
-      this.log(`[${s.stage}] the last step (${lastStep}) is the best validation (${best.point.score.toFixed(4)}); ${what}`);
-    } else {
-      // Data parallel: rank 0 wrote best/; every rank reads it once that write is surely done.
-      if (this.dist.worldSize > 1) await this.dist.barrier();
-      let saved: { step?: unknown };
-      try {
-        saved = JSON.parse(readFileSync(join(dir, 'best.json'), 'utf8')) as { step?: unknown };
-      } catch (e) {
-        throw inputError(
-          `${join(dir, 'best.json')}: unreadable (${(e as Error).message}); the ${s.stage} stage's best state (step ${best.point.step}) is needed to continue`,
-        );
-      }
-      if (saved.step !== best.point.step)
-        throw inputError(
-          `${dir} holds the adapter of ${s.stage} step ${String(saved.step)}, but the run's validation list makes step ${best.point.step} the best (a run dir edited or written by another run); rerun, or set --no-load-best-at-end`,
-        );
-      const { backend } = this.deps;
-      await (backend.loadAdapter ? backend.loadAdapter(dir) : backend.loadState(dir));
-      s.rec.best.loaded = true;
-      this.log(
-        `[${s.stage}] best validation ${best.point.score.toFixed(4)}${best.point.ci ? ` [${best.point.ci[0].toFixed(4)}, ${best.point.ci[1].toFixed(4)}]` : ''} at step ${best.point.step} (global ${globalStep}), not the last step ${lastStep}: its adapter (${dir}) is loaded; ${what}`,
-      );
-    }
-    if (!this.dist.isMain) return;
-    this.metrics.write({
+    await loadBestState(this.bestStateRun(), {
       stage: s.stage,
-      step: lastStep,
+      validation: this.state.validation,
+      lastStep: this.state.stageStep,
       globalStep: this.state.globalStep,
-      event: 'best_loaded',
-      bestStep: best.point.step,
-      bestGlobalStep: globalStep,
-      bestValidation: best.point.score,
-      bestDir: dir,
+      next: this.cfg.stages[this.state.stageIndex + 1],
+      rec: s.rec,
     });
-    // config.json says which state each stage handed on (kept by a resume's rewrite of config.json).
-    const cfgPath = join(this.deps.runDir, 'config.json');
-    try {
-      const c = JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown>;
-      c.bestStates = {
-        ...(c.bestStates as object | undefined),
-        [s.stage]: { step: best.point.step, globalStep, validation: best.point.score, validationCI: best.point.ci, dir, next: next ?? 'final' },
-      };
-      writeFileSync(cfgPath, JSON.stringify(c, null, 2));
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log(`${cfgPath}: the best state of ${s.stage} not recorded (${(e as Error).message})`);
-    }
   }
 
   /**
