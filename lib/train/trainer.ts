@@ -5,7 +5,8 @@
  * optimizer step and non-finite skip, metrics, validation, out-of-memory recovery, data-parallel
  * agreement, judge health and checkpoints. Beside it: the step's judge deadline and progress lines
  * (lib/train/judge-watch.ts), the checkpoint written beside the next step
- * (lib/train/checkpoint-writer.ts), and the stage's best state on disk (lib/train/best-state.ts).
+ * (lib/train/checkpoint-writer.ts), the stage's best state on disk (lib/train/best-state.ts) and
+ * the --profile-step kernel profile (lib/train/step-profile.ts).
  * Every `checkpoint.every` steps, at the end of the run and on SIGINT the adapter, optimizer, data cursor
  * and step counters are written atomically; `resume` continues exactly (all randomness is derived
  * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
@@ -32,10 +33,9 @@ import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '..
 import { judgeLabel } from '../judge/backends/index.js';
 import { DistContext, shard } from './dist.js';
 import { ErrorCode, isPapergymError, oomError } from '../errors.js';
-import type { ProfileResult } from '../addon.js';
-import { kernelUsByKind } from '../util/kernels.js';
 import { JudgeWatch } from './judge-watch.js';
 import { CheckpointWriter } from './checkpoint-writer.js';
+import { StepProfiler } from './step-profile.js';
 import { bestValidation, bootstrapMean, type ValidationPoint } from './validation.js';
 import { loadBestState, writeBestState, type BestStateRun } from './best-state.js';
 
@@ -306,10 +306,17 @@ export class Trainer {
 
   /** Wall seconds per phase of the step in flight: every key of stepPhases() of its stage, from 0. */
   private phases: Record<string, number> = {};
-  /** The step in flight's kernel profiles per phase when it is the --profile-step, else undefined. */
-  private stepProfiles: Record<string, ProfileResult[]> | undefined;
-  /** A phase's profile is running (a phase inside or beside it counts in it). */
-  private profiling = false;
+  /** The kernel profile of the --profile-step (lib/train/step-profile.ts). */
+  private readonly profiler = new StepProfiler({
+    backend: () => this.deps.backend,
+    cfg: () => this.cfg,
+    runDir: () => this.deps.runDir,
+    dist: () => this.dist,
+    stage: () => this.cfg.stages[this.state.stageIndex],
+    log: (line) => this.log(line),
+  });
+
+  /** StageContext.timed: `f`'s wall seconds added to `phase` of the step in flight, under the kernel profiler on the --profile-step. */
   private async timed<T>(phase: StepPhase, f: () => Promise<T>): Promise<T> {
     if (!(phase in this.phases) || phase === 'checkpoint' || phase === 'host') {
       throw new Error(
@@ -318,93 +325,14 @@ export class Trainer {
           .join(', ')}); add it to the stage's phases`,
       );
     }
-    const { backend } = this.deps;
-    let profile = this.stepProfiles !== undefined && !this.profiling && backend.profileStart !== undefined && backend.profileStop !== undefined;
-    if (profile) {
-      // A profiler that cannot start (no CUPTI, one already running) costs the profile, never the step.
-      try {
-        backend.profileStart!();
-        this.profiling = true;
-      } catch (e) {
-        profile = false;
-        this.stepProfiles = undefined;
-        this.log(
-          `[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profiler did not start (${(e as Error).message}); no profile for this step`,
-        );
-      }
-    }
+    const profile = this.profiler.startPhase();
     const t0 = performance.now();
     try {
       return await f();
     } finally {
       this.phases[phase] = this.phases[phase]! + (performance.now() - t0) / 1000;
-      if (profile) {
-        this.profiling = false;
-        try {
-          const r = backend.profileStop!();
-          if (this.stepProfiles) (this.stepProfiles[phase] ??= []).push(r);
-        } catch (e) {
-          // Never in place of the phase's own error (an out-of-memory the update recovers from).
-          this.stepProfiles = undefined;
-          this.log(
-            `[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profile of ${phase} failed (${(e as Error).message}); no profile for this step`,
-          );
-        }
-      }
+      if (profile) this.profiler.stopPhase(phase);
     }
-  }
-
-  /**
-   * Whether --profile-step can profile this run: a backend with a profiler and a CUDA device (the
-   * profile records GPU kernels; on the CPU there are none). Says once why not.
-   */
-  private profilable(stage: string): boolean {
-    const { backend } = this.deps;
-    if (backend.profileStart && backend.profileStop && this.cfg.device.startsWith('cuda')) return true;
-    if (!this.profileSkipSaid) {
-      this.profileSkipSaid = true;
-      this.log(
-        `[${stage}] --profile-step ${this.cfg.log.profileStep}: no kernel profile — ${this.cfg.device.startsWith('cuda') ? 'this backend has no profiler' : `it records GPU kernels and this run is on ${this.cfg.device}`}`,
-      );
-    }
-    return false;
-  }
-  private profileSkipSaid = false;
-
-  /**
-   * Writes the profiled step's phases to <run>/profile/<stage>-step<N>[-rankR].json: per phase its
-   * wall seconds, GPU busy seconds (the union of the kernels' intervals), GPU seconds by kind and
-   * the kernels by total time; and prints one line per phase. Returns the file.
-   */
-  private writeStepProfile(stage: string, step: number, phaseSeconds: Record<string, number>): string {
-    const phases: Record<string, unknown> = {};
-    const lines: string[] = [];
-    for (const [phase, runs] of Object.entries(this.stepProfiles ?? {})) {
-      const byName = new Map<string, { count: number; totalUs: number }>();
-      for (const r of runs)
-        for (const k of r.kernels) {
-          const e = byName.get(k.name) ?? { count: 0, totalUs: 0 };
-          e.count += k.count;
-          e.totalUs += k.totalUs;
-          byName.set(k.name, e);
-        }
-      const kernels = [...byName.entries()].map(([name, v]) => ({ name, ...v })).sort((a, b) => b.totalUs - a.totalUs);
-      const busy = runs.reduce((n, r) => n + r.gpuBusyUs, 0) / 1e6;
-      const kinds = Object.fromEntries(Object.entries(kernelUsByKind(kernels)).map(([k, us]) => [k, us / 1e6]));
-      phases[phase] = { wallSeconds: phaseSeconds[phase] ?? null, gpuBusySeconds: busy, gpuSecondsByKind: kinds, kernels: kernels.slice(0, 60) };
-      const top = Object.entries(kinds)
-        .sort((a, b) => b[1] - a[1])
-        .slice(0, 4)
-        .map(([k, v]) => `${k} ${v.toFixed(2)}`)
-        .join(', ');
-      lines.push(`${phase} ${(phaseSeconds[phase] ?? 0).toFixed(2)} s, GPU busy ${busy.toFixed(2)} s (${top})`);
-    }
-    const dir = join(this.deps.runDir, 'profile');
-    mkdirSync(dir, { recursive: true });
-    const file = join(dir, `${stage}-step${step}${this.dist.worldSize > 1 ? `-rank${this.dist.rank}` : ''}.json`);
-    writeFileSync(file, JSON.stringify({ stage, step, rank: this.dist.rank, phases }, null, 1));
-    this.log(`[${stage}] kernel profile of step ${step}: ${lines.join('; ')} → ${file}`);
-    return file;
   }
 
   /** The last step's lines until they are written (flushStep). */
@@ -654,7 +582,7 @@ export class Trainer {
     // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
     this.deps.backend.seedStep(this.dropoutSeed());
     this.phases = Object.fromEntries(stepPhases(s.impl, this.dist.worldSize).map((k) => [k, 0]));
-    this.stepProfiles = this.cfg.log.profileStep === step + 1 && this.profilable(s.stage) ? {} : undefined;
+    this.profiler.beginStep(s.stage, step);
     const m = await this.stepOfStage(s, step);
     if (!m) return this.finish(true);
     const u = await this.applyUpdate(s, step, m);
@@ -774,10 +702,7 @@ export class Trainer {
       phaseSeconds,
       memory: this.deps.backend.memory(),
     };
-    if (this.stepProfiles) {
-      this.writeStepProfile(s.stage, step + 1, phaseSeconds);
-      this.stepProfiles = undefined;
-    }
+    this.profiler.endStep(s.stage, step + 1, phaseSeconds);
     const health = m.judge as JudgeHealth | undefined;
     const show = (phases: Record<string, number>, note: string) => {
       if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === s.total || u.fatal || note)
