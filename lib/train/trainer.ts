@@ -3,7 +3,10 @@
  * one interface (lib/train/stages/: `sft` cross-entropy on the reference answers, `opsd` on-policy
  * self-distillation, `grpo` rubric-reward GRPO). This file holds what they share: the step loop,
  * optimizer step and non-finite skip, metrics, validation, out-of-memory recovery, data-parallel
- * agreement, judge health and checkpoints.
+ * agreement, judge health and checkpoints. Beside it: the step's judge deadline and progress lines
+ * (lib/train/judge-watch.ts), the checkpoint written beside the next step
+ * (lib/train/checkpoint-writer.ts), the stage's best state on disk (lib/train/best-state.ts) and
+ * the --profile-step kernel profile (lib/train/step-profile.ts).
  * Every `checkpoint.every` steps, at the end of the run and on SIGINT the adapter, optimizer, data cursor
  * and step counters are written atomically; `resume` continues exactly (all randomness is derived
  * from (seed, stage, step), so a resumed run replays the same samples and dropout masks).
@@ -15,10 +18,10 @@
  * default for periodic checkpoints: the step's checkpoint phase is that copy, and a
  * `checkpointWriteSeconds` row follows the commit), else once its files are written and synced.
  */
-import { mkdirSync, writeFileSync, accessSync, constants, rmSync, readFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
-import type { CapturedState, TrainBackend, SamplingOptions } from './backend.js';
+import type { TrainBackend, SamplingOptions } from './backend.js';
 import { resolveCheckpoint, writeCheckpoint, writeFinalDir, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
@@ -29,10 +32,12 @@ import { mulberry32 } from '../util/random.js';
 import { addHealth, assertJudgeHealth, formatHealth, type JudgeHealth } from '../judge/types.js';
 import { judgeLabel } from '../judge/backends/index.js';
 import { DistContext, shard } from './dist.js';
-import { ErrorCode, abortError, inputError, isPapergymError, oomError } from '../errors.js';
-import type { ProfileResult } from '../addon.js';
-import { kernelUsByKind } from '../util/kernels.js';
+import { ErrorCode, isPapergymError, oomError } from '../errors.js';
+import { JudgeWatch } from './judge-watch.js';
+import { CheckpointWriter } from './checkpoint-writer.js';
+import { StepProfiler } from './step-profile.js';
 import { bestValidation, bootstrapMean, type ValidationPoint } from './validation.js';
+import { loadBestState, writeBestState, type BestStateRun } from './best-state.js';
 
 /** The task's contracts (lib/task/types.ts) under the names the trainer's callers use. */
 export type { TaskItem as TrainItem, RewardFn, RewardResult } from '../task/types.js';
@@ -62,21 +67,6 @@ export interface TrainerDeps {
   judgeProgressMs?: number;
   /** Sees every metrics.jsonl row after it is written (the --report-to trackers); must not throw. */
   onMetrics?: (row: Record<string, unknown>) => void;
-}
-
-/**
- * The judging of one step (Trainer.judgeCall): one abort signal for all its reward calls, fired
- * by the step's judge deadline (the stage's `judging.stepTimeoutMs`, from the step's first reward call) or by
- * a stop request (Ctrl-C), and the timer of the progress lines while calls are in flight.
- */
-interface StepJudging {
-  ctrl: AbortController;
-  started: number;
-  inFlight: number;
-  plans: number;
-  stats0?: { requests: number; failures: number };
-  deadline?: NodeJS.Timeout;
-  ticker?: NodeJS.Timeout;
 }
 
 /** Seed of (run seed, stage, step, purpose, unit): per question / sampling chunk, the same on every rank. */
@@ -316,10 +306,17 @@ export class Trainer {
 
   /** Wall seconds per phase of the step in flight: every key of stepPhases() of its stage, from 0. */
   private phases: Record<string, number> = {};
-  /** The step in flight's kernel profiles per phase when it is the --profile-step, else undefined. */
-  private stepProfiles: Record<string, ProfileResult[]> | undefined;
-  /** A phase's profile is running (a phase inside or beside it counts in it). */
-  private profiling = false;
+  /** The kernel profile of the --profile-step (lib/train/step-profile.ts). */
+  private readonly profiler = new StepProfiler({
+    backend: () => this.deps.backend,
+    cfg: () => this.cfg,
+    runDir: () => this.deps.runDir,
+    dist: () => this.dist,
+    stage: () => this.cfg.stages[this.state.stageIndex],
+    log: (line) => this.log(line),
+  });
+
+  /** StageContext.timed: `f`'s wall seconds added to `phase` of the step in flight, under the kernel profiler on the --profile-step. */
   private async timed<T>(phase: StepPhase, f: () => Promise<T>): Promise<T> {
     if (!(phase in this.phases) || phase === 'checkpoint' || phase === 'host') {
       throw new Error(
@@ -328,93 +325,14 @@ export class Trainer {
           .join(', ')}); add it to the stage's phases`,
       );
     }
-    const { backend } = this.deps;
-    let profile = this.stepProfiles !== undefined && !this.profiling && backend.profileStart !== undefined && backend.profileStop !== undefined;
-    if (profile) {
-      // A profiler that cannot start (no CUPTI, one already running) costs the profile, never the step.
-      try {
-        backend.profileStart!();
-        this.profiling = true;
-      } catch (e) {
-        profile = false;
-        this.stepProfiles = undefined;
-        this.log(
-          `[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profiler did not start (${(e as Error).message}); no profile for this step`,
-        );
-      }
-    }
+    const profile = this.profiler.startPhase();
     const t0 = performance.now();
     try {
       return await f();
     } finally {
       this.phases[phase] = this.phases[phase]! + (performance.now() - t0) / 1000;
-      if (profile) {
-        this.profiling = false;
-        try {
-          const r = backend.profileStop!();
-          if (this.stepProfiles) (this.stepProfiles[phase] ??= []).push(r);
-        } catch (e) {
-          // Never in place of the phase's own error (an out-of-memory the update recovers from).
-          this.stepProfiles = undefined;
-          this.log(
-            `[${this.cfg.stages[this.state.stageIndex]}] --profile-step: the kernel profile of ${phase} failed (${(e as Error).message}); no profile for this step`,
-          );
-        }
-      }
+      if (profile) this.profiler.stopPhase(phase);
     }
-  }
-
-  /**
-   * Whether --profile-step can profile this run: a backend with a profiler and a CUDA device (the
-   * profile records GPU kernels; on the CPU there are none). Says once why not.
-   */
-  private profilable(stage: string): boolean {
-    const { backend } = this.deps;
-    if (backend.profileStart && backend.profileStop && this.cfg.device.startsWith('cuda')) return true;
-    if (!this.profileSkipSaid) {
-      this.profileSkipSaid = true;
-      this.log(
-        `[${stage}] --profile-step ${this.cfg.log.profileStep}: no kernel profile — ${this.cfg.device.startsWith('cuda') ? 'this backend has no profiler' : `it records GPU kernels and this run is on ${this.cfg.device}`}`,
-      );
-    }
-    return false;
-  }
-  private profileSkipSaid = false;
-
-  /**
-   * Writes the profiled step's phases to <run>/profile/<stage>-step<N>[-rankR].json: per phase its
-   * wall seconds, GPU busy seconds (the union of the kernels' intervals), GPU seconds by kind and
-   * the kernels by total time; and prints one line per phase. Returns the file.
-   */
-  private writeStepProfile(stage: string, step: number, phaseSeconds: Record<string, number>): string {
-    const phases: Record<string, unknown> = {};
-    const lines: string[] = [];
-    for (const [phase, runs] of Object.entries(this.stepProfiles ?? {})) {
-      const byName = new Map<string, { count: number; totalUs: number }>();
-      for (const r of runs)
-        for (const k of r.kernels) {
-          const e = byName.get(k.name) ?? { count: 0, totalUs: 0 };
-          e.count += k.count;
-          e.totalUs += k.totalUs;
-          byName.set(k.name, e);
-        }
-      const kernels = [...byName.entries()].map(([name, v]) => ({ name, ...v })).sort((a, b) => b.totalUs - a.totalUs);
-      const busy = runs.reduce((n, r) => n + r.gpuBusyUs, 0) / 1e6;
-      const kinds = Object.fromEntries(Object.entries(kernelUsByKind(kernels)).map(([k, us]) => [k, us / 1e6]));
-      phases[phase] = { wallSeconds: phaseSeconds[phase] ?? null, gpuBusySeconds: busy, gpuSecondsByKind: kinds, kernels: kernels.slice(0, 60) };
-      const top = Object.entries(kinds)
-        .sort((a, b) => b[1] - a[1])
-        .slice(0, 4)
-        .map(([k, v]) => `${k} ${v.toFixed(2)}`)
-        .join(', ');
-      lines.push(`${phase} ${(phaseSeconds[phase] ?? 0).toFixed(2)} s, GPU busy ${busy.toFixed(2)} s (${top})`);
-    }
-    const dir = join(this.deps.runDir, 'profile');
-    mkdirSync(dir, { recursive: true });
-    const file = join(dir, `${stage}-step${step}${this.dist.worldSize > 1 ? `-rank${this.dist.rank}` : ''}.json`);
-    writeFileSync(file, JSON.stringify({ stage, step, rank: this.dist.rank, phases }, null, 1));
-    this.log(`[${stage}] kernel profile of step ${step}: ${lines.join('; ')} → ${file}`);
-    return file;
   }
 
   /** The last step's lines until they are written (flushStep). */
@@ -445,70 +363,32 @@ export class Trainer {
    */
   requestStop(): void {
     this.stopRequested = true;
-    this.judging?.ctrl.abort(abortError('stop requested (SIGINT) while the step waited on the judge'));
+    this.judgeWatch.stop();
   }
 
-  private judging?: StepJudging;
+  /** The deadline and progress lines of the step's reward calls (lib/train/judge-watch.ts). */
+  private readonly judgeWatch = new JudgeWatch({
+    judgeStats: () => this.deps.judgeStats?.(),
+    progressMs: () => this.deps.judgeProgressMs ?? 15000,
+    isMain: () => this.dist.isMain,
+    log: (line) => this.log(line),
+  });
 
-  /**
-   * A reward call of the step in flight, under the step's judging signal (see {@link StepJudging}):
-   * the step's first call starts the judge deadline; while calls are in flight a progress line is
-   * logged every `judgeProgressMs` (elapsed seconds, calls and plans in flight, the judge's
-   * requests and failures so far, the time left).
-   */
+  /** A reward call of the step in flight, under the step's judge deadline and progress lines ({@link JudgeWatch.call}). */
   private async judgeCall(reqs: Parameters<RewardFn>[0], signal?: AbortSignal): Promise<RewardResult[]> {
     const stage = this.cfg.stages[this.state.stageIndex]!;
-    const what = `[${stage}] step ${this.state.stageStep + 1}`;
     const judging = stageOf(stage).judging;
-    const limitMs = judging?.stepTimeoutMs(this.cfg) ?? 0;
-    if (!this.judging) {
-      const j: StepJudging = { ctrl: new AbortController(), started: Date.now(), inFlight: 0, plans: 0, stats0: this.deps.judgeStats?.() };
-      if (limitMs > 0) {
-        j.deadline = setTimeout(
-          () => j.ctrl.abort(new Error(`the judge did not finish the step within ${judging!.stepTimeoutSetting} ${limitMs} ms`)),
-          limitMs,
-        );
-        j.deadline.unref();
-      }
-      this.judging = j;
-    }
-    const j = this.judging;
-    if (this.stopRequested) j.ctrl.abort(abortError('stop requested (SIGINT) while the step waited on the judge'));
-    j.inFlight++;
-    j.plans += reqs.length;
-    if (!j.ticker && this.dist.isMain) {
-      j.ticker = setInterval(() => {
-        const st = this.deps.judgeStats?.();
-        const counts = st && j.stats0 ? `, ${st.requests - j.stats0.requests} judge requests, ${st.failures - j.stats0.failures} failed` : '';
-        const left = limitMs > 0 ? `; deadline in ${Math.max(0, (limitMs - (Date.now() - j.started)) / 1000).toFixed(0)} s` : '';
-        this.log(
-          `${what}: waiting on the judge for ${((Date.now() - j.started) / 1000).toFixed(0)} s (${j.inFlight} call(s), ${j.plans} plans in this step${counts}${left}; Ctrl-C stops with a checkpoint)`,
-        );
-      }, this.deps.judgeProgressMs ?? 15000);
-      j.ticker.unref();
-    }
-    try {
-      return await (this.deps.rewardOf?.(stage) ?? this.deps.reward)(reqs, signal ? AbortSignal.any([signal, j.ctrl.signal]) : j.ctrl.signal);
-    } catch (e) {
-      // The abort's reason (the deadline, the stop request) says why, whatever the judge threw.
-      if (j.ctrl.signal.aborted && j.ctrl.signal.reason instanceof Error && e !== j.ctrl.signal.reason) throw j.ctrl.signal.reason;
-      throw e;
-    } finally {
-      j.inFlight--;
-      if (!j.inFlight && j.ticker) {
-        clearInterval(j.ticker);
-        j.ticker = undefined;
-      }
-    }
-  }
-
-  /** Ends the step's judging (its deadline and progress timers). */
-  private endJudging(): void {
-    const j = this.judging;
-    if (!j) return;
-    clearTimeout(j.deadline);
-    clearInterval(j.ticker);
-    this.judging = undefined;
+    return this.judgeWatch.call(
+      {
+        what: `[${stage}] step ${this.state.stageStep + 1}`,
+        limitMs: judging?.stepTimeoutMs(this.cfg) ?? 0,
+        setting: judging?.stepTimeoutSetting,
+        stopRequested: this.stopRequested,
+        plans: reqs.length,
+      },
+      (s) => (this.deps.rewardOf?.(stage) ?? this.deps.reward)(reqs, s),
+      signal,
+    );
   }
 
   private get dist(): DistContext {
@@ -534,28 +414,14 @@ export class Trainer {
   }
   private readonly baseWall: number = 0;
 
-  /**
-   * The checkpoint being written beside the next step (`checkpoint.background`): its promise (the
-   * committed dir), and its error once it failed (thrown at the next step or checkpoint).
-   */
-  private writing: { done: Promise<string>; failed?: { error: unknown } } | undefined;
-  /** Background writes started so far (the fault hook below counts them). */
-  private backgroundWrites = 0;
-  /** Test hook (PAPERGYM_FAULT=checkpoint:beside-next-step:N): resolves when the N-th background write has its files in the temp dir. */
-  private faultTensorsWritten: (() => void) | undefined;
-  private faultTensorsReady: Promise<void> | undefined;
-
-  /** Waits for the checkpoint written in the background (if any); rejects with its error. */
-  private async settleWrite(): Promise<void> {
-    const w = this.writing;
-    if (!w) return;
-    this.writing = undefined;
-    try {
-      await w.done;
-    } catch (e) {
-      throw this.checkpointStopped(e, 'the checkpoint written beside the next step');
-    }
-  }
+  /** The checkpoint written beside the next step (`checkpoint.background`; lib/train/checkpoint-writer.ts). */
+  private readonly writer = new CheckpointWriter({
+    runDir: () => this.deps.runDir,
+    writeMetrics: (row) => this.metrics.write(row),
+    afterCommit: (dir, note) => this.afterCommit(dir, note),
+    stageOf: (state) => this.cfg.stages[state.stageIndex],
+    stopped: (e, what) => this.checkpointStopped(e, what),
+  });
 
   /**
    * The error that ends a run whose checkpoint could not be written: what failed (the file and
@@ -597,7 +463,7 @@ export class Trainer {
       this.state.summary = this.summary;
       // Data parallel: every rank holds the same adapter, optimizer and cursor; rank 0 writes.
       if (!this.dist.isMain) return '';
-      await this.settleWrite();
+      await this.writer.settle();
       const saveTotalLimit = this.cfg.checkpoint.saveTotalLimit ?? null;
       const { backend } = this.deps;
       if (opts.wait === false && this.cfg.checkpoint.background !== false && backend.captureState) {
@@ -606,7 +472,7 @@ export class Trainer {
         flush();
         // A deep copy: the next step updates the summary rows and the validation list in place
         // while trainer_state.json is still to be written.
-        this.startBackgroundWrite(structuredClone(this.state), captured, captureSeconds, saveTotalLimit);
+        this.writer.start(structuredClone(this.state), captured, captureSeconds, saveTotalLimit);
         return '';
       }
       dir = await writeCheckpoint(this.deps.runDir, { ...this.state }, (tmp) => backend.saveState(tmp), { saveTotalLimit, beforeCommit: flush });
@@ -629,66 +495,6 @@ export class Trainer {
     }
   }
 
-  /**
-   * Writes `captured` as the checkpoint of `state` in the background (see checkpoint), then a
-   * metrics row `{checkpoint, checkpointCaptureSeconds, checkpointWriteSeconds, checkpointBytes}`.
-   */
-  private startBackgroundWrite(state: TrainerState, captured: CapturedState, captureSeconds: number, saveTotalLimit: number | null): void {
-    const n = ++this.backgroundWrites;
-    const fault = /^checkpoint:beside-next-step:(\d+)$/.exec(process.env.PAPERGYM_FAULT ?? '');
-    const t0 = performance.now();
-    const w: NonNullable<Trainer['writing']> = {
-      done: (async () => {
-        try {
-          const dir = await writeCheckpoint(
-            this.deps.runDir,
-            state,
-            async (tmp) => {
-              await captured.save(tmp);
-              if (fault && Number(fault[1]) === n) {
-                // The files are in the temp dir, nothing committed; the next step kills the process.
-                this.faultTensorsWritten?.();
-                await new Promise(() => {});
-              }
-            },
-            { saveTotalLimit },
-          );
-          const writeSeconds = (performance.now() - t0) / 1000;
-          this.metrics.write({
-            stage: this.cfg.stages[state.stageIndex],
-            step: state.stageStep,
-            globalStep: state.globalStep,
-            checkpoint: dir,
-            checkpointCaptureSeconds: captureSeconds,
-            checkpointWriteSeconds: writeSeconds,
-            checkpointBytes: captured.bytes,
-          });
-          await this.afterCommit(
-            dir,
-            ` (written beside the next step: ${writeSeconds.toFixed(2)} s; the step paid ${captureSeconds.toFixed(2)} s for the copy)`,
-          );
-          return dir;
-        } finally {
-          captured.release();
-        }
-      })(),
-    };
-    if (fault && Number(fault[1]) === n) this.faultTensorsReady = new Promise((r) => (this.faultTensorsWritten = r));
-    w.done.catch((error) => {
-      w.failed = { error };
-    });
-    this.writing = w;
-  }
-
-  /** At the start of a step: a failed background write stops the run; the fault hook kills the process beside a write in flight. */
-  private async beforeStep(): Promise<void> {
-    if (this.writing?.failed) await this.settleWrite();
-    if (this.faultTensorsReady) {
-      await this.faultTensorsReady;
-      process.kill(process.pid, 'SIGKILL');
-    }
-  }
-
   /** Runs the remaining stages; resolves with the summary (interrupted = stopped by a signal). */
   async run(): Promise<TrainSummary> {
     try {
@@ -696,7 +502,7 @@ export class Trainer {
     } catch (e) {
       // A checkpoint still being written beside the failed step completes before the error
       // propagates (its own failure is logged: the run's error is the one reported).
-      await this.settleWrite().catch((we) => this.log((we as Error).message));
+      await this.writer.settle().catch((we) => this.log((we as Error).message));
       throw e;
     }
   }
@@ -768,7 +574,7 @@ export class Trainer {
   private async runStep(s: StageRun): Promise<TrainSummary | undefined> {
     // Step seconds from here to the end of the optimizer step, plus the checkpoint after it
     // (flushStep); validation is not in them (its line carries its own seconds).
-    await this.beforeStep();
+    await this.writer.beforeStep();
     const t0 = performance.now();
     const step = this.state.stageStep;
     // The step's collective counters start here (not the rendezvous' nor the last validation's).
@@ -776,7 +582,7 @@ export class Trainer {
     // Dropout masks: (seed, stage, step, rank); rank 0 keeps the one-process stream.
     this.deps.backend.seedStep(this.dropoutSeed());
     this.phases = Object.fromEntries(stepPhases(s.impl, this.dist.worldSize).map((k) => [k, 0]));
-    this.stepProfiles = this.cfg.log.profileStep === step + 1 && this.profilable(s.stage) ? {} : undefined;
+    this.profiler.beginStep(s.stage, step);
     const m = await this.stepOfStage(s, step);
     if (!m) return this.finish(true);
     const u = await this.applyUpdate(s, step, m);
@@ -810,10 +616,10 @@ export class Trainer {
       // Data parallel: a step's rank-local phases end in allRanks(), so a failure on one rank
       // (judge, OOM, a backend error) makes every rank throw here at the same step.
       const m = await s.impl.step(this.ctx);
-      this.endJudging();
+      this.judgeWatch.end();
       return m;
     } catch (e) {
-      this.endJudging();
+      this.judgeWatch.end();
       this.state.cursor = cursorBefore;
       this.deps.backend.zeroGrad();
       s.progress.stop();
@@ -896,10 +702,7 @@ export class Trainer {
       phaseSeconds,
       memory: this.deps.backend.memory(),
     };
-    if (this.stepProfiles) {
-      this.writeStepProfile(s.stage, step + 1, phaseSeconds);
-      this.stepProfiles = undefined;
-    }
+    this.profiler.endStep(s.stage, step + 1, phaseSeconds);
     const health = m.judge as JudgeHealth | undefined;
     const show = (phases: Record<string, number>, note: string) => {
       if ((step + 1) % Math.max(1, this.cfg.log.every) === 0 || step + 1 === s.total || u.fatal || note)
@@ -937,7 +740,7 @@ export class Trainer {
     if (isBest) {
       const dir = join(this.deps.runDir, 'best', s.stage);
       try {
-        if (this.dist.isMain) await this.writeBest(s.stage, point);
+        if (this.dist.isMain) await writeBestState(this.bestStateRun(), s.stage, point, this.state.globalStep);
       } catch (e) {
         const stopped = await this.stopWithCheckpoint(e, `[${s.stage}] writing the best state ${dir} after step ${this.state.stageStep}`);
         s.progress.stop();
@@ -976,98 +779,29 @@ export class Trainer {
     }
   }
 
-  /** Writes the active adapter and best.json (stage, steps, score, interval) as `best/<stage>/`, whole or not at all. */
-  private async writeBest(stage: Stage, point: ValidationPoint): Promise<string> {
-    const { backend } = this.deps;
-    return writeFinalDir(
-      this.deps.runDir,
-      async (dir) => {
-        await (backend.saveAdapter ? backend.saveAdapter(dir) : backend.saveState(dir));
-        writeFileSync(
-          join(dir, 'best.json'),
-          JSON.stringify(
-            {
-              stage,
-              step: point.step,
-              globalStep: this.state.globalStep,
-              validation: point.score,
-              validationCI: point.ci,
-              minImprovement: this.cfg.validation.minImprovement ?? 0,
-            },
-            null,
-            2,
-          ),
-        );
-      },
-      join('best', stage),
-    );
+  /** What the stage's best state (lib/train/best-state.ts) reads of the run. */
+  private bestStateRun(): BestStateRun {
+    return {
+      runDir: this.deps.runDir,
+      backend: this.deps.backend,
+      dist: this.dist,
+      minImprovement: this.cfg.validation.minImprovement ?? 0,
+      log: (line) => this.log(line),
+      writeMetrics: (row) => this.metrics.write(row),
+    };
   }
 
-  /**
-   * At the end of a stage with validation.loadBestAtEnd: its best validation's adapter
-   * (`best/<stage>/`, whose best.json must name the step the validation list gives) becomes the
-   * active adapter, unless the last step is the best. The summary row, config.json (`bestStates`),
-   * a metrics row (`event: best_loaded`) and a log line say which step. Also run on a resume that
-   * lands on the stage's end, so the next stage starts from the same adapter.
-   */
+  /** The stage's best validation's adapter taken up at its end, with validation.loadBestAtEnd (lib/train/best-state.ts loadBestState). */
   private async loadBestAtEnd(s: StageRun): Promise<void> {
     if (this.cfg.validation.loadBestAtEnd === false || !this.state.validation.length) return;
-    const best = bestValidation(this.state.validation, this.cfg.validation.minImprovement ?? 0)!;
-    const dir = join(this.deps.runDir, 'best', s.stage);
-    const lastStep = this.state.stageStep;
-    const globalStep = this.state.globalStep - (lastStep - best.point.step);
-    s.rec.best = { step: best.point.step, globalStep, score: best.point.score, ci: best.point.ci, dir, loaded: false };
-    s.rec.bestValidation = best.point.score;
-    const next = this.cfg.stages[this.state.stageIndex + 1];
-    const what = next ? `${next.toUpperCase()} starts from it` : 'final/ holds it';
-    if (best.point.step === lastStep) {
-      s.rec.best.loaded = true;
-      this.log(`[${s.stage}] the last step (${lastStep}) is the best validation (${best.point.score.toFixed(4)}); ${what}`);
-    } else {
-      // Data parallel: rank 0 wrote best/; every rank reads it once that write is surely done.
-      if (this.dist.worldSize > 1) await this.dist.barrier();
-      let saved: { step?: unknown };
-      try {
-        saved = JSON.parse(readFileSync(join(dir, 'best.json'), 'utf8')) as { step?: unknown };
-      } catch (e) {
-        throw inputError(
-          `${join(dir, 'best.json')}: unreadable (${(e as Error).message}); the ${s.stage} stage's best state (step ${best.point.step}) is needed to continue`,
-        );
-      }
-      if (saved.step !== best.point.step)
-        throw inputError(
-          `${dir} holds the adapter of ${s.stage} step ${String(saved.step)}, but the run's validation list makes step ${best.point.step} the best (a run dir edited or written by another run); rerun, or set --no-load-best-at-end`,
-        );
-      const { backend } = this.deps;
-      await (backend.loadAdapter ? backend.loadAdapter(dir) : backend.loadState(dir));
-      s.rec.best.loaded = true;
-      this.log(
-        `[${s.stage}] best validation ${best.point.score.toFixed(4)}${best.point.ci ? ` [${best.point.ci[0].toFixed(4)}, ${best.point.ci[1].toFixed(4)}]` : ''} at step ${best.point.step} (global ${globalStep}), not the last step ${lastStep}: its adapter (${dir}) is loaded; ${what}`,
-      );
-    }
-    if (!this.dist.isMain) return;
-    this.metrics.write({
+    await loadBestState(this.bestStateRun(), {
       stage: s.stage,
-      step: lastStep,
+      validation: this.state.validation,
+      lastStep: this.state.stageStep,
       globalStep: this.state.globalStep,
-      event: 'best_loaded',
-      bestStep: best.point.step,
-      bestGlobalStep: globalStep,
-      bestValidation: best.point.score,
-      bestDir: dir,
+      next: this.cfg.stages[this.state.stageIndex + 1],
+      rec: s.rec,
     });
-    // config.json says which state each stage handed on (kept by a resume's rewrite of config.json).
-    const cfgPath = join(this.deps.runDir, 'config.json');
-    try {
-      const c = JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown>;
-      c.bestStates = {
-        ...(c.bestStates as object | undefined),
-        [s.stage]: { step: best.point.step, globalStep, validation: best.point.score, validationCI: best.point.ci, dir, next: next ?? 'final' },
-      };
-      writeFileSync(cfgPath, JSON.stringify(c, null, 2));
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') this.log(`${cfgPath}: the best state of ${s.stage} not recorded (${(e as Error).message})`);
-    }
   }
 
   /**
@@ -1093,7 +827,7 @@ export class Trainer {
     // Every rank stops at the same step (agreed at the end of the step: recordStep).
     if (this.dist.worldSize > 1 ? this.stopAgreed : this.stopRequested) {
       if (!saved) await this.checkpoint();
-      else await this.settleWrite(); // a stop that came during the checkpoint: its write completes first
+      else await this.writer.settle(); // a stop that came during the checkpoint: its write completes first
       s.progress.stop();
       return this.finish(true);
     }

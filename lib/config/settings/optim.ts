@@ -1,0 +1,76 @@
+/**
+ * Training config keys of the optimizer and its schedule (`optim.*`), in docs order (lib/config/settings.ts assembles them).
+ */
+import type { Setting } from '../schema.js';
+
+export const OPTIM_SETTINGS: readonly Setting[] = [
+  // ---- optimizer ----
+  {
+    key: 'optim.weightDecay',
+    trl: [{ name: 'weight_decay', alias: true }],
+    flag: 'weight-decay',
+    type: 'number',
+    min: 0,
+    default: 0,
+    meaning: 'AdamW decoupled weight decay on the LoRA weights',
+    source: 'transformers TrainingArguments.weight_decay',
+  },
+  {
+    key: 'optim.maxGradNorm',
+    trl: [{ name: 'max_grad_norm', alias: true }],
+    flag: 'max-grad-norm',
+    type: 'number',
+    min: 0,
+    exclusiveMin: true,
+    default: 1.0,
+    meaning: 'Clip the global L2 gradient norm to this value before each step',
+    source: 'transformers TrainingArguments.max_grad_norm',
+  },
+  {
+    key: 'optim.betas',
+    trl: [{ name: 'adam_beta1' }, { name: 'adam_beta2' }],
+    flag: 'adam-betas',
+    type: 'list',
+    items: 'number',
+    length: 2,
+    min: 0,
+    max: 1,
+    exclusiveMax: true,
+    default: [0.9, 0.999],
+    values: 'beta1,beta2',
+    meaning: 'AdamW moment decay rates beta1, beta2',
+    source: 'transformers TrainingArguments.adam_beta1 / adam_beta2',
+  },
+  {
+    key: 'optim.eps',
+    trl: [{ name: 'adam_epsilon', alias: true }],
+    flag: 'adam-eps',
+    type: 'number',
+    min: 0,
+    exclusiveMin: true,
+    default: 1e-8,
+    meaning: 'AdamW epsilon added to the second-moment root',
+    source: 'transformers TrainingArguments.adam_epsilon',
+  },
+  {
+    key: 'optim.schedule',
+    trl: [{ name: 'lr_scheduler_type', alias: true }],
+    flag: 'lr-schedule',
+    type: 'enum',
+    choices: ['constant', 'linear', 'cosine'],
+    default: 'constant',
+    meaning: 'Learning-rate schedule within each stage (after warmup)',
+    source: 'transformers TrainingArguments.lr_scheduler_type',
+  },
+  {
+    key: 'optim.warmupSteps',
+    trl: [{ name: 'warmup_steps', alias: true }],
+    flag: 'warmup-steps',
+    type: 'integer',
+    min: 0,
+    max: 1e9,
+    default: 0,
+    meaning: 'Linear warmup steps at the start of each stage',
+    source: 'transformers TrainingArguments.warmup_steps',
+  },
+];
