@@ -232,7 +232,7 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
     // A jury: its members' agreement (lib/judge/agreement.ts) in the report and the summary.
     const agreement = rowsAgreement(rows as never, { resamples: argv.resamples, seed: argv.seed });
     // PaperGym: the paper's coverage view of the same rows (micro coverage, item origins, P(yes)), same null rule.
-    const coverage = p.name === 'papergym' ? buildReport(rows as EvalRow[], { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha }) : undefined;
+    const coverage = p.coverageView ? buildReport(rows as EvalRow[], { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha }) : undefined;
     if (coverage) delete coverage.agreement;
     // PaperGym items built as different data experiments (build-data provenance): one coverage report per group too.
     const byProvenance = coverage

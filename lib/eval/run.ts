@@ -4,7 +4,8 @@
  */
 import { createHash } from 'node:crypto';
 import { join, resolve } from 'node:path';
-import { paperGymToBenchmark, type GeneralRubricItem, type PaperGymItem } from '../data/schema.js';
+import { PAPERGYM_FORMAT, paperGymToBenchmark, type GeneralRubricItem, type PaperGymItem } from '../data/schema.js';
+import { getFormat } from './formats/index.js';
 import { getProtocol } from './protocols/index.js';
 import { runBenchmark } from './protocols/run.js';
 import { userCacheDir } from '../util/cache.js';
@@ -60,7 +61,7 @@ export async function runEval(o: EvalOptions): Promise<{ report: EvalReport; row
   const items = o.items.map((it, i) => paperGymToBenchmark(it, 'items', i + 1));
   const { rows: prows, plans } = await runBenchmark({
     items,
-    protocol: getProtocol('papergym'),
+    protocol: getProtocol(getFormat(PAPERGYM_FORMAT).protocol),
     judge: o.judge,
     general: o.general ?? [],
     generator: o.generator,

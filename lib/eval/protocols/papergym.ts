@@ -29,6 +29,7 @@ export const papergymProtocol: Protocol = {
     'plan = α·r_spec + (1−α)·r_gen (lib/judge/rewards.ts, α = 0.7; r_* = fraction of readable items met; a set with no readable verdict leaves the mix); per dimension: fraction of its readable items met',
   verdict: 'binary',
   generalRubric: true,
+  coverageView: true,
   inapplicable: (it) => (it.format === 'papergym' ? null : `its items are ${it.format}, not PaperGym (no dimensions, no general rubric)`),
   planScore(rows, { alpha }) {
     if (!rows.length) return null;

@@ -79,6 +79,8 @@ export interface Protocol {
   verdict: 'binary' | 'levels';
   /** The plan is also judged on the shared general rubric (data/general-rubric.json; its rows have kind `general`). Absent: false. */
   generalRubric?: boolean;
+  /** The rows also get the paper's coverage view (micro coverage, item origins, P(yes), by provenance; lib/eval/report.ts). Absent: false. */
+  coverageView?: boolean;
   /**
    * Per-item prompt (prompts/NAME.md) for a judge that answers free-form (the authors' where it is
    * public); unset = the judge's own (prompts/judge-per-item.v1.md). `eval --protocol-prompt` names another.
