@@ -66,7 +66,10 @@ const clean = (text, work) =>
     .split(work)
     .join('.')
     .split(HOME)
-    .join('~');
+    .join('~')
+    // A default judge cache under the user cache dir is named by a hash of the run's absolute paths
+    // (lib/eval/run.ts evalJudgeCachePath): it differs in every work dir, so the docs show <hash>.
+    .replace(/\/eval\/[0-9a-f]{16}\.([\w-]+)\.sqlite/g, '/eval/<hash>.$1.sqlite');
 
 /** A generator that cannot measure here (no build, an inconsistent node_modules): its regions are left as they are, named. */
 class Skip extends Error {}
