@@ -164,4 +164,74 @@ describe('bounds on every command (issue 50 item 1)', function () {
     );
     expect(existsSync(out)).to.equal(false);
   });
+
+  it('checkRowLengths with studentPrompt (eval, generate): only that prompt + max-new-tokens is checked, never the teacher prompt; a huge prompt is not tokenized', async () => {
+    const items = [
+      { id: 'a', question: 'q one', rubric: [{ text: 'w '.repeat(2000) }] },
+      { id: 'b', question: 'w '.repeat(995).trim(), rubric: [] },
+      { id: 'c', question: 'x'.repeat(300000), rubric: [] },
+    ];
+    // One token per space-separated word (the test's own tokenizer).
+    const encoded: string[] = [];
+    const encode = async (ps: string[]) => ps.map((p) => (encoded.push(p), new Array<number>(p.split(' ').length).fill(1)));
+    const r = await checkRowLengths(items, 1000, 10, encode as never, { studentPrompt: (i) => items[i]!.question });
+    // a: the 2000-word rubric (the teacher's) is not read; b: 995 + 10 > 1000; c: 300000 bytes > 1000 × 256.
+    expect(r.long.map((x) => x.id)).to.deep.equal(['b', 'c']);
+    expect(r.long[0]!.why).to.equal("its student prompt is 995 tokens; with --max-new-tokens 10 that passes the model's context of 1000 tokens");
+    expect(r.long[1]!.why).to.equal("300000 bytes of prompt, more than 256 bytes per token of the model's 1000-token context");
+    expect(encoded).to.deep.equal([items[0]!.question, items[1]!.question]); // c never reached the tokenizer
+    // Without it, a's teacher prompt (question + rubric) is checked, as train does.
+    const train = await checkRowLengths(items, 1000, 10, async (ps) => ps.map(() => [1]), {});
+    expect(train.long.map((x) => x.id)).to.deep.equal(['c']);
+  });
+
+  it('eval refuses a 200 KB question before any plan, naming the file, the row and the limit', async () => {
+    const rows = readFileSync(sampleDatasetPath(), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    // ~100k tokens of "a ": past the tiny model's 40960-token context.
+    const huge = { ...rows[1], id: 'huge-question', question: 'a '.repeat(100000) };
+    const data = join(tmp, 'eval-huge.jsonl');
+    writeFileSync(data, [rows[0], huge].map((x) => JSON.stringify(x)).join('\n') + '\n');
+    const out = join(tmp, 'eval-huge.rows.jsonl');
+    const plans = join(tmp, 'eval-huge.plans.jsonl');
+    const r = await cli(['eval', '--model', base, '--data', data, '--judge', 'local', '--max-new-tokens', '4', '--out', out, '--plans', plans]);
+    expect(r.code, r.err).to.equal(1);
+    expect(r.err).to.match(
+      new RegExp(
+        `1 row\\(s\\) cannot fit the model's context: item "huge-question" \\(${data.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} row 2\\): its student prompt is \\d+ tokens; with --max-new-tokens 4 that passes the model's context of 40960 tokens; lower --max-new-tokens or remove the row\\(s\\); nothing was generated`,
+      ),
+    );
+    expect(r.err).not.to.contain('    at '); // no stack
+    expect(existsSync(out)).to.equal(false);
+    expect(existsSync(plans)).to.equal(false);
+  });
+
+  it('generate refuses a prompt over the context (--input line, --prompt with --max-new-tokens) before generating anything', async () => {
+    const input = join(tmp, 'gen-long.jsonl');
+    writeFileSync(
+      input,
+      [
+        { id: 'short', prompt: 'hi' },
+        { id: 'long', question: 'a '.repeat(45000) },
+      ]
+        .map((x) => JSON.stringify(x))
+        .join('\n') + '\n',
+    );
+    const out = join(tmp, 'gen-long.out.jsonl');
+    const r = await cli(['generate', '--model', base, '--input', input, '--out', out, '--max-new-tokens', '2']);
+    expect(r.code, r.err).to.equal(1);
+    expect(r.err).to.contain(`${input}: 1 row(s) cannot fit the model's context: item "long" (${input}:2): its student prompt is`);
+    expect(r.err).to.contain("with --max-new-tokens 2 that passes the model's context of 40960 tokens; lower --max-new-tokens or remove the row(s)");
+    expect(r.err).not.to.contain('prompts,'); // no progress line: nothing generated
+    expect(existsSync(out)).to.equal(false);
+    // A short prompt whose --max-new-tokens alone passes the context.
+    const p = await cli(['generate', '--model', base, '--prompt', 'hi', '--max-new-tokens', '40960']);
+    expect(p.code, p.err).to.equal(1);
+    expect(p.err).to.match(
+      /--prompt: 1 row\(s\) cannot fit the model's context: item "0" \(--prompt #1\): its student prompt is \d+ tokens; with --max-new-tokens 40960/,
+    );
+    expect(p.out).to.equal('');
+  });
 });

@@ -11,7 +11,7 @@ import { readEvalRows } from '../../lib/eval/compare.js';
 import { ChatJudge } from '../../lib/eval/chat-judge.js';
 import { getFormat } from '../../lib/eval/formats/index.js';
 import { formatProtocolScore, getProtocol, scoreRows, type Protocol, type ProtocolRow, type ProtocolScore } from '../../lib/eval/protocols/index.js';
-import { nullCount, RESEARCHQA_PROMPT, runBenchmark } from '../../lib/eval/protocols/run.js';
+import { nullCount, promptOf, RESEARCHQA_PROMPT, runBenchmark } from '../../lib/eval/protocols/run.js';
 import { isNull } from '../../lib/eval/protocols/score.js';
 import { Progress } from '../../lib/data/progress.js';
 import { handleInterrupt, InterruptedRun } from './build-data.js';
@@ -21,7 +21,8 @@ import type { BenchmarkItem } from '../../lib/task/types.js';
 import { judgeConfigFromArgs, type JudgeArgs } from '../judge-options.js';
 import { Policy } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
-import { policyPlanGenerator } from '../../lib/eval/backends.js';
+import { policyPlanGenerator, policyPromptOf } from '../../lib/eval/backends.js';
+import { assertPromptsFit } from '../../lib/train/input-checks.js';
 import { buildReport, formatReport, rowsAgreement, writeRowsJsonl, type EvalRow } from '../../lib/eval/report.js';
 import { formatAgreement } from '../../lib/judge/agreement.js';
 import { formatProvenanceReports, reportsByProvenance } from '../../lib/eval/provenance.js';
@@ -280,6 +281,13 @@ export function protocolFor(items: BenchmarkItem[], name?: string, where = '--pr
  * resume command; judge answers so far stay cached). Prints the judge's counters and failure rate.
  */
 async function evalOnPolicy(argv: EvalArgs, policy: Policy, items: BenchmarkItem[], p: Protocol, jc: JudgeConfig, label: string) {
+  // Every question's prompt (as the generator is given it) + --max-new-tokens against the context, before any plan.
+  await assertPromptsFit(items, (i) => policyPromptOf(promptOf(items[i]!)), policy, {
+    maxNewTokens: argv.maxNewTokens,
+    enableThinking: argv.thinking,
+    what: `${label}: ${[...new Set(items.map((it) => it.source.file))].join(', ')}`,
+    where: (i) => `${items[i]!.source.file} row ${items[i]!.source.row}`,
+  });
   const general = p.generalRubric && argv.general ? loadGeneralRubric(argv.generalRubric).items : [];
   let judges: Awaited<ReturnType<typeof openProtocolJudges>> | undefined;
   const progress = new Progress({

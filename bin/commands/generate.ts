@@ -5,6 +5,7 @@ import type { ChatMessage } from '../../lib/model/chat.js';
 import { Policy, type PolicyPrompt } from '../../lib/model/policy.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
 import { studentMessages } from '../../lib/task/prompts.js';
+import { assertPromptsFit } from '../../lib/train/input-checks.js';
 import { ensureWritableFile } from '../../lib/util/fs.js';
 import { GENERATE_OPTIONS } from '../../lib/config/settings.js';
 import { addSettings } from '../../lib/config/schema.js';
@@ -37,6 +38,8 @@ interface InputRecord {
   id?: string;
   question?: string;
   prompt: PolicyPrompt;
+  /** Where it was read: `file:line` of --input, or `--prompt #k`. */
+  where: string;
 }
 
 /**
@@ -64,15 +67,15 @@ function readInput(path: string, plain: boolean): InputRecord[] {
             ? String(o.q_id)
             : undefined;
       const empty = (field: string) => new Error(`${path}:${i + 1}: "${field}" is empty`);
-      if (Array.isArray(o.messages)) out.push({ id, prompt: o.messages as ChatMessage[] });
+      if (Array.isArray(o.messages)) out.push({ id, prompt: o.messages as ChatMessage[], where: `${path}:${i + 1}` });
       else if (typeof o.prompt === 'string') {
         if (!o.prompt.trim()) throw empty('prompt');
-        out.push({ id, prompt: o.prompt });
+        out.push({ id, prompt: o.prompt, where: `${path}:${i + 1}` });
       } else {
         const q = typeof o.question === 'string' ? o.question : typeof o.Goal === 'string' ? o.Goal : undefined;
         if (q === undefined) throw new Error(`${path}:${i + 1}: expected a "question", "prompt" or "messages" field`);
         if (!q.trim()) throw empty(typeof o.question === 'string' ? 'question' : 'Goal');
-        out.push({ id, question: q, prompt: plain ? q : (studentMessages(q) as ChatMessage[]) });
+        out.push({ id, question: q, prompt: plain ? q : (studentMessages(q) as ChatMessage[]), where: `${path}:${i + 1}` });
       }
     });
   return out;
@@ -101,7 +104,8 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
     if (argv.out) ensureWritableFile(argv.out, '--out');
     const records: InputRecord[] = argv.input
       ? readInput(argv.input, argv.plain)
-      : (argv.prompt ?? []).map((p) => ({
+      : (argv.prompt ?? []).map((p, k) => ({
+          where: `--prompt #${k + 1}`,
           prompt: argv.system
             ? [
                 { role: 'system', content: argv.system },
@@ -120,6 +124,18 @@ export const generateCommand: CommandModule<object, GenerateArgs> = {
       dtype: argv.dtype as Dtype | undefined,
       allowNonFinite: argv.allowNonFiniteWeights,
     });
+    // Every prompt (chat template, thinking flag) + --max-new-tokens against the context, before any generation.
+    try {
+      await assertPromptsFit(
+        records.map((r, i) => ({ id: r.id ?? String(i), question: r.question ?? '' })),
+        (i) => records[i]!.prompt,
+        policy,
+        { maxNewTokens: argv.maxNewTokens, enableThinking: argv.thinking, what: argv.input ?? '--prompt', where: (i) => records[i]!.where },
+      );
+    } catch (e) {
+      policy.dispose();
+      throw e;
+    }
     const out = argv.out ? createWriteStream(argv.out) : process.stdout;
     const ac = new AbortController();
     const onSig = () => ac.abort();

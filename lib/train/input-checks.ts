@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { inputError } from '../errors.js';
 import { MAX_TOKENS_PER_STEP } from '../config/schema.js';
 import { studentMessages, teacherMessages } from '../task/prompts.js';
-import type { TaskItem } from '../task/types.js';
+import type { PolicyPrompt } from '../model/policy.js';
 import type { TrainConfig } from '../config/train.js';
 import { stageOf, type LongestPrompts } from './stages/index.js';
 
@@ -45,7 +45,7 @@ export function invalidUtf8Lines(file: string, max = 5): number[] {
 
 /** A row whose prompts cannot fit the model's context. */
 export interface LongRow {
-  /** 0-based index in the dataset's valid items. */
+  /** 0-based index in the rows checked. */
   index: number;
   id: string;
   /** The longer of its student and teacher prompt, tokens (or a lower bound when `bytes` refused it untokenized). */
@@ -56,6 +56,19 @@ export interface LongRow {
 /** Bytes per token above which a row is refused without tokenizing it (a 50 MB question). */
 const MAX_BYTES_PER_TOKEN = 256;
 
+/** The fields of a row that {@link checkRowLengths} reads: a training item (TaskItem), a benchmark item, or a generate input. */
+export interface PromptRow {
+  id: string;
+  question: string;
+  rubric?: readonly { text: string }[];
+  reference_answer?: string;
+}
+
+/** UTF-8 bytes of a prompt: its text, or the content of every message. */
+function promptBytes(p: PolicyPrompt): number {
+  return typeof p === 'string' ? Buffer.byteLength(p) : p.reduce((n, m) => n + Buffer.byteLength(String(m.content ?? '')), 0);
+}
+
 /**
  * Rows of `items` whose student prompt or teacher prompt (question + rubric, lib/task/prompts.ts)
  * plus `maxNewTokens` exceed `context` tokens: the student samples a completion after its prompt
@@ -65,23 +78,29 @@ const MAX_BYTES_PER_TOKEN = 256;
  * `encodeAnswers` (a run with an SFT stage: it tokenizes reference answers, Tokenizer.encodeBatch),
  * each row's student prompt + reference answer + the end-of-turn token must fit the context too
  * (SFT trains on the answer after the prompt), with the same bytes-per-token cap first.
+ * With `studentPrompt` (eval, generate: no teacher scores the completion) only the prompt it gives
+ * for row i (as the generator is given it) + `maxNewTokens` is checked; the teacher prompt is not.
  * Resolves with the rows that do not fit and the longest student / teacher prompt (tokens).
  */
 export async function checkRowLengths(
-  items: readonly TaskItem[],
+  items: readonly PromptRow[],
   context: number,
   maxNewTokens: number,
-  encode: (prompts: ReturnType<typeof studentMessages>[]) => Promise<number[][]>,
-  opts: { encodeAnswers?: (texts: string[]) => Promise<number[][]> } = {},
+  encode: (prompts: PolicyPrompt[]) => Promise<number[][]>,
+  opts: { encodeAnswers?: (texts: string[]) => Promise<number[][]>; studentPrompt?: (i: number) => PolicyPrompt } = {},
 ): Promise<{ long: LongRow[]; longest: LongestPrompts }> {
   const long: LongRow[] = [];
   const longest: LongestPrompts = { student: 1, teacher: 1, answer: 0 };
   const budget = context - maxNewTokens;
   const byteCap = Number.isFinite(context) ? context * MAX_BYTES_PER_TOKEN : Infinity;
   const answers = opts.encodeAnswers;
+  const own = opts.studentPrompt;
+  // The prompts of row i: the student's only (`studentPrompt`), else the student's and the teacher's.
+  const promptsOf = (i: number): PolicyPrompt[] =>
+    own ? [own(i)] : [studentMessages(items[i]!.question), teacherMessages(items[i]!.question, [...(items[i]!.rubric ?? [])])];
   const ok: number[] = [];
   items.forEach((it, i) => {
-    const prompt = Buffer.byteLength(it.question) + it.rubric.reduce((n, r) => n + Buffer.byteLength(r.text), 0);
+    const prompt = own ? promptBytes(own(i)) : Buffer.byteLength(it.question) + (it.rubric ?? []).reduce((n, r) => n + Buffer.byteLength(r.text), 0);
     // SFT trains on the reference answer after the student prompt: question + answer must fit too.
     const sft = answers ? Buffer.byteLength(it.question) + Buffer.byteLength(it.reference_answer ?? '') : 0;
     const bytes = Math.max(prompt, sft);
@@ -90,17 +109,18 @@ export async function checkRowLengths(
         index: i,
         id: it.id,
         promptTokens: Math.ceil(bytes / MAX_BYTES_PER_TOKEN),
-        why: `${bytes} bytes of ${sft > prompt ? 'question and reference answer' : 'question and rubric'}, more than ${MAX_BYTES_PER_TOKEN} bytes per token of the model's ${context}-token context`,
+        why: `${bytes} bytes of ${sft > prompt ? 'question and reference answer' : own ? 'prompt' : 'question and rubric'}, more than ${MAX_BYTES_PER_TOKEN} bytes per token of the model's ${context}-token context`,
       });
     else ok.push(i);
   });
+  const per = own ? 1 : 2;
   for (let s = 0; s < ok.length; s += 256) {
     const part = ok.slice(s, s + 256);
-    const ids = await encode(part.flatMap((i) => [studentMessages(items[i]!.question), teacherMessages(items[i]!.question, items[i]!.rubric)]));
+    const ids = await encode(part.flatMap(promptsOf));
     const ans = answers ? await answers(part.map((i) => items[i]!.reference_answer ?? '')) : undefined;
     part.forEach((i, k) => {
-      const st = ids[2 * k]!.length;
-      const te = ids[2 * k + 1]!.length;
+      const st = ids[per * k]!.length;
+      const te = own ? 0 : ids[per * k + 1]!.length;
       longest.student = Math.max(longest.student, st);
       longest.teacher = Math.max(longest.teacher, te);
       if (Math.max(st, te) > budget) {
@@ -127,6 +147,41 @@ export async function checkRowLengths(
   }
   long.sort((a, b) => a.index - b.index);
   return { long, longest };
+}
+
+/**
+ * The first five rows that cannot fit, for an error or warning: `item "id" (#n): why`, or with
+ * `where` (the row's file:line or flag) `item "id" (where): why`; "(and N more)" after five.
+ */
+export function describeLongRows(long: readonly LongRow[], where?: (r: LongRow) => string): string {
+  const named = long
+    .slice(0, 5)
+    .map((r) => `item ${JSON.stringify(r.id)} (${where ? where(r) : `#${r.index + 1}`}): ${r.why}`)
+    .join('; ');
+  return named + (long.length > 5 ? ` (and ${long.length - 5} more)` : '');
+}
+
+/**
+ * Every row's prompt (as the generator is given it) + `maxNewTokens` against the policy's context,
+ * before anything is generated (eval, generate; issue 50 item 1). Nothing is skipped: a question
+ * left out of an eval would change its score without a count.
+ * @throws Error (`ERR_PG_INPUT`) naming `what` (the file or flag), each row (id and `where`), the
+ *   limit, and the ways on (lower --max-new-tokens, or remove the row).
+ */
+export async function assertPromptsFit(
+  rows: readonly PromptRow[],
+  prompts: (i: number) => PolicyPrompt,
+  policy: { contextLength: number; encodePrompts(p: PolicyPrompt[], o: { enableThinking?: boolean }): Promise<number[][]> },
+  o: { maxNewTokens: number; enableThinking?: boolean; what: string; where: (i: number) => string },
+): Promise<void> {
+  if (!rows.length) return;
+  const { long } = await checkRowLengths(rows, policy.contextLength, o.maxNewTokens, (ps) => policy.encodePrompts(ps, { enableThinking: o.enableThinking }), {
+    studentPrompt: prompts,
+  });
+  if (long.length)
+    throw inputError(
+      `${o.what}: ${long.length} row(s) cannot fit the model's context: ${describeLongRows(long, (r) => o.where(r.index))}; lower --max-new-tokens or remove the row(s); nothing was generated`,
+    );
 }
 
 /**

@@ -48,7 +48,7 @@ import {
   type TrainerState,
 } from './checkpoint.js';
 import { acquireLock, type Lock } from '../util/lock.js';
-import { checkLoraRank, checkRowLengths, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
+import { checkLoraRank, checkRowLengths, describeLongRows, invalidUtf8Lines, stepTokenProblems } from './input-checks.js';
 import { checkModelConfigSizes } from '../model/config-bounds.js';
 import { inputError } from '../errors.js';
 import { NativeBackend } from './native-backend.js';
@@ -494,23 +494,19 @@ async function trainLocked(
     }
     let items = ds.items;
     if (rows.long.length) {
-      const named = rows.long
-        .slice(0, 5)
-        .map((r) => `item ${JSON.stringify(r.id)} (#${r.index + 1}): ${r.why}`)
-        .join('; ');
-      const more = rows.long.length > 5 ? ` (and ${rows.long.length - 5} more)` : '';
+      const named = describeLongRows(rows.long);
       if (!resume) {
         if (!runDirExisted && dist.isMain) rmSync(runDir, { recursive: true, force: true });
         throw inputError(
-          `dataset ${dataPath}: ${rows.long.length} row(s) cannot fit the model's context: ${named}${more}; shorten or drop them, or lower --max-new-tokens`,
+          `dataset ${dataPath}: ${rows.long.length} row(s) cannot fit the model's context: ${named}; shorten or drop them, or lower --max-new-tokens`,
         );
       }
       // A run started before this check: its --data cannot change, so the rows that cannot fit are skipped.
       const drop = new Set(rows.long.map((r) => r.index));
       items = ds.items.filter((_, i) => !drop.has(i));
-      if (!items.length) throw inputError(`dataset ${dataPath}: no row fits the model's context: ${named}${more}`);
+      if (!items.length) throw inputError(`dataset ${dataPath}: no row fits the model's context: ${named}`);
       log(
-        `warning: resume: skipping ${rows.long.length} row(s) of ${dataPath} that cannot fit the model's context (the data order from here differs from the original run's): ${named}${more}`,
+        `warning: resume: skipping ${rows.long.length} row(s) of ${dataPath} that cannot fit the model's context (the data order from here differs from the original run's): ${named}`,
       );
     }
     let planned: { inputs: PlanInputs; plan: MemoryPlan } | undefined;
