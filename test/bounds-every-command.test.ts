@@ -206,6 +206,14 @@ describe('bounds on every command (issue 50 item 1)', function () {
     expect(r.err).not.to.contain('    at '); // no stack
     expect(existsSync(out)).to.equal(false);
     expect(existsSync(plans)).to.equal(false);
+    // eval --suite checks each benchmark on each model the same way, before its first plan.
+    const suite = join(tmp, 'huge-suite.yaml');
+    writeFileSync(suite, `benchmarks:\n  - { name: B, data: ${data} }\nmodels:\n  - { name: base, model: ${base} }\n`);
+    const suiteOut = join(tmp, 'huge-suite-out');
+    const s = await cli(['eval', '--suite', suite, '--out', suiteOut, '--judge', 'local', '--max-new-tokens', '4']);
+    expect(s.code, s.err).to.equal(1);
+    expect(s.err).to.contain(`base/B: ${data}: 1 row(s) cannot fit the model's context: item "huge-question" (${data} row 2)`);
+    expect(existsSync(join(suiteOut, 'base.B.rows.jsonl'))).to.equal(false);
   });
 
   it('generate refuses a prompt over the context (--input line, --prompt with --max-new-tokens) before generating anything', async () => {
