@@ -251,4 +251,47 @@ describe('judge-agreement --rows: recorded verdicts of several judges (no judge 
       rmSync(tmp, { recursive: true, force: true });
     }
   });
+
+  it('rows without a dimension (a benchmark spec) get no per-dimension line; PaperGym rows keep their dimensions and general group', async () => {
+    const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const { tmpdir } = await import('node:os');
+    const { cli } = await import('./helpers/run.js');
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-ja-dims-'));
+    try {
+      const write = (name: string, rows: object[]) => {
+        const f = join(tmp, `${name}.jsonl`);
+        writeFileSync(f, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        return `${name}=${f}`;
+      };
+      const spec = (mets: boolean[]) => mets.map((met, u) => ({ protocol: 'rpg', questionId: `q${u % 3}`, sample: 0, itemId: `i${u}`, kind: 'spec', met }));
+      const r = await cli([
+        'judge-agreement',
+        '--rows',
+        write('a', spec([true, false, true, true])),
+        write('b', spec([true, false, false, true])),
+        '--resamples',
+        '0',
+      ]);
+      expect(r.code, r.err).to.equal(0);
+      expect(r.out).to.match(/overall \(4 units\)/);
+      expect(r.out).to.not.match(/general/);
+      const pg = (mets: boolean[]) =>
+        mets.map((met, u) => ({
+          protocol: 'papergym',
+          questionId: 'q0',
+          sample: 0,
+          itemId: u < 2 ? `r${u}` : `g${u}`,
+          kind: u < 2 ? 'spec' : 'general',
+          ...(u < 2 && { dimension: 'method_innovation' }),
+          met,
+        }));
+      const p = await cli(['judge-agreement', '--rows', write('a', pg([true, false, true])), write('b', pg([true, true, true])), '--resamples', '0']);
+      expect(p.code, p.err).to.equal(0);
+      expect(p.out).to.match(/general \(1 units\)/);
+      expect(p.out).to.match(/method_innovation \(2 units\)/);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
 });

@@ -9,6 +9,7 @@ import { checkJudge, judgeSharesPolicyWeights, membersKind, openJudge } from '..
 import { JuryJudge, agreementUnitsFromVerdicts } from '../../lib/judge/jury.js';
 import { formatAgreement, judgeAgreement, levelAgreement } from '../../lib/judge/agreement.js';
 import { readEvalRows } from '../../lib/eval/compare.js';
+import { agreementDimension } from '../../lib/eval/report.js';
 import { RESEARCHQA_LEVELS, type ProtocolRow } from '../../lib/eval/protocols/index.js';
 import { resolveDevice } from '../../lib/model/device.js';
 import type { Device, Dtype } from '../../lib/model/qwen3.js';
@@ -128,7 +129,7 @@ function rowsAgreementCommand(argv: AgreementArgs): void {
       planId: `${r.questionId}#${r.sample}`,
       itemId: r.itemId,
       cluster: r.questionId,
-      ...(r.dimension && { dimension: r.dimension }),
+      ...agreementDimension(r),
       verdicts: Object.fromEntries(names.map((n, i) => [n, maps[i]!.get(k)!.met])),
     };
   });

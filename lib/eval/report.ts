@@ -167,6 +167,15 @@ export function buildReport(rows: EvalRow[], opts: ReportOptions = {}): EvalRepo
 }
 
 /**
+ * The agreement group of a row: its rubric dimension, `general` for a general rubric item (PaperGym's
+ * shared items), none otherwise (the unit counts in `overall` only; a benchmark's spec rows carry no
+ * dimension and must not be labelled `general`).
+ */
+export function agreementDimension(r: { dimension?: string; kind?: string }): { dimension?: string } {
+  return r.dimension ? { dimension: r.dimension } : r.kind === 'general' ? { dimension: 'general' } : {};
+}
+
+/**
  * Agreement of a jury's members (lib/judge/agreement.ts) from rows that carry `judges`: one unit
  * per (question, sample, item), clustered by question as the rest of the report, per dimension
  * (`general` for general items). Undefined when no row has `judges`.
@@ -179,7 +188,7 @@ export function rowsAgreement(rows: EvalRow[], opts: ReportOptions = {}): Agreem
     planId: `${r.questionId}#${r.sample}`,
     itemId: r.itemId,
     cluster: r.questionId,
-    ...(r.dimension && { dimension: r.dimension }),
+    ...agreementDimension(r),
     verdicts: r.judges!,
   }));
   return judgeAgreement(units, names, { resamples: opts.resamples ?? 1000, seed: opts.seed ?? 0, level: opts.level ?? 0.95 });

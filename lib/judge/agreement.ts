@@ -49,7 +49,7 @@ export interface AgreementUnit {
   /** Plan id (question id + sample, or a plans.jsonl id). */
   planId: string;
   itemId: string;
-  /** Rubric dimension of the item; units without one are grouped as `general`. */
+  /** Rubric dimension of the item; units without one count in `overall` only (no per-dimension group). */
   dimension?: string;
   /** Bootstrap cluster (default `planId`). */
   cluster?: string;
@@ -111,7 +111,7 @@ export interface GroupAgreement {
 export interface AgreementReport {
   judges: string[];
   overall: GroupAgreement;
-  /** Per rubric dimension (`general` for units without one). */
+  /** Per rubric dimension, over the units that have one (empty when none has). */
   byDimension: Record<string, GroupAgreement>;
   bootstrap: { resamples: number; seed: number; level: number };
 }
@@ -475,7 +475,8 @@ export function judgeAgreement(units: AgreementUnit[], judges: string[], opts: A
   const o = checkedOptions('judgeAgreement', judges, opts);
   const dims = new Map<string, AgreementUnit[]>();
   for (const u of units) {
-    const d = u.dimension ?? 'general';
+    const d = u.dimension;
+    if (!d) continue;
     const l = dims.get(d);
     if (l) l.push(u);
     else dims.set(d, [u]);
@@ -516,8 +517,8 @@ export function choiceAgreement(units: ChoiceUnit[], judges: string[], opts: Agr
   };
   const byDimension: Record<string, GroupAgreement> = {};
   if (units.some((u) => u.dimension)) {
-    const dims = [...new Set(units.map((u) => u.dimension ?? 'general'))].sort();
-    for (const d of dims) byDimension[d] = g(units.filter((u) => (u.dimension ?? 'general') === d));
+    const dims = [...new Set(units.map((u) => u.dimension).filter((d): d is string => !!d))].sort();
+    for (const d of dims) byDimension[d] = g(units.filter((u) => u.dimension === d));
   }
   return { judges: [...judges], overall: g(units), byDimension, bootstrap: o };
 }
