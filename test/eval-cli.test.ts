@@ -5,6 +5,7 @@
  */
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -82,7 +83,16 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     expect(rep.meta.judge).to.match(/^local/);
     expect(rows.filter((x) => x.kind === 'spec')).to.have.length(20);
     expect(rows.every((x) => typeof x.prob === 'number' && typeof x.met === 'boolean')).to.equal(true);
-    expect(readFileSync(plans, 'utf8').trim().split('\n')).to.have.length(2);
+    const planRows = readFileSync(plans, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(planRows).to.have.length(2);
+    // Each row names the plan it judged: the first 16 hex of the SHA-256 of the plan text (judge-agreement --rows checks it).
+    for (const x of rows) {
+      const p = planRows.find((q) => q.questionId === x.questionId && q.sample === x.sample);
+      expect(x.planHash).to.equal(createHash('sha256').update(p.plan, 'utf8').digest('hex').slice(0, 16));
+    }
     // The local judge gives P(yes): eval reports both the binary and the P(yes) statistics.
     expect(r.stdout).to.include(`with P(yes) per item (${rows.length} of ${rows.length} verdicts carry it)`);
     expect(rep.coverage.prob.overall.n).to.equal(20);

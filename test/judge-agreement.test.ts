@@ -294,4 +294,40 @@ describe('judge-agreement --rows: recorded verdicts of several judges (no judge 
       rmSync(tmp, { recursive: true, force: true });
     }
   });
+
+  it('files that judged different plans (planHash differs) are refused naming the unit; rows without planHash warn', async () => {
+    const { mkdtempSync, rmSync, writeFileSync } = await import('node:fs');
+    const { createHash } = await import('node:crypto');
+    const { join } = await import('node:path');
+    const { tmpdir } = await import('node:os');
+    const { cli } = await import('./helpers/run.js');
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-ja-hash-'));
+    try {
+      const h = (t: string) => createHash('sha256').update(t).digest('hex').slice(0, 16);
+      const write = (name: string, plans: (string | null)[]) => {
+        const f = join(tmp, `${name}.jsonl`);
+        const rows = plans.map((p, u) => ({
+          questionId: `q${u}`,
+          sample: 0,
+          itemId: 'i0',
+          kind: 'spec',
+          met: u % 2 === 0,
+          ...(p !== null && { planHash: h(p) }),
+        }));
+        writeFileSync(f, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+        return `${name}=${f}`;
+      };
+      const same = await cli(['judge-agreement', '--rows', write('a', ['p0', 'p1', 'p2']), write('b', ['p0', 'p1', 'p2']), '--resamples', '0']);
+      expect(same.code, same.err).to.equal(0);
+      expect(same.err).to.not.contain('planHash');
+      const diff = await cli(['judge-agreement', '--rows', write('base', ['p0', 'p1', 'p2']), write('grpo', ['p0', 'other', 'p2']), '--resamples', '0']);
+      expect(diff.code).to.equal(1);
+      expect(diff.err).to.contain(`question q1 sample 0 item i0 has plan hash base=${h('p1')}, grpo=${h('other')}`);
+      const old = await cli(['judge-agreement', '--rows', write('a', ['p0', 'p1', 'p2']), write('b', [null, null, null]), '--resamples', '0']);
+      expect(old.code, old.err).to.equal(0);
+      expect(old.err).to.match(/b carry no planHash .*cannot be checked/);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
 });

@@ -123,6 +123,28 @@ function rowsAgreementCommand(argv: AgreementArgs): void {
   const shared = [...maps[0]!.keys()].filter((k) => maps.every((m) => m.has(k)));
   if (!shared.length) throw new Error(`--rows: the files share no (question, sample, rubric item)`);
   const first = maps[0]!;
+  // Agreement needs the judges to have rated the same plans: rows carry the hash of the plan they
+  // judged (planHash), so two files of different plans (a base model's and an adapter's) are refused.
+  const hashed = files.map((f) => f.rows.some((r) => typeof r.planHash === 'string'));
+  if (hashed.every(Boolean)) {
+    for (const k of shared) {
+      const hs = maps.map((m) => m.get(k)!.planHash);
+      if (hs.some((h) => typeof h === 'string') && hs.some((h) => h !== hs[0])) {
+        const r = first.get(k)!;
+        throw new Error(
+          `--rows: the files judged different plans: question ${r.questionId} sample ${r.sample} item ${r.itemId} has plan hash ` +
+            `${files.map((f, i) => `${f.name}=${hs[i] ?? 'none'}`).join(', ')}; agreement needs the same plans rated by each judge ` +
+            `(judge one set of plans with each judge: judge-agreement --data --plans --judges, or eval with a jury)`,
+        );
+      }
+    }
+  } else
+    process.stderr.write(
+      `judge-agreement: warning: ${files
+        .filter((_, i) => !hashed[i])
+        .map((f) => f.name)
+        .join(', ')} carry no planHash (rows written before it was recorded): that the files judged the same plans cannot be checked\n`,
+    );
   const units = shared.map((k) => {
     const r = first.get(k)!;
     return {

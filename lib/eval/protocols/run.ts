@@ -7,6 +7,7 @@
  * contract (lib/judge/types.ts; any backend); ResearchQA asks a {@link ChatJudge} for its five
  * levels, 8 items per call, retrying an unreadable reply 3 times before the query is skipped.
  */
+import { createHash } from 'node:crypto';
 import type { GeneralRubricItem } from '../../data/schema.js';
 import type { Judge } from '../../judge/types.js';
 import { loadPrompt, renderTemplate } from '../../judge/verdict.js';
@@ -51,6 +52,15 @@ export interface BenchmarkEvalOptions {
   /** Called per judged plan. */
   onPlan?: (done: number, total: number) => void;
   signal?: AbortSignal;
+}
+
+/**
+ * The identity of a judged plan on its rows: the first 16 hex of the SHA-256 of the plan text (UTF-8,
+ * after the thinking block is stripped), so that `judge-agreement --rows` can tell two files that
+ * judged the same plans from two that judged different ones (a base model's and an adapter's).
+ */
+export function planHash(plan: string): string {
+  return createHash('sha256').update(plan, 'utf8').digest('hex').slice(0, 16);
 }
 
 /** Rows of one plan from a binary judge's verdicts. */
@@ -148,6 +158,7 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
         ...jobs.map(async (j) => {
           const rows = rowsOfItem(j.it, j.s, p);
           await rateLevels(cj, j.it, j.plan, rows, !!o.keepRaw, o.signal, o.prompt?.name);
+          for (const r of rows) r.planHash = planHash(j.plan);
           byItem[j.slot] = rows;
           tick();
         }),
@@ -189,6 +200,7 @@ export async function runBenchmark(o: BenchmarkEvalOptions): Promise<{ rows: Pro
             if (o.keepRaw && v.raw !== undefined) row.raw = v.raw;
           });
           if (p.verdict === 'levels' && rows.some((r) => r.skipped)) for (const r of rows) r.skipped = true;
+          for (const r of rows) r.planHash = planHash(j.plan);
           byItem[j.slot] = rows;
           tick();
         });

@@ -22,6 +22,8 @@ export interface ProtocolRow extends Omit<EvalRow, 'dimension'> {
   /** The judge prompt the verdict came from (prompts/NAME.md) and the first 16 hex of the SHA-256 of its text. */
   prompt?: string;
   promptHash?: string;
+  /** The first 16 hex of the SHA-256 of the judged plan's text (lib/eval/protocols/run.ts planHash). */
+  planHash?: string;
   dimension?: string;
   axis?: string;
   /** Item tags and the example's tags (HealthBench `level:…`, `axis:…`, `theme:…`). */
