@@ -150,6 +150,35 @@ describe('hub: models by id into the huggingface_hub cache', function () {
     expect(hub.seen).to.have.length(0);
   });
 
+  it('no network: the error names the endpoint, the cause (ECONNREFUSED) and HF_HUB_OFFLINE=1 / a local directory', async () => {
+    const { createServer } = await import('node:net');
+    const srv = createServer();
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const port = (srv.address() as { port: number }).port;
+    await new Promise<void>((r) => srv.close(() => r()));
+    const endpoint = `http://127.0.0.1:${port}`;
+    const err = await resolveModelRef('not-a/real-model-xyz', { env: { ...env, HF_ENDPOINT: endpoint }, log, attempts: 1 }).catch((e: Error) => e);
+    expect((err as Error).message).to.include(
+      `model not-a/real-model-xyz: cannot reach the Hub at ${endpoint} (fetch failed: connect ECONNREFUSED 127.0.0.1:${port})`,
+    );
+    expect((err as Error).message).to.include(`HF_HUB_OFFLINE=1 to use the Hub cache ${env.HF_HUB_CACHE} only`);
+    expect((err as Error).message).to.include('local model directory');
+  });
+
+  it('offline: names the files a cached snapshot lacks, a dangling refs/<rev>, and --revision in the download line', async () => {
+    const dir = await resolveModelRef(MODEL, { env, log });
+    rmSync(join(dir, 'tokenizer.json'));
+    const off = { ...env, HF_HUB_OFFLINE: '1' };
+    const e1 = (await resolveModelRef(MODEL, { env: off, log }).catch((e: Error) => e)) as Error;
+    expect(e1.message).to.include(`every file the run needs in snapshot ${main} (missing: tokenizer.json)`);
+    expect(e1.message).to.include(`\`huggingface-cli download ${MODEL}\``);
+    const ghost = 'a'.repeat(40);
+    writeFileSync(join(env.HF_HUB_CACHE!, repoFolderName(modelRepo), 'refs', 'v9'), ghost);
+    const e2 = (await resolveModelRef(MODEL, { env: off, log, revision: 'v9' }).catch((e: Error) => e)) as Error;
+    expect(e2.message).to.include(`refs/v9 points to it but snapshots/${ghost} is absent (a dangling ref)`);
+    expect(e2.message).to.include(`\`huggingface-cli download ${MODEL} --revision v9\``);
+  });
+
   it('resolves --revision by tag and by commit; a new commit on main moves refs/main', async () => {
     const byTag = await resolveModelRef(MODEL, { env, log, revision: 'v1.0' });
     expect(readFileSync(join(env.HF_HUB_CACHE!, repoFolderName(modelRepo), 'refs', 'v1.0'), 'utf8')).to.equal(main);

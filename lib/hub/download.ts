@@ -47,6 +47,8 @@ export interface FetchRepoOptions {
   checkListing?: (paths: string[]) => void;
   /** True when a cached snapshot dir already holds everything the run needs (then, for a commit sha or offline, nothing is asked of the network). */
   complete?: (dir: string) => boolean;
+  /** The needed files a snapshot folder lacks (named in the offline error); default: none known. */
+  missing?: (dir: string) => string[];
   /** Environment to read HF_* from (default process.env). */
   env?: NodeJS.ProcessEnv;
   /** fetch for the client (default the global one). */
@@ -99,7 +101,21 @@ export function hubError(repo: HubRepo, revision: string, e: unknown, env: NodeJ
   }
   if (e instanceof TypeError && /must start with 'hf_'/.test(msg))
     return new Error(`${describe(repo)}: the Hub token (HF_TOKEN or the token file) is not a Hub token: ${msg}`);
+  if (isNetworkError(e))
+    return new Error(
+      `${describe(repo)}: cannot reach the Hub at ${hubEndpoint(env)} (${msg}${causeOf(e)}): no network? Set HF_HUB_OFFLINE=1 to use the Hub cache ${hubCacheDir(env)} only, give a local model directory, or point HF_ENDPOINT at a reachable mirror (there is no local directory of that name either)`,
+    );
   return new Error(`${describe(repo)}: ${msg}`);
+}
+
+/** The underlying cause of a failed fetch (undici's `TypeError: fetch failed` keeps it in `cause`: code and message), as `: CODE message`. */
+function causeOf(e: unknown): string {
+  const c = (e as { cause?: unknown })?.cause as { code?: unknown; message?: unknown; errors?: { code?: unknown; message?: unknown }[] } | undefined;
+  if (!c) return '';
+  const first = c.message || !c.errors?.length ? c : c.errors[0]!;
+  const code = typeof first.code === 'string' ? first.code : typeof c.code === 'string' ? c.code : '';
+  const m = typeof first.message === 'string' ? first.message : String(c);
+  return `: ${code && !m.includes(code) ? `${code} ` : ''}${m}`;
 }
 
 /** True for an error of the connection (refused, reset, DNS), not an answer of the Hub. */
@@ -323,8 +339,16 @@ export async function fetchRepoFiles(repo: HubRepo, opts: FetchRepoOptions): Pro
   if (hubOffline(env)) {
     if (cached && complete(snapshotDir(repo, cached, cacheDir)))
       return { dir: snapshotDir(repo, cached, cacheDir), commit: cached, downloaded: [], fromCache: true };
+    const snap = cached && snapshotDir(repo, cached, cacheDir);
+    const lacks = snap && existsSync(snap) ? (opts.missing?.(snap) ?? []) : [];
+    const what = !cached
+      ? 'this revision'
+      : !existsSync(snap as string)
+        ? `snapshot ${cached}: refs/${revision} points to it but snapshots/${cached} is absent (a dangling ref)`
+        : `every file the run needs in snapshot ${cached}${lacks.length ? ` (missing: ${lacks.join(', ')})` : ''}`;
+    const cli = `huggingface-cli download ${repo.type === 'model' ? '' : `--repo-type ${repo.type} `}${repo.id}${opts.revision !== undefined ? ` --revision ${revision}` : ''}`;
     throw new Error(
-      `${describe(repo)}@${revision}: HF_HUB_OFFLINE=1 and the Hub cache ${cacheDir} does not hold ${cached ? 'every file the run needs in snapshot ' + cached : 'this revision'}: fetch it once online (or \`huggingface-cli download ${repo.id}\`), or unset HF_HUB_OFFLINE (there is no local directory of that name either)`,
+      `${describe(repo)}@${revision}: HF_HUB_OFFLINE=1 and the Hub cache ${cacheDir} does not hold ${what}: fetch it once online (or \`${cli}\`), or unset HF_HUB_OFFLINE (there is no local directory of that name either)`,
     );
   }
   if (cached && isCommitHash(revision) && complete(snapshotDir(repo, cached, cacheDir)))

@@ -92,20 +92,21 @@ export interface ResolveOptions extends Pick<FetchRepoOptions, 'env' | 'fetch' |
 const matches = (pats: readonly RegExp[]) => (p: string) => pats.some((r) => r.test(p));
 
 /** True when a snapshot dir holds a loadable base model: config, tokenizer, and every weights shard its index names. */
-function modelComplete(dir: string): boolean {
-  if (!existsSync(join(dir, 'config.json')) || !existsSync(join(dir, 'tokenizer.json'))) return false;
-  if (existsSync(join(dir, 'model.safetensors'))) return true;
+/** The files a model snapshot needs and lacks: config.json, tokenizer.json, the weights (one file, or the index and its shards). */
+function modelMissing(dir: string): string[] {
+  const lacks = ['config.json', 'tokenizer.json'].filter((n) => !existsSync(join(dir, n)));
+  if (existsSync(join(dir, 'model.safetensors'))) return lacks;
   const idx = join(dir, 'model.safetensors.index.json');
-  if (!existsSync(idx)) return false;
+  if (!existsSync(idx)) return [...lacks, 'model.safetensors (or model.safetensors.index.json)'];
   try {
     const shards = new Set(Object.values((JSON.parse(readFileSync(idx, 'utf8')) as { weight_map: Record<string, string> }).weight_map));
-    return [...shards].every((s) => existsSync(join(dir, s)));
+    return [...lacks, ...[...shards].filter((s) => !existsSync(join(dir, s)))];
   } catch {
-    return false;
+    return [...lacks, 'model.safetensors.index.json (unreadable)'];
   }
 }
 
-const adapterComplete = (dir: string) => ['adapter_config.json', 'adapter_model.safetensors'].every((n) => existsSync(join(dir, n)));
+const adapterMissing = (dir: string) => ['adapter_config.json', 'adapter_model.safetensors'].filter((n) => !existsSync(join(dir, n)));
 
 /**
  * A model or adapter reference → a local directory: the path itself when it exists, else the
@@ -127,7 +128,8 @@ export async function resolveModelRef(ref: string, opts: ResolveOptions = {}): P
   const r = await fetchRepoFiles(hub, {
     revision: hub.revision ?? opts.revision,
     select: matches(files),
-    complete: kind === 'adapter' ? adapterComplete : modelComplete,
+    complete: (dir) => !(kind === 'adapter' ? adapterMissing : modelMissing)(dir).length,
+    missing: kind === 'adapter' ? adapterMissing : modelMissing,
     checkListing: (paths) => {
       const safet = paths.some((p) => p.endsWith('.safetensors'));
       const pickle = paths.filter((p) => PICKLE_WEIGHTS.test(p));
