@@ -231,6 +231,37 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
     expect(s.stdout.trim().split('\n').at(-1)).to.equal('2 ingested, 2 failed');
   });
 
+  it('a paper with no section (an \\iffalse never closed, a beamer-only source) fails naming why; every structure-kind warning is counted', async () => {
+    const { mkdirSync } = await import('node:fs');
+    const paper = (name: string, tex: string) => {
+      const d = join(work, 'zero', name);
+      mkdirSync(d, { recursive: true });
+      writeFileSync(join(d, 'main.tex'), tex);
+      return d;
+    };
+    const prose = 'We measure the effect of the method on many datasets and report every result in full detail here. '.repeat(4);
+    const papers = [
+      paper(
+        'unclosed',
+        `\\documentclass{article}\n\\begin{document}\n\\begin{abstract}We study things.\\end{abstract}\n\\section{Only \\iffalse broken\n\n${prose}\n\\end{document}\n`,
+      ),
+      paper('slides', '\\documentclass{beamer}\n\\begin{document}\n\\begin{frame}Hello slide words\\end{frame}\n\\end{document}\n'),
+      paper(
+        'late-iffalse',
+        `\\documentclass{article}\n\\begin{document}\n\\section{Intro}\n${prose}\n\\section{Method}\n${prose}\n\\iffalse\nold draft\n\\end{document}\n`,
+      ),
+    ];
+    const e = await loadPaper(papers[0]!, { inProcess: true, workDir: join(work, 'wd0') }).catch((x) => x);
+    expect(e).to.be.instanceOf(CoverageError);
+    expect(e.message).to.match(/^unclosed: no section reached the text \(0 section\(s\), coverage: /);
+    expect(e.message).to.include('[conditional-unclosed]');
+    const r = spawnSync(process.execPath, [CLI, 'build-data', '--dry-run', '--papers', ...papers], { encoding: 'utf8' });
+    expect(r.status, r.stderr).to.equal(0);
+    expect(r.stdout).to.match(/^slides: failed: slides: no section reached the text \(0 section\(s\), coverage: 0\.0% .*\[no-article-root\]$/m);
+    expect(r.stdout).to.match(/^late-iffalse: ingested: .* 2 section\(s\)$/m);
+    expect(r.stdout.trim().split('\n').at(-1)).to.equal('1 ingested, 2 failed, 1 with structure warnings');
+  });
+
   it('sections skipped as boilerplate are stored with their reasons in the pipeline state', async () => {
     const llm: JsonLlm = { model: 'none', chatJson: () => Promise.reject(new Error('no LLM in this test')) };
     const state = new PipelineState(join(work, 'state.sqlite'));

@@ -22,7 +22,7 @@ import {
   type RoleEndpoint,
   type RubricOptions,
 } from '../../lib/data/pipeline.js';
-import { formatCoverage, formatStructure, formatWarning, guessDomain, LOSS_CODES, paperIdFromPath } from '../../lib/data/latex/index.js';
+import { formatCoverage, formatStructure, formatWarning, guessDomain, isStructureWarning, paperIdFromPath } from '../../lib/data/latex/index.js';
 import { achievedMix, formatMix, mixOrder, normaliseDomain, parseDomainMix, readDomainsTsv } from '../../lib/data/mix.js';
 import { PIPELINE_ROLES, type PipelineRole } from '../../lib/data/prompts.js';
 import type { RubricDimension } from '../../lib/data/schema.js';
@@ -370,9 +370,7 @@ export async function runBuildData(
       ingested: r.items.map((it) => it.source.paper_id),
       failures: r.failures,
       withCoverageWarnings: r.items.filter((it) => state.warnings(it.source.paper_id).some((w) => w.code === 'coverage')).length,
-      withStructureWarnings: r.items.filter((it) =>
-        state.warnings(it.source.paper_id).some((w) => w.code !== 'coverage' && (LOSS_CODES as readonly string[]).includes(w.code)),
-      ).length,
+      withStructureWarnings: r.items.filter((it) => state.warnings(it.source.paper_id).some(isStructureWarning)).length,
       calls: r.stats.calls,
       cached: r.stats.cached,
       requests: st.requests,
@@ -492,7 +490,7 @@ export const buildDataCommand: CommandModule<object, BuildDataArgs> = {
       const out = await ingestPapers(sources, opts, (o) => process.stdout.write(describeOutcome(o).join('\n') + '\n'));
       const ok = out.filter((o) => o.paper).length;
       const warned = out.filter((o) => o.paper?.warnings.some((w) => w.code === 'coverage')).length;
-      const lost = out.filter((o) => o.paper?.warnings.some((w) => w.code !== 'coverage' && (LOSS_CODES as readonly string[]).includes(w.code))).length;
+      const lost = out.filter((o) => o.paper?.warnings.some(isStructureWarning)).length;
       process.stdout.write(
         `${ok} ingested, ${out.length - ok} failed${warned ? `, ${warned} with coverage warnings` : ''}${lost ? `, ${lost} with structure warnings` : ''}\n`,
       );

@@ -6,10 +6,10 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { ArchiveError, unpackSource, type ArchiveLimits } from './archive.js';
-import { chooseMainFile, expandMacros, ExpansionLimitError, listFiles, stripIffalse, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
+import { chooseMainFile, expandMacros, ExpansionLimitError, formatWarning, listFiles, stripIffalse, type ExpansionLimits, type PaperWarning, type RootCandidate } from './source.js';
 import { documentClass, readGroup, readTextFile } from './source.js';
 import { cleanTitle, documentBody, extractStructure, groupSections, type SectionLevel } from './structure.js';
-import { coverageProblem, measureCoverage, type Coverage } from './coverage.js';
+import { coverageProblem, formatCoverage, measureCoverage, type Coverage } from './coverage.js';
 import { inlineText, latexToTextBatch, typesetForm } from './text.js';
 import { applyClassFamily, classFamilyOf, type ClassFamily } from './classes/index.js';
 import { checkStructure, type StructureReport } from './guard.js';
@@ -101,6 +101,15 @@ export class CoverageError extends Error {
 
 /** Warning codes that mean structure or text was lost: counted by `build-data`, failures under `--strict`. */
 export const LOSS_CODES = ['coverage', 'structure', 'include-missing'] as const;
+
+/**
+ * Warning codes of the paper's structure (counted as "with structure warnings" by build-data): a
+ * heading not parsed, a missing include, no article-like root, a conditional or verbatim never closed.
+ */
+export const STRUCTURE_CODES = ['structure', 'include-missing', 'no-article-root', 'conditional-unclosed', 'verbatim-unclosed'] as const;
+
+/** True when a warning is of the structure kind ({@link STRUCTURE_CODES}). */
+export const isStructureWarning = (w: { code: string }): boolean => (STRUCTURE_CODES as readonly string[]).includes(w.code);
 
 /** Throw {@link CoverageError} when the paper carries a coverage, structure or missing-include warning (used for `--strict`, also on papers read from a cache). */
 export function assertCoverage(p: Pick<Paper, 'id' | 'warnings'>): void {
@@ -330,6 +339,15 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
       ],
     });
     for (const m of structure.problems) warn({ code: 'structure', file: mainFile, message: m });
+    // No section (or none of the source's prose) reached the text: nothing for an item to be built
+    // from. Fails whatever --strict says, naming why (the structure warnings that explain it).
+    const body = sections.filter((s) => s.level !== 'front').length;
+    if (!body || (coverage.words > 0 && coverage.covered === 0)) {
+      const why = warnings.filter(isStructureWarning).map(formatWarning);
+      throw new CoverageError(
+        `${id}: ${!body ? 'no section' : 'none of the prose'} reached the text (${body} section(s), ${formatCoverage(coverage)})${why.length ? `: ${why.join('; ')}` : ''}`,
+      );
+    }
     if (opts.strictCoverage) assertCoverage({ id, warnings });
     return {
       id,
