@@ -262,6 +262,21 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
     expect(r.stdout.trim().split('\n').at(-1)).to.equal('1 ingested, 2 failed, 1 with structure warnings');
   });
 
+  it('a first \\section*{Abstract} (no abstract environment) is taken as the abstract and stays a section', async () => {
+    const { mkdirSync } = await import('node:fs');
+    const d = join(work, 'abs-section');
+    mkdirSync(d, { recursive: true });
+    const abs = 'We present a method for quantum control and show that it converges on every benchmark we tried.';
+    const body = 'The method is described here in detail, with every step of the derivation given in full. '.repeat(4);
+    writeFileSync(
+      join(d, 'main.tex'),
+      `\\documentclass{article}\n\\begin{document}\n\\section*{Abstract}\n${abs}\n\\section{Introduction}\n${body}\n\\end{document}\n`,
+    );
+    const p = await loadPaper(d, { inProcess: true, workDir: join(work, 'wd-abs') });
+    expect(p.abstract).to.equal(abs);
+    expect(p.sections.filter((s) => s.level !== 'front').map((s) => s.title)).to.deep.equal(['Abstract', 'Introduction']);
+  });
+
   it('sections skipped as boilerplate are stored with their reasons in the pipeline state', async () => {
     const llm: JsonLlm = { model: 'none', chatJson: () => Promise.reject(new Error('no LLM in this test')) };
     const state = new PipelineState(join(work, 'state.sqlite'));

@@ -316,7 +316,10 @@ export async function loadPaper(path: string, opts: LoadPaperOptions = {}): Prom
     });
     const licence = detectLicence(src.root);
     const paperTitle = title(st.title ?? fallbackTitle(expanded)) || id;
-    const abstract = text(0);
+    // No abstract environment or \abstract{…}: a first section headed "Abstract" (\section*{Abstract},
+    // \chapter*{Abstract}) is the abstract, as typeset; it stays a section too (the paper's own order).
+    const firstBody = sections.find((s) => s.level !== 'front');
+    const abstract = text(0) || (firstBody && !firstBody.appendix && /^abstract\.?$/i.test(firstBody.title.trim()) ? firstBody.text : '');
     const stageText = [paperTitle, abstract, ...sections.map((s) => `${s.title}\n${s.text}`)].join('\n');
     const coverage = measureCoverage(expanded, st.headings.map((h) => h.title), stageText);
     const problem = coverageProblem(coverage);
