@@ -38,6 +38,7 @@ import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
 import {
+  RUN_FILES,
   resolveCheckpoint,
   cleanCheckpointTemps,
   checkResumeCheckpoint,
@@ -567,7 +568,7 @@ async function trainLocked(
     log(
       `run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.map((st) => `${st}${stageOf(st).steps(cfg) === 0 ? ' (0 steps: skipped)' : ''}`).join(' -> ')}`,
     );
-    const reportPath = join(runDir, 'report.html');
+    const reportPath = join(runDir, RUN_FILES.report);
     // Checkpoint-time reports draw SVG only (rasterising every plot takes ~0.3 s each); the report
     // written when the run ends adds the PNGs.
     const report = (png = false) => {

@@ -22,7 +22,7 @@ import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
 import type { TrainBackend, SamplingOptions } from './backend.js';
-import { resolveCheckpoint, writeCheckpoint, writeFinalDir, type TrainerState } from './checkpoint.js';
+import { RUN_FILES, resolveCheckpoint, writeCheckpoint, writeFinalDir, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
@@ -738,7 +738,7 @@ export class Trainer {
     const best = bestValidation(this.state.validation, this.cfg.validation.minImprovement ?? 0)!;
     const isBest = best.point === point;
     if (isBest) {
-      const dir = join(this.deps.runDir, 'best', s.stage);
+      const dir = join(this.deps.runDir, RUN_FILES.best, s.stage);
       try {
         if (this.dist.isMain) await writeBestState(this.bestStateRun(), s.stage, point, this.state.globalStep);
       } catch (e) {
