@@ -273,6 +273,12 @@ export const RUN_FILES = {
   report: 'report.html',
   /** A stage's best state, `best/<stage>/` (lib/train/best-state.ts). */
   best: 'best',
+  /** `--profile-step N`: the step's kernel profile per stage (lib/train/step-profile.ts). */
+  profile: 'profile',
+  /** `--report-to tensorboard`: the event files (lib/train/trackers/tensorboard.ts). */
+  tensorboard: 'tensorboard',
+  /** `--report-to wandb`: the wandb library's own dir under the run dir it is given (lib/train/trackers/wandb.ts). */
+  wandb: 'wandb',
 } as const;
 
 /** Everything a `train` run writes in its run dir (besides its lock): what `--overwrite-output-dir` clears. */

@@ -38,7 +38,7 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
     type: 'boolean',
     default: null,
     meaning:
-      "Clear the previous run in --out (everything a run writes: config.json, metrics.jsonl, checkpoints, final, summary.json, report.html, best, report-plots; never a live run's) and start this one; unset = a dir that holds a run is refused. A run killed before its first checkpoint can also be started again with --resume",
+      "Clear the previous run in --out (everything a run writes: config.json, metrics.jsonl, checkpoints, final, summary.json, report.html, report-plots, best, profile, tensorboard, wandb; never a live run's) and start this one; unset = a dir that holds a run is refused. A run killed before its first checkpoint can also be started again with --resume",
     source: 'transformers TrainingArguments.overwrite_output_dir',
   },
   // Hugging Face Hub upload of the final adapter (lib/hub/publish.ts): command options, not config keys.
