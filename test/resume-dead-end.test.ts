@@ -76,6 +76,21 @@ describe('resume never dead-ends and never trusts numbers (issue 50 item 2)', fu
     expect(held.err).to.contain('--overwrite-output-dir');
   });
 
+  it('--resume without a dir, with --out DIR, continues DIR (TRL resume_from_checkpoint=True + output_dir); without --out it is refused', async () => {
+    const out = join(tmp, 'trl-habit');
+    const a = await cli(['train', '--out', out, ...TRAIN]);
+    expect(a.code, a.err).to.equal(0);
+    const r = await cli(['train', '--resume', '--out', out, '--grpo-steps', '2']);
+    expect(r.code, r.err).to.equal(0);
+    expect(r.err).to.contain(`resume: --resume without a dir continues the run in --out ${out}`);
+    expect(r.err).to.not.contain('already holds a run');
+    expect((JSON.parse(readFileSync(join(out, 'summary.json'), 'utf8')) as { globalStep: number }).globalStep).to.equal(3);
+    const none = await cli(['train', '--resume', ...TRAIN]);
+    expect(none.code).to.equal(1);
+    expect(none.err).to.contain('--resume was given without a dir and there is no --out to continue');
+    expect(none.err).to.contain('papergym-native train --resume --out DIR');
+  });
+
   it('NaN in the optimizer moments or the adapter of a resumed checkpoint (files of the right size) is refused naming the file and tensor', async () => {
     const out = join(tmp, 'nan');
     const a = await cli(['train', '--out', out, ...TRAIN]);

@@ -6,7 +6,7 @@
  * and GRPO starts from the adapter of step 2 — compared tensor by tensor with that checkpoint.
  */
 import { expect } from 'chai';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { bestValidation, bootstrapMean } from '../lib/train/validation.js';
@@ -182,5 +182,47 @@ describe('train: GRPO starts from the best OPSD state (embedded tiny model, loop
     };
     expect(adapterMaxAbsDiff(Object.fromEntries(Object.entries(snap.tensors).map(([k, v]) => [k, v.data])), peak)).to.equal(0);
     expect(adapterMaxAbsDiff(adapterOf(join(runDir, 'final')), finalBefore!)).to.equal(0);
+  });
+
+  it("--overwrite-output-dir clears every entry the previous run wrote, best/ and the report's charts included (no other run's best adapter left behind)", async () => {
+    expect(existsSync(join(runDir, 'best', 'opsd', 'best.json')), 'the first test ran').to.equal(true);
+    const oldPlots = readdirSync(join(runDir, 'report-plots'));
+    expect(oldPlots.length).to.be.greaterThan(0);
+    // A run without validation writes no best/: one left there is the old run's; a chart older than the new run is too.
+    const t0 = Date.now() - 1000;
+    const r = await cli([
+      'train',
+      '--out',
+      runDir,
+      '--overwrite-output-dir',
+      '--opsd-steps',
+      '1',
+      '--grpo-steps',
+      '1',
+      '--max-new-tokens',
+      '4',
+      '--questions-per-step',
+      '1',
+      '--group-size',
+      '2',
+      '--grpo-micro-batch',
+      '2',
+      '--validate-every',
+      '0',
+      '--judge',
+      'http',
+      '--judge-url',
+      judge.url,
+      '--judge-model',
+      'j',
+    ]);
+    const log = r.out + r.err;
+    expect(r.code, log).to.equal(0);
+    expect(log).to.contain(
+      `--overwrite-output-dir: cleared the previous run in ${runDir} (config.json, metrics.jsonl, checkpoints, final, summary.json, report.html, best, report-plots)`,
+    );
+    expect(existsSync(join(runDir, 'best')), 'best/ of the previous run').to.equal(false);
+    const stale = readdirSync(join(runDir, 'report-plots')).filter((p) => statSync(join(runDir, 'report-plots', p)).mtimeMs < t0);
+    expect(stale, 'charts of the previous run').to.deep.equal([]);
   });
 });

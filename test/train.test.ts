@@ -16,7 +16,7 @@ import { Policy, generate } from '../lib/model/policy.js';
 import { NativeBackend } from '../lib/train/native-backend.js';
 import { Trainer, type RewardFn } from '../lib/train/trainer.js';
 import { resolveConfig } from '../lib/config/train.js';
-import { CLI, adapterOf, adapterMaxAbsDiff as maxAbsDiff } from './helpers/run.js';
+import { CLI, SMALL_TRAIN_FLAGS, adapterOf, adapterMaxAbsDiff as maxAbsDiff } from './helpers/run.js';
 
 const quiet = () => {};
 /** A small, fast schedule (both stages, checkpoints every step). */
@@ -101,6 +101,26 @@ describe('train (embedded tiny model)', function () {
       expect(l.checkpointCaptureSeconds).to.be.at.least(0);
     }
     expect(r.out).to.match(/written beside the next step/);
+    const summary = JSON.parse(readFileSync(join(uninterrupted, 'summary.json'), 'utf8'));
+    expect(summary).to.deep.include({ skippedSteps: 0, noUpdate: false });
+    expect(summary.stages.map((s: { skippedSteps: number }) => s.skippedSteps)).to.deep.equal([0, 0]);
+  });
+
+  it('a run whose every update was skipped (non-finite gradient) says so, counts the skips per stage, keeps final/ and exits 1', async () => {
+    const out = join(tmp, 'all-skipped');
+    // alpha / r = 3e38 / 8 scales the LoRA branch past float32: every OPSD gradient norm is Infinity.
+    const r = await run(['train', '--out', out, ...SMALL_TRAIN_FLAGS, '--stages', 'opsd', '--opsd-steps', '2', '--lora-alpha', '3e38']);
+    expect(r.code, r.out).to.equal(1);
+    expect(r.out).to.match(/\[opsd\] step 2: non-finite loss or gradient .*grad norm Infinity.*; step skipped/);
+    expect(r.out).to.match(/^opsd\s+2\s+2\s/m); // the summary table's skipped column
+    expect(r.out).to.contain('WARNING: no update was applied: all 2 steps of the run were skipped for a non-finite loss or gradient (last: opsd step 2: loss');
+    expect(r.out).to.contain('papergym-native: no update was applied');
+    expect(r.out).to.contain(`${join(out, 'final')} holds the starting adapter`);
+    expect(existsSync(join(out, 'final', 'adapter_model.safetensors'))).to.equal(true);
+    const summary = JSON.parse(readFileSync(join(out, 'summary.json'), 'utf8'));
+    expect(summary).to.deep.include({ globalStep: 2, skippedSteps: 2, noUpdate: true });
+    expect(summary.stages.map((s: { skippedSteps: number }) => s.skippedSteps)).to.deep.equal([2]);
+    expect(summary.stages[0].lastSkip).to.match(/^opsd step 2: loss [\d.e+-]+, grad norm Infinity$/);
   });
 
   it('a kill while a checkpoint is written beside the next step leaves the previous one as latest; the resumed run equals the uninterrupted one', async () => {

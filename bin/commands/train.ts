@@ -4,6 +4,7 @@ import { type PRESETS, type TrainConfig, type DeepPartial } from '../../lib/conf
 import { TRAIN_COMMAND_OPTIONS, trainSettings } from '../../lib/config/settings.js';
 import { addSettings, parseList, setPath } from '../../lib/config/schema.js';
 import { runTraining } from '../../lib/train/run.js';
+import { Trainer } from '../../lib/train/trainer.js';
 import { launchWorkers, WORKER_ENV } from '../../lib/train/launch.js';
 import { DEFAULT_DIST_TIMEOUT_MS } from '../../lib/train/dist.js';
 
@@ -87,6 +88,9 @@ export const trainCommand: CommandModule<object, TrainArgs> = {
       dist: { timeoutMs: (timeout ?? DEFAULT_DIST_TIMEOUT_MS / 1000) * 1000 },
     });
     if (summary.interrupted) process.exitCode = 130;
+    // Every step skipped (non-finite loss or gradient): final/ is written (nothing lost) but holds
+    // the starting adapter, so the run fails (exit 1) rather than passing for a trained one; no push.
+    else if (summary.noUpdate) throw new Error(Trainer.noUpdateMessage(summary));
     // TRL push_to_hub (hub_strategy end): rank 0 uploads the final adapter and its model card (lib/hub/publish.ts).
     else if (argv.pushToHub && (process.env.RANK ?? '0') === '0') {
       const r = await publishAdapter({ runDir: summary.runDir, stages: summary.stages }, argv.pushToHub, { private: argv.hubPrivateRepo });

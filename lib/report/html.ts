@@ -134,6 +134,11 @@ function plotFigure(id: string, svg: string, caption: string, relDir: string, pn
   return `<figure class="chart" data-plot="${esc(id)}">${inlineSvg(svg)}<figcaption>${esc(caption)} · ${links}</figcaption></figure>`;
 }
 
+/** The dir a report written to `out` (an .html path) puts its charts in, beside it: `<name>-plots/`. */
+export function reportPlotsDir(out: string): string {
+  return join(dirname(out), `${basename(out).replace(/\.html?$/i, '')}-plots`);
+}
+
 /**
  * Writes the report (HTML + per-plot SVG/PNG). Never throws for what the run dirs or eval files
  * contain (missing dirs, cut lines, old fields become notes); throws only when the output cannot
@@ -143,7 +148,7 @@ export function writeReport(o: ReportOptions): ReportResult {
   const out = resolve(o.out);
   const png = o.png ?? true;
   const resamples = o.resamples ?? 1000;
-  const plotsDir = join(dirname(out), `${basename(out).replace(/\.html?$/i, '')}-plots`);
+  const plotsDir = reportPlotsDir(out);
   mkdirSync(plotsDir, { recursive: true });
   const relDir = relative(dirname(out), plotsDir) || '.';
   const runs = readRuns(o.runs);

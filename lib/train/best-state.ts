@@ -8,7 +8,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Stage } from '../config/train.js';
 import type { TrainBackend } from './backend.js';
-import { writeFinalDir } from './checkpoint.js';
+import { RUN_FILES, writeFinalDir } from './checkpoint.js';
 import type { DistContext } from './dist.js';
 import { inputError } from '../errors.js';
 import { bestValidation, type ValidationPoint } from './validation.js';
@@ -62,7 +62,7 @@ export async function writeBestState(
         ),
       );
     },
-    join('best', stage),
+    join(RUN_FILES.best, stage),
   );
 }
 
@@ -91,7 +91,7 @@ export interface StageEnd {
  */
 export async function loadBestState(run: BestStateRun, s: StageEnd): Promise<void> {
   const best = bestValidation(s.validation, run.minImprovement)!;
-  const dir = join(run.runDir, 'best', s.stage);
+  const dir = join(run.runDir, RUN_FILES.best, s.stage);
   const lastStep = s.lastStep;
   const globalStep = s.globalStep - (lastStep - best.point.step);
   s.rec.best = { step: best.point.step, globalStep, score: best.point.score, ci: best.point.ci, dir, loaded: false };

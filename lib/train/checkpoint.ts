@@ -12,9 +12,10 @@
  */
 import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, readdirSync, statSync } from 'node:fs';
 import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { inputError } from '../errors.js';
 import { ELEMENT_BYTES } from '../model/config-bounds.js';
+import { reportPlotsDir } from '../report/html.js';
 
 /** Everything besides tensors needed to continue a run exactly. */
 export interface TrainerState {
@@ -259,8 +260,29 @@ export async function pruneCheckpoints(root: string, limit: number, keep: string
 /** A name `latest` may hold: a checkpoint dir of the same `checkpoints/` (or the temp dir of a rewrite in flight). */
 const LATEST_NAME = /^(step-\d+|\.tmp-step-\d+-\d+)$/;
 
-/** What a `train` run writes in its run dir (besides its lock): what `--overwrite-output-dir` clears. */
-export const RUN_DIR_ENTRIES = ['config.json', 'metrics.jsonl', 'checkpoints', 'final', 'summary.json', 'report.html'] as const;
+/**
+ * The entries a `train` run writes in its run dir (besides its lock), by what writes them; the
+ * writers take their names from here, so {@link RUN_DIR_ENTRIES} cannot miss one.
+ */
+export const RUN_FILES = {
+  config: 'config.json',
+  metrics: 'metrics.jsonl',
+  checkpoints: 'checkpoints',
+  final: 'final',
+  summary: 'summary.json',
+  report: 'report.html',
+  /** A stage's best state, `best/<stage>/` (lib/train/best-state.ts). */
+  best: 'best',
+  /** `--profile-step N`: the step's kernel profile per stage (lib/train/step-profile.ts). */
+  profile: 'profile',
+  /** `--report-to tensorboard`: the event files (lib/train/trackers/tensorboard.ts). */
+  tensorboard: 'tensorboard',
+  /** `--report-to wandb`: the wandb library's own dir under the run dir it is given (lib/train/trackers/wandb.ts). */
+  wandb: 'wandb',
+} as const;
+
+/** Everything a `train` run writes in its run dir (besides its lock): what `--overwrite-output-dir` clears. */
+export const RUN_DIR_ENTRIES: readonly string[] = [...Object.values(RUN_FILES), basename(reportPlotsDir(RUN_FILES.report))];
 
 /**
  * A run dir a `train` process left before its first checkpoint (killed, out of memory, a crash):

@@ -38,6 +38,7 @@ import { makeRewardFn } from '../judge/rewards.js';
 import type { Judge } from '../judge/types.js';
 import { groupAdvantages } from './advantages.js';
 import {
+  RUN_FILES,
   resolveCheckpoint,
   cleanCheckpointTemps,
   checkResumeCheckpoint,
@@ -124,7 +125,11 @@ export interface RunOptions {
   preset?: keyof typeof PRESETS;
   file?: string;
   flags?: Partial<TrainConfig>;
-  resume?: string;
+  /**
+   * A run dir or checkpoint dir to continue; `''` or `true` (the flag given without a dir, as TRL's
+   * resume_from_checkpoint=True) continues the run in `flags.out`.
+   */
+  resume?: string | boolean;
   /** Called with log lines (default stderr). */
   log?: (line: string) => void;
   /** Custom reward (tests: a checkable toy reward instead of the judge). */
@@ -250,9 +255,28 @@ async function repairFinal(ck: ReturnType<typeof resolveCheckpoint>, log: (l: st
   }
 }
 
+/**
+ * TRL's resume_from_checkpoint=True with output_dir: `--resume` given without a dir (`''`, `true`,
+ * or the word true where no such dir exists) continues the run in `--out`; `false` is no resume.
+ * @throws PapergymError (input) when there is no --out to continue.
+ */
+function resumeOut(o: RunOptions, log: (line: string) => void): RunOptions & { resume?: string } {
+  if (o.resume === true || o.resume === '' || (o.resume === 'true' && !existsSync('true'))) {
+    const { out, ...flags } = o.flags ?? {};
+    if (!out)
+      throw inputError(
+        '--resume was given without a dir and there is no --out to continue: name the run, papergym-native train --resume DIR (a run dir or a checkpoint dir), or papergym-native train --resume --out DIR',
+      );
+    log(`resume: --resume without a dir continues the run in --out ${resolve(out)} (as TRL's resume_from_checkpoint=True resumes output_dir)`);
+    return { ...o, resume: out, flags };
+  }
+  return { ...o, resume: o.resume === false ? undefined : o.resume };
+}
+
 /** Runs training; resolves with the summary (interrupted = stopped by SIGINT after a checkpoint). */
-export async function runTraining(o: RunOptions): Promise<TrainSummary> {
-  const log = o.log ?? ((l: string) => process.stderr.write(l + '\n'));
+export async function runTraining(opts: RunOptions): Promise<TrainSummary> {
+  const log = opts.log ?? ((l: string) => process.stderr.write(l + '\n'));
+  let o = resumeOut(opts, log);
   let cfg: TrainConfig;
   let origins: Record<string, Origin> | undefined;
   let resume: ReturnType<typeof resolveCheckpoint> | undefined;
@@ -567,7 +591,7 @@ async function trainLocked(
     log(
       `run dir ${runDir}; model ${modelDir}${cfg.model ? '' : ' (embedded tiny random Qwen3)'}; data ${dataPath} (${ds.items.length} items${cfg.data ? '' : ', embedded hand-made sample'}); stages ${cfg.stages.map((st) => `${st}${stageOf(st).steps(cfg) === 0 ? ' (0 steps: skipped)' : ''}`).join(' -> ')}`,
     );
-    const reportPath = join(runDir, 'report.html');
+    const reportPath = join(runDir, RUN_FILES.report);
     // Checkpoint-time reports draw SVG only (rasterising every plot takes ~0.3 s each); the report
     // written when the run ends adds the PNGs.
     const report = (png = false) => {

@@ -11,6 +11,7 @@ import type { TrainConfig } from '../config/train.js';
 import type { TrainBackend } from './backend.js';
 import type { DistContext } from './dist.js';
 import { kernelUsByKind } from '../util/kernels.js';
+import { RUN_FILES } from './checkpoint.js';
 
 /** What the profiler reads of its trainer. */
 export interface StepProfilerDeps {
@@ -125,7 +126,7 @@ export class StepProfiler {
         .join(', ');
       lines.push(`${phase} ${(phaseSeconds[phase] ?? 0).toFixed(2)} s, GPU busy ${busy.toFixed(2)} s (${top})`);
     }
-    const dir = join(this.deps.runDir(), 'profile');
+    const dir = join(this.deps.runDir(), RUN_FILES.profile);
     mkdirSync(dir, { recursive: true });
     const file = join(dir, `${stage}-step${step}${dist.worldSize > 1 ? `-rank${dist.rank}` : ''}.json`);
     writeFileSync(file, JSON.stringify({ stage, step, rank: dist.rank, phases }, null, 1));

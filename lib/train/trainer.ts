@@ -22,7 +22,7 @@ import { mkdirSync, writeFileSync, accessSync, constants, rmSync } from 'node:fs
 import { join } from 'node:path';
 import type { TrainConfig, Stage } from '../config/train.js';
 import type { TrainBackend, SamplingOptions } from './backend.js';
-import { resolveCheckpoint, writeCheckpoint, writeFinalDir, type TrainerState } from './checkpoint.js';
+import { RUN_FILES, resolveCheckpoint, writeCheckpoint, writeFinalDir, type TrainerState } from './checkpoint.js';
 import { MetricsLog, Progress, table } from './metrics.js';
 import { studentMessages } from '../task/prompts.js';
 import type { TaskItem, RewardFn, RewardResult } from '../task/types.js';
@@ -92,8 +92,19 @@ export interface TrainSummary {
      */
     best?: { step: number; globalStep: number; score: number; ci?: [number, number]; dir: string; loaded: boolean };
     stoppedEarly: boolean;
+    /**
+     * Steps whose update was skipped (non-finite loss or gradient: the gradients zeroed, the
+     * adapter unchanged; as accelerate's optimizer_step_was_skipped), and the last one's loss and
+     * gradient norm as logged. Absent in summaries written before it was counted.
+     */
+    skippedSteps?: number;
+    lastSkip?: string;
   }[];
   globalStep: number;
+  /** Skipped steps of all stages (each stage's `skippedSteps`). */
+  skippedSteps?: number;
+  /** True when the run took steps and every one of them was skipped: no update reached the adapter. */
+  noUpdate?: boolean;
   interrupted: boolean;
   wallSeconds: number;
 }
@@ -543,7 +554,7 @@ export class Trainer {
     if (fresh) impl.begin?.(this.ctx);
     let rec = this.summary.find((r) => r.index === this.state.stageIndex);
     if (!rec) {
-      rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false };
+      rec = { stage, index: this.state.stageIndex, steps: 0, firstLoss: NaN, lastLoss: NaN, stoppedEarly: false, skippedSteps: 0 };
       this.summary.push(rec);
     }
     if (total === 0 && fresh && this.dist.isMain) this.log(`[${stage}] 0 steps: stage skipped`);
@@ -601,6 +612,10 @@ export class Trainer {
     s.rec.lastLoss = m.loss;
     if (typeof m.rewardMean === 'number') s.rec.lastReward = m.rewardMean as number;
     s.rec.steps = this.state.stageStep;
+    if (u.skipped) {
+      s.rec.skippedSteps = (s.rec.skippedSteps ?? 0) + 1;
+      s.rec.lastSkip = `${s.stage} step ${step + 1}: loss ${m.loss}, grad norm ${u.gradNorm}`;
+    }
     await this.validateAfterStep(s);
     return this.checkpointAfterStep(s);
   }
@@ -656,7 +671,7 @@ export class Trainer {
     if (skipped) {
       backend.zeroGrad();
       s.nonFinite += 1;
-      this.log(`[${s.stage}] step ${step}: non-finite loss or gradient (loss ${m.loss}, grad norm ${gradNorm}); step skipped`);
+      this.log(`[${s.stage}] step ${step + 1}: non-finite loss or gradient (loss ${m.loss}, grad norm ${gradNorm}); step skipped`);
       fatal = s.nonFinite >= MAX_CONSECUTIVE_NONFINITE;
     } else {
       s.nonFinite = 0;
@@ -738,7 +753,7 @@ export class Trainer {
     const best = bestValidation(this.state.validation, this.cfg.validation.minImprovement ?? 0)!;
     const isBest = best.point === point;
     if (isBest) {
-      const dir = join(this.deps.runDir, 'best', s.stage);
+      const dir = join(this.deps.runDir, RUN_FILES.best, s.stage);
       try {
         if (this.dist.isMain) await writeBestState(this.bestStateRun(), s.stage, point, this.state.globalStep);
       } catch (e) {
@@ -880,10 +895,14 @@ export class Trainer {
   }
 
   private finish(interrupted: boolean): TrainSummary {
+    const steps = this.summary.reduce((a, r) => a + r.steps, 0);
+    const skippedSteps = this.summary.reduce((a, r) => a + (r.skippedSteps ?? 0), 0);
     const s: TrainSummary = {
       runDir: this.deps.runDir,
       stages: this.summary,
       globalStep: this.state.globalStep,
+      skippedSteps,
+      noUpdate: steps > 0 && skippedSteps === steps,
       interrupted,
       wallSeconds: this.wall(),
     };
@@ -893,12 +912,13 @@ export class Trainer {
 
   /** Formats the summary as a table (printed at the end of `train`). */
   static formatSummary(s: TrainSummary): string {
-    const rows = [['stage', 'steps', 'first loss', 'last loss', 'last reward', 'best val', 'early stop']];
+    const rows = [['stage', 'steps', 'skipped', 'first loss', 'last loss', 'last reward', 'best val', 'early stop']];
     for (const r of s.stages) {
       const f = (v: number | undefined, d: number) => (v !== undefined && v !== null && Number.isFinite(v) ? v.toFixed(d) : '-');
       rows.push([
         r.stage,
         String(r.steps),
+        String(r.skippedSteps ?? '-'),
         f(r.firstLoss, 4),
         f(r.lastLoss, 4),
         f(r.lastReward, 3),
@@ -906,7 +926,23 @@ export class Trainer {
         r.stoppedEarly ? 'yes' : r.steps === 0 ? 'skipped (0 steps)' : 'no',
       ]);
     }
-    return `${table(rows)}\nrun dir: ${s.runDir}  steps: ${s.globalStep}  wall: ${s.wallSeconds.toFixed(1)}s${s.interrupted ? '  (interrupted; resume with --resume ' + s.runDir + ')' : ''}`;
+    const skipped = s.skippedSteps ? `  skipped: ${s.skippedSteps}` : '';
+    const closing = `${table(rows)}\nrun dir: ${s.runDir}  steps: ${s.globalStep}${skipped}  wall: ${s.wallSeconds.toFixed(1)}s${s.interrupted ? '  (interrupted; resume with --resume ' + s.runDir + ')' : ''}`;
+    const warn = Trainer.noUpdateMessage(s);
+    return warn ? `${closing}\nWARNING: ${warn}` : closing;
+  }
+
+  /**
+   * Undefined unless every step of the run was skipped (`noUpdate`); else what happened, the last
+   * skip's loss and gradient norm, and what to try. `train` ends with exit code 1 and this message.
+   */
+  static noUpdateMessage(s: TrainSummary): string | undefined {
+    if (!s.noUpdate) return undefined;
+    const last = [...s.stages].reverse().find((r) => r.lastSkip)?.lastSkip;
+    return (
+      `no update was applied: all ${s.skippedSteps} steps of the run were skipped for a non-finite loss or gradient${last ? ` (last: ${last})` : ''}, ` +
+      `so ${join(s.runDir, 'final')} holds the starting adapter. Check the settings that scale the update (--lora-alpha, the learning rates, --max-grad-norm) and the "step skipped" lines above`
+    );
   }
 
   private take(k: number): TaskItem[] {

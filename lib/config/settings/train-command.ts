@@ -27,9 +27,9 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
     flag: 'resume',
     type: 'path',
     default: null,
-    values: 'a run dir or a checkpoint dir',
+    values: 'a run dir or a checkpoint dir; no value (with --out DIR) = DIR',
     meaning:
-      'Continue a run from its latest checkpoint; only step counts (to extend a run) and the run-time settings that docs/config.md § train lists may change (where it runs, the judge endpoint, logging and trackers, checkpointing, validation interval, micro-batches)',
+      'Continue a run from its latest checkpoint (given without a dir, as TRL resume_from_checkpoint=True, it continues the run in --out); only step counts (to extend a run) and the run-time settings that docs/config.md § train lists may change (where it runs, the judge endpoint, logging and trackers, checkpointing, validation interval, micro-batches)',
     source: 'transformers Trainer.train(resume_from_checkpoint)',
   },
   {
@@ -38,7 +38,7 @@ export const TRAIN_COMMAND_OPTIONS: readonly Setting[] = [
     type: 'boolean',
     default: null,
     meaning:
-      "Clear the previous run in --out (config.json, metrics.jsonl, checkpoints, final, summary.json, report.html; never a live run's) and start this one; unset = a dir that holds a run is refused. A run killed before its first checkpoint can also be started again with --resume",
+      "Clear the previous run in --out (everything a run writes: config.json, metrics.jsonl, checkpoints, final, summary.json, report.html, report-plots, best, profile, tensorboard, wandb; never a live run's) and start this one; unset = a dir that holds a run is refused. A run killed before its first checkpoint can also be started again with --resume",
     source: 'transformers TrainingArguments.overwrite_output_dir',
   },
   // Hugging Face Hub upload of the final adapter (lib/hub/publish.ts): command options, not config keys.

@@ -16,6 +16,7 @@ import { appendFileSync, mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Tracker, TrackerKind, TrackerStart } from './index.js';
+import { RUN_FILES } from '../checkpoint.js';
 
 // ---- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) ----
 const CRC_TABLE = (() => {
@@ -119,7 +120,7 @@ export class EventFileWriter {
 }
 
 export async function openTensorboard(s: TrackerStart): Promise<Tracker> {
-  const w = new EventFileWriter(join(s.runDir, 'tensorboard'));
+  const w = new EventFileWriter(join(s.runDir, RUN_FILES.tensorboard));
   const rows = Object.entries(s.params).map(([k, v]) => `| ${k} | ${String(v).replace(/\|/g, '\\|')} |`);
   w.text(0, 'config', ['| key | value |', '| --- | --- |', ...rows].join('\n'));
   let last = 0;
