@@ -4,6 +4,7 @@
  * RaR / RubricHub weights with pitfalls; ResearchPlanGen's pass fraction; PaperGym through the
  * training reward function; null verdicts left out, never 0.
  */
+import { createHash } from 'node:crypto';
 import { expect } from 'chai';
 import { formatProtocolScore, getProtocol, parseLevels, PROTOCOLS, scoreRows, type ProtocolRow } from '../lib/eval/protocols/index.js';
 import { computeReward } from '../lib/judge/rewards.js';
@@ -183,6 +184,8 @@ describe('benchmark scoring protocols', () => {
     });
     expect(prompts).to.deep.equal([item.messages]);
     expect(plans).to.deep.equal([{ questionId: 'hb', sample: 0, plan: 'Hello!', finishReason: undefined }]);
+    // Each row names its plan: the first 16 hex of SHA-256('Hello!').
+    const planHash = createHash('sha256').update('Hello!').digest('hex').slice(0, 16);
     expect(rows).to.deep.equal([
       {
         protocol: 'healthbench',
@@ -195,6 +198,7 @@ describe('benchmark scoring protocols', () => {
         axis: 'completeness',
         tags: ['axis:completeness', 'theme:x'],
         judges: { a: true, b: true },
+        planHash,
       },
       {
         protocol: 'healthbench',
@@ -206,6 +210,7 @@ describe('benchmark scoring protocols', () => {
         weight: -2,
         tags: ['theme:x'],
         judges: { a: false, b: true },
+        planHash,
       },
     ]);
     near(scoreRows(getProtocol('healthbench'), rows, { resamples: 0 }).score!.score, 1);
