@@ -275,13 +275,13 @@ export const RUN_FILES = {
   best: 'best',
   /** `--profile-step N`: the step's kernel profile per stage (lib/train/step-profile.ts). */
   profile: 'profile',
-  /** `--report-to tensorboard`: the event files (lib/train/trackers/tensorboard.ts). */
-  tensorboard: 'tensorboard',
-  /** `--report-to wandb`: the wandb library's own dir under the run dir it is given (lib/train/trackers/wandb.ts). */
-  wandb: 'wandb',
 } as const;
 
-/** Everything a `train` run writes in its run dir (besides its lock): what `--overwrite-output-dir` clears. */
+/**
+ * Everything a `train` run writes in its run dir (besides its lock and its trackers' own entries,
+ * which each tracker's descriptor names: lib/train/trackers `runDirEntries`): what
+ * `--overwrite-output-dir` clears.
+ */
 export const RUN_DIR_ENTRIES: readonly string[] = [...Object.values(RUN_FILES), basename(reportPlotsDir(RUN_FILES.report))];
 
 /**
@@ -306,9 +306,12 @@ export function restartableRun(dir: string): { runDir: string; config: Record<st
   return { runDir: d, config };
 }
 
-/** Removes {@link RUN_DIR_ENTRIES} from `runDir` (the caller holds the run lock); resolves with the names removed. */
-export async function clearRunDir(runDir: string): Promise<string[]> {
-  const gone = RUN_DIR_ENTRIES.filter((f) => existsSync(join(runDir, f)));
+/**
+ * Removes {@link RUN_DIR_ENTRIES} and `extra` (the trackers' entries) from `runDir` (the caller holds
+ * the run lock); resolves with the names removed.
+ */
+export async function clearRunDir(runDir: string, extra: readonly string[] = []): Promise<string[]> {
+  const gone = [...RUN_DIR_ENTRIES, ...extra].filter((f) => existsSync(join(runDir, f)));
   for (const f of gone) await rm(join(runDir, f), { recursive: true, force: true });
   return gone;
 }

@@ -26,7 +26,7 @@ import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../model/device.js';
 import { writeReport } from '../report/html.js';
 import { truncateMetrics } from './metrics.js';
-import { parseReportTo, TrackerSet } from './trackers/index.js';
+import { parseReportTo, TRACKERS, TrackerSet } from './trackers/index.js';
 import { userCacheDir } from '../util/cache.js';
 import { makeCheckpointOnce } from '../model/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
@@ -372,7 +372,10 @@ export async function runTraining(opts: RunOptions): Promise<TrainSummary> {
       // TRL's overwrite_output_dir: the previous run's files go (under its lock: never a live run's).
       const lock = acquireLock(join(out, RUN_LOCK), `run dir ${out}`);
       try {
-        const gone = await clearRunDir(out);
+        const gone = await clearRunDir(
+          out,
+          TRACKERS.values().flatMap((t) => t.runDirEntries ?? []),
+        );
         log(`--overwrite-output-dir: cleared the previous run in ${out} (${gone.join(', ')})`);
       } finally {
         lock.release();

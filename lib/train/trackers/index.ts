@@ -52,6 +52,8 @@ export interface TrackerKind {
   readonly name: string;
   /** One line for docs and errors. */
   readonly describe: string;
+  /** What it writes in the run dir, as names under it (what `train --overwrite-output-dir` clears). Absent: nothing. */
+  readonly runDirEntries?: readonly string[];
   /** Starts the tracker for one run. @throws Error (or rejects) when it cannot start: the run warns and goes on without it. */
   open(s: TrackerStart): Promise<Tracker>;
 }

@@ -16,7 +16,6 @@ import { appendFileSync, mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import type { Tracker, TrackerKind, TrackerStart } from './index.js';
-import { RUN_FILES } from '../checkpoint.js';
 
 // ---- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) ----
 const CRC_TABLE = (() => {
@@ -119,8 +118,11 @@ export class EventFileWriter {
   }
 }
 
+/** The event files' dir under the run dir. */
+const TENSORBOARD_DIR = 'tensorboard';
+
 export async function openTensorboard(s: TrackerStart): Promise<Tracker> {
-  const w = new EventFileWriter(join(s.runDir, RUN_FILES.tensorboard));
+  const w = new EventFileWriter(join(s.runDir, TENSORBOARD_DIR));
   const rows = Object.entries(s.params).map(([k, v]) => `| ${k} | ${String(v).replace(/\|/g, '\\|')} |`);
   w.text(0, 'config', ['| key | value |', '| --- | --- |', ...rows].join('\n'));
   let last = 0;
@@ -141,5 +143,6 @@ export async function openTensorboard(s: TrackerStart): Promise<Tracker> {
 export const tensorboardTracker: TrackerKind = {
   name: 'tensorboard',
   describe: 'TensorBoard event file under <out>/tensorboard/ (TFRecord framing, tf.Event protos)',
+  runDirEntries: [TENSORBOARD_DIR],
   open: (s) => openTensorboard(s),
 };

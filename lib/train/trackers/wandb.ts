@@ -93,5 +93,7 @@ export async function openWandb(s: TrackerStart, env: NodeJS.ProcessEnv = proces
 export const wandbTracker: TrackerKind = {
   name: 'wandb',
   describe: 'Weights & Biases through its Python SDK (a bridge process; WANDB_MODE as set)',
+  // The wandb library's own dir under the run dir it is given.
+  runDirEntries: ['wandb'],
   open: (s) => openWandb(s),
 };
