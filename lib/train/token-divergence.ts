@@ -39,6 +39,7 @@ export interface DivergenceSums {
   byId: Record<string, { text: string; count: number; jsd: number }>;
 }
 
+/** Zeroed sums for one step's diagnosed completions (tokens, JSD in nats, top-1 agreements, per class and per id). */
 export function emptyDivergence(): DivergenceSums {
   return { tokens: 0, jsd: 0, top1Agree: 0, format: { tokens: 0, jsd: 0 }, content: { tokens: 0, jsd: 0 }, byId: {} };
 }

@@ -13,8 +13,8 @@
  * Everything is recomputed from the stage's validation list, which each checkpoint carries, so a
  * resumed run makes the same decisions.
  */
-import { mulberry32 } from '../util/random.js';
 import { quantile } from '../eval/report.js';
+import { bootstrapMeans } from '../eval/protocols/score.js';
 
 /** One validation of a stage: after `step` stage steps, mean `score` over the items, its interval. */
 export interface ValidationPoint {
@@ -34,15 +34,9 @@ export function bootstrapMean(scores: number[], seed: number, opts: { resamples?
   const n = scores.length;
   const mean = n ? scores.reduce((a, b) => a + b, 0) / n : NaN;
   if (n < 2) return { mean, ci: [mean, mean] };
-  const B = opts.resamples ?? 1000;
   const level = opts.level ?? 0.95;
-  const rnd = mulberry32(seed);
-  const means = new Array<number>(B);
-  for (let b = 0; b < B; b++) {
-    let s = 0;
-    for (let i = 0; i < n; i++) s += scores[Math.floor(rnd() * n)]!;
-    means[b] = s / n;
-  }
+  // Each item its own cluster: the protocols' question bootstrap (same draws, same sums).
+  const means = bootstrapMeans(new Map(scores.map((x, i) => [String(i), [x]])), (m) => m, opts.resamples ?? 1000, seed);
   means.sort((a, b) => a - b);
   return { mean, ci: [quantile(means, (1 - level) / 2), quantile(means, (1 + level) / 2)] };
 }
