@@ -61,7 +61,7 @@ export function judgeConfigFromArgs(argv: Partial<JudgeArgs> | Record<string, un
 const JURY_FLAGS = [
   { flag: '--judges', key: 'judges', byDefault: JUDGE_DEFAULTS.judges as unknown },
   { flag: '--judge-aggregation', key: 'judgeAggregation', byDefault: JUDGE_DEFAULTS.aggregation as unknown },
-  { flag: '--jury-on-member-failure', key: 'juryOnMemberFailure', byDefault: JUDGE_DEFAULTS.onMemberFailure as unknown },
+  { flag: '--jury-on-member-failure', key: 'juryOnMemberFailure', byDefault: JUDGE_DEFAULTS.juryOnMemberFailure as unknown },
 ] as const;
 
 /**

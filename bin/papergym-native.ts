@@ -5,13 +5,19 @@ import { hideBin } from 'yargs/helpers';
 import { commands } from './commands/index.js';
 import { dashFlags, joinNegativeNumbers, quietOnEpipe, repeatedFlag } from './cli-util.js';
 import { trlAliasArgs, trlFlagHints } from '../lib/config/trl.js';
+import { upgradeFormerFlags } from '../lib/config/renames.js';
 import { commandSettings, TRAIN_COMMAND_OPTIONS, trainSettings } from '../lib/config/settings.js';
 
 // `doctor | head`: a closed pipe ends the process quietly instead of with an EPIPE stack trace.
 quietOnEpipe(process.stdout);
 quietOnEpipe(process.stderr);
 
-const given = dashFlags(joinNegativeNumbers(hideBin(process.argv)));
+const typed = dashFlags(joinNegativeNumbers(hideBin(process.argv)));
+// A renamed setting's former flag (`eval --alpha`) is read as its flag, with a deprecation line (lib/config/renames.ts).
+const sub0 = typed.find((a) => !a.startsWith('-'));
+const upgraded = upgradeFormerFlags(typed, (sub0 && commandSettings()[sub0]) || []);
+for (const line of upgraded.lines) process.stderr.write(`papergym-native: warning: ${line}\n`);
+const given = upgraded.args;
 // train: TRL's exact names (`--output-dir`, `--num-generations`) are read as ours (lib/config/trl.ts).
 const args = given.find((a) => !a.startsWith('-')) === 'train' ? trlAliasArgs(given, [...TRAIN_COMMAND_OPTIONS, ...trainSettings()]) : given;
 // A scalar flag given twice (also as ours and its TRL alias) is an error, never merged by the parser

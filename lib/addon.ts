@@ -349,7 +349,16 @@ export interface GrpoOptions {
   epsilon?: number;
   epsLow?: number;
   epsHigh?: number;
-  /** k3 KL coefficient (default 0). k3 = exp(x) − x − 1, x = clamp(ref − logp, ±20). */
+  /**
+   * k3 KL coefficient (default 0; the training setting grpo.klCoef, `--kl-coef`): the loss adds
+   * klCoef · k3 per token, k3 = exp(x) − x − 1, x = clamp(ref − logp, ±20) (Schulman's k3; TRL
+   * GRPOConfig.beta). Must be ≥ 0.
+   */
+  klCoef?: number;
+  /**
+   * @deprecated the former name of {@link klCoef} (one word per setting, issue 51): still read when
+   * klCoef is absent; both given with different values is an error.
+   */
   betaKl?: number;
   /** Sampling temperature T: logp = log softmax(logits / T). Default 1. */
   temperature?: number;
@@ -376,7 +385,7 @@ export interface GrpoArgs extends Placement, GrpoOptions {
   tokens: IdTensor;
   /** [B, T] logprobs of the policy that sampled (at the sampling temperature). */
   oldLogprobs: FloatTensor;
-  /** [B, T] reference-policy logprobs (required when betaKl ≠ 0). */
+  /** [B, T] reference-policy logprobs (required when klCoef ≠ 0). */
   refLogprobs?: FloatTensor;
   /** [B] per-sequence (or [B, T] per-token) advantages. */
   advantages: FloatTensor;
@@ -388,7 +397,7 @@ export interface GrpoArgs extends Placement, GrpoOptions {
 
 /** Metrics of a GRPO loss call. */
 export interface GrpoMetrics {
-  /** Masked mean of k3 over this call's completion tokens (0 when betaKl = 0). */
+  /** Masked mean of k3 over this call's completion tokens (0 when klCoef = 0). */
   meanKl: number;
   /** Masked token fractions as TRL logs them: low = ρ < 1−ε_low ∧ Â < 0; high = ρ > 1+ε_high ∧ Â > 0; region = either. */
   clipFraction: { low: number; high: number; region: number };
@@ -498,7 +507,7 @@ export interface GrpoBackwardArgs extends GrpoOptions {
   completionMask: MaskTensor;
   /** [B, L] sampling-time logprobs (values outside completionMask ignored). */
   oldLogprobs: FloatTensor;
-  /** [B, L] reference-policy logprobs (required when betaKl ≠ 0). */
+  /** [B, L] reference-policy logprobs (required when klCoef ≠ 0). */
   refLogprobs?: FloatTensor;
   /** [B] per-sequence or [B, L] per-token advantages. */
   advantages: FloatTensor;

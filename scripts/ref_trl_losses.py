@@ -9,7 +9,7 @@ INPUT holds a list of `cases`; each case has `kind` and plain nested lists:
             logits = hidden @ weight.T with labels = -100 where mask == 0, reduction "batchmean";
             returns loss and d loss / d studentHidden (autograd through TRL's function).
   grpo:  hidden [B,T,H], weight [V,H], tokens [B,T], oldLogprobs [B,T], refLogprobs [B,T],
-         advantages [B], mask [B,T], epsLow, epsHigh, betaKl, temperature, aggregation,
+         advantages [B], mask [B,T], epsLow, epsHigh, klCoef, temperature, aggregation,
          maxCompletionLength
          -> TRL `GRPOTrainer._compute_loss` itself, run unbound on a minimal stub trainer whose
             `_get_per_token_logps_and_entropies` returns TRL's `selective_log_softmax(logits / T)`
@@ -81,7 +81,7 @@ def run_grpo(c, dt):
     stub.top_entropy_quantile = 1.0
     stub.off_policy_mask_threshold = None
     stub.importance_sampling_level = "token"
-    stub.beta = c["betaKl"]
+    stub.beta = c["klCoef"]
     stub.loss_type = c["aggregation"]
     stub.epsilon_low = c["epsLow"]
     stub.epsilon_high = c["epsHigh"]

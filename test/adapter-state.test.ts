@@ -166,7 +166,7 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
       }),
     );
     const step = async (b: NativeBackend, k: number) => {
-      await b.opsdBackward(batches[k]!, { beta: 0.5, temperature: 1, normalizer: 8, teacher: 'ema-teacher' });
+      await b.opsdBackward(batches[k]!, { jsdBeta: 0.5, temperature: 1, normalizer: 8, teacher: 'ema-teacher' });
       await b.optimizerStep(1.0);
       b.emaUpdate('ema-teacher', 0.8);
     };
@@ -242,7 +242,7 @@ describe('native adapter state: snapshots, EMA, optimizer state, checkpoints', f
       b.resetOptimizer(1e-2, 4);
       b.snapshotAdapter('ema-teacher');
       const step = async () => {
-        await b.opsdBackward(batch, { beta: 0.5, temperature: 1, normalizer: 8, teacher: 'ema-teacher' });
+        await b.opsdBackward(batch, { jsdBeta: 0.5, temperature: 1, normalizer: 8, teacher: 'ema-teacher' });
         await b.optimizerStep(1.0);
         b.emaUpdate('ema-teacher', 0.8);
       };

@@ -27,7 +27,7 @@ describe('CLI bad input', function () {
 
   it('--kl-coef -1 and --grpo-lr -1e-5 are range errors naming the flag, before any run dir exists', async () => {
     for (const [flag, val, re] of [
-      ['--kl-coef', '-1', /grpo\.betaKl \(--kl-coef\) must be in \[0, ∞\) \(got -1\)/],
+      ['--kl-coef', '-1', /grpo\.klCoef \(--kl-coef\) must be in \[0, ∞\) \(got -1\)/],
       ['--grpo-lr', '-1e-5', /grpo\.lr \(--grpo-lr\) must be in \(0, ∞\) \(got -0\.00001\)/],
     ] as const) {
       const out = join(tmp, `run${flag}`);

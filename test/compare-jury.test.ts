@@ -184,11 +184,11 @@ describe('compare with a jury (loopback judges)', function () {
       const report = join(tmp, 'failing.json');
       const stop = await run(judges, ['--report', report, '--judge-cache', join(tmp, 'failing-stop.sqlite')]);
       expect(stop.code).to.equal(1);
-      expect(stop.err).to.match(/compare: jury member L failed: 1\d of its 18 answers null \(1\d failed requests, 0 unreadable\).*onMemberFailure stop/);
+      expect(stop.err).to.match(/compare: jury member L failed: 1\d of its 18 answers null \(1\d failed requests, 0 unreadable\).*juryOnMemberFailure stop/);
       expect(() => readFileSync(report)).to.throw();
       const cont = await run(judges, ['--report', report, '--judge-cache', join(tmp, 'failing-cont.sqlite'), '--jury-on-member-failure', 'continue']);
       expect(cont.code, cont.err).to.equal(0);
-      expect(cont.err).to.match(/warning: compare: jury member L left out of the run \(judge.onMemberFailure continue\)/);
+      expect(cont.err).to.match(/warning: compare: jury member L left out of the run \(judge.juryOnMemberFailure continue\)/);
       const rep = JSON.parse(readFileSync(report, 'utf8'));
       expect(rep.jury.leftOut).to.deep.equal(['L']);
       expect(rep.jury.members.L.health.leftOut).to.match(/failed requests/);

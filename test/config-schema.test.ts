@@ -79,7 +79,7 @@ describe('settings schema', () => {
   });
 
   it('validates every key against its range, naming the key and its flag', () => {
-    expect(() => resolveConfig({ flags: { grpo: { betaKl: -1 } as never } })).to.throw(/grpo\.betaKl \(--kl-coef\) must be in \[0, ∞\) \(got -1\)/);
+    expect(() => resolveConfig({ flags: { grpo: { klCoef: -1 } as never } })).to.throw(/grpo\.klCoef \(--kl-coef\) must be in \[0, ∞\) \(got -1\)/);
     expect(() => resolveConfig({ flags: { grpo: { lr: -1e-5 } as never } })).to.throw(/grpo\.lr \(--grpo-lr\) must be in \(0, ∞\)/);
     expect(() => resolveConfig({ flags: { device: 'gpu' } })).to.throw(/device \(--device\) must be cpu \| cuda \| cuda:N/);
     expect(() => resolveConfig({ flags: { opsd: { steps: 0 } as never, grpo: { steps: 0 } as never } })).to.throw(/every stage has 0 steps/);

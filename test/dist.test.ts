@@ -245,8 +245,8 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
         'sampling: {maxNewTokens: 6, temperature: 1.0}',
         'sft: {steps: 2, lr: 0.001, batchSize: 3}',
         'opsd: {steps: 1, lr: 0.001, batchSize: 2, microBatch: 1}',
-        'grpo: {steps: 1, lr: 0.001, questionsPerStep: 2, groupSize: 2, microBatch: 2, scale: none}',
-        'validation: {every: 0, maxItems: 0}',
+        'grpo: {steps: 1, lr: 0.001, questionsPerStep: 2, groupSize: 2, microBatch: 2, advantageScale: none}',
+        'validation: { validateEvery: 0, items: 0 }',
         'checkpoint: {every: 1}',
         '',
       ].join('\n'),
@@ -371,7 +371,7 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
       'stages: [sft, opsd, grpo]',
       'seed: 7',
       'sampling: {maxNewTokens: 6, temperature: 1.0}',
-      'validation: {every: 0, maxItems: 0}',
+      'validation: { validateEvery: 0, items: 0 }',
       'checkpoint: {every: 1}',
     ];
     writeFileSync(
@@ -380,7 +380,7 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
         ...common,
         'sft: {steps: 1, lr: 0.001, batchSizePerRank: 2}',
         'opsd: {steps: 1, lr: 0.001, batchSizePerRank: 1, microBatch: 1}',
-        'grpo: {steps: 1, lr: 0.001, questionsPerRank: 1, groupSize: 2, microBatch: 2, scale: none}',
+        'grpo: {steps: 1, lr: 0.001, questionsPerRank: 1, groupSize: 2, microBatch: 2, advantageScale: none}',
         '',
       ].join('\n'),
     );
@@ -390,7 +390,7 @@ describe('dist: data-parallel trainer equals one process (Gloo, CPU)', function 
         ...common,
         'sft: {steps: 1, lr: 0.001, batchSize: 4}',
         'opsd: {steps: 1, lr: 0.001, batchSize: 2, microBatch: 1}',
-        'grpo: {steps: 1, lr: 0.001, questionsPerStep: 2, groupSize: 2, microBatch: 2, scale: none}',
+        'grpo: {steps: 1, lr: 0.001, questionsPerStep: 2, groupSize: 2, microBatch: 2, advantageScale: none}',
         '',
       ].join('\n'),
     );

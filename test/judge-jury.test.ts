@@ -125,11 +125,11 @@ describe('jury of HTTP judges over loopback servers', function () {
     let err: Error | undefined;
     await stop.judge(req('P2')).catch((e: Error) => (err = e));
     expect(err).to.be.instanceOf(JudgeHealthError);
-    expect(err!.message).to.match(/jury member C failed: 4 of 4 verdicts null .*4 failed requests.*onMemberFailure stop/);
+    expect(err!.message).to.match(/jury member C failed: 4 of 4 verdicts null .*4 failed requests.*juryOnMemberFailure stop/);
     expect(stop.memberHealth().C).to.deep.include({ verdicts: 8, nulls: 4, errors: 4 });
     const warnings: string[] = [];
     failC = false;
-    const go = new JuryJudge([member('A'), member('B'), member('C')], { onMemberFailure: 'continue', onWarning: (m) => warnings.push(m) });
+    const go = new JuryJudge([member('A'), member('B'), member('C')], { juryOnMemberFailure: 'continue', onWarning: (m) => warnings.push(m) });
     const [first] = await go.judge(req());
     expect(first.map((v) => v.met)).to.deep.equal([true, true, true, false]);
     failC = true;
@@ -216,7 +216,7 @@ describe('jury settings (judge.kind jury, judge.judges)', () => {
           'judge:',
           '  kind: jury',
           '  aggregation: majority',
-          '  onMemberFailure: stop',
+          '  juryOnMemberFailure: stop',
           '  judges:',
           '    - name: local',
           '      kind: local',

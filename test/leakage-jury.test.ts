@@ -144,7 +144,7 @@ describe('leakage with a jury (loopback judges)', function () {
       const err = await runLeakage({ data, judge: 'jury', judges, state: join(tmp, 'stop.sqlite'), progress: 'none' }).catch((e: Error) => e);
       expect(err).to.be.instanceOf(JudgeHealthError);
       expect((err as Error).message).to.match(
-        /leakage: jury member F failed: 5 of its 8 answers null \(5 failed requests, 0 unreadable\).*onMemberFailure stop/,
+        /leakage: jury member F failed: 5 of its 8 answers null \(5 failed requests, 0 unreadable\).*juryOnMemberFailure stop/,
       );
       seen = 0;
       const warnings: string[] = [];
@@ -152,7 +152,7 @@ describe('leakage with a jury (loopback judges)', function () {
         { data, judge: 'jury', judges, state: join(tmp, 'cont.sqlite'), progress: 'none', juryOnMemberFailure: 'continue' },
         { onWarning: (m) => warnings.push(m) },
       );
-      expect(warnings.join('\n')).to.match(/leakage: jury member F left out of the run \(judge.onMemberFailure continue\)/);
+      expect(warnings.join('\n')).to.match(/leakage: jury member F left out of the run \(judge.juryOnMemberFailure continue\)/);
       expect(rep.jury!.leftOut).to.deep.equal(['F']);
       expect(rep.jury!.members.F!.health.leftOut).to.match(/5 failed requests/);
       // Y and P alone: inferable on 1–4 (both yes), a 1–1 tie on 5–8 (not inferable under majority).

@@ -118,7 +118,7 @@ describe('losses on a tiny Qwen3 (model-integrated steps)', function () {
     const after = await sequenceLogprobs(model, { ...args, adapter: 'active' });
     expect(relErr(after.data, active.data)).to.be.above(1e-5);
     // ρ = 1 at step 0: old logprobs from sequenceLogprobs at T equal the training path's logprobs
-    const g = await grpoBackward(model, { ...args, oldLogprobs: after, refLogprobs: snap, advantages: adv, betaKl: 0.04, aggregation: 'dapo' });
+    const g = await grpoBackward(model, { ...args, oldLogprobs: after, refLogprobs: snap, advantages: adv, klCoef: 0.04, aggregation: 'dapo' });
     expect(Array.from(g.logprobs.data)).to.deep.equal(Array.from(after.data));
     expect(g.clipFraction.region).to.equal(0);
     expect(g.meanKl).to.be.above(0);
@@ -153,7 +153,7 @@ describe('losses on a tiny Qwen3 (model-integrated steps)', function () {
             refLogprobs: cut(ref as { data: Float32Array }),
             advantages: { data: Float32Array.from(adv.slice(s, s + mb)), shape: [mb] },
             temperature: T,
-            betaKl: 0.04,
+            klCoef: 0.04,
             epsLow: 0.2,
             epsHigh: 0.28,
             aggregation,

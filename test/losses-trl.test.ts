@@ -15,7 +15,7 @@ import { computeAdvantages } from '../lib/train/advantages.js';
 import { grpoLoss, jsdLoss } from '../lib/train/losses.js';
 import { mulberry32 } from '../lib/util/random.js';
 
-const python = process.env.PYTHON ?? 'python3';
+import { python } from '../lib/model/checkpoints.js';
 const FIXTURE = join(packageRoot, 'test', 'fixtures', 'losses', 'trl-parity.json');
 
 function rng(seed: number): () => number {
@@ -47,7 +47,7 @@ function makeCases(): Case[] {
   const B = 3,
     T = 4;
   for (const aggregation of ['grpo', 'dapo', 'dr_grpo']) {
-    for (const betaKl of [0, 0.04]) {
+    for (const klCoef of [0, 0.04]) {
       const hidden = Array.from({ length: B }, () => mat(r, T, H));
       const weight = mat(r, V, H);
       const tokens = Array.from({ length: B }, () => Array.from({ length: T }, () => Math.floor(r() * V)));
@@ -68,7 +68,7 @@ function makeCases(): Case[] {
         ],
         epsLow: 0.2,
         epsHigh: 0.28,
-        betaKl,
+        klCoef,
         temperature: 0.8,
         aggregation,
         maxCompletionLength: 6,
@@ -149,7 +149,7 @@ async function compare(c: Case, ref: Case, tol: number, tag: string): Promise<vo
       mask,
       epsLow: c.epsLow,
       epsHigh: c.epsHigh,
-      betaKl: c.betaKl,
+      klCoef: c.klCoef,
       temperature: c.temperature,
       aggregation: c.aggregation,
       maxCompletionLength: c.maxCompletionLength,

@@ -186,7 +186,7 @@ describe('losses: fused GRPO', () => {
   const mask: FloatTensor = { data: Float32Array.from({ length: B * T }, (_, i) => (i % T < 3 + (Math.floor(i / T) % 4) ? 1 : 0)), shape: [B, T] };
 
   for (const aggregation of ['grpo', 'dapo', 'dr_grpo'] as const) {
-    it(`fused equals unfused within 1e-5 (fp32, ${aggregation}, betaKl 0.04, T 0.7, clipping active)`, async () => {
+    it(`fused equals unfused within 1e-5 (fp32, ${aggregation}, klCoef 0.04, T 0.7, clipping active)`, async () => {
       const args = {
         hidden,
         weight: w,
@@ -195,7 +195,7 @@ describe('losses: fused GRPO', () => {
         refLogprobs: ref,
         advantages: adv,
         mask,
-        betaKl: 0.04,
+        klCoef: 0.04,
         temperature: 0.7,
         aggregation,
         epsLow: 0.2,
@@ -227,7 +227,7 @@ describe('losses: fused GRPO', () => {
       refLogprobs: f64(f32([b, t], r2, 0.2, -2.2)),
       advantages: f64(f32([b], r2)),
       mask: f64({ data: new Float32Array([1, 1, 0, 1, 1, 1]), shape: [b, t] }),
-      betaKl: 0.3,
+      klCoef: 0.3,
       temperature: 0.9,
       epsLow: 0.5,
       epsHigh: 0.5,
@@ -258,7 +258,7 @@ describe('losses: fused GRPO', () => {
   });
 
   it('the KL term’s gradient moves logp toward the reference (finite-difference sign)', async () => {
-    // One token, V = 2, hidden = scalar logit difference: loss = betaKl·k3(ref, logp) only (adv 0).
+    // One token, V = 2, hidden = scalar logit difference: loss = klCoef·k3(ref, logp) only (adv 0).
     const weight = { data: new Float64Array([1, 0]), shape: [2, 1] };
     for (const [x, refLp] of [
       [2, -3],
@@ -271,7 +271,7 @@ describe('losses: fused GRPO', () => {
         refLogprobs: { data: new Float64Array([refLp]), shape: [1, 1] },
         advantages: { data: new Float64Array([0]), shape: [1] },
         mask: { data: new Float64Array([1]), shape: [1, 1] },
-        betaKl: 1,
+        klCoef: 1,
       };
       const at = (v: number) => grpoLoss({ ...args, hidden: { data: new Float64Array([v]), shape: [1, 1, 1] } });
       const o = await at(x);
@@ -283,6 +283,40 @@ describe('losses: fused GRPO', () => {
       const fd = ((await at(x + 1e-6)).loss - (await at(x - 1e-6)).loss) / 2e-6;
       expect(Math.sign(fd)).to.equal(Math.sign(o.gradHidden!.data[0]));
     }
+  });
+
+  it('klCoef: loss = klCoef·k3 by hand; the former name betaKl is still read, and both with different values are refused', async () => {
+    // One token, V = 2, logits [v, 0]: logp = v − log(e^v + 1); advantage 0, so the loss is the KL
+    // term alone, klCoef · (e^x − x − 1) with x = ref − logp (k3, Schulman 2020), dapo: Σ / 1 token.
+    const v = 0.8,
+      refLp = -1.7,
+      coef = 0.25;
+    const logp = v - Math.log(Math.exp(v) + 1);
+    const x = refLp - logp;
+    const expected = coef * (Math.exp(x) - x - 1);
+    const args = {
+      hidden: { data: new Float64Array([v]), shape: [1, 1, 1] },
+      weight: { data: new Float64Array([1, 0]), shape: [2, 1] },
+      tokens: { data: new Int32Array([0]), shape: [1, 1] },
+      oldLogprobs: { data: new Float64Array([logp]), shape: [1, 1] },
+      refLogprobs: { data: new Float64Array([refLp]), shape: [1, 1] },
+      advantages: { data: new Float64Array([0]), shape: [1] },
+      mask: { data: new Float64Array([1]), shape: [1, 1] },
+    };
+    const now = await grpoLoss({ ...args, klCoef: coef });
+    expect(now.loss).to.be.closeTo(expected, 1e-12);
+    const former = await grpoLoss({ ...args, betaKl: coef });
+    expect(former.loss).to.equal(now.loss);
+    expect((await grpoLoss({ ...args, klCoef: coef, betaKl: coef })).loss).to.equal(now.loss);
+    // An argument error is thrown before any work (a TypeError, as for every bad argument).
+    const err = await Promise.resolve()
+      .then(() => grpoLoss({ ...args, klCoef: coef, betaKl: 0.5 }))
+      .then(
+        () => undefined,
+        (e: Error) => e,
+      );
+    expect(err).to.be.instanceOf(TypeError);
+    expect(err?.message).to.match(/grpoLoss: klCoef and its former name betaKl are given with different values/);
   });
 
   it('logprobs at the sampling temperature: old logprobs from selectedLogprobs give ρ = 1 exactly at step 0', async () => {
@@ -332,7 +366,7 @@ describe('losses: fused GRPO', () => {
       advantages: { data: a, shape: [B] },
       mask: ones,
       aggregation: 'grpo',
-      betaKl: 0,
+      klCoef: 0,
     });
     expect(Math.abs(o.loss)).to.be.below(1e-7);
     const gnorm = Math.sqrt(Array.from(o.gradHidden!.data).reduce((s, x) => s + x * x, 0));
@@ -366,7 +400,7 @@ describe('losses: fused GRPO', () => {
             refLogprobs: slice(rf, rows),
             advantages: slice(ad, rows),
             mask: slice(mk, rows),
-            betaKl: 0.04,
+            klCoef: 0.04,
             aggregation,
             numSequences: n,
             numTokens,

@@ -38,13 +38,13 @@ function presetInputs(shape: keyof typeof QWEN3_SHAPES, budgetGB = 1e6): PlanInp
     promptTokens: { student: 207, teacher: 525 },
     maxNewTokens: 1024,
     opsd: { batchSize: 32, microBatch: 4, teacher: 'fixed' },
-    grpo: { questionsPerStep: 8, groupSize: 8, microBatch: 8, betaKl: 0.01, reference: 'stage-start' },
+    grpo: { questionsPerStep: 8, groupSize: 8, microBatch: 8, klCoef: 0.01, reference: 'stage-start' },
     sft: { batchSize: 2 },
     recompute: false,
     budgetBytes: budgetGB * 1e9,
   };
 }
-const AS_MEASURED: PlanSettings = { microBatch: { opsd: 4, grpo: 8 }, recompute: false, rolloutRows: 64, judgeMaxTokensPerCall: 65536 };
+const AS_MEASURED: PlanSettings = { microBatch: { opsd: 4, grpo: 8 }, recompute: false, rolloutRows: 64, judgeTokensPerCall: 65536 };
 
 describe('memory plan', () => {
   it('reproduces the measured peaks (8B GRPO 108.9 GB, 8B OPSD 64.3 GB, 1.7B GRPO 40.6 GB) within the stated tolerance', () => {
@@ -102,7 +102,7 @@ describe('memory plan', () => {
             expect(p.microBatch.opsd).to.be.at.most(prev.microBatch.opsd!);
           }
           expect(p.rolloutRows).to.be.at.most(prev.rolloutRows);
-          expect(p.judgeMaxTokensPerCall).to.be.at.most(prev.judgeMaxTokensPerCall);
+          expect(p.judgeTokensPerCall).to.be.at.most(prev.judgeTokensPerCall);
           if (prev.recompute) expect(p.recompute).to.equal(true);
         }
         prev = p;
@@ -214,7 +214,7 @@ describe('memory plan', () => {
     const http = resolveConfig({ preset: 'qwen3-1.7b', flags: { judge: { kind: 'http', url: 'http://127.0.0.1:9/v1', model: 'm' } } as never });
     planForRun(http, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} });
     expect(http.grpo.judgeOverlap, 'no local judge: nothing to decide').to.equal('auto');
-    const capped = resolveConfig({ preset: 'qwen3-1.7b', flags: { device: 'cpu', memory: { maxMemoryGB: 48 } } as never });
+    const capped = resolveConfig({ preset: 'qwen3-1.7b', flags: { device: 'cpu', memory: { maxMemory: 48 } } as never });
     planForRun(capped, { shape: QWEN3_SHAPES['qwen3-1.7b'], promptTokens: { student: 207, teacher: 525 }, pinned: {} });
     expect(capped.grpo.judgeOverlap, 'CPU: no overlap to decide').to.equal('auto');
   });
@@ -224,9 +224,9 @@ describe('memory plan', () => {
     const x = presetInputs('qwen3-1.7b', 16);
     const apart = planMemory(x),
       on = planMemory({ ...x, judgeOverlap: true });
-    expect(apart.judgeMaxTokensPerCall).to.equal(32768);
+    expect(apart.judgeTokensPerCall).to.equal(32768);
     expect(on.judgeOverlap).to.equal(true);
-    expect(on.judgeMaxTokensPerCall).to.equal(16384);
+    expect(on.judgeTokensPerCall).to.equal(16384);
     expect(on.phases['rollout-grpo']!).to.be.at.most(on.limitBytes);
     expect(on.fits).to.equal(true);
     expect(on.notes.join('; ')).to.include('judge maxTokensPerCall 32768 -> 16384 to fit beside the rollout (grpo.judgeOverlap on)');
@@ -234,11 +234,11 @@ describe('memory plan', () => {
     for (let gbs = 4; gbs <= 40; gbs += 0.25) {
       const p = planMemory({ ...presetInputs('qwen3-1.7b', gbs), judgeOverlap: true });
       if (p.fits) expect(p.phases['rollout-grpo']!, `${gbs} GB`).to.be.at.most(p.limitBytes);
-      expect(p.judgeMaxTokensPerCall, `${gbs} GB`).to.be.at.most(planMemory(presetInputs('qwen3-1.7b', gbs)).judgeMaxTokensPerCall);
+      expect(p.judgeTokensPerCall, `${gbs} GB`).to.be.at.most(planMemory(presetInputs('qwen3-1.7b', gbs)).judgeTokensPerCall);
     }
     // A pinned maxTokensPerCall is kept (then the plan says what does not fit).
-    const pinned = planMemory({ ...x, judgeOverlap: true, judgeMaxTokensPerCall: 32768, pinned: { judgeMaxTokensPerCall: true } });
-    expect(pinned.judgeMaxTokensPerCall).to.equal(32768);
+    const pinned = planMemory({ ...x, judgeOverlap: true, judgeTokensPerCall: 32768, pinned: { judgeTokensPerCall: true } });
+    expect(pinned.judgeTokensPerCall).to.equal(32768);
     expect(pinned.fits).to.equal(false);
     expect(pinned.notes.join('; ')).to.match(/does not fit .*rollout-grpo/);
     // 7.25 GB: even 2048 judge tokens do not fit beside the rollout; judged after it, the run fits as configured.
@@ -255,12 +255,12 @@ describe('memory plan', () => {
     expect(shape.hiddenSize).to.be.above(0);
     const cpu = resolveConfig({});
     expect(planForRun(cpu, { shape, promptTokens: { student: 200, teacher: 500 }, pinned: {} })).to.equal(undefined);
-    const capped = resolveConfig({ preset: 'qwen3-8b', flags: { device: 'cpu', memory: { maxMemoryGB: 48 } } as never });
+    const capped = resolveConfig({ preset: 'qwen3-8b', flags: { device: 'cpu', memory: { maxMemory: 48 } } as never });
     const r = planForRun(capped, { shape: QWEN3_SHAPES['qwen3-8b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 141e9, pinned: {} })!;
     expect(r.plan.budgetBytes).to.equal(48e9);
     expect(capped.grpo.microBatch).to.equal(r.plan.microBatch.grpo).and.to.be.below(8);
     expect(capped.memory.rolloutRows).to.equal(r.plan.rolloutRows);
-    expect(capped.memory.judgeMaxTokensPerCall).to.equal(r.plan.judgeMaxTokensPerCall);
+    expect(capped.memory.judgeTokensPerCall).to.equal(r.plan.judgeTokensPerCall);
     const gpu = resolveConfig({ preset: 'qwen3-8b' });
     const g = planForRun(gpu, { shape: QWEN3_SHAPES['qwen3-8b'], promptTokens: { student: 207, teacher: 525 }, deviceMemoryBytes: 80e9, pinned: {} })!;
     expect(g.plan.budgetBytes).to.equal(80e9);
@@ -291,8 +291,8 @@ describe('memory plan', () => {
       microBatch: { opsd: false, grpo: true },
       recompute: true,
       rolloutRows: false,
-      judgeMaxTokensPerCall: false,
+      judgeTokensPerCall: false,
     });
-    expect(() => resolveConfig({ flags: { memory: { maxMemoryGB: -1 } } as never })).to.throw(/memory\.maxMemoryGB \(--max-memory\) must be in \(0, ∞\)/);
+    expect(() => resolveConfig({ flags: { memory: { maxMemory: -1 } } as never })).to.throw(/memory\.maxMemory \(--max-memory\) must be in \(0, ∞\)/);
   });
 });

@@ -81,7 +81,7 @@ describe('no silent overwrite, no silent default (issue 56)', function () {
     writeFileSync(data, readFileSync(SAMPLE, 'utf8').replace(/"split":"val"/g, '"split":"train"'));
     const lines: string[] = [];
     const run = runTraining({
-      flags: { data, model: join(tmp, 'no-model'), validation: { every: 2 } as never },
+      flags: { data, model: join(tmp, 'no-model'), validation: { validateEvery: 2 } as never },
       log: (l) => lines.push(l),
       handleSignals: false,
     });
@@ -94,7 +94,7 @@ describe('no silent overwrite, no silent default (issue 56)', function () {
     // --validate-every 0: no warning.
     lines.length = 0;
     await runTraining({
-      flags: { data, model: join(tmp, 'no-model'), validation: { every: 0 } as never },
+      flags: { data, model: join(tmp, 'no-model'), validation: { validateEvery: 0 } as never },
       log: (l) => lines.push(l),
       handleSignals: false,
     }).catch(() => undefined);

@@ -21,7 +21,7 @@ function flags(out: string, steps: number): Partial<TrainConfig> {
     stages: ['opsd'],
     sampling: { maxNewTokens: 4 } as TrainConfig['sampling'],
     opsd: { steps, batchSize: 1, microBatch: 1 } as TrainConfig['opsd'],
-    validation: { every: 0 } as TrainConfig['validation'],
+    validation: { validateEvery: 0 } as TrainConfig['validation'],
     checkpoint: { every: 1 },
   };
 }

@@ -107,9 +107,9 @@ describe('GRPO step: the correction reaches the update (fake backend)', function
     const cfg = resolveConfig({
       flags: {
         stages: ['grpo'],
-        grpo: { steps: 1, questionsPerStep: 1, groupSize: 2, microBatch: 2, betaKl: 0, rolloutCorrection: mode, importanceSamplingCap: 1.5 } as never,
+        grpo: { steps: 1, questionsPerStep: 1, groupSize: 2, microBatch: 2, klCoef: 0, rolloutCorrection: mode, importanceSamplingCap: 1.5 } as never,
         checkpoint: { every: 0 },
-        validation: { every: 0, maxItems: 0 },
+        validation: { validateEvery: 0, items: 0 },
       } as never,
     });
     const runDir = join(tmp, mode);
@@ -186,7 +186,7 @@ describe('NativeBackend.grpoBackward: token weights act as per-token advantages 
       const opts = {
         epsLow: 0.2,
         epsHigh: 0.2,
-        betaKl: 0,
+        klCoef: 0,
         temperature: 1,
         aggregation: 'dapo' as const,
         totalSequences: 1,

@@ -58,7 +58,7 @@ describe('OPSD token diagnostics out of memory (fake backend)', () => {
           stages: ['opsd'],
           opsd: { steps: 2, batchSize: 1, microBatch: 1 } as never,
           checkpoint: { every: 0 },
-          validation: { every: 0, maxItems: 0 },
+          validation: { validateEvery: 0, items: 0 },
         } as never,
       });
       const backend: TrainBackend = {

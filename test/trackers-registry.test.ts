@@ -75,7 +75,7 @@ describe('a new tracker: one file and one registry line', function () {
         stages: ['opsd'],
         sampling: { maxNewTokens: 4 } as TrainConfig['sampling'],
         opsd: { steps: 2, batchSize: 1, microBatch: 1 } as TrainConfig['opsd'],
-        validation: { every: 0 } as TrainConfig['validation'],
+        validation: { validateEvery: 0 } as TrainConfig['validation'],
         checkpoint: { every: 0 },
         log: { reportTo: ['csv'] } as TrainConfig['log'],
       },

@@ -51,7 +51,7 @@ function flags(out: string, reportTo: string[]): Partial<TrainConfig> {
     sampling: { maxNewTokens: 6 } as TrainConfig['sampling'],
     opsd: { steps: 2, batchSize: 2 } as TrainConfig['opsd'],
     grpo: { steps: 1, questionsPerStep: 1, groupSize: 2 } as TrainConfig['grpo'],
-    validation: { every: 0 } as TrainConfig['validation'],
+    validation: { validateEvery: 0 } as TrainConfig['validation'],
     checkpoint: { every: 0 },
     log: { reportTo } as TrainConfig['log'],
   };
@@ -281,7 +281,7 @@ describe('experiment trackers (--report-to)', function () {
     const yaml = join(tmp, 'cfg.yaml');
     writeFileSync(
       yaml,
-      'stages: [opsd]\nopsd: { steps: 1, batchSize: 2 }\nsampling: { maxNewTokens: 4 }\nvalidation: { every: 0 }\nlog: { reportTo: [tensorboard] }\n',
+      'stages: [opsd]\nopsd: { steps: 1, batchSize: 2 }\nsampling: { maxNewTokens: 4 }\nvalidation: { validateEvery: 0 }\nlog: { reportTo: [tensorboard] }\n',
     );
     const fromFile = await cli(['train', '--config', yaml, '--out', join(tmp, 'cli-yaml')]);
     expect(fromFile.code, fromFile.err).to.equal(0);

@@ -34,7 +34,7 @@ describe('validation: bootstrap interval, best state, early-stop count', () => {
     expect(a.ci[1]).to.be.at.most(0.9);
   });
 
-  it('bestValidation: a new best needs more than minImprovement; ties, small rises and falls all count toward the stop', () => {
+  it('bestValidation: a new best needs more than earlyStopThreshold; ties, small rises and falls all count toward the stop', () => {
     const h = (scores: number[]) => scores.map((score, i) => ({ step: i + 1, score }));
     // Threshold 0: 0.65 at step 4 is the best, one validation after it.
     expect(bestValidation(h([0.5, 0.6, 0.6, 0.65, 0.55]), 0)).to.deep.include({ index: 3, sinceBest: 1 });

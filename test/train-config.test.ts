@@ -18,7 +18,7 @@ describe('train config', () => {
     expect(c.grpo.lr).to.equal(0.002); // file beats preset
     expect(c.grpo.groupSize).to.equal(4);
     expect(c.seed).to.equal(9); // flag beats file
-    expect(c.opsd.beta).to.equal(DEFAULTS.opsd.beta);
+    expect(c.opsd.jsdBeta).to.equal(DEFAULTS.opsd.jsdBeta);
   });
   it('rejects unknown keys and bad values with the file and key named', () => {
     const dir = mkdtempSync(join(tmpdir(), 'pg-cfg-'));

@@ -53,7 +53,7 @@ describe('train: the judge bounded by a step deadline, Ctrl-C during judging (fa
         stages: ['grpo'],
         grpo: { steps: 3, questionsPerStep: 2, groupSize: 2, microBatch: 4, judgeStepTimeoutMs: timeoutMs } as never,
         checkpoint: { every: 0 },
-        validation: { every: 0, maxItems: 0 },
+        validation: { validateEvery: 0, items: 0 },
       } as never,
     });
 

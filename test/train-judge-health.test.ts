@@ -59,7 +59,7 @@ describe('train: judge health and clean stops (fake backend)', function () {
         stages: ['grpo'],
         grpo: { steps: 4, questionsPerStep: 2, groupSize: 2, microBatch: 4 } as never,
         checkpoint: { every: 0 },
-        validation: { every: 0, maxItems: 0 },
+        validation: { validateEvery: 0, items: 0 },
         ...over,
       } as never,
     });

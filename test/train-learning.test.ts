@@ -45,9 +45,9 @@ describe('train: learning direction', function () {
         stages: ['grpo'],
         out: join(tmp, 'grpo'),
         seed: 11,
-        sampling: { temperature: 0.05, topK: 0, topP: 1, maxNewTokens: 3, enableThinking: false, mergeAdapter: 'auto' as const },
-        grpo: { ...resolveConfig({}).grpo, steps: 10, lr: 5e-4, questionsPerStep: 2, groupSize: 8, microBatch: 16, betaKl: 0 },
-        validation: { every: 0, maxItems: 0 },
+        sampling: { temperature: 0.05, topK: 0, topP: 1, maxNewTokens: 3, thinking: false, mergeAdapter: 'auto' as const },
+        grpo: { ...resolveConfig({}).grpo, steps: 10, lr: 5e-4, questionsPerStep: 2, groupSize: 8, microBatch: 16, klCoef: 0 },
+        validation: { validateEvery: 0, items: 0 },
         checkpoint: { every: 0 },
       },
       reward,
@@ -71,9 +71,9 @@ describe('train: learning direction', function () {
       stages: ['opsd'] as ['opsd'],
       out: join(tmp, 'opsd'),
       seed: 5,
-      sampling: { temperature: 1, topK: 0, topP: 1, maxNewTokens: 8, enableThinking: false, mergeAdapter: 'auto' as const },
+      sampling: { temperature: 1, topK: 0, topP: 1, maxNewTokens: 8, thinking: false, mergeAdapter: 'auto' as const },
       opsd: { ...resolveConfig({}).opsd, steps: 12, lr: 3e-3, batchSize: 2, microBatch: 2 },
-      validation: { every: 0, maxItems: 0 },
+      validation: { validateEvery: 0, items: 0 },
       checkpoint: { every: 0 },
     };
     // JSD of fixed completions under an adapter (loss only: grads are discarded).
@@ -90,7 +90,7 @@ describe('train: learning direction', function () {
           teacher: { promptIds: tp[r.promptIndex]!, completionIds: r.tokenIds },
         }));
         const normalizer = batch.reduce((a, x) => a + x.student.completionIds.length, 0);
-        const { loss } = await b.opsdBackward(batch, { beta: 0.5, temperature: 1, normalizer, teacher: 'none' });
+        const { loss } = await b.opsdBackward(batch, { jsdBeta: 0.5, temperature: 1, normalizer, teacher: 'none' });
         b.zeroGrad();
         return loss;
       } finally {

@@ -29,7 +29,7 @@ function maxAbs(a: Record<string, Float32Array>): number {
 }
 
 /** OPSD 1 step (4 questions) then GRPO 2 steps (2 questions × 4), 6 new tokens; rollout rows pinned at 8. */
-function flags(out: string, over: { opsdMb: number; grpoMb: number; dropout: number; recompute?: boolean; maxMemoryGB?: number }): Partial<TrainConfig> {
+function flags(out: string, over: { opsdMb: number; grpoMb: number; dropout: number; recompute?: boolean; maxMemory?: number }): Partial<TrainConfig> {
   return {
     out,
     seed: 11,
@@ -38,9 +38,9 @@ function flags(out: string, over: { opsdMb: number; grpoMb: number; dropout: num
     sampling: { maxNewTokens: 6 } as TrainConfig['sampling'],
     opsd: { steps: 1, batchSize: 4, microBatch: over.opsdMb } as TrainConfig['opsd'],
     grpo: { steps: 2, questionsPerStep: 2, groupSize: 4, microBatch: over.grpoMb } as TrainConfig['grpo'],
-    validation: { every: 0 } as TrainConfig['validation'],
+    validation: { validateEvery: 0 } as TrainConfig['validation'],
     checkpoint: { every: 0 },
-    memory: { rolloutRows: 8, recompute: over.recompute ?? false, ...(over.maxMemoryGB ? { maxMemoryGB: over.maxMemoryGB } : {}) } as TrainConfig['memory'],
+    memory: { rolloutRows: 8, recompute: over.recompute ?? false, ...(over.maxMemory ? { maxMemory: over.maxMemory } : {}) } as TrainConfig['memory'],
   };
 }
 
@@ -121,7 +121,7 @@ describe('out-of-memory recovery of the update (fault injection, tiny model)', f
     expect(maxAbsDiff(adapterOf(join(tmp, 'rc', 'final')), adapterOf(join(tmp, 'rc-ref', 'final')))).to.be.below(1e-5);
 
     // 50 tokens: nothing fits even with recompute: the run stops (with --max-memory the plan gives advice).
-    const fatal = await train(join(tmp, 'fatal'), { opsdMb: 2, grpoMb: 2, dropout: 0, maxMemoryGB: 1000 }, 50);
+    const fatal = await train(join(tmp, 'fatal'), { opsdMb: 2, grpoMb: 2, dropout: 0, maxMemory: 1000 }, 50);
     expect(fatal.error).to.be.instanceOf(Error);
     expect((fatal.error as Error & { code?: string }).code).to.equal('ERR_PG_OOM');
     expect(fatal.error!.message).to.match(
@@ -168,7 +168,7 @@ describe('out-of-memory recovery of the update (fault injection, tiny model)', f
           await backend.grpoBackward(order.slice(i, i + mb), {
             epsLow: 0.2,
             epsHigh: 0.28,
-            betaKl: 0.04,
+            klCoef: 0.04,
             temperature: 1.1,
             aggregation,
             totalSequences: batch.length,

@@ -125,7 +125,7 @@ describe('train: phase seconds in every step line and the progress line', functi
     const advantages = (r: number[]) => ({ advantages: r.map(() => 0), keep: r.map(() => true) });
     const sftCfg = (steps: number, every: number) =>
       resolveConfig({
-        flags: { stages: ['sft'], sft: { steps, batchSize: 2 } as never, checkpoint: { every }, validation: { every: 0, maxItems: 0 } } as never,
+        flags: { stages: ['sft'], sft: { steps, batchSize: 2 } as never, checkpoint: { every }, validation: { validateEvery: 0, items: 0 } } as never,
       });
     const slowSave = () => new Promise<void>((r) => setTimeout(r, 5));
 

@@ -173,7 +173,7 @@ describe('training stages: a new stage is one descriptor and one register line',
   it('the Trainer runs it: its steps from its section, the out-of-memory recovery halves its micro-batch through its accessors', async () => {
     const tmp = mkdtempSync(join(tmpdir(), 'pg-stage-'));
     try {
-      const cfg = resolveConfig({ flags: { stages: ['fake'], checkpoint: { every: 0 }, validation: { every: 0, maxItems: 0 } } });
+      const cfg = resolveConfig({ flags: { stages: ['fake'], checkpoint: { every: 0 }, validation: { validateEvery: 0, items: 0 } } });
       const items: TrainItem[] = Array.from({ length: 4 }, (_, i) => ({
         id: `q${i}`,
         question: `question ${i}`,
@@ -219,7 +219,7 @@ describe('training stages: a new stage is one descriptor and one register line',
       recompute: false,
       budgetBytes: 30e9,
       opsd: { batchSize: 1, microBatch: 1, teacher: 'fixed' },
-      grpo: { questionsPerStep: 1, groupSize: 1, microBatch: 16, betaKl: 0, reference: 'base' },
+      grpo: { questionsPerStep: 1, groupSize: 1, microBatch: 16, klCoef: 0, reference: 'base' },
       sft: { batchSize: 1 },
     };
     const alone = { ...x, stages: [] };
@@ -281,7 +281,7 @@ describe('training stages: a second stage that judges owns its reward α and its
           judged: { steps: 1, judgeStepTimeoutMs: 50 },
           grpo: { judgeStepTimeoutMs: 0 },
           checkpoint: { every: 0 },
-          validation: { every: 0, maxItems: 0 },
+          validation: { validateEvery: 0, items: 0 },
         } as never,
       });
       const items: TrainItem[] = Array.from({ length: 2 }, (_, i) => ({
@@ -321,9 +321,9 @@ describe('training stages: a second stage that judges owns its reward α and its
           seed: 5,
           stages: ['judged'],
           judged: { steps: 2 },
-          grpo: { alpha: 0.7 },
+          grpo: { rewardAlpha: 0.7 },
           checkpoint: { every: 0 },
-          validation: { every: 0 },
+          validation: { validateEvery: 0 },
         } as never,
         log: () => undefined,
         handleSignals: false,

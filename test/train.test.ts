@@ -282,7 +282,7 @@ describe('train (embedded tiny model)', function () {
           out: join(tmp, 'mixed'),
           stages: ['sft'],
           sft: { steps: 1, lr: 1e-3, batchSize: 1 },
-          validation: { every: 0, maxItems: 0 },
+          validation: { validateEvery: 0, items: 0 },
           checkpoint: { every: 0 },
         },
         log: (l) => logs.push(l),
@@ -385,7 +385,7 @@ describe('train (embedded tiny model)', function () {
     try {
       policy.model.addLora({ r: 4, alpha: 8, seed: 1 });
       const cfg = resolveConfig({
-        flags: { stages: ['sft'], sft: { steps: 6, lr: 1e-3, batchSize: 1 }, validation: { every: 0, maxItems: 0 }, checkpoint: { every: 0 } },
+        flags: { stages: ['sft'], sft: { steps: 6, lr: 1e-3, batchSize: 1 }, validation: { validateEvery: 0, items: 0 }, checkpoint: { every: 0 } },
       });
       const inner = new NativeBackend(policy, cfg);
       let calls = 0;

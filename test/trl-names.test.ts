@@ -77,7 +77,7 @@ describe('TRL / PEFT names (issue 56)', function () {
     expect(c.sampling).to.deep.equal({ maxNewTokens: 64 });
     expect(c.log).to.deep.equal({ every: 3 });
     expect(c.memory).to.deep.equal({ recompute: true });
-    expect(c.lora).to.deep.equal({ useRslora: true });
+    expect(c.lora).to.deep.equal({ rslora: true });
   });
 
   it('--lora-target-modules all-linear is every linear layer of the decoder layers, not lm_head', () => {
@@ -92,7 +92,7 @@ describe('TRL / PEFT names (issue 56)', function () {
     expect(c.out).to.equal('/tmp/run-b');
     expect(c.grpo).to.deep.equal({ steps: 3, groupSize: 6 });
     expect(c.lora!.targetModules).to.have.members(QWEN3_LINEAR);
-    expect(c.optim).to.deep.equal({ schedule: 'cosine' });
+    expect(c.optim).to.deep.equal({ lrSchedule: 'cosine' });
     writeFileSync(f, 'learning_rate: 1e-5\n');
     expect(() => readConfigFile(f)).to.throw('unknown key learning_rate; did you mean `grpo.lr: …` (`--grpo-lr`)');
     writeFileSync(f, 'grpo:\n  learning_rate: 1e-5\n');

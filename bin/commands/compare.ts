@@ -234,7 +234,7 @@ async function compareWithJury(
     const caches = [...new Set(members.map((m) => m.config.cache))].join(', ');
     process.stderr.write(
       `compare: ${names.join(' vs ')} on ${questions.length} question(s) × ${orders} order(s)${left ? ` (${left} without a plan from every system left out)` : ''}; ` +
-        `jury ${name}, on member failure ${jc.onMemberFailure}; judge cache ${caches}\n`,
+        `jury ${name}, on member failure ${jc.juryOnMemberFailure}; judge cache ${caches}\n`,
     );
     const progress = judgementProgress(argv, questions.length * orders, () =>
       opened.reduce(
@@ -254,7 +254,7 @@ async function compareWithJury(
             systems,
             members: opened,
             aggregation,
-            onMemberFailure: jc.onMemberFailure,
+            juryOnMemberFailure: jc.juryOnMemberFailure,
             keepRaw: argv.keepRaw,
             maxTokens: jc.maxTokens ?? undefined,
             signal,

@@ -49,7 +49,7 @@ interface EvalArgs extends JudgeArgs {
   thinking: boolean;
   general: boolean;
   generalRubric?: string;
-  alpha: number;
+  rewardAlpha: number;
   resamples: number;
   seed: number;
   chunk: number;
@@ -104,7 +104,7 @@ function rescore(argv: EvalArgs): ProtocolScore {
   }
   if (p.verdict === 'levels' && prows.every((r) => r.level === undefined))
     throw new Error(`${argv.rescore}: protocol ${p.name} needs five-level labels; these rows hold binary verdicts (rescore them with another --protocol)`);
-  const s = scoreRows(p, prows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+  const s = scoreRows(p, prows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.rewardAlpha });
   if (!s.score) throw new Error(`${argv.rescore}: no plan could be scored under ${p.name} (${s.skipped} skipped, ${s.nulls} of ${s.verdicts} verdicts null)`);
   return s;
 }
@@ -219,7 +219,7 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
     if (argv.out) writeRowsJsonl(argv.out, rows as never);
     if (argv.plans) writeFileSync(argv.plans, plans.map((x) => JSON.stringify(x)).join('\n') + '\n');
     assertProtocolHealth(p, rows, jc.maxNullRate, judgeName);
-    const s = scoreRows(p, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha });
+    const s = scoreRows(p, rows, { resamples: argv.resamples, seed: argv.seed, alpha: argv.rewardAlpha });
     if (!s.score) throw new JudgeHealthError(`eval (${p.name}): no plan could be scored (${s.skipped} skipped); no score written`);
     const meta = {
       model: argv.model,
@@ -233,14 +233,14 @@ async function benchmarkEval(argv: EvalArgs, loaded: BenchmarkItem[]): Promise<v
     // A jury: its members' agreement (lib/judge/agreement.ts) in the report and the summary.
     const agreement = rowsAgreement(rows as never, { resamples: argv.resamples, seed: argv.seed });
     // PaperGym: the paper's coverage view of the same rows (micro coverage, item origins, P(yes)), same null rule.
-    const coverage = p.coverageView ? buildReport(rows as EvalRow[], { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha }) : undefined;
+    const coverage = p.coverageView ? buildReport(rows as EvalRow[], { resamples: argv.resamples, seed: argv.seed, alpha: argv.rewardAlpha }) : undefined;
     if (coverage) delete coverage.agreement;
     // PaperGym items built as different data experiments (build-data provenance): one coverage report per group too.
     const byProvenance = coverage
       ? reportsByProvenance(
           readDataset(argv.data, { onProblem: () => {} }).items.filter((it) => items.some((x) => x.id === it.id)),
           rows as EvalRow[],
-          { resamples: argv.resamples, seed: argv.seed, alpha: argv.alpha },
+          { resamples: argv.resamples, seed: argv.seed, alpha: argv.rewardAlpha },
         )
       : undefined;
     if (argv.report)
@@ -389,7 +389,7 @@ async function suiteEval(argv: EvalArgs): Promise<void> {
   const table = suiteTable({ benchmarks: benches.map((b) => ({ name: b.name, protocol: b.protocol.name })), models: suite.models }, rows, {
     resamples: argv.resamples,
     seed: argv.seed,
-    alpha: argv.alpha,
+    alpha: argv.rewardAlpha,
   });
   writeFileSync(join(outDir, 'suite.json'), JSON.stringify(table, null, 2) + '\n');
   const md = formatSuiteTable(table);

@@ -138,7 +138,7 @@ function leakageJuryConfig(a: LeakageArgs): JudgeConfig {
  * ({@link leakageMemberStatePath}); the verdict per item by the jury's aggregation (majority: a
  * weighted majority says inferable, a tie does not; unanimous: every voting member says inferable,
  * any "no" makes it not inferable, yes with nulls is null; mean-prob is refused — the JSON answers
- * carry no P(yes)); member failure by judge.onMemberFailure (lib/judge/jury.ts JuryRunWatch).
+ * carry no P(yes)); member failure by judge.juryOnMemberFailure (lib/judge/jury.ts JuryRunWatch).
  */
 async function runLeakageJury(
   a: LeakageArgs,
@@ -156,7 +156,7 @@ async function runLeakageJury(
   });
   await checkJudge(jc);
   const total = items.reduce((n, it) => n + it.rubric.length, 0);
-  const watch = new JuryRunWatch(members, total, jc.onMemberFailure, 'leakage', warn);
+  const watch = new JuryRunWatch(members, total, jc.juryOnMemberFailure, 'leakage', warn);
   const stop = new AbortController();
   const own = new Map(members.map((m) => [m.name, new AbortController()]));
   const states: PipelineState[] = [];

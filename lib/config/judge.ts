@@ -85,7 +85,7 @@ export interface JudgeSettings {
   /** jury: how member verdicts make one (lib/judge/jury.ts). */
   aggregation: JuryAggregation;
   /** jury: a failing member stops the run, or is left out (named, counted, warned). */
-  onMemberFailure: JuryFailureRule;
+  juryOnMemberFailure: JuryFailureRule;
 }
 
 /** Aggregation rules of a jury (lib/judge/jury.ts). */
@@ -98,7 +98,7 @@ export type JuryFailureRule = (typeof JURY_FAILURE_RULES)[number];
 
 /** Keys of a jury member: its name, kind and weight, and any judge key except the jury's own. */
 export type JuryMemberSettings = { name: string; kind: JudgeKind; weight?: number } & Partial<
-  Omit<JudgeSettings, 'judges' | 'aggregation' | 'onMemberFailure'>
+  Omit<JudgeSettings, 'judges' | 'aggregation' | 'juryOnMemberFailure'>
 >;
 
 /** Problems of a jury's member list (names unique and non-empty, weights > 0); empty when valid. `prefix` names the setting. */
@@ -124,7 +124,7 @@ export function juryOfOneWarning(prefix = 'judge.judges'): string {
 }
 
 const MEMBER_OWN_KEYS = new Set(['name', 'kind', 'weight']);
-const JURY_KEYS = new Set(['judges', 'aggregation', 'onMemberFailure']);
+const JURY_KEYS = new Set(['judges', 'aggregation', 'juryOnMemberFailure']);
 
 /**
  * The full settings of jury member `i`: the section's settings (`c`) under the member's own keys,
@@ -174,7 +174,7 @@ export const JUDGE_DEFAULTS: JudgeConfig = {
   maxNullRate: 0.5,
   judges: null,
   aggregation: 'majority',
-  onMemberFailure: 'stop',
+  juryOnMemberFailure: 'stop',
 };
 
 /**
@@ -343,11 +343,12 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
     source: 'papergym-native jury (lib/judge/jury.ts); issue 32',
   },
   {
-    key: 'onMemberFailure',
+    key: 'juryOnMemberFailure',
+    formerly: { keys: ['onMemberFailure'] },
     flag: 'jury-on-member-failure',
     type: 'enum',
     choices: JURY_FAILURE_RULES,
-    default: JUDGE_DEFAULTS.onMemberFailure,
+    default: JUDGE_DEFAULTS.juryOnMemberFailure,
     meaning:
       'jury: a member whose call fails or whose null rate passes its judge.maxNullRate stops the run (named), or is left out of that call (named, counted, warned)',
     source: 'papergym-native jury (lib/judge/jury.ts); never silently fewer judges',
@@ -428,8 +429,8 @@ export function judgeConfigProblems(c: JudgeConfig, prefix = 'judge.'): string[]
   if (typeof c.noThink !== 'boolean') errs.push(`${prefix}noThink must be true or false (got ${JSON.stringify(c.noThink)})`);
   if (!(JURY_AGGREGATIONS as readonly string[]).includes(c.aggregation ?? 'majority'))
     errs.push(`${prefix}aggregation must be ${JURY_AGGREGATIONS.join(' or ')} (got ${JSON.stringify(c.aggregation)})`);
-  if (!(JURY_FAILURE_RULES as readonly string[]).includes(c.onMemberFailure ?? 'stop'))
-    errs.push(`${prefix}onMemberFailure must be stop or continue (got ${JSON.stringify(c.onMemberFailure)})`);
+  if (!(JURY_FAILURE_RULES as readonly string[]).includes(c.juryOnMemberFailure ?? 'stop'))
+    errs.push(`${prefix}juryOnMemberFailure must be stop or continue (got ${JSON.stringify(c.juryOnMemberFailure)})`);
   if (!backend?.hasMembers && c.judges !== null && c.judges !== undefined)
     errs.push(`${prefix}judges is only read by ${prefix}kind ${judgeKindsWithMembers().join(' or ')} (got kind ${JSON.stringify(c.kind)})`);
   // The backend's own settings (its rows' ranges; train checks them as judge.* keys too), then its rules.

@@ -13,9 +13,9 @@ export type SettingType = 'number' | 'integer' | 'boolean' | 'string' | 'path' |
 
 /** One setting. `default: null` means "unset" (its meaning says what happens then). */
 export interface Setting {
-  /** Dotted key in the resolved config (`grpo.betaKl`) or the camelCase option name of a command. */
+  /** Dotted key in the resolved config (`grpo.klCoef`) or the camelCase option name of a command. */
   key: string;
-  /** CLI flag without the leading dashes (`kl-coef`). */
+  /** CLI flag without the leading dashes (`kl-coef`). A training key's last part is the flag in camelCase, less its section's prefix (`--opsd-lr` is `opsd.lr`; lib/config/renames.ts). */
   flag: string;
   type: SettingType;
   default: unknown;
@@ -58,6 +58,13 @@ export interface Setting {
   resumable?: boolean;
   /** List settings: a value that stands for every choice (PEFT's `all-linear`). */
   all?: string;
+  /**
+   * Former names of a renamed setting (issue 51 item 3: one word per setting, the key is its flag):
+   * still accepted, each with a deprecation line naming the new one (lib/config/renames.ts). `keys`:
+   * former config keys, dotted as `key` (config files, saved runs and checkpoints); `flags`: former
+   * flags without dashes.
+   */
+  formerly?: { keys?: readonly string[]; flags?: readonly string[] };
 }
 
 /** A TRL / transformers / PEFT name of a setting (see {@link Setting.trl}). */

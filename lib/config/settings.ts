@@ -69,6 +69,7 @@ const TRAIN_SETTINGS_HEAD: readonly Setting[] = [
 const trainJudgeRow = (j: Setting): Setting => ({
   ...j,
   key: `judge.${j.key}`,
+  ...(j.formerly?.keys ? { formerly: { ...j.formerly, keys: j.formerly.keys.map((k) => `judge.${k}`) } } : {}),
   ...(j.key === 'kind' ? { default: 'local' } : j.key === 'concurrency' ? { default: 8 } : {}),
 });
 

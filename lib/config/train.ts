@@ -11,6 +11,7 @@ import { judgeConfigProblems, type JudgeConfig } from './judge.js';
 import { CORE_TRAIN_SETTINGS, trainSettings } from './settings.js';
 import { checkValue, expandAll, getPath, leafKeys, productProblems, setPath, type Setting } from './schema.js';
 import { applyTrlConfigKeys, trlHint } from './trl.js';
+import { formerKeys, upgradeFormerKeys } from './renames.js';
 import { expandPath } from '../util/fs.js';
 import { memoOn, registeredJudgeBackends, registeredStages } from './extensions.js';
 
@@ -36,7 +37,7 @@ export interface StageSections {
     batchSizePerRank?: number | null;
     microBatch: number;
     /** Generalised JSD β (docs/design.md §5). */
-    beta: number;
+    jsdBeta: number;
     teacher: 'fixed' | 'current' | 'ema';
     emaDecay: number;
     /** Stop OPSD after this many validations in a row without a new best (0 = never; lib/train/validation.ts). */
@@ -55,9 +56,9 @@ export interface StageSections {
     microBatch: number;
     epsLow: number;
     epsHigh: number;
-    betaKl: number;
+    klCoef: number;
     aggregation: Aggregation;
-    scale: 'group' | 'batch' | 'none';
+    advantageScale: 'group' | 'batch' | 'none';
     dropZeroVariance: boolean;
     reference: 'stage-start' | 'base';
     /**
@@ -67,7 +68,7 @@ export interface StageSections {
      */
     judgeOverlap: 'auto' | 'on' | 'off';
     /** Reward mix r = α·r_spec + (1 − α)·r_gen. */
-    alpha: number;
+    rewardAlpha: number;
     /** Longest a step waits on the judge, ms from its first judge call (0 = no deadline; lib/train/trainer.ts judgeCall). */
     judgeStepTimeoutMs: number;
     /** Sampler–trainer correction, its cap C and the KL past which a step warns (rows in lib/train/stages/grpo.ts; lib/train/rollout-correction.ts). */
@@ -96,26 +97,33 @@ export interface TrainConfig extends StageSections {
   seed: number;
   strict: boolean;
   /**
-   * LoRA (peft semantics). `float32Branch`: with a bf16 / fp16 model, false (default) runs the
+   * LoRA (peft semantics). `fp32Branch`: with a bf16 / fp16 model, false (default) runs the
    * LoRA matmuls in the model dtype with float32 master weights, gradients and optimizer state —
    * what transformers' Trainer / TRL do with bf16=True (torch.autocast); true runs the branch in
    * float32 as peft without autocast (slower: no tensor cores for its thin matmuls).
    */
-  lora: { r: number; alpha: number; dropout: number; useRslora: boolean; targetModules: string[]; float32Branch: boolean };
+  lora: { r: number; alpha: number; dropout: number; rslora: boolean; targetModules: string[]; fp32Branch: boolean };
   /**
    * `mergeAdapter`: the rollouts sample from the adapter merged into the base weights (generate's
    * `mergeAdapter`); 'auto' = on for CUDA when the memory plan fits the copy (lib/train/memory-plan.ts).
    */
-  sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; enableThinking: boolean; mergeAdapter: 'auto' | 'on' | 'off' };
-  optim: { weightDecay: number; maxGradNorm: number; betas: [number, number]; eps: number; schedule: 'constant' | 'linear' | 'cosine'; warmupSteps: number };
+  sampling: { temperature: number; topP: number; topK: number; maxNewTokens: number; thinking: boolean; mergeAdapter: 'auto' | 'on' | 'off' };
+  optim: {
+    weightDecay: number;
+    maxGradNorm: number;
+    adamBetas: [number, number];
+    adamEps: number;
+    lrSchedule: 'constant' | 'linear' | 'cosine';
+    warmupSteps: number;
+  };
   /** Judge settings, the same keys as `eval`'s `--judge-*` flags (lib/config/judge.ts). */
   judge: JudgeConfig;
   /**
-   * `minImprovement`: a validation is a new best only above the best + this (transformers'
+   * `earlyStopThreshold`: a validation is a new best only above the best + this (transformers'
    * early_stopping_threshold); `loadBestAtEnd`: a stage ends on its best validation's adapter
    * (transformers' load_best_model_at_end; lib/train/validation.ts).
    */
-  validation: { every: number; maxItems: number; minImprovement?: number; loadBestAtEnd?: boolean };
+  validation: { validateEvery: number; items: number; earlyStopThreshold?: number; loadBestAtEnd?: boolean };
   /** `saveTotalLimit`: keep the last N checkpoints (null = all), as transformers' save_total_limit. */
   /** `background`: write checkpoints beside the next step (host copy, then a worker thread); false writes them in the step. */
   checkpoint: { every: number; saveTotalLimit?: number | null; background?: boolean };
@@ -125,17 +133,17 @@ export interface TrainConfig extends StageSections {
   /**
    * GPU memory: per-layer activation recomputation in backward; releasing cached blocks between the
    * rollout and update phases; the memory plan (lib/train/memory-plan.ts: `plan` 'auto' = on CUDA or
-   * when `maxMemoryGB` is set, 'off' = settings as given), its cap in GB (1e9 bytes; null = the
+   * when `maxMemory` is set, 'off' = settings as given), its cap in GB (1e9 bytes; null = the
    * device's memory), rollout rows per decode batch and the local judge's tokens per call (0 = chosen
    * by the plan; without a plan: GRPO micro-batch rows / the judge's default).
    */
   memory: {
     recompute: boolean;
-    emptyCacheBetweenPhases: boolean;
+    emptyCache: boolean;
     plan: 'auto' | 'off';
-    maxMemoryGB: number | null;
+    maxMemory: number | null;
     rolloutRows: number;
-    judgeMaxTokensPerCall: number;
+    judgeTokensPerCall: number;
   };
 }
 
@@ -175,13 +183,13 @@ function paperPreset(opsdSteps: number, grpoSteps: number): DeepPartial<TrainCon
   return {
     device: 'cuda',
     lora: { r: 64, alpha: 128, dropout: 0.05 },
-    sampling: { temperature: 1.1, topP: 0.95, topK: 20, maxNewTokens: 1024, enableThinking: false },
+    sampling: { temperature: 1.1, topP: 0.95, topK: 20, maxNewTokens: 1024, thinking: false },
     // OPSD micro-batch 16: measured on the H200 at 1.7B shapes (3 OPSD steps each), the update took
     // 1.56–1.93 s at 16 against 2.03–2.86 s at 8 and 2.06–2.69 s at 4; the memory plan halves it
     // where it does not fit (update-opsd 76 GB expected at 1.7B, 23 GB at 4).
-    opsd: { steps: opsdSteps, lr: 5e-6, batchSize: 32, microBatch: 16, beta: 0.5 },
-    grpo: { steps: grpoSteps, lr: 1e-5, questionsPerStep: 8, groupSize: 8, microBatch: 8, betaKl: 0.01, epsLow: 0.2, epsHigh: 0.2 },
-    validation: { every: 25, maxItems: 64 },
+    opsd: { steps: opsdSteps, lr: 5e-6, batchSize: 32, microBatch: 16, jsdBeta: 0.5 },
+    grpo: { steps: grpoSteps, lr: 1e-5, questionsPerStep: 8, groupSize: 8, microBatch: 8, klCoef: 0.01, epsLow: 0.2, epsHigh: 0.2 },
+    validation: { validateEvery: 25, items: 64 },
     checkpoint: { every: 25 },
   };
 }
@@ -202,8 +210,14 @@ export function mergeConfig<T>(base: T, over: DeepPartial<T> | undefined): T {
   return out as T;
 }
 
-/** Reads a YAML (or JSON) config file; throws naming the file on a parse error or unknown key. */
-export function readConfigFile(path: string): DeepPartial<TrainConfig> {
+/** A deprecation or notice line of the config layer, written to stderr unless the caller takes it. */
+const stderrLine = (line: string): void => void process.stderr.write(`papergym-native: ${line}\n`);
+
+/**
+ * Reads a YAML (or JSON) config file; throws naming the file on a parse error or unknown key. A
+ * setting's former key (lib/config/renames.ts) is read as its key, with a deprecation line to `warn`.
+ */
+export function readConfigFile(path: string, warn: (line: string) => void = stderrLine): DeepPartial<TrainConfig> {
   let doc: unknown;
   try {
     doc = parseYaml(readFileSync(path, 'utf8'));
@@ -215,6 +229,8 @@ export function readConfigFile(path: string): DeepPartial<TrainConfig> {
   const known = trainDefaults() as unknown as Record<string, unknown>;
   // TRL's flat keys (`output_dir`, `num_generations`): an alias moves to its key, another TRL name gets a hint.
   applyTrlConfigKeys(doc as Record<string, unknown>, known, trainSettings(), path);
+  // A renamed setting's former key (`grpo: {betaKl: …}`) moves to its key, with a deprecation line.
+  for (const line of upgradeFormerKeys(doc as Record<string, unknown>, trainSettings(), `config ${path}`)) warn(line);
   checkKeys(doc as Record<string, unknown>, known, path, '');
   // PEFT's `target_modules: all-linear` (every linear layer but the output head).
   for (const st of trainSettings()) {
@@ -312,7 +328,13 @@ export type Origin = 'default' | 'preset' | 'file' | 'flag';
  * defaults < preset < config file < flags, then validated; `origins` maps every config key
  * (dotted, as in docs/config.md) to the layer its value came from.
  */
-export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; file?: string; flags?: DeepPartial<TrainConfig> }): {
+export function resolveConfigWithOrigins(opts: {
+  preset?: keyof typeof PRESETS;
+  file?: string;
+  flags?: DeepPartial<TrainConfig>;
+  /** Where the config file's deprecation lines go (default stderr). */
+  warn?: (line: string) => void;
+}): {
   config: TrainConfig;
   origins: Record<string, Origin>;
 } {
@@ -333,12 +355,18 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
     mark(p, 'preset');
   }
   if (opts.file) {
-    const f = readConfigFile(opts.file);
+    const f = readConfigFile(opts.file, opts.warn);
     c = mergeConfig(c, f);
     mark(f, 'file');
   }
-  c = mergeConfig(c, opts.flags);
-  mark(opts.flags, 'flag');
+  // Flags given as an object by a caller of the library: a former key is read as its key too.
+  let flags = opts.flags;
+  if (flags && formerKeys(settings).size) {
+    flags = structuredClone(flags);
+    for (const line of upgradeFormerKeys(flags as Record<string, unknown>, settings, 'flags')) (opts.warn ?? stderrLine)(line);
+  }
+  c = mergeConfig(c, flags);
+  mark(flags, 'flag');
   // A stage's batch is given one way, global or per rank: the later layer wins (a per-rank flag
   // over a file's or preset's global batch; a global flag over a file's per-rank batch), and both
   // in the same file or on the same command line are an error.
@@ -364,6 +392,6 @@ export function resolveConfigWithOrigins(opts: { preset?: keyof typeof PRESETS; 
 }
 
 /** defaults < preset < config file < flags, then validated. */
-export function resolveConfig(opts: { preset?: keyof typeof PRESETS; file?: string; flags?: DeepPartial<TrainConfig> }): TrainConfig {
+export function resolveConfig(opts: Parameters<typeof resolveConfigWithOrigins>[0]): TrainConfig {
   return resolveConfigWithOrigins(opts).config;
 }

@@ -680,7 +680,7 @@ export async function compareSystemsWithJury(o: {
   systems: { name: string; plans: Map<string, string> }[];
   members: CompareJuryMember[];
   aggregation: 'majority' | 'unanimous';
-  onMemberFailure: import('../judge/jury.js').JuryFailureRule;
+  juryOnMemberFailure: import('../judge/jury.js').JuryFailureRule;
   keepRaw?: boolean;
   maxTokens?: number;
   signal?: AbortSignal;
@@ -692,7 +692,7 @@ export async function compareSystemsWithJury(o: {
   const prompt = loadPrompt(COMPARE_PROMPT);
   const n = o.systems.length;
   const orders = candidateOrders(n);
-  const watch = new JuryRunWatch(o.members, o.questions.length * orders.length, o.onMemberFailure, 'compare', o.onWarning);
+  const watch = new JuryRunWatch(o.members, o.questions.length * orders.length, o.juryOnMemberFailure, 'compare', o.onWarning);
   // A member's failure under stop aborts every request still in flight; the first error is kept.
   const ac = new AbortController();
   const stop = () => ac.abort(o.signal?.reason);

@@ -8,6 +8,7 @@ import { auditLeakage } from '../data/leakage.js';
 import { PAPERGYM_FORMAT, readDataset } from '../data/schema.js';
 import { adapterModelCard, paperGymDatasetCard, type CardEvalResult } from './cards.js';
 import { parseHubRef } from './resolve.js';
+import { upgradeSavedConfig } from '../config/renames.js';
 import { pushToHub, type PushResult, type UploadFile } from './upload.js';
 
 /** Options shared by the publishers. */
@@ -109,6 +110,8 @@ export async function publishAdapter(run: AdapterRun, repoId: string, opts: Publ
   let settings: Record<string, unknown> = {};
   try {
     settings = JSON.parse(readFileSync(join(run.runDir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    // A run begun before a setting was renamed: the card names today's keys.
+    upgradeSavedConfig(settings, join(run.runDir, 'config.json'));
   } catch {
     /* a run without config.json is still pushed, without the settings table */
   }

@@ -16,7 +16,7 @@
  * an HTTP member's own requests are concurrent up to its `concurrency`). Each member has its own
  * health ({@link JuryJudge.memberHealth}): its verdicts, nulls, failed requests. A member fails in a
  * call when its `judge` call rejects or more than its `maxNullRate` of its verdicts are null. Rule
- * (`judge.onMemberFailure`):
+ * (`judge.juryOnMemberFailure`):
  * - `stop` (default): the call rejects with a JudgeHealthError naming the member — training stops
  *   with a checkpoint, eval exits non-zero; never a silent jury of fewer judges;
  * - `continue`: the member's verdicts in that call are null (`error`, not voting), the failure is
@@ -64,7 +64,7 @@ export interface JuryMember {
 
 export interface JuryOptions {
   aggregation?: JuryAggregation;
-  onMemberFailure?: JuryFailureRule;
+  juryOnMemberFailure?: JuryFailureRule;
   /** Warnings (a member left out under `continue`, a jury of one); default console.warn. */
   onWarning?: (message: string) => void;
 }
@@ -153,7 +153,7 @@ export function addMemberSummaries(
 export class JuryJudge implements Judge {
   readonly name: string;
   readonly aggregation: JuryAggregation;
-  readonly onMemberFailure: JuryFailureRule;
+  readonly juryOnMemberFailure: JuryFailureRule;
   private readonly members: Required<Omit<JuryMember, 'judge'>>[];
   private readonly judges: Judge[];
   private readonly warn: (m: string) => void;
@@ -167,9 +167,9 @@ export class JuryJudge implements Judge {
     this.aggregation = opts.aggregation ?? 'majority';
     if (!JURY_AGGREGATIONS.includes(this.aggregation))
       throw new TypeError(`jury aggregation must be ${JURY_AGGREGATIONS.join(' | ')}, got ${JSON.stringify(this.aggregation)}`);
-    this.onMemberFailure = opts.onMemberFailure ?? 'stop';
-    if (!JURY_FAILURE_RULES.includes(this.onMemberFailure))
-      throw new TypeError(`jury onMemberFailure must be stop | continue, got ${JSON.stringify(this.onMemberFailure)}`);
+    this.juryOnMemberFailure = opts.juryOnMemberFailure ?? 'stop';
+    if (!JURY_FAILURE_RULES.includes(this.juryOnMemberFailure))
+      throw new TypeError(`jury juryOnMemberFailure must be stop | continue, got ${JSON.stringify(this.juryOnMemberFailure)}`);
     this.warn = opts.onWarning ?? ((m) => console.warn(`warning: ${m}`));
     if (members.length === 1) this.warn(juryOfOneWarning('the jury'));
     this.members = members.map((m) => ({ name: m.name, weight: m.weight ?? 1, maxNullRate: m.maxNullRate ?? 0.5 }));
@@ -222,9 +222,9 @@ export class JuryJudge implements Judge {
         }
       }
       if (why) {
-        if (this.onMemberFailure === 'stop') {
+        if (this.juryOnMemberFailure === 'stop') {
           throw new JudgeHealthError(
-            `jury member ${m.name} failed: ${why}; the run stops (judge.onMemberFailure stop; set it to continue to go on without the member, reported per call)`,
+            `jury member ${m.name} failed: ${why}; the run stops (judge.juryOnMemberFailure stop; set it to continue to go on without the member, reported per call)`,
           );
         }
         this.failures.set(m.name, (this.failures.get(m.name) ?? 0) + 1);
@@ -235,7 +235,7 @@ export class JuryJudge implements Judge {
     });
     if (failed.length === this.members.length) throw new JudgeHealthError(`jury: every member failed: ${failed.join('; ')}`);
     if (failed.length)
-      this.warn(`jury: ${failed.length} of ${this.members.length} members left out of this call (judge.onMemberFailure continue): ${failed.join('; ')}`);
+      this.warn(`jury: ${failed.length} of ${this.members.length} members left out of this call (judge.juryOnMemberFailure continue): ${failed.join('; ')}`);
     const weights = this.members.map((m) => m.weight);
     return requests.map((r, i) =>
       r.items.map((it, k) => {
@@ -341,7 +341,7 @@ export function leftOutNote(h: JuryRunMemberHealth): string {
  * leakage's rubric items), the run-level form of {@link JuryJudge}'s rule: a member fails when more
  * than its `maxNullRate` of the run's answers are null (failed request or unreadable reply). It is
  * detected as soon as it is certain — its nulls pass `maxNullRate × total`, whatever the answers
- * still to come — not at the end. Then, by `onMemberFailure`:
+ * still to come — not at the end. Then, by `juryOnMemberFailure`:
  * - `stop`: {@link record} throws a JudgeHealthError naming the member (the run stops; answers so far
  *   are cached, so a rerun asks nothing twice);
  * - `continue`: the member is left out of the whole run (no further questions; its answers do not
@@ -398,10 +398,10 @@ export class JuryRunWatch {
       (detail ? `; last: ${detail.slice(0, 200)}` : '');
     if (this.rule === 'stop')
       throw new JudgeHealthError(
-        `${this.use}: jury member ${name} failed: ${why}; the run stops (judge.onMemberFailure stop; set it to continue to go on without the member, named)`,
+        `${this.use}: jury member ${name} failed: ${why}; the run stops (judge.juryOnMemberFailure stop; set it to continue to go on without the member, named)`,
       );
     x.leftOut = why;
-    this.warn(`${this.use}: jury member ${name} left out of the run (judge.onMemberFailure continue): ${why}`);
+    this.warn(`${this.use}: jury member ${name} left out of the run (judge.juryOnMemberFailure continue): ${why}`);
     if (this.leftOut().length < this.h.size) return;
     throw new JudgeHealthError(`${this.use}: every jury member failed: ${[...this.h].map(([k, v]) => `${k} (${v.leftOut})`).join('; ')}`);
   }

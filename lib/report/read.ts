@@ -8,6 +8,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { basename, join, resolve } from 'node:path';
+import { upgradeSavedConfig } from '../config/renames.js';
 
 /** One metrics row of a training step (lib/train/metrics.ts StepMetrics) as read back; every field optional. */
 export interface StepRow {
@@ -98,6 +99,13 @@ export function readRun(dir: string, label?: string): RunData {
     return run;
   }
   run.config = readJson(join(abs, 'config.json'), run.notes);
+  // A run begun before a setting was renamed: its settings under today's keys, comparable with a newer run's.
+  if (run.config)
+    try {
+      upgradeSavedConfig(run.config, join(abs, 'config.json'));
+    } catch (e) {
+      run.notes.push((e as Error).message);
+    }
   run.summary = readJson(join(abs, 'summary.json'), run.notes);
   Object.assign(run, runStatus(abs, run.summary));
   run.inProgress = run.status === 'running' || run.status === 'unknown';

@@ -31,7 +31,8 @@ export type SamplingOptions = SamplingSettings<'n' | 'temperature' | 'topP' | 't
 export interface GrpoLossOptions {
   epsLow: number;
   epsHigh: number;
-  betaKl: number;
+  /** Weight of the k3 KL penalty (grpo.klCoef, --kl-coef). */
+  klCoef: number;
   temperature: number;
   aggregation: 'grpo' | 'dapo' | 'dr_grpo';
   /** Normalisers spanning the whole optimizer window (docs/design.md §5). */
@@ -71,7 +72,7 @@ export interface TrainBackend {
    */
   opsdBackward(
     batch: { student: Sequence; teacher: Sequence }[],
-    opts: { beta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string },
+    opts: { jsdBeta: number; temperature: number; normalizer: number; teacher: 'none' | 'active' | string },
   ): Promise<{ loss: number }>;
   /**
    * OPSD's per-token diagnostics for `batch` (no grad; lib/train/token-divergence.ts): per completion
@@ -82,7 +83,7 @@ export interface TrainBackend {
    */
   opsdTokenDiagnostics?(
     batch: { student: Sequence; teacher: Sequence }[],
-    opts: { beta: number; temperature: number; teacher: 'none' | 'active' | string },
+    opts: { jsdBeta: number; temperature: number; teacher: 'none' | 'active' | string },
   ): Promise<DiagnosedToken[][]>;
   /**
    * GRPO micro-batch (fused loss, docs/design.md §5); grads accumulate. `tokenWeights` (optional,

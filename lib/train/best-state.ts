@@ -18,8 +18,8 @@ export interface BestStateRun {
   runDir: string;
   backend: TrainBackend;
   dist: DistContext;
-  /** validation.minImprovement (0 when unset). */
-  minImprovement: number;
+  /** validation.earlyStopThreshold (0 when unset). */
+  earlyStopThreshold: number;
   log: (line: string) => void;
   /** Writes a metrics.jsonl row. */
   writeMetrics: (row: Record<string, unknown>) => void;
@@ -36,7 +36,7 @@ export interface BestStateRecord {
  * or not at all (writeFinalDir). Resolves with its dir.
  */
 export async function writeBestState(
-  run: Pick<BestStateRun, 'runDir' | 'backend' | 'minImprovement'>,
+  run: Pick<BestStateRun, 'runDir' | 'backend' | 'earlyStopThreshold'>,
   stage: Stage,
   point: ValidationPoint,
   globalStep: number,
@@ -55,7 +55,7 @@ export async function writeBestState(
             globalStep,
             validation: point.score,
             validationCI: point.ci,
-            minImprovement: run.minImprovement,
+            earlyStopThreshold: run.earlyStopThreshold,
           },
           null,
           2,
@@ -90,7 +90,7 @@ export interface StageEnd {
  * @throws PapergymError (input) when best.json is unreadable or names another step.
  */
 export async function loadBestState(run: BestStateRun, s: StageEnd): Promise<void> {
-  const best = bestValidation(s.validation, run.minImprovement)!;
+  const best = bestValidation(s.validation, run.earlyStopThreshold)!;
   const dir = join(run.runDir, RUN_FILES.best, s.stage);
   const lastStep = s.lastStep;
   const globalStep = s.globalStep - (lastStep - best.point.step);

@@ -14,6 +14,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync, rea
 import { link, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { inputError } from '../errors.js';
+import { upgradeSavedConfig } from '../config/renames.js';
 import { ELEMENT_BYTES } from '../model/config-bounds.js';
 import { reportPlotsDir } from '../report/html.js';
 
@@ -303,6 +304,7 @@ export function restartableRun(dir: string): { runDir: string; config: Record<st
   }
   if (!saved || typeof saved !== 'object' || Array.isArray(saved)) throw inputError(`--resume ${dir}: ${join(d, 'config.json')} is not a JSON object`);
   const { modelDir: _m, origins: _o, batching: _b, memoryPlan: _p, ...config } = saved;
+  upgradeSavedConfig(config, join(d, 'config.json'));
   return { runDir: d, config };
 }
 
@@ -324,7 +326,13 @@ export async function clearRunDir(runDir: string, extra: readonly string[] = [])
  * listed file must be there with its size. Throws an `ERR_PG_INPUT` Error naming the path when
  * anything is missing or malformed.
  */
-export function resolveCheckpoint(dir: string): { dir: string; runDir: string; state: TrainerState } {
+export function resolveCheckpoint(dir: string): {
+  dir: string;
+  runDir: string;
+  state: TrainerState;
+  /** The former keys its saved config was written with, read as today's (`grpo.betaKl → grpo.klCoef`); absent when none. */
+  formerKeys?: string[];
+} {
   let d = resolve(dir);
   if (!existsSync(d)) throw inputError(`--resume ${dir}: no such directory`);
   if (!existsSync(join(d, 'trainer_state.json'))) {
@@ -365,6 +373,8 @@ export function resolveCheckpoint(dir: string): { dir: string; runDir: string; s
   if (!state || typeof state !== 'object' || state.version !== 1)
     throw inputError(`--resume ${dir}: unsupported trainer_state version ${String(state?.version)}`);
   checkTrainerState(state, statePath);
+  // A checkpoint written before a setting was renamed: its config read under today's keys (lib/config/renames.ts).
+  const formerKeys = upgradeSavedConfig(state.config as Record<string, unknown>, statePath);
   for (const [f, bytes] of Object.entries(state.files ?? {})) {
     let size: number;
     try {
@@ -375,7 +385,7 @@ export function resolveCheckpoint(dir: string): { dir: string; runDir: string; s
     if (size !== bytes) throw inputError(`--resume ${dir}: ${join(d, f)} has ${size} bytes, the checkpoint wrote ${bytes} (truncated or replaced file)`);
   }
   const runDir = resolve(d, '..', '..');
-  return { dir: d, runDir, state };
+  return { dir: d, runDir, state, ...(formerKeys.length ? { formerKeys } : {}) };
 }
 
 /**
@@ -470,6 +480,8 @@ export function checkResumeCheckpoint(ck: { dir: string; runDir: string; state: 
   } catch (e) {
     throw inputError(`--resume ${ck.dir}: the run's ${runCfgPath} is unreadable (${(e as Error).message})`);
   }
+  // Both configs under today's keys (a run begun before a rename, resumed since: lib/config/renames.ts).
+  if (runCfg && typeof runCfg === 'object' && !Array.isArray(runCfg)) upgradeSavedConfig(runCfg as Record<string, unknown>, runCfgPath);
   const saved = leaves(runCfg);
   for (const [k, v] of leaves(cfg)) {
     if (!saved.has(k) || RUNTIME_KEYS.test(k) || resumable.some((r) => k === r || k.startsWith(`${r}.`))) continue;

@@ -91,11 +91,11 @@ export interface PlanInputs extends PlanStageInputs {
     microBatch?: Partial<Record<Stage, boolean>>;
     recompute?: boolean;
     rolloutRows?: boolean;
-    judgeMaxTokensPerCall?: boolean;
+    judgeTokensPerCall?: boolean;
   };
   /** Given values of the pinned rollout rows / judge tokens (0 = not given). */
   rolloutRows?: number;
-  judgeMaxTokensPerCall?: number;
+  judgeTokensPerCall?: number;
   /** The judge runs on the policy model (local judge). Default true. */
   localJudge?: boolean;
   /**
@@ -118,7 +118,7 @@ export interface PlanSettings {
   recompute: boolean;
   /** Rollout rows per decode batch (GRPO: a multiple of the group size). */
   rolloutRows: number;
-  judgeMaxTokensPerCall: number;
+  judgeTokensPerCall: number;
   /** The rollouts sample from the merged adapter (PlanInputs.mergeAdapter resolved). */
   mergeAdapter?: boolean;
   /** The local judge overlaps the GRPO rollout (PlanInputs.judgeOverlap resolved). */

@@ -213,11 +213,11 @@ export function planMemory(x: PlanInputs): MemoryPlan {
   // The settings chosen so far; the judge's call size is chosen next.
   const chosen = { microBatch, recompute, rolloutRows, mergeAdapter };
   const rolloutGrpo = (t: number, judgeOverlap: boolean) =>
-    judgedPhase ? (estimatePhases(x, { ...chosen, judgeMaxTokensPerCall: t, judgeOverlap })[judgedPhase] ?? 0) : 0;
+    judgedPhase ? (estimatePhases(x, { ...chosen, judgeTokensPerCall: t, judgeOverlap })[judgedPhase] ?? 0) : 0;
   const besideRollout = (t: number) => rolloutGrpo(t, true) <= limit;
   let judge: number;
-  if (pin.judgeMaxTokensPerCall && x.judgeMaxTokensPerCall) {
-    judge = x.judgeMaxTokensPerCall;
+  if (pin.judgeTokensPerCall && x.judgeTokensPerCall) {
+    judge = x.judgeTokensPerCall;
   } else {
     let alone = JUDGE_TOKENS_MIN;
     for (let t = JUDGE_TOKENS_MAX; t >= JUDGE_TOKENS_MIN; t /= 2) {
@@ -232,7 +232,7 @@ export function planMemory(x: PlanInputs): MemoryPlan {
       if (judge < alone) notes.push(`judge maxTokensPerCall ${alone} -> ${judge} to fit beside the rollout (grpo.judgeOverlap on)`);
     }
   }
-  const settings: PlanSettings = { ...chosen, judgeMaxTokensPerCall: judge };
+  const settings: PlanSettings = { ...chosen, judgeTokensPerCall: judge };
   // The local judge beside the GRPO rollout: as given, or ('auto') when both fit at once.
   if (x.localJudge !== false && judgedPhase !== undefined) {
     settings.judgeOverlap = x.judgeOverlap === true;
@@ -269,7 +269,7 @@ export function formatPlan(p: MemoryPlan): string {
   const mb = Object.entries(p.microBatch)
     .map(([stage, n]) => `${stage.toUpperCase()} micro-batch ${n}, `)
     .join('');
-  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); ${mb}recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeMaxTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
+  return `memory plan: budget ${gb(p.budgetBytes)} GB (limit ${gb(p.limitBytes)} GB); ${mb}recompute ${p.recompute ? 'on' : 'off'}, rollout rows ${p.rolloutRows}${p.mergeAdapter ? ' (merged adapter)' : ''}, judge maxTokensPerCall ${p.judgeTokensPerCall}${p.judgeOverlap ? ' (beside the rollout)' : ''}; expected peak GB per phase: ${ph}${p.notes.length ? `; ${p.notes.join('; ')}` : ''}`;
 }
 
 /**
@@ -321,13 +321,13 @@ export function pinnedSettings(...given: (Record<string, unknown> | undefined)[]
     microBatch: Object.fromEntries(STAGES.values().flatMap((st) => (st.memory.microBatch ? [[st.name, has(st.name, 'microBatch')]] : []))),
     recompute: has('memory', 'recompute'),
     rolloutRows: has('memory', 'rolloutRows'),
-    judgeMaxTokensPerCall: has('memory', 'judgeMaxTokensPerCall'),
+    judgeTokensPerCall: has('memory', 'judgeTokensPerCall'),
   };
 }
 
 /**
  * The plan for a run (lib/train/run.ts): active when `memory.plan` is not 'off' and the device is
- * CUDA or `memory.maxMemoryGB` is set; budget = min(device memory, cap). `promptTokens` are the
+ * CUDA or `memory.maxMemory` is set; budget = min(device memory, cap). `promptTokens` are the
  * dataset's longest student / teacher prompts. Returns the plan inputs and plan, or undefined when
  * inactive (CPU without a cap). Applies the plan's settings to `cfg` in place (except pinned ones).
  */
@@ -336,7 +336,7 @@ export function planForRun(
   o: { shape: ModelShape; promptTokens: { student: number; teacher: number }; deviceMemoryBytes?: number; pinned: PinnedSettings },
 ): { inputs: PlanInputs; plan: MemoryPlan } | undefined {
   const m = cfg.memory;
-  const cap = m.maxMemoryGB ? m.maxMemoryGB * 1e9 : undefined;
+  const cap = m.maxMemory ? m.maxMemory * 1e9 : undefined;
   if (m.plan === 'off' || (!cfg.device.startsWith('cuda') && cap === undefined)) return undefined;
   const budget = Math.min(cap ?? Infinity, o.deviceMemoryBytes ?? Infinity);
   if (!Number.isFinite(budget)) return undefined;
@@ -357,7 +357,7 @@ export function planForRun(
     budgetBytes: budget,
     pinned: o.pinned,
     rolloutRows: m.rolloutRows ?? 0,
-    judgeMaxTokensPerCall: m.judgeMaxTokensPerCall ?? 0,
+    judgeTokensPerCall: m.judgeTokensPerCall ?? 0,
     localJudge: judgeSharesPolicyWeights(cfg.judge),
     mergeAdapter: cfg.sampling.mergeAdapter === 'on' ? true : cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
     judgeOverlap: overlap === 'on' ? true : overlap === 'auto' && cfg.device.startsWith('cuda') ? 'auto' : false,
@@ -369,7 +369,7 @@ export function planForRun(
   }
   m.recompute = plan.recompute;
   m.rolloutRows = plan.rolloutRows;
-  m.judgeMaxTokensPerCall = plan.judgeMaxTokensPerCall;
+  m.judgeTokensPerCall = plan.judgeTokensPerCall;
   if (cfg.sampling.mergeAdapter === 'auto' && cfg.device.startsWith('cuda')) cfg.sampling.mergeAdapter = plan.mergeAdapter ? 'on' : 'off';
   if (overlapOf && overlap === 'auto' && cfg.device.startsWith('cuda') && plan.judgeOverlap !== undefined)
     overlapOf.set(cfg as TrainConfig, plan.judgeOverlap ? 'on' : 'off');

@@ -64,10 +64,10 @@ export interface NativeBackendOptions {
    * Release the CUDA caching allocator's unused blocks (native().cudaEmptyCache()) when the step
    * switches between sampling (rollout) and update (reference logprobs, backward, optimizer), so the
    * KV cache blocks of generation and the activation blocks of training do not both stay reserved.
-   * Default: `cfg.memory.emptyCacheBetweenPhases` when the config carries it, else false. Costs a
+   * Default: `cfg.memory.emptyCache` when the config carries it, else false. Costs a
    * device synchronise and later cudaMalloc calls; no effect on CPU.
    */
-  emptyCacheBetweenPhases?: boolean;
+  emptyCache?: boolean;
   /** `base_model_name_or_path` of saved adapters (default: cfg.model). */
   baseModelName?: string;
   /**
@@ -124,7 +124,7 @@ export class NativeBackend implements TrainBackend {
     const tok = policy.tokenizer;
     this.baseModelName = opts.baseModelName ?? cfg.model ?? 'papergym-native/tiny-qwen3';
     this.endOfTurnId = tok.tokenToId('<|im_end|>') ?? tok.stopIds[0]!;
-    this.emptyCache = opts.emptyCacheBetweenPhases ?? cfg.memory?.emptyCacheBetweenPhases ?? false;
+    this.emptyCache = opts.emptyCache ?? cfg.memory?.emptyCache ?? false;
     const env = Number(process.env.PAPERGYM_SIMULATE_OOM_TOKENS);
     this.oomAboveTokens = opts.simulateOomAboveTokens ?? (env > 0 ? env : undefined);
     this.recompute = cfg.memory?.recompute ?? false;
@@ -183,7 +183,7 @@ export class NativeBackend implements TrainBackend {
 
   /**
    * Marks the start of a phase: folds the allocator peak so far into the process peak and the
-   * previous phase's peak, resets the allocator peak, and (emptyCacheBetweenPhases) releases cached
+   * previous phase's peak, resets the allocator peak, and (emptyCache) releases cached
    * blocks when switching between rollout and update phases. No-op on CPU.
    */
   private enterPhase(p: MemoryPhase): void {
@@ -213,7 +213,7 @@ export class NativeBackend implements TrainBackend {
   }
 
   async promptIds(messages: ChatMessage[]): Promise<number[]> {
-    return (await this.policy.encodePrompts([messages], { enableThinking: this.cfg.sampling.enableThinking }))[0]!;
+    return (await this.policy.encodePrompts([messages], { enableThinking: this.cfg.sampling.thinking }))[0]!;
   }
 
   async answerIds(text: string): Promise<number[]> {
@@ -288,7 +288,7 @@ export class NativeBackend implements TrainBackend {
 
   async opsdBackward(
     batch: { student: Sequence; teacher: Sequence }[],
-    o: { beta: number; temperature: number; normalizer: number; teacher: string },
+    o: { jsdBeta: number; temperature: number; normalizer: number; teacher: string },
   ): Promise<{ loss: number }> {
     if (this.phase !== 'backward') this.enterPhase('backward');
     const pad = this.policy.tokenizer.padTokenId;
@@ -309,7 +309,7 @@ export class NativeBackend implements TrainBackend {
       studentStart: { data: Int32Array.from(batch.map((b) => b.student.promptIds.length)), shape: [batch.length] },
       teacherStart: { data: Int32Array.from(batch.map((b) => b.teacher.promptIds.length)), shape: [batch.length] },
       completionLength: { data: Int32Array.from(batch.map((b) => b.student.completionIds.length)), shape: [batch.length] },
-      beta: o.beta,
+      beta: o.jsdBeta,
       temperature: o.temperature,
       normalizer: o.normalizer,
       teacher: o.teacher,
@@ -325,7 +325,7 @@ export class NativeBackend implements TrainBackend {
    */
   async opsdTokenDiagnostics(
     batch: { student: Sequence; teacher: Sequence }[],
-    o: { beta: number; temperature: number; teacher: string },
+    o: { jsdBeta: number; temperature: number; teacher: string },
   ): Promise<DiagnosedToken[][]> {
     const out: DiagnosedToken[][] = [];
     const tok = this.policy.tokenizer;
@@ -348,7 +348,7 @@ export class NativeBackend implements TrainBackend {
       const r = await native().jsdLoss({
         studentLogits: { data: s, shape: [n, V] },
         teacherLogits: { data: t, shape: [n, V] },
-        beta: o.beta,
+        beta: o.jsdBeta,
         temperature: o.temperature,
       });
       const per = r.perToken!.data;
@@ -381,7 +381,7 @@ export class NativeBackend implements TrainBackend {
         batch.map((b) => b.oldLogprobs),
       ),
       refLogprobs:
-        o.betaKl > 0
+        o.klCoef > 0
           ? alignToRows(
               seqs,
               p.L,
@@ -398,7 +398,7 @@ export class NativeBackend implements TrainBackend {
         : { data: Float32Array.from(batch.map((b) => b.advantage)), shape: [batch.length] },
       epsLow: o.epsLow,
       epsHigh: o.epsHigh,
-      betaKl: o.betaKl,
+      klCoef: o.klCoef,
       temperature: o.temperature,
       aggregation: o.aggregation,
       numSequences: o.totalSequences,
@@ -427,10 +427,10 @@ export class NativeBackend implements TrainBackend {
     const o = this.cfg.optim;
     this.opt = new AdamW(this.policy.model, {
       lr,
-      betas: o.betas,
-      eps: o.eps,
+      betas: o.adamBetas,
+      eps: o.adamEps,
       weightDecay: o.weightDecay,
-      schedule: { type: o.schedule, warmupSteps: o.warmupSteps, totalSteps: Math.max(1, totalSteps) },
+      schedule: { type: o.lrSchedule, warmupSteps: o.warmupSteps, totalSteps: Math.max(1, totalSteps) },
     });
     this.optimizerRestore = undefined;
     if (this.pendingOptimizerFile) {

@@ -21,6 +21,7 @@ import {
   type Origin,
   type Stage,
 } from '../config/train.js';
+import { upgradeSavedConfig } from '../config/renames.js';
 import { trainSettings } from '../config/settings.js';
 import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../model/device.js';
@@ -294,6 +295,8 @@ export async function runTraining(opts: RunOptions): Promise<TrainSummary> {
   }
   if (o.resume) {
     resume = resolveCheckpoint(o.resume);
+    if (resume.formerKeys)
+      log(`resume: ${resume.dir} was written with former setting names, read as today's (${resume.formerKeys.join(', ')}; lib/config/renames.ts)`);
     // Every file the checkpoint needs, and its trainer state against the run's config.json, before any compute.
     checkResumeCheckpoint(resume, resumableKeys());
     // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
@@ -327,7 +330,7 @@ export async function runTraining(opts: RunOptions): Promise<TrainSummary> {
     if (r.changed.length) log(`resume: changed ${r.changed.map((k) => `${k} = ${JSON.stringify(getPath(cfg, k))}`).join(', ')}`);
     log(`resuming ${resume.dir} (stage ${cfg.stages[resume.state.stageIndex] ?? 'done'}, step ${resume.state.stageStep}, global ${resume.state.globalStep})`);
   } else {
-    ({ config: cfg, origins } = resolveConfigWithOrigins({ preset: o.preset, file: o.file, flags: o.flags as never }));
+    ({ config: cfg, origins } = resolveConfigWithOrigins({ preset: o.preset, file: o.file, flags: o.flags as never, warn: (l) => log(`warning: ${l}`) }));
   }
 
   // ---- checks before any compute (and before the run dir is created) ----
@@ -341,9 +344,9 @@ export async function runTraining(opts: RunOptions): Promise<TrainSummary> {
   if (!ds.items.length) throw new Error(`dataset ${dataPath}: no valid items`);
   // Validation asked for and nothing to validate on: say so (no silent "no validation").
   const valItems = ds.items.filter((i) => i.split === 'val').length;
-  if (cfg.validation.every > 0 && !valItems)
+  if (cfg.validation.validateEvery > 0 && !valItems)
     log(
-      `warning: --validate-every ${cfg.validation.every} asks for validation, but dataset ${dataPath} has no items with split "val" (${ds.items.length} items): no validation will run. Give some items split "val" (build-data --val-fraction splits by paper) or pass --validate-every 0`,
+      `warning: --validate-every ${cfg.validation.validateEvery} asks for validation, but dataset ${dataPath} has no items with split "val" (${ds.items.length} items): no validation will run. Give some items split "val" (build-data --val-fraction splits by paper) or pass --validate-every 0`,
     );
   if (cfg.data) {
     const bad = invalidUtf8Lines(dataPath);
@@ -494,7 +497,7 @@ async function trainLocked(
       r: cfg.lora.r,
       alpha: cfg.lora.alpha,
       dropout: cfg.lora.dropout,
-      useRslora: cfg.lora.useRslora,
+      useRslora: cfg.lora.rslora,
       targetModules: cfg.lora.targetModules as never,
       seed: cfg.seed,
     });
@@ -510,7 +513,7 @@ async function trainLocked(
       ds.items,
       policy.contextLength,
       resolved.sampling.maxNewTokens,
-      (ps) => policy.encodePrompts(ps, { enableThinking: resolved.sampling.enableThinking }),
+      (ps) => policy.encodePrompts(ps, { enableThinking: resolved.sampling.thinking }),
       sft ? { encodeAnswers: (texts) => policy.tokenizer.encodeBatch(texts) } : {},
     );
     // Rows × length of a step with the dataset's longest prompts, before the first step.
@@ -554,7 +557,7 @@ async function trainLocked(
         pinned: pinnedSettings(o.flags as Record<string, unknown> | undefined, fileDoc),
       });
       if (planned) log(formatPlan(planned.plan));
-      const capGB = resolved.memory?.maxMemoryGB;
+      const capGB = resolved.memory?.maxMemory;
       if (dev >= 0 && capGB && deviceMemoryBytes && capGB * 1e9 < deviceMemoryBytes) {
         // The cap binds the allocator too (allocated + cached), so a run capped at 80 GB on a
         // larger card behaves as on an 80 GB card: past the cap it frees its cache, then a step
@@ -564,7 +567,7 @@ async function trainLocked(
       }
     }
     if (resolved.memory?.recompute) policy.model.setGradientCheckpointing(true);
-    policy.model.setLoraFloat32Branch(cfg.lora.float32Branch ?? false);
+    policy.model.setLoraFloat32Branch(cfg.lora.fp32Branch ?? false);
     if (!dist.isMain) {
       // Data parallel: only rank 0 writes config.json and truncates metrics.jsonl.
     } else if (!resume) {
@@ -585,7 +588,9 @@ async function trainLocked(
       } catch {
         /* missing or unreadable: rewrite from the resolved config */
       }
-      if (resumeChanged.length || prev.batching?.worldSize !== batching.worldSize) {
+      // A run begun before a setting was renamed is rewritten under today's keys, origins included.
+      const former = prev && typeof prev === 'object' && !Array.isArray(prev) ? upgradeSavedConfig(prev as Record<string, unknown>, path) : [];
+      if (resumeChanged.length || prev.batching?.worldSize !== batching.worldSize || former.length) {
         const og = { ...(prev.origins ?? {}) };
         for (const k of resumeChanged) og[k] = 'flag';
         writeFileSync(path, JSON.stringify({ ...prev, ...resolved, model: cfg.model, modelDir, origins: og, batching }, null, 2));
@@ -629,7 +634,7 @@ async function trainLocked(
       }
     }
     // The same judge settings as eval (lib/judge/backends/); a judge on the policy's weights runs the frozen base (adapter off).
-    const judge: Judge = await openJudge(cfg.judge, { policy, maxTokensPerCall: resolved.memory?.judgeMaxTokensPerCall || undefined });
+    const judge: Judge = await openJudge(cfg.judge, { policy, maxTokensPerCall: resolved.memory?.judgeTokensPerCall || undefined });
     if (dist.worldSize > 1) {
       dist = dist.withModel(policy.model);
       setDist(dist);

@@ -83,7 +83,7 @@ export interface TrainSummary {
     firstLoss: number;
     lastLoss: number;
     lastReward?: number;
-    /** The best validation score (lib/train/validation.ts: above the best so far by more than validation.minImprovement). */
+    /** The best validation score (lib/train/validation.ts: above the best so far by more than validation.earlyStopThreshold). */
     bestValidation?: number;
     /**
      * The stage's best validation: stage step, global step, score and interval, the dir of its
@@ -412,7 +412,7 @@ export class Trainer {
     return t.length ? t : this.deps.items;
   }
   private get valItems(): TaskItem[] {
-    return this.deps.items.filter((i) => i.split === 'val').slice(0, this.cfg.validation.maxItems);
+    return this.deps.items.filter((i) => i.split === 'val').slice(0, this.cfg.validation.items);
   }
 
   private log(line: string): void {
@@ -730,14 +730,14 @@ export class Trainer {
   }
 
   /**
-   * Validation every `validation.every` steps (its line joins the step's, with the bootstrap
+   * Validation every `validation.validateEvery` steps (its line joins the step's, with the bootstrap
    * interval of its mean), the stage's best state and its early stop (lib/train/validation.ts): a
-   * new best — above the best by more than `validation.minImprovement` — writes the adapter to
+   * new best — above the best by more than `validation.earlyStopThreshold` — writes the adapter to
    * `best/<stage>/` (with best.json) before the step's checkpoint; the stage ends once
    * `earlyStopPatience` validations in a row brought no new best.
    */
   private async validateAfterStep(s: StageRun): Promise<void> {
-    if (!(this.cfg.validation.every > 0 && this.state.stageStep % this.cfg.validation.every === 0 && this.valItems.length)) return;
+    if (!(this.cfg.validation.validateEvery > 0 && this.state.stageStep % this.cfg.validation.validateEvery === 0 && this.valItems.length)) return;
     let v: { score: number; ci: [number, number]; items: number };
     const tv = performance.now();
     try {
@@ -750,7 +750,7 @@ export class Trainer {
     }
     const point: ValidationPoint = { step: this.state.stageStep, score: v.score, ci: v.ci };
     this.state.validation.push(point);
-    const best = bestValidation(this.state.validation, this.cfg.validation.minImprovement ?? 0)!;
+    const best = bestValidation(this.state.validation, this.cfg.validation.earlyStopThreshold ?? 0)!;
     const isBest = best.point === point;
     if (isBest) {
       const dir = join(this.deps.runDir, RUN_FILES.best, s.stage);
@@ -780,7 +780,7 @@ export class Trainer {
     const K = s.impl.earlyStopPatience?.(this.cfg) ?? 0;
     if (K > 0 && best.sinceBest >= K) {
       this.log(
-        `[${s.stage}] ${K} validation(s) in a row without a new best (above ${best.point.score.toFixed(4)} at step ${best.point.step} by more than ${this.cfg.validation.minImprovement ?? 0}); ending ${s.stage.toUpperCase()} at step ${this.state.stageStep}`,
+        `[${s.stage}] ${K} validation(s) in a row without a new best (above ${best.point.score.toFixed(4)} at step ${best.point.step} by more than ${this.cfg.validation.earlyStopThreshold ?? 0}); ending ${s.stage.toUpperCase()} at step ${this.state.stageStep}`,
       );
       this.state.stageDone = true;
       s.rec.stoppedEarly = true;
@@ -800,7 +800,7 @@ export class Trainer {
       runDir: this.deps.runDir,
       backend: this.deps.backend,
       dist: this.dist,
-      minImprovement: this.cfg.validation.minImprovement ?? 0,
+      earlyStopThreshold: this.cfg.validation.earlyStopThreshold ?? 0,
       log: (line) => this.log(line),
       writeMetrics: (row) => this.metrics.write(row),
     };

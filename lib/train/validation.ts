@@ -6,7 +6,7 @@
  * Rules (transformers' Trainer: `metric_for_best_model` with `greater_is_better`, and
  * EarlyStoppingCallback's `early_stopping_patience` / `early_stopping_threshold`):
  * - the first validation of a stage is its best; a later one becomes the best only when its score
- *   exceeds the best's by more than `minImprovement` (a tie or a noise-level rise does not move it);
+ *   exceeds the best's by more than `earlyStopThreshold` (a tie or a noise-level rise does not move it);
  * - the early-stop count is the number of validations since the best: every validation that is not
  *   a new best counts (a fall, a tie and a rise within the threshold alike), a new best resets it to
  *   0; the stage ends when it reaches the patience K. (Before, a tie or any rise reset the count.)
@@ -50,11 +50,11 @@ export interface BestValidation {
   sinceBest: number;
 }
 
-/** The best of `history` under `minImprovement` (≥ 0, in score units); undefined for an empty list. */
-export function bestValidation(history: readonly ValidationPoint[], minImprovement: number): BestValidation | undefined {
+/** The best of `history` under `earlyStopThreshold` (≥ 0, in score units); undefined for an empty list. */
+export function bestValidation(history: readonly ValidationPoint[], earlyStopThreshold: number): BestValidation | undefined {
   let best: BestValidation | undefined;
   history.forEach((point, index) => {
-    if (!best || point.score > best.point.score + minImprovement) best = { index, point, sinceBest: 0 };
+    if (!best || point.score > best.point.score + earlyStopThreshold) best = { index, point, sinceBest: 0 };
     else best.sinceBest += 1;
   });
   return best;

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) JsdRowsKernel(float* zs, const float
 template <typename OutT>
 __global__ void __launch_bounds__(kThreads)
     GrpoRowsKernel(float* z, int64_t V, int64_t ld, float temp, const int64_t* tok, const float* old, const float* ref, const float* adv, const float* w,
-                   float eps_low, float eps_high, float beta_kl, float kl_clamp, int need_grad, float* logp_out, float* row_loss, int ce) {
+                   float eps_low, float eps_high, float kl_coef, float kl_clamp, int need_grad, float* logp_out, float* row_loss, int ce) {
   __shared__ float dl_shared;
   const int64_t r = blockIdx.x;
   float* row = z + r * ld;
@@ -150,12 +150,12 @@ __global__ void __launch_bounds__(kThreads)
     const float w1 = l1 < l2 ? 1.f : (l1 == l2 ? 0.5f : 0.f);
     const float inr = (ratio >= 1.f - eps_low && ratio <= 1.f + eps_high) ? 1.f : 0.f;
     float dl = -A * (w1 + (1.f - w1) * inr) * ratio;
-    if (beta_kl != 0.f) {
+    if (kl_coef != 0.f) {
       const float raw = ref[r] - logp;
       const float x = fminf(fmaxf(raw, -kl_clamp), kl_clamp);
-      per += beta_kl * (expf(x) - x - 1.f);
+      per += kl_coef * (expf(x) - x - 1.f);
       const float in_clamp = (raw >= -kl_clamp && raw <= kl_clamp) ? 1.f : 0.f;
-      dl -= beta_kl * (expf(x) - 1.f) * in_clamp;
+      dl -= kl_coef * (expf(x) - 1.f) * in_clamp;
     }
     logp_out[r] = logp;
     row_loss[r] = wr != 0.f ? per * wr : 0.f;
@@ -215,7 +215,7 @@ const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t
 }
 
 const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* old_logp, const float* ref_logp,
-                     const float* adv, const float* w, float eps_low, float eps_high, float beta_kl, float kl_clamp, bool need_grad, OutType out, float* logp,
+                     const float* adv, const float* w, float eps_low, float eps_high, float kl_coef, float kl_clamp, bool need_grad, OutType out, float* logp,
                      float* row_loss, void* stream) {
   if (rows == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
@@ -223,15 +223,15 @@ const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temper
   switch (out) {
     case OutType::kFloat32:
       GrpoRowsKernel<float>
-          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
+          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, kl_coef, kl_clamp, need_grad, logp, row_loss, 0);
       break;
     case OutType::kBFloat16:
       GrpoRowsKernel<__nv_bfloat16>
-          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
+          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, kl_coef, kl_clamp, need_grad, logp, row_loss, 0);
       break;
     case OutType::kFloat16:
       GrpoRowsKernel<__half>
-          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, beta_kl, kl_clamp, need_grad, logp, row_loss, 0);
+          <<<rows, th, 0, s>>>(z, V, ld, temperature, tok, old_logp, ref_logp, adv, w, eps_low, eps_high, kl_coef, kl_clamp, need_grad, logp, row_loss, 0);
       break;
   }
   return LaunchStatus();

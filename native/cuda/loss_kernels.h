@@ -23,9 +23,9 @@ const char* JsdRows(float* zs, const float* zt, int64_t rows, int64_t V, int64_t
 
 /// GRPO rows (native/loss/grpo.h): logp = z_tok/τ − logsumexp(z/τ) → logp [rows]; per-token
 /// clipped-surrogate + β_KL·k3 loss times w → row_loss [rows]; with need_grad, over z the gradient
-/// w·(d per / d logp)·(1[j = tok] − softmax_j)/τ. ref_logp is read only when beta_kl != 0.
+/// w·(d per / d logp)·(1[j = tok] − softmax_j)/τ. ref_logp is read only when kl_coef != 0.
 const char* GrpoRows(float* z, int64_t rows, int64_t V, int64_t ld, float temperature, const int64_t* tok, const float* old_logp, const float* ref_logp,
-                     const float* adv, const float* w, float eps_low, float eps_high, float beta_kl, float kl_clamp, bool need_grad, OutType out, float* logp,
+                     const float* adv, const float* w, float eps_low, float eps_high, float kl_coef, float kl_clamp, bool need_grad, OutType out, float* logp,
                      float* row_loss, void* stream);
 
 /// Cross-entropy rows: logp as GrpoRows, row_loss = −logp·w, and with need_grad over z the gradient

@@ -41,17 +41,17 @@ Flat Prepare(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   need_bt(tokens, "tokens");
   need_bt(old_logp, "oldLogprobs");
   need_bt(mask, "mask");
-  if (o.beta_kl != 0.0) need_bt(ref_logp, "refLogprobs");
+  if (o.kl_coef != 0.0) need_bt(ref_logp, "refLogprobs");
   if (!(o.temperature > 0)) throw ArgError("grpoLoss: temperature must be > 0");
   if (!(o.eps_low >= 0 && o.eps_low < 1 && o.eps_high >= 0)) throw ArgError("grpoLoss: need 0 <= epsLow < 1 and epsHigh >= 0");
-  if (o.beta_kl < 0) throw ArgError("grpoLoss: betaKl must be >= 0");
+  if (o.kl_coef < 0) throw ArgError("grpoLoss: klCoef must be >= 0");
   auto mt = MathDtype(hidden);
   auto dev = hidden.device();
   Flat f;
   f.h = hidden.reshape({B * T, H});
   f.tok = tokens.to(dev, at::kLong).reshape({-1});
   f.old = old_logp.to(dev, mt).reshape({-1});
-  f.ref = o.beta_kl != 0.0 ? ref_logp.to(dev, mt).reshape({-1}) : at::Tensor();
+  f.ref = o.kl_coef != 0.0 ? ref_logp.to(dev, mt).reshape({-1}) : at::Tensor();
   at::Tensor adv = advantages.to(dev, mt);
   if (adv.dim() == 1 && adv.size(0) == B)
     adv = adv.unsqueeze(1).expand({B, T});
@@ -84,13 +84,13 @@ void FillMetrics(GrpoMetrics* mt, const Flat& f, const at::Tensor& logp, const G
   mt->clip_low_sum = low.sum().item<double>();
   mt->clip_high_sum = high.sum().item<double>();
   mt->clip_region_sum = (low | high).sum().item<double>();
-  mt->kl_sum = o.beta_kl != 0.0 ? at::where(m, K3(lp, f.ref), at::zeros({}, lp.options())).sum().item<double>() : 0.0;
+  mt->kl_sum = o.kl_coef != 0.0 ? at::where(m, K3(lp, f.ref), at::zeros({}, lp.options())).sum().item<double>() : 0.0;
   mt->logp = lp;
 }
 
 struct GrpoFn : public torch::autograd::Function<GrpoFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight, const at::Tensor& tok, const at::Tensor& old,
-                               const at::Tensor& ref, const at::Tensor& adv, const at::Tensor& w, double eps_low, double eps_high, double beta_kl,
+                               const at::Tensor& ref, const at::Tensor& adv, const at::Tensor& w, double eps_low, double eps_high, double kl_coef,
                                double temperature, int64_t chunk) {
     const int64_t N = h.size(0), V = weight.size(0);
     auto mt = MathDtype(h);
@@ -106,12 +106,12 @@ struct GrpoFn : public torch::autograd::Function<GrpoFn> {
       const at::ScalarType gd = pw.out_dtype_mm ? pw.w.scalar_type() : at::kFloat;
       at::Tensor row_loss = at::empty({N}, h.options().dtype(at::kFloat));
       at::Tensor tk = tok.contiguous(), o = old.contiguous(), a = adv.contiguous(), wt = w.contiguous();
-      at::Tensor rf = beta_kl != 0.0 ? ref.contiguous() : at::Tensor();
+      at::Tensor rf = kl_coef != 0.0 ? ref.contiguous() : at::Tensor();
       for (int64_t s = 0; s < N; s += chunk) {
         const int64_t e = std::min(N, s + chunk);
         at::Tensor z = ChunkLogits(h.slice(0, s, e), pw);
         GrpoRowsCuda(z, temperature, tk.slice(0, s, e), o.slice(0, s, e), rf.defined() ? rf.slice(0, s, e) : rf, a.slice(0, s, e), wt.slice(0, s, e), eps_low,
-                     eps_high, beta_kl, kKlClamp, need_grad, gd, logp_all.slice(0, s, e), row_loss.slice(0, s, e));
+                     eps_high, kl_coef, kKlClamp, need_grad, gd, logp_all.slice(0, s, e), row_loss.slice(0, s, e));
         if (need_grad) grad.slice(0, s, e).copy_(ChunkGradHidden(GradRowsView(z, gd), pw, h.scalar_type()));
       }
       if (need_grad) ctx->save_for_backward({grad});
@@ -136,10 +136,10 @@ struct GrpoFn : public torch::autograd::Function<GrpoFn> {
       at::Tensor l1 = ratio * A, l2 = coef2 * A;
       at::Tensor per = -at::min(l1, l2);
       at::Tensor x;
-      if (beta_kl != 0.0) {
+      if (kl_coef != 0.0) {
         at::Tensor raw = ref.slice(0, s, e) - logp;
         x = raw.clamp(-kKlClamp, kKlClamp);
-        per = per + beta_kl * (x.exp() - x - 1);
+        per = per + kl_coef * (x.exp() - x - 1);
       }
       total += at::where(keep, per * wc, zero).sum();
       if (!need_grad) continue;
@@ -147,10 +147,10 @@ struct GrpoFn : public torch::autograd::Function<GrpoFn> {
       at::Tensor w1 = at::where(l1 < l2, at::ones({}, l1.options()), at::where(l1 == l2, at::full({}, 0.5, l1.options()), zero));
       at::Tensor inr = ((ratio >= 1 - eps_low) & (ratio <= 1 + eps_high)).to(mt);
       at::Tensor dl = -A * (w1 + (1 - w1) * inr) * ratio;
-      if (beta_kl != 0.0) {
+      if (kl_coef != 0.0) {
         at::Tensor raw = ref.slice(0, s, e) - logp;
         at::Tensor in_clamp = ((raw >= -kKlClamp) & (raw <= kKlClamp)).to(mt);
-        dl = dl - beta_kl * (x.exp() - 1) * in_clamp;
+        dl = dl - kl_coef * (x.exp() - 1) * in_clamp;
       }
       dl = at::where(keep, dl * wc, zero) / temperature;
       // dlogits = dl · (onehot − softmax) / T, computed in place in z.
@@ -203,7 +203,7 @@ at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const a
   // Every position live (e.g. packed completions): the rows as they are, no [N, H] gathered copy.
   const bool all = idx.numel() == f.mask.numel();
   auto sel = [&](const at::Tensor& t) { return all ? t : t.index_select(0, idx); };
-  auto outs = GrpoFn::apply(sel(f.h), weight.detach(), sel(f.tok), sel(f.old), sel(ref), sel(f.adv), sel(f.w), o.eps_low, o.eps_high, o.beta_kl, o.temperature,
+  auto outs = GrpoFn::apply(sel(f.h), weight.detach(), sel(f.tok), sel(f.old), sel(ref), sel(f.adv), sel(f.w), o.eps_low, o.eps_high, o.kl_coef, o.temperature,
                             o.chunk);
   at::Tensor logp = all ? outs[1].reshape(f.old.sizes()) : at::zeros_like(f.old).index_copy(0, idx, outs[1]);
   FillMetrics(metrics, f, logp, o);
@@ -219,7 +219,7 @@ at::Tensor GrpoReference(const at::Tensor& hidden, const at::Tensor& weight, con
   at::Tensor coef1 = (logp - f.old).exp();
   at::Tensor coef2 = coef1.clamp(1 - o.eps_low, 1 + o.eps_high);
   at::Tensor per = -at::min(coef1 * f.adv, coef2 * f.adv);
-  if (o.beta_kl != 0.0) per = per + o.beta_kl * K3(logp, f.ref);
+  if (o.kl_coef != 0.0) per = per + o.kl_coef * K3(logp, f.ref);
   at::Tensor loss = (per * f.w).sum();
   FillMetrics(metrics, f, logp, o);
   return loss;

@@ -34,7 +34,7 @@ at::Tensor K3(const at::Tensor& logp, const at::Tensor& ref_logp);
 
 struct GrpoOptions {
   double eps_low = 0.2, eps_high = 0.2;
-  double beta_kl = 0.0;
+  double kl_coef = 0.0;
   double temperature = 1.0;
   int64_t chunk = 0;
   std::string aggregation = "dapo";   // grpo | dapo | dr_grpo
@@ -56,7 +56,7 @@ at::Tensor GrpoTokenWeights(const at::Tensor& mask, const GrpoOptions& o);
 
 /// Fused GRPO. hidden [B, T, H] (the positions that predict `tokens`; grad flows when it requires
 /// grad), weight [V, H] frozen, tokens/old_logp/mask [B, T], ref_logp [B, T] (undefined allowed when
-/// beta_kl == 0), advantages [B] or [B, T]. Returns the 0-dim loss; metrics filled when given.
+/// kl_coef == 0), advantages [B] or [B, T]. Returns the 0-dim loss; metrics filled when given.
 at::Tensor GrpoFused(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& tokens, const at::Tensor& old_logp, const at::Tensor& ref_logp,
                      const at::Tensor& advantages, const at::Tensor& mask, const GrpoOptions& o, GrpoMetrics* metrics);
 

@@ -81,20 +81,20 @@ at::Tensor JsdRowsCuda(const at::Tensor& zs, const at::Tensor& zt, double temper
 }
 
 void GrpoRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& old_logp, const at::Tensor& ref_logp, const at::Tensor& adv,
-                  const at::Tensor& w, double eps_low, double eps_high, double beta_kl, double kl_clamp, bool need_grad, at::ScalarType grad_dtype,
+                  const at::Tensor& w, double eps_low, double eps_high, double kl_coef, double kl_clamp, bool need_grad, at::ScalarType grad_dtype,
                   const at::Tensor& logp, const at::Tensor& row_loss) {
   NeedRows(z, "grpo rows");
   const int64_t C = z.size(0), V = z.size(1);
   NeedVec(tok, C, at::kLong, "grpo rows (tokens)");
   NeedVec(old_logp, C, at::kFloat, "grpo rows (old logprobs)");
-  if (beta_kl != 0) NeedVec(ref_logp, C, at::kFloat, "grpo rows (reference logprobs)");
+  if (kl_coef != 0) NeedVec(ref_logp, C, at::kFloat, "grpo rows (reference logprobs)");
   NeedVec(adv, C, at::kFloat, "grpo rows (advantages)");
   NeedVec(w, C, at::kFloat, "grpo rows (weights)");
   NeedVec(logp, C, at::kFloat, "grpo rows (logprobs out)");
   NeedVec(row_loss, C, at::kFloat, "grpo rows (loss out)");
   Check(ck::GrpoRows(z.data_ptr<float>(), C, V, V, static_cast<float>(temperature), tok.data_ptr<int64_t>(), old_logp.data_ptr<float>(),
-                     beta_kl != 0 ? ref_logp.data_ptr<float>() : nullptr, adv.data_ptr<float>(), w.data_ptr<float>(), static_cast<float>(eps_low),
-                     static_cast<float>(eps_high), static_cast<float>(beta_kl), static_cast<float>(kl_clamp), need_grad, OutOf(grad_dtype),
+                     kl_coef != 0 ? ref_logp.data_ptr<float>() : nullptr, adv.data_ptr<float>(), w.data_ptr<float>(), static_cast<float>(eps_low),
+                     static_cast<float>(eps_high), static_cast<float>(kl_coef), static_cast<float>(kl_clamp), need_grad, OutOf(grad_dtype),
                      logp.data_ptr<float>(), row_loss.data_ptr<float>(), Stream(z)),
         "grpo rows");
 }

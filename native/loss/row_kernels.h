@@ -28,10 +28,10 @@ at::Tensor JsdRowsCuda(const at::Tensor& zs, const at::Tensor& zt, double temper
                        at::ScalarType grad_dtype);
 
 /// GRPO over a chunk: z [C, V] float32 contiguous (overwritten with gradient rows when need_grad),
-/// tok [C] int64, old/ref/adv/w [C] float32 (ref ignored when beta_kl == 0). Writes logp [C] and
+/// tok [C] int64, old/ref/adv/w [C] float32 (ref ignored when kl_coef == 0). Writes logp [C] and
 /// row_loss [C] (float32, contiguous, on the same device).
 void GrpoRowsCuda(const at::Tensor& z, double temperature, const at::Tensor& tok, const at::Tensor& old_logp, const at::Tensor& ref_logp, const at::Tensor& adv,
-                  const at::Tensor& w, double eps_low, double eps_high, double beta_kl, double kl_clamp, bool need_grad, at::ScalarType grad_dtype,
+                  const at::Tensor& w, double eps_low, double eps_high, double kl_coef, double kl_clamp, bool need_grad, at::ScalarType grad_dtype,
                   const at::Tensor& logp, const at::Tensor& row_loss);
 
 /// Cross-entropy over a chunk: z [C, V] float32 contiguous (overwritten with w·(softmax − onehot)/τ

@@ -126,7 +126,12 @@ loss::GrpoOptions ReadGrpoOptions(const Napi::Object& o, const char* W) {
   double eps = GetNumber(o, "epsilon", 0.2, W);
   g.eps_low = GetNumber(o, "epsLow", eps, W);
   g.eps_high = GetNumber(o, "epsHigh", eps, W);
-  g.beta_kl = GetNumber(o, "betaKl", 0.0, W);
+  // klCoef, or its former name betaKl (issue 51: one word per setting, the training flag --kl-coef);
+  // both given with different values cannot be read either way.
+  const double kl_former = GetNumber(o, "betaKl", 0.0, W);
+  g.kl_coef = GetNumber(o, "klCoef", kl_former, W);
+  if (Has(o, "klCoef") && Has(o, "betaKl") && kl_former != g.kl_coef)
+    throw ArgError(std::string(W) + ": klCoef and its former name betaKl are given with different values; give klCoef only");
   g.temperature = GetNumber(o, "temperature", 1.0, W);
   g.chunk = GetInt(o, "chunkSize", 0, W);
   g.aggregation = GetString(o, "aggregation", std::string("dapo"), W);
@@ -153,7 +158,7 @@ Napi::Value GrpoLossJs(const Napi::CallbackInfo& info) {
     auto mask = GetTensor(o, "mask", W);
     torch::Tensor ref = Has(o, "refLogprobs") ? GetTensor(o, "refLogprobs", W) : torch::Tensor();
     auto go = ReadGrpoOptions(o, W);
-    if (go.beta_kl != 0.0 && !ref.defined()) throw ArgError("grpoLoss.refLogprobs is required when betaKl != 0");
+    if (go.kl_coef != 0.0 && !ref.defined()) throw ArgError("grpoLoss.refLogprobs is required when klCoef != 0");
     bool fused = GetBool(o, "fused", true, W);
     bool want_grad = GetBool(o, "grad", true, W);
     Place pl = ReadPlace(o, W);
@@ -284,7 +289,7 @@ Napi::Value BenchLossJs(const Napi::CallbackInfo& info) {
             } else {
               loss::GrpoOptions go;
               go.chunk = chunk;
-              go.beta_kl = 0.04;
+              go.kl_coef = 0.04;
               auto x3 = x.unsqueeze(0);
               auto m2 = mask.unsqueeze(0);
               l = fused ? loss::GrpoFused(x3, w, tok, old, old, adv, m2, go, nullptr) : loss::GrpoReference(x3, w, tok, old, old, adv, m2, go, nullptr);

@@ -6,7 +6,7 @@
 #include "loss/grpo.h"
 
 namespace pg {
-/// {epsilon, epsLow, epsHigh, betaKl, temperature, chunkSize, aggregation, numSequences, numTokens,
+/// {epsilon, epsLow, epsHigh, klCoef (former name betaKl), temperature, chunkSize, aggregation, numSequences, numTokens,
 /// maxCompletionLength} of `o`; ArgError naming `W` on a bad aggregation.
 loss::GrpoOptions ReadGrpoOptions(const Napi::Object& o, const char* W);
 /// {meanKl, clipFraction: {low, high, region}, maskCount, logprobs?} of a GRPO loss call.

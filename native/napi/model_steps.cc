@@ -7,7 +7,7 @@
 //     -> {loss, tokens}: teacher forward (no grad, adapter `teacher`), student forward (grad, active
 //        adapter), fused JSD over the completion tokens, backward into the LoRA grads (accumulating).
 //   grpoBackward(model, {inputIds, attentionMask, completionMask, oldLogprobs, refLogprobs?, advantages,
-//                        epsLow, epsHigh, betaKl, temperature, aggregation, numSequences, numTokens,
+//                        epsLow, epsHigh, klCoef (former name betaKl), temperature, aggregation, numSequences, numTokens,
 //                        maxCompletionLength, chunkSize})
 //     -> {loss, meanKl, clipFraction, maskCount, logprobs [B, L]}: fused GRPO, grads accumulate.
 //   prefixLogprobs(model, {prefixIds [1, P], suffixIds [n, S] (right-padded), suffixLengths [n],
@@ -164,7 +164,7 @@ Napi::Value GrpoBackwardJs(const Napi::CallbackInfo& info) {
       throw ArgError("grpoBackward.advantages must be [B] or [B, L]");
     if (cm.select(1, 0).ne(0).any().item<bool>()) throw ArgError("grpoBackward.completionMask must be 0 at position 0 (no token predicts it)");
     auto go = ReadGrpoOptions(o, W);
-    if (go.beta_kl != 0 && !ref.defined()) throw ArgError("grpoBackward.refLogprobs is required when betaKl != 0");
+    if (go.kl_coef != 0 && !ref.defined()) throw ArgError("grpoBackward.refLogprobs is required when klCoef != 0");
     if (go.aggregation == "dr_grpo" && go.max_completion_length <= 0) go.max_completion_length = std::max(1.0, cm.sum(1).max().item<double>());
     auto res = std::make_shared<steps::GrpoStepResult>();
     return StartOnModel(

@@ -64,9 +64,9 @@ writeFileSync(
     `sft: {steps: ${steps}, lr: 1.0e-5, batchSize: ${Q}}`,
     `opsd: {steps: ${steps}, lr: 5.0e-6, batchSize: ${Q}, microBatch: ${Math.max(1, Math.floor(MB / 2))}}`,
     `grpo: {steps: ${steps}, lr: 1.0e-5, questionsPerStep: ${Q}, groupSize: ${G}, microBatch: ${MB}}`,
-    'validation: {every: 0, maxItems: 0}',
+    'validation: {validateEvery: 0, items: 0}',
     'checkpoint: {every: 0}',
-    `memory: {recompute: ${a.recompute}, emptyCacheBetweenPhases: false}`,
+    `memory: {recompute: ${a.recompute}, emptyCache: false}`,
     '',
   ].join('\n'),
 );

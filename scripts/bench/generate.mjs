@@ -51,7 +51,7 @@ const a = benchArgs({
   attention: { type: 'string', default: 'live-kv' },
   // rollouts as the trainer runs them: a LoRA adapter of this rank on all projections (0 = none)
   lora: { type: 'string', default: '0' },
-  // the LoRA branch in the model dtype, as the trainer runs it (lora.float32Branch false)
+  // the LoRA branch in the model dtype, as the trainer runs it (lora.fp32Branch false)
   'lora-bf16': { type: 'boolean', default: false },
   'top-k': { type: 'string', default: '0' },
   'adapter-mode': { type: 'string', default: 'branch' },

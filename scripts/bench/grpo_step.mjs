@@ -91,7 +91,7 @@ backend.resetOptimizer(cfg.grpo.lr, 100);
 backend.snapshotAdapter('stage-start');
 const judge = await localJudgeForModel(model, policy.tokenizer, { batchSize: Number(a['judge-batch']), prefixSharing: !a['no-prefix-sharing'] });
 const general = loadGeneralRubric().items.map((g) => ({ id: g.id, text: g.text }));
-const reward = makeRewardFn(judge, general, { alpha: cfg.grpo.alpha });
+const reward = makeRewardFn(judge, general, { alpha: cfg.grpo.rewardAlpha });
 const items = readDataset(sampleDatasetPath()).items;
 const chosen = Array.from({ length: Q }, (_, i) => items[i % items.length]);
 
@@ -125,7 +125,7 @@ const newTokens = rollouts.reduce((s, r) => s + r.tokenIds.length, 0);
 const rewards = await phase('judge', () => reward(rollouts.map((r) => ({ item: chosen[r.promptIndex], plan: r.text }))));
 const { advantages } = computeAdvantages(
   rewards.map((x) => x.reward),
-  { groupSize: G, scale: cfg.grpo.scale },
+  { groupSize: G, scale: cfg.grpo.advantageScale },
 );
 const kept = rollouts.map((ro, i) => ({ ro, adv: advantages[i] })).filter((x) => x.ro.tokenIds.length > 0);
 const seqs = kept.map((x) => ({ promptIds: prompts[x.ro.promptIndex], completionIds: x.ro.tokenIds }));
@@ -134,7 +134,7 @@ const totalTokens = seqs.reduce((s, x) => s + x.completionIds.length, 0);
 const opts = {
   epsLow: cfg.grpo.epsLow,
   epsHigh: cfg.grpo.epsHigh,
-  betaKl: cfg.grpo.betaKl,
+  klCoef: cfg.grpo.klCoef,
   temperature: cfg.sampling.temperature,
   aggregation: cfg.grpo.aggregation,
   totalSequences: seqs.length,

@@ -102,7 +102,7 @@ const steps = metrics.map((m) => ({
 }));
 const result = {
   shape: a.shape,
-  maxMemoryGB: a['max-memory'] ? Number(a['max-memory']) : null,
+  maxMemory: a['max-memory'] ? Number(a['max-memory']) : null,
   exitCode: r.status,
   wallSeconds: wall,
   plan: plan && {
@@ -110,7 +110,7 @@ const result = {
     microBatch: plan.microBatch,
     recompute: plan.recompute,
     rolloutRows: plan.rolloutRows,
-    judgeMaxTokensPerCall: plan.judgeMaxTokensPerCall,
+    judgeTokensPerCall: plan.judgeTokensPerCall,
     expectedGB: Object.fromEntries(Object.entries(plan.phases).map(([k, v]) => [k, gb(v)])),
     fits: plan.fits,
     notes: plan.notes,

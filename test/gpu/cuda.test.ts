@@ -190,7 +190,7 @@ describe('GPU suite (CUDA)', function () {
       refLogprobs: old,
       advantages: adv,
       mask: gm,
-      betaKl: 0.04,
+      klCoef: 0.04,
       epsLow: 0.2,
       epsHigh: 0.28,
       aggregation: 'grpo' as const,
@@ -249,13 +249,13 @@ describe('GPU suite (CUDA)', function () {
       // old logprobs around the current ones: ratios on both sides of the clip range.
       const old = { data: Float32Array.from(lp.data as Float32Array, (x, i) => x + [0.5, -0.5, 0.1, 0][i % 4]!), shape: [B, T] };
       const ref = { data: Float32Array.from(lp.data as Float32Array, (x, i) => x + (i % 2 ? 30 : -0.3)), shape: [B, T] }; // some beyond the k3 clamp
-      for (const betaKl of [0, 0.04]) {
+      for (const klCoef of [0, 0.04]) {
         const args = {
           ...base,
           oldLogprobs: old,
           refLogprobs: ref,
           advantages: { data: Float32Array.from([1.2, -0.4, 0.3, -1.1, 0.7]), shape: [B] },
-          betaKl,
+          klCoef,
           epsLow: 0.2,
           epsHigh: 0.28,
           aggregation: 'dapo' as const,
@@ -263,7 +263,7 @@ describe('GPU suite (CUDA)', function () {
         };
         const k = await withFusedKernels(true, () => grpoLoss(args));
         const x = await withFusedKernels(false, () => grpoLoss(args));
-        report[`kernel vs ATen GRPO ${dtype} βKL=${betaKl} |Δloss|`] = Math.abs(k.loss - x.loss);
+        report[`kernel vs ATen GRPO ${dtype} βKL=${klCoef} |Δloss|`] = Math.abs(k.loss - x.loss);
         expect(Math.abs(k.loss - x.loss)).to.be.at.most(tol * Math.max(1, Math.abs(x.loss)));
         expect(relErr(k.gradHidden!.data as Float32Array, x.gradHidden!.data as Float32Array)).to.be.at.most(tol);
         expect(k.clipFraction.region).to.be.closeTo(x.clipFraction.region, 1e-6);

@@ -38,7 +38,7 @@ const flags = {
   sampling: { maxNewTokens: 4, temperature: 1 } as TrainConfig['sampling'],
   grpo: { steps: 3, questionsPerStep: 2, groupSize: 2, microBatch: 2 } as TrainConfig['grpo'],
   judge: { maxNullRate: 0.25 } as TrainConfig['judge'],
-  validation: { every: 0 } as TrainConfig['validation'],
+  validation: { validateEvery: 0 } as TrainConfig['validation'],
   checkpoint: { every: 0 },
 } as Partial<TrainConfig>;
 

@@ -85,8 +85,9 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     source: 'paper: general rubric items (docs/design.md §6)',
   },
   {
-    key: 'alpha',
-    flag: 'alpha',
+    key: 'rewardAlpha',
+    formerly: { flags: ['alpha'] },
+    flag: 'reward-alpha',
     type: 'number',
     min: 0,
     max: 1,

@@ -96,7 +96,8 @@ export const GRPO_SETTINGS: readonly Setting[] = [
     source: 'TRL GRPOConfig.epsilon_high (DAPO, Yu et al. 2025)',
   },
   {
-    key: 'grpo.betaKl',
+    key: 'grpo.klCoef',
+    formerly: { keys: ['grpo.betaKl'] },
     trl: [{ name: 'beta' }],
     flag: 'kl-coef',
     type: 'number',
@@ -116,7 +117,8 @@ export const GRPO_SETTINGS: readonly Setting[] = [
     source: 'TRL GRPOConfig.loss_type',
   },
   {
-    key: 'grpo.scale',
+    key: 'grpo.advantageScale',
+    formerly: { keys: ['grpo.scale'] },
     trl: [{ name: 'scale_rewards' }],
     flag: 'advantage-scale',
     type: 'enum',
@@ -153,7 +155,8 @@ export const GRPO_SETTINGS: readonly Setting[] = [
     source: 'issue 15: the judge hidden behind sampling; TRL / NeMo-RL overlap of reward and generation',
   },
   {
-    key: 'grpo.alpha',
+    key: 'grpo.rewardAlpha',
+    formerly: { keys: ['grpo.alpha'] },
     flag: 'reward-alpha',
     type: 'number',
     min: 0,

@@ -17,6 +17,8 @@ export const judgeOptions: () => readonly Setting[] = memoOn(
       ...j,
       key: j.key === 'kind' ? 'judge' : `judge${j.key[0]!.toUpperCase()}${j.key.slice(1)}`,
       label: `judge.${j.key}`,
+      // A command option's former names are flags only (its key is the camelCase option name).
+      formerly: j.formerly?.flags ? { flags: j.formerly.flags } : undefined,
       ...(j.key === 'kind' ? { default: 'http' } : {}),
     })),
 );

@@ -41,7 +41,8 @@ export const LORA_SETTINGS: readonly Setting[] = [
     source: 'peft LoraConfig.lora_dropout',
   },
   {
-    key: 'lora.useRslora',
+    key: 'lora.rslora',
+    formerly: { keys: ['lora.useRslora'] },
     trl: [{ name: 'use_rslora', alias: true }],
     flag: 'lora-rslora',
     type: 'boolean',
@@ -66,7 +67,8 @@ export const LORA_SETTINGS: readonly Setting[] = [
     source: 'peft LoraConfig.target_modules ("all-linear")',
   },
   {
-    key: 'lora.float32Branch',
+    key: 'lora.fp32Branch',
+    formerly: { keys: ['lora.float32Branch'] },
     flag: 'lora-fp32-branch',
     type: 'boolean',
     default: false,

@@ -15,7 +15,8 @@ export const MEMORY_SETTINGS: readonly Setting[] = [
     source: 'transformers gradient_checkpointing',
   },
   {
-    key: 'memory.emptyCacheBetweenPhases',
+    key: 'memory.emptyCache',
+    formerly: { keys: ['memory.emptyCacheBetweenPhases'] },
     flag: 'empty-cache',
     type: 'boolean',
     default: false,
@@ -33,7 +34,8 @@ export const MEMORY_SETTINGS: readonly Setting[] = [
     source: 'papergym-native; accelerate find_executable_batch_size',
   },
   {
-    key: 'memory.maxMemoryGB',
+    key: 'memory.maxMemory',
+    formerly: { keys: ['memory.maxMemoryGB'] },
     flag: 'max-memory',
     type: 'number',
     min: 0,
@@ -55,7 +57,8 @@ export const MEMORY_SETTINGS: readonly Setting[] = [
     source: 'vLLM max_num_seqs',
   },
   {
-    key: 'memory.judgeMaxTokensPerCall',
+    key: 'memory.judgeTokensPerCall',
+    formerly: { keys: ['memory.judgeMaxTokensPerCall'] },
     flag: 'judge-tokens-per-call',
     type: 'integer',
     min: 0,

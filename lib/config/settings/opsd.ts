@@ -62,7 +62,8 @@ export const OPSD_SETTINGS: readonly Setting[] = [
     source: 'transformers TrainingArguments.gradient_accumulation_steps (inverse)',
   },
   {
-    key: 'opsd.beta',
+    key: 'opsd.jsdBeta',
+    formerly: { keys: ['opsd.beta'] },
     flag: 'jsd-beta',
     type: 'number',
     min: 0,

@@ -27,7 +27,8 @@ export const OPTIM_SETTINGS: readonly Setting[] = [
     source: 'transformers TrainingArguments.max_grad_norm',
   },
   {
-    key: 'optim.betas',
+    key: 'optim.adamBetas',
+    formerly: { keys: ['optim.betas'] },
     trl: [{ name: 'adam_beta1' }, { name: 'adam_beta2' }],
     flag: 'adam-betas',
     type: 'list',
@@ -42,7 +43,8 @@ export const OPTIM_SETTINGS: readonly Setting[] = [
     source: 'transformers TrainingArguments.adam_beta1 / adam_beta2',
   },
   {
-    key: 'optim.eps',
+    key: 'optim.adamEps',
+    formerly: { keys: ['optim.eps'] },
     trl: [{ name: 'adam_epsilon', alias: true }],
     flag: 'adam-eps',
     type: 'number',
@@ -53,7 +55,8 @@ export const OPTIM_SETTINGS: readonly Setting[] = [
     source: 'transformers TrainingArguments.adam_epsilon',
   },
   {
-    key: 'optim.schedule',
+    key: 'optim.lrSchedule',
+    formerly: { keys: ['optim.schedule'] },
     trl: [{ name: 'lr_scheduler_type', alias: true }],
     flag: 'lr-schedule',
     type: 'enum',

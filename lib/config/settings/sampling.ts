@@ -62,7 +62,8 @@ export const SAMPLING_SETTINGS: readonly Setting[] = [
     source: 'PEFT merge_and_unload; TRL GRPO with vLLM (merged adapter weights)',
   },
   {
-    key: 'sampling.enableThinking',
+    key: 'sampling.thinking',
+    formerly: { keys: ['sampling.enableThinking'] },
     flag: 'thinking',
     type: 'boolean',
     default: false,

@@ -6,7 +6,8 @@ import type { Setting } from '../schema.js';
 export const VALIDATION_SETTINGS: readonly Setting[] = [
   // ---- validation, checkpoints, logging ----
   {
-    key: 'validation.every',
+    key: 'validation.validateEvery',
+    formerly: { keys: ['validation.every'] },
     resumable: true,
     trl: [{ name: 'eval_steps', alias: true }],
     flag: 'validate-every',
@@ -18,7 +19,8 @@ export const VALIDATION_SETTINGS: readonly Setting[] = [
     source: 'transformers TrainingArguments.eval_steps',
   },
   {
-    key: 'validation.maxItems',
+    key: 'validation.items',
+    formerly: { keys: ['validation.maxItems'] },
     flag: 'validation-items',
     type: 'integer',
     min: 0,
@@ -27,7 +29,8 @@ export const VALIDATION_SETTINGS: readonly Setting[] = [
     source: 'transformers eval_dataset (subset)',
   },
   {
-    key: 'validation.minImprovement',
+    key: 'validation.earlyStopThreshold',
+    formerly: { keys: ['validation.minImprovement'] },
     flag: 'early-stop-threshold',
     type: 'number',
     min: 0,

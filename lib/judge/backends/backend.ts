@@ -24,7 +24,7 @@ export interface JudgeOpenContext {
   modelDir?: string;
   device?: Device;
   dtype?: Dtype;
-  /** Tokens per scoring call chosen by the memory plan (memory.judgeMaxTokensPerCall); undefined = the backend's default. */
+  /** Tokens per scoring call chosen by the memory plan (memory.judgeTokensPerCall); undefined = the backend's default. */
   maxTokensPerCall?: number;
   /**
    * A per-item prompt template (lib/util/prompts.ts form) replacing the backend's own, for a benchmark

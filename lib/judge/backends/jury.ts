@@ -24,7 +24,7 @@ export function juryMembers(c: JudgeConfig): (JudgeConfig & { name: string; weig
 export const juryBackend: JudgeBackendOf<'jury'> = {
   kind: 'jury',
   describe: 'several judges (judge.judges: each of a kind without members, own model, score and weight), one verdict by judge.aggregation',
-  settingKeys: ['judges', 'aggregation', 'onMemberFailure'],
+  settingKeys: ['judges', 'aggregation', 'juryOnMemberFailure'],
   hasMembers: true,
   answersFreeForm: () => false,
   sharesPolicyWeights: (c) => juryMembers(c).some((m) => judgeBackend(m).sharesPolicyWeights(m)),
@@ -59,6 +59,6 @@ export const juryBackend: JudgeBackendOf<'jury'> = {
       for (const o of opened) await o.judge.close?.();
       throw new Error(`jury member ${ms[opened.length]?.name}: ${(e as Error).message}`);
     }
-    return new JuryJudge(opened, { aggregation: c.aggregation, onMemberFailure: c.onMemberFailure });
+    return new JuryJudge(opened, { aggregation: c.aggregation, juryOnMemberFailure: c.juryOnMemberFailure });
   },
 };

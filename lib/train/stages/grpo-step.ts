@@ -69,7 +69,7 @@ export function referenceLogprobsOf(ctx: StageContext): ReferenceLogprobs {
  */
 export async function earlyReferenceLogprobs(ctx: StageContext, s: SampledRollouts, reference: ReferenceLogprobs): Promise<Map<number, number[]>> {
   const earlyRef = new Map<number, number[]>();
-  if (ctx.dist.worldSize > 1 && ctx.cfg.grpo.betaKl > 0) {
+  if (ctx.dist.worldSize > 1 && ctx.cfg.grpo.klCoef > 0) {
     const local = s.rollouts.map((ro, i) => ({ ro, i })).filter((x) => x.ro.tokenIds.length > 0);
     const lps = await reference(local.map((x) => ({ promptIds: s.prompts.get(x.ro.promptIndex)!, completionIds: x.ro.tokenIds })));
     local.forEach((x, k) => earlyRef.set(x.i, lps[k]!));
@@ -112,7 +112,7 @@ export interface StepAdvantages {
 }
 
 /**
- * Group advantages (lib/train/advantages.ts maskedAdvantages: grpo.scale, grpo.dropZeroVariance)
+ * Group advantages (lib/train/advantages.ts maskedAdvantages: grpo.advantageScale, grpo.dropZeroVariance)
  * of every rank's rewards (`all`, rank order; ranks hold contiguous chunk ranges), so the
  * advantages, the loss normalisers and the judge health span the whole step, as on one process.
  * A completion the judge gave no readable verdict for has no reward: masked from its group's
@@ -130,7 +130,7 @@ export function stepAdvantages(ctx: StageContext, all: RankRollouts[], s: Sample
   const masked = rewards.map((x) => x.masked === true);
   const r = rewards.map((x) => x.reward);
   const scored = r.filter((_, i) => !masked[i]);
-  const { advantages, keep } = maskedAdvantages(ctx.advantages, r, masked, c.groupSize, { scale: c.scale, dropZeroVariance: c.dropZeroVariance });
+  const { advantages, keep } = maskedAdvantages(ctx.advantages, r, masked, c.groupSize, { scale: c.advantageScale, dropZeroVariance: c.dropZeroVariance });
   const keptGlobal = lengths.map((len, i) => keep[i] && len > 0);
   const totalSequences = keptGlobal.filter(Boolean).length;
   const totalTokens = lengths.reduce((n, len, i) => n + (keptGlobal[i] ? len : 0), 0);
@@ -163,7 +163,7 @@ export async function updateBatch(ctx: StageContext, adv: StepAdvantages, earlyR
   const cap = c.importanceSamplingCap ?? 3;
   let refLogprobs: number[][];
   if (earlyRef.size) refLogprobs = kept.map((x) => earlyRef.get(x.local)!);
-  else if (seqs.length && c.betaKl > 0) refLogprobs = await reference(seqs);
+  else if (seqs.length && c.klCoef > 0) refLogprobs = await reference(seqs);
   else refLogprobs = seqs.map((s) => s.completionIds.map(() => 0));
   const trainerLp = correction !== 'none' && seqs.length ? await reference(seqs, 'active') : undefined;
   const corrected = kept.map((x, j) => correctRollout(correction, x.ro.logprobs, trainerLp?.[j], cap));
@@ -199,7 +199,7 @@ export async function grpoUpdate(ctx: StageContext, batch: UpdateRow[], adv: Ste
   const opts = {
     epsLow: c.epsLow,
     epsHigh: c.epsHigh,
-    betaKl: c.betaKl,
+    klCoef: c.klCoef,
     temperature: ctx.cfg.sampling.temperature || 1,
     aggregation: c.aggregation,
     totalSequences: adv.totalSequences,

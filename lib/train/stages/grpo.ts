@@ -12,7 +12,7 @@ import { earlyReferenceLogprobs, grpoUpdate, rankRollouts, rankUpdate, reference
 // Its section of the memory plan's inputs (lib/train/memory-model.ts PlanStageInputs).
 declare module '../memory-model.js' {
   interface PlanStageInputs {
-    grpo: { questionsPerStep: number; groupSize: number; microBatch: number; betaKl: number; reference: 'stage-start' | 'base' };
+    grpo: { questionsPerStep: number; groupSize: number; microBatch: number; klCoef: number; reference: 'stage-start' | 'base' };
   }
 }
 
@@ -24,7 +24,7 @@ export const grpoStage: TrainingStage = {
   lr: (cfg) => cfg.grpo.lr,
   microBatch: { get: (cfg) => cfg.grpo.microBatch, set: (cfg, n) => void (cfg.grpo.microBatch = n) },
   judging: {
-    alpha: (cfg) => cfg.grpo.alpha,
+    alpha: (cfg) => cfg.grpo.rewardAlpha,
     stepTimeoutMs: (cfg) => cfg.grpo.judgeStepTimeoutMs ?? 0,
     stepTimeoutSetting: 'grpo.judgeStepTimeoutMs (--judge-step-timeout-ms)',
   },
@@ -54,7 +54,7 @@ export const grpoStage: TrainingStage = {
         questionsPerStep: cfg.grpo.questionsPerStep,
         groupSize: cfg.grpo.groupSize,
         microBatch: cfg.grpo.microBatch,
-        betaKl: cfg.grpo.betaKl,
+        klCoef: cfg.grpo.klCoef,
         reference: cfg.grpo.reference,
       },
     }),
@@ -64,7 +64,7 @@ export const grpoStage: TrainingStage = {
       maxRows: (x) => x.grpo.questionsPerStep * x.grpo.groupSize,
       unit: (x) => x.grpo.groupSize,
       // The same rows batch the reference logprobs (a no-grad forward).
-      fits: (x, rows, t, limit) => x.grpo.betaKl <= 0 || t.R + rows * t.Ls * t.fwd <= limit,
+      fits: (x, rows, t, limit) => x.grpo.klCoef <= 0 || t.R + rows * t.Ls * t.fwd <= limit,
     },
     judgedRollout: 'rollout-grpo',
     judgeOverlap: { get: (cfg) => cfg.grpo.judgeOverlap, set: (cfg, v) => void (cfg.grpo.judgeOverlap = v) },
@@ -80,11 +80,11 @@ export const grpoStage: TrainingStage = {
       const rows = Math.min(Q * G, Math.max(G, st.rolloutRows - (st.rolloutRows % G)));
       out['rollout-grpo'] = t.R + bucket(rows) * t.Ls * t.kv + t.sampler(bucket(rows)) + t.merged;
       if (x.localJudge !== false) {
-        const judgeWork = judgeWorkBytes(x, st.judgeMaxTokensPerCall);
+        const judgeWork = judgeWorkBytes(x, st.judgeTokensPerCall);
         out.judge = t.R + judgeWork;
         if (st.judgeOverlap) out['rollout-grpo'] += judgeWork;
       }
-      if (x.grpo.betaKl > 0) out.reference = t.R + rows * t.Ls * t.fwd;
+      if (x.grpo.klCoef > 0) out.reference = t.R + rows * t.Ls * t.fwd;
       out['update-grpo'] = t.R + updateBytes(x, st.microBatch.grpo!, t.Ls, st.recompute, 'grpo');
       return out;
     },

@@ -141,7 +141,7 @@ export const opsdStage: TrainingStage = {
               longestFirst(batch, (x) => Math.max(x.student.promptIds.length, x.teacher.promptIds.length) + x.student.completionIds.length),
               microBatch,
             )) {
-              l += (await backend.opsdBackward(mb, { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
+              l += (await backend.opsdBackward(mb, { jsdBeta: c.jsdBeta, temperature: ctx.cfg.sampling.temperature || 1, normalizer, teacher })).loss;
             }
             return l;
           }),
@@ -156,7 +156,11 @@ export const opsdStage: TrainingStage = {
     if (diagRows > 0 && ctx.dist.rank === 0 && backend.opsdTokenDiagnostics && batch.length) {
       const t0 = performance.now();
       try {
-        const rows = await backend.opsdTokenDiagnostics(batch.slice(0, diagRows), { beta: c.beta, temperature: ctx.cfg.sampling.temperature || 1, teacher });
+        const rows = await backend.opsdTokenDiagnostics(batch.slice(0, diagRows), {
+          jsdBeta: c.jsdBeta,
+          temperature: ctx.cfg.sampling.temperature || 1,
+          teacher,
+        });
         tokenDivergence = summarizeDivergence(addTokens(emptyDivergence(), rows.flat()));
       } catch (e) {
         // The full-logit forwards are outside the memory plan: out of memory there costs the
