@@ -5,7 +5,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '[setup] %s\n' "$*"; }
 
-PY=${PYTHON:-python3}
+# The Python of the references and the model makers: $PYTHON, else the venv an earlier setup made
+# (below: where python3 is externally managed), else python3. lib/util/python.ts and
+# scripts/find-libtorch.cjs pick the same one.
+CACHE_DIR="${PAPERGYM_NATIVE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/papergym-native}"
+PY_VENV="$CACHE_DIR/python"
+if [ -n "${PYTHON:-}" ]; then
+  PY=$PYTHON
+elif [ -x "$PY_VENV/bin/python" ]; then
+  PY="$PY_VENV/bin/python"
+  say "python: $PY (the venv an earlier setup made)"
+else
+  PY=python3
+fi
+# PEP 668: a distribution's python3 (Debian 12, Ubuntu 24.04) refuses pip installs outside a venv.
+externally_managed() {
+  [ -z "${PIP_BREAK_SYSTEM_PACKAGES:-}" ] && "$1" -c 'import os, sys, sysconfig
+sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)' 2>/dev/null
+}
 if [ -z "${LIBTORCH:-}" ]; then
   if "$PY" - <<'PYEOF' 2>/dev/null
 import importlib.metadata as m, sys
@@ -21,7 +38,17 @@ PYEOF
   then
     say "python packages already at the pinned versions"
   else
-    say "pip install -r scripts/requirements.txt (torch 2.11.0 + reference libraries)"
+    if externally_managed "$PY"; then
+      say "$PY is externally managed (PEP 668): the Python packages go into their own venv, $PY_VENV"
+      if ! "$PY" -m venv --help >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "apt-get install python3-venv"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null 2>&1 ||
+          { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null 2>&1; } || true
+      fi
+      "$PY" -m venv "$PY_VENV" || { say "cannot make a venv with $PY (install python3-venv, or set PYTHON to a Python with pip)"; exit 1; }
+      PY="$PY_VENV/bin/python"
+    fi
+    say "pip install -r scripts/requirements.txt (torch 2.11.0 + reference libraries) into $PY"
     "$PY" -m pip install --disable-pip-version-check -q -r scripts/requirements.txt
   fi
 else
@@ -57,7 +84,7 @@ else
 fi
 
 # MLflow (server + client for test/trackers.test.ts) in its own venv: it pins pyarrow<26.
-MLFLOW_VENV="${PAPERGYM_NATIVE_CACHE_DIR:-$HOME/.cache/papergym-native}/mlflow-venv"
+MLFLOW_VENV="$CACHE_DIR/mlflow-venv"
 MLFLOW_WANT=$(sed -n 's/^mlflow==//p' scripts/requirements-mlflow.txt)
 if [ "$("$MLFLOW_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mlflow"))' 2>/dev/null)" = "$MLFLOW_WANT" ]; then
   say "mlflow $MLFLOW_WANT venv present ($MLFLOW_VENV)"

@@ -7,6 +7,7 @@ import { packageRoot } from '../lib/native.js';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate, encodeChat, parseJsonKeepingFloats, pythonFloatRepr, type ChatMessage } from '../lib/model/chat.js';
 import { QWEN3_TOKENIZER_DIR } from './tokenizer.test.js';
+import { python } from '../lib/model/checkpoints.js';
 
 interface Case {
   name: string;
@@ -61,7 +62,7 @@ describe('chat template (@huggingface/jinja) vs transformers apply_chat_template
 
   it('is token-for-token equal to transformers run live (scripts/ref_chat_template.py)', function () {
     this.timeout(120000);
-    const py = process.env.PYTHON ?? 'python3';
+    const py = python;
     const r = spawnSync(
       py,
       [join(packageRoot, 'scripts', 'ref_chat_template.py'), '--tokenizer', QWEN3_TOKENIZER_DIR, '--cases', join(FIX, 'conversations.json'), '--out', '-'],
@@ -108,7 +109,7 @@ describe('chat template of another family: Llama-3 (from its own tokenizer_confi
 
   it('is token-for-token equal to transformers run live (scripts/ref_chat_template.py)', function () {
     this.timeout(120000);
-    const py = process.env.PYTHON ?? 'python3';
+    const py = python;
     const r = spawnSync(
       py,
       [join(packageRoot, 'scripts', 'ref_chat_template.py'), '--tokenizer', LLAMA3_TOKENIZER_DIR, '--cases', join(FIX, 'conversations.json'), '--out', '-'],
@@ -219,7 +220,7 @@ describe('chat template: tools with numbers in their Python form, and the templa
 
   it('equals transformers run live for the tools cases (scripts/ref_chat_template.py)', async function () {
     this.timeout(120000);
-    const py = process.env.PYTHON ?? 'python3';
+    const py = python;
     const script = join(packageRoot, 'scripts', 'ref_chat_template.py');
     const r = spawnSync(py, [script, '--tokenizer', QWEN3_TOKENIZER_DIR, '--cases', join(FIX, 'tools.json'), '--out', '-'], {
       encoding: 'utf8',

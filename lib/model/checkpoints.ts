@@ -11,9 +11,10 @@ import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot } from '../native.js';
 import { ensureDirAtomic } from '../util/cache.js';
+import { resolvePython } from '../util/python.js';
 
-/** The Python that runs the makers and the reference scripts (`$PYTHON`, default python3). */
-export const python = process.env.PYTHON ?? 'python3';
+/** The Python that runs the makers and the reference scripts (lib/util/python.ts: `$PYTHON`, else setup's venv, else python3). */
+export const python = resolvePython();
 
 /**
  * Returns `dir`, first running `python scripts/SCRIPT --out TMP ...args` into it when it holds no

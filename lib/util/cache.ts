@@ -12,9 +12,14 @@ import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 
+/** The per-user cache root's path (see the module docstring), not created. */
+export function userCacheDirPath(env: NodeJS.ProcessEnv = process.env): string {
+  return env.PAPERGYM_NATIVE_CACHE_DIR || join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'papergym-native');
+}
+
 /** The per-user cache root (see the module docstring); created on first use. */
 export function userCacheDir(): string {
-  const dir = process.env.PAPERGYM_NATIVE_CACHE_DIR || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'papergym-native');
+  const dir = userCacheDirPath();
   mkdirSync(dir, { recursive: true });
   return dir;
 }

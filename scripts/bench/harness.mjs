@@ -18,8 +18,8 @@ import { parseArgs } from 'node:util';
 
 /** The repository root. */
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-/** The Python of the reference scripts and checkpoint makers. */
-export const python = process.env.PYTHON ?? 'python3';
+/** The Python of the reference scripts and checkpoint makers (lib/util/python.ts: `$PYTHON`, else setup's venv, else python3). */
+export const python = (await import(join(root, 'dist', 'lib', 'util', 'python.js'))).resolvePython();
 
 /**
  * Parses process.argv with node:util parseArgs: `options` (the benchmark's own) plus the common

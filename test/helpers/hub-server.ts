@@ -22,6 +22,7 @@ import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { python as pythonPath } from '../../lib/model/checkpoints.js';
 
 /** One repo of the fake Hub. */
 export interface FakeRepo {
@@ -305,7 +306,7 @@ export class FakeHub {
   }
 }
 
-const py = process.env.PYTHON ?? 'python3';
+const py = pythonPath;
 
 /**
  * Runs a Python snippet (asynchronously: the loopback Hub in this process must keep answering);

@@ -1,0 +1,21 @@
+/**
+ * The Python that runs the model makers, the reference scripts and the trackers' bridges:
+ * `$PYTHON`, else the venv scripts/setup.sh makes where python3 is externally managed (PEP 668:
+ * Debian 12, Ubuntu 24.04 refuse pip installs outside a venv) — `<user cache dir>/python`, when it
+ * is there — else `python3`. scripts/setup.sh and scripts/find-libtorch.cjs pick the same one.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { userCacheDirPath } from './cache.js';
+
+/** The venv scripts/setup.sh makes for an externally managed python3 (`<user cache dir>/python`). */
+export function setupVenvPython(env: NodeJS.ProcessEnv = process.env): string {
+  return join(userCacheDirPath(env), 'python', 'bin', 'python');
+}
+
+/** `$PYTHON`, else setup's venv when it exists, else `python3` (read from the environment on each call). */
+export function resolvePython(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.PYTHON) return env.PYTHON;
+  const venv = setupVenvPython(env);
+  return existsSync(venv) ? venv : 'python3';
+}
