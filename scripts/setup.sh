@@ -38,7 +38,10 @@ PYEOF
   then
     say "python packages already at the pinned versions"
   else
-    if externally_managed "$PY"; then
+    if [ -n "${PYTHON:-}" ] && externally_managed "$PY"; then
+      say "PYTHON=$PYTHON is externally managed (PEP 668) and refuses pip installs: point PYTHON at a venv's python, or unset it and setup makes a venv ($PY_VENV)"
+      exit 1
+    elif externally_managed "$PY"; then
       say "$PY is externally managed (PEP 668): the Python packages go into their own venv, $PY_VENV"
       if ! "$PY" -m venv --help >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "apt-get install python3-venv"
