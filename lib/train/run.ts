@@ -29,7 +29,7 @@ import { writeReport } from '../report/html.js';
 import { truncateMetrics } from './metrics.js';
 import { parseReportTo, TRACKERS, TrackerSet } from './trackers/index.js';
 import { userCacheDir } from '../util/cache.js';
-import { makeCheckpointOnce } from '../model/checkpoints.js';
+import { makeCheckpointOnce, python } from '../model/checkpoints.js';
 import { qwen3TokenizerDir } from '../model/tokenizer.js';
 import { readDataset, loadGeneralRubric, sampleDatasetPath } from '../data/schema.js';
 import { Policy } from '../model/policy.js';
@@ -72,7 +72,7 @@ export function ensureDefaultModel(log?: (line: string) => void): string {
   const dir = join(userCacheDir(), 'models', 'default-tiny-tied-s0');
   if (existsSync(join(dir, 'fingerprint.json'))) return dir;
   // The first run spends about 10 s here (python + torch): say so instead of a silent wait.
-  log?.(`first run: making the embedded tiny random Qwen3 once in ${dir} (python3 + torch, about 10 s; later runs reuse it)`);
+  log?.(`first run: making the embedded tiny random Qwen3 once in ${dir} (${python} + torch, about 10 s; later runs reuse it)`);
   let tokDir: string;
   try {
     tokDir = qwen3TokenizerDir();
