@@ -16,7 +16,7 @@ const typed = dashFlags(joinNegativeNumbers(hideBin(process.argv)));
 // A renamed setting's former flag (`eval --alpha`) is read as its flag, with a deprecation line (lib/config/renames.ts).
 const sub0 = typed.find((a) => !a.startsWith('-'));
 const upgraded = upgradeFormerFlags(typed, (sub0 && commandSettings()[sub0]) || []);
-for (const line of upgraded.lines) process.stderr.write(`papergym-native: warning: ${line}\n`);
+for (const line of upgraded.lines) process.stderr.write(`warning: ${line}\n`);
 const given = upgraded.args;
 // train: TRL's exact names (`--output-dir`, `--num-generations`) are read as ours (lib/config/trl.ts).
 const args = given.find((a) => !a.startsWith('-')) === 'train' ? trlAliasArgs(given, [...TRAIN_COMMAND_OPTIONS, ...trainSettings()]) : given;

@@ -99,14 +99,14 @@ function describe(root, source, extra = {}) {
 
 /**
  * `$PYTHON`, else the venv scripts/setup.sh makes where python3 is externally managed (PEP 668),
- * `<user cache dir>/python`, when it is there, else python3 (lib/util/python.ts, the same rule).
+ * `<user cache dir>/python`, once its packages are in (`.papergym-ready`), else python3 (lib/util/python.ts, the same rule).
  */
 function pythonOfSetup() {
   if (process.env.PYTHON) return process.env.PYTHON;
   const cache =
     process.env.PAPERGYM_NATIVE_CACHE_DIR || path.join(process.env.XDG_CACHE_HOME || path.join(require('node:os').homedir(), '.cache'), 'papergym-native');
   const venv = path.join(cache, 'python', 'bin', 'python');
-  return fs.existsSync(venv) ? venv : 'python3';
+  return fs.existsSync(path.join(cache, 'python', '.papergym-ready')) && fs.existsSync(venv) ? venv : 'python3';
 }
 
 /** The provider description (see the header), or throws an Error saying what was looked at. */

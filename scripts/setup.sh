@@ -7,7 +7,7 @@ say() { printf '[setup] %s\n' "$*"; }
 
 # The Python of the references and the model makers: $PYTHON, else the venv an earlier setup made
 # (below: where python3 is externally managed), else python3. lib/util/python.ts and
-# scripts/find-libtorch.cjs pick the same one.
+# scripts/find-libtorch.cjs pick the same one, the venv once it holds .papergym-ready (its packages in).
 CACHE_DIR="${PAPERGYM_NATIVE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/papergym-native}"
 PY_VENV="$CACHE_DIR/python"
 if [ -n "${PYTHON:-}" ]; then
@@ -54,6 +54,8 @@ PYEOF
     say "pip install -r scripts/requirements.txt (torch 2.11.0 + reference libraries) into $PY"
     "$PY" -m pip install --disable-pip-version-check -q -r scripts/requirements.txt
   fi
+  # The package uses setup's venv only once its packages are in (a pip stopped halfway leaves none).
+  if [ "$PY" = "$PY_VENV/bin/python" ]; then touch "$PY_VENV/.papergym-ready"; fi
 else
   say "LIBTORCH=$LIBTORCH: not installing torch (live parity tests need python3 with transformers/peft/trl)"
 fi

@@ -127,18 +127,42 @@ describe('one word per setting: keys are flags, former names still read (issue 5
     // No former key is left in the resolved config.
     for (const old of Object.keys(FORMER)) expect(get(c, old), old).to.equal(undefined);
     expect(lines).to.have.length(Object.keys(FORMER).length);
-    expect(lines).to.include(`config ${file}: grpo.betaKl is a former name of grpo.klCoef (--kl-coef); read as grpo.klCoef (rename it: the former name will be removed)`);
+    expect(lines).to.include(
+      `config ${file}: grpo.betaKl is a former name of grpo.klCoef (--kl-coef); read as grpo.klCoef (rename it: the former name will be removed)`,
+    );
   });
 
-  it('a former key and its new key with different values are refused, naming the file and both keys', () => {
+  it('a former key given with its new key is one setting given twice: refused, naming the file and both keys (as a TRL name with ours)', () => {
     const file = join(tmp, 'both.yaml');
-    writeFileSync(file, 'grpo: {betaKl: 0.02, klCoef: 0.05}\n');
+    for (const [a, b] of [
+      [0.02, 0.05],
+      [0.05, 0.05],
+    ]) {
+      writeFileSync(file, `grpo: {betaKl: ${a}, klCoef: ${b}}\n`);
+      expect(() => resolveConfig({ file, warn: () => {} })).to.throw(
+        `config ${file}: grpo.betaKl (a former name) and grpo.klCoef (--kl-coef) are the same setting, given twice (${a}, ${b}); give grpo.klCoef only`,
+      );
+    }
+    // A TRL name with a former key: the TRL name is refused by name, after the former key was read.
+    writeFileSync(file, 'use_rslora: true\nlora: {useRslora: false}\n');
+    expect(() => resolveConfig({ file, warn: () => {} })).to.throw(`config ${file}: use_rslora (TRL) and lora.rslora are the same setting; give one`);
+    // A former key in another section than its own: unknown there, with the hint.
+    writeFileSync(file, 'opsd: {betaKl: 0.02}\n');
     expect(() => resolveConfig({ file, warn: () => {} })).to.throw(
-      new RegExp(`config ${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: grpo\\.betaKl \\(a former name\\) and grpo\\.klCoef \\(--kl-coef\\) are the same setting with different values \\(0\\.02, 0\\.05\\)`),
+      `config ${file}: unknown key opsd.betaKl; did you mean \`grpo.klCoef\` (formerly grpo.betaKl, \`--kl-coef\`)?`,
     );
-    // The same value twice is one setting given twice: read, with the deprecation line.
-    writeFileSync(file, 'grpo: {betaKl: 0.05, klCoef: 0.05}\n');
-    expect(resolveConfig({ file, warn: () => {} }).grpo.klCoef).to.equal(0.05);
+  });
+
+  it('CLI: train --config with former keys prints each deprecation line once', async () => {
+    const file = join(tmp, 'cli.yaml');
+    writeFileSync(file, 'grpo: {betaKl: 0.02}\nvalidation: {every: 0}\nopsd: {steps: 1, batchSize: 1, microBatch: 1}\nsampling: {maxNewTokens: 2}\n');
+    const r = await cli(['train', '--config', file, '--out', join(tmp, 'cli-run'), '--stages', 'opsd', '--checkpoint-every', '0']);
+    expect(r.code, r.err).to.equal(0);
+    const lines = r.err.split('\n').filter((l) => l.includes('is a former name of'));
+    expect(lines).to.deep.equal([
+      `warning: config ${file}: grpo.betaKl is a former name of grpo.klCoef (--kl-coef); read as grpo.klCoef (rename it: the former name will be removed)`,
+      `warning: config ${file}: validation.every is a former name of validation.validateEvery (--validate-every); read as validation.validateEvery (rename it: the former name will be removed)`,
+    ]);
   });
 
   it('flags given as an object by a library caller: a former key is read as its key, with the line', () => {
@@ -146,7 +170,9 @@ describe('one word per setting: keys are flags, former names still read (issue 5
     const c = resolveConfig({ flags: { grpo: { betaKl: 0.03 } } as never, warn: (l) => lines.push(l) });
     expect(c.grpo.klCoef).to.equal(0.03);
     expect(get(c, 'grpo.betaKl')).to.equal(undefined);
-    expect(lines).to.deep.equal(['flags: grpo.betaKl is a former name of grpo.klCoef (--kl-coef); read as grpo.klCoef (rename it: the former name will be removed)']);
+    expect(lines).to.deep.equal([
+      'flags: grpo.betaKl is a former name of grpo.klCoef (--kl-coef); read as grpo.klCoef (rename it: the former name will be removed)',
+    ]);
   });
 
   it('a former flag on the command line is written as the flag, `=` and `--no-` forms too; after `--` it is left alone', () => {
@@ -160,7 +186,7 @@ describe('one word per setting: keys are flags, former names still read (issue 5
   it('CLI: eval --alpha is checked as --reward-alpha, and with --reward-alpha too it is one flag given twice', async () => {
     const range = await cli(['eval', '--alpha', '2', '--rescore', join(tmp, 'none.jsonl')]);
     expect(range.code).to.equal(1);
-    expect(range.err).to.include('papergym-native: warning: --alpha is a former name of --reward-alpha; read as --reward-alpha');
+    expect(range.err).to.include('warning: --alpha is a former name of --reward-alpha; read as --reward-alpha');
     expect(range.err).to.match(/--reward-alpha/);
     expect(range.err).to.not.match(/Unknown argument/);
     const twice = await cli(['eval', '--alpha', '0.5', '--reward-alpha', '0.6', '--rescore', join(tmp, 'none.jsonl')]);
@@ -171,7 +197,10 @@ describe('one word per setting: keys are flags, former names still read (issue 5
   it('a run stopped before its first checkpoint, its config.json under the former keys, restarts under the new ones', () => {
     const dir = join(tmp, 'restart');
     mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, 'config.json'), JSON.stringify({ seed: 1, grpo: { betaKl: 0.02, alpha: 0.5 }, validation: { every: 3 }, origins: { 'grpo.betaKl': 'flag' } }));
+    writeFileSync(
+      join(dir, 'config.json'),
+      JSON.stringify({ seed: 1, grpo: { betaKl: 0.02, alpha: 0.5 }, validation: { every: 3 }, origins: { 'grpo.betaKl': 'flag' } }),
+    );
     const r = restartableRun(dir)!;
     expect(r.config).to.deep.equal({ seed: 1, grpo: { klCoef: 0.02, rewardAlpha: 0.5 }, validation: { validateEvery: 3 } });
   });
@@ -201,14 +230,24 @@ describe('one word per setting: keys are flags, former names still read (issue 5
 
     const logs: string[] = [];
     await runTraining({ resume: out, flags: { opsd: { steps: 2 } } as never, log: (l) => logs.push(l), handleSignals: false });
-    expect(logs.join('\n')).to.match(/resume: .* was written with former setting names, read as today's \(.*opsd\.beta → opsd\.jsdBeta.*grpo\.betaKl → grpo\.klCoef/);
+    expect(logs.join('\n')).to.match(
+      /resume: .* names \d+ settings by their former names, read as today's: .*opsd\.beta → opsd\.jsdBeta.*grpo\.betaKl → grpo\.klCoef/,
+    );
+    // A library caller resuming with a former key in its flags: read as the key (validation.every is a run-time setting).
+    await runTraining({ resume: out, flags: { opsd: { steps: 3 }, validation: { every: 0 } } as never, log: (l) => logs.push(l), handleSignals: false });
+    expect(logs).to.include(
+      'warning: flags: validation.every is a former name of validation.validateEvery (--validate-every); read as validation.validateEvery (rename it: the former name will be removed)',
+    );
     const after = JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown>;
     expect(get(after, 'opsd.jsdBeta')).to.equal(0.3);
     for (const old of Object.keys(FORMER)) expect(get(after, old), old).to.equal(undefined);
     const last = readFileSync(join(out, 'checkpoints', 'latest'), 'utf8').trim();
     expect(last).to.not.equal(latest);
-    const newState = JSON.parse(readFileSync(join(out, 'checkpoints', last, 'trainer_state.json'), 'utf8')) as { config: Record<string, unknown>; globalStep: number };
-    expect(newState.globalStep).to.equal(2);
+    const newState = JSON.parse(readFileSync(join(out, 'checkpoints', last, 'trainer_state.json'), 'utf8')) as {
+      config: Record<string, unknown>;
+      globalStep: number;
+    };
+    expect(newState.globalStep).to.equal(3);
     expect(get(newState.config, 'grpo.klCoef')).to.be.a('number');
     expect(get(newState.config, 'grpo.betaKl')).to.equal(undefined);
   });

@@ -316,6 +316,9 @@ describe('losses: fused GRPO', () => {
         (e: Error) => e,
       );
     expect(err).to.be.instanceOf(TypeError);
+    // A negative coefficient is named as given.
+    expect(() => grpoLoss({ ...args, betaKl: -1 })).to.throw(TypeError, /^grpoLoss\.betaKl must be >= 0/);
+    expect(() => grpoLoss({ ...args, klCoef: -1 })).to.throw(TypeError, /^grpoLoss\.klCoef must be >= 0/);
     expect(err?.message).to.match(/grpoLoss: klCoef and its former name betaKl are given with different values/);
   });
 

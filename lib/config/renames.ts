@@ -17,6 +17,17 @@ export function formerKeys(settings: readonly Setting[]): Map<string, Setting> {
   return out;
 }
 
+/**
+ * "did you mean `grpo.klCoef` (formerly grpo.betaKl, `--kl-coef`)?" for an unknown config key whose
+ * name is the last part of a former key (`opsd: {betaKl: …}`, the former key in another section);
+ * undefined when it is none.
+ */
+export function formerKeyHint(name: string, settings: readonly Setting[]): string | undefined {
+  const m = [...formerKeys(settings)].filter(([old]) => old.split('.').pop() === name);
+  if (!m.length) return undefined;
+  return `did you mean ${m.map(([old, s]) => `\`${s.key}\` (formerly ${old}, \`--${s.flag}\`)`).join(' or ')}?`;
+}
+
 /** Removes the leaf at a dotted key; a section left empty by it is removed too. */
 function deletePath(o: Record<string, unknown>, key: string): void {
   const parts = key.split('.');
@@ -40,7 +51,7 @@ function deletePath(o: Record<string, unknown>, key: string): void {
  * @returns one deprecation line per key moved (`config a.yaml: grpo.betaKl is a former name of
  *   grpo.klCoef (--kl-coef); read as grpo.klCoef`), empty when none was there.
  * @throws Error (`ERR_PG_INPUT`) naming `where` and both keys when a former key and its new key are
- *   both given with different values (which one was meant cannot be told).
+ *   both given (one setting given twice, as a TRL alias with our key is: lib/config/trl.ts).
  */
 export function upgradeFormerKeys(doc: Record<string, unknown>, settings: readonly Setting[], where: string): string[] {
   const lines: string[] = [];
@@ -48,8 +59,10 @@ export function upgradeFormerKeys(doc: Record<string, unknown>, settings: readon
     const v = getPath(doc, old);
     if (v === undefined) continue;
     const now = getPath(doc, s.key);
-    if (now !== undefined && JSON.stringify(now) !== JSON.stringify(v))
-      throw inputError(`${where}: ${old} (a former name) and ${s.key} (--${s.flag}) are the same setting with different values (${JSON.stringify(v)}, ${JSON.stringify(now)}); give ${s.key} only`);
+    if (now !== undefined)
+      throw inputError(
+        `${where}: ${old} (a former name) and ${s.key} (--${s.flag}) are the same setting, given twice (${JSON.stringify(v)}, ${JSON.stringify(now)}); give ${s.key} only`,
+      );
     deletePath(doc, old);
     setPath(doc, s.key, v);
     lines.push(`${where}: ${old} is a former name of ${s.key} (--${s.flag}); read as ${s.key} (rename it: the former name will be removed)`);
@@ -87,7 +100,7 @@ export function upgradeFormerFlags(args: readonly string[], settings: readonly S
  * are those of the registered settings when the registries have loaded, of the core settings
  * otherwise (lib/config/settings.ts CORE_TRAIN_SETTINGS).
  * @returns the former keys read (`grpo.betaKl → grpo.klCoef`), empty for a config of today.
- * @throws Error (`ERR_PG_INPUT`) naming `where` when a former key and its key disagree.
+ * @throws Error (`ERR_PG_INPUT`) naming `where` when a former key and its key are both there.
  */
 export function upgradeSavedConfig(cfg: Record<string, unknown>, where: string): string[] {
   let settings: readonly Setting[];

@@ -11,7 +11,7 @@ import { judgeConfigProblems, type JudgeConfig } from './judge.js';
 import { CORE_TRAIN_SETTINGS, trainSettings } from './settings.js';
 import { checkValue, expandAll, getPath, leafKeys, productProblems, setPath, type Setting } from './schema.js';
 import { applyTrlConfigKeys, trlHint } from './trl.js';
-import { formerKeys, upgradeFormerKeys } from './renames.js';
+import { formerKeyHint, formerKeys, upgradeFormerKeys } from './renames.js';
 import { expandPath } from '../util/fs.js';
 import { memoOn, registeredJudgeBackends, registeredStages } from './extensions.js';
 
@@ -211,7 +211,7 @@ export function mergeConfig<T>(base: T, over: DeepPartial<T> | undefined): T {
 }
 
 /** A deprecation or notice line of the config layer, written to stderr unless the caller takes it. */
-const stderrLine = (line: string): void => void process.stderr.write(`papergym-native: ${line}\n`);
+const stderrLine = (line: string): void => void process.stderr.write(`warning: ${line}\n`);
 
 /**
  * Reads a YAML (or JSON) config file; throws naming the file on a parse error or unknown key. A
@@ -228,9 +228,10 @@ export function readConfigFile(path: string, warn: (line: string) => void = stde
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config ${path}: top level must be a mapping`);
   const known = trainDefaults() as unknown as Record<string, unknown>;
   // TRL's flat keys (`output_dir`, `num_generations`): an alias moves to its key, another TRL name gets a hint.
-  applyTrlConfigKeys(doc as Record<string, unknown>, known, trainSettings(), path);
-  // A renamed setting's former key (`grpo: {betaKl: …}`) moves to its key, with a deprecation line.
+  // A renamed setting's former key (`grpo: {betaKl: …}`) moves to its key, with a deprecation line
+  // (before the TRL names, so a TRL name given with it is refused naming the TRL name).
   for (const line of upgradeFormerKeys(doc as Record<string, unknown>, trainSettings(), `config ${path}`)) warn(line);
+  applyTrlConfigKeys(doc as Record<string, unknown>, known, trainSettings(), path);
   checkKeys(doc as Record<string, unknown>, known, path, '');
   // PEFT's `target_modules: all-linear` (every linear layer but the output head).
   for (const st of trainSettings()) {
@@ -245,7 +246,7 @@ export function readConfigFile(path: string, warn: (line: string) => void = stde
 function checkKeys(o: Record<string, unknown>, ref: Record<string, unknown>, file: string, prefix: string): void {
   for (const [k, v] of Object.entries(o)) {
     if (!(k in ref)) {
-      const hint = trlHint(k, trainSettings(), 'key');
+      const hint = trlHint(k, trainSettings(), 'key') ?? formerKeyHint(k, trainSettings());
       throw new Error(`config ${file}: unknown key ${prefix}${k}${hint ? `; ${hint}` : ''}`);
     }
     const r = ref[k];

@@ -21,7 +21,7 @@ import {
   type Origin,
   type Stage,
 } from '../config/train.js';
-import { upgradeSavedConfig } from '../config/renames.js';
+import { upgradeFormerKeys, upgradeSavedConfig } from '../config/renames.js';
 import { trainSettings } from '../config/settings.js';
 import { leafKeys, getPath, setPath } from '../config/schema.js';
 import { resolveDevice } from '../model/device.js';
@@ -278,6 +278,14 @@ function resumeOut(o: RunOptions, log: (line: string) => void): RunOptions & { r
 export async function runTraining(opts: RunOptions): Promise<TrainSummary> {
   const log = opts.log ?? ((l: string) => process.stderr.write(l + '\n'));
   let o = resumeOut(opts, log);
+  // Flags given as an object under a renamed setting's former key (lib/config/renames.ts) are read
+  // as its key before anything compares them (a resume's allowed changes included).
+  if (o.flags) {
+    const flags = structuredClone(o.flags) as Record<string, unknown>;
+    const lines = upgradeFormerKeys(flags, trainSettings(), 'flags');
+    for (const line of lines) log(`warning: ${line}`);
+    if (lines.length) o = { ...o, flags: flags as RunOptions['flags'] };
+  }
   let cfg: TrainConfig;
   let origins: Record<string, Origin> | undefined;
   let resume: ReturnType<typeof resolveCheckpoint> | undefined;
@@ -296,7 +304,7 @@ export async function runTraining(opts: RunOptions): Promise<TrainSummary> {
   if (o.resume) {
     resume = resolveCheckpoint(o.resume);
     if (resume.formerKeys)
-      log(`resume: ${resume.dir} was written with former setting names, read as today's (${resume.formerKeys.join(', ')}; lib/config/renames.ts)`);
+      log(`resume: ${resume.dir} names ${resume.formerKeys.length} settings by their former names, read as today's: ${resume.formerKeys.join(', ')}`);
     // Every file the checkpoint needs, and its trainer state against the run's config.json, before any compute.
     checkResumeCheckpoint(resume, resumableKeys());
     // Judge keys added after the checkpoint was written take their defaults. A checkpoint written
@@ -549,7 +557,8 @@ async function trainLocked(
               .runtimeInfo()
               .cudaDevices.find((d: { index: number }) => d.index === dev)?.totalMemoryBytes
           : undefined;
-      const fileDoc = o.file ? (readConfigFile(o.file) as Record<string, unknown>) : undefined;
+      // Read again for the pinned keys: its deprecation lines were printed by the first read.
+      const fileDoc = o.file ? (readConfigFile(o.file, () => {}) as Record<string, unknown>) : undefined;
       planned = planForRun(resolved, {
         shape: readModelShape(modelDir),
         promptTokens,

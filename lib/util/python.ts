@@ -13,9 +13,13 @@ export function setupVenvPython(env: NodeJS.ProcessEnv = process.env): string {
   return join(userCacheDirPath(env), 'python', 'bin', 'python');
 }
 
-/** `$PYTHON`, else setup's venv when it exists, else `python3` (read from the environment on each call). */
+/**
+ * `$PYTHON`, else setup's venv once its packages are in (setup writes `.papergym-ready` beside
+ * `bin/` after pip succeeded: a venv whose install stopped halfway is not used), else `python3`.
+ * Read from `env` on each call.
+ */
 export function resolvePython(env: NodeJS.ProcessEnv = process.env): string {
   if (env.PYTHON) return env.PYTHON;
   const venv = setupVenvPython(env);
-  return existsSync(venv) ? venv : 'python3';
+  return existsSync(join(venv, '..', '..', '.papergym-ready')) && existsSync(venv) ? venv : 'python3';
 }

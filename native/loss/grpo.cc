@@ -44,7 +44,7 @@ Flat Prepare(const at::Tensor& hidden, const at::Tensor& weight, const at::Tenso
   if (o.kl_coef != 0.0) need_bt(ref_logp, "refLogprobs");
   if (!(o.temperature > 0)) throw ArgError("grpoLoss: temperature must be > 0");
   if (!(o.eps_low >= 0 && o.eps_low < 1 && o.eps_high >= 0)) throw ArgError("grpoLoss: need 0 <= epsLow < 1 and epsHigh >= 0");
-  if (o.kl_coef < 0) throw ArgError("grpoLoss: klCoef must be >= 0");
+  if (o.kl_coef < 0) throw ArgError("GRPO loss: klCoef must be >= 0");
   auto mt = MathDtype(hidden);
   auto dev = hidden.device();
   Flat f;

@@ -132,6 +132,7 @@ loss::GrpoOptions ReadGrpoOptions(const Napi::Object& o, const char* W) {
   g.kl_coef = GetNumber(o, "klCoef", kl_former, W);
   if (Has(o, "klCoef") && Has(o, "betaKl") && kl_former != g.kl_coef)
     throw ArgError(std::string(W) + ": klCoef and its former name betaKl are given with different values; give klCoef only");
+  if (g.kl_coef < 0) throw ArgError(std::string(W) + "." + (Has(o, "klCoef") ? "klCoef" : "betaKl") + " must be >= 0 (got " + std::to_string(g.kl_coef) + ")");
   g.temperature = GetNumber(o, "temperature", 1.0, W);
   g.chunk = GetInt(o, "chunkSize", 0, W);
   g.aggregation = GetString(o, "aggregation", std::string("dapo"), W);
