@@ -20,8 +20,9 @@ if (!existsSync(bin('eslint')) || !existsSync(bin('prettier'))) {
   process.stderr.write('lint: tools/lint is not installed; run: npm run lint:setup\n');
   process.exit(2);
 }
+// Tracked files and new ones not yet added (not ignored): a file is linted before its first commit.
 const tracked = (...globs) =>
-  execFileSync('git', ['ls-files', '--', ...globs], { cwd: root, encoding: 'utf8' })
+  execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '--', ...globs], { cwd: root, encoding: 'utf8' })
     .split('\n')
     .filter(Boolean);
 const run = (what, cmd, args) => {
