@@ -1,5 +1,6 @@
 /** Settings of `build-data` (lib/config/settings.ts re-exports them; schema: lib/config/schema.ts). */
 import type { Setting } from '../schema.js';
+import { PROGRESS_INTERVAL_ROW, PROGRESS_ROW } from './shared.js';
 
 const roleOptions = (role: string, what: string): Setting[] => {
   const k = (x: string) => `llm${role[0].toUpperCase()}${role.slice(1)}${x}`;
@@ -215,25 +216,8 @@ export const BUILD_DATA_OPTIONS: readonly Setting[] = [
     meaning: 'Send JSON schemas as response_format (guided decoding on vLLM / SGLang / OpenAI)',
     source: 'OpenAI API response_format json_schema',
   },
-  {
-    key: 'progress',
-    flag: 'progress',
-    type: 'enum',
-    choices: ['auto', 'plain', 'none'],
-    default: 'auto',
-    meaning: 'Progress display: a bar in a TTY, plain lines, or none',
-    source: 'papergym-native',
-  },
-  {
-    key: 'progressInterval',
-    flag: 'progress-interval',
-    type: 'number',
-    min: 0,
-    exclusiveMin: true,
-    default: 5,
-    meaning: 'Seconds between plain progress lines (no TTY, or CI=true)',
-    source: 'tqdm mininterval',
-  },
+  PROGRESS_ROW,
+  PROGRESS_INTERVAL_ROW,
   {
     key: 'parseTimeout',
     flag: 'parse-timeout',

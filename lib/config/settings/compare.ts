@@ -1,5 +1,6 @@
 /** Settings of `compare` (lib/config/settings.ts re-exports them; schema: lib/config/schema.ts). */
 import type { Setting } from '../schema.js';
+import { PROGRESS_ROW } from './shared.js';
 import { memoOn, registeredJudgeBackends } from '../extensions.js';
 import { JUDGE_DEFAULTS, type JudgeConfig } from '../judge.js';
 import { EVAL_CACHE_MEANING } from './eval.js';
@@ -107,13 +108,5 @@ export const COMPARE_OPTIONS: readonly Setting[] = [
     meaning: "Keep the judge's raw replies in --out",
     source: 'lm-evaluation-harness --log_samples',
   },
-  {
-    key: 'progress',
-    flag: 'progress',
-    type: 'enum',
-    choices: ['auto', 'plain', 'none'],
-    default: 'auto',
-    meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none',
-    source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS',
-  },
+  PROGRESS_ROW,
 ];

@@ -1,5 +1,6 @@
 /** Settings of `eval` (lib/config/settings.ts re-exports them; schema: lib/config/schema.ts). */
 import type { Setting } from '../schema.js';
+import { GENERAL_RUBRIC_ROW, LIMIT_ROW, PROGRESS_ROW } from './shared.js';
 import { memoOn, registeredNames } from '../extensions.js';
 import { DEFAULT_ALPHA } from '../reward.js';
 import { judgeOptions } from './judge.js';
@@ -64,7 +65,7 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     meaning: 'Only items of this split; unset = all',
     source: 'datasets split',
   },
-  { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'First N items only; unset = all', source: 'lm-evaluation-harness --limit' },
+  LIMIT_ROW,
   { key: 'samples', flag: 'samples', type: 'integer', min: 1, default: 1, meaning: 'Plans per question', source: 'vLLM SamplingParams.n' },
   ...SAMPLING_OPTIONS,
   {
@@ -75,15 +76,7 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     meaning: 'Also judge the general rubric items (--no-general to skip)',
     source: 'paper: general rubric items (docs/design.md §6)',
   },
-  {
-    key: 'generalRubric',
-    flag: 'general-rubric',
-    type: 'path',
-    default: null,
-    values: 'a general rubric JSON',
-    meaning: 'General rubric file; unset = data/general-rubric.json',
-    source: 'paper: general rubric items (docs/design.md §6)',
-  },
+  GENERAL_RUBRIC_ROW,
   {
     key: 'rewardAlpha',
     formerly: { flags: ['alpha'] },
@@ -171,13 +164,5 @@ export const EVAL_OPTIONS: readonly Setting[] = [
     meaning: 'Recompute the score from recorded verdicts under --protocol, asking no judge (no --model / --data needed)',
     source: 'papergym-native (lib/eval/protocols/)',
   },
-  {
-    key: 'progress',
-    flag: 'progress',
-    type: 'enum',
-    choices: ['auto', 'plain', 'none'],
-    default: 'auto',
-    meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none',
-    source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS',
-  },
+  PROGRESS_ROW,
 ];

@@ -1,5 +1,6 @@
 /** Settings of the judge options of eval, probe-judge and judge-agreement (lib/config/settings.ts re-exports them; schema: lib/config/schema.ts). */
 import type { Setting } from '../schema.js';
+import { GENERAL_RUBRIC_ROW, JSON_TABLE_ROW, LIMIT_ROW } from './shared.js';
 import { memoOn } from '../extensions.js';
 import { judgeSettings } from '../judge.js';
 import { DEVICE_AUTO } from './model.js';
@@ -52,7 +53,7 @@ export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
     meaning: 'Adversarial plans to judge: restated question, keyword stuffing, grader injection, empty plan, echoed rubric',
     source: 'reward-hacking probes (docs/design.md §8)',
   },
-  { key: 'limit', flag: 'limit', type: 'integer', min: 1, default: null, meaning: 'First N items only; unset = all', source: 'lm-evaluation-harness --limit' },
+  LIMIT_ROW,
   {
     key: 'general',
     flag: 'general',
@@ -61,15 +62,7 @@ export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
     meaning: 'Also judge the general rubric items',
     source: 'paper: general rubric items (docs/design.md §6)',
   },
-  {
-    key: 'generalRubric',
-    flag: 'general-rubric',
-    type: 'path',
-    default: null,
-    values: 'a general rubric JSON',
-    meaning: 'General rubric file; unset = data/general-rubric.json',
-    source: 'paper: general rubric items (docs/design.md §6)',
-  },
+  GENERAL_RUBRIC_ROW,
   {
     key: 'out',
     flag: 'out',
@@ -79,7 +72,7 @@ export const PROBE_JUDGE_OPTIONS: readonly Setting[] = [
     meaning: 'Write the JSON report here',
     source: 'lm-evaluation-harness --output_path',
   },
-  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print JSON instead of a table', source: 'papergym-native' },
+  JSON_TABLE_ROW,
   {
     key: 'device',
     flag: 'device',
@@ -170,7 +163,7 @@ export const JUDGE_AGREEMENT_OPTIONS: readonly Setting[] = [
     source: 'scipy.stats.bootstrap n_resamples',
   },
   { key: 'seed', flag: 'seed', type: 'integer', min: 0, default: 0, meaning: 'Bootstrap seed', source: 'numpy random seed' },
-  { key: 'json', flag: 'json', type: 'boolean', default: false, meaning: 'Print JSON instead of a table', source: 'papergym-native' },
+  JSON_TABLE_ROW,
   {
     key: 'device',
     flag: 'device',

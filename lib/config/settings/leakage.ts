@@ -1,5 +1,6 @@
 /** Settings of `leakage` (lib/config/settings.ts re-exports them; schema: lib/config/schema.ts). */
 import type { Setting } from '../schema.js';
+import { PROGRESS_INTERVAL_ROW, PROGRESS_ROW } from './shared.js';
 import { memoOn } from '../extensions.js';
 import { judgeKindsWithMembers } from '../judge.js';
 import { judgeOptions } from './judge.js';
@@ -91,25 +92,8 @@ export const LEAKAGE_OPTIONS: readonly Setting[] = [
     meaning: 'Fail on invalid dataset rows instead of skipping them',
     source: 'papergym-native (docs/data.md)',
   },
-  {
-    key: 'progress',
-    flag: 'progress',
-    type: 'enum',
-    choices: ['auto', 'plain', 'none'],
-    default: 'auto',
-    meaning: 'Progress on stderr: a bar on a TTY, plain lines without one or under CI=true, or none',
-    source: 'tqdm disable / HF_HUB_DISABLE_PROGRESS_BARS',
-  },
-  {
-    key: 'progressInterval',
-    flag: 'progress-interval',
-    type: 'number',
-    min: 0,
-    exclusiveMin: true,
-    default: 5,
-    meaning: 'Seconds between plain progress lines (no TTY, or CI=true)',
-    source: 'tqdm mininterval',
-  },
+  PROGRESS_ROW,
+  PROGRESS_INTERVAL_ROW,
 ];
 
 /**
