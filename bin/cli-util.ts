@@ -81,3 +81,23 @@ export function dashFlags(args: string[]): string[] {
   const end = args.indexOf('--');
   return args.map((a, i) => ((end < 0 || i < end) && /^--[^=]*_/.test(a) ? a.replace(/^--([^=]*)/, (_m, f: string) => `--${f.replace(/_/g, '-')}`) : a));
 }
+
+/**
+ * "did you mean --reward-alpha or --lora-alpha?" for each unknown flag of `args` that is the last
+ * word(s) of one or more flags of the command (`--alpha`, `--steps`, `--lr`: the section's prefix
+ * left out); one line each, in the order given. Flags the command knows, and everything after
+ * `--`, are skipped.
+ */
+export function suffixFlagHints(args: readonly string[], settings: readonly FlagSpec[]): string[] {
+  const known = new Set(settings.flatMap((s) => [s.flag, ...(s.alias ? [s.alias] : [])]));
+  const out: string[] = [];
+  for (const a of args) {
+    if (a === '--') break;
+    const m = /^--(?:no-)?([^=]+)/.exec(a);
+    if (!m || known.has(m[1]!)) continue;
+    const near = settings.map((s) => s.flag).filter((f) => f.endsWith(`-${m[1]}`));
+    const said = near.map((f) => `\`--${f}\``);
+    if (near.length) out.push(`--${m[1]}: did you mean ${said.length > 1 ? `${said.slice(0, -1).join(', ')} or ${said[said.length - 1]}` : said[0]}?`);
+  }
+  return [...new Set(out)];
+}

@@ -3,7 +3,7 @@
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { commands } from './commands/index.js';
-import { dashFlags, joinNegativeNumbers, quietOnEpipe, repeatedFlag } from './cli-util.js';
+import { dashFlags, joinNegativeNumbers, quietOnEpipe, repeatedFlag, suffixFlagHints } from './cli-util.js';
 import { trlAliasArgs, trlFlagHints } from '../lib/config/trl.js';
 import { upgradeFormerFlags } from '../lib/config/renames.js';
 import { commandSettings, TRAIN_COMMAND_OPTIONS, trainSettings } from '../lib/config/settings.js';
@@ -35,7 +35,12 @@ cli.fail((msg, err) => {
   const sub = hideBin(process.argv).find((a) => !a.startsWith('-'));
   const known = commands.some((c) => c.command === sub);
   // A TRL / PEFT name (`--learning-rate`): say which flag it is here.
-  const hints = !err && sub === 'train' && /^Unknown argument/.test(msg) ? trlFlagHints(args, [...TRAIN_COMMAND_OPTIONS, ...trainSettings()]) : [];
+  const unknown = !err && /^Unknown argument/.test(msg);
+  const own = (sub && commandSettings()[sub]) || [];
+  // A TRL name (train), or a flag's last word (`--alpha`: --reward-alpha or --lora-alpha?).
+  const trl = unknown && sub === 'train' ? trlFlagHints(args, [...TRAIN_COMMAND_OPTIONS, ...trainSettings()]) : [];
+  const hinted = new Set(trl.map((h) => h.split(':')[0]));
+  const hints = [...trl, ...(unknown ? suffixFlagHints(args, own).filter((h) => !hinted.has(h.split(':')[0])) : [])];
   process.stderr.write(
     `papergym-native: ${err ? err.message : msg}\n${hints.map((h) => `  ${h}\n`).join('')}${err ? '' : `run 'papergym-native ${known ? `${sub} ` : ''}--help' for the options\n`}`,
   );

@@ -17,6 +17,7 @@ import { upgradeFormerFlags } from '../lib/config/renames.js';
 import { restartableRun } from '../lib/train/checkpoint.js';
 import { runTraining } from '../lib/train/run.js';
 import { cli } from './helpers/run.js';
+import { suffixFlagHints } from '../bin/cli-util.js';
 
 /** The renames of issue 51 item 3, former → now, as configs written before it spell them. */
 const FORMER: Record<string, string> = {
@@ -192,6 +193,18 @@ describe('one word per setting: keys are flags, former names still read (issue 5
     const twice = await cli(['eval', '--alpha', '0.5', '--reward-alpha', '0.6', '--rescore', join(tmp, 'none.jsonl')]);
     expect(twice.code).to.equal(1);
     expect(twice.err).to.match(/--reward-alpha.*given (twice|more than once)/);
+  });
+
+  it('an unknown flag that is the last word of flags gets them as a hint (train --alpha: --lora-alpha or --reward-alpha)', async () => {
+    const train = commandSettings().train!;
+    expect(suffixFlagHints(['train', '--alpha', '0.5', '--lr=1e-5', '--opsd-steps', '2', '--', '--steps'], train)).to.deep.equal([
+      '--alpha: did you mean `--lora-alpha` or `--reward-alpha`?',
+      '--lr: did you mean `--sft-lr`, `--opsd-lr` or `--grpo-lr`?',
+    ]);
+    expect(suffixFlagHints(['eval', '--nothing-like-it'], commandSettings().eval!)).to.deep.equal([]);
+    const r = await cli(['train', '--alpha', '0.5']);
+    expect(r.code).to.equal(1);
+    expect(r.err).to.include('papergym-native: Unknown argument: alpha\n  --alpha: did you mean `--lora-alpha` or `--reward-alpha`?');
   });
 
   it('a run stopped before its first checkpoint, its config.json under the former keys, restarts under the new ones', () => {
