@@ -4,7 +4,7 @@
  * config.json and trainer_state.json, and `klCoef` at the addon). A renamed setting's row lists its
  * former config keys and flags (lib/config/schema.ts `Setting.formerly`); they are still accepted,
  * each with one deprecation line naming the new name, and a checkpoint written under the former
- * keys still resumes (lib/train/run.ts reads its saved config through {@link upgradeFormerKeys}).
+ * keys still resumes (lib/train/checkpoint.ts reads its saved config through {@link upgradeSavedConfig}).
  */
 import { inputError } from '../errors.js';
 import { getPath, setPath, type Setting } from './schema.js';

@@ -227,10 +227,10 @@ export function readConfigFile(path: string, warn: (line: string) => void = stde
   if (doc == null) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`config ${path}: top level must be a mapping`);
   const known = trainDefaults() as unknown as Record<string, unknown>;
-  // TRL's flat keys (`output_dir`, `num_generations`): an alias moves to its key, another TRL name gets a hint.
   // A renamed setting's former key (`grpo: {betaKl: …}`) moves to its key, with a deprecation line
   // (before the TRL names, so a TRL name given with it is refused naming the TRL name).
   for (const line of upgradeFormerKeys(doc as Record<string, unknown>, trainSettings(), `config ${path}`)) warn(line);
+  // TRL's flat keys (`output_dir`, `num_generations`): an alias moves to its key, another TRL name gets a hint.
   applyTrlConfigKeys(doc as Record<string, unknown>, known, trainSettings(), path);
   checkKeys(doc as Record<string, unknown>, known, path, '');
   // PEFT's `target_modules: all-linear` (every linear layer but the output head).
