@@ -17,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { buildDataset, type JsonLlm } from '../lib/data/pipeline.js';
 import { PipelineState } from '../lib/data/state.js';
 import { CLASS_FAMILIES, classFamilyOf, CoverageError, formatWarning, loadPaper, parseArgSpec, typesetForm, type Paper } from '../lib/data/latex/index.js';
+import { between } from './helpers/fake-llm.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const KINDS = join(here, '..', '..', 'test', 'fixtures', 'tex-kinds');
@@ -275,6 +276,36 @@ describe('data: issue 49 kinds of LaTeX, read as TeX typesets them', function ()
     const p = await loadPaper(d, { inProcess: true, workDir: join(work, 'wd-abs') });
     expect(p.abstract).to.equal(abs);
     expect(p.sections.filter((s) => s.level !== 'front').map((s) => s.title)).to.deep.equal(['Abstract', 'Introduction']);
+    // The item builder maps its text once, as the abstract, not again as the section: two map
+    // units (abstract, introduction) in the state, the later stages refused by this LLM.
+    const mapped: string[] = [];
+    const llm: JsonLlm = {
+      model: 'none',
+      chatJson: <T>(_schema: object, req: { messages: { role: string; content: unknown }[] }) => {
+        const user = req.messages.filter((m) => m.role === 'user').at(-1)?.content;
+        if (typeof user !== 'string' || !user.includes('<section_title>')) return Promise.reject(new Error('no LLM past the map stage in this test'));
+        mapped.push(between(user, 'section_title'));
+        const value = { goals: [], background: [], methods: [], experimental_design: [] } as T;
+        return Promise.resolve({
+          value,
+          repaired: false,
+          content: JSON.stringify(value),
+          finishReason: 'stop',
+          usage: { promptTokens: 1, completionTokens: 1 },
+          attempts: 1,
+          model: 'none',
+        } as never);
+      },
+    };
+    const state = new PipelineState(join(work, 'state-abs.sqlite'));
+    try {
+      await buildDataset({ papers: [d], llm, state, loadOptions: { inProcess: true, workDir: join(work, 'wd-abs2') } });
+      const units = Object.keys(state.stages(p.id)).filter((k) => k.startsWith('map:'));
+      expect(units).to.deep.equal(['map:000', 'map:001']);
+    } finally {
+      state.close();
+    }
+    expect(mapped.sort()).to.deep.equal(['Abstract', 'Introduction']);
   });
 
   it('sections skipped as boilerplate are stored with their reasons in the pipeline state', async () => {

@@ -597,6 +597,9 @@ export async function buildItem(paper: Paper, llm: CachedLlm, state: PipelineSta
   for (const s of paper.sections) {
     if (s.boilerplate || !s.text.trim()) continue;
     if (s.level === 'front' && paper.abstract.trim()) continue; // title/author block when an abstract exists
+    // A first \section*{Abstract} read as the abstract (lib/data/latex/index.ts) stays a section of
+    // the paper; its text is mapped once, as the abstract above.
+    if (paper.abstract.trim() && s.text.trim() === paper.abstract.trim()) continue;
     const parts = chunkText(s.text);
     parts.forEach((t, i) => units.push({ title: parts.length > 1 ? `${s.title} (part ${i + 1} of ${parts.length})` : s.title, text: t }));
   }
