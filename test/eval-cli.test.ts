@@ -99,6 +99,35 @@ describe('eval / probe-judge CLI on a tiny Qwen3', function () {
     const meanProb = rows.filter((x) => x.kind === 'spec').reduce((a, x) => a + x.prob, 0) / 20;
     expect(rep.coverage.prob.overall.mean).to.be.closeTo(meanProb, 1e-12);
     expect(r.stderr).to.include(`judge health: ${rows.length} verdicts, null 0%`);
+    // Run again (as after a kill): the local judge's verdicts come from its cache beside --out,
+    // nothing is scored, and the rows are the same.
+    const statsOf = (err: string) => JSON.parse(/^judge local\S*: (\{.*\})$/m.exec(err)![1]!) as { requests: number; cacheHits: number };
+    expect(statsOf(r.stderr)).to.include({ cacheHits: 0 });
+    const again = await run([
+      'eval',
+      '--model',
+      dir,
+      '--data',
+      sampleDatasetPath(),
+      '--limit',
+      '2',
+      '--judge',
+      'local',
+      '--max-new-tokens',
+      '6',
+      '--resamples',
+      '50',
+      '--out',
+      out,
+    ]);
+    expect(again.code, again.stderr).to.equal(0);
+    expect(again.stderr).to.include(`judge cache ${out}.judge-cache.sqlite`);
+    expect(statsOf(again.stderr)).to.include({ cacheHits: rows.length, requests: 0 });
+    const rows2 = readFileSync(out, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(rows2.map((x) => [x.itemId, x.met, x.prob])).to.deep.equal(rows.map((x) => [x.itemId, x.met, x.prob]));
   });
 
   it('eval fails before any compute on a judge URL answering 404, and exits non-zero when verdicts are mostly null', async () => {

@@ -57,7 +57,9 @@ describe('judge backends: the registry', () => {
     expect(judgeAnswersFreeForm(local)).to.equal(false);
     expect(judgeWithAnswerCache(http, '/tmp/a.sqlite').cache).to.equal('/tmp/a.sqlite');
     expect(judgeWithAnswerCache({ ...http, cache: '/tmp/b.sqlite' } as JudgeConfig, '/tmp/a.sqlite').cache).to.equal('/tmp/b.sqlite');
-    expect(judgeWithAnswerCache(local, '/tmp/a.sqlite')).to.equal(local);
+    // The local judge keeps its verdicts too (keyed by its model's files: lib/judge/local-cache.ts); a jury's members inherit the section's cache.
+    expect(judgeWithAnswerCache(local, '/tmp/a.sqlite').cache).to.equal('/tmp/a.sqlite');
+    expect(judgeWithAnswerCache({ ...JUDGE_DEFAULTS, kind: 'jury' } as JudgeConfig, '/tmp/a.sqlite').cache).to.equal('/tmp/a.sqlite');
   });
 
   it('registers the built-in kinds (JUDGE_KINDS); the --judge choices are the registered kinds', () => {

@@ -5,12 +5,16 @@
  * Skipped when the addon or python (tiny-model maker) is unavailable.
  */
 import { expect } from 'chai';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Tokenizer } from '../lib/model/tokenizer.js';
 import { ChatTemplate } from '../lib/model/chat.js';
-import { localJudgeForModel, prefixLogprobsScorer, sequenceLogprobsScorer, yesProbability } from '../lib/judge/local.js';
+import { localJudgeForModel, prefixLogprobsScorer, sequenceLogprobsScorer, yesProbability, type LocalJudge } from '../lib/judge/local.js';
+import { localBackend } from '../lib/judge/backends/local.js';
+import { judgeModelIdentity } from '../lib/judge/local-cache.js';
+import { loadPrompt } from '../lib/judge/verdict.js';
+import { JUDGE_DEFAULTS, type JudgeConfig } from '../lib/config/judge.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
 import { orSkip, withFusedKernels } from './helpers/run.js';
@@ -205,5 +209,78 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
     expect(() => new ModelClass())
       .to.throw(TypeError, /cannot be constructed directly/)
       .with.property('code', 'ERR_PG_ARG');
+  });
+  it("through the backend: the caller's per-item prompt reaches the judge (an eval protocol's wording)", async () => {
+    const criterion = loadPrompt('eval-criterion.v1');
+    const c = { ...JUDGE_DEFAULTS, kind: 'local' } as JudgeConfig;
+    const ctx = { policy: { model, tokenizer: tok }, openJudge: () => Promise.reject(new Error('unused')) };
+    const own = (await localBackend.open(c as never, { ...ctx, perItemPrompt: criterion })) as LocalJudge;
+    const def = (await localBackend.open(c as never, ctx)) as LocalJudge;
+    const req = [{ question: 'Q?', plan: 'A plan.', items: [{ id: 'a', text: 'Uses an ablation.' }] }];
+    const [[withCriterion]] = await own.promptsFor(req);
+    const [[withDefault]] = await def.promptsFor(req);
+    // The user message is the protocol's template filled in, not the default one.
+    expect(withCriterion!.text).to.include(
+      criterion.template.replace('{{question}}', 'Q?').replace('{{plan}}', 'A plan.').replace('{{item}}', 'Uses an ablation.'),
+    );
+    expect(withDefault!.text).to.not.equal(withCriterion!.text);
+    own.close();
+    def.close();
+  });
+
+  it('answer cache: a rerun answers judged plans from it (no scoring), keyed by the model files and placement and the request', async () => {
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-local-cache-'));
+    try {
+      const path = join(tmp, 'judge-cache.sqlite');
+      const c = { ...JUDGE_DEFAULTS, kind: 'local', cache: path } as JudgeConfig;
+      const open = async (source: { dir: string; device?: string; dtype?: string }) =>
+        (await localBackend.open(c as never, {
+          policy: { model, tokenizer: tok, source },
+          openJudge: () => Promise.reject(new Error('unused')),
+        })) as LocalJudge;
+      const items = [
+        { id: 'a', text: 'Uses an ablation.' },
+        { id: 'b', text: 'Reports error bars.' },
+      ];
+      const reqs = [
+        { question: 'How do we make X faster?', plan: 'We profile, then ablate each component of X.', items },
+        { question: 'Why?', plan: 'Because.', items },
+      ];
+      const first = await open({ dir, device: 'cpu' });
+      const v1 = await first.judge(reqs);
+      expect(first.stats()).to.include({ cacheHits: 0 });
+      expect(first.timings().calls).to.equal(1);
+      first.close();
+      // A new judge on the same files, placement and cache: the same verdicts, nothing scored.
+      const again = await open({ dir, device: 'cpu' });
+      expect(await again.judge(reqs)).to.deep.equal(v1);
+      expect(again.stats()).to.include({ cacheHits: 4, requests: 0, verdicts: 4 });
+      expect(again.timings().calls).to.equal(0);
+      // One request changed: only it is scored.
+      const changed = [reqs[0]!, { ...reqs[1]!, plan: 'Because it is faster.' }];
+      const v2 = await again.judge(changed);
+      expect(v2[0]).to.deep.equal(v1[0]);
+      expect(again.stats().cacheHits).to.equal(6);
+      expect(again.timings().calls).to.equal(1);
+      again.close();
+      // Another dtype, or weights rewritten in place (same size, new mtime): not the same judge, nothing read.
+      const bf16 = await open({ dir, device: 'cpu', dtype: 'bfloat16' });
+      await bf16.judge(reqs);
+      expect(bf16.stats().cacheHits).to.equal(0);
+      bf16.close();
+      const copy = join(tmp, 'model');
+      cpSync(dir, copy, { recursive: true });
+      const fromCopy = await open({ dir: copy, device: 'cpu' });
+      await fromCopy.judge(reqs);
+      expect(fromCopy.stats().cacheHits, 'another dir is another identity').to.equal(0);
+      fromCopy.close();
+      const weights = join(copy, 'model.safetensors');
+      const before = judgeModelIdentity(copy, { device: 'cpu' });
+      utimesSync(weights, new Date(), new Date(Date.now() + 5000));
+      expect(judgeModelIdentity(copy, { device: 'cpu' })).to.not.equal(before);
+      expect(judgeModelIdentity(copy, { device: 'cuda:1' })).to.equal(judgeModelIdentity(copy, { device: 'cuda:0' }));
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });

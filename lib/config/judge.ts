@@ -237,8 +237,9 @@ export const CORE_JUDGE_SETTINGS: readonly Setting[] = [
     type: 'path',
     default: JUDGE_DEFAULTS.cache,
     values: 'a SQLite file',
-    meaning: 'http: SQLite file caching judge answers by request hash; unset = no cache',
-    source: 'papergym-native (lib/judge/cache.ts)',
+    meaning:
+      "http: SQLite file caching judge answers by request hash; local: each plan's verdicts, keyed by the judge model's files and placement, the judge's settings and the request; unset = no cache",
+    source: 'papergym-native (lib/judge/cache.ts, lib/judge/local-cache.ts)',
   },
   {
     key: 'timeoutMs',

@@ -59,6 +59,8 @@ import { argError, checkOptions, describeValue } from '../util/args.js';
 import { ensureInputDir } from '../util/fs.js';
 import { checkJudgeRequests, countVerdicts, emptyStats, type Judge, type JudgeCallOptions, type JudgeRequest, type JudgeStats, type Verdict } from './types.js';
 import { loadPrompt, perItemMessage, PER_ITEM_PROMPT, type PromptTemplate } from './verdict.js';
+import { JudgeCache, requestHash } from './cache.js';
+import { localVerdictKey } from './local-cache.js';
 
 /**
  * Runs one prefill batch and returns, per row, the logits (fp32, full vocabulary) at that row's
@@ -354,6 +356,13 @@ export interface LocalJudgeOptions {
   /** Context length in tokens; a judge prompt longer than context − 1 gets `met: null, error: true` instead of failing the batch. */
   maxContext?: number;
   /**
+   * Keep each request's verdicts in the SQLite file `path` (lib/judge/cache.ts), under a key of the
+   * judge model's `identity` (lib/judge/local-cache.ts judgeModelIdentity), this judge's settings
+   * and the request: a request judged before is answered from it (counted as cache hits), not
+   * scored again. Verdicts with an error are not kept. Unset: no cache.
+   */
+  answerCache?: { path: string; identity: string };
+  /**
    * Scores the prompts of one judged plan (its rubric items) after their shared token prefix (the
    * question and plan) prefilled once. Used for every plan with ≥ 2 distinct prompts whose common
    * prefix is ≥ `minSharedPrefix` tokens (default 32); other prompts go through `scorer`.
@@ -429,6 +438,11 @@ function checkJudgeOptions(fn: string, opts: unknown): void {
   if (has('threshold') && !(typeof o.threshold === 'number' && o.threshold >= 0 && o.threshold <= 1)) throw bad('threshold', 'a number in [0, 1]');
   if (has('variants') && o.variants !== 'pair' && o.variants !== 'all') throw bad('variants', "'pair' or 'all'");
   if (has('scoring') && o.scoring !== 'sequence-logprobs' && o.scoring !== 'forward-logits') throw bad('scoring', "'sequence-logprobs' or 'forward-logits'");
+  if (has('answerCache')) {
+    const c = o.answerCache as { path?: unknown; identity?: unknown } | null;
+    if (!c || typeof c !== 'object' || typeof c.path !== 'string' || !c.path || typeof c.identity !== 'string' || !c.identity)
+      throw bad('answerCache', '{path: a non-empty string, identity: a non-empty string}');
+  }
 }
 
 /**
@@ -451,6 +465,7 @@ export class LocalJudge implements Judge, Disposable {
     promptsPrefixShared: 0,
     promptsPerPrompt: 0,
   };
+  private readonly answers?: JudgeCache;
   private constructor(
     private readonly o: LocalJudgeOptions,
     readonly yesIds: number[],
@@ -458,6 +473,7 @@ export class LocalJudge implements Judge, Disposable {
     private readonly prompt: PromptTemplate,
   ) {
     this.name = o.name ?? 'local';
+    if (o.answerCache) this.answers = new JudgeCache(o.answerCache.path);
   }
 
   /** Resolves the yes/no token ids; throws when either side has no single-token variant, a TypeError (ERR_PG_ARG) naming a bad option. */
@@ -499,6 +515,7 @@ export class LocalJudge implements Judge, Disposable {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.answers?.close();
     this.o.owned?.dispose();
   }
 
@@ -615,10 +632,52 @@ export class LocalJudge implements Judge, Disposable {
     return { texts, slots, ids };
   }
 
-  /** Judges every (request, item) with batched prefills; identical prompts are evaluated once. */
+  /**
+   * Judges every (request, item) with batched prefills; identical prompts are evaluated once. With
+   * an answer cache ({@link LocalJudgeOptions.answerCache}) a request judged before is answered
+   * from it and only the others are scored.
+   */
   async judge(requests: JudgeRequest[], opts: JudgeCallOptions = {}): Promise<Verdict[][]> {
     if (this.closed) throw disposedError(`judge ${this.name}`);
     checkJudgeRequests(`judge ${this.name}`, requests);
+    const cache = this.answers;
+    if (!cache) return this.score(requests, opts);
+    // Everything a verdict depends on besides the model and the request.
+    const settings = {
+      yes: this.yesIds,
+      no: this.noIds,
+      threshold: this.o.threshold ?? 0.5,
+      prompt: this.prompt.hash,
+      maxContext: this.o.maxContext ?? null,
+      name: this.name,
+    };
+    const keys = requests.map((r) => localVerdictKey(this.o.answerCache!.identity, settings, r));
+    const out: (Verdict[] | undefined)[] = keys.map((k) => {
+      const hit = cache.get(k);
+      return hit ? (JSON.parse(hit.content) as Verdict[]) : undefined;
+    });
+    const missing = out.flatMap((v, i) => (v ? [] : [i]));
+    for (const vs of out)
+      if (vs) {
+        this.s.cacheHits += vs.length;
+        countVerdicts(this.s, vs);
+      }
+    if (missing.length) {
+      const fresh = await this.score(
+        missing.map((i) => requests[i]!),
+        opts,
+      );
+      missing.forEach((i, j) => {
+        const vs = fresh[j]!;
+        out[i] = vs;
+        if (!vs.some((v) => v.error)) cache.set(keys[i]!, { content: JSON.stringify(vs), promptTokens: 0, completionTokens: 0 });
+      });
+    }
+    return out as Verdict[][];
+  }
+
+  /** {@link judge} without the answer cache: scores every (request, item). */
+  private async score(requests: JudgeRequest[], opts: JudgeCallOptions): Promise<Verdict[][]> {
     const tm = this.t;
     tm.calls++;
     let t0 = performance.now();
@@ -765,6 +824,10 @@ export interface LocalModelJudgeOptions {
   renderOnce?: boolean;
   /** `close()` also disposes the model (openLocalJudge: the judge's own copy). Default false: the model is the caller's (e.g. the policy's). */
   ownModel?: boolean;
+  /** The per-item prompt (an eval protocol's yes/no wording; default prompts/judge-per-item). */
+  prompt?: PromptTemplate;
+  /** The verdicts' SQLite cache and the model's identity (LocalJudgeOptions.answerCache; the scoring mode is added to the key here). */
+  answerCache?: { path: string; identity: string };
 }
 
 /**
@@ -803,6 +866,10 @@ export async function localJudgeForModel(model: Qwen3Model, tokenizer: Tokenizer
     name: `local:${variants}`,
     maxContext: Number.isInteger(ctx) && ctx > 0 ? ctx : undefined,
     owned: opts.ownModel ? model : undefined,
+    ...(opts.prompt && { prompt: opts.prompt }),
+    ...(opts.answerCache && {
+      answerCache: { path: opts.answerCache.path, identity: requestHash([opts.answerCache.identity, opts.scoring ?? 'sequence-logprobs']) },
+    }),
   });
 }
 

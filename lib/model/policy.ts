@@ -183,6 +183,12 @@ export interface PolicyLoadOptions {
 export class Policy implements Disposable {
   /** Chat template of the tokenizer, or undefined when the checkpoint has none (then only `raw` prompts work). */
   readonly chat: ChatTemplate | undefined;
+  /**
+   * Where {@link Policy.load} read the model and how it placed it (`device`, `dtype` as given:
+   * undefined = the loader's default for the device); undefined for a policy built from a model.
+   * The local judge's answer cache keys its verdicts by it (lib/judge/local-cache.ts).
+   */
+  source?: { dir: string; device?: Device; dtype?: Dtype };
 
   constructor(
     readonly model: Qwen3Model,
@@ -213,7 +219,9 @@ export class Policy implements Disposable {
     const tokenizer = Tokenizer.fromDir(opts.tokenizerDir ?? dir);
     const model = await loadModel(dir, { device: opts.device, dtype: opts.dtype, allowNonFinite: opts.allowNonFinite });
     if (opts.adapter) await model.loadAdapter(opts.adapter, { allowNonFinite: opts.allowNonFinite ?? false });
-    return new Policy(model, tokenizer);
+    const policy = new Policy(model, tokenizer);
+    policy.source = { dir, device: opts.device, dtype: opts.dtype };
+    return policy;
   }
 
   /** Context length (config `max_position_embeddings`), or Infinity when unknown. */

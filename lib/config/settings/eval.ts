@@ -10,7 +10,7 @@ import { SAMPLING_OPTIONS } from './sampling.js';
 /** The eval paths' judge cache (lib/eval/run.ts evalJudgeCachePath): on by default, beside --out, never beside --data. */
 export const EVAL_CACHE_MEANING = (kind: 'judge' | 'compare') =>
   `SQLite file caching judge answers by request hash (a killed run asks nothing twice); unset = <--out>.${kind}-cache.sqlite, without --out <per-user cache dir>/eval/<hash of the --data path>.${kind}-cache.sqlite` +
-  (kind === 'judge' ? ' (--suite: <--out>/judge-cache.sqlite); the local judge keeps no cache' : '');
+  (kind === 'judge' ? " (--suite: <--out>/judge-cache.sqlite); the local judge keeps each plan's verdicts there, keyed by its model's files" : '');
 
 /** The judge settings of `eval`: judgeOptions() with the eval paths' default cache. */
 export const evalJudgeOptions: () => readonly Setting[] = memoOn(

@@ -19,7 +19,12 @@ export interface JudgeOpenContext {
    * The policy's loaded model and tokenizer (train, eval). A backend whose
    * {@link JudgeBackend.sharesPolicyWeights} is true runs on it with the adapter off (no second copy).
    */
-  policy?: { model: Qwen3Model; tokenizer: Tokenizer };
+  policy?: {
+    model: Qwen3Model;
+    tokenizer: Tokenizer;
+    /** Where the policy was loaded from and how (lib/model/policy.ts Policy.source): keys a local judge's answer cache. */
+    source?: { dir: string; device?: string; dtype?: string };
+  };
   /** A checkpoint dir to load when no policy is given (probe-judge --model); the judge then owns that model. */
   modelDir?: string;
   device?: Device;

@@ -26,6 +26,8 @@ export const juryBackend: JudgeBackendOf<'jury'> = {
   describe: 'several judges (judge.judges: each of a kind without members, own model, score and weight), one verdict by judge.aggregation',
   settingKeys: ['judges', 'aggregation', 'juryOnMemberFailure'],
   hasMembers: true,
+  // The section's cache, which every member without its own inherits (keys differ by member: url and model, or the local model's identity).
+  withAnswerCache: (c, path) => (c.cache ? c : { ...c, cache: path }),
   answersFreeForm: () => false,
   sharesPolicyWeights: (c) => juryMembers(c).some((m) => judgeBackend(m).sharesPolicyWeights(m)),
   label: (c) =>

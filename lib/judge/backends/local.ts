@@ -24,18 +24,25 @@ export function localJudgeOptionsFromConfig(
 export const localBackend: JudgeBackendOf<'local'> = {
   kind: 'local',
   describe: "the policy's frozen base model in-process (adapter off, P(yes) from one prefill)",
-  settingKeys: ['batch', 'scoring'],
+  settingKeys: ['batch', 'scoring', 'cache'],
   sharesPolicyWeights: () => true,
   answersFreeForm: () => false,
   label: () => 'local',
+  // eval's default cache beside --out (lib/eval/run.ts evalJudgeCachePath): a rerun re-scores no plan.
+  withAnswerCache: (c, path) => (c.cache ? c : { ...c, cache: path }),
   async open(c, ctx) {
     // Loaded on first use: an http-only command never loads the addon through here.
     const { localJudgeForModel, openLocalJudge } = await import('../local.js');
-    // The caller's per-item prompt (an eval protocol's yes/no prompt), as the http backend takes it.
-    const opts = {
+    const { judgeModelIdentity } = await import('../local-cache.js');
+    // The model's files and placement key the answer cache (judge.cache); a model given without
+    // them (a library caller's own) is judged without one.
+    const source = ctx.policy ? ctx.policy.source : ctx.modelDir ? { dir: ctx.modelDir, device: ctx.device, dtype: ctx.dtype } : undefined;
+    const opts: LocalModelJudgeOptions = {
       ...localJudgeOptionsFromConfig(c),
       maxTokensPerCall: ctx.maxTokensPerCall || undefined,
+      // The caller's per-item prompt (an eval protocol's yes/no prompt), as the http backend takes it.
       ...(ctx.perItemPrompt && { prompt: ctx.perItemPrompt }),
+      ...(c.cache && source && { answerCache: { path: c.cache, identity: judgeModelIdentity(source.dir, source) } }),
     };
     if (ctx.policy) return localJudgeForModel(ctx.policy.model, ctx.policy.tokenizer, opts);
     if (!ctx.modelDir) throw new Error('--judge local needs a model: the policy (train, eval) or --model DIR');
