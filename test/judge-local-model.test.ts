@@ -15,6 +15,7 @@ import { localBackend } from '../lib/judge/backends/local.js';
 import { judgeModelIdentity } from '../lib/judge/local-cache.js';
 import { loadPrompt } from '../lib/judge/verdict.js';
 import { JUDGE_DEFAULTS, type JudgeConfig } from '../lib/config/judge.js';
+import { openDatabase } from '../lib/util/sqlite.js';
 import { loadModel, type Qwen3Model } from '../lib/model/qwen3.js';
 import { tinyModel } from './helpers/tiny.js';
 import { orSkip, withFusedKernels } from './helpers/run.js';
@@ -263,6 +264,14 @@ describe('judge local on a tiny Qwen3 (addon)', function () {
       expect(again.stats().cacheHits).to.equal(6);
       expect(again.timings().calls).to.equal(1);
       again.close();
+      // A damaged entry is scored again, not read.
+      const db = openDatabase(path);
+      db.exec("UPDATE judge_cache SET content = '{not json'");
+      db.close();
+      const damaged = await open({ dir, device: 'cpu' });
+      expect(await damaged.judge(reqs)).to.deep.equal(v1);
+      expect(damaged.stats().cacheHits).to.equal(0);
+      damaged.close();
       // Another dtype, or weights rewritten in place (same size, new mtime): not the same judge, nothing read.
       const bf16 = await open({ dir, device: 'cpu', dtype: 'bfloat16' });
       await bf16.judge(reqs);

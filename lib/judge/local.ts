@@ -652,9 +652,17 @@ export class LocalJudge implements Judge, Disposable {
       name: this.name,
     };
     const keys = requests.map((r) => localVerdictKey(this.o.answerCache!.identity, settings, r));
-    const out: (Verdict[] | undefined)[] = keys.map((k) => {
+    // A stored answer that does not read back as this request's verdicts (a damaged file) is scored again.
+    const out: (Verdict[] | undefined)[] = keys.map((k, i) => {
       const hit = cache.get(k);
-      return hit ? (JSON.parse(hit.content) as Verdict[]) : undefined;
+      if (!hit) return undefined;
+      try {
+        const vs = JSON.parse(hit.content) as Verdict[];
+        const items = requests[i]!.items;
+        return Array.isArray(vs) && vs.length === items.length && vs.every((v, j) => v?.itemId === items[j]!.id) ? vs : undefined;
+      } catch {
+        return undefined;
+      }
     });
     const missing = out.flatMap((v, i) => (v ? [] : [i]));
     for (const vs of out)
