@@ -310,7 +310,7 @@ describe('training stages: a second stage that judges owns its reward α and its
     }
   });
 
-  it("a run mixes the stage's reward with its own α (judged.alpha 0.25), not grpo.alpha", async function () {
+  it("a run mixes the stage's reward with its own α (judged.alpha 0.25), not grpo.rewardAlpha", async function () {
     this.timeout(120_000);
     const tmp = mkdtempSync(join(tmpdir(), 'pg-judged-run-'));
     results.length = 0;
