@@ -1,5 +1,7 @@
 /** Argument and stream handling of the CLI entry, kept apart so tests can call it. */
 
+import { unknownFlagHints } from '../lib/config/trl.js';
+
 /** A number literal that yargs would otherwise read as short flags (`-1e-5` → `-1 -e …`). */
 const NEGATIVE_NUMBER = /^-(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
 
@@ -83,21 +85,17 @@ export function dashFlags(args: string[]): string[] {
 }
 
 /**
- * "did you mean --reward-alpha or --lora-alpha?" for each unknown flag of `args` that is the last
- * word(s) of one or more flags of the command (`--alpha`, `--steps`, `--lr`: the section's prefix
- * left out); one line each, in the order given. Flags the command knows, and everything after
- * `--`, are skipped.
+ * "did you mean `--lora-alpha` or `--reward-alpha`?" for a flag name that is the last word(s) of
+ * one or more of `settings`' flags (`alpha`, `steps`, `lr`: the section's prefix left out);
+ * undefined when it is none.
  */
+export function suffixFlagHint(name: string, settings: readonly FlagSpec[]): string | undefined {
+  const said = settings.filter((s) => s.flag.endsWith(`-${name}`)).map((s) => `\`--${s.flag}\``);
+  if (!said.length) return undefined;
+  return `did you mean ${said.length > 1 ? `${said.slice(0, -1).join(', ')} or ${said[said.length - 1]}` : said[0]}?`;
+}
+
+/** {@link suffixFlagHint} for each unknown flag of `args` (lib/config/trl.ts unknownFlagHints: before `--`, one line each). */
 export function suffixFlagHints(args: readonly string[], settings: readonly FlagSpec[]): string[] {
-  const known = new Set(settings.flatMap((s) => [s.flag, ...(s.alias ? [s.alias] : [])]));
-  const out: string[] = [];
-  for (const a of args) {
-    if (a === '--') break;
-    const m = /^--(?:no-)?([^=]+)/.exec(a);
-    if (!m || known.has(m[1]!)) continue;
-    const near = settings.map((s) => s.flag).filter((f) => f.endsWith(`-${m[1]}`));
-    const said = near.map((f) => `\`--${f}\``);
-    if (near.length) out.push(`--${m[1]}: did you mean ${said.length > 1 ? `${said.slice(0, -1).join(', ')} or ${said[said.length - 1]}` : said[0]}?`);
-  }
-  return [...new Set(out)];
+  return unknownFlagHints(args, settings, (name) => suffixFlagHint(name, settings));
 }

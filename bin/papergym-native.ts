@@ -3,8 +3,8 @@
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { commands } from './commands/index.js';
-import { dashFlags, joinNegativeNumbers, quietOnEpipe, repeatedFlag, suffixFlagHints } from './cli-util.js';
-import { trlAliasArgs, trlFlagHints } from '../lib/config/trl.js';
+import { dashFlags, joinNegativeNumbers, quietOnEpipe, repeatedFlag, suffixFlagHint } from './cli-util.js';
+import { trlAliasArgs, trlHint, unknownFlagHints } from '../lib/config/trl.js';
 import { upgradeFormerFlags } from '../lib/config/renames.js';
 import { commandSettings, TRAIN_COMMAND_OPTIONS, trainSettings } from '../lib/config/settings.js';
 
@@ -37,10 +37,9 @@ cli.fail((msg, err) => {
   // A TRL / PEFT name (`--learning-rate`): say which flag it is here.
   const unknown = !err && /^Unknown argument/.test(msg);
   const own = (sub && commandSettings()[sub]) || [];
-  // A TRL name (train), or a flag's last word (`--alpha`: --reward-alpha or --lora-alpha?).
-  const trl = unknown && sub === 'train' ? trlFlagHints(args, [...TRAIN_COMMAND_OPTIONS, ...trainSettings()]) : [];
-  const hinted = new Set(trl.map((h) => h.split(':')[0]));
-  const hints = [...trl, ...(unknown ? suffixFlagHints(args, own).filter((h) => !hinted.has(h.split(':')[0])) : [])];
+  // A TRL name (train), else a flag's last word (`--alpha`: --lora-alpha or --reward-alpha?).
+  const trl = (name: string) => (sub === 'train' ? trlHint(name, own) : undefined);
+  const hints = unknown ? unknownFlagHints(args, own, (name) => trl(name) ?? suffixFlagHint(name, own)) : [];
   process.stderr.write(
     `papergym-native: ${err ? err.message : msg}\n${hints.map((h) => `  ${h}\n`).join('')}${err ? '' : `run 'papergym-native ${known ? `${sub} ` : ''}--help' for the options\n`}`,
   );

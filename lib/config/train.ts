@@ -11,7 +11,7 @@ import { judgeConfigProblems, type JudgeConfig } from './judge.js';
 import { CORE_TRAIN_SETTINGS, trainSettings } from './settings.js';
 import { checkValue, expandAll, getPath, leafKeys, productProblems, setPath, type Setting } from './schema.js';
 import { applyTrlConfigKeys, trlHint } from './trl.js';
-import { formerKeyHint, formerKeys, upgradeFormerKeys } from './renames.js';
+import { formerKeyHint, upgradeFormerKeys } from './renames.js';
 import { expandPath } from '../util/fs.js';
 import { memoOn, registeredJudgeBackends, registeredStages } from './extensions.js';
 
@@ -362,7 +362,7 @@ export function resolveConfigWithOrigins(opts: {
   }
   // Flags given as an object by a caller of the library: a former key is read as its key too.
   let flags = opts.flags;
-  if (flags && formerKeys(settings).size) {
+  if (flags) {
     flags = structuredClone(flags);
     for (const line of upgradeFormerKeys(flags as Record<string, unknown>, settings, 'flags')) (opts.warn ?? stderrLine)(line);
   }

@@ -58,13 +58,26 @@ export function trlHint(name: string, settings: readonly Setting[], as: 'flag' |
  * @param args the command line (`process.argv` without node and the script).
  */
 export function trlFlagHints(args: readonly string[], settings: readonly Setting[]): string[] {
+  return unknownFlagHints(args, settings, (name) => trlHint(name, settings));
+}
+
+/**
+ * `--flag: <hint>` for each flag of `args` (before a bare `--`) that is not one of `settings`' (nor
+ * an alias), where `hint` has one for its name (`--no-` dropped); one line each, in the order given.
+ */
+export function unknownFlagHints(
+  args: readonly string[],
+  settings: readonly Pick<Setting, 'flag' | 'alias' | 'trl'>[],
+  hint: (name: string) => string | undefined,
+): string[] {
   const out: string[] = [];
-  const own = new Set(settings.flatMap((s) => [s.flag, ...(s.alias ? [s.alias] : []), ...trlAliasFlags(s)]));
+  const own = new Set(settings.flatMap((s) => [s.flag, ...(s.alias ? [s.alias] : []), ...trlAliasFlags(s as Setting)]));
   for (const a of args) {
+    if (a === '--') break;
     if (!a.startsWith('--')) continue;
     const flag = a.slice(2).replace(/=.*$/, '');
     if (own.has(flag)) continue;
-    const h = trlHint(flag.replace(/^no-/, ''), settings);
+    const h = hint(flag.replace(/^no-/, ''));
     if (h) out.push(`--${flag}: ${h}`);
   }
   return [...new Set(out)];
